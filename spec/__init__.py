@@ -1,0 +1,46 @@
+"""The shardlaw specification: what jax.jit (jax 0.10.2) does with shardings, as rules.
+
+Importing this package imports the standard library only; :func:`from_jax` and
+:func:`to_jax` load JAX on first use.
+"""
+
+from .rules import RULES, Rejection, Rule, explain, rule, tracing
+from .iota import Iota
+from .values import (
+    AbstractMesh, AxisType, Device, DeviceList, Mesh, P, PartitionSpec, UNCONSTRAINED,
+)
+from .hlo import (
+    HloSharding, Manual, Maximal, Replicated, SubgroupType, Tiled, Unreduced, hlo_text,
+    iota_tile, parse_hlo, tiled,
+)
+from .shardings import AUTO, UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
+from .placement import (
+    addressable_device_ids, box_of, check_rank, device_ids, devices_indices_map,
+    is_fully_replicated, num_devices, replica_id, replication_factor, shard_shape,
+    tiles_per_dimension, to_hlo,
+)
+from .equivalence import hlo_equal, jax_equivalent, placement_equivalent
+
+
+def from_jax(obj):
+    """The spec value for a JAX object (Mesh, AbstractMesh, PartitionSpec, shardings, HloSharding)."""
+    from .jax_bridge import from_jax as convert
+    return convert(obj)
+
+
+def to_jax(value):
+    """The JAX object for a spec value (needs JAX and enough devices)."""
+    from .jax_bridge import to_jax as convert
+    return convert(value)
+
+
+__all__ = [
+    "RULES", "Rule", "Rejection", "explain", "rule", "tracing",
+    "Iota", "AbstractMesh", "AxisType", "Device", "DeviceList", "Mesh", "P", "PartitionSpec",
+    "UNCONSTRAINED", "HloSharding", "Manual", "Maximal", "Replicated", "SubgroupType", "Tiled",
+    "Unreduced", "hlo_text", "iota_tile", "parse_hlo", "tiled", "AUTO", "UNSPECIFIED",
+    "GSPMDSharding", "NamedSharding", "SingleDeviceSharding", "addressable_device_ids", "box_of",
+    "check_rank", "device_ids", "devices_indices_map", "is_fully_replicated", "num_devices",
+    "replica_id", "replication_factor", "shard_shape", "tiles_per_dimension", "to_hlo",
+    "hlo_equal", "jax_equivalent", "placement_equivalent", "from_jax", "to_jax",
+]

@@ -1,0 +1,136 @@
+"""Two notions of "the same sharding", kept apart and named.
+
+*JAX-equivalence* (``EQ-1``) is what ``Sharding.is_equivalent_to(other, ndim)`` answers in
+jax 0.10.2: equal HLO shardings (any two over a single device position count as equal),
+equal memory kinds, and equal ordered device lists (unless both are over abstract meshes).
+
+*Placement-equivalence* (``EQ-2``) is what a user means: for this shape, the two shardings
+span the same devices and every device holds the same box of the array.
+
+The two part ways in both directions on purpose; see the docs page "Where the two
+equivalences part". Placement-equivalence is decided symbolically when both device lists
+and both tile assignments are iotas (cost independent of the device count), and by
+comparing every device's box otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from .hlo import HloSharding, Tiled
+from .iota import Iota, compose_digits, iota_digits, invert_digits, merge_digits, split_digits
+from .placement import (
+    _acts_replicated, _check_shape, _layout, _box_at, devices_indices_map, num_devices,
+    shard_shape, to_hlo,
+)
+from .rules import rule
+from .shardings import NamedSharding, SingleDeviceSharding
+from .values import AbstractMesh
+
+__all__ = ["hlo_equal", "jax_equivalent", "placement_equivalent"]
+
+
+@rule("EQ-3", mirrors="jax._src.op_shardings.are_hlo_shardings_equal")
+def hlo_equal(a: HloSharding, b: HloSharding) -> bool:
+    """Two HLO shardings are equal when both act replicated (replicated, or over a single device position) or when they are identical in XLA's canonical form.
+
+    >>> from shardlaw.spec.hlo import parse_hlo
+    >>> hlo_equal(parse_hlo("{maximal device=0}"), parse_hlo("{replicated}"))
+    True
+    >>> hlo_equal(parse_hlo("{devices=[2,2]<=[4]}"), parse_hlo("{devices=[2,2]0,1,2,3}"))
+    True
+    >>> hlo_equal(parse_hlo("{devices=[2,2]<=[4]}"), parse_hlo("{devices=[2,2]<=[2,2]T(1,0)}"))
+    False
+    """
+    if a is b:
+        return True
+    if _acts_replicated(a) and _acts_replicated(b):
+        return True
+    return a == b
+
+
+def _is_abstract(s: Any) -> bool:
+    return isinstance(s, NamedSharding) and isinstance(s.mesh, AbstractMesh)
+
+
+@rule("EQ-1", mirrors="jax._src.sharding.common_is_equivalent_to; NamedSharding.is_equivalent_to")
+def jax_equivalent(a: Any, b: Any, ndim: int) -> bool:
+    """Two shardings are JAX-equivalent for rank ``ndim`` when they lower to equal HLO shardings, have the same memory kind, and list the same devices in the same order (device lists are not compared when both meshes are abstract).
+
+    >>> from shardlaw.spec import Mesh, NamedSharding, P
+    >>> m = Mesh.iota((2, 4), ("x", "y"))
+    >>> jax_equivalent(NamedSharding(m, P("x")), NamedSharding(m, P("x", None)), 2)
+    True
+    >>> reversed_order = Mesh((2, 4), ("x", "y"), list(range(7, -1, -1)))
+    >>> jax_equivalent(NamedSharding(m, P()), NamedSharding(reversed_order, P()), 2)
+    False
+    """
+    same_hlo = hlo_equal(to_hlo(a, ndim), to_hlo(b, ndim))
+    same_memory = a.memory_kind == b.memory_kind
+    if _is_abstract(a) and _is_abstract(b):
+        return same_hlo and same_memory
+    return same_hlo and same_memory and a.device_list == b.device_list
+
+
+def _symbolic_form(sharding: Any, shape: tuple[int, ...]) -> tuple | None:
+    """Device id -> box, as per-dimension digit atoms; None when not iota-expressible."""
+    hlo, piece, devices = _layout(sharding, shape)
+    if devices.iota is None:
+        return None
+    ndim = len(shape)
+    if _acts_replicated(hlo):
+        return ((devices.platform, len(devices)),) + tuple(
+            None if n == 0 else (1, ()) for n in shape)
+    assert isinstance(hlo, Tiled)
+    if not isinstance(hlo.assignment, Iota):
+        return None
+    # device id -> position -> flat tile index
+    id_to_tile = compose_digits(invert_digits(iota_digits(devices.iota)),
+                                invert_digits(iota_digits(hlo.assignment)))
+    if id_to_tile is None:
+        return None
+    strides = [math.prod(hlo.dims[j + 1:]) for j in range(len(hlo.dims))]
+    atoms = split_digits(id_to_tile, strides + [s * d for s, d in zip(strides, hlo.dims)], 2)
+    if atoms is None:
+        return None
+    per_dim: list[list[Atom]] = [[] for _ in range(ndim)]
+    for r, i, o in atoms:
+        for j in range(ndim):
+            if strides[j] <= o < strides[j] * hlo.dims[j]:
+                per_dim[j].append((r, i, o // strides[j]))
+    form = []
+    for j in range(ndim):
+        if shape[j] == 0:
+            form.append(None)  # every device holds the empty range of this dimension
+        else:
+            form.append((hlo.dims[j], merge_digits(per_dim[j])))
+    return ((devices.platform, len(devices)),) + tuple(form)
+
+
+@rule("EQ-2", mirrors="(none: JAX has no such notion; it compares devices_indices_map by hand)")
+def placement_equivalent(a: Any, b: Any, shape: Any) -> bool:
+    """Two shardings are placement-equivalent for a shape when they span the same devices and every device holds the same box of the array.
+
+    >>> from shardlaw.spec import Mesh, NamedSharding, P
+    >>> m = Mesh.iota((2, 4), ("x", "y"))
+    >>> renamed = Mesh.iota((2, 4), ("a", "b"))
+    >>> placement_equivalent(NamedSharding(m, P("x")), NamedSharding(renamed, P("a")), (4, 4))
+    True
+    >>> placement_equivalent(NamedSharding(m, P("x")), NamedSharding(m, P("y")), (4, 4))
+    False
+    """
+    shape = _check_shape(shape)
+    if isinstance(a, SingleDeviceSharding) or isinstance(b, SingleDeviceSharding):
+        return _by_enumeration(a, b, shape)
+    if num_devices(a) != num_devices(b):
+        shard_shape(a, shape), shard_shape(b, shape)  # still reject what does not divide
+        return False
+    fa, fb = _symbolic_form(a, shape), _symbolic_form(b, shape)
+    if fa is not None and fb is not None:
+        return fa == fb
+    return _by_enumeration(a, b, shape)
+
+
+def _by_enumeration(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
+    return devices_indices_map(a, shape) == devices_indices_map(b, shape)

@@ -1,0 +1,582 @@
+"""Value types: devices, device lists, meshes, partition specs.
+
+Every value is frozen and validated when it is built: a value that exists is a valid value.
+Validation failures are rule failures (family ``VAL``) like any other, so bad input is
+reported with a rule ID and the offending value, never with an internal traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import operator
+from typing import Any, ClassVar, Iterable, Iterator, Union
+
+from .iota import Iota
+from .rules import Failure, reject, require, rule
+
+__all__ = [
+    "Device", "DeviceList", "AxisType", "Mesh", "AbstractMesh", "PartitionSpec", "P",
+    "UNCONSTRAINED", "MEMORY_KINDS", "default_memory_kind",
+]
+
+
+# --------------------------------------------------------------------------- failures
+
+@dataclasses.dataclass(frozen=True)
+class NotAnInteger(Failure):
+    rule: ClassVar[str] = "VAL-1"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = "{what} must be integers, got {value!r} ({kind})"
+    what: str
+    value: Any
+    kind: str
+
+
+@dataclasses.dataclass(frozen=True)
+class NegativeSize(Failure):
+    rule: ClassVar[str] = "VAL-1"
+    template: ClassVar[str] = "{what} must be non-negative, got {value} in {dims}"
+    what: str
+    value: int
+    dims: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class NotAPermutation(Failure):
+    rule: ClassVar[str] = "VAL-2"
+    template: ClassVar[str] = "{perm} is not a permutation of 0..{last}"
+    perm: tuple
+    last: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BadAxisName(Failure):
+    rule: ClassVar[str] = "VAL-3"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = "mesh axis names must be non-empty strings, got {name!r} in {names}"
+    name: Any
+    names: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class DuplicateAxisName(Failure):
+    rule: ClassVar[str] = "VAL-3"
+    template: ClassVar[str] = "mesh axis names must be distinct, {name!r} appears twice in {names}"
+    name: str
+    names: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class AxisCountMismatch(Failure):
+    rule: ClassVar[str] = "VAL-4"
+    template: ClassVar[str] = ("a mesh needs one {what} per axis: {count} given for the "
+                               "{axes} axes {names}")
+    what: str
+    count: int
+    axes: int
+    names: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceCountMismatch(Failure):
+    rule: ClassVar[str] = "VAL-4"
+    template: ClassVar[str] = ("a mesh of shape {shape} holds {needed} devices, but its device "
+                               "list has {given}")
+    hint: ClassVar[str] = "Give exactly one device per mesh position."
+    shape: tuple
+    needed: int
+    given: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DuplicateDevice(Failure):
+    rule: ClassVar[str] = "VAL-5"
+    template: ClassVar[str] = "a device list may hold each device once, device {device} appears twice"
+    device: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BadDevice(Failure):
+    rule: ClassVar[str] = "VAL-5"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = "{what} must be {expected}, got {value!r}"
+    what: str
+    expected: str
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class BadPartitionEntry(Failure):
+    rule: ClassVar[str] = "VAL-6"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = ("a PartitionSpec entry is None, an axis name, a tuple of axis "
+                               "names or UNCONSTRAINED; entry {index} is {entry!r}")
+    index: int
+    entry: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class OverlappingReduction(Failure):
+    rule: ClassVar[str] = "VAL-6"
+    template: ClassVar[str] = ("axis {axis!r} is both {first} and {second} in a PartitionSpec; "
+                               "an axis plays one part at a time")
+    axis: str
+    first: str
+    second: str
+
+
+@dataclasses.dataclass(frozen=True)
+class UnknownMemoryKind(Failure):
+    rule: ClassVar[str] = "VAL-7"
+    template: ClassVar[str] = ("memory kind {kind!r} does not exist on platform {platform!r}; "
+                               "it has {known}")
+    kind: str
+    platform: str
+    known: tuple
+
+
+# --------------------------------------------------------------------------- integers
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) or (
+        hasattr(x, "__index__") and not isinstance(x, (bool, float)) and type(x).__name__ != "bool_")
+
+
+def check_dims(dims: Any, *, what: str = "dimensions") -> tuple[int, ...]:
+    """Dimensions are a sequence of non-negative integers."""
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
+        raise reject(NotAnInteger(what, dims, type(dims).__name__))
+    out = []
+    for d in dims:
+        if not _is_int(d):
+            raise reject(NotAnInteger(what, d, type(d).__name__))
+        d = operator.index(d)
+        if d < 0:
+            raise reject(NegativeSize(what, d, tuple(dims)))
+        out.append(d)
+    return tuple(out)
+
+
+def check_perm(perm: Any, rank: int) -> tuple[int, ...]:
+    """A permutation holds each of ``0 .. rank-1`` once."""
+    perm = check_dims(perm, what="permutation entries")
+    require(sorted(perm) == list(range(rank)), lambda: NotAPermutation(perm, rank - 1))
+    return perm
+
+
+# --------------------------------------------------------------------------- devices
+
+# Memory kinds by platform, and the default (what ``device.default_memory().kind`` says).
+MEMORY_KINDS: dict[str, tuple[str, ...]] = {
+    "cpu": ("device", "pinned_host", "unpinned_host"),
+    "gpu": ("device", "pinned_host", "unpinned_host"),
+    "cuda": ("device", "pinned_host", "unpinned_host"),
+    "rocm": ("device", "pinned_host", "unpinned_host"),
+    "tpu": ("device", "pinned_host", "unpinned_host"),
+}
+
+
+def default_memory_kind(platform: str) -> str:
+    return "device"
+
+
+def check_memory_kind(kind: str | None, platform: str, *, concrete: bool = True) -> str | None:
+    """A memory kind, when given, is one the platform's devices have; a concrete sharding left without one takes the platform's default (an abstract one keeps None)."""
+    if kind is None:
+        return default_memory_kind(platform) if concrete else None
+    known = MEMORY_KINDS.get(platform, ("device",))
+    require(kind in known, lambda: UnknownMemoryKind(kind, platform, known))
+    return kind
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Device:
+    """One device: its global id, its platform and the process that owns it."""
+
+    id: int
+    platform: str = "cpu"
+    process_index: int = 0
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.id) or operator.index(self.id) < 0:
+            raise reject(BadDevice("a device id", "a non-negative integer", self.id))
+        if not isinstance(self.platform, str) or not self.platform:
+            raise reject(BadDevice("a device platform", "a non-empty string", self.platform))
+        if not _is_int(self.process_index) or operator.index(self.process_index) < 0:
+            raise reject(BadDevice("a process index", "a non-negative integer",
+                                   self.process_index))
+
+    def __repr__(self) -> str:
+        extra = "" if self.process_index == 0 else f", process={self.process_index}"
+        return f"Device({self.id}{'' if self.platform == 'cpu' else ', ' + self.platform}{extra})"
+
+
+class DeviceList:
+    """An ordered list of distinct devices, possibly symbolic.
+
+    Either an explicit tuple of :class:`Device`, or an :class:`Iota` of device ids on one
+    platform whose process index is ``id // devices_per_process``. Equality is by content:
+    an iota list equals the explicit list that enumerates it.
+    """
+
+    __slots__ = ("_iota", "_devices", "platform", "devices_per_process", "_hash", "_positions")
+
+    def __init__(self, devices: Iterable[Device] | Iota, *, platform: str = "cpu",
+                 devices_per_process: int | None = None) -> None:
+        self._hash: int | None = None
+        self._positions: dict[int, int] | None = None
+        if isinstance(devices, Iota):
+            if devices_per_process is not None and (
+                    not _is_int(devices_per_process) or devices_per_process <= 0):
+                raise reject(BadDevice("devices_per_process", "a positive integer",
+                                       devices_per_process))
+            if devices_per_process is not None and devices_per_process >= len(devices):
+                devices_per_process = None  # every device belongs to process 0
+            self._iota: Iota | None = devices
+            self._devices: tuple[Device, ...] | None = None
+            self.platform = platform
+            self.devices_per_process = devices_per_process
+            return
+        if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
+            raise reject(BadDevice("a device list", "a sequence of Device", devices))
+        devices = tuple(devices)
+        seen: set[int] = set()
+        for d in devices:
+            if not isinstance(d, Device):
+                raise reject(BadDevice("each entry of a device list", "a Device", d))
+            require(d.id not in seen, lambda d=d: DuplicateDevice(d.id))
+            seen.add(d.id)
+        self._iota = None
+        self._devices = devices
+        self.platform = devices[0].platform if devices else platform
+        self.devices_per_process = None
+
+    @classmethod
+    def of_ids(cls, ids: Iterable[int] | Iota, *, platform: str = "cpu",
+               devices_per_process: int | None = None) -> "DeviceList":
+        """A device list from ids alone (symbolic when ``ids`` is an :class:`Iota`)."""
+        if isinstance(ids, Iota):
+            return cls(ids, platform=platform, devices_per_process=devices_per_process)
+        ids = check_dims(ids, what="device ids")
+        iota = Iota.recognize(ids)
+        if iota is not None:
+            return cls(iota, platform=platform, devices_per_process=devices_per_process)
+        per = devices_per_process
+        return cls(tuple(Device(i, platform, 0 if per is None else i // per) for i in ids))
+
+    @property
+    def iota(self) -> Iota | None:
+        """The symbolic order of the ids, when the list is symbolic."""
+        return self._iota
+
+    def __len__(self) -> int:
+        return len(self._iota) if self._iota is not None else len(self._devices)  # type: ignore[arg-type]
+
+    def id_at(self, position: int) -> int:
+        if self._iota is not None:
+            return self._iota[position]
+        return self._devices[position].id  # type: ignore[index]
+
+    def __getitem__(self, position: int) -> Device:
+        if self._iota is not None:
+            i = self._iota[position]
+            per = self.devices_per_process
+            return Device(i, self.platform, 0 if per is None else i // per)
+        return self._devices[position]  # type: ignore[index]
+
+    def position_of(self, device_id: int) -> int | None:
+        """Where device ``device_id`` stands in the list (None if absent)."""
+        if self._iota is not None:
+            return self._iota.position_of(device_id) if 0 <= device_id < len(self._iota) else None
+        if self._positions is None:
+            self._positions = {d.id: p for p, d in enumerate(self._devices)}  # type: ignore[union-attr]
+        return self._positions.get(device_id)
+
+    def ids(self) -> Iterator[int]:
+        if self._iota is not None:
+            return iter(self._iota)
+        return (d.id for d in self._devices)  # type: ignore[union-attr]
+
+    def __iter__(self) -> Iterator[Device]:
+        return (self[p] for p in range(len(self)))
+
+    def id_tuple(self) -> tuple[int, ...]:
+        return tuple(self.ids())
+
+    def process_of(self, position: int) -> int:
+        return self[position].process_index
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeviceList):
+            return NotImplemented
+        if self is other:
+            return True
+        if len(self) != len(other) or self.platform != other.platform:
+            return False
+        if self._iota is not None and other._iota is not None:
+            return (self._iota == other._iota
+                    and self.devices_per_process == other.devices_per_process)
+        return tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((len(self), self.platform, self.id_at(0) if len(self) else -1,
+                               self.id_at(len(self) - 1) if len(self) else -1))
+        return self._hash
+
+    def __repr__(self) -> str:
+        if self._iota is not None:
+            return f"DeviceList({self._iota!r})"
+        return f"DeviceList({[d.id for d in self._devices]})"  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- meshes
+
+class AxisType(enum.Enum):
+    """How a mesh axis is treated by sharding-in-types (jax.sharding.AxisType)."""
+
+    Auto = "Auto"
+    Explicit = "Explicit"
+    Manual = "Manual"
+
+    def __repr__(self) -> str:
+        return f"AxisType.{self.value}"
+
+
+def _check_axes(axis_sizes: Any, axis_names: Any, axis_types: Any
+                ) -> tuple[tuple[int, ...], tuple[str, ...], tuple[AxisType, ...]]:
+    sizes = check_dims(axis_sizes, what="mesh axis sizes")
+    if isinstance(axis_names, str):
+        axis_names = (axis_names,)
+    if not isinstance(axis_names, Iterable):
+        raise reject(BadAxisName(axis_names, ()))
+    names = tuple(axis_names)
+    for n in names:
+        require(isinstance(n, str) and n != "", lambda n=n: BadAxisName(n, names))
+    for i, n in enumerate(names):
+        require(n not in names[:i], lambda n=n: DuplicateAxisName(n, names))
+    require(len(names) == len(sizes),
+            lambda: AxisCountMismatch("name", len(names), len(sizes), names))
+    if axis_types is None:
+        types = (AxisType.Auto,) * len(names)
+    else:
+        if isinstance(axis_types, AxisType):
+            axis_types = (axis_types,) * len(names)
+        types = tuple(axis_types)
+        for t in types:
+            if not isinstance(t, AxisType):
+                raise reject(BadDevice("each axis type", "an AxisType", t))
+        require(len(types) == len(names),
+                lambda: AxisCountMismatch("axis type", len(types), len(names), names))
+    return sizes, names, types
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class AbstractMesh:
+    """A mesh without devices: axis sizes, names and types (jax.sharding.AbstractMesh)."""
+
+    axis_sizes: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    axis_types: tuple[AxisType, ...]
+
+    def __init__(self, axis_sizes: Any, axis_names: Any, axis_types: Any = None) -> None:
+        sizes, names, types = _check_axes(axis_sizes, axis_names, axis_types)
+        object.__setattr__(self, "axis_sizes", sizes)
+        object.__setattr__(self, "axis_names", names)
+        object.__setattr__(self, "axis_types", types)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.axis_sizes)
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return dict(zip(self.axis_names, self.axis_sizes))
+
+    def axis_size(self, name: str) -> int:
+        return self.axis_sizes[self.axis_names.index(name)]
+
+    def axis_type(self, name: str) -> AxisType:
+        return self.axis_types[self.axis_names.index(name)]
+
+    @property
+    def empty(self) -> bool:
+        return not self.axis_names
+
+    @property
+    def abstract(self) -> "AbstractMesh":
+        return self
+
+    @property
+    def devices(self) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        axes = ", ".join(f"{n!r}: {s}" for n, s in zip(self.axis_names, self.axis_sizes))
+        types = "" if all(t is AxisType.Auto for t in self.axis_types) else \
+            f", types={tuple(t.value for t in self.axis_types)}"
+        return f"AbstractMesh({{{axes}}}{types})"
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Mesh:
+    """A concrete mesh: axis sizes, names and types, and the device at each position.
+
+    ``devices`` lists the devices in row-major order of the mesh positions (what JAX calls
+    ``mesh.devices.flat``); it may be symbolic (an iota of device ids).
+    """
+
+    axis_sizes: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    devices: DeviceList
+    axis_types: tuple[AxisType, ...]
+
+    def __init__(self, axis_sizes: Any, axis_names: Any, devices: DeviceList | Iterable[int] | Iota,
+                 axis_types: Any = None) -> None:
+        sizes, names, types = _check_axes(axis_sizes, axis_names, axis_types)
+        if not isinstance(devices, DeviceList):
+            devices = DeviceList.of_ids(devices)  # type: ignore[arg-type]
+        needed = math.prod(sizes)
+        require(len(devices) == needed,
+                lambda: DeviceCountMismatch(sizes, needed, len(devices)))
+        object.__setattr__(self, "axis_sizes", sizes)
+        object.__setattr__(self, "axis_names", names)
+        object.__setattr__(self, "devices", devices)
+        object.__setattr__(self, "axis_types", types)
+
+    @classmethod
+    def iota(cls, axis_sizes: Any, axis_names: Any, axis_types: Any = None, *,
+             platform: str = "cpu", devices_per_process: int | None = None) -> "Mesh":
+        """A mesh whose devices ``0 .. N-1`` fill the positions in row-major order."""
+        sizes = check_dims(axis_sizes, what="mesh axis sizes")
+        return cls(sizes, axis_names, DeviceList(Iota.range(math.prod(sizes)), platform=platform,
+                                                 devices_per_process=devices_per_process),
+                   axis_types)
+
+    size = AbstractMesh.size
+    shape = AbstractMesh.shape
+    axis_size = AbstractMesh.axis_size
+    axis_type = AbstractMesh.axis_type
+    empty = AbstractMesh.empty
+
+    @property
+    def abstract(self) -> AbstractMesh:
+        return AbstractMesh(self.axis_sizes, self.axis_names, self.axis_types)
+
+    @property
+    def platform(self) -> str:
+        return self.devices.platform
+
+    def __repr__(self) -> str:
+        axes = ", ".join(f"{n!r}: {s}" for n, s in zip(self.axis_names, self.axis_sizes))
+        types = "" if all(t is AxisType.Auto for t in self.axis_types) else \
+            f", types={tuple(t.value for t in self.axis_types)}"
+        order = "" if self.devices.iota is not None and self.devices.iota.is_range else \
+            f", devices={self.devices!r}"
+        return f"Mesh({{{axes}}}{order}{types})"
+
+
+AnyMesh = Union[Mesh, AbstractMesh]
+
+
+# --------------------------------------------------------------------------- partition specs
+
+class _Unconstrained:
+    """The PartitionSpec entry that leaves a dimension's sharding to the compiler."""
+
+    _instance: "_Unconstrained | None" = None
+
+    def __new__(cls) -> "_Unconstrained":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNCONSTRAINED"
+
+    def __reduce__(self) -> str:
+        return "UNCONSTRAINED"
+
+
+UNCONSTRAINED = _Unconstrained()
+
+Entry = Union[None, str, tuple[str, ...], _Unconstrained]
+
+
+def _canonical_entry(index: int, entry: Any) -> Entry:
+    # JAX writes a one-name tuple as the name and an empty tuple as None.
+    if entry is None or entry is UNCONSTRAINED or isinstance(entry, str):
+        return entry
+    if isinstance(entry, (tuple, list)):
+        names = tuple(entry)
+        for n in names:
+            require(isinstance(n, str), lambda: BadPartitionEntry(index, entry))
+        if not names:
+            return None
+        return names[0] if len(names) == 1 else names
+    raise reject(BadPartitionEntry(index, entry))
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class PartitionSpec:
+    """For each array dimension, the mesh axes it is split over (jax.sharding.PartitionSpec).
+
+    ``unreduced`` and ``reduced`` are the mesh axes over which the value is a partial sum
+    still to be reduced, or already reduced, as JAX 0.10.2 carries them.
+    """
+
+    partitions: tuple[Entry, ...]
+    unreduced: frozenset[str]
+    reduced: frozenset[str]
+
+    def __init__(self, *partitions: Any, unreduced: Iterable[str] = frozenset(),
+                 reduced: Iterable[str] = frozenset()) -> None:
+        parts = tuple(_canonical_entry(i, e) for i, e in enumerate(partitions))
+        unreduced, reduced = frozenset(unreduced), frozenset(reduced)
+        for name in unreduced & reduced:
+            raise reject(OverlappingReduction(name, "unreduced", "reduced"))
+        for axis in self._axes_of(parts):
+            for kind, group in (("unreduced", unreduced), ("reduced", reduced)):
+                require(axis not in group, lambda: OverlappingReduction(axis, "a partition", kind))
+        object.__setattr__(self, "partitions", parts)
+        object.__setattr__(self, "unreduced", unreduced)
+        object.__setattr__(self, "reduced", reduced)
+
+    @staticmethod
+    def _axes_of(parts: tuple[Entry, ...]) -> Iterator[str]:
+        for e in parts:
+            if isinstance(e, tuple):
+                yield from e
+            elif isinstance(e, str):
+                yield e
+
+    def axes(self) -> Iterator[str]:
+        """Every mesh axis named by an entry, in order, repeats included."""
+        return self._axes_of(self.partitions)
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.partitions)
+
+    def __getitem__(self, i: int) -> Entry:
+        return self.partitions[i]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(p) for p in self.partitions)
+        extra = []
+        if self.unreduced:
+            extra.append(f"unreduced={set(sorted(self.unreduced))!r}")
+        if self.reduced:
+            extra.append(f"reduced={set(sorted(self.reduced))!r}")
+        return f"P({', '.join(([inner] if inner else []) + extra)})"
+
+
+P = PartitionSpec
