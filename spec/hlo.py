@@ -235,6 +235,19 @@ def tiled(dims: Any, assignment: Assignment | Any,
             dims, f"entries must be each of 0..{n - 1} once, got {len(assignment)} entries"))
     require(len(assignment) == n, lambda: BadTileAssignment(
         dims, f"it names {n} devices but the assignment holds {len(assignment)}"))
+    return canonical_tiled(dims, assignment, subgroups)
+
+
+def canonical_tiled(dims: tuple[int, ...], assignment: Assignment,
+                    subgroups: tuple[SubgroupType, ...], *, groups_sorted: bool = False
+                    ) -> HloSharding:
+    """The canonical form of parts already checked by :func:`tiled` (the HLO-1 rule's body).
+
+    ``groups_sorted`` tells that every replica group already lists its positions in
+    ascending order (true of every NamedSharding, whose unused axes follow in mesh order).
+    """
+    if not subgroups and isinstance(assignment, Iota):
+        return Tiled(dims, assignment, ())  # plain tiling: already canonical
     data_rank = len(dims) - len(subgroups)
     data = dims[:data_rank]
     no_data_tiling = all(d == 1 for d in data)
@@ -264,7 +277,8 @@ def tiled(dims: Any, assignment: Assignment | Any,
     if kinds and kinds[-1] is SubgroupType.REPLICATED:
         if kinds == (SubgroupType.REPLICATED,) and no_data_tiling:
             return Replicated()
-        assignment = _sort_groups(assignment, merged[-1][0])
+        if not groups_sorted:
+            assignment = _sort_groups(assignment, merged[-1][0])
     if not isinstance(assignment, Iota):
         assignment = Iota.recognize(assignment) or assignment
     return Tiled(data + tuple(d for d, _ in merged), assignment, kinds)

@@ -36,6 +36,10 @@ def ravel(coords: tuple[int, ...], dims: tuple[int, ...]) -> int:
 
 
 def _canonical(dims: tuple[int, ...], perm: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    if len(dims) == 1:
+        return dims, (0,)
+    if perm == tuple(range(len(dims))):
+        return (math.prod(dims),), (0,)  # no transpose: one dimension
     # Drop size-1 dimensions: they move no element.
     keep = [d for d in range(len(dims)) if dims[d] != 1]
     renumber = {d: i for i, d in enumerate(keep)}
@@ -75,6 +79,16 @@ class Iota:
         object.__setattr__(self, "reshape_dims", dims)
         object.__setattr__(self, "perm", perm)
         object.__setattr__(self, "size", math.prod(dims))
+
+    @classmethod
+    def trusted(cls, reshape_dims: tuple[int, ...], perm: tuple[int, ...]) -> "Iota":
+        """An iota from parts already known valid (internal fast path: no validation)."""
+        self = object.__new__(cls)
+        dims, perm = _canonical(reshape_dims, perm)
+        object.__setattr__(self, "reshape_dims", dims)
+        object.__setattr__(self, "perm", perm)
+        object.__setattr__(self, "size", math.prod(dims))
+        return self
 
     @classmethod
     def range(cls, n: int) -> "Iota":

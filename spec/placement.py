@@ -14,7 +14,9 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Iterator
 
-from .hlo import HloSharding, Manual, Maximal, Replicated, SubgroupType, Tiled, Unreduced
+from .hlo import (
+    HloSharding, Manual, Maximal, Replicated, SubgroupType, Tiled, Unreduced, canonical_tiled,
+)
 from .iota import Iota, unravel
 from .rules import Failure, reject, require, rule
 from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
@@ -41,6 +43,19 @@ class RankTooSmall(Failure):
     needed: int
     rank: int
     extra: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ManualAxisSplits(Failure):
+    rule: ClassVar[str] = "LOW-2"
+    jax_error: ClassVar[str] = "AssertionError"
+    template: ClassVar[str] = ("{sharding} splits a dimension over Manual mesh axis {axes} while "
+                               "mesh axes {left} split nothing; JAX cannot lower that")
+    hint: ClassVar[str] = ("Leave Manual axes out of the PartitionSpec (inside shard_map they are "
+                           "already split), or use every mesh axis in it.")
+    sharding: Any
+    axes: tuple
+    left: tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,28 +130,30 @@ class NotOnDevice(Failure):
 
 def _named_to_hlo(s: NamedSharding, ndim: int) -> HloSharding:
     mesh = s.mesh
-    size = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    size = mesh.sizes_by_name
     # Size-1 axes cut nothing and copy nothing: they vanish before lowering.
-    kept = [n for n in mesh.axis_names if size[n] != 1]
-    position = {n: i for i, n in enumerate(kept)}
+    kept = mesh.nontrivial_axes
     dim_of: dict[str, int] = {}
     for dim, entry in enumerate(s.spec.partitions):
         if entry is None or entry is UNCONSTRAINED:
             continue
-        for axis in (entry if isinstance(entry, tuple) else (entry,)):
+        for axis in (entry if type(entry) is tuple else (entry,)):
             if size[axis] != 1:
                 dim_of[axis] = dim
-    for axis, dim in dim_of.items():
-        require(dim < ndim, lambda: RankTooSmall(s, dim + 1, ndim))
+                if dim >= ndim:
+                    raise reject(RankTooSmall(s, dim + 1, ndim))
     kind_of = {n: SubgroupType.REPLICATED for n in kept if n not in dim_of}
-    for n, t in zip(mesh.axis_names, mesh.axis_types):
-        if t is AxisType.Manual and n in kind_of:
-            kind_of[n] = SubgroupType.MANUAL
-    for n in s.spec.unreduced:
-        if n in kind_of:
-            kind_of[n] = SubgroupType.UNREDUCED
+    if AxisType.Manual in mesh.axis_types or s.spec.unreduced:
+        check_manual_axes(s, kept, dim_of)
+        for n, t in zip(mesh.axis_names, mesh.axis_types):
+            if t is AxisType.Manual and n in kind_of:
+                kind_of[n] = SubgroupType.MANUAL
+        for n in s.spec.unreduced:
+            if n in kind_of:
+                kind_of[n] = SubgroupType.UNREDUCED
     if not dim_of and all(k is SubgroupType.REPLICATED for k in kind_of.values()):
         return Replicated()
+    position = {n: i for i, n in enumerate(kept)}
     dims = [1] * ndim
     perm: list[int] = []
     for axis, dim in sorted(dim_of.items(), key=lambda item: item[1]):
@@ -149,9 +166,26 @@ def _named_to_hlo(s: NamedSharding, ndim: int) -> HloSharding:
             kinds.append(kind)
             dims.append(math.prod(size[n] for n in axes))
             perm.extend(position[n] for n in axes)
-    from .hlo import tiled
-    return tiled(tuple(dims), Iota(tuple(size[n] for n in kept) or (1,), tuple(perm) or (0,)),
-                 tuple(kinds))
+    return canonical_tiled(tuple(dims), Iota.trusted(tuple(size[n] for n in kept), tuple(perm)),
+                           tuple(kinds), groups_sorted=True)
+
+
+@rule("LOW-2", mirrors="jax._src.named_sharding.named_sharding_to_xla_hlo_sharding (its assert "
+                       "on special axes)")
+def check_manual_axes(s: NamedSharding, kept: list[str], dim_of: dict[str, int]) -> None:
+    """A Manual mesh axis (of size above 1) may split a dimension only when every other mesh axis of size above 1 splits one too; then the split is an ordinary tiling.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"), (AxisType.Manual, AxisType.Auto))
+    >>> print(to_hlo(NamedSharding(mesh, P("y")), 1))
+    {devices=[4,2]<=[2,4]T(1,0) last_tile_dims={manual}}
+    >>> to_hlo(NamedSharding(mesh, P("x")), 1)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [LOW-2]: NamedSharding(Mesh({'x': 2, 'y': 4}, types=('Manual', 'Auto')), P('x')) splits a dimension over Manual mesh axis ('x',) while mesh axes ('y',) split nothing; JAX cannot lower that Leave Manual axes out of the PartitionSpec (inside shard_map they are already split), or use every mesh axis in it.
+    """
+    manual_used = tuple(n for n in kept if n in dim_of and s.mesh.axis_type(n) is AxisType.Manual)
+    left = tuple(n for n in kept if n not in dim_of)
+    require(not (manual_used and left), lambda: ManualAxisSplits(s, manual_used, left))
 
 
 @rule("LOW-1", mirrors="jax._src.named_sharding.named_sharding_to_xla_hlo_sharding; "
@@ -182,6 +216,8 @@ def to_hlo(sharding: Any, ndim: int) -> HloSharding:
 
 
 def _check_ndim(ndim: Any) -> int:
+    if type(ndim) is int and ndim >= 0:
+        return ndim
     (ndim,) = check_dims((ndim,), what="a rank")
     return ndim
 

@@ -202,7 +202,7 @@ class NamedSharding(Sharding):
         return self.mesh.devices if isinstance(self.mesh, Mesh) else None
 
     def __repr__(self) -> str:
-        mem = "" if self.memory_kind is None else f", memory_kind={self.memory_kind!r}"
+        mem = _memory_repr(self.memory_kind)
         return f"NamedSharding({self.mesh!r}, {self.spec!r}{mem})"
 
 
@@ -228,7 +228,7 @@ class SingleDeviceSharding(Sharding):
         return DeviceList((self.device,))
 
     def __repr__(self) -> str:
-        mem = "" if self.memory_kind is None else f", memory_kind={self.memory_kind!r}"
+        mem = _memory_repr(self.memory_kind)
         return f"SingleDeviceSharding({self.device!r}{mem})"
 
 
@@ -263,8 +263,13 @@ class GSPMDSharding(Sharding):
         return self.devices
 
     def __repr__(self) -> str:
-        mem = "" if self.memory_kind is None else f", memory_kind={self.memory_kind!r}"
+        mem = _memory_repr(self.memory_kind)
         return f"GSPMDSharding({self.hlo}, devices={self.devices!r}{mem})"
+
+
+def _memory_repr(kind: str | None) -> str:
+    # The default memory kind goes unsaid, as a reader would expect.
+    return "" if kind is None or kind == "device" else f", memory_kind={kind!r}"
 
 
 class _Marker:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import operator
 from typing import Any, ClassVar, Iterable, Iterator, Union
@@ -405,6 +406,15 @@ class AbstractMesh:
     def axis_type(self, name: str) -> AxisType:
         return self.axis_types[self.axis_names.index(name)]
 
+    @functools.cached_property
+    def sizes_by_name(self) -> dict[str, int]:
+        return dict(zip(self.axis_names, self.axis_sizes))
+
+    @functools.cached_property
+    def nontrivial_axes(self) -> tuple[str, ...]:
+        """The axes of size above 1, in mesh order: the only ones that cut or copy."""
+        return tuple(n for n, s in zip(self.axis_names, self.axis_sizes) if s != 1)
+
     @property
     def empty(self) -> bool:
         return not self.axis_names
@@ -464,6 +474,8 @@ class Mesh:
     axis_size = AbstractMesh.axis_size
     axis_type = AbstractMesh.axis_type
     empty = AbstractMesh.empty
+    sizes_by_name = functools.cached_property(AbstractMesh.sizes_by_name.func)
+    nontrivial_axes = functools.cached_property(AbstractMesh.nontrivial_axes.func)
 
     @property
     def abstract(self) -> AbstractMesh:

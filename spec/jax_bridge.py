@@ -1,0 +1,208 @@
+"""The bridge between spec values and JAX objects: the one spec module that imports JAX.
+
+:func:`from_jax` reads a JAX object (device, mesh, PartitionSpec, sharding, HLO sharding)
+into the spec value that describes it; :func:`to_jax` builds the JAX object for a spec
+value. The two are inverse on everything the spec can describe, so that a property can
+build an input once, in the spec's terms, and ask both implementations about it.
+
+JAX and NumPy are imported when a function here is first called, never when
+``shardlaw.spec`` is imported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .hlo import HloSharding, Tiled, hlo_text, parse_hlo
+from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
+from .values import (
+    UNCONSTRAINED, AbstractMesh, AxisType, Device, DeviceList, Mesh, PartitionSpec,
+)
+
+__all__ = ["from_jax", "to_jax", "jax_box"]
+
+
+def _jax() -> Any:
+    import jax
+    return jax
+
+
+# --------------------------------------------------------------------------- JAX -> spec
+
+def _device_from_jax(device: Any) -> Device:
+    return Device(device.id, device.platform, device.process_index)
+
+
+def _device_list_from_jax(devices: Any) -> DeviceList:
+    """Devices in the order given; symbolic when the ids are ``0..N-1`` on one process."""
+    devices = list(devices)
+    if devices and all(d.process_index == 0 for d in devices):
+        return DeviceList.of_ids([d.id for d in devices], platform=devices[0].platform)
+    return DeviceList(tuple(_device_from_jax(d) for d in devices))
+
+
+def _axis_type_from_jax(axis_type: Any) -> AxisType:
+    return AxisType[axis_type.name]
+
+
+def _mesh_from_jax(mesh: Any) -> Mesh:
+    return Mesh(tuple(mesh.axis_sizes), tuple(mesh.axis_names),
+                _device_list_from_jax(mesh.devices.flat),
+                tuple(_axis_type_from_jax(t) for t in mesh.axis_types))
+
+
+def _abstract_mesh_from_jax(mesh: Any) -> AbstractMesh:
+    return AbstractMesh(tuple(mesh.axis_sizes), tuple(mesh.axis_names),
+                        tuple(_axis_type_from_jax(t) for t in mesh.axis_types))
+
+
+def _spec_from_jax(spec: Any) -> PartitionSpec:
+    jax = _jax()
+    entries = [UNCONSTRAINED if e is jax.sharding.PartitionSpec.UNCONSTRAINED else e
+               for e in spec]
+    return PartitionSpec(*entries, unreduced=spec.unreduced, reduced=spec.reduced)
+
+
+def _hlo_from_jax(hlo: Any) -> HloSharding:
+    return parse_hlo(str(hlo))
+
+
+def from_jax(obj: Any) -> Any:
+    """The spec value that describes a JAX device, mesh, PartitionSpec, sharding or HloSharding."""
+    jax = _jax()
+    from jax._src.lib import xla_client as xc
+    from jax._src.sharding_impls import GSPMDSharding as JaxGSPMDSharding
+
+    js = jax.sharding
+    if isinstance(obj, xc.Device):
+        return _device_from_jax(obj)
+    if isinstance(obj, js.Mesh):
+        return _mesh_from_jax(obj)
+    if isinstance(obj, js.AbstractMesh):
+        return _abstract_mesh_from_jax(obj)
+    if isinstance(obj, js.PartitionSpec):
+        return _spec_from_jax(obj)
+    if isinstance(obj, js.NamedSharding):
+        mesh = from_jax(obj.mesh)
+        return NamedSharding(mesh, _spec_from_jax(obj.spec), memory_kind=obj.memory_kind)
+    if isinstance(obj, js.SingleDeviceSharding):
+        (device,) = obj._device_assignment
+        return SingleDeviceSharding(_device_from_jax(device), memory_kind=obj.memory_kind)
+    if isinstance(obj, JaxGSPMDSharding):
+        return GSPMDSharding(_device_list_from_jax(obj._device_assignment),
+                             _hlo_from_jax(obj._hlo_sharding), memory_kind=obj.memory_kind)
+    if isinstance(obj, xc.HloSharding):
+        return _hlo_from_jax(obj)
+    raise TypeError(f"from_jax reads a jax Device, Mesh, AbstractMesh, PartitionSpec, "
+                    f"NamedSharding, SingleDeviceSharding, GSPMDSharding or xc.HloSharding; "
+                    f"got {type(obj).__module__}.{type(obj).__qualname__}: {obj!r}")
+
+
+# --------------------------------------------------------------------------- spec -> JAX
+
+def _device_to_jax(device: Device) -> Any:
+    jax = _jax()
+    for d in jax.devices():
+        if d.id == device.id:
+            return d
+    raise ValueError(f"JAX has no device with id {device.id} "
+                     f"(it has {len(jax.devices())} devices)")
+
+
+def _devices_to_jax(devices: DeviceList) -> list[Any]:
+    by_id = {d.id: d for d in _jax().devices()}
+    missing = [i for i in devices.ids() if i not in by_id]
+    if missing:
+        raise ValueError(f"JAX has no device with id {missing[0]} (it has {len(by_id)} devices)")
+    return [by_id[i] for i in devices.ids()]
+
+
+def _axis_types_to_jax(types: tuple[AxisType, ...]) -> tuple[Any, ...]:
+    jax = _jax()
+    return tuple(getattr(jax.sharding.AxisType, t.value) for t in types)
+
+
+def _mesh_to_jax(mesh: Mesh) -> Any:
+    import numpy as np
+    jax = _jax()
+    devices = np.empty(len(mesh.devices), dtype=object)
+    devices[:] = _devices_to_jax(mesh.devices)
+    return jax.sharding.Mesh(devices.reshape(mesh.axis_sizes), mesh.axis_names,
+                             axis_types=_axis_types_to_jax(mesh.axis_types))
+
+
+def _abstract_mesh_to_jax(mesh: AbstractMesh) -> Any:
+    jax = _jax()
+    return jax.sharding.AbstractMesh(mesh.axis_sizes, mesh.axis_names,
+                                     axis_types=_axis_types_to_jax(mesh.axis_types))
+
+
+def _spec_to_jax(spec: PartitionSpec) -> Any:
+    P = _jax().sharding.PartitionSpec
+    entries = [P.UNCONSTRAINED if e is UNCONSTRAINED else e for e in spec.partitions]
+    return P(*entries, unreduced=set(spec.unreduced), reduced=set(spec.reduced))
+
+
+def _hlo_to_jax(hlo: HloSharding) -> Any:
+    import numpy as np
+    from jax._src.lib import xla_client as xc
+    # XLA's parser refuses an explicit list over one device ("{devices=[1,1]0}"), though
+    # XLA prints that form; build it from the array, which keeps the same text.
+    if isinstance(hlo, Tiled) and hlo.num_devices == 1 and isinstance(hlo.assignment, tuple):
+        kinds = [xc.OpSharding.Type(int(s)) for s in hlo.subgroups]
+        array = np.array(hlo.assignment, dtype=np.int64).reshape(hlo.dims)
+        return xc.HloSharding.subgroup_with_device_ordering(array, subgroup_types=kinds)
+    return xc.HloSharding.from_string(hlo_text(hlo))
+
+
+def to_jax(value: Any) -> Any:
+    """The JAX object for a spec value; devices are JAX's devices with the same ids."""
+    jax = _jax()
+    from jax._src.sharding_impls import GSPMDSharding as JaxGSPMDSharding
+
+    if isinstance(value, Device):
+        return _device_to_jax(value)
+    if isinstance(value, Mesh):
+        return _mesh_to_jax(value)
+    if isinstance(value, AbstractMesh):
+        return _abstract_mesh_to_jax(value)
+    if isinstance(value, PartitionSpec):
+        return _spec_to_jax(value)
+    if isinstance(value, NamedSharding):
+        return jax.sharding.NamedSharding(to_jax(value.mesh), _spec_to_jax(value.spec),
+                                          memory_kind=value.memory_kind)
+    if isinstance(value, SingleDeviceSharding):
+        return jax.sharding.SingleDeviceSharding(_device_to_jax(value.device),
+                                                 memory_kind=value.memory_kind)
+    if isinstance(value, GSPMDSharding):
+        return JaxGSPMDSharding(_devices_to_jax(value.devices), _hlo_to_jax(value.hlo),
+                                memory_kind=value.memory_kind)
+    if isinstance(value, HloSharding):
+        return _hlo_to_jax(value)
+    raise TypeError(f"to_jax builds JAX objects for a spec Device, Mesh, AbstractMesh, "
+                    f"PartitionSpec, NamedSharding, SingleDeviceSharding, GSPMDSharding or "
+                    f"HloSharding; got {type(value).__module__}.{type(value).__qualname__}: "
+                    f"{value!r}")
+
+
+# --------------------------------------------------------------------------- boxes
+
+def jax_box(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The spec box ``((start, stop), ..)`` for JAX's per-device index (a tuple of slices).
+
+    JAX writes a whole dimension as ``slice(None)`` and may give fewer slices than the
+    shape has dimensions; the missing trailing dimensions are whole.
+    """
+    if not isinstance(index, tuple):
+        raise TypeError(f"jax_box reads a tuple of slices, got {type(index).__name__}: {index!r}")
+    box = []
+    for dim, size in enumerate(shape):
+        s = index[dim] if dim < len(index) else slice(None)
+        if not isinstance(s, slice) or s.step not in (None, 1):
+            raise TypeError(f"jax_box reads slices without steps, got {s!r} for dimension {dim}")
+        # Taken as written, not clamped, so that an out-of-range slice shows as one.
+        box.append((0 if s.start is None else s.start, size if s.stop is None else s.stop))
+    if len(index) > len(shape):
+        raise TypeError(f"index {index!r} has more entries than shape {shape} has dimensions")
+    return tuple(box)
+
