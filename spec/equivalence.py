@@ -21,7 +21,7 @@ from typing import Any, Iterable
 from .hlo import HloSharding, Tiled
 from .iota import Iota, compose_digits, iota_digits, invert_digits, merge_digits, split_digits
 from .placement import (
-    _acts_replicated, _check_shape, _layout, _box_at, devices_indices_map, num_devices,
+    _acts_replicated, _check_shape, _device_list, _layout, _box_at, devices_indices_map, num_devices,
     shard_shape, to_hlo,
 )
 from .rules import rule
@@ -121,6 +121,8 @@ def placement_equivalent(a: Any, b: Any, shape: Any) -> bool:
     False
     """
     shape = _check_shape(shape)
+    for s in (a, b):
+        _device_list(s, "placement-equivalence")  # abstract meshes place nothing
     if isinstance(a, SingleDeviceSharding) or isinstance(b, SingleDeviceSharding):
         return _by_enumeration(a, b, shape)
     if num_devices(a) != num_devices(b):

@@ -85,8 +85,9 @@ class HloSharding:
 
     @property
     def num_devices(self) -> int:
-        """How many device-list positions the sharding names (1 for replicated and maximal)."""
-        return 1
+        """How many device-list positions the tile assignment names (XLA's ``num_devices()``:
+        0 for replicated, manual and unreduced, 1 for maximal)."""
+        return 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +111,15 @@ class Maximal(HloSharding):
 
     device: int
 
+    @property
+    def num_devices(self) -> int:
+        return 1
+
 
 Assignment = Union[Iota, tuple[int, ...]]
+
+_PLAIN = {SubgroupType.REPLICATED: Replicated, SubgroupType.MANUAL: Manual,
+          SubgroupType.UNREDUCED: Unreduced}
 
 
 @dataclasses.dataclass(frozen=True, eq=False, init=False)
@@ -251,26 +259,27 @@ def canonical_tiled(dims: tuple[int, ...], assignment: Assignment,
     data_rank = len(dims) - len(subgroups)
     data = dims[:data_rank]
     no_data_tiling = all(d == 1 for d in data)
-    # A lone subgroup without data tiling is the plain kind.
-    if len(subgroups) == 1 and no_data_tiling:
-        return {SubgroupType.REPLICATED: Replicated, SubgroupType.MANUAL: Manual,
-                SubgroupType.UNREDUCED: Unreduced}[subgroups[0]]()
-    # Drop subgroup dimensions of size 1: they hold no copy.
-    kept = [(d, s) for d, s in zip(dims[data_rank:], subgroups) if d != 1]
-    # Order the subgroups as XLA does; reordering transposes the assignment.
-    order = sorted(range(len(kept)), key=lambda i: _SUBGROUP_ORDER[kept[i][1]])
-    if order != list(range(len(kept))):
-        full = data + tuple(d for d, _ in kept)
+    groups = list(zip(dims[data_rank:], subgroups))
+    # Order the subgroups as XLA does (manual, unreduced, replicated); reordering transposes
+    # the assignment.
+    order = sorted(range(len(groups)), key=lambda i: _SUBGROUP_ORDER[groups[i][1]])
+    if order != list(range(len(groups))):
+        full = data + tuple(d for d, _ in groups)
         perm = tuple(range(data_rank)) + tuple(data_rank + i for i in order)
         assignment = _transpose(assignment, full, perm)
-        kept = [kept[i] for i in order]
+        groups = [groups[i] for i in order]
     # Adjacent subgroups of one kind are one subgroup.
     merged: list[tuple[int, SubgroupType]] = []
-    for d, kind in kept:
+    for d, kind in groups:
         if merged and merged[-1][1] == kind:
             merged[-1] = (merged[-1][0] * d, kind)
         else:
             merged.append((d, kind))
+    # A lone subgroup without data tiling is the plain kind.
+    if len(merged) == 1 and no_data_tiling:
+        return _PLAIN[merged[0][1]]()
+    # Drop subgroup dimensions of size 1: they hold no copy.
+    merged = [(d, k) for d, k in merged if d != 1]
     kinds = tuple(k for _, k in merged)
     if kinds == (SubgroupType.MANUAL,) and no_data_tiling:
         return Manual()
@@ -279,8 +288,6 @@ def canonical_tiled(dims: tuple[int, ...], assignment: Assignment,
             return Replicated()
         if not groups_sorted:
             assignment = _sort_groups(assignment, merged[-1][0])
-    if not isinstance(assignment, Iota):
-        assignment = Iota.recognize(assignment) or assignment
     return Tiled(data + tuple(d for d, _ in merged), assignment, kinds)
 
 
@@ -366,7 +373,7 @@ _TILED = re.compile(
     r"^devices=\[(?P<dims>(?:" + _INTS + r")?)\]"
     r"(?:<=\[(?P<reshape>" + _INTS + r")\](?:T\((?P<perm>" + _INTS + r")\))?"
     r"|(?P<list>" + _INTS + r"))"
-    r"(?P<last> last_tile_dim_replicate| last_tile_dims=\{(?P<kinds>[a-z]+(?:, [a-z]+)*)\})?$")
+    r"(?P<last> last_tile_dim_replicate| last_tile_dims=\{(?P<kinds>[a-z]+(?:, ?[a-z]+)*)\})?$")
 _MAXIMAL = re.compile(r"^maximal device=(?P<device>\d+)$")
 
 
@@ -419,7 +426,7 @@ def parse_hlo(text: str) -> HloSharding:
     if m["last"] and "replicate" in m["last"] and m["kinds"] is None:
         kinds = (SubgroupType.REPLICATED,)
     elif m["kinds"]:
-        names = m["kinds"].split(", ")
+        names = [n.strip() for n in m["kinds"].split(",")]
         known = {s.word: s for s in SubgroupType}
         for name in names:
             require(name in known, lambda name=name: MalformedHlo(
@@ -427,8 +434,8 @@ def parse_hlo(text: str) -> HloSharding:
         kinds = tuple(known[n] for n in names)
     require(len(kinds) <= len(dims), lambda: MalformedHlo(
         text, "there are more subgroup kinds than tile dimensions"))
+    require(len(dims) > 0, lambda: MalformedHlo(text, "a tile assignment has at least one dimension"))
     if isinstance(assignment, tuple):
         require(sorted(assignment) == list(range(len(assignment))), lambda: MalformedHlo(
             text, f"the device list must hold each of 0..{len(assignment) - 1} once"))
-    # XLA prints canonical shardings, so the text is taken as written.
-    return Tiled(dims, assignment, kinds)
+    return canonical_tiled(dims, assignment, kinds)

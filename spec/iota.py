@@ -208,8 +208,9 @@ def split_digits(atoms: list[Atom], cuts: Iterable[int], side: int) -> list[Atom
 
 def compose_digits(first: list[Atom], then: list[Atom]) -> list[Atom] | None:
     """x -> then(first(x))."""
-    first = [a for a in first if a[0] != 1]
-    then = [a for a in then if a[0] != 1]
+    # Merged atoms carry no boundary that the map does not need.
+    first = list(merge_digits(first))
+    then = list(merge_digits(then))
     first = split_digits(first, [a[1] for a in then] + [a[1] * a[0] for a in then], 2)
     then_ = split_digits(then, [a[2] for a in (first or [])] + [a[2] * a[0] for a in (first or [])], 1)
     if first is None or then_ is None:

@@ -227,8 +227,9 @@ def _check_shape(shape: Any) -> Shape:
 
 
 def _acts_replicated(hlo: HloSharding) -> bool:
-    # JAX treats any HLO sharding over a single device position as replicated.
-    return isinstance(hlo, (Replicated, Maximal)) or hlo.num_devices == 1
+    # JAX treats any HLO sharding over a single device position as replicated (maximal too);
+    # manual and unreduced name no position and are not replicated.
+    return isinstance(hlo, Replicated) or hlo.num_devices == 1
 
 
 @rule("NS-5", mirrors="NamedSharding.check_compatible_aval / GSPMDSharding.check_compatible_aval")
@@ -245,7 +246,11 @@ def check_rank(sharding: Any, shape: Any) -> None:
     if isinstance(sharding, NamedSharding):
         needed = len(sharding.spec)
     elif isinstance(sharding, GSPMDSharding):
-        needed = sharding.hlo.data_rank if isinstance(sharding.hlo, Tiled) else 0
+        hlo = sharding.hlo
+        if isinstance(hlo, Manual) or (isinstance(hlo, Tiled) and SubgroupType.MANUAL in hlo.subgroups):
+            raise reject(NoPerDeviceLayout(sharding, "manual"))
+        # A maximal sharding has one tile dimension of size 1.
+        needed = hlo.data_rank if isinstance(hlo, Tiled) else 1 if isinstance(hlo, Maximal) else 0
     else:
         return
     extra = "; for a scalar the PartitionSpec is P()" if not shape and needed else ""
@@ -422,10 +427,13 @@ def replica_id(sharding: Any, shape: Any, device_id: int) -> int:
     position = devices.position_of(device_id)
     require(position is not None, lambda: NotOnDevice(device_id, sharding))
     assert position is not None
-    if _acts_replicated(hlo) or any(n == 0 for n in shape):
-        # Every device holds the same box (the whole array, or nothing at all).
-        return position
+    if _acts_replicated(hlo):
+        return position  # every device holds the whole array
     assert isinstance(hlo, Tiled)
+    if any(n == 0 for n in shape):
+        # Tiles that differ only along an empty dimension hold the same (empty) box.
+        mine = _box_at(hlo, piece, shape, position)
+        return sum(1 for p in range(position) if _box_at(hlo, piece, shape, p) == mine)
     # The copies of a tile fill the trailing subgroup dims; count those before `position`.
     group = hlo.num_devices // math.prod(hlo.tiles)
     first = (hlo.tile_of(position) // group) * group

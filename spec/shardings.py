@@ -80,8 +80,26 @@ class NotASharding(Failure):
     expected: str
     value: Any
 
+    @property
+    def hint(self) -> str:  # type: ignore[override]
+        return "Wrap the entries in P(...)." if self.expected == "a PartitionSpec" else ""
+
 
 # --------------------------------------------------------------------------- validity
+
+@rule("VAL-8", mirrors="(input checking; JAX raises AttributeError deep inside for some of these)")
+def check_part(value: Any, types: type | tuple[type, ...], what: str, expected: str) -> Any:
+    """Each part of a sharding has the type its constructor takes: a mesh, a PartitionSpec, a device, an HLO sharding, a memory kind string.
+
+    >>> NamedSharding(Mesh.iota((2,), ("x",)), ("x",))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionTypeError: [VAL-8]: a NamedSharding's spec must be a PartitionSpec, got ('x',) Wrap the entries in P(...).
+    """
+    if not isinstance(value, types) or isinstance(value, bool):
+        raise reject(NotASharding(what, expected, value))
+    return value
+
 
 @rule("NS-1", mirrors="jax._src.named_sharding._check_mesh_resource_axis")
 def check_axes_known(mesh: Mesh | AbstractMesh, spec: PartitionSpec) -> None:
@@ -179,12 +197,9 @@ class NamedSharding(Sharding):
 
     def __init__(self, mesh: Mesh | AbstractMesh, spec: PartitionSpec | Any = PartitionSpec(),
                  *, memory_kind: str | None = None) -> None:
-        if not isinstance(mesh, (Mesh, AbstractMesh)):
-            raise reject(NotASharding("a NamedSharding's mesh", "a Mesh or AbstractMesh", mesh))
-        if not isinstance(spec, PartitionSpec):
-            raise reject(NotASharding("a NamedSharding's spec", "a PartitionSpec", spec))
-        if memory_kind is not None and not isinstance(memory_kind, str):
-            raise reject(NotASharding("a memory kind", "a string or None", memory_kind))
+        check_part(mesh, (Mesh, AbstractMesh), "a NamedSharding's mesh", "a Mesh or AbstractMesh")
+        check_part(spec, PartitionSpec, "a NamedSharding's spec", "a PartitionSpec")
+        check_part(memory_kind, (str, type(None)), "a memory kind", "a string or None")
         check_named_sharding(mesh, spec)
         concrete = isinstance(mesh, Mesh)
         memory_kind = check_memory_kind(memory_kind, mesh.platform if concrete else "cpu",
@@ -216,10 +231,8 @@ class SingleDeviceSharding(Sharding):
     def __init__(self, device: Device | int, *, memory_kind: str | None = None) -> None:
         if isinstance(device, int) and not isinstance(device, bool):
             device = Device(device)
-        if not isinstance(device, Device):
-            raise reject(NotASharding("a SingleDeviceSharding's device", "a Device", device))
-        if memory_kind is not None and not isinstance(memory_kind, str):
-            raise reject(NotASharding("a memory kind", "a string or None", memory_kind))
+        check_part(device, Device, "a SingleDeviceSharding's device", "a Device")
+        check_part(memory_kind, (str, type(None)), "a memory kind", "a string or None")
         object.__setattr__(self, "device", device)
         object.__setattr__(self, "memory_kind", check_memory_kind(memory_kind, device.platform))
 
@@ -250,10 +263,8 @@ class GSPMDSharding(Sharding):
             devices = DeviceList.of_ids(devices)
         if isinstance(hlo, str):
             hlo = parse_hlo(hlo)
-        if not isinstance(hlo, HloSharding):
-            raise reject(NotASharding("a GSPMDSharding's HLO sharding", "an HloSharding", hlo))
-        if memory_kind is not None and not isinstance(memory_kind, str):
-            raise reject(NotASharding("a memory kind", "a string or None", memory_kind))
+        check_part(hlo, HloSharding, "a GSPMDSharding's HLO sharding", "an HloSharding")
+        check_part(memory_kind, (str, type(None)), "a memory kind", "a string or None")
         object.__setattr__(self, "devices", devices)
         object.__setattr__(self, "hlo", hlo)
         object.__setattr__(self, "memory_kind", check_memory_kind(memory_kind, devices.platform))

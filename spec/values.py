@@ -149,8 +149,17 @@ def _is_int(x: Any) -> bool:
         hasattr(x, "__index__") and not isinstance(x, (bool, float)) and type(x).__name__ != "bool_")
 
 
+@rule("VAL-1", mirrors="(input checking; JAX often accepts these and fails later)")
 def check_dims(dims: Any, *, what: str = "dimensions") -> tuple[int, ...]:
-    """Dimensions are a sequence of non-negative integers."""
+    """Dimensions, sizes and ids are a sequence of non-negative integers (bools are not integers).
+
+    >>> check_dims((2, 4))
+    (2, 4)
+    >>> check_dims((2, -1), what="mesh axis sizes")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [VAL-1]: mesh axis sizes must be non-negative, got -1 in (2, -1)
+    """
     if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
         raise reject(NotAnInteger(what, dims, type(dims).__name__))
     out = []
@@ -164,8 +173,17 @@ def check_dims(dims: Any, *, what: str = "dimensions") -> tuple[int, ...]:
     return tuple(out)
 
 
+@rule("VAL-2", mirrors="(input checking of xc.HloSharding.iota_tile's transpose_perm)")
 def check_perm(perm: Any, rank: int) -> tuple[int, ...]:
-    """A permutation holds each of ``0 .. rank-1`` once."""
+    """A permutation holds each of ``0 .. rank-1`` once.
+
+    >>> check_perm((1, 0), 2)
+    (1, 0)
+    >>> check_perm((0, 0), 2)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [VAL-2]: (0, 0) is not a permutation of 0..1
+    """
     perm = check_dims(perm, what="permutation entries")
     require(sorted(perm) == list(range(rank)), lambda: NotAPermutation(perm, rank - 1))
     return perm
@@ -187,8 +205,18 @@ def default_memory_kind(platform: str) -> str:
     return "device"
 
 
+@rule("VAL-7", mirrors="the C++ memory-kind check of NamedSharding / SingleDeviceSharding / "
+                       "GSPMDSharding construction")
 def check_memory_kind(kind: str | None, platform: str, *, concrete: bool = True) -> str | None:
-    """A memory kind, when given, is one the platform's devices have; a concrete sharding left without one takes the platform's default (an abstract one keeps None)."""
+    """A memory kind, when given, is one the platform's devices have; a concrete sharding left without one takes the platform's default (an abstract one keeps None).
+
+    >>> check_memory_kind(None, "cpu")
+    'device'
+    >>> check_memory_kind("bogus", "cpu")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [VAL-7]: memory kind 'bogus' does not exist on platform 'cpu'; it has ('device', 'pinned_host', 'unpinned_host')
+    """
     if kind is None:
         return default_memory_kind(platform) if concrete else None
     known = MEMORY_KINDS.get(platform, ("device",))
@@ -218,6 +246,29 @@ class Device:
         return f"Device({self.id}{'' if self.platform == 'cpu' else ', ' + self.platform}{extra})"
 
 
+@rule("VAL-5", mirrors="(input checking; jax.sharding.Mesh accepts a device twice and fails later)")
+def check_device_list(devices: Any) -> tuple[Device, ...]:
+    """A device list is a sequence of devices in which no device appears twice.
+
+    >>> check_device_list([Device(0), Device(1)])
+    (Device(0), Device(1))
+    >>> check_device_list([Device(0), Device(0)])
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [VAL-5]: a device list may hold each device once, device 0 appears twice
+    """
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
+        raise reject(BadDevice("a device list", "a sequence of Device", devices))
+    devices = tuple(devices)
+    seen: set[int] = set()
+    for d in devices:
+        if not isinstance(d, Device):
+            raise reject(BadDevice("each entry of a device list", "a Device", d))
+        require(d.id not in seen, lambda d=d: DuplicateDevice(d.id))
+        seen.add(d.id)
+    return devices
+
+
 class DeviceList:
     """An ordered list of distinct devices, possibly symbolic.
 
@@ -244,15 +295,7 @@ class DeviceList:
             self.platform = platform
             self.devices_per_process = devices_per_process
             return
-        if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
-            raise reject(BadDevice("a device list", "a sequence of Device", devices))
-        devices = tuple(devices)
-        seen: set[int] = set()
-        for d in devices:
-            if not isinstance(d, Device):
-                raise reject(BadDevice("each entry of a device list", "a Device", d))
-            require(d.id not in seen, lambda d=d: DuplicateDevice(d.id))
-            seen.add(d.id)
+        devices = check_device_list(devices)
         self._iota = None
         self._devices = devices
         self.platform = devices[0].platform if devices else platform
@@ -350,9 +393,17 @@ class AxisType(enum.Enum):
         return f"AxisType.{self.value}"
 
 
-def _check_axes(axis_sizes: Any, axis_names: Any, axis_types: Any
-                ) -> tuple[tuple[int, ...], tuple[str, ...], tuple[AxisType, ...]]:
-    sizes = check_dims(axis_sizes, what="mesh axis sizes")
+@rule("VAL-3", mirrors="(input checking; jax.sharding.Mesh accepts duplicate names and fails later)")
+def check_axis_names(axis_names: Any) -> tuple[str, ...]:
+    """Mesh axis names are distinct non-empty strings.
+
+    >>> check_axis_names(("x", "y"))
+    ('x', 'y')
+    >>> check_axis_names(("x", "x"))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [VAL-3]: mesh axis names must be distinct, 'x' appears twice in ('x', 'x')
+    """
     if isinstance(axis_names, str):
         axis_names = (axis_names,)
     if not isinstance(axis_names, Iterable):
@@ -362,6 +413,21 @@ def _check_axes(axis_sizes: Any, axis_names: Any, axis_types: Any
         require(isinstance(n, str) and n != "", lambda n=n: BadAxisName(n, names))
     for i, n in enumerate(names):
         require(n not in names[:i], lambda n=n: DuplicateAxisName(n, names))
+    return names
+
+
+@rule("VAL-4", mirrors="jax.sharding.Mesh / AbstractMesh construction (their safe_zip checks)")
+def check_axis_counts(sizes: tuple[int, ...], names: tuple[str, ...], axis_types: Any
+                      ) -> tuple[AxisType, ...]:
+    """A mesh has one size, one name and one axis type per axis (types default to Auto), and a concrete mesh one device per position.
+
+    >>> check_axis_counts((2, 4), ("x", "y"), None)
+    (AxisType.Auto, AxisType.Auto)
+    >>> Mesh((2, 4), ("x", "y"), range(7))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [VAL-4]: a mesh of shape (2, 4) holds 8 devices, but its device list has 7 Give exactly one device per mesh position.
+    """
     require(len(names) == len(sizes),
             lambda: AxisCountMismatch("name", len(names), len(sizes), names))
     if axis_types is None:
@@ -375,7 +441,14 @@ def _check_axes(axis_sizes: Any, axis_names: Any, axis_types: Any
                 raise reject(BadDevice("each axis type", "an AxisType", t))
         require(len(types) == len(names),
                 lambda: AxisCountMismatch("axis type", len(types), len(names), names))
-    return sizes, names, types
+    return types
+
+
+def _check_axes(axis_sizes: Any, axis_names: Any, axis_types: Any
+                ) -> tuple[tuple[int, ...], tuple[str, ...], tuple[AxisType, ...]]:
+    sizes = check_dims(axis_sizes, what="mesh axis sizes")
+    names = check_axis_names(axis_names)
+    return sizes, names, check_axis_counts(sizes, names, axis_types)
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -453,8 +526,8 @@ class Mesh:
         if not isinstance(devices, DeviceList):
             devices = DeviceList.of_ids(devices)  # type: ignore[arg-type]
         needed = math.prod(sizes)
-        require(len(devices) == needed,
-                lambda: DeviceCountMismatch(sizes, needed, len(devices)))
+        # VAL-4 again: one device per mesh position
+        require(len(devices) == needed, lambda: DeviceCountMismatch(sizes, needed, len(devices)))
         object.__setattr__(self, "axis_sizes", sizes)
         object.__setattr__(self, "axis_names", names)
         object.__setattr__(self, "devices", devices)
@@ -521,8 +594,17 @@ UNCONSTRAINED = _Unconstrained()
 Entry = Union[None, str, tuple[str, ...], _Unconstrained]
 
 
-def _canonical_entry(index: int, entry: Any) -> Entry:
-    # JAX writes a one-name tuple as the name and an empty tuple as None.
+@rule("VAL-6", mirrors="jax.sharding.PartitionSpec construction (canonicalize_partitions, _check)")
+def canonical_entry(index: int, entry: Any) -> Entry:
+    """A PartitionSpec entry is None, an axis name, a tuple of axis names or UNCONSTRAINED; a one-name tuple is the name, an empty tuple is None, and no axis is both split and (un)reduced.
+
+    >>> P(("x",), (), ["y", "z"])
+    P('x', None, ('y', 'z'))
+    >>> P("x", unreduced={"x"})
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [VAL-6]: axis 'x' is both a partition and unreduced in a PartitionSpec; an axis plays one part at a time
+    """
     if entry is None or entry is UNCONSTRAINED or isinstance(entry, str):
         return entry
     if isinstance(entry, (tuple, list)):
@@ -549,7 +631,7 @@ class PartitionSpec:
 
     def __init__(self, *partitions: Any, unreduced: Iterable[str] = frozenset(),
                  reduced: Iterable[str] = frozenset()) -> None:
-        parts = tuple(_canonical_entry(i, e) for i, e in enumerate(partitions))
+        parts = tuple(canonical_entry(i, e) for i, e in enumerate(partitions))
         unreduced, reduced = frozenset(unreduced), frozenset(reduced)
         for name in unreduced & reduced:
             raise reject(OverlappingReduction(name, "unreduced", "reduced"))
