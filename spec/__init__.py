@@ -16,7 +16,7 @@ from .hlo import (
 from .shardings import AUTO, UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from .placement import (
     addressable_device_ids, box_of, check_rank, device_ids, devices_indices_map,
-    is_fully_replicated, num_devices, replica_id, replication_factor, shard_shape,
+    is_fully_replicated, num_devices, replica_id, replica_ids, replication_factor, shard_shape,
     tiles_per_dimension, to_hlo,
 )
 from .equivalence import hlo_equal, jax_equivalent, placement_equivalent
@@ -41,6 +41,6 @@ __all__ = [
     "Unreduced", "hlo_text", "iota_tile", "parse_hlo", "tiled", "AUTO", "UNSPECIFIED",
     "GSPMDSharding", "NamedSharding", "SingleDeviceSharding", "addressable_device_ids", "box_of",
     "check_rank", "device_ids", "devices_indices_map", "is_fully_replicated", "num_devices",
-    "replica_id", "replication_factor", "shard_shape", "tiles_per_dimension", "to_hlo",
+    "replica_id", "replica_ids", "replication_factor", "shard_shape", "tiles_per_dimension", "to_hlo",
     "hlo_equal", "jax_equivalent", "placement_equivalent", "from_jax", "to_jax",
 ]

@@ -436,6 +436,8 @@ def parse_hlo(text: str) -> HloSharding:
         text, "there are more subgroup kinds than tile dimensions"))
     require(len(dims) > 0, lambda: MalformedHlo(text, "a tile assignment has at least one dimension"))
     if isinstance(assignment, tuple):
+        require(len(assignment) > 1, lambda: MalformedHlo(
+            text, "a tile assignment over one device is written <=[1], not as a list"))
         require(sorted(assignment) == list(range(len(assignment))), lambda: MalformedHlo(
             text, f"the device list must hold each of 0..{len(assignment) - 1} once"))
     return canonical_tiled(dims, assignment, kinds)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .hlo import HloSharding, Tiled, hlo_text, parse_hlo
+from .hlo import HloSharding, SubgroupType, Tiled, hlo_text, parse_hlo, tiled
+from .iota import Iota
 from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
 from .values import (
     UNCONSTRAINED, AbstractMesh, AxisType, Device, DeviceList, Mesh, PartitionSpec,
@@ -58,12 +59,26 @@ def _abstract_mesh_from_jax(mesh: Any) -> AbstractMesh:
 
 def _spec_from_jax(spec: Any) -> PartitionSpec:
     jax = _jax()
+    # Iterating a PartitionSpec that has unreduced or reduced axes raises; read its entries.
     entries = [UNCONSTRAINED if e is jax.sharding.PartitionSpec.UNCONSTRAINED else e
-               for e in spec]
+               for e in _partitions_of(spec)]
     return PartitionSpec(*entries, unreduced=spec.unreduced, reduced=spec.reduced)
 
 
+def _partitions_of(spec: Any) -> tuple[Any, ...]:
+    partitions = getattr(spec, "partitions", None)
+    return tuple(spec._partitions if partitions is None else partitions)
+
+
 def _hlo_from_jax(hlo: Any) -> HloSharding:
+    # XLA prints an explicit tile assignment over one device ("{devices=[1,1]0}") that its
+    # parser, and the spec's, refuse; read that one from its parts.
+    if hlo.is_tiled() and hlo.num_devices() == 1 and not hlo.is_tile_assignment_iota():
+        kinds = tuple(SubgroupType(int(t.value)) for t in hlo.subgroup_types())
+        if hlo.replicate_on_last_tile_dim():
+            kinds = (SubgroupType.REPLICATED,)
+        return tiled(tuple(hlo.tile_assignment_dimensions()),
+                     tuple(hlo.tile_assignment_devices()), kinds)
     return parse_hlo(str(hlo))
 
 
@@ -144,15 +159,24 @@ def _spec_to_jax(spec: PartitionSpec) -> Any:
 
 
 def _hlo_to_jax(hlo: HloSharding) -> Any:
+    """The same HLO sharding built by XLA's constructors (not its parser, which rewrites some
+    forms that its constructors keep)."""
     import numpy as np
     from jax._src.lib import xla_client as xc
-    # XLA's parser refuses an explicit list over one device ("{devices=[1,1]0}"), though
-    # XLA prints that form; build it from the array, which keeps the same text.
-    if isinstance(hlo, Tiled) and hlo.num_devices == 1 and isinstance(hlo.assignment, tuple):
-        kinds = [xc.OpSharding.Type(int(s)) for s in hlo.subgroups]
-        array = np.array(hlo.assignment, dtype=np.int64).reshape(hlo.dims)
-        return xc.HloSharding.subgroup_with_device_ordering(array, subgroup_types=kinds)
-    return xc.HloSharding.from_string(hlo_text(hlo))
+    if not isinstance(hlo, Tiled):
+        return xc.HloSharding.from_string(hlo_text(hlo))
+    kinds = [xc.OpSharding.Type(int(s)) for s in hlo.subgroups]
+    dims = list(hlo.dims)
+    if len(kinds) == 1 and all(t == 1 for t in hlo.tiles):
+        # A lone subgroup without data tiling collapses when built as such; XLA keeps it
+        # when a size-1 replicated subgroup came along and was dropped, so build it that way.
+        dims.append(1)
+        kinds.append(xc.OpSharding.Type.REPLICATED)
+    if isinstance(hlo.assignment, Iota):
+        return xc.HloSharding.iota_tile(dims, list(hlo.assignment.reshape_dims),
+                                        list(hlo.assignment.perm), kinds)
+    array = np.array(hlo.assignment, dtype=np.int64).reshape(dims)
+    return xc.HloSharding.subgroup_with_device_ordering(array, subgroup_types=kinds)
 
 
 def to_jax(value: Any) -> Any:

@@ -25,7 +25,7 @@ from .values import AbstractMesh, AxisType, Device, DeviceList, Mesh, UNCONSTRAI
 __all__ = [
     "to_hlo", "tiles_per_dimension", "replication_factor", "shard_shape", "box_of",
     "devices_indices_map", "replica_id", "is_fully_replicated", "device_ids", "num_devices",
-    "addressable_device_ids", "check_rank",
+    "addressable_device_ids", "check_rank", "replica_ids",
 ]
 
 Box = tuple[tuple[int, int], ...]
@@ -365,14 +365,15 @@ def _full_box(shape: Shape) -> Box:
 
 
 def _layout(sharding: Any, shape: Shape) -> tuple[HloSharding, Shape, DeviceList]:
-    """The checks every per-device question makes first, in JAX's order."""
-    devices = _device_list(sharding, "which device holds which box")
+    """The checks every per-device question makes first, in JAX's order: divisibility, then
+    unreduced, then devices."""
     piece = shard_shape(sharding, shape)
     hlo = to_hlo(sharding, len(shape))
-    num_devices(sharding)
     if isinstance(hlo, Unreduced) or (
             isinstance(hlo, Tiled) and SubgroupType.UNREDUCED in hlo.subgroups):
         raise reject(NoPerDeviceLayout(sharding, "unreduced"))
+    devices = _device_list(sharding, "which device holds which box")
+    num_devices(sharding)
     return hlo, piece, devices
 
 
@@ -438,6 +439,17 @@ def replica_id(sharding: Any, shape: Any, device_id: int) -> int:
     group = hlo.num_devices // math.prod(hlo.tiles)
     first = (hlo.tile_of(position) // group) * group
     return sum(1 for t in range(first, first + group) if hlo.position_at(t) < position)
+
+
+def replica_ids(sharding: Any, shape: Any) -> dict[int, int]:
+    """Every device's replica id (IDX-2 for all devices at once, after IDX-1's checks)."""
+    boxes = devices_indices_map(sharding, shape)
+    seen: dict[Box, int] = {}
+    out = {}
+    for device, box in boxes.items():
+        out[device] = seen.get(box, 0)
+        seen[box] = out[device] + 1
+    return out
 
 
 @rule("REP-1", mirrors="NamedSharding.is_fully_replicated / is_hlo_sharding_replicated")

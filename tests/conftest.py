@@ -1,0 +1,32 @@
+"""Test setup: eight CPU devices for JAX, and the Hypothesis profiles.
+
+JAX fixes its device count when its backend starts, so the count is set here, before any
+test module touches JAX. Profiles: ``ci`` (the default, a few minutes in all) and ``deep``
+(long runs by hand); choose with ``HYPOTHESIS_PROFILE``.
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+NUM_CPU_DEVICES = 8
+
+
+def _give_jax_eight_devices() -> None:
+    try:
+        import jax
+    except ImportError:  # the spec's own tests run without JAX
+        return
+    from jax._src import xla_bridge
+    if xla_bridge.backends_are_initialized():
+        return  # already set up (or too late to change): leave JAX as it is
+    jax.config.update("jax_num_cpu_devices", NUM_CPU_DEVICES)
+
+
+_give_jax_eight_devices()
+
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, derandomize=False, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("deep", max_examples=5000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

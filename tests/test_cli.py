@@ -1,0 +1,68 @@
+"""The ``shardlaw`` command: the demo, the rule list, the version, bad arguments."""
+
+import subprocess
+import sys
+
+import pytest
+
+import shardlaw
+from shardlaw.cli import main
+from shardlaw.spec import RULES
+
+
+def run(capsys, *argv):
+    status = main(list(argv))
+    return status, capsys.readouterr().out
+
+
+def test_demo_prints_the_blocks_the_hlo_and_both_verdicts(capsys):
+    status, out = run(capsys, "demo")
+    assert status == 0
+    # the block table of P('x', 'y') on the 2x4 mesh: rows 0:4 on devices 0..3
+    assert "cols 0:2  cols 2:4  cols 4:6  cols 6:8" in out
+    assert "rows 0:4  0         1         2         3" in out
+    assert "Per-device boxes" in out
+    assert "{devices=[2,4]<=[8]}" in out and "{devices=[4,2]<=[2,4]T(1,0)}" in out
+    assert "JAX-equivalent:       yes" in out and "JAX-equivalent:       no" in out
+    assert "placement-equivalent: yes" in out and "placement-equivalent: no" in out
+    # a pair where the two notions part, and why
+    assert "=> the two notions part here." in out
+    assert "the ordered device lists differ" in out
+
+
+def test_demo_needs_no_jax():
+    code = ("import sys; from shardlaw.cli import main; main(['demo']); "
+            "assert not any(m == 'jax' or m.startswith('jax.') for m in sys.modules), 'jax loaded'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_rules_lists_every_rule(capsys):
+    status, out = run(capsys, "rules")
+    assert status == 0
+    listed = {line.split()[0] for line in out.splitlines() if line.strip()}
+    assert listed == set(RULES)
+    for rule in RULES.values():
+        assert rule.statement in out
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert shardlaw.__version__ in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["bogus"], [], ["demo", "--nope"]])
+def test_bad_arguments_exit_2(capsys, argv):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert "usage: shardlaw" in capsys.readouterr().err
+
+
+def test_module_entry_point():
+    done = subprocess.run([sys.executable, "-m", "shardlaw.cli", "rules"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "EQ-2" in done.stdout

@@ -1,0 +1,116 @@
+"""What the documentation needs from the rule registry, and that no rule goes unchecked.
+
+The rule pages are generated from :data:`shardlaw.spec.RULES`: every rule must have a
+statement, a note of the JAX function it mirrors, and at least one example (which the
+doctest build runs). :func:`test_every_rule_is_checked_by_a_property` imports the property
+modules itself, so it holds whatever order the test files run in.
+"""
+
+import importlib
+import inspect
+import pkgutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from shardlaw.spec import RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _doc(rule):
+    function = getattr(rule.function, "__wrapped__", rule.function)
+    return inspect.getdoc(function) or ""
+
+
+@pytest.mark.parametrize("rule_id", sorted(RULES))
+def test_rule_has_statement_mirrors_and_example(rule_id):
+    rule = RULES[rule_id]
+    assert rule.statement.strip(), f"{rule_id} has no statement"
+    assert rule.statement.rstrip().endswith((".", ")")), f"{rule_id}: {rule.statement!r}"
+    assert rule.mirrors.strip(), f"{rule_id} does not say which JAX function it mirrors"
+    assert ">>>" in _doc(rule), f"{rule_id} ({rule.function.__qualname__}) has no example"
+
+
+def _generator():
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    try:
+        return importlib.import_module("shardlaw_rules")
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "_ext"))
+
+
+def test_rule_pages_show_every_rule_with_executed_examples():
+    pytest.importorskip("sphinx")
+    generator = _generator()
+    families = {}
+    for rule in RULES.values():
+        families.setdefault(rule.family, []).append(rule)
+    for family, rules in families.items():
+        page = generator.family_page(family, rules, {})
+        for rule in rules:
+            assert f".. _rule-{rule.id}:" in page
+            assert f".. doctest:: {rule.id}" in page
+            assert rule.mirrors in page
+
+
+# The modules that register properties with shardlaw.properties.registry.checks.
+PROPERTY_MODULES = ["shardlaw.properties.laws", "shardlaw.properties.differential",
+                    "test_laws", "test_differential"]
+
+
+def _import_property_modules():
+    """Import every module that may register properties; return those that are absent."""
+    import shardlaw.properties
+
+    names = list(PROPERTY_MODULES)
+    names += [m.name for m in pkgutil.iter_modules(shardlaw.properties.__path__,
+                                                   "shardlaw.properties.")]
+    names += sorted(p.stem for p in (ROOT / "tests").glob("test_*.py"))
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    absent = []
+    for name in dict.fromkeys(names):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name != name:
+                raise
+            absent.append(name)
+    return absent
+
+
+def test_every_rule_is_checked_by_a_property():
+    absent = _import_property_modules()
+    from shardlaw.properties.registry import CHECKS
+
+    unchecked = sorted(rule_id for rule_id in RULES if not CHECKS.get(rule_id))
+    assert not unchecked, (f"no property checks {', '.join(unchecked)}"
+                           + (f" (modules not found: {', '.join(absent)})" if absent else ""))
+
+
+def test_checks_name_only_registered_rules():
+    _import_property_modules()
+    from shardlaw.properties.registry import CHECKS
+
+    unknown = sorted(set(CHECKS) - set(RULES))
+    assert not unknown, f"properties claim to check rules that do not exist: {unknown}"
+
+
+def test_every_rejection_cites_a_registered_rule():
+    """A rejection says ``[RULE-ID]``; that ID must have a rule (and so a docs entry)."""
+    import shardlaw.spec
+    from shardlaw.spec.rules import Failure
+
+    cited: dict[str, list[str]] = {}
+    for info in pkgutil.iter_modules(shardlaw.spec.__path__, "shardlaw.spec."):
+        if info.name.endswith(("jax_bridge", "smt")):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (inspect.isclass(value) and issubclass(value, Failure) and value is not Failure
+                    and value.__module__ == module.__name__):
+                cited.setdefault(value.rule, []).append(f"{info.name}.{name}")
+    uncited = {rule_id: where for rule_id, where in sorted(cited.items()) if rule_id not in RULES}
+    assert not uncited, f"failures cite rules that are not registered: {uncited}"

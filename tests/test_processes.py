@@ -1,0 +1,51 @@
+"""Addressable devices per process (DEV-2), against real JAX's single process and as a law."""
+
+import jax
+from hypothesis import given, strategies as st
+
+import shardlaw.spec as S
+from shardlaw.properties.registry import checks
+from shardlaw.properties import strategies as ST
+
+
+@checks("DEV-2")
+@given(st.data())
+def test_addressable_devices_partition_the_device_set(data):
+    """Every device of a sharding is addressable by exactly its own process."""
+    mesh = data.draw(ST.meshes(max_devices=8))
+    per = data.draw(st.sampled_from([None, 1, 2, 4]))
+    mesh = S.Mesh(mesh.axis_sizes, mesh.axis_names,
+                  S.DeviceList.of_ids(mesh.devices.id_tuple(), devices_per_process=per),
+                  mesh.axis_types)
+    sharding = S.NamedSharding(mesh, S.P())
+    processes = range(mesh.size if per else 1)
+    seen = [d for p in processes for d in S.addressable_device_ids(sharding, p)]
+    assert sorted(seen) == sorted(mesh.devices.ids())
+    for p in processes:
+        for d in S.addressable_device_ids(sharding, p):
+            assert d // (per or mesh.size or 1) == p or per is None
+
+
+@checks("DEV-2")
+def test_addressable_devices_agree_with_jax_single_process():
+    """In one JAX process every device is addressable; a second process addresses none."""
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    devices = np.array(jax.devices()[:8]).reshape(2, 4)
+    jax_sharding = NamedSharding(Mesh(devices, ("x", "y")), PartitionSpec("x"))
+    ours = S.from_jax(jax_sharding)
+    assert set(S.addressable_device_ids(ours, jax.process_index())) == {
+        d.id for d in jax_sharding.addressable_devices}
+    assert S.addressable_device_ids(ours, jax.process_index() + 1) == ()
+
+
+@checks("DEV-2")
+def test_addressable_devices_reject_abstract_meshes():
+    """An abstract mesh has no devices to address: the rule says so instead of guessing."""
+    abstract = S.NamedSharding(S.AbstractMesh((2, 4), ("x", "y")), S.P("x"))
+    try:
+        S.addressable_device_ids(abstract, 0)
+    except S.Rejection as e:
+        assert e.rule == "DEV-1" and "abstract mesh" in str(e)
+    else:
+        raise AssertionError("an abstract mesh has no addressable devices")
