@@ -403,6 +403,7 @@ def devices_indices_map(sharding: Any, shape: Any) -> dict[int, Box]:
 def box_of(sharding: Any, shape: Any, device_id: int) -> Box:
     """The box that one device holds, without enumerating the others (IDX-1 for one device)."""
     shape = _check_shape(shape)
+    (device_id,) = check_dims((device_id,), what="a device id")
     if isinstance(sharding, SingleDeviceSharding):
         require(device_id == sharding.device.id, lambda: NotOnDevice(device_id, sharding))
         return _full_box(shape)
@@ -421,6 +422,7 @@ def replica_id(sharding: Any, shape: Any, device_id: int) -> int:
     [0, 0, 1, 1]
     """
     shape = _check_shape(shape)
+    (device_id,) = check_dims((device_id,), what="a device id")
     if isinstance(sharding, SingleDeviceSharding):
         require(device_id == sharding.device.id, lambda: NotOnDevice(device_id, sharding))
         return 0

@@ -186,6 +186,7 @@ def explain(failure: Failure, path: str | None = None) -> str:
     """The one place where failures become words: ``[RULE] at PATH: message. Hint.``"""
     where = f" at {path}" if path else ""
     facts = {k: _show(v) for k, v in failure.facts().items()}
+    facts.update({k: getattr(failure, k) for k in ("least",) if hasattr(failure, k)})
     text = failure.template.format(**facts) if failure.template else repr(failure)
     hint = failure.hint.format(**facts) if failure.hint else ""
     return f"[{failure.rule}]{where}: {text}" + (f" {hint}" if hint else "")

@@ -39,7 +39,12 @@ class NotAnInteger(Failure):
 @dataclasses.dataclass(frozen=True)
 class NegativeSize(Failure):
     rule: ClassVar[str] = "VAL-1"
-    template: ClassVar[str] = "{what} must be non-negative, got {value} in {dims}"
+
+    @property
+    def least(self) -> str:
+        return "positive" if self.what == "mesh axis sizes" else "non-negative"
+
+    template: ClassVar[str] = "{what} must be {least}, got {value} in {dims}"
     what: str
     value: int
     dims: tuple
@@ -155,10 +160,10 @@ def check_dims(dims: Any, *, what: str = "dimensions") -> tuple[int, ...]:
 
     >>> check_dims((2, 4))
     (2, 4)
-    >>> check_dims((2, -1), what="mesh axis sizes")
+    >>> check_dims((2, -1), what="array dimensions")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [VAL-1]: mesh axis sizes must be non-negative, got -1 in (2, -1)
+    shardlaw.spec.rules.RejectionValueError: [VAL-1]: array dimensions must be non-negative, got -1 in (2, -1)
     """
     if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
         raise reject(NotAnInteger(what, dims, type(dims).__name__))
@@ -447,6 +452,9 @@ def check_axis_counts(sizes: tuple[int, ...], names: tuple[str, ...], axis_types
 def _check_axes(axis_sizes: Any, axis_names: Any, axis_types: Any
                 ) -> tuple[tuple[int, ...], tuple[str, ...], tuple[AxisType, ...]]:
     sizes = check_dims(axis_sizes, what="mesh axis sizes")
+    for size in sizes:
+        # A mesh axis holds at least one device.
+        require(size >= 1, lambda: NegativeSize("mesh axis sizes", size, sizes))
     names = check_axis_names(axis_names)
     return sizes, names, check_axis_counts(sizes, names, axis_types)
 
