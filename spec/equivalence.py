@@ -16,12 +16,12 @@ comparing every device's box otherwise.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any
 
 from .hlo import HloSharding, Tiled
-from .iota import Iota, compose_digits, iota_digits, invert_digits, merge_digits, split_digits
+from .iota import Atom, Iota, compose_digits, iota_digits, invert_digits, merge_digits, split_digits
 from .placement import (
-    _acts_replicated, _check_shape, _device_list, _layout, _box_at, devices_indices_map, num_devices,
+    _acts_replicated, _check_shape, _device_list, _layout, devices_indices_map, num_devices,
     shard_shape, to_hlo,
 )
 from .rules import rule

@@ -17,10 +17,10 @@ from typing import Any, ClassVar, Iterator
 from .hlo import (
     HloSharding, Manual, Maximal, Replicated, SubgroupType, Tiled, Unreduced, canonical_tiled,
 )
-from .iota import Iota, unravel
+from .iota import Iota
 from .rules import Failure, reject, require, rule
 from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
-from .values import AbstractMesh, AxisType, Device, DeviceList, Mesh, UNCONSTRAINED, check_dims
+from .values import AxisType, DeviceList, UNCONSTRAINED, check_dims
 
 __all__ = [
     "to_hlo", "tiles_per_dimension", "replication_factor", "shard_shape", "box_of",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Union
 
-from .hlo import HloSharding, Maximal, Replicated, Tiled
+from .hlo import HloSharding
 from .rules import Failure, reject, require, rule
 from .values import (
     AbstractMesh, AxisType, Device, DeviceList, Mesh, PartitionSpec, UNCONSTRAINED,
