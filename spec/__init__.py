@@ -20,12 +20,20 @@ from .placement import (
     tiles_per_dimension, to_hlo,
 )
 from .equivalence import hlo_equal, jax_equivalent, placement_equivalent
+from .call import Arg, Call, JitOptions, Out, Static, Verdict
+from .jit import jit_call
 
 
 def from_jax(obj):
     """The spec value for a JAX object (Mesh, AbstractMesh, PartitionSpec, shardings, HloSharding)."""
     from .jax_bridge import from_jax as convert
     return convert(obj)
+
+
+def describe_call(fun, *args, **options_and_kwargs):
+    """The :class:`Call` for ``jax.jit(fun, ...)(*args, **kwargs)`` built from real JAX objects."""
+    from .jax_bridge import describe_call as describe
+    return describe(fun, *args, **options_and_kwargs)
 
 
 def to_jax(value):
@@ -43,4 +51,5 @@ __all__ = [
     "check_rank", "device_ids", "devices_indices_map", "is_fully_replicated", "num_devices",
     "replica_id", "replica_ids", "replication_factor", "shard_shape", "tiles_per_dimension", "to_hlo",
     "hlo_equal", "jax_equivalent", "placement_equivalent", "from_jax", "to_jax",
+    "Arg", "Call", "JitOptions", "Out", "Static", "Verdict", "jit_call", "describe_call",
 ]

@@ -20,7 +20,7 @@ from .values import (
     UNCONSTRAINED, AbstractMesh, AxisType, Device, DeviceList, Mesh, PartitionSpec,
 )
 
-__all__ = ["from_jax", "to_jax", "jax_box"]
+__all__ = ["from_jax", "to_jax", "jax_box", "describe_call"]
 
 
 def _jax() -> Any:
@@ -229,4 +229,120 @@ def jax_box(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[tuple[int
     if len(index) > len(shape):
         raise TypeError(f"index {index!r} has more entries than shape {shape} has dimensions")
     return tuple(box)
+
+
+
+# --------------------------------------------------------------------------- calls
+
+def _arg_from_jax(value: Any) -> Any:
+    """The :class:`~shardlaw.spec.call.Arg` for one argument leaf a user passes to jit."""
+    import numpy as np
+    from .call import Arg
+
+    jax = _jax()
+    if type(value) in (bool, int, float, complex):
+        return Arg.scalar(type(value).__name__)
+    if isinstance(value, jax.ShapeDtypeStruct):
+        sharding = None if value.sharding is None else from_jax(value.sharding)
+        return Arg.abstract(tuple(value.shape), str(value.dtype), sharding)
+    if isinstance(value, jax.Array):
+        kind = "committed" if value._committed else "uncommitted"
+        return Arg(kind, tuple(value.shape), str(value.dtype), from_jax(value.sharding))
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        return Arg.numpy(tuple(np.shape(value)), str(value.dtype))
+    raise TypeError(f"describe_call reads jax.Array, numpy arrays, Python scalars and "
+                    f"jax.ShapeDtypeStruct as arguments; got {type(value).__qualname__}: "
+                    f"{value!r} (mark it static with static_argnums/static_argnames)")
+
+
+def _arg_tree(tree: Any) -> Any:
+    if tree is None:
+        return None
+    if type(tree) in (tuple, list):
+        return type(tree)(_arg_tree(v) for v in tree)
+    if type(tree) is dict:
+        return {k: _arg_tree(v) for k, v in tree.items()}
+    return _arg_from_jax(tree)
+
+
+def _shardings_tree(tree: Any) -> Any:
+    from .shardings import UNSPECIFIED
+
+    jax = _jax()
+    if tree is UNSPECIFIED or tree is None:
+        return tree
+    if type(tree) in (tuple, list):
+        return type(tree)(_shardings_tree(v) for v in tree)
+    if type(tree) is dict:
+        return {k: _shardings_tree(v) for k, v in tree.items()}
+    if isinstance(tree, (jax.sharding.Sharding, jax.sharding.PartitionSpec)):
+        return from_jax(tree)
+    return tree  # left for the spec to reject (JIT-2)
+
+
+def _context_mesh() -> Any:
+    from jax._src import mesh as mesh_lib
+
+    concrete = mesh_lib.get_concrete_mesh()
+    if concrete is not None and not concrete.empty:
+        return from_jax(concrete)
+    abstract = mesh_lib.get_abstract_mesh()
+    if abstract is not None and not abstract.empty:
+        return from_jax(abstract)
+    return None
+
+
+def _used_inputs(fun: Any, jit_kwargs: dict, args: tuple, kwargs: dict) -> tuple[bool, ...]:
+    from jax._src.interpreters import partial_eval as pe
+
+    jax = _jax()
+    traced = jax.jit(fun, **jit_kwargs).trace(*args, **kwargs)
+    jaxpr = traced.jaxpr.jaxpr
+    _, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))
+    return tuple(bool(u) for u in used)
+
+
+def describe_call(fun: Any, *args: Any, in_shardings: Any = None, out_shardings: Any = None,
+                  static_argnums: Any = (), static_argnames: Any = (), donate_argnums: Any = (),
+                  donate_argnames: Any = (), keep_unused: bool = False, device: Any = None,
+                  backend: Any = None, context_mesh: Any = "current", compiler: Any = None,
+                  **kwargs: Any) -> Any:
+    """The :class:`~shardlaw.spec.call.Call` for ``jax.jit(fun, ...)(*args, **kwargs)``.
+
+    Reads real JAX objects (arrays, numpy arrays, scalars, ShapeDtypeStructs, shardings,
+    PartitionSpecs, the mesh set with ``jax.set_mesh``) and traces ``fun`` abstractly for
+    its results and the inputs it uses; nothing runs on a device and nothing is compiled.
+    ``in_shardings``/``out_shardings`` left as None mean "not given"; pass
+    ``compiler=`` (HLO shardings per flat result) when the compiler's choice is known.
+    """
+    from .call import Call, JitOptions, Out, Static
+    from .shardings import UNSPECIFIED
+
+    jax = _jax()
+    static = {i if i >= 0 else i + len(args)
+              for i in ((static_argnums,) if isinstance(static_argnums, int) else static_argnums)}
+    static_names = {static_argnames} if isinstance(static_argnames, str) else set(static_argnames)
+    spec_args = tuple(Static(a) if i in static else _arg_tree(a) for i, a in enumerate(args))
+    spec_kwargs = {k: Static(v) if k in static_names else _arg_tree(v) for k, v in kwargs.items()}
+    jit_kwargs = dict(static_argnums=tuple(static), static_argnames=tuple(static_names))
+    concrete_args = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) if isinstance(a, jax.Array)
+                          else a for a in args)
+    shapes = jax.jit(fun, **jit_kwargs).eval_shape(*concrete_args, **kwargs)
+    outputs = jax.tree_util.tree_map(lambda s: Out(tuple(s.shape), str(s.dtype)), shapes)
+    options = JitOptions(
+        in_shardings=UNSPECIFIED if in_shardings is None else _shardings_tree(in_shardings),
+        out_shardings=UNSPECIFIED if out_shardings is None else _shardings_tree(out_shardings),
+        static_argnums=tuple(static), static_argnames=tuple(static_names),
+        donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+        keep_unused=keep_unused, device=None if device is None else device.id, backend=backend)
+    mesh = _context_mesh() if context_mesh == "current" else (
+        None if context_mesh is None else from_jax(context_mesh))
+    default = jax.config.jax_default_device
+    if isinstance(default, str) or default is None:
+        default = jax.local_devices()[0]
+    return Call(args=spec_args, kwargs=spec_kwargs, outputs=outputs,
+                options=options, context_mesh=mesh,
+                uses=_used_inputs(fun, jit_kwargs, concrete_args, kwargs),
+                compiler=compiler, devices=jax.device_count() // max(jax.process_count(), 1),
+                default_device=default.id, process_count=jax.process_count())
 

@@ -1,0 +1,460 @@
+"""Run a :class:`~shardlaw.spec.call.Call` through real ``jax.jit`` and compare with the spec.
+
+:func:`run_in_jax` builds the call's arguments on JAX's devices (committed arrays with
+``device_put``, uncommitted ones under ``jax.default_device``, numpy arrays, Python
+scalars), a function with the described results that uses exactly the described inputs,
+the jit options and the context mesh; then it calls ``jax.jit`` and records what JAX did:
+the exception (class, built-in base, stage) or the results' shardings, committed flags,
+the device assignment and the compiler's choice for results jit left open.
+
+:func:`compare_call` fills the call's compiler oracle from that record, asks the spec for a
+verdict and returns the list of disagreements (empty when the two agree).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import dataclasses
+import warnings
+from typing import Any
+
+from shardlaw.spec import UNSPECIFIED, NamedSharding, from_jax, to_jax
+from shardlaw.spec.call import Arg, Call, Static, Verdict
+from shardlaw.spec.equivalence import placement_equivalent
+from shardlaw.spec.jit import jit_call
+from shardlaw.spec.pytree import leaves_with_paths
+from shardlaw.spec.values import AbstractMesh, Mesh
+
+__all__ = ["JaxOutcome", "run_in_jax", "compare_call", "CALL_HITS", "call_hit_counts"]
+
+# rule ID -> [accepting hits, rejecting hits] over the calls compared so far
+CALL_HITS: dict[str, list[int]] = {}
+
+
+def call_hit_counts() -> dict[str, tuple[int, int]]:
+    return {k: (v[0], v[1]) for k, v in sorted(CALL_HITS.items())}
+
+
+@dataclasses.dataclass
+class JaxOutcome:
+    """What real jax.jit did with a call."""
+
+    error: BaseException | None = None
+    stage: str | None = None
+    out_shardings: list[Any] = dataclasses.field(default_factory=list)   # spec values
+    out_committed: list[bool] = dataclasses.field(default_factory=list)
+    out_shapes: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+    compiler: list[Any] = dataclasses.field(default_factory=list)         # spec HLO shardings
+    memory: list[Any] = dataclasses.field(default_factory=list)           # memory kinds
+    device_assignment: tuple[int, ...] | None = None
+    aot_error: BaseException | None = None
+    raw: list[Any] = dataclasses.field(default_factory=list)   # (jax sharding, rank) per result
+    watching: bool = False
+
+    @property
+    def accepted(self) -> bool:
+        return self.error is None and self.aot_error is None
+
+
+# --------------------------------------------------------------------------- building
+
+def _jax():
+    import jax
+    return jax
+
+
+def _device(device_id: int):
+    for d in _jax().devices():
+        if d.id == device_id:
+            return d
+    raise LookupError(f"JAX has no device {device_id}")
+
+
+def _value(arg: Any) -> Any:
+    """A JAX or numpy value for one described leaf."""
+    import numpy as np
+
+    jax = _jax()
+    if isinstance(arg, Static):
+        return arg.value
+    if arg.kind == "scalar":
+        return {"bool": True, "int32": 1, "float32": 1.0, "complex64": 1 + 0j}[arg.dtype]
+    host = np.ones(arg.shape, dtype=arg.dtype)
+    if arg.kind == "numpy":
+        return host
+    if arg.kind == "abstract":
+        sharding = None if arg.sharding is None else to_jax(arg.sharding)
+        return jax.ShapeDtypeStruct(arg.shape, arg.dtype, sharding=sharding)
+    if arg.kind == "committed":
+        return jax.device_put(host, to_jax(arg.sharding))
+    # Uncommitted: JAX places it on its own; on one device, under that device as default.
+    ids = arg.sharding.device_list.id_tuple()
+    if len(ids) > 1:
+        # No public API makes an uncommitted array on several devices; build one directly.
+        from jax._src.array import ArrayImpl
+        placed = jax.device_put(host, to_jax(arg.sharding))
+        return ArrayImpl(placed.aval, placed.sharding, placed._arrays, committed=False)
+    (device,) = ids
+    with jax.default_device(_device(device)):
+        value = jax.numpy.asarray(host)
+    if arg.sharding.memory_kind not in (None, "device"):
+        raise NotImplementedError("the harness builds uncommitted arrays in device memory only")
+    return value
+
+
+def _build(tree: Any) -> Any:
+    if isinstance(tree, (Arg, Static)):
+        return _value(tree)
+    if tree is None:
+        return None
+    if type(tree) in (tuple, list):
+        return type(tree)(_build(v) for v in tree)
+    if type(tree) is dict:
+        return {k: _build(v) for k, v in tree.items()}
+    raise TypeError(f"not an argument tree: {tree!r}")
+
+
+def _shardings_to_jax(tree: Any) -> Any:
+    from shardlaw.spec.call import SHARDING_TYPES
+    from shardlaw.spec.values import PartitionSpec
+
+    if tree is None:
+        return None
+    if type(tree) in (tuple, list):
+        return type(tree)(_shardings_to_jax(v) for v in tree)
+    if type(tree) is dict:
+        return {k: _shardings_to_jax(v) for k, v in tree.items()}
+    if isinstance(tree, (*SHARDING_TYPES, PartitionSpec)):
+        return to_jax(tree)
+    return tree
+
+
+def _function(call: Call):
+    """A function with the call's results that uses exactly the inputs ``call.uses`` marks."""
+    jax = _jax()
+    jnp = jax.numpy
+    static = {i if i >= 0 else i + len(call.args) for i in call.options.static_argnums}
+    static_names = set(call.options.static_argnames)
+    outs = [o for _, o in leaves_with_paths(call.outputs)]
+
+    def unflatten(tree: Any, values: list[Any]) -> Any:
+        if tree is None:
+            return None
+        if type(tree) in (tuple, list):
+            return type(tree)(unflatten(v, values) for v in tree)
+        if type(tree) is dict:
+            return {k: unflatten(tree[k], values) for k in tree}
+        return values.pop(0)
+
+    def fun(*args: Any, **kwargs: Any) -> Any:
+        dynamic = tuple(a for i, a in enumerate(args) if i not in static)
+        named = {k: v for k, v in kwargs.items() if k not in static_names}
+        flat = jax.tree_util.tree_leaves((dynamic, named))
+        uses = call.uses if call.uses is not None else (True,) * len(flat)
+        total = jnp.float32(0)
+        for used, x in zip(uses, flat):
+            if used:
+                total = total + jnp.sum(jnp.asarray(x)).real.astype(jnp.float32)
+        values = []
+        for out in outs:
+            if out.source is not None and out.source < len(flat) and \
+                    tuple(jnp.shape(flat[out.source])) == out.shape:
+                base = jnp.asarray(flat[out.source]).astype(jnp.float32) * 2
+            else:
+                base = jnp.zeros(out.shape, jnp.float32)
+            values.append((base + total).astype(out.dtype))
+        return unflatten(_key_order(call.outputs), values)
+
+    return fun
+
+
+def _key_order(tree: Any) -> Any:
+    """The outputs tree with dict keys sorted, so that leaves fill in flattening order."""
+    if type(tree) is dict:
+        return {k: _key_order(tree[k]) for k in sorted(tree)}
+    if type(tree) in (tuple, list):
+        return type(tree)(_key_order(v) for v in tree)
+    return tree
+
+
+def _jit_kwargs(call: Call) -> dict[str, Any]:
+    o = call.options
+    kwargs: dict[str, Any] = dict(static_argnums=o.static_argnums,
+                                  static_argnames=o.static_argnames,
+                                  donate_argnums=o.donate_argnums,
+                                  donate_argnames=o.donate_argnames, keep_unused=o.keep_unused)
+    if o.in_shardings is not UNSPECIFIED:
+        kwargs["in_shardings"] = _shardings_to_jax(o.in_shardings)
+    if o.out_shardings is not UNSPECIFIED:
+        kwargs["out_shardings"] = _shardings_to_jax(o.out_shardings)
+    if o.device is not None:
+        kwargs["device"] = _device(o.device)
+    if o.backend is not None:
+        kwargs["backend"] = o.backend
+    return kwargs
+
+
+def _context(call: Call):
+    jax = _jax()
+    mesh = call.context_mesh
+    if mesh is None:
+        return contextlib.nullcontext()
+    if isinstance(mesh, Mesh):
+        return jax.set_mesh(to_jax(mesh))
+    assert isinstance(mesh, AbstractMesh)
+    return jax.sharding.use_abstract_mesh(to_jax(mesh))
+
+
+def _default_device(call: Call):
+    if call.default_device == 0:
+        return contextlib.nullcontext()
+    return _jax().default_device(_device(call.default_device))
+
+
+# --------------------------------------------------------------------------- running
+
+@contextlib.contextmanager
+def _watch_compiler(outcome: JaxOutcome):
+    """Record the compiler's result shardings before JAX recovers them (the oracle).
+
+    JAX turns the compiler's choice back into NamedShardings after compiling, and that step
+    can itself raise; the choice is read where JAX reads it from the executable.
+    """
+    from jax._src.interpreters import pxla
+
+    original = pxla._maybe_get_and_check_out_shardings
+
+    def watched(xla_executable, out_shardings, device_list, avals, *rest):
+        result = original(xla_executable, out_shardings, device_list, avals, *rest)
+        if outcome.watching and not outcome.raw:  # the call's own program, not data moves
+            outcome.raw = [(s, len(a.shape)) for s, a in zip(result, avals)]
+        return result
+
+    pxla._maybe_get_and_check_out_shardings = watched
+    try:
+        yield
+    finally:
+        pxla._maybe_get_and_check_out_shardings = original
+
+
+def run_in_jax(call: Call) -> JaxOutcome:
+    """Call real ``jax.jit`` as ``call`` describes and record what happened."""
+    with_watch = JaxOutcome()
+    with _watch_compiler(with_watch):
+        outcome = _run_in_jax(call, with_watch)
+    return outcome
+
+
+def _run_in_jax(call: Call, outcome: JaxOutcome) -> JaxOutcome:
+    jax = _jax()
+    fun = _function(call)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            outcome.stage = "jit"
+            jitted = jax.jit(fun, **_jit_kwargs(call))
+        except Exception as error:  # noqa: BLE001 - recorded and compared
+            outcome.error = error
+            return outcome
+        # Arguments are made outside the mesh context: under jax.set_mesh, jnp.asarray makes
+        # an array committed to the mesh (replicated), not an uncommitted one.
+        with _default_device(call):
+            args = _build(call.args)
+            kwargs = _build(call.kwargs)
+            if call.aot_args is not None:
+                aot_args = _build(call.aot_args)
+                aot_kwargs = _build(call.aot_kwargs or {})
+        abstract = any(isinstance(a, Arg) and a.kind == "abstract"
+                       for _, a in leaves_with_paths((call.args, call.kwargs)))
+        with _context(call), _default_device(call):
+            try:
+                outcome.stage = "call"
+                outcome.watching = True
+                if abstract or call.aot_args is not None:
+                    compiled = jitted.lower(*args, **kwargs).compile()
+                    outs = compiled.output_shardings
+                    flat = jax.tree_util.tree_leaves(outs)
+                    avals = jax.tree_util.tree_leaves(compiled.out_info)
+                    _record_shardings(outcome, flat, [tuple(a.shape) for a in avals], None)
+                else:
+                    result = jitted(*args, **kwargs)
+                    flat = jax.tree_util.tree_leaves(result)
+                    _record_shardings(outcome, [x.sharding for x in flat],
+                                      [tuple(x.shape) for x in flat], [x._committed for x in flat])
+            except Exception as error:  # noqa: BLE001
+                outcome.error = error
+                return outcome
+            if call.aot_args is not None:
+                try:
+                    compiled(*aot_args, **aot_kwargs)
+                except Exception as error:  # noqa: BLE001
+                    outcome.aot_error = error
+    return outcome
+
+
+def _record_shardings(outcome: JaxOutcome, shardings: list[Any], shapes: list[tuple[int, ...]],
+                      committed: list[bool] | None) -> None:
+    outcome.out_shapes = shapes
+    outcome.out_shardings = [from_jax(s) for s in shardings]
+    outcome.compiler = [from_jax(s._to_xla_hlo_sharding(len(shape)))
+                        for s, shape in zip(shardings, shapes)]
+    outcome.memory = [s.memory_kind for s in shardings]
+    outcome.out_committed = committed or []
+    if shardings:
+        outcome.device_assignment = tuple(d.id for d in shardings[0]._device_assignment)
+
+
+# --------------------------------------------------------------------------- comparing
+
+def _kind(error: BaseException) -> tuple[str, str]:
+    """(the built-in base class name, the class name) of an exception JAX raised."""
+    for cls in type(error).__mro__:
+        if cls.__module__ == "builtins":
+            return cls.__name__, type(error).__name__
+    return "Exception", type(error).__name__
+
+
+def _same_error_type(verdict: Verdict, error: BaseException) -> bool:
+    expected = getattr(builtins, verdict.error_type or "", None)
+    return isinstance(expected, type) and isinstance(error, expected)
+
+
+def _type_name(s: Any) -> str:
+    return type(s).__name__
+
+
+def traced_facts(call: Call) -> Call:
+    """``call`` with what tracing the function in JAX says: the inputs it uses (after JAX's
+    dead-code elimination, which also drops inputs whose value cannot matter, such as a sum
+    over zero elements) and the abstract mesh on each result's type."""
+    from jax._src.interpreters import partial_eval as pe
+
+    jax = _jax()
+    o = call.options
+    plain = jax.jit(_function(call), static_argnums=o.static_argnums,
+                    static_argnames=o.static_argnames)
+    try:
+        with warnings.catch_warnings(), _context(call), _default_device(call):
+            warnings.simplefilter("ignore", DeprecationWarning)
+            traced = plain.trace(*_build(call.args), **_build(call.kwargs))
+    except Exception:  # noqa: BLE001 - the spec and the real call will both see the problem
+        return call
+    jaxpr = traced.jaxpr.jaxpr
+    _, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))
+    meshes = [_aval_mesh(a) for a in traced.jaxpr.out_avals]
+    outputs = _with_meshes(call.outputs, meshes)
+    return dataclasses.replace(call, uses=tuple(bool(u) for u in used), outputs=outputs)
+
+
+def _aval_mesh(aval: Any) -> Any:
+    mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+    if mesh is None or mesh.empty:
+        return None
+    return from_jax(mesh)
+
+
+def _with_meshes(tree: Any, meshes: list[Any]) -> Any:
+    from shardlaw.spec.call import Out
+
+    it = iter(meshes)
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, Out):
+            return dataclasses.replace(node, mesh=next(it, None))
+        if node is None:
+            return None
+        if type(node) in (tuple, list):
+            return type(node)(walk(v) for v in node)
+        if type(node) is dict:
+            return {k: walk(node[k]) for k in sorted(node)}
+        return node
+
+    return walk(tree)
+
+
+def compare_call(call: Call) -> tuple[Verdict, JaxOutcome, list[str]]:
+    """Run ``call`` in JAX and in the spec; the verdict, JAX's outcome and the disagreements."""
+    call = traced_facts(call)
+    outcome = run_in_jax(call)
+    if outcome.raw:
+        open_ = [s is UNSPECIFIED for s in _flat_out_shardings(call)]
+        choices = [from_jax(s._to_xla_hlo_sharding(rank)) for s, rank in outcome.raw]
+        kinds = [s.memory_kind for s, _ in outcome.raw]
+        call = dataclasses.replace(
+            call, compiler=tuple(c if o else None for c, o in zip(choices, open_)),
+            compiler_memory=tuple(m if o else None for m, o in zip(kinds, open_)))
+    verdict = jit_call(call)
+    problems: list[str] = []
+    error = outcome.error or outcome.aot_error
+    if verdict.accepted and error is not None:
+        base, name = _kind(error)
+        problems.append(f"spec accepts, JAX raised {name} ({base}): {str(error)[:300]}")
+    elif not verdict.accepted and error is None:
+        problems.append(f"spec rejects with {verdict.rule} ({verdict.error_type}), JAX accepted: "
+                        f"{verdict.message}")
+    elif not verdict.accepted and error is not None:
+        if not _same_error_type(verdict, error):
+            base, name = _kind(error)
+            problems.append(f"spec rejects with {verdict.rule} as {verdict.error_type}, JAX raised "
+                            f"{name} ({base}): {str(error)[:300]}")
+    if verdict.accepted and error is None:
+        problems += _compare_results(call, verdict, outcome)
+    _count(verdict, problems)
+    return verdict, outcome, problems
+
+
+def _flat_out_shardings(call: Call) -> list[Any]:
+    """out_shardings per flat result, as far as they are known without the spec (for the oracle)."""
+    from shardlaw.spec.jit import match_out_shardings
+    from shardlaw.spec.pytree import structure
+    from shardlaw.spec.rules import Rejection
+
+    tree = call.options.out_shardings
+    if call.options.device is not None or call.options.backend is not None:
+        return ["device"] * len(list(leaves_with_paths(call.outputs)))
+    try:
+        flat = match_out_shardings(tree, structure(call.outputs))
+    except Rejection:
+        return [UNSPECIFIED] * len(list(leaves_with_paths(call.outputs)))
+    return [UNSPECIFIED if s is None else s for s in flat]
+
+
+def _compare_results(call: Call, verdict: Verdict, outcome: JaxOutcome) -> list[str]:
+    problems = []
+    if outcome.device_assignment is not None and verdict.device_assignment is not None and \
+            tuple(outcome.device_assignment) != tuple(verdict.device_assignment):
+        problems.append(f"device assignment: spec {list(verdict.device_assignment)}, "
+                        f"JAX {list(outcome.device_assignment)}")
+    for i, (path, mine, theirs, shape) in enumerate(zip(
+            verdict.out_paths, verdict.out_shardings, outcome.out_shardings, outcome.out_shapes)):
+        if mine is UNSPECIFIED:
+            problems.append(f"{path}: spec left the result's sharding open, JAX gave {theirs!r}")
+            continue
+        if _type_name(mine) != _type_name(theirs):
+            problems.append(f"{path}: spec says {_type_name(mine)} {mine!r}, JAX gave "
+                            f"{_type_name(theirs)} {theirs!r}")
+        elif not placement_equivalent(mine, theirs, shape):
+            problems.append(f"{path}: spec places it as {mine!r}, JAX as {theirs!r}")
+        elif isinstance(mine, NamedSharding) and (
+                (mine.mesh.axis_names, mine.mesh.axis_sizes) !=
+                (theirs.mesh.axis_names, theirs.mesh.axis_sizes)):
+            problems.append(f"{path}: spec puts it on mesh {mine.mesh!r}, JAX on {theirs.mesh!r}")
+        if mine.memory_kind != theirs.memory_kind:
+            problems.append(f"{path}: spec says memory kind {mine.memory_kind!r}, JAX "
+                            f"{theirs.memory_kind!r}")
+        if outcome.out_committed and verdict.out_committed[i] != outcome.out_committed[i]:
+            problems.append(f"{path}: spec says committed={verdict.out_committed[i]}, JAX "
+                            f"{outcome.out_committed[i]}")
+    return problems
+
+
+def _count(verdict: Verdict, problems: list[str]) -> None:
+    if problems:
+        return
+    for rule_id in verdict.trace:
+        hits = CALL_HITS.setdefault(rule_id, [0, 0])
+        if not verdict.accepted and rule_id == verdict.rule:
+            hits[1] += 1
+        else:
+            hits[0] += 1

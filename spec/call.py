@@ -1,0 +1,371 @@
+"""A jit call described abstractly, and the verdict on it.
+
+A :class:`Call` says everything ``jax.jit(f, ...)(*args, **kwargs)`` decides shardings
+from, and nothing it does not: the jit options, the context mesh, the arguments as pytrees
+of :class:`Arg` (what kind of value, its shape and dtype, its sharding and whether it is
+committed), the results' shapes, which inputs the function uses, and — for results whose
+sharding jit leaves to the compiler — the HLO sharding the compiler chose. The spec does
+not model XLA's sharding propagation; it models what jit does with its outcome.
+
+:func:`shardlaw.spec.jit_call` turns a Call into a :class:`Verdict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from .hlo import HloSharding
+from .pytree import leaves_with_paths, show_path
+from .rules import Failure, reject, rule
+from .shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
+from .values import AbstractMesh, Mesh, check_dims
+
+__all__ = ["Arg", "Static", "Out", "JitOptions", "Call", "Verdict", "ARG_KINDS", "check_call"]
+
+ARG_KINDS = ("committed", "uncommitted", "numpy", "scalar", "abstract")
+
+# The dtypes a description may name (numpy spellings).
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint32", "bfloat16",
+          "float16", "float32", "float64", "complex64")
+
+# The dtype jit gives a Python scalar of each type (with x64 off, JAX's default).
+SCALAR_DTYPES = {"bool": "bool", "int": "int32", "float": "float32", "complex": "complex64"}
+
+SHARDING_TYPES = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
+
+
+@dataclasses.dataclass(frozen=True)
+class BadDescription(Failure):
+    rule: ClassVar[str] = "CALL-0"
+    error_type: ClassVar[type[Exception]] = ValueError
+    template: ClassVar[str] = "{what} must be {expected}, got {value!r}"
+    what: str
+    expected: str
+    value: Any
+
+
+@rule("CALL-0", mirrors="(input checking of a call description; JAX has no such value)")
+def check_call(condition: bool, what: str, expected: str, value: Any) -> None:
+    """A call description holds only values of the kinds it names: arguments, static values, result shapes, shardings and options of the right types.
+
+    >>> Arg.committed((4,), None)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [CALL-0]: a committed argument's sharding must be a concrete NamedSharding, SingleDeviceSharding or GSPMDSharding, got None
+    """
+    if not condition:
+        raise reject(BadDescription(what, expected, value))
+
+
+def _concrete(sharding: Any) -> bool:
+    return isinstance(sharding, SHARDING_TYPES) and sharding.is_concrete
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One array argument of a jit call (a leaf of the arguments' pytrees).
+
+    ``kind`` is one of :data:`ARG_KINDS`:
+
+    * ``committed`` — a ``jax.Array`` placed explicitly (``device_put`` with a sharding,
+      or a jit result that came back committed); ``sharding`` is its sharding;
+    * ``uncommitted`` — a ``jax.Array`` JAX placed on its own (``jnp.ones``); its
+      ``sharding`` is where it lives, usually one device;
+    * ``numpy`` — a ``numpy.ndarray``; ``scalar`` — a Python ``bool``/``int``/``float``;
+    * ``abstract`` — a ``jax.ShapeDtypeStruct`` (for ``.trace``/``.lower``), with an
+      optional sharding that jit treats as committed.
+    """
+
+    kind: str
+    shape: tuple[int, ...] = ()
+    dtype: str = "float32"
+    sharding: Any = None
+
+    def __post_init__(self) -> None:
+        check_call(self.kind in ARG_KINDS, "an argument's kind", f"one of {ARG_KINDS}", self.kind)
+        object.__setattr__(self, "shape", check_dims(self.shape, what="an argument's shape"))
+        check_call(self.dtype in DTYPES, "an argument's dtype", f"one of {DTYPES}", self.dtype)
+        if self.kind in ("committed", "uncommitted"):
+            check_call(_concrete(self.sharding), f"a {self.kind} argument's sharding",
+                       "a concrete NamedSharding, SingleDeviceSharding or GSPMDSharding",
+                       self.sharding)
+        elif self.kind == "abstract":
+            check_call(self.sharding is None or isinstance(self.sharding, SHARDING_TYPES),
+                       "an abstract argument's sharding", "None or a sharding", self.sharding)
+        else:
+            check_call(self.sharding is None, f"a {self.kind} argument's sharding",
+                       "None (it has none)", self.sharding)
+        if self.kind in ("committed", "uncommitted") or (self.kind == "abstract"
+                                                         and self.sharding is not None):
+            _check_placeable(self)
+        if self.kind == "scalar":
+            check_call(self.shape == (), "a Python scalar's shape", "()", self.shape)
+
+    # Constructors named for what a user holds.
+    @classmethod
+    def committed(cls, shape: Any, sharding: Any, dtype: str = "float32") -> "Arg":
+        return cls("committed", shape, dtype, sharding)
+
+    @classmethod
+    def uncommitted(cls, shape: Any, sharding: Any = None, dtype: str = "float32") -> "Arg":
+        return cls("uncommitted", shape, dtype,
+                   SingleDeviceSharding(0) if sharding is None else sharding)
+
+    @classmethod
+    def numpy(cls, shape: Any, dtype: str = "float32") -> "Arg":
+        return cls("numpy", shape, dtype)
+
+    @classmethod
+    def scalar(cls, python_type: str = "float") -> "Arg":
+        check_call(python_type in SCALAR_DTYPES, "a Python scalar's type",
+                   f"one of {tuple(SCALAR_DTYPES)}", python_type)
+        return cls("scalar", (), SCALAR_DTYPES[python_type])
+
+    @classmethod
+    def abstract(cls, shape: Any, dtype: str = "float32", sharding: Any = None) -> "Arg":
+        return cls("abstract", shape, dtype, sharding)
+
+    @property
+    def is_committed(self) -> bool:
+        """Committed as jit sees it: a committed array, or an abstract value with a sharding."""
+        return self.kind == "committed" or (self.kind == "abstract" and self.sharding is not None)
+
+    def __repr__(self) -> str:
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        where = "" if self.sharding is None else f" on {self.sharding!r}"
+        return f"<{self.kind} {self.dtype}[{shape}]{where}>"
+
+
+def _check_placeable(arg: "Arg") -> None:
+    from .placement import check_rank, shard_shape
+    from .rules import Rejection
+
+    try:
+        check_rank(arg.sharding, arg.shape)
+        shard_shape(arg.sharding, arg.shape)
+    except Rejection as error:
+        check_call(False, f"a {arg.kind} argument of shape {arg.shape}",
+                   "placeable by its own sharding (an array that exists fits its sharding)",
+                   f"{arg.sharding!r}: {error}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """A static argument's value (it is hashed, never placed)."""
+
+    value: Any = None
+
+    def __repr__(self) -> str:
+        return f"Static({self.value!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Out:
+    """One result of the function: its shape and dtype.
+
+    ``mesh`` is the abstract mesh the result's type carries (JAX's ``aval.sharding.mesh``:
+    a result computed from a committed NamedSharding argument carries that argument's mesh),
+    or None. ``source`` says how a harness that rebuilds the function computes it (``None``:
+    from all used inputs; ``i``: from the flat input ``i``, shape-preserving); the spec
+    ignores it.
+    """
+
+    shape: tuple[int, ...] = ()
+    dtype: str = "float32"
+    source: int | None = None
+    mesh: AbstractMesh | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", check_dims(self.shape, what="a result's shape"))
+        check_call(self.dtype in DTYPES, "a result's dtype", f"one of {DTYPES}", self.dtype)
+        check_call(self.source is None or (isinstance(self.source, int) and self.source >= 0),
+                   "a result's source", "None or a flat input index", self.source)
+        check_call(self.mesh is None or isinstance(self.mesh, AbstractMesh),
+                   "a result's mesh", "None or an AbstractMesh", self.mesh)
+
+
+def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    check_call(isinstance(value, (tuple, list)) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value), what,
+        "an int or a sequence of ints", value)
+    return tuple(value)
+
+
+def _str_tuple(value: Any, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = (value,)
+    check_call(isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value),
+               what, "a string or a sequence of strings", value)
+    return tuple(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class JitOptions:
+    """The arguments of ``jax.jit`` that decide shardings.
+
+    ``in_shardings`` and ``out_shardings`` are pytrees whose leaves are shardings,
+    PartitionSpecs or None, or :data:`UNSPECIFIED` when left out. ``device`` is a device
+    id; ``backend`` a platform name (both deprecated in JAX 0.10.2).
+    """
+
+    in_shardings: Any = UNSPECIFIED
+    out_shardings: Any = UNSPECIFIED
+    static_argnums: tuple[int, ...] = ()
+    static_argnames: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    donate_argnames: tuple[str, ...] = ()
+    keep_unused: bool = False
+    device: int | None = None
+    backend: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("static_argnums", "donate_argnums"):
+            object.__setattr__(self, name, _int_tuple(getattr(self, name), name))
+        for name in ("static_argnames", "donate_argnames"):
+            object.__setattr__(self, name, _str_tuple(getattr(self, name), name))
+        check_call(isinstance(self.keep_unused, bool), "keep_unused", "a bool", self.keep_unused)
+        check_call(self.device is None or (isinstance(self.device, int)
+                                           and not isinstance(self.device, bool)
+                                           and self.device >= 0),
+                   "device", "None or a device id", self.device)
+        check_call(self.backend is None or isinstance(self.backend, str), "backend",
+                   "None or a platform name", self.backend)
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """A jit call: options, context, arguments, results and the compiler's choices.
+
+    * ``args`` — the positional arguments, each a pytree of :class:`Arg` (or a
+      :class:`Static` at a static position); ``kwargs`` likewise, by name;
+    * ``outputs`` — the function's result, a pytree of :class:`Out`;
+    * ``context_mesh`` — the mesh set with ``jax.set_mesh`` (concrete or abstract), or None;
+    * ``uses`` — for each flat dynamic input, whether the function uses it (None: all);
+    * ``compiler`` — for each flat output, the HLO sharding the compiler chose when jit
+      left it open (None where unknown or not needed); ``compiler_memory`` — the memory
+      kind it chose (None: the default, ``device``);
+    * ``devices`` — the platform's device count; ``default_device`` — the device id
+      jit uses when nothing else decides (``jax.default_device``);
+    * ``process_count`` — the number of JAX processes (the multi-process rules);
+    * ``aot_args``/``aot_kwargs`` — when set, the compiled executable (``.lower().compile()``
+      of this call) is then called with these arguments.
+    """
+
+    args: tuple = ()
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    outputs: Any = ()
+    options: JitOptions = dataclasses.field(default_factory=JitOptions)
+    context_mesh: Mesh | AbstractMesh | None = None
+    uses: tuple[bool, ...] | None = None
+    compiler: tuple[HloSharding | None, ...] | None = None
+    compiler_memory: tuple[str | None, ...] | None = None
+    devices: int = 8
+    default_device: int = 0
+    process_count: int = 1
+    aot_args: tuple | None = None
+    aot_kwargs: dict | None = None
+
+    def __post_init__(self) -> None:
+        check_call(isinstance(self.args, tuple), "a call's args", "a tuple", self.args)
+        check_call(isinstance(self.kwargs, dict) and all(isinstance(k, str) for k in self.kwargs),
+                   "a call's kwargs", "a dict with string keys", self.kwargs)
+        check_call(isinstance(self.options, JitOptions), "a call's options", "JitOptions",
+                   self.options)
+        check_call(self.context_mesh is None or isinstance(self.context_mesh, (Mesh, AbstractMesh)),
+                   "the context mesh", "None, a Mesh or an AbstractMesh", self.context_mesh)
+        for what, tree in (("args", self.args), ("kwargs", self.kwargs)):
+            for path, leaf in leaves_with_paths(tree):
+                check_call(isinstance(leaf, (Arg, Static)), f"{show_path((what, *path))}",
+                           "an Arg or a Static", leaf)
+        for path, leaf in leaves_with_paths(self.outputs):
+            check_call(isinstance(leaf, Out), f"{show_path(('outputs', *path))}", "an Out", leaf)
+        for name in ("devices", "default_device", "process_count"):
+            value = getattr(self, name)
+            check_call(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                       name, "a non-negative integer", value)
+        check_call(self.devices >= 1 and self.process_count >= 1, "devices and process_count",
+                   "at least 1", (self.devices, self.process_count))
+        check_call(self.default_device < self.devices, "default_device",
+                   f"a device id below {self.devices}", self.default_device)
+        if self.uses is not None:
+            object.__setattr__(self, "uses", tuple(self.uses))
+            check_call(all(isinstance(u, bool) for u in self.uses), "uses",
+                       "a sequence of bools", self.uses)
+        if self.compiler is not None:
+            object.__setattr__(self, "compiler", tuple(self.compiler))
+            check_call(all(c is None or isinstance(c, HloSharding) for c in self.compiler),
+                       "compiler", "a sequence of HLO shardings or None", self.compiler)
+        if self.compiler_memory is not None:
+            object.__setattr__(self, "compiler_memory", tuple(self.compiler_memory))
+            check_call(all(m is None or isinstance(m, str) for m in self.compiler_memory),
+                       "compiler_memory", "a sequence of memory kinds or None",
+                       self.compiler_memory)
+        if self.aot_args is not None or self.aot_kwargs is not None:
+            object.__setattr__(self, "aot_args", tuple(self.aot_args or ()))
+            object.__setattr__(self, "aot_kwargs", dict(self.aot_kwargs or {}))
+            for what, tree in (("args", self.aot_args), ("kwargs", self.aot_kwargs)):
+                for path, leaf in leaves_with_paths(tree):
+                    check_call(isinstance(leaf, (Arg, Static)),
+                               f"the AOT call's {show_path((what, *path))}",
+                               "an Arg or a Static", leaf)
+        for path, leaf in leaves_with_paths(self.args):
+            if isinstance(leaf, Arg) and leaf.sharding is not None:
+                for d in _device_ids_of(leaf.sharding):
+                    check_call(d < self.devices * self.process_count,
+                               f"the devices of {show_path(('args', *path))}",
+                               f"device ids below {self.devices * self.process_count}", d)
+
+
+def _device_ids_of(sharding: Any) -> tuple[int, ...]:
+    devices = getattr(sharding, "device_list", None)
+    if devices is None or len(devices) > 4096:
+        return ()
+    return devices.id_tuple()
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What jit does with a :class:`Call`.
+
+    Accepted: ``in_shardings`` (one per flat dynamic input, as the compiled program gets
+    them; :data:`UNSPECIFIED` where the compiler chooses), ``out_shardings`` (one per flat
+    result, as the results come back), ``device_assignment`` (device ids in order; None
+    when only abstract meshes decide), ``num_devices``, ``kept_inputs`` (flat indices the
+    program keeps), ``out_committed`` and ``transfers`` (flat inputs jit moves to other
+    devices or shardings before the call). Rejected: ``rule``, ``error_type`` (the name of
+    the built-in exception type JAX raises), ``jax_error`` (JAX's own class name),
+    ``message`` and ``path``. Both: ``trace``, the rules that fired, in order.
+    """
+
+    accepted: bool
+    trace: tuple[str, ...] = ()
+    in_paths: tuple[str, ...] = ()
+    in_shardings: tuple = ()
+    out_paths: tuple[str, ...] = ()
+    out_shardings: tuple = ()
+    device_assignment: tuple[int, ...] | None = None
+    num_devices: int = 0
+    kept_inputs: tuple[int, ...] = ()
+    out_committed: tuple[bool, ...] = ()
+    transfers: tuple[str, ...] = ()
+    rule: str | None = None
+    error_type: str | None = None
+    jax_error: str | None = None
+    message: str | None = None
+    path: str | None = None
+    stage: str | None = None
+
+    def __str__(self) -> str:
+        if not self.accepted:
+            return f"rejected by {self.rule} ({self.error_type}): {self.message}"
+        lines = [f"accepted on {self.num_devices} device(s)"
+                 + (f" {list(self.device_assignment)}" if self.device_assignment else "")]
+        for path, s in zip(self.in_paths, self.in_shardings):
+            lines.append(f"  in  {path}: {s!r}")
+        for path, s, c in zip(self.out_paths, self.out_shardings, self.out_committed):
+            lines.append(f"  out {path}: {s!r}" + ("" if c else " (uncommitted)"))
+        return "\n".join(lines)
+

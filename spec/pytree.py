@@ -1,0 +1,103 @@
+"""Pytrees as jit sees them: tuples, lists, dicts and None around leaves.
+
+The spec needs only the containers a user passes to ``jax.jit``: a tuple, a list, a dict
+(flattened in sorted key order, as JAX does) and ``None``, which is a container with no
+children (an argument that is None has no leaves). Everything else is a leaf. Paths are
+written the way JAX's ``keystr`` writes them: ``[0]['w'][1]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator
+
+__all__ = ["Node", "structure", "leaves_with_paths", "leaves", "is_container", "show_path"]
+
+
+def is_container(value: Any) -> bool:
+    """True for the containers jit flattens (tuple, list, dict, None)."""
+    return value is None or type(value) in (tuple, list, dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """The shape of a pytree without its leaves: a kind and the children's structures."""
+
+    kind: str                      # "tuple", "list", "dict", "none" or "leaf"
+    keys: tuple = ()               # dict keys (sorted) for "dict"
+    children: tuple["Node", ...] = ()
+
+    @property
+    def num_leaves(self) -> int:
+        if self.kind == "leaf":
+            return 1
+        return sum(c.num_leaves for c in self.children)
+
+    def describe(self) -> str:
+        """A short description for messages: ``tuple of 2``, ``dict with keys ['a', 'b']``."""
+        if self.kind == "leaf":
+            return "a leaf"
+        if self.kind == "none":
+            return "None"
+        if self.kind == "dict":
+            return f"a dict with keys {list(self.keys)}"
+        return f"a {self.kind} of length {len(self.children)}"
+
+
+LEAF = Node("leaf")
+
+
+def _sorted_keys(d: dict) -> tuple:
+    try:
+        return tuple(sorted(d))
+    except TypeError:
+        return tuple(sorted(d, key=repr))
+
+
+def structure(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> Node:
+    """The structure of ``tree``; ``is_leaf`` may declare more values to be leaves."""
+    if is_leaf is not None and is_leaf(tree):
+        return LEAF
+    if tree is None:
+        return Node("none")
+    kind = type(tree)
+    if kind is tuple or kind is list:
+        return Node(kind.__name__, (), tuple(structure(c, is_leaf) for c in tree))
+    if kind is dict:
+        keys = _sorted_keys(tree)
+        return Node("dict", keys, tuple(structure(tree[k], is_leaf) for k in keys))
+    return LEAF
+
+
+def show_key(key: Any) -> str:
+    return f"[{key!r}]"
+
+
+def show_path(path: tuple) -> str:
+    """``('args', 0, 'w')`` -> ``args[0]['w']``: the first key is a bare name."""
+    if not path:
+        return ""
+    head, *rest = path
+    return str(head) + "".join(show_key(k) for k in rest)
+
+
+def leaves_with_paths(tree: Any, prefix: tuple = (),
+                      is_leaf: Callable[[Any], bool] | None = None
+                      ) -> Iterator[tuple[tuple, Any]]:
+    """Every leaf of ``tree`` with its path, in JAX's flattening order."""
+    if is_leaf is not None and is_leaf(tree):
+        yield prefix, tree
+    elif tree is None:
+        return
+    elif type(tree) in (tuple, list):
+        for i, child in enumerate(tree):
+            yield from leaves_with_paths(child, prefix + (i,), is_leaf)
+    elif type(tree) is dict:
+        for key in _sorted_keys(tree):
+            yield from leaves_with_paths(tree[key], prefix + (key,), is_leaf)
+    else:
+        yield prefix, tree
+
+
+def leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[Any]:
+    return [leaf for _, leaf in leaves_with_paths(tree, (), is_leaf)]
