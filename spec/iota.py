@@ -128,11 +128,20 @@ class Iota:
         return ravel(tuple(original[p] for p in self.perm), self.transposed_dims)
 
     def __iter__(self) -> Iterator[int]:
-        for position in range(self.size):
-            yield self[position]
+        return iter(self.to_tuple())
 
     def to_tuple(self) -> tuple[int, ...]:
-        return tuple(self)
+        """Every value in order: the transposed dimensions walked with their strides."""
+        if self.is_range:
+            return tuple(range(self.size))
+        strides = [1] * len(self.reshape_dims)
+        for i in range(len(self.reshape_dims) - 2, -1, -1):
+            strides[i] = strides[i + 1] * self.reshape_dims[i + 1]
+        values = [0]
+        for p in self.perm:  # major to minor in the transposed order
+            step, count = strides[p], self.reshape_dims[p]
+            values = [v + k * step for v in values for k in range(count)]
+        return tuple(values)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Iota):

@@ -37,7 +37,7 @@ from .rules import Failure, Rejection, reject, require, rule, tracing
 from .shardings import (
     UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding, check_axes_unique,
 )
-from .values import AbstractMesh, AxisType, Mesh, PartitionSpec, UNCONSTRAINED
+from .values import AbstractMesh, AxisType, DeviceList, Mesh, PartitionSpec, UNCONSTRAINED
 
 P = PartitionSpec  # the name the examples use
 
@@ -47,7 +47,8 @@ __all__ = ["jit_call", "STAGES"]
 STAGES = {
     "CALL": "description", "JIT-1": "jit", "JIT-2": "jit", "NS": "jit", "VAL": "jit",
     "JIT-3": "trace", "JIT-4": "trace", "JIT-5": "trace", "TREE-1": "trace",
-    "TREE-2": "trace", "FIT": "trace", "DIV": "trace", "RES": "lower", "DA": "lower",
+    "TREE-2": "trace", "FIT": "trace", "DIV": "trace", "RES": "lower", "RES-5": "call",
+    "DA": "lower",
     "KEEP": "lower", "EXE": "lower", "OUT": "compile", "AOT": "aot",
 }
 
@@ -56,11 +57,11 @@ def _stage(rule_id: str) -> str:
     return STAGES.get(rule_id, STAGES.get(rule_id.rsplit("-", 1)[0], "trace"))
 
 
-def _devices_text(ids: Sequence[int]) -> str:
-    ids = list(ids)
-    if len(ids) > 12:
-        return "[" + ", ".join(map(str, ids[:8])) + f", ... ({len(ids)} devices)]"
-    return str(ids)
+def _devices_text(devices: DeviceList) -> str:
+    if len(devices) > 12:
+        shown = ", ".join(str(devices.id_at(i)) for i in range(8))
+        return f"[{shown}, ... ({len(devices)} devices)]"
+    return str(list(devices.ids()))
 
 
 # =========================================================================== failures
@@ -144,6 +145,17 @@ class OutNotAPrefix(NotAPrefix):
 
 
 @dataclasses.dataclass(frozen=True)
+class EmptyNotAPrefix(NotAPrefix):
+    error_type: ClassVar[type[Exception]] = AssertionError
+    jax_error: ClassVar[str] = "AssertionError"
+
+
+@dataclasses.dataclass(frozen=True)
+class EmptyOutNotAPrefix(EmptyNotAPrefix):
+    rule: ClassVar[str] = "TREE-2"
+
+
+@dataclasses.dataclass(frozen=True)
 class DoesNotFit(Failure):
     rule: ClassVar[str] = "FIT-1"
     template: ClassVar[str] = "a value of shape {shape} does not fit its sharding: {reason}"
@@ -215,6 +227,21 @@ class CommittedMismatch(Failure):
     held_hlo: str
     wanted: Any
     wanted_hlo: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaInOtherMemory(Failure):
+    rule: ClassVar[str] = "RES-5"
+    template: ClassVar[str] = ("jit was given device={device}, and the argument is a replicated "
+                               "array on devices {devices} in memory kind {held!r}; JAX reuses its "
+                               "copy on device {device} as it is, and the program wants "
+                               "{wanted!r}")
+    hint: ClassVar[str] = ("Move it first: jax.device_put(x, jax.devices()[{device}]), or drop "
+                           "device= (deprecated).")
+    device: int
+    devices: str
+    held: Any
+    wanted: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -512,6 +539,13 @@ def match_in_shardings(in_shardings: Any, positional: Node) -> list[Any]:
     Traceback (most recent call last):
     ...
     shardlaw.spec.rules.RejectionValueError: [TREE-1]: in_shardings must be a tree prefix of the positional arguments: it is a tuple of length 2 for 1 positional argument(s) It looks like in_shardings should be wrapped in a singleton tuple: ((P('x'), P()),).
+
+    An empty container that does not match fails JAX's internal assertion (AssertionError):
+
+    >>> match_in_shardings((), structure((1,)))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionAssertionError: [TREE-1]: in_shardings must be a tree prefix of the positional arguments: it is a tuple of length 0 for 1 positional argument(s)
     """
     if in_shardings is UNSPECIFIED or in_shardings is None or not is_container(in_shardings):
         return [in_shardings] * positional.num_leaves
@@ -531,7 +565,9 @@ def match_in_shardings(in_shardings: Any, positional: Node) -> list[Any]:
     if count == 1 and _mismatch((in_shardings,), positional, ()) is None:
         fix = (f"It looks like in_shardings should be wrapped in a singleton tuple: "
                f"({in_shardings!r},).")
-    raise reject(NotAPrefix("in_shardings", "the positional arguments", detail, fix))
+    # JAX's own check takes an empty container for a leaf and fails an internal assertion.
+    kind = EmptyNotAPrefix if len(in_shardings) == 0 else NotAPrefix
+    raise reject(kind("in_shardings", "the positional arguments", detail, fix))
 
 
 @rule("TREE-2", mirrors="jax._src.pjit._check_and_canonicalize_out_shardings")
@@ -549,8 +585,8 @@ def match_out_shardings(out_shardings: Any, results: Node) -> list[Any]:
     if out_shardings is UNSPECIFIED or out_shardings is None or not is_container(out_shardings):
         return [out_shardings] * results.num_leaves
     found = _mismatch(out_shardings, results, ())
-    require(found is None, lambda: OutNotAPrefix("out_shardings", "the function's result",
-                                                 found or ""))
+    kind = EmptyOutNotAPrefix if len(out_shardings) == 0 else OutNotAPrefix
+    require(found is None, lambda: kind("out_shardings", "the function's result", found or ""))
     return _broadcast(out_shardings, results)
 
 
@@ -663,9 +699,34 @@ def check_committed(arg: Arg, wanted: Any) -> None:
         held, str(held_hlo), wanted, str(wanted_hlo)))
 
 
+@rule("RES-5", mirrors="jax._src.interpreters.pxla.shard_args (a replicated array's copy "
+                      "is reused; xla::PjRtBuffers memory-kind check)")
+def check_reused_replica(arg: Arg, target: SingleDeviceSharding) -> None:
+    """Under ``device=``/``backend=`` jit skips the argument checks and moves each argument to the device, except that an array replicated over several devices, one of them the target, is used as is, so it must already be in the target's memory kind.
+
+    >>> mesh = Mesh.iota((2,), ("x",))
+    >>> pinned = NamedSharding(mesh, P(), memory_kind="pinned_host")
+    >>> check_reused_replica(Arg.committed((4,), pinned), SingleDeviceSharding(5))
+    >>> check_reused_replica(Arg.committed((4,), pinned), SingleDeviceSharding(0))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [RES-5]: jit was given device=0, and the argument is a replicated array on devices [0, 1] in memory kind 'pinned_host'; JAX reuses its copy on device 0 as it is, and the program wants 'device' Move it first: jax.device_put(x, jax.devices()[0]), or drop device= (deprecated).
+    """
+    held = arg.sharding
+    if held is None or not held.is_concrete or held.memory_kind == target.memory_kind:
+        return
+    devices = held.device_list
+    device = target.device.id
+    if len(devices) > 1 and devices.position_of(device) is not None and \
+            is_fully_replicated(held):
+        raise reject(ReplicaInOtherMemory(device, _devices_text(devices), held.memory_kind,
+                                          target.memory_kind))
+
+
 def resolve_input(item: Input, processes: int, device_or_backend: bool) -> Any:
-    """The sharding lowering gets for one input (RES-1..4 in JAX's order)."""
+    """The sharding lowering gets for one input (RES-1..5 in JAX's order)."""
     if device_or_backend:
+        check_reused_replica(item.arg, item.jit_sharding)
         return item.jit_sharding
     if item.jit_sharding is UNSPECIFIED:
         return sharding_from_argument(item.arg)
@@ -697,18 +758,19 @@ class Source:
     what: str            # "argument args[0] (committed)", "in_shardings for args[1]", ...
 
 
-def _ids(sharding: Any) -> tuple[int, ...]:
-    return sharding.device_list.id_tuple()
+def _ids(sharding: Any) -> DeviceList:
+    return sharding.device_list
 
 
 @rule("DA-1", mirrors="jax._src.interpreters.pxla._get_and_check_device_assignment")
 def device_assignment(sources: Sequence[Source], context: Mesh | AbstractMesh | None,
-                      default_device: int) -> tuple[tuple[int, ...] | None, int]:
+                      default_device: int) -> tuple[DeviceList | None, int]:
     """Every concrete sharding of the kept inputs and of the results lists the same devices in the same order — the context mesh's when one is set; that list is the device assignment.
 
     >>> a = Source(SingleDeviceSharding(0), "argument args[0]")
     >>> b = Source(SingleDeviceSharding(1), "argument args[1]")
-    >>> device_assignment([a, a], None, 0)
+    >>> devices, count = device_assignment([a, a], None, 0)
+    >>> devices.id_tuple(), count
     ((0,), 1)
     >>> device_assignment([a, b], None, 0)
     Traceback (most recent call last):
@@ -718,7 +780,7 @@ def device_assignment(sources: Sequence[Source], context: Mesh | AbstractMesh | 
     abstract = context if isinstance(context, AbstractMesh) else None
     abstract_what = "context mesh"
     any_concrete = isinstance(context, Mesh)
-    first: tuple[tuple[int, ...], str] | None = None
+    first: tuple[DeviceList, str] | None = None
     for source in sources:
         s = source.sharding
         if s is UNSPECIFIED:
@@ -738,13 +800,13 @@ def device_assignment(sources: Sequence[Source], context: Mesh | AbstractMesh | 
             require(context.size == len(ids), lambda: DeviceAssignmentMismatch(
                 "context mesh", f"(any {context.size})", source.what, _devices_text(ids)))
         else:
-            mesh_ids = context.devices.id_tuple()
+            mesh_ids = context.devices
             require(mesh_ids == ids, lambda: DeviceAssignmentMismatch(
                 "context mesh", _devices_text(mesh_ids), source.what, _devices_text(ids)))
     if first is None and isinstance(context, Mesh):
-        assignment = context.devices.id_tuple()
+        assignment = context.devices
     elif first is None:
-        assignment = default_assignment(default_device)
+        assignment = DeviceList.of_ids(default_assignment(default_device))
     else:
         assignment = first[0]
     if any_concrete and abstract is not None:
@@ -782,7 +844,7 @@ def default_assignment(default_device: int) -> tuple[int, ...]:
 
 @rule("DA-4", mirrors="jax._src.interpreters.pxla.lower_sharding_computation "
                       "(device_assignment is None)")
-def check_has_devices(assignment: tuple[int, ...] | None, context: Any) -> None:
+def check_has_devices(assignment: DeviceList | None, context: Any) -> None:
     """A call whose shardings are all over abstract meshes has no devices, so jit cannot run it.
 
     >>> check_has_devices(None, AbstractMesh((2,), ("x",), (AxisType.Explicit,)))
@@ -795,10 +857,10 @@ def check_has_devices(assignment: tuple[int, ...] | None, context: Any) -> None:
 
 @rule("EXE-1", mirrors="jax._src.interpreters.pxla.lower_sharding_computation (ndim == 0)")
 def replicate_scalars(shardings: Sequence[Any], ranks: Sequence[int],
-                      assignment: tuple[int, ...] | None) -> list[Any]:
+                      assignment: DeviceList | None) -> list[Any]:
     """On more than one device, a 0-d input whose sharding jit left open is replicated over the device assignment.
 
-    >>> replicate_scalars([UNSPECIFIED, UNSPECIFIED], [0, 1], (0, 1))
+    >>> replicate_scalars([UNSPECIFIED, UNSPECIFIED], [0, 1], DeviceList.of_ids([0, 1]))
     [GSPMDSharding({replicated}, devices=DeviceList(Iota[2])), UNSPECIFIED]
     """
     if assignment is None or len(assignment) <= 1:
@@ -1006,12 +1068,12 @@ def _input_type(arg: Arg) -> Any:
     return Out(arg.shape, arg.dtype, None, mesh)
 
 
-def _concrete_inputs(shardings: Sequence[Any], assignment: tuple[int, ...]) -> list[Any]:
+def _concrete_inputs(shardings: Sequence[Any], assignment: DeviceList) -> list[Any]:
     """Input shardings over abstract meshes, made concrete over the device assignment."""
     out = []
     for s in shardings:
         if isinstance(s, NamedSharding) and isinstance(s.mesh, AbstractMesh):
-            s = NamedSharding(Mesh(s.mesh.axis_sizes, s.mesh.axis_names, list(assignment),
+            s = NamedSharding(Mesh(s.mesh.axis_sizes, s.mesh.axis_names, assignment,
                                    s.mesh.axis_types), s.spec, memory_kind=s.memory_kind)
         out.append(s)
     return out
@@ -1028,34 +1090,34 @@ def _mesh_for_result(out: Any, given: Mesh, placed: GSPMDSharding) -> Mesh | Non
 
 
 @rule("OUT-3", mirrors="jax._src.interpreters.pxla.finalize_shardings")
-def single_device_results(outs: Sequence[Any], assignment: tuple[int, ...]) -> list[Any]:
+def single_device_results(outs: Sequence[Any], assignment: DeviceList) -> list[Any]:
     """On a one-device program, a result still placed by an HLO sharding comes back as a SingleDeviceSharding on that device.
 
-    >>> single_device_results([GSPMDSharding([3], "{replicated}")], (3,))
+    >>> single_device_results([GSPMDSharding([3], "{replicated}")], DeviceList.of_ids([3]))
     [SingleDeviceSharding(Device(3))]
     """
     if len(assignment) != 1:
         return list(outs)
-    return [SingleDeviceSharding(assignment[0], memory_kind=o.memory_kind)
+    return [SingleDeviceSharding(assignment.id_at(0), memory_kind=o.memory_kind)
             if isinstance(o, GSPMDSharding) else o for o in outs]
 
 
 def compiled_results(specified: Sequence[Any], compiler: Sequence[HloSharding | None],
-                     assignment: tuple[int, ...], memory: Sequence[str | None]) -> list[Any]:
+                     assignment: DeviceList, memory: Sequence[str | None]) -> list[Any]:
     """What the executable reports before recovery: the given sharding, else the compiler's."""
     outs = []
     for s, choice, kind in zip(specified, compiler, memory):
         if isinstance(s, NamedSharding) and isinstance(s.mesh, AbstractMesh):
-            s = NamedSharding(Mesh(s.mesh.axis_sizes, s.mesh.axis_names, list(assignment),
+            s = NamedSharding(Mesh(s.mesh.axis_sizes, s.mesh.axis_names, assignment,
                                    s.mesh.axis_types), s.spec, memory_kind=s.memory_kind)
         if s is not UNSPECIFIED:
             outs.append(s)
         elif len(assignment) == 1:
-            outs.append(GSPMDSharding(list(assignment), Replicated(), memory_kind=kind))
+            outs.append(GSPMDSharding(assignment, Replicated(), memory_kind=kind))
         elif choice is None:
             outs.append(UNSPECIFIED)
         else:
-            outs.append(GSPMDSharding(list(assignment), choice, memory_kind=kind))
+            outs.append(GSPMDSharding(assignment, choice, memory_kind=kind))
     return outs
 
 
@@ -1281,7 +1343,7 @@ def _decide(call: Call) -> dict[str, Any]:
     return dict(
         in_paths=tuple(p for p, _ in flat_in), in_shardings=tuple(final),
         out_paths=tuple(p for p, _ in flat_out), out_shardings=tuple(outs),
-        device_assignment=assignment, num_devices=count, kept_inputs=kept,
+        device_assignment=assignment.id_tuple(), num_devices=count, kept_inputs=kept,
         out_committed=(committed,) * len(flat_out), transfers=transfers)
 
 

@@ -45,6 +45,27 @@ def test_jit_call_agrees_with_jax(call):
 
 # --------------------------------------------------------------------------- pinned examples
 
+@checks("JIT-1", "JIT-2", "JIT-4", "FIT-1")
+def test_options_leaves_keywords_and_fit():
+    x = (Arg.numpy((8, 8)),)
+    cases = [
+        (JitOptions(device=1), {}, None),
+        (JitOptions(device=1, in_shardings=NS), {}, "JIT-1"),
+        (JitOptions(device=1, backend="cpu"), {}, "JIT-1"),
+        (JitOptions(in_shardings=("x",)), {}, "JIT-2"),
+        (JitOptions(in_shardings=S.P(S.UNCONSTRAINED)), {}, "JIT-2"),
+        (JitOptions(in_shardings=S.P("x", "x")), {}, "NS-2"),
+        (JitOptions(in_shardings=(NS,)), {"k": Arg.numpy((2,))}, "JIT-4"),
+        (JitOptions(in_shardings=None), {"k": Arg.numpy((2,))}, None),
+        (JitOptions(in_shardings=S.NamedSharding(MESH, S.P(None, None, "x"))), {}, "FIT-1"),
+        (JitOptions(in_shardings=S.NamedSharding(S.Mesh.iota((3,), ("z",)), S.P("z"))), {},
+         "FIT-1"),
+    ]
+    for options, kwargs, rule in cases:
+        verdict = _agree(Call(args=x, kwargs=kwargs, outputs=Out((8, 8)), options=options))
+        assert verdict.rule == rule, (options, verdict)
+
+
 def test_silent_move_of_a_committed_argument_with_equal_hlo():
     """RES-4 compares HLO only: a committed array on device 5 meets a replicated in_sharding."""
     call = Call(args=(Arg.committed((8, 8), S.SingleDeviceSharding(5)),), outputs=Out((8, 8)),
@@ -153,6 +174,43 @@ def test_aot_calls_check_structure_types_and_equivalence():
         base, aot_args=(Arg.committed((8, 8), NS, "int32"),))).rule == "AOT-2"
     assert _agree(dataclasses.replace(
         base, aot_args=(Arg.committed((8, 8), NS), Arg.numpy((2,))))).rule == "AOT-1"
+
+
+@checks("RES-3")
+def test_memory_kinds_must_already_match():
+    pinned = S.NamedSharding(MESH, S.P("x"), memory_kind="pinned_host")
+    x = Arg.committed((8, 8), pinned)
+    wanted = S.NamedSharding(MESH, S.P("x"))
+    assert _agree(Call(args=(x,), outputs=Out((8, 8)),
+                       options=JitOptions(in_shardings=wanted))).rule == "RES-3"
+    assert _agree(Call(args=(x,), outputs=Out((8, 8)),
+                       options=JitOptions(in_shardings=pinned))).accepted
+    # numpy arrays have no memory kind: they are placed as the in_sharding says.
+    assert _agree(Call(args=(Arg.numpy((8, 8)),), outputs=Out((8, 8)),
+                       options=JitOptions(in_shardings=pinned))).accepted
+
+
+@checks("RES-5")
+def test_device_option_reuses_a_replica_in_its_memory_kind():
+    pinned = S.NamedSharding(S.Mesh.iota((3,), ("a",)), S.P(), memory_kind="pinned_host")
+    x = Arg.committed((6,), pinned)
+    assert _agree(Call(args=(x,), outputs=Out((6,)),
+                       options=JitOptions(device=0))).rule == "RES-5"
+    assert _agree(Call(args=(x,), outputs=Out((6,)), options=JitOptions(device=5))).accepted
+    split = Arg.committed((6,), S.NamedSharding(pinned.mesh, S.P("a"), memory_kind="pinned_host"))
+    assert _agree(Call(args=(split,), outputs=Out((6,)), options=JitOptions(device=0))).accepted
+
+
+@checks("TREE-1", "TREE-2")
+def test_empty_shardings_containers_fail_jax_assertions():
+    one = (Arg.numpy((4,)),)
+    assert _agree(Call(args=one, outputs=Out((4,)),
+                       options=JitOptions(in_shardings=()))).error_type == "AssertionError"
+    assert _agree(Call(args=one, outputs=Out((4,)),
+                       options=JitOptions(out_shardings={}))).error_type == "AssertionError"
+    assert _agree(Call(args=one, outputs=Out((4,)),
+                       options=JitOptions(in_shardings=(None, None)))).error_type == "ValueError"
+    assert _agree(Call(args=(), outputs=Out(()), options=JitOptions(in_shardings=()))).accepted
 
 
 @checks("RES-2")

@@ -35,6 +35,16 @@ FAMILY_TITLES = {
     "IDX": "Indices: which device holds which box",
     "REP": "Replication",
     "EQ": "Equivalence",
+    "CALL": "Call descriptions",
+    "JIT": "jit options and sharding leaves",
+    "TREE": "Matching shardings to pytrees",
+    "FIT": "Arguments and results fit their shardings",
+    "RES": "Resolving argument shardings",
+    "KEEP": "Kept inputs",
+    "DA": "The device assignment",
+    "EXE": "What the compiled program receives",
+    "OUT": "Result shardings",
+    "AOT": "Calling an ahead-of-time compiled executable",
 }
 
 
