@@ -292,14 +292,23 @@ def _context_mesh() -> Any:
     return None
 
 
-def _used_inputs(fun: Any, jit_kwargs: dict, args: tuple, kwargs: dict) -> tuple[bool, ...]:
+def _traced(fun: Any, jit_kwargs: dict, args: tuple, kwargs: dict) -> tuple[Any, tuple[bool, ...]]:
+    """The results' types and, per flat input, whether the function uses it (JAX's DCE)."""
     from jax._src.interpreters import partial_eval as pe
 
     jax = _jax()
     traced = jax.jit(fun, **jit_kwargs).trace(*args, **kwargs)
     jaxpr = traced.jaxpr.jaxpr
     _, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))
-    return tuple(bool(u) for u in used)
+    return traced, tuple(bool(u) for u in used)
+
+
+def _result_meshes(traced: Any) -> list[Any]:
+    meshes = []
+    for aval in traced.jaxpr.out_avals:
+        mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+        meshes.append(None if mesh is None or mesh.empty else from_jax(mesh))
+    return meshes
 
 
 def describe_call(fun: Any, *args: Any, in_shardings: Any = None, out_shardings: Any = None,
@@ -325,10 +334,10 @@ def describe_call(fun: Any, *args: Any, in_shardings: Any = None, out_shardings:
     spec_args = tuple(Static(a) if i in static else _arg_tree(a) for i, a in enumerate(args))
     spec_kwargs = {k: Static(v) if k in static_names else _arg_tree(v) for k, v in kwargs.items()}
     jit_kwargs = dict(static_argnums=tuple(static), static_argnames=tuple(static_names))
-    concrete_args = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) if isinstance(a, jax.Array)
-                          else a for a in args)
-    shapes = jax.jit(fun, **jit_kwargs).eval_shape(*concrete_args, **kwargs)
-    outputs = jax.tree_util.tree_map(lambda s: Out(tuple(s.shape), str(s.dtype)), shapes)
+    traced, uses = _traced(fun, jit_kwargs, args, kwargs)
+    meshes = iter(_result_meshes(traced))
+    outputs = jax.tree_util.tree_map(
+        lambda s: Out(tuple(s.shape), str(s.dtype), None, next(meshes)), traced.out_info)
     options = JitOptions(
         in_shardings=UNSPECIFIED if in_shardings is None else _shardings_tree(in_shardings),
         out_shardings=UNSPECIFIED if out_shardings is None else _shardings_tree(out_shardings),
@@ -342,7 +351,7 @@ def describe_call(fun: Any, *args: Any, in_shardings: Any = None, out_shardings:
         default = jax.local_devices()[0]
     return Call(args=spec_args, kwargs=spec_kwargs, outputs=outputs,
                 options=options, context_mesh=mesh,
-                uses=_used_inputs(fun, jit_kwargs, concrete_args, kwargs),
+                uses=uses,
                 compiler=compiler, devices=jax.device_count() // max(jax.process_count(), 1),
                 default_device=default.id, process_count=jax.process_count())
 

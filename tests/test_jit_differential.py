@@ -235,6 +235,9 @@ def test_every_jit_rule_was_seen_on_both_sides():
             if name.startswith("test_") and name not in (
                     "test_every_jit_rule_was_seen_on_both_sides", "test_jit_call_agrees_with_jax"):
                 value()
+    print("\njit-call rules, hits against JAX (accepted / rejected):")
+    for rule_id, (accepted, rejected) in sorted(CALL_HITS.items()):
+        print(f"  {rule_id:8s} {accepted:6d} {rejected:6d}")
     missing = []
     for rule_id in JIT_RULES:
         if rule_id in MULTI_PROCESS:
