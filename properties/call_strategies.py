@@ -261,8 +261,9 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True) -> Call:
     options = JitOptions(in_shardings=in_shardings, out_shardings=out_shardings,
                          static_argnums=tuple(static), keep_unused=draw(st.integers(0, 4)) == 0,
                          device=device, backend=backend)
+    default = draw(st.integers(0, max_devices - 1)) if draw(st.integers(0, 7)) == 0 else 0
     call = Call(args=tuple(positional), kwargs=kwargs, outputs=outputs, options=options,
-                context_mesh=context, uses=uses, devices=max_devices)
+                context_mesh=context, uses=uses, devices=max_devices, default_device=default)
     if aot and draw(st.integers(0, 2)) == 0:
         call = _with_aot(draw, call, home, max_devices)
     return call

@@ -702,7 +702,7 @@ def check_committed(arg: Arg, wanted: Any) -> None:
 @rule("RES-5", mirrors="jax._src.interpreters.pxla.shard_args (a replicated array's copy "
                       "is reused; xla::PjRtBuffers memory-kind check)")
 def check_reused_replica(arg: Arg, target: SingleDeviceSharding) -> None:
-    """Under ``device=``/``backend=`` jit skips the argument checks and moves each argument to the device, except that an array replicated over several devices, one of them the target, is used as is, so it must already be in the target's memory kind.
+    """Under ``device=``/``backend=`` jit skips the argument checks and moves each kept argument to the device, except that an array replicated over several devices, one of them the target, is used as is, so it must already be in the target's memory kind.
 
     >>> mesh = Mesh.iota((2,), ("x",))
     >>> pinned = NamedSharding(mesh, P(), memory_kind="pinned_host")
@@ -724,9 +724,8 @@ def check_reused_replica(arg: Arg, target: SingleDeviceSharding) -> None:
 
 
 def resolve_input(item: Input, processes: int, device_or_backend: bool) -> Any:
-    """The sharding lowering gets for one input (RES-1..5 in JAX's order)."""
+    """The sharding lowering gets for one input (RES-1..4 in JAX's order)."""
     if device_or_backend:
-        check_reused_replica(item.arg, item.jit_sharding)
         return item.jit_sharding
     if item.jit_sharding is UNSPECIFIED:
         return sharding_from_argument(item.arg)
@@ -1294,6 +1293,12 @@ def _decide(call: Call) -> dict[str, Any]:
     check_call(len(uses) == len(inputs), "uses", f"{len(inputs)} flags, one per flat input",
                uses)
     kept = kept_inputs(uses, options.keep_unused)
+    if device_or_backend:  # only the kept inputs are handed to the program
+        for i in kept:
+            try:
+                check_reused_replica(inputs[i].arg, inputs[i].jit_sharding)
+            except Rejection as error:
+                raise error.at(inputs[i].path) from None
     sources = [Source(resolved[i], _source_name(inputs[i])) for i in kept]
     sources += [Source(s, f"out_shardings for {path}") for (path, _), s in zip(flat_out, out_shardings)]
     sources = _first_of_each(sources)
