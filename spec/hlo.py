@@ -65,6 +65,15 @@ class MalformedHlo(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
+class NotHloInput(MalformedHlo):
+    # XLA's bindings (HloSharding.from_string, HloSharding.__repr__) refuse an argument of
+    # the wrong type with TypeError, before reading anything.
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = "{problem}, got {text}"
+
+
+@dataclasses.dataclass(frozen=True)
 class BadTileAssignment(Failure):
     rule: ClassVar[str] = "HLO-1"
     template: ClassVar[str] = "tile assignment of shape {dims} is invalid: {problem}"
@@ -365,7 +374,9 @@ def hlo_text(sharding: HloSharding) -> str:
         elif sharding.subgroups:
             tail = " last_tile_dims={" + ", ".join(s.word for s in sharding.subgroups) + "}"
         return f"{{devices=[{','.join(map(str, sharding.dims))}]{body}{tail}}}"
-    raise reject(MalformedHlo(repr(sharding), "not an HLO sharding value"))
+    raise reject(NotHloInput(f"{sharding!r} ({type(sharding).__name__})",
+                             "hlo_text prints an HLO sharding value (Replicated, Maximal, "
+                             "Manual, Unreduced or Tiled)"))
 
 
 _INTS = r"\d+(?:,\d+)*"
@@ -391,7 +402,8 @@ def parse_hlo(text: str) -> HloSharding:
     (0, 2, 1, 3)
     """
     if not isinstance(text, str):
-        raise reject(MalformedHlo(repr(text), f"expected a string, got {type(text).__name__}"))
+        raise reject(NotHloInput(f"{text!r} ({type(text).__name__})",
+                                 "HLO sharding text is a string"))
     body = text.strip()
     require(body.startswith("{") and body.endswith("}"),
             lambda: MalformedHlo(text, "an HLO sharding is written between braces"))

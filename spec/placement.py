@@ -260,13 +260,15 @@ def check_rank(sharding: Any, shape: Any) -> None:
 # --------------------------------------------------------------------------- ways and shapes
 
 @rule("DIV-2", mirrors="jax._src.op_shardings.get_num_ways_dim_sharded")
-def tiles_per_dimension(sharding: Any, ndim: int) -> tuple[tuple[int, ...], int]:
+def tiles_per_dimension(sharding: Any, ndim: int, *, lowered: HloSharding | None = None
+                        ) -> tuple[tuple[int, ...], int]:
     """Each dimension is cut as many ways as its tile count, and every tile is held by as many devices as the replicated subgroups hold.
 
     >>> tiles_per_dimension(NamedSharding(Mesh.iota((2, 4), ("x", "y")), P("y")), 2)
     ((4, 1), 2)
     """
-    hlo = to_hlo(sharding, ndim)
+    # ``lowered``: to_hlo(sharding, ndim), when the caller has it already
+    hlo = to_hlo(sharding, ndim) if lowered is None else lowered
     if _acts_replicated(hlo) or isinstance(hlo, Unreduced):
         return (1,) * ndim, (num_devices(sharding) if isinstance(hlo, Replicated) else 1)
     if isinstance(hlo, Manual):
@@ -283,7 +285,7 @@ def replication_factor(sharding: Any, ndim: int) -> int:
 
 
 @rule("DIV-1", mirrors="jax._src.sharding._common_shard_shape")
-def shard_shape(sharding: Any, shape: Any) -> Shape:
+def shard_shape(sharding: Any, shape: Any, *, lowered: HloSharding | None = None) -> Shape:
     """Each dimension is split into as many equal pieces as it has tiles, and its size must be a multiple of that number.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
@@ -295,10 +297,10 @@ def shard_shape(sharding: Any, shape: Any) -> Shape:
     shardlaw.spec.rules.RejectionValueError: [DIV-1]: dimension 0 of shape (7, 8) has size 7, which NamedSharding(Mesh({'x': 2, 'y': 4}), P('x', 'y')) splits 2 ways; 7 is not a multiple of 2 (ways per dimension: (2, 4)) Pad dimension 0 to a multiple of 2, or split it over fewer mesh axes.
     """
     shape = _check_shape(shape)
-    hlo = to_hlo(sharding, len(shape))
+    hlo = to_hlo(sharding, len(shape)) if lowered is None else lowered
     if _acts_replicated(hlo) or isinstance(hlo, Unreduced):
         return shape
-    tiles, _ = tiles_per_dimension(sharding, len(shape))
+    tiles, _ = tiles_per_dimension(sharding, len(shape), lowered=hlo)
     require(len(tiles) == len(shape),
             lambda: TilesDoNotMatchRank(sharding, len(tiles), len(shape), shape))
     out = []
@@ -367,8 +369,8 @@ def _full_box(shape: Shape) -> Box:
 def _layout(sharding: Any, shape: Shape) -> tuple[HloSharding, Shape, DeviceList]:
     """The checks every per-device question makes first, in JAX's order: divisibility, then
     unreduced, then devices."""
-    piece = shard_shape(sharding, shape)
     hlo = to_hlo(sharding, len(shape))
+    piece = shard_shape(sharding, shape, lowered=hlo)
     if isinstance(hlo, Unreduced) or (
             isinstance(hlo, Tiled) and SubgroupType.UNREDUCED in hlo.subgroups):
         raise reject(NoPerDeviceLayout(sharding, "unreduced"))

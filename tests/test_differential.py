@@ -1,10 +1,12 @@
 """The spec against JAX 0.10.2, example for example (properties/differential.py).
 
 Every property builds an input in the spec's terms, asks the spec and JAX the same question
-and fails on any disagreement. Each names the rules it exercises; the last test checks,
-from the harness's hit counter, that every named rule was seen both accepting and
-rejecting. A fixed set of examples runs first (``test_00_fixed_examples``), so that the
-check holds whatever order or subset of the properties ran before it.
+and fails on any disagreement. Each names the rules it exercises; the last test prints the
+harness's per-rule hit counts (shown with ``pytest -s``) and checks that every named rule
+was seen both accepting and rejecting, and that each rejecting side refused through
+another rule's failure was held to JAX's behaviour on the same input. A fixed set of
+examples runs first (``test_00_fixed_examples``), so that the check holds whatever order
+or subset of the properties ran before it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from shardlaw.spec import (  # noqa: E402
     to_hlo,
 )
 from shardlaw.spec.rules import Rejection  # noqa: E402
+from shardlaw.spec.shardings import UNSPECIFIED  # noqa: E402
 
 from shardlaw.properties import strategies as S  # noqa: E402
 
@@ -149,7 +152,19 @@ FIXED_IOTA = [((2, 4), (4, 2), (1, 0), ()), ((2, 4), (3, 3), (1, 0), ()),
               ((2, 2, 2), (8,), (0,), (R, M))]
 
 FIXED_HLO_TEXT = ["{devices=[2,4]<=[4,2]T(1,0)}", "{devices=[2,2]0,2,1,3}", "{replicated}",
-                  "{devices=[2]0,1 last_tile_dims={bogus}}", "{maximal device=x}"]
+                  "{devices=[2]0,1 last_tile_dims={bogus}}", "{maximal device=x}",
+                  None, b"{replicated}"]  # not text: XLA's binding refuses with TypeError
+
+# The rejecting sides of LOW-1, DIV-2, IDX-2 and HLO-3, each held to its Refusal.
+FIXED_LOWERING = [(object(), 1), (P("x"), 1), (_m24, 2), (parse_hlo("{replicated}"), 0),
+                  (NamedSharding(_m24, P("x")), 1)]
+FIXED_TILES = [(NamedSharding(_m24_manual, P()), 1),                  # JAX: NotImplementedError
+               (GSPMDSharding(range(8), parse_hlo("{manual}")), 1),   # JAX: AssertionError
+               (NamedSharding(_m24, P("y")), 2)]
+FIXED_REPLICA_IDS = [(SingleDeviceSharding(3), (4,), 2), (SingleDeviceSharding(3), (4,), 3),
+                     (NamedSharding(Mesh.iota((2,), ("x",)), P("x")), (4,), 5),
+                     (NamedSharding(_m24_permuted, P("x")), (8,), 2)]
+FIXED_NOT_HLO = ["{replicated}", None, NamedSharding(_m24, P()), parse_hlo("{maximal device=3}")]
 
 
 def _fixed_examples() -> list[str]:
@@ -168,6 +183,14 @@ def _fixed_examples() -> list[str]:
         problems += D.compare_iota_tile(dims, reshape, perm, subgroups)
     for text in FIXED_HLO_TEXT:
         problems += D.compare_hlo_text(text)
+    for value, ndim in FIXED_LOWERING:
+        problems += D.compare_lowering(value, ndim)
+    for s, ndim in FIXED_TILES:
+        problems += D.compare_tiles_per_dimension(s, ndim)
+    for s, shape, device in FIXED_REPLICA_IDS:
+        problems += D.compare_replica_id(s, shape, device)
+    for value in FIXED_NOT_HLO:
+        problems += D.compare_hlo_text_of(value)
     problems += D.compare_construction("Mesh with 1 name for 2 axes", lambda: Mesh.iota((2, 4), ("x",)),
                                        lambda: jax.sharding.Mesh(_jax_devices((2, 4)), ("x",)),
                                        validated_by=("VAL-4",))
@@ -305,6 +328,57 @@ def test_malformed_hlo_text_is_refused_by_both(text):
     _agree(D.compare_hlo_text(text))
 
 
+# --------------------------------------------------------------------------- rejecting sides
+
+def _plain_values():
+    """Python values that are neither a sharding nor an HLO sharding."""
+    return st.sampled_from([None, 0, 3, 1.5, True, "sharding", "{replicated}", b"{replicated}",
+                            (), ("x",), [0, 1], {"x": 1}, object(), UNSPECIFIED])
+
+
+def _spec_values_that_are_not_shardings():
+    """Spec values that stand near a sharding but are none: meshes, specs, devices, HLO shardings."""
+    return st.one_of(
+        S.meshes(max_devices=NUM_DEVICES),
+        S.meshes(max_devices=NUM_DEVICES, abstract=True),
+        S.meshes(max_devices=NUM_DEVICES).flatmap(S.partition_specs),
+        S.devices(max_id=NUM_DEVICES - 1),
+        st.sampled_from([1, 2, 4, 8]).flatmap(
+            lambda n: S.hlo_shardings(n, subgroup_kinds=tuple(SubgroupType))))
+
+
+@checks("LOW-1")
+@given(st.one_of(S.shardings(max_devices=NUM_DEVICES), _plain_values(),
+                 _spec_values_that_are_not_shardings()), st.integers(0, 3))
+def test_lowering_agrees_with_jax_on_any_value(value, ndim):
+    """to_hlo lowers what JAX lowers; what JAX has no lowering for, the spec refuses (LOW-1 citing VAL-8)."""
+    _agree(D.compare_lowering(value, ndim))
+
+
+@checks("DIV-2", "IDX-2")
+@given(st.data())
+def test_tiles_and_replica_ids_agree_with_jax(data):
+    """tiles_per_dimension and replica_id answer or refuse as JAX does, manual shardings and
+    devices outside the sharding included."""
+    s = data.draw(st.one_of(
+        S.shardings(max_devices=NUM_DEVICES),
+        S.gspmd_shardings(max_devices=NUM_DEVICES, subgroup_kinds=tuple(SubgroupType))),
+        label="sharding")
+    shape = data.draw(_shapes(s), label="shape")
+    device = data.draw(st.integers(0, NUM_DEVICES - 1), label="device")
+    _agree(D.compare_tiles_per_dimension(s, len(shape)) + D.compare_replica_id(s, shape, device))
+
+
+@checks("HLO-3")
+@given(st.one_of(st.sampled_from([1, 2, 4, 8]).flatmap(
+                     lambda n: S.hlo_shardings(n, subgroup_kinds=tuple(SubgroupType))),
+                 _plain_values(), S.shardings(max_devices=NUM_DEVICES),
+                 S.meshes(max_devices=NUM_DEVICES)))
+def test_hlo_text_agrees_with_xla_on_any_value(value):
+    """hlo_text prints what XLA's printer prints, and refuses (TypeError) what it refuses."""
+    _agree(D.compare_hlo_text_of(value))
+
+
 # --------------------------------------------------------------------------- validity
 
 @checks("NS-1", "NS-2", "NS-3", "NS-4")
@@ -366,22 +440,30 @@ def test_partition_spec_overlaps_agree_with_jax(entries, unreduced, reduced):
 # --------------------------------------------------------------------------- coverage
 
 # The rules each property names, which must have been seen on both sides.
-BOTH_SIDES = ["LOW-2", "NS-5", "DIV-1", "IDX-1", "REP-1", "DEV-1", "EQ-1", "EQ-2",
-              "EQ-3", "HLO-1", "HLO-2", "NS-1", "NS-2", "NS-3", "NS-4", "VAL-4", "VAL-6",
-              "VAL-7"]
-# Rules whose own failures are reached only through other rules first (LOW-1 rejects only
-# what is not a sharding; DIV-2 and IDX-2 see inputs that DIV-1 and IDX-1 accepted).
-ACCEPT_ONLY = ["LOW-1", "DIV-2", "IDX-2", "HLO-3"]
+BOTH_SIDES = ["LOW-1", "LOW-2", "NS-5", "DIV-1", "DIV-2", "IDX-1", "IDX-2", "REP-1", "DEV-1",
+              "EQ-1", "EQ-2", "EQ-3", "HLO-1", "HLO-2", "HLO-3", "NS-1", "NS-2", "NS-3", "NS-4",
+              "VAL-4", "VAL-6", "VAL-7"]
+# Rejecting sides that are refused by another rule's failure, each of which must have been
+# held against JAX's behaviour on the same input.
+REFUSALS = [D.NOT_A_SHARDING, D.MANUAL_HAS_NO_TILES, D.NOT_ON_DEVICE, D.NOT_AN_HLO_VALUE]
 
 
 def test_zz_every_rule_seen_on_both_sides():
     """Over this session's comparisons, every rule named above accepted and rejected.
 
-    The fixed examples run again first, so the check holds whatever ran before it.
+    The per-rule table is printed first (``pytest -s`` shows it): it covers whatever ran in
+    this session before this test. The fixed examples then run again, so the check holds
+    whatever ran before it.
     """
+    print("\n\nPer-rule hit counts of the differential comparisons in this session:\n"
+          + D.hit_table())
+    if D.INTERNAL_AGREEMENTS:
+        print("\nJAX crashes matched by a spec rejection (JAX error, spec rule): "
+              + ", ".join(f"{j} / {r}: {n}" for (j, r), n in sorted(D.INTERNAL_AGREEMENTS.items())))
     _fixed_examples()
     hits = D.hit_counts()
     missing = [f"{r} {side}" for r in BOTH_SIDES for side in ("accept", "reject")
                if not hits[(r, side)]]
-    missing += [f"{r} accept" for r in ACCEPT_ONLY if not hits[(r, "accept")]]
+    missing += [f"{r.by} refusing with {r.rule} (held to JAX)" for r in REFUSALS
+                if not D.REFUSALS_COMPARED[(r.by, r.rule)]]
     assert not missing, f"never seen: {missing}; hits: {sorted(hits.items())}"
