@@ -755,6 +755,7 @@ class Source:
 
     sharding: Any
     what: str            # "argument args[0] (committed)", "in_shardings for args[1]", ...
+    path: str | None = None
 
 
 def _ids(sharding: Any) -> DeviceList:
@@ -793,15 +794,17 @@ def device_assignment(sources: Sequence[Source], context: Mesh | AbstractMesh | 
         if first is None:
             first = (ids, source.what)
         if context is None:
-            require(first[0] == ids, lambda: DeviceAssignmentMismatch(
-                first[1], _devices_text(first[0]), source.what, _devices_text(ids)))
+            other, other_devices = first[1], _devices_text(first[0])
+            same = first[0] == ids
         elif isinstance(context, AbstractMesh):
-            require(context.size == len(ids), lambda: DeviceAssignmentMismatch(
-                "context mesh", f"(any {context.size})", source.what, _devices_text(ids)))
+            other, other_devices = "context mesh", f"(any {context.size})"
+            same = context.size == len(ids)
         else:
-            mesh_ids = context.devices
-            require(mesh_ids == ids, lambda: DeviceAssignmentMismatch(
-                "context mesh", _devices_text(mesh_ids), source.what, _devices_text(ids)))
+            other, other_devices = "context mesh", _devices_text(context.devices)
+            same = context.devices == ids
+        if not same:
+            raise reject(DeviceAssignmentMismatch(other, other_devices, source.what,
+                                                  _devices_text(ids)), source.path)
     if first is None and isinstance(context, Mesh):
         assignment = context.devices
     elif first is None:
@@ -1299,13 +1302,10 @@ def _decide(call: Call) -> dict[str, Any]:
                 check_reused_replica(inputs[i].arg, inputs[i].jit_sharding)
             except Rejection as error:
                 raise error.at(inputs[i].path) from None
-    sources = [Source(resolved[i], _source_name(inputs[i])) for i in kept]
-    sources += [Source(s, f"out_shardings for {path}") for (path, _), s in zip(flat_out, out_shardings)]
-    sources = _first_of_each(sources)
-    try:
-        assignment, count = device_assignment(sources, context, call.default_device)
-    except Rejection as error:
-        raise error.at(_mismatch_path(error, sources)) from None
+    sources = [Source(resolved[i], _source_name(inputs[i]), inputs[i].path) for i in kept]
+    sources += [Source(s, f"out_shardings for {path}", path)
+                for (path, _), s in zip(flat_out, out_shardings)]
+    assignment, count = device_assignment(sources, context, call.default_device)
     check_has_devices(assignment, context)
     assert assignment is not None
     ranks = [len(item.arg.shape) for item in inputs]
@@ -1371,32 +1371,6 @@ def _source_name(item: Input) -> str:
     if item.jit_sharding is not UNSPECIFIED:
         return f"in_shardings for {item.path}"
     return f"argument {item.path} ({'committed' if item.arg.is_committed else 'uncommitted'})"
-
-
-def _first_of_each(sources: list[Source]) -> list[Source]:
-    # JAX walks the distinct shardings of the inputs, then of the results.
-    seen: set = set()
-    out = []
-    for s in sources:
-        key = (id(s.sharding) if s.sharding is UNSPECIFIED else s.sharding, s.what.startswith("out"))
-        try:
-            if key in seen:
-                continue
-            seen.add(key)
-        except TypeError:
-            pass
-        out.append(s)
-    return out
-
-
-def _mismatch_path(error: Rejection, sources: list[Source]) -> str | None:
-    failure = error.failure
-    second = getattr(failure, "second", None) or getattr(failure, "other", None)
-    if isinstance(second, str):
-        for word in second.split():
-            if word.startswith(("args[", "kwargs[", "result")):
-                return word
-    return error.path
 
 
 def _moves(arg: Arg, s: Any) -> bool:
