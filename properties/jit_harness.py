@@ -375,8 +375,10 @@ def _with_meshes(tree: Any, meshes: list[Any]) -> Any:
 
 def compare_call(call: Call) -> tuple[Verdict, JaxOutcome, list[str]]:
     """Run ``call`` in JAX and in the spec; the verdict, JAX's outcome and the disagreements."""
-    call = traced_facts(call)
+    # The function is built from the call as given (``uses`` is its recipe); the spec is
+    # asked about the call as JAX traced it (the inputs really used, the results' meshes).
     outcome = run_in_jax(call)
+    call = traced_facts(call)
     if outcome.raw:
         open_ = [s is UNSPECIFIED for s in _flat_out_shardings(call)]
         choices = [from_jax(s._to_xla_hlo_sharding(rank)) for s, rank in outcome.raw]

@@ -1296,12 +1296,6 @@ def _decide(call: Call) -> dict[str, Any]:
     check_call(len(uses) == len(inputs), "uses", f"{len(inputs)} flags, one per flat input",
                uses)
     kept = kept_inputs(uses, options.keep_unused)
-    if device_or_backend:  # only the kept inputs are handed to the program
-        for i in kept:
-            try:
-                check_reused_replica(inputs[i].arg, inputs[i].jit_sharding)
-            except Rejection as error:
-                raise error.at(inputs[i].path) from None
     sources = [Source(resolved[i], _source_name(inputs[i]), inputs[i].path) for i in kept]
     sources += [Source(s, f"out_shardings for {path}", path)
                 for (path, _), s in zip(flat_out, out_shardings)]
@@ -1341,9 +1335,11 @@ def _decide(call: Call) -> dict[str, Any]:
                       if item.arg.kind in ("committed", "uncommitted") and s is not UNSPECIFIED
                       and _moves(item.arg, s))
 
-    # 6. The AOT call, if any.
+    # 6. Dispatch: the call itself, or the AOT call of the compiled executable.
     if call.aot_args is not None:
         _aot_call(call, flat_in, static, static_names, kept, executable_inputs)
+    elif device_or_backend:
+        _check_replicas([(inputs[i].path, inputs[i].arg) for i in kept], in_tree)
 
     return dict(
         in_paths=tuple(p for p, _ in flat_in), in_shardings=tuple(final),
@@ -1395,4 +1391,18 @@ def _aot_call(call: Call, flat_in: list[tuple[str, Arg]], static: set[int],
     device_or_backend = call.options.device is not None or call.options.backend is not None
     check_aot_shardings([(flat_in[i][0], executable[i]) for i in kept],
                         [called[i] for i in kept], device_or_backend)
+    if device_or_backend:
+        _check_replicas([(flat_called[i][0], called[i]) for i in kept], executable[kept[0]]
+                        if kept else None)
+
+
+def _check_replicas(kept: list[tuple[str, Arg]], target: Any) -> None:
+    """RES-5 over the inputs handed to the program (under device=/backend=)."""
+    if not isinstance(target, SingleDeviceSharding):
+        return
+    for path, arg in kept:
+        try:
+            check_reused_replica(arg, target)
+        except Rejection as error:
+            raise error.at(path) from None
 
