@@ -177,7 +177,16 @@ def _broken(draw: Any, tree: Any, count: int) -> Any:
     if how == "length" or not isinstance(tree, (tuple, list, dict)):
         return tuple([None] * (count + draw(st.sampled_from((-1, 1, 2)))))
     if how == "container" and isinstance(tree, (tuple, list)):
-        return tuple(tree) if isinstance(tree, list) else list(tree) + [None] * 0
+        # One argument's container swapped (a top-level list would be read as a tuple).
+        entries: list[Any] = [None] * len(tree)
+        for i, arg in enumerate(tree):
+            if isinstance(arg, (tuple, list)):
+                entries[i] = (list if isinstance(arg, tuple) else tuple)([None] * len(arg))
+                return tuple(entries)
+            if isinstance(arg, dict):
+                entries[i] = [None] * len(arg)
+                return tuple(entries)
+        return tuple(entries) + (None,)
     return {"zz": None}
 
 

@@ -22,6 +22,7 @@ from .placement import (
 from .equivalence import hlo_equal, jax_equivalent, placement_equivalent
 from .call import Arg, Call, JitOptions, Out, Static, Verdict
 from .jit import jit_call
+from .vectors import Vector, dump_vector, load_vector
 
 
 def from_jax(obj):
@@ -52,4 +53,5 @@ __all__ = [
     "replica_id", "replica_ids", "replication_factor", "shard_shape", "tiles_per_dimension", "to_hlo",
     "hlo_equal", "jax_equivalent", "placement_equivalent", "from_jax", "to_jax",
     "Arg", "Call", "JitOptions", "Out", "Static", "Verdict", "jit_call", "describe_call",
+    "Vector", "dump_vector", "load_vector",
 ]

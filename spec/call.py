@@ -138,10 +138,11 @@ class Arg:
 
 
 def _check_placeable(arg: "Arg") -> None:
-    from .placement import check_rank, shard_shape
+    from .placement import check_rank, num_devices, shard_shape
     from .rules import Rejection
 
     try:
+        num_devices(arg.sharding)  # a GSPMD tile assignment fills its device list
         check_rank(arg.sharding, arg.shape)
         shard_shape(arg.sharding, arg.shape)
     except Rejection as error:

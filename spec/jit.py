@@ -48,7 +48,7 @@ STAGES = {
     "CALL": "description", "JIT-1": "jit", "JIT-2": "jit", "NS": "jit", "VAL": "jit",
     "JIT-3": "trace", "JIT-4": "trace", "JIT-5": "trace", "TREE-1": "trace",
     "TREE-2": "trace", "FIT": "trace", "DIV": "trace", "RES": "lower", "RES-5": "call",
-    "DA": "lower",
+    "DA": "lower", "EXE-3": "compile",
     "KEEP": "lower", "EXE": "lower", "OUT": "compile", "AOT": "aot",
 }
 
@@ -280,6 +280,19 @@ class NoConcreteDevices(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
+class TileCountMismatch(Failure):
+    rule: ClassVar[str] = "EXE-3"
+    error_type: ClassVar[type[Exception]] = RuntimeError
+    jax_error: ClassVar[str] = "JaxRuntimeError"
+    template: ClassVar[str] = ("the sharding {sharding} names {named} device positions but "
+                               "lists {held} devices; XLA's verifier refuses the program")
+    hint: ClassVar[str] = "Make the tile assignment cover exactly the GSPMDSharding's devices."
+    sharding: Any
+    named: int
+    held: int
+
+
+@dataclasses.dataclass(frozen=True)
 class RecoveryFailed(Failure):
     rule: ClassVar[str] = "OUT-2"
     template: ClassVar[str] = ("the compiler placed the result with {hlo}, which cannot be "
@@ -396,8 +409,8 @@ def check_leaf(leaf: Any, which: str) -> None:
         return
     if isinstance(leaf, (NamedSharding, SingleDeviceSharding, GSPMDSharding)):
         if isinstance(leaf, NamedSharding):
-            require(leaf.mesh.size > 0 and len(leaf.mesh.axis_names) > 0,
-                    lambda: LeafNotAllowed(which, leaf, "its mesh is empty"))
+            # JAX's empty mesh holds no device; a mesh without axes holds one and is fine.
+            require(leaf.mesh.size > 0, lambda: LeafNotAllowed(which, leaf, "its mesh is empty"))
             spec = leaf.spec
         else:
             return
@@ -872,6 +885,20 @@ def replicate_scalars(shardings: Sequence[Any], ranks: Sequence[int],
             for s, rank in zip(shardings, ranks)]
 
 
+@rule("EXE-3", mirrors="XLA's HLO verifier, reached through UnloadedMeshExecutable.from_hlo")
+def check_tile_count(sharding: Any) -> None:
+    """A GSPMDSharding handed to the compiler names exactly as many device positions as its device list holds.
+
+    >>> check_tile_count(GSPMDSharding([0, 1], "{devices=[4]<=[4]}"))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionRuntimeError: [EXE-3]: the sharding GSPMDSharding({devices=[4]<=[4]}, devices=DeviceList(Iota[2])) names 4 device positions but lists 2 devices; XLA's verifier refuses the program Make the tile assignment cover exactly the GSPMDSharding's devices.
+    """
+    if isinstance(sharding, GSPMDSharding) and isinstance(sharding.hlo, Tiled):
+        named, held = sharding.hlo.num_devices, len(sharding.devices)
+        require(named == held, lambda: TileCountMismatch(sharding, named, held))
+
+
 @rule("EXE-2", mirrors="jax._src.interpreters.pxla.lower_sharding_computation (committed)")
 def results_committed(context: Any, count: int, kept_shardings: Iterable[Any],
                       out_shardings: Iterable[Any]) -> bool:
@@ -1305,6 +1332,12 @@ def _decide(call: Call) -> dict[str, Any]:
     ranks = [len(item.arg.shape) for item in inputs]
     kept_shardings = [resolved[i] for i in kept]
     final = replicate_scalars(resolved, ranks, assignment)
+    for path, s in [*((inputs[i].path, final[i]) for i in kept),
+                    *((path, s) for (path, _), s in zip(flat_out, out_shardings))]:
+        try:
+            check_tile_count(s)
+        except Rejection as error:
+            raise error.at(path) from None
     committed = results_committed(context, count, kept_shardings, out_shardings)
 
     # 5. Compiled: the results' shardings.

@@ -176,6 +176,19 @@ def test_aot_calls_check_structure_types_and_equivalence():
         base, aot_args=(Arg.committed((8, 8), NS), Arg.numpy((2,))))).rule == "AOT-1"
 
 
+@checks("EXE-3", "JIT-2")
+def test_gspmd_tiles_must_fill_the_device_list():
+    bad = S.GSPMDSharding([0, 1], "{devices=[4]<=[4]}")
+    call = Call(args=(Arg.numpy((8,)),), outputs=Out((8,)), options=JitOptions(in_shardings=bad))
+    verdict = _agree(call)
+    assert verdict.rule == "EXE-3" and verdict.error_type == "RuntimeError"
+    good = S.GSPMDSharding([0, 1, 2, 3], "{devices=[4]<=[4]}")
+    assert _agree(dataclasses.replace(call, options=JitOptions(in_shardings=good))).accepted
+    # A mesh without axes holds one device: not the "empty" mesh JIT-2 refuses.
+    lone = S.NamedSharding(S.Mesh((), (), [0]), S.P())
+    assert _agree(dataclasses.replace(call, options=JitOptions(in_shardings=lone))).accepted
+
+
 @checks("RES-3")
 def test_memory_kinds_must_already_match():
     pinned = S.NamedSharding(MESH, S.P("x"), memory_kind="pinned_host")

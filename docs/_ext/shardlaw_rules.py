@@ -45,6 +45,7 @@ FAMILY_TITLES = {
     "EXE": "What the compiled program receives",
     "OUT": "Result shardings",
     "AOT": "Calling an ahead-of-time compiled executable",
+    "VEC": "Test vectors: reading and writing",
 }
 
 

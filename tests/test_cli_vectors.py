@@ -1,0 +1,162 @@
+"""``shardlaw check`` and ``shardlaw vectors``: the explanations a JAX user reads, the JSON for
+machines, conformance reports, and bad input answered with a message and a status, never a
+traceback."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shardlaw.cli import main
+from shardlaw.spec import RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+HAND = ROOT / "vectors" / "jit" / "hand"
+DA_1 = HAND / "da-1-argument-on-another-device.json"
+INDIVISIBLE = HAND / "fit-1-indivisible-argument.json"
+ACCEPTED = HAND / "res-4-silent-move-equal-hlo.json"
+
+
+def run(capsys, *argv):
+    status = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def _plain(statement):
+    return " ".join(statement.replace("``", "").split())
+
+
+def _unwrapped(text):
+    return " ".join(text.split())
+
+
+def test_check_explains_a_device_assignment_mismatch(capsys):
+    status, out, _ = run(capsys, "check", DA_1)
+    assert status == 0, out
+    flat = _unwrapped(out)
+    assert "Verdict: REJECTED by DA-1 - JAX raises ValueError when the traced call is lowered" in out
+    assert "where: args[1]" in out
+    # the message names both sources with their paths and device ids
+    assert ("the argument args[0] (committed) is on devices [0, 1, 2, 3, 4, 5, 6, 7] and the "
+            "argument args[1] (committed) is on devices [3]") in flat
+    assert "committed jax.Array float32[8] on SingleDeviceSharding(Device(3))" in out
+    # the rule's statement, and the trace of rules with theirs, the rejecting one marked
+    assert _plain(RULES["DA-1"].statement) in flat
+    assert _plain(RULES["KEEP-1"].statement) in flat
+    assert "<- rejects the call" in out
+    assert "Expected by the vector: rejected by DA-1 (ValueError). The spec matches." in out
+
+
+def test_check_explains_an_indivisible_argument(capsys):
+    status, out, _ = run(capsys, "check", INDIVISIBLE)
+    assert status == 0, out
+    flat = _unwrapped(out)
+    assert ("REJECTED by FIT-1 - JAX raises ValueError (JAX's class: IndivisibleError, a "
+            "ValueError) when the call is traced") in out
+    assert "where: args[0]" in out
+    assert "6 is not a multiple of 4" in flat and "Pad dimension 0 to a multiple of 4" in flat
+    assert "The spec matches." in out
+
+
+def test_check_explains_an_accepted_call(capsys):
+    status, out, _ = run(capsys, "check", ACCEPTED)
+    assert status == 0, out
+    assert "Verdict: ACCEPTED - the program runs on 8 device(s), in this order: " \
+           "[0, 1, 2, 3, 4, 5, 6, 7]" in out
+    assert "Inputs, as the compiled program receives them" in out
+    assert "(committed)" in out
+    assert "Transfers: jit moves args[0]" in out
+
+
+def test_check_json_is_for_machines(capsys):
+    status, out, _ = run(capsys, "check", DA_1, "--json")
+    assert status == 0
+    found = json.loads(out)
+    assert found["verdict"]["rule"] == "DA-1" and found["verdict"]["error_type"] == "ValueError"
+    assert found["verdict"]["path"] == "args[1]" and found["verdict"]["stage"] == "lower"
+    assert found["statements"]["DA-1"] == RULES["DA-1"].statement
+    assert found["matches"] is True and found["differences"] == []
+    assert found["expected"] == found["verdict"]
+
+
+def test_check_says_when_the_spec_does_not_match(tmp_path, capsys):
+    vector = json.loads(DA_1.read_text())
+    vector["expect"] = {"accepted": False, "rule": "RES-4", "error_type": "ValueError"}
+    del vector["rule"], vector["side"]
+    path = tmp_path / "wrong.json"
+    path.write_text(json.dumps(vector))
+    status, out, _ = run(capsys, "check", path)
+    assert status == 1
+    assert "The spec DOES NOT match" in out and "rule: expected RES-4, got DA-1" in out
+
+
+@pytest.mark.parametrize("text,words", [
+    ("{not json", "[VEC-1] at (the vector): expected JSON text"),
+    ('{"format": "shardlaw-jit-call", "version": 7, "jax": "0.10.2", "call": {}}',
+     "[VEC-1] at version: expected format version 1"),
+])
+def test_check_refuses_bad_files_without_a_traceback(tmp_path, capsys, text, words):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    status, out, err = run(capsys, "check", path)
+    assert status == 2 and out == ""
+    assert "is not a valid test vector" in err and words in err
+    assert "Traceback" not in err
+
+
+def test_check_of_a_missing_file(capsys):
+    status, _, err = run(capsys, "check", "no/such/vector.json")
+    assert status == 2 and "no such file" in err
+
+
+def test_check_needs_no_jax():
+    code = ("import sys; from shardlaw.cli import main; "
+            f"assert main(['check', {str(DA_1)!r}]) == 0; "
+            "assert not any(m == 'jax' or m.startswith('jax.') for m in sys.modules), 'jax loaded'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_vectors_run_reports_failures_per_rule(tmp_path, capsys):
+    good = json.loads(DA_1.read_text())
+    wrong = dict(good, expect={"accepted": False, "rule": "RES-4", "error_type": "ValueError",
+                               "trace": ["RES-4"]})
+    del wrong["rule"], wrong["side"]
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    (tmp_path / "wrong.json").write_text(json.dumps(wrong))
+    (tmp_path / "broken.json").write_text('{"format": "shardlaw-jit-call"}')
+    status, out, _ = run(capsys, "vectors", "run", tmp_path)
+    assert status == 1
+    assert "3 vector(s) checked: 1 passed, 2 failed (33.3 % conform)" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  DA-1")
+            or line.startswith("  RES-4")}
+    assert rows["DA-1"][1:5] == ["0", "1", "1", "0"]
+    assert rows["RES-4"][1:5] == ["0", "1", "0", "1"]
+    assert "not a valid vector: [VEC-1]" in out and "rule: expected RES-4, got DA-1" in out
+
+
+def test_vectors_run_against_no_engine(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "shardlaw.properties.engine_harness", None)
+    status, out, err = run(capsys, "vectors", "run", HAND, "--against", "engine")
+    assert status == 2 and out == ""
+    assert "there is no engine yet" in err and "Traceback" not in err
+
+
+def test_vectors_run_of_a_missing_directory(capsys):
+    status, _, err = run(capsys, "vectors", "run", "no/such/dir")
+    assert status == 2 and "no such directory" in err
+
+
+def test_vectors_generate_writes_a_set_that_conforms(tmp_path, capsys):
+    pytest.importorskip("jax")
+    status, out, _ = run(capsys, "vectors", "generate", tmp_path / "set", "--per-rule", "1",
+                         "--budget", "20")
+    assert status == 0, out
+    assert "Wrote " in out and (tmp_path / "set" / "hand").is_dir()
+    status, out, _ = run(capsys, "vectors", "run", tmp_path / "set")
+    assert status == 0 and "(100.0 % conform)" in out, out
+    status, _, err = run(capsys, "vectors", "generate", tmp_path / "set", "--budget", "1")
+    assert status == 2 and "already holds" in err
