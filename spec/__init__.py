@@ -43,6 +43,18 @@ def to_jax(value):
     return convert(value)
 
 
+# The solver's names live in .smt, which needs z3; they load on first use.
+_SOLVER_NAMES = ("prove_equivalent", "prove_for_every_shape", "Proved", "Counterexample",
+                 "Unknown")
+
+
+def __getattr__(name):
+    if name in _SOLVER_NAMES:
+        from . import smt
+        return getattr(smt, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "RULES", "Rule", "Rejection", "explain", "rule", "tracing",
     "Iota", "AbstractMesh", "AxisType", "Device", "DeviceList", "Mesh", "P", "PartitionSpec",

@@ -135,4 +135,9 @@ def placement_equivalent(a: Any, b: Any, shape: Any) -> bool:
 
 
 def _by_enumeration(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
+    # A device is its id on its platform: the same ids on two platforms are other devices.
+    platforms = {d.platform for s in (a, b) for d in _device_list(s, "placement-equivalence")}
+    if len(platforms) > 1:
+        shard_shape(a, shape), shard_shape(b, shape)
+        return False
     return devices_indices_map(a, shape) == devices_indices_map(b, shape)

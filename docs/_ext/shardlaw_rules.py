@@ -46,6 +46,7 @@ FAMILY_TITLES = {
     "OUT": "Result shardings",
     "AOT": "Calling an ahead-of-time compiled executable",
     "VEC": "Test vectors: reading and writing",
+    "SMT": "Proving placement equivalence with z3",
 }
 
 

@@ -200,6 +200,8 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("demo", help="a worked example of placement and the two equivalences "
                                      "(specification only, no JAX needed)")
     commands.add_parser("rules", help="list every rule ID and its statement")
+    from shardlaw import cli_prove
+    cli_prove.add_parser(commands)
     from shardlaw import cli_vectors
     cli_vectors.add_parsers(commands)
     return parser
@@ -212,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         demo(sys.stdout)
     elif args.command == "rules":
         list_rules(sys.stdout)
-    elif args.command in ("check", "vectors"):
+    elif args.command in ("prove", "check", "vectors"):
         return args.handler(args)
     return 0
 

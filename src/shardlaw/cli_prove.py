@@ -1,0 +1,447 @@
+"""``shardlaw prove A B``: prove two shardings place alike, or show where they part.
+
+Shardings are written on the command line in a compact text form, or as JSON (the form
+the test vectors under ``vectors/equivalence/`` use). The text form is one of::
+
+    mesh=2x4:x,y spec=x,y                      NamedSharding over devices 0..7 in order
+    mesh=2x4:x,y devices=7,6,5,4,3,2,1,0 spec=(x,y),_
+    mesh=4x2:y,x devices=<=[2,4]T(1,0) spec=y
+    gspmd:{devices=[2,4]<=[8]}                 GSPMDSharding over devices 0..7
+    gspmd:{replicated} devices=3,1             (a device list is needed when the HLO
+                                                sharding names no device count)
+    single:3                                   SingleDeviceSharding on device 3
+
+``spec=`` lists one entry per dimension, separated by commas: an axis name, ``_`` (or
+``None``) for a dimension that is not split, or several axes in parentheses. Left out, the
+spec is ``P()``. ``devices=`` is a list of device ids, or XLA's iota notation
+``<=[dims]T(perm)``; left out, the devices are 0..N-1 in order. Optional on every form:
+``memory=KIND``; on a mesh, ``types=auto,explicit,...``.
+
+The JSON form is the sharding object of the jit-call test vectors
+(:mod:`shardlaw.spec.vectors`), for example::
+
+    {"type": "NamedSharding",
+     "mesh": {"type": "Mesh", "axis_sizes": [2, 4], "axis_names": ["x", "y"],
+              "axis_types": ["Auto", "Auto"], "devices": [0, 1, 2, 3, 4, 5, 6, 7]},
+     "spec": {"type": "PartitionSpec", "partitions": ["x", null]}}
+    {"type": "GSPMDSharding", "devices": [0, 1], "hlo": "{devices=[2]<=[2]}"}
+    {"type": "SingleDeviceSharding", "device": 3}
+
+The verdict comes from :func:`shardlaw.spec.prove_equivalent` (z3). For a counterexample
+the command draws both placements as a grid of device ids per block (the first two
+dimensions of the array), with the device that differs in brackets; ``--svg FILE`` writes
+the same picture as SVG. Exit status: 0 proved, 1 not equivalent, 3 unknown, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from typing import Any, TextIO
+
+__all__ = [
+    "add_parser", "run", "parse_sharding", "sharding_text", "sharding_to_json",
+    "sharding_from_json", "ShardingTextError", "placement_grid", "placement_svg",
+]
+
+Box = tuple[tuple[int, int], ...]
+
+# The largest device count whose placements the command draws.
+MAX_PICTURE_DEVICES = 256
+
+EXIT_PROVED, EXIT_DIFFERENT, EXIT_BAD_INPUT, EXIT_UNKNOWN = 0, 1, 2, 3
+
+
+class ShardingTextError(ValueError):
+    """A sharding written in the text or JSON form could not be read."""
+
+
+# --------------------------------------------------------------------------- reading
+
+def _split_outside_brackets(text: str, is_separator: Any) -> list[str]:
+    """Split ``text`` at the characters ``is_separator`` accepts, outside (), [] and {}."""
+    parts, depth, current = [], 0, []
+    for ch in text:
+        depth += (ch in "([{") - (ch in ")]}")
+        if depth < 0:
+            raise ShardingTextError(f"unbalanced brackets in {text!r}")
+        if depth == 0 and is_separator(ch):
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    if depth:
+        raise ShardingTextError(f"unbalanced brackets in {text!r}")
+    return parts + ["".join(current).strip()]
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in _split_outside_brackets(text, str.isspace) if w]
+
+
+def _entries(text: str) -> list[str]:
+    return _split_outside_brackets(text, lambda ch: ch == ",")
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ShardingTextError(f"{what} must be integers separated by commas, got {text!r}") \
+            from None
+
+
+def _devices(text: str) -> Any:
+    """A device list from ids separated by commas, or XLA's iota notation ``<=[dims]T(perm)``."""
+    from shardlaw.spec import DeviceList, Iota
+    m = re.fullmatch(r"<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text.strip())
+    if m:
+        dims = _ints(m[1], "iota dims")
+        perm = _ints(m[2], "iota perm") if m[2] else None
+        return DeviceList(Iota(dims, perm))
+    return DeviceList.of_ids(_ints(text, "devices"))
+
+
+def _spec_entry(text: str) -> Any:
+    text = text.strip()
+    if text in ("_", "None", ""):
+        return None
+    if text.startswith("(") and text.endswith(")"):
+        names = [n.strip() for n in text[1:-1].split(",") if n.strip()]
+        return tuple(names)
+    if not re.fullmatch(r"[A-Za-z_][\w.-]*", text):
+        raise ShardingTextError(f"a spec entry is an axis name, _ or (names, ...); got {text!r}")
+    return text
+
+
+def _named_from_text(fields: dict[str, str]) -> Any:
+    """``mesh=2x4:x,y [devices=..] [spec=..] [types=..] [memory=..]``."""
+    from shardlaw.spec import AxisType, Mesh, NamedSharding, P
+    m = re.fullmatch(r"([\dx]+):(.+)", fields["mesh"])
+    if not m:
+        raise ShardingTextError(f"mesh= is SIZESxSIZES:NAMES,NAMES (like 2x4:x,y), got "
+                                f"{fields['mesh']!r}")
+    sizes = _ints(m[1].replace("x", ","), "mesh sizes")
+    names = [n.strip() for n in m[2].split(",")]
+    in_order = f"<=[{math.prod(sizes)}]"
+    devices = _devices(fields.get("devices", in_order))
+    types = None
+    if "types" in fields:
+        words = [t.strip().capitalize() for t in fields["types"].split(",")]
+        if any(w not in AxisType.__members__ for w in words):
+            raise ShardingTextError(f"types= lists auto, explicit or manual, got "
+                                    f"{fields['types']!r}")
+        types = tuple(AxisType[w] for w in words)
+    spec = P(*(_spec_entry(e) for e in _entries(fields["spec"]))) \
+        if fields.get("spec", "").strip() else P()
+    return NamedSharding(Mesh(sizes, names, devices, types), spec,
+                         memory_kind=fields.get("memory"))
+
+
+def _fields(tokens: list[str], allowed: set[str], form: str) -> dict[str, str]:
+    fields = {}
+    for token in tokens:
+        key, eq, value = token.partition("=")
+        if not eq or key not in allowed:
+            raise ShardingTextError(f"{form} takes {', '.join(sorted(allowed))}=...; "
+                                    f"cannot read {token!r}")
+        fields[key] = value
+    return fields
+
+
+def parse_sharding(text: str) -> Any:
+    """The sharding written in the compact text form or as JSON (see the module docstring)."""
+    from shardlaw.spec import GSPMDSharding, SingleDeviceSharding, parse_hlo
+    text = text.strip()
+    if text.startswith("{") and not text.startswith("{devices") and '"' in text:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ShardingTextError(f"cannot read JSON {text!r}: {error}") from None
+        return sharding_from_json(obj)
+    tokens = _words(text)
+    if not tokens:
+        raise ShardingTextError("an empty sharding")
+    head = tokens[0]
+    if head.startswith("gspmd:"):
+        fields = _fields(tokens[1:], {"devices", "memory"}, "gspmd:")
+        hlo = parse_hlo(head[len("gspmd:"):])
+        if "devices" in fields:
+            devices = _devices(fields["devices"])
+        elif hlo.num_devices:
+            devices = _devices(f"<=[{hlo.num_devices}]")
+        else:
+            raise ShardingTextError(f"{head} names no device count; add devices=0,1,...")
+        return GSPMDSharding(devices, hlo, memory_kind=fields.get("memory"))
+    if head.startswith("single:"):
+        fields = _fields(tokens[1:], {"memory"}, "single:")
+        ids = _ints(head[len("single:"):], "the device id")
+        if len(ids) != 1:
+            raise ShardingTextError(f"single: takes one device id, got {head!r}")
+        return SingleDeviceSharding(ids[0], memory_kind=fields.get("memory"))
+    if head.startswith("mesh="):
+        fields = _fields(tokens, {"mesh", "devices", "spec", "types", "memory"}, "a mesh form")
+        return _named_from_text(fields)
+    raise ShardingTextError(f"a sharding starts with mesh=, gspmd: or single:, or is JSON; "
+                            f"got {text!r}")
+
+
+def sharding_from_json(obj: Any) -> Any:
+    """The sharding a JSON object describes: the sharding objects of the jit-call vectors
+    (:mod:`shardlaw.spec.vectors`), whose reader refuses what is malformed with VEC-1."""
+    from shardlaw.spec.vectors import _Reader
+    any_device = 1 << 62  # a lone sharding names no call whose devices would bound its ids
+    return _Reader(any_device, any_device).sharding(obj, (), _Reader.SHARDINGS)
+
+
+# --------------------------------------------------------------------------- writing
+
+def sharding_to_json(sharding: Any) -> dict[str, Any]:
+    """The JSON object for a sharding, as the jit-call vectors write it
+    (:mod:`shardlaw.spec.vectors`); read back by :func:`sharding_from_json`."""
+    from shardlaw.spec.vectors import _sharding_json
+    return _sharding_json(sharding, ())
+
+
+def sharding_text(sharding: Any) -> str:
+    """The compact text form of a sharding (read back by :func:`parse_sharding`)."""
+    from shardlaw.spec import AxisType, GSPMDSharding, NamedSharding, hlo_text
+    memory = "" if sharding.memory_kind in (None, "device") else f" memory={sharding.memory_kind}"
+    if isinstance(sharding, NamedSharding):
+        mesh = sharding.mesh
+        words = [f"mesh={'x'.join(map(str, mesh.axis_sizes))}:{','.join(mesh.axis_names)}"]
+        if not (mesh.devices.iota is not None and mesh.devices.iota.is_range):
+            words.append(f"devices={_devices_text(mesh.devices)}")
+        entries = []
+        for e in sharding.spec.partitions:
+            entries.append("_" if e is None else f"({','.join(e)})" if isinstance(e, tuple)
+                           else str(e))
+        if entries:
+            words.append("spec=" + ",".join(entries))
+        if any(t is not AxisType.Auto for t in mesh.axis_types):
+            words.append("types=" + ",".join(t.value.lower() for t in mesh.axis_types))
+        return " ".join(words) + memory
+    if isinstance(sharding, GSPMDSharding):
+        devices = sharding.devices
+        plain = devices.iota is not None and devices.iota.is_range and \
+            len(devices) == sharding.hlo.num_devices
+        return f"gspmd:{hlo_text(sharding.hlo)}" + \
+            ("" if plain else f" devices={_devices_text(devices)}") + memory
+    return f"single:{sharding.device.id}" + memory
+
+
+def _devices_text(devices: Any) -> str:
+    if devices.iota is not None and not devices.iota.is_range:
+        return devices.iota.text()
+    return ",".join(map(str, devices.ids()))
+
+
+# --------------------------------------------------------------------------- pictures
+
+def _ranges(boxes: dict[int, Box], dim: int) -> list[tuple[int, int]]:
+    return sorted({box[dim] for box in boxes.values()}) if boxes and len(next(iter(
+        boxes.values()))) > dim else [(0, 0)]
+
+
+def _cells(sharding: Any, shape: tuple[int, ...]) -> tuple[list, list, dict]:
+    """Row ranges, column ranges (dimensions 0 and 1), and the devices in each cell."""
+    from shardlaw.spec import devices_indices_map
+    boxes = devices_indices_map(sharding, shape)
+    rows, cols = _ranges(boxes, 0), _ranges(boxes, 1)
+    held: dict[tuple, list[int]] = {}
+    for device, box in boxes.items():
+        row = box[0] if len(box) > 0 else (0, 0)
+        col = box[1] if len(box) > 1 else (0, 0)
+        held.setdefault((row, col), []).append(device)
+    return rows, cols, held
+
+
+def _cell_text(devices: list[int], highlight: int | None) -> str:
+    return ",".join(f"[{d}]" if d == highlight else str(d) for d in sorted(devices)) or "-"
+
+
+def placement_grid(sharding: Any, shape: tuple[int, ...], highlight: int | None = None
+                   ) -> list[str]:
+    """Lines of a grid of device ids per block of the first two dimensions of ``shape``
+    (``highlight`` in brackets); a note in their place above MAX_PICTURE_DEVICES devices."""
+    count = len(sharding.device_list)
+    if count > MAX_PICTURE_DEVICES:
+        return [f"(not drawn: {count} devices)"]
+    rows, cols, held = _cells(sharding, shape)
+    table = [[""] + [f"{lo}:{hi}" for lo, hi in cols] if len(shape) > 1 else [""]]
+    if len(shape) <= 1:
+        table = [[""] + [f"{lo}:{hi}" for lo, hi in rows]]
+        table.append(["dim 0"] + [_cell_text(held.get((r, (0, 0)), []), highlight) for r in rows])
+        if not shape:
+            table = [["scalar", _cell_text(held.get(((0, 0), (0, 0)), []), highlight)]]
+    else:
+        for r in rows:
+            table.append([f"{r[0]}:{r[1]}"] + [_cell_text(held.get((r, c), []), highlight)
+                                               for c in cols])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    if len(shape) > 2:
+        lines.append(f"(dimensions 2..{len(shape) - 1} are not drawn)")
+    return lines
+
+
+def placement_svg(a: Any, b: Any, shape: tuple[int, ...], highlight: int | None,
+                  title: str) -> str:
+    """Both placements side by side as SVG: one rectangle per block of the first two
+    dimensions, labelled with the devices that hold it; blocks of ``highlight`` in red."""
+    panel, gap, top = 320, 40, 60
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * panel + 3 * gap}" '
+             f'height="{panel + top + gap}" font-family="monospace" font-size="12">',
+             f'<text x="{gap}" y="24" font-size="14">{_escape(title)}</text>']
+    for k, (label, sharding) in enumerate((("A", a), ("B", b))):
+        x0 = gap + k * (panel + gap)
+        parts.append(f'<text x="{x0}" y="{top - 8}">{label}</text>')
+        if len(sharding.device_list) > MAX_PICTURE_DEVICES:
+            parts.append(f'<text x="{x0}" y="{top + 20}">not drawn: '
+                         f'{len(sharding.device_list)} devices</text>')
+            continue
+        rows, cols, held = _cells(sharding, shape)
+        extent_r = max(1, shape[0]) if shape else 1
+        extent_c = max(1, shape[1]) if len(shape) > 1 else 1
+        for r in rows:
+            for c in cols:
+                devices = held.get((r, c), [])
+                y = top + panel * r[0] / extent_r
+                h = max(panel * (r[1] - r[0]) / extent_r, 16) if shape else panel
+                x = x0 + panel * c[0] / extent_c
+                w = max(panel * (c[1] - c[0]) / extent_c, 16) if len(shape) > 1 else panel
+                red = highlight in devices
+                parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '
+                             f'fill="{"#f8d0d0" if red else "#eef2f8"}" '
+                             f'stroke="{"#c00000" if red else "#445566"}" '
+                             f'stroke-width="{2 if red else 1}"/>')
+                parts.append(f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4:.1f}" '
+                             f'text-anchor="middle">{_escape(",".join(map(str, sorted(devices))))}'
+                             f'</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# --------------------------------------------------------------------------- the command
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``prove`` to the ``shardlaw`` command's subcommands."""
+    parser = subparsers.add_parser(
+        "prove", help="prove two shardings place alike (z3), or show the device where they part",
+        description="Prove that two shardings place every block of an array on the same "
+                    "devices, or show a device where they differ. Shardings: "
+                    "'mesh=2x4:x,y spec=x,y', 'gspmd:{devices=[2,4]<=[8]}', 'single:0', or JSON.")
+    parser.add_argument("a", metavar="A", help="the first sharding")
+    parser.add_argument("b", metavar="B", help="the second sharding")
+    parser.add_argument("--shape", help="the array shape, like 8,8 (0 for an empty dimension)")
+    parser.add_argument("--rank", type=int, help="with --max-dim instead of --shape: prove for "
+                                                 "every shape of this rank")
+    parser.add_argument("--max-dim", type=int, help="the largest dimension size for --rank")
+    parser.add_argument("--timeout", type=float, default=10.0, help="solver time limit, seconds")
+    parser.add_argument("--svg", metavar="FILE", help="write both placements as SVG")
+    parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run ``shardlaw prove``; returns the exit status."""
+    from shardlaw.spec import Rejection
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        a, b = _read(args.a, "A"), _read(args.b, "B")
+        shape = None if args.shape is None else tuple(_ints(args.shape, "--shape"))
+        if shape is None and (args.rank is None or args.max_dim is None):
+            raise ShardingTextError("give --shape, or --rank and --max-dim")
+        from shardlaw.spec import prove_equivalent
+        result = prove_equivalent(a, b, shape, rank=args.rank, max_dim=args.max_dim,
+                                  timeout_s=args.timeout)
+    except (ShardingTextError, Rejection) as problem:
+        err.write(f"shardlaw prove: {problem.args[0] if problem.args else problem}\n")
+        return EXIT_BAD_INPUT
+    except ImportError as missing:
+        err.write(f"shardlaw prove needs z3 (pip install 'shardlaw[z3]'): {missing}\n")
+        return EXIT_BAD_INPUT
+    if args.json:
+        out.write(json.dumps(_verdict_json(result)) + "\n")
+    else:
+        _report(a, b, shape, args, result, out)
+    if args.svg:
+        _write_svg(args.svg, a, b, shape, result, err)
+    return {True: EXIT_PROVED, False: EXIT_DIFFERENT, None: EXIT_UNKNOWN}[result.equivalent]
+
+
+def _write_svg(path: str, a: Any, b: Any, shape: tuple[int, ...] | None, result: Any,
+               err: TextIO) -> None:
+    if result.equivalent is False:
+        title = (f"device {result.device}: {_show_box(result.box_a)} under A, "
+                 f"{_show_box(result.box_b)} under B, shape {result.shape}")
+        picture = placement_svg(a, b, result.shape, result.device, title)
+    elif result.equivalent and shape is not None:
+        picture = placement_svg(a, b, shape, None, f"the same placement, shape {shape}")
+    else:
+        err.write("shardlaw prove: no SVG written: there is no single shape to draw\n")
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(picture)
+
+
+def _read(text: str, label: str) -> Any:
+    try:
+        return parse_sharding(text)
+    except ShardingTextError as problem:
+        raise ShardingTextError(f"cannot read {label}: {problem}") from None
+
+
+def _show_box(box: Box | None) -> str:
+    if box is None:
+        return "nothing"
+    return "[" + ", ".join(f"{lo}:{hi}" for lo, hi in box) + "]"
+
+
+def _verdict_json(result: Any) -> dict[str, Any]:
+    if result.equivalent is None:
+        return {"verdict": "unknown", "reason": result.reason}
+    if result.equivalent:
+        return {"verdict": "proved", "shape": result.shape, "rank": result.rank,
+                "max_dim": result.max_dim, "solver_seconds": result.solver_seconds}
+    return {"verdict": "counterexample", "device": result.device, "box_a": result.box_a,
+            "box_b": result.box_b, "shape": result.shape}
+
+
+def _report(a: Any, b: Any, shape: tuple[int, ...] | None, args: argparse.Namespace,
+            result: Any, out: TextIO) -> None:
+    from shardlaw.spec import Rejection, jax_equivalent
+    w = out.write
+    w(f"A: {a!r}\nB: {b!r}\n")
+    scope = f"shape {shape}" if shape is not None else \
+        f"every shape of rank {args.rank} with dimensions up to {args.max_dim} that both divide"
+    if result.equivalent is None:
+        w(f"unknown for {scope}: {result.reason}\n")
+        return
+    if result.equivalent:
+        how = "tables of explicit orders" if result.tables else "symbolic orders"
+        w(f"proved: every device holds the same block under A and B, for {scope} "
+          f"(z3, {result.solver_seconds * 1e3:.1f} ms, {how})\n")
+    else:
+        w(f"not equivalent: device {result.device} holds {_show_box(result.box_a)} under A "
+          f"and {_show_box(result.box_b)} under B, for shape {result.shape}\n")
+    ndim = len(shape) if shape is not None else args.rank
+    try:
+        verdict = "yes" if jax_equivalent(a, b, ndim) else "no"
+    except Rejection as problem:
+        verdict = f"not decided ({problem.args[0]})"
+    w(f"JAX-equivalent (EQ-1, Sharding.is_equivalent_to): {verdict}\n")
+    if result.equivalent is False:
+        for label, sharding in (("A", a), ("B", b)):
+            w(f"\n{label}: device ids per block (rows: dimension 0, columns: dimension 1)\n")
+            for line in placement_grid(sharding, result.shape, result.device):
+                w("  " + line + "\n")
