@@ -177,6 +177,40 @@ def demo(out: TextIO) -> None:
       "orders, so JAX says they differ, while every device holds the whole array under both.\n"
       "The converse was never seen: no JAX-equivalent pair that places differently has been\n"
       "found (notes/jax-facts.md, section 7).\n")
+    _demo_jit_calls(out)
+
+
+def _demo_jit_calls(out: TextIO) -> None:
+    """Three jit calls decided by the spec: accepted, moved silently, refused."""
+    from shardlaw.spec import (
+        Arg, Call, JitOptions, Mesh, NamedSharding, Out, P, Replicated, SingleDeviceSharding,
+        jit_call, to_hlo,
+    )
+
+    mesh = Mesh.iota((2, 4), ("x", "y"))
+    x = Arg.committed((8, 8), NamedSharding(mesh, P("x", "y")))
+    on3 = Arg.committed((8,), SingleDeviceSharding(3))
+    calls = [
+        # ``compiler``: what XLA chose for the result (the spec takes it as given).
+        ("jit(f)(x)  with x committed to NamedSharding(mesh, P('x', 'y'))",
+         Call(args=(x,), outputs=Out((8, 8), source=0), compiler=(to_hlo(x.sharding, 2),))),
+        ("jit(f, in_shardings=NamedSharding(mesh, P()))(y)  with y committed to device 3",
+         Call(args=(Arg.committed((8, 8), SingleDeviceSharding(3)),), outputs=Out((8, 8)),
+              options=JitOptions(in_shardings=NamedSharding(mesh, P())),
+              compiler=(Replicated(),))),
+        ("jit(f)(x, z)  with z committed to device 3",
+         Call(args=(x, on3), outputs=Out((8, 8)))),
+    ]
+    out.write("\nWhole jit calls\n===============\n")
+    for how, call in calls:
+        verdict = jit_call(call)
+        out.write(f"{how}\n")
+        for line in str(verdict).splitlines():
+            out.write(f"  {line}\n")
+        if verdict.accepted and verdict.transfers:
+            out.write(f"  jit moves {', '.join(verdict.transfers)} to the in_sharding's devices "
+                      "without a word (RES-4 compares HLO shardings, not devices)\n")
+        out.write(f"  rules: {' '.join(verdict.trace)}\n\n")
 
 
 # --------------------------------------------------------------------------- rules
