@@ -22,6 +22,7 @@ from .placement import (
 from .equivalence import hlo_equal, jax_equivalent, placement_equivalent
 from .call import Arg, Call, JitOptions, Out, Static, Verdict
 from .jit import jit_call
+from .cache import CallSite, explain_cache, policy_classes
 from .vectors import Vector, dump_vector, load_vector
 
 
@@ -65,5 +66,6 @@ __all__ = [
     "replica_id", "replica_ids", "replication_factor", "shard_shape", "tiles_per_dimension", "to_hlo",
     "hlo_equal", "jax_equivalent", "placement_equivalent", "from_jax", "to_jax",
     "Arg", "Call", "JitOptions", "Out", "Static", "Verdict", "jit_call", "describe_call",
+    "CallSite", "explain_cache", "policy_classes",
     "Vector", "dump_vector", "load_vector",
 ]

@@ -45,6 +45,7 @@ FAMILY_TITLES = {
     "EXE": "What the compiled program receives",
     "OUT": "Result shardings",
     "AOT": "Calling an ahead-of-time compiled executable",
+    "CACHE": "When jit traces, lowers and compiles again; the cache policy",
     "VEC": "Test vectors: reading and writing",
     "SMT": "Proving placement equivalence with z3",
 }

@@ -1,0 +1,333 @@
+"""The jitted function's stages — ``trace``, ``lower``, ``compile``, ``eval_shape`` — and ``explain``.
+
+Each stage stops where JAX's does: ``.trace`` raises what JAX raises before and while
+tracing (JIT-3/4, TREE-1/2, FIT-1), ``.lower`` what it raises while resolving arguments and
+devices (RES, KEEP, DA, EXE), ``.compile`` what recovering result shardings raises (OUT),
+and calling the compiled executable checks its arguments as JAX's ``Compiled`` does
+(AOT-1: pytree structure, AOT-2: types, AOT-3: placements, JAX-equivalent to what it was
+compiled for). Compiling goes through the engine's executable cache, so an AOT compile of a
+placement class compiled before costs nothing.
+
+``explain`` decides a call without running it and returns an :class:`Explanation`: the
+verdict, the rules that fired, and — when the call was compiled before — every sharding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+from jax import tree_util
+
+from .rules import EngineRejection, recording, reject, rule
+from .shardings import UNSPECIFIED, jax_equivalent, placement_equivalent
+
+__all__ = ["Methods", "Traced", "Lowered", "Compiled", "Explanation"]
+
+
+# --------------------------------------------------------------------------- explanation
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """What the engine does with a call: the verdict and the rules that decided it.
+
+    Accepted: ``in_shardings`` (one per flat dynamic input, as the program gets them;
+    UNSPECIFIED where the compiler chooses), ``out_shardings`` (as the results come back;
+    UNSPECIFIED where the compiler has not chosen yet), ``device_assignment`` (device ids),
+    ``kept_inputs``, ``out_committed``, ``transfers`` (inputs moved before running) and
+    ``executable`` (whether one is cached for this placement class). Rejected: ``rule``,
+    ``error_type`` (the built-in type's name), ``jax_error``, ``message``, ``path``,
+    ``stage``. Both: ``trace``, the rules that fired, in order.
+    """
+
+    accepted: bool
+    trace: tuple[str, ...] = ()
+    in_paths: tuple[str, ...] = ()
+    in_shardings: tuple = ()
+    out_paths: tuple[str, ...] = ()
+    out_shardings: tuple = ()
+    device_assignment: tuple[int, ...] | None = None
+    num_devices: int = 0
+    kept_inputs: tuple[int, ...] = ()
+    out_committed: tuple[bool, ...] = ()
+    transfers: tuple[str, ...] = ()
+    executable: str = ""
+    rule: str | None = None
+    error_type: str | None = None
+    jax_error: str | None = None
+    message: str | None = None
+    path: str | None = None
+    stage: str | None = None
+
+    @classmethod
+    def of_plan(cls, plan: Any) -> "Explanation":
+        if plan.rejection is not None:
+            return cls.of_rejection(plan.rejection, plan.fired)
+        if plan.entry is None:
+            executable = "not compiled yet: the first call compiles it"
+        elif plan.compiled_here:
+            executable = "compiled for this signature"
+        else:
+            executable = "shared with a placement-equal signature compiled before"
+        return cls(True, plan.fired, plan.in_paths, plan.in_shardings, plan.out_paths,
+                   plan.out_shardings, tuple(d.id for d in plan.device_assignment),
+                   plan.num_devices, plan.kept, plan.out_committed, plan.transfers, executable)
+
+    @classmethod
+    def of_rejection(cls, error: EngineRejection, fired: tuple[str, ...] = ()) -> "Explanation":
+        return cls(False, tuple(fired) or tuple(getattr(error, "fired", ())), rule=error.rule,
+                   error_type=error.error_type.__name__, jax_error=error.jax_error,
+                   message=str(error), path=error.path, stage=error.stage)
+
+    def __str__(self) -> str:
+        if not self.accepted:
+            return f"rejected by {self.rule} ({self.error_type}): {self.message}"
+        lines = [f"accepted on {self.num_devices} device(s) {list(self.device_assignment or ())}"
+                 f"; executable: {self.executable}"]
+        for path, s in zip(self.in_paths, self.in_shardings):
+            moved = " (moved)" if path in self.transfers else ""
+            lines.append(f"  in  {path}: {s}{moved}")
+        for path, s, c in zip(self.out_paths, self.out_shardings, self.out_committed):
+            lines.append(f"  out {path}: {s}" + ("" if c else " (uncommitted)"))
+        lines.append("  rules: " + " ".join(self.trace))
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the stages
+
+class Methods:
+    """The methods a jitted function carries (bound to its engine)."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def _site(self, args: tuple, kwargs: dict) -> Any:
+        from .jit import Site
+        return Site(args, kwargs, self._engine.options.names, abstract_ok=True)
+
+    def trace(self, *args: Any, **kwargs: Any) -> "Traced":
+        from .jit import Decision
+        engine = self._engine
+        decision = Decision(self._site(args, kwargs))
+        with recording() as fired:
+            engine.stage_call(decision)
+            engine.stage_trace(decision)
+        return Traced(engine, decision, fired)
+
+    def lower(self, *args: Any, **kwargs: Any) -> "Lowered":
+        return self.trace(*args, **kwargs).lower()
+
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        traced = self.trace(*args, **kwargs)
+        return traced.out_info
+
+    def explain(self, *args: Any, **kwargs: Any) -> Explanation:
+        """The verdict on this call and the rules that decided it, without running it."""
+        engine = self._engine
+        site = self._site(args, kwargs)
+        with engine._lock:
+            plan = engine._plans.get(site.key)
+        if plan is None:
+            plan = engine._decide(site, compile=False)
+        return Explanation.of_plan(plan)
+
+
+class Traced:
+    """A traced call: its program and result types, ready to lower."""
+
+    def __init__(self, engine: Any, decision: Any, fired: list[str]) -> None:
+        self._engine = engine
+        self._decision = decision
+        self._fired = fired
+
+    @property
+    def jaxpr(self) -> Any:
+        return self._decision.traced.jaxpr
+
+    @property
+    def out_info(self) -> Any:
+        return self._decision.traced.out_info
+
+    @property
+    def in_avals(self) -> Any:
+        return self._decision.traced.in_avals
+
+    @property
+    def out_tree(self) -> Any:
+        return self._decision.traced.out_tree
+
+    def lower(self) -> "Lowered":
+        with recording() as fired:
+            self._engine.stage_lower(self._decision)
+        self._fired += fired
+        return Lowered(self._engine, self._decision, self._fired)
+
+
+class Lowered:
+    """A lowered call: its StableHLO text, ready to compile (through the engine's cache)."""
+
+    def __init__(self, engine: Any, decision: Any, fired: list[str]) -> None:
+        self._engine = engine
+        self._decision = decision
+        self._fired = fired
+        self._jax: Any = None
+
+    def _jax_lowered(self) -> Any:
+        if self._jax is None:
+            self._jax = self._decision.traced.lower()
+        return self._jax
+
+    def as_text(self, *args: Any, **kwargs: Any) -> str:
+        return self._jax_lowered().as_text(*args, **kwargs)
+
+    def compiler_ir(self, *args: Any, **kwargs: Any) -> Any:
+        return self._jax_lowered().compiler_ir(*args, **kwargs)
+
+    def compile(self) -> "Compiled":
+        engine = self._engine
+        with recording() as fired:
+            try:
+                plan = engine.stage_compile(self._decision, compile=True)
+            except EngineRejection as error:
+                error.fired = tuple(dict.fromkeys(self._fired + fired))  # type: ignore[attr-defined]
+                raise
+        plan.fired = tuple(dict.fromkeys(self._fired + fired))
+        return Compiled(engine, plan, self._decision)
+
+
+class Compiled:
+    """A compiled call, to be called with arguments of the types and placements it was compiled for."""
+
+    def __init__(self, engine: Any, plan: Any, decision: Any) -> None:
+        self._engine = engine
+        self._plan = plan
+        self._site = decision.site
+        self._decision = decision
+        self._in_avals = [decision.site.aval(i) for i in range(len(decision.site.leaves))]
+        self._out_avals = list(decision.out_avals)
+        self._device_or_backend = engine.options.device_or_backend
+
+    @property
+    def explanation(self) -> Explanation:
+        return Explanation.of_plan(self._plan)
+
+    @property
+    def in_tree(self) -> Any:
+        return self._site.treedef
+
+    @property
+    def out_tree(self) -> Any:
+        return self._plan.out_tree
+
+    @property
+    def input_shardings(self) -> Any:
+        return tree_util.tree_unflatten(self._site.treedef, list(self._plan.exe_inputs))
+
+    @property
+    def output_shardings(self) -> Any:
+        return tree_util.tree_unflatten(self._plan.out_tree, list(self._plan.out_shardings))
+
+    @property
+    def out_info(self) -> Any:
+        """The results' types and shardings, as ``jax.ShapeDtypeStruct``."""
+        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+                   for a, s in zip(self._out_avals, self._plan.out_shardings)]
+        return tree_util.tree_unflatten(self._plan.out_tree, structs)
+
+    @property
+    def _jax(self) -> Any:
+        return self._plan.entry.facts.compiled
+
+    def as_text(self) -> str | None:
+        return self._jax.as_text()
+
+    def cost_analysis(self) -> Any:
+        return self._jax.cost_analysis()
+
+    def memory_analysis(self) -> Any:
+        return self._jax.memory_analysis()
+
+    def runtime_executable(self) -> Any:
+        return self._jax.runtime_executable()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, treedef = tree_util.tree_flatten((args, kwargs))
+        check_aot_structure(self._site.treedef, treedef)
+        paths = self._site.paths() if leaves else []
+        check_aot_types(paths, self._in_avals, leaves)
+        plan = self._plan
+        if not self._device_or_backend:
+            check_aot_shardings(paths, plan.exe_inputs, leaves, plan.kept)
+        else:
+            from .jit import Site
+            from .trees import ArgumentNames
+            # The executable takes the dynamic arguments only: nothing here is static.
+            called = Site(args, kwargs, ArgumentNames((), (), (), ()), abstract_ok=False)
+            self._engine.stage_dispatch(
+                self._decision, [called.input(i, None) for i in range(len(leaves))])
+        return self._engine.run_aot(plan, args, kwargs, leaves, treedef)
+
+
+# --------------------------------------------------------------------------- AOT rules
+
+@rule("AOT-1")
+def check_aot_structure(compiled: Any, called: Any) -> None:
+    """An executable compiled ahead of time takes arguments of exactly the pytree structure it was compiled for."""
+    if compiled != called:
+        raise reject("AOT-1", TypeError,
+                     f"the executable was compiled for arguments shaped as {compiled}, but is "
+                     f"called with {called}")
+
+
+def _details(items: list[str]) -> str:
+    shown = "the first 5" if len(items) > 5 else "they are"
+    return f"{shown}: " + "; ".join(items[:5])
+
+
+def _type_of(leaf: Any) -> tuple[tuple[int, ...], Any]:
+    aval = jax.typeof(leaf)
+    return tuple(aval.shape), aval.dtype
+
+
+@rule("AOT-2")
+def check_aot_types(paths: list[str], compiled: list[Any], called: list[Any]) -> None:
+    """Each argument of an AOT call has the shape and dtype it was compiled for (every input, kept or not)."""
+    bad = []
+    first = None
+    for path, want, leaf in zip(paths, compiled, called):
+        shape, dtype = _type_of(leaf)
+        if (tuple(want.shape), want.dtype) != (shape, dtype):
+            bad.append(f"{path} compiled for {want.str_short()}, called with "
+                       f"{jax.core.ShapedArray(shape, dtype).str_short()}")
+            first = first or path
+    if bad:
+        raise reject("AOT-2", TypeError,
+                     f"{len(bad)} argument(s) differ from the types the executable was compiled "
+                     f"for; {_details(bad)}. Lower and compile again for the new types, or cast "
+                     "the arguments.", first)
+
+
+@rule("AOT-3")
+def check_aot_shardings(paths: list[str], expected: tuple, called: list[Any],
+                        kept: tuple[int, ...]) -> None:
+    """Each committed array passed to an AOT-compiled executable is JAX-equivalent (EQ-1) to the input sharding it was compiled with."""
+    bad = []
+    for i in kept:
+        leaf, want = called[i], expected[i]
+        if want is None or want is UNSPECIFIED or not isinstance(leaf, jax.Array):
+            continue
+        if not getattr(leaf, "_committed", True):
+            continue
+        if not jax_equivalent(leaf.sharding, want, leaf.ndim):
+            bad.append((paths[i], f"{paths[i]} passed {leaf.sharding}, compiled for {want}"))
+    if bad:
+        raise reject("AOT-3", ValueError,
+                     f"{len(bad)} committed argument(s) are placed otherwise than the executable "
+                     f"was compiled for; {_details([b for _, b in bad])}. jax.device_put each "
+                     "one to the executable's input_shardings first, or compile again for "
+                     "these shardings.", bad[0][0])
+
+
+__all__ += ["check_aot_structure", "check_aot_types", "check_aot_shardings",
+            "placement_equivalent"]

@@ -1,0 +1,219 @@
+"""Every private JAX name the engine touches, in one module.
+
+The engine lowers and compiles through JAX's public stages (``jax.jit(...).trace``,
+``Traced.lower``, ``Lowered.compile``, ``Compiled``). A few things have no public door,
+and they are all here, so that a JAX upgrade has one file to check:
+
+* the C++ dispatcher jit itself uses (``_jax.pjit``): a cache hit costs what it costs
+  ``jax.jit`` only if the engine hands its executables to the same C++ fast path;
+* the facts of a compiled executable that dispatcher needs (the loaded executable, kept
+  inputs, input shardings and layouts, hoisted constants);
+* dead-code elimination of a traced program (which inputs the program keeps);
+* the configuration that takes part in jit's cache key, and the context meshes;
+* a sharding's HLO form and ordered device list, and an array made over existing
+  per-device buffers with a chosen type and committed flag (zero copy).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Sequence
+
+from jax._src import config as _config
+from jax._src import core as _core
+from jax._src import dtypes as _dtypes
+from jax._src import mesh as _mesh
+from jax._src import sharding_impls as _sharding_impls
+from jax._src import tree_util as _tree_util
+from jax._src.array import ArrayImpl
+from jax._src.interpreters import partial_eval as _pe
+from jax._src.interpreters import pxla as _pxla
+from jax._src.lib import _jax
+
+__all__ = [
+    "ArrayImpl", "Tracer", "GSPMDSharding", "make_dispatcher", "ExecutableFacts",
+    "executable_facts", "used_inputs", "trace_context", "context_meshes", "hlo_of",
+    "device_list", "array_over", "fastpath_data", "reflatten_for_dispatch",
+]
+
+Tracer = _core.Tracer
+GSPMDSharding = _sharding_impls.GSPMDSharding
+
+
+def make_dispatcher(name: str, fun: Callable, cache_miss: Callable,
+                    static_argnums: Sequence[int], static_argnames: Sequence[str],
+                    capacity: int) -> Any:
+    """A C++ dispatcher like ``jax.jit``'s: known signatures run without Python.
+
+    ``cache_miss(*args, **kwargs)`` is called for every signature the dispatcher has not
+    seen, and for signatures whose data it was not given; it returns ``(outputs,
+    fastpath_data or None, False)``. The dispatcher has its own signature cache of
+    ``capacity`` entries, dropped with it.
+    """
+    try:
+        weakref.ref(fun)
+        keyed = fun
+    except TypeError:
+        keyed = None  # the C++ cache keys by a weak reference to the function
+    token = _DispatcherKey()
+    return _jax.pjit(name, keyed, cache_miss, list(static_argnums), list(static_argnames),
+                     token, _tree_util.dispatch_registry, _pxla.cc_shard_arg,
+                     _jax.PjitFunctionCache(capacity=capacity))
+
+
+class _DispatcherKey:
+    """A key unique to one dispatcher (hashed by identity)."""
+
+    __slots__ = ("__weakref__",)
+
+
+class ExecutableFacts:
+    """What the dispatcher and the engine need to know about one compiled executable."""
+
+    __slots__ = ("compiled", "xla_executable", "in_shardings", "out_shardings", "kept",
+                 "num_consts", "const_args", "layouts", "in_avals", "out_avals", "fast",
+                 "out_tree")
+
+    def __init__(self, compiled: Any) -> None:
+        exe = compiled._executable
+        params = compiled._params
+        self.compiled = compiled
+        self.xla_executable = getattr(exe, "xla_executable", None)
+        self.num_consts = len(params.const_args)
+        self.kept = frozenset(getattr(exe, "_kept_var_idx", ()))
+        self.in_shardings = list(getattr(exe, "_in_shardings", ()))
+        self.out_shardings = list(getattr(exe, "_out_shardings", ()))
+        self.layouts = getattr(exe, "_dispatch_in_layouts", None)
+        self.in_avals = list(getattr(exe, "in_avals", ()))
+        self.out_avals = list(getattr(exe, "out_avals", ()))
+        self.out_tree = params.out_tree
+        call = getattr(exe, "unsafe_call", None)
+        self.fast = bool(
+            isinstance(exe, _pxla.MeshExecutable)
+            and isinstance(call, _pxla.ExecuteReplicated)
+            and not call.ordered_effects and not call.has_unordered_effects
+            and not call.has_host_callbacks and not getattr(exe, "_mut", None)
+            and not params.is_high)
+        self.const_args = exe.shard_const_args(params.const_args) if self.fast else ()
+
+    def kept_flat(self, count: int) -> list[bool]:
+        """For each flat dynamic input, whether the executable takes it."""
+        return [i + self.num_consts in self.kept for i in range(count)]
+
+    def input_sharding(self, flat_index: int) -> Any:
+        """The executable's sharding for flat dynamic input ``flat_index`` (None: dropped)."""
+        position = flat_index + self.num_consts
+        if position not in self.kept:
+            return None
+        return self.in_shardings[sorted(self.kept).index(position)]
+
+    def input_aval(self, flat_index: int) -> Any:
+        position = flat_index + self.num_consts
+        return self.in_avals[sorted(self.kept).index(position)]
+
+
+def executable_facts(compiled: Any) -> ExecutableFacts:
+    return ExecutableFacts(compiled)
+
+
+def reflatten_for_dispatch(out_tree: Any, out_flat: Sequence[Any]) -> tuple[list, Any]:
+    return _pxla.reflatten_outputs_for_dispatch(out_tree, list(out_flat))
+
+
+def fastpath_data(facts: ExecutableFacts, out_tree: Any, outputs: Sequence[Any],
+                  num_inputs: int) -> Any:
+    """What the dispatcher needs to run one signature without Python."""
+    flat, dispatch_tree = reflatten_for_dispatch(out_tree, outputs)
+    if not all(type(x) is ArrayImpl for x in flat):
+        return None
+    in_shardings = [
+        _sharding_impls.physical_sharding(a, s)
+        if a is not _core.abstract_token and _dtypes.issubdtype(a.dtype, _dtypes.extended)
+        else s
+        for s, a in zip(facts.in_shardings, facts.in_avals)]
+    kept = [i in facts.kept for i in range(facts.num_consts + num_inputs)]
+    return _pxla.MeshExecutableFastpathData(
+        facts.xla_executable, dispatch_tree, in_shardings,
+        [x.sharding for x in flat], [x.aval for x in flat], [x._committed for x in flat],
+        kept, facts.layouts, list(facts.const_args))
+
+
+def used_inputs(closed_jaxpr: Any) -> list[bool] | None:
+    """Which inputs of a traced program its results depend on (JAX's dead-code elimination)."""
+    jaxpr = closed_jaxpr.jaxpr
+    try:
+        _, used = _pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))
+    except Exception:  # noqa: BLE001 - then every input counts as used
+        return None
+    return [bool(u) for u in used]
+
+
+def trace_context() -> tuple:
+    """The configuration that takes part in jit's cache key (x64, default device, ...)."""
+    return _config.trace_context()
+
+
+# What decides where a program runs, not what it computes: the device assignment (in the
+# executable key) covers it.
+_PLACEMENT_ONLY = {"jax_default_device", "mesh_context_manager", "abstract_mesh_context_manager"}
+
+
+def program_context() -> tuple:
+    """The configuration that can change the compiled program (jit's key, less placement)."""
+    values = _config.trace_context()
+    try:
+        names = _config.trace_context_names()
+    except NotImplementedError:
+        return values
+    return tuple(v for n, v in zip(names, values) if n not in _PLACEMENT_ONLY)
+
+
+def program_text(closed_jaxpr: Any) -> str:
+    """A traced program's text: equal for two traces that compute the same thing."""
+    return str(closed_jaxpr)
+
+
+def default_device() -> Any:
+    return _config.default_device.value
+
+
+def context_meshes() -> tuple[Any, Any]:
+    """(the concrete mesh set with ``jax.set_mesh`` or None, the abstract context mesh or None)."""
+    concrete = _mesh.get_concrete_mesh()
+    abstract = _mesh.get_abstract_mesh()
+    return (None if concrete is None or concrete.empty else concrete,
+            None if abstract is None or abstract.empty else abstract)
+
+
+def hlo_of(sharding: Any, ndim: int) -> Any:
+    """The HLO sharding ``sharding`` lowers to for a value of rank ``ndim``."""
+    return sharding._to_xla_hlo_sharding(ndim)
+
+
+def device_list(sharding: Any) -> tuple:
+    """The sharding's devices in order (the order jit compares)."""
+    return sharding._device_assignment
+
+
+def addressable_devices(sharding: Any) -> tuple:
+    """The sharding's devices this process holds, in the order of its per-device arrays."""
+    return tuple(sharding._addressable_device_assignment)
+
+
+def array_over(shape_aval: Any, sharding: Any, buffers: Sequence[Any],
+               committed: bool) -> Any:
+    """An array over existing single-device arrays (zero copy), with a chosen type and flag."""
+    # JAX itself labels zero-size results with shard shapes their buffers do not have;
+    # the engine passes such arrays on as JAX made them.
+    empty = any(n == 0 for n in shape_aval.shape)
+    return ArrayImpl(shape_aval, sharding, list(buffers), committed=committed,
+                     _skip_checks=empty)
+
+
+def single_device_arrays(array: Any) -> list[Any]:
+    """The array's per-device arrays, in the order of its sharding's device list."""
+    return list(array._arrays)
+
+
+def is_extended(dtype: Any) -> bool:
+    return _dtypes.issubdtype(dtype, _dtypes.extended)

@@ -1,0 +1,1038 @@
+"""``shardlaw.engine.jit``: jax.jit's interface, the jit-call semantics, the shardlaw cache policy.
+
+A call goes through three levels:
+
+1. **dispatch** — JAX's own C++ dispatcher, keyed by the exact argument signature (types,
+   sharding objects, committed flags, static values, jit context). A known signature runs
+   without any Python, as fast as ``jax.jit``. The engine hands the dispatcher a signature's
+   executable only when running the arguments as they are is right: every committed array
+   already sits where the executable wants it. Otherwise (a committed argument jit moves)
+   every call of that signature comes back to Python, which moves it (never a buffer on
+   the wrong device);
+2. **signature** — the engine's decision for one signature (a :class:`Plan`): the rules of
+   the jit-call semantics applied in JAX's order, the executable to use, how to hand it
+   the arguments (as they are, relabelled over the same buffers, or moved) and how to
+   label the results. A refused signature keeps its rejection, raised again on each call;
+3. **executable** — the process-wide :data:`~shardlaw.engine.cache.CACHE`: one compiled
+   program per placement class. A signature that is placement-equal to one compiled
+   before reuses its executable; its arguments are relabelled over their own buffers
+   (zero copy) and its results are labelled as ``jax.jit`` would label them for this call.
+
+The engine decides with its own implementation of the rules (leaf creation, prefix
+matching, fit, resolution, device assignment, recovery of result shardings), on JAX
+objects, and lowers and compiles through JAX's public stages.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import threading
+import time
+import warnings
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from jax import tree_util
+from jax.sharding import NamedSharding, SingleDeviceSharding
+
+from . import internals
+from .cache import CACHE, Entry, owner_token
+from .recovery import (
+    Value, compiled_results, concrete_inputs, concrete_mesh, raw, recover_shardings,
+    single_device_results,
+)
+from .resolution import (
+    ABSTRACT, ARRAY, NUMPY, NUMPY_SCALAR, SCALAR, Input, Source, check_has_devices,
+    check_tile_count,
+    check_reused_replica, device_assignment, distinct_sources, input_source, kept_inputs,
+    moves, replicate_scalars, resolve_input, results_committed,
+)
+from .rules import EngineRejection, recording, reject, rule
+from .shardings import (
+    UNSPECIFIED, check_fits, check_leaf, context_mesh, devices_of, hlo, hlo_equal,
+    jax_equivalent, leaf_to_sharding, num_devices, placement_class, placement_equivalent,
+)
+from .trees import (
+    ArgumentNames, convert_tree, donated_leaves, leaf_paths, match_in_shardings,
+    match_out_shardings, resolve_argnums, result_paths, sharding_leaves, split_static,
+)
+
+__all__ = ["jit", "Engine", "Plan", "CacheInfo"]
+
+_NOT_GIVEN = object()
+_SIGNATURE_CAPACITY = 4096
+_RECENT = 16
+
+# --------------------------------------------------------------------------- the options
+
+
+def _unspecified(value: Any) -> Any:
+    """The engine's UNSPECIFIED for a left-out option (JAX's own marker included)."""
+    if value is _NOT_GIVEN or type(value).__name__ == "UnspecifiedValue":
+        return UNSPECIFIED
+    return value
+
+
+class Options:
+    """jit's options, checked (JIT-1, JIT-2) and normalized once, at ``jit(...)``."""
+
+    __slots__ = ("in_shardings", "out_shardings", "names", "keep_unused", "device", "backend",
+                 "inline", "compiler_options", "device_or_backend", "key")
+
+    def __init__(self, fun: Callable, in_shardings: Any, out_shardings: Any,
+                 static_argnums: Any, static_argnames: Any, donate_argnums: Any,
+                 donate_argnames: Any, keep_unused: bool, device: Any, backend: Any,
+                 inline: bool, compiler_options: Any) -> None:
+        in_shardings = _unspecified(in_shardings)
+        out_shardings = _unspecified(out_shardings)
+        check_device_options(device, backend, in_shardings, out_shardings)
+        if isinstance(in_shardings, list):
+            in_shardings = tuple(in_shardings)  # a list is read as a tuple (TREE-1)
+        for which, tree in (("in_shardings", in_shardings), ("out_shardings", out_shardings)):
+            for path, leaf in sharding_leaves(tree):
+                check_leaf(leaf, which + path)
+        self.in_shardings = in_shardings
+        self.out_shardings = out_shardings
+        self.names: ArgumentNames = resolve_argnums(fun, static_argnums, static_argnames,
+                                                    donate_argnums, donate_argnames)
+        self.keep_unused = bool(keep_unused)
+        self.device = device
+        self.backend = backend
+        self.inline = inline
+        self.compiler_options = compiler_options
+        self.device_or_backend = device is not None or backend is not None
+        self.key = (self.names.donate_nums, self.names.donate_names, self.keep_unused,
+                    device, backend, bool(inline),
+                    tuple(sorted((compiler_options or {}).items())))
+
+    def target_device(self) -> Any:
+        if self.device is not None:
+            return self.device
+        return jax.local_devices(backend=self.backend)[0]
+
+
+@rule("JIT-1")
+def check_device_options(device: Any, backend: Any, in_shardings: Any, out_shardings: Any) -> None:
+    """device= and backend= exclude each other and exclude in_shardings and out_shardings."""
+    if device is None and backend is None:
+        return
+    given = f"device={device}" if device is not None else f"backend={backend!r}"
+    if device is not None and backend is not None:
+        raise reject("JIT-1", ValueError, f"jit was given device={device} and "
+                     f"backend={backend!r}; only one of them may be given")
+    for name, value in (("in_shardings", in_shardings), ("out_shardings", out_shardings)):
+        if value is not None and value is not UNSPECIFIED:
+            raise reject("JIT-1", ValueError,
+                         f"jit was given {given} and {name}; {name} must then be left out. "
+                         "Drop device=/backend= (deprecated) and place the inputs with "
+                         "jax.device_put, or pass shardings instead.")
+
+
+@rule("JIT-4")
+def check_call_form(kwargs: dict, in_shardings: Any, context: Any, device_or_backend: bool) -> None:
+    """Keyword arguments cannot meet a specified in_shardings, and a context mesh cannot meet device=/backend=."""
+    if kwargs and in_shardings is not None and in_shardings is not UNSPECIFIED:
+        raise reject("JIT-4", ValueError,
+                     f"the call passes keyword arguments {sorted(kwargs)} while in_shardings is "
+                     "given; in_shardings covers positional arguments only. Pass them "
+                     "positionally, or leave in_shardings out.")
+    if context is not None and device_or_backend:
+        raise reject("JIT-4", ValueError,
+                     f"the call runs under the context mesh {context} while jit was given "
+                     "device= or backend=. Leave the mesh context, or drop device=/backend=.")
+
+
+# --------------------------------------------------------------------------- one call
+
+class Site:
+    """One call's arguments as the engine sees them: static and dynamic parts, flat leaves."""
+
+    __slots__ = ("args", "kwargs", "dyn_args", "dyn_kwargs", "statics", "positions", "leaves",
+                 "treedef", "kinds", "key", "tracers", "_paths")
+
+    def __init__(self, args: tuple, kwargs: dict, names: ArgumentNames, abstract_ok: bool) -> None:
+        self.args, self.kwargs = args, kwargs
+        self.dyn_args, self.dyn_kwargs, self.statics, self.positions = split_static(
+            args, kwargs, names)
+        self.leaves, self.treedef = tree_util.tree_flatten((self.dyn_args, self.dyn_kwargs))
+        self._paths: list[str] | None = None
+        self.tracers = False
+        keys = []
+        kinds = []
+        for i, leaf in enumerate(self.leaves):
+            kind, leaf_key = self._leaf(i, leaf, abstract_ok)
+            kinds.append(kind)
+            keys.append(leaf_key)
+        self.kinds = kinds
+        try:
+            # 1, 1.0 and True hash and compare equal but trace differently: keep their types.
+            static_key = tuple((where, type(value), value) for where, value in self.statics)
+            hash(static_key)
+        except TypeError as error:
+            bad = next((v for _, v in self.statics if not _hashable(v)), None)
+            raise reject("ENG-1", ValueError,
+                         "Non-hashable static arguments are not supported: a static argument "
+                         f"of type {type(bad)} ({bad!r}) cannot be hashed ({error}). Make it "
+                         "hashable (a tuple instead of a list), or pass it as an array.") from None
+        concrete, abstract = internals.context_meshes()
+        self.key = (self.treedef, static_key, tuple(keys), internals.trace_context(),
+                    concrete, abstract, _default_device_key())
+
+    def _leaf(self, i: int, leaf: Any, abstract_ok: bool) -> tuple[str, Any]:
+        kind = type(leaf)
+        if kind is internals.ArrayImpl:
+            if leaf.is_deleted():
+                raise reject("ENG-3", RuntimeError,
+                             f"the argument is an array that has been deleted (donated to an "
+                             f"earlier call, or deleted by hand): shape {leaf.shape}",
+                             self.paths()[i])
+            return ARRAY, (leaf.aval, leaf.sharding, leaf._committed)
+        if isinstance(leaf, internals.Tracer):
+            self.tracers = True
+            return "tracer", None
+        if kind is np.ndarray:
+            return NUMPY, (NUMPY, leaf.shape, leaf.dtype)
+        if kind in (bool, int, float, complex):
+            return SCALAR, (SCALAR, kind)
+        if isinstance(leaf, np.generic):
+            return NUMPY_SCALAR, (NUMPY_SCALAR, leaf.dtype)
+        if isinstance(leaf, np.ndarray):
+            return NUMPY, (NUMPY, leaf.shape, leaf.dtype)
+        if isinstance(leaf, jax.ShapeDtypeStruct) and abstract_ok:
+            return ABSTRACT, (ABSTRACT, leaf.shape, leaf.dtype, leaf.sharding,
+                              getattr(leaf, "weak_type", False))
+        if isinstance(leaf, jax.Array):
+            return ARRAY, (leaf.aval, leaf.sharding, getattr(leaf, "_committed", True))
+        raise reject("ENG-2", TypeError,
+                     f"a dynamic argument must be a JAX array, a numpy array or a Python "
+                     f"scalar; got a value of type {type(leaf)}: {_short(leaf)}. Mark it static "
+                     "with static_argnums/static_argnames, or convert it with jnp.asarray.",
+                     self.paths()[i])
+
+    def paths(self) -> list[str]:
+        if self._paths is None:
+            self._paths = leaf_paths(self.dyn_args, self.dyn_kwargs)
+        return self._paths
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        leaf = self.leaves[i]
+        if self.kinds[i] == SCALAR:
+            return ()
+        return tuple(np.shape(leaf)) if not hasattr(leaf, "shape") else tuple(leaf.shape)
+
+    def aval(self, i: int) -> Any:
+        leaf = self.leaves[i]
+        if self.kinds[i] == ABSTRACT:
+            return jax.core.ShapedArray(leaf.shape, leaf.dtype,
+                                        weak_type=getattr(leaf, "weak_type", False))
+        return jax.typeof(leaf)
+
+    def input(self, i: int, jit_sharding: Any) -> Input:
+        leaf, kind = self.leaves[i], self.kinds[i]
+        held, committed = None, False
+        if kind == ARRAY:
+            held, committed = leaf.sharding, bool(getattr(leaf, "_committed", True))
+        elif kind == ABSTRACT and leaf.sharding is not None:
+            held, committed = leaf.sharding, True
+        dtype = getattr(leaf, "dtype", type(leaf))
+        return Input(self.paths()[i], kind, self.shape(i), dtype, held, committed, jit_sharding)
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _default_device_key() -> Any:
+    device = internals.default_device()
+    return device if isinstance(device, str) or device is None else device.id
+
+
+# --------------------------------------------------------------------------- the decision
+
+class Plan:
+    """The engine's decision for one call signature, and how to run it."""
+
+    __slots__ = (
+        "rejection", "fired", "in_paths", "in_shardings", "out_paths", "out_shardings",
+        "device_assignment", "num_devices", "kept", "out_committed", "transfers", "entry",
+        "compiled_here", "conversions", "out_labels", "out_tree", "fastpath", "fast_ok",
+        "donated", "exe_inputs", "num_inputs", "__weakref__")
+
+    def __init__(self) -> None:
+        self.rejection: EngineRejection | None = None
+        self.fired: tuple[str, ...] = ()
+        self.in_paths: tuple[str, ...] = ()
+        self.in_shardings: tuple = ()
+        self.out_paths: tuple[str, ...] = ()
+        self.out_shardings: tuple = ()
+        self.device_assignment: tuple = ()
+        self.num_devices = 0
+        self.kept: tuple[int, ...] = ()
+        self.out_committed: tuple[bool, ...] = ()
+        self.transfers: tuple[str, ...] = ()
+        self.entry: Entry | None = None
+        self.compiled_here = False
+        self.conversions: list[Any] = []
+        self.out_labels: list[Any] = []
+        self.out_tree: Any = None
+        self.fastpath: Any = None
+        self.fast_ok = False
+        self.donated: tuple[bool, ...] = ()
+        self.exe_inputs: tuple = ()
+        self.num_inputs = 0
+
+    @property
+    def accepted(self) -> bool:
+        return self.rejection is None
+
+
+class Decision:
+    """A call being decided, stage by stage (what each stage found)."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.context: Any = None
+        self.target: Any = None
+        self.jit_in: list[Any] = []
+        self.out_tree_shardings: Any = UNSPECIFIED
+        self.traced: Any = None
+        self.out_paths: list[str] = []
+        self.out_flat: list[Any] = []
+        self.out_avals: list[Any] = []
+        self.inputs: list[Input] = []
+        self.resolved: list[Any] = []
+        self.kept: tuple[int, ...] = ()
+        self.assignment: tuple = ()
+        self.count = 0
+        self.final: list[Any] = []
+        self.committed = False
+
+
+# --------------------------------------------------------------------------- statistics
+
+class CacheInfo:
+    """What the engine's caches hold for one jitted function, and how they were used."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items()
+                          if k not in ("recent_misses", "divergences"))
+        return f"CacheInfo({parts})"
+
+    def __str__(self) -> str:
+        lines = [
+            f"dispatch (C++): {self.dispatch_entries} signature(s) held; "
+            f"{self.python_calls} call(s) reached Python (new signatures and signatures "
+            "whose arguments must move); hits on the C++ path are not counted",
+            f"signature: {self.signature_hits} hit(s), {self.signature_misses} miss(es), "
+            f"{self.signatures} held",
+            f"executable: {self.executable_hits} hit(s), {self.executable_misses} miss(es) "
+            f"({self.compiles} compile(s)), {self.executables} held "
+            f"({self.executables_total}/{self.capacity} in the process)",
+        ]
+        if self.recent_misses:
+            lines.append("recent misses:")
+            lines += [f"  {m}" for m in self.recent_misses]
+        if self.divergences:
+            lines.append("divergences from JAX:")
+            lines += [f"  {d}" for d in self.divergences]
+        return "\n".join(lines)
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.python_calls = 0
+        self.signature_hits = 0
+        self.signature_misses = 0
+        self.executable_hits = 0
+        self.executable_misses = 0
+        self.compiles = 0
+        self.recent: collections.deque[str] = collections.deque(maxlen=_RECENT)
+        self.divergences: collections.deque[str] = collections.deque(maxlen=64)
+
+
+# --------------------------------------------------------------------------- the engine
+
+class Engine:
+    """Everything one ``jit(fun, ...)`` holds: options, plans, statistics, the dispatcher."""
+
+    def __init__(self, fun: Callable, options: Options, signature_capacity: int) -> None:
+        self.fun = fun
+        self.options = options
+        self.token = owner_token(fun, self)
+        self._lock = threading.RLock()
+        self._plans: collections.OrderedDict[tuple, Plan] = collections.OrderedDict()
+        self._capacity = signature_capacity
+        self._stats = _Stats()
+        self._generation = 0
+        self._dispatcher_ref: Callable[[], Any] = lambda: None
+        self._inner = self._jax_jit(options.out_shardings)
+        self._inner_open: Any = None
+
+    # ----------------------------------------------------------------- JAX's jit, inside
+
+    def _jax_jit(self, out_shardings: Any) -> Any:
+        o = self.options
+        kwargs: dict[str, Any] = dict(
+            static_argnums=o.names.static_nums, static_argnames=o.names.static_names,
+            donate_argnums=o.names.donate_nums, donate_argnames=o.names.donate_names,
+            keep_unused=o.keep_unused, device=o.device, backend=o.backend, inline=o.inline,
+            compiler_options=o.compiler_options)
+        if o.in_shardings is not UNSPECIFIED:
+            kwargs["in_shardings"] = o.in_shardings
+        if out_shardings is not UNSPECIFIED:
+            kwargs["out_shardings"] = out_shardings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                return jax.jit(self.fun, **kwargs)
+            except EngineRejection:
+                raise
+            except (ValueError, TypeError) as error:
+                raise reject("ENG-4", type(error) if type(error) in (ValueError, TypeError)
+                             else ValueError, f"jax.jit refuses these options: {error}") from None
+
+    # ----------------------------------------------------------------- the dispatcher's miss
+
+    def cache_miss(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
+        """Called by the C++ dispatcher for a signature it cannot run on its own."""
+        with self._lock:
+            self._stats.python_calls += 1
+        site = Site(args, kwargs, self.options.names, abstract_ok=False)
+        if site.tracers:
+            # Inside another transformation: jit as a primitive of the outer trace.
+            return self._inner(*args, **kwargs), None, False
+        plan = self.plan(site)
+        outputs = self.run(plan, site)
+        return outputs, plan.fastpath, False
+
+    def plan(self, site: Site, compile: bool = True) -> Plan:
+        """The decision for ``site``'s signature: cached, or made now."""
+        with self._lock:
+            plan = self._plans.get(site.key)
+            if plan is not None:
+                self._plans.move_to_end(site.key)
+                self._stats.signature_hits += 1
+                if plan.rejection is not None:
+                    raise _again(plan)
+                return plan
+        generation = self._generation
+        reason = self._why_new(site)
+        with self._lock:
+            self._stats.signature_misses += 1
+            self._stats.recent.append(f"signature: {reason}")
+        plan = self._decide(site, compile)
+        with self._lock:
+            if generation == self._generation:
+                self._plans[site.key] = plan
+                while len(self._plans) > self._capacity:
+                    self._plans.popitem(last=False)
+            if plan.entry is not None:
+                plan.entry.users.add(self)
+        if plan.rejection is not None:
+            raise _again(plan)
+        return plan
+
+    def _why_new(self, site: Site) -> str:
+        """What makes this signature new: how it differs from the closest one seen."""
+        with self._lock:
+            known = list(self._plans)[-_RECENT:]
+        if not known:
+            return "first call"
+        names = ("argument structure", "static arguments", None, "jit context (config)",
+                 "context mesh", "abstract context mesh", "default device")
+        best, best_count = None, None
+        for key in known:
+            count = sum(a != b for a, b in zip(key, site.key))
+            if key[0] == site.key[0] and key[2] != site.key[2]:
+                count = sum(a != b for a, b in zip(key[2], site.key[2]))
+            if best_count is None or count < best_count:
+                best, best_count = key, count
+        assert best is not None
+        for index, (a, b) in enumerate(zip(best, site.key)):
+            if a == b:
+                continue
+            if index != 2 or best[0] != site.key[0]:
+                return f"new {names[index] or 'argument types'}"
+            paths = site.paths()
+            for i, (x, y) in enumerate(zip(a, b)):
+                if x != y:
+                    return f"{paths[i]}: {_leaf_words(y)} (was {_leaf_words(x)})"
+        return "a signature evicted before"
+
+    def _decide(self, site: Site, compile: bool) -> Plan:
+        decision = Decision(site)
+        with recording() as fired:
+            try:
+                self.stage_call(decision)
+                self.stage_trace(decision)
+                self.stage_lower(decision)
+                plan = self.stage_compile(decision, compile)
+                self.stage_dispatch(decision)
+            except EngineRejection as error:
+                plan = Plan()
+                plan.rejection = error
+        plan.fired = tuple(dict.fromkeys(fired))
+        return plan
+
+    # ----------------------------------------------------------------- the stages
+
+    def stage_call(self, d: Decision) -> None:
+        """At the call, before tracing: JIT-5, JIT-4, JIT-3, TREE-1, FIT-1 (inputs)."""
+        o, site = self.options, d.site
+        d.context = context_mesh()
+        check_call_form(site.kwargs, o.in_shardings, d.context, o.device_or_backend)
+        n = len(site.leaves)
+        if o.device_or_backend:
+            d.target = o.target_device()
+            target = SingleDeviceSharding(d.target)
+            d.jit_in = [target] * n
+            d.out_tree_shardings = target
+        else:
+            convert = functools.partial(_leaf_to_sharding, context=d.context)
+            in_tree = convert_tree(o.in_shardings, convert, "in_shardings")
+            d.out_tree_shardings = convert_tree(o.out_shardings, convert, "out_shardings")
+            if site.kwargs:
+                d.jit_in = [UNSPECIFIED] * n   # JIT-4: in_shardings is left out here
+            else:
+                d.jit_in = match_in_shardings(in_tree, site.dyn_args)
+            d.jit_in = [UNSPECIFIED if s is None else s for s in d.jit_in]
+        paths = site.paths() if n else []
+        for i, s in enumerate(d.jit_in):
+            if s is not UNSPECIFIED:
+                check_fits(s, site.shape(i), paths[i])
+
+    def stage_trace(self, d: Decision) -> None:
+        """Tracing, then TREE-2 and FIT-1 (results)."""
+        d.traced = self._trace(d)
+        d.out_avals = list(d.traced.jaxpr.out_avals)
+        out_tree = d.traced.out_tree
+        d.out_paths = result_paths(out_tree)
+        d.out_flat = self._out_shardings(d, out_tree, d.out_avals)
+
+    def _out_shardings(self, d: Decision, out_tree: Any, out_avals: list[Any]) -> list[Any]:
+        flat = match_out_shardings(d.out_tree_shardings, out_tree)
+        flat = [UNSPECIFIED if s is None else s for s in flat]
+        paths = result_paths(out_tree)
+        for s, aval, path in zip(flat, out_avals, paths):
+            if s is not UNSPECIFIED:
+                check_fits(s, tuple(aval.shape), path)
+        return flat
+
+    def _trace(self, d: Decision) -> Any:
+        site = d.site
+        try:
+            return self._inner.trace(*site.args, **site.kwargs)
+        except EngineRejection:
+            raise
+        except Exception as error:
+            if self.options.out_shardings is UNSPECIFIED:
+                raise
+            # JAX refused while tracing. If the function traces without out_shardings,
+            # the engine's own rules say what is wrong with them.
+            if self._inner_open is None:
+                self._inner_open = self._jax_jit(UNSPECIFIED)
+            try:
+                plain = self._inner_open.trace(*site.args, **site.kwargs)
+            except Exception:  # noqa: BLE001 - the function itself fails: JAX's error stands
+                raise error from None
+            self._out_shardings(d, plain.out_tree, list(plain.jaxpr.out_avals))
+            raise
+
+    def stage_lower(self, d: Decision) -> None:
+        """Before lowering: RES-1..5, KEEP-1, DA-1..4, EXE-1, EXE-2."""
+        o, site = self.options, d.site
+        n = len(site.leaves)
+        d.inputs = [site.input(i, d.jit_in[i]) for i in range(n)]
+        processes = jax.process_count()
+        d.resolved = []
+        for item in d.inputs:
+            d.resolved.append(resolve_input(item, processes, o.device_or_backend))
+        used = internals.used_inputs(d.traced.jaxpr)
+        if used is None or len(used) != n:
+            used = [True] * n
+        d.kept = kept_inputs(used, o.keep_unused)
+        sources = distinct_sources(
+            [input_source(d.inputs[i], d.resolved[i]) for i in d.kept],
+            [Source(s, f"out_shardings for {p}", p) for s, p in zip(d.out_flat, d.out_paths)])
+        assignment, d.count = device_assignment(sources, d.context)
+        check_has_devices(assignment, d.context)
+        assert assignment is not None
+        d.assignment = tuple(assignment)
+        d.final = replicate_scalars(d.resolved, [len(i.shape) for i in d.inputs], d.assignment)
+        for path, s in [*((d.inputs[i].path, d.final[i]) for i in d.kept),
+                        *zip(d.out_paths, d.out_flat)]:
+            check_tile_count(s, path)
+        d.committed = results_committed(d.context, d.count,
+                                        [d.resolved[i] for i in d.kept], d.out_flat)
+
+    def stage_dispatch(self, d: Decision, inputs: list[Input] | None = None) -> None:
+        """Handing the arguments over: RES-5 under device=/backend= (kept inputs only)."""
+        if not self.options.device_or_backend:
+            return
+        inputs = d.inputs if inputs is None else inputs
+        for i in d.kept:
+            check_reused_replica(inputs[i], d.target)
+
+    def executable_key(self, d: Decision) -> tuple:
+        """The placement class of this call: what the executable depends on."""
+        site = d.site
+        avals = []
+        for i in range(len(site.leaves)):
+            aval = site.aval(i)
+            avals.append((tuple(aval.shape), aval.dtype, bool(getattr(aval, "weak_type", False))))
+        # Resolved shardings, before EXE-1 replicates open scalars: as the policy keys them
+        # (an open scalar and a replicated one compile alike, but the policy tells them apart).
+        kept_classes = tuple(
+            "open" if d.resolved[i] is UNSPECIFIED
+            else placement_class(d.resolved[i], site.shape(i))
+            for i in d.kept)
+        out_classes = tuple(
+            "open" if s is UNSPECIFIED else placement_class(s, tuple(a.shape))
+            for s, a in zip(d.out_flat, d.out_avals))
+        # The program itself stands for everything that shapes it (config, context mesh);
+        # where it runs is the device assignment.
+        program = hashlib.sha1(internals.program_text(d.traced.jaxpr).encode()).hexdigest()
+        return (site.treedef, site.key[1], tuple(avals), internals.program_context(), program,
+                self.options.key, d.kept, kept_classes, out_classes,
+                tuple(dev.id for dev in d.assignment))
+
+    def stage_compile(self, d: Decision, compile: bool) -> Plan:
+        """The executable (from the cache, or compiled), the results' shardings (OUT-1..3), how to run."""
+        self._check_input_recovery(d)
+        key = self.executable_key(d)
+        if compile:
+            entry, compiled_here = CACHE.get_or_compile(
+                self.token, key, functools.partial(self._compile, d, key))
+            with self._lock:
+                if compiled_here:
+                    self._stats.executable_misses += 1
+                    self._stats.compiles += 1
+                    self._stats.recent.append(f"executable: {self._why_compiled(key)}")
+                else:
+                    self._stats.executable_hits += 1
+        else:
+            entry, compiled_here = CACHE.peek(self.token, key), False
+        return self._plan_for(d, entry, compiled_here)
+
+    def _check_input_recovery(self, d: Decision) -> None:
+        """OUT-2 on the inputs: a given GSPMDSharding that cannot be re-read over the first
+        given mesh fails JAX after compiling; the engine refuses before compiling."""
+        in_avals = list(d.traced.jaxpr.in_avals)
+        kept_values = [Value.of_aval(in_avals[i]) for i in d.kept]
+        kept_final = concrete_inputs([d.final[i] for i in d.kept], d.assignment)
+        try:
+            recover_shardings(kept_final, kept_values, kept_final, kept_values, None)
+        except EngineRejection as error:
+            raise error.at(d.inputs[d.kept[0]].path) from None
+
+    def _why_compiled(self, key: tuple) -> str:
+        others = [e.key for e in CACHE.entries(self.token) if e.key != key]
+        if not others:
+            return "first compile of this function"
+        names = ("argument structure", "static arguments", "argument types", "jit config",
+                 "traced program", "options", "kept inputs", "input placements",
+                 "result placements", "device assignment")
+        closest = min(others, key=lambda k: sum(a != b for a, b in zip(k, key)))
+        differing = [names[i] for i, (a, b) in enumerate(zip(closest, key)) if a != b]
+        return "new " + ", ".join(differing)
+
+    def _compile(self, d: Decision, key: tuple) -> Entry:
+        start = time.perf_counter()
+        try:
+            lowered = d.traced.lower()
+        except EngineRejection:
+            raise
+        except ValueError as error:
+            if "incompatible devices" in str(error):
+                raise reject("DA-1", ValueError, f"{error}") from None
+            raise
+        try:
+            compiled = lowered.compile()
+        except ValueError as error:
+            if type(error).__name__ == "IndivisibleError":
+                raise reject("OUT-2", ValueError, str(error),
+                             d.out_paths[0] if d.out_paths else "result",
+                             jax_error="IndivisibleError") from None
+            raise
+        facts = internals.executable_facts(compiled)
+        return Entry(key, self.token, facts, time.perf_counter() - start, d.context is not None)
+
+    # ----------------------------------------------------------------- results and running
+
+    def _plan_for(self, d: Decision, entry: Entry | None, compiled_here: bool) -> Plan:
+        site = d.site
+        plan = Plan()
+        n = len(site.leaves)
+        plan.num_inputs = n
+        plan.in_paths = tuple(site.paths()) if n else ()
+        plan.in_shardings = tuple(d.final)
+        plan.out_paths = tuple(d.out_paths)
+        plan.device_assignment = d.assignment
+        plan.num_devices = d.count
+        plan.kept = d.kept
+        plan.out_committed = (d.committed,) * len(d.out_paths)
+        plan.transfers = tuple(item.path for item, s in zip(d.inputs, d.final) if moves(item, s))
+        plan.donated = donated_leaves(site.positions, self.options.names, site.dyn_args,
+                                      site.dyn_kwargs)
+        plan.entry = entry
+        plan.compiled_here = compiled_here
+        plan.out_tree = d.traced.out_tree
+        if entry is None:
+            # Not compiled: the results jit leaves to the compiler are not known yet.
+            plan.out_shardings = tuple(concrete_inputs(d.out_flat, d.assignment))
+            return plan
+        facts = entry.facts
+        exe_inputs, outs = self._recover(d, facts)
+        plan.exe_inputs = tuple(exe_inputs)
+        if compiled_here:
+            theirs = list(facts.out_shardings)
+            self._compare(d, outs, theirs, exe_inputs, facts)
+            outs = theirs
+        plan.out_shardings = tuple(outs)
+        if d.context is None and entry.out_committed is not None and not entry.context:
+            # Same program, same placements, no context mesh on either side (EXE-2): the
+            # results are committed exactly when the executable's were. (A context mesh
+            # commits them; the engine's own EXE-2 says so.)
+            plan.out_committed = entry.out_committed
+        plan.conversions = self._conversions(d, facts)
+        plan.out_labels = [None] * len(outs) if compiled_here else \
+            self._out_labels(d, facts, outs, plan.out_committed)
+        plan.fast_ok = facts.fast and all(
+            c is None or c[2] for c in plan.conversions)
+        return plan
+
+    def _recover(self, d: Decision, facts: Any) -> tuple[list[Any], list[Any]]:
+        """This call's input and result shardings, over the executable's placements."""
+        site = d.site
+        in_avals = list(d.traced.jaxpr.in_avals)
+        kept_values = [Value.of_aval(in_avals[i]) for i in d.kept]
+        kept_final = concrete_inputs([d.final[i] for i in d.kept], d.assignment)
+        placed_in = []
+        for i, s in zip(d.kept, kept_final):
+            if s is UNSPECIFIED:
+                chosen = facts.input_sharding(i)
+                s = raw(chosen, len(site.shape(i))) if chosen is not None else UNSPECIFIED
+            placed_in.append(s)
+        recovered = recover_shardings(placed_in, kept_values, kept_final, kept_values, None)
+        chosen_out = [raw(s, len(a.shape)) for s, a in zip(facts.out_shardings, d.out_avals)]
+        placed_out = compiled_results(d.out_flat, chosen_out, d.assignment)
+        out_values = [Value.of_aval(a) for a in d.out_avals]
+        try:
+            outs = recover_shardings(placed_out, out_values, recovered, kept_values, d.context)
+        except EngineRejection as error:
+            raise error.at(d.out_paths[0] if d.out_paths else "result") from None
+        outs = single_device_results(outs, d.assignment)
+        outs = [_typed_result(o, s, aval) for o, s, aval in zip(outs, d.out_flat, d.out_avals)]
+        exe_inputs: list[Any] = [None] * len(site.leaves)
+        for i, s in zip(d.kept, single_device_results(recovered, d.assignment)):
+            exe_inputs[i] = s
+        return exe_inputs, outs
+
+    def _compare(self, d: Decision, mine: list[Any], theirs: list[Any], exe_inputs: list[Any],
+                 facts: Any) -> None:
+        """Record where the engine's own prediction differs from what JAX compiled."""
+        problems = []
+        for path, a, b, aval in zip(d.out_paths, mine, theirs, d.out_avals):
+            shape = tuple(aval.shape)
+            if type(a) is not type(b) or not placement_equivalent(a, b, shape) or (
+                    isinstance(a, NamedSharding) and (a.mesh.axis_names, a.mesh.axis_sizes)
+                    != (b.mesh.axis_names, b.mesh.axis_sizes)):
+                problems.append(f"{path}: engine {a}, JAX {b}")
+        kept = sorted(i - facts.num_consts for i in facts.kept if i >= facts.num_consts)
+        if tuple(kept) != d.kept:
+            problems.append(f"kept inputs: engine {d.kept}, JAX {tuple(kept)}")
+        if theirs:
+            assignment = devices_of(theirs[0])
+            if tuple(assignment) != d.assignment:
+                problems.append(f"device assignment: engine {[x.id for x in d.assignment]}, "
+                                f"JAX {[x.id for x in assignment]}")
+        if problems:
+            with self._lock:
+                self._stats.divergences.extend(problems)
+
+    def _conversions(self, d: Decision, facts: Any) -> list[Any]:
+        """For each flat input: None (as it is) or (how, sharding, fast path keeps it right, aval, order)."""
+        site = d.site
+        out: list[Any] = [None] * len(site.leaves)
+        for i in d.kept:
+            if site.kinds[i] == ARRAY and d.inputs[i].committed:
+                out[i] = _conversion(site.leaves[i], facts, i)
+        return out
+
+    def _out_labels(self, d: Decision, facts: Any, outs: list[Any],
+                    committed: tuple[bool, ...]) -> list[Any]:
+        """For each result: None (as the executable labels it) or (sharding, aval, order)."""
+        labels: list[Any] = []
+        for j, (mine, aval) in enumerate(zip(outs, d.out_avals)):
+            theirs = facts.out_shardings[j] if j < len(facts.out_shardings) else None
+            if theirs is not None and mine == theirs and aval == facts.out_avals[j]:
+                labels.append(None)
+                continue
+            order = _reorder(internals.addressable_devices(theirs),
+                             internals.addressable_devices(mine)) if theirs is not None else None
+            labels.append((mine, aval, order, committed[j] if j < len(committed) else True))
+        return labels
+
+    def run(self, plan: Plan, site: Site) -> Any:
+        """Run ``plan`` on ``site``'s arguments (the Python path)."""
+        return self._execute(plan, site.leaves, site.treedef, plan.conversions)
+
+    def run_aot(self, plan: Plan, args: tuple, kwargs: dict, leaves: list[Any],
+                treedef: Any) -> Any:
+        """Run an AOT-compiled plan on arguments AOT-1..3 accepted."""
+        entry = plan.entry
+        assert entry is not None
+        facts = entry.facts
+        conversions: list[Any] = [None] * len(leaves)
+        for i in plan.kept:
+            leaf = leaves[i]
+            if type(leaf) is internals.ArrayImpl and leaf._committed:
+                conversions[i] = _conversion(leaf, facts, i)
+        return self._execute(plan, leaves, treedef, conversions)
+
+    def _execute(self, plan: Plan, leaves: list[Any], treedef: Any,
+                 conversions: list[Any]) -> Any:
+        entry = plan.entry
+        assert entry is not None
+        if any(c is not None for c in conversions):
+            leaves = list(leaves)
+            for i, conversion in enumerate(conversions):
+                if conversion is None:
+                    continue
+                how, sharding, _fast, aval, order = conversion
+                if how == "relabel":
+                    # The same buffers, labelled with the executable's sharding: no copy.
+                    buffers = internals.single_device_arrays(leaves[i])
+                    if order is not None:
+                        buffers = [buffers[k] for k in order]
+                    leaves[i] = internals.array_over(aval, sharding, buffers, True)
+                else:
+                    # Another placement: move it, as jit does (never a buffer on the wrong device).
+                    donate = plan.donated[i] if i < len(plan.donated) else False
+                    leaves[i] = jax.device_put(leaves[i], sharding, donate=donate)
+        dyn_args, dyn_kwargs = tree_util.tree_unflatten(treedef, leaves)
+        outputs = entry.facts.compiled(*dyn_args, **dyn_kwargs)
+        flat, out_tree = tree_util.tree_flatten(outputs)
+        if entry.out_committed is None:
+            entry.out_committed = tuple(bool(getattr(x, "_committed", True)) for x in flat)
+        if plan.compiled_here and entry.out_committed != plan.out_committed:
+            with self._lock:
+                self._stats.divergences.append(
+                    f"committed: engine {plan.out_committed}, JAX {entry.out_committed}")
+            plan.out_committed = entry.out_committed
+            plan.out_labels = [None if label is None else (*label[:3], c)
+                               for label, c in zip(plan.out_labels, plan.out_committed)]
+        if any(label is not None for label in plan.out_labels):
+            flat = list(flat)
+            for j, label in enumerate(plan.out_labels):
+                if label is None:
+                    continue
+                sharding, aval, order, committed = label
+                buffers = internals.single_device_arrays(flat[j])
+                if order is not None:
+                    buffers = [buffers[k] for k in order]
+                flat[j] = internals.array_over(aval, sharding, buffers, committed)
+            outputs = tree_util.tree_unflatten(out_tree, flat)
+        if plan.fastpath is None and plan.fast_ok:
+            plan.fastpath = internals.fastpath_data(entry.facts, entry.facts.out_tree, flat,
+                                                    plan.num_inputs)
+        return outputs
+
+    # ----------------------------------------------------------------- cache control
+
+    def forget(self, entry: Entry) -> None:
+        """An executable left the cache: drop the plans that use it, and the C++ signatures."""
+        with self._lock:
+            gone = [k for k, p in self._plans.items() if p.entry is entry]
+            for k in gone:
+                del self._plans[k]
+        dispatcher = self._dispatcher_ref()
+        if dispatcher is not None:
+            dispatcher._clear_cache()
+
+    def clear_cache(self) -> None:
+        """Drop this function's signatures, plans and executables (other functions keep theirs)."""
+        with self._lock:
+            self._generation += 1
+            self._plans.clear()
+        dispatcher = self._dispatcher_ref()
+        if dispatcher is not None:
+            dispatcher._clear_cache()
+        CACHE.drop_owner(self.token)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                self._inner.clear_cache()
+            except Exception:  # noqa: BLE001 - JAX's own caches are a courtesy
+                pass
+
+    def cache_info(self) -> CacheInfo:
+        dispatcher = self._dispatcher_ref()
+        s = self._stats
+        with self._lock:
+            return CacheInfo(
+                dispatch_entries=dispatcher._cache_size() if dispatcher is not None else 0,
+                python_calls=s.python_calls,
+                signature_hits=s.signature_hits, signature_misses=s.signature_misses,
+                signatures=len(self._plans),
+                executable_hits=s.executable_hits, executable_misses=s.executable_misses,
+                compiles=s.compiles, executables=CACHE.count(self.token),
+                executables_total=len(CACHE), capacity=CACHE.capacity,
+                recent_misses=list(s.recent), divergences=list(s.divergences))
+
+
+def _conversion(leaf: Any, facts: Any, i: int) -> Any:
+    """How to hand a committed array to the executable: None (as it is), relabelled, or moved.
+
+    The tuple says how, to which sharding, whether the C++ fast path (which hands over the
+    buffers positionally, or moves arrays on another number of devices) stays right for
+    it, the executable's input type, and the buffer order.
+    """
+    want = facts.input_sharding(i)
+    if want is None:
+        return None
+    held, shape = leaf.sharding, tuple(leaf.shape)
+    if jax_equivalent(held, want, len(shape)):
+        return None
+    if placement_equivalent(held, want, shape):
+        same_order = devices_of(held) == devices_of(want)
+        order = _reorder(internals.addressable_devices(held), internals.addressable_devices(want))
+        return ("relabel", want, same_order, facts.input_aval(i), order)
+    fast = num_devices(held) != num_devices(want) or num_devices(want) == 1
+    return ("move", want, fast, None, None)
+
+
+def _again(plan: Plan) -> EngineRejection:
+    """A cached rejection, fresh, with the rules that fired on the way to it."""
+    assert plan.rejection is not None
+    error = plan.rejection.again()
+    error.fired = plan.fired  # type: ignore[attr-defined]
+    return error
+
+
+def _reorder(have: tuple, want: tuple) -> list[int] | None:
+    """Indices that put buffers ordered by ``have`` in the order of ``want`` (None: same)."""
+    if have == want:
+        return None
+    position = {d: k for k, d in enumerate(have)}
+    return [position[d] for d in want]
+
+
+def _typed_result(out: Any, given: Any, aval: Any) -> Any:
+    """A result left open whose type carries Explicit mesh axes comes back as its type says.
+
+    Under Explicit axes jit takes a result's sharding from its type (the spec the type
+    carries, over the type's mesh made concrete) when the compiler placed it so; the jit-call
+    semantics model Auto axes only, and this is the engine's reading of JAX for the rest.
+    """
+    typed = getattr(aval, "sharding", None)
+    mesh = getattr(typed, "mesh", None)
+    if given is not UNSPECIFIED or mesh is None or mesh.empty or not isinstance(
+            out, (NamedSharding, SingleDeviceSharding, internals.GSPMDSharding)):
+        return out
+    kinds = set(mesh.axis_types)
+    if jax.sharding.AxisType.Explicit not in kinds or jax.sharding.AxisType.Manual in kinds:
+        return out
+    devices = devices_of(out)
+    if mesh.size != len(devices):
+        return out
+    candidate = NamedSharding(concrete_mesh(mesh, tuple(devices)), typed.spec,
+                              memory_kind=out.memory_kind)
+    ndim = len(aval.shape)
+    return candidate if hlo_equal(hlo(candidate, ndim), hlo(out, ndim)) else out
+
+
+def _leaf_to_sharding(leaf: Any, which: str, context: Any) -> Any:
+    return leaf_to_sharding(leaf, context, which)
+
+
+def _leaf_words(key: Any) -> str:
+    if isinstance(key, tuple) and len(key) == 3 and hasattr(key[0], "shape"):
+        aval, sharding, committed = key
+        return f"{aval.str_short()} on {sharding}" + ("" if committed else " (uncommitted)")
+    return repr(key)
+
+
+# --------------------------------------------------------------------------- jit
+
+
+def jit(fun: Callable | Any = _NOT_GIVEN, /, *, in_shardings: Any = _NOT_GIVEN,
+        out_shardings: Any = _NOT_GIVEN, static_argnums: Any = None,
+        static_argnames: Any = None, donate_argnums: Any = None, donate_argnames: Any = None,
+        keep_unused: bool = False, device: Any = None, backend: str | None = None,
+        inline: bool = False, compiler_options: dict[str, Any] | None = None) -> Any:
+    """``jax.jit`` with the jit-call semantics enforced and the shardlaw cache policy.
+
+    Takes jax.jit's arguments and returns a function that behaves like ``jax.jit``'s, plus
+    ``.explain(*args, **kwargs)`` (the verdict and the rules that decided it, without
+    running), ``.cache_info()`` and ``.clear_cache()``. Used without ``fun`` it is a
+    decorator factory: ``@jit(static_argnums=0)``.
+    """
+    if fun is _NOT_GIVEN:
+        return functools.partial(
+            jit, in_shardings=in_shardings, out_shardings=out_shardings,
+            static_argnums=static_argnums, static_argnames=static_argnames,
+            donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+            keep_unused=keep_unused, device=device, backend=backend, inline=inline,
+            compiler_options=compiler_options)
+    if not callable(fun):
+        raise reject("ENG-4", TypeError, f"jit expects a callable, got {type(fun)}: {_short(fun)}")
+    if device is not None or backend is not None:
+        warnings.warn(
+            "backend and device argument on jit is deprecated. You can use "
+            '`jax.device_put(..., jax.local_devices(backend="cpu")[0])` on the inputs to the '
+            "jitted function to get the same behavior.", DeprecationWarning, stacklevel=2)
+    options = Options(fun, in_shardings, out_shardings, static_argnums, static_argnames,
+                      donate_argnums, donate_argnames, keep_unused, device, backend, inline,
+                      compiler_options)
+    engine = Engine(fun, options, _SIGNATURE_CAPACITY)
+    return _wrap(engine)
+
+
+def _wrap(engine: Engine) -> Any:
+    """The jitted function: JAX's C++ dispatcher, with the engine's methods attached."""
+    from . import aot  # the AOT stages use the engine; imported here to keep one direction
+
+    o = engine.options
+    name = getattr(engine.fun, "__name__", type(engine.fun).__name__)
+    dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
+                                           o.names.static_nums, o.names.static_names,
+                                           _SIGNATURE_CAPACITY)
+    try:
+        functools.update_wrapper(dispatcher, engine.fun)
+    except (AttributeError, TypeError):
+        pass
+    engine._dispatcher_ref = _weak(dispatcher)
+    methods = aot.Methods(engine)
+    dispatcher.trace = methods.trace
+    dispatcher.lower = methods.lower
+    dispatcher.eval_shape = methods.eval_shape
+    dispatcher.explain = methods.explain
+    dispatcher.cache_info = engine.cache_info
+    dispatcher.clear_cache = engine.clear_cache
+    dispatcher._engine = engine
+    return dispatcher
+
+
+def _weak(obj: Any) -> Callable[[], Any]:
+    import weakref
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+

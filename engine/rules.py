@@ -1,0 +1,164 @@
+"""The rules as the engine fires them: the trace of rules that decided a call, and rejections.
+
+Each decision of the engine is a function marked with :func:`rule` and the ID of the rule of
+the jit-call semantics it implements; while a call is being decided, the IDs of the rules
+that fired are recorded in order (:func:`recording`), which is what ``explain`` shows.
+
+A rejection is one exception per refused call, carrying the rule that refused it.
+
+A rejection derives from :class:`EngineRejection` *and* from the built-in exception type
+``jax.jit`` raises for the same call (ValueError, TypeError, RuntimeError,
+NotImplementedError, AssertionError, KeyError, or plain Exception where JAX raises its own
+``DuplicateSpecError``), so an ``except ValueError`` written for JAX keeps working. It
+carries:
+
+* ``rule`` — the ID of the rule of the jit-call semantics that refused the call (``FIT-1``,
+  ``DA-1``, ...), or an ``ENG-n`` ID for odd input the semantics does not describe;
+* ``path`` — the argument or result it is about, as a pytree path (``args[0]['w']``,
+  ``result[1]``), or None;
+* ``stage`` — when JAX raises it: ``jit``, ``trace``, ``lower``, ``compile``, ``call`` or
+  ``aot``;
+* ``jax_error`` — the name of the class JAX raises (``IndivisibleError`` for a
+  ValueError subclass, for instance).
+
+The engine's own rule IDs, for input beyond the jit-call semantics:
+
+* ``ENG-1`` static arguments must be hashable (ValueError, as JAX);
+* ``ENG-2`` every dynamic leaf is an array, a numpy value or a Python scalar (TypeError);
+* ``ENG-3`` an argument array must not have been deleted (RuntimeError);
+* ``ENG-4`` the options of ``jit`` itself are well formed (JAX's own type and words).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from typing import Any, Callable
+
+__all__ = ["EngineRejection", "reject", "rejection_class", "STAGE_OF", "rule", "recording",
+           "note"]
+
+_FIRED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "shardlaw_engine_fired", default=None)
+
+
+def rule(rule_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a function as the engine's implementation of rule ``rule_id``."""
+
+    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def fire(*args: Any, **kwargs: Any) -> Any:
+            fired = _FIRED.get()
+            if fired is not None:
+                fired.append(rule_id)
+            return function(*args, **kwargs)
+
+        fire.rule_id = rule_id  # type: ignore[attr-defined]
+        return fire
+
+    return mark
+
+
+def note(rule_id: str) -> None:
+    """Record that ``rule_id`` fired (for decisions made inline)."""
+    fired = _FIRED.get()
+    if fired is not None:
+        fired.append(rule_id)
+
+
+class recording:
+    """Record, in order, the IDs of the rules that fire inside a ``with`` block."""
+
+    def __enter__(self) -> list[str]:
+        self._fired: list[str] = []
+        self._token = _FIRED.set(self._fired)
+        return self._fired
+
+    def __exit__(self, *exc: object) -> None:
+        _FIRED.reset(self._token)
+
+# The stage at which JAX raises each family's rejections (the same table the semantics
+# uses; kept here because the engine never imports the specification).
+STAGE_OF = {
+    "JIT-1": "jit", "JIT-2": "jit", "NS-2": "jit", "ENG-4": "jit",
+    "JIT-3": "trace", "JIT-4": "trace", "TREE-1": "trace", "TREE-2": "trace",
+    "FIT-1": "trace", "NS-1": "trace", "ENG-1": "trace", "ENG-2": "trace", "ENG-3": "call",
+    "RES-1": "lower", "RES-2": "lower", "RES-3": "lower", "RES-4": "lower", "RES-5": "call",
+    "DA-1": "lower", "DA-2": "lower", "DA-4": "lower", "EXE-3": "compile", "OUT-1": "compile", "OUT-2": "compile",
+    "AOT-1": "aot", "AOT-2": "aot", "AOT-3": "aot",
+}
+
+
+class EngineRejection(Exception):
+    """The engine refused a call; concrete classes also derive from a built-in type."""
+
+    rule: str
+    path: str | None
+    stage: str | None
+    jax_error: str
+    message: str
+
+    def __init__(self, rule: str, message: str, path: str | None = None,
+                 jax_error: str | None = None) -> None:
+        self.rule = rule
+        self.path = path
+        self.stage = STAGE_OF.get(rule)
+        self.message = message
+        base = next((c for c in type(self).__mro__ if c.__module__ == "builtins"), Exception)
+        self.jax_error = jax_error or base.__name__
+        where = f" at {path}" if path else ""
+        super().__init__(f"[{rule}]{where}: {message}")
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (self.error_type, self.rule, self.message, self.path,
+                           self.jax_error))
+
+    def again(self) -> "EngineRejection":
+        """A fresh copy to raise once more (a cached rejection keeps no old traceback)."""
+        return type(self)(self.rule, self.message, self.path, self.jax_error)
+
+    def at(self, path: str | None) -> "EngineRejection":
+        """The same rejection, about another argument or result."""
+        return type(self)(self.rule, self.message, path, self.jax_error)
+
+    @property
+    def error_type(self) -> type[BaseException]:
+        """The built-in exception type this rejection also is."""
+        return next(c for c in type(self).__mro__ if c.__module__ == "builtins")
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def rejection_class(base: type[BaseException]) -> type[EngineRejection]:
+    """The engine rejection class that also derives from ``base``."""
+    cls = _CLASSES.get(base)
+    if cls is None:
+        if base is Exception:
+            cls = EngineRejection
+        else:
+            cls = type(f"Engine{base.__name__}", (EngineRejection, base), {
+                "__module__": __name__,
+                "__doc__": f"The engine refused a call; JAX raises {base.__name__} here.",
+            })
+        _CLASSES[base] = cls
+    return cls
+
+
+def _rebuild(base: type, rule: str, message: str, path: str | None,
+             jax_error: str) -> EngineRejection:
+    return rejection_class(base)(rule, message, path, jax_error)
+
+
+def reject(rule: str, error_type: type[BaseException], message: str, path: str | None = None,
+           *, jax_error: str | None = None) -> EngineRejection:
+    """The exception to raise: rule ``rule`` refused the call, as JAX refuses it with ``error_type``."""
+    return rejection_class(error_type)(rule, message, path, jax_error)
+
+
+EngineValueError = rejection_class(ValueError)
+EngineTypeError = rejection_class(TypeError)
+EngineRuntimeError = rejection_class(RuntimeError)
+EngineNotImplementedError = rejection_class(NotImplementedError)
+EngineAssertionError = rejection_class(AssertionError)
+EngineKeyError = rejection_class(KeyError)

@@ -1,0 +1,307 @@
+"""Shardings as jit reads them: leaves (JIT-2, JIT-3, JIT-5), fit (FIT-1), sameness (EQ-1..3).
+
+Every function takes JAX objects (``jax.sharding.NamedSharding``, ``SingleDeviceSharding``,
+``GSPMDSharding``, ``PartitionSpec``, meshes) and decides one question of the jit-call
+semantics. The answers that cost more than a few attribute reads (a placement class, an
+HLO sharding) are cached per (sharding, shape), since shardings are immutable and hashable.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from . import internals
+from .rules import reject, rule
+
+__all__ = [
+    "UNSPECIFIED", "check_leaf", "context_mesh", "leaf_to_sharding", "check_fits",
+    "hlo_equal", "jax_equivalent", "placement_class", "is_fully_replicated", "devices_of",
+    "is_abstract", "num_devices",
+]
+
+P = PartitionSpec
+UNCONSTRAINED = PartitionSpec.UNCONSTRAINED
+
+
+class _Unspecified:
+    """A sharding left to jit (the option left out, or a None leaf under jit)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSPECIFIED"
+
+    def __reduce__(self) -> str:
+        return "UNSPECIFIED"
+
+
+UNSPECIFIED = _Unspecified()
+
+
+def is_abstract(sharding: Any) -> bool:
+    return isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, AbstractMesh)
+
+
+def spec_entries(spec: PartitionSpec) -> tuple:
+    return tuple(spec)
+
+
+# --------------------------------------------------------------------------- JIT-2
+
+@rule("JIT-2")
+def check_leaf(leaf: Any, which: str) -> None:
+    """A leaf of in_shardings/out_shardings is None, a PartitionSpec or a Sharding; a NamedSharding's mesh is not empty; neither holds UNCONSTRAINED; a PartitionSpec names each mesh axis once (NS-2)."""
+    if leaf is None or leaf is UNSPECIFIED:
+        return
+    if isinstance(leaf, jax.sharding.Sharding):
+        if not isinstance(leaf, NamedSharding):
+            return
+        if leaf.mesh.empty:
+            raise reject("JIT-2", ValueError, f"{which} holds {leaf!r}, but its mesh is empty", which)
+        spec = leaf.spec
+    elif isinstance(leaf, PartitionSpec):
+        spec = leaf
+    elif type(leaf).__name__ in ("Format", "Layout"):
+        # jit takes layouts only inside a Format of its own options, never as a sharding.
+        raise reject("JIT-2", ValueError, f"{which} holds the layout {leaf!r}; jax.jit does not "
+                     "accept device-local layouts as shardings", which)
+    else:
+        raise reject("JIT-2", TypeError,
+                     f"a leaf of {which} must be a Sharding, a PartitionSpec or None, got "
+                     f"{leaf!r}. Wrap mesh axis names in P(...), or pass a NamedSharding.",
+                     which)
+    if any(entry is UNCONSTRAINED for entry in spec_entries(spec)):
+        raise reject("JIT-2", ValueError,
+                     f"{which} holds {leaf!r}, but jit does not take UNCONSTRAINED dimensions",
+                     which)
+    if isinstance(leaf, PartitionSpec):
+        _check_axes_used_once(spec, which)
+
+
+def _check_axes_used_once(spec: PartitionSpec, which: str) -> None:
+    """A mesh axis splits at most one dimension, and only once."""
+    seen: set = set()
+    twice = []
+    for entry in spec_entries(spec):
+        if entry is None or entry is UNCONSTRAINED:
+            continue
+        for name in entry if isinstance(entry, tuple) else (entry,):
+            if name in seen and name not in twice:
+                twice.append(name)
+            seen.add(name)
+    if twice:
+        raise reject("NS-2", Exception,
+                     f"{which}: a PartitionSpec maps each mesh axis to at most one dimension, "
+                     f"but {spec} uses {twice} more than once", which,
+                     jax_error="DuplicateSpecError")
+
+
+# --------------------------------------------------------------------------- JIT-5, JIT-3
+
+@rule("JIT-5")
+def context_mesh() -> Mesh | AbstractMesh | None:
+    """jit sees the concrete mesh set with ``jax.set_mesh``, or an abstract context mesh only when one of its axes is Explicit."""
+    concrete, abstract = internals.context_meshes()
+    if concrete is not None:
+        return concrete
+    if abstract is not None and any(t == jax.sharding.AxisType.Explicit
+                                    for t in abstract.axis_types):
+        return abstract
+    return None
+
+
+@rule("JIT-3")
+def leaf_to_sharding(leaf: Any, context: Any, which: str) -> Any:
+    """None leaves the sharding to jit, a Sharding stands for itself, and a PartitionSpec becomes a NamedSharding over the context mesh, which must be set."""
+    if leaf is None or leaf is UNSPECIFIED:
+        return UNSPECIFIED
+    if not isinstance(leaf, PartitionSpec):
+        return leaf
+    if context is None:
+        raise reject("JIT-3", RuntimeError,
+                     f"{which} holds the PartitionSpec {leaf}, which names mesh axes, but no "
+                     "mesh is set. Set one with jax.set_mesh(mesh), or pass "
+                     "NamedSharding(mesh, spec) instead of the bare spec.")
+    names = set(context.axis_names)
+    for entry in spec_entries(leaf):
+        if entry is None or entry is UNCONSTRAINED:
+            continue
+        for name in entry if isinstance(entry, tuple) else (entry,):
+            if name not in names:
+                raise reject("NS-1", ValueError,
+                             f"the PartitionSpec {leaf} names the mesh axis {name!r}, which the "
+                             f"context mesh (axes {tuple(context.axis_names)}) does not have",
+                             which)
+    return NamedSharding(context, leaf)
+
+
+# --------------------------------------------------------------------------- FIT-1
+
+def _hlo_tiles(hlo: Any) -> tuple[int, ...] | None:
+    """The tile counts of a tiled HLO sharding's data dimensions (None: it acts replicated)."""
+    if hlo.is_replicated() or hlo.is_maximal() or not hlo.is_tiled():
+        return None
+    dims = list(hlo.tile_assignment_dimensions())
+    extra = len(hlo.subgroup_types())
+    if hlo.replicate_on_last_tile_dim():
+        extra = max(extra, 1)
+    return tuple(dims[:len(dims) - extra])
+
+
+def _ways(sharding: Any, ndim: int) -> tuple[int, int, tuple[int, ...]]:
+    """(rank the sharding needs, how its tiles compare with that rank, tiles per dimension).
+
+    The second value is 0 when the tiles have exactly ``ndim`` dimensions.
+    """
+    if isinstance(sharding, NamedSharding):
+        sizes = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_sizes))
+        entries = spec_entries(sharding.spec)
+        ways = []
+        for d in range(ndim):
+            entry = entries[d] if d < len(entries) else None
+            if entry is None or entry is UNCONSTRAINED:
+                ways.append(1)
+                continue
+            names = entry if isinstance(entry, tuple) else (entry,)
+            ways.append(math.prod(sizes[n] for n in names))
+        return len(entries), 0, tuple(ways)
+    if isinstance(sharding, internals.GSPMDSharding):
+        hlo = sharding._hlo_sharding
+        tiles = _hlo_tiles(hlo)
+        if tiles is None:
+            return (1 if hlo.is_maximal() and not hlo.is_replicated() else 0), 0, (1,) * ndim
+        return len(tiles), len(tiles) - ndim, tiles
+    return 0, 0, (1,) * ndim
+
+
+@rule("FIT-1")
+def check_fits(sharding: Any, shape: tuple[int, ...], path: str) -> None:
+    """A value given a sharding has at least the rank the sharding needs (NS-5) and divides evenly into its shards (DIV-1)."""
+    if sharding is UNSPECIFIED or isinstance(sharding, SingleDeviceSharding):
+        return
+    if not isinstance(sharding, (NamedSharding, internals.GSPMDSharding)):
+        try:
+            sharding.shard_shape(tuple(shape))
+        except ValueError as error:
+            raise reject("FIT-1", ValueError, f"a value of shape {tuple(shape)} does not fit "
+                         f"its sharding: {error}", path) from None
+        return
+    needed, tile_rank_gap, ways = _ways(sharding, len(shape))
+    if len(shape) < needed:
+        hint = "; for a scalar the PartitionSpec is P()" if not shape else ""
+        raise reject("FIT-1", ValueError,
+                     f"a value of shape {tuple(shape)} does not fit its sharding: {sharding} "
+                     f"needs a value of rank at least {needed}, but the value has rank "
+                     f"{len(shape)}{hint}", path)
+    if tile_rank_gap:
+        raise reject("FIT-1", AssertionError,
+                     f"a value of shape {tuple(shape)} does not fit its sharding: its tile "
+                     f"assignment has {needed} data dimensions, the value {len(shape)}", path,
+                     jax_error="AssertionError")
+    for dim, (size, n) in enumerate(zip(shape, ways)):
+        # Every dimension divides evenly by the number of ways it is split
+        if size % n:
+            raise reject("FIT-1", ValueError,
+                         f"a value of shape {tuple(shape)} does not fit its sharding: dimension "
+                         f"{dim} has size {size}, which {sharding} splits {n} ways (ways per "
+                         f"dimension: {ways}). Pad dimension {dim} to a multiple of {n}, or "
+                         "split it over fewer mesh axes.", path, jax_error="IndivisibleError")
+
+
+# --------------------------------------------------------------------------- devices
+
+def devices_of(sharding: Any) -> tuple:
+    """The sharding's devices, in order."""
+    return internals.device_list(sharding)
+
+
+def num_devices(sharding: Any) -> int:
+    if is_abstract(sharding):
+        return sharding.mesh.size
+    return len(devices_of(sharding))
+
+
+def is_fully_replicated(sharding: Any) -> bool:
+    """Every device holds the whole array (REP-1)."""
+    if isinstance(sharding, SingleDeviceSharding):
+        return True
+    if isinstance(sharding, NamedSharding):
+        sizes = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_sizes))
+        for entry in spec_entries(sharding.spec):
+            if entry is None or entry is UNCONSTRAINED:
+                continue
+            for name in entry if isinstance(entry, tuple) else (entry,):
+                if sizes[name] != 1:
+                    return False
+        return not getattr(sharding.spec, "unreduced", None)
+    if isinstance(sharding, internals.GSPMDSharding):
+        tiles = _hlo_tiles(sharding._hlo_sharding)
+        return tiles is None or all(t == 1 for t in tiles)
+    return bool(sharding.is_fully_replicated)
+
+
+# --------------------------------------------------------------------------- EQ-3, EQ-1, EQ-2
+
+@functools.lru_cache(maxsize=8192)
+def hlo(sharding: Any, ndim: int) -> Any:
+    return internals.hlo_of(sharding, ndim)
+
+
+def _acts_replicated(h: Any) -> bool:
+    return h.is_replicated() or h.num_devices() == 1
+
+
+@rule("EQ-3")
+def hlo_equal(a: Any, b: Any) -> bool:
+    """Two HLO shardings are equal when both act replicated or when they are identical."""
+    if a is b:
+        return True
+    if _acts_replicated(a) and _acts_replicated(b):
+        return True
+    return a == b
+
+
+@rule("EQ-1")
+def jax_equivalent(a: Any, b: Any, ndim: int) -> bool:
+    """Equal HLO shardings, equal memory kinds, and the same devices in the same order (not compared when both meshes are abstract)."""
+    if a is b or a == b:
+        return True
+    if not hlo_equal(hlo(a, ndim), hlo(b, ndim)) or a.memory_kind != b.memory_kind:
+        return False
+    if is_abstract(a) and is_abstract(b):
+        return True
+    if is_abstract(a) or is_abstract(b):
+        return False
+    return devices_of(a) == devices_of(b)
+
+
+@functools.lru_cache(maxsize=8192)
+def placement_class(sharding: Any, shape: tuple[int, ...]) -> tuple:
+    """A key equal for two shardings exactly when they are placement-equivalent for ``shape`` (and in the same memory kind): the box every device holds.
+
+    Shardings over an abstract mesh place nothing; each is its own class.
+    """
+    if is_abstract(sharding):
+        return ("abstract", sharding, shape)
+    boxes = []
+    for device, index in sharding.devices_indices_map(tuple(shape)).items():
+        box = tuple(_bounds(s, n) for s, n in zip(index, shape))
+        boxes.append((device.id, box))
+    boxes.sort()
+    return (sharding.memory_kind, tuple(boxes))
+
+
+def _bounds(piece: Any, size: int) -> tuple[int, int]:
+    if isinstance(piece, slice):
+        start, stop, _ = piece.indices(size)
+        return start, max(start, stop)
+    return int(piece), int(piece) + 1
+
+
+def placement_equivalent(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
+    return a is b or placement_class(a, tuple(shape)) == placement_class(b, tuple(shape))

@@ -1,0 +1,260 @@
+"""Run a :class:`~shardlaw.spec.call.Call` through ``shardlaw.engine.jit`` and hold it against ``jax.jit`` and the spec.
+
+:func:`compare_engine` builds the call's function and arguments once (as
+:mod:`shardlaw.properties.jit_harness` does), runs a fresh ``jax.jit`` and a fresh
+``shardlaw.engine.jit`` on them, asks the spec for its verdict, and lists every
+disagreement of the engine:
+
+* with JAX — accepted or not, the built-in exception type; for accepted calls each
+  result's sharding type, placement, mesh, memory kind, committed flag and value;
+* with the spec — the rule that refuses the call (only where the spec and JAX agree, so
+  that a known divergence of the spec does not read as one of the engine);
+* with itself — what the engine predicted against what JAX compiled
+  (``cache_info().divergences``).
+
+:func:`replay_in_engine` replays a test vector against the engine (for
+``shardlaw vectors run DIR --against engine``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+from shardlaw.spec import UNSPECIFIED, from_jax
+from shardlaw.spec.call import Arg, Call, Verdict
+from shardlaw.spec.equivalence import placement_equivalent
+from shardlaw.spec.jit import jit_call
+from shardlaw.spec.pytree import leaves_with_paths
+
+from . import jit_harness as H
+
+__all__ = ["Run", "run_call", "compare_engine", "replay_in_engine", "engine_verdict"]
+
+
+@dataclasses.dataclass
+class Run:
+    """What one jit implementation did with a call."""
+
+    error: BaseException | None = None
+    aot_error: BaseException | None = None
+    results: list[Any] = dataclasses.field(default_factory=list)
+    shardings: list[Any] = dataclasses.field(default_factory=list)   # JAX shardings
+    committed: list[bool] = dataclasses.field(default_factory=list)
+    shapes: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+    jitted: Any = None
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.error or self.aot_error
+
+
+def _arguments(call: Call) -> tuple[Any, Any, Any, Any]:
+    with H._default_device(call):
+        args = H._build(call.args)
+        kwargs = H._build(call.kwargs)
+        aot_args = aot_kwargs = None
+        if call.aot_args is not None:
+            aot_args = H._build(call.aot_args)
+            aot_kwargs = H._build(call.aot_kwargs or {})
+    return args, kwargs, aot_args, aot_kwargs
+
+
+def run_call(call: Call, jit_fn: Any, fun: Any, arguments: tuple) -> Run:
+    """Call ``jit_fn(fun, **options)`` as ``call`` describes, on prebuilt ``arguments``."""
+    import jax
+
+    run = Run()
+    args, kwargs, aot_args, aot_kwargs = arguments
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            jitted = run.jitted = jit_fn(fun, **H._jit_kwargs(call))
+        except Exception as error:  # noqa: BLE001 - recorded and compared
+            run.error = error
+            return run
+        abstract = any(isinstance(a, Arg) and a.kind == "abstract"
+                       for _, a in leaves_with_paths((call.args, call.kwargs)))
+        with H._context(call), H._default_device(call):
+            try:
+                if abstract or call.aot_args is not None:
+                    compiled = jitted.lower(*args, **kwargs).compile()
+                    shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
+                    run.shardings = shardings
+                    run.shapes = [tuple(a.shape) for a in
+                                  jax.tree_util.tree_leaves(compiled.out_info)] if hasattr(
+                        compiled, "out_info") else []
+                else:
+                    out = jitted(*args, **kwargs)
+                    flat = jax.tree_util.tree_leaves(out)
+                    run.results = flat
+                    run.shardings = [x.sharding for x in flat]
+                    run.shapes = [tuple(x.shape) for x in flat]
+                    run.committed = [bool(x._committed) for x in flat]
+            except Exception as error:  # noqa: BLE001
+                run.error = error
+                return run
+            if call.aot_args is not None:
+                try:
+                    out = compiled(*aot_args, **(aot_kwargs or {}))
+                    flat = jax.tree_util.tree_leaves(out)
+                    run.results = flat
+                    run.committed = [bool(x._committed) for x in flat]
+                except Exception as error:  # noqa: BLE001
+                    run.aot_error = error
+    return run
+
+
+def _outcome(run: Run) -> H.JaxOutcome:
+    outcome = H.JaxOutcome(error=run.error, aot_error=run.aot_error)
+    if run.failure is None and run.shardings:
+        H._record_shardings(outcome, run.shardings, run.shapes or [
+            tuple(x.shape) for x in run.results], run.committed or None)
+    return outcome
+
+
+def _spec_verdict(call: Call, jax_run: Run, raw: list[Any]) -> tuple[Verdict, list[str]]:
+    """The spec's verdict (with the compiler's choices from JAX) and its disagreements with JAX."""
+    if raw:
+        open_ = [s is UNSPECIFIED for s in H._flat_out_shardings(call)]
+        choices = [from_jax(s._to_xla_hlo_sharding(rank)) for s, rank in raw]
+        kinds = [s.memory_kind for s, _ in raw]
+        call = dataclasses.replace(
+            call, compiler=tuple(c if o else None for c, o in zip(choices, open_)),
+            compiler_memory=tuple(m if o else None for m, o in zip(kinds, open_)))
+    verdict = jit_call(call)
+    outcome = _outcome(jax_run)
+    error = jax_run.failure
+    problems = []
+    if verdict.accepted != (error is None):
+        problems.append("spec and JAX disagree on acceptance")
+    elif error is not None and not H._same_error_type(verdict, error):
+        problems.append("spec and JAX disagree on the error type")
+    elif error is None:
+        problems += H._compare_results(call, verdict, outcome)
+    return verdict, problems
+
+
+def compare_engine(call: Call) -> tuple[Verdict, Run, Run, list[str], bool]:
+    """(spec verdict, JAX's run, the engine's run, the engine's disagreements, spec agrees with JAX)."""
+    from shardlaw.engine import jit as engine_jit
+    import jax
+
+    call = H.traced_facts(call)
+    fun = H._function(call)
+    arguments = _arguments(call)
+    watched = H.JaxOutcome()
+    with H._watch_compiler(watched):
+        watched.watching = True
+        jax_run = run_call(call, jax.jit, fun, arguments)
+    raw = watched.raw if jax_run.error is None else []
+    verdict, spec_problems = _spec_verdict(call, jax_run, raw)
+    engine_run = run_call(call, engine_jit, H._function(call), _arguments(call))
+    problems = _disagreements(call, verdict, jax_run, engine_run, not spec_problems)
+    return verdict, jax_run, engine_run, problems, not spec_problems
+
+
+def _base(error: BaseException) -> type:
+    return next(c for c in type(error).__mro__ if c.__module__ == "builtins")
+
+
+def _disagreements(call: Call, verdict: Verdict, theirs: Run, mine: Run,
+                   spec_agrees: bool) -> list[str]:
+    import numpy as np
+
+    problems: list[str] = []
+    theirs_error, mine_error = theirs.failure, mine.failure
+    if (theirs_error is None) != (mine_error is None):
+        if mine_error is None:
+            problems.append(f"JAX raised {type(theirs_error).__name__}: "
+                            f"{str(theirs_error)[:300]}; the engine accepted")
+        else:
+            problems.append(f"the engine raised {type(mine_error).__name__} "
+                            f"[{getattr(mine_error, 'rule', None)}]: {str(mine_error)[:300]}; "
+                            "JAX accepted")
+        return problems
+    if theirs_error is not None:
+        assert mine_error is not None
+        if not isinstance(mine_error, _base(theirs_error)):
+            problems.append(f"JAX raised {type(theirs_error).__name__} "
+                            f"({_base(theirs_error).__name__}), the engine "
+                            f"{type(mine_error).__name__}: {str(mine_error)[:300]}")
+        rule = getattr(mine_error, "rule", None)
+        if rule is None:
+            problems.append(f"the engine raised without a rule: {type(mine_error).__name__}: "
+                            f"{str(mine_error)[:300]}")
+        elif spec_agrees and not verdict.accepted and rule != verdict.rule:
+            problems.append(f"the engine refused by {rule}, the spec by {verdict.rule}: "
+                            f"{str(mine_error)[:300]}")
+        return problems
+    for i, (a, b) in enumerate(zip(mine.shardings, theirs.shardings)):
+        shape = (mine.shapes or theirs.shapes)[i]
+        sa, sb = from_jax(a), from_jax(b)
+        if type(sa) is not type(sb):
+            problems.append(f"result {i}: engine {a}, JAX {b}")
+        elif not placement_equivalent(sa, sb, shape):
+            problems.append(f"result {i}: engine places it as {a}, JAX as {b}")
+        elif hasattr(sa, "mesh") and (sa.mesh.axis_names, sa.mesh.axis_sizes) != (
+                sb.mesh.axis_names, sb.mesh.axis_sizes):
+            problems.append(f"result {i}: engine mesh {sa.mesh}, JAX mesh {sb.mesh}")
+        if a.memory_kind != b.memory_kind:
+            problems.append(f"result {i}: memory kind {a.memory_kind} vs {b.memory_kind}")
+    if len(mine.shardings) != len(theirs.shardings):
+        problems.append(f"{len(mine.shardings)} results from the engine, "
+                        f"{len(theirs.shardings)} from JAX")
+    if mine.committed != theirs.committed:
+        problems.append(f"committed: engine {mine.committed}, JAX {theirs.committed}")
+    for i, (a, b) in enumerate(zip(mine.results, theirs.results)):
+        if (a.shape, a.dtype) != (b.shape, b.dtype):
+            problems.append(f"result {i}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}")
+        elif a.size and not np.array_equal(np.asarray(a), np.asarray(b)):
+            # (jax 0.10.2 cannot read back some zero-size sharded results at all)
+            problems.append(f"result {i}: values differ")
+    info = mine.jitted.cache_info() if mine.jitted is not None else None
+    if info is not None and info.divergences:
+        problems += [f"engine prediction: {d}" for d in info.divergences]
+    return problems
+
+
+# --------------------------------------------------------------------------- vectors
+
+def engine_verdict(call: Call) -> Verdict:
+    """The spec-typed :class:`Verdict` of what the engine does with ``call`` (run for real)."""
+    from shardlaw.engine import verdict_for_call
+
+    call = H.traced_facts(call)
+    fun = H._function(call)
+    args, kwargs, aot_args, aot_kwargs = _arguments(call)
+    with H._context(call), H._default_device(call):
+        explanation, _ = verdict_for_call(fun, args, kwargs, jit_options=H._jit_kwargs(call),
+                                          aot_args=aot_args, aot_kwargs=aot_kwargs)
+    if not explanation.accepted:
+        return Verdict(False, explanation.trace, rule=explanation.rule,
+                       error_type=explanation.error_type, jax_error=explanation.jax_error,
+                       message=explanation.message, path=explanation.path,
+                       stage=explanation.stage)
+
+    def spec(s: Any) -> Any:
+        return UNSPECIFIED if s is None or type(s).__name__ == "_Unspecified" else from_jax(s)
+
+    return Verdict(
+        True, explanation.trace, explanation.in_paths,
+        tuple(spec(s) for s in explanation.in_shardings), explanation.out_paths,
+        tuple(spec(s) for s in explanation.out_shardings), explanation.device_assignment,
+        explanation.num_devices, explanation.kept_inputs, explanation.out_committed,
+        explanation.transfers)
+
+
+def replay_in_engine(vector: Any) -> list[str]:
+    """How the engine differs from the vector's expected verdict (empty: it agrees)."""
+    from shardlaw.spec.vectors import verdict_differences
+
+    from .vectors_gen import NotReplayable
+
+    if vector.expect is None:
+        raise NotReplayable("the vector has no expected verdict")
+    if vector.call.process_count > 1:
+        raise NotReplayable(f"the call runs in {vector.call.process_count} JAX processes; the "
+                            "replay runs one")
+    return verdict_differences(vector.expect, engine_verdict(vector.call))

@@ -1,0 +1,228 @@
+"""shardlaw.engine.jit as a drop-in for jax.jit: the interface, the stages, bad input, a sharded MLP.
+
+Every test compares with ``jax.jit`` on the same inputs where JAX can run them (each fresh
+``jax.jit`` called once, see notes/jit-facts.md §9), and checks the engine's own
+additions: rule IDs and paths on rejections, ``explain``, ``cache_info``, ``clear_cache``.
+"""
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P, SingleDeviceSharding
+
+from shardlaw.engine import EngineRejection, jit
+from shardlaw.properties.engine_workloads import mlp
+
+DEVICES = jax.devices()[:8]
+MESH = Mesh(np.array(DEVICES).reshape(2, 4), ("x", "y"))
+
+
+def _same(engine_out, jax_out):
+    """Same structure, values, sharding types and placements, committed flags."""
+    a_leaves, a_tree = jax.tree_util.tree_flatten(engine_out)
+    b_leaves, b_tree = jax.tree_util.tree_flatten(jax_out)
+    assert a_tree == b_tree
+    for a, b in zip(a_leaves, b_leaves):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert type(a.sharding) is type(b.sharding), (a.sharding, b.sharding)
+        assert a.sharding.is_equivalent_to(b.sharding, a.ndim), (a.sharding, b.sharding)
+        assert a._committed == b._committed
+
+
+def test_decorator_pytrees_keywords_and_static_arguments():
+    def f(tree, n, *, scale):
+        return {"sum": tree["a"] * n + tree["b"][0], "scaled": tree["b"][1] * scale}
+
+    tree = {"a": jnp.arange(4.0), "b": (jnp.ones(4), jax.device_put(np.ones(4), DEVICES[2]))}
+    jitted = jit(static_argnums=1)(f)
+    _same(jitted(tree, 3, scale=2.0), jax.jit(f, static_argnums=1)(tree, 3, scale=2.0))
+    by_name = jit(f, static_argnames="n")
+    _same(by_name(tree, n=4, scale=1.0), jax.jit(f, static_argnames="n")(tree, n=4, scale=1.0))
+    assert jitted.__name__ == "f" and jitted.__wrapped__ is f
+
+
+def test_keep_unused_and_device_option_warn_like_jax():
+    def f(a, b):
+        return a * 2
+
+    x = jax.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(MESH, P("x")))
+    elsewhere = jax.device_put(np.ones(3, np.float32), DEVICES[5])
+    _same(jit(f)(x, elsewhere), jax.jit(f)(x, elsewhere))  # the unused one takes no part
+    with pytest.raises(ValueError) as info:
+        jit(f, keep_unused=True)(x, elsewhere)
+    assert info.value.rule == "DA-1" and info.value.path == "args[1]"
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        on_three = jit(f, device=DEVICES[3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        _same(on_three(x, elsewhere), jax.jit(f, device=DEVICES[3])(x, elsewhere))
+
+
+def test_rejections_carry_rule_path_and_builtin_type():
+    x = np.ones((6,), np.float32)
+    cases = [
+        (lambda: jit(lambda a: a, in_shardings=NamedSharding(MESH, P("y")))(x),
+         ValueError, "FIT-1", "args[0]"),
+        (lambda: jit(lambda a: a, in_shardings=P("x"))(x), RuntimeError, "JIT-3", None),
+        (lambda: jit(lambda a: a, in_shardings="x"), TypeError, "JIT-2", "in_shardings"),
+        (lambda: jit(lambda a: a, in_shardings=(None, None))(x), ValueError, "TREE-1", None),
+        (lambda: jit(lambda a: a, in_shardings=())(x), AssertionError, "TREE-1", None),
+        (lambda: jit(lambda a: (a, a), out_shardings=[None, None])(x), ValueError, "TREE-2",
+         None),
+        (lambda: jit(lambda a, k: a, in_shardings=SingleDeviceSharding(DEVICES[0]))(x, k=x),
+         ValueError, "JIT-4", None),
+    ]
+    for make_call, error_type, rule_id, path in cases:
+        with pytest.raises(error_type) as info:
+            make_call()
+        assert isinstance(info.value, EngineRejection)
+        assert info.value.rule == rule_id, info.value
+        assert info.value.path == path, info.value
+
+
+def test_committed_argument_refused_before_anything_runs():
+    x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(MESH, P("x")))
+    jitted = jit(lambda a: a, in_shardings=NamedSharding(MESH, P("y")))
+    for _ in range(2):  # refused on every call, from the cached decision the second time
+        with pytest.raises(ValueError, match=r"\[RES-4\] at args\[0\]"):
+            jitted(x)
+    assert jitted.cache_info().executables == 0
+
+
+def test_bad_input_gives_clear_errors_and_a_consistent_cache():
+    f = jit(lambda a, n: a * len(n), static_argnums=1)
+    # A call meets JAX's C++ dispatcher first, which refuses with JAX's own ValueError;
+    # the engine's stages refuse with ENG-1.
+    with pytest.raises(ValueError, match="hashable"):
+        f(jnp.ones(2), [1, 2])
+    with pytest.raises(ValueError) as info:
+        f.lower(jnp.ones(2), [1, 2])
+    assert info.value.rule == "ENG-1" and "hashable" in str(info.value)
+    with pytest.raises(TypeError) as info:
+        jit(lambda t: t["a"])({"a": "text"})
+    assert info.value.rule == "ENG-2" and info.value.path == "args[0]['a']"
+    gone = jnp.ones(3)
+    gone.delete()
+    with pytest.raises(RuntimeError) as info:
+        jit(lambda a: a)(gone)
+    assert info.value.rule == "ENG-3"
+    assert f(jnp.ones(2), (1, 2)).tolist() == [2.0, 2.0]
+    assert f.cache_info().signatures == 1
+
+
+def test_stages_trace_lower_compile_and_aot_checks():
+    s = NamedSharding(MESH, P("x", "y"))
+    x = jax.device_put(np.arange(64.0, dtype=np.float32).reshape(8, 8), s)
+    f = lambda a: a @ a.T  # noqa: E731
+    traced = jit(f).trace(x)
+    assert traced.out_info.shape == (8, 8)
+    compiled = jit(f).lower(x).compile()
+    theirs = jax.jit(f).lower(x).compile()
+    assert "dot" in jit(f).lower(x).as_text()
+    _same(compiled(x), theirs(x))
+    assert compiled.input_shardings[0][0].is_equivalent_to(theirs.input_shardings[0][0], 2)
+    renamed = NamedSharding(Mesh(np.array(DEVICES).reshape(2, 4), ("a", "b")), P("a", "b"))
+    _same(compiled(jax.device_put(x, renamed)), theirs(jax.device_put(x, renamed)))
+    reversed_mesh = Mesh(np.array(DEVICES[::-1]).reshape(2, 4), ("x", "y"))
+    for bad, error_type, rule_id in [
+            ((jax.device_put(x, NamedSharding(reversed_mesh, P("x", "y"))),), ValueError, "AOT-3"),
+            ((x.astype(jnp.int32),), TypeError, "AOT-2"),
+            ((x, x), TypeError, "AOT-1")]:
+        with pytest.raises(error_type) as info:
+            compiled(*bad)
+        assert info.value.rule == rule_id
+        with pytest.raises(error_type):
+            theirs(*bad)
+    shape = jit(f).eval_shape(jax.ShapeDtypeStruct((8, 8), jnp.float32))
+    assert shape.shape == (8, 8)
+
+
+def test_explain_says_what_and_why_without_running():
+    x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(MESH, P("x")))
+    f = jit(lambda a: a + 1)
+    before = f.explain(x)
+    assert before.accepted and before.executable.startswith("not compiled")
+    assert before.device_assignment == tuple(range(8))
+    assert "DA-1" in before.trace and "RES-1" in before.trace
+    assert f.cache_info().compiles == 0
+    f(x)
+    after = f.explain(x)
+    assert after.out_shardings[0] == NamedSharding(MESH, P("x"))
+    bad = jit(lambda a: a, in_shardings=NamedSharding(MESH, P("y"))).explain(x)
+    assert not bad.accepted and bad.rule == "RES-4" and bad.path == "args[0]"
+    assert "RES-4" in str(bad)
+
+
+def test_cache_info_and_clear_cache():
+    f = jit(lambda a: a * 3)
+    x = jnp.ones(4)
+    f(x)
+    f(x)
+    info = f.cache_info()
+    assert info.compiles == 1 and info.executables == 1 and info.python_calls == 1
+    assert "first call" in " ".join(info.recent_misses)
+    f.clear_cache()
+    assert f.cache_info().executables == 0 and f.cache_info().signatures == 0
+    assert f(x).tolist() == [3.0] * 4
+    assert f.cache_info().compiles == 2
+
+
+def test_inside_other_transformations():
+    f = jit(lambda a: jnp.sin(a) * 2)
+    x = jnp.linspace(0, 1, 8)
+    np.testing.assert_allclose(jax.grad(lambda a: f(a).sum())(x), 2 * jnp.cos(x), rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(lambda a: f(a) + 1)(x), jnp.sin(x) * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(jax.vmap(f)(x), jnp.sin(x) * 2, rtol=1e-6)
+    with jax.disable_jit():
+        np.testing.assert_allclose(f(x), jnp.sin(x) * 2, rtol=1e-6)
+
+
+def test_sharded_mlp_training_step_is_a_drop_in():
+    """Data parallel over 'data' (2), model parallel over 'model' (4): same losses, same shardings."""
+    make, step, x, y = mlp()
+    runs = []
+    for jit_fn in (jax.jit, jit):
+        stepper = jit_fn(step, donate_argnums=0)
+        params, losses, shardings = make(), [], None
+        for _ in range(4):
+            old = params
+            params, loss = stepper(params, x, y)
+            assert all(leaf.is_deleted() for leaf in jax.tree_util.tree_leaves(old))
+            losses.append(float(loss))
+            shardings = [(type(p.sharding), p.sharding) for p in jax.tree_util.tree_leaves(params)]
+        runs.append((losses, shardings, params, stepper))
+    (theirs, their_shardings, their_params, _), (mine, my_shardings, my_params, stepper) = runs
+    assert mine == theirs and mine[-1] < mine[0]
+    assert my_shardings == their_shardings
+    _same(my_params, their_params)
+    assert stepper.cache_info().compiles == 1
+
+
+def test_the_engine_never_imports_the_spec():
+    code = textwrap.dedent("""
+        import sys, jax
+        jax.config.update("jax_num_cpu_devices", 8)
+        import numpy as np
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from shardlaw.engine import jit
+        mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+        x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P("x")))
+        f = jit(lambda a: a * 2)
+        f(x); f(x); f.explain(x); f.lower(x).compile()(x)
+        try:
+            jit(lambda a: a, in_shardings=NamedSharding(mesh, P("y")))(x)
+        except ValueError:
+            pass
+        loaded = sorted(m for m in sys.modules if m.startswith("shardlaw.spec"))
+        assert not loaded, loaded
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
