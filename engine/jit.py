@@ -46,7 +46,7 @@ from .recovery import (
 )
 from .resolution import (
     ABSTRACT, ARRAY, NUMPY, NUMPY_SCALAR, SCALAR, Input, Source, check_has_devices,
-    check_tile_count,
+    check_iota_tiles, check_tile_count,
     check_reused_replica, device_assignment, distinct_sources, input_source, kept_inputs,
     moves, replicate_scalars, resolve_input, results_committed,
 )
@@ -577,6 +577,7 @@ class Engine:
         for path, s in [*((d.inputs[i].path, d.final[i]) for i in d.kept),
                         *zip(d.out_paths, d.out_flat)]:
             check_tile_count(s, path)
+            check_iota_tiles(s, path)
         d.committed = results_committed(d.context, d.count,
                                         [d.resolved[i] for i in d.kept], d.out_flat)
 

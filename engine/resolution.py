@@ -301,6 +301,20 @@ def check_tile_count(sharding: Any, path: str) -> None:
                      jax_error="JaxRuntimeError")
 
 
+@rule("EXE-4")
+def check_iota_tiles(sharding: Any, path: str) -> None:
+    """A tiled GSPMDSharding reaches the compiler only with an iota tile assignment."""
+    if not isinstance(sharding, internals.GSPMDSharding):
+        return
+    h = sharding._hlo_sharding
+    if h.is_tiled() and not h.is_tile_assignment_iota():
+        raise reject("EXE-4", TypeError,
+                     f"the sharding {sharding} lists its tile assignment device by device; JAX "
+                     "lowers GSPMD tilings only when written as an iota order. Write the tiles "
+                     "as an iota order, or use a NamedSharding over a Mesh in that device "
+                     "order.", path, jax_error="TypeError")
+
+
 @rule("EXE-2")
 def results_committed(context: Any, count: int, kept_shardings: Sequence[Any],
                       out_shardings: Sequence[Any]) -> bool:
@@ -324,4 +338,4 @@ def moves(item: Input, target: Any) -> bool:
 __all__ += ["sharding_from_argument", "check_host_array", "check_memory_kind",
             "check_committed", "check_abstract_size", "default_assignment", "input_source",
             "distinct_sources", "ARRAY", "NUMPY", "NUMPY_SCALAR", "SCALAR", "ABSTRACT",
-            "check_tile_count"]
+            "check_tile_count", "check_iota_tiles"]

@@ -195,6 +195,15 @@ HAND: tuple[Hand, ...] = (
          "A GSPMD in_sharding that tiles 4 ways over 4 devices.",
          Call(args=(Arg.numpy((8,)),), outputs=Out((8,)), options=JitOptions(
              in_shardings=S.GSPMDSharding([0, 1, 2, 3], "{devices=[4]<=[4]}")))),
+    Hand("exe-4-listed-gspmd-tiles", "EXE-4", "reject",
+         "A GSPMD in_sharding whose tiles are listed device by device: JAX cannot lower it "
+         "(TypeError), in a process that has not lowered an equal iota tiling.",
+         Call(args=(Arg.numpy((4, 4)),), outputs=Out((4, 4)), options=JitOptions(
+             in_shardings=S.GSPMDSharding([7, 6, 5, 4], "{devices=[2,2]3,1,2,0}")))),
+    Hand("exe-4-iota-gspmd-tiles", "EXE-4", "accept",
+         "A GSPMD in_sharding whose tiles are an iota order.",
+         Call(args=(Arg.numpy((4, 4)),), outputs=Out((4, 4)), options=JitOptions(
+             in_shardings=S.GSPMDSharding([7, 6, 5, 4], "{devices=[2,2]<=[2,2]T(1,0)}")))),
     Hand("jit-2-mesh-without-axes-is-not-empty", "JIT-2", "accept",
          "A NamedSharding over a mesh with no axes holds one device; jit takes it.",
          Call(args=(Arg.numpy((8,)),), outputs=Out((8,)), options=JitOptions(

@@ -48,7 +48,7 @@ STAGES = {
     "CALL": "description", "JIT-1": "jit", "JIT-2": "jit", "NS": "jit", "VAL": "jit",
     "JIT-3": "trace", "JIT-4": "trace", "JIT-5": "trace", "TREE-1": "trace",
     "TREE-2": "trace", "FIT": "trace", "DIV": "trace", "RES": "lower", "RES-5": "call",
-    "DA": "lower", "EXE-3": "compile",
+    "DA": "lower", "EXE-3": "compile", "EXE-4": "lower",
     "KEEP": "lower", "EXE": "lower", "OUT": "compile", "AOT": "aot",
 }
 
@@ -290,6 +290,19 @@ class TileCountMismatch(Failure):
     sharding: Any
     named: int
     held: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ListedTiles(Failure):
+    rule: ClassVar[str] = "EXE-4"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = ("the sharding {sharding} lists its tile assignment device by "
+                               "device; JAX lowers GSPMD tilings only when written as an iota "
+                               "order")
+    hint: ClassVar[str] = ("Write the tiles as an iota order (e.g. {{devices=[4,1]<=[4]}}), or "
+                           "use a NamedSharding over a Mesh in that device order.")
+    sharding: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -899,6 +912,24 @@ def check_tile_count(sharding: Any) -> None:
         require(named == held, lambda: TileCountMismatch(sharding, named, held))
 
 
+@rule("EXE-4", mirrors="GSPMDSharding._to_sdy_sharding (lowering to Shardy)")
+def check_iota_tiles(sharding: Any) -> None:
+    """A tiled GSPMDSharding handed to the compiler has its tile assignment written as an iota order, not as a list of device positions.
+
+    JAX caches the conversion by sharding equality, so within one process a listed
+    tiling that equals an iota tiling converted earlier slips through; the rule states what a
+    fresh process does.
+
+    >>> check_iota_tiles(GSPMDSharding([0, 1, 2, 3], "{devices=[4,1]<=[4]}"))
+    >>> check_iota_tiles(GSPMDSharding([0, 1, 2, 3], "{devices=[4,1]1,0,2,3}"))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionTypeError: [EXE-4]: the sharding GSPMDSharding({devices=[4,1]1,0,2,3}, devices=DeviceList(Iota[4])) lists its tile assignment device by device; JAX lowers GSPMD tilings only when written as an iota order Write the tiles as an iota order (e.g. {devices=[4,1]<=[4]}), or use a NamedSharding over a Mesh in that device order.
+    """
+    if isinstance(sharding, GSPMDSharding) and isinstance(sharding.hlo, Tiled):
+        require(isinstance(sharding.hlo.assignment, Iota), lambda: ListedTiles(sharding))
+
+
 @rule("EXE-2", mirrors="jax._src.interpreters.pxla.lower_sharding_computation (committed)")
 def results_committed(context: Any, count: int, kept_shardings: Iterable[Any],
                       out_shardings: Iterable[Any]) -> bool:
@@ -1336,6 +1367,7 @@ def _decide(call: Call) -> dict[str, Any]:
                     *((path, s) for (path, _), s in zip(flat_out, out_shardings))]:
         try:
             check_tile_count(s)
+            check_iota_tiles(s)
         except Rejection as error:
             raise error.at(path) from None
     committed = results_committed(context, count, kept_shardings, out_shardings)

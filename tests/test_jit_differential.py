@@ -189,6 +189,18 @@ def test_gspmd_tiles_must_fill_the_device_list():
     assert _agree(dataclasses.replace(call, options=JitOptions(in_shardings=lone))).accepted
 
 
+@checks("EXE-4")
+def test_listed_gspmd_tiles_cannot_be_lowered():
+    # Devices and order chosen so that no equal iota tiling was lowered before in this
+    # process: JAX caches the conversion by equality (see EXE-4).
+    listed = S.GSPMDSharding([7, 6, 5, 4], "{devices=[2,2]3,1,2,0}")
+    call = Call(args=(Arg.numpy((4, 4)),), outputs=Out((4, 4)),
+                options=JitOptions(in_shardings=listed))
+    assert _agree(call).rule == "EXE-4"
+    iota = S.GSPMDSharding([7, 6, 5, 4], "{devices=[2,2]<=[2,2]T(1,0)}")
+    assert _agree(dataclasses.replace(call, options=JitOptions(in_shardings=iota))).accepted
+
+
 @checks("RES-3")
 def test_memory_kinds_must_already_match():
     pinned = S.NamedSharding(MESH, S.P("x"), memory_kind="pinned_host")
