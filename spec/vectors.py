@@ -944,3 +944,132 @@ def rules_hit(vector: Vector) -> list[tuple[str, str]]:
     if rejecting is not None and rejecting not in vector.expect.trace:
         hits.append((rejecting, "reject"))
     return hits
+
+
+# =========================================================================== call sequences
+
+SEQUENCE_FORMAT = "shardlaw-jit-sequence"
+OUTCOMES = ("hit", "miss", "")   # "": the call never reached that level
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceVector:
+    """A sequence of calls (each a :class:`~shardlaw.spec.cache.CallSite`) and, optionally,
+    the cache outcome expected for each call: per level ``"hit"``, ``"miss"`` or ``""`` (a
+    level the call never reached)."""
+
+    sites: tuple
+    expect: tuple | None = None
+    name: str | None = None
+    description: str | None = None
+    jax: str = JAX_VERSION
+
+
+def dump_sequence(sites: Any, *, expect: Any = None, name: str | None = None,
+                  description: str | None = None, jax: str = JAX_VERSION) -> dict:
+    """The vector for a call sequence (and its expected cache outcomes) as a JSON-ready dict.
+
+    ``expect``: the rows of :func:`~shardlaw.spec.cache.explain_cache` (their outcomes are
+    written), or None.
+
+    >>> from shardlaw.spec.cache import CallSite, explain_cache
+    >>> sites = [CallSite(Call(args=(Arg.numpy((4,)),), outputs=Out((4,))))] * 2
+    >>> v = dump_sequence(sites, expect=explain_cache(sites))
+    >>> v["expect_cache"][1]["dispatch"], load_sequence(v).sites == tuple(sites)
+    ('hit', True)
+    """
+    from .cache import CallSite
+
+    sites = tuple(sites)
+    out: dict[str, Any] = {"format": SEQUENCE_FORMAT, "version": VERSION, "jax": jax}
+    for key, value in (("name", name), ("description", description)):
+        if value is not None:
+            out[key] = value
+    entries = []
+    for i, site in enumerate(sites):
+        check_writable(isinstance(site, CallSite), ("sequence", i), "a call site",
+                       "a CallSite", repr(site))
+        entries.append({"function": site.function, "wrapper": site.wrapper,
+                        "call": _call_json(site.call)})
+    out["sequence"] = entries
+    if expect is not None:
+        out["expect_cache"] = [_outcome_json(row) for row in expect]
+    try:
+        load_sequence(out)
+    except Rejection as error:
+        raise reject(UnreadableWhenWritten(str(error))) from None
+    return out
+
+
+def _outcome_json(row: Any) -> dict:
+    form = row.as_dict() if hasattr(row, "as_dict") else row
+    return {level: value for level, value in form["outcome"].items()}
+
+
+def load_sequence(obj_or_text: Any) -> SequenceVector:
+    """The :class:`SequenceVector` a JSON object (or its text) describes; VEC-1 when malformed."""
+    from .cache import LEVELS, CallSite
+
+    vector = _parse(obj_or_text) if isinstance(obj_or_text, (str, bytes)) else obj_or_text
+    fields = _object(vector, (), "a sequence vector (a JSON object)",
+                     ("format", "version", "jax", "sequence"),
+                     ("name", "description", "expect_cache"))
+    check_vector(fields["format"] == SEQUENCE_FORMAT, ("format",),
+                 f"the format name {json.dumps(SEQUENCE_FORMAT)}", fields["format"])
+    check_vector(fields["version"] == VERSION and type(fields["version"]) is int, ("version",),
+                 f"format version {VERSION} (the one this shardlaw reads)", fields["version"])
+    jax = _str(fields["jax"], ("jax",), "a JAX version such as \"0.10.2\"")
+    labels = {key: _maybe(_str)(fields.get(key), (key,)) for key in ("name", "description")}
+    entries = _list(fields["sequence"], ("sequence",), "a list of calls")
+    check_vector(len(entries) > 0, ("sequence",), "at least one call", entries)
+    sites = []
+    for i, entry in enumerate(entries):
+        path = ("sequence", i)
+        site = _object(entry, path, "a call site", ("call",), ("function", "wrapper"))
+        call_fields = _object(site["call"], path + ("call",), "the call", (), _CALL_KEYS)
+        count = _int(call_fields.get("devices", 8), path + ("call", "devices"),
+                     "a device count of at least 1", 1)
+        processes = _int(call_fields.get("process_count", 1), path + ("call", "process_count"),
+                         "a process count of at least 1", 1)
+        call = _Reader(count * processes, count).call(call_fields, path + ("call",))
+        sites.append(CallSite(call, _str(site.get("function", "f"), path + ("function",)),
+                              _str(site.get("wrapper", "w"), path + ("wrapper",))))
+    expect = None
+    if fields.get("expect_cache") is not None:
+        rows = _list(fields["expect_cache"], ("expect_cache",), "a list of per-call outcomes")
+        check_vector(len(rows) == len(sites), ("expect_cache",),
+                     f"one outcome per call ({len(sites)})", len(rows))
+        outcomes = []
+        for i, row in enumerate(rows):
+            got = _object(row, ("expect_cache", i), "a per-level outcome", LEVELS, ())
+            for level in LEVELS:
+                check_vector(got[level] in OUTCOMES, ("expect_cache", i, level),
+                             f"one of {list(OUTCOMES)}", got[level])
+            outcomes.append(dict(got))
+        expect = tuple(outcomes)
+    return SequenceVector(tuple(sites), expect, labels["name"], labels["description"], jax)
+
+
+def cache_differences(vector: SequenceVector, rows: Any) -> list[str]:
+    """Where the rows of explain_cache differ from the outcomes the vector expects."""
+    if vector.expect is None:
+        return []
+    found = []
+    for i, (want, row) in enumerate(zip(vector.expect, rows)):
+        got = _outcome_json(row)
+        for level, value in want.items():
+            if got.get(level) != value:
+                found.append(f"call {i}: {level} expected {value}, the model says {got.get(level)}")
+    return found
+
+
+def load_any(obj_or_text: Any) -> Vector | SequenceVector:
+    """A call vector or a sequence vector, by its ``format``."""
+    vector = _parse(obj_or_text) if isinstance(obj_or_text, (str, bytes)) else obj_or_text
+    if isinstance(vector, dict) and vector.get("format") == SEQUENCE_FORMAT:
+        return load_sequence(vector)
+    return load_vector(vector)
+
+
+__all__ += ["SEQUENCE_FORMAT", "SequenceVector", "dump_sequence", "load_sequence",
+            "cache_differences", "load_any"]

@@ -165,7 +165,57 @@ def _expectation(vector: Any, verdict: Any) -> list[str] | None:
 
 # =========================================================================== check
 
+def _sequence_file(name: str) -> Any:
+    """The sequence vector in ``name``, or None when the file holds call vectors."""
+    from shardlaw.spec.rules import Rejection
+    from shardlaw.spec.vectors import SEQUENCE_FORMAT, load_sequence
+
+    path = Path(name)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not (isinstance(data, dict) and data.get("format") == SEQUENCE_FORMAT):
+        return None
+    try:
+        return load_sequence(data)
+    except Rejection as error:
+        raise _Exit(2, f"{name} is not a valid sequence vector:\n  {error}") from None
+
+
+def check_sequence_command(args: argparse.Namespace, vector: Any, out: TextIO) -> int:
+    """The cache table of a call sequence: per call, which of jit's caches hit, and why."""
+    from shardlaw.spec.cache import describe_cache_table, explain_cache
+    from shardlaw.spec.vectors import cache_differences
+
+    rows = explain_cache(vector.sites)
+    differences = cache_differences(vector, rows)
+    if args.json:
+        json.dump({"file": args.file, "name": vector.name, "jax": vector.jax,
+                   "rows": [row.as_dict() for row in rows],
+                   "matches": None if vector.expect is None else not differences,
+                   "differences": differences}, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(f"{args.file}: a sequence of {len(rows)} jit calls"
+                  + (f" ({vector.name})" if vector.name else "") + "\n")
+        if vector.description:
+            out.write(_wrap(vector.description, "  ") + "\n")
+        out.write("\nWhich of jit's caches each call hits (jax " + vector.jax + "):\n")
+        out.write(describe_cache_table(rows) + "\n")
+        if vector.expect is not None:
+            out.write("\nExpected by the vector: " + (
+                "the model matches." if not differences else
+                "the model differs:\n  " + "\n  ".join(differences)) + "\n")
+    return 1 if differences else 0
+
+
 def check_command(args: argparse.Namespace, out: TextIO) -> int:
+    sequence = _sequence_file(args.file)
+    if sequence is not None:
+        return check_sequence_command(args, sequence, out)
     vector = _one_vector(args.file)
     verdict = _judge(vector.call)
     differences = _expectation(vector, verdict)
