@@ -289,7 +289,10 @@ class Call:
                        name, "a non-negative integer", value)
         check_call(self.devices >= 1 and self.process_count >= 1, "devices and process_count",
                    "at least 1", (self.devices, self.process_count))
-        check_call(self.default_device < self.devices, "default_device",
+        # One process numbers its devices 0..N-1; several processes may number them apart
+        # (JAX's CPU client gives process p the ids from p * 2048), so ids are then unbounded.
+        single = self.process_count == 1
+        check_call(not single or self.default_device < self.devices, "default_device",
                    f"a device id below {self.devices}", self.default_device)
         if self.uses is not None:
             object.__setattr__(self, "uses", tuple(self.uses))
@@ -312,12 +315,11 @@ class Call:
                     check_call(isinstance(leaf, (Arg, Static)),
                                f"the AOT call's {show_path((what, *path))}",
                                "an Arg or a Static", leaf)
-        for path, leaf in leaves_with_paths(self.args):
+        for path, leaf in leaves_with_paths(self.args if single else ()):
             if isinstance(leaf, Arg) and leaf.sharding is not None:
                 for d in _device_ids_of(leaf.sharding):
-                    check_call(d < self.devices * self.process_count,
-                               f"the devices of {show_path(('args', *path))}",
-                               f"device ids below {self.devices * self.process_count}", d)
+                    check_call(d < self.devices, f"the devices of {show_path(('args', *path))}",
+                               f"device ids below {self.devices}", d)
 
 
 def _device_ids_of(sharding: Any) -> tuple[int, ...]:

@@ -88,6 +88,12 @@ def main(process_id: int, port: int) -> dict:
         check("jax.jit refuses it too", False, "accepted")
     except ValueError:
         check("jax.jit refuses it too", True)
+    # The spec, asked about the same calls through describe_call, decides them alike.
+    from shardlaw.spec import describe_call, jit_call
+    verdict = jit_call(describe_call(f, host, in_shardings=split))
+    check("the spec refuses it with RES-2", verdict.rule == "RES-2", str(verdict.rule))
+    verdict = jit_call(describe_call(f, host, in_shardings=NamedSharding(mesh, P())))
+    check("the spec accepts a replicated sharding", verdict.accepted, str(verdict.message))
     replicated = jit(f, in_shardings=NamedSharding(mesh, P()))(host)
     check("numpy with a replicated sharding", np.array_equal(
         np.asarray(replicated.addressable_shards[0].data), host * 2 + 1))
