@@ -63,7 +63,7 @@ def _slot(draw: Any, home: Any, max_devices: int) -> tuple[tuple[int, ...], list
                        mesh.axis_types)
         pool += [NamedSharding(mesh, P(*base.spec.partitions, None)),
                  NamedSharding(flipped, base.spec)]
-    pool = [s for s in pool if ST._fits(s, shape) and not _explicit_gspmd(s)]
+    pool = [s for s in pool if ST.fits(s, shape) and not _explicit_gspmd(s)]
     return shape, pool or [NamedSharding(home, P())]
 
 
@@ -103,7 +103,7 @@ def _arg(draw: Any, shape: tuple[int, ...], pool: list[Any], max_devices: int) -
         return Arg.numpy((), draw(st.sampled_from(("float32", "bool"))))
     if kind == "reshaped":
         bigger = (shape[0] * 2,) + shape[1:] if shape else (2,)
-        if ST._fits(sharding, bigger):
+        if ST.fits(sharding, bigger):
             return Arg.committed(bigger, sharding)
         return Arg.numpy(bigger)
     return Arg.committed(shape, sharding, "int32")
@@ -173,9 +173,9 @@ def _usable(call: Call) -> bool:
 
 
 def _flat_paths(call: Call) -> list[tuple[str, Arg]]:
-    from shardlaw.spec.jit import _flat_args
+    from shardlaw.spec.jit import flat_arguments
     static = set(call.options.static_argnums)
-    flat, _ = _flat_args(call.args, call.kwargs, static, set())
+    flat, _ = flat_arguments(call.args, call.kwargs, static, set())
     return flat
 
 

@@ -73,18 +73,6 @@ def _shape_for(draw: Any, sharding: Any, divisible_bias: int = 9) -> tuple[int, 
     return draw(ST.shapes_for(sharding, divisible=divisible, max_rank=3))
 
 
-def _fits(sharding: Any, shape: tuple[int, ...]) -> bool:
-    from shardlaw.spec.placement import check_rank, shard_shape
-    from shardlaw.spec.rules import Rejection
-
-    try:
-        check_rank(sharding, shape)
-        shard_shape(sharding, shape)
-    except Rejection:
-        return False
-    return True
-
-
 @st.composite
 def _argument(draw: Any, home: Mesh, max_devices: int) -> tuple[Arg, Any]:
     """One argument leaf, and a sharding that fits it (for in_shardings to use)."""
@@ -136,7 +124,7 @@ def _leaf_for(draw: Any, arg: Arg, fitting: Any, home: Mesh, context: Any,
         # Another spec over the same mesh (or its abstract twin), when the shape allows it.
         mesh = fitting.mesh if choice == "respec" else fitting.mesh.abstract
         candidate = NamedSharding(mesh, _auto_spec(draw, fitting.mesh, max_rank=len(arg.shape)))
-        return candidate if _fits(candidate, arg.shape) else fitting
+        return candidate if ST.fits(candidate, arg.shape) else fitting
     if choice == "spec":
         mesh = context if isinstance(context, Mesh) else home
         return _auto_spec(draw, mesh, max_rank=max(len(arg.shape), 0) or 0)
@@ -242,7 +230,6 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True) -> Call:
     flat_args = [a for f in dynamic for a, _ in f[1]] + ([kwargs["extra"]] if kwargs else [])
     n_out = draw(st.integers(0, 2))
     outs = []
-    out_fits = []
     for _ in range(n_out):
         if flat_args and draw(st.booleans()):
             source = draw(st.integers(0, len(flat_args) - 1))
@@ -250,7 +237,6 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True) -> Call:
         else:
             s = draw(argument_shardings(home, max_devices))
             outs.append(Out(draw(_shape_for(s)), "float32"))
-            out_fits.append(s)
     outputs: Any = tuple(outs) if n_out != 1 or draw(st.booleans()) else outs[0]
     out_mode = draw(st.sampled_from(("open", "open", "open", "leaf", "tree", "broken")))
     out_shardings: Any = UNSPECIFIED
@@ -311,7 +297,7 @@ def _with_aot(draw: Any, call: Call, home: Mesh, max_devices: int) -> Call:
                 candidates += [NamedSharding(mesh, _auto_spec(draw, mesh, max_rank=len(arg.shape)))
                                for _ in range(3)]
             other = draw(st.sampled_from(candidates))
-            if _fits(other, arg.shape):
+            if ST.fits(other, arg.shape):
                 return Arg.committed(arg.shape, other, arg.dtype)
             return arg
         if how == "type":

@@ -30,7 +30,7 @@ from shardlaw.spec import (
 __all__ = [
     "devices", "device_lists", "iotas", "factorizations", "meshes", "partition_specs",
     "named_shardings", "single_device_shardings", "gspmd_shardings", "shardings",
-    "hlo_shardings", "shapes_for", "rank_needed", "sharding_pairs", "sharding_triples",
+    "hlo_shardings", "shapes_for", "rank_needed", "fits", "sharding_pairs", "sharding_triples",
     "near_equivalents", "invalid_partition_specs", "bad_values", "BadValue",
     "AXIS_ALPHABETS", "MAX_DIM",
 ]
@@ -488,13 +488,14 @@ def _other_sharding(draw: Any, first: Any, shape: tuple[int, ...], max_devices: 
             other = draw(gspmd_shardings(n, min_devices=n))
         else:
             other = draw(named_shardings(n, min_devices=n, max_rank=len(shape)))
-        if _fits(other, shape):
+        if fits(other, shape):
             return other
     mesh = draw(meshes(max_devices=n or max_devices, min_devices=n or 1))
     return NamedSharding(mesh, P())
 
 
-def _fits(sharding: Any, shape: tuple[int, ...]) -> bool:
+def fits(sharding: Any, shape: tuple[int, ...]) -> bool:
+    """Whether a value of ``shape`` can be placed by ``sharding`` (rank and divisibility)."""
     from shardlaw.spec import check_rank, shard_shape
     needed, exact = rank_needed(sharding)
     if len(shape) < needed or (exact and len(shape) != needed):
@@ -519,7 +520,7 @@ def sharding_pairs(draw: Any, max_devices: int = 8) -> tuple[Any, Any, tuple[int
     shape = draw(shapes_for(a, divisible=True))
     if draw(st.integers(0, 3)) < 3:
         b = draw(near_equivalents(a, shape))
-        if _fits(b, shape):
+        if fits(b, shape):
             return a, b, shape
     return a, draw(_other_sharding(a, shape, max_devices)), shape
 
@@ -529,7 +530,7 @@ def sharding_triples(draw: Any, max_devices: int = 8) -> tuple[Any, Any, Any, tu
     """``(a, b, c, shape)``: a pair from :func:`sharding_pairs` and a rewrite ``c`` of ``b``."""
     a, b, shape = draw(sharding_pairs(max_devices))
     c = draw(near_equivalents(b, shape))
-    if not _fits(c, shape):
+    if not fits(c, shape):
         c = b
     return a, b, c, shape
 

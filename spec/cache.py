@@ -40,7 +40,7 @@ from .call import Arg, Call, Verdict
 from .equivalence import hlo_equal, jax_equivalent, placement_equivalent
 from .hlo import Replicated
 from .jit import (
-    Input, _convert, _device_sharding, _flat_args, jit_call, jit_context_mesh,
+    Input, convert_leaves, device_option_sharding, flat_arguments, jit_call, jit_context_mesh,
     match_in_shardings, match_out_shardings, replicate_scalars, resolve_input,
 )
 from .placement import devices_indices_map, is_fully_replicated, to_hlo
@@ -184,7 +184,7 @@ class _Facts:
         options = call.options
         static = {i if i >= 0 else i + len(call.args) for i in options.static_argnums}
         static_names = set(options.static_argnames)
-        flat, dynamic = _flat_args(call.args, call.kwargs, static, static_names)
+        flat, dynamic = flat_arguments(call.args, call.kwargs, static, static_names)
         statics = tuple((f"args[{i}]", call.args[i].value) for i in sorted(static)
                         if i < len(call.args)) + tuple(
             (f"kwargs[{k!r}]", call.kwargs[k].value) for k in sorted(call.kwargs)
@@ -192,12 +192,12 @@ class _Facts:
         context = jit_context_mesh(call.context_mesh)
         device_or_backend = options.device is not None or options.backend is not None
         if device_or_backend:
-            placed = _device_sharding(options, call)
+            placed = device_option_sharding(options, call)
             jit_in = [placed] * len(flat)
             out_tree: Any = placed
         else:
-            in_tree = _convert(options.in_shardings, context, "in_shardings")
-            out_tree = _convert(options.out_shardings, context, "out_shardings")
+            in_tree = convert_leaves(options.in_shardings, context, "in_shardings")
+            out_tree = convert_leaves(options.out_shardings, context, "out_shardings")
             positional = structure(tuple(a for i, a in enumerate(call.args) if i not in static))
             # With keyword arguments in_shardings must be left out (JIT-4): all open.
             jit_in = ([UNSPECIFIED] * len(flat) if call.kwargs

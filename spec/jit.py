@@ -503,7 +503,7 @@ def leaf_to_sharding(leaf: Any, context: Mesh | AbstractMesh | None, which: str)
     return leaf
 
 
-def _device_sharding(options: JitOptions, call: Call) -> SingleDeviceSharding:
+def device_option_sharding(options: JitOptions, call: Call) -> SingleDeviceSharding:
     # backend= picks the platform's first local device; device= that device.
     return SingleDeviceSharding(options.device if options.device is not None else 0)
 
@@ -947,10 +947,6 @@ def results_committed(context: Any, count: int, kept_shardings: Iterable[Any],
 
 # =========================================================================== 4. results
 
-def _positions(hlo: Tiled) -> tuple[int, ...] | Iota:
-    return hlo.assignment
-
-
 def _superdims(assignment: tuple[int, ...] | Iota, hlo: str, mesh: Any) -> list[tuple[int, int]]:
     """(size, stride) pairs, minor first, that generate the tile assignment's positions."""
     if isinstance(assignment, Iota):
@@ -1183,7 +1179,7 @@ def compiled_results(specified: Sequence[Any], compiler: Sequence[HloSharding | 
 
 # =========================================================================== 5. AOT calls
 
-def _flat_args(args: tuple, kwargs: dict, static: set[int], static_names: set[str]
+def flat_arguments(args: tuple, kwargs: dict, static: set[int], static_names: set[str]
                ) -> tuple[list[tuple[str, Any]], Node]:
     dynamic_args = tuple(a for i, a in enumerate(args) if i not in static)
     dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
@@ -1311,19 +1307,19 @@ def _decide(call: Call) -> dict[str, Any]:
     # 2. At the call: the form, the context, the leaves' meaning, the inputs.
     static = {i if i >= 0 else i + len(call.args) for i in options.static_argnums}
     static_names = set(options.static_argnames)
-    flat_in, _ = _flat_args(call.args, call.kwargs, static, static_names)
+    flat_in, _ = flat_arguments(call.args, call.kwargs, static, static_names)
     for path, leaf in flat_in:
         check_call(isinstance(leaf, Arg), f"the dynamic argument {path}",
                    "an Arg (mark static positions with static_argnums)", leaf)
     context = jit_context_mesh(call.context_mesh)
     check_call_form(call, context)
     if device_or_backend:
-        placed = _device_sharding(options, call)
+        placed = device_option_sharding(options, call)
         in_tree: Any = placed
         out_tree: Any = placed
     else:
-        in_tree = _convert(options.in_shardings, context, "in_shardings")
-        out_tree = _convert(options.out_shardings, context, "out_shardings")
+        in_tree = convert_leaves(options.in_shardings, context, "in_shardings")
+        out_tree = convert_leaves(options.out_shardings, context, "out_shardings")
     positional = structure(tuple(a for i, a in enumerate(call.args) if i not in static))
     if device_or_backend:
         jit_shardings = [in_tree] * len(flat_in)
@@ -1413,7 +1409,7 @@ def _decide(call: Call) -> dict[str, Any]:
         out_committed=(committed,) * len(flat_out), transfers=transfers)
 
 
-def _convert(tree: Any, context: Any, which: str) -> Any:
+def convert_leaves(tree: Any, context: Any, which: str) -> Any:
     """Each leaf of a shardings tree, turned into a sharding (JIT-3), keeping the tree."""
     if tree is UNSPECIFIED:
         return UNSPECIFIED
@@ -1446,8 +1442,8 @@ def _aot_call(call: Call, flat_in: list[tuple[str, Arg]], static: set[int],
               static_names: set[str], kept: tuple[int, ...], executable: list[Any]) -> None:
     assert call.aot_args is not None and call.aot_kwargs is not None
     # The executable takes the dynamic arguments only: static ones are not passed again.
-    _, compiled_tree = _flat_args(call.args, call.kwargs, static, static_names)
-    flat_called, called_tree = _flat_args(call.aot_args, call.aot_kwargs, set(), set())
+    _, compiled_tree = flat_arguments(call.args, call.kwargs, static, static_names)
+    flat_called, called_tree = flat_arguments(call.aot_args, call.aot_kwargs, set(), set())
     check_aot_structure(compiled_tree, called_tree)
     called = [a for _, a in flat_called]
     for path, leaf in flat_called:
