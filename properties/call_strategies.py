@@ -24,6 +24,7 @@ from shardlaw.spec import (
 )
 from shardlaw.spec.call import Arg, Call, JitOptions, Out, Static
 from shardlaw.spec.placement import to_hlo
+from shardlaw.spec.pytree import fill
 
 from . import strategies as ST
 
@@ -142,22 +143,6 @@ def _tree_of(draw: Any, leaves: list[Any]) -> Any:
     return tuple(leaves) if kind == "tuple" else list(leaves)
 
 
-def _same_shape(tree: Any, leaves: list[Any]) -> Any:
-    """``leaves`` arranged as ``tree`` is (dict keys in sorted order)."""
-    it = iter(leaves)
-
-    def walk(node: Any) -> Any:
-        if node is None:
-            return None
-        if type(node) in (tuple, list):
-            return type(node)(walk(v) for v in node)
-        if type(node) is dict:
-            return {k: walk(node[k]) for k in sorted(node)}
-        return next(it)
-
-    return walk(tree)
-
-
 @st.composite
 def _broken(draw: Any, tree: Any, count: int) -> Any:
     """A shardings tree that is not a prefix: wrong length, wrong container, wrong keys."""
@@ -220,7 +205,7 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True) -> Call:
                                               max_devices)))
             else:
                 leaves = [draw(_leaf_for(a, f, home, context, max_devices)) for a, f in pairs]
-                entries.append(_same_shape(tree, leaves) if isinstance(tree, (tuple, list, dict))
+                entries.append(fill(tree, leaves) if isinstance(tree, (tuple, list, dict))
                                else leaves[0])
         in_shardings = tuple(entries) if draw(st.integers(0, 5)) else list(entries)
     elif in_mode == "broken":

@@ -23,7 +23,7 @@ from shardlaw.spec import UNSPECIFIED, NamedSharding, from_jax, to_jax
 from shardlaw.spec.call import Arg, Call, Static, Verdict
 from shardlaw.spec.equivalence import placement_equivalent
 from shardlaw.spec.jit import jit_call
-from shardlaw.spec.pytree import leaves_with_paths
+from shardlaw.spec.pytree import fill, leaves_with_paths, map_leaves
 from shardlaw.spec.values import AbstractMesh, Mesh
 
 __all__ = ["JaxOutcome", "run_in_jax", "compare_call", "CALL_HITS", "call_hit_counts"]
@@ -104,30 +104,16 @@ def _value(arg: Any) -> Any:
 
 
 def _build(tree: Any) -> Any:
-    if isinstance(tree, (Arg, Static)):
-        return _value(tree)
-    if tree is None:
-        return None
-    if type(tree) in (tuple, list):
-        return type(tree)(_build(v) for v in tree)
-    if type(tree) is dict:
-        return {k: _build(v) for k, v in tree.items()}
-    raise TypeError(f"not an argument tree: {tree!r}")
+    return map_leaves(_value, tree)
 
 
 def _shardings_to_jax(tree: Any) -> Any:
     from shardlaw.spec.call import SHARDING_TYPES
     from shardlaw.spec.values import PartitionSpec
 
-    if tree is None:
-        return None
-    if type(tree) in (tuple, list):
-        return type(tree)(_shardings_to_jax(v) for v in tree)
-    if type(tree) is dict:
-        return {k: _shardings_to_jax(v) for k, v in tree.items()}
-    if isinstance(tree, (*SHARDING_TYPES, PartitionSpec)):
-        return to_jax(tree)
-    return tree
+    return map_leaves(lambda leaf: to_jax(leaf) if isinstance(leaf, (*SHARDING_TYPES,
+                                                                     PartitionSpec)) else leaf,
+                      tree)
 
 
 def _function(call: Call):
@@ -137,15 +123,6 @@ def _function(call: Call):
     static = {i if i >= 0 else i + len(call.args) for i in call.options.static_argnums}
     static_names = set(call.options.static_argnames)
     outs = [o for _, o in leaves_with_paths(call.outputs)]
-
-    def unflatten(tree: Any, values: list[Any]) -> Any:
-        if tree is None:
-            return None
-        if type(tree) in (tuple, list):
-            return type(tree)(unflatten(v, values) for v in tree)
-        if type(tree) is dict:
-            return {k: unflatten(tree[k], values) for k in tree}
-        return values.pop(0)
 
     def fun(*args: Any, **kwargs: Any) -> Any:
         dynamic = tuple(a for i, a in enumerate(args) if i not in static)
@@ -164,18 +141,9 @@ def _function(call: Call):
             else:
                 base = jnp.zeros(out.shape, jnp.float32)
             values.append((base + total).astype(out.dtype))
-        return unflatten(_key_order(call.outputs), values)
+        return fill(call.outputs, values)
 
     return fun
-
-
-def _key_order(tree: Any) -> Any:
-    """The outputs tree with dict keys sorted, so that leaves fill in flattening order."""
-    if type(tree) is dict:
-        return {k: _key_order(tree[k]) for k in sorted(tree)}
-    if type(tree) in (tuple, list):
-        return type(tree)(_key_order(v) for v in tree)
-    return tree
 
 
 def _jit_kwargs(call: Call) -> dict[str, Any]:
@@ -355,22 +323,8 @@ def _aval_mesh(aval: Any) -> Any:
 
 
 def _with_meshes(tree: Any, meshes: list[Any]) -> Any:
-    from shardlaw.spec.call import Out
-
     it = iter(meshes)
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, Out):
-            return dataclasses.replace(node, mesh=next(it, None))
-        if node is None:
-            return None
-        if type(node) in (tuple, list):
-            return type(node)(walk(v) for v in node)
-        if type(node) is dict:
-            return {k: walk(node[k]) for k in sorted(node)}
-        return node
-
-    return walk(tree)
+    return map_leaves(lambda out: dataclasses.replace(out, mesh=next(it, None)), tree)
 
 
 def compare_call(call: Call) -> tuple[Verdict, JaxOutcome, list[str]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .hlo import HloSharding, SubgroupType, Tiled, hlo_text, parse_hlo, tiled
 from .iota import Iota
+from .pytree import map_leaves
 from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
 from .values import (
     UNCONSTRAINED, AbstractMesh, AxisType, Device, DeviceList, Mesh, PartitionSpec,
@@ -256,28 +257,18 @@ def _arg_from_jax(value: Any) -> Any:
 
 
 def _arg_tree(tree: Any) -> Any:
-    if tree is None:
-        return None
-    if type(tree) in (tuple, list):
-        return type(tree)(_arg_tree(v) for v in tree)
-    if type(tree) is dict:
-        return {k: _arg_tree(v) for k, v in tree.items()}
-    return _arg_from_jax(tree)
+    return map_leaves(_arg_from_jax, tree)
 
 
 def _shardings_tree(tree: Any) -> Any:
     from .shardings import UNSPECIFIED
 
     jax = _jax()
-    if tree is UNSPECIFIED or tree is None:
+    if tree is UNSPECIFIED:
         return tree
-    if type(tree) in (tuple, list):
-        return type(tree)(_shardings_tree(v) for v in tree)
-    if type(tree) is dict:
-        return {k: _shardings_tree(v) for k, v in tree.items()}
-    if isinstance(tree, (jax.sharding.Sharding, jax.sharding.PartitionSpec)):
-        return from_jax(tree)
-    return tree  # left for the spec to reject (JIT-2)
+    known = (jax.sharding.Sharding, jax.sharding.PartitionSpec)
+    # Other leaves are left for the spec to reject (JIT-2).
+    return map_leaves(lambda leaf: from_jax(leaf) if isinstance(leaf, known) else leaf, tree)
 
 
 def _context_mesh() -> Any:

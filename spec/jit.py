@@ -32,7 +32,7 @@ from .iota import Iota
 from .placement import (
     TilesDoNotMatchRank, check_rank, is_fully_replicated, num_devices, shard_shape, to_hlo,
 )
-from .pytree import Node, is_container, leaves_with_paths, show_path, structure
+from .pytree import Node, is_container, leaves_with_paths, map_leaves, show_path, structure
 from .rules import Failure, Rejection, reject, require, rule, tracing
 from .shardings import (
     UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding, check_axes_unique,
@@ -1414,14 +1414,9 @@ def convert_leaves(tree: Any, context: Any, which: str) -> Any:
     if tree is UNSPECIFIED:
         return UNSPECIFIED
 
-    def walk(node: Any, path: tuple) -> Any:
-        if node is None or not is_container(node):
-            return leaf_to_sharding(node, context, show_path((which, *path)))
-        if isinstance(node, dict):
-            return {k: walk(v, path + (k,)) for k, v in node.items()}
-        return type(node)(walk(v, path + (i,)) for i, v in enumerate(node))
-
-    return walk(tree, ())
+    return map_leaves(lambda path, leaf: leaf_to_sharding(leaf, context,
+                                                          show_path((which, *path))),
+                      tree, none_is_leaf=True, with_path=True)
 
 
 def _source_name(item: Input) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterator
 
-__all__ = ["Node", "structure", "leaves_with_paths", "leaves", "is_container", "show_path"]
+__all__ = ["Node", "structure", "leaves_with_paths", "leaves", "is_container", "show_path",
+           "map_leaves", "fill"]
 
 
 def is_container(value: Any) -> bool:
@@ -101,3 +102,37 @@ def leaves_with_paths(tree: Any, prefix: tuple = (),
 
 def leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[Any]:
     return [leaf for _, leaf in leaves_with_paths(tree, (), is_leaf)]
+
+
+def map_leaves(fn: Callable[..., Any], tree: Any, *, none_is_leaf: bool = False,
+               with_path: bool = False) -> Any:
+    """``tree`` with every leaf replaced by ``fn(leaf)`` (``fn(path, leaf)`` with
+    ``with_path``); containers keep their type, dicts list their keys in flattening order.
+
+    >>> map_leaves(lambda x: x * 2, {"b": (1, None), "a": [3]})
+    {'a': [6], 'b': (2, None)}
+    >>> map_leaves(lambda p, x: show_path(("t", *p)), (None, [0]), none_is_leaf=True,
+    ...            with_path=True)
+    ('t[0]', ['t[1][0]'])
+    """
+
+    def walk(node: Any, path: tuple) -> Any:
+        if node is None and not none_is_leaf:
+            return None
+        if type(node) in (tuple, list):
+            return type(node)(walk(v, path + (i,)) for i, v in enumerate(node))
+        if type(node) is dict:
+            return {k: walk(node[k], path + (k,)) for k in _sorted_keys(node)}
+        return fn(path, node) if with_path else fn(node)
+
+    return walk(tree, ())
+
+
+def fill(tree: Any, values: Any) -> Any:
+    """``tree`` with its leaves replaced, in flattening order, by ``values``.
+
+    >>> fill({"b": 0, "a": (0, 0)}, [1, 2, 3])
+    {'a': (1, 2), 'b': 3}
+    """
+    it = iter(values)
+    return map_leaves(lambda _: next(it), tree)
