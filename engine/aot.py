@@ -9,7 +9,8 @@ compiled for). Compiling goes through the engine's executable cache, so an AOT c
 placement class compiled before costs nothing.
 
 ``explain`` decides a call without running it and returns an :class:`Explanation`: the
-verdict, the rules that fired, and — when the call was compiled before — every sharding.
+verdict, the rules that fired, and every sharding (it compiles through the engine's cache,
+so the compiler's choices are known and the call that follows does not compile again).
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ class Explanation:
     """What the engine does with a call: the verdict and the rules that decided it.
 
     Accepted: ``in_shardings`` (one per flat dynamic input, as the program gets them;
-    UNSPECIFIED where the compiler chooses), ``out_shardings`` (as the results come back;
-    UNSPECIFIED where the compiler has not chosen yet), ``device_assignment`` (device ids),
-    ``kept_inputs``, ``out_committed``, ``transfers`` (inputs moved before running) and
-    ``executable`` (whether one is cached for this placement class). Rejected: ``rule``,
-    ``error_type`` (the built-in type's name), ``jax_error``, ``message``, ``path``,
+    UNSPECIFIED where the compiler chooses), ``out_shardings`` (as the results come back,
+    the compiler's choices included), ``device_assignment`` (device ids), ``kept_inputs``,
+    ``out_committed``, ``transfers`` (inputs moved before running) and ``executable``
+    (compiled for this signature, or shared with a placement-equal signature). Rejected:
+    ``rule``, ``error_type`` (the built-in type's name), ``jax_error``, ``message``, ``path``,
     ``stage``. Both: ``trace``, the rules that fired, in order.
     """
 
@@ -64,9 +65,7 @@ class Explanation:
     def of_plan(cls, plan: Any) -> "Explanation":
         if plan.rejection is not None:
             return cls.of_rejection(plan.rejection, plan.fired)
-        if plan.entry is None:
-            executable = "not compiled yet: the first call compiles it"
-        elif plan.compiled_here:
+        if plan.compiled_here:
             executable = "compiled for this signature"
         else:
             executable = "shared with a placement-equal signature compiled before"
@@ -123,14 +122,15 @@ class Methods:
         return traced.out_info
 
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
-        """The verdict on this call and the rules that decided it, without running it."""
+        """The verdict on this call and the rules that decided it, without running it.
+
+        An accepted call is compiled (through the engine's cache: the call that follows
+        reuses the executable), so every result's sharding is known, those the compiler
+        chooses included, and a rejection found only after compiling (OUT-2) is reported.
+        Arguments may be arrays or ``jax.ShapeDtypeStruct``.
+        """
         engine = self._engine
-        site = self._site(args, kwargs)
-        with engine._lock:
-            plan = engine._plans.get(site.key)
-        if plan is None:
-            plan = engine._decide(site, compile=False)
-        return Explanation.of_plan(plan)
+        return Explanation.of_plan(engine.decision_for(self._site(args, kwargs)))
 
 
 class Traced:
@@ -188,7 +188,7 @@ class Lowered:
         engine = self._engine
         with recording() as fired:
             try:
-                plan = engine.stage_compile(self._decision, compile=True)
+                plan = engine.stage_compile(self._decision)
             except EngineRejection as error:
                 error.fired = tuple(dict.fromkeys(self._fired + fired))  # type: ignore[attr-defined]
                 raise

@@ -74,10 +74,6 @@ class ExecutableCache:
     def __len__(self) -> int:
         return len(self._table)
 
-    def peek(self, owner: int, key: Any) -> Entry | None:
-        """The entry for ``key``, without counting a use."""
-        return self._table.get((owner, key))
-
     def get_or_compile(self, owner: int, key: Any, compile: Callable[[], Entry]
                        ) -> tuple[Entry, bool]:
         """The entry for ``key`` (and False), or the entry ``compile()`` makes (and True)."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
+import itertools
 import threading
 import time
 import warnings
@@ -63,6 +64,7 @@ from .trees import (
 __all__ = ["jit", "Engine", "Plan", "CacheInfo"]
 
 _NOT_GIVEN = object()
+_UNHASHABLE = "Non-hashable static arguments"   # how JAX's C++ dispatcher refuses one
 _SIGNATURE_CAPACITY = 4096
 _RECENT = 16
 
@@ -172,11 +174,14 @@ class Site:
             static_key = tuple((where, type(value), value) for where, value in self.statics)
             hash(static_key)
         except TypeError as error:
-            bad = next((v for _, v in self.statics if not _hashable(v)), None)
+            where, bad = next(((w, v) for w, v in self.statics if not _hashable(v)),
+                              (None, None))
+            path = f"args[{where}]" if isinstance(where, int) else f"kwargs[{where!r}]"
             raise reject("ENG-1", ValueError,
-                         "Non-hashable static arguments are not supported: a static argument "
-                         f"of type {type(bad)} ({bad!r}) cannot be hashed ({error}). Make it "
-                         "hashable (a tuple instead of a list), or pass it as an array.") from None
+                         "Non-hashable static arguments are not supported: the static argument "
+                         f"{path} is a {type(bad).__name__} ({_short(bad)}), which cannot be "
+                         f"hashed ({error}). Make it hashable (a tuple instead of a list), or "
+                         "pass it as an array.", path) from None
         concrete, abstract = internals.context_meshes()
         self.key = (self.treedef, static_key, tuple(keys), internals.trace_context(),
                     concrete, abstract, _default_device_key())
@@ -323,7 +328,20 @@ class Decision:
 # --------------------------------------------------------------------------- statistics
 
 class CacheInfo:
-    """What the engine's caches hold for one jitted function, and how they were used."""
+    """What the engine's caches hold for one jitted function, and how they were used.
+
+    ``calls`` counts every call; ``dispatch_hits`` the calls JAX's C++ dispatcher ran on
+    its own (a known signature whose arguments go as they are); ``python_calls`` the calls
+    that reached the engine (new signatures, signatures whose arguments must move, calls
+    inside another transformation); ``refused_in_dispatch`` calls the dispatcher refused
+    before the engine saw them (an unhashable static argument, ENG-1). Signatures:
+    ``signature_hits``/``signature_misses``/``signatures`` (held). Executables:
+    ``executable_hits`` (a placement-equal signature reused one), ``executable_misses`` and
+    ``compiles``, ``executables`` (held for this function), ``executables_total`` and
+    ``capacity`` (the process-wide cache). ``recent_misses`` says why each recent miss
+    missed; ``divergences`` lists any place where JAX's compiled program differed from the
+    engine's own prediction (empty when the engine and JAX agree).
+    """
 
     def __init__(self, **fields: Any) -> None:
         self.__dict__.update(fields)
@@ -335,9 +353,12 @@ class CacheInfo:
 
     def __str__(self) -> str:
         lines = [
-            f"dispatch (C++): {self.dispatch_entries} signature(s) held; "
-            f"{self.python_calls} call(s) reached Python (new signatures and signatures "
-            "whose arguments must move); hits on the C++ path are not counted",
+            f"calls: {self.calls}",
+            f"dispatch (C++): {self.dispatch_hits} hit(s) run without Python, "
+            f"{self.python_calls} call(s) reached Python (new signatures, signatures whose "
+            f"arguments must move, calls inside other transformations), "
+            f"{self.refused_in_dispatch} refused by the dispatcher; "
+            f"{self.dispatch_entries} signature(s) held",
             f"signature: {self.signature_hits} hit(s), {self.signature_misses} miss(es), "
             f"{self.signatures} held",
             f"executable: {self.executable_hits} hit(s), {self.executable_misses} miss(es) "
@@ -356,6 +377,7 @@ class CacheInfo:
 class _Stats:
     def __init__(self) -> None:
         self.python_calls = 0
+        self.refused_in_dispatch = 0
         self.signature_hits = 0
         self.signature_misses = 0
         self.executable_hits = 0
@@ -378,6 +400,7 @@ class Engine:
         self._plans: collections.OrderedDict[tuple, Plan] = collections.OrderedDict()
         self._capacity = signature_capacity
         self._stats = _Stats()
+        self.calls = itertools.count()   # every call of the jitted function (atomic step)
         self._generation = 0
         self._dispatcher_ref: Callable[[], Any] = lambda: None
         self._inner = self._jax_jit(options.out_shardings)
@@ -420,22 +443,37 @@ class Engine:
         outputs = self.run(plan, site)
         return outputs, plan.fastpath, False
 
-    def plan(self, site: Site, compile: bool = True) -> Plan:
-        """The decision for ``site``'s signature: cached, or made now."""
+    def unhashable_static(self, args: tuple, kwargs: dict) -> Exception:
+        """ENG-1 for a call the C++ dispatcher refused because a static argument is unhashable."""
+        with self._lock:
+            self._stats.refused_in_dispatch += 1
+        try:
+            Site(args, kwargs, self.options.names, abstract_ok=False)
+        except EngineRejection as error:
+            return error
+        return reject("ENG-1", ValueError, "a static argument cannot be hashed")
+
+    def plan(self, site: Site) -> Plan:
+        """The decision for ``site``'s signature (cached, or made and compiled now); raises its rejection."""
+        plan = self.decision_for(site)
+        if plan.rejection is not None:
+            raise _again(plan)
+        return plan
+
+    def decision_for(self, site: Site) -> Plan:
+        """The decision for ``site``'s signature, accepted or not: cached, or made (and compiled) now."""
         with self._lock:
             plan = self._plans.get(site.key)
             if plan is not None:
                 self._plans.move_to_end(site.key)
                 self._stats.signature_hits += 1
-                if plan.rejection is not None:
-                    raise _again(plan)
                 return plan
         generation = self._generation
         reason = self._why_new(site)
         with self._lock:
             self._stats.signature_misses += 1
             self._stats.recent.append(f"signature: {reason}")
-        plan = self._decide(site, compile)
+        plan = self._decide(site)
         with self._lock:
             if generation == self._generation:
                 self._plans[site.key] = plan
@@ -443,8 +481,6 @@ class Engine:
                     self._plans.popitem(last=False)
             if plan.entry is not None:
                 plan.entry.users.add(self)
-        if plan.rejection is not None:
-            raise _again(plan)
         return plan
 
     def _why_new(self, site: Site) -> str:
@@ -474,14 +510,14 @@ class Engine:
                     return f"{paths[i]}: {_leaf_words(y)} (was {_leaf_words(x)})"
         return "a signature evicted before"
 
-    def _decide(self, site: Site, compile: bool) -> Plan:
+    def _decide(self, site: Site) -> Plan:
         decision = Decision(site)
         with recording() as fired:
             try:
                 self.stage_call(decision)
                 self.stage_trace(decision)
                 self.stage_lower(decision)
-                plan = self.stage_compile(decision, compile)
+                plan = self.stage_compile(decision)
                 self.stage_dispatch(decision)
             except EngineRejection as error:
                 plan = Plan()
@@ -612,22 +648,19 @@ class Engine:
                 self.options.key, d.kept, kept_classes, out_classes,
                 tuple(dev.id for dev in d.assignment))
 
-    def stage_compile(self, d: Decision, compile: bool) -> Plan:
+    def stage_compile(self, d: Decision) -> Plan:
         """The executable (from the cache, or compiled), the results' shardings (OUT-1..3), how to run."""
         self._check_input_recovery(d)
         key = self.executable_key(d)
-        if compile:
-            entry, compiled_here = CACHE.get_or_compile(
-                self.token, key, functools.partial(self._compile, d, key))
-            with self._lock:
-                if compiled_here:
-                    self._stats.executable_misses += 1
-                    self._stats.compiles += 1
-                    self._stats.recent.append(f"executable: {self._why_compiled(key)}")
-                else:
-                    self._stats.executable_hits += 1
-        else:
-            entry, compiled_here = CACHE.peek(self.token, key), False
+        entry, compiled_here = CACHE.get_or_compile(
+            self.token, key, functools.partial(self._compile, d, key))
+        with self._lock:
+            if compiled_here:
+                self._stats.executable_misses += 1
+                self._stats.compiles += 1
+                self._stats.recent.append(f"executable: {self._why_compiled(key)}")
+            else:
+                self._stats.executable_hits += 1
         return self._plan_for(d, entry, compiled_here)
 
     def _check_input_recovery(self, d: Decision) -> None:
@@ -675,7 +708,7 @@ class Engine:
 
     # ----------------------------------------------------------------- results and running
 
-    def _plan_for(self, d: Decision, entry: Entry | None, compiled_here: bool) -> Plan:
+    def _plan_for(self, d: Decision, entry: Entry, compiled_here: bool) -> Plan:
         site = d.site
         plan = Plan()
         n = len(site.leaves)
@@ -693,10 +726,6 @@ class Engine:
         plan.entry = entry
         plan.compiled_here = compiled_here
         plan.out_tree = d.traced.out_tree
-        if entry is None:
-            # Not compiled: the results jit leaves to the compiler are not known yet.
-            plan.out_shardings = tuple(concrete_inputs(d.out_flat, d.assignment))
-            return plan
         facts = entry.facts
         exe_inputs, outs = self._recover(d, facts)
         plan.exe_inputs = tuple(exe_inputs)
@@ -886,15 +915,23 @@ class Engine:
         dispatcher = self._dispatcher_ref()
         s = self._stats
         with self._lock:
+            calls = _count(self.calls)
             return CacheInfo(
+                calls=calls,
+                dispatch_hits=max(0, calls - s.python_calls - s.refused_in_dispatch),
                 dispatch_entries=dispatcher._cache_size() if dispatcher is not None else 0,
-                python_calls=s.python_calls,
+                python_calls=s.python_calls, refused_in_dispatch=s.refused_in_dispatch,
                 signature_hits=s.signature_hits, signature_misses=s.signature_misses,
                 signatures=len(self._plans),
                 executable_hits=s.executable_hits, executable_misses=s.executable_misses,
                 compiles=s.compiles, executables=CACHE.count(self.token),
                 executables_total=len(CACHE), capacity=CACHE.capacity,
                 recent_misses=list(s.recent), divergences=list(s.divergences))
+
+
+def _count(counter: itertools.count) -> int:
+    """How many steps ``counter`` has taken (itertools.count shows it only in its repr)."""
+    return int(repr(counter)[len("count("):-1])
 
 
 def _conversion(leaf: Any, facts: Any, i: int) -> Any:
@@ -1006,7 +1043,13 @@ def jit(fun: Callable | Any = _NOT_GIVEN, /, *, in_shardings: Any = _NOT_GIVEN,
 
 
 def _wrap(engine: Engine) -> Any:
-    """The jitted function: JAX's C++ dispatcher, with the engine's methods attached."""
+    """The jitted function: a thin counting frame over JAX's C++ dispatcher, with the engine's methods.
+
+    The frame costs one counter step per call (JAX's dispatcher counts no hits, and
+    ``cache_info`` reports them exactly) and turns the dispatcher's own refusal of an
+    unhashable static argument, raised before any engine code runs, into ENG-1 with the
+    argument's path. Everything else is the dispatcher's: a known signature runs in C++.
+    """
     from . import aot  # the AOT stages use the engine; imported here to keep one direction
 
     o = engine.options
@@ -1014,20 +1057,33 @@ def _wrap(engine: Engine) -> Any:
     dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
                                            o.names.static_nums, o.names.static_names,
                                            _SIGNATURE_CAPACITY)
+    calls = engine.calls
+
+    def jitted(*args: Any, **kwargs: Any) -> Any:
+        next(calls)
+        try:
+            return dispatcher(*args, **kwargs)
+        except ValueError as error:
+            if type(error) is ValueError and str(error).startswith(_UNHASHABLE):
+                raise engine.unhashable_static(args, kwargs) from None
+            raise
+
     try:
-        functools.update_wrapper(dispatcher, engine.fun)
+        functools.update_wrapper(jitted, engine.fun)
     except (AttributeError, TypeError):
         pass
+    jitted.__qualname__ = getattr(engine.fun, "__qualname__", name)
     engine._dispatcher_ref = _weak(dispatcher)
     methods = aot.Methods(engine)
-    dispatcher.trace = methods.trace
-    dispatcher.lower = methods.lower
-    dispatcher.eval_shape = methods.eval_shape
-    dispatcher.explain = methods.explain
-    dispatcher.cache_info = engine.cache_info
-    dispatcher.clear_cache = engine.clear_cache
-    dispatcher._engine = engine
-    return dispatcher
+    jitted.trace = methods.trace  # type: ignore[attr-defined]
+    jitted.lower = methods.lower  # type: ignore[attr-defined]
+    jitted.eval_shape = methods.eval_shape  # type: ignore[attr-defined]
+    jitted.explain = methods.explain  # type: ignore[attr-defined]
+    jitted.cache_info = engine.cache_info  # type: ignore[attr-defined]
+    jitted.clear_cache = engine.clear_cache  # type: ignore[attr-defined]
+    jitted._engine = engine  # type: ignore[attr-defined]
+    jitted._dispatcher = dispatcher  # type: ignore[attr-defined]
+    return jitted
 
 
 def _weak(obj: Any) -> Callable[[], Any]:

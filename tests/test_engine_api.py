@@ -147,16 +147,41 @@ def test_explain_says_what_and_why_without_running():
     x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(MESH, P("x")))
     f = jit(lambda a: a + 1)
     before = f.explain(x)
-    assert before.accepted and before.executable.startswith("not compiled")
+    assert before.accepted and before.executable == "compiled for this signature"
     assert before.device_assignment == tuple(range(8))
     assert "DA-1" in before.trace and "RES-1" in before.trace
-    assert f.cache_info().compiles == 0
-    f(x)
-    after = f.explain(x)
-    assert after.out_shardings[0] == NamedSharding(MESH, P("x"))
+    # The compiler's choice for the open result is known before any call runs...
+    assert before.out_shardings[0] == NamedSharding(MESH, P("x"))
+    assert f.cache_info().compiles == 1 and f.cache_info().calls == 0
+    # ... and the call that follows runs the executable explain compiled.
+    out = f(x)
+    assert f.cache_info().compiles == 1
+    assert out.sharding == before.out_shardings[0]
+    assert f.explain(x) == before
+    abstract = f.explain(jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=x.sharding))
+    assert abstract.accepted and abstract.out_shardings == before.out_shardings
     bad = jit(lambda a: a, in_shardings=NamedSharding(MESH, P("y"))).explain(x)
     assert not bad.accepted and bad.rule == "RES-4" and bad.path == "args[0]"
     assert "RES-4" in str(bad)
+
+
+def test_cache_info_counts_every_call_and_where_it_was_served():
+    f = jit(lambda a, n: a * len(n), static_argnums=1)
+    x = jnp.ones(4)
+    for _ in range(5):
+        f(x, (1, 2))
+    with pytest.raises(ValueError) as caught:
+        f(x, [1, 2])                 # JAX's dispatcher refuses it before the engine sees it
+    assert caught.value.rule == "ENG-1" and caught.value.path == "args[1]"
+    assert "list" in str(caught.value) and "[1, 2]" in str(caught.value)
+    with pytest.raises(ValueError) as caught:
+        f.lower(x, [1, 2])
+    assert caught.value.rule == "ENG-1"
+    info = f.cache_info()
+    assert (info.calls, info.dispatch_hits, info.python_calls, info.refused_in_dispatch) == (
+        6, 4, 1, 1)
+    assert info.compiles == 1 and "4 hit(s) run without Python" in str(info)
+    assert f(x, (3, 4)).tolist() == [2.0] * 4    # the cache is still consistent
 
 
 def test_cache_info_and_clear_cache():
