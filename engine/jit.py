@@ -628,10 +628,11 @@ class Engine:
     def executable_key(self, d: Decision) -> tuple:
         """The placement class of this call: what the executable depends on."""
         site = d.site
-        avals = []
-        for i in range(len(site.leaves)):
-            aval = site.aval(i)
-            avals.append((tuple(aval.shape), aval.dtype, bool(getattr(aval, "weak_type", False))))
+        # Every argument as the program types it: shape, dtype, weak type, memory space, and
+        # the type's sharding where its mesh has Explicit axes (the program can see those).
+        avals = tuple((tuple(a.shape), a.dtype, bool(getattr(a, "weak_type", False)),
+                       str(getattr(a, "memory_space", "")), _explicit_type(a))
+                      for a in d.traced.jaxpr.in_avals)
         # Resolved shardings, before EXE-1 replicates open scalars: as the policy keys them
         # (an open scalar and a replicated one compile alike, but the policy tells them apart).
         kept_classes = tuple(
@@ -644,7 +645,7 @@ class Engine:
         # The program itself stands for everything that shapes it (config, context mesh);
         # where it runs is the device assignment.
         program = hashlib.sha1(internals.program_text(d.traced.jaxpr).encode()).hexdigest()
-        return (site.treedef, site.key[1], tuple(avals), internals.program_context(), program,
+        return (site.treedef, site.key[1], avals, internals.program_context(), program,
                 self.options.key, d.kept, kept_classes, out_classes,
                 tuple(dev.id for dev in d.assignment))
 
@@ -927,6 +928,15 @@ class Engine:
                 compiles=s.compiles, executables=CACHE.count(self.token),
                 executables_total=len(CACHE), capacity=CACHE.capacity,
                 recent_misses=list(s.recent), divergences=list(s.divergences))
+
+
+def _explicit_type(aval: Any) -> Any:
+    """The sharding an argument's type carries when its mesh has Explicit axes, else None."""
+    typed = getattr(aval, "sharding", None)
+    mesh = getattr(typed, "mesh", None)
+    if mesh is None or jax.sharding.AxisType.Explicit not in getattr(mesh, "axis_types", ()):
+        return None
+    return typed
 
 
 def _count(counter: itertools.count) -> int:

@@ -916,7 +916,7 @@ def _class_or_open(sharding: Any, shape: tuple[int, ...]) -> Any:
 
 @rule("CACHE-12", mirrors="(none: the shardlaw cache policy)")
 def policy_key(site: CallSite, verdict: Verdict) -> Key:
-    """Under the shardlaw policy a call reuses an executable when it calls the same function with the same static values, argument structure, shapes, dtypes and weak types, the same placement class (CACHE-11) of every kept input and every output sharding (or both open), the same device assignment, donation and keep_unused.
+    """Under the shardlaw policy a call reuses an executable when it calls the same function with the same static values, argument structure and program types of every argument (shape, dtype, weak type, memory space, and the mesh and spec of a type on a mesh with Explicit axes), the same placement class (CACHE-11) of every kept input and every output sharding (or both open), the same device assignment, donation and keep_unused.
 
     >>> from shardlaw.spec import Arg, Call, Mesh, NamedSharding, Out, P, jit_call
     >>> m, renamed = Mesh.iota((2, 4), ("x", "y")), Mesh.iota((2, 4), ("a", "b"))
@@ -926,12 +926,24 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     >>> policy_key(*site(NamedSharding(m, P("x")))) == policy_key(
     ...     *site(NamedSharding(renamed, P("a", None))))
     True
+
+    Explicit mesh axes are part of an argument's type, which the function can read
+    (``jax.typeof(x).sharding``): the same placement written over renamed Explicit axes is
+    another program, and another class.
+
+    >>> from shardlaw.spec import AxisType
+    >>> explicit = (AxisType.Explicit, AxisType.Explicit)
+    >>> e = Mesh.iota((2, 4), ("x", "y"), axis_types=explicit)
+    >>> e_renamed = Mesh.iota((2, 4), ("a", "b"), axis_types=explicit)
+    >>> policy_key(*site(NamedSharding(e, P("x")))) == policy_key(
+    ...     *site(NamedSharding(e_renamed, P("a"))))
+    False
     """
     facts = _site_facts(site)
     parts = [Part("the function", site.function), _structure_part(facts),
              *_static_parts(facts)]
     for path, arg in facts.flat:
-        parts.append(Part(f"{path} value", (arg.shape, _dtype(arg), _weak(arg))))
+        parts.append(Part(f"{path} value", _program_type(arg)))
     for i in verdict.kept_inputs:
         path, arg = facts.flat[i]
         parts.append(Part(f"{path} placement", _class_or_open(facts.resolved[i], arg.shape)))
@@ -941,6 +953,13 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
               Part("donation", facts.donated),
               Part("keep_unused", site.call.options.keep_unused)]
     return tuple(parts)
+
+
+def _program_type(arg: Arg) -> tuple:
+    """What the traced program sees of an argument beyond its placement (CACHE-4 less Auto meshes)."""
+    aval = abstract_value(arg)
+    explicit = (aval.mesh, aval.spec) if aval.spec is not None else None
+    return (aval.shape, aval.dtype, aval.weak_type, aval.memory, explicit)
 
 
 @dataclasses.dataclass(frozen=True)
