@@ -21,6 +21,7 @@ from typing import Any
 import jax
 from jax import tree_util
 
+from . import layouts
 from .rules import EngineRejection, recording, reject, rule
 from .shardings import UNSPECIFIED, jax_equivalent, placement_equivalent
 
@@ -207,6 +208,7 @@ class Compiled:
         self._in_avals = [decision.site.aval(i) for i in range(len(decision.site.leaves))]
         self._out_avals = list(decision.out_avals)
         self._device_or_backend = engine.options.device_or_backend
+        self._layouts: list[Any] | None = None
 
     @property
     def explanation(self) -> Explanation:
@@ -235,6 +237,17 @@ class Compiled:
                    for a, s in zip(self._out_avals, self._plan.out_shardings)]
         return tree_util.tree_unflatten(self._plan.out_tree, structs)
 
+    def _in_layouts(self) -> list[Any]:
+        """The layout the executable takes each flat input in (layout keys; None: default)."""
+        if self._layouts is None:
+            formats = tree_util.tree_leaves(self._jax.input_formats,
+                                            is_leaf=lambda x: x is None or isinstance(x, layouts.Format))
+            self._layouts = [
+                layouts.layout_key(getattr(f, "layout", None), len(a.shape))
+                if getattr(f, "layout", None) is not None else None
+                for f, a in zip(formats, self._in_avals)]
+        return self._layouts
+
     @property
     def _jax(self) -> Any:
         return self._plan.entry.facts.compiled
@@ -257,6 +270,7 @@ class Compiled:
         paths = self._site.paths() if leaves else []
         check_aot_types(paths, self._in_avals, leaves)
         plan = self._plan
+        check_aot_layouts(paths, self._in_layouts(), leaves, plan.kept)
         if not self._device_or_backend:
             check_aot_shardings(paths, plan.exe_inputs, leaves, plan.kept)
         else:
@@ -327,6 +341,27 @@ def check_aot_shardings(paths: list[str], expected: tuple, called: list[Any],
                      f"was compiled for; {_details([b for _, b in bad])}. jax.device_put each "
                      "one to the executable's input_shardings first, or compile again for "
                      "these shardings.", bad[0][0])
+
+
+@rule("AOT-3")
+def check_aot_layouts(paths: list[str], expected: list[Any], called: list[Any],
+                      kept: tuple[int, ...]) -> None:
+    """Each array passed to an AOT-compiled executable is in the layout it was compiled for."""
+    bad = []
+    for i in kept:
+        leaf = called[i]
+        if i >= len(expected) or not isinstance(leaf, jax.Array):
+            continue
+        have = layouts.array_layout(leaf)
+        if have != expected[i]:
+            bad.append((paths[i], f"{paths[i]} passed in {layouts.layout_text(have)}, compiled "
+                                  f"for {layouts.layout_text(expected[i])}"))
+    if bad:
+        raise reject("AOT-3", ValueError,
+                     f"{len(bad)} argument(s) are laid out otherwise than the executable was "
+                     f"compiled for; {_details([b for _, b in bad])}. Lay them out as its "
+                     "input_formats say (jax.device_put(x, format)), or compile again for "
+                     "these arrays.", bad[0][0])
 
 
 __all__ += ["check_aot_structure", "check_aot_types", "check_aot_shardings",

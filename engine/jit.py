@@ -39,7 +39,7 @@ import numpy as np
 from jax import tree_util
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
-from . import internals
+from . import internals, layouts
 from .cache import CACHE, Entry, owner_token
 from .recovery import (
     Value, compiled_results, concrete_inputs, concrete_mesh, raw, recover_shardings,
@@ -194,7 +194,8 @@ class Site:
                              f"the argument is an array that has been deleted (donated to an "
                              f"earlier call, or deleted by hand): shape {leaf.shape}",
                              self.paths()[i])
-            return ARRAY, (leaf.aval, leaf.sharding, leaf._committed)
+            return ARRAY, (leaf.aval, leaf.sharding, leaf._committed,
+                           layouts.array_layout(leaf))
         if isinstance(leaf, internals.Tracer):
             self.tracers = True
             return "tracer", None
@@ -208,9 +209,11 @@ class Site:
             return NUMPY, (NUMPY, leaf.shape, leaf.dtype)
         if isinstance(leaf, jax.ShapeDtypeStruct) and abstract_ok:
             return ABSTRACT, (ABSTRACT, leaf.shape, leaf.dtype, leaf.sharding,
-                              getattr(leaf, "weak_type", False))
+                              getattr(leaf, "weak_type", False),
+                              getattr(getattr(leaf, "format", None), "layout", None))
         if isinstance(leaf, jax.Array):
-            return ARRAY, (leaf.aval, leaf.sharding, getattr(leaf, "_committed", True))
+            return ARRAY, (leaf.aval, leaf.sharding, getattr(leaf, "_committed", True),
+                           layouts.array_layout(leaf))
         raise reject("ENG-2", TypeError,
                      f"a dynamic argument must be a JAX array, a numpy array or a Python "
                      f"scalar; got a value of type {type(leaf)}: {_short(leaf)}. Mark it static "
@@ -221,6 +224,18 @@ class Site:
         if self._paths is None:
             self._paths = leaf_paths(self.dyn_args, self.dyn_kwargs)
         return self._paths
+
+    def layout(self, i: int) -> Any:
+        """The layout argument ``i`` is in (a layout key; None: default, or not an array)."""
+        leaf, kind = self.leaves[i], self.kinds[i]
+        if kind == ARRAY:
+            return layouts.array_layout(leaf)
+        if kind == ABSTRACT:
+            fmt = getattr(leaf, "format", None)
+            layout = getattr(fmt, "layout", None)
+            if layout is not None and layout is not layouts.AUTO and hasattr(layout, "major_to_minor"):
+                return layouts.layout_key(layout, len(leaf.shape))
+        return None
 
     def shape(self, i: int) -> tuple[int, ...]:
         leaf = self.leaves[i]
@@ -311,6 +326,8 @@ class Decision:
         self.context: Any = None
         self.target: Any = None
         self.jit_in: list[Any] = []
+        self.in_layouts: list[Any] = []
+        self.out_layouts: list[Any] = []
         self.out_tree_shardings: Any = UNSPECIFIED
         self.traced: Any = None
         self.out_paths: list[str] = []
@@ -546,6 +563,7 @@ class Engine:
                 d.jit_in = [UNSPECIFIED] * n   # JIT-4: in_shardings is left out here
             else:
                 d.jit_in = match_in_shardings(in_tree, site.dyn_args)
+            d.jit_in, d.in_layouts = layouts.split(d.jit_in)
             d.jit_in = [UNSPECIFIED if s is None else s for s in d.jit_in]
         paths = site.paths() if n else []
         for i, s in enumerate(d.jit_in):
@@ -562,6 +580,7 @@ class Engine:
 
     def _out_shardings(self, d: Decision, out_tree: Any, out_avals: list[Any]) -> list[Any]:
         flat = match_out_shardings(d.out_tree_shardings, out_tree)
+        flat, d.out_layouts = layouts.split(flat)
         flat = [UNSPECIFIED if s is None else s for s in flat]
         paths = result_paths(out_tree)
         for s, aval, path in zip(flat, out_avals, paths):
@@ -594,6 +613,13 @@ class Engine:
         o, site = self.options, d.site
         n = len(site.leaves)
         d.inputs = [site.input(i, d.jit_in[i]) for i in range(n)]
+        if any(layout is not None for layout in d.in_layouts):
+            layouts.check_layouts(
+                [item.path for item in d.inputs], d.in_layouts,
+                [site.layout(i) for i in range(n)],
+                [item.committed and site.kinds[i] in (ARRAY, ABSTRACT)
+                 for i, item in enumerate(d.inputs)],
+                [len(item.shape) for item in d.inputs])
         processes = jax.process_count()
         d.resolved = []
         for item in d.inputs:
@@ -645,9 +671,20 @@ class Engine:
         # The program itself stands for everything that shapes it (config, context mesh);
         # where it runs is the device assignment.
         program = hashlib.sha1(internals.program_text(d.traced.jaxpr).encode()).hexdigest()
+        # Layouts: those jit's options give, and the committed arguments' own (JAX compiles
+        # a committed argument in a non-default layout into an executable of its own).
+        n = len(site.leaves)
+        given_in = [layouts.layout_key(x, len(site.shape(i)))
+                    for i, x in enumerate(d.in_layouts)] if d.in_layouts else []
+        held = [site.layout(i) if d.inputs[i].committed else None for i in range(n)]
+        given_out = [layouts.layout_key(x, len(a.shape))
+                     for x, a in zip(d.out_layouts, d.out_avals)] if d.out_layouts else []
+        layout_part = (tuple(given_in), tuple(held), tuple(given_out))
+        if not any(given_in) and not any(held) and not any(given_out):
+            layout_part = None
         return (site.treedef, site.key[1], avals, internals.program_context(), program,
                 self.options.key, d.kept, kept_classes, out_classes,
-                tuple(dev.id for dev in d.assignment))
+                tuple(dev.id for dev in d.assignment), layout_part)
 
     def stage_compile(self, d: Decision) -> Plan:
         """The executable (from the cache, or compiled), the results' shardings (OUT-1..3), how to run."""
@@ -681,7 +718,7 @@ class Engine:
             return "first compile of this function"
         names = ("argument structure", "static arguments", "argument types", "jit config",
                  "traced program", "options", "kept inputs", "input placements",
-                 "result placements", "device assignment")
+                 "result placements", "device assignment", "layouts")
         closest = min(others, key=lambda k: sum(a != b for a, b in zip(k, key)))
         differing = [names[i] for i, (a, b) in enumerate(zip(closest, key)) if a != b]
         return "new " + ", ".join(differing)
@@ -1010,9 +1047,10 @@ def _leaf_to_sharding(leaf: Any, which: str, context: Any) -> Any:
 
 
 def _leaf_words(key: Any) -> str:
-    if isinstance(key, tuple) and len(key) == 3 and hasattr(key[0], "shape"):
-        aval, sharding, committed = key
-        return f"{aval.str_short()} on {sharding}" + ("" if committed else " (uncommitted)")
+    if isinstance(key, tuple) and len(key) == 4 and hasattr(key[0], "shape"):
+        aval, sharding, committed, layout = key
+        return (f"{aval.str_short()} on {sharding}" + ("" if committed else " (uncommitted)")
+                + ("" if layout is None else f" in {layouts.layout_text(layout)}"))
     return repr(key)
 
 

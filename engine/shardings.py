@@ -16,6 +16,7 @@ import jax
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from . import internals
+from .layouts import Format, Laid, Layout
 from .rules import reject, rule
 
 __all__ = [
@@ -66,10 +67,14 @@ def check_leaf(leaf: Any, which: str) -> None:
         spec = leaf.spec
     elif isinstance(leaf, PartitionSpec):
         spec = leaf
-    elif type(leaf).__name__ in ("Format", "Layout"):
-        # jit takes layouts only inside a Format of its own options, never as a sharding.
-        raise reject("JIT-2", ValueError, f"{which} holds the layout {leaf!r}; jax.jit does not "
-                     "accept device-local layouts as shardings", which)
+    elif isinstance(leaf, Format):
+        # A Format is its sharding (checked as a leaf) plus a layout for the compiler.
+        check_leaf(leaf.sharding, which)
+        return
+    elif isinstance(leaf, Layout) or leaf is Layout.AUTO:
+        raise reject("JIT-2", ValueError,
+                     f"{which} holds the bare layout {leaf!r}; jit takes a layout only inside "
+                     "a Format. Pass Format(layout, sharding) instead.", which)
     else:
         raise reject("JIT-2", TypeError,
                      f"a leaf of {which} must be a Sharding, a PartitionSpec or None, got "
@@ -120,6 +125,8 @@ def leaf_to_sharding(leaf: Any, context: Any, which: str) -> Any:
     """None leaves the sharding to jit, a Sharding stands for itself, and a PartitionSpec becomes a NamedSharding over the context mesh, which must be set."""
     if leaf is None or leaf is UNSPECIFIED:
         return UNSPECIFIED
+    if isinstance(leaf, Format):
+        return Laid(leaf_to_sharding(leaf.sharding, context, which), leaf.layout)
     if not isinstance(leaf, PartitionSpec):
         return leaf
     if context is None:

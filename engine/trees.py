@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 import jax
 from jax import tree_util
 
+from .layouts import Format, Laid
 from .rules import reject, rule
 from .shardings import UNSPECIFIED
 
@@ -170,7 +171,7 @@ def result_paths(out_tree: Any) -> list[str]:
 
 def _is_sharding_leaf(x: Any) -> bool:
     return x is None or x is UNSPECIFIED or isinstance(
-        x, (jax.sharding.Sharding, jax.sharding.PartitionSpec))
+        x, (jax.sharding.Sharding, jax.sharding.PartitionSpec, Format, Laid))
 
 
 def sharding_leaves(tree: Any) -> list[tuple[str, Any]]:
