@@ -158,25 +158,53 @@ class Traced:
     def out_tree(self) -> Any:
         return self._decision.traced.out_tree
 
-    def lower(self) -> "Lowered":
+    @property
+    def out_avals(self) -> Any:
+        return self._decision.traced.out_avals
+
+    @property
+    def in_tree(self) -> Any:
+        return self._decision.traced.in_tree
+
+    @property
+    def args_info(self) -> Any:
+        return self._decision.traced.args_info
+
+    @property
+    def donate_argnums(self) -> Any:
+        return self._decision.traced.donate_argnums
+
+    @property
+    def fun_name(self) -> str:
+        return self._decision.traced.fun_name
+
+    def lower(self, *, lowering_platforms: tuple[str, ...] | None = None) -> "Lowered":
+        """The rules of lowering (RES, KEEP, DA, EXE), then the program lowered.
+
+        ``lowering_platforms`` lowers for other platforms too (for export: ``as_text``,
+        ``compiler_ir``); such a lowering compiles only for the platform of its devices.
+        """
         with recording() as fired:
             self._engine.stage_lower(self._decision)
         self._fired += fired
-        return Lowered(self._engine, self._decision, self._fired)
+        platforms = None if lowering_platforms is None else tuple(lowering_platforms)
+        return Lowered(self._engine, self._decision, self._fired, platforms)
 
 
 class Lowered:
     """A lowered call: its StableHLO text, ready to compile (through the engine's cache)."""
 
-    def __init__(self, engine: Any, decision: Any, fired: list[str]) -> None:
+    def __init__(self, engine: Any, decision: Any, fired: list[str],
+                 platforms: tuple[str, ...] | None = None) -> None:
         self._engine = engine
         self._decision = decision
         self._fired = fired
+        self._platforms = platforms
         self._jax: Any = None
 
     def _jax_lowered(self) -> Any:
         if self._jax is None:
-            self._jax = self._decision.traced.lower()
+            self._jax = self._decision.traced.lower(lowering_platforms=self._platforms)
         return self._jax
 
     def as_text(self, *args: Any, **kwargs: Any) -> str:
@@ -185,8 +213,39 @@ class Lowered:
     def compiler_ir(self, *args: Any, **kwargs: Any) -> Any:
         return self._jax_lowered().compiler_ir(*args, **kwargs)
 
-    def compile(self) -> "Compiled":
+    def cost_analysis(self) -> Any:
+        return self._jax_lowered().cost_analysis()
+
+    @property
+    def in_tree(self) -> Any:
+        return self._decision.traced.in_tree
+
+    @property
+    def out_tree(self) -> Any:
+        return self._decision.traced.out_tree
+
+    @property
+    def in_avals(self) -> Any:
+        return self._decision.traced.in_avals
+
+    @property
+    def out_info(self) -> Any:
+        return self._jax_lowered().out_info
+
+    @property
+    def args_info(self) -> Any:
+        return self._decision.traced.args_info
+
+    @property
+    def donate_argnums(self) -> Any:
+        return self._decision.traced.donate_argnums
+
+    def compile(self, compiler_options: dict[str, Any] | None = None, *,
+                device_assignment: Any = None) -> "Compiled":
+        """Compile through the engine's executable cache (a placement class compiled before costs nothing)."""
         engine = self._engine
+        check_compilable(self._platforms, self._decision.assignment, device_assignment)
+        self._decision.compiler_options = compiler_options
         with recording() as fired:
             try:
                 plan = engine.stage_compile(self._decision)
@@ -195,6 +254,26 @@ class Lowered:
                 raise
         plan.fired = tuple(dict.fromkeys(self._fired + fired))
         return Compiled(engine, plan, self._decision)
+
+
+@rule("ENG-5")
+def check_compilable(platforms: tuple[str, ...] | None, assignment: tuple,
+                     device_assignment: Any) -> None:
+    """A lowered call compiles for the platform of its own devices, on the device assignment the rules chose."""
+    if device_assignment is not None:
+        raise reject("ENG-5", ValueError,
+                     "compile(device_assignment=...) is not supported: the engine compiles on "
+                     "the device assignment the jit-call rules chose "
+                     f"({[d.id for d in assignment]}). Place the arguments there instead.")
+    if platforms is None or not assignment:
+        return
+    here = assignment[0].platform
+    if platforms != (here,):
+        raise reject("ENG-5", ValueError,
+                     f"this call was lowered for the platforms {platforms}; it can be compiled "
+                     f"only for the platform of its devices ({here!r}). Use as_text() or "
+                     "compiler_ir() for the other platforms, or lower again without "
+                     "lowering_platforms.")
 
 
 class Compiled:
@@ -213,6 +292,40 @@ class Compiled:
     @property
     def explanation(self) -> Explanation:
         return Explanation.of_plan(self._plan)
+
+    @property
+    def in_avals(self) -> Any:
+        return self._decision.traced.in_avals
+
+    @property
+    def args_info(self) -> Any:
+        return self._decision.traced.args_info
+
+    @property
+    def donate_argnums(self) -> Any:
+        return self._decision.traced.donate_argnums
+
+    @property
+    def input_formats(self) -> Any:
+        """Each input's layout (as compiled) and sharding (as this call hands it over)."""
+        flat = [layouts.Format(f.layout if f is not None else None, s)
+                if s is not None else None
+                for f, s in zip(self._flat_formats(self._jax.input_formats),
+                                self._plan.exe_inputs)]
+        return tree_util.tree_unflatten(self._site.treedef, flat)
+
+    @property
+    def output_formats(self) -> Any:
+        """Each result's layout (as compiled) and sharding (as this call's results get it)."""
+        flat = [layouts.Format(f.layout if f is not None else None, s)
+                for f, s in zip(self._flat_formats(self._jax.output_formats),
+                                self._plan.out_shardings)]
+        return tree_util.tree_unflatten(self._plan.out_tree, flat)
+
+    @staticmethod
+    def _flat_formats(tree: Any) -> list[Any]:
+        return tree_util.tree_leaves(
+            tree, is_leaf=lambda x: x is None or isinstance(x, layouts.Format))
 
     @property
     def in_tree(self) -> Any:

@@ -340,6 +340,7 @@ class Decision:
         self.count = 0
         self.final: list[Any] = []
         self.committed = False
+        self.compiler_options: dict[str, Any] | None = None   # given to Lowered.compile
 
 
 # --------------------------------------------------------------------------- statistics
@@ -684,7 +685,8 @@ class Engine:
             layout_part = None
         return (site.treedef, site.key[1], avals, internals.program_context(), program,
                 self.options.key, d.kept, kept_classes, out_classes,
-                tuple(dev.id for dev in d.assignment), layout_part)
+                tuple(dev.id for dev in d.assignment), layout_part,
+                tuple(sorted((d.compiler_options or {}).items())))
 
     def stage_compile(self, d: Decision) -> Plan:
         """The executable (from the cache, or compiled), the results' shardings (OUT-1..3), how to run."""
@@ -718,7 +720,8 @@ class Engine:
             return "first compile of this function"
         names = ("argument structure", "static arguments", "argument types", "jit config",
                  "traced program", "options", "kept inputs", "input placements",
-                 "result placements", "device assignment", "layouts")
+                 "result placements", "device assignment", "layouts",
+                 "compiler options")
         closest = min(others, key=lambda k: sum(a != b for a, b in zip(k, key)))
         differing = [names[i] for i, (a, b) in enumerate(zip(closest, key)) if a != b]
         return "new " + ", ".join(differing)
@@ -734,7 +737,7 @@ class Engine:
                 raise reject("DA-1", ValueError, f"{error}") from None
             raise
         try:
-            compiled = lowered.compile()
+            compiled = lowered.compile(d.compiler_options)
         except ValueError as error:
             if type(error).__name__ == "IndivisibleError":
                 raise reject("OUT-2", ValueError, str(error),

@@ -26,7 +26,8 @@ The engine's own rule IDs, for input beyond the jit-call semantics:
 * ``ENG-1`` static arguments must be hashable (ValueError, as JAX);
 * ``ENG-2`` every dynamic leaf is an array, a numpy value or a Python scalar (TypeError);
 * ``ENG-3`` an argument array must not have been deleted (RuntimeError);
-* ``ENG-4`` the options of ``jit`` itself are well formed (JAX's own type and words).
+* ``ENG-4`` the options of ``jit`` itself are well formed (JAX's own type and words);
+* ``ENG-5`` a lowered call compiles for its own devices' platform and device assignment.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ STAGE_OF = {
     "RES-1": "lower", "RES-2": "lower", "RES-3": "lower", "RES-4": "lower", "RES-5": "call",
     "DA-1": "lower", "DA-2": "lower", "DA-4": "lower", "EXE-3": "compile", "EXE-4": "lower", "OUT-1": "compile", "OUT-2": "compile",
     "AOT-1": "aot", "AOT-2": "aot", "AOT-3": "aot", "LAY-1": "lower",
+    "ENG-5": "compile",
 }
 
 

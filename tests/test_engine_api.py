@@ -251,3 +251,42 @@ def test_the_engine_never_imports_the_spec():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_stage_objects_carry_what_jax_stages_carry():
+    x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(MESH, P("x")))
+    g = lambda a, b: (a * 2, b)  # noqa: E731
+    mine, theirs = jit(g, donate_argnums=1), jax.jit(g, donate_argnums=1)
+    traced = [f.trace(x, 1.0) for f in (mine, theirs)]
+    for name in ("out_avals", "fun_name", "donate_argnums", "in_tree", "out_tree"):
+        assert getattr(traced[0], name) == getattr(traced[1], name), name
+    lowered = [t.lower() for t in traced]
+    for name in ("in_tree", "out_tree", "donate_argnums", "in_avals"):
+        assert getattr(lowered[0], name) == getattr(lowered[1], name), name
+    assert lowered[0].out_info == lowered[1].out_info
+    assert lowered[0].cost_analysis() == lowered[1].cost_analysis()
+    compiled = [lo.compile() for lo in lowered]
+    assert compiled[0].input_formats == compiled[1].input_formats
+    assert compiled[0].output_formats == compiled[1].output_formats
+    assert compiled[0].in_avals == compiled[1].in_avals
+
+
+def test_lowering_for_other_platforms_and_compile_options():
+    x = jnp.ones(4)
+    f = jit(lambda a: a * 2)
+    for platforms in (("cpu",), ("cpu", "cuda"), ("cuda",)):
+        text = f.trace(x).lower(lowering_platforms=platforms).as_text()
+        assert text == jax.jit(lambda a: a * 2).trace(x).lower(
+            lowering_platforms=platforms).as_text()
+    assert f.trace(x).lower(lowering_platforms=("cpu",)).compile()(x).tolist() == [2.0] * 4
+    for platforms in (("cpu", "cuda"), ("cuda",)):
+        with pytest.raises(ValueError) as caught:
+            f.trace(x).lower(lowering_platforms=platforms).compile()
+        assert caught.value.rule == "ENG-5" and str(platforms) in str(caught.value)
+    with pytest.raises(ValueError) as caught:
+        f.lower(x).compile(device_assignment=(jax.devices()[1],))
+    assert caught.value.rule == "ENG-5"
+    before = f.cache_info().compiles
+    compiled = f.lower(x).compile({"xla_cpu_enable_fast_math": False})
+    assert compiled(x).tolist() == [2.0] * 4
+    assert f.cache_info().compiles == before + 1   # other compiler options: another executable
