@@ -203,8 +203,8 @@ def addressable_devices(sharding: Any) -> tuple:
 def array_over(shape_aval: Any, sharding: Any, buffers: Sequence[Any],
                committed: bool) -> Any:
     """An array over existing single-device arrays (zero copy), with a chosen type and flag."""
-    # JAX itself labels zero-size results with shard shapes their buffers do not have;
-    # the engine passes such arrays on as JAX made them.
+    # JAX itself labels zero-size results with shard shapes their buffers do not have
+    # (the engine makes those results anew afterwards: jit._empty_result); skip the check.
     empty = any(n == 0 for n in shape_aval.shape)
     return ArrayImpl(shape_aval, sharding, list(buffers), committed=committed,
                      _skip_checks=empty)

@@ -288,7 +288,7 @@ class Plan:
         "rejection", "fired", "in_paths", "in_shardings", "out_paths", "out_shardings",
         "device_assignment", "num_devices", "kept", "out_committed", "transfers", "entry",
         "compiled_here", "conversions", "out_labels", "out_tree", "fastpath", "fast_ok",
-        "donated", "exe_inputs", "num_inputs", "__weakref__")
+        "donated", "exe_inputs", "num_inputs", "empty_results", "__weakref__")
 
     def __init__(self) -> None:
         self.rejection: EngineRejection | None = None
@@ -312,6 +312,7 @@ class Plan:
         self.donated: tuple[bool, ...] = ()
         self.exe_inputs: tuple = ()
         self.num_inputs = 0
+        self.empty_results: tuple[int, ...] = ()
 
     @property
     def accepted(self) -> bool:
@@ -783,7 +784,14 @@ class Engine:
         plan.conversions = self._conversions(d, facts)
         plan.out_labels = [None] * len(outs) if compiled_here else \
             self._out_labels(d, facts, outs, plan.out_committed)
-        plan.fast_ok = facts.fast and all(
+        # jax 0.10.2 hands back a zero-size result split by its sharding with unsplit
+        # per-device buffers (np.asarray of it fails); the engine makes such results anew,
+        # empty and split as their sharding says, on the Python path.
+        plan.empty_results = tuple(
+            j for j, (s, aval) in enumerate(zip(outs, d.out_avals))
+            if 0 in tuple(aval.shape) and tuple(s.shard_shape(tuple(aval.shape)))
+            != tuple(aval.shape))
+        plan.fast_ok = facts.fast and not plan.empty_results and all(
             c is None or c[2] for c in plan.conversions)
         return plan
 
@@ -919,6 +927,11 @@ class Engine:
                     buffers = [buffers[k] for k in order]
                 flat[j] = internals.array_over(aval, sharding, buffers, committed)
             outputs = tree_util.tree_unflatten(out_tree, flat)
+        if plan.empty_results:
+            flat = list(flat)
+            for j in plan.empty_results:
+                flat[j] = _empty_result(flat[j])
+            outputs = tree_util.tree_unflatten(out_tree, flat)
         if plan.fastpath is None and plan.fast_ok:
             plan.fastpath = internals.fastpath_data(entry.facts, entry.facts.out_tree, flat,
                                                     plan.num_inputs)
@@ -968,6 +981,15 @@ class Engine:
                 compiles=s.compiles, executables=CACHE.count(self.token),
                 executables_total=len(CACHE), capacity=CACHE.capacity,
                 recent_misses=list(s.recent), divergences=list(s.divergences))
+
+
+def _empty_result(array: Any) -> Any:
+    """A zero-size result made anew: empty per-device buffers of its shard shape, same type and flag."""
+    sharding = array.sharding
+    shard = sharding.shard_shape(array.shape)
+    host = np.zeros(shard, array.dtype)
+    buffers = [jax.device_put(host, d) for d in internals.addressable_devices(sharding)]
+    return internals.array_over(array.aval, sharding, buffers, array._committed)
 
 
 def _explicit_type(aval: Any) -> Any:

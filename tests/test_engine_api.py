@@ -290,3 +290,18 @@ def test_lowering_for_other_platforms_and_compile_options():
     compiled = f.lower(x).compile({"xla_cpu_enable_fast_math": False})
     assert compiled(x).tolist() == [2.0] * 4
     assert f.cache_info().compiles == before + 1   # other compiler options: another executable
+
+
+@pytest.mark.parametrize("shape,spec", [((0, 8), P(None, "y")), ((4, 0), P("x")),
+                                        ((8, 0), P("x", "y"))])
+def test_zero_size_results_split_by_their_sharding_are_readable(shape, spec):
+    """jax.jit returns these with unsplit per-device buffers, which np.asarray cannot read."""
+    s = NamedSharding(MESH, spec)
+    theirs = jax.jit(lambda a: a * 2, out_shardings=s)(np.zeros(shape, np.float32))
+    assert theirs.addressable_shards[0].data.shape == shape          # JAX's bug, as seen
+    f = jit(lambda a: a * 2, out_shardings=s)
+    for _ in range(3):
+        mine = f(np.zeros(shape, np.float32))
+        assert mine.sharding == theirs.sharding and mine._committed == theirs._committed
+        assert all(sh.data.shape == s.shard_shape(shape) for sh in mine.addressable_shards)
+        assert np.asarray(mine).shape == shape
