@@ -97,6 +97,38 @@ def main(process_id: int, port: int) -> dict:
     replicated = jit(f, in_shardings=NamedSharding(mesh, P()))(host)
     check("numpy with a replicated sharding", np.array_equal(
         np.asarray(replicated.addressable_shards[0].data), host * 2 + 1))
+    # Non-addressable devices: programs whose inputs or results live only on the other
+    # process's devices run here too (every process runs every program), with no local data.
+    from jax.sharding import SingleDeviceSharding
+    remote = [d for d in jax.devices() if d.process_index != process_id]
+    remote_mesh = Mesh(np.array(remote).reshape(2, 2), ("x", "y"), axis_types=auto)
+    small = host[:4, :4]
+    elsewhere = jax.make_array_from_callback(small.shape, NamedSharding(remote_mesh, P()),
+                                             lambda index: small[index], dtype=np.float32)
+    cases = {
+        "out_shardings on a remote device": (dict(out_shardings=SingleDeviceSharding(remote[0])),
+                                             small),
+        "in_shardings on a remote device": (dict(in_shardings=SingleDeviceSharding(remote[0])),
+                                            small),
+        "in_shardings over a remote mesh": (dict(in_shardings=NamedSharding(remote_mesh, P())),
+                                            small),
+        "an argument with no local shard": ({}, elsewhere),
+        "device= a remote device": (dict(device=remote[0]), small),
+    }
+    import warnings
+    for name, (options, argument) in cases.items():
+        outcomes = []
+        for jit_fn in (jax.jit, jit):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                try:
+                    result = jit_fn(f, **options)(argument)
+                    outcomes.append((str(result.sharding), len(result.addressable_shards),
+                                     result._committed))
+                except Exception as error:  # noqa: BLE001 - compared, not raised
+                    outcomes.append((type(error).__name__, getattr(error, "rule", None)))
+        theirs, mine = outcomes
+        check(f"non-addressable: {name}", mine == theirs and mine[1] == 0, f"{mine} vs {theirs}")
     verdict = engine.explain(x)
     check("device assignment spans both processes",
           verdict.device_assignment == tuple(d.id for d in devices.flat),
