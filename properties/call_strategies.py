@@ -10,11 +10,17 @@ does not match, keyword arguments with in_shardings, device= with shardings, an 
 with other types or placements. Each rule of the jit-call semantics is hit on both sides;
 :func:`shardlaw.properties.jit_harness.call_hit_counts` shows how often.
 
+With ``layouts=True`` the calls also hold layouts: arrays laid out otherwise than the
+default, ``Format(layout, sharding)`` leaves (the argument's own layout, the default,
+another order, ``Layout.AUTO``, none, now and then one of the wrong rank), bare layouts
+where a sharding belongs, and AOT calls with arrays laid out otherwise (LAY-1..4, AOT-3).
+
 The strategies are for users too: ``calls(max_devices=4)`` draws calls for a 4-device host.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import strategies as st
@@ -23,12 +29,13 @@ from shardlaw.spec import (
     UNSPECIFIED, AxisType, GSPMDSharding, Mesh, NamedSharding, P, SingleDeviceSharding,
 )
 from shardlaw.spec.call import Arg, Call, JitOptions, Out, Static
+from shardlaw.spec.layouts import Format, Layout
 from shardlaw.spec.placement import to_hlo
 from shardlaw.spec.pytree import fill
 
 from . import strategies as ST
 
-__all__ = ["calls", "home_meshes", "argument_shardings"]
+__all__ = ["calls", "home_meshes", "argument_shardings", "layouts_for"]
 
 
 @st.composite
@@ -72,6 +79,45 @@ def argument_shardings(draw: Any, home: Mesh, max_devices: int = 8) -> Any:
 def _shape_for(draw: Any, sharding: Any, divisible_bias: int = 9) -> tuple[int, ...]:
     divisible = divisible_bias < 0 or draw(st.integers(0, divisible_bias)) != 0
     return draw(ST.shapes_for(sharding, divisible=divisible, max_rank=3))
+
+
+@st.composite
+def layouts_for(draw: Any, rank: int, default_bias: int = 1) -> Layout:
+    """A layout for an array of ``rank`` dimensions: the default about one time in
+    ``default_bias + 1``, else any order of the dimensions."""
+    if rank < 2 or draw(st.integers(0, default_bias)) == 0:
+        return Layout.default(rank)
+    return Layout(tuple(draw(st.permutations(range(rank)))))
+
+
+def _laid_out(draw: Any, arg: Arg) -> Arg:
+    """``arg``, sometimes in another layout than the default (jax.Array arguments only)."""
+    if arg.kind not in ("committed", "uncommitted") or len(arg.shape) < 2 \
+            or draw(st.integers(0, 3)) != 0:
+        return arg
+    return dataclasses.replace(arg, layout=draw(layouts_for(len(arg.shape), 0)))
+
+
+@st.composite
+def _format_leaf(draw: Any, leaf: Any, rank: int, own: Any) -> Any:
+    """``leaf`` (a sharding tree leaf for a value of ``rank`` dimensions), sometimes given a
+    layout: the value's own (``own``), the default, another order, AUTO, none, or now and
+    then a layout of the wrong rank or a bare layout (which jit refuses)."""
+    if isinstance(leaf, P) or draw(st.booleans()):
+        return leaf
+    how = draw(st.sampled_from(("own", "own", "default", "other", "auto", "auto", "none",
+                                "rank", "bare")))
+    if how == "bare":
+        return draw(st.sampled_from((Layout.default(rank), Layout.AUTO)))
+    if how == "none":
+        return Format(None, leaf)
+    if how == "auto" or leaf is None:
+        return Format(Layout.AUTO, leaf)
+    if how == "rank" and draw(st.booleans()):
+        return Format(Layout.default(rank + draw(st.sampled_from((1, -1))) if rank else 1), leaf)
+    layout = {"own": own if own is not None else Layout.default(rank),
+              "default": Layout.default(rank)}.get(how) or draw(layouts_for(rank, 0))
+    return Format(layout, leaf)
 
 
 @st.composite
@@ -164,7 +210,7 @@ def _broken(draw: Any, tree: Any, count: int) -> Any:
 
 
 @st.composite
-def calls(draw: Any, max_devices: int = 8, aot: bool = True) -> Call:
+def calls(draw: Any, max_devices: int = 8, aot: bool = True, layouts: bool = False) -> Call:
     """A jit call over at most ``max_devices`` devices (see the module's description)."""
     home = draw(home_meshes(max_devices))
     context = home if draw(st.integers(0, 4)) == 0 else None
@@ -180,6 +226,8 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True) -> Call:
             continue
         width = draw(st.integers(1, 2))
         pairs = [draw(_argument(home, max_devices)) for _ in range(width)]
+        if layouts:
+            pairs = [(_laid_out(draw, a), f) for a, f in pairs]
         tree = draw(_tree_of([a for a, _ in pairs]))
         positional.append(tree)
         fits.append((tree, pairs))
@@ -201,10 +249,15 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True) -> Call:
         entries = []
         for tree, pairs in dynamic:
             if draw(st.integers(0, 3)) == 0:
-                entries.append(draw(_leaf_for(pairs[0][0], pairs[0][1], home, context,
-                                              max_devices)))
+                leaf = draw(_leaf_for(pairs[0][0], pairs[0][1], home, context, max_devices))
+                if layouts:  # one Format covering the whole argument
+                    leaf = draw(_format_leaf(leaf, len(pairs[0][0].shape), pairs[0][0].layout))
+                entries.append(leaf)
             else:
                 leaves = [draw(_leaf_for(a, f, home, context, max_devices)) for a, f in pairs]
+                if layouts:
+                    leaves = [draw(_format_leaf(leaf, len(a.shape), a.layout))
+                              for leaf, (a, _) in zip(leaves, pairs)]
                 entries.append(fill(tree, leaves) if isinstance(tree, (tuple, list, dict))
                                else leaves[0])
         in_shardings = tuple(entries) if draw(st.integers(0, 5)) else list(entries)
@@ -227,10 +280,15 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True) -> Call:
     out_shardings: Any = UNSPECIFIED
     if out_mode == "leaf":
         out_shardings = draw(argument_shardings(home, max_devices))
+        if layouts and outs:
+            out_shardings = draw(_format_leaf(out_shardings, len(outs[0].shape), None))
     elif out_mode == "tree" and isinstance(outputs, tuple):
         out_shardings = tuple(
             None if draw(st.booleans()) else draw(argument_shardings(home, max_devices))
             for _ in outputs)
+        if layouts:
+            out_shardings = tuple(draw(_format_leaf(s, len(o.shape), None))
+                                  for s, o in zip(out_shardings, outputs))
     elif out_mode == "broken":
         out_shardings = [None] * (len(outs) + 1)
 
@@ -245,7 +303,7 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True) -> Call:
     call = Call(args=tuple(positional), kwargs=kwargs, outputs=outputs, options=options,
                 context_mesh=context, uses=uses, devices=max_devices, default_device=default)
     if aot and draw(st.integers(0, 2)) == 0:
-        call = _with_aot(draw, call, home, max_devices)
+        call = _with_aot(draw, call, home, max_devices, layouts)
     return call
 
 
@@ -257,17 +315,21 @@ def _rename(entry: Any) -> Any:
     return entry
 
 
-def _with_aot(draw: Any, call: Call, home: Mesh, max_devices: int) -> Call:
+def _with_aot(draw: Any, call: Call, home: Mesh, max_devices: int, layouts: bool = False
+              ) -> Call:
     """The same call, then its compiled executable called with (maybe) changed arguments."""
-    import dataclasses
-
-    how = draw(st.sampled_from(("same", "same", "placement", "placement", "type", "structure")))
+    how = draw(st.sampled_from(("same", "same", "placement", "placement", "type", "structure")
+                               + (("layout", "layout") if layouts else ())))
 
     def change(arg: Any) -> Any:
         if isinstance(arg, Arg) and arg.kind == "numpy" and how == "type":
             return Arg.numpy(arg.shape, "int32" if arg.dtype != "int32" else "float32")
         if not isinstance(arg, Arg) or arg.kind != "committed":
             return arg
+        if how == "layout":
+            if len(arg.shape) < 2:
+                return arg
+            return dataclasses.replace(arg, layout=draw(layouts_for(len(arg.shape))))
         if how == "placement":
             s = arg.sharding
             candidates = [draw(argument_shardings(home, max_devices))]

@@ -227,8 +227,9 @@ def engine_verdict(call: Call) -> Verdict:
     fun = H._function(call)
     args, kwargs, aot_args, aot_kwargs = _arguments(call)
     with H._context(call), H._default_device(call):
-        explanation, _ = verdict_for_call(fun, args, kwargs, jit_options=H._jit_kwargs(call),
-                                          aot_args=aot_args, aot_kwargs=aot_kwargs)
+        explanation, results = verdict_for_call(fun, args, kwargs,
+                                                jit_options=H._jit_kwargs(call),
+                                                aot_args=aot_args, aot_kwargs=aot_kwargs)
     if not explanation.accepted:
         return Verdict(False, explanation.trace, rule=explanation.rule,
                        error_type=explanation.error_type, jax_error=explanation.jax_error,
@@ -238,12 +239,18 @@ def engine_verdict(call: Call) -> Verdict:
     def spec(s: Any) -> Any:
         return UNSPECIFIED if s is None or type(s).__name__ == "_Unspecified" else from_jax(s)
 
+    # The layouts the results came back in, read off the results themselves (LAY-2).
+    import jax
+
+    flat = jax.tree_util.tree_leaves(results) if results is not None else []
+    out_layouts = tuple(H._spec_layout(x.format.layout, x.ndim) for x in flat) \
+        if flat and all(isinstance(x, jax.Array) for x in flat) else ()
     return Verdict(
         True, explanation.trace, explanation.in_paths,
         tuple(spec(s) for s in explanation.in_shardings), explanation.out_paths,
         tuple(spec(s) for s in explanation.out_shardings), explanation.device_assignment,
         explanation.num_devices, explanation.kept_inputs, explanation.out_committed,
-        explanation.transfers)
+        explanation.transfers, out_layouts=out_layouts)
 
 
 def replay_in_engine(vector: Any) -> list[str]:

@@ -5,9 +5,12 @@
 scalars), a function with the described results that uses exactly the described inputs,
 the jit options and the context mesh; then it calls ``jax.jit`` and records what JAX did:
 the exception (class, built-in base, stage) or the results' shardings, committed flags,
-the device assignment and the compiler's choice for results jit left open.
+layouts, the device assignment and the compiler's choice for results jit left open.
+Arguments with a layout are laid out with ``jax.device_put(x, Format(layout, sharding))``;
+``Format`` and ``Layout`` leaves of the shardings trees become JAX's own.
 
-:func:`compare_call` fills the call's compiler oracle from that record, asks the spec for a
+:func:`compare_call` fills the call's compiler oracle from that record (shardings, memory
+kinds, and the layouts the compiler chose under ``Layout.AUTO``), asks the spec for a
 verdict and returns the list of disagreements (empty when the two agree).
 """
 
@@ -23,6 +26,7 @@ from shardlaw.spec import UNSPECIFIED, NamedSharding, from_jax, to_jax
 from shardlaw.spec.call import Arg, Call, Static, Verdict
 from shardlaw.spec.equivalence import placement_equivalent
 from shardlaw.spec.jit import jit_call
+from shardlaw.spec.layouts import AUTO_LAYOUT, Format, Layout, is_layout
 from shardlaw.spec.pytree import fill, leaves_with_paths, map_leaves
 from shardlaw.spec.values import AbstractMesh, Mesh
 
@@ -51,6 +55,10 @@ class JaxOutcome:
     aot_error: BaseException | None = None
     raw: list[Any] = dataclasses.field(default_factory=list)   # (jax sharding, rank) per result
     watching: bool = False
+    # spec layouts (None: default) per flat result, and per flat input of an AOT-compiled
+    # executable (None also for inputs it does not take); None when not recorded
+    out_layouts: list[Any] | None = None
+    in_layouts: list[Any] | None = None
 
     @property
     def accepted(self) -> bool:
@@ -87,13 +95,14 @@ def _value(arg: Any) -> Any:
         sharding = None if arg.sharding is None else to_jax(arg.sharding)
         return jax.ShapeDtypeStruct(arg.shape, arg.dtype, sharding=sharding)
     if arg.kind == "committed":
-        return jax.device_put(host, to_jax(arg.sharding))
+        return jax.device_put(host, _placement(arg))
     # Uncommitted: JAX places it on its own; on one device, under that device as default.
     ids = arg.sharding.device_list.id_tuple()
-    if len(ids) > 1:
+    if len(ids) > 1 or arg.layout is not None:
         # No public API makes an uncommitted array on several devices; build one directly.
+        # Nor one in another layout than the default (jit makes them only under Layout.AUTO).
         from jax._src.array import ArrayImpl
-        placed = jax.device_put(host, to_jax(arg.sharding))
+        placed = jax.device_put(host, _placement(arg))
         return ArrayImpl(placed.aval, placed.sharding, placed._arrays, committed=False)
     (device,) = ids
     with jax.default_device(_device(device)):
@@ -101,6 +110,21 @@ def _value(arg: Any) -> Any:
     if arg.sharding.memory_kind not in (None, "device"):
         raise NotImplementedError("the harness builds uncommitted arrays in device memory only")
     return value
+
+
+def _placement(arg: Arg) -> Any:
+    """What jax.device_put takes to place (and lay out) an array as ``arg`` is."""
+    if arg.layout is None:
+        return to_jax(arg.sharding)
+    return to_jax(Format(arg.layout, arg.sharding))
+
+
+def _spec_layout(layout: Any, rank: int) -> Any:
+    """A JAX layout (or None) as the spec writes it: None for the default layout."""
+    if layout is None:
+        return None
+    found = from_jax(layout)
+    return None if found == Layout.default(rank) else found
 
 
 def _build(tree: Any) -> Any:
@@ -112,8 +136,8 @@ def _shardings_to_jax(tree: Any) -> Any:
     from shardlaw.spec.values import PartitionSpec
 
     return map_leaves(lambda leaf: to_jax(leaf) if isinstance(leaf, (*SHARDING_TYPES,
-                                                                     PartitionSpec)) else leaf,
-                      tree)
+                                                                     PartitionSpec, Format))
+                      or is_layout(leaf) else leaf, tree)
 
 
 def _function(call: Call):
@@ -245,11 +269,13 @@ def _run_in_jax(call: Call, outcome: JaxOutcome) -> JaxOutcome:
                     flat = jax.tree_util.tree_leaves(outs)
                     avals = jax.tree_util.tree_leaves(compiled.out_info)
                     _record_shardings(outcome, flat, [tuple(a.shape) for a in avals], None)
+                    _record_formats(outcome, compiled, call)
                 else:
                     result = jitted(*args, **kwargs)
                     flat = jax.tree_util.tree_leaves(result)
                     _record_shardings(outcome, [x.sharding for x in flat],
                                       [tuple(x.shape) for x in flat], [x._committed for x in flat])
+                    outcome.out_layouts = [_spec_layout(x.format.layout, x.ndim) for x in flat]
             except Exception as error:  # noqa: BLE001
                 outcome.error = error
                 return outcome
@@ -259,6 +285,28 @@ def _run_in_jax(call: Call, outcome: JaxOutcome) -> JaxOutcome:
                 except Exception as error:  # noqa: BLE001
                     outcome.aot_error = error
     return outcome
+
+
+def _record_formats(outcome: JaxOutcome, compiled: Any, call: Call) -> None:
+    """The layouts an AOT-compiled executable takes its inputs in and gives its results in."""
+    from jax.experimental.layout import Format as JaxFormat
+
+    from shardlaw.spec.jit import flat_arguments
+
+    jax = _jax()
+
+    def flat(tree: Any) -> list[Any]:
+        return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, JaxFormat))
+
+    ranks = [len(s.shape) for s in jax.tree_util.tree_leaves(compiled.out_info)]
+    outs = flat(compiled.output_formats)
+    outcome.out_layouts = [_spec_layout(f.layout, r) for f, r in zip(outs, ranks)]
+    o = call.options
+    static = {i if i >= 0 else i + len(call.args) for i in o.static_argnums}
+    dynamic, _ = flat_arguments(call.args, call.kwargs, static, set(o.static_argnames))
+    in_ranks = [len(arg.shape) for _, arg in dynamic]
+    ins = flat(compiled.input_formats)
+    outcome.in_layouts = [_spec_layout(f.layout, r) for f, r in zip(ins, in_ranks)]
 
 
 def _record_shardings(outcome: JaxOutcome, shardings: list[Any], shapes: list[tuple[int, ...]],
@@ -340,6 +388,7 @@ def compare_call(call: Call) -> tuple[Verdict, JaxOutcome, list[str]]:
         call = dataclasses.replace(
             call, compiler=tuple(c if o else None for c, o in zip(choices, open_)),
             compiler_memory=tuple(m if o else None for m, o in zip(kinds, open_)))
+    call = with_layout_choices(call, outcome)
     verdict = jit_call(call)
     problems: list[str] = []
     error = outcome.error or outcome.aot_error
@@ -360,6 +409,40 @@ def compare_call(call: Call) -> tuple[Verdict, JaxOutcome, list[str]]:
     return verdict, outcome, problems
 
 
+def with_layout_choices(call: Call, outcome: JaxOutcome) -> Call:
+    """``call`` with the compiler's layout choices for its Layout.AUTO inputs and results."""
+    from shardlaw.spec.jit import _flat_layouts, flat_arguments
+    from shardlaw.spec.pytree import structure
+    from shardlaw.spec.rules import Rejection
+
+    options = call.options
+    if options.device is not None or options.backend is not None:
+        return call
+    try:
+        outs = _flat_layouts(options.out_shardings, structure(call.outputs), "out_shardings")
+        static = {i if i >= 0 else i + len(call.args) for i in options.static_argnums}
+        positional = structure(tuple(a for i, a in enumerate(call.args) if i not in static))
+        ins = ([] if call.kwargs else
+               _flat_layouts(options.in_shardings, positional, "in_shardings"))
+    except (Rejection, IndexError, KeyError, TypeError, ValueError):
+        return call  # not a prefix: the spec refuses the call before any layout matters
+    def choices(given: list[Any], chosen: list[Any] | None, ranks: list[int]) -> Any:
+        if AUTO_LAYOUT not in given or chosen is None or len(chosen) != len(given):
+            return None
+        # The oracle names the default layout outright (None there means "not known").
+        return tuple((Layout.default(rank) if layout is None else layout)
+                     if wanted is AUTO_LAYOUT else None
+                     for wanted, layout, rank in zip(given, chosen, ranks))
+
+    out_ranks = [len(o.shape) for _, o in leaves_with_paths(call.outputs)]
+    dynamic, _ = flat_arguments(call.args, call.kwargs, static, set(options.static_argnames))
+    changes = {"compiler_layouts": choices(outs, outcome.out_layouts, out_ranks),
+               "compiler_in_layouts": choices(ins, outcome.in_layouts,
+                                              [len(a.shape) for _, a in dynamic])}
+    changes = {k: v for k, v in changes.items() if v is not None}
+    return dataclasses.replace(call, **changes) if changes else call
+
+
 def _flat_out_shardings(call: Call) -> list[Any]:
     """out_shardings per flat result, as far as they are known without the spec (for the oracle)."""
     from shardlaw.spec.jit import match_out_shardings
@@ -373,6 +456,7 @@ def _flat_out_shardings(call: Call) -> list[Any]:
         flat = match_out_shardings(tree, structure(call.outputs))
     except Rejection:
         return [UNSPECIFIED] * len(list(leaves_with_paths(call.outputs)))
+    flat = [s.sharding if isinstance(s, Format) else s for s in flat]
     return [UNSPECIFIED if s is None else s for s in flat]
 
 
@@ -402,6 +486,28 @@ def _compare_results(call: Call, verdict: Verdict, outcome: JaxOutcome) -> list[
         if outcome.out_committed and verdict.out_committed[i] != outcome.out_committed[i]:
             problems.append(f"{path}: spec says committed={verdict.out_committed[i]}, JAX "
                             f"{outcome.out_committed[i]}")
+    problems += _compare_layouts(verdict, outcome)
+    return problems
+
+
+def _compare_layouts(verdict: Verdict, outcome: JaxOutcome) -> list[str]:
+    """LAY-2 on every result; LAY-3 on the inputs an AOT-compiled executable takes.
+
+    A verdict without layouts (an older vector) says the default layout everywhere; a
+    layout the spec left to the compiler (Layout.AUTO, choice unknown) is not compared."""
+    problems = []
+    mine_out = verdict.out_layouts or (None,) * len(verdict.out_paths)
+    for path, mine, theirs in zip(verdict.out_paths, mine_out, outcome.out_layouts or ()):
+        if mine is not AUTO_LAYOUT and mine != theirs:
+            problems.append(f"{path}: spec says layout {mine!r}, JAX gave {theirs!r} "
+                            "(None: the default)")
+    if outcome.in_layouts is not None and len(outcome.in_layouts) == len(verdict.in_paths):
+        mine_in = verdict.in_layouts or (None,) * len(verdict.in_paths)
+        for i in verdict.kept_inputs:
+            mine, theirs = mine_in[i], outcome.in_layouts[i]
+            if mine is not AUTO_LAYOUT and mine != theirs:
+                problems.append(f"{verdict.in_paths[i]}: spec says the executable takes it in "
+                                f"{mine!r}, JAX's takes it in {theirs!r} (None: the default)")
     return problems
 
 

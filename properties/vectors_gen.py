@@ -74,6 +74,8 @@ def _aot(call: Call, *args: Any) -> Call:
 
 
 _BASE = Call(args=(Arg.committed((8, 8), NS),), outputs=Out((8, 8)))
+_LAID = Arg.committed((8, 8), NS, layout=S.Layout((1, 0)))  # device_put(x, Format(L, NS))
+_ABSTRACT = S.NamedSharding(S.AbstractMesh((2, 4), ("x", "y")), S.P())
 _TWO = (Arg.committed((8, 8), NS), Arg.committed((8,), S.SingleDeviceSharding(3)))
 _ABSTRACT_OK = Call(args=(Arg.numpy((8,)), Arg.committed((8,), S.NamedSharding(
     S.Mesh.iota((4,), ("x",)), S.P()))), outputs=Out((8,)),
@@ -227,6 +229,59 @@ HAND: tuple[Hand, ...] = (
                                                         S.P("x"))),
                     Arg.committed((8, 8), S.GSPMDSharding(MESH.devices, "{devices=[2,4]<=[8]}"))),
               outputs=Out((8, 8), source=1))),
+    # Layouts: Format(layout, sharding) leaves and arrays laid out otherwise (LAY, JIT-2, AOT-3).
+    Hand("lay-1-unused-committed-array-in-another-layout", "LAY-1", "reject",
+         "in_shardings asks for the default layout (0, 1) of a committed array laid out (1, 0); "
+         "the function does not use it, and jit refuses it all the same.",
+         Call(args=(Arg.committed((8, 8), NS), _LAID), outputs=Out((8, 8), source=0),
+              uses=(True, False),
+              options=JitOptions(in_shardings=(NS, S.Format(S.Layout((0, 1)), NS))))),
+    Hand("lay-1-auto-matches-no-committed-array", "LAY-1", "reject",
+         "Format(Layout.AUTO, s) for a committed array: the compiler's choice is not one an "
+         "existing array can already have.",
+         Call(args=(Arg.committed((8, 8), NS),), outputs=Out((8, 8), source=0),
+              options=JitOptions(in_shardings=S.Format(S.Layout.AUTO, NS)))),
+    Hand("lay-1-committed-array-in-the-layout-asked-for", "LAY-1", "accept",
+         "A committed array laid out (1, 0) meets Format(Layout((1, 0)), s).",
+         Call(args=(_LAID,), outputs=Out((8, 8), source=0),
+              options=JitOptions(in_shardings=S.Format(S.Layout((1, 0)), NS)))),
+    Hand("lay-1-numpy-is-laid-out-as-asked", "LAY-1", "accept",
+         "A numpy argument meets Format(Layout((1, 0)), s): jit lays it out.",
+         Call(args=(Arg.numpy((8, 8)),), outputs=Out((8, 8), source=0),
+              options=JitOptions(in_shardings=S.Format(S.Layout((1, 0)), NS)))),
+    Hand("lay-2-result-in-the-layout-asked-for", "LAY-2", "accept",
+         "out_shardings=Format(Layout((1, 0)), s): the result comes back laid out (1, 0).",
+         Call(args=(Arg.committed((8, 8), NS),), outputs=Out((8, 8), source=0),
+              options=JitOptions(out_shardings=S.Format(S.Layout((1, 0)), NS)))),
+    Hand("lay-3-executable-takes-the-arrays-own-layout", "LAY-3", "accept",
+         "A committed array laid out (1, 0) and no layout asked for: the program takes it in "
+         "its own layout, and the result comes back in the default one.",
+         Call(args=(_LAID,), outputs=Out((8, 8), source=0))),
+    Hand("lay-4-layout-of-another-rank", "LAY-4", "reject",
+         "Format(Layout((0,)), s) for a 2-D argument.",
+         Call(args=(Arg.numpy((8, 8)),), outputs=Out((8, 8)),
+              options=JitOptions(in_shardings=S.Format(S.Layout((0,)), NS)))),
+    Hand("lay-4-layout-of-the-rank-of-the-result", "LAY-4", "accept",
+         "Format(Layout((1, 0)), s) for a 2-D result.",
+         Call(args=(Arg.numpy((8, 8)),), outputs=Out((8, 8)),
+              options=JitOptions(out_shardings=S.Format(S.Layout((1, 0)), NS)))),
+    Hand("lay-5-layout-with-an-abstract-sharding", "LAY-5", "reject",
+         "Format(Layout((1, 0)), s) where s is over an abstract mesh: jit cannot lay the value "
+         "out without devices.",
+         Call(args=(Arg.numpy((8, 8)), Arg.committed((8, 8), NS)), outputs=Out((8, 8), source=1),
+              options=JitOptions(in_shardings=(S.Format(S.Layout((1, 0)), _ABSTRACT), None)))),
+    Hand("lay-5-auto-layout-with-an-abstract-sharding", "LAY-5", "accept",
+         "Format(Layout.AUTO, s) where s is over an abstract mesh: the compiler lays it out.",
+         Call(args=(Arg.numpy((8, 8)), Arg.committed((8, 8), NS)), outputs=Out((8, 8), source=1),
+              options=JitOptions(in_shardings=(S.Format(S.Layout.AUTO, _ABSTRACT), None)))),
+    Hand("jit-2-bare-layout", "JIT-2", "reject",
+         "A Layout where a sharding belongs: jit wants it wrapped in a Format.",
+         Call(args=(Arg.numpy((8, 8)),), outputs=Out((8, 8)),
+              options=JitOptions(in_shardings=(S.Layout((1, 0)),)))),
+    Hand("aot-3-argument-in-another-layout", "AOT-3", "reject",
+         "The executable, compiled for the default layout, refuses a committed array laid out "
+         "(1, 0).",
+         _aot(_BASE, _LAID)),
 )
 
 

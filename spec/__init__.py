@@ -20,6 +20,7 @@ from .placement import (
     tiles_per_dimension, to_hlo,
 )
 from .equivalence import hlo_equal, jax_equivalent, placement_equivalent
+from .layouts import AUTO_LAYOUT, Format, Layout
 from .call import Arg, Call, JitOptions, Out, Static, Verdict
 from .jit import jit_call
 from .cache import CallSite, explain_cache, policy_classes
@@ -27,7 +28,8 @@ from .vectors import Vector, dump_vector, load_vector
 
 
 def from_jax(obj):
-    """The spec value for a JAX object (Mesh, AbstractMesh, PartitionSpec, shardings, HloSharding)."""
+    """The spec value for a JAX object (Mesh, AbstractMesh, PartitionSpec, shardings, HloSharding,
+    Layout, Format)."""
     from .jax_bridge import from_jax as convert
     return convert(obj)
 
@@ -65,6 +67,7 @@ __all__ = [
     "check_rank", "device_ids", "devices_indices_map", "is_fully_replicated", "num_devices",
     "replica_id", "replica_ids", "replication_factor", "shard_shape", "tiles_per_dimension", "to_hlo",
     "hlo_equal", "jax_equivalent", "placement_equivalent", "from_jax", "to_jax",
+    "Layout", "Format", "AUTO_LAYOUT",
     "Arg", "Call", "JitOptions", "Out", "Static", "Verdict", "jit_call", "describe_call",
     "CallSite", "explain_cache", "policy_classes",
     "Vector", "dump_vector", "load_vector",

@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from .hlo import HloSharding
+from .layouts import Layout
 from .pytree import leaves_with_paths, show_path
 from .rules import Failure, reject, rule
 from .shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
@@ -75,12 +76,17 @@ class Arg:
     * ``numpy`` — a ``numpy.ndarray``; ``scalar`` — a Python ``bool``/``int``/``float``;
     * ``abstract`` — a ``jax.ShapeDtypeStruct`` (for ``.trace``/``.lower``), with an
       optional sharding that jit treats as committed.
+
+    ``layout`` is the :class:`~shardlaw.spec.layouts.Layout` a committed or uncommitted
+    array's buffers are in (``x.format.layout``); None, and the default layout, are kept as
+    None.
     """
 
     kind: str
     shape: tuple[int, ...] = ()
     dtype: str = "float32"
     sharding: Any = None
+    layout: Any = None
 
     def __post_init__(self) -> None:
         check_call(self.kind in ARG_KINDS, "an argument's kind", f"one of {ARG_KINDS}", self.kind)
@@ -101,16 +107,26 @@ class Arg:
             _check_placeable(self)
         if self.kind == "scalar":
             check_call(self.shape == (), "a Python scalar's shape", "()", self.shape)
+        if self.layout is not None:
+            check_call(self.kind in ("committed", "uncommitted"), f"a {self.kind} argument's "
+                       "layout", "None (only jax.Array arguments are laid out)", self.layout)
+            check_call(isinstance(self.layout, Layout) and self.layout.rank == len(self.shape),
+                       f"the layout of an argument of shape {self.shape}",
+                       f"None or a Layout of rank {len(self.shape)}", self.layout)
+            if self.layout.is_default:
+                object.__setattr__(self, "layout", None)
 
     # Constructors named for what a user holds.
     @classmethod
-    def committed(cls, shape: Any, sharding: Any, dtype: str = "float32") -> "Arg":
-        return cls("committed", shape, dtype, sharding)
+    def committed(cls, shape: Any, sharding: Any, dtype: str = "float32",
+                  layout: Any = None) -> "Arg":
+        return cls("committed", shape, dtype, sharding, layout)
 
     @classmethod
-    def uncommitted(cls, shape: Any, sharding: Any = None, dtype: str = "float32") -> "Arg":
+    def uncommitted(cls, shape: Any, sharding: Any = None, dtype: str = "float32",
+                    layout: Any = None) -> "Arg":
         return cls("uncommitted", shape, dtype,
-                   SingleDeviceSharding(0) if sharding is None else sharding)
+                   SingleDeviceSharding(0) if sharding is None else sharding, layout)
 
     @classmethod
     def numpy(cls, shape: Any, dtype: str = "float32") -> "Arg":
@@ -134,7 +150,8 @@ class Arg:
     def __repr__(self) -> str:
         shape = "x".join(map(str, self.shape)) or "scalar"
         where = "" if self.sharding is None else f" on {self.sharding!r}"
-        return f"<{self.kind} {self.dtype}[{shape}]{where}>"
+        laid = "" if self.layout is None else f" in {self.layout!r}"
+        return f"<{self.kind} {self.dtype}[{shape}]{where}{laid}>"
 
 
 def _check_placeable(arg: "Arg") -> None:
@@ -208,7 +225,8 @@ class JitOptions:
     """The arguments of ``jax.jit`` that decide shardings.
 
     ``in_shardings`` and ``out_shardings`` are pytrees whose leaves are shardings,
-    PartitionSpecs or None, or :data:`UNSPECIFIED` when left out. ``device`` is a device
+    PartitionSpecs, :class:`~shardlaw.spec.layouts.Format` values or None, or
+    :data:`UNSPECIFIED` when left out. ``device`` is a device
     id; ``backend`` a platform name (both deprecated in JAX 0.10.2).
     """
 
@@ -247,7 +265,10 @@ class Call:
     * ``uses`` — for each flat dynamic input, whether the function uses it (None: all);
     * ``compiler`` — for each flat output, the HLO sharding the compiler chose when jit
       left it open (None where unknown or not needed); ``compiler_memory`` — the memory
-      kind it chose (None: the default, ``device``);
+      kind it chose (None: the default, ``device``); ``compiler_layouts`` — for each flat
+      output whose layout is ``Layout.AUTO``, the layout the compiler chose, and
+      ``compiler_in_layouts`` the same for each flat input (None where unknown or not
+      needed);
     * ``devices`` — the platform's device count; ``default_device`` — the device id
       jit uses when nothing else decides (``jax.default_device``);
     * ``process_count`` — the number of JAX processes (the multi-process rules);
@@ -268,6 +289,8 @@ class Call:
     process_count: int = 1
     aot_args: tuple | None = None
     aot_kwargs: dict | None = None
+    compiler_layouts: tuple[Layout | None, ...] | None = None
+    compiler_in_layouts: tuple[Layout | None, ...] | None = None
 
     def __post_init__(self) -> None:
         check_call(isinstance(self.args, tuple), "a call's args", "a tuple", self.args)
@@ -307,6 +330,12 @@ class Call:
             check_call(all(m is None or isinstance(m, str) for m in self.compiler_memory),
                        "compiler_memory", "a sequence of memory kinds or None",
                        self.compiler_memory)
+        for name in ("compiler_layouts", "compiler_in_layouts"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
+                check_call(all(c is None or isinstance(c, Layout) for c in getattr(self, name)),
+                           name, "a sequence of Layouts or None", value)
         if self.aot_args is not None or self.aot_kwargs is not None:
             object.__setattr__(self, "aot_args", tuple(self.aot_args or ()))
             object.__setattr__(self, "aot_kwargs", dict(self.aot_kwargs or {}))
@@ -341,7 +370,10 @@ class Verdict:
     result, as the results come back), ``device_assignment`` (device ids in order; None
     when only abstract meshes decide), ``num_devices``, ``kept_inputs`` (flat indices the
     program keeps), ``out_committed`` and ``transfers`` (flat inputs jit moves to other
-    devices or shardings before the call). Rejected: ``rule``, ``error_type`` (the name of
+    devices or shardings before the call), ``in_layouts`` (one per flat dynamic input: the
+    layout the compiled program takes it in) and ``out_layouts`` (one per flat result: the
+    layout it comes back in) — None for the default layout, ``Layout.AUTO`` where the
+    compiler chooses and its choice is not known. Rejected: ``rule``, ``error_type`` (the name of
     the built-in exception type JAX raises), ``jax_error`` (JAX's own class name),
     ``message`` and ``path``. Both: ``trace``, the rules that fired, in order.
     """
@@ -363,15 +395,21 @@ class Verdict:
     message: str | None = None
     path: str | None = None
     stage: str | None = None
+    in_layouts: tuple = ()
+    out_layouts: tuple = ()
 
     def __str__(self) -> str:
         if not self.accepted:
             return f"rejected by {self.rule} ({self.error_type}): {self.message}"
         lines = [f"accepted on {self.num_devices} device(s)"
                  + (f" {list(self.device_assignment)}" if self.device_assignment else "")]
-        for path, s in zip(self.in_paths, self.in_shardings):
-            lines.append(f"  in  {path}: {s!r}")
-        for path, s, c in zip(self.out_paths, self.out_shardings, self.out_committed):
-            lines.append(f"  out {path}: {s!r}" + ("" if c else " (uncommitted)"))
+        in_layouts = self.in_layouts or (None,) * len(self.in_paths)
+        out_layouts = self.out_layouts or (None,) * len(self.out_paths)
+        for path, s, laid in zip(self.in_paths, self.in_shardings, in_layouts):
+            lines.append(f"  in  {path}: {s!r}" + ("" if laid is None else f" in {laid!r}"))
+        for path, s, c, laid in zip(self.out_paths, self.out_shardings, self.out_committed,
+                                    out_layouts):
+            lines.append(f"  out {path}: {s!r}" + ("" if laid is None else f" in {laid!r}")
+                         + ("" if c else " (uncommitted)"))
         return "\n".join(lines)
 

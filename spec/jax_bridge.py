@@ -1,7 +1,7 @@
 """The bridge between spec values and JAX objects: the one spec module that imports JAX.
 
-:func:`from_jax` reads a JAX object (device, mesh, PartitionSpec, sharding, HLO sharding)
-into the spec value that describes it; :func:`to_jax` builds the JAX object for a spec
+:func:`from_jax` reads a JAX object (device, mesh, PartitionSpec, sharding, HLO sharding,
+layout, ``Format``) into the spec value that describes it; :func:`to_jax` builds the JAX object for a spec
 value. The two are inverse on everything the spec can describe, so that a property can
 build an input once, in the spec's terms, and ask both implementations about it.
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from .hlo import HloSharding, SubgroupType, Tiled, hlo_text, parse_hlo, tiled
 from .iota import Iota
+from .layouts import AUTO_LAYOUT, Format, Layout
 from .pytree import map_leaves
 from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
 from .values import (
@@ -83,13 +84,34 @@ def _hlo_from_jax(hlo: Any) -> HloSharding:
     return parse_hlo(str(hlo))
 
 
+def _layout_from_jax(layout: Any) -> Any:
+    from jax.experimental import layout as jlayout
+
+    if layout is None:
+        return None
+    if layout is jlayout.Layout.AUTO:
+        return AUTO_LAYOUT
+    # The spec models the order of dimensions only; XLA's tiling is not part of it.
+    if layout.tiling or layout.sub_byte_element_size_in_bits:
+        raise TypeError(f"from_jax reads layouts without tiling or sub-byte element sizes "
+                        f"(the spec models major_to_minor only); got {layout!r}")
+    return Layout(tuple(layout.major_to_minor))
+
+
 def from_jax(obj: Any) -> Any:
-    """The spec value that describes a JAX device, mesh, PartitionSpec, sharding or HloSharding."""
+    """The spec value that describes a JAX device, mesh, PartitionSpec, sharding, HloSharding,
+    Layout (or ``Layout.AUTO``) or Format."""
     jax = _jax()
     from jax._src.lib import xla_client as xc
     from jax._src.sharding_impls import GSPMDSharding as JaxGSPMDSharding
+    from jax.experimental import layout as jlayout
 
     js = jax.sharding
+    if isinstance(obj, jlayout.Layout) or obj is jlayout.Layout.AUTO:
+        return _layout_from_jax(obj)
+    if isinstance(obj, jlayout.Format):
+        return Format(_layout_from_jax(obj.layout),
+                      None if obj.sharding is None else from_jax(obj.sharding))
     if isinstance(obj, xc.Device):
         return _device_from_jax(obj)
     if isinstance(obj, js.Mesh):
@@ -110,7 +132,8 @@ def from_jax(obj: Any) -> Any:
     if isinstance(obj, xc.HloSharding):
         return _hlo_from_jax(obj)
     raise TypeError(f"from_jax reads a jax Device, Mesh, AbstractMesh, PartitionSpec, "
-                    f"NamedSharding, SingleDeviceSharding, GSPMDSharding or xc.HloSharding; "
+                    f"NamedSharding, SingleDeviceSharding, GSPMDSharding, xc.HloSharding, "
+                    f"Layout or Format; "
                     f"got {type(obj).__module__}.{type(obj).__qualname__}: {obj!r}")
 
 
@@ -184,7 +207,15 @@ def to_jax(value: Any) -> Any:
     """The JAX object for a spec value; devices are JAX's devices with the same ids."""
     jax = _jax()
     from jax._src.sharding_impls import GSPMDSharding as JaxGSPMDSharding
+    from jax.experimental import layout as jlayout
 
+    if value is AUTO_LAYOUT:
+        return jlayout.Layout.AUTO
+    if isinstance(value, Layout):
+        return jlayout.Layout(value.major_to_minor)
+    if isinstance(value, Format):
+        return jlayout.Format(None if value.layout is None else to_jax(value.layout),
+                              None if value.sharding is None else to_jax(value.sharding))
     if isinstance(value, Device):
         return _device_to_jax(value)
     if isinstance(value, Mesh):
@@ -205,8 +236,8 @@ def to_jax(value: Any) -> Any:
     if isinstance(value, HloSharding):
         return _hlo_to_jax(value)
     raise TypeError(f"to_jax builds JAX objects for a spec Device, Mesh, AbstractMesh, "
-                    f"PartitionSpec, NamedSharding, SingleDeviceSharding, GSPMDSharding or "
-                    f"HloSharding; got {type(value).__module__}.{type(value).__qualname__}: "
+                    f"PartitionSpec, NamedSharding, SingleDeviceSharding, GSPMDSharding, "
+                    f"HloSharding, Layout, Layout.AUTO or Format; got {type(value).__module__}.{type(value).__qualname__}: "
                     f"{value!r}")
 
 
@@ -244,11 +275,16 @@ def _arg_from_jax(value: Any) -> Any:
     if type(value) in (bool, int, float, complex):
         return Arg.scalar(type(value).__name__)
     if isinstance(value, jax.ShapeDtypeStruct):
+        if getattr(getattr(value, "format", None), "layout", None) is not None:
+            raise TypeError(f"describe_call reads ShapeDtypeStructs without a layout (the spec "
+                            f"lays out jax.Array arguments only); got {value!r}")
         sharding = None if value.sharding is None else from_jax(value.sharding)
         return Arg.abstract(tuple(value.shape), str(value.dtype), sharding)
     if isinstance(value, jax.Array):
         kind = "committed" if value._committed else "uncommitted"
-        return Arg(kind, tuple(value.shape), str(value.dtype), from_jax(value.sharding))
+        layout = _layout_from_jax(getattr(value.format, "layout", None))
+        return Arg(kind, tuple(value.shape), str(value.dtype), from_jax(value.sharding),
+                   layout)
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         return Arg.numpy(tuple(np.shape(value)), str(value.dtype))
     raise TypeError(f"describe_call reads jax.Array, numpy arrays, Python scalars and "
@@ -263,12 +299,15 @@ def _arg_tree(tree: Any) -> Any:
 def _shardings_tree(tree: Any) -> Any:
     from .shardings import UNSPECIFIED
 
+    from jax.experimental import layout as jlayout
+
     jax = _jax()
     if tree is UNSPECIFIED:
         return tree
-    known = (jax.sharding.Sharding, jax.sharding.PartitionSpec)
+    known = (jax.sharding.Sharding, jax.sharding.PartitionSpec, jlayout.Format, jlayout.Layout)
     # Other leaves are left for the spec to reject (JIT-2).
-    return map_leaves(lambda leaf: from_jax(leaf) if isinstance(leaf, known) else leaf, tree)
+    return map_leaves(lambda leaf: from_jax(leaf) if isinstance(leaf, known)
+                      or leaf is jlayout.Layout.AUTO else leaf, tree)
 
 
 def _context_mesh() -> Any:

@@ -7,14 +7,20 @@ stages, and so does :func:`jit_call`, one rule per decision:
    ``in_shardings``/``out_shardings`` (JIT-2);
 2. at the call, before tracing: the call's form (JIT-4), what each leaf means under the
    context mesh (JIT-3, JIT-5), matching ``in_shardings`` against the positional
-   arguments (TREE-1) and each argument against its sharding (FIT-1);
-3. after tracing: matching ``out_shardings`` against the results (TREE-2, FIT-1);
-4. at lowering: resolving each argument's sharding (RES-1..4), the inputs the program
-   keeps (KEEP-1), the one device assignment (DA-1..4), replicated scalars (EXE-1) and
-   whether results are committed (EXE-2);
+   arguments (TREE-1) and each argument against its sharding (FIT-1) and its layout
+   (LAY-4);
+3. after tracing: matching ``out_shardings`` against the results (TREE-2, FIT-1, LAY-4);
+4. at lowering: resolving each argument's sharding (RES-1..4) and layout (LAY-1, LAY-5,
+   LAY-3), the results' layouts (LAY-5),
+   the inputs the program keeps (KEEP-1), the one device assignment (DA-1..4), replicated
+   scalars (EXE-1) and whether results are committed (EXE-2);
 5. after compiling: the results' shardings, recovered from the compiler's choice
-   (OUT-1..3);
+   (OUT-1..3), and their layouts (LAY-2);
 6. calling the compiled executable ahead of time (AOT-1..3).
+
+A leaf of ``in_shardings``/``out_shardings`` may be a
+:class:`~shardlaw.spec.layouts.Format`: its sharding part is the leaf's sharding for every
+sharding rule, and its layout part is what the LAY rules read.
 
 Rules of the placement core (NS-5, DIV-1, EQ-1, EQ-3, LOW-1) are reused where jit applies
 them. A rejection names the argument or result by its pytree path.
@@ -29,6 +35,11 @@ from .call import Arg, Call, JitOptions, Verdict, check_call
 from .equivalence import hlo_equal, jax_equivalent
 from .hlo import HloSharding, Maximal, Replicated, SubgroupType, Tiled
 from .iota import Iota
+from .layouts import (  # the LAY failures are named here too: jit's rejections, listed
+    AUTO_LAYOUT, Format, Layout, LayoutMismatch, LayoutRankMismatch, LayoutWithoutDevices,
+    check_argument_layout, check_layout_devices, check_layout_rank, executable_input_layouts,
+    is_layout, layout_text, result_layouts, split_format,
+)
 from .placement import (
     TilesDoNotMatchRank, check_rank, is_fully_replicated, num_devices, shard_shape, to_hlo,
 )
@@ -50,6 +61,7 @@ STAGES = {
     "TREE-2": "trace", "FIT": "trace", "DIV": "trace", "RES": "lower", "RES-5": "call",
     "DA": "lower", "EXE-3": "compile", "EXE-4": "lower",
     "KEEP": "lower", "EXE": "lower", "OUT": "compile", "AOT": "aot",
+    "LAY-1": "lower", "LAY-4": "trace", "LAY-5": "lower",
 }
 
 
@@ -98,6 +110,11 @@ class LeafNotAllowed(Failure):
     which: str
     leaf: Any
     problem: str
+
+
+@dataclasses.dataclass(frozen=True)
+class BareLayout(LeafNotAllowed):
+    hint: ClassVar[str] = "Wrap it with a sharding: Format(layout, sharding)."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,13 +383,16 @@ class AotTypeMismatch(Failure):
 @dataclasses.dataclass(frozen=True)
 class AotShardingMismatch(Failure):
     rule: ClassVar[str] = "AOT-3"
-    template: ClassVar[str] = ("{count} committed argument(s) are placed otherwise than the "
+    template: ClassVar[str] = ("{count} committed argument(s) are {how} otherwise than the "
                                "executable was compiled for; {shown}: {details}")
-    hint: ClassVar[str] = ("jax.device_put each one to the executable's input_shardings first, "
-                           "or compile again for these shardings.")
+    hint: ClassVar[str] = ("jax.device_put each one to the executable's {formats} first, "
+                           "or compile again for these {what}.")
     count: int
     shown: str
     details: str
+    how: str = "placed"
+    formats: str = "input_shardings"
+    what: str = "shardings"
 
 
 # =========================================================================== 1. jax.jit(...)
@@ -405,9 +425,13 @@ def _leaf_paths(tree: Any, which: str) -> list[tuple[str, Any]]:
         tree, (), is_leaf=lambda x: x is None)]
 
 
-@rule("JIT-2", mirrors="jax._src.sharding_impls.prepare_axis_resources")
+@rule("JIT-2", mirrors="jax._src.pjit._split_layout_and_sharding; "
+                       "jax._src.sharding_impls.prepare_axis_resources")
 def check_leaf(leaf: Any, which: str) -> None:
-    """Every leaf of ``in_shardings``/``out_shardings`` is None, a PartitionSpec or a Sharding; a NamedSharding's mesh is not empty; neither holds UNCONSTRAINED; a PartitionSpec names each mesh axis once.
+    """Every leaf of ``in_shardings``/``out_shardings`` is None, a PartitionSpec, a Sharding or a Format (whose sharding part is checked alike), never a bare Layout; a NamedSharding's mesh is not empty; neither holds UNCONSTRAINED; a PartitionSpec names each mesh axis once.
+
+    JAX looks for bare layouts in both trees before it checks any other leaf, so
+    :func:`jit_call` checks those leaves first.
 
     >>> check_leaf("x", "in_shardings[0]")
     Traceback (most recent call last):
@@ -417,7 +441,14 @@ def check_leaf(leaf: Any, which: str) -> None:
     Traceback (most recent call last):
     ...
     shardlaw.spec.rules.RejectionValueError: [JIT-2]: out_shardings holds P(UNCONSTRAINED), but jit does not take UNCONSTRAINED dimensions
+    >>> check_leaf(Layout((1, 0)), "in_shardings[1]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [JIT-2]: in_shardings[1] holds Layout((1, 0)), but jit does not accept device-local layouts directly Wrap it with a sharding: Format(layout, sharding).
     """
+    if is_layout(leaf):
+        raise reject(BareLayout(which, leaf, "jit does not accept device-local layouts directly"))
+    leaf, _ = split_format(leaf)
     if leaf is None or leaf is UNSPECIFIED:
         return
     if isinstance(leaf, (NamedSharding, SingleDeviceSharding, GSPMDSharding)):
@@ -481,7 +512,7 @@ def check_call_form(call: Call, context: Mesh | AbstractMesh | None) -> None:
 @rule("JIT-3", mirrors="jax._src.pjit._create_sharding_for_array; "
                        "_create_sharding_with_device_backend")
 def leaf_to_sharding(leaf: Any, context: Mesh | AbstractMesh | None, which: str) -> Any:
-    """Under jit a None leaf leaves the sharding to jit, a Sharding stands for itself, and a PartitionSpec becomes a NamedSharding over the context mesh, which must be set.
+    """Under jit a None leaf leaves the sharding to jit, a Sharding stands for itself, a PartitionSpec becomes a NamedSharding over the context mesh, which must be set, and a Format stands for its sharding part.
 
     >>> leaf_to_sharding(None, Mesh.iota((2,), ("x",)), "in_shardings[0]")
     UNSPECIFIED
@@ -491,7 +522,10 @@ def leaf_to_sharding(leaf: Any, context: Mesh | AbstractMesh | None, which: str)
     Traceback (most recent call last):
     ...
     shardlaw.spec.rules.RejectionRuntimeError: [JIT-3]: in_shardings[0] holds the PartitionSpec P('x'), which names mesh axes, but no mesh is set Set one with jax.set_mesh(mesh), or pass NamedSharding(mesh, spec) instead of the bare spec.
+    >>> leaf_to_sharding(Format(Layout.AUTO), None, "out_shardings")
+    UNSPECIFIED
     """
+    leaf, _ = split_format(leaf)
     if leaf is None or leaf is UNSPECIFIED:
         return UNSPECIFIED
     if isinstance(leaf, PartitionSpec):
@@ -1239,8 +1273,13 @@ def check_aot_types(compiled: Sequence[tuple[str, Arg]], called: Sequence[Arg]) 
 
 @rule("AOT-3", mirrors="jax._src.interpreters.pxla.check_array_xla_sharding_layout_match")
 def check_aot_shardings(expected: Sequence[tuple[str, Any]], called: Sequence[Arg],
-                        device_or_backend: bool = False) -> None:
-    """Each committed array passed to an AOT-compiled executable must be JAX-equivalent (EQ-1) to the input sharding it was compiled with — not merely lower to the same HLO as at jit time; uncommitted, numpy and scalar arguments, and every argument under ``device=``/``backend=``, are moved without a check.
+                        device_or_backend: bool = False,
+                        layouts: Sequence[Any] | None = None) -> None:
+    """Each committed array passed to an AOT-compiled executable must be JAX-equivalent (EQ-1) to the input sharding it was compiled with — not merely lower to the same HLO as at jit time — and be in the layout the executable takes it in; uncommitted, numpy and scalar arguments, and every argument under ``device=``/``backend=``, are moved and laid out without a check.
+
+    ``layouts`` holds the executable's layout per expected input (None: the default; an
+    input whose layout the compiler chose and the call does not give is not compared).
+    Sharding and layout differences are listed together, as JAX lists them.
 
     >>> mesh = Mesh.iota((2,), ("x",))
     >>> check_aot_shardings([("args[0]", NamedSharding(mesh, P()))],
@@ -1248,17 +1287,37 @@ def check_aot_shardings(expected: Sequence[tuple[str, Any]], called: Sequence[Ar
     Traceback (most recent call last):
     ...
     shardlaw.spec.rules.RejectionValueError: [AOT-3] at args[0]: 1 committed argument(s) are placed otherwise than the executable was compiled for; they are: args[0] passed SingleDeviceSharding(Device(0)), compiled for NamedSharding(Mesh({'x': 2}), P()) jax.device_put each one to the executable's input_shardings first, or compile again for these shardings.
+    >>> lone = SingleDeviceSharding(0)
+    >>> check_aot_shardings([("args[0]", lone)], [Arg.committed((4, 4), lone)],
+    ...                     layouts=[Layout((1, 0))])
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [AOT-3] at args[0]: 1 committed argument(s) are laid out otherwise than the executable was compiled for; they are: args[0] passed in the default layout (0, 1), compiled for Layout((1, 0)) jax.device_put each one to the executable's input_formats first, or compile again for these layouts.
     """
-    bad: list[tuple[str, str]] = []
+    bad: list[tuple[str, str, str]] = []
     if device_or_backend:
         return
-    for (path, wanted), arg in zip(expected, called):
+    layouts = layouts if layouts is not None else (None,) * len(expected)
+    for (path, wanted), arg, laid in zip(expected, called, layouts):
         if arg.kind != "committed" or wanted is UNSPECIFIED:
             continue
-        if not jax_equivalent(arg.sharding, wanted, len(arg.shape)):
-            bad.append((path, f"{path} passed {arg.sharding!r}, compiled for {wanted!r}"))
+        rank = len(arg.shape)
+        if not jax_equivalent(arg.sharding, wanted, rank):
+            bad.append(("sharding", path, f"{path} passed {arg.sharding!r}, compiled for "
+                                          f"{wanted!r}"))
+        held = arg.layout.major_to_minor if arg.layout is not None else tuple(range(rank))
+        want = laid.major_to_minor if isinstance(laid, Layout) else tuple(range(rank))
+        if laid is not AUTO_LAYOUT and held != want:
+            bad.append(("layout", path, f"{path} passed in {layout_text(arg.layout, rank)}, "
+                                        f"compiled for {layout_text(laid, rank)}"))
     if bad:
-        raise reject(AotShardingMismatch(len(bad), *_details([b for _, b in bad])), bad[0][0])
+        kinds = {kind for kind, _, _ in bad}
+        how, formats, what = (("placed", "input_shardings", "shardings") if kinds == {"sharding"}
+                              else ("laid out", "input_formats", "layouts")
+                              if kinds == {"layout"} else
+                              ("placed and laid out", "input_formats", "shardings and layouts"))
+        raise reject(AotShardingMismatch(len(bad), *_details([b for _, _, b in bad]), how,
+                                         formats, what), bad[0][1])
 
 
 # =========================================================================== the verdict
@@ -1297,6 +1356,8 @@ def _decide(call: Call) -> dict[str, Any]:
     check_device_options(options)
     leaves = _leaf_paths(options.in_shardings, "in_shardings") + _leaf_paths(
         options.out_shardings, "out_shardings")
+    # JAX splits the layouts off both trees, refusing bare ones, before it checks any leaf.
+    leaves.sort(key=lambda item: not is_layout(item[1]))
     for which, leaf in leaves:
         try:
             check_leaf(leaf, which)
@@ -1328,15 +1389,34 @@ def _decide(call: Call) -> dict[str, Any]:
     else:
         jit_shardings = match_in_shardings(in_tree, positional)
     jit_shardings = [UNSPECIFIED if s is None else s for s in jit_shardings]
+    laid_out = not device_or_backend and not call.kwargs
+    in_layouts = (_flat_layouts(options.in_shardings, positional, "in_shardings") if laid_out
+                  else [None] * len(flat_in))
     for (path, arg), s in zip(flat_in, jit_shardings):
         check_fits(s, arg.shape, path)
+    for (path, arg), laid in zip(flat_in, in_layouts):
+        if laid is None:
+            continue
+        try:
+            check_layout_rank(laid, arg.shape, "argument")
+        except Rejection as error:
+            raise error.at(path) from None
 
     # 3. After tracing: the results.
     flat_out = [(show_path(("result", *p)), o) for p, o in leaves_with_paths(call.outputs)]
     out_shardings = match_out_shardings(out_tree, structure(call.outputs))
     out_shardings = [UNSPECIFIED if s is None else s for s in out_shardings]
+    out_layouts = (_flat_layouts(options.out_shardings, structure(call.outputs), "out_shardings")
+                   if not device_or_backend else [None] * len(flat_out))
     for (path, out), s in zip(flat_out, out_shardings):
         check_fits(s, out.shape, path)
+    for (path, out), laid in zip(flat_out, out_layouts):
+        if laid is None:
+            continue
+        try:
+            check_layout_rank(laid, out.shape, "result")
+        except Rejection as error:
+            raise error.at(path) from None
 
     # 4. Lowering: resolution, kept inputs, devices, scalars, committedness.
     inputs = [Input(path, arg, s) for (path, arg), s in zip(flat_in, jit_shardings)]
@@ -1346,6 +1426,28 @@ def _decide(call: Call) -> dict[str, Any]:
             resolved.append(resolve_input(item, call.process_count, device_or_backend))
         except Rejection as error:
             raise error.at(item.path) from None
+    # Layouts are resolved after every sharding, input by input, kept or not; then results.
+    for item, laid in zip(inputs, in_layouts):
+        if laid is None:
+            continue
+        try:
+            check_argument_layout(item.arg, laid)
+            check_layout_devices(laid, item.jit_sharding)
+        except Rejection as error:
+            raise error.at(item.path) from None
+    for (path, _), laid, s in zip(flat_out, out_layouts, out_shardings):
+        if laid is None:
+            continue
+        try:
+            check_layout_devices(laid, s)
+        except Rejection as error:
+            raise error.at(path) from None
+    # The layout rules take part only where a layout does: else every layout is the default.
+    layouts_in_play = (any(given is not None for given in in_layouts + out_layouts)
+                       or any(item.arg.layout is not None for item in inputs))
+    taken_in = (executable_input_layouts([item.arg for item in inputs], in_layouts,
+                                         call.compiler_in_layouts) if layouts_in_play
+                else (None,) * len(inputs))
     uses = call.uses if call.uses is not None else (True,) * len(inputs)
     check_call(len(uses) == len(inputs), "uses", f"{len(inputs)} flags, one per flat input",
                uses)
@@ -1379,8 +1481,8 @@ def _decide(call: Call) -> dict[str, Any]:
     kept_final = [final[i] for i in kept]
     kept_values = [_input_type(inputs[i].arg) for i in kept]
     try:
-        recovered = recover_shardings(_concrete_inputs(kept_final, assignment), kept_values,
-                                      kept_final, kept_values, None)
+        concrete = _concrete_inputs(kept_final, assignment)
+        recovered = recover_shardings(concrete, kept_values, concrete, kept_values, None)
     except Rejection as error:
         raise error.at(inputs[kept[0]].path) from None
     try:
@@ -1388,6 +1490,14 @@ def _decide(call: Call) -> dict[str, Any]:
     except Rejection as error:
         raise error.at(flat_out[0][0] if flat_out else "result") from None
     outs = single_device_results(outs, assignment)
+    check_call(call.compiler_layouts is None or len(call.compiler_layouts) == len(flat_out),
+               "compiler_layouts", f"{len(flat_out)} entries, one per flat result",
+               call.compiler_layouts)
+    check_call(call.compiler_in_layouts is None or len(call.compiler_in_layouts) == len(flat_in),
+               "compiler_in_layouts", f"{len(flat_in)} entries, one per flat input",
+               call.compiler_in_layouts)
+    given_out = (result_layouts(out_layouts, call.compiler_layouts) if layouts_in_play
+                 else (None,) * len(flat_out))
     executable_inputs = list(final)
     for i, s in zip(kept, single_device_results(recovered, assignment)):
         executable_inputs[i] = s
@@ -1398,7 +1508,7 @@ def _decide(call: Call) -> dict[str, Any]:
 
     # 6. Dispatch: the call itself, or the AOT call of the compiled executable.
     if call.aot_args is not None:
-        _aot_call(call, flat_in, static, static_names, kept, executable_inputs)
+        _aot_call(call, flat_in, static, static_names, kept, executable_inputs, taken_in)
     elif device_or_backend:
         _check_replicas([(inputs[i].path, inputs[i].arg) for i in kept], in_tree)
 
@@ -1406,7 +1516,8 @@ def _decide(call: Call) -> dict[str, Any]:
         in_paths=tuple(p for p, _ in flat_in), in_shardings=tuple(final),
         out_paths=tuple(p for p, _ in flat_out), out_shardings=tuple(outs),
         device_assignment=assignment.id_tuple(), num_devices=count, kept_inputs=kept,
-        out_committed=(committed,) * len(flat_out), transfers=transfers)
+        out_committed=(committed,) * len(flat_out), transfers=transfers,
+        in_layouts=taken_in, out_layouts=given_out)
 
 
 def convert_leaves(tree: Any, context: Any, which: str) -> Any:
@@ -1417,6 +1528,18 @@ def convert_leaves(tree: Any, context: Any, which: str) -> Any:
     return map_leaves(lambda path, leaf: leaf_to_sharding(leaf, context,
                                                           show_path((which, *path))),
                       tree, none_is_leaf=True, with_path=True)
+
+
+def _flat_layouts(tree: Any, node: Node, which: str) -> list[Any]:
+    """The layout part of each flat leaf's Format (None: none), once TREE-1/2 matched ``tree``."""
+    if tree is UNSPECIFIED or tree is None:
+        return [None] * node.num_leaves
+    layouts = map_leaves(lambda leaf: split_format(leaf)[1], tree, none_is_leaf=True)
+    if which == "in_shardings" and isinstance(layouts, list):
+        layouts = tuple(layouts)  # TREE-1 reads a top-level list as a tuple
+    if not is_container(layouts) or layouts is None:
+        return [layouts] * node.num_leaves
+    return _broadcast(layouts, node)
 
 
 def _source_name(item: Input) -> str:
@@ -1434,7 +1557,8 @@ def _moves(arg: Arg, s: Any) -> bool:
 
 
 def _aot_call(call: Call, flat_in: list[tuple[str, Arg]], static: set[int],
-              static_names: set[str], kept: tuple[int, ...], executable: list[Any]) -> None:
+              static_names: set[str], kept: tuple[int, ...], executable: list[Any],
+              layouts: Sequence[Any]) -> None:
     assert call.aot_args is not None and call.aot_kwargs is not None
     # The executable takes the dynamic arguments only: static ones are not passed again.
     _, compiled_tree = flat_arguments(call.args, call.kwargs, static, static_names)
@@ -1446,7 +1570,8 @@ def _aot_call(call: Call, flat_in: list[tuple[str, Arg]], static: set[int],
     check_aot_types(flat_in, called)
     device_or_backend = call.options.device is not None or call.options.backend is not None
     check_aot_shardings([(flat_in[i][0], executable[i]) for i in kept],
-                        [called[i] for i in kept], device_or_backend)
+                        [called[i] for i in kept], device_or_backend,
+                        [layouts[i] for i in kept])
     if device_or_backend:
         _check_replicas([(flat_called[i][0], called[i]) for i in kept], executable[kept[0]]
                         if kept else None)

@@ -34,6 +34,8 @@ from .call import Arg, Call, JitOptions, Out, Static, Verdict
 from .hlo import HloSharding, Tiled, hlo_text, parse_hlo
 from .iota import Iota
 from .jit import STAGES
+from .layouts import AUTO_LAYOUT, Format, Layout
+from .pytree import leaves
 from .rules import RULES, Failure, Rejection, reject, rule
 from .shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from .values import (
@@ -41,13 +43,14 @@ from .values import (
 )
 
 __all__ = [
-    "FORMAT", "VERSION", "JAX_VERSION", "JIT_FAMILIES", "jit_rules", "Vector", "load_vector", "dump_vector", "vector_text",
+    "FORMAT", "VERSION", "VERSIONS", "JAX_VERSION", "uses_layouts", "JIT_FAMILIES", "jit_rules", "Vector", "load_vector", "dump_vector", "vector_text",
     "verdict_json", "verdict_differences", "rules_hit", "json_path", "check_vector",
     "check_writable",
 ]
 
 FORMAT = "shardlaw-jit-call"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)   # the versions this shardlaw reads; 2 added layouts (Arg.layout, Format, ...)
 JAX_VERSION = "0.10.2"
 
 # A list of device ids longer than this is written symbolically when it is an iota.
@@ -56,7 +59,7 @@ _LONGEST_ID_LIST = 64
 SIDES = ("accept", "reject")
 
 # The rule families of the jit call, in the order jit applies them: what vectors exercise.
-JIT_FAMILIES = ("JIT", "TREE", "FIT", "RES", "KEEP", "DA", "EXE", "OUT", "AOT")
+JIT_FAMILIES = ("JIT", "TREE", "FIT", "RES", "LAY", "KEEP", "DA", "EXE", "OUT", "AOT")
 
 
 # =========================================================================== failures
@@ -125,10 +128,10 @@ def _show(value: Any) -> str:
 def check_vector(condition: bool, path: tuple, expected: str, value: Any) -> None:
     """A test vector is a JSON object of this format and version whose every field has the documented type, names only devices the call has, and holds values the spec accepts.
 
-    >>> load_vector('{"format": "shardlaw-jit-call", "version": 2, "jax": "0.10.2", "call": {}}')
+    >>> load_vector('{"format": "shardlaw-jit-call", "version": 3, "jax": "0.10.2", "call": {}}')
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [VEC-1] at version: expected format version 1 (the one this shardlaw reads), got 2
+    shardlaw.spec.rules.RejectionValueError: [VEC-1] at version: expected a format version this shardlaw reads (1, 2), got 3
     >>> load_vector({"format": "shardlaw-jit-call", "version": 1, "jax": "0.10.2",
     ...              "call": {"args": [{"type": "Arg", "kind": "committed", "shape": [4],
     ...                                 "sharding": {"type": "SingleDeviceSharding",
@@ -237,12 +240,26 @@ def _hlo_json(hlo: HloSharding) -> str:
     return hlo_text(hlo)
 
 
+def _layout_json(value: Any) -> Any:
+    """A layout: ``{"type": "Layout", "major_to_minor": [...]}`` or ``{"type": "Layout.AUTO"}``."""
+    if value is AUTO_LAYOUT:
+        return {"type": "Layout.AUTO"}
+    return {"type": "Layout", "major_to_minor": list(value.major_to_minor)}
+
+
 def _sharding_json(value: Any, path: tuple) -> Any:
-    """A leaf of a shardings tree: a sharding, a PartitionSpec, UNSPECIFIED or a plain value."""
+    """A leaf of a shardings tree: a sharding, a PartitionSpec, a Format, a layout,
+    UNSPECIFIED or a plain value."""
     if value is None:
         return None
     if value is UNSPECIFIED:
         return {"type": "UNSPECIFIED"}
+    if value is AUTO_LAYOUT or isinstance(value, Layout):  # bare: JIT-2 refuses it
+        return _layout_json(value)
+    if isinstance(value, Format):
+        return {"type": "Format",
+                "layout": None if value.layout is None else _layout_json(value.layout),
+                "sharding": _sharding_json(value.sharding, path + ("sharding",))}
     if isinstance(value, PartitionSpec):
         return _spec_json(value)
     if isinstance(value, NamedSharding):
@@ -258,8 +275,8 @@ def _sharding_json(value: Any, path: tuple) -> Any:
         return _input_json(value, path)
     check_writable(type(value) in (str, int, bool) or (
         type(value) is float and math.isfinite(value)), path, "a leaf of a shardings tree",
-        "a sharding, a PartitionSpec, None, UNSPECIFIED, an Arg or a string, integer, boolean "
-        "or finite float", repr(value))
+        "a sharding, a PartitionSpec, a Format, a Layout, None, UNSPECIFIED, an Arg or a "
+        "string, integer, boolean or finite float", repr(value))
     return {"type": "python", "value": value}
 
 
@@ -299,8 +316,11 @@ def _input_json(value: Any, path: tuple) -> Any:
     if isinstance(value, Static):
         return {"type": "Static", "value": _static_json(value.value, path + ("value",))}
     check_writable(isinstance(value, Arg), path, "an argument", "an Arg or a Static", repr(value))
-    return {"type": "Arg", "kind": value.kind, "shape": list(value.shape), "dtype": value.dtype,
-            "sharding": _sharding_json(value.sharding, path + ("sharding",))}
+    out = {"type": "Arg", "kind": value.kind, "shape": list(value.shape), "dtype": value.dtype,
+           "sharding": _sharding_json(value.sharding, path + ("sharding",))}
+    if value.layout is not None:  # absent: the default layout
+        out["layout"] = _layout_json(value.layout)
+    return out
 
 
 def _out_json(value: Any, path: tuple) -> Any:
@@ -351,6 +371,10 @@ def _call_json(call: Call) -> dict:
         "devices": call.devices, "default_device": call.default_device,
         "process_count": call.process_count,
         "aot_args": aot_args, "aot_kwargs": aot_kwargs,
+        # Written only when given, so that vectors without layouts read as before.
+        **{name: [None if c is None else _layout_json(c) for c in getattr(call, name)]
+           for name in ("compiler_layouts", "compiler_in_layouts")
+           if getattr(call, name) is not None},
     }
 
 
@@ -362,15 +386,23 @@ def verdict_json(verdict: Verdict) -> dict:
                 "jax_error": verdict.jax_error, "stage": verdict.stage, "path": verdict.path,
                 "message": verdict.message, "trace": trace}
     path = ("expect",)
+
+    def laid(entry: dict, layouts: tuple, i: int) -> dict:
+        # A "layout" is written where it is not the default one (absent: the default).
+        if i < len(layouts) and layouts[i] is not None:
+            entry["layout"] = _layout_json(layouts[i])
+        return entry
+
     return {
         "accepted": True,
         "device_assignment": None if verdict.device_assignment is None
         else list(verdict.device_assignment),
         "num_devices": verdict.num_devices,
-        "inputs": [{"path": p, "sharding": _sharding_json(s, path + ("inputs", i, "sharding"))}
+        "inputs": [laid({"path": p, "sharding": _sharding_json(s, path + ("inputs", i, "sharding"))},
+                        verdict.in_layouts, i)
                    for i, (p, s) in enumerate(zip(verdict.in_paths, verdict.in_shardings))],
-        "outputs": [{"path": p, "sharding": _sharding_json(s, path + ("outputs", i, "sharding")),
-                     "committed": c} for i, (p, s, c) in enumerate(
+        "outputs": [laid({"path": p, "sharding": _sharding_json(s, path + ("outputs", i, "sharding")),
+                          "committed": c}, verdict.out_layouts, i) for i, (p, s, c) in enumerate(
                          zip(verdict.out_paths, verdict.out_shardings, verdict.out_committed))],
         "kept_inputs": list(verdict.kept_inputs), "transfers": list(verdict.transfers),
         "trace": trace,
@@ -391,7 +423,9 @@ def dump_vector(call: Call, verdict: Verdict | None = None, *, name: str | None 
     check_writable(isinstance(call, Call), (), "the call", "a Call", repr(call))
     check_writable(verdict is None or isinstance(verdict, Verdict), ("expect",), "the verdict",
                    "a Verdict or None", repr(verdict))
-    out: dict[str, Any] = {"format": FORMAT, "version": VERSION, "jax": jax}
+    # A vector without layouts stays a version-1 vector, readable by any shardlaw.
+    version = VERSION if uses_layouts(call, verdict) else 1
+    out: dict[str, Any] = {"format": FORMAT, "version": version, "jax": jax}
     for key, value in (("name", name), ("rule", rule), ("side", side),
                        ("description", description)):
         if value is not None:
@@ -405,6 +439,20 @@ def dump_vector(call: Call, verdict: Verdict | None = None, *, name: str | None 
     except Rejection as error:
         raise reject(UnreadableWhenWritten(str(error))) from None
     return out
+
+
+def uses_layouts(call: Call, verdict: Verdict | None = None) -> bool:
+    """Whether a call or its verdict says anything of layouts (a version-2 vector)."""
+    arrays = [leaf for tree in (call.args, call.kwargs, call.aot_args, call.aot_kwargs)
+              for leaf in leaves(tree)]
+    shardings = [leaf for tree in (call.options.in_shardings, call.options.out_shardings)
+                 for leaf in leaves(tree)]
+    return (any(getattr(a, "layout", None) is not None for a in arrays)
+            or any(isinstance(leaf, (Format, Layout)) or leaf is AUTO_LAYOUT
+                   for leaf in shardings)
+            or call.compiler_layouts is not None or call.compiler_in_layouts is not None
+            or (verdict is not None and any(
+                x is not None for x in (*verdict.in_layouts, *verdict.out_layouts))))
 
 
 def vector_text(vector: dict, width: int = 100) -> str:
@@ -609,7 +657,21 @@ class _Reader:
 
     # ------------------------------------------------------------------ shardings
     SHARDINGS = ("NamedSharding", "SingleDeviceSharding", "GSPMDSharding")
-    LEAVES = SHARDINGS + ("PartitionSpec", "UNSPECIFIED", "Arg", "python")
+    LAYOUTS = ("Layout", "Layout.AUTO")
+    LEAVES = SHARDINGS + ("PartitionSpec", "UNSPECIFIED", "Arg", "python", "Format") + LAYOUTS
+
+    def layout(self, value: Any, path: tuple, allowed: tuple = LAYOUTS) -> Any:
+        kind = value.get("type") if isinstance(value, dict) else None
+        check_vector(kind in allowed, path, "a layout: an object with \"type\" "
+                     + " or ".join(map(json.dumps, allowed)), value)
+        if kind == "Layout.AUTO":
+            _object(value, path, "the Layout.AUTO marker", ("type",))
+            return AUTO_LAYOUT
+        fields = _object(value, path, "a Layout", ("type", "major_to_minor"))
+        order = _ints(fields["major_to_minor"], path + ("major_to_minor",),
+                      "a list of dimensions", 0)
+        with _building(path, "the Layout"):
+            return Layout(order)
 
     def sharding(self, value: Any, path: tuple, allowed: tuple = LEAVES) -> Any:
         if value is None:
@@ -622,6 +684,15 @@ class _Reader:
         if kind == "UNSPECIFIED":
             _object(value, path, "the UNSPECIFIED marker", ("type",))
             return UNSPECIFIED
+        if kind in self.LAYOUTS:
+            return self.layout(value, path)
+        if kind == "Format":
+            fields = _object(value, path, "a Format", ("type",), ("layout", "sharding"))
+            layout = _maybe(self.layout)(fields.get("layout"), path + ("layout",))
+            sharding = self.sharding(fields.get("sharding"), path + ("sharding",),
+                                     self.SHARDINGS)
+            with _building(path, "the Format"):
+                return Format(layout, sharding)
         if kind == "Arg":
             return self.input(value, path)
         if kind == "python":
@@ -677,13 +748,16 @@ class _Reader:
         if kind == "Static":
             fields = _object(value, path, "a Static", ("type", "value"))
             return Static(_static(fields["value"], path + ("value",)))
-        fields = _object(value, path, "an Arg", ("type", "kind", "shape"), ("dtype", "sharding"))
+        fields = _object(value, path, "an Arg", ("type", "kind", "shape"),
+                         ("dtype", "sharding", "layout"))
         arg_kind = _str(fields["kind"], path + ("kind",))
         shape = _ints(fields["shape"], path + ("shape",), "a shape (a list of sizes)", 0)
         dtype = _str(fields.get("dtype", "float32"), path + ("dtype",))
         sharding = self.sharding(fields.get("sharding"), path + ("sharding",), self.SHARDINGS)
+        layout = _maybe(lambda v, p: self.layout(v, p, ("Layout",)))(
+            fields.get("layout"), path + ("layout",))
         with _building(path, "the Arg"):
-            return Arg(arg_kind, shape, dtype, sharding)
+            return Arg(arg_kind, shape, dtype, sharding, layout)
 
     def output(self, value: Any, path: tuple) -> Out:
         fields = _object(value, path, "an Out", ("type", "shape"), ("dtype", "source", "mesh"))
@@ -756,7 +830,16 @@ class _Reader:
                 devices=self.count,
                 default_device=self.device_id(get("default_device", 0), at("default_device")),
                 process_count=self.limit // self.count,
-                aot_args=aot_args, aot_kwargs=aot_kwargs)
+                aot_args=aot_args, aot_kwargs=aot_kwargs,
+                compiler_layouts=self._choices(get("compiler_layouts", None),
+                                               at("compiler_layouts")),
+                compiler_in_layouts=self._choices(get("compiler_in_layouts", None),
+                                                  at("compiler_in_layouts")))
+
+    def _choices(self, value: Any, path: tuple) -> Any:
+        """The compiler's layout choices: a list of layouts or null, or null."""
+        return _maybe(lambda v, p: _each(v, p, "a list of layouts or null", _maybe(
+            lambda w, q: self.layout(w, q, ("Layout",)))))(value, path)
 
     # ------------------------------------------------------------------ the verdict
     def verdict(self, value: Any, path: tuple) -> Verdict:
@@ -787,23 +870,29 @@ class _Reader:
                        lambda v, p: self._placed(v, p, ("path", "sharding")))
         outputs = _each(fields.get("outputs", []), path + ("outputs",), "a list of results",
                         lambda v, p: self._placed(v, p, ("path", "sharding", "committed")))
+        in_layouts = tuple(found[-1] for found in inputs)
+        out_layouts = tuple(found[-1] for found in outputs)
         assignment = _maybe(lambda v, p: _each(v, p, "a list of device ids", self.device_id))(
             fields.get("device_assignment"), path + ("device_assignment",))
         return Verdict(
-            True, trace, in_paths=tuple(p for p, _ in inputs),
-            in_shardings=tuple(s for _, s in inputs),
-            out_paths=tuple(p for p, _, _ in outputs), out_shardings=tuple(s for _, s, _ in outputs),
+            True, trace, in_paths=tuple(p for p, _, _ in inputs),
+            in_shardings=tuple(s for _, s, _ in inputs),
+            out_paths=tuple(p for p, _, _, _ in outputs),
+            out_shardings=tuple(s for _, s, _, _ in outputs),
             device_assignment=assignment,
             num_devices=_int(fields["num_devices"], path + ("num_devices",),
                              "a device count", 0),
             kept_inputs=_ints(fields.get("kept_inputs", []), path + ("kept_inputs",),
                               "a list of flat input indices", 0),
-            out_committed=tuple(c for _, _, c in outputs),
+            out_committed=tuple(c for _, _, c, _ in outputs),
             transfers=_strs(fields.get("transfers", []), path + ("transfers",),
-                            "a list of input paths"))
+                            "a list of input paths"),
+            in_layouts=in_layouts, out_layouts=out_layouts)
 
     def _placed(self, value: Any, path: tuple, keys: tuple) -> tuple:
-        fields = _object(value, path, "an object", keys)
+        """(path, sharding[, committed], layout) of an input or result; the layout is None
+        (the default) where the key is absent."""
+        fields = _object(value, path, "an object", keys, ("layout",))
         sharding = self.sharding(fields["sharding"], path + ("sharding",),
                                  self.SHARDINGS + ("UNSPECIFIED",))
         check_vector(sharding is not None, path + ("sharding",), "a sharding or UNSPECIFIED",
@@ -811,14 +900,14 @@ class _Reader:
         found = (_str(fields["path"], path + ("path",)), sharding)
         if "committed" in keys:
             found += (_bool(fields["committed"], path + ("committed",)),)
-        return found
+        return found + (_maybe(self.layout)(fields.get("layout"), path + ("layout",)),)
 
 
 _OPTION_KEYS = ("in_shardings", "out_shardings", "static_argnums", "static_argnames",
                 "donate_argnums", "donate_argnames", "keep_unused", "device", "backend")
 _CALL_KEYS = ("args", "kwargs", "outputs", "options", "context_mesh", "uses", "compiler",
               "compiler_memory", "devices", "default_device", "process_count", "aot_args",
-              "aot_kwargs")
+              "aot_kwargs", "compiler_layouts", "compiler_in_layouts")
 _VECTOR_KEYS = ("format", "version", "jax", "name", "rule", "side", "description", "call",
                 "expect")
 
@@ -860,8 +949,9 @@ def load_vector(obj_or_text: Any) -> Vector:
                      ("name", "rule", "side", "description", "expect"))
     check_vector(fields["format"] == FORMAT, ("format",), f"the format name {json.dumps(FORMAT)}",
                  fields["format"])
-    check_vector(fields["version"] == VERSION and type(fields["version"]) is int, ("version",),
-                 f"format version {VERSION} (the one this shardlaw reads)", fields["version"])
+    check_vector(fields["version"] in VERSIONS and type(fields["version"]) is int, ("version",),
+                 f"a format version this shardlaw reads ({', '.join(map(str, VERSIONS))})",
+                 fields["version"])
     jax = _str(fields["jax"], ("jax",), "a JAX version such as \"0.10.2\"")
     labels = {key: _maybe(_str)(fields.get(key), (key,)) for key in ("name", "description")}
     label_rule = _maybe(_rule_id)(fields.get("rule"), ("rule",))
@@ -876,6 +966,8 @@ def load_vector(obj_or_text: Any) -> Vector:
     reader = _Reader(count * processes, count)
     call = reader.call(call_fields, ("call",))
     expect = _maybe(reader.verdict)(fields.get("expect"), ("expect",))
+    check_vector(fields["version"] >= 2 or not uses_layouts(call, expect), ("version",),
+                 "version 2 for a vector with layouts (version 1 has none)", fields["version"])
     if expect is not None and label_rule is not None and side is not None:
         _check_label(expect, label_rule, side)
     return Vector(call, expect, labels["name"], label_rule, side, labels["description"], jax)
@@ -896,10 +988,12 @@ def _check_label(expect: Verdict, label: str, side: str) -> None:
 # =========================================================================== comparing
 
 # The facts of a verdict that a conforming implementation reproduces. The trace, the
-# message and the stage explain a verdict; they are not compared.
+# message, the stage and the layouts the executable takes its inputs in explain a verdict;
+# they are not compared. A verdict without layouts says the default layout everywhere.
 COMPARED_REJECTED = ("rule", "error_type", "jax_error", "path")
 COMPARED_ACCEPTED = ("device_assignment", "num_devices", "in_paths", "in_shardings",
-                     "out_paths", "out_shardings", "out_committed", "kept_inputs", "transfers")
+                     "out_paths", "out_shardings", "out_committed", "kept_inputs", "transfers",
+                     "out_layouts")
 
 
 def verdict_differences(expected: Verdict, actual: Verdict) -> list[str]:
@@ -916,8 +1010,14 @@ def verdict_differences(expected: Verdict, actual: Verdict) -> list[str]:
         want = said[expected.accepted] + ("" if expected.accepted else f" by {expected.rule}")
         return [f"expected the call to be {want}, it was {got}"]
     names = COMPARED_ACCEPTED if expected.accepted else COMPARED_REJECTED
-    return [f"{name}: expected {_said(getattr(expected, name))}, got {_said(getattr(actual, name))}"
-            for name in names if getattr(expected, name) != getattr(actual, name)]
+
+    def fact(verdict: Verdict, name: str) -> Any:
+        if name == "out_layouts":
+            return verdict.out_layouts or (None,) * len(verdict.out_paths)
+        return getattr(verdict, name)
+
+    return [f"{name}: expected {_said(fact(expected, name))}, got {_said(fact(actual, name))}"
+            for name in names if fact(expected, name) != fact(actual, name)]
 
 
 def _said(value: Any) -> str:
@@ -1016,8 +1116,9 @@ def load_sequence(obj_or_text: Any) -> SequenceVector:
                      ("name", "description", "expect_cache"))
     check_vector(fields["format"] == SEQUENCE_FORMAT, ("format",),
                  f"the format name {json.dumps(SEQUENCE_FORMAT)}", fields["format"])
-    check_vector(fields["version"] == VERSION and type(fields["version"]) is int, ("version",),
-                 f"format version {VERSION} (the one this shardlaw reads)", fields["version"])
+    check_vector(fields["version"] in VERSIONS and type(fields["version"]) is int, ("version",),
+                 f"a format version this shardlaw reads ({', '.join(map(str, VERSIONS))})",
+                 fields["version"])
     jax = _str(fields["jax"], ("jax",), "a JAX version such as \"0.10.2\"")
     labels = {key: _maybe(_str)(fields.get(key), (key,)) for key in ("name", "description")}
     entries = _list(fields["sequence"], ("sequence",), "a list of calls")

@@ -10,11 +10,12 @@ import re
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from shardlaw.properties.registry import checks
 from shardlaw.properties.strategies import bad_values, invalid_partition_specs, meshes
 from shardlaw.spec import (
-    AbstractMesh, Mesh, NamedSharding, P, Rejection, parse_hlo, shard_shape,
+    AbstractMesh, Format, Layout, Mesh, NamedSharding, P, Rejection, parse_hlo, shard_shape,
 )
 from shardlaw.spec.rules import explain
 
@@ -90,3 +91,25 @@ EXAMPLES = [
 def test_explicit_bad_input(description, build, rule, shows):
     rejection = _rejected(build, rule, shows)
     assert rejection.rule == rule
+
+
+@checks("VAL-9", "VAL-10")
+@given(order=st.lists(st.integers(-2, 5), max_size=5),
+       layout=st.sampled_from(("layout", "auto", "none", "tuple", "int")),
+       sharding=st.sampled_from(("sharding", "none", "spec", "string")))
+def test_layouts_are_orders_and_formats_pair_a_layout_with_a_sharding(order, layout, sharding):
+    """A Layout is a permutation of its dimensions (VAL-9); a Format takes a Layout, AUTO or
+    None with a Sharding or None, and a concrete Layout only with a sharding (VAL-10)."""
+    if sorted(order) != list(range(len(order))):
+        _rejected(lambda: Layout(order), "VAL-9", str(tuple(order)))
+        return
+    given_layout = {"layout": Layout(order), "auto": Layout.AUTO, "none": None,
+                    "tuple": tuple(order), "int": 3}[layout]
+    given_sharding = {"sharding": _SHARDING, "none": None, "spec": P("x"),
+                      "string": "x"}[sharding]
+    refused = (layout in ("tuple", "int") or sharding in ("spec", "string")
+               or (layout == "layout" and sharding == "none"))
+    if refused:
+        _rejected(lambda: Format(given_layout, given_sharding), "VAL-10", "Format")
+    else:
+        assert Format(given_layout, given_sharding).sharding is given_sharding

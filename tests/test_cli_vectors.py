@@ -96,7 +96,7 @@ def test_check_says_when_the_spec_does_not_match(tmp_path, capsys):
 @pytest.mark.parametrize("text,words", [
     ("{not json", "[VEC-1] at (the vector): expected JSON text"),
     ('{"format": "shardlaw-jit-call", "version": 7, "jax": "0.10.2", "call": {}}',
-     "[VEC-1] at version: expected format version 1"),
+     "[VEC-1] at version: expected a format version this shardlaw reads (1, 2), got 7"),
 ])
 def test_check_refuses_bad_files_without_a_traceback(tmp_path, capsys, text, words):
     path = tmp_path / "bad.json"

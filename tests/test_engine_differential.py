@@ -34,7 +34,7 @@ NS = S.NamedSharding(MESH, S.P("x", "y"))
 # The rules the engine must have been seen refusing by (RES-2 needs several processes).
 REJECTING = ("JIT-1", "JIT-2", "JIT-3", "JIT-4", "TREE-1", "TREE-2", "FIT-1", "RES-1",
              "RES-3", "RES-4", "RES-5", "DA-1", "DA-2", "DA-4", "OUT-2", "AOT-1", "AOT-2",
-             "AOT-3")
+             "AOT-3", "LAY-1", "LAY-4", "LAY-5")
 
 
 def _agree(call):
@@ -50,8 +50,9 @@ def _agree(call):
 
 @checks("JIT-1", "JIT-2", "JIT-3", "JIT-4", "JIT-5", "TREE-1", "TREE-2", "FIT-1", "RES-1",
         "RES-3", "RES-4", "RES-5", "KEEP-1", "DA-1", "DA-2", "DA-3", "DA-4", "EXE-1", "EXE-2",
-        "OUT-1", "OUT-2", "OUT-3", "AOT-1", "AOT-2", "AOT-3")
-@given(calls())
+        "OUT-1", "OUT-2", "OUT-3", "AOT-1", "AOT-2", "AOT-3", "LAY-1", "LAY-2", "LAY-3",
+        "LAY-4", "LAY-5")
+@given(calls(layouts=True))
 @settings(max_examples=EXAMPLES) if EXAMPLES else (lambda test: test)
 def test_engine_agrees_with_jax_and_the_spec(call):
     _agree(call)
@@ -107,6 +108,16 @@ def test_pinned_calls_reach_every_rule():
         (dataclasses.replace(base, aot_args=(Arg.committed((8, 8), NS, "int32"),)), "AOT-2"),
         (dataclasses.replace(base, aot_args=(Arg.committed((8, 8), S.NamedSharding(
             reversed_mesh, S.P("x", "y"))),)), "AOT-3"),
+        (Call(args=(Arg.committed((8, 8), NS),), outputs=Out((8, 8)), options=JitOptions(
+            in_shardings=S.Format(S.Layout((1, 0)), NS))), "LAY-1"),
+        (Call(args=(Arg.committed((8, 8), NS, layout=S.Layout((1, 0))),), outputs=Out((8, 8)),
+              options=JitOptions(in_shardings=S.Format(S.Layout((1, 0)), NS))), None),
+        (Call(args=x, outputs=Out((8, 8)), options=JitOptions(
+            in_shardings=S.Format(S.Layout((0,)), NS))), "LAY-4"),
+        (Call(args=x, outputs=Out((8, 8)), options=JitOptions(
+            out_shardings=S.Format(S.Layout((1, 0)), NS))), None),
+        (Call(args=(Arg.numpy((8,)),), outputs=Out((8,)), options=JitOptions(
+            in_shardings=S.Format(S.Layout((0,)), small))), "LAY-5"),
         (Call(args=(Arg.committed((8, 8), NS), Arg.scalar()),
               outputs=(Out((8, 8), source=0), Out(()))), None),
         (Call(args=(Arg.committed((8, 8), NS), Arg.committed((8,), S.SingleDeviceSharding(3))),

@@ -3,7 +3,9 @@
 ``test_jit_call_agrees_with_jax`` draws whole calls (:func:`calls`), runs each through a
 fresh ``jax.jit`` and through :func:`shardlaw.spec.jit_call`, and requires the same outcome:
 accepted or not, the exception's type, and for accepted calls the results' sharding types,
-placements, meshes, memory kinds, committed flags and the device assignment. The examples
+placements, meshes, memory kinds, committed flags, layouts and the device assignment (and,
+for calls compiled ahead of time, the layout the executable takes each input in). The
+calls hold layouts too: arrays laid out otherwise, ``Format`` leaves, bare layouts. The examples
 below pin the cases random calls reach rarely; the coverage test at the end requires every
 rejecting rule of the family to have been seen on both sides, against JAX.
 """
@@ -16,14 +18,14 @@ import shardlaw.spec as S
 from shardlaw.properties.call_strategies import calls
 from shardlaw.properties.jit_harness import CALL_HITS, compare_call
 from shardlaw.properties.registry import checks
-from shardlaw.spec import Arg, Call, JitOptions, Out
+from shardlaw.spec import Arg, Call, Format, JitOptions, Layout, Out
 from shardlaw.spec.rules import RULES
 
-JIT_FAMILIES = ("JIT", "TREE", "FIT", "RES", "KEEP", "DA", "EXE", "OUT", "AOT")
+JIT_FAMILIES = ("JIT", "TREE", "FIT", "RES", "LAY", "KEEP", "DA", "EXE", "OUT", "AOT")
 JIT_RULES = sorted(r for r in RULES if r.rsplit("-", 1)[0] in JIT_FAMILIES)
 
 # Rules that decide without ever rejecting; their "both sides" are shown by the examples.
-DECIDING = {"JIT-5", "KEEP-1", "DA-3", "EXE-1", "EXE-2", "OUT-1", "OUT-3"}
+DECIDING = {"JIT-5", "KEEP-1", "DA-3", "EXE-1", "EXE-2", "OUT-1", "OUT-3", "LAY-2", "LAY-3"}
 # Needs several JAX processes; checked against JAX's source reading and a law (see below).
 MULTI_PROCESS = {"RES-2"}
 
@@ -38,7 +40,7 @@ def _agree(call):
 
 
 @checks(*[r for r in JIT_RULES if r not in MULTI_PROCESS])
-@given(calls())
+@given(calls(layouts=True))
 def test_jit_call_agrees_with_jax(call):
     _agree(call)
 
@@ -248,6 +250,161 @@ def test_numpy_meets_only_replicated_shardings_across_processes():
         in_shardings=S.NamedSharding(MESH, S.P())))
     assert S.jit_call(replicated).accepted
     assert S.jit_call(dataclasses.replace(split, process_count=1, devices=8)).accepted
+
+
+# --------------------------------------------------------------------------- layouts
+
+L10, L01 = Layout((1, 0)), Layout((0, 1))
+LAID = Arg.committed((8, 8), NS, layout=L10)       # jit(f, out_shardings=Format(L10, NS))(x)
+PLAIN = Arg.committed((8, 8), NS)
+
+
+@checks("JIT-2")
+def test_bare_layouts_are_refused_before_any_other_leaf():
+    x = (Arg.numpy((8, 8)), Arg.numpy((8, 8)))
+    for options in (JitOptions(in_shardings=(NS, L10)), JitOptions(out_shardings=Layout.AUTO),
+                    JitOptions(in_shardings=("x", L10)),
+                    JitOptions(in_shardings="x", out_shardings=L10)):
+        verdict = _agree(Call(args=x, outputs=Out((8, 8)), options=options))
+        assert verdict.rule == "JIT-2" and verdict.error_type == "ValueError", verdict
+    # A Format is a leaf: its sharding part is checked like any sharding.
+    ok = _agree(Call(args=x, outputs=Out((8, 8)), options=JitOptions(
+        in_shardings=(Format(L10, NS), Format()), out_shardings=Format(Layout.AUTO))))
+    assert ok.accepted
+
+
+@checks("LAY-1", "LAY-3")
+def test_committed_arrays_must_already_have_the_layout_asked_for():
+    def call(args, in_shardings, **kw):
+        return Call(args=args, outputs=Out((8, 8), source=0), uses=kw.pop("uses", None),
+                    options=JitOptions(in_shardings=in_shardings, **kw))
+
+    refused = [
+        call((PLAIN, LAID), (NS, Format(L01, NS)), uses=(True, False)),   # unused, still checked
+        call((LAID,), Format(L01, NS)),
+        call((PLAIN,), Format(L10, NS)),
+        call((PLAIN,), Format(Layout.AUTO, NS)),                           # AUTO: no array
+        call((PLAIN,), Format(Layout.AUTO)),
+        call(((LAID, PLAIN),), (Format(L10, NS),)),                        # one Format, two arrays
+        call((LAID, PLAIN), Format(L10, NS)),
+    ]
+    for c in refused:
+        verdict = _agree(c)
+        assert verdict.rule == "LAY-1" and verdict.error_type == "ValueError", (c, verdict)
+    accepted = [
+        call((LAID,), Format(L10, NS)),
+        call((PLAIN,), Format(L01, NS)),
+        call((LAID,), Format(None, NS)),                                   # no layout asked
+        call((LAID,), NS),
+        call((Arg.numpy((8, 8)),), Format(L10, NS)),                       # laid out as asked
+        call((Arg.numpy((8, 8)),), Format(Layout.AUTO)),
+        call((Arg.uncommitted((8, 8), layout=L10),), Format(L01, NS)),     # uncommitted: moved
+        call((Arg.scalar(),), Format(Layout(()), S.NamedSharding(MESH, S.P()))),
+    ]
+    for c in accepted:
+        assert _agree(c).accepted, c
+    # Sharding rules come first: RES-4 before LAY-1, LAY-1 before DA-1.
+    other = S.NamedSharding(MESH, S.P("y", "x"))
+    assert _agree(call((LAID, PLAIN), (Format(L01, NS), other))).rule == "RES-4"
+    lone = Arg.committed((8, 8), S.SingleDeviceSharding(3))
+    assert _agree(call((LAID, lone), (Format(L01, NS), None))).rule == "LAY-1"
+    # The executable takes a laid-out committed array in its own layout (LAY-3).
+    assert _agree(call((LAID,), NS)).in_layouts == (L10,)
+
+
+@checks("LAY-4", "FIT-1")
+def test_a_format_layout_has_the_rank_of_its_value():
+    x = (Arg.numpy((8, 8)),)
+    for options in (JitOptions(in_shardings=Format(Layout((0,)), NS)),
+                    JitOptions(out_shardings=Format(Layout((0, 1, 2)), NS)),
+                    JitOptions(in_shardings=Format(Layout((0,)), NS), out_shardings=S.NamedSharding(
+                        S.Mesh.iota((3,), ("z",)), S.P("z")))):
+        verdict = _agree(Call(args=x, outputs=Out((8, 8)), options=options))
+        assert verdict.rule == "LAY-4" and verdict.stage == "trace", verdict
+    # FIT-1 on every input comes before LAY-4 on any.
+    three = S.NamedSharding(S.Mesh.iota((3,), ("z",)), S.P("z"))
+    verdict = _agree(Call(args=x * 2, outputs=Out((8, 8)), options=JitOptions(
+        in_shardings=(Format(Layout((0,)), NS), three))))
+    assert verdict.rule == "FIT-1"
+    scalar = Call(args=(Arg.scalar(),), outputs=Out(()), options=JitOptions(
+        in_shardings=Format(Layout((0,)), S.NamedSharding(MESH, S.P()))))
+    assert _agree(scalar).rule == "LAY-4"
+
+
+@checks("LAY-5")
+def test_a_concrete_layout_needs_a_sharding_over_devices():
+    abstract = S.NamedSharding(S.AbstractMesh((2, 4), ("x", "y")), S.P())
+    x = (Arg.numpy((8, 8)), PLAIN)
+    for options in (JitOptions(in_shardings=(Format(L10, abstract), None)),
+                    JitOptions(in_shardings=(Format(L01, abstract), None)),
+                    JitOptions(out_shardings=Format(L10, abstract))):
+        verdict = _agree(Call(args=x, outputs=Out((8, 8), source=1), options=options))
+        assert verdict.rule == "LAY-5" and verdict.stage == "lower", verdict
+    for layout in (Layout.AUTO, None):
+        assert _agree(Call(args=x, outputs=Out((8, 8), source=1), options=JitOptions(
+            in_shardings=(Format(layout, abstract), None)))).accepted
+    # Input by input: LAY-1 on args[0] comes before LAY-5 on args[1], and the other way round.
+    first = _agree(Call(args=(LAID, Arg.numpy((8, 8))), outputs=Out((8, 8)), options=JitOptions(
+        in_shardings=(Format(L01, NS), Format(L10, abstract)))))
+    assert first.rule == "LAY-1"
+    second = _agree(Call(args=(Arg.numpy((8, 8)), LAID), outputs=Out((8, 8)), options=JitOptions(
+        in_shardings=(Format(L10, abstract), Format(L01, NS)))))
+    assert second.rule == "LAY-5"
+
+
+@checks("LAY-2")
+def test_results_come_back_in_the_layout_asked_for_else_the_default():
+    cases = [
+        (Call(args=(PLAIN,), outputs=Out((8, 8), source=0),
+              options=JitOptions(out_shardings=Format(L10, NS))), (L10,)),
+        (Call(args=(PLAIN,), outputs=(Out((8, 8), source=0), Out((8, 8), source=0)),
+              options=JitOptions(out_shardings=Format(L10, NS))), (L10, L10)),   # a prefix
+        (Call(args=(PLAIN,), outputs=(Out((8, 8), source=0), Out((8, 8), source=0)),
+              options=JitOptions(out_shardings=(Format(L10, NS), None))), (L10, None)),
+        (Call(args=(LAID,), outputs=Out((8, 8), source=0)), (None,)),   # not the argument's
+        (Call(args=(LAID,), outputs=Out((8, 8), source=0),
+              options=JitOptions(in_shardings=Format(L10, NS))), (None,)),
+        (Call(args=(PLAIN,), outputs=Out((8, 8), source=0),
+              options=JitOptions(out_shardings=Format(Layout.AUTO))), None),   # the compiler's
+        (Call(args=(Arg.uncommitted((8, 8), layout=L10),), outputs=Out((8, 8), source=0)),
+         (None,)),
+    ]
+    for call, layouts in cases:
+        verdict = _agree(call)
+        assert verdict.accepted, verdict
+        if layouts is not None:
+            assert verdict.out_layouts == layouts, (call, verdict)
+    # A Format with no sharding leaves the result uncommitted.
+    lone = _agree(Call(args=(Arg.numpy((8, 8)),), outputs=Out((8, 8), source=0),
+                       options=JitOptions(out_shardings=Format(Layout.AUTO))))
+    assert lone.out_committed == (False,)
+
+
+@checks("AOT-3", "LAY-3")
+def test_aot_calls_check_layouts_with_shardings():
+    def aot(args, called, **options):
+        return Call(args=args, outputs=Out((8, 8), source=0), aot_args=called,
+                    options=JitOptions(**options))
+
+    assert _agree(aot((PLAIN,), (LAID,))).rule == "AOT-3"
+    assert _agree(aot((LAID,), (PLAIN,))).rule == "AOT-3"
+    assert _agree(aot((LAID,), (LAID,))).accepted
+    assert _agree(aot((Arg.numpy((8, 8)),), (PLAIN,), in_shardings=Format(L10, NS))).rule == "AOT-3"
+    # Layout.AUTO: the compiler's choice (the default here) is what the executable takes.
+    assert _agree(aot((Arg.numpy((8, 8)),), (LAID,),
+                      in_shardings=Format(Layout.AUTO, NS))).rule == "AOT-3"
+    assert _agree(aot((Arg.numpy((8, 8)),), (Arg.numpy((8, 8)),),
+                      in_shardings=Format(Layout.AUTO, NS))).accepted
+    # Unused inputs are not checked; numpy and uncommitted arguments are laid out.
+    two = Call(args=(PLAIN, PLAIN), outputs=Out((8, 8), source=0), uses=(True, False),
+               aot_args=(PLAIN, LAID))
+    assert _agree(two).accepted
+    assert _agree(dataclasses.replace(two, options=JitOptions(keep_unused=True))).rule == "AOT-3"
+    assert _agree(aot((LAID,), (Arg.numpy((8, 8)),))).accepted
+    reversed_mesh = S.Mesh((2, 4), ("x", "y"), list(range(7, -1, -1)))
+    both = _agree(Call(args=(PLAIN, PLAIN), outputs=Out((8, 8)), aot_args=(
+        Arg.committed((8, 8), S.NamedSharding(reversed_mesh, S.P("x", "y"))), LAID)))
+    assert both.rule == "AOT-3" and "placed and laid out" in both.message
 
 
 # --------------------------------------------------------------------------- coverage

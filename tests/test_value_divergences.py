@@ -77,6 +77,13 @@ OBSERVED = [
                       "('x', 'y')), P('x')))",
              "ValueError: safe_zip() argument 1 has length 4 but argument 0 has length 2. "
              "All lengths: (2, 4)"),
+    # VAL-9: a layout that is not an order of the dimensions
+    Observed("VAL-9", "Layout((0, 0))",
+             "Layout(major_to_minor=(0, 0), tiling=None, sub_byte_element_size_in_bits=0)"),
+    Observed("VAL-9", "jax.jit(lambda a: a, in_shardings=Format(Layout((0, 0)), "
+                      "SingleDeviceSharding(jax.devices()[0])))(np.zeros((2, 2)))",
+             "JaxRuntimeError: INVALID_ARGUMENT: during context [hlo verifier]: layout "
+             "minor_to_major field has duplicate values: {0, 0}; shape: f32[2,2]"),
     # LOW-1: lowering a value that is not a sharding
     Observed("LOW-1", "'sharding'._to_xla_hlo_sharding(1)",
              "AttributeError: 'str' object has no attribute '_to_xla_hlo_sharding'"),
@@ -113,6 +120,7 @@ SPEC_REFUSES = [
     ("VAL-3", "AbstractMesh((2, 4), ('x', 'x'))"),
     ("VAL-5", "Mesh((2, 2), ('x', 'y'), [0, 1, 0, 1])"),
     ("VAL-8", "to_hlo('sharding', 1)"),
+    ("VAL-9", "Layout((0, 0))"),
     ("IDX-1", "tiles_per_dimension(GSPMDSharding(range(8), '{manual}'), 1)"),
     ("IDX-1", "replica_id(SingleDeviceSharding(3), (4,), 2)"),
     ("HLO-2", "hlo_text('{replicated}')"),
@@ -123,6 +131,7 @@ def _jax_namespace() -> dict:
     from jax._src.lib import xla_client as xc
     from jax._src.op_shardings import get_num_ways_dim_sharded
     from jax._src.sharding_impls import device_replica_id_map
+    from jax.experimental.layout import Format, Layout
     from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
     devices = np.empty(len(jax.devices()), dtype=object)
@@ -132,7 +141,7 @@ def _jax_namespace() -> dict:
         "NamedSharding": NamedSharding, "P": PartitionSpec,
         "SingleDeviceSharding": SingleDeviceSharding, "HloSharding": xc.HloSharding,
         "OpSharding": xc.OpSharding, "get_num_ways_dim_sharded": get_num_ways_dim_sharded,
-        "device_replica_id_map": device_replica_id_map,
+        "device_replica_id_map": device_replica_id_map, "Format": Format, "Layout": Layout,
         # JAX's CPU devices with these ids, in an array of the same shape
         "ids": lambda rows: devices[np.array(rows)],
         # a devices_indices_map keyed by device id

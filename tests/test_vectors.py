@@ -40,7 +40,7 @@ def round_trip(call, verdict=None, **labels):
 # --------------------------------------------------------------------------- round trips
 
 @checks("VEC-1", "VEC-2")
-@given(calls())
+@given(calls(layouts=True))
 def test_every_drawn_call_and_its_verdict_round_trip(call):
     verdict = S.jit_call(call)
     labels = ({"rule": verdict.rule, "side": "reject"} if not verdict.accepted
@@ -91,6 +91,15 @@ EXOTIC = {
             S.P("y", unreduced={"x"}), memory_kind="pinned_host")),),
         outputs=Out((8,)), options=JitOptions(
             in_shardings=[S.P(S.UNCONSTRAINED, ("x", "y"))], out_shardings=None)),
+    "layouts: laid-out arrays, Format leaves, bare layouts, the compiler's choices": Call(
+        args=(Arg.committed((8, 8), NS, layout=S.Layout((1, 0))),
+              Arg.uncommitted((2, 3, 4), layout=S.Layout((2, 0, 1))), Arg.numpy((8,))),
+        outputs=(Out((8, 8), source=0), Out((8,))),
+        options=JitOptions(
+            in_shardings=(S.Format(S.Layout((1, 0)), NS), S.Format(), S.Layout.AUTO),
+            out_shardings=(S.Format(S.Layout.AUTO), S.Format(None, S.SingleDeviceSharding(1)))),
+        compiler_layouts=(S.Layout((0, 1)), None),
+        compiler_in_layouts=(None, None, S.Layout((0,)))),
     "shardings trees with plain and array leaves": Call(
         args=((Arg.numpy((2,)), Arg.numpy((2,))),), outputs=Out((2,)),
         options=JitOptions(in_shardings=({"a": "x", "b": 1.5},), out_shardings=[
@@ -142,7 +151,7 @@ BAD = [
     ("repeated key", '{"format": "x", "format": "y"}', "(the vector)", "repeated keys"),
     ("NaN", '{"format": NaN}', "(the vector)", "NaN"),
     ("other format", _set(("format",), "wasm"), "at format", '"wasm"'),
-    ("unknown version", _set(("version",), 2), "at version", "format version 1"),
+    ("unknown version", _set(("version",), 3), "at version", "reads (1, 2), got 3"),
     ("version as text", _set(("version",), "1"), "at version", '"1"'),
     ("no call", _set(("call",), _DELETE), "at (the vector)", 'the key "call"'),
     ("unknown top key", _set(("calls",), {}), "at calls", "a key of a vector"),
@@ -319,3 +328,17 @@ def test_vector_files_are_json(tmp_path):
     """What vector_text writes is plain JSON that any implementation reads."""
     vector = _good()
     assert json.loads(vector_text(vector)) == vector
+
+
+@checks("VEC-1")
+def test_layouts_need_version_two_and_vectors_without_them_stay_version_one():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "vectors" / "jit"
+    laid = json.loads((root / "hand" / "lay-1-auto-matches-no-committed-array.json").read_text())
+    assert laid["version"] == 2 and load_vector(laid).call.options.in_shardings is not None
+    with pytest.raises(ValueError) as caught:
+        load_vector(dict(laid, version=1))
+    assert "version 2 for a vector with layouts" in str(caught.value)
+    plain = dump_vector(Call(args=(Arg.numpy((4,)),), outputs=Out((4,))))
+    assert plain["version"] == 1

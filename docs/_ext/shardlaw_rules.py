@@ -40,6 +40,7 @@ FAMILY_TITLES = {
     "TREE": "Matching shardings to pytrees",
     "FIT": "Arguments and results fit their shardings",
     "RES": "Resolving argument shardings",
+    "LAY": "Layouts: Format leaves, arrays' layouts, results' layouts",
     "KEEP": "Kept inputs",
     "DA": "The device assignment",
     "EXE": "What the compiled program receives",
