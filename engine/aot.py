@@ -383,9 +383,8 @@ class Compiled:
         paths = self._site.paths() if leaves else []
         check_aot_types(paths, self._in_avals, leaves)
         plan = self._plan
-        check_aot_layouts(paths, self._in_layouts(), leaves, plan.kept)
         if not self._device_or_backend:
-            check_aot_shardings(paths, plan.exe_inputs, leaves, plan.kept)
+            check_aot_shardings(paths, plan.exe_inputs, leaves, plan.kept, self._in_layouts())
         else:
             from .jit import Site
             from .trees import ArgumentNames
@@ -437,44 +436,33 @@ def check_aot_types(paths: list[str], compiled: list[Any], called: list[Any]) ->
 
 @rule("AOT-3")
 def check_aot_shardings(paths: list[str], expected: tuple, called: list[Any],
-                        kept: tuple[int, ...]) -> None:
-    """Each committed array passed to an AOT-compiled executable is JAX-equivalent (EQ-1) to the input sharding it was compiled with."""
+                        kept: tuple[int, ...], expected_layouts: list[Any] | None = None) -> None:
+    """Each committed array passed to an AOT-compiled executable is JAX-equivalent (EQ-1) to the input sharding it was compiled with, and in the layout the executable takes it in."""
     bad = []
+    kinds = set()
     for i in kept:
         leaf, want = called[i], expected[i]
-        if want is None or want is UNSPECIFIED or not isinstance(leaf, jax.Array):
-            continue
-        if not getattr(leaf, "_committed", True):
-            continue
-        if not jax_equivalent(leaf.sharding, want, leaf.ndim):
+        if not isinstance(leaf, jax.Array) or not getattr(leaf, "_committed", True):
+            continue   # moved and laid out as the executable wants, without a check
+        if want is not None and want is not UNSPECIFIED and not jax_equivalent(
+                leaf.sharding, want, leaf.ndim):
+            kinds.add("placed")
             bad.append((paths[i], f"{paths[i]} passed {leaf.sharding}, compiled for {want}"))
+        if expected_layouts is not None and i < len(expected_layouts):
+            have = layouts.array_layout(leaf)
+            if have != expected_layouts[i]:
+                kinds.add("laid out")
+                bad.append((paths[i], f"{paths[i]} passed in {layouts.layout_text(have)}, "
+                                      f"compiled for {layouts.layout_text(expected_layouts[i])}"))
     if bad:
+        how = " and ".join(sorted(kinds, reverse=True))
+        fix = ("input_shardings", "these shardings") if kinds == {"placed"} else (
+            "input_formats", "these shardings and layouts")
         raise reject("AOT-3", ValueError,
-                     f"{len(bad)} committed argument(s) are placed otherwise than the executable "
+                     f"{len(bad)} committed argument(s) are {how} otherwise than the executable "
                      f"was compiled for; {_details([b for _, b in bad])}. jax.device_put each "
-                     "one to the executable's input_shardings first, or compile again for "
-                     "these shardings.", bad[0][0])
-
-
-@rule("AOT-3")
-def check_aot_layouts(paths: list[str], expected: list[Any], called: list[Any],
-                      kept: tuple[int, ...]) -> None:
-    """Each array passed to an AOT-compiled executable is in the layout it was compiled for."""
-    bad = []
-    for i in kept:
-        leaf = called[i]
-        if i >= len(expected) or not isinstance(leaf, jax.Array):
-            continue
-        have = layouts.array_layout(leaf)
-        if have != expected[i]:
-            bad.append((paths[i], f"{paths[i]} passed in {layouts.layout_text(have)}, compiled "
-                                  f"for {layouts.layout_text(expected[i])}"))
-    if bad:
-        raise reject("AOT-3", ValueError,
-                     f"{len(bad)} argument(s) are laid out otherwise than the executable was "
-                     f"compiled for; {_details([b for _, b in bad])}. Lay them out as its "
-                     "input_formats say (jax.device_put(x, format)), or compile again for "
-                     "these arrays.", bad[0][0])
+                     f"one to the executable's {fix[0]} first, or compile again for "
+                     f"{fix[1]}.", bad[0][0])
 
 
 __all__ += ["check_aot_structure", "check_aot_types", "check_aot_shardings",

@@ -93,9 +93,13 @@ class Options:
         check_device_options(device, backend, in_shardings, out_shardings)
         if isinstance(in_shardings, list):
             in_shardings = tuple(in_shardings)  # a list is read as a tuple (TREE-1)
-        for which, tree in (("in_shardings", in_shardings), ("out_shardings", out_shardings)):
-            for path, leaf in sharding_leaves(tree):
-                check_leaf(leaf, which + path)
+        trees = (("in_shardings", in_shardings), ("out_shardings", out_shardings))
+        leaves = [(which + path, leaf) for which, tree in trees
+                  for path, leaf in sharding_leaves(tree)]
+        # JAX splits layouts off both trees, refusing bare ones, before it checks any leaf.
+        leaves.sort(key=lambda item: not isinstance(item[1], layouts.Layout))
+        for where, leaf in leaves:
+            check_leaf(leaf, where)
         self.in_shardings = in_shardings
         self.out_shardings = out_shardings
         self.names: ArgumentNames = resolve_argnums(fun, static_argnums, static_argnames,
@@ -571,6 +575,8 @@ class Engine:
         for i, s in enumerate(d.jit_in):
             if s is not UNSPECIFIED:
                 check_fits(s, site.shape(i), paths[i])
+        for i, given in enumerate(d.in_layouts):
+            layouts.check_rank(paths[i], given, site.shape(i), "argument")
 
     def stage_trace(self, d: Decision) -> None:
         """Tracing, then TREE-2 and FIT-1 (results)."""
@@ -588,6 +594,8 @@ class Engine:
         for s, aval, path in zip(flat, out_avals, paths):
             if s is not UNSPECIFIED:
                 check_fits(s, tuple(aval.shape), path)
+        for given, aval, path in zip(d.out_layouts, out_avals, paths):
+            layouts.check_rank(path, given, tuple(aval.shape), "result")
         return flat
 
     def _trace(self, d: Decision) -> Any:
@@ -615,17 +623,19 @@ class Engine:
         o, site = self.options, d.site
         n = len(site.leaves)
         d.inputs = [site.input(i, d.jit_in[i]) for i in range(n)]
-        if any(layout is not None for layout in d.in_layouts):
-            layouts.check_layouts(
-                [item.path for item in d.inputs], d.in_layouts,
-                [site.layout(i) for i in range(n)],
-                [item.committed and site.kinds[i] in (ARRAY, ABSTRACT)
-                 for i, item in enumerate(d.inputs)],
-                [len(item.shape) for item in d.inputs])
         processes = jax.process_count()
         d.resolved = []
         for item in d.inputs:
             d.resolved.append(resolve_input(item, processes, o.device_or_backend))
+        # Layouts, after every sharding: argument by argument (LAY-1, LAY-5), then results.
+        for i, given in enumerate(d.in_layouts):
+            if given is not None:
+                item = d.inputs[i]
+                layouts.check_argument(item.path, given, site.layout(i),
+                                       item.committed and site.kinds[i] == ARRAY,
+                                       len(item.shape), d.jit_in[i])
+        for given, s, path in zip(d.out_layouts, d.out_flat, d.out_paths):
+            layouts.check_layout_devices(path, given, s)
         used = internals.used_inputs(d.traced.jaxpr)
         if used is None or len(used) != n:
             used = [True] * n

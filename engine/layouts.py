@@ -7,6 +7,11 @@ the layouts to JAX unchanged and keeps three facts of its own:
 * LAY-1 — a committed array whose ``in_shardings`` leaf gives a layout (a concrete one or
   ``Layout.AUTO``) must carry exactly that layout; jit refuses it otherwise (ValueError,
   while lowering), for every argument, kept or not;
+* LAY-4 — a concrete layout orders as many dimensions as its argument or result has
+  (ValueError, at the call, after FIT-1); LAY-5 — a concrete layout needs a sharding over
+  concrete devices (ValueError, while lowering, with LAY-1 argument by argument);
+* VAL-9 — a concrete layout is a permutation of the dimensions (JAX's ``Layout`` takes any
+  integers and XLA fails when compiling; the engine refuses it at ``jit(...)``);
 * an argument's own layout takes part in the signature and the executable key: JAX
   compiles a committed argument in a non-default layout into its own executable;
 * a given layout takes part in the executable key.
@@ -18,10 +23,13 @@ from typing import Any
 
 from jax.experimental.layout import Format, Layout
 
+from jax.sharding import AbstractMesh
+
 from .rules import reject, rule
 
 __all__ = ["Format", "Layout", "Laid", "AUTO", "split", "array_layout", "layout_text",
-           "check_layouts", "layout_key"]
+           "check_argument", "check_layout", "check_rank", "check_layout_devices",
+           "check_order", "layout_key"]
 
 AUTO = Layout.AUTO
 
@@ -103,20 +111,62 @@ def _matches(given: Any, held: Any, ndim: int) -> bool:
     return True
 
 
+def check_argument(path: str, given: Any, held: Any, committed: bool, ndim: int,
+                   sharding: Any) -> None:
+    """LAY-1 then LAY-5 for one argument, as jit resolves input layouts one by one."""
+    check_layout(path, given, held, committed, ndim)
+    check_layout_devices(path, given, sharding)
+
+
 @rule("LAY-1")
-def check_layouts(paths: list[str], layouts: list[Any], held: list[Any], committed: list[bool],
-                  ndims: list[int]) -> None:
+def check_layout(path: str, given: Any, held: Any, committed: bool, ndim: int) -> None:
     """A committed array whose in_shardings leaf is a Format with a layout (a concrete one or AUTO) must already be in exactly that layout, kept by the program or not."""
-    for path, given, have, is_committed, ndim in zip(paths, layouts, held, committed, ndims):
-        if given is None or not is_committed:
-            continue
-        if not _matches(given, have, ndim):
-            hint = ("Layout.AUTO lets the compiler choose, which a committed array cannot "
-                    "follow: pass it uncommitted, or give its own layout"
-                    if given is AUTO else
-                    "Lay it out first (jax.device_put(x, Format(layout, sharding))), or "
-                    "leave the layout out of in_shardings (Format(None, sharding))")
-            raise reject("LAY-1", ValueError,
-                         f"in_shardings gives {path} the layout {layout_text(given)}, but the "
-                         f"committed array passed there is in {layout_text(have)}. {hint}.",
-                         path)
+    if given is None or not committed or _matches(given, held, ndim):
+        return
+    hint = ("Layout.AUTO lets the compiler choose, which a committed array cannot follow: "
+            "pass it uncommitted, or give its own layout"
+            if given is AUTO else
+            "Lay it out first (jax.device_put(x, Format(layout, sharding))), or leave the "
+            "layout out of in_shardings (Format(None, sharding))")
+    raise reject("LAY-1", ValueError,
+                 f"in_shardings gives {path} the layout {layout_text(given)}, but the committed "
+                 f"array passed there is in {layout_text(held)}. {hint}.", path)
+
+
+@rule("LAY-4")
+def check_rank(path: str, given: Any, shape: tuple[int, ...], what: str) -> None:
+    """A Format's concrete layout orders as many dimensions as the argument or result it covers has."""
+    if given is None or given is AUTO:
+        return
+    order = tuple(given.major_to_minor)
+    if len(order) != len(shape):
+        raise reject("LAY-4", ValueError,
+                     f"the layout {layout_text(given)} given for {path} orders {len(order)} "
+                     f"dimension(s), but the {what} there has shape {tuple(shape)} "
+                     f"({len(shape)} dimension(s)). Give a layout of its rank.", path)
+
+
+@rule("LAY-5")
+def check_layout_devices(path: str, given: Any, sharding: Any) -> None:
+    """A Format's concrete layout needs a sharding over concrete devices: one over an abstract mesh is refused (AUTO and no layout take any sharding)."""
+    if given is None or given is AUTO:
+        return
+    mesh = getattr(sharding, "mesh", None)
+    if isinstance(mesh, AbstractMesh):
+        raise reject("LAY-5", ValueError,
+                     f"the layout {layout_text(given)} given for {path} comes with {sharding}, "
+                     "over an abstract mesh; laying a value out needs its devices. Give the "
+                     "Format a sharding over a concrete Mesh, or let the compiler choose "
+                     "(Layout.AUTO).", path)
+
+
+@rule("VAL-9")
+def check_order(layout: Any, which: str) -> None:
+    """A layout's major_to_minor orders the dimensions 0 .. rank-1, each once."""
+    order = tuple(getattr(layout, "major_to_minor", ()) or ())
+    if sorted(order) != list(range(len(order))):
+        raise reject("VAL-9", ValueError,
+                     f"{which} holds the layout {layout_text(layout)}, whose major_to_minor "
+                     f"{order} does not order the dimensions 0 .. {len(order) - 1} each once "
+                     "(XLA would refuse it only when compiling). Write each dimension once, "
+                     "e.g. Layout((1, 0)) for a 2-D array.", which)

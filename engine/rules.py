@@ -86,7 +86,7 @@ STAGE_OF = {
     "FIT-1": "trace", "NS-1": "trace", "ENG-1": "trace", "ENG-2": "trace", "ENG-3": "call",
     "RES-1": "lower", "RES-2": "lower", "RES-3": "lower", "RES-4": "lower", "RES-5": "call",
     "DA-1": "lower", "DA-2": "lower", "DA-4": "lower", "EXE-3": "compile", "EXE-4": "lower", "OUT-1": "compile", "OUT-2": "compile",
-    "AOT-1": "aot", "AOT-2": "aot", "AOT-3": "aot", "LAY-1": "lower",
+    "AOT-1": "aot", "AOT-2": "aot", "AOT-3": "aot", "LAY-1": "lower", "LAY-4": "trace", "LAY-5": "lower", "VAL-9": "jit",
     "ENG-5": "compile",
 }
 

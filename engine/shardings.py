@@ -16,7 +16,7 @@ import jax
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from . import internals
-from .layouts import Format, Laid, Layout
+from .layouts import Format, Laid, Layout, check_order
 from .rules import reject, rule
 
 __all__ = [
@@ -69,6 +69,8 @@ def check_leaf(leaf: Any, which: str) -> None:
         spec = leaf
     elif isinstance(leaf, Format):
         # A Format is its sharding (checked as a leaf) plus a layout for the compiler.
+        if isinstance(leaf.layout, Layout):
+            check_order(leaf.layout, which)
         check_leaf(leaf.sharding, which)
         return
     elif isinstance(leaf, Layout) or leaf is Layout.AUTO:
