@@ -39,8 +39,10 @@ from typing import Any, ClassVar, Iterable, Sequence
 from .call import Arg, Call, Verdict
 from .equivalence import hlo_equal, jax_equivalent, placement_equivalent
 from .hlo import Replicated
+from .layouts import Layout
 from .jit import (
-    Input, convert_leaves, device_option_sharding, flat_arguments, jit_call, jit_context_mesh,
+    Input, convert_leaves, device_option_sharding, flat_arguments, given_layouts, jit_call,
+    jit_context_mesh,
     match_in_shardings, match_out_shardings, replicate_scalars, resolve_input,
 )
 from .placement import devices_indices_map, is_fully_replicated, to_hlo
@@ -916,7 +918,7 @@ def _class_or_open(sharding: Any, shape: tuple[int, ...]) -> Any:
 
 @rule("CACHE-12", mirrors="(none: the shardlaw cache policy)")
 def policy_key(site: CallSite, verdict: Verdict) -> Key:
-    """Under the shardlaw policy a call reuses an executable when it calls the same function with the same static values, argument structure and program types of every argument (shape, dtype, weak type, memory space, and the mesh and spec of a type on a mesh with Explicit axes), the same placement class (CACHE-11) of every kept input and every output sharding (or both open), the same device assignment, donation and keep_unused.
+    """Under the shardlaw policy a call reuses an executable when it calls the same function with the same static values, argument structure and program types of every argument (shape, dtype, weak type, memory space, and the mesh and spec of a type on a mesh with Explicit axes), the same placement class (CACHE-11) of every kept input and every output sharding (or both open), the same device assignment, donation, keep_unused and layouts (those jit's options give, and the committed arguments' own).
 
     >>> from shardlaw.spec import Arg, Call, Mesh, NamedSharding, Out, P, jit_call
     >>> m, renamed = Mesh.iota((2, 4), ("x", "y")), Mesh.iota((2, 4), ("a", "b"))
@@ -938,6 +940,19 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     >>> policy_key(*site(NamedSharding(e, P("x")))) == policy_key(
     ...     *site(NamedSharding(e_renamed, P("a"))))
     False
+
+    A committed argument in another layout is compiled for on its own (LAY-3), and so is
+    a layout jit's options give.
+
+    >>> from shardlaw.spec import Layout
+    >>> def laid(layout):
+    ...     call = Call(args=(Arg.committed((8, 8), NamedSharding(m, P("x")), layout=layout),),
+    ...                 outputs=Out((8, 8)))
+    ...     return CallSite(call), jit_call(call)
+    >>> policy_key(*laid(None)) == policy_key(*laid(Layout((0, 1))))
+    True
+    >>> policy_key(*laid(None)) == policy_key(*laid(Layout((1, 0))))
+    False
     """
     facts = _site_facts(site)
     parts = [Part("the function", site.function), _structure_part(facts),
@@ -951,8 +966,24 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
               for path, out, s in facts.outs]
     parts += [Part("the device assignment", verdict.device_assignment),
               Part("donation", facts.donated),
-              Part("keep_unused", site.call.options.keep_unused)]
+              Part("keep_unused", site.call.options.keep_unused),
+              Part("layouts", _layouts(site.call, facts))]
     return tuple(parts)
+
+
+def _layouts(call: Call, facts: _Facts) -> Any:
+    """The layouts that shape the executable: those jit's options give (inputs, results) and
+    the committed arguments' own (LAY-3); None when every one is the default."""
+    given_in, given_out = given_layouts(call)
+    held = tuple(_canonical_layout(arg.layout) if arg.kind == "committed" else None
+                 for _, arg in facts.flat)
+    parts = (tuple(map(_canonical_layout, given_in)), held,
+             tuple(map(_canonical_layout, given_out)))
+    return None if not any(x is not None for part in parts for x in part) else parts
+
+
+def _canonical_layout(layout: Any) -> Any:
+    return None if isinstance(layout, Layout) and layout.is_default else layout
 
 
 def _program_type(arg: Arg) -> tuple:

@@ -1530,6 +1530,21 @@ def convert_leaves(tree: Any, context: Any, which: str) -> Any:
                       tree, none_is_leaf=True, with_path=True)
 
 
+def given_layouts(call: Call) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The layout each flat input and each flat result is given by a Format of jit's options (None: none given)."""
+    options = call.options
+    static = {i if i >= 0 else i + len(call.args) for i in options.static_argnums}
+    flat_in, _ = flat_arguments(call.args, call.kwargs, static, set(options.static_argnames))
+    flat_out = list(leaves_with_paths(call.outputs))
+    if options.device is not None or options.backend is not None:
+        return (None,) * len(flat_in), (None,) * len(flat_out)
+    positional = structure(tuple(a for i, a in enumerate(call.args) if i not in static))
+    given_in = (_flat_layouts(options.in_shardings, positional, "in_shardings")
+                if not call.kwargs else [None] * len(flat_in))
+    given_out = _flat_layouts(options.out_shardings, structure(call.outputs), "out_shardings")
+    return tuple(given_in), tuple(given_out)
+
+
 def _flat_layouts(tree: Any, node: Node, which: str) -> list[Any]:
     """The layout part of each flat leaf's Format (None: none), once TREE-1/2 matched ``tree``."""
     if tree is UNSPECIFIED or tree is None:
