@@ -134,7 +134,33 @@ class Methods:
         return Explanation.of_plan(engine.decision_for(self._site(args, kwargs)))
 
 
-class Traced:
+class _Stage:
+    """What every stage knows from the trace (as JAX's stage objects carry it)."""
+
+    _decision: Any
+
+    @property
+    def in_avals(self) -> Any:
+        return self._decision.traced.in_avals
+
+    @property
+    def in_tree(self) -> Any:
+        return self._decision.traced.in_tree
+
+    @property
+    def out_tree(self) -> Any:
+        return self._decision.traced.out_tree
+
+    @property
+    def args_info(self) -> Any:
+        return self._decision.traced.args_info
+
+    @property
+    def donate_argnums(self) -> Any:
+        return self._decision.traced.donate_argnums
+
+
+class Traced(_Stage):
     """A traced call: its program and result types, ready to lower."""
 
     def __init__(self, engine: Any, decision: Any, fired: list[str]) -> None:
@@ -151,28 +177,8 @@ class Traced:
         return self._decision.traced.out_info
 
     @property
-    def in_avals(self) -> Any:
-        return self._decision.traced.in_avals
-
-    @property
-    def out_tree(self) -> Any:
-        return self._decision.traced.out_tree
-
-    @property
     def out_avals(self) -> Any:
         return self._decision.traced.out_avals
-
-    @property
-    def in_tree(self) -> Any:
-        return self._decision.traced.in_tree
-
-    @property
-    def args_info(self) -> Any:
-        return self._decision.traced.args_info
-
-    @property
-    def donate_argnums(self) -> Any:
-        return self._decision.traced.donate_argnums
 
     @property
     def fun_name(self) -> str:
@@ -191,7 +197,7 @@ class Traced:
         return Lowered(self._engine, self._decision, self._fired, platforms)
 
 
-class Lowered:
+class Lowered(_Stage):
     """A lowered call: its StableHLO text, ready to compile (through the engine's cache)."""
 
     def __init__(self, engine: Any, decision: Any, fired: list[str],
@@ -217,28 +223,8 @@ class Lowered:
         return self._jax_lowered().cost_analysis()
 
     @property
-    def in_tree(self) -> Any:
-        return self._decision.traced.in_tree
-
-    @property
-    def out_tree(self) -> Any:
-        return self._decision.traced.out_tree
-
-    @property
-    def in_avals(self) -> Any:
-        return self._decision.traced.in_avals
-
-    @property
     def out_info(self) -> Any:
         return self._jax_lowered().out_info
-
-    @property
-    def args_info(self) -> Any:
-        return self._decision.traced.args_info
-
-    @property
-    def donate_argnums(self) -> Any:
-        return self._decision.traced.donate_argnums
 
     def compile(self, compiler_options: dict[str, Any] | None = None, *,
                 device_assignment: Any = None) -> "Compiled":
@@ -276,7 +262,7 @@ def check_compilable(platforms: tuple[str, ...] | None, assignment: tuple,
                      "lowering_platforms.")
 
 
-class Compiled:
+class Compiled(_Stage):
     """A compiled call, to be called with arguments of the types and placements it was compiled for."""
 
     def __init__(self, engine: Any, plan: Any, decision: Any) -> None:
@@ -292,18 +278,6 @@ class Compiled:
     @property
     def explanation(self) -> Explanation:
         return Explanation.of_plan(self._plan)
-
-    @property
-    def in_avals(self) -> Any:
-        return self._decision.traced.in_avals
-
-    @property
-    def args_info(self) -> Any:
-        return self._decision.traced.args_info
-
-    @property
-    def donate_argnums(self) -> Any:
-        return self._decision.traced.donate_argnums
 
     @property
     def input_formats(self) -> Any:
