@@ -3,8 +3,8 @@
     python benchmarks/bench_engine.py            # about a minute on 2 cores
     python benchmarks/bench_engine.py --quick    # fewer repeats
 
-Prints one table: cache-hit dispatch (1 device and 1 array; a 10-array pytree; an array
-sharded over 8 devices), the first call (trace + lower + compile + run, on a sharded MLP
+Prints one table: cache-hit dispatch (1 device and 1 array, with call counting off — the
+default — and on; a 10-array pytree; an array sharded over 8 devices), the first call (trace + lower + compile + run, on a sharded MLP
 training step), and the number of compilations on a workload of placement-equal but
 differently written shardings, with the goals of issue 6 beside each ratio. Timings
 alternate between the two implementations and keep the best of several rounds, so that
@@ -30,7 +30,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from shardlaw.engine import jit as engine_jit  # noqa: E402
+from shardlaw.engine import count_calls, jit as engine_jit  # noqa: E402
 from shardlaw.properties.engine_workloads import (  # noqa: E402
     count_compiles, mlp, placement_equal_workload,
 )
@@ -46,9 +46,18 @@ def per_call(fn: Callable, args: tuple, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def dispatch(f: Callable, args: tuple, calls: int, rounds: int) -> tuple[float, float]:
-    """Best per-call time of jax.jit(f) and engine jit(f) on a cache hit, alternating rounds."""
-    theirs, mine = jax.jit(f), engine_jit(f)
+def dispatch(f: Callable, args: tuple, calls: int, rounds: int,
+             counting: bool = False) -> tuple[float, float]:
+    """Best per-call time of jax.jit(f) and engine jit(f) on a cache hit, alternating rounds.
+
+    ``counting=True`` measures the engine with call counting on (a Python frame in front
+    of the C++ dispatcher; :func:`shardlaw.engine.count_calls`).
+    """
+    count_calls(counting)
+    try:
+        theirs, mine = jax.jit(f), engine_jit(f)
+    finally:
+        count_calls(False)
     for fn in (theirs, mine):
         jax.block_until_ready(fn(*args))
         per_call(fn, args, max(calls // 10, 10))
@@ -117,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     t, m = dispatch(lambda a: a + 1, (one,), 2000 * scale, rounds)
     rows.append(("cache-hit dispatch, 1 device, 1 array", t, m, 1.10, "us"))
+    t, m = dispatch(lambda a: a + 1, (one,), 2000 * scale, rounds, counting=True)
+    rows.append(("  the same, call counting on", t, m, 1.10, "us"))
     t, m = dispatch(lambda d: sum(d.values()), (tree,), 1000 * scale, rounds)
     rows.append(("cache-hit dispatch, 10-array pytree", t, m, 1.20, "us"))
     t, m = dispatch(lambda a: a * 2, (sharded,), 200 * scale, rounds)

@@ -14,9 +14,9 @@ The engine is an independent implementation of the rules: it never imports
 
 from .aot import Compiled, Explanation, Lowered, Traced
 from .cache import CACHE, set_capacity
-from .jit import CacheInfo, jit
+from .jit import CacheInfo, count_calls, jit
 from .rules import EngineRejection
 from .verdict import verdict_for_call
 
 __all__ = ["jit", "EngineRejection", "Explanation", "CacheInfo", "Traced", "Lowered",
-           "Compiled", "set_capacity", "CACHE", "verdict_for_call"]
+           "Compiled", "set_capacity", "count_calls", "CACHE", "verdict_for_call"]

@@ -152,7 +152,7 @@ def test_explain_says_what_and_why_without_running():
     assert "DA-1" in before.trace and "RES-1" in before.trace
     # The compiler's choice for the open result is known before any call runs...
     assert before.out_shardings[0] == NamedSharding(MESH, P("x"))
-    assert f.cache_info().compiles == 1 and f.cache_info().calls == 0
+    assert f.cache_info().compiles == 1 and f.cache_info().python_calls == 0
     # ... and the call that follows runs the executable explain compiled.
     out = f(x)
     assert f.cache_info().compiles == 1
@@ -305,3 +305,27 @@ def test_zero_size_results_split_by_their_sharding_are_readable(shape, spec):
         assert mine.sharding == theirs.sharding and mine._committed == theirs._committed
         assert all(sh.data.shape == s.shard_shape(shape) for sh in mine.addressable_shards)
         assert np.asarray(mine).shape == shape
+
+
+def test_call_counting_is_a_frame_in_front_of_the_dispatcher_only_when_asked_for():
+    from shardlaw.engine import count_calls
+    f = jit(lambda a: a + 1)
+    assert type(f).__name__ == "PjitFunction" and f.__wrapped__ is not None
+    x = jnp.ones(4)
+    for _ in range(3):
+        assert f(x).tolist() == [2.0] * 4
+    info = f.cache_info()
+    assert info.calls is None and info.dispatch_hits is None and info.python_calls == 1
+    assert "not counted" in str(info) and info.compiles == 1
+    assert f.explain(x).accepted and f.lower(x).compile()(x).tolist() == [2.0] * 4
+    count_calls(True)
+    try:
+        counted = jit(lambda a: a + 1)
+    finally:
+        count_calls(False)
+    assert type(counted).__name__ == "function"
+    for _ in range(3):
+        counted(x)
+    assert (counted.cache_info().calls, counted.cache_info().dispatch_hits) == (3, 2)
+    assert type(jit(lambda a: a)).__name__ == "PjitFunction"    # off again
+    assert type(jit(lambda a, n: a, static_argnums=1)).__name__ == "function"  # ENG-1
