@@ -21,8 +21,8 @@ from typing import Any
 from .hlo import HloSharding, Tiled
 from .iota import Atom, Iota, compose_digits, iota_digits, invert_digits, merge_digits, split_digits
 from .placement import (
-    _acts_replicated, _check_shape, _device_list, _layout, devices_indices_map, num_devices,
-    shard_shape, to_hlo,
+    _acts_replicated, _check_shape, _device_list, _layout, check_places, devices_indices_map,
+    num_devices, to_hlo,
 )
 from .rules import rule
 from .shardings import NamedSharding, SingleDeviceSharding
@@ -126,7 +126,7 @@ def placement_equivalent(a: Any, b: Any, shape: Any) -> bool:
     if isinstance(a, SingleDeviceSharding) or isinstance(b, SingleDeviceSharding):
         return _by_enumeration(a, b, shape)
     if num_devices(a) != num_devices(b):
-        shard_shape(a, shape), shard_shape(b, shape)  # still reject what does not divide
+        check_places(a, shape), check_places(b, shape)  # still reject what IDX-1 rejects
         return False
     fa, fb = _symbolic_form(a, shape), _symbolic_form(b, shape)
     if fa is not None and fb is not None:
@@ -138,6 +138,6 @@ def _by_enumeration(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
     # A device is its id on its platform: the same ids on two platforms are other devices.
     platforms = {d.platform for s in (a, b) for d in _device_list(s, "placement-equivalence")}
     if len(platforms) > 1:
-        shard_shape(a, shape), shard_shape(b, shape)
+        check_places(a, shape), check_places(b, shape)
         return False
     return devices_indices_map(a, shape) == devices_indices_map(b, shape)

@@ -379,6 +379,13 @@ def _layout(sharding: Any, shape: Shape) -> tuple[HloSharding, Shape, DeviceList
     return hlo, piece, devices
 
 
+def check_places(sharding: Any, shape: Shape) -> None:
+    """The checks IDX-1 makes before it says which device holds which box (divisibility,
+    unreduced, devices), for a question that can be answered without the boxes."""
+    if not isinstance(sharding, SingleDeviceSharding):
+        _layout(sharding, shape)
+
+
 def _box_at(hlo: HloSharding, piece: Shape, shape: Shape, position: int) -> Box:
     if _acts_replicated(hlo):
         return _full_box(shape)

@@ -279,6 +279,17 @@ def test_placement_equivalence_agrees_with_jax_boxes(data):
     _agree(D.compare_placement_equivalence(a, b, shape))
 
 
+@checks("EQ-2")
+def test_placement_equivalence_of_an_unreduced_sharding_on_other_devices():
+    """Found by the property above: with device counts that differ, the spec answered False
+    where JAX's devices_indices_map first refuses the unreduced sharding (IDX-1)."""
+    one = NamedSharding(Mesh.iota((1,), ("x",)), P())
+    unreduced = NamedSharding(Mesh.iota((2,), ("x",), axis_types=(AxisType.Explicit,)),
+                              P(unreduced={"x"}))
+    _agree(D.compare_placement_equivalence(one, unreduced, ()))
+    _agree(D.compare_placement_equivalence(unreduced, one, (4,)))
+
+
 # --------------------------------------------------------------------------- HLO shardings
 
 @st.composite
