@@ -7,8 +7,10 @@ left out — and, on purpose and at a measured rate, the mistakes users make: a 
 wrong length or container, a spec without a mesh, an indivisible shape, a committed argument
 that disagrees with its in_sharding, shardings on different devices, a memory kind that
 does not match, keyword arguments with in_shardings, device= with shardings, an AOT call
-with other types or placements. Each rule of the jit-call semantics is hit on both sides;
-:func:`shardlaw.properties.jit_harness.call_hit_counts` shows how often.
+with other types or placements, or with committed arrays where the executable was compiled
+from uncommitted, numpy or scalar arguments (inputs jit left open). Each rule of the
+jit-call semantics is hit on both sides; :func:`shardlaw.properties.jit_harness.call_hit_counts`
+shows how often.
 
 With ``layouts=True`` the calls also hold layouts: arrays laid out otherwise than the
 default, ``Format(layout, sharding)`` leaves (the argument's own layout, the default,
@@ -31,7 +33,7 @@ from shardlaw.spec import (
 from shardlaw.spec.call import Arg, Call, JitOptions, Out, Static
 from shardlaw.spec.layouts import Format, Layout
 from shardlaw.spec.placement import to_hlo
-from shardlaw.spec.pytree import fill
+from shardlaw.spec.pytree import fill, leaves
 
 from . import strategies as ST
 
@@ -318,10 +320,31 @@ def _rename(entry: Any) -> Any:
 def _with_aot(draw: Any, call: Call, home: Mesh, max_devices: int, layouts: bool = False
               ) -> Call:
     """The same call, then its compiled executable called with (maybe) changed arguments."""
-    how = draw(st.sampled_from(("same", "same", "placement", "placement", "type", "structure")
+    how = draw(st.sampled_from(("same", "same", "placement", "placement", "commit", "commit",
+                                "commit", "type", "structure")
                                + (("layout", "layout") if layouts else ())))
+    # Where the executable may take an input jit left open: the default device, the home
+    # mesh replicated, the shardings of the call's committed arguments, or anywhere.
+    held = [leaf.sharding for leaf in leaves((call.args, call.kwargs))
+            if isinstance(leaf, Arg) and leaf.kind == "committed"]
+
+    def commit(arg: Arg) -> Arg:
+        """A committed array in place of an argument the executable was compiled from open."""
+        if draw(st.integers(0, 5)) == 0:
+            return arg
+        candidates = [SingleDeviceSharding(call.default_device), NamedSharding(home, P()),
+                      draw(argument_shardings(home, max_devices)), *held]
+        if arg.kind == "uncommitted":
+            candidates.append(arg.sharding)
+        other = draw(st.sampled_from(candidates))
+        if ST.fits(other, arg.shape):
+            return Arg.committed(arg.shape, other, arg.dtype)
+        return arg
 
     def change(arg: Any) -> Any:
+        if isinstance(arg, Arg) and arg.kind in ("uncommitted", "numpy", "scalar") \
+                and how == "commit":
+            return commit(arg)
         if isinstance(arg, Arg) and arg.kind == "numpy" and how == "type":
             return Arg.numpy(arg.shape, "int32" if arg.dtype != "int32" else "float32")
         if not isinstance(arg, Arg) or arg.kind != "committed":

@@ -44,6 +44,7 @@ class Run:
     committed: list[bool] = dataclasses.field(default_factory=list)
     shapes: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
     jitted: Any = None
+    in_compiler: list[Any] | None = None   # compiled ahead of time: the inputs' HLO shardings
 
     @property
     def failure(self) -> BaseException | None:
@@ -82,6 +83,8 @@ def run_call(call: Call, jit_fn: Any, fun: Any, arguments: tuple) -> Run:
                     compiled = jitted.lower(*args, **kwargs).compile()
                     shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
                     run.shardings = shardings
+                    if jit_fn is jax.jit:   # the oracle is read from JAX only
+                        run.in_compiler = H.compiled_input_hlo(compiled, call)
                     run.shapes = [tuple(a.shape) for a in
                                   jax.tree_util.tree_leaves(compiled.out_info)] if hasattr(
                         compiled, "out_info") else []
@@ -123,6 +126,7 @@ def _spec_verdict(call: Call, jax_run: Run, raw: list[Any]) -> tuple[Verdict, li
         call = dataclasses.replace(
             call, compiler=tuple(c if o else None for c, o in zip(choices, open_)),
             compiler_memory=tuple(m if o else None for m, o in zip(kinds, open_)))
+    call = H.with_input_choices(call, jax_run.in_compiler)
     verdict = jit_call(call)
     outcome = _outcome(jax_run)
     error = jax_run.failure

@@ -5,13 +5,15 @@
 scalars), a function with the described results that uses exactly the described inputs,
 the jit options and the context mesh; then it calls ``jax.jit`` and records what JAX did:
 the exception (class, built-in base, stage) or the results' shardings, committed flags,
-layouts, the device assignment and the compiler's choice for results jit left open.
+layouts, the device assignment and the compiler's choice for results jit left open (and,
+for a call compiled ahead of time, the sharding the executable takes each input in).
 Arguments with a layout are laid out with ``jax.device_put(x, Format(layout, sharding))``;
 ``Format`` and ``Layout`` leaves of the shardings trees become JAX's own.
 
-:func:`compare_call` fills the call's compiler oracle from that record (shardings, memory
-kinds, and the layouts the compiler chose under ``Layout.AUTO``), asks the spec for a
-verdict and returns the list of disagreements (empty when the two agree).
+:func:`compare_call` fills the call's compiler oracle from that record (result shardings,
+memory kinds, the shardings of inputs jit left open, and the layouts the compiler chose
+under ``Layout.AUTO``), asks the spec for a verdict and returns the list of disagreements
+(empty when the two agree).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from shardlaw.spec.layouts import AUTO_LAYOUT, Format, Layout, is_layout
 from shardlaw.spec.pytree import fill, leaves_with_paths, map_leaves
 from shardlaw.spec.values import AbstractMesh, Mesh
 
-__all__ = ["JaxOutcome", "run_in_jax", "compare_call", "CALL_HITS", "call_hit_counts"]
+__all__ = ["JaxOutcome", "run_in_jax", "compare_call", "CALL_HITS", "call_hit_counts",
+           "compiled_input_hlo", "with_input_choices"]
 
 # rule ID -> [accepting hits, rejecting hits] over the calls compared so far
 CALL_HITS: dict[str, list[int]] = {}
@@ -59,6 +62,9 @@ class JaxOutcome:
     # executable (None also for inputs it does not take); None when not recorded
     out_layouts: list[Any] | None = None
     in_layouts: list[Any] | None = None
+    # spec HLO shardings per flat input of an AOT-compiled executable: the sharding it takes
+    # the input in (None for inputs it does not take); None when not recorded
+    in_compiler: list[Any] | None = None
 
     @property
     def accepted(self) -> bool:
@@ -270,6 +276,7 @@ def _run_in_jax(call: Call, outcome: JaxOutcome) -> JaxOutcome:
                     avals = jax.tree_util.tree_leaves(compiled.out_info)
                     _record_shardings(outcome, flat, [tuple(a.shape) for a in avals], None)
                     _record_formats(outcome, compiled, call)
+                    outcome.in_compiler = compiled_input_hlo(compiled, call)
                 else:
                     result = jitted(*args, **kwargs)
                     flat = jax.tree_util.tree_leaves(result)
@@ -307,6 +314,22 @@ def _record_formats(outcome: JaxOutcome, compiled: Any, call: Call) -> None:
     in_ranks = [len(arg.shape) for _, arg in dynamic]
     ins = flat(compiled.input_formats)
     outcome.in_layouts = [_spec_layout(f.layout, r) for f, r in zip(ins, in_ranks)]
+
+
+def compiled_input_hlo(compiled: Any, call: Call) -> list[Any] | None:
+    """The HLO sharding an AOT-compiled executable takes each flat dynamic input in (spec
+    values; None for an input it does not take), read from ``compiled.input_shardings``."""
+    from shardlaw.spec.jit import flat_arguments
+
+    jax = _jax()
+    o = call.options
+    static = {i if i >= 0 else i + len(call.args) for i in o.static_argnums}
+    dynamic, _ = flat_arguments(call.args, call.kwargs, static, set(o.static_argnames))
+    taken = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=lambda s: s is None)
+    if len(taken) != len(dynamic):
+        return None
+    return [None if s is None else from_jax(s._to_xla_hlo_sharding(len(arg.shape)))
+            for s, (_, arg) in zip(taken, dynamic)]
 
 
 def _record_shardings(outcome: JaxOutcome, shardings: list[Any], shapes: list[tuple[int, ...]],
@@ -388,6 +411,7 @@ def compare_call(call: Call) -> tuple[Verdict, JaxOutcome, list[str]]:
         call = dataclasses.replace(
             call, compiler=tuple(c if o else None for c, o in zip(choices, open_)),
             compiler_memory=tuple(m if o else None for m, o in zip(kinds, open_)))
+    call = with_input_choices(call, outcome.in_compiler)
     call = with_layout_choices(call, outcome)
     verdict = jit_call(call)
     problems: list[str] = []
@@ -407,6 +431,43 @@ def compare_call(call: Call) -> tuple[Verdict, JaxOutcome, list[str]]:
         problems += _compare_results(call, verdict, outcome)
     _count(verdict, problems)
     return verdict, outcome, problems
+
+
+def with_input_choices(call: Call, taken: list[Any] | None) -> Call:
+    """``call`` with the compiler's sharding choices (``taken``: per flat dynamic input, as
+    :func:`compiled_input_hlo` reads them) for the inputs jit leaves open."""
+    if taken is None:
+        return call
+    open_ = _flat_in_open(call)
+    if len(open_) != len(taken) or not any(open_):
+        return call
+    return dataclasses.replace(call, compiler_in=tuple(
+        c if o else None for c, o in zip(taken, open_)))
+
+
+def _flat_in_open(call: Call) -> list[bool]:
+    """Per flat dynamic input, whether jit leaves its sharding open — no in_sharding and an
+    argument that is not committed — as far as known without the spec (for the oracle)."""
+    from shardlaw.spec.jit import flat_arguments, match_in_shardings
+    from shardlaw.spec.pytree import structure
+    from shardlaw.spec.rules import Rejection
+
+    o = call.options
+    static = {i if i >= 0 else i + len(call.args) for i in o.static_argnums}
+    dynamic, _ = flat_arguments(call.args, call.kwargs, static, set(o.static_argnames))
+    if o.device is not None or o.backend is not None:
+        return [False] * len(dynamic)
+    if call.kwargs:  # in_shardings meets no keyword arguments (JIT-4)
+        given: list[Any] = [UNSPECIFIED] * len(dynamic)
+    else:
+        positional = structure(tuple(a for i, a in enumerate(call.args) if i not in static))
+        try:
+            given = match_in_shardings(o.in_shardings, positional)
+        except Rejection:
+            return [False] * len(dynamic)
+    given = [s.sharding if isinstance(s, Format) else s for s in given]
+    return [(s is None or s is UNSPECIFIED) and isinstance(arg, Arg) and not arg.is_committed
+            for s, (_, arg) in zip(given, dynamic)]
 
 
 def with_layout_choices(call: Call, outcome: JaxOutcome) -> Call:

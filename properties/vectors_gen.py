@@ -74,6 +74,7 @@ def _aot(call: Call, *args: Any) -> Call:
 
 
 _BASE = Call(args=(Arg.committed((8, 8), NS),), outputs=Out((8, 8)))
+_NUMPY = Call(args=(Arg.numpy((8, 8)),), outputs=Out((8, 8), source=0))
 _LAID = Arg.committed((8, 8), NS, layout=S.Layout((1, 0)))  # device_put(x, Format(L, NS))
 _ABSTRACT = S.NamedSharding(S.AbstractMesh((2, 4), ("x", "y")), S.P())
 _TWO = (Arg.committed((8, 8), NS), Arg.committed((8,), S.SingleDeviceSharding(3)))
@@ -282,6 +283,19 @@ HAND: tuple[Hand, ...] = (
          "The executable, compiled for the default layout, refuses a committed array laid out "
          "(1, 0).",
          _aot(_BASE, _LAID)),
+    Hand("aot-3-open-input-on-the-program-device", "AOT-3", "accept",
+         "Compiled from a numpy array alone, the executable takes its input on the default "
+         "device: a committed array there is accepted.",
+         _aot(_NUMPY, Arg.committed((8, 8), S.SingleDeviceSharding(0)))),
+    Hand("aot-3-open-input-committed-elsewhere", "AOT-3", "reject",
+         "Compiled from a numpy array alone (on the default device 0), the executable refuses "
+         "an array committed to device 3.",
+         _aot(_NUMPY, Arg.committed((8, 8), S.SingleDeviceSharding(3)))),
+    Hand("aot-3-open-input-where-the-compiler-put-it", "AOT-3", "reject",
+         "Compiled from a numpy array for a result split over 8 devices, the executable takes "
+         "the input as the compiler chose (compiler_in): a replicated array is refused.",
+         _aot(dataclasses.replace(_NUMPY, options=JitOptions(out_shardings=NS)),
+              Arg.committed((8, 8), S.NamedSharding(MESH, S.P())))),
 )
 
 

@@ -268,7 +268,9 @@ class Call:
       kind it chose (None: the default, ``device``); ``compiler_layouts`` — for each flat
       output whose layout is ``Layout.AUTO``, the layout the compiler chose, and
       ``compiler_in_layouts`` the same for each flat input (None where unknown or not
-      needed);
+      needed); ``compiler_in`` — for each flat dynamic input, the HLO sharding the
+      compiler chose when jit left it open (the sharding the compiled executable takes it
+      in; None where unknown or not needed);
     * ``devices`` — the platform's device count; ``default_device`` — the device id
       jit uses when nothing else decides (``jax.default_device``);
     * ``process_count`` — the number of JAX processes (the multi-process rules);
@@ -291,6 +293,7 @@ class Call:
     aot_kwargs: dict | None = None
     compiler_layouts: tuple[Layout | None, ...] | None = None
     compiler_in_layouts: tuple[Layout | None, ...] | None = None
+    compiler_in: tuple[HloSharding | None, ...] | None = None
 
     def __post_init__(self) -> None:
         check_call(isinstance(self.args, tuple), "a call's args", "a tuple", self.args)
@@ -321,10 +324,13 @@ class Call:
             object.__setattr__(self, "uses", tuple(self.uses))
             check_call(all(isinstance(u, bool) for u in self.uses), "uses",
                        "a sequence of bools", self.uses)
-        if self.compiler is not None:
-            object.__setattr__(self, "compiler", tuple(self.compiler))
-            check_call(all(c is None or isinstance(c, HloSharding) for c in self.compiler),
-                       "compiler", "a sequence of HLO shardings or None", self.compiler)
+        for name in ("compiler", "compiler_in"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
+                check_call(all(c is None or isinstance(c, HloSharding)
+                               for c in getattr(self, name)),
+                           name, "a sequence of HLO shardings or None", value)
         if self.compiler_memory is not None:
             object.__setattr__(self, "compiler_memory", tuple(self.compiler_memory))
             check_call(all(m is None or isinstance(m, str) for m in self.compiler_memory),

@@ -345,14 +345,16 @@ def describe_call(fun: Any, *args: Any, in_shardings: Any = None, out_shardings:
                   static_argnums: Any = (), static_argnames: Any = (), donate_argnums: Any = (),
                   donate_argnames: Any = (), keep_unused: bool = False, device: Any = None,
                   backend: Any = None, context_mesh: Any = "current", compiler: Any = None,
-                  **kwargs: Any) -> Any:
+                  compiler_in: Any = None, **kwargs: Any) -> Any:
     """The :class:`~shardlaw.spec.call.Call` for ``jax.jit(fun, ...)(*args, **kwargs)``.
 
     Reads real JAX objects (arrays, numpy arrays, scalars, ShapeDtypeStructs, shardings,
     PartitionSpecs, the mesh set with ``jax.set_mesh``) and traces ``fun`` abstractly for
     its results and the inputs it uses; nothing runs on a device and nothing is compiled.
     ``in_shardings``/``out_shardings`` left as None mean "not given"; pass
-    ``compiler=`` (HLO shardings per flat result) when the compiler's choice is known.
+    ``compiler=`` (HLO shardings per flat result) when the compiler's choice is known, and
+    ``compiler_in=`` (HLO shardings per flat dynamic input, for the inputs jit leaves open:
+    what ``jit(fun).lower(...).compile().input_shardings`` shows) likewise.
     """
     from .call import Call, JitOptions, Out, Static
     from .shardings import UNSPECIFIED
@@ -382,6 +384,7 @@ def describe_call(fun: Any, *args: Any, in_shardings: Any = None, out_shardings:
     return Call(args=spec_args, kwargs=spec_kwargs, outputs=outputs,
                 options=options, context_mesh=mesh,
                 uses=uses,
-                compiler=compiler, devices=jax.device_count() // max(jax.process_count(), 1),
+                compiler=compiler, compiler_in=compiler_in,
+                devices=jax.device_count() // max(jax.process_count(), 1),
                 default_device=default.id, process_count=jax.process_count())
 

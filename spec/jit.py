@@ -14,8 +14,9 @@ stages, and so does :func:`jit_call`, one rule per decision:
    LAY-3), the results' layouts (LAY-5),
    the inputs the program keeps (KEEP-1), the one device assignment (DA-1..4), replicated
    scalars (EXE-1) and whether results are committed (EXE-2);
-5. after compiling: the results' shardings, recovered from the compiler's choice
-   (OUT-1..3), and their layouts (LAY-2);
+5. after compiling: the results' shardings, and those the executable takes the inputs jit
+   left open in, recovered from the compiler's choice (OUT-1..3), and the results' layouts
+   (LAY-2);
 6. calling the compiled executable ahead of time (AOT-1..3).
 
 A leaf of ``in_shardings``/``out_shardings`` may be a
@@ -1211,6 +1212,24 @@ def compiled_results(specified: Sequence[Any], compiler: Sequence[HloSharding | 
     return outs
 
 
+def compiled_inputs(resolved: Sequence[Any], compiler: Sequence[HloSharding | None],
+                    assignment: DeviceList) -> list[Any]:
+    """What the executable is compiled to take, before recovery: the resolved sharding, else
+    (jit left the input open) the compiler's choice — replicated on a one-device program,
+    where no partitioner runs — else UNSPECIFIED (the choice is not known)."""
+    taken = []
+    for s, choice in zip(resolved, compiler):
+        if s is not UNSPECIFIED:
+            taken.append(s)
+        elif len(assignment) == 1:
+            taken.append(GSPMDSharding(assignment, Replicated()))
+        elif choice is None:
+            taken.append(UNSPECIFIED)
+        else:
+            taken.append(GSPMDSharding(assignment, choice))
+    return taken
+
+
 # =========================================================================== 5. AOT calls
 
 def flat_arguments(args: tuple, kwargs: dict, static: set[int], static_names: set[str]
@@ -1275,9 +1294,12 @@ def check_aot_types(compiled: Sequence[tuple[str, Arg]], called: Sequence[Arg]) 
 def check_aot_shardings(expected: Sequence[tuple[str, Any]], called: Sequence[Arg],
                         device_or_backend: bool = False,
                         layouts: Sequence[Any] | None = None) -> None:
-    """Each committed array passed to an AOT-compiled executable must be JAX-equivalent (EQ-1) to the input sharding it was compiled with — not merely lower to the same HLO as at jit time — and be in the layout the executable takes it in; uncommitted, numpy and scalar arguments, and every argument under ``device=``/``backend=``, are moved and laid out without a check.
+    """Each committed array passed to an AOT-compiled executable must be JAX-equivalent (EQ-1) to the input sharding it was compiled with — not merely lower to the same HLO as at jit time; for an input jit left open, the compiler's choice: the one device of a one-device program, else what the call's ``compiler_in`` oracle says, and no comparison where it says nothing — and be in the layout the executable takes it in; uncommitted, numpy and scalar arguments, and every argument under ``device=``/``backend=``, are moved and laid out without a check.
 
-    ``layouts`` holds the executable's layout per expected input (None: the default; an
+    ``expected`` holds the executable's input shardings (UNSPECIFIED: not known, not
+    compared); an input compiled from a numpy array, a scalar or an uncommitted array was
+    left open, so what the executable takes is the compiler's choice, not where the argument
+    was. ``layouts`` holds the executable's layout per expected input (None: the default; an
     input whose layout the compiler chose and the call does not give is not compared).
     Sharding and layout differences are listed together, as JAX lists them.
 
@@ -1293,6 +1315,24 @@ def check_aot_shardings(expected: Sequence[tuple[str, Any]], called: Sequence[Ar
     Traceback (most recent call last):
     ...
     shardlaw.spec.rules.RejectionValueError: [AOT-3] at args[0]: 1 committed argument(s) are laid out otherwise than the executable was compiled for; they are: args[0] passed in the default layout (0, 1), compiled for Layout((1, 0)) jax.device_put each one to the executable's input_formats first, or compile again for these layouts.
+
+    Compiled from a numpy array, a one-device program takes the input on its device (here
+    the default device, 0); on more devices the compiler chooses (``compiler_in``):
+
+    >>> from shardlaw.spec.call import Out
+    >>> from shardlaw.spec.hlo import parse_hlo
+    >>> print(jit_call(Call(args=(Arg.numpy((4,)),), outputs=Out((4,)),
+    ...                     aot_args=(Arg.committed((4,), SingleDeviceSharding(3)),))).message)
+    [AOT-3] at args[0]: 1 committed argument(s) are placed otherwise than the executable was compiled for; they are: args[0] passed SingleDeviceSharding(Device(3)), compiled for SingleDeviceSharding(Device(0)) jax.device_put each one to the executable's input_shardings first, or compile again for these shardings.
+    >>> split = NamedSharding(mesh, P("x"))
+    >>> call = Call(args=(Arg.numpy((4,)), Arg.committed((4,), split)), outputs=Out((4,)),
+    ...             aot_args=(Arg.committed((4,), NamedSharding(mesh, P())),
+    ...                       Arg.committed((4,), split)))
+    >>> jit_call(call).accepted
+    True
+    >>> chosen = (parse_hlo("{devices=[2]<=[2]}"), None)   # the compiler split args[0]
+    >>> jit_call(dataclasses.replace(call, compiler_in=chosen)).rule
+    'AOT-3'
     """
     bad: list[tuple[str, str, str]] = []
     if device_or_backend:
@@ -1478,11 +1518,15 @@ def _decide(call: Call) -> dict[str, Any]:
     check_call(len(memory) == len(flat_out), "compiler_memory",
                f"{len(flat_out)} entries, one per flat result", memory)
     outs = compiled_results(out_shardings, compiler, assignment, memory)
+    compiler_in = call.compiler_in if call.compiler_in is not None else (None,) * len(flat_in)
+    check_call(len(compiler_in) == len(flat_in), "compiler_in",
+               f"{len(flat_in)} entries, one per flat input", compiler_in)
     kept_final = [final[i] for i in kept]
     kept_values = [_input_type(inputs[i].arg) for i in kept]
     try:
         concrete = _concrete_inputs(kept_final, assignment)
-        recovered = recover_shardings(concrete, kept_values, concrete, kept_values, None)
+        taken = compiled_inputs(concrete, [compiler_in[i] for i in kept], assignment)
+        recovered = recover_shardings(taken, kept_values, concrete, kept_values, None)
     except Rejection as error:
         raise error.at(inputs[kept[0]].path) from None
     try:

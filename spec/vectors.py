@@ -43,14 +43,15 @@ from .values import (
 )
 
 __all__ = [
-    "FORMAT", "VERSION", "VERSIONS", "JAX_VERSION", "uses_layouts", "JIT_FAMILIES", "jit_rules", "Vector", "load_vector", "dump_vector", "vector_text",
+    "FORMAT", "VERSION", "VERSIONS", "JAX_VERSION", "uses_layouts", "uses_version_2", "JIT_FAMILIES", "jit_rules", "Vector", "load_vector", "dump_vector", "vector_text",
     "verdict_json", "verdict_differences", "rules_hit", "json_path", "check_vector",
     "check_writable",
 ]
 
 FORMAT = "shardlaw-jit-call"
 VERSION = 2
-VERSIONS = (1, 2)   # the versions this shardlaw reads; 2 added layouts (Arg.layout, Format, ...)
+VERSIONS = (1, 2)   # the versions this shardlaw reads; 2 added layouts (Arg.layout, Format,
+                    # ...) and the compiler's choices for inputs jit left open (compiler_in)
 JAX_VERSION = "0.10.2"
 
 # A list of device ids longer than this is written symbolically when it is an iota.
@@ -371,10 +372,12 @@ def _call_json(call: Call) -> dict:
         "devices": call.devices, "default_device": call.default_device,
         "process_count": call.process_count,
         "aot_args": aot_args, "aot_kwargs": aot_kwargs,
-        # Written only when given, so that vectors without layouts read as before.
+        # Written only when given, so that vectors without them read as before.
         **{name: [None if c is None else _layout_json(c) for c in getattr(call, name)]
            for name in ("compiler_layouts", "compiler_in_layouts")
            if getattr(call, name) is not None},
+        **({} if call.compiler_in is None else {"compiler_in": [
+            None if c is None else _hlo_json(c) for c in call.compiler_in]}),
     }
 
 
@@ -423,8 +426,8 @@ def dump_vector(call: Call, verdict: Verdict | None = None, *, name: str | None 
     check_writable(isinstance(call, Call), (), "the call", "a Call", repr(call))
     check_writable(verdict is None or isinstance(verdict, Verdict), ("expect",), "the verdict",
                    "a Verdict or None", repr(verdict))
-    # A vector without layouts stays a version-1 vector, readable by any shardlaw.
-    version = VERSION if uses_layouts(call, verdict) else 1
+    # A vector without what version 2 added stays a version-1 vector, readable by any shardlaw.
+    version = VERSION if uses_version_2(call, verdict) else 1
     out: dict[str, Any] = {"format": FORMAT, "version": version, "jax": jax}
     for key, value in (("name", name), ("rule", rule), ("side", side),
                        ("description", description)):
@@ -453,6 +456,12 @@ def uses_layouts(call: Call, verdict: Verdict | None = None) -> bool:
             or call.compiler_layouts is not None or call.compiler_in_layouts is not None
             or (verdict is not None and any(
                 x is not None for x in (*verdict.in_layouts, *verdict.out_layouts))))
+
+
+def uses_version_2(call: Call, verdict: Verdict | None = None) -> bool:
+    """Whether a call or its verdict needs what version 2 of the format added: layouts, or
+    the compiler's choices for inputs jit left open (``compiler_in``)."""
+    return uses_layouts(call, verdict) or call.compiler_in is not None
 
 
 def vector_text(vector: dict, width: int = 100) -> str:
@@ -834,7 +843,10 @@ class _Reader:
                 compiler_layouts=self._choices(get("compiler_layouts", None),
                                                at("compiler_layouts")),
                 compiler_in_layouts=self._choices(get("compiler_in_layouts", None),
-                                                  at("compiler_in_layouts")))
+                                                  at("compiler_in_layouts")),
+                compiler_in=_maybe(lambda v, p: _each(v, p, "a list of HLO sharding texts or null",
+                                                      _maybe(self.hlo)))(
+                    get("compiler_in", None), at("compiler_in")))
 
     def _choices(self, value: Any, path: tuple) -> Any:
         """The compiler's layout choices: a list of layouts or null, or null."""
@@ -907,7 +919,7 @@ _OPTION_KEYS = ("in_shardings", "out_shardings", "static_argnums", "static_argna
                 "donate_argnums", "donate_argnames", "keep_unused", "device", "backend")
 _CALL_KEYS = ("args", "kwargs", "outputs", "options", "context_mesh", "uses", "compiler",
               "compiler_memory", "devices", "default_device", "process_count", "aot_args",
-              "aot_kwargs", "compiler_layouts", "compiler_in_layouts")
+              "aot_kwargs", "compiler_layouts", "compiler_in_layouts", "compiler_in")
 _VECTOR_KEYS = ("format", "version", "jax", "name", "rule", "side", "description", "call",
                 "expect")
 
@@ -966,8 +978,9 @@ def load_vector(obj_or_text: Any) -> Vector:
     reader = _Reader(count * processes, count)
     call = reader.call(call_fields, ("call",))
     expect = _maybe(reader.verdict)(fields.get("expect"), ("expect",))
-    check_vector(fields["version"] >= 2 or not uses_layouts(call, expect), ("version",),
-                 "version 2 for a vector with layouts (version 1 has none)", fields["version"])
+    check_vector(fields["version"] >= 2 or not uses_version_2(call, expect), ("version",),
+                 "version 2 for a vector with layouts or compiler_in (version 1 has neither)",
+                 fields["version"])
     if expect is not None and label_rule is not None and side is not None:
         _check_label(expect, label_rule, side)
     return Vector(call, expect, labels["name"], label_rule, side, labels["description"], jax)

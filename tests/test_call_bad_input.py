@@ -29,6 +29,7 @@ BAD = [
     (lambda: Call(args=(Arg.committed((4,), S.SingleDeviceSharding(11)),)), "devices of args[0]"),
     (lambda: Call(context_mesh="mesh"), "the context mesh"),
     (lambda: Call(compiler=("{replicated}",)), "compiler"),
+    (lambda: Call(compiler_in=(S.Replicated(), "{replicated}")), "compiler_in"),
 ]
 
 

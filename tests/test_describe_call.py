@@ -47,3 +47,23 @@ def test_context_mesh_is_read(mesh):
 def test_not_an_argument_is_a_clear_error():
     with pytest.raises(TypeError, match="static_argnums"):
         S.describe_call(lambda a: a, object())
+
+
+def test_compiler_in_is_passed_on(mesh):
+    """The compiler's choice for an input jit leaves open decides the AOT call (AOT-3)."""
+    import dataclasses
+
+    x = np.ones((8, 8), np.float32)
+    split = NamedSharding(mesh, P("x", "y"))
+    f = lambda a: a * 2
+    compiled = jax.jit(f, out_shardings=split).lower(x).compile()
+    chosen = [S.from_jax(s._to_xla_hlo_sharding(2))
+              for s in jax.tree_util.tree_leaves(compiled.input_shardings)]
+    call = S.describe_call(f, x, out_shardings=split, compiler_in=chosen)
+    assert call.compiler_in == tuple(chosen)
+    replicated = jax.device_put(x, NamedSharding(mesh, P()))
+    call = dataclasses.replace(call, aot_args=(
+        S.Arg.committed((8, 8), S.from_jax(replicated.sharding)),))
+    with pytest.raises(ValueError):
+        compiled(replicated)
+    assert S.jit_call(call).rule == "AOT-3"

@@ -19,6 +19,7 @@ from shardlaw.properties.call_strategies import calls
 from shardlaw.properties.jit_harness import CALL_HITS, compare_call
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Arg, Call, Format, JitOptions, Layout, Out
+from shardlaw.spec.jit import flat_arguments
 from shardlaw.spec.rules import RULES
 
 JIT_FAMILIES = ("JIT", "TREE", "FIT", "RES", "LAY", "KEEP", "DA", "EXE", "OUT", "AOT")
@@ -33,10 +34,33 @@ MESH = S.Mesh.iota((2, 4), ("x", "y"))
 NS = S.NamedSharding(MESH, S.P("x", "y"))
 
 
+# AOT calls that pass a committed array where the executable was compiled from an input jit
+# left open (uncommitted, numpy, scalar): [accepted, refused by AOT-3 at such an input]
+OPEN_AOT = [0, 0]
+
+
 def _agree(call):
     verdict, outcome, problems = compare_call(call)
     assert not problems, "\n".join(problems) + f"\ncall: {call}\nverdict: {verdict}"
+    _count_open_aot(call, verdict)
     return verdict
+
+
+def _count_open_aot(call, verdict):
+    if call.aot_args is None:
+        return
+    static = {i if i >= 0 else i + len(call.args) for i in call.options.static_argnums}
+    compiled, _ = flat_arguments(call.args, call.kwargs, static, set(call.options.static_argnames))
+    called, _ = flat_arguments(call.aot_args, call.aot_kwargs, set(), set())
+    swapped = {path for (path, a), (_, b) in zip(compiled, called)
+               if isinstance(a, Arg) and isinstance(b, Arg)
+               and a.kind in ("uncommitted", "numpy", "scalar") and b.kind == "committed"}
+    if not swapped:
+        return
+    if verdict.accepted:
+        OPEN_AOT[0] += 1
+    elif verdict.rule == "AOT-3" and verdict.path in swapped:
+        OPEN_AOT[1] += 1
 
 
 @checks(*[r for r in JIT_RULES if r not in MULTI_PROCESS])
@@ -176,6 +200,68 @@ def test_aot_calls_check_structure_types_and_equivalence():
         base, aot_args=(Arg.committed((8, 8), NS, "int32"),))).rule == "AOT-2"
     assert _agree(dataclasses.replace(
         base, aot_args=(Arg.committed((8, 8), NS), Arg.numpy((2,))))).rule == "AOT-1"
+
+
+@checks("AOT-3")
+def test_aot_inputs_left_open_are_taken_where_the_compiler_put_them():
+    """Compiled from a numpy array, a scalar or an uncommitted array, the executable takes
+    the input where the compiler put it: on a one-device program, on that device; else as
+    the compiler chose (the ``compiler_in`` oracle). A committed array elsewhere is refused;
+    uncommitted arrays are moved without a check."""
+    on = S.SingleDeviceSharding
+    replicated = S.NamedSharding(MESH, S.P())
+
+    def aot(args, called, **fields):
+        return Call(args=args, outputs=Out((8, 8), source=0), aot_args=called, **fields)
+
+    x = Arg.numpy((8, 8))
+    cases = [
+        (aot((x,), (Arg.committed((8, 8), on(0)),)), None),
+        (aot((x,), (Arg.committed((8, 8), on(3)),)), "AOT-3"),
+        (aot((x,), (Arg.committed((8, 8), replicated),)), "AOT-3"),
+        (aot((x,), (Arg.committed((8, 8), on(0, memory_kind="pinned_host")),)), "AOT-3"),
+        (aot((x,), (Arg.uncommitted((8, 8), on(3)),)), None),            # never checked
+        (aot((x,), (Arg.uncommitted((8, 8), NS),)), None),
+        (aot((x,), (Arg.committed((8, 8), on(5)),), default_device=5), None),
+        (aot((x,), (Arg.committed((8, 8), on(0)),), default_device=5), "AOT-3"),
+        (aot((Arg.uncommitted((8, 8), on(3)),), (Arg.committed((8, 8), on(3)),)), "AOT-3"),
+        (aot((Arg.uncommitted((8, 8)),), (Arg.committed((8, 8), on(6)),),
+             options=JitOptions(out_shardings=on(6))), None),
+        (aot((Arg.uncommitted((8, 8)),), (Arg.committed((8, 8), on(0)),),
+             options=JitOptions(out_shardings=on(6))), "AOT-3"),
+        (Call(args=(Arg.scalar(),), outputs=Out(()), aot_args=(Arg.committed((), on(0)),)), None),
+        (Call(args=(Arg.scalar(),), outputs=Out(()), aot_args=(Arg.committed((), on(2)),)),
+         "AOT-3"),
+        # On eight devices: the compiler's choice (here the out_sharding, propagated back).
+        (aot((x,), (Arg.committed((8, 8), NS),), options=JitOptions(out_shardings=NS)), None),
+        (aot((x,), (Arg.committed((8, 8), replicated),), options=JitOptions(out_shardings=NS)),
+         "AOT-3"),
+        (aot((x,), (Arg.committed((8, 8), on(0)),), options=JitOptions(out_shardings=NS)),
+         "AOT-3"),
+        # A scalar next to an 8-device argument is replicated over its devices (EXE-1).
+        (Call(args=(Arg.committed((8, 8), NS), Arg.scalar()), outputs=Out((8, 8), source=0),
+              aot_args=(Arg.committed((8, 8), NS), Arg.committed((), replicated))), None),
+        (Call(args=(Arg.committed((8, 8), NS), Arg.scalar()), outputs=Out((8, 8), source=0),
+              aot_args=(Arg.committed((8, 8), NS), Arg.committed((), on(0)))), "AOT-3"),
+        # An unused input is not taken, so not checked (until keep_unused=True).
+        (Call(args=(Arg.committed((8, 8), NS), x), outputs=Out((8, 8), source=0),
+              uses=(True, False), aot_args=(Arg.committed((8, 8), NS),
+                                           Arg.committed((8, 8), on(7)))), None),
+        (Call(args=(Arg.committed((8, 8), NS), x), outputs=Out((8, 8), source=0),
+              uses=(True, False), options=JitOptions(keep_unused=True),
+              aot_args=(Arg.committed((8, 8), NS), Arg.committed((8, 8), on(7)))), "AOT-3"),
+        # device= moves every argument without a check.
+        (aot((x,), (Arg.committed((8, 8), NS),), options=JitOptions(device=3)), None),
+    ]
+    for call, rule in cases:
+        verdict = _agree(call)
+        assert verdict.rule == rule, (call, verdict)
+    # Without the oracle the spec does not know the compiler's choice on several devices,
+    # and does not compare (the one-device program it decides by itself).
+    unknown = S.jit_call(aot((x,), (Arg.committed((8, 8), replicated),),
+                             options=JitOptions(out_shardings=NS)))
+    assert unknown.accepted
+    assert S.jit_call(aot((x,), (Arg.committed((8, 8), on(3)),))).rule == "AOT-3"
 
 
 @checks("EXE-3", "JIT-2")
@@ -420,7 +506,12 @@ def test_every_jit_rule_was_seen_on_both_sides():
     print("\njit-call rules, hits against JAX (accepted / rejected):")
     for rule_id, (accepted, rejected) in sorted(CALL_HITS.items()):
         print(f"  {rule_id:8s} {accepted:6d} {rejected:6d}")
+    print(f"  AOT-3 with committed arrays for inputs compiled open: accepted {OPEN_AOT[0]}, "
+          f"refused {OPEN_AOT[1]}")
     missing = []
+    if not all(OPEN_AOT):
+        missing.append(f"AOT-3 at inputs compiled open (accepted {OPEN_AOT[0]}, "
+                       f"refused {OPEN_AOT[1]})")
     for rule_id in JIT_RULES:
         if rule_id in MULTI_PROCESS:
             continue

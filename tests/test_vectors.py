@@ -100,6 +100,10 @@ EXOTIC = {
             out_shardings=(S.Format(S.Layout.AUTO), S.Format(None, S.SingleDeviceSharding(1)))),
         compiler_layouts=(S.Layout((0, 1)), None),
         compiler_in_layouts=(None, None, S.Layout((0,)))),
+    "the compiler's choices for inputs left open": Call(
+        args=(Arg.numpy((8, 8)), Arg.scalar(), Arg.committed((8, 8), NS)), outputs=Out((8,)),
+        compiler_in=(S.parse_hlo("{devices=[2,4]<=[8]}"), None, None),
+        aot_args=(Arg.committed((8, 8), NS), Arg.scalar(), Arg.committed((8, 8), NS))),
     "shardings trees with plain and array leaves": Call(
         args=((Arg.numpy((2,)), Arg.numpy((2,))),), outputs=Out((2,)),
         options=JitOptions(in_shardings=({"a": "x", "b": 1.5},), out_shardings=[
@@ -341,4 +345,20 @@ def test_layouts_need_version_two_and_vectors_without_them_stay_version_one():
         load_vector(dict(laid, version=1))
     assert "version 2 for a vector with layouts" in str(caught.value)
     plain = dump_vector(Call(args=(Arg.numpy((4,)),), outputs=Out((4,))))
-    assert plain["version"] == 1
+    assert plain["version"] == 1 and "compiler_in" not in plain["call"]
+
+
+@checks("VEC-1")
+def test_compiler_in_needs_version_two():
+    """The compiler's choices for inputs jit left open came with version 2 of the format."""
+    call = Call(args=(Arg.numpy((8,)), Arg.committed((8,), S.NamedSharding(MESH, S.P("x")))),
+                outputs=Out((8,)), aot_args=(Arg.committed((8,), S.NamedSharding(MESH, S.P())),
+                                             Arg.committed((8,), S.NamedSharding(MESH, S.P("x")))),
+                compiler_in=(S.parse_hlo("{devices=[2,4]<=[8] last_tile_dim_replicate}"), None))
+    vector = dump_vector(call, S.jit_call(call))
+    assert vector["version"] == 2
+    assert vector["call"]["compiler_in"] == ["{devices=[2,4]<=[8] last_tile_dim_replicate}", None]
+    assert load_vector(vector).call == call and vector["expect"]["rule"] == "AOT-3"
+    with pytest.raises(ValueError) as caught:
+        load_vector(dict(vector, version=1))
+    assert "compiler_in" in str(caught.value)
