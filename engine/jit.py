@@ -356,8 +356,9 @@ class Decision:
 class CacheInfo:
     """What the engine's caches hold for one jitted function, and how they were used.
 
-    ``calls`` counts every call; ``dispatch_hits`` the calls JAX's C++ dispatcher ran on
-    its own (a known signature whose arguments go as they are); ``python_calls`` the calls
+    ``calls`` counts every call and ``dispatch_hits`` the calls JAX's C++ dispatcher ran on
+    its own (a known signature whose arguments go as they are) — both None unless the
+    function counts its calls (:func:`count_calls`, or static arguments); ``python_calls`` the calls
     that reached the engine (new signatures, signatures whose arguments must move, calls
     inside another transformation); ``refused_in_dispatch`` calls the dispatcher refused
     before the engine saw them (an unhashable static argument, ENG-1). Signatures:
