@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     t, m = dispatch(lambda a: a + 1, (one,), 2000 * scale, rounds)
     rows.append(("cache-hit dispatch, 1 device, 1 array", t, m, 1.10, "us"))
     t, m = dispatch(lambda a: a + 1, (one,), 2000 * scale, rounds, counting=True)
-    rows.append(("  the same, call counting on", t, m, 1.10, "us"))
+    rows.append(("  the same, call counting on (opt-in)", t, m, None, "us"))
     t, m = dispatch(lambda d: sum(d.values()), (tree,), 1000 * scale, rounds)
     rows.append(("cache-hit dispatch, 10-array pytree", t, m, 1.20, "us"))
     t, m = dispatch(lambda a: a * 2, (sharded,), 200 * scale, rounds)
@@ -141,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, theirs, mine, goal, unit in rows:
         k = 1e6 if unit == "us" else 1e3
         ratio = mine / theirs
+        if goal is None:   # an opt-in mode, shown for what it costs
+            print(f"{name:46s} {theirs * k:8.2f}{unit} {mine * k:8.2f}{unit} {ratio:6.2f}x "
+                  f"{'-':>6s}")
+            continue
         mark = "ok" if ratio <= goal else "MISSED"
         print(f"{name:46s} {theirs * k:8.2f}{unit} {mine * k:8.2f}{unit} {ratio:6.2f}x "
               f"{goal:5.2f}x {mark}")
