@@ -410,7 +410,7 @@ def _draw_calls(consume: Callable[[Call], None], seed: int, budget: int) -> None
     @settings(max_examples=budget, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @hypothesis_seed(seed)
-    @given(calls())
+    @given(calls(layouts=True))
     def draw(call: Call) -> None:
         consume(call)
 
