@@ -234,14 +234,12 @@ class Site:
 
     def layout(self, i: int) -> Any:
         """The layout argument ``i`` is in (a layout key; None: default, or not an array)."""
-        leaf, kind = self.leaves[i], self.kinds[i]
+        # Read off the signature key, which holds each array's layout already.
+        kind, key = self.kinds[i], self.key[2][i]
         if kind == ARRAY:
-            return layouts.array_layout(leaf)
-        if kind == ABSTRACT:
-            fmt = getattr(leaf, "format", None)
-            layout = getattr(fmt, "layout", None)
-            if layout is not None and layout is not layouts.AUTO and hasattr(layout, "major_to_minor"):
-                return layouts.layout_key(layout, len(leaf.shape))
+            return key[3]
+        if kind == ABSTRACT and isinstance(key[5], layouts.Layout):
+            return layouts.layout_key(key[5], len(key[1]))
         return None
 
     def shape(self, i: int) -> tuple[int, ...]:
