@@ -12,6 +12,7 @@ The engine is an independent implementation of the rules: it never imports
 ``shardlaw.spec``. The property suites hold the two against each other and against JAX.
 """
 
+from .adopt import install, installed, uninstall
 from .aot import Compiled, Explanation, Lowered, Traced
 from .cache import CACHE, set_capacity
 from .jit import CacheInfo, count_calls, jit
@@ -19,4 +20,4 @@ from .rules import EngineRejection
 from .verdict import verdict_for_call
 
 __all__ = ["jit", "EngineRejection", "Explanation", "CacheInfo", "Traced", "Lowered",
-           "Compiled", "set_capacity", "count_calls", "CACHE", "verdict_for_call"]
+           "Compiled", "set_capacity", "count_calls", "CACHE", "verdict_for_call", "install", "uninstall", "installed"]

@@ -21,6 +21,8 @@ import threading
 import weakref
 from typing import Any, Callable
 
+from . import internals
+
 __all__ = ["ExecutableCache", "Entry", "CACHE", "set_capacity", "owner_token"]
 
 
@@ -158,6 +160,8 @@ def _notify(entries: list[Entry]) -> None:
 
 
 CACHE = ExecutableCache(int(os.environ.get("SHARDLAW_ENGINE_CACHE", "1024")))
+# jax.clear_caches() clears the engine's executables too (and so every plan that used one).
+internals.clear_with_jax(CACHE.clear, "shardlaw.engine executables")
 
 
 def set_capacity(capacity: int) -> None:

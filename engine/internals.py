@@ -19,12 +19,14 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Sequence
 
+from jax._src import api as _api
 from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import dtypes as _dtypes
 from jax._src import mesh as _mesh
 from jax._src import sharding_impls as _sharding_impls
 from jax._src import tree_util as _tree_util
+from jax._src import util as _util
 from jax._src.array import ArrayImpl
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
@@ -36,6 +38,8 @@ __all__ = [
     "device_list", "array_over", "fastpath_data", "reflatten_for_dispatch",
 ]
 
+# JAX's own jit, whatever the name ``jax.jit`` is bound to later (install(), or by hand).
+JAX_JIT = _api.jit
 Tracer = _core.Tracer
 GSPMDSharding = _sharding_impls.GSPMDSharding
 
@@ -217,3 +221,20 @@ def single_device_arrays(array: Any) -> list[Any]:
 
 def is_extended(dtype: Any) -> bool:
     return _dtypes.issubdtype(dtype, _dtypes.extended)
+
+
+class _ClearedWithJax:
+    """Something ``jax.clear_caches()`` clears (JAX calls ``cache_clear`` on what it registers)."""
+
+    def __init__(self, clear: Callable[[], None]) -> None:
+        self.cache_clear = clear
+
+
+_cleared_with_jax: list[_ClearedWithJax] = []   # JAX holds them weakly: keep them alive here
+
+
+def clear_with_jax(clear: Callable[[], None], what: str) -> None:
+    """Have ``jax.clear_caches()`` call ``clear`` too."""
+    holder = _ClearedWithJax(clear)
+    _cleared_with_jax.append(holder)
+    _util.register_cache(holder, what)

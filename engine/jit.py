@@ -32,6 +32,7 @@ import itertools
 import os
 import threading
 import time
+import types
 import warnings
 from typing import Any, Callable
 
@@ -62,7 +63,7 @@ from .trees import (
     match_out_shardings, resolve_argnums, result_paths, sharding_leaves, split_static,
 )
 
-__all__ = ["jit", "Engine", "Plan", "CacheInfo"]
+__all__ = ["jit", "Engine", "Plan", "CacheInfo", "JittedFunction"]
 
 _NOT_GIVEN = object()
 # Whether functions jitted from now on count their calls (one Python frame per call).
@@ -453,7 +454,7 @@ class Engine:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             try:
-                return jax.jit(self.fun, **kwargs)
+                return internals.JAX_JIT(self.fun, **kwargs)
             except EngineRejection:
                 raise
             except (ValueError, TypeError) as error:
@@ -1134,8 +1135,58 @@ def jit(fun: Callable | Any = _NOT_GIVEN, /, *, in_shardings: Any = _NOT_GIVEN,
     return _wrap(engine)
 
 
+class JittedFunction:
+    """What ``jit(fun)`` returns: JAX's C++ dispatcher, with the jitted function's methods.
+
+    Each jitted function gets a class of its own whose ``__call__`` *is* the dispatcher (a
+    known signature runs in C++, with no Python frame), and whose methods (``trace``,
+    ``lower``, ``eval_shape``, ``explain``, ``cache_info``, ``clear_cache``) are read from
+    the class, never from the instance's ``__dict__``. That matters: ``functools.wraps``,
+    ``jax.grad``, ``jax.vmap`` and ``jax.jit`` copy a wrapped function's ``__dict__`` onto
+    their wrapper, and a ``lower`` copied that way would lower the engine's function in
+    place of the wrapper's (``jax.jit(jax.grad(f)).lower(x)`` would compile ``f``).
+    """
+
+    __slots__ = ("__dict__", "__weakref__")
+    _engine: Engine
+    _methods: Any
+    _dispatcher: Any
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        # As a class attribute it binds like a method, as jax.jit's functions do.
+        return self if instance is None else types.MethodType(self, instance)
+
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        return type(self)._methods.trace(*args, **kwargs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        return type(self)._methods.lower(*args, **kwargs)
+
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        return type(self)._methods.eval_shape(*args, **kwargs)
+
+    def explain(self, *args: Any, **kwargs: Any) -> Any:
+        return type(self)._methods.explain(*args, **kwargs)
+
+    def cache_info(self) -> CacheInfo:
+        return type(self)._engine.cache_info()
+
+    def clear_cache(self) -> None:
+        type(self)._engine.clear_cache()
+
+    def _cache_size(self) -> int:
+        """How many signatures the C++ dispatcher holds (as jax.jit's ``_cache_size``)."""
+        return type(self)._dispatcher._cache_size()
+
+    def _clear_cache(self) -> None:
+        type(self)._engine.clear_cache()
+
+    def __repr__(self) -> str:
+        return f"<shardlaw.engine.jit of {type(self)._engine.fun!r}>"
+
+
 def _wrap(engine: Engine) -> Any:
-    """The jitted function: JAX's C++ dispatcher behind a thin counting frame, with the engine's methods.
+    """The jitted function: JAX's C++ dispatcher (behind a counting frame when asked), with methods.
 
     The frame (when counting is on, :func:`count_calls`, or the function has static
     arguments) counts every call — JAX's dispatcher counts no hits, and ``cache_info``
@@ -1150,38 +1201,31 @@ def _wrap(engine: Engine) -> Any:
     dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
                                            o.names.static_nums, o.names.static_names,
                                            _SIGNATURE_CAPACITY)
+    dispatcher._fun = engine.fun  # what JAX's NaN checker reads off a dispatcher
     engine._dispatcher_ref = _weak(dispatcher)
-    if not engine.counted:
-        return _attach(dispatcher, engine, aot.Methods(engine))
-    calls = engine.calls
+    call: Any = dispatcher
+    if engine.counted:
+        calls = engine.calls
 
-    def jitted(*args: Any, **kwargs: Any) -> Any:
-        next(calls)
-        try:
-            return dispatcher(*args, **kwargs)
-        except ValueError as error:
-            if type(error) is ValueError and str(error).startswith(_UNHASHABLE):
-                raise engine.unhashable_static(args, kwargs) from None
-            raise
+        def call(*args: Any, **kwargs: Any) -> Any:
+            next(calls)
+            try:
+                return dispatcher(*args, **kwargs)
+            except ValueError as error:
+                if type(error) is ValueError and str(error).startswith(_UNHASHABLE):
+                    raise engine.unhashable_static(args, kwargs) from None
+                raise
 
-    jitted._dispatcher = dispatcher  # type: ignore[attr-defined]
-    return _attach(jitted, engine, aot.Methods(engine))
-
-
-def _attach(target: Any, engine: Engine, methods: Any) -> Any:
-    """``target`` made to look like ``engine.fun`` and given the jitted function's methods."""
+    cls = type(str(name) if str(name).isidentifier() else "jitted", (JittedFunction,), {
+        "__slots__": (), "__call__": staticmethod(call), "_engine": engine,
+        "_methods": aot.Methods(engine), "_dispatcher": dispatcher,
+        "__module__": JittedFunction.__module__})
+    jitted = cls()
     try:
-        functools.update_wrapper(target, engine.fun)
+        functools.update_wrapper(jitted, engine.fun)
     except (AttributeError, TypeError):
         pass
-    target.trace = methods.trace
-    target.lower = methods.lower
-    target.eval_shape = methods.eval_shape
-    target.explain = methods.explain
-    target.cache_info = engine.cache_info
-    target.clear_cache = engine.clear_cache
-    target._engine = engine
-    return target
+    return jitted
 
 
 def count_calls(enabled: bool = True) -> None:
