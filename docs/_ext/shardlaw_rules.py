@@ -490,9 +490,10 @@ def statement_block(rule: Any, original: Any, doc: str, context: Context) -> lis
             facts.append(":Engine: " + ", ".join(f"``{n}``" for n in names))
         elif rule.id in context.left_to_jax and context.left_to_jax[rule.id]:
             facts.append(f":Engine: left to JAX: {prose(context.left_to_jax[rule.id])}")
+        elif rule.mirrors.lstrip().startswith("("):  # JAX has no such step either
+            facts.append(f":Engine: none (no engine function carries ``{rule.id}``)")
         else:
-            facts.append(":Engine: left to JAX (the engine has no function of its own for "
-                         "this rule)")
+            facts.append(f":Engine: left to JAX (no engine function carries ``{rule.id}``)")
     facts.append(f":Mirrors: {literal(rule.mirrors)}")
     facts.append(f":Defined in: ``{original.__module__}.{original.__qualname__}``")
     names = context.checks.get(rule.id, [])
