@@ -111,8 +111,11 @@ class Methods:
         engine = self._engine
         decision = Decision(self._site(args, kwargs))
         with recording() as fired:
-            engine.stage_call(decision)
-            engine.stage_trace(decision)
+            try:
+                engine.stage_call(decision)
+                engine.stage_trace(decision)
+            except EngineRejection as error:
+                raise engine.in_jax_words(error, decision.site) from None
         return Traced(engine, decision, fired)
 
     def lower(self, *args: Any, **kwargs: Any) -> "Lowered":
@@ -191,7 +194,10 @@ class Traced(_Stage):
         ``compiler_ir``); such a lowering compiles only for the platform of its devices.
         """
         with recording() as fired:
-            self._engine.stage_lower(self._decision)
+            try:
+                self._engine.stage_lower(self._decision)
+            except EngineRejection as error:
+                raise self._engine.in_jax_words(error, self._decision.site) from None
         self._fired += fired
         platforms = None if lowering_platforms is None else tuple(lowering_platforms)
         return Lowered(self._engine, self._decision, self._fired, platforms)
@@ -236,8 +242,9 @@ class Lowered(_Stage):
             try:
                 plan = engine.stage_compile(self._decision)
             except EngineRejection as error:
+                error = engine.in_jax_words(error, self._decision.site)
                 error.fired = tuple(dict.fromkeys(self._fired + fired))  # type: ignore[attr-defined]
-                raise
+                raise error from None
         plan.fired = tuple(dict.fromkeys(self._fired + fired))
         return Compiled(engine, plan, self._decision)
 

@@ -65,7 +65,7 @@ def run_file(tests_dir: Path, name: str, mode: str, workers: int, timeout: int,
                         " --xla_force_host_platform_device_count=8").strip()
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:benchmark",
                    "-o", "addopts=", "-c", str(tests_dir / "pytest.ini"),
                    "--rootdir", str(tests_dir), "-p", _PLUGIN, f"--junitxml={junit}",
                    f"--timeout={timeout}", str(tests_dir / name)]
@@ -110,11 +110,14 @@ def compare(baseline: dict[str, Outcome], engine: dict[str, Outcome]) -> dict:
     """The figures of one file: passing under each, and the engine-only failures by cause."""
     passing_jax = {t for t, o in baseline.items() if o.status == "passed"}
     passing_engine = {t for t, o in engine.items() if o.status == "passed"}
-    only = sorted(t for t in passing_jax if t not in passing_engine)
+    # A run that produced no report at all (pytest could not start, or crashed outside a
+    # worker) counts as a failure of its own: a broken run must never read as a clean one.
+    broken = sorted(t for o in (baseline, engine) for t in o if t.endswith("::<run>"))
+    only = sorted({t for t in passing_jax if t not in passing_engine} | set(broken))
     unexpected = [t for t in only if _known(t) is None]
     groups: dict[str, list[str]] = collections.defaultdict(list)
     for t in unexpected:
-        outcome = engine.get(t, Outcome("missing", "not run under the engine"))
+        outcome = engine.get(t) or baseline.get(t) or Outcome("missing", "not run under the engine")
         groups[cause(f"{outcome.status}: {outcome.message}")].append(t)
     return {
         "tests": len(baseline),
@@ -163,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="reuse the jax.jit outcomes of an earlier --report")
     parser.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
     args = parser.parse_args(argv)
+    args.tests_dir = args.tests_dir.resolve()
     if not (args.tests_dir / "pytest.ini").exists():
         print(f"conformance: {args.tests_dir} has no pytest.ini (expected JAX's tests/ "
               "folder with its pytest settings)", file=sys.stderr)

@@ -41,6 +41,7 @@ __all__ = [
 # JAX's own jit, whatever the name ``jax.jit`` is bound to later (install(), or by hand).
 JAX_JIT = _api.jit
 Tracer = _core.Tracer
+JaxRuntimeError = _jax.JaxRuntimeError
 GSPMDSharding = _sharding_impls.GSPMDSharding
 
 

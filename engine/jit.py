@@ -197,11 +197,8 @@ class Site:
     def _leaf(self, i: int, leaf: Any, abstract_ok: bool) -> tuple[str, Any]:
         kind = type(leaf)
         if kind is internals.ArrayImpl:
-            if leaf.is_deleted():
-                raise reject("ENG-3", RuntimeError,
-                             f"the argument is an array that has been deleted (donated to an "
-                             f"earlier call, or deleted by hand): shape {leaf.shape}",
-                             self.paths()[i])
+            if leaf.is_deleted() and not abstract_ok:
+                raise check_not_deleted(leaf, self.paths()[i])
             return ARRAY, (leaf.aval, leaf.sharding, leaf._committed,
                            layouts.array_layout(leaf))
         if isinstance(leaf, internals.Tracer):
@@ -265,6 +262,34 @@ class Site:
             held, committed = leaf.sharding, True
         dtype = getattr(leaf, "dtype", type(leaf))
         return Input(self.paths()[i], kind, self.shape(i), dtype, held, committed, jit_sharding)
+
+
+@rule("ENG-3")
+def check_not_deleted(leaf: Any, path: str) -> EngineRejection:
+    """An argument array must not have been deleted (donated to an earlier call, or by hand)."""
+    error = reject("ENG-3", RuntimeError,
+                   f"the argument is an array that has been deleted (donated to an earlier "
+                   f"call, or deleted by hand): shape {leaf.shape}. Pass the result of the "
+                   "call that took it, or do not donate it.", path)
+    try:
+        leaf._check_if_deleted()     # JAX's own words for it
+    except RuntimeError as jax_error:
+        return error.as_jax(jax_error)
+    return error
+
+
+@rule("ENG-6")
+def check_donated_once(site: Site, key: int) -> EngineRejection:
+    """An array a call donates appears nowhere else among that call's arguments."""
+    paths = [p for p, leaf in zip(site.paths(), site.leaves) if id(leaf) == key]
+    leaf = next(leaf for leaf in site.leaves if id(leaf) == key)
+    return reject("ENG-6", internals.JaxRuntimeError,
+                  f"the array at {' and '.join(paths)} (shape {leaf.shape}, "
+                  f"{leaf.sharding}) is donated by this call and also passed to it again; a "
+                  "donated buffer is handed over to the program, so it cannot be read a "
+                  "second time in the same call (JAX fails here when running, and with "
+                  "several devices the process crashes). Pass a copy (x.copy()) for the "
+                  "second use, or do not donate it.", paths[0])
 
 
 def _hashable(value: Any) -> bool:
@@ -485,6 +510,35 @@ class Engine:
             return error
         return reject("ENG-1", ValueError, "a static argument cannot be hashed")
 
+    def check_donations(self, args: tuple, kwargs: dict) -> None:
+        """ENG-3 and ENG-6 before every call of a function that donates, fast path included.
+
+        JAX's dispatcher hands a donating executable a deleted array, or the same buffer
+        twice, without looking; XLA then fails, and with several devices the process dies.
+        The check runs in front of the dispatcher, for donating functions only.
+        """
+        donated = self.options.names
+        count = len(args)
+        positions = {i if i >= 0 else i + count for i in donated.donate_nums}
+        given = [a for i, a in enumerate(args) if i in positions]
+        given += [v for k, v in kwargs.items() if k in donated.donate_names]
+        ids = set()
+        for leaf in tree_util.tree_leaves(given):
+            if type(leaf) is internals.ArrayImpl:
+                ids.add(id(leaf))
+        if not ids:
+            return
+        seen: set[int] = set()
+        for leaf in tree_util.tree_leaves((args, kwargs)):
+            if type(leaf) is internals.ArrayImpl:
+                if leaf.is_deleted():
+                    Site(args, kwargs, donated, abstract_ok=False)  # raises ENG-3, located
+                key = id(leaf)
+                if key in ids:
+                    if key in seen:
+                        raise check_donated_once(Site(args, kwargs, donated, True), key)
+                    seen.add(key)
+
     def plan(self, site: Site) -> Plan:
         """The decision for ``site``'s signature (cached, or made and compiled now); raises its rejection."""
         plan = self.decision_for(site)
@@ -553,9 +607,34 @@ class Engine:
                 self.stage_dispatch(decision)
             except EngineRejection as error:
                 plan = Plan()
-                plan.rejection = error
+                plan.rejection = self.in_jax_words(error, site)
         plan.fired = tuple(dict.fromkeys(fired))
         return plan
+
+    def in_jax_words(self, error: EngineRejection, site: Site) -> EngineRejection:
+        """``error`` as an instance of the class JAX raises for this call, with JAX's message first.
+
+        Only on the refusal path: JAX's own jit is taken through the same call up to the
+        stage where JAX refuses it (trace, lower or compile; nothing runs), and what it
+        raises lends its class and words. Where JAX raises nothing there (the engine refuses
+        earlier than JAX would, or JAX only fails when running), the engine's words stand.
+        """
+        stage = error.stage
+        if stage not in ("trace", "lower", "compile") or site.tracers:
+            return error
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                traced = self._inner.trace(*site.args, **site.kwargs)
+                if stage != "trace":
+                    lowered = traced.lower()
+                    if stage == "compile":
+                        lowered.compile()
+        except EngineRejection:
+            return error
+        except Exception as jax_error:  # noqa: BLE001 - JAX's refusal, whatever its class
+            return error.as_jax(jax_error)
+        return error
 
     # ----------------------------------------------------------------- the stages
 
@@ -1128,9 +1207,16 @@ def jit(fun: Callable | Any = _NOT_GIVEN, /, *, in_shardings: Any = _NOT_GIVEN,
             "backend and device argument on jit is deprecated. You can use "
             '`jax.device_put(..., jax.local_devices(backend="cpu")[0])` on the inputs to the '
             "jitted function to get the same behavior.", DeprecationWarning, stacklevel=2)
-    options = Options(fun, in_shardings, out_shardings, static_argnums, static_argnames,
-                      donate_argnums, donate_argnames, keep_unused, device, backend, inline,
-                      compiler_options)
+    given = dict(static_argnums=static_argnums, static_argnames=static_argnames,
+                 donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+                 keep_unused=keep_unused, device=device, backend=backend, inline=inline,
+                 compiler_options=compiler_options)
+    try:
+        options = Options(fun, in_shardings, out_shardings, static_argnums, static_argnames,
+                          donate_argnums, donate_argnames, keep_unused, device, backend,
+                          inline, compiler_options)
+    except EngineRejection as error:
+        raise _options_in_jax_words(error, fun, in_shardings, out_shardings, given) from None
     engine = Engine(fun, options, _SIGNATURE_CAPACITY)
     return _wrap(engine)
 
@@ -1185,6 +1271,22 @@ class JittedFunction:
         return f"<shardlaw.engine.jit of {type(self)._engine.fun!r}>"
 
 
+def _options_in_jax_words(error: EngineRejection, fun: Callable, in_shardings: Any,
+                          out_shardings: Any, given: dict[str, Any]) -> EngineRejection:
+    """A refusal of jit's options, in the class and words of JAX's own refusal of them."""
+    if in_shardings is not _NOT_GIVEN:
+        given["in_shardings"] = in_shardings
+    if out_shardings is not _NOT_GIVEN:
+        given["out_shardings"] = out_shardings
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            internals.JAX_JIT(fun, **given)
+    except Exception as jax_error:  # noqa: BLE001 - JAX's refusal, whatever its class
+        return error.as_jax(jax_error)
+    return error
+
+
 def _wrap(engine: Engine) -> Any:
     """The jitted function: JAX's C++ dispatcher (behind a counting frame when asked), with methods.
 
@@ -1204,11 +1306,15 @@ def _wrap(engine: Engine) -> Any:
     dispatcher._fun = engine.fun  # what JAX's NaN checker reads off a dispatcher
     engine._dispatcher_ref = _weak(dispatcher)
     call: Any = dispatcher
-    if engine.counted:
+    donates = bool(o.names.donate_nums or o.names.donate_names)
+    if engine.counted or donates:
         calls = engine.calls
+        check = engine.check_donations if donates else None
 
         def call(*args: Any, **kwargs: Any) -> Any:
             next(calls)
+            if check is not None:
+                check(args, kwargs)
             try:
                 return dispatcher(*args, **kwargs)
             except ValueError as error:

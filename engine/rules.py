@@ -27,7 +27,9 @@ The engine's own rule IDs, for input beyond the jit-call semantics:
 * ``ENG-2`` every dynamic leaf is an array, a numpy value or a Python scalar (TypeError);
 * ``ENG-3`` an argument array must not have been deleted (RuntimeError);
 * ``ENG-4`` the options of ``jit`` itself are well formed (JAX's own type and words);
-* ``ENG-5`` a lowered call compiles for its own devices' platform and device assignment.
+* ``ENG-5`` a lowered call compiles for its own devices' platform and device assignment;
+* ``ENG-6`` an array a call donates appears nowhere else among that call's arguments
+  (JAX's ``JaxRuntimeError`` on one device; with several, jax.jit 0.10.2 crashes).
 """
 
 from __future__ import annotations
@@ -87,41 +89,68 @@ STAGE_OF = {
     "RES-1": "lower", "RES-2": "lower", "RES-3": "lower", "RES-4": "lower", "RES-5": "call",
     "DA-1": "lower", "DA-2": "lower", "DA-4": "lower", "EXE-3": "compile", "EXE-4": "lower", "OUT-1": "compile", "OUT-2": "compile",
     "AOT-1": "aot", "AOT-2": "aot", "AOT-3": "aot", "LAY-1": "lower", "LAY-4": "trace", "LAY-5": "lower", "VAL-9": "jit",
-    "ENG-5": "compile",
+    "ENG-5": "compile", "ENG-6": "call",
 }
 
 
 class EngineRejection(Exception):
-    """The engine refused a call; concrete classes also derive from a built-in type."""
+    """The engine refused a call; concrete classes also derive from the class JAX raises.
+
+    ``str(error)`` is JAX's own message for the same call, when the engine could have JAX
+    say it (``jax_message``), followed by ``[RULE] at PATH: explanation`` — so ``except``
+    clauses and message patterns written against JAX keep working.
+    """
 
     rule: str
     path: str | None
     stage: str | None
     jax_error: str
     message: str
+    jax_message: str | None
+    base: type[BaseException] = Exception
 
     def __init__(self, rule: str, message: str, path: str | None = None,
-                 jax_error: str | None = None) -> None:
+                 jax_error: str | None = None, jax_message: str | None = None) -> None:
         self.rule = rule
         self.path = path
         self.stage = STAGE_OF.get(rule)
         self.message = message
-        base = next((c for c in type(self).__mro__ if c.__module__ == "builtins"), Exception)
-        self.jax_error = jax_error or base.__name__
-        where = f" at {path}" if path else ""
-        super().__init__(f"[{rule}]{where}: {message}")
+        self.jax_message = jax_message
+        self.jax_error = jax_error or (self.base.__name__ if self.base is not Exception
+                                       else "Exception")
+        BaseException.__init__(self, self._text())
+
+    def _text(self) -> str:
+        where = f" at {self.path}" if self.path else ""
+        ours = f"[{self.rule}]{where}: {self.message}"
+        return f"{self.jax_message}\n{ours}" if self.jax_message else ours
+
+    def __str__(self) -> str:
+        return self._text()
 
     def __reduce__(self) -> Any:
-        return (_rebuild, (self.error_type, self.rule, self.message, self.path,
-                           self.jax_error))
+        return (_rebuild, (self.base, self.rule, self.message, self.path, self.jax_error,
+                           self.jax_message))
 
     def again(self) -> "EngineRejection":
         """A fresh copy to raise once more (a cached rejection keeps no old traceback)."""
-        return type(self)(self.rule, self.message, self.path, self.jax_error)
+        return type(self)(self.rule, self.message, self.path, self.jax_error, self.jax_message)
 
     def at(self, path: str | None) -> "EngineRejection":
         """The same rejection, about another argument or result."""
-        return type(self)(self.rule, self.message, path, self.jax_error)
+        return type(self)(self.rule, self.message, path, self.jax_error, self.jax_message)
+
+    def as_jax(self, error: BaseException) -> "EngineRejection":
+        """The same rejection as an instance of the very class JAX raised, with JAX's words first.
+
+        ``error`` is what JAX raised for the same call; it is used only when its class is
+        one the engine's built-in type admits (JAX refused for the same kind of reason).
+        """
+        if not isinstance(error, self.error_type) or isinstance(error, EngineRejection):
+            return self
+        words = str(error).strip()
+        return rejection_class(type(error))(self.rule, self.message, self.path,
+                                            type(error).__name__, words or None)
 
     @property
     def error_type(self) -> type[BaseException]:
@@ -133,14 +162,14 @@ _CLASSES: dict[type, type] = {}
 
 
 def rejection_class(base: type[BaseException]) -> type[EngineRejection]:
-    """The engine rejection class that also derives from ``base``."""
+    """The engine rejection class that also derives from ``base`` (a built-in or JAX's class)."""
     cls = _CLASSES.get(base)
     if cls is None:
         if base is Exception:
             cls = EngineRejection
         else:
             cls = type(f"Engine{base.__name__}", (EngineRejection, base), {
-                "__module__": __name__,
+                "__module__": __name__, "base": base,
                 "__doc__": f"The engine refused a call; JAX raises {base.__name__} here.",
             })
         _CLASSES[base] = cls
@@ -148,8 +177,8 @@ def rejection_class(base: type[BaseException]) -> type[EngineRejection]:
 
 
 def _rebuild(base: type, rule: str, message: str, path: str | None,
-             jax_error: str) -> EngineRejection:
-    return rejection_class(base)(rule, message, path, jax_error)
+             jax_error: str, jax_message: str | None = None) -> EngineRejection:
+    return rejection_class(base)(rule, message, path, jax_error, jax_message)
 
 
 def reject(rule: str, error_type: type[BaseException], message: str, path: str | None = None,

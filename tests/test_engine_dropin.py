@@ -1,0 +1,179 @@
+"""The engine as a drop-in: wrappers around it behave as around jax.jit, and whole programs adopt it.
+
+Every comparison here is with a fresh ``jax.jit`` of the same function, value for value
+and jaxpr for jaxpr. The crash cases run in a child process: under ``jax.jit`` 0.10.2 they
+kill the process (SIGSEGV), so a child is the only honest way to see that the engine does not.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import shardlaw.engine as engine
+from shardlaw.engine import jit
+
+
+def g(x):
+    return jnp.sin(x) * x + 0.3 * x ** 2
+
+
+def _twice(build):
+    """The same construction over jax.jit and over the engine's jit."""
+    return build(jax.jit), build(jit)
+
+
+@pytest.mark.parametrize("name, build, arg", [
+    ("jit(grad(f)).lower.compile", lambda j: j(jax.grad(j(g))).lower(1.).compile(), 1.),
+    ("jit(grad(f))", lambda j: j(jax.grad(j(g))), 1.),
+    ("grad(f)", lambda j: jax.grad(j(g)), 1.),
+    ("value_and_grad(f)", lambda j: jax.value_and_grad(j(g)), 1.5),
+    ("jit(vmap(jit(f)))", lambda j: j(jax.vmap(j(g))), np.linspace(0., 1., 5, dtype=np.float32)),
+    ("vmap(grad(f))", lambda j: jax.vmap(jax.grad(j(g))), np.linspace(0., 1., 5, dtype=np.float32)),
+    ("jit(jacfwd(f))", lambda j: j(jax.jacfwd(j(g))), 0.7),
+    ("hessian(f)", lambda j: jax.hessian(j(g)), 0.7),
+])
+def test_wrapped_engine_functions_compute_what_jax_computes(name, build, arg):
+    theirs, mine = _twice(build)
+    assert np.allclose(np.asarray(jax.tree.leaves(mine(arg))),
+                       np.asarray(jax.tree.leaves(theirs(arg)))), name
+
+
+def test_the_wrong_gradient_is_gone():
+    # The defect: jit(grad(f)).lower(...) lowered f itself (its .lower copied onto grad's
+    # wrapper), so the compiled "gradient" returned f(1.) = 2.524 instead of f'(1.) = 1.621.
+    compiled = jax.jit(jax.grad(jit(g))).lower(1.).compile()
+    assert np.isclose(compiled(1.), np.cos(1.) * 1. + np.sin(1.) + 0.6)
+
+
+@pytest.mark.parametrize("wrap", [
+    jax.grad, jax.vmap, jax.value_and_grad, jax.checkpoint,
+    lambda f: functools.wraps(f)(lambda *a: f(*a)),
+    lambda f: functools.partial(f),
+], ids=["grad", "vmap", "value_and_grad", "checkpoint", "functools.wraps", "partial"])
+def test_wrappers_do_not_inherit_the_engines_methods(wrap):
+    theirs, mine = wrap(jax.jit(g)), wrap(jit(g))
+    for attribute in ("lower", "trace", "eval_shape", "explain", "cache_info", "_engine",
+                      "_methods"):
+        assert hasattr(mine, attribute) == hasattr(theirs, attribute), attribute
+
+
+@pytest.mark.parametrize("build, arg", [
+    (lambda j: j(g), np.arange(4.0, dtype=np.float32)),
+    (lambda j: j(jax.vmap(j(g))), np.arange(4.0, dtype=np.float32)),
+    (lambda j: jax.grad(j(g)), 1.0),
+    (lambda j: j(jax.grad(j(g))), 1.0),
+], ids=["jit", "jit(vmap(jit))", "grad(jit)", "jit(grad(jit))"])
+def test_jaxprs_match_jax_jit(build, arg):
+    theirs, mine = _twice(build)
+    assert str(jax.make_jaxpr(mine)(arg)) == str(jax.make_jaxpr(theirs)(arg))
+
+
+def test_jitted_function_has_jax_jits_small_api():
+    f = jit(g)
+    x = jnp.arange(3.)
+    assert f._cache_size() == 0
+    f(x)
+    assert f._cache_size() == 1
+    jax.clear_caches()       # clears the engine's caches as it clears JAX's
+    assert f._cache_size() == 0 and f.cache_info().executables == 0
+    assert np.allclose(f(x), g(x))
+
+    class Holder:
+        method = jit(lambda self, y: y * 2, static_argnums=0)   # binds like a method
+
+    assert np.allclose(Holder().method(x), x * 2)
+    assert f.__name__ == "g" and f.__wrapped__ is g
+
+
+def test_install_routes_every_jax_jit_and_uninstall_puts_jax_back():
+    original = jax.jit
+    with engine.install():
+        assert jax.jit is jit and engine.installed()
+        f = jax.jit(lambda a: a + 1)
+        assert type(f).__mro__[1] is engine.JittedFunction
+        assert np.allclose(f(jnp.ones(2)), 2.)
+    assert jax.jit is original and not engine.installed()
+    engine.install()
+    try:
+        assert jax.jit is jit
+    finally:
+        engine.uninstall()
+    assert jax.jit is original
+
+
+def _run_child(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu")
+    preamble = textwrap.dedent("""
+        import warnings
+        warnings.simplefilter("ignore")
+        import jax
+        jax.config.update("jax_num_cpu_devices", 8)
+        import numpy as np
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        import shardlaw.engine as engine
+        mesh = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+        def sharded():
+            return jax.device_put(np.arange(16.0), NamedSharding(mesh, P("x")))
+    """)
+    return subprocess.run([sys.executable, "-c", preamble + textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_assigning_jax_jit_by_hand_works_in_a_whole_program():
+    done = _run_child("""
+        jax.jit = engine.jit            # the simplest adoption: no RecursionError
+        import jax.numpy as jnp
+        f = jax.jit(lambda a, b: a @ b + 1)
+        x = sharded()
+        print(float(f(x, x)), type(f).__mro__[1].__name__)
+        print(float(jax.jit(jax.grad(lambda a: jnp.sum(jnp.sin(a))))(x)[0]))
+    """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split()
+    assert lines[1] == "JittedFunction" and float(lines[0]) == float(np.arange(16.) @ np.arange(16.) + 1)
+    assert np.isclose(float(lines[2]), 1.0)   # cos(0)
+
+
+def test_reusing_a_donated_array_is_refused_on_every_path_never_a_crash():
+    done = _run_child("""
+        f = engine.jit(lambda a: a + 1, donate_argnums=0)
+        x = sharded()
+        y = f(f(x))                      # a known signature: the C++ fast path from now on
+        for attempt in range(3):
+            try:
+                f(x)
+                print("ran")
+            except RuntimeError as error:
+                print(error.rule, "Array has been deleted" in str(error))
+        print(float(y.sum()))
+    """)
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    assert done.stdout.split() == ["ENG-3", "True"] * 3 + [str(float(np.arange(16.).sum() + 32))]
+
+
+def test_donating_one_array_twice_is_refused_never_a_crash():
+    done = _run_child("""
+        import jax.numpy as jnp
+        both = engine.jit(lambda a, b: a + b, donate_argnums=(0, 1))
+        first = engine.jit(lambda a, b: a + b, donate_argnums=0)
+        second = engine.jit(lambda a, b: a + b, donate_argnums=1)
+        for f in (both, first, second):
+            f(sharded(), sharded())      # the signature is known: the next calls are C++ hits
+            for x in (sharded(), jnp.arange(4.0)):
+                try:
+                    f(x, x)
+                    print("ran")
+                except jax.errors.JaxRuntimeError as error:
+                    print(error.rule, x.is_deleted())
+    """)
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    assert done.stdout.split() == ["ENG-6", "False"] * 6
