@@ -91,7 +91,7 @@ def test_an_entry_has_a_statement_block_and_folds_its_source(generator):
     assert ":Message:" in block and "[DIV-1]: dimension 0" in block
     assert ":Engine: ``shardlaw.engine.somewhere.shard_shape``" in block
     assert f":Mirrors: ``{rule.mirrors}``" in block
-    assert "* ``test_x.test_y``" in block
+    assert "* ``test_y`` (``test_x``)" in block
     source = page[page.index("<details"):page.index("</details>")]
     assert "def shard_shape" in source
     # the examples are printed once, under Examples, not again in the source's docstring

@@ -286,6 +286,13 @@ def property_name(qualified: str) -> str:
     return re.sub(r"(?:[\w]+\.<locals>\.)+", "", qualified)
 
 
+def property_entry(qualified: str) -> str:
+    """A property as a rule's block lists it: its name, then its module (a line may break
+    between the two, not inside a name)."""
+    module, _, name = property_name(qualified).rpartition(".")
+    return f"``{name}`` (``{module}``)" if module else f"``{name}``"
+
+
 # --------------------------------------------------------------------------- text helpers
 
 _ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`]+)`")
@@ -499,7 +506,7 @@ def statement_block(rule: Any, original: Any, doc: str, context: Context) -> lis
     names = context.checks.get(rule.id, [])
     if names:
         facts += [":Checked by:", ""]
-        facts += [indent(f"* ``{property_name(n)}``") for n in names] + [""]
+        facts += [indent(f"* {property_entry(n)}") for n in names] + [""]
     else:
         facts.append(":Checked by: no property checks this rule yet")
     body += [".. rst-class:: rule-facts", ""] + facts + [""]
