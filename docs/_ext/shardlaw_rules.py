@@ -326,6 +326,12 @@ def docstring_blocks(doc: str) -> list[str]:
     return [b for b in re.split(r"\n\s*\n", doc.strip()) if b.strip()]
 
 
+def tabular(example: str) -> bool:
+    """Whether an example's output is laid out in columns (runs of spaces inside a line)."""
+    return any("   " in line.strip() for line in example.splitlines()
+               if not line.lstrip().startswith((">>>", "...")))
+
+
 def indent(text: str, by: str = "   ") -> str:
     return textwrap.indent(text, by, lambda line: True).replace(by + "\n", "\n")
 
@@ -546,6 +552,8 @@ def rule_entry(rule: Any, checks_or_context: dict[str, list[str]] | Context) -> 
             if not shown_rubric:
                 lines += [".. rubric:: Examples", ""]
                 shown_rubric = True
+            if not tabular(block):  # long messages wrap; columns keep their alignment
+                lines += [".. rst-class:: wrap-output", ""]
             lines += [f".. doctest:: {rule.id}", "", indent(textwrap.dedent(block)), ""]
         else:
             lines += [prose(" ".join(block.split())), ""]
