@@ -239,9 +239,25 @@ def checks_in_file(path: Path) -> tuple[dict[str, list[str]], list[str]]:
     from shardlaw.spec import RULES
 
     module = path.stem
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except SyntaxError as error:  # a file being edited; the test run will say so
+        return {}, [f"{module} (SyntaxError: {error})"]
     namespace: dict[str, Any] = {"__builtins__": _SAFE_BUILTINS, "RULES": RULES}
     for statement in tree.body:  # the module's constants, where they can be evaluated
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            # names from the specification (standard library only) may be used in them
+            modules = ([statement.module or ""] if isinstance(statement, ast.ImportFrom)
+                       else [alias.name for alias in statement.names])
+            if all(m == "shardlaw.spec" or m.startswith("shardlaw.spec.") for m in modules) \
+                    and not any(m.endswith((".jax_bridge", ".smt")) for m in modules):
+                imported: dict[str, Any] = {}
+                try:
+                    exec(compile(ast.Module([statement], []), str(path), "exec"), imported)
+                except Exception:
+                    continue
+                namespace.update((k, v) for k, v in imported.items() if k != "__builtins__")
+            continue
         if isinstance(statement, ast.Assign) and all(isinstance(t, ast.Name)
                                                      for t in statement.targets):
             try:
