@@ -608,6 +608,11 @@ def stages_of(rules: list[Any]) -> list[str]:
                                         else len(STAGE_WORDS), s))
 
 
+def stages_text(stages: list[str]) -> str:
+    """``stage ``trace```` or ``stages ``jit``, ``trace````."""
+    return ("stage " if len(stages) == 1 else "stages ") + ", ".join(f"``{s}``" for s in stages)
+
+
 def families_include(families: dict[str, list[Any]]) -> str:
     """The families in pipeline order, with their titles (included by ``docs/index.rst``)."""
     lines = [_GENERATED.replace("page", "file"), ""]
@@ -618,7 +623,7 @@ def families_include(families: dict[str, list[Any]]) -> str:
             about = f"{count} rule{'s' * (count != 1)}"
             stages = stages_of(families[family])
             if stages:
-                about += "; stage " + ", ".join(f"``{stage}``" for stage in stages)
+                about += "; " + stages_text(stages)
             lines.append(f"* :doc:`{family} <rules/{family.lower()}>` — "
                          f"{prose(family_title(family))} ({about})")
         lines.append("")
@@ -629,8 +634,10 @@ def index_page(families: dict[str, list[Any]], rules_count: int, unchecked: list
                unread: list[str]) -> str:
     lines = [_GENERATED, "", "The rules", "=========", "",
              f"The specification has {rules_count} rules in {len(families)} families, listed "
-             "here in the order a jit call meets them. Every rule has the same entry: a "
-             "block with its statement, its numbered clauses, the error a refusal raises "
+             "here in pipeline order: values, where a sharding places blocks, when two "
+             "shardings are the same, a jit call stage by stage, and the caches. Every rule "
+             "has the same entry: a block with its statement, its numbered clauses when it "
+             "has several, the stage of a jit call it belongs to, the error a refusal raises "
              "and an example message, the engine function that implements it, the JAX "
              "function it mirrors and the properties that check it; then its examples, "
              "which this documentation runs as doctests; then its source, folded away.", ""]
@@ -646,8 +653,10 @@ def index_page(families: dict[str, list[Any]], rules_count: int, unchecked: list
         lines += [part, "-" * len(part), ""]
         for family in members:
             ids = ", ".join(f":ref:`{r.id} <rule-{r.id}>`" for r in families[family])
+            stages = stages_of(families[family])
+            at = f" ({stages_text(stages)})" if stages else ""
             lines.append(f"* :doc:`{family}: {prose(family_title(family))} "
-                         f"<{family.lower()}>` — {ids}")
+                         f"<{family.lower()}>`{at} — {ids}")
         lines.append("")
     order = [f for _, members in pipeline_order(families) for f in members]
     lines += [".. toctree::", "   :hidden:", "   :maxdepth: 2", ""]
