@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from shardlaw.spec import (
     UNSPECIFIED, AxisType, GSPMDSharding, Mesh, NamedSharding, P, SingleDeviceSharding,
 )
-from shardlaw.spec.call import Arg, Call, JitOptions, Out, Static
+from shardlaw.spec.call import Arg, Call, JitOptions, Out, Static, static_positions
 from shardlaw.spec.layouts import Format, Layout
 from shardlaw.spec.placement import to_hlo
 from shardlaw.spec.pytree import fill, leaves
@@ -384,7 +384,7 @@ def _with_aot(draw: Any, call: Call, home: Mesh, max_devices: int, layouts: bool
 
     args = walk(call.args)
     # The executable takes the dynamic arguments only.
-    static = set(call.options.static_argnums)
+    static = static_positions(call)
     args = tuple(a for i, a in enumerate(args) if i not in static)
     if how == "structure":
         args = tuple(args) + (Arg.numpy((2,)),)

@@ -25,7 +25,7 @@ import warnings
 from typing import Any
 
 from shardlaw.spec import UNSPECIFIED, NamedSharding, from_jax, to_jax
-from shardlaw.spec.call import Arg, Call, Static, Verdict
+from shardlaw.spec.call import Arg, Call, Static, Verdict, static_positions
 from shardlaw.spec.equivalence import placement_equivalent
 from shardlaw.spec.jit import jit_call
 from shardlaw.spec.layouts import AUTO_LAYOUT, Format, Layout, is_layout
@@ -150,7 +150,7 @@ def _function(call: Call):
     """A function with the call's results that uses exactly the inputs ``call.uses`` marks."""
     jax = _jax()
     jnp = jax.numpy
-    static = {i if i >= 0 else i + len(call.args) for i in call.options.static_argnums}
+    static = static_positions(call)
     static_names = set(call.options.static_argnames)
     outs = [o for _, o in leaves_with_paths(call.outputs)]
 
@@ -298,8 +298,6 @@ def _record_formats(outcome: JaxOutcome, compiled: Any, call: Call) -> None:
     """The layouts an AOT-compiled executable takes its inputs in and gives its results in."""
     from jax.experimental.layout import Format as JaxFormat
 
-    from shardlaw.spec.jit import flat_arguments
-
     jax = _jax()
 
     def flat(tree: Any) -> list[Any]:
@@ -308,10 +306,7 @@ def _record_formats(outcome: JaxOutcome, compiled: Any, call: Call) -> None:
     ranks = [len(s.shape) for s in jax.tree_util.tree_leaves(compiled.out_info)]
     outs = flat(compiled.output_formats)
     outcome.out_layouts = [_spec_layout(f.layout, r) for f, r in zip(outs, ranks)]
-    o = call.options
-    static = {i if i >= 0 else i + len(call.args) for i in o.static_argnums}
-    dynamic, _ = flat_arguments(call.args, call.kwargs, static, set(o.static_argnames))
-    in_ranks = [len(arg.shape) for _, arg in dynamic]
+    in_ranks = [len(arg.shape) for _, arg in call.normal.flat_in]
     ins = flat(compiled.input_formats)
     outcome.in_layouts = [_spec_layout(f.layout, r) for f, r in zip(ins, in_ranks)]
 
@@ -319,12 +314,8 @@ def _record_formats(outcome: JaxOutcome, compiled: Any, call: Call) -> None:
 def compiled_input_hlo(compiled: Any, call: Call) -> list[Any] | None:
     """The HLO sharding an AOT-compiled executable takes each flat dynamic input in (spec
     values; None for an input it does not take), read from ``compiled.input_shardings``."""
-    from shardlaw.spec.jit import flat_arguments
-
     jax = _jax()
-    o = call.options
-    static = {i if i >= 0 else i + len(call.args) for i in o.static_argnums}
-    dynamic, _ = flat_arguments(call.args, call.kwargs, static, set(o.static_argnames))
+    dynamic = call.normal.flat_in
     taken = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=lambda s: s is None)
     if len(taken) != len(dynamic):
         return None
@@ -448,45 +439,37 @@ def with_input_choices(call: Call, taken: list[Any] | None) -> Call:
 def _flat_in_open(call: Call) -> list[bool]:
     """Per flat dynamic input, whether jit leaves its sharding open — no in_sharding and an
     argument that is not committed — as far as known without the spec (for the oracle)."""
-    from shardlaw.spec.jit import flat_arguments, match_in_shardings
-    from shardlaw.spec.pytree import structure
+    from shardlaw.spec.matching import match_in_shardings
     from shardlaw.spec.rules import Rejection
 
-    o = call.options
-    static = {i if i >= 0 else i + len(call.args) for i in o.static_argnums}
-    dynamic, _ = flat_arguments(call.args, call.kwargs, static, set(o.static_argnames))
-    if o.device is not None or o.backend is not None:
+    n = call.normal
+    dynamic = n.flat_in
+    if n.device_or_backend:
         return [False] * len(dynamic)
     if call.kwargs:  # in_shardings meets no keyword arguments (JIT-4)
         given: list[Any] = [UNSPECIFIED] * len(dynamic)
     else:
-        positional = structure(tuple(a for i, a in enumerate(call.args) if i not in static))
         try:
-            given = match_in_shardings(o.in_shardings, positional)
+            given = match_in_shardings(n.in_tree, n.positional)
         except Rejection:
             return [False] * len(dynamic)
-    given = [s.sharding if isinstance(s, Format) else s for s in given]
     return [(s is None or s is UNSPECIFIED) and isinstance(arg, Arg) and not arg.is_committed
             for s, (_, arg) in zip(given, dynamic)]
 
 
 def with_layout_choices(call: Call, outcome: JaxOutcome) -> Call:
     """``call`` with the compiler's layout choices for its Layout.AUTO inputs and results."""
-    from shardlaw.spec.jit import _flat_layouts, flat_arguments
-    from shardlaw.spec.pytree import structure
+    from shardlaw.spec.layouts import given_layouts
     from shardlaw.spec.rules import Rejection
 
-    options = call.options
-    if options.device is not None or options.backend is not None:
-        return call
     try:
-        outs = _flat_layouts(options.out_shardings, structure(call.outputs), "out_shardings")
-        static = {i if i >= 0 else i + len(call.args) for i in options.static_argnums}
-        positional = structure(tuple(a for i, a in enumerate(call.args) if i not in static))
-        ins = ([] if call.kwargs else
-               _flat_layouts(options.in_shardings, positional, "in_shardings"))
+        n = call.normal
+        if n.device_or_backend:
+            return call
+        ins, outs = given_layouts(n)
     except (Rejection, IndexError, KeyError, TypeError, ValueError):
         return call  # not a prefix: the spec refuses the call before any layout matters
+    ins, outs = ([] if call.kwargs else list(ins)), list(outs)
     def choices(given: list[Any], chosen: list[Any] | None, ranks: list[int]) -> Any:
         if AUTO_LAYOUT not in given or chosen is None or len(chosen) != len(given):
             return None
@@ -495,18 +478,17 @@ def with_layout_choices(call: Call, outcome: JaxOutcome) -> Call:
                      if wanted is AUTO_LAYOUT else None
                      for wanted, layout, rank in zip(given, chosen, ranks))
 
-    out_ranks = [len(o.shape) for _, o in leaves_with_paths(call.outputs)]
-    dynamic, _ = flat_arguments(call.args, call.kwargs, static, set(options.static_argnames))
+    out_ranks = [len(o.shape) for _, o in n.flat_out]
     changes = {"compiler_layouts": choices(outs, outcome.out_layouts, out_ranks),
                "compiler_in_layouts": choices(ins, outcome.in_layouts,
-                                              [len(a.shape) for _, a in dynamic])}
+                                              [len(a.shape) for _, a in n.flat_in])}
     changes = {k: v for k, v in changes.items() if v is not None}
     return dataclasses.replace(call, **changes) if changes else call
 
 
 def _flat_out_shardings(call: Call) -> list[Any]:
     """out_shardings per flat result, as far as they are known without the spec (for the oracle)."""
-    from shardlaw.spec.jit import match_out_shardings
+    from shardlaw.spec.matching import match_out_shardings
     from shardlaw.spec.pytree import structure
     from shardlaw.spec.rules import Rejection
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
-import inspect
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -35,10 +33,11 @@ __all__ = ["HAND", "Judged", "GenerationReport", "NotReplayable",
 def rejecting_rules() -> set[str]:
     """The rules that can refuse a call: those some failure value of the spec names."""
     found = set()
-    for name in ("shardlaw.spec.jit", "shardlaw.spec.call"):
-        for value in vars(importlib.import_module(name)).values():
-            if inspect.isclass(value) and issubclass(value, Failure) and value is not Failure:
-                found.add(value.rule)
+    pending = list(Failure.__subclasses__())
+    while pending:
+        kind = pending.pop()
+        found.add(kind.rule)
+        pending += kind.__subclasses__()
     return found
 
 

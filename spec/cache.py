@@ -34,17 +34,19 @@ covers calls of concrete arguments; ``.lower()``/``.trace()`` and AOT calls are 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, ClassVar, Iterable, Sequence
 
 from .call import Arg, Call, Verdict
 from .equivalence import hlo_equal, jax_equivalent, placement_equivalent
 from .hlo import Replicated
 from .layouts import Layout
-from .jit import (
-    Input, convert_leaves, device_option_sharding, flat_arguments, given_layouts, jit_call,
-    jit_context_mesh,
-    match_in_shardings, match_out_shardings, replicate_scalars, resolve_input,
-)
+from .assignment import replicate_scalars
+from .jit import jit_call, jit_shardings
+from .layouts import given_layouts
+from .matching import match_out_shardings
+from .options import jit_context_mesh
+from .resolution import Input, resolve_input
 from .placement import devices_indices_map, is_fully_replicated, to_hlo
 from .pytree import is_container, leaves_with_paths, structure
 from .rules import Failure, Rejection, reject, rule
@@ -92,6 +94,11 @@ class CallSite:
 
     def __repr__(self) -> str:
         return f"<{self.function} via {self.wrapper}>"
+
+    @functools.cached_property
+    def facts(self) -> "_Facts":
+        """What the cache keys read from this call, read once."""
+        return _Facts.of(self.call)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,14 +165,8 @@ class Placed:
 
 Key = tuple  # of Part
 
-# The facts of the last call site asked about (the keys of one call read them several times).
-_LAST: list = [None, None]
-
-
 def _site_facts(site: CallSite) -> "_Facts":
-    if _LAST[0] is not site:
-        _LAST[:] = [site, _Facts.of(site.call)]
-    return _LAST[1]
+    return site.facts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,37 +184,16 @@ class _Facts:
 
     @classmethod
     def of(cls, call: Call) -> "_Facts":
-        options = call.options
-        static = {i if i >= 0 else i + len(call.args) for i in options.static_argnums}
-        static_names = set(options.static_argnames)
-        flat, dynamic = flat_arguments(call.args, call.kwargs, static, static_names)
-        statics = tuple((f"args[{i}]", call.args[i].value) for i in sorted(static)
-                        if i < len(call.args)) + tuple(
-            (f"kwargs[{k!r}]", call.kwargs[k].value) for k in sorted(call.kwargs)
-            if k in static_names)
-        context = jit_context_mesh(call.context_mesh)
-        device_or_backend = options.device is not None or options.backend is not None
-        if device_or_backend:
-            placed = device_option_sharding(options, call)
-            jit_in = [placed] * len(flat)
-            out_tree: Any = placed
-        else:
-            in_tree = convert_leaves(options.in_shardings, context, "in_shardings")
-            out_tree = convert_leaves(options.out_shardings, context, "out_shardings")
-            positional = structure(tuple(a for i, a in enumerate(call.args) if i not in static))
-            # With keyword arguments in_shardings must be left out (JIT-4): all open.
-            jit_in = ([UNSPECIFIED] * len(flat) if call.kwargs
-                      else match_in_shardings(in_tree, positional))
-        jit_in = [UNSPECIFIED if s is None else s for s in jit_in]
-        resolved = tuple(_resolved(Input(path, arg, s), call.process_count, device_or_backend)
-                         for (path, arg), s in zip(flat, jit_in))
-        out_leaves = list(leaves_with_paths(call.outputs))
-        out_flat = match_out_shardings(out_tree, structure(call.outputs))
-        outs = tuple((_show_result(p), o, UNSPECIFIED if s is None else s)
-                     for (p, o), s in zip(out_leaves, out_flat))
-        return cls(tuple(flat), dynamic, statics,
-                   (tuple(sorted(static)), tuple(sorted(static_names))), resolved, outs,
-                   _donated(call, static), (call.context_mesh, call.default_device))
+        n = call.normal
+        _, jit_in, out_tree = jit_shardings(n, jit_context_mesh(call.context_mesh))
+        resolved = tuple(_resolved(Input(path, arg, s), call.process_count, n.device_or_backend)
+                         for (path, arg), s in zip(n.flat_in, jit_in))
+        out_flat = match_out_shardings(out_tree, n.results)
+        outs = tuple((path, o, UNSPECIFIED if s is None else s)
+                     for (path, o), s in zip(n.flat_out, out_flat))
+        return cls(n.flat_in, n.dynamic, n.statics,
+                   (tuple(sorted(n.static)), tuple(sorted(n.static_names))), resolved, outs,
+                   _donated(call, n.static), (call.context_mesh, call.default_device))
 
 
 def _resolved(item: Input, processes: int, device_or_backend: bool) -> Any:
@@ -224,11 +204,7 @@ def _resolved(item: Input, processes: int, device_or_backend: bool) -> Any:
         return None  # the call is refused while lowering; its params and trace still count
 
 
-def _show_result(path: tuple) -> str:
-    return "result" + "".join(f"[{k!r}]" for k in path)
-
-
-def _donated(call: Call, static: set[int]) -> tuple[bool, ...]:
+def _donated(call: Call, static: frozenset[int]) -> tuple[bool, ...]:
     """Per flat dynamic input: is it donated (donate_argnums count all positions)."""
     options = call.options
     donate = {i if i >= 0 else i + len(call.args) for i in options.donate_argnums}
@@ -974,7 +950,7 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
 def _layouts(call: Call, facts: _Facts) -> Any:
     """The layouts that shape the executable: those jit's options give (inputs, results) and
     the committed arguments' own (LAY-3); None when every one is the default."""
-    given_in, given_out = given_layouts(call)
+    given_in, given_out = given_layouts(call.normal)
     held = tuple(_canonical_layout(arg.layout) if arg.kind == "committed" else None
                  for _, arg in facts.flat)
     parts = (tuple(map(_canonical_layout, given_in)), held,

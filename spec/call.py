@@ -13,16 +13,18 @@ not model XLA's sharding propagation; it models what jit does with its outcome.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+import functools
+from typing import Any, ClassVar, Iterator, Sequence
 
 from .hlo import HloSharding
-from .layouts import Layout
-from .pytree import leaves_with_paths, show_path
+from .layouts import Layout, split_format
+from .pytree import Node, leaves_with_paths, map_leaves, show_path, structure
 from .rules import Failure, reject, rule
 from .shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
-from .values import AbstractMesh, Mesh, check_dims
+from .values import AbstractMesh, DeviceList, Mesh, check_dims
 
-__all__ = ["Arg", "Static", "Out", "JitOptions", "Call", "Verdict", "ARG_KINDS", "check_call"]
+__all__ = ["Arg", "Static", "Out", "JitOptions", "Call", "Verdict", "ARG_KINDS", "check_call",
+           "NormalCall", "flat_arguments", "static_positions", "DeviceIds"]
 
 ARG_KINDS = ("committed", "uncommitted", "numpy", "scalar", "abstract")
 
@@ -357,6 +359,12 @@ class Call:
                                f"device ids below {self.devices}", d)
 
 
+    @functools.cached_property
+    def normal(self) -> "NormalCall":
+        """The call as every stage reads it, normalised once (:class:`NormalCall`)."""
+        return NormalCall.of(self)
+
+
 def _device_ids_of(sharding: Any) -> tuple[int, ...]:
     """The ids to check against the device count (an iota list: its largest id only)."""
     devices = getattr(sharding, "device_list", None)
@@ -419,3 +427,162 @@ class Verdict:
                          + ("" if c else " (uncommitted)"))
         return "\n".join(lines)
 
+
+
+# =========================================================================== the normalised call
+
+def flat_arguments(args: tuple, kwargs: dict, static: set[int] | frozenset[int],
+                   static_names: set[str] | frozenset[str]) -> tuple[list[tuple[str, Any]], Node]:
+    """The dynamic arguments' leaves with their paths (``args[0]``, ``kwargs['y']``; static
+    positions are left out, so positions count the dynamic arguments only, as JAX's do), and
+    the structure of (dynamic positional arguments, dynamic keyword arguments).
+
+    >>> flat, _ = flat_arguments((1, (2, 3)), {"y": 4}, {0}, set())
+    >>> flat
+    [('args[0][0]', 2), ('args[0][1]', 3), ("kwargs['y']", 4)]
+    """
+    dynamic_args = tuple(a for i, a in enumerate(args) if i not in static)
+    dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
+    flat = [(show_path(("args", *p)), leaf) for p, leaf in leaves_with_paths(dynamic_args)]
+    flat += [(show_path(("kwargs", *p)), leaf) for p, leaf in leaves_with_paths(dynamic_kwargs)]
+    return flat, structure((dynamic_args, dynamic_kwargs))
+
+
+def static_positions(call: Call) -> frozenset[int]:
+    """The positions ``static_argnums`` marks, a negative one counted from the end.
+
+    >>> static_positions(Call(args=(Static(1), Arg.numpy(())), options=JitOptions(static_argnums=-2)))
+    frozenset({0})
+    """
+    return frozenset(i if i >= 0 else i + len(call.args) for i in call.options.static_argnums)
+
+
+def _split_tree(tree: Any) -> tuple[Any, Any]:
+    """A shardings tree split into its sharding parts and its layout parts (same shape)."""
+    if tree is UNSPECIFIED:
+        return UNSPECIFIED, UNSPECIFIED
+    shardings = map_leaves(lambda leaf: split_format(leaf)[0], tree, none_is_leaf=True)
+    layouts = map_leaves(lambda leaf: split_format(leaf)[1], tree, none_is_leaf=True)
+    return shardings, layouts
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalCall:
+    """A call read once, as every stage of jit, the layouts, the cache model and the bridge read it.
+
+    Static positions are counted from the front; the dynamic arguments are flat, each with its
+    pytree path and checked to be an :class:`Arg`; the results likewise; ``in_tree`` and
+    ``out_tree`` are jit's shardings trees with each Format leaf's layout split off into
+    ``in_layout_tree``/``out_layout_tree``. Building one checks the description (CALL-0):
+    the flat arguments, and the lengths of ``uses`` and of the compiler's choices.
+
+    >>> n = Call(args=(Arg.numpy((2,)), Static(3)), kwargs={"y": Arg.numpy((4,))},
+    ...          options=JitOptions(static_argnums=-1)).normal
+    >>> n.static, [path for path, _ in n.flat_in], n.device_or_backend
+    (frozenset({1}), ['args[0]', "kwargs['y']"], False)
+    """
+
+    call: Call
+    static: frozenset[int]
+    static_names: frozenset[str]
+    flat_in: tuple[tuple[str, Arg], ...]
+    dynamic: Node                # (dynamic positional arguments, dynamic keyword arguments)
+    positional: Node             # the dynamic positional arguments (what in_shardings covers)
+    statics: tuple[tuple[str, Any], ...]     # (path, value) per static argument
+    flat_out: tuple[tuple[str, Out], ...]
+    results: Node
+    device_or_backend: bool
+    in_tree: Any
+    in_layout_tree: Any
+    out_tree: Any
+    out_layout_tree: Any
+
+    @classmethod
+    def of(cls, call: Call) -> "NormalCall":
+        options = call.options
+        static, names = static_positions(call), frozenset(options.static_argnames)
+        flat_in, dynamic = flat_arguments(call.args, call.kwargs, static, names)
+        for path, leaf in flat_in:
+            check_call(isinstance(leaf, Arg), f"the dynamic argument {path}",
+                       "an Arg (mark static positions with static_argnums)", leaf)
+        statics = tuple((f"args[{i}]", call.args[i].value) for i in sorted(static)
+                        if i < len(call.args)) + tuple(
+            (f"kwargs[{k!r}]", call.kwargs[k].value) for k in sorted(call.kwargs) if k in names)
+        flat_out = tuple((show_path(("result", *p)), o) for p, o in leaves_with_paths(
+            call.outputs))
+        _check_lengths(call, len(flat_in), len(flat_out))
+        return cls(call, static, names, tuple(flat_in), dynamic,
+                   structure(tuple(a for i, a in enumerate(call.args) if i not in static)),
+                   statics, flat_out, structure(call.outputs),
+                   options.device is not None or options.backend is not None,
+                   *_split_tree(options.in_shardings), *_split_tree(options.out_shardings))
+
+    @property
+    def in_paths(self) -> tuple[str, ...]:
+        return tuple(path for path, _ in self.flat_in)
+
+    @property
+    def out_paths(self) -> tuple[str, ...]:
+        return tuple(path for path, _ in self.flat_out)
+
+    @property
+    def args(self) -> tuple[Arg, ...]:
+        return tuple(arg for _, arg in self.flat_in)
+
+
+def _check_lengths(call: Call, inputs: int, outputs: int) -> None:
+    """The per-input and per-result facts of a description have one entry each."""
+    for name, wanted, what in (("uses", inputs, "flags, one per flat input"),
+                               ("compiler", outputs, "entries, one per flat result"),
+                               ("compiler_memory", outputs, "entries, one per flat result"),
+                               ("compiler_in", inputs, "entries, one per flat input"),
+                               ("compiler_layouts", outputs, "entries, one per flat result"),
+                               ("compiler_in_layouts", inputs, "entries, one per flat input")):
+        value = getattr(call, name)
+        check_call(value is None or len(value) == wanted, name, f"{wanted} {what}", value)
+    if call.aot_args is not None:
+        for path, leaf in flat_arguments(call.aot_args, call.aot_kwargs or {}, set(), set())[0]:
+            check_call(isinstance(leaf, Arg), f"the AOT call's {path}", "an Arg", leaf)
+
+
+class DeviceIds(Sequence[int]):
+    """A device assignment's ids in order, read from its device list only when asked for one
+    by one: an iota list of a million devices stays a formula.
+
+    >>> ids = DeviceIds(DeviceList.of_ids(range(4)))
+    >>> ids, ids == (0, 1, 2, 3), list(ids[1:3]), len(ids)
+    ((0, 1, 2, 3), True, [1, 2], 4)
+    """
+
+    __slots__ = ("devices",)
+
+    def __init__(self, devices: DeviceList) -> None:
+        self.devices = devices
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.devices.id_tuple()[index]
+        if index < 0:
+            index += len(self.devices)
+        if not 0 <= index < len(self.devices):
+            raise IndexError(index)
+        return self.devices.id_at(index)
+
+    def __iter__(self) -> Iterator[int]:
+        return self.devices.ids()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DeviceIds):
+            return self.devices == other.devices
+        if isinstance(other, tuple):
+            return len(other) == len(self.devices) and other == self.devices.id_tuple()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.devices.id_tuple())
+
+    def __repr__(self) -> str:
+        return repr(self.devices.id_tuple())

@@ -19,13 +19,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Sequence
 
+from .pytree import Node, broadcast_prefix, is_container
 from .rules import Failure, reject, require, rule
-from .shardings import _Marker, GSPMDSharding, NamedSharding, SingleDeviceSharding
+from .shardings import UNSPECIFIED, _Marker, GSPMDSharding, NamedSharding, SingleDeviceSharding
 
 __all__ = ["Layout", "AUTO_LAYOUT", "Format", "is_layout", "split_format", "layout_text",
            "check_major_to_minor", "check_format", "check_argument_layout",
            "executable_input_layouts", "result_layouts", "check_layout_rank",
-           "check_layout_devices"]
+           "check_layout_devices", "flat_layouts", "given_in_layouts", "given_out_layouts",
+           "given_layouts"]
 
 AUTO_LAYOUT = _Marker("Layout.AUTO", "The compiler chooses the layout (jax's Layout.AUTO).")
 
@@ -346,3 +348,49 @@ def result_layouts(wanted: Sequence[Any], chosen: Sequence[Any] | None = None
         else:
             out.append(_canonical(given))
     return tuple(out)
+
+
+# =========================================================================== the layouts given
+
+def flat_layouts(layout_tree: Any, node: Node, which: str) -> list[Any]:
+    """The layout given for each flat leaf (None: none), once TREE-1/2 matched the tree.
+
+    ``layout_tree`` is a shardings tree with each leaf replaced by its Format's layout part.
+
+    >>> from shardlaw.spec.pytree import structure
+    >>> flat_layouts([Layout((1, 0)), None], structure(((1, 2), 3)), "in_shardings")
+    [Layout((1, 0)), Layout((1, 0)), None]
+    """
+    if layout_tree is UNSPECIFIED or layout_tree is None:
+        return [None] * node.num_leaves
+    if which == "in_shardings" and isinstance(layout_tree, list):
+        layout_tree = tuple(layout_tree)  # TREE-1 reads a top-level list as a tuple
+    if not is_container(layout_tree):
+        return [layout_tree] * node.num_leaves
+    return broadcast_prefix(layout_tree, node)
+
+
+def given_in_layouts(normal: Any) -> tuple[Any, ...]:
+    """The layout a Format of ``in_shardings`` gives each flat input (None: none), for a
+    :class:`~shardlaw.spec.call.NormalCall` whose in_shardings TREE-1 accepts.
+
+    With keyword arguments in_shardings is left out (JIT-4), and ``device=``/``backend=``
+    exclude it (JIT-1): no layout is given then.
+    """
+    if normal.device_or_backend or normal.call.kwargs:
+        return (None,) * len(normal.flat_in)
+    return tuple(flat_layouts(normal.in_layout_tree, normal.positional, "in_shardings"))
+
+
+def given_out_layouts(normal: Any) -> tuple[Any, ...]:
+    """The layout a Format of ``out_shardings`` gives each flat result (None: none), for a
+    :class:`~shardlaw.spec.call.NormalCall` whose out_shardings TREE-2 accepts."""
+    if normal.device_or_backend:
+        return (None,) * len(normal.flat_out)
+    return tuple(flat_layouts(normal.out_layout_tree, normal.results, "out_shardings"))
+
+
+def given_layouts(normal: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The layouts given to the flat inputs and to the flat results (:func:`given_in_layouts`,
+    :func:`given_out_layouts`)."""
+    return given_in_layouts(normal), given_out_layouts(normal)

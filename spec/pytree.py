@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any, Callable, Iterator
 
 __all__ = ["Node", "structure", "leaves_with_paths", "leaves", "is_container", "show_path",
-           "map_leaves", "fill"]
+           "map_leaves", "fill", "prefix_mismatch", "broadcast_prefix", "show_tree"]
 
 
 def is_container(value: Any) -> bool:
@@ -136,3 +136,64 @@ def fill(tree: Any, values: Any) -> Any:
     """
     it = iter(values)
     return map_leaves(lambda _: next(it), tree)
+
+
+# --------------------------------------------------------------------------- prefixes
+
+def prefix_mismatch(prefix: Any, full: Node, path: tuple) -> str | None:
+    """Why ``prefix`` is not a tree prefix of ``full`` (None: it is).
+
+    >>> print(prefix_mismatch((1, 2), structure((1,)), ()))
+    at the top level the shardings hold a tuple of length 2 where the value's has length 1
+    """
+    if not is_container(prefix) or prefix is None:
+        return None  # a leaf (None included) broadcasts over any subtree
+    where = show_path(("", *path)) or "the top level"
+    kind = type(prefix).__name__
+    if full.kind == "leaf":
+        return f"at {where} the shardings hold a {kind} where the value is a single leaf"
+    if full.kind != kind:
+        return f"at {where} the shardings hold a {kind} where the value holds {full.describe()}"
+    if kind == "dict":
+        keys = tuple(sorted(prefix, key=repr))
+        if set(prefix) != set(full.keys):
+            return (f"at {where} the shardings have dict keys {list(keys)} where the value has "
+                    f"{list(full.keys)}")
+        children = [prefix[k] for k in full.keys]
+        keys_in_order = full.keys
+    else:
+        if len(prefix) != len(full.children):
+            return (f"at {where} the shardings hold a {kind} of length {len(prefix)} where the "
+                    f"value's has length {len(full.children)}")
+        children = list(prefix)
+        keys_in_order = tuple(range(len(prefix)))
+    for key, child, node in zip(keys_in_order, children, full.children):
+        found = prefix_mismatch(child, node, path + (key,))
+        if found:
+            return found
+    return None
+
+
+def broadcast_prefix(prefix: Any, full: Node) -> list[Any]:
+    """The prefix's leaves, each repeated over the leaves of the subtree it covers."""
+    if not is_container(prefix) or prefix is None:
+        return [prefix] * full.num_leaves
+    children = [prefix[k] for k in full.keys] if isinstance(prefix, dict) else list(prefix)
+    out: list[Any] = []
+    for child, node in zip(children, full.children):
+        out.extend(broadcast_prefix(child, node))
+    return out
+
+
+def show_tree(node: Node) -> str:
+    """A structure written with ``*`` for each leaf: ``((*, *), {'a': *})``."""
+    if node.kind == "leaf":
+        return "*"
+    if node.kind == "none":
+        return "None"
+    inner = ", ".join(show_tree(c) for c in node.children)
+    if node.kind == "dict":
+        inner = ", ".join(f"{k!r}: {show_tree(c)}" for k, c in zip(node.keys, node.children))
+        return "{" + inner + "}"
+    return ("(" + inner + ("," if len(node.children) == 1 else "") + ")"
+            if node.kind == "tuple" else "[" + inner + "]")

@@ -14,15 +14,18 @@ derives from the built-in exception type that JAX raises for the same input, so 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import functools
 import re
 from typing import Any, Callable, ClassVar, Iterator
 
+from shardlaw.rule_stages import is_description, stage_of
+
 __all__ = [
     "Rule", "RULES", "rule", "Failure", "Rejection", "require", "reject", "explain",
-    "tracing", "fired",
+    "tracing", "fired", "located", "staged",
 ]
 
 
@@ -34,10 +37,16 @@ class Rule:
     statement: str
     function: Callable[..., Any]
     mirrors: str
+    clauses: tuple[str, ...] = ()     # "(C1) ...", "(C2) ...": a compound rule's parts
 
     @property
     def family(self) -> str:
         return self.id.rsplit("-", 1)[0]
+
+    @property
+    def stage(self) -> str | None:
+        """When a jit call meets this rule (declared once, in :mod:`shardlaw.rule_stages`)."""
+        return stage_of(self.id)
 
     @property
     def module(self) -> str:
@@ -53,10 +62,47 @@ _TRACE: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "shardlaw_trace", default=None)
 
 
+# A sentence ends at a period that closes a word (not ``..`` or ``...``) before a space.
+_SENTENCE_END = re.compile(r"(?<![.])\.(?![.])(?=\s|$)")
+
+# A clause of a compound rule: a docstring line ``(C1) text`` and its continuation lines.
+_CLAUSE = re.compile(r"^\(C([0-9]+)\)\s+")
+
+
 def _first_sentence(doc: str | None) -> str:
+    """The docstring's first sentence (a period inside ``0 ..`` does not end it).
+
+    >>> _first_sentence("Holds each of ``0 .. n-1`` once. More.")
+    'Holds each of ``0 .. n-1`` once.'
+    """
     text = " ".join((doc or "").strip().split("\n\n")[0].split())
-    end = text.find(". ")
-    return text if end < 0 else text[: end + 1]
+    end = _SENTENCE_END.search(text)
+    return text if end is None else text[: end.end()]
+
+
+def _clauses(doc: str | None) -> tuple[str, ...]:
+    r"""The numbered clauses of a docstring: lines ``(C1) ...``, ``(C2) ...``, in order.
+
+    A clause runs on over the lines that follow it, up to a blank line or an example.
+
+    >>> _clauses("Rule.\n\n(C1) First\n  part.\n(C2) Second.\n\n>>> 1")
+    ('(C1) First part.', '(C2) Second.')
+    """
+    found: list[str] = []
+    inside = False
+    for line in (doc or "").splitlines():
+        text = line.strip()
+        if _CLAUSE.match(text):
+            found.append(text)
+            inside = True
+        elif inside and text and not text.startswith(">>>"):
+            found[-1] += " " + text
+        else:
+            inside = False
+    for n, clause in enumerate(found, 1):
+        if not clause.startswith(f"(C{n}) "):
+            raise ValueError(f"clause {clause[:12]!r} is out of order (expected (C{n}))")
+    return tuple(found)
 
 
 def rule(rule_id: str, *, mirrors: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -72,15 +118,18 @@ def rule(rule_id: str, *, mirrors: str) -> Callable[[Callable[..., Any]], Callab
         if not statement:
             raise ValueError(f"rule {rule_id} ({function.__qualname__}) has no statement")
 
+        # A jit trace lists JAX's rules only: checks of the description are not recorded.
+        recorded = not is_description(rule_id)
+
         @functools.wraps(function)
         def fire(*args: Any, **kwargs: Any) -> Any:
             trace = _TRACE.get()
-            if trace is not None:
+            if trace is not None and recorded:
                 trace.append(rule_id)
             return function(*args, **kwargs)
 
         fire.rule_id = rule_id  # type: ignore[attr-defined]
-        RULES[rule_id] = Rule(rule_id, statement, fire, mirrors)
+        RULES[rule_id] = Rule(rule_id, statement, fire, mirrors, _clauses(function.__doc__))
         return fire
 
     return register
@@ -103,6 +152,42 @@ class tracing:
 
     def __exit__(self, *exc: object) -> None:
         _TRACE.reset(self._token)
+
+
+# Where a rule is being applied: the pytree path of the argument or result (None: the call
+# as a whole), and the stage of the jit call running. A rejection is born with both.
+_WHERE: contextvars.ContextVar[str | None] = contextvars.ContextVar("shardlaw_where",
+                                                                    default=None)
+_STAGE: contextvars.ContextVar[str | None] = contextvars.ContextVar("shardlaw_stage",
+                                                                    default=None)
+
+
+@contextlib.contextmanager
+def located(path: str | None) -> Iterator[None]:
+    """Rules applied inside the block are about the argument or result at ``path``.
+
+    >>> from shardlaw.spec import NamedSharding, Mesh, P, shard_shape
+    >>> with located("args[0]"):
+    ...     shard_shape(NamedSharding(Mesh.iota((2,), ("x",)), P("x")), (3,))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [DIV-1] at args[0]: dimension 0 of shape (3,) ...
+    """
+    token = _WHERE.set(path)
+    try:
+        yield
+    finally:
+        _WHERE.reset(token)
+
+
+@contextlib.contextmanager
+def staged(stage: str) -> Iterator[None]:
+    """Rules applied inside the block run in the jit call's stage ``stage``."""
+    token = _STAGE.set(stage)
+    try:
+        yield
+    finally:
+        _STAGE.reset(token)
 
 
 def fired() -> list[str] | None:
@@ -137,15 +222,23 @@ class Rejection(Exception):
 
     failure: Failure
     path: str | None
+    raised_in: str | None      # the stage running when the rule refused (None: outside one)
 
     def __init__(self, failure: Failure, path: str | None = None) -> None:
         self.failure = failure
         self.path = path
+        self.raised_in = _STAGE.get()
         super().__init__(explain(failure, path))
 
     @property
     def rule(self) -> str:
         return self.failure.rule
+
+    @property
+    def stage(self) -> str | None:
+        """The stage at which jit raises this refusal: its rule's declared stage, else the
+        stage that was running."""
+        return stage_of(self.failure.rule) or self.raised_in
 
     def at(self, path: str) -> "Rejection":
         """The same rejection, located at the argument's pytree path."""
@@ -167,8 +260,10 @@ def _rejection_class(error_type: type[Exception]) -> type[Rejection]:
 
 
 def reject(failure: Failure, path: str | None = None) -> Rejection:
-    """The exception for ``failure``: a :class:`Rejection` of the built-in type JAX raises."""
-    return _rejection_class(failure.error_type)(failure, path)
+    """The exception for ``failure``: a :class:`Rejection` of the built-in type JAX raises,
+    at ``path``, else at the path of the innermost :func:`located` block."""
+    return _rejection_class(failure.error_type)(failure, path if path is not None
+                                                else _WHERE.get())
 
 
 def require(condition: bool, failure: Failure | Callable[[], Failure]) -> None:
@@ -183,19 +278,136 @@ def require(condition: bool, failure: Failure | Callable[[], Failure]) -> None:
 
 
 def explain(failure: Failure, path: str | None = None) -> str:
-    """The one place where failures become words: ``[RULE] at PATH: message. Hint.``"""
-    where = f" at {path}" if path else ""
-    facts = {k: _show(v) for k, v in failure.facts().items()}
-    facts.update({k: getattr(failure, k) for k in ("least",) if hasattr(failure, k)})
-    text = failure.template.format(**facts) if failure.template else repr(failure)
-    hint = failure.hint.format(**facts) if failure.hint else ""
+    """The one place where failures become words: ``[RULE] at PATH: message. Hint.``
+
+    It cannot fail: a template names the failure's fields (``{dims}``, ``{value!r}``), the
+    values are shown bounded (deep or huge input is abbreviated, a value whose own repr
+    raises is named by its type), and text that is not a template (a computed hint) is
+    used as it is, braces included.
+    """
+    where = f" at {_bounded(path, str)}" if path else ""
+    try:
+        facts = dict(failure.facts())
+        facts.update({k: getattr(failure, k) for k in ("least",) if hasattr(failure, k)})
+    except Exception as error:  # a failure value whose fields cannot be read
+        facts = {}
+        where += f" (its facts could not be read: {type(error).__name__})"
+    template = _class_text(failure, "template")
+    if template:
+        text = _fill(template, facts)
+    else:
+        text = _bounded(failure, repr)
+    hint = _class_text(failure, "hint")
+    if hint is None:  # a hint computed from the facts is text already, never a template
+        hint = _bounded(getattr(failure, "hint", ""), str)
+    else:
+        hint = _fill(hint, facts)
     return f"[{failure.rule}]{where}: {text}" + (f" {hint}" if hint else "")
 
 
-def _show(value: Any) -> Any:
-    if isinstance(value, tuple) and len(value) > 16:
-        return "(" + ", ".join(map(repr, value[:8])) + f", ... {len(value) - 8} more)"
-    return value
+def _class_text(failure: Failure, name: str) -> str | None:
+    """The template ``name`` as the class declares it, or None when it is a computed property."""
+    for klass in type(failure).__mro__:
+        if name in vars(klass):
+            declared = vars(klass)[name]
+            return declared if isinstance(declared, str) else None
+    return ""
+
+
+# ``{{`` and ``}}`` are literal braces; ``{name}``, ``{name!r}`` and ``{name:spec}`` are a
+# fact (its str, its repr, or formatted with a number's spec such as ``:g``).
+_FIELD = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z_0-9]*)(?:!([rs]))?(?::([^{}]*))?\}")
+
+
+def _fill(template: str, facts: dict[str, Any]) -> str:
+    """The template with each named field replaced; a name that is not a fact stays as written."""
+    def field(match: re.Match[str]) -> str:
+        token, name, conversion, spec = match[0], match[1], match[2], match[3]
+        if name is None:
+            return token[0]
+        if name not in facts:
+            return token
+        value = facts[name]
+        if spec and conversion is None and isinstance(value, (int, float)):
+            try:
+                return format(value, spec)
+            except (ValueError, TypeError):  # a spec that does not fit the value: show it plainly
+                pass
+        return _bounded(value, repr if conversion == "r" else str)
+    return _FIELD.sub(field, template)
+
+
+# How much of a value a message shows.
+_MAX_TEXT = 2000
+_MAX_DIGITS = 60
+_MAX_DEPTH = 8
+_MAX_ITEMS = 16
+_CONTAINERS = (tuple, list, dict, set, frozenset)
+
+
+def _bounded(value: Any, convert: Callable[[Any], str]) -> str:
+    """``repr(value)`` (or ``str``) as a message shows it: long tuples cut after 8 entries,
+    deep containers abbreviated, huge integers by their size, long text cut in the middle."""
+    try:
+        if isinstance(value, tuple) and len(value) > _MAX_ITEMS:
+            shown = ", ".join(_bounded(v, repr) for v in value[:8])
+            return f"({shown}, ... {len(value) - 8} more)"
+        if isinstance(value, int) and not isinstance(value, bool) and \
+                value.bit_length() > _MAX_DIGITS * 3.32:
+            return f"an integer of {value.bit_length()} bits"
+        if isinstance(value, _CONTAINERS) and _too_big(value):
+            text = _abbreviated(value, _MAX_DEPTH)
+        else:
+            text = convert(value)
+            if not isinstance(text, str):
+                raise TypeError(f"{convert.__name__}() returned {type(text).__name__}")
+    except Exception as error:  # the value's own repr failed (RecursionError, ValueError ...)
+        return f"<a {type(value).__name__} whose {convert.__name__}() raises " \
+               f"{type(error).__name__}>"
+    if len(text) > _MAX_TEXT:
+        half = _MAX_TEXT // 2
+        text = f"{text[:half]} ... {text[-half // 4:]} ({len(text)} characters)"
+    return text
+
+
+def _too_big(value: Any) -> bool:
+    """Whether a container nests deeper than a message shows, or holds very many values."""
+    stack, seen = [(value, 0)], 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if depth > _MAX_DEPTH or seen > 10_000:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in list(item.values())[:10_001])
+            stack.extend((k, depth + 1) for k in list(item)[:10_001])
+        elif isinstance(item, _CONTAINERS):
+            stack.extend((v, depth + 1) for v in list(item)[:10_001])
+        elif isinstance(item, int) and not isinstance(item, bool) and \
+                item.bit_length() > _MAX_DIGITS * 3.32:
+            return True
+    return False
+
+
+def _abbreviated(value: Any, depth: int) -> str:
+    """A container written to ``depth`` levels and ``_MAX_ITEMS`` entries a level."""
+    if not isinstance(value, _CONTAINERS):
+        return _bounded(value, repr)
+    if depth <= 0:
+        return f"<a {type(value).__name__} nested deeper>"
+    if isinstance(value, dict):
+        items = [f"{_abbreviated(k, depth - 1)}: {_abbreviated(v, depth - 1)}"
+                 for k, v in list(value.items())[:_MAX_ITEMS]]
+    else:
+        items = [_abbreviated(v, depth - 1) for v in list(value)[:_MAX_ITEMS]]
+    if len(value) > _MAX_ITEMS:
+        items.append(f"... {len(value) - _MAX_ITEMS} more")
+    opening, closing = {list: "[]", tuple: "()", dict: "{}"}.get(type(value), "{}")
+    if isinstance(value, (set, frozenset)) and not value:
+        return f"{type(value).__name__}()"
+    if type(value) is tuple and len(value) == 1:
+        return f"({items[0]},)"
+    return opening + ", ".join(items) + closing
 
 
 def rules_in(family: str) -> Iterator[Rule]:

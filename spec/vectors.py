@@ -33,7 +33,7 @@ from typing import Any, Callable, ClassVar, Iterator
 from .call import Arg, Call, JitOptions, Out, Static, Verdict
 from .hlo import HloSharding, Tiled, hlo_text, parse_hlo
 from .iota import Iota
-from .jit import STAGES
+from shardlaw.rule_stages import STAGES
 from .layouts import AUTO_LAYOUT, Format, Layout
 from .pytree import leaves
 from .rules import RULES, Failure, Rejection, reject, rule
@@ -866,7 +866,7 @@ class _Reader:
             check_vector(isinstance(known, type) and issubclass(known, BaseException),
                          path + ("error_type",), "the name of a built-in exception type",
                          error_type)
-            stages = sorted(set(STAGES.values()))
+            stages = list(STAGES)
             stage = _maybe(_str)(fields.get("stage"), path + ("stage",))
             check_vector(stage is None or stage in stages, path + ("stage",),
                          f"null or a stage ({', '.join(stages)})", stage)
@@ -1001,9 +1001,11 @@ def _check_label(expect: Verdict, label: str, side: str) -> None:
 # =========================================================================== comparing
 
 # The facts of a verdict that a conforming implementation reproduces. The trace, the
-# message, the stage and the layouts the executable takes its inputs in explain a verdict;
-# they are not compared. A verdict without layouts says the default layout everywhere.
-COMPARED_REJECTED = ("rule", "error_type", "jax_error", "path")
+# message and the layouts the executable takes its inputs in explain a verdict; they are not
+# compared. The stage is compared where both verdicts name one (an implementation that
+# cannot tell the stages apart leaves it None). A verdict without layouts says the default
+# layout everywhere.
+COMPARED_REJECTED = ("rule", "error_type", "jax_error", "path", "stage")
 COMPARED_ACCEPTED = ("device_assignment", "num_devices", "in_paths", "in_shardings",
                      "out_paths", "out_shardings", "out_committed", "kept_inputs", "transfers",
                      "out_layouts")
@@ -1016,6 +1018,11 @@ def verdict_differences(expected: Verdict, actual: Verdict) -> list[str]:
     >>> verdict_differences(ok, Verdict(False, rule="RES-4", error_type="ValueError",
     ...                                 jax_error="ValueError"))
     ['rule: expected DA-1, got RES-4']
+    >>> staged = dataclasses.replace(ok, stage="lower")
+    >>> verdict_differences(staged, dataclasses.replace(ok, stage="trace"))
+    ['stage: expected lower, got trace']
+    >>> verdict_differences(staged, ok)
+    []
     """
     if expected.accepted != actual.accepted:
         said = {True: "accepted", False: "rejected"}
@@ -1029,8 +1036,11 @@ def verdict_differences(expected: Verdict, actual: Verdict) -> list[str]:
             return verdict.out_layouts or (None,) * len(verdict.out_paths)
         return getattr(verdict, name)
 
+    def compared(name: str) -> bool:
+        return name != "stage" or (expected.stage is not None and actual.stage is not None)
+
     return [f"{name}: expected {_said(fact(expected, name))}, got {_said(fact(actual, name))}"
-            for name in names if fact(expected, name) != fact(actual, name)]
+            for name in names if compared(name) and fact(expected, name) != fact(actual, name)]
 
 
 def _said(value: Any) -> str:

@@ -19,7 +19,7 @@ from shardlaw.properties.call_strategies import calls
 from shardlaw.properties.jit_harness import CALL_HITS, compare_call
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Arg, Call, Format, JitOptions, Layout, Out
-from shardlaw.spec.jit import flat_arguments
+from shardlaw.spec.call import flat_arguments
 from shardlaw.spec.rules import RULES
 
 JIT_FAMILIES = ("JIT", "TREE", "FIT", "RES", "LAY", "KEEP", "DA", "EXE", "OUT", "AOT")
@@ -49,8 +49,7 @@ def _agree(call):
 def _count_open_aot(call, verdict):
     if call.aot_args is None:
         return
-    static = {i if i >= 0 else i + len(call.args) for i in call.options.static_argnums}
-    compiled, _ = flat_arguments(call.args, call.kwargs, static, set(call.options.static_argnames))
+    compiled = call.normal.flat_in
     called, _ = flat_arguments(call.aot_args, call.aot_kwargs, set(), set())
     swapped = {path for (path, a), (_, b) in zip(compiled, called)
                if isinstance(a, Arg) and isinstance(b, Arg)
