@@ -21,7 +21,7 @@ from typing import Any
 import jax
 from jax import tree_util
 
-from . import layouts
+from . import internals, layouts
 from .rules import EngineRejection, recording, reject, rule
 from .shardings import UNSPECIFIED, jax_equivalent, placement_equivalent
 
@@ -109,7 +109,11 @@ class Methods:
     def trace(self, *args: Any, **kwargs: Any) -> "Traced":
         from .jit import Decision
         engine = self._engine
-        decision = Decision(self._site(args, kwargs))
+        site = self._site(args, kwargs)
+        if site.foreign:
+            # A leaf the rules do not describe (a token, say): JAX's own stages take it.
+            return engine.foreign_trace(site)
+        decision = Decision(site)
         with recording() as fired:
             try:
                 engine.stage_call(decision)
@@ -360,6 +364,9 @@ class Compiled(_Stage):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, treedef = tree_util.tree_flatten((args, kwargs))
+        if any(isinstance(leaf, internals.Tracer) for leaf in leaves):
+            # Under a transformation: JAX's executable refuses it, in JAX's words.
+            return self._plan.entry.facts.compiled(*args, **kwargs)
         check_aot_structure(self._site.treedef, treedef)
         paths = self._site.paths() if leaves else []
         check_aot_types(paths, self._in_avals, leaves)

@@ -42,6 +42,9 @@ __all__ = [
 JAX_JIT = _api.jit
 Tracer = _core.Tracer
 JaxRuntimeError = _jax.JaxRuntimeError
+ShapedArray = _core.ShapedArray
+trace_state_clean = _core.trace_state_clean
+fun_name = _util.fun_name
 GSPMDSharding = _sharding_impls.GSPMDSharding
 
 
@@ -239,3 +242,35 @@ def clear_with_jax(clear: Callable[[], None], what: str) -> None:
     holder = _ClearedWithJax(clear)
     _cleared_with_jax.append(holder)
     _util.register_cache(holder, what)
+
+
+def note_python_dispatch() -> None:
+    """Tell JAX's test hooks a jitted call ran outside the C++ fast path, as jax.jit's do."""
+    _util.test_event("jit_cpp_cache_miss")
+
+
+def wraps(fun: Any, jitted: Any) -> None:
+    """Give ``jitted`` the name, docstring and ``__wrapped__`` jax.jit gives its functions."""
+    _util.wraps(fun)(jitted)
+
+
+def typed_sharding(aval: Any) -> Any:
+    """The sharding an abstract value's type carries over a mesh with axes, else None."""
+    typed = getattr(aval, "sharding", None)
+    mesh = getattr(typed, "mesh", None)
+    return None if mesh is None or mesh.empty else typed
+
+
+def execute(facts: "ExecutableFacts", flat_args: Sequence[Any], in_tree: Any) -> tuple[list, Any]:
+    """Run an executable on flat arguments, as jit runs its own (no AOT argument checks).
+
+    Returns the flat results and their tree. Programs with mutable or high-level types go
+    through JAX's ``Compiled`` call, which knows how to unpack them.
+    """
+    params = facts.compiled._params
+    if params.is_high:
+        args, kwargs = _tree_util.tree_unflatten(in_tree, list(flat_args))
+        out = facts.compiled(*args, **kwargs)
+        return _tree_util.tree_flatten(out)
+    out_flat = facts.compiled._executable.unsafe_call(*params.const_args, *flat_args)
+    return list(out_flat), params.out_tree

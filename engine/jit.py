@@ -66,6 +66,7 @@ from .trees import (
 __all__ = ["jit", "Engine", "Plan", "CacheInfo", "JittedFunction"]
 
 _NOT_GIVEN = object()
+FOREIGN = "foreign"   # a leaf the jit-call rules do not describe: JAX's jit takes the call
 # Whether functions jitted from now on count their calls (one Python frame per call).
 _COUNT_CALLS = [os.environ.get("SHARDLAW_ENGINE_COUNT_CALLS", "0") not in ("", "0")]
 _UNHASHABLE = "Non-hashable static arguments"   # how JAX's C++ dispatcher refuses one
@@ -161,7 +162,7 @@ class Site:
     """One call's arguments as the engine sees them: static and dynamic parts, flat leaves."""
 
     __slots__ = ("args", "kwargs", "dyn_args", "dyn_kwargs", "statics", "positions", "leaves",
-                 "treedef", "kinds", "key", "tracers", "_paths")
+                 "treedef", "kinds", "key", "tracers", "foreign", "_paths")
 
     def __init__(self, args: tuple, kwargs: dict, names: ArgumentNames, abstract_ok: bool) -> None:
         self.args, self.kwargs = args, kwargs
@@ -170,6 +171,7 @@ class Site:
         self.leaves, self.treedef = tree_util.tree_flatten((self.dyn_args, self.dyn_kwargs))
         self._paths: list[str] | None = None
         self.tracers = False
+        self.foreign = False
         keys = []
         kinds = []
         for i, leaf in enumerate(self.leaves):
@@ -216,14 +218,16 @@ class Site:
             return ABSTRACT, (ABSTRACT, leaf.shape, leaf.dtype, leaf.sharding,
                               getattr(leaf, "weak_type", False),
                               getattr(getattr(leaf, "format", None), "layout", None))
+        if type(leaf) is internals.ShapedArray and abstract_ok:
+            typed = internals.typed_sharding(leaf)
+            return ABSTRACT, (ABSTRACT, leaf.shape, leaf.dtype, typed, leaf.weak_type, None)
         if isinstance(leaf, jax.Array):
             return ARRAY, (leaf.aval, leaf.sharding, getattr(leaf, "_committed", True),
                            layouts.array_layout(leaf))
-        raise reject("ENG-2", TypeError,
-                     f"a dynamic argument must be a JAX array, a numpy array or a Python "
-                     f"scalar; got a value of type {type(leaf)}: {_short(leaf)}. Mark it static "
-                     "with static_argnums/static_argnames, or convert it with jnp.asarray.",
-                     self.paths()[i])
+        # Anything else (tokens, objects JAX knows how to type, or values it refuses) is
+        # not the sharding rules' business: the call goes to JAX's own jit as it is.
+        self.foreign = True
+        return FOREIGN, None
 
     def paths(self) -> list[str]:
         if self._paths is None:
@@ -249,7 +253,8 @@ class Site:
     def aval(self, i: int) -> Any:
         leaf = self.leaves[i]
         if self.kinds[i] == ABSTRACT:
-            return jax.core.ShapedArray(leaf.shape, leaf.dtype,
+            # As JAX types it: a 64-bit dtype is narrowed when x64 is off.
+            return jax.core.ShapedArray(leaf.shape, jax.dtypes.canonicalize_dtype(leaf.dtype),
                                         weak_type=getattr(leaf, "weak_type", False))
         return jax.typeof(leaf)
 
@@ -258,8 +263,8 @@ class Site:
         held, committed = None, False
         if kind == ARRAY:
             held, committed = leaf.sharding, bool(getattr(leaf, "_committed", True))
-        elif kind == ABSTRACT and leaf.sharding is not None:
-            held, committed = leaf.sharding, True
+        elif kind == ABSTRACT and self.key[2][i][3] is not None:
+            held, committed = self.key[2][i][3], True   # the sharding its key recorded
         dtype = getattr(leaf, "dtype", type(leaf))
         return Input(self.paths()[i], kind, self.shape(i), dtype, held, committed, jit_sharding)
 
@@ -493,10 +498,14 @@ class Engine:
         with self._lock:
             self._stats.python_calls += 1
         site = Site(args, kwargs, self.options.names, abstract_ok=False)
-        if site.tracers:
-            # Inside another transformation: jit as a primitive of the outer trace.
+        if site.tracers or not internals.trace_state_clean():
+            # Inside another transformation (a tracer among the arguments, or one closed
+            # over): jit as a primitive of the outer trace, as JAX's own jit does.
             return self._inner(*args, **kwargs), None, False
+        if site.foreign:
+            return self.run_foreign(site), None, False
         plan = self.plan(site)
+        internals.note_python_dispatch()
         outputs = self.run(plan, site)
         return outputs, plan.fastpath, False
 
@@ -509,6 +518,28 @@ class Engine:
         except EngineRejection as error:
             return error
         return reject("ENG-1", ValueError, "a static argument cannot be hashed")
+
+    def run_foreign(self, site: Site) -> Any:
+        """A call with a leaf the rules do not describe: JAX's jit decides it (ENG-2 if it refuses)."""
+        try:
+            return self._inner(*site.args, **site.kwargs)
+        except (TypeError, ValueError) as error:
+            i = site.kinds.index(FOREIGN)
+            leaf = site.leaves[i]
+            raise reject("ENG-2", TypeError,
+                         f"JAX's jit refuses the argument {site.paths()[i]}, a value of type "
+                         f"{type(leaf).__name__} ({_short(leaf)}), which is neither an array "
+                         "nor a scalar the jit-call rules know. Mark it static with "
+                         "static_argnums/static_argnames, or convert it with jnp.asarray.",
+                         site.paths()[i]).as_jax(error, any_class=True) from None
+
+    def foreign_trace(self, site: Site) -> Any:
+        """``.trace`` of a call with a leaf the rules do not describe: JAX's own Traced."""
+        try:
+            return self._inner.trace(*site.args, **site.kwargs)
+        except (TypeError, ValueError):
+            self.run_foreign(site)   # raises ENG-2 in JAX's class and words
+            raise
 
     def check_donations(self, args: tuple, kwargs: dict) -> None:
         """ENG-3 and ENG-6 before every call of a function that donates, fast path included.
@@ -1002,9 +1033,8 @@ class Engine:
                     # Another placement: move it, as jit does (never a buffer on the wrong device).
                     donate = plan.donated[i] if i < len(plan.donated) else False
                     leaves[i] = jax.device_put(leaves[i], sharding, donate=donate)
-        dyn_args, dyn_kwargs = tree_util.tree_unflatten(treedef, leaves)
-        outputs = entry.facts.compiled(*dyn_args, **dyn_kwargs)
-        flat, out_tree = tree_util.tree_flatten(outputs)
+        flat, out_tree = internals.execute(entry.facts, leaves, treedef)
+        outputs = tree_util.tree_unflatten(out_tree, flat)
         if entry.out_committed is None:
             entry.out_committed = tuple(bool(getattr(x, "_committed", True)) for x in flat)
         if plan.compiled_here and entry.out_committed != plan.out_committed:
@@ -1201,7 +1231,9 @@ def jit(fun: Callable | Any = _NOT_GIVEN, /, *, in_shardings: Any = _NOT_GIVEN,
             keep_unused=keep_unused, device=device, backend=backend, inline=inline,
             compiler_options=compiler_options)
     if not callable(fun):
-        raise reject("ENG-4", TypeError, f"jit expects a callable, got {type(fun)}: {_short(fun)}")
+        raise _options_in_jax_words(
+            reject("ENG-4", TypeError, f"jit expects a callable, got {type(fun)}: {_short(fun)}"),
+            fun, in_shardings, out_shardings, {})
     if device is not None or backend is not None:
         warnings.warn(
             "backend and device argument on jit is deprecated. You can use "
@@ -1299,7 +1331,7 @@ def _wrap(engine: Engine) -> Any:
     from . import aot  # the AOT stages use the engine; imported here to keep one direction
 
     o = engine.options
-    name = getattr(engine.fun, "__name__", type(engine.fun).__name__)
+    name = internals.fun_name(engine.fun)
     dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
                                            o.names.static_nums, o.names.static_names,
                                            _SIGNATURE_CAPACITY)
@@ -1327,10 +1359,7 @@ def _wrap(engine: Engine) -> Any:
         "_methods": aot.Methods(engine), "_dispatcher": dispatcher,
         "__module__": JittedFunction.__module__})
     jitted = cls()
-    try:
-        functools.update_wrapper(jitted, engine.fun)
-    except (AttributeError, TypeError):
-        pass
+    internals.wraps(engine.fun, jitted)   # name, docstring, __wrapped__, as jax.jit gives them
     return jitted
 
 

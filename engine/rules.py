@@ -140,13 +140,15 @@ class EngineRejection(Exception):
         """The same rejection, about another argument or result."""
         return type(self)(self.rule, self.message, path, self.jax_error, self.jax_message)
 
-    def as_jax(self, error: BaseException) -> "EngineRejection":
+    def as_jax(self, error: BaseException, any_class: bool = False) -> "EngineRejection":
         """The same rejection as an instance of the very class JAX raised, with JAX's words first.
 
         ``error`` is what JAX raised for the same call; it is used only when its class is
-        one the engine's built-in type admits (JAX refused for the same kind of reason).
+        one the engine's built-in type admits (JAX refused for the same kind of reason), or
+        with ``any_class`` (the engine left the decision to JAX, whose class then stands).
         """
-        if not isinstance(error, self.error_type) or isinstance(error, EngineRejection):
+        if isinstance(error, EngineRejection) or not (any_class
+                                                      or isinstance(error, self.error_type)):
             return self
         words = str(error).strip()
         return rejection_class(type(error))(self.rule, self.message, self.path,
