@@ -197,13 +197,20 @@ class Traced(_Stage):
         ``lowering_platforms`` lowers for other platforms too (for export: ``as_text``,
         ``compiler_ir``); such a lowering compiles only for the platform of its devices.
         """
+        platforms = None if lowering_platforms is None else tuple(lowering_platforms)
         with recording() as fired:
             try:
                 self._engine.stage_lower(self._decision)
             except EngineRejection as error:
+                if error.rule == "DA-4" and platforms is not None:
+                    # Only abstract meshes, lowered for named platforms (for export, or to
+                    # compile later on devices given then): no device assignment exists
+                    # for the rules to decide, and JAX's own lowering is the whole answer.
+                    self._fired += fired
+                    return Lowered(self._engine, self._decision, self._fired, platforms,
+                                   abstract=True)
                 raise self._engine.in_jax_words(error, self._decision.site) from None
         self._fired += fired
-        platforms = None if lowering_platforms is None else tuple(lowering_platforms)
         return Lowered(self._engine, self._decision, self._fired, platforms)
 
 
@@ -211,11 +218,12 @@ class Lowered(_Stage):
     """A lowered call: its StableHLO text, ready to compile (through the engine's cache)."""
 
     def __init__(self, engine: Any, decision: Any, fired: list[str],
-                 platforms: tuple[str, ...] | None = None) -> None:
+                 platforms: tuple[str, ...] | None = None, abstract: bool = False) -> None:
         self._engine = engine
         self._decision = decision
         self._fired = fired
         self._platforms = platforms
+        self._abstract = abstract
         self._jax: Any = None
 
     def _jax_lowered(self) -> Any:
@@ -240,7 +248,21 @@ class Lowered(_Stage):
                 device_assignment: Any = None) -> "Compiled":
         """Compile through the engine's executable cache (a placement class compiled before costs nothing)."""
         engine = self._engine
-        check_compilable(self._platforms, self._decision.assignment, device_assignment)
+        if self._abstract:
+            # Lowered over abstract meshes only: the devices come with this call, and JAX
+            # compiles it (and refuses, in its own words, what does not fit them).
+            return self._jax_lowered().compile(compiler_options,
+                                               device_assignment=device_assignment)
+        try:
+            check_compilable(self._platforms, self._decision.assignment, device_assignment)
+        except EngineRejection as error:
+            if device_assignment is not None:
+                try:
+                    self._jax_lowered().compile(compiler_options,
+                                                device_assignment=device_assignment)
+                except Exception as jax_error:  # noqa: BLE001 - JAX's refusal, its class
+                    raise error.as_jax(jax_error) from None
+            raise
         self._decision.compiler_options = compiler_options
         with recording() as fired:
             try:
@@ -257,11 +279,13 @@ class Lowered(_Stage):
 def check_compilable(platforms: tuple[str, ...] | None, assignment: tuple,
                      device_assignment: Any) -> None:
     """A lowered call compiles for the platform of its own devices, on the device assignment the rules chose."""
-    if device_assignment is not None:
+    if device_assignment is not None and tuple(device_assignment) != tuple(assignment):
         raise reject("ENG-5", ValueError,
-                     "compile(device_assignment=...) is not supported: the engine compiles on "
-                     "the device assignment the jit-call rules chose "
-                     f"({[d.id for d in assignment]}). Place the arguments there instead.")
+                     f"compile(device_assignment=) was given the devices "
+                     f"{[d.id for d in device_assignment]}, but the jit-call rules chose "
+                     f"{[d.id for d in assignment]} for this call from its arguments and "
+                     "out_shardings. Leave device_assignment out, or place the arguments on "
+                     "the devices you want.")
     if platforms is None or not assignment:
         return
     here = assignment[0].platform
