@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         report["outcomes"][name] = {
             "jax": {t: dataclasses.asdict(o) for t, o in baseline.items()},
             "engine": {t: dataclasses.asdict(o) for t, o in engine.items()}}
+        if args.report:   # written after each file, so a long run can be read as it goes
+            args.report.write_text(json.dumps(report, indent=1))
         figures = report["files"][name]
         print(f"{name}: jax.jit {figures['passed_jax']} passed, engine "
               f"{figures['passed_engine']} passed, {figures['engine_only_failures']} "
