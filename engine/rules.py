@@ -38,6 +38,8 @@ import contextvars
 import functools
 from typing import Any, Callable
 
+from shardlaw.rule_stages import STAGE_OF as _declared_stages
+
 __all__ = ["EngineRejection", "reject", "rejection_class", "STAGE_OF", "rule", "recording",
            "note"]
 
@@ -80,17 +82,9 @@ class recording:
     def __exit__(self, *exc: object) -> None:
         _FIRED.reset(self._token)
 
-# The stage at which JAX raises each family's rejections (the same table the semantics
-# uses; kept here because the engine never imports the specification).
-STAGE_OF = {
-    "JIT-1": "jit", "JIT-2": "jit", "NS-2": "jit", "ENG-4": "jit",
-    "JIT-3": "trace", "JIT-4": "trace", "TREE-1": "trace", "TREE-2": "trace",
-    "FIT-1": "trace", "NS-1": "trace", "ENG-1": "trace", "ENG-2": "trace", "ENG-3": "call",
-    "RES-1": "lower", "RES-2": "lower", "RES-3": "lower", "RES-4": "lower", "RES-5": "call",
-    "DA-1": "lower", "DA-2": "lower", "DA-4": "lower", "EXE-3": "compile", "EXE-4": "lower", "OUT-1": "compile", "OUT-2": "compile",
-    "AOT-1": "aot", "AOT-2": "aot", "AOT-3": "aot", "LAY-1": "lower", "LAY-4": "trace", "LAY-5": "lower", "VAL-9": "jit",
-    "ENG-5": "compile", "ENG-6": "call",
-}
+# The stage at which JAX raises each rule's rejections: declared once, in
+# shardlaw.rule_stages (data only), which the specification reads too.
+STAGE_OF = _declared_stages
 
 
 class EngineRejection(Exception):

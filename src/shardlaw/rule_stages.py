@@ -55,7 +55,7 @@ STAGE_OF: dict[str, str] = {
     "EXE-3": "compile", "OUT-1": "compile", "OUT-2": "compile", "OUT-3": "compile",
     "LAY-2": "compile", "ENG-5": "compile",
     # Handing the arguments over.
-    "RES-5": "call", "ENG-3": "call",
+    "RES-5": "call", "ENG-3": "call", "ENG-6": "call",
     # Calling an executable compiled ahead of time.
     "AOT-1": "aot", "AOT-2": "aot", "AOT-3": "aot",
 }
