@@ -384,7 +384,7 @@ def _with_aot(draw: Any, call: Call, home: Mesh, max_devices: int, layouts: bool
 
     args = walk(call.args)
     # The executable takes the dynamic arguments only.
-    static = static_positions(call)
+    static = static_positions(call.options, len(call.args))
     args = tuple(a for i, a in enumerate(args) if i not in static)
     if how == "structure":
         args = tuple(args) + (Arg.numpy((2,)),)

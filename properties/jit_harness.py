@@ -150,7 +150,7 @@ def _function(call: Call):
     """A function with the call's results that uses exactly the inputs ``call.uses`` marks."""
     jax = _jax()
     jnp = jax.numpy
-    static = static_positions(call)
+    static = static_positions(call.options, len(call.args))
     static_names = set(call.options.static_argnames)
     outs = [o for _, o in leaves_with_paths(call.outputs)]
 

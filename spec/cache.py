@@ -302,7 +302,13 @@ def _dispatch_key(sharding: Any) -> Any:
 
 @rule("CACHE-2", mirrors="jaxlib EqualShardingsForJit / HashShardingForJit (jax_jit.cc)")
 def dispatch_equal(a: Any, b: Any) -> bool:
-    """The dispatch path counts two argument shardings as the same only when they are of one type and written alike: a NamedSharding's mesh, PartitionSpec (trailing None included) and memory kind, a SingleDeviceSharding's device and memory kind, a GSPMDSharding's ordered devices, HLO sharding and memory kind.
+    """The dispatch path counts two argument shardings as the same only when they are of one type and written alike.
+
+    (C1) Two NamedShardings have the same mesh, PartitionSpec (trailing None included) and
+    memory kind.
+    (C2) Two SingleDeviceShardings have the same device and memory kind.
+    (C3) Two GSPMDShardings have the same devices in the same order, HLO sharding and memory
+    kind.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P, GSPMDSharding, to_hlo
     >>> m = Mesh.iota((2, 4), ("x", "y"))
@@ -332,7 +338,14 @@ def _weak(arg: Arg) -> bool:
 
 @rule("CACHE-3", mirrors="jaxlib PjitFunction::ComputeCallSignature; CallSignature::operator==")
 def dispatch_signature(site: CallSite) -> Key:
-    """A call is answered by the dispatch fast path when an earlier accepted call through the same dispatch cache (CACHE-1) had the same signature: the arguments' structure and keyword names, every static value (same type and equal), every dynamic leaf's dtype, shape and whether it is a Python scalar (a Python bool included), every jax.Array's sharding (CACHE-2) and committedness, and the same context mesh and default device.
+    """A call is answered by the dispatch fast path when an earlier accepted call through the same dispatch cache (CACHE-1) had the same signature.
+
+    (C1) The arguments' structure and keyword names are the same.
+    (C2) Every static value is of the same type and equal.
+    (C3) Every dynamic leaf has the same dtype and shape, and is a Python scalar (a Python
+    bool included) or not alike.
+    (C4) Every jax.Array has the same sharding (CACHE-2) and committedness.
+    (C5) The context mesh and the default device are the same.
 
     >>> from shardlaw.spec import Arg, Call, Out
     >>> a = CallSite(Call(args=(Arg.scalar("float"),), outputs=Out(())))
@@ -403,7 +416,13 @@ def _typed_spec(mesh: Any, spec: PartitionSpec, ndim: int) -> PartitionSpec | No
 @rule("CACHE-4", mirrors="jax._src.core.shaped_abstractify (ArrayImpl.aval); "
                          "core.update_aval_with_sharding")
 def abstract_value(arg: Arg) -> Aval:
-    """Tracing sees an argument as its shape, its dtype (64-bit types narrowed, x64 being off), whether it is weakly typed (a Python int, float or complex), its memory space and, for a jax.Array on a NamedSharding over a concrete mesh, that mesh's axis names, sizes and types (with the PartitionSpec only when the mesh has Explicit axes).
+    """Tracing sees an argument as its shape, dtype, weak type, memory space and, on a concrete mesh, that mesh.
+
+    (C1) Its shape, and its dtype with 64-bit types narrowed (x64 being off).
+    (C2) Whether it is weakly typed: a Python int, float or complex is.
+    (C3) Its memory space.
+    (C4) For a jax.Array on a NamedSharding over a concrete mesh, that mesh's axis names,
+    sizes and types, with the PartitionSpec only when the mesh has Explicit axes.
 
     >>> from shardlaw.spec import Arg, Mesh, NamedSharding, P
     >>> m = Mesh.iota((2, 4), ("x", "y"))
@@ -472,7 +491,13 @@ def _python_key(sharding: Any) -> Any:
 
 @rule("CACHE-7", mirrors="jax._src.pjit._pjit_lower (weakref_lru_cache)")
 def lowering_key(site: CallSite) -> Key:
-    """A trace is lowered again (JAX counts a compilation cache miss) unless an earlier lowering of the same trace had equal resolved input shardings (RES-1: the in_sharding when given, a committed argument's own sharding, otherwise open), equal output shardings, the same donation, keep_unused and context; shardings compare by Python equality, so an equivalent sharding written differently misses.
+    """A trace is lowered again (JAX counts a compilation cache miss) unless an earlier lowering of the same trace had the same parameters.
+
+    (C1) The resolved input shardings (RES-1: the in_sharding when given, a committed
+    argument's own sharding, otherwise open) and the output shardings are equal.
+    (C2) The donation, keep_unused and context are the same.
+    (C3) Shardings compare by Python equality, so an equivalent sharding written differently
+    misses.
 
     >>> from shardlaw.spec import Arg, Call, Mesh, NamedSharding, Out, P
     >>> m = Mesh.iota((2, 4), ("x", "y"))
@@ -530,7 +555,15 @@ def _module_aval(arg: Arg, sharding: Any) -> Aval:
 @rule("CACHE-9", mirrors="jax._src.interpreters.pxla._cached_lowering_to_hlo; "
                          "lower_sharding_computation")
 def module_key(site: CallSite, verdict: Verdict) -> Key:
-    """The StableHLO module is built again (count_jit_and_pmap_lowerings) unless an earlier module of the same trace, keep_unused and donation had, for the kept inputs, the same types — each updated with its input sharding's abstract mesh, typed PartitionSpec (CACHE-4) and memory space when that sharding is a NamedSharding — and semantically equal shardings (CACHE-8; 0-d inputs left open are replicated when the program spans several devices), semantically equal output shardings, and the same number of devices.
+    """The StableHLO module is built again (count_jit_and_pmap_lowerings) unless an earlier module of the same trace, keep_unused and donation had the same kept input types and shardings on as many devices.
+
+    (C1) The kept inputs' types are the same, each updated with its input sharding's
+    abstract mesh, typed PartitionSpec (CACHE-4) and memory space when that sharding is a
+    NamedSharding.
+    (C2) The kept inputs' shardings are semantically equal (CACHE-8), 0-d inputs left open
+    being replicated when the program spans several devices.
+    (C3) The output shardings are semantically equal.
+    (C4) The number of devices is the same.
 
     >>> from shardlaw.spec import Arg, Call, JitOptions, Mesh, NamedSharding, Out, P, jit_call
     >>> def site(mesh, spec):
@@ -894,7 +927,16 @@ def _class_or_open(sharding: Any, shape: tuple[int, ...]) -> Any:
 
 @rule("CACHE-12", mirrors="(none: the shardlaw cache policy)")
 def policy_key(site: CallSite, verdict: Verdict) -> Key:
-    """Under the shardlaw policy a call reuses an executable when it calls the same function with the same static values, argument structure and program types of every argument (shape, dtype, weak type, memory space, and the mesh and spec of a type on a mesh with Explicit axes), the same placement class (CACHE-11) of every kept input and every output sharding (or both open), the same device assignment, donation, keep_unused and layouts (those jit's options give, and the committed arguments' own).
+    """Under the shardlaw policy a call reuses an executable when it calls the same function with the same program types, placement classes, devices and layouts.
+
+    (C1) The static values, the argument structure and every argument's program type (shape,
+    dtype, weak type, memory space, and the mesh and spec of a type on a mesh with Explicit
+    axes) are the same.
+    (C2) Every kept input and every output sharding has the same placement class (CACHE-11),
+    or both are open.
+    (C3) The device assignment, donation and keep_unused are the same.
+    (C4) The layouts are the same: those jit's options give, and the committed arguments'
+    own.
 
     >>> from shardlaw.spec import Arg, Call, Mesh, NamedSharding, Out, P, jit_call
     >>> m, renamed = Mesh.iota((2, 4), ("x", "y")), Mesh.iota((2, 4), ("a", "b"))

@@ -448,13 +448,14 @@ def flat_arguments(args: tuple, kwargs: dict, static: set[int] | frozenset[int],
     return flat, structure((dynamic_args, dynamic_kwargs))
 
 
-def static_positions(call: Call) -> frozenset[int]:
-    """The positions ``static_argnums`` marks, a negative one counted from the end.
+def static_positions(options: JitOptions, count: int) -> frozenset[int]:
+    """The positions ``static_argnums`` marks among ``count`` positional arguments, a negative
+    one counted from the end.
 
-    >>> static_positions(Call(args=(Static(1), Arg.numpy(())), options=JitOptions(static_argnums=-2)))
-    frozenset({0})
+    >>> static_positions(JitOptions(static_argnums=(0, -1)), 3)
+    frozenset({0, 2})
     """
-    return frozenset(i if i >= 0 else i + len(call.args) for i in call.options.static_argnums)
+    return frozenset(i if i >= 0 else i + count for i in options.static_argnums)
 
 
 def _split_tree(tree: Any) -> tuple[Any, Any]:
@@ -500,7 +501,7 @@ class NormalCall:
     @classmethod
     def of(cls, call: Call) -> "NormalCall":
         options = call.options
-        static, names = static_positions(call), frozenset(options.static_argnames)
+        static, names = static_positions(options, len(call.args)), frozenset(options.static_argnames)
         flat_in, dynamic = flat_arguments(call.args, call.kwargs, static, names)
         for path, leaf in flat_in:
             check_call(isinstance(leaf, Arg), f"the dynamic argument {path}",

@@ -11,6 +11,7 @@ JAX and NumPy are imported when a function here is first called, never when
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .hlo import HloSharding, SubgroupType, Tiled, hlo_text, parse_hlo, tiled
@@ -356,13 +357,20 @@ def describe_call(fun: Any, *args: Any, in_shardings: Any = None, out_shardings:
     ``compiler_in=`` (HLO shardings per flat dynamic input, for the inputs jit leaves open:
     what ``jit(fun).lower(...).compile().input_shardings`` shows) likewise.
     """
-    from .call import Call, JitOptions, Out, Static
+    from .call import Call, JitOptions, Out, Static, static_positions
     from .shardings import UNSPECIFIED
 
     jax = _jax()
-    static = {i if i >= 0 else i + len(args)
-              for i in ((static_argnums,) if isinstance(static_argnums, int) else static_argnums)}
-    static_names = {static_argnames} if isinstance(static_argnames, str) else set(static_argnames)
+    options = JitOptions(
+        in_shardings=UNSPECIFIED if in_shardings is None else _shardings_tree(in_shardings),
+        out_shardings=UNSPECIFIED if out_shardings is None else _shardings_tree(out_shardings),
+        static_argnums=static_argnums, static_argnames=static_argnames,
+        donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+        keep_unused=keep_unused, device=None if device is None else device.id, backend=backend)
+    static = static_positions(options, len(args))
+    static_names = set(options.static_argnames)
+    options = dataclasses.replace(options, static_argnums=tuple(static),
+                                  static_argnames=tuple(static_names))
     spec_args = tuple(Static(a) if i in static else _arg_tree(a) for i, a in enumerate(args))
     spec_kwargs = {k: Static(v) if k in static_names else _arg_tree(v) for k, v in kwargs.items()}
     jit_kwargs = dict(static_argnums=tuple(static), static_argnames=tuple(static_names))
@@ -370,12 +378,6 @@ def describe_call(fun: Any, *args: Any, in_shardings: Any = None, out_shardings:
     meshes = iter(_result_meshes(traced))
     outputs = jax.tree_util.tree_map(
         lambda s: Out(tuple(s.shape), str(s.dtype), None, next(meshes)), traced.out_info)
-    options = JitOptions(
-        in_shardings=UNSPECIFIED if in_shardings is None else _shardings_tree(in_shardings),
-        out_shardings=UNSPECIFIED if out_shardings is None else _shardings_tree(out_shardings),
-        static_argnums=tuple(static), static_argnames=tuple(static_names),
-        donate_argnums=donate_argnums, donate_argnames=donate_argnames,
-        keep_unused=keep_unused, device=None if device is None else device.id, backend=backend)
     mesh = _context_mesh() if context_mesh == "current" else (
         None if context_mesh is None else from_jax(context_mesh))
     default = jax.config.jax_default_device

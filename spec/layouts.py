@@ -263,7 +263,13 @@ def check_layout_rank(layout: Any, shape: tuple[int, ...], what: str) -> None:
 
 @rule("LAY-1", mirrors="jax._src.pjit._resolve_in_layouts")
 def check_argument_layout(arg: Any, wanted: Any) -> None:
-    """A committed ``jax.Array`` whose in_shardings leaf is a Format with a layout must already be in exactly that layout (``Layout.AUTO`` matches no committed array), used by the function or not; numpy arrays, scalars, uncommitted arrays and abstract values are laid out as asked.
+    """A committed ``jax.Array`` whose in_shardings leaf is a Format with a layout must already be in exactly that layout; other arguments are laid out as asked.
+
+    (C1) A committed array is in exactly the Format's concrete layout, whether the function
+    uses it or not.
+    (C2) ``Layout.AUTO`` matches no committed array.
+    (C3) Numpy arrays, scalars, uncommitted arrays and abstract values are laid out as
+    asked, without a check.
 
     >>> from shardlaw.spec.call import Arg
     >>> lone = SingleDeviceSharding(0)

@@ -44,7 +44,12 @@ class EmptyNotAPrefix(NotAPrefix):
 @rule("TREE-1", mirrors="jax._src.pjit._process_in_axis_resources; "
                         "jax._src.api_util.flatten_axis_resources")
 def match_in_shardings(in_shardings: Any, positional: Node) -> list[Any]:
-    """``in_shardings`` is a single leaf for every argument, or a tuple (a list is read as one) with one tree prefix per positional argument, where a leaf covers a whole subtree and containers must match in type, length and dict keys.
+    """``in_shardings`` is a single leaf for every argument, or a tuple with one tree prefix per positional argument.
+
+    (C1) A single leaf (a sharding, a PartitionSpec or None) covers every argument.
+    (C2) A tuple, or a top-level list read as one, holds one entry per positional argument.
+    (C3) Within an entry a leaf covers a whole subtree, and containers match the argument's
+    in type, length and dict keys.
 
     >>> from shardlaw.spec.pytree import structure
     >>> match_in_shardings([P("x"), None], structure((1, {"a": 2, "b": 3})))

@@ -191,7 +191,12 @@ def check_manual_axes(s: NamedSharding, kept: list[str], dim_of: dict[str, int])
 @rule("LOW-1", mirrors="jax._src.named_sharding.named_sharding_to_xla_hlo_sharding; "
                        "SingleDeviceSharding/GSPMDSharding._to_xla_hlo_sharding")
 def to_hlo(sharding: Any, ndim: int) -> HloSharding:
-    """A sharding lowers, for a value of rank ``ndim``, to the HLO sharding whose tile assignment holds positions of its device list: mesh axes of size 1 vanish, each dimension is tiled by the product of its axes (iota order transposed to the spec's axis order), and unused axes become trailing subgroups.
+    """A sharding lowers, for a value of rank ``ndim``, to the HLO sharding whose tile assignment holds positions of its device list.
+
+    (C1) Mesh axes of size 1 vanish.
+    (C2) Each dimension is tiled by the product of the sizes of its mesh axes, the device
+    order being the iota order transposed to the spec's axis order.
+    (C3) Mesh axes that no dimension uses become trailing subgroups.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> print(to_hlo(NamedSharding(mesh, P("y", "x")), 2))

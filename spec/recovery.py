@@ -188,7 +188,17 @@ def spec_from_hlo(hlo: HloSharding, mesh: Mesh | AbstractMesh, memory_kind: Any 
 def recover_shardings(placed: list[Any], values: Sequence[Any], given: Sequence[Any],
                       given_values: Sequence[Any], context: Mesh | AbstractMesh | None
                       ) -> list[Any]:
-    """A value the compiler placed (a GSPMDSharding) comes back in the type of the first NamedSharding or SingleDeviceSharding the user gave — that sharding itself when JAX-equivalent, else re-read over its mesh (or its one device) — else of the first such among the placed values, else over the context mesh, and stays a GSPMDSharding when none applies or re-reading fails.
+    """A value the compiler placed (a GSPMDSharding) comes back in the type of a sharding the user gave, where there is one.
+
+    (C1) It takes the type of the first NamedSharding or SingleDeviceSharding the user gave:
+    that sharding itself when JAX-equivalent, else re-read over its mesh (or on its one
+    device).
+    (C2) With none given, it takes the type of the first such sharding among the placed
+    values.
+    (C3) With none there either, it is re-read over the context mesh when a concrete one is
+    set.
+    (C4) It stays a GSPMDSharding when none of these applies or re-reading fails, except
+    that a dimension the mesh axes do not divide is refused (OUT-2).
 
     JAX applies this to the executable's inputs (``given``: the shardings jit resolved)
     and then to its results (``given``: the inputs so recovered). ``values`` and

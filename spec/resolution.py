@@ -177,7 +177,12 @@ class ReplicaInOtherMemory(Failure):
 @rule("RES-5", mirrors="jax._src.interpreters.pxla.shard_args (a replicated array's copy "
                       "is reused; xla::PjRtBuffers memory-kind check)")
 def check_reused_replica(arg: Arg, target: SingleDeviceSharding) -> None:
-    """Under ``device=``/``backend=`` jit skips the argument checks and moves each kept argument to the device, except that an array replicated over several devices, one of them the target, is used as is, so it must already be in the target's memory kind.
+    """Under ``device=``/``backend=`` jit moves each kept argument to the device without checking it, but uses a replicated array's copy on the device as it is.
+
+    (C1) Under ``device=``/``backend=`` jit skips the argument checks (RES-1..4) and moves
+    each kept argument to the device.
+    (C2) An array replicated over several devices, one of them the target, is used as is, so
+    it must already be in the target's memory kind.
 
     >>> mesh = Mesh.iota((2,), ("x",))
     >>> pinned = NamedSharding(mesh, P(), memory_kind="pinned_host")

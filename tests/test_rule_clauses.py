@@ -1,0 +1,486 @@
+"""Every numbered clause (C1, C2, ...) of a compound rule has a test of its own.
+
+A rule whose statement needs "and ... unless ... then" states a short rule and lists its
+parts as clauses (``Rule.clauses``); each test below is registered for one clause, and the
+first test requires every clause of every rule to have one.
+"""
+
+import dataclasses
+
+import pytest
+
+import shardlaw.spec as S
+from shardlaw.spec import (
+    Arg, Call, GSPMDSharding, JitOptions, Layout, Mesh, NamedSharding, Out, P, Rejection,
+    SingleDeviceSharding, Static, jit_call,
+)
+from shardlaw.spec.aot import check_aot_shardings
+from shardlaw.spec.cache import (
+    CallSite, abstract_value, differences, dispatch_equal, dispatch_signature, lowering_key,
+    module_key, policy_key,
+)
+from shardlaw.spec.hlo import parse_hlo
+from shardlaw.spec.layouts import check_argument_layout
+from shardlaw.spec.matching import match_in_shardings
+from shardlaw.spec.pytree import structure
+from shardlaw.spec.recovery import recover_shardings
+from shardlaw.spec.resolution import check_reused_replica
+
+MESH = Mesh.iota((2, 4), ("x", "y"))
+M2 = Mesh.iota((2,), ("x",))
+TESTED: dict[tuple[str, int], str] = {}
+
+
+def clause(rule_id: str, number: int):
+    def register(test):
+        TESTED[(rule_id, number)] = test.__name__
+        return test
+    return register
+
+
+def test_every_clause_has_a_test():
+    clauses = {(r.id, n) for r in S.RULES.values() for n in range(1, len(r.clauses) + 1)}
+    assert clauses, "no rule has clauses"
+    assert sorted(clauses - set(TESTED)) == []
+    assert sorted(set(TESTED) - clauses) == []
+
+
+def test_statements_are_whole_sentences_of_at_most_40_words():
+    for r in S.RULES.values():
+        assert r.statement.endswith("."), r.id
+        assert len(r.statement.split()) <= 40, (r.id, len(r.statement.split()))
+        assert not r.statement.endswith(".."), r.id
+    assert S.RULES["VAL-9"].statement.endswith("a permutation of ``0 .. rank-1``.")
+
+
+def _site(call):
+    return CallSite(call), jit_call(call)
+
+
+def _diff(key, a, b):
+    return [p.what for p in differences(key(*a) if isinstance(a, tuple) else key(a),
+                                        key(*b) if isinstance(b, tuple) else key(b))]
+
+
+# --------------------------------------------------------------------------- LOW-1
+
+@clause("LOW-1", 1)
+def test_low_1_size_one_axes_vanish():
+    mesh = Mesh.iota((1, 8), ("one", "y"))
+    assert str(S.to_hlo(NamedSharding(mesh, P("one", "y")), 2)) == "{devices=[1,8]<=[8]}"
+
+
+@clause("LOW-1", 2)
+def test_low_1_dimensions_tile_by_their_axes_in_spec_order():
+    assert str(S.to_hlo(NamedSharding(MESH, P(("x", "y"))), 1)) == "{devices=[8]<=[8]}"
+    assert str(S.to_hlo(NamedSharding(MESH, P(("y", "x"))), 1)) == "{devices=[8]<=[2,4]T(1,0)}"
+
+
+@clause("LOW-1", 3)
+def test_low_1_unused_axes_become_trailing_subgroups():
+    hlo = S.to_hlo(NamedSharding(MESH, P("x")), 2)
+    assert str(hlo) == "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"
+
+
+# --------------------------------------------------------------------------- LAY-1
+
+@clause("LAY-1", 1)
+def test_lay_1_a_committed_array_is_in_exactly_the_layout():
+    laid = Arg.committed((4, 4), SingleDeviceSharding(0), layout=Layout((1, 0)))
+    check_argument_layout(laid, Layout((1, 0)))
+    with pytest.raises(Rejection) as caught:
+        check_argument_layout(Arg.committed((4, 4), SingleDeviceSharding(0)), Layout((1, 0)))
+    assert caught.value.rule == "LAY-1"
+    unused = Call(args=(Arg.committed((4, 4), SingleDeviceSharding(0)),), outputs=Out(()),
+                  uses=(False,), options=JitOptions(in_shardings=(
+                      S.Format(Layout((1, 0)), SingleDeviceSharding(0)),)))
+    assert jit_call(unused).rule == "LAY-1"
+
+
+@clause("LAY-1", 2)
+def test_lay_1_auto_matches_no_committed_array():
+    with pytest.raises(Rejection):
+        check_argument_layout(Arg.committed((4, 4), SingleDeviceSharding(0)), S.AUTO_LAYOUT)
+
+
+@clause("LAY-1", 3)
+def test_lay_1_other_arguments_are_laid_out_as_asked():
+    for arg in (Arg.numpy((4, 4)), Arg.uncommitted((4, 4)), Arg.abstract((4, 4))):
+        check_argument_layout(arg, Layout((1, 0)))
+
+
+# --------------------------------------------------------------------------- TREE-1
+
+@clause("TREE-1", 1)
+def test_tree_1_a_single_leaf_covers_every_argument():
+    args = structure(((1, 2), {"a": 3}))
+    assert match_in_shardings(P("x"), args) == [P("x")] * 3
+    assert match_in_shardings(None, args) == [None] * 3
+
+
+@clause("TREE-1", 2)
+def test_tree_1_a_tuple_or_top_level_list_has_one_entry_per_argument():
+    args = structure((1, 2))
+    assert match_in_shardings((P("x"), None), args) == [P("x"), None]
+    assert match_in_shardings([P("x"), None], args) == [P("x"), None]
+    with pytest.raises(Rejection):
+        match_in_shardings((P("x"),), args)
+
+
+@clause("TREE-1", 3)
+def test_tree_1_inside_an_entry_containers_match_type_length_and_keys():
+    args = structure(((1, 2), {"a": 3}))
+    assert match_in_shardings(((P("x"), None), P()), args) == [P("x"), None, P()]
+    for wrong in (([P("x"), None], P()), ((P("x"),), P()), (P(), {"b": P()})):
+        with pytest.raises(Rejection):
+            match_in_shardings(wrong, args)
+
+
+# --------------------------------------------------------------------------- OUT-1
+
+COMPILER = GSPMDSharding(M2.devices, "{devices=[2]<=[2]}")
+
+
+@clause("OUT-1", 1)
+def test_out_1_the_first_user_sharding_gives_the_type():
+    named = NamedSharding(M2, P("x"))
+    assert recover_shardings([COMPILER], [Out((4,))], [named], [Out((4,))], None) == [named]
+    other_rank = recover_shardings([COMPILER], [Out((4, 2))], [named], [Out((4,))], None)
+    assert other_rank == [NamedSharding(M2, P("x"))]
+    lone = SingleDeviceSharding(0)
+    placed = GSPMDSharding([1], "{replicated}")
+    assert recover_shardings([placed], [Out((4,))], [lone], [Out((4,))], None) == [
+        SingleDeviceSharding(1)]
+
+
+@clause("OUT-1", 2)
+def test_out_1_else_the_first_such_placed_value():
+    named = NamedSharding(M2, P())
+    out = recover_shardings([COMPILER, named], [Out((4,)), Out((4,))], [], [], None)
+    assert out == [NamedSharding(M2, P("x")), named]
+
+
+@clause("OUT-1", 3)
+def test_out_1_else_the_context_mesh():
+    assert recover_shardings([COMPILER], [Out((4,))], [], [], M2) == [NamedSharding(M2, P("x"))]
+    assert recover_shardings([COMPILER], [Out((4,))], [], [], None) == [COMPILER]
+
+
+@clause("OUT-1", 4)
+def test_out_1_stays_gspmd_when_rereading_fails_unless_indivisible():
+    listed = GSPMDSharding([1, 0], "{devices=[2]1,0}")   # not the mesh's device order
+    named = NamedSharding(Mesh((2,), ("x",), [1, 0]), P())
+    assert recover_shardings([listed], [Out((4,))], [named], [Out((4, 2))], None) == [listed]
+    mesh42 = Mesh.iota((4, 2), ("x", "y"))
+    tiled = GSPMDSharding(mesh42.devices, parse_hlo("{devices=[2,4]<=[8]}"))
+    with pytest.raises(Rejection) as caught:
+        recover_shardings([tiled], [Out((8, 8))], [NamedSharding(mesh42, P())],
+                          [Out((8,))], None)
+    assert caught.value.rule == "OUT-2"
+
+
+# --------------------------------------------------------------------------- RES-5
+
+@clause("RES-5", 1)
+def test_res_5_device_moves_arguments_without_checks():
+    committed = Arg.committed((4,), NamedSharding(MESH, P("x")))
+    verdict = jit_call(Call(args=(committed,), outputs=Out((4,)), options=JitOptions(device=3)))
+    assert verdict.accepted and verdict.device_assignment == (3,)
+    assert verdict.transfers == ("args[0]",)
+
+
+@clause("RES-5", 2)
+def test_res_5_a_replica_on_the_target_is_used_as_is():
+    pinned = NamedSharding(M2, P(), memory_kind="pinned_host")
+    check_reused_replica(Arg.committed((4,), pinned), SingleDeviceSharding(5))
+    with pytest.raises(Rejection) as caught:
+        check_reused_replica(Arg.committed((4,), pinned), SingleDeviceSharding(1))
+    assert caught.value.rule == "RES-5"
+    split = NamedSharding(M2, P("x"), memory_kind="pinned_host")
+    check_reused_replica(Arg.committed((4,), split), SingleDeviceSharding(1))
+
+
+# --------------------------------------------------------------------------- CACHE-2
+
+@clause("CACHE-2", 1)
+def test_cache_2_named_shardings_written_alike():
+    assert dispatch_equal(NamedSharding(MESH, P("x")), NamedSharding(MESH, P("x")))
+    assert not dispatch_equal(NamedSharding(MESH, P("x")), NamedSharding(MESH, P("x", None)))
+    assert not dispatch_equal(NamedSharding(MESH, P("x")),
+                              NamedSharding(MESH, P("x"), memory_kind="pinned_host"))
+
+
+@clause("CACHE-2", 2)
+def test_cache_2_single_device_shardings():
+    assert dispatch_equal(SingleDeviceSharding(1), SingleDeviceSharding(1))
+    assert not dispatch_equal(SingleDeviceSharding(1), SingleDeviceSharding(2))
+    assert not dispatch_equal(SingleDeviceSharding(1),
+                              SingleDeviceSharding(1, memory_kind="pinned_host"))
+
+
+@clause("CACHE-2", 3)
+def test_cache_2_gspmd_shardings():
+    a = GSPMDSharding([0, 1], "{devices=[2]<=[2]}")
+    assert dispatch_equal(a, GSPMDSharding([0, 1], "{devices=[2]<=[2]}"))
+    assert not dispatch_equal(a, GSPMDSharding([1, 0], "{devices=[2]<=[2]}"))
+    assert not dispatch_equal(a, GSPMDSharding([0, 1], "{replicated}"))
+    assert not dispatch_equal(a, NamedSharding(M2, P("x")))
+
+
+# --------------------------------------------------------------------------- CACHE-3
+
+def _call(*args, **changes):
+    return CallSite(Call(args=args, outputs=Out((4,)), **changes))
+
+
+@clause("CACHE-3", 1)
+def test_cache_3_structure_and_keyword_names():
+    a = CallSite(Call(args=(Arg.numpy((4,)),), outputs=Out((4,))))
+    b = CallSite(Call(args=((Arg.numpy((4,)),),), outputs=Out((4,))))
+    c = CallSite(Call(kwargs={"y": Arg.numpy((4,))}, outputs=Out((4,))))
+    d = CallSite(Call(kwargs={"z": Arg.numpy((4,))}, outputs=Out((4,))))
+    assert dispatch_signature(a) != dispatch_signature(b)
+    assert dispatch_signature(c) != dispatch_signature(d)
+
+
+@clause("CACHE-3", 2)
+def test_cache_3_static_values_same_type_and_equal():
+    def site(value):
+        return CallSite(Call(args=(Arg.numpy((4,)), Static(value)), outputs=Out((4,)),
+                             options=JitOptions(static_argnums=1)))
+    assert dispatch_signature(site(1)) == dispatch_signature(site(1))
+    assert dispatch_signature(site(1)) != dispatch_signature(site(2))
+    assert dispatch_signature(site(1)) != dispatch_signature(site(1.0))
+
+
+@clause("CACHE-3", 3)
+def test_cache_3_dtype_shape_and_python_scalars():
+    assert dispatch_signature(_call(Arg.numpy((4,)))) != dispatch_signature(
+        _call(Arg.numpy((4,), "int32")))
+    assert dispatch_signature(_call(Arg.numpy((4,)))) != dispatch_signature(
+        _call(Arg.numpy((8,))))
+    assert _diff(dispatch_signature, _call(Arg.scalar("bool")),
+                 _call(Arg.numpy((), "bool"))) == ["args[0] weak type"]
+
+
+@clause("CACHE-3", 4)
+def test_cache_3_sharding_and_committedness():
+    one, other = SingleDeviceSharding(0), SingleDeviceSharding(1)
+    assert "args[0] sharding" in _diff(dispatch_signature, _call(Arg.committed((4,), one)),
+                                       _call(Arg.committed((4,), other)))
+    assert _diff(dispatch_signature, _call(Arg.committed((4,), one)),
+                 _call(Arg.uncommitted((4,), one))) == ["args[0] committed"]
+
+
+@clause("CACHE-3", 5)
+def test_cache_3_context_mesh_and_default_device():
+    x = Arg.numpy((4,))
+    assert _diff(dispatch_signature, _call(x), _call(x, context_mesh=MESH)) == [
+        "the context mesh"]
+    assert _diff(dispatch_signature, _call(x), _call(x, default_device=1)) == [
+        "the default device"]
+
+
+# --------------------------------------------------------------------------- CACHE-4
+
+@clause("CACHE-4", 1)
+def test_cache_4_shape_and_narrowed_dtype():
+    aval = abstract_value(Arg.numpy((4, 2), "float64"))
+    assert (aval.shape, aval.dtype) == ((4, 2), "float32")
+    assert abstract_value(Arg.numpy((4,), "int64")).dtype == "int32"
+
+
+@clause("CACHE-4", 2)
+def test_cache_4_python_scalars_are_weak():
+    assert abstract_value(Arg.scalar("int")).weak_type
+    assert abstract_value(Arg.scalar("float")).weak_type
+    assert not abstract_value(Arg.numpy(())).weak_type
+
+
+@clause("CACHE-4", 3)
+def test_cache_4_memory_space():
+    pinned = NamedSharding(M2, P(), memory_kind="pinned_host")
+    assert abstract_value(Arg.committed((4,), pinned)).memory == "host"
+    assert abstract_value(Arg.committed((4,), NamedSharding(M2, P()))).memory == "device"
+
+
+@clause("CACHE-4", 4)
+def test_cache_4_the_mesh_and_an_explicit_spec():
+    auto = abstract_value(Arg.committed((8, 8), NamedSharding(MESH, P("x"))))
+    assert auto.mesh == MESH.abstract and auto.spec is None
+    explicit = Mesh.iota((2, 4), ("x", "y"), axis_types=(S.AxisType.Explicit,) * 2)
+    typed = abstract_value(Arg.committed((8, 8), NamedSharding(explicit, P("x"))))
+    assert typed.mesh == explicit.abstract and typed.spec == P("x", None)
+    assert abstract_value(Arg.committed((8,), SingleDeviceSharding(0))).mesh is None
+
+
+# --------------------------------------------------------------------------- CACHE-7
+
+def _given(spec, **changes):
+    return CallSite(Call(args=(Arg.numpy((8,)),), outputs=Out((8,)),
+                         options=JitOptions(in_shardings=(NamedSharding(MESH, spec),),
+                                            **changes)))
+
+
+@clause("CACHE-7", 1)
+def test_cache_7_resolved_input_and_output_shardings():
+    assert lowering_key(_given(P("x"))) == lowering_key(_given(P("x")))
+    assert lowering_key(_given(P("x"))) != lowering_key(_given(P("y")))
+    out = NamedSharding(MESH, P("x"))
+    assert lowering_key(_given(P("x"))) != lowering_key(_given(P("x"), out_shardings=out))
+
+
+@clause("CACHE-7", 2)
+def test_cache_7_donation_keep_unused_and_context():
+    plain = _given(P("x"))
+    assert lowering_key(plain) != lowering_key(_given(P("x"), donate_argnums=0))
+    assert lowering_key(plain) != lowering_key(_given(P("x"), keep_unused=True))
+    under = CallSite(dataclasses.replace(plain.call, context_mesh=MESH))
+    assert lowering_key(plain) != lowering_key(under)
+
+
+@clause("CACHE-7", 3)
+def test_cache_7_an_equivalent_sharding_written_differently_misses():
+    assert S.placement_equivalent(NamedSharding(MESH, P("x")), NamedSharding(MESH, P("x", None)),
+                                  (8, 8))
+    two_d = [CallSite(Call(args=(Arg.numpy((8, 8)),), outputs=Out((8, 8)),
+                           options=JitOptions(in_shardings=(NamedSharding(MESH, spec),))))
+             for spec in (P("x"), P("x", None))]
+    assert lowering_key(two_d[0]) != lowering_key(two_d[1])
+
+
+# --------------------------------------------------------------------------- CACHE-9
+
+def _committed(sharding, shape=(8, 8), **changes):
+    return _site(Call(args=(Arg.committed(shape, sharding),), outputs=Out(shape), **changes))
+
+
+@clause("CACHE-9", 1)
+def test_cache_9_kept_input_types_carry_the_mesh():
+    renamed = Mesh.iota((2, 4), ("a", "b"))
+    assert module_key(*_committed(NamedSharding(MESH, P("x")))) != module_key(
+        *_committed(NamedSharding(renamed, P("a"))))
+
+
+@clause("CACHE-9", 2)
+def test_cache_9_semantically_equal_input_shardings():
+    assert module_key(*_committed(NamedSharding(MESH, P("x")))) == module_key(
+        *_committed(NamedSharding(MESH, P("x", None))))
+    assert module_key(*_committed(NamedSharding(MESH, P("x")))) != module_key(
+        *_committed(NamedSharding(MESH, P("y"))))
+    # A 0-d input left open on several devices is replicated, as one given replicated is.
+    open_scalar = Call(args=(Arg.numpy(()), Arg.committed((8,), NamedSharding(MESH, P("x")))),
+                       outputs=Out(()))
+    given = dataclasses.replace(open_scalar, options=JitOptions(
+        in_shardings=(GSPMDSharding(MESH.devices, "{replicated}"), None)))
+    assert module_key(*_site(open_scalar)) == module_key(*_site(given))
+
+
+@clause("CACHE-9", 3)
+def test_cache_9_semantically_equal_output_shardings():
+    def out(spec):
+        return _committed(NamedSharding(MESH, P("x")), options=JitOptions(
+            out_shardings=NamedSharding(MESH, spec)))
+    assert module_key(*out(P("x"))) == module_key(*out(P("x", None)))
+    assert module_key(*out(P("x"))) != module_key(*out(P("y")))
+
+
+@clause("CACHE-9", 4)
+def test_cache_9_the_number_of_devices():
+    one = _committed(SingleDeviceSharding(0), shape=(8,))
+    two = _committed(NamedSharding(M2, P()), shape=(8,))
+    assert "the number of devices" in _diff(module_key, one, two)
+
+
+# --------------------------------------------------------------------------- CACHE-12
+
+@clause("CACHE-12", 1)
+def test_cache_12_statics_structure_and_program_types():
+    def call(*args, **kw):
+        return _site(Call(args=args, outputs=Out((8,)), **kw))
+    x = Arg.committed((8,), NamedSharding(M2, P("x")))
+    assert policy_key(*call(x)) == policy_key(*call(x))
+    assert policy_key(*call(x)) != policy_key(*call((x,)))
+    assert policy_key(*call(x)) != policy_key(*call(
+        Arg.committed((8,), NamedSharding(M2, P("x")), dtype="int32")))
+    with_static = [_site(Call(args=(x, Static(v)), outputs=Out((8,)),
+                              options=JitOptions(static_argnums=1))) for v in (1, 2)]
+    assert policy_key(*with_static[0]) != policy_key(*with_static[1])
+
+
+@clause("CACHE-12", 2)
+def test_cache_12_placement_classes():
+    renamed = Mesh.iota((2, 4), ("a", "b"))
+    assert policy_key(*_committed(NamedSharding(MESH, P("x")))) == policy_key(
+        *_committed(NamedSharding(renamed, P("a", None))))
+    assert policy_key(*_committed(NamedSharding(MESH, P("x")))) != policy_key(
+        *_committed(NamedSharding(MESH, P("y"))))
+
+
+@clause("CACHE-12", 3)
+def test_cache_12_devices_donation_and_keep_unused():
+    assert policy_key(*_committed(SingleDeviceSharding(0), (8,))) != policy_key(
+        *_committed(SingleDeviceSharding(1), (8,)))
+    s = NamedSharding(MESH, P("x"))
+    assert policy_key(*_committed(s)) != policy_key(*_committed(
+        s, options=JitOptions(donate_argnums=0)))
+    assert policy_key(*_committed(s)) != policy_key(*_committed(
+        s, options=JitOptions(keep_unused=True)))
+
+
+@clause("CACHE-12", 4)
+def test_cache_12_layouts_given_and_held():
+    s = NamedSharding(MESH, P("x"))
+    held = Arg.committed((8, 8), s, layout=Layout((1, 0)))
+    assert policy_key(*_committed(s)) != policy_key(*_site(Call(args=(held,),
+                                                                outputs=Out((8, 8)))))
+    given = JitOptions(out_shardings=S.Format(Layout((1, 0)), s))
+    assert policy_key(*_committed(s)) != policy_key(*_committed(s, options=given))
+
+
+# --------------------------------------------------------------------------- AOT-3
+
+def _aot(arg, aot_arg, **changes):
+    return jit_call(Call(args=(arg,), outputs=Out((4,)), aot_args=(aot_arg,), **changes))
+
+
+@clause("AOT-3", 1)
+def test_aot_3_committed_arrays_are_jax_equivalent_not_merely_hlo_equal():
+    split = NamedSharding(M2, P("x"))
+    assert _aot(Arg.committed((4,), split), Arg.committed((4,), split)).accepted
+    # The same HLO on other devices passes jit's RES-4, not the executable's check.
+    moved = NamedSharding(Mesh((2,), ("x",), [1, 0]), P("x"))
+    verdict = _aot(Arg.committed((4,), split), Arg.committed((4,), moved))
+    assert verdict.rule == "AOT-3" and verdict.path == "args[0]"
+
+
+@clause("AOT-3", 2)
+def test_aot_3_inputs_left_open_take_the_compilers_choice():
+    one_device = _aot(Arg.numpy((4,)), Arg.committed((4,), SingleDeviceSharding(3)))
+    assert one_device.rule == "AOT-3"
+    split = NamedSharding(M2, P("x"))
+    call = Call(args=(Arg.numpy((4,)), Arg.committed((4,), split)), outputs=Out((4,)),
+                aot_args=(Arg.committed((4,), NamedSharding(M2, P())),
+                          Arg.committed((4,), split)))
+    assert jit_call(call).accepted   # the oracle says nothing: nothing is compared
+    chosen = dataclasses.replace(call, compiler_in=(parse_hlo("{devices=[2]<=[2]}"), None))
+    assert jit_call(chosen).rule == "AOT-3"
+
+
+@clause("AOT-3", 3)
+def test_aot_3_committed_arrays_are_in_the_executables_layout():
+    lone = SingleDeviceSharding(0)
+    with pytest.raises(Rejection):
+        check_aot_shardings([("args[0]", lone)], [Arg.committed((4, 4), lone)],
+                            layouts=[Layout((1, 0))])
+    check_aot_shardings([("args[0]", lone)], [Arg.committed((4, 4), lone)],
+                        layouts=[S.AUTO_LAYOUT])
+
+
+@clause("AOT-3", 4)
+def test_aot_3_other_arguments_and_device_are_not_checked():
+    split = NamedSharding(M2, P("x"))
+    for other in (Arg.numpy((4,)), Arg.uncommitted((4,), SingleDeviceSharding(1))):
+        check_aot_shardings([("args[0]", split)], [other])
+    check_aot_shardings([("args[0]", split)], [Arg.committed((4,), SingleDeviceSharding(1))],
+                        device_or_backend=True)
