@@ -90,18 +90,7 @@ def device_assignment(sources: Sequence[Source], context: Mesh | AbstractMesh | 
         ids = _ids(s)
         if first is None:
             first = (ids, source.what)
-        if context is None:
-            other, other_devices = first[1], devices_text(first[0])
-            same = first[0] == ids
-        elif isinstance(context, AbstractMesh):
-            other, other_devices = "context mesh", f"(any {context.size})"
-            same = context.size == len(ids)
-        else:
-            other, other_devices = "context mesh", devices_text(context.devices)
-            same = context.devices == ids
-        if not same:
-            raise reject(DeviceAssignmentMismatch(other, other_devices, source.what,
-                                                  devices_text(ids)), source.path)
+        _check_same_devices(ids, source, first, context)
     if first is None and isinstance(context, Mesh):
         assignment = context.devices
     elif first is None:
@@ -113,6 +102,27 @@ def device_assignment(sources: Sequence[Source], context: Mesh | AbstractMesh | 
     if any_concrete or abstract is None:
         return assignment, len(assignment)
     return None, abstract.size
+
+
+def _check_same_devices(ids: DeviceList, source: Source, first: tuple[DeviceList, str],
+                        context: Mesh | AbstractMesh | None) -> None:
+    """DA-1 for one sharding: its devices are the context mesh's, else the first's."""
+    if context is None:
+        same = first[0] == ids
+    elif isinstance(context, AbstractMesh):
+        same = context.size == len(ids)
+    else:
+        same = context.devices == ids
+    if same:
+        return
+    if context is None:
+        other, other_devices = first[1], devices_text(first[0])
+    elif isinstance(context, AbstractMesh):
+        other, other_devices = "context mesh", f"(any {context.size})"
+    else:
+        other, other_devices = "context mesh", devices_text(context.devices)
+    raise reject(DeviceAssignmentMismatch(other, other_devices, source.what, devices_text(ids)),
+                 source.path)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -903,7 +903,7 @@ class PlacementClass:
 
 @rule("CACHE-11", mirrors="(none: the shardlaw policy's class of a sharding; EQ-2 made a key)")
 def placement_class(sharding: Any, shape: Any) -> PlacementClass:
-    """The placement class of a sharding for a shape is its set of (device, box) pairs with its memory kind; two shardings share a class exactly when they are placement-equivalent (EQ-2) in the same memory kind.
+    """The placement class of a sharding for a shape is its set of (device, box) pairs with its memory kind; two shardings share a class exactly when they are placement-equivalent (EQ-2, which compares memory kinds).
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P
     >>> m = Mesh.iota((2, 4), ("x", "y"))
@@ -974,9 +974,8 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     """
     facts = _site_facts(site)
     parts = [Part("the function", site.function), _structure_part(facts),
-             *_static_parts(facts)]
-    for path, arg in facts.flat:
-        parts.append(Part(f"{path} value", _program_type(arg)))
+             *_static_parts(facts), *(Part(f"{path} value", _program_type(arg))
+                                      for path, arg in facts.flat)]
     for i in verdict.kept_inputs:
         path, arg = facts.flat[i]
         parts.append(Part(f"{path} placement", _class_or_open(facts.resolved[i], arg.shape)))

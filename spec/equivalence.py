@@ -5,7 +5,8 @@ jax 0.10.2: equal HLO shardings (any two over a single device position count as 
 equal memory kinds, and equal ordered device lists (unless both are over abstract meshes).
 
 *Placement-equivalence* (``EQ-2``) is what a user means: for this shape, the two shardings
-span the same devices and every device holds the same box of the array.
+span the same devices, every device holds the same box of the array, and in the same memory
+kind. :func:`blocks_equivalent` is the same question with memory kinds left out.
 
 The two part ways in both directions on purpose; see the docs page "Where the two
 equivalences part". Placement-equivalence is decided symbolically when both device lists
@@ -28,7 +29,7 @@ from .rules import rule
 from .shardings import NamedSharding, SingleDeviceSharding
 from .values import AbstractMesh
 
-__all__ = ["hlo_equal", "jax_equivalent", "placement_equivalent"]
+__all__ = ["hlo_equal", "jax_equivalent", "placement_equivalent", "blocks_equivalent"]
 
 
 @rule("EQ-3", mirrors="jax._src.op_shardings.are_hlo_shardings_equal")
@@ -110,7 +111,12 @@ def _symbolic_form(sharding: Any, shape: tuple[int, ...]) -> tuple | None:
 
 @rule("EQ-2", mirrors="(none: JAX has no such notion; it compares devices_indices_map by hand)")
 def placement_equivalent(a: Any, b: Any, shape: Any) -> bool:
-    """Two shardings are placement-equivalent for a shape when they span the same devices and every device holds the same box of the array.
+    """Two shardings are placement-equivalent for a shape when they span the same devices, every device holds the same box of the array, and both hold it in the same memory kind.
+
+    A ``pinned_host`` sharding and the same blocks in device memory are not
+    placement-equivalent: the data lives in another memory, and going from one to the other
+    is a transfer (JAX calls them different too). :func:`blocks_equivalent` compares the
+    blocks alone.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P
     >>> m = Mesh.iota((2, 4), ("x", "y"))
@@ -119,7 +125,20 @@ def placement_equivalent(a: Any, b: Any, shape: Any) -> bool:
     True
     >>> placement_equivalent(NamedSharding(m, P("x")), NamedSharding(m, P("y")), (4, 4))
     False
+    >>> pinned = NamedSharding(m, P("x"), memory_kind="pinned_host")
+    >>> placement_equivalent(NamedSharding(m, P("x")), pinned, (4, 4))
+    False
+    >>> blocks_equivalent(NamedSharding(m, P("x")), pinned, (4, 4))
+    True
     """
+    # The blocks first: a sharding placement cannot accept is refused whatever its memory.
+    same_blocks = blocks_equivalent(a, b, shape)
+    return same_blocks and a.memory_kind == b.memory_kind
+
+
+def blocks_equivalent(a: Any, b: Any, shape: Any) -> bool:
+    """Whether two shardings put the same box of the array on the same devices, in whatever
+    memory kinds (EQ-2 without the memory kind)."""
     shape = _check_shape(shape)
     for s in (a, b):
         _device_list(s, "placement-equivalence")  # abstract meshes place nothing

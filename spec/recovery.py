@@ -226,27 +226,28 @@ def recover_shardings(placed: list[Any], values: Sequence[Any], given: Sequence[
                     else o for o in placed]
         return list(placed)
     user, user_value = origin
-    result = []
-    for o, value in zip(placed, values):
-        rank = len(value.shape)
-        if not isinstance(o, GSPMDSharding):
-            result.append(o)
-        elif isinstance(user, SingleDeviceSharding):
-            result.append(SingleDeviceSharding(o.devices.id_at(0), memory_kind=o.memory_kind))
-        elif (user_value is not None and len(user_value.shape) == rank
-              and value.mesh == user.mesh.abstract and jax_equivalent(o, user, rank)):
-            result.append(user)
-        else:
-            mesh = _mesh_for_result(value, user.mesh, o)
-            try:
-                if mesh is None:
-                    raise reject(RecoveryAssertion(str(o.hlo), value.mesh, "mesh size differs"))
-                result.append(spec_from_hlo(o.hlo, mesh, o.memory_kind))
-            except Rejection as error:
-                if error.failure.jax_error == "IndivisibleError":
-                    raise
-                result.append(o)
-    return result
+    return [_recover(o, value, user, user_value) for o, value in zip(placed, values)]
+
+
+def _recover(placed: Any, value: Any, user: Any, user_value: Any) -> Any:
+    """One placed value in the type of ``user`` (OUT-1's first two clauses)."""
+    rank = len(value.shape)
+    if not isinstance(placed, GSPMDSharding):
+        return placed
+    if isinstance(user, SingleDeviceSharding):
+        return SingleDeviceSharding(placed.devices.id_at(0), memory_kind=placed.memory_kind)
+    if (user_value is not None and len(user_value.shape) == rank
+            and value.mesh == user.mesh.abstract and jax_equivalent(placed, user, rank)):
+        return user
+    mesh = _mesh_for_result(value, user.mesh, placed)
+    try:
+        if mesh is None:
+            raise reject(RecoveryAssertion(str(placed.hlo), value.mesh, "mesh size differs"))
+        return spec_from_hlo(placed.hlo, mesh, placed.memory_kind)
+    except Rejection as error:
+        if error.failure.jax_error == "IndivisibleError":
+            raise
+        return placed
 
 
 def input_type(arg: Arg) -> Out:
