@@ -49,11 +49,11 @@ from .options import (
 )
 from .placement import to_hlo
 from .recovery import (
-    compiled_inputs, compiled_results, concrete_inputs, input_type, recover_shardings,
+    compiled_inputs, compiled_results, concrete_inputs, input_types, recover_shardings,
     single_device_results,
 )
 from .resolution import Input, check_reused_replica, kept_inputs, resolve_input
-from .rules import Rejection, located, staged, tracing
+from .rules import Rejection, located, remembering, staged, tracing
 from .shardings import UNSPECIFIED, NamedSharding, SingleDeviceSharding
 from .values import DeviceList, Mesh, PartitionSpec
 
@@ -77,7 +77,7 @@ def jit_call(call: Call) -> Verdict:
     >>> print(jit_call(Call(args=(x, other), outputs=Out((8, 8)))).message)
     [DA-1] at args[1]: jit needs one device assignment for the whole program, but the argument args[0] (committed) is on devices [0, 1, 2, 3, 4, 5, 6, 7] and the argument args[1] (committed) is on devices [3] Put both on the same devices in the same order (jax.device_put), or build both shardings from one mesh.
     """
-    with tracing() as trace:
+    with tracing() as trace, remembering():
         try:
             n = call.normal
             stage_jit(n)
@@ -276,7 +276,7 @@ def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowere
     outs = compiled_results(traced.out_shardings, call.compiler or (None,) * results,
                             assignment, call.compiler_memory or (None,) * results)
     compiler_in = call.compiler_in or (None,) * len(n.flat_in)
-    kept_values = [input_type(called.inputs[i].arg) for i in kept]
+    kept_values = input_types([called.inputs[i].arg for i in kept])
     with located(called.inputs[kept[0]].path if kept else None):
         concrete = concrete_inputs([lowered.final[i] for i in kept], assignment)
         taken = compiled_inputs(concrete, [compiler_in[i] for i in kept], assignment)

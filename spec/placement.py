@@ -189,7 +189,7 @@ def check_manual_axes(s: NamedSharding, kept: list[str], dim_of: dict[str, int])
 
 
 @rule("LOW-1", mirrors="jax._src.named_sharding.named_sharding_to_xla_hlo_sharding; "
-                       "SingleDeviceSharding/GSPMDSharding._to_xla_hlo_sharding")
+                       "SingleDeviceSharding/GSPMDSharding._to_xla_hlo_sharding", pure=True)
 def to_hlo(sharding: Any, ndim: int) -> HloSharding:
     """A sharding lowers, for a value of rank ``ndim``, to the HLO sharding whose tile assignment holds positions of its device list.
 

@@ -23,7 +23,7 @@ from .values import AbstractMesh, AxisType, DeviceList, Mesh, PartitionSpec
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["spec_from_hlo", "recover_shardings", "single_device_results", "compiled_results",
-           "compiled_inputs", "concrete_inputs", "input_type"]
+           "compiled_inputs", "concrete_inputs", "input_types"]
 
 
 def _superdims(assignment: tuple[int, ...] | Iota, hlo: str, mesh: Any) -> list[tuple[int, int]]:
@@ -250,12 +250,20 @@ def _recover(placed: Any, value: Any, user: Any, user_value: Any) -> Any:
         return placed
 
 
-def input_type(arg: Arg) -> Out:
-    """An input's type as tracing sees it: a committed NamedSharding carries its mesh."""
-    mesh = None
-    if arg.is_committed and isinstance(arg.sharding, NamedSharding):
-        mesh = arg.sharding.mesh.abstract
-    return Out(arg.shape, arg.dtype, None, mesh)
+def input_types(args: Sequence[Arg]) -> list[Out]:
+    """Each input's type as tracing sees it: a committed NamedSharding carries its mesh (as an
+    abstract mesh, made once per mesh)."""
+    abstract: dict[int, AbstractMesh] = {}
+    types = []
+    for arg in args:
+        mesh = None
+        if arg.is_committed and isinstance(arg.sharding, NamedSharding):
+            concrete = arg.sharding.mesh
+            if id(concrete) not in abstract:
+                abstract[id(concrete)] = concrete.abstract
+            mesh = abstract[id(concrete)]
+        types.append(Out(arg.shape, arg.dtype, None, mesh))
+    return types
 
 
 def concrete_inputs(shardings: Sequence[Any], assignment: DeviceList) -> list[Any]:

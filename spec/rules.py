@@ -25,7 +25,7 @@ from shardlaw.rule_stages import is_description, stage_of
 
 __all__ = [
     "Rule", "RULES", "rule", "Failure", "Rejection", "require", "reject", "explain",
-    "tracing", "fired", "located", "staged",
+    "tracing", "fired", "located", "staged", "remembering",
 ]
 
 
@@ -105,8 +105,13 @@ def _clauses(doc: str | None) -> tuple[str, ...]:
     return tuple(found)
 
 
-def rule(rule_id: str, *, mirrors: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a function as the rule ``rule_id``; its docstring's first sentence is the rule."""
+def rule(rule_id: str, *, mirrors: str, pure: bool = False
+         ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a function as the rule ``rule_id``; its docstring's first sentence is the rule.
+
+    A ``pure`` rule's answer depends on its (immutable) arguments alone: inside a
+    :func:`remembering` block it answers each question once.
+    """
     if not _ID.match(rule_id):
         raise ValueError(f"rule ID {rule_id!r} is not of the form FAMILY-N")
 
@@ -126,13 +131,43 @@ def rule(rule_id: str, *, mirrors: str) -> Callable[[Callable[..., Any]], Callab
             trace = _TRACE.get()
             if trace is not None and recorded:
                 trace.append(rule_id)
-            return function(*args, **kwargs)
+            answers = _ANSWERS.get() if pure else None
+            if answers is None:
+                return function(*args, **kwargs)
+            key = (rule_id, *map(id, args), *kwargs.items())
+            if key not in answers:
+                answers[key] = (args, function(*args, **kwargs))  # args keep their ids taken
+            return answers[key][1]
 
         fire.rule_id = rule_id  # type: ignore[attr-defined]
         RULES[rule_id] = Rule(rule_id, statement, fire, mirrors, _clauses(function.__doc__))
         return fire
 
     return register
+
+
+# The answers of pure rules inside a remembering block, by the identity of their arguments.
+_ANSWERS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("shardlaw_answers",
+                                                                       default=None)
+
+
+@contextlib.contextmanager
+def remembering() -> Iterator[None]:
+    """Inside the block a pure rule asked again about the same values answers at once.
+
+    A trace keeps each rule's first firing, so it is the same with or without the block.
+
+    >>> from shardlaw.spec import to_hlo, SingleDeviceSharding
+    >>> lone = SingleDeviceSharding(0)
+    >>> with remembering():
+    ...     to_hlo(lone, 1) is to_hlo(lone, 1)
+    True
+    """
+    token = _ANSWERS.set({})
+    try:
+        yield
+    finally:
+        _ANSWERS.reset(token)
 
 
 class tracing:
