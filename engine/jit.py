@@ -55,7 +55,7 @@ from .resolution import (
 )
 from .rules import EngineRejection, recording, reject, rule
 from .shardings import (
-    UNSPECIFIED, check_fits, check_leaf, context_mesh, devices_of, hlo, hlo_equal,
+    UNSPECIFIED, check_fits, check_leaf, context_mesh, devices_of, hlo, hlo_equal, is_partial,
     jax_equivalent, leaf_to_sharding, num_devices, placement_class, placement_equivalent,
 )
 from .trees import (
@@ -937,7 +937,10 @@ class Engine:
                 s = raw(chosen, len(site.shape(i))) if chosen is not None else UNSPECIFIED
             placed_in.append(s)
         recovered = recover_shardings(placed_in, kept_values, kept_final, kept_values, None)
-        chosen_out = [raw(s, len(a.shape)) for s, a in zip(facts.out_shardings, d.out_avals)]
+        # A result whose type has unreduced or reduced axes comes back as its type says,
+        # which is what JAX's executable reports: nothing to re-read.
+        chosen_out = [s if is_partial(getattr(a, "sharding", None)) else raw(s, len(a.shape))
+                      for s, a in zip(facts.out_shardings, d.out_avals)]
         placed_out = compiled_results(d.out_flat, chosen_out, d.assignment)
         out_values = [Value.of_aval(a) for a in d.out_avals]
         try:

@@ -49,7 +49,17 @@ def is_abstract(sharding: Any) -> bool:
 
 
 def spec_entries(spec: PartitionSpec) -> tuple:
-    return tuple(spec)
+    """A PartitionSpec's per-dimension entries (its unreduced and reduced sets left out)."""
+    return tuple(spec.partitions) if hasattr(spec, "partitions") else tuple(spec)
+
+
+def is_partial(sharding: Any) -> bool:
+    """Whether a sharding (or the sharding a type carries) has unreduced or reduced mesh axes."""
+    spec = getattr(sharding, "spec", None)
+    if spec is not None and (getattr(spec, "unreduced", None) or getattr(spec, "reduced", None)):
+        return True
+    h = getattr(sharding, "_hlo_sharding", None)
+    return h is not None and "unreduced" in str(h)
 
 
 # --------------------------------------------------------------------------- JIT-2
@@ -297,6 +307,10 @@ def placement_class(sharding: Any, shape: tuple[int, ...]) -> tuple:
     """
     if is_abstract(sharding):
         return ("abstract", sharding, shape)
+    if is_partial(sharding):
+        # Unreduced (partial sums) or reduced axes: the devices hold no boxes of the value
+        # to compare, so only the same sharding, written the same way, is the same class.
+        return ("partial", sharding, shape)
     boxes = []
     for device, index in sharding.devices_indices_map(tuple(shape)).items():
         box = tuple(_bounds(s, n) for s, n in zip(index, shape))
