@@ -32,7 +32,11 @@ __all__ = ["Layout", "AUTO_LAYOUT", "Format", "is_layout", "split_format", "layo
 AUTO_LAYOUT = _Marker("Layout.AUTO", "The compiler chooses the layout (jax's Layout.AUTO).")
 
 
-# =========================================================================== failures
+# =========================================================================== values
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
 
 @dataclasses.dataclass(frozen=True)
 class NotALayout(Failure):
@@ -51,82 +55,6 @@ class NotAnOrder(Failure):
     hint: ClassVar[str] = "Write each dimension once, e.g. Layout((1, 0)) for a 2-D array."
     order: tuple
     top: int
-
-
-@dataclasses.dataclass(frozen=True)
-class BadFormatPart(Failure):
-    rule: ClassVar[str] = "VAL-10"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "a Format's {part} must be {expected}, got {value!r}"
-    part: str
-    expected: str
-    value: Any
-
-    @property
-    def hint(self) -> str:  # type: ignore[override]
-        if self.part == "sharding":
-            return ("A Format takes a Sharding, not a PartitionSpec: write "
-                    "Format(layout, NamedSharding(mesh, spec)).")
-        return ""
-
-
-@dataclasses.dataclass(frozen=True)
-class FormatWithoutSharding(Failure):
-    rule: ClassVar[str] = "VAL-10"
-    template: ClassVar[str] = ("a Format with the concrete layout {layout!r} needs a concrete "
-                               "sharding, got None")
-    hint: ClassVar[str] = ("Pass Format(layout, NamedSharding(mesh, spec)) or "
-                           "Format(layout, SingleDeviceSharding(device)).")
-    layout: Any
-
-
-@dataclasses.dataclass(frozen=True)
-class LayoutMismatch(Failure):
-    rule: ClassVar[str] = "LAY-1"
-    template: ClassVar[str] = ("in_shardings asks for {wanted}, but the committed "
-                               "array passed here is in {held}; jit does not lay out committed "
-                               "arrays again")
-    wanted: str
-    held: str
-    auto: bool
-
-    @property
-    def hint(self) -> str:  # type: ignore[override]
-        if self.auto:
-            return ("Layout.AUTO lets the compiler choose, which an existing committed array "
-                    "cannot follow: pass a jax.ShapeDtypeStruct to .lower(), or give the "
-                    "array's own layout.")
-        return ("Lay it out first with jax.device_put(x, Format(layout, sharding)), or leave "
-                "the layout out (Format(None, sharding)).")
-
-
-@dataclasses.dataclass(frozen=True)
-class LayoutWithoutDevices(Failure):
-    rule: ClassVar[str] = "LAY-5"
-    template: ClassVar[str] = ("the layout {layout!r} comes with {sharding!r}, a sharding over an "
-                               "abstract mesh; jit needs devices to lay a value out")
-    hint: ClassVar[str] = ("Give the Format a sharding over a concrete Mesh, or leave the layout "
-                           "to the compiler (Layout.AUTO).")
-    layout: Any
-    sharding: Any
-
-
-@dataclasses.dataclass(frozen=True)
-class LayoutRankMismatch(Failure):
-    rule: ClassVar[str] = "LAY-4"
-    template: ClassVar[str] = ("the layout {layout!r} names {named} dimension(s), but the {what} "
-                               "has shape {shape}")
-    layout: Any
-    named: int
-    what: str
-    shape: tuple
-
-
-# =========================================================================== values
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 @rule("VAL-9", mirrors="(input checking; jax.experimental.layout.Layout takes any integers, "
@@ -188,6 +116,34 @@ def is_layout(value: Any) -> bool:
 _SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
 
+@dataclasses.dataclass(frozen=True)
+class BadFormatPart(Failure):
+    rule: ClassVar[str] = "VAL-10"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = "a Format's {part} must be {expected}, got {value!r}"
+    part: str
+    expected: str
+    value: Any
+
+    @property
+    def hint(self) -> str:  # type: ignore[override]
+        if self.part == "sharding":
+            return ("A Format takes a Sharding, not a PartitionSpec: write "
+                    "Format(layout, NamedSharding(mesh, spec)).")
+        return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class FormatWithoutSharding(Failure):
+    rule: ClassVar[str] = "VAL-10"
+    template: ClassVar[str] = ("a Format with the concrete layout {layout!r} needs a concrete "
+                               "sharding, got None")
+    hint: ClassVar[str] = ("Pass Format(layout, NamedSharding(mesh, spec)) or "
+                           "Format(layout, SingleDeviceSharding(device)).")
+    layout: Any
+
+
 @rule("VAL-10", mirrors="jax.experimental.layout.Format.__init__")
 def check_format(layout: Any, sharding: Any) -> None:
     """A Format pairs a Layout, ``Layout.AUTO`` or None with a Sharding or None (never a PartitionSpec), and a concrete Layout comes with a sharding.
@@ -247,6 +203,17 @@ def _canonical(layout: Any) -> Any:
 
 # =========================================================================== the jit rules
 
+@dataclasses.dataclass(frozen=True)
+class LayoutRankMismatch(Failure):
+    rule: ClassVar[str] = "LAY-4"
+    template: ClassVar[str] = ("the layout {layout!r} names {named} dimension(s), but the {what} "
+                               "has shape {shape}")
+    layout: Any
+    named: int
+    what: str
+    shape: tuple
+
+
 @rule("LAY-4", mirrors="jax._src.pjit.check_aval_layout_compatibility")
 def check_layout_rank(layout: Any, shape: tuple[int, ...], what: str) -> None:
     """A Format's concrete layout names exactly as many dimensions as the argument or result it covers has.
@@ -259,6 +226,26 @@ def check_layout_rank(layout: Any, shape: tuple[int, ...], what: str) -> None:
     if isinstance(layout, Layout):
         require(layout.rank == len(shape), lambda: LayoutRankMismatch(
             layout, layout.rank, what, tuple(shape)))
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutMismatch(Failure):
+    rule: ClassVar[str] = "LAY-1"
+    template: ClassVar[str] = ("in_shardings asks for {wanted}, but the committed "
+                               "array passed here is in {held}; jit does not lay out committed "
+                               "arrays again")
+    wanted: str
+    held: str
+    auto: bool
+
+    @property
+    def hint(self) -> str:  # type: ignore[override]
+        if self.auto:
+            return ("Layout.AUTO lets the compiler choose, which an existing committed array "
+                    "cannot follow: pass a jax.ShapeDtypeStruct to .lower(), or give the "
+                    "array's own layout.")
+        return ("Lay it out first with jax.device_put(x, Format(layout, sharding)), or leave "
+                "the layout out (Format(None, sharding)).")
 
 
 @rule("LAY-1", mirrors="jax._src.pjit._resolve_in_layouts")
@@ -287,6 +274,17 @@ def check_argument_layout(arg: Any, wanted: Any) -> None:
     require(wanted is not AUTO_LAYOUT and wanted.major_to_minor == held.major_to_minor,
             lambda: LayoutMismatch(layout_text(wanted, rank), layout_text(held, rank),
                                    wanted is AUTO_LAYOUT))
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutWithoutDevices(Failure):
+    rule: ClassVar[str] = "LAY-5"
+    template: ClassVar[str] = ("the layout {layout!r} comes with {sharding!r}, a sharding over an "
+                               "abstract mesh; jit needs devices to lay a value out")
+    hint: ClassVar[str] = ("Give the Format a sharding over a concrete Mesh, or leave the layout "
+                           "to the compiler (Layout.AUTO).")
+    layout: Any
+    sharding: Any
 
 
 @rule("LAY-5", mirrors="jax._src.pjit._resolve_in_layouts; _resolve_out_layouts "

@@ -275,10 +275,6 @@ class Rejection(Exception):
         stage that was running."""
         return stage_of(self.failure.rule) or self.raised_in
 
-    def at(self, path: str) -> "Rejection":
-        """The same rejection, located at the argument's pytree path."""
-        return type(self)(self.failure, path)
-
 
 _REJECTION_CLASSES: dict[type[Exception], type[Rejection]] = {}
 
