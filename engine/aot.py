@@ -202,16 +202,27 @@ class Traced(_Stage):
             try:
                 self._engine.stage_lower(self._decision)
             except EngineRejection as error:
-                if error.rule == "DA-4" and platforms is not None:
-                    # Only abstract meshes, lowered for named platforms (for export, or to
-                    # compile later on devices given then): no device assignment exists
-                    # for the rules to decide, and JAX's own lowering is the whole answer.
+                if error.rule == "DA-4":
+                    # Only abstract meshes: no device assignment exists for the rules to
+                    # decide. JAX still lowers such a call ahead of time when it knows the
+                    # platform (given here, or carried by the abstract mesh), to compile
+                    # later on devices given then; its own lowering is then the answer.
+                    lowered = self._abstract_lowering(error, platforms)
                     self._fired += fired
-                    return Lowered(self._engine, self._decision, self._fired, platforms,
-                                   abstract=True)
+                    return lowered
                 raise self._engine.in_jax_words(error, self._decision.site) from None
         self._fired += fired
         return Lowered(self._engine, self._decision, self._fired, platforms)
+
+
+    def _abstract_lowering(self, error: EngineRejection,
+                           platforms: tuple[str, ...] | None) -> "Lowered":
+        lowered = Lowered(self._engine, self._decision, self._fired, platforms, abstract=True)
+        try:
+            lowered._jax_lowered()
+        except Exception as jax_error:  # noqa: BLE001 - JAX's refusal, its class and words
+            raise error.as_jax(jax_error) from None
+        return lowered
 
 
 class Lowered(_Stage):
@@ -310,6 +321,18 @@ class Compiled(_Stage):
         self._device_or_backend = engine.options.device_or_backend
         self._layouts: list[Any] | None = None
 
+    def _in_jax_words(self, error: EngineRejection, args: tuple, kwargs: dict) -> EngineRejection:
+        """An AOT refusal in the class and words of JAX's executable, which checks the
+        arguments before it runs anything (skipped when the executable donates: a JAX that
+        disagreed would consume the arguments)."""
+        if any(self._plan.donated):
+            return error
+        try:
+            self._plan.entry.facts.compiled(*args, **kwargs)
+        except Exception as jax_error:  # noqa: BLE001 - JAX's refusal, its class and words
+            return error.as_jax(jax_error)
+        return error
+
     @property
     def explanation(self) -> Explanation:
         return Explanation.of_plan(self._plan)
@@ -391,12 +414,16 @@ class Compiled(_Stage):
         if any(isinstance(leaf, internals.Tracer) for leaf in leaves):
             # Under a transformation: JAX's executable refuses it, in JAX's words.
             return self._plan.entry.facts.compiled(*args, **kwargs)
-        check_aot_structure(self._site.treedef, treedef)
-        paths = self._site.paths() if leaves else []
-        check_aot_types(paths, self._in_avals, leaves)
         plan = self._plan
-        if not self._device_or_backend:
-            check_aot_shardings(paths, plan.exe_inputs, leaves, plan.kept, self._in_layouts())
+        try:
+            check_aot_structure(self._site.treedef, treedef)
+            paths = self._site.paths() if leaves else []
+            check_aot_types(paths, self._in_avals, leaves)
+            if not self._device_or_backend:
+                check_aot_shardings(paths, plan.exe_inputs, leaves, plan.kept,
+                                    self._in_layouts())
+        except EngineRejection as error:
+            raise self._in_jax_words(error, args, kwargs) from None
         else:
             from .jit import Site
             from .trees import ArgumentNames

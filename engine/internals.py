@@ -50,23 +50,38 @@ GSPMDSharding = _sharding_impls.GSPMDSharding
 
 def make_dispatcher(name: str, fun: Callable, cache_miss: Callable,
                     static_argnums: Sequence[int], static_argnames: Sequence[str],
-                    capacity: int) -> Any:
+                    key: Any) -> Any:
     """A C++ dispatcher like ``jax.jit``'s: known signatures run without Python.
 
     ``cache_miss(*args, **kwargs)`` is called for every signature the dispatcher has not
     seen, and for signatures whose data it was not given; it returns ``(outputs,
-    fastpath_data or None, False)``. The dispatcher has its own signature cache of
-    ``capacity`` entries, dropped with it.
+    fastpath_data or None, False)``. As with ``jax.jit``, signatures are held in a
+    process-wide cache keyed by the function and ``key`` (everything in jit's options that
+    decides a call), so ``jit(f, **options)`` made twice shares them; the cache set with
+    ``jax.config.jax_jit_cpp_cache_obj`` is used instead where JAX would use it.
     """
     try:
         weakref.ref(fun)
-        keyed = fun
     except TypeError:
-        keyed = None  # the C++ cache keys by a weak reference to the function
-    token = _DispatcherKey()
-    return _jax.pjit(name, keyed, cache_miss, list(static_argnums), list(static_argnames),
-                     token, _tree_util.dispatch_registry, _pxla.cc_shard_arg,
-                     _jax.PjitFunctionCache(capacity=capacity))
+        # The C++ cache keys by a weak reference to the function: one that cannot be
+        # weakly referenced gets a cache (and key) of its own, shared with nothing.
+        return _jax.pjit(name, None, cache_miss, list(static_argnums), list(static_argnames),
+                         _DispatcherKey(), _tree_util.dispatch_registry, _pxla.cc_shard_arg,
+                         _jax.PjitFunctionCache(capacity=_SIGNATURES))
+    try:
+        hash(key)
+    except TypeError:
+        key = _DispatcherKey()
+    given = _config.jax_jit_cpp_cache_obj.value
+    cache = given if given is not None and _core.trace_state_clean() else _SHARED_SIGNATURES
+    return _jax.pjit(name, fun, cache_miss, list(static_argnums), list(static_argnames),
+                     key, _tree_util.dispatch_registry, _pxla.cc_shard_arg, cache)
+
+
+_SIGNATURES = 4096
+# The engine's signatures, for all its functions (JAX keeps its own apart, so a function
+# jitted both ways never meets the other's entries).
+_SHARED_SIGNATURES = _jax.PjitFunctionCache(capacity=2 * _SIGNATURES)
 
 
 class _DispatcherKey:

@@ -83,6 +83,18 @@ def _unspecified(value: Any) -> Any:
     return value
 
 
+def _open_leaves(tree: Any) -> Any:
+    """JAX's own UNSPECIFIED marker used as a leaf reads as None (both leave the leaf open)."""
+    if tree is UNSPECIFIED or tree is None:
+        return tree
+    marker = lambda x: x is None or type(x).__name__ == "UnspecifiedValue"  # noqa: E731
+    leaves, treedef = tree_util.tree_flatten(tree, is_leaf=marker)
+    if not any(type(x).__name__ == "UnspecifiedValue" for x in leaves):
+        return tree
+    return tree_util.tree_unflatten(
+        treedef, [None if type(x).__name__ == "UnspecifiedValue" else x for x in leaves])
+
+
 class Options:
     """jit's options, checked (JIT-1, JIT-2) and normalized once, at ``jit(...)``."""
 
@@ -93,8 +105,8 @@ class Options:
                  static_argnums: Any, static_argnames: Any, donate_argnums: Any,
                  donate_argnames: Any, keep_unused: bool, device: Any, backend: Any,
                  inline: bool, compiler_options: Any) -> None:
-        in_shardings = _unspecified(in_shardings)
-        out_shardings = _unspecified(out_shardings)
+        in_shardings = _open_leaves(_unspecified(in_shardings))
+        out_shardings = _open_leaves(_unspecified(out_shardings))
         check_device_options(device, backend, in_shardings, out_shardings)
         if isinstance(in_shardings, list):
             in_shardings = tuple(in_shardings)  # a list is read as a tuple (TREE-1)
@@ -118,6 +130,15 @@ class Options:
         self.key = (self.names.donate_nums, self.names.donate_names, self.keep_unused,
                     device, backend, bool(inline),
                     tuple(sorted((compiler_options or {}).items())))
+
+    def dispatch_key(self) -> tuple:
+        """Everything in these options that decides a call (the C++ dispatcher's key)."""
+        trees = []
+        for tree in (self.in_shardings, self.out_shardings):
+            leaves, treedef = tree_util.tree_flatten(tree, is_leaf=lambda x: x is None)
+            trees.append((treedef, tuple(leaves)))
+        return ("shardlaw.engine", self.key, self.names.static_nums, self.names.static_names,
+                tuple(trees))
 
     def target_device(self) -> Any:
         if self.device is not None:
@@ -1337,7 +1358,7 @@ def _wrap(engine: Engine) -> Any:
     name = internals.fun_name(engine.fun)
     dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
                                            o.names.static_nums, o.names.static_names,
-                                           _SIGNATURE_CAPACITY)
+                                           o.dispatch_key())
     dispatcher._fun = engine.fun  # what JAX's NaN checker reads off a dispatcher
     engine._dispatcher_ref = _weak(dispatcher)
     call: Any = dispatcher
