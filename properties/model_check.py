@@ -546,7 +546,7 @@ VECTOR_VERSION = 1
 def vector(slug: str, a: Any, b: Any, shape: tuple[int, ...],
            costs: dict[str, Any] | None) -> dict[str, Any]:
     """The test vector of one divergence class (the format of ``vectors/equivalence/``)."""
-    from shardlaw.cli_prove import sharding_text, sharding_to_json
+    from shardlaw.sharding_text import sharding_text, sharding_to_json
     from shardlaw.spec.vectors import JAX_VERSION
     title, parts_from = CLASSES[slug]
     boxes = devices_indices_map(a, shape)
@@ -587,7 +587,7 @@ def write_vectors(report: Report, directory: str | Path, *, measure: bool = True
 
 def read_vector(path: str | Path) -> tuple[dict[str, Any], Any, Any, tuple[int, ...]]:
     """A vector and its two shardings and shape, read back."""
-    from shardlaw.cli_prove import sharding_from_json
+    from shardlaw.sharding_text import sharding_from_json
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     return data, sharding_from_json(data["a"]), sharding_from_json(data["b"]), \
         tuple(data["shape"])

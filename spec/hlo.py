@@ -26,13 +26,13 @@ import dataclasses
 import enum
 import math
 import re
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Iterable, Union
 
 from .iota import (
     Iota, compose_digits, iota_digits, iota_from_digits, split_digits, unravel,
 )
-from .rules import Failure, reject, require, rule
-from .values import check_dims, check_perm
+from .dims import LIMIT, check_count, check_dims, check_perm, is_int
+from .rules import Failure, _bounded, reject, require, rule
 
 __all__ = [
     "SubgroupType", "HloSharding", "Replicated", "Maximal", "Manual", "Unreduced", "Tiled",
@@ -70,7 +70,8 @@ class NotHloInput(MalformedHlo):
     # the wrong type with TypeError, before reading anything.
     error_type: ClassVar[type[Exception]] = TypeError
     jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{problem}, got {text}"
+    template: ClassVar[str] = "{problem}, got {text!r} ({kind})"
+    kind: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +121,10 @@ class Maximal(HloSharding):
 
     device: int
 
+    def __post_init__(self) -> None:
+        (device,) = check_dims((self.device,), what="a maximal sharding's device position")
+        object.__setattr__(self, "device", device)
+
     @property
     def num_devices(self) -> int:
         return 1
@@ -145,6 +150,23 @@ class Tiled(HloSharding):
 
     def __init__(self, dims: tuple[int, ...], assignment: Assignment,
                  subgroups: tuple[SubgroupType, ...] = ()) -> None:
+        dims = check_dims(dims, what="tile assignment dimensions")
+        check_count(dims, "tile assignment dimensions")
+        if not isinstance(assignment, Iota):
+            assignment = check_dims(assignment, what="tile assignment entries")
+        subgroups = _subgroup_kinds(subgroups, dims)
+        self._set(dims, assignment, subgroups)
+
+    @classmethod
+    def trusted(cls, dims: tuple[int, ...], assignment: Assignment,
+                subgroups: tuple[SubgroupType, ...]) -> "Tiled":
+        """A value from parts :func:`tiled` has already checked (no validation again)."""
+        self = object.__new__(cls)
+        self._set(dims, assignment, subgroups)
+        return self
+
+    def _set(self, dims: tuple[int, ...], assignment: Assignment,
+             subgroups: tuple[SubgroupType, ...]) -> None:
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "assignment", assignment)
         object.__setattr__(self, "subgroups", subgroups)
@@ -218,6 +240,30 @@ def _explicit_index(values: tuple[int, ...]) -> dict[int, int]:
 
 # --------------------------------------------------------------------------- building
 
+def _subgroup_kinds(subgroups: Any, dims: tuple[int, ...]) -> tuple[SubgroupType, ...]:
+    """HLO-1: subgroup kinds are SubgroupType values (or their numbers), no more than dims."""
+    if isinstance(subgroups, (str, bytes)) or not isinstance(subgroups, Iterable):
+        raise reject(BadTileAssignment(dims, f"subgroups must be a sequence of SubgroupType, "
+                                             f"got {_cut(subgroups)}"))
+    kinds = []
+    for s in subgroups:
+        if isinstance(s, SubgroupType):
+            kinds.append(s)
+            continue
+        known = is_int(s) and not isinstance(s, enum.Enum) and \
+            int(s) in SubgroupType._value2member_map_  # type: ignore[attr-defined]
+        require(known, lambda s=s: BadTileAssignment(
+            dims, f"a subgroup kind is one of {[k.name for k in SubgroupType]}, got {_cut(s)}"))
+        kinds.append(SubgroupType(int(s)))
+    require(len(kinds) <= len(dims), lambda: BadTileAssignment(
+        dims, f"{len(kinds)} subgroups for {len(dims)} dims"))
+    return tuple(kinds)
+
+
+def _cut(value: Any) -> str:
+    return _bounded(value, repr)
+
+
 def _transpose_explicit(values: tuple[int, ...], dims: tuple[int, ...],
                         perm: tuple[int, ...]) -> tuple[int, ...]:
     new_dims = tuple(dims[p] for p in perm)
@@ -242,14 +288,16 @@ def tiled(dims: Any, assignment: Assignment | Any,
     {devices=[2,4]<=[2,2,2]T(1,0,2) last_tile_dim_replicate}
     """
     dims = check_dims(dims, what="tile assignment dimensions")
-    subgroups = tuple(SubgroupType(s) for s in subgroups)
-    require(len(subgroups) <= len(dims) and (dims or assignment is not None),
-            lambda: BadTileAssignment(dims, f"{len(subgroups)} subgroups for {len(dims)} dims"))
-    n = math.prod(dims)
+    subgroups = _subgroup_kinds(subgroups, dims)
+    n = check_count(dims, "tile assignment dimensions")
+    # A tile assignment cuts every dimension into at least one tile.
+    require(len(dims) > 0 and all(d >= 1 for d in dims), lambda: BadTileAssignment(
+        dims, "every tile assignment dimension is at least 1"))
     if not isinstance(assignment, Iota):
         assignment = check_dims(assignment, what="tile assignment entries")
-        require(sorted(assignment) == list(range(n)), lambda: BadTileAssignment(
-            dims, f"entries must be each of 0..{n - 1} once, got {len(assignment)} entries"))
+        require(len(assignment) == n and sorted(assignment) == list(range(n)),
+                lambda: BadTileAssignment(dims, f"entries must be each of 0..{n - 1} once, got "
+                                                f"{len(assignment)} entries"))
     require(len(assignment) == n, lambda: BadTileAssignment(
         dims, f"it names {n} devices but the assignment holds {len(assignment)}"))
     return canonical_tiled(dims, assignment, subgroups)
@@ -264,7 +312,7 @@ def canonical_tiled(dims: tuple[int, ...], assignment: Assignment,
     ascending order (true of every NamedSharding, whose unused axes follow in mesh order).
     """
     if not subgroups and isinstance(assignment, Iota):
-        return Tiled(dims, assignment, ())  # plain tiling: already canonical
+        return Tiled.trusted(dims, assignment, ())  # plain tiling: already canonical
     data_rank = len(dims) - len(subgroups)
     data = dims[:data_rank]
     no_data_tiling = all(d == 1 for d in data)
@@ -297,7 +345,7 @@ def canonical_tiled(dims: tuple[int, ...], assignment: Assignment,
             return Replicated()
         if not groups_sorted:
             assignment = _sort_groups(assignment, merged[-1][0])
-    return Tiled(data + tuple(d for d, _ in merged), assignment, kinds)
+    return Tiled.trusted(data + tuple(d for d, _ in merged), assignment, kinds)
 
 
 def _transpose(assignment: Assignment, dims: tuple[int, ...], perm: tuple[int, ...]) -> Assignment:
@@ -338,7 +386,7 @@ def iota_tile(dims: Any, reshape_dims: Any = None, perm: Any = None,
               subgroups: Any = ()) -> HloSharding:
     """``xc.HloSharding.iota_tile``: tiles filled by ``iota(N).reshape(..).transpose(..)``."""
     dims = check_dims(dims, what="tile assignment dimensions")
-    n = math.prod(dims)
+    n = check_count(dims, "tile assignment dimensions")
     reshape = (n,) if reshape_dims is None else check_dims(reshape_dims, what="iota reshape dims")
     require(math.prod(reshape) == n, lambda: BadTileAssignment(
         dims, f"reshape dims {reshape} hold {math.prod(reshape)} devices, tiles need {n}"))
@@ -374,18 +422,19 @@ def hlo_text(sharding: HloSharding) -> str:
         elif sharding.subgroups:
             tail = " last_tile_dims={" + ", ".join(s.word for s in sharding.subgroups) + "}"
         return f"{{devices=[{','.join(map(str, sharding.dims))}]{body}{tail}}}"
-    raise reject(NotHloInput(f"{sharding!r} ({type(sharding).__name__})",
-                             "hlo_text prints an HLO sharding value (Replicated, Maximal, "
-                             "Manual, Unreduced or Tiled)"))
+    raise reject(NotHloInput(sharding, "hlo_text prints an HLO sharding value (Replicated, "
+                                       "Maximal, Manual, Unreduced or Tiled)",
+                             type(sharding).__name__))
 
 
-_INTS = r"\d+(?:,\d+)*"
+# ASCII digits only: \d would also read "٣" (and int() would take it).
+_INTS = r"[0-9]+(?:,[0-9]+)*"
 _TILED = re.compile(
     r"^devices=\[(?P<dims>(?:" + _INTS + r")?)\]"
     r"(?:<=\[(?P<reshape>" + _INTS + r")\](?:T\((?P<perm>" + _INTS + r")\))?"
     r"|(?P<list>" + _INTS + r"))"
     r"(?P<last> last_tile_dim_replicate| last_tile_dims=\{(?P<kinds>[a-z]+(?:, ?[a-z]+)*)\})?$")
-_MAXIMAL = re.compile(r"^maximal device=(?P<device>\d+)$")
+_MAXIMAL = re.compile(r"^maximal device=(?P<device>[0-9]+)$")
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -402,8 +451,7 @@ def parse_hlo(text: str) -> HloSharding:
     (0, 2, 1, 3)
     """
     if not isinstance(text, str):
-        raise reject(NotHloInput(f"{text!r} ({type(text).__name__})",
-                                 "HLO sharding text is a string"))
+        raise reject(NotHloInput(text, "HLO sharding text is a string", type(text).__name__))
     body = text.strip()
     require(body.startswith("{") and body.endswith("}"),
             lambda: MalformedHlo(text, "an HLO sharding is written between braces"))
@@ -413,13 +461,19 @@ def parse_hlo(text: str) -> HloSharding:
         return simple[body]()
     m = _MAXIMAL.match(body)
     if m:
-        return Maximal(int(m["device"]))
+        device = int(m["device"])
+        require(device <= LIMIT, lambda: MalformedHlo(text, "the device position is above "
+                                                            "2**63 - 1"))
+        return Maximal(device)
     m = _TILED.match(body)
     require(m is not None, lambda: MalformedHlo(text, "expected {replicated}, {manual}, "
                                                       "{unreduced}, {maximal device=N} or "
                                                       "{devices=[..]..}"))
     assert m is not None
     dims = _ints(m["dims"])
+    require(all(1 <= d <= LIMIT for d in dims) and math.prod(dims) <= LIMIT,
+            lambda: MalformedHlo(text, "tile dimensions are between 1 and 2**63 - 1, and so is "
+                                       "their product"))
     if m["list"] is not None:
         assignment: Any = _ints(m["list"])
         require(len(assignment) == math.prod(dims), lambda: MalformedHlo(
@@ -427,6 +481,8 @@ def parse_hlo(text: str) -> HloSharding:
                   f"the list has {len(assignment)}"))
     else:
         reshape = _ints(m["reshape"])
+        require(all(d <= LIMIT for d in reshape), lambda: MalformedHlo(
+            text, "iota reshape dims are at most 2**63 - 1"))
         require(math.prod(reshape) == math.prod(dims), lambda: MalformedHlo(
             text, f"iota <=[{m['reshape']}] has {math.prod(reshape)} devices, "
                   f"tile dims {list(dims)} need {math.prod(dims)}"))

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Iterator
+import operator
+from typing import Any, ClassVar, Iterable, Iterator
+
+from .dims import check_count, check_dims, check_perm, is_int
+from .rules import Failure, reject
 
 __all__ = ["Iota", "ravel", "unravel", "iota_digits", "invert_digits", "split_digits",
            "compose_digits", "merge_digits", "iota_from_digits"]
@@ -62,6 +66,31 @@ def _canonical(dims: tuple[int, ...], perm: tuple[int, ...]) -> tuple[tuple[int,
     return dims, perm
 
 
+@dataclasses.dataclass(frozen=True)
+class ValueNotInOrder(Failure):
+    rule: ClassVar[str] = "VAL-2"
+    template: ClassVar[str] = "{what} {number} is not in an iota order of {size} entries"
+    what: str
+    number: int
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionNotInOrder(ValueNotInOrder):
+    # Indexing past the end is an IndexError, as for any sequence.
+    error_type: ClassVar[type[Exception]] = IndexError
+    jax_error: ClassVar[str] = "IndexError"
+
+
+def _whole(value: Any, what: str) -> int:
+    if not is_int(value):
+        return check_dims((value,), what=what)[0]  # refuses it, with VAL-1
+    try:
+        return operator.index(value)
+    except Exception:  # a type that claims to be an integer but is not one
+        return check_dims((value,), what=what)[0]
+
+
 @dataclasses.dataclass(frozen=True, init=False, eq=False)
 class Iota:
     """The order ``iota(N).reshape(reshape_dims).transpose(perm).flatten()``, kept symbolic."""
@@ -72,8 +101,8 @@ class Iota:
 
     def __init__(self, reshape_dims: tuple[int, ...] | list[int],
                  perm: tuple[int, ...] | list[int] | None = None) -> None:
-        from .values import check_dims, check_perm  # the validation rules of value types
         dims = check_dims(reshape_dims, what="iota reshape dims")
+        check_count(dims, "iota reshape dims")
         perm = tuple(range(len(dims))) if perm is None else check_perm(perm, len(dims))
         dims, perm = _canonical(dims, perm)
         object.__setattr__(self, "reshape_dims", dims)
@@ -108,8 +137,9 @@ class Iota:
 
     def __getitem__(self, position: int) -> int:
         """The value at ``position`` of the order."""
+        position = _whole(position, "a position in an iota order")
         if not 0 <= position < self.size:
-            raise IndexError(position)
+            raise reject(PositionNotInOrder("position", position, self.size))
         if self.is_range:
             return position
         coords = unravel(position, self.transposed_dims)
@@ -120,8 +150,9 @@ class Iota:
 
     def position_of(self, value: int) -> int:
         """The position at which ``value`` stands in the order."""
+        value = _whole(value, "a value of an iota order")
         if not 0 <= value < self.size:
-            raise ValueError(f"{value} is not in iota of size {self.size}")
+            raise reject(ValueNotInOrder("value", value, self.size))
         if self.is_range:
             return value
         original = unravel(value, self.reshape_dims)

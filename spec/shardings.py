@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Union
 
-from .hlo import HloSharding
+from .dims import is_int
+from .hlo import HloSharding, parse_hlo
 from .rules import Failure, reject, require, rule
 from .values import (
     AbstractMesh, AxisType, Device, DeviceList, Mesh, PartitionSpec, UNCONSTRAINED,
@@ -229,7 +230,7 @@ class SingleDeviceSharding(Sharding):
     memory_kind: str | None
 
     def __init__(self, device: Device | int, *, memory_kind: str | None = None) -> None:
-        if isinstance(device, int) and not isinstance(device, bool):
+        if is_int(device):
             device = Device(device)
         check_part(device, Device, "a SingleDeviceSharding's device", "a Device")
         check_part(memory_kind, (str, type(None)), "a memory kind", "a string or None")
@@ -258,7 +259,6 @@ class GSPMDSharding(Sharding):
 
     def __init__(self, devices: DeviceList | Any, hlo: HloSharding | str, *,
                  memory_kind: str | None = None) -> None:
-        from .hlo import parse_hlo
         if not isinstance(devices, DeviceList):
             devices = DeviceList.of_ids(devices)
         if isinstance(hlo, str):

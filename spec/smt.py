@@ -43,7 +43,9 @@ spec's :class:`~shardlaw.spec.Rejection`, never a solver error.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import itertools
 import math
 import time
 from typing import Any, Callable, ClassVar
@@ -55,6 +57,7 @@ from .iota import Iota, invert_digits, iota_digits, iota_from_digits
 from .placement import _acts_replicated, _layout, box_of, shard_shape
 from .rules import Failure, reject, rule
 from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
+from .dims import is_int
 from .values import DeviceList, Mesh, P, check_dims
 
 __all__ = [
@@ -71,6 +74,15 @@ DEFAULT_TIMEOUT_S = 10.0
 
 # The largest explicit table expanded into ground instances (one per device position).
 TABLE_LIMIT = 1 << 20
+
+# The longest time limit z3 takes (its timeout is an unsigned 32-bit count of milliseconds),
+# and the highest rank the prover encodes.
+MAX_TIMEOUT_S = 4_000_000.0
+MAX_RANK = 256
+
+# Table instances are written and read by the solver this many at a time, so that the time
+# limit is looked at between pieces.
+TABLE_PIECE = 16_384
 
 # How orders become arithmetic: digits (the default), or the literal division of the
 # solver's bit-vectors or integers (kept for the measurements that chose the default).
@@ -160,6 +172,32 @@ class NothingToProve(Failure):
     shape: Any
     rank: Any
     max_dim: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class BadTimeLimit(Failure):
+    rule: ClassVar[str] = "SMT-1"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "(none: JAX has no such function)"
+    template: ClassVar[str] = ("timeout_s is a number of seconds above 0 and at most "
+                               "{most:g} (z3's limit), got {value!r}")
+    value: Any
+    most: float
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeLimitOutOfRange(BadTimeLimit):
+    error_type: ClassVar[type[Exception]] = ValueError
+
+
+@dataclasses.dataclass(frozen=True)
+class RankTooHigh(Failure):
+    rule: ClassVar[str] = "SMT-2"
+    template: ClassVar[str] = ("the prover encodes values of rank at most {most}, got "
+                               "{what} {rank}")
+    what: str
+    rank: int
+    most: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,7 +458,8 @@ def _first_unshared_device(a: DeviceList, b: DeviceList) -> int | None:
     """The smallest device id in one list but not the other (None: same device set)."""
     if a.iota is not None and b.iota is not None:
         return None if len(a) == len(b) else min(len(a), len(b))
-    unshared = set(_device_ids(a)) ^ set(_device_ids(b))
+    unshared = set(_ticking(_device_ids(a), "comparing the device sets")) ^ \
+        set(_ticking(_device_ids(b), "comparing the device sets"))
     return min(unshared) if unshared else None
 
 
@@ -446,7 +485,9 @@ def _order_positions(order: Iota) -> list[int]:
 
 
 def _device_ids(devices: DeviceList) -> list[int]:
-    return _order_values(devices.iota) if devices.iota is not None else list(devices.ids())
+    if devices.iota is not None:
+        return _order_values(devices.iota)
+    return list(_ticking(devices.ids(), "reading an explicit device list"))
 
 
 def _same_order(a: DeviceList, b: DeviceList) -> bool:
@@ -498,8 +539,10 @@ def _position_map(a: DeviceList, b: DeviceList) -> tuple[str, Any]:
     if b.iota is not None:
         where_in_b = _order_positions(b.iota)
     else:
-        where_in_b = {device: p for p, device in enumerate(b.ids())}
-    table = tuple(where_in_b[device] for device in _device_ids(a))
+        where_in_b = {device: p for p, device in
+                      enumerate(_ticking(b.ids(), "matching the device orders"))}
+    table = tuple(where_in_b[device] for device in
+                  _ticking(_device_ids(a), "matching the device orders"))
     order = _recognize_iota(table)
     return ("iota", order) if order is not None else ("table", table)
 
@@ -574,6 +617,70 @@ def _width(n: int, shape: tuple[int, ...] | None, max_dim: int) -> int:
     return bits + (-bits) % 4  # a multiple of 4, for hexadecimal literals
 
 
+# --------------------------------------------------------------------------- the time limit
+
+class _OutOfTime(Exception):
+    """The time limit ran out before the formula was built (answered as Unknown)."""
+
+    def __init__(self, doing: str) -> None:
+        super().__init__(doing)
+        self.doing = doing
+
+
+class _Clock:
+    """The one time limit of a whole call: building the formula and solving it.
+
+    Building stops once it has used ``BUILD_SHARE`` of the limit (the rest is the solver's,
+    and freeing what was built also takes time), or when the pieces still to build would
+    not fit in it at the pace measured so far.
+    """
+
+    BUILD_SHARE = 0.7
+
+    def __init__(self, timeout_s: float) -> None:
+        self.started = time.perf_counter()
+        self.limit = timeout_s
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self) -> float:
+        return self.limit - self.elapsed()
+
+    def check(self, doing: str) -> None:
+        if self.elapsed() > self.limit * self.BUILD_SHARE:
+            raise _OutOfTime(doing)
+
+    def ticking(self, items: Any, doing: str, every: int = 1 << 16) -> Any:
+        """``items``, the clock read every ``every`` of them (for the O(N) table loops)."""
+        rest = iter(items)
+        while True:
+            self.check(doing)
+            chunk = list(itertools.islice(rest, every))
+            if not chunk:
+                return
+            yield from chunk
+
+    def pace(self, doing: str, done: int, total: int, since: float) -> None:
+        """Give up early when ``total - done`` more pieces at the pace since ``since`` would
+        run past the building share of the limit."""
+        self.check(doing)
+        if done:
+            per_piece = (time.perf_counter() - since) / done
+            if self.elapsed() + per_piece * (total - done) > self.limit * self.BUILD_SHARE:
+                raise _OutOfTime(f"{doing} (about {per_piece * total:.1f} s in all)")
+
+
+# The clock of the call in progress, read by the loops over explicit tables.
+_CLOCK: contextvars.ContextVar[_Clock | None] = contextvars.ContextVar("shardlaw_smt_clock",
+                                                                      default=None)
+
+
+def _ticking(items: Any, doing: str) -> Any:
+    clock = _CLOCK.get()
+    return items if clock is None else clock.ticking(items, doing)
+
+
 # --------------------------------------------------------------------------- solving
 
 def _check(solver: Any, timeout_s: float) -> tuple[Any, float, str]:
@@ -637,13 +744,13 @@ def _tile_table(placement: _Placement, positions: list[int]) -> list[int]:
         tile_of = _order_positions(placement.order)
     else:
         tile_of = [0] * len(tiled.assignment)
-        for t, q in enumerate(tiled.assignment):
+        for t, q in enumerate(_ticking(tiled.assignment, "reading a tile assignment")):
             tile_of[q] = t
-    return [tile_of[q] for q in positions]
+    return [tile_of[q] for q in _ticking(positions, "reading a tile table")]
 
 
 def _table_solver(a: _Placement, b: _Placement, shape: tuple[int, ...] | None, rank: int,
-                  max_dim: int, position: tuple[str, Any], timeout_s: float
+                  max_dim: int, position: tuple[str, Any], clock: _Clock
                   ) -> tuple[Any, Callable[[Any], tuple[int, tuple[int, ...]] | None]]:
     """The formula when a device order or a tile assignment is an explicit table.
 
@@ -662,8 +769,11 @@ def _table_solver(a: _Placement, b: _Placement, shape: tuple[int, ...] | None, r
     differs = _differs(
         _boxes(a, _Number(term=tile_a), shapes.sizes, shapes.pieces(a, arithmetic), enc),
         _boxes(b, _Number(term=tile_b), shapes.sizes, shapes.pieces(b, arithmetic), enc))
+    clock.check("reading the first sharding's tile table")
     tiles_a = _tile_table(a, list(range(n)))
+    clock.check("reading the second sharding's tile table")
     tiles_b = _tile_table(b, _positions_in_b(position, n))
+    clock.check("writing the table instances")
     block = max(1, math.isqrt(n))
     sort = f"(_ BitVec {width})"
     hex_digits = width // 4
@@ -683,12 +793,24 @@ def _table_solver(a: _Placement, b: _Placement, shape: tuple[int, ...] | None, r
         return "".join(f" (differs {literal(tiles_a[i])} {literal(tiles_b[i])})"
                        for i in range(first, last))
 
-    blocks = "".join(
-        f" (and (= block {literal(k)}) (or false{instances(first, min(first + block, n), False)}))"
-        for k, first in enumerate(range(0, n, block)))
+    def blocks(first_block: int, last_block: int) -> str:
+        return "".join(
+            f" (and (= block {literal(k)}) "
+            f"(or false{instances(k * block, min((k + 1) * block, n), False)}))"
+            for k in range(first_block, min(last_block, count)))
+
+    # The blocks are written and parsed a piece at a time, the clock read between pieces.
+    count = -(-n // block)
+    step = max(1, TABLE_PIECE // block)
+    pieces = []
+    since = time.perf_counter()
+    for done, first_block in enumerate(range(0, count, step)):
+        clock.pace("writing the table instances", done, -(-count // step), since)
+        text = f"{prelude}(assert (or false{blocks(first_block, first_block + step)}))"
+        pieces.extend(z3.parse_smt2_string(text, decls=known))
     solver = z3.SolverFor("QF_BV")
     solver.add(*enc.constraints)
-    solver.add(z3.parse_smt2_string(f"{prelude}(assert (or false{blocks}))", decls=known))
+    solver.add(z3.Or(pieces))
 
     def witness(model: Any) -> tuple[int, tuple[int, ...]] | None:
         found = shape if shape is not None else tuple(
@@ -700,7 +822,7 @@ def _table_solver(a: _Placement, b: _Placement, shape: tuple[int, ...] | None, r
         inner.add(z3.parse_smt2_string(
             f"{prelude}(assert (or false{instances(first, min(first + block, n), True)}))",
             decls=known))
-        result, _, _ = _check(inner, timeout_s)
+        result, _, _ = _check(inner, max(0.001, clock.left()))
         if result != z3.sat:
             return None
         return inner.model().eval(known["position"], model_completion=True).as_long(), found
@@ -719,7 +841,7 @@ def _positions_in_b(position: tuple[str, Any], n: int) -> list[int]:
         return _order_values(data)
     a_order, b_order = data
     where_in_b = _order_positions(b_order)
-    return [where_in_b[v] for v in _order_values(a_order)]
+    return [where_in_b[v] for v in _ticking(_order_values(a_order), "matching the device orders")]
 
 
 def _needs_tables(a: _Placement, b: _Placement, position: tuple[str, Any]) -> bool:
@@ -730,13 +852,24 @@ def _needs_tables(a: _Placement, b: _Placement, position: tuple[str, Any]) -> bo
 
 def _decide(a: Any, b: Any, shape: tuple[int, ...] | None, rank: int, max_dim: int,
             timeout_s: float, encoding: str) -> Answer:
-    """The common body of SMT-1 and SMT-2."""
-    started = time.perf_counter()
+    """The common body of SMT-1 and SMT-2: the whole call keeps to ``timeout_s``."""
+    clock = _Clock(timeout_s)
     check_shape = shape if shape is not None else (0,) * rank
     pa, pb = _placement(a, check_shape), _placement(b, check_shape)
+    token = _CLOCK.set(clock)
+    try:
+        return _solve(a, b, pa, pb, shape, rank, max_dim, encoding, clock)
+    except _OutOfTime as late:
+        return Unknown(f"the time limit of {timeout_s:g} s ran out while {late.doing}", 0.0,
+                       clock.elapsed())
+    finally:
+        _CLOCK.reset(token)
 
-    def elapsed() -> float:
-        return time.perf_counter() - started
+
+def _solve(a: Any, b: Any, pa: _Placement, pb: _Placement, shape: tuple[int, ...] | None,
+           rank: int, max_dim: int, encoding: str, clock: _Clock) -> Answer:
+    elapsed = clock.elapsed
+    clock.check("comparing the device sets")
 
     # Devices held by one sharding only: no solver needed to name one.
     unshared = _first_unshared_device(pa.devices, pb.devices)
@@ -744,17 +877,20 @@ def _decide(a: Any, b: Any, shape: tuple[int, ...] | None, rank: int, max_dim: i
         example = shape if shape is not None else _smallest_shape(pa, pb, rank, max_dim)
         return Counterexample(unshared, _box_or_none(a, example, unshared),
                               _box_or_none(b, example, unshared), example, 0.0, elapsed())
+    clock.check("matching the device orders")
     position = _position_map(pa.devices, pb.devices)
+    clock.check("matching the device orders")
     tables = _needs_tables(pa, pb, position)
     if tables and len(pa.devices) > TABLE_LIMIT:
         return Unknown(f"an explicit device order or tile assignment of {len(pa.devices)} "
                        f"entries is larger than the {TABLE_LIMIT} the encoder expands",
                        0.0, elapsed())
     if tables:
-        solver, witness = _table_solver(pa, pb, shape, rank, max_dim, position, timeout_s)
+        solver, witness = _table_solver(pa, pb, shape, rank, max_dim, position, clock)
     else:
         solver, witness = _symbolic_solver(pa, pb, shape, rank, max_dim, encoding, position)
-    result, solver_seconds, reason = _check(solver, max(0.001, timeout_s - elapsed()))
+    clock.check("building the formula")
+    result, solver_seconds, reason = _check(solver, max(0.001, clock.left()))
     if result is None:
         return Unknown(reason, solver_seconds, elapsed())
     if result == z3.unsat:
@@ -791,6 +927,26 @@ def _smallest_shape(a: _Placement, b: _Placement, rank: int, max_dim: int) -> tu
     return tuple(out)
 
 
+def _check_time_limit(timeout_s: Any) -> float:
+    """SMT-1's limit: a real number of seconds, above 0 and at most z3's longest limit."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) and not (
+            is_int(timeout_s) or type(timeout_s).__name__ in ("float32", "float64")):
+        raise reject(BadTimeLimit(timeout_s, MAX_TIMEOUT_S))
+    try:
+        seconds = float(timeout_s)
+    except (OverflowError, ValueError):  # an integer too large for a float
+        raise reject(TimeLimitOutOfRange(timeout_s, MAX_TIMEOUT_S)) from None
+    if not (0 < seconds <= MAX_TIMEOUT_S):  # NaN fails this too
+        raise reject(TimeLimitOutOfRange(timeout_s, MAX_TIMEOUT_S))
+    return seconds
+
+
+def _check_rank(rank: int, what: str) -> int:
+    if rank > MAX_RANK:
+        raise reject(RankTooHigh(what, rank, MAX_RANK))
+    return rank
+
+
 def _check_encoding(encoding: Any) -> str:
     if encoding not in ENCODINGS:
         raise reject(UnknownEncoding(encoding, ENCODINGS))
@@ -810,7 +966,9 @@ def prove_equivalent(a: Any, b: Any, shape: Any = None, *, rank: Any = None,
     a box is None for a device that only one sharding spans) or :class:`Unknown`. Without
     a shape, give ``rank`` and ``max_dim`` to prove for every shape at once (SMT-2).
     Input the spec rejects (a shape that does not divide, a rank too small, an abstract
-    mesh) raises the spec's rejection.
+    mesh) raises the spec's rejection, as does a ``timeout_s`` that is not a number of
+    seconds above 0. The time limit covers the whole call, the building of explicit tables
+    included: past it the answer is :class:`Unknown`.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> transposed = Mesh((4, 2), ("y", "x"), [0, 4, 1, 5, 2, 6, 3, 7])
@@ -824,6 +982,7 @@ def prove_equivalent(a: Any, b: Any, shape: Any = None, *, rank: Any = None,
     Counterexample(device=4, box_a=((4, 8),), box_b=None, shape=(8,))
     """
     encoding = _check_encoding(encoding)
+    timeout_s = _check_time_limit(timeout_s)
     if shape is None:
         if rank is None or max_dim is None:
             raise reject(NothingToProve(shape, rank, max_dim))
@@ -832,6 +991,7 @@ def prove_equivalent(a: Any, b: Any, shape: Any = None, *, rank: Any = None,
     if rank is not None or max_dim is not None:
         raise reject(NothingToProve(shape, rank, max_dim))
     shape = check_dims(shape, what="array dimensions")
+    _check_rank(len(shape), "a shape of rank")
     return _decide(a, b, shape, len(shape), 0, timeout_s, encoding)
 
 
@@ -855,5 +1015,7 @@ def prove_for_every_shape(a: Any, b: Any, *, rank: Any, max_dim: Any,
     (False, True)
     """
     encoding = _check_encoding(encoding)
+    timeout_s = _check_time_limit(timeout_s)
     (rank, max_dim) = check_dims((rank, max_dim), what="the rank and max_dim")
+    _check_rank(rank, "rank")
     return _decide(a, b, None, rank, max_dim, timeout_s, encoding)

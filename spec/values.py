@@ -14,6 +14,9 @@ import math
 import operator
 from typing import Any, ClassVar, Iterable, Iterator, Union
 
+from .dims import (  # the integer rules every value starts with (VAL-1, VAL-2)
+    LIMIT, NegativeSize, NotAnInteger, TooLarge, check_count, check_dims, check_perm, is_int,
+)
 from .iota import Iota
 from .rules import Failure, reject, require, rule
 
@@ -24,39 +27,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- failures
-
-@dataclasses.dataclass(frozen=True)
-class NotAnInteger(Failure):
-    rule: ClassVar[str] = "VAL-1"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{what} must be integers, got {value!r} ({kind})"
-    what: str
-    value: Any
-    kind: str
-
-
-@dataclasses.dataclass(frozen=True)
-class NegativeSize(Failure):
-    rule: ClassVar[str] = "VAL-1"
-
-    @property
-    def least(self) -> str:
-        return "positive" if self.what == "mesh axis sizes" else "non-negative"
-
-    template: ClassVar[str] = "{what} must be {least}, got {value} in {dims}"
-    what: str
-    value: int
-    dims: tuple
-
-
-@dataclasses.dataclass(frozen=True)
-class NotAPermutation(Failure):
-    rule: ClassVar[str] = "VAL-2"
-    template: ClassVar[str] = "{perm} is not a permutation of 0..{last}"
-    perm: tuple
-    last: int
-
 
 @dataclasses.dataclass(frozen=True)
 class BadAxisName(Failure):
@@ -117,6 +87,37 @@ class BadDevice(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
+class PositionOutside(Failure):
+    rule: ClassVar[str] = "VAL-5"
+    error_type: ClassVar[type[Exception]] = IndexError
+    jax_error: ClassVar[str] = "IndexError"
+    template: ClassVar[str] = "position {position} is outside a device list of {length} devices"
+    position: int
+    length: int
+
+
+@dataclasses.dataclass(frozen=True)
+class NoSuchMeshAxis(Failure):
+    rule: ClassVar[str] = "VAL-3"
+    error_type: ClassVar[type[Exception]] = KeyError
+    jax_error: ClassVar[str] = "KeyError"
+    template: ClassVar[str] = "the mesh has no axis {name!r}; its axes are {names}"
+    name: Any
+    names: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class BadReductionAxes(Failure):
+    rule: ClassVar[str] = "VAL-6"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = ("a PartitionSpec's {kind} axes are a set of axis names, "
+                               "got {value!r}")
+    kind: str
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
 class BadPartitionEntry(Failure):
     rule: ClassVar[str] = "VAL-6"
     error_type: ClassVar[type[Exception]] = TypeError
@@ -145,53 +146,6 @@ class UnknownMemoryKind(Failure):
     kind: str
     platform: str
     known: tuple
-
-
-# --------------------------------------------------------------------------- integers
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) or (
-        hasattr(x, "__index__") and not isinstance(x, (bool, float)) and type(x).__name__ != "bool_")
-
-
-@rule("VAL-1", mirrors="(input checking; JAX often accepts these and fails later)")
-def check_dims(dims: Any, *, what: str = "dimensions") -> tuple[int, ...]:
-    """Dimensions, sizes and ids are a sequence of non-negative integers (bools are not integers).
-
-    >>> check_dims((2, 4))
-    (2, 4)
-    >>> check_dims((2, -1), what="array dimensions")
-    Traceback (most recent call last):
-    ...
-    shardlaw.spec.rules.RejectionValueError: [VAL-1]: array dimensions must be non-negative, got -1 in (2, -1)
-    """
-    if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
-        raise reject(NotAnInteger(what, dims, type(dims).__name__))
-    out = []
-    for d in dims:
-        if not _is_int(d):
-            raise reject(NotAnInteger(what, d, type(d).__name__))
-        d = operator.index(d)
-        if d < 0:
-            raise reject(NegativeSize(what, d, tuple(dims)))
-        out.append(d)
-    return tuple(out)
-
-
-@rule("VAL-2", mirrors="(input checking of xc.HloSharding.iota_tile's transpose_perm)")
-def check_perm(perm: Any, rank: int) -> tuple[int, ...]:
-    """A permutation holds each of ``0 .. rank-1`` once.
-
-    >>> check_perm((1, 0), 2)
-    (1, 0)
-    >>> check_perm((0, 0), 2)
-    Traceback (most recent call last):
-    ...
-    shardlaw.spec.rules.RejectionValueError: [VAL-2]: (0, 0) is not a permutation of 0..1
-    """
-    perm = check_dims(perm, what="permutation entries")
-    require(sorted(perm) == list(range(rank)), lambda: NotAPermutation(perm, rank - 1))
-    return perm
 
 
 # --------------------------------------------------------------------------- devices
@@ -238,17 +192,34 @@ class Device:
     process_index: int = 0
 
     def __post_init__(self) -> None:
-        if not _is_int(self.id) or operator.index(self.id) < 0:
-            raise reject(BadDevice("a device id", "a non-negative integer", self.id))
-        if not isinstance(self.platform, str) or not self.platform:
-            raise reject(BadDevice("a device platform", "a non-empty string", self.platform))
-        if not _is_int(self.process_index) or operator.index(self.process_index) < 0:
-            raise reject(BadDevice("a process index", "a non-negative integer",
-                                   self.process_index))
+        object.__setattr__(self, "id", _device_number(self.id, "a device id"))
+        object.__setattr__(self, "platform", _platform(self.platform))
+        object.__setattr__(self, "process_index",
+                           _device_number(self.process_index, "a process index"))
 
     def __repr__(self) -> str:
         extra = "" if self.process_index == 0 else f", process={self.process_index}"
         return f"Device({self.id}{'' if self.platform == 'cpu' else ', ' + self.platform}{extra})"
+
+
+def _device_number(value: Any, what: str, *, least: int = 0) -> int:
+    """A device id, process index or position: an int from ``least`` to 2**63 - 1 (VAL-5)."""
+    expected = "a non-negative integer" if least == 0 else "a positive integer"
+    if not is_int(value):
+        raise reject(BadDevice(what, expected, value))
+    try:
+        number = operator.index(value)
+    except Exception:  # a type that claims to be an integer but is not one
+        raise reject(BadDevice(what, expected, value)) from None
+    if not isinstance(number, int) or not least <= number <= LIMIT:
+        raise reject(BadDevice(what, f"{expected} below 2**63", value))
+    return number
+
+
+def _platform(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise reject(BadDevice("a device platform", "a non-empty string", value))
+    return value
 
 
 @rule("VAL-5", mirrors="(input checking; jax.sharding.Mesh accepts a device twice and fails later)")
@@ -264,7 +235,10 @@ def check_device_list(devices: Any) -> tuple[Device, ...]:
     """
     if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
         raise reject(BadDevice("a device list", "a sequence of Device", devices))
-    devices = tuple(devices)
+    try:
+        devices = tuple(devices)
+    except Exception:  # an iterable that fails while it is read
+        raise reject(BadDevice("a device list", "a sequence of Device", devices)) from None
     seen: set[int] = set()
     for d in devices:
         if not isinstance(d, Device):
@@ -288,11 +262,19 @@ class DeviceList:
                  devices_per_process: int | None = None) -> None:
         self._hash: int | None = None
         self._positions: dict[int, int] | None = None
+        platform = _platform(platform)
+        if devices_per_process is not None:
+            devices_per_process = _device_number(devices_per_process, "devices_per_process",
+                                                 least=1)
+        if isinstance(devices, DeviceList):
+            # A list of a list: the same list (a symbolic one stays symbolic, not enumerated).
+            if devices.iota is not None:
+                devices_per_process = devices_per_process or devices.devices_per_process
+                platform = devices.platform
+                devices = devices.iota
+            else:
+                devices = devices._devices  # type: ignore[assignment]
         if isinstance(devices, Iota):
-            if devices_per_process is not None and (
-                    not _is_int(devices_per_process) or devices_per_process <= 0):
-                raise reject(BadDevice("devices_per_process", "a positive integer",
-                                       devices_per_process))
             if devices_per_process is not None and devices_per_process >= len(devices):
                 devices_per_process = None  # every device belongs to process 0
             self._iota: Iota | None = devices
@@ -312,6 +294,10 @@ class DeviceList:
         """A device list from ids alone (symbolic when ``ids`` is an :class:`Iota`)."""
         if isinstance(ids, Iota):
             return cls(ids, platform=platform, devices_per_process=devices_per_process)
+        platform = _platform(platform)
+        if devices_per_process is not None:
+            devices_per_process = _device_number(devices_per_process, "devices_per_process",
+                                                 least=1)
         ids = check_dims(ids, what="device ids")
         iota = Iota.recognize(ids)
         if iota is not None:
@@ -328,6 +314,9 @@ class DeviceList:
         return len(self._iota) if self._iota is not None else len(self._devices)  # type: ignore[arg-type]
 
     def id_at(self, position: int) -> int:
+        """The id of the device at ``position`` (VAL-5 refuses a position outside the list)."""
+        position = _device_number(position, "a position in a device list")
+        require(position < len(self), lambda: PositionOutside(position, len(self)))
         if self._iota is not None:
             return self._iota[position]
         return self._devices[position].id  # type: ignore[index]
@@ -341,6 +330,7 @@ class DeviceList:
 
     def position_of(self, device_id: int) -> int | None:
         """Where device ``device_id`` stands in the list (None if absent)."""
+        device_id = _device_number(device_id, "a device id")
         if self._iota is not None:
             return self._iota.position_of(device_id) if 0 <= device_id < len(self._iota) else None
         if self._positions is None:
@@ -411,9 +401,12 @@ def check_axis_names(axis_names: Any) -> tuple[str, ...]:
     """
     if isinstance(axis_names, str):
         axis_names = (axis_names,)
-    if not isinstance(axis_names, Iterable):
+    if not isinstance(axis_names, Iterable) or isinstance(axis_names, (bytes, bytearray)):
         raise reject(BadAxisName(axis_names, ()))
-    names = tuple(axis_names)
+    try:
+        names = tuple(axis_names)
+    except Exception:  # an iterable that fails while it is read
+        raise reject(BadAxisName(axis_names, ())) from None
     for n in names:
         require(isinstance(n, str) and n != "", lambda n=n: BadAxisName(n, names))
     for i, n in enumerate(names):
@@ -440,7 +433,14 @@ def check_axis_counts(sizes: tuple[int, ...], names: tuple[str, ...], axis_types
     else:
         if isinstance(axis_types, AxisType):
             axis_types = (axis_types,) * len(names)
-        types = tuple(axis_types)
+        if isinstance(axis_types, (str, bytes)) or not isinstance(axis_types, Iterable):
+            raise reject(BadDevice("a mesh's axis types", "an AxisType or a sequence of them",
+                                   axis_types))
+        try:
+            types = tuple(axis_types)
+        except Exception:  # an iterable that fails while it is read
+            raise reject(BadDevice("a mesh's axis types", "an AxisType or a sequence of them",
+                                   axis_types)) from None
         for t in types:
             if not isinstance(t, AxisType):
                 raise reject(BadDevice("each axis type", "an AxisType", t))
@@ -455,6 +455,7 @@ def _check_axes(axis_sizes: Any, axis_names: Any, axis_types: Any
     for size in sizes:
         # A mesh axis holds at least one device.
         require(size >= 1, lambda: NegativeSize("mesh axis sizes", size, sizes))
+    check_count(sizes, "mesh axis sizes")
     names = check_axis_names(axis_names)
     return sizes, names, check_axis_counts(sizes, names, axis_types)
 
@@ -482,10 +483,16 @@ class AbstractMesh:
         return dict(zip(self.axis_names, self.axis_sizes))
 
     def axis_size(self, name: str) -> int:
-        return self.axis_sizes[self.axis_names.index(name)]
+        return self.axis_sizes[self._axis(name)]
 
     def axis_type(self, name: str) -> AxisType:
-        return self.axis_types[self.axis_names.index(name)]
+        return self.axis_types[self._axis(name)]
+
+    def _axis(self, name: Any) -> int:
+        # VAL-3: a mesh axis is asked for by one of the mesh's names
+        if not isinstance(name, str) or name not in self.axis_names:
+            raise reject(NoSuchMeshAxis(name, self.axis_names))
+        return self.axis_names.index(name)
 
     @functools.cached_property
     def sizes_by_name(self) -> dict[str, int]:
@@ -545,7 +552,7 @@ class Mesh:
     def iota(cls, axis_sizes: Any, axis_names: Any, axis_types: Any = None, *,
              platform: str = "cpu", devices_per_process: int | None = None) -> "Mesh":
         """A mesh whose devices ``0 .. N-1`` fill the positions in row-major order."""
-        sizes = check_dims(axis_sizes, what="mesh axis sizes")
+        sizes, _, _ = _check_axes(axis_sizes, axis_names, axis_types)
         return cls(sizes, axis_names, DeviceList(Iota.range(math.prod(sizes)), platform=platform,
                                                  devices_per_process=devices_per_process),
                    axis_types)
@@ -554,6 +561,7 @@ class Mesh:
     shape = AbstractMesh.shape
     axis_size = AbstractMesh.axis_size
     axis_type = AbstractMesh.axis_type
+    _axis = AbstractMesh._axis
     empty = AbstractMesh.empty
     sizes_by_name = functools.cached_property(AbstractMesh.sizes_by_name.func)
     nontrivial_axes = functools.cached_property(AbstractMesh.nontrivial_axes.func)
@@ -625,6 +633,19 @@ def canonical_entry(index: int, entry: Any) -> Entry:
     raise reject(BadPartitionEntry(index, entry))
 
 
+def _axis_set(value: Any, kind: str) -> frozenset[str]:
+    """VAL-6 for ``unreduced=`` / ``reduced=``: an iterable of axis names (not one bare name)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise reject(BadReductionAxes(kind, value))
+    try:
+        names = frozenset(value)
+    except Exception:  # unhashable entries, or an iterable that fails while it is read
+        raise reject(BadReductionAxes(kind, value)) from None
+    for name in names:
+        require(isinstance(name, str) and name != "", lambda: BadReductionAxes(kind, value))
+    return names
+
+
 @dataclasses.dataclass(frozen=True, init=False)
 class PartitionSpec:
     """For each array dimension, the mesh axes it is split over (jax.sharding.PartitionSpec).
@@ -640,7 +661,7 @@ class PartitionSpec:
     def __init__(self, *partitions: Any, unreduced: Iterable[str] = frozenset(),
                  reduced: Iterable[str] = frozenset()) -> None:
         parts = tuple(canonical_entry(i, e) for i, e in enumerate(partitions))
-        unreduced, reduced = frozenset(unreduced), frozenset(reduced)
+        unreduced, reduced = _axis_set(unreduced, "unreduced"), _axis_set(reduced, "reduced")
         for name in unreduced & reduced:
             raise reject(OverlappingReduction(name, "unreduced", "reduced"))
         for axis in self._axes_of(parts):

@@ -1,5 +1,9 @@
 """The ``shardlaw`` command: a worked example, the list of rules, the version.
 
+Every command fails the same way (:func:`main`): exit status 2 and one line on stderr for
+bad input (arguments, files, shardings, a rule's rejection), never a traceback; a closed
+pipe (``shardlaw rules | head``) ends the command quietly, as other command-line tools do.
+
 ``shardlaw demo`` uses the specification alone (no JAX): it places an (8, 8) array on a
 2x4 mesh with several shardings, prints which device holds which block and the HLO text
 of each, and compares pairs with the two notions of "the same sharding" that shardlaw
@@ -10,10 +14,14 @@ placement-equivalence (every device holds the same block).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Any, Sequence, TextIO
+from typing import Any, NoReturn, Sequence, TextIO
 
 from shardlaw import __version__
+from shardlaw.cli_errors import (
+    EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, CommandExit, one_line,
+)
 
 __all__ = ["main"]
 
@@ -225,8 +233,16 @@ def list_rules(out: TextIO) -> None:
 
 # --------------------------------------------------------------------------- entry point
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {one_line(message)} "
+                                  f"(see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="shardlaw",
         description="What will jax.jit do with these shardings, and why.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -241,9 +257,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (argparse exits with 2 on bad arguments)."""
-    args = _parser().parse_args(argv)
+def _run(argv: Sequence[str] | None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as done:  # --help, --version, or argparse's one-line error: said
+        return done.code if isinstance(done.code, int) else EXIT_BAD_INPUT
     if args.command == "demo":
         demo(sys.stdout)
     elif args.command == "rules":
@@ -251,6 +269,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command in ("prove", "check", "vectors"):
         return args.handler(args)
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status.
+
+    0: done (for ``prove``: proved), 1: a difference found (not equivalent, or a vector
+    not matched), 3: ``prove`` could not decide, 2: bad input, with one line on stderr.
+    """
+    from shardlaw.sharding_text import ShardingTextError
+    from shardlaw.spec.rules import Rejection
+
+    def fail(status: int, message: str) -> int:
+        sys.stderr.write(f"shardlaw: {one_line(message)}\n")
+        return status
+
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here, inside the one error path
+        return status
+    except BrokenPipeError:
+        # The reader stopped reading (| head): say nothing more, and let the interpreter's
+        # last flush write to nowhere instead of failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return fail(EXIT_INTERRUPTED, "interrupted")
+    except CommandExit as stop:
+        return fail(stop.status, str(stop))
+    except (Rejection, ShardingTextError) as problem:
+        return fail(EXIT_BAD_INPUT, problem.args[0] if problem.args else str(problem))
+    except OSError as problem:
+        where = f"{problem.filename}: " if problem.filename else ""
+        return fail(EXIT_BAD_INPUT, f"{where}{problem.strerror or problem}")
+    except RecursionError:
+        return fail(EXIT_BAD_INPUT, "the input nests too deep to read")
+    except MemoryError:
+        return fail(EXIT_BAD_INPUT, "the input is too large to hold in memory")
+    except Exception as bug:  # noqa: BLE001 - the one place a bug becomes one line
+        if os.environ.get("SHARDLAW_TRACEBACK"):
+            raise
+        return fail(EXIT_INTERNAL, f"internal error, a bug in shardlaw (please report it; "
+                                   f"SHARDLAW_TRACEBACK=1 shows where): "
+                                   f"{type(bug).__name__}: {bug}")
 
 
 if __name__ == "__main__":

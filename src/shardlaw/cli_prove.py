@@ -42,6 +42,11 @@ import re
 import sys
 from typing import Any, TextIO
 
+from shardlaw.cli_errors import one_line
+from shardlaw.sharding_text import (
+    ShardingTextError, _ints, parse_sharding, sharding_from_json, sharding_text, sharding_to_json,
+)
+
 __all__ = [
     "add_parser", "run", "parse_sharding", "sharding_text", "sharding_to_json",
     "sharding_from_json", "ShardingTextError", "placement_grid", "placement_svg",
@@ -53,190 +58,6 @@ Box = tuple[tuple[int, int], ...]
 MAX_PICTURE_DEVICES = 256
 
 EXIT_PROVED, EXIT_DIFFERENT, EXIT_BAD_INPUT, EXIT_UNKNOWN = 0, 1, 2, 3
-
-
-class ShardingTextError(ValueError):
-    """A sharding written in the text or JSON form could not be read."""
-
-
-# --------------------------------------------------------------------------- reading
-
-def _split_outside_brackets(text: str, is_separator: Any) -> list[str]:
-    """Split ``text`` at the characters ``is_separator`` accepts, outside (), [] and {}."""
-    parts, depth, current = [], 0, []
-    for ch in text:
-        depth += (ch in "([{") - (ch in ")]}")
-        if depth < 0:
-            raise ShardingTextError(f"unbalanced brackets in {text!r}")
-        if depth == 0 and is_separator(ch):
-            parts.append("".join(current).strip())
-            current = []
-        else:
-            current.append(ch)
-    if depth:
-        raise ShardingTextError(f"unbalanced brackets in {text!r}")
-    return parts + ["".join(current).strip()]
-
-
-def _words(text: str) -> list[str]:
-    return [w for w in _split_outside_brackets(text, str.isspace) if w]
-
-
-def _entries(text: str) -> list[str]:
-    return _split_outside_brackets(text, lambda ch: ch == ",")
-
-
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ShardingTextError(f"{what} must be integers separated by commas, got {text!r}") \
-            from None
-
-
-def _devices(text: str) -> Any:
-    """A device list from ids separated by commas, or XLA's iota notation ``<=[dims]T(perm)``."""
-    from shardlaw.spec import DeviceList, Iota
-    m = re.fullmatch(r"<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text.strip())
-    if m:
-        dims = _ints(m[1], "iota dims")
-        perm = _ints(m[2], "iota perm") if m[2] else None
-        return DeviceList(Iota(dims, perm))
-    return DeviceList.of_ids(_ints(text, "devices"))
-
-
-def _spec_entry(text: str) -> Any:
-    text = text.strip()
-    if text in ("_", "None", ""):
-        return None
-    if text.startswith("(") and text.endswith(")"):
-        names = [n.strip() for n in text[1:-1].split(",") if n.strip()]
-        return tuple(names)
-    if not re.fullmatch(r"[A-Za-z_][\w.-]*", text):
-        raise ShardingTextError(f"a spec entry is an axis name, _ or (names, ...); got {text!r}")
-    return text
-
-
-def _named_from_text(fields: dict[str, str]) -> Any:
-    """``mesh=2x4:x,y [devices=..] [spec=..] [types=..] [memory=..]``."""
-    from shardlaw.spec import AxisType, Mesh, NamedSharding, P
-    m = re.fullmatch(r"([\dx]+):(.+)", fields["mesh"])
-    if not m:
-        raise ShardingTextError(f"mesh= is SIZESxSIZES:NAMES,NAMES (like 2x4:x,y), got "
-                                f"{fields['mesh']!r}")
-    sizes = _ints(m[1].replace("x", ","), "mesh sizes")
-    names = [n.strip() for n in m[2].split(",")]
-    in_order = f"<=[{math.prod(sizes)}]"
-    devices = _devices(fields.get("devices", in_order))
-    types = None
-    if "types" in fields:
-        words = [t.strip().capitalize() for t in fields["types"].split(",")]
-        if any(w not in AxisType.__members__ for w in words):
-            raise ShardingTextError(f"types= lists auto, explicit or manual, got "
-                                    f"{fields['types']!r}")
-        types = tuple(AxisType[w] for w in words)
-    spec = P(*(_spec_entry(e) for e in _entries(fields["spec"]))) \
-        if fields.get("spec", "").strip() else P()
-    return NamedSharding(Mesh(sizes, names, devices, types), spec,
-                         memory_kind=fields.get("memory"))
-
-
-def _fields(tokens: list[str], allowed: set[str], form: str) -> dict[str, str]:
-    fields = {}
-    for token in tokens:
-        key, eq, value = token.partition("=")
-        if not eq or key not in allowed:
-            raise ShardingTextError(f"{form} takes {', '.join(sorted(allowed))}=...; "
-                                    f"cannot read {token!r}")
-        fields[key] = value
-    return fields
-
-
-def parse_sharding(text: str) -> Any:
-    """The sharding written in the compact text form or as JSON (see the module docstring)."""
-    from shardlaw.spec import GSPMDSharding, SingleDeviceSharding, parse_hlo
-    text = text.strip()
-    if text.startswith("{") and not text.startswith("{devices") and '"' in text:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ShardingTextError(f"cannot read JSON {text!r}: {error}") from None
-        return sharding_from_json(obj)
-    tokens = _words(text)
-    if not tokens:
-        raise ShardingTextError("an empty sharding")
-    head = tokens[0]
-    if head.startswith("gspmd:"):
-        fields = _fields(tokens[1:], {"devices", "memory"}, "gspmd:")
-        hlo = parse_hlo(head[len("gspmd:"):])
-        if "devices" in fields:
-            devices = _devices(fields["devices"])
-        elif hlo.num_devices:
-            devices = _devices(f"<=[{hlo.num_devices}]")
-        else:
-            raise ShardingTextError(f"{head} names no device count; add devices=0,1,...")
-        return GSPMDSharding(devices, hlo, memory_kind=fields.get("memory"))
-    if head.startswith("single:"):
-        fields = _fields(tokens[1:], {"memory"}, "single:")
-        ids = _ints(head[len("single:"):], "the device id")
-        if len(ids) != 1:
-            raise ShardingTextError(f"single: takes one device id, got {head!r}")
-        return SingleDeviceSharding(ids[0], memory_kind=fields.get("memory"))
-    if head.startswith("mesh="):
-        fields = _fields(tokens, {"mesh", "devices", "spec", "types", "memory"}, "a mesh form")
-        return _named_from_text(fields)
-    raise ShardingTextError(f"a sharding starts with mesh=, gspmd: or single:, or is JSON; "
-                            f"got {text!r}")
-
-
-def sharding_from_json(obj: Any) -> Any:
-    """The sharding a JSON object describes: the sharding objects of the jit-call vectors
-    (:mod:`shardlaw.spec.vectors`), whose reader refuses what is malformed with VEC-1."""
-    from shardlaw.spec.vectors import _Reader
-    any_device = 1 << 62  # a lone sharding names no call whose devices would bound its ids
-    return _Reader(any_device, any_device).sharding(obj, (), _Reader.SHARDINGS)
-
-
-# --------------------------------------------------------------------------- writing
-
-def sharding_to_json(sharding: Any) -> dict[str, Any]:
-    """The JSON object for a sharding, as the jit-call vectors write it
-    (:mod:`shardlaw.spec.vectors`); read back by :func:`sharding_from_json`."""
-    from shardlaw.spec.vectors import _sharding_json
-    return _sharding_json(sharding, ())
-
-
-def sharding_text(sharding: Any) -> str:
-    """The compact text form of a sharding (read back by :func:`parse_sharding`)."""
-    from shardlaw.spec import AxisType, GSPMDSharding, NamedSharding, hlo_text
-    memory = "" if sharding.memory_kind in (None, "device") else f" memory={sharding.memory_kind}"
-    if isinstance(sharding, NamedSharding):
-        mesh = sharding.mesh
-        words = [f"mesh={'x'.join(map(str, mesh.axis_sizes))}:{','.join(mesh.axis_names)}"]
-        if not (mesh.devices.iota is not None and mesh.devices.iota.is_range):
-            words.append(f"devices={_devices_text(mesh.devices)}")
-        entries = []
-        for e in sharding.spec.partitions:
-            entries.append("_" if e is None else f"({','.join(e)})" if isinstance(e, tuple)
-                           else str(e))
-        if entries:
-            words.append("spec=" + ",".join(entries))
-        if any(t is not AxisType.Auto for t in mesh.axis_types):
-            words.append("types=" + ",".join(t.value.lower() for t in mesh.axis_types))
-        return " ".join(words) + memory
-    if isinstance(sharding, GSPMDSharding):
-        devices = sharding.devices
-        plain = devices.iota is not None and devices.iota.is_range and \
-            len(devices) == sharding.hlo.num_devices
-        return f"gspmd:{hlo_text(sharding.hlo)}" + \
-            ("" if plain else f" devices={_devices_text(devices)}") + memory
-    return f"single:{sharding.device.id}" + memory
-
-
-def _devices_text(devices: Any) -> str:
-    if devices.iota is not None and not devices.iota.is_range:
-        return devices.iota.text()
-    return ",".join(map(str, devices.ids()))
 
 
 # --------------------------------------------------------------------------- pictures
@@ -357,6 +178,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     out = out or sys.stdout
     err = err or sys.stderr
     try:
+        if args.svg:
+            _check_svg_path(args.svg)
         a, b = _read(args.a, "A"), _read(args.b, "B")
         shape = None if args.shape is None else tuple(_ints(args.shape, "--shape"))
         if shape is None and (args.rank is None or args.max_dim is None):
@@ -365,17 +188,23 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         result = prove_equivalent(a, b, shape, rank=args.rank, max_dim=args.max_dim,
                                   timeout_s=args.timeout)
     except (ShardingTextError, Rejection) as problem:
-        err.write(f"shardlaw prove: {problem.args[0] if problem.args else problem}\n")
+        err.write(f"shardlaw prove: {one_line(problem.args[0] if problem.args else problem)}\n")
         return EXIT_BAD_INPUT
     except ImportError as missing:
-        err.write(f"shardlaw prove needs z3 (pip install 'shardlaw[z3]'): {missing}\n")
+        err.write(f"shardlaw prove needs z3 (pip install 'shardlaw[z3]'): "
+                  f"{one_line(missing)}\n")
         return EXIT_BAD_INPUT
     if args.json:
         out.write(json.dumps(_verdict_json(result)) + "\n")
     else:
         _report(a, b, shape, args, result, out)
     if args.svg:
-        _write_svg(args.svg, a, b, shape, result, err)
+        try:
+            _write_svg(args.svg, a, b, shape, result, err)
+        except OSError as problem:
+            err.write(f"shardlaw prove: cannot write --svg {one_line(args.svg)}: "
+                      f"{problem.strerror or problem}\n")
+            return EXIT_BAD_INPUT
     return {True: EXIT_PROVED, False: EXIT_DIFFERENT, None: EXIT_UNKNOWN}[result.equivalent]
 
 
@@ -392,6 +221,17 @@ def _write_svg(path: str, a: Any, b: Any, shape: tuple[int, ...] | None, result:
         return
     with open(path, "w", encoding="utf-8") as f:
         f.write(picture)
+
+
+def _check_svg_path(path: str) -> None:
+    """Refuse an --svg path that cannot be written before any work is done."""
+    from pathlib import Path
+    target = Path(path)
+    if target.is_dir():
+        raise ShardingTextError(f"--svg {one_line(path)} is a directory; give a file name")
+    if not (target.parent if str(target.parent) else Path(".")).is_dir():
+        raise ShardingTextError(f"--svg {one_line(path)}: no such directory "
+                                f"{one_line(target.parent)}")
 
 
 def _read(text: str, label: str) -> Any:

@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any, Iterator, TextIO
+
+from shardlaw.cli_errors import CommandExit
 
 __all__ = ["add_parsers", "read_vectors"]
 
@@ -42,12 +43,7 @@ NO_ENGINE = ("there is no engine yet to replay the vectors against: shardlaw.eng
              "there. Use --against spec or --against jax.")
 
 
-class _Exit(Exception):
-    """Stop the command with a message and an exit status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+_Exit = CommandExit
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -83,16 +79,10 @@ def add_parsers(subparsers: Any) -> None:
 
 
 def _guarded(command: Any) -> Any:
-    """Run a command; turn its planned exits into a message on stderr and a status."""
+    """Run a command on stdout; its planned exits (CommandExit), closed pipes and bad files
+    are said by ``shardlaw.cli.main``, the command line's one error path."""
     def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args, sys.stdout)
-        except _Exit as stop:
-            print(f"shardlaw: {stop}", file=sys.stderr)
-            return stop.status
-        except BrokenPipeError:  # the reader stopped reading (| head): nothing more to say
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
+        return command(args, sys.stdout)
     return run
 
 
@@ -122,13 +112,20 @@ def read_vectors(path: Path) -> Iterator[Entry]:
         except (OSError, UnicodeDecodeError) as error:
             yield Entry(str(file), error=f"cannot read it: {error}")
             continue
+        except MemoryError:
+            yield Entry(str(file), error="cannot read it: too large to hold in memory")
+            continue
         pieces = ([(f"{file}:{n}", line) for n, line in enumerate(text.splitlines(), 1)
                    if line.strip()] if file.suffix == ".jsonl" else [(str(file), text)])
         for where, piece in pieces:
             try:
                 yield Entry(where, load_vector(piece))
             except Rejection as error:
-                yield Entry(where, error=str(error))
+                yield Entry(where, error=error.args[0])
+            except RecursionError:  # JSON nested deeper than the reader follows
+                yield Entry(where, error="it nests too deep to read")
+            except ValueError as error:  # json's own refusals (a number of 5,000 digits)
+                yield Entry(where, error=f"cannot read it: {error}")
 
 
 def _one_vector(name: str) -> Any:
@@ -137,19 +134,16 @@ def _one_vector(name: str) -> Any:
         raise _Exit(2, f"{name}: no such file")
     (entry, *more) = list(read_vectors(path)) or [Entry(name, error="the file holds no vector")]
     if entry.error is not None:
-        raise _Exit(2, f"{entry.where} is not a valid test vector:\n  {entry.error}")
+        raise _Exit(2, f"{entry.where} is not a valid test vector: {entry.error}")
     if more:
         raise _Exit(2, f"{name} holds {1 + len(more)} vectors; check reads one (use vectors run)")
     return entry.vector
 
 
 def _judge(call: Any) -> Any:
+    # A spec that fails here is a bug: shardlaw.cli.main says so on one line (status 70).
     from shardlaw.spec import jit_call
-    try:
-        return jit_call(call)
-    except Exception as error:  # noqa: BLE001 - a spec bug must still read as one
-        raise _Exit(3, f"the spec failed on this call, which is a bug in shardlaw: "
-                       f"{type(error).__name__}: {error}") from None
+    return jit_call(call)
 
 
 def _expectation(vector: Any, verdict: Any) -> list[str] | None:
@@ -175,14 +169,17 @@ def _sequence_file(name: str) -> Any:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return None
+    except (ValueError, UnicodeDecodeError, RecursionError, OSError):
+        return None  # not a sequence file: read again, and refused, as a call vector
     if not (isinstance(data, dict) and data.get("format") == SEQUENCE_FORMAT):
         return None
     try:
         return load_sequence(data)
     except Rejection as error:
-        raise _Exit(2, f"{name} is not a valid sequence vector:\n  {error}") from None
+        raise _Exit(2, f"{name} is not a valid sequence vector: {error.args[0]}") from None
+    except RecursionError:
+        raise _Exit(2, f"{name} is not a valid sequence vector: it nests too deep to read") \
+            from None
 
 
 def check_sequence_command(args: argparse.Namespace, vector: Any, out: TextIO) -> int:
