@@ -29,6 +29,7 @@ import collections
 import functools
 import hashlib
 import itertools
+import operator
 import os
 import threading
 import time
@@ -494,8 +495,12 @@ class Engine:
     def _jax_jit(self, out_shardings: Any) -> Any:
         o = self.options
         kwargs: dict[str, Any] = dict(
-            static_argnums=o.names.static_nums, static_argnames=o.names.static_names,
-            donate_argnums=o.names.donate_nums, donate_argnames=o.names.donate_names,
+            # Empty as None: JAX reads the function's signature only for names it is given
+            # (a builtin such as int has none to read).
+            static_argnums=o.names.static_nums or None,
+            static_argnames=o.names.static_names or None,
+            donate_argnums=o.names.donate_nums or None,
+            donate_argnames=o.names.donate_names or None,
             keep_unused=o.keep_unused, device=o.device, backend=o.backend, inline=o.inline,
             compiler_options=o.compiler_options)
         if o.in_shardings is not UNSPECIFIED:
@@ -1280,51 +1285,57 @@ def jit(fun: Callable | Any = _NOT_GIVEN, /, *, in_shardings: Any = _NOT_GIVEN,
 class JittedFunction:
     """What ``jit(fun)`` returns: JAX's C++ dispatcher, with the jitted function's methods.
 
-    Each jitted function gets a class of its own whose ``__call__`` *is* the dispatcher (a
-    known signature runs in C++, with no Python frame), and whose methods (``trace``,
-    ``lower``, ``eval_shape``, ``explain``, ``cache_info``, ``clear_cache``) are read from
-    the class, never from the instance's ``__dict__``. That matters: ``functools.wraps``,
-    ``jax.grad``, ``jax.vmap`` and ``jax.jit`` copy a wrapped function's ``__dict__`` onto
-    their wrapper, and a ``lower`` copied that way would lower the engine's function in
-    place of the wrapper's (``jax.jit(jax.grad(f)).lower(x)`` would compile ``f``).
+    Calling it calls the dispatcher itself (``__call__`` is a property that hands the
+    dispatcher over, so a known signature runs in C++ with no Python frame in between).
+    Everything the engine needs lives in slots, never in the instance's ``__dict__``:
+    ``functools.wraps``, ``jax.grad``, ``jax.vmap`` and ``jax.jit`` copy a wrapped
+    function's ``__dict__`` onto their wrapper, and a ``lower`` copied that way would lower
+    the engine's function in place of the wrapper's (``jax.jit(jax.grad(f)).lower(x)``
+    would compile ``f``). No reference cycle is made, so a jitted function, its engine and
+    what its function closes over go as soon as the last reference does (as jax.jit's).
     """
 
-    __slots__ = ("__dict__", "__weakref__")
-    _engine: Engine
-    _methods: Any
-    _dispatcher: Any
+    __slots__ = ("_call", "_dispatcher", "_engine", "_methods", "__dict__", "__weakref__")
+    __call__ = property(operator.attrgetter("_call"))
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         # As a class attribute it binds like a method, as jax.jit's functions do.
         return self if instance is None else types.MethodType(self, instance)
 
     def trace(self, *args: Any, **kwargs: Any) -> Any:
-        return type(self)._methods.trace(*args, **kwargs)
+        return self._methods.trace(*args, **kwargs)
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
-        return type(self)._methods.lower(*args, **kwargs)
+        return self._methods.lower(*args, **kwargs)
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
-        return type(self)._methods.eval_shape(*args, **kwargs)
+        return self._methods.eval_shape(*args, **kwargs)
 
     def explain(self, *args: Any, **kwargs: Any) -> Any:
-        return type(self)._methods.explain(*args, **kwargs)
+        return self._methods.explain(*args, **kwargs)
 
     def cache_info(self) -> CacheInfo:
-        return type(self)._engine.cache_info()
+        return self._engine.cache_info()
 
     def clear_cache(self) -> None:
-        type(self)._engine.clear_cache()
+        self._engine.clear_cache()
 
     def _cache_size(self) -> int:
         """How many signatures the C++ dispatcher holds (as jax.jit's ``_cache_size``)."""
-        return type(self)._dispatcher._cache_size()
+        return self._dispatcher._cache_size()
 
     def _clear_cache(self) -> None:
-        type(self)._engine.clear_cache()
+        self._engine.clear_cache()
+
+    def __getstate__(self) -> Any:
+        return self._dispatcher.__getstate__()
 
     def __repr__(self) -> str:
-        return f"<shardlaw.engine.jit of {type(self)._engine.fun!r}>"
+        # Written as jax.jit's functions are, which logs and tests already read.
+        try:
+            return f"<PjitFunction of {self.__wrapped__!r}>"
+        except Exception:  # noqa: BLE001 - a repr must not fail, as jax.jit's does not
+            return "<PjitFunction>"
 
 
 def _options_in_jax_words(error: EngineRejection, fun: Callable, in_shardings: Any,
@@ -1378,11 +1389,11 @@ def _wrap(engine: Engine) -> Any:
                     raise engine.unhashable_static(args, kwargs) from None
                 raise
 
-    cls = type(str(name) if str(name).isidentifier() else "jitted", (JittedFunction,), {
-        "__slots__": (), "__call__": staticmethod(call), "_engine": engine,
-        "_methods": aot.Methods(engine), "_dispatcher": dispatcher,
-        "__module__": JittedFunction.__module__})
-    jitted = cls()
+    jitted = JittedFunction()
+    jitted._call = call
+    jitted._dispatcher = dispatcher
+    jitted._engine = engine
+    jitted._methods = aot.Methods(engine)
     internals.wraps(engine.fun, jitted)   # name, docstring, __wrapped__, as jax.jit gives them
     return jitted
 

@@ -99,7 +99,7 @@ def test_install_routes_every_jax_jit_and_uninstall_puts_jax_back():
     with engine.install():
         assert jax.jit is jit and engine.installed()
         f = jax.jit(lambda a: a + 1)
-        assert type(f).__mro__[1] is engine.JittedFunction
+        assert type(f) is engine.JittedFunction
         assert np.allclose(f(jnp.ones(2)), 2.)
     assert jax.jit is original and not engine.installed()
     engine.install()
@@ -134,7 +134,7 @@ def test_assigning_jax_jit_by_hand_works_in_a_whole_program():
         import jax.numpy as jnp
         f = jax.jit(lambda a, b: a @ b + 1)
         x = sharded()
-        print(float(f(x, x)), type(f).__mro__[1].__name__)
+        print(float(f(x, x)), type(f).__name__)
         print(float(jax.jit(jax.grad(lambda a: jnp.sum(jnp.sin(a))))(x)[0]))
     """)
     assert done.returncode == 0, done.stderr[-3000:]
