@@ -143,17 +143,23 @@ def blocks_equivalent(a: Any, b: Any, shape: Any) -> bool:
     for s in (a, b):
         _device_list(s, "placement-equivalence")  # abstract meshes place nothing
     if isinstance(a, SingleDeviceSharding) or isinstance(b, SingleDeviceSharding):
-        return _by_enumeration(a, b, shape)
+        return _same_boxes(a, b, shape)
     if num_devices(a) != num_devices(b):
         check_places(a, shape), check_places(b, shape)  # still reject what IDX-1 rejects
         return False
     fa, fb = _symbolic_form(a, shape), _symbolic_form(b, shape)
     if fa is not None and fb is not None:
         return fa == fb
-    return _by_enumeration(a, b, shape)
+    return _same_boxes(a, b, shape)
 
 
 def _by_enumeration(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
+    """EQ-2 device by device: every device's box, then the memory kinds."""
+    same_boxes = _same_boxes(a, b, shape)
+    return same_boxes and a.memory_kind == b.memory_kind
+
+
+def _same_boxes(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
     # A device is its id on its platform: the same ids on two platforms are other devices.
     platforms = {d.platform for s in (a, b) for d in _device_list(s, "placement-equivalence")}
     if len(platforms) > 1:
