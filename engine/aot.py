@@ -22,7 +22,7 @@ import jax
 from jax import tree_util
 
 from . import internals, layouts
-from .rules import EngineRejection, recording, reject, rule
+from .rules import EngineRejection, LeftToJax, recording, reject, rule
 from .shardings import UNSPECIFIED, jax_equivalent, placement_equivalent
 
 __all__ = ["Methods", "Traced", "Lowered", "Compiled", "Explanation"]
@@ -120,6 +120,8 @@ class Methods:
                 engine.stage_trace(decision)
             except EngineRejection as error:
                 raise engine.in_jax_words(error, decision.site) from None
+            except LeftToJax:
+                return engine.foreign_trace(site)
         return Traced(engine, decision, fired)
 
     def lower(self, *args: Any, **kwargs: Any) -> "Lowered":
@@ -320,6 +322,12 @@ class Compiled(_Stage):
         self._out_avals = list(decision.out_avals)
         self._device_or_backend = engine.options.device_or_backend
         self._layouts: list[Any] | None = None
+        self._called = False
+
+    @property
+    def _executable(self) -> Any:
+        """JAX's executable this call runs (the one compiled for its placement class)."""
+        return self._plan.entry.facts.compiled._executable
 
     def _in_jax_words(self, error: EngineRejection, args: tuple, kwargs: dict) -> EngineRejection:
         """An AOT refusal in the class and words of JAX's executable, which checks the
@@ -431,6 +439,9 @@ class Compiled(_Stage):
             called = Site(args, kwargs, ArgumentNames((), (), (), ()), abstract_ok=False)
             self._engine.stage_dispatch(
                 self._decision, [called.input(i, None) for i in range(len(leaves))])
+        if not self._called:
+            self._called = True
+            internals.note_aot_python_call()
         return self._engine.run_aot(plan, args, kwargs, leaves, treedef)
 
 

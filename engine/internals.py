@@ -259,6 +259,12 @@ def clear_with_jax(clear: Callable[[], None], what: str) -> None:
     _util.register_cache(holder, what)
 
 
+def note_aot_python_call() -> None:
+    """Tell JAX's test hooks an ahead-of-time compiled call took the Python path, as JAX's
+    ``Compiled`` does on its first call (later ones run in C++ there)."""
+    _util.test_event("stages_compiled_call")
+
+
 def note_python_dispatch() -> None:
     """Tell JAX's test hooks a jitted call ran outside the C++ fast path, as jax.jit's do."""
     _util.test_event("jit_cpp_cache_miss")
@@ -289,3 +295,14 @@ def execute(facts: "ExecutableFacts", flat_args: Sequence[Any], in_tree: Any) ->
         return _tree_util.tree_flatten(out)
     out_flat = facts.compiled._executable.unsafe_call(*params.const_args, *flat_args)
     return list(out_flat), params.out_tree
+
+
+def check_no_escaped_tracers(traced: Any) -> None:
+    """Refuse, as jit does, a traced program that closes over a tracer from another trace.
+
+    Such a tracer leaked out of an earlier transformation (a side effect of a traced
+    function); JAX's own jit finds it among the hoisted constants before it runs.
+    """
+    for const in getattr(traced, "_consts", ()):
+        if isinstance(const, _core.Tracer):
+            raise _core.escaped_tracer_error(const)

@@ -54,7 +54,7 @@ from .resolution import (
     check_reused_replica, device_assignment, distinct_sources, input_source, kept_inputs,
     moves, replicate_scalars, resolve_input, results_committed,
 )
-from .rules import EngineRejection, recording, reject, rule
+from .rules import EngineRejection, LeftToJax, recording, reject, rule
 from .shardings import (
     UNSPECIFIED, check_fits, check_leaf, context_mesh, devices_of, hlo, hlo_equal, is_partial,
     jax_equivalent, leaf_to_sharding, num_devices, placement_class, placement_equivalent,
@@ -68,6 +68,7 @@ __all__ = ["jit", "Engine", "Plan", "CacheInfo", "JittedFunction"]
 
 _NOT_GIVEN = object()
 FOREIGN = "foreign"   # a leaf the jit-call rules do not describe: JAX's jit takes the call
+
 # Whether functions jitted from now on count their calls (one Python frame per call).
 _COUNT_CALLS = [os.environ.get("SHARDLAW_ENGINE_COUNT_CALLS", "0") not in ("", "0")]
 _UNHASHABLE = "Non-hashable static arguments"   # how JAX's C++ dispatcher refuses one
@@ -530,7 +531,10 @@ class Engine:
             return self._inner(*args, **kwargs), None, False
         if site.foreign:
             return self.run_foreign(site), None, False
-        plan = self.plan(site)
+        try:
+            plan = self.plan(site)
+        except LeftToJax:
+            return self.run_foreign(site), None, False
         internals.note_python_dispatch()
         outputs = self.run(plan, site)
         return outputs, plan.fastpath, False
@@ -726,7 +730,11 @@ class Engine:
     def stage_trace(self, d: Decision) -> None:
         """Tracing, then TREE-2 and FIT-1 (results)."""
         d.traced = self._trace(d)
+        if internals.trace_state_clean():
+            internals.check_no_escaped_tracers(d.traced)
         d.out_avals = list(d.traced.jaxpr.out_avals)
+        if not all(isinstance(a, internals.ShapedArray) for a in d.out_avals):
+            raise LeftToJax("a result is not an array (a token, say)")
         out_tree = d.traced.out_tree
         d.out_paths = result_paths(out_tree)
         d.out_flat = self._out_shardings(d, out_tree, d.out_avals)

@@ -87,6 +87,11 @@ class recording:
 STAGE_OF = _declared_stages
 
 
+class LeftToJax(Exception):
+    """A call the jit-call rules do not describe (a token among the results, say): JAX's
+    own jit decides it. Raised and caught inside the engine; never reaches the user."""
+
+
 class EngineRejection(Exception):
     """The engine refused a call; concrete classes also derive from the class JAX raises.
 
