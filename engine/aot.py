@@ -257,6 +257,11 @@ class Lowered(_Stage):
     def out_info(self) -> Any:
         return self._jax_lowered().out_info
 
+    @property
+    def in_avals(self) -> Any:
+        # Lowered, the arguments' types carry the in_shardings (traced, they do not).
+        return self._jax_lowered().in_avals
+
     def compile(self, compiler_options: dict[str, Any] | None = None, *,
                 device_assignment: Any = None) -> "Compiled":
         """Compile through the engine's executable cache (a placement class compiled before costs nothing)."""
