@@ -40,7 +40,7 @@ from .call import Arg, Call, DeviceIds, NormalCall, Verdict, flat_arguments
 from .equivalence import hlo_equal
 from .layouts import (
     check_argument_layout, check_layout_devices, check_layout_rank, executable_input_layouts,
-    given_in_layouts, given_layouts, given_out_layouts, is_layout, result_layouts,
+    given_in_layouts, given_out_layouts, is_layout, result_layouts,
 )
 from .matching import check_fits, match_in_shardings, match_out_shardings
 from .options import (
@@ -60,8 +60,7 @@ from .values import DeviceList, Mesh, PartitionSpec
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["jit_call", "stage_jit", "stage_call", "stage_trace", "stage_lower",
-           "stage_compile", "stage_dispatch", "stage_aot", "jit_shardings", "given_layouts",
-           "flat_arguments"]
+           "stage_compile", "stage_dispatch", "stage_aot", "jit_shardings", "flat_arguments"]
 
 
 def jit_call(call: Call) -> Verdict:
