@@ -389,7 +389,10 @@ class Verdict:
     layout it comes back in) — None for the default layout, ``Layout.AUTO`` where the
     compiler chooses and its choice is not known. Rejected: ``rule``, ``error_type`` (the name of
     the built-in exception type JAX raises), ``jax_error`` (JAX's own class name),
-    ``message`` and ``path``. Both: ``trace``, the rules that fired, in order.
+    ``message``, ``path`` and ``stage`` (when jit raises it: the rule's stage, declared in
+    :mod:`shardlaw.rule_stages`). Both: ``trace``, JAX's rules that fired, in order (checks of
+    the description are left out). ``device_assignment`` is a :class:`DeviceIds` view, which
+    compares equal to the tuple of ids and lists them only when asked.
     """
 
     accepted: bool
