@@ -102,7 +102,9 @@ def _time_limit(seconds: float) -> Iterator[None]:
     def alarm(signum: int, frame: Any) -> None:
         raise _Hang()
     previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # The alarm repeats: one raised where Python ignores exceptions (a gc callback) is
+    # followed by another a moment later.
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
     try:
         yield
     finally:
@@ -131,6 +133,8 @@ def classify(run: Callable[[], Any], limit_s: float = SPEC_LIMIT_S) -> Outcome:
         return Outcome("hang", f"more than {limit_s:g} s", time.perf_counter() - start)
     except Rejection as rejection:
         seconds = time.perf_counter() - start
+        if seconds > limit_s:  # past the limit, though the alarm's exception was swallowed
+            return Outcome("hang", f"more than {limit_s:g} s", seconds)
         rule = getattr(rejection, "rule", None)
         if not isinstance(rule, str) or not RULE_ID.match(rule):
             return Outcome("bare", f"Rejection without a rule ID ({rule!r})", seconds)
@@ -146,7 +150,10 @@ def classify(run: Callable[[], Any], limit_s: float = SPEC_LIMIT_S) -> Outcome:
     except Exception as error:
         return Outcome("bare", f"{type(error).__name__} at {_where(error)}",
                        time.perf_counter() - start)
-    return Outcome("value", "", time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    if seconds > limit_s:  # past the limit, though the alarm's exception was swallowed
+        return Outcome("hang", f"more than {limit_s:g} s", seconds)
+    return Outcome("value", "", seconds)
 
 
 # =========================================================================== hostile values

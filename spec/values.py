@@ -14,7 +14,9 @@ import math
 import operator
 from typing import Any, ClassVar, Iterable, Iterator, Union
 
-from .dims import (  # the integer rules every value starts with (VAL-1, VAL-2)
+# The integer rules every value starts with (VAL-1, VAL-2); check_dims, check_perm and their
+# failures are also read from here by the rule families.
+from .dims import (  # noqa: F401
     LIMIT, NegativeSize, NotAnInteger, TooLarge, check_count, check_dims, check_perm, is_int,
 )
 from .iota import Iota

@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import sys
 from typing import Any, TextIO
 
