@@ -6,7 +6,8 @@
 Prints one table: cache-hit dispatch (1 device and 1 array, with call counting off — the
 default — and on; a 10-array pytree; an array sharded over 8 devices), the first call (trace + lower + compile + run, on a sharded MLP
 training step), and the number of compilations on a workload of placement-equal but
-differently written shardings, with the goals of issue 6 beside each ratio. Timings
+differently written shardings, with the goals of issues 6 and 11 beside each ratio (a
+row through ``install()``, and a donating MLP step whose donation check runs on every call). Timings
 alternate between the two implementations and keep the best of several rounds, so that
 the noise of a shared machine hits both alike.
 """
@@ -30,7 +31,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from shardlaw.engine import count_calls, jit as engine_jit  # noqa: E402
+from shardlaw.engine import JittedFunction, count_calls, install, jit as engine_jit  # noqa: E402
+from shardlaw.engine.internals import JAX_JIT  # noqa: E402
 from shardlaw.properties.engine_workloads import (  # noqa: E402
     count_compiles, mlp, placement_equal_workload,
 )
@@ -47,15 +49,23 @@ def per_call(fn: Callable, args: tuple, calls: int) -> float:
 
 
 def dispatch(f: Callable, args: tuple, calls: int, rounds: int,
-             counting: bool = False) -> tuple[float, float]:
+             counting: bool = False, installed: bool = False,
+             **options: Any) -> tuple[float, float]:
     """Best per-call time of jax.jit(f) and engine jit(f) on a cache hit, alternating rounds.
 
     ``counting=True`` measures the engine with call counting on (a Python frame in front
-    of the C++ dispatcher; :func:`shardlaw.engine.count_calls`).
+    of the C++ dispatcher; :func:`shardlaw.engine.count_calls`); ``installed=True`` makes
+    the engine's function by calling ``jax.jit`` under :func:`shardlaw.engine.install`.
     """
     count_calls(counting)
     try:
-        theirs, mine = jax.jit(f), engine_jit(f)
+        theirs = JAX_JIT(f, **options)
+        if installed:
+            with install():
+                mine = jax.jit(f, **options)
+            assert type(mine) is JittedFunction
+        else:
+            mine = engine_jit(f, **options)
     finally:
         count_calls(False)
     for fn in (theirs, mine):
@@ -84,6 +94,29 @@ def first_calls(rounds: int) -> tuple[float, float]:
             jax.block_until_ready(jit_fn(fresh)(params, x, y))
             times.append(time.perf_counter() - start)
     return statistics.median(theirs), statistics.median(mine)
+
+
+def donating_steps(rounds: int, steps: int) -> tuple[float, float]:
+    """Best per-step time of a sharded MLP step that donates its parameters.
+
+    A donating function has the engine's donation check (ENG-3, ENG-6) in front of the
+    dispatcher on every call; this row shows what that costs on a real step.
+    """
+    make, step, x, y = mlp()
+    fns = {"jax": JAX_JIT(step, donate_argnums=0), "engine": engine_jit(step, donate_argnums=0)}
+    best = {name: float("inf") for name in fns}
+    for r in range(rounds):
+        for name in (("jax", "engine") if r % 2 else ("engine", "jax")):
+            params = make()
+            params, _ = fns[name](params, x, y)        # compiled, and a known signature
+            start = time.perf_counter()
+            for _ in range(steps):
+                # Waiting for each step, as a loop that reads its loss does: thousands of
+                # collective programs queued at once can starve XLA's CPU thread pool.
+                params, loss = fns[name](params, x, y)
+                jax.block_until_ready(loss)
+            best[name] = min(best[name], (time.perf_counter() - start) / steps)
+    return best["jax"], best["engine"]
 
 
 def _fresh(fun: Callable) -> Callable:
@@ -128,10 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("cache-hit dispatch, 1 device, 1 array", t, m, 1.10, "us"))
     t, m = dispatch(lambda a: a + 1, (one,), 2000 * scale, rounds, counting=True)
     rows.append(("  the same, call counting on (opt-in)", t, m, None, "us"))
+    t, m = dispatch(lambda a: a + 1, (one,), 2000 * scale, rounds, installed=True)
+    rows.append(("  the same, jax.jit under install()", t, m, 1.10, "us"))
     t, m = dispatch(lambda d: sum(d.values()), (tree,), 1000 * scale, rounds)
     rows.append(("cache-hit dispatch, 10-array pytree", t, m, 1.20, "us"))
     t, m = dispatch(lambda a: a * 2, (sharded,), 200 * scale, rounds)
     rows.append(("cache-hit dispatch, 8-device sharded array", t, m, 1.05, "us"))
+    t, m = donating_steps(rounds, 50 * scale)
+    rows.append(("MLP training step, donating its parameters", t, m, None, "us"))
     t, m = first_calls(2 * rounds)
     rows.append(("first call (trace+lower+compile), MLP step", t, m, 1.05, "ms"))
 

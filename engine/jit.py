@@ -578,27 +578,25 @@ class Engine:
         twice, without looking; XLA then fails, and with several devices the process dies.
         The check runs in front of the dispatcher, for donating functions only.
         """
-        donated = self.options.names
-        count = len(args)
-        positions = {i if i >= 0 else i + count for i in donated.donate_nums}
-        given = [a for i, a in enumerate(args) if i in positions]
-        given += [v for k, v in kwargs.items() if k in donated.donate_names]
-        ids = set()
-        for leaf in tree_util.tree_leaves(given):
-            if type(leaf) is internals.ArrayImpl:
-                ids.add(id(leaf))
-        if not ids:
-            return
-        seen: set[int] = set()
-        for leaf in tree_util.tree_leaves((args, kwargs)):
-            if type(leaf) is internals.ArrayImpl:
+        names = self.options.names
+        positions = {i if i >= 0 else i + len(args) for i in names.donate_nums}
+        donated: set[int] = set()
+        seen: dict[int, int] = {}
+        parts = [(i in positions, a) for i, a in enumerate(args)]
+        parts += [(k in names.donate_names, v) for k, v in kwargs.items()]
+        for donating, part in parts:
+            for leaf in tree_util.tree_leaves(part):
+                if type(leaf) is not internals.ArrayImpl:
+                    continue
                 if leaf.is_deleted():
-                    Site(args, kwargs, donated, abstract_ok=False)  # raises ENG-3, located
+                    Site(args, kwargs, names, abstract_ok=False)  # raises ENG-3, located
                 key = id(leaf)
-                if key in ids:
-                    if key in seen:
-                        raise check_donated_once(Site(args, kwargs, donated, True), key)
-                    seen.add(key)
+                seen[key] = seen.get(key, 0) + 1
+                if donating:
+                    donated.add(key)
+        for key in donated:
+            if seen[key] > 1:
+                raise check_donated_once(Site(args, kwargs, names, True), key)
 
     def plan(self, site: Site) -> Plan:
         """The decision for ``site``'s signature (cached, or made and compiled now); raises its rejection."""

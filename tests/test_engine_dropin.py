@@ -177,3 +177,117 @@ def test_donating_one_array_twice_is_refused_never_a_crash():
     """)
     assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
     assert done.stdout.split() == ["ENG-6", "False"] * 6
+
+
+# --------------------------------------------------------------------------- inputs JAX takes
+
+_MESH = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+class _ArrayLike:
+    def __jax_array__(self):
+        return jnp.ones(3)
+
+
+def _inner_closure(j):
+    @j
+    def outer(x):
+        @j
+        def inner():          # no arguments: it closes over the outer trace's tracer
+            return x * 2
+        return inner()
+    return outer(3.0)
+
+
+def _outcome(thunk):
+    """What a call gives: ('ok', a comparable value) or (the exception's JAX class, its words)."""
+    try:
+        value = thunk()
+    except Exception as error:  # noqa: BLE001 - the class is the comparison
+        jax_class = next(c for c in type(error).__mro__
+                         if not c.__module__.startswith("shardlaw"))
+        return jax_class, str(error).split("\n")[0][:60]
+    return "ok", repr(jax.tree.map(lambda v: (getattr(v, "shape", None), str(getattr(
+        v, "sharding", None))) if hasattr(v, "shape") else repr(type(v)), value))
+
+
+@pytest.mark.parametrize("name, call", [
+    ("ShapedArray argument", lambda j: j(lambda a: a * 2).lower(
+        jax.core.ShapedArray((3,), jnp.float32)).out_info),
+    ("unused ShapeDtypeStruct", lambda j: j(lambda a, b: a * 2).lower(
+        jax.ShapeDtypeStruct((3,), jnp.float32), jax.ShapeDtypeStruct((2,), jnp.float32)
+    ).compile()(jnp.ones(3), jnp.ones(2))),
+    ("eval_shape", lambda j: jax.eval_shape(j(lambda a: a * 2),
+                                            jax.ShapeDtypeStruct((3,), jnp.float32))),
+    ("token in and out", lambda j: j(lambda t, a: (t, a + 1))(jax.lax.create_token(), 1.0)),
+    ("token result", lambda j: j(jax.lax.create_token)(1.0)),
+    ("__jax_array__ argument", lambda j: j(lambda a: a + 1)(_ArrayLike())),
+    ("inner jit closing over a tracer", _inner_closure),
+    ("int4 over several devices", lambda j: j(lambda a: a)(jax.device_put(
+        jnp.ones((16,), jnp.int4), jax.sharding.NamedSharding(_MESH, jax.P("x"))))),
+    ("64-bit ShapeDtypeStruct, x64 off", lambda j: j(lambda a: a).lower(
+        jax.ShapeDtypeStruct((2,), np.int64)).compile()(np.arange(2, dtype=np.int32))),
+    ("jit of a builtin", lambda j: j(int)(jnp.int32(3))),
+    ("jit of a non-callable", lambda j: j(3)),
+    ("vmap of a compiled call", lambda j: jax.vmap(j(lambda a: a * 2).lower(1.0).compile())(
+        jnp.ones(3))),
+    ("partial's name", lambda j: j(functools.partial(lambda a, b: a + b, 1)).__name__),
+    ("repr", lambda j: repr(j(g)).split(" at ")[0]),
+    ("Lowered.in_avals carry in_shardings", lambda j: str(j(
+        lambda a: a * 2, in_shardings=jax.sharding.NamedSharding(_MESH, jax.P("x"))
+    ).lower(np.ones((8, 4), np.float32)).in_avals)),
+    ("duplicate spec", lambda j: j(lambda a: a, in_shardings=jax.sharding.NamedSharding(
+        _MESH, jax.P("x", "x")))(np.ones((8, 8)))),
+    ("indivisible", lambda j: j(lambda a: a, in_shardings=jax.sharding.NamedSharding(
+        _MESH, jax.P("y")))(np.ones((6,)))),
+])
+def test_the_engine_takes_and_refuses_what_jax_jit_does(name, call):
+    theirs, mine = _outcome(lambda: call(jax.jit)), _outcome(lambda: call(jit))
+    assert mine == theirs, name
+
+
+def test_an_escaped_tracer_is_refused_as_jax_jit_refuses_it():
+    leaked = []
+
+    @jit
+    def leak():
+        leaked.append(jnp.add(1, 1))
+        return leaked[-1]
+
+    leak()
+
+    @jit
+    def use():
+        return leaked[0] + 1
+
+    with pytest.raises(jax.errors.UnexpectedTracerError):
+        use()
+
+
+def test_a_refusal_is_jaxs_own_class_with_jaxs_words_then_the_rule():
+    from jax._src.named_sharding import DuplicateSpecError
+    with pytest.raises(DuplicateSpecError) as caught:
+        jit(lambda a: a, in_shardings=jax.P("x", "x"))
+    text = str(caught.value)
+    jax_words, ours = text.split("\n", 1)
+    assert "duplicate entries" in jax_words and ours.startswith("[NS-2]")
+    assert caught.value.rule == "NS-2" and isinstance(caught.value, engine.EngineRejection)
+
+
+def test_install_runs_a_library_training_loop_through_the_engine():
+    from shardlaw.properties.engine_workloads import mlp
+    make, step, x, y = mlp()
+
+    def library_train(params, steps):      # a library that calls jax.jit itself
+        fn = jax.jit(step, donate_argnums=0)
+        losses = []
+        for _ in range(steps):
+            params, loss = fn(params, x, y)
+            losses.append(float(loss))
+        return fn, losses
+
+    _, expected = library_train(make(), 4)
+    with engine.install():
+        fn, losses = library_train(make(), 4)
+    assert type(fn) is engine.JittedFunction and fn.cache_info().compiles == 1
+    assert losses == expected
