@@ -367,6 +367,7 @@ def _by_name() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
         "unreduced": lambda: st.sets(st.sampled_from(["x", "y"]), max_size=2),
         "reduced": lambda: st.sets(st.sampled_from(["x", "y"]), max_size=2),
         "call": _calls, "sites": _call_sites, "obj_or_text": _vector_texts,
+        "whole_call": _calls, "whole_sites": _call_sites,
         "timeout_s": lambda: st.sampled_from([0.5, 1.0, 0.001]),
         "encoding": lambda: st.sampled_from(["digits", "bitvector", "integer"]),
         "layout": lambda: st.one_of(st.none(), st.permutations(range(2)).map(
@@ -398,9 +399,16 @@ def plausible(name: str) -> st.SearchStrategy[Any]:
     return make() if make is not None else _anything()
 
 
+# Parameters drawn plausible only: whole calls, whose strategies discard many draws (so a
+# mixture would end up mostly hostile), for the targets that walk jit's pipeline.
+ALWAYS_PLAUSIBLE = ("whole_call", "whole_sites")
+
+
 @functools.lru_cache(maxsize=None)
 def argument(name: str) -> st.SearchStrategy[Any]:
     """Mostly plausible, often hostile."""
+    if name in ALWAYS_PLAUSIBLE:
+        return plausible(name)
     return st.one_of(plausible(name), plausible(name), hostile())
 
 
@@ -414,6 +422,16 @@ class Target:
     function: Callable[..., Any]
     # Extra checks of an accepted result (for the prover: its time limit).
     prover: bool = False
+
+
+def _jit_call_of(whole_call: Any) -> Any:
+    """jit_call of a drawn call (its rules refuse with verdicts, counted in the coverage)."""
+    return S.jit_call(whole_call)
+
+
+def _explain_cache_of(whole_sites: Any) -> Any:
+    """explain_cache of drawn call sites."""
+    return S.explain_cache(whole_sites)
 
 
 def _value_methods() -> list[Target]:
@@ -431,6 +449,8 @@ def _value_methods() -> list[Target]:
         Target("Mesh.iota", S.Mesh.iota), Target("DeviceList.of_ids", S.DeviceList.of_ids),
         Target("Arg.committed", S.Arg.committed), Target("Arg.uncommitted", S.Arg.uncommitted),
         Target("Arg.abstract", S.Arg.abstract),
+        Target("jit_call(drawn call)", _jit_call_of),
+        Target("explain_cache(drawn sites)", _explain_cache_of),
     ]
 
 
@@ -577,8 +597,15 @@ def _case_strategy(target: Target) -> st.SearchStrategy[SpecCase]:
 
 
 def run_spec_case(case: SpecCase, limit_s: float = SPEC_LIMIT_S) -> Outcome:
-    """Call the target; a value, a rejection with a rule ID, or the failure."""
-    outcome = classify(lambda: case.target.function(*case.args, **case.kwargs), limit_s)
+    """Call the target; a value, a rejection with a rule ID, or the failure. A rejected
+    jit-call verdict is a value whose detail names its rule (``verdict JIT-2``), so that
+    the rules jit_call refuses with count in the coverage too."""
+    answer: list[Any] = []
+    outcome = classify(lambda: answer.append(
+        case.target.function(*case.args, **case.kwargs)), limit_s)
+    if outcome.kind == "value" and answer and isinstance(answer[0], S.Verdict) \
+            and not answer[0].accepted:
+        outcome = dataclasses.replace(outcome, detail=f"verdict {answer[0].rule}")
     limit = case.kwargs.get("timeout_s")
     if case.target.prover and outcome.kind == "value" and isinstance(limit, (int, float)) \
             and not isinstance(limit, bool) and math.isfinite(limit) \
@@ -855,6 +882,8 @@ class Campaign:
         self.outcomes[(side, outcome.kind)] += 1
         if outcome.kind == "rejected":
             self.rules[(side, outcome.detail)] += 1
+        elif outcome.detail.startswith("verdict "):
+            self.rules[(f"{side} verdict", outcome.detail.split()[1])] += 1
         if outcome.seconds > SLOW_S:
             self.slow += 1
         if outcome.failed:

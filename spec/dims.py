@@ -14,7 +14,7 @@ import math
 import operator
 from typing import Any, ClassVar, Iterable
 
-from .rules import Failure, reject, require, rule
+from .rules import Failure, Rejection, reject, require, rule
 
 __all__ = ["check_dims", "check_perm", "check_count", "is_int", "LIMIT",
            "NotAnInteger", "NegativeSize", "TooLarge", "NotAPermutation"]
@@ -104,19 +104,23 @@ def check_dims(dims: Any, *, what: str = "dimensions") -> tuple[int, ...]:
     """
     if isinstance(dims, (str, bytes, bytearray, dict)) or not isinstance(dims, Iterable):
         raise reject(NotAnInteger(what, dims, type(dims).__name__))
-    try:
-        items = tuple(dims)
-    except Exception:  # an iterable that fails while it is read
-        raise reject(NotAnInteger(what, dims, type(dims).__name__)) from None
     out = []
+    try:
+        # Read one entry at a time: a long iterable of the wrong things (a device list of a
+        # million devices) is refused at its first entry, not after it was all built.
+        for d in dims:
+            out.append(_index(d, what))
+    except Exception as error:  # an iterable that fails while it is read
+        if isinstance(error, Rejection):
+            raise
+        raise reject(NotAnInteger(what, dims, type(dims).__name__)) from None
+    items = tuple(out)
     for d in items:
-        d = _index(d, what)
         if d < 0:
             raise reject(NegativeSize(what, d, items))
         if d > LIMIT:
             raise reject(TooLarge(what, d, items))
-        out.append(d)
-    return tuple(out)
+    return items
 
 
 def check_count(dims: tuple[int, ...], what: str) -> int:

@@ -171,6 +171,8 @@ HOSTILE = [
     ("an unvalidated Tiled", lambda: Tiled(5, Iota.range(4)), "VAL-1", "5"),
     ("a negative maximal device", lambda: Maximal(-1), "VAL-1", "-1"),
     ("hlo_text of a deep list", lambda: hlo_text(_deep(2000)), "HLO-2", "nested deeper"),
+    ("a device list of 2**20 devices as iota dims (a 10 s hang: read whole first)",
+     lambda: Iota(DeviceList(Iota((1 << 20,)))), "VAL-1", "Device(0)"),
     ("2**61 tiles for 4 entries (MemoryError building 0..n-1)",
      lambda: tiled((2**61,), (1, 0, 3, 2)), "HLO-1", "got 4 entries"),
 ]
