@@ -165,10 +165,6 @@ class Placed:
 
 Key = tuple  # of Part
 
-def _site_facts(site: CallSite) -> "_Facts":
-    return site.facts
-
-
 @dataclasses.dataclass(frozen=True)
 class _Facts:
     """What the keys read from one call: flat inputs, statics, shardings as jit resolves them."""
@@ -356,7 +352,7 @@ def dispatch_signature(site: CallSite) -> Key:
     The fast path marks every Python scalar weakly typed, a Python ``bool`` too, although
     tracing does not (CACHE-4): ``True`` and ``numpy.bool_(True)`` miss here and share a trace.
     """
-    facts = _site_facts(site)
+    facts = site.facts
     parts = [_structure_part(facts), *_static_parts(facts)]
     for path, arg in facts.flat:
         held = arg.sharding if _jax_array(arg) else None
@@ -455,7 +451,7 @@ def params_key(site: CallSite) -> Key:
     >>> params_key(a) == params_key(b)
     True
     """
-    facts = _site_facts(site)
+    facts = site.facts
     return tuple([_structure_part(facts), *_static_parts(facts), *_aval_parts(facts),
                   *_context_parts(facts)])
 
@@ -472,7 +468,7 @@ def trace_key(site: CallSite) -> Key:
     >>> trace_key(plain) == trace_key(given)
     True
     """
-    facts = _site_facts(site)
+    facts = site.facts
     return tuple([Part("the static argument positions", facts.static_positions),
                   *params_key(site)])
 
@@ -507,7 +503,7 @@ def lowering_key(site: CallSite) -> Key:
     >>> [p.what for p in differences(lowering_key(site(P("x"))), lowering_key(site(P("x", None))))]
     ['args[0] in sharding']
     """
-    facts = _site_facts(site)
+    facts = site.facts
     options = site.call.options
     parts = [Part(f"{path} in sharding", _python_key(s), Placed(s, arg.shape))
              for (path, arg), s in zip(facts.flat, facts.resolved)]
@@ -576,7 +572,7 @@ def module_key(site: CallSite, verdict: Verdict) -> Key:
     >>> module_key(*site(m, P("x"))) == module_key(*site(m, P("x", None)))
     True
     """
-    facts = _site_facts(site)
+    facts = site.facts
     assignment = _device_list_of(verdict)
     ranks = [len(arg.shape) for _, arg in facts.flat]
     placed = replicate_scalars(list(facts.resolved), ranks, assignment)
@@ -741,7 +737,7 @@ def _one_call(index: int, site: CallSite, verdict: Verdict, state: dict,
         return CacheRow(index, site, tuple(outcome.values()), tuple(reasons.values()),
                         None if note else rejection, note)
 
-    facts = _site_facts(site)
+    facts = site.facts
     fallback = state["dispatch"].fallback
     entry = ask("dispatch", dispatch_cache(site), dispatch_signature(site),
                 f"first call of {site.function} through a dispatch cache with these jit options")
@@ -972,7 +968,7 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     >>> policy_key(*laid(None)) == policy_key(*laid(Layout((1, 0))))
     False
     """
-    facts = _site_facts(site)
+    facts = site.facts
     parts = [Part("the function", site.function), _structure_part(facts),
              *_static_parts(facts), *(Part(f"{path} value", _program_type(arg))
                                       for path, arg in facts.flat)]
