@@ -105,6 +105,9 @@ def test_an_entry_says_when_a_rule_is_left_to_jax(generator):
     marked = _entry(generator, RULES["DIV-2"], engine={},
                     left_to_jax={"DIV-2": "XLA divides the dimensions"})
     assert ":Engine: left to JAX: XLA divides the dimensions" in marked
+    declared = _entry(generator, RULES["EQ-2"], engine={}, left_to_jax={"EQ-2": ""})
+    assert ":Engine: left to JAX (so the engine declares)" in declared
+    assert ":Engine: none" in _entry(generator, RULES["EQ-2"], engine={})
 
 
 def test_clauses_and_stage_are_shown_when_the_registry_has_them(generator):

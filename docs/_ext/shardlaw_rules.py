@@ -515,10 +515,14 @@ def statement_block(rule: Any, original: Any, doc: str, context: Context) -> lis
         facts += [f":{label}:", "", indent(".. code-block:: text"), "", indent(indent(text)), ""]
     if context.engine is not None:
         names = context.engine.get(rule.id, [])
+        # a marker in the registry (True or the reason), else the engine's own table
+        marked = getattr(rule, "left_to_jax", None) or context.left_to_jax.get(rule.id)
         if names:
             facts.append(":Engine: " + ", ".join(f"``{n}``" for n in names))
-        elif rule.id in context.left_to_jax and context.left_to_jax[rule.id]:
-            facts.append(f":Engine: left to JAX: {prose(context.left_to_jax[rule.id])}")
+        elif rule.id in context.left_to_jax or marked:
+            reason = marked if isinstance(marked, str) and marked.strip() else ""
+            facts.append(":Engine: left to JAX" + (f": {prose(reason)}" if reason
+                                                   else " (so the engine declares)"))
         elif rule.mirrors.lstrip().startswith("("):  # JAX has no such step either
             facts.append(f":Engine: none (no engine function carries ``{rule.id}``)")
         else:
