@@ -193,11 +193,14 @@ class Traced(_Stage):
     def fun_name(self) -> str:
         return self._decision.traced.fun_name
 
-    def lower(self, *, lowering_platforms: tuple[str, ...] | None = None) -> "Lowered":
+    def lower(self, *, lowering_platforms: tuple[str, ...] | None = None,
+              _private_parameters: Any = None) -> "Lowered":
         """The rules of lowering (RES, KEEP, DA, EXE), then the program lowered.
 
         ``lowering_platforms`` lowers for other platforms too (for export: ``as_text``,
         ``compiler_ir``); such a lowering compiles only for the platform of its devices.
+        ``_private_parameters`` (JAX's own lowering parameters, such as overridden lowering
+        rules) are handed to JAX's lowering; the program they make is JAX's to compile.
         """
         platforms = None if lowering_platforms is None else tuple(lowering_platforms)
         with recording() as fired:
@@ -214,12 +217,14 @@ class Traced(_Stage):
                     return lowered
                 raise self._engine.in_jax_words(error, self._decision.site) from None
         self._fired += fired
+        if _private_parameters is not None:
+            return Lowered(self._engine, self._decision, self._fired, platforms,
+                           jax_only=True, private=_private_parameters)
         return Lowered(self._engine, self._decision, self._fired, platforms)
-
 
     def _abstract_lowering(self, error: EngineRejection,
                            platforms: tuple[str, ...] | None) -> "Lowered":
-        lowered = Lowered(self._engine, self._decision, self._fired, platforms, abstract=True)
+        lowered = Lowered(self._engine, self._decision, self._fired, platforms, jax_only=True)
         try:
             lowered._jax_lowered()
         except Exception as jax_error:  # noqa: BLE001 - JAX's refusal, its class and words
@@ -231,17 +236,22 @@ class Lowered(_Stage):
     """A lowered call: its StableHLO text, ready to compile (through the engine's cache)."""
 
     def __init__(self, engine: Any, decision: Any, fired: list[str],
-                 platforms: tuple[str, ...] | None = None, abstract: bool = False) -> None:
+                 platforms: tuple[str, ...] | None = None, jax_only: bool = False,
+                 private: Any = None) -> None:
         self._engine = engine
         self._decision = decision
         self._fired = fired
         self._platforms = platforms
-        self._abstract = abstract
+        # JAX's own lowering is the whole answer (abstract meshes only, or JAX's private
+        # lowering parameters): compile() is JAX's too.
+        self._jax_only = jax_only
+        self._private = private
         self._jax: Any = None
 
     def _jax_lowered(self) -> Any:
         if self._jax is None:
-            self._jax = self._decision.traced.lower(lowering_platforms=self._platforms)
+            extra = {} if self._private is None else {"_private_parameters": self._private}
+            self._jax = self._decision.traced.lower(lowering_platforms=self._platforms, **extra)
         return self._jax
 
     def as_text(self, *args: Any, **kwargs: Any) -> str:
@@ -266,9 +276,10 @@ class Lowered(_Stage):
                 device_assignment: Any = None) -> "Compiled":
         """Compile through the engine's executable cache (a placement class compiled before costs nothing)."""
         engine = self._engine
-        if self._abstract:
-            # Lowered over abstract meshes only: the devices come with this call, and JAX
-            # compiles it (and refuses, in its own words, what does not fit them).
+        if self._jax_only:
+            # Lowered over abstract meshes only (the devices come with this call), or with
+            # JAX's private parameters: JAX compiles it, and refuses in its own words what
+            # does not fit.
             return self._jax_lowered().compile(compiler_options,
                                                device_assignment=device_assignment)
         try:
@@ -290,7 +301,7 @@ class Lowered(_Stage):
                 error.fired = tuple(dict.fromkeys(self._fired + fired))  # type: ignore[attr-defined]
                 raise error from None
         plan.fired = tuple(dict.fromkeys(self._fired + fired))
-        return Compiled(engine, plan, self._decision)
+        return Compiled(engine, plan, self._decision, self)
 
 
 @rule("ENG-5")
@@ -318,8 +329,9 @@ def check_compilable(platforms: tuple[str, ...] | None, assignment: tuple,
 class Compiled(_Stage):
     """A compiled call, to be called with arguments of the types and placements it was compiled for."""
 
-    def __init__(self, engine: Any, plan: Any, decision: Any) -> None:
+    def __init__(self, engine: Any, plan: Any, decision: Any, lowered: Any = None) -> None:
         self._engine = engine
+        self._lowered = lowered
         self._plan = plan
         self._site = decision.site
         self._decision = decision
@@ -328,6 +340,13 @@ class Compiled(_Stage):
         self._device_or_backend = engine.options.device_or_backend
         self._layouts: list[Any] | None = None
         self._called = False
+
+    @property
+    def in_avals(self) -> Any:
+        # As lowered: the arguments' types carry the in_shardings.
+        if self._lowered is not None:
+            return self._lowered.in_avals
+        return self._decision.traced.in_avals
 
     @property
     def _executable(self) -> Any:

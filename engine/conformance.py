@@ -37,7 +37,20 @@ FILES = ("array_test.py", "layout_test.py", "memories_test.py", "pjit_test.py", 
 
 # Tests a drop-in cannot pass honestly, by test id (file::class::name, parameters dropped):
 # the reason is shown in the report and in docs/engine.rst.
-KNOWN_DIFFERENCES: dict[str, str] = {}
+KNOWN_DIFFERENCES: dict[str, str] = {
+    "api_test.py::TracebackTest::test_jit_traceback":
+        "counts the Python frames between a jitted call and the traced function (6 under "
+        "jax.jit); the engine's decision of a new signature (its rules, then JAX's trace) "
+        "runs in frames of its own, so the function is traced deeper in the stack",
+    "pjit_test.py::ArrayPjitTest::test_jit_mul_sum_sharding_preserved":
+        "asserts that a GSPMDSharding argument placed exactly as an earlier NamedSharding "
+        "one compiles a second executable; the engine's placement-class cache reuses the "
+        "first (one compile where jax.jit makes two), on purpose",
+    "pjit_test.py::ArrayPjitTest::test_partial_sharded_prng_key_inp":
+        "reads the spelling of a PRNG key array's physical sharding: jax.jit's own path "
+        "writes P(None, 'y', 'x'), an executable compiled by JAX's ahead-of-time stages (as "
+        "the engine compiles every one) P(None, 'y', 'x', None) for the same placement",
+}
 
 _PLUGIN = "shardlaw.engine.conformance_plugin"
 

@@ -40,6 +40,7 @@ __all__ = [
 
 # JAX's own jit, whatever the name ``jax.jit`` is bound to later (install(), or by hand).
 JAX_JIT = _api.jit
+JAX_EVAL_SHAPE = _api.eval_shape
 Tracer = _core.Tracer
 JaxRuntimeError = _jax.JaxRuntimeError
 ShapedArray = _core.ShapedArray
