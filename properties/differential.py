@@ -434,13 +434,15 @@ def compare_equivalence(a: Any, b: Any, ndim: int) -> list[str]:
 
 
 def placement_equal_by_jax(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
-    """Placement-equivalence as JAX's own ``devices_indices_map`` shows it: same devices, same boxes.
+    """Placement-equivalence as JAX's own shardings show it: same devices, same boxes (from
+    ``devices_indices_map``), and the same memory kind (JAX's ``memory_kind``).
 
     Takes spec shardings; raises what JAX raises when it cannot place the shape.
     """
     shape = tuple(shape)
     ja, jb = to_jax(a), to_jax(b)
-    return dict(_jax_indices(ja, shape)) == dict(_jax_indices(jb, shape))
+    same_boxes = dict(_jax_indices(ja, shape)) == dict(_jax_indices(jb, shape))
+    return same_boxes and ja.memory_kind == jb.memory_kind
 
 
 def compare_placement_equivalence(a: Any, b: Any, shape: tuple[int, ...]) -> list[str]:

@@ -186,7 +186,6 @@ def _tile_dims(n: int, rank: int) -> Iterator[tuple[int, ...]]:
 # equality of the sharding objects, which jit's caches key on). In the order classify
 # tests them; docs/divergences.rst has one entry per class.
 CLASSES: dict[str, tuple[str, str]] = {
-    "memory-kind": ("The same placement in another memory", "is_equivalent_to"),
     "zero-size-dimension": ("A zero-size dimension hides the difference", "is_equivalent_to"),
     "replicated-on-different-orders": ("Replicated over devices listed in different orders",
                                        "is_equivalent_to"),
@@ -245,8 +244,6 @@ def classify(a: Any, b: Any, shape: tuple[int, ...]) -> str:
     placements still agree; pairs that JAX calls equivalent by how they are written.
     """
     ndim = len(shape)
-    if a.memory_kind != b.memory_kind:
-        return "memory-kind"
     if not jax_equivalent(a, b, ndim):
         if 0 in shape and not _placement_equal(a, b, _without_zeros(shape, a, b)):
             return "zero-size-dimension"
@@ -446,13 +443,6 @@ def _check_pair(report: Report, a: Any, b: Any, shape: tuple[int, ...], truth: b
 
 # --------------------------------------------------------------------------- JAX's costs
 
-# Classes the enumeration does not reach (it keeps the default memory kind): a fixed example.
-def _fixed_examples() -> dict[str, tuple[Any, Any, tuple[int, ...]]]:
-    mesh = Mesh.iota((2,), ("x",))
-    return {"memory-kind": (NamedSharding(mesh, P("x"), memory_kind="device"),
-                            NamedSharding(mesh, P("x"), memory_kind="pinned_host"), (4,))}
-
-
 # What JAX's errors say, as the words a cost table uses.
 _ERRORS = {
     "Received incompatible devices": "incompatible-devices",
@@ -567,16 +557,15 @@ def vector(slug: str, a: Any, b: Any, shape: tuple[int, ...],
 
 
 def write_vectors(report: Report, directory: str | Path, *, measure: bool = True) -> list[Path]:
-    """Write one vector per class seen in ``report`` (and the fixed examples) to
-    ``directory/<class>.json``; with ``measure``, JAX's costs are measured for each."""
+    """Write one vector per class seen in ``report`` to ``directory/<class>.json``; with
+    ``measure``, JAX's costs are measured for each."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    examples = dict(_fixed_examples()) | dict(report.examples)
     written = []
     for slug in CLASSES:
-        if slug not in examples:
+        if slug not in report.examples:
             continue
-        a, b, shape = examples[slug]
+        a, b, shape = report.examples[slug]
         costs = jax_costs(a, b, shape) if measure else None
         path = directory / f"{slug}.json"
         path.write_text(json.dumps(vector(slug, a, b, shape, costs), indent=1) + "\n",

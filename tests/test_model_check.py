@@ -83,8 +83,6 @@ MESH = Mesh.iota((2, 2), ("x", "y"))
      "reshaped-mesh"),
     (NamedSharding(MESH, P("x")), NamedSharding(Mesh.iota((2, 2), ("a", "b")), P("a", None)),
      (4, 4), "several-rewrites"),
-    (NamedSharding(MESH, P("x"), memory_kind="device"),
-     NamedSharding(MESH, P("x"), memory_kind="pinned_host"), (4,), "memory-kind"),
     (GSPMDSharding(range(4), "{replicated}"), GSPMDSharding(range(4), "{maximal device=2}"),
      (4,), "hlo-spelling"),
 ])
@@ -97,8 +95,7 @@ def test_classify(a, b, shape, slug):
 # --------------------------------------------------------------------------- vectors
 
 def test_every_class_found_has_a_vector():
-    assert {p.stem for p in VECTORS} >= {"memory-kind", "zero-size-dimension",
-                                         "replicated-on-different-orders",
+    assert {p.stem for p in VECTORS} >= {"zero-size-dimension", "replicated-on-different-orders",
                                          "compensated-device-order", "renamed-axes"}
     assert {p.stem for p in VECTORS} <= set(M.CLASSES)
 
