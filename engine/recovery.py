@@ -97,6 +97,14 @@ def _spec_from_hlo(h: Any, mesh: Mesh, memory_kind: Any) -> NamedSharding:
         raise _unreadable(AssertionError, text, mesh, "it is neither tiled nor replicated",
                           "AssertionError")
     sizes = {n: s for n, s in zip(mesh.axis_names, mesh.axis_sizes) if s != 1}
+    order = _axis_order(h, mesh, sizes, text)
+    partitions = _partitions(h, mesh, sizes, order, text)
+    entries = [None if not p else p[0] if len(p) == 1 else p for p in partitions]
+    return NamedSharding(mesh, PartitionSpec(*entries), memory_kind=memory_kind)
+
+
+def _axis_order(h: Any, mesh: Mesh, sizes: dict[str, int], text: str) -> list[str]:
+    """The mesh axes, in the order the tile assignment walks them (major first)."""
     strides: dict[str, int] = {}
     acc = 1
     for name in reversed(list(sizes)):
@@ -132,6 +140,12 @@ def _spec_from_hlo(h: Any, mesh: Mesh, memory_kind: Any) -> NamedSharding:
         for piece in reversed(pieces):
             order.append(lookup(name_of, piece, f"no mesh axis has size {piece[0]} at stride "
                                                 f"{piece[1]}"))
+    return order
+
+
+def _partitions(h: Any, mesh: Mesh, sizes: dict[str, int], order: list[str],
+                text: str) -> list[tuple[str, ...]]:
+    """The mesh axes each tiled dimension takes (whole axes, in ``order``), trailing empties dropped."""
     partitions: list[tuple[str, ...]] = []
     axes = iter(order)
     for dim, tile in enumerate(h.tile_assignment_dimensions()):
@@ -161,8 +175,7 @@ def _spec_from_hlo(h: Any, mesh: Mesh, memory_kind: Any) -> NamedSharding:
         partitions = partitions[:-1]
     while partitions and partitions[-1] == ():
         partitions.pop()
-    entries = [None if not p else p[0] if len(p) == 1 else p for p in partitions]
-    return NamedSharding(mesh, PartitionSpec(*entries), memory_kind=memory_kind)
+    return partitions
 
 
 @functools.lru_cache(maxsize=1024)
