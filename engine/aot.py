@@ -140,7 +140,17 @@ class Methods:
         Arguments may be arrays or ``jax.ShapeDtypeStruct``.
         """
         engine = self._engine
-        return Explanation.of_plan(engine.decision_for(self._site(args, kwargs)))
+        site = self._site(args, kwargs)
+        try:
+            if site.foreign:
+                raise LeftToJax("an argument the rules do not describe")
+            return Explanation.of_plan(engine.decision_for(site))
+        except LeftToJax as why:
+            try:
+                engine.foreign_trace(site).lower()
+            except EngineRejection as error:
+                return Explanation.of_rejection(error)
+            return Explanation(True, executable=f"left to JAX's own jit: {why}")
 
 
 class _Stage:
