@@ -502,7 +502,7 @@ def _type_of(leaf: Any) -> tuple[tuple[int, ...], Any]:
 
 @rule("AOT-2")
 def check_aot_types(paths: list[str], compiled: list[Any], called: list[Any]) -> None:
-    """Each argument of an AOT call has the shape and dtype it was compiled for (every input, kept or not)."""
+    """Each argument of an AOT call has the shape and dtype it was compiled for (every input, kept or not; at most five differences are listed)."""
     bad = []
     first = None
     for path, want, leaf in zip(paths, compiled, called):
@@ -521,7 +521,11 @@ def check_aot_types(paths: list[str], compiled: list[Any], called: list[Any]) ->
 @rule("AOT-3")
 def check_aot_shardings(paths: list[str], expected: tuple, called: list[Any],
                         kept: tuple[int, ...], expected_layouts: list[Any] | None = None) -> None:
-    """Each committed array passed to an AOT-compiled executable is JAX-equivalent (EQ-1) to the input sharding it was compiled with, and in the layout the executable takes it in."""
+    """Each committed array passed to an executable compiled ahead of time must be placed and laid out as the executable takes it; other arguments are moved without a check.
+
+    Placed as the executable takes it: JAX-equivalent (EQ-1) to the input sharding it was
+    compiled with.
+    """
     bad = []
     kinds = set()
     for i in kept:

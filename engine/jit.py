@@ -150,7 +150,7 @@ class Options:
 
 @rule("JIT-1")
 def check_device_options(device: Any, backend: Any, in_shardings: Any, out_shardings: Any) -> None:
-    """device= and backend= exclude each other and exclude in_shardings and out_shardings."""
+    """``device=`` and ``backend=`` exclude each other and exclude ``in_shardings`` and ``out_shardings``."""
     if device is None and backend is None:
         return
     given = f"device={device}" if device is not None else f"backend={backend!r}"
@@ -167,7 +167,7 @@ def check_device_options(device: Any, backend: Any, in_shardings: Any, out_shard
 
 @rule("JIT-4")
 def check_call_form(kwargs: dict, in_shardings: Any, context: Any, device_or_backend: bool) -> None:
-    """Keyword arguments cannot meet a specified in_shardings, and a context mesh cannot meet device=/backend=."""
+    """Keyword arguments cannot meet a specified ``in_shardings``, and a context mesh cannot meet ``device=``/``backend=``."""
     if kwargs and in_shardings is not None and in_shardings is not UNSPECIFIED:
         raise reject("JIT-4", ValueError,
                      f"the call passes keyword arguments {sorted(kwargs)} while in_shardings is "

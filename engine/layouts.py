@@ -120,7 +120,11 @@ def check_argument(path: str, given: Any, held: Any, committed: bool, ndim: int,
 
 @rule("LAY-1")
 def check_layout(path: str, given: Any, held: Any, committed: bool, ndim: int) -> None:
-    """A committed array whose in_shardings leaf is a Format with a layout (a concrete one or AUTO) must already be in exactly that layout, kept by the program or not."""
+    """A committed ``jax.Array`` whose in_shardings leaf is a Format with a layout must already be in exactly that layout; other arguments are laid out as asked.
+
+    The layout asked for may be a concrete one or ``Layout.AUTO``; every argument is checked,
+    kept by the program or not.
+    """
     if given is None or not committed or _matches(given, held, ndim):
         return
     hint = ("Layout.AUTO lets the compiler choose, which a committed array cannot follow: "
@@ -135,7 +139,7 @@ def check_layout(path: str, given: Any, held: Any, committed: bool, ndim: int) -
 
 @rule("LAY-4")
 def check_rank(path: str, given: Any, shape: tuple[int, ...], what: str) -> None:
-    """A Format's concrete layout orders as many dimensions as the argument or result it covers has."""
+    """A Format's concrete layout names exactly as many dimensions as the argument or result it covers has."""
     if given is None or given is AUTO:
         return
     order = tuple(given.major_to_minor)
@@ -148,7 +152,7 @@ def check_rank(path: str, given: Any, shape: tuple[int, ...], what: str) -> None
 
 @rule("LAY-5")
 def check_layout_devices(path: str, given: Any, sharding: Any) -> None:
-    """A Format's concrete layout needs a sharding over concrete devices: one over an abstract mesh is refused (AUTO and no layout take any sharding)."""
+    """A Format's concrete layout comes with a sharding over concrete devices: jit refuses one over an abstract mesh while lowering (``Layout.AUTO`` and None take any sharding)."""
     if given is None or given is AUTO:
         return
     mesh = getattr(sharding, "mesh", None)
@@ -162,7 +166,7 @@ def check_layout_devices(path: str, given: Any, sharding: Any) -> None:
 
 @rule("VAL-9")
 def check_order(layout: Any, which: str) -> None:
-    """A layout's major_to_minor orders the dimensions 0 .. rank-1, each once."""
+    """A layout orders an array's dimensions from major to minor: its ``major_to_minor`` is a permutation of ``0 .. rank-1``."""
     order = tuple(getattr(layout, "major_to_minor", ()) or ())
     if sorted(order) != list(range(len(order))):
         raise reject("VAL-9", ValueError,

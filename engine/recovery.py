@@ -200,7 +200,13 @@ def _mesh_for_result(value: Value, given: Mesh, placed: Any) -> Mesh | None:
 @rule("OUT-1")
 def recover_shardings(placed: Sequence[Any], values: Sequence[Value], given: Sequence[Any],
                       given_values: Sequence[Value], context: Any) -> list[Any]:
-    """A value the compiler placed comes back in the type of the first NamedSharding or SingleDeviceSharding the user gave (that sharding itself when JAX-equivalent, else re-read over its mesh), else of the first such among the placed values, else over the context mesh, and stays a GSPMDSharding when none applies or re-reading fails."""
+    """A value the compiler placed (a GSPMDSharding) comes back in the type of a sharding the user gave, where there is one.
+
+    The type is that of the first NamedSharding or SingleDeviceSharding the user gave (that
+    sharding itself when JAX-equivalent, else re-read over its mesh), else of the first such
+    among the placed values, else a NamedSharding over the context mesh; the value stays a
+    GSPMDSharding when none applies or re-reading fails.
+    """
     if not any(isinstance(o, internals.GSPMDSharding) for o in placed):
         return list(placed)
     origin = None

@@ -114,7 +114,11 @@ def check_committed(item: Input, wanted: Any) -> None:
 
 @rule("RES-5")
 def check_reused_replica(item: Input, device: Any) -> None:
-    """Under device=/backend= jit moves each kept argument to the device, except that an array replicated over several devices, one of them the target, is used as is, so it must already be in the target's memory kind."""
+    """Under ``device=``/``backend=`` jit moves each kept argument to the device without checking it, but uses a replicated array's copy on the device as it is.
+
+    An array replicated over several devices, one of them the target, is used as is, so it must
+    already be in the target's memory kind.
+    """
     held = item.held
     if not item.concrete or held.memory_kind == "device":
         return
@@ -143,7 +147,7 @@ def resolve_input(item: Input, processes: int, device_or_backend: bool) -> Any:
 
 @rule("KEEP-1")
 def kept_inputs(used: Sequence[bool], keep_unused: bool) -> tuple[int, ...]:
-    """The compiled program keeps every input under keep_unused=True and otherwise only the inputs the function uses."""
+    """The compiled program keeps every input under ``keep_unused=True`` and otherwise only the inputs the function uses; dropped inputs take no part in the device assignment."""
     return tuple(i for i, u in enumerate(used) if u or keep_unused)
 
 
@@ -205,7 +209,7 @@ def check_abstract_size(abstract: AbstractMesh | None, what: str, size: int, oth
 
 @rule("DA-3")
 def default_assignment() -> tuple:
-    """With no sharding and no context mesh, the program runs on the default device alone."""
+    """With no sharding and no context mesh, the program runs on the default device alone (``jax.default_device``, else the first local device)."""
     device = internals.default_device()
     if device is None:
         return (jax.local_devices()[0],)
@@ -216,7 +220,7 @@ def default_assignment() -> tuple:
 
 @rule("DA-1")
 def device_assignment(sources: Sequence[Source], context: Any) -> tuple[tuple | None, int]:
-    """Every concrete sharding of the kept inputs and of the results lists the same devices in the same order, the context mesh's when one is set; that list is the device assignment."""
+    """Every concrete sharding of the kept inputs and of the results lists the same devices in the same order — the context mesh's when one is set; that list is the device assignment."""
     abstract = context if isinstance(context, AbstractMesh) else None
     abstract_what = "context mesh"
     any_concrete = isinstance(context, Mesh)
@@ -303,7 +307,7 @@ def check_tile_count(sharding: Any, path: str) -> None:
 
 @rule("EXE-4")
 def check_iota_tiles(sharding: Any, path: str) -> None:
-    """A tiled GSPMDSharding reaches the compiler only with an iota tile assignment."""
+    """A tiled GSPMDSharding handed to the compiler has its tile assignment written as an iota order, not as a list of device positions."""
     if not isinstance(sharding, internals.GSPMDSharding):
         return
     h = sharding._hlo_sharding

@@ -40,8 +40,8 @@ from typing import Any, Callable
 
 from shardlaw.rule_stages import STAGE_OF as _declared_stages
 
-__all__ = ["EngineRejection", "reject", "rejection_class", "STAGE_OF", "rule", "recording",
-           "note"]
+__all__ = ["EngineRejection", "reject", "rejection_class", "STAGE_OF", "LEFT_TO_JAX", "rule",
+           "recording", "note"]
 
 _FIRED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "shardlaw_engine_fired", default=None)
@@ -85,6 +85,26 @@ class recording:
 # The stage at which JAX raises each rule's rejections: declared once, in
 # shardlaw.rule_stages (data only), which the specification reads too.
 STAGE_OF = _declared_stages
+
+# Rules of the jit-call semantics that the engine leaves to JAX on purpose: no engine code
+# decides them and no engine rejection names them; JAX's own code does, and what it decides
+# or raises stands. Rule ID -> why. Every other rule of a jit-call stage has its engine
+# counterpart (tests/test_spec_engine_link.py holds the two lists together).
+LEFT_TO_JAX: dict[str, str] = {
+    "NS-3": "JAX's NamedSharding constructor refuses UNCONSTRAINED over a mesh without an "
+            "Auto axis when the sharding is built, before jit sees it; a leaf of "
+            "in_shardings/out_shardings holding UNCONSTRAINED is refused earlier, by JIT-2",
+    "NS-4": "JAX's NamedSharding constructor (_check_mesh_unreduced) refuses unreduced or "
+            "reduced axes that are not Explicit axes of the mesh, whether the user builds the "
+            "sharding or JIT-3 builds NamedSharding(context mesh, spec); JAX's ValueError "
+            "stands, without an engine rule",
+    "LAY-2": "JAX's compiler decides the layouts of the results (its choice under Layout.AUTO, "
+             "else the Format's layout or the default) and JAX reads them off the executable; "
+             "the engine hands out_shardings' Formats to JAX unchanged",
+    "LAY-3": "JAX (pjit's _resolve_in_layouts) and its compiler decide the layouts the "
+             "executable takes its inputs in; the engine hands in_shardings' Formats to JAX "
+             "unchanged and checks only what jit refuses (LAY-1, LAY-4, LAY-5)",
+}
 
 
 class LeftToJax(Exception):

@@ -66,7 +66,7 @@ def is_partial(sharding: Any) -> bool:
 
 @rule("JIT-2")
 def check_leaf(leaf: Any, which: str) -> None:
-    """A leaf of in_shardings/out_shardings is None, a PartitionSpec or a Sharding; a NamedSharding's mesh is not empty; neither holds UNCONSTRAINED; a PartitionSpec names each mesh axis once (NS-2)."""
+    """Every leaf of ``in_shardings``/``out_shardings`` is None, a PartitionSpec, a Sharding or a Format (whose sharding part is checked alike), never a bare Layout; a NamedSharding's mesh is not empty; neither holds UNCONSTRAINED; a PartitionSpec names each mesh axis once."""
     if leaf is None or leaf is UNSPECIFIED:
         return
     if isinstance(leaf, jax.sharding.Sharding):
@@ -134,7 +134,7 @@ def context_mesh() -> Mesh | AbstractMesh | None:
 
 @rule("JIT-3")
 def leaf_to_sharding(leaf: Any, context: Any, which: str) -> Any:
-    """None leaves the sharding to jit, a Sharding stands for itself, and a PartitionSpec becomes a NamedSharding over the context mesh, which must be set."""
+    """Under jit a None leaf leaves the sharding to jit, a Sharding stands for itself, a PartitionSpec becomes a NamedSharding over the context mesh, which must be set, and a Format stands for its sharding part."""
     if leaf is None or leaf is UNSPECIFIED:
         return UNSPECIFIED
     if isinstance(leaf, Format):
@@ -200,7 +200,10 @@ def _ways(sharding: Any, ndim: int) -> tuple[int, int, tuple[int, ...]]:
 
 @rule("FIT-1")
 def check_fits(sharding: Any, shape: tuple[int, ...], path: str) -> None:
-    """A value given a sharding has at least the rank the sharding needs (NS-5) and divides evenly into its shards (DIV-1)."""
+    """Each argument and result given a sharding has at least the rank the sharding needs and divides evenly into its shards.
+
+    The rank is NS-5's question, the division DIV-1's.
+    """
     if sharding is UNSPECIFIED or isinstance(sharding, SingleDeviceSharding):
         return
     if not isinstance(sharding, (NamedSharding, internals.GSPMDSharding)):
@@ -277,7 +280,7 @@ def _acts_replicated(h: Any) -> bool:
 
 @rule("EQ-3")
 def hlo_equal(a: Any, b: Any) -> bool:
-    """Two HLO shardings are equal when both act replicated or when they are identical."""
+    """Two HLO shardings are equal when both act replicated (replicated, or over a single device position) or when they are identical in XLA's canonical form."""
     if a is b:
         return True
     if _acts_replicated(a) and _acts_replicated(b):
@@ -287,7 +290,7 @@ def hlo_equal(a: Any, b: Any) -> bool:
 
 @rule("EQ-1")
 def jax_equivalent(a: Any, b: Any, ndim: int) -> bool:
-    """Equal HLO shardings, equal memory kinds, and the same devices in the same order (not compared when both meshes are abstract)."""
+    """Two shardings are JAX-equivalent for rank ``ndim`` when they lower to equal HLO shardings, have the same memory kind, and list the same devices in the same order (device lists are not compared when both meshes are abstract)."""
     if a is b or a == b:
         return True
     if not hlo_equal(hlo(a, ndim), hlo(b, ndim)) or a.memory_kind != b.memory_kind:

@@ -250,7 +250,11 @@ def _per_leaf(shardings: Any, full: Any) -> tuple[list[Any] | None, str | None]:
 
 @rule("TREE-1")
 def match_in_shardings(in_shardings: Any, positional: tuple) -> list[Any]:
-    """in_shardings is one leaf for every argument, or a tuple (a list is read as one) with one tree prefix per positional argument; leaves cover whole subtrees and containers match in type, length and keys."""
+    """``in_shardings`` is a single leaf for every argument, or a tuple with one tree prefix per positional argument.
+
+    A list is read as a tuple here; leaves cover whole subtrees, and containers match in type,
+    length and keys.
+    """
     full = tree_util.tree_structure(positional)
     if isinstance(in_shardings, list):
         in_shardings = tuple(in_shardings)
@@ -283,7 +287,7 @@ def _is_empty_container(tree: Any) -> bool:
 
 @rule("TREE-2")
 def match_out_shardings(out_shardings: Any, out_tree: Any) -> list[Any]:
-    """out_shardings is one leaf for every result or a tree prefix of the result, containers matching in type (a list is not a tuple here), length and keys."""
+    """``out_shardings`` is a single leaf for every result or a tree prefix of the function's result, containers matching in type (a list is not a tuple here), length and dict keys."""
     matched, found = _per_leaf(out_shardings, out_tree)
     if matched is not None:
         return matched
