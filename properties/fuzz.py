@@ -85,7 +85,7 @@ class Outcome:
     detail: str = ""
     seconds: float = 0.0
 
-    FAILURES = ("bare", "hang", "overrun", "traceback", "crash", "bad-exit")
+    FAILURES = ("bare", "hang", "overrun", "traceback", "crash", "bad-exit", "harness")
 
     @property
     def failed(self) -> bool:
@@ -851,7 +851,8 @@ def shardlaw_executable() -> list[str]:
 def run_cli_executable(case: CliCase, limit_s: float = 60.0) -> Outcome:
     """The same case through the real ``shardlaw`` executable, in a subprocess."""
     with tempfile.TemporaryDirectory() as root:
-        argv = _materialize(case, Path(root))
+        # An argument reaches a real process as a C string: it ends at its first NUL.
+        argv = [a.split("\x00")[0] for a in _materialize(case, Path(root))]
         start = time.perf_counter()
         try:
             done = subprocess.run(shardlaw_executable() + argv, capture_output=True,
@@ -970,17 +971,19 @@ def campaign(inputs: int, cli: int, executable: int, seed: int = 0,
             progress(f"{result.inputs:,} inputs, {time.monotonic() - started:,.0f} s, "
                      f"{len(result.failures)} failure kinds")
 
-    def spec(case: SpecCase) -> None:
-        result.record("spec", case, run_spec_case(case))
-        tick()
+    def guarded(side: str, run: Callable[[Any], Outcome]) -> Callable[[Any], None]:
+        def each(case: Any) -> None:
+            try:
+                outcome = run(case)
+            except Exception as error:  # the harness's own failure: counted, not fatal
+                outcome = Outcome("harness", f"{type(error).__name__}: {error}")
+            result.record(side, case, outcome)
+            tick()
+        return each
 
-    def in_process(case: CliCase) -> None:
-        result.record("cli", case, run_cli_case(case))
-        tick()
-
-    def real(case: CliCase) -> None:
-        result.record("exe", case, run_cli_executable(case))
-        tick()
+    spec = guarded("spec", run_spec_case)
+    in_process = guarded("cli", run_cli_case)
+    real = guarded("exe", run_cli_executable)
 
     # Interleave the three so that a time limit leaves a share of each.
     # (Each round starts Hypothesis afresh, whose first draws are the simplest: few rounds
