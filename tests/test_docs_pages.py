@@ -108,6 +108,16 @@ def test_an_entry_says_when_a_rule_is_left_to_jax(generator):
     declared = _entry(generator, RULES["EQ-2"], engine={}, left_to_jax={"EQ-2": ""})
     assert ":Engine: left to JAX (so the engine declares)" in declared
     assert ":Engine: none" in _entry(generator, RULES["EQ-2"], engine={})
+    inline = _entry(generator, RULES["DIV-2"], engine={},
+                    inline={"reject": {"DIV-2": ["shardlaw.engine.x.check"]}})
+    assert ":Engine: refused inside ``shardlaw.engine.x.check``" in inline
+
+
+def test_the_engine_source_is_read_for_inline_refusals(generator):
+    sites = generator.engine_inline_sites()
+    assert any(rule_id.startswith("NS-") for rule_id in sites["reject"])
+    assert all(where.startswith("shardlaw.engine.")
+               for found in sites.values() for wheres in found.values() for where in wheres)
 
 
 def test_clauses_and_stage_are_shown_when_the_registry_has_them(generator):

@@ -161,6 +161,42 @@ def engine_counterparts() -> dict[str, list[str]]:
     return found
 
 
+def engine_inline_sites() -> dict[str, dict[str, list[str]]]:
+    """``note("ID")`` and ``reject("ID", ...)`` calls in the engine's source, read as text:
+    {"note" | "reject": {rule ID: the functions that make them}}."""
+    sites: dict[str, dict[str, list[str]]] = {"note": {}, "reject": {}}
+    try:
+        import shardlaw.engine as engine
+    except ImportError:
+        return sites
+    for path in sorted(Path(engine.__path__[0]).glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        except SyntaxError:
+            continue
+        module = f"shardlaw.engine.{path.stem}"
+
+        def visit(node: ast.AST, scope: list[str]) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    visit(child, scope + [child.name])
+                    continue
+                if isinstance(child, ast.Call) and child.args:
+                    func = child.func
+                    name = func.id if isinstance(func, ast.Name) else \
+                        func.attr if isinstance(func, ast.Attribute) else None
+                    first = child.args[0]
+                    if (name in sites and isinstance(first, ast.Constant)
+                            and isinstance(first.value, str) and scope):
+                        where = ".".join([module] + scope)
+                        found = sites[name].setdefault(first.value, [])
+                        if where not in found:
+                            found.append(where)
+                visit(child, scope)
+        visit(tree, [])
+    return sites
+
+
 def left_to_jax() -> dict[str, str]:
     """Rules the engine declares it leaves to JAX: rule ID -> the reason (may be empty).
 
@@ -487,6 +523,8 @@ class Context:
     checks: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     engine: dict[str, list[str]] | None = None  # None: the engine was not looked at
     left_to_jax: dict[str, str] = dataclasses.field(default_factory=dict)
+    # {"note" | "reject": {rule ID: engine functions}}: rules decided inside other steps
+    inline: dict[str, dict[str, list[str]]] = dataclasses.field(default_factory=dict)
 
 
 def statement_block(rule: Any, original: Any, doc: str, context: Context) -> list[str]:
@@ -517,12 +555,20 @@ def statement_block(rule: Any, original: Any, doc: str, context: Context) -> lis
         names = context.engine.get(rule.id, [])
         # a marker in the registry (True or the reason), else the engine's own table
         marked = getattr(rule, "left_to_jax", None) or context.left_to_jax.get(rule.id)
+        noted = context.inline.get("note", {}).get(rule.id, [])
+        refused = context.inline.get("reject", {}).get(rule.id, [])
         if names:
             facts.append(":Engine: " + ", ".join(f"``{n}``" for n in names))
+        elif noted:
+            facts.append(":Engine: decided inside "
+                         + ", ".join(f"``{n}``" for n in noted))
         elif rule.id in context.left_to_jax or marked:
             reason = marked if isinstance(marked, str) and marked.strip() else ""
             facts.append(":Engine: left to JAX" + (f": {prose(reason)}" if reason
                                                    else " (so the engine declares)"))
+        elif refused:
+            facts.append(":Engine: refused inside "
+                         + ", ".join(f"``{n}``" for n in refused))
         elif rule.mirrors.lstrip().startswith("("):  # JAX has no such step either
             facts.append(f":Engine: none (no engine function carries ``{rule.id}``)")
         else:
@@ -711,7 +757,8 @@ def generate(app: Any, config: Any) -> None:
     checks, unread = property_checks()
     for name in unread:
         logger.info("shardlaw: not read: %s", name)
-    context = Context(checks=checks, engine=engine_counterparts(), left_to_jax=left_to_jax())
+    context = Context(checks=checks, engine=engine_counterparts(), left_to_jax=left_to_jax(),
+                      inline=engine_inline_sites())
 
     families: dict[str, list[Any]] = {}
     for r in rules.values():
