@@ -38,6 +38,7 @@ def test_the_docs_build_imports_nothing_from_tests():
         sys.path.insert(0, {str(ROOT / "docs" / "_ext")!r})
         import shardlaw_rules as g
         g.load_rules(); g.property_checks(); g.engine_counterparts(); g.left_to_jax()
+        g.engine_inline_sites()
         tests = {str(ROOT / "tests")!r}
         loaded = sorted(name for name, module in list(sys.modules.items())
                         if (getattr(module, "__file__", None) or "").startswith(tests))

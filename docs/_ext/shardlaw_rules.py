@@ -2,8 +2,9 @@
 
 At ``config-inited`` it imports the specification (with ``shardlaw.spec.smt``, which the
 package loads only on first use), the property modules of
-``shardlaw.properties`` and the engine, and reads the test files in ``tests/`` *as text*
-(it never imports them). Then it writes ``docs/rules/index.rst``, one
+``shardlaw.properties`` and the engine (for its ``@rule`` functions and ``LEFT_TO_JAX``),
+and reads the test files in ``tests/`` and the engine's inline ``note``/``reject`` calls
+*as text* (it never imports ``tests/``). Then it writes ``docs/rules/index.rst``, one
 ``docs/rules/<family>.rst`` per family, ``docs/rules/families.inc`` (the families in
 pipeline order, included by ``docs/index.rst``) and ``docs/rules/value-types.inc``.
 
