@@ -7,18 +7,20 @@ disagreement of the engine:
 
 * with JAX — accepted or not, the built-in exception type; for accepted calls each
   result's sharding type, placement, mesh, memory kind, committed flag and value;
-* with the spec — the rule that refuses the call (only where the spec and JAX agree, so
-  that a known divergence of the spec does not read as one of the engine);
+* with the spec — the rule that refuses the call, and the refusal's path, stage, JAX class
+  and the numbers and names its facts hold (:func:`refusal_differences`; only where the spec
+  and JAX agree, so that a known divergence of the spec does not read as one of the engine);
 * with itself — what the engine predicted against what JAX compiled
   (``cache_info().divergences``).
 
 :func:`replay_in_engine` replays a test vector against the engine (for
-``shardlaw vectors run DIR --against engine``).
+``shardlaw vectors run DIR --against engine``); a refusal's facts are held to the spec's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from typing import Any
 
@@ -30,7 +32,8 @@ from shardlaw.spec.pytree import leaves_with_paths
 
 from . import jit_harness as H
 
-__all__ = ["Run", "run_call", "compare_engine", "replay_in_engine", "engine_verdict"]
+__all__ = ["Run", "run_call", "compare_engine", "replay_in_engine", "engine_verdict",
+           "refusal_differences", "stated_values"]
 
 
 @dataclasses.dataclass
@@ -191,6 +194,8 @@ def _disagreements(call: Call, verdict: Verdict, theirs: Run, mine: Run,
         elif spec_agrees and not verdict.accepted and rule != verdict.rule:
             problems.append(f"the engine refused by {rule}, the spec by {verdict.rule}: "
                             f"{str(mine_error)[:300]}")
+        elif spec_agrees and not verdict.accepted:
+            problems += refusal_differences(verdict, mine_error)
         return problems
     for i, (a, b) in enumerate(zip(mine.shardings, theirs.shardings)):
         shape = (mine.shapes or theirs.shapes)[i]
@@ -218,6 +223,73 @@ def _disagreements(call: Call, verdict: Verdict, theirs: Run, mine: Run,
     info = mine.jitted.cache_info() if mine.jitted is not None else None
     if info is not None and info.divergences:
         problems += [f"engine prediction: {d}" for d in info.divergences]
+    return problems
+
+
+# --------------------------------------------------------------------------- refusals
+
+# A whole number in a message, not part of a word or of a decimal (float32, 1.5).
+_NUMBER = re.compile(r"(?<![\w.])-?[0-9]+(?!\w|\.[0-9])")
+# A fact that is a name (a memory kind, a mesh axis, "argument" or "result").
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A fact that is a list of whole numbers written out ("[0, 1, 2]", "(8, 8)").
+_NUMBERS_ONLY = re.compile(r"^[\[(]?\s*(-?[0-9]+\s*,?\s*)*[\])]?$")
+
+
+def stated_values(facts: Any) -> list[tuple[str, Any]]:
+    """The facts of a spec failure that any wording of it states as they are: whole
+    numbers (as a tuple, in order) and names. Prose and objects are left out, since
+    the engine may write a sharding or a tree in JAX's own repr.
+
+    >>> stated_values((("count", 2), ("devices", "[0, 1]"), ("held", "pinned_host"),
+    ...                ("why", "it is not"), ("auto", True)))
+    [('count', (2,)), ('devices', (0, 1)), ('held', 'pinned_host')]
+    """
+    stated: list[tuple[str, Any]] = []
+    for name, value in facts:
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            stated.append((name, (value,)))
+        elif isinstance(value, tuple) and all(type(v) is int for v in value):
+            stated.append((name, value))
+        elif isinstance(value, str) and _NAME.match(value):
+            stated.append((name, value))
+        elif isinstance(value, str) and _NUMBERS_ONLY.match(value) and _NUMBER.search(value):
+            stated.append((name, tuple(int(n) for n in _NUMBER.findall(value))))
+    return stated
+
+
+def _states(message: str, value: Any) -> bool:
+    """Whether ``message`` states ``value``: a name as a word, numbers in the same order."""
+    if isinstance(value, str):
+        return re.search(rf"(?<![\w]){re.escape(value)}(?![\w])", message) is not None
+    numbers = [int(n) for n in _NUMBER.findall(message)]
+    n = len(value)
+    return any(tuple(numbers[i:i + n]) == value for i in range(len(numbers) - n + 1))
+
+
+def refusal_differences(verdict: Verdict, error: BaseException) -> list[str]:
+    """How the engine's refusal differs from the spec's in its facts (empty: the same).
+
+    Both refused by the same rule; they must name the same argument (``path``), stage and
+    JAX class, and the engine's own words (``error.message``) must state every number and
+    name that the spec's failure holds as a fact (:func:`stated_values`), so that the two
+    wordings of one failure cannot drift apart.
+    """
+    problems = []
+    for name in ("path", "stage", "jax_error"):
+        spec_side, engine_side = getattr(verdict, name), getattr(error, name, None)
+        if spec_side != engine_side:
+            problems.append(f"{verdict.rule}: {name} is {spec_side!r} in the spec, "
+                            f"{engine_side!r} in the engine")
+    # The engine's own words: a message that holds JAX's words first has ours after the rule.
+    message = (getattr(error, "message", None) or str(error)).rpartition(f"[{verdict.rule}]")[2]
+    for name, value in stated_values(verdict.facts):
+        if not _states(message, value):
+            shown = value if isinstance(value, str) else ", ".join(map(str, value))
+            problems.append(f"{verdict.rule}: the engine's words do not state the fact "
+                            f"{name} = {shown}: {message[:300]}")
     return problems
 
 
@@ -268,4 +340,11 @@ def replay_in_engine(vector: Any) -> list[str]:
     if vector.call.process_count > 1:
         raise NotReplayable(f"the call runs in {vector.call.process_count} JAX processes; the "
                             "replay runs one")
-    return verdict_differences(vector.expect, engine_verdict(vector.call))
+    engine = engine_verdict(vector.call)
+    differences = verdict_differences(vector.expect, engine)
+    if not differences and not engine.accepted:
+        # The vector keeps no facts: the spec's verdict on the same call has them.
+        spec = jit_call(vector.call)
+        if not spec.accepted and spec.rule == engine.rule:
+            differences += refusal_differences(spec, engine)
+    return differences

@@ -389,10 +389,12 @@ class Verdict:
     layout it comes back in) — None for the default layout, ``Layout.AUTO`` where the
     compiler chooses and its choice is not known. Rejected: ``rule``, ``error_type`` (the name of
     the built-in exception type JAX raises), ``jax_error`` (JAX's own class name),
-    ``message``, ``path`` and ``stage`` (when jit raises it: the rule's stage, declared in
-    :mod:`shardlaw.rule_stages`). Both: ``trace``, JAX's rules that fired, in order (checks of
-    the description are left out). ``device_assignment`` is a :class:`DeviceIds` view, which
-    compares equal to the tuple of ids and lists them only when asked.
+    ``message``, ``path``, ``stage`` (when jit raises it: the rule's stage, declared in
+    :mod:`shardlaw.rule_stages`) and ``facts``, the failure's facts as (name, value) pairs
+    that the message puts into words (not compared: a verdict read from a vector has none).
+    Both: ``trace``, JAX's rules that fired, in order (checks of the description are left
+    out). ``device_assignment`` is a :class:`DeviceIds` view, which compares equal to the
+    tuple of ids and lists them only when asked.
     """
 
     accepted: bool
@@ -414,6 +416,7 @@ class Verdict:
     stage: str | None = None
     in_layouts: tuple = ()
     out_layouts: tuple = ()
+    facts: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     def __str__(self) -> str:
         if not self.accepted:

@@ -344,7 +344,8 @@ def _refused(error: Rejection, trace: list[str]) -> Verdict:
     failure = error.failure
     return Verdict(False, tuple(dict.fromkeys(trace)), rule=failure.rule,
                    error_type=failure.error_type.__name__, jax_error=failure.jax_error,
-                   message=str(error), path=error.path, stage=error.stage)
+                   message=str(error), path=error.path, stage=error.stage,
+                   facts=tuple(failure.facts().items()))
 
 
 def _accepted(n: NormalCall, lowered: Lowered, compiled: Compiled, dispatched: Dispatched,

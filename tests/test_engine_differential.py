@@ -2,10 +2,11 @@
 
 ``test_engine_agrees_with_jax_and_the_spec`` draws whole calls (:func:`calls`), runs each
 through a fresh ``jax.jit`` and a fresh ``shardlaw.engine.jit`` on the same inputs, and
-requires: the same acceptance and built-in exception type as JAX, the spec's rule ID on
-every rejection (where the spec agrees with JAX), and for accepted calls the same result
-sharding types, placements, meshes, memory kinds, committed flags and values — and no
-difference between what the engine predicted and what JAX compiled. The pinned examples
+requires: the same acceptance and built-in exception type as JAX, the spec's rule ID,
+path, stage, JAX class and stated facts on every rejection (where the spec agrees with
+JAX), and for accepted calls the same result sharding types, placements, meshes, memory
+kinds, committed flags and values — and no difference between what the engine predicted
+and what JAX compiled. The pinned examples
 reach each rejecting rule on purpose; the last test requires that every rejecting rule
 was seen refusing a call through the engine.
 """
@@ -18,7 +19,8 @@ from hypothesis import given, settings
 
 import shardlaw.spec as S
 from shardlaw.properties.call_strategies import calls
-from shardlaw.properties.engine_harness import compare_engine
+from shardlaw.properties.engine_harness import (compare_engine, refusal_differences,
+                                                stated_values)
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Arg, Call, JitOptions, Out
 
@@ -127,6 +129,25 @@ def test_pinned_calls_reach_every_rule():
     ]
     for call, rule_id in cases:
         assert _rule(call) == rule_id, call
+
+
+def test_the_refusals_facts_are_compared_not_only_their_rule():
+    """The harness holds the engine's refusal to the spec's path, stage, JAX class and facts."""
+    reversed_mesh = S.Mesh((2, 4), ("x", "y"), list(range(7, -1, -1)))
+    call = Call(args=(Arg.committed((8, 8), NS), Arg.committed((8, 8), S.NamedSharding(
+        reversed_mesh, S.P()))), outputs=Out((8, 8)))
+    verdict, _, mine, problems, spec_agrees = compare_engine(call)
+    error = mine.failure
+    assert (verdict.rule, error.rule, problems, spec_agrees) == ("DA-1", "DA-1", [], True)
+    assert ("second_devices", (7, 6, 5, 4, 3, 2, 1, 0)) in stated_values(verdict.facts)
+    assert refusal_differences(verdict, error) == []
+    # The same refusal about another argument, or in words that leave out a device list.
+    assert refusal_differences(verdict, error.at("args[0]")) == [
+        "DA-1: path is 'args[1]' in the spec, 'args[0]' in the engine"]
+    reworded = type(error)(error.rule, error.message.replace("[7, 6, 5, 4, 3, 2, 1, 0]",
+                                                             "another order"), error.path)
+    assert [p.split(":")[1] for p in refusal_differences(verdict, reworded)] == [
+        " the engine's words do not state the fact second_devices = 7, 6, 5, 4, 3, 2, 1, 0"]
 
 
 def test_every_rejecting_rule_refused_a_call_through_the_engine():

@@ -1,9 +1,10 @@
 """The engine against the test vectors (vectors/jit): the same verdict the vectors expect.
 
 Each vector is a jit call and the verdict jax 0.10.2 gives it; the engine runs the call
-for real and must reach the same verdict — the rule, error type, JAX's class and path of a
-rejection; the device assignment, input and result shardings, kept inputs, committed flags
-and moved inputs of an accepted call. Vectors of several processes are skipped (the
+for real and must reach the same verdict — the rule, error type, JAX's class, path and
+stage of a rejection, and words that state the numbers and names of the spec's facts for
+the same call; the device assignment, input and result shardings, kept inputs, committed
+flags and moved inputs of an accepted call. Vectors of several processes are skipped (the
 replay runs one).
 """
 
