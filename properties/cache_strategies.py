@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from shardlaw.spec import AxisType, Mesh, NamedSharding, P, SingleDeviceSharding
 from shardlaw.spec.cache import CallSite, _dtype
-from shardlaw.spec.call import Arg, Call, JitOptions, Out, Static
+from shardlaw.spec.call import Arg, Call, JitOptions, Out, Static, flat_arguments
 from shardlaw.spec.hlo import Tiled
 from shardlaw.spec.iota import Iota
 from shardlaw.spec.jit import jit_call
@@ -173,7 +173,6 @@ def _usable(call: Call) -> bool:
 
 
 def _flat_paths(call: Call) -> list[tuple[str, Arg]]:
-    from shardlaw.spec.jit import flat_arguments
     static = set(call.options.static_argnums)
     flat, _ = flat_arguments(call.args, call.kwargs, static, set())
     return flat

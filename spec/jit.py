@@ -60,7 +60,7 @@ from .values import DeviceList, Mesh, PartitionSpec
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["jit_call", "stage_jit", "stage_call", "stage_trace", "stage_lower",
-           "stage_compile", "stage_dispatch", "stage_aot", "jit_shardings", "flat_arguments"]
+           "stage_compile", "stage_dispatch", "stage_aot", "jit_shardings"]
 
 
 def jit_call(call: Call) -> Verdict:
