@@ -50,8 +50,9 @@ NAMED_OTHERWISE = {
 REFUSED_INLINE = {
     "NS-1": "engine.shardings.leaf_to_sharding (JIT-3) refuses a PartitionSpec that names an "
             "axis the context mesh lacks before building its NamedSharding",
-    "NS-2": "engine.shardings.check_leaf (JIT-2) refuses a PartitionSpec leaf that uses a mesh "
-            "axis twice; JAX's NamedSharding constructor refuses the others",
+    "NS-2": "engine.shardings.check_leaf (JIT-2), through _check_axes_used_once, refuses a "
+            "PartitionSpec leaf that uses a mesh axis twice; JAX's NamedSharding constructor "
+            "refuses a NamedSharding that does",
 }
 
 
