@@ -100,8 +100,8 @@ def _open_leaves(tree: Any) -> Any:
 class Options:
     """jit's options, checked (JIT-1, JIT-2) and normalized once, at ``jit(...)``."""
 
-    __slots__ = ("in_shardings", "out_shardings", "names", "keep_unused", "device", "backend",
-                 "inline", "compiler_options", "device_or_backend", "key")
+    __slots__ = ("in_shardings", "out_shardings", "names", "given_argnums", "keep_unused",
+                 "device", "backend", "inline", "compiler_options", "device_or_backend", "key")
 
     def __init__(self, fun: Callable, in_shardings: Any, out_shardings: Any,
                  static_argnums: Any, static_argnames: Any, donate_argnums: Any,
@@ -123,6 +123,10 @@ class Options:
         self.out_shardings = out_shardings
         self.names: ArgumentNames = resolve_argnums(fun, static_argnums, static_argnames,
                                                     donate_argnums, donate_argnames)
+        # As the user gave them, for JAX's own jit: JAX completes numbers from names (and
+        # back) only where one of the two is left out, and reads the signature only then.
+        self.given_argnums = dict(static_argnums=static_argnums, static_argnames=static_argnames,
+                                  donate_argnums=donate_argnums, donate_argnames=donate_argnames)
         self.keep_unused = bool(keep_unused)
         self.device = device
         self.backend = backend
@@ -496,13 +500,7 @@ class Engine:
     def _jax_jit(self, out_shardings: Any) -> Any:
         o = self.options
         kwargs: dict[str, Any] = dict(
-            # Empty as None: JAX reads the function's signature only for names it is given
-            # (a builtin such as int has none to read).
-            static_argnums=o.names.static_nums or None,
-            static_argnames=o.names.static_names or None,
-            donate_argnums=o.names.donate_nums or None,
-            donate_argnames=o.names.donate_names or None,
-            keep_unused=o.keep_unused, device=o.device, backend=o.backend, inline=o.inline,
+            **o.given_argnums, keep_unused=o.keep_unused, device=o.device, backend=o.backend, inline=o.inline,
             compiler_options=o.compiler_options)
         if o.in_shardings is not UNSPECIFIED:
             kwargs["in_shardings"] = o.in_shardings
