@@ -116,7 +116,8 @@ class Options:
         leaves = [(which + path, leaf) for which, tree in trees
                   for path, leaf in sharding_leaves(tree)]
         # JAX splits layouts off both trees, refusing bare ones, before it checks any leaf.
-        leaves.sort(key=lambda item: not isinstance(item[1], layouts.Layout))
+        leaves.sort(key=lambda item: not (isinstance(item[1], layouts.Layout)
+                                          or item[1] is layouts.AUTO))
         for where, leaf in leaves:
             check_leaf(leaf, where)
         self.in_shardings = in_shardings
@@ -822,10 +823,8 @@ class Engine:
                       for a in d.traced.jaxpr.in_avals)
         # Resolved shardings, before EXE-1 replicates open scalars: as the policy keys them
         # (an open scalar and a replicated one compile alike, but the policy tells them apart).
-        kept_classes = tuple(
-            "open" if d.resolved[i] is UNSPECIFIED
-            else placement_class(d.resolved[i], site.shape(i))
-            for i in d.kept)
+        kept_classes = tuple(_input_class(d.resolved[i], site.shape(i), d.assignment)
+                             for i in d.kept)
         out_classes = tuple(
             "open" if s is UNSPECIFIED else placement_class(s, tuple(a.shape))
             for s, a in zip(d.out_flat, d.out_avals))
@@ -935,11 +934,6 @@ class Engine:
             self._compare(d, outs, theirs, exe_inputs, facts)
             outs = theirs
         plan.out_shardings = tuple(outs)
-        if d.context is None and entry.out_committed is not None and not entry.context:
-            # Same program, same placements, no context mesh on either side (EXE-2): the
-            # results are committed exactly when the executable's were. (A context mesh
-            # commits them; the engine's own EXE-2 says so.)
-            plan.out_committed = entry.out_committed
         plan.conversions = self._conversions(d, facts)
         plan.out_labels = [None] * len(outs) if compiled_here else \
             self._out_labels(d, facts, outs, plan.out_committed)
@@ -1088,6 +1082,13 @@ class Engine:
                     buffers = [buffers[k] for k in order]
                 flat[j] = internals.array_over(aval, sharding, buffers, committed)
             outputs = tree_util.tree_unflatten(out_tree, flat)
+        if not plan.compiled_here and entry.out_committed != plan.out_committed:
+            # One executable serves uncommitted and committed arguments alike (an open input
+            # on a one-device program): whether results are committed is this call's (EXE-2).
+            flat = [internals.array_over(x.aval, x.sharding, internals.single_device_arrays(x), c)
+                    if type(x) is internals.ArrayImpl and x._committed != c else x
+                    for x, c in zip(flat, plan.out_committed)]
+            outputs = tree_util.tree_unflatten(out_tree, flat)
         if plan.empty_results:
             flat = list(flat)
             for j in plan.empty_results:
@@ -1143,6 +1144,14 @@ class Engine:
                 compiles=s.compiles, executables=CACHE.count(self.token),
                 executables_total=len(CACHE), capacity=CACHE.capacity,
                 recent_misses=list(s.recent), divergences=list(s.divergences))
+
+
+def _input_class(resolved: Any, shape: tuple[int, ...], assignment: tuple) -> Any:
+    """An input's placement class in the executable key; an input left open on a one-device
+    program is placed on that device, and shares the class of an array committed there."""
+    if resolved is UNSPECIFIED and len(assignment) == 1:
+        resolved = SingleDeviceSharding(assignment[0])
+    return "open" if resolved is UNSPECIFIED else placement_class(resolved, shape)
 
 
 def _empty_result(array: Any) -> Any:

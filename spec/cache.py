@@ -921,6 +921,13 @@ def _class_or_open(sharding: Any, shape: tuple[int, ...]) -> Any:
     return "open" if sharding is UNSPECIFIED else placement_class(sharding, shape)
 
 
+def _input_class(sharding: Any, shape: tuple[int, ...], verdict: Verdict) -> Any:
+    """(C3) An input left open on a one-device program is placed on that one device."""
+    if sharding is UNSPECIFIED and len(verdict.device_assignment) == 1:
+        sharding = SingleDeviceSharding(verdict.device_assignment.devices[0])
+    return _class_or_open(sharding, shape)
+
+
 @rule("CACHE-12", mirrors="(none: the shardlaw cache policy)")
 def policy_key(site: CallSite, verdict: Verdict) -> Key:
     """Under the shardlaw policy a call reuses an executable when it calls the same function with the same program types, placement classes, devices and layouts.
@@ -930,8 +937,11 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     axes) are the same.
     (C2) Every kept input and every output sharding has the same placement class (CACHE-11),
     or both are open.
-    (C3) The device assignment, donation and keep_unused are the same.
-    (C4) The layouts are the same: those jit's options give, and the committed arguments'
+    (C3) An input left open on a one-device program counts as placed on that device: an
+    uncommitted array and one committed to the same device share a class (whether the
+    results are committed is decided per call, not per executable).
+    (C4) The device assignment, donation and keep_unused are the same.
+    (C5) The layouts are the same: those jit's options give, and the committed arguments'
     own.
 
     >>> from shardlaw.spec import Arg, Call, Mesh, NamedSharding, Out, P, jit_call
@@ -974,7 +984,8 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
                                       for path, arg in facts.flat)]
     for i in verdict.kept_inputs:
         path, arg = facts.flat[i]
-        parts.append(Part(f"{path} placement", _class_or_open(facts.resolved[i], arg.shape)))
+        parts.append(Part(f"{path} placement",
+                          _input_class(facts.resolved[i], arg.shape, verdict)))
     parts += [Part(f"{path} placement", _class_or_open(s, out.shape))
               for path, out, s in facts.outs]
     parts += [Part("the device assignment", verdict.device_assignment),

@@ -302,3 +302,14 @@ def test_every_known_conformance_difference_is_documented_with_its_reason():
     assert 0 < len(KNOWN_DIFFERENCES) <= 15
     for test_id in KNOWN_DIFFERENCES:
         assert f"``{test_id}``" in text, test_id
+
+
+def test_one_executable_serves_an_uncommitted_and_a_committed_array_on_one_device():
+    uncommitted = jnp.ones(4)
+    committed = jax.device_put(np.ones(4, np.float32), jax.devices()[0])
+    f, theirs = jit(lambda a: a * 2), jax.jit(lambda a: a * 2)
+    for x in (uncommitted, committed, uncommitted, committed):
+        mine, expected = f(x), theirs(x)
+        assert mine._committed == expected._committed and mine.sharding == expected.sharding
+        assert np.array_equal(mine, expected)
+    assert f.cache_info().compiles == 1

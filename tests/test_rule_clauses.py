@@ -427,6 +427,21 @@ def test_cache_12_placement_classes():
 
 
 @clause("CACHE-12", 3)
+def test_cache_12_an_open_input_on_one_device_counts_as_placed_there():
+    def one(arg):
+        return policy_key(*_site(Call(args=(arg,), outputs=Out((8,)))))
+    on_0 = one(Arg.committed((8,), SingleDeviceSharding(0)))
+    assert one(Arg.uncommitted((8,))) == on_0           # the same executable serves both
+    assert one(Arg.numpy((8,))) == on_0
+    assert one(Arg.uncommitted((8,))) != one(Arg.committed((8,), SingleDeviceSharding(1)))
+    # On several devices an open input is the compiler's to place: still its own class.
+    split = Arg.committed((8,), NamedSharding(M2, P("x")))
+    two = [_site(Call(args=(split, arg), outputs=Out((8,))))
+           for arg in (Arg.uncommitted((8,)), Arg.committed((8,), NamedSharding(M2, P())))]
+    assert policy_key(*two[0]) != policy_key(*two[1])
+
+
+@clause("CACHE-12", 4)
 def test_cache_12_devices_donation_and_keep_unused():
     assert policy_key(*_committed(SingleDeviceSharding(0), (8,))) != policy_key(
         *_committed(SingleDeviceSharding(1), (8,)))
@@ -437,7 +452,7 @@ def test_cache_12_devices_donation_and_keep_unused():
         s, options=JitOptions(keep_unused=True)))
 
 
-@clause("CACHE-12", 4)
+@clause("CACHE-12", 5)
 def test_cache_12_layouts_given_and_held():
     s = NamedSharding(MESH, P("x"))
     held = Arg.committed((8, 8), s, layout=Layout((1, 0)))
