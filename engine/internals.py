@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from jax._src import api as _api
 from jax._src import config as _config
+from jax._src import dispatch as _dispatch
 from jax._src import core as _core
 from jax._src import dtypes as _dtypes
 from jax._src import mesh as _mesh
@@ -307,3 +308,15 @@ def check_no_escaped_tracers(traced: Any) -> None:
     for const in getattr(traced, "_consts", ()):
         if isinstance(const, _core.Tracer):
             raise _core.escaped_tracer_error(const)
+
+
+def jax_takes(value: Any, for_call: bool) -> bool:
+    """Whether JAX can type ``value`` as an argument (and, ``for_call``, whether jit takes
+    it in a call: ``ShapeDtypeStruct`` and the like only lower)."""
+    try:
+        _core.shaped_abstractify(value)
+        if for_call:
+            _dispatch.check_arg(value)
+    except (TypeError, ValueError):
+        return False
+    return True

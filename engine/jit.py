@@ -297,6 +297,24 @@ class Site:
         return Input(self.paths()[i], kind, self.shape(i), dtype, held, committed, jit_sharding)
 
 
+def _refused_leaf(site: Site, for_call: bool) -> int | None:
+    """The first leaf the rules do not describe that JAX cannot take either (None: none)."""
+    for i, kind in enumerate(site.kinds):
+        if kind == FOREIGN and not internals.jax_takes(site.leaves[i], for_call):
+            return i
+    return None
+
+
+@rule("ENG-2")
+def _foreign_argument(site: Site, i: int) -> EngineRejection:
+    """A dynamic argument is a value JAX can type: an array, a numpy value, a scalar, a token."""
+    leaf, path = site.leaves[i], site.paths()[i]
+    return reject("ENG-2", TypeError,
+                  f"JAX's jit refuses the argument {path}, a value of type "
+                  f"{type(leaf).__name__} ({_short(leaf)}). Mark it static with "
+                  "static_argnums/static_argnames, or convert it with jnp.asarray.", path)
+
+
 @rule("ENG-3")
 def check_not_deleted(leaf: Any, path: str) -> EngineRejection:
     """An argument array must not have been deleted (donated to an earlier call, or by hand)."""
@@ -549,26 +567,29 @@ class Engine:
         return reject("ENG-1", ValueError, "a static argument cannot be hashed")
 
     def run_foreign(self, site: Site) -> Any:
-        """A call with a leaf the rules do not describe: JAX's jit decides it (ENG-2 if it refuses)."""
+        """A call with a leaf the rules do not describe: JAX's jit decides it.
+
+        When JAX refuses one of those leaves itself (it cannot type it, or jit takes no such
+        argument), the refusal is ENG-2 in JAX's class and words; anything else the call
+        raises (the function's own errors included) is JAX's, unchanged.
+        """
+        bad = _refused_leaf(site, for_call=True)
         try:
             return self._inner(*site.args, **site.kwargs)
         except (TypeError, ValueError) as error:
-            i = site.kinds.index(FOREIGN)
-            leaf = site.leaves[i]
-            raise reject("ENG-2", TypeError,
-                         f"JAX's jit refuses the argument {site.paths()[i]}, a value of type "
-                         f"{type(leaf).__name__} ({_short(leaf)}), which is neither an array "
-                         "nor a scalar the jit-call rules know. Mark it static with "
-                         "static_argnums/static_argnames, or convert it with jnp.asarray.",
-                         site.paths()[i]).as_jax(error, any_class=True) from None
+            if bad is None:
+                raise
+            raise _foreign_argument(site, bad).as_jax(error, any_class=True) from None
 
     def foreign_trace(self, site: Site) -> Any:
         """``.trace`` of a call with a leaf the rules do not describe: JAX's own Traced."""
+        bad = _refused_leaf(site, for_call=False)
         try:
             return self._inner.trace(*site.args, **site.kwargs)
-        except (TypeError, ValueError):
-            self.run_foreign(site)   # raises ENG-2 in JAX's class and words
-            raise
+        except (TypeError, ValueError) as error:
+            if bad is None:
+                raise
+            raise _foreign_argument(site, bad).as_jax(error, any_class=True) from None
 
     def check_donations(self, args: tuple, kwargs: dict) -> None:
         """ENG-3 and ENG-6 before every call of a function that donates, fast path included.
