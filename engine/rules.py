@@ -94,10 +94,6 @@ LEFT_TO_JAX: dict[str, str] = {
     "NS-3": "JAX's NamedSharding constructor refuses UNCONSTRAINED over a mesh without an "
             "Auto axis when the sharding is built, before jit sees it; a leaf of "
             "in_shardings/out_shardings holding UNCONSTRAINED is refused earlier, by JIT-2",
-    "NS-4": "JAX's NamedSharding constructor (_check_mesh_unreduced) refuses unreduced or "
-            "reduced axes that are not Explicit axes of the mesh, whether the user builds the "
-            "sharding or JIT-3 builds NamedSharding(context mesh, spec); JAX's ValueError "
-            "stands, without an engine rule",
     "LAY-2": "JAX's compiler decides the layouts of the results (its choice under Layout.AUTO, "
              "else the Format's layout or the default) and JAX reads them off the executable; "
              "the engine hands out_shardings' Formats to JAX unchanged",

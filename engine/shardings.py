@@ -156,7 +156,16 @@ def leaf_to_sharding(leaf: Any, context: Any, which: str) -> Any:
                              f"the PartitionSpec {leaf} names the mesh axis {name!r}, which the "
                              f"context mesh (axes {tuple(context.axis_names)}) does not have",
                              which)
-    return NamedSharding(context, leaf)
+    try:
+        return NamedSharding(context, leaf)
+    except ValueError as error:
+        # NS-4: unreduced and reduced axes are Explicit axes of the mesh (JAX's constructor
+        # says so first; its class and words lead the engine's).
+        raise reject("NS-4", ValueError,
+                     f"the PartitionSpec {leaf} marks mesh axes unreduced or reduced "
+                     f"({sorted(leaf.unreduced | leaf.reduced)}), which must be Explicit axes "
+                     f"of the context mesh (axis types {tuple(context.axis_types)})",
+                     which).as_jax(error) from None
 
 
 # --------------------------------------------------------------------------- FIT-1

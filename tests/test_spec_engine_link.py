@@ -48,6 +48,9 @@ NAMED_OTHERWISE = {
 # Spec rules the engine refuses by inline, inside another rule's function, without a
 # function or a note of their own: where.
 REFUSED_INLINE = {
+    "NS-4": "engine.shardings.leaf_to_sharding (JIT-3) refuses a PartitionSpec whose unreduced "
+            "or reduced axes are not Explicit axes of the context mesh, in the words of JAX's "
+            "NamedSharding constructor, which refuses it first",
     "NS-1": "engine.shardings.leaf_to_sharding (JIT-3) refuses a PartitionSpec that names an "
             "axis the context mesh lacks before building its NamedSharding",
     "NS-2": "engine.shardings.check_leaf (JIT-2), through _check_axes_used_once, refuses a "
