@@ -37,7 +37,7 @@ import dataclasses
 import functools
 from typing import Any, ClassVar, Iterable, Sequence
 
-from .call import Arg, Call, Verdict
+from .call import Arg, Call, Verdict, check_call
 from .equivalence import hlo_equal, jax_equivalent, placement_equivalent
 from .hlo import Replicated
 from .layouts import Layout
@@ -92,6 +92,15 @@ class CallSite:
     function: str = "f"
     wrapper: str = "w"
 
+    def __post_init__(self) -> None:
+        # A call site holds a call description (CALL-0) and names its function object and
+        # wrapper by strings (CACHE-0), so that a site that exists can be run and shown.
+        check_call(isinstance(self.call, Call), "a call site's call", "a Call", self.call)
+        for part in ("function", "wrapper"):
+            name = getattr(self, part)
+            if type(name) is not str:
+                raise reject(NotASiteName(part, name, type(name).__name__))
+
     def __repr__(self) -> str:
         return f"<{self.function} via {self.wrapper}>"
 
@@ -110,8 +119,49 @@ class BadSequence(Failure):
     problem: str
 
 
+@dataclasses.dataclass(frozen=True)
+class NotASequence(Failure):
+    rule: ClassVar[str] = "CACHE-0"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = "a call sequence must be an iterable of CallSite values, got {value!r} ({kind})"
+    value: Any
+    kind: str
+
+
+@dataclasses.dataclass(frozen=True)
+class NotACallSite(Failure):
+    rule: ClassVar[str] = "CACHE-0"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = "call {index}: expected a CallSite, got {value!r}"
+    index: int
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class NotASiteName(Failure):
+    rule: ClassVar[str] = "CACHE-0"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = "a call site's {part} must be a name (a str), got {value!r} ({kind})"
+    part: str
+    value: Any
+    kind: str
+
+
+def _read_sequence(sites: Any) -> list:
+    """The sites of a call sequence, read once (a generator is not asked twice)."""
+    if isinstance(sites, (str, bytes, bytearray, dict)) or not isinstance(sites, Iterable):
+        raise reject(NotASequence(sites, type(sites).__name__))
+    try:
+        return list(sites)
+    except Exception:  # an iterable that fails while it is read
+        raise reject(NotASequence(sites, type(sites).__name__)) from None
+
+
 @rule("CACHE-0", mirrors="(input checking of a call sequence; JAX has no such value)")
-def check_sequence(sites: Sequence[CallSite]) -> None:
+def check_sequence(sites: Sequence[CallSite]) -> list[CallSite]:
     """A call sequence holds call sites of concrete arguments, and each jit wrapper wraps one function with one set of options.
 
     >>> from shardlaw.spec import Arg, Call, JitOptions, Out
@@ -122,11 +172,18 @@ def check_sequence(sites: Sequence[CallSite]) -> None:
     Traceback (most recent call last):
     ...
     shardlaw.spec.rules.RejectionValueError: [CACHE-0]: call 1: wrapper 'w' was made with other options (call 0 went through it with JitOptions(...))
+    >>> explain_cache(7)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionTypeError: [CACHE-0]: a call sequence must be an iterable of CallSite values, got 7 (int)
+
+    The sites are returned as a list, read once.
     """
+    sites = _read_sequence(sites)
     wrappers: dict[str, tuple[int, CallSite]] = {}
     for index, site in enumerate(sites):
         if not isinstance(site, CallSite):
-            raise reject(BadSequence(index, f"expected a CallSite, got {site!r}"))
+            raise reject(NotACallSite(index, site))
         call = site.call
         if call.aot_args is not None or any(
                 isinstance(a, Arg) and a.kind == "abstract"
@@ -142,6 +199,7 @@ def check_sequence(sites: Sequence[CallSite]) -> None:
             raise reject(BadSequence(index, f"wrapper {site.wrapper!r} was made with other "
                                             f"options (call {earlier} went through it with "
                                             "JitOptions(...))"))
+    return sites
 
 
 # =========================================================================== key parts
@@ -693,9 +751,7 @@ def explain_cache(sites: Iterable[CallSite]) -> CacheTable:
 
 def _verdicts(sites: Iterable[CallSite]) -> Iterable[tuple[int, CallSite, Verdict]]:
     """Each site of a checked sequence (CACHE-0) with its index and jit's verdict."""
-    sites = list(sites)
-    check_sequence(sites)
-    for index, site in enumerate(sites):
+    for index, site in enumerate(check_sequence(sites)):
         yield index, site, jit_call(site.call)
 
 

@@ -36,7 +36,7 @@ from .assignment import (
     Source, check_has_devices, check_iota_tiles, check_tile_count, device_assignment,
     replicate_scalars, results_committed,
 )
-from .call import Arg, Call, DeviceIds, NormalCall, Verdict, flat_arguments
+from .call import Arg, Call, DeviceIds, NormalCall, Verdict, check_call, flat_arguments
 from .equivalence import hlo_equal
 from .layouts import (
     check_argument_layout, check_layout_devices, check_layout_rank, executable_input_layouts,
@@ -75,7 +75,11 @@ def jit_call(call: Call) -> Verdict:
     >>> other = Arg.committed((8,), SingleDeviceSharding(3))
     >>> print(jit_call(Call(args=(x, other), outputs=Out((8, 8)))).message)
     [DA-1] at args[1]: jit needs one device assignment for the whole program, but the argument args[0] (committed) is on devices [0, 1, 2, 3, 4, 5, 6, 7] and the argument args[1] (committed) is on devices [3] Put both on the same devices in the same order (jax.device_put), or build both shardings from one mesh.
+
+    What is not a Call describes no call, so it gets no verdict: CALL-0 refuses it.
     """
+    # The description is a Call (CALL-0) before any part of it is read
+    check_call(isinstance(call, Call), "the call jit_call is given", "a Call", call)
     with tracing() as trace, remembering():
         try:
             n = call.normal

@@ -19,7 +19,8 @@ from .hlo import (
 )
 from .iota import Iota
 from .rules import Failure, reject, require, rule
-from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
+from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding, check_part
+from .dims import LIMIT
 from .values import AxisType, DeviceList, UNCONSTRAINED, check_dims
 
 __all__ = [
@@ -215,13 +216,38 @@ def to_hlo(sharding: Any, ndim: int) -> HloSharding:
         return Replicated()
     if isinstance(sharding, GSPMDSharding):
         return sharding.hlo
-    from .shardings import NotASharding
-    raise reject(NotASharding("the sharding", "a NamedSharding, SingleDeviceSharding or "
-                                              "GSPMDSharding", sharding))
+    _check_sharding(sharding)
+    raise AssertionError("unreachable")
+
+
+# The shardings the placement queries take (VAL-8 refuses anything else).
+_SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
+
+
+def _check_sharding(sharding: Any) -> Any:
+    """The one check of a placement query's sharding argument (VAL-8), before any of its
+    attributes is read."""
+    if not isinstance(sharding, _SHARDINGS):
+        check_part(sharding, _SHARDINGS, "the sharding",
+                   "a NamedSharding, SingleDeviceSharding or GSPMDSharding")
+    return sharding
+
+
+def _check_lowered(sharding: Any, ndim: Any, lowered: Any) -> tuple[int, HloSharding]:
+    """A query's sharding, rank and HLO sharding: ``lowered`` when the caller has lowered the
+    sharding already, checked as the HLO sharding it must be (VAL-8)."""
+    ndim = _check_ndim(ndim)
+    if lowered is None:
+        return ndim, to_hlo(sharding, ndim)
+    _check_sharding(sharding)
+    check_part(lowered, HloSharding, "the lowered sharding", "an HloSharding")
+    return ndim, lowered
 
 
 def _check_ndim(ndim: Any) -> int:
-    if type(ndim) is int and ndim >= 0:
+    # A rank is a count, checked as every size is (VAL-1): an int64, so 10**20 is refused
+    # here instead of overflowing where the per-dimension answer is built.
+    if type(ndim) is int and 0 <= ndim <= LIMIT:
         return ndim
     (ndim,) = check_dims((ndim,), what="a rank")
     return ndim
@@ -273,7 +299,7 @@ def tiles_per_dimension(sharding: Any, ndim: int, *, lowered: HloSharding | None
     ((4, 1), 2)
     """
     # ``lowered``: to_hlo(sharding, ndim), when the caller has it already
-    hlo = to_hlo(sharding, ndim) if lowered is None else lowered
+    ndim, hlo = _check_lowered(sharding, ndim, lowered)
     if _acts_replicated(hlo) or isinstance(hlo, Unreduced):
         return (1,) * ndim, (num_devices(sharding) if isinstance(hlo, Replicated) else 1)
     if isinstance(hlo, Manual):
@@ -302,7 +328,7 @@ def shard_shape(sharding: Any, shape: Any, *, lowered: HloSharding | None = None
     shardlaw.spec.rules.RejectionValueError: [DIV-1]: dimension 0 of shape (7, 8) has size 7, which NamedSharding(Mesh({'x': 2, 'y': 4}), P('x', 'y')) splits 2 ways; 7 is not a multiple of 2 (ways per dimension: (2, 4)) Pad dimension 0 to a multiple of 2, or split it over fewer mesh axes.
     """
     shape = _check_shape(shape)
-    hlo = to_hlo(sharding, len(shape)) if lowered is None else lowered
+    _, hlo = _check_lowered(sharding, len(shape), lowered)
     if _acts_replicated(hlo) or isinstance(hlo, Unreduced):
         return shape
     tiles, _ = tiles_per_dimension(sharding, len(shape), lowered=hlo)
@@ -319,7 +345,7 @@ def shard_shape(sharding: Any, shape: Any, *, lowered: HloSharding | None = None
 # --------------------------------------------------------------------------- devices
 
 def _device_list(sharding: Any, question: str) -> DeviceList:
-    devices = sharding.device_list
+    devices = _check_sharding(sharding).device_list
     require(devices is not None, lambda: NoDevices(sharding, question))
     return devices
 
@@ -343,7 +369,7 @@ def num_devices(sharding: Any) -> int:
         if isinstance(hlo, Maximal):
             require(hlo.device < held, lambda: DeviceCountDisagrees(str(hlo), hlo.device + 1, held))
         return held
-    to_hlo(sharding, 0)  # rejects what is not a sharding
+    _check_sharding(sharding)
     raise AssertionError("unreachable")
 
 
@@ -362,6 +388,7 @@ def addressable_device_ids(sharding: Any, process_index: int) -> tuple[int, ...]
     (4, 5, 6, 7)
     """
     devices = _device_list(sharding, "addressability")
+    (process_index,) = check_dims((process_index,), what="a process index")
     return tuple(d.id for d in devices if d.process_index == process_index)
 
 
@@ -487,5 +514,5 @@ def is_fully_replicated(sharding: Any) -> bool:
         return True
     if isinstance(sharding, GSPMDSharding):
         return _acts_replicated(sharding.hlo)
-    to_hlo(sharding, 0)
+    _check_sharding(sharding)
     raise AssertionError("unreachable")

@@ -57,6 +57,11 @@ JAX_VERSION = "0.10.2"
 # A list of device ids longer than this is written symbolically when it is an iota.
 _LONGEST_ID_LIST = 64
 
+# The deepest a vector nests JSON arrays and objects (the stored vectors reach 13). Python's
+# JSON parser and this reader recurse once per level, so deeper input is refused (VEC-1)
+# before it is read, and a call whose vector would nest deeper is not written (VEC-2).
+MAX_DEPTH = 100
+
 SIDES = ("accept", "reject")
 
 # The rule families of the jit call, in the order jit applies them: what vectors exercise.
@@ -110,19 +115,66 @@ def json_path(path: tuple) -> str:
     for key in path:
         if isinstance(key, int):
             text += f"[{key}]"
-        elif _NAME.match(key):
+        elif isinstance(key, str) and _NAME.match(key):
             text += ("." if text else "") + key
-        else:
+        elif isinstance(key, str):
             text += f"[{json.dumps(key)}]"
+        else:  # a key of an object given as Python values, not read from JSON text
+            text += f"[{_show(key)}]"
     return text
 
 
 def _show(value: Any) -> str:
+    """The value as a message shows it: its JSON (else its repr), at most 160 characters."""
+    if _too_deep(value) is not None:
+        return f"a {type(value).__name__} nested more than {MAX_DEPTH} deep"
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
-        text = repr(value)
+        try:
+            text = repr(value)
+        except Exception as error:  # a value whose own repr fails (a 5,000-digit integer)
+            text = f"<a {type(value).__name__} whose repr() raises {type(error).__name__}>"
     return text if len(text) <= 160 else text[:150] + " ... (" + str(len(text)) + " characters)"
+
+
+def _too_deep(value: Any) -> tuple | None:
+    """The path to the first array or object of ``value`` that lies deeper than
+    :data:`MAX_DEPTH` (the outermost is at depth 1); None when there is none. Read without
+    recursion, so that a value of any depth (or one that holds itself) is answered."""
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.items()
+        elif isinstance(item, (list, tuple)):
+            children = enumerate(item)
+        else:
+            continue
+        if len(path) >= MAX_DEPTH:
+            return path
+        stack.extend((child, path + (key,)) for key, child in children)
+    return None
+
+
+# A JSON string, to the end of the text if it is not closed (skipped: brackets inside it
+# nest nothing), or a bracket.
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]')
+
+
+def _text_depth_exceeded(text: str) -> int | None:
+    """The character at which JSON ``text`` opens an array or object deeper than
+    :data:`MAX_DEPTH`; None when it does not."""
+    depth = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        token = match[0]
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return match.start()
+        elif token in "]}":
+            depth -= 1
+    return None
 
 
 @rule("VEC-1", mirrors="(input checking of a test vector; JAX has no such format)")
@@ -277,7 +329,7 @@ def _sharding_json(value: Any, path: tuple) -> Any:
     check_writable(type(value) in (str, int, bool) or (
         type(value) is float and math.isfinite(value)), path, "a leaf of a shardings tree",
         "a sharding, a PartitionSpec, a Format, a Layout, None, UNSPECIFIED, an Arg or a "
-        "string, integer, boolean or finite float", repr(value))
+        "string, integer, boolean or finite float", value)
     return {"type": "python", "value": value}
 
 
@@ -286,14 +338,23 @@ def _static_json(value: Any, path: tuple) -> Any:
     if value is None or type(value) in (str, int, bool):
         return value
     if type(value) is float:
-        check_writable(math.isfinite(value), path, "a static value", "a finite number", repr(value))
+        check_writable(math.isfinite(value), path, "a static value", "a finite number", value)
         return value
+    if type(value) in (tuple, list, dict):
+        _check_shallow(value, path)
     if type(value) in (tuple, list):
         return {type(value).__name__: [_static_json(v, path + (i,)) for i, v in enumerate(value)]}
     if type(value) is dict:
         return {"dict": {_key(k, path): _static_json(v, path + (k,)) for k, v in value.items()}}
     check_writable(False, path, "a static value", "None, a boolean, a number, a string, or a "
-                   "tuple, list or dict of these", repr(value))
+                   "tuple, list or dict of these", value)
+
+
+def _check_shallow(container: Any, path: tuple) -> None:
+    """A container is written only where the vector it is written in still reads back: its
+    path, each step of which is a level of JSON, stays within :data:`MAX_DEPTH` (VEC-2)."""
+    check_writable(len(path) < MAX_DEPTH, path, "a value",
+                   f"nested at most {MAX_DEPTH} deep (JSON arrays and objects)", container)
 
 
 def _key(key: Any, path: tuple) -> str:
@@ -304,6 +365,8 @@ def _key(key: Any, path: tuple) -> str:
 def _tree_json(tree: Any, path: tuple, leaf: Callable[[Any, tuple], Any]) -> Any:
     if tree is None:
         return None
+    if type(tree) in (tuple, list, dict):
+        _check_shallow(tree, path)
     if type(tree) in (tuple, list):
         kind = type(tree).__name__
         return {kind: [_tree_json(v, path + (kind, i), leaf) for i, v in enumerate(tree)]}
@@ -316,7 +379,7 @@ def _tree_json(tree: Any, path: tuple, leaf: Callable[[Any, tuple], Any]) -> Any
 def _input_json(value: Any, path: tuple) -> Any:
     if isinstance(value, Static):
         return {"type": "Static", "value": _static_json(value.value, path + ("value",))}
-    check_writable(isinstance(value, Arg), path, "an argument", "an Arg or a Static", repr(value))
+    check_writable(isinstance(value, Arg), path, "an argument", "an Arg or a Static", value)
     out = {"type": "Arg", "kind": value.kind, "shape": list(value.shape), "dtype": value.dtype,
            "sharding": _sharding_json(value.sharding, path + ("sharding",))}
     if value.layout is not None:  # absent: the default layout
@@ -325,7 +388,7 @@ def _input_json(value: Any, path: tuple) -> Any:
 
 
 def _out_json(value: Any, path: tuple) -> Any:
-    check_writable(isinstance(value, Out), path, "a result", "an Out", repr(value))
+    check_writable(isinstance(value, Out), path, "a result", "an Out", value)
     return {"type": "Out", "shape": list(value.shape), "dtype": value.dtype,
             "source": value.source, "mesh": None if value.mesh is None else _mesh_json(value.mesh)}
 
@@ -423,9 +486,9 @@ def dump_vector(call: Call, verdict: Verdict | None = None, *, name: str | None 
     >>> load_vector(v).call == Call(args=(Arg.numpy((4,)),), outputs=Out((4,)))
     True
     """
-    check_writable(isinstance(call, Call), (), "the call", "a Call", repr(call))
+    check_writable(isinstance(call, Call), (), "the call", "a Call", call)
     check_writable(verdict is None or isinstance(verdict, Verdict), ("expect",), "the verdict",
-                   "a Verdict or None", repr(verdict))
+                   "a Verdict or None", verdict)
     # A vector without what version 2 added stays a version-1 vector, readable by any shardlaw.
     version = VERSION if uses_version_2(call, verdict) else 1
     out: dict[str, Any] = {"format": FORMAT, "version": version, "jax": jax}
@@ -929,7 +992,7 @@ def _rule_id(value: Any, path: tuple) -> str:
     return value
 
 
-def _parse(text: str | bytes) -> Any:
+def _parse(text: str | bytes | bytearray) -> Any:
     def no_repeats(pairs: list[tuple[str, Any]]) -> dict:
         seen: dict[str, Any] = {}
         for key, value in pairs:
@@ -941,10 +1004,32 @@ def _parse(text: str | bytes) -> Any:
     def no_constant(name: str) -> Any:
         check_vector(False, (), "JSON numbers (no NaN or Infinity)", name)
 
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode(json.detect_encoding(text), "surrogatepass")
+        except UnicodeDecodeError as error:
+            check_vector(False, (), "JSON text", str(error))
+    deep = _text_depth_exceeded(text)
+    check_vector(deep is None, (), f"JSON text nested at most {MAX_DEPTH} deep",
+                 f"an array or object at depth {MAX_DEPTH + 1}, opened at character {deep}")
     try:
         return json.loads(text, object_pairs_hook=no_repeats, parse_constant=no_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         check_vector(False, (), "JSON text", str(error))
+
+
+def _document(obj_or_text: Any) -> Any:
+    """What a vector is read from: its JSON text parsed, or the JSON value as given; either
+    nested at most :data:`MAX_DEPTH` deep (VEC-1, at the path where it goes deeper)."""
+    if isinstance(obj_or_text, (str, bytes, bytearray)):
+        return _parse(obj_or_text)
+    deep = _too_deep(obj_or_text)
+    if deep is not None:
+        found: Any = obj_or_text
+        for key in deep:
+            found = found[key]
+        check_vector(False, deep, f"JSON nested at most {MAX_DEPTH} deep", found)
+    return obj_or_text
 
 
 def load_vector(obj_or_text: Any) -> Vector:
@@ -956,7 +1041,7 @@ def load_vector(obj_or_text: Any) -> Vector:
     >>> v.call.args
     (<numpy float32[8]>,)
     """
-    vector = _parse(obj_or_text) if isinstance(obj_or_text, (str, bytes)) else obj_or_text
+    vector = _document(obj_or_text)
     fields = _object(vector, (), "a vector (a JSON object)", ("format", "version", "jax", "call"),
                      ("name", "rule", "side", "description", "expect"))
     check_vector(fields["format"] == FORMAT, ("format",), f"the format name {json.dumps(FORMAT)}",
@@ -1111,7 +1196,7 @@ def dump_sequence(sites: Any, *, expect: Any = None, name: str | None = None,
     entries = []
     for i, site in enumerate(sites):
         check_writable(isinstance(site, CallSite), ("sequence", i), "a call site",
-                       "a CallSite", repr(site))
+                       "a CallSite", site)
         entries.append({"function": site.function, "wrapper": site.wrapper,
                         "call": _call_json(site.call)})
     out["sequence"] = entries
@@ -1133,7 +1218,7 @@ def load_sequence(obj_or_text: Any) -> SequenceVector:
     """The :class:`SequenceVector` a JSON object (or its text) describes; VEC-1 when malformed."""
     from .cache import LEVELS, CallSite
 
-    vector = _parse(obj_or_text) if isinstance(obj_or_text, (str, bytes)) else obj_or_text
+    vector = _document(obj_or_text)
     fields = _object(vector, (), "a sequence vector (a JSON object)",
                      ("format", "version", "jax", "sequence"),
                      ("name", "description", "expect_cache"))
@@ -1189,7 +1274,7 @@ def cache_differences(vector: SequenceVector, rows: Any) -> list[str]:
 
 def load_any(obj_or_text: Any) -> Vector | SequenceVector:
     """A call vector or a sequence vector, by its ``format``."""
-    vector = _parse(obj_or_text) if isinstance(obj_or_text, (str, bytes)) else obj_or_text
+    vector = _document(obj_or_text)
     if isinstance(vector, dict) and vector.get("format") == SEQUENCE_FORMAT:
         return load_sequence(vector)
     return load_vector(vector)

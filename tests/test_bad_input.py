@@ -266,30 +266,27 @@ _ELSEWHERE = [
      "spec/equivalence.py: hlo_equal reads .num_devices of anything; refuse non-HloSharding "
      "with VAL-8"),
     ("addressable_device_ids of a non-sharding (AttributeError)",
-     lambda: __import__("shardlaw.spec", fromlist=["x"]).addressable_device_ids(3, 0),
-     "spec/placement.py: _device_list reads .device_list of anything; refuse with VAL-8"),
+     lambda: __import__("shardlaw.spec", fromlist=["x"]).addressable_device_ids(3, 0), None),
     ("placement_equivalent of a non-sharding (AttributeError)",
      lambda: __import__("shardlaw.spec", fromlist=["x"]).placement_equivalent(3, _SHARDING, (2,)),
-     "spec/placement.py / equivalence.py: no sharding check before .device_list"),
-    ("jit_call of a non-Call (AttributeError)", lambda: jit_call(3),
-     "spec/jit.py: jit_call reads .options of anything; refuse with CALL-0"),
+     None),
+    ("jit_call of a non-Call (AttributeError)", lambda: jit_call(3), None),
     ("replication_factor with ndim 10**20 (OverflowError)",
      lambda: __import__("shardlaw.spec", fromlist=["x"]).replication_factor(_SHARDING, 10**20),
-     "spec/placement.py: tiles_per_dimension builds (1,) * ndim unchecked; check ndim "
-     "with check_dims"),
+     None),
     ("load_vector of 5,000-deep JSON (RecursionError)",
      lambda: __import__("shardlaw.spec", fromlist=["x"]).load_vector("[" * 5000 + "]" * 5000),
-     "spec/vectors.py: json.loads RecursionError escapes; refuse with VEC-1"),
+     None),
     ("explain_cache of an integer (TypeError)",
-     lambda: __import__("shardlaw.spec", fromlist=["x"]).explain_cache(7),
-     "spec/cache.py: _verdicts iterates its argument unchecked; refuse with CACHE-0"),
+     lambda: __import__("shardlaw.spec", fromlist=["x"]).explain_cache(7), None),
 ]
 
 
 @pytest.mark.parametrize("description, build, root", _ELSEWHERE,
                          ids=[e[0] for e in _ELSEWHERE])
 def test_hostile_input_rooted_elsewhere(description, build, root, request):
-    request.applymarker(pytest.mark.xfail(strict=True, reason=f"open, root in {root}"))
+    if root is not None:  # None: fixed at its root (its rule: tests/test_bad_input_roots.py)
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"open, root in {root}"))
     try:
         build()
     except Rejection:
