@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import operator
 import re
 from typing import Any, ClassVar, Iterable, Union
 
@@ -152,6 +153,9 @@ class Tiled(HloSharding):
                  subgroups: tuple[SubgroupType, ...] = ()) -> None:
         dims = check_dims(dims, what="tile assignment dimensions")
         check_count(dims, "tile assignment dimensions")
+        # HLO-1: a tile assignment cuts every dimension into at least one tile.
+        require(len(dims) > 0 and all(d >= 1 for d in dims), lambda: BadTileAssignment(
+            dims, "every tile assignment dimension is at least 1"))
         if not isinstance(assignment, Iota):
             assignment = check_dims(assignment, what="tile assignment entries")
         subgroups = _subgroup_kinds(subgroups, dims)
@@ -250,14 +254,25 @@ def _subgroup_kinds(subgroups: Any, dims: tuple[int, ...]) -> tuple[SubgroupType
         if isinstance(s, SubgroupType):
             kinds.append(s)
             continue
-        known = is_int(s) and not isinstance(s, enum.Enum) and \
-            int(s) in SubgroupType._value2member_map_  # type: ignore[attr-defined]
-        require(known, lambda s=s: BadTileAssignment(
-            dims, f"a subgroup kind is one of {[k.name for k in SubgroupType]}, got {_cut(s)}"))
-        kinds.append(SubgroupType(int(s)))
+        number = _number(s)
+        require(number in SubgroupType._value2member_map_,  # type: ignore[attr-defined]
+                lambda s=s: BadTileAssignment(dims, f"a subgroup kind is one of "
+                                                    f"{[k.name for k in SubgroupType]}, "
+                                                    f"got {_cut(s)}"))
+        kinds.append(SubgroupType(number))
     require(len(kinds) <= len(dims), lambda: BadTileAssignment(
         dims, f"{len(kinds)} subgroups for {len(dims)} dims"))
     return tuple(kinds)
+
+
+def _number(value: Any) -> int | None:
+    """The integer ``value`` stands for (None: not an integer, or one that fails to say)."""
+    if not is_int(value) or isinstance(value, enum.Enum):
+        return None
+    try:
+        return operator.index(value)
+    except Exception:  # a type that claims to be an integer but is not one
+        return None
 
 
 def _cut(value: Any) -> str:

@@ -20,7 +20,7 @@ from .dims import (  # noqa: F401
     LIMIT, NegativeSize, NotAnInteger, TooLarge, check_count, check_dims, check_perm, is_int,
 )
 from .iota import Iota
-from .rules import Failure, reject, require, rule
+from .rules import Failure, Rejection, reject, require, rule
 
 __all__ = [
     "Device", "DeviceList", "AxisType", "Mesh", "AbstractMesh", "PartitionSpec", "P",
@@ -639,13 +639,17 @@ def _axis_set(value: Any, kind: str) -> frozenset[str]:
     """VAL-6 for ``unreduced=`` / ``reduced=``: an iterable of axis names (not one bare name)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise reject(BadReductionAxes(kind, value))
+    names = set()
     try:
-        names = frozenset(value)
-    except Exception:  # unhashable entries, or an iterable that fails while it is read
+        # One entry at a time: a long iterable of non-names is refused at its first entry.
+        for name in value:
+            require(isinstance(name, str) and name != "", lambda: BadReductionAxes(kind, value))
+            names.add(name)
+    except Exception as error:  # an iterable that fails while it is read
+        if isinstance(error, Rejection):
+            raise
         raise reject(BadReductionAxes(kind, value)) from None
-    for name in names:
-        require(isinstance(name, str) and name != "", lambda: BadReductionAxes(kind, value))
-    return names
+    return frozenset(names)
 
 
 @dataclasses.dataclass(frozen=True, init=False)

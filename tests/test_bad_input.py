@@ -122,6 +122,13 @@ def test_layouts_are_orders_and_formats_pair_a_layout_with_a_sharding(order, lay
 # One pinned test per class of hostile input the fuzz campaign found
 # (shardlaw.properties.fuzz); each was a bare exception, a hang or a wrong acceptance.
 
+class _BadIndex:
+    """An integer-like value whose ``__index__`` raises."""
+
+    def __index__(self):
+        raise ValueError("no index")
+
+
 def _deep(depth: int, kind=list):
     value = 2
     for _ in range(depth):
@@ -173,6 +180,11 @@ HOSTILE = [
     ("hlo_text of a deep list", lambda: hlo_text(_deep(2000)), "HLO-2", "nested deeper"),
     ("a device list of 2**20 devices as iota dims (a 10 s hang: read whole first)",
      lambda: Iota(DeviceList(Iota((1 << 20,)))), "VAL-1", "Device(0)"),
+    ("a device list of 2**20 devices as reduced axes (a 10 s hang)",
+     lambda: P(reduced=DeviceList(Iota((1024, 1024), (1, 0)))), "VAL-6", "reduced axes"),
+    ("a subgroup kind whose __index__ raises (ValueError)",
+     lambda: tiled((2, 2), Iota.range(4), (_BadIndex(),)), "HLO-1", "subgroup kind"),
+    ("a Tiled of tile dims 0", lambda: Tiled((0, 9), (5, 5)), "HLO-1", "at least 1"),
     ("2**61 tiles for 4 entries (MemoryError building 0..n-1)",
      lambda: tiled((2**61,), (1, 0, 3, 2)), "HLO-1", "got 4 entries"),
 ]
