@@ -127,7 +127,7 @@ def json_path(path: tuple) -> str:
 def _show(value: Any) -> str:
     """The value as a message shows it: its JSON (else its repr), at most 160 characters."""
     if _too_deep(value) is not None:
-        return f"a {type(value).__name__} nested more than {MAX_DEPTH} deep"
+        return f"a {type(value).__name__} that nests too deep (more than {MAX_DEPTH} levels)"
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
@@ -1011,7 +1011,8 @@ def _parse(text: str | bytes | bytearray) -> Any:
             check_vector(False, (), "JSON text", str(error))
     deep = _text_depth_exceeded(text)
     check_vector(deep is None, (), f"JSON text nested at most {MAX_DEPTH} deep",
-                 f"an array or object at depth {MAX_DEPTH + 1}, opened at character {deep}")
+                 f"text that nests too deep: an array or object at depth {MAX_DEPTH + 1}, "
+                 f"opened at character {deep}")
     try:
         return json.loads(text, object_pairs_hook=no_repeats, parse_constant=no_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

@@ -178,7 +178,7 @@ def test_deep_json_text_is_refused_before_it_is_parsed(read, text):
     """json.loads raised RecursionError (it escaped load_vector); now VEC-1 names the depth."""
     message = _refused(lambda: read(text), "VEC-1",
                        f"JSON text nested at most {MAX_DEPTH} deep", ValueError)
-    assert f"at depth {MAX_DEPTH + 1}" in message
+    assert f"text that nests too deep: an array or object at depth {MAX_DEPTH + 1}" in message
     _refused(lambda: read(text.encode()), "VEC-1", f"at depth {MAX_DEPTH + 1}", ValueError)
 
 
@@ -198,7 +198,7 @@ def test_a_deep_json_value_is_refused_at_its_path(read):
     message = _refused(lambda: read(_deep(999)), "VEC-1",
                        f"JSON nested at most {MAX_DEPTH} deep", ValueError)
     assert f"at {'[0]' * MAX_DEPTH}:" in message
-    assert f"a list nested more than {MAX_DEPTH} deep" in message
+    assert f"a list that nests too deep (more than {MAX_DEPTH} levels)" in message
     inner = {"format": "shardlaw-jit-call", "call": {"args": _deep(150)}}
     message = _refused(lambda: read(inner), "VEC-1", "at call.args[0][0]", ValueError)
     cycle: list = []
@@ -230,7 +230,8 @@ def test_a_call_nested_past_the_depth_is_not_written():
 def test_dump_vector_shows_what_is_not_a_call_bounded():
     """dump_vector of a 3,000-deep list: RecursionError in repr() of its argument."""
     _refused(lambda: dump_vector(_deep(3000)), "VEC-2",
-             f"it must be a Call, got a list nested more than {MAX_DEPTH} deep", TypeError)
+             f"it must be a Call, got a list that nests too deep (more than {MAX_DEPTH} "
+             "levels)", TypeError)
     _refused(lambda: dump_vector(CALL, _deep(3000)), "VEC-2", "it must be a Verdict or None",
              TypeError)
 
