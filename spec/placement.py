@@ -19,7 +19,7 @@ from .hlo import (
 )
 from .iota import Iota
 from .rules import Failure, reject, require, rule
-from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding, check_part
+from .shardings import GSPMDSharding, NamedSharding, NotASharding, SingleDeviceSharding
 from .dims import LIMIT
 from .values import AxisType, DeviceList, UNCONSTRAINED, check_dims
 
@@ -225,22 +225,23 @@ _SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
 
 def _check_sharding(sharding: Any) -> Any:
-    """The one check of a placement query's sharding argument (VAL-8), before any of its
-    attributes is read."""
+    """The one check of a placement query's sharding argument, before any of its attributes
+    is read: the query refuses what is not a sharding, citing VAL-8."""
     if not isinstance(sharding, _SHARDINGS):
-        check_part(sharding, _SHARDINGS, "the sharding",
-                   "a NamedSharding, SingleDeviceSharding or GSPMDSharding")
+        raise reject(NotASharding("the sharding", "a NamedSharding, SingleDeviceSharding or "
+                                                  "GSPMDSharding", sharding))
     return sharding
 
 
 def _check_lowered(sharding: Any, ndim: Any, lowered: Any) -> tuple[int, HloSharding]:
-    """A query's sharding, rank and HLO sharding: ``lowered`` when the caller has lowered the
-    sharding already, checked as the HLO sharding it must be (VAL-8)."""
+    """A query's rank and HLO sharding: ``lowered`` when the caller has lowered the sharding
+    already, checked (as the sharding is) as the HLO sharding it must be, citing VAL-8."""
     ndim = _check_ndim(ndim)
     if lowered is None:
         return ndim, to_hlo(sharding, ndim)
     _check_sharding(sharding)
-    check_part(lowered, HloSharding, "the lowered sharding", "an HloSharding")
+    if not isinstance(lowered, HloSharding):
+        raise reject(NotASharding("the lowered sharding", "an HloSharding", lowered))
     return ndim, lowered
 
 
