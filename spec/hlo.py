@@ -476,45 +476,31 @@ def parse_hlo(text: str) -> HloSharding:
         return simple[body]()
     m = _MAXIMAL.match(body)
     if m:
-        device = int(m["device"])
-        require(device <= LIMIT, lambda: MalformedHlo(text, "the device position is above "
-                                                            "2**63 - 1"))
-        return Maximal(device)
+        return _parse_maximal(text, m)
     m = _TILED.match(body)
     require(m is not None, lambda: MalformedHlo(text, "expected {replicated}, {manual}, "
                                                       "{unreduced}, {maximal device=N} or "
                                                       "{devices=[..]..}"))
     assert m is not None
+    return _parse_tiled(text, m)
+
+
+def _parse_maximal(text: str, m: re.Match[str]) -> Maximal:
+    device = int(m["device"])
+    require(device <= LIMIT, lambda: MalformedHlo(text, "the device position is above "
+                                                        "2**63 - 1"))
+    return Maximal(device)
+
+
+def _parse_tiled(text: str, m: re.Match[str]) -> HloSharding:
+    """``{devices=[..]..}``: tile dims, a device list or an iota, and subgroup kinds."""
     dims = _ints(m["dims"])
     require(all(1 <= d <= LIMIT for d in dims) and math.prod(dims) <= LIMIT,
             lambda: MalformedHlo(text, "tile dimensions are between 1 and 2**63 - 1, and so is "
                                        "their product"))
-    if m["list"] is not None:
-        assignment: Any = _ints(m["list"])
-        require(len(assignment) == math.prod(dims), lambda: MalformedHlo(
-            text, f"tile dims {list(dims)} need {math.prod(dims)} devices, "
-                  f"the list has {len(assignment)}"))
-    else:
-        reshape = _ints(m["reshape"])
-        require(all(d <= LIMIT for d in reshape), lambda: MalformedHlo(
-            text, "iota reshape dims are at most 2**63 - 1"))
-        require(math.prod(reshape) == math.prod(dims), lambda: MalformedHlo(
-            text, f"iota <=[{m['reshape']}] has {math.prod(reshape)} devices, "
-                  f"tile dims {list(dims)} need {math.prod(dims)}"))
-        perm = _ints(m["perm"]) if m["perm"] else tuple(range(len(reshape)))
-        require(sorted(perm) == list(range(len(reshape))), lambda: MalformedHlo(
-            text, f"T({m['perm']}) is not a permutation of the {len(reshape)} reshape dims"))
-        assignment = Iota(reshape, perm)
-    kinds: tuple[SubgroupType, ...] = ()
-    if m["last"] and "replicate" in m["last"] and m["kinds"] is None:
-        kinds = (SubgroupType.REPLICATED,)
-    elif m["kinds"]:
-        names = [n.strip() for n in m["kinds"].split(",")]
-        known = {s.word: s for s in SubgroupType}
-        for name in names:
-            require(name in known, lambda name=name: MalformedHlo(
-                text, f"unknown subgroup kind {name!r} (known: {sorted(known)})"))
-        kinds = tuple(known[n] for n in names)
+    assignment: Assignment = (_parse_device_list(text, m, dims) if m["list"] is not None
+                              else _parse_iota(text, m, dims))
+    kinds = _parse_subgroup_kinds(text, m)
     require(len(kinds) <= len(dims), lambda: MalformedHlo(
         text, "there are more subgroup kinds than tile dimensions"))
     require(len(dims) > 0, lambda: MalformedHlo(text, "a tile assignment has at least one dimension"))
@@ -524,3 +510,38 @@ def parse_hlo(text: str) -> HloSharding:
         require(sorted(assignment) == list(range(len(assignment))), lambda: MalformedHlo(
             text, f"the device list must hold each of 0..{len(assignment) - 1} once"))
     return canonical_tiled(dims, assignment, kinds)
+
+
+def _parse_device_list(text: str, m: re.Match[str], dims: tuple[int, ...]) -> tuple[int, ...]:
+    devices = _ints(m["list"])
+    require(len(devices) == math.prod(dims), lambda: MalformedHlo(
+        text, f"tile dims {list(dims)} need {math.prod(dims)} devices, "
+              f"the list has {len(devices)}"))
+    return devices
+
+
+def _parse_iota(text: str, m: re.Match[str], dims: tuple[int, ...]) -> Iota:
+    reshape = _ints(m["reshape"])
+    require(all(d <= LIMIT for d in reshape), lambda: MalformedHlo(
+        text, "iota reshape dims are at most 2**63 - 1"))
+    require(math.prod(reshape) == math.prod(dims), lambda: MalformedHlo(
+        text, f"iota <=[{m['reshape']}] has {math.prod(reshape)} devices, "
+              f"tile dims {list(dims)} need {math.prod(dims)}"))
+    perm = _ints(m["perm"]) if m["perm"] else tuple(range(len(reshape)))
+    require(sorted(perm) == list(range(len(reshape))), lambda: MalformedHlo(
+        text, f"T({m['perm']}) is not a permutation of the {len(reshape)} reshape dims"))
+    return Iota(reshape, perm)
+
+
+def _parse_subgroup_kinds(text: str, m: re.Match[str]) -> tuple[SubgroupType, ...]:
+    # last_tile_dim_replicate is the short form of last_tile_dims={replicated}.
+    if m["last"] and "replicate" in m["last"] and m["kinds"] is None:
+        return (SubgroupType.REPLICATED,)
+    if not m["kinds"]:
+        return ()
+    names = [n.strip() for n in m["kinds"].split(",")]
+    known = {s.word: s for s in SubgroupType}
+    for name in names:
+        require(name in known, lambda name=name: MalformedHlo(
+            text, f"unknown subgroup kind {name!r} (known: {sorted(known)})"))
+    return tuple(known[n] for n in names)

@@ -774,60 +774,91 @@ def _table_solver(a: _Placement, b: _Placement, shape: tuple[int, ...] | None, r
     clock.check("reading the second sharding's tile table")
     tiles_b = _tile_table(b, _positions_in_b(position, n))
     clock.check("writing the table instances")
-    block = max(1, math.isqrt(n))
-    sort = f"(_ BitVec {width})"
-    hex_digits = width // 4
-    known = {str(v): v for v in shapes.variables}
-    known["block"] = z3.BitVec("block", width)
-    known["position"] = z3.BitVec("position", width)
-    prelude = (f"(define-fun differs ((tile_a {sort}) (tile_b {sort})) Bool "
-               f"{z3.simplify(differs, mul2concat=True).sexpr()})")
+    text = _TableText(differs, tiles_a, tiles_b, width, shapes.variables)
+    pieces = _table_pieces(text, clock)
+    solver = z3.SolverFor("QF_BV")
+    solver.add(*enc.constraints)
+    solver.add(z3.Or(pieces))
 
-    def literal(value: int) -> str:
-        return f"#x{value:0{hex_digits}x}"
+    def witness(model: Any) -> tuple[int, tuple[int, ...]] | None:
+        return _position_in_block(model, text, shape, shapes, enc, clock)
 
-    def instances(first: int, last: int, guarded: bool) -> str:
+    return solver, witness
+
+
+class _TableText:
+    """The ground instances of a table as SMT-LIB text, a block of positions to a term
+    guarded by the block's number (the number is all a first solution names)."""
+
+    def __init__(self, differs: Any, tiles_a: list[int], tiles_b: list[int], width: int,
+                 shape_variables: list[Any]) -> None:
+        self.tiles_a, self.tiles_b = tiles_a, tiles_b
+        self.n = len(tiles_a)
+        self.block = max(1, math.isqrt(self.n))
+        self.count = -(-self.n // self.block)
+        self.hex_digits = width // 4
+        sort = f"(_ BitVec {width})"
+        self.known = {str(v): v for v in shape_variables}
+        self.known["block"] = z3.BitVec("block", width)
+        self.known["position"] = z3.BitVec("position", width)
+        # Declared once as a function, so each instance is a short call, not the whole box
+        # comparison written out again.
+        self.prelude = (f"(define-fun differs ((tile_a {sort}) (tile_b {sort})) Bool "
+                        f"{z3.simplify(differs, mul2concat=True).sexpr()})")
+
+    def literal(self, value: int) -> str:
+        return f"#x{value:0{self.hex_digits}x}"
+
+    def instances(self, first: int, last: int, guarded: bool) -> str:
+        """Positions ``first`` to ``last - 1``; ``guarded`` ties each to its ``position``,
+        for the second formula that names the device."""
+        literal, tiles_a, tiles_b = self.literal, self.tiles_a, self.tiles_b
         if guarded:
             return "".join(f" (and (= position {literal(i)}) (differs {literal(tiles_a[i])} "
                            f"{literal(tiles_b[i])}))" for i in range(first, last))
         return "".join(f" (differs {literal(tiles_a[i])} {literal(tiles_b[i])})"
                        for i in range(first, last))
 
-    def blocks(first_block: int, last_block: int) -> str:
+    def blocks(self, first_block: int, last_block: int) -> str:
+        size = self.block
         return "".join(
-            f" (and (= block {literal(k)}) "
-            f"(or false{instances(k * block, min((k + 1) * block, n), False)}))"
-            for k in range(first_block, min(last_block, count)))
+            f" (and (= block {self.literal(k)}) "
+            f"(or false{self.instances(k * size, min((k + 1) * size, self.n), False)}))"
+            for k in range(first_block, min(last_block, self.count)))
 
-    # The blocks are written and parsed a piece at a time, the clock read between pieces.
-    count = -(-n // block)
-    step = max(1, TABLE_PIECE // block)
+    def parse(self, disjuncts: str) -> Any:
+        return z3.parse_smt2_string(f"{self.prelude}(assert (or false{disjuncts}))",
+                                    decls=self.known)
+
+
+def _table_pieces(text: _TableText, clock: _Clock) -> list[Any]:
+    """The blocks' terms, for a solver to take as one disjunction."""
+    # Written and parsed a piece at a time, so that the clock is read between pieces.
+    step = max(1, TABLE_PIECE // text.block)
     pieces = []
     since = time.perf_counter()
-    for done, first_block in enumerate(range(0, count, step)):
-        clock.pace("writing the table instances", done, -(-count // step), since)
-        text = f"{prelude}(assert (or false{blocks(first_block, first_block + step)}))"
-        pieces.extend(z3.parse_smt2_string(text, decls=known))
-    solver = z3.SolverFor("QF_BV")
-    solver.add(*enc.constraints)
-    solver.add(z3.Or(pieces))
+    for done, first_block in enumerate(range(0, text.count, step)):
+        clock.pace("writing the table instances", done, -(-text.count // step), since)
+        pieces.extend(text.parse(text.blocks(first_block, first_block + step)))
+    return pieces
 
-    def witness(model: Any) -> tuple[int, tuple[int, ...]] | None:
-        found = shape if shape is not None else tuple(
-            model.eval(v, model_completion=True).as_long() for v in shapes.variables)
-        first = model.eval(known["block"], model_completion=True).as_long() * block
-        inner = z3.SolverFor("QF_BV")
-        inner.add(*enc.constraints, *[v == arithmetic.const(k)
-                                      for v, k in zip(shapes.variables, found)])
-        inner.add(z3.parse_smt2_string(
-            f"{prelude}(assert (or false{instances(first, min(first + block, n), True)}))",
-            decls=known))
-        result, _, _ = _check(inner, max(0.001, clock.left()))
-        if result != z3.sat:
-            return None
-        return inner.model().eval(known["position"], model_completion=True).as_long(), found
 
-    return solver, witness
+def _position_in_block(model: Any, text: _TableText, shape: tuple[int, ...] | None,
+                       shapes: _Shapes, enc: _Encoder, clock: _Clock
+                       ) -> tuple[int, tuple[int, ...]] | None:
+    """The position, in the block a solution names, where the placements differ for the
+    shape the solution found; None when the second look finds none."""
+    found = shape if shape is not None else tuple(
+        model.eval(v, model_completion=True).as_long() for v in shapes.variables)
+    first = model.eval(text.known["block"], model_completion=True).as_long() * text.block
+    inner = z3.SolverFor("QF_BV")
+    inner.add(*enc.constraints, *[v == enc.arithmetic.const(k)
+                                  for v, k in zip(shapes.variables, found)])
+    inner.add(text.parse(text.instances(first, min(first + text.block, text.n), True)))
+    result, _, _ = _check(inner, max(0.001, clock.left()))
+    if result != z3.sat:
+        return None
+    return inner.model().eval(text.known["position"], model_completion=True).as_long(), found
 
 
 def _positions_in_b(position: tuple[str, Any], n: int) -> list[int]:
@@ -999,10 +1030,13 @@ def prove_equivalent(a: Any, b: Any, shape: Any = None, *, rank: Any = None,
 def prove_for_every_shape(a: Any, b: Any, *, rank: Any, max_dim: Any,
                           timeout_s: float = DEFAULT_TIMEOUT_S,
                           encoding: str = "digits") -> Answer:
-    """Two shardings place alike every value of a rank whose dimensions are at most ``max_dim`` and divide evenly under both exactly when a solver proves that no such shape and device make them differ; otherwise it names the shape and the device.
+    """Two shardings place alike every value of a given rank exactly when a solver proves that no shape in scope and no device make them differ.
 
-    Shapes that one of the shardings does not divide (DIV-1) are out of scope, not
-    counterexamples; zero-size dimensions are in scope (they divide everything).
+    (C1) A shape is in scope when it has ``rank`` dimensions, each from 0 to ``max_dim``,
+    that both shardings divide evenly (DIV-1); a zero-size dimension divides everything.
+    (C2) A shape out of scope is never a counterexample, however the two place it.
+    (C3) Where they differ, the answer names a shape in scope and a device, with the
+    device's box under each sharding (None under one that does not span it).
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> flat = Mesh.iota((8,), ("z",))
