@@ -1000,10 +1000,10 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     (C5) The layouts are the same: those jit's options give, and the committed arguments'
     own.
 
-    >>> from shardlaw.spec import Arg, Call, Mesh, NamedSharding, Out, P, jit_call
+    >>> from shardlaw.spec import Arg, AxisType, Call, Layout, Mesh, NamedSharding, Out, P, jit_call
     >>> m, renamed = Mesh.iota((2, 4), ("x", "y")), Mesh.iota((2, 4), ("a", "b"))
-    >>> def site(sharding):
-    ...     call = Call(args=(Arg.committed((8, 8), sharding),), outputs=Out((8, 8)))
+    >>> def site(sharding, layout=None):
+    ...     call = Call(args=(Arg.committed((8, 8), sharding, layout=layout),), outputs=Out((8, 8)))
     ...     return CallSite(call), jit_call(call)
     >>> policy_key(*site(NamedSharding(m, P("x")))) == policy_key(
     ...     *site(NamedSharding(renamed, P("a", None))))
@@ -1013,7 +1013,6 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     (``jax.typeof(x).sharding``): the same placement written over renamed Explicit axes is
     another program, and another class.
 
-    >>> from shardlaw.spec import AxisType
     >>> explicit = (AxisType.Explicit, AxisType.Explicit)
     >>> e = Mesh.iota((2, 4), ("x", "y"), axis_types=explicit)
     >>> e_renamed = Mesh.iota((2, 4), ("a", "b"), axis_types=explicit)
@@ -1024,14 +1023,10 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     A committed argument in another layout is compiled for on its own (LAY-3), and so is
     a layout jit's options give.
 
-    >>> from shardlaw.spec import Layout
-    >>> def laid(layout):
-    ...     call = Call(args=(Arg.committed((8, 8), NamedSharding(m, P("x")), layout=layout),),
-    ...                 outputs=Out((8, 8)))
-    ...     return CallSite(call), jit_call(call)
-    >>> policy_key(*laid(None)) == policy_key(*laid(Layout((0, 1))))
+    >>> s = NamedSharding(m, P("x"))
+    >>> policy_key(*site(s)) == policy_key(*site(s, Layout((0, 1))))
     True
-    >>> policy_key(*laid(None)) == policy_key(*laid(Layout((1, 0))))
+    >>> policy_key(*site(s)) == policy_key(*site(s, Layout((1, 0))))
     False
     """
     facts = site.facts
