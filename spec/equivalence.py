@@ -25,8 +25,8 @@ from .placement import (
     _acts_replicated, _check_shape, _device_list, _layout, check_places, devices_indices_map,
     num_devices, to_hlo,
 )
-from .rules import rule
-from .shardings import NamedSharding, SingleDeviceSharding
+from .rules import reject, rule
+from .shardings import NamedSharding, NotASharding, SingleDeviceSharding
 from .values import AbstractMesh
 
 __all__ = ["hlo_equal", "jax_equivalent", "placement_equivalent", "blocks_equivalent"]
@@ -44,6 +44,10 @@ def hlo_equal(a: HloSharding, b: HloSharding) -> bool:
     >>> hlo_equal(parse_hlo("{devices=[2,2]<=[4]}"), parse_hlo("{devices=[2,2]<=[2,2]T(1,0)}"))
     False
     """
+    # Both are HLO shardings (VAL-8): the comparison reads their device counts and tiles
+    for which, value in (("the first HLO sharding", a), ("the second HLO sharding", b)):
+        if not isinstance(value, HloSharding):
+            raise reject(NotASharding(which, "an HloSharding", value))
     if a is b:
         return True
     if _acts_replicated(a) and _acts_replicated(b):

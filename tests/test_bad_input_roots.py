@@ -240,3 +240,13 @@ def _nest(leaf, depth: int):
     for _ in range(depth):
         leaf = (leaf,)
     return leaf
+
+
+def test_hlo_equal_refuses_what_is_not_an_hlo_sharding():
+    from shardlaw.spec import hlo_equal
+    from shardlaw.spec.hlo import parse_hlo
+    from shardlaw.spec.rules import Rejection
+    for a, b in ((parse_hlo("{replicated}"), 3), (0.001, "x"), (None, parse_hlo("{replicated}"))):
+        with pytest.raises(Rejection) as caught:
+            hlo_equal(a, b)
+        assert caught.value.failure.rule == "VAL-8" and "an HloSharding" in str(caught.value)
