@@ -75,7 +75,7 @@ def check_aot_types(compiled: Sequence[tuple[str, Arg]], called: Sequence[Arg]) 
     >>> check_aot_types([("args[0]", Arg.numpy((4,)))], [Arg.numpy((4,), "int32")])
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionTypeError: [AOT-2] at args[0]: 1 argument(s) differ from the types the executable was compiled for; they are: args[0] compiled for float32[4], called with int32[4] Lower and compile again for the new types, or cast the arguments.
+    shardlaw.spec.rules.RejectionTypeError: [AOT-2] at args[0]: 1 argument(s) differ from the types the executable was compiled for; they are: args[0] compiled for float32[4], called with int32[4]. Lower and compile again for the new types, or cast the arguments.
     """
     bad = [f"{path} compiled for {a.dtype}{list(a.shape)}, called with {b.dtype}{list(b.shape)}"
            for (path, a), b in zip(compiled, called) if (a.shape, a.dtype) != (b.shape, b.dtype)]
@@ -144,13 +144,13 @@ def check_aot_shardings(expected: Sequence[tuple[str, Any]], called: Sequence[Ar
     ...                     [Arg.committed((4,), SingleDeviceSharding(0))])
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [AOT-3] at args[0]: 1 committed argument(s) are placed otherwise than the executable was compiled for; they are: args[0] passed SingleDeviceSharding(Device(0)), compiled for NamedSharding(Mesh({'x': 2}), P()) jax.device_put each one to the executable's input_shardings first, or compile again for these shardings.
+    shardlaw.spec.rules.RejectionValueError: [AOT-3] at args[0]: 1 committed argument(s) are placed otherwise than the executable was compiled for; they are: args[0] passed SingleDeviceSharding(Device(0)), compiled for NamedSharding(Mesh({'x': 2}), P()). jax.device_put each one to the executable's input_shardings first, or compile again for these shardings.
     >>> lone = SingleDeviceSharding(0)
     >>> check_aot_shardings([("args[0]", lone)], [Arg.committed((4, 4), lone)],
     ...                     layouts=[Layout((1, 0))])
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [AOT-3] at args[0]: 1 committed argument(s) are laid out otherwise than the executable was compiled for; they are: args[0] passed in the default layout (0, 1), compiled for Layout((1, 0)) jax.device_put each one to the executable's input_formats first, or compile again for these layouts.
+    shardlaw.spec.rules.RejectionValueError: [AOT-3] at args[0]: 1 committed argument(s) are laid out otherwise than the executable was compiled for; they are: args[0] passed in the default layout (0, 1), compiled for Layout((1, 0)). jax.device_put each one to the executable's input_formats first, or compile again for these layouts.
     """
     if device_or_backend:
         return

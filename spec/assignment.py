@@ -72,7 +72,7 @@ def device_assignment(sources: Sequence[Source], context: Mesh | AbstractMesh | 
     >>> device_assignment([a, b], None, 0)
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [DA-1]: jit needs one device assignment for the whole program, but the argument args[0] is on devices [0] and the argument args[1] is on devices [1] Put both on the same devices in the same order (jax.device_put), or build both shardings from one mesh.
+    shardlaw.spec.rules.RejectionValueError: [DA-1]: jit needs one device assignment for the whole program, but the argument args[0] is on devices [0] and the argument args[1] is on devices [1]. Put both on the same devices in the same order (jax.device_put), or build both shardings from one mesh.
     """
     abstract = context if isinstance(context, AbstractMesh) else None
     abstract_what = "context mesh"
@@ -180,7 +180,7 @@ def check_has_devices(assignment: DeviceList | None, context: Any) -> None:
     >>> check_has_devices(None, AbstractMesh((2,), ("x",), (AxisType.Explicit,)))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [DA-4]: every sharding of the call is over an abstract mesh (AbstractMesh({'x': 2}, types=('Explicit',))), so the call has no devices to run on Use a concrete Mesh for at least one sharding or the context mesh, or lower with jit(f).trace(...).lower(lowering_platforms=...).
+    shardlaw.spec.rules.RejectionValueError: [DA-4]: every sharding of the call is over an abstract mesh (AbstractMesh({'x': 2}, types=('Explicit',))), so the call has no devices to run on. Use a concrete Mesh for at least one sharding or the context mesh, or lower with jit(f).trace(...).lower(lowering_platforms=...).
     """
     require(assignment is not None, lambda: NoConcreteDevices(context))
 
@@ -220,7 +220,7 @@ def check_tile_count(sharding: Any) -> None:
     >>> check_tile_count(GSPMDSharding([0, 1], "{devices=[4]<=[4]}"))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionRuntimeError: [EXE-3]: the sharding GSPMDSharding({devices=[4]<=[4]}, devices=DeviceList(Iota[2])) names 4 device positions but lists 2 devices; XLA's verifier refuses the program Make the tile assignment cover exactly the GSPMDSharding's devices.
+    shardlaw.spec.rules.RejectionRuntimeError: [EXE-3]: the sharding GSPMDSharding({devices=[4]<=[4]}, devices=DeviceList(Iota[2])) names 4 device positions but lists 2 devices; XLA's verifier refuses the program. Make the tile assignment cover exactly the GSPMDSharding's devices.
     """
     if isinstance(sharding, GSPMDSharding) and isinstance(sharding.hlo, Tiled):
         named, held = sharding.hlo.num_devices, len(sharding.devices)
@@ -252,7 +252,7 @@ def check_iota_tiles(sharding: Any) -> None:
     >>> check_iota_tiles(GSPMDSharding([0, 1, 2, 3], "{devices=[4,1]1,0,2,3}"))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionTypeError: [EXE-4]: the sharding GSPMDSharding({devices=[4,1]1,0,2,3}, devices=DeviceList(Iota[4])) lists its tile assignment device by device; JAX lowers GSPMD tilings only when written as an iota order Write the tiles as an iota order (e.g. {devices=[4,1]<=[4]}), or use a NamedSharding over a Mesh in that device order.
+    shardlaw.spec.rules.RejectionTypeError: [EXE-4]: the sharding GSPMDSharding({devices=[4,1]1,0,2,3}, devices=DeviceList(Iota[4])) lists its tile assignment device by device; JAX lowers GSPMD tilings only when written as an iota order. Write the tiles as an iota order (e.g. {devices=[4,1]<=[4]}), or use a NamedSharding over a Mesh in that device order.
     """
     if isinstance(sharding, GSPMDSharding) and isinstance(sharding.hlo, Tiled):
         require(isinstance(sharding.hlo.assignment, Iota), lambda: ListedTiles(sharding))

@@ -74,7 +74,7 @@ def jit_call(call: Call) -> Verdict:
     (True, 8, (0, 1, 2, 3, 4, 5, 6, 7))
     >>> other = Arg.committed((8,), SingleDeviceSharding(3))
     >>> print(jit_call(Call(args=(x, other), outputs=Out((8, 8)))).message)
-    [DA-1] at args[1]: jit needs one device assignment for the whole program, but the argument args[0] (committed) is on devices [0, 1, 2, 3, 4, 5, 6, 7] and the argument args[1] (committed) is on devices [3] Put both on the same devices in the same order (jax.device_put), or build both shardings from one mesh.
+    [DA-1] at args[1]: jit needs one device assignment for the whole program, but the argument args[0] (committed) is on devices [0, 1, 2, 3, 4, 5, 6, 7] and the argument args[1] (committed) is on devices [3]. Put both on the same devices in the same order (jax.device_put), or build both shardings from one mesh.
 
     What is not a Call describes no call, so it gets no verdict: CALL-0 refuses it.
     """

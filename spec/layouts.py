@@ -67,7 +67,7 @@ def check_major_to_minor(order: Any) -> tuple[int, ...]:
     >>> Layout((0, 0))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [VAL-9]: a layout's major_to_minor must order the dimensions 0 .. 1, each once, got (0, 0) Write each dimension once, e.g. Layout((1, 0)) for a 2-D array.
+    shardlaw.spec.rules.RejectionValueError: [VAL-9]: a layout's major_to_minor must order the dimensions 0 .. 1, each once, got (0, 0). Write each dimension once, e.g. Layout((1, 0)) for a 2-D array.
     """
     if not isinstance(order, (tuple, list)) or not all(_is_int(d) for d in order):
         raise reject(NotALayout(order))
@@ -151,7 +151,7 @@ def check_format(layout: Any, sharding: Any) -> None:
     >>> Format(Layout((1, 0)))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [VAL-10]: a Format with the concrete layout Layout((1, 0)) needs a concrete sharding, got None Pass Format(layout, NamedSharding(mesh, spec)) or Format(layout, SingleDeviceSharding(device)).
+    shardlaw.spec.rules.RejectionValueError: [VAL-10]: a Format with the concrete layout Layout((1, 0)) needs a concrete sharding, got None. Pass Format(layout, NamedSharding(mesh, spec)) or Format(layout, SingleDeviceSharding(device)).
     >>> Format(Layout.AUTO)
     Format(Layout.AUTO, None)
     """
@@ -265,7 +265,7 @@ def check_argument_layout(arg: Any, wanted: Any) -> None:
     >>> check_argument_layout(Arg.committed((4, 4), lone), Layout((1, 0)))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [LAY-1]: in_shardings asks for Layout((1, 0)), but the committed array passed here is in the default layout (0, 1); jit does not lay out committed arrays again Lay it out first with jax.device_put(x, Format(layout, sharding)), or leave the layout out (Format(None, sharding)).
+    shardlaw.spec.rules.RejectionValueError: [LAY-1]: in_shardings asks for Layout((1, 0)), but the committed array passed here is in the default layout (0, 1); jit does not lay out committed arrays again. Lay it out first with jax.device_put(x, Format(layout, sharding)), or leave the layout out (Format(None, sharding)).
     """
     if wanted is None or arg.kind != "committed":
         return
@@ -297,7 +297,7 @@ def check_layout_devices(layout: Any, sharding: Any) -> None:
     >>> check_layout_devices(Layout((0,)), NamedSharding(AbstractMesh((2,), ("x",)), P()))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [LAY-5]: the layout Layout((0,)) comes with NamedSharding(AbstractMesh({'x': 2}), P()), a sharding over an abstract mesh; jit needs devices to lay a value out Give the Format a sharding over a concrete Mesh, or leave the layout to the compiler (Layout.AUTO).
+    shardlaw.spec.rules.RejectionValueError: [LAY-5]: the layout Layout((0,)) comes with NamedSharding(AbstractMesh({'x': 2}), P()), a sharding over an abstract mesh; jit needs devices to lay a value out. Give the Format a sharding over a concrete Mesh, or leave the layout to the compiler (Layout.AUTO).
     """
     if isinstance(layout, Layout) and isinstance(sharding, NamedSharding):
         require(sharding.is_concrete, lambda: LayoutWithoutDevices(layout, sharding))

@@ -59,7 +59,7 @@ def match_in_shardings(in_shardings: Any, positional: Node) -> list[Any]:
     >>> match_in_shardings((P("x"), P()), structure(((1, 2),)))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [TREE-1]: in_shardings must be a tree prefix of the positional arguments: it is a tuple of length 2 for 1 positional argument(s) It looks like in_shardings should be wrapped in a singleton tuple: ((P('x'), P()),).
+    shardlaw.spec.rules.RejectionValueError: [TREE-1]: in_shardings must be a tree prefix of the positional arguments: it is a tuple of length 2 for 1 positional argument(s). It looks like in_shardings should be wrapped in a singleton tuple: ((P('x'), P()),).
 
     An empty container that does not match fails JAX's internal assertion (AssertionError):
 
@@ -152,7 +152,7 @@ def check_fits(sharding: Any, shape: tuple[int, ...], path: str) -> None:
     >>> check_fits(NamedSharding(Mesh.iota((4,), ("x",)), P("x")), (6,), "args[0]")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [FIT-1] at args[0]: a value of shape (6,) does not fit its sharding: [DIV-1]: dimension 0 of shape (6,) has size 6, which NamedSharding(Mesh({'x': 4}), P('x')) splits 4 ways; 6 is not a multiple of 4 (ways per dimension: (4,)) Pad dimension 0 to a multiple of 4, or split it over fewer mesh axes.
+    shardlaw.spec.rules.RejectionValueError: [FIT-1] at args[0]: a value of shape (6,) does not fit its sharding: [DIV-1]: dimension 0 of shape (6,) has size 6, which NamedSharding(Mesh({'x': 4}), P('x')) splits 4 ways; 6 is not a multiple of 4 (ways per dimension: (4,)). Pad dimension 0 to a multiple of 4, or split it over fewer mesh axes.
     """
     if sharding is UNSPECIFIED:
         return

@@ -46,7 +46,7 @@ def check_device_options(options: JitOptions) -> None:
     >>> check_device_options(JitOptions(device=1, in_shardings=P()))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [JIT-1]: jit was given device=1 and in_shardings; in_shardings must then be left out Drop device=/backend= (deprecated) and place the inputs with jax.device_put, or pass shardings instead.
+    shardlaw.spec.rules.RejectionValueError: [JIT-1]: jit was given device=1 and in_shardings; in_shardings must then be left out. Drop device=/backend= (deprecated) and place the inputs with jax.device_put, or pass shardings instead.
     """
     device, backend = options.device, options.backend
     if device is None and backend is None:
@@ -105,7 +105,7 @@ def check_leaf(leaf: Any, which: str) -> None:
     >>> check_leaf("x", "in_shardings[0]")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionTypeError: [JIT-2]: a leaf of in_shardings[0] must be a Sharding, a PartitionSpec or None, got 'x' Wrap mesh axis names in P(...), or pass a NamedSharding.
+    shardlaw.spec.rules.RejectionTypeError: [JIT-2]: a leaf of in_shardings[0] must be a Sharding, a PartitionSpec or None, got 'x'. Wrap mesh axis names in P(...), or pass a NamedSharding.
     >>> check_leaf(P(UNCONSTRAINED), "out_shardings")
     Traceback (most recent call last):
     ...
@@ -113,7 +113,7 @@ def check_leaf(leaf: Any, which: str) -> None:
     >>> check_leaf(Layout((1, 0)), "in_shardings[1]")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [JIT-2]: in_shardings[1] holds Layout((1, 0)), but jit does not accept device-local layouts directly Wrap it with a sharding: Format(layout, sharding).
+    shardlaw.spec.rules.RejectionValueError: [JIT-2]: in_shardings[1] holds Layout((1, 0)), but jit does not accept device-local layouts directly. Wrap it with a sharding: Format(layout, sharding).
     """
     if is_layout(leaf):
         raise reject(BareLayout(which, leaf, "jit does not accept device-local layouts directly"))
@@ -174,7 +174,7 @@ def check_call_form(call: Call, context: Mesh | AbstractMesh | None) -> None:
     ...                      options=JitOptions(in_shardings=P())), None)
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [JIT-4]: the call passes keyword arguments ['y'] while in_shardings is given; in_shardings covers positional arguments only Pass them positionally, or leave in_shardings out.
+    shardlaw.spec.rules.RejectionValueError: [JIT-4]: the call passes keyword arguments ['y'] while in_shardings is given; in_shardings covers positional arguments only. Pass them positionally, or leave in_shardings out.
     """
     ins = call.options.in_shardings
     require(not (call.kwargs and ins is not None and ins is not UNSPECIFIED),
@@ -213,7 +213,7 @@ def leaf_to_sharding(leaf: Any, context: Mesh | AbstractMesh | None, which: str)
     >>> leaf_to_sharding(P("x"), None, "in_shardings[0]")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionRuntimeError: [JIT-3]: in_shardings[0] holds the PartitionSpec P('x'), which names mesh axes, but no mesh is set Set one with jax.set_mesh(mesh), or pass NamedSharding(mesh, spec) instead of the bare spec.
+    shardlaw.spec.rules.RejectionRuntimeError: [JIT-3]: in_shardings[0] holds the PartitionSpec P('x'), which names mesh axes, but no mesh is set. Set one with jax.set_mesh(mesh), or pass NamedSharding(mesh, spec) instead of the bare spec.
     >>> leaf_to_sharding(Format(Layout.AUTO), None, "out_shardings")
     UNSPECIFIED
     """

@@ -182,7 +182,7 @@ def check_manual_axes(s: NamedSharding, kept: list[str], dim_of: dict[str, int])
     >>> to_hlo(NamedSharding(mesh, P("x")), 1)
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [LOW-2]: NamedSharding(Mesh({'x': 2, 'y': 4}, types=('Manual', 'Auto')), P('x')) splits a dimension over Manual mesh axis ('x',) while mesh axes ('y',) split nothing; JAX cannot lower that Leave Manual axes out of the PartitionSpec (inside shard_map they are already split), or use every mesh axis in it.
+    shardlaw.spec.rules.RejectionValueError: [LOW-2]: NamedSharding(Mesh({'x': 2, 'y': 4}, types=('Manual', 'Auto')), P('x')) splits a dimension over Manual mesh axis ('x',) while mesh axes ('y',) split nothing; JAX cannot lower that. Leave Manual axes out of the PartitionSpec (inside shard_map they are already split), or use every mesh axis in it.
     """
     manual_used = tuple(n for n in kept if n in dim_of and s.mesh.axis_type(n) is AxisType.Manual)
     left = tuple(n for n in kept if n not in dim_of)
@@ -326,7 +326,7 @@ def shard_shape(sharding: Any, shape: Any, *, lowered: HloSharding | None = None
     >>> shard_shape(NamedSharding(mesh, P("x", "y")), (7, 8))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [DIV-1]: dimension 0 of shape (7, 8) has size 7, which NamedSharding(Mesh({'x': 2, 'y': 4}), P('x', 'y')) splits 2 ways; 7 is not a multiple of 2 (ways per dimension: (2, 4)) Pad dimension 0 to a multiple of 2, or split it over fewer mesh axes.
+    shardlaw.spec.rules.RejectionValueError: [DIV-1]: dimension 0 of shape (7, 8) has size 7, which NamedSharding(Mesh({'x': 2, 'y': 4}), P('x', 'y')) splits 2 ways; 7 is not a multiple of 2 (ways per dimension: (2, 4)). Pad dimension 0 to a multiple of 2, or split it over fewer mesh axes.
     """
     shape = _check_shape(shape)
     _, hlo = _check_lowered(sharding, len(shape), lowered)

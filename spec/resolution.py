@@ -89,7 +89,7 @@ def check_host_array(arg: Arg, wanted: Any, processes: int) -> None:
     >>> check_host_array(Arg.numpy((8,)), NamedSharding(Mesh.iota((2,), ("x",)), P("x")), 2)
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [RES-2]: a numpy argument of shape (8,) meets the in_sharding NamedSharding(Mesh({'x': 2}), P('x')), which is not fully replicated, in a program of 2 processes; each process holds only its own numpy data Build a global array first (jax.make_array_from_process_local_data), or give a replicated in_sharding.
+    shardlaw.spec.rules.RejectionValueError: [RES-2]: a numpy argument of shape (8,) meets the in_sharding NamedSharding(Mesh({'x': 2}), P('x')), which is not fully replicated, in a program of 2 processes; each process holds only its own numpy data. Build a global array first (jax.make_array_from_process_local_data), or give a replicated in_sharding.
     """
     if arg.kind == "numpy" and processes > 1:
         require(is_fully_replicated(wanted), lambda: HostArrayNotReplicated(
@@ -116,7 +116,7 @@ def check_memory_kinds(arg: Arg, wanted: Any) -> None:
     ...                    NamedSharding(mesh, P(), memory_kind="pinned_host"))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [RES-3]: the in_sharding puts the argument in memory kind 'pinned_host', but the argument lives in 'device'; jit does not move between memory kinds Move it first with jax.device_put(x, s.with_memory_kind('pinned_host')).
+    shardlaw.spec.rules.RejectionValueError: [RES-3]: the in_sharding puts the argument in memory kind 'pinned_host', but the argument lives in 'device'; jit does not move between memory kinds. Move it first with jax.device_put(x, s.with_memory_kind('pinned_host')).
     """
     held, _ = _arg_sharding(arg)
     if held is UNSPECIFIED or not held.is_concrete:
@@ -148,7 +148,7 @@ def check_committed(arg: Arg, wanted: Any) -> None:
     >>> check_committed(Arg.committed((4,), NamedSharding(mesh, P())), NamedSharding(mesh, P("x")))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [RES-4]: the argument is committed to NamedSharding(Mesh({'x': 2}), P()) (HLO {replicated}), but the in_sharding is NamedSharding(Mesh({'x': 2}), P('x')) (HLO {devices=[2]<=[2]}); jit does not reshard committed arguments Reshard it first with jax.device_put(x, in_sharding), or leave its in_sharding unspecified.
+    shardlaw.spec.rules.RejectionValueError: [RES-4]: the argument is committed to NamedSharding(Mesh({'x': 2}), P()) (HLO {replicated}), but the in_sharding is NamedSharding(Mesh({'x': 2}), P('x')) (HLO {devices=[2]<=[2]}); jit does not reshard committed arguments. Reshard it first with jax.device_put(x, in_sharding), or leave its in_sharding unspecified.
     """
     held, committed = _arg_sharding(arg)
     if held is UNSPECIFIED or not held.is_concrete or not committed:
@@ -190,7 +190,7 @@ def check_reused_replica(arg: Arg, target: SingleDeviceSharding) -> None:
     >>> check_reused_replica(Arg.committed((4,), pinned), SingleDeviceSharding(0))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [RES-5]: jit was given device=0, and the argument is a replicated array on devices [0, 1] in memory kind 'pinned_host'; JAX reuses its copy on device 0 as it is, and the program wants 'device' Move it first: jax.device_put(x, jax.devices()[0]), or drop device= (deprecated).
+    shardlaw.spec.rules.RejectionValueError: [RES-5]: jit was given device=0, and the argument is a replicated array on devices [0, 1] in memory kind 'pinned_host'; JAX reuses its copy on device 0 as it is, and the program wants 'device'. Move it first: jax.device_put(x, jax.devices()[0]), or drop device= (deprecated).
     """
     held = arg.sharding
     if held is None or not held.is_concrete or held.memory_kind == target.memory_kind:

@@ -314,7 +314,8 @@ def explain(failure: Failure, path: str | None = None) -> str:
     It cannot fail: a template names the failure's fields (``{dims}``, ``{value!r}``), the
     values are shown bounded (deep or huge input is abbreviated, a value whose own repr
     raises is named by its type), and text that is not a template (a computed hint) is
-    used as it is, braces included.
+    used as it is, braces included. A message followed by a hint ends as a sentence, and so
+    does the hint (:func:`_sentence`).
     """
     where = f" at {_bounded(path, str)}" if path else ""
     try:
@@ -333,7 +334,21 @@ def explain(failure: Failure, path: str | None = None) -> str:
         hint = _bounded(getattr(failure, "hint", ""), str)
     else:
         hint = _fill(hint, facts)
-    return f"[{failure.rule}]{where}: {text}" + (f" {hint}" if hint else "")
+    hint = _sentence(hint)
+    if not hint:
+        return f"[{failure.rule}]{where}: {text}"
+    return f"[{failure.rule}]{where}: {_sentence(text)} {hint}"
+
+
+def _sentence(text: str) -> str:
+    """``text`` ended as a sentence: trailing blanks dropped, and a period added unless it
+    already ends with ``.``, ``!``, ``?`` or ``…`` (empty text stays empty).
+
+    >>> _sentence("jit does not reshard committed arguments"), _sentence("Cast it first. ")
+    ('jit does not reshard committed arguments.', 'Cast it first.')
+    """
+    text = str.rstrip(text)  # str's own method: a str subclass's overrides are not called
+    return text + "." if text and text[-1] not in ".!?\u2026" else text
 
 
 def _class_text(failure: Failure, name: str) -> str | None:

@@ -95,7 +95,7 @@ def check_part(value: Any, types: type | tuple[type, ...], what: str, expected: 
     >>> NamedSharding(Mesh.iota((2,), ("x",)), ("x",))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionTypeError: [VAL-8]: a NamedSharding's spec must be a PartitionSpec, got ('x',) Wrap the entries in P(...).
+    shardlaw.spec.rules.RejectionTypeError: [VAL-8]: a NamedSharding's spec must be a PartitionSpec, got ('x',). Wrap the entries in P(...).
     """
     if not isinstance(value, types) or isinstance(value, bool):
         raise reject(NotASharding(what, expected, value))

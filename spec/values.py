@@ -426,7 +426,7 @@ def check_axis_counts(sizes: tuple[int, ...], names: tuple[str, ...], axis_types
     >>> Mesh((2, 4), ("x", "y"), range(7))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionValueError: [VAL-4]: a mesh of shape (2, 4) holds 8 devices, but its device list has 7 Give exactly one device per mesh position.
+    shardlaw.spec.rules.RejectionValueError: [VAL-4]: a mesh of shape (2, 4) holds 8 devices, but its device list has 7. Give exactly one device per mesh position.
     """
     require(len(names) == len(sizes),
             lambda: AxisCountMismatch("name", len(names), len(sizes), names))

@@ -506,13 +506,14 @@ def example_message(rule: Any, doc: str, failures: list[type]) -> tuple[str, str
         match = _MESSAGE.match(line)
         if match and match.group("id") == rule.id:
             return "example", match.group(1)
+    from shardlaw.spec.rules import _sentence  # the punctuation explain() gives a message
     for failure in failures:
         template = getattr(failure, "template", "")
         hint = getattr(failure, "hint", "")
         if isinstance(template, str) and template:
             text = f"[{rule.id}]: {template}"
-            if isinstance(hint, str) and hint:
-                text += f" {hint}"
+            if isinstance(hint, str) and _sentence(hint):
+                text = f"{_sentence(text)} {_sentence(hint)}"
             return "template", text
     return None
 
