@@ -842,10 +842,8 @@ class Engine:
         avals = tuple((tuple(a.shape), a.dtype, bool(getattr(a, "weak_type", False)),
                        str(getattr(a, "memory_space", "")), _explicit_type(a))
                       for a in d.traced.jaxpr.in_avals)
-        # Resolved shardings, before EXE-1 replicates open scalars: as the policy keys them
-        # (an open scalar and a replicated one compile alike, but the policy tells them apart).
-        kept_classes = tuple(_input_class(d.resolved[i], site.shape(i), d.assignment)
-                             for i in d.kept)
+        kept_classes = tuple(_input_class(d.resolved[i], d.final[i], site.shape(i),
+                                          d.assignment) for i in d.kept)
         out_classes = tuple(
             "open" if s is UNSPECIFIED else placement_class(s, tuple(a.shape))
             for s, a in zip(d.out_flat, d.out_avals))
@@ -1167,11 +1165,14 @@ class Engine:
                 recent_misses=list(s.recent), divergences=list(s.divergences))
 
 
-def _input_class(resolved: Any, shape: tuple[int, ...], assignment: tuple) -> Any:
-    """An input's placement class in the executable key; an input left open on a one-device
-    program is placed on that device, and shares the class of an array committed there."""
+def _input_class(resolved: Any, final: Any, shape: tuple[int, ...], assignment: tuple) -> Any:
+    """An input's placement class in the executable key (CACHE-12 C3): an input left open
+    that jit places itself is in the class of where it goes — the device of a one-device
+    program, or replicated over the devices for a scalar (EXE-1, ``final``)."""
     if resolved is UNSPECIFIED and len(assignment) == 1:
         resolved = SingleDeviceSharding(assignment[0])
+    elif resolved is UNSPECIFIED and len(shape) == 0:
+        resolved = final
     return "open" if resolved is UNSPECIFIED else placement_class(resolved, shape)
 
 

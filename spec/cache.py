@@ -978,9 +978,13 @@ def _class_or_open(sharding: Any, shape: tuple[int, ...]) -> Any:
 
 
 def _input_class(sharding: Any, shape: tuple[int, ...], verdict: Verdict) -> Any:
-    """(C3) An input left open on a one-device program is placed on that one device."""
-    if sharding is UNSPECIFIED and len(verdict.device_assignment) == 1:
-        sharding = SingleDeviceSharding(verdict.device_assignment.devices[0])
+    """(C3) An input left open that jit places itself is in the class of where it goes: the
+    one device of a one-device program; replicated over the devices, for a scalar (EXE-1)."""
+    devices = verdict.device_assignment.devices
+    if sharding is UNSPECIFIED and len(devices) == 1:
+        sharding = SingleDeviceSharding(devices[0])
+    elif sharding is UNSPECIFIED and len(shape) == 0:
+        sharding = replicate_scalars([sharding], [0], devices)[0]
     return _class_or_open(sharding, shape)
 
 
@@ -993,9 +997,9 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     axes) are the same.
     (C2) Every kept input and every output sharding has the same placement class (CACHE-11),
     or both are open.
-    (C3) An input left open on a one-device program counts as placed on that device: an
-    uncommitted array and one committed to the same device share a class (whether the
-    results are committed is decided per call, not per executable).
+    (C3) An input left open that jit places itself counts as placed there: on a one-device
+    program on that device, and a scalar replicated over the devices (EXE-1); whether the
+    results are committed is decided per call, not per executable.
     (C4) The device assignment, donation and keep_unused are the same.
     (C5) The layouts are the same: those jit's options give, and the committed arguments'
     own.

@@ -433,11 +433,15 @@ def test_cache_12_an_open_input_on_one_device_counts_as_placed_there():
     assert one(Arg.uncommitted((8,))) == on_0           # the same executable serves both
     assert one(Arg.numpy((8,))) == on_0
     assert one(Arg.uncommitted((8,))) != one(Arg.committed((8,), SingleDeviceSharding(1)))
-    # On several devices an open input is the compiler's to place: still its own class.
+    # On several devices an open array is the compiler's to place: still its own class;
+    # an open scalar is replicated (EXE-1), and shares the replicated class.
     split = Arg.committed((8,), NamedSharding(M2, P("x")))
     two = [_site(Call(args=(split, arg), outputs=Out((8,))))
            for arg in (Arg.uncommitted((8,)), Arg.committed((8,), NamedSharding(M2, P())))]
     assert policy_key(*two[0]) != policy_key(*two[1])
+    scalars = [_site(Call(args=(split, arg), outputs=Out((8,))))
+               for arg in (Arg.numpy(()), Arg.committed((), NamedSharding(M2, P())))]
+    assert policy_key(*scalars[0]) == policy_key(*scalars[1])
 
 
 @clause("CACHE-12", 4)
