@@ -1,31 +1,9 @@
 """``shardlaw prove A B``: prove two shardings place alike, or show where they part.
 
-Shardings are written on the command line in a compact text form, or as JSON (the form
-the test vectors under ``vectors/equivalence/`` use). The text form is one of::
-
-    mesh=2x4:x,y spec=x,y                      NamedSharding over devices 0..7 in order
-    mesh=2x4:x,y devices=7,6,5,4,3,2,1,0 spec=(x,y),_
-    mesh=4x2:y,x devices=<=[2,4]T(1,0) spec=y
-    gspmd:{devices=[2,4]<=[8]}                 GSPMDSharding over devices 0..7
-    gspmd:{replicated} devices=3,1             (a device list is needed when the HLO
-                                                sharding names no device count)
-    single:3                                   SingleDeviceSharding on device 3
-
-``spec=`` lists one entry per dimension, separated by commas: an axis name, ``_`` (or
-``None``) for a dimension that is not split, or several axes in parentheses. Left out, the
-spec is ``P()``. ``devices=`` is a list of device ids, or XLA's iota notation
-``<=[dims]T(perm)``; left out, the devices are 0..N-1 in order. Optional on every form:
-``memory=KIND``; on a mesh, ``types=auto,explicit,...``.
-
-The JSON form is the sharding object of the jit-call test vectors
-(:mod:`shardlaw.spec.vectors`), for example::
-
-    {"type": "NamedSharding",
-     "mesh": {"type": "Mesh", "axis_sizes": [2, 4], "axis_names": ["x", "y"],
-              "axis_types": ["Auto", "Auto"], "devices": [0, 1, 2, 3, 4, 5, 6, 7]},
-     "spec": {"type": "PartitionSpec", "partitions": ["x", null]}}
-    {"type": "GSPMDSharding", "devices": [0, 1], "hlo": "{devices=[2]<=[2]}"}
-    {"type": "SingleDeviceSharding", "device": 3}
+Shardings are written on the command line in the compact text form, or as JSON (the form
+the test vectors under ``vectors/equivalence/`` use); both are described, and read, in
+:mod:`shardlaw.sharding_text`. For example ``mesh=2x4:x,y spec=x,y`` or
+``gspmd:{devices=[2,4]<=[8]}``.
 
 The verdict comes from :func:`shardlaw.spec.prove_equivalent` (z3). For a counterexample
 the command draws both placements as a grid of device ids per block (the first two
