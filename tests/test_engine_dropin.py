@@ -313,3 +313,19 @@ def test_one_executable_serves_an_uncommitted_and_a_committed_array_on_one_devic
         assert mine._committed == expected._committed and mine.sharding == expected.sharding
         assert np.array_equal(mine, expected)
     assert f.cache_info().compiles == 1
+
+
+@pytest.mark.parametrize("donate", [(0, 1), (0,), (1,)], ids=["both", "first", "second"])
+def test_a_buffer_donated_and_passed_again_is_refused_in_jaxs_class(donate):
+    # On one device jax.jit refuses it too, when running (JaxRuntimeError); with several it
+    # crashes, which the child-process test above covers. The engine refuses before running.
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = jnp.arange(4.0)
+        with pytest.raises(jax.errors.JaxRuntimeError):
+            jax.jit(lambda a, b: a + b, donate_argnums=donate)(x, x)
+        y = jnp.arange(4.0)
+        with pytest.raises(jax.errors.JaxRuntimeError) as caught:
+            jit(lambda a, b: a + b, donate_argnums=donate)(y, y)
+    assert caught.value.rule == "ENG-6" and not y.is_deleted()
