@@ -103,17 +103,15 @@ class Methods:
         self._engine = engine
 
     def _site(self, args: tuple, kwargs: dict) -> Any:
-        from .jit import Site
-        return Site(args, kwargs, self._engine.options.names, abstract_ok=True)
+        return self._engine.site(args, kwargs, abstract_ok=True)
 
     def trace(self, *args: Any, **kwargs: Any) -> "Traced":
-        from .jit import Decision
         engine = self._engine
         site = self._site(args, kwargs)
         if site.foreign:
             # A leaf the rules do not describe (a token, say): JAX's own stages take it.
             return engine.foreign_trace(site)
-        decision = Decision(site)
+        decision = engine.decision(site)
         with recording() as fired:
             try:
                 engine.stage_call(decision)
@@ -467,10 +465,8 @@ class Compiled(_Stage):
         except EngineRejection as error:
             raise self._in_jax_words(error, args, kwargs) from None
         else:
-            from .jit import Site
-            from .trees import ArgumentNames
             # The executable takes the dynamic arguments only: nothing here is static.
-            called = Site(args, kwargs, ArgumentNames((), (), (), ()), abstract_ok=False)
+            called = self._engine.site(args, kwargs, abstract_ok=False, statics=False)
             self._engine.stage_dispatch(
                 self._decision, [called.input(i, None) for i in range(len(leaves))])
         if not self._called:

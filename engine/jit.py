@@ -42,7 +42,7 @@ import numpy as np
 from jax import tree_util
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
-from . import internals, layouts
+from . import aot, internals, layouts
 from .cache import CACHE, Entry, owner_token
 from .recovery import (
     Value, compiled_results, concrete_inputs, concrete_mesh, raw, recover_shardings,
@@ -67,6 +67,7 @@ from .trees import (
 __all__ = ["jit", "Engine", "Plan", "CacheInfo", "JittedFunction"]
 
 _NOT_GIVEN = object()
+_NO_STATICS = ArgumentNames((), (), (), ())
 FOREIGN = "foreign"   # a leaf the jit-call rules do not describe: JAX's jit takes the call
 
 # Whether functions jitted from now on count their calls (one Python frame per call).
@@ -617,6 +618,16 @@ class Engine:
         for key in donated:
             if seen[key] > 1:
                 raise check_donated_once(Site(args, kwargs, names, True), key)
+
+    def site(self, args: tuple, kwargs: dict, abstract_ok: bool, statics: bool = True) -> Site:
+        """One call's arguments as this function sees them (``statics=False``: all dynamic,
+        as an executable compiled ahead of time takes them)."""
+        names = self.options.names if statics else _NO_STATICS
+        return Site(args, kwargs, names, abstract_ok=abstract_ok)
+
+    def decision(self, site: Site) -> "Decision":
+        """A call to decide, stage by stage (the AOT stages run them one at a time)."""
+        return Decision(site)
 
     def plan(self, site: Site) -> Plan:
         """The decision for ``site``'s signature (cached, or made and compiled now); raises its rejection."""
@@ -1398,8 +1409,6 @@ def _wrap(engine: Engine) -> Any:
     argument, raised before any engine code runs, into ENG-1 with the argument's path.
     Everything else is the dispatcher's: a known signature runs in C++.
     """
-    from . import aot  # the AOT stages use the engine; imported here to keep one direction
-
     o = engine.options
     name = internals.fun_name(engine.fun)
     dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
