@@ -35,6 +35,7 @@ import threading
 import time
 import types
 import warnings
+import weakref
 from typing import Any, Callable
 
 import jax
@@ -1457,7 +1458,6 @@ def count_calls(enabled: bool = True) -> None:
 
 
 def _weak(obj: Any) -> Callable[[], Any]:
-    import weakref
     try:
         return weakref.ref(obj)
     except TypeError:
