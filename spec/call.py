@@ -19,7 +19,8 @@ from typing import Any, ClassVar, Iterator, Sequence
 from .hlo import HloSharding
 from .layouts import Layout, split_format
 from .pytree import Node, leaves_with_paths, map_leaves, show_path, structure
-from .rules import Failure, reject, rule
+from .placement import check_rank, num_devices, shard_shape
+from .rules import Failure, Rejection, reject, rule
 from .shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from .values import AbstractMesh, DeviceList, Mesh, check_dims
 
@@ -157,9 +158,6 @@ class Arg:
 
 
 def _check_placeable(arg: "Arg") -> None:
-    from .placement import check_rank, num_devices, shard_shape
-    from .rules import Rejection
-
     try:
         num_devices(arg.sharding)  # a GSPMD tile assignment fills its device list
         check_rank(arg.sharding, arg.shape)

@@ -30,6 +30,7 @@ import math
 import re
 from typing import Any, Callable, ClassVar, Iterator
 
+from .cache import LEVELS, CallSite
 from .call import Arg, Call, JitOptions, Out, Static, Verdict
 from .hlo import HloSharding, Tiled, hlo_text, parse_hlo
 from .iota import Iota
@@ -1187,7 +1188,6 @@ def dump_sequence(sites: Any, *, expect: Any = None, name: str | None = None,
     >>> v["expect_cache"][1]["dispatch"], load_sequence(v).sites == tuple(sites)
     ('hit', True)
     """
-    from .cache import CallSite
 
     sites = tuple(sites)
     out: dict[str, Any] = {"format": SEQUENCE_FORMAT, "version": VERSION, "jax": jax}
@@ -1217,7 +1217,6 @@ def _outcome_json(row: Any) -> dict:
 
 def load_sequence(obj_or_text: Any) -> SequenceVector:
     """The :class:`SequenceVector` a JSON object (or its text) describes; VEC-1 when malformed."""
-    from .cache import LEVELS, CallSite
 
     vector = _document(obj_or_text)
     fields = _object(vector, (), "a sequence vector (a JSON object)",
