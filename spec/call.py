@@ -157,6 +157,24 @@ class Arg:
         return f"<{self.kind} {self.dtype}[{shape}]{where}{laid}>"
 
 
+MAX_NESTING = 200
+
+
+def _nesting(tree: Any) -> int:
+    """How many containers deep ``tree`` nests (tuples, lists, dicts), read without recursion."""
+    deepest, stack = 0, [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if type(node) in (tuple, list, dict):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth > MAX_NESTING:
+                return depth
+            stack.extend((child, depth) for child in
+                         (node.values() if type(node) is dict else node))
+    return deepest
+
+
 def _check_placeable(arg: "Arg") -> None:
     try:
         num_devices(arg.sharding)  # a GSPMD tile assignment fills its device list
@@ -296,6 +314,11 @@ class Call:
     compiler_in: tuple[HloSharding | None, ...] | None = None
 
     def __post_init__(self) -> None:
+        # Read before anything walks them: the description's trees nest at most MAX_NESTING
+        # deep (deeper input would exhaust the recursion of every reader below).
+        trees = (self.args, self.kwargs, self.outputs, self.aot_args, self.aot_kwargs)
+        check_call(_nesting(trees) <= MAX_NESTING, "a call's pytrees",
+                   f"at most {MAX_NESTING} containers deep", self.args)
         check_call(isinstance(self.args, tuple), "a call's args", "a tuple", self.args)
         check_call(isinstance(self.kwargs, dict) and all(isinstance(k, str) for k in self.kwargs),
                    "a call's kwargs", "a dict with string keys", self.kwargs)

@@ -250,3 +250,19 @@ def test_hlo_equal_refuses_what_is_not_an_hlo_sharding():
         with pytest.raises(Rejection) as caught:
             hlo_equal(a, b)
         assert caught.value.failure.rule == "VAL-8" and "an HloSharding" in str(caught.value)
+
+
+def test_a_call_nested_too_deep_is_refused_before_anything_walks_it():
+    from shardlaw.spec import Arg, Call, Out, jit_call
+    from shardlaw.spec.call import MAX_NESTING
+    from shardlaw.spec.rules import Rejection
+    deep = Arg.numpy((2,))
+    for _ in range(1500):
+        deep = (deep,)
+    with pytest.raises(Rejection) as caught:
+        Call(args=(deep,), outputs=Out((2,)))
+    assert caught.value.failure.rule == "CALL-0" and f"{MAX_NESTING} containers" in str(caught.value)
+    shallow = Arg.numpy((2,))
+    for _ in range(MAX_NESTING - 2):
+        shallow = [shallow]
+    assert jit_call(Call(args=(shallow,), outputs=Out((2,)))).accepted
