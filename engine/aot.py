@@ -110,7 +110,7 @@ class Methods:
         site = self._site(args, kwargs)
         if site.foreign:
             # A leaf the rules do not describe (a token, say): JAX's own stages take it.
-            return engine.foreign_trace(site)
+            return engine.left_to_jax(site, run=False)
         decision = engine.decision(site)
         with recording() as fired:
             try:
@@ -119,7 +119,7 @@ class Methods:
             except EngineRejection as error:
                 raise engine.in_jax_words(error, decision.site) from None
             except LeftToJax:
-                return engine.foreign_trace(site)
+                return engine.left_to_jax(site, run=False)
         return Traced(engine, decision, fired)
 
     def lower(self, *args: Any, **kwargs: Any) -> "Lowered":
@@ -145,7 +145,7 @@ class Methods:
             return Explanation.of_plan(engine.decision_for(site))
         except LeftToJax as why:
             try:
-                engine.foreign_trace(site).lower()
+                engine.left_to_jax(site, run=False).lower()
             except EngineRejection as error:
                 return Explanation.of_rejection(error)
             return Explanation(True, executable=f"left to JAX's own jit: {why}")

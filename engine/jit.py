@@ -549,11 +549,11 @@ class Engine:
             # over): jit as a primitive of the outer trace, as JAX's own jit does.
             return self._inner(*args, **kwargs), None, False
         if site.foreign:
-            return self.run_foreign(site), None, False
+            return self.left_to_jax(site, run=True), None, False
         try:
             plan = self.plan(site)
         except LeftToJax:
-            return self.run_foreign(site), None, False
+            return self.left_to_jax(site, run=True), None, False
         internals.note_python_dispatch()
         outputs = self.run(plan, site)
         return outputs, plan.fastpath, False
@@ -568,25 +568,17 @@ class Engine:
             return error
         return reject("ENG-1", ValueError, "a static argument cannot be hashed")
 
-    def run_foreign(self, site: Site) -> Any:
-        """A call with a leaf the rules do not describe: JAX's jit decides it.
+    def left_to_jax(self, site: Site, run: bool) -> Any:
+        """A call the rules do not describe, decided by JAX's own jit: run (``run``) or traced.
 
-        When JAX refuses one of those leaves itself (it cannot type it, or jit takes no such
-        argument), the refusal is ENG-2 in JAX's class and words; anything else the call
-        raises (the function's own errors included) is JAX's, unchanged.
+        When JAX refuses one of the leaves the rules do not describe (it cannot type it, or
+        jit takes no such argument in a call), the refusal is ENG-2 in JAX's class and words;
+        anything else the call raises (the function's own errors included) is JAX's, unchanged.
         """
-        bad = _refused_leaf(site, for_call=True)
+        bad = _refused_leaf(site, for_call=run)
         try:
-            return self._inner(*site.args, **site.kwargs)
-        except (TypeError, ValueError) as error:
-            if bad is None:
-                raise
-            raise _foreign_argument(site, bad).as_jax(error, any_class=True) from None
-
-    def foreign_trace(self, site: Site) -> Any:
-        """``.trace`` of a call with a leaf the rules do not describe: JAX's own Traced."""
-        bad = _refused_leaf(site, for_call=False)
-        try:
+            if run:
+                return self._inner(*site.args, **site.kwargs)
             return self._inner.trace(*site.args, **site.kwargs)
         except (TypeError, ValueError) as error:
             if bad is None:
