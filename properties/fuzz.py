@@ -53,6 +53,7 @@ from hypothesis import strategies as st
 import shardlaw.spec as S
 from shardlaw.spec.rules import Rejection
 
+from . import fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap
 from .strategies import meshes, partition_specs, shardings
 
 __all__ = [
@@ -379,7 +380,16 @@ def _by_name() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
         "options": lambda: st.builds(S.JitOptions),
         "outputs": lambda: st.builds(S.Out, _shapes()),
         "args": lambda: st.lists(st.builds(S.Arg.uncommitted, _shapes()), max_size=2).map(tuple),
+        **_transformation_names(),
     }
+
+
+def _transformation_names() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
+    """The parameter names of the rules under transformations (one module per family)."""
+    merged: dict[str, Callable[[], st.SearchStrategy[Any]]] = {}
+    for module in (fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap):
+        merged.update(module.PLAUSIBLE)
+    return merged
 
 
 def _parsed_or_text(text: str) -> Any:

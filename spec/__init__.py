@@ -25,6 +25,13 @@ from .call import Arg, Call, JitOptions, Out, Static, Verdict
 from .jit import jit_call
 from .cache import CallSite, explain_cache, policy_classes
 from .vectors import Vector, dump_vector, load_vector
+# Shardings under transformations (each module's __all__ is its public part).
+from . import arguments, autodiff, batching, constraint, shardmap
+from .arguments import *  # noqa: F401,F403
+from .autodiff import *  # noqa: F401,F403
+from .batching import *  # noqa: F401,F403
+from .constraint import *  # noqa: F401,F403
+from .shardmap import *  # noqa: F401,F403
 
 
 def from_jax(obj):
@@ -72,3 +79,5 @@ __all__ = [
     "CallSite", "explain_cache", "policy_classes",
     "Vector", "dump_vector", "load_vector",
 ]
+__all__ += [*arguments.__all__, *autodiff.__all__, *batching.__all__, *constraint.__all__,
+            *shardmap.__all__]

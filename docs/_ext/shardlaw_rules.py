@@ -71,6 +71,13 @@ PIPELINE = [
         ("OUT", "Result shardings"),
         ("AOT", "Calling an ahead-of-time compiled executable"),
     ]),
+    ("Under transformations", [
+        ("ARG", "Argument placement: putting values on devices before a call"),
+        ("BAT", "vmap of a jit call"),
+        ("AD", "Differentiating through a jit call"),
+        ("WSC", "with_sharding_constraint"),
+        ("SMAP", "shard_map"),
+    ]),
     ("Caches", [
         ("CACHE", "When jit traces, lowers and compiles again; the cache policy"),
     ]),
