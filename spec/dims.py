@@ -16,11 +16,17 @@ from typing import Any, ClassVar, Iterable
 
 from .rules import Failure, Rejection, reject, require, rule
 
-__all__ = ["check_dims", "check_perm", "check_count", "is_int", "LIMIT",
-           "NotAnInteger", "NegativeSize", "TooLarge", "NotAPermutation"]
+__all__ = ["check_dims", "check_perm", "check_count", "check_rank_count", "is_int", "LIMIT",
+           "MAX_RANK", "NotAnInteger", "NegativeSize", "TooLarge", "RankTooLarge",
+           "NotAPermutation"]
 
 # Sizes, ids and element counts are int64 in XLA and JAX: at most 2**63 - 1.
 LIMIT = 2**63 - 1
+
+# The largest rank the spec describes when a query is given a rank as a number (not a
+# shape): the answer has one entry per dimension, so a rank of 2**40 would be built as a
+# tuple of 2**40 entries. Far above any array JAX can hold (numpy stops at 64 dimensions).
+MAX_RANK = 65_536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +64,18 @@ class TooLarge(Failure):
     what: str
     value: int
     dims: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class RankTooLarge(Failure):
+    rule: ClassVar[str] = "VAL-1"
+    error_type: ClassVar[type[Exception]] = OverflowError
+    jax_error: ClassVar[str] = "OverflowError"
+    template: ClassVar[str] = ("{what} must be at most {limit:,} (the largest rank the spec "
+                               "describes), got {value:,}")
+    what: str
+    value: int
+    limit: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +146,13 @@ def check_count(dims: tuple[int, ...], what: str) -> int:
     total = math.prod(dims)
     require(total <= LIMIT, lambda: TooLarge(f"the product of {what}", total, dims))
     return total
+
+
+def check_rank_count(rank: Any, what: str = "a rank") -> int:
+    """A rank given as a number: a size (VAL-1) no larger than :data:`MAX_RANK`."""
+    (rank,) = check_dims((rank,), what=what)
+    require(rank <= MAX_RANK, lambda: RankTooLarge(what, rank, MAX_RANK))
+    return rank
 
 
 @rule("VAL-2", mirrors="(input checking of xc.HloSharding.iota_tile's transpose_perm)")

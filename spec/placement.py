@@ -20,7 +20,7 @@ from .hlo import (
 from .iota import Iota
 from .rules import Failure, reject, require, rule
 from .shardings import GSPMDSharding, NamedSharding, NotASharding, SingleDeviceSharding
-from .dims import LIMIT
+from .dims import MAX_RANK, check_rank_count
 from .values import AxisType, DeviceList, UNCONSTRAINED, check_dims
 
 __all__ = [
@@ -246,12 +246,11 @@ def _check_lowered(sharding: Any, ndim: Any, lowered: Any) -> tuple[int, HloShar
 
 
 def _check_ndim(ndim: Any) -> int:
-    # A rank is a count, checked as every size is (VAL-1): an int64, so 10**20 is refused
-    # here instead of overflowing where the per-dimension answer is built.
-    if type(ndim) is int and 0 <= ndim <= LIMIT:
+    # A rank is a count, checked as every size is (VAL-1), and bounded: 10**20 or 2**40 is
+    # refused here instead of overflowing or filling memory where the answer is built.
+    if type(ndim) is int and 0 <= ndim <= MAX_RANK:
         return ndim
-    (ndim,) = check_dims((ndim,), what="a rank")
-    return ndim
+    return check_rank_count(ndim)
 
 
 def _check_shape(shape: Any) -> Shape:

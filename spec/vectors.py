@@ -30,7 +30,7 @@ import math
 import re
 from typing import Any, Callable, ClassVar, Iterator
 
-from .cache import LEVELS, CallSite
+from .cache import LEVELS, CacheRow, CallSite, check_sequence
 from .call import Arg, Call, JitOptions, Out, Static, Verdict
 from .hlo import HloSharding, Tiled, hlo_text, parse_hlo
 from .iota import Iota
@@ -1189,7 +1189,7 @@ def dump_sequence(sites: Any, *, expect: Any = None, name: str | None = None,
     ('hit', True)
     """
 
-    sites = tuple(sites)
+    sites = check_sequence(sites)  # an iterable of CallSites, as explain_cache takes (CACHE-0)
     out: dict[str, Any] = {"format": SEQUENCE_FORMAT, "version": VERSION, "jax": jax}
     for key, value in (("name", name), ("description", description)):
         if value is not None:
@@ -1202,7 +1202,8 @@ def dump_sequence(sites: Any, *, expect: Any = None, name: str | None = None,
                         "call": _call_json(site.call)})
     out["sequence"] = entries
     if expect is not None:
-        out["expect_cache"] = [_outcome_json(row) for row in expect]
+        rows = _expected_rows(expect, len(entries))
+        out["expect_cache"] = [_outcome_json(row) for row in rows]
     try:
         load_sequence(out)
     except Rejection as error:
@@ -1213,6 +1214,18 @@ def dump_sequence(sites: Any, *, expect: Any = None, name: str | None = None,
 def _outcome_json(row: Any) -> dict:
     form = row.as_dict() if hasattr(row, "as_dict") else row
     return {level: value for level, value in form["outcome"].items()}
+
+
+def _expected_rows(expect: Any, count: int) -> tuple[CacheRow, ...]:
+    """The expected outcomes of a sequence: explain_cache's rows, one per call site."""
+    check_writable(isinstance(expect, (list, tuple)), ("expect_cache",), "the expected outcomes",
+                   "a list of explain_cache rows (or None)", expect)
+    for i, row in enumerate(expect):
+        check_writable(isinstance(row, CacheRow), ("expect_cache", i), "an expected outcome",
+                       "a row of explain_cache", row)
+    check_writable(len(expect) == count, ("expect_cache",), "the expected outcomes",
+                   f"one row per call site ({count})", expect)
+    return tuple(expect)
 
 
 def load_sequence(obj_or_text: Any) -> SequenceVector:

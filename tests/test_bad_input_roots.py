@@ -15,10 +15,11 @@ from shardlaw.spec import (
     CallSite, Device, Mesh, NamedSharding, P, Rejection, SingleDeviceSharding, explain_cache,
     jit_call, load_vector,
 )
+from shardlaw.spec.dims import MAX_RANK
 from shardlaw.spec.cache import check_sequence, policy_classes
 from shardlaw.spec.placement import tiles_per_dimension, to_hlo
 from shardlaw.spec.rules import explain
-from shardlaw.spec.vectors import MAX_DEPTH, dump_vector, load_any, load_sequence
+from shardlaw.spec.vectors import MAX_DEPTH, dump_sequence, dump_vector, load_any, load_sequence
 
 SHARDING = NamedSharding(Mesh.iota((2, 2), ("x", "y")), P("x"))
 CALL = S.Call(args=(S.Arg.numpy((4,)),), outputs=S.Out((4,)))
@@ -57,6 +58,15 @@ def test_a_rank_is_checked_as_every_size_is():
     _refused(lambda: S.replication_factor(SHARDING, -1), "VAL-1", "-1", ValueError)
     _refused(lambda: tiles_per_dimension(SHARDING, "2"), "VAL-1", "'2'", TypeError)
     assert S.replication_factor(SHARDING, 2) == 2
+
+
+@pytest.mark.parametrize("rank", [MAX_RANK + 1, 10**8, 2**33, 2**40, 2**63 - 1])
+def test_a_rank_given_as_a_number_is_bounded(rank):
+    """Ranks that passed VAL-1 as int64 values built one entry per dimension: 10**8 took
+    seconds and gigabytes, 2**33 and more raised MemoryError. MAX_RANK bounds them."""
+    for query in (S.replication_factor, tiles_per_dimension, to_hlo):
+        _refused(lambda: query(SHARDING, rank), "VAL-1", f"at most {MAX_RANK:,}", OverflowError)
+    assert len(S.tiles_per_dimension(SHARDING, MAX_RANK)) == 2
 
 
 @pytest.mark.parametrize("query", [
@@ -132,6 +142,13 @@ def test_a_call_sequence_is_an_iterable_of_call_sites(model, value, shows):
     _refused(lambda: model(value), "CACHE-0",
              "a call sequence must be an iterable of CallSite values", TypeError)
     _refused(lambda: model(value), "CACHE-0", shows, TypeError)
+
+
+@pytest.mark.parametrize("value", [7, None, 3.5])
+def test_a_sequence_vector_is_written_from_an_iterable_of_call_sites(value):
+    """dump_sequence(7) raised TypeError iterating; it reads its sites as explain_cache does."""
+    _refused(lambda: dump_sequence(value), "CACHE-0", "an iterable of CallSite values", TypeError)
+    assert len(dump_sequence(CallSite(CALL) for _ in range(2))["sequence"]) == 2
 
 
 def test_a_sequence_that_fails_while_read_is_refused():
