@@ -55,6 +55,7 @@ from shardlaw.spec.rules import Rejection
 from shardlaw.spec.vectors import dump_sequence, load_sequence
 
 from . import fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap
+from .fuzz_engine import engine_outcomes
 from .strategies import meshes, partition_specs, shardings
 
 __all__ = [
@@ -88,7 +89,8 @@ class Outcome:
     detail: str = ""
     seconds: float = 0.0
 
-    FAILURES = ("bare", "hang", "overrun", "traceback", "crash", "bad-exit", "harness")
+    FAILURES = ("bare", "hang", "overrun", "traceback", "crash", "bad-exit", "harness",
+                "disagreement")
 
     @property
     def failed(self) -> bool:
@@ -925,7 +927,7 @@ def _rule_order(rule: str) -> tuple[str, int]:
     return (family, int(number)) if number.isdigit() else ("~", 0)
 
 
-def _drive(strategy: st.SearchStrategy[Any], count: int, seed: int,
+def drive(strategy: st.SearchStrategy[Any], count: int, seed: int,
            each: Callable[[Any], None], deadline: float,
            expand: Callable[[list[Any], Any], Iterator[Any]] | None = None,
            per_draw: int = 1) -> None:
@@ -958,9 +960,10 @@ def _drive(strategy: st.SearchStrategy[Any], count: int, seed: int,
 
 def campaign(inputs: int, cli: int, executable: int, seed: int = 0,
              minutes: float | None = None, progress: Callable[[str], None] | None = None,
-             recombine: int = 0) -> Campaign:
-    """Run ``inputs`` spec inputs, ``cli`` in-process command lines and ``executable`` runs
-    of the real command; stop early after ``minutes``. ``recombine``: spec calls built per
+             recombine: int = 0, engine: int = 0) -> Campaign:
+    """Run ``inputs`` spec inputs, ``cli`` in-process command lines, ``executable`` runs
+    of the real command and ``engine`` jit calls held by the engine against ``jax.jit``
+    (:mod:`.fuzz_engine`); stop early after ``minutes``. ``recombine``: spec calls built per
     drawn call from the values drawn (see :func:`recombined`)."""
     result = Campaign()
     started = time.monotonic()
@@ -973,14 +976,21 @@ def campaign(inputs: int, cli: int, executable: int, seed: int = 0,
             progress(f"{result.inputs:,} inputs, {time.monotonic() - started:,.0f} s, "
                      f"{len(result.failures)} failure kinds")
 
+    def note(side: str, case: Any, outcome: Outcome) -> None:
+        known = len(result.failures)
+        result.record(side, case, outcome)
+        if progress and len(result.failures) > known:
+            key, example = list(result.failures.items())[-1]
+            progress(f"new failure: {key}\n    e.g. {example}")
+        tick()
+
     def guarded(side: str, run: Callable[[Any], Outcome]) -> Callable[[Any], None]:
         def each(case: Any) -> None:
             try:
                 outcome = run(case)
             except Exception as error:  # the harness's own failure: counted, not fatal
                 outcome = Outcome("harness", f"{type(error).__name__}: {error}")
-            result.record(side, case, outcome)
-            tick()
+            note(side, case, outcome)
         return each
 
     spec = guarded("spec", run_spec_case)
@@ -990,14 +1000,17 @@ def campaign(inputs: int, cli: int, executable: int, seed: int = 0,
     # Interleave the three so that a time limit leaves a share of each.
     # (Each round starts Hypothesis afresh, whose first draws are the simplest: few rounds
     # for a small campaign.)
-    rounds = max(1, min(20, (inputs + cli) // 20_000))
+    rounds = max(1, min(20, (inputs + cli) // 20_000, engine // 50 if engine else 20))
     for k in range(rounds):
         share = lambda total: total // rounds + (1 if k < total % rounds else 0)  # noqa: E731
-        _drive(spec_cases(), share(inputs), seed + k, spec, deadline,
+        drive(spec_cases(), share(inputs), seed + k, spec, deadline,
                expand=lambda cases, rng: recombined(cases, rng, recombine * len(cases)),
                per_draw=1 + recombine)
-        _drive(cli_cases(), share(cli), seed + 1000 + k, in_process, deadline)
-        _drive(cli_cases(), share(executable), seed + 2000 + k, real, deadline)
+        drive(cli_cases(), share(cli), seed + 1000 + k, in_process, deadline)
+        drive(cli_cases(), share(executable), seed + 2000 + k, real, deadline)
+        engine_seed = seed + 3000 + 100_000 * k
+        for kind, detail, seconds, case in engine_outcomes(share(engine), engine_seed, deadline):
+            note("engine", case, Outcome(kind, detail, seconds))
         if time.monotonic() > deadline:
             break
     result.seconds = time.monotonic() - started
@@ -1013,6 +1026,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="command lines run in this process")
     parser.add_argument("--executable", type=int, default=500,
                         help="command lines run through the real shardlaw executable")
+    parser.add_argument("--engine", type=int, default=0,
+                        help="jit calls run through jax.jit and the engine, compared "
+                             "(in a child process)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minutes", type=float, help="stop after this long")
     parser.add_argument("--recombine", type=int, default=20, metavar="K",
@@ -1022,7 +1038,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
     result = campaign(args.inputs, args.cli, args.executable, args.seed, args.minutes,
                       progress=lambda line: print(line, file=sys.stderr, flush=True),
-                      recombine=args.recombine)
+                      recombine=args.recombine, engine=args.engine)
     print(result.report())
     return 1 if result.failures else 0
 

@@ -12,6 +12,7 @@ Any bare exception, hang or bad exit fails the test that met it, wherever it is 
 from __future__ import annotations
 
 import inspect
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -94,3 +95,29 @@ def test_every_target_takes_its_drawn_arguments():
     # Guard against a signature the generic drawing cannot read (it would fuzz nothing).
     for target in fuzz.TARGETS:
         assert inspect.signature(target.function) is not None
+
+
+def test_the_engine_side_holds_drawn_calls_against_jax():
+    result = fuzz.campaign(inputs=0, cli=0, executable=0, seed=3, engine=8)
+    engine = {kind: n for (side, kind), n in result.outcomes.items() if side == "engine"}
+    assert sum(engine.values()) == 8, result.report()
+    assert not result.failures, result.report()
+
+
+def test_an_engine_child_that_crashes_is_counted_and_replaced(monkeypatch):
+    """A child killed by a signal: its running case is a crash, and a new child goes on."""
+    from shardlaw.properties import fuzz_engine
+
+    script = ("import json, os, signal, sys\n"
+              "count = int(sys.argv[1])\n"
+              "print(json.dumps({'start': 'first'}), flush=True)\n"
+              "print(json.dumps({'kind': 'value', 'detail': '', 'seconds': 0.1}), flush=True)\n"
+              "if count > 2:\n"
+              "    print(json.dumps({'start': 'the crashing one'}), flush=True)\n"
+              "    os.kill(os.getpid(), signal.SIGSEGV)\n")
+    monkeypatch.setattr(fuzz_engine, "_child_command",
+                        lambda count, seed: [sys.executable, "-c", script, str(count)])
+    outcomes = list(fuzz_engine.engine_outcomes(4, seed=0, deadline=float("inf")))
+    kinds = [kind for kind, _, _, _ in outcomes]
+    assert kinds == ["value", "crash", "value", "value"], outcomes
+    assert outcomes[1][3] == "the crashing one" and "-11" in outcomes[1][1]
