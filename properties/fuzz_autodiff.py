@@ -9,9 +9,62 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from hypothesis import strategies as st  # noqa: F401
+from hypothesis import strategies as st
+
+from shardlaw.spec import UNSPECIFIED, Mesh, NamedSharding, P
+from shardlaw.spec.autodiff import JitBody, JitEquation
 
 __all__ = ["PLAUSIBLE"]
 
+_MESH = Mesh.iota((2, 4), ("data", "model"))
+_SHARDINGS = [UNSPECIFIED, NamedSharding(_MESH, P("data")), NamedSharding(_MESH, P()),
+              NamedSharding(_MESH, P(None, "model"))]
+
+
+def _operands(size: int | None = None) -> st.SearchStrategy[tuple]:
+    """Shardings for 1 or 2 operands (mostly), so that drawn equations and bodies often match."""
+    low, high = (1, 2) if size is None else (size, size)
+    return st.lists(st.sampled_from(_SHARDINGS), min_size=low, max_size=high).map(tuple)
+
+
+def _flags(size: int | None = None) -> st.SearchStrategy[tuple]:
+    low, high = (1, 2) if size is None else (size, size)
+    return st.lists(st.booleans(), min_size=low, max_size=high).map(tuple)
+
+
+def _position_sets(count: int, outputs: int) -> st.SearchStrategy[tuple]:
+    one = st.sets(st.integers(0, max(count - 1, 0)), max_size=count) if count else st.just(set())
+    return st.lists(one, min_size=outputs, max_size=outputs).map(tuple)
+
+
+@st.composite
+def _bodies(draw: Any) -> JitBody:
+    inputs, outputs = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    dependencies = draw(_position_sets(inputs, outputs))
+    residuals = draw(st.integers(0, 3))
+    return JitBody(inputs, dependencies, None, residuals, draw(st.integers(0, residuals)),
+                   draw(_position_sets(residuals, outputs)))
+
+
+@st.composite
+def _equations(draw: Any) -> JitEquation:
+    ins = draw(_operands())
+    return JitEquation(ins, draw(_operands()), draw(_flags(len(ins))))
+
+
 # parameter name -> a function returning the strategy of values it is meant to take
-PLAUSIBLE: dict[str, Callable[[], Any]] = {}
+PLAUSIBLE: dict[str, Callable[[], Any]] = {
+    # JitEquation(in_shardings, out_shardings, donated_invars)
+    "in_shardings": _operands, "out_shardings": _operands, "donated_invars": _flags,
+    # JitBody(inputs, dependencies, forwarded, residuals, stored_residuals, residual_uses)
+    "inputs": lambda: st.integers(0, 3),
+    "dependencies": lambda: _position_sets(2, 2),
+    "forwarded": lambda: st.one_of(st.none(), st.lists(st.sampled_from([None, 0, 1]),
+                                                       min_size=1, max_size=2).map(tuple)),
+    "residuals": lambda: st.integers(0, 3),
+    "stored_residuals": lambda: st.integers(0, 3),
+    "residual_uses": lambda: st.one_of(st.none(), _position_sets(2, 2)),
+    # the rules' questions
+    "primal_equation": _equations, "jit_body": _bodies,
+    "nonzero_tangents": _flags, "cotangent_outputs": _flags,
+}

@@ -1,0 +1,269 @@
+"""Differentiate through a real ``jax.jit`` call and compare its jit equations with the AD rules.
+
+A :class:`GradCase` describes a jitted function of ``k`` float32 (8, 8) arrays on a mesh of
+the 8 CPU devices (2x4, 8 or 2x2x2; Auto or Explicit axes): what each output computes from
+which inputs (an input returned as is, products of sines, matmuls, sums, a constant), the
+jit's ``in_shardings`` / ``out_shardings`` / ``donate_argnums``, which inputs are
+differentiated, and the transformation: ``jax.jvp``, ``jax.linearize`` (its linear
+function applied), ``jax.vjp`` (its backward function applied) or ``jax.grad`` of a loss
+that uses some of the outputs.
+
+:func:`compare_case` traces the transformation with ``jax.make_jaxpr``, reads every ``jit``
+equation of the jitted function (nested ones too), and compares their ``in_shardings``,
+``out_shardings`` and ``donated_invars`` with what the spec says they are, given the
+undifferentiated equation and its body's facts (read from JAX by
+:mod:`shardlaw.spec.autodiff_bridge`). It returns the disagreements, and counts each AD
+rule's two outcomes in :data:`AD_HITS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from hypothesis import strategies as st
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+from shardlaw.spec import UNSPECIFIED
+from shardlaw.spec.autodiff import (
+    JitEquation, jvp_equation, linearized_equations, linearized_primal, nonzero_outputs,
+    transposed_equation,
+)
+from shardlaw.spec.autodiff_bridge import equation_from_jax, jit_body_of, jit_equations
+
+__all__ = ["OutputPlan", "GradCase", "grad_cases", "build_jitted", "trace", "expected",
+           "compare_case", "AD_HITS", "hit", "TRANSFORMATIONS", "NAME"]
+
+NAME = "ad_target"
+TRANSFORMATIONS = ("jvp", "linearize", "vjp", "grad")
+SIDE = 8  # every input is a float32 (SIDE, SIDE) array
+MESHES = (((2, 4), ("data", "model")), ((8,), ("batch",)), ((2, 2, 2), ("x", "y", "z")))
+
+# rule ID -> [first outcome, second outcome] over the cases compared (see hit()).
+AD_HITS: dict[str, list[int]] = {}
+
+
+def hit(rule_id: str, second: bool) -> None:
+    """Count one outcome of a rule against JAX: ``second`` False for its first outcome
+    (accepted, non-zero, transformed, dropped, staged), True for the other."""
+    AD_HITS.setdefault(rule_id, [0, 0])[int(second)] += 1
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputPlan:
+    """One output: ``forward`` (input ``deps[0]`` as is), ``product`` (sin of the first
+    input times the others), ``matmul`` (the same with ``@``), ``scalar`` (a product,
+    summed) or ``constant`` (no input)."""
+
+    kind: str
+    deps: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class GradCase:
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    explicit: bool
+    arg_spec: tuple            # the arguments' PartitionSpec entries (Explicit meshes)
+    in_specs: tuple            # per input: PartitionSpec entries, or None (unspecified)
+    outputs: tuple[OutputPlan, ...]
+    out_specs: tuple           # per output: PartitionSpec entries, or None (unspecified)
+    donated: tuple[bool, ...]
+    differentiated: tuple[bool, ...]
+    transformation: str
+    used: tuple[bool, ...]     # grad: the outputs the loss uses
+
+    @property
+    def mesh(self) -> Any:
+        kind = AxisType.Explicit if self.explicit else AxisType.Auto
+        return jax.make_mesh(self.mesh_shape, self.axis_names,
+                             axis_types=(kind,) * len(self.axis_names))
+
+
+# --------------------------------------------------------------------------- strategies
+
+@st.composite
+def _specs_2d(draw: Any, names: tuple[str, ...]) -> tuple:
+    """PartitionSpec entries for an (8, 8) array: each mesh axis splits at most one dim."""
+    free = list(draw(st.permutations(names)))
+    entries = []
+    for _ in range(2):
+        take = draw(st.integers(0, len(free)))
+        chosen, free = free[:take], free[take:]
+        entries.append(None if not chosen else chosen[0] if len(chosen) == 1 else tuple(chosen))
+    return tuple(entries)
+
+
+@st.composite
+def _output_plan(draw: Any, k: int, explicit: bool) -> OutputPlan:
+    kinds = ["forward", "product", "scalar", "constant"] + ([] if explicit else ["matmul"])
+    kind = draw(st.sampled_from(kinds))
+    if kind == "constant":
+        return OutputPlan(kind, ())
+    if kind == "forward":
+        return OutputPlan(kind, (draw(st.integers(0, k - 1)),))
+    deps = draw(st.lists(st.integers(0, k - 1), min_size=1, max_size=3, unique=True))
+    return OutputPlan(kind, tuple(deps))
+
+
+def _out_spec(draw: Any, plan: OutputPlan, case_arg: tuple, explicit: bool, names: tuple) -> Any:
+    if draw(st.booleans()):
+        return None
+    if plan.kind == "scalar":
+        return ()
+    if explicit:  # an Explicit result's out_sharding is the sharding its type carries
+        return (None, None) if plan.kind == "constant" else case_arg
+    return draw(_specs_2d(names))
+
+
+@st.composite
+def grad_cases(draw: Any, transformations: tuple[str, ...] = TRANSFORMATIONS) -> GradCase:
+    """A jitted function, its shardings and donation, and how it is differentiated."""
+    shape, names = draw(st.sampled_from(MESHES))
+    explicit = draw(st.booleans())
+    k = draw(st.integers(1, 3))
+    arg_spec = draw(_specs_2d(names))
+    in_specs = tuple(draw(st.one_of(st.none(), st.just(arg_spec) if explicit else
+                                    _specs_2d(names))) for _ in range(k))
+    outputs = tuple(draw(st.lists(_output_plan(k, explicit), min_size=1, max_size=3)))
+    out_specs = tuple(_out_spec(draw, p, arg_spec, explicit, names) for p in outputs)
+    transformation = draw(st.sampled_from(transformations))
+    at_least = 0 if transformation in ("jvp", "grad") else 1
+    differentiated = tuple(draw(st.lists(st.booleans(), min_size=k, max_size=k).filter(
+        lambda flags: sum(flags) >= at_least)))
+    return GradCase(shape, names, explicit, arg_spec, in_specs, outputs, out_specs,
+                    tuple(draw(st.lists(st.booleans(), min_size=k, max_size=k))),
+                    differentiated, transformation,
+                    tuple(draw(st.lists(st.booleans(), min_size=len(outputs),
+                                        max_size=len(outputs)))))
+
+
+# --------------------------------------------------------------------------- JAX
+
+def _output(plan: OutputPlan, xs: tuple) -> Any:
+    if plan.kind == "forward":
+        return xs[plan.deps[0]]
+    if plan.kind == "constant":
+        return jnp.full((SIDE, SIDE), 2.0, jnp.float32)
+    value = jnp.sin(xs[plan.deps[0]])
+    for d in plan.deps[1:]:
+        value = value @ xs[d] if plan.kind == "matmul" else value * xs[d]
+    return value.sum() if plan.kind == "scalar" else value
+
+
+def _named(mesh: Any, entries: Any) -> Any:
+    return None if entries is None else NamedSharding(mesh, PartitionSpec(*entries))
+
+
+def build_jitted(case: GradCase, jit: Callable[..., Any] = jax.jit) -> Callable[..., Any]:
+    """``jit`` (jax.jit, or a drop-in) of the case's function, with its shardings."""
+    mesh = case.mesh
+
+    def ad_target(*xs: Any) -> tuple:
+        return tuple(_output(plan, xs) for plan in case.outputs)
+
+    donate = tuple(i for i, d in enumerate(case.donated) if d)
+    return jit(ad_target, in_shardings=tuple(_named(mesh, s) for s in case.in_specs),
+               out_shardings=tuple(_named(mesh, s) for s in case.out_specs),
+               donate_argnums=donate)
+
+
+def _transformed(case: GradCase, jitted: Callable[..., Any]) -> Callable[..., Any]:
+    """The outer function: the case's transformation of the jitted call."""
+    chosen = [i for i, d in enumerate(case.differentiated) if d]
+
+    def outer(seed: Any, *xs: Any) -> Any:
+        def call(*diffed: Any) -> tuple:
+            full = list(xs)
+            for i, value in zip(chosen, diffed):
+                full[i] = value
+            return jitted(*full)
+        diffed = [xs[i] for i in chosen]
+        if case.transformation == "jvp":
+            return jax.jvp(call, tuple(diffed), tuple(diffed))
+        if case.transformation == "linearize":
+            return jax.linearize(call, *diffed)[1](*diffed)
+        if case.transformation == "vjp":
+            out, back = jax.vjp(call, *diffed)
+            return back(out)
+
+        def loss(s: Any, *d: Any) -> Any:
+            results = call(*d)
+            return s * sum((r.sum() for r, u in zip(results, case.used) if u), jnp.float32(0))
+        return jax.grad(loss, argnums=tuple(range(len(diffed) + 1)))(seed, *diffed)
+    return outer
+
+
+def _arguments(case: GradCase) -> tuple:
+    sharding = NamedSharding(case.mesh, PartitionSpec(*case.arg_spec)) if case.explicit else None
+    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    arg = jax.ShapeDtypeStruct((SIDE, SIDE), jnp.float32, sharding=sharding)
+    return (scalar,) + (arg,) * len(case.in_specs)
+
+
+def trace(case: GradCase, jit: Callable[..., Any] = jax.jit) -> tuple[Any, Any]:
+    """The undifferentiated jit equation and the transformed jaxpr, traced by JAX."""
+    jitted = build_jitted(case, jit)
+    args = _arguments(case)
+    with jax.set_mesh(case.mesh):
+        plain = jax.make_jaxpr(lambda seed, *xs: jitted(*xs))(*args)
+        transformed = jax.make_jaxpr(_transformed(case, jitted))(*args)
+    (eqn,) = jit_equations(plain, NAME)
+    return eqn, transformed
+
+
+# --------------------------------------------------------------------------- the spec
+
+def expected(case: GradCase, eqn: Any) -> list[JitEquation]:
+    """The jit equations the spec says the transformation stages, in order."""
+    primal = equation_from_jax(eqn)
+    nonzero = case.differentiated
+    vjp = case.transformation in ("vjp", "grad")
+    body = jit_body_of(eqn, nonzero, is_vjp=vjp)
+    if case.transformation == "jvp":
+        return [jvp_equation(primal, body, nonzero)]
+    if case.transformation == "linearize":
+        both = linearized_equations(primal, body, nonzero)
+        return [both.primal] + ([both.tangent] if both.tangent is not None else [])
+    used = case.used if case.transformation == "grad" else (True,) * len(case.outputs)
+    back = transposed_equation(primal, body, nonzero, used)
+    return [linearized_primal(primal, body, nonzero)] + ([back] if back is not None else [])
+
+
+def _count_hits(case: GradCase, eqn: Any, found: list[JitEquation]) -> None:
+    primal = equation_from_jax(eqn)
+    nonzero = case.differentiated
+    body = jit_body_of(eqn, nonzero, is_vjp=case.transformation in ("vjp", "grad"))
+    hit("AD-0", False)
+    for moving in nonzero_outputs(body, nonzero):
+        hit("AD-1", not moving)
+    if case.transformation == "jvp":
+        hit("AD-2", not any(nonzero))
+    elif any(nonzero):
+        for i, s in zip(body.forwarded, primal.out_shardings):
+            if i is not None:  # dropped (no out_sharding) or kept
+                hit("AD-3", s is not UNSPECIFIED)
+        if case.transformation == "linearize":
+            hit("AD-4", len(found) < 2)
+        else:
+            hit("AD-5", len(found) < 2)
+
+
+def compare_case(case: GradCase, jit: Callable[..., Any] = jax.jit) -> list[str]:
+    """The disagreements between JAX's jit equations for the case and the spec's."""
+    eqn, transformed = trace(case, jit)
+    found = [equation_from_jax(e) for e in jit_equations(transformed, NAME)]
+    want = expected(case, eqn)
+    problems = []
+    if len(found) != len(want):
+        problems.append(f"JAX staged {len(found)} jit equation(s), the spec {len(want)}")
+    for n, (got, said) in enumerate(zip(found, want)):
+        for field in ("in_shardings", "out_shardings", "donated_invars"):
+            if getattr(got, field) != getattr(said, field):
+                problems.append(f"equation {n} {field}: JAX {getattr(got, field)} "
+                                f"spec {getattr(said, field)}")
+    if not problems:
+        _count_hits(case, eqn, found)
+    return problems
