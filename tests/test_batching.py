@@ -1,0 +1,210 @@
+"""vmap of a jit call (the BAT rules) against real JAX on 8 CPU devices, example for example.
+
+``test_vmap_of_jit_agrees_with_jax`` draws a jit call (shardings on a 2x4, 8, 2x2x2 or
+2x4x1 mesh, concrete or abstract, Auto or Explicit axes; single-device and GSPMD shardings;
+unreduced and reduced axes) under one or two vmaps (in_axes in and out of range, out_axes,
+axis_size, spmd_axis_name), traces it with ``jax.make_jaxpr`` and requires the jit equation
+JAX builds to have exactly the shardings :func:`shardlaw.spec.vmap_jit` says, or both to
+refuse with the same exception type. The pinned examples below reach the edges random
+draws reach rarely; a few run the program with ``shardlaw.engine.jit`` in place of
+``jax.jit``; the coverage test at the end requires every BAT rule to have been seen on both
+sides against JAX.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from shardlaw.properties.batching_harness import (
+    BAT_HITS, Vmap, VmapCase, compare_case, run_in_jax, run_values, spec_answer, vmap_cases,
+)
+from shardlaw.properties.registry import checks
+from shardlaw.spec import (
+    UNCONSTRAINED, UNSPECIFIED, AxisType, GSPMDSharding, Mesh, NamedSharding, P, SingleDeviceSharding, to_hlo,
+)
+from shardlaw.spec.rules import RULES
+
+BAT_RULES = sorted(r for r in RULES if r.startswith("BAT-"))
+
+AUTO2x4 = Mesh.iota((2, 4), ("x", "y"))
+EXPLICIT2x4 = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Explicit))
+EXPLICIT2x2x2 = Mesh.iota((2, 2, 2), ("x", "y", "z"), (AxisType.Explicit,) * 3)
+WITH_ONE = Mesh.iota((2, 4, 1), ("x", "y", "one"))
+
+
+def _agree(case):
+    problems = compare_case(case)
+    assert not problems, "\n".join(problems) + f"\ncase: {case}"
+    return spec_answer(case)
+
+
+def _one(sharding, rank=2, axis=0, spmd=None, context=None, outer=None):
+    """A jit of one argument of rank ``rank`` returning it doubled (unsharded result)."""
+    inner = Vmap((axis,), spmd_axis_name=spmd)
+    return VmapCase((rank,), (sharding,), (0,), (UNSPECIFIED,), inner, outer=outer,
+                    context_mesh=context)
+
+
+@checks(*BAT_RULES)
+@given(vmap_cases())
+def test_vmap_of_jit_agrees_with_jax(case):
+    _agree(case)
+
+
+# --------------------------------------------------------------------------- pinned examples
+
+def _refused_by(case, rule_id, error_type):
+    answer = _agree(case)
+    assert answer.error is not None and answer.error.rule == rule_id, answer
+    assert isinstance(answer.error, error_type)
+    return answer
+
+
+def _batched_arg(case):
+    answer = _agree(case)
+    assert answer.error is None, answer.error
+    return answer.shardings[0][0]
+
+
+@checks("BAT-0")
+def test_vmap_parameters():
+    ns = NamedSharding(AUTO2x4, P("x"))
+    _refused_by(_one(ns, axis=3), "BAT-0", ValueError)          # out of the rank
+    _refused_by(_one(ns, axis=-4), "BAT-0", ValueError)
+    sized = VmapCase((2,), (ns,), (0,), (UNSPECIFIED,), Vmap((0,), axis_size=3))
+    _refused_by(sized, "BAT-0", ValueError)                     # sizes disagree
+    unmapped = VmapCase((2,), (ns,), (0,), (UNSPECIFIED,), Vmap((None,)))
+    _refused_by(unmapped, "BAT-0", ValueError)                  # nothing mapped, no size
+    sized_only = VmapCase((2,), (ns,), (0,), (ns,), Vmap((None,), axis_size=3))
+    assert _batched_arg(sized_only) == ns                       # nothing batched at all
+
+
+@checks("BAT-1", "BAT-2")
+def test_unsplit_batch_dimension():
+    assert _batched_arg(_one(NamedSharding(AUTO2x4, P("x")))) == NamedSharding(
+        AUTO2x4, P(None, "x"))
+    assert _batched_arg(_one(NamedSharding(AUTO2x4, P(None, "y")), axis=2)) == NamedSharding(
+        AUTO2x4, P(None, "y"))                                  # trailing None trimmed
+    # axes of size 1 vanish from a batched spec, and a spec of them alone is kept as it is
+    assert _batched_arg(_one(NamedSharding(WITH_ONE, P("x", "one")))) == NamedSharding(
+        WITH_ONE, P(None, "x"))
+    assert _batched_arg(_one(NamedSharding(WITH_ONE, P("one")))) == NamedSharding(
+        WITH_ONE, P("one"))
+    # the memory kind goes back to the default, except where the sharding is kept
+    pinned = NamedSharding(AUTO2x4, P("x"), memory_kind="pinned_host")
+    assert _batched_arg(_one(pinned)).memory_kind == "device"
+    kept = NamedSharding(AUTO2x4, P(), memory_kind="pinned_host")
+    assert _batched_arg(_one(kept)) == kept
+    assert _batched_arg(_one(SingleDeviceSharding(3))) == SingleDeviceSharding(3)
+
+
+@checks("BAT-2")
+def test_unsplit_edges():
+    abstract = NamedSharding(AUTO2x4.abstract, P("y"))
+    assert _batched_arg(_one(abstract, axis=1)).spec == P("y", UNCONSTRAINED)
+    _refused_by(_one(NamedSharding(EXPLICIT2x4.abstract, P("y"))), "BAT-2", ValueError)
+    tiled = GSPMDSharding(AUTO2x4.devices, to_hlo(NamedSharding(AUTO2x4, P("x")), 2))
+    _refused_by(_one(tiled), "BAT-2", KeyError)
+    replicated = GSPMDSharding(AUTO2x4.devices, "{replicated}")
+    assert _batched_arg(_one(replicated)) == replicated
+    # unreduced copies read back as one more dimension; two kinds of copies stay GSPMD
+    unreduced = NamedSharding(EXPLICIT2x4, P("x", unreduced={"y"}))
+    assert _batched_arg(_one(unreduced)).spec == P(None, "x", None, None, "y")
+    mixed = NamedSharding(EXPLICIT2x2x2, P("x", unreduced={"y"}))
+    assert isinstance(_batched_arg(_one(mixed)), GSPMDSharding)
+    only_unreduced = NamedSharding(EXPLICIT2x4, P(unreduced={"x", "y"}))
+    assert isinstance(_batched_arg(_one(only_unreduced)), GSPMDSharding)
+    # reduced axes are not in the tiles
+    reduced = NamedSharding(EXPLICIT2x2x2, P("x", reduced={"y"}))
+    assert _batched_arg(_one(reduced)).spec == P(None, "x")
+    # on an abstract mesh a spec with unreduced axes is indexed (ValueError) or padded (TypeError)
+    abstract_unreduced = NamedSharding(EXPLICIT2x4.abstract, P("x", unreduced={"y"}))
+    _refused_by(_one(abstract_unreduced, axis=0), "BAT-2", ValueError)
+    _refused_by(_one(abstract_unreduced, axis=2), "BAT-2", TypeError)
+
+
+@checks("BAT-3", "BAT-4", "BAT-5", "BAT-6")
+def test_split_batch_dimension():
+    ns = NamedSharding(AUTO2x4, P(None, "y"))
+    assert _batched_arg(_one(ns, spmd="x")) == NamedSharding(AUTO2x4, P("x", None, "y"))
+    assert _batched_arg(_one(NamedSharding(AUTO2x4, P()), axis=2, spmd=("x", "y"))) == \
+        NamedSharding(AUTO2x4, P(None, None, ("x", "y")))
+    _refused_by(_one(ns, spmd="y"), "BAT-4", Exception)        # y splits the value already
+    _refused_by(_one(ns, spmd=("x", "x")), "BAT-4", Exception)  # x named twice
+    _refused_by(_one(ns, spmd="w"), "BAT-5", ValueError)
+    # a size-1 axis read back from the tiles is gone, so splitting over it again is fine
+    assert _batched_arg(_one(NamedSharding(WITH_ONE, P("one")), spmd="one")).spec == P("one")
+    single = SingleDeviceSharding(5)
+    _refused_by(_one(single, spmd="x"), "BAT-6", ValueError)
+    assert _batched_arg(_one(single, spmd="x", context=AUTO2x4)) == NamedSharding(
+        AUTO2x4, P("x"))
+    tiled = GSPMDSharding(AUTO2x4.devices, to_hlo(NamedSharding(AUTO2x4, P("x")), 2))
+    assert _batched_arg(_one(tiled, spmd="y", context=AUTO2x4)) == NamedSharding(
+        AUTO2x4, P("y", "x"))
+
+
+@checks("BAT-3")
+def test_split_edges():
+    abstract = NamedSharding(AUTO2x4.abstract, P("x", None))
+    assert _batched_arg(_one(abstract, axis=1, spmd="y")).spec == P("x", "y", None)
+    _refused_by(_one(NamedSharding(EXPLICIT2x2x2, P("x", unreduced={"y"})), spmd="z"),
+                "BAT-3", NotImplementedError)
+    _refused_by(_one(NamedSharding(EXPLICIT2x4, P(unreduced={"x", "y"})), spmd="x"),
+                "BAT-3", AssertionError)
+    unreduced = NamedSharding(EXPLICIT2x4.abstract, P("x", unreduced={"y"}))
+    _refused_by(_one(unreduced, axis=0, spmd="y"), "BAT-3", ValueError)
+    _refused_by(_one(unreduced, axis=2, spmd="y"), "BAT-3", TypeError)
+
+
+@checks("BAT-7", "BAT-2", "BAT-3")
+def test_nested_vmaps():
+    ns = NamedSharding(AUTO2x4, P("y"))
+    case = _one(ns, rank=1, axis=1, spmd="x", outer=Vmap((0,)))
+    assert _batched_arg(case) == NamedSharding(AUTO2x4, P(None, "y", "x"))
+    # an inner vmap that reads unreduced tiles back makes a spec longer than the value
+    unreduced = NamedSharding(EXPLICIT2x4, P("x", unreduced={"y"}))
+    _refused_by(_one(unreduced, rank=1, outer=Vmap((0,))), "BAT-7", IndexError)
+    _refused_by(_one(unreduced, rank=1, outer=Vmap((0,), spmd_axis_name="x")), "BAT-7",
+                IndexError)
+
+
+ENGINE_CASES = [
+    _one(NamedSharding(AUTO2x4, P("x")), rank=1),
+    _one(NamedSharding(AUTO2x4, P(None, "y")), axis=1, spmd="x"),
+    _one(NamedSharding(AUTO2x4, P("y")), rank=1, axis=1, spmd="x", outer=Vmap((0,))),
+    VmapCase((1, 2), (NamedSharding(AUTO2x4, P("x")), UNSPECIFIED), (1, None),
+             (NamedSharding(AUTO2x4, P(None, "x")), NamedSharding(AUTO2x4, P())),
+             Vmap((0, 2), out_axes=-1, spmd_axis_name="y")),
+]
+
+
+@pytest.mark.parametrize("case", ENGINE_CASES)
+def test_engine_jit_builds_the_same_equation_and_values(case):
+    from shardlaw.engine import jit as engine_jit
+
+    assert compare_case(case, engine_jit) == []
+    assert run_in_jax(case, engine_jit).shardings == run_in_jax(case).shardings
+    ours, theirs = run_values(case, engine_jit), run_values(case)
+    assert len(ours) == len(theirs)
+    for (a, sa), (b, sb) in zip(ours, theirs):
+        np.testing.assert_array_equal(a, b)
+        assert sa == sb
+
+
+def test_every_bat_rule_was_seen_on_both_sides():
+    """Run last in this module: every BAT rule met JAX accepting and refusing (BAT-1, which
+    never refuses: keeping a sharding and batching one)."""
+    if not BAT_HITS:  # run on its own: gather the hits first
+        test_vmap_of_jit_agrees_with_jax()
+        for name, value in list(globals().items()):
+            if name.startswith("test_") and callable(value) and name not in (
+                    "test_every_bat_rule_was_seen_on_both_sides",
+                    "test_vmap_of_jit_agrees_with_jax",
+                    "test_engine_jit_builds_the_same_equation_and_values"):
+                value()
+    print("\nBAT rules, hits against JAX (accepted / refused; BAT-1: kept / batched):")
+    for rule_id in BAT_RULES:
+        accepted, refused = BAT_HITS.get(rule_id, [0, 0])
+        print(f"  {rule_id:6s} {accepted:6d} {refused:6d}")
+    missing = [f"{r} {BAT_HITS.get(r)}" for r in BAT_RULES if not all(BAT_HITS.get(r, [0, 0]))]
+    assert not missing, "not hit on both sides against JAX: " + ", ".join(missing)
