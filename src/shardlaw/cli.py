@@ -254,6 +254,8 @@ def _parser() -> argparse.ArgumentParser:
     cli_prove.add_parser(commands)
     from shardlaw import cli_vectors
     cli_vectors.add_parsers(commands)
+    from shardlaw import campaign
+    campaign.add_parser(commands)
     return parser
 
 
@@ -266,7 +268,7 @@ def _run(argv: Sequence[str] | None) -> int:
         demo(sys.stdout)
     elif args.command == "rules":
         list_rules(sys.stdout)
-    elif args.command in ("prove", "check", "vectors"):
+    elif args.command in ("prove", "check", "vectors", "campaign"):
         return args.handler(args)
     return 0
 

@@ -1,0 +1,381 @@
+"""The pytest plugin a ``shardlaw campaign`` loads into every worker (``-p``).
+
+The campaign (:mod:`shardlaw.campaign`) starts pytest with pytest-xdist and tells this
+plugin, through environment variables, what to do in each worker process:
+
+* the Hypothesis profile ``shardlaw-campaign``: the examples per property and the shared
+  example database; a property's own ``@settings(max_examples=...)`` is overridden too, so
+  that every property of the campaign runs the examples asked for;
+* each property runs as ``SHARDS`` items (``name[shard-k-of-n]``), each with its share of
+  the examples, so that one property can keep several workers busy; the coverage tests,
+  which read the hits of one process, are left out (the campaign's report adds up the
+  hits of every worker instead);
+* every example a property runs is counted; under a time budget a property stops when its
+  slice of the time is spent (and keeps going while Hypothesis shrinks a failure);
+* the hits per rule (the harnesses' counters: placement, jit calls, the engine, the cache
+  model, the fuzz layer's rejections) and the examples are written to
+  ``DIR/worker-<id>.json`` now and then and at the end, for the live progress line and
+  the report; every failing test (a disagreement) is written to ``OUT/<name>.json`` with
+  its falsifying example and the blob that reproduces it;
+* ``SHARDLAW_CAMPAIGN_PLANT=RULE-N`` plants a wrong rule: the rule refuses every input it
+  would accept. A campaign that does not find it is not worth running.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import json
+import os
+import re
+import time
+import unittest
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from shardlaw.campaign import (
+    ENV_DB, ENV_DIR, ENV_END, ENV_EXAMPLES, ENV_OUT, ENV_PLANT, ENV_SHARDS, ENV_SLICE, ENV_SUITES,
+    PROFILE,
+)
+from shardlaw.properties import cache_harness, differential, engine_harness, fuzz, jit_harness
+from shardlaw.spec.rules import RULES, Failure, reject, tracing
+
+# Tests that check the hits of their own process: the report checks every worker's.
+COVERAGE_TESTS = frozenset({
+    "test_zz_every_rule_seen_on_both_sides", "test_every_jit_rule_was_seen_on_both_sides",
+    "test_every_rejecting_rule_refused_a_call_through_the_engine",
+})
+
+UNLIMITED = 10 ** 9
+_WRITE_EVERY_S = 1.0
+_RULE_ID = re.compile(r"\[([A-Z]+(?:-[A-Z]+)*-[0-9]+)\]")
+
+
+class TimeUp(unittest.SkipTest):
+    """A property's slice of the campaign's time is spent (Hypothesis lets it through)."""
+
+
+def _number(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, ""))
+    except ValueError:
+        return default
+
+
+def _examples_per_shard() -> int:
+    total = int(_number(ENV_EXAMPLES, UNLIMITED))
+    shards = max(1, int(_number(ENV_SHARDS, 1)))
+    return max(1, -(-total // shards))
+
+
+def _database() -> DirectoryBasedExampleDatabase | None:
+    where = os.environ.get(ENV_DB)
+    return DirectoryBasedExampleDatabase(where) if where else None
+
+
+_DATABASE = _database()
+# No explain phase: it re-runs a failure under coverage tracing, slow with JAX underneath.
+_PHASES = tuple(p for p in Phase if p is not Phase.explain)
+settings.register_profile(
+    PROFILE, max_examples=_examples_per_shard(), deadline=None, derandomize=False,
+    print_blob=True, database=_DATABASE, phases=_PHASES,
+    suppress_health_check=list(HealthCheck))
+
+
+# --------------------------------------------------------------------------- counters
+
+@dataclasses.dataclass
+class _Worker:
+    """This process's share of the campaign."""
+
+    examples: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    failed: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    engine: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    cache: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    fuzz: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    scope: set[str] = dataclasses.field(default_factory=set)
+    suite: str = "other"
+    deadline: float | None = None
+    failing: bool = False
+    written: float = 0.0
+    active: bool = True
+    slice: float = 60.0
+
+
+WORKER = _Worker()
+
+
+def _suite_of(path: str) -> str:
+    suites = json.loads(os.environ.get(ENV_SUITES, "{}"))
+    return suites.get(Path(path).name, "other")
+
+
+def _count_trace(table: dict[str, list[int]], trace: list[str], refused: str | None) -> None:
+    for rule_id in dict.fromkeys(trace):
+        hits = table.setdefault(rule_id, [0, 0])
+        hits[1 if rule_id == refused else 0] += 1
+
+
+def _hits() -> dict[str, list[int]]:
+    """rule -> [accepted, rejected] over every harness that held a rule to JAX here."""
+    table: dict[str, list[int]] = {}
+
+    def add(rule_id: str, accepted: int, rejected: int) -> None:
+        hits = table.setdefault(rule_id, [0, 0])
+        hits[0] += accepted
+        hits[1] += rejected
+
+    for (rule_id, side), n in differential.hit_counts().items():
+        add(rule_id, n if side == "accept" else 0, n if side == "reject" else 0)
+    for source in (jit_harness.CALL_HITS, WORKER.engine, WORKER.cache):
+        for rule_id, (accepted, rejected) in source.items():
+            add(rule_id, accepted, rejected)
+    return table
+
+
+def _write(final: bool = False) -> None:
+    where = os.environ.get(ENV_DIR)
+    now = time.monotonic()
+    if not where or (not final and now - WORKER.written < _WRITE_EVERY_S):
+        return
+    WORKER.written = now
+    name = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    data = {"examples": dict(WORKER.examples), "seconds": dict(WORKER.seconds),
+            "failed": dict(WORKER.failed), "rules": _hits(), "fuzz": dict(WORKER.fuzz),
+            "scope": sorted(WORKER.scope), "final": final}
+    target = Path(where) / f"worker-{name}.json"
+    scratch = target.with_suffix(".tmp")
+    scratch.write_text(json.dumps(data))
+    os.replace(scratch, target)
+
+
+# --------------------------------------------------------------------------- the harnesses
+
+def _counting_engine(compare: Callable[..., Any]) -> Callable[..., Any]:
+    """compare_engine, counting the spec's rules on the calls the engine agreed on."""
+    @functools.wraps(compare)
+    def counted(call: Any, *args: Any, **kwargs: Any) -> Any:
+        answer = compare(call, *args, **kwargs)
+        verdict, problems = answer[0], answer[3]
+        if not problems:
+            _count_trace(WORKER.engine, list(verdict.trace),
+                         None if verdict.accepted else verdict.rule)
+        return answer
+    return counted
+
+
+def _counting_cache(compare: Callable[..., Any]) -> Callable[..., Any]:
+    """compare_sequence, counting the cache rules that fired in a sequence JAX agreed with
+    (accepted) and the rule that refused a call (rejected)."""
+    @functools.wraps(compare)
+    def counted(sites: Any, *args: Any, **kwargs: Any) -> Any:
+        with tracing() as trace:
+            answer = compare(sites, *args, **kwargs)
+        rows, _, problems = answer
+        if not problems:
+            refused = [m[1] for row in rows if row.rejected
+                       for m in [_RULE_ID.search(str(row.rejected))] if m]
+            _count_trace(WORKER.cache, list(trace), None)
+            for rule_id in refused:
+                WORKER.cache.setdefault(rule_id, [0, 0])[1] += 1
+        return answer
+    return counted
+
+
+def _counting_fuzz(run: Callable[..., Any]) -> Callable[..., Any]:
+    """run_spec_case, counting the rules that refused hostile input (not held to JAX)."""
+    @functools.wraps(run)
+    def counted(case: Any, *args: Any, **kwargs: Any) -> Any:
+        outcome = run(case, *args, **kwargs)
+        if outcome.kind == "rejected":
+            WORKER.fuzz[outcome.detail] += 1
+        return outcome
+    return counted
+
+
+def _install_counters() -> None:
+    """Wrap the harnesses before the test modules import them by name (once)."""
+    if getattr(engine_harness.compare_engine, "__wrapped__", None) is None:
+        engine_harness.compare_engine = _counting_engine(engine_harness.compare_engine)
+    if getattr(cache_harness.compare_sequence, "__wrapped__", None) is None:
+        cache_harness.compare_sequence = _counting_cache(cache_harness.compare_sequence)
+    if getattr(fuzz.run_spec_case, "__wrapped__", None) is None:
+        fuzz.run_spec_case = _counting_fuzz(fuzz.run_spec_case)
+
+
+# --------------------------------------------------------------------------- a planted rule
+
+def plant(rule_id: str) -> None:
+    """Make rule ``rule_id`` wrong: it refuses every input it would accept."""
+    if rule_id not in RULES:
+        raise pytest.UsageError(f"{ENV_PLANT}={rule_id!r} names no rule")
+    fire = RULES[rule_id].function
+    names = fire.__code__.co_freevars
+    cell = fire.__closure__[names.index("function")]
+    original = cell.cell_contents
+    if getattr(original, "planted", False):
+        return
+    planted_failure = dataclasses.dataclass(frozen=True)(type("Planted", (Failure,), {
+        "__module__": __name__, "rule": rule_id, "error_type": ValueError,
+        "template": "planted by the campaign: this rule refuses what it accepts"}))
+
+    @functools.wraps(original)
+    def planted(*args: Any, **kwargs: Any) -> Any:
+        original(*args, **kwargs)
+        raise reject(planted_failure())
+
+    planted.planted = True  # type: ignore[attr-defined]
+    cell.cell_contents = planted
+
+
+# --------------------------------------------------------------------------- hooks
+
+def pytest_configure(config: Any) -> None:
+    # Under pytest-xdist the controller only relays: the workers count and write.
+    WORKER.active = not (getattr(config.option, "numprocesses", None)
+                         and not hasattr(config, "workerinput"))
+    _install_counters()
+    rule_id = os.environ.get(ENV_PLANT)
+    if rule_id:
+        plant(rule_id)
+
+
+def _count_examples(inner: Callable[..., Any]) -> Callable[..., Any]:
+    """The property's body, counting its examples and stopping it when its time is spent."""
+    @functools.wraps(inner)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        if WORKER.deadline is not None and not WORKER.failing and \
+                time.monotonic() > WORKER.deadline:
+            raise TimeUp("the campaign's time for this property is spent")
+        WORKER.examples[WORKER.suite] += 1
+        try:
+            return inner(*args, **kwargs)
+        except BaseException:
+            WORKER.failing = True  # let Hypothesis shrink it, whatever the time
+            raise
+        finally:
+            _write()
+    return counted
+
+
+def _is_property(item: Any) -> bool:
+    return getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+
+
+def _prepare(item: Any, examples: int) -> None:
+    """Count the property's examples; run the campaign's number of them, on its database."""
+    test = item.obj
+    if not getattr(test.hypothesis.inner_test, "campaign", False):
+        test.hypothesis.inner_test = _count_examples(test.hypothesis.inner_test)
+        test.hypothesis.inner_test.campaign = True
+    test._hypothesis_internal_use_settings = settings(
+        test._hypothesis_internal_use_settings, max_examples=examples, deadline=None,
+        derandomize=False, database=_DATABASE, phases=_PHASES,
+        suppress_health_check=list(HealthCheck))
+
+
+def _shards(item: Any, count: int) -> list[Any]:
+    if count <= 1 or getattr(item, "callspec", None) is not None:
+        return [item]
+    return [pytest.Function.from_parent(item.parent, name=f"{item.name}[shard-{k}-of-{count}]",
+                                        callobj=item.obj, originalname=item.originalname)
+            for k in range(1, count + 1)]
+
+
+def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    """Leave out the per-process coverage tests; split and prepare every property."""
+    count = max(1, int(_number(ENV_SHARDS, 1)))
+    examples = _examples_per_shard()
+    kept, dropped, rounds = [], [], collections.defaultdict(list)
+    for item in items:
+        if getattr(item, "originalname", item.name) in COVERAGE_TESTS:
+            dropped.append(item)
+            continue
+        if not _is_property(item):
+            kept.append(item)
+            continue
+        _prepare(item, examples)
+        if _suite_of(str(item.path)) != "fuzz":
+            WORKER.scope.update(getattr(item.obj, "rule_ids", ()))
+        for k, shard in enumerate(_shards(item, count)):
+            rounds[k].append(shard)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    # Under a time budget each property item gets an equal part of every worker's time.
+    properties = sum(len(r) for r in rounds.values())
+    workers = max(1, int(_number("PYTEST_XDIST_WORKER_COUNT", 1)))
+    left = _number(ENV_END, time.time()) - time.time()
+    WORKER.slice = max(1.0, left * workers / max(1, properties))
+    # Shard k of every property, then shard k+1...: each worker starts on other examples.
+    items[:] = [shard for k in sorted(rounds) for shard in rounds[k]] + kept
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: Any) -> Any:
+    WORKER.suite = _suite_of(str(item.path))
+    WORKER.failing = False
+    WORKER.deadline = None
+    if _is_property(item) and os.environ.get(ENV_END):
+        slice_s = _number(ENV_SLICE, WORKER.slice)
+        left = _number(ENV_END, time.time()) - time.time()
+        WORKER.deadline = time.monotonic() + max(0.0, min(slice_s, left))
+    start = time.monotonic()
+    try:
+        return (yield)
+    except TimeUp:
+        return None
+    finally:
+        WORKER.seconds[WORKER.suite] += time.monotonic() - start
+        WORKER.deadline = None
+        _write()
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:120]
+
+
+def _save_disagreement(report: Any) -> None:
+    out = os.environ.get(ENV_OUT)
+    suite = _suite_of(report.nodeid.split("::")[0])
+    WORKER.failed[suite] += 1
+    if not out:
+        return
+    text = str(report.longreprtext)
+    base = re.sub(r"\[shard-[0-9]+-of-[0-9]+\]$", "", report.nodeid)
+    blob = re.search(r"@reproduce_failure\([^)]*\)", text)
+    lines = [line[1:] if line.startswith("E ") else line for line in text.splitlines()]
+    text = "\n".join(lines)
+    start = text.find("Falsifying example")
+    record = {
+        "suite": suite, "test": base, "item": report.nodeid, "phase": report.when,
+        "falsifying_example": text[start:][:4000] if start >= 0 else None,
+        "reproduce_failure": blob[0] if blob else None,
+        "database": os.environ.get(ENV_DB),
+        "planted": os.environ.get(ENV_PLANT),
+        "replay": f"shardlaw campaign --replay <this file>   (or: python -m pytest '{base}' "
+                  f"with the example database {os.environ.get(ENV_DB)})",
+        "report": text[-20000:],
+    }
+    Path(out).mkdir(parents=True, exist_ok=True)
+    name = f"{suite}-{_safe(base.split('::')[-1])}-{os.getpid()}-{int(time.time() * 1000)}.json"
+    (Path(out) / name).write_text(json.dumps(record, indent=2))
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    if not WORKER.active:
+        return
+    if report.failed:
+        _save_disagreement(report)
+    _write()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: Any) -> None:
+    if WORKER.active:
+        _write(final=True)

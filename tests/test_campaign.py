@@ -1,0 +1,174 @@
+"""``shardlaw campaign``, its worker plugin, HypoFuzz on the suites, and the pytest plugin.
+
+The campaigns here are small (a few properties, a few dozen examples) but real: pytest with
+pytest-xdist in fresh processes, JAX on eight CPU devices in each worker, one example
+database. One of them plants a wrong rule and must find it, save it and replay it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from shardlaw import campaign
+from shardlaw.campaign import ENV_PLANT, build_report, suite_files
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {"workers", "seconds", "examples", "examples_per_second", "disagreements", "suites",
+        "rules", "never_hit"}
+TWO_PROPERTIES = "test_placement_agrees_with_jax or test_iota_tile_agrees_with_xla"
+
+
+def _campaign(tmp_path: Path, *argv: str, env: dict[str, str] | None = None
+              ) -> tuple[subprocess.CompletedProcess, Path]:
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "shardlaw.cli", "campaign", "--db", str(tmp_path / "db"),
+               "--report", str(report), *argv]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **(env or {})})
+    return done, report
+
+
+def test_a_short_campaign_writes_the_report_the_issue_asks_for(tmp_path):
+    done, report = _campaign(tmp_path, "--suite", "placement", "-k", TWO_PROPERTIES,
+                             "--examples", "10", "--workers", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(report.read_text())
+    assert KEYS <= set(figures) and figures["workers"] == 2
+    assert figures["disagreements"] == 0 and figures["suites"]["placement"]["disagreements"] == 0
+    assert figures["examples"] >= 2 * 10   # two properties, each split over two workers
+    assert figures["examples"] == figures["suites"]["placement"]["examples"]
+    assert figures["rules"]["DIV-1"]["accepted"] > 0
+    assert all(set(hits) == {"accepted", "rejected"} for hits in figures["rules"].values())
+    assert "examples/s" in done.stdout and "rules hit" in done.stderr  # the progress line
+    assert (tmp_path / "db").is_dir()   # the shared database (Hypothesis keeps failures there)
+
+
+def test_a_planted_wrong_rule_is_found_saved_and_replayed(tmp_path):
+    env = {ENV_PLANT: "DIV-1"}
+    done, report = _campaign(tmp_path, "--suite", "placement", "-k",
+                             "test_placement_agrees_with_jax", "--examples", "10",
+                             "--workers", "1", env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    figures = json.loads(report.read_text())
+    assert figures["disagreements"] >= 1
+    assert figures["suites"]["placement"]["disagreements"] == figures["disagreements"]
+    saved = [json.loads(Path(p).read_text()) for p in figures["disagreement_files"]]
+    assert saved and all(Path(p).parent == tmp_path / "report-disagreements"
+                         for p in figures["disagreement_files"])
+    first = saved[0]
+    assert first["test"] == "tests/test_differential.py::test_placement_agrees_with_jax"
+    assert first["planted"] == "DIV-1" and "[DIV-1]" in first["report"]
+    assert first["falsifying_example"].startswith("Falsifying example")
+    assert first["reproduce_failure"].startswith("@reproduce_failure(")
+    # The saved example replays from the database: the test fails again, at once.
+    replay = subprocess.run([sys.executable, "-m", "shardlaw.cli", "campaign", "--replay",
+                             figures["disagreement_files"][0]], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert replay.returncode == 1, replay.stdout[-2000:] + replay.stderr[-2000:]
+
+
+def test_bad_campaign_arguments_end_in_one_line():
+    for argv in (["campaign"], ["campaign", "--examples", "0"],
+                 ["campaign", "--examples", "5", "--minutes", "1"],
+                 ["campaign", "--suite", "nope", "--examples", "5"]):
+        done = subprocess.run([sys.executable, "-m", "shardlaw.cli", *argv], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, argv
+
+
+def test_suites_that_do_not_exist_yet_are_left_out(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_batching.py").write_text("")
+    (tmp_path / "tests" / "test_fuzz.py").write_text("")
+    assert suite_files(None, tmp_path) == {"transforms": ["tests/test_batching.py"],
+                                           "fuzz": ["tests/test_fuzz.py"]}
+    assert suite_files(["placement"], tmp_path) == {}
+    assert set(suite_files(["all"], ROOT)) >= {"placement", "jit", "engine", "cache", "fuzz"}
+
+
+def test_the_report_adds_up_the_workers(tmp_path):
+    worker = {"examples": {"jit": 5}, "failed": {}, "rules": {"DA-1": [3, 1], "DA-3": [2, 0]},
+              "scope": ["DA-1", "DA-3", "DA-4"], "fuzz": {}}
+    other = {"examples": {"jit": 7, "placement": 1}, "failed": {"jit": 1},
+             "rules": {"DA-1": [1, 0]}, "scope": ["DA-1"], "fuzz": {}}
+    report = build_report([worker, other], 2, 4.0, ["jit", "placement"], tmp_path / "none")
+    assert set(report) == KEYS
+    assert report["examples"] == 13 and report["examples_per_second"] == 3.2
+    assert report["suites"] == {"jit": {"examples": 12, "disagreements": 1},
+                                "placement": {"examples": 1, "disagreements": 0}}
+    assert report["rules"]["DA-1"] == {"accepted": 4, "rejected": 1}
+    assert report["never_hit"] == ["DA-3 rejected", "DA-4 accepted", "DA-4 rejected"]
+
+
+# --------------------------------------------------------------------------- HypoFuzz
+
+def test_hypofuzz_fuzzes_a_suite_into_the_shared_database(tmp_path):
+    pytest.importorskip("hypofuzz", reason="hypofuzz is in the dev extra; install it")
+    database = tmp_path / "db"
+    env = {**os.environ, "SHARDLAW_EXAMPLES_DB": str(database)}
+    command = ["hypothesis", "fuzz", "-n", "1", "--no-dashboard", "--",
+               "tests/test_differential.py", "-k", "test_iota_tile_agrees_with_xla"]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:
+            if database.is_dir() and sum(1 for p in database.rglob("*") if p.is_file()) > 20:
+                break
+            time.sleep(0.5)
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    assert "fuzz 1 test" in output, output[-3000:]
+    assert sum(1 for p in database.rglob("*") if p.is_file()) > 20, output[-3000:]
+
+
+# --------------------------------------------------------------------------- the pytest plugin
+
+def _python(code: str, **env: str) -> str:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=60, cwd="/", env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_plugin_registers_ci_and_deep_but_keeps_a_users_own():
+    shown = _python("""
+        from hypothesis import settings
+        settings.register_profile("deep", max_examples=7)
+        import shardlaw.pytest_plugin
+        ci, deep = settings.get_profile("ci"), settings.get_profile("deep")
+        print(ci.max_examples, ci.derandomize, deep.max_examples)
+    """)
+    assert shown == "200 False 7"
+
+
+def test_a_users_suite_gets_eight_devices_and_the_profile(tmp_path):
+    (tmp_path / "test_users_own.py").write_text(textwrap.dedent("""
+        import jax
+        from hypothesis import settings
+
+        def test_set_up():
+            print("SEEN", jax.device_count(), settings().max_examples)
+    """))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                           str(tmp_path / "test_users_own.py")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HYPOTHESIS_PROFILE": "deep"})
+    assert "SEEN 8 5000" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_the_campaign_parser_is_registered():
+    assert "campaign" in campaign.__all__ or campaign.add_parser
+    done = subprocess.run([sys.executable, "-m", "shardlaw.cli", "campaign", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--examples" in done.stdout and "--workers" in done.stdout
