@@ -66,5 +66,5 @@ PLAUSIBLE: dict[str, Callable[[], Any]] = {
     "residual_uses": lambda: st.one_of(st.none(), _position_sets(2, 2)),
     # the rules' questions
     "primal_equation": _equations, "jit_body": _bodies,
-    "nonzero_tangents": _flags, "cotangent_outputs": _flags,
+    "nonzero_tangents": _flags, "cotangent_outputs": _flags, "unknown_inputs": _flags,
 }

@@ -20,7 +20,10 @@ The rules, in the order ``jax.grad`` meets them:
 * AD-2: the JVP equation (``jax.jvp``): primals, then the non-zero tangents, each with its primal's sharding and donation;
 * AD-3: the primal equation of a linearization (``jax.linearize``, ``jax.vjp``, ``jax.grad``): the primal outputs, without those that only forward an input, then the residuals, unspecified;
 * AD-4: the tangent equation (the linear function ``jax.linearize`` returns);
-* AD-5: the transposed equation (the backward pass of ``jax.vjp`` and ``jax.grad``).
+* AD-5: the transposed equation (the backward pass of ``jax.vjp`` and ``jax.grad``);
+* AD-6, AD-7: the known and the unknown equations of a partial evaluation (JAX 0.10.2
+  linearizes ``jit`` directly, AD-3 and AD-4; partial evaluation of a jaxpr, as control
+  flow and ``pe.partial_eval_jaxpr_nounits`` do it, meets these).
 
 Layouts are not modelled: every equation here has default layouts (an output given a layout
 is kept as one given a sharding would be).
@@ -40,6 +43,7 @@ P = PartitionSpec  # the name the examples use
 __all__ = [
     "JitEquation", "JitBody", "nonzero_outputs", "jvp_equation",
     "linearized_primal", "linearized_tangent", "linearized_equations", "transposed_equation",
+    "known_equation", "unknown_equation", "partially_evaluated",
 ]
 
 # A description longer than this is refused (AD-0): no jit equation has so many operands.
@@ -123,8 +127,9 @@ def check_shardings(value: Any, parameter: str) -> tuple:
     return entries
 
 
-def _check_facts(equation: Any, body: Any, nonzero_tangents: Any) -> tuple[bool, ...]:
-    """The equation and the body describe the same call; one tangent flag per input (AD-0)."""
+def _check_facts(equation: Any, body: Any, flags: Any, name: str = "nonzero_tangents"
+                 ) -> tuple[bool, ...]:
+    """The equation and the body describe the same call; one flag per input (AD-0)."""
     require(isinstance(equation, JitEquation),
             lambda: IllFormed("primal_equation", "a JitEquation", equation))
     require(isinstance(body, JitBody), lambda: IllFormed("jit_body", "a JitBody", body))
@@ -132,7 +137,7 @@ def _check_facts(equation: Any, body: Any, nonzero_tangents: Any) -> tuple[bool,
     require(ins == body.inputs and outs == len(body.dependencies), lambda: Inconsistent(
         "jit_body", f"describes {body.inputs} inputs and {len(body.dependencies)} outputs, "
                     f"but the equation has {ins} inputs and {outs} outputs"))
-    return _booleans(nonzero_tangents, "nonzero_tangents", ins)
+    return _booleans(flags, name, ins)
 
 
 # --------------------------------------------------------------------------- values
@@ -404,3 +409,84 @@ def transposed_equation(primal_equation: JitEquation, jit_body: JitBody, nonzero
     read, reached = _reads(jit_body, nonzero, received)
     ins = (UNSPECIFIED,) * read + _keep(eqn.out_shardings, received)
     return JitEquation(ins, _keep(eqn.in_shardings, reached), (False,) * len(ins))
+
+
+# --------------------------------------------------------------------------- AD-6, AD-7
+
+@dataclasses.dataclass(frozen=True)
+class PartiallyEvaluated:
+    """The equations partial evaluation stages: the known one, and the unknown one (None
+    when every output is known)."""
+
+    known: JitEquation
+    unknown: JitEquation | None
+
+
+def _unknown_outputs(jit_body: JitBody, unknown: tuple[bool, ...]) -> tuple[bool, ...]:
+    """An output is unknown when it depends on an unknown input (AD-1's relation)."""
+    return nonzero_outputs(jit_body, unknown)
+
+
+@rule("AD-6", mirrors="jax._src.pjit._pjit_partial_eval")
+def known_equation(primal_equation: JitEquation, jit_body: JitBody, unknown_inputs: Any
+                   ) -> JitEquation:
+    """Partial evaluation stages a known jit equation with the known inputs' shardings and donation, returning the known outputs (but those that return an input and have no out_sharding), then one UNSPECIFIED output per stored residual.
+
+    It is staged even when nothing is known (an equation without operands).
+
+    >>> mesh = Mesh.iota((2, 4), ("data", "model"))
+    >>> rows, cols = NamedSharding(mesh, P("data")), NamedSharding(mesh, P(None, "model"))
+    >>> eqn = JitEquation((rows, cols), (NamedSharding(mesh, P()), cols, UNSPECIFIED),
+    ...                   (False, True))
+    >>> body = JitBody(inputs=2, dependencies=[{0}, {0, 1}, {1}], forwarded=[None, None, 1],
+    ...                residuals=1, stored_residuals=1)
+    >>> known_equation(eqn, body, (False, True))
+    JitEquation(in_shardings=(NamedSharding(Mesh({'data': 2, 'model': 4}), P('data')),), out_shardings=(NamedSharding(Mesh({'data': 2, 'model': 4}), P()), UNSPECIFIED), donated_invars=(False,))
+    """
+    unknown = _check_facts(primal_equation, jit_body, unknown_inputs, "unknown_inputs")
+    known_in = tuple(not u for u in unknown)
+    known_out = tuple(not u for u in _unknown_outputs(jit_body, unknown))
+    eqn = primal_equation
+    kept = tuple(k and not (i is not None and s is UNSPECIFIED)
+                 for k, i, s in zip(known_out, jit_body.forwarded, eqn.out_shardings))
+    return JitEquation(_keep(eqn.in_shardings, known_in),
+                       _keep(eqn.out_shardings, kept) + (UNSPECIFIED,) * jit_body.stored_residuals,
+                       _keep(eqn.donated_invars, known_in))
+
+
+@rule("AD-7", mirrors="jax._src.pjit._pjit_partial_eval")
+def unknown_equation(primal_equation: JitEquation, jit_body: JitBody, unknown_inputs: Any
+                     ) -> JitEquation | None:
+    """Partial evaluation stages an unknown jit equation taking the unknown inputs with their shardings and donation, then every residual (UNSPECIFIED, not donated), and returning the unknown outputs with their shardings.
+
+    With no unknown output there is no unknown equation (None).
+
+    >>> mesh = Mesh.iota((2, 4), ("data", "model"))
+    >>> rows, cols = NamedSharding(mesh, P("data")), NamedSharding(mesh, P(None, "model"))
+    >>> eqn = JitEquation((rows, cols), (NamedSharding(mesh, P()), cols), (False, True))
+    >>> body = JitBody(inputs=2, dependencies=[{0}, {0, 1}], residuals=1, stored_residuals=1)
+    >>> unknown = unknown_equation(eqn, body, (False, True))
+    >>> unknown.in_shardings, unknown.donated_invars
+    ((NamedSharding(Mesh({'data': 2, 'model': 4}), P(None, 'model')), UNSPECIFIED), (True, False))
+    >>> unknown.out_shardings
+    (NamedSharding(Mesh({'data': 2, 'model': 4}), P(None, 'model')),)
+    """
+    unknown = _check_facts(primal_equation, jit_body, unknown_inputs, "unknown_inputs")
+    unknown_out = _unknown_outputs(jit_body, unknown)
+    if not any(unknown_out):
+        return None
+    eqn, residuals = primal_equation, jit_body.residuals
+    return JitEquation(_keep(eqn.in_shardings, unknown) + (UNSPECIFIED,) * residuals,
+                       _keep(eqn.out_shardings, unknown_out),
+                       _keep(eqn.donated_invars, unknown) + (False,) * residuals)
+
+
+def partially_evaluated(primal_equation: JitEquation, jit_body: JitBody,
+                        unknown_inputs: Any) -> PartiallyEvaluated:
+    """Both equations of a partial evaluation: the known one (AD-6) and the unknown one (AD-7).
+
+    >>> eqn = JitEquation((UNSPECIFIED, UNSPECIFIED), (UNSPECIFIED,))
+    >>> partially_evaluated(eqn, JitBody(inputs=2, dependencies=[{1}]), (True, False)).unknown
+    """
+    return PartiallyEvaluated(known_equation(primal_equation, jit_body, unknown_inputs),
+                              unknown_equation(primal_equation, jit_body, unknown_inputs))

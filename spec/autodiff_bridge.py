@@ -22,7 +22,7 @@ from .autodiff import JitBody, JitEquation
 from .jax_bridge import from_jax
 from .shardings import UNSPECIFIED
 
-__all__ = ["equation_from_jax", "jit_body_of", "jit_equations"]
+__all__ = ["equation_from_jax", "jit_body_of", "jit_equations", "MODES"]
 
 
 def _sharding(value: Any) -> Any:
@@ -93,18 +93,38 @@ def _residual_facts(closed: core.ClosedJaxpr, nonzero: Sequence[bool], is_vjp: b
     return residuals, stored, uses
 
 
-def jit_body_of(eqn: core.JaxprEqn, nonzero_tangents: Sequence[bool], *, is_vjp: bool) -> JitBody:
-    """The facts of a ``jit`` equation's body that its differentiation needs.
+def _partial_eval_facts(closed: core.ClosedJaxpr, unknown: Sequence[bool]) -> tuple[int, int]:
+    """How many residuals partial evaluation of the body passes from the known part to the
+    unknown one, and how many of them the known equation computes and returns."""
+    known, _, _, res_avals, in_fwd_res = pe.partial_eval_jaxpr_nounits_fwd(
+        closed, list(unknown), instantiate=False)
+    outvars = known.jaxpr.outvars
+    primal_ids = {id(v) for v in outvars[:len(outvars) - len(res_avals)]}
+    stored = sum(1 for v in outvars[len(outvars) - len(res_avals):] if id(v) not in primal_ids)
+    return len(in_fwd_res), stored
 
-    ``is_vjp``: linearized for ``jax.vjp`` / ``jax.grad`` (True) or ``jax.linearize`` and
-    ``jax.jvp`` (False); JAX may save other residuals for the two.
+
+MODES = ("jvp", "linearize", "vjp", "partial_eval")
+
+
+def jit_body_of(eqn: core.JaxprEqn, flags: Sequence[bool], mode: str) -> JitBody:
+    """The facts of a ``jit`` equation's body that its transformation needs.
+
+    ``flags``: per input, a non-zero tangent (or, for ``partial_eval``, an unknown value);
+    ``mode``: ``jvp``, ``linearize`` (``jax.linearize``), ``vjp`` (``jax.vjp`` and
+    ``jax.grad``, for which JAX may save other residuals) or ``partial_eval``.
     """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     closed: core.ClosedJaxpr = eqn.params["jaxpr"]
     jaxpr = closed.jaxpr
     dependencies = [{i for i, used in enumerate(_used_inputs(jaxpr, j)) if used}
                     for j in range(len(jaxpr.outvars))]
     forwarded = pe._jaxpr_forwarding(jaxpr)
-    if not any(nonzero_tangents):
+    if mode == "partial_eval":
+        residuals, stored = _partial_eval_facts(closed, flags)
+        return JitBody(len(jaxpr.invars), dependencies, forwarded, residuals, stored)
+    if mode == "jvp" or not any(flags):
         return JitBody(len(jaxpr.invars), dependencies, forwarded)
-    residuals, stored, uses = _residual_facts(closed, nonzero_tangents, is_vjp)
+    residuals, stored, uses = _residual_facts(closed, flags, mode == "vjp")
     return JitBody(len(jaxpr.invars), dependencies, forwarded, residuals, stored, uses)
