@@ -21,13 +21,13 @@ import itertools
 from typing import Any, ClassVar
 
 from .dims import check_dims, check_rank_count, is_int
-from .hlo import Maximal, Replicated, Tiled, Unreduced
+from .hlo import Maximal, Replicated, Tiled
 from .iota import Iota
 from .placement import to_hlo
 from .rules import Failure, located, reject, require, rule
 from .shardings import AUTO, UNSPECIFIED, GSPMDSharding, NamedSharding, Sharding, \
     SingleDeviceSharding
-from .values import UNCONSTRAINED, AbstractMesh, Mesh, PartitionSpec
+from .values import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, PartitionSpec
 
 P = PartitionSpec  # the name the examples use
 
@@ -64,7 +64,7 @@ def _in_axes(in_axes: Any, count: int) -> tuple[int | None, ...]:
     """vmap's in_axes as one entry per argument (a list is read as a tuple, as vmap does)."""
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
-    if in_axes is None or (is_int(in_axes) and type(in_axes) is int):
+    if in_axes is None or type(in_axes) is int:
         return (in_axes,) * count
     if type(in_axes) is not tuple:
         raise reject(BadVmapParameterType(
@@ -299,7 +299,7 @@ def batch_unsplit(sharding: Any, batch_axis: int, rank: int) -> Any:
     mesh, spec = sharding.mesh, sharding.spec
     if isinstance(mesh, AbstractMesh):
         _require_plain_spec(sharding, batch_axis, CannotBatch)
-        require(any(t.value == "Auto" for t in mesh.axis_types), lambda: CannotBatch(
+        require(AxisType.Auto in mesh.axis_types, lambda: CannotBatch(
             sharding, batch_axis, "the batch dimension would be UNCONSTRAINED, which needs an "
                                   "Auto mesh axis"))
         return NamedSharding(mesh, P(*_inserted(list(spec.partitions), batch_axis,
@@ -392,8 +392,8 @@ def batch_split(sharding: Any, batch_axis: int, rank: int, names: tuple[str, ...
         sharding, batch_axis, "its tiles hold copies of two kinds (unreduced and replicated), "
                               "which JAX does not read back as a spec"))
     require(tiles.kind != "unreduced", lambda: NoTiles(
-        sharding, batch_axis, "it has no tiles, only unreduced copies, which JAX does not read "
-                              "back as a spec"))
+        sharding, batch_axis, "it has no tiles to read back as a spec (all its copies are "
+                              "unreduced, or one device of several holds the value)"))
     return _checked(mesh, _inserted(tiles.parts, batch_axis, names), names, entry, batch_axis)
 
 
