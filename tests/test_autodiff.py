@@ -229,7 +229,7 @@ def _mlp_step():
 
     jitted = jax.jit(mlp_loss, in_shardings=(named(None, "model"), named("model", None),
                                              named("data", None), named("data", None)),
-                     out_shardings=named())
+                     out_shardings=named(), donate_argnums=(0, 1))
     args = [jax.ShapeDtypeStruct(shape, jnp.float32)
             for shape in ((16, 32), (32, 8), (64, 16), (64, 8))]
     return mesh, jitted, args
@@ -252,6 +252,40 @@ def test_the_mlp_gradient_of_the_docs():
                                      NamedSharding(mesh, P("model", None)))
     assert want[1].in_shardings[-1] == NamedSharding(mesh, P())
     assert set(want[1].in_shardings[:-1]) == {UNSPECIFIED}
+    # the facts the page writes down
+    assert body == JitBody(inputs=4, dependencies=[{0, 1, 2, 3}], residuals=5, stored_residuals=3)
+    assert want[0].donated_invars == (True, True, False, False)
+
+
+def test_the_example_function_of_the_docs():
+    """``f(a, b) = (sin(a).sum(), cos(a) * b, b)``: the facts the page gives are JAX's, and so
+    are the equations it derives from them."""
+    mesh = jax.make_mesh(*MLP_MESH, axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+    def named(*spec):
+        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+
+    def f(a, b):
+        return jnp.sin(a).sum(), jnp.cos(a) * b, b
+
+    jitted = jax.jit(f, in_shardings=(named("data"), named(None, "model")),
+                     out_shardings=(named(), named(None, "model"), None), donate_argnums=1)
+    arg = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    (eqn,) = jit_equations(jax.make_jaxpr(jitted)(arg, arg), "f")
+    deps = dict(inputs=2, dependencies=[{0}, {0, 1}, {1}], forwarded=[None, None, 1])
+    linear = JitBody(**deps, residuals=4, stored_residuals=3, residual_uses=[{0}, {1, 2, 3}, set()])
+    assert jit_body_of(eqn, (True, True), "vjp") == linear
+    assert jit_body_of(eqn, (True, True), "linearize") == linear
+    partial = jit_body_of(eqn, (False, True), "partial_eval")
+    assert (partial.residuals, partial.stored_residuals) == (1, 1)
+    primal = equation_from_jax(eqn)
+    for used in [(True, False, False), (False, True, False)]:
+        staged = jax.make_jaxpr(jax.grad(
+            lambda a, b: sum(r.sum() for r, u in zip(jitted(a, b), used) if u),
+            argnums=(0, 1)))(arg, arg)
+        want = [linearized_primal(primal, linear, (True, True)),
+                transposed_equation(primal, linear, (True, True), used)]
+        assert [equation_from_jax(e) for e in jit_equations(staged, "f")] == want
 
 
 # --------------------------------------------------------------------------- coverage
