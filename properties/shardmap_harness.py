@@ -52,6 +52,11 @@ class SmapCall:
     check_vma: bool
 
 
+def _rarely(draw: Any, n: int) -> bool:
+    """True one draw in ``n`` (shrinking towards False, the common case)."""
+    return draw(st.sampled_from([False] * (n - 1) + [True]))
+
+
 @st.composite
 def smap_meshes(draw: Any) -> Mesh:
     """A mesh over the 8 devices: a shape, its axis names in some order, the devices in some
@@ -64,7 +69,7 @@ def smap_meshes(draw: Any) -> Mesh:
 
 @st.composite
 def _manual(draw: Any, mesh: Mesh) -> Any:
-    kind = draw(st.sampled_from(["all"] * 4 + ["some"] * 4 + ["list", "unknown"]))
+    kind = draw(st.sampled_from(["all"] * 9 + ["some"] * 9 + ["list", "unknown"]))
     if kind == "all":
         return draw(st.sampled_from([set(), frozenset(mesh.axis_names)]))
     some = draw(st.sets(st.sampled_from(mesh.axis_names), min_size=1))
@@ -76,7 +81,7 @@ def _manual(draw: Any, mesh: Mesh) -> Any:
 @st.composite
 def _entry_names(draw: Any, mesh: Mesh, manual: frozenset, used: set) -> Any:
     """An entry of a spec: mostly manual axes not used yet, sometimes any name or a repeat."""
-    pick = draw(st.integers(0, 19))
+    pick = draw(st.sampled_from(range(20)))
     pool = (sorted(manual - used) if pick < 15 else sorted(used) if pick < 17
             else list(mesh.axis_names) + ["q"])
     if not pool or draw(st.integers(0, 2)) == 0:
@@ -91,7 +96,7 @@ def _spec_and_shape(draw: Any, mesh: Mesh, manual: frozenset) -> tuple[P, tuple]
     rank = draw(st.integers(0, 3))
     used: set = set()
     entries = [draw(_entry_names(mesh, manual, used)) for _ in range(draw(st.integers(0, rank)))]
-    if draw(st.integers(0, 14)) == 0:
+    if _rarely(draw, 15):
         entries.append(None)                          # one entry too many
     shape = []
     for i in range(rank):
@@ -100,10 +105,10 @@ def _spec_and_shape(draw: Any, mesh: Mesh, manual: frozenset) -> tuple[P, tuple]
         ways = 1
         for n in names:
             ways *= mesh.axis_size(n) if n in mesh.axis_names else 1
-        shape.append(ways * draw(st.sampled_from([1, 1, 2])) if draw(st.integers(0, 11))
-                     else draw(st.sampled_from([3, 6])))
+        off = draw(st.integers(1, ways - 1)) if ways > 1 and _rarely(draw, 10) else 0
+        shape.append(ways * draw(st.sampled_from([1, 1, 2])) + off)
     free = [a for a in mesh.axis_names if a not in used]
-    if free and draw(st.integers(0, 24)) == 0:
+    if free and _rarely(draw, 25):
         return P(*entries, unreduced={draw(st.sampled_from(free))}), tuple(shape)
     return P(*entries), tuple(shape)
 
@@ -124,12 +129,12 @@ def _results(draw: Any, mesh: Mesh, manual: frozenset, leaves: list) -> tuple[li
     for _ in range(draw(st.integers(1, 2))):
         k = draw(st.integers(0, len(leaves) - 1))
         spec, shape = leaves[k]
-        pool = sorted(manual) if draw(st.integers(0, 7)) else list(mesh.axis_names) + ["q"]
+        pool = sorted(manual) if not _rarely(draw, 8) else list(mesh.axis_names) + ["q"]
         # An argument passed whole is a constant, which psum multiplies without a collective.
         summed = () if spec is None else tuple(draw(st.lists(st.sampled_from(pool), max_size=2)))
         results.append(Returned(k, summed))
         made = _as_out_spec(spec if spec is not None else P(), summed, len(shape))
-        outs.append(made if draw(st.integers(0, 4)) else P(*draw(
+        outs.append(made if not _rarely(draw, 5) else P(*draw(
             st.lists(st.sampled_from([None, *mesh.axis_names]), max_size=len(shape) + 1))))
     return results, outs
 
@@ -156,7 +161,7 @@ def smap_calls(draw: Any) -> SmapCall:
     manual = frozenset(a for a in manual_given if a in mesh.axis_names) or frozenset(mesh.axis_names)
     groups = draw(st.lists(st.sampled_from([1, 1, 2]), min_size=1, max_size=3))
     leaves = [draw(_spec_and_shape(mesh, manual)) for _ in range(sum(groups))]
-    static = draw(st.integers(0, 9)) == 0
+    static = _rarely(draw, 10)
     if static:
         leaves[-1] = (None, leaves[-1][1])
     operands, i = [], 0
@@ -165,12 +170,12 @@ def smap_calls(draw: Any) -> SmapCall:
         operands.append(shaped[0] if n == 1 else tuple(shaped))
         i += n
     results, outs = draw(_results(mesh, manual, leaves))
-    kind = draw(st.sampled_from(["leaf"] * 6 + ["one", "list", "short"]))
+    kind = draw(st.sampled_from(["leaf"] * 14 + ["one"] * 4 + ["list", "short"]))
     in_specs = _tree(draw, [s for s, _ in leaves], groups, kind if not static else "leaf")
-    if draw(st.integers(0, 19)) == 0:
+    if _rarely(draw, 30):
         in_specs = "x" if draw(st.booleans()) else (("x",),) * len(groups)
     out_specs = outs[0] if len(outs) == 1 else tuple(outs)
-    if draw(st.integers(0, 19)) == 0:
+    if _rarely(draw, 30):
         out_specs = draw(st.sampled_from([None, "x", list(outs), (out_specs,)]))
     return SmapCall(mesh, in_specs, out_specs, tuple(operands),
                     results[0] if len(results) == 1 else tuple(results), manual_given,

@@ -339,6 +339,20 @@ class ReductionOverAutoAxes(Failure):
     mesh: Any
 
 
+@dataclasses.dataclass(frozen=True)
+class ReductionOverUnknownAxes(Failure):
+    rule: ClassVar[str] = "SMAP-4"
+    error_type: ClassVar[type[Exception]] = KeyError
+    jax_error: ClassVar[str] = "KeyError"
+    template: ClassVar[str] = ("{where} is {spec!r}; its {kind} axes {axes} are not axes of "
+                               "the mesh {names}")
+    where: str
+    spec: Any
+    kind: str
+    axes: tuple
+    names: tuple
+
+
 @rule("SMAP-4", mirrors="jax._src.shard_map._check_unreduced")
 def check_spec_reductions(specs: Any, which: str, mesh: Mesh | AbstractMesh,
                           manual_axes: frozenset[str]) -> None:
@@ -356,6 +370,11 @@ def check_spec_reductions(specs: Any, which: str, mesh: Mesh | AbstractMesh,
             continue
         require(full, lambda: ReductionOutsideFullManual(where, spec, tuple(sorted(manual_axes))))
         for kind, axes in (("unreduced", spec.unreduced), ("reduced", spec.reduced)):
+            # JAX reads the axes' types in set order: a set of unknown axes alone fails the
+            # lookup (KeyError); beside a known Auto axis, which one JAX meets first decides.
+            require(any(a in mesh.axis_names for a in axes) or not axes,
+                    lambda: ReductionOverUnknownAxes(where, spec, kind, tuple(sorted(axes)),
+                                                     mesh.axis_names))
             require(all(a in mesh.axis_names and mesh.axis_type(a) is AxisType.Explicit
                         for a in axes), lambda: ReductionOverAutoAxes(
                 where, spec, kind, tuple(sorted(axes)), mesh))

@@ -212,6 +212,7 @@ def test_each_refusal_and_its_neighbour():
         (_call(P(S.UNCONSTRAINED), P()), "SMAP-3"),
         (_call(P("x", unreduced={"y"}), P("x")), "SMAP-4"),    # Auto axes
         (_call(P("x", unreduced={"y"}), P("x"), manual={"x"}), "SMAP-4"),
+        (_call(P("x"), P("x", reduced={"q"})), "SMAP-4"),       # KeyError: not a mesh axis
         (_call([P("x"), P("x")], P("x"), operands=two), "SMAP-5"),
         (_call((P("x"), P("x")), P("x"), operands=two), None),
         (_call((P("x"), None), P("x"), operands=two), None),   # args[1] passed whole
@@ -225,6 +226,7 @@ def test_each_refusal_and_its_neighbour():
         (_call(P("x"), P(), results=Returned(0, "x")), None),
         (_call(P("x"), P("x", "x")), "SMAP-12"),                # out: refused when traced
         (_call(P("x", "x"), P("x")), "SMAP-12"),                # in: refused when lowered
+        (_call((P("x"), P("x", "x")), P("x"), operands=two), None),  # unused: pruned first
     ]
     for call, rule in cases:
         _agree(call)
