@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from shardlaw.spec.rules import Rejection, tracing
 from shardlaw.spec.shardmap import Returned, Shaped, check_shard_map
 from shardlaw.spec.shardmap_bridge import shard_map_in_jax
-from shardlaw.spec.values import Mesh, PartitionSpec as P
+from shardlaw.spec.values import AbstractMesh, Mesh, PartitionSpec as P
 
 __all__ = ["SmapCall", "smap_meshes", "smap_calls", "compare_shard_map", "SMAP_HITS",
            "count_hit", "smap_hit_counts"]
@@ -43,7 +43,7 @@ def smap_hit_counts() -> dict[str, tuple[int, int]]:
 class SmapCall:
     """One drawn shard_map: the arguments of check_shard_map."""
 
-    mesh: Mesh
+    mesh: Mesh | AbstractMesh
     in_specs: Any
     out_specs: Any
     operands: tuple
@@ -177,6 +177,8 @@ def smap_calls(draw: Any) -> SmapCall:
     out_specs = outs[0] if len(outs) == 1 else tuple(outs)
     if _rarely(draw, 30):
         out_specs = draw(st.sampled_from([None, "x", list(outs), (out_specs,)]))
+    if _rarely(draw, 8):
+        mesh = mesh.abstract  # jit traces and lowers a shard_map over an AbstractMesh too
     return SmapCall(mesh, in_specs, out_specs, tuple(operands),
                     results[0] if len(results) == 1 else tuple(results), manual_given,
                     draw(st.booleans()))
