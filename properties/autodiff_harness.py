@@ -6,9 +6,10 @@ which inputs (an input returned as is, products of sines, matmuls, sums, a const
 jit's ``in_shardings`` / ``out_shardings`` / ``donate_argnums``, which inputs are
 differentiated, and the transformation: ``jax.jvp``, ``jax.linearize`` (its linear
 function applied), ``jax.vjp`` (its backward function applied), ``jax.grad`` of a loss
-that uses some of the outputs, or partial evaluation with the differentiated inputs unknown
+that uses some of the outputs, partial evaluation with the differentiated inputs unknown
 (JAX's ``pe.partial_eval_jaxpr_nounits``, which control flow uses; no public API reaches
-the jit rule for it directly in 0.10.2).
+the jit rule for it directly in 0.10.2), or dead-code elimination keeping the outputs a
+loss would use (``pe.dce_jaxpr``).
 
 :func:`compare_case` traces the transformation with ``jax.make_jaxpr``, reads every ``jit``
 equation of the jitted function (nested ones too), and compares their ``in_shardings``,
@@ -32,7 +33,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 from shardlaw.spec import UNSPECIFIED
 from shardlaw.spec.autodiff import (
     JitEquation, jvp_equation, linearized_equations, linearized_primal, nonzero_outputs,
-    partially_evaluated, transposed_equation,
+    partially_evaluated, pruned_equation, transposed_equation,
 )
 from shardlaw.spec.autodiff_bridge import equation_from_jax, jit_body_of, jit_equations
 
@@ -40,7 +41,7 @@ __all__ = ["OutputPlan", "GradCase", "grad_cases", "build_jitted", "trace", "exp
            "compare_case", "AD_HITS", "hit", "TRANSFORMATIONS", "NAME"]
 
 NAME = "ad_target"
-TRANSFORMATIONS = ("jvp", "linearize", "vjp", "grad", "partial_eval")
+TRANSFORMATIONS = ("jvp", "linearize", "vjp", "grad", "partial_eval", "dce")
 SIDE = 8  # every input is a float32 (SIDE, SIDE) array
 MESHES = (((2, 4), ("data", "model")), ((8,), ("batch",)), ((2, 2, 2), ("x", "y", "z")))
 
@@ -133,7 +134,7 @@ def grad_cases(draw: Any, transformations: tuple[str, ...] = TRANSFORMATIONS) ->
     outputs = tuple(draw(st.lists(_output_plan(k, explicit), min_size=1, max_size=3)))
     out_specs = tuple(_out_spec(draw, p, arg_spec, explicit, names) for p in outputs)
     transformation = draw(st.sampled_from(transformations))
-    at_least = 0 if transformation in ("jvp", "grad", "partial_eval") else 1
+    at_least = 1 if transformation in ("linearize", "vjp") else 0
     differentiated = tuple(draw(st.lists(st.booleans(), min_size=k, max_size=k).filter(
         lambda flags: sum(flags) >= at_least)))
     return GradCase(shape, names, explicit, arg_spec, in_specs, outputs, out_specs,
@@ -220,6 +221,8 @@ def trace(case: GradCase, jit: Callable[..., Any] = jax.jit) -> tuple[Any, list[
             known, unknown, _, _ = pe.partial_eval_jaxpr_nounits(
                 plain, [False, *case.differentiated], instantiate=False)
             transformed = [known, unknown]
+        elif case.transformation == "dce":
+            transformed = [pe.dce_jaxpr(plain.jaxpr, list(case.used))[0]]
         else:
             transformed = [jax.make_jaxpr(_transformed(case, jitted))(*args)]
     (eqn,) = jit_equations(plain, NAME)
@@ -233,6 +236,9 @@ def expected(case: GradCase, eqn: Any) -> list[JitEquation]:
     primal = equation_from_jax(eqn)
     nonzero = case.differentiated
     body = jit_body_of(eqn, nonzero, _mode(case))
+    if case.transformation == "dce":
+        pruned = pruned_equation(primal, body, case.used)
+        return [] if pruned is None else [pruned]
     if case.transformation == "partial_eval":
         both = partially_evaluated(primal, body, nonzero)
         return [both.known] + ([both.unknown] if both.unknown is not None else [])
@@ -247,7 +253,7 @@ def expected(case: GradCase, eqn: Any) -> list[JitEquation]:
 
 
 def _mode(case: GradCase) -> str:
-    return {"grad": "vjp"}.get(case.transformation, case.transformation)
+    return {"grad": "vjp", "dce": "jvp"}.get(case.transformation, case.transformation)
 
 
 def _count_hits(case: GradCase, eqn: Any, found: list[JitEquation]) -> None:
@@ -255,6 +261,9 @@ def _count_hits(case: GradCase, eqn: Any, found: list[JitEquation]) -> None:
     nonzero = case.differentiated
     body = jit_body_of(eqn, nonzero, _mode(case))
     hit("AD-0", False)
+    if case.transformation == "dce":  # staged (pruned) or gone
+        hit("AD-8", not found)
+        return
     if case.transformation == "partial_eval":  # outputs dropped from the known equation or not
         hit("AD-6", len(found[0].out_shardings) - body.stored_residuals ==
             len(primal.out_shardings))

@@ -67,4 +67,5 @@ PLAUSIBLE: dict[str, Callable[[], Any]] = {
     # the rules' questions
     "primal_equation": _equations, "jit_body": _bodies,
     "nonzero_tangents": _flags, "cotangent_outputs": _flags, "unknown_inputs": _flags,
+    "used_outputs": _flags,
 }

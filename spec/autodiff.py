@@ -23,7 +23,8 @@ The rules, in the order ``jax.grad`` meets them:
 * AD-5: the transposed equation (the backward pass of ``jax.vjp`` and ``jax.grad``);
 * AD-6, AD-7: the known and the unknown equations of a partial evaluation (JAX 0.10.2
   linearizes ``jit`` directly, AD-3 and AD-4; partial evaluation of a jaxpr, as control
-  flow and ``pe.partial_eval_jaxpr_nounits`` do it, meets these).
+  flow and ``pe.partial_eval_jaxpr_nounits`` do it, meets these);
+* AD-8: dead-code elimination of a jit equation, which AD-4 and AD-5 rely on.
 
 Layouts are not modelled: every equation here has default layouts (an output given a layout
 is kept as one given a sharding would be).
@@ -43,7 +44,7 @@ P = PartitionSpec  # the name the examples use
 __all__ = [
     "JitEquation", "JitBody", "nonzero_outputs", "jvp_equation",
     "linearized_primal", "linearized_tangent", "linearized_equations", "transposed_equation",
-    "known_equation", "unknown_equation", "partially_evaluated",
+    "known_equation", "unknown_equation", "partially_evaluated", "pruned_equation",
 ]
 
 # A description longer than this is refused (AD-0): no jit equation has so many operands.
@@ -127,9 +128,8 @@ def check_shardings(value: Any, parameter: str) -> tuple:
     return entries
 
 
-def _check_facts(equation: Any, body: Any, flags: Any, name: str = "nonzero_tangents"
-                 ) -> tuple[bool, ...]:
-    """The equation and the body describe the same call; one flag per input (AD-0)."""
+def _check_pair(equation: Any, body: Any) -> None:
+    """The equation and the body describe the same call (AD-0)."""
     require(isinstance(equation, JitEquation),
             lambda: IllFormed("primal_equation", "a JitEquation", equation))
     require(isinstance(body, JitBody), lambda: IllFormed("jit_body", "a JitBody", body))
@@ -137,7 +137,13 @@ def _check_facts(equation: Any, body: Any, flags: Any, name: str = "nonzero_tang
     require(ins == body.inputs and outs == len(body.dependencies), lambda: Inconsistent(
         "jit_body", f"describes {body.inputs} inputs and {len(body.dependencies)} outputs, "
                     f"but the equation has {ins} inputs and {outs} outputs"))
-    return _booleans(flags, name, ins)
+
+
+def _check_facts(equation: Any, body: Any, flags: Any, name: str = "nonzero_tangents"
+                 ) -> tuple[bool, ...]:
+    """The equation and the body describe the same call; one flag per input (AD-0)."""
+    _check_pair(equation, body)
+    return _booleans(flags, name, body.inputs)
 
 
 # --------------------------------------------------------------------------- values
@@ -490,3 +496,31 @@ def partially_evaluated(primal_equation: JitEquation, jit_body: JitBody,
     """
     return PartiallyEvaluated(known_equation(primal_equation, jit_body, unknown_inputs),
                               unknown_equation(primal_equation, jit_body, unknown_inputs))
+
+
+# --------------------------------------------------------------------------- AD-8
+
+@rule("AD-8", mirrors="jax._src.pjit.dce_jaxpr_pjit_rule")
+def pruned_equation(primal_equation: JitEquation, jit_body: JitBody, used_outputs: Any
+                    ) -> JitEquation | None:
+    """Dead-code elimination keeps a jit equation's used outputs and the inputs they depend on, each with its sharding and donation; an equation with no used output goes (None).
+
+    Differentiation relies on it: the tangent equation of ``jax.linearize`` and the one
+    ``jax.grad`` transposes are pruned so (AD-4, AD-5).
+
+    >>> mesh = Mesh.iota((2, 4), ("data", "model"))
+    >>> rows, cols = NamedSharding(mesh, P("data")), NamedSharding(mesh, P(None, "model"))
+    >>> eqn = JitEquation((rows, cols), (NamedSharding(mesh, P()), cols), (True, True))
+    >>> pruned_equation(eqn, JitBody(inputs=2, dependencies=[{0}, {0, 1}]), (True, False))
+    JitEquation(in_shardings=(NamedSharding(Mesh({'data': 2, 'model': 4}), P('data')),), out_shardings=(NamedSharding(Mesh({'data': 2, 'model': 4}), P()),), donated_invars=(True,))
+    >>> print(pruned_equation(eqn, JitBody(inputs=2, dependencies=[{0}, {0, 1}]), (False, False)))
+    None
+    """
+    _check_pair(primal_equation, jit_body)
+    used = _booleans(used_outputs, "used_outputs", len(jit_body.dependencies))
+    if not any(used):
+        return None
+    eqn = primal_equation
+    _, needed = _reads(jit_body, (True,) * jit_body.inputs, used)
+    return JitEquation(_keep(eqn.in_shardings, needed), _keep(eqn.out_shardings, used),
+                       _keep(eqn.donated_invars, needed))

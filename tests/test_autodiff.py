@@ -25,11 +25,11 @@ from shardlaw.properties.registry import checks
 from shardlaw.spec import UNSPECIFIED, Mesh, NamedSharding, P, Rejection
 from shardlaw.spec.autodiff import (
     JitBody, JitEquation, jvp_equation, linearized_primal, linearized_tangent, nonzero_outputs,
-    transposed_equation,
+    pruned_equation, transposed_equation,
 )
 from shardlaw.spec.autodiff_bridge import equation_from_jax, jit_body_of, jit_equations
 
-AD_RULES = [f"AD-{n}" for n in range(8)]
+AD_RULES = [f"AD-{n}" for n in range(9)]
 
 MLP_MESH = ((2, 4), ("data", "model"))
 
@@ -114,6 +114,16 @@ def test_partial_evaluation_splits_known_from_unknown(explicit):
     _agree(_case(outputs[:2], [(), None], "partial_eval", (False, False), explicit=explicit))
 
 
+@checks("AD-8")
+def test_dead_code_elimination_keeps_used_outputs_and_the_inputs_they_need():
+    outputs = [OutputPlan("scalar", (0,)), OutputPlan("product", (0, 1)),
+               OutputPlan("constant", ())]
+    for used in [(True, False, False), (False, True, True), (False, False, True),
+                 (False, False, False)]:
+        _agree(_case(outputs, [(), None, None], "dce", (False, False), used=used,
+                     donated=(True, False)))
+
+
 # --------------------------------------------------------------------------- AD-0
 
 BAD = [
@@ -131,6 +141,8 @@ BAD = [
     (lambda: transposed_equation(JitEquation((UNSPECIFIED,), ()), JitBody(1, []), (True,),
                                  (True,)), TypeError, "cotangent_outputs"),
     (lambda: linearized_tangent("eqn", JitBody(1, []), (True,)), TypeError, "primal_equation"),
+    (lambda: pruned_equation(JitEquation((), ()), JitBody(0, []), [True]), TypeError,
+     "used_outputs"),
 ]
 
 
@@ -212,6 +224,46 @@ def test_eager_grad_under_a_context_mesh_meets_the_out_sharding_in_the_backward_
         assert step(a).sharding.spec == jax.sharding.PartitionSpec("data", None)
         with jax.set_mesh(mesh), pytest.raises(ValueError, match="does not match"):
             step(a)
+
+
+@checks("AD-5")
+@pytest.mark.parametrize("jit", [jax.jit, engine.jit], ids=["jax", "engine"])
+def test_a_reduced_input_keeps_its_reduced_in_sharding_as_its_cotangent_out_sharding(jit):
+    """Explicit mesh, ``w`` jitted with ``P(None, None, reduced={'data'})``: the transposed
+    equation returns ``w``'s cotangent with that in_sharding verbatim (AD-5) although the
+    cotangent's type is unreduced over ``data``. Under an outer jit the gradient comes back
+    unreduced; eagerly, JAX refuses the reduced result (ValueError)."""
+    mesh = jax.make_mesh(*MLP_MESH, axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+
+    def named(*spec, **reductions):
+        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec, **reductions))
+
+    def loss(w, x):
+        return (x @ w).sum()
+
+    reduced = named(None, None, reduced={"data"})
+    jitted = jit(loss, in_shardings=(reduced, named("data", None)))
+    w = jax.ShapeDtypeStruct((16, 8), jnp.float32, sharding=reduced)
+    x = jax.ShapeDtypeStruct((64, 16), jnp.float32, sharding=named("data", None))
+    with jax.set_mesh(mesh):
+        plain = jax.make_jaxpr(jitted)(w, x)
+        staged = jax.make_jaxpr(jax.grad(jitted))(w, x)
+    (eqn,) = jit_equations(plain, "loss")
+    body = jit_body_of(eqn, (True, False), "vjp")
+    primal = equation_from_jax(eqn)
+    back = transposed_equation(primal, body, (True, False), (True,))
+    found = jit_equations(staged, "loss")
+    assert [equation_from_jax(e) for e in found] == [linearized_primal(primal, body, (True, False)),
+                                                     back]
+    assert back.out_shardings == (S.from_jax(reduced),)
+    assert found[1].outvars[0].aval.sharding.spec.unreduced == frozenset({"data"})
+    hit("AD-5", False)
+    with jax.set_mesh(mesh):
+        wv = jax.device_put(np.ones((16, 8), np.float32), reduced)
+        xv = jax.device_put(np.ones((64, 16), np.float32), named("data", None))
+        assert jax.jit(jax.grad(jitted))(wv, xv).sharding.spec.unreduced == frozenset({"data"})
+        with pytest.raises(ValueError, match="cotangent"):
+            jax.grad(jitted)(wv, xv)
 
 
 # --------------------------------------------------------------------------- the MLP of the docs
