@@ -151,13 +151,24 @@ class NotASiteName(Failure):
 
 
 def _read_sequence(sites: Any) -> list:
-    """The sites of a call sequence, read once (a generator is not asked twice)."""
+    """The sites of a call sequence, read once (a generator is not asked twice), each a
+    :class:`CallSite`."""
     if isinstance(sites, (str, bytes, bytearray, dict)) or not isinstance(sites, Iterable):
         raise reject(NotASequence(sites, type(sites).__name__))
-    try:
-        return list(sites)
-    except Exception:  # an iterable that fails while it is read
-        raise reject(NotASequence(sites, type(sites).__name__)) from None
+    read: list[CallSite] = []
+    iterator = iter(sites)
+    while True:
+        try:
+            site = next(iterator)
+        except StopIteration:
+            return read
+        except Exception:  # an iterable that fails while it is read
+            raise reject(NotASequence(sites, type(sites).__name__)) from None
+        # Refused at the first entry that is not a call site, before the rest is read (a
+        # device list of a million entries is not walked to the end).
+        if not isinstance(site, CallSite):
+            raise reject(NotACallSite(len(read), site))
+        read.append(site)
 
 
 @rule("CACHE-0", mirrors="(input checking of a call sequence; JAX has no such value)")
@@ -182,8 +193,6 @@ def check_sequence(sites: Sequence[CallSite]) -> list[CallSite]:
     sites = _read_sequence(sites)
     wrappers: dict[str, tuple[int, CallSite]] = {}
     for index, site in enumerate(sites):
-        if not isinstance(site, CallSite):
-            raise reject(NotACallSite(index, site))
         call = site.call
         if call.aot_args is not None or any(
                 isinstance(a, Arg) and a.kind == "abstract"

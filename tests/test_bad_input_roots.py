@@ -166,6 +166,19 @@ def test_an_entry_that_is_not_a_call_site_is_shown_bounded():
              TypeError)
 
 
+def test_a_sequence_is_refused_at_its_first_entry_that_is_not_a_call_site():
+    """explain_cache(DeviceList of 2**20 ids) read every device before refusing the first
+    (past the fuzzer's 10 s under load); it now stops at entry 0."""
+    huge = S.DeviceList(S.Iota((1024, 1024), (1, 0)))
+    _refused(lambda: explain_cache(huge), "CACHE-0", "call 0: expected a CallSite, got Device(0)",
+             TypeError)
+
+    def endless():
+        while True:
+            yield 5
+    _refused(lambda: policy_classes(endless()), "CACHE-0", "call 0", TypeError)
+
+
 def test_check_sequence_reads_a_generator_once():
     sites = check_sequence(CallSite(CALL) for _ in range(2))
     assert len(sites) == 2
