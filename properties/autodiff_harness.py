@@ -5,8 +5,8 @@ the 8 CPU devices (2x4, 8 or 2x2x2; Auto or Explicit axes): what each output com
 which inputs (an input returned as is, products of sines, matmuls, sums, a constant), the
 jit's ``in_shardings`` / ``out_shardings`` / ``donate_argnums``, which inputs are
 differentiated, and the transformation: ``jax.jvp``, ``jax.linearize`` (its linear
-function applied), ``jax.vjp`` (its backward function applied), ``jax.grad`` of a loss
-that uses some of the outputs, partial evaluation with the differentiated inputs unknown
+function applied), ``jax.vjp`` (its backward function applied), ``jax.grad`` or
+``jax.value_and_grad`` of a loss that uses some of the outputs, partial evaluation with the differentiated inputs unknown
 (JAX's ``pe.partial_eval_jaxpr_nounits``, which control flow uses; no public API reaches
 the jit rule for it directly in 0.10.2), or dead-code elimination keeping the outputs a
 loss would use (``pe.dce_jaxpr``).
@@ -41,7 +41,8 @@ __all__ = ["OutputPlan", "GradCase", "grad_cases", "build_jitted", "trace", "exp
            "compare_case", "AD_HITS", "hit", "TRANSFORMATIONS", "NAME"]
 
 NAME = "ad_target"
-TRANSFORMATIONS = ("jvp", "linearize", "vjp", "grad", "partial_eval", "dce")
+TRANSFORMATIONS = ("jvp", "linearize", "vjp", "grad", "value_and_grad", "partial_eval", "dce")
+GRADS = ("grad", "value_and_grad")
 SIDE = 8  # every input is a float32 (SIDE, SIDE) array
 MESHES = (((2, 4), ("data", "model")), ((8,), ("batch",)), ((2, 2, 2), ("x", "y", "z")))
 
@@ -77,7 +78,7 @@ class GradCase:
     donated: tuple[bool, ...]
     differentiated: tuple[bool, ...]
     transformation: str
-    used: tuple[bool, ...]     # grad: the outputs the loss uses
+    used: tuple[bool, ...]     # grad, value_and_grad, dce: the outputs the loss uses
 
     @property
     def mesh(self) -> Any:
@@ -134,9 +135,10 @@ def grad_cases(draw: Any, transformations: tuple[str, ...] = TRANSFORMATIONS) ->
     outputs = tuple(draw(st.lists(_output_plan(k, explicit), min_size=1, max_size=3)))
     out_specs = tuple(_out_spec(draw, p, arg_spec, explicit, names) for p in outputs)
     transformation = draw(st.sampled_from(transformations))
-    at_least = 1 if transformation in ("linearize", "vjp") else 0
-    differentiated = tuple(draw(st.lists(st.booleans(), min_size=k, max_size=k).filter(
-        lambda flags: sum(flags) >= at_least)))
+    differentiated = draw(st.lists(st.booleans(), min_size=k, max_size=k))
+    if transformation in ("linearize", "vjp") and not any(differentiated):
+        differentiated[draw(st.integers(0, k - 1))] = True  # they need a primal to differentiate
+    differentiated = tuple(differentiated)
     return GradCase(shape, names, explicit, arg_spec, in_specs, outputs, out_specs,
                     tuple(draw(st.lists(st.booleans(), min_size=k, max_size=k))),
                     differentiated, transformation,
@@ -196,7 +198,8 @@ def _transformed(case: GradCase, jitted: Callable[..., Any]) -> Callable[..., An
         def loss(s: Any, *d: Any) -> Any:
             results = call(*d)
             return s * sum((r.sum() for r, u in zip(results, case.used) if u), jnp.float32(0))
-        return jax.grad(loss, argnums=tuple(range(len(diffed) + 1)))(seed, *diffed)
+        grad = jax.grad if case.transformation == "grad" else jax.value_and_grad
+        return grad(loss, argnums=tuple(range(len(diffed) + 1)))(seed, *diffed)
     return outer
 
 
@@ -247,13 +250,14 @@ def expected(case: GradCase, eqn: Any) -> list[JitEquation]:
     if case.transformation == "linearize":
         both = linearized_equations(primal, body, nonzero)
         return [both.primal] + ([both.tangent] if both.tangent is not None else [])
-    used = case.used if case.transformation == "grad" else (True,) * len(case.outputs)
+    used = case.used if case.transformation in GRADS else (True,) * len(case.outputs)
     back = transposed_equation(primal, body, nonzero, used)
     return [linearized_primal(primal, body, nonzero)] + ([back] if back is not None else [])
 
 
 def _mode(case: GradCase) -> str:
-    return {"grad": "vjp", "dce": "jvp"}.get(case.transformation, case.transformation)
+    return {"grad": "vjp", "value_and_grad": "vjp", "dce": "jvp"}.get(case.transformation,
+                                                                      case.transformation)
 
 
 def _count_hits(case: GradCase, eqn: Any, found: list[JitEquation]) -> None:

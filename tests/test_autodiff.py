@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 
 import shardlaw.engine as engine
 import shardlaw.spec as S
@@ -43,6 +43,14 @@ def _agree(case):
 @given(grad_cases())
 def test_ad_equations_agree_with_jax(case):
     _agree(case)
+
+
+@settings(max_examples=25)
+@given(grad_cases(("grad", "value_and_grad", "vjp", "jvp")))
+def test_the_engine_s_jit_stages_what_the_spec_says(case):
+    """shardlaw.engine.jit in place of jax.jit: the same equations (drawn cases)."""
+    problems = compare_case(case, engine.jit)
+    assert not problems, "\n".join(problems) + f"\ncase: {case}"
 
 
 # --------------------------------------------------------------------------- pinned examples
