@@ -313,11 +313,15 @@ def _spec(draw: Any, mesh: Mesh, rank: int) -> P:
 @st.composite
 def _sharding(draw: Any, mesh: Mesh, rank: int) -> Any:
     kind = draw(st.sampled_from(["named", "named", "named", "unspecified", "single", "gspmd",
-                                 "abstract"]))
+                                 "abstract", "foreign"]))
     if kind == "unspecified":
         return UNSPECIFIED
     if kind == "single":
         return SingleDeviceSharding(draw(st.integers(0, 7)))
+    if kind == "foreign":  # a GSPMD sharding made on another mesh of the same devices
+        other = draw(_mesh())
+        return GSPMDSharding(other.devices, to_hlo(NamedSharding(other, draw(_spec(other, rank))),
+                                                   rank))
     spec = draw(_spec(mesh, rank))
     if kind == "abstract":
         return NamedSharding(mesh.abstract, spec)
@@ -330,9 +334,9 @@ def _sharding(draw: Any, mesh: Mesh, rank: int) -> Any:
 
 def _axis(rank: int) -> Any:
     """An in_axes entry: mostly in range, sometimes negative, now and then out of range."""
-    return st.integers(0, 11).flatmap(
-        lambda n: st.none() if n < 2 else st.integers(rank + 1, rank + 2) if n == 11
-        else st.integers(-(rank + 1), rank))
+    return st.integers(0, 23).flatmap(
+        lambda n: st.integers(-(rank + 1), rank) if n < 20 else
+        st.integers(rank + 1, rank + 2) if n == 23 else st.none())
 
 
 def _spmd(mesh: Mesh) -> Any:
@@ -344,7 +348,8 @@ def _spmd(mesh: Mesh) -> Any:
 @st.composite
 def _vmap(draw: Any, mesh: Mesh, ranks: tuple[int, ...], batch: int) -> Vmap:
     axes = tuple(draw(_axis(r)) for r in ranks)
-    size = draw(st.sampled_from([None] * 6 + [batch, batch + 1]))
+    size = draw(st.integers(0, 13).map(lambda n: batch if n == 12 else batch + 1 if n == 13
+                                       else None))
     return Vmap(axes, draw(st.sampled_from([0, -1])), size, draw(_spmd(mesh)))
 
 

@@ -17,12 +17,11 @@ shardings the inner vmap gave.
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import math
 from typing import Any, ClassVar
 
 from .dims import check_dims, check_rank_count, is_int
 from .hlo import Maximal, Replicated, Tiled
-from .iota import Iota
 from .placement import to_hlo
 from .rules import Failure, located, reject, require, rule
 from .shardings import AUTO, UNSPECIFIED, GSPMDSharding, NamedSharding, Sharding, \
@@ -205,7 +204,7 @@ class _Tiles:
     as a spec on the same mesh): the axes per tile dimension, or why there are none."""
 
     parts: list[tuple[str, ...]]
-    kind: str   # "replicated", "tiled", "unreduced" (only unreduced copies), "mixed" (two kinds)
+    kind: str   # "replicated", "tiled", "untiled" (no tiles, unreduced copies), "mixed" (two kinds)
 
 
 def _read_named(sharding: NamedSharding, ndim: int) -> _Tiles:
@@ -224,7 +223,7 @@ def _read_named(sharding: NamedSharding, ndim: int) -> _Tiles:
     if unreduced and copied:
         return _Tiles([], "mixed")
     if unreduced and not split:
-        return _Tiles([], "unreduced")
+        return _Tiles([], "untiled")
     return _Tiles(_trimmed(parts + [unreduced]), "tiled")
 
 
@@ -391,7 +390,7 @@ def batch_split(sharding: Any, batch_axis: int, rank: int, names: tuple[str, ...
     require(tiles.kind != "mixed", lambda: TwoKindsOfCopies(
         sharding, batch_axis, "its tiles hold copies of two kinds (unreduced and replicated), "
                               "which JAX does not read back as a spec"))
-    require(tiles.kind != "unreduced", lambda: NoTiles(
+    require(tiles.kind != "untiled", lambda: NoTiles(
         sharding, batch_axis, "it has no tiles to read back as a spec (all its copies are "
                               "unreduced, or one device of several holds the value)"))
     return _checked(mesh, _inserted(tiles.parts, batch_axis, names), names, entry, batch_axis)
@@ -407,13 +406,12 @@ def _checked(mesh: Mesh | AbstractMesh, parts: list[tuple[str, ...]], names: tup
 
 def _read_hlo(hlo: Any, mesh: Mesh) -> _Tiles:
     """What JAX reads back from an HLO sharding on a mesh: the mesh axes, in the order the
-    tile assignment transposes them, fill each tile dimension in turn."""
+    tile assignment transposes them, fill each tile dimension in turn; copies of two kinds
+    are found only after that."""
     if isinstance(hlo, Replicated) or (isinstance(hlo, Maximal) and mesh.size == 1):
         return _Tiles([], "tiled")
     if not isinstance(hlo, Tiled):
-        return _Tiles([], "unreduced")
-    if len(set(hlo.subgroups)) > 1:
-        return _Tiles([], "mixed")
+        return _Tiles([], "untiled")
     order = iter(_axis_order(hlo, mesh))
     parts: list[tuple[str, ...]] = []
     for size in hlo.dims:
@@ -421,10 +419,13 @@ def _read_hlo(hlo: Any, mesh: Mesh) -> _Tiles:
         while size > 1:
             axis = next(order, None)
             require(axis is not None and size % mesh.axis_size(axis) == 0,
-                    lambda: CannotRead(hlo, mesh))
+                    lambda: TilesIndivisible(hlo, mesh, "its tile dimensions do not divide "
+                                                        "into whole mesh axes, read in order"))
             size //= mesh.axis_size(axis)
             axes.append(axis)
         parts.append(tuple(axes))
+    if len(set(hlo.subgroups)) > 1:
+        return _Tiles([], "mixed")
     if hlo.replicate_on_last_tile_dim:
         parts.pop()
     return _Tiles(_trimmed(parts), "tiled")
@@ -433,24 +434,74 @@ def _read_hlo(hlo: Any, mesh: Mesh) -> _Tiles:
 @dataclasses.dataclass(frozen=True)
 class CannotRead(Failure):
     rule: ClassVar[str] = "BAT-3"
-    error_type: ClassVar[type[Exception]] = Exception
-    jax_error: ClassVar[str] = "Exception"
-    template: ClassVar[str] = "the tiles {hlo} are not the mesh {mesh}'s axes in some order"
+    error_type: ClassVar[type[Exception]] = AssertionError
+    jax_error: ClassVar[str] = "AssertionError"
+    template: ClassVar[str] = "JAX cannot read the tiles {hlo} on the mesh {mesh}: {reason}"
     hlo: Any
     mesh: Any
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TilesIndivisible(CannotRead):
+    error_type: ClassVar[type[Exception]] = ValueError
+    jax_error: ClassVar[str] = "IndivisibleError"
+
+
+@dataclasses.dataclass(frozen=True)
+class NoSuchStride(CannotRead):
+    error_type: ClassVar[type[Exception]] = KeyError
+    jax_error: ClassVar[str] = "KeyError"
+
+
+@dataclasses.dataclass(frozen=True)
+class NotFromZero(CannotRead):
+    error_type: ClassVar[type[Exception]] = NotImplementedError
+    jax_error: ClassVar[str] = "NotImplementedError"
+
+
+def _superdims(hlo: Tiled, mesh: Mesh) -> list[tuple[int, int]]:
+    """The tile assignment as (size, stride) runs of the device order, minor run first
+    (JAX's unflatten_superdims)."""
+    flat = list(hlo.assignment_tuple())
+    require(flat[0] == 0, lambda: NotFromZero(hlo, mesh, "its device order does not start "
+                                                         "at the mesh's first device"))
+    runs = []
+    while len(flat) > 1:
+        stride, size = flat[1], 0
+        while size < len(flat) and flat[size] == size * stride:
+            size += 1
+        require(size > 1, lambda: CannotRead(hlo, mesh, "its device order has no stride"))
+        runs.append((size, stride))
+        flat = flat[::size]
+    return runs
 
 
 def _axis_order(hlo: Tiled, mesh: Mesh) -> tuple[str, ...]:
-    """The order of the mesh's axes of size above 1 that transposes the mesh's device order
-    into the tile assignment (JAX's unflatten_array, for whole axes)."""
+    """The mesh's axes of size above 1 in the order the tile assignment transposes them
+    (JAX's unflatten_array: each run of the device order split into whole mesh axes)."""
     names = mesh.nontrivial_axes
-    sizes = tuple(mesh.axis_size(n) for n in names)
-    wanted = hlo.assignment_tuple()
-    if len(names) <= 6 and len(wanted) == mesh.size:
-        for perm in itertools.permutations(range(len(names))):
-            if Iota(sizes or (1,), perm if sizes else (0,)).to_tuple() == wanted:
-                return tuple(names[p] for p in perm)
-    raise reject(CannotRead(hlo, mesh))
+    sizes = [mesh.axis_size(n) for n in names]
+    strides = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
+    size_at = dict(zip(strides, sizes))
+    name_at = {(size, stride): n for size, stride, n in zip(sizes, strides, names)}
+    order: list[tuple[int, int]] = []
+    for size, stride in reversed(_superdims(hlo, mesh)):
+        split: list[tuple[int, int]] = []
+        while True:
+            require(stride in size_at, lambda stride=stride: NoSuchStride(
+                hlo, mesh, f"no mesh axis has stride {stride}"))
+            target = size_at[stride]
+            if size <= target:
+                break
+            require(target > 1 and size % target == 0, lambda: CannotRead(
+                hlo, mesh, "a run of its device order is not whole mesh axes"))
+            split.append((target, stride))
+            size, stride = size // target, stride * target
+        require(size == target, lambda: CannotRead(
+            hlo, mesh, "a run of its device order is not whole mesh axes"))
+        order += reversed(split + [(size, stride)])
+    return tuple(name_at[d] for d in order)
 
 
 # --------------------------------------------------------------------------- BAT-4, 5, 6

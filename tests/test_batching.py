@@ -156,6 +156,38 @@ def test_split_edges():
     _refused_by(_one(unreduced, axis=2, spmd="y"), "BAT-3", TypeError)
 
 
+@checks("BAT-3")
+def test_gspmd_read_on_the_context_mesh():
+    """A GSPMD sharding split over spmd axes is read on the context mesh as JAX reads it:
+    the runs of its device order split into whole mesh axes, which fill the tiles in turn."""
+    other = Mesh.iota((2, 2, 2), ("a", "b", "c"))
+
+    def gspmd(mesh, spec):
+        return GSPMDSharding(mesh.devices, to_hlo(NamedSharding(mesh, spec), 2))
+    transposed = gspmd(AUTO2x4, P("y", "x"))
+    assert _batched_arg(_one(transposed, spmd=(), context=AUTO2x4)) == NamedSharding(
+        AUTO2x4, P(None, "y", "x"))
+    _refused_by(_one(gspmd(other, P(("a", "b"), "c")), spmd="x", context=AUTO2x4),
+                "BAT-3", ValueError)                            # IndivisibleError
+    _refused_by(_one(gspmd(other, P("c", "a")), spmd="x", context=AUTO2x4),
+                "BAT-3", AssertionError)                        # runs are not whole axes
+    strided = GSPMDSharding(AUTO2x4.devices,
+                            "{devices=[2,4]<=[2,2,2]T(1,0,2) last_tile_dim_replicate}")
+    _refused_by(_one(strided, rank=1, axis=1, spmd="x", context=AUTO2x4), "BAT-3", KeyError)
+    one_device = GSPMDSharding([3], "{maximal device=0}")
+    _refused_by(_one(one_device, spmd="x", context=AUTO2x4), "BAT-3", AssertionError)
+
+
+@checks("BAT-0", "BAT-2")
+def test_in_axes_as_a_list_and_no_spmd_names():
+    ns = NamedSharding(AUTO2x4, P("y"))
+    case = VmapCase((1, 1), (ns, ns), (0,), (UNSPECIFIED,), Vmap([1, None]))
+    assert _agree(case).shardings[0] == (NamedSharding(AUTO2x4, P("y")), ns)
+    # an empty tuple of spmd axes takes the split path with nothing to split over
+    assert _batched_arg(_one(NamedSharding(AUTO2x4, P()), spmd=())) == NamedSharding(
+        AUTO2x4, P(None))
+
+
 @checks("BAT-7", "BAT-2", "BAT-3")
 def test_nested_vmaps():
     ns = NamedSharding(AUTO2x4, P("y"))
