@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from hypothesis import strategies as st  # noqa: F401
+from hypothesis import strategies as st
+
+from shardlaw.spec.arguments import CANONICAL, NOT_NUMERIC, VALUE_KINDS, VIAS
 
 __all__ = ["PLAUSIBLE"]
 
 # parameter name -> a function returning the strategy of values it is meant to take
-PLAUSIBLE: dict[str, Callable[[], Any]] = {}
+PLAUSIBLE: dict[str, Callable[[], Any]] = {
+    "value_kind": lambda: st.sampled_from(VALUE_KINDS),
+    "int_value": lambda: st.one_of(st.integers(-9, 9), st.sampled_from(
+        [2**31 - 1, 2**31, -(2**31) - 1, 2**63, -(2**100)])),
+    "via": lambda: st.sampled_from(VIAS),
+    "numpy_dtype": lambda: st.sampled_from(sorted(CANONICAL) + list(NOT_NUMERIC)),
+}

@@ -1,0 +1,197 @@
+"""Argument placement (the ARG rules) against real JAX, value for value.
+
+An :class:`ArgumentCase` describes a value that is not yet a ``jax.Array`` (a Python
+scalar, a numpy scalar, a 0-d or n-d numpy array, a masked array, text, bytes, an object)
+and a sharding (or None). :func:`run_in_jax` builds the value and places it with
+``jax.device_put(v, s)`` (recording each shard's device and box, the dtype, weak type and
+committed flag) or passes it to ``jax.jit(lambda a: a, in_shardings=s)`` (recording the
+argument's aval from ``jax.make_jaxpr``); :func:`compare_argument` asks the spec
+(:func:`~shardlaw.spec.place_argument`) and lists the disagreements. :data:`ARG_HITS` counts
+each rule's accepting and rejecting side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+from hypothesis import strategies as st
+
+from shardlaw.spec import to_jax
+from shardlaw.spec.arguments import CANONICAL, NOT_NUMERIC, Placement, place_argument
+from shardlaw.spec.jax_bridge import jax_box
+from shardlaw.spec.rules import Rejection, tracing
+from shardlaw.spec.hlo import Maximal
+from shardlaw.spec.shardings import GSPMDSharding, NamedSharding
+from shardlaw.spec.values import AxisType
+
+from .strategies import gspmd_shardings, named_shardings, single_device_shardings
+
+__all__ = ["ArgumentCase", "run_in_jax", "compare_argument", "ARG_HITS", "arg_hit_counts",
+           "argument_cases"]
+
+# rule ID -> [accepting hits, rejecting hits] over the cases compared so far
+ARG_HITS: dict[str, list[int]] = {}
+
+
+def arg_hit_counts() -> dict[str, tuple[int, int]]:
+    return {k: (v[0], v[1]) for k, v in sorted(ARG_HITS.items())}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgumentCase:
+    value_kind: str
+    shape: tuple[int, ...] = ()
+    dtype: str | None = None
+    sharding: Any = None
+    int_value: int = 0
+    via: str = "device_put"
+
+
+@dataclasses.dataclass
+class JaxPlacement:
+    error: BaseException | None = None
+    placement: Placement | None = None
+
+
+_ODD_DTYPES = {"str": "U1", "bytes": "S1", "object": object, "datetime64": "datetime64[D]",
+               "timedelta64": "timedelta64[D]", "float128": np.longdouble, "void": "V4"}
+
+
+def _numpy_dtype(name: str) -> Any:
+    if name == "float0":
+        return jax.dtypes.float0
+    if name == "bfloat16":
+        return jax.numpy.bfloat16
+    return _ODD_DTYPES.get(name, name)
+
+
+def build_value(case: ArgumentCase) -> Any:
+    """The Python or numpy value the case describes."""
+    kind = case.value_kind
+    python = {"bool": True, "int": case.int_value, "float": 1.5, "complex": 1 + 2j,
+              "str": "abc", "bytes": b"ab"}
+    if kind in python:
+        return python[kind]
+    if kind == "object":
+        return object()
+    array = np.zeros(case.shape, dtype=_numpy_dtype(case.dtype or "float32"))
+    if kind == "masked_array":
+        return np.ma.array(array, mask=False)
+    if kind == "numpy_scalar":
+        return array[()]
+    return array
+
+
+def run_in_jax(case: ArgumentCase) -> JaxPlacement:
+    """Place the value with device_put, or pass it to an identity jit."""
+    out = JaxPlacement()
+    sharding = None if case.sharding is None else to_jax(case.sharding)
+    try:
+        value = build_value(case)
+        if case.via == "device_put":
+            placed = jax.device_put(value, sharding) if sharding is not None else \
+                jax.device_put(value)
+            shards = {s.device.id: jax_box(s.index, case.shape) for s in placed.addressable_shards}
+            out.placement = Placement(str(placed.dtype), placed.weak_type, placed.committed,
+                                      shards)
+        else:
+            fun = jax.jit(lambda a: a, **({} if sharding is None else
+                                          {"in_shardings": sharding}))
+            jax.block_until_ready(fun(value))
+            (aval,) = jax.make_jaxpr(fun)(value).in_avals
+            out.placement = Placement(str(aval.dtype), aval.weak_type, sharding is not None, {})
+    except Exception as error:  # what JAX raised is the outcome
+        out.error = error
+    return out
+
+
+def spec_outcome(case: ArgumentCase) -> tuple[Placement | None, Rejection | None, list[str]]:
+    with tracing() as fired:
+        try:
+            return (place_argument(case.value_kind, case.shape, case.dtype, case.sharding,
+                                   int_value=case.int_value, via=case.via), None, list(fired))
+        except Rejection as rejection:
+            return None, rejection, list(fired)
+
+
+def _count(fired: list[str], rejected: str | None, placement: Placement | None) -> None:
+    for rule_id in dict.fromkeys(fired):
+        ARG_HITS.setdefault(rule_id, [0, 0])[0 if rule_id != rejected else 1] += 1
+    if rejected is not None:
+        ARG_HITS.setdefault(rejected, [0, 0])
+    # ARG-2 decides without refusing: its sides are weak and not weak.
+    if placement is not None:
+        ARG_HITS.setdefault("ARG-2 weak", [0, 0])[0 if placement.weak_type else 1] += 1
+
+
+def compare_argument(case: ArgumentCase) -> list[str]:
+    """The disagreements between the spec and JAX on ``case`` (empty: they agree)."""
+    seen = run_in_jax(case)
+    placement, rejection, fired = spec_outcome(case)
+    _count(fired, rejection.rule if rejection else None, placement)
+    if rejection is not None or seen.error is not None:
+        if rejection is None:
+            return [f"JAX refused ({type(seen.error).__name__}: {seen.error}) but the spec "
+                    f"placed it: {placement}"]
+        if seen.error is None:
+            return [f"the spec refused ({rejection}) but JAX placed it: {seen.placement}"]
+        if type(seen.error).__name__ != rejection.failure.jax_error:
+            return [f"JAX raised {type(seen.error).__name__} ({seen.error}), the spec "
+                    f"{rejection.failure.jax_error} ({rejection})"]
+        return []
+    assert seen.placement is not None and placement is not None
+    mine, theirs = placement, seen.placement
+    if case.via == "jit":
+        mine = dataclasses.replace(mine, shards={})
+    if mine != theirs:
+        return [f"JAX placed {theirs}, the spec {mine}"]
+    return []
+
+
+# --------------------------------------------------------------------------- strategies
+
+_DIMS = (1, 2, 3, 4, 6, 8, 0)
+
+
+@st.composite
+def argument_cases(draw: Any) -> ArgumentCase:
+    """A value to place and a sharding (or None), through device_put or jit (ARG-1 .. ARG-4)."""
+    kind = draw(st.sampled_from(["numpy_array"] * 6 + ["numpy_scalar"] * 2 +
+                                ["bool", "int", "int", "float", "complex", "masked_array",
+                                 "str", "bytes", "object"]))
+    shape: tuple[int, ...] = ()
+    dtype = None
+    if kind in ("numpy_array", "masked_array"):
+        shape = tuple(draw(st.lists(st.sampled_from(_DIMS), max_size=3)))
+    if kind in ("numpy_array", "masked_array", "numpy_scalar"):
+        # numpy scalars of object, void or longdouble type are left out: JAX checks a
+        # sharding's rank before their dtype on some paths and not on others.
+        odd = [d for d in NOT_NUMERIC
+               if kind != "numpy_scalar" or d not in ("object", "void", "float128")]
+        dtype = draw(st.sampled_from(sorted(CANONICAL))) if draw(st.integers(0, 4)) else \
+            draw(st.sampled_from(odd))
+    int_value = draw(st.one_of(st.integers(-9, 9), st.sampled_from(
+        [2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**40, -(2**63)]))) if kind == "int" else 0
+    concrete = st.one_of(named_shardings(max_devices=8, max_rank=len(shape) + 1),
+                         single_device_shardings(8), gspmd_shardings(8))
+    via = draw(st.sampled_from(["device_put", "jit"]))
+    if via == "jit":  # a GSPMDSharding in in_shardings is the jit family's (EXE-3, EXE-4)
+        concrete = st.one_of(named_shardings(max_devices=8, max_rank=len(shape) + 1),
+                             single_device_shardings(8))
+    sharding = draw(st.one_of(st.none(), concrete, concrete))
+    if isinstance(sharding, NamedSharding) and (sharding.spec.unreduced or
+                                                sharding.spec.reduced):
+        # Placing a value on unreduced axes can abort the process in Shardy (a failed
+        # check, not an exception): ARG-0 leaves such shardings out of the description.
+        sharding = None
+    if isinstance(sharding, GSPMDSharding) and isinstance(sharding.hlo, Maximal):
+        # A maximal GSPMDSharding on a scalar: JAX checks its rank for numpy scalars and
+        # not for Python scalars; left out of the description.
+        sharding = None
+    if sharding is not None and hasattr(sharding, "mesh") and \
+            AxisType.Manual in sharding.mesh.axis_types:
+        sharding = None  # Manual axes exist inside shard_map only
+    return ArgumentCase(kind, shape, dtype, sharding, int_value, via)
