@@ -260,8 +260,18 @@ def _rule_order(rule_id: str) -> tuple[str, int]:
     return (family, int(number)) if number.isdigit() else (rule_id, 0)
 
 
-def _sum(workers: list[dict[str, Any]], key: str, suite: str) -> int:
-    return sum(int(w[key].get(suite, 0)) for w in workers)
+def _sum(workers: list[dict[str, Any]], key: str, suite: str) -> float:
+    return sum(w.get(key, {}).get(suite, 0) for w in workers)
+
+
+def _suite_figures(workers: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """A suite's examples and disagreements, and the seconds its properties ran (all
+    workers together): examples per property-second is its throughput per worker."""
+    seconds = _sum(workers, "property_seconds", name)
+    examples = int(_sum(workers, "examples", name))
+    return {"examples": examples, "disagreements": int(_sum(workers, "failed", name)),
+            "property_seconds": round(seconds, 1),
+            "examples_per_property_second": round(examples / seconds, 1) if seconds else 0.0}
 
 
 def build_report(workers: list[dict[str, Any]], count: int, seconds: float,
@@ -277,8 +287,7 @@ def build_report(workers: list[dict[str, Any]], count: int, seconds: float,
         "examples": examples,
         "examples_per_second": round(examples / seconds, 1) if seconds > 0 else 0.0,
         "disagreements": failed,
-        "suites": {name: {"examples": _sum(workers, "examples", name),
-                          "disagreements": _sum(workers, "failed", name)} for name in suites},
+        "suites": {name: _suite_figures(workers, name) for name in suites},
         "rules": {r: {"accepted": rules.get(r, [0, 0])[0], "rejected": rules.get(r, [0, 0])[1]}
                   for r in sorted(scope, key=_rule_order)},
         "never_hit": [f"{r} {side}" for r in sorted(scope, key=_rule_order)

@@ -29,6 +29,7 @@ import functools
 import json
 import os
 import re
+import sys
 import time
 import unittest
 from pathlib import Path
@@ -42,14 +43,16 @@ from shardlaw.campaign import (
     ENV_DB, ENV_DIR, ENV_END, ENV_EXAMPLES, ENV_OUT, ENV_PLANT, ENV_SHARDS, ENV_SLICE, ENV_SUITES,
     PROFILE,
 )
-from shardlaw.properties import cache_harness, differential, engine_harness, fuzz, jit_harness
+from shardlaw.properties import cache_harness, differential, engine_harness, fuzz
 from shardlaw.spec.rules import RULES, Failure, reject, tracing
 
-# Tests that check the hits of their own process: the report checks every worker's.
+# Tests that check the hits of their own process: the report checks every worker's. By
+# name, and by the suites' naming habit for such tests (a new suite's coverage test too).
 COVERAGE_TESTS = frozenset({
     "test_zz_every_rule_seen_on_both_sides", "test_every_jit_rule_was_seen_on_both_sides",
     "test_every_rejecting_rule_refused_a_call_through_the_engine",
 })
+COVERAGE_NAMES = re.compile(r"^test_zz_|seen_on_both_sides|hit_on_both_sides")
 
 UNLIMITED = 10 ** 9
 _WRITE_EVERY_S = 1.0
@@ -95,6 +98,8 @@ class _Worker:
 
     examples: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    property_seconds: collections.Counter = dataclasses.field(
+        default_factory=collections.Counter)
     failed: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     engine: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     cache: dict[str, list[int]] = dataclasses.field(default_factory=dict)
@@ -122,6 +127,23 @@ def _count_trace(table: dict[str, list[int]], trace: list[str], refused: str | N
         hits[1 if rule_id == refused else 0] += 1
 
 
+_RULE_KEY = re.compile(r"^[A-Z]+(?:-[A-Z]+)*-[0-9]+$")
+
+
+def _harness_tables() -> list[dict[str, list[int]]]:
+    """The harnesses' own tables, ``<FAMILY>_HITS = {rule: [accepted, rejected]}`` in a
+    ``shardlaw.properties`` module (the jit harness's CALL_HITS, the transformations'
+    BAT_HITS, AD_HITS ...): found by name, so that a new harness is counted too."""
+    tables = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("shardlaw.properties.") or module is None:
+            continue
+        for attribute, value in list(vars(module).items()):
+            if attribute.endswith("_HITS") and isinstance(value, dict):
+                tables.append(value)
+    return tables
+
+
 def _hits() -> dict[str, list[int]]:
     """rule -> [accepted, rejected] over every harness that held a rule to JAX here."""
     table: dict[str, list[int]] = {}
@@ -133,9 +155,11 @@ def _hits() -> dict[str, list[int]]:
 
     for (rule_id, side), n in differential.hit_counts().items():
         add(rule_id, n if side == "accept" else 0, n if side == "reject" else 0)
-    for source in (jit_harness.CALL_HITS, WORKER.engine, WORKER.cache):
-        for rule_id, (accepted, rejected) in source.items():
-            add(rule_id, accepted, rejected)
+    for source in (*_harness_tables(), WORKER.engine, WORKER.cache):
+        for rule_id, sides in list(source.items()):
+            if isinstance(rule_id, str) and _RULE_KEY.match(rule_id) and \
+                    isinstance(sides, (list, tuple)) and len(sides) == 2:
+                add(rule_id, int(sides[0]), int(sides[1]))
     return table
 
 
@@ -147,6 +171,7 @@ def _write(final: bool = False) -> None:
     WORKER.written = now
     name = os.environ.get("PYTEST_XDIST_WORKER", "main")
     data = {"examples": dict(WORKER.examples), "seconds": dict(WORKER.seconds),
+            "property_seconds": dict(WORKER.property_seconds),
             "failed": dict(WORKER.failed), "rules": _hits(), "fuzz": dict(WORKER.fuzz),
             "scope": sorted(WORKER.scope), "final": final}
     target = Path(where) / f"worker-{name}.json"
@@ -170,20 +195,33 @@ def _counting_engine(compare: Callable[..., Any]) -> Callable[..., Any]:
     return counted
 
 
+# The rule that decides each cache level's hit or miss (spec/cache.py).
+CACHE_LEVEL_RULES = {"dispatch": "CACHE-3", "params": "CACHE-5", "trace": "CACHE-6",
+                     "lowering": "CACHE-7", "module": "CACHE-9", "compile": "CACHE-10"}
+
+
 def _counting_cache(compare: Callable[..., Any]) -> Callable[..., Any]:
-    """compare_sequence, counting the cache rules that fired in a sequence JAX agreed with
-    (accepted) and the rule that refused a call (rejected)."""
+    """compare_sequence, counting on sequences JAX agreed with: for the rule of each cache
+    level, a hit as accepted and a miss as rejected; for the other cache rules that fired,
+    an accepted; for the rule that refused a call, a rejected."""
     @functools.wraps(compare)
     def counted(sites: Any, *args: Any, **kwargs: Any) -> Any:
         with tracing() as trace:
             answer = compare(sites, *args, **kwargs)
         rows, _, problems = answer
-        if not problems:
-            refused = [m[1] for row in rows if row.rejected
-                       for m in [_RULE_ID.search(str(row.rejected))] if m]
-            _count_trace(WORKER.cache, list(trace), None)
-            for rule_id in refused:
-                WORKER.cache.setdefault(rule_id, [0, 0])[1] += 1
+        if problems:
+            return answer
+        levels = set(CACHE_LEVEL_RULES.values())
+        _count_trace(WORKER.cache, [r for r in trace if r.startswith("CACHE-")
+                                    and r not in levels], None)
+        for row in rows:
+            for level, rule_id in CACHE_LEVEL_RULES.items():
+                said = row.at(level)
+                if said in ("hit", "miss"):
+                    WORKER.cache.setdefault(rule_id, [0, 0])[said == "miss"] += 1
+            refused = _RULE_ID.search(str(row.rejected or ""))
+            if refused:
+                WORKER.cache.setdefault(refused[1], [0, 0])[1] += 1
         return answer
     return counted
 
@@ -268,9 +306,23 @@ def _is_property(item: Any) -> bool:
     return getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
 
 
+# The examples a property runs in the ci profile unless it says otherwise.
+CI_EXAMPLES = 200
+
+
+def _scaled(test: Any, examples: int) -> int:
+    """The campaign's examples for a property; one that sets its own count in the ci run
+    (the fuzz layer's: 600 cheap cases, 6 runs of the executable) gets as many in proportion."""
+    own = test._hypothesis_internal_use_settings.max_examples
+    if own == settings.get_profile(PROFILE).max_examples or examples >= UNLIMITED:
+        return examples
+    return max(1, round(examples * own / CI_EXAMPLES))
+
+
 def _prepare(item: Any, examples: int) -> None:
     """Count the property's examples; run the campaign's number of them, on its database."""
     test = item.obj
+    examples = _scaled(test, examples)
     if not getattr(test.hypothesis.inner_test, "campaign", False):
         test.hypothesis.inner_test = _count_examples(test.hypothesis.inner_test)
         test.hypothesis.inner_test.campaign = True
@@ -294,7 +346,8 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
     examples = _examples_per_shard()
     kept, dropped, rounds = [], [], collections.defaultdict(list)
     for item in items:
-        if getattr(item, "originalname", item.name) in COVERAGE_TESTS:
+        name = getattr(item, "originalname", None) or item.name
+        if name in COVERAGE_TESTS or COVERAGE_NAMES.search(name):
             dropped.append(item)
             continue
         if not _is_property(item):
@@ -332,6 +385,8 @@ def pytest_runtest_call(item: Any) -> Any:
         return None
     finally:
         WORKER.seconds[WORKER.suite] += time.monotonic() - start
+        if _is_property(item):
+            WORKER.property_seconds[WORKER.suite] += time.monotonic() - start
         WORKER.deadline = None
         _write()
 
