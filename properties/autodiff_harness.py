@@ -6,10 +6,11 @@ which inputs (an input returned as is, products of sines, matmuls, sums, a const
 jit's ``in_shardings`` / ``out_shardings`` / ``donate_argnums``, which inputs are
 differentiated, and the transformation: ``jax.jvp``, ``jax.linearize`` (its linear
 function applied), ``jax.vjp`` (its backward function applied), ``jax.grad`` or
-``jax.value_and_grad`` of a loss that uses some of the outputs, partial evaluation with the differentiated inputs unknown
-(JAX's ``pe.partial_eval_jaxpr_nounits``, which control flow uses; no public API reaches
-the jit rule for it directly in 0.10.2), or dead-code elimination keeping the outputs a
-loss would use (``pe.dce_jaxpr``).
+``jax.value_and_grad`` of a loss that uses some of the outputs (these five traced as they
+are or under an outer ``jax.jit``, as a training step is), partial evaluation with the
+differentiated inputs unknown (JAX's ``pe.partial_eval_jaxpr_nounits``, which control flow
+uses; no public API reaches the jit rule for it directly in 0.10.2), or dead-code
+elimination keeping the outputs a loss would use (``pe.dce_jaxpr``).
 
 :func:`compare_case` traces the transformation with ``jax.make_jaxpr``, reads every ``jit``
 equation of the jitted function (nested ones too), and compares their ``in_shardings``,
@@ -79,6 +80,7 @@ class GradCase:
     differentiated: tuple[bool, ...]
     transformation: str
     used: tuple[bool, ...]     # grad, value_and_grad, dce: the outputs the loss uses
+    outer_jit: bool = False    # the transformation itself under jax.jit (a training step)
 
     @property
     def mesh(self) -> Any:
@@ -143,7 +145,8 @@ def grad_cases(draw: Any, transformations: tuple[str, ...] = TRANSFORMATIONS) ->
                     tuple(draw(st.lists(st.booleans(), min_size=k, max_size=k))),
                     differentiated, transformation,
                     tuple(draw(st.lists(st.booleans(), min_size=len(outputs),
-                                        max_size=len(outputs)))))
+                                        max_size=len(outputs)))),
+                    transformation not in ("partial_eval", "dce") and draw(st.booleans()))
 
 
 # --------------------------------------------------------------------------- JAX
@@ -227,7 +230,8 @@ def trace(case: GradCase, jit: Callable[..., Any] = jax.jit) -> tuple[Any, list[
         elif case.transformation == "dce":
             transformed = [pe.dce_jaxpr(plain.jaxpr, list(case.used))[0]]
         else:
-            transformed = [jax.make_jaxpr(_transformed(case, jitted))(*args)]
+            outer = _transformed(case, jitted)
+            transformed = [jax.make_jaxpr(jax.jit(outer) if case.outer_jit else outer)(*args)]
     (eqn,) = jit_equations(plain, NAME)
     return eqn, transformed
 

@@ -1,4 +1,4 @@
-"""Differentiating through a jit call: the jit equations that JVP, linearization and transpose stage.
+"""Differentiating through a jit call: the jit equations JVP, linearization and transpose stage.
 
 ``jax.grad`` of a function that calls a jitted function does not see through the call: it
 asks the jit primitive's own rules to differentiate it, and each rule stages a new ``jit``
@@ -16,9 +16,13 @@ the count).
 The rules, in the order ``jax.grad`` meets them:
 
 * AD-0: the description is well-formed;
-* AD-1: an output's tangent is a symbolic zero unless it depends on an input whose tangent is not;
-* AD-2: the JVP equation (``jax.jvp``): primals, then the non-zero tangents, each with its primal's sharding and donation;
-* AD-3: the primal equation of a linearization (``jax.linearize``, ``jax.vjp``, ``jax.grad``): the primal outputs, without those that only forward an input, then the residuals, unspecified;
+* AD-1: an output's tangent is a symbolic zero unless it depends on an input whose tangent
+  is not;
+* AD-2: the JVP equation (``jax.jvp``): primals, then the non-zero tangents, each with its
+  primal's sharding and donation;
+* AD-3: the primal equation of a linearization (``jax.linearize``, ``jax.vjp``,
+  ``jax.grad``): the primal outputs, without those that only forward an input, then the
+  residuals, unspecified;
 * AD-4: the tangent equation (the linear function ``jax.linearize`` returns);
 * AD-5: the transposed equation (the backward pass of ``jax.vjp`` and ``jax.grad``);
 * AD-6, AD-7: the known and the unknown equations of a partial evaluation (JAX 0.10.2
@@ -84,8 +88,8 @@ def _sequence(value: Any, parameter: str, expected: str) -> tuple:
 
 
 def _booleans(value: Any, parameter: str, count: int | None = None) -> tuple[bool, ...]:
-    many = "" if count is None else f"{count} "
-    expected = f"a tuple of {many}booleans"
+    expected = "a tuple of booleans" if count is None else \
+        f"a tuple of {count} boolean{'' if count == 1 else 's'}"
     entries = _sequence(value, parameter, expected)
     require(all(type(x) is bool for x in entries), lambda: IllFormed(parameter, expected, value))
     require(count is None or len(entries) == count, lambda: IllFormed(parameter, expected, value))
@@ -176,7 +180,9 @@ class JitEquation:
 class JitBody:
     """What differentiation needs to know of a jitted function's body, besides shardings.
 
-    ``dependencies[j]``: the inputs output ``j`` depends on differentiably; ``forwarded[j]``:
+    ``dependencies[j]``: the inputs output ``j`` is computed from (AD-1 takes every path as
+    differentiable, as in float arithmetic; an integer path would make JAX's tangent a
+    zero where this model does not); ``forwarded[j]``:
     the input output ``j`` returns unchanged (None: it computes something); ``residuals``:
     how many residuals the tangent equation takes; ``stored_residuals``: how many of them
     the primal equation computes and returns (the others are inputs or primal outputs);

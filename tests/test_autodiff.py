@@ -352,5 +352,6 @@ def test_the_example_function_of_the_docs():
 
 def test_every_ad_rule_was_seen_on_both_sides_against_jax():
     """Runs after the tests above (file order): each rule's two outcomes were met."""
+    print("AD hits [first outcome, second outcome]:", dict(sorted(AD_HITS.items())))
     missing = [(r, AD_HITS.get(r, [0, 0])) for r in AD_RULES if min(AD_HITS.get(r, [0, 0])) == 0]
     assert not missing, f"rules not seen on both sides: {missing} (hits: {AD_HITS})"
