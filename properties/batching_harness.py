@@ -2,7 +2,7 @@
 
 A :class:`VmapCase` describes a jit call (a mesh, one sharding per argument and per
 result, each result a copy of an argument or a constant) and one or two vmaps around it
-(in_axes, out_axes, axis_size, spmd_axis_name) under an optional context mesh. 
+(in_axes, out_axes, axis_size, spmd_axis_name) under an optional context mesh.
 :func:`run_in_jax` traces ``jax.vmap(jax.jit(f, ...), ...)`` with ``jax.make_jaxpr`` and
 reads the shardings of the jit equation it builds; :func:`spec_answer` asks
 :func:`shardlaw.spec.vmap_jit` (twice for a nested vmap); :func:`compare_case` says where
@@ -20,13 +20,13 @@ from typing import Any, Callable
 from hypothesis import strategies as st
 
 from shardlaw.spec import (
-    UNSPECIFIED, AxisType, GSPMDSharding, Mesh, NamedSharding, P, Rejection,
+    AUTO_LAYOUT, UNSPECIFIED, AxisType, Format, Layout, GSPMDSharding, Mesh, NamedSharding, P, Rejection,
     SingleDeviceSharding, to_hlo, to_jax, tracing, vmap_jit,
 )
 from shardlaw.spec.batching import check_vmap_parameters, keeps_sharding
 
-__all__ = ["Vmap", "VmapCase", "JaxAnswer", "run_in_jax", "spec_answer", "compare_case",
-           "vmap_cases", "BAT_HITS", "bat_hit_counts", "SIZE"]
+__all__ = ["Vmap", "VmapCase", "JaxAnswer", "SpecAnswer", "run_in_jax", "run_values",
+           "spec_answer", "compare_case", "vmap_cases", "BAT_HITS", "bat_hit_counts", "SIZE"]
 
 # Every unbatched dimension has this size: any split over the 8 devices divides it.
 SIZE = 8
@@ -312,6 +312,18 @@ def _spec(draw: Any, mesh: Mesh, rank: int) -> P:
 
 @st.composite
 def _sharding(draw: Any, mesh: Mesh, rank: int) -> Any:
+    """A jit shardings leaf for a value of rank ``rank``; now and then a Format."""
+    leaf = draw(_plain_sharding(mesh, rank))
+    if draw(st.integers(0, 9)) < 9:
+        return leaf
+    plain = None if leaf is UNSPECIFIED else leaf
+    concrete = [Layout.default(rank), Layout(tuple(range(rank))[::-1])] if plain else []
+    layout = draw(st.sampled_from([None, AUTO_LAYOUT, *concrete]))
+    return Format(layout, plain)
+
+
+@st.composite
+def _plain_sharding(draw: Any, mesh: Mesh, rank: int) -> Any:
     kind = draw(st.sampled_from(["named", "named", "named", "unspecified", "single", "gspmd",
                                  "abstract", "foreign"]))
     if kind == "unspecified":

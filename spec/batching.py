@@ -6,7 +6,9 @@ values, and each sharding of the equation gains the batch dimension. The argumen
 result) keeps its sharding when it is not batched (BAT-1); without ``spmd_axis_name`` the
 batch dimension is inserted unsplit (BAT-2); with it, the batch dimension is split over
 the named mesh axes (BAT-3), which must not split the value already (BAT-4), must be axes
-of the mesh (BAT-5), and need a mesh to be read on (BAT-6). BAT-0 checks the parameters.
+of the mesh (BAT-5), and need a mesh to be read on (BAT-6). An inner vmap can make a spec
+longer than the value, which the outer one refuses (BAT-7), and a jit call given layouts is
+not batched at all (BAT-8). BAT-0 checks the parameters.
 
 Two public functions: :func:`batch_sharding` answers for one sharding, :func:`vmap_jit`
 for a whole call, as JAX 0.10.2 builds the batched equation
@@ -22,6 +24,7 @@ from typing import Any, ClassVar
 
 from .dims import check_dims, check_rank_count, is_int
 from .hlo import Maximal, Replicated, Tiled
+from .layouts import Format
 from .placement import to_hlo
 from .rules import Failure, located, reject, require, rule
 from .shardings import AUTO, UNSPECIFIED, GSPMDSharding, NamedSharding, Sharding, \
@@ -140,10 +143,17 @@ def _leaves(shardings: Any, count: int, parameter: str) -> tuple[Any, ...]:
     require(len(shardings) == count, lambda: BadVmapParameter(
         parameter, f"must hold one sharding for each of the {count} values", shardings))
     for leaf in shardings:
-        require(isinstance(leaf, Sharding) or leaf is UNSPECIFIED or leaf is AUTO,
+        require(isinstance(leaf, (Sharding, Format)) or leaf is UNSPECIFIED or leaf is AUTO,
                 lambda leaf=leaf: BadVmapParameterType(
-                    parameter, "must hold shardings, UNSPECIFIED or AUTO", leaf))
+                    parameter, "must hold shardings, Formats, UNSPECIFIED or AUTO", leaf))
     return tuple(shardings)
+
+
+def _sharding_part(leaf: Any) -> Any:
+    """The sharding of a jit shardings leaf (a Format's, UNSPECIFIED where it has none)."""
+    if isinstance(leaf, Format):
+        return UNSPECIFIED if leaf.sharding is None else leaf.sharding
+    return leaf
 
 
 def _batch_axis(batch_axis: Any, rank: int, parameter: str) -> int | None:
@@ -619,6 +629,40 @@ def lowers_at_batched_rank(sharding: Any, ndim: int) -> None:
         require(length <= ndim, lambda: SpecTooLong(sharding, length, ndim))
 
 
+# --------------------------------------------------------------------------- BAT-8
+
+@dataclasses.dataclass(frozen=True)
+class LayoutsNotBatched(Failure):
+    rule: ClassVar[str] = "BAT-8"
+    error_type: ClassVar[type[Exception]] = NotImplementedError
+    jax_error: ClassVar[str] = "NotImplementedError"
+    template: ClassVar[str] = ("vmap cannot batch a jit call given layouts, and {where} holds "
+                               "{leaf!r}")
+    hint: ClassVar[str] = "Leave the layouts out of the jit call that vmap batches"
+    where: str
+    leaf: Any
+
+
+@rule("BAT-8", mirrors="jax._src.pjit._pjit_batcher (layouts)")
+def check_no_layouts(leaves: tuple[Any, ...], parameter: str) -> None:
+    """vmap does not batch a jit call given layouts: no argument or result has a Format with a layout, Layout.AUTO included.
+
+    JAX checks this after it has batched every sharding, so a sharding's refusal comes
+    first; it checks it even when vmap batches none of the call's values.
+
+    >>> from shardlaw.spec import Layout
+    >>> mesh = Mesh.iota((2,), ("x",))
+    >>> check_no_layouts((Format(None, NamedSharding(mesh, P("x"))),), "arg_shardings")
+    >>> check_no_layouts((Format(Layout.AUTO),), "arg_shardings")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionNotImplementedError: [BAT-8]: vmap cannot batch a jit call given layouts, and arg_shardings[0] holds Format(Layout.AUTO, None). Leave the layouts out of the jit call that vmap batches.
+    """
+    for i, leaf in enumerate(leaves):
+        require(not isinstance(leaf, Format) or leaf.layout is None,
+                lambda i=i, leaf=leaf: LayoutsNotBatched(f"{parameter}[{i}]", leaf))
+
+
 # --------------------------------------------------------------------------- the answers
 
 def _batch_leaf(sharding: Any, batch_axis: int | None, rank: int,
@@ -653,8 +697,10 @@ def batch_sharding(sharding: Any, batch_axis: int | None, rank: int,
     names = _spmd_names(spmd_axis_name)
     rank = check_rank_count(rank)
     axis = _batch_axis(batch_axis, rank, "batch_axis")
-    (sharding,) = _leaves((sharding,), 1, "sharding")
-    return _batch_leaf(sharding, axis, rank, names, _context(context_mesh))
+    (leaf,) = _leaves((sharding,), 1, "sharding")
+    batched = _batch_leaf(_sharding_part(leaf), axis, rank, names, _context(context_mesh))
+    check_no_layouts((leaf,), "sharding")
+    return batched
 
 
 def vmap_jit(arg_shardings: Any, result_shardings: Any, arg_shapes: Any, result_ranks: Any,
@@ -690,12 +736,14 @@ def vmap_jit(arg_shardings: Any, result_shardings: Any, arg_shapes: Any, result_
     batched_in = []
     for i, (s, shape, axis) in enumerate(zip(ins, shapes, axes)):
         with located(f"arg_shardings[{i}]"):
-            batched_in.append(_batch_leaf(s, axis, len(shape) - (axis is not None), names,
-                                          context))
+            batched_in.append(_batch_leaf(_sharding_part(s), axis,
+                                          len(shape) - (axis is not None), names, context))
     batched_out = []
     for i, (s, rank, axis) in enumerate(zip(outs, ranks, out_axes)):
         with located(f"result_shardings[{i}]"):
-            batched_out.append(_batch_leaf(s, axis, rank, names, context))
+            batched_out.append(_batch_leaf(_sharding_part(s), axis, rank, names, context))
+    check_no_layouts(ins, "arg_shardings")
+    check_no_layouts(outs, "result_shardings")
     return BatchedJit(tuple(batched_in), tuple(batched_out), size)
 
 

@@ -20,7 +20,8 @@ from shardlaw.properties.batching_harness import (
 )
 from shardlaw.properties.registry import checks
 from shardlaw.spec import (
-    UNCONSTRAINED, UNSPECIFIED, AxisType, GSPMDSharding, Mesh, NamedSharding, P, SingleDeviceSharding, to_hlo,
+    UNCONSTRAINED, UNSPECIFIED, AxisType, Format, GSPMDSharding, Layout, Mesh, NamedSharding, P,
+    SingleDeviceSharding, to_hlo,
 )
 from shardlaw.spec.rules import RULES
 
@@ -174,6 +175,8 @@ def test_gspmd_read_on_the_context_mesh():
     strided = GSPMDSharding(AUTO2x4.devices,
                             "{devices=[2,4]<=[2,2,2]T(1,0,2) last_tile_dim_replicate}")
     _refused_by(_one(strided, rank=1, axis=1, spmd="x", context=AUTO2x4), "BAT-3", KeyError)
+    backwards = GSPMDSharding(AUTO2x4.devices, "{devices=[8,1]7,6,5,4,3,2,1,0}")
+    _refused_by(_one(backwards, spmd="x", context=AUTO2x4), "BAT-3", NotImplementedError)
     one_device = GSPMDSharding([3], "{maximal device=0}")
     _refused_by(_one(one_device, spmd="x", context=AUTO2x4), "BAT-3", AssertionError)
 
@@ -198,6 +201,22 @@ def test_nested_vmaps():
     _refused_by(_one(unreduced, rank=1, outer=Vmap((0,))), "BAT-7", IndexError)
     _refused_by(_one(unreduced, rank=1, outer=Vmap((0,), spmd_axis_name="x")), "BAT-7",
                 IndexError)
+
+
+@checks("BAT-8")
+def test_layouts_are_not_batched():
+    ns = NamedSharding(AUTO2x4, P("x"))
+    _refused_by(_one(Format(Layout.default(2), ns)), "BAT-8", NotImplementedError)
+    _refused_by(_one(Format(Layout.AUTO)), "BAT-8", NotImplementedError)
+    assert _batched_arg(_one(Format(None, ns))) == NamedSharding(AUTO2x4, P(None, "x"))
+    # even when vmap batches none of the call's values
+    unbatched = VmapCase((2,), (Format(Layout.AUTO, ns),), (0,), (UNSPECIFIED,),
+                         Vmap((None,), axis_size=3))
+    _refused_by(unbatched, "BAT-8", NotImplementedError)
+    # a sharding's refusal comes first
+    _refused_by(_one(Format(Layout.AUTO, ns), spmd="x"), "BAT-4", Exception)
+    in_result = VmapCase((2,), (ns,), (0,), (Format(Layout((1, 0)), ns),), Vmap((0,)))
+    _refused_by(in_result, "BAT-8", NotImplementedError)
 
 
 ENGINE_CASES = [
