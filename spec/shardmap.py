@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Iterable
 from .dims import MAX_RANK, check_dims, check_rank_count
 from .hlo import HloSharding, SubgroupType, iota_tile
 from .pytree import broadcast_prefix, leaves_with_paths, prefix_mismatch, show_path, structure
-from .rules import Failure, reject, require, rule, staged
+from .rules import Failure, located, reject, require, rule, staged
 from .values import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, PartitionSpec
 
 P = PartitionSpec  # the name the examples use
@@ -846,8 +846,9 @@ def check_shard_map(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, res
         for i, ((path, _), spec) in enumerate(zip(leaves_with_paths(operands), flat_in)):
             if spec is not None and i in used:
                 check_no_repeated_axes(spec, f"the in spec of {show_path(('args', *path))}")
-        for _, leaf in leaves_with_paths(results):  # the body's collectives, in order
-            check_collective_axes(mesh, leaf.summed, manual)
+        for path, leaf in leaves_with_paths(results):  # the body's collectives, in order
+            with located(show_path(("results", *path))):
+                check_collective_axes(mesh, leaf.summed, manual)
     return ShardMapTypes(manual, tuple(flat_in), inner_shapes, inner_varying, tuple(flat_out),
                          shapes, _cast_to_out_specs(varying, flat_out, check_vma), out_shapes)
 
@@ -880,11 +881,12 @@ def _trace_body(mesh: Mesh | AbstractMesh, results: Any, inner_shapes: tuple,
     """Each result's shard: the shape of its argument's shard, varying along that argument's
     axes less those summed over (SMAP-13 checks the sums, in the order the body runs them)."""
     shapes, varying = [], []
-    for _, leaf in leaves_with_paths(results):
+    for path, leaf in leaves_with_paths(results):
         before = inner_varying[leaf.operand]
         if leaf.summed:
-            check_collective_axes(mesh, leaf.summed, manual, before if check_vma else None,
-                                  lowering=False)
+            with located(show_path(("results", *path))):
+                check_collective_axes(mesh, leaf.summed, manual, before if check_vma else None,
+                                      lowering=False)
         shapes.append(inner_shapes[leaf.operand])
         varying.append(before - frozenset(leaf.summed))
     return tuple(shapes), tuple(varying)
