@@ -1,8 +1,9 @@
 """Differentiate through a real ``jax.jit`` call and compare its jit equations with the AD rules.
 
 A :class:`GradCase` describes a jitted function of ``k`` float32 (8, 8) arrays on a mesh of
-the 8 CPU devices (2x4, 8 or 2x2x2; Auto or Explicit axes): what each output computes from
-which inputs (an input returned as is, products of sines, matmuls, sums, a constant), the
+the 8 CPU devices (2x4, 8 or 2x2x2; Auto or Explicit axes; device or pinned host memory):
+what each output computes from which inputs (an input returned as is, products of sines,
+matmuls, sums, a constant), the
 jit's ``in_shardings`` / ``out_shardings`` / ``donate_argnums``, which inputs are
 differentiated, and the transformation: ``jax.jvp``, ``jax.linearize`` (its linear
 function applied), ``jax.vjp`` (its backward function applied), ``jax.grad`` or
@@ -81,6 +82,8 @@ class GradCase:
     transformation: str
     used: tuple[bool, ...]     # grad, value_and_grad, dce: the outputs the loss uses
     outer_jit: bool = False    # the transformation itself under jax.jit (a training step)
+    in_memory: tuple = ()      # per input: a memory kind, or None (default); () all default
+    out_memory: tuple = ()     # per output, the same
 
     @property
     def mesh(self) -> Any:
@@ -146,7 +149,15 @@ def grad_cases(draw: Any, transformations: tuple[str, ...] = TRANSFORMATIONS) ->
                     differentiated, transformation,
                     tuple(draw(st.lists(st.booleans(), min_size=len(outputs),
                                         max_size=len(outputs)))),
-                    transformation not in ("partial_eval", "dce") and draw(st.booleans()))
+                    transformation not in ("partial_eval", "dce") and draw(st.booleans()),
+                    draw(_memory_kinds(k)), draw(_memory_kinds(len(outputs))))
+
+
+def _memory_kinds(count: int) -> st.SearchStrategy[tuple]:
+    """Mostly the default memory; sometimes pinned host memory (an offloaded weight)."""
+    kinds = st.lists(st.sampled_from([None, None, "device", "pinned_host"]), min_size=count,
+                     max_size=count).map(tuple)
+    return st.one_of(st.just(()), kinds)
 
 
 # --------------------------------------------------------------------------- JAX
@@ -162,8 +173,14 @@ def _output(plan: OutputPlan, xs: tuple) -> Any:
     return value.sum() if plan.kind == "scalar" else value
 
 
-def _named(mesh: Any, entries: Any) -> Any:
-    return None if entries is None else NamedSharding(mesh, PartitionSpec(*entries))
+def _named(mesh: Any, entries: Any, memory_kind: str | None = None) -> Any:
+    if entries is None:
+        return None
+    return NamedSharding(mesh, PartitionSpec(*entries), memory_kind=memory_kind)
+
+
+def _kinds(kinds: tuple, count: int) -> tuple:
+    return kinds or (None,) * count
 
 
 def build_jitted(case: GradCase, jit: Callable[..., Any] = jax.jit) -> Callable[..., Any]:
@@ -174,8 +191,10 @@ def build_jitted(case: GradCase, jit: Callable[..., Any] = jax.jit) -> Callable[
         return tuple(_output(plan, xs) for plan in case.outputs)
 
     donate = tuple(i for i, d in enumerate(case.donated) if d)
-    return jit(ad_target, in_shardings=tuple(_named(mesh, s) for s in case.in_specs),
-               out_shardings=tuple(_named(mesh, s) for s in case.out_specs),
+    ins = zip(case.in_specs, _kinds(case.in_memory, len(case.in_specs)))
+    outs = zip(case.out_specs, _kinds(case.out_memory, len(case.out_specs)))
+    return jit(ad_target, in_shardings=tuple(_named(mesh, s, m) for s, m in ins),
+               out_shardings=tuple(_named(mesh, s, m) for s, m in outs),
                donate_argnums=donate)
 
 
