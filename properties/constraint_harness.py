@@ -22,11 +22,13 @@ import jax
 import numpy as np
 from hypothesis import strategies as st
 
-from shardlaw.spec import to_jax
+from shardlaw.spec import from_jax, to_jax
 from shardlaw.spec.call import Arg
 from shardlaw.spec.constraint import (
-    Constraint, batch_constraint, lower_constraints, with_sharding_constraint,
+    Constraint, batch_constraint, constrained_result, lower_constraints,
+    with_sharding_constraint,
 )
+from shardlaw.spec.equivalence import placement_equivalent
 from shardlaw.spec.constraint_bridge import constraint_equations, normal_spec, shardings_to_jax
 from shardlaw.spec.pytree import map_leaves
 from shardlaw.spec.rules import Rejection, tracing
@@ -62,6 +64,7 @@ class JaxConstraintOutcome:
     error: BaseException | None = None
     traced: bool = False          # make_jaxpr finished (the error, if any, came from jit)
     equations: list[tuple[Any, frozenset]] = dataclasses.field(default_factory=list)
+    results: list[Any] = dataclasses.field(default_factory=list)   # spec shardings
 
 
 def _host(case: ConstraintCase) -> Any:
@@ -93,7 +96,8 @@ def run_in_jax(case: ConstraintCase) -> JaxConstraintOutcome:
         with context:
             outcome.equations = constraint_equations(fun, host)
             outcome.traced = True
-            jax.block_until_ready(jax.jit(fun)(host))
+            out = jax.block_until_ready(jax.jit(fun)(host))
+            outcome.results = [from_jax(leaf.sharding) for leaf in jax.tree.leaves(out)]
     except Exception as error:  # what JAX raised is the outcome
         outcome.error = error
     return outcome
@@ -157,6 +161,26 @@ def compare_constraint(case: ConstraintCase) -> list[str]:
             problems.append(f"{c.path}: JAX's equation holds {sharding!r} with unconstrained "
                             f"dims {sorted(dims)}, the spec {c.sharding!r} with "
                             f"{sorted(c.unconstrained_dims)}")
+    if case.batch_dim is None:
+        problems += _compare_results(constraints, jax_out.results)
+    return problems
+
+
+def _compare_results(constraints: list[Constraint], results: list[Any]) -> list[str]:
+    """WSC-9: where the spec says how the result comes back, JAX places it so."""
+    problems = []
+    for c, seen in zip(constraints, results):
+        with tracing() as fired:
+            expected = constrained_result(c)
+        if expected is None:
+            continue
+        side = 0 if _same_sharding(expected, c.sharding) else 1
+        WSC_HITS.setdefault("WSC-9 result", [0, 0])[side] += 1
+        for rule_id in dict.fromkeys(fired):
+            WSC_HITS.setdefault(rule_id, [0, 0])[0] += 1
+        if not placement_equivalent(expected, seen, c.shape):
+            problems.append(f"{c.path}: the result came back on {seen!r}, the spec says "
+                            f"{expected!r}")
     return problems
 
 

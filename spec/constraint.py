@@ -32,7 +32,7 @@ from .assignment import Source, check_tile_count, device_assignment
 from .hlo import Replicated, Tiled
 from .iota import Iota
 from .call import MAX_NESTING, Arg, _nesting
-from .placement import TilesDoNotMatchRank, check_rank, is_fully_replicated
+from .placement import TilesDoNotMatchRank, check_rank, is_fully_replicated, shard_shape
 from .pytree import (
     broadcast_prefix, is_container, leaves_with_paths, prefix_mismatch, show_path, show_tree,
     structure,
@@ -43,7 +43,8 @@ from .values import AxisType, Mesh, PartitionSpec, UNCONSTRAINED
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["Constraint", "with_sharding_constraint", "batch_constraint", "lower_constraints"]
+__all__ = ["Constraint", "with_sharding_constraint", "batch_constraint", "lower_constraints",
+           "constrained_result"]
 
 SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
@@ -602,3 +603,47 @@ def check_constraint_lowers(sharding: Any, path: str = "x") -> None:
     lowers = isinstance(hlo, Replicated) or (isinstance(hlo, Tiled)
                                              and isinstance(hlo.assignment, Iota))
     require(lowers, lambda: GspmdConstraintNotLowered(sharding, path))
+
+
+# --------------------------------------------------------------------------- WSC-9
+
+def _splits_evenly(sharding: Any, shape: tuple[int, ...]) -> bool:
+    try:
+        shard_shape(sharding, shape)
+    except Rejection:
+        return False
+    return True
+
+
+@rule("WSC-9", mirrors="jax._src.interpreters.pxla (the result's sharding read back from "
+                       "the compiled executable)")
+def constrained_result(constraint: Constraint) -> Any:
+    """A jitted function that returns a constrained value returns it placed as the constraint says, except that an unevenly split or UNCONSTRAINED dimension comes back unsplit and an empty value replicated.
+
+    The result of a NamedSharding over the context mesh's abstract mesh is over the context
+    mesh itself. Returns None where the spec does not say (a GSPMDSharding or
+    SingleDeviceSharding that does not split evenly, or a constraint that left no equation).
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> [c] = with_sharding_constraint(Arg.numpy((6, 8)), NamedSharding(mesh, P("y", "x")))
+    >>> constrained_result(c)
+    NamedSharding(Mesh({'x': 2, 'y': 4}), P(None, 'x'))
+    """
+    check_constraint_call(isinstance(constraint, Constraint), "the constraint",
+                          "a Constraint", constraint)
+    c, s = constraint, constraint.sharding
+    if not c.equation:
+        return None
+    if not isinstance(s, NamedSharding):
+        return s if _splits_evenly(s, c.shape) and 0 not in c.shape else None
+    mesh = s.mesh if s.is_concrete else c.context_mesh
+    if 0 in c.shape:
+        return NamedSharding(mesh, PartitionSpec(), memory_kind=s.memory_kind)
+    entries = []
+    for dim, entry in enumerate(s.spec):
+        if entry is UNCONSTRAINED or dim >= len(c.shape):
+            entries.append(None)
+            continue
+        single = NamedSharding(mesh, PartitionSpec(*([None] * dim), entry))
+        entries.append(entry if _splits_evenly(single, c.shape) else None)
+    return NamedSharding(mesh, PartitionSpec(*entries), memory_kind=s.memory_kind)

@@ -26,6 +26,8 @@ EXPLICIT = Mesh.iota((2, 4), ("x", "y"), (S.AxisType.Explicit,) * 2)
 WSC_RULES = sorted(r for r in RULES if r.startswith("WSC-"))
 # Input checking of the spec's own description: JAX has no such value to refuse.
 DESCRIPTION = {"WSC-0"}
+# Rules that decide without refusing; their two outcomes are counted under their own keys.
+DECIDING = {"WSC-9"}
 
 
 def _agree(case: ConstraintCase):
@@ -121,6 +123,16 @@ def test_vmap_inserts_the_batch_dimension():
             assert rejection.rule == "WSC-7" and isinstance(rejection, refused), case
 
 
+@checks("WSC-9")
+def test_results_come_back_as_constrained_but_unsplit_where_uneven():
+    found, _ = _agree(ConstraintCase(Arg.numpy((6, 8)), NamedSharding(MESH, P("y", "x"))))
+    assert S.constrained_result(found[0]).spec == P(None, "x")
+    found, _ = _agree(ConstraintCase(Arg.numpy((8, 8)), P("y", "x"), MESH))
+    assert S.constrained_result(found[0]) == NamedSharding(MESH, P("y", "x"))
+    found, _ = _agree(ConstraintCase(Arg.numpy((0, 8)), NamedSharding(MESH, P("y", "x"))))
+    assert S.constrained_result(found[0]).spec == P()
+
+
 @checks("WSC-8")
 def test_under_jit_gspmd_constraints_lower_only_replicated_or_iota_tiled():
     x = Arg.numpy((8, 8))
@@ -161,10 +173,11 @@ def test_descriptions_that_are_not_values_are_refused_by_wsc_0(hostile):
 
 def test_every_wsc_rule_was_seen_on_both_sides_against_jax():
     """Runs last in this module: every WSC rule accepted and refused (and WSC-6's decision
-    seen with and without dimensions left to the compiler)."""
+    seen with and without dimensions left to the compiler, WSC-9's result placed as
+    constrained and adjusted)."""
     missing = []
     for rule_id in WSC_RULES:
-        if rule_id in DESCRIPTION:
+        if rule_id in DESCRIPTION or rule_id in DECIDING:
             continue
         sides = WSC_HITS.get(rule_id, [0, 0])
         if not (sides[0] and sides[1]):
@@ -172,4 +185,7 @@ def test_every_wsc_rule_was_seen_on_both_sides_against_jax():
     dims = WSC_HITS.get("WSC-6 dims", [0, 0])
     if not (dims[0] and dims[1]):
         missing.append(("WSC-6 with and without UNCONSTRAINED dims", dims))
+    result = WSC_HITS.get("WSC-9 result", [0, 0])
+    if not (result[0] and result[1]):
+        missing.append(("WSC-9 placed as constrained, and adjusted", result))
     assert not missing, f"rules not seen on both sides against JAX: {missing}"
