@@ -283,13 +283,16 @@ class NoWayBack(CannotBatch):
 def batch_unsplit(sharding: Any, batch_axis: int, rank: int) -> Any:
     """Without spmd_axis_name the batch dimension is inserted unsplit at the batch axis.
 
-    - A sharding that replicates the value is kept as it is, memory kind included.
-    - On an abstract mesh UNCONSTRAINED is inserted in the spec; the mesh needs an Auto
-      axis and the spec no unreduced or reduced axes.
-    - On a concrete mesh the spec read back from the tiles gets None inserted: axes of
-      size 1 and reduced axes vanish, trailing Nones go, the memory kind becomes the default;
-      tiles holding two kinds of copies, or only unreduced ones, stay a GSPMDSharding.
-    - A GSPMDSharding that does not replicate the value is refused (KeyError).
+    A sharding that replicates the value is kept as it is, memory kind included.
+
+    On an abstract mesh UNCONSTRAINED is inserted in the spec; the mesh needs an Auto
+    axis and the spec no unreduced or reduced axes.
+
+    On a concrete mesh the spec read back from the tiles gets None inserted: axes of
+    size 1 and reduced axes vanish, trailing Nones go, the memory kind becomes the default;
+    tiles holding two kinds of copies, or only unreduced ones, stay a GSPMDSharding.
+
+    A GSPMDSharding that does not replicate the value is refused (KeyError).
 
     >>> mesh = Mesh.iota((2, 4, 1), ("x", "y", "one"))
     >>> batch_unsplit(NamedSharding(mesh, P("x", "one")), 0, 2)
@@ -375,13 +378,20 @@ def batch_split(sharding: Any, batch_axis: int, rank: int, names: tuple[str, ...
                 context_mesh: Mesh | AbstractMesh | None) -> NamedSharding:
     """With spmd_axis_name the batch dimension is split over the named mesh axes: they are inserted at the batch axis in the sharding's spec, padded with None up to it.
 
-    - On an abstract mesh the spec is the sharding's own; it may not carry unreduced or
-      reduced axes.
-    - On a concrete mesh (BAT-6) the spec is read back from the tiles as BAT-2 reads it;
-      tiles holding two kinds of copies (NotImplementedError), or no tiles but unreduced
-      copies (AssertionError), are refused.
-    - The result is a NamedSharding on that mesh in the default memory kind, replicated
-      ones included; BAT-4 and BAT-5 check its axes.
+    On an abstract mesh the spec is the sharding's own; it may not carry unreduced or
+    reduced axes.
+
+    On a concrete mesh (BAT-6) the spec is read back from the tiles as BAT-2 reads it;
+    tiles holding two kinds of copies (NotImplementedError), or no tiles but unreduced
+    copies (AssertionError), are refused.
+
+    A GSPMD sharding is read on the context mesh: the runs of its device order are split
+    into whole mesh axes, which fill its tile dimensions in turn; where they do not, JAX's
+    own exception is the refusal (AssertionError, KeyError, NotImplementedError,
+    IndivisibleError).
+
+    The result is a NamedSharding on that mesh in the default memory kind, replicated
+    ones included; BAT-4 and BAT-5 check its axes.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> batch_split(NamedSharding(mesh, P(None, "y")), 0, 2, ("x",), None)
