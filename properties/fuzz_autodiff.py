@@ -21,15 +21,18 @@ _SHARDINGS = [UNSPECIFIED, NamedSharding(_MESH, P("data")), NamedSharding(_MESH,
               NamedSharding(_MESH, P(None, "model"))]
 
 
-def _operands(size: int | None = None) -> st.SearchStrategy[tuple]:
-    """Shardings for 1 or 2 operands (mostly), so that drawn equations and bodies often match."""
-    low, high = (1, 2) if size is None else (size, size)
-    return st.lists(st.sampled_from(_SHARDINGS), min_size=low, max_size=high).map(tuple)
+# Mostly two operands, so that independently drawn equations, bodies and flags often match.
+_SIZES = st.sampled_from([2, 2, 2, 1])
+
+
+def _operands() -> st.SearchStrategy[tuple]:
+    return _SIZES.flatmap(lambda n: st.lists(st.sampled_from(_SHARDINGS), min_size=n,
+                                             max_size=n).map(tuple))
 
 
 def _flags(size: int | None = None) -> st.SearchStrategy[tuple]:
-    low, high = (1, 2) if size is None else (size, size)
-    return st.lists(st.booleans(), min_size=low, max_size=high).map(tuple)
+    sizes = _SIZES if size is None else st.just(size)
+    return sizes.flatmap(lambda n: st.lists(st.booleans(), min_size=n, max_size=n).map(tuple))
 
 
 def _position_sets(count: int, outputs: int) -> st.SearchStrategy[tuple]:
@@ -39,7 +42,7 @@ def _position_sets(count: int, outputs: int) -> st.SearchStrategy[tuple]:
 
 @st.composite
 def _bodies(draw: Any) -> JitBody:
-    inputs, outputs = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    inputs, outputs = draw(_SIZES), draw(_SIZES)
     dependencies = draw(_position_sets(inputs, outputs))
     residuals = draw(st.integers(0, 3))
     return JitBody(inputs, dependencies, None, residuals, draw(st.integers(0, residuals)),
@@ -57,7 +60,7 @@ PLAUSIBLE: dict[str, Callable[[], Any]] = {
     # JitEquation(in_shardings, out_shardings, donated_invars)
     "in_shardings": _operands, "out_shardings": _operands, "donated_invars": _flags,
     # JitBody(inputs, dependencies, forwarded, residuals, stored_residuals, residual_uses)
-    "inputs": lambda: st.integers(0, 3),
+    "inputs": lambda: _SIZES,
     "dependencies": lambda: _position_sets(2, 2),
     "forwarded": lambda: st.one_of(st.none(), st.lists(st.sampled_from([None, 0, 1]),
                                                        min_size=1, max_size=2).map(tuple)),
