@@ -23,8 +23,8 @@ from typing import Any, ClassVar, Iterable
 from .dims import MAX_RANK, check_dims, check_rank_count
 from .hlo import HloSharding, SubgroupType, iota_tile
 from .pytree import broadcast_prefix, leaves_with_paths, prefix_mismatch, show_path, structure
-from .rules import Failure, located, reject, require, rule, staged
-from .values import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, PartitionSpec
+from .rules import Failure, Rejection, located, reject, require, rule, staged
+from .values import AbstractMesh, AxisType, Mesh, PartitionSpec
 
 P = PartitionSpec  # the name the examples use
 
@@ -111,9 +111,9 @@ def _bounded_items(items: Iterable[Any], what: str, limit: int = MAX_RANK) -> li
             out.append(item)
             require(len(out) <= limit, lambda: BadParameter(what, f"at most {limit} entries",
                                                             f"more than {limit} entries"))
-    except Exception as error:  # an iterable that fails while it is read
-        if isinstance(error, BadParameter.rejection_types()):
-            raise
+    except Rejection:
+        raise
+    except Exception:  # an iterable that fails while it is read
         raise reject(BadParameter(what, "an iterable that can be read", items)) from None
     return out
 
@@ -129,10 +129,6 @@ class BadParameter(Failure):
     parameter: str
     expected: str
     value: Any
-
-    @staticmethod
-    def rejection_types() -> tuple[type[Exception], ...]:
-        return (type(reject(BadParameter("", "", None))),)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,8 @@ requires every SMAP rule to have been seen on both sides against JAX.
 
 from __future__ import annotations
 
+import jax
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,7 +29,7 @@ from shardlaw.spec import P
 from shardlaw.spec.rules import RULES, Rejection, tracing
 from shardlaw.spec.shardmap import Returned, Shaped, check_shard_map
 from shardlaw.spec.shardmap_bridge import (
-    collective_in_jax, hlo_replica_groups, manual_sharding_in_jax, shard_map_in_jax,
+    collective_in_jax, hlo_replica_groups, manual_sharding_in_jax,
 )
 
 SMAP_RULES = sorted((r for r in RULES if r.startswith("SMAP-")), key=lambda r: int(r[5:]))
@@ -191,8 +193,6 @@ def test_the_mesh_must_be_a_mesh():
 
 
 def shard_map_in_jax_with_a_string_mesh():
-    import jax
-    import numpy as np
     jax.shard_map(lambda a: a, mesh="m", in_specs=P(), out_specs=P())(np.ones(4))
 
 
