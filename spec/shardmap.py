@@ -168,20 +168,22 @@ def _check_tree(tree: Any, parameter: str, leaf_type: type, what: str) -> None:
 @rule("SMAP-0", mirrors="jax._src.shard_map._shmap_checks (the mesh's type); the rest is "
                         "input checking of the description")
 def check_parameters(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, results: Any,
-                     check_vma: Any) -> tuple:
-    """The parameters are well-formed: a mesh of Auto axes, a bool ``check_vma``, and trees of specs, :class:`Shaped` arguments and :class:`Returned` results.
+                     check_vma: Any) -> tuple[tuple, bool]:
+    """The parameters are well-formed: a mesh of Auto axes, a ``check_vma`` read by its truth value as JAX reads it, and trees of specs, :class:`Shaped` arguments and :class:`Returned` results.
 
     >>> check_parameters(Mesh.iota((2,), ("x",)), P("x"), P("x"), (Shaped((4,)),),
     ...                  Returned(0), check_vma="yes")
+    ((Shaped((4,)),), True)
+    >>> check_parameters(Mesh.iota((2,), ("x",)), P("x"), P("x"), (Shaped((4,)),),
+    ...                  Returned(1), check_vma=True)
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionTypeError: [SMAP-0]: check_vma must be a bool, got 'yes'
+    shardlaw.spec.rules.RejectionTypeError: [SMAP-0]: results must be the index of one of the 1 argument leaves, got Returned(1)
     """
     require(isinstance(mesh, (Mesh, AbstractMesh)), lambda: BadParameter(
         "mesh", "a Mesh or an AbstractMesh", mesh))
     require(all(t is AxisType.Auto for t in mesh.axis_types),
             lambda: NotAutoMesh(mesh, tuple(t.value for t in mesh.axis_types)))
-    require(isinstance(check_vma, bool), lambda: BadParameter("check_vma", "a bool", check_vma))
     require(type(operands) in (tuple, list), lambda: BadParameter(
         "operands", "a tuple of the positional arguments", operands))
     operands = tuple(operands)
@@ -195,7 +197,14 @@ def check_parameters(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, re
         require(leaf.operand < count, lambda: BadParameter(
             show_path(("results", *path)), f"the index of one of the {count} argument leaves",
             leaf))
-    return operands
+    return operands, _truth(check_vma)
+
+
+def _truth(check_vma: Any) -> bool:
+    try:
+        return bool(check_vma)
+    except Exception:  # a value whose truth cannot be read (a numpy array of several values)
+        raise reject(BadParameter("check_vma", "a value with a truth value", check_vma)) from None
 
 
 # --------------------------------------------------------------------------- SMAP-1
@@ -822,7 +831,8 @@ def check_shard_map(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, res
     ...
     shardlaw.spec.rules.RejectionValueError: [SMAP-11]: the out spec of results is P(), which says ...
     """
-    operands = check_parameters(mesh, in_specs, out_specs, operands, results, check_vma)
+    operands, check_vma = check_parameters(mesh, in_specs, out_specs, operands, results,
+                                           check_vma)
     manual = manual_axes_of(mesh, manual_axes)
     for which, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
         if which == "in_specs" and specs is None:

@@ -179,9 +179,12 @@ def test_the_mesh_must_be_a_mesh():
         check_shard_map("m", P(), P(), X, Returned(0))
     assert caught.value.rule == "SMAP-0"
     count_hit("SMAP-0", False)
-    # Spec-only refusals (JAX accepts them, or has no such parameter): a check_vma that is
-    # not a bool, results that name no argument, meshes with Explicit axes.
-    for bad in (dict(check_vma=1), dict(results=Returned(3))):
+    # check_vma is read by its truth value, as JAX reads it.
+    _agree(_call(P("x"), P(), check_vma=0))
+    _agree(_call(P("x"), P(), check_vma="yes"))
+    # Spec-only refusals (JAX has no such parameter, or the spec stops there): a check_vma
+    # without a truth value, results that name no argument, meshes with Explicit axes.
+    for bad in (dict(check_vma=np.ones(2)), dict(results=Returned(3))):
         args = dict(mesh=MESH, in_specs=P(), out_specs=P(), operands=X, results=Returned(0))
         args.update(bad)
         with pytest.raises(Rejection) as caught:
