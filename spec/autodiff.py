@@ -40,8 +40,8 @@ import dataclasses
 from typing import Any, ClassVar
 
 from .rules import Failure, reject, require, rule
-from .shardings import UNSPECIFIED, NamedSharding, Sharding
-from .values import Mesh, PartitionSpec
+from .shardings import UNSPECIFIED, NamedSharding, Sharding  # noqa: F401 - NamedSharding: examples
+from .values import Mesh, PartitionSpec  # noqa: F401 - Mesh: the examples
 
 P = PartitionSpec  # the name the examples use
 
