@@ -480,9 +480,24 @@ class NotFromZero(CannotRead):
     jax_error: ClassVar[str] = "NotImplementedError"
 
 
+# The most devices whose order the spec reads one by one (JAX reads them all; no machine
+# has this many, and a hostile description must not make the spec walk 2**40 of them).
+READ_LIMIT = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class TooManyToRead(CannotRead):
+    error_type: ClassVar[type[Exception]] = ValueError
+    jax_error: ClassVar[str] = "ValueError"
+    template: ClassVar[str] = ("the tiles {hlo} are not read on the mesh {mesh}: {reason}; "
+                               "JAX would list every device")
+
+
 def _superdims(hlo: Tiled, mesh: Mesh) -> list[tuple[int, int]]:
     """The tile assignment as (size, stride) runs of the device order, minor run first
     (JAX's unflatten_superdims)."""
+    require(hlo.num_devices <= READ_LIMIT, lambda: TooManyToRead(
+        hlo, mesh, f"the spec reads the order of at most {READ_LIMIT} devices"))
     flat = list(hlo.assignment_tuple())
     require(flat[0] == 0, lambda: NotFromZero(hlo, mesh, "its device order does not start "
                                                          "at the mesh's first device"))

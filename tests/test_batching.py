@@ -17,14 +17,16 @@ import numpy as np
 import pytest
 from hypothesis import given
 
+from shardlaw.engine import jit as engine_jit
 from shardlaw.properties.batching_harness import (
     BAT_HITS, Vmap, VmapCase, compare_case, run_in_jax, run_values, spec_answer, vmap_cases,
 )
 from shardlaw.properties.registry import checks
 from shardlaw.spec import (
-    UNCONSTRAINED, UNSPECIFIED, AbstractMesh, AxisType, Format, GSPMDSharding, Layout, Mesh, NamedSharding, P,
-    SingleDeviceSharding, to_hlo, vmap_jit,
+    UNCONSTRAINED, UNSPECIFIED, AbstractMesh, AxisType, Format, GSPMDSharding, Iota, Layout,
+    Mesh, NamedSharding, P, SingleDeviceSharding, batch_sharding, tiled, to_hlo, vmap_jit,
 )
+from shardlaw.spec.batching import READ_LIMIT
 from shardlaw.spec.rules import RULES
 
 BAT_RULES = sorted(r for r in RULES if r.startswith("BAT-"))
@@ -233,8 +235,6 @@ ENGINE_CASES = [
 
 @pytest.mark.parametrize("case", ENGINE_CASES)
 def test_engine_jit_builds_the_same_equation_and_values(case):
-    from shardlaw.engine import jit as engine_jit
-
     assert compare_case(case, engine_jit) == []
     assert run_in_jax(case, engine_jit).shardings == run_in_jax(case).shardings
     ours, theirs = run_values(case, engine_jit), run_values(case)
@@ -269,6 +269,16 @@ def test_the_answer_never_enumerates_devices():
             print(f"\n  {type(mesh).__name__} of 65,536 devices, spmd_axis_name={spmd!r}: "
                   f"{median:.3f} ms per 10-argument call")
             assert median < 20
+
+
+def test_reading_a_gspmd_sharding_is_bounded():
+    """Reading a GSPMD sharding's device order walks it (as JAX does); above READ_LIMIT
+    devices the spec refuses instead of walking 2**40 of them."""
+    huge = Mesh.iota((1 << 20, 1 << 20), ("x", "y"))
+    sharding = GSPMDSharding(huge.devices, tiled((1 << 20, 1 << 20), Iota.range(1 << 40)))
+    with pytest.raises(ValueError, match=f"at most {READ_LIMIT}") as refused:
+        batch_sharding(sharding, 0, 2, spmd_axis_name=(), context_mesh=huge)
+    assert refused.value.rule == "BAT-3"
 
 
 def test_every_bat_rule_was_seen_on_both_sides():
