@@ -172,3 +172,31 @@ def test_the_campaign_parser_is_registered():
     done = subprocess.run([sys.executable, "-m", "shardlaw.cli", "campaign", "--help"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "--examples" in done.stdout and "--workers" in done.stdout
+
+
+def test_a_time_budget_stops_properties_after_whole_examples(tmp_path):
+    """--minutes: each property stops when its share of the time is spent, after an
+    example has drawn all it draws (a test drawing with st.data() too), and passes."""
+    (tmp_path / "test_endless.py").write_text(textwrap.dedent("""
+        from hypothesis import given, strategies as st
+
+        @given(st.data())
+        def test_draws_inside(data):
+            assert data.draw(st.integers()) == data.draw(st.integers()) or True
+
+        @given(st.lists(st.integers()))
+        def test_draws_before(xs):
+            assert len(xs) >= 0
+    """))
+    env = {**os.environ, "HYPOTHESIS_PROFILE": campaign.PROFILE,
+           campaign.ENV_END: str(time.time() + 8), campaign.ENV_DIR: str(tmp_path),
+           campaign.ENV_SUITES: json.dumps({"test_endless.py": "placement"})}
+    env.pop(campaign.ENV_EXAMPLES, None)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
+                           "-p", "no:cacheprovider", str(tmp_path / "test_endless.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]
+    assert time.monotonic() - start < 60
+    counted = json.loads((tmp_path / "worker-main.json").read_text())
+    assert counted["examples"]["placement"] > 100 and counted["final"]

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import HypothesisException
 
 from shardlaw.campaign import (
     ENV_DB, ENV_DIR, ENV_END, ENV_EXAMPLES, ENV_OUT, ENV_PLANT, ENV_SHARDS, ENV_SLICE, ENV_SUITES,
@@ -285,20 +286,27 @@ def pytest_configure(config: Any) -> None:
 
 
 def _count_examples(inner: Callable[..., Any]) -> Callable[..., Any]:
-    """The property's body, counting its examples and stopping it when its time is spent."""
+    """The property's body, counting its examples and stopping it when its time is spent.
+
+    The stop comes after an example has run to its end, never before its draws (a test
+    that draws inside, with ``st.data()``, would otherwise end where an earlier run with
+    the same choices went on drawing, which Hypothesis calls a flaky strategy)."""
     @functools.wraps(inner)
     def counted(*args: Any, **kwargs: Any) -> Any:
-        if WORKER.deadline is not None and not WORKER.failing and \
-                time.monotonic() > WORKER.deadline:
-            raise TimeUp("the campaign's time for this property is spent")
-        WORKER.examples[WORKER.suite] += 1
         try:
-            return inner(*args, **kwargs)
-        except BaseException:
+            answer = inner(*args, **kwargs)
+        except HypothesisException:
+            raise      # Hypothesis' own signals (an assumption not met), not a failure
+        except Exception:
             WORKER.failing = True  # let Hypothesis shrink it, whatever the time
             raise
         finally:
+            WORKER.examples[WORKER.suite] += 1
             _write()
+        if WORKER.deadline is not None and not WORKER.failing and \
+                time.monotonic() > WORKER.deadline:
+            raise TimeUp("the campaign's time for this property is spent")
+        return answer
     return counted
 
 
@@ -360,13 +368,18 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
             rounds[k].append(shard)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-    # Under a time budget each property item gets an equal part of every worker's time.
-    properties = sum(len(r) for r in rounds.values())
+
+    # Shard k of every property, then shard k+1...: each worker starts on other examples.
+    items[:] = [shard for k in sorted(rounds) for shard in rounds[k]] + kept
+
+
+def pytest_collection_finish(session: Any) -> None:
+    """Under a time budget each property item (of those left after ``-k``) gets an equal
+    part of every worker's time."""
+    properties = sum(1 for item in session.items if _is_property(item))
     workers = max(1, int(_number("PYTEST_XDIST_WORKER_COUNT", 1)))
     left = _number(ENV_END, time.time()) - time.time()
     WORKER.slice = max(1.0, left * workers / max(1, properties))
-    # Shard k of every property, then shard k+1...: each worker starts on other examples.
-    items[:] = [shard for k in sorted(rounds) for shard in rounds[k]] + kept
 
 
 @pytest.hookimpl(wrapper=True)
