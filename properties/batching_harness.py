@@ -67,6 +67,10 @@ class VmapCase:
     outer_batch: int = 2
     context_mesh: Mesh | None = None
     const_rank: int = 1
+    # the specs the arguments' types carry (on the case's Explicit mesh), over the shapes
+    # given to the outermost vmap; None: plain arrays
+    arg_types: tuple[Any, ...] | None = None
+    mesh: Mesh | None = None
 
     @property
     def result_ranks(self) -> tuple[int, ...]:
@@ -94,6 +98,26 @@ def outer_shapes(case: VmapCase) -> tuple[tuple[int, ...], ...]:
     assert case.outer is not None
     inner = inner_shapes(case)
     return _shapes(inner, case.outer.in_axes, case.outer_batch)
+
+
+def _without(spec: Any, axis: int | None, rank: int) -> Any:
+    """A type's spec once vmap maps ``axis`` away (padded to ``rank`` first, as types are)."""
+    if spec is None or axis is None:
+        return spec
+    parts = list(spec.partitions) + [None] * (rank - len(spec))
+    return P(*(parts[:axis % rank] + parts[axis % rank + 1:]))
+
+
+def type_specs(case: VmapCase) -> tuple[Any, Any]:
+    """(the inner vmap's argument type specs, the outer vmap's), None where none."""
+    if case.arg_types is None:
+        return None, None
+    if case.outer is None:
+        return case.arg_types, None
+    full = outer_shapes(case)
+    inner = tuple(_without(spec, axis, len(shape)) if -len(shape) <= (axis or 0) < len(shape)
+                  else spec for spec, axis, shape in zip(case.arg_types, case.outer.in_axes, full))
+    return inner, case.arg_types
 
 
 # --------------------------------------------------------------------------- the spec
@@ -132,16 +156,18 @@ def _result_axes(sources: tuple[int | None, ...], axes: tuple[int | None, ...],
 def spec_answer(case: VmapCase) -> SpecAnswer:
     """What the spec says vmap's jit equation gets (the outer parameters checked first, as
     the outer vmap runs first)."""
+    inner_types, outer_types = type_specs(case)
     with tracing() as trace:
         try:
-            if case.outer is not None:
-                check_vmap_parameters(outer_shapes(case), case.outer.in_axes,
-                                      case.outer.axis_size)
+            if case.outer is not None:  # the outer vmap checks its parameters first
+                o = case.outer
+                vmap_jit([UNSPECIFIED] * len(case.ranks), [], outer_shapes(case), [],
+                         o.in_axes, (), o.axis_size, o.spmd_axis_name, None, outer_types)
             shapes, v = inner_shapes(case), case.inner
             batched = vmap_jit(case.arg_shardings, case.result_shardings, shapes,
                                case.result_ranks, v.in_axes,
                                _result_axes(case.sources, v.in_axes, shapes), v.axis_size,
-                               v.spmd_axis_name, case.context_mesh)
+                               v.spmd_axis_name, case.context_mesh, inner_types)
             if case.outer is not None:
                 batched = _outer(case, batched, shapes)
         except Rejection as error:
@@ -159,7 +185,7 @@ def _outer(case: VmapCase, batched: Any, shapes: tuple[tuple[int, ...], ...]) ->
     # a result's rank under the outer vmap: as the inner batched equation gives it
     return vmap_jit(batched.in_shardings, batched.out_shardings, full, inner_ranks,
                     o.in_axes, _result_axes(case.sources, o.in_axes, full), o.axis_size,
-                    o.spmd_axis_name, case.context_mesh)
+                    o.spmd_axis_name, case.context_mesh, type_specs(case)[1])
 
 
 # --------------------------------------------------------------------------- JAX
@@ -219,7 +245,10 @@ def run_in_jax(case: VmapCase, jit: Callable[..., Any] | None = None) -> JaxAnsw
     from shardlaw.spec.batching_bridge import jit_equations
 
     fun, shapes = _vmapped(case, jit or jax.jit)
-    args = [jax.ShapeDtypeStruct(s, "float32") for s in shapes]
+    types = case.arg_types or (None,) * len(shapes)
+    args = [jax.ShapeDtypeStruct(s, "float32", sharding=None if t is None else
+                                 to_jax(NamedSharding(case.mesh, t)))
+            for s, t in zip(shapes, types)]
     with warnings.catch_warnings(), _context(case):
         warnings.simplefilter("ignore")
         try:
@@ -378,11 +407,40 @@ def vmap_cases(draw: Any, nested: bool | None = None) -> VmapCase:
     two = draw(st.booleans()) if nested is None else nested
     outer = draw(_vmap(mesh, tuple(r + (a is not None) for r, a in zip(ranks, inner.in_axes)),
                        2)) if two else None
-    return VmapCase(
+    case = VmapCase(
         ranks, tuple(draw(_sharding(mesh, r)) for r in ranks), sources,
         tuple(draw(_sharding(mesh, r)) for r in result_ranks), inner,
         batch=4, outer=outer, outer_batch=2,
-        context_mesh=draw(st.sampled_from([None, mesh])), const_rank=const_rank)
+        context_mesh=draw(st.sampled_from([None, mesh])), const_rank=const_rank, mesh=mesh)
+    if mesh.axis_types[0] is not AxisType.Explicit or draw(st.booleans()):
+        return case
+    shapes = outer_shapes(case) if outer is not None else inner_shapes(case)
+    return dataclasses.replace(case, arg_types=tuple(draw(_type_spec(mesh, s)) for s in shapes))
+
+
+@st.composite
+def _type_spec(draw: Any, mesh: Mesh, shape: tuple[int, ...]) -> Any:
+    """The spec of an array's type on an Explicit mesh: each dimension split over unused mesh
+    axes whose sizes multiply to a divisor of it (now and then, not at all)."""
+    if draw(st.integers(0, 3)) == 0:
+        return None
+    free = list(mesh.axis_names)
+    entries = []
+    for size in shape:
+        axes: list[str] = []
+        for axis in draw(st.permutations(free)):
+            if draw(st.booleans()) and size % (mesh.axis_size(axis) * _product(mesh, axes)) == 0:
+                axes.append(axis)
+        free = [a for a in free if a not in axes]
+        entries.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
+    return P(*entries)
+
+
+def _product(mesh: Mesh, axes: list[str]) -> int:
+    out = 1
+    for a in axes:
+        out *= mesh.axis_size(a)
+    return out
 
 
 def run_values(case: VmapCase, jit: Callable[..., Any] | None = None) -> list[tuple[Any, Any]]:

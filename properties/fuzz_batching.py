@@ -43,4 +43,7 @@ PLAUSIBLE: dict[str, Callable[[], Any]] = {
     "in_axes": lambda: st.one_of(_axis(), st.lists(_axis(), max_size=3).map(tuple)),
     "result_axes": lambda: st.one_of(_axis(), st.lists(_axis(), max_size=2).map(tuple)),
     "axis_size": lambda: st.sampled_from([None, 4, 8, 0]),
+    "arg_specs": lambda: st.one_of(st.none(), st.lists(
+        st.sampled_from([None, P(), P("y"), P(None, "x"), P(("x", "y"))]), min_size=1,
+        max_size=3)),
 }

@@ -8,7 +8,9 @@ batch dimension is inserted unsplit (BAT-2); with it, the batch dimension is spl
 the named mesh axes (BAT-3), which must not split the value already (BAT-4), must be axes
 of the mesh (BAT-5), and need a mesh to be read on (BAT-6). An inner vmap can make a spec
 longer than the value, which the outer one refuses (BAT-7), and a jit call given layouts is
-not batched at all (BAT-8). BAT-0 checks the parameters.
+not batched at all (BAT-8). Arrays whose types already split the mapped dimension over
+Explicit mesh axes make vmap batch over those axes, with the jit's batch dimension unsplit
+(BAT-9). BAT-0 checks the parameters.
 
 Two public functions: :func:`batch_sharding` answers for one sharding, :func:`vmap_jit`
 for a whole call, as JAX 0.10.2 builds the batched equation
@@ -688,6 +690,77 @@ def check_no_layouts(leaves: tuple[Any, ...], parameter: str) -> None:
                 lambda i=i, leaf=leaf: LayoutsNotBatched(f"{parameter}[{i}]", leaf))
 
 
+# --------------------------------------------------------------------------- BAT-9
+
+@dataclasses.dataclass(frozen=True)
+class ExplicitBatchConflict(Failure):
+    rule: ClassVar[str] = "BAT-9"
+    template: ClassVar[str] = "{problem}"
+    problem: str
+
+
+def _arg_specs(arg_specs: Any, shapes: tuple[tuple[int, ...], ...]
+               ) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """BAT-0 for arg_specs: None, or one PartitionSpec (or None) per argument, no longer
+    than its rank; each as the axes per dimension, padded to the rank as types are."""
+    if arg_specs is None:
+        return tuple(((),) * len(shape) for shape in shapes)
+    if not isinstance(arg_specs, (tuple, list)) or len(arg_specs) != len(shapes):
+        raise reject(BadVmapParameterType(
+            "arg_specs", f"must be None or one PartitionSpec or None per argument "
+                         f"({len(shapes)})", arg_specs))
+    out = []
+    for spec, shape in zip(arg_specs, shapes):
+        spec = P() if spec is None else spec
+        require(isinstance(spec, PartitionSpec) and len(spec) <= len(shape),
+                lambda spec=spec, shape=shape: BadVmapParameter(
+                    "arg_specs", f"must hold a PartitionSpec that fits shape {shape}", spec))
+        parts = [_axes_of(e) for e in spec.partitions]
+        out.append(tuple(parts + [()] * (len(shape) - len(parts))))
+    return tuple(out)
+
+
+@rule("BAT-9", mirrors="jax._src.api.vmap (_mapped_axis_spec, _check_ema_unmapped_args, "
+                       "spmd_axis_name against explicit_mesh_axis)")
+def explicit_batch_axes(arg_specs: tuple[tuple[tuple[str, ...], ...], ...],
+                        axes: tuple[int | None, ...], names: tuple[str, ...] | None
+                        ) -> tuple[str, ...] | None:
+    """Arguments whose types split their mapped dimension over Explicit mesh axes are all split there alike, no unmapped argument is split over those axes, and spmd_axis_name is left out or names exactly them.
+
+    The answer is the spmd axes batching goes on with: spmd_axis_name, or None where it names
+    the arguments' axes, for the jit's shardings then keep the batch dimension unsplit.
+    ``arg_specs`` are the argument types' specs (only Explicit axes appear in types).
+
+    >>> split = ((("y",), (), ()),)
+    >>> explicit_batch_axes(split, (0,), ("y",)) is None
+    True
+    >>> explicit_batch_axes(split, (0,), ("x",))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [BAT-9]: spmd_axis_name ('x',) must be left out or name the Explicit mesh axes ('y',) that the mapped arguments are split over
+    """
+    mapped = [(i, spec[axis]) for i, (spec, axis) in enumerate(zip(arg_specs, axes))
+              if axis is not None]
+    first = mapped[0][1] if mapped else ()
+    for i, entry in mapped:
+        with located(f"args[{i}]"):
+            require(entry == first, lambda entry=entry: ExplicitBatchConflict(
+                f"the mapped dimensions of the arguments must be split alike over Explicit "
+                f"mesh axes, but one is split over {first} and this one over {entry}"))
+    if not first:
+        return names
+    for i, (spec, axis) in enumerate(zip(arg_specs, axes)):
+        used = [a for entry in spec for a in entry if a in first]
+        with located(f"args[{i}]"):
+            require(axis is not None or not used, lambda used=used: ExplicitBatchConflict(
+                f"an unmapped argument may not be split over the mesh axes vmap maps over "
+                f"{first}, but this one is split over {tuple(used)}"))
+    require(names is None or names == first, lambda: ExplicitBatchConflict(
+        f"spmd_axis_name {names} must be left out or name the Explicit mesh axes {first} "
+        f"that the mapped arguments are split over"))
+    return None
+
+
 # --------------------------------------------------------------------------- the answers
 
 def _batch_leaf(sharding: Any, batch_axis: int | None, rank: int,
@@ -730,7 +803,8 @@ def batch_sharding(sharding: Any, batch_axis: int | None, rank: int,
 
 def vmap_jit(arg_shardings: Any, result_shardings: Any, arg_shapes: Any, result_ranks: Any,
              in_axes: Any = 0, result_axes: Any = 0, axis_size: Any = None,
-             spmd_axis_name: Any = None, context_mesh: Any = None) -> BatchedJit:
+             spmd_axis_name: Any = None, context_mesh: Any = None,
+             arg_specs: Any = None) -> BatchedJit:
     """The jit equation ``vmap(jit(f, ...), in_axes, axis_size=..., spmd_axis_name=...)`` builds.
 
     ``arg_shardings`` and ``result_shardings`` are the jit's shardings, one per (flat)
@@ -738,7 +812,9 @@ def vmap_jit(arg_shardings: Any, result_shardings: Any, arg_shapes: Any, result_
     where mapped); ``result_ranks`` the ranks of f's results; ``result_axes`` where batching
     put each result's batch axis (None: not batched), which the function decides — vmap's
     own out_axes move the results after the call and do not reach its shardings.
-    A nested vmap is :func:`vmap_jit` applied again to the answer's shardings.
+    ``arg_specs`` are the specs the arguments' types carry (arrays split over Explicit mesh
+    axes; None: none). A nested vmap is :func:`vmap_jit` applied again to the answer's
+    shardings.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> batched = vmap_jit([NamedSharding(mesh, P("y")), UNSPECIFIED],
@@ -751,13 +827,21 @@ def vmap_jit(arg_shardings: Any, result_shardings: Any, arg_shapes: Any, result_
     """
     shapes, axes, size = check_vmap_parameters(arg_shapes, in_axes, axis_size)
     names = _spmd_names(spmd_axis_name)
+    names = explicit_batch_axes(_arg_specs(arg_specs, shapes), axes, names)
     if isinstance(result_ranks, (str, bytes, dict)) or not isinstance(result_ranks, (tuple, list)):
         raise reject(BadVmapParameterType("result_ranks", "must be a list of ranks", result_ranks))
     ranks = tuple(check_rank_count(r, "a result's rank") for r in result_ranks)
     ins = _leaves(arg_shardings, len(shapes), "arg_shardings")
     outs = _leaves(result_shardings, len(ranks), "result_shardings")
-    out_axes = _result_axes(result_axes, ranks)
-    context = _context(context_mesh)
+    return _batched(ins, outs, shapes, axes, ranks, _result_axes(result_axes, ranks), size,
+                    names, _context(context_mesh))
+
+
+def _batched(ins: tuple[Any, ...], outs: tuple[Any, ...], shapes: tuple[tuple[int, ...], ...],
+             axes: tuple[int | None, ...], ranks: tuple[int, ...],
+             out_axes: tuple[int | None, ...], size: int, names: tuple[str, ...] | None,
+             context: Any) -> BatchedJit:
+    """Every sharding of the call batched, in order (arguments, then results), then BAT-8."""
     batched_in = []
     for i, (s, shape, axis) in enumerate(zip(ins, shapes, axes)):
         with located(f"arg_shardings[{i}]"):

@@ -223,6 +223,31 @@ def test_layouts_are_not_batched():
     _refused_by(in_result, "BAT-8", NotImplementedError)
 
 
+@checks("BAT-9")
+def test_arguments_split_over_explicit_axes():
+    """Arrays whose types split the mapped dimension over Explicit axes batch over them:
+    the jit's shardings keep the batch dimension unsplit, and spmd_axis_name may only
+    repeat those axes."""
+    ns = NamedSharding(EXPLICIT2x4, P(None, "x"))
+
+    def typed(types, in_axes=(0,), spmd=None, shardings=(ns,)):
+        n = len(types)
+        return VmapCase((2,) * n, tuple(shardings) * (n // len(shardings)), (0,),
+                        (UNSPECIFIED,), Vmap(in_axes, spmd_axis_name=spmd),
+                        arg_types=tuple(types), mesh=EXPLICIT2x4)
+    unsplit = NamedSharding(EXPLICIT2x4, P(None, None, "x"))
+    assert _batched_arg(typed([P("y")])) == unsplit
+    assert _batched_arg(typed([P("y")], spmd="y")) == unsplit            # spmd dropped
+    assert _batched_arg(typed([P("y")], in_axes=(-3,), spmd="y")) == unsplit
+    _refused_by(typed([P("y")], spmd="x"), "BAT-9", ValueError)
+    _refused_by(typed([P("y"), P()], in_axes=(0, 0)), "BAT-9", ValueError)   # not alike
+    _refused_by(typed([P("y"), P(None, "y")], in_axes=(0, None)), "BAT-9", ValueError)
+    assert _agree(typed([P("y"), P(None, "x")], in_axes=(0, None))).error is None
+    # the jit may split its own dimensions over the axis the batch is split over
+    same_axis = typed([P("y")], shardings=(NamedSharding(EXPLICIT2x4, P(None, "y")),))
+    assert _batched_arg(same_axis) == NamedSharding(EXPLICIT2x4, P(None, None, "y"))
+
+
 ENGINE_CASES = [
     _one(NamedSharding(AUTO2x4, P("x")), rank=1),
     _one(NamedSharding(AUTO2x4, P(None, "y")), axis=1, spmd="x"),
