@@ -135,7 +135,7 @@ class BadParameter(Failure):
 class NotAutoMesh(Failure):
     rule: ClassVar[str] = "SMAP-0"
     error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "(none: the specification stops here)"
+    jax_error: ClassVar[str] = "nothing (the specification stops at Explicit axes)"
     template: ClassVar[str] = ("mesh {mesh} has axes of types {types}; this specification "
                                "describes shard_map over meshes whose axes are all Auto")
     mesh: Any
