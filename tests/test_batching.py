@@ -11,6 +11,7 @@ draws reach rarely; a few run the program with ``shardlaw.engine.jit`` in place 
 sides against JAX.
 """
 
+import dataclasses
 import time
 
 import numpy as np
@@ -27,6 +28,7 @@ from shardlaw.spec import (
     Mesh, NamedSharding, P, SingleDeviceSharding, batch_sharding, tiled, to_hlo, vmap_jit,
 )
 from shardlaw.spec.batching import READ_LIMIT
+from shardlaw.spec.matching import check_fits
 from shardlaw.spec.rules import RULES
 
 BAT_RULES = sorted(r for r in RULES if r.startswith("BAT-"))
@@ -246,6 +248,18 @@ def test_arguments_split_over_explicit_axes():
     # the jit may split its own dimensions over the axis the batch is split over
     same_axis = typed([P("y")], shardings=(NamedSharding(EXPLICIT2x4, P(None, "y")),))
     assert _batched_arg(same_axis) == NamedSharding(EXPLICIT2x4, P(None, None, "y"))
+
+
+def test_a_split_batch_that_does_not_divide_is_built_then_refused_when_run():
+    """JAX builds the equation whatever the batch size; running it, jit refuses a batch of 3
+    split 2 ways (IndivisibleError), as FIT-1 says of the batched sharding."""
+    case = dataclasses.replace(_one(NamedSharding(AUTO2x4, P(None, "y")), spmd="x"), batch=3)
+    batched = _batched_arg(case)
+    with pytest.raises(ValueError, match="partitioned 2 times"):
+        run_values(case)
+    with pytest.raises(ValueError) as refused:
+        check_fits(batched, (3, 8, 8), "args[0]")
+    assert refused.value.rule == "FIT-1"
 
 
 ENGINE_CASES = [
