@@ -1,9 +1,11 @@
 """vmap of a jit call (the BAT rules) against real JAX on 8 CPU devices, example for example.
 
 ``test_vmap_of_jit_agrees_with_jax`` draws a jit call (shardings on a 2x4, 8, 2x2x2 or
-2x4x1 mesh, concrete or abstract, Auto or Explicit axes; single-device and GSPMD shardings;
-unreduced and reduced axes) under one or two vmaps (in_axes in and out of range, out_axes,
-axis_size, spmd_axis_name), traces it with ``jax.make_jaxpr`` and requires the jit equation
+2x4x1 mesh, concrete or abstract, Auto or Explicit axes; single-device and GSPMD shardings,
+some made on another mesh; unreduced and reduced axes; Formats with layouts) under one or
+two vmaps (in_axes in and out of range, out_axes, axis_size, spmd_axis_name, a context
+mesh; arguments whose types are split over Explicit axes), traces it with
+``jax.make_jaxpr`` and requires the jit equation
 JAX builds to have exactly the shardings :func:`shardlaw.spec.vmap_jit` says, or both to
 refuse with the same exception type. The pinned examples below reach the edges random
 draws reach rarely; a few run the program with ``shardlaw.engine.jit`` in place of
