@@ -60,6 +60,14 @@ def test_vmap_of_jit_agrees_with_jax(case):
     _agree(case)
 
 
+@checks(*BAT_RULES)
+@given(vmap_cases())
+def test_vmap_of_the_engines_jit_builds_the_same_equation(case):
+    """shardlaw.engine.jit is a drop-in under vmap: the equation it traces is the spec's."""
+    problems = compare_case(case, engine_jit)
+    assert not problems, "\n".join(problems) + f"\ncase: {case}"
+
+
 # --------------------------------------------------------------------------- pinned examples
 
 def _refused_by(case, rule_id, error_type):
@@ -331,6 +339,7 @@ def test_every_bat_rule_was_seen_on_both_sides():
             if name.startswith("test_") and callable(value) and name not in (
                     "test_every_bat_rule_was_seen_on_both_sides",
                     "test_vmap_of_jit_agrees_with_jax",
+                    "test_vmap_of_the_engines_jit_builds_the_same_equation",
                     "test_engine_jit_builds_the_same_equation_and_values"):
                 value()
     print("\nBAT rules, hits against JAX (accepted / refused; BAT-1: kept / batched):")
