@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from shardlaw.spec.arguments import CANONICAL, NOT_NUMERIC, VALUE_KINDS, VIAS
+from shardlaw.spec.arguments import VALUE_KINDS, VIAS
 
 __all__ = ["PLAUSIBLE"]
 
@@ -21,5 +21,4 @@ PLAUSIBLE: dict[str, Callable[[], Any]] = {
     "int_value": lambda: st.one_of(st.integers(-9, 9), st.sampled_from(
         [2**31 - 1, 2**31, -(2**31) - 1, 2**63, -(2**100)])),
     "via": lambda: st.sampled_from(VIAS),
-    "numpy_dtype": lambda: st.sampled_from(sorted(CANONICAL) + list(NOT_NUMERIC)),
 }

@@ -26,6 +26,7 @@ matter); a context mesh is the concrete :class:`~shardlaw.spec.values.Mesh` give
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 from .assignment import Source, check_tile_count, device_assignment
@@ -459,6 +460,31 @@ class TiledGspmdNotBatched(Failure):
     path: str
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchMovedOffContext(Failure):
+    rule: ClassVar[str] = "WSC-7"
+    template: ClassVar[str] = ("the batched constraint on {path} is over another mesh than the "
+                               "context mesh {context}, which has Explicit axes: vmap moves "
+                               "the batch dimension to the front with a transpose, whose "
+                               "value's type must be on the context mesh ({sharding})")
+    hint: ClassVar[str] = ("Build the constraint on the context mesh (a bare PartitionSpec), "
+                           "or vmap with in_axes=0.")
+    path: str
+    sharding: Any
+    context: Any
+
+
+def _moved_off_context(c: Constraint, dim: int) -> bool:
+    """Whether vmap's transpose of the batched value meets a context mesh with some (not
+    only) Explicit axes while the value's type is on another mesh."""
+    mesh, s = c.context_mesh, c.sharding
+    if dim == 0 or mesh is None or not isinstance(s, NamedSharding):
+        return False
+    types = set(mesh.axis_types)
+    return AxisType.Explicit in types and types != {AxisType.Explicit} and \
+        s.mesh.abstract != mesh.abstract
+
+
 def _inserted(entries: tuple, dim: int, entry: Any) -> tuple:
     """``entries`` padded with None up to ``dim`` and ``entry`` put at ``dim``."""
     padded = tuple(entries) + (None,) * max(0, dim - len(entries))
@@ -507,7 +533,10 @@ def batch_constraint(constraint: Constraint, batch_dim: int,
     and the batch position marked UNCONSTRAINED; any other sharding gains an unsplit batch
     dimension, which is then marked UNCONSTRAINED. With spmd_axis_name a NamedSharding gains
     the batch dimension split over those axes; another sharding is refused (ValueError
-    without a context mesh, AttributeError with one). A NamedSharding over a concrete mesh
+    without a context mesh, AttributeError with one). Under a context mesh with some but not
+    only Explicit axes, a batch dimension other than 0 is refused when the NamedSharding is
+    over another mesh (vmap's transpose that moves it back to the front must be on the
+    context mesh). A NamedSharding over a concrete mesh
     is read back from its lowered form first: size-1 mesh axes drop out of its spec. A
     split GSPMDSharding is refused without spmd_axis_name too (KeyError).
 
@@ -529,6 +558,8 @@ def batch_constraint(constraint: Constraint, batch_dim: int,
         if names is not None and isinstance(s, NamedSharding):
             clash = set(names) & set(_axes_named(s.spec))
             require(not clash, lambda: SpmdAxisInConstraint(names, s.spec, c.path))
+        require(not _moved_off_context(c, dim), lambda: BatchMovedOffContext(
+            c.path, s, c.context_mesh))
         batched = _batched_sharding(c, dim, names)
         loose = {u + (dim <= u) for u in c.unconstrained_dims} | (set() if names else {dim})
         if loose and isinstance(batched, NamedSharding):
@@ -587,9 +618,21 @@ class GspmdConstraintNotLowered(Failure):
     path: str
 
 
+@dataclasses.dataclass(frozen=True)
+class GspmdConstraintAborts(GspmdConstraintNotLowered):
+    error_type: ClassVar[type[Exception]] = RuntimeError
+    jax_error: ClassVar[str] = "abort"   # not an exception: the process ends
+    template: ClassVar[str] = ("the constraint on {path} is {sharding}, a tiling of one device; "
+                               "lowering it, XLA fails a check and aborts the process (JAX "
+                               "raises nothing)")
+    hint: ClassVar[str] = "Constrain with SingleDeviceSharding or a replicated sharding."
+
+
 @rule("WSC-8", mirrors="GSPMDSharding._to_sdy_sharding (sharding_constraint lowering)")
 def check_constraint_lowers(sharding: Any, path: str = "x") -> None:
     """Under jit a GSPMDSharding constraint lowers only when it is replicated or tiled in an iota order; a maximal, manual, unreduced or device-by-device tiling is refused (TypeError).
+
+    A tiling of a single device is refused too: XLA aborts the process lowering it.
 
     >>> check_constraint_lowers(GSPMDSharding([0, 1], "{devices=[2]<=[2]}"))
     >>> check_constraint_lowers(GSPMDSharding([0], "{maximal device=0}"))
@@ -600,6 +643,9 @@ def check_constraint_lowers(sharding: Any, path: str = "x") -> None:
     if not isinstance(sharding, GSPMDSharding):
         return
     hlo = sharding.hlo
+    # XLA does not raise for a tiling of one device: a failed check ends the process.
+    require(not (isinstance(hlo, Tiled) and hlo.num_devices == 1),
+            lambda: GspmdConstraintAborts(sharding, path))
     lowers = isinstance(hlo, Replicated) or (isinstance(hlo, Tiled)
                                              and isinstance(hlo.assignment, Iota))
     require(lowers, lambda: GspmdConstraintNotLowered(sharding, path))
@@ -618,7 +664,7 @@ def _splits_evenly(sharding: Any, shape: tuple[int, ...]) -> bool:
 @rule("WSC-9", mirrors="jax._src.interpreters.pxla (the result's sharding read back from "
                        "the compiled executable)")
 def constrained_result(constraint: Constraint) -> Any:
-    """A jitted function that returns a constrained value returns it placed as the constraint says, except that an unevenly split or UNCONSTRAINED dimension comes back unsplit and an empty value replicated.
+    """A jitted function that returns a constrained value returns it placed as the constraint says, except that an uneven dimension keeps only its leading axes that divide it, UNCONSTRAINED ones come back unsplit and empty values replicated.
 
     The result of a NamedSharding over the context mesh's abstract mesh is over the context
     mesh itself. Returns None where the spec does not say (a GSPMDSharding or
@@ -639,11 +685,18 @@ def constrained_result(constraint: Constraint) -> Any:
     mesh = s.mesh if s.is_concrete else c.context_mesh
     if 0 in c.shape:
         return NamedSharding(mesh, PartitionSpec(), memory_kind=s.memory_kind)
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
     entries = []
     for dim, entry in enumerate(s.spec):
-        if entry is UNCONSTRAINED or dim >= len(c.shape):
+        if entry is UNCONSTRAINED or entry is None or dim >= len(c.shape):
             entries.append(None)
             continue
-        single = NamedSharding(mesh, PartitionSpec(*([None] * dim), entry))
-        entries.append(entry if _splits_evenly(single, c.shape) else None)
+        # The leading axes of the entry that still divide the dimension evenly stay.
+        names = (entry,) if isinstance(entry, str) else entry
+        kept: tuple[str, ...] = ()
+        for name in names:
+            if c.shape[dim] % (math.prod(sizes[a] for a in kept) * sizes[name]):
+                break
+            kept += (name,)
+        entries.append(kept or None)
     return NamedSharding(mesh, PartitionSpec(*entries), memory_kind=s.memory_kind)

@@ -111,6 +111,9 @@ def test_vmap_inserts_the_batch_dimension():
          ValueError),
         (ConstraintCase(x, S.SingleDeviceSharding(2), MESH, batch_dim=1, spmd_axis_name="x"),
          AttributeError),
+        (ConstraintCase(Arg.numpy((1,)), NamedSharding(Mesh.iota((3,), ("x",)), P()),
+                        Mesh.iota((1, 3), ("x", "y"), (S.AxisType.Auto, S.AxisType.Explicit)),
+                        batch_dim=1), ValueError),
         (ConstraintCase(x, S.GSPMDSharding(MESH.devices,
                                            "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),
                         batch_dim=1), KeyError),
@@ -131,6 +134,9 @@ def test_results_come_back_as_constrained_but_unsplit_where_uneven():
     assert S.constrained_result(found[0]) == NamedSharding(MESH, P("y", "x"))
     found, _ = _agree(ConstraintCase(Arg.numpy((0, 8)), NamedSharding(MESH, P("y", "x"))))
     assert S.constrained_result(found[0]).spec == P()
+    # Of an uneven dimension's axes, the leading ones that still divide it stay.
+    found, _ = _agree(ConstraintCase(Arg.numpy((4,)), NamedSharding(MESH, P(("x", "y")))))
+    assert S.constrained_result(found[0]).spec == P("x")
 
 
 @checks("WSC-8")
@@ -141,6 +147,9 @@ def test_under_jit_gspmd_constraints_lower_only_replicated_or_iota_tiled():
     for hlo, devices in (("{maximal device=0}", [0]), ("{devices=[4,1]1,0,3,2}", [0, 1, 2, 3])):
         refused = S.GSPMDSharding(devices, hlo)
         assert _agree(ConstraintCase(x, refused))[1].rule == "WSC-8"
+    # A tiling of one device: XLA aborts the process, so the harness only traces it.
+    lone = S.GSPMDSharding([0], "{devices=[1,1]<=[1]}")
+    assert _agree(ConstraintCase(x, lone))[1].failure.jax_error == "abort"
 
 
 def test_under_jit_the_constraints_share_one_device_assignment():
