@@ -33,6 +33,7 @@ from .assignment import Source, check_tile_count, device_assignment
 from .hlo import Replicated, Tiled
 from .iota import Iota
 from .call import MAX_NESTING, Arg, _nesting
+from .dims import check_dims
 from .placement import TilesDoNotMatchRank, check_rank, is_fully_replicated, shard_shape
 from .pytree import (
     broadcast_prefix, is_container, leaves_with_paths, prefix_mismatch, show_path, show_tree,
@@ -62,6 +63,23 @@ class Constraint:
     unconstrained_dims: frozenset[int] = frozenset()
     equation: bool = True
     context_mesh: Mesh | None = None   # the mesh given to jax.set_mesh (None: none)
+
+    def __post_init__(self) -> None:
+        # A Constraint that exists is one with_sharding_constraint could have made (WSC-0).
+        object.__setattr__(self, "shape", check_dims(self.shape, what="a constrained shape"))
+        for ok, what, expected, value in (
+                (isinstance(self.path, str), "a constraint's path", "a str", self.path),
+                (isinstance(self.sharding, SHARDINGS), "a constraint's sharding",
+                 "a NamedSharding, SingleDeviceSharding or GSPMDSharding", self.sharding),
+                (isinstance(self.unconstrained_dims, frozenset) and all(
+                    type(d) is int and 0 <= d <= len(self.shape)
+                    for d in self.unconstrained_dims), "a constraint's unconstrained_dims",
+                 "a frozenset of dimensions", self.unconstrained_dims),
+                (type(self.equation) is bool, "a constraint's equation flag", "a bool",
+                 self.equation),
+                (self.context_mesh is None or isinstance(self.context_mesh, Mesh),
+                 "a constraint's context mesh", "a Mesh or None", self.context_mesh)):
+            check_constraint_call(ok, what, expected, value)
 
 
 # --------------------------------------------------------------------------- WSC-0
