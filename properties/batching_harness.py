@@ -242,7 +242,7 @@ def run_in_jax(case: VmapCase, jit: Callable[..., Any] | None = None) -> JaxAnsw
     shardings of its (innermost) jit equation."""
     import jax
 
-    from shardlaw.spec.batching_bridge import jit_equations
+    from shardlaw.spec.bridge_batching import jit_equations
 
     fun, shapes = _vmapped(case, jit or jax.jit)
     types = case.arg_types or (None,) * len(shapes)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from shardlaw.spec.rules import Rejection, tracing
 from shardlaw.spec.shardmap import Returned, Shaped, check_shard_map
-from shardlaw.spec.shardmap_bridge import shard_map_in_jax
+from shardlaw.spec.bridge_shardmap import shard_map_in_jax
 from shardlaw.spec.values import AbstractMesh, Mesh, PartitionSpec as P
 
 __all__ = ["SmapCall", "smap_meshes", "smap_calls", "compare_shard_map", "SMAP_HITS",

@@ -27,7 +27,7 @@ from shardlaw.spec.autodiff import (
     JitBody, JitEquation, jvp_equation, linearized_primal, linearized_tangent, nonzero_outputs,
     pruned_equation, transposed_equation,
 )
-from shardlaw.spec.autodiff_bridge import equation_from_jax, jit_body_of, jit_equations
+from shardlaw.spec.bridge_autodiff import equation_from_jax, jit_body_of, jit_equations
 
 AD_RULES = [f"AD-{n}" for n in range(9)]
 

@@ -28,7 +28,7 @@ from shardlaw.properties.shardmap_harness import (
 from shardlaw.spec import P
 from shardlaw.spec.rules import RULES, Rejection, tracing
 from shardlaw.spec.shardmap import Returned, Shaped, check_shard_map
-from shardlaw.spec.shardmap_bridge import (
+from shardlaw.spec.bridge_shardmap import (
     collective_in_jax, hlo_replica_groups, manual_sharding_in_jax,
 )
 
