@@ -29,7 +29,7 @@ from shardlaw.spec.constraint import (
     with_sharding_constraint,
 )
 from shardlaw.spec.equivalence import placement_equivalent
-from shardlaw.spec.constraint_bridge import constraint_equations, normal_spec, shardings_to_jax
+from shardlaw.spec.bridge_constraint import constraint_equations, normal_spec, shardings_to_jax
 from shardlaw.spec.pytree import map_leaves
 from shardlaw.spec.rules import Rejection, tracing
 from shardlaw.spec.shardings import NamedSharding
