@@ -63,6 +63,10 @@ _LONGEST_ID_LIST = 64
 # before it is read, and a call whose vector would nest deeper is not written (VEC-2).
 MAX_DEPTH = 100
 
+# The most digits an integer of a vector's text may have (int64 needs 19; larger values are
+# read, then refused with what they mean, up to this length).
+_LONGEST_INTEGER = 100
+
 SIDES = ("accept", "reject")
 
 # The rule families of the jit call, in the order jit applies them: what vectors exercise.
@@ -1005,6 +1009,14 @@ def _parse(text: str | bytes | bytearray) -> Any:
     def no_constant(name: str) -> Any:
         check_vector(False, (), "JSON numbers (no NaN or Infinity)", name)
 
+    def integer(digits: str) -> int:
+        # Every integer of a vector is an int64 (19 digits); a longer one is refused before
+        # Python converts it (past 4,300 digits its conversion refuses with ValueError).
+        check_vector(len(digits.lstrip("-")) <= _LONGEST_INTEGER, (),
+                     f"JSON integers of at most {_LONGEST_INTEGER} digits",
+                     f"an integer of {len(digits.lstrip('-')):,} digits")
+        return int(digits)
+
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode(json.detect_encoding(text), "surrogatepass")
@@ -1015,7 +1027,8 @@ def _parse(text: str | bytes | bytearray) -> Any:
                  f"text that nests too deep: an array or object at depth {MAX_DEPTH + 1}, "
                  f"opened at character {deep}")
     try:
-        return json.loads(text, object_pairs_hook=no_repeats, parse_constant=no_constant)
+        return json.loads(text, object_pairs_hook=no_repeats, parse_constant=no_constant,
+                          parse_int=integer)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         check_vector(False, (), "JSON text", str(error))
 

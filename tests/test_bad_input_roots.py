@@ -296,3 +296,21 @@ def test_a_call_nested_too_deep_is_refused_before_anything_walks_it():
     for _ in range(MAX_NESTING - 2):
         shallow = [shallow]
     assert jit_call(Call(args=(shallow,), outputs=Out((2,)))).accepted
+
+
+@pytest.mark.parametrize("digits", [101, 5000])
+def test_a_vector_with_an_integer_too_long_is_refused_before_it_is_converted(digits):
+    """load_vector('9' * 5000): Python refuses to convert more than 4,300 digits
+    (a bare ValueError in the deep fuzz run); every integer of a vector is an int64."""
+    for text in ("9" * digits, '{"format": ' + "-" + "1" * digits + "}"):
+        _refused(lambda: load_vector(text), "VEC-1", f"an integer of {digits:,} digits",
+                 ValueError)
+    # an int64 that is merely too large for its place is read, and refused for what it is
+    with pytest.raises(Rejection, match="VEC-1"):
+        load_vector('{"format": "shardlaw-jit-call", "version": ' + "9" * 60 + ', "jax": "0.10.2"}')
+
+
+def test_a_sharding_in_json_with_an_integer_too_long_is_a_command_line_error():
+    from shardlaw.sharding_text import ShardingTextError, parse_sharding
+    with pytest.raises(ShardingTextError, match="cannot read JSON"):
+        parse_sharding('{"type": "SingleDeviceSharding", "device": ' + "9" * 5000 + "}")

@@ -146,7 +146,7 @@ def parse_sharding(text: str) -> Any:
     if text.startswith("{") and not text.startswith("{devices") and '"' in text:
         try:
             obj = json.loads(text)
-        except json.JSONDecodeError as error:
+        except ValueError as error:  # malformed, or an integer too long to convert
             raise ShardingTextError(f"cannot read JSON {_cut(text)}: {error}") from None
         except RecursionError:
             raise ShardingTextError(f"cannot read JSON {_cut(text)}: it nests too deep") \
