@@ -127,7 +127,11 @@ def test_hypofuzz_fuzzes_a_suite_into_the_shared_database(tmp_path):
             time.sleep(0.5)
     finally:
         os.killpg(process.pid, signal.SIGINT)
-        output, _ = process.communicate(timeout=30)
+        try:
+            output, _ = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:  # a fuzzing process may outlive the interrupt
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate(timeout=20)
     assert "fuzz 1 test" in output, output[-3000:]
     assert sum(1 for p in database.rglob("*") if p.is_file()) > 20, output[-3000:]
 

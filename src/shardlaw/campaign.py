@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -229,12 +230,19 @@ def run(args: Any) -> int:
     Path(args.db).resolve().mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="shardlaw-campaign-"))
     log = report_path.with_name(report_path.stem + "-pytest.log")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         status, seconds = _run_pytest(args, files, root, scratch, out, log)
         workers = read_workers(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     report = build_report(workers, args.workers, seconds, list(files), out)
+    # The CPU the campaign's processes used (pytest and its workers): on a machine whose
+    # cores are busy with other work, examples per CPU-second still compare W with W.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    report["cpu_seconds"] = round(cpu, 1)
+    report["examples_per_cpu_second"] = round(report["examples"] / cpu, 1) if cpu else 0.0
     if status not in (0, 1) or (status == 1 and not report["disagreements"]):
         raise CommandExit(EXIT_BAD_INPUT, f"pytest ended with status {status} without a "
                                           f"disagreement; its output is in {log}")

@@ -111,7 +111,7 @@ class _Worker:
     failing: bool = False
     written: float = 0.0
     active: bool = True
-    slice: float = 60.0
+    slices: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 WORKER = _Worker()
@@ -374,12 +374,15 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
 
 
 def pytest_collection_finish(session: Any) -> None:
-    """Under a time budget each property item (of those left after ``-k``) gets an equal
-    part of every worker's time."""
-    properties = sum(1 for item in session.items if _is_property(item))
+    """Under a time budget every suite gets an equal part of the workers' time, shared
+    equally by its property items (those left after ``-k``): a suite of one slow property
+    (whole jit calls) runs as long as a suite of sixteen quick ones."""
+    per_suite = collections.Counter(_suite_of(str(item.path)) for item in session.items
+                                    if _is_property(item))
     workers = max(1, int(_number("PYTEST_XDIST_WORKER_COUNT", 1)))
     left = _number(ENV_END, time.time()) - time.time()
-    WORKER.slice = max(1.0, left * workers / max(1, properties))
+    share = left * workers / max(1, len(per_suite))
+    WORKER.slices = {suite: max(1.0, share / n) for suite, n in per_suite.items()}
 
 
 @pytest.hookimpl(wrapper=True)
@@ -388,7 +391,7 @@ def pytest_runtest_call(item: Any) -> Any:
     WORKER.failing = False
     WORKER.deadline = None
     if _is_property(item) and os.environ.get(ENV_END):
-        slice_s = _number(ENV_SLICE, WORKER.slice)
+        slice_s = _number(ENV_SLICE, WORKER.slices.get(WORKER.suite, 60.0))
         left = _number(ENV_END, time.time()) - time.time()
         WORKER.deadline = time.monotonic() + max(0.0, min(slice_s, left))
     start = time.monotonic()
