@@ -191,9 +191,9 @@ def show_tree(node: Node) -> str:
         return "*"
     if node.kind == "none":
         return "None"
+    if node.kind == "dict":  # each child written once: a dict nested n deep is O(n), not 2**n
+        return "{" + ", ".join(f"{k!r}: {show_tree(c)}"
+                               for k, c in zip(node.keys, node.children)) + "}"
     inner = ", ".join(show_tree(c) for c in node.children)
-    if node.kind == "dict":
-        inner = ", ".join(f"{k!r}: {show_tree(c)}" for k, c in zip(node.keys, node.children))
-        return "{" + inner + "}"
     return ("(" + inner + ("," if len(node.children) == 1 else "") + ")"
             if node.kind == "tuple" else "[" + inner + "]")

@@ -314,3 +314,14 @@ def test_a_sharding_in_json_with_an_integer_too_long_is_a_command_line_error():
     from shardlaw.sharding_text import ShardingTextError, parse_sharding
     with pytest.raises(ShardingTextError, match="cannot read JSON"):
         parse_sharding('{"type": "SingleDeviceSharding", "device": ' + "9" * 5000 + "}")
+
+
+def test_a_tree_nested_in_dicts_is_written_in_linear_time():
+    """show_tree wrote a dict's children twice: a 30-deep dict of dicts in a WSC-2 refusal
+    took 2**30 steps (a hang in the fuzz ci slice)."""
+    values = []
+    for _ in range(150):
+        values = {"a": values}
+    message = _refused(lambda: S.with_sharding_constraint(values, ()), "WSC-2",
+                       "must be a tree prefix of its values {'a': {'a':", ValueError)
+    assert message.count("{'a'") <= 150
