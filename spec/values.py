@@ -405,15 +405,22 @@ def check_axis_names(axis_names: Any) -> tuple[str, ...]:
         axis_names = (axis_names,)
     if not isinstance(axis_names, Iterable) or isinstance(axis_names, (bytes, bytearray)):
         raise reject(BadAxisName(axis_names, ()))
-    try:
-        names = tuple(axis_names)
-    except Exception:  # an iterable that fails while it is read
-        raise reject(BadAxisName(axis_names, ())) from None
-    for n in names:
-        require(isinstance(n, str) and n != "", lambda n=n: BadAxisName(n, names))
-    for i, n in enumerate(names):
-        require(n not in names[:i], lambda n=n: DuplicateAxisName(n, names))
-    return names
+    read: list[str] = []
+    seen: set[str] = set()
+    iterator = iter(axis_names)
+    while True:
+        try:
+            n = next(iterator)
+        except StopIteration:
+            return tuple(read)
+        except Exception:  # an iterable that fails while it is read
+            raise reject(BadAxisName(axis_names, ())) from None
+        # Each name is checked as it is read: a device list of a million entries given as
+        # the names is refused at its first entry, not after it was all built.
+        require(isinstance(n, str) and n != "", lambda n=n: BadAxisName(n, (*read, n)))
+        require(n not in seen, lambda n=n: DuplicateAxisName(n, (*read, n)))
+        read.append(n)
+        seen.add(n)
 
 
 @rule("VAL-4", mirrors="jax.sharding.Mesh / AbstractMesh construction (their safe_zip checks)")

@@ -325,3 +325,14 @@ def test_a_tree_nested_in_dicts_is_written_in_linear_time():
     message = _refused(lambda: S.with_sharding_constraint(values, ()), "WSC-2",
                        "must be a tree prefix of its values {'a': {'a':", ValueError)
     assert message.count("{'a'") <= 150
+
+
+def test_mesh_axis_names_are_refused_at_their_first_bad_entry():
+    """Mesh.iota(sizes, DeviceList of 2**20 ids): the names were all read (a million Device
+    values) before the first was refused; past 10 s in the deep fuzz run."""
+    huge = S.DeviceList(S.Iota((1024, 1024), (1, 0)))
+    _refused(lambda: Mesh.iota((2,), huge), "VAL-3", "got Device(0)", TypeError)
+    names = tuple(f"a{i}" for i in range(50_000))
+    assert S.values.check_axis_names(names + ("z",)) == names + ("z",)  # linear, not quadratic
+    _refused(lambda: S.values.check_axis_names(names + ("a7",)), "VAL-3",
+             "'a7' appears twice", ValueError)
