@@ -14,7 +14,6 @@ sides against JAX.
 """
 
 import dataclasses
-import time
 
 import numpy as np
 import pytest
@@ -300,24 +299,14 @@ def _ten_argument_call(mesh, spmd):
 
 
 def test_the_answer_never_enumerates_devices():
-    """A 10-argument call on a mesh of 2**40 devices is answered as fast as on 8 devices;
-    on 65,536 devices each answer takes well under 2 ms (printed; bounded loosely here, as
-    the machine is shared)."""
+    """A 10-argument call on a mesh of 2**40 devices is answered (it would not be, were the
+    devices walked). How long an answer takes is benchmarks/bench_transforms.py's."""
     huge = Mesh.iota((1 << 20, 1 << 20), ("x", "y"))
     assert _ten_argument_call(huge, None).in_shardings[0] == NamedSharding(huge, P(None, "x"))
     assert _ten_argument_call(huge, ()).axis_size == 16
-    sizes, names = (256, 16, 16), ("x", "y", "batch")
-    for mesh in (Mesh.iota(sizes, names), AbstractMesh(sizes, names)):
-        for spmd in (None, "batch"):
-            times = []
-            for _ in range(50):
-                start = time.perf_counter()
-                _ten_argument_call(mesh, spmd)
-                times.append(time.perf_counter() - start)
-            median = sorted(times)[len(times) // 2] * 1e3
-            print(f"\n  {type(mesh).__name__} of 65,536 devices, spmd_axis_name={spmd!r}: "
-                  f"{median:.3f} ms per 10-argument call")
-            assert median < 20
+    abstract = AbstractMesh((1 << 20, 1 << 10, 1 << 10), ("x", "y", "batch"))
+    batched = _ten_argument_call(abstract, "batch").in_shardings[0]
+    assert batched == NamedSharding(abstract, P("batch", "x"))
 
 
 def test_reading_a_gspmd_sharding_is_bounded():
