@@ -83,7 +83,7 @@ def device_assignment(sources: Sequence[Source], context: Mesh | AbstractMesh | 
         if s is UNSPECIFIED:
             continue
         if isinstance(s, NamedSharding) and isinstance(s.mesh, AbstractMesh):
-            check_abstract_size(abstract, abstract_what, s.mesh.size, source.what)
+            check_abstract_size(abstract, abstract_what, s.mesh.size, source.what, source.path)
             abstract, abstract_what = s.mesh, source.what
             continue
         any_concrete = True
@@ -138,7 +138,8 @@ class AbstractSizeMismatch(Failure):
 
 @rule("DA-2", mirrors="jax._src.interpreters.pxla._get_and_check_device_assignment "
                       "(abstract meshes)")
-def check_abstract_size(abstract: AbstractMesh | None, what: str, size: int, other: str) -> None:
+def check_abstract_size(abstract: AbstractMesh | None, what: str, size: int, other: str,
+                        path: str | None = None) -> None:
     """Shardings over abstract meshes are compared by size only: every abstract mesh of a call, and the device assignment, span the same number of devices.
 
     >>> check_abstract_size(AbstractMesh((2, 4), ("x", "y")), "in_shardings for args[0]", 4,
@@ -147,9 +148,9 @@ def check_abstract_size(abstract: AbstractMesh | None, what: str, size: int, oth
     ...
     shardlaw.spec.rules.RejectionValueError: [DA-2]: the in_shardings for args[0] spans 8 devices but the device assignment spans 4; abstract meshes must match the program's size
     """
-    if abstract is None:
-        return
-    require(abstract.size == size, lambda: AbstractSizeMismatch(what, abstract.size, other, size))
+    if abstract is not None and abstract.size != size:
+        # refused at the sharding that brings the second size in (its path, when it has one)
+        raise reject(AbstractSizeMismatch(what, abstract.size, other, size), path)
 
 
 @rule("DA-3", mirrors="jax._src.interpreters.pxla.get_default_device")

@@ -159,3 +159,16 @@ def test_every_rejecting_rule_refused_a_call_through_the_engine():
     missing = [r for r in REJECTING if ENGINE_REFUSALS[r] == 0]
     assert not missing, f"never refused through the engine: {missing}"
     assert ACCEPTED["calls"] > 0
+
+
+def test_two_abstract_meshes_of_other_sizes_are_refused_at_the_second():
+    """DA-2 named no path in the spec where the engine named the argument (a disagreement of
+    the fuzz campaign's engine side): both refuse at the sharding that brings the second
+    size in."""
+    call = Call(args=({"k0": Arg.numpy((6,)), "k1": Arg.numpy((7,))},), outputs=(),
+                options=JitOptions(keep_unused=True, in_shardings=(
+                    {"k0": S.NamedSharding(S.AbstractMesh((3,), ("a",)), S.P()),
+                     "k1": S.NamedSharding(S.AbstractMesh((1, 7), ("b", "d")), S.P())},)))
+    verdict, mine = _agree(call)
+    assert (verdict.rule, verdict.path) == ("DA-2", "args[0]['k1']")
+    assert mine.failure.rule == "DA-2"
