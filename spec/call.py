@@ -160,15 +160,16 @@ class Arg:
 MAX_NESTING = 200
 
 
-def _nesting(tree: Any) -> int:
-    """How many containers deep ``tree`` nests (tuples, lists, dicts), read without recursion."""
+def _nesting(tree: Any, limit: int = MAX_NESTING) -> int:
+    """How many containers deep ``tree`` nests (tuples, lists, dicts), read without recursion
+    (it stops once past ``limit``)."""
     deepest, stack = 0, [(tree, 0)]
     while stack:
         node, depth = stack.pop()
         if type(node) in (tuple, list, dict):
             depth += 1
             deepest = max(deepest, depth)
-            if depth > MAX_NESTING:
+            if depth > limit:
                 return depth
             stack.extend((child, depth) for child in
                          (node.values() if type(node) is dict else node))

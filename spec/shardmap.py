@@ -20,6 +20,7 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Iterable
 
+from .call import _nesting
 from .dims import MAX_RANK, check_dims, check_rank_count
 from .hlo import HloSharding, SubgroupType, iota_tile
 from .pytree import broadcast_prefix, leaves_with_paths, prefix_mismatch, show_path, structure
@@ -142,23 +143,8 @@ class NotAutoMesh(Failure):
     types: tuple
 
 
-def _nesting(tree: Any) -> int:
-    """How many containers deep ``tree`` nests, read without recursion (stops past the limit)."""
-    deepest, stack = 0, [(tree, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if type(node) in (tuple, list, dict):
-            depth += 1
-            deepest = max(deepest, depth)
-            if depth > MAX_NESTING:
-                return depth
-            stack.extend((child, depth) for child in
-                         (node.values() if type(node) is dict else node))
-    return deepest
-
-
 def _check_tree(tree: Any, parameter: str, leaf_type: type, what: str) -> None:
-    require(_nesting(tree) <= MAX_NESTING, lambda: BadParameter(
+    require(_nesting(tree, MAX_NESTING) <= MAX_NESTING, lambda: BadParameter(
         parameter, f"a pytree at most {MAX_NESTING} containers deep", "a deeper tree"))
     for path, leaf in leaves_with_paths(tree):
         require(isinstance(leaf, leaf_type), lambda: BadParameter(
@@ -190,7 +176,7 @@ def check_parameters(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, re
     _check_tree(operands, "args", Shaped, "a Shaped array")
     _check_tree(results, "results", Returned, "a Returned result")
     for name, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
-        require(_nesting(specs) <= MAX_NESTING, lambda: BadParameter(
+        require(_nesting(specs, MAX_NESTING) <= MAX_NESTING, lambda: BadParameter(
             name, f"a pytree at most {MAX_NESTING} containers deep", "a deeper tree"))
     count = sum(1 for _ in leaves_with_paths(operands))
     for path, leaf in leaves_with_paths(results):
