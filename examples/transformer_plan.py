@@ -11,15 +11,16 @@ every 2-D ``(fsdp, model)`` and 3-D ``(data, fsdp, model)`` mesh the team may ru
    (``shardlaw.spec.jit_call`` on a hand-built ``Call``): the arguments are
    ``ShapeDtypeStruct``\\ s sharded over an *abstract* mesh (the plan needs no devices), the
    job's mesh is the context mesh (``jax.set_mesh``), and the step's results come back in
-   the plan's shardings (the new parameters and optimizer state where the old ones were).
+   the plan's shardings (the new parameters and optimizer state where the old ones were);
+4. the gradients come back where the parameters are: the step takes ``jax.grad`` of a loss
+   jitted with the plan's shardings, and the transposed jit equation JAX stages
+   (``shardlaw.spec.autodiff.transposed_equation``, rule AD-5) returns each parameter's
+   cotangent with that parameter's sharding, so the optimizer's update moves no data.
 
 No JAX and no devices are needed: only the specification. Run it::
 
     python examples/transformer_plan.py            # the properties, then a few meshes shown
     HYPOTHESIS_PROFILE=deep python examples/transformer_plan.py
-
-The gradients' shardings (``jax.grad`` inside the step) are not checked yet: the rules of
-shardings under transformations are still being written (issue 14).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from hypothesis import strategies as st
 from shardlaw.spec import (
     AbstractMesh, Arg, Call, JitOptions, Mesh, NamedSharding, Out, P, jit_call, shard_shape,
 )
+from shardlaw.spec.autodiff import JitBody, JitEquation, transposed_equation
 from shardlaw.spec.pytree import leaves_with_paths
 from shardlaw.spec.rules import Rejection
 
@@ -189,6 +191,20 @@ def forward_call(plan: Plan, job: Mesh, m: Model = MODEL) -> Call:
     return Call(args=args, outputs=logits, context_mesh=job, devices=job.size)
 
 
+def gradient_shardings(plan: Plan) -> tuple:
+    """The out_shardings of the transposed equation ``jax.grad`` stages for
+    ``jit(loss, in_shardings=(params, tokens, targets))``: one cotangent per parameter (the
+    integer tokens and targets have none), and the loss replicated."""
+    params = [NamedSharding(plan.mesh, spec) for _, _, spec in plan.params.values()]
+    tokens = [NamedSharding(plan.mesh, plan.batch[k][2]) for k in ("tokens", "targets")]
+    loss = JitEquation((*params, *tokens), (NamedSharding(plan.mesh, P()),))
+    every_input = set(range(len(params) + 2))
+    body = JitBody(inputs=len(every_input), dependencies=[every_input],
+                   residuals=len(params), stored_residuals=len(params))
+    back = transposed_equation(loss, body, (True,) * len(params) + (False, False), (True,))
+    return back.out_shardings
+
+
 def check_plan(mesh: AbstractMesh, m: Model = MODEL) -> dict[str, object]:
     """Every check above on one mesh; what was found (raises AssertionError on a failure)."""
     plan = plan_for(mesh, m)
@@ -206,6 +222,10 @@ def check_plan(mesh: AbstractMesh, m: Model = MODEL) -> dict[str, object]:
             f"{mesh}: {path} comes back as {got}, the plan says {spec}"
     forward = jit_call(forward_call(plan, job))
     assert forward.accepted, f"{mesh}: the forward step is refused: {forward.message}"
+    for name, grad, (_, _, spec) in zip(plan.params, gradient_shardings(plan),
+                                        plan.params.values(), strict=True):
+        assert grad == NamedSharding(mesh, spec), \
+            f"{mesh}: the gradient of {name} comes back as {grad}, the parameter is {spec}"
     return {"mesh": mesh, "devices": job.size, "GiB per chip": round(held / GiB, 1),
             "batch": global_batch(m, mesh)}
 
