@@ -27,7 +27,7 @@ from .hlo import Tiled
 from .placement import (
     Indivisible, TilesDoNotMatchRank, check_rank, devices_indices_map, shard_shape,
 )
-from .rules import Failure, Rejection, explain, reject, require, rule
+from .rules import IllFormedParameter, Failure, Rejection, explain, reject, require, rule
 from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
 from .values import UNCONSTRAINED, AxisType, Mesh, PartitionSpec
 
@@ -73,14 +73,8 @@ class Placement:
 # --------------------------------------------------------------------------- ARG-0
 
 @dataclasses.dataclass(frozen=True)
-class BadArgumentDescription(Failure):
+class BadArgumentDescription(IllFormedParameter):
     rule: ClassVar[str] = "ARG-0"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{what} must be {expected}; got {value!r}"
-    what: str
-    expected: str
-    value: Any
 
 
 @rule("ARG-0", mirrors="(input checking of the spec's description; JAX has no such value)")
@@ -90,7 +84,7 @@ def check_argument_description(condition: bool, what: str, expected: str, value:
     >>> check_argument_description(False, "value_kind", "one of VALUE_KINDS", "list")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionTypeError: [ARG-0]: value_kind must be one of VALUE_KINDS; got 'list'
+    shardlaw.spec.rules.RejectionTypeError: [ARG-0]: value_kind must be one of VALUE_KINDS, got 'list'
     """
     require(condition, lambda: BadArgumentDescription(what, expected, value))
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from .rules import Failure, reject, require, rule
+from .rules import IllFormedParameter, Failure, reject, require, rule
 from .shardings import UNSPECIFIED, NamedSharding, Sharding  # noqa: F401 - NamedSharding: examples
 from .values import Mesh, PartitionSpec  # noqa: F401 - Mesh: the examples
 
@@ -58,14 +58,8 @@ MAX_OPERANDS = 100_000
 # --------------------------------------------------------------------------- AD-0
 
 @dataclasses.dataclass(frozen=True)
-class IllFormed(Failure):
+class IllFormed(IllFormedParameter):
     rule: ClassVar[str] = "AD-0"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{parameter} must be {expected}, got {value!r}"
-    parameter: str
-    expected: str
-    value: Any
 
 
 @dataclasses.dataclass(frozen=True)

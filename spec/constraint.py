@@ -39,7 +39,7 @@ from .pytree import (
     broadcast_prefix, is_container, leaves_with_paths, prefix_mismatch, show_path, show_tree,
     structure,
 )
-from .rules import Failure, Rejection, explain, located, reject, require, rule
+from .rules import IllFormedParameter, Failure, Rejection, explain, located, reject, require, rule
 from .shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
 from .values import AxisType, Mesh, PartitionSpec, UNCONSTRAINED
 
@@ -85,14 +85,8 @@ class Constraint:
 # --------------------------------------------------------------------------- WSC-0
 
 @dataclasses.dataclass(frozen=True)
-class BadConstraintCall(Failure):
+class BadConstraintCall(IllFormedParameter):
     rule: ClassVar[str] = "WSC-0"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{what} must be {expected}; got {value!r}"
-    what: str
-    expected: str
-    value: Any
 
 
 @rule("WSC-0", mirrors="(input checking of the spec's description; JAX has no such value)")
@@ -102,7 +96,7 @@ def check_constraint_call(condition: bool, what: str, expected: str, value: Any)
     >>> check_constraint_call(False, "the context mesh", "a Mesh or None", "x")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.rules.RejectionTypeError: [WSC-0]: the context mesh must be a Mesh or None; got 'x'
+    shardlaw.spec.rules.RejectionTypeError: [WSC-0]: the context mesh must be a Mesh or None, got 'x'
     """
     require(condition, lambda: BadConstraintCall(what, expected, value))
 

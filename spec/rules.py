@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, Iterator
 from shardlaw.rule_stages import is_description, stage_of
 
 __all__ = [
-    "Rule", "RULES", "rule", "Failure", "Rejection", "require", "reject", "explain",
+    "Rule", "RULES", "rule", "Failure", "IllFormedParameter", "Rejection", "require", "reject", "explain",
     "tracing", "fired", "located", "staged", "remembering",
 ]
 
@@ -250,6 +250,20 @@ class Failure:
 
     def facts(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True)
+class IllFormedParameter(Failure):
+    """A parameter of a spec function that is not what it must be: the failure of each
+    family's "the parameters are well-formed" rule (ARG-0, WSC-0, AD-0, SMAP-0), which
+    subclasses it with its rule ID."""
+
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = "{parameter} must be {expected}, got {value!r}"
+    parameter: str
+    expected: str
+    value: Any
 
 
 class Rejection(Exception):

@@ -24,7 +24,7 @@ from .call import _nesting
 from .dims import MAX_RANK, check_dims, check_rank_count
 from .hlo import HloSharding, SubgroupType, iota_tile
 from .pytree import broadcast_prefix, leaves_with_paths, prefix_mismatch, show_path, structure
-from .rules import Failure, Rejection, located, reject, require, rule, staged
+from .rules import IllFormedParameter, Failure, Rejection, located, reject, require, rule, staged
 from .values import AbstractMesh, AxisType, Mesh, PartitionSpec
 
 P = PartitionSpec  # the name the examples use
@@ -122,14 +122,8 @@ def _bounded_items(items: Iterable[Any], what: str, limit: int = MAX_RANK) -> li
 # --------------------------------------------------------------------------- SMAP-0
 
 @dataclasses.dataclass(frozen=True)
-class BadParameter(Failure):
+class BadParameter(IllFormedParameter):
     rule: ClassVar[str] = "SMAP-0"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{parameter} must be {expected}, got {value!r}"
-    parameter: str
-    expected: str
-    value: Any
 
 
 @dataclasses.dataclass(frozen=True)
