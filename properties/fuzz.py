@@ -373,6 +373,7 @@ def _by_name() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
         "reduced": lambda: st.sets(st.sampled_from(["x", "y"]), max_size=2),
         "call": _calls, "sites": _call_sites, "obj_or_text": _vector_texts,
         "whole_call": _calls, "whole_sites": _call_sites,
+        "transform": lambda: st.sampled_from([*S.transformed.TRANSFORMS, "vmap", ""]),
         "timeout_s": lambda: st.sampled_from([0.5, 1.0, 0.001]),
         "encoding": lambda: st.sampled_from(["digits", "bitvector", "integer"]),
         "layout": lambda: st.one_of(st.none(), st.permutations(range(2)).map(
@@ -489,6 +490,7 @@ EXEMPT = {
     "UNSPECIFIED": "a marker value, not callable",
     "AUTO_LAYOUT": "a marker value, not callable",
     "Verdict": "a result record the spec builds; users read it",
+    "TransformedVerdict": "a result record the spec builds; users read it",
 }
 
 

@@ -32,6 +32,7 @@ from .autodiff import *  # noqa: F401,F403
 from .batching import *  # noqa: F401,F403
 from .constraint import *  # noqa: F401,F403
 from .shardmap import *  # noqa: F401,F403
+from .transformed import TransformedCall, TransformedVerdict, explain_transformed
 
 
 def from_jax(obj):
@@ -80,4 +81,4 @@ __all__ = [
     "Vector", "dump_vector", "load_vector",
 ]
 __all__ += [*arguments.__all__, *autodiff.__all__, *batching.__all__, *constraint.__all__,
-            *shardmap.__all__]
+            *shardmap.__all__, "TransformedCall", "TransformedVerdict", "explain_transformed"]
