@@ -7,6 +7,8 @@ database. One of them plants a wrong rule and must find it, save it and replay i
 
 from __future__ import annotations
 
+import argparse
+import collections
 import json
 import os
 import signal
@@ -23,7 +25,7 @@ from shardlaw.campaign import ENV_PLANT, build_report, suite_files
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {"workers", "seconds", "examples", "examples_per_second", "disagreements", "suites",
-        "rules", "never_hit"}
+        "rules", "never_hit", "jax_calls"}
 TWO_PROPERTIES = "test_placement_agrees_with_jax or test_iota_tile_agrees_with_xla"
 
 
@@ -95,16 +97,29 @@ def test_suites_that_do_not_exist_yet_are_left_out(tmp_path):
     assert set(suite_files(["all"], ROOT)) >= {"placement", "jit", "engine", "cache", "fuzz"}
 
 
+def test_shares_split_the_time_among_the_suites(monkeypatch):
+    from shardlaw import campaign, campaign_plugin
+    monkeypatch.setenv(campaign.ENV_SHARES, json.dumps({"jit": 3}))
+    per_suite = collections.Counter({"jit": 1, "placement": 16})
+    assert campaign_plugin._shares(per_suite) == {"jit": 3.0, "placement": 1.0}
+    assert campaign._share("jit=2.5") == ("jit", 2.5)
+    for bad in ("jit", "nope=2", "jit=0", "jit=-1", "jit=x", "jit=1e9"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            campaign._share(bad)
+
+
 def test_the_report_adds_up_the_workers(tmp_path):
     worker = {"examples": {"jit": 5}, "failed": {}, "rules": {"DA-1": [3, 1], "DA-3": [2, 0]},
-              "scope": ["DA-1", "DA-3", "DA-4"], "fuzz": {}}
+              "scope": ["DA-1", "DA-3", "DA-4"], "fuzz": {}, "jax_calls": {"jit": 6}}
     other = {"examples": {"jit": 7, "placement": 1}, "failed": {"jit": 1},
-             "rules": {"DA-1": [1, 0]}, "scope": ["DA-1"], "fuzz": {}}
+             "rules": {"DA-1": [1, 0]}, "scope": ["DA-1"], "fuzz": {}, "jax_calls": {"jit": 7}}
     report = build_report([worker, other], 2, 4.0, ["jit", "placement"], tmp_path / "none")
     assert set(report) == KEYS
     assert report["examples"] == 13 and report["examples_per_second"] == 3.2
     assert {name: (f["examples"], f["disagreements"]) for name, f in report["suites"].items()} \
         == {"jit": (12, 1), "placement": (1, 0)}
+    assert report["jax_calls"] == 13 and report["suites"]["jit"]["jax_calls"] == 13
+    assert report["suites"]["placement"]["jax_calls"] == 0
     assert report["rules"]["DA-1"] == {"accepted": 4, "rejected": 1}
     assert report["never_hit"] == ["DA-3 rejected", "DA-4 accepted", "DA-4 rejected"]
 

@@ -46,7 +46,13 @@ SUITES: dict[str, tuple[str, ...]] = {
                    "tests/test_constraint.py", "tests/test_arguments.py",
                    "tests/test_shardmap.py"),
     "fuzz": ("tests/test_fuzz.py",),
+    "laws": ("tests/test_laws.py",),
+    "proofs": ("tests/test_proofs.py",),
 }
+
+# Suites whose properties hold the spec to itself (its laws, the prover, hostile input)
+# rather than to JAX: their examples count, their rules are not in the report's hit table.
+NOT_HELD_TO_JAX = ("fuzz", "laws", "proofs")
 
 # What the campaign tells its workers' plugin (shardlaw.campaign_plugin), by environment.
 PROFILE = "shardlaw-campaign"                # the Hypothesis profile of the workers
@@ -59,6 +65,7 @@ ENV_SLICE = "SHARDLAW_CAMPAIGN_SLICE"        # seconds one property item may run
 ENV_DB = "SHARDLAW_CAMPAIGN_DB"              # the shared example database (a directory)
 ENV_PLANT = "SHARDLAW_CAMPAIGN_PLANT"        # a rule ID to plant wrong
 ENV_SUITES = "SHARDLAW_CAMPAIGN_SUITES"      # JSON: test file name -> suite name
+ENV_SHARES = "SHARDLAW_CAMPAIGN_SHARES"      # JSON: suite name -> its share of the time
 
 DEFAULT_DB = Path(".shardlaw") / "examples"
 DEFAULT_REPORT = Path(".shardlaw") / "campaign-report.json"
@@ -79,6 +86,10 @@ def add_parser(commands: Any) -> None:
                         help="a time budget instead of a number of examples")
     budget.add_argument("--replay", metavar="FILE",
                         help="run one saved disagreement again (exit 1 if it still fails)")
+    parser.add_argument("--share", action="append", type=_share, default=[],
+                        metavar="SUITE=N",
+                        help="under --minutes, give SUITE N shares of the workers' time "
+                             "(repeatable; every suite has 1 share unless told)")
     parser.add_argument("-k", dest="select", metavar="EXPR",
                         help="only the tests whose names match EXPR (as pytest -k)")
     parser.add_argument("--workers", type=_positive_int, default=1, metavar="W",
@@ -98,6 +109,21 @@ def _positive_int(text: str) -> int:
     if not 1 <= value <= 10 ** 9:
         raise argparse.ArgumentTypeError(f"{value} is not between 1 and 10**9")
     return value
+
+
+def _share(text: str) -> tuple[str, float]:
+    suite, equals, number = text.partition("=")
+    if not equals or suite not in SUITES:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not SUITE=N with SUITE one of {', '.join(SUITES)}")
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{number[:40]!r} is not a number") from None
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError(f"a share must be above 0 and at most 1000, "
+                                         f"got {number[:40]}")
+    return suite, value
 
 
 def _positive_float(text: str) -> float:
@@ -141,6 +167,7 @@ def _environment(args: Any, files: dict[str, list[str]], scratch: Path, out: Pat
         ENV_SHARDS: str(args.workers),
         ENV_SUITES: json.dumps({Path(f).name: name for name, fs in files.items()
                                        for f in fs}),
+        ENV_SHARES: json.dumps(dict(getattr(args, "share", None) or [])),
     })
     for name in (ENV_EXAMPLES, ENV_END):
         env.pop(name, None)
@@ -155,6 +182,7 @@ def _environment(args: Any, files: dict[str, list[str]], scratch: Path, out: Pat
 def _pytest_command(workers: int, targets: list[str], select: str | None) -> list[str]:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
                "-p", "no:cacheprovider", "-p", "no:benchmark", "-n", str(workers),
+               "--dist", "worksteal",
                "-o", "addopts=", "--no-header", "-rN", *targets]
     return command + (["-k", select] if select else [])
 
@@ -278,6 +306,7 @@ def _suite_figures(workers: list[dict[str, Any]], name: str) -> dict[str, Any]:
     seconds = _sum(workers, "property_seconds", name)
     examples = int(_sum(workers, "examples", name))
     return {"examples": examples, "disagreements": int(_sum(workers, "failed", name)),
+            "jax_calls": int(_sum(workers, "jax_calls", name)),
             "property_seconds": round(seconds, 1),
             "examples_per_property_second": round(examples / seconds, 1) if seconds else 0.0}
 
@@ -295,6 +324,7 @@ def build_report(workers: list[dict[str, Any]], count: int, seconds: float,
         "examples": examples,
         "examples_per_second": round(examples / seconds, 1) if seconds > 0 else 0.0,
         "disagreements": failed,
+        "jax_calls": int(sum(_sum(workers, "jax_calls", name) for name in suites)),
         "suites": {name: _suite_figures(workers, name) for name in suites},
         "rules": {r: {"accepted": rules.get(r, [0, 0])[0], "rejected": rules.get(r, [0, 0])[1]}
                   for r in sorted(scope, key=_rule_order)},
@@ -317,10 +347,13 @@ def summary(report: dict[str, Any], where: Path) -> str:
     """The report as a few lines of text."""
     lines = [f"{report['examples']:,} examples in {report['seconds']:,.0f} s on "
              f"{report['workers']} worker(s): {report['examples_per_second']:,.1f} examples/s; "
-             f"{report['disagreements']} disagreement(s)"]
+             f"{report['disagreements']} disagreement(s); "
+             f"{report.get('jax_calls', 0):,} whole jit calls held to real jax.jit"]
     for name, figures in report["suites"].items():
+        calls = figures.get("jax_calls", 0)
         lines.append(f"  {name:11} {figures['examples']:>10,} examples  "
-                     f"{figures['disagreements']} disagreement(s)")
+                     f"{figures['disagreements']} disagreement(s)"
+                     + (f"  ({calls:,} jit calls in JAX)" if calls else ""))
     both = sum(1 for h in report["rules"].values() if h["accepted"] and h["rejected"])
     lines.append(f"rules: {len(report['rules'])} in scope, {both} hit on both sides; "
                  f"sides never hit: {len(report['never_hit'])}"

@@ -35,16 +35,17 @@ import unittest
 from pathlib import Path
 from typing import Any, Callable
 
+import jax
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import HypothesisException
 
 from shardlaw.campaign import (
-    ENV_DB, ENV_DIR, ENV_END, ENV_EXAMPLES, ENV_OUT, ENV_PLANT, ENV_SHARDS, ENV_SLICE, ENV_SUITES,
-    PROFILE,
+    ENV_DB, ENV_DIR, ENV_END, ENV_EXAMPLES, ENV_OUT, ENV_PLANT, ENV_SHARDS, ENV_SHARES, ENV_SLICE,
+    ENV_SUITES, NOT_HELD_TO_JAX, PROFILE,
 )
-from shardlaw.properties import cache_harness, differential, engine_harness, fuzz
+from shardlaw.properties import cache_harness, differential, engine_harness, fuzz, jit_harness
 from shardlaw.spec.rules import RULES, Failure, reject, tracing
 
 # Tests that check the hits of their own process: the report checks every worker's. By
@@ -102,6 +103,8 @@ class _Worker:
     property_seconds: collections.Counter = dataclasses.field(
         default_factory=collections.Counter)
     failed: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    # whole jit calls made in real jax.jit and held against the spec (or the engine), per suite
+    jax_calls: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     engine: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     cache: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     fuzz: collections.Counter = dataclasses.field(default_factory=collections.Counter)
@@ -173,7 +176,8 @@ def _write(final: bool = False) -> None:
     name = os.environ.get("PYTEST_XDIST_WORKER", "main")
     data = {"examples": dict(WORKER.examples), "seconds": dict(WORKER.seconds),
             "property_seconds": dict(WORKER.property_seconds),
-            "failed": dict(WORKER.failed), "rules": _hits(), "fuzz": dict(WORKER.fuzz),
+            "failed": dict(WORKER.failed), "jax_calls": dict(WORKER.jax_calls),
+            "rules": _hits(), "fuzz": dict(WORKER.fuzz),
             "scope": sorted(WORKER.scope), "final": final}
     target = Path(where) / f"worker-{name}.json"
     scratch = target.with_suffix(".tmp")
@@ -227,6 +231,15 @@ def _counting_cache(compare: Callable[..., Any]) -> Callable[..., Any]:
     return counted
 
 
+def _counting_calls(run: Callable[..., Any], calls: Callable[..., int]) -> Callable[..., Any]:
+    """``run``, counting the whole jit calls it makes in real jax.jit (``calls(*args)``)."""
+    @functools.wraps(run)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        WORKER.jax_calls[WORKER.suite] += calls(*args)
+        return run(*args, **kwargs)
+    return counted
+
+
 def _counting_fuzz(run: Callable[..., Any]) -> Callable[..., Any]:
     """run_spec_case, counting the rules that refused hostile input (not held to JAX)."""
     @functools.wraps(run)
@@ -244,6 +257,14 @@ def _install_counters() -> None:
         engine_harness.compare_engine = _counting_engine(engine_harness.compare_engine)
     if getattr(cache_harness.compare_sequence, "__wrapped__", None) is None:
         cache_harness.compare_sequence = _counting_cache(cache_harness.compare_sequence)
+    if getattr(jit_harness.run_in_jax, "__wrapped__", None) is None:
+        jit_harness.run_in_jax = _counting_calls(jit_harness.run_in_jax, lambda *_: 1)
+    if getattr(engine_harness.run_call, "__wrapped__", None) is None:
+        engine_harness.run_call = _counting_calls(
+            engine_harness.run_call, lambda call, jit_fn, *_: int(jit_fn is jax.jit))
+    if getattr(cache_harness.run_sequence, "__wrapped__", None) is None:
+        cache_harness.run_sequence = _counting_calls(cache_harness.run_sequence,
+                                                     lambda sites, *_: len(sites))
     if getattr(fuzz.run_spec_case, "__wrapped__", None) is None:
         fuzz.run_spec_case = _counting_fuzz(fuzz.run_spec_case)
 
@@ -362,7 +383,7 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
             kept.append(item)
             continue
         _prepare(item, examples)
-        if _suite_of(str(item.path)) != "fuzz":
+        if _suite_of(str(item.path)) not in NOT_HELD_TO_JAX:
             WORKER.scope.update(getattr(item.obj, "rule_ids", ()))
         for k, shard in enumerate(_shards(item, count)):
             rounds[k].append(shard)
@@ -381,8 +402,20 @@ def pytest_collection_finish(session: Any) -> None:
                                     if _is_property(item))
     workers = max(1, int(_number("PYTEST_XDIST_WORKER_COUNT", 1)))
     left = _number(ENV_END, time.time()) - time.time()
-    share = left * workers / max(1, len(per_suite))
-    WORKER.slices = {suite: max(1.0, share / n) for suite, n in per_suite.items()}
+    shares = _shares(per_suite)
+    total = sum(shares.values()) or 1.0
+    WORKER.slices = {suite: max(1.0, left * workers * shares[suite] / total / n)
+                     for suite, n in per_suite.items()}
+
+
+def _shares(per_suite: collections.Counter) -> dict[str, float]:
+    """Each suite's share of the time (``--share SUITE=N``; 1 unless told)."""
+    try:
+        told = json.loads(os.environ.get(ENV_SHARES) or "{}")
+    except ValueError:
+        told = {}
+    return {suite: float(told.get(suite, 1.0)) if isinstance(told, dict) else 1.0
+            for suite in per_suite}
 
 
 @pytest.hookimpl(wrapper=True)
