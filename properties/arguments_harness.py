@@ -20,7 +20,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardlaw.spec import to_jax
-from shardlaw.spec.arguments import CANONICAL, NOT_NUMERIC, Placement, place_argument
+from shardlaw.spec.arguments import CANONICAL, FLOAT0, NOT_NUMERIC, Placement, place_argument
 from shardlaw.spec.jax_bridge import jax_box
 from shardlaw.spec.rules import Rejection, tracing
 from shardlaw.spec.hlo import Maximal
@@ -85,6 +85,15 @@ def build_value(case: ArgumentCase) -> Any:
     return array
 
 
+def _on_host(value: Any) -> Placement | None:
+    """A value JAX kept on the host (a float0 array is no jax.Array): no shards, committed
+    to nothing; None for a jax.Array."""
+    if isinstance(value, jax.Array):
+        return None
+    dtype = FLOAT0 if value.dtype == jax.dtypes.float0 else str(value.dtype)
+    return Placement(dtype, False, False, {})
+
+
 def run_in_jax(case: ArgumentCase) -> JaxPlacement:
     """Place the value with device_put, or pass it to an identity jit."""
     out = JaxPlacement()
@@ -94,13 +103,16 @@ def run_in_jax(case: ArgumentCase) -> JaxPlacement:
         if case.via == "device_put":
             placed = jax.device_put(value, sharding) if sharding is not None else \
                 jax.device_put(value)
-            shards = {s.device.id: jax_box(s.index, case.shape) for s in placed.addressable_shards}
-            out.placement = Placement(str(placed.dtype), placed.weak_type, placed.committed,
-                                      shards)
+            out.placement = _on_host(placed) or Placement(
+                str(placed.dtype), placed.weak_type, placed.committed,
+                {s.device.id: jax_box(s.index, case.shape) for s in placed.addressable_shards})
         else:
             fun = jax.jit(lambda a: a, **({} if sharding is None else
                                           {"in_shardings": sharding}))
             result = jax.block_until_ready(fun(value))
+            out.placement = _on_host(result)
+            if out.placement is not None:
+                return out
             (aval,) = jax.make_jaxpr(fun)(value).in_avals
             # The identity returns the argument where jit placed it.
             shards = {s.device.id: jax_box(s.index, case.shape) for s in result.addressable_shards}
@@ -123,6 +135,11 @@ def spec_outcome(case: ArgumentCase) -> tuple[Placement | None, Rejection | None
 def _count(fired: list[str], rejected: str | None, placement: Placement | None) -> None:
     for rule_id in dict.fromkeys(fired):
         ARG_HITS.setdefault(rule_id, [0, 0])[0 if rule_id != rejected else 1] += 1
+    if "ARG-6" in fired and rejected is not None:
+        # ARG-6 checks a float0 value's sharding with ARG-4/ARG-5 before keeping it on the
+        # host: their refusal there is ARG-6's other side.
+        ARG_HITS["ARG-6"][0] -= 1
+        ARG_HITS["ARG-6"][1] += 1
     if rejected is not None:
         ARG_HITS.setdefault(rejected, [0, 0])
     # ARG-2 decides without refusing: its sides are weak and not weak.
@@ -176,8 +193,11 @@ def argument_cases(draw: Any) -> ArgumentCase:
         # sharding's rank before their dtype on some paths and not on others.
         odd = [d for d in NOT_NUMERIC
                if kind != "numpy_scalar" or d not in ("object", "void", "float128")]
-        dtype = draw(st.sampled_from(sorted(CANONICAL))) if draw(st.integers(0, 4)) else \
-            draw(st.sampled_from(odd))
+        # float0 (a zero tangent) as a numpy array: indexing one gives a numpy.void.
+        dice = draw(st.integers(0, 5))
+        dtype = (draw(st.sampled_from(odd)) if dice == 0 else
+                 FLOAT0 if dice == 1 and kind != "numpy_scalar" else
+                 draw(st.sampled_from(sorted(CANONICAL))))
     int_value = draw(st.one_of(st.integers(-9, 9), st.sampled_from(
         [2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**40, -(2**63)]))) if kind == "int" else 0
     concrete = st.one_of(named_shardings(max_devices=8, max_rank=len(shape) + 1),

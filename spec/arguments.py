@@ -56,6 +56,8 @@ NUMPY_KINDS = ("numpy_scalar", "numpy_array", "masked_array")
 # a str, refused at once).
 CHECKED_AFTER_PLACEMENT = ("datetime64", "timedelta64", "bytes")
 VIAS = ("device_put", "jit")
+# The dtype of a zero tangent (what grad gives an integer input): it has no bits to place.
+FLOAT0 = "float0"
 INT32 = (-(2**31), 2**31 - 1)
 
 
@@ -97,13 +99,15 @@ def _check_description(value_kind: Any, shape: Any, dtype: Any, sharding: Any, i
     if value_kind in PYTHON_SCALARS:
         check_argument_description(shape == (), "a Python scalar's shape", "()", shape)
     if value_kind in NUMPY_KINDS:
-        # float0 (a zero tangent) is left out: JAX places it or fails depending on the path
-        # and on what it cached earlier in the process.
-        known = (*CANONICAL, *NOT_NUMERIC)
+        known = (*CANONICAL, FLOAT0, *NOT_NUMERIC)
         check_argument_description(isinstance(dtype, str) and dtype in known,
                                    "a numpy value's dtype", f"one of {known}", dtype)
     if value_kind == "numpy_scalar":
         check_argument_description(shape == (), "a numpy scalar's shape", "()", shape)
+        # Indexing a float0 array gives a numpy.void, which JAX reads as a void scalar.
+        check_argument_description(dtype != FLOAT0, "a numpy scalar's dtype",
+                                   "not float0 (a float0 scalar is a numpy.void; describe "
+                                   "a 0-d float0 array as a numpy_array)", dtype)
     concrete = (SingleDeviceSharding, GSPMDSharding, NamedSharding)
     check_argument_description(sharding is None or isinstance(sharding, concrete)
                                and sharding.is_concrete, "the sharding",
@@ -373,8 +377,34 @@ def place_argument(value_kind: str, shape: Any, dtype: str | None = None, shardi
         check_no_unconstrained(sharding, via)
         place_on_devices(sharding, shape, via)
     check_placeable_kind(value_kind, dtype, shape)
+    if dtype == FLOAT0:
+        return stays_on_host(value_kind, shape, sharding, via)
     dtype_out, weak = placed_dtype(value_kind, dtype)
     check_int_fits(value_kind, int_value)
     check_no_unconstrained(sharding, via)
     shards = place_on_devices(sharding, shape, via)
     return Placement(dtype_out, weak, sharding is not None, shards)
+
+
+# --------------------------------------------------------------------------- ARG-6
+
+@rule("ARG-6", mirrors="jax._src.api.device_put / jax._src.dispatch (float0 values are "
+                       "kept as host arrays); jax._src.pjit (float0 arguments and results)")
+def stays_on_host(value_kind: str, shape: tuple[int, ...], sharding: Any, via: str
+                  ) -> Placement:
+    """A numpy array of dtype float0 is checked against its sharding like any array of its shape, then stays on the host: it comes back as a float0 numpy array on no device, committed to none.
+
+    float0 is the dtype of a zero tangent, what ``jax.grad`` gives an integer or boolean
+    input.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> stays_on_host("numpy_array", (8, 4), NamedSharding(mesh, P("x")), "device_put")
+    Placement(dtype='float0', weak_type=False, committed=False, shards={})
+    >>> stays_on_host("numpy_array", (3,), NamedSharding(mesh, P("x")), "device_put")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [ARG-4]: ...
+    """
+    check_no_unconstrained(sharding, via)
+    place_on_devices(sharding, shape, via)
+    return Placement(FLOAT0, False, False, {})

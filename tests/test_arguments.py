@@ -104,6 +104,30 @@ def test_unconstrained_places_nothing():
     assert isinstance(_agree(ArgumentCase("numpy_array", (8,), "float32", loose))[1], KeyError)
 
 
+@checks("ARG-6")
+def test_float0_is_checked_then_stays_on_the_host():
+    """A zero tangent (dtype float0) is checked against its sharding and then kept on the
+    host, by device_put and by jit alike: no shards, committed to nothing."""
+    host = S.Placement("float0", False, False, {})
+    split = NamedSharding(MESH, P("x", "y"))
+    cases = [((8, 4), None), ((8, 4), split), ((8, 4), S.SingleDeviceSharding(5)),
+             ((), None), ((), NamedSharding(MESH, P())), ((0, 4), split)]
+    for shape, sharding in cases:
+        for via in ("device_put", "jit"):
+            assert _agree(ArgumentCase("numpy_array", shape, "float0", sharding,
+                                       via=via)) == (host, None), (shape, sharding, via)
+    for via in ("device_put", "jit"):
+        _, refused = _agree(ArgumentCase("numpy_array", (3,), "float0",
+                                         NamedSharding(MESH, P("x")), via=via))
+        assert refused.rule == "ARG-4"
+        _, refused = _agree(ArgumentCase("numpy_array", (8,), "float0",
+                                         NamedSharding(MESH, P(UNCONSTRAINED)), via=via))
+        assert refused.rule == "ARG-5"
+    # Indexing a float0 array gives a numpy.void: the description takes 0-d arrays instead.
+    with pytest.raises(S.Rejection, match=r"\[ARG-0\]"):
+        S.place_argument("numpy_scalar", (), "float0")
+
+
 @checks("ARG-0")
 @given(st.sampled_from(["list", None, 3, "numpy"]))
 def test_descriptions_that_are_not_values_are_refused_by_arg_0(kind):
