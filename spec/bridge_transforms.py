@@ -397,17 +397,6 @@ def describe_sharding_constraint(x: Any, shardings: Any) -> TransformedCall:
 
 # --------------------------------------------------------------------------- shard_map
 
-def _specs_from_jax(tree: Any) -> Any:
-    """A tree of JAX PartitionSpecs as spec values (other leaves kept for SMAP-0 to judge)."""
-    if type(tree) in (tuple, list):
-        return type(tree)(_specs_from_jax(t) for t in tree)
-    if type(tree) is dict:
-        return {k: _specs_from_jax(v) for k, v in tree.items()}
-    if isinstance(tree, jax.sharding.PartitionSpec):
-        return from_jax(tree)
-    return tree
-
-
 def _returned(closed: Any) -> list[Returned]:
     """What each result of a traced body is: a flat argument, summed with psum or not."""
     jaxpr = closed.jaxpr
@@ -477,8 +466,8 @@ def describe_shard_map(f: Any, *args: Any, mesh: Any = None, in_specs: Any,
     results = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes),
                                            _returned(closed))
     manual = frozenset(axis_names) if isinstance(axis_names, (set, frozenset)) else axis_names
-    return TransformedCall.of("check_shard_map", mesh=spec_mesh, in_specs=_specs_from_jax(
-        in_specs), out_specs=_specs_from_jax(out_specs), operands=operands, results=results,
+    return TransformedCall.of("check_shard_map", mesh=spec_mesh, in_specs=_shardings_from_jax(
+        in_specs), out_specs=_shardings_from_jax(out_specs), operands=operands, results=results,
         manual_axes=manual, check_vma=check_vma)
 
 
