@@ -35,6 +35,7 @@ from shardlaw.properties.registry import checks
 from shardlaw.spec import UNSPECIFIED, NamedSharding, from_jax, to_jax
 from shardlaw.spec.autodiff import JitEquation, Linearized
 from shardlaw.spec.bridge_autodiff import equation_from_jax, jit_equations
+from shardlaw.spec.bridge_batching import jit_equations as bat_jit_equations
 from shardlaw.spec.bridge_constraint import constraint_equations, shardings_to_jax
 from shardlaw.spec.bridge_shardmap import _arguments, _jax_specs, shard_map_in_jax
 from shardlaw.spec.bridge_transforms import (
@@ -390,6 +391,18 @@ def test_pinned_vmap_with_spmd_axis_name():
                                            in_shardings=sharded, out_shardings=sharded))
     assert ok.accepted and str(ok.result.in_shardings[0].spec) == "P('data', 'model')"
     assert "BAT-3" in ok.trace
+    # The body decides where a result's batch axis lands (the transpose keeps it in front).
+    def layer(a):
+        return jnp.tanh(a).T
+    on = (JaxNamed(mesh, JaxP(None, "model")), JaxNamed(mesh, JaxP("model")))
+    x3 = jax.ShapeDtypeStruct((16, 8, 32), jnp.float32)
+    mine = explain_transformed(describe_vmap(layer, x3, spmd_axis_name="data",
+                                             in_shardings=on[0], out_shardings=on[1]))
+    with _quiet():
+        (theirs,) = bat_jit_equations(jax.make_jaxpr(jax.vmap(
+            jax.jit(layer, in_shardings=on[0], out_shardings=on[1]), spmd_axis_name="data"))(x3))
+    assert (mine.result.in_shardings, mine.result.out_shardings) == theirs
+    assert str(mine.result.out_shardings[0].spec) == "P('data', 'model')"
     refused = explain_transformed(describe_vmap(lambda a: a * 2, x, spmd_axis_name="model",
                                                 in_shardings=sharded))
     with pytest.raises(Exception) as raised, _quiet():
