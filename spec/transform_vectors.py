@@ -64,7 +64,7 @@ RECORDS: dict[str, type] = {cls.__name__: cls for cls in (
 
 # The classes of the harness cases an ``origin`` may hold (properties/<family>_harness.py).
 HARNESS_CASES = ("ArgumentCase", "VmapCase", "Vmap", "GradCase", "OutputPlan",
-                 "ConstraintCase", "SmapCall")
+                 "ConstraintCase", "SmapCall", "CollectiveCase", "ManualCase")
 HARNESSES = ("arguments", "batching", "autodiff", "constraint", "shardmap")
 
 # Shardings and their kin, written and read as the jit-call vectors write and read them.
@@ -197,7 +197,7 @@ def _rule_written(rule_id: Any, path: tuple) -> str:
     return rule_id
 
 
-def dump_transformed(call: TransformedCall, verdict: TransformedVerdict | None = None, *,
+def dump_transformed(transformed_call: TransformedCall, verdict: TransformedVerdict | None = None, *,
                      name: str | None = None, rule: str | None = None,
                      side: str | None = None, description: str | None = None,
                      compared_with: str | None = None, origin: Any = None,
@@ -217,6 +217,7 @@ def dump_transformed(call: TransformedCall, verdict: TransformedVerdict | None =
     >>> load_transformed(vector).call == call
     True
     """
+    call = transformed_call
     check_writable(isinstance(call, TransformedCall), ("call",), "the call",
                    "a TransformedCall", call)
     check_writable(verdict is None or isinstance(verdict, TransformedVerdict), ("expect",),
@@ -255,17 +256,17 @@ def _hashable(value: Any, path: tuple) -> Any:
     return value
 
 
-def _construct(cls: Callable[..., Any], path: tuple, what: str, **fields: Any) -> Any:
+def _construct(cls: Callable[..., Any], at: tuple, what: str, fields: dict) -> Any:
     """Build a value from what was read; any refusal becomes VEC-1 at ``path``."""
     try:
         return cls(**fields)
     except Rejection as error:
         if error.rule == "VEC-1":
             raise
-        raise reject(RefusedValue(what, str(error)), json_path(path)) from None
+        raise reject(RefusedValue(what, str(error)), json_path(at)) from None
     except Exception as error:  # a record's own checks
         raise reject(RefusedValue(what, f"{type(error).__name__}: {error}"),
-                     json_path(path)) from None
+                     json_path(at)) from None
 
 
 class _ValueReader:
@@ -314,7 +315,7 @@ class _ValueReader:
         names = tuple(f.name for f in dataclasses.fields(cls))
         fields = _object(value, path, f"a {cls.__name__}", ("type", *names))
         read = {n: self.value(fields[n], path + (n,)) for n in names}
-        return _construct(cls, path, f"the {cls.__name__}", **read)
+        return _construct(cls, path, f"the {cls.__name__}", read)
 
     def container(self, value: dict, path: tuple) -> Any:
         check_vector(len(value) == 1 and next(iter(value)) in _CONTAINERS, path,
@@ -394,7 +395,7 @@ def _call(reader: _ValueReader, value: Any) -> TransformedCall:
                  "an object of keyword arguments", arguments)
     pairs = tuple((k, reader.value(v, ("call", "arguments", k))) for k, v in arguments.items())
     return _construct(TransformedCall, ("call", "arguments"), f"the call of {transform}",
-                      transform=transform, arguments=pairs)
+                      {"transform": transform, "arguments": pairs})
 
 
 def _origin(reader: _ValueReader, value: Any) -> tuple[str | None, HarnessCase]:
@@ -408,7 +409,7 @@ def _origin(reader: _ValueReader, value: Any) -> tuple[str | None, HarnessCase]:
     return said, dataclasses.replace(case, harness=harness)
 
 
-def load_transformed(obj_or_text: Any) -> TransformedVector:
+def load_transformed(transformed_json: Any) -> TransformedVector:
     """The :class:`TransformedVector` a JSON object (or its text) describes; VEC-1 when it
     is malformed.
 
@@ -419,7 +420,7 @@ def load_transformed(obj_or_text: Any) -> TransformedVector:
     >>> v.call.keywords["manual_axes"]
     frozenset({'x'})
     """
-    vector = _document(obj_or_text)
+    vector = _document(transformed_json)
     fields = _object(vector, (), "a transformed-call vector (a JSON object)",
                      ("format", "version", "jax", "call"),
                      ("name", "rule", "side", "description", "expect", "origin"))
@@ -489,9 +490,10 @@ def transformed_differences(expected: Any, actual: Any) -> list[str]:
             for n in names if getattr(expected, n) != getattr(actual, n)]
 
 
-def transformed_rules_hit(vector: TransformedVector) -> list[tuple[str, str]]:
+def transformed_rules_hit(transformed_vector: TransformedVector) -> list[tuple[str, str]]:
     """(rule, side) for the vector's label and every rule its expected verdict shows
     firing (``"accept"``) or refusing (``"reject"``)."""
+    vector = transformed_vector
     check_writable(isinstance(vector, TransformedVector), (), "the vector",
                    "a TransformedVector", vector)
     hits = [] if vector.rule is None else [(vector.rule, vector.side or "accept")]
