@@ -403,29 +403,46 @@ class GenerationReport:
     written: dict[tuple[str, str, str], int] = dataclasses.field(default_factory=dict)
     cases: int = 0
     disagreements: list[str] = dataclasses.field(default_factory=list)
+    # (family, rule, side) -> the smallest candidates: (size, order, call, verdict, case)
+    kept: dict[tuple[str, str, str], list[tuple]] = dataclasses.field(default_factory=dict)
 
 
-def _write(family: Family, case: Any, found: set[tuple[str, str]], directory: Path,
-           per_rule: int, report: GenerationReport) -> None:
+def _size(family: Family, call: TransformedCall, verdict: TransformedVerdict, case: Any) -> int:
+    """How long the vector's text is: the generator keeps the shortest (most readable)."""
+    return len(vector_text(dump_transformed(call, verdict, origin=case,
+                                            origin_harness=family.name)))
+
+
+def _keep(family: Family, case: Any, found: set[tuple[str, str]], per_rule: int,
+          report: GenerationReport) -> None:
+    """Offer the case's calls as candidates for each (rule, side) it showed."""
     calls = None
+    sizes: dict[int, int] = {}
     for rule_id, side in sorted(found):
-        key = (family.name, rule_id, side)
-        count = report.written.get(key, 0)
-        if count >= per_rule:
-            continue
         calls = steps(family.name, case) if calls is None else calls
-        for call in calls:
+        for n, call in enumerate(calls):
             verdict = explain_transformed(call)
             if not _shows(verdict, rule_id, side):
                 continue
-            name = f"{rule_id}-{side}-{count + 1}"
-            vector = dump_transformed(call, verdict, name=name, rule=rule_id, side=side,
-                                      compared_with=family.compared_with, origin=case,
-                                      origin_harness=family.name)
-            (directory / family.name).mkdir(parents=True, exist_ok=True)
-            (directory / family.name / f"{name}.json").write_text(vector_text(vector))
-            report.written[key] = count + 1
+            if n not in sizes:
+                sizes[n] = _size(family, call, verdict, case)
+            kept = report.kept.setdefault((family.name, rule_id, side), [])
+            kept.append((sizes[n], report.cases, call, verdict, case))
+            kept.sort(key=lambda c: c[:2])
+            del kept[per_rule:]
             break
+
+
+def _write_kept(directory: Path, report: GenerationReport) -> None:
+    for (family, rule_id, side), kept in sorted(report.kept.items()):
+        for n, (_, _, call, verdict, case) in enumerate(kept, 1):
+            name = f"{rule_id}-{side}-{n}"
+            vector = dump_transformed(call, verdict, name=name, rule=rule_id, side=side,
+                                      compared_with=FAMILIES[family].compared_with,
+                                      origin=case, origin_harness=family)
+            (directory / family).mkdir(parents=True, exist_ok=True)
+            (directory / family / f"{name}.json").write_text(vector_text(vector))
+            report.written[(family, rule_id, side)] = n
 
 
 def _write_spec_only(family: str, rule_id: str, call: TransformedCall, directory: Path,
@@ -449,7 +466,7 @@ def _offer(family: Family, case: Any, directory: Path, per_rule: int,
     if problems:
         report.disagreements.append(f"{family.name}: {case!r}: {problems}")
         return
-    _write(family, case, found, directory, per_rule, report)
+    _keep(family, case, found, per_rule, report)
 
 
 def _strategy(family: Family) -> Any:
@@ -461,8 +478,9 @@ def _strategy(family: Family) -> Any:
 
 def generate(directory: str | Path, per_rule: int = 2, budget: int = 300,
              families: tuple[str, ...] = tuple(FAMILIES)) -> GenerationReport:
-    """Write vectors under ``directory/<family>/``: the pinned cases first, then ``budget``
-    drawn cases per family (fewer once every side has ``per_rule`` vectors)."""
+    """Write vectors under ``directory/<family>/``: the spec-only description refusals, then
+    for each side of each rule the ``per_rule`` shortest vectors from the pinned cases and
+    ``budget`` drawn cases per family (Hypothesis, derandomized: the same set every run)."""
     from hypothesis import HealthCheck, given, settings
 
     root, report = Path(directory), GenerationReport()
@@ -481,6 +499,7 @@ def generate(directory: str | Path, per_rule: int = 2, budget: int = 300,
         def draw(case: Any) -> None:
             _offer(family, case, root, per_rule, report)
         draw()
+    _write_kept(root, report)
     return report
 
 
@@ -531,7 +550,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-rule", type=int, default=2)
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    parser.add_argument("--replace", action="store_true",
+                        help="remove the vectors already in DIR's family folders first")
     args = parser.parse_args(argv)
+    old = sorted(Path(args.directory).glob("*/*.json"))
+    if old and not args.replace:
+        parser.error(f"{args.directory} already holds {len(old)} vectors (use --replace)")
+    for path in old:
+        path.unlink()
     jax.config.update("jax_num_cpu_devices", 8)
     report = generate(args.directory, args.per_rule, args.budget,
                       tuple(args.family or FAMILIES))

@@ -279,3 +279,42 @@ def test_differences_name_the_facts():
     assert transformed_differences(ok, other) == [
         "result: expected frozenset({'x'}), got frozenset({'y'})"]
     assert transformed_rules_hit(_load(FILES[0]))[0][0] == _load(FILES[0]).rule
+
+
+# --------------------------------------------------------------------------- fuzzing
+
+def _fuzz_targets() -> list:
+    from shardlaw.properties import fuzz
+    from shardlaw.spec import transform_vectors
+    return [fuzz.Target(name, getattr(transform_vectors, name))
+            for name in transform_vectors.__all__
+            if callable(getattr(transform_vectors, name))
+            and not isinstance(getattr(transform_vectors, name), type)]
+
+
+@st.composite
+def _fuzzed(draw):
+    """A call of a public function of spec.transform_vectors, its arguments drawn as
+    tests/test_fuzz.py draws them, with this module's plausible values by parameter name
+    (properties/fuzz_transform_vectors.py; the lead adds it to fuzz.py's merge)."""
+    from shardlaw.properties import fuzz
+    from shardlaw.properties.fuzz_transform_vectors import PLAUSIBLE
+    target = draw(st.sampled_from(_fuzz_targets()))
+
+    def pick(what, name):
+        if what == "omit":
+            return draw(st.integers(0, 2)) == 0
+        if what == "values":
+            return []
+        mine = PLAUSIBLE.get(name)
+        return draw(st.one_of(mine(), mine(), fuzz.hostile()) if mine else fuzz.argument(name))
+    return fuzz._build_case(target, pick)
+
+
+@settings(max_examples=max(settings().max_examples, 300), deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(_fuzzed())
+def test_hostile_input_ends_in_a_value_or_a_rule(case):
+    from shardlaw.properties import fuzz
+    outcome = fuzz.run_spec_case(case)
+    assert not outcome.failed, f"{outcome.kind} ({outcome.detail}): {repr(case)[:600]}"

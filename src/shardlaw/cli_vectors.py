@@ -99,8 +99,8 @@ class Entry:
 
 def read_vectors(path: Path) -> Iterator[Entry]:
     """Every vector in a ``.json`` file, a ``.jsonl`` file (one a line), or a directory of them."""
+    from shardlaw.cli_transform_vectors import load_piece
     from shardlaw.spec.rules import Rejection
-    from shardlaw.spec.vectors import load_vector
 
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl"))
@@ -119,13 +119,19 @@ def read_vectors(path: Path) -> Iterator[Entry]:
                    if line.strip()] if file.suffix == ".jsonl" else [(str(file), text)])
         for where, piece in pieces:
             try:
-                yield Entry(where, load_vector(piece))
+                yield Entry(where, load_piece(piece))  # a jit-call or transformed-call vector
             except Rejection as error:
                 yield Entry(where, error=error.args[0])
             except RecursionError:  # JSON nested deeper than the reader follows
                 yield Entry(where, error="it nests too deep to read")
             except ValueError as error:  # json's own refusals (a number of 5,000 digits)
                 yield Entry(where, error=f"cannot read it: {error}")
+
+
+def _is_jit(vector: Any) -> bool:
+    """Whether a vector read is a jit-call vector (else a transformed-call vector)."""
+    from shardlaw.spec.vectors import Vector
+    return isinstance(vector, Vector)
 
 
 def _one_vector(name: str) -> Any:
@@ -214,6 +220,9 @@ def check_command(args: argparse.Namespace, out: TextIO) -> int:
     if sequence is not None:
         return check_sequence_command(args, sequence, out)
     vector = _one_vector(args.file)
+    if not _is_jit(vector):  # a transformed-call vector
+        from shardlaw.cli_transform_vectors import check_transformed
+        return check_transformed(args, vector, out)
     verdict = _judge(vector.call)
     differences = _expectation(vector, verdict)
     if args.json:
@@ -414,8 +423,12 @@ def _replayer(against: str, entries: list[Entry]) -> Any:
     """A function vector -> differences for ``against`` (raises _Exit when it cannot run)."""
     from shardlaw.spec import jit_call
 
+    from shardlaw.cli_transform_vectors import replay_transformed
+
     if against == "spec":
-        return lambda vector: _expectation(vector, jit_call(vector.call))
+        return lambda vector: (_expectation(vector, jit_call(vector.call))
+                               if _is_jit(vector)
+                               else replay_transformed("spec", vector))
     try:
         import jax  # noqa: F401
         from shardlaw.properties.vectors_gen import NotReplayable, prepare_jax, replay_in_jax
@@ -428,15 +441,29 @@ def _replayer(against: str, entries: list[Entry]) -> Any:
             from shardlaw.properties.engine_harness import replay_in_engine as replay
         except ImportError as error:
             raise _Exit(2, f"{NO_ENGINE} ({error})") from None
-    needed = max([e.vector.call.devices for e in entries if e.vector is not None] + [8])
+    needed = max([e.vector.call.devices for e in entries if _is_jit(e.vector)]
+                 + [8])
     try:
         prepare_jax(needed)
     except NotReplayable as error:
         raise _Exit(2, str(error)) from None
-    return replay
+    return lambda vector: (replay(vector) if _is_jit(vector)
+                           else _transformed_elsewhere(against, vector, NotReplayable))
+
+
+def _transformed_elsewhere(against: str, vector: Any, skip: type[Exception]) -> Any:
+    """A transformed-call vector against JAX (through its family's harness); the engine
+    replays jit calls only."""
+    from shardlaw.cli_transform_vectors import replay_transformed
+    if against == "engine":
+        raise skip("the engine replays jit-call vectors only")
+    if vector.origin is None:
+        raise skip("a spec-only vector: no harness case to run in JAX")
+    return replay_transformed(against, vector)
 
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
+    from shardlaw.cli_transform_vectors import hits_of
     from shardlaw.spec.vectors import rules_hit
 
     path = Path(args.directory)
@@ -452,7 +479,8 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
         if entry.vector is None:
             replays.append(Replay(entry.where, [], [f"not a valid vector: {entry.error}"]))
             continue
-        hits = rules_hit(entry.vector)
+        hits = (rules_hit(entry.vector) if _is_jit(entry.vector)
+                else hits_of(entry.vector))
         if entry.vector.expect is None:
             replays.append(Replay(entry.where, hits, None, "no expected verdict"))
             continue
@@ -484,7 +512,7 @@ def _report(path: Path, against: str, replays: list[Replay], out: TextIO) -> Non
     from shardlaw.spec.vectors import jit_rules
 
     w = out.write
-    what = {"spec": "the spec (shardlaw.spec.jit_call)", "jax": "real jax.jit (8 CPU devices)",
+    what = {"spec": "the spec (shardlaw.spec.jit_call; explain_transformed for transformed calls)", "jax": "real jax.jit (8 CPU devices)",
             "engine": "the engine (shardlaw.engine.jit)"}
     w(f"Replayed {len(replays)} vector(s) from {path} against {what[against]}\n\n")
     table: dict[str, list[int]] = {}  # rule -> [accept, reject, passed, failed]

@@ -1,0 +1,125 @@
+"""``shardlaw check`` and ``shardlaw vectors run`` for transformed-call vectors
+(``"format": "shardlaw-transformed-call"``, docs/vectors.rst): the verdict of the spec
+function the vector names, its trace with each rule's statement, and whether it matches
+the expected verdict; replay against the spec or, through the families' harnesses, against
+real JAX. Exit codes as for jit-call vectors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import textwrap
+from typing import Any, TextIO
+
+__all__ = ["is_transformed_text", "load_piece", "check_transformed", "replay_transformed",
+           "hits_of"]
+
+_FORMAT = re.compile(r'"format"\s*:\s*"shardlaw-transformed-call"')
+
+
+def is_transformed_text(text: str) -> bool:
+    """Whether JSON text says it is a transformed-call vector."""
+    return _FORMAT.search(text) is not None
+
+
+def load_piece(text: str) -> Any:
+    """The vector in ``text``: a transformed-call vector or a jit-call vector (VEC-1)."""
+    from shardlaw.spec.transform_vectors import load_transformed
+    from shardlaw.spec.vectors import load_vector
+    return load_transformed(text) if is_transformed_text(text) else load_vector(text)
+
+
+def _statement(rule_id: str) -> str:
+    from shardlaw.spec import RULES
+    rule = RULES.get(rule_id)
+    return rule.statement.replace("``", "") if rule is not None else "(not a registered rule)"
+
+
+def _differences(vector: Any, verdict: Any) -> list[str] | None:
+    from shardlaw.spec.transform_vectors import transformed_differences
+    from shardlaw.spec.vectors import JAX_VERSION
+    if vector.expect is None:
+        return None
+    if vector.jax != JAX_VERSION:
+        return [f"the vector describes jax {vector.jax}; the spec describes jax {JAX_VERSION}"]
+    return transformed_differences(vector.expect, verdict)
+
+
+def _short(value: Any, width: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 20] + f" ... ({len(text)} characters)"
+
+
+def _fill(text: str, indent: str, hang: str | None = None) -> str:
+    return textwrap.fill(text, 100, initial_indent=indent,
+                         subsequent_indent=hang if hang is not None else indent,
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _explain(file: str, vector: Any, verdict: Any, differences: list[str] | None,
+             out: TextIO) -> None:
+    w = out.write
+    call = vector.call
+    w(f"{file}: the transformed call {call.transform}(...)"
+      + (f" ({vector.name})" if vector.name else "") + "\n")
+    for name, value in call.arguments:
+        w(_fill(f"{name} = {_short(value)}", "  ", "      ") + "\n")
+    if vector.compared_with:
+        w(_fill(f"Compared with real JAX: {vector.compared_with}.", "  ") + "\n")
+    w("\n")
+    if verdict.accepted:
+        w("The spec answers:\n" + _fill(_short(verdict.result, 2000), "  ") + "\n")
+    else:
+        w(_fill(f"Refused by {verdict.rule}: {_statement(verdict.rule)}", "", "  ") + "\n")
+        w(f"  JAX raises {verdict.error_type} ({verdict.jax_error})"
+          + (f" at {verdict.path}" if verdict.path else "") + ".\n")
+        w(_fill(verdict.message or "", "  ") + "\n")
+    w("\nThe rules that fired, in order:\n")
+    for rule_id in verdict.trace:
+        w(_fill(f"{rule_id}  {_statement(rule_id)}", "  ", " " * (4 + len(rule_id))) + "\n")
+    if differences is not None:
+        w("\nExpected by the vector: " + ("the spec matches." if not differences else
+                                          "the spec differs:\n  " + "\n  ".join(differences))
+          + "\n")
+
+
+def check_transformed(args: argparse.Namespace, vector: Any, out: TextIO) -> int:
+    """``shardlaw check FILE`` of a transformed-call vector (0 matches, 1 differs)."""
+    from shardlaw.spec.transform_vectors import _verdict_json
+    from shardlaw.spec.transformed import explain_transformed
+    verdict = explain_transformed(vector.call)
+    differences = _differences(vector, verdict)
+    if args.json:
+        fired = list(dict.fromkeys([*verdict.trace, *([verdict.rule] if verdict.rule else [])]))
+        json.dump({
+            "file": args.file,
+            "vector": {"name": vector.name, "rule": vector.rule, "side": vector.side,
+                       "jax": vector.jax, "description": vector.description,
+                       "transform": vector.call.transform},
+            "verdict": _verdict_json(verdict),
+            "statements": {r: _statement(r) for r in fired},
+            "expected": None if vector.expect is None else _verdict_json(vector.expect),
+            "matches": None if differences is None else not differences,
+            "differences": differences or [],
+        }, out, indent=2)
+        out.write("\n")
+    else:
+        _explain(args.file, vector, verdict, differences, out)
+    return 1 if differences else 0
+
+
+def replay_transformed(against: str, vector: Any) -> list[str] | None:
+    """The differences of a transformed-call vector replayed against the spec or JAX
+    (``engine``: the engine replays jit calls only; the caller skips it)."""
+    from shardlaw.spec.transformed import explain_transformed
+    if against == "spec":
+        return _differences(vector, explain_transformed(vector.call))
+    from shardlaw.properties.transform_vectors_gen import replay_in_jax
+    return replay_in_jax(vector)
+
+
+def hits_of(vector: Any) -> list[tuple[str, str]]:
+    from shardlaw.spec.transform_vectors import transformed_rules_hit
+    return transformed_rules_hit(vector)
