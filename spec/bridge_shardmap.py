@@ -29,7 +29,7 @@ from .shardmap import Shaped
 from .values import Mesh, PartitionSpec
 
 __all__ = ["JaxShardMap", "shard_map_in_jax", "collective_in_jax", "manual_sharding_in_jax",
-           "hlo_replica_groups"]
+           "hlo_replica_groups", "COLLECTIVES"]
 
 
 @dataclasses.dataclass
@@ -107,11 +107,30 @@ def _read_jaxpr(closed: Any, dynamic: int) -> JaxShardMap:
 
 # --------------------------------------------------------------------------- collectives
 
-_GROUPS = re.compile(r"all_reduce.*?replica_groups = dense<(.*?)> : tensor<(\d+)x(\d+)xi64>")
+_GROUPS = re.compile(r"(?:all_reduce|all_gather|reduce_scatter|all_to_all)\b.*?"
+                     r"replica_groups = dense<(.*?)> : tensor<(\d+)x(\d+)xi64>")
+
+# The collectives over mesh axes whose device groups SMAP-14 gives; each as shard_map's body
+# over a block of shape (rows, mesh size): dimension 1 is whole on every device, so it
+# gathers, scatters or splits evenly over any group.
+COLLECTIVES = ("psum", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all")
+
+
+def _collective_body(kind: str, axes: tuple[str, ...]) -> Any:
+    lax = jax.lax
+    return {
+        "psum": lambda a: lax.psum(a, axes),
+        "pmax": lambda a: lax.pmax(a, axes),
+        "pmin": lambda a: lax.pmin(a, axes),
+        "all_gather": lambda a: lax.all_gather(a, axes, axis=1, tiled=True),
+        "psum_scatter": lambda a: lax.psum_scatter(a, axes, scatter_dimension=1, tiled=True),
+        "all_to_all": lambda a: lax.all_to_all(a, axes, 1, 1, tiled=True),
+    }[kind]
 
 
 def hlo_replica_groups(text: str) -> list[tuple[tuple[int, ...], ...]]:
-    """The replica groups of every ``all_reduce`` in lowered StableHLO text, in order."""
+    """The replica groups of every all_reduce, all_gather, reduce_scatter and all_to_all in
+    lowered StableHLO text, in order."""
     found = []
     for m in _GROUPS.finditer(text):
         body, rows, cols = m[1], int(m[2]), int(m[3])
@@ -123,28 +142,31 @@ def hlo_replica_groups(text: str) -> list[tuple[tuple[int, ...], ...]]:
 
 
 def collective_in_jax(mesh: Mesh, collective_axes: tuple[str, ...],
-                      manual_axes: frozenset[str], run: bool) -> tuple[Any, Any]:
+                      manual_axes: frozenset[str], run: bool, kind: str = "psum"
+                      ) -> tuple[Any, Any]:
     """(the replica groups the lowered HLO prints, the device groups that summed together).
 
-    Each device contributes ``2**id``; after the psum each holds the bitmask of its group.
-    Running needs every mesh axis manual (``run``), so that each device holds its own value;
-    else the device groups are None. An error JAX raises is returned in place of the pair.
+    ``kind`` is one of :data:`COLLECTIVES`. For a psum each device contributes ``2**id``;
+    after it each holds the bitmask of its group. Running needs a psum and every mesh axis
+    manual (``run``), so that each device holds its own value; else the device groups are
+    None. An error JAX raises is returned in place of the pair.
     """
     names = tuple(a for a in mesh.axis_names if a in manual_axes)
     spec = jax.sharding.PartitionSpec(names if names else None)
-    mapped = jax.shard_map(lambda a: jax.lax.psum(a, collective_axes), mesh=to_jax(mesh),
-                           in_specs=spec, out_specs=spec, axis_names=set(manual_axes))
+    mapped = jax.shard_map(_collective_body(kind, collective_axes), mesh=to_jax(mesh), in_specs=spec,
+                           out_specs=spec, axis_names=set(manual_axes),
+                           check_vma=kind == "psum")
     ids = mesh.devices.id_tuple()
-    x = np.array([1 << i for i in ids], dtype=np.int32)
+    x = np.array([[1 << i] * mesh.size for i in ids], dtype=np.int32)
     try:
         text = jax.jit(mapped).lower(x).as_text()
     except Exception as error:  # the refusal is the outcome compared
         return error, None
     groups = hlo_replica_groups(text)
     hlo = groups[0] if groups else None
-    if not run:
+    if not run or kind != "psum":
         return hlo, None
-    summed = np.asarray(jax.jit(mapped)(x))
+    summed = np.asarray(jax.jit(mapped)(x))[:, 0]
     together = {tuple(i for i in sorted(ids) if int(mask) >> i & 1) for mask in summed}
     return hlo, together
 

@@ -747,7 +747,7 @@ def _offset(base: int, axes: list[int], sizes: tuple[int, ...], strides: list[in
                          "the mesh)")
 def collective_groups(mesh: Mesh, collective_axes: Any,
                       manual_axes: Any = frozenset()) -> tuple[tuple[int, ...], ...]:
-    """A collective over some axes reduces together the devices whose mesh positions differ only along those axes; each group lists them in the order of those axes, the first major.
+    """A collective over some axes (psum, pmax, pmin, all_gather, psum_scatter, all_to_all) groups the devices whose mesh positions differ only along those axes; each group lists them in the order of those axes, the first major.
 
     >>> order = Mesh((2, 4), ("x", "y"), [3, 1, 0, 2, 7, 5, 6, 4])
     >>> collective_groups(order, "x")

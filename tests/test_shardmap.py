@@ -29,7 +29,7 @@ from shardlaw.spec import P
 from shardlaw.spec.rules import RULES, Rejection, tracing
 from shardlaw.spec.shardmap import Returned, Shaped, check_shard_map
 from shardlaw.spec.bridge_shardmap import (
-    collective_in_jax, hlo_replica_groups, manual_sharding_in_jax,
+    COLLECTIVES, collective_in_jax, hlo_replica_groups, manual_sharding_in_jax,
 )
 
 # Every health check but nested_given (which HypoFuzz refuses to run tests that suppress).
@@ -78,17 +78,18 @@ def collectives(draw):
     manual = frozenset(draw(st.sets(st.sampled_from(mesh.axis_names), min_size=1)))
     axes = draw(st.permutations(sorted(manual)))
     axes = tuple(axes[:draw(st.integers(1, len(axes)))])
-    return mesh, manual, axes
+    return mesh, manual, axes, draw(st.sampled_from(COLLECTIVES))
 
 
 @checks("SMAP-14", "SMAP-13")
 @given(collectives(), st.integers(0, 3))
 def test_collective_groups_agree_with_jax(drawn, dice):
-    """The HLO's replica groups are the spec's groups of mesh positions, in order; run (one
-    draw in four, on fully manual meshes), each device sums exactly its spec group."""
-    mesh, manual, axes = drawn
+    """The HLO's replica groups (of a psum, pmax, pmin, all_gather, psum_scatter or
+    all_to_all) are the spec's groups of mesh positions, in order; run (a psum, one draw in
+    four, on fully manual meshes), each device sums exactly its spec group."""
+    mesh, manual, axes, kind = drawn
     run = manual == frozenset(mesh.axis_names) and dice == 0
-    hlo, together = collective_in_jax(mesh, axes, manual, run)
+    hlo, together = collective_in_jax(mesh, axes, manual, run, kind)
     with tracing() as fired:
         positions = S.replica_groups(mesh, axes, manual)
         groups = S.collective_groups(mesh, axes, manual)
@@ -96,7 +97,7 @@ def test_collective_groups_agree_with_jax(drawn, dice):
     if hlo is None:  # JAX emitted no all_reduce: every group is one device
         assert all(len(g) == 1 for g in positions), (mesh, axes)
     else:
-        assert hlo == positions, (mesh, manual, axes, hlo, positions)
+        assert hlo == positions, (kind, mesh, manual, axes, hlo, positions)
     if together is not None:
         assert together == {tuple(sorted(g)) for g in groups}, (mesh, axes, together, groups)
     count_hit("SMAP-14", True)
