@@ -289,30 +289,33 @@ def _argnums(argnums: Any, count: int) -> tuple[int, ...]:
     return tuple(a % count for a in chosen)
 
 
+def _check_scalar(eqn: Any) -> None:
+    """grad differentiates a function with one real scalar result (AD-0, as JAX's TypeError)."""
+    avals = [v.aval for v in eqn.outvars]
+    if len(avals) != 1 or avals[0].shape != () or not np.issubdtype(avals[0].dtype, np.floating):
+        raise reject(IllFormed("fun", "a function with one real scalar result, for grad",
+                               [str(a) for a in avals]))
+
+
 def _ad_question(transform: str, fun: Any, args: tuple, in_shardings: Any,
-                 out_shardings: Any, jit_options: dict, chosen: Any, mode: str,
-                 **extra: Any) -> TransformedCall:
+                 out_shardings: Any, jit_options: dict, chosen: set[int] | None, mode: str
+                 ) -> TransformedCall:
     """The AD question ``transform`` about ``jax.jit(fun, ...)(*args)`` differentiated with
-    respect to the positional arguments ``chosen`` (None: all), every float leaf of them."""
+    respect to every float leaf of the positional arguments ``chosen`` (None: all of them;
+    a set: grad's argnums, whose leaves must all be float and whose result a real scalar)."""
     eqn, owners, dtypes = _jit_equation(fun, args, in_shardings, out_shardings, jit_options)
     if chosen is not None:
         for owner, dtype in zip(owners, dtypes):
             if owner in chosen and not _inexact(dtype):
                 raise reject(IllFormed(f"args[{owner}]", "float or complex arrays to "
                                        "differentiate", str(dtype)))
+        _check_scalar(eqn)
     flags = tuple((chosen is None or o in chosen) and _inexact(d) for o, d in zip(owners, dtypes))
     question = dict(primal_equation=equation_from_jax(eqn),
                     jit_body=jit_body_of(eqn, flags, mode), nonzero_tangents=flags)
-    if "cotangent_outputs" in extra and extra["cotangent_outputs"] is None:
-        extra["cotangent_outputs"] = tuple(_inexact(v.aval.dtype) for v in eqn.outvars)
-    if extra.get("cotangent_outputs") == "scalar":
-        avals = [v.aval for v in eqn.outvars]
-        if len(avals) != 1 or avals[0].shape != () or not np.issubdtype(avals[0].dtype,
-                                                                          np.floating):
-            raise reject(IllFormed("fun", "a function with one real scalar result, for grad",
-                                   [str(a) for a in avals]))
-        extra["cotangent_outputs"] = (True,)
-    return TransformedCall.of(transform, **question, **extra)
+    if transform == "transposed_equation":  # grad reads its one result; vjp every float one
+        question["cotangent_outputs"] = tuple(_inexact(v.aval.dtype) for v in eqn.outvars)
+    return TransformedCall.of(transform, **question)
 
 
 def _backward(stage: str) -> str:
@@ -330,12 +333,10 @@ def describe_grad(fun: Any, *args: Any, argnums: Any = 0, in_shardings: Any = No
     out_shardings), or with ``stage="forward"`` its forward pass (``linearized_primal``).
     ``value_and_grad`` stages the same two."""
     _check_callable(fun, IllFormed)
+    transform = _backward(stage)
     chosen = set(_argnums(argnums, len(args)))
-    if stage == "backward":
-        return _ad_question(_backward(stage), fun, args, in_shardings, out_shardings,
-                            jit_options, chosen, "vjp", cotangent_outputs="scalar")
-    return _ad_question(_backward(stage), fun, args, in_shardings, out_shardings,
-                        jit_options, chosen, "vjp")
+    return _ad_question(transform, fun, args, in_shardings, out_shardings, jit_options,
+                        chosen, "vjp")
 
 
 @_guarded(IllFormed)
@@ -344,10 +345,8 @@ def describe_vjp(fun: Any, *primals: Any, in_shardings: Any = None, out_sharding
     """The question "what jit equation does ``jax.vjp(jax.jit(fun, ...), *primals)`` stage"
     when its backward function is applied to a cotangent for every float result
     (``transposed_equation``), or its forward pass (``stage="forward"``)."""
-    transform = _backward(stage)
-    extra = {"cotangent_outputs": None} if stage == "backward" else {}
-    return _ad_question(transform, fun, primals, in_shardings, out_shardings, jit_options,
-                        None, "vjp", **extra)
+    return _ad_question(_backward(stage), fun, primals, in_shardings, out_shardings,
+                        jit_options, None, "vjp")
 
 
 @_guarded(IllFormed)
