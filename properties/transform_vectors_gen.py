@@ -433,12 +433,24 @@ def _keep(family: Family, case: Any, found: set[tuple[str, str]], per_rule: int,
             break
 
 
+def _compared_with(family: str, case: Any) -> str:
+    """The JAX call the case was compared on, in words."""
+    if isinstance(case, CollectiveCase):
+        return ("jax.lax.psum over collective_axes inside jax.shard_map (axis_names = the "
+                "manual axes), lowered under jax.jit: the replica groups of the all-reduce in "
+                "the StableHLO text")
+    if isinstance(case, ManualCase):
+        return ("a value of the rank inside jax.shard_map with axis_names = the manual axes, "
+                "lowered under jax.jit: the HLO sharding the module gives it")
+    return FAMILIES[family].compared_with
+
+
 def _write_kept(directory: Path, report: GenerationReport) -> None:
     for (family, rule_id, side), kept in sorted(report.kept.items()):
         for n, (_, _, call, verdict, case) in enumerate(kept, 1):
             name = f"{rule_id}-{side}-{n}"
             vector = dump_transformed(call, verdict, name=name, rule=rule_id, side=side,
-                                      compared_with=FAMILIES[family].compared_with,
+                                      compared_with=_compared_with(family, case),
                                       origin=case, origin_harness=family)
             (directory / family).mkdir(parents=True, exist_ok=True)
             (directory / family / f"{name}.json").write_text(vector_text(vector))
@@ -553,14 +565,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replace", action="store_true",
                         help="remove the vectors already in DIR's family folders first")
     args = parser.parse_args(argv)
-    old = sorted(Path(args.directory).glob("*/*.json"))
+    chosen = tuple(args.family or FAMILIES)
+    old = sorted(p for f in chosen for p in Path(args.directory).glob(f"{f}/*.json"))
     if old and not args.replace:
         parser.error(f"{args.directory} already holds {len(old)} vectors (use --replace)")
     for path in old:
         path.unlink()
     jax.config.update("jax_num_cpu_devices", 8)
-    report = generate(args.directory, args.per_rule, args.budget,
-                      tuple(args.family or FAMILIES))
+    report = generate(args.directory, args.per_rule, args.budget, chosen)
     for (family, rule_id, side), n in sorted(report.written.items()):
         print(f"{family:10s} {rule_id:8s} {side:12s} {n}")
     print(f"{report.cases} cases compared with JAX, {len(report.disagreements)} disagreements")

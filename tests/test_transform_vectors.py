@@ -318,3 +318,42 @@ def test_hostile_input_ends_in_a_value_or_a_rule(case):
     from shardlaw.properties import fuzz
     outcome = fuzz.run_spec_case(case)
     assert not outcome.failed, f"{outcome.kind} ({outcome.detail}): {repr(case)[:600]}"
+
+
+# --------------------------------------------------------------------------- the command line
+
+def _cli(capsys, *argv):
+    from shardlaw.cli import main
+    status = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_check_explains_a_transformed_vector(capsys):
+    path = ROOT / "batching" / "BAT-4-reject-1.json"
+    status, out, _ = _cli(capsys, "check", path)
+    assert status == 0 and "Refused by BAT-4" in out and "the spec matches" in out
+    assert "BAT-0  vmap's parameters are well-formed" in out
+    status, out, _ = _cli(capsys, "check", "--json", path)
+    report = json.loads(out)
+    assert status == 0 and report["matches"] is True and report["verdict"]["rule"] == "BAT-4"
+
+
+def test_check_exit_codes_of_transformed_vectors(capsys, tmp_path):
+    vector = json.loads((ROOT / "shardmap" / "SMAP-3-reject-1.json").read_text())
+    vector["expect"]["rule"] = "SMAP-8"
+    vector.pop("rule"), vector.pop("side")
+    (tmp_path / "differs.json").write_text(json.dumps(vector))
+    status, out, _ = _cli(capsys, "check", tmp_path / "differs.json")
+    assert status == 1 and "the spec differs" in out
+    vector["call"]["transform"] = "no_such_transform"
+    (tmp_path / "bad.json").write_text(json.dumps(vector))
+    status, _, err = _cli(capsys, "check", tmp_path / "bad.json")
+    assert status == 2 and "VEC-1" in err and "call.transform" in err
+
+
+def test_vectors_run_replays_the_transformed_set(capsys):
+    status, out, _ = _cli(capsys, "vectors", "run", ROOT / "arguments", "--against", "spec")
+    assert status == 0 and "0 failed (100.0 % conform)" in out and "ARG-4" in out
+    status, out, _ = _cli(capsys, "vectors", "run", ROOT / "arguments", "--against", "jax")
+    assert status == 0 and "0 failed" in out and "spec-only vector" in out
