@@ -56,7 +56,19 @@ HITS: dict[Any, list[int]] = {}
 LAST = [0, 0]
 
 
+# The rules that decide an accepted answer of each kind: always entered on acceptance.
+DECIDING = {
+    # grad: AD-5 for the backward stage, AD-3 for the forward one (checked in its property)
+    "vmap": {"BAT-0", "BAT-9", "BAT-8"}, "grad": set(), "vjp": {"AD-5"},
+    "jvp": {"AD-2"}, "linearize": {"AD-3", "AD-4"},
+    "with_sharding_constraint": {"WSC-0", "WSC-1", "WSC-2"},
+    "shard_map": {"SMAP-0", "SMAP-1"}, "device_put": {"ARG-0", "ARG-1"},
+}
+
+
 def _count(kind: str, verdict: TransformedVerdict) -> None:
+    if verdict.accepted:
+        assert DECIDING[kind] <= set(verdict.trace), (kind, verdict.trace)
     HITS.setdefault(kind, [0, 0])[0 if verdict.accepted else 1] += 1
     for rule_id in dict.fromkeys(verdict.trace):
         side = 1 if rule_id == verdict.rule else 0
@@ -299,6 +311,7 @@ def test_describe_autodiff_agrees_with_jax(case):
     if case.transformation == "grad":
         found, back, forward = _grad_equations(case)
         assert back.accepted and forward.accepted, (back.message, forward.message)
+        assert "AD-5" in back.trace and "AD-3" in forward.trace, (back.trace, forward.trace)
         said = [forward.result] + ([back.result] if back.result is not None else [])
         verdicts = [back, forward]
     else:
