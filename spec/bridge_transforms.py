@@ -36,6 +36,8 @@ from .autodiff import IllFormed
 from .batching import BadVmapParameter, BadVmapParameterType, check_vmap_parameters
 from .bridge_autodiff import equation_from_jax, jit_body_of, jit_equations
 from .call import BadDescription
+from .jax_bridge import describe_call
+from .jit import jit_call
 from .constraint import BadConstraintCall
 from .jax_bridge import _arg_tree, _context_mesh, from_jax
 from .rules import Failure, Rejection, explain as explain_failure, reject
@@ -432,6 +434,13 @@ def _body(f: Any, args: Any, env: list[tuple[Any, int]]) -> tuple[Any, Any]:
     return jax.make_jaxpr(f, axis_env=env, return_shape=True)(*args)
 
 
+def _shaped(leaf: Any) -> Shaped:
+    """An argument of the mapped function, with the spec its type carries (Explicit axes)."""
+    spec = _type_spec(leaf)
+    shape = tuple(_abstract(leaf).shape)
+    return Shaped(shape) if spec is None else Shaped(shape, spec)
+
+
 def _shard_map_mesh(mesh: Any) -> Any:
     if mesh is None:
         return _context_mesh()
@@ -456,8 +465,7 @@ def describe_shard_map(f: Any, *args: Any, mesh: Any = None, in_specs: Any,
     spec_mesh = _shard_map_mesh(mesh)
     with _refused_as(lambda error: BadParameter(
             "args", "arrays, numpy values, scalars or ShapeDtypeStructs", _words(error))):
-        operands = tuple(jax.tree_util.tree_map(lambda a: Shaped(tuple(_abstract(a).shape)), a)
-                         for a in args)
+        operands = tuple(jax.tree_util.tree_map(_shaped, a) for a in args)
     env = list(zip(spec_mesh.axis_names, spec_mesh.axis_sizes)) if hasattr(
         spec_mesh, "axis_sizes") else []
     with _refused_as(_traced_fails("f")):
@@ -529,19 +537,96 @@ DESCRIBERS: dict[str, Callable[..., TransformedCall]] = {
 }
 
 
+def _refusal(refusal: Rejection) -> TransformedVerdict:
+    """A refused description as a verdict: its trace is the refusing rule alone."""
+    failure = refusal.failure
+    return TransformedVerdict(
+        accepted=False, trace=(failure.rule,), rule=failure.rule,
+        error_type=failure.error_type.__name__,
+        jax_error=getattr(failure, "jax_error", None) or failure.error_type.__name__,
+        message=explain_failure(failure, refusal.path), path=refusal.path)
+
+
+# The options of the jit call under a transformation that jit's front door reads.
+_JIT_OPTIONS = ("in_shardings", "out_shardings", "static_argnums", "static_argnames",
+                "donate_argnums", "donate_argnames", "keep_unused", "device", "backend")
+# The stages of jit's front door JAX goes through before the transformation's jaxpr exists.
+_BEFORE_LOWERING = ("description", "jit", "trace")
+
+
+def _inner_jit(fun: Any, args: tuple, options: dict) -> Any:
+    """jit's own refusal of the call the transformation's jit sees (``jit_call`` on it,
+    described with ``describe_call``), up to tracing; None when it has none or the call
+    cannot be described (the describer then says why)."""
+    chosen = {k: v for k, v in options.items() if k in _JIT_OPTIONS}
+    try:
+        verdict = jit_call(describe_call(fun, *args, **chosen))
+    except Exception:  # noqa: BLE001 - what describe_call cannot read, the describer refuses
+        return None
+    return verdict if not verdict.accepted and verdict.stage in _BEFORE_LOWERING else None
+
+
+def _from_jit(verdict: Any) -> TransformedVerdict:
+    return TransformedVerdict(accepted=False, trace=verdict.trace, rule=verdict.rule,
+                              error_type=verdict.error_type, jax_error=verdict.jax_error,
+                              message=verdict.message, path=verdict.path)
+
+
+def _unbatched_args(args: tuple, question: TransformedCall) -> Any:
+    """The arguments as the jit under vmap sees them: each mapped axis removed."""
+    flat, treedef = jax.tree_util.tree_flatten(args)
+    kw = question.keywords
+    _, axes, _ = check_vmap_parameters(kw["arg_shapes"], kw["in_axes"], kw["axis_size"])
+    return jax.tree_util.tree_unflatten(treedef, [_unbatched(leaf, axis)
+                                                  for leaf, axis in zip(flat, axes)])
+
+
+def _explain_vmap(fun: Any, args: tuple, kwargs: dict) -> TransformedVerdict:
+    """vmap reads its parameters (BAT-0) and the arguments' Explicit axes (BAT-9) before it
+    traces the jit, whose own refusal then comes before batching's; jax.jit refuses its
+    options (stage "jit") before vmap is even called."""
+    question = describe_vmap(fun, *args, **kwargs)
+    answer = explain_transformed(question)
+    if "result_axes" not in question.keywords:  # BAT-0 refused; nothing was traced
+        return answer
+    inner = _inner_jit(fun, _unbatched_args(args, question), kwargs)
+    if inner is None or (inner.stage == "trace" and answer.rule in ("BAT-0", "BAT-9")):
+        return answer
+    return _from_jit(inner)
+
+
+def _explain_ad(kind: str, fun: Any, args: tuple, kwargs: dict) -> TransformedVerdict:
+    """jit's own refusal of the differentiated call comes first: JAX traces the jit call
+    before any AD rule stages an equation."""
+    inner = _inner_jit(fun, args, kwargs) if callable(fun) else None
+    if inner is not None and inner.stage != "trace":
+        return _from_jit(inner)
+    try:
+        question = DESCRIBERS[kind](fun, *args, **kwargs)
+    except Rejection as refusal:
+        if inner is not None and refusal.failure.rule == "CALL-0":
+            return _from_jit(inner)
+        raise
+    return explain_transformed(question) if inner is None else _from_jit(inner)
+
+
 def explain(kind: str, *args: Any, **kwargs: Any) -> TransformedVerdict:
     """Describe a transformed call (``kind``: a key of :data:`DESCRIBERS`) and answer it:
-    the :class:`~shardlaw.spec.transformed.TransformedVerdict`, a refusal of the
-    description itself included (its trace is then that rule alone)."""
+    the :class:`~shardlaw.spec.transformed.TransformedVerdict`.
+
+    One entry point for the whole question: under ``vmap`` and the AD transformations the
+    jit call itself is asked first (``jit_call`` on it, as JAX traces it before batching or
+    differentiating: a sharding that does not fit the unbatched argument is refused by
+    jit's own rules, FIT-1 and NS-5), and a refusal of the description is a verdict too
+    (its trace is then the refusing rule alone).
+    """
     if kind not in DESCRIBERS:
         raise reject(BadDescription("kind", f"one of {sorted(DESCRIBERS)}", kind))
     try:
-        question = DESCRIBERS[kind](*args, **kwargs)
+        if kind == "vmap" and args:
+            return _explain_vmap(args[0], args[1:], kwargs)
+        if kind in ("grad", "vjp", "jvp", "linearize") and args:
+            return _explain_ad(kind, args[0], args[1:], kwargs)
+        return explain_transformed(DESCRIBERS[kind](*args, **kwargs))
     except Rejection as refusal:
-        failure = refusal.failure
-        return TransformedVerdict(
-            accepted=False, trace=(failure.rule,), rule=failure.rule,
-            error_type=failure.error_type.__name__,
-            jax_error=getattr(failure, "jax_error", None) or failure.error_type.__name__,
-            message=explain_failure(failure, refusal.path), path=refusal.path)
-    return explain_transformed(question)
+        return _refusal(refusal)

@@ -37,11 +37,12 @@ from shardlaw.spec.autodiff import JitEquation, Linearized
 from shardlaw.spec.bridge_autodiff import equation_from_jax, jit_equations
 from shardlaw.spec.bridge_batching import jit_equations as bat_jit_equations
 from shardlaw.spec.bridge_constraint import constraint_equations, shardings_to_jax
-from shardlaw.spec.bridge_shardmap import _arguments, _jax_specs, shard_map_in_jax
+from shardlaw.spec.bridge_shardmap import _jax_specs, shard_map_in_jax
 from shardlaw.spec.bridge_transforms import (
     DESCRIBERS, describe_grad, describe_shard_map, describe_vmap, explain,
 )
-from shardlaw.spec.pytree import fill, leaves
+from shardlaw.spec.pytree import fill, leaves, map_leaves
+from shardlaw.spec.shardmap import Shaped
 from shardlaw.spec.rules import Rejection
 from shardlaw.spec.transformed import TransformedVerdict, explain_transformed
 
@@ -179,10 +180,7 @@ def _tree_vmaps(draw: Any) -> dict:
                  "int": {k: axes["a"] for k in axes}}.get(form, axes)
     args = ({"a": batched("a", leaf_axes["a"]), "b": batched("b", leaf_axes["b"])},
             batched("c", leaf_axes["c"]))
-    # P(None, "y") only where every leaf has rank 2: a spec longer than an unbatched leaf is
-    # refused by jit's own check of its arguments (test_known_gap_... below), not by batching.
-    wide = [JaxP(None, "y")] if min(ranks.values()) == 2 else []
-    spec = draw(st.sampled_from([JaxP(), JaxP("x"), JaxP("y"), *wide]))
+    spec = draw(st.sampled_from([JaxP(), JaxP("x"), JaxP(None, "y"), JaxP("y")]))
     sharding = JaxNamed(_TREE_MESH, spec)
     in_shardings = draw(st.sampled_from([None, sharding, (sharding, None),
                                          ({"a": sharding, "b": None}, sharding), (sharding,)]))
@@ -222,16 +220,20 @@ def test_describe_vmap_of_pytrees_and_bodies_agrees_with_jax(drawn):
     _agree_on_refusal("vmap", verdict, error, None)
 
 
-@pytest.mark.xfail(strict=True, reason="vmap_jit batches the jit's shardings without asking "
-                   "whether they fit the unbatched arguments (NS-5), which JAX checks first")
-def test_known_gap_a_sharding_longer_than_the_unbatched_argument():
+@checks("BAT-0", "BAT-1")
+def test_the_jit_under_vmap_is_asked_first():
     """vmap(jit(f, in_shardings=P(None, 'y')))(x) with x of shape (4, 8) mapped at 0: the
-    jit sees rank 1 and JAX refuses (ValueError); vmap_jit only checks the batched rank."""
+    jit sees rank 1, and JAX refuses before batching (ValueError); so does explain, by jit's
+    own rules (FIT-1, NS-5), which vmap_jit alone does not ask."""
     x = jax.ShapeDtypeStruct((4, 8), jnp.float32)
     wide = JaxNamed(_TREE_MESH, JaxP(None, "y"))
     with pytest.raises(ValueError), _quiet():
         jax.make_jaxpr(jax.vmap(jax.jit(lambda a: a * 2, in_shardings=wide)))(x)
-    assert not explain("vmap", lambda a: a * 2, x, in_shardings=wide).accepted
+    refused = explain("vmap", lambda a: a * 2, x, in_shardings=wide)
+    assert (refused.accepted, refused.rule, refused.error_type) == (False, "FIT-1", "ValueError")
+    assert refused.trace[-2:] == ("FIT-1", "NS-5")
+    alone = explain_transformed(describe_vmap(lambda a: a * 2, x, in_shardings=wide))
+    assert alone.accepted  # the batching question alone: BAT-7 checks the batched rank only
 
 
 # --------------------------------------------------------------------------- AD
@@ -391,6 +393,20 @@ def test_describe_sharding_constraint_agrees_with_jax(case):
 
 # --------------------------------------------------------------------------- shard_map
 
+def _operands(mesh: Any, operands: tuple) -> tuple:
+    """Real arguments for the drawn Shaped leaves: ones, or a ShapeDtypeStruct whose type
+    carries the leaf's spec (Explicit axes)."""
+    def value(leaf: Any) -> Any:
+        if not isinstance(leaf, Shaped):
+            return leaf
+        spec = getattr(leaf, "spec", None)
+        if spec is None:
+            return np.ones(leaf.shape, np.float32)
+        return jax.ShapeDtypeStruct(leaf.shape, np.float32,
+                                    sharding=JaxNamed(to_jax(mesh), to_jax(spec)))
+    return map_leaves(value, operands)
+
+
 def _mapped(results: Any) -> Any:
     """A real shard_map body for the drawn results: each returns its flat argument, psummed
     over the axes it names."""
@@ -408,7 +424,7 @@ def test_describe_shard_map_agrees_with_jax(call):
     """jit(shard_map(f)) of a real body and real arrays: the verdict's types are JAX's, or
     both refuse alike."""
     with _quiet():
-        verdict = explain("shard_map", _mapped(call.results), *_arguments(call.operands),
+        verdict = explain("shard_map", _mapped(call.results), *_operands(call.mesh, call.operands),
                           mesh=to_jax(call.mesh), in_specs=_jax_specs(call.in_specs),
                           out_specs=_jax_specs(call.out_specs), axis_names=call.manual_axes,
                           check_vma=call.check_vma)
