@@ -18,20 +18,34 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import jax
+from hypothesis import HealthCheck, given, settings
 
-from shardlaw.spec import UNSPECIFIED
+from shardlaw.spec import UNSPECIFIED, AxisType, Mesh, NamedSharding, P
+from shardlaw.spec.autodiff import JitBody, JitEquation
+from shardlaw.spec.bridge_autodiff import equation_from_jax, jit_body_of
+from shardlaw.spec.bridge_shardmap import collective_in_jax, manual_sharding_in_jax
+from shardlaw.spec.call import Arg
+from shardlaw.spec.rules import RULES
+from shardlaw.spec.shardmap import (
+    Returned, Shaped, collective_groups, manual_sharding, replica_groups,
+)
 from shardlaw.spec.transform_vectors import (
     HarnessCase, TransformedVector, dump_transformed, transformed_differences,
 )
 from shardlaw.spec.transformed import TransformedCall, TransformedVerdict, explain_transformed
 from shardlaw.spec.vectors import vector_text
 
-__all__ = ["FAMILIES", "SIDES", "SPEC_ONLY_REASON", "CollectiveCase", "ManualCase", "Family", "steps", "sides_hit", "rule_sides",
+from . import (
+    arguments_harness, autodiff_harness, batching_harness, constraint_harness, shardmap_harness,
+)
+from .vectors_gen import rejecting_rules
+
+__all__ = ["FAMILIES", "SIDES", "SPEC_ONLY_REASON", "CollectiveCase", "ManualCase", "Family",
+           "steps", "sides_hit", "rule_sides",
            "wanted", "generate", "rebuild_case", "replay_in_jax", "main"]
 
 # Rules that only decide: their two sides (the harness's first and second outcome) by name.
@@ -81,10 +95,13 @@ FAMILIES = {f.name: f for f in (
 )}
 
 
+_HARNESSES = {"arguments": arguments_harness, "batching": batching_harness,
+              "autodiff": autodiff_harness, "constraint": constraint_harness,
+              "shardmap": shardmap_harness}
+
+
 def _harness(name: str) -> Any:
-    module = f"shardlaw.properties.{name}_harness"
-    __import__(module)
-    return sys.modules[module]
+    return _HARNESSES[name]
 
 
 # =========================================================================== pinned cases
@@ -110,8 +127,6 @@ class ManualCase:
 
 
 def _compare_collective(case: CollectiveCase) -> list[str]:
-    from shardlaw.spec.bridge_shardmap import collective_in_jax
-    from shardlaw.spec.shardmap import collective_groups, replica_groups
     h = _harness("shardmap")
     hlo, _ = collective_in_jax(case.mesh, case.collective_axes, case.manual_axes, False)
     positions = replica_groups(case.mesh, case.collective_axes, case.manual_axes)
@@ -128,8 +143,6 @@ def _compare_collective(case: CollectiveCase) -> list[str]:
 
 
 def _compare_manual(case: ManualCase) -> list[str]:
-    from shardlaw.spec.bridge_shardmap import manual_sharding_in_jax
-    from shardlaw.spec.shardmap import manual_sharding
     found = manual_sharding_in_jax(case.mesh, case.manual_axes, case.rank)
     mine = manual_sharding(case.mesh, case.manual_axes, case.rank)
     if found != mine:
@@ -139,7 +152,6 @@ def _compare_manual(case: ManualCase) -> list[str]:
 
 
 def _pinned() -> dict[str, list[Any]]:
-    from shardlaw.spec import AxisType, Mesh, NamedSharding, P
     b = _harness("batching")
     mesh = Mesh.iota((2, 4), ("x", "y"))
     permuted = Mesh((2, 4), ("x", "y"), [3, 1, 0, 2, 7, 5, 6, 4])
@@ -166,10 +178,6 @@ SPEC_ONLY_REASON = ("spec only: a description the spec refuses before any JAX ca
 
 
 def _spec_only() -> list[tuple[str, str, TransformedCall]]:
-    from shardlaw.spec import Mesh, P
-    from shardlaw.spec.autodiff import JitBody, JitEquation
-    from shardlaw.spec.call import Arg
-    from shardlaw.spec.shardmap import Returned, Shaped
     mesh = Mesh.iota((2, 4), ("x", "y"))
     return [
         ("arguments", "ARG-0", TransformedCall.of("place_argument", value_kind="list",
@@ -242,7 +250,6 @@ def _batching_steps(case: Any) -> list[TransformedCall]:
 
 
 def _autodiff_steps(case: Any) -> list[TransformedCall]:
-    from shardlaw.spec.bridge_autodiff import equation_from_jax, jit_body_of
     h, calls = _harness("autodiff"), []
     eqn, _ = h.trace(case)
     given = dict(primal_equation=equation_from_jax(eqn),
@@ -376,9 +383,6 @@ def _shows(verdict: TransformedVerdict, rule_id: str, side: str) -> bool:
 
 def wanted() -> list[tuple[str, str, str]]:
     """(family, rule, side) for every side of every rule of the five families."""
-    from shardlaw.spec.rules import RULES
-
-    from .vectors_gen import rejecting_rules
     refusing = rejecting_rules()
     out = []
     for family in FAMILIES.values():
@@ -493,8 +497,6 @@ def generate(directory: str | Path, per_rule: int = 2, budget: int = 300,
     """Write vectors under ``directory/<family>/``: the spec-only description refusals, then
     for each side of each rule the ``per_rule`` shortest vectors from the pinned cases and
     ``budget`` drawn cases per family (Hypothesis, derandomized: the same set every run)."""
-    from hypothesis import HealthCheck, given, settings
-
     root, report = Path(directory), GenerationReport()
     pinned = _pinned()
     for family_name, rule_id, call in _spec_only():

@@ -139,12 +139,31 @@ def _container_json(value: Any, path: tuple, cases: bool) -> Any:
                         for i, (k, v) in enumerate(value.items())]}
 
 
+def _default(field: dataclasses.Field) -> Any:
+    """A field's default value (``_NO_DEFAULT`` when it has none)."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return _NO_DEFAULT
+
+
+_NO_DEFAULT = object()
+
+
+def _at_default(field: dataclasses.Field, value: Any) -> bool:
+    default = _default(field)
+    return default is not _NO_DEFAULT and type(value) is type(default) and value == default
+
+
 def _record_json(value: Any, path: tuple, name: str, cases: bool) -> dict:
     _shallow(value, path)
     case = cases and name in HARNESS_CASES
     at = path + ("fields",) if case else path
+    # A field left at its default is not written: a record that gains a field with a
+    # default reads its old vectors as before (and they read back equal).
     fields = {f.name: _value_json(getattr(value, f.name), at + (f.name,), cases)
-              for f in dataclasses.fields(value)}
+              for f in dataclasses.fields(value) if not _at_default(f, getattr(value, f.name))}
     if case:
         return {"type": "Case", "class": name, "fields": fields}
     return {"type": name, **fields}
@@ -197,7 +216,8 @@ def _rule_written(rule_id: Any, path: tuple) -> str:
     return rule_id
 
 
-def dump_transformed(transformed_call: TransformedCall, verdict: TransformedVerdict | None = None, *,
+def dump_transformed(transformed_call: TransformedCall,
+                     verdict: TransformedVerdict | None = None, *,
                      name: str | None = None, rule: str | None = None,
                      side: str | None = None, description: str | None = None,
                      compared_with: str | None = None, origin: Any = None,
@@ -312,9 +332,11 @@ class _ValueReader:
         return self.record(value, path, RECORDS[kind])
 
     def record(self, value: dict, path: tuple, cls: type) -> Any:
-        names = tuple(f.name for f in dataclasses.fields(cls))
-        fields = _object(value, path, f"a {cls.__name__}", ("type", *names))
-        read = {n: self.value(fields[n], path + (n,)) for n in names}
+        every = dataclasses.fields(cls)
+        required = tuple(f.name for f in every if _default(f) is _NO_DEFAULT)
+        optional = tuple(f.name for f in every if _default(f) is not _NO_DEFAULT)
+        fields = _object(value, path, f"a {cls.__name__}", ("type", *required), optional)
+        read = {n: self.value(v, path + (n,)) for n, v in fields.items() if n != "type"}
         return _construct(cls, path, f"the {cls.__name__}", read)
 
     def container(self, value: dict, path: tuple) -> Any:
