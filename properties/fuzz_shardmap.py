@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from shardlaw.spec.shardmap import Returned, Shaped
+from shardlaw.spec.shardmap import INFER, Returned, Shaped
 from shardlaw.spec.values import PartitionSpec as P
 
 __all__ = ["PLAUSIBLE", "smap_specs", "smap_manual_axes"]
@@ -38,8 +38,10 @@ def smap_manual_axes() -> st.SearchStrategy[Any]:
 
 
 def _shaped() -> st.SearchStrategy[Any]:
-    return st.lists(st.sampled_from([1, 2, 3, 4, 8, 16]), max_size=3).map(
-        lambda s: Shaped(tuple(s)))
+    typed = st.one_of(st.none(), st.lists(st.sampled_from([None, *NAMES, "q"]),
+                                          max_size=3).map(lambda e: P(*e)))
+    return st.builds(lambda s, t: Shaped(tuple(s), t),
+                     st.lists(st.sampled_from([1, 2, 3, 4, 8, 16]), max_size=3), typed)
 
 
 def _operands() -> st.SearchStrategy[Any]:
@@ -59,7 +61,7 @@ def _results() -> st.SearchStrategy[Any]:
 
 # parameter name -> a function returning the strategy of values it is meant to take
 PLAUSIBLE: dict[str, Callable[[], Any]] = {
-    "in_specs": smap_specs, "out_specs": smap_specs, "manual_axes": smap_manual_axes,
+    "in_specs": lambda: st.one_of(smap_specs(), st.just(INFER)), "out_specs": smap_specs, "manual_axes": smap_manual_axes,
     "operands": _operands, "results": _results, "check_vma": lambda: st.booleans(),
     "collective_axes": _summed, "summed": _summed, "operand": lambda: st.integers(-1, 4),
 }

@@ -13,14 +13,15 @@ often JAX was seen accepting and refusing where the rule decided.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from hypothesis import strategies as st
 
 from shardlaw.spec.rules import Rejection, tracing
-from shardlaw.spec.shardmap import Returned, Shaped, check_shard_map
+from shardlaw.spec.shardmap import INFER, Returned, Shaped, check_shard_map
 from shardlaw.spec.bridge_shardmap import shard_map_in_jax
-from shardlaw.spec.values import AbstractMesh, Mesh, PartitionSpec as P
+from shardlaw.spec.values import AbstractMesh, AxisType, Mesh, PartitionSpec as P
 
 __all__ = ["SmapCall", "smap_meshes", "smap_calls", "compare_shard_map", "SMAP_HITS",
            "count_hit", "smap_hit_counts"]
@@ -58,13 +59,52 @@ def _rarely(draw: Any, n: int) -> bool:
 
 
 @st.composite
-def smap_meshes(draw: Any) -> Mesh:
+def smap_meshes(draw: Any, explicit: bool = False) -> Mesh:
     """A mesh over the 8 devices: a shape, its axis names in some order, the devices in some
-    order (the identity half the time)."""
+    order (the identity half the time); with ``explicit``, some or all axes Explicit one
+    time in two."""
     shape = draw(st.sampled_from(SHAPES))
     names = draw(st.permutations(["x", "y", "z"][:len(shape)]))
     ids = list(range(8)) if draw(st.booleans()) else draw(st.permutations(range(8)))
-    return Mesh(shape, tuple(names), ids)
+    kind = draw(st.sampled_from(["auto", "explicit", "mixed"] if explicit else ["auto"]))
+    types = [AxisType.Auto] * len(shape)
+    if kind == "explicit" or (kind == "mixed" and len(shape) == 1):
+        types = [AxisType.Explicit] * len(shape)
+    elif kind == "mixed":
+        types = [draw(st.sampled_from([AxisType.Auto, AxisType.Explicit])) for _ in shape]
+    return Mesh(shape, tuple(names), ids, tuple(types))
+
+
+def _fits(mesh: Mesh, spec: Any, shape: tuple, explicit: frozenset) -> bool:
+    """Whether ``spec`` is the spec of a type: Explicit axes, each once, splitting evenly."""
+    if spec is None or spec.unreduced or spec.reduced or len(spec) > len(shape):
+        return False
+    names = [n for e in spec for n in (() if e is None else e if isinstance(e, tuple) else (e,))]
+    if len(set(names)) != len(names) or not set(names) <= explicit:
+        return False
+    return all(size % math.prod(mesh.axis_size(n) for n in (
+        () if e is None else e if isinstance(e, tuple) else (e,))) == 0
+        for size, e in zip(shape, spec))
+
+
+@st.composite
+def _type_spec(draw: Any, mesh: Mesh, spec: Any, shape: tuple) -> Any:
+    """The spec an argument's type carries over the mesh's Explicit axes: often its in spec
+    (which every-axis-manual Explicit meshes require), else drawn, else none."""
+    explicit = frozenset(n for n, t in zip(mesh.axis_names, mesh.axis_types)
+                         if t is AxisType.Explicit)
+    if not explicit:
+        return None
+    if _fits(mesh, spec, shape, explicit) and draw(st.integers(0, 2)):
+        return spec
+    entries, free = [], sorted(explicit)
+    for size in shape:
+        pool = [n for n in free if size % mesh.axis_size(n) == 0]
+        name = draw(st.sampled_from([None, *pool])) if pool else None
+        if name is not None:
+            free.remove(name)
+        entries.append(name)
+    return P(*entries) if draw(st.integers(0, 3)) else None
 
 
 @st.composite
@@ -156,7 +196,7 @@ def _tree(draw: Any, flat: list, groups: list[int], kind: str) -> Any:
 
 @st.composite
 def smap_calls(draw: Any) -> SmapCall:
-    mesh = draw(smap_meshes())
+    mesh = draw(smap_meshes(explicit=True))
     manual_given = draw(_manual(mesh))
     manual = frozenset(a for a in manual_given if a in mesh.axis_names) or frozenset(mesh.axis_names)
     groups = draw(st.lists(st.sampled_from([1, 1, 2]), min_size=1, max_size=3))
@@ -166,7 +206,8 @@ def smap_calls(draw: Any) -> SmapCall:
         leaves[-1] = (None, leaves[-1][1])
     operands, i = [], 0
     for n in groups:
-        shaped = [Shaped(shape) for _, shape in leaves[i:i + n]]
+        shaped = [Shaped(shape, draw(_type_spec(mesh, spec, shape)))
+                  for spec, shape in leaves[i:i + n]]
         operands.append(shaped[0] if n == 1 else tuple(shaped))
         i += n
     results, outs = draw(_results(mesh, manual, leaves))
@@ -174,10 +215,12 @@ def smap_calls(draw: Any) -> SmapCall:
     in_specs = _tree(draw, [s for s, _ in leaves], groups, kind if not static else "leaf")
     if _rarely(draw, 30):
         in_specs = "x" if draw(st.booleans()) else (("x",),) * len(groups)
+    elif _rarely(draw, 6 if AxisType.Explicit in mesh.axis_types else 40):
+        in_specs = INFER  # left out: read off the arguments' types (Explicit axes)
     out_specs = outs[0] if len(outs) == 1 else tuple(outs)
     if _rarely(draw, 30):
         out_specs = draw(st.sampled_from([None, "x", list(outs), (out_specs,)]))
-    if _rarely(draw, 8):
+    if _rarely(draw, 8) and AxisType.Explicit not in mesh.axis_types:
         mesh = mesh.abstract  # jit traces and lowers a shard_map over an AbstractMesh too
     return SmapCall(mesh, in_specs, out_specs, tuple(operands),
                     results[0] if len(results) == 1 else tuple(results), manual_given,
@@ -241,6 +284,8 @@ def _compare_types(types: Any, jax: Any) -> list[str]:
         ("result shapes", types.result_shapes, jax.result_shapes),
         ("result varying", types.result_varying, jax.result_varying),
         ("out shapes", types.out_shapes, jax.out_shapes),
+        ("inner types", tuple(types.inner_types[i] for i in mapped), jax.inner_types),
+        ("out types", types.out_types, jax.out_types),
     ]
     return [f"{what}: spec {mine} but JAX {theirs}" for what, mine, theirs in pairs
             if tuple(mine) != tuple(theirs)]

@@ -25,7 +25,7 @@ from jax._src import config as jax_config
 from .hlo import HloSharding, parse_hlo
 from .jax_bridge import from_jax, to_jax
 from .pytree import broadcast_prefix, fill, leaves, map_leaves, structure
-from .shardmap import Shaped
+from .shardmap import INFER, Shaped
 from .values import Mesh, PartitionSpec
 
 __all__ = ["JaxShardMap", "shard_map_in_jax", "collective_in_jax", "manual_sharding_in_jax",
@@ -45,6 +45,8 @@ class JaxShardMap:
     result_shapes: tuple = ()
     result_varying: tuple = ()
     out_shapes: tuple = ()
+    inner_types: tuple = ()                       # per dimension: the Explicit axes inside
+    out_types: tuple = ()                         # and outside
 
 
 def _jax_specs(specs: Any) -> Any:
@@ -63,18 +65,39 @@ def _body(results: Any):
     return body
 
 
-def _arguments(operands: tuple) -> tuple:
-    return map_leaves(lambda leaf: np.ones(leaf.shape, np.float32) if isinstance(leaf, Shaped)
-                      else leaf, operands)
+def _arguments(mesh: Mesh, operands: tuple) -> tuple:
+    """A value per Shaped leaf: ones, or a ShapeDtypeStruct whose type the leaf's spec splits."""
+    def value(leaf: Any) -> Any:
+        if not isinstance(leaf, Shaped):
+            return leaf
+        if leaf.spec is None:
+            return np.ones(leaf.shape, np.float32)
+        sharding = jax.sharding.NamedSharding(to_jax(mesh), to_jax(leaf.spec))
+        return jax.ShapeDtypeStruct(leaf.shape, np.float32, sharding=sharding)
+    return map_leaves(value, operands)
+
+
+def _per_dimension(spec: Any, rank: int) -> tuple:
+    """A JAX type's spec as one entry per dimension: None, an axis name or a tuple of them."""
+    entries = []
+    for entry in list(spec)[:rank]:
+        names = () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+        entries.append(None if not names else names[0] if len(names) == 1 else tuple(names))
+    return tuple(entries + [None] * (rank - len(entries)))
+
+
+def _type_of(var: Any) -> tuple:
+    return _per_dimension(var.aval.sharding.spec, len(var.aval.shape))
 
 
 def shard_map_in_jax(mesh: Mesh, in_specs: Any, out_specs: Any, operands: tuple, results: Any,
                      manual_axes: Any = frozenset(), check_vma: bool = True) -> JaxShardMap:
     """Trace and lower ``jax.jit`` of the described shard_map; record what JAX did."""
-    mapped = jax.shard_map(_body(results), mesh=to_jax(mesh), in_specs=_jax_specs(in_specs),
-                           out_specs=_jax_specs(out_specs), axis_names=manual_axes,
-                           check_vma=check_vma)
-    args = _arguments(tuple(operands))
+    # in_specs left out (INFER): shard_map reads them off the arguments' types.
+    given = {} if in_specs is INFER else {"in_specs": _jax_specs(in_specs)}
+    mapped = jax.shard_map(_body(results), mesh=to_jax(mesh), out_specs=_jax_specs(out_specs),
+                           axis_names=manual_axes, check_vma=check_vma, **given)
+    args = _arguments(mesh, tuple(operands))
     try:
         traced = jax.jit(mapped).trace(*args)
     except Exception as error:  # what JAX refuses while tracing is the outcome compared
@@ -83,8 +106,9 @@ def shard_map_in_jax(mesh: Mesh, in_specs: Any, out_specs: Any, operands: tuple,
         traced.lower()
     except Exception as error:  # likewise for lowering
         return JaxShardMap(error=error, stage="lower")
-    dynamic = sum(1 for s in broadcast_prefix(in_specs, structure(tuple(operands)))
-                  if s is not None)
+    dynamic = (len(leaves(tuple(operands))) if in_specs is INFER else
+               sum(1 for s in broadcast_prefix(in_specs, structure(tuple(operands)))
+                   if s is not None))
     return _read_jaxpr(traced.jaxpr, dynamic)
 
 
@@ -102,7 +126,9 @@ def _read_jaxpr(closed: Any, dynamic: int) -> JaxShardMap:
         out_specs=tuple(from_jax(s) for s in eqn.params["out_specs"]),
         result_shapes=tuple(tuple(v.aval.shape) for v in body.outvars),
         result_varying=tuple(frozenset(v.aval.mat.varying) for v in body.outvars),
-        out_shapes=tuple(tuple(v.aval.shape) for v in eqn.outvars))
+        out_shapes=tuple(tuple(v.aval.shape) for v in eqn.outvars),
+        inner_types=tuple(_type_of(v) for v in invars),
+        out_types=tuple(_type_of(v) for v in eqn.outvars))
 
 
 # --------------------------------------------------------------------------- collectives

@@ -30,10 +30,29 @@ from .values import AbstractMesh, AxisType, Mesh, PartitionSpec
 P = PartitionSpec  # the name the examples use
 
 __all__ = [
-    "Shaped", "Returned", "check_shard_map", "manual_axes_of",
+    "Shaped", "Returned", "INFER", "check_shard_map", "manual_axes_of",
     "per_shard_shape", "unshard_shape", "collective_groups", "replica_groups",
     "manual_sharding",
 ]
+
+class _Infer:
+    """The marker of ``in_specs`` left out: shard_map reads them off the arguments' types."""
+
+    _made = None
+
+    def __new__(cls) -> "_Infer":
+        if cls._made is None:
+            cls._made = super().__new__(cls)
+        return cls._made
+
+    def __repr__(self) -> str:
+        return "INFER"
+
+    def __reduce__(self) -> str:
+        return "INFER"
+
+
+INFER = _Infer()
 
 # How deep the spec reads a tree of specs, arguments or results (deeper is refused first).
 MAX_NESTING = 100
@@ -45,21 +64,27 @@ MAX_LISTED_DEVICES = 1 << 16
 
 @dataclasses.dataclass(frozen=True)
 class Shaped:
-    """An argument of the mapped function: an array of this global shape (VAL-1 checks it).
+    """An argument of the mapped function: an array of this global shape (VAL-1 checks it)
+    and, on a mesh with Explicit axes, the spec its type carries (None: split over none).
 
     >>> Shaped((8, 4))
     Shaped((8, 4))
+    >>> Shaped((8, 4), P("x"))
+    Shaped((8, 4), spec=P('x'))
     """
 
     shape: tuple[int, ...]
+    spec: PartitionSpec | None = None
 
     def __post_init__(self) -> None:
         shape = check_dims(self.shape, what="a Shaped value's shape")
         check_rank_count(len(shape), "a Shaped value's rank")
         object.__setattr__(self, "shape", shape)
+        require(self.spec is None or isinstance(self.spec, PartitionSpec),
+                lambda: BadParameter("Shaped.spec", "a PartitionSpec or None", self.spec))
 
     def __repr__(self) -> str:
-        return f"Shaped({self.shape})"
+        return f"Shaped({self.shape}" + (")" if self.spec is None else f", spec={self.spec!r})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +127,10 @@ class ShardMapTypes:
     result_shapes: tuple[tuple[int, ...], ...]     # each result's shard inside
     result_varying: tuple[frozenset[str], ...]     # cast to vary along their out spec too
     out_shapes: tuple[tuple[int, ...], ...]        # each result as the caller gets it
+    # per argument leaf / result leaf, one entry per dimension: the Explicit axes that split
+    # the value's type inside (the axes that stay automatic) and outside (SMAP-18)
+    inner_types: tuple[tuple, ...] = ()
+    out_types: tuple[tuple, ...] = ()
 
 
 def _bounded_items(items: Iterable[Any], what: str, limit: int = MAX_RANK) -> list[Any]:
@@ -130,11 +159,36 @@ class BadParameter(IllFormedParameter):
 class NotAutoMesh(Failure):
     rule: ClassVar[str] = "SMAP-0"
     error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "nothing (the specification stops at Explicit axes)"
+    jax_error: ClassVar[str] = "nothing (the specification stops at Manual axes)"
     template: ClassVar[str] = ("mesh {mesh} has axes of types {types}; this specification "
-                               "describes shard_map over meshes whose axes are all Auto")
+                               "describes shard_map over meshes whose axes are Auto or "
+                               "Explicit (a Manual axis exists inside another shard_map)")
     mesh: Any
     types: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class AbstractExplicitMesh(NotAutoMesh):
+    template: ClassVar[str] = ("the AbstractMesh {mesh} has axes of types {types}; this "
+                               "specification describes shard_map over an AbstractMesh only "
+                               "when all its axes are Auto (Explicit axes need the devices "
+                               "of jax.set_mesh to lower)")
+
+
+def _check_type_spec(mesh: Mesh | AbstractMesh, path: tuple, leaf: Shaped) -> None:
+    """An argument's type spec names Explicit axes of the mesh, each once, and fits its
+    shape: a value of such a type exists (device_put would refuse the others)."""
+    spec, where = leaf.spec, show_path(("args", *path)) + ".spec"
+    if spec is None:
+        return
+    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t is AxisType.Explicit}
+    names = [n for entry in spec for n in _names(entry)]
+    fits = (len(spec) <= len(leaf.shape) and not spec.unreduced and not spec.reduced
+            and len(set(names)) == len(names) and set(names) <= explicit
+            and all(size % _ways(mesh, entry) == 0 for size, entry in zip(leaf.shape, spec)))
+    require(fits, lambda: BadParameter(
+        where, "a spec over the mesh's Explicit axes, each named once, that splits the "
+               "shape evenly", spec))
 
 
 def _check_tree(tree: Any, parameter: str, leaf_type: type, what: str) -> None:
@@ -149,7 +203,7 @@ def _check_tree(tree: Any, parameter: str, leaf_type: type, what: str) -> None:
                         "input checking of the description")
 def check_parameters(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, results: Any,
                      check_vma: Any) -> tuple[tuple, bool]:
-    """The parameters are well-formed: a mesh of Auto axes, a ``check_vma`` read by its truth value as JAX reads it, and trees of specs, :class:`Shaped` arguments and :class:`Returned` results.
+    """The parameters are well-formed: a mesh of Auto or Explicit axes (Auto only when abstract), a ``check_vma`` read by its truth value as JAX reads it, and trees of specs, :class:`Shaped` arguments whose types fit them and :class:`Returned` results.
 
     >>> check_parameters(Mesh.iota((2,), ("x",)), P("x"), P("x"), (Shaped((4,)),),
     ...                  Returned(0), check_vma="yes")
@@ -162,13 +216,19 @@ def check_parameters(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, re
     """
     require(isinstance(mesh, (Mesh, AbstractMesh)), lambda: BadParameter(
         "mesh", "a Mesh or an AbstractMesh", mesh))
-    require(all(t is AxisType.Auto for t in mesh.axis_types),
+    require(all(t in (AxisType.Auto, AxisType.Explicit) for t in mesh.axis_types),
             lambda: NotAutoMesh(mesh, tuple(t.value for t in mesh.axis_types)))
+    # Over an AbstractMesh, Explicit axes put the mesh in the results' types and lowering
+    # then needs the devices from elsewhere (jax.set_mesh): not described.
+    require(isinstance(mesh, Mesh) or all(t is AxisType.Auto for t in mesh.axis_types),
+            lambda: AbstractExplicitMesh(mesh, tuple(t.value for t in mesh.axis_types)))
     require(type(operands) in (tuple, list), lambda: BadParameter(
         "operands", "a tuple of the positional arguments", operands))
     operands = tuple(operands)
     _check_tree(operands, "args", Shaped, "a Shaped array")
     _check_tree(results, "results", Returned, "a Returned result")
+    for path, leaf in leaves_with_paths(operands):
+        _check_type_spec(mesh, path, leaf)
     for name, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
         require(_nesting(specs, MAX_NESTING) <= MAX_NESTING, lambda: BadParameter(
             name, f"a pytree at most {MAX_NESTING} containers deep", "a deeper tree"))
@@ -792,6 +852,144 @@ def manual_sharding(mesh: Mesh | AbstractMesh, manual_axes: Any, rank: int) -> H
 
 # --------------------------------------------------------------------------- the whole call
 
+# --------------------------------------------------------------------------- SMAP-16
+
+def _explicit(mesh: Mesh | AbstractMesh) -> frozenset[str]:
+    return frozenset(n for n, t in zip(mesh.axis_names, mesh.axis_types)
+                     if t is AxisType.Explicit)
+
+
+def _entry(names: tuple) -> Any:
+    """A spec entry for ``names``: None for none, the name for one, else the tuple."""
+    return None if not names else names[0] if len(names) == 1 else tuple(names)
+
+
+def _padded(spec: PartitionSpec | None, rank: int) -> tuple:
+    """A spec's entries, one per dimension of a value of ``rank`` (missing ones None)."""
+    entries = [] if spec is None else [_entry(_names(e)) for e in spec]
+    return tuple(entries + [None] * (rank - len(entries)))
+
+
+@dataclasses.dataclass(frozen=True)
+class InferOverAutoAxes(Failure):
+    rule: ClassVar[str] = "SMAP-16"
+    error_type: ClassVar[type[Exception]] = TypeError
+    jax_error: ClassVar[str] = "TypeError"
+    template: ClassVar[str] = ("in_specs were left out, but the manual axes {axes} are not "
+                               "all Explicit: only an Explicit axis shows in an argument's "
+                               "type, so shard_map cannot read the in specs off the arguments")
+    hint: ClassVar[str] = "Pass in_specs, or make the manual axes Explicit."
+    axes: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class InferredSpecInvalid(Failure):
+    rule: ClassVar[str] = "SMAP-16"
+    template: ClassVar[str] = ("the type of {where} is split by {spec}, whose entry {entry} "
+                               "names the automatic axis {auto!r} before a manual one: kept "
+                               "to its manual axes the entry has a hole, so no in spec "
+                               "can be read off it")
+    where: str
+    spec: PartitionSpec
+    entry: Any
+    auto: str
+
+
+@rule("SMAP-16", mirrors="jax._src.shard_map._shard_map (in_specs is Infer); "
+                         "jax._src.shard_map._manual_spec")
+def infer_in_specs(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str], operands: tuple
+                   ) -> tuple[PartitionSpec, ...]:
+    """With in_specs left out, every manual axis must be Explicit and each argument's in spec is its type's spec kept to the manual axes; an entry naming an automatic axis before a manual one is invalid.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> infer_in_specs(mesh, frozenset({"y"}), (Shaped((8, 8), P(("y", "x"))),))
+    (P('y', None),)
+    >>> infer_in_specs(mesh, frozenset({"y"}), (Shaped((8,), P(("x", "y"))),))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [SMAP-16]: the type of args[0] is split by P(('x', 'y')), ...
+    """
+    require(manual_axes <= _explicit(mesh), lambda: InferOverAutoAxes(
+        tuple(sorted(manual_axes - _explicit(mesh)))))
+    specs = []
+    for path, leaf in leaves_with_paths(operands):
+        entries = []
+        for entry in _padded(leaf.spec, len(leaf.shape)):  # a type's spec has every dim
+            kept = [n if n in manual_axes else None for n in _names(entry)]
+            while kept and kept[-1] is None:
+                kept.pop()
+            hole = next((n for n, k in zip(_names(entry), kept) if k is None), None)
+            require(hole is None, lambda: InferredSpecInvalid(
+                show_path(("args", *path)), leaf.spec, entry, hole))
+            entries.append(_entry(tuple(kept)))
+        specs.append(PartitionSpec(*entries))
+    return tuple(specs)
+
+
+# --------------------------------------------------------------------------- SMAP-17
+
+@dataclasses.dataclass(frozen=True)
+class SpecNotTheType(Failure):
+    rule: ClassVar[str] = "SMAP-17"
+    template: ClassVar[str] = ("the in spec of {where} is {spec}, but its type is split by "
+                               "{typed}: over Explicit axes shard_map takes an argument as "
+                               "its type splits it")
+    hint: ClassVar[str] = ("Leave in_specs out to read them off the types, or reshard the "
+                           "argument (jax.reshard) first.")
+    where: str
+    spec: Any
+    typed: Any
+
+
+@rule("SMAP-17", mirrors="jax._src.shard_map._shard_map (every axis manual and Explicit: "
+                         "in_specs against the arguments' types)")
+def check_specs_match_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
+                            flat_in: list, operands: tuple) -> None:
+    """When every mesh axis is manual and Explicit, each mapped argument's in spec, padded to its rank, equals the spec its type carries.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> everything = frozenset({"x", "y"})
+    >>> check_specs_match_types(mesh, everything, [P("x")], (Shaped((8, 8), P("x", None)),))
+    >>> check_specs_match_types(mesh, everything, [P("y")], (Shaped((8, 8), P("x")),))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [SMAP-17]: the in spec of args[0] is P('y', None), but its type is split by P('x', None): ...
+    """
+    if manual_axes != frozenset(mesh.axis_names) or not manual_axes <= _explicit(mesh):
+        return
+    for (path, leaf), spec in zip(leaves_with_paths(operands), flat_in):
+        if spec is None:
+            continue
+        given, typed = _padded(spec, len(leaf.shape)), _padded(leaf.spec, len(leaf.shape))
+        require(given == typed and not spec.unreduced and not spec.reduced,
+                lambda: SpecNotTheType(show_path(("args", *path)), PartitionSpec(
+                    *given, unreduced=spec.unreduced, reduced=spec.reduced),
+                    PartitionSpec(*typed)))
+
+
+# --------------------------------------------------------------------------- SMAP-18
+
+@rule("SMAP-18", mirrors="jax._src.shard_map._shard_shaped_array and _unshard_shaped_array "
+                         "(the sharding of the types); jax._src.core.modify_spec_for_auto_manual")
+def explicit_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
+                   type_spec: PartitionSpec | None, out_spec: PartitionSpec | None,
+                   rank: int) -> tuple[tuple, tuple]:
+    """Inside, a value's type keeps the Explicit axes that are not manual; outside, each dimension of a result's type names its out spec's Explicit axes, then the axes its type inside names there.
+
+    Returns (the type inside, the type outside), one entry per dimension.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> explicit_types(mesh, frozenset({"y"}), P("x"), P("y"), 2)
+    (('x', None), (('y', 'x'), None))
+    """
+    explicit = _explicit(mesh)
+    inner = tuple(_entry(tuple(n for n in _names(e) if n in explicit - manual_axes))
+                  for e in _padded(type_spec, rank))
+    outer = tuple(_entry(tuple(n for n in _names(o) if n in explicit) + _names(i))
+                  for o, i in zip(_padded(out_spec, rank), inner))
+    return inner, outer
+
+
 def check_shard_map(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, results: Any,
                     manual_axes: Any = frozenset(), check_vma: Any = True) -> ShardMapTypes:
     """What ``jax.jit(jax.shard_map(f, ...))`` does with the types, or the first rule it breaks.
@@ -815,6 +1013,9 @@ def check_shard_map(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, res
                                            check_vma)
     manual = manual_axes_of(mesh, manual_axes)
     for which, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
+        if which == "in_specs" and specs is INFER:
+            infer_in_specs(mesh, manual, ())  # the manual axes must show in the types
+            continue
         if which == "in_specs" and specs is None:
             continue  # every argument passed whole
         check_spec_leaves(specs, which)
@@ -835,8 +1036,15 @@ def check_shard_map(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, res
         for path, leaf in leaves_with_paths(results):  # the body's collectives, in order
             with located(show_path(("results", *path))):
                 check_collective_axes(mesh, leaf.summed, manual)
+    typed = [leaf.spec for _, leaf in leaves_with_paths(operands)]
+    inner_types = tuple(explicit_types(mesh, manual, t, None, len(shape))[0]
+                        for t, shape in zip(typed, inner_shapes))
+    out_types = tuple(explicit_types(mesh, manual, typed[leaf.operand], spec, len(shape))[1]
+                      for (_, leaf), spec, shape in zip(leaves_with_paths(results), flat_out,
+                                                        shapes))
     return ShardMapTypes(manual, tuple(flat_in), inner_shapes, inner_varying, tuple(flat_out),
-                         shapes, _cast_to_out_specs(varying, flat_out, check_vma), out_shapes)
+                         shapes, _cast_to_out_specs(varying, flat_out, check_vma), out_shapes,
+                         inner_types, out_types)
 
 
 def _varying(spec: PartitionSpec | None, check_vma: bool) -> frozenset[str]:
@@ -849,7 +1057,8 @@ def _varying(spec: PartitionSpec | None, check_vma: bool) -> frozenset[str]:
 def _map_arguments(mesh: Mesh | AbstractMesh, in_specs: Any, operands: tuple,
                    manual: frozenset[str]) -> tuple[list, tuple]:
     """SMAP-5, then SMAP-7 for every argument, then SMAP-8 for every argument, then SMAP-9."""
-    flat = match_in_specs(in_specs, operands)
+    flat = (list(infer_in_specs(mesh, manual, operands)) if in_specs is INFER else
+            match_in_specs(in_specs, operands))
     args = [(show_path(("args", *path)), leaf.shape) for path, leaf in leaves_with_paths(operands)]
     for (where, shape), spec in zip(args, flat):
         if spec is not None:
@@ -857,6 +1066,7 @@ def _map_arguments(mesh: Mesh | AbstractMesh, in_specs: Any, operands: tuple,
     for (where, shape), spec in zip(args, flat):
         if spec is not None:
             check_divisible(mesh, spec, shape, f"the in spec of {where}", where)
+    check_specs_match_types(mesh, manual, flat, operands)
     inner = tuple(shape if spec is None else per_shard_shape(mesh, spec, shape, manual)
                   for (_, shape), spec in zip(args, flat))
     return flat, inner

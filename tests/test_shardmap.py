@@ -43,6 +43,8 @@ DECIDING = {"SMAP-9", "SMAP-10", "SMAP-14", "SMAP-15"}
 
 MESH = S.Mesh.iota((2, 4), ("x", "y"))
 X = (Shaped((8, 8)),)
+EXPLICIT = S.Mesh.iota((2, 4), ("x", "y"), (S.AxisType.Explicit,) * 2)
+EXPLICIT_X = S.Mesh.iota((2, 4), ("x", "y"), (S.AxisType.Auto, S.AxisType.Explicit))
 
 
 def _agree(call: SmapCall) -> None:
@@ -144,6 +146,45 @@ def dataclass_replace_out(call: SmapCall) -> SmapCall:
                     call.manual_axes, call.check_vma)
 
 
+# --------------------------------------------------------------------------- Explicit axes
+
+@checks("SMAP-16", "SMAP-17", "SMAP-18")
+def test_explicit_axes_in_specs_types_and_inference():
+    """Over Explicit axes an argument's type carries its spec: with every axis manual the in
+    spec must be that spec (SMAP-17), left out it is read off the type (SMAP-16), and the
+    types inside and outside keep the Explicit axes (SMAP-18)."""
+    typed = (Shaped((8, 8), P("x", "y")),)
+    mixed = S.Mesh.iota((2, 4), ("x", "y"), (S.AxisType.Explicit, S.AxisType.Auto))
+    cases = [
+        (_call(P("x", "y"), P("x", "y"), typed, mesh=EXPLICIT), None),
+        (_call(P("y"), P("y"), typed, mesh=EXPLICIT), "SMAP-17"),
+        (_call(P(), P(), (Shaped((8, 8)),), mesh=EXPLICIT), None),
+        (_call(P("x"), P("x"), (Shaped((8, 8)),), mesh=EXPLICIT), "SMAP-17"),
+        (_call(P(("x",), "y"), P("x", "y"), typed, mesh=EXPLICIT), None),
+        (_call(S.INFER, P("x", "y"), typed, mesh=EXPLICIT), None),
+        (_call(S.INFER, P("y"), (Shaped((8, 8), P("x")),), manual={"y"}, mesh=EXPLICIT),
+         None),
+        (_call(S.INFER, P(None, "y"), typed, manual={"y"}, mesh=EXPLICIT), None),
+        (_call(S.INFER, P("x"), (Shaped((8,), P(("y", "x"))),), manual={"x"},
+               mesh=EXPLICIT), "SMAP-16"),
+        (_call(S.INFER, P("x", "y"), X), "SMAP-16"),
+        (_call(S.INFER, P("x"), (Shaped((8, 8), P("x")),), mesh=mixed), "SMAP-16"),
+        # Not every axis Explicit, or not every axis manual: the types are not checked.
+        (_call(P("x", "y"), P("x", "y"), (Shaped((8, 8)),), mesh=mixed), None),
+        (_call(P("y"), P("y"), (Shaped((8, 8), P("x")),), manual={"y"}, mesh=EXPLICIT),
+         None),
+    ]
+    for call, rule in cases:
+        _agree(call)
+        assert _rule_of(call) == rule, (call, rule)
+    types = check_shard_map(EXPLICIT, P("y"), P("y"), (Shaped((8, 8), P("x")),),
+                            Returned(0), {"y"})
+    assert types.inner_types == (("x", None),) and types.out_types == ((("y", "x"), None),)
+    count_hit("SMAP-18", True)
+    count_hit("SMAP-18", False)  # its other outcome: types without Explicit axes
+    assert check_shard_map(MESH, P("x"), P("x"), X, Returned(0)).out_types == ((None, None),)
+
+
 # --------------------------------------------------------------------------- manual shardings
 
 @checks("SMAP-15")
@@ -187,16 +228,20 @@ def test_the_mesh_must_be_a_mesh():
     _agree(_call(P("x"), P(), check_vma=0))
     _agree(_call(P("x"), P(), check_vma="yes"))
     # Spec-only refusals (JAX has no such parameter, or the spec stops there): a check_vma
-    # without a truth value, results that name no argument, meshes with Explicit axes.
-    for bad in (dict(check_vma=np.ones(2)), dict(results=Returned(3))):
+    # without a truth value, results that name no argument, an argument type no value has
+    # (over an Auto axis, an axis twice, indivisible), meshes with Manual axes.
+    bad_types = [(Shaped((8, 8), P("x")),), (Shaped((8, 8), P("x", "x")),),
+                 (Shaped((6,), P("y")),), (Shaped((8,), P(None, "x")),)]
+    for bad in (dict(check_vma=np.ones(2)), dict(results=Returned(3)),
+                *[dict(operands=o, mesh=EXPLICIT_X) for o in bad_types]):
         args = dict(mesh=MESH, in_specs=P(), out_specs=P(), operands=X, results=Returned(0))
         args.update(bad)
         with pytest.raises(Rejection) as caught:
             check_shard_map(**args)
-        assert caught.value.rule == "SMAP-0"
-    explicit = S.Mesh.iota((2, 4), ("x", "y"), (S.AxisType.Explicit,) * 2)
+        assert caught.value.rule == "SMAP-0", bad
+    manual = S.Mesh.iota((2, 4), ("x", "y"), (S.AxisType.Manual,) * 2)
     with pytest.raises(NotImplementedError):
-        check_shard_map(explicit, P(), P(), X, Returned(0))
+        check_shard_map(manual, P(), P(), X, Returned(0))
 
 
 def shard_map_in_jax_with_a_string_mesh():
