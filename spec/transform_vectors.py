@@ -38,6 +38,7 @@ from .hlo import HloSharding
 from .layouts import AUTO_LAYOUT, Format, Layout
 from .rules import RULES, Rejection, reject
 from .shardings import AUTO, UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
+from . import shardmap
 from .shardmap import Returned, Shaped, ShardMapTypes
 from .transformed import TRANSFORMS, TransformedCall, TransformedVerdict
 from .values import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, PartitionSpec
@@ -71,6 +72,8 @@ HARNESSES = ("arguments", "batching", "autodiff", "constraint", "shardmap")
 _SHARDING_TYPES = ("NamedSharding", "SingleDeviceSharding", "GSPMDSharding", "PartitionSpec",
                    "UNSPECIFIED", "Format", "Layout", "Layout.AUTO")
 _MARKERS = {"AUTO": AUTO, "UNCONSTRAINED": UNCONSTRAINED}
+if getattr(shardmap, "INFER", None) is not None:  # shard_map's in_specs read off the types
+    _MARKERS["INFER"] = shardmap.INFER
 _CONTAINERS = ("tuple", "list", "dict", "mapping", "frozenset", "set")
 _SIDE = re.compile(r"^[a-z][a-z-]{0,30}$")
 _LONGEST_INTEGER = 100

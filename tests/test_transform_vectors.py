@@ -355,3 +355,13 @@ def test_vectors_run_replays_the_transformed_set(capsys):
     assert status == 0 and "0 failed (100.0 % conform)" in out and "ARG-4" in out
     status, out, _ = _cli(capsys, "vectors", "run", ROOT / "arguments", "--against", "jax")
     assert status == 0 and "0 failed" in out and "spec-only vector" in out
+
+
+def test_vectors_generate_writes_transformed_vectors(capsys, tmp_path):
+    status, out, _ = _cli(capsys, "vectors", "generate", tmp_path, "--transformed",
+                          "--per-rule", "1", "--budget", "3")
+    assert status == 0 and "transformed-call vector(s)" in out, out
+    written = sorted(tmp_path.glob("*/*.json"))
+    assert written and all(_load(p).expect is not None for p in written)
+    status, _, err = _cli(capsys, "vectors", "generate", tmp_path, "--transformed")
+    assert status == 2 and "--replace" in err

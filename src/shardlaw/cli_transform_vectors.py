@@ -14,7 +14,7 @@ import textwrap
 from typing import Any, TextIO
 
 __all__ = ["is_transformed_text", "load_piece", "check_transformed", "replay_transformed",
-           "hits_of"]
+           "hits_of", "generate_transformed"]
 
 _FORMAT = re.compile(r'"format"\s*:\s*"shardlaw-transformed-call"')
 
@@ -123,3 +123,39 @@ def replay_transformed(against: str, vector: Any) -> list[str] | None:
 def hits_of(vector: Any) -> list[tuple[str, str]]:
     from shardlaw.spec.transform_vectors import transformed_rules_hit
     return transformed_rules_hit(vector)
+
+
+def generate_transformed(args: argparse.Namespace, out: TextIO) -> int:
+    """``shardlaw vectors generate DIR --transformed``: the transformed-call vectors of
+    :mod:`shardlaw.properties.transform_vectors_gen` (0 written, 1 JAX and the spec
+    disagreed on a case, 2 bad input)."""
+    from pathlib import Path
+
+    from shardlaw.cli_errors import CommandExit
+    try:
+        import jax
+        from shardlaw.properties.transform_vectors_gen import FAMILIES, generate
+    except ImportError as error:
+        raise CommandExit(2, f"generating vectors needs JAX and Hypothesis ({error}); install "
+                             "shardlaw with the [dev] extra") from None
+    budget = 1000 if args.budget is None else args.budget
+    if budget < 1:
+        raise CommandExit(2, "--budget must be at least 1")
+    old = sorted(p for f in FAMILIES for p in Path(args.directory).glob(f"{f}/*.json"))
+    if old and not args.replace:
+        raise CommandExit(2, f"{args.directory} already holds {len(old)} transformed-call "
+                             "vectors (use --replace)")
+    for path in old:
+        path.unlink()
+    jax.config.update("jax_num_cpu_devices", 8)
+    report = generate(args.directory, args.per_rule, budget)
+    out.write(f"Wrote {sum(report.written.values())} transformed-call vector(s) into "
+              f"{args.directory} ({report.cases} cases run in JAX)\n")
+    for (family, rule_id, side), n in sorted(report.written.items()):
+        out.write(f"  {family:<10} {rule_id:<8} {side:<14} {n}\n")
+    if report.disagreements:
+        out.write(f"\nJAX and the spec disagreed on {len(report.disagreements)} case(s) "
+                  "(not written):\n")
+        for line in report.disagreements[:10]:
+            out.write(_fill(line[:600], "  - ", "    ") + "\n")
+    return 1 if report.disagreements else 0

@@ -71,10 +71,14 @@ def add_parsers(subparsers: Any) -> None:
     generate.add_argument("--per-rule", type=int, default=3, metavar="N",
                           help="vectors for each side of each jit-call rule (default 3)")
     generate.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
-    generate.add_argument("--budget", type=int, default=4000, metavar="CALLS",
-                          help="the most calls to draw (default 4000)")
+    generate.add_argument("--budget", type=int, default=None, metavar="CALLS",
+                          help="the most calls to draw (default 4000; with --transformed, "
+                               "the cases drawn per family, default 1000)")
     generate.add_argument("--replace", action="store_true",
                           help="delete the .json files already under DIR first")
+    generate.add_argument("--transformed", action="store_true",
+                          help="write transformed-call vectors (ARG, BAT, AD, WSC, SMAP) under "
+                               "DIR/<family>/ instead")
     generate.set_defaults(handler=_guarded(generate_command))
 
 
@@ -562,6 +566,11 @@ def _report(path: Path, against: str, replays: list[Replay], out: TextIO) -> Non
 def generate_command(args: argparse.Namespace, out: TextIO) -> int:
     if args.per_rule < 1:
         raise _Exit(2, "--per-rule must be at least 1")
+    if args.transformed:
+        from shardlaw.cli_transform_vectors import generate_transformed
+        return generate_transformed(args, out)
+    if args.budget is None:
+        args.budget = 4000
     try:
         import hypothesis  # noqa: F401
         import jax  # noqa: F401
