@@ -990,6 +990,45 @@ def explicit_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
     return inner, outer
 
 
+# --------------------------------------------------------------------------- SMAP-19
+
+@dataclasses.dataclass(frozen=True)
+class ReductionsNotTheValue(Failure):
+    rule: ClassVar[str] = "SMAP-19"
+    template: ClassVar[str] = ("{where} is {spec}, which calls {value} {kind} over "
+                               "{axes}, but {value} is {kind} over {held}: an in spec takes "
+                               "its argument's unreduced and reduced axes as its type has "
+                               "them, an out spec its result's")
+    where: str
+    spec: Any
+    value: str
+    kind: str
+    axes: tuple
+    held: tuple
+
+
+@rule("SMAP-19", mirrors="jax._src.shard_map._shard_shaped_array and _unshard_shaped_array "
+                         "(their unreduced and reduced checks)")
+def check_reductions_held(spec: PartitionSpec, where: str, value: str,
+                          unreduced: frozenset[str] = frozenset(),
+                          reduced: frozenset[str] = frozenset()) -> None:
+    """An in spec's unreduced and reduced axes are those its argument's type holds, and (with check_vma) an out spec's are those its result holds inside.
+
+    The values described here hold none: an argument's type has no unreduced or reduced
+    axes (SMAP-0), and the body makes none.
+
+    >>> check_reductions_held(P("x"), "in_specs[0]", "args[0]")
+    >>> check_reductions_held(P(unreduced={"x"}), "in_specs[0]", "args[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [SMAP-19]: in_specs[0] is P(unreduced={'x'}), which calls args[0] unreduced over ('x',), but args[0] is unreduced over (): ...
+    """
+    for kind, named, held in (("unreduced", spec.unreduced, unreduced),
+                              ("reduced", spec.reduced, reduced)):
+        require(frozenset(named) == frozenset(held), lambda: ReductionsNotTheValue(
+            where, spec, value, kind, tuple(sorted(named)), tuple(sorted(held))))
+
+
 def check_shard_map(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, results: Any,
                     manual_axes: Any = frozenset(), check_vma: Any = True) -> ShardMapTypes:
     """What ``jax.jit(jax.shard_map(f, ...))`` does with the types, or the first rule it breaks.
@@ -1067,9 +1106,12 @@ def _map_arguments(mesh: Mesh | AbstractMesh, in_specs: Any, operands: tuple,
         if spec is not None:
             check_divisible(mesh, spec, shape, f"the in spec of {where}", where)
     check_specs_match_types(mesh, manual, flat, operands)
-    inner = tuple(shape if spec is None else per_shard_shape(mesh, spec, shape, manual)
-                  for (_, shape), spec in zip(args, flat))
-    return flat, inner
+    inner = []
+    for (where, shape), spec in zip(args, flat):
+        if spec is not None:
+            check_reductions_held(spec, f"the in spec of {where}", where)
+        inner.append(shape if spec is None else per_shard_shape(mesh, spec, shape, manual))
+    return flat, tuple(inner)
 
 
 def _trace_body(mesh: Mesh | AbstractMesh, results: Any, inner_shapes: tuple,
@@ -1102,6 +1144,8 @@ def _map_results(mesh: Mesh | AbstractMesh, out_specs: Any, results: Any, shapes
             check_replication(mesh, spec, vary, at)
     out = []
     for spec, shape, at in zip(flat, shapes, where):
+        if check_vma:
+            check_reductions_held(spec, at, "the result")
         check_no_repeated_axes(spec, at)
         out.append(unshard_shape(mesh, spec, shape, manual))
     return flat, tuple(out)
