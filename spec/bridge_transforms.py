@@ -13,7 +13,10 @@ to JAX's own transformation rules.
 
 What cannot be described is refused with the family's rule ID (BAT-0, AD-0, WSC-0, SMAP-0,
 ARG-0) or CALL-0: a Rejection of the type JAX raises, never a bare exception.
-:func:`explain` describes and answers in one step, a refusal of the description included.
+:func:`explain` describes and answers in one step, a refusal of the description included;
+under ``vmap`` and the AD transformations it asks jit's front door
+(:func:`~shardlaw.spec.jit_call`) about the jit call first, as JAX traces that call before
+it batches or differentiates it.
 
 This module imports JAX at its top; :mod:`shardlaw.spec` never imports it.
 """
@@ -28,22 +31,22 @@ from typing import Any, Callable, Iterator
 import jax
 import numpy as np
 from jax._src.api_util import flatten_axes
-from jax.experimental import layout as jlayout
 from jax._src.interpreters import batching as jax_batching
+from jax.experimental import layout as jlayout
 
 from .arguments import CANONICAL, BadArgumentDescription
 from .autodiff import IllFormed
 from .batching import BadVmapParameter, BadVmapParameterType, check_vmap_parameters
 from .bridge_autodiff import equation_from_jax, jit_body_of, jit_equations
 from .call import BadDescription
-from .jax_bridge import describe_call
-from .jit import jit_call
 from .constraint import BadConstraintCall
-from .jax_bridge import _arg_tree, _context_mesh, from_jax
+from .jax_bridge import _arg_tree, _context_mesh, describe_call, from_jax
+from .jit import jit_call
 from .rules import Failure, Rejection, explain as explain_failure, reject
 from .shardings import UNSPECIFIED, SingleDeviceSharding
 from .shardmap import BadParameter, Returned, Shaped
 from .transformed import TransformedCall, TransformedVerdict, explain_transformed
+from .values import PartitionSpec
 
 __all__ = ["describe_vmap", "describe_grad", "describe_vjp", "describe_jvp",
            "describe_linearize", "describe_sharding_constraint", "describe_shard_map",
@@ -151,8 +154,14 @@ def _type_spec(leaf: Any) -> Any:
                 if t == jax.sharding.AxisType.Explicit}
     if not explicit:
         return None
-    return from_jax(jax.typeof(leaf).sharding.spec) if not isinstance(
-        leaf, jax.ShapeDtypeStruct) else from_jax(sharding.spec)
+    if not isinstance(leaf, jax.ShapeDtypeStruct):
+        return from_jax(jax.typeof(leaf).sharding.spec)
+    kept = []  # a ShapeDtypeStruct's type: its sharding's spec over the Explicit axes only
+    for entry in from_jax(sharding.spec).partitions:
+        names = () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+        names = tuple(n for n in names if n in explicit)
+        kept.append(None if not names else names[0] if len(names) == 1 else names)
+    return PartitionSpec(*kept)
 
 
 def _check_callable(fun: Any, failure: Callable[..., Failure], expected: str = "a callable"
@@ -532,6 +541,7 @@ def describe_device_put(value: Any, device: Any = None, *, via: str = "device_pu
 
 DESCRIBERS: dict[str, Callable[..., TransformedCall]] = {
     "vmap": describe_vmap, "grad": describe_grad, "vjp": describe_vjp, "jvp": describe_jvp,
+    "value_and_grad": describe_grad,  # it stages the same two equations as grad
     "linearize": describe_linearize, "with_sharding_constraint": describe_sharding_constraint,
     "shard_map": describe_shard_map, "device_put": describe_device_put,
 }
@@ -625,7 +635,7 @@ def explain(kind: str, *args: Any, **kwargs: Any) -> TransformedVerdict:
     try:
         if kind == "vmap" and args:
             return _explain_vmap(args[0], args[1:], kwargs)
-        if kind in ("grad", "vjp", "jvp", "linearize") and args:
+        if kind in ("grad", "value_and_grad", "vjp", "jvp", "linearize") and args:
             return _explain_ad(kind, args[0], args[1:], kwargs)
         return explain_transformed(DESCRIBERS[kind](*args, **kwargs))
     except Rejection as refusal:
