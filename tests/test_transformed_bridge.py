@@ -272,7 +272,11 @@ def _grad_equations(case: ad_h.GradCase) -> tuple[list[JitEquation], Transformed
                    donate_argnums=kw["donate_argnums"])
     argnums = tuple(i for i, d in enumerate(case.differentiated) if d) or (0,)
     args = ad_h._arguments(case)[1:]
-    jaxpr = _ad_jaxpr(case, jax.grad(jax.jit(ad_loss, **options), argnums=argnums), args)
+    grad = jax.grad(jax.jit(ad_loss, **options), argnums=argnums)
+
+    def step(*xs: Any) -> Any:  # named apart: grad keeps the name of what it differentiates
+        return grad(*xs)
+    jaxpr = _ad_jaxpr(case, jax.jit(step) if case.outer_jit else step, args)
     found = [equation_from_jax(e) for e in jit_equations(jaxpr, "ad_loss")]
     back = _described(case, "grad", ad_loss, args, argnums=argnums, **options)
     forward = _described(case, "grad", ad_loss, args, argnums=argnums, stage="forward",
@@ -295,7 +299,8 @@ def _jvp_like(case: ad_h.GradCase) -> tuple[list[JitEquation], list[Any], Transf
             return jax.linearize(jitted, *xs)[1](*xs)
         out, back = jax.vjp(jitted, *xs)
         return back(out)
-    found = [equation_from_jax(e) for e in jit_equations(_ad_jaxpr(case, program, args),
+    outer = jax.jit(program) if case.outer_jit else program  # a training step
+    found = [equation_from_jax(e) for e in jit_equations(_ad_jaxpr(case, outer, args),
                                                           ad_h.NAME)]
     verdict = _described(case, kind, target, args, **kw)
     if kind == "vjp":
@@ -553,6 +558,18 @@ def test_pinned_shard_map_psum():
     refused = explain_transformed(describe_shard_map(
         lambda v: v, a, mesh=mesh, in_specs=JaxP("data"), out_specs=JaxP()))
     assert (refused.accepted, refused.rule) == (False, "SMAP-11")
+
+
+@checks("ARG-2", "ARG-4")
+def test_pinned_device_put_on_a_device():
+    """device_put(value, a Device) is read as that device's SingleDeviceSharding: the whole
+    value on device 3, committed, as JAX places it."""
+    value = np.arange(6, dtype=np.int64).reshape(2, 3)
+    placed = explain("device_put", value, jax.devices()[3])
+    real = jax.device_put(value, jax.devices()[3])
+    assert placed.accepted and placed.result.shards == {3: ((0, 2), (0, 3))}
+    assert (placed.result.dtype, placed.result.committed) == (str(real.dtype), real.committed)
+    assert {s.device.id for s in real.addressable_shards} == {3}
 
 
 # --------------------------------------------------------------------------- hostile input
