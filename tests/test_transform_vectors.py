@@ -9,9 +9,12 @@ writable), naming the JSON path.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+import io
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -130,7 +133,8 @@ def _round_trip(call: TransformedCall) -> None:
     assert [type(v) for _, v in back.call.arguments] == [type(v) for _, v in call.arguments]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=max(settings().max_examples // 4, 60), deadline=None,
+          suppress_health_check=list(HealthCheck))
 @given(st.one_of(
     st.tuples(st.just("arguments"), arguments_harness.argument_cases()),
     st.tuples(st.just("batching"), batching_harness.vmap_cases()),
@@ -145,7 +149,8 @@ def test_drawn_calls_round_trip_exactly(drawn):
     assert rebuild_case(origin) == case
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=max(settings().max_examples // 5, 40), deadline=None,
+          suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_autodiff_calls_round_trip_exactly(data):
     plausible = fuzz_autodiff.PLAUSIBLE
@@ -365,3 +370,24 @@ def test_vectors_generate_writes_transformed_vectors(capsys, tmp_path):
     assert written and all(_load(p).expect is not None for p in written)
     status, _, err = _cli(capsys, "vectors", "generate", tmp_path, "--transformed")
     assert status == 2 and "--replace" in err
+
+
+@st.composite
+def _mutated_vectors(draw):
+    path = draw(st.sampled_from(FILES[::5]))
+    return fuzz._mutated_file((path.name, path.read_text()), draw(st.data()))
+
+
+@settings(max_examples=max(settings().max_examples // 2, 100), deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(_mutated_vectors(), st.booleans())
+def test_check_of_a_mutated_transformed_vector_exits_cleanly(named, as_json):
+    """A hostile file: 0 or 1 with a report, or 2 with one line naming VEC-1."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / named[0]
+        path.write_text(named[1], encoding="utf-8", errors="surrogatepass")
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(["check", *(["--json"] if as_json else []), str(path)])
+    outcome = fuzz._check_exit(status, err.getvalue(), out.getvalue())
+    assert not outcome.failed, (outcome, named[1][:300], err.getvalue()[:300])
