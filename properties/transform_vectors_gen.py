@@ -167,6 +167,7 @@ def _pinned() -> dict[str, list[Any]]:
         CollectiveCase(cube, ("x",), frozenset({"x"})),
         ManualCase(cube, frozenset({"y", "x"}), 1),
         ManualCase(Mesh.iota((1, 8), ("x", "y")), frozenset({"x"}), 2),
+        ManualCase(Mesh.iota((8, 1), ("x", "y")), frozenset({"y"}), 0),
         ManualCase(mesh, frozenset({"x"}), 2),
     ]}
 
