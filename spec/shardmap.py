@@ -976,7 +976,8 @@ def explicit_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
                    rank: int) -> tuple[tuple, tuple]:
     """Inside, a value's type keeps the Explicit axes that are not manual; outside, each dimension of a result's type names its out spec's Explicit axes, then the axes its type inside names there.
 
-    Returns (the type inside, the type outside), one entry per dimension.
+    Returns (the type inside, the type outside), one entry per dimension. An argument
+    passed whole (a None in_spec) is not sharded: pass no manual axes for it.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
     >>> explicit_types(mesh, frozenset({"y"}), P("x"), P("y"), 2)
@@ -1075,15 +1076,24 @@ def check_shard_map(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, res
         for path, leaf in leaves_with_paths(results):  # the body's collectives, in order
             with located(show_path(("results", *path))):
                 check_collective_axes(mesh, leaf.summed, manual)
-    typed = [leaf.spec for _, leaf in leaves_with_paths(operands)]
-    inner_types = tuple(explicit_types(mesh, manual, t, None, len(shape))[0]
-                        for t, shape in zip(typed, inner_shapes))
-    out_types = tuple(explicit_types(mesh, manual, typed[leaf.operand], spec, len(shape))[1]
-                      for (_, leaf), spec, shape in zip(leaves_with_paths(results), flat_out,
-                                                        shapes))
+    inner_types, out_types = _types(mesh, manual, operands, flat_in, results, flat_out, shapes)
     return ShardMapTypes(manual, tuple(flat_in), inner_shapes, inner_varying, tuple(flat_out),
                          shapes, _cast_to_out_specs(varying, flat_out, check_vma), out_shapes,
                          inner_types, out_types)
+
+
+def _types(mesh: Mesh | AbstractMesh, manual: frozenset[str], operands: tuple, flat_in: list,
+           results: Any, flat_out: list, shapes: tuple) -> tuple[tuple, tuple]:
+    """SMAP-18 for every mapped argument inside and every result outside. An argument passed
+    whole enters the body as it is, its whole type kept."""
+    typed = [leaf.spec for _, leaf in leaves_with_paths(operands)]
+    kept = [manual if spec is not None else frozenset() for spec in flat_in]
+    inner = tuple(explicit_types(mesh, m, t, None, len(leaf.shape))[0]
+                  for t, m, (_, leaf) in zip(typed, kept, leaves_with_paths(operands)))
+    outer = tuple(explicit_types(mesh, kept[leaf.operand], typed[leaf.operand], spec,
+                                 len(shape))[1]
+                  for (_, leaf), spec, shape in zip(leaves_with_paths(results), flat_out, shapes))
+    return inner, outer
 
 
 def _varying(spec: PartitionSpec | None, check_vma: bool) -> frozenset[str]:
