@@ -162,6 +162,8 @@ def _pinned() -> dict[str, list[Any]]:
         b.VmapCase((1,), (unreduced,), (0,), (UNSPECIFIED,), b.Vmap((0,)), outer=outer)
         for outer in (b.Vmap((0,)), b.Vmap((0,), spmd_axis_name="x"))
     ], "shardmap": [
+        _harness("shardmap").SmapCall(  # an out spec unreduced over what the result is not
+            explicit, P(), P(unreduced={"x"}), (Shaped((8,)),), Returned(0), frozenset(), True),
         CollectiveCase(permuted, ("x",), frozenset({"x", "y"})),
         CollectiveCase(mesh, ("y", "x"), frozenset({"x", "y"})),
         CollectiveCase(cube, ("x",), frozenset({"x"})),
