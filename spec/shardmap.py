@@ -969,25 +969,51 @@ def check_specs_match_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[st
 
 # --------------------------------------------------------------------------- SMAP-18
 
+@dataclasses.dataclass(frozen=True)
+class TypeDoesNotSplitShard(Failure):
+    rule: ClassVar[str] = "SMAP-18"
+    template: ClassVar[str] = ("inside shard_map {where} is a shard of shape {shape}, whose "
+                               "type keeps {entries} on the Explicit axes that stay "
+                               "automatic: dimension {dim} of size {size} does not split "
+                               "{ways} ways")
+    hint: ClassVar[str] = ("Split that dimension over fewer manual axes, or reshard the "
+                           "argument first.")
+    where: str
+    shape: tuple
+    entries: tuple
+    dim: int
+    size: int
+    ways: int
+
+
 @rule("SMAP-18", mirrors="jax._src.shard_map._shard_shaped_array and _unshard_shaped_array "
                          "(the sharding of the types); jax._src.core.modify_spec_for_auto_manual")
 def explicit_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
                    type_spec: PartitionSpec | None, out_spec: PartitionSpec | None,
-                   rank: int) -> tuple[tuple, tuple]:
-    """Inside, a value's type keeps the Explicit axes that are not manual; outside, each dimension of a result's type names its out spec's Explicit axes, then the axes its type inside names there.
+                   shape: tuple[int, ...], where: str = "the argument") -> tuple[tuple, tuple]:
+    """Inside, a value's type keeps the Explicit axes that are not manual, which must split its shard evenly; outside, each dimension of a result's type names its out spec's Explicit axes, then the axes its type inside names there.
 
-    Returns (the type inside, the type outside), one entry per dimension. An argument
-    passed whole (a None in_spec) is not sharded: pass no manual axes for it.
+    Returns (the type inside, the type outside), one entry per dimension of ``shape``, the
+    shard inside. An argument passed whole (a None in_spec) is not sharded: pass no manual
+    axes for it.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
-    >>> explicit_types(mesh, frozenset({"y"}), P("x"), P("y"), 2)
+    >>> explicit_types(mesh, frozenset({"y"}), P("x"), P("y"), (2, 8))
     (('x', None), (('y', 'x'), None))
+    >>> explicit_types(mesh, frozenset({"y"}), P("x"), None, (1,), "args[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.rules.RejectionValueError: [SMAP-18]: inside shard_map args[0] is a shard of shape (1,), whose type keeps ('x',) on the Explicit axes that stay automatic: dimension 0 of size 1 does not split 2 ways. ...
     """
     explicit = _explicit(mesh)
     inner = tuple(_entry(tuple(n for n in _names(e) if n in explicit - manual_axes))
-                  for e in _padded(type_spec, rank))
+                  for e in _padded(type_spec, len(shape)))
+    for dim, (size, entry) in enumerate(zip(shape, inner)):
+        ways = _ways(mesh, entry)
+        require(size % ways == 0, lambda: TypeDoesNotSplitShard(
+            where, tuple(shape), inner, dim, size, ways))
     outer = tuple(_entry(tuple(n for n in _names(o) if n in explicit) + _names(i))
-                  for o, i in zip(_padded(out_spec, rank), inner))
+                  for o, i in zip(_padded(out_spec, len(shape)), inner))
     return inner, outer
 
 
@@ -1013,7 +1039,7 @@ class ReductionsNotTheValue(Failure):
 def check_reductions_held(spec: PartitionSpec, where: str, value: str,
                           unreduced: frozenset[str] = frozenset(),
                           reduced: frozenset[str] = frozenset()) -> None:
-    """An in spec's unreduced and reduced axes are those its argument's type holds, and (with check_vma) an out spec's are those its result holds inside.
+    """An in spec's unreduced and reduced axes are those its argument's type holds, and an out spec's are those its result holds inside (checked when traced with check_vma, else when lowered).
 
     The values described here hold none: an argument's type has no unreduced or reduced
     axes (SMAP-0), and the body makes none.
@@ -1076,22 +1102,28 @@ def check_shard_map(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, res
         for path, leaf in leaves_with_paths(results):  # the body's collectives, in order
             with located(show_path(("results", *path))):
                 check_collective_axes(mesh, leaf.summed, manual)
-    inner_types, out_types = _types(mesh, manual, operands, flat_in, results, flat_out, shapes)
+        if not check_vma:  # unchecked while tracing, an out spec's reductions fail here
+            for (path, _), spec in zip(leaves_with_paths(results), flat_out):
+                check_reductions_held(spec, f"the out spec of {show_path(('results', *path))}",
+                                      "the result")
+    inner_types, out_types = _types(mesh, manual, operands, flat_in, inner_shapes, results,
+                                    flat_out, shapes)
     return ShardMapTypes(manual, tuple(flat_in), inner_shapes, inner_varying, tuple(flat_out),
                          shapes, _cast_to_out_specs(varying, flat_out, check_vma), out_shapes,
                          inner_types, out_types)
 
 
 def _types(mesh: Mesh | AbstractMesh, manual: frozenset[str], operands: tuple, flat_in: list,
-           results: Any, flat_out: list, shapes: tuple) -> tuple[tuple, tuple]:
+           inner_shapes: tuple, results: Any, flat_out: list, shapes: tuple
+           ) -> tuple[tuple, tuple]:
     """SMAP-18 for every mapped argument inside and every result outside. An argument passed
     whole enters the body as it is, its whole type kept."""
     typed = [leaf.spec for _, leaf in leaves_with_paths(operands)]
     kept = [manual if spec is not None else frozenset() for spec in flat_in]
-    inner = tuple(explicit_types(mesh, m, t, None, len(leaf.shape))[0]
-                  for t, m, (_, leaf) in zip(typed, kept, leaves_with_paths(operands)))
+    inner = tuple(explicit_types(mesh, m, t, None, shape)[0]
+                  for t, m, shape in zip(typed, kept, inner_shapes))
     outer = tuple(explicit_types(mesh, kept[leaf.operand], typed[leaf.operand], spec,
-                                 len(shape))[1]
+                                 shape)[1]
                   for (_, leaf), spec, shape in zip(leaves_with_paths(results), flat_out, shapes))
     return inner, outer
 
@@ -1117,10 +1149,13 @@ def _map_arguments(mesh: Mesh | AbstractMesh, in_specs: Any, operands: tuple,
             check_divisible(mesh, spec, shape, f"the in spec of {where}", where)
     check_specs_match_types(mesh, manual, flat, operands)
     inner = []
-    for (where, shape), spec in zip(args, flat):
-        if spec is not None:
-            check_reductions_held(spec, f"the in spec of {where}", where)
-        inner.append(shape if spec is None else per_shard_shape(mesh, spec, shape, manual))
+    for (where, shape), spec, (_, leaf) in zip(args, flat, leaves_with_paths(operands)):
+        if spec is None:
+            inner.append(shape)
+            continue
+        check_reductions_held(spec, f"the in spec of {where}", where)
+        inner.append(per_shard_shape(mesh, spec, shape, manual))
+        explicit_types(mesh, manual, leaf.spec, None, inner[-1], where)
     return flat, tuple(inner)
 
 

@@ -148,7 +148,7 @@ def dataclass_replace_out(call: SmapCall) -> SmapCall:
 
 # --------------------------------------------------------------------------- Explicit axes
 
-@checks("SMAP-16", "SMAP-17", "SMAP-18")
+@checks("SMAP-16", "SMAP-17", "SMAP-18", "SMAP-19")
 def test_explicit_axes_in_specs_types_and_inference():
     """Over Explicit axes an argument's type carries its spec: with every axis manual the in
     spec must be that spec (SMAP-17), left out it is read off the type (SMAP-16), and the
@@ -173,6 +173,15 @@ def test_explicit_axes_in_specs_types_and_inference():
         (_call(P("x", "y"), P("x", "y"), (Shaped((8, 8)),), mesh=mixed), None),
         (_call(P("y"), P("y"), (Shaped((8, 8), P("x")),), manual={"y"}, mesh=EXPLICIT),
          None),
+        # The type kept inside must still split the shard: 4 // 4 = 1 is not split by x.
+        (_call(P("y"), P(), (Shaped((4,), P("x")),), manual={"y"}, mesh=mixed), "SMAP-18"),
+        (_call(P("y"), P("y"), (Shaped((8,), P("x")),), manual={"y"}, mesh=mixed), None),
+        # Unreduced axes the argument's type does not hold (SMAP-4 lets them through on an
+        # Explicit axis of a fully manual shard_map), and an out spec's with check_vma.
+        (_call(P(unreduced={"x"}), P(), (Shaped(()),), mesh=mixed), "SMAP-19"),
+        (_call(P(), P(unreduced={"x"}), (Shaped(()),), mesh=mixed), "SMAP-19"),
+        (_call(P(), P(unreduced={"x"}), (Shaped(()),), mesh=mixed, check_vma=False),
+         "SMAP-19"),  # when lowered
     ]
     for call, rule in cases:
         _agree(call)
@@ -180,8 +189,6 @@ def test_explicit_axes_in_specs_types_and_inference():
     types = check_shard_map(EXPLICIT, P("y"), P("y"), (Shaped((8, 8), P("x")),),
                             Returned(0), {"y"})
     assert types.inner_types == (("x", None),) and types.out_types == ((("y", "x"), None),)
-    count_hit("SMAP-18", True)
-    count_hit("SMAP-18", False)  # its other outcome: types without Explicit axes
     assert check_shard_map(MESH, P("x"), P("x"), X, Returned(0)).out_types == ((None, None),)
 
 
