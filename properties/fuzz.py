@@ -54,7 +54,10 @@ import shardlaw.spec as S
 from shardlaw.spec.rules import Rejection
 from shardlaw.spec.vectors import dump_sequence, load_sequence
 
-from . import fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap
+from . import (
+    fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap,
+    fuzz_transform_vectors,
+)
 from .fuzz_engine import engine_outcomes
 from .strategies import meshes, partition_specs, shardings
 
@@ -392,7 +395,8 @@ def _by_name() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
 def _transformation_names() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
     """The parameter names of the rules under transformations (one module per family)."""
     merged: dict[str, Callable[[], st.SearchStrategy[Any]]] = {}
-    for module in (fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap):
+    for module in (fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap,
+                   fuzz_transform_vectors):
         merged.update(module.PLAUSIBLE)
     return merged
 

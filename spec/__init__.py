@@ -33,6 +33,11 @@ from .batching import *  # noqa: F401,F403
 from .constraint import *  # noqa: F401,F403
 from .shardmap import *  # noqa: F401,F403
 from .transformed import TransformedCall, TransformedVerdict, explain_transformed
+from . import transform_vectors
+from .transform_vectors import (
+    TransformedVector, dump_transformed, load_transformed, transformed_differences,
+    transformed_rules_hit,
+)
 
 
 def from_jax(obj):
@@ -81,4 +86,6 @@ __all__ = [
     "Vector", "dump_vector", "load_vector",
 ]
 __all__ += [*arguments.__all__, *autodiff.__all__, *batching.__all__, *constraint.__all__,
-            *shardmap.__all__, "TransformedCall", "TransformedVerdict", "explain_transformed"]
+            *shardmap.__all__, "TransformedCall", "TransformedVerdict", "explain_transformed",
+            "TransformedVector", "dump_transformed", "load_transformed",
+            "transformed_differences", "transformed_rules_hit"]
