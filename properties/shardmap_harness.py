@@ -206,7 +206,8 @@ def smap_calls(draw: Any) -> SmapCall:
         leaves[-1] = (None, leaves[-1][1])
     operands, i = [], 0
     for n in groups:
-        shaped = [Shaped(shape, draw(_type_spec(mesh, spec, shape)))
+        # A value passed whole (a None in spec) is untyped: typed, JAX's paths are unfinished.
+        shaped = [Shaped(shape, None if spec is None else draw(_type_spec(mesh, spec, shape)))
                   for spec, shape in leaves[i:i + n]]
         operands.append(shaped[0] if n == 1 else tuple(shaped))
         i += n
