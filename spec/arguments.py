@@ -395,7 +395,8 @@ def stays_on_host(value_kind: str, shape: tuple[int, ...], sharding: Any, via: s
     """A numpy array of dtype float0 is checked against its sharding like any array of its shape, then stays on the host: it comes back as a float0 numpy array on no device, committed to none.
 
     float0 is the dtype of a zero tangent, what ``jax.grad`` gives an integer or boolean
-    input.
+    input. Nothing is transferred, so ``device_put`` does not read the tiles of a one-device
+    GSPMDSharding (whose rank it checks for other values only when it sends the shard).
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> stays_on_host("numpy_array", (8, 4), NamedSharding(mesh, P("x")), "device_put")
@@ -406,5 +407,8 @@ def stays_on_host(value_kind: str, shape: tuple[int, ...], sharding: Any, via: s
     shardlaw.spec.rules.RejectionValueError: [ARG-4]: ...
     """
     check_no_unconstrained(sharding, via)
-    place_on_devices(sharding, shape, via)
+    # device_put reads a one-device GSPMDSharding's tiles only when it transfers a value.
+    if not (via == "device_put" and isinstance(sharding, GSPMDSharding)
+            and len(sharding.devices) == 1):
+        place_on_devices(sharding, shape, via)
     return Placement(FLOAT0, False, False, {})

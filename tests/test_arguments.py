@@ -123,6 +123,11 @@ def test_float0_is_checked_then_stays_on_the_host():
         _, refused = _agree(ArgumentCase("numpy_array", (8,), "float0",
                                          NamedSharding(MESH, P(UNCONSTRAINED)), via=via))
         assert refused.rule == "ARG-5"
+    # Nothing is transferred: device_put does not read a one-device GSPMDSharding's tiles,
+    # whose rank it checks for other values when it sends the shard.
+    lone = S.GSPMDSharding(S.DeviceList([S.Device(0)]), S.parse_hlo("{devices=[1]<=[1]}"))
+    assert _agree(ArgumentCase("numpy_array", (1, 1), "float0", lone)) == (host, None)
+    assert _agree(ArgumentCase("numpy_array", (1, 1), "float32", lone))[1].rule == "ARG-4"
     # Indexing a float0 array gives a numpy.void: the description takes 0-d arrays instead.
     with pytest.raises(S.Rejection, match=r"\[ARG-0\]"):
         S.place_argument("numpy_scalar", (), "float0")
