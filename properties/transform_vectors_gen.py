@@ -157,6 +157,7 @@ def _pinned() -> dict[str, list[Any]]:
     permuted = Mesh((2, 4), ("x", "y"), [3, 1, 0, 2, 7, 5, 6, 4])
     cube = Mesh.iota((2, 2, 2), ("z", "y", "x"))
     explicit = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    mixed = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Auto))
     unreduced = NamedSharding(explicit, P("x", unreduced={"y"}))
     return {"batching": [  # an inner vmap that reads unreduced tiles back (test_nested_vmaps)
         b.VmapCase((1,), (unreduced,), (0,), (UNSPECIFIED,), b.Vmap((0,)), outer=outer)
@@ -164,6 +165,10 @@ def _pinned() -> dict[str, list[Any]]:
     ], "shardmap": [
         _harness("shardmap").SmapCall(  # an out spec unreduced over what the result is not
             explicit, P(), P(unreduced={"x"}), (Shaped((8,)),), Returned(0), frozenset(), True),
+        _harness("shardmap").SmapCall(  # a type kept inside that cannot split the shard
+            mixed, P("y"), P(), (Shaped((4,), P("x")),), Returned(0), frozenset({"y"}), True),
+        _harness("shardmap").SmapCall(  # a result varying along x returned replicated
+            mesh, P("x"), P(), (Shaped((8,)),), Returned(0), frozenset(), True),
         CollectiveCase(permuted, ("x",), frozenset({"x", "y"})),
         CollectiveCase(mesh, ("y", "x"), frozenset({"x", "y"})),
         CollectiveCase(cube, ("x",), frozenset({"x"})),
