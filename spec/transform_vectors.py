@@ -43,7 +43,8 @@ from .shardmap import Returned, Shaped, ShardMapTypes
 from .transformed import TRANSFORMS, TransformedCall, TransformedVerdict
 from .values import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, PartitionSpec
 from .vectors import (
-    JAX_VERSION, MAX_DEPTH, RefusedValue, UnreadableWhenWritten, _document, _hlo_json,
+    JAX_VERSION, MAX_DEPTH, RefusedValue, UnreadableWhenWritten, _check_label, _document,
+    _hlo_json,
     _input_json, _mesh_json, _object, _Reader, _sharding_json, check_vector, check_writable,
     json_path,
 )
@@ -469,18 +470,6 @@ def load_transformed(transformed_json: Any) -> TransformedVector:
         _check_label(expect, label, side)
     return TransformedVector(call, expect, labels["name"], label, side, labels["description"],
                              said, origin, jax)
-
-
-def _check_label(expect: TransformedVerdict, label: str, side: str) -> None:
-    """A vector labelled as accepted or rejected by a rule expects the rule to do so."""
-    if side == "reject":
-        check_vector(not expect.accepted and expect.rule == label, ("expect", "rule"),
-                     f"{label} (the vector is labelled as rejected by {label})",
-                     expect.rule if not expect.accepted else "an accepted call")
-    else:
-        check_vector(label in expect.trace and expect.rule != label, ("expect", "trace"),
-                     f"a trace in which {label} fires and lets the call through (the vector "
-                     f"is labelled as accepted by {label})", list(expect.trace))
 
 
 # =========================================================================== comparing
