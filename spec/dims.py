@@ -18,7 +18,7 @@ from .rules import Failure, Rejection, reject, require, rule
 
 __all__ = ["check_dims", "check_perm", "check_count", "check_rank_count", "is_int", "LIMIT",
            "MAX_RANK", "NotAnInteger", "NegativeSize", "TooLarge", "RankTooLarge",
-           "NotAPermutation"]
+           "NotAPermutation", "suffix_products"]
 
 # Sizes, ids and element counts are int64 in XLA and JAX: at most 2**63 - 1.
 LIMIT = 2**63 - 1
@@ -139,6 +139,19 @@ def check_dims(dims: Any, *, what: str = "dimensions") -> tuple[int, ...]:
         if d > LIMIT:
             raise reject(TooLarge(what, d, items))
     return items
+
+
+def suffix_products(dims: tuple[int, ...] | list[int]) -> list[int]:
+    """The product of the dimensions after each one: the row-major strides of ``dims``,
+    in one pass (ranks run to tens of thousands).
+
+    >>> suffix_products((2, 3, 4))
+    [12, 4, 1]
+    """
+    out = [1] * len(dims)
+    for i in range(len(dims) - 2, -1, -1):
+        out[i] = out[i + 1] * dims[i + 1]
+    return out
 
 
 def check_count(dims: tuple[int, ...], what: str) -> int:

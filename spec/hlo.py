@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Iterable, Union
 from .iota import (
     Iota, compose_digits, iota_digits, iota_from_digits, split_digits, unravel,
 )
-from .dims import LIMIT, check_count, check_dims, check_perm, is_int
+from .dims import LIMIT, check_count, check_dims, check_perm, is_int, suffix_products
 from .rules import Failure, _bounded, reject, require, rule
 
 __all__ = [
@@ -283,7 +283,7 @@ def _transpose_explicit(values: tuple[int, ...], dims: tuple[int, ...],
                         perm: tuple[int, ...]) -> tuple[int, ...]:
     new_dims = tuple(dims[p] for p in perm)
     out = []
-    strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
+    strides = suffix_products(dims)
     for flat in range(len(values)):
         c = unravel(flat, new_dims)
         out.append(values[sum(c[k] * strides[perm[k]] for k in range(len(perm)))])
@@ -367,14 +367,15 @@ def _transpose(assignment: Assignment, dims: tuple[int, ...], perm: tuple[int, .
     """The assignment of the tile array ``dims`` transposed by ``perm``."""
     new_dims = tuple(dims[p] for p in perm)
     if isinstance(assignment, Iota):
-        # new flat tile index -> old flat tile index, then old tile -> position
-        moves = [(new_dims[k], math.prod(new_dims[k + 1:]), math.prod(dims[p + 1:]))
-                 for k, p in enumerate(perm)]
+        # new flat tile index -> old flat tile index, then old tile -> position (strides as
+        # suffix products, once: ranks run to tens of thousands)
+        new_strides, old_strides = suffix_products(new_dims), suffix_products(dims)
+        moves = [(new_dims[k], new_strides[k], old_strides[p]) for k, p in enumerate(perm)]
         atoms = compose_digits(moves, iota_digits(assignment))
         if atoms is not None:
             return iota_from_digits(atoms)
         assignment = assignment.to_tuple()
-    strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
+    strides = suffix_products(dims)
     return tuple(assignment[sum(c * strides[p] for c, p in zip(unravel(flat, new_dims), perm))]
                  for flat in range(len(assignment)))
 

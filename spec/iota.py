@@ -15,7 +15,7 @@ import math
 import operator
 from typing import Any, ClassVar, Iterable, Iterator
 
-from .dims import check_count, check_dims, check_perm, is_int
+from .dims import check_count, check_dims, check_perm, is_int, suffix_products
 from .rules import Failure, reject
 
 __all__ = ["Iota", "ravel", "unravel", "iota_digits", "invert_digits", "split_digits",
@@ -215,9 +215,8 @@ def iota_digits(iota: Iota) -> list[Atom]:
     """position -> value of the iota order, as atoms."""
     dims, perm = iota.reshape_dims, iota.perm
     transposed = [dims[p] for p in perm]
-    atoms = []
-    for k, p in enumerate(perm):
-        atoms.append((transposed[k], math.prod(transposed[k + 1:]), math.prod(dims[p + 1:])))
+    after, old = suffix_products(transposed), suffix_products(dims)
+    atoms = [(transposed[k], after[k], old[p]) for k, p in enumerate(perm)]
     return [a for a in atoms if a[0] != 1]
 
 

@@ -208,6 +208,17 @@ def test_manual_sharding_agrees_with_jax(mesh, data, rank):
 
 
 @checks("SMAP-15")
+@pytest.mark.timeout(120)
+def test_manual_sharding_of_the_largest_rank_answers():
+    """Found by the campaign's fuzz suite: the tiles of a rank-28,639 shard took 10 s to build
+    (a stride per dimension, each a product of the dimensions after it); now one pass."""
+    from shardlaw.spec.dims import MAX_RANK
+    assert S.manual_sharding(S.Mesh.iota((6,), ("x",)), set(), MAX_RANK) == S.Manual()
+    tiled = S.manual_sharding(S.Mesh.iota((2, 2, 2), ("z", "y", "x")), {"y", "x"}, MAX_RANK)
+    assert tiled.dims == (1,) * MAX_RANK + (4, 2)
+
+
+@checks("SMAP-15")
 def test_manual_sharding_orders_manual_axes_by_name_and_skips_one_device():
     mesh = S.Mesh.iota((2, 2, 2), ("z", "y", "x"))
     assert manual_sharding_in_jax(mesh, frozenset({"y", "x"}), 1) == \
