@@ -380,7 +380,8 @@ def batch_split(sharding: Any, batch_axis: int, rank: int, names: tuple[str, ...
                 context_mesh: Mesh | AbstractMesh | None) -> NamedSharding:
     """With spmd_axis_name the batch dimension is split over the named mesh axes: they are inserted at the batch axis in the sharding's spec, padded with None up to it.
 
-    On an abstract mesh the spec is the sharding's own; it may not carry unreduced or
+    On an abstract mesh the spec is the sharding's own, UNCONSTRAINED entries kept (an
+    inner vmap without spmd_axis_name put one there); it may not carry unreduced or
     reduced axes.
 
     On a concrete mesh (BAT-6) the spec is read back from the tiles as BAT-2 reads it;
@@ -404,8 +405,11 @@ def batch_split(sharding: Any, batch_axis: int, rank: int, names: tuple[str, ...
     entry = _entry(names)
     if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, AbstractMesh):
         _require_plain_spec(sharding, batch_axis, CannotSplit)
-        parts = _inserted([_axes_of(e) for e in sharding.spec.partitions], batch_axis, names)
-        return _checked(sharding.mesh, parts, names, entry, batch_axis)
+        written = list(sharding.spec.partitions)
+        parts = _inserted([_axes_of(e) for e in written], batch_axis, names)
+        split = _checked(sharding.mesh, parts, names, entry, batch_axis)
+        return NamedSharding(sharding.mesh, P(*_unconstrained_kept(
+            list(split.spec.partitions), written, batch_axis)))
     mesh = mesh_for_split(sharding, context_mesh)
     tiles = (_read_named(sharding, rank + 1) if isinstance(sharding, NamedSharding)
              else _read_hlo(to_hlo(sharding, rank + 1), mesh))
@@ -416,6 +420,15 @@ def batch_split(sharding: Any, batch_axis: int, rank: int, names: tuple[str, ...
         sharding, batch_axis, "it has no tiles to read back as a spec (all its copies are "
                               "unreduced, or one device of several holds the value)"))
     return _checked(mesh, _inserted(tiles.parts, batch_axis, names), names, entry, batch_axis)
+
+
+def _unconstrained_kept(parts: list[Any], written: list[Any], batch_axis: int) -> list[Any]:
+    """The batched entries with every UNCONSTRAINED entry of the spec as written back in
+    place (after the batch axis, one dimension further on)."""
+    for i, e in enumerate(written):
+        if e is UNCONSTRAINED:
+            parts[i if i < batch_axis else i + 1] = UNCONSTRAINED
+    return parts
 
 
 def _checked(mesh: Mesh | AbstractMesh, parts: list[tuple[str, ...]], names: tuple[str, ...],

@@ -211,6 +211,13 @@ def test_nested_vmaps():
     ns = NamedSharding(AUTO2x4, P("y"))
     case = _one(ns, rank=1, axis=1, spmd="x", outer=Vmap((0,)))
     assert _batched_arg(case) == NamedSharding(AUTO2x4, P(None, "y", "x"))
+    # on an abstract mesh the inner vmap's UNCONSTRAINED stays when the outer one splits
+    # (campaign d found the spec writing None there)
+    abstract = NamedSharding(AUTO2x4.abstract, P("y"))
+    case = _one(abstract, rank=1, outer=Vmap((0,), spmd_axis_name="x"))
+    case = dataclasses.replace(case, mesh=AUTO2x4)
+    assert _batched_arg(case) == NamedSharding(AUTO2x4.abstract, P("x", UNCONSTRAINED, "y"))
+    assert not compare_case(case, engine_jit)
     # an inner vmap that reads unreduced tiles back makes a spec longer than the value
     unreduced = NamedSharding(EXPLICIT2x4, P("x", unreduced={"y"}))
     _refused_by(_one(unreduced, rank=1, outer=Vmap((0,))), "BAT-7", IndexError)
