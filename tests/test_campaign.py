@@ -108,6 +108,20 @@ def test_shares_split_the_time_among_the_suites(monkeypatch):
             campaign._share(bad)
 
 
+def test_time_left_by_an_early_end_goes_to_the_items_still_waiting():
+    from shardlaw.campaign_plugin import plan_slice
+    weights = {"a": 1.0, "b": 1.0, "c": 2.0}
+    # nothing started: 100 s on each of 2 workers, shared 1:1:2
+    assert plan_slice("a", weights, set(), 100.0, 2, 0.0) == 50.0
+    # "a" ended early, "b" runs on the other worker with 30 s to go: "c" gets what is left
+    assert plan_slice("c", weights, {"a", "b"}, 80.0, 2, 30.0) == 130.0
+    # the last item runs to the campaign's end on its worker
+    assert plan_slice("b", weights, {"a", "c"}, 40.0, 2, 40.0) == 40.0
+    # an item outside the plan, or no time: nothing
+    assert plan_slice("z", weights, set(), 100.0, 2, 0.0) == 0.0
+    assert plan_slice("a", weights, set(), 10.0, 2, 50.0) == 0.0
+
+
 def test_the_report_adds_up_the_workers(tmp_path):
     worker = {"examples": {"jit": 5}, "failed": {}, "rules": {"DA-1": [3, 1], "DA-3": [2, 0]},
               "scope": ["DA-1", "DA-3", "DA-4"], "fuzz": {}, "jax_calls": {"jit": 6}}
@@ -211,6 +225,8 @@ def test_a_time_budget_stops_properties_after_whole_examples(tmp_path):
            campaign.ENV_END: str(time.time() + 15), campaign.ENV_DIR: str(tmp_path),
            campaign.ENV_SUITES: json.dumps({"test_endless.py": "placement"})}
     env.pop(campaign.ENV_EXAMPLES, None)
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):  # when run under -n
+        env.pop(name, None)
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
                            "-p", "no:cacheprovider", str(tmp_path / "test_endless.py")],

@@ -115,6 +115,11 @@ class _Worker:
     written: float = 0.0
     active: bool = True
     slices: dict[str, float] = dataclasses.field(default_factory=dict)
+    # every property item's weight in the time plan (its suite's share over its items),
+    # the items this worker has started, and the wall-clock end of the one it runs now
+    weights: dict[str, float] = dataclasses.field(default_factory=dict)
+    started: list[str] = dataclasses.field(default_factory=list)
+    until: float | None = None
 
 
 WORKER = _Worker()
@@ -167,18 +172,19 @@ def _hits() -> dict[str, list[int]]:
     return table
 
 
-def _write(final: bool = False) -> None:
+def _write(final: bool = False, now: bool = False) -> None:
     where = os.environ.get(ENV_DIR)
-    now = time.monotonic()
-    if not where or (not final and now - WORKER.written < _WRITE_EVERY_S):
+    moment = time.monotonic()
+    if not where or (not final and not now and moment - WORKER.written < _WRITE_EVERY_S):
         return
-    WORKER.written = now
+    WORKER.written = moment
     name = os.environ.get("PYTEST_XDIST_WORKER", "main")
     data = {"examples": dict(WORKER.examples), "seconds": dict(WORKER.seconds),
             "property_seconds": dict(WORKER.property_seconds),
             "failed": dict(WORKER.failed), "jax_calls": dict(WORKER.jax_calls),
             "rules": _hits(), "fuzz": dict(WORKER.fuzz),
-            "scope": sorted(WORKER.scope), "final": final}
+            "scope": sorted(WORKER.scope), "final": final,
+            "started": WORKER.started, "until": WORKER.until}
     target = Path(where) / f"worker-{name}.json"
     scratch = target.with_suffix(".tmp")
     scratch.write_text(json.dumps(data))
@@ -390,8 +396,9 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
     if dropped:
         config.hook.pytest_deselected(items=dropped)
 
-    # Shard k of every property, then shard k+1...: each worker starts on other examples.
-    items[:] = [shard for k in sorted(rounds) for shard in rounds[k]] + kept
+    # The pinned examples first (the time plan of the properties then starts from what they
+    # left); shard k of every property, then shard k+1...: each worker starts on other examples.
+    items[:] = kept + [shard for k in sorted(rounds) for shard in rounds[k]]
 
 
 def pytest_collection_finish(session: Any) -> None:
@@ -406,6 +413,43 @@ def pytest_collection_finish(session: Any) -> None:
     total = sum(shares.values()) or 1.0
     WORKER.slices = {suite: max(1.0, left * workers * shares[suite] / total / n)
                      for suite, n in per_suite.items()}
+    WORKER.weights = {item.nodeid: shares[suite] / per_suite[suite]
+                      for item in session.items if _is_property(item)
+                      for suite in [_suite_of(str(item.path))]}
+
+
+def plan_slice(item: str, weights: dict[str, float], started: set[str], left: float,
+               workers: int, committed: float) -> float:
+    """The seconds property ``item`` may run: the workers' time left (``left`` each, less
+    the ``committed`` seconds the other workers' running items still hold), shared among
+    the items not yet started, this one included, in proportion to their weights. An item
+    that ends early (Hypothesis ran out of new examples) leaves its time to the rest, and
+    the last items end with the campaign."""
+    waiting = sum(w for name, w in weights.items() if name not in started or name == item)
+    pool = max(0.0, left * workers - committed)
+    return pool * weights.get(item, 0.0) / waiting if waiting > 0 else pool / workers
+
+
+def _planned_slice(item: str) -> float | None:
+    """``plan_slice`` for ``item`` from every worker's file (None: no plan to read)."""
+    where, end = os.environ.get(ENV_DIR), _number(ENV_END, 0.0)
+    if not where or not end or item not in WORKER.weights:
+        return None
+    now = time.time()
+    started, committed = set(WORKER.started), 0.0
+    me = Path(where) / f"worker-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
+    for path in Path(where).glob("worker-*.json"):
+        if path == me:
+            continue
+        try:
+            other = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        started.update(other.get("started") or ())
+        if other.get("until") and not other.get("final"):
+            committed += max(0.0, min(float(other["until"]), end) - now)
+    workers = max(1, int(_number("PYTEST_XDIST_WORKER_COUNT", 1)))
+    return plan_slice(item, WORKER.weights, started, end - now, workers, committed)
 
 
 def _shares(per_suite: collections.Counter) -> dict[str, float]:
@@ -424,9 +468,15 @@ def pytest_runtest_call(item: Any) -> Any:
     WORKER.failing = False
     WORKER.deadline = None
     if _is_property(item) and os.environ.get(ENV_END):
-        slice_s = _number(ENV_SLICE, WORKER.slices.get(WORKER.suite, 60.0))
+        planned = None if os.environ.get(ENV_SLICE) else _planned_slice(item.nodeid)
+        slice_s = planned if planned is not None else \
+            _number(ENV_SLICE, WORKER.slices.get(WORKER.suite, 60.0))
         left = _number(ENV_END, time.time()) - time.time()
-        WORKER.deadline = time.monotonic() + max(0.0, min(slice_s, left))
+        budget = max(0.0, min(slice_s, left))
+        WORKER.deadline = time.monotonic() + budget
+        WORKER.until = time.time() + budget
+        WORKER.started.append(item.nodeid)
+        _write(final=False, now=True)
     start = time.monotonic()
     try:
         return (yield)
@@ -437,6 +487,7 @@ def pytest_runtest_call(item: Any) -> Any:
         if _is_property(item):
             WORKER.property_seconds[WORKER.suite] += time.monotonic() - start
         WORKER.deadline = None
+        WORKER.until = None
         _write()
 
 
