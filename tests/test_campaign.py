@@ -122,6 +122,22 @@ def test_time_left_by_an_early_end_goes_to_the_items_still_waiting():
     assert plan_slice("a", weights, set(), 10.0, 2, 50.0) == 0.0
 
 
+def test_jax_caches_are_cleared_every_so_many_examples(monkeypatch):
+    from shardlaw import campaign_plugin
+    cleared = []
+    monkeypatch.setattr(campaign_plugin.jax, "clear_caches", lambda: cleared.append(1))
+    monkeypatch.setattr(campaign_plugin, "WORKER", campaign_plugin._Worker(active=False))
+    monkeypatch.setattr(campaign_plugin, "CLEAR_EVERY", 3)
+    counted = campaign_plugin._count_examples(lambda: None)
+    for _ in range(7):
+        counted()
+    assert len(cleared) == 2
+    monkeypatch.setattr(campaign_plugin, "CLEAR_EVERY", 0)
+    for _ in range(7):
+        counted()
+    assert len(cleared) == 2
+
+
 def test_the_report_adds_up_the_workers(tmp_path):
     worker = {"examples": {"jit": 5}, "failed": {}, "rules": {"DA-1": [3, 1], "DA-3": [2, 0]},
               "scope": ["DA-1", "DA-3", "DA-4"], "fuzz": {}, "jax_calls": {"jit": 6}}

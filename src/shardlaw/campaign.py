@@ -66,6 +66,7 @@ ENV_DB = "SHARDLAW_CAMPAIGN_DB"              # the shared example database (a di
 ENV_PLANT = "SHARDLAW_CAMPAIGN_PLANT"        # a rule ID to plant wrong
 ENV_SUITES = "SHARDLAW_CAMPAIGN_SUITES"      # JSON: test file name -> suite name
 ENV_SHARES = "SHARDLAW_CAMPAIGN_SHARES"      # JSON: suite name -> its share of the time
+ENV_CLEAR = "SHARDLAW_CAMPAIGN_CLEAR_EVERY"  # examples between jax.clear_caches() (0: never)
 
 DEFAULT_DB = Path(".shardlaw") / "examples"
 DEFAULT_REPORT = Path(".shardlaw") / "campaign-report.json"

@@ -17,6 +17,8 @@ plugin, through environment variables, what to do in each worker process:
   ``DIR/worker-<id>.json`` now and then and at the end, for the live progress line and
   the report; every failing test (a disagreement) is written to ``OUT/<name>.json`` with
   its falsifying example and the blob that reproduces it;
+* every 1,000 examples (``SHARDLAW_CAMPAIGN_CLEAR_EVERY``; 0: never) JAX's caches are
+  cleared, so that a worker's memory stays bounded;
 * ``SHARDLAW_CAMPAIGN_PLANT=RULE-N`` plants a wrong rule: the rule refuses every input it
   would accept. A campaign that does not find it is not worth running.
 """
@@ -42,7 +44,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import HypothesisException
 
 from shardlaw.campaign import (
-    ENV_DB, ENV_DIR, ENV_END, ENV_EXAMPLES, ENV_OUT, ENV_PLANT, ENV_SHARDS, ENV_SHARES, ENV_SLICE,
+    ENV_CLEAR, ENV_DB, ENV_DIR, ENV_END, ENV_EXAMPLES, ENV_OUT, ENV_PLANT, ENV_SHARDS, ENV_SHARES, ENV_SLICE,
     ENV_SUITES, NOT_HELD_TO_JAX, PROFILE,
 )
 from shardlaw.properties import cache_harness, differential, engine_harness, fuzz, jit_harness
@@ -329,12 +331,25 @@ def _count_examples(inner: Callable[..., Any]) -> Callable[..., Any]:
             raise
         finally:
             WORKER.examples[WORKER.suite] += 1
+            _clear_now_and_then()
             _write()
         if WORKER.deadline is not None and not WORKER.failing and \
                 time.monotonic() > WORKER.deadline:
             raise TimeUp("the campaign's time for this property is spent")
         return answer
     return counted
+
+
+# JAX keeps every executable a worker compiles (one per drawn call, thousands of them, up
+# to its caches' limits): the worker's memory grows to gigabytes and its examples slow
+# down. Clearing the caches between examples changes nothing an example checks: each one
+# makes its own jit objects, and a cache sequence runs inside one example.
+CLEAR_EVERY = int(_number(ENV_CLEAR, 1000))
+
+
+def _clear_now_and_then() -> None:
+    if CLEAR_EVERY > 0 and sum(WORKER.examples.values()) % CLEAR_EVERY == 0:
+        jax.clear_caches()
 
 
 def _is_property(item: Any) -> bool:
