@@ -341,8 +341,9 @@ def _count_examples(inner: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # JAX keeps every executable a worker compiles (one per drawn call, thousands of them, up
-# to its caches' limits): a jit-suite worker grew to 4.5 GB in a two-hour campaign. Clearing the caches between examples changes nothing an example checks: each one
-# makes its own jit objects, and a cache sequence runs inside one example.
+# to its caches' limits): a jit-suite worker grew to 4.5 GB in a two-hour campaign.
+# Clearing the caches between examples changes nothing an example checks: each one makes
+# its own jit objects, and a cache sequence runs inside one example.
 CLEAR_EVERY = int(_number(ENV_CLEAR, 1000))
 
 
