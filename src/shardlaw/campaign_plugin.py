@@ -42,6 +42,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import HypothesisException
+from hypothesis.internal.observability import add_observability_callback
 
 from shardlaw.campaign import (
     ENV_CLEAR, ENV_DB, ENV_DIR, ENV_END, ENV_EXAMPLES, ENV_OUT, ENV_PLANT, ENV_SHARDS,
@@ -122,9 +123,33 @@ class _Worker:
     weights: dict[str, float] = dataclasses.field(default_factory=dict)
     started: list[str] = dataclasses.field(default_factory=list)
     until: float | None = None
+    # the last failing test case Hypothesis reported for the item now running (its
+    # observability interface): after shrinking, the minimal failing example
+    failure: dict[str, Any] | None = None
 
 
 WORKER = _Worker()
+
+
+def _field(observation: Any, name: str, default: Any = None) -> Any:
+    """A field of an observation, a dataclass in newer Hypothesis and a dict in older."""
+    if isinstance(observation, dict):
+        return observation.get(name, default)
+    return getattr(observation, name, default)
+
+
+def _observe(observation: Any) -> None:
+    """Keep the last failing test case of the running item, as Hypothesis reports it."""
+    if _field(observation, "type") != "test_case" or _field(observation, "status") != "failed":
+        return
+    metadata = _field(observation, "metadata") or {}
+    WORKER.failure = {
+        "representation": _field(observation, "representation"),
+        "arguments": {name: repr(value) for name, value
+                      in (_field(observation, "arguments") or {}).items()},
+        "how_generated": _field(observation, "how_generated"),
+        "reproduction_decorator": _field(metadata, "reproduction_decorator"),
+    }
 
 
 def _suite_of(path: str) -> str:
@@ -309,6 +334,8 @@ def pytest_configure(config: Any) -> None:
     WORKER.active = not (getattr(config.option, "numprocesses", None)
                          and not hasattr(config, "workerinput"))
     _install_counters()
+    if WORKER.active:
+        add_observability_callback(_observe)
     rule_id = os.environ.get(ENV_PLANT)
     if rule_id:
         plant(rule_id)
@@ -482,6 +509,7 @@ def pytest_runtest_call(item: Any) -> Any:
     WORKER.suite = _suite_of(str(item.path))
     WORKER.failing = False
     WORKER.deadline = None
+    WORKER.failure = None
     if _is_property(item) and os.environ.get(ENV_END):
         planned = None if os.environ.get(ENV_SLICE) else _planned_slice(item.nodeid)
         slice_s = planned if planned is not None else \
@@ -518,14 +546,13 @@ def _save_disagreement(report: Any) -> None:
         return
     text = str(report.longreprtext)
     base = re.sub(r"\[shard-[0-9]+-of-[0-9]+\]$", "", report.nodeid)
-    blob = re.search(r"@reproduce_failure\([^)]*\)", text)
-    lines = [line[1:] if line.startswith("E ") else line for line in text.splitlines()]
-    text = "\n".join(lines)
-    start = text.find("Falsifying example")
+    failure = WORKER.failure or {}
     record = {
         "suite": suite, "test": base, "item": report.nodeid, "phase": report.when,
-        "falsifying_example": text[start:][:4000] if start >= 0 else None,
-        "reproduce_failure": blob[0] if blob else None,
+        "falsifying_example": failure.get("representation"),
+        "arguments": failure.get("arguments"),
+        "how_generated": failure.get("how_generated"),
+        "reproduce_failure": failure.get("reproduction_decorator"),
         "database": os.environ.get(ENV_DB),
         "planted": os.environ.get(ENV_PLANT),
         "replay": f"shardlaw campaign --replay <this file>   (or: python -m pytest '{base}' "
