@@ -22,7 +22,7 @@ import time
 from shardlaw.spec import (
     AbstractMesh, Arg, Call, JitOptions, Mesh, NamedSharding, Out, P, jit_call,
 )
-from shardlaw.spec.placement import to_hlo
+from shardlaw.spec.placement.blocks import to_hlo
 
 SPECS = (P("data"), P(None, "model"), P("data", "model"), P(("data", "model")), P())
 

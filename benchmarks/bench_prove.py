@@ -37,7 +37,7 @@ from typing import Any, Callable
 from shardlaw.spec import (
     DeviceList, GSPMDSharding, Iota, Mesh, NamedSharding, P, devices_indices_map, tiled,
 )
-from shardlaw.spec.smt import prove_equivalent
+from shardlaw.spec.prove.smt import prove_equivalent
 
 DEVICE_COUNTS = (8, 64, 4096, 65536, 1048576)
 

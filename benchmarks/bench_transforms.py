@@ -7,7 +7,7 @@ meshes of 8, 65,536 (concrete and abstract) and 2**40 devices:
 * ``vmap``: :func:`shardlaw.spec.vmap_jit` for 10 arguments split over ('x',), ('y',) or
   replicated, batched at axis 0, with and without ``spmd_axis_name``;
 * ``grad``: the JVP, linearized (primal and tangent) and transposed jit equations of a
-  10-argument call with 5 results (:mod:`shardlaw.spec.autodiff`), as ``jax.grad`` stages them.
+  10-argument call with 5 results (:mod:`shardlaw.spec.transforms.autodiff`), as ``jax.grad`` stages them.
 
 The table gives the median time per answer; the last column says whether it is within the
 goal. Run: ``python benchmarks/bench_transforms.py`` (``--quick`` for fewer repeats).
@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable
 
 from shardlaw.spec import UNSPECIFIED, AbstractMesh, Mesh, NamedSharding, P, vmap_jit
-from shardlaw.spec.autodiff import (
+from shardlaw.spec.transforms.autodiff import (
     JitBody, JitEquation, jvp_equation, linearized_equations, transposed_equation,
 )
 

@@ -14,7 +14,7 @@ every 2-D ``(fsdp, model)`` and 3-D ``(data, fsdp, model)`` mesh the team may ru
    the plan's shardings (the new parameters and optimizer state where the old ones were);
 4. the gradients come back where the parameters are: the step takes ``jax.grad`` of a loss
    jitted with the plan's shardings, and the transposed jit equation JAX stages
-   (``shardlaw.spec.autodiff.transposed_equation``, rule AD-5) returns each parameter's
+   (``shardlaw.spec.transforms.autodiff.transposed_equation``, rule AD-5) returns each parameter's
    cotangent with that parameter's sharding, so the optimizer's update moves no data.
 
 No JAX and no devices are needed: only the specification. Run it::
@@ -36,9 +36,9 @@ from hypothesis import strategies as st
 from shardlaw.spec import (
     AbstractMesh, Arg, Call, JitOptions, Mesh, NamedSharding, Out, P, jit_call, shard_shape,
 )
-from shardlaw.spec.autodiff import JitBody, JitEquation, transposed_equation
-from shardlaw.spec.pytree import leaves_with_paths
-from shardlaw.spec.rules import Rejection
+from shardlaw.spec.transforms.autodiff import JitBody, JitEquation, transposed_equation
+from shardlaw.spec.core.pytree import leaves_with_paths
+from shardlaw.spec.core.rules import Rejection
 
 GiB = 2 ** 30
 

@@ -20,12 +20,12 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardlaw.spec import to_jax
-from shardlaw.spec.arguments import CANONICAL, FLOAT0, NOT_NUMERIC, Placement, place_argument
-from shardlaw.spec.jax_bridge import jax_box
-from shardlaw.spec.rules import Rejection, tracing
-from shardlaw.spec.hlo import Maximal
-from shardlaw.spec.shardings import GSPMDSharding, NamedSharding
-from shardlaw.spec.values import AxisType
+from shardlaw.spec.transforms.arguments import CANONICAL, FLOAT0, NOT_NUMERIC, Placement, place_argument
+from shardlaw.spec.bridge.convert import jax_box
+from shardlaw.spec.core.rules import Rejection, tracing
+from shardlaw.spec.core.hlo import Maximal
+from shardlaw.spec.core.shardings import GSPMDSharding, NamedSharding
+from shardlaw.spec.core.values import AxisType
 
 from .strategies import gspmd_shardings, named_shardings, single_device_shardings
 

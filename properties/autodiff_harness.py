@@ -17,7 +17,7 @@ elimination keeping the outputs a loss would use (``pe.dce_jaxpr``).
 equation of the jitted function (nested ones too), and compares their ``in_shardings``,
 ``out_shardings`` and ``donated_invars`` with what the spec says they are, given the
 undifferentiated equation and its body's facts (read from JAX by
-:mod:`shardlaw.spec.bridge_autodiff`). It returns the disagreements, and counts each AD
+:mod:`shardlaw.spec.bridge.autodiff`). It returns the disagreements, and counts each AD
 rule's two outcomes in :data:`AD_HITS`.
 """
 
@@ -33,11 +33,11 @@ from jax._src.interpreters import partial_eval as pe
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from shardlaw.spec import UNSPECIFIED
-from shardlaw.spec.autodiff import (
+from shardlaw.spec.transforms.autodiff import (
     JitEquation, jvp_equation, linearized_equations, linearized_primal, nonzero_outputs,
     partially_evaluated, pruned_equation, transposed_equation,
 )
-from shardlaw.spec.bridge_autodiff import equation_from_jax, jit_body_of, jit_equations
+from shardlaw.spec.bridge.autodiff import equation_from_jax, jit_body_of, jit_equations
 
 __all__ = ["OutputPlan", "GradCase", "grad_cases", "build_jitted", "trace", "expected",
            "compare_case", "AD_HITS", "hit", "TRANSFORMATIONS", "NAME"]

@@ -23,7 +23,7 @@ from shardlaw.spec import (
     AUTO_LAYOUT, UNSPECIFIED, AxisType, Format, Layout, GSPMDSharding, Mesh, NamedSharding, P, Rejection,
     SingleDeviceSharding, to_hlo, to_jax, tracing, vmap_jit,
 )
-from shardlaw.spec.batching import check_vmap_parameters, keeps_sharding
+from shardlaw.spec.transforms.batching import check_vmap_parameters, keeps_sharding
 
 __all__ = ["Vmap", "VmapCase", "JaxAnswer", "SpecAnswer", "run_in_jax", "run_values",
            "spec_answer", "compare_case", "vmap_cases", "BAT_HITS", "bat_hit_counts", "SIZE"]
@@ -242,7 +242,7 @@ def run_in_jax(case: VmapCase, jit: Callable[..., Any] | None = None) -> JaxAnsw
     shardings of its (innermost) jit equation."""
     import jax
 
-    from shardlaw.spec.bridge_batching import jit_equations
+    from shardlaw.spec.bridge.batching import jit_equations
 
     fun, shapes = _vmapped(case, jit or jax.jit)
     types = case.arg_types or (None,) * len(shapes)

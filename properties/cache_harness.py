@@ -19,7 +19,7 @@ The functions use only ``jax.lax`` primitives, so no jitted helper inside them t
 lowers on its own and the counts belong to the call alone. Fresh function objects per run
 keep JAX's caches (all keyed by the function object or by what its trace made) from
 carrying one run into the next. :func:`compare_sequence` runs a sequence through both the
-model (:func:`shardlaw.spec.cache.explain_cache`) and JAX and lists the disagreements.
+model (:func:`shardlaw.spec.jit.cache.explain_cache`) and JAX and lists the disagreements.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import logging
 import warnings
 from typing import Any, Sequence
 
-from shardlaw.spec.cache import LEVELS, CacheRow, CallSite, explain_cache
-from shardlaw.spec.call import Call
+from shardlaw.spec.jit.cache import LEVELS, CacheRow, CallSite, explain_cache
+from shardlaw.spec.jit.call import Call
 
 from .jit_harness import _build, _context, _default_device, _jit_kwargs
 

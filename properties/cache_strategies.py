@@ -1,4 +1,4 @@
-"""Hypothesis strategies for sequences of jit calls (:class:`~shardlaw.spec.cache.CallSite`).
+"""Hypothesis strategies for sequences of jit calls (:class:`~shardlaw.spec.jit.cache.CallSite`).
 
 :func:`call_sequences` draws a short sequence of calls of one or two function objects
 through one to three jit wrappers, around one *home* mesh. Each argument slot has a pool of
@@ -25,11 +25,11 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from shardlaw.spec import AxisType, Mesh, NamedSharding, P, SingleDeviceSharding
-from shardlaw.spec.cache import CallSite, _dtype
-from shardlaw.spec.call import Arg, Call, JitOptions, Out, Static, flat_arguments
-from shardlaw.spec.hlo import Tiled
-from shardlaw.spec.iota import Iota
-from shardlaw.spec.jit import jit_call
+from shardlaw.spec.jit.cache import CallSite, _dtype
+from shardlaw.spec.jit.call import Arg, Call, JitOptions, Out, Static, flat_arguments
+from shardlaw.spec.core.hlo import Tiled
+from shardlaw.spec.core.iota import Iota
+from shardlaw.spec.jit.pipeline import jit_call
 
 from . import strategies as ST
 from .call_strategies import argument_shardings, home_meshes
@@ -42,7 +42,7 @@ STATIC_VALUES = (1, True, 1.0, 2)
 def outputs_for(args: tuple, kwargs: dict, static: tuple[int, ...], ignored: frozenset[int]
                 ) -> tuple:
     """The results of the harness function: ``x * x`` for every flat dynamic input kept."""
-    from shardlaw.spec.pytree import leaves_with_paths
+    from shardlaw.spec.core.pytree import leaves_with_paths
 
     dynamic = tuple(a for i, a in enumerate(args) if i not in static)
     flat = [leaf for _, leaf in leaves_with_paths((dynamic, kwargs))]

@@ -1,6 +1,6 @@
 """The catalogue of named call sequences behind the docs' cache table (docs/cache.rst).
 
-Each workload is a short sequence of :class:`~shardlaw.spec.cache.CallSite` values. For
+Each workload is a short sequence of :class:`~shardlaw.spec.jit.cache.CallSite` values. For
 each, :func:`measure` counts what JAX did (traces, modules lowered, JAX's "compilation
 cache misses", XLA compilations), what the model predicts, and how many executables the
 shardlaw policy would compile (its placement classes, CACHE-12).
@@ -16,8 +16,8 @@ from typing import Any
 from shardlaw.spec import (
     GSPMDSharding, Mesh, NamedSharding, P, SingleDeviceSharding, to_hlo,
 )
-from shardlaw.spec.cache import CallSite, explain_cache, policy_classes
-from shardlaw.spec.call import Arg, Call, JitOptions, Static
+from shardlaw.spec.jit.cache import CallSite, explain_cache, policy_classes
+from shardlaw.spec.jit.call import Arg, Call, JitOptions, Static
 
 from .cache_strategies import outputs_for
 

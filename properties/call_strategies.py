@@ -1,4 +1,4 @@
-"""Hypothesis strategies for whole jit calls (:class:`~shardlaw.spec.call.Call`).
+"""Hypothesis strategies for whole jit calls (:class:`~shardlaw.spec.jit.call.Call`).
 
 :func:`calls` draws a call around one *home* mesh over JAX's 8 CPU devices: arguments of
 every kind (committed on the home mesh or elsewhere, uncommitted, numpy, scalars, static
@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 from shardlaw.spec import (
     UNSPECIFIED, AxisType, GSPMDSharding, Mesh, NamedSharding, P, SingleDeviceSharding,
 )
-from shardlaw.spec.call import Arg, Call, JitOptions, Out, Static, static_positions
-from shardlaw.spec.layouts import Format, Layout
-from shardlaw.spec.placement import to_hlo
-from shardlaw.spec.pytree import fill, leaves
+from shardlaw.spec.jit.call import Arg, Call, JitOptions, Out, Static, static_positions
+from shardlaw.spec.jit.layouts import Format, Layout
+from shardlaw.spec.placement.blocks import to_hlo
+from shardlaw.spec.core.pytree import fill, leaves
 
 from . import strategies as ST
 

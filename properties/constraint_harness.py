@@ -1,6 +1,6 @@
 """with_sharding_constraint: the WSC rules against real JAX, case for case.
 
-A :class:`ConstraintCase` is a pytree of values (:class:`~shardlaw.spec.call.Arg` leaves,
+A :class:`ConstraintCase` is a pytree of values (:class:`~shardlaw.spec.jit.call.Arg` leaves,
 built as numpy arrays of ones), a shardings tree, an optional context mesh (entered with
 ``jax.set_mesh``) and, for a single value, an optional ``vmap`` (the batch dimension and
 ``spmd_axis_name``). :func:`run_in_jax` traces ``lambda x: with_sharding_constraint(x, s)``
@@ -23,17 +23,17 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardlaw.spec import from_jax, to_jax
-from shardlaw.spec.call import Arg
-from shardlaw.spec.constraint import (
+from shardlaw.spec.jit.call import Arg
+from shardlaw.spec.transforms.constraint import (
     Constraint, batch_constraint, constrained_result, lower_constraints,
     with_sharding_constraint,
 )
-from shardlaw.spec.equivalence import placement_equivalent
-from shardlaw.spec.bridge_constraint import constraint_equations, normal_spec, shardings_to_jax
-from shardlaw.spec.pytree import map_leaves
-from shardlaw.spec.rules import Rejection, tracing
-from shardlaw.spec.shardings import NamedSharding
-from shardlaw.spec.values import AxisType, Mesh, P
+from shardlaw.spec.placement.equivalence import placement_equivalent
+from shardlaw.spec.bridge.constraint import constraint_equations, normal_spec, shardings_to_jax
+from shardlaw.spec.core.pytree import map_leaves
+from shardlaw.spec.core.rules import Rejection, tracing
+from shardlaw.spec.core.shardings import NamedSharding
+from shardlaw.spec.core.values import AxisType, Mesh, P
 
 from .strategies import gspmd_shardings, meshes, partition_specs, single_device_shardings
 

@@ -14,7 +14,7 @@ exception type, and the exception classes JAX raises for the same input (observe
 jax 0.10.2 and recorded in ``notes/jax-facts.md``). A comparison given a refusal holds both
 sides to it exactly, and :data:`REFUSALS_COMPARED` counts the refusals held.
 
-Every spec call runs under :func:`shardlaw.spec.rules.tracing`; :func:`hit_counts` says how
+Every spec call runs under :func:`shardlaw.spec.core.rules.tracing`; :func:`hit_counts` says how
 often each rule accepted and rejected, so a property can show that it reached both sides,
 and :func:`hit_table` prints the counts.
 
@@ -26,19 +26,19 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable, NamedTuple
 
-from shardlaw.spec import rules
-from shardlaw.spec.equivalence import hlo_equal, jax_equivalent, placement_equivalent
-from shardlaw.spec.hlo import HloSharding, hlo_text, iota_tile, parse_hlo
-from shardlaw.spec.jax_bridge import jax_box, to_jax
-from shardlaw.spec.placement import (
+from shardlaw.spec.core import rules
+from shardlaw.spec.placement.equivalence import hlo_equal, jax_equivalent, placement_equivalent
+from shardlaw.spec.core.hlo import HloSharding, hlo_text, iota_tile, parse_hlo
+from shardlaw.spec.bridge.convert import jax_box, to_jax
+from shardlaw.spec.placement.blocks import (
     check_rank, device_ids, devices_indices_map, is_fully_replicated, replica_id, replica_ids,
     shard_shape, tiles_per_dimension, to_hlo,
 )
-from shardlaw.spec.rules import Rejection
-from shardlaw.spec.shardings import (
+from shardlaw.spec.core.rules import Rejection
+from shardlaw.spec.core.shardings import (
     GSPMDSharding, NamedSharding, SingleDeviceSharding, UNSPECIFIED,
 )
-from shardlaw.spec.values import AbstractMesh, Device, Mesh, PartitionSpec
+from shardlaw.spec.core.values import AbstractMesh, Device, Mesh, PartitionSpec
 
 __all__ = [
     "INTERNAL_ERRORS", "INTERNAL_AGREEMENTS", "PREDICATES", "hit_counts", "reset_counts",

@@ -1,4 +1,4 @@
-"""Run a :class:`~shardlaw.spec.call.Call` through ``shardlaw.engine.jit`` and hold it against ``jax.jit`` and the spec.
+"""Run a :class:`~shardlaw.spec.jit.call.Call` through ``shardlaw.engine.jit`` and hold it against ``jax.jit`` and the spec.
 
 :func:`compare_engine` builds the call's function and arguments once (as
 :mod:`shardlaw.properties.jit_harness` does), runs a fresh ``jax.jit`` and a fresh
@@ -25,10 +25,10 @@ import warnings
 from typing import Any
 
 from shardlaw.spec import UNSPECIFIED, from_jax
-from shardlaw.spec.call import Arg, Call, Verdict
-from shardlaw.spec.equivalence import placement_equivalent
-from shardlaw.spec.jit import jit_call
-from shardlaw.spec.pytree import leaves_with_paths
+from shardlaw.spec.jit.call import Arg, Call, Verdict
+from shardlaw.spec.placement.equivalence import placement_equivalent
+from shardlaw.spec.jit.pipeline import jit_call
+from shardlaw.spec.core.pytree import leaves_with_paths
 
 from . import jit_harness as H
 
@@ -331,7 +331,7 @@ def engine_verdict(call: Call) -> Verdict:
 
 def replay_in_engine(vector: Any) -> list[str]:
     """How the engine differs from the vector's expected verdict (empty: it agrees)."""
-    from shardlaw.spec.vectors import verdict_differences
+    from shardlaw.spec.vectors.jit_vectors import verdict_differences
 
     from .vectors_gen import NotReplayable
 

@@ -51,8 +51,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardlaw.spec as S
-from shardlaw.spec.rules import Rejection
-from shardlaw.spec.vectors import dump_sequence, load_sequence
+from shardlaw.spec.core.rules import Rejection
+from shardlaw.spec.vectors.jit_vectors import dump_sequence, load_sequence
 
 from . import (
     fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap,
@@ -376,7 +376,7 @@ def _by_name() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
         "reduced": lambda: st.sets(st.sampled_from(["x", "y"]), max_size=2),
         "call": _calls, "sites": _call_sites, "obj_or_text": _vector_texts,
         "whole_call": _calls, "whole_sites": _call_sites,
-        "transform": lambda: st.sampled_from([*S.transformed.TRANSFORMS, "vmap", ""]),
+        "transform": lambda: st.sampled_from([*S.transforms.transformed.TRANSFORMS, "vmap", ""]),
         "timeout_s": lambda: st.sampled_from([0.5, 1.0, 0.001]),
         "encoding": lambda: st.sampled_from(["digits", "bitvector", "integer"]),
         "layout": lambda: st.one_of(st.none(), st.permutations(range(2)).map(
@@ -508,7 +508,7 @@ def targets(prover: bool = True) -> list[Target]:
             import z3  # noqa: F401
         except ImportError:  # the prover needs z3; without it the rest is fuzzed
             return out
-        from shardlaw.spec import smt
+        from shardlaw.spec.prove import smt
         out += [Target("prove_equivalent", smt.prove_equivalent, prover=True),
                 Target("prove_for_every_shape", smt.prove_for_every_shape, prover=True)]
     return out
@@ -524,7 +524,7 @@ class SpecCase:
     kwargs: dict
 
     def __repr__(self) -> str:
-        from shardlaw.spec.rules import _bounded
+        from shardlaw.spec.core.rules import _bounded
         shown = ", ".join([_bounded(a, repr) for a in self.args]
                           + [f"{k}={_bounded(v, repr)}" for k, v in self.kwargs.items()])
         return f"{self.target.name}({shown})"

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from shardlaw.spec.arguments import VALUE_KINDS, VIAS
+from shardlaw.spec.transforms.arguments import VALUE_KINDS, VIAS
 
 __all__ = ["PLAUSIBLE"]
 

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from hypothesis import strategies as st
 
 from shardlaw.spec import UNSPECIFIED, Mesh, NamedSharding, P
-from shardlaw.spec.autodiff import JitBody, JitEquation
+from shardlaw.spec.transforms.autodiff import JitBody, JitEquation
 
 __all__ = ["PLAUSIBLE"]
 

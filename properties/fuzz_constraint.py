@@ -12,7 +12,7 @@ from typing import Any, Callable
 from hypothesis import strategies as st
 
 import shardlaw.spec as S
-from shardlaw.spec.rules import Rejection
+from shardlaw.spec.core.rules import Rejection
 
 from .strategies import meshes, partition_specs, shardings as any_shardings
 

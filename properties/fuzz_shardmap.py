@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from shardlaw.spec.shardmap import INFER, Returned, Shaped
-from shardlaw.spec.values import PartitionSpec as P
+from shardlaw.spec.transforms.shardmap import INFER, Returned, Shaped
+from shardlaw.spec.core.values import PartitionSpec as P
 
 __all__ = ["PLAUSIBLE", "smap_specs", "smap_manual_axes"]
 

@@ -2,7 +2,7 @@
 
 :mod:`shardlaw.properties.fuzz` draws each argument of a public spec function from the
 strategy registered under the parameter's name (mostly), or from hostile values. The
-parameters of :mod:`shardlaw.spec.transform_vectors` take transformed calls, their
+parameters of :mod:`shardlaw.spec.vectors.transformed_vectors` take transformed calls, their
 verdicts and vectors. This module imports the standard library, Hypothesis and the spec
 only (no JAX).
 """
@@ -14,9 +14,9 @@ from typing import Any, Callable
 from hypothesis import strategies as st
 
 from shardlaw.spec import Mesh, NamedSharding, P
-from shardlaw.spec.transform_vectors import dump_transformed, load_transformed
-from shardlaw.spec.transformed import TransformedCall, explain_transformed
-from shardlaw.spec.vectors import vector_text
+from shardlaw.spec.vectors.transformed_vectors import dump_transformed, load_transformed
+from shardlaw.spec.transforms.transformed import TransformedCall, explain_transformed
+from shardlaw.spec.vectors.jit_vectors import vector_text
 
 __all__ = ["PLAUSIBLE"]
 

@@ -1,4 +1,4 @@
-"""Run a :class:`~shardlaw.spec.call.Call` through real ``jax.jit`` and compare with the spec.
+"""Run a :class:`~shardlaw.spec.jit.call.Call` through real ``jax.jit`` and compare with the spec.
 
 :func:`run_in_jax` builds the call's arguments on JAX's devices (committed arrays with
 ``device_put``, uncommitted ones under ``jax.default_device``, numpy arrays, Python
@@ -25,12 +25,12 @@ import warnings
 from typing import Any
 
 from shardlaw.spec import UNSPECIFIED, NamedSharding, from_jax, to_jax
-from shardlaw.spec.call import Arg, Call, Static, Verdict, static_positions
-from shardlaw.spec.equivalence import placement_equivalent
-from shardlaw.spec.jit import jit_call
-from shardlaw.spec.layouts import AUTO_LAYOUT, Format, Layout, is_layout
-from shardlaw.spec.pytree import fill, leaves_with_paths, map_leaves
-from shardlaw.spec.values import AbstractMesh, Mesh
+from shardlaw.spec.jit.call import Arg, Call, Static, Verdict, static_positions
+from shardlaw.spec.placement.equivalence import placement_equivalent
+from shardlaw.spec.jit.pipeline import jit_call
+from shardlaw.spec.jit.layouts import AUTO_LAYOUT, Format, Layout, is_layout
+from shardlaw.spec.core.pytree import fill, leaves_with_paths, map_leaves
+from shardlaw.spec.core.values import AbstractMesh, Mesh
 
 __all__ = ["JaxOutcome", "run_in_jax", "compare_call", "CALL_HITS", "call_hit_counts",
            "compiled_input_hlo", "with_input_choices"]
@@ -138,8 +138,8 @@ def _build(tree: Any) -> Any:
 
 
 def _shardings_to_jax(tree: Any) -> Any:
-    from shardlaw.spec.call import SHARDING_TYPES
-    from shardlaw.spec.values import PartitionSpec
+    from shardlaw.spec.jit.call import SHARDING_TYPES
+    from shardlaw.spec.core.values import PartitionSpec
 
     return map_leaves(lambda leaf: to_jax(leaf) if isinstance(leaf, (*SHARDING_TYPES,
                                                                      PartitionSpec, Format))
@@ -439,8 +439,8 @@ def with_input_choices(call: Call, taken: list[Any] | None) -> Call:
 def _flat_in_open(call: Call) -> list[bool]:
     """Per flat dynamic input, whether jit leaves its sharding open — no in_sharding and an
     argument that is not committed — as far as known without the spec (for the oracle)."""
-    from shardlaw.spec.matching import match_in_shardings
-    from shardlaw.spec.rules import Rejection
+    from shardlaw.spec.jit.matching import match_in_shardings
+    from shardlaw.spec.core.rules import Rejection
 
     n = call.normal
     dynamic = n.flat_in
@@ -459,8 +459,8 @@ def _flat_in_open(call: Call) -> list[bool]:
 
 def with_layout_choices(call: Call, outcome: JaxOutcome) -> Call:
     """``call`` with the compiler's layout choices for its Layout.AUTO inputs and results."""
-    from shardlaw.spec.layouts import given_layouts
-    from shardlaw.spec.rules import Rejection
+    from shardlaw.spec.jit.layouts import given_layouts
+    from shardlaw.spec.core.rules import Rejection
 
     try:
         n = call.normal
@@ -488,9 +488,9 @@ def with_layout_choices(call: Call, outcome: JaxOutcome) -> Call:
 
 def _flat_out_shardings(call: Call) -> list[Any]:
     """out_shardings per flat result, as far as they are known without the spec (for the oracle)."""
-    from shardlaw.spec.matching import match_out_shardings
-    from shardlaw.spec.pytree import structure
-    from shardlaw.spec.rules import Rejection
+    from shardlaw.spec.jit.matching import match_out_shardings
+    from shardlaw.spec.core.pytree import structure
+    from shardlaw.spec.core.rules import Rejection
 
     tree = call.options.out_shardings
     if call.options.device is not None or call.options.backend is not None:

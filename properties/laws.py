@@ -25,7 +25,7 @@ from shardlaw.spec import (
     hlo_equal, hlo_text, jax_equivalent, num_devices, parse_hlo, placement_equivalent,
     Replicated, Tiled, Unreduced, replica_id, replication_factor, shard_shape, to_hlo, tracing,
 )
-from shardlaw.spec.equivalence import _by_enumeration
+from shardlaw.spec.placement.equivalence import _by_enumeration
 
 __all__ = [
     "test_jax_equivalence_is_reflexive", "test_jax_equivalence_is_symmetric",

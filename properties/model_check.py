@@ -376,7 +376,7 @@ def check(space: Space = Space(), *, solver: bool = True, timeout_s: float = 10.
     enumeration (IDX-1) and the solver (SMT-1, unless ``solver`` is false) are asked once
     per distinct pair of those.
     """
-    from shardlaw.spec.smt import prove_equivalent
+    from shardlaw.spec.prove.smt import prove_equivalent
 
     report = Report(space)
     started = time.perf_counter()
@@ -537,7 +537,7 @@ def vector(slug: str, a: Any, b: Any, shape: tuple[int, ...],
            costs: dict[str, Any] | None) -> dict[str, Any]:
     """The test vector of one divergence class (the format of ``vectors/equivalence/``)."""
     from shardlaw.sharding_text import sharding_text, sharding_to_json
-    from shardlaw.spec.vectors import JAX_VERSION
+    from shardlaw.spec.vectors.jit_vectors import JAX_VERSION
     title, parts_from = CLASSES[slug]
     boxes = devices_indices_map(a, shape)
     return {

@@ -5,7 +5,7 @@ shapes 8, 2x4, 4x2, 2x2x2 and 1x8 with their axis names and device order permute
 axes (all, some, or not a set), arguments in small pytrees, specs that mostly fit (and
 often do not: unknown or automatic axes, repeats, too long, indivisible, trees that do not
 match), and results that return an argument, summed or not. :func:`compare_shard_map`
-runs one through :func:`shardlaw.spec.shardmap.check_shard_map` and through ``jax.jit`` of
+runs one through :func:`shardlaw.spec.transforms.shardmap.check_shard_map` and through ``jax.jit`` of
 ``jax.shard_map`` and lists the disagreements; :data:`SMAP_HITS` counts, per rule, how
 often JAX was seen accepting and refusing where the rule decided.
 """
@@ -18,10 +18,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from shardlaw.spec.rules import Rejection, tracing
-from shardlaw.spec.shardmap import INFER, Returned, Shaped, check_shard_map
-from shardlaw.spec.bridge_shardmap import shard_map_in_jax
-from shardlaw.spec.values import AbstractMesh, AxisType, Mesh, PartitionSpec as P
+from shardlaw.spec.core.rules import Rejection, tracing
+from shardlaw.spec.transforms.shardmap import INFER, Returned, Shaped, check_shard_map
+from shardlaw.spec.bridge.shardmap import shard_map_in_jax
+from shardlaw.spec.core.values import AbstractMesh, AxisType, Mesh, PartitionSpec as P
 
 __all__ = ["SmapCall", "smap_meshes", "smap_calls", "compare_shard_map", "SMAP_HITS",
            "count_hit", "smap_hit_counts"]

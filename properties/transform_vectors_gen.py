@@ -6,7 +6,7 @@ Each family of the transformations (ARG, BAT, AD, WSC, SMAP) has a harness
 rule, the two sides the case showed (``*_HITS``). :func:`generate` draws cases from the
 harness's strategy (and takes the pinned cases of :data:`PINNED`), keeps the cases on which
 JAX and the spec agree, and for each (rule, side) the case showed writes the spec call of
-the case that shows it (:func:`steps`: the calls of :data:`~shardlaw.spec.transformed.
+the case that shows it (:func:`steps`: the calls of :data:`~shardlaw.spec.transforms.transformed.
 TRANSFORMS` the harness makes, in order) as ``vectors/transforms/<family>/<rule>-<side>-<n>
 .json``, with the case itself as the vector's ``origin``. :func:`replay_in_jax` rebuilds a
 vector's case, runs it in JAX again and checks that the vector's call is one of its steps.
@@ -25,19 +25,19 @@ import jax
 from hypothesis import HealthCheck, given, settings
 
 from shardlaw.spec import UNSPECIFIED, AxisType, Mesh, NamedSharding, P
-from shardlaw.spec.autodiff import JitBody, JitEquation
-from shardlaw.spec.bridge_autodiff import equation_from_jax, jit_body_of
-from shardlaw.spec.bridge_shardmap import collective_in_jax, manual_sharding_in_jax
-from shardlaw.spec.call import Arg
-from shardlaw.spec.rules import RULES
-from shardlaw.spec.shardmap import (
+from shardlaw.spec.transforms.autodiff import JitBody, JitEquation
+from shardlaw.spec.bridge.autodiff import equation_from_jax, jit_body_of
+from shardlaw.spec.bridge.shardmap import collective_in_jax, manual_sharding_in_jax
+from shardlaw.spec.jit.call import Arg
+from shardlaw.spec.core.rules import RULES
+from shardlaw.spec.transforms.shardmap import (
     Returned, Shaped, collective_groups, manual_sharding, replica_groups,
 )
-from shardlaw.spec.transform_vectors import (
+from shardlaw.spec.vectors.transformed_vectors import (
     HarnessCase, TransformedVector, dump_transformed, transformed_differences,
 )
-from shardlaw.spec.transformed import TransformedCall, TransformedVerdict, explain_transformed
-from shardlaw.spec.vectors import vector_text
+from shardlaw.spec.transforms.transformed import TransformedCall, TransformedVerdict, explain_transformed
+from shardlaw.spec.vectors.jit_vectors import vector_text
 
 from . import (
     arguments_harness, autodiff_harness, batching_harness, constraint_harness, shardmap_harness,

@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterator
 
 import shardlaw.spec as S
 from shardlaw.spec import Arg, Call, JitOptions, Out
-from shardlaw.spec.call import Verdict
-from shardlaw.spec.rules import Failure
-from shardlaw.spec.vectors import Vector, dump_vector, jit_rules, vector_text
+from shardlaw.spec.jit.call import Verdict
+from shardlaw.spec.core.rules import Failure
+from shardlaw.spec.vectors.jit_vectors import Vector, dump_vector, jit_rules, vector_text
 
 from . import jit_harness
 

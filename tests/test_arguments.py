@@ -18,7 +18,7 @@ from shardlaw.properties.arguments_harness import (
 )
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Mesh, NamedSharding, P, UNCONSTRAINED
-from shardlaw.spec.rules import RULES
+from shardlaw.spec.core.rules import RULES
 
 MESH = Mesh.iota((2, 4), ("x", "y"))
 EXPLICIT = Mesh.iota((2, 4), ("x", "y"), (S.AxisType.Explicit, S.AxisType.Auto))

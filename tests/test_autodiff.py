@@ -23,11 +23,11 @@ from shardlaw.properties.autodiff_harness import (
 )
 from shardlaw.properties.registry import checks
 from shardlaw.spec import UNSPECIFIED, Mesh, NamedSharding, P, Rejection
-from shardlaw.spec.autodiff import (
+from shardlaw.spec.transforms.autodiff import (
     JitBody, JitEquation, jvp_equation, linearized_primal, linearized_tangent, nonzero_outputs,
     pruned_equation, transposed_equation,
 )
-from shardlaw.spec.bridge_autodiff import equation_from_jax, jit_body_of, jit_equations
+from shardlaw.spec.bridge.autodiff import equation_from_jax, jit_body_of, jit_equations
 
 AD_RULES = [f"AD-{n}" for n in range(9)]
 

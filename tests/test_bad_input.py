@@ -1,6 +1,6 @@
 """Invalid input is rejected by a rule, with the rule's ID and the offending value, never a crash.
 
-A rejection is a :class:`~shardlaw.spec.rules.Rejection`; its message (``args[0]``, which is
+A rejection is a :class:`~shardlaw.spec.core.rules.Rejection`; its message (``args[0]``, which is
 ``explain(failure, path)``) starts with ``[RULE-ID]`` and shows the value that broke the rule.
 """
 
@@ -19,8 +19,8 @@ from shardlaw.spec import (
     Maximal, Mesh, NamedSharding, Out, P, Rejection, SingleDeviceSharding, Tiled, hlo_text,
     jit_call, parse_hlo, shard_shape, tiled,
 )
-from shardlaw.spec.dims import check_dims
-from shardlaw.spec.rules import explain
+from shardlaw.spec.core.dims import check_dims
+from shardlaw.spec.core.rules import explain
 
 # What a crash looks like: these escape only from a bug, never from a rule.
 CRASHES = (AssertionError, IndexError, KeyError, AttributeError, ZeroDivisionError)
@@ -240,7 +240,7 @@ def test_a_message_is_bounded_and_never_fails():
 
 def test_the_prover_checks_its_time_limit_and_rank():
     pytest.importorskip("z3")
-    from shardlaw.spec.smt import prove_equivalent, prove_for_every_shape
+    from shardlaw.spec.prove.smt import prove_equivalent, prove_for_every_shape
     for bad, kind in ((float("inf"), ValueError), (float("nan"), ValueError), ("x", TypeError),
                       (-1, ValueError), (0, ValueError), (True, TypeError), (10**30, ValueError)):
         rejection = _rejected(lambda: prove_equivalent(_SHARDING, _SHARDING, (4, 4),
@@ -257,7 +257,7 @@ def test_the_prover_keeps_to_its_time_limit_while_building_tables():
     were built outside the limit); now the whole call answers within timeout_s + 1 s."""
     pytest.importorskip("z3")
     import time
-    from shardlaw.spec.smt import prove_equivalent
+    from shardlaw.spec.prove.smt import prove_equivalent
     n = 2**20
     reversed_order = Mesh((n,), ("x",), DeviceList.of_ids(range(n - 1, -1, -1)))
     a = NamedSharding(reversed_order, P("x"))

@@ -15,11 +15,11 @@ from shardlaw.spec import (
     CallSite, Device, Mesh, NamedSharding, P, Rejection, SingleDeviceSharding, explain_cache,
     jit_call, load_vector,
 )
-from shardlaw.spec.dims import MAX_RANK
-from shardlaw.spec.cache import check_sequence, policy_classes
-from shardlaw.spec.placement import tiles_per_dimension, to_hlo
-from shardlaw.spec.rules import explain
-from shardlaw.spec.vectors import MAX_DEPTH, dump_sequence, dump_vector, load_any, load_sequence
+from shardlaw.spec.core.dims import MAX_RANK
+from shardlaw.spec.jit.cache import check_sequence, policy_classes
+from shardlaw.spec.placement.blocks import tiles_per_dimension, to_hlo
+from shardlaw.spec.core.rules import explain
+from shardlaw.spec.vectors.jit_vectors import MAX_DEPTH, dump_sequence, dump_vector, load_any, load_sequence
 
 SHARDING = NamedSharding(Mesh.iota((2, 2), ("x", "y")), P("x"))
 CALL = S.Call(args=(S.Arg.numpy((4,)),), outputs=S.Out((4,)))
@@ -274,8 +274,8 @@ def _nest(leaf, depth: int):
 
 def test_hlo_equal_refuses_what_is_not_an_hlo_sharding():
     from shardlaw.spec import hlo_equal
-    from shardlaw.spec.hlo import parse_hlo
-    from shardlaw.spec.rules import Rejection
+    from shardlaw.spec.core.hlo import parse_hlo
+    from shardlaw.spec.core.rules import Rejection
     for a, b in ((parse_hlo("{replicated}"), 3), (0.001, "x"), (None, parse_hlo("{replicated}"))):
         with pytest.raises(Rejection) as caught:
             hlo_equal(a, b)
@@ -284,8 +284,8 @@ def test_hlo_equal_refuses_what_is_not_an_hlo_sharding():
 
 def test_a_call_nested_too_deep_is_refused_before_anything_walks_it():
     from shardlaw.spec import Arg, Call, Out, jit_call
-    from shardlaw.spec.call import MAX_NESTING
-    from shardlaw.spec.rules import Rejection
+    from shardlaw.spec.jit.call import MAX_NESTING
+    from shardlaw.spec.core.rules import Rejection
     deep = Arg.numpy((2,))
     for _ in range(1500):
         deep = (deep,)
@@ -333,6 +333,6 @@ def test_mesh_axis_names_are_refused_at_their_first_bad_entry():
     huge = S.DeviceList(S.Iota((1024, 1024), (1, 0)))
     _refused(lambda: Mesh.iota((2,), huge), "VAL-3", "got Device(0)", TypeError)
     names = tuple(f"a{i}" for i in range(50_000))
-    assert S.values.check_axis_names(names + ("z",)) == names + ("z",)  # linear, not quadratic
-    _refused(lambda: S.values.check_axis_names(names + ("a7",)), "VAL-3",
+    assert S.core.values.check_axis_names(names + ("z",)) == names + ("z",)  # linear, not quadratic
+    _refused(lambda: S.core.values.check_axis_names(names + ("a7",)), "VAL-3",
              "'a7' appears twice", ValueError)

@@ -28,9 +28,9 @@ from shardlaw.spec import (
     UNCONSTRAINED, UNSPECIFIED, AbstractMesh, AxisType, Format, GSPMDSharding, Iota, Layout,
     Mesh, NamedSharding, P, SingleDeviceSharding, batch_sharding, tiled, to_hlo, vmap_jit,
 )
-from shardlaw.spec.batching import READ_LIMIT
-from shardlaw.spec.matching import check_fits
-from shardlaw.spec.rules import RULES
+from shardlaw.spec.transforms.batching import READ_LIMIT
+from shardlaw.spec.jit.matching import check_fits
+from shardlaw.spec.core.rules import RULES
 
 BAT_RULES = sorted(r for r in RULES if r.startswith("BAT-"))
 

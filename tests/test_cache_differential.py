@@ -1,4 +1,4 @@
-"""The cache model (spec/cache.py) against real jax.jit's counters, call for call.
+"""The cache model (spec/jit/cache.py) against real jax.jit's counters, call for call.
 
 ``test_cache_model_agrees_with_jax`` draws call sequences (:func:`call_sequences`), runs each
 through fresh function objects and jit wrappers in JAX and through
@@ -25,10 +25,10 @@ from shardlaw.properties.cache_workloads import COLUMNS, WORKLOADS, measure, pre
 from shardlaw.properties.registry import checks
 from shardlaw.properties.strategies import sharding_pairs
 from shardlaw.spec import placement_equivalent
-from shardlaw.spec.cache import (
+from shardlaw.spec.jit.cache import (
     CallSite, check_sequence, explain_cache, placement_class, policy_classes,
 )
-from shardlaw.spec.rules import Rejection
+from shardlaw.spec.core.rules import Rejection
 
 MODEL_RULES = [f"CACHE-{n}" for n in range(11)]
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "cache.rst"

@@ -5,7 +5,7 @@ import pytest
 import shardlaw.spec as S
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Arg, Call, JitOptions, Out
-from shardlaw.spec.rules import Rejection
+from shardlaw.spec.core.rules import Rejection
 
 MESH = S.Mesh.iota((2, 4), ("x", "y"))
 

@@ -17,7 +17,7 @@ from shardlaw.cli_prove import (  # noqa: E402
 )
 from shardlaw.properties.strategies import shardings  # noqa: E402
 from shardlaw.spec import UNCONSTRAINED, Iota, Mesh, NamedSharding, P, Tiled  # noqa: E402
-from shardlaw.spec import smt  # noqa: E402
+from shardlaw.spec.prove import smt  # noqa: E402
 
 MESH = "mesh=2x4:x,y"
 

@@ -18,7 +18,7 @@ from shardlaw.properties.constraint_harness import (
 )
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Arg, Mesh, NamedSharding, P, UNCONSTRAINED
-from shardlaw.spec.rules import RULES
+from shardlaw.spec.core.rules import RULES
 
 MESH = Mesh.iota((2, 4), ("x", "y"))
 M3 = Mesh.iota((2, 1, 4), ("x", "o", "y"))

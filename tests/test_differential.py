@@ -25,8 +25,8 @@ from shardlaw.spec import (  # noqa: E402
     P, SingleDeviceSharding, SubgroupType, Tiled, Unreduced, iota_tile, parse_hlo, shard_shape,
     to_hlo,
 )
-from shardlaw.spec.rules import Rejection  # noqa: E402
-from shardlaw.spec.shardings import UNSPECIFIED  # noqa: E402
+from shardlaw.spec.core.rules import Rejection  # noqa: E402
+from shardlaw.spec.core.shardings import UNSPECIFIED  # noqa: E402
 
 from shardlaw.properties import strategies as S  # noqa: E402
 

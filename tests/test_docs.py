@@ -101,7 +101,7 @@ def test_checks_name_only_registered_rules():
 def test_every_rejection_cites_a_registered_rule():
     """A rejection says ``[RULE-ID]``; that ID must have a rule (and so a docs entry)."""
     import shardlaw.spec
-    from shardlaw.spec.rules import Failure
+    from shardlaw.spec.core.rules import Failure
 
     cited: dict[str, list[str]] = {}
     for info in pkgutil.iter_modules(shardlaw.spec.__path__, "shardlaw.spec."):

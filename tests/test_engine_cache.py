@@ -261,7 +261,7 @@ def test_engine_compiles_what_the_policy_predicts(sites):
     from shardlaw.engine import EngineRejection
     from shardlaw.properties import jit_harness as H
     from shardlaw.properties.cache_harness import _ignored_of, harness_function
-    from shardlaw.spec.cache import policy_classes
+    from shardlaw.spec.jit.cache import policy_classes
 
     rows = policy_classes(sites)
     functions, wrappers = {}, {}

@@ -14,7 +14,7 @@ import pytest
 
 from shardlaw.properties.engine_harness import replay_in_engine
 from shardlaw.properties.vectors_gen import NotReplayable
-from shardlaw.spec.vectors import load_vector
+from shardlaw.spec.vectors.jit_vectors import load_vector
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "jit"
 ALL = sorted(VECTORS.rglob("*.json")) if VECTORS.is_dir() else []

@@ -19,8 +19,8 @@ from shardlaw.properties.call_strategies import calls
 from shardlaw.properties.jit_harness import CALL_HITS, compare_call
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Arg, Call, Format, JitOptions, Layout, Out
-from shardlaw.spec.call import flat_arguments
-from shardlaw.spec.rules import RULES
+from shardlaw.spec.jit.call import flat_arguments
+from shardlaw.spec.core.rules import RULES
 
 JIT_FAMILIES = ("JIT", "TREE", "FIT", "RES", "LAY", "KEEP", "DA", "EXE", "OUT", "AOT")
 JIT_RULES = sorted(r for r in RULES if r.rsplit("-", 1)[0] in JIT_FAMILIES)

@@ -7,8 +7,8 @@ from typing import ClassVar
 from hypothesis import given, strategies as st
 
 from shardlaw.spec import jit_call
-from shardlaw.spec.rules import Failure, explain
-from shardlaw.spec.vectors import load_vector
+from shardlaw.spec.core.rules import Failure, explain
+from shardlaw.spec.vectors.jit_vectors import load_vector
 
 ENDS = (".", "!", "?", "\u2026")
 

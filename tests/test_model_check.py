@@ -21,7 +21,7 @@ from shardlaw.spec import (  # noqa: E402
     GSPMDSharding, Mesh, NamedSharding, P, SingleDeviceSharding, devices_indices_map,
     jax_equivalent, placement_equivalent,
 )
-from shardlaw.spec.smt import Proved, prove_equivalent  # noqa: E402
+from shardlaw.spec.prove.smt import Proved, prove_equivalent  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = sorted((ROOT / "vectors" / "equivalence").glob("*.json"))

@@ -1,4 +1,4 @@
-"""The solver's proofs (spec/smt.py, SMT-1 and SMT-2) against brute force, and its answers to bad input.
+"""The solver's proofs (spec/prove/smt.py, SMT-1 and SMT-2) against brute force, and its answers to bad input.
 
 Brute force is the spec's own enumeration: two shardings place alike when
 ``devices_indices_map`` (IDX-1) gives every device the same box under both.
@@ -24,8 +24,8 @@ from shardlaw.spec import (  # noqa: E402
     AbstractMesh, AxisType, DeviceList, GSPMDSharding, Iota, Mesh, NamedSharding, P, Rejection,
     SingleDeviceSharding, devices_indices_map, placement_equivalent, shard_shape, tiled,
 )
-from shardlaw.spec import smt  # noqa: E402
-from shardlaw.spec.smt import (  # noqa: E402
+from shardlaw.spec.prove import smt  # noqa: E402
+from shardlaw.spec.prove.smt import (  # noqa: E402
     Counterexample, Proved, Unknown, prove_equivalent, prove_for_every_shape,
 )
 

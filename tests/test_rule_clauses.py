@@ -14,17 +14,17 @@ from shardlaw.spec import (
     Arg, Call, GSPMDSharding, JitOptions, Layout, Mesh, NamedSharding, Out, P, Rejection,
     SingleDeviceSharding, Static, jit_call,
 )
-from shardlaw.spec.aot import check_aot_shardings
-from shardlaw.spec.cache import (
+from shardlaw.spec.jit.aot import check_aot_shardings
+from shardlaw.spec.jit.cache import (
     CallSite, abstract_value, differences, dispatch_equal, dispatch_signature, lowering_key,
     module_key, policy_key,
 )
-from shardlaw.spec.hlo import parse_hlo
-from shardlaw.spec.layouts import check_argument_layout
-from shardlaw.spec.matching import match_in_shardings
-from shardlaw.spec.pytree import structure
-from shardlaw.spec.recovery import recover_shardings
-from shardlaw.spec.resolution import check_reused_replica
+from shardlaw.spec.core.hlo import parse_hlo
+from shardlaw.spec.jit.layouts import check_argument_layout
+from shardlaw.spec.jit.matching import match_in_shardings
+from shardlaw.spec.core.pytree import structure
+from shardlaw.spec.jit.recovery import recover_shardings
+from shardlaw.spec.jit.resolution import check_reused_replica
 
 MESH = Mesh.iota((2, 4), ("x", "y"))
 M2 = Mesh.iota((2,), ("x",))
@@ -41,7 +41,7 @@ def clause(rule_id: str, number: int):
 def test_every_clause_has_a_test():
     tested = set(TESTED)
     try:
-        import shardlaw.spec.smt  # noqa: F401 - registers SMT-1 and SMT-2
+        import shardlaw.spec.prove.smt  # noqa: F401 - registers SMT-1 and SMT-2
     except ImportError:  # without z3 the SMT rules are not registered, nor their clauses
         tested = {(rule_id, n) for rule_id, n in tested if not rule_id.startswith("SMT-")}
     clauses = {(r.id, n) for r in S.RULES.values() for n in range(1, len(r.clauses) + 1)}
@@ -52,7 +52,7 @@ def test_every_clause_has_a_test():
 
 def test_statements_are_whole_sentences_of_at_most_40_words():
     pytest.importorskip("z3")
-    import shardlaw.spec.smt  # noqa: F401 - registers SMT-1 and SMT-2
+    import shardlaw.spec.prove.smt  # noqa: F401 - registers SMT-1 and SMT-2
 
     for r in S.RULES.values():
         assert r.statement.endswith("."), r.id
@@ -517,7 +517,7 @@ def test_aot_3_other_arguments_and_device_are_not_checked():
 
 def _prove_for_every_shape(a, b, rank, max_dim):
     pytest.importorskip("z3")
-    from shardlaw.spec.smt import prove_for_every_shape
+    from shardlaw.spec.prove.smt import prove_for_every_shape
 
     return prove_for_every_shape(a, b, rank=rank, max_dim=max_dim)
 

@@ -10,7 +10,7 @@ import shardlaw.spec
 
 MODULES = sorted(
     m.name for m in pkgutil.iter_modules(shardlaw.spec.__path__, "shardlaw.spec.")
-    # the bridges import JAX (spec/jax_bridge.py, spec/bridge_*.py); the prover imports z3
+    # the bridges import JAX (spec/bridge/convert.py, spec/bridge_*.py); the prover imports z3
     if not m.name.endswith(("jax_bridge", "smt")) and not m.name.startswith("shardlaw.spec.bridge_"))
 
 

@@ -2,7 +2,7 @@
 
 ``test_shard_map_agrees_with_jax`` draws whole shard_maps (:func:`smap_calls`), runs each
 through ``jax.jit(jax.shard_map(...))`` (traced, then lowered) and through
-:func:`shardlaw.spec.shardmap.check_shard_map`, and requires the same outcome: accepted or
+:func:`shardlaw.spec.transforms.shardmap.check_shard_map`, and requires the same outcome: accepted or
 not, the exception's type and stage, and for accepted calls the equation's specs, the
 shard types inside (shapes and varying axes) and the shapes outside. The collective and
 manual-sharding properties compare the device groups of a ``psum`` (the HLO's
@@ -26,9 +26,9 @@ from shardlaw.properties.shardmap_harness import (
     SMAP_HITS, SmapCall, compare_shard_map, count_hit, smap_calls, smap_meshes,
 )
 from shardlaw.spec import P
-from shardlaw.spec.rules import RULES, Rejection, tracing
-from shardlaw.spec.shardmap import Returned, Shaped, check_shard_map
-from shardlaw.spec.bridge_shardmap import (
+from shardlaw.spec.core.rules import RULES, Rejection, tracing
+from shardlaw.spec.transforms.shardmap import Returned, Shaped, check_shard_map
+from shardlaw.spec.bridge.shardmap import (
     COLLECTIVES, collective_in_jax, hlo_replica_groups, manual_sharding_in_jax,
 )
 
@@ -212,7 +212,7 @@ def test_manual_sharding_agrees_with_jax(mesh, data, rank):
 def test_manual_sharding_of_the_largest_rank_answers():
     """Found by the campaign's fuzz suite: the tiles of a rank-28,639 shard took 10 s to build
     (a stride per dimension, each a product of the dimensions after it); now one pass."""
-    from shardlaw.spec.dims import MAX_RANK
+    from shardlaw.spec.core.dims import MAX_RANK
     assert S.manual_sharding(S.Mesh.iota((6,), ("x",)), set(), MAX_RANK) == S.Manual()
     tiled = S.manual_sharding(S.Mesh.iota((2, 2, 2), ("z", "y", "x")), {"y", "x"}, MAX_RANK)
     assert tiled.dims == (1,) * MAX_RANK + (4, 2)

@@ -25,7 +25,7 @@ import shardlaw.engine
 import shardlaw.spec as S
 from shardlaw.engine.rules import LEFT_TO_JAX
 from shardlaw.rule_stages import stage_of
-from shardlaw.spec.rules import _first_sentence
+from shardlaw.spec.core.rules import _first_sentence
 
 JIT_STAGES = ("jit", "trace", "lower", "compile", "call", "aot")
 ENGINE = Path(shardlaw.engine.__file__).resolve().parent

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 import shardlaw.spec as S
-import shardlaw.spec.jit as J
+import shardlaw.spec.jit.pipeline as J
 from shardlaw import rule_stages
 from shardlaw.spec import Arg, Call, JitOptions, Out, P
-from shardlaw.spec.vectors import JIT_FAMILIES, load_vector
+from shardlaw.spec.vectors.jit_vectors import JIT_FAMILIES, load_vector
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = sorted((ROOT / "vectors" / "jit").rglob("*.json"))
@@ -73,7 +73,7 @@ def test_the_declared_stage_is_the_stage_that_refuses(path, refusals):
 
 
 def test_a_rejection_is_born_at_its_path_with_no_patching():
-    with S.rules.located("args[3]"):
+    with S.core.rules.located("args[3]"):
         with pytest.raises(S.Rejection) as caught:
             S.shard_shape(S.NamedSharding(MESH, P("x")), (3,))
     assert caught.value.path == "args[3]" and caught.value.rule == "DIV-1"

@@ -2,7 +2,7 @@
 
 import shardlaw.spec as S
 from shardlaw.spec import Arg, Call, JitOptions, Mesh, NamedSharding, Out, P
-from shardlaw.spec.call import DeviceIds
+from shardlaw.spec.jit.call import DeviceIds
 
 N = 1 << 20
 

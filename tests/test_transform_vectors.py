@@ -31,16 +31,16 @@ from shardlaw.properties.fuzz_transform_vectors import PLAUSIBLE
 from shardlaw.properties.transform_vectors_gen import (
     SPEC_ONLY_REASON, rebuild_case, replay_in_jax, steps, wanted,
 )
-from shardlaw.spec.autodiff import JitBody, JitEquation
-from shardlaw.spec.layouts import AUTO_LAYOUT
-from shardlaw.spec import transform_vectors
-from shardlaw.spec.rules import Rejection
-from shardlaw.spec.transform_vectors import (
+from shardlaw.spec.transforms.autodiff import JitBody, JitEquation
+from shardlaw.spec.jit.layouts import AUTO_LAYOUT
+from shardlaw.spec.vectors import transformed_vectors as transform_vectors
+from shardlaw.spec.core.rules import Rejection
+from shardlaw.spec.vectors.transformed_vectors import (
     TransformedVector, dump_transformed, load_transformed, transformed_differences,
     transformed_rules_hit,
 )
-from shardlaw.spec.transformed import TransformedCall, TransformedVerdict, explain_transformed
-from shardlaw.spec.vectors import vector_text
+from shardlaw.spec.transforms.transformed import TransformedCall, TransformedVerdict, explain_transformed
+from shardlaw.spec.vectors.jit_vectors import vector_text
 
 ROOT = Path(__file__).resolve().parent.parent / "vectors" / "transforms"
 FILES = sorted(ROOT.glob("*/*.json"))
@@ -155,7 +155,7 @@ def test_autodiff_calls_round_trip_exactly(data):
                                            "partially_evaluated", "pruned_equation",
                                            "linearized_equations", "nonzero_outputs"]))
     names = [n for n, p in inspect.signature(
-        S.transformed.TRANSFORMS[transform]).parameters.items()]
+        S.transforms.transformed.TRANSFORMS[transform]).parameters.items()]
     call = TransformedCall.of(transform, **{n: data.draw(plausible[n]()) for n in names})
     _round_trip(call)
 

@@ -1,9 +1,9 @@
-"""Transformed calls described from real JAX objects (spec/bridge_transforms.py), held to JAX.
+"""Transformed calls described from real JAX objects (spec/bridge/transforms.py), held to JAX.
 
 Each property draws a real program with the family's own strategy (the BAT, AD, WSC, SMAP
 and ARG harnesses), describes it with the bridge (``describe_vmap``, ``describe_grad`` ...,
 through :func:`explain`) and requires the verdict of
-:func:`~shardlaw.spec.transformed.explain_transformed` to be what real JAX does: the jit
+:func:`~shardlaw.spec.transforms.transformed.explain_transformed` to be what real JAX does: the jit
 equation(s) in ``jax.make_jaxpr`` of the transformed program (read with the families'
 bridges), or a refusal of the same exception type, by the rule the family harness names,
 with that rule last in the trace. :data:`HITS` counts, per kind of transformation and per
@@ -33,18 +33,18 @@ from shardlaw.properties import constraint_harness as wsc_h
 from shardlaw.properties import shardmap_harness as smap_h
 from shardlaw.properties.registry import checks
 from shardlaw.spec import UNSPECIFIED, NamedSharding, from_jax, to_jax
-from shardlaw.spec.autodiff import JitEquation, Linearized
-from shardlaw.spec.bridge_autodiff import equation_from_jax, jit_equations
-from shardlaw.spec.bridge_batching import jit_equations as bat_jit_equations
-from shardlaw.spec.bridge_constraint import constraint_equations, shardings_to_jax
-from shardlaw.spec.bridge_shardmap import _jax_specs, shard_map_in_jax
-from shardlaw.spec.bridge_transforms import (
+from shardlaw.spec.transforms.autodiff import JitEquation, Linearized
+from shardlaw.spec.bridge.autodiff import equation_from_jax, jit_equations
+from shardlaw.spec.bridge.batching import jit_equations as bat_jit_equations
+from shardlaw.spec.bridge.constraint import constraint_equations, shardings_to_jax
+from shardlaw.spec.bridge.shardmap import _jax_specs, shard_map_in_jax
+from shardlaw.spec.bridge.transforms import (
     DESCRIBERS, describe_grad, describe_shard_map, describe_vmap, explain,
 )
-from shardlaw.spec.pytree import fill, leaves, map_leaves
-from shardlaw.spec.shardmap import Shaped
-from shardlaw.spec.rules import Rejection
-from shardlaw.spec.transformed import TransformedVerdict, explain_transformed
+from shardlaw.spec.core.pytree import fill, leaves, map_leaves
+from shardlaw.spec.transforms.shardmap import Shaped
+from shardlaw.spec.core.rules import Rejection
+from shardlaw.spec.transforms.transformed import TransformedVerdict, explain_transformed
 
 # Examples per property: a fifth of the profile's (40 under ``ci``, 1,000 under ``deep``).
 EXAMPLES = int(os.environ.get("TBRIDGE_EXAMPLES", max(30, settings.default.max_examples // 5)))

@@ -23,7 +23,7 @@ jax = pytest.importorskip("jax")
 import numpy as np  # noqa: E402
 
 from shardlaw import spec  # noqa: E402
-from shardlaw.spec.rules import Rejection  # noqa: E402
+from shardlaw.spec.core.rules import Rejection  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "values.rst"
 SECTION = "Deliberate divergences"

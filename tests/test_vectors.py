@@ -16,8 +16,8 @@ from shardlaw.properties import strategies as ST
 from shardlaw.properties.call_strategies import calls
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Arg, Call, JitOptions, Out, Static
-from shardlaw.spec.rules import Rejection
-from shardlaw.spec.vectors import (
+from shardlaw.spec.core.rules import Rejection
+from shardlaw.spec.vectors.jit_vectors import (
     dump_vector, jit_rules, load_vector, rules_hit, vector_text, verdict_differences,
 )
 

@@ -1,6 +1,6 @@
 """Sphinx extension: write one page per rule family from the rule registry.
 
-At ``config-inited`` it imports the specification (with ``shardlaw.spec.smt``, which the
+At ``config-inited`` it imports the specification (with ``shardlaw.spec.prove.smt``, which the
 package loads only on first use), the property modules of
 ``shardlaw.properties`` and the engine (for its ``@rule`` functions and ``LEFT_TO_JAX``),
 and reads the test files in ``tests/`` and the engine's inline ``note``/``reject`` calls
@@ -106,7 +106,7 @@ def pipeline_order(families: Iterable[str]) -> list[tuple[str, list[str]]]:
 # --------------------------------------------------------------------------- rules
 
 # Spec modules that ``shardlaw.spec`` loads on first use; their rules are listed too.
-LAZY_SPEC_MODULES = ["shardlaw.spec.smt"]
+LAZY_SPEC_MODULES = ["shardlaw.spec.prove.smt"]
 
 
 def load_rules() -> dict[str, Any]:
@@ -122,8 +122,8 @@ def load_rules() -> dict[str, Any]:
 
 
 def failures_of(rule_id: str) -> list[type]:
-    """The failure classes (``shardlaw.spec.rules.Failure`` subclasses) of one rule."""
-    from shardlaw.spec.rules import Failure
+    """The failure classes (``shardlaw.spec.core.rules.Failure`` subclasses) of one rule."""
+    from shardlaw.spec.core.rules import Failure
 
     found, todo = [], list(Failure.__subclasses__())
     while todo:
@@ -514,7 +514,7 @@ def example_message(rule: Any, doc: str, failures: list[type]) -> tuple[str, str
         match = _MESSAGE.match(line)
         if match and match.group("id") == rule.id:
             return "example", match.group(1)
-    from shardlaw.spec.rules import _sentence  # the punctuation explain() gives a message
+    from shardlaw.spec.core.rules import _sentence  # the punctuation explain() gives a message
     for failure in failures:
         template = getattr(failure, "template", "")
         hint = getattr(failure, "hint", "")

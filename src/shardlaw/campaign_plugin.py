@@ -49,7 +49,7 @@ from shardlaw.campaign import (
     ENV_SHARES, ENV_SLICE, ENV_SUITES, NOT_HELD_TO_JAX, PROFILE,
 )
 from shardlaw.properties import cache_harness, differential, engine_harness, fuzz, jit_harness
-from shardlaw.spec.rules import RULES, Failure, reject, tracing
+from shardlaw.spec.core.rules import RULES, Failure, reject, tracing
 
 # Tests that check the hits of their own process: the report checks every worker's. By
 # name, and by the suites' naming habit for such tests (a new suite's coverage test too).
@@ -233,7 +233,7 @@ def _counting_engine(compare: Callable[..., Any]) -> Callable[..., Any]:
     return counted
 
 
-# The rule that decides each cache level's hit or miss (spec/cache.py).
+# The rule that decides each cache level's hit or miss (spec/jit/cache.py).
 CACHE_LEVEL_RULES = {"dispatch": "CACHE-3", "params": "CACHE-5", "trace": "CACHE-6",
                      "lowering": "CACHE-7", "module": "CACHE-9", "compile": "CACHE-10"}
 

@@ -280,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     not matched), 3: ``prove`` could not decide, 2: bad input, with one line on stderr.
     """
     from shardlaw.sharding_text import ShardingTextError
-    from shardlaw.spec.rules import Rejection
+    from shardlaw.spec.core.rules import Rejection
 
     def fail(status: int, message: str) -> int:
         sys.stderr.write(f"shardlaw: {one_line(message)}\n")

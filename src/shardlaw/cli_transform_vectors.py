@@ -26,8 +26,8 @@ def is_transformed_text(text: str) -> bool:
 
 def load_piece(text: str) -> Any:
     """The vector in ``text``: a transformed-call vector or a jit-call vector (VEC-1)."""
-    from shardlaw.spec.transform_vectors import load_transformed
-    from shardlaw.spec.vectors import load_vector
+    from shardlaw.spec.vectors.transformed_vectors import load_transformed
+    from shardlaw.spec.vectors.jit_vectors import load_vector
     return load_transformed(text) if is_transformed_text(text) else load_vector(text)
 
 
@@ -38,8 +38,8 @@ def _statement(rule_id: str) -> str:
 
 
 def _differences(vector: Any, verdict: Any) -> list[str] | None:
-    from shardlaw.spec.transform_vectors import transformed_differences
-    from shardlaw.spec.vectors import JAX_VERSION
+    from shardlaw.spec.vectors.transformed_vectors import transformed_differences
+    from shardlaw.spec.vectors.jit_vectors import JAX_VERSION
     if vector.expect is None:
         return None
     if vector.jax != JAX_VERSION:
@@ -87,8 +87,8 @@ def _explain(file: str, vector: Any, verdict: Any, differences: list[str] | None
 
 def check_transformed(args: argparse.Namespace, vector: Any, out: TextIO) -> int:
     """``shardlaw check FILE`` of a transformed-call vector (0 matches, 1 differs)."""
-    from shardlaw.spec.transform_vectors import _verdict_json
-    from shardlaw.spec.transformed import explain_transformed
+    from shardlaw.spec.vectors.transformed_vectors import _verdict_json
+    from shardlaw.spec.transforms.transformed import explain_transformed
     verdict = explain_transformed(vector.call)
     differences = _differences(vector, verdict)
     if args.json:
@@ -113,7 +113,7 @@ def check_transformed(args: argparse.Namespace, vector: Any, out: TextIO) -> int
 def replay_transformed(against: str, vector: Any) -> list[str] | None:
     """The differences of a transformed-call vector replayed against the spec or JAX
     (``engine``: the engine replays jit calls only; the caller skips it)."""
-    from shardlaw.spec.transformed import explain_transformed
+    from shardlaw.spec.transforms.transformed import explain_transformed
     if against == "spec":
         return _differences(vector, explain_transformed(vector.call))
     from shardlaw.properties.transform_vectors_gen import replay_in_jax
@@ -121,7 +121,7 @@ def replay_transformed(against: str, vector: Any) -> list[str] | None:
 
 
 def hits_of(vector: Any) -> list[tuple[str, str]]:
-    from shardlaw.spec.transform_vectors import transformed_rules_hit
+    from shardlaw.spec.vectors.transformed_vectors import transformed_rules_hit
     return transformed_rules_hit(vector)
 
 

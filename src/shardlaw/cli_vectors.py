@@ -104,7 +104,7 @@ class Entry:
 def read_vectors(path: Path) -> Iterator[Entry]:
     """Every vector in a ``.json`` file, a ``.jsonl`` file (one a line), or a directory of them."""
     from shardlaw.cli_transform_vectors import load_piece
-    from shardlaw.spec.rules import Rejection
+    from shardlaw.spec.core.rules import Rejection
 
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl"))
@@ -134,7 +134,7 @@ def read_vectors(path: Path) -> Iterator[Entry]:
 
 def _is_jit(vector: Any) -> bool:
     """Whether a vector read is a jit-call vector (else a transformed-call vector)."""
-    from shardlaw.spec.vectors import Vector
+    from shardlaw.spec.vectors.jit_vectors import Vector
     return isinstance(vector, Vector)
 
 
@@ -158,7 +158,7 @@ def _judge(call: Any) -> Any:
 
 def _expectation(vector: Any, verdict: Any) -> list[str] | None:
     """Differences from the expected verdict (None: the vector expects nothing)."""
-    from shardlaw.spec.vectors import JAX_VERSION, verdict_differences
+    from shardlaw.spec.vectors.jit_vectors import JAX_VERSION, verdict_differences
 
     if vector.expect is None:
         return None
@@ -171,8 +171,8 @@ def _expectation(vector: Any, verdict: Any) -> list[str] | None:
 
 def _sequence_file(name: str) -> Any:
     """The sequence vector in ``name``, or None when the file holds call vectors."""
-    from shardlaw.spec.rules import Rejection
-    from shardlaw.spec.vectors import SEQUENCE_FORMAT, load_sequence
+    from shardlaw.spec.core.rules import Rejection
+    from shardlaw.spec.vectors.jit_vectors import SEQUENCE_FORMAT, load_sequence
 
     path = Path(name)
     if not path.is_file():
@@ -194,8 +194,8 @@ def _sequence_file(name: str) -> Any:
 
 def check_sequence_command(args: argparse.Namespace, vector: Any, out: TextIO) -> int:
     """The cache table of a call sequence: per call, which of jit's caches hit, and why."""
-    from shardlaw.spec.cache import describe_cache_table, explain_cache
-    from shardlaw.spec.vectors import cache_differences
+    from shardlaw.spec.jit.cache import describe_cache_table, explain_cache
+    from shardlaw.spec.vectors.jit_vectors import cache_differences
 
     rows = explain_cache(vector.sites)
     differences = cache_differences(vector, rows)
@@ -245,7 +245,7 @@ def _statement(rule_id: str) -> str:
 
 
 def _check_json(file: str, vector: Any, verdict: Any, differences: list[str] | None) -> dict:
-    from shardlaw.spec.vectors import verdict_json
+    from shardlaw.spec.vectors.jit_vectors import verdict_json
 
     fired = list(verdict.trace) + ([verdict.rule] if verdict.rule not in verdict.trace
                                    and verdict.rule else [])
@@ -287,7 +287,7 @@ def _tree_words(tree: Any) -> str:
 
 
 def _describe_call(call: Any, out: TextIO) -> None:
-    from shardlaw.spec.pytree import leaves_with_paths, show_path
+    from shardlaw.spec.core.pytree import leaves_with_paths, show_path
 
     w = out.write
     w("The call\n")
@@ -468,7 +468,7 @@ def _transformed_elsewhere(against: str, vector: Any, skip: type[Exception]) -> 
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
     from shardlaw.cli_transform_vectors import hits_of
-    from shardlaw.spec.vectors import rules_hit
+    from shardlaw.spec.vectors.jit_vectors import rules_hit
 
     path = Path(args.directory)
     if not path.exists():
@@ -513,7 +513,7 @@ class _NeverRaised(Exception):
 
 def _report(path: Path, against: str, replays: list[Replay], out: TextIO) -> None:
     from shardlaw.spec import RULES
-    from shardlaw.spec.vectors import jit_rules
+    from shardlaw.spec.vectors.jit_vectors import jit_rules
 
     w = out.write
     what = {"spec": "the spec (shardlaw.spec.jit_call; explain_transformed for transformed calls)", "jax": "real jax.jit (8 CPU devices)",

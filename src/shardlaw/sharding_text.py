@@ -17,7 +17,7 @@ spec is ``P()``. ``devices=`` is a list of device ids, or XLA's iota notation
 ``memory=KIND``; on a mesh, ``types=auto,explicit,...``. Numbers are ASCII digits.
 
 The JSON form is the sharding object of the jit-call test vectors
-(:mod:`shardlaw.spec.vectors`). The command line and the model check both read and write
+(:mod:`shardlaw.spec.vectors.jit_vectors`). The command line and the model check both read and write
 shardings through this module; neither imports the other.
 """
 
@@ -181,8 +181,8 @@ def parse_sharding(text: str) -> Any:
 
 def sharding_from_json(obj: Any) -> Any:
     """The sharding a JSON object describes: the sharding objects of the jit-call vectors
-    (:mod:`shardlaw.spec.vectors`), whose reader refuses what is malformed with VEC-1."""
-    from shardlaw.spec.vectors import _Reader
+    (:mod:`shardlaw.spec.vectors.jit_vectors`), whose reader refuses what is malformed with VEC-1."""
+    from shardlaw.spec.vectors.jit_vectors import _Reader
     any_device = 1 << 62  # a lone sharding names no call whose devices would bound its ids
     return _Reader(any_device, any_device).sharding(obj, (), _Reader.SHARDINGS)
 
@@ -191,8 +191,8 @@ def sharding_from_json(obj: Any) -> Any:
 
 def sharding_to_json(sharding: Any) -> dict[str, Any]:
     """The JSON object for a sharding, as the jit-call vectors write it
-    (:mod:`shardlaw.spec.vectors`); read back by :func:`sharding_from_json`."""
-    from shardlaw.spec.vectors import _sharding_json
+    (:mod:`shardlaw.spec.vectors.jit_vectors`); read back by :func:`sharding_from_json`."""
+    from shardlaw.spec.vectors.jit_vectors import _sharding_json
     return _sharding_json(sharding, ())
 
 

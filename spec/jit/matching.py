@@ -1,0 +1,168 @@
+"""Matching jit's shardings to the values: the TREE and FIT rules.
+
+``in_shardings`` is matched against the positional arguments (TREE-1) at the call,
+``out_shardings`` against the function's result after tracing (TREE-2); each argument and
+result then fits its sharding (FIT-1). Each rule's failure is written right above it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from ..placement.blocks import TilesDoNotMatchRank, check_rank, shard_shape
+from ..core.pytree import Node, broadcast_prefix, is_container, prefix_mismatch
+from ..core.rules import Failure, Rejection, explain, reject, require, rule
+from ..core.shardings import UNSPECIFIED, NamedSharding
+from ..core.values import Mesh, PartitionSpec
+
+P = PartitionSpec  # the name the examples use
+
+__all__ = ["match_in_shardings", "match_out_shardings", "check_fits"]
+
+
+@dataclasses.dataclass(frozen=True)
+class NotAPrefix(Failure):
+    rule: ClassVar[str] = "TREE-1"
+    template: ClassVar[str] = ("{which} must be a tree prefix of {against}: {detail}")
+    which: str
+    against: str
+    detail: str
+    fix: str = ""
+
+    @property
+    def hint(self) -> str:  # type: ignore[override]
+        return self.fix
+
+
+@dataclasses.dataclass(frozen=True)
+class EmptyNotAPrefix(NotAPrefix):
+    error_type: ClassVar[type[Exception]] = AssertionError
+    jax_error: ClassVar[str] = "AssertionError"
+
+
+@rule("TREE-1", mirrors="jax._src.pjit._process_in_axis_resources; "
+                        "jax._src.api_util.flatten_axis_resources")
+def match_in_shardings(in_shardings: Any, positional: Node) -> list[Any]:
+    """``in_shardings`` is a single leaf for every argument, or a tuple with one tree prefix per positional argument.
+
+    (C1) A single leaf (a sharding, a PartitionSpec or None) covers every argument.
+    (C2) A tuple, or a top-level list read as one, holds one entry per positional argument.
+    (C3) Within an entry a leaf covers a whole subtree, and containers match the argument's
+    in type, length and dict keys.
+
+    >>> from shardlaw.spec.core.pytree import structure
+    >>> match_in_shardings([P("x"), None], structure((1, {"a": 2, "b": 3})))
+    [P('x'), None, None]
+    >>> match_in_shardings(P("x"), structure(((1, 2),)))
+    [P('x'), P('x')]
+    >>> match_in_shardings((P("x"), P()), structure(((1, 2),)))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [TREE-1]: in_shardings must be a tree prefix of the positional arguments: it is a tuple of length 2 for 1 positional argument(s). It looks like in_shardings should be wrapped in a singleton tuple: ((P('x'), P()),).
+
+    An empty container that does not match fails JAX's internal assertion (AssertionError):
+
+    >>> match_in_shardings((), structure((1,)))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionAssertionError: [TREE-1]: in_shardings must be a tree prefix of the positional arguments: it is a tuple of length 0 for 1 positional argument(s)
+    """
+    if in_shardings is UNSPECIFIED or in_shardings is None or not is_container(in_shardings):
+        return [in_shardings] * positional.num_leaves
+    if isinstance(in_shardings, list):
+        in_shardings = tuple(in_shardings)
+    found = prefix_mismatch(in_shardings, positional, ())
+    if found is None:
+        return broadcast_prefix(in_shardings, positional)
+    count = len(positional.children)
+    if type(in_shardings) is not tuple:
+        detail = f"it is a {type(in_shardings).__name__}, not a tuple of {count} entries"
+    elif len(in_shardings) != count:
+        detail = f"it is a tuple of length {len(in_shardings)} for {count} positional argument(s)"
+    else:
+        detail = found
+    fix = ""
+    if count == 1 and prefix_mismatch((in_shardings,), positional, ()) is None:
+        fix = (f"It looks like in_shardings should be wrapped in a singleton tuple: "
+               f"({in_shardings!r},).")
+    # JAX's own check takes an empty container for a leaf and fails an internal assertion.
+    kind = EmptyNotAPrefix if len(in_shardings) == 0 else NotAPrefix
+    raise reject(kind("in_shardings", "the positional arguments", detail, fix))
+
+
+@dataclasses.dataclass(frozen=True)
+class OutNotAPrefix(NotAPrefix):
+    rule: ClassVar[str] = "TREE-2"
+
+
+@dataclasses.dataclass(frozen=True)
+class EmptyOutNotAPrefix(EmptyNotAPrefix):
+    rule: ClassVar[str] = "TREE-2"
+
+
+@rule("TREE-2", mirrors="jax._src.pjit._check_and_canonicalize_out_shardings")
+def match_out_shardings(out_shardings: Any, results: Node) -> list[Any]:
+    """``out_shardings`` is a single leaf for every result or a tree prefix of the function's result, containers matching in type (a list is not a tuple here), length and dict keys.
+
+    >>> from shardlaw.spec.core.pytree import structure
+    >>> match_out_shardings((P("x"), None), structure((1, [2, 3])))
+    [P('x'), None, None]
+    >>> match_out_shardings([P("x"), None], structure((1, 2)))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [TREE-2]: out_shardings must be a tree prefix of the function's result: at the top level the shardings hold a list where the value holds a tuple of length 2
+    """
+    if out_shardings is UNSPECIFIED or out_shardings is None or not is_container(out_shardings):
+        return [out_shardings] * results.num_leaves
+    found = prefix_mismatch(out_shardings, results, ())
+    kind = EmptyOutNotAPrefix if len(out_shardings) == 0 else OutNotAPrefix
+    require(found is None, lambda: kind("out_shardings", "the function's result", found or ""))
+    return broadcast_prefix(out_shardings, results)
+
+
+@dataclasses.dataclass(frozen=True)
+class DoesNotFit(Failure):
+    rule: ClassVar[str] = "FIT-1"
+    template: ClassVar[str] = "a value of shape {shape} does not fit its sharding: {reason}"
+    shape: tuple
+    reason: str
+    fix: str = ""
+
+    @property
+    def hint(self) -> str:  # type: ignore[override]
+        return self.fix
+
+
+@dataclasses.dataclass(frozen=True)
+class DoesNotDivide(DoesNotFit):
+    jax_error: ClassVar[str] = "IndivisibleError"
+
+
+@dataclasses.dataclass(frozen=True)
+class TilesDoNotFit(DoesNotFit):
+    error_type: ClassVar[type[Exception]] = AssertionError
+    jax_error: ClassVar[str] = "AssertionError"
+
+
+@rule("FIT-1", mirrors="jax._src.pjit.pjit_check_aval_sharding")
+def check_fits(sharding: Any, shape: tuple[int, ...], path: str) -> None:
+    """Each argument and result given a sharding has at least the rank the sharding needs and divides evenly into its shards.
+
+    >>> check_fits(NamedSharding(Mesh.iota((4,), ("x",)), P("x")), (6,), "args[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [FIT-1] at args[0]: a value of shape (6,) does not fit its sharding: [DIV-1]: dimension 0 of shape (6,) has size 6, which NamedSharding(Mesh({'x': 4}), P('x')) splits 4 ways; 6 is not a multiple of 4 (ways per dimension: (4,)). Pad dimension 0 to a multiple of 4, or split it over fewer mesh axes.
+    """
+    if sharding is UNSPECIFIED:
+        return
+    try:
+        check_rank(sharding, shape)
+        shard_shape(sharding, shape)
+    except Rejection as error:
+        failure = error.failure
+        # JAX raises what its own check raises: IndivisibleError, or a bare AssertionError
+        # when a GSPMD tile assignment has another rank than the value.
+        kind = (DoesNotDivide if failure.jax_error == "IndivisibleError" else
+                TilesDoNotFit if isinstance(failure, TilesDoNotMatchRank) else DoesNotFit)
+        raise reject(kind(tuple(shape), explain(failure)), path) from None
