@@ -15,8 +15,9 @@ The engine is an independent implementation of the rules: it never imports
 from .adopt import install, installed, uninstall
 from .aot import Compiled, Explanation, Lowered, Traced
 from .cache import CACHE, set_capacity
-from .jit import CacheInfo, JittedFunction, count_calls, jit
+from .jit import JittedFunction, jit
 from .rules import EngineRejection
+from .statistics import CacheInfo, count_calls
 from .verdict import verdict_for_call
 
 __all__ = ["jit", "JittedFunction", "EngineRejection", "Explanation", "CacheInfo", "Traced", "Lowered",

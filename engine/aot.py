@@ -22,8 +22,10 @@ import jax
 from jax import tree_util
 
 from . import internals, layouts
+from .execution import run_aot
 from .rules import EngineRejection, LeftToJax, recording, reject, rule
 from .shardings import UNSPECIFIED, jax_equivalent, placement_equivalent
+from .stages import CallDecision, stage_call, stage_compile, stage_dispatch, stage_lower, stage_trace
 
 __all__ = ["Methods", "Traced", "Lowered", "Compiled", "Explanation"]
 
@@ -102,24 +104,24 @@ class Methods:
     def __init__(self, engine: Any) -> None:
         self._engine = engine
 
-    def _site(self, args: tuple, kwargs: dict) -> Any:
-        return self._engine.site(args, kwargs, abstract_ok=True)
+    def _arguments(self, args: tuple, kwargs: dict) -> Any:
+        return self._engine.arguments(args, kwargs, abstract_ok=True)
 
     def trace(self, *args: Any, **kwargs: Any) -> "Traced":
         engine = self._engine
-        site = self._site(args, kwargs)
-        if site.foreign:
+        arguments = self._arguments(args, kwargs)
+        if arguments.foreign:
             # A leaf the rules do not describe (a token, say): JAX's own stages take it.
-            return engine.left_to_jax(site, run=False)
-        decision = engine.decision(site)
+            return engine.left_to_jax(arguments, run=False)
+        decision = CallDecision(arguments)
         with recording() as fired:
             try:
-                engine.stage_call(decision)
-                engine.stage_trace(decision)
+                stage_call(engine, decision)
+                stage_trace(engine, decision)
             except EngineRejection as error:
-                raise engine.in_jax_words(error, decision.site) from None
+                raise engine.in_jax_words(error, arguments) from None
             except LeftToJax:
-                return engine.left_to_jax(site, run=False)
+                return engine.left_to_jax(arguments, run=False)
         return Traced(engine, decision, fired)
 
     def lower(self, *args: Any, **kwargs: Any) -> "Lowered":
@@ -138,14 +140,14 @@ class Methods:
         Arguments may be arrays or ``jax.ShapeDtypeStruct``.
         """
         engine = self._engine
-        site = self._site(args, kwargs)
+        arguments = self._arguments(args, kwargs)
         try:
-            if site.foreign:
+            if arguments.foreign:
                 raise LeftToJax("an argument the rules do not describe")
-            return Explanation.of_plan(engine.decision_for(site))
+            return Explanation.of_plan(engine.decision_for(arguments))
         except LeftToJax as why:
             try:
-                engine.left_to_jax(site, run=False).lower()
+                engine.left_to_jax(arguments, run=False).lower()
             except EngineRejection as error:
                 return Explanation.of_rejection(error)
             return Explanation(True, executable=f"left to JAX's own jit: {why}")
@@ -213,7 +215,7 @@ class Traced(_Stage):
         platforms = None if lowering_platforms is None else tuple(lowering_platforms)
         with recording() as fired:
             try:
-                self._engine.stage_lower(self._decision)
+                stage_lower(self._engine, self._decision)
             except EngineRejection as error:
                 if error.rule == "DA-4":
                     # Only abstract meshes: no device assignment exists for the rules to
@@ -223,7 +225,7 @@ class Traced(_Stage):
                     lowered = self._abstract_lowering(error, platforms)
                     self._fired += fired
                     return lowered
-                raise self._engine.in_jax_words(error, self._decision.site) from None
+                raise self._engine.in_jax_words(error, self._decision.arguments) from None
         self._fired += fired
         if _private_parameters is not None:
             return Lowered(self._engine, self._decision, self._fired, platforms,
@@ -303,9 +305,9 @@ class Lowered(_Stage):
         self._decision.compiler_options = compiler_options
         with recording() as fired:
             try:
-                plan = engine.stage_compile(self._decision)
+                plan = stage_compile(engine, self._decision)
             except EngineRejection as error:
-                error = engine.in_jax_words(error, self._decision.site)
+                error = engine.in_jax_words(error, self._decision.arguments)
                 error.fired = tuple(dict.fromkeys(self._fired + fired))  # type: ignore[attr-defined]
                 raise error from None
         plan.fired = tuple(dict.fromkeys(self._fired + fired))
@@ -341,9 +343,9 @@ class Compiled(_Stage):
         self._engine = engine
         self._lowered = lowered
         self._plan = plan
-        self._site = decision.site
+        self._arguments = decision.arguments
         self._decision = decision
-        self._in_avals = [decision.site.aval(i) for i in range(len(decision.site.leaves))]
+        self._in_avals = [decision.arguments.aval(i) for i in range(len(decision.arguments.leaves))]
         self._out_avals = list(decision.out_avals)
         self._device_or_backend = engine.options.device_or_backend
         self._layouts: list[Any] | None = None
@@ -384,7 +386,7 @@ class Compiled(_Stage):
                 if s is not None else None
                 for f, s in zip(self._flat_formats(self._jax.input_formats),
                                 self._plan.exe_inputs)]
-        return tree_util.tree_unflatten(self._site.treedef, flat)
+        return tree_util.tree_unflatten(self._arguments.treedef, flat)
 
     @property
     def output_formats(self) -> Any:
@@ -401,7 +403,7 @@ class Compiled(_Stage):
 
     @property
     def in_tree(self) -> Any:
-        return self._site.treedef
+        return self._arguments.treedef
 
     @property
     def out_tree(self) -> Any:
@@ -409,7 +411,7 @@ class Compiled(_Stage):
 
     @property
     def input_shardings(self) -> Any:
-        return tree_util.tree_unflatten(self._site.treedef, list(self._plan.exe_inputs))
+        return tree_util.tree_unflatten(self._arguments.treedef, list(self._plan.exe_inputs))
 
     @property
     def output_shardings(self) -> Any:
@@ -456,8 +458,8 @@ class Compiled(_Stage):
             return self._plan.entry.facts.compiled(*args, **kwargs)
         plan = self._plan
         try:
-            check_aot_structure(self._site.treedef, treedef)
-            paths = self._site.paths() if leaves else []
+            check_aot_structure(self._arguments.treedef, treedef)
+            paths = self._arguments.paths() if leaves else []
             check_aot_types(paths, self._in_avals, leaves)
             if not self._device_or_backend:
                 check_aot_shardings(paths, plan.exe_inputs, leaves, plan.kept,
@@ -466,13 +468,13 @@ class Compiled(_Stage):
             raise self._in_jax_words(error, args, kwargs) from None
         else:
             # The executable takes the dynamic arguments only: nothing here is static.
-            called = self._engine.site(args, kwargs, abstract_ok=False, statics=False)
-            self._engine.stage_dispatch(
-                self._decision, [called.input(i, None) for i in range(len(leaves))])
+            called = self._engine.arguments(args, kwargs, abstract_ok=False, statics=False)
+            stage_dispatch(self._engine, self._decision,
+                           [called.input(i, None) for i in range(len(leaves))])
         if not self._called:
             self._called = True
             internals.note_aot_python_call()
-        return self._engine.run_aot(plan, args, kwargs, leaves, treedef)
+        return run_aot(plan, leaves, treedef, self._engine.counters)
 
 
 # --------------------------------------------------------------------------- AOT rules

@@ -19,7 +19,8 @@ import jax
 from jax import tree_util
 
 from .aot import Explanation
-from .jit import Site, jit
+from .call_arguments import CallArguments
+from .jit import jit
 from .rules import EngineRejection
 
 __all__ = ["verdict_for_call"]
@@ -56,8 +57,8 @@ def verdict_for_call(fun: Any, args: tuple = (), kwargs: dict | None = None, *,
     except EngineRejection as error:
         return Explanation.of_rejection(error), None
     engine = jitted._engine
-    site = Site(args, kwargs, engine.options.names, abstract_ok=False)
-    plan = engine.plan(site)
+    arguments = CallArguments(args, kwargs, engine.options.names, abstract_ok=False)
+    plan = engine.plan(arguments)
     explanation = Explanation.of_plan(plan)
     flat = tree_util.tree_leaves(results)
     if flat and all(isinstance(x, jax.Array) for x in flat):

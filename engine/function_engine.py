@@ -1,0 +1,303 @@
+"""What one ``jit(fun, ...)`` holds: the :class:`Engine` — its options, its signature cache, its counters.
+
+A call goes through three levels:
+
+1. **dispatch** — JAX's own C++ dispatcher, keyed by the exact argument signature (types,
+   sharding objects, committed flags, static values, jit context). A known signature runs
+   without any Python, as fast as ``jax.jit``. The engine hands the dispatcher a signature's
+   executable only when running the arguments as they are is right: every committed array
+   already sits where the executable wants it. Otherwise (a committed argument jit moves)
+   every call of that signature comes back to Python (:meth:`Engine.cache_miss`), which
+   moves it (never a buffer on the wrong device);
+2. **signature** — the engine's decision for one signature (a
+   :class:`~.dispatch_plan.DispatchPlan`), held here: the rules of the jit-call semantics
+   applied in JAX's order (:mod:`.stages`), the executable to use, how to hand it the
+   arguments (as they are, relabelled over the same buffers, or moved) and how to label the
+   results. A refused signature keeps its rejection, raised again on each call;
+3. **executable** — the process-wide :data:`~shardlaw.engine.cache.CACHE`: one compiled
+   program per placement class. A signature that is placement-equal to one compiled
+   before reuses its executable; its arguments are relabelled over their own buffers
+   (zero copy) and its results are labelled as ``jax.jit`` would label them for this call.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import warnings
+from typing import Any, Callable
+
+from . import internals, layouts
+from .cache import CACHE, Entry, owner_token
+from .call_arguments import NO_STATICS, CallArguments, foreign_argument, refused_leaf
+from .dispatch_plan import DispatchPlan
+from .execution import run
+from .options import Options
+from .rules import EngineRejection, LeftToJax, recording, reject
+from .shardings import UNSPECIFIED
+from .stages import CallDecision, stage_call, stage_compile, stage_dispatch, stage_lower, stage_trace
+from .statistics import RECENT, CacheInfo, Counters, counting_calls, steps_taken
+
+__all__ = ["Engine", "SIGNATURE_CAPACITY"]
+
+SIGNATURE_CAPACITY = 4096   # signatures (plans) one jitted function holds
+
+
+class Engine:
+    """Everything one ``jit(fun, ...)`` holds: options, plans, counters, the dispatcher."""
+
+    def __init__(self, fun: Callable, options: Options, signature_capacity: int) -> None:
+        self.fun = fun
+        self.options = options
+        self.token = owner_token(fun, self)
+        self._lock = threading.RLock()
+        self._plans: collections.OrderedDict[tuple, DispatchPlan] = collections.OrderedDict()
+        self._capacity = signature_capacity
+        self.counters = Counters()
+        self.calls = itertools.count()   # every call of the jitted function (atomic step)
+        # Whether the jitted function runs a frame in front of the dispatcher (and so counts
+        # its calls): when asked to, and always with static arguments (for ENG-1).
+        self.counted = counting_calls() or bool(options.names.static_nums
+                                                or options.names.static_names)
+        self._generation = 0
+        self.dispatcher_ref: Callable[[], Any] = lambda: None
+        self.inner = self._jax_jit(options.out_shardings)   # JAX's own jit, inside
+        self._inner_open: Any = None
+
+    # ----------------------------------------------------------------- JAX's jit, inside
+
+    def _jax_jit(self, out_shardings: Any) -> Any:
+        o = self.options
+        kwargs: dict[str, Any] = dict(
+            **o.given_argnums, keep_unused=o.keep_unused, device=o.device, backend=o.backend, inline=o.inline,
+            compiler_options=o.compiler_options)
+        if o.in_shardings is not UNSPECIFIED:
+            kwargs["in_shardings"] = o.in_shardings
+        if out_shardings is not UNSPECIFIED:
+            kwargs["out_shardings"] = out_shardings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                return internals.JAX_JIT(self.fun, **kwargs)
+            except EngineRejection:
+                raise
+            except (ValueError, TypeError) as error:
+                raise reject("ENG-4", type(error) if type(error) in (ValueError, TypeError)
+                             else ValueError, f"jax.jit refuses these options: {error}") from None
+
+    def jax_jit_without_out_shardings(self) -> Any:
+        """JAX's own jit of the function with out_shardings left out (made when first asked)."""
+        if self._inner_open is None:
+            self._inner_open = self._jax_jit(UNSPECIFIED)
+        return self._inner_open
+
+    # ----------------------------------------------------------------- the dispatcher's miss
+
+    def cache_miss(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
+        """Called by the C++ dispatcher for a signature it cannot run on its own."""
+        self.counters.count("python_calls")
+        arguments = CallArguments(args, kwargs, self.options.names, abstract_ok=False)
+        if arguments.tracers or not internals.trace_state_clean():
+            # Inside another transformation (a tracer among the arguments, or one closed
+            # over): jit as a primitive of the outer trace, as JAX's own jit does.
+            return self.inner(*args, **kwargs), None, False
+        if arguments.foreign:
+            return self.left_to_jax(arguments, run=True), None, False
+        try:
+            plan = self.plan(arguments)
+        except LeftToJax:
+            return self.left_to_jax(arguments, run=True), None, False
+        internals.note_python_dispatch()
+        outputs = run(plan, arguments.leaves, arguments.treedef, self.counters)
+        return outputs, plan.fastpath, False
+
+    def unhashable_static(self, args: tuple, kwargs: dict) -> Exception:
+        """ENG-1 for a call the C++ dispatcher refused because a static argument is unhashable."""
+        self.counters.count("refused_in_dispatch")
+        try:
+            CallArguments(args, kwargs, self.options.names, abstract_ok=False)
+        except EngineRejection as error:
+            return error
+        return reject("ENG-1", ValueError, "a static argument cannot be hashed")
+
+    def left_to_jax(self, arguments: CallArguments, run: bool) -> Any:
+        """A call the rules do not describe, decided by JAX's own jit: run (``run``) or traced.
+
+        When JAX refuses one of the leaves the rules do not describe (it cannot type it, or
+        jit takes no such argument in a call), the refusal is ENG-2 in JAX's class and words;
+        anything else the call raises (the function's own errors included) is JAX's, unchanged.
+        """
+        bad = refused_leaf(arguments, for_call=run)
+        try:
+            if run:
+                return self.inner(*arguments.args, **arguments.kwargs)
+            return self.inner.trace(*arguments.args, **arguments.kwargs)
+        except (TypeError, ValueError) as error:
+            if bad is None:
+                raise
+            raise foreign_argument(arguments, bad).as_jax(error, any_class=True) from None
+
+    def arguments(self, args: tuple, kwargs: dict, abstract_ok: bool,
+                  statics: bool = True) -> CallArguments:
+        """One call's arguments as this function sees them (``statics=False``: all dynamic,
+        as an executable compiled ahead of time takes them)."""
+        names = self.options.names if statics else NO_STATICS
+        return CallArguments(args, kwargs, names, abstract_ok=abstract_ok)
+
+    # ----------------------------------------------------------------- the signature cache
+
+    def plan(self, arguments: CallArguments) -> DispatchPlan:
+        """The plan for these arguments' signature (cached, or made and compiled now); raises its rejection."""
+        plan = self.decision_for(arguments)
+        if plan.rejection is not None:
+            raise plan.rejection_again()
+        return plan
+
+    def decision_for(self, arguments: CallArguments) -> DispatchPlan:
+        """The plan for these arguments' signature, accepted or not: cached, or made (and compiled) now."""
+        with self._lock:
+            plan = self._plans.get(arguments.key)
+            if plan is not None:
+                self._plans.move_to_end(arguments.key)
+        if plan is not None:
+            self.counters.count("signature_hits")
+            return plan
+        generation = self._generation
+        with self._lock:
+            known = list(self._plans)[-RECENT:]
+        self.counters.count("signature_misses",
+                            miss=f"signature: {_why_new(known, arguments)}")
+        plan = self._decide(arguments)
+        with self._lock:
+            if generation == self._generation:
+                self._plans[arguments.key] = plan
+                while len(self._plans) > self._capacity:
+                    self._plans.popitem(last=False)
+            if plan.entry is not None:
+                plan.entry.users.add(self)
+        return plan
+
+    def _decide(self, arguments: CallArguments) -> DispatchPlan:
+        decision = CallDecision(arguments)
+        with recording() as fired:
+            try:
+                stage_call(self, decision)
+                stage_trace(self, decision)
+                stage_lower(self, decision)
+                plan = stage_compile(self, decision)
+                stage_dispatch(self, decision)
+            except EngineRejection as error:
+                plan = DispatchPlan()
+                plan.rejection = self.in_jax_words(error, arguments)
+        plan.fired = tuple(dict.fromkeys(fired))
+        return plan
+
+    def in_jax_words(self, error: EngineRejection, arguments: CallArguments) -> EngineRejection:
+        """``error`` as an instance of the class JAX raises for this call, with JAX's message first.
+
+        Only on the refusal path: JAX's own jit is taken through the same call up to the
+        stage where JAX refuses it (trace, lower or compile; nothing runs), and what it
+        raises lends its class and words. Where JAX raises nothing there (the engine refuses
+        earlier than JAX would, or JAX only fails when running), the engine's words stand.
+        """
+        stage = error.stage
+        if stage not in ("trace", "lower", "compile") or arguments.tracers:
+            return error
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                traced = self.inner.trace(*arguments.args, **arguments.kwargs)
+                if stage != "trace":
+                    lowered = traced.lower()
+                    if stage == "compile":
+                        lowered.compile()
+        except EngineRejection:
+            return error
+        except Exception as jax_error:  # noqa: BLE001 - JAX's refusal, whatever its class
+            return error.as_jax(jax_error)
+        return error
+
+    # ----------------------------------------------------------------- cache control
+
+    def forget(self, entry: Entry) -> None:
+        """An executable left the cache: drop the plans that use it, and the C++ signatures."""
+        with self._lock:
+            gone = [k for k, p in self._plans.items() if p.entry is entry]
+            for k in gone:
+                del self._plans[k]
+        dispatcher = self.dispatcher_ref()
+        if dispatcher is not None:
+            dispatcher._clear_cache()
+
+    def clear_cache(self) -> None:
+        """Drop this function's signatures, plans and executables (other functions keep theirs)."""
+        with self._lock:
+            self._generation += 1
+            self._plans.clear()
+        dispatcher = self.dispatcher_ref()
+        if dispatcher is not None:
+            dispatcher._clear_cache()
+        CACHE.drop_owner(self.token)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                self.inner.clear_cache()
+            except Exception:  # noqa: BLE001 - JAX's own caches are a courtesy
+                pass
+
+    def cache_info(self) -> CacheInfo:
+        dispatcher = self.dispatcher_ref()
+        counts = self.counters.snapshot()
+        with self._lock:
+            calls = steps_taken(self.calls) if self.counted else None
+            signatures = len(self._plans)
+        return CacheInfo(
+            calls=calls,
+            dispatch_hits=None if calls is None else max(
+                0, calls - counts["python_calls"] - counts["refused_in_dispatch"]),
+            dispatch_entries=dispatcher._cache_size() if dispatcher is not None else 0,
+            python_calls=counts["python_calls"],
+            refused_in_dispatch=counts["refused_in_dispatch"],
+            signature_hits=counts["signature_hits"], signature_misses=counts["signature_misses"],
+            signatures=signatures,
+            executable_hits=counts["executable_hits"],
+            executable_misses=counts["executable_misses"],
+            compiles=counts["compiles"], executables=CACHE.count(self.token),
+            executables_total=len(CACHE), capacity=CACHE.capacity,
+            recent_misses=counts["recent_misses"], divergences=counts["divergences"])
+
+
+def _why_new(known: list[tuple], arguments: CallArguments) -> str:
+    """What makes this signature new: how it differs from the closest of the ``known`` ones."""
+    if not known:
+        return "first call"
+    key = arguments.key
+    names = ("argument structure", "static arguments", None, "jit context (config)",
+             "context mesh", "abstract context mesh", "default device")
+    best, best_count = None, None
+    for other in known:
+        count = sum(a != b for a, b in zip(other, key))
+        if other[0] == key[0] and other[2] != key[2]:
+            count = sum(a != b for a, b in zip(other[2], key[2]))
+        if best_count is None or count < best_count:
+            best, best_count = other, count
+    assert best is not None
+    for index, (a, b) in enumerate(zip(best, key)):
+        if a == b:
+            continue
+        if index != 2 or best[0] != key[0]:
+            return f"new {names[index] or 'argument types'}"
+        paths = arguments.paths()
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return f"{paths[i]}: {_leaf_words(y)} (was {_leaf_words(x)})"
+    return "a signature evicted before"
+
+
+def _leaf_words(key: Any) -> str:
+    if isinstance(key, tuple) and len(key) == 4 and hasattr(key[0], "shape"):
+        aval, sharding, committed, layout = key
+        return (f"{aval.str_short()} on {sharding}" + ("" if committed else " (uncommitted)")
+                + ("" if layout is None else f" in {layouts.layout_text(layout)}"))
+    return repr(key)

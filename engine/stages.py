@@ -1,0 +1,333 @@
+"""The stages of deciding one call, in JAX's order: call, trace, lower, compile, dispatch.
+
+Each stage applies the rules of the jit-call semantics that JAX applies at that point and
+writes what it found into the call's :class:`CallDecision`. A call of a jitted function runs
+all five (``Engine`` in :mod:`.function_engine`); the AOT stages (:mod:`.aot`: ``trace``,
+``lower``, ``compile``) run them one at a time, and stop where JAX's do.
+
+* :func:`stage_call` — before tracing: JIT-5, JIT-4, JIT-3, TREE-1, FIT-1 (inputs);
+* :func:`stage_trace` — tracing, then TREE-2 and FIT-1 (results);
+* :func:`stage_lower` — before lowering: RES-1..5, KEEP-1, DA-1..4, EXE-1, EXE-2, LAY;
+* :func:`stage_compile` — the executable, from the process-wide cache or compiled, keyed
+  by the call's placement class (:func:`executable_key`); OUT-1..3; the
+  :class:`~.dispatch_plan.DispatchPlan`;
+* :func:`stage_dispatch` — handing the arguments over: RES-5 under ``device=``/``backend=``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import time
+from typing import TYPE_CHECKING, Any
+
+import jax
+from jax.sharding import SingleDeviceSharding
+
+from . import internals, layouts
+from .cache import CACHE, Entry
+from .call_arguments import CallArguments
+from .dispatch_plan import DispatchPlan, make_plan
+from .options import check_call_form
+from .recovery import Value, concrete_inputs, recover_shardings
+from .resolution import (
+    ARRAY, Input, Source, check_has_devices, check_iota_tiles, check_reused_replica,
+    check_tile_count, device_assignment, distinct_sources, input_source, kept_inputs,
+    replicate_scalars, resolve_input, results_committed,
+)
+from .rules import EngineRejection, LeftToJax, reject
+from .shardings import (
+    UNSPECIFIED, check_fits, context_mesh, leaf_to_sharding, placement_class,
+)
+from .trees import convert_tree, match_in_shardings, match_out_shardings, result_paths
+
+if TYPE_CHECKING:
+    from .function_engine import Engine
+
+__all__ = ["CallDecision", "stage_call", "stage_trace", "stage_lower", "stage_compile",
+           "stage_dispatch", "executable_key"]
+
+
+class CallDecision:
+    """The engine's record of one call being decided: what each stage found so far."""
+
+    def __init__(self, arguments: CallArguments) -> None:
+        self.arguments = arguments
+        self.context: Any = None
+        self.target: Any = None
+        self.jit_in: list[Any] = []
+        self.in_layouts: list[Any] = []
+        self.out_layouts: list[Any] = []
+        self.out_tree_shardings: Any = UNSPECIFIED
+        self.traced: Any = None
+        self.out_paths: list[str] = []
+        self.out_flat: list[Any] = []
+        self.out_avals: list[Any] = []
+        self.inputs: list[Input] = []
+        self.resolved: list[Any] = []
+        self.kept: tuple[int, ...] = ()
+        self.assignment: tuple = ()
+        self.count = 0
+        self.final: list[Any] = []
+        self.committed = False
+        self.compiler_options: dict[str, Any] | None = None   # given to Lowered.compile
+
+
+# --------------------------------------------------------------------------- call
+
+def stage_call(engine: "Engine", d: CallDecision) -> None:
+    """At the call, before tracing: JIT-5, JIT-4, JIT-3, TREE-1, FIT-1 (inputs)."""
+    o, arguments = engine.options, d.arguments
+    d.context = context_mesh()
+    check_call_form(arguments.kwargs, o.in_shardings, d.context, o.device_or_backend)
+    n = len(arguments.leaves)
+    if o.device_or_backend:
+        d.target = o.target_device()
+        target = SingleDeviceSharding(d.target)
+        d.jit_in = [target] * n
+        d.out_tree_shardings = target
+    else:
+        convert = functools.partial(_leaf_to_sharding, context=d.context)
+        in_tree = convert_tree(o.in_shardings, convert, "in_shardings")
+        d.out_tree_shardings = convert_tree(o.out_shardings, convert, "out_shardings")
+        if arguments.kwargs:
+            d.jit_in = [UNSPECIFIED] * n   # JIT-4: in_shardings is left out here
+        else:
+            d.jit_in = match_in_shardings(in_tree, arguments.dyn_args)
+        d.jit_in, d.in_layouts = layouts.split(d.jit_in)
+        d.jit_in = [UNSPECIFIED if s is None else s for s in d.jit_in]
+    paths = arguments.paths() if n else []
+    for i, s in enumerate(d.jit_in):
+        if s is not UNSPECIFIED:
+            check_fits(s, arguments.shape(i), paths[i])
+    for i, given in enumerate(d.in_layouts):
+        layouts.check_rank(paths[i], given, arguments.shape(i), "argument")
+
+
+def _leaf_to_sharding(leaf: Any, which: str, context: Any) -> Any:
+    return leaf_to_sharding(leaf, context, which)
+
+
+# --------------------------------------------------------------------------- trace
+
+def stage_trace(engine: "Engine", d: CallDecision) -> None:
+    """Tracing, then TREE-2 and FIT-1 (results)."""
+    d.traced = _trace(engine, d)
+    if internals.trace_state_clean():
+        internals.check_no_escaped_tracers(d.traced)
+    d.out_avals = list(d.traced.jaxpr.out_avals)
+    if not all(isinstance(a, internals.ShapedArray) for a in d.out_avals):
+        raise LeftToJax("a result is not an array (a token, say)")
+    out_tree = d.traced.out_tree
+    d.out_paths = result_paths(out_tree)
+    d.out_flat = _result_shardings(d, out_tree, d.out_avals)
+
+
+def _result_shardings(d: CallDecision, out_tree: Any, out_avals: list[Any]) -> list[Any]:
+    """out_shardings matched to the results (TREE-2), split from their layouts, checked (FIT-1)."""
+    flat = match_out_shardings(d.out_tree_shardings, out_tree)
+    flat, d.out_layouts = layouts.split(flat)
+    flat = [UNSPECIFIED if s is None else s for s in flat]
+    paths = result_paths(out_tree)
+    for s, aval, path in zip(flat, out_avals, paths):
+        if s is not UNSPECIFIED:
+            check_fits(s, tuple(aval.shape), path)
+    for given, aval, path in zip(d.out_layouts, out_avals, paths):
+        layouts.check_rank(path, given, tuple(aval.shape), "result")
+    return flat
+
+
+def _trace(engine: "Engine", d: CallDecision) -> Any:
+    arguments = d.arguments
+    try:
+        return engine.inner.trace(*arguments.args, **arguments.kwargs)
+    except EngineRejection:
+        raise
+    except Exception as error:
+        if engine.options.out_shardings is UNSPECIFIED:
+            raise
+        # JAX refused while tracing. If the function traces without out_shardings,
+        # the engine's own rules say what is wrong with them.
+        try:
+            plain = engine.jax_jit_without_out_shardings().trace(*arguments.args,
+                                                                  **arguments.kwargs)
+        except Exception:  # noqa: BLE001 - the function itself fails: JAX's error stands
+            raise error from None
+        _result_shardings(d, plain.out_tree, list(plain.jaxpr.out_avals))
+        raise
+
+
+# --------------------------------------------------------------------------- lower
+
+def stage_lower(engine: "Engine", d: CallDecision) -> None:
+    """Before lowering: RES-1..5, KEEP-1, DA-1..4, EXE-1, EXE-2."""
+    o, arguments = engine.options, d.arguments
+    n = len(arguments.leaves)
+    d.inputs = [arguments.input(i, d.jit_in[i]) for i in range(n)]
+    processes = jax.process_count()
+    d.resolved = [resolve_input(item, processes, o.device_or_backend) for item in d.inputs]
+    _check_layouts(d)
+    used = internals.used_inputs(d.traced.jaxpr)
+    if used is None or len(used) != n:
+        used = [True] * n
+    d.kept = kept_inputs(used, o.keep_unused)
+    sources = distinct_sources(
+        [input_source(d.inputs[i], d.resolved[i]) for i in d.kept],
+        [Source(s, f"out_shardings for {p}", p) for s, p in zip(d.out_flat, d.out_paths)])
+    assignment, d.count = device_assignment(sources, d.context)
+    check_has_devices(assignment, d.context)
+    assert assignment is not None
+    d.assignment = tuple(assignment)
+    d.final = replicate_scalars(d.resolved, [len(i.shape) for i in d.inputs], d.assignment)
+    for path, s in [*((d.inputs[i].path, d.final[i]) for i in d.kept),
+                    *zip(d.out_paths, d.out_flat)]:
+        check_tile_count(s, path)
+        check_iota_tiles(s, path)
+    d.committed = results_committed(d.context, d.count,
+                                    [d.resolved[i] for i in d.kept], d.out_flat)
+
+
+def _check_layouts(d: CallDecision) -> None:
+    """Layouts, after every sharding: argument by argument (LAY-1, LAY-5), then results."""
+    arguments = d.arguments
+    for i, given in enumerate(d.in_layouts):
+        if given is not None:
+            item = d.inputs[i]
+            layouts.check_argument(item.path, given, arguments.layout(i),
+                                   item.committed and arguments.kinds[i] == ARRAY,
+                                   len(item.shape), d.jit_in[i])
+    for given, s, path in zip(d.out_layouts, d.out_flat, d.out_paths):
+        layouts.check_layout_devices(path, given, s)
+
+
+# --------------------------------------------------------------------------- compile
+
+def stage_compile(engine: "Engine", d: CallDecision) -> DispatchPlan:
+    """The executable (from the cache, or compiled), the results' shardings (OUT-1..3), how to run."""
+    _check_input_recovery(d)
+    key = executable_key(engine, d)
+    entry, compiled_here = CACHE.get_or_compile(
+        engine.token, key, functools.partial(_compile, engine, d, key))
+    if compiled_here:
+        engine.counters.count("executable_misses", "compiles",
+                              miss=f"executable: {_why_compiled(engine.token, key)}")
+    else:
+        engine.counters.count("executable_hits")
+    return make_plan(engine, d, entry, compiled_here)
+
+
+def executable_key(engine: "Engine", d: CallDecision) -> tuple:
+    """The placement class of this call: what the executable depends on."""
+    arguments = d.arguments
+    # Every argument as the program types it: shape, dtype, weak type, memory space, and
+    # the type's sharding where its mesh has Explicit axes (the program can see those).
+    avals = tuple((tuple(a.shape), a.dtype, bool(getattr(a, "weak_type", False)),
+                   str(getattr(a, "memory_space", "")), _explicit_type(a))
+                  for a in d.traced.jaxpr.in_avals)
+    kept_classes = tuple(_input_class(d.resolved[i], d.final[i], arguments.shape(i),
+                                      d.assignment) for i in d.kept)
+    out_classes = tuple(
+        "open" if s is UNSPECIFIED else placement_class(s, tuple(a.shape))
+        for s, a in zip(d.out_flat, d.out_avals))
+    # The program itself stands for everything that shapes it (config, context mesh);
+    # where it runs is the device assignment.
+    program = hashlib.sha1(internals.program_text(d.traced.jaxpr).encode()).hexdigest()
+    return (arguments.treedef, arguments.key[1], avals, internals.program_context(), program,
+            engine.options.key, d.kept, kept_classes, out_classes,
+            tuple(dev.id for dev in d.assignment), _layout_key(d),
+            tuple(sorted((d.compiler_options or {}).items())))
+
+
+def _layout_key(d: CallDecision) -> Any:
+    """The layouts the executable depends on: those jit's options give, and the committed
+    arguments' own (JAX compiles a committed argument in a non-default layout into an
+    executable of its own); None when every one is the default."""
+    arguments = d.arguments
+    n = len(arguments.leaves)
+    given_in = [layouts.layout_key(x, len(arguments.shape(i)))
+                for i, x in enumerate(d.in_layouts)] if d.in_layouts else []
+    held = [arguments.layout(i) if d.inputs[i].committed else None for i in range(n)]
+    given_out = [layouts.layout_key(x, len(a.shape))
+                 for x, a in zip(d.out_layouts, d.out_avals)] if d.out_layouts else []
+    if not any(given_in) and not any(held) and not any(given_out):
+        return None
+    return (tuple(given_in), tuple(held), tuple(given_out))
+
+
+def _input_class(resolved: Any, final: Any, shape: tuple[int, ...], assignment: tuple) -> Any:
+    """An input's placement class in the executable key (CACHE-12 C3): an input left open
+    that jit places itself is in the class of where it goes — the device of a one-device
+    program, or replicated over the devices for a scalar (EXE-1, ``final``)."""
+    if resolved is UNSPECIFIED and len(assignment) == 1:
+        resolved = SingleDeviceSharding(assignment[0])
+    elif resolved is UNSPECIFIED and len(shape) == 0:
+        resolved = final
+    return "open" if resolved is UNSPECIFIED else placement_class(resolved, shape)
+
+
+def _explicit_type(aval: Any) -> Any:
+    """The sharding an argument's type carries when its mesh has Explicit axes, else None."""
+    typed = getattr(aval, "sharding", None)
+    mesh = getattr(typed, "mesh", None)
+    if mesh is None or jax.sharding.AxisType.Explicit not in getattr(mesh, "axis_types", ()):
+        return None
+    return typed
+
+
+def _check_input_recovery(d: CallDecision) -> None:
+    """OUT-2 on the inputs: a given GSPMDSharding that cannot be re-read over the first
+    given mesh fails JAX after compiling; the engine refuses before compiling."""
+    in_avals = list(d.traced.jaxpr.in_avals)
+    kept_values = [Value.of_aval(in_avals[i]) for i in d.kept]
+    kept_final = concrete_inputs([d.final[i] for i in d.kept], d.assignment)
+    try:
+        recover_shardings(kept_final, kept_values, kept_final, kept_values, None)
+    except EngineRejection as error:
+        raise error.at(d.inputs[d.kept[0]].path) from None
+
+
+def _why_compiled(token: Any, key: tuple) -> str:
+    """What makes this executable key new: how it differs from the closest one compiled."""
+    others = [e.key for e in CACHE.entries(token) if e.key != key]
+    if not others:
+        return "first compile of this function"
+    names = ("argument structure", "static arguments", "argument types", "jit config",
+             "traced program", "options", "kept inputs", "input placements",
+             "result placements", "device assignment", "layouts",
+             "compiler options")
+    closest = min(others, key=lambda k: sum(a != b for a, b in zip(k, key)))
+    differing = [names[i] for i, (a, b) in enumerate(zip(closest, key)) if a != b]
+    return "new " + ", ".join(differing)
+
+
+def _compile(engine: "Engine", d: CallDecision, key: tuple) -> Entry:
+    start = time.perf_counter()
+    try:
+        lowered = d.traced.lower()
+    except EngineRejection:
+        raise
+    except ValueError as error:
+        if "incompatible devices" in str(error):
+            raise reject("DA-1", ValueError, f"{error}") from None
+        raise
+    try:
+        compiled = lowered.compile(d.compiler_options)
+    except ValueError as error:
+        if type(error).__name__ == "IndivisibleError":
+            raise reject("OUT-2", ValueError, str(error),
+                         d.out_paths[0] if d.out_paths else "result",
+                         jax_error="IndivisibleError") from None
+        raise
+    facts = internals.executable_facts(compiled)
+    return Entry(key, engine.token, facts, time.perf_counter() - start, d.context is not None)
+
+
+# --------------------------------------------------------------------------- dispatch
+
+def stage_dispatch(engine: "Engine", d: CallDecision, inputs: list[Input] | None = None) -> None:
+    """Handing the arguments over: RES-5 under device=/backend= (kept inputs only)."""
+    if not engine.options.device_or_backend:
+        return
+    inputs = d.inputs if inputs is None else inputs
+    for i in d.kept:
+        check_reused_replica(inputs[i], d.target)
