@@ -38,9 +38,9 @@ import contextvars
 import functools
 from typing import Any, Callable
 
-from shardlaw.rule_stages import STAGE_OF as _declared_stages
+from shardlaw.rule_index import LEFT_TO_JAX, stage_of
 
-__all__ = ["EngineRejection", "reject", "rejection_class", "STAGE_OF", "LEFT_TO_JAX", "rule",
+__all__ = ["EngineRejection", "reject", "rejection_class", "stage_of", "LEFT_TO_JAX", "rule",
            "recording", "note"]
 
 _FIRED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
@@ -82,25 +82,10 @@ class recording:
     def __exit__(self, *exc: object) -> None:
         _FIRED.reset(self._token)
 
-# The stage at which JAX raises each rule's rejections: declared once, in
-# shardlaw.rule_stages (data only), which the specification reads too.
-STAGE_OF = _declared_stages
-
-# Rules of the jit-call semantics that the engine leaves to JAX on purpose: no engine code
-# decides them and no engine rejection names them; JAX's own code does, and what it decides
-# or raises stands. Rule ID -> why. Every other rule of a jit-call stage has its engine
-# counterpart (tests/test_spec_engine_link.py holds the two lists together).
-LEFT_TO_JAX: dict[str, str] = {
-    "NS-3": "JAX's NamedSharding constructor refuses UNCONSTRAINED over a mesh without an "
-            "Auto axis when the sharding is built, before jit sees it; a leaf of "
-            "in_shardings/out_shardings holding UNCONSTRAINED is refused earlier, by JIT-2",
-    "LAY-2": "JAX's compiler decides the layouts of the results (its choice under Layout.AUTO, "
-             "else the Format's layout or the default) and JAX reads them off the executable; "
-             "the engine hands out_shardings' Formats to JAX unchanged",
-    "LAY-3": "JAX (pjit's _resolve_in_layouts) and its compiler decide the layouts the "
-             "executable takes its inputs in; the engine hands in_shardings' Formats to JAX "
-             "unchanged and checks only what jit refuses (LAY-1, LAY-4, LAY-5)",
-}
+# The stage at which JAX raises each rule's rejections, and the rules the engine leaves to
+# JAX on purpose (no engine code decides them; JAX's own code does, and what it decides or
+# raises stands), with why: declared once, in shardlaw.rule_index (data only), which the
+# specification reads too. tests/test_spec_engine_link.py holds the engine to it.
 
 
 class LeftToJax(Exception):
@@ -128,7 +113,7 @@ class EngineRejection(Exception):
                  jax_error: str | None = None, jax_message: str | None = None) -> None:
         self.rule = rule
         self.path = path
-        self.stage = STAGE_OF.get(rule)
+        self.stage = stage_of(rule)
         self.message = message
         self.jax_message = jax_message
         self.jax_error = jax_error or (self.base.__name__ if self.base is not Exception

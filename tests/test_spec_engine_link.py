@@ -1,7 +1,7 @@
 """Spec <-> engine, visibly: every rule of a jit-call stage has its engine counterpart.
 
 The engine never imports the spec, so nothing but this test ties the two together. For
-every spec rule whose stage (``shardlaw.rule_stages``) is one of jit's, the engine has
+every spec rule whose stage (``shardlaw.rule_index``) is one of jit's, the engine has
 
 * a function decorated with the engine's ``@rule("ID")`` — named as the spec's rule
   function, unless :data:`NAMED_OTHERWISE` says why not — whose docstring's first sentence
@@ -24,39 +24,17 @@ import pytest
 import shardlaw.engine
 import shardlaw.spec as S
 from shardlaw.engine.rules import LEFT_TO_JAX
-from shardlaw.rule_stages import stage_of
+from shardlaw.rule_index import ENGINE_EXCEPTIONS, JIT_STAGES, stage_of
 from shardlaw.spec.core.rules import _first_sentence
 
-JIT_STAGES = ("jit", "trace", "lower", "compile", "call", "aot")
 ENGINE = Path(shardlaw.engine.__file__).resolve().parent
 MODULES = sorted(p.stem for p in ENGINE.glob("*.py") if p.stem != "__init__")
 
-# Spec rules of jit's stages whose engine function carries another name, and why.
-NAMED_OTHERWISE = {
-    "VAL-9": "engine.layouts names its checks by the part of a layout they look at "
-             "(check_order); the spec's check_major_to_minor names the field",
-    "LAY-1": "engine.layouts.check_layout, one of the layout checks named by what they look "
-             "at; the spec's check_argument_layout",
-    "LAY-4": "engine.layouts.check_rank, one of the layout checks named by what they look at; "
-             "the spec's check_layout_rank",
-    "JIT-5": "the engine's context_mesh() reads JAX's context itself; the spec's "
-             "jit_context_mesh(context) is given the context the call describes",
-    "RES-3": "the same check of one argument, singular in the engine (check_memory_kind), "
-             "plural in the spec (check_memory_kinds); a rename is engine code",
-}
-
-# Spec rules the engine refuses by inline, inside another rule's function, without a
-# function or a note of their own: where.
-REFUSED_INLINE = {
-    "NS-4": "engine.shardings.leaf_to_sharding (JIT-3) refuses a PartitionSpec whose unreduced "
-            "or reduced axes are not Explicit axes of the context mesh, in the words of JAX's "
-            "NamedSharding constructor, which refuses it first",
-    "NS-1": "engine.shardings.leaf_to_sharding (JIT-3) refuses a PartitionSpec that names an "
-            "axis the context mesh lacks before building its NamedSharding",
-    "NS-2": "engine.shardings.check_leaf (JIT-2), through _check_axes_used_once, refuses a "
-            "PartitionSpec leaf that uses a mesh axis twice; JAX's NamedSharding constructor "
-            "refuses a NamedSharding that does",
-}
+# Derived from the one rule index (shardlaw.rule_index.ENGINE_EXCEPTIONS): the spec rules
+# of jit's stages whose engine function carries another name, and why; and those the engine
+# refuses inline, inside another rule's function, without a function or a note of their own.
+NAMED_OTHERWISE = {r: c.why for r, c in ENGINE_EXCEPTIONS.items() if c.kind == "named otherwise"}
+REFUSED_INLINE = {r: c.why for r, c in ENGINE_EXCEPTIONS.items() if c.kind == "refused inline"}
 
 
 def _jit_rules():

@@ -1,4 +1,4 @@
-"""Each rule's stage is declared once (shardlaw.rule_stages) and holds where the spec refuses."""
+"""Each rule's stage is declared once (shardlaw.rule_index) and holds where the spec refuses."""
 
 from pathlib import Path
 
@@ -6,7 +6,7 @@ import pytest
 
 import shardlaw.spec as S
 import shardlaw.spec.jit.pipeline as J
-from shardlaw import rule_stages
+from shardlaw import rule_index
 from shardlaw.spec import Arg, Call, JitOptions, Out, P
 from shardlaw.spec.vectors.jit_vectors import JIT_FAMILIES, load_vector
 
@@ -15,12 +15,14 @@ VECTORS = sorted((ROOT / "vectors" / "jit").rglob("*.json"))
 MESH = S.Mesh.iota((2, 4), ("x", "y"))
 
 
-def test_every_declared_rule_exists_and_every_jit_rule_has_a_stage():
-    engine_only = {r for r in rule_stages.STAGE_OF if r.startswith("ENG-")}
-    assert set(rule_stages.STAGE_OF) - engine_only <= set(S.RULES)
+def test_every_declared_exception_is_a_rule_and_every_jit_rule_has_a_stage():
+    declared = set(rule_index.STAGE_EXCEPTIONS) | set(rule_index.ENGINE_EXCEPTIONS)
+    engine_only = {r for r in declared if r.startswith("ENG-")}
+    assert declared - engine_only <= set(S.RULES)
+    assert {rule.family for rule in S.RULES.values()} <= set(rule_index.FAMILIES)
     for rule in S.RULES.values():
         if rule.family in JIT_FAMILIES or rule.family == "CALL":
-            assert rule.stage in rule_stages.STAGES, rule.id
+            assert rule.stage in rule_index.STAGES, rule.id
 
 
 def test_a_spec_naming_an_axis_the_context_mesh_lacks_is_refused_at_the_call():
@@ -38,7 +40,7 @@ def test_description_checks_run_first_and_stay_out_of_the_trace():
     assert (verdict.rule, verdict.stage, verdict.trace) == ("CALL-0", "description", ())
     accepted = S.jit_call(Call(args=(Arg.committed((8,), S.NamedSharding(MESH, P("x"))),),
                                outputs=Out((8,))))
-    assert accepted.accepted and not any(rule_stages.is_description(r) for r in accepted.trace)
+    assert accepted.accepted and not any(rule_index.is_description(r) for r in accepted.trace)
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 
 At ``config-inited`` it imports the specification (with ``shardlaw.spec.prove.smt``, which the
 package loads only on first use), the property modules of
-``shardlaw.properties`` and the engine (for its ``@rule`` functions and ``LEFT_TO_JAX``),
+``shardlaw.properties`` and the engine (for its ``@rule`` functions; what the engine
+leaves to JAX comes from the rule index, ``shardlaw.rule_index``),
 and reads the test files in ``tests/`` and the engine's inline ``note``/``reject`` calls
 *as text* (it never imports ``tests/``). Then it writes ``docs/rules/index.rst``, one
 ``docs/rules/<family>.rst`` per family, ``docs/rules/families.inc`` (the families in
@@ -32,59 +33,19 @@ from typing import Any, Iterable
 
 from sphinx.util import logging
 
+from shardlaw.rule_index import FAMILIES, LEFT_TO_JAX, PARTS
+
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------- families
 
-# The families in the order a value meets them: first the values themselves, then where
-# a sharding puts the blocks, when two shardings count as the same, a jit call stage by
-# stage, and the caches that decide whether it compiles again. (part, [(family, title)])
-PIPELINE = [
-    ("Values", [
-        ("VAL", "Meshes, devices, partition specs: what a valid value is"),
-        ("HLO", "HLO shardings: canonical form, text, parsing"),
-        ("NS", "NamedSharding validation"),
-    ]),
-    ("Placement", [
-        ("LOW", "Lowering to HLO shardings"),
-        ("DIV", "Dividing dimensions"),
-        ("DEV", "Devices"),
-        ("IDX", "Indices: which device holds which box"),
-        ("REP", "Replication"),
-    ]),
-    ("Equivalence", [
-        ("EQ", "Equivalence: JAX's and placement's"),
-        ("SMT", "Proving placement equivalence with z3"),
-    ]),
-    ("A jit call, stage by stage", [
-        ("CALL", "Call descriptions, checked before JAX's rules"),
-        ("JIT", "jit options and sharding leaves"),
-        ("TREE", "Matching shardings to pytrees"),
-        ("FIT", "Arguments and results fit their shardings"),
-        ("RES", "Resolving argument shardings"),
-        ("KEEP", "Kept inputs"),
-        ("DA", "The device assignment"),
-        ("LAY", "Layouts: Format leaves, arrays' layouts, results' layouts"),
-        ("EXE", "What the compiled program receives"),
-        ("OUT", "Result shardings"),
-        ("AOT", "Calling an ahead-of-time compiled executable"),
-    ]),
-    ("Under transformations", [
-        ("ARG", "Argument placement: putting values on devices before a call"),
-        ("BAT", "vmap of a jit call"),
-        ("AD", "Differentiating through a jit call"),
-        ("WSC", "with_sharding_constraint"),
-        ("SMAP", "shard_map"),
-    ]),
-    ("Caches", [
-        ("CACHE", "When jit traces, lowers and compiles again; the cache policy"),
-    ]),
-    ("Test vectors", [
-        ("VEC", "Test vectors: reading and writing"),
-    ]),
-]
+# The families in the order a value meets them (first the values themselves, then where a
+# sharding puts the blocks, when two shardings count as the same, a jit call stage by stage,
+# the transformations, the caches): declared once, in shardlaw.rule_index.
+PIPELINE = [(part, [(f.id, f.title) for f in FAMILIES.values() if f.part == part])
+            for part in PARTS]
 
 FAMILY_TITLES = {family: title for _, families in PIPELINE for family, title in families}
 
@@ -206,26 +167,8 @@ def engine_inline_sites() -> dict[str, dict[str, list[str]]]:
 
 
 def left_to_jax() -> dict[str, str]:
-    """Rules the engine declares it leaves to JAX: rule ID -> the reason (may be empty).
-
-    Read from a ``LEFT_TO_JAX`` table (a mapping or a collection of IDs) in any engine
-    module, when the engine has one.
-    """
-    marked: dict[str, str] = {}
-    try:
-        import shardlaw.engine as engine
-    except ImportError:
-        return marked
-    for info in pkgutil.iter_modules(engine.__path__, "shardlaw.engine."):
-        try:
-            table = getattr(importlib.import_module(info.name), "LEFT_TO_JAX", None)
-        except ImportError:
-            continue
-        if isinstance(table, dict):
-            marked.update({str(k): str(v or "") for k, v in table.items()})
-        elif isinstance(table, (set, frozenset, list, tuple)):
-            marked.update({str(k): "" for k in table})
-    return marked
+    """Rules the engine leaves to JAX: rule ID -> the reason (from the rule index)."""
+    return dict(LEFT_TO_JAX)
 
 
 # --------------------------------------------------------------------------- properties

@@ -21,7 +21,7 @@ import functools
 import re
 from typing import Any, Callable, ClassVar, Iterator
 
-from shardlaw.rule_stages import is_description, stage_of
+from shardlaw.rule_index import family_of, is_description, stage_of
 
 __all__ = [
     "Rule", "RULES", "rule", "Failure", "IllFormedParameter", "Rejection", "require", "reject", "explain",
@@ -44,8 +44,13 @@ class Rule:
         return self.id.rsplit("-", 1)[0]
 
     @property
+    def family_title(self) -> str:
+        """The title of its family (declared once, in :mod:`shardlaw.rule_index`)."""
+        return family_of(self.id).title
+
+    @property
     def stage(self) -> str | None:
-        """When a jit call meets this rule (declared once, in :mod:`shardlaw.rule_stages`)."""
+        """When a jit call meets this rule (declared once, in :mod:`shardlaw.rule_index`)."""
         return stage_of(self.id)
 
     @property
@@ -114,6 +119,10 @@ def rule(rule_id: str, *, mirrors: str, pure: bool = False
     """
     if not _ID.match(rule_id):
         raise ValueError(f"rule ID {rule_id!r} is not of the form FAMILY-N")
+    try:
+        family_of(rule_id)
+    except KeyError as undeclared:
+        raise ValueError(undeclared.args[0]) from None
 
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
         if rule_id in RULES:

@@ -412,7 +412,7 @@ class Verdict:
     compiler chooses and its choice is not known. Rejected: ``rule``, ``error_type`` (the name of
     the built-in exception type JAX raises), ``jax_error`` (JAX's own class name),
     ``message``, ``path``, ``stage`` (when jit raises it: the rule's stage, declared in
-    :mod:`shardlaw.rule_stages`) and ``facts``, the failure's facts as (name, value) pairs
+    :mod:`shardlaw.rule_index`) and ``facts``, the failure's facts as (name, value) pairs
     that the message puts into words (not compared: a verdict read from a vector has none).
     Both: ``trace``, JAX's rules that fired, in order (checks of the description are left
     out). ``device_assignment`` is a :class:`DeviceIds` view, which compares equal to the

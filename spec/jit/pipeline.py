@@ -22,7 +22,7 @@ live with their failures in one module per family:
    calling the compiled executable ahead of time (:mod:`~shardlaw.spec.jit.aot`: AOT-1..3).
 
 A rejection is born at the argument's pytree path (:func:`~shardlaw.spec.core.rules.located`),
-and the stage it is raised at is its rule's, declared once in :mod:`shardlaw.rule_stages`.
+and the stage it is raised at is its rule's, declared once in :mod:`shardlaw.rule_index`.
 """
 
 from __future__ import annotations

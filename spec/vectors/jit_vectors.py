@@ -34,7 +34,7 @@ from ..jit.cache import LEVELS, CacheRow, CallSite, check_sequence
 from ..jit.call import Arg, Call, JitOptions, Out, Static, Verdict
 from ..core.hlo import HloSharding, Tiled, hlo_text, parse_hlo
 from ..core.iota import Iota
-from shardlaw.rule_stages import STAGES
+from shardlaw.rule_index import STAGES
 from ..jit.layouts import AUTO_LAYOUT, Format, Layout
 from ..core.pytree import leaves
 from ..core.rules import RULES, Failure, Rejection, reject, rule

@@ -1,0 +1,242 @@
+"""The rule index: every fact about a rule that is not its code, declared once.
+
+A rule's code lives in the specification, next to its failures: ``@rule("DIV-1",
+mirrors=...)`` gives its ID, the JAX function it mirrors, and (in the docstring) its
+statement, numbered clauses and examples. Everything else about it is here, as data, and
+every other table is derived from it:
+
+* its **family**: which part of the documentation it belongs to, under which title, in
+  pipeline order (:data:`FAMILIES`; the docs' rule pages and their order);
+* its **stage**: when ``jax.jit`` (0.10.2) applies it, so when a refusal by it is raised
+  (the family's stage, unless :data:`STAGE_EXCEPTIONS` says otherwise; ``Rule.stage`` in
+  the spec, ``EngineRejection.stage`` in the engine);
+* its **engine counterpart**, for a rule of a jit stage: by default an engine function
+  marked ``@rule("ID")`` with the spec function's name and statement, or an inline
+  ``note("ID")``; :data:`ENGINE_EXCEPTIONS` says where the engine does otherwise — leaves the
+  rule to JAX (``left_to_jax``), refuses by it inline in another rule's function
+  (``refused_inline``), or names its function otherwise (``named_otherwise``).
+
+The specification refuses a rule whose family is not declared here; the engine, which never
+imports the specification, reads this module (data and the standard library only).
+``docs/adding-a-rule.rst`` says what a new rule touches.
+
+The stages, in pipeline order:
+
+* ``description`` — checks of the call's description itself (the spec's own values; JAX has
+  no such step): they run before any of jit's rules and are left out of a jit trace;
+* ``jit`` — at ``jax.jit(f, ...)``, before any call;
+* ``trace`` — at the call, while jit reads its arguments and traces the function;
+* ``lower`` — lowering the traced call;
+* ``compile`` — compiling, and reading the compiled program's shardings back;
+* ``call`` — handing the arguments to the executable;
+* ``aot`` — calling an executable compiled ahead of time.
+
+>>> stage_of("NS-1"), stage_of("RES-5"), stage_of("EQ-2"), stage_of("DIV-7")
+('trace', 'call', None, None)
+>>> family_of("SMAP-12").title
+'shard_map'
+>>> sorted(LEFT_TO_JAX)
+['LAY-2', 'LAY-3', 'NS-3']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = [
+    "STAGES", "JIT_STAGES", "Family", "FAMILIES", "PARTS", "STAGE_EXCEPTIONS", "Counterpart",
+    "ENGINE_EXCEPTIONS", "LEFT_TO_JAX", "family_of", "stage_of", "is_description",
+    "counterpart_of", "family_id",
+]
+
+STAGES = ("description", "jit", "trace", "lower", "compile", "call", "aot")
+JIT_STAGES = STAGES[1:]
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A family of rules: ``ID-1``, ``ID-2``, ... — one page of the docs."""
+
+    id: str
+    part: str          # the docs' part it sits in
+    title: str
+    stage: str | None  # the stage of its rules (None: not a step of a jit call)
+
+    def __post_init__(self) -> None:
+        if self.stage is not None and self.stage not in STAGES:
+            raise ValueError(f"family {self.id}: {self.stage!r} is not one of {STAGES}")
+
+
+_ALL = [
+    # The values themselves.
+    Family("VAL", "Values", "Meshes, devices, partition specs: what a valid value is",
+           "description"),
+    Family("HLO", "Values", "HLO shardings: canonical form, text, parsing", None),
+    Family("NS", "Values", "NamedSharding validation", "trace"),
+    # Where a sharding puts the blocks.
+    Family("LOW", "Placement", "Lowering to HLO shardings", None),
+    Family("DIV", "Placement", "Dividing dimensions", None),
+    Family("DEV", "Placement", "Devices", None),
+    Family("IDX", "Placement", "Indices: which device holds which box", None),
+    Family("REP", "Placement", "Replication", None),
+    # When two shardings count as the same.
+    Family("EQ", "Equivalence", "Equivalence: JAX's and placement's", None),
+    Family("SMT", "Equivalence", "Proving placement equivalence with z3", None),
+    # A jit call, stage by stage.
+    Family("CALL", "A jit call, stage by stage", "Call descriptions, checked before JAX's rules",
+           "description"),
+    Family("JIT", "A jit call, stage by stage", "jit options and sharding leaves", "trace"),
+    Family("TREE", "A jit call, stage by stage", "Matching shardings to pytrees", "trace"),
+    Family("FIT", "A jit call, stage by stage", "Arguments and results fit their shardings",
+           "trace"),
+    Family("RES", "A jit call, stage by stage", "Resolving argument shardings", "lower"),
+    Family("KEEP", "A jit call, stage by stage", "Kept inputs", "lower"),
+    Family("DA", "A jit call, stage by stage", "The device assignment", "lower"),
+    Family("LAY", "A jit call, stage by stage",
+           "Layouts: Format leaves, arrays' layouts, results' layouts", "lower"),
+    Family("EXE", "A jit call, stage by stage", "What the compiled program receives", "lower"),
+    Family("OUT", "A jit call, stage by stage", "Result shardings", "compile"),
+    Family("AOT", "A jit call, stage by stage",
+           "Calling an ahead-of-time compiled executable", "aot"),
+    # Under transformations.
+    Family("ARG", "Under transformations",
+           "Argument placement: putting values on devices before a call", None),
+    Family("BAT", "Under transformations", "vmap of a jit call", None),
+    Family("AD", "Under transformations", "Differentiating through a jit call", None),
+    Family("WSC", "Under transformations", "with_sharding_constraint", None),
+    Family("SMAP", "Under transformations", "shard_map", None),
+    # Whether it compiles again.
+    Family("CACHE", "Caches", "When jit traces, lowers and compiles again; the cache policy",
+           None),
+    Family("VEC", "Test vectors", "Test vectors: reading and writing", None),
+    # The engine's own rules, for input the jit-call semantics does not describe.
+    Family("ENG", "The engine's own", "Input beyond the jit-call semantics", "trace"),
+]
+FAMILIES: dict[str, Family] = {family.id: family for family in _ALL}
+PARTS: tuple[str, ...] = tuple(dict.fromkeys(family.part for family in _ALL))
+
+# Rules whose stage is not their family's: rule ID -> stage (None: not a step of a jit call).
+STAGE_EXCEPTIONS: dict[str, str | None] = {
+    # JAX checks these of a leaf at jax.jit(...): a PartitionSpec's axes named once, a
+    # Format's layout, and jit's own options.
+    "JIT-1": "jit", "JIT-2": "jit", "NS-2": "jit", "VAL-9": "jit", "ENG-4": "jit",
+    # A layout of the wrong rank is refused while tracing.
+    "LAY-4": "trace",
+    # A sharding's rank against a value's, asked of the placement core alone.
+    "NS-5": None,
+    # Compiling: XLA's verifier, and the layouts read back.
+    "EXE-3": "compile", "LAY-2": "compile", "ENG-5": "compile",
+    # Handing the arguments over.
+    "RES-5": "call", "ENG-3": "call", "ENG-6": "call",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Counterpart:
+    """How the engine decides a rule of a jit stage, where not by a same-named function."""
+
+    kind: str   # "left to JAX", "refused inline" or "named otherwise"
+    why: str
+
+    KINDS = ("left to JAX", "refused inline", "named otherwise")
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS or not self.why.strip():
+            raise ValueError(f"a counterpart is one of {self.KINDS} with a reason")
+
+
+def _left_to_jax(why: str) -> Counterpart:
+    return Counterpart("left to JAX", why)
+
+
+def _refused_inline(where: str) -> Counterpart:
+    return Counterpart("refused inline", where)
+
+
+def _named_otherwise(why: str) -> Counterpart:
+    return Counterpart("named otherwise", why)
+
+
+ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
+    # No engine code decides these; JAX's own code does, and what it decides or raises stands.
+    "NS-3": _left_to_jax(
+        "JAX's NamedSharding constructor refuses UNCONSTRAINED over a mesh without an Auto "
+        "axis when the sharding is built, before jit sees it; a leaf of "
+        "in_shardings/out_shardings holding UNCONSTRAINED is refused earlier, by JIT-2"),
+    "LAY-2": _left_to_jax(
+        "JAX's compiler decides the layouts of the results (its choice under Layout.AUTO, "
+        "else the Format's layout or the default) and JAX reads them off the executable; the "
+        "engine hands out_shardings' Formats to JAX unchanged"),
+    "LAY-3": _left_to_jax(
+        "JAX (pjit's _resolve_in_layouts) and its compiler decide the layouts the executable "
+        "takes its inputs in; the engine hands in_shardings' Formats to JAX unchanged and "
+        "checks only what jit refuses (LAY-1, LAY-4, LAY-5)"),
+    # The engine refuses these inside another rule's function, with no function of their own.
+    "NS-4": _refused_inline(
+        "engine.shardings.leaf_to_sharding (JIT-3) refuses a PartitionSpec whose unreduced or "
+        "reduced axes are not Explicit axes of the context mesh, in the words of JAX's "
+        "NamedSharding constructor, which refuses it first"),
+    "NS-1": _refused_inline(
+        "engine.shardings.leaf_to_sharding (JIT-3) refuses a PartitionSpec that names an axis "
+        "the context mesh lacks before building its NamedSharding"),
+    "NS-2": _refused_inline(
+        "engine.shardings.check_leaf (JIT-2), through _check_axes_used_once, refuses a "
+        "PartitionSpec leaf that uses a mesh axis twice; JAX's NamedSharding constructor "
+        "refuses a NamedSharding that does"),
+    # The engine's function for these carries another name.
+    "VAL-9": _named_otherwise(
+        "engine.layouts names its checks by the part of a layout they look at (check_order); "
+        "the spec's check_major_to_minor names the field"),
+    "LAY-1": _named_otherwise(
+        "engine.layouts.check_layout, one of the layout checks named by what they look at; "
+        "the spec's check_argument_layout"),
+    "LAY-4": _named_otherwise(
+        "engine.layouts.check_rank, one of the layout checks named by what they look at; the "
+        "spec's check_layout_rank"),
+    "JIT-5": _named_otherwise(
+        "the engine's context_mesh() reads JAX's context itself; the spec's "
+        "jit_context_mesh(context) is given the context the call describes"),
+    "RES-3": _named_otherwise(
+        "the same check of one argument, singular in the engine (check_memory_kind), plural "
+        "in the spec (check_memory_kinds)"),
+}
+
+# Derived: the rules the engine leaves to JAX, and why.
+LEFT_TO_JAX: dict[str, str] = {rule_id: c.why for rule_id, c in ENGINE_EXCEPTIONS.items()
+                               if c.kind == "left to JAX"}
+
+
+def family_id(rule_id: str) -> str:
+    """``"SMAP"`` for ``"SMAP-12"``."""
+    return rule_id.rsplit("-", 1)[0]
+
+
+def family_of(rule_id: str) -> Family:
+    """The declared family of ``rule_id`` (KeyError, naming this module, when undeclared)."""
+    family = family_id(rule_id)
+    if family not in FAMILIES:
+        raise KeyError(f"the family {family!r} of rule {rule_id} is not declared in "
+                       f"shardlaw.rule_index.FAMILIES; declare it there (its part, title and "
+                       f"stage) before its first rule")
+    return FAMILIES[family]
+
+
+def stage_of(rule_id: str) -> str | None:
+    """The stage at which jit applies ``rule_id`` (None: not a step of a jit call)."""
+    if rule_id in STAGE_EXCEPTIONS:
+        return STAGE_EXCEPTIONS[rule_id]
+    family = FAMILIES.get(family_id(rule_id))
+    return family.stage if family else None
+
+
+def is_description(rule_id: str) -> bool:
+    """Whether ``rule_id`` checks the call's description rather than being one of JAX's rules."""
+    return stage_of(rule_id) == "description"
+
+
+def counterpart_of(rule_id: str) -> Counterpart | None:
+    """How the engine decides ``rule_id`` where not by a same-named function (None: it does)."""
+    return ENGINE_EXCEPTIONS.get(rule_id)
+
+
+assert set(STAGE_EXCEPTIONS.values()) - {None} <= set(STAGES)
