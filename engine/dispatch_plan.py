@@ -134,17 +134,16 @@ def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
             chosen = facts.input_sharding(i)
             s = raw(chosen, len(d.arguments.shape(i))) if chosen is not None else UNSPECIFIED
         placed_in.append(s)
-    recovered = recover_shardings(placed_in, kept_values, kept_final, kept_values, None)
+    in_path = d.inputs[d.kept[0]].path if d.kept else None
+    recovered = recover_shardings(placed_in, kept_values, kept_final, kept_values, None, in_path)
     # A result whose type has unreduced or reduced axes comes back as its type says,
     # which is what JAX's executable reports: nothing to re-read.
     chosen_out = [s if is_partial(getattr(a, "sharding", None)) else raw(s, len(a.shape))
                   for s, a in zip(facts.out_shardings, d.out_avals)]
     placed_out = compiled_results(d.out_flat, chosen_out, d.assignment)
     out_values = [Value.of_aval(a) for a in d.out_avals]
-    try:
-        outs = recover_shardings(placed_out, out_values, recovered, kept_values, d.context)
-    except EngineRejection as error:
-        raise error.at(d.out_paths[0] if d.out_paths else "result") from None
+    outs = recover_shardings(placed_out, out_values, recovered, kept_values, d.context,
+                             d.out_paths[0] if d.out_paths else "result")
     outs = single_device_results(outs, d.assignment)
     outs = [_typed_result(o, s, aval) for o, s, aval in zip(outs, d.out_flat, d.out_avals)]
     exe_inputs: list[Any] = [None] * len(d.arguments.leaves)

@@ -12,13 +12,13 @@ call's.
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from . import internals
-from .rules import EngineRejection, reject, rule
+from .rules import EngineRejection, note, reject, rule
 from .shardings import UNSPECIFIED, devices_of, hlo, is_abstract, jax_equivalent
 
 __all__ = ["Value", "spec_from_hlo", "recover_shardings", "single_device_results",
@@ -54,128 +54,158 @@ def _gspmd(devices: tuple, h: Any, memory_kind: Any) -> Any:
     return internals.GSPMDSharding(devices, h, memory_kind=memory_kind)
 
 
-def _unreadable(error_type: type, text: str, mesh: Any, why: str, jax_error: str) -> EngineRejection:
-    return reject("OUT-2", error_type,
-                  f"the compiler placed the result with {text}, which cannot be written as a "
-                  f"PartitionSpec over the mesh {mesh}: {why}", jax_error=jax_error)
+class Unreadable(NamedTuple):
+    """Why an HLO sharding cannot be read back as a PartitionSpec over a mesh (OUT-2): the
+    built-in class of the refusal, the reason, and the class JAX raises for it."""
 
+    error_type: type
+    why: str
+    jax_error: str
 
-def _runs(flat: list[int], text: str, mesh: Any) -> list[tuple[int, int]]:
-    """(size, stride) runs, minor first, that generate a tile assignment's positions."""
-    if flat[0] != 0:
-        raise _unreadable(NotImplementedError, text, mesh,
-                          "its tile assignment does not start at position 0",
-                          "NotImplementedError")
-    runs = []
-    while len(flat) > 1:
-        stride = flat[1]
-        size = 1
-        while size < len(flat) and flat[size] == size * stride:
-            size += 1
-        runs.append((size, stride))
-        flat = flat[::size]
-    return runs
+    def rejection(self, text: str, mesh: Any, path: str | None) -> EngineRejection:
+        return reject("OUT-2", self.error_type,
+                      f"the compiler placed the result with {text}, which cannot be written "
+                      f"as a PartitionSpec over the mesh {mesh}: {self.why}", path,
+                      jax_error=self.jax_error)
 
 
 @rule("OUT-2")
-def spec_from_hlo(h: Any, mesh: Mesh, memory_kind: Any = None) -> NamedSharding:
-    """An HLO sharding reads back as a PartitionSpec over a mesh when its tile assignment is the mesh's device order transposed: each tiled dimension takes, in that order, mesh axes whose sizes divide it."""
-    return _spec_from_hlo(h, mesh, memory_kind)
+def spec_from_hlo(h: Any, mesh: Mesh, memory_kind: Any = None,
+                  path: str | None = None) -> NamedSharding:
+    """An HLO sharding reads back as a PartitionSpec over a mesh when its tile assignment is the mesh's device order transposed: each tiled dimension takes, in that order, mesh axes whose sizes divide it.
+
+    ``path`` is the argument or result a refusal is about.
+    """
+    read = _read_hlo(h, mesh, memory_kind)
+    if isinstance(read, Unreadable):
+        raise read.rejection(str(h), mesh, path)
+    return read
 
 
 @functools.lru_cache(maxsize=4096)
-def _spec_from_hlo(h: Any, mesh: Mesh, memory_kind: Any) -> NamedSharding:
-    text = str(h)
-    if h.is_replicated():
+def _read_hlo(h: Any, mesh: Mesh, memory_kind: Any) -> NamedSharding | Unreadable:
+    """:func:`spec_from_hlo`'s answer, or why there is none (both kept: the cache is keyed
+    by HLO sharding and mesh, of which a program has few)."""
+    if h.is_replicated() or (h.is_maximal() and mesh.size == 1):
         return NamedSharding(mesh, PartitionSpec(), memory_kind=memory_kind)
     if h.is_maximal():
-        if mesh.size != 1:
-            raise _unreadable(AssertionError, text, mesh, "it is a maximal sharding",
-                              "AssertionError")
-        return NamedSharding(mesh, PartitionSpec(), memory_kind=memory_kind)
+        return Unreadable(AssertionError, "it is a maximal sharding", "AssertionError")
     if not h.is_tiled():
-        raise _unreadable(AssertionError, text, mesh, "it is neither tiled nor replicated",
-                          "AssertionError")
-    sizes = {n: s for n, s in zip(mesh.axis_names, mesh.axis_sizes) if s != 1}
-    order = _axis_order(h, mesh, sizes, text)
-    partitions = _partitions(h, mesh, sizes, order, text)
-    entries = [None if not p else p[0] if len(p) == 1 else p for p in partitions]
-    return NamedSharding(mesh, PartitionSpec(*entries), memory_kind=memory_kind)
+        return Unreadable(AssertionError, "it is neither tiled nor replicated", "AssertionError")
+    axes = [(n, s) for n, s in zip(mesh.axis_names, mesh.axis_sizes) if s != 1]
+    order = _walk_order(np.asarray(h.tile_assignment_devices(), dtype=np.int64), axes)
+    if isinstance(order, Unreadable):
+        return order
+    taken = _axes_per_dimension(list(h.tile_assignment_dimensions()), order, dict(axes))
+    if isinstance(taken, Unreadable):
+        return taken
+    kinds = [str(t).rsplit(".", 1)[-1] for t in h.subgroup_types()]
+    if h.replicate_on_last_tile_dim() or kinds == ["REPLICATED"]:
+        taken = taken[:-1]    # the last tile dimension replicates: no dimension of the value
+    elif kinds:
+        return Unreadable(NotImplementedError, "it has subgroups other than one replicated one",
+                          "NotImplementedError")
+    while taken and not taken[-1]:
+        taken.pop()
+    return NamedSharding(mesh, PartitionSpec(*(
+        None if not names else names[0] if len(names) == 1 else names for names in taken)),
+        memory_kind=memory_kind)
 
 
-def _axis_order(h: Any, mesh: Mesh, sizes: dict[str, int], text: str) -> list[str]:
-    """The mesh axes, in the order the tile assignment walks them (major first)."""
-    strides: dict[str, int] = {}
-    acc = 1
-    for name in reversed(list(sizes)):
-        strides[name] = acc
-        acc *= sizes[name]
-    size_at = {strides[n]: sizes[n] for n in sizes}
-    name_of = {(sizes[n], strides[n]): n for n in sizes}
+def _blocks(positions: np.ndarray) -> list[tuple[int, int]] | Unreadable:
+    """How the tile assignment steps through the mesh's positions: (stride, length) blocks,
+    the minor-most first.
 
-    def lookup(table: dict, key: Any, why: str) -> Any:
-        if key not in table:
-            raise _unreadable(KeyError, text, mesh, why, "KeyError")
-        return table[key]
+    The minor-most block is the longest stretch from position 0 that advances by one
+    stride; the positions where its repeats start, taken alone, make the next block, and
+    so on until one block spans them all.
+    """
+    if positions[0] != 0:
+        return Unreadable(NotImplementedError, "its tile assignment does not start at "
+                          "position 0", "NotImplementedError")
+    found: list[tuple[int, int]] = []
+    period = 1
+    while period < len(positions):
+        starts = positions[::period]
+        stride = int(starts[1])
+        off = np.flatnonzero(starts != stride * np.arange(len(starts), dtype=np.int64))
+        length = int(off[0]) if off.size else len(starts)
+        found.append((stride, length))
+        period *= length
+    return found
 
+
+def _walk_order(positions: np.ndarray, axes: list[tuple[str, int]]) -> list[str] | Unreadable:
+    """The mesh axes (of size > 1, in mesh order) in the order the tile assignment walks
+    them, major first: each block of the walk must be whole mesh axes that stand next to
+    each other in the mesh, its stride the stride of the minor-most of them."""
+    blocks = _blocks(positions)
+    if isinstance(blocks, Unreadable):
+        return blocks
+    # Row-major strides of the axes, and for each axis (by its stride) the device counts of
+    # the runs of neighbouring axes that end at it: length -> the axes, major first.
+    stride_of = {}
+    step = 1
+    for name, size in reversed(axes):
+        stride_of[name] = step
+        step *= size
+    spans: dict[int, dict[int, list[str]]] = {}
+    for m, (minor, _) in enumerate(axes):
+        count = 1
+        runs = spans.setdefault(stride_of[minor], {})
+        for j in range(m, -1, -1):
+            count *= axes[j][1]
+            runs[count] = [name for name, _ in axes[j:m + 1]]
     order: list[str] = []
-    for size, stride in reversed(_runs(list(h.tile_assignment_devices()), text, mesh)):
-        # A run of devices may span several mesh axes: split it at each axis boundary
-        pieces = []
-        target = lookup(size_at, stride, f"no mesh axis has stride {stride}")
-        while size > target:
-            if not (target > 1 and size % target == 0):
-                raise _unreadable(AssertionError, text, mesh,
-                                  f"a run of {size} devices does not split into mesh axes",
-                                  "AssertionError")
-            pieces.append((target, stride))
-            size //= target
-            stride *= target
-            target = lookup(size_at, stride, f"no mesh axis has stride {stride}")
-        if size != target:
-            raise _unreadable(AssertionError, text, mesh,
-                              f"a run of {size} devices does not match a mesh axis",
-                              "AssertionError")
-        pieces.append((size, stride))
-        for piece in reversed(pieces):
-            order.append(lookup(name_of, piece, f"no mesh axis has size {piece[0]} at stride "
-                                                f"{piece[1]}"))
+    for stride, length in reversed(blocks):   # the major-most block first
+        runs = spans.get(stride)
+        if runs is None:
+            return Unreadable(KeyError, f"no mesh axis has stride {stride}", "KeyError")
+        if length not in runs:
+            return _not_whole_axes(stride, length, runs, step)
+        order += runs[length]
     return order
 
 
-def _partitions(h: Any, mesh: Mesh, sizes: dict[str, int], order: list[str],
-                text: str) -> list[tuple[str, ...]]:
-    """The mesh axes each tiled dimension takes (whole axes, in ``order``), trailing empties dropped."""
-    partitions: list[tuple[str, ...]] = []
-    axes = iter(order)
-    for dim, tile in enumerate(h.tile_assignment_dimensions()):
-        taken: list[str] = []
-        while tile > 1:
-            axis = next(axes, None)
-            if axis is None:
-                raise _unreadable(AssertionError, text, mesh,
-                                  "the mesh axes run out before the tiles do", "AssertionError")
-            # Each tile dimension takes whole mesh axes
-            if tile % sizes[axis]:
-                raise _unreadable(ValueError, text, mesh,
-                                  f"tile dimension {dim} of size {tile} is not a multiple of "
-                                  f"mesh axis {axis!r} of size {sizes[axis]}", "IndivisibleError")
-            tile //= sizes[axis]
-            taken.append(axis)
-        partitions.append(tuple(taken))
-    subgroups = list(h.subgroup_types())
-    if h.replicate_on_last_tile_dim():
-        partitions = partitions[:-1]
-    elif subgroups:
-        kinds = {str(t).rsplit(".", 1)[-1] for t in subgroups}
-        if len(subgroups) > 1 or kinds != {"REPLICATED"}:
-            raise _unreadable(NotImplementedError, text, mesh,
-                              "it has subgroups other than one replicated one",
-                              "NotImplementedError")
-        partitions = partitions[:-1]
-    while partitions and partitions[-1] == ():
-        partitions.pop()
-    return partitions
+def _not_whole_axes(stride: int, length: int, runs: dict[int, list[str]],
+                    total: int) -> Unreadable:
+    """Why a block of ``length`` positions at ``stride`` is not a run of neighbouring mesh
+    axes: it outgrows the mesh (a multiple of every axis from its own to the major-most),
+    or it ends inside an axis."""
+    widest = max(runs)
+    if length % widest == 0:
+        return Unreadable(KeyError, f"a block of {length} devices at stride {stride} "
+                          f"outgrows the mesh: no mesh axis has stride {total}", "KeyError")
+    return Unreadable(AssertionError, f"a block of {length} devices at stride {stride} "
+                      "does not split into whole mesh axes", "AssertionError")
+
+
+def _axes_per_dimension(tiles: list[int], order: list[str],
+                        sizes: dict[str, int]) -> list[tuple[str, ...]] | Unreadable:
+    """The mesh axes each tile dimension takes: the next ones in ``order``, up to where the
+    running product of the axis sizes reaches the running product of the tile counts."""
+    reach = [1]
+    for name in order:
+        reach.append(reach[-1] * sizes[name])
+    taken: list[tuple[str, ...]] = []
+    done = 0          # axes taken by the dimensions before
+    needed = 1        # devices the dimensions so far span
+    for dim, tile in enumerate(tiles):
+        needed *= tile
+        end = done
+        while reach[end] < needed:
+            if end == len(order):
+                return Unreadable(AssertionError, "the mesh axes run out before the tiles do",
+                                  "AssertionError")
+            if needed % reach[end + 1]:
+                left = needed // reach[end]
+                return Unreadable(ValueError, f"tile dimension {dim} of size {left} is not a "
+                                  f"multiple of mesh axis {order[end]!r} of size "
+                                  f"{sizes[order[end]]}", "IndivisibleError")
+            end += 1
+        taken.append(tuple(order[done:end]))
+        done = end
+    return taken
 
 
 @functools.lru_cache(maxsize=1024)
@@ -199,49 +229,61 @@ def _mesh_for_result(value: Value, given: Mesh, placed: Any) -> Mesh | None:
 
 @rule("OUT-1")
 def recover_shardings(placed: Sequence[Any], values: Sequence[Value], given: Sequence[Any],
-                      given_values: Sequence[Value], context: Any) -> list[Any]:
+                      given_values: Sequence[Value], context: Any,
+                      path: str | None = None) -> list[Any]:
     """A value the compiler placed (a GSPMDSharding) comes back in the type of a sharding the user gave, where there is one.
 
     The type is that of the first NamedSharding or SingleDeviceSharding the user gave (that
     sharding itself when JAX-equivalent, else re-read over its mesh), else of the first such
     among the placed values, else a NamedSharding over the context mesh; the value stays a
-    GSPMDSharding when none applies or re-reading fails.
+    GSPMDSharding when none applies or re-reading fails. ``path`` is the argument or result
+    a refusal (OUT-2) is about.
     """
-    if not any(isinstance(o, internals.GSPMDSharding) for o in placed):
+    compiler_placed = [isinstance(o, internals.GSPMDSharding) for o in placed]
+    if not any(compiler_placed):
         return list(placed)
-    origin = None
-    for s, value in [*zip(given, given_values), *((s, None) for s in placed)]:
-        if isinstance(s, (NamedSharding, SingleDeviceSharding)):
-            origin = (s, value)
-            break
-    if origin is None:
-        if isinstance(context, Mesh):
-            return [spec_from_hlo(o._hlo_sharding, context, o.memory_kind)
-                    if isinstance(o, internals.GSPMDSharding) else o for o in placed]
+    typed = _user_type(given, given_values, placed)
+    if typed is not None:
+        user, user_value = typed
+        return [_in_type_of(o, value, user, user_value, path) if mine else o
+                for o, value, mine in zip(placed, values, compiler_placed)]
+    if not isinstance(context, Mesh):
         return list(placed)
-    user, user_value = origin
-    out = []
-    for o, value in zip(placed, values):
-        if not isinstance(o, internals.GSPMDSharding):
-            out.append(o)
-        elif isinstance(user, SingleDeviceSharding):
-            out.append(SingleDeviceSharding(devices_of(o)[0], memory_kind=o.memory_kind))
-        elif (user_value is not None and user_value.rank == value.rank
-              and value.mesh == user.mesh.abstract_mesh
-              and jax_equivalent(o, user, value.rank)):
-            out.append(user)
-        else:
-            mesh = _mesh_for_result(value, user.mesh, o)
-            try:
-                if mesh is None:
-                    raise _unreadable(AssertionError, str(o._hlo_sharding), value.mesh,
-                                      "the mesh sizes differ", "AssertionError")
-                out.append(spec_from_hlo(o._hlo_sharding, mesh, o.memory_kind))
-            except EngineRejection as error:
-                if error.jax_error == "IndivisibleError":
-                    raise
-                out.append(o)
-    return out
+    return [spec_from_hlo(o._hlo_sharding, context, o.memory_kind, path) if mine else o
+            for o, mine in zip(placed, compiler_placed)]
+
+
+def _user_type(given: Sequence[Any], given_values: Sequence[Value],
+               placed: Sequence[Any]) -> tuple[Any, Value | None] | None:
+    """The sharding whose type the results take, with its value's type (None when the
+    user did not give it): the first NamedSharding or SingleDeviceSharding given, else
+    placed; None when there is none."""
+    kinds = (NamedSharding, SingleDeviceSharding)
+    for s, value in zip(given, given_values):
+        if isinstance(s, kinds):
+            return s, value
+    return next(((s, None) for s in placed if isinstance(s, kinds)), None)
+
+
+def _in_type_of(o: Any, value: Value, user: Any, user_value: Value | None,
+                path: str | None) -> Any:
+    """A compiler-placed sharding ``o`` in the type of the user's sharding ``user``."""
+    if isinstance(user, SingleDeviceSharding):
+        return SingleDeviceSharding(devices_of(o)[0], memory_kind=o.memory_kind)
+    same_type = (user_value is not None and user_value.rank == value.rank
+                 and value.mesh == user.mesh.abstract_mesh)
+    if same_type and jax_equivalent(o, user, value.rank):
+        return user
+    mesh = _mesh_for_result(value, user.mesh, o)
+    if mesh is None:
+        return o     # the value's type has a mesh of another size: nothing to re-read over
+    note("OUT-2")
+    read = _read_hlo(o._hlo_sharding, mesh, o.memory_kind)
+    if not isinstance(read, Unreadable):
+        return read
+    if read.jax_error == "IndivisibleError":     # JAX raises this one; the rest it passes over
+        raise read.rejection(str(o._hlo_sharding), mesh, path)
+    return o
 
 
 @rule("OUT-3")

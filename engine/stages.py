@@ -280,10 +280,8 @@ def _check_input_recovery(d: CallDecision) -> None:
     in_avals = list(d.traced.jaxpr.in_avals)
     kept_values = [Value.of_aval(in_avals[i]) for i in d.kept]
     kept_final = concrete_inputs([d.final[i] for i in d.kept], d.assignment)
-    try:
-        recover_shardings(kept_final, kept_values, kept_final, kept_values, None)
-    except EngineRejection as error:
-        raise error.at(d.inputs[d.kept[0]].path) from None
+    path = d.inputs[d.kept[0]].path if d.kept else None
+    recover_shardings(kept_final, kept_values, kept_final, kept_values, None, path)
 
 
 def _why_compiled(token: Any, key: tuple) -> str:
