@@ -126,20 +126,25 @@ def _placement_reason(a: Any, b: Any, shape: tuple[int, ...]) -> str:
 
 def demo(out: TextIO) -> None:
     """Print the worked example."""
-    from shardlaw.spec import devices_indices_map, jax_equivalent, placement_equivalent, to_hlo
+    from shardlaw.spec import devices_indices_map
 
     shardings = _demo_shardings()
-    ndim = len(SHAPE)
-    w = out.write
-    w("shardlaw demo: an array of shape (8, 8) on a 2x4 mesh of 8 devices\n")
-    w("mesh = Mesh.iota((2, 4), ('x', 'y'))   # devices 0..7, row-major\n\n")
-
-    w("Shardings\n=========\n")
+    out.write("shardlaw demo: an array of shape (8, 8) on a 2x4 mesh of 8 devices\n")
+    out.write("mesh = Mesh.iota((2, 4), ('x', 'y'))   # devices 0..7, row-major\n\n")
+    out.write("Shardings\n=========\n")
     for label, (_, how) in shardings.items():
-        w(f"  {label} = {how}\n")
-
+        out.write(f"  {label} = {how}\n")
     maps = {label: devices_indices_map(s, SHAPE) for label, (s, _) in shardings.items()}
+    _demo_blocks(shardings, maps, out)
+    _demo_verdicts(shardings, out)
+    _demo_jit_calls(out)
 
+
+def _demo_blocks(shardings: dict, maps: dict, out: TextIO) -> None:
+    """Which device holds which block, device by device, and the HLO text."""
+    from shardlaw.spec import to_hlo
+
+    w = out.write
     w("\nWhich device holds which block (device ids per block)\n")
     w("======================================================\n")
     for label in ("A", "B", "E", "F", "R"):
@@ -157,8 +162,15 @@ def demo(out: TextIO) -> None:
 
     w("\nHLO text (rank 2)\n=================\n")
     for label, (s, _) in shardings.items():
-        w(f"  {label}: {to_hlo(s, ndim)}\n")
+        w(f"  {label}: {to_hlo(s, len(SHAPE))}\n")
 
+
+def _demo_verdicts(shardings: dict, out: TextIO) -> None:
+    """The two equivalences on each pair, and why they part."""
+    from shardlaw.spec import jax_equivalent, placement_equivalent
+
+    ndim = len(SHAPE)
+    w = out.write
     w("\nEquivalence verdicts\n====================\n")
     w("JAX-equivalent (EQ-1, like a.is_equivalent_to(b, 2)): equal HLO shardings, same memory\n"
       "kind, same device list in the same order.\n"
@@ -174,18 +186,20 @@ def demo(out: TextIO) -> None:
         if jax_eq != place_eq:
             w("  => the two notions part here.\n")
         w("\n")
+    w(_WHY_THEY_PART)
 
-    w("Why they part\n=============\n")
-    w("An HLO sharding's tile assignment holds *positions* in the sharding's device list, not\n"
-      "device ids. F's mesh lists the devices as [0,4,1,5,2,6,3,7], so the same blocks on the\n"
-      "same devices are written with a different tile assignment ({devices=[4,2]<=[8]} instead\n"
-      "of {devices=[4,2]<=[2,4]T(1,0)}), and JAX also compares the device lists in order. JAX\n"
-      "therefore says E and F differ, although every device holds the same block under both.\n"
-      "For R and S the HLO is {replicated} for both, but the device lists are in opposite\n"
-      "orders, so JAX says they differ, while every device holds the whole array under both.\n"
-      "The converse was never seen: no JAX-equivalent pair that places differently has been\n"
-      "found (notes/jax-facts.md, section 7).\n")
-    _demo_jit_calls(out)
+
+_WHY_THEY_PART = (
+    "Why they part\n=============\n"
+    "An HLO sharding's tile assignment holds *positions* in the sharding's device list, not\n"
+    "device ids. F's mesh lists the devices as [0,4,1,5,2,6,3,7], so the same blocks on the\n"
+    "same devices are written with a different tile assignment ({devices=[4,2]<=[8]} instead\n"
+    "of {devices=[4,2]<=[2,4]T(1,0)}), and JAX also compares the device lists in order. JAX\n"
+    "therefore says E and F differ, although every device holds the same block under both.\n"
+    "For R and S the HLO is {replicated} for both, but the device lists are in opposite\n"
+    "orders, so JAX says they differ, while every device holds the whole array under both.\n"
+    "The converse was never seen: no JAX-equivalent pair that places differently has been\n"
+    "found (notes/jax-facts.md, section 7).\n")
 
 
 def _demo_jit_calls(out: TextIO) -> None:

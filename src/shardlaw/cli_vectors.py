@@ -336,8 +336,6 @@ def _devices_words(ids: Any) -> str:
 
 def _explain(file: str, vector: Any, verdict: Any, differences: list[str] | None,
              out: TextIO) -> None:
-    from shardlaw.spec import UNSPECIFIED
-
     w = out.write
     label = vector.name or Path(file).stem
     if vector.rule:
@@ -348,46 +346,7 @@ def _explain(file: str, vector: Any, verdict: Any, differences: list[str] | None
     w("\n")
     _describe_call(vector.call, out)
     w("\n")
-    if verdict.accepted:
-        where = ("the program has no concrete devices" if verdict.device_assignment is None
-                 else f"the program runs on {verdict.num_devices} device(s), in this order: "
-                      f"{_devices_words(verdict.device_assignment)}")
-        w(f"Verdict: ACCEPTED - {where}\n")
-        w("\nInputs, as the compiled program receives them\n")
-        width = max([len(p) for p in verdict.in_paths + verdict.out_paths] + [6])
-        for i, (path, s) in enumerate(zip(verdict.in_paths, verdict.in_shardings)):
-            if i not in verdict.kept_inputs:
-                said = "dropped: the function does not use it (keep_unused=False)"
-            elif s is UNSPECIFIED:
-                said = "left to the compiler (no sharding decides it)"
-            else:
-                said = repr(s)
-            w(f"  {path:<{width}}  {said}\n")
-        if not verdict.in_paths:
-            w("  (none)\n")
-        w("\nResults, as they come back\n")
-        for path, s, committed in zip(verdict.out_paths, verdict.out_shardings,
-                                      verdict.out_committed):
-            placed = "left to the compiler" if s is UNSPECIFIED else repr(s)
-            w(f"  {path:<{width}}  {placed}  "
-              f"({'committed' if committed else 'uncommitted'})\n")
-        if not verdict.out_paths:
-            w("  (none)\n")
-        if verdict.transfers:
-            w("\nTransfers: jit moves " + ", ".join(verdict.transfers)
-              + " onto the shardings above before the call (no error: the blocks match).\n")
-        else:
-            w("\nTransfers: none; every committed argument stays where it is.\n")
-    else:
-        error = verdict.error_type
-        if verdict.jax_error and verdict.jax_error != verdict.error_type:
-            error += f" (JAX's class: {verdict.jax_error}, a {verdict.error_type})"
-        stage = STAGE_WORDS.get(verdict.stage or "", verdict.stage or "at an unknown stage")
-        w(f"Verdict: REJECTED by {verdict.rule} - JAX raises {error} {stage}\n")
-        w(_wrap(f"{verdict.rule}: {_statement(verdict.rule)}", "  ", "    ") + "\n")
-        if verdict.path:
-            w(f"  where: {verdict.path}\n")
-        w(_wrap(f"message: {verdict.message}", "  ", "    ") + "\n")
+    (_explain_accepted if verdict.accepted else _explain_rejected)(verdict, out)
     w("\nWhy: the rules that fired, in order\n")
     width = max([len(r) for r in verdict.trace] + [4])
     for n, rule_id in enumerate(verdict.trace, 1):
@@ -403,6 +362,55 @@ def _explain(file: str, vector: Any, verdict: Any, differences: list[str] | None
         w(f"Expected by the vector: {_verdict_words(vector.expect)}. The spec DOES NOT match:\n")
         for difference in differences:
             w(_wrap(difference, "  - ", "    ") + "\n")
+
+
+def _explain_accepted(verdict: Any, out: TextIO) -> None:
+    """Where an accepted call runs, what its inputs and results are, what moves."""
+    from shardlaw.spec import UNSPECIFIED
+
+    w = out.write
+    where = ("the program has no concrete devices" if verdict.device_assignment is None
+             else f"the program runs on {verdict.num_devices} device(s), in this order: "
+                  f"{_devices_words(verdict.device_assignment)}")
+    w(f"Verdict: ACCEPTED - {where}\n")
+    w("\nInputs, as the compiled program receives them\n")
+    width = max([len(p) for p in verdict.in_paths + verdict.out_paths] + [6])
+    for i, (path, s) in enumerate(zip(verdict.in_paths, verdict.in_shardings)):
+        if i not in verdict.kept_inputs:
+            said = "dropped: the function does not use it (keep_unused=False)"
+        elif s is UNSPECIFIED:
+            said = "left to the compiler (no sharding decides it)"
+        else:
+            said = repr(s)
+        w(f"  {path:<{width}}  {said}\n")
+    if not verdict.in_paths:
+        w("  (none)\n")
+    w("\nResults, as they come back\n")
+    for path, s, committed in zip(verdict.out_paths, verdict.out_shardings,
+                                  verdict.out_committed):
+        placed = "left to the compiler" if s is UNSPECIFIED else repr(s)
+        w(f"  {path:<{width}}  {placed}  ({'committed' if committed else 'uncommitted'})\n")
+    if not verdict.out_paths:
+        w("  (none)\n")
+    if verdict.transfers:
+        w("\nTransfers: jit moves " + ", ".join(verdict.transfers)
+          + " onto the shardings above before the call (no error: the blocks match).\n")
+    else:
+        w("\nTransfers: none; every committed argument stays where it is.\n")
+
+
+def _explain_rejected(verdict: Any, out: TextIO) -> None:
+    """Which rule refused the call, at which stage, where, in which words."""
+    w = out.write
+    error = verdict.error_type
+    if verdict.jax_error and verdict.jax_error != verdict.error_type:
+        error += f" (JAX's class: {verdict.jax_error}, a {verdict.error_type})"
+    stage = STAGE_WORDS.get(verdict.stage or "", verdict.stage or "at an unknown stage")
+    w(f"Verdict: REJECTED by {verdict.rule} - JAX raises {error} {stage}\n")
+    w(_wrap(f"{verdict.rule}: {_statement(verdict.rule)}", "  ", "    ") + "\n")
+    if verdict.path:
+        w(f"  where: {verdict.path}\n")
+    w(_wrap(f"message: {verdict.message}", "  ", "    ") + "\n")
 
 
 def _verdict_words(verdict: Any) -> str:
