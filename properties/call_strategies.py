@@ -216,6 +216,31 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True, layouts: bool = Fal
     """A jit call over at most ``max_devices`` devices (see the module's description)."""
     home = draw(home_meshes(max_devices))
     context = home if draw(st.integers(0, 4)) == 0 else None
+    positional, fits, static, kwargs = _draw_arguments(draw, home, max_devices, layouts)
+    dynamic = [f for f in fits if f is not None]
+    in_shardings = _draw_in_shardings(draw, dynamic, home, context, max_devices, layouts)
+    flat_args = [a for f in dynamic for a, _ in f[1]] + ([kwargs["extra"]] if kwargs else [])
+    outs, outputs = _draw_outputs(draw, flat_args, home, max_devices)
+    out_shardings = _draw_out_shardings(draw, outs, outputs, home, max_devices, layouts)
+    uses = tuple(draw(st.integers(0, 5)) != 0 for _ in flat_args)
+    device = backend = None
+    if draw(st.integers(0, 15)) == 0:
+        device = draw(st.integers(0, max_devices - 1))
+    options = JitOptions(in_shardings=in_shardings, out_shardings=out_shardings,
+                         static_argnums=tuple(static), keep_unused=draw(st.integers(0, 4)) == 0,
+                         device=device, backend=backend)
+    default = draw(st.integers(0, max_devices - 1)) if draw(st.integers(0, 7)) == 0 else 0
+    call = Call(args=tuple(positional), kwargs=kwargs, outputs=outputs, options=options,
+                context_mesh=context, uses=uses, devices=max_devices, default_device=default)
+    if aot and draw(st.integers(0, 2)) == 0:
+        call = _with_aot(draw, call, home, max_devices, layouts)
+    return call
+
+
+def _draw_arguments(draw: Any, home: Mesh, max_devices: int, layouts: bool
+                    ) -> tuple[list[Any], list[Any], list[int], dict[str, Any]]:
+    """The positional arguments (trees of Args, or statics), each one's (tree, pairs) or
+    None for a static, the static positions, and maybe a keyword argument."""
     count = draw(st.integers(0, 3))
     positional: list[Any] = []
     fits: list[Any] = []
@@ -236,18 +261,19 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True, layouts: bool = Fal
     kwargs: dict[str, Any] = {}
     if draw(st.integers(0, 7)) == 0:
         kwargs["extra"] = draw(_argument(home, max_devices))[0]
+    return positional, fits, static, kwargs
 
-    # in_shardings
+
+def _draw_in_shardings(draw: Any, dynamic: list[Any], home: Mesh, context: Any,
+                       max_devices: int, layouts: bool) -> Any:
     in_mode = draw(st.sampled_from(("open", "open", "tuple", "tuple", "tuple", "leaf", "broken",
                                     "none")))
-    dynamic = [f for f in fits if f is not None]
-    in_shardings: Any = UNSPECIFIED
     if in_mode == "none":
-        in_shardings = None
-    elif in_mode == "leaf" and dynamic:
-        in_shardings = draw(argument_shardings(home, max_devices)) if draw(st.booleans()) else \
+        return None
+    if in_mode == "leaf" and dynamic:
+        return draw(argument_shardings(home, max_devices)) if draw(st.booleans()) else \
             _auto_spec(draw, context or home, max_rank=1)
-    elif in_mode == "tuple":
+    if in_mode == "tuple":
         entries = []
         for tree, pairs in dynamic:
             if draw(st.integers(0, 3)) == 0:
@@ -262,12 +288,14 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True, layouts: bool = Fal
                               for leaf, (a, _) in zip(leaves, pairs)]
                 entries.append(fill(tree, leaves) if isinstance(tree, (tuple, list, dict))
                                else leaves[0])
-        in_shardings = tuple(entries) if draw(st.integers(0, 5)) else list(entries)
-    elif in_mode == "broken":
-        in_shardings = draw(_broken(tuple(t for t, _ in dynamic), len(dynamic)))
+        return tuple(entries) if draw(st.integers(0, 5)) else list(entries)
+    if in_mode == "broken":
+        return draw(_broken(tuple(t for t, _ in dynamic), len(dynamic)))
+    return UNSPECIFIED
 
-    # results
-    flat_args = [a for f in dynamic for a, _ in f[1]] + ([kwargs["extra"]] if kwargs else [])
+
+def _draw_outputs(draw: Any, flat_args: list[Any], home: Mesh, max_devices: int
+                  ) -> tuple[list[Out], Any]:
     n_out = draw(st.integers(0, 2))
     outs = []
     for _ in range(n_out):
@@ -278,6 +306,11 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True, layouts: bool = Fal
             s = draw(argument_shardings(home, max_devices))
             outs.append(Out(draw(_shape_for(s)), "float32"))
     outputs: Any = tuple(outs) if n_out != 1 or draw(st.booleans()) else outs[0]
+    return outs, outputs
+
+
+def _draw_out_shardings(draw: Any, outs: list[Out], outputs: Any, home: Mesh,
+                        max_devices: int, layouts: bool) -> Any:
     out_mode = draw(st.sampled_from(("open", "open", "open", "leaf", "tree", "broken")))
     out_shardings: Any = UNSPECIFIED
     if out_mode == "leaf":
@@ -293,20 +326,7 @@ def calls(draw: Any, max_devices: int = 8, aot: bool = True, layouts: bool = Fal
                                   for s, o in zip(out_shardings, outputs))
     elif out_mode == "broken":
         out_shardings = [None] * (len(outs) + 1)
-
-    uses = tuple(draw(st.integers(0, 5)) != 0 for _ in flat_args)
-    device = backend = None
-    if draw(st.integers(0, 15)) == 0:
-        device = draw(st.integers(0, max_devices - 1))
-    options = JitOptions(in_shardings=in_shardings, out_shardings=out_shardings,
-                         static_argnums=tuple(static), keep_unused=draw(st.integers(0, 4)) == 0,
-                         device=device, backend=backend)
-    default = draw(st.integers(0, max_devices - 1)) if draw(st.integers(0, 7)) == 0 else 0
-    call = Call(args=tuple(positional), kwargs=kwargs, outputs=outputs, options=options,
-                context_mesh=context, uses=uses, devices=max_devices, default_device=default)
-    if aot and draw(st.integers(0, 2)) == 0:
-        call = _with_aot(draw, call, home, max_devices, layouts)
-    return call
+    return out_shardings
 
 
 def _rename(entry: Any) -> Any:
@@ -315,6 +335,41 @@ def _rename(entry: Any) -> Any:
     if isinstance(entry, tuple):
         return tuple(e + "_" for e in entry)
     return entry
+
+
+def _aot_commit(draw: Any, arg: Arg, call: Call, home: Mesh, max_devices: int,
+                held: list[Any]) -> Arg:
+    """A committed array in place of an argument the executable was compiled from open."""
+    if draw(st.integers(0, 5)) == 0:
+        return arg
+    candidates = [SingleDeviceSharding(call.default_device), NamedSharding(home, P()),
+                  draw(argument_shardings(home, max_devices)), *held]
+    if arg.kind == "uncommitted":
+        candidates.append(arg.sharding)
+    other = draw(st.sampled_from(candidates))
+    if ST.fits(other, arg.shape):
+        return Arg.committed(arg.shape, other, arg.dtype)
+    return arg
+
+
+def _aot_placement(draw: Any, arg: Arg, home: Mesh, max_devices: int) -> Arg:
+    """A committed argument placed otherwise: reordered devices, renamed axes, other specs."""
+    s = arg.sharding
+    candidates = [draw(argument_shardings(home, max_devices))]
+    if isinstance(s, NamedSharding):
+        mesh = s.mesh
+        reordered = Mesh(mesh.axis_sizes, mesh.axis_names,
+                         list(reversed(mesh.devices.id_tuple())), mesh.axis_types)
+        renamed = Mesh(mesh.axis_sizes, tuple(n + "_" for n in mesh.axis_names),
+                       mesh.devices, mesh.axis_types)
+        candidates += [NamedSharding(reordered, s.spec), NamedSharding(
+            renamed, P(*[_rename(e) for e in s.spec]))]
+        candidates += [NamedSharding(mesh, _auto_spec(draw, mesh, max_rank=len(arg.shape)))
+                       for _ in range(3)]
+    other = draw(st.sampled_from(candidates))
+    if ST.fits(other, arg.shape):
+        return Arg.committed(arg.shape, other, arg.dtype)
+    return arg
 
 
 def _with_aot(draw: Any, call: Call, home: Mesh, max_devices: int, layouts: bool = False
@@ -328,48 +383,21 @@ def _with_aot(draw: Any, call: Call, home: Mesh, max_devices: int, layouts: bool
     held = [leaf.sharding for leaf in leaves((call.args, call.kwargs))
             if isinstance(leaf, Arg) and leaf.kind == "committed"]
 
-    def commit(arg: Arg) -> Arg:
-        """A committed array in place of an argument the executable was compiled from open."""
-        if draw(st.integers(0, 5)) == 0:
-            return arg
-        candidates = [SingleDeviceSharding(call.default_device), NamedSharding(home, P()),
-                      draw(argument_shardings(home, max_devices)), *held]
-        if arg.kind == "uncommitted":
-            candidates.append(arg.sharding)
-        other = draw(st.sampled_from(candidates))
-        if ST.fits(other, arg.shape):
-            return Arg.committed(arg.shape, other, arg.dtype)
-        return arg
-
     def change(arg: Any) -> Any:
-        if isinstance(arg, Arg) and arg.kind in ("uncommitted", "numpy", "scalar") \
-                and how == "commit":
-            return commit(arg)
-        if isinstance(arg, Arg) and arg.kind == "numpy" and how == "type":
+        if not isinstance(arg, Arg):
+            return arg
+        if arg.kind in ("uncommitted", "numpy", "scalar") and how == "commit":
+            return _aot_commit(draw, arg, call, home, max_devices, held)
+        if arg.kind == "numpy" and how == "type":
             return Arg.numpy(arg.shape, "int32" if arg.dtype != "int32" else "float32")
-        if not isinstance(arg, Arg) or arg.kind != "committed":
+        if arg.kind != "committed":
             return arg
         if how == "layout":
             if len(arg.shape) < 2:
                 return arg
             return dataclasses.replace(arg, layout=draw(layouts_for(len(arg.shape))))
         if how == "placement":
-            s = arg.sharding
-            candidates = [draw(argument_shardings(home, max_devices))]
-            if isinstance(s, NamedSharding):
-                mesh = s.mesh
-                reordered = Mesh(mesh.axis_sizes, mesh.axis_names,
-                                 list(reversed(mesh.devices.id_tuple())), mesh.axis_types)
-                renamed = Mesh(mesh.axis_sizes, tuple(n + "_" for n in mesh.axis_names),
-                               mesh.devices, mesh.axis_types)
-                candidates += [NamedSharding(reordered, s.spec), NamedSharding(
-                    renamed, P(*[_rename(e) for e in s.spec]))]
-                candidates += [NamedSharding(mesh, _auto_spec(draw, mesh, max_rank=len(arg.shape)))
-                               for _ in range(3)]
-            other = draw(st.sampled_from(candidates))
-            if ST.fits(other, arg.shape):
-                return Arg.committed(arg.shape, other, arg.dtype)
-            return arg
+            return _aot_placement(draw, arg, home, max_devices)
         if how == "type":
             return Arg.committed(arg.shape, arg.sharding,
                                  "int32" if arg.dtype != "int32" else "float32")

@@ -375,97 +375,152 @@ def near_equivalents(draw: Any, sharding: Any, shape: tuple[int, ...]) -> Any:
     some are near misses (the device order reversed, the axes of a tuple entry reordered).
     """
     if isinstance(sharding, SingleDeviceSharding):
-        d = sharding.device
-        if draw(st.booleans()):
-            return GSPMDSharding(DeviceList((d,)), Replicated(), memory_kind=sharding.memory_kind)
-        count = draw(st.integers(1, 3))
-        names = ("x", "y", "z")[:count]
-        mesh = Mesh((1,) * count, names, DeviceList((d,)))
-        used = draw(st.lists(st.sampled_from(names), unique=True))
-        spec = P(*used[: len(shape)])
-        return NamedSharding(mesh, spec, memory_kind=sharding.memory_kind)
+        return _near_single_device(draw, sharding, shape)
     if isinstance(sharding, GSPMDSharding):
-        hlo, devs = sharding.hlo, sharding.devices
-        choice = draw(st.sampled_from(("explicit", "text", "named", "single")))
-        if choice == "single" and len(devs) == 1:
-            return SingleDeviceSharding(devs[0], memory_kind=sharding.memory_kind)
-        if choice == "named" and isinstance(hlo, Replicated):
-            mesh = Mesh((len(devs),), ("x",), devs)
-            return NamedSharding(mesh, P(), memory_kind=sharding.memory_kind)
-        if choice == "explicit" and isinstance(hlo, Tiled) and hlo.num_devices > 1:
-            hlo = Tiled(hlo.dims, hlo.assignment_tuple(), hlo.subgroups)
-        elif choice == "text":
-            try:
-                hlo = parse_hlo(str(hlo))
-            except Rejection:  # XLA cannot read its own '{devices=[1]0}'
-                pass
-        explicit = DeviceList(tuple(devs))
-        return GSPMDSharding(explicit if draw(st.booleans()) else devs, hlo,
-                             memory_kind=sharding.memory_kind)
+        return _near_gspmd(draw, sharding)
     assert isinstance(sharding, NamedSharding)
-    s, mesh, spec = sharding, sharding.mesh, sharding.spec
     how = draw(st.sampled_from(_NAMED_REWRITES))
-    if how == "rename":
-        alphabet = draw(st.sampled_from(AXIS_ALPHABETS))
-        fresh = draw(st.permutations(alphabet + tuple(n + "2" for n in alphabet)))
-        rename = dict(zip(mesh.axis_names, fresh))
-        new = type(mesh)(mesh.axis_sizes, tuple(rename[n] for n in mesh.axis_names),
-                         *(() if isinstance(mesh, AbstractMesh) else (mesh.devices,)),
-                         mesh.axis_types)
-        return _with_mesh(s, new, _rename_spec(spec, rename))
-    if how == "trailing_none" and len(spec) < len(shape):
-        return _with_mesh(s, mesh, P(*spec.partitions, None, unreduced=spec.unreduced,
-                                     reduced=spec.reduced))
-    if how == "size1_axis" and len(mesh.axis_names) < 6:
-        name = next(n for n in ("one", "unit", "single", "solo", "mono", "only", "uno")
-                    if n not in mesh.axis_names)
-        at = draw(st.integers(0, len(mesh.axis_names)))
-        sizes = mesh.axis_sizes[:at] + (1,) + mesh.axis_sizes[at:]
-        names = mesh.axis_names[:at] + (name,) + mesh.axis_names[at:]
-        kind = draw(st.sampled_from((AxisType.Auto, AxisType.Explicit)))
-        types = mesh.axis_types[:at] + (kind,) + mesh.axis_types[at:]
-        new = (AbstractMesh(sizes, names, types) if isinstance(mesh, AbstractMesh)
-               else Mesh(sizes, names, mesh.devices, types))
-        parts = list(spec.partitions)
-        free = [i for i, e in enumerate(parts) if e is None]
-        if free and draw(st.booleans()):
-            parts[draw(st.sampled_from(free))] = name
-        return _with_mesh(s, new, P(*parts, unreduced=spec.unreduced, reduced=spec.reduced))
-    if how == "gspmd" and isinstance(mesh, Mesh):
-        return GSPMDSharding(mesh.devices, to_hlo(s, len(shape)), memory_kind=s.memory_kind)
-    if how == "single" and isinstance(mesh, Mesh) and mesh.size == 1:
-        return SingleDeviceSharding(mesh.devices[0], memory_kind=s.memory_kind)
-    if how == "reversed" and isinstance(mesh, Mesh):
-        flipped = DeviceList.of_ids(tuple(reversed(mesh.devices.id_tuple())),
-                                    platform=mesh.platform)
-        keep = draw(st.booleans())
-        new = Mesh(mesh.axis_sizes, mesh.axis_names, flipped, mesh.axis_types)
-        return _with_mesh(s, new, None if keep else P())
-    if how == "reorder_tuple":
-        parts = list(spec.partitions)
-        tuples = [i for i, e in enumerate(parts) if isinstance(e, tuple)]
-        if tuples:
-            i = draw(st.sampled_from(tuples))
-            parts[i] = tuple(draw(st.permutations(parts[i])))
-            return _with_mesh(s, mesh, P(*parts, unreduced=spec.unreduced, reduced=spec.reduced))
-    if how == "transpose_mesh" and isinstance(mesh, Mesh):
-        perm = tuple(draw(st.permutations(range(len(mesh.axis_names)))))
-        return _with_mesh(s, _reorder_mesh(mesh, perm))
-    if how == "retype":
-        pinned = spec.unreduced | spec.reduced
-        types = []
-        for n, t in zip(mesh.axis_names, mesh.axis_types):
-            if t is AxisType.Manual or n in pinned:
-                types.append(t)
-            else:
-                types.append(draw(st.sampled_from((AxisType.Auto, AxisType.Explicit))))
-        if UNCONSTRAINED in spec.partitions and AxisType.Auto not in types:
-            types = list(mesh.axis_types)
-        new = (AbstractMesh(mesh.axis_sizes, mesh.axis_names, types)
-               if isinstance(mesh, AbstractMesh)
-               else Mesh(mesh.axis_sizes, mesh.axis_names, mesh.devices, types))
-        return _with_mesh(s, new)
-    return s  # the rewrite does not apply: the same sharding, rebuilt
+    rewritten = _NAMED_REWRITE[how](draw, sharding, shape)
+    # None: the rewrite does not apply; the same sharding, rebuilt
+    return sharding if rewritten is None else rewritten
+
+
+def _near_single_device(draw: Any, sharding: Any, shape: tuple[int, ...]) -> Any:
+    d = sharding.device
+    if draw(st.booleans()):
+        return GSPMDSharding(DeviceList((d,)), Replicated(), memory_kind=sharding.memory_kind)
+    count = draw(st.integers(1, 3))
+    names = ("x", "y", "z")[:count]
+    mesh = Mesh((1,) * count, names, DeviceList((d,)))
+    used = draw(st.lists(st.sampled_from(names), unique=True))
+    spec = P(*used[: len(shape)])
+    return NamedSharding(mesh, spec, memory_kind=sharding.memory_kind)
+
+
+def _near_gspmd(draw: Any, sharding: Any) -> Any:
+    hlo, devs = sharding.hlo, sharding.devices
+    choice = draw(st.sampled_from(("explicit", "text", "named", "single")))
+    if choice == "single" and len(devs) == 1:
+        return SingleDeviceSharding(devs[0], memory_kind=sharding.memory_kind)
+    if choice == "named" and isinstance(hlo, Replicated):
+        mesh = Mesh((len(devs),), ("x",), devs)
+        return NamedSharding(mesh, P(), memory_kind=sharding.memory_kind)
+    if choice == "explicit" and isinstance(hlo, Tiled) and hlo.num_devices > 1:
+        hlo = Tiled(hlo.dims, hlo.assignment_tuple(), hlo.subgroups)
+    elif choice == "text":
+        try:
+            hlo = parse_hlo(str(hlo))
+        except Rejection:  # XLA cannot read its own '{devices=[1]0}'
+            pass
+    explicit = DeviceList(tuple(devs))
+    return GSPMDSharding(explicit if draw(st.booleans()) else devs, hlo,
+                         memory_kind=sharding.memory_kind)
+
+
+def _rewrite_rename(draw: Any, s: Any, shape: tuple[int, ...]) -> Any:
+    mesh, spec = s.mesh, s.spec
+    alphabet = draw(st.sampled_from(AXIS_ALPHABETS))
+    fresh = draw(st.permutations(alphabet + tuple(n + "2" for n in alphabet)))
+    rename = dict(zip(mesh.axis_names, fresh))
+    new = type(mesh)(mesh.axis_sizes, tuple(rename[n] for n in mesh.axis_names),
+                     *(() if isinstance(mesh, AbstractMesh) else (mesh.devices,)),
+                     mesh.axis_types)
+    return _with_mesh(s, new, _rename_spec(spec, rename))
+
+
+def _rewrite_trailing_none(draw: Any, s: Any, shape: tuple[int, ...]) -> Any:
+    spec = s.spec
+    if len(spec) < len(shape):
+        return _with_mesh(s, s.mesh, P(*spec.partitions, None, unreduced=spec.unreduced,
+                                       reduced=spec.reduced))
+    return None
+
+
+def _rewrite_size1_axis(draw: Any, s: Any, shape: tuple[int, ...]) -> Any:
+    mesh, spec = s.mesh, s.spec
+    if len(mesh.axis_names) >= 6:
+        return None
+    name = next(n for n in ("one", "unit", "single", "solo", "mono", "only", "uno")
+                if n not in mesh.axis_names)
+    at = draw(st.integers(0, len(mesh.axis_names)))
+    sizes = mesh.axis_sizes[:at] + (1,) + mesh.axis_sizes[at:]
+    names = mesh.axis_names[:at] + (name,) + mesh.axis_names[at:]
+    kind = draw(st.sampled_from((AxisType.Auto, AxisType.Explicit)))
+    types = mesh.axis_types[:at] + (kind,) + mesh.axis_types[at:]
+    new = (AbstractMesh(sizes, names, types) if isinstance(mesh, AbstractMesh)
+           else Mesh(sizes, names, mesh.devices, types))
+    parts = list(spec.partitions)
+    free = [i for i, e in enumerate(parts) if e is None]
+    if free and draw(st.booleans()):
+        parts[draw(st.sampled_from(free))] = name
+    return _with_mesh(s, new, P(*parts, unreduced=spec.unreduced, reduced=spec.reduced))
+
+
+def _rewrite_gspmd(draw: Any, s: Any, shape: tuple[int, ...]) -> Any:
+    if isinstance(s.mesh, Mesh):
+        return GSPMDSharding(s.mesh.devices, to_hlo(s, len(shape)), memory_kind=s.memory_kind)
+    return None
+
+
+def _rewrite_single(draw: Any, s: Any, shape: tuple[int, ...]) -> Any:
+    if isinstance(s.mesh, Mesh) and s.mesh.size == 1:
+        return SingleDeviceSharding(s.mesh.devices[0], memory_kind=s.memory_kind)
+    return None
+
+
+def _rewrite_reversed(draw: Any, s: Any, shape: tuple[int, ...]) -> Any:
+    mesh = s.mesh
+    if not isinstance(mesh, Mesh):
+        return None
+    flipped = DeviceList.of_ids(tuple(reversed(mesh.devices.id_tuple())),
+                                platform=mesh.platform)
+    keep = draw(st.booleans())
+    new = Mesh(mesh.axis_sizes, mesh.axis_names, flipped, mesh.axis_types)
+    return _with_mesh(s, new, None if keep else P())
+
+
+def _rewrite_reorder_tuple(draw: Any, s: Any, shape: tuple[int, ...]) -> Any:
+    spec = s.spec
+    parts = list(spec.partitions)
+    tuples = [i for i, e in enumerate(parts) if isinstance(e, tuple)]
+    if not tuples:
+        return None
+    i = draw(st.sampled_from(tuples))
+    parts[i] = tuple(draw(st.permutations(parts[i])))
+    return _with_mesh(s, s.mesh, P(*parts, unreduced=spec.unreduced, reduced=spec.reduced))
+
+
+def _rewrite_transpose_mesh(draw: Any, s: Any, shape: tuple[int, ...]) -> Any:
+    if not isinstance(s.mesh, Mesh):
+        return None
+    perm = tuple(draw(st.permutations(range(len(s.mesh.axis_names)))))
+    return _with_mesh(s, _reorder_mesh(s.mesh, perm))
+
+
+def _rewrite_retype(draw: Any, s: Any, shape: tuple[int, ...]) -> Any:
+    mesh, spec = s.mesh, s.spec
+    pinned = spec.unreduced | spec.reduced
+    types = []
+    for n, t in zip(mesh.axis_names, mesh.axis_types):
+        if t is AxisType.Manual or n in pinned:
+            types.append(t)
+        else:
+            types.append(draw(st.sampled_from((AxisType.Auto, AxisType.Explicit))))
+    if UNCONSTRAINED in spec.partitions and AxisType.Auto not in types:
+        types = list(mesh.axis_types)
+    new = (AbstractMesh(mesh.axis_sizes, mesh.axis_names, types)
+           if isinstance(mesh, AbstractMesh)
+           else Mesh(mesh.axis_sizes, mesh.axis_names, mesh.devices, types))
+    return _with_mesh(s, new)
+
+
+# Each of _NAMED_REWRITES: a rewrite of a NamedSharding, or None where it does not apply.
+_NAMED_REWRITE = {
+    "rename": _rewrite_rename, "trailing_none": _rewrite_trailing_none,
+    "size1_axis": _rewrite_size1_axis, "gspmd": _rewrite_gspmd, "single": _rewrite_single,
+    "reversed": _rewrite_reversed, "reorder_tuple": _rewrite_reorder_tuple,
+    "transpose_mesh": _rewrite_transpose_mesh, "retype": _rewrite_retype,
+}
 
 
 @st.composite
@@ -599,15 +654,15 @@ def _named(sizes: tuple[int, ...] = (2, 2), spec: PartitionSpec = P("x"),
 
 
 def _fixed_bad_values() -> list[BadValue]:
-    from shardlaw.spec import (
-        box_of, check_rank, devices_indices_map, hlo_text, jax_equivalent, num_devices,
-        placement_equivalent, replica_id, shard_shape,
-    )
+    """Invalid values, one or more per refusing rule of the values and the placement core."""
     m22 = Mesh.iota((2, 2), ("x", "y"))
     s = NamedSharding(m22, P("x"))
-    abstract = NamedSharding(AbstractMesh((2, 2), ("x", "y")), P("x"))
-    manual = NamedSharding(Mesh.iota((2, 2), ("x", "y"), (AxisType.Auto, AxisType.Manual)),
-                           P("x"))
+    return (_bad_values(m22, s) + _bad_devices_and_specs(m22, s) + _bad_hlo_values()
+            + _bad_placements(m22, s))
+
+
+def _bad_values(m22: Any, s: Any) -> list[BadValue]:
+    from shardlaw.spec import check_rank, shard_shape
     bv = BadValue
     return [
         # VAL-1: dimensions are non-negative integers
@@ -641,6 +696,13 @@ def _fixed_bad_values() -> list[BadValue]:
         bv("device list too long", lambda: Mesh((2,), ("x",), range(3)), "VAL-4", "3"),
         bv("too many axis types",
            lambda: AbstractMesh((2,), ("x",), (AxisType.Auto, AxisType.Auto)), "VAL-4", "('x',)"),
+    ]
+
+
+def _bad_devices_and_specs(m22: Any, s: Any) -> list[BadValue]:
+    from shardlaw.spec import jax_equivalent, num_devices, shard_shape
+    bv = BadValue
+    return [
         # VAL-5: devices
         bv("duplicate device ids", lambda: Mesh((2,), ("x",), [0, 0]), "VAL-5", "0"),
         bv("duplicate devices", lambda: DeviceList([Device(1), Device(1)]), "VAL-5", "1"),
@@ -675,6 +737,13 @@ def _fixed_bad_values() -> list[BadValue]:
            "'sharding'"),
         bv("device count of None", lambda: num_devices(None), "VAL-8", "None"),
         bv("equivalence with None", lambda: jax_equivalent(s, None, 1), "VAL-8", "None"),
+    ]
+
+
+def _bad_hlo_values() -> list[BadValue]:
+    from shardlaw.spec import hlo_text
+    bv = BadValue
+    return [
         # HLO-1: tile assignments
         bv("assignment too short", lambda: tiled((2, 2), (0, 1, 2)), "HLO-1", "(2, 2)"),
         bv("assignment repeats", lambda: tiled((2,), (0, 0)), "HLO-1", "(2,)"),
@@ -707,6 +776,19 @@ def _fixed_bad_values() -> list[BadValue]:
         bv("printing a non-HLO", lambda: hlo_text("{replicated}"), "HLO-2", "{replicated}"),
         bv("GSPMD from bad text", lambda: GSPMDSharding(range(2), "{devices=[2]0}"), "HLO-2",
            "{devices=[2]0}"),
+    ]
+
+
+def _bad_placements(m22: Any, s: Any) -> list[BadValue]:
+    from shardlaw.spec import (
+        box_of, check_rank, devices_indices_map, num_devices, placement_equivalent, replica_id,
+        shard_shape,
+    )
+    abstract = NamedSharding(AbstractMesh((2, 2), ("x", "y")), P("x"))
+    manual = NamedSharding(Mesh.iota((2, 2), ("x", "y"), (AxisType.Auto, AxisType.Manual)),
+                           P("x"))
+    bv = BadValue
+    return [
         # NS-1 .. NS-5: a spec against its mesh, a sharding against a rank
         bv("unknown axis", lambda: NamedSharding(m22, P("z")), "NS-1", "'z'"),
         bv("axis used twice", lambda: NamedSharding(m22, P("x", "x")), "NS-2", "'x'"),
