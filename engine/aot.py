@@ -33,36 +33,64 @@ __all__ = ["Methods", "Traced", "Lowered", "Compiled", "Explanation"]
 # --------------------------------------------------------------------------- explanation
 
 @dataclasses.dataclass(frozen=True)
+class Refusal:
+    """Why the engine refused a call, as an :class:`Explanation` carries it: the rule, the
+    built-in type's name and the class JAX raises, the message, the argument or result it
+    is about, and the stage."""
+
+    rule: str
+    stage: str | None
+    path: str | None
+    error_type: str
+    jax_error: str | None
+    message: str
+
+    @classmethod
+    def of(cls, error: EngineRejection) -> "Refusal":
+        return cls(error.rule, error.stage, error.path, error.error_type.__name__,
+                   error.jax_error, str(error))
+
+
+def _refusal_field(name: str) -> property:
+    """The refusal's ``name`` read through the explanation (None when it was accepted)."""
+    return property(lambda self: None if self.refusal is None else getattr(self.refusal, name),
+                    doc=f"The refusal's ``{name}`` (None when the call was accepted).")
+
+
+@dataclasses.dataclass(frozen=True)
 class Explanation:
     """What the engine does with a call: the verdict and the rules that decided it.
 
-    Accepted: ``in_shardings`` (one per flat dynamic input, as the program gets them;
-    UNSPECIFIED where the compiler chooses), ``out_shardings`` (as the results come back,
-    the compiler's choices included), ``device_assignment`` (device ids), ``kept_inputs``,
-    ``out_committed``, ``transfers`` (inputs moved before running) and ``executable``
-    (compiled for this signature, or shared with a placement-equal signature). Rejected:
-    ``rule``, ``error_type`` (the built-in type's name), ``jax_error``, ``message``, ``path``,
-    ``stage``. Both: ``trace``, the rules that fired, in order.
+    Accepted: ``num_devices`` and ``device_assignment`` (device ids), ``executable``
+    (compiled for this signature, or shared with a placement-equal signature); per flat dynamic
+    input ``in_paths`` and ``in_shardings`` (as the program gets them; UNSPECIFIED where the
+    compiler chooses), ``kept_inputs``, ``transfers`` (inputs moved before running); per
+    result ``out_paths``, ``out_shardings`` (as the results come back, the compiler's choices
+    included) and ``out_committed``. Rejected: ``refusal``, whose ``rule``, ``error_type``
+    (the built-in type's name), ``jax_error``, ``message``, ``path`` and ``stage`` read
+    through the explanation too. Both: ``trace``, the rules that fired, in order.
     """
 
     accepted: bool
     trace: tuple[str, ...] = ()
+    num_devices: int = 0
+    device_assignment: tuple[int, ...] | None = None
+    executable: str = ""
     in_paths: tuple[str, ...] = ()
     in_shardings: tuple = ()
+    kept_inputs: tuple[int, ...] = ()
+    transfers: tuple[str, ...] = ()
     out_paths: tuple[str, ...] = ()
     out_shardings: tuple = ()
-    device_assignment: tuple[int, ...] | None = None
-    num_devices: int = 0
-    kept_inputs: tuple[int, ...] = ()
     out_committed: tuple[bool, ...] = ()
-    transfers: tuple[str, ...] = ()
-    executable: str = ""
-    rule: str | None = None
-    error_type: str | None = None
-    jax_error: str | None = None
-    message: str | None = None
-    path: str | None = None
-    stage: str | None = None
+    refusal: Refusal | None = None
+
+    rule = _refusal_field("rule")
+    error_type = _refusal_field("error_type")
+    jax_error = _refusal_field("jax_error")
+    message = _refusal_field("message")
+    path = _refusal_field("path")
+    stage = _refusal_field("stage")
 
     @classmethod
     def of_plan(cls, plan: Any) -> "Explanation":
@@ -72,15 +100,17 @@ class Explanation:
             executable = "compiled for this signature"
         else:
             executable = "shared with a placement-equal signature compiled before"
-        return cls(True, plan.fired, plan.in_paths, plan.in_shardings, plan.out_paths,
-                   plan.out_shardings, tuple(d.id for d in plan.device_assignment),
-                   plan.num_devices, plan.kept, plan.out_committed, plan.transfers, executable)
+        return cls(True, plan.fired, num_devices=plan.num_devices,
+                   device_assignment=tuple(d.id for d in plan.device_assignment),
+                   executable=executable,
+                   in_paths=plan.in_paths, in_shardings=plan.in_shardings,
+                   kept_inputs=plan.kept, transfers=plan.transfers, out_paths=plan.out_paths,
+                   out_shardings=plan.out_shardings, out_committed=plan.out_committed)
 
     @classmethod
     def of_rejection(cls, error: EngineRejection, fired: tuple[str, ...] = ()) -> "Explanation":
-        return cls(False, tuple(fired) or tuple(getattr(error, "fired", ())), rule=error.rule,
-                   error_type=error.error_type.__name__, jax_error=error.jax_error,
-                   message=str(error), path=error.path, stage=error.stage)
+        return cls(False, tuple(fired) or tuple(getattr(error, "fired", ())),
+                   refusal=Refusal.of(error))
 
     def __str__(self) -> str:
         if not self.accepted:

@@ -39,15 +39,14 @@ __all__ = [
     "device_list", "array_over", "fastpath_data", "reflatten_for_dispatch",
 ]
 
-# JAX's own jit, whatever the name ``jax.jit`` is bound to later (install(), or by hand).
-JAX_JIT = _api.jit
-JAX_EVAL_SHAPE = _api.eval_shape
-Tracer = _core.Tracer
+# JAX's own jit and eval_shape, whatever the names ``jax.jit`` and ``jax.eval_shape`` are
+# bound to later (install(), or by hand).
+JAX_JIT, JAX_EVAL_SHAPE = _api.jit, _api.eval_shape
+# JAX's types the engine tells values and errors apart by.
+Tracer, ShapedArray, GSPMDSharding = _core.Tracer, _core.ShapedArray, _sharding_impls.GSPMDSharding
 JaxRuntimeError = _jax.JaxRuntimeError
-ShapedArray = _core.ShapedArray
-trace_state_clean = _core.trace_state_clean
-fun_name = _util.fun_name
-GSPMDSharding = _sharding_impls.GSPMDSharding
+# Whether no transformation is tracing now; a function's name as JAX writes it.
+trace_state_clean, fun_name = _core.trace_state_clean, _util.fun_name
 
 
 def make_dispatcher(name: str, fun: Callable, cache_miss: Callable,

@@ -10,6 +10,7 @@ objects.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Sequence
 
 import jax
@@ -221,42 +222,50 @@ def default_assignment() -> tuple:
 @rule("DA-1")
 def device_assignment(sources: Sequence[Source], context: Any) -> tuple[tuple | None, int]:
     """Every concrete sharding of the kept inputs and of the results lists the same devices in the same order — the context mesh's when one is set; that list is the device assignment."""
-    abstract = context if isinstance(context, AbstractMesh) else None
-    abstract_what = "context mesh"
-    any_concrete = isinstance(context, Mesh)
-    first: tuple[tuple, str] | None = None
-    context_devices = tuple(context.devices.flat) if isinstance(context, Mesh) else None
+    # What every concrete sharding is held to: the context mesh's devices; the context's
+    # size when it is abstract; else the devices of the first concrete sharding.
+    reference: tuple[str, Any] | None = None
+    if isinstance(context, Mesh):
+        reference = ("context mesh", tuple(context.devices.flat))
+    elif isinstance(context, AbstractMesh):
+        reference = ("context mesh", context.size)
+    # The abstract mesh seen last (the context's at first), which the next one must match.
+    sized: tuple[AbstractMesh, str] | None = (
+        (context, "context mesh") if isinstance(context, AbstractMesh) else None)
+    first_devices: tuple | None = None
     for source in sources:
         s = source.sharding
         if is_abstract(s):
-            check_abstract_size(abstract, abstract_what, s.mesh.size, source.what, source.path)
-            abstract, abstract_what = s.mesh, source.what
+            last, last_what = sized or (None, "")
+            check_abstract_size(last, last_what, s.mesh.size, source.what, source.path)
+            sized = (s.mesh, source.what)
             continue
-        any_concrete = True
         devices = devices_of(s)
-        if first is None:
-            first = (devices, source.what)
-        if context is None:
-            if devices != first[0]:
-                raise _mismatch(first[1], _devices_text(first[0]), source, _devices_text(devices))
-        elif isinstance(context, AbstractMesh):
-            if context.size != len(devices):
-                raise _mismatch("context mesh", f"(any {context.size})", source,
-                                _devices_text(devices))
-        elif devices != context_devices:
-            raise _mismatch("context mesh", _devices_text(context_devices), source,
-                            _devices_text(devices))
-    if first is None and context_devices is not None:
-        assignment = context_devices
-    elif first is None:
-        assignment = default_assignment()
+        if first_devices is None:
+            first_devices = devices
+            reference = reference or (source.what, devices)
+        _check_held_to(reference, devices, source)
+    if first_devices is not None:
+        assignment = first_devices
+    elif isinstance(context, Mesh):
+        assignment = reference[1]
     else:
-        assignment = first[0]
-    if any_concrete and abstract is not None:
-        check_abstract_size(abstract, abstract_what, len(assignment), "device assignment", None)
-    if any_concrete or abstract is None:
-        return assignment, len(assignment)
-    return None, abstract.size
+        assignment = default_assignment()
+        if sized is not None:
+            return None, sized[0].size    # only abstract meshes: no devices yet
+    if sized is not None:
+        check_abstract_size(sized[0], sized[1], len(assignment), "device assignment", None)
+    return assignment, len(assignment)
+
+
+def _check_held_to(reference: Any, devices: tuple, source: Source) -> None:
+    """DA-1 for one concrete sharding against what the call's shardings are held to."""
+    whose, want = reference
+    if isinstance(want, int):
+        if want != len(devices):
+            raise _mismatch(whose, f"(any {want})", source, _devices_text(devices))
+    elif want != devices:
+        raise _mismatch(whose, _devices_text(want), source, _devices_text(devices))
 
 
 @rule("DA-4")
@@ -323,9 +332,9 @@ def check_iota_tiles(sharding: Any, path: str) -> None:
 def results_committed(context: Any, count: int, kept_shardings: Sequence[Any],
                       out_shardings: Sequence[Any]) -> bool:
     """The results come back committed when a context mesh is set, the program spans more than one device, or any kept input or result has a sharding jit did not leave open."""
-    return bool(context is not None or count > 1
-                or any(s is not UNSPECIFIED for s in kept_shardings)
-                or any(s is not UNSPECIFIED for s in out_shardings))
+    if context is not None or count > 1:
+        return True
+    return any(s is not UNSPECIFIED for s in itertools.chain(kept_shardings, out_shardings))
 
 
 def moves(item: Input, target: Any) -> bool:

@@ -34,17 +34,24 @@ The engine's own rule IDs, for input beyond the jit-call semantics:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from shardlaw.rule_index import LEFT_TO_JAX, stage_of
 
 __all__ = ["EngineRejection", "reject", "rejection_class", "stage_of", "LEFT_TO_JAX", "rule",
            "recording", "note"]
 
-_FIRED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
-    "shardlaw_engine_fired", default=None)
+
+def _nowhere(rule_id: str) -> None:
+    """Where a fired rule's ID goes while nothing is recording."""
+
+
+# Where the ID of a rule that fires is written: a recording's list (its append), or nowhere.
+_WRITE_FIRED: contextvars.ContextVar[Callable[[str], None]] = contextvars.ContextVar(
+    "shardlaw_engine_fired", default=_nowhere)
 
 
 def rule(rule_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -53,9 +60,7 @@ def rule(rule_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def mark(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def fire(*args: Any, **kwargs: Any) -> Any:
-            fired = _FIRED.get()
-            if fired is not None:
-                fired.append(rule_id)
+            _WRITE_FIRED.get()(rule_id)
             return function(*args, **kwargs)
 
         fire.rule_id = rule_id  # type: ignore[attr-defined]
@@ -66,21 +71,18 @@ def rule(rule_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 def note(rule_id: str) -> None:
     """Record that ``rule_id`` fired (for decisions made inline)."""
-    fired = _FIRED.get()
-    if fired is not None:
-        fired.append(rule_id)
+    _WRITE_FIRED.get()(rule_id)
 
 
-class recording:
+@contextlib.contextmanager
+def recording() -> Iterator[list[str]]:
     """Record, in order, the IDs of the rules that fire inside a ``with`` block."""
-
-    def __enter__(self) -> list[str]:
-        self._fired: list[str] = []
-        self._token = _FIRED.set(self._fired)
-        return self._fired
-
-    def __exit__(self, *exc: object) -> None:
-        _FIRED.reset(self._token)
+    fired: list[str] = []
+    writing = _WRITE_FIRED.set(fired.append)
+    try:
+        yield fired
+    finally:
+        _WRITE_FIRED.reset(writing)
 
 # The stage at which JAX raises each rule's rejections, and the rules the engine leaves to
 # JAX on purpose (no engine code decides them; JAX's own code does, and what it decides or

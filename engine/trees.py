@@ -261,21 +261,29 @@ def match_in_shardings(in_shardings: Any, positional: tuple) -> list[Any]:
     matched, found = _per_leaf(in_shardings, full)
     if matched is not None:
         return matched
-    count = len(positional)
-    if type(in_shardings) is not tuple:
-        detail = f"it is a {type(in_shardings).__name__}, not a tuple of {count} entries"
-    elif len(in_shardings) != count:
-        detail = f"it is a tuple of length {len(in_shardings)} for {count} positional argument(s)"
-    else:
-        detail = found
-    hint = ""
-    if count == 1 and _mismatch(_prefix_structure((in_shardings,))[1], full, "") is None:
-        hint = (" It looks like in_shardings should be wrapped in a singleton tuple: "
-                f"({in_shardings!r},).")
     empty = _is_empty_container(in_shardings)
     raise reject("TREE-1", AssertionError if empty else ValueError,
                  "in_shardings must be a tree prefix of the positional arguments: "
-                 f"{detail}{hint}", jax_error="AssertionError" if empty else None)
+                 + _not_a_prefix_of_the_arguments(in_shardings, full, len(positional), found),
+                 jax_error="AssertionError" if empty else None)
+
+
+def _not_a_prefix_of_the_arguments(in_shardings: Any, full: Any, count: int,
+                                   found: str | None) -> str:
+    """Where in_shardings parts from the positional arguments: at the top (its kind or its
+    length), or inside an entry (``found``); and the fix when wrapping it would do."""
+    top_fits = type(in_shardings) is tuple and len(in_shardings) == count
+    if top_fits:
+        words = str(found)
+    elif type(in_shardings) is tuple:
+        words = (f"it is a tuple of length {len(in_shardings)} for {count} positional "
+                 "argument(s)")
+    else:
+        words = f"it is a {type(in_shardings).__name__}, not a tuple of {count} entries"
+    if count != 1 or _mismatch(_prefix_structure((in_shardings,))[1], full, "") is not None:
+        return words
+    return (f"{words}. It looks like in_shardings should be wrapped in a singleton tuple: "
+            f"({in_shardings!r},).")
 
 
 def _is_empty_container(tree: Any) -> bool:
