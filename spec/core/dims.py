@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from typing import Any, ClassVar, Iterable
+from typing import Any, Iterable
 
 from .rules import Failure, Rejection, reject, require, rule
 
@@ -30,58 +30,45 @@ MAX_RANK = 65_536
 
 
 @dataclasses.dataclass(frozen=True)
-class NotAnInteger(Failure):
-    rule: ClassVar[str] = "VAL-1"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{what} must be integers, got {value!r} ({kind})"
+class NotAnInteger(Failure, rule="VAL-1", error=TypeError):
+    template = "{what} must be integers, got {value!r} ({kind})"
     what: str
     value: Any
     kind: str
 
 
 @dataclasses.dataclass(frozen=True)
-class NegativeSize(Failure):
-    rule: ClassVar[str] = "VAL-1"
-
+class NegativeSize(Failure, rule="VAL-1"):
     @property
     def least(self) -> str:
         return "positive" if self.what == "mesh axis sizes" else "non-negative"
 
-    template: ClassVar[str] = "{what} must be {least}, got {value} in {dims}"
+    template = "{what} must be {least}, got {value} in {dims}"
     what: str
     value: int
     dims: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class TooLarge(Failure):
-    rule: ClassVar[str] = "VAL-1"
-    error_type: ClassVar[type[Exception]] = OverflowError
-    jax_error: ClassVar[str] = "OverflowError"
-    template: ClassVar[str] = ("{what} must be at most 2**63 - 1 (XLA's int64), got {value} "
-                               "in {dims}")
+class TooLarge(Failure, rule="VAL-1", error=OverflowError):
+    template = "{what} must be at most 2**63 - 1 (XLA's int64), got {value} in {dims}"
     what: str
     value: int
     dims: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class RankTooLarge(Failure):
-    rule: ClassVar[str] = "VAL-1"
-    error_type: ClassVar[type[Exception]] = OverflowError
-    jax_error: ClassVar[str] = "OverflowError"
-    template: ClassVar[str] = ("{what} must be at most {limit:,} (the largest rank the spec "
-                               "describes), got {value:,}")
+class RankTooLarge(Failure, rule="VAL-1", error=OverflowError):
+    template = ("{what} must be at most {limit:,} (the largest rank the spec "
+                "describes), got {value:,}")
     what: str
     value: int
     limit: int
 
 
 @dataclasses.dataclass(frozen=True)
-class NotAPermutation(Failure):
-    rule: ClassVar[str] = "VAL-2"
-    template: ClassVar[str] = "{perm} is not a permutation of 0..{last}"
+class NotAPermutation(Failure, rule="VAL-2"):
+    template = "{perm} is not a permutation of 0..{last}"
     perm: tuple
     last: int
 

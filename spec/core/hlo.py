@@ -27,7 +27,7 @@ import enum
 import math
 import operator
 import re
-from typing import Any, ClassVar, Iterable, Union
+from typing import Any, Iterable, Union
 
 from .iota import (
     Iota, compose_digits, iota_digits, iota_from_digits, split_digits, unravel,
@@ -58,27 +58,23 @@ _SUBGROUP_ORDER = {SubgroupType.MANUAL: 0, SubgroupType.UNREDUCED: 1, SubgroupTy
 
 
 @dataclasses.dataclass(frozen=True)
-class MalformedHlo(Failure):
-    rule: ClassVar[str] = "HLO-2"
-    template: ClassVar[str] = "cannot read HLO sharding {text!r}: {problem}"
+class MalformedHlo(Failure, rule="HLO-2"):
+    template = "cannot read HLO sharding {text!r}: {problem}"
     text: str
     problem: str
 
 
 @dataclasses.dataclass(frozen=True)
-class NotHloInput(MalformedHlo):
+class NotHloInput(MalformedHlo, error=TypeError):
     # XLA's bindings (HloSharding.from_string, HloSharding.__repr__) refuse an argument of
     # the wrong type with TypeError, before reading anything.
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{problem}, got {text!r} ({kind})"
+    template = "{problem}, got {text!r} ({kind})"
     kind: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
-class BadTileAssignment(Failure):
-    rule: ClassVar[str] = "HLO-1"
-    template: ClassVar[str] = "tile assignment of shape {dims} is invalid: {problem}"
+class BadTileAssignment(Failure, rule="HLO-1"):
+    template = "tile assignment of shape {dims} is invalid: {problem}"
     dims: tuple
     problem: str
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from .dims import check_count, check_dims, check_perm, is_int, suffix_products
 from .rules import Failure, reject
@@ -67,19 +67,17 @@ def _canonical(dims: tuple[int, ...], perm: tuple[int, ...]) -> tuple[tuple[int,
 
 
 @dataclasses.dataclass(frozen=True)
-class ValueNotInOrder(Failure):
-    rule: ClassVar[str] = "VAL-2"
-    template: ClassVar[str] = "{what} {number} is not in an iota order of {size} entries"
+class ValueNotInOrder(Failure, rule="VAL-2"):
+    template = "{what} {number} is not in an iota order of {size} entries"
     what: str
     number: int
     size: int
 
 
 @dataclasses.dataclass(frozen=True)
-class PositionNotInOrder(ValueNotInOrder):
+class PositionNotInOrder(ValueNotInOrder, error=IndexError):
     # Indexing past the end is an IndexError, as for any sequence.
-    error_type: ClassVar[type[Exception]] = IndexError
-    jax_error: ClassVar[str] = "IndexError"
+    pass
 
 
 def _whole(value: Any, what: str) -> int:

@@ -244,11 +244,30 @@ def fired() -> list[str] | None:
 class Failure:
     """Why a rule rejected its input: the rule's ID and the facts, no words.
 
-    Subclasses set ``rule`` (the ID of the rule that fails), ``error_type`` (the built-in
-    exception type JAX raises for the same input), ``jax_error`` (the name of the exception
-    class JAX raises, which may be a subclass of ``error_type`` such as ``IndivisibleError``)
-    and ``template``, a message written with the failure's field names; ``hint`` is an
-    optional suggestion of the fix.
+    A failure class is a frozen dataclass whose fields are the facts. Its class keywords
+    say which rule fails and what JAX raises: ``rule``, the rule's ID; ``error``, the
+    built-in exception type JAX raises for the same input (read as ``error_type``); and
+    ``jax_error``, the name of the exception class JAX raises, which may be a subclass of
+    ``error`` such as ``IndivisibleError``. A keyword not given is inherited (from here:
+    ValueError), except that ``error`` without ``jax_error`` makes ``jax_error`` the
+    error's own name. Two plain class attributes, not fields, put it into words:
+    ``template``, a message written with the field names, and ``hint``, an optional
+    suggestion of the fix.
+
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Uneven(Failure, rule="SPEC-0", jax_error="IndivisibleError"):
+    ...     template = "{size} is not a multiple of {ways}"
+    ...     size: int
+    ...     ways: int
+    >>> Uneven.rule, Uneven.error_type, Uneven.jax_error
+    ('SPEC-0', <class 'ValueError'>, 'IndivisibleError')
+    >>> explain(Uneven(6, 4))
+    '[SPEC-0]: 6 is not a multiple of 4'
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Unknown(Uneven, error=KeyError):
+    ...     pass
+    >>> Unknown.rule, Unknown.error_type, Unknown.jax_error
+    ('SPEC-0', <class 'KeyError'>, 'KeyError')
     """
 
     rule: ClassVar[str] = "SPEC-0"
@@ -257,19 +276,33 @@ class Failure:
     template: ClassVar[str] = ""
     hint: ClassVar[str] = ""
 
+    def __init_subclass__(cls, *, rule: str | None = None,
+                          error: type[Exception] | None = None, jax_error: str | None = None,
+                          **keywords: Any) -> None:
+        super().__init_subclass__(**keywords)
+        if error is not None:
+            if not (isinstance(error, type) and issubclass(error, Exception)):
+                raise TypeError(f"{cls.__qualname__}: error={error!r} is not an exception class")
+            jax_error = error.__name__ if jax_error is None else jax_error
+        given = {"rule": rule, "error_type": error, "jax_error": jax_error}
+        for name, value in given.items():
+            if value is not None:
+                if name in vars(cls):
+                    raise TypeError(f"{cls.__qualname__} sets {name} in its body and by a "
+                                    "class keyword")
+                setattr(cls, name, value)
+
     def facts(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclasses.dataclass(frozen=True)
-class IllFormedParameter(Failure):
+class IllFormedParameter(Failure, error=TypeError):
     """A parameter of a spec function that is not what it must be: the failure of each
     family's "the parameters are well-formed" rule (ARG-0, WSC-0, AD-0, SMAP-0), which
     subclasses it with its rule ID."""
 
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{parameter} must be {expected}, got {value!r}"
+    template = "{parameter} must be {expected}, got {value!r}"
     parameter: str
     expected: str
     value: Any

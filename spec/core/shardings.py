@@ -14,7 +14,7 @@ and :data:`AUTO` (the compiler decides and reports back).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Union
+from typing import Any, Union
 
 from .dims import is_int
 from .hlo import HloSharding, parse_hlo
@@ -33,38 +33,32 @@ __all__ = [
 # --------------------------------------------------------------------------- failures
 
 @dataclasses.dataclass(frozen=True)
-class UnknownAxis(Failure):
-    rule: ClassVar[str] = "NS-1"
-    template: ClassVar[str] = "{spec} names mesh axis {axis!r}, but the mesh has only {names}"
+class UnknownAxis(Failure, rule="NS-1"):
+    template = "{spec} names mesh axis {axis!r}, but the mesh has only {names}"
     spec: PartitionSpec
     axis: Any
     names: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class AxisUsedTwice(Failure):
-    rule: ClassVar[str] = "NS-2"
-    error_type: ClassVar[type[Exception]] = Exception
-    jax_error: ClassVar[str] = "DuplicateSpecError"
-    template: ClassVar[str] = ("{spec} splits dimensions over mesh axis {axes} more than once; "
-                               "each mesh axis may split at most one dimension")
+class AxisUsedTwice(Failure, rule="NS-2", error=Exception, jax_error="DuplicateSpecError"):
+    template = ("{spec} splits dimensions over mesh axis {axes} more than once; "
+                "each mesh axis may split at most one dimension")
     spec: PartitionSpec
     axes: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class UnconstrainedWithoutAuto(Failure):
-    rule: ClassVar[str] = "NS-3"
-    template: ClassVar[str] = ("{spec} leaves a dimension UNCONSTRAINED, which needs at least one "
-                               "Auto mesh axis; the mesh's axis types are {types}")
+class UnconstrainedWithoutAuto(Failure, rule="NS-3"):
+    template = ("{spec} leaves a dimension UNCONSTRAINED, which needs at least one "
+                "Auto mesh axis; the mesh's axis types are {types}")
     spec: PartitionSpec
     types: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class ReductionAxisInvalid(Failure):
-    rule: ClassVar[str] = "NS-4"
-    template: ClassVar[str] = ("{spec} lists {axis!r} as {kind}, but {problem}")
+class ReductionAxisInvalid(Failure, rule="NS-4"):
+    template = ("{spec} lists {axis!r} as {kind}, but {problem}")
     spec: PartitionSpec
     axis: Any
     kind: str
@@ -72,11 +66,8 @@ class ReductionAxisInvalid(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
-class NotASharding(Failure):
-    rule: ClassVar[str] = "VAL-8"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{what} must be {expected}, got {value!r}"
+class NotASharding(Failure, rule="VAL-8", error=TypeError):
+    template = "{what} must be {expected}, got {value!r}"
     what: str
     expected: str
     value: Any

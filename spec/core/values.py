@@ -12,7 +12,7 @@ import enum
 import functools
 import math
 import operator
-from typing import Any, ClassVar, Iterable, Iterator, Union
+from typing import Any, Iterable, Iterator, Union
 
 # The integer rules every value starts with (VAL-1, VAL-2); check_dims, check_perm and their
 # failures are also read from here by the rule families.
@@ -31,28 +31,22 @@ __all__ = [
 # --------------------------------------------------------------------------- failures
 
 @dataclasses.dataclass(frozen=True)
-class BadAxisName(Failure):
-    rule: ClassVar[str] = "VAL-3"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "mesh axis names must be non-empty strings, got {name!r} in {names}"
+class BadAxisName(Failure, rule="VAL-3", error=TypeError):
+    template = "mesh axis names must be non-empty strings, got {name!r} in {names}"
     name: Any
     names: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class DuplicateAxisName(Failure):
-    rule: ClassVar[str] = "VAL-3"
-    template: ClassVar[str] = "mesh axis names must be distinct, {name!r} appears twice in {names}"
+class DuplicateAxisName(Failure, rule="VAL-3"):
+    template = "mesh axis names must be distinct, {name!r} appears twice in {names}"
     name: str
     names: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class AxisCountMismatch(Failure):
-    rule: ClassVar[str] = "VAL-4"
-    template: ClassVar[str] = ("a mesh needs one {what} per axis: {count} given for the "
-                               "{axes} axes {names}")
+class AxisCountMismatch(Failure, rule="VAL-4"):
+    template = "a mesh needs one {what} per axis: {count} given for the {axes} axes {names}"
     what: str
     count: int
     axes: int
@@ -60,91 +54,69 @@ class AxisCountMismatch(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceCountMismatch(Failure):
-    rule: ClassVar[str] = "VAL-4"
-    template: ClassVar[str] = ("a mesh of shape {shape} holds {needed} devices, but its device "
-                               "list has {given}")
-    hint: ClassVar[str] = "Give exactly one device per mesh position."
+class DeviceCountMismatch(Failure, rule="VAL-4"):
+    template = "a mesh of shape {shape} holds {needed} devices, but its device list has {given}"
+    hint = "Give exactly one device per mesh position."
     shape: tuple
     needed: int
     given: int
 
 
 @dataclasses.dataclass(frozen=True)
-class DuplicateDevice(Failure):
-    rule: ClassVar[str] = "VAL-5"
-    template: ClassVar[str] = "a device list may hold each device once, device {device} appears twice"
+class DuplicateDevice(Failure, rule="VAL-5"):
+    template = "a device list may hold each device once, device {device} appears twice"
     device: int
 
 
 @dataclasses.dataclass(frozen=True)
-class BadDevice(Failure):
-    rule: ClassVar[str] = "VAL-5"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{what} must be {expected}, got {value!r}"
+class BadDevice(Failure, rule="VAL-5", error=TypeError):
+    template = "{what} must be {expected}, got {value!r}"
     what: str
     expected: str
     value: Any
 
 
 @dataclasses.dataclass(frozen=True)
-class PositionOutside(Failure):
-    rule: ClassVar[str] = "VAL-5"
-    error_type: ClassVar[type[Exception]] = IndexError
-    jax_error: ClassVar[str] = "IndexError"
-    template: ClassVar[str] = "position {position} is outside a device list of {length} devices"
+class PositionOutside(Failure, rule="VAL-5", error=IndexError):
+    template = "position {position} is outside a device list of {length} devices"
     position: int
     length: int
 
 
 @dataclasses.dataclass(frozen=True)
-class NoSuchMeshAxis(Failure):
-    rule: ClassVar[str] = "VAL-3"
-    error_type: ClassVar[type[Exception]] = KeyError
-    jax_error: ClassVar[str] = "KeyError"
-    template: ClassVar[str] = "the mesh has no axis {name!r}; its axes are {names}"
+class NoSuchMeshAxis(Failure, rule="VAL-3", error=KeyError):
+    template = "the mesh has no axis {name!r}; its axes are {names}"
     name: Any
     names: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class BadReductionAxes(Failure):
-    rule: ClassVar[str] = "VAL-6"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("a PartitionSpec's {kind} axes are a set of axis names, "
-                               "got {value!r}")
+class BadReductionAxes(Failure, rule="VAL-6", error=TypeError):
+    template = "a PartitionSpec's {kind} axes are a set of axis names, got {value!r}"
     kind: str
     value: Any
 
 
 @dataclasses.dataclass(frozen=True)
-class BadPartitionEntry(Failure):
-    rule: ClassVar[str] = "VAL-6"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("a PartitionSpec entry is None, an axis name, a tuple of axis "
-                               "names or UNCONSTRAINED; entry {index} is {entry!r}")
+class BadPartitionEntry(Failure, rule="VAL-6", error=TypeError):
+    template = ("a PartitionSpec entry is None, an axis name, a tuple of axis "
+                "names or UNCONSTRAINED; entry {index} is {entry!r}")
     index: int
     entry: Any
 
 
 @dataclasses.dataclass(frozen=True)
-class OverlappingReduction(Failure):
-    rule: ClassVar[str] = "VAL-6"
-    template: ClassVar[str] = ("axis {axis!r} is both {first} and {second} in a PartitionSpec; "
-                               "an axis plays one part at a time")
+class OverlappingReduction(Failure, rule="VAL-6"):
+    template = ("axis {axis!r} is both {first} and {second} in a PartitionSpec; "
+                "an axis plays one part at a time")
     axis: str
     first: str
     second: str
 
 
 @dataclasses.dataclass(frozen=True)
-class UnknownMemoryKind(Failure):
-    rule: ClassVar[str] = "VAL-7"
-    template: ClassVar[str] = ("memory kind {kind!r} does not exist on platform {platform!r}; "
-                               "it has {known}")
+class UnknownMemoryKind(Failure, rule="VAL-7"):
+    template = "memory kind {kind!r} does not exist on platform {platform!r}; it has {known}"
     kind: str
     platform: str
     known: tuple

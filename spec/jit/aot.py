@@ -9,7 +9,7 @@ it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Sequence
+from typing import Any, Sequence
 
 from .call import Arg
 from ..placement.equivalence import jax_equivalent
@@ -31,12 +31,9 @@ def _details(items: list[str]) -> tuple[str, str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class AotStructureMismatch(Failure):
-    rule: ClassVar[str] = "AOT-1"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("the executable was compiled for arguments shaped as {compiled}, "
-                               "but is called with {called}")
+class AotStructureMismatch(Failure, rule="AOT-1", error=TypeError):
+    template = ("the executable was compiled for arguments shaped as {compiled}, "
+                "but is called with {called}")
     compiled: str
     called: str
 
@@ -56,13 +53,10 @@ def check_aot_structure(compiled: Node, called: Node) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class AotTypeMismatch(Failure):
-    rule: ClassVar[str] = "AOT-2"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("{count} argument(s) differ from the types the executable was "
-                               "compiled for; {shown}: {details}")
-    hint: ClassVar[str] = "Lower and compile again for the new types, or cast the arguments."
+class AotTypeMismatch(Failure, rule="AOT-2", error=TypeError):
+    template = ("{count} argument(s) differ from the types the executable was "
+                "compiled for; {shown}: {details}")
+    hint = "Lower and compile again for the new types, or cast the arguments."
     count: int
     shown: str
     details: str
@@ -86,12 +80,11 @@ def check_aot_types(compiled: Sequence[tuple[str, Arg]], called: Sequence[Arg]) 
 
 
 @dataclasses.dataclass(frozen=True)
-class AotShardingMismatch(Failure):
-    rule: ClassVar[str] = "AOT-3"
-    template: ClassVar[str] = ("{count} committed argument(s) are {how} otherwise than the "
-                               "executable was compiled for; {shown}: {details}")
-    hint: ClassVar[str] = ("jax.device_put each one to the executable's {formats} first, "
-                           "or compile again for these {what}.")
+class AotShardingMismatch(Failure, rule="AOT-3"):
+    template = ("{count} committed argument(s) are {how} otherwise than the "
+                "executable was compiled for; {shown}: {details}")
+    hint = ("jax.device_put each one to the executable's {formats} first, "
+            "or compile again for these {what}.")
     count: int
     shown: str
     details: str

@@ -11,7 +11,7 @@ failure is written right above it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..core.hlo import Replicated, Tiled
 from ..core.iota import Iota
@@ -46,13 +46,12 @@ def _ids(sharding: Any) -> DeviceList:
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceAssignmentMismatch(Failure):
-    rule: ClassVar[str] = "DA-1"
-    template: ClassVar[str] = ("jit needs one device assignment for the whole program, but the "
-                               "{first} is on devices {first_devices} and the {second} is on "
-                               "devices {second_devices}")
-    hint: ClassVar[str] = ("Put both on the same devices in the same order (jax.device_put), or "
-                           "build both shardings from one mesh.")
+class DeviceAssignmentMismatch(Failure, rule="DA-1"):
+    template = ("jit needs one device assignment for the whole program, but the "
+                "{first} is on devices {first_devices} and the {second} is on "
+                "devices {second_devices}")
+    hint = ("Put both on the same devices in the same order (jax.device_put), or "
+            "build both shardings from one mesh.")
     first: str
     first_devices: str
     second: str
@@ -126,10 +125,9 @@ def _check_same_devices(ids: DeviceList, source: Source, first: tuple[DeviceList
 
 
 @dataclasses.dataclass(frozen=True)
-class AbstractSizeMismatch(Failure):
-    rule: ClassVar[str] = "DA-2"
-    template: ClassVar[str] = ("the {first} spans {first_size} devices but the {second} spans "
-                               "{second_size}; abstract meshes must match the program's size")
+class AbstractSizeMismatch(Failure, rule="DA-2"):
+    template = ("the {first} spans {first_size} devices but the {second} spans "
+                "{second_size}; abstract meshes must match the program's size")
     first: str
     first_size: int
     second: str
@@ -164,12 +162,11 @@ def default_assignment(default_device: int) -> tuple[int, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class NoConcreteDevices(Failure):
-    rule: ClassVar[str] = "DA-4"
-    template: ClassVar[str] = ("every sharding of the call is over an abstract mesh ({mesh}), so "
-                               "the call has no devices to run on")
-    hint: ClassVar[str] = ("Use a concrete Mesh for at least one sharding or the context mesh, or "
-                           "lower with jit(f).trace(...).lower(lowering_platforms=...).")
+class NoConcreteDevices(Failure, rule="DA-4"):
+    template = ("every sharding of the call is over an abstract mesh ({mesh}), so "
+                "the call has no devices to run on")
+    hint = ("Use a concrete Mesh for at least one sharding or the context mesh, or "
+            "lower with jit(f).trace(...).lower(lowering_platforms=...).")
     mesh: Any
 
 
@@ -202,13 +199,10 @@ def replicate_scalars(shardings: Sequence[Any], ranks: Sequence[int],
 
 
 @dataclasses.dataclass(frozen=True)
-class TileCountMismatch(Failure):
-    rule: ClassVar[str] = "EXE-3"
-    error_type: ClassVar[type[Exception]] = RuntimeError
-    jax_error: ClassVar[str] = "JaxRuntimeError"
-    template: ClassVar[str] = ("the sharding {sharding} names {named} device positions but "
-                               "lists {held} devices; XLA's verifier refuses the program")
-    hint: ClassVar[str] = "Make the tile assignment cover exactly the GSPMDSharding's devices."
+class TileCountMismatch(Failure, rule="EXE-3", error=RuntimeError, jax_error="JaxRuntimeError"):
+    template = ("the sharding {sharding} names {named} device positions but "
+                "lists {held} devices; XLA's verifier refuses the program")
+    hint = "Make the tile assignment cover exactly the GSPMDSharding's devices."
     sharding: Any
     named: int
     held: int
@@ -229,15 +223,12 @@ def check_tile_count(sharding: Any) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class ListedTiles(Failure):
-    rule: ClassVar[str] = "EXE-4"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("the sharding {sharding} lists its tile assignment device by "
-                               "device; JAX lowers GSPMD tilings only when written as an iota "
-                               "order")
-    hint: ClassVar[str] = ("Write the tiles as an iota order (e.g. {{devices=[4,1]<=[4]}}), or "
-                           "use a NamedSharding over a Mesh in that device order.")
+class ListedTiles(Failure, rule="EXE-4", error=TypeError):
+    template = ("the sharding {sharding} lists its tile assignment device by "
+                "device; JAX lowers GSPMD tilings only when written as an iota "
+                "order")
+    hint = ("Write the tiles as an iota order (e.g. {{devices=[4,1]<=[4]}}), or "
+            "use a NamedSharding over a Mesh in that device order.")
     sharding: Any
 
 

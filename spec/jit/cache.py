@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from .call import Arg, Call, Verdict, check_call
 from ..placement.equivalence import hlo_equal, jax_equivalent, placement_equivalent
@@ -111,40 +111,29 @@ class CallSite:
 
 
 @dataclasses.dataclass(frozen=True)
-class BadSequence(Failure):
-    rule: ClassVar[str] = "CACHE-0"
-    error_type: ClassVar[type[Exception]] = ValueError
-    template: ClassVar[str] = "call {index}: {problem}"
+class BadSequence(Failure, rule="CACHE-0"):
+    template = "call {index}: {problem}"
     index: int
     problem: str
 
 
 @dataclasses.dataclass(frozen=True)
-class NotASequence(Failure):
-    rule: ClassVar[str] = "CACHE-0"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "a call sequence must be an iterable of CallSite values, got {value!r} ({kind})"
+class NotASequence(Failure, rule="CACHE-0", error=TypeError):
+    template = "a call sequence must be an iterable of CallSite values, got {value!r} ({kind})"
     value: Any
     kind: str
 
 
 @dataclasses.dataclass(frozen=True)
-class NotACallSite(Failure):
-    rule: ClassVar[str] = "CACHE-0"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "call {index}: expected a CallSite, got {value!r}"
+class NotACallSite(Failure, rule="CACHE-0", error=TypeError):
+    template = "call {index}: expected a CallSite, got {value!r}"
     index: int
     value: Any
 
 
 @dataclasses.dataclass(frozen=True)
-class NotASiteName(Failure):
-    rule: ClassVar[str] = "CACHE-0"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "a call site's {part} must be a name (a str), got {value!r} ({kind})"
+class NotASiteName(Failure, rule="CACHE-0", error=TypeError):
+    template = "a call site's {part} must be a name (a str), got {value!r} ({kind})"
     part: str
     value: Any
     kind: str

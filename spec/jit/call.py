@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..core.hlo import HloSharding
 from .layouts import Layout, split_format
@@ -40,10 +40,8 @@ SHARDING_TYPES = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
 
 @dataclasses.dataclass(frozen=True)
-class BadDescription(Failure):
-    rule: ClassVar[str] = "CALL-0"
-    error_type: ClassVar[type[Exception]] = ValueError
-    template: ClassVar[str] = "{what} must be {expected}, got {value!r}"
+class BadDescription(Failure, rule="CALL-0"):
+    template = "{what} must be {expected}, got {value!r}"
     what: str
     expected: str
     value: Any

@@ -39,20 +39,16 @@ def _is_int(x: Any) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class NotALayout(Failure):
-    rule: ClassVar[str] = "VAL-9"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "a layout's major_to_minor must be a sequence of integers, got {value!r}"
+class NotALayout(Failure, rule="VAL-9", error=TypeError):
+    template = "a layout's major_to_minor must be a sequence of integers, got {value!r}"
     value: Any
 
 
 @dataclasses.dataclass(frozen=True)
-class NotAnOrder(Failure):
-    rule: ClassVar[str] = "VAL-9"
-    template: ClassVar[str] = ("a layout's major_to_minor must order the dimensions 0 .. {top}, "
-                               "each once, got {order}")
-    hint: ClassVar[str] = "Write each dimension once, e.g. Layout((1, 0)) for a 2-D array."
+class NotAnOrder(Failure, rule="VAL-9"):
+    template = ("a layout's major_to_minor must order the dimensions 0 .. {top}, "
+                "each once, got {order}")
+    hint = "Write each dimension once, e.g. Layout((1, 0)) for a 2-D array."
     order: tuple
     top: int
 
@@ -117,11 +113,8 @@ _SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
 
 @dataclasses.dataclass(frozen=True)
-class BadFormatPart(Failure):
-    rule: ClassVar[str] = "VAL-10"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "a Format's {part} must be {expected}, got {value!r}"
+class BadFormatPart(Failure, rule="VAL-10", error=TypeError):
+    template = "a Format's {part} must be {expected}, got {value!r}"
     part: str
     expected: str
     value: Any
@@ -135,12 +128,10 @@ class BadFormatPart(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
-class FormatWithoutSharding(Failure):
-    rule: ClassVar[str] = "VAL-10"
-    template: ClassVar[str] = ("a Format with the concrete layout {layout!r} needs a concrete "
-                               "sharding, got None")
-    hint: ClassVar[str] = ("Pass Format(layout, NamedSharding(mesh, spec)) or "
-                           "Format(layout, SingleDeviceSharding(device)).")
+class FormatWithoutSharding(Failure, rule="VAL-10"):
+    template = "a Format with the concrete layout {layout!r} needs a concrete sharding, got None"
+    hint = ("Pass Format(layout, NamedSharding(mesh, spec)) or "
+            "Format(layout, SingleDeviceSharding(device)).")
     layout: Any
 
 
@@ -204,10 +195,8 @@ def _canonical(layout: Any) -> Any:
 # =========================================================================== the jit rules
 
 @dataclasses.dataclass(frozen=True)
-class LayoutRankMismatch(Failure):
-    rule: ClassVar[str] = "LAY-4"
-    template: ClassVar[str] = ("the layout {layout!r} names {named} dimension(s), but the {what} "
-                               "has shape {shape}")
+class LayoutRankMismatch(Failure, rule="LAY-4"):
+    template = "the layout {layout!r} names {named} dimension(s), but the {what} has shape {shape}"
     layout: Any
     named: int
     what: str
@@ -229,11 +218,10 @@ def check_layout_rank(layout: Any, shape: tuple[int, ...], what: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class LayoutMismatch(Failure):
-    rule: ClassVar[str] = "LAY-1"
-    template: ClassVar[str] = ("in_shardings asks for {wanted}, but the committed "
-                               "array passed here is in {held}; jit does not lay out committed "
-                               "arrays again")
+class LayoutMismatch(Failure, rule="LAY-1"):
+    template = ("in_shardings asks for {wanted}, but the committed "
+                "array passed here is in {held}; jit does not lay out committed "
+                "arrays again")
     wanted: str
     held: str
     auto: bool
@@ -277,12 +265,11 @@ def check_argument_layout(arg: Any, wanted: Any) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class LayoutWithoutDevices(Failure):
-    rule: ClassVar[str] = "LAY-5"
-    template: ClassVar[str] = ("the layout {layout!r} comes with {sharding!r}, a sharding over an "
-                               "abstract mesh; jit needs devices to lay a value out")
-    hint: ClassVar[str] = ("Give the Format a sharding over a concrete Mesh, or leave the layout "
-                           "to the compiler (Layout.AUTO).")
+class LayoutWithoutDevices(Failure, rule="LAY-5"):
+    template = ("the layout {layout!r} comes with {sharding!r}, a sharding over an "
+                "abstract mesh; jit needs devices to lay a value out")
+    hint = ("Give the Format a sharding over a concrete Mesh, or leave the layout "
+            "to the compiler (Layout.AUTO).")
     layout: Any
     sharding: Any
 

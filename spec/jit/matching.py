@@ -8,7 +8,7 @@ result then fits its sharding (FIT-1). Each rule's failure is written right abov
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 from ..placement.blocks import TilesDoNotMatchRank, check_rank, shard_shape
 from ..core.pytree import Node, broadcast_prefix, is_container, prefix_mismatch
@@ -22,9 +22,8 @@ __all__ = ["match_in_shardings", "match_out_shardings", "check_fits"]
 
 
 @dataclasses.dataclass(frozen=True)
-class NotAPrefix(Failure):
-    rule: ClassVar[str] = "TREE-1"
-    template: ClassVar[str] = ("{which} must be a tree prefix of {against}: {detail}")
+class NotAPrefix(Failure, rule="TREE-1"):
+    template = ("{which} must be a tree prefix of {against}: {detail}")
     which: str
     against: str
     detail: str
@@ -36,9 +35,8 @@ class NotAPrefix(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
-class EmptyNotAPrefix(NotAPrefix):
-    error_type: ClassVar[type[Exception]] = AssertionError
-    jax_error: ClassVar[str] = "AssertionError"
+class EmptyNotAPrefix(NotAPrefix, error=AssertionError):
+    pass
 
 
 @rule("TREE-1", mirrors="jax._src.pjit._process_in_axis_resources; "
@@ -92,13 +90,13 @@ def match_in_shardings(in_shardings: Any, positional: Node) -> list[Any]:
 
 
 @dataclasses.dataclass(frozen=True)
-class OutNotAPrefix(NotAPrefix):
-    rule: ClassVar[str] = "TREE-2"
+class OutNotAPrefix(NotAPrefix, rule="TREE-2"):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class EmptyOutNotAPrefix(EmptyNotAPrefix):
-    rule: ClassVar[str] = "TREE-2"
+class EmptyOutNotAPrefix(EmptyNotAPrefix, rule="TREE-2"):
+    pass
 
 
 @rule("TREE-2", mirrors="jax._src.pjit._check_and_canonicalize_out_shardings")
@@ -122,9 +120,8 @@ def match_out_shardings(out_shardings: Any, results: Node) -> list[Any]:
 
 
 @dataclasses.dataclass(frozen=True)
-class DoesNotFit(Failure):
-    rule: ClassVar[str] = "FIT-1"
-    template: ClassVar[str] = "a value of shape {shape} does not fit its sharding: {reason}"
+class DoesNotFit(Failure, rule="FIT-1"):
+    template = "a value of shape {shape} does not fit its sharding: {reason}"
     shape: tuple
     reason: str
     fix: str = ""
@@ -135,14 +132,13 @@ class DoesNotFit(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
-class DoesNotDivide(DoesNotFit):
-    jax_error: ClassVar[str] = "IndivisibleError"
+class DoesNotDivide(DoesNotFit, jax_error="IndivisibleError"):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class TilesDoNotFit(DoesNotFit):
-    error_type: ClassVar[type[Exception]] = AssertionError
-    jax_error: ClassVar[str] = "AssertionError"
+class TilesDoNotFit(DoesNotFit, error=AssertionError):
+    pass
 
 
 @rule("FIT-1", mirrors="jax._src.pjit.pjit_check_aval_sharding")

@@ -9,7 +9,7 @@ failure is written right above it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 from .call import Call, JitOptions
 from .layouts import Format, Layout, is_layout, split_format
@@ -27,9 +27,8 @@ __all__ = ["check_device_options", "check_leaf", "jit_context_mesh", "check_call
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceOptionConflict(Failure):
-    rule: ClassVar[str] = "JIT-1"
-    template: ClassVar[str] = "jit was given {given}; {problem}"
+class DeviceOptionConflict(Failure, rule="JIT-1"):
+    template = "jit was given {given}; {problem}"
     given: str
     problem: str
 
@@ -69,21 +68,16 @@ def leaf_paths(tree: Any, which: str) -> list[tuple[str, Any]]:
 
 
 @dataclasses.dataclass(frozen=True)
-class BadLeaf(Failure):
-    rule: ClassVar[str] = "JIT-2"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("a leaf of {which} must be a Sharding, a PartitionSpec or None, "
-                               "got {leaf!r}")
-    hint: ClassVar[str] = "Wrap mesh axis names in P(...), or pass a NamedSharding."
+class BadLeaf(Failure, rule="JIT-2", error=TypeError):
+    template = "a leaf of {which} must be a Sharding, a PartitionSpec or None, got {leaf!r}"
+    hint = "Wrap mesh axis names in P(...), or pass a NamedSharding."
     which: str
     leaf: Any
 
 
 @dataclasses.dataclass(frozen=True)
-class LeafNotAllowed(Failure):
-    rule: ClassVar[str] = "JIT-2"
-    template: ClassVar[str] = "{which} holds {leaf!r}, but {problem}"
+class LeafNotAllowed(Failure, rule="JIT-2"):
+    template = "{which} holds {leaf!r}, but {problem}"
     which: str
     leaf: Any
     problem: str
@@ -91,7 +85,7 @@ class LeafNotAllowed(Failure):
 
 @dataclasses.dataclass(frozen=True)
 class BareLayout(LeafNotAllowed):
-    hint: ClassVar[str] = "Wrap it with a sharding: Format(layout, sharding)."
+    hint = "Wrap it with a sharding: Format(layout, sharding)."
 
 
 @rule("JIT-2", mirrors="jax._src.pjit._split_layout_and_sharding; "
@@ -152,9 +146,8 @@ def jit_context_mesh(context: Mesh | AbstractMesh | None) -> Mesh | AbstractMesh
 
 
 @dataclasses.dataclass(frozen=True)
-class CallFormConflict(Failure):
-    rule: ClassVar[str] = "JIT-4"
-    template: ClassVar[str] = "{problem}"
+class CallFormConflict(Failure, rule="JIT-4"):
+    template = "{problem}"
     problem: str
     fix: str = ""
 
@@ -189,14 +182,10 @@ def check_call_form(call: Call, context: Mesh | AbstractMesh | None) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class SpecWithoutMesh(Failure):
-    rule: ClassVar[str] = "JIT-3"
-    error_type: ClassVar[type[Exception]] = RuntimeError
-    jax_error: ClassVar[str] = "RuntimeError"
-    template: ClassVar[str] = ("{which} holds the PartitionSpec {spec}, which names mesh axes, "
-                               "but no mesh is set")
-    hint: ClassVar[str] = ("Set one with jax.set_mesh(mesh), or pass NamedSharding(mesh, spec) "
-                           "instead of the bare spec.")
+class SpecWithoutMesh(Failure, rule="JIT-3", error=RuntimeError):
+    template = "{which} holds the PartitionSpec {spec}, which names mesh axes, but no mesh is set"
+    hint = ("Set one with jax.set_mesh(mesh), or pass NamedSharding(mesh, spec) "
+            "instead of the bare spec.")
     which: str
     spec: Any
 

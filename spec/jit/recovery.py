@@ -10,7 +10,7 @@ written right above it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Sequence
+from typing import Any, Sequence
 
 from .call import Arg, Out
 from ..placement.equivalence import jax_equivalent
@@ -58,37 +58,32 @@ def _superdims(assignment: tuple[int, ...] | Iota, hlo: str, mesh: Any) -> list[
 
 
 @dataclasses.dataclass(frozen=True)
-class RecoveryFailed(Failure):
-    rule: ClassVar[str] = "OUT-2"
-    template: ClassVar[str] = ("the compiler placed the result with {hlo}, which cannot be "
-                               "written as a PartitionSpec over the mesh {mesh}: {why}")
+class RecoveryFailed(Failure, rule="OUT-2"):
+    template = ("the compiler placed the result with {hlo}, which cannot be "
+                "written as a PartitionSpec over the mesh {mesh}: {why}")
     hlo: str
     mesh: Any
     why: str
 
 
 @dataclasses.dataclass(frozen=True)
-class RecoveryIndivisible(RecoveryFailed):
-    error_type: ClassVar[type[Exception]] = ValueError
-    jax_error: ClassVar[str] = "IndivisibleError"
+class RecoveryIndivisible(RecoveryFailed, jax_error="IndivisibleError"):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class RecoveryNotImplemented(RecoveryFailed):
-    error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "NotImplementedError"
+class RecoveryNotImplemented(RecoveryFailed, error=NotImplementedError):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class RecoveryLookup(RecoveryFailed):
-    error_type: ClassVar[type[Exception]] = KeyError
-    jax_error: ClassVar[str] = "KeyError"
+class RecoveryLookup(RecoveryFailed, error=KeyError):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class RecoveryAssertion(RecoveryFailed):
-    error_type: ClassVar[type[Exception]] = AssertionError
-    jax_error: ClassVar[str] = "AssertionError"
+class RecoveryAssertion(RecoveryFailed, error=AssertionError):
+    pass
 
 
 def _axis_order(hlo: Tiled, mesh: Any, sizes: dict[str, int], text: str) -> list[str]:

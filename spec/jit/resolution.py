@@ -9,7 +9,7 @@ keeps the inputs the function uses (KEEP-1). Each rule's failure is written righ
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Sequence
+from typing import Any, Sequence
 
 from .assignment import devices_text
 from .call import Arg
@@ -41,13 +41,10 @@ def _arg_sharding(arg: Arg) -> tuple[Any, bool]:
 
 
 @dataclasses.dataclass(frozen=True)
-class UncommittedOnManyDevices(Failure):
-    rule: ClassVar[str] = "RES-1"
-    error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "NotImplementedError"
-    template: ClassVar[str] = ("the argument is an uncommitted array spread over {count} devices "
-                               "({sharding}); jit cannot decide where it belongs")
-    hint: ClassVar[str] = "Commit it with jax.device_put(x, sharding), or give an in_sharding."
+class UncommittedOnManyDevices(Failure, rule="RES-1", error=NotImplementedError):
+    template = ("the argument is an uncommitted array spread over {count} devices "
+                "({sharding}); jit cannot decide where it belongs")
+    hint = "Commit it with jax.device_put(x, sharding), or give an in_sharding."
     sharding: Any
     count: int
 
@@ -70,13 +67,12 @@ def sharding_from_argument(arg: Arg) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class HostArrayNotReplicated(Failure):
-    rule: ClassVar[str] = "RES-2"
-    template: ClassVar[str] = ("a numpy argument of shape {shape} meets the in_sharding "
-                               "{sharding}, which is not fully replicated, in a program of "
-                               "{processes} processes; each process holds only its own numpy data")
-    hint: ClassVar[str] = ("Build a global array first (jax.make_array_from_process_local_data), "
-                           "or give a replicated in_sharding.")
+class HostArrayNotReplicated(Failure, rule="RES-2"):
+    template = ("a numpy argument of shape {shape} meets the in_sharding "
+                "{sharding}, which is not fully replicated, in a program of "
+                "{processes} processes; each process holds only its own numpy data")
+    hint = ("Build a global array first (jax.make_array_from_process_local_data), "
+            "or give a replicated in_sharding.")
     shape: tuple
     sharding: Any
     processes: int
@@ -97,12 +93,11 @@ def check_host_array(arg: Arg, wanted: Any, processes: int) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class MemoryKindMismatch(Failure):
-    rule: ClassVar[str] = "RES-3"
-    template: ClassVar[str] = ("the in_sharding puts the argument in memory kind {wanted!r}, but "
-                               "the argument lives in {held!r}; jit does not move between "
-                               "memory kinds")
-    hint: ClassVar[str] = "Move it first with jax.device_put(x, s.with_memory_kind({wanted!r}))."
+class MemoryKindMismatch(Failure, rule="RES-3"):
+    template = ("the in_sharding puts the argument in memory kind {wanted!r}, but "
+                "the argument lives in {held!r}; jit does not move between "
+                "memory kinds")
+    hint = "Move it first with jax.device_put(x, s.with_memory_kind({wanted!r}))."
     wanted: Any
     held: Any
 
@@ -126,13 +121,12 @@ def check_memory_kinds(arg: Arg, wanted: Any) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class CommittedMismatch(Failure):
-    rule: ClassVar[str] = "RES-4"
-    template: ClassVar[str] = ("the argument is committed to {held} (HLO {held_hlo}), but the "
-                               "in_sharding is {wanted} (HLO {wanted_hlo}); jit does not reshard "
-                               "committed arguments")
-    hint: ClassVar[str] = ("Reshard it first with jax.device_put(x, in_sharding), or leave its "
-                           "in_sharding unspecified.")
+class CommittedMismatch(Failure, rule="RES-4"):
+    template = ("the argument is committed to {held} (HLO {held_hlo}), but the "
+                "in_sharding is {wanted} (HLO {wanted_hlo}); jit does not reshard "
+                "committed arguments")
+    hint = ("Reshard it first with jax.device_put(x, in_sharding), or leave its "
+            "in_sharding unspecified.")
     held: Any
     held_hlo: str
     wanted: Any
@@ -160,14 +154,13 @@ def check_committed(arg: Arg, wanted: Any) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class ReplicaInOtherMemory(Failure):
-    rule: ClassVar[str] = "RES-5"
-    template: ClassVar[str] = ("jit was given device={device}, and the argument is a replicated "
-                               "array on devices {devices} in memory kind {held!r}; JAX reuses its "
-                               "copy on device {device} as it is, and the program wants "
-                               "{wanted!r}")
-    hint: ClassVar[str] = ("Move it first: jax.device_put(x, jax.devices()[{device}]), or drop "
-                           "device= (deprecated).")
+class ReplicaInOtherMemory(Failure, rule="RES-5"):
+    template = ("jit was given device={device}, and the argument is a replicated "
+                "array on devices {devices} in memory kind {held!r}; JAX reuses its "
+                "copy on device {device} as it is, and the program wants "
+                "{wanted!r}")
+    hint = ("Move it first: jax.device_put(x, jax.devices()[{device}]), or drop "
+            "device= (deprecated).")
     device: int
     devices: str
     held: Any

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Iterator
+from typing import Any, Iterator
 
 from ..core.hlo import (
     HloSharding, Manual, Maximal, Replicated, SubgroupType, Tiled, Unreduced, canonical_tiled,
@@ -36,10 +36,9 @@ Shape = tuple[int, ...]
 # --------------------------------------------------------------------------- failures
 
 @dataclasses.dataclass(frozen=True)
-class RankTooSmall(Failure):
-    rule: ClassVar[str] = "NS-5"
-    template: ClassVar[str] = ("{sharding} needs a value of rank at least {needed}, but the value "
-                               "has rank {rank}{extra}")
+class RankTooSmall(Failure, rule="NS-5"):
+    template = ("{sharding} needs a value of rank at least {needed}, but the value "
+                "has rank {rank}{extra}")
     sharding: Any
     needed: int
     rank: int
@@ -47,23 +46,19 @@ class RankTooSmall(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
-class ManualAxisSplits(Failure):
-    rule: ClassVar[str] = "LOW-2"
-    jax_error: ClassVar[str] = "AssertionError"
-    template: ClassVar[str] = ("{sharding} splits a dimension over Manual mesh axis {axes} while "
-                               "mesh axes {left} split nothing; JAX cannot lower that")
-    hint: ClassVar[str] = ("Leave Manual axes out of the PartitionSpec (inside shard_map they are "
-                           "already split), or use every mesh axis in it.")
+class ManualAxisSplits(Failure, rule="LOW-2", jax_error="AssertionError"):
+    template = ("{sharding} splits a dimension over Manual mesh axis {axes} while "
+                "mesh axes {left} split nothing; JAX cannot lower that")
+    hint = ("Leave Manual axes out of the PartitionSpec (inside shard_map they are "
+            "already split), or use every mesh axis in it.")
     sharding: Any
     axes: tuple
     left: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class TilesDoNotMatchRank(Failure):
-    rule: ClassVar[str] = "DIV-1"
-    template: ClassVar[str] = ("{sharding} cuts {tiled} dimensions, but the shape {shape} has "
-                               "{rank}")
+class TilesDoNotMatchRank(Failure, rule="DIV-1"):
+    template = "{sharding} cuts {tiled} dimensions, but the shape {shape} has {rank}"
     sharding: Any
     tiled: int
     rank: int
@@ -71,14 +66,11 @@ class TilesDoNotMatchRank(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
-class Indivisible(Failure):
-    rule: ClassVar[str] = "DIV-1"
-    jax_error: ClassVar[str] = "IndivisibleError"
-    template: ClassVar[str] = ("dimension {dim} of shape {shape} has size {size}, which {sharding} "
-                               "splits {ways} ways; {size} is not a multiple of {ways} "
-                               "(ways per dimension: {tiles})")
-    hint: ClassVar[str] = ("Pad dimension {dim} to a multiple of {ways}, or split it over fewer "
-                           "mesh axes.")
+class Indivisible(Failure, rule="DIV-1", jax_error="IndivisibleError"):
+    template = ("dimension {dim} of shape {shape} has size {size}, which {sharding} "
+                "splits {ways} ways; {size} is not a multiple of {ways} "
+                "(ways per dimension: {tiles})")
+    hint = "Pad dimension {dim} to a multiple of {ways}, or split it over fewer mesh axes."
     sharding: Any
     dim: int
     size: int
@@ -88,41 +80,33 @@ class Indivisible(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
-class NoPerDeviceLayout(Failure):
-    rule: ClassVar[str] = "IDX-1"
-    error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "NotImplementedError"
-    template: ClassVar[str] = "{sharding} is {kind}: devices do not hold boxes of the array"
+class NoPerDeviceLayout(Failure, rule="IDX-1", error=NotImplementedError):
+    template = "{sharding} is {kind}: devices do not hold boxes of the array"
     sharding: Any
     kind: str
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceCountDisagrees(Failure):
-    rule: ClassVar[str] = "DEV-1"
-    template: ClassVar[str] = ("the HLO sharding {hlo} names {named} device positions, but the "
-                               "device list holds {held}")
+class DeviceCountDisagrees(Failure, rule="DEV-1"):
+    template = ("the HLO sharding {hlo} names {named} device positions, but the "
+                "device list holds {held}")
     hlo: str
     named: int
     held: int
 
 
 @dataclasses.dataclass(frozen=True)
-class NoDevices(Failure):
-    rule: ClassVar[str] = "DEV-1"
-    template: ClassVar[str] = ("{sharding} is over an abstract mesh, which has no devices; "
-                               "{question} needs concrete devices")
-    hint: ClassVar[str] = "Build the NamedSharding over a concrete Mesh."
+class NoDevices(Failure, rule="DEV-1"):
+    template = ("{sharding} is over an abstract mesh, which has no devices; "
+                "{question} needs concrete devices")
+    hint = "Build the NamedSharding over a concrete Mesh."
     sharding: Any
     question: str
 
 
 @dataclasses.dataclass(frozen=True)
-class NotOnDevice(Failure):
-    rule: ClassVar[str] = "IDX-1"
-    error_type: ClassVar[type[Exception]] = KeyError
-    jax_error: ClassVar[str] = "KeyError"
-    template: ClassVar[str] = "device {device} holds no part of an array placed by {sharding}"
+class NotOnDevice(Failure, rule="IDX-1", error=KeyError):
+    template = "device {device} holds no part of an array placed by {sharding}"
     device: int
     sharding: Any
 

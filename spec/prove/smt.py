@@ -161,51 +161,44 @@ Answer = Proved | Counterexample | Unknown
 # --------------------------------------------------------------------------- failures
 
 @dataclasses.dataclass(frozen=True)
-class NothingToProve(Failure):
-    rule: ClassVar[str] = "SMT-1"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "(none: JAX has no such function)"
-    template: ClassVar[str] = ("prove_equivalent needs either a shape, or a rank and max_dim "
-                               "(to prove for every shape up to max_dim); got shape={shape!r}, "
-                               "rank={rank!r}, max_dim={max_dim!r}")
-    hint: ClassVar[str] = "Pass shape=(8, 8), or rank=2, max_dim=64."
+class NothingToProve(Failure, rule="SMT-1", error=TypeError,
+                     jax_error="(none: JAX has no such function)"):
+    template = ("prove_equivalent needs either a shape, or a rank and max_dim "
+                "(to prove for every shape up to max_dim); got shape={shape!r}, "
+                "rank={rank!r}, max_dim={max_dim!r}")
+    hint = "Pass shape=(8, 8), or rank=2, max_dim=64."
     shape: Any
     rank: Any
     max_dim: Any
 
 
 @dataclasses.dataclass(frozen=True)
-class BadTimeLimit(Failure):
-    rule: ClassVar[str] = "SMT-1"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "(none: JAX has no such function)"
-    template: ClassVar[str] = ("timeout_s is a number of seconds above 0 and at most "
-                               "{most:g} (z3's limit), got {value!r}")
+class BadTimeLimit(Failure, rule="SMT-1", error=TypeError,
+                   jax_error="(none: JAX has no such function)"):
+    template = ("timeout_s is a number of seconds above 0 and at most "
+                "{most:g} (z3's limit), got {value!r}")
     value: Any
     most: float
 
 
 @dataclasses.dataclass(frozen=True)
-class TimeLimitOutOfRange(BadTimeLimit):
-    error_type: ClassVar[type[Exception]] = ValueError
+class TimeLimitOutOfRange(BadTimeLimit, error=ValueError,
+                          jax_error="(none: JAX has no such function)"):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class RankTooHigh(Failure):
-    rule: ClassVar[str] = "SMT-2"
-    template: ClassVar[str] = ("the prover encodes values of rank at most {most}, got "
-                               "{what} {rank}")
+class RankTooHigh(Failure, rule="SMT-2"):
+    template = "the prover encodes values of rank at most {most}, got {what} {rank}"
     what: str
     rank: int
     most: int
 
 
 @dataclasses.dataclass(frozen=True)
-class UnknownEncoding(Failure):
-    rule: ClassVar[str] = "SMT-1"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "(none: JAX has no such function)"
-    template: ClassVar[str] = "encoding must be one of {known}, got {encoding!r}"
+class UnknownEncoding(Failure, rule="SMT-1", error=TypeError,
+                      jax_error="(none: JAX has no such function)"):
+    template = "encoding must be one of {known}, got {encoding!r}"
     encoding: Any
     known: tuple
 

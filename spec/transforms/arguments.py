@@ -20,7 +20,7 @@ also by its value. The public question is :func:`place_argument`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 from ..core.dims import check_dims
 from ..core.hlo import Tiled
@@ -75,8 +75,8 @@ class Placement:
 # --------------------------------------------------------------------------- ARG-0
 
 @dataclasses.dataclass(frozen=True)
-class BadArgumentDescription(IllFormedParameter):
-    rule: ClassVar[str] = "ARG-0"
+class BadArgumentDescription(IllFormedParameter, rule="ARG-0"):
+    pass
 
 
 @rule("ARG-0", mirrors="(input checking of the spec's description; JAX has no such value)")
@@ -126,20 +126,16 @@ def _check_description(value_kind: Any, shape: Any, dtype: Any, sharding: Any, i
 # --------------------------------------------------------------------------- ARG-1
 
 @dataclasses.dataclass(frozen=True)
-class MaskedArrayRefused(Failure):
-    rule: ClassVar[str] = "ARG-1"
-    template: ClassVar[str] = ("the argument is a numpy masked array of shape {shape}; JAX "
-                               "takes no masked arrays, mask and all")
-    hint: ClassVar[str] = "Pass arr.filled(...) (or arr.data, to drop the mask)."
+class MaskedArrayRefused(Failure, rule="ARG-1"):
+    template = ("the argument is a numpy masked array of shape {shape}; JAX "
+                "takes no masked arrays, mask and all")
+    hint = "Pass arr.filled(...) (or arr.data, to drop the mask)."
     shape: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class NotAnArrayType(Failure):
-    rule: ClassVar[str] = "ARG-1"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "the argument is {what}, which is not a JAX array type"
+class NotAnArrayType(Failure, rule="ARG-1", error=TypeError):
+    template = "the argument is {what}, which is not a JAX array type"
     what: str
 
 
@@ -189,14 +185,10 @@ def placed_dtype(value_kind: str, dtype: str | None) -> tuple[str, bool]:
 # --------------------------------------------------------------------------- ARG-3
 
 @dataclasses.dataclass(frozen=True)
-class IntTooLarge(Failure):
-    rule: ClassVar[str] = "ARG-3"
-    error_type: ClassVar[type[Exception]] = OverflowError
-    jax_error: ClassVar[str] = "OverflowError"
-    template: ClassVar[str] = ("the argument is the Python int {value}, outside int32's "
-                               "{low} .. {high}; with 64-bit types off it has no dtype")
-    hint: ClassVar[str] = ("Pass numpy.int64(...) (wrapped to int32 silently) or enable "
-                           "jax_enable_x64.")
+class IntTooLarge(Failure, rule="ARG-3", error=OverflowError):
+    template = ("the argument is the Python int {value}, outside int32's "
+                "{low} .. {high}; with 64-bit types off it has no dtype")
+    hint = "Pass numpy.int64(...) (wrapped to int32 silently) or enable jax_enable_x64."
     value: int
     low: int = INT32[0]
     high: int = INT32[1]
@@ -220,23 +212,21 @@ def check_int_fits(value_kind: str, int_value: int) -> None:
 # --------------------------------------------------------------------------- ARG-4
 
 @dataclasses.dataclass(frozen=True)
-class ArgumentDoesNotFit(Failure):
-    rule: ClassVar[str] = "ARG-4"
-    template: ClassVar[str] = "a value of shape {shape} does not fit {sharding}: {reason}"
+class ArgumentDoesNotFit(Failure, rule="ARG-4"):
+    template = "a value of shape {shape} does not fit {sharding}: {reason}"
     shape: tuple
     sharding: Any
     reason: str
 
 
 @dataclasses.dataclass(frozen=True)
-class ArgumentDoesNotDivide(ArgumentDoesNotFit):
-    jax_error: ClassVar[str] = "IndivisibleError"
+class ArgumentDoesNotDivide(ArgumentDoesNotFit, jax_error="IndivisibleError"):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class ArgumentTilesDoNotFit(ArgumentDoesNotFit):
-    error_type: ClassVar[type[Exception]] = AssertionError
-    jax_error: ClassVar[str] = "AssertionError"
+class ArgumentTilesDoNotFit(ArgumentDoesNotFit, error=AssertionError):
+    pass
 
 
 def _explicit_past_rank(sharding: Any, rank: int) -> bool:
@@ -322,19 +312,17 @@ def place_on_devices(sharding: Any, shape: tuple[int, ...], via: str) -> dict[in
 # --------------------------------------------------------------------------- ARG-5
 
 @dataclasses.dataclass(frozen=True)
-class UnconstrainedPlacement(Failure):
-    rule: ClassVar[str] = "ARG-5"
-    template: ClassVar[str] = ("{sharding} leaves dimensions {dims} UNCONSTRAINED, which can "
-                               "place nothing: a placed value has one layout on its devices")
-    hint: ClassVar[str] = "Use None for a dimension that is not split."
+class UnconstrainedPlacement(Failure, rule="ARG-5"):
+    template = ("{sharding} leaves dimensions {dims} UNCONSTRAINED, which can "
+                "place nothing: a placed value has one layout on its devices")
+    hint = "Use None for a dimension that is not split."
     sharding: Any
     dims: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class UnconstrainedPlacementLookup(UnconstrainedPlacement):
-    error_type: ClassVar[type[Exception]] = KeyError
-    jax_error: ClassVar[str] = "KeyError"
+class UnconstrainedPlacementLookup(UnconstrainedPlacement, error=KeyError):
+    pass
 
 
 @rule("ARG-5", mirrors="jax._src.pjit._check_unconstrained (in_shardings); jax._src.api."

@@ -37,7 +37,7 @@ is kept as one given a sharding would be).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 from ..core.rules import IllFormedParameter, Failure, reject, require, rule
 from ..core.shardings import UNSPECIFIED, NamedSharding, Sharding  # noqa: F401 - NamedSharding: examples
@@ -58,14 +58,13 @@ MAX_OPERANDS = 100_000
 # --------------------------------------------------------------------------- AD-0
 
 @dataclasses.dataclass(frozen=True)
-class IllFormed(IllFormedParameter):
-    rule: ClassVar[str] = "AD-0"
+class IllFormed(IllFormedParameter, rule="AD-0"):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class Inconsistent(Failure):
-    rule: ClassVar[str] = "AD-0"
-    template: ClassVar[str] = "{parameter} {problem}"
+class Inconsistent(Failure, rule="AD-0"):
+    template = "{parameter} {problem}"
     parameter: str
     problem: str
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 from ..core.dims import check_dims, check_rank_count, is_int
 from ..core.hlo import Maximal, Replicated, Tiled
@@ -50,18 +50,16 @@ class BatchedJit:
 # --------------------------------------------------------------------------- BAT-0
 
 @dataclasses.dataclass(frozen=True)
-class BadVmapParameter(Failure):
-    rule: ClassVar[str] = "BAT-0"
-    template: ClassVar[str] = "{parameter} {problem}, got {value!r}"
+class BadVmapParameter(Failure, rule="BAT-0"):
+    template = "{parameter} {problem}, got {value!r}"
     parameter: str
     problem: str
     value: Any
 
 
 @dataclasses.dataclass(frozen=True)
-class BadVmapParameterType(BadVmapParameter):
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
+class BadVmapParameterType(BadVmapParameter, error=TypeError):
+    pass
 
 
 def _in_axes(in_axes: Any, count: int) -> tuple[int | None, ...]:
@@ -267,18 +265,16 @@ def _inserted(parts: list[Any], batch_axis: int, entry: Any) -> list[Any]:
 # --------------------------------------------------------------------------- BAT-2
 
 @dataclasses.dataclass(frozen=True)
-class CannotBatch(Failure):
-    rule: ClassVar[str] = "BAT-2"
-    template: ClassVar[str] = "{sharding} cannot gain a batch dimension at axis {axis}: {reason}"
+class CannotBatch(Failure, rule="BAT-2"):
+    template = "{sharding} cannot gain a batch dimension at axis {axis}: {reason}"
     sharding: Any
     axis: int
     reason: str
 
 
 @dataclasses.dataclass(frozen=True)
-class NoWayBack(CannotBatch):
-    error_type: ClassVar[type[Exception]] = KeyError
-    jax_error: ClassVar[str] = "KeyError"
+class NoWayBack(CannotBatch, error=KeyError):
+    pass
 
 
 @rule("BAT-2", mirrors="jax._src.pjit._pjit_batcher_for_sharding (spmd_axis_name None)")
@@ -344,34 +340,30 @@ def _padding_failure(kind: type) -> type:
 
 
 @dataclasses.dataclass(frozen=True)
-class CannotPad(CannotBatch):
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
+class CannotPad(CannotBatch, error=TypeError):
+    pass
 
 
 # --------------------------------------------------------------------------- BAT-3
 
 @dataclasses.dataclass(frozen=True)
-class CannotSplit(CannotBatch):
-    rule: ClassVar[str] = "BAT-3"
+class CannotSplit(CannotBatch, rule="BAT-3"):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class CannotPadSplit(CannotSplit):
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
+class CannotPadSplit(CannotSplit, error=TypeError):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class TwoKindsOfCopies(CannotSplit):
-    error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "NotImplementedError"
+class TwoKindsOfCopies(CannotSplit, error=NotImplementedError):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class NoTiles(CannotSplit):
-    error_type: ClassVar[type[Exception]] = AssertionError
-    jax_error: ClassVar[str] = "AssertionError"
+class NoTiles(CannotSplit, error=AssertionError):
+    pass
 
 
 @rule("BAT-3", mirrors="jax._src.pjit._pjit_batcher_for_sharding (spmd_axis_name given); "
@@ -467,32 +459,26 @@ def _read_hlo(hlo: Any, mesh: Mesh) -> _Tiles:
 
 
 @dataclasses.dataclass(frozen=True)
-class CannotRead(Failure):
-    rule: ClassVar[str] = "BAT-3"
-    error_type: ClassVar[type[Exception]] = AssertionError
-    jax_error: ClassVar[str] = "AssertionError"
-    template: ClassVar[str] = "JAX cannot read the tiles {hlo} on the mesh {mesh}: {reason}"
+class CannotRead(Failure, rule="BAT-3", error=AssertionError):
+    template = "JAX cannot read the tiles {hlo} on the mesh {mesh}: {reason}"
     hlo: Any
     mesh: Any
     reason: str
 
 
 @dataclasses.dataclass(frozen=True)
-class TilesIndivisible(CannotRead):
-    error_type: ClassVar[type[Exception]] = ValueError
-    jax_error: ClassVar[str] = "IndivisibleError"
+class TilesIndivisible(CannotRead, error=ValueError, jax_error="IndivisibleError"):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class NoSuchStride(CannotRead):
-    error_type: ClassVar[type[Exception]] = KeyError
-    jax_error: ClassVar[str] = "KeyError"
+class NoSuchStride(CannotRead, error=KeyError):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class NotFromZero(CannotRead):
-    error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "NotImplementedError"
+class NotFromZero(CannotRead, error=NotImplementedError):
+    pass
 
 
 # The most devices whose order the spec reads one by one (JAX reads them all; no machine
@@ -501,11 +487,9 @@ READ_LIMIT = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
-class TooManyToRead(CannotRead):
-    error_type: ClassVar[type[Exception]] = ValueError
-    jax_error: ClassVar[str] = "ValueError"
-    template: ClassVar[str] = ("the tiles {hlo} are not read on the mesh {mesh}: {reason}; "
-                               "JAX would list every device")
+class TooManyToRead(CannotRead, error=ValueError):
+    template = ("the tiles {hlo} are not read on the mesh {mesh}: {reason}; "
+                "JAX would list every device")
 
 
 def _superdims(hlo: Tiled, mesh: Mesh) -> list[tuple[int, int]]:
@@ -557,12 +541,9 @@ def _axis_order(hlo: Tiled, mesh: Mesh) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- BAT-4, 5, 6
 
 @dataclasses.dataclass(frozen=True)
-class SpmdAxisInUse(Failure):
-    rule: ClassVar[str] = "BAT-4"
-    error_type: ClassVar[type[Exception]] = Exception
-    jax_error: ClassVar[str] = "DuplicateSpecError"
-    template: ClassVar[str] = ("spmd_axis_name {names} would split the batched value over mesh "
-                               "axis {axis!r} twice: the batched spec is {spec}")
+class SpmdAxisInUse(Failure, rule="BAT-4", error=Exception, jax_error="DuplicateSpecError"):
+    template = ("spmd_axis_name {names} would split the batched value over mesh "
+                "axis {axis!r} twice: the batched spec is {spec}")
     names: tuple
     axis: str
     spec: str
@@ -589,10 +570,8 @@ def check_spmd_axes_unused(parts: list[tuple[str, ...]], names: tuple[str, ...])
 
 
 @dataclasses.dataclass(frozen=True)
-class SpmdAxisUnknown(Failure):
-    rule: ClassVar[str] = "BAT-5"
-    template: ClassVar[str] = ("spmd_axis_name names {axis!r}, which is not an axis of the "
-                               "mesh {mesh}")
+class SpmdAxisUnknown(Failure, rule="BAT-5"):
+    template = "spmd_axis_name names {axis!r}, which is not an axis of the mesh {mesh}"
     axis: str
     mesh: Any
 
@@ -611,12 +590,10 @@ def check_spmd_axes_known(mesh: Mesh | AbstractMesh, names: tuple[str, ...]) -> 
 
 
 @dataclasses.dataclass(frozen=True)
-class NoMeshToSplit(Failure):
-    rule: ClassVar[str] = "BAT-6"
-    template: ClassVar[str] = ("{sharding} has no mesh of its own to split the batch dimension "
-                               "over, and no mesh is set (jax.set_mesh)")
-    hint: ClassVar[str] = ("Call the vmapped function under jax.set_mesh(mesh), or give jit a "
-                           "NamedSharding")
+class NoMeshToSplit(Failure, rule="BAT-6"):
+    template = ("{sharding} has no mesh of its own to split the batch dimension "
+                "over, and no mesh is set (jax.set_mesh)")
+    hint = "Call the vmapped function under jax.set_mesh(mesh), or give jit a NamedSharding"
     sharding: Any
 
 
@@ -639,12 +616,9 @@ def mesh_for_split(sharding: Any, context_mesh: Mesh | AbstractMesh | None) -> M
 # --------------------------------------------------------------------------- BAT-7
 
 @dataclasses.dataclass(frozen=True)
-class SpecTooLong(Failure):
-    rule: ClassVar[str] = "BAT-7"
-    error_type: ClassVar[type[Exception]] = IndexError
-    jax_error: ClassVar[str] = "IndexError"
-    template: ClassVar[str] = ("{sharding} has {length} spec entries, more than the batched "
-                               "value's rank {ndim}, so it has no HLO sharding to batch")
+class SpecTooLong(Failure, rule="BAT-7", error=IndexError):
+    template = ("{sharding} has {length} spec entries, more than the batched "
+                "value's rank {ndim}, so it has no HLO sharding to batch")
     sharding: Any
     length: int
     ndim: int
@@ -672,13 +646,9 @@ def lowers_at_batched_rank(sharding: Any, ndim: int) -> None:
 # --------------------------------------------------------------------------- BAT-8
 
 @dataclasses.dataclass(frozen=True)
-class LayoutsNotBatched(Failure):
-    rule: ClassVar[str] = "BAT-8"
-    error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "NotImplementedError"
-    template: ClassVar[str] = ("vmap cannot batch a jit call given layouts, and {where} holds "
-                               "{leaf!r}")
-    hint: ClassVar[str] = "Leave the layouts out of the jit call that vmap batches"
+class LayoutsNotBatched(Failure, rule="BAT-8", error=NotImplementedError):
+    template = "vmap cannot batch a jit call given layouts, and {where} holds {leaf!r}"
+    hint = "Leave the layouts out of the jit call that vmap batches"
     where: str
     leaf: Any
 
@@ -706,9 +676,8 @@ def check_no_layouts(leaves: tuple[Any, ...], parameter: str) -> None:
 # --------------------------------------------------------------------------- BAT-9
 
 @dataclasses.dataclass(frozen=True)
-class ExplicitBatchConflict(Failure):
-    rule: ClassVar[str] = "BAT-9"
-    template: ClassVar[str] = "{problem}"
+class ExplicitBatchConflict(Failure, rule="BAT-9"):
+    template = "{problem}"
     problem: str
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 from ..jit.assignment import Source, check_tile_count, device_assignment
 from ..core.hlo import Replicated, Tiled
@@ -85,8 +85,8 @@ class Constraint:
 # --------------------------------------------------------------------------- WSC-0
 
 @dataclasses.dataclass(frozen=True)
-class BadConstraintCall(IllFormedParameter):
-    rule: ClassVar[str] = "WSC-0"
+class BadConstraintCall(IllFormedParameter, rule="WSC-0"):
+    pass
 
 
 @rule("WSC-0", mirrors="(input checking of the spec's description; JAX has no such value)")
@@ -118,12 +118,9 @@ def _check_inputs(values: Any, shardings: Any, context_mesh: Any) -> None:
 # --------------------------------------------------------------------------- WSC-1
 
 @dataclasses.dataclass(frozen=True)
-class NotAConstraintLeaf(Failure):
-    rule: ClassVar[str] = "WSC-1"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("the shardings leaf at shardings{path} is {value!r}; a leaf must be "
-                               "a Sharding, a PartitionSpec or None")
+class NotAConstraintLeaf(Failure, rule="WSC-1", error=TypeError):
+    template = ("the shardings leaf at shardings{path} is {value!r}; a leaf must be "
+                "a Sharding, a PartitionSpec or None")
     path: str
     value: Any
 
@@ -148,10 +145,9 @@ def check_constraint_leaves(shardings: Any) -> None:
 # --------------------------------------------------------------------------- WSC-2
 
 @dataclasses.dataclass(frozen=True)
-class ConstraintNotAPrefix(Failure):
-    rule: ClassVar[str] = "WSC-2"
-    template: ClassVar[str] = ("with_sharding_constraint's shardings must be a tree prefix of "
-                               "its values {values}: {detail}")
+class ConstraintNotAPrefix(Failure, rule="WSC-2"):
+    template = ("with_sharding_constraint's shardings must be a tree prefix of "
+                "its values {values}: {detail}")
     values: str
     detail: str
 
@@ -178,24 +174,18 @@ def match_constraint_tree(values: Any, shardings: Any) -> list[Any]:
 # --------------------------------------------------------------------------- WSC-3
 
 @dataclasses.dataclass(frozen=True)
-class SpecWithoutMesh(Failure):
-    rule: ClassVar[str] = "WSC-3"
-    error_type: ClassVar[type[Exception]] = RuntimeError
-    jax_error: ClassVar[str] = "RuntimeError"
-    template: ClassVar[str] = ("the sharding of {path} is the bare {spec}, but there is no "
-                               "context mesh to resolve it on")
-    hint: ClassVar[str] = ("Set a mesh with jax.set_mesh(mesh), or pass "
-                           "NamedSharding(mesh, {spec}).")
+class SpecWithoutMesh(Failure, rule="WSC-3", error=RuntimeError):
+    template = ("the sharding of {path} is the bare {spec}, but there is no "
+                "context mesh to resolve it on")
+    hint = "Set a mesh with jax.set_mesh(mesh), or pass NamedSharding(mesh, {spec})."
     path: str
     spec: PartitionSpec
 
 
 @dataclasses.dataclass(frozen=True)
-class NoneWithoutMesh(Failure):
-    rule: ClassVar[str] = "WSC-3"
-    template: ClassVar[str] = ("the sharding of {path} is None, which is not allowed without a "
-                               "context mesh")
-    hint: ClassVar[str] = "Pass a Sharding (NamedSharding(mesh, P()) replicates)."
+class NoneWithoutMesh(Failure, rule="WSC-3"):
+    template = "the sharding of {path} is None, which is not allowed without a context mesh"
+    hint = "Pass a Sharding (NamedSharding(mesh, P()) replicates)."
     path: str
 
 
@@ -244,18 +234,16 @@ def _resolved(values: Any, shardings: Any, context_mesh: Mesh | None) -> list[tu
 # --------------------------------------------------------------------------- WSC-4
 
 @dataclasses.dataclass(frozen=True)
-class ConstraintRankMismatch(Failure):
-    rule: ClassVar[str] = "WSC-4"
-    template: ClassVar[str] = ("{path} of shape {shape} does not fit its sharding: {reason}")
+class ConstraintRankMismatch(Failure, rule="WSC-4"):
+    template = ("{path} of shape {shape} does not fit its sharding: {reason}")
     path: str
     shape: tuple
     reason: str
 
 
 @dataclasses.dataclass(frozen=True)
-class ConstraintTilesMismatch(ConstraintRankMismatch):
-    error_type: ClassVar[type[Exception]] = AssertionError
-    jax_error: ClassVar[str] = "AssertionError"
+class ConstraintTilesMismatch(ConstraintRankMismatch, error=AssertionError):
+    pass
 
 
 @rule("WSC-4", mirrors="jax._src.pjit.pjit_check_aval_sharding (allow_uneven_sharding=True)")
@@ -280,25 +268,21 @@ def check_constraint_fits(sharding: Any, value: Arg, path: str) -> None:
 # --------------------------------------------------------------------------- WSC-5
 
 @dataclasses.dataclass(frozen=True)
-class ConstraintNamesNonAutoAxis(Failure):
-    rule: ClassVar[str] = "WSC-5"
-    template: ClassVar[str] = ("the sharding of {path}, {sharding}, names mesh axes {axes} that "
-                               "are not Auto; with_sharding_constraint constrains Auto axes only")
-    hint: ClassVar[str] = "Use jax.sharding.reshard to move a value over Explicit axes."
+class ConstraintNamesNonAutoAxis(Failure, rule="WSC-5"):
+    template = ("the sharding of {path}, {sharding}, names mesh axes {axes} that "
+                "are not Auto; with_sharding_constraint constrains Auto axes only")
+    hint = "Use jax.sharding.reshard to move a value over Explicit axes."
     path: str
     sharding: Any
     axes: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class ConstraintAssertionFails(Failure):
-    rule: ClassVar[str] = "WSC-5"
-    error_type: ClassVar[type[Exception]] = AssertionError
-    jax_error: ClassVar[str] = "AssertionError"
-    template: ClassVar[str] = ("under a context mesh whose axes are all Explicit the constraint "
-                               "on {path} only checks the value's sharding: the value is split "
-                               "{have}, the sharding asks {want}")
-    hint: ClassVar[str] = "Use jax.sharding.reshard to change the sharding of the value."
+class ConstraintAssertionFails(Failure, rule="WSC-5", error=AssertionError):
+    template = ("under a context mesh whose axes are all Explicit the constraint "
+                "on {path} only checks the value's sharding: the value is split "
+                "{have}, the sharding asks {want}")
+    hint = "Use jax.sharding.reshard to change the sharding of the value."
     path: str
     have: tuple
     want: tuple
@@ -347,12 +331,11 @@ def check_constraint_axes(sharding: Any, value: Arg, context_mesh: Mesh | None, 
 # --------------------------------------------------------------------------- WSC-6
 
 @dataclasses.dataclass(frozen=True)
-class ReducedAxesInConstraint(Failure):
-    rule: ClassVar[str] = "WSC-6"
-    template: ClassVar[str] = ("the sharding of {path}, {sharding}, has unreduced or reduced mesh "
-                               "axes; JAX reads a constraint's spec entry by entry, which such a "
-                               "spec refuses")
-    hint: ClassVar[str] = "Constrain with a spec without unreduced= or reduced= axes."
+class ReducedAxesInConstraint(Failure, rule="WSC-6"):
+    template = ("the sharding of {path}, {sharding}, has unreduced or reduced mesh "
+                "axes; JAX reads a constraint's spec entry by entry, which such a "
+                "spec refuses")
+    hint = "Constrain with a spec without unreduced= or reduced= axes."
     path: str
     sharding: Any
 
@@ -408,37 +391,33 @@ def with_sharding_constraint(values: Any, shardings: Any, context_mesh: Mesh | N
 # --------------------------------------------------------------------------- WSC-7
 
 @dataclasses.dataclass(frozen=True)
-class SpmdAxisInConstraint(Failure):
-    rule: ClassVar[str] = "WSC-7"
-    template: ClassVar[str] = ("vmap's spmd_axis_name {names} also appears in the "
-                               "with_sharding_constraint spec {spec} of {path}; a mesh axis "
-                               "cannot split both the batch and another dimension")
+class SpmdAxisInConstraint(Failure, rule="WSC-7"):
+    template = ("vmap's spmd_axis_name {names} also appears in the "
+                "with_sharding_constraint spec {spec} of {path}; a mesh axis "
+                "cannot split both the batch and another dimension")
     names: tuple
     spec: PartitionSpec
     path: str
 
 
 @dataclasses.dataclass(frozen=True)
-class SpmdWithoutMesh(Failure):
-    rule: ClassVar[str] = "WSC-7"
-    template: ClassVar[str] = ("vmap's spmd_axis_name {names} needs a mesh to split the batch "
-                               "of {path} over, but its constraint {sharding} is not a "
-                               "NamedSharding and there is no context mesh")
-    hint: ClassVar[str] = "Constrain with a NamedSharding, or run under jax.set_mesh(mesh)."
+class SpmdWithoutMesh(Failure, rule="WSC-7"):
+    template = ("vmap's spmd_axis_name {names} needs a mesh to split the batch "
+                "of {path} over, but its constraint {sharding} is not a "
+                "NamedSharding and there is no context mesh")
+    hint = "Constrain with a NamedSharding, or run under jax.set_mesh(mesh)."
     names: tuple
     sharding: Any
     path: str
 
 
 @dataclasses.dataclass(frozen=True)
-class SpmdOverAbstractContext(SpmdWithoutMesh):
-    error_type: ClassVar[type[Exception]] = AttributeError
-    jax_error: ClassVar[str] = "AttributeError"
-    template: ClassVar[str] = ("vmap's spmd_axis_name {names} splits the batch of {path} over "
-                               "the context mesh, but its constraint {sharding} is not a "
-                               "NamedSharding: JAX then asks the abstract context mesh for an "
-                               "attribute it lacks")
-    hint: ClassVar[str] = "Constrain with a NamedSharding."
+class SpmdOverAbstractContext(SpmdWithoutMesh, error=AttributeError):
+    template = ("vmap's spmd_axis_name {names} splits the batch of {path} over "
+                "the context mesh, but its constraint {sharding} is not a "
+                "NamedSharding: JAX then asks the abstract context mesh for an "
+                "attribute it lacks")
+    hint = "Constrain with a NamedSharding."
 
 
 def _check_batching(constraint: Any, batch_dim: Any, spmd_axis_name: Any
@@ -460,27 +439,23 @@ def _check_batching(constraint: Any, batch_dim: Any, spmd_axis_name: Any
 
 
 @dataclasses.dataclass(frozen=True)
-class TiledGspmdNotBatched(Failure):
-    rule: ClassVar[str] = "WSC-7"
-    error_type: ClassVar[type[Exception]] = KeyError
-    jax_error: ClassVar[str] = "KeyError"
-    template: ClassVar[str] = ("the constraint on {path} is {sharding}, a split GSPMDSharding; "
-                               "JAX cannot batch it (its batching looks the type up in a table "
-                               "of NamedSharding and SingleDeviceSharding only)")
-    hint: ClassVar[str] = "Constrain with a NamedSharding."
+class TiledGspmdNotBatched(Failure, rule="WSC-7", error=KeyError):
+    template = ("the constraint on {path} is {sharding}, a split GSPMDSharding; "
+                "JAX cannot batch it (its batching looks the type up in a table "
+                "of NamedSharding and SingleDeviceSharding only)")
+    hint = "Constrain with a NamedSharding."
     sharding: Any
     path: str
 
 
 @dataclasses.dataclass(frozen=True)
-class BatchMovedOffContext(Failure):
-    rule: ClassVar[str] = "WSC-7"
-    template: ClassVar[str] = ("the batched constraint on {path} is over another mesh than the "
-                               "context mesh {context}, which has Explicit axes: vmap moves "
-                               "the batch dimension to the front with a transpose, whose "
-                               "value's type must be on the context mesh ({sharding})")
-    hint: ClassVar[str] = ("Build the constraint on the context mesh (a bare PartitionSpec), "
-                           "or vmap with in_axes=0.")
+class BatchMovedOffContext(Failure, rule="WSC-7"):
+    template = ("the batched constraint on {path} is over another mesh than the "
+                "context mesh {context}, which has Explicit axes: vmap moves "
+                "the batch dimension to the front with a transpose, whose "
+                "value's type must be on the context mesh ({sharding})")
+    hint = ("Build the constraint on the context mesh (a bare PartitionSpec), "
+            "or vmap with in_axes=0.")
     path: str
     sharding: Any
     context: Any
@@ -617,27 +592,23 @@ def lower_constraints(constraints: Any) -> tuple[int, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class GspmdConstraintNotLowered(Failure):
-    rule: ClassVar[str] = "WSC-8"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("the constraint on {path} is {sharding}, which JAX cannot write "
-                               "as a Shardy sharding: only a replicated GSPMDSharding or one "
-                               "tiled in an iota order lowers")
-    hint: ClassVar[str] = ("Constrain with a NamedSharding, or write the tiles as an iota order "
-                           "(e.g. {{devices=[4,1]<=[4]}}).")
+class GspmdConstraintNotLowered(Failure, rule="WSC-8", error=TypeError):
+    template = ("the constraint on {path} is {sharding}, which JAX cannot write "
+                "as a Shardy sharding: only a replicated GSPMDSharding or one "
+                "tiled in an iota order lowers")
+    hint = ("Constrain with a NamedSharding, or write the tiles as an iota order "
+            "(e.g. {{devices=[4,1]<=[4]}}).")
     sharding: Any
     path: str
 
 
 @dataclasses.dataclass(frozen=True)
-class GspmdConstraintAborts(GspmdConstraintNotLowered):
-    error_type: ClassVar[type[Exception]] = RuntimeError
-    jax_error: ClassVar[str] = "abort"   # not an exception: the process ends
-    template: ClassVar[str] = ("the constraint on {path} is {sharding}, a tiling of one device; "
-                               "lowering it, XLA fails a check and aborts the process (JAX "
-                               "raises nothing)")
-    hint: ClassVar[str] = "Constrain with SingleDeviceSharding or a replicated sharding."
+class GspmdConstraintAborts(GspmdConstraintNotLowered, error=RuntimeError,
+                            jax_error="abort"):  # not an exception: the process ends
+    template = ("the constraint on {path} is {sharding}, a tiling of one device; "
+                "lowering it, XLA fails a check and aborts the process (JAX "
+                "raises nothing)")
+    hint = "Constrain with SingleDeviceSharding or a replicated sharding."
 
 
 @rule("WSC-8", mirrors="GSPMDSharding._to_sdy_sharding (sharding_constraint lowering)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Iterable
+from typing import Any, Iterable
 
 from ..jit.call import _nesting
 from ..core.dims import MAX_RANK, check_dims, check_rank_count
@@ -151,39 +151,35 @@ def _bounded_items(items: Iterable[Any], what: str, limit: int = MAX_RANK) -> li
 # --------------------------------------------------------------------------- SMAP-0
 
 @dataclasses.dataclass(frozen=True)
-class BadParameter(IllFormedParameter):
-    rule: ClassVar[str] = "SMAP-0"
+class BadParameter(IllFormedParameter, rule="SMAP-0"):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
-class NotAutoMesh(Failure):
-    rule: ClassVar[str] = "SMAP-0"
-    error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "nothing (the specification stops at Manual axes)"
-    template: ClassVar[str] = ("mesh {mesh} has axes of types {types}; this specification "
-                               "describes shard_map over meshes whose axes are Auto or "
-                               "Explicit (a Manual axis exists inside another shard_map)")
+class NotAutoMesh(Failure, rule="SMAP-0", error=NotImplementedError,
+                  jax_error="nothing (the specification stops at Manual axes)"):
+    template = ("mesh {mesh} has axes of types {types}; this specification "
+                "describes shard_map over meshes whose axes are Auto or "
+                "Explicit (a Manual axis exists inside another shard_map)")
     mesh: Any
     types: tuple
 
 
 @dataclasses.dataclass(frozen=True)
 class AbstractExplicitMesh(NotAutoMesh):
-    template: ClassVar[str] = ("the AbstractMesh {mesh} has axes of types {types}; this "
-                               "specification describes shard_map over an AbstractMesh only "
-                               "when all its axes are Auto (Explicit axes need the devices "
-                               "of jax.set_mesh to lower)")
+    template = ("the AbstractMesh {mesh} has axes of types {types}; this "
+                "specification describes shard_map over an AbstractMesh only "
+                "when all its axes are Auto (Explicit axes need the devices "
+                "of jax.set_mesh to lower)")
 
 
 @dataclasses.dataclass(frozen=True)
-class TypedArgumentPassedWhole(Failure):
-    rule: ClassVar[str] = "SMAP-0"
-    error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "nothing (the specification stops here)"
-    template: ClassVar[str] = ("{where} is passed whole (a None in spec) but its type is "
-                               "over the mesh {mesh}; this specification describes only "
-                               "untyped values passed whole (JAX's handling of closed-over "
-                               "values typed over Explicit axes is unfinished)")
+class TypedArgumentPassedWhole(Failure, rule="SMAP-0", error=NotImplementedError,
+                               jax_error="nothing (the specification stops here)"):
+    template = ("{where} is passed whole (a None in spec) but its type is "
+                "over the mesh {mesh}; this specification describes only "
+                "untyped values passed whole (JAX's handling of closed-over "
+                "values typed over Explicit axes is unfinished)")
     mesh: Any
     where: str
 
@@ -263,21 +259,17 @@ def _truth(check_vma: Any) -> bool:
 # --------------------------------------------------------------------------- SMAP-1
 
 @dataclasses.dataclass(frozen=True)
-class ManualAxesNotASet(Failure):
-    rule: ClassVar[str] = "SMAP-1"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("axis_names (the manual axes) must be a set or a frozenset of "
-                               "mesh axis names, got {value!r} of type {kind}")
+class ManualAxesNotASet(Failure, rule="SMAP-1", error=TypeError):
+    template = ("axis_names (the manual axes) must be a set or a frozenset of "
+                "mesh axis names, got {value!r} of type {kind}")
     value: Any
     kind: str
 
 
 @dataclasses.dataclass(frozen=True)
-class ManualAxesNotInMesh(Failure):
-    rule: ClassVar[str] = "SMAP-1"
-    template: ClassVar[str] = ("axis_names (the manual axes) must be axes of the mesh: "
-                               "{extra} not among the mesh's axes {names}")
+class ManualAxesNotInMesh(Failure, rule="SMAP-1"):
+    template = ("axis_names (the manual axes) must be axes of the mesh: "
+                "{extra} not among the mesh's axes {names}")
     extra: tuple
     names: tuple
 
@@ -308,12 +300,9 @@ def manual_axes_of(mesh: Mesh | AbstractMesh, manual_axes: Any) -> frozenset[str
 # --------------------------------------------------------------------------- SMAP-2 .. SMAP-4
 
 @dataclasses.dataclass(frozen=True)
-class NotASpec(Failure):
-    rule: ClassVar[str] = "SMAP-2"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("every leaf of {which} must be a PartitionSpec (or None), but "
-                               "{where} is {leaf!r} of type {kind}")
+class NotASpec(Failure, rule="SMAP-2", error=TypeError):
+    template = ("every leaf of {which} must be a PartitionSpec (or None), but "
+                "{where} is {leaf!r} of type {kind}")
     which: str
     where: str
     leaf: Any
@@ -341,12 +330,10 @@ def check_spec_leaves(specs: Any, which: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class NotManual(Failure):
-    rule: ClassVar[str] = "SMAP-3"
-    template: ClassVar[str] = ("{where} is {spec!r}, which names {name!r}; a spec may name "
-                               "only the manual axes {manual}")
-    hint: ClassVar[str] = ("Name a manual axis, or add {name!r} to axis_names if it is an "
-                           "axis of the mesh")
+class NotManual(Failure, rule="SMAP-3"):
+    template = ("{where} is {spec!r}, which names {name!r}; a spec may name "
+                "only the manual axes {manual}")
+    hint = "Name a manual axis, or add {name!r} to axis_names if it is an axis of the mesh"
     where: str
     spec: Any
     name: Any
@@ -374,22 +361,18 @@ def check_spec_axes(specs: Any, which: str, manual_axes: frozenset[str]) -> None
 
 
 @dataclasses.dataclass(frozen=True)
-class ReductionOutsideFullManual(Failure):
-    rule: ClassVar[str] = "SMAP-4"
-    error_type: ClassVar[type[Exception]] = NotImplementedError
-    jax_error: ClassVar[str] = "NotImplementedError"
-    template: ClassVar[str] = ("{where} is {spec!r}; unreduced and reduced axes are taken only "
-                               "when every mesh axis is manual (manual: {manual})")
+class ReductionOutsideFullManual(Failure, rule="SMAP-4", error=NotImplementedError):
+    template = ("{where} is {spec!r}; unreduced and reduced axes are taken only "
+                "when every mesh axis is manual (manual: {manual})")
     where: str
     spec: Any
     manual: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class ReductionOverAutoAxes(Failure):
-    rule: ClassVar[str] = "SMAP-4"
-    template: ClassVar[str] = ("{where} is {spec!r}; its {kind} axes {axes} must be Explicit "
-                               "axes of the mesh, and mesh {mesh} has none")
+class ReductionOverAutoAxes(Failure, rule="SMAP-4"):
+    template = ("{where} is {spec!r}; its {kind} axes {axes} must be Explicit "
+                "axes of the mesh, and mesh {mesh} has none")
     where: str
     spec: Any
     kind: str
@@ -398,12 +381,8 @@ class ReductionOverAutoAxes(Failure):
 
 
 @dataclasses.dataclass(frozen=True)
-class ReductionOverUnknownAxes(Failure):
-    rule: ClassVar[str] = "SMAP-4"
-    error_type: ClassVar[type[Exception]] = KeyError
-    jax_error: ClassVar[str] = "KeyError"
-    template: ClassVar[str] = ("{where} is {spec!r}; its {kind} axes {axes} are not axes of "
-                               "the mesh {names}")
+class ReductionOverUnknownAxes(Failure, rule="SMAP-4", error=KeyError):
+    template = "{where} is {spec!r}; its {kind} axes {axes} are not axes of the mesh {names}"
     where: str
     spec: Any
     kind: str
@@ -441,9 +420,8 @@ def check_spec_reductions(specs: Any, which: str, mesh: Mesh | AbstractMesh,
 # --------------------------------------------------------------------------- SMAP-5, SMAP-6
 
 @dataclasses.dataclass(frozen=True)
-class SpecsNotAPrefix(Failure):
-    rule: ClassVar[str] = "SMAP-5"
-    template: ClassVar[str] = "{which} must be a tree prefix of {against}: {detail}"
+class SpecsNotAPrefix(Failure, rule="SMAP-5"):
+    template = "{which} must be a tree prefix of {against}: {detail}"
     which: str
     against: str
     detail: str
@@ -469,8 +447,8 @@ def match_in_specs(in_specs: Any, operands: tuple) -> list[PartitionSpec | None]
 
 
 @dataclasses.dataclass(frozen=True)
-class OutSpecsNotAPrefix(SpecsNotAPrefix):
-    rule: ClassVar[str] = "SMAP-6"
+class OutSpecsNotAPrefix(SpecsNotAPrefix, rule="SMAP-6"):
+    pass
 
 
 @rule("SMAP-6", mirrors="jax._src.shard_map._shard_map (broadcast_prefix of out_specs over "
@@ -500,10 +478,9 @@ def match_out_specs(out_specs: Any, results: Any) -> list[PartitionSpec]:
 # --------------------------------------------------------------------------- SMAP-7, SMAP-8
 
 @dataclasses.dataclass(frozen=True)
-class SpecTooLong(Failure):
-    rule: ClassVar[str] = "SMAP-7"
-    template: ClassVar[str] = ("{where} is {spec!r}, {length} entries long, but {value} has "
-                               "shape {shape} of rank {rank}")
+class SpecTooLong(Failure, rule="SMAP-7"):
+    template = ("{where} is {spec!r}, {length} entries long, but {value} has "
+                "shape {shape} of rank {rank}")
     where: str
     spec: Any
     length: int
@@ -531,12 +508,11 @@ def check_spec_rank(spec: PartitionSpec, shape: tuple[int, ...], where: str, val
 
 
 @dataclasses.dataclass(frozen=True)
-class NotDivisible(Failure):
-    rule: ClassVar[str] = "SMAP-8"
-    template: ClassVar[str] = ("{value} has shape {shape}; {where} is {spec!r}, which splits "
-                               "dimension {dim} (size {size}) over {axes}, {ways} ways, and "
-                               "{ways} does not divide {size}")
-    hint: ClassVar[str] = "Pad dimension {dim} to a multiple of {ways}, or split it over fewer axes"
+class NotDivisible(Failure, rule="SMAP-8"):
+    template = ("{value} has shape {shape}; {where} is {spec!r}, which splits "
+                "dimension {dim} (size {size}) over {axes}, {ways} ways, and "
+                "{ways} does not divide {size}")
+    hint = "Pad dimension {dim} to a multiple of {ways}, or split it over fewer axes"
     value: str
     shape: tuple
     where: str
@@ -638,12 +614,11 @@ def _unshard(mesh: Mesh | AbstractMesh, spec: PartitionSpec, shape: tuple[int, .
 # --------------------------------------------------------------------------- SMAP-11, SMAP-12
 
 @dataclasses.dataclass(frozen=True)
-class NotReplicated(Failure):
-    rule: ClassVar[str] = "SMAP-11"
-    template: ClassVar[str] = ("{where} is {spec!r}, which says the result is the same on every "
-                               "device along {missing}, but the result varies along {varying}")
-    hint: ClassVar[str] = ("Name those axes in the spec, sum the result over them (psum), or "
-                           "pass check_vma=False if it is replicated anyway")
+class NotReplicated(Failure, rule="SMAP-11"):
+    template = ("{where} is {spec!r}, which says the result is the same on every "
+                "device along {missing}, but the result varies along {varying}")
+    hint = ("Name those axes in the spec, sum the result over them (psum), or "
+            "pass check_vma=False if it is replicated anyway")
     where: str
     spec: Any
     missing: tuple
@@ -669,11 +644,8 @@ def check_replication(mesh: Mesh | AbstractMesh, spec: PartitionSpec, varying: f
 
 
 @dataclasses.dataclass(frozen=True)
-class RepeatedAxis(Failure):
-    rule: ClassVar[str] = "SMAP-12"
-    error_type: ClassVar[type[Exception]] = Exception
-    jax_error: ClassVar[str] = "DuplicateSpecError"
-    template: ClassVar[str] = "{where} is {spec!r}, which names mesh axis {name!r} more than once"
+class RepeatedAxis(Failure, rule="SMAP-12", error=Exception, jax_error="DuplicateSpecError"):
+    template = "{where} is {spec!r}, which names mesh axis {name!r} more than once"
     where: str
     spec: Any
     name: str
@@ -700,43 +672,34 @@ def check_no_repeated_axes(spec: PartitionSpec, where: str) -> None:
 # --------------------------------------------------------------------------- SMAP-13, SMAP-14
 
 @dataclasses.dataclass(frozen=True)
-class CollectiveAxisUnknown(Failure):
-    rule: ClassVar[str] = "SMAP-13"
-    error_type: ClassVar[type[Exception]] = AssertionError
-    jax_error: ClassVar[str] = "AssertionError"
-    template: ClassVar[str] = ("a collective over {axes} names {name!r}, which is not an axis "
-                               "of the mesh {names}")
+class CollectiveAxisUnknown(Failure, rule="SMAP-13", error=AssertionError):
+    template = "a collective over {axes} names {name!r}, which is not an axis of the mesh {names}"
     axes: tuple
     name: Any
     names: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectiveAxisNotManual(Failure):
-    rule: ClassVar[str] = "SMAP-13"
-    error_type: ClassVar[type[Exception]] = NameError
-    jax_error: ClassVar[str] = "NameError"
-    template: ClassVar[str] = ("a collective over {axes} names {name!r}, which is not a manual "
-                               "axis; collectives run over the manual axes {manual}")
+class CollectiveAxisNotManual(Failure, rule="SMAP-13", error=NameError):
+    template = ("a collective over {axes} names {name!r}, which is not a manual "
+                "axis; collectives run over the manual axes {manual}")
     axes: tuple
     name: Any
     manual: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectiveAxesMixed(Failure):
-    rule: ClassVar[str] = "SMAP-13"
-    template: ClassVar[str] = ("a collective over {axes} mixes axes its operand varies along "
-                               "({varying}) with axes it does not vary along")
-    hint: ClassVar[str] = "Sum over the varying axes and the others in two separate collectives"
+class CollectiveAxesMixed(Failure, rule="SMAP-13"):
+    template = ("a collective over {axes} mixes axes its operand varies along "
+                "({varying}) with axes it does not vary along")
+    hint = "Sum over the varying axes and the others in two separate collectives"
     axes: tuple
     varying: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectiveAxisRepeated(Failure):
-    rule: ClassVar[str] = "SMAP-13"
-    template: ClassVar[str] = "a collective over {axes} names {name!r} more than once"
+class CollectiveAxisRepeated(Failure, rule="SMAP-13"):
+    template = "a collective over {axes} names {name!r} more than once"
     axes: tuple
     name: str
 
@@ -884,24 +847,20 @@ def _padded(spec: PartitionSpec | None, rank: int) -> tuple:
 
 
 @dataclasses.dataclass(frozen=True)
-class InferOverAutoAxes(Failure):
-    rule: ClassVar[str] = "SMAP-16"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = ("in_specs were left out, but the manual axes {axes} are not "
-                               "all Explicit: only an Explicit axis shows in an argument's "
-                               "type, so shard_map cannot read the in specs off the arguments")
-    hint: ClassVar[str] = "Pass in_specs, or make the manual axes Explicit."
+class InferOverAutoAxes(Failure, rule="SMAP-16", error=TypeError):
+    template = ("in_specs were left out, but the manual axes {axes} are not "
+                "all Explicit: only an Explicit axis shows in an argument's "
+                "type, so shard_map cannot read the in specs off the arguments")
+    hint = "Pass in_specs, or make the manual axes Explicit."
     axes: tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class InferredSpecInvalid(Failure):
-    rule: ClassVar[str] = "SMAP-16"
-    template: ClassVar[str] = ("the type of {where} is split by {spec}, whose entry {entry} "
-                               "names the automatic axis {auto!r} before a manual one: kept "
-                               "to its manual axes the entry has a hole, so no in spec "
-                               "can be read off it")
+class InferredSpecInvalid(Failure, rule="SMAP-16"):
+    template = ("the type of {where} is split by {spec}, whose entry {entry} "
+                "names the automatic axis {auto!r} before a manual one: kept "
+                "to its manual axes the entry has a hole, so no in spec "
+                "can be read off it")
     where: str
     spec: PartitionSpec
     entry: Any
@@ -942,13 +901,12 @@ def infer_in_specs(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str], opera
 # --------------------------------------------------------------------------- SMAP-17
 
 @dataclasses.dataclass(frozen=True)
-class SpecNotTheType(Failure):
-    rule: ClassVar[str] = "SMAP-17"
-    template: ClassVar[str] = ("the in spec of {where} is {spec}, but its type is split by "
-                               "{typed}: over Explicit axes shard_map takes an argument as "
-                               "its type splits it")
-    hint: ClassVar[str] = ("Leave in_specs out to read them off the types, or reshard the "
-                           "argument (jax.reshard) first.")
+class SpecNotTheType(Failure, rule="SMAP-17"):
+    template = ("the in spec of {where} is {spec}, but its type is split by "
+                "{typed}: over Explicit axes shard_map takes an argument as "
+                "its type splits it")
+    hint = ("Leave in_specs out to read them off the types, or reshard the "
+            "argument (jax.reshard) first.")
     where: str
     spec: Any
     typed: Any
@@ -983,14 +941,12 @@ def check_specs_match_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[st
 # --------------------------------------------------------------------------- SMAP-18
 
 @dataclasses.dataclass(frozen=True)
-class TypeDoesNotSplitShard(Failure):
-    rule: ClassVar[str] = "SMAP-18"
-    template: ClassVar[str] = ("inside shard_map {where} is a shard of shape {shape}, whose "
-                               "type keeps {entries} on the Explicit axes that stay "
-                               "automatic: dimension {dim} of size {size} does not split "
-                               "{ways} ways")
-    hint: ClassVar[str] = ("Split that dimension over fewer manual axes, or reshard the "
-                           "argument first.")
+class TypeDoesNotSplitShard(Failure, rule="SMAP-18"):
+    template = ("inside shard_map {where} is a shard of shape {shape}, whose "
+                "type keeps {entries} on the Explicit axes that stay "
+                "automatic: dimension {dim} of size {size} does not split "
+                "{ways} ways")
+    hint = "Split that dimension over fewer manual axes, or reshard the argument first."
     where: str
     shape: tuple
     entries: tuple
@@ -1032,12 +988,11 @@ def explicit_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
 # --------------------------------------------------------------------------- SMAP-19
 
 @dataclasses.dataclass(frozen=True)
-class ReductionsNotTheValue(Failure):
-    rule: ClassVar[str] = "SMAP-19"
-    template: ClassVar[str] = ("{where} is {spec}, which calls {value} {kind} over "
-                               "{axes}, but {value} is {kind} over {held}: an in spec takes "
-                               "its argument's unreduced and reduced axes as its type has "
-                               "them, an out spec its result's")
+class ReductionsNotTheValue(Failure, rule="SMAP-19"):
+    template = ("{where} is {spec}, which calls {value} {kind} over "
+                "{axes}, but {value} is {kind} over {held}: an in spec takes "
+                "its argument's unreduced and reduced axes as its type has "
+                "them, an out spec its result's")
     where: str
     spec: Any
     value: str

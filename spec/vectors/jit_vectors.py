@@ -28,7 +28,7 @@ import dataclasses
 import json
 import math
 import re
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, Iterator
 
 from ..jit.cache import LEVELS, CacheRow, CallSite, check_sequence
 from ..jit.call import Arg, Call, JitOptions, Out, Static, Verdict
@@ -76,36 +76,30 @@ JIT_FAMILIES = ("JIT", "TREE", "FIT", "RES", "LAY", "KEEP", "DA", "EXE", "OUT", 
 # =========================================================================== failures
 
 @dataclasses.dataclass(frozen=True)
-class BadVector(Failure):
-    rule: ClassVar[str] = "VEC-1"
-    template: ClassVar[str] = "expected {expected}, got {shown}"
+class BadVector(Failure, rule="VEC-1"):
+    template = "expected {expected}, got {shown}"
     expected: str
     shown: str
 
 
 @dataclasses.dataclass(frozen=True)
-class RefusedValue(Failure):
-    rule: ClassVar[str] = "VEC-1"
-    template: ClassVar[str] = "{what} is not valid: {reason}"
+class RefusedValue(Failure, rule="VEC-1"):
+    template = "{what} is not valid: {reason}"
     what: str
     reason: str
 
 
 @dataclasses.dataclass(frozen=True)
-class NotWritable(Failure):
-    rule: ClassVar[str] = "VEC-2"
-    error_type: ClassVar[type[Exception]] = TypeError
-    jax_error: ClassVar[str] = "TypeError"
-    template: ClassVar[str] = "{what} cannot be written as a vector: it must be {expected}, got {shown}"
+class NotWritable(Failure, rule="VEC-2", error=TypeError):
+    template = "{what} cannot be written as a vector: it must be {expected}, got {shown}"
     what: str
     expected: str
     shown: str
 
 
 @dataclasses.dataclass(frozen=True)
-class UnreadableWhenWritten(Failure):
-    rule: ClassVar[str] = "VEC-2"
-    template: ClassVar[str] = "the call was written, but the vector does not read back: {reason}"
+class UnreadableWhenWritten(Failure, rule="VEC-2"):
+    template = "the call was written, but the vector does not read back: {reason}"
     reason: str
 
 
