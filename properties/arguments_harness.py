@@ -6,8 +6,9 @@ and a sharding (or None). :func:`run_in_jax` builds the value and places it with
 ``jax.device_put(v, s)`` (recording each shard's device and box, the dtype, weak type and
 committed flag) or passes it to ``jax.jit(lambda a: a, in_shardings=s)`` (recording the
 argument's aval from ``jax.make_jaxpr`` and where the identity's result lies); :func:`compare_argument` asks the spec
-(:func:`~shardlaw.spec.place_argument`) and lists the disagreements. :data:`ARG_HITS` counts
-each rule's accepting and rejecting side.
+(:func:`~shardlaw.spec.place_argument`) and lists the disagreements; it records each rule's
+accepting and rejecting side with :func:`shardlaw.properties.hits.record` (read with
+:func:`arg_hit_counts`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import jax
 import numpy as np
 from hypothesis import strategies as st
 
+from shardlaw.properties import hits
 from shardlaw.spec import to_jax
 from shardlaw.spec.transforms.arguments import CANONICAL, FLOAT0, NOT_NUMERIC, Placement, place_argument
 from shardlaw.spec.bridge.convert import jax_box
@@ -29,15 +31,17 @@ from shardlaw.spec.core.values import AxisType
 
 from .strategies import gspmd_shardings, named_shardings, single_device_shardings
 
-__all__ = ["ArgumentCase", "run_in_jax", "compare_argument", "ARG_HITS", "arg_hit_counts",
+__all__ = ["ArgumentCase", "run_in_jax", "compare_argument", "SOURCE", "arg_hit_counts",
            "argument_cases"]
 
-# rule ID -> [accepting hits, rejecting hits] over the cases compared so far
-ARG_HITS: dict[str, list[int]] = {}
+# The source under which the cases compared record their rules (shardlaw.properties.hits).
+SOURCE = "arguments"
 
 
 def arg_hit_counts() -> dict[str, tuple[int, int]]:
-    return {k: (v[0], v[1]) for k, v in sorted(ARG_HITS.items())}
+    """rule ID -> (accepting hits, rejecting hits) over the cases compared so far (ARG-2,
+    which decides without refusing, as ``"ARG-2 weak"``: weak and not weak)."""
+    return hits.counts(SOURCE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,17 +138,15 @@ def spec_outcome(case: ArgumentCase) -> tuple[Placement | None, Rejection | None
 
 def _count(fired: list[str], rejected: str | None, placement: Placement | None) -> None:
     for rule_id in dict.fromkeys(fired):
-        ARG_HITS.setdefault(rule_id, [0, 0])[0 if rule_id != rejected else 1] += 1
-    if "ARG-6" in fired and rejected is not None:
         # ARG-6 checks a float0 value's sharding with ARG-4/ARG-5 before keeping it on the
         # host: their refusal there is ARG-6's other side.
-        ARG_HITS["ARG-6"][0] -= 1
-        ARG_HITS["ARG-6"][1] += 1
+        hits.record(SOURCE, rule_id, refused=rule_id == rejected
+                    or (rule_id == "ARG-6" and rejected is not None))
     if rejected is not None:
-        ARG_HITS.setdefault(rejected, [0, 0])
+        hits.record(SOURCE, rejected, refused=True, count=0)
     # ARG-2 decides without refusing: its sides are weak and not weak.
     if placement is not None:
-        ARG_HITS.setdefault("ARG-2 weak", [0, 0])[0 if placement.weak_type else 1] += 1
+        hits.record(SOURCE, "ARG-2 weak", refused=not placement.weak_type)
 
 
 def compare_argument(case: ArgumentCase) -> list[str]:

@@ -18,7 +18,8 @@ equation of the jitted function (nested ones too), and compares their ``in_shard
 ``out_shardings`` and ``donated_invars`` with what the spec says they are, given the
 undifferentiated equation and its body's facts (read from JAX by
 :mod:`shardlaw.spec.bridge.autodiff`). It returns the disagreements, and counts each AD
-rule's two outcomes in :data:`AD_HITS`.
+rule's two outcomes with :func:`shardlaw.properties.hits.record` (read with
+:func:`ad_hit_counts`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from hypothesis import strategies as st
 from jax._src.interpreters import partial_eval as pe
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
+from shardlaw.properties import hits
 from shardlaw.spec import UNSPECIFIED
 from shardlaw.spec.transforms.autodiff import (
     JitEquation, jvp_equation, linearized_equations, linearized_primal, nonzero_outputs,
@@ -40,7 +42,7 @@ from shardlaw.spec.transforms.autodiff import (
 from shardlaw.spec.bridge.autodiff import equation_from_jax, jit_body_of, jit_equations
 
 __all__ = ["OutputPlan", "GradCase", "grad_cases", "build_jitted", "trace", "expected",
-           "compare_case", "AD_HITS", "hit", "TRANSFORMATIONS", "NAME"]
+           "compare_case", "SOURCE", "hit", "ad_hit_counts", "TRANSFORMATIONS", "NAME"]
 
 NAME = "ad_target"
 TRANSFORMATIONS = ("jvp", "linearize", "vjp", "grad", "value_and_grad", "partial_eval", "dce")
@@ -48,14 +50,19 @@ GRADS = ("grad", "value_and_grad")
 SIDE = 8  # every input is a float32 (SIDE, SIDE) array
 MESHES = (((2, 4), ("data", "model")), ((8,), ("batch",)), ((2, 2, 2), ("x", "y", "z")))
 
-# rule ID -> [first outcome, second outcome] over the cases compared (see hit()).
-AD_HITS: dict[str, list[int]] = {}
+# The source under which the cases compared record their rules (shardlaw.properties.hits).
+SOURCE = "autodiff"
 
 
 def hit(rule_id: str, second: bool) -> None:
     """Count one outcome of a rule against JAX: ``second`` False for its first outcome
     (accepted, non-zero, transformed, dropped, staged), True for the other."""
-    AD_HITS.setdefault(rule_id, [0, 0])[int(second)] += 1
+    hits.record(SOURCE, rule_id, refused=second)
+
+
+def ad_hit_counts() -> dict[str, tuple[int, int]]:
+    """rule ID -> (first outcomes, second outcomes) over the cases compared (see hit())."""
+    return hits.counts(SOURCE)
 
 
 @dataclasses.dataclass(frozen=True)

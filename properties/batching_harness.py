@@ -7,7 +7,8 @@ result, each result a copy of an argument or a constant) and one or two vmaps ar
 reads the shardings of the jit equation it builds; :func:`spec_answer` asks
 :func:`shardlaw.spec.vmap_jit` (twice for a nested vmap); :func:`compare_case` says where
 the two differ and counts, for every BAT rule, the examples it accepted and refused on
-which the two agreed (:data:`BAT_HITS`).
+which the two agreed (recorded with :func:`shardlaw.properties.hits.record`; read with
+:func:`bat_hit_counts`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
+from shardlaw.properties import hits
 from shardlaw.spec import (
     AUTO_LAYOUT, UNSPECIFIED, AxisType, Format, Layout, GSPMDSharding, Mesh, NamedSharding, P, Rejection,
     SingleDeviceSharding, to_hlo, to_jax, tracing, vmap_jit,
@@ -26,17 +28,19 @@ from shardlaw.spec import (
 from shardlaw.spec.transforms.batching import check_vmap_parameters, keeps_sharding
 
 __all__ = ["Vmap", "VmapCase", "JaxAnswer", "SpecAnswer", "run_in_jax", "run_values",
-           "spec_answer", "compare_case", "vmap_cases", "BAT_HITS", "bat_hit_counts", "SIZE"]
+           "spec_answer", "compare_case", "vmap_cases", "SOURCE", "bat_hit_counts", "SIZE"]
 
 # Every unbatched dimension has this size: any split over the 8 devices divides it.
 SIZE = 8
 
-# rule ID -> [accepting hits, rejecting hits] over the examples on which JAX and the spec agreed
-BAT_HITS: dict[str, list[int]] = {}
+# The source under which the examples compared record their rules (shardlaw.properties.hits).
+SOURCE = "batching"
 
 
 def bat_hit_counts() -> dict[str, tuple[int, int]]:
-    return {k: (v[0], v[1]) for k, v in sorted(BAT_HITS.items())}
+    """rule ID -> (accepting hits, rejecting hits) over the examples on which JAX and the
+    spec agreed."""
+    return hits.counts(SOURCE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,16 +298,14 @@ def _count(answer: SpecAnswer) -> None:
     """Count the rules the spec applied on an example JAX agreed with. BAT-1 never refuses:
     its two sides are its two outcomes, a sharding kept and a sharding rewritten."""
     refused = answer.error.rule if answer.error is not None else None
-    hits = BAT_HITS.setdefault("BAT-1", [0, 0])
-    hits[0] += answer.kept
-    hits[1] += answer.rewritten
+    hits.record(SOURCE, "BAT-1", refused=False, count=answer.kept)
+    hits.record(SOURCE, "BAT-1", refused=True, count=answer.rewritten)
     for rule_id in dict.fromkeys(answer.trace):
         if not rule_id.startswith("BAT-") or rule_id == "BAT-1":
             continue
-        hits = BAT_HITS.setdefault(rule_id, [0, 0])
-        hits[1 if rule_id == refused else 0] += 1
+        hits.record(SOURCE, rule_id, refused=rule_id == refused)
     if refused is not None and refused.startswith("BAT-") and refused not in answer.trace:
-        BAT_HITS.setdefault(refused, [0, 0])[1] += 1
+        hits.record(SOURCE, refused, refused=True)
 
 
 # --------------------------------------------------------------------------- strategies

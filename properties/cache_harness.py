@@ -19,7 +19,11 @@ The functions use only ``jax.lax`` primitives, so no jitted helper inside them t
 lowers on its own and the counts belong to the call alone. Fresh function objects per run
 keep JAX's caches (all keyed by the function object or by what its trace made) from
 carrying one run into the next. :func:`compare_sequence` runs a sequence through both the
-model (:func:`shardlaw.spec.jit.cache.explain_cache`) and JAX and lists the disagreements.
+model (:func:`shardlaw.spec.jit.cache.explain_cache`) and JAX and lists the disagreements;
+on a sequence JAX agreed with it records the cache rules with
+:func:`shardlaw.properties.hits.record` (source ``"cache"``): for the rule of each cache
+level (:data:`LEVEL_RULES`) a hit as accepted and a miss as refused, the other cache rules
+that fired as accepted, and the rule that refused a call as refused.
 """
 
 from __future__ import annotations
@@ -28,15 +32,26 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import re
 import warnings
 from typing import Any, Sequence
 
+from shardlaw.properties import hits
+from shardlaw.spec.core.rules import tracing
 from shardlaw.spec.jit.cache import LEVELS, CacheRow, CallSite, explain_cache
 from shardlaw.spec.jit.call import Call
 
 from .jit_harness import _build, _context, _default_device, _jit_kwargs
 
-__all__ = ["Observed", "run_sequence", "compare_sequence", "counting", "harness_function"]
+__all__ = ["Observed", "run_sequence", "compare_sequence", "counting", "harness_function",
+           "SOURCE", "LEVEL_RULES"]
+
+# The source under which the sequences JAX agreed with record their rules.
+SOURCE = "cache"
+# The rule that decides each cache level's hit or miss (spec/jit/cache.py).
+LEVEL_RULES = {"dispatch": "CACHE-3", "params": "CACHE-5", "trace": "CACHE-6",
+               "lowering": "CACHE-7", "module": "CACHE-9", "compile": "CACHE-10"}
+_CITED_RULE = re.compile(r"\[([A-Z]+(?:-[A-Z]+)*-[0-9]+)\]")
 
 _EVENTS = {"jit_cpp_cache_miss": "dispatch", "trace_to_jaxpr": "trace",
            "pxla_cached_compilation": "lowering", "lower_jaxpr_to_module": "module"}
@@ -144,6 +159,7 @@ def run_sequence(sites: Sequence[CallSite], explain: bool = False) -> list[Obser
     """Make every call of ``sites`` in real jax.jit; what JAX's counters did per call."""
     import jax
 
+    hits.record_jax_calls(len(sites))
     functions: dict[str, Any] = {}
     wrappers: dict[str, Any] = {}
     built: dict[int, tuple[Any, Any]] = {}
@@ -188,6 +204,30 @@ def run_sequence(sites: Sequence[CallSite], explain: bool = False) -> list[Obser
 def compare_sequence(sites: Sequence[CallSite], explain: bool = False
                      ) -> tuple[list[CacheRow], list[Observed], list[str]]:
     """The model's rows, JAX's observations, and every disagreement between them."""
+    with tracing() as trace:
+        rows, observed, problems = _compare_sequence(sites, explain)
+    if not problems:
+        _record(rows, trace)
+    return rows, observed, problems
+
+
+def _record(rows: list[CacheRow], trace: list[str]) -> None:
+    levels = set(LEVEL_RULES.values())
+    for rule_id in dict.fromkeys(trace):
+        if rule_id.startswith("CACHE-") and rule_id not in levels:
+            hits.record(SOURCE, rule_id, refused=False)
+    for row in rows:
+        for level, rule_id in LEVEL_RULES.items():
+            said = row.at(level)
+            if said in ("hit", "miss"):
+                hits.record(SOURCE, rule_id, refused=said == "miss")
+        refused = _CITED_RULE.search(str(row.rejected or ""))
+        if refused:
+            hits.record(SOURCE, refused[1], refused=True)
+
+
+def _compare_sequence(sites: Sequence[CallSite], explain: bool
+                      ) -> tuple[list[CacheRow], list[Observed], list[str]]:
     rows = list(explain_cache(sites))
     observed = run_sequence(sites, explain=explain)
     problems: list[str] = []

@@ -8,8 +8,9 @@ with ``jax.make_jaxpr`` (reading each ``sharding_constraint`` equation's shardin
 ``unconstrained_dims``) and runs it under ``jax.jit``; :func:`compare_constraint` asks the
 spec (:func:`~shardlaw.spec.with_sharding_constraint`, then
 :func:`~shardlaw.spec.batch_constraint`) and lists the disagreements: acceptance, the
-exception's class, the equations. :data:`WSC_HITS` counts each rule's accepting and
-rejecting side over the cases compared.
+exception's class, the equations. It records each rule's accepting and rejecting side
+over the cases compared with :func:`shardlaw.properties.hits.record` (read with
+:func:`wsc_hit_counts`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import jax
 import numpy as np
 from hypothesis import strategies as st
 
+from shardlaw.properties import hits
 from shardlaw.spec import from_jax, to_jax
 from shardlaw.spec.jit.call import Arg
 from shardlaw.spec.transforms.constraint import (
@@ -37,17 +39,19 @@ from shardlaw.spec.core.values import AxisType, Mesh, P
 
 from .strategies import gspmd_shardings, meshes, partition_specs, single_device_shardings
 
-__all__ = ["ConstraintCase", "run_in_jax", "compare_constraint", "WSC_HITS", "wsc_hit_counts",
+__all__ = ["ConstraintCase", "run_in_jax", "compare_constraint", "SOURCE", "wsc_hit_counts",
            "constraint_cases"]
 
-# rule ID -> [accepting hits, rejecting hits] over the cases compared so far
-WSC_HITS: dict[str, list[int]] = {}
+# The source under which the cases compared record their rules (shardlaw.properties.hits).
+SOURCE = "constraint"
 
 BATCH = 2  # the size of the vmapped batch
 
 
 def wsc_hit_counts() -> dict[str, tuple[int, int]]:
-    return {k: (v[0], v[1]) for k, v in sorted(WSC_HITS.items())}
+    """rule ID -> (accepting hits, rejecting hits) over the cases compared so far (WSC-6's
+    decision as ``"WSC-6 dims"``, WSC-9's as ``"WSC-9 result"``)."""
+    return hits.counts(SOURCE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,13 +133,13 @@ def _same_sharding(spec: Any, seen: Any) -> bool:
 
 def _count(fired: list[str], rejected: str | None, constraints: list[Constraint] | None) -> None:
     for rule_id in dict.fromkeys(fired):
-        WSC_HITS.setdefault(rule_id, [0, 0])[0 if rule_id != rejected else 1] += 1
+        hits.record(SOURCE, rule_id, refused=rule_id == rejected)
     if rejected is not None:
-        WSC_HITS.setdefault(rejected, [0, 0])
+        hits.record(SOURCE, rejected, refused=True, count=0)
     # WSC-6 decides without refusing: its "sides" are constraints with and without
     # dimensions left to the compiler.
     for c in constraints or ():
-        WSC_HITS.setdefault("WSC-6 dims", [0, 0])[0 if c.unconstrained_dims else 1] += 1
+        hits.record(SOURCE, "WSC-6 dims", refused=not c.unconstrained_dims)
 
 
 def compare_constraint(case: ConstraintCase) -> list[str]:
@@ -181,10 +185,9 @@ def _compare_results(constraints: list[Constraint], results: list[Any]) -> list[
             expected = constrained_result(c)
         if expected is None:
             continue
-        side = 0 if _same_sharding(expected, c.sharding) else 1
-        WSC_HITS.setdefault("WSC-9 result", [0, 0])[side] += 1
+        hits.record(SOURCE, "WSC-9 result", refused=not _same_sharding(expected, c.sharding))
         for rule_id in dict.fromkeys(fired):
-            WSC_HITS.setdefault(rule_id, [0, 0])[0] += 1
+            hits.record(SOURCE, rule_id, refused=False)
         if not placement_equivalent(expected, seen, c.shape):
             problems.append(f"{c.path}: the result came back on {seen!r}, the spec says "
                             f"{expected!r}")

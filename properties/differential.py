@@ -14,9 +14,10 @@ exception type, and the exception classes JAX raises for the same input (observe
 jax 0.10.2 and recorded in ``notes/jax-facts.md``). A comparison given a refusal holds both
 sides to it exactly, and :data:`REFUSALS_COMPARED` counts the refusals held.
 
-Every spec call runs under :func:`shardlaw.spec.core.rules.tracing`; :func:`hit_counts` says how
-often each rule accepted and rejected, so a property can show that it reached both sides,
-and :func:`hit_table` prints the counts.
+Every spec call runs under :func:`shardlaw.spec.core.rules.tracing`; each rule's accepting
+and rejecting outcomes are recorded with :func:`shardlaw.properties.hits.record` (source
+``"differential"``); :func:`hit_counts` says how often each rule accepted and rejected, so a
+property can show that it reached both sides, and :func:`hit_table` prints the counts.
 
 Needs JAX with enough devices (``jax_num_cpu_devices``); the spec side needs nothing.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable, NamedTuple
 
+from shardlaw.properties import hits
 from shardlaw.spec.core import rules
 from shardlaw.spec.placement.equivalence import hlo_equal, jax_equivalent, placement_equivalent
 from shardlaw.spec.core.hlo import HloSharding, hlo_text, iota_tile, parse_hlo
@@ -57,8 +59,8 @@ INTERNAL_ERRORS = frozenset({"IndexError", "AssertionError", "KeyError", "Memory
 # (JAX's internal error class, the spec rule that rejected the same input) -> count
 INTERNAL_AGREEMENTS: collections.Counter[tuple[str, str]] = collections.Counter()
 
-# (rule ID, 'accept' | 'reject') -> how many spec calls had that outcome
-_HITS: collections.Counter[tuple[str, str]] = collections.Counter()
+# The source under which this harness records its rules' outcomes (shardlaw.properties.hits).
+SOURCE = "differential"
 
 # (rule whose function refused, rule its failure cites) -> count, where the two differ
 REFUSED_VIA: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -81,11 +83,13 @@ def hit_counts() -> collections.Counter[tuple[str, str]]:
     LOW-1's rejecting side even though the failure cites VAL-8. :data:`REFUSED_VIA` keeps
     those pairs apart.
     """
-    return collections.Counter(_HITS)
+    return collections.Counter({(rule_id, side): n
+                                for rule_id, sides in hits.counts(SOURCE).items()
+                                for side, n in zip(("accept", "reject"), sides) if n})
 
 
 def reset_counts() -> None:
-    _HITS.clear()
+    hits.clear(SOURCE)
     INTERNAL_AGREEMENTS.clear()
     REFUSED_VIA.clear()
     REFUSALS_COMPARED.clear()
@@ -94,7 +98,8 @@ def reset_counts() -> None:
 def hit_table() -> str:
     """The hit counts as a Markdown table: one row per rule, accepted and rejected calls, the
     rejections cited from another rule's failure, and the refusals held against JAX."""
-    rules_seen = sorted({r for r, _ in _HITS} | {r for r, _ in REFUSED_VIA},
+    counted = hit_counts()
+    rules_seen = sorted({r for r, _ in counted} | {r for r, _ in REFUSED_VIA},
                         key=lambda r: (r.rsplit("-", 1)[0], int(r.rsplit("-", 1)[1])))
     lines = ["| rule | accept | reject | of which citing another rule | refusals held to JAX |",
              "|---|---:|---:|---|---|"]
@@ -103,7 +108,7 @@ def hit_table() -> str:
                         if by == r)
         held = ", ".join(f"{cited} {n}" for (by, cited), n in sorted(REFUSALS_COMPARED.items())
                          if by == r)
-        lines.append(f"| {r} | {_HITS[(r, 'accept')]} | {_HITS[(r, 'reject')]} | {via} | "
+        lines.append(f"| {r} | {counted[(r, 'accept')]} | {counted[(r, 'reject')]} | {via} | "
                      f"{held} |")
     return "\n".join(lines)
 
@@ -196,10 +201,10 @@ def _ask_spec(question: Callable[[], Any], predicate: str | None) -> _Outcome:
         try:
             value = question()
         except Rejection as e:
-            _HITS[(e.failure.rule, "reject")] += 1
+            hits.record(SOURCE, e.failure.rule, refused=True)
             by = refusing_rule(e)
             if by is not None and by != e.failure.rule and by not in PREDICATES:
-                _HITS[(by, "reject")] += 1
+                hits.record(SOURCE, by, refused=True)
                 REFUSED_VIA[(by, e.failure.rule)] += 1
             return _Outcome(error=e)
         except Exception as e:  # noqa: BLE001 - a crash is a finding, reported by compare
@@ -208,9 +213,9 @@ def _ask_spec(question: Callable[[], Any], predicate: str | None) -> _Outcome:
         if rule_id in PREDICATES and rule_id != predicate:
             continue  # nested yes/no answers are not visible from here
         if rule_id != predicate:
-            _HITS[(rule_id, "accept")] += 1
+            hits.record(SOURCE, rule_id, refused=False)
     if predicate is not None:
-        _HITS[(predicate, "accept" if value else "reject")] += 1
+        hits.record(SOURCE, predicate, refused=not value)
     return _Outcome(value)
 
 
@@ -522,7 +527,7 @@ def compare_construction(what: str, by_spec: Callable[[], Any], by_jax: Callable
     def build() -> Any:
         value = by_spec()
         for rule_id in validated_by:
-            _HITS[(rule_id, "accept")] += 1
+            hits.record(SOURCE, rule_id, refused=False)
         return value
 
     return compare(what, build, by_jax, same=lambda a, b: True)

@@ -13,6 +13,10 @@ disagreement of the engine:
 * with itself — what the engine predicted against what JAX compiled
   (``cache_info().divergences``).
 
+On a call the engine agreed on, every rule of the spec's trace is recorded with
+:func:`shardlaw.properties.hits.record` (source ``"engine"``): refused for the rule that
+refused the call, accepted for the others.
+
 :func:`replay_in_engine` replays a test vector against the engine (for
 ``shardlaw vectors run DIR --against engine``); a refusal's facts are held to the spec's.
 """
@@ -24,6 +28,7 @@ import re
 import warnings
 from typing import Any
 
+from shardlaw.properties import hits
 from shardlaw.spec import UNSPECIFIED, from_jax
 from shardlaw.spec.jit.call import Arg, Call, Verdict
 from shardlaw.spec.placement.equivalence import placement_equivalent
@@ -32,8 +37,11 @@ from shardlaw.spec.core.pytree import leaves_with_paths
 
 from . import jit_harness as H
 
-__all__ = ["Run", "run_call", "compare_engine", "replay_in_engine", "engine_verdict",
+__all__ = ["SOURCE", "Run", "run_call", "compare_engine", "replay_in_engine", "engine_verdict",
            "refusal_differences", "stated_values"]
+
+# The source under which the calls the engine agreed on record their rules.
+SOURCE = "engine"
 
 
 @dataclasses.dataclass
@@ -69,6 +77,8 @@ def run_call(call: Call, jit_fn: Any, fun: Any, arguments: tuple) -> Run:
     """Call ``jit_fn(fun, **options)`` as ``call`` describes, on prebuilt ``arguments``."""
     import jax
 
+    if jit_fn is jax.jit:
+        hits.record_jax_calls(1)
     run = Run()
     args, kwargs, aot_args, aot_kwargs = arguments
     with warnings.catch_warnings():
@@ -159,6 +169,9 @@ def compare_engine(call: Call) -> tuple[Verdict, Run, Run, list[str], bool]:
     verdict, spec_problems = _spec_verdict(call, jax_run, raw)
     engine_run = run_call(call, engine_jit, H._function(call), _arguments(call))
     problems = _disagreements(call, verdict, jax_run, engine_run, not spec_problems)
+    if not problems:
+        for rule_id in dict.fromkeys(verdict.trace):
+            hits.record(SOURCE, rule_id, refused=not verdict.accepted and rule_id == verdict.rule)
     return verdict, jax_run, engine_run, problems, not spec_problems
 
 

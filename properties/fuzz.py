@@ -14,6 +14,9 @@ duplicates, 2,000-deep nesting, mutated HLO text). A new public name is fuzzed a
 it is exported: :data:`EXEMPT` lists the few that are not, and why, and a test keeps the
 two lists covering ``shardlaw.spec.__all__``.
 
+Every rejection of a spec case is recorded with :func:`shardlaw.properties.hits.record`
+(source ``"fuzz"``, a rule refusing hostile input: not held to JAX).
+
 The ``ci`` slice is ``tests/test_fuzz.py``; the deep campaign is a command::
 
     python -m shardlaw.properties.fuzz --inputs 1000000 --cli 100000
@@ -55,7 +58,7 @@ from shardlaw.spec.core.rules import Rejection
 from shardlaw.spec.vectors.jit_vectors import dump_sequence, load_sequence
 
 from . import (
-    fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap,
+    hits, fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap,
     fuzz_transform_vectors,
 )
 from .fuzz_engine import engine_outcomes
@@ -635,6 +638,8 @@ def run_spec_case(case: SpecCase, limit_s: float = SPEC_LIMIT_S) -> Outcome:
             and outcome.seconds > limit + PROVER_GRACE_S:
         return Outcome("overrun", f"{outcome.seconds:.1f} s for timeout_s={limit}",
                        outcome.seconds)
+    if outcome.kind == "rejected":
+        hits.record("fuzz", outcome.detail, refused=True)
     return outcome
 
 

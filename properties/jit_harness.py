@@ -24,6 +24,7 @@ import dataclasses
 import warnings
 from typing import Any
 
+from shardlaw.properties import hits
 from shardlaw.spec import UNSPECIFIED, NamedSharding, from_jax, to_jax
 from shardlaw.spec.jit.call import Arg, Call, Static, Verdict, static_positions
 from shardlaw.spec.placement.equivalence import placement_equivalent
@@ -32,15 +33,16 @@ from shardlaw.spec.jit.layouts import AUTO_LAYOUT, Format, Layout, is_layout
 from shardlaw.spec.core.pytree import fill, leaves_with_paths, map_leaves
 from shardlaw.spec.core.values import AbstractMesh, Mesh
 
-__all__ = ["JaxOutcome", "run_in_jax", "compare_call", "CALL_HITS", "call_hit_counts",
+__all__ = ["JaxOutcome", "run_in_jax", "compare_call", "SOURCE", "call_hit_counts",
            "compiled_input_hlo", "with_input_choices"]
 
-# rule ID -> [accepting hits, rejecting hits] over the calls compared so far
-CALL_HITS: dict[str, list[int]] = {}
+# The source under which the calls compared record their rules (shardlaw.properties.hits).
+SOURCE = "jit"
 
 
 def call_hit_counts() -> dict[str, tuple[int, int]]:
-    return {k: (v[0], v[1]) for k, v in sorted(CALL_HITS.items())}
+    """rule ID -> (accepting hits, rejecting hits) over the calls compared so far."""
+    return hits.counts(SOURCE)
 
 
 @dataclasses.dataclass
@@ -239,6 +241,7 @@ def _watch_compiler(outcome: JaxOutcome):
 def run_in_jax(call: Call) -> JaxOutcome:
     """Call real ``jax.jit`` as ``call`` describes and record what happened."""
     with_watch = JaxOutcome()
+    hits.record_jax_calls(1)
     with _watch_compiler(with_watch):
         outcome = _run_in_jax(call, with_watch)
     return outcome
@@ -558,8 +561,4 @@ def _count(verdict: Verdict, problems: list[str]) -> None:
     if problems:
         return
     for rule_id in verdict.trace:
-        hits = CALL_HITS.setdefault(rule_id, [0, 0])
-        if not verdict.accepted and rule_id == verdict.rule:
-            hits[1] += 1
-        else:
-            hits[0] += 1
+        hits.record(SOURCE, rule_id, refused=not verdict.accepted and rule_id == verdict.rule)

@@ -6,8 +6,9 @@ axes (all, some, or not a set), arguments in small pytrees, specs that mostly fi
 often do not: unknown or automatic axes, repeats, too long, indivisible, trees that do not
 match), and results that return an argument, summed or not. :func:`compare_shard_map`
 runs one through :func:`shardlaw.spec.transforms.shardmap.check_shard_map` and through ``jax.jit`` of
-``jax.shard_map`` and lists the disagreements; :data:`SMAP_HITS` counts, per rule, how
-often JAX was seen accepting and refusing where the rule decided.
+``jax.shard_map`` and lists the disagreements; :func:`count_hit` records, per rule, how
+often JAX was seen accepting and refusing where the rule decided (with
+:func:`shardlaw.properties.hits.record`; read with :func:`smap_hit_counts`).
 """
 
 from __future__ import annotations
@@ -18,26 +19,30 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from shardlaw.properties import hits
 from shardlaw.spec.core.rules import Rejection, tracing
 from shardlaw.spec.transforms.shardmap import INFER, Returned, Shaped, check_shard_map
 from shardlaw.spec.bridge.shardmap import shard_map_in_jax
 from shardlaw.spec.core.values import AbstractMesh, AxisType, Mesh, PartitionSpec as P
 
-__all__ = ["SmapCall", "smap_meshes", "smap_calls", "compare_shard_map", "SMAP_HITS",
+__all__ = ["SmapCall", "smap_meshes", "smap_calls", "compare_shard_map", "SOURCE",
            "count_hit", "smap_hit_counts"]
 
-# rule ID -> [accepted, rejected]: how often JAX was seen on each side where the rule decided
-SMAP_HITS: dict[str, list[int]] = {}
+# The source under which the calls compared record their rules (shardlaw.properties.hits).
+SOURCE = "shardmap"
 
 SHAPES = [(8,), (2, 4), (4, 2), (2, 2, 2), (1, 8)]
 
 
 def count_hit(rule_id: str, accepted: bool) -> None:
-    SMAP_HITS.setdefault(rule_id, [0, 0])[0 if accepted else 1] += 1
+    """JAX was seen on the accepting (or refusing) side where rule ``rule_id`` decided."""
+    hits.record(SOURCE, rule_id, refused=not accepted)
 
 
 def smap_hit_counts() -> dict[str, tuple[int, int]]:
-    return {k: (v[0], v[1]) for k, v in sorted(SMAP_HITS.items())}
+    """rule ID -> (accepted, rejected): how often JAX was seen on each side where the rule
+    decided."""
+    return hits.counts(SOURCE)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,14 +2,15 @@
 replaying them in JAX.
 
 Each family of the transformations (ARG, BAT, AD, WSC, SMAP) has a harness
-(``properties/<family>_harness.py``) that compares a case with real JAX and counts, per
-rule, the two sides the case showed (``*_HITS``). :func:`generate` draws cases from the
-harness's strategy (and takes the pinned cases of :data:`PINNED`), keeps the cases on which
-JAX and the spec agree, and for each (rule, side) the case showed writes the spec call of
-the case that shows it (:func:`steps`: the calls of :data:`~shardlaw.spec.transforms.transformed.
-TRANSFORMS` the harness makes, in order) as ``vectors/transforms/<family>/<rule>-<side>-<n>
-.json``, with the case itself as the vector's ``origin``. :func:`replay_in_jax` rebuilds a
-vector's case, runs it in JAX again and checks that the vector's call is one of its steps.
+(``properties/<family>_harness.py``) that compares a case with real JAX and records, per
+rule, the two sides the case showed (:func:`shardlaw.properties.hits.record`).
+:func:`generate` draws cases from the harness's strategy (and takes the pinned cases of
+:data:`PINNED`), keeps the cases on which JAX and the spec agree, and for each (rule, side)
+the case showed writes the spec call of the case that shows it (:func:`steps`: the calls of
+:data:`~shardlaw.spec.transforms.transformed.TRANSFORMS` the harness makes, in order) as
+``vectors/transforms/<family>/<rule>-<side>-<n>.json``, with the case itself as the
+vector's ``origin``. :func:`replay_in_jax` rebuilds a vector's case, runs it in JAX again
+and checks that the vector's call is one of its steps.
 
 Run: ``python -m shardlaw.properties.transform_vectors_gen [DIR] [--per-rule N] [--budget N]``.
 """
@@ -40,7 +41,8 @@ from shardlaw.spec.transforms.transformed import TransformedCall, TransformedVer
 from shardlaw.spec.vectors.jit_vectors import vector_text
 
 from . import (
-    arguments_harness, autodiff_harness, batching_harness, constraint_harness, shardmap_harness,
+    arguments_harness, autodiff_harness, batching_harness, constraint_harness, hits,
+    shardmap_harness,
 )
 from .vectors_gen import rejecting_rules
 
@@ -62,8 +64,6 @@ _DECISION_KEYS = {"ARG-2 weak": ("ARG-2", ("weak", "not-weak")),
                   "WSC-6 dims": ("WSC-6", ("dims", "no-dims")),
                   "WSC-9 result": ("WSC-9", ("as-constrained", "adjusted"))}
 _ONLY_DECIDING = ("ARG-2", "WSC-9")
-_HIT_COUNTERS = {"arguments": "ARG_HITS", "batching": "BAT_HITS", "autodiff": "AD_HITS",
-                 "constraint": "WSC_HITS", "shardmap": "SMAP_HITS"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,8 +340,9 @@ def steps(family: str, case: Any) -> list[TransformedCall]:
 
 # =========================================================================== comparing
 
-def _hits(family: Family) -> dict[str, list[int]]:
-    return getattr(family.harness, _HIT_COUNTERS[family.name])
+def _hits(family: Family) -> dict[str, tuple[int, int]]:
+    """What the family's harness has recorded so far (shardlaw.properties.hits)."""
+    return hits.counts(family.harness.SOURCE)
 
 
 def rule_sides(key: str) -> tuple[str, tuple[str, str]] | None:
@@ -368,16 +369,15 @@ def _compare(family: Family, case: Any) -> list[str]:
 def sides_hit(family: Family, case: Any) -> tuple[list[str], set[tuple[str, str]]]:
     """Compare ``case`` with real JAX: (the disagreements, the (rule, side) pairs the
     harness counted for it)."""
-    hits = _hits(family)
-    before = {k: list(v) for k, v in hits.items()}
+    before = _hits(family)
     problems = _compare(family, case)
     found = set()
-    for key, counts in hits.items():
+    for key, counts in _hits(family).items():
         named = rule_sides(key)
         if named is None or not named[0].startswith(family.prefix + "-"):
             continue
         for second in (0, 1):
-            if counts[second] > before.get(key, [0, 0])[second]:
+            if counts[second] > before.get(key, (0, 0))[second]:
                 found.add((named[0], named[1][second]))
     return problems, found
 

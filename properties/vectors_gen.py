@@ -24,7 +24,7 @@ from shardlaw.spec.jit.call import Verdict
 from shardlaw.spec.core.rules import Failure
 from shardlaw.spec.vectors.jit_vectors import Vector, dump_vector, jit_rules, vector_text
 
-from . import jit_harness
+from . import hits, jit_harness
 
 __all__ = ["HAND", "Judged", "GenerationReport", "NotReplayable",
            "rejecting_rules", "wanted_buckets", "judge", "generate", "replay_in_jax",
@@ -426,8 +426,7 @@ def generate(directory: str | Path, per_rule: int = 3, *, seed: int = 0, budget:
     written: dict[tuple[str, str], list[str]] = {key: [] for key in wanted_buckets()}
     report = GenerationReport(written)
     texts: set[str] = set()
-    hits = {k: list(v) for k, v in jit_harness.CALL_HITS.items()}
-    try:
+    with hits.kept():   # the harness's hit counts are left as they were
         for item in HAND if hand else ():
             judged = judge(item.call)
             if judged.problems:
@@ -467,9 +466,6 @@ def generate(directory: str | Path, per_rule: int = 3, *, seed: int = 0, budget:
                                                   ".json", vector))
 
         _draw_calls(consume, seed, budget)
-    finally:
-        jit_harness.CALL_HITS.clear()
-        jit_harness.CALL_HITS.update(hits)
     return report
 
 

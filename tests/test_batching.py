@@ -21,7 +21,8 @@ from hypothesis import given
 
 from shardlaw.engine import jit as engine_jit
 from shardlaw.properties.batching_harness import (
-    BAT_HITS, Vmap, VmapCase, compare_case, run_in_jax, run_values, spec_answer, vmap_cases,
+    Vmap, VmapCase, bat_hit_counts, compare_case, run_in_jax, run_values, spec_answer,
+    vmap_cases,
 )
 from shardlaw.properties.registry import checks
 from shardlaw.spec import (
@@ -329,7 +330,7 @@ def test_reading_a_gspmd_sharding_is_bounded():
 def test_every_bat_rule_was_seen_on_both_sides():
     """Run last in this module: every BAT rule met JAX accepting and refusing (BAT-1, which
     never refuses: keeping a sharding and batching one)."""
-    if not BAT_HITS:  # run on its own: gather the hits first
+    if not bat_hit_counts():  # run on its own: gather the hits first
         test_vmap_of_jit_agrees_with_jax()
         for name, value in list(globals().items()):
             if name.startswith("test_") and callable(value) and name not in (
@@ -339,8 +340,9 @@ def test_every_bat_rule_was_seen_on_both_sides():
                     "test_engine_jit_builds_the_same_equation_and_values"):
                 value()
     print("\nBAT rules, hits against JAX (accepted / refused; BAT-1: kept / batched):")
+    hits = bat_hit_counts()
     for rule_id in BAT_RULES:
-        accepted, refused = BAT_HITS.get(rule_id, [0, 0])
+        accepted, refused = hits.get(rule_id, (0, 0))
         print(f"  {rule_id:6s} {accepted:6d} {refused:6d}")
-    missing = [f"{r} {BAT_HITS.get(r)}" for r in BAT_RULES if not all(BAT_HITS.get(r, [0, 0]))]
+    missing = [f"{r} {hits.get(r)}" for r in BAT_RULES if not all(hits.get(r, (0, 0)))]
     assert not missing, "not hit on both sides against JAX: " + ", ".join(missing)

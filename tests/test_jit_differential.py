@@ -16,7 +16,7 @@ from hypothesis import given, settings
 
 import shardlaw.spec as S
 from shardlaw.properties.call_strategies import calls
-from shardlaw.properties.jit_harness import CALL_HITS, compare_call
+from shardlaw.properties.jit_harness import call_hit_counts, compare_call
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Arg, Call, Format, JitOptions, Layout, Out
 from shardlaw.spec.jit.call import flat_arguments
@@ -496,14 +496,15 @@ def test_aot_calls_check_layouts_with_shardings():
 
 def test_every_jit_rule_was_seen_on_both_sides():
     """Run last in this module: every rejecting rule met JAX accepting and rejecting."""
-    if not CALL_HITS:  # run on its own: gather the hits first
+    if not call_hit_counts():  # run on its own: gather the hits first
         test_jit_call_agrees_with_jax()
         for name, value in list(globals().items()):
             if name.startswith("test_") and name not in (
                     "test_every_jit_rule_was_seen_on_both_sides", "test_jit_call_agrees_with_jax"):
                 value()
     print("\njit-call rules, hits against JAX (accepted / rejected):")
-    for rule_id, (accepted, rejected) in sorted(CALL_HITS.items()):
+    hits = call_hit_counts()
+    for rule_id, (accepted, rejected) in hits.items():
         print(f"  {rule_id:8s} {accepted:6d} {rejected:6d}")
     print(f"  AOT-3 with committed arrays for inputs compiled open: accepted {OPEN_AOT[0]}, "
           f"refused {OPEN_AOT[1]}")
@@ -514,7 +515,7 @@ def test_every_jit_rule_was_seen_on_both_sides():
     for rule_id in JIT_RULES:
         if rule_id in MULTI_PROCESS:
             continue
-        accepted, rejected = CALL_HITS.get(rule_id, [0, 0])
+        accepted, rejected = hits.get(rule_id, (0, 0))
         if accepted == 0 or (rejected == 0 and rule_id not in DECIDING):
             missing.append(f"{rule_id} (accepted {accepted}, rejected {rejected})")
     assert not missing, "not hit on both sides against JAX: " + ", ".join(missing)

@@ -12,8 +12,9 @@ plugin, through environment variables, what to do in each worker process:
   hits of every worker instead);
 * every example a property runs is counted; under a time budget a property stops when its
   slice of the time is spent (and keeps going while Hypothesis shrinks a failure);
-* the hits per rule (the harnesses' counters: placement, jit calls, the engine, the cache
-  model, the fuzz layer's rejections) and the examples are written to
+* the hits per rule (what the harnesses recorded with :mod:`shardlaw.properties.hits`:
+  placement, jit calls, the transformations, the engine, the cache model, the fuzz layer's
+  rejections), the whole jit calls made in real ``jax.jit`` and the examples are written to
   ``DIR/worker-<id>.json`` now and then and at the end, for the live progress line and
   the report; every failing test (a disagreement) is written to ``OUT/<name>.json`` with
   its falsifying example and the blob that reproduces it;
@@ -31,7 +32,6 @@ import functools
 import json
 import os
 import re
-import sys
 import time
 import unittest
 from pathlib import Path
@@ -48,8 +48,8 @@ from shardlaw.campaign import (
     ENV_CLEAR, ENV_DB, ENV_DIR, ENV_END, ENV_EXAMPLES, ENV_OUT, ENV_PLANT, ENV_SHARDS,
     ENV_SHARES, ENV_SLICE, ENV_SUITES, NOT_HELD_TO_JAX, PROFILE,
 )
-from shardlaw.properties import cache_harness, differential, engine_harness, fuzz, jit_harness
-from shardlaw.spec.core.rules import RULES, Failure, reject, tracing
+from shardlaw.properties import hits
+from shardlaw.spec.core.rules import RULES, Failure, reject
 
 # Tests that check the hits of their own process: the report checks every worker's. By
 # name, and by the suites' naming habit for such tests (a new suite's coverage test too).
@@ -61,7 +61,6 @@ COVERAGE_NAMES = re.compile(r"^test_zz_|seen_on_both_sides|hit_on_both_sides")
 
 UNLIMITED = 10 ** 9
 _WRITE_EVERY_S = 1.0
-_RULE_ID = re.compile(r"\[([A-Z]+(?:-[A-Z]+)*-[0-9]+)\]")
 
 
 class TimeUp(unittest.SkipTest):
@@ -106,11 +105,10 @@ class _Worker:
     property_seconds: collections.Counter = dataclasses.field(
         default_factory=collections.Counter)
     failed: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    # whole jit calls made in real jax.jit and held against the spec (or the engine), per suite
+    # whole jit calls made in real jax.jit and held against the spec (or the engine), per
+    # suite, by the items that ended; the count (hits.jax_calls()) when the running one began
     jax_calls: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    engine: dict[str, list[int]] = dataclasses.field(default_factory=dict)
-    cache: dict[str, list[int]] = dataclasses.field(default_factory=dict)
-    fuzz: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    calls_at_start: int | None = None
     scope: set[str] = dataclasses.field(default_factory=set)
     suite: str = "other"
     deadline: float | None = None
@@ -157,46 +155,22 @@ def _suite_of(path: str) -> str:
     return suites.get(Path(path).name, "other")
 
 
-def _count_trace(table: dict[str, list[int]], trace: list[str], refused: str | None) -> None:
-    for rule_id in dict.fromkeys(trace):
-        hits = table.setdefault(rule_id, [0, 0])
-        hits[1 if rule_id == refused else 0] += 1
-
-
-_RULE_KEY = re.compile(r"^[A-Z]+(?:-[A-Z]+)*-[0-9]+$")
-
-
-def _harness_tables() -> list[dict[str, list[int]]]:
-    """The harnesses' own tables, ``<FAMILY>_HITS = {rule: [accepted, rejected]}`` in a
-    ``shardlaw.properties`` module (the jit harness's CALL_HITS, the transformations'
-    BAT_HITS, AD_HITS ...): found by name, so that a new harness is counted too."""
-    tables = []
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("shardlaw.properties.") or module is None:
-            continue
-        for attribute, value in list(vars(module).items()):
-            if attribute.endswith("_HITS") and isinstance(value, dict):
-                tables.append(value)
-    return tables
-
-
-def _hits() -> dict[str, list[int]]:
+def _rule_hits() -> dict[str, list[int]]:
     """rule -> [accepted, rejected] over every harness that held a rule to JAX here."""
-    table: dict[str, list[int]] = {}
+    return {rule_id: list(sides) for rule_id, sides in hits.rule_hits().items()}
 
-    def add(rule_id: str, accepted: int, rejected: int) -> None:
-        hits = table.setdefault(rule_id, [0, 0])
-        hits[0] += accepted
-        hits[1] += rejected
 
-    for (rule_id, side), n in differential.hit_counts().items():
-        add(rule_id, n if side == "accept" else 0, n if side == "reject" else 0)
-    for source in (*_harness_tables(), WORKER.engine, WORKER.cache):
-        for rule_id, sides in list(source.items()):
-            if isinstance(rule_id, str) and _RULE_KEY.match(rule_id) and \
-                    isinstance(sides, (list, tuple)) and len(sides) == 2:
-                add(rule_id, int(sides[0]), int(sides[1]))
-    return table
+def _fuzz_rejections() -> dict[str, int]:
+    """rule -> how often it refused the fuzz layer's hostile input here."""
+    return {rule_id: refused for rule_id, (_, refused) in hits.counts("fuzz").items()}
+
+
+def _jax_calls() -> dict[str, int]:
+    """suite -> the whole jit calls made in real jax.jit, the running item's included."""
+    calls = collections.Counter(WORKER.jax_calls)
+    if WORKER.calls_at_start is not None:
+        calls[WORKER.suite] += hits.jax_calls() - WORKER.calls_at_start
+    return dict(calls)
 
 
 def _write(final: bool = False, now: bool = False) -> None:
@@ -208,98 +182,14 @@ def _write(final: bool = False, now: bool = False) -> None:
     name = os.environ.get("PYTEST_XDIST_WORKER", "main")
     data = {"examples": dict(WORKER.examples), "seconds": dict(WORKER.seconds),
             "property_seconds": dict(WORKER.property_seconds),
-            "failed": dict(WORKER.failed), "jax_calls": dict(WORKER.jax_calls),
-            "rules": _hits(), "fuzz": dict(WORKER.fuzz),
+            "failed": dict(WORKER.failed), "jax_calls": _jax_calls(),
+            "rules": _rule_hits(), "fuzz": _fuzz_rejections(),
             "scope": sorted(WORKER.scope), "final": final,
             "started": WORKER.started, "until": WORKER.until}
     target = Path(where) / f"worker-{name}.json"
     scratch = target.with_suffix(".tmp")
     scratch.write_text(json.dumps(data))
     os.replace(scratch, target)
-
-
-# --------------------------------------------------------------------------- the harnesses
-
-def _counting_engine(compare: Callable[..., Any]) -> Callable[..., Any]:
-    """compare_engine, counting the spec's rules on the calls the engine agreed on."""
-    @functools.wraps(compare)
-    def counted(call: Any, *args: Any, **kwargs: Any) -> Any:
-        answer = compare(call, *args, **kwargs)
-        verdict, problems = answer[0], answer[3]
-        if not problems:
-            _count_trace(WORKER.engine, list(verdict.trace),
-                         None if verdict.accepted else verdict.rule)
-        return answer
-    return counted
-
-
-# The rule that decides each cache level's hit or miss (spec/jit/cache.py).
-CACHE_LEVEL_RULES = {"dispatch": "CACHE-3", "params": "CACHE-5", "trace": "CACHE-6",
-                     "lowering": "CACHE-7", "module": "CACHE-9", "compile": "CACHE-10"}
-
-
-def _counting_cache(compare: Callable[..., Any]) -> Callable[..., Any]:
-    """compare_sequence, counting on sequences JAX agreed with: for the rule of each cache
-    level, a hit as accepted and a miss as rejected; for the other cache rules that fired,
-    an accepted; for the rule that refused a call, a rejected."""
-    @functools.wraps(compare)
-    def counted(sites: Any, *args: Any, **kwargs: Any) -> Any:
-        with tracing() as trace:
-            answer = compare(sites, *args, **kwargs)
-        rows, _, problems = answer
-        if problems:
-            return answer
-        levels = set(CACHE_LEVEL_RULES.values())
-        _count_trace(WORKER.cache, [r for r in trace if r.startswith("CACHE-")
-                                    and r not in levels], None)
-        for row in rows:
-            for level, rule_id in CACHE_LEVEL_RULES.items():
-                said = row.at(level)
-                if said in ("hit", "miss"):
-                    WORKER.cache.setdefault(rule_id, [0, 0])[said == "miss"] += 1
-            refused = _RULE_ID.search(str(row.rejected or ""))
-            if refused:
-                WORKER.cache.setdefault(refused[1], [0, 0])[1] += 1
-        return answer
-    return counted
-
-
-def _counting_calls(run: Callable[..., Any], calls: Callable[..., int]) -> Callable[..., Any]:
-    """``run``, counting the whole jit calls it makes in real jax.jit (``calls(*args)``)."""
-    @functools.wraps(run)
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        WORKER.jax_calls[WORKER.suite] += calls(*args)
-        return run(*args, **kwargs)
-    return counted
-
-
-def _counting_fuzz(run: Callable[..., Any]) -> Callable[..., Any]:
-    """run_spec_case, counting the rules that refused hostile input (not held to JAX)."""
-    @functools.wraps(run)
-    def counted(case: Any, *args: Any, **kwargs: Any) -> Any:
-        outcome = run(case, *args, **kwargs)
-        if outcome.kind == "rejected":
-            WORKER.fuzz[outcome.detail] += 1
-        return outcome
-    return counted
-
-
-def _install_counters() -> None:
-    """Wrap the harnesses before the test modules import them by name (once)."""
-    if getattr(engine_harness.compare_engine, "__wrapped__", None) is None:
-        engine_harness.compare_engine = _counting_engine(engine_harness.compare_engine)
-    if getattr(cache_harness.compare_sequence, "__wrapped__", None) is None:
-        cache_harness.compare_sequence = _counting_cache(cache_harness.compare_sequence)
-    if getattr(jit_harness.run_in_jax, "__wrapped__", None) is None:
-        jit_harness.run_in_jax = _counting_calls(jit_harness.run_in_jax, lambda *_: 1)
-    if getattr(engine_harness.run_call, "__wrapped__", None) is None:
-        engine_harness.run_call = _counting_calls(
-            engine_harness.run_call, lambda call, jit_fn, *_: int(jit_fn is jax.jit))
-    if getattr(cache_harness.run_sequence, "__wrapped__", None) is None:
-        cache_harness.run_sequence = _counting_calls(cache_harness.run_sequence,
-                                                     lambda sites, *_: len(sites))
-    if getattr(fuzz.run_spec_case, "__wrapped__", None) is None:
-        fuzz.run_spec_case = _counting_fuzz(fuzz.run_spec_case)
 
 
 # --------------------------------------------------------------------------- a planted rule
@@ -333,7 +223,6 @@ def pytest_configure(config: Any) -> None:
     # Under pytest-xdist the controller only relays: the workers count and write.
     WORKER.active = not (getattr(config.option, "numprocesses", None)
                          and not hasattr(config, "workerinput"))
-    _install_counters()
     if WORKER.active:
         add_observability_callback(_observe)
     rule_id = os.environ.get(ENV_PLANT)
@@ -521,11 +410,14 @@ def pytest_runtest_call(item: Any) -> Any:
         WORKER.started.append(item.nodeid)
         _write(final=False, now=True)
     start = time.monotonic()
+    WORKER.calls_at_start = hits.jax_calls()
     try:
         return (yield)
     except TimeUp:
         return None
     finally:
+        WORKER.jax_calls[WORKER.suite] += hits.jax_calls() - WORKER.calls_at_start
+        WORKER.calls_at_start = None
         WORKER.seconds[WORKER.suite] += time.monotonic() - start
         if _is_property(item):
             WORKER.property_seconds[WORKER.suite] += time.monotonic() - start
