@@ -13,8 +13,9 @@ The engine is an independent implementation of the rules: it never imports
 """
 
 from .adopt import install, installed, uninstall
-from .aot import Compiled, Explanation, Lowered, Traced
+from .aot import Compiled, Lowered, Traced
 from .cache import CACHE, set_capacity
+from .explanation import Explanation
 from .jit import JittedFunction, jit
 from .rules import EngineRejection
 from .statistics import CacheInfo, count_calls

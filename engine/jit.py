@@ -15,7 +15,8 @@ Where the rest lives:
   the executable, how to hand it the arguments, how to label the results;
 * :mod:`.execution` — running a plan on the Python path;
 * :mod:`.statistics` — :class:`CacheInfo` and :func:`count_calls`;
-* :mod:`.aot` — the stages as JAX's ``trace``/``lower``/``compile`` objects, and ``explain``.
+* :mod:`.aot` — the stages as JAX's ``trace``/``lower``/``compile`` objects, and ``explain``;
+* :mod:`.explanation` — what ``explain`` answers.
 
 The engine decides with its own implementation of the rules (leaf creation, prefix
 matching, fit, resolution, device assignment, recovery of result shardings), on JAX

@@ -3,7 +3,7 @@
 :func:`verdict_for_call` runs ``shardlaw.engine.jit(fun, **jit_options)(*args, **kwargs)``
 — or, for abstract arguments or an ahead-of-time call, ``.lower(...).compile()`` and then
 the compiled executable on ``aot_args`` — and returns an
-:class:`~shardlaw.engine.aot.Explanation` of what happened: rejected (the rule, the
+:class:`~shardlaw.engine.explanation.Explanation` of what happened: rejected (the rule, the
 built-in error type, JAX's class name, the path) or accepted (the shardings the program
 got and the results came back with, committed flags, device ids, kept inputs, moved
 inputs). Everything is JAX objects; nothing here knows the specification's types.
@@ -18,7 +18,7 @@ from typing import Any
 import jax
 from jax import tree_util
 
-from .aot import Explanation
+from .explanation import Explanation
 from .call_arguments import CallArguments
 from .jit import jit
 from .rules import EngineRejection

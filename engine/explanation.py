@@ -1,0 +1,110 @@
+"""What ``explain`` answers: an :class:`Explanation` of what the engine does with a call.
+
+Accepted, it says where the call runs and every sharding it goes in and comes out with;
+refused, it carries the :class:`Refusal` (the rule, the classes, the message, the path and
+the stage). Both carry the rules that fired, in order. ``Compiled.explanation`` and
+:func:`~shardlaw.engine.verdict.verdict_for_call` give the same record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .rules import EngineRejection
+
+__all__ = ["Explanation", "Refusal"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """Why the engine refused a call, as an :class:`Explanation` carries it: the rule, the
+    built-in type's name and the class JAX raises, the message, the argument or result it
+    is about, and the stage."""
+
+    rule: str
+    stage: str | None
+    path: str | None
+    error_type: str
+    jax_error: str | None
+    message: str
+
+    @classmethod
+    def of(cls, error: EngineRejection) -> "Refusal":
+        return cls(error.rule, error.stage, error.path, error.error_type.__name__,
+                   error.jax_error, str(error))
+
+
+def _refusal_field(name: str) -> property:
+    """The refusal's ``name`` read through the explanation (None when it was accepted)."""
+    return property(lambda self: None if self.refusal is None else getattr(self.refusal, name),
+                    doc=f"The refusal's ``{name}`` (None when the call was accepted).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """What the engine does with a call: the verdict and the rules that decided it.
+
+    Accepted: ``num_devices`` and ``device_assignment`` (device ids), ``executable``
+    (compiled for this signature, or shared with a placement-equal signature); per flat dynamic
+    input ``in_paths`` and ``in_shardings`` (as the program gets them; UNSPECIFIED where the
+    compiler chooses), ``kept_inputs``, ``transfers`` (inputs moved before running); per
+    result ``out_paths``, ``out_shardings`` (as the results come back, the compiler's choices
+    included) and ``out_committed``. Rejected: ``refusal``, whose ``rule``, ``error_type``
+    (the built-in type's name), ``jax_error``, ``message``, ``path`` and ``stage`` read
+    through the explanation too. Both: ``trace``, the rules that fired, in order.
+    """
+
+    accepted: bool
+    trace: tuple[str, ...] = ()
+    num_devices: int = 0
+    device_assignment: tuple[int, ...] | None = None
+    executable: str = ""
+    in_paths: tuple[str, ...] = ()
+    in_shardings: tuple = ()
+    kept_inputs: tuple[int, ...] = ()
+    transfers: tuple[str, ...] = ()
+    out_paths: tuple[str, ...] = ()
+    out_shardings: tuple = ()
+    out_committed: tuple[bool, ...] = ()
+    refusal: Refusal | None = None
+
+    rule = _refusal_field("rule")
+    error_type = _refusal_field("error_type")
+    jax_error = _refusal_field("jax_error")
+    message = _refusal_field("message")
+    path = _refusal_field("path")
+    stage = _refusal_field("stage")
+
+    @classmethod
+    def of_plan(cls, plan: Any) -> "Explanation":
+        if plan.rejection is not None:
+            return cls.of_rejection(plan.rejection, plan.fired)
+        if plan.compiled_here:
+            executable = "compiled for this signature"
+        else:
+            executable = "shared with a placement-equal signature compiled before"
+        return cls(True, plan.fired, num_devices=plan.num_devices,
+                   device_assignment=tuple(d.id for d in plan.device_assignment),
+                   executable=executable,
+                   in_paths=plan.in_paths, in_shardings=plan.in_shardings,
+                   kept_inputs=plan.kept, transfers=plan.transfers, out_paths=plan.out_paths,
+                   out_shardings=plan.out_shardings, out_committed=plan.out_committed)
+
+    @classmethod
+    def of_rejection(cls, error: EngineRejection, fired: tuple[str, ...] = ()) -> "Explanation":
+        return cls(False, tuple(fired) or tuple(getattr(error, "fired", ())),
+                   refusal=Refusal.of(error))
+
+    def __str__(self) -> str:
+        if not self.accepted:
+            return f"rejected by {self.rule} ({self.error_type}): {self.message}"
+        lines = [f"accepted on {self.num_devices} device(s) {list(self.device_assignment or ())}"
+                 f"; executable: {self.executable}"]
+        for path, s in zip(self.in_paths, self.in_shardings):
+            moved = " (moved)" if path in self.transfers else ""
+            lines.append(f"  in  {path}: {s}{moved}")
+        for path, s, c in zip(self.out_paths, self.out_shardings, self.out_committed):
+            lines.append(f"  out {path}: {s}" + ("" if c else " (uncommitted)"))
+        lines.append("  rules: " + " ".join(self.trace))
+        return "\n".join(lines)
