@@ -25,7 +25,7 @@ from shardlaw.rule_index import family_of, is_description, stage_of
 
 __all__ = [
     "Rule", "RULES", "rule", "Failure", "IllFormedParameter", "Rejection", "require", "reject", "explain",
-    "tracing", "fired", "located", "staged", "remembering",
+    "tracing", "fired", "located", "staged", "remembering", "override",
 ]
 
 
@@ -140,6 +140,8 @@ def rule(rule_id: str, *, mirrors: str, pure: bool = False
             trace = _TRACE.get()
             if trace is not None and recorded:
                 trace.append(rule_id)
+            if rule_id in _OVERRIDES:  # replaced for a while (override)
+                return _OVERRIDES[rule_id](function, *args, **kwargs)
             answers = _ANSWERS.get() if pure else None
             if answers is None:
                 return function(*args, **kwargs)
@@ -153,6 +155,40 @@ def rule(rule_id: str, *, mirrors: str, pure: bool = False
         return fire
 
     return register
+
+
+# Rules replaced inside an override block: rule ID -> the replacement.
+_OVERRIDES: dict[str, Callable[..., Any]] = {}
+
+
+@contextlib.contextmanager
+def override(rule_id: str, replacement: Callable[..., Any]) -> Iterator[None]:
+    """Inside the block rule ``rule_id`` is decided by ``replacement(function, *args,
+    **kwargs)``, ``function`` being the rule's own: a campaign plants a wrong rule this way
+    and must find it. The rule still fires (a trace records it), wherever it is called from.
+
+    >>> from shardlaw.spec import shard_shape, NamedSharding, Mesh, P
+    >>> def refuse(function, *args, **kwargs):
+    ...     raise ValueError("planted")
+    >>> with override("DIV-1", refuse):
+    ...     shard_shape(NamedSharding(Mesh.iota((2,), ("x",)), P("x")), (4,))
+    Traceback (most recent call last):
+    ...
+    ValueError: planted
+    >>> shard_shape(NamedSharding(Mesh.iota((2,), ("x",)), P("x")), (4,))
+    (2,)
+    """
+    if rule_id not in RULES:
+        raise KeyError(f"{rule_id!r} names no rule")
+    previous = _OVERRIDES.get(rule_id)
+    _OVERRIDES[rule_id] = replacement
+    try:
+        yield
+    finally:
+        if previous is None:
+            del _OVERRIDES[rule_id]
+        else:
+            _OVERRIDES[rule_id] = previous
 
 
 # The answers of pure rules inside a remembering block, by the identity of their arguments.

@@ -27,6 +27,7 @@ plugin, through environment variables, what to do in each worker process:
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import json
@@ -49,7 +50,7 @@ from shardlaw.campaign import (
     ENV_SHARES, ENV_SLICE, ENV_SUITES, NOT_HELD_TO_JAX, PROFILE,
 )
 from shardlaw.properties import hits
-from shardlaw.spec.core.rules import RULES, Failure, reject
+from shardlaw.spec.core.rules import RULES, Failure, override, reject
 
 # Tests that check the hits of their own process: the report checks every worker's. By
 # name, and by the suites' naming habit for such tests (a new suite's coverage test too).
@@ -194,27 +195,25 @@ def _write(final: bool = False, now: bool = False) -> None:
 
 # --------------------------------------------------------------------------- a planted rule
 
-def plant(rule_id: str) -> None:
-    """Make rule ``rule_id`` wrong: it refuses every input it would accept."""
+def planted(rule_id: str) -> contextlib.AbstractContextManager:
+    """Rule ``rule_id`` made wrong while the block runs: it refuses every input it would
+    accept (through the rule registry's :func:`~shardlaw.spec.core.rules.override`)."""
     if rule_id not in RULES:
         raise pytest.UsageError(f"{ENV_PLANT}={rule_id!r} names no rule")
-    fire = RULES[rule_id].function
-    names = fire.__code__.co_freevars
-    cell = fire.__closure__[names.index("function")]
-    original = cell.cell_contents
-    if getattr(original, "planted", False):
-        return
-    planted_failure = dataclasses.dataclass(frozen=True)(type("Planted", (Failure,), {
-        "__module__": __name__, "rule": rule_id, "error_type": ValueError,
-        "template": "planted by the campaign: this rule refuses what it accepts"}))
 
-    @functools.wraps(original)
-    def planted(*args: Any, **kwargs: Any) -> Any:
-        original(*args, **kwargs)
-        raise reject(planted_failure())
+    @dataclasses.dataclass(frozen=True)
+    class Planted(Failure, rule=rule_id, error=ValueError):
+        template = "planted by the campaign: this rule refuses what it accepts"
 
-    planted.planted = True  # type: ignore[attr-defined]
-    cell.cell_contents = planted
+    def refuse(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        function(*args, **kwargs)   # what the rule refuses it still refuses
+        raise reject(Planted())
+
+    return override(rule_id, refuse)
+
+
+# The blocks open for the whole session (the planted rule), closed at its end.
+_SESSION = contextlib.ExitStack()
 
 
 # --------------------------------------------------------------------------- hooks
@@ -227,7 +226,11 @@ def pytest_configure(config: Any) -> None:
         add_observability_callback(_observe)
     rule_id = os.environ.get(ENV_PLANT)
     if rule_id:
-        plant(rule_id)
+        _SESSION.enter_context(planted(rule_id))
+
+
+def pytest_unconfigure(config: Any) -> None:
+    _SESSION.close()
 
 
 def _count_examples(inner: Callable[..., Any]) -> Callable[..., Any]:
