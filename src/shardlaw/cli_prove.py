@@ -87,43 +87,11 @@ def placement_grid(sharding: Any, shape: tuple[int, ...], highlight: int | None 
 
 def placement_svg(a: Any, b: Any, shape: tuple[int, ...], highlight: int | None,
                   title: str) -> str:
-    """Both placements side by side as SVG: one rectangle per block of the first two
-    dimensions, labelled with the devices that hold it; blocks of ``highlight`` in red."""
-    panel, gap, top = 320, 40, 60
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * panel + 3 * gap}" '
-             f'height="{panel + top + gap}" font-family="monospace" font-size="12">',
-             f'<text x="{gap}" y="24" font-size="14">{_escape(title)}</text>']
-    for k, (label, sharding) in enumerate((("A", a), ("B", b))):
-        x0 = gap + k * (panel + gap)
-        parts.append(f'<text x="{x0}" y="{top - 8}">{label}</text>')
-        if len(sharding.device_list) > MAX_PICTURE_DEVICES:
-            parts.append(f'<text x="{x0}" y="{top + 20}">not drawn: '
-                         f'{len(sharding.device_list)} devices</text>')
-            continue
-        rows, cols, held = _cells(sharding, shape)
-        extent_r = max(1, shape[0]) if shape else 1
-        extent_c = max(1, shape[1]) if len(shape) > 1 else 1
-        for r in rows:
-            for c in cols:
-                devices = held.get((r, c), [])
-                y = top + panel * r[0] / extent_r
-                h = max(panel * (r[1] - r[0]) / extent_r, 16) if shape else panel
-                x = x0 + panel * c[0] / extent_c
-                w = max(panel * (c[1] - c[0]) / extent_c, 16) if len(shape) > 1 else panel
-                red = highlight in devices
-                parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '
-                             f'fill="{"#f8d0d0" if red else "#eef2f8"}" '
-                             f'stroke="{"#c00000" if red else "#445566"}" '
-                             f'stroke-width="{2 if red else 1}"/>')
-                parts.append(f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4:.1f}" '
-                             f'text-anchor="middle">{_escape(",".join(map(str, sorted(devices))))}'
-                             f'</text>')
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Both placements side by side as SVG (:func:`shardlaw.grid_svg.grid_svg`): one
+    rectangle per block, labelled with the devices that hold it; blocks of ``highlight``
+    outlined in red."""
+    from shardlaw.grid_svg import grid_svg
+    return grid_svg([("A", a), ("B", b)], shape, title=title, highlight=highlight)
 
 
 # --------------------------------------------------------------------------- the command
