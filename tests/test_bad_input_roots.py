@@ -19,7 +19,9 @@ from shardlaw.spec.core.dims import MAX_RANK
 from shardlaw.spec.jit.cache import check_sequence, policy_classes
 from shardlaw.spec.placement.blocks import tiles_per_dimension, to_hlo
 from shardlaw.spec.core.rules import explain
-from shardlaw.spec.vectors.jit_vectors import MAX_DEPTH, dump_sequence, dump_vector, load_any, load_sequence
+from shardlaw.spec.vectors.jit_vectors import dump_vector, load_any
+from shardlaw.spec.vectors.sequence_vectors import dump_sequence, load_sequence
+from shardlaw.spec.vectors.vector_checks import MAX_DEPTH
 
 SHARDING = NamedSharding(Mesh.iota((2, 2), ("x", "y")), P("x"))
 CALL = S.Call(args=(S.Arg.numpy((4,)),), outputs=S.Out((4,)))

@@ -10,7 +10,7 @@ from shardlaw.cli import main
 from shardlaw.properties.registry import checks
 from shardlaw.spec.jit.cache import CallSite, explain_cache
 from shardlaw.spec.core.rules import Rejection
-from shardlaw.spec.vectors.jit_vectors import cache_differences, dump_sequence, load_sequence
+from shardlaw.spec.vectors.sequence_vectors import cache_differences, dump_sequence, load_sequence
 
 SEQUENCES = sorted((Path(__file__).resolve().parent.parent / "vectors" / "cache").glob("*.json"))
 MESH = S.Mesh.iota((2, 4), ("x", "y"))

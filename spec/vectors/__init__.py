@@ -1,11 +1,20 @@
 """Test vectors: a data format any implementation can replay.
 
-* ``jit_vectors`` — one jit call, or a sequence of calls against the caches (VEC rules);
+* ``jit_vectors`` — one jit call and its verdict (VEC rules);
+* ``sequence_vectors`` — a sequence of calls against the caches;
+* ``vector_checks`` — what every vector's JSON must be (VEC-1 in, VEC-2 out), and its versions;
+* ``vector_writer``, ``vector_reader`` — spec values, calls and verdicts to JSON and back;
 * ``transformed_vectors`` — transformed calls.
 
 Standard library only; imports the layers below it. ``shardlaw.spec.vectors`` was one
 module before the spec was layered; its names are kept here.
 """
 
+from . import jit_vectors, sequence_vectors, vector_checks, vector_writer
 from .jit_vectors import *  # noqa: F401,F403
-from .jit_vectors import __all__
+from .sequence_vectors import *  # noqa: F401,F403
+from .vector_checks import *  # noqa: F401,F403
+from .vector_writer import *  # noqa: F401,F403
+
+__all__ = list(dict.fromkeys([*jit_vectors.__all__, *sequence_vectors.__all__,
+                              *vector_checks.__all__, *vector_writer.__all__]))

@@ -42,12 +42,13 @@ from ..transforms import shardmap
 from ..transforms.shardmap import Returned, Shaped, ShardMapTypes
 from ..transforms.transformed import TRANSFORMS, TransformedCall, TransformedVerdict
 from ..core.values import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, PartitionSpec
-from .jit_vectors import (
-    JAX_VERSION, MAX_DEPTH, RefusedValue, UnreadableWhenWritten, _check_label, _document,
-    _hlo_json,
-    _input_json, _mesh_json, _object, _Reader, _sharding_json, check_vector, check_writable,
-    json_path,
+from .jit_vectors import _check_label
+from .vector_checks import (
+    JAX_VERSION, MAX_DEPTH, RefusedValue, UnreadableWhenWritten, _document, check_vector,
+    check_writable, json_path,
 )
+from .vector_reader import CallPartsReader, _object
+from .vector_writer import _hlo_json, _input_json, _mesh_json, _sharding_json
 
 __all__ = [
     "TRANSFORMED_FORMAT", "TRANSFORMED_VERSION", "TRANSFORMED_VERSIONS", "RECORDS",
@@ -297,7 +298,7 @@ class _ValueReader:
     """Reads the values of one transformed call (concrete meshes of at most 8 devices)."""
 
     def __init__(self) -> None:
-        self.jit = _Reader(_DEVICES, _DEVICES)
+        self.jit = CallPartsReader(_DEVICES, _DEVICES)
         self.cases = False  # harness cases are read in an origin only
 
     def value(self, value: Any, path: tuple) -> Any:

@@ -39,7 +39,7 @@ def _statement(rule_id: str) -> str:
 
 def _differences(vector: Any, verdict: Any) -> list[str] | None:
     from shardlaw.spec.vectors.transformed_vectors import transformed_differences
-    from shardlaw.spec.vectors.jit_vectors import JAX_VERSION
+    from shardlaw.spec.vectors.vector_checks import JAX_VERSION
     if vector.expect is None:
         return None
     if vector.jax != JAX_VERSION:

@@ -158,7 +158,8 @@ def _judge(call: Any) -> Any:
 
 def _expectation(vector: Any, verdict: Any) -> list[str] | None:
     """Differences from the expected verdict (None: the vector expects nothing)."""
-    from shardlaw.spec.vectors.jit_vectors import JAX_VERSION, verdict_differences
+    from shardlaw.spec.vectors.jit_vectors import verdict_differences
+    from shardlaw.spec.vectors.vector_checks import JAX_VERSION
 
     if vector.expect is None:
         return None
@@ -172,7 +173,7 @@ def _expectation(vector: Any, verdict: Any) -> list[str] | None:
 def _sequence_file(name: str) -> Any:
     """The sequence vector in ``name``, or None when the file holds call vectors."""
     from shardlaw.spec.core.rules import Rejection
-    from shardlaw.spec.vectors.jit_vectors import SEQUENCE_FORMAT, load_sequence
+    from shardlaw.spec.vectors.sequence_vectors import SEQUENCE_FORMAT, load_sequence
 
     path = Path(name)
     if not path.is_file():
@@ -195,7 +196,7 @@ def _sequence_file(name: str) -> Any:
 def check_sequence_command(args: argparse.Namespace, vector: Any, out: TextIO) -> int:
     """The cache table of a call sequence: per call, which of jit's caches hit, and why."""
     from shardlaw.spec.jit.cache import describe_cache_table, explain_cache
-    from shardlaw.spec.vectors.jit_vectors import cache_differences
+    from shardlaw.spec.vectors.sequence_vectors import cache_differences
 
     rows = explain_cache(vector.sites)
     differences = cache_differences(vector, rows)
@@ -245,7 +246,7 @@ def _statement(rule_id: str) -> str:
 
 
 def _check_json(file: str, vector: Any, verdict: Any, differences: list[str] | None) -> dict:
-    from shardlaw.spec.vectors.jit_vectors import verdict_json
+    from shardlaw.spec.vectors.vector_writer import verdict_json
 
     fired = list(verdict.trace) + ([verdict.rule] if verdict.rule not in verdict.trace
                                    and verdict.rule else [])

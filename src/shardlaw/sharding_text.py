@@ -182,9 +182,9 @@ def parse_sharding(text: str) -> Any:
 def sharding_from_json(obj: Any) -> Any:
     """The sharding a JSON object describes: the sharding objects of the jit-call vectors
     (:mod:`shardlaw.spec.vectors.jit_vectors`), whose reader refuses what is malformed with VEC-1."""
-    from shardlaw.spec.vectors.jit_vectors import _Reader
+    from shardlaw.spec.vectors.vector_reader import CallPartsReader
     any_device = 1 << 62  # a lone sharding names no call whose devices would bound its ids
-    return _Reader(any_device, any_device).sharding(obj, (), _Reader.SHARDINGS)
+    return CallPartsReader(any_device, any_device).sharding(obj, (), CallPartsReader.SHARDINGS)
 
 
 # --------------------------------------------------------------------------- writing
@@ -192,7 +192,7 @@ def sharding_from_json(obj: Any) -> Any:
 def sharding_to_json(sharding: Any) -> dict[str, Any]:
     """The JSON object for a sharding, as the jit-call vectors write it
     (:mod:`shardlaw.spec.vectors.jit_vectors`); read back by :func:`sharding_from_json`."""
-    from shardlaw.spec.vectors.jit_vectors import _sharding_json
+    from shardlaw.spec.vectors.vector_writer import _sharding_json
     return _sharding_json(sharding, ())
 
 
