@@ -25,6 +25,7 @@ release = version = shardlaw.__version__
 extensions = [
     "sphinx.ext.doctest",
     "shardlaw_rules",
+    "shardlaw_pictures",  # device grids and campaign charts, drawn at build time
 ]
 
 exclude_patterns = ["_build"]

@@ -34,6 +34,7 @@ from typing import Any, Iterable
 from sphinx.util import logging
 
 from shardlaw.rule_index import FAMILIES, LEFT_TO_JAX, PARTS
+from shardlaw_pictures import PICTURED_FAMILIES, example_grid
 
 logger = logging.getLogger(__name__)
 
@@ -568,12 +569,15 @@ def rule_entry(rule: Any, checks_or_context: dict[str, list[str]] | Context) -> 
     shown_rubric = False
     for block in rest:
         if block.lstrip().startswith(">>>"):
-            if not shown_rubric:
+            first = not shown_rubric
+            if first:
                 lines += [".. rubric:: Examples", ""]
                 shown_rubric = True
-            if not tabular(block):  # long messages wrap; columns keep their alignment
-                lines += [".. rst-class:: wrap-output", ""]
+            if tabular(block):  # columns keep their alignment; long messages wrap (CSS)
+                lines += [".. rst-class:: keep-columns", ""]
             lines += [f".. doctest:: {rule.id}", "", indent(textwrap.dedent(block)), ""]
+            if first and rule.family in PICTURED_FAMILIES:  # the example's sharding, drawn
+                lines += example_grid(textwrap.dedent(block), original.__module__, rule.id)
         else:
             lines += [prose(" ".join(block.split())), ""]
     if not has_examples:
