@@ -28,8 +28,9 @@ FONT = "ui-monospace, SFMono-Regular, Menlo, Consolas, monospace"
 
 ROW = 13.0         # px per rule
 FAMILY_GAP = 5.0   # px between families
-HALF = 170.0       # px of bar on each side
-MIDDLE = 66.0      # px for the rule IDs between the two sides
+HALF = 150.0       # px on each side of the rule IDs: the longest bar and its count
+BAR = 108.0        # px of the longest bar (the rest is room for its count)
+MIDDLE = 58.0      # px for the rule IDs between the two sides
 CHAR = 6.2         # px, one character at 10 px
 
 
@@ -114,31 +115,31 @@ def suite_speeds(report: Mapping[str, Any]) -> list[tuple[str, int, float]]:
 # --------------------------------------------------------------------------- coverage
 
 def _scale(top: int) -> tuple[int, Any]:
-    """Decades on the axis and the bar length of a count, log10(1 + n) of HALF."""
+    """Decades on the axis and the bar length of a count, log10(1 + n) of BAR."""
     decades = max(1, math.ceil(math.log10(1 + max(top, 1))))
-    return decades, lambda n: HALF * math.log10(1 + n) / decades
+    return decades, lambda n: BAR * math.log10(1 + n) / decades
 
 
 def coverage_svg(report: Mapping[str, Any], *, ident: str = "campaign-coverage") -> str:
     """Each rule's accepted and rejected hits, log scale, never-hit sides marked."""
     rows = rule_counts(report)
-    title = "Rule coverage: examples rejected (left) and accepted (right)"
-    left, top = 8.0, 62.0
-    width = left * 2 + 35 + HALF * 2 + MIDDLE + 45
+    title = "Rule coverage: examples per rule"
+    left, top = 8.0, 76.0
+    width = left * 2 + HALF * 2 + MIDDLE
     if not rows:
         body = [_text(left, 18, title, size=12, weight="bold"),
                 _text(left, 44, "No rule hits recorded in this report.", size=11)]
         return _svg(width, 60, ident, title, "No rule hits recorded.", body)
     decades, length = _scale(max(max(a, r) for _, a, r, _, _ in rows))
-    centre_l = left + 35 + HALF            # where the rejected bars start (going left)
+    centre_l = left + HALF                 # where the rejected bars start (going left)
     centre_r = centre_l + MIDDLE           # where the accepted bars start
     body = [_text(left, 18, title, size=12, weight="bold"),
             f'<rect x="{_num(left)}" y="28" width="10" height="10" fill="{REJECTED}"/>',
-            _text(left + 14, 37, "rejected", size=10),
-            f'<rect x="{_num(left + 80)}" y="28" width="10" height="10" fill="{ACCEPTED}"/>',
-            _text(left + 94, 37, "accepted", size=10),
-            _text(left + 160, 37, "log scale; \u201cnever\u201d: no example reached that "
-                  "side", size=10)]
+            _text(left + 14, 37, "rejected (left)", size=10),
+            f'<rect x="{_num(left + 130)}" y="28" width="10" height="10" fill="{ACCEPTED}"/>',
+            _text(left + 144, 37, "accepted (right)", size=10),
+            _text(left, 52, "log scale; \u201cnever\u201d: no example reached that side",
+                  size=10)]
     y, family, bands = top, None, []
     placed = []
     for rule_id, accepted, rejected, a_never, r_never in rows:
@@ -152,39 +153,46 @@ def coverage_svg(report: Mapping[str, Any], *, ident: str = "campaign-coverage")
     # the decades, on both sides
     for k in range(decades + 1):
         for sign, start in ((-1, centre_l), (1, centre_r)):
-            x = start + sign * HALF * k / decades
+            x = start + sign * BAR * k / decades
             body.append(f'<line x1="{_num(x)}" y1="{_num(top - 6)}" x2="{_num(x)}" '
                         f'y2="{_num(bottom)}" stroke="{GRID}" stroke-width="0.5" '
                         f'stroke-dasharray="2 3"/>')
-            body.append(_text(x, top - 9, _decade(k), anchor="middle", size=9))
-            body.append(_text(x, bottom + 12, _decade(k), anchor="middle", size=9))
+            if k % 2 == 0:  # every other decade named: 18 px apart is too close to read
+                body.append(_text(x, top - 9, _decade(k), anchor="middle", size=9))
+                body.append(_text(x, bottom + 12, _decade(k), anchor="middle", size=9))
     for y, rule_id, accepted, rejected, a_never, r_never in placed:
-        mid = y + ROW / 2
         bands.append(f"{rule_id} accepted {_side(accepted, a_never)}, "
                      f"rejected {_side(rejected, r_never)}")
-        body.append(f'<g class="rule" data-rule="{rule_id}" data-accepted="{accepted}" '
-                    f'data-rejected="{rejected}">')
-        body.append(f'<title>{rule_id}: accepted {_side(accepted, a_never)}, '
-                    f'rejected {_side(rejected, r_never)}</title>')
-        body.append(_text((centre_l + centre_r) / 2, mid + 3.5, rule_id, anchor="middle"))
-        for count, never, colour, sign, start in (
-                (rejected, r_never, REJECTED, -1, centre_l),
-                (accepted, a_never, ACCEPTED, 1, centre_r)):
-            if count:
-                w = max(length(count), 1.0)
-                x = start - w if sign < 0 else start
-                body.append(f'<rect x="{_num(x)}" y="{_num(y + 2)}" width="{_num(w)}" '
-                            f'height="{_num(ROW - 4)}" fill="{colour}"/>')
-                body.append(_text(start + sign * (w + 3), mid + 3, _count(count),
-                                  anchor="end" if sign < 0 else "start", size=8))
-            elif never:
-                body.append(_text(start + sign * 3, mid + 3, "never",
-                                  anchor="end" if sign < 0 else "start", size=9,
-                                  style="italic", weight="bold"))
-        body.append("</g>")
+        body += _rule_row(y, rule_id, (rejected, r_never), (accepted, a_never),
+                          (centre_l, centre_r), length)
     never_sides = sum(a_never + r_never for _, _, _, a_never, r_never in rows)
     desc = (f"{len(rows)} rules; {never_sides} sides never hit. " + "; ".join(bands) + ".")
     return _svg(width, bottom + 20, ident, title, desc, body)
+
+
+def _rule_row(y: float, rule_id: str, rejected: tuple[int, bool], accepted: tuple[int, bool],
+              centres: tuple[float, float], length: Any) -> list[str]:
+    """One rule: its ID between the sides, each side a bar and its count, or "never"."""
+    mid = y + ROW / 2
+    (r_count, r_never), (a_count, a_never) = rejected, accepted
+    out = [f'<g class="rule" data-rule="{rule_id}" data-accepted="{a_count}" '
+           f'data-rejected="{r_count}">',
+           f'<title>{rule_id}: accepted {_side(a_count, a_never)}, '
+           f'rejected {_side(r_count, r_never)}</title>',
+           _text(sum(centres) / 2, mid + 3.5, rule_id, anchor="middle")]
+    for (count, never), colour, sign, start in ((rejected, REJECTED, -1, centres[0]),
+                                                (accepted, ACCEPTED, 1, centres[1])):
+        anchor = "end" if sign < 0 else "start"
+        if count:
+            w = max(length(count), 1.0)
+            out.append(f'<rect x="{_num(start - w if sign < 0 else start)}" y="{_num(y + 2)}" '
+                       f'width="{_num(w)}" height="{_num(ROW - 4)}" fill="{colour}"/>')
+            out.append(_text(start + sign * (w + 3), mid + 3, _count(count), anchor=anchor,
+                             size=8))
+        elif never:
+            out.append(_text(start + sign * 3, mid + 3, "never", anchor=anchor, size=9,
+                             style="italic", weight="bold"))
+    return out + ["</g>"]
 
 
 def _decade(k: int) -> str:
@@ -202,10 +210,10 @@ def speed_svg(report: Mapping[str, Any], *, ident: str = "campaign-speed") -> st
     """Examples per second of property time, one bar per suite."""
     suites = suite_speeds(report)
     title = "Examples per second of property time, per suite"
-    left, top, row, bar = 8.0, 40.0, 24.0, 230.0
+    left, top, row, bar = 8.0, 40.0, 24.0, 140.0
     names = max((len(name) for name, _, _ in suites), default=6)
     label_w = CHAR * 1.1 * names + 12
-    width = left * 2 + label_w + bar + 175
+    width = left * 2 + label_w + bar + 165
     if not suites:
         body = [_text(left, 18, title, size=12, weight="bold"),
                 _text(left, 44, "No suites recorded in this report.", size=11)]
