@@ -382,6 +382,7 @@ def _by_name() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
         "transform": lambda: st.sampled_from([*S.transforms.transformed.TRANSFORMS, "vmap", ""]),
         "timeout_s": lambda: st.sampled_from([0.5, 1.0, 0.001]),
         "encoding": lambda: st.sampled_from(["digits", "bitvector", "integer"]),
+        "method": lambda: st.sampled_from(["auto", "auto", "direct", "solver"]),
         "layout": lambda: st.one_of(st.none(), st.permutations(range(2)).map(
             lambda p: S.Layout(tuple(p)))),
         "kind": lambda: st.sampled_from(["committed", "uncommitted", "abstract", "numpy",
@@ -466,6 +467,8 @@ def _value_methods() -> list[Target]:
         Target("AbstractMesh.axis_size", mesh.abstract.axis_size),
         Target("DeviceList.id_at", reversed_list.id_at),
         Target("DeviceList.position_of", reversed_list.position_of),
+        Target("DeviceList[position]", reversed_list.__getitem__),
+        Target("DeviceList(iota)[position]", S.DeviceList(iota).__getitem__),
         Target("DeviceList(iota).position_of", S.DeviceList(iota).position_of),
         Target("Iota.position_of", iota.position_of),
         Target("Mesh.iota", S.Mesh.iota), Target("DeviceList.of_ids", S.DeviceList.of_ids),

@@ -338,3 +338,23 @@ def test_mesh_axis_names_are_refused_at_their_first_bad_entry():
     assert S.core.values.check_axis_names(names + ("z",)) == names + ("z",)  # linear, not quadratic
     _refused(lambda: S.core.values.check_axis_names(names + ("a7",)), "VAL-3",
              "'a7' appears twice", ValueError)
+
+
+@pytest.mark.parametrize("devices", [S.DeviceList.of_ids([3, 1, 2]),
+                                     S.DeviceList(S.Iota((3,))),
+                                     S.DeviceList(S.Iota((1024, 1024), (1, 0)))])
+def test_a_device_list_is_indexed_by_a_position_in_it(devices):
+    """DeviceList[i] raised a bare IndexError or TypeError from the tuple it holds (11 inputs
+    of the fresh-seed fuzz run, issue 25); VAL-5 (C2) refuses, naming the index and N."""
+    n = len(devices)
+    _refused(lambda: devices[n], "VAL-5", f"position {n} is outside a device list of {n} "
+             "devices", IndexError)
+    _refused(lambda: devices[-n - 1], "VAL-5", f"position {-n - 1} is outside", IndexError)
+    _refused(lambda: devices[2**70], "VAL-5", "position 1180591620717411303424 is outside",
+             IndexError)
+    for index in (1.5, "0", None, (0,), [0]):
+        _refused(lambda: devices[index], "VAL-5",
+                 f"got {index!r}; the list holds {n} devices", TypeError)
+    # What a Python sequence and JAX's DeviceList take still works.
+    assert devices[-1] == devices[n - 1] and devices[True] == devices[1]
+    assert devices[:2] == (devices[0], devices[1])

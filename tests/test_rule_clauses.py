@@ -513,6 +513,27 @@ def test_aot_3_other_arguments_and_device_are_not_checked():
                         device_or_backend=True)
 
 
+# --------------------------------------------------------------------------- VAL-5
+
+@clause("VAL-5", 1)
+def test_val_5_a_device_appears_once_by_its_id():
+    with pytest.raises(Rejection, match=r"^\[VAL-5\]: .* device 3 appears twice"):
+        S.DeviceList([S.Device(3), S.Device(1), S.Device(3, "tpu")])
+    assert len(S.DeviceList.of_ids([3, 1])) == 2
+
+
+@clause("VAL-5", 2)
+def test_val_5_a_position_is_an_integer_in_range_or_a_slice():
+    for devices in (S.DeviceList.of_ids([3, 1, 2]), S.DeviceList(S.Iota((3,)))):
+        assert devices[-3] == devices[0] and devices[2] == devices[-1]
+        assert devices[1:] == (devices[1], devices[2])
+        with pytest.raises(IndexError, match=r"^\[VAL-5\]: position -4 is outside a device "
+                                             r"list of 3 devices"):
+            devices[-4]
+        with pytest.raises(TypeError, match=r"^\[VAL-5\]: .* got 1\.0; the list holds 3"):
+            devices[1.0]
+
+
 # --------------------------------------------------------------------------- SMT-2
 
 def _prove_for_every_shape(a, b, rank, max_dim):

@@ -84,6 +84,14 @@ class PositionOutside(Failure, rule="VAL-5", error=IndexError):
 
 
 @dataclasses.dataclass(frozen=True)
+class PositionNotAnIndex(Failure, rule="VAL-5", error=TypeError):
+    template = ("a device list is indexed by an integer position or a slice, got {position!r}; "
+                "the list holds {length} devices")
+    position: Any
+    length: int
+
+
+@dataclasses.dataclass(frozen=True)
 class NoSuchMeshAxis(Failure, rule="VAL-3", error=KeyError):
     template = "the mesh has no axis {name!r}; its axes are {names}"
     name: Any
@@ -198,7 +206,13 @@ def _platform(value: Any) -> str:
 
 @rule("VAL-5", mirrors="(input checking; jax.sharding.Mesh accepts a device twice and fails later)")
 def check_device_list(devices: Any) -> tuple[Device, ...]:
-    """A device list is a sequence of devices in which no device appears twice.
+    """A device list is a sequence of devices, each at most once, read by position as a Python sequence is.
+
+    (C1) No device appears twice (a device is its id).
+    (C2) A position is an integer from ``-N`` to ``N - 1`` in a list of N devices (a
+    negative one counts from the end, as in JAX's ``DeviceList``), or a slice; another index
+    is refused with a TypeError, and an integer outside with an IndexError, each naming the
+    index and N.
 
     >>> check_device_list([Device(0), Device(1)])
     (Device(0), Device(1))
@@ -206,6 +220,12 @@ def check_device_list(devices: Any) -> tuple[Device, ...]:
     Traceback (most recent call last):
     ...
     shardlaw.spec.core.rules.RejectionValueError: [VAL-5]: a device list may hold each device once, device 0 appears twice
+    >>> DeviceList.of_ids([3, 1, 2])[-1]
+    Device(2)
+    >>> DeviceList.of_ids([3, 1, 2])[3]
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionIndexError: [VAL-5]: position 3 is outside a device list of 3 devices
     """
     if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
         raise reject(BadDevice("a device list", "a sequence of Device", devices))
@@ -220,6 +240,22 @@ def check_device_list(devices: Any) -> tuple[Device, ...]:
         require(d.id not in seen, lambda d=d: DuplicateDevice(d.id))
         seen.add(d.id)
     return devices
+
+
+def _position_in(position: Any, length: int) -> int:
+    """VAL-5 (C2): an index of a list of ``length`` devices, as a position from 0."""
+    # What Python and JAX's DeviceList index with: an int, a bool, a numpy integer.
+    if not (isinstance(position, bool) or is_int(position)):
+        raise reject(PositionNotAnIndex(position, length))
+    try:
+        number = operator.index(position)
+    except Exception:  # a type that claims to be an integer but is not one
+        raise reject(PositionNotAnIndex(position, length)) from None
+    if not isinstance(number, int):
+        raise reject(PositionNotAnIndex(position, length))
+    where = number + length if number < 0 else number
+    require(0 <= where < length, lambda: PositionOutside(number, length))
+    return where
 
 
 class DeviceList:
@@ -295,7 +331,11 @@ class DeviceList:
             return self._iota[position]
         return self._devices[position].id  # type: ignore[index]
 
-    def __getitem__(self, position: int) -> Device:
+    def __getitem__(self, position: int | slice) -> Any:
+        """The device at ``position``, or a tuple of them for a slice (VAL-5 C2)."""
+        if isinstance(position, slice):
+            return tuple(self[p] for p in range(len(self))[position])
+        position = _position_in(position, len(self))
         if self._iota is not None:
             i = self._iota[position]
             per = self.devices_per_process
@@ -317,7 +357,10 @@ class DeviceList:
         return (d.id for d in self._devices)  # type: ignore[union-attr]
 
     def __iter__(self) -> Iterator[Device]:
-        return (self[p] for p in range(len(self)))
+        if self._iota is None:
+            return iter(self._devices)  # type: ignore[arg-type]
+        platform, per = self.platform, self.devices_per_process
+        return (Device(i, platform, 0 if per is None else i // per) for i in self._iota)
 
     def id_tuple(self) -> tuple[int, ...]:
         return tuple(self.ids())
