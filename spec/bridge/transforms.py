@@ -44,7 +44,7 @@ from .convert import _arg_tree, _context_mesh, describe_call, from_jax
 from ..jit.pipeline import jit_call
 from ..core.rules import Failure, Rejection, explain as explain_failure, reject
 from ..core.shardings import UNSPECIFIED, SingleDeviceSharding
-from ..transforms.shardmap import BadParameter, Returned, Shaped
+from ..transforms.shardmap_parameters import BadParameter, Returned, Shaped
 from ..transforms.transformed import TransformedCall, TransformedVerdict, explain_transformed
 from ..core.values import PartitionSpec
 

@@ -39,7 +39,7 @@ from ..jit.layouts import AUTO_LAYOUT, Format, Layout
 from ..core.rules import RULES, Rejection, reject
 from ..core.shardings import AUTO, UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..transforms import shardmap
-from ..transforms.shardmap import Returned, Shaped, ShardMapTypes
+from ..transforms.shardmap_parameters import Returned, Shaped, ShardMapTypes
 from ..transforms.transformed import TRANSFORMS, TransformedCall, TransformedVerdict
 from ..core.values import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, PartitionSpec
 from .jit_vectors import _check_label
