@@ -25,7 +25,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from shardlaw.spec import AxisType, Mesh, NamedSharding, P, SingleDeviceSharding
-from shardlaw.spec.jit.cache import CallSite, _dtype
+from shardlaw.spec.jit.cache_keys import _dtype
+from shardlaw.spec.jit.cache_sites import CallSite
 from shardlaw.spec.jit.call import Arg, Call, JitOptions, Out, Static, flat_arguments
 from shardlaw.spec.core.hlo import Tiled
 from shardlaw.spec.core.iota import Iota

@@ -15,10 +15,11 @@ from shardlaw.spec import (
     SingleDeviceSharding, Static, jit_call,
 )
 from shardlaw.spec.jit.aot import check_aot_shardings
-from shardlaw.spec.jit.cache import (
-    CallSite, abstract_value, differences, dispatch_equal, dispatch_signature, lowering_key,
-    module_key, policy_key,
+from shardlaw.spec.jit.cache_keys import (
+    abstract_value, differences, dispatch_equal, dispatch_signature, lowering_key, module_key,
 )
+from shardlaw.spec.jit.cache_policy import policy_key
+from shardlaw.spec.jit.cache_sites import CallSite
 from shardlaw.spec.core.hlo import parse_hlo
 from shardlaw.spec.jit.layouts import check_argument_layout
 from shardlaw.spec.jit.matching import match_in_shardings

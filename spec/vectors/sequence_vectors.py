@@ -17,7 +17,8 @@ import json
 from typing import Any
 
 from ..core.rules import Rejection, reject
-from ..jit.cache import LEVELS, CacheRow, CallSite, check_sequence
+from ..jit.cache import LEVELS, CacheRow
+from ..jit.cache_sites import CallSite, check_sequence
 from .vector_checks import (
     JAX_VERSION, VERSION, VERSIONS, UnreadableWhenWritten, _document, check_vector,
     check_writable,
@@ -34,9 +35,9 @@ OUTCOMES = ("hit", "miss", "")   # "": the call never reached that level
 
 @dataclasses.dataclass(frozen=True)
 class SequenceVector:
-    """A sequence of calls (each a :class:`~shardlaw.spec.jit.cache.CallSite`) and, optionally,
-    the cache outcome expected for each call: per level ``"hit"``, ``"miss"`` or ``""`` (a
-    level the call never reached)."""
+    """A sequence of calls (each a :class:`~shardlaw.spec.jit.cache_sites.CallSite`) and,
+    optionally, the cache outcome expected for each call: per level ``"hit"``, ``"miss"`` or
+    ``""`` (a level the call never reached)."""
 
     sites: tuple
     expect: tuple | None = None
