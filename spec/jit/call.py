@@ -313,6 +313,16 @@ class Call:
     compiler_in: tuple[HloSharding | None, ...] | None = None
 
     def __post_init__(self) -> None:
+        # A call that exists is well-formed (CALL-0): each step checks one part of the
+        # description, in this order, and the first part that is wrong is the one named.
+        self._check_trees()
+        self._check_device_counts()
+        self._check_choices()
+        self._check_aot_call()
+        self._check_argument_devices()
+
+    def _check_trees(self) -> None:
+        """The arguments, results, options and context mesh are of their types."""
         # Read before anything walks them: the description's trees nest at most MAX_NESTING
         # deep (deeper input would exhaust the recursion of every reader below).
         trees = (self.args, self.kwargs, self.outputs, self.aot_args, self.aot_kwargs)
@@ -331,6 +341,9 @@ class Call:
                            "an Arg or a Static", leaf)
         for path, leaf in leaves_with_paths(self.outputs):
             check_call(isinstance(leaf, Out), f"{show_path(('outputs', *path))}", "an Out", leaf)
+
+    def _check_device_counts(self) -> None:
+        """The device and process counts are positive and the default device is a device."""
         for name in ("devices", "default_device", "process_count"):
             value = getattr(self, name)
             check_call(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
@@ -342,6 +355,10 @@ class Call:
         single = self.process_count == 1
         check_call(not single or self.default_device < self.devices, "default_device",
                    f"a device id below {self.devices}", self.default_device)
+
+    def _check_choices(self) -> None:
+        """Which inputs the function uses, and the compiler's choices, are tuples of their
+        types (or None)."""
         if self.uses is not None:
             object.__setattr__(self, "uses", tuple(self.uses))
             check_call(all(isinstance(u, bool) for u in self.uses), "uses",
@@ -364,6 +381,9 @@ class Call:
                 object.__setattr__(self, name, tuple(value))
                 check_call(all(c is None or isinstance(c, Layout) for c in getattr(self, name)),
                            name, "a sequence of Layouts or None", value)
+
+    def _check_aot_call(self) -> None:
+        """The compiled executable's own call, when there is one, passes Args and Statics."""
         if self.aot_args is not None or self.aot_kwargs is not None:
             object.__setattr__(self, "aot_args", tuple(self.aot_args or ()))
             object.__setattr__(self, "aot_kwargs", dict(self.aot_kwargs or {}))
@@ -372,6 +392,10 @@ class Call:
                     check_call(isinstance(leaf, (Arg, Static)),
                                f"the AOT call's {show_path((what, *path))}",
                                "an Arg or a Static", leaf)
+
+    def _check_argument_devices(self) -> None:
+        """In one process, the arguments' shardings name only the call's devices."""
+        single = self.process_count == 1
         for path, leaf in leaves_with_paths(self.args if single else ()):
             if isinstance(leaf, Arg) and leaf.sharding is not None:
                 for d in _device_ids_of(leaf.sharding):
