@@ -575,3 +575,9 @@ def test_smt_2_a_difference_names_the_shape_the_device_and_both_boxes():
     one_side = _prove_for_every_shape(NamedSharding(M2, P("x")),
                                       GSPMDSharding(range(1), "{replicated}"), 1, 8)
     assert (one_side.device, one_side.box_b, one_side.shape) == (1, None, (2,))
+    assert (found.memory_kind_a, found.memory_kind_b) == (None, None)
+    pinned = NamedSharding(M2, P("x"), memory_kind="pinned_host")
+    in_memory = _prove_for_every_shape(NamedSharding(M2, P("x")), pinned, 1, 8)
+    assert (in_memory.memory_kind_a, in_memory.memory_kind_b) == ("device", "pinned_host")
+    assert in_memory.box_a == in_memory.box_b == S.box_of(pinned, in_memory.shape,
+                                                          in_memory.device)

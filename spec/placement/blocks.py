@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from ..core.hlo import (
     HloSharding, Manual, Maximal, Replicated, SubgroupType, Tiled, Unreduced, canonical_tiled,
 )
-from ..core.iota import Iota
+from ..core.iota import Iota, unravel
 from ..core.rules import Failure, reject, require, rule
 from ..core.shardings import GSPMDSharding, NamedSharding, NotASharding, SingleDeviceSharding
 from ..core.dims import MAX_RANK, check_rank_count
@@ -406,7 +406,12 @@ def _box_at(hlo: HloSharding, piece: Shape, shape: Shape, position: int) -> Box:
     if _acts_replicated(hlo):
         return _full_box(shape)
     assert isinstance(hlo, Tiled)
-    coords = hlo.tile_coords(position)
+    return _box_of_tile(hlo, piece, hlo.tile_of(position))
+
+
+def _box_of_tile(hlo: Tiled, piece: Shape, tile: int) -> Box:
+    """The box of the tile at flat index ``tile`` of the tile assignment."""
+    coords = unravel(tile, hlo.dims)
     return tuple((c * p, (c + 1) * p) for c, p in zip(coords, piece))
 
 

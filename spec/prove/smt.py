@@ -1,7 +1,31 @@
-"""Placement-equivalence proved by a solver: a proof, or the device where two placements part.
+"""Placement-equivalence proved: a proof, or the device where two placements part.
 
 The one spec module that imports z3 (``pip install 'shardlaw[z3]'``); ``shardlaw.spec`` loads
 it on first use of :func:`prove_equivalent`.
+
+Which tool decides
+------------------
+The question is EQ-2's: the same devices, each holding the same box, in the same memory
+kind. What is cheap is answered first, before any device order is read: device counts
+that differ (a symbolic list of 2^40 devices against 8 costs what the 8 cost), memory
+kinds or platforms that differ, shapes of size 0 in every dimension. Then:
+
+* an *explicit* device list or tile assignment is data the size of the mesh, and the
+  direct pass (:func:`_direct`) reads it: it lists, tile by tile, the device that holds
+  the tile and the number of its block, and compares the two lists; only the devices at
+  the tiles where they part are looked up in the other sharding. A few passes in C over
+  the devices (``benchmarks/bench_prove.py`` part 1: 2^16 devices in milliseconds, 2^20 in
+  a few hundred), where a solver given one ground instance per device took 0.6 s and 16 s;
+* *symbolic* (iota) orders go to the solver, whose formula (below) does not grow with the
+  device count: a pair over 2^20 devices is proved in milliseconds. Below
+  ``ENUMERATION_LIMIT`` devices, writing the orders out and passing over them is faster
+  than building and solving the formula (part 3), and is what is done;
+* ``prove_for_every_shape`` (SMT-2) takes the shape as unknowns in the solver. The direct
+  pass needs only one shape: which devices differ depends on which dimensions have
+  positive size, and one shape in scope has the most (:func:`_smallest_shape`).
+
+``method="direct"`` or ``method="solver"`` forces one way for every question; the tests
+hold the two, and the default, to enumeration of EQ-2.
 
 How a placement becomes a formula
 ---------------------------------
@@ -29,40 +53,44 @@ The choice was measured (``benchmarks/bench_prove.py``, part 2: one transposed-m
 devices and ended *unknown* at 459,459. Digits took 1 to 47 ms at every size, powers of two
 or not (the larger figures on a first, cold call).
 
-A device order or tile assignment written as an explicit list is data, not arithmetic. The
-encoder first cancels what it can: equal device lists need no map at all, and a list that
-is in fact a reshape/transpose is recognized as one. What remains is a table: the encoder
-reads, for each of the N positions, the tile index each sharding gives it (as the spec's
-own enumeration does), and the solver receives one ground instance per position and checks
-their boxes. That costs time in proportion to N.
+When the solver is asked for explicit orders (``method="solver"``), the encoder first
+cancels what it can: equal device lists need no map at all, and a list that is in fact a
+reshape/transpose is recognized as one. What remains is a table: the encoder reads, for
+each of the N positions, the tile index each sharding gives it (as the spec's own
+enumeration does), and the solver receives one ground instance per position and checks
+their boxes. That costs time in proportion to N, and more per device than the direct pass.
 
-Answers are :class:`Proved`, :class:`Counterexample` or :class:`Unknown` (the solver ran
-out of time, or a table was too large to expand); input that the spec rejects raises the
-spec's :class:`~shardlaw.spec.Rejection`, never a solver error.
+Answers are :class:`Proved`, :class:`Counterexample` or :class:`Unknown` (the time limit ran
+out, or an order was too large to expand); input that the spec rejects raises the spec's
+:class:`~shardlaw.spec.Rejection`, never a solver error.
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import itertools
 import math
+import operator
 import time
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import z3
 
 from ..core.hlo import Tiled
 from ..core.iota import Iota, invert_digits, iota_digits, iota_from_digits
-from ..placement.blocks import _acts_replicated, _layout, box_of, shard_shape
+from ..placement.blocks import (
+    _acts_replicated, _box_at, _box_of_tile, _layout, box_of, shard_shape,
+)
 from ..core.rules import Failure, reject, rule
 from ..core.shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.dims import is_int
-from ..core.values import DeviceList, Mesh, P, check_dims
+from ..core.values import Device, DeviceList, Mesh, P, check_dims
 
 __all__ = [
     "prove_equivalent", "prove_for_every_shape", "Proved", "Counterexample", "Unknown",
-    "ENCODINGS", "DEFAULT_TIMEOUT_S", "TABLE_LIMIT",
+    "ENCODINGS", "METHODS", "DEFAULT_TIMEOUT_S", "TABLE_LIMIT", "ENUMERATION_LIMIT",
 ]
 
 # Names the docstring examples use (the docs run them with this module's namespace).
@@ -72,8 +100,15 @@ Box = tuple[tuple[int, int], ...]
 
 DEFAULT_TIMEOUT_S = 10.0
 
-# The largest explicit table expanded into ground instances (one per device position).
+# The largest explicit table expanded into ground instances (one per device position), and
+# the largest symbolic order written out for a direct pass when one is asked for.
 TABLE_LIMIT = 1 << 20
+
+# Up to this many devices, symbolic (iota) orders are decided by writing them out and
+# passing over them (enumeration); above it, by the solver, whose time does not grow with
+# the device count. Measured in benchmarks/bench_prove.py (part 3): at 4,096 devices the
+# pass took 0.4-0.5 ms and the solver 0.6-2.1 ms; at 16,384, 1.6-2.0 ms against 0.6-2.0.
+ENUMERATION_LIMIT = 4096
 
 # The longest time limit z3 takes (its timeout is an unsigned 32-bit count of milliseconds),
 # and the highest rank the prover encodes.
@@ -88,16 +123,25 @@ TABLE_PIECE = 16_384
 # solver's bit-vectors or integers (kept for the measurements that chose the default).
 ENCODINGS = ("digits", "bitvector", "integer")
 
+# How a question is decided: "auto" (the default: explicit orders by a direct pass, symbolic
+# ones by enumeration up to ENUMERATION_LIMIT devices and by the solver above), or one way
+# for every question ("direct" writes symbolic orders out too; "solver" expands explicit
+# ones into solver instances), kept for the measurements and the tests that hold them equal.
+METHODS = ("auto", "direct", "solver")
+
 
 # --------------------------------------------------------------------------- answers
 
 @dataclasses.dataclass(frozen=True)
 class Proved:
-    """The solver proved that every device holds the same box under both shardings.
+    """Every device holds the same box under both shardings, in the same memory kind.
 
     ``shape`` is the shape proved for, or None when the proof covers every shape of
-    ``rank`` with dimensions up to ``max_dim`` that both shardings divide. ``tables``
-    tells whether an explicit order was expanded into one instance per device.
+    ``rank`` with dimensions up to ``max_dim`` that both shardings divide. ``method`` says
+    how it was decided (see :data:`METHODS`): ``"direct"``, a pass over explicit device
+    orders, or a case decided before any order is read; ``"enumeration"``, a small mesh's
+    symbolic orders written out and passed over; ``"solver"``, z3. ``tables`` tells
+    whether an order was read entry by entry (a pass, or one solver instance per device).
     """
 
     shape: tuple[int, ...] | None = None
@@ -106,6 +150,7 @@ class Proved:
     solver_seconds: float = dataclasses.field(default=0.0, compare=False)
     seconds: float = dataclasses.field(default=0.0, compare=False)
     tables: bool = dataclasses.field(default=False, compare=False)
+    method: str = dataclasses.field(default="solver", compare=False)
 
     equivalent: ClassVar[bool] = True
 
@@ -120,29 +165,43 @@ class Proved:
 
 @dataclasses.dataclass(frozen=True)
 class Counterexample:
-    """A device that holds different boxes under the two shardings, for ``shape``.
+    """A device that holds different boxes under the two shardings, or holds its box in
+    another memory kind, for ``shape``.
 
     A box is None when the device holds nothing under that sharding (it is not among its
-    devices). Boxes are as :func:`~shardlaw.spec.box_of` gives them.
+    devices). Boxes are as :func:`~shardlaw.spec.box_of` gives them. ``memory_kind_a`` and
+    ``memory_kind_b`` name the two memory kinds when they differ (None when they agree):
+    then every device holds its box in another memory, and the device named may hold the
+    same box under both (``device`` is None when neither sharding has a device to name).
+    ``method`` and ``tables`` are as for :class:`Proved`.
     """
 
-    device: int
+    device: int | None  # None only where neither sharding spans a device
     box_a: Box | None
     box_b: Box | None
     shape: tuple[int, ...]
     solver_seconds: float = dataclasses.field(default=0.0, compare=False, repr=False)
     seconds: float = dataclasses.field(default=0.0, compare=False, repr=False)
     tables: bool = dataclasses.field(default=False, compare=False, repr=False)
+    method: str = dataclasses.field(default="solver", compare=False, repr=False)
+    memory_kind_a: str | None = None
+    memory_kind_b: str | None = None
 
     equivalent: ClassVar[bool] = False
 
     def __bool__(self) -> bool:
         return False
 
+    def __repr__(self) -> str:
+        kinds = ("" if self.memory_kind_a is None and self.memory_kind_b is None else
+                 f", memory_kind_a={self.memory_kind_a!r}, memory_kind_b={self.memory_kind_b!r}")
+        return (f"Counterexample(device={self.device}, box_a={self.box_a}, box_b={self.box_b}, "
+                f"shape={self.shape}{kinds})")
+
 
 @dataclasses.dataclass(frozen=True)
 class Unknown:
-    """The solver gave no answer: it ran out of time, or a table was too large to expand."""
+    """No answer: the time limit ran out, or an order was too large to expand."""
 
     reason: str
     solver_seconds: float = dataclasses.field(default=0.0, compare=False, repr=False)
@@ -200,6 +259,14 @@ class UnknownEncoding(Failure, rule="SMT-1", error=TypeError,
                       jax_error="(none: JAX has no such function)"):
     template = "encoding must be one of {known}, got {encoding!r}"
     encoding: Any
+    known: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class UnknownMethod(Failure, rule="SMT-1", error=TypeError,
+                    jax_error="(none: JAX has no such function)"):
+    template = "method must be one of {known}, got {method!r}"
+    method: Any
     known: tuple
 
 
@@ -421,38 +488,81 @@ def _position_of(order: Iota, value: _Number, enc: _Encoder) -> _Number:
 
 @dataclasses.dataclass(frozen=True)
 class _Placement:
-    """What the solver needs of one sharding: its device list and, unless every device
-    holds the whole value, its tile assignment."""
+    """What the prover needs of one sharding: its device list and, unless every device
+    holds the whole value, its tile assignment; and the layout IDX-1 read for ``shape``."""
 
     sharding: Any
     devices: DeviceList
     tiled: Tiled | None
     order: Iota | None  # the tile assignment as an iota order, when it is one
+    shape: tuple[int, ...]
+    hlo: Any = None  # the lowered HLO sharding (None: a SingleDeviceSharding)
+    piece: tuple[int, ...] = ()
 
     @property
     def tiles(self) -> tuple[int, ...] | None:
         return None if self.tiled is None else self.tiled.tiles
+
+    @functools.cached_property
+    def platforms(self) -> frozenset[str]:
+        """The platforms of its devices (one, unless an explicit list mixes them)."""
+        if self.devices.iota is not None:
+            return frozenset((self.devices.platform,))
+        _look_at_clock("reading the device platforms")
+        return frozenset(map(_PLATFORM, self.devices))
+
+    def box(self, shape: tuple[int, ...], device: int, platform: str | None,
+            tile: int | None = None) -> Box | None:
+        """The box ``device`` holds (IDX-1), or None when the sharding does not span it;
+        with ``platform``, the device is that platform's (the same id elsewhere is another
+        device). ``tile``, when known, is the tile that holds it (for a direct pass, which
+        found it, so that no index of a long device list is built to find it again)."""
+        if tile is not None and shape == self.shape:
+            if self.tiled is None:
+                return tuple((0, n) for n in shape)
+            return _box_of_tile(self.tiled, self.piece, tile)
+        position = self.devices.position_of(device)
+        if position is None or platform is not None and \
+                self.devices[position].platform != platform:
+            return None
+        if shape != self.shape:
+            return box_of(self.sharding, shape, device)
+        if self.hlo is None:
+            return tuple((0, n) for n in shape)
+        return _box_at(self.hlo, self.piece, shape, position)
 
 
 def _placement(sharding: Any, shape: tuple[int, ...]) -> _Placement:
     """Run the spec's checks for ``shape`` (DIV-1, NS-5, DEV-1, IDX-1) and read the layout."""
     if isinstance(sharding, SingleDeviceSharding):
         shard_shape(sharding, shape)
-        return _Placement(sharding, sharding.device_list, None, None)
-    hlo, _, devices = _layout(sharding, shape)
+        return _Placement(sharding, sharding.device_list, None, None, shape)
+    hlo, piece, devices = _layout(sharding, shape)
     if _acts_replicated(hlo):
-        return _Placement(sharding, devices, None, None)
+        return _Placement(sharding, devices, None, None, shape, hlo, piece)
     assignment = hlo.assignment
     order = assignment if isinstance(assignment, Iota) else _recognize_iota(assignment)
-    return _Placement(sharding, devices, hlo, order)
+    return _Placement(sharding, devices, hlo, order, shape, hlo, piece)
 
 
 def _first_unshared_device(a: DeviceList, b: DeviceList) -> int | None:
-    """The smallest device id in one list but not the other (None: same device set)."""
+    """The smallest device id in one list but not the other (None: same device set).
+
+    A symbolic list holds the ids ``0 .. N-1``: against it, only the explicit list is read,
+    so that a list of 2^40 devices costs no more than the 8 it is compared with.
+    """
     if a.iota is not None and b.iota is not None:
         return None if len(a) == len(b) else min(len(a), len(b))
-    unshared = set(_ticking(_device_ids(a), "comparing the device sets")) ^ \
-        set(_ticking(_device_ids(b), "comparing the device sets"))
+    if a.iota is not None or b.iota is not None:
+        symbolic, explicit = (a, b) if a.iota is not None else (b, a)
+        ids = set(_device_ids(explicit))
+        # The first id the explicit list lacks (at most len(ids) steps), and the first it
+        # holds beyond the symbolic list's ids.
+        missing = next(k for k in itertools.count() if k not in ids)
+        beyond = [i for i in ids if i >= len(symbolic)]
+        found = ([missing] if missing < len(symbolic) else []) + beyond
+        return min(found) if found else None
+    unshared = set(_device_ids(a)) ^ set(_device_ids(b))
     return min(unshared) if unshared else None
 
 
@@ -463,12 +573,23 @@ def _enumerate(atoms: list[tuple[int, int, int]]) -> list[int]:
     """
     values = [0]
     for radix, _, weight in sorted(atoms, key=lambda atom: atom[1]):
-        values = [v + k * weight for k in range(radix) for v in values]
+        _look_at_clock("writing out a symbolic order")
+        if len(values) == 1:
+            values = list(range(values[0], values[0] + radix * weight, weight))
+        elif len(values) >= radix:  # copies of a long list, shifted (map runs in C)
+            shifted: list[int] = []
+            for k in range(radix):
+                shifted.extend(map((k * weight).__add__, values))
+            values = shifted
+        else:
+            values = [v + k * weight for k in range(radix) for v in values]
     return values
 
 
 def _order_values(order: Iota) -> list[int]:
     """``list(order)``, built a digit at a time rather than entry by entry."""
+    if order.is_range:
+        return list(range(len(order)))
     return _enumerate(iota_digits(order))
 
 
@@ -478,9 +599,14 @@ def _order_positions(order: Iota) -> list[int]:
 
 
 def _device_ids(devices: DeviceList) -> list[int]:
+    """The ids of a device list, position by position."""
+    _look_at_clock("reading a device list")
     if devices.iota is not None:
         return _order_values(devices.iota)
-    return list(_ticking(devices.ids(), "reading an explicit device list"))
+    return list(map(_ID, devices))
+
+
+_ID = operator.attrgetter("id")
 
 
 def _same_order(a: DeviceList, b: DeviceList) -> bool:
@@ -672,6 +798,132 @@ _CLOCK: contextvars.ContextVar[_Clock | None] = contextvars.ContextVar("shardlaw
 def _ticking(items: Any, doing: str) -> Any:
     clock = _CLOCK.get()
     return items if clock is None else clock.ticking(items, doing)
+
+
+def _look_at_clock(doing: str) -> None:
+    """Between the steps of a long pass: past the building share of the limit, give up."""
+    clock = _CLOCK.get()
+    if clock is not None:
+        clock.check(doing)
+
+
+# --------------------------------------------------------------------------- the direct pass
+
+def _direct(pa: _Placement, pb: _Placement, question: _Question, by_device: bool, method: str,
+            clock: _Clock) -> Answer:
+    """Decide by reading the orders once: which block of the array each device holds.
+
+    Two boxes of one dimension of positive size are equal exactly when both shardings cut
+    it into as many pieces and the device holds the same piece; a dimension of size 0 is
+    the empty range under both. So the pass checks the counts of pieces, then lists, tile
+    by tile, the device that holds the tile and the number of its block (its coordinates
+    along the dimensions of positive size). Where the two lists agree tile by tile, those
+    devices hold the same block under both; only the devices at the tiles where they part
+    are looked up in the other sharding. The loops run in C (``operator.itemgetter``,
+    ``map``, list comparison): a few passes over the devices, and none when the two
+    shardings list their tiles alike.
+    """
+    shape = question.example
+    n = len(pa.devices)
+    kept = [j for j, size in enumerate(shape) if size > 0]
+    tiles_a = pa.tiles or (1,) * len(shape)
+    tiles_b = pb.tiles or (1,) * len(shape)
+    if any(tiles_a[j] != tiles_b[j] for j in kept):
+        # Pieces of other lengths along a dimension: no device holds the same box under both.
+        first = pa.devices[0]
+        return _counterexample(pa, pb, shape, first.id, first.platform, (None, None), method,
+                               clock, True)
+    holder_a, holder_b = _devices_by_tile(pa, by_device), _devices_by_tile(pb, by_device)
+    blocks_a, blocks_b = _block_numbers(pa, kept, n), _block_numbers(pb, kept, n)
+    if isinstance(blocks_a, range) != isinstance(blocks_b, range):
+        blocks_a, blocks_b = list(blocks_a), list(blocks_b)
+    _look_at_clock("comparing the blocks tile by tile")
+    parting = _parting(holder_a, holder_b)
+    if blocks_a != blocks_b:
+        parting = sorted(set(parting).union(_parting(blocks_a, blocks_b)))
+    if not parting:
+        return question.proved(clock, method, True)
+    _look_at_clock("looking up the devices where the tiles part")
+    # A device at a tile where the lists part is, in the other list, at such a tile too
+    # (the tiles where they agree hold other devices), or not there at all.
+    tile_under_b = {holder_b[t]: t for t in parting}
+    for t in parting:
+        device = holder_a[t]
+        other = tile_under_b.get(device)
+        if other is None:  # not under b: name the first device only one of them spans
+            unshared = min(set(holder_a) ^ set(holder_b))
+            return _counterexample_at(pa, pb, shape, unshared, (None, None), method, clock)
+        if blocks_b[other] != blocks_a[t]:
+            return _counterexample_at(pa, pb, shape, device, (t, other), method, clock)
+    return question.proved(clock, method, True)
+
+
+def _parting(x: list[Any], y: list[Any]) -> list[int]:
+    """The indices where two lists of one length differ, found a slice at a time (a slice
+    compares in C; only slices that differ are looked into)."""
+    step, out = 4096, []
+    for start in range(0, len(x), step):
+        xs, ys = x[start:start + step], y[start:start + step]
+        if xs != ys:
+            out.extend(itertools.compress(range(start, start + len(xs)),
+                                          map(operator.ne, xs, ys)))
+    return out
+
+
+def _counterexample_at(pa: _Placement, pb: _Placement, shape: tuple[int, ...], key: Any,
+                       tiles: tuple[int | None, int | None], method: str,
+                       clock: _Clock) -> Answer:
+    """The counterexample of a direct pass at a device key (an id, or a Device)."""
+    device, platform = (key.id, key.platform) if isinstance(key, Device) else (key, None)
+    return _counterexample(pa, pb, shape, device, platform, (None, None), method, clock, True,
+                           tiles)
+
+
+def _device_keys(devices: DeviceList, by_device: bool) -> list[Any]:
+    """Each position's device: its id, or the Device itself where the lists span more than
+    one platform (the same id on two platforms is two devices)."""
+    if by_device:
+        _look_at_clock("reading a device list")
+        return list(devices)
+    return _device_ids(devices)
+
+
+def _devices_by_tile(placement: _Placement, by_device: bool) -> list[Any]:
+    """The device that holds each tile, tile by tile (for a sharding under which every
+    device holds the whole value: every device, in list order)."""
+    devices, tiled = placement.devices, placement.tiled
+    if tiled is None or placement.order is not None and placement.order.is_range:
+        return _device_keys(devices, by_device)
+    _look_at_clock("reading a tile assignment")
+    positions = (tiled.assignment if placement.order is None
+                 else _order_values(placement.order))
+    if not by_device and devices.iota is not None and devices.iota.is_range:
+        return list(positions)  # device i stands at position i
+    keys = _device_keys(devices, by_device)
+    if len(positions) < 2:
+        return [keys[p] for p in positions]
+    _look_at_clock("reading a tile assignment")
+    return list(operator.itemgetter(*positions)(keys))
+
+
+def _block_numbers(placement: _Placement, kept: list[int], n: int) -> Sequence[int]:
+    """Each tile's block: its coordinates along the dimensions ``kept`` (those of positive
+    size), numbered row-major. Both shardings cut those dimensions alike, so the numbers
+    name the same blocks under both."""
+    tiled = placement.tiled
+    if tiled is None or not any(tiled.dims[j] > 1 for j in kept):
+        return [0] * n
+    _look_at_clock("numbering the blocks")
+    dims, rank = tiled.dims, tiled.data_rank
+    if all(dims[j] == 1 for j in range(rank) if j not in kept):
+        copies = math.prod(dims[rank:])  # the tiles of one block are neighbours
+        if copies == 1:
+            return range(n)  # type: ignore[return-value]  # compared in O(1) with another
+        return list(map(copies.__rfloordiv__, range(n)))
+    # A dimension of size 0 is cut too: its coordinate is left out of the number.
+    strides = [math.prod(dims[j + 1:]) for j in range(len(dims))]
+    weights = {j: math.prod(dims[k] for k in kept if k > j) for j in kept}
+    return [sum((t // strides[j]) % dims[j] * weights[j] for j in kept) for t in range(n)]
 
 
 # --------------------------------------------------------------------------- solving
@@ -874,15 +1126,41 @@ def _needs_tables(a: _Placement, b: _Placement, position: tuple[str, Any]) -> bo
     return any(p.tiled is not None and p.order is None for p in (a, b))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Question:
+    """What is asked: one shape (SMT-1), or every shape of a rank up to max_dim (SMT-2).
+
+    ``example`` is the one shape a direct answer looks at: the shape asked, or for SMT-2
+    the shape in scope with the most dimensions of positive size (see :func:`_smallest_shape`).
+    """
+
+    shape: tuple[int, ...] | None
+    rank: int
+    max_dim: int
+    example: tuple[int, ...]
+
+    def proved(self, clock: _Clock, method: str, tables: bool,
+               solver_seconds: float = 0.0) -> Proved:
+        if self.shape is not None:
+            return Proved(self.shape, None, None, solver_seconds, clock.elapsed(), tables, method)
+        return Proved(None, self.rank, self.max_dim, solver_seconds, clock.elapsed(), tables,
+                      method)
+
+
 def _decide(a: Any, b: Any, shape: tuple[int, ...] | None, rank: int, max_dim: int,
-            timeout_s: float, encoding: str) -> Answer:
+            timeout_s: float, encoding: str, method: str) -> Answer:
     """The common body of SMT-1 and SMT-2: the whole call keeps to ``timeout_s``."""
     clock = _Clock(timeout_s)
     check_shape = shape if shape is not None else (0,) * rank
     pa, pb = _placement(a, check_shape), _placement(b, check_shape)
+    example = shape if shape is not None else _smallest_shape(pa, pb, rank, max_dim)
+    question = _Question(shape, rank, max_dim, example)
     token = _CLOCK.set(clock)
     try:
-        return _solve(a, b, pa, pb, shape, rank, max_dim, encoding, clock)
+        early = _decided_early(a, b, pa, pb, question, clock)
+        if early is not None:
+            return early
+        return _choose(a, b, pa, pb, question, encoding, method, clock)
     except _OutOfTime as late:
         return Unknown(f"the time limit of {timeout_s:g} s ran out while {late.doing}", 0.0,
                        clock.elapsed())
@@ -890,17 +1168,76 @@ def _decide(a: Any, b: Any, shape: tuple[int, ...] | None, rank: int, max_dim: i
         _CLOCK.reset(token)
 
 
-def _solve(a: Any, b: Any, pa: _Placement, pb: _Placement, shape: tuple[int, ...] | None,
-           rank: int, max_dim: int, encoding: str, clock: _Clock) -> Answer:
+def _decided_early(a: Any, b: Any, pa: _Placement, pb: _Placement, question: _Question,
+                   clock: _Clock) -> Answer | None:
+    """The answers that need no order read: device counts, memory kinds, platforms.
+
+    These come before any work in proportion to the devices, so that a list of 2^40
+    devices against one of 8 is answered at once.
+    """
+    example = question.example
+    kinds = (None, None) if a.memory_kind == b.memory_kind else (a.memory_kind, b.memory_kind)
+    if len(pa.devices) != len(pb.devices):
+        device = _first_unshared_device(pa.devices, pb.devices)
+        assert device is not None  # lists of other lengths never hold the same devices
+        return _counterexample(pa, pb, example, device, None, kinds, "direct", clock)
+    if not pa.devices:  # no device holds anything: only the memory kinds can differ
+        if kinds == (None, None):
+            return question.proved(clock, "direct", False)
+        return Counterexample(None, None, None, example, 0.0, clock.elapsed(), False, "direct",
+                              *kinds)
+    if kinds != (None, None):
+        # EQ-2: in another memory, every device's box is placed otherwise; name the first.
+        first = pa.devices[0]
+        return _counterexample(pa, pb, example, first.id, first.platform, kinds, "direct", clock)
+    if len(pa.platforms) == len(pb.platforms) == 1 and pa.platforms != pb.platforms:
+        # The same ids on another platform are other devices: b holds none of a's.
+        first = pa.devices[0]
+        return _counterexample(pa, pb, example, first.id, first.platform, kinds, "direct", clock)
+    if not any(example) and pa.devices.iota is not None and pb.devices.iota is not None:
+        # Every device holds the empty box (or the scalar): the same devices, the same boxes.
+        return question.proved(clock, "direct", False)
+    return None
+
+
+_PLATFORM = operator.attrgetter("platform")
+
+
+def _symbolic(pa: _Placement, pb: _Placement) -> bool:
+    """Whether every order is an iota: both device lists and both tile assignments."""
+    return all(p.devices.iota is not None and (p.tiled is None or p.order is not None)
+               for p in (pa, pb))
+
+
+def _choose(a: Any, b: Any, pa: _Placement, pb: _Placement, question: _Question,
+            encoding: str, method: str, clock: _Clock) -> Answer:
+    """The direct pass where an order is explicit data, or the mesh is small, or the shape
+    is empty; the solver for large symbolic orders (or where it is asked for)."""
+    n = len(pa.devices)
+    symbolic = _symbolic(pa, pb)
+    by_device = len(pa.platforms | pb.platforms) > 1
+    empty = not any(question.example)
+    if method == "auto":
+        method = "solver" if symbolic and n > ENUMERATION_LIMIT else "direct"
+    if method == "solver" and not by_device and not empty:
+        return _solve(a, b, pa, pb, question, encoding, clock)
+    if symbolic and n > TABLE_LIMIT:
+        return Unknown(f"writing out symbolic orders of {n} devices for a direct pass: more "
+                       f"than the {TABLE_LIMIT} it writes out", 0.0, clock.elapsed())
+    return _direct(pa, pb, question, by_device, "enumeration" if symbolic else "direct", clock)
+
+
+def _solve(a: Any, b: Any, pa: _Placement, pb: _Placement, question: _Question,
+           encoding: str, clock: _Clock) -> Answer:
     elapsed = clock.elapsed
+    shape, rank, max_dim = question.shape, question.rank, question.max_dim
     clock.check("comparing the device sets")
 
     # Devices held by one sharding only: no solver needed to name one.
     unshared = _first_unshared_device(pa.devices, pb.devices)
     if unshared is not None:
-        example = shape if shape is not None else _smallest_shape(pa, pb, rank, max_dim)
-        return Counterexample(unshared, _box_or_none(a, example, unshared),
-                              _box_or_none(b, example, unshared), example, 0.0, elapsed())
+        return _counterexample(pa, pb, question.example, unshared, None, (None, None), "solver",
+                               clock)
     clock.check("matching the device orders")
     position = _position_map(pa.devices, pb.devices)
     clock.check("matching the device orders")
@@ -918,9 +1255,7 @@ def _solve(a: Any, b: Any, pa: _Placement, pb: _Placement, shape: tuple[int, ...
     if result is None:
         return Unknown(reason, solver_seconds, elapsed())
     if result == z3.unsat:
-        if shape is not None:
-            return Proved(shape, None, None, solver_seconds, elapsed(), tables)
-        return Proved(None, rank, max_dim, solver_seconds, elapsed(), tables)
+        return question.proved(clock, "solver", tables, solver_seconds)
     found = witness(solver.model())
     if found is None:
         return Unknown("the solver found a block of positions where the placements differ, "
@@ -931,19 +1266,35 @@ def _solve(a: Any, b: Any, pa: _Placement, pb: _Placement, shape: tuple[int, ...
     if box_a == box_b:  # the formula and IDX-1 disagree: an encoding bug, said as such
         return Unknown(f"internal: the solver named device {device} for shape {found_shape}, "
                        f"but box_of gives it {box_a} under both", solver_seconds, elapsed())
-    return Counterexample(device, box_a, box_b, found_shape, solver_seconds, elapsed(), tables)
+    return Counterexample(device, box_a, box_b, found_shape, solver_seconds, elapsed(), tables,
+                          "solver")
 
 
-def _box_or_none(sharding: Any, shape: tuple[int, ...], device: int) -> Box | None:
-    ids = sharding.device_list
-    if ids.position_of(device) is None:
-        return None
-    return box_of(sharding, shape, device)
+def _counterexample(pa: _Placement, pb: _Placement, shape: tuple[int, ...], device: int,
+                    platform: str | None, kinds: tuple[str | None, str | None], method: str,
+                    clock: _Clock, tables: bool = False,
+                    tiles: tuple[int | None, int | None] = (None, None)) -> Answer:
+    """The answer naming ``device`` (on ``platform``; None: the lists' own), its box under
+    each sharding (IDX-1; ``tiles``: the tiles that hold it, where known) and the memory
+    kinds when they differ."""
+    box_a = pa.box(shape, device, platform, tiles[0])
+    box_b = pb.box(shape, device, platform, tiles[1])
+    if box_a == box_b and kinds == (None, None):  # the pass and IDX-1 disagree: a bug
+        return Unknown(f"internal: the {method} pass named device {device} for shape {shape}, "
+                       f"but box_of gives it {box_a} under both", 0.0, clock.elapsed())
+    return Counterexample(device, box_a, box_b, shape, 0.0, clock.elapsed(), tables, method,
+                          *kinds)
 
 
 def _smallest_shape(a: _Placement, b: _Placement, rank: int, max_dim: int) -> tuple[int, ...]:
-    """The shape a counterexample shows when no solver is needed: the least positive size
-    both divide along each dimension, or 0 when that exceeds ``max_dim``."""
+    """The shape in scope of SMT-2 with the most dimensions of positive size: the least
+    positive size both divide along each dimension, or 0 when that exceeds ``max_dim``.
+
+    Which devices hold different boxes depends only on which dimensions have positive size
+    (see :func:`_direct`), and a dimension that is positive in some shape in scope is
+    positive in this one: the placements differ at some shape in scope exactly when they
+    differ at this one. A direct answer to SMT-2 looks at this shape alone.
+    """
     out = []
     for j in range(rank):
         least = math.lcm((a.tiles or (1,) * rank)[j], (b.tiles or (1,) * rank)[j])
@@ -977,22 +1328,36 @@ def _check_encoding(encoding: Any) -> str:
     return encoding
 
 
+def _check_method(method: Any) -> str:
+    if not isinstance(method, str) or method not in METHODS:
+        raise reject(UnknownMethod(method, METHODS))
+    return method
+
+
 # --------------------------------------------------------------------------- the rules
 
 @rule("SMT-1", mirrors="(none: JAX has no such notion; EQ-2 decided by proof, "
                        "where one compares devices_indices_map by hand)")
 def prove_equivalent(a: Any, b: Any, shape: Any = None, *, rank: Any = None,
                      max_dim: Any = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                     encoding: str = "digits") -> Answer:
-    """Two shardings place a value of a shape alike exactly when a solver proves that no device holds a different box under one than under the other; otherwise the solver names such a device.
+                     encoding: str = "digits", method: str = "auto") -> Answer:
+    """Two shardings place a value of a shape alike exactly when they hold it in the same memory kind and no device holds a different box under one than under the other; otherwise the answer names such a device.
 
-    The answer is :class:`Proved`, a :class:`Counterexample` (a device and its two boxes;
-    a box is None for a device that only one sharding spans) or :class:`Unknown`. Without
-    a shape, give ``rank`` and ``max_dim`` to prove for every shape at once (SMT-2).
+    This is EQ-2, decided with a proof. The answer is :class:`Proved`, a
+    :class:`Counterexample` (a device and its two boxes, a box None for a device that only
+    one sharding spans, and the two memory kinds when they differ) or :class:`Unknown`.
+    Without a shape, give ``rank`` and ``max_dim`` to prove for every shape at once (SMT-2).
     Input the spec rejects (a shape that does not divide, a rank too small, an abstract
     mesh) raises the spec's rejection, as does a ``timeout_s`` that is not a number of
-    seconds above 0. The time limit covers the whole call, the building of explicit tables
-    included: past it the answer is :class:`Unknown`.
+    seconds above 0, or a ``method`` not in :data:`METHODS`. The time limit covers the
+    whole call, whatever the device counts: past it the answer is :class:`Unknown`.
+
+    How it is decided (``method="auto"``): device counts, memory kinds or platforms that
+    differ, and shapes of size 0 in every dimension, are answered before any device order
+    is read. An explicit device list or tile assignment is data the size of the mesh, read
+    in one direct pass. Symbolic (iota) orders go to the solver, whose formula does not
+    grow with the device count, except on meshes of at most :data:`ENUMERATION_LIMIT`
+    devices, which are written out and passed over (faster there, as measured).
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> transposed = Mesh((4, 2), ("y", "x"), [0, 4, 1, 5, 2, 6, 3, 7])
@@ -1004,32 +1369,41 @@ def prove_equivalent(a: Any, b: Any, shape: Any = None, *, rank: Any = None,
     (False, True)
     >>> prove_equivalent(NamedSharding(mesh, P("x")), GSPMDSharding(range(4), "{replicated}"), (8,))
     Counterexample(device=4, box_a=((4, 8),), box_b=None, shape=(8,))
+    >>> pinned = NamedSharding(mesh, P("x"), memory_kind="pinned_host")
+    >>> prove_equivalent(NamedSharding(mesh, P("x")), pinned, (8,))
+    Counterexample(device=0, box_a=((0, 4),), box_b=((0, 4),), shape=(8,), memory_kind_a='device', memory_kind_b='pinned_host')
     """
     encoding = _check_encoding(encoding)
+    method = _check_method(method)
     timeout_s = _check_time_limit(timeout_s)
     if shape is None:
         if rank is None or max_dim is None:
             raise reject(NothingToProve(shape, rank, max_dim))
         return prove_for_every_shape(a, b, rank=rank, max_dim=max_dim, timeout_s=timeout_s,
-                                     encoding=encoding)
+                                     encoding=encoding, method=method)
     if rank is not None or max_dim is not None:
         raise reject(NothingToProve(shape, rank, max_dim))
     shape = check_dims(shape, what="array dimensions")
     _check_rank(len(shape), "a shape of rank")
-    return _decide(a, b, shape, len(shape), 0, timeout_s, encoding)
+    return _decide(a, b, shape, len(shape), 0, timeout_s, encoding, method)
 
 
 @rule("SMT-2", mirrors="(none: JAX places one shape at a time)")
 def prove_for_every_shape(a: Any, b: Any, *, rank: Any, max_dim: Any,
                           timeout_s: float = DEFAULT_TIMEOUT_S,
-                          encoding: str = "digits") -> Answer:
-    """Two shardings place alike every value of a given rank exactly when a solver proves that no shape in scope and no device make them differ.
+                          encoding: str = "digits", method: str = "auto") -> Answer:
+    """Two shardings place alike every value of a given rank exactly when they hold values in the same memory kind and no shape in scope and no device make their boxes differ.
 
     (C1) A shape is in scope when it has ``rank`` dimensions, each from 0 to ``max_dim``,
     that both shardings divide evenly (DIV-1); a zero-size dimension divides everything.
     (C2) A shape out of scope is never a counterexample, however the two place it.
     (C3) Where they differ, the answer names a shape in scope and a device, with the
-    device's box under each sharding (None under one that does not span it).
+    device's box under each sharding (None under one that does not span it), and the two
+    memory kinds when they differ.
+
+    Which devices differ depends only on which dimensions have positive size, so a direct
+    pass (explicit orders, small meshes) looks at one shape: the one in scope with the most
+    dimensions of positive size. The solver takes the shape as unknowns.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> flat = Mesh.iota((8,), ("z",))
@@ -1042,7 +1416,8 @@ def prove_for_every_shape(a: Any, b: Any, *, rank: Any, max_dim: Any,
     (False, True)
     """
     encoding = _check_encoding(encoding)
+    method = _check_method(method)
     timeout_s = _check_time_limit(timeout_s)
     (rank, max_dim) = check_dims((rank, max_dim), what="the rank and max_dim")
     _check_rank(rank, "rank")
-    return _decide(a, b, None, rank, max_dim, timeout_s, encoding)
+    return _decide(a, b, None, rank, max_dim, timeout_s, encoding, method)

@@ -5,7 +5,8 @@ the test vectors under ``vectors/equivalence/`` use); both are described, and re
 :mod:`shardlaw.sharding_text`. For example ``mesh=2x4:x,y spec=x,y`` or
 ``gspmd:{devices=[2,4]<=[8]}``.
 
-The verdict comes from :func:`shardlaw.spec.prove_equivalent` (z3). For a counterexample
+The verdict comes from :func:`shardlaw.spec.prove_equivalent` (a direct pass over explicit
+device orders, or z3 for symbolic ones; both compare memory kinds too). For a counterexample
 the command draws both placements as a grid of device ids per block (the first two
 dimensions of the array), with the device that differs in brackets; ``--svg FILE`` writes
 the same picture as SVG. Exit status: 0 proved, 1 not equivalent, 3 unknown, 2 bad input.
@@ -157,6 +158,8 @@ def _write_svg(path: str, a: Any, b: Any, shape: tuple[int, ...] | None, result:
     if result.equivalent is False:
         title = (f"device {result.device}: {_show_box(result.box_a)} under A, "
                  f"{_show_box(result.box_b)} under B, shape {result.shape}")
+        if result.memory_kind_a != result.memory_kind_b:
+            title += f" (memory: {result.memory_kind_a} under A, {result.memory_kind_b} under B)"
         picture = placement_svg(a, b, result.shape, result.device, title)
     elif result.equivalent and shape is not None:
         picture = placement_svg(a, b, shape, None, f"the same placement, shape {shape}")
@@ -198,7 +201,13 @@ def _verdict_json(result: Any) -> dict[str, Any]:
         return {"verdict": "proved", "shape": result.shape, "rank": result.rank,
                 "max_dim": result.max_dim, "solver_seconds": result.solver_seconds}
     return {"verdict": "counterexample", "device": result.device, "box_a": result.box_a,
-            "box_b": result.box_b, "shape": result.shape}
+            "box_b": result.box_b, "shape": result.shape,
+            "memory_kind_a": result.memory_kind_a, "memory_kind_b": result.memory_kind_b}
+
+
+# How each method is named in the verdict line.
+_HOW = {"direct": "a direct pass over the device orders", "solver": "z3",
+        "enumeration": "enumeration of a small mesh's symbolic orders"}
 
 
 def _report(a: Any, b: Any, shape: tuple[int, ...] | None, args: argparse.Namespace,
@@ -212,9 +221,16 @@ def _report(a: Any, b: Any, shape: tuple[int, ...] | None, args: argparse.Namesp
         w(f"unknown for {scope}: {result.reason}\n")
         return
     if result.equivalent:
-        how = "tables of explicit orders" if result.tables else "symbolic orders"
-        w(f"proved: every device holds the same block under A and B, for {scope} "
-          f"(z3, {result.solver_seconds * 1e3:.1f} ms, {how})\n")
+        how = _HOW.get(result.method, result.method)
+        if result.method == "solver":
+            orders = "tables of explicit orders" if result.tables else "symbolic orders"
+            how = f"z3, {result.solver_seconds * 1e3:.1f} ms, {orders}"
+        w(f"proved: every device holds the same block under A and B, in the same memory "
+          f"kind, for {scope} ({how}; {result.seconds * 1e3:.1f} ms in all)\n")
+    elif result.memory_kind_a != result.memory_kind_b:
+        w(f"not equivalent: A holds its blocks in {result.memory_kind_a} memory and B in "
+          f"{result.memory_kind_b} memory; device {result.device} holds {_show_box(result.box_a)} "
+          f"under A and {_show_box(result.box_b)} under B, for shape {result.shape}\n")
     else:
         w(f"not equivalent: device {result.device} holds {_show_box(result.box_a)} under A "
           f"and {_show_box(result.box_b)} under B, for shape {result.shape}\n")
