@@ -17,7 +17,8 @@ two lists covering ``shardlaw.spec.__all__``.
 Every rejection of a spec case is recorded with :func:`shardlaw.properties.hits.record`
 (source ``"fuzz"``, a rule refusing hostile input: not held to JAX).
 
-The ``ci`` slice is ``tests/test_fuzz.py``; the deep campaign is a command::
+The ``ci`` slice is the suite :mod:`shardlaw.properties.suites.fuzz` (``tests/test_fuzz.py``
+runs it); the deep campaign is a command::
 
     python -m shardlaw.properties.fuzz --inputs 1000000 --cli 100000
 

@@ -2,7 +2,9 @@
 
 The campaigns here are small (a few properties, a few dozen examples) but real: pytest with
 pytest-xdist in fresh processes, JAX on eight CPU devices in each worker, one example
-database. One of them plants a wrong rule and must find it, save it and replay it.
+database, started in an empty folder (the suites are modules of the installed package).
+One of them plants a wrong rule and must find it, save it and replay it; one runs a user's
+own suite, given by its path.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from shardlaw import campaign
-from shardlaw.campaign import ENV_PLANT, build_report, suite_files
+from shardlaw.campaign import build_report, suite_files
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {"workers", "seconds", "examples", "examples_per_second", "disagreements", "suites",
@@ -34,7 +36,7 @@ def _campaign(tmp_path: Path, *argv: str, env: dict[str, str] | None = None
     report = tmp_path / "report.json"
     command = [sys.executable, "-m", "shardlaw.cli", "campaign", "--db", str(tmp_path / "db"),
                "--report", str(report), *argv]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240,
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240,
                           env={**os.environ, **(env or {})})
     return done, report
 
@@ -55,10 +57,9 @@ def test_a_short_campaign_writes_the_report_the_issue_asks_for(tmp_path):
 
 
 def test_a_planted_wrong_rule_is_found_saved_and_replayed(tmp_path):
-    env = {ENV_PLANT: "DIV-1"}
     done, report = _campaign(tmp_path, "--suite", "placement", "-k",
                              "test_placement_agrees_with_jax", "--examples", "10",
-                             "--workers", "1", env=env)
+                             "--workers", "1", "--plant", "DIV-1")
     assert done.returncode == 1, done.stdout + done.stderr
     figures = json.loads(report.read_text())
     assert figures["disagreements"] >= 1
@@ -67,7 +68,8 @@ def test_a_planted_wrong_rule_is_found_saved_and_replayed(tmp_path):
     assert saved and all(Path(p).parent == tmp_path / "report-disagreements"
                          for p in figures["disagreement_files"])
     first = saved[0]
-    assert first["test"] == "tests/test_differential.py::test_placement_agrees_with_jax"
+    assert first["test"] == \
+        "shardlaw.properties.suites.placement::test_placement_agrees_with_jax"
     assert first["planted"] == "DIV-1" and "[DIV-1]" in first["report"]
     # Read through Hypothesis' observability interface, not its printed words.
     assert first["falsifying_example"].startswith("test_placement_agrees_with_jax(")
@@ -75,37 +77,88 @@ def test_a_planted_wrong_rule_is_found_saved_and_replayed(tmp_path):
     assert first["reproduce_failure"].startswith("@reproduce_failure(")
     # The saved example replays from the database: the test fails again, at once.
     replay = subprocess.run([sys.executable, "-m", "shardlaw.cli", "campaign", "--replay",
-                             figures["disagreement_files"][0]], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+                             figures["disagreement_files"][0]], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
     assert replay.returncode == 1, replay.stdout[-2000:] + replay.stderr[-2000:]
+
+
+def test_a_users_own_suite_joins_by_its_path(tmp_path):
+    """A file outside the package, named by its stem; its harness records through the
+    one recording API, and the report counts what it recorded."""
+    (tmp_path / "my_suite.py").write_text(textwrap.dedent("""
+        from hypothesis import given, strategies as st
+
+        from shardlaw.properties import hits
+        from shardlaw.properties.registry import checks
+        from shardlaw.spec import Mesh, NamedSharding, P, Rejection, shard_shape
+
+        @checks("DIV-1")
+        @given(st.integers(1, 1000))
+        def test_rows_split_over_two_devices(rows):
+            sharding = NamedSharding(Mesh.iota((2,), ("x",)), P("x"))
+            try:
+                shard_shape(sharding, (rows,))
+                hits.record("my_harness", "DIV-1", refused=False)
+            except Rejection:
+                hits.record("my_harness", "DIV-1", refused=True)
+    """))
+    done, report = _campaign(tmp_path, "--suite-path", str(tmp_path / "my_suite.py"),
+                             "--examples", "12")
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(report.read_text())
+    assert list(figures["suites"]) == ["my_suite"] and figures["examples"] == 12
+    div = figures["rules"]["DIV-1"]
+    assert div["accepted"] + div["rejected"] == 12 and div["accepted"] and div["rejected"]
 
 
 def test_bad_campaign_arguments_end_in_one_line():
     for argv in (["campaign"], ["campaign", "--examples", "0"],
                  ["campaign", "--examples", "5", "--minutes", "1"],
-                 ["campaign", "--suite", "nope", "--examples", "5"]):
+                 ["campaign", "--suite", "nope", "--examples", "5"],
+                 ["campaign", "--share", "nope=2", "--examples", "5"],
+                 ["campaign", "--plant", "NOPE-1", "--examples", "5"],
+                 ["campaign", "--suite-path", "/no/such/suite.py", "--examples", "5"]):
         done = subprocess.run([sys.executable, "-m", "shardlaw.cli", *argv], cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, argv
 
 
-def test_suites_that_do_not_exist_yet_are_left_out(tmp_path):
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_batching.py").write_text("")
-    (tmp_path / "tests" / "test_fuzz.py").write_text("")
-    assert suite_files(None, tmp_path) == {"transforms": ["tests/test_batching.py"],
-                                           "fuzz": ["tests/test_fuzz.py"]}
-    assert suite_files(["placement"], tmp_path) == {}
-    assert set(suite_files(["all"], ROOT)) >= {"placement", "jit", "engine", "cache", "fuzz"}
+def test_suites_are_modules_of_the_package_and_missing_ones_are_left_out(monkeypatch):
+    assert set(suite_files(["all"])) >= {"placement", "jit", "engine", "cache", "transforms",
+                                          "fuzz", "laws"}
+    placement = suite_files(["placement"])["placement"]
+    assert [part["module"] for part in placement] == ["shardlaw.properties.suites.placement"]
+    assert Path(placement[0]["path"]).is_file()
+    monkeypatch.setattr(campaign, "SUITES", {
+        "laws": ("shardlaw.properties.laws",),
+        "later": ("shardlaw.properties.suites.not_written_yet",),
+        "transforms": ("shardlaw.properties.suites.batching",
+                       "shardlaw.properties.suites.not_written_yet")})
+    found = suite_files(None)
+    assert {name: [p["module"] for p in parts] for name, parts in found.items()} == {
+        "laws": ["shardlaw.properties.laws"],
+        "transforms": ["shardlaw.properties.suites.batching"]}
+    assert suite_files(["later"]) == {}
+
+
+def test_other_packages_add_suites_by_entry_point(monkeypatch):
+    import importlib.metadata
+
+    points = [importlib.metadata.EntryPoint("mine", "shardlaw.properties.laws",
+                                            campaign.ENTRY_POINTS)]
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group=None: points if group == campaign.ENTRY_POINTS else [])
+    assert campaign.known_suites()["mine"] == ("shardlaw.properties.laws",)
+    assert [p["module"] for p in suite_files(["mine"])["mine"]] == ["shardlaw.properties.laws"]
 
 
 def test_shares_split_the_time_among_the_suites(monkeypatch):
     from shardlaw import campaign, campaign_plugin
-    monkeypatch.setenv(campaign.ENV_SHARES, json.dumps({"jit": 3}))
+    monkeypatch.setattr(campaign_plugin, "CONFIG", campaign_plugin.Config(shares={"jit": 3}))
     per_suite = collections.Counter({"jit": 1, "placement": 16})
     assert campaign_plugin._shares(per_suite) == {"jit": 3.0, "placement": 1.0}
     assert campaign._share("jit=2.5") == ("jit", 2.5)
-    for bad in ("jit", "nope=2", "jit=0", "jit=-1", "jit=x", "jit=1e9"):
+    for bad in ("jit", "=2", "jit=0", "jit=-1", "jit=x", "jit=1e9"):
         with pytest.raises(argparse.ArgumentTypeError):
             campaign._share(bad)
 
@@ -239,15 +292,17 @@ def test_a_time_budget_stops_properties_after_whole_examples(tmp_path):
         def test_draws_before(xs):
             assert len(xs) >= 0
     """))
-    env = {**os.environ, "HYPOTHESIS_PROFILE": campaign.PROFILE,
-           campaign.ENV_END: str(time.time() + 15), campaign.ENV_DIR: str(tmp_path),
-           campaign.ENV_SUITES: json.dumps({"test_endless.py": "placement"})}
-    env.pop(campaign.ENV_EXAMPLES, None)
+    config = campaign.write_config(
+        tmp_path / "campaign.json", database=None, end=time.time() + 15,
+        scratch=str(tmp_path), suites=[{"suite": "placement", "module": None,
+                                        "path": str(tmp_path / "test_endless.py")}])
+    env = dict(os.environ)
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):  # when run under -n
         env.pop(name, None)
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
-                           "-p", "no:cacheprovider", str(tmp_path / "test_endless.py")],
+                           campaign.CONFIG_OPTION, str(config), "-p", "no:cacheprovider",
+                           str(tmp_path / "test_endless.py")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]
     assert time.monotonic() - start < 90

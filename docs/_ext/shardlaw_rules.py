@@ -177,10 +177,10 @@ def left_to_jax() -> dict[str, str]:
 def property_checks(test_dir: Path = ROOT / "tests") -> tuple[dict[str, list[str]], list[str]]:
     """Rule ID -> the properties that check it, and what could not be read.
 
-    The property modules of ``shardlaw.properties`` are imported (they register with
-    ``shardlaw.properties.registry.checks``); the test files are read as text: every
-    ``@checks(...)`` decorator whose arguments can be evaluated from literals, the
-    module's own constants and the rule registry counts.
+    The property modules of ``shardlaw.properties`` and its suites are imported (they
+    register with ``shardlaw.properties.registry.checks``); the test files are read as
+    text: every ``@checks(...)`` decorator whose arguments can be evaluated from literals,
+    the module's own constants and the rule registry counts.
     """
     checks: dict[str, list[str]] = {}
     unread: list[str] = []
@@ -189,7 +189,7 @@ def property_checks(test_dir: Path = ROOT / "tests") -> tuple[dict[str, list[str
         from shardlaw.properties.registry import CHECKS
     except ImportError as error:
         return checks, [f"shardlaw.properties ({error})"]
-    for info in pkgutil.iter_modules(properties.__path__, "shardlaw.properties."):
+    for info in pkgutil.walk_packages(properties.__path__, "shardlaw.properties."):
         try:
             importlib.import_module(info.name)
         except ImportError as error:  # a module others are still writing

@@ -1,9 +1,14 @@
 """``shardlaw campaign``: the property suites on several processes, with a report.
 
 A campaign is pytest with pytest-xdist on ``--workers`` processes, the worker plugin
-:mod:`shardlaw.campaign_plugin` loaded into each, over the test files of the chosen
-suites (see :data:`SUITES`). All workers share one Hypothesis example database (``--db``),
-so what one finds the others (and the next campaign, and HypoFuzz) replay first. While it
+:mod:`shardlaw.campaign_plugin` loaded into each, over the modules of the chosen suites:
+the package's own (:data:`SUITES`, modules of :mod:`shardlaw.properties.suites`, so that an
+installed shardlaw runs them from any directory), those other packages declare under the
+entry point group ``shardlaw.campaign_suites`` (name -> module), and a user's own files or
+folders (``--suite-path``, named by the file's stem). The runner hands the plugin one
+configuration, a JSON file named by the plugin's option ``--shardlaw-campaign-config``
+(:func:`write_config`). All workers share one Hypothesis example database (``--db``), so
+what one finds the others (and the next campaign, and HypoFuzz) replay first. While it
 runs, one line shows the examples so far, the examples per second, the disagreements and
 the rules hit; at the end it prints the figures and writes them as JSON (``--report``)::
 
@@ -20,8 +25,11 @@ FILE`` runs it again. The command exits 1 when there was a disagreement, 2 on ba
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -33,40 +41,37 @@ from typing import Any, TextIO
 
 from shardlaw.cli_errors import EXIT_BAD_INPUT, CommandExit
 
-__all__ = ["SUITES", "add_parser", "run", "suite_files", "read_workers", "build_report"]
+__all__ = ["SUITES", "ENTRY_POINTS", "CONFIG_OPTION", "add_parser", "run", "known_suites",
+           "suite_files", "write_config", "read_workers", "build_report"]
 
-# suite -> the test files that hold it (patterns under the project root; a suite whose
-# files do not exist yet is left out with a note)
+# suite -> the modules that hold it (shardlaw.properties.suites; the laws are the module of
+# shardlaw.properties that states them). A module that is not there is left out.
 SUITES: dict[str, tuple[str, ...]] = {
-    "placement": ("tests/test_differential.py",),
-    "jit": ("tests/test_jit_differential.py",),
-    "engine": ("tests/test_engine_differential.py",),
-    "cache": ("tests/test_cache_differential.py",),
-    "transforms": ("tests/test_batching.py", "tests/test_autodiff.py",
-                   "tests/test_constraint.py", "tests/test_arguments.py",
-                   "tests/test_shardmap.py"),
-    "fuzz": ("tests/test_fuzz.py",),
-    "laws": ("tests/test_laws.py",),
-    "proofs": ("tests/test_proofs.py",),
+    "placement": ("shardlaw.properties.suites.placement",),
+    "jit": ("shardlaw.properties.suites.jit",),
+    "engine": ("shardlaw.properties.suites.engine",),
+    "cache": ("shardlaw.properties.suites.cache",),
+    "transforms": ("shardlaw.properties.suites.batching", "shardlaw.properties.suites.autodiff",
+                   "shardlaw.properties.suites.constraint",
+                   "shardlaw.properties.suites.arguments",
+                   "shardlaw.properties.suites.shardmap"),
+    "fuzz": ("shardlaw.properties.suites.fuzz",),
+    "laws": ("shardlaw.properties.laws",),
+    "proofs": ("shardlaw.properties.suites.proofs",),
 }
+
+# The entry point group under which another package names its suites (name -> module).
+ENTRY_POINTS = "shardlaw.campaign_suites"
 
 # Suites whose properties hold the spec to itself (its laws, the prover, hostile input)
 # rather than to JAX: their examples count, their rules are not in the report's hit table.
 NOT_HELD_TO_JAX = ("fuzz", "laws", "proofs")
 
-# What the campaign tells its workers' plugin (shardlaw.campaign_plugin), by environment.
+# What the campaign tells its workers' plugin (shardlaw.campaign_plugin): one JSON file,
+# named on pytest's command line by the plugin's option (xdist hands it to every worker).
+CONFIG_OPTION = "--shardlaw-campaign-config"
 PROFILE = "shardlaw-campaign"                # the Hypothesis profile of the workers
-ENV_DIR = "SHARDLAW_CAMPAIGN_DIR"            # scratch: the workers' counter files
-ENV_OUT = "SHARDLAW_CAMPAIGN_OUT"            # where disagreements are written
-ENV_EXAMPLES = "SHARDLAW_CAMPAIGN_EXAMPLES"  # examples per property, all shards together
-ENV_SHARDS = "SHARDLAW_CAMPAIGN_SHARDS"      # items per property
-ENV_END = "SHARDLAW_CAMPAIGN_END"            # time.time() at which the budget is spent
-ENV_SLICE = "SHARDLAW_CAMPAIGN_SLICE"        # seconds one property item may run (else shared)
-ENV_DB = "SHARDLAW_CAMPAIGN_DB"              # the shared example database (a directory)
-ENV_PLANT = "SHARDLAW_CAMPAIGN_PLANT"        # a rule ID to plant wrong
-ENV_SUITES = "SHARDLAW_CAMPAIGN_SUITES"      # JSON: test file name -> suite name
-ENV_SHARES = "SHARDLAW_CAMPAIGN_SHARES"      # JSON: suite name -> its share of the time
-ENV_CLEAR = "SHARDLAW_CAMPAIGN_CLEAR_EVERY"  # examples between jax.clear_caches() (0: never)
+CLEAR_EVERY = 1000                           # examples between jax.clear_caches()
 
 DEFAULT_DB = Path(".shardlaw") / "examples"
 DEFAULT_REPORT = Path(".shardlaw") / "campaign-report.json"
@@ -78,8 +83,11 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "campaign", help="run the property suites against JAX on several processes "
                          "and report examples, disagreements and per-rule hits")
-    parser.add_argument("--suite", action="append", choices=[*SUITES, "all"],
+    parser.add_argument("--suite", action="append", choices=[*known_suites(), "all"],
                         help="which suites (repeatable; default: all)")
+    parser.add_argument("--suite-path", action="append", default=[], metavar="FILE_OR_DIR",
+                        help="a suite of your own: a test file or a folder of them, named by "
+                             "the file's stem (repeatable)")
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--examples", type=_positive_int, metavar="N",
                         help="examples per property (all workers together)")
@@ -99,6 +107,12 @@ def add_parser(commands: Any) -> None:
                         help=f"the shared example database (default {DEFAULT_DB})")
     parser.add_argument("--report", default=str(DEFAULT_REPORT), metavar="FILE",
                         help=f"where the JSON report goes (default {DEFAULT_REPORT})")
+    parser.add_argument("--clear-caches-every", type=_count, default=CLEAR_EVERY, metavar="N",
+                        help=f"examples between jax.clear_caches() in a worker (default "
+                             f"{CLEAR_EVERY:,}; 0: never)")
+    parser.add_argument("--plant", metavar="RULE",
+                        help="make rule RULE wrong (it refuses what it accepts): a campaign "
+                             "that does not find it is not worth running")
     parser.set_defaults(handler=run)
 
 
@@ -112,11 +126,18 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    return 0 if text.strip() == "0" else _positive_int(text)
+
+
+_SUITE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
 def _share(text: str) -> tuple[str, float]:
+    """``SUITE=N`` (whether SUITE is among the suites run is checked when they are known)."""
     suite, equals, number = text.partition("=")
-    if not equals or suite not in SUITES:
-        raise argparse.ArgumentTypeError(
-            f"{text[:40]!r} is not SUITE=N with SUITE one of {', '.join(SUITES)}")
+    if not equals or not _SUITE_NAME.match(suite):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not SUITE=N")
     try:
         value = float(number)
     except ValueError:
@@ -137,56 +158,118 @@ def _positive_float(text: str) -> float:
     return value
 
 
-# --------------------------------------------------------------------------- where, what
+# --------------------------------------------------------------------------- which suites
 
-def project_root() -> Path:
-    """The checkout whose tests run: the working directory, else the one shardlaw came from."""
-    for place in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        if (place / "tests" / "conftest.py").is_file():
-            return place
-    raise CommandExit(EXIT_BAD_INPUT, "a campaign runs the project's property suites: run it "
-                                      "in a clone of shardlaw (no tests/conftest.py here)")
+def _entry_point_suites() -> dict[str, tuple[str, ...]]:
+    """suite -> (module,) as installed packages declare them (``shardlaw.campaign_suites``)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for point in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        found.setdefault(point.name, ())
+        found[point.name] += (point.module,)
+    return found
 
 
-def suite_files(names: list[str] | None, root: Path) -> dict[str, list[str]]:
-    """suite -> its test files that exist under ``root``, for the suites asked for."""
-    chosen = list(SUITES) if not names or "all" in names else list(dict.fromkeys(names))
-    found = {name: [f for f in SUITES[name] if (root / f).is_file()] for name in chosen}
-    return {name: files for name, files in found.items() if files}
+def known_suites() -> dict[str, tuple[str, ...]]:
+    """suite -> its modules: the package's own, then the entry points' (which add to a
+    suite of the same name)."""
+    suites = {name: tuple(modules) for name, modules in SUITES.items()}
+    for name, modules in _entry_point_suites().items():
+        suites[name] = suites.get(name, ()) + modules
+    return suites
+
+
+def _module_path(module: str) -> Path | None:
+    """Where ``module`` lives (a package: its folder), or None when it is not installed."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(spec.origin) if spec.origin else None
+
+
+def suite_files(names: list[str] | None, paths: list[str] | None = None
+                ) -> dict[str, list[dict[str, Any]]]:
+    """suite -> its parts, each ``{"module": name or None, "path": file or folder}``: the
+    suites named (all of them when neither names nor paths are given; a module that is not
+    installed is left out) and the files or folders of ``paths``, named by their stem."""
+    paths = list(paths or [])
+    suites = known_suites()
+    if names and "all" not in names:
+        chosen = list(dict.fromkeys(names))
+    else:
+        chosen = [] if paths and not names else list(suites)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for name in chosen:
+        parts = [{"module": m, "path": str(where)} for m in suites.get(name, ())
+                 for where in [_module_path(m)] if where is not None]
+        if parts:
+            found[name] = parts
+    for text in paths:
+        where = Path(text).resolve()
+        if not where.exists():
+            raise CommandExit(EXIT_BAD_INPUT, f"--suite-path {text[:200]}: no such file or "
+                                              f"folder")
+        name = where.stem
+        if name in found and all(part["module"] for part in found[name]):
+            raise CommandExit(EXIT_BAD_INPUT, f"--suite-path {text[:200]}: a suite named "
+                                              f"{name!r} runs already; rename the file")
+        found.setdefault(name, []).append({"module": None, "path": str(where)})
+    return found
+
+
+def _targets(files: dict[str, list[dict[str, Any]]], scratch: Path) -> list[dict[str, Any]]:
+    """What pytest runs, one entry per part: a module's tests through a file in ``scratch``
+    that imports them (``from MODULE import *``, as the project's tests/ do: the module is
+    imported under its own name wherever it is installed); a path as it is."""
+    targets, taken = [], set()
+    for suite, parts in files.items():
+        for part in parts:
+            target = dict(part, suite=suite)
+            if part["module"] and Path(part["path"]).suffix == ".py":
+                stem = part["module"].rpartition(".")[2]
+                name = next(f"{stem}_suite{n or ''}.py" for n in range(len(taken) + 1)
+                            if f"{stem}_suite{n or ''}.py" not in taken)
+                taken.add(name)
+                (scratch / name).write_text(
+                    f"from {part['module']} import *  # noqa: F401,F403\n")
+                target["path"] = str(scratch / name)
+            targets.append(target)
+    return targets
 
 
 # --------------------------------------------------------------------------- the run
 
-def _environment(args: Any, files: dict[str, list[str]], scratch: Path, out: Path
-                 ) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({
-        "HYPOTHESIS_PROFILE": PROFILE,
-        ENV_DIR: str(scratch),
-        ENV_OUT: str(out),
-        ENV_DB: str(Path(args.db).resolve()),
-        ENV_SHARDS: str(args.workers),
-        ENV_SUITES: json.dumps({Path(f).name: name for name, fs in files.items()
-                                       for f in fs}),
-        ENV_SHARES: json.dumps(dict(getattr(args, "share", None) or [])),
-    })
-    for name in (ENV_EXAMPLES, ENV_END):
-        env.pop(name, None)
-    if args.examples is not None:
-        env[ENV_EXAMPLES] = str(args.examples)
-    else:
-        minutes = args.minutes if args.minutes is not None else 1.0
-        env[ENV_END] = str(time.time() + minutes * 60)
-    return env
+def write_config(where: Path, *, suites: list[dict[str, Any]], database: str | None,
+                 examples: int | None = None, end: float | None = None, shards: int = 1,
+                 scratch: str | None = None, out: str | None = None,
+                 shares: dict[str, float] | None = None, plant: str | None = None,
+                 clear_every: int = CLEAR_EVERY) -> Path:
+    """Write what the workers' plugin is to do, as JSON: ``suites`` (each ``{"suite",
+    "module", "path"}``: what a test file or folder belongs to), the example ``database``,
+    the ``examples`` per property (all shards together; None: no limit), the time.time()
+    ``end`` of a time budget, the ``shards`` per property, the ``scratch`` folder of the
+    workers' counter files, the folder ``out`` of the disagreements, the suites' ``shares``
+    of the time, the rule to ``plant`` wrong, and the examples between JAX cache clearings."""
+    where.write_text(json.dumps({
+        "suites": suites, "database": database, "examples": examples, "end": end,
+        "shards": shards, "scratch": scratch, "out": out, "shares": shares or {},
+        "plant": plant, "clear_every": clear_every}, indent=2))
+    return where
 
 
-def _pytest_command(workers: int, targets: list[str], select: str | None) -> list[str]:
+def _pytest_command(workers: int, config: Path, targets: list[dict[str, Any]],
+                    select: str | None) -> list[str]:
+    paths = [t["path"] for t in targets]
     command = [sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
-               "-p", "no:cacheprovider", "-p", "no:benchmark", "-n", str(workers),
-               "--dist", "worksteal",
-               "-o", "addopts=", "--no-header", "-rN", *targets]
+               CONFIG_OPTION, str(config), "-p", "no:cacheprovider", "-p", "no:benchmark",
+               "-n", str(workers), "--dist", "worksteal", "--rootdir", os.path.commonpath(
+                   [str(Path(p).parent) for p in paths] + [str(config.parent)]),
+               "-o", "addopts=", "--no-header", "-rN", *paths]
     return command + (["-k", select] if select else [])
-
 
 def read_workers(scratch: Path) -> list[dict[str, Any]]:
     """Every worker's latest counters (a file being replaced is read next time)."""
@@ -226,14 +309,20 @@ def _watch(process: subprocess.Popen, scratch: Path, start: float, stream: TextI
     return process.returncode
 
 
-def _run_pytest(args: Any, files: dict[str, list[str]], root: Path, scratch: Path, out: Path,
+def _run_pytest(args: Any, files: dict[str, list[dict[str, Any]]], scratch: Path, out: Path,
                 log: Path) -> tuple[int, float]:
-    targets = [f for fs in files.values() for f in fs]
-    env = _environment(args, files, scratch, out)
+    targets = _targets(files, scratch)
+    minutes = None if args.examples is not None else (args.minutes or 1.0)
+    config = write_config(
+        scratch / "campaign.json", suites=targets, database=str(Path(args.db).resolve()),
+        examples=args.examples, end=None if minutes is None else time.time() + minutes * 60,
+        shards=args.workers, scratch=str(scratch), out=str(out),
+        shares=dict(getattr(args, "share", None) or []), plant=getattr(args, "plant", None),
+        clear_every=getattr(args, "clear_caches_every", CLEAR_EVERY))
     start = time.monotonic()
     with open(log, "w") as sink:
-        process = subprocess.Popen(_pytest_command(args.workers, targets, args.select), cwd=root, env=env,
-                                   stdout=sink, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(_pytest_command(args.workers, config, targets, args.select),
+                                   cwd=scratch, stdout=sink, stderr=subprocess.STDOUT)
         try:
             status = _watch(process, scratch, start, sys.stderr)
         except KeyboardInterrupt:
@@ -243,14 +332,27 @@ def _run_pytest(args: Any, files: dict[str, list[str]], root: Path, scratch: Pat
     return status, time.monotonic() - start
 
 
+def _chosen(args: Any) -> dict[str, list[dict[str, Any]]]:
+    """The suites to run, their shares and planted rule checked (exit 2 on a wrong one)."""
+    files = suite_files(args.suite, getattr(args, "suite_path", None))
+    if not files:
+        raise CommandExit(EXIT_BAD_INPUT, "none of the suites asked for is installed here")
+    unknown = sorted({suite for suite, _ in getattr(args, "share", None) or []} - set(files))
+    if unknown:
+        raise CommandExit(EXIT_BAD_INPUT, f"--share names {', '.join(unknown)}, not a suite "
+                                          f"of this campaign ({', '.join(files)})")
+    if getattr(args, "plant", None):
+        from shardlaw.spec.core.rules import RULES
+        if args.plant not in RULES:
+            raise CommandExit(EXIT_BAD_INPUT, f"--plant {args.plant[:40]!r} names no rule")
+    return files
+
+
 def run(args: Any) -> int:
     """``shardlaw campaign``: run, report, and exit 1 if anything disagreed."""
     if args.replay:
         return replay(Path(args.replay))
-    root = project_root()
-    files = suite_files(args.suite, root)
-    if not files:
-        raise CommandExit(EXIT_BAD_INPUT, "none of the suites asked for has test files here")
+    files = _chosen(args)
     report_path = Path(args.report).resolve()
     out = report_path.with_name(report_path.stem + "-disagreements")
     if out.exists():
@@ -261,7 +363,7 @@ def run(args: Any) -> int:
     log = report_path.with_name(report_path.stem + "-pytest.log")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        status, seconds = _run_pytest(args, files, root, scratch, out, log)
+        status, seconds = _run_pytest(args, files, scratch, out, log)
         workers = read_workers(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -372,18 +474,29 @@ def replay(path: Path) -> int:
     try:
         record = json.loads(path.read_text())
         test, database = str(record["test"]), record.get("database")
+        where, separator, name = test.partition("::")
+        if not separator or not where or not name:
+            raise ValueError(f"test {test[:200]!r} is not MODULE_OR_FILE::NAME")
     except (ValueError, KeyError, TypeError) as problem:
         raise CommandExit(EXIT_BAD_INPUT, f"{path}: not a saved disagreement ({problem})") \
             from None
-    env = dict(os.environ, HYPOTHESIS_PROFILE=PROFILE)
-    env[ENV_EXAMPLES] = "100"
-    if database:
-        env[ENV_DB] = str(database)
-    if record.get("planted"):
-        env[ENV_PLANT] = str(record["planted"])
-    for name in (ENV_DIR, ENV_OUT, ENV_END, ENV_SHARDS):
-        env.pop(name, None)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
-               "-p", "no:cacheprovider", "-o", "addopts=", test]
-    status = subprocess.call(command, cwd=project_root(), env=env)
+    module = None if Path(where).exists() else where
+    part = {"suite": str(record.get("suite") or "replay"), "module": module,
+            "path": where if module is None else str(_module_path(module) or "")}
+    if module is not None and not part["path"]:
+        raise CommandExit(EXIT_BAD_INPUT, f"{path}: its module {module[:200]} is not "
+                                          f"installed here")
+    scratch = Path(tempfile.mkdtemp(prefix="shardlaw-replay-"))
+    try:
+        target = _targets({part["suite"]: [part]}, scratch)
+        config = write_config(scratch / "campaign.json", suites=target, database=database,
+                              examples=100, plant=record.get("planted"))
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
+                   CONFIG_OPTION, str(config), "-p", "no:cacheprovider", "-o", "addopts=",
+                   "--rootdir", os.path.commonpath([str(Path(target[0]["path"]).parent),
+                                                    str(scratch)]),
+                   f"{target[0]['path']}::{name}"]
+        status = subprocess.call(command, cwd=scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return EXIT_DISAGREEMENT if status == 1 else (0 if status == 0 else EXIT_BAD_INPUT)

@@ -1,27 +1,35 @@
 """The pytest plugin a ``shardlaw campaign`` loads into every worker (``-p``).
 
-The campaign (:mod:`shardlaw.campaign`) starts pytest with pytest-xdist and tells this
-plugin, through environment variables, what to do in each worker process:
+The campaign (:mod:`shardlaw.campaign`) starts pytest with pytest-xdist, this plugin and
+its option ``--shardlaw-campaign-config FILE``: one JSON file (written by
+:func:`shardlaw.campaign.write_config`; xdist hands the option to every worker) that says
+what to do in each worker process:
 
-* the Hypothesis profile ``shardlaw-campaign``: the examples per property and the shared
-  example database; a property's own ``@settings(max_examples=...)`` is overridden too, so
-  that every property of the campaign runs the examples asked for;
-* each property runs as ``SHARDS`` items (``name[shard-k-of-n]``), each with its share of
+* the Hypothesis profile ``shardlaw-campaign`` is registered and loaded before the suites
+  are collected: the examples per property (per shard), the shared example database, no
+  deadline, no explain phase; a property that runs more or fewer examples than the
+  profile's count says so with :func:`shardlaw.properties.suites.examples`, in proportion;
+* each property runs as ``shards`` items (``name[shard-k-of-n]``), each with its share of
   the examples, so that one property can keep several workers busy; the coverage tests,
   which read the hits of one process, are left out (the campaign's report adds up the
   hits of every worker instead);
-* every example a property runs is counted; under a time budget a property stops when its
-  slice of the time is spent (and keeps going while Hypothesis shrinks a failure);
+* every example a property runs is counted (its ``.hypothesis.inner_test`` wrapped);
+  under a time budget a property stops when its slice of the time is spent (and keeps
+  going while Hypothesis shrinks a failure);
 * the hits per rule (what the harnesses recorded with :mod:`shardlaw.properties.hits`:
   placement, jit calls, the transformations, the engine, the cache model, the fuzz layer's
   rejections), the whole jit calls made in real ``jax.jit`` and the examples are written to
-  ``DIR/worker-<id>.json`` now and then and at the end, for the live progress line and
-  the report; every failing test (a disagreement) is written to ``OUT/<name>.json`` with
-  its falsifying example and the blob that reproduces it;
-* every 1,000 examples (``SHARDLAW_CAMPAIGN_CLEAR_EVERY``; 0: never) JAX's caches are
-  cleared, so that a worker's memory stays bounded;
-* ``SHARDLAW_CAMPAIGN_PLANT=RULE-N`` plants a wrong rule: the rule refuses every input it
-  would accept. A campaign that does not find it is not worth running.
+  ``scratch/worker-<id>.json`` now and then and at the end, for the live progress line and
+  the report; every failing test (a disagreement) is written to ``out/<name>.json`` with
+  its falsifying example (read through Hypothesis' observability callbacks) and the blob
+  that reproduces it;
+* every ``clear_every`` examples (1,000; 0: never) JAX's caches are cleared, so that a
+  worker's memory stays bounded;
+* ``plant: "RULE-N"`` plants a wrong rule for the session, through the rule registry's
+  :func:`~shardlaw.spec.core.rules.override`: the rule refuses every input it would
+  accept. A campaign that does not find it is not worth running.
+
+Loaded without the option, the plugin does nothing.
 """
 
 from __future__ import annotations
@@ -45,10 +53,8 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import HypothesisException
 from hypothesis.internal.observability import add_observability_callback
 
-from shardlaw.campaign import (
-    ENV_CLEAR, ENV_DB, ENV_DIR, ENV_END, ENV_EXAMPLES, ENV_OUT, ENV_PLANT, ENV_SHARDS,
-    ENV_SHARES, ENV_SLICE, ENV_SUITES, NOT_HELD_TO_JAX, PROFILE,
-)
+from shardlaw.campaign import CLEAR_EVERY as DEFAULT_CLEAR_EVERY
+from shardlaw.campaign import CONFIG_OPTION, NOT_HELD_TO_JAX, PROFILE
 from shardlaw.properties import hits
 from shardlaw.spec.core.rules import RULES, Failure, override, reject
 
@@ -68,31 +74,39 @@ class TimeUp(unittest.SkipTest):
     """A property's slice of the campaign's time is spent (Hypothesis lets it through)."""
 
 
-def _number(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, ""))
-    except ValueError:
-        return default
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """What the campaign asks of this worker (the file of ``--shardlaw-campaign-config``)."""
+
+    suites: tuple[dict[str, Any], ...] = ()  # {"suite", "module", "path"}: what runs where
+    database: str | None = None              # the shared example database (a folder)
+    examples: int | None = None              # per property, all shards (None: no limit)
+    end: float | None = None                 # time.time() at which the budget is spent
+    shards: int = 1                          # items per property
+    scratch: str | None = None               # the workers' counter files
+    out: str | None = None                   # where disagreements are written
+    shares: dict[str, float] = dataclasses.field(default_factory=dict)  # suite -> share
+    plant: str | None = None                 # a rule to plant wrong
+    clear_every: int = DEFAULT_CLEAR_EVERY   # examples between jax.clear_caches() (0: never)
+
+    @classmethod
+    def read(cls, path: str) -> "Config":
+        try:
+            data = json.loads(Path(path).read_text())
+            known = {f.name for f in dataclasses.fields(cls)}
+            config = cls(**{k: v for k, v in data.items() if k in known})
+            return dataclasses.replace(config, suites=tuple(config.suites),
+                                       shares=dict(config.shares or {}),
+                                       shards=max(1, int(config.shards)))
+        except (OSError, ValueError, TypeError) as problem:
+            raise pytest.UsageError(f"{CONFIG_OPTION} {path}: {problem}") from None
+
+    def examples_per_shard(self) -> int:
+        total = UNLIMITED if self.examples is None else int(self.examples)
+        return max(1, -(-total // self.shards))
 
 
-def _examples_per_shard() -> int:
-    total = int(_number(ENV_EXAMPLES, UNLIMITED))
-    shards = max(1, int(_number(ENV_SHARDS, 1)))
-    return max(1, -(-total // shards))
-
-
-def _database() -> DirectoryBasedExampleDatabase | None:
-    where = os.environ.get(ENV_DB)
-    return DirectoryBasedExampleDatabase(where) if where else None
-
-
-_DATABASE = _database()
-# No explain phase: it re-runs a failure under coverage tracing, slow with JAX underneath.
-_PHASES = tuple(p for p in Phase if p is not Phase.explain)
-settings.register_profile(
-    PROFILE, max_examples=_examples_per_shard(), deadline=None, derandomize=False,
-    print_blob=True, database=_DATABASE, phases=_PHASES,
-    suppress_health_check=list(HealthCheck))
+CONFIG: Config | None = None
 
 
 # --------------------------------------------------------------------------- counters
@@ -151,9 +165,19 @@ def _observe(observation: Any) -> None:
     }
 
 
-def _suite_of(path: str) -> str:
-    suites = json.loads(os.environ.get(ENV_SUITES, "{}"))
-    return suites.get(Path(path).name, "other")
+def _part_of(path: Any) -> dict[str, Any]:
+    """The campaign's part (``{"suite", "module", "path"}``) a test file belongs to: the
+    part of that file, or of the folder that holds it."""
+    where = Path(str(path))
+    for part in CONFIG.suites if CONFIG else ():
+        named = Path(part["path"])
+        if where == named or named in where.parents:
+            return part
+    return {"suite": "other", "module": None, "path": str(where)}
+
+
+def _suite_of(path: Any) -> str:
+    return str(_part_of(path)["suite"])
 
 
 def _rule_hits() -> dict[str, list[int]]:
@@ -174,20 +198,23 @@ def _jax_calls() -> dict[str, int]:
     return dict(calls)
 
 
+def _worker_name() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")   # set by pytest-xdist
+
+
 def _write(final: bool = False, now: bool = False) -> None:
-    where = os.environ.get(ENV_DIR)
+    where = CONFIG.scratch if CONFIG else None
     moment = time.monotonic()
     if not where or (not final and not now and moment - WORKER.written < _WRITE_EVERY_S):
         return
     WORKER.written = moment
-    name = os.environ.get("PYTEST_XDIST_WORKER", "main")
     data = {"examples": dict(WORKER.examples), "seconds": dict(WORKER.seconds),
             "property_seconds": dict(WORKER.property_seconds),
             "failed": dict(WORKER.failed), "jax_calls": _jax_calls(),
             "rules": _rule_hits(), "fuzz": _fuzz_rejections(),
             "scope": sorted(WORKER.scope), "final": final,
             "started": WORKER.started, "until": WORKER.until}
-    target = Path(where) / f"worker-{name}.json"
+    target = Path(where) / f"worker-{_worker_name()}.json"
     scratch = target.with_suffix(".tmp")
     scratch.write_text(json.dumps(data))
     os.replace(scratch, target)
@@ -199,7 +226,7 @@ def planted(rule_id: str) -> contextlib.AbstractContextManager:
     """Rule ``rule_id`` made wrong while the block runs: it refuses every input it would
     accept (through the rule registry's :func:`~shardlaw.spec.core.rules.override`)."""
     if rule_id not in RULES:
-        raise pytest.UsageError(f"{ENV_PLANT}={rule_id!r} names no rule")
+        raise pytest.UsageError(f"the campaign plants {rule_id!r}, which names no rule")
 
     @dataclasses.dataclass(frozen=True)
     class Planted(Failure, rule=rule_id, error=ValueError):
@@ -218,15 +245,38 @@ _SESSION = contextlib.ExitStack()
 
 # --------------------------------------------------------------------------- hooks
 
+def pytest_addoption(parser: Any) -> None:
+    parser.addoption(CONFIG_OPTION, dest="shardlaw_campaign_config", metavar="FILE",
+                     help="the JSON file a shardlaw campaign writes for its workers")
+
+
+# No explain phase: it re-runs a failure under coverage tracing, slow with JAX underneath.
+_PHASES = tuple(p for p in Phase if p is not Phase.explain)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config: Any) -> None:
+    """Read the campaign's file; load its Hypothesis profile (after every other plugin's
+    choice, before the suites are collected); plant its rule."""
+    global CONFIG, CLEAR_EVERY
+    path = config.getoption("shardlaw_campaign_config", None)
+    if not path:
+        WORKER.active = False
+        return
+    CONFIG = Config.read(path)
+    CLEAR_EVERY = CONFIG.clear_every
     # Under pytest-xdist the controller only relays: the workers count and write.
     WORKER.active = not (getattr(config.option, "numprocesses", None)
                          and not hasattr(config, "workerinput"))
+    settings.register_profile(
+        PROFILE, max_examples=CONFIG.examples_per_shard(), deadline=None, derandomize=False,
+        print_blob=True, phases=_PHASES, suppress_health_check=list(HealthCheck),
+        database=DirectoryBasedExampleDatabase(CONFIG.database) if CONFIG.database else None)
+    settings.load_profile(PROFILE)
     if WORKER.active:
         add_observability_callback(_observe)
-    rule_id = os.environ.get(ENV_PLANT)
-    if rule_id:
-        _SESSION.enter_context(planted(rule_id))
+    if CONFIG.plant:
+        _SESSION.enter_context(planted(CONFIG.plant))
 
 
 def pytest_unconfigure(config: Any) -> None:
@@ -263,7 +313,7 @@ def _count_examples(inner: Callable[..., Any]) -> Callable[..., Any]:
 # to its caches' limits): a jit-suite worker grew to 4.5 GB in a two-hour campaign.
 # Clearing the caches between examples changes nothing an example checks: each one makes
 # its own jit objects, and a cache sequence runs inside one example.
-CLEAR_EVERY = int(_number(ENV_CLEAR, 1000))
+CLEAR_EVERY = DEFAULT_CLEAR_EVERY
 
 
 def _clear_now_and_then() -> None:
@@ -275,30 +325,13 @@ def _is_property(item: Any) -> bool:
     return getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
 
 
-# The examples a property runs in the ci profile unless it says otherwise.
-CI_EXAMPLES = 200
-
-
-def _scaled(test: Any, examples: int) -> int:
-    """The campaign's examples for a property; one that sets its own count in the ci run
-    (the fuzz layer's: 600 cheap cases, 6 runs of the executable) gets as many in proportion."""
-    own = test._hypothesis_internal_use_settings.max_examples
-    if own == settings.get_profile(PROFILE).max_examples or examples >= UNLIMITED:
-        return examples
-    return max(1, round(examples * own / CI_EXAMPLES))
-
-
-def _prepare(item: Any, examples: int) -> None:
-    """Count the property's examples; run the campaign's number of them, on its database."""
+def _prepare(item: Any) -> None:
+    """Count the property's examples (Hypothesis' ``.hypothesis.inner_test``, wrapped once);
+    the number of them and the database are the loaded profile's."""
     test = item.obj
-    examples = _scaled(test, examples)
     if not getattr(test.hypothesis.inner_test, "campaign", False):
         test.hypothesis.inner_test = _count_examples(test.hypothesis.inner_test)
         test.hypothesis.inner_test.campaign = True
-    test._hypothesis_internal_use_settings = settings(
-        test._hypothesis_internal_use_settings, max_examples=examples, deadline=None,
-        derandomize=False, database=_DATABASE, phases=_PHASES,
-        suppress_health_check=list(HealthCheck))
 
 
 def _shards(item: Any, count: int) -> list[Any]:
@@ -311,8 +344,8 @@ def _shards(item: Any, count: int) -> list[Any]:
 
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
     """Leave out the per-process coverage tests; split and prepare every property."""
-    count = max(1, int(_number(ENV_SHARDS, 1)))
-    examples = _examples_per_shard()
+    if CONFIG is None:
+        return
     kept, dropped, rounds = [], [], collections.defaultdict(list)
     for item in items:
         name = getattr(item, "originalname", None) or item.name
@@ -322,10 +355,10 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
         if not _is_property(item):
             kept.append(item)
             continue
-        _prepare(item, examples)
-        if _suite_of(str(item.path)) not in NOT_HELD_TO_JAX:
+        _prepare(item)
+        if _suite_of(item.path) not in NOT_HELD_TO_JAX:
             WORKER.scope.update(getattr(item.obj, "rule_ids", ()))
-        for k, shard in enumerate(_shards(item, count)):
+        for k, shard in enumerate(_shards(item, CONFIG.shards)):
             rounds[k].append(shard)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -335,21 +368,29 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
     items[:] = kept + [shard for k in sorted(rounds) for shard in rounds[k]]
 
 
+def _worker_count() -> int:
+    try:
+        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))  # pytest-xdist's
+    except ValueError:
+        return 1
+
+
 def pytest_collection_finish(session: Any) -> None:
     """Under a time budget every suite gets an equal part of the workers' time, shared
     equally by its property items (those left after ``-k``): a suite of one slow property
     (whole jit calls) runs as long as a suite of sixteen quick ones."""
-    per_suite = collections.Counter(_suite_of(str(item.path)) for item in session.items
+    if CONFIG is None:
+        return
+    per_suite = collections.Counter(_suite_of(item.path) for item in session.items
                                     if _is_property(item))
-    workers = max(1, int(_number("PYTEST_XDIST_WORKER_COUNT", 1)))
-    left = _number(ENV_END, time.time()) - time.time()
+    left = (CONFIG.end or time.time()) - time.time()
     shares = _shares(per_suite)
     total = sum(shares.values()) or 1.0
-    WORKER.slices = {suite: max(1.0, left * workers * shares[suite] / total / n)
+    WORKER.slices = {suite: max(1.0, left * _worker_count() * shares[suite] / total / n)
                      for suite, n in per_suite.items()}
     WORKER.weights = {item.nodeid: shares[suite] / per_suite[suite]
                       for item in session.items if _is_property(item)
-                      for suite in [_suite_of(str(item.path))]}
+                      for suite in [_suite_of(item.path)]}
 
 
 def plan_slice(item: str, weights: dict[str, float], started: set[str], left: float,
@@ -366,12 +407,12 @@ def plan_slice(item: str, weights: dict[str, float], started: set[str], left: fl
 
 def _planned_slice(item: str) -> float | None:
     """``plan_slice`` for ``item`` from every worker's file (None: no plan to read)."""
-    where, end = os.environ.get(ENV_DIR), _number(ENV_END, 0.0)
+    where, end = CONFIG.scratch if CONFIG else None, CONFIG.end if CONFIG else None
     if not where or not end or item not in WORKER.weights:
         return None
     now = time.time()
     started, committed = set(WORKER.started), 0.0
-    me = Path(where) / f"worker-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
+    me = Path(where) / f"worker-{_worker_name()}.json"
     for path in Path(where).glob("worker-*.json"):
         if path == me:
             continue
@@ -382,32 +423,27 @@ def _planned_slice(item: str) -> float | None:
         started.update(other.get("started") or ())
         if other.get("until") and not other.get("final"):
             committed += max(0.0, min(float(other["until"]), end) - now)
-    workers = max(1, int(_number("PYTEST_XDIST_WORKER_COUNT", 1)))
-    return plan_slice(item, WORKER.weights, started, end - now, workers, committed)
+    return plan_slice(item, WORKER.weights, started, end - now, _worker_count(), committed)
 
 
 def _shares(per_suite: collections.Counter) -> dict[str, float]:
     """Each suite's share of the time (``--share SUITE=N``; 1 unless told)."""
-    try:
-        told = json.loads(os.environ.get(ENV_SHARES) or "{}")
-    except ValueError:
-        told = {}
-    return {suite: float(told.get(suite, 1.0)) if isinstance(told, dict) else 1.0
-            for suite in per_suite}
+    told = CONFIG.shares if CONFIG else {}
+    return {suite: float(told.get(suite, 1.0)) for suite in per_suite}
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: Any) -> Any:
-    WORKER.suite = _suite_of(str(item.path))
+    if CONFIG is None:
+        return (yield)
+    WORKER.suite = _suite_of(item.path)
     WORKER.failing = False
     WORKER.deadline = None
     WORKER.failure = None
-    if _is_property(item) and os.environ.get(ENV_END):
-        planned = None if os.environ.get(ENV_SLICE) else _planned_slice(item.nodeid)
-        slice_s = planned if planned is not None else \
-            _number(ENV_SLICE, WORKER.slices.get(WORKER.suite, 60.0))
-        left = _number(ENV_END, time.time()) - time.time()
-        budget = max(0.0, min(slice_s, left))
+    if _is_property(item) and CONFIG.end:
+        planned = _planned_slice(item.nodeid)
+        slice_s = planned if planned is not None else WORKER.slices.get(WORKER.suite, 60.0)
+        budget = max(0.0, min(slice_s, CONFIG.end - time.time()))
         WORKER.deadline = time.monotonic() + budget
         WORKER.until = time.time() + budget
         WORKER.started.append(item.nodeid)
@@ -433,38 +469,45 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:120]
 
 
-def _save_disagreement(report: Any) -> None:
-    out = os.environ.get(ENV_OUT)
-    suite = _suite_of(report.nodeid.split("::")[0])
+def _save_disagreement(item: Any, report: Any) -> None:
+    part = _part_of(item.path)
+    suite = str(part["suite"])
     WORKER.failed[suite] += 1
-    if not out:
+    if not CONFIG.out:
         return
-    text = str(report.longreprtext)
-    base = re.sub(r"\[shard-[0-9]+-of-[0-9]+\]$", "", report.nodeid)
+    name = re.sub(r"\[shard-[0-9]+-of-[0-9]+\]$", "", item.name)
+    # the test as pytest finds it: by module (pytest --pyargs) or by file
+    test = f"{part['module'] or item.path}::{name}"
     failure = WORKER.failure or {}
     record = {
-        "suite": suite, "test": base, "item": report.nodeid, "phase": report.when,
+        "suite": suite, "test": test, "item": report.nodeid, "phase": report.when,
         "falsifying_example": failure.get("representation"),
         "arguments": failure.get("arguments"),
         "how_generated": failure.get("how_generated"),
         "reproduce_failure": failure.get("reproduction_decorator"),
-        "database": os.environ.get(ENV_DB),
-        "planted": os.environ.get(ENV_PLANT),
-        "replay": f"shardlaw campaign --replay <this file>   (or: python -m pytest '{base}' "
-                  f"with the example database {os.environ.get(ENV_DB)})",
-        "report": text[-20000:],
+        "database": CONFIG.database,
+        "planted": CONFIG.plant,
+        "replay": f"shardlaw campaign --replay <this file>   (or: python -m pytest "
+                  f"{'--pyargs ' if part['module'] else ''}'{test}' with the example "
+                  f"database {CONFIG.database})",
+        "report": str(report.longreprtext)[-20000:],
     }
-    Path(out).mkdir(parents=True, exist_ok=True)
-    name = f"{suite}-{_safe(base.split('::')[-1])}-{os.getpid()}-{int(time.time() * 1000)}.json"
-    (Path(out) / name).write_text(json.dumps(record, indent=2))
+    Path(CONFIG.out).mkdir(parents=True, exist_ok=True)
+    file = f"{suite}-{_safe(name)}-{os.getpid()}-{int(time.time() * 1000)}.json"
+    (Path(CONFIG.out) / file).write_text(json.dumps(record, indent=2))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    report = yield
+    if CONFIG is not None and WORKER.active and report.failed:
+        _save_disagreement(item, report)
+    return report
 
 
 def pytest_runtest_logreport(report: Any) -> None:
-    if not WORKER.active:
-        return
-    if report.failed:
-        _save_disagreement(report)
-    _write()
+    if WORKER.active:
+        _write()
 
 
 @pytest.hookimpl(trylast=True)
