@@ -345,6 +345,13 @@ def _chosen(args: Any) -> dict[str, list[dict[str, Any]]]:
         from shardlaw.spec.core.rules import RULES
         if args.plant not in RULES:
             raise CommandExit(EXIT_BAD_INPUT, f"--plant {args.plant[:40]!r} names no rule")
+    names = args.suite or ([] if getattr(args, "suite_path", None) else ["all"])
+    running = {part["module"] for parts in files.values() for part in parts}
+    for suite, modules in known_suites().items():
+        for module in modules:
+            if (suite in names or "all" in names) and module not in running:
+                sys.stderr.write(f"campaign: {module} (suite {suite}) is not installed here; "
+                                 f"left out\n")
     return files
 
 
