@@ -1,6 +1,6 @@
 """The rule pages: what each rule's entry shows, and that the docs build never imports tests/.
 
-The generator (``docs/_ext/shardlaw_rules.py``) reads the test files' ``@checks(...)`` as
+The generator (``docs/_ext/shardlaw_rules.py``) reads the test files' ``@checks("ID", ...)`` as
 text; these tests hold that reading against the registry the imported test modules fill,
 and check one entry's statement block, clauses, engine link and folded source.
 """
@@ -154,3 +154,13 @@ def test_the_index_lists_families_in_pipeline_order(generator):
                  for f in ("VAL", "DIV", "EQ", "CALL", "JIT", "DA", "OUT", "CACHE")
                  if f in families]
     assert positions == sorted(positions)
+
+
+def test_computed_checks_in_a_test_file_are_reported_not_evaluated(generator, tmp_path):
+    path = tmp_path / "test_made_up.py"
+    path.write_text("IDS = ('DIV-1',)\n\n@checks(*IDS)\ndef test_a():\n    pass\n\n"
+                    "@checks('DIV-2')\ndef test_b():\n    pass\n")
+    found, problems = generator.checks_in_file(path)
+    assert found == {"DIV-2": ["test_made_up.test_b"]}
+    assert problems == ["test_made_up.test_a (write the rule IDs of @checks as string "
+                        "literals in a test file)"]
