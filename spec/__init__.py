@@ -2,8 +2,8 @@
 
 The spec is layered (``spec/layers.py`` says so once): ``core`` (value types, the rule
 registry), ``placement``, ``jit`` (a jit call, stage by stage, and its caches), ``prove``
-(z3), ``transforms``, ``vectors``, and ``bridge``, the only part that imports JAX. This
-package re-exports the public names of all of them.
+(z3), ``transforms``, ``program`` (whole programs), ``vectors``, and ``bridge``, the only
+part that imports JAX. This package re-exports the public names of all of them.
 
 Importing this package imports the standard library only; :func:`from_jax`,
 :func:`to_jax` and :func:`describe_call` load JAX on first use, and the prover's names load
@@ -42,6 +42,11 @@ from .transforms.batching import *  # noqa: F401,F403
 from .transforms.constraint import *  # noqa: F401,F403
 from .transforms.shardmap import *  # noqa: F401,F403
 from .transforms.transformed import TransformedCall, TransformedVerdict, explain_transformed
+# Whole programs: a jit's body, equation by equation.
+from .program.description import (
+    Const, DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+)
+from .program.explain import ProgramVerdict, explain_program
 from .vectors import transformed_vectors as transform_vectors
 from .vectors.transformed_vectors import (
     TransformedVector, dump_transformed, load_transformed, transformed_differences,
@@ -103,3 +108,5 @@ __all__ += [*arguments.__all__, *autodiff.__all__, *batching.__all__, *constrain
             *shardmap.__all__, "TransformedCall", "TransformedVerdict", "explain_transformed",
             "TransformedVector", "dump_transformed", "load_transformed",
             "transformed_differences", "transformed_rules_hit"]
+__all__ += ["Program", "Value", "Const", "Jit", "ShardingConstraint", "DevicePut", "ShardMap",
+            "Reshard", "Opaque", "explain_program", "ProgramVerdict"]

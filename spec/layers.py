@@ -6,7 +6,7 @@ imports JAX and only ``prove`` imports z3. The README's layout table is checked 
 the folders.
 
 >>> [layer for layer, _ in LAYERS]
-['core', 'placement', 'jit', 'prove', 'transforms', 'vectors', 'bridge']
+['core', 'placement', 'jit', 'prove', 'transforms', 'program', 'vectors', 'bridge']
 >>> MOVED["smt"]
 'prove.smt'
 """
@@ -28,11 +28,12 @@ LAYERS: list[tuple[str, str]] = [
     ("jit", "a jit call: description, pipeline stages, caches"),
     ("prove", "placement equivalence proved with z3"),
     ("transforms", "device_put, vmap, AD, constraints, shard_map"),
+    ("program", "whole programs: a jit's body, equation by equation"),
     ("vectors", "test vectors"),
     ("bridge", "the JAX objects in and out: the only part that imports JAX"),
 ]
 RANK: dict[str, int] = {"core": 0, "placement": 1, "jit": 2, "prove": 2, "transforms": 3,
-                        "vectors": 4, "bridge": 4}
+                        "program": 4, "vectors": 5, "bridge": 5}
 
 # The spec was one flat folder until 2026-12: its module names, and where each lives now
 # (``shardlaw.spec.placement``, ``.jit`` and ``.vectors`` are now the layers that hold them,

@@ -5,6 +5,8 @@
 * the rule families of the stages, in pipeline order: ``options`` (JIT), ``matching``
   (TREE, FIT), ``resolution`` (RES, KEEP), ``assignment`` (DA, EXE), ``layouts`` (LAY and
   ``Format`` leaves), ``recovery`` (OUT), ``aot`` (AOT);
+* ``inside`` — the shardings inside a whole program's body, as lowering and recovery read
+  them (PROG-3);
 * ``cache`` — jit's caches and the shardlaw cache policy (CACHE).
 
 Standard library only; imports the core and placement. ``shardlaw.spec.jit`` was one

@@ -17,6 +17,7 @@ import functools
 from typing import Any, Iterator, Sequence
 
 from ..core.hlo import HloSharding
+from .assignment import Source
 from .layouts import Layout, split_format
 from ..core.pytree import Node, leaves_with_paths, map_leaves, show_path, structure
 from ..placement.blocks import check_rank, num_devices, shard_shape
@@ -292,7 +293,10 @@ class Call:
       jit uses when nothing else decides (``jax.default_device``);
     * ``process_count`` — the number of JAX processes (the multi-process rules);
     * ``aot_args``/``aot_kwargs`` — when set, the compiled executable (``.lower().compile()``
-      of this call) is then called with these arguments.
+      of this call) is then called with these arguments;
+    * ``inside`` — the shardings inside the function's body that take part in the device
+      assignment (:class:`~shardlaw.spec.jit.assignment.Source` values, in JAX's order), as
+      the whole-program layer lists them (PROG-2; :mod:`shardlaw.spec.jit.inside`).
     """
 
     args: tuple = ()
@@ -311,6 +315,7 @@ class Call:
     compiler_layouts: tuple[Layout | None, ...] | None = None
     compiler_in_layouts: tuple[Layout | None, ...] | None = None
     compiler_in: tuple[HloSharding | None, ...] | None = None
+    inside: tuple = ()   # the shardings inside the body (Sources), for a whole program
 
     def __post_init__(self) -> None:
         # A call that exists is well-formed (CALL-0): each step checks one part of the
@@ -320,6 +325,7 @@ class Call:
         self._check_choices()
         self._check_aot_call()
         self._check_argument_devices()
+        object.__setattr__(self, "inside", _inside(self.inside))
 
     def _check_trees(self) -> None:
         """The arguments, results, options and context mesh are of their types."""
@@ -407,6 +413,15 @@ class Call:
     def normal(self) -> "NormalCall":
         """The call as every stage reads it, normalised once (:class:`NormalCall`)."""
         return NormalCall.of(self)
+
+
+def _inside(inside: Any) -> tuple:
+    """The shardings inside the body, checked: Sources of shardings, in JAX's order (the
+    whole-program layer lists them, PROG-2)."""
+    check_call(type(inside) in (tuple, list) and all(
+        isinstance(s, Source) and isinstance(s.sharding, SHARDING_TYPES) for s in inside),
+        "the shardings inside the body", "a tuple of Sources of shardings", inside)
+    return tuple(inside)
 
 
 def _device_ids_of(sharding: Any) -> tuple[int, ...]:

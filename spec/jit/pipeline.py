@@ -52,6 +52,7 @@ from .recovery import (
     compiled_inputs, compiled_results, concrete_inputs, input_types, recover_shardings,
     single_device_results,
 )
+from .inside import recovery_origin
 from .resolution import Input, check_reused_replica, kept_inputs, resolve_input
 from ..core.rules import Rejection, located, remembering, staged, tracing
 from ..core.shardings import UNSPECIFIED, NamedSharding, SingleDeviceSharding
@@ -234,6 +235,7 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced) -> Lowered:
     sources = [Source(resolved[i], _source_name(inputs[i]), inputs[i].path) for i in kept]
     sources += [Source(s, f"out_shardings for {path}", path)
                 for path, s in zip(n.out_paths, traced.out_shardings)]
+    sources += call.inside  # the shardings inside the body come last (PROG-2)
     assignment, count = device_assignment(sources, called.context, call.default_device)
     check_has_devices(assignment, called.context)
     assert assignment is not None
@@ -244,7 +246,7 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced) -> Lowered:
             check_tile_count(s)
             check_iota_tiles(s)
     committed = results_committed(called.context, count, [resolved[i] for i in kept],
-                                  traced.out_shardings)
+                                  [*traced.out_shardings, *(s.sharding for s in call.inside)])
     return Lowered(tuple(resolved), kept, assignment, count, tuple(final), committed,
                    in_layouts, in_play)
 
@@ -285,8 +287,11 @@ def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowere
         taken = compiled_inputs(concrete, [compiler_in[i] for i in kept], assignment)
         recovered = recover_shardings(taken, kept_values, concrete, kept_values, None)
     with located(n.out_paths[0] if results else "result"):
-        outs = recover_shardings(outs, [out for _, out in n.flat_out], recovered, kept_values,
-                                 called.context)
+        given, given_values, typed = recovered, kept_values, [out for _, out in n.flat_out]
+        if call.inside:  # a whole program: a sharding inside the body may give the type
+            given, given_values, typed = recovery_origin(given, given_values, typed,
+                                                         call.inside)
+        outs = recover_shardings(outs, typed, given, given_values, called.context)
     outs = single_device_results(outs, assignment)
     out_layouts = (result_layouts(traced.out_layouts, call.compiler_layouts)
                    if lowered.layouts_in_play else (None,) * results)

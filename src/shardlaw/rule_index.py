@@ -36,7 +36,7 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)
-['LAY-2', 'LAY-3', 'NS-3']
+['LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-2', 'PROG-3', 'PROG-4']
 """
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ _ALL = [
     Family("AD", "Under transformations", "Differentiating through a jit call", None),
     Family("WSC", "Under transformations", "with_sharding_constraint", None),
     Family("SMAP", "Under transformations", "shard_map", None),
+    # A whole program: a jit's body, equation by equation.
+    Family("PROG", "Whole programs", "Whole programs: the equations inside a jit", "lower"),
     # Whether it compiles again.
     Family("CACHE", "Caches", "When jit traces, lowers and compiles again; the cache policy",
            None),
@@ -128,6 +130,9 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     "EXE-3": "compile", "LAY-2": "compile", "ENG-5": "compile",
     # Handing the arguments over.
     "RES-5": "call", "ENG-3": "call", "ENG-6": "call",
+    # A whole program: its description, its equations' types (while tracing), and its
+    # results as compiled.
+    "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
 }
 
 
@@ -183,6 +188,22 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "engine.shardings.check_leaf (JIT-2), through _check_axes_used_once, refuses a "
         "PartitionSpec leaf that uses a mesh axis twice; JAX's NamedSharding constructor "
         "refuses a NamedSharding that does"),
+    # The engine does not read a jit's body yet (issue 23): JAX's own tracing and lowering
+    # type its equations, list the shardings inside it and recover results over them.
+    "PROG-1": _left_to_jax(
+        "JAX's abstract evaluation types each equation of the body while jit traces it; the "
+        "engine reads the types JAX gives"),
+    "PROG-2": _left_to_jax(
+        "JAX's lower_sharding_computation lists the shardings inside the body "
+        "(dispatch.get_intermediate_shardings) and refuses other devices by DA-1; the "
+        "engine checks the arguments and results only and JAX's refusal stands"),
+    "PROG-3": _left_to_jax(
+        "JAX's maybe_recover_user_shardings reads results over a sharding inside the body "
+        "when no argument is placed by a NamedSharding; the engine takes the shardings JAX "
+        "reports where it compiles"),
+    "PROG-4": _left_to_jax(
+        "the compiler places a result a constraint or an inner jit returns; the engine "
+        "takes the shardings JAX reports where it compiles"),
     # The engine's function for these carries another name.
     "VAL-9": _named_otherwise(
         "engine.layouts names its checks by the part of a layout they look at (check_order); "

@@ -1,0 +1,501 @@
+"""Whole programs against real JAX, program for program.
+
+A :class:`Recipe` says what a drawn program does: its arguments (spec values), a top-level
+``jax.jit`` with optional ``out_shardings``, and a body of :class:`Step` values — inner jits
+(with their own in/out shardings and a body of steps), ``with_sharding_constraint``,
+``jax.device_put`` and the elementwise ``neg`` and ``sin`` — each taking an earlier value.
+From one recipe both sides are built: the real function (:func:`function_of`, with its
+arguments, :func:`arguments_of`) and its :class:`~shardlaw.spec.Program`
+(:func:`program_of`, the result types given by PROG-1). :func:`run_in_jax` traces, lowers,
+compiles and runs the function under ``jax.jit`` and records the first stage that raised,
+or the results' shardings, committedness and types, the device assignment, and the
+compiler's own placement of each result before JAX re-reads it. :func:`compare_program`
+asks :func:`~shardlaw.spec.explain_program`, checks that
+:func:`~shardlaw.spec.bridge.program.describe_program` of the real function gives the
+recipe's program, and lists every disagreement; it records each rule's sides with
+:func:`shardlaw.properties.hits.record` (source ``"programs"``, read with
+:func:`program_hit_counts`).
+
+The recipes draw 1 to 8 devices, concrete meshes over Auto axes, and shardings over the
+program's mesh or over a mesh that differs from it: the same devices in reverse order,
+fewer devices, the same devices in another shape, the same shape under other axis names,
+or one device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+from typing import Any
+
+from hypothesis import strategies as st
+
+from shardlaw.properties import hits
+from shardlaw.spec import (
+    UNCONSTRAINED, UNSPECIFIED, Mesh, NamedSharding, P, PartitionSpec, Rejection,
+    SingleDeviceSharding, explain_program, from_jax, to_jax,
+)
+from shardlaw.spec.program.description import (
+    DevicePut, Jit, Opaque, Program, ShardingConstraint, Value, result_types,
+)
+from shardlaw.spec.program.lowering import live_parts
+
+__all__ = ["Step", "Recipe", "Case", "program_of", "function_of", "arguments_of",
+           "run_in_jax", "JaxOutcome", "compare_program", "program_cases", "SOURCE",
+           "program_hit_counts"]
+
+# The source under which the programs compared record their rules (shardlaw.properties.hits).
+SOURCE = "programs"
+
+# The PROG rules decide without refusing: each records its two outcomes as its sides.
+DECIDING = ("PROG-1", "PROG-2", "PROG-3", "PROG-4")
+
+# The elementwise primitives a recipe uses, with the parameters jax 0.10.2 gives them.
+ELEMENTWISE = {"neg": (), "sin": (("accuracy", None),)}
+
+
+def program_hit_counts() -> dict[str, tuple[int, int]]:
+    """rule ID -> (accepting side, refusing side) over the programs compared so far."""
+    return hits.counts(SOURCE)
+
+
+# --------------------------------------------------------------------------- recipes
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One equation of a recipe: ``kind`` is ``constraint``, ``device_put``, ``neg``,
+    ``sin`` or ``jit``; ``operand`` the number of the value it takes."""
+
+    kind: str
+    operand: int
+    sharding: Any = None                 # a constraint's sharding, a device_put's target
+    body: "Recipe | None" = None         # an inner jit's body (one input, one output)
+    in_sharding: Any = UNSPECIFIED       # an inner jit's options
+    out_sharding: Any = UNSPECIFIED
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A body: its steps and the numbers of the values it returns."""
+
+    steps: tuple[Step, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A drawn program: its arguments, its body, the top-level jit's options."""
+
+    inputs: tuple[Value, ...]
+    body: Recipe
+    out_shardings: tuple = ()
+    keep_unused: bool = False
+
+
+def _body_program(recipe: Recipe, inputs: tuple[Value, ...], **options: Any) -> Program:
+    types = [v.type for v in inputs]
+    equations = []
+    for step in recipe.steps:
+        operand = types[step.operand]
+        if step.kind == "constraint":
+            eq: Any = ShardingConstraint((step.operand,), sharding=step.sharding)
+        elif step.kind == "device_put":
+            eq = DevicePut((step.operand,), targets=(step.sharding,))
+        elif step.kind in ELEMENTWISE:
+            eq = Opaque((step.operand,), (operand,), primitive=step.kind,
+                        params=ELEMENTWISE[step.kind])
+        else:
+            assert step.body is not None
+            body = _body_program(step.body, (operand,), in_shardings=(step.in_sharding,),
+                                 out_shardings=(step.out_sharding,))
+            eq = Jit((step.operand,), body=body, name="inner")
+        if eq.results is None:
+            eq = dataclasses.replace(eq, results=result_types(eq, (operand,)))
+        equations.append(eq)
+        types.extend(eq.results)
+    return Program(inputs, tuple(equations), recipe.outputs, **options)
+
+
+def program_of(case: Case) -> Program:
+    """The recipe's Program: the types of constraints', device_puts' and jits' results
+    given by PROG-1, the elementwise equations' by their operands."""
+    return _body_program(case.body, case.inputs, out_shardings=case.out_shardings,
+                         keep_unused=case.keep_unused)
+
+
+def _jit_options(in_sharding: Any, out_sharding: Any) -> dict:
+    options = {}
+    if in_sharding is not UNSPECIFIED:
+        options["in_shardings"] = to_jax(in_sharding)
+    if out_sharding is not UNSPECIFIED:
+        options["out_shardings"] = to_jax(out_sharding)
+    return options
+
+
+def _run_body(recipe: Recipe, values: list[Any]) -> tuple:
+    import jax
+    import jax.numpy as jnp
+
+    values = list(values)
+    for step in recipe.steps:
+        x = values[step.operand]
+        if step.kind == "constraint":
+            y = jax.lax.with_sharding_constraint(x, to_jax(step.sharding))
+        elif step.kind == "device_put":
+            target = step.sharding
+            y = jax.device_put(x, jax.devices()[target] if type(target) is int
+                               else to_jax(target))
+        elif step.kind == "neg":
+            y = jnp.negative(x)
+        elif step.kind == "sin":
+            y = jnp.sin(x)
+        else:
+            (y,) = jax.jit(_inner(step.body), **_jit_options(step.in_sharding,
+                                                               step.out_sharding))(x)
+        values.append(y)
+    return tuple(values[n] for n in recipe.outputs)
+
+
+def _inner(recipe: Recipe) -> Any:
+    def inner(b: Any) -> tuple:
+        return _run_body(recipe, [b])
+    return inner
+
+
+def function_of(case: Case) -> Any:
+    """The real function the recipe describes (not yet jitted)."""
+    def program(*args: Any) -> tuple:
+        return _run_body(case.body, list(args))
+    return program
+
+
+def top_options(case: Case) -> dict:
+    """The top-level jit's options."""
+    options: dict[str, Any] = {"keep_unused": True} if case.keep_unused else {}
+    if any(s is not UNSPECIFIED for s in case.out_shardings):
+        options["out_shardings"] = tuple(None if s is UNSPECIFIED else to_jax(s)
+                                         for s in case.out_shardings)
+    return options
+
+
+def arguments_of(case: Case) -> tuple:
+    """Real arguments for the recipe's inputs: committed arrays placed with device_put,
+    uncommitted ones made by jnp, numpy arrays."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    out = []
+    for v in case.inputs:
+        data = np.arange(int(np.prod(v.shape)), dtype=np.float32).reshape(v.shape)
+        if v.sharding is None:
+            out.append(data)
+        elif v.committed:
+            out.append(jax.device_put(data, to_jax(v.sharding)))
+        else:
+            out.append(jnp.asarray(data))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- running JAX
+
+@dataclasses.dataclass
+class JaxOutcome:
+    """What real ``jax.jit`` did: the stage that raised and the exception, or the results."""
+
+    stage: str | None = None            # trace, lower, compile, call (None: all passed)
+    error: BaseException | None = None
+    out_shardings: list[Any] = dataclasses.field(default_factory=list)
+    out_committed: list[bool] = dataclasses.field(default_factory=list)
+    out_types: list[Value] = dataclasses.field(default_factory=list)
+    device_assignment: tuple[int, ...] | None = None
+    compiler: list[Any] | None = None   # the compiler's placement of each result (spec HLO)
+    compiler_in: list[Any] | None = None  # ... and of each kept input
+    described: Program | None = None    # describe_program of the real function
+
+
+@contextlib.contextmanager
+def _watch_compiler(outcome: JaxOutcome):
+    """Record the compiler's placements of the kept inputs and of the results as the
+    executable reports them, before JAX re-reads them (which can raise): the oracle for
+    what the spec leaves to the compiler."""
+    from jax._src.interpreters import pxla
+
+    names = {"_get_in_shardings_from_xla": "compiler_in",
+             "get_out_shardings_from_executable": "compiler"}
+    originals = {name: getattr(pxla, name) for name in names}
+
+    def watch(name: str) -> Any:
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            result = originals[name](*args, **kwargs)
+            if result is not None and getattr(outcome, names[name]) is None:
+                setattr(outcome, names[name], [from_jax(s._hlo_sharding) for s in result])
+            return result
+        return watched
+
+    for name in names:
+        setattr(pxla, name, watch(name))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(pxla, name, original)
+
+
+def _type_of(result: Any) -> Value:
+    import jax
+
+    aval = jax.typeof(result)
+    mesh = aval.sharding.mesh
+    return Value.typed(tuple(aval.shape), str(aval.dtype),
+                       None if mesh.empty else from_jax(mesh), weak_type=bool(aval.weak_type))
+
+
+def run_in_jax(case: Case) -> JaxOutcome:
+    """Trace, lower, compile and run ``jax.jit`` of the recipe's function."""
+    import jax
+    from shardlaw.spec.bridge.program import describe_program
+
+    outcome = JaxOutcome()
+    hits.record_jax_calls(1)
+    args = arguments_of(case)
+    jitted = jax.jit(function_of(case), **top_options(case))
+    steps = [("trace", lambda: jitted.trace(*args)),
+             ("lower", lambda: jitted.trace(*args).lower()),
+             ("compile", lambda: jitted.trace(*args).lower().compile()),
+             ("call", lambda: jitted(*args))]
+    results = None
+    with warnings.catch_warnings(), _watch_compiler(outcome):
+        warnings.simplefilter("ignore")
+        for stage, run in steps:
+            try:
+                results = run()
+            except Exception as error:  # noqa: BLE001 - recorded and compared
+                outcome.stage, outcome.error = stage, error
+                return outcome
+            if stage == "trace":
+                outcome.described = describe_program(jax.jit(function_of(case),
+                                                             **top_options(case)), *args)
+    outcome.out_shardings = [from_jax(r.sharding) for r in results]
+    outcome.out_committed = [bool(r._committed) for r in results]
+    outcome.out_types = [_type_of(r) for r in results]
+    if results:
+        outcome.device_assignment = tuple(d.id for d in results[0].sharding._device_assignment)
+    return outcome
+
+
+# --------------------------------------------------------------------------- comparing
+
+def _jax_class_agrees(verdict: Any, error: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(error).__mro__}
+    return verdict.jax_error in names or verdict.error_type in names
+
+
+def compare_program(case: Case) -> list[str]:
+    """Every disagreement between the spec and JAX on ``case`` (empty: they agree)."""
+    program = program_of(case)
+    outcome = run_in_jax(case)
+    program = _with_choices(program, outcome)
+    verdict = explain_program(program)
+    problems = []
+    recipe = dataclasses.replace(program, compiler=None, compiler_in=None)
+    if outcome.described is not None and outcome.described != recipe:
+        problems.append(f"describe_program gives {outcome.described!r}, the recipe "
+                        f"{recipe!r}")
+    if outcome.error is not None:
+        if verdict.accepted:
+            problems.append(f"JAX refused at {outcome.stage} with "
+                            f"{type(outcome.error).__name__}: {outcome.error}; the spec "
+                            f"accepts")
+        elif verdict.stage != outcome.stage or not _jax_class_agrees(verdict, outcome.error):
+            problems.append(f"JAX refused at {outcome.stage} with "
+                            f"{type(outcome.error).__name__}: {outcome.error}; the spec at "
+                            f"{verdict.stage} with {verdict.jax_error}: {verdict.message}")
+    elif not verdict.accepted:
+        problems.append(f"JAX accepts; the spec refuses: {verdict.message}")
+    else:
+        problems += _compare_results(verdict, outcome)
+    if not problems:
+        _record(program, verdict)
+    return problems
+
+
+def _with_choices(program: Program, outcome: JaxOutcome) -> Program:
+    """``program`` with the compiler's choices JAX made, where the spec leaves them to it
+    (the inputs' are the kept ones', put at their positions; kept as KEEP-1 keeps them)."""
+    changes: dict[str, Any] = {}
+    if outcome.compiler is not None:
+        changes["compiler"] = tuple(outcome.compiler)
+    if outcome.compiler_in is not None:
+        used = live_parts(program).inputs
+        kept = [i for i, u in enumerate(used) if u or program.keep_unused]
+        if len(kept) == len(outcome.compiler_in):
+            choices: list[Any] = [None] * len(program.inputs)
+            for i, choice in zip(kept, outcome.compiler_in):
+                choices[i] = choice
+            changes["compiler_in"] = tuple(choices)
+    return dataclasses.replace(program, **changes)
+
+
+def _compare_results(verdict: Any, outcome: JaxOutcome) -> list[str]:
+    problems = []
+    for what, spec, jax in (("result shardings", verdict.out_shardings, outcome.out_shardings),
+                            ("committed", verdict.out_committed, outcome.out_committed),
+                            ("result types", verdict.out_types, outcome.out_types)):
+        if tuple(spec) != tuple(jax):
+            problems.append(f"{what}: spec {tuple(spec)!r}, JAX {tuple(jax)!r}")
+    if outcome.device_assignment is not None and \
+            tuple(verdict.device_assignment) != outcome.device_assignment:
+        problems.append(f"device assignment: spec {tuple(verdict.device_assignment)}, JAX "
+                        f"{outcome.device_assignment}")
+    return problems
+
+
+def _typed_equations(program: Program) -> list[tuple[Value, Value]]:
+    """(operand type, result type) of every equation PROG-1 types, bodies included."""
+    out = []
+    for eq in program.equations:
+        if isinstance(eq, (ShardingConstraint, DevicePut)):
+            out.append((program.value_types[eq.operands[0]], eq.results[0]))
+        if isinstance(eq, Jit):
+            out += _typed_equations(eq.body)
+    return out
+
+
+def _record(program: Program, verdict: Any) -> None:
+    """The sides each rule was seen on, for an example the spec and JAX agree on."""
+    for rule_id in verdict.trace:
+        if rule_id not in DECIDING:   # their two outcomes are recorded below
+            hits.record(SOURCE, rule_id,
+                        refused=not verdict.accepted and rule_id == verdict.rule)
+    for operand, result in _typed_equations(program):
+        # PROG-1's two outcomes: the type kept, or moved to another mesh.
+        hits.record(SOURCE, "PROG-1", refused=operand.mesh != result.mesh)
+    body_refusal = not verdict.accepted and (verdict.path or "").startswith("body[")
+    if verdict.accepted and verdict.inside or body_refusal and verdict.stage == "lower":
+        hits.record(SOURCE, "PROG-2", refused=body_refusal)
+    if not verdict.accepted:
+        return
+    for by in verdict.placed_by:
+        hits.record(SOURCE, "PROG-4", refused=by is None)
+    typed = any(isinstance(s, (NamedSharding, SingleDeviceSharding))
+                for s in verdict.in_shardings)
+    if verdict.inside and "PROG-3" in verdict.trace:
+        hits.record(SOURCE, "PROG-3", refused=not typed)
+
+
+# --------------------------------------------------------------------------- drawing
+
+SHAPES = [(8, 8), (4, 8), (6, 8), (8,)]
+FACTORS = {1: [(1,)], 2: [(2,)], 4: [(4,), (2, 2)], 8: [(8,), (2, 4), (4, 2), (2, 2, 2)]}
+NAMES = ("x", "y", "z")
+OTHER_NAMES = ("p", "q", "r")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Meshes:
+    """The program's mesh and the meshes that differ from it."""
+
+    main: Mesh
+    variants: dict
+
+
+def _meshes(n: int, shape: tuple[int, ...]) -> _Meshes:
+    names = NAMES[:len(shape)]
+    main = Mesh.iota(shape, names)
+    variants: dict[str, Any] = {"same": main,
+                                "renamed": Mesh.iota(shape, OTHER_NAMES[:len(shape)])}
+    if n > 1:
+        variants["reversed"] = Mesh(shape, names, range(n - 1, -1, -1))
+        variants["fewer"] = Mesh.iota((n // 2,), ("x",))
+        others = [f for f in FACTORS[n] if f != shape]
+        if others:
+            variants["reshaped"] = Mesh.iota(others[0], NAMES[:len(others[0])])
+    return _Meshes(main, variants)
+
+
+@st.composite
+def _spec(draw: Any, mesh: Mesh, rank: int, unconstrained: bool = False) -> PartitionSpec:
+    """A spec over ``mesh`` for a value of rank ``rank`` (sometimes one entry too many)."""
+    free = list(mesh.axis_names)
+    entries: list[Any] = []
+    length = rank + draw(st.sampled_from([0, 0, 0, 0, 0, 0, 0, 1]))
+    for _ in range(length):
+        choices: list[Any] = [None] + free
+        if unconstrained:
+            choices.append(UNCONSTRAINED)
+        entry = draw(st.sampled_from(choices))
+        if isinstance(entry, str):
+            free.remove(entry)
+        entries.append(entry)
+    return P(*entries)
+
+
+@st.composite
+def _sharding(draw: Any, meshes: _Meshes, rank: int, unconstrained: bool = False) -> Any:
+    kinds = ["same"] * 6 + sorted(k for k in meshes.variants if k != "same") + ["single"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "single":
+        return SingleDeviceSharding(draw(st.integers(0, len(meshes.main.devices) - 1)))
+    mesh = meshes.variants[kind]
+    return NamedSharding(mesh, draw(_spec(mesh, rank, unconstrained)))
+
+
+@st.composite
+def _steps(draw: Any, meshes: _Meshes, rank: int, first: int, count: int, depth: int
+           ) -> tuple[Step, ...]:
+    steps = []
+    for k in range(count):
+        operand = draw(st.integers(0, first + k - 1))
+        kinds = ["constraint", "constraint", "device_put", "neg", "sin"] + \
+            (["jit", "jit"] if depth < 2 else [])
+        kind = draw(st.sampled_from(kinds))
+        if kind == "constraint":
+            steps.append(Step(kind, operand, draw(_sharding(meshes, rank, True))))
+        elif kind == "device_put":
+            steps.append(Step(kind, operand, draw(_sharding(meshes, rank))))
+        elif kind in ELEMENTWISE:
+            steps.append(Step(kind, operand))
+        else:
+            inner = draw(_steps(meshes, rank, 1, draw(st.integers(1, 2)), depth + 1))
+            ins, outs = (draw(st.one_of(st.just(UNSPECIFIED), _sharding(meshes, rank)))
+                         for _ in range(2))
+            steps.append(Step(kind, operand, body=Recipe(inner, (len(inner),)),
+                              in_sharding=ins, out_sharding=outs))
+    return tuple(steps)
+
+
+@st.composite
+def _input(draw: Any, meshes: _Meshes, shape: tuple[int, ...]) -> Value:
+    kind = draw(st.sampled_from(["committed", "committed", "numpy", "uncommitted"]))
+    if kind == "numpy":
+        return Value.numpy(shape)
+    if kind == "uncommitted":
+        return Value.placed(shape, SingleDeviceSharding(0), committed=False)
+    sharding = draw(_sharding(meshes, len(shape)))
+    if isinstance(sharding, NamedSharding) and len(sharding.spec) > len(shape):
+        sharding = NamedSharding(sharding.mesh, P(*sharding.spec[:len(shape)]))
+    try:
+        return Value.placed(shape, sharding)
+    except Rejection:  # an array that cannot exist (it does not divide): place it whole
+        return Value.placed(shape, NamedSharding(meshes.main, P()))
+
+
+@st.composite
+def program_cases(draw: Any) -> Case:
+    """A drawn program: 1 to 8 devices, one or two arguments, 1 to 4 equations."""
+    n = draw(st.sampled_from([1, 2, 4, 8]))
+    meshes = _meshes(n, draw(st.sampled_from(FACTORS[n])))
+    shape = draw(st.sampled_from(SHAPES))
+    inputs = tuple(draw(_input(meshes, shape)) for _ in range(draw(st.integers(1, 2))))
+    steps = draw(_steps(meshes, len(shape), len(inputs), draw(st.integers(1, 4)), 0))
+    last = len(inputs) + len(steps) - 1
+    outputs = (last,) if draw(st.booleans()) else (last, draw(st.integers(0, last)))
+    out_shardings: tuple = ()
+    if draw(st.integers(0, 5)) == 0:
+        out_shardings = tuple(draw(st.one_of(st.just(UNSPECIFIED),
+                                             _sharding(meshes, len(shape))))
+                              for _ in outputs)
+    return Case(inputs, Recipe(steps, outputs), out_shardings,
+                keep_unused=draw(st.integers(0, 5)) == 0)

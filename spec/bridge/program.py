@@ -1,0 +1,287 @@
+"""A user's function read into a :class:`~shardlaw.spec.program.description.Program`.
+
+:func:`describe_program` traces the function as written with ``jax.make_jaxpr`` and reads
+the closed jaxpr: its arguments (with their shardings and committedness), the constants it
+closed over, and each equation — ``jit`` (its parameters ``jaxpr``, ``in_shardings``,
+``out_shardings``, ``donated_invars``, ``keep_unused``, ``ctx_mesh``),
+``sharding_constraint`` (``sharding``, ``unconstrained_dims``), ``device_put``
+(``devices``), ``shard_map`` (``mesh``, ``in_specs``, ``out_specs``,
+``newly_manual_axes``, ``check_vma``, its body) and ``reshard`` (``dst_sharding``); any
+other primitive is read as an opaque equation with its parameters and result types. A
+function whose trace is one ``jit`` equation over its arguments is that jit call; any
+other function is read as ``jax.jit(f)``. Nothing is lowered, compiled or run.
+
+What is not described yet is refused with a TypeError that says what: layouts, memory
+spaces other than the device's, types split over Explicit axes, literal operands of the
+described kinds, and primitives that hold bodies of their own other than ``jit`` and
+``shard_map`` (``cond``, ``scan``, ``custom_jvp_call`` ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.shardings import UNSPECIFIED
+from ..program.description import (
+    Const, DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+)
+from .convert import _layout_from_jax, from_jax
+
+__all__ = ["describe_program"]
+
+
+def _jax() -> Any:
+    import jax
+    return jax
+
+
+class _Unreadable(TypeError):
+    """What the bridge cannot describe yet (a TypeError, as describe_call's)."""
+
+
+# --------------------------------------------------------------------------- values
+
+def _argument(value: Any) -> Value:
+    """The Value for one argument leaf a user passes."""
+    import numpy as np
+
+    jax = _jax()
+    if type(value) in (bool, int, float, complex):
+        return Value.scalar(type(value).__name__)
+    if isinstance(value, jax.Array):
+        layout = _layout_from_jax(getattr(getattr(value, "format", None), "layout", None))
+        if layout is not None and not layout.is_default:
+            raise _Unreadable(f"describe_program reads arrays in the default layout; got "
+                              f"{layout!r}")
+        return Value.placed(tuple(value.shape), from_jax(value.sharding), str(value.dtype),
+                            committed=bool(value._committed))
+    if isinstance(value, (np.ndarray, np.generic)):
+        return Value.numpy(tuple(np.shape(value)), str(value.dtype))
+    raise _Unreadable(f"describe_program reads jax.Array, numpy arrays and Python scalars as "
+                      f"arguments; got {type(value).__qualname__}: {value!r}")
+
+
+def _type(aval: Any, what: str) -> Value:
+    """The Value for a traced value's type."""
+    from jax._src import core
+
+    if isinstance(aval, getattr(core, "AbstractRef", ())):
+        aval = aval.inner_aval
+    if not isinstance(aval, core.ShapedArray):
+        raise _Unreadable(f"describe_program reads arrays; {what} is a {aval!r}")
+    if aval.memory_space != core.MemorySpace.Device:
+        raise _Unreadable(f"describe_program reads values in device memory; {what} is in "
+                          f"{aval.memory_space}")
+    sharding = aval.sharding
+    if any(entry is not None for entry in sharding.spec):
+        raise _Unreadable(f"describe_program does not describe types split over Explicit "
+                          f"axes yet; {what} has type {aval.str_short(True)}")
+    mesh = None if sharding.mesh.empty else from_jax(sharding.mesh)
+    return Value.typed(tuple(aval.shape), str(aval.dtype), mesh, weak_type=bool(aval.weak_type),
+                       varying=aval.manual_axis_type.varying)
+
+
+def _const(value: Any, var: Any) -> Const:
+    """A closed-over constant (a mutable ref when its type is a ref)."""
+    from jax._src import core
+    import numpy as np
+
+    ref = isinstance(var.aval, getattr(core, "AbstractRef", ()))
+    jax = _jax()
+    if isinstance(value, jax.Array):
+        placed = Value.placed(tuple(value.shape), from_jax(value.sharding), str(value.dtype),
+                              committed=bool(value._committed))
+        return Const(placed, ref)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return Const(Value.numpy(tuple(np.shape(value)), str(value.dtype)), ref)
+    return Const(_type(var.aval, "a closed-over constant"), ref)
+
+
+# --------------------------------------------------------------------------- parameters
+
+def _sharding(s: Any, what: str) -> Any:
+    from jax._src.named_sharding import UnspecifiedValue
+
+    if isinstance(s, UnspecifiedValue):
+        return UNSPECIFIED
+    try:
+        return from_jax(s)
+    except TypeError:
+        raise _Unreadable(f"describe_program reads shardings; {what} is {s!r}") from None
+
+
+def _param(value: Any) -> Any:
+    """A parameter value as a plain value: tuples and frozensets kept, JAX's sharding values
+    read, anything else (a dtype, an enum) by its text."""
+    jax = _jax()
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if type(value) in (tuple, list):
+        return tuple(_param(v) for v in value)
+    if type(value) in (frozenset, set):
+        return frozenset(_param(v) for v in value)
+    if isinstance(value, (jax.sharding.PartitionSpec, jax.sharding.Mesh,
+                          jax.sharding.AbstractMesh, jax.sharding.Sharding)):
+        return from_jax(value)
+    return str(value)
+
+
+def _no_layouts(params: dict, what: str) -> None:
+    for name in ("in_layouts", "out_layouts", "layout"):
+        given = params.get(name)
+        if given is not None and any(x is not None for x in
+                                     (given if isinstance(given, tuple) else (given,))):
+            raise _Unreadable(f"describe_program does not describe layouts yet; {what} has "
+                              f"{name}={given!r}")
+
+
+# --------------------------------------------------------------------------- bodies
+
+class _Numbers:
+    """The number of each variable of a body, in the order the description numbers them."""
+
+    def __init__(self) -> None:
+        self.of: dict[Any, int] = {}
+
+    def define(self, var: Any) -> None:
+        self.of[var] = len(self.of)
+
+    def operands(self, eqn: Any, opaque: bool) -> tuple[int, ...]:
+        from jax._src import core
+
+        numbers = []
+        for v in eqn.invars:
+            if isinstance(v, core.Literal):
+                if opaque:
+                    continue  # a literal operand of another primitive is not described
+                raise _Unreadable(f"describe_program does not describe a literal operand of "
+                                  f"{eqn.primitive.name}; got {v}")
+            numbers.append(self.of[v])
+        return tuple(numbers)
+
+
+def _body(jaxpr: Any, consts: list, inputs: tuple[Value, ...], where: str,
+          **options: Any) -> Program:
+    """The Program for a jaxpr (open or closed) with these input values and jit options."""
+    numbers = _Numbers()
+    for v in [*jaxpr.invars, *jaxpr.constvars]:
+        numbers.define(v)
+    constants = tuple(_const(c, v) for c, v in zip(consts, jaxpr.constvars))
+    equations = []
+    for k, eqn in enumerate(jaxpr.eqns):
+        equations.append(_equation(eqn, numbers, f"{where}body[{k}]"))
+        for v in eqn.outvars:
+            numbers.define(v)
+    outputs = []
+    for v in jaxpr.outvars:
+        if v not in numbers.of:
+            raise _Unreadable(f"describe_program does not describe a literal result; "
+                              f"{where or 'the program'} returns {v}")
+        outputs.append(numbers.of[v])
+    return Program(inputs, tuple(equations), tuple(outputs), constants, **options)
+
+
+def _jit_options(params: dict, where: str) -> dict:
+    ctx = params.get("ctx_mesh")
+    return dict(
+        in_shardings=tuple(_sharding(s, f"in_shardings of {where}")
+                           for s in params["in_shardings"]),
+        out_shardings=tuple(_sharding(s, f"out_shardings of {where}")
+                            for s in params["out_shardings"]),
+        donated=tuple(bool(d) for d in params["donated_invars"]),
+        keep_unused=bool(params["keep_unused"]),
+        context_mesh=None if ctx is None or ctx.empty else from_jax(ctx))
+
+
+def _results(eqn: Any, where: str) -> tuple[Value, ...]:
+    return tuple(_type(v.aval, f"result {i} of {where}") for i, v in enumerate(eqn.outvars))
+
+
+def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
+    """The equation for one jaxpr equation."""
+    from jax._src import core
+
+    name, params = eqn.primitive.name, eqn.params
+    results = _results(eqn, where)
+    if name in ("jit", "pjit"):
+        _no_layouts(params, where)
+        closed = params["jaxpr"]
+        inputs = tuple(_type(v.aval, f"input {i} of {where}")
+                       for i, v in enumerate(closed.jaxpr.invars))
+        body = _body(closed.jaxpr, list(closed.consts), inputs, f"{where}.jit.",
+                     **_jit_options(params, where))
+        return Jit(numbers.operands(eqn, False), results, body=body, name=str(params["name"]))
+    if name == "sharding_constraint":
+        _no_layouts(params, where)
+        return ShardingConstraint(numbers.operands(eqn, False), results,
+                                  sharding=_sharding(params["sharding"], where),
+                                  unconstrained_dims=frozenset(params["unconstrained_dims"]))
+    if name == "device_put":
+        return DevicePut(numbers.operands(eqn, False), results,
+                         targets=tuple(_target(d, where) for d in params["devices"]))
+    if name == "shard_map":
+        jaxpr = params["jaxpr"]
+        inputs = tuple(_type(v.aval, f"input {i} of {where}")
+                       for i, v in enumerate(jaxpr.invars))
+        body = _body(jaxpr, [], inputs, f"{where}.shard_map.")
+        return ShardMap(numbers.operands(eqn, False), results, body=body,
+                        mesh=from_jax(params["mesh"]),
+                        in_specs=tuple(from_jax(s) for s in params["in_specs"]),
+                        out_specs=tuple(from_jax(s) for s in params["out_specs"]),
+                        manual_axes=frozenset(params["newly_manual_axes"]),
+                        check_vma=bool(params["check_vma"]))
+    if name == "reshard":
+        return Reshard(numbers.operands(eqn, False), results,
+                       sharding=_sharding(params["dst_sharding"], where))
+    if any(True for _ in core.jaxprs_in_params(params)):
+        raise _Unreadable(f"describe_program does not describe {name} equations yet (they hold "
+                          f"bodies of their own); {where} is one")
+    return Opaque(numbers.operands(eqn, True), results, primitive=name,
+                  params=tuple((k, _param(params[k])) for k in sorted(params)))
+
+
+def _target(device: Any, where: str) -> Any:
+    """A device_put's target: a sharding, a device id, or None."""
+    jax = _jax()
+    if device is None:
+        return None
+    if isinstance(device, jax.sharding.Sharding):
+        return _sharding(device, where)
+    if isinstance(device, jax.Device):
+        return device.id
+    raise _Unreadable(f"describe_program reads device_put to a sharding or a device; {where} "
+                      f"puts to {device!r}")
+
+
+# --------------------------------------------------------------------------- the program
+
+def _is_one_jit(closed: Any) -> bool:
+    """Whether the trace is one jit equation over the arguments, in order, returning its
+    results: the function is that jit call."""
+    jaxpr = closed.jaxpr
+    if len(jaxpr.eqns) != 1 or jaxpr.constvars or jaxpr.eqns[0].primitive.name not in (
+            "jit", "pjit"):
+        return False
+    eqn = jaxpr.eqns[0]
+    return list(eqn.invars) == list(jaxpr.invars) and list(eqn.outvars) == list(jaxpr.outvars)
+
+
+def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
+    """The :class:`~shardlaw.spec.program.description.Program` for calling ``fun(*args,
+    **kwargs)`` — ``fun`` a jitted function, or any function, read as ``jax.jit(fun)``.
+
+    The arguments are real values (``jax.Array``, numpy arrays, Python scalars), read with
+    their shardings and committedness; the mesh set with ``jax.set_mesh`` is the one the
+    trace records (the jit equation's ``ctx_mesh``).
+    """
+    jax = _jax()
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    inputs = tuple(_argument(leaf) for leaf in leaves)
+    closed = jax.make_jaxpr(fun)(*args, **kwargs)
+    if not _is_one_jit(closed):
+        closed = jax.make_jaxpr(jax.jit(fun))(*args, **kwargs)
+    eqn = closed.jaxpr.eqns[0]
+    _no_layouts(eqn.params, "the jit called")
+    body = eqn.params["jaxpr"]
+    return _body(body.jaxpr, list(body.consts), inputs, "",
+                 **_jit_options(eqn.params, "the jit called"))

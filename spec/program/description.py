@@ -1,0 +1,652 @@
+"""A whole program described abstractly: typed values, equations, nested bodies (PROG-0, PROG-1).
+
+A :class:`Program` is what one ``jax.jit`` holds: the options it was given (in and out
+shardings, donation, ``keep_unused``, the context mesh) and its body, the equations JAX
+traces from the function — ``jax.make_jaxpr`` shows them. The body's values are numbered in
+the order they are defined: the inputs first, then the closed-over constants, then each
+equation's results in turn; an equation names its operands by number and its results by
+type (:class:`Value`). The equation kinds:
+
+* :class:`Jit` — an inner ``jax.jit`` call; its body is again a :class:`Program`, with that
+  jit's options;
+* :class:`ShardingConstraint` — ``jax.lax.with_sharding_constraint`` (the
+  ``sharding_constraint`` equation);
+* :class:`DevicePut` — ``jax.device_put`` inside the function;
+* :class:`ShardMap` — ``jax.shard_map``: its mesh, specs, manual axes and a body whose
+  equations hold the collectives (``psum``, ``all_gather``, ...) as :class:`Opaque`
+  equations with their parameters;
+* :class:`Reshard` — ``jax.sharding.reshard``;
+* :class:`Opaque` — any other primitive, with the result types the description gives.
+
+A program that is asked about (:func:`~shardlaw.spec.program.explain.explain_program`) is a
+top-level jit call: its inputs are the arguments passed to it, each with its sharding and
+whether it is committed. A body nested in an equation takes traced values: types only.
+Building one checks it (PROG-0); the types of a constraint's, a device_put's, a reshard's
+and a jit's results follow from their operands when left out (PROG-1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from ..core.hlo import HloSharding
+from ..core.rules import Failure, reject, rule
+from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
+from ..core.values import AbstractMesh, Mesh, PartitionSpec, UNCONSTRAINED, check_dims
+from ..jit.call import DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg
+
+P = PartitionSpec  # the name the examples use
+
+__all__ = ["Value", "Const", "Equation", "Jit", "ShardingConstraint", "DevicePut", "ShardMap",
+           "Reshard", "Opaque", "Program", "check_program", "result_types", "MAX_DEPTH",
+           "DESCRIBED_PRIMITIVES"]
+
+SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
+
+# Bodies nest in bodies at most this deep (a jit in a jit in ...): the limit of a call's
+# pytrees, for the same reason (every reader walks them).
+MAX_DEPTH = MAX_NESTING
+
+# The primitives a kind of equation describes; an Opaque equation is any other primitive.
+DESCRIBED_PRIMITIVES = ("jit", "pjit", "sharding_constraint", "device_put", "shard_map",
+                        "reshard")
+
+
+# --------------------------------------------------------------------------- PROG-0
+
+@dataclasses.dataclass(frozen=True)
+class BadProgram(Failure, rule="PROG-0", error=TypeError):
+    template = "{what} must be {expected}, got {value!r}"
+    what: str
+    expected: str
+    value: Any
+
+
+@rule("PROG-0", mirrors="(input checking of a program description; JAX has no such value)")
+def check_program(condition: bool, what: str, expected: str, value: Any) -> None:
+    """A program description holds only what it names: typed values, constants, equations of the described kinds whose operands are defined before use, and results, nested at most 200 bodies deep.
+
+    >>> Program(inputs=(Value.numpy((4,)),), outputs=(1,))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionTypeError: [PROG-0]: outputs[0] must be the number of a value defined in the body (0 .. 0), got 1
+    >>> Program(inputs=(Value.numpy((4,)),), outputs=(0,)).outputs
+    (0,)
+    """
+    if not condition:
+        raise reject(BadProgram(what, expected, value))
+
+
+def _bool(value: Any, what: str) -> bool:
+    check_program(type(value) is bool, what, "a bool", value)
+    return value
+
+
+def _tuple(value: Any, what: str, expected: str) -> tuple:
+    check_program(type(value) in (tuple, list), what, f"a tuple of {expected}", value)
+    return tuple(value)
+
+
+def _names(value: Any, what: str) -> frozenset[str]:
+    check_program(type(value) in (frozenset, set, tuple, list)
+                  and all(isinstance(v, str) for v in value), what,
+                  "a set of mesh axis names", value)
+    return frozenset(value)
+
+
+def _sharding(value: Any, what: str, *, unspecified: bool = False) -> Any:
+    ok = isinstance(value, SHARDINGS) or (unspecified and value is UNSPECIFIED)
+    check_program(ok, what, "a NamedSharding, SingleDeviceSharding or GSPMDSharding"
+                  + (" or UNSPECIFIED" if unspecified else ""), value)
+    return value
+
+
+# --------------------------------------------------------------------------- values
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """A typed value: shape, dtype, weak type, the abstract mesh its type carries (what
+    ``jax.typeof`` shows; None: none) and, inside a ``shard_map``, the manual axes it varies
+    over; and — for a program's arguments and constants only — the sharding it lives on
+    (None: a numpy array or a Python scalar) and whether it is committed.
+
+    A value on a NamedSharding over a concrete mesh has that mesh's abstract mesh in its type.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> Value.placed((8, 8), NamedSharding(mesh, P("x"))).mesh
+    AbstractMesh({'x': 2, 'y': 4})
+    >>> Value.scalar("float")
+    Value.scalar('float32')
+    """
+
+    shape: tuple[int, ...] = ()
+    dtype: str = "float32"
+    weak_type: bool = False
+    mesh: AbstractMesh | None = None
+    varying: frozenset[str] = frozenset()
+    sharding: Any = None
+    committed: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", check_dims(self.shape, what="a value's shape"))
+        check_program(type(self.dtype) is str and self.dtype in DTYPES, "a value's dtype",
+                      f"one of {DTYPES}", self.dtype)
+        _bool(self.weak_type, "a value's weak_type")
+        _bool(self.committed, "a value's committed flag")
+        check_program(self.mesh is None or type(self.mesh) is AbstractMesh,
+                      "the mesh of a value's type", "None or an AbstractMesh", self.mesh)
+        object.__setattr__(self, "varying", _names(self.varying, "a value's varying axes"))
+        check_program(not self.varying or (self.mesh is not None and self.varying
+                                           <= set(self.mesh.axis_names)),
+                      "a value's varying axes", "axes of the mesh of its type", self.varying)
+        if self.sharding is None:
+            check_program(not self.committed, "a committed value's sharding", "a sharding",
+                          None)
+            check_program(not self.weak_type or (self.shape == () and self.dtype in
+                                                 SCALAR_DTYPES.values()),
+                          "a weakly typed value without a sharding",
+                          f"a Python scalar: shape () and one of "
+                          f"{tuple(SCALAR_DTYPES.values())}", (self.shape, self.dtype))
+            return
+        _sharding(self.sharding, "a value's sharding")
+        # An array that exists fits its sharding (CALL-0, as for a jit argument).
+        self.as_arg()
+        named = self.sharding if isinstance(self.sharding, NamedSharding) else None
+        if named is not None and named.is_concrete and self.mesh is None:
+            object.__setattr__(self, "mesh", named.mesh.abstract)
+
+    # Constructors named for what a user holds.
+    @classmethod
+    def placed(cls, shape: Any, sharding: Any, dtype: str = "float32", *,
+               committed: bool = True) -> "Value":
+        """A ``jax.Array`` on ``sharding``: committed when placed explicitly
+        (``jax.device_put`` with a sharding), uncommitted when JAX placed it on its own
+        (``jnp.ones``: ``committed=False``)."""
+        return cls(shape, dtype, sharding=sharding, committed=committed)
+
+    @classmethod
+    def numpy(cls, shape: Any, dtype: str = "float32") -> "Value":
+        return cls(shape, dtype)
+
+    @classmethod
+    def scalar(cls, python_type: str = "float") -> "Value":
+        """A Python ``bool``/``int``/``float``/``complex``: weakly typed, shape ()."""
+        check_program(python_type in SCALAR_DTYPES, "a Python scalar's type",
+                      f"one of {tuple(SCALAR_DTYPES)}", python_type)
+        return cls((), SCALAR_DTYPES[python_type], True)
+
+    @classmethod
+    def typed(cls, shape: Any, dtype: str = "float32", mesh: AbstractMesh | None = None, *,
+              weak_type: bool = False, varying: Any = frozenset()) -> "Value":
+        """A traced value: its type only (a body's input, an equation's result)."""
+        return cls(shape, dtype, weak_type, mesh, varying)
+
+    @property
+    def type(self) -> "Value":
+        """The value's type alone, as a traced value has it (no sharding, not committed)."""
+        if self.sharding is None:
+            return self
+        return Value(self.shape, self.dtype, self.weak_type, self.mesh, self.varying)
+
+    def as_arg(self) -> Arg:
+        """The jit argument this value is (:class:`~shardlaw.spec.jit.call.Arg`)."""
+        if self.sharding is not None:
+            return Arg("committed" if self.committed else "uncommitted", self.shape,
+                       self.dtype, self.sharding)
+        if self.weak_type:
+            python = {d: t for t, d in SCALAR_DTYPES.items()}[self.dtype]
+            return Arg.scalar(python)
+        return Arg.numpy(self.shape, self.dtype)
+
+    def __repr__(self) -> str:
+        if self.sharding is None and self.weak_type:
+            return f"Value.scalar({self.dtype!r})"
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        text = f"{self.dtype}[{shape}]" + ("~" if self.weak_type else "")
+        if self.mesh is not None:
+            text += f" over {self.mesh!r}"
+        if self.varying:
+            text += f" varying {sorted(self.varying)}"
+        if self.sharding is not None:
+            text += (" committed" if self.committed else " uncommitted") + \
+                f" on {self.sharding!r}"
+        return f"<{text}>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Const:
+    """A value the function closed over: a constant (a ``jax.Array`` with its sharding, or a
+    numpy array) or a mutable ref (``ref=True``)."""
+
+    value: Value
+    ref: bool = False
+
+    def __post_init__(self) -> None:
+        check_program(isinstance(self.value, Value), "a constant's value", "a Value",
+                      self.value)
+        _bool(self.ref, "a constant's ref flag")
+
+
+# --------------------------------------------------------------------------- equations
+
+@dataclasses.dataclass(frozen=True)
+class Equation:
+    """One equation of a body: the numbers of its operands and its results' types (None:
+    derived from the operands, for the kinds whose results PROG-1 types)."""
+
+    kind: ClassVar[str] = ""
+    operands: tuple[int, ...] = ()
+    results: tuple[Value, ...] | None = None
+
+    def __post_init__(self) -> None:
+        operands = _tuple(self.operands, f"a {self.kind} equation's operands",
+                          "value numbers")
+        for n in operands:
+            check_program(type(n) is int and n >= 0, f"a {self.kind} equation's operand",
+                          "a value number", n)
+        object.__setattr__(self, "operands", operands)
+        if self.results is not None:
+            results = _tuple(self.results, f"a {self.kind} equation's results", "Values")
+            for r in results:
+                check_program(isinstance(r, Value) and r.sharding is None,
+                              f"a {self.kind} equation's result", "a Value without a sharding "
+                              "(a traced value has a type only)", r)
+            object.__setattr__(self, "results", results)
+
+    @property
+    def body(self) -> "Program | None":
+        return None
+
+    def check(self, operands: tuple[Value, ...]) -> None:
+        """The equation's own requirements of its operands' types (PROG-0)."""
+
+    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...] | None:
+        """The results' types PROG-1 gives (None: the kind has no typing rule)."""
+        return None
+
+
+def _one_operand(eq: Equation) -> None:
+    check_program(len(eq.operands) == 1, f"a {eq.kind} equation's operands",
+                  "exactly one value", eq.operands)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingConstraint(Equation):
+    """``with_sharding_constraint`` on one value: the sharding and the dimensions left to the
+    compiler (None: the positions of UNCONSTRAINED in a NamedSharding's spec)."""
+
+    kind: ClassVar[str] = "sharding_constraint"
+    sharding: Any = None
+    unconstrained_dims: frozenset[int] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_operand(self)
+        _sharding(self.sharding, "a sharding_constraint's sharding")
+        dims = self.unconstrained_dims
+        if dims is None:
+            spec = self.sharding.spec if isinstance(self.sharding, NamedSharding) else ()
+            dims = frozenset(i for i, e in enumerate(spec) if e is UNCONSTRAINED)
+        check_program(type(dims) in (frozenset, set, tuple, list)
+                      and all(type(d) is int and d >= 0 for d in dims),
+                      "a sharding_constraint's unconstrained_dims", "a set of dimensions", dims)
+        object.__setattr__(self, "unconstrained_dims", frozenset(dims))
+
+    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+        return (result_types(self, operands)[0],)
+
+
+@dataclasses.dataclass(frozen=True)
+class DevicePut(Equation):
+    """``jax.device_put`` inside the function: per operand, where to: a sharding, a device
+    id, or None (``jax.device_put(x)``)."""
+
+    kind: ClassVar[str] = "device_put"
+    targets: tuple = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        targets = _tuple(self.targets, "a device_put's targets",
+                         "shardings, device ids or None")
+        check_program(len(targets) == len(self.operands), "a device_put's targets",
+                      f"one per operand ({len(self.operands)})", targets)
+        for t in targets:
+            check_program(t is None or isinstance(t, SHARDINGS) or (type(t) is int and t >= 0),
+                          "a device_put's target", "a sharding, a device id or None", t)
+        object.__setattr__(self, "targets", targets)
+
+    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+        return result_types(self, operands)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reshard(Equation):
+    """``jax.sharding.reshard`` of one value to a NamedSharding (jax 0.10.2 has no separate
+    ``mesh_cast`` primitive)."""
+
+    kind: ClassVar[str] = "reshard"
+    sharding: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_operand(self)
+        check_program(isinstance(self.sharding, NamedSharding), "a reshard's sharding",
+                      "a NamedSharding", self.sharding)
+
+    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+        return result_types(self, operands)
+
+
+_PLAIN = (type(None), bool, int, float, str)
+_VALUES = (PartitionSpec, AbstractMesh, Mesh, *SHARDINGS)
+
+
+def _param(value: Any) -> bool:
+    """Whether a parameter value is one a description holds: a plain value, a spec value,
+    or tuples and frozensets of them nested at most MAX_DEPTH deep (read without
+    recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if type(item) in (tuple, frozenset):
+            if depth >= MAX_DEPTH:
+                return False
+            stack.extend((v, depth + 1) for v in item)
+        elif not (type(item) in _PLAIN or isinstance(item, _VALUES)):
+            return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Opaque(Equation):
+    """Any other primitive (``sin``, ``psum``, ``all_gather`` ...): its name, its parameters
+    as (name, value) pairs of plain values, and its results' types, which the description
+    gives."""
+
+    kind: ClassVar[str] = "opaque"
+    primitive: str = ""
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_program(isinstance(self.primitive, str) and self.primitive != ""
+                      and self.primitive not in DESCRIBED_PRIMITIVES,
+                      "an opaque equation's primitive",
+                      f"a primitive's name other than {DESCRIBED_PRIMITIVES}", self.primitive)
+        params = _tuple(self.params, "an opaque equation's params", "(name, value) pairs")
+        for pair in params:
+            check_program(type(pair) is tuple and len(pair) == 2 and isinstance(pair[0], str)
+                          and _param(pair[1]), "an opaque equation's parameter",
+                          "a (name, value) pair of a plain value", pair)
+        object.__setattr__(self, "params", params)
+        check_program(self.results is not None, "an opaque equation's results",
+                      "the types of its results (no rule derives them)", None)
+
+
+def _check_operand_types(eq: Equation, operands: tuple[Value, ...],
+                         expected: tuple[Value, ...], what: str) -> None:
+    check_program(len(operands) == len(expected), f"a {eq.kind} equation's operands",
+                  f"one per input of its body ({len(expected)})", eq.operands)
+    for k, (given, wanted) in enumerate(zip(operands, expected)):
+        check_program((given.shape, given.dtype) == (wanted.shape, wanted.dtype),
+                      f"operand {k} of a {eq.kind} equation",
+                      f"of {what} {wanted.dtype}{list(wanted.shape)}", given)
+
+
+@dataclasses.dataclass(frozen=True)
+class Jit(Equation):
+    """An inner ``jax.jit`` call: its body, with that jit's options."""
+
+    kind: ClassVar[str] = "jit"
+    body: "Program | None" = None   # type: ignore[assignment]
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_program(isinstance(self.body, Program), "a jit equation's body", "a Program",
+                      self.body)
+        check_program(isinstance(self.name, str), "a jit equation's name", "a str", self.name)
+        check_program(self.body.compiler is None and self.body.compiler_in is None,
+                      "the compiler's choices of an inner jit",
+                      "None (they are given for the program asked about)",
+                      (self.body.compiler, self.body.compiler_in))
+        _check_traced(self.body, "an inner jit's body")
+
+    def check(self, operands: tuple[Value, ...]) -> None:
+        _check_operand_types(self, operands, self.body.inputs, "its body's input type")
+
+    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+        return result_types(self, operands)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardMap(Equation):
+    """``jax.shard_map``: the mesh, a spec per operand and per result, the axes it makes
+    manual, ``check_vma``, and its body (per-shard types; no jit options of its own). Its
+    results' types are given."""
+
+    kind: ClassVar[str] = "shard_map"
+    body: "Program | None" = None   # type: ignore[assignment]
+    mesh: Any = None
+    in_specs: tuple = ()
+    out_specs: tuple = ()
+    manual_axes: frozenset[str] = frozenset()
+    check_vma: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_program(isinstance(self.body, Program), "a shard_map's body", "a Program",
+                      self.body)
+        check_program(type(self.mesh) in (Mesh, AbstractMesh), "a shard_map's mesh",
+                      "a Mesh or an AbstractMesh", self.mesh)
+        for name in ("in_specs", "out_specs"):
+            specs = _tuple(getattr(self, name), f"a shard_map's {name}", "PartitionSpecs")
+            for spec in specs:
+                check_program(isinstance(spec, PartitionSpec), f"a shard_map's {name} entry",
+                              "a PartitionSpec", spec)
+            object.__setattr__(self, name, specs)
+        manual = _names(self.manual_axes, "a shard_map's manual axes")
+        check_program(manual <= set(self.mesh.axis_names), "a shard_map's manual axes",
+                      f"axes of its mesh {self.mesh.axis_names}", manual)
+        object.__setattr__(self, "manual_axes", manual)
+        _bool(self.check_vma, "a shard_map's check_vma")
+        body = self.body
+        check_program(len(self.in_specs) == len(self.operands) == len(body.inputs),
+                      "a shard_map's in_specs", "one per operand and per body input",
+                      self.in_specs)
+        check_program(len(self.out_specs) == len(body.outputs), "a shard_map's out_specs",
+                      "one per body result", self.out_specs)
+        check_program(self.results is not None and len(self.results) == len(body.outputs),
+                      "a shard_map's results", "the types of its results, one per body "
+                      "result", self.results)
+        check_program(body.compiler is None and body.compiler_in is None
+                      and not body.keep_unused and body.context_mesh
+                      is None and all(s is UNSPECIFIED for s in body.in_shardings
+                                      + body.out_shardings) and not any(body.donated),
+                      "a shard_map's body", "a body without jit options", body)
+        _check_traced(body, "a shard_map's body")
+
+
+def _check_traced(body: "Program", what: str) -> None:
+    for k, value in enumerate(body.inputs):
+        check_program(value.sharding is None, f"input {k} of {what}",
+                      "a traced value (a type, no sharding)", value)
+
+
+# --------------------------------------------------------------------------- PROG-1
+
+@rule("PROG-1", mirrors="the abstract evaluation rules of sharding_constraint_p, device_put_p "
+                        "(dispatch.update_dp_aval), reshard_p and jit_p")
+def result_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+    """A constraint's, device_put's or reshard's result has its operand's type over the mesh of the NamedSharding it names (over none for another sharding; unchanged for a device or None), and a jit's results its body's result types.
+
+    A jit's in_shardings and out_shardings do not change the types of its body's values.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> x = Value.typed((8, 8))
+    >>> result_types(ShardingConstraint((0,), sharding=NamedSharding(mesh, P("x"))), (x,))
+    (<float32[8x8] over AbstractMesh({'x': 2, 'y': 4})>,)
+    >>> result_types(DevicePut((0,), targets=(3,)), (x,))
+    (<float32[8x8]>,)
+    """
+    if isinstance(eq, Jit):
+        return tuple(eq.body.value_types[n] for n in eq.body.outputs)
+    if isinstance(eq, (ShardingConstraint, Reshard)):
+        targets: tuple = (eq.sharding,)
+    elif isinstance(eq, DevicePut):
+        targets = eq.targets
+    else:
+        raise reject(BadProgram("an equation typed by PROG-1",
+                                "a jit, sharding_constraint, device_put or reshard", eq))
+    out = []
+    for value, target in zip(operands, targets):
+        if target is None or type(target) is int:
+            out.append(value.type)
+            continue
+        mesh = target.mesh.abstract if isinstance(target, NamedSharding) else None
+        out.append(Value(value.shape, value.dtype, value.weak_type, mesh, value.varying))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- programs
+
+def _flag_tuple(value: Any, count: int, what: str) -> tuple[bool, ...]:
+    flags = _tuple(value, what, "bools") or (False,) * count
+    check_program(len(flags) == count and all(type(f) is bool for f in flags), what,
+                  f"{count} bools, one per input", flags)
+    return flags
+
+
+def _shardings_tuple(value: Any, count: int, what: str, whose: str) -> tuple:
+    given = _tuple(value, what, "shardings or UNSPECIFIED") or (UNSPECIFIED,) * count
+    check_program(len(given) == count, what, f"{count} entries, one per {whose}", given)
+    for s in given:
+        _sharding(s, f"an entry of {what}", unspecified=True)
+    return given
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """A jit's options and its body: inputs, closed-over constants, equations, outputs.
+
+    ``inputs`` are :class:`Value` types — with their shardings and committedness when the
+    program is the jit call asked about; ``consts`` the values it closed over;
+    ``equations`` in order; ``outputs`` the numbers of the values it returns (inputs
+    first, then constants, then each equation's results). The jit's options:
+    ``in_shardings`` (one per input) and ``out_shardings`` (one per output), each a
+    sharding or UNSPECIFIED (``()``: all UNSPECIFIED); ``donated`` (one flag per input);
+    ``keep_unused``; ``context_mesh`` (``jax.set_mesh``). ``compiler`` and
+    ``compiler_in`` — for the program asked about only — give, per output and per input,
+    the HLO sharding the compiler chose where the spec leaves the choice to it (None: not
+    known), as :class:`~shardlaw.spec.Call`'s ``compiler`` and ``compiler_in`` do.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
+    >>> program = Program(inputs=(x,), equations=(
+    ...     ShardingConstraint((0,), sharding=NamedSharding(mesh, P("y"))),), outputs=(1,))
+    >>> program.value_types[1]
+    <float32[8x8] over AbstractMesh({'x': 2, 'y': 4})>
+    """
+
+    inputs: tuple[Value, ...] = ()
+    equations: tuple[Equation, ...] = ()
+    outputs: tuple[int, ...] = ()
+    consts: tuple[Const, ...] = ()
+    in_shardings: tuple = ()
+    out_shardings: tuple = ()
+    donated: tuple[bool, ...] = ()
+    keep_unused: bool = False
+    context_mesh: Mesh | AbstractMesh | None = None
+    compiler: tuple[HloSharding | None, ...] | None = None
+    compiler_in: tuple[HloSharding | None, ...] | None = None
+
+    def __post_init__(self) -> None:
+        inputs = _tuple(self.inputs, "a program's inputs", "Values")
+        consts = _tuple(self.consts, "a program's consts", "Consts")
+        equations = _tuple(self.equations, "a program's equations", "equations")
+        outputs = _tuple(self.outputs, "a program's outputs", "value numbers")
+        for what, items, kind in (("inputs", inputs, Value), ("consts", consts, Const),
+                                  ("equations", equations, Equation)):
+            for k, item in enumerate(items):
+                check_program(isinstance(item, kind) and type(item) is not Equation,
+                              f"{what}[{k}]", f"a {kind.__name__}", item)
+        for name, value in (("inputs", inputs), ("consts", consts), ("equations", equations),
+                            ("outputs", outputs)):
+            object.__setattr__(self, name, value)
+        depth = 1 + max((eq.body.depth for eq in equations if eq.body is not None), default=0)
+        check_program(depth <= MAX_DEPTH, "a program's bodies",
+                      f"nested at most {MAX_DEPTH} deep", f"{depth} deep")
+        object.__setattr__(self, "depth", depth)
+        types = [v.type for v in inputs] + [c.value.type for c in consts]
+        equations = tuple(_type_equation(eq, k, types) for k, eq in enumerate(equations))
+        object.__setattr__(self, "equations", equations)
+        for k, n in enumerate(outputs):
+            check_program(type(n) is int and 0 <= n < len(types), f"outputs[{k}]",
+                          f"the number of a value defined in the body (0 .. {len(types) - 1})",
+                          n)
+        object.__setattr__(self, "value_types", tuple(types))
+        object.__setattr__(self, "in_shardings", _shardings_tuple(
+            self.in_shardings, len(inputs), "in_shardings", "input"))
+        object.__setattr__(self, "out_shardings", _shardings_tuple(
+            self.out_shardings, len(outputs), "out_shardings", "output"))
+        object.__setattr__(self, "donated", _flag_tuple(self.donated, len(inputs), "donated"))
+        _bool(self.keep_unused, "keep_unused")
+        check_program(self.context_mesh is None or type(self.context_mesh) in (
+            Mesh, AbstractMesh), "the context mesh", "None, a Mesh or an AbstractMesh",
+            self.context_mesh)
+        for name, count, whose in (("compiler", len(outputs), "output"),
+                                   ("compiler_in", len(inputs), "input")):
+            if getattr(self, name) is not None:
+                choices = _tuple(getattr(self, name), name, "HLO shardings or None")
+                check_program(len(choices) == count and all(
+                    c is None or isinstance(c, HloSharding) for c in choices), name,
+                    f"{count} HLO shardings or None, one per {whose}", choices)
+                object.__setattr__(self, name, choices)
+
+    # Set in __post_init__: how deep bodies nest here, and the type of every value by number.
+    depth: int = dataclasses.field(default=0, init=False, compare=False, repr=False)
+    value_types: tuple[Value, ...] = dataclasses.field(default=(), init=False, compare=False,
+                                                       repr=False)
+
+    def producer(self, number: int) -> tuple[int, int] | None:
+        """(equation index, result index) of the equation that defines value ``number``
+        (None for an input or a constant)."""
+        n = number - len(self.inputs) - len(self.consts)
+        if n < 0:
+            return None
+        for k, eq in enumerate(self.equations):
+            if n < len(eq.results or ()):
+                return k, n
+            n -= len(eq.results or ())
+        return None
+
+    def result_numbers(self) -> list[range]:
+        """The numbers each equation's results get."""
+        start = len(self.inputs) + len(self.consts)
+        out = []
+        for eq in self.equations:
+            count = len(eq.results or ())
+            out.append(range(start, start + count))
+            start += count
+        return out
+
+
+def _type_equation(eq: Equation, k: int, types: list[Value]) -> Equation:
+    """Equation ``k`` with its operands checked and its results typed (by PROG-1 where the
+    description leaves them out); their types are appended to ``types``."""
+    for n in eq.operands:
+        check_program(n < len(types), f"an operand of equations[{k}]",
+                      f"the number of a value defined before it (0 .. {len(types) - 1})", n)
+    operands = tuple(types[n] for n in eq.operands)
+    eq.check(operands)
+    derived = eq.derived(operands)
+    if eq.results is None:
+        eq = dataclasses.replace(eq, results=derived)
+    elif derived is not None:
+        check_program(len(eq.results) == len(derived) and all(
+            (r.shape, r.dtype) == (d.shape, d.dtype) for r, d in zip(eq.results, derived)),
+            f"the results of equations[{k}]", "of the shapes and dtypes of its operands' "
+            f"({[(d.dtype, d.shape) for d in derived]})", eq.results)
+    types.extend(eq.results)
+    return eq

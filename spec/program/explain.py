@@ -1,0 +1,285 @@
+"""One question, one answer: what ``jax.jit`` does with a whole program.
+
+:func:`explain_program` decides the program's top-level jit call with the jit pipeline's
+own stages (:mod:`shardlaw.spec.jit.pipeline`), its :class:`~shardlaw.spec.Call` built from
+the program (:func:`program_call`), and walks the body where JAX does:
+
+1. at ``jax.jit(...)`` and at the call (``stage_jit``, ``stage_call``): jit's options, the
+   arguments against ``in_shardings``;
+2. tracing the body (:func:`trace_body`, stage ``trace``): each equation is checked as it
+   is traced — an inner jit's shardings fit its operands and results (FIT-1, around its
+   own body), a constraint fits its operand (WSC-6, WSC-4, WSC-5), a device_put's
+   sharding places its operand (ARG-4); then ``stage_trace``: the results against
+   ``out_shardings``;
+3. lowering (``stage_lower``): dead equations dropped, every sharding left inside the body
+   joins the kept inputs' and the results' in one device assignment (PROG-2, DA-1, DA-2)
+   and the results' committedness (EXE-2); a GSPMDSharding constraint must lower (WSC-8);
+4. compiling (``stage_compile``): results a constraint or an inner jit placed come back so
+   placed on a one-mesh program (PROG-4), read back in the type of an argument's
+   sharding, else of the first sharding inside the body (PROG-3, OUT-1, OUT-2);
+5. handing the arguments over (``stage_dispatch``).
+
+A refusal is located at the equation: ``body[3]``, ``body[0].jit.body[1]``,
+``body[0].jit.in_shardings[0]``. A program without shardings inside its body is decided
+exactly as :func:`~shardlaw.spec.jit_call` decides its :func:`program_call`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..core.rules import Rejection, located, remembering, staged, tracing
+from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
+from ..core.values import Mesh, PartitionSpec
+from ..jit.call import Arg, Call, DeviceIds, JitOptions, Out
+from ..jit.matching import check_fits
+from ..jit.pipeline import (
+    stage_call, stage_compile, stage_dispatch, stage_jit, stage_lower, stage_trace,
+)
+from ..transforms.arguments import place_on_devices
+from ..transforms.constraint import (
+    check_constraint_axes, check_constraint_fits, check_constraint_lowers, unconstrained_dims,
+)
+from .description import (
+    DevicePut, Jit, Program, ShardingConstraint, Value, check_program,
+)
+from .lowering import equation_path, inside_shardings, live_parts, placed_results
+
+P = PartitionSpec  # the name the examples use
+
+__all__ = ["explain_program", "ProgramVerdict", "program_call", "trace_body"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramVerdict:
+    """What ``jax.jit`` does with a :class:`~shardlaw.spec.program.description.Program`.
+
+    Accepted: as a jit call's :class:`~shardlaw.spec.Verdict` — ``in_shardings`` (one per
+    input as the compiled program takes it), ``out_shardings`` (one per output as it comes
+    back; UNSPECIFIED where the compiler chose and the description does not say what),
+    ``out_committed``, ``device_assignment``, ``num_devices``, ``kept_inputs``,
+    ``transfers`` — and ``out_types``, the type ``jax.typeof`` gives each result: its traced
+    type, over the mesh of the NamedSharding it comes back on (None where its sharding is
+    not known); ``inside``, the (path, sharding) of every sharding inside
+    the body that joined the device assignment (PROG-2); ``placed_by``, per output, the
+    path of the equation that placed it (PROG-4; None: the compiler). Refused: ``rule``,
+    ``error_type``, ``jax_error``, ``message``, ``path`` (an argument's, a result's, or an
+    equation's: ``body[0].jit.body[1]``), ``stage`` and ``facts``. Both: ``trace``.
+    """
+
+    accepted: bool
+    trace: tuple[str, ...] = ()
+    in_paths: tuple[str, ...] = ()
+    in_shardings: tuple = ()
+    out_paths: tuple[str, ...] = ()
+    out_shardings: tuple = ()
+    out_committed: tuple[bool, ...] = ()
+    out_types: tuple = ()
+    device_assignment: Any = None
+    num_devices: int = 0
+    kept_inputs: tuple[int, ...] = ()
+    transfers: tuple[str, ...] = ()
+    inside: tuple[tuple[str, Any], ...] = ()
+    placed_by: tuple[str | None, ...] = ()
+    rule: str | None = None
+    error_type: str | None = None
+    jax_error: str | None = None
+    message: str | None = None
+    path: str | None = None
+    stage: str | None = None
+    facts: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), compare=False, repr=False)
+
+    def __str__(self) -> str:
+        if not self.accepted:
+            return f"rejected by {self.rule} ({self.error_type}) at {self.stage}: {self.message}"
+        lines = [f"accepted on {self.num_devices} device(s)"
+                 + (f" {list(self.device_assignment)}" if self.device_assignment else "")]
+        for path, s in zip(self.in_paths, self.in_shardings):
+            lines.append(f"  in     {path}: {s!r}")
+        for path, s in self.inside:
+            lines.append(f"  inside {path}: {s!r}")
+        for path, s, c, by in zip(self.out_paths, self.out_shardings, self.out_committed,
+                                  self.placed_by):
+            lines.append(f"  out    {path}: {s!r}" + ("" if c else " (uncommitted)")
+                         + (f", placed by {by}" if by else ""))
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the top call
+
+def _options_tree(shardings: tuple) -> Any:
+    """A jit option's tree: UNSPECIFIED when nothing is given, else one leaf per entry."""
+    if all(s is UNSPECIFIED for s in shardings):
+        return UNSPECIFIED
+    return tuple(None if s is UNSPECIFIED else s for s in shardings)
+
+
+def program_call(program: Program) -> Call:
+    """The top-level jit call of ``program`` as a :class:`~shardlaw.spec.Call`: its inputs as
+    the arguments (one positional argument each), its outputs as the results, its options,
+    context mesh and compiler's choices, and the inputs its body uses (dead-code
+    elimination, :func:`~shardlaw.spec.program.lowering.live_parts`).
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
+    >>> call = program_call(Program((x, Value.numpy((4,))), outputs=(0,)))
+    >>> call.args, call.uses
+    ((<committed float32[8x8] on NamedSharding(Mesh({'x': 2, 'y': 4}), P('x'))>, <numpy float32[4]>), (True, False))
+    """
+    check_program(isinstance(program, Program), "the program asked about", "a Program",
+                  program)
+    types = program.value_types
+    outputs = tuple(Out(types[n].shape, types[n].dtype, None, types[n].mesh)
+                    for n in program.outputs)
+    options = JitOptions(
+        in_shardings=_options_tree(program.in_shardings),
+        out_shardings=_options_tree(program.out_shardings),
+        donate_argnums=tuple(i for i, d in enumerate(program.donated) if d),
+        keep_unused=program.keep_unused)
+    uses = live_parts(program).inputs
+    return Call(args=tuple(v.as_arg() for v in program.inputs), outputs=outputs,
+                options=options, context_mesh=program.context_mesh, uses=uses,
+                compiler=program.compiler, compiler_in=program.compiler_in)
+
+
+# --------------------------------------------------------------------------- tracing
+
+def trace_body(program: Program, context: Any = None, prefix: str = "") -> None:
+    """Each equation's own checks, in the order JAX traces them (stage ``trace``): an inner
+    jit's in_shardings fit its operands (FIT-1) before its body is traced and its
+    out_shardings fit its results after; a constraint's dimensions left to the compiler,
+    its rank and its axes (WSC-6, WSC-4, WSC-5); a device_put's sharding places its operand
+    (ARG-4). shard_map bodies are not walked (their SMAP rules are not applied here)."""
+    context = context if isinstance(context, Mesh) else None
+    with staged("trace"):
+        for k, eq in enumerate(program.equations):
+            path = equation_path(prefix, k)
+            shapes = [program.value_types[n].shape for n in eq.operands]
+            if isinstance(eq, Jit):
+                body = eq.body
+                for i, (s, shape) in enumerate(zip(body.in_shardings, shapes)):
+                    check_fits(s, shape, f"{path}.jit.in_shardings[{i}]")
+                trace_body(body, body.context_mesh or context, f"{path}.jit.")
+                for i, (s, value) in enumerate(zip(body.out_shardings, eq.results or ())):
+                    check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
+            elif isinstance(eq, ShardingConstraint):
+                _trace_constraint(eq, shapes[0], context, path)
+            elif isinstance(eq, DevicePut):
+                for target, shape in zip(eq.targets, shapes):
+                    if getattr(target, "is_concrete", False):
+                        with located(path):
+                            place_on_devices(target, shape, "jit")
+
+
+def _trace_constraint(eq: ShardingConstraint, shape: tuple[int, ...], context: Mesh | None,
+                      path: str) -> None:
+    value = Arg.numpy(shape)
+    with located(path):
+        unconstrained_dims(eq.sharding, path)
+        check_constraint_fits(eq.sharding, value, path)
+        check_constraint_axes(eq.sharding, value, context, path)
+
+
+def _lower_body(program: Program) -> None:
+    """WSC-8 for every live GSPMDSharding constraint (stage ``lower``)."""
+    with staged("lower"):
+        for path, eq in _live_constraints(program, live_parts(
+                program, everything=program.keep_unused), ""):
+            if isinstance(eq.sharding, GSPMDSharding):
+                with located(path):
+                    check_constraint_lowers(eq.sharding, path)
+
+
+def _live_constraints(program: Program, live: Any, prefix: str) -> list[tuple[str, Any]]:
+    out = []
+    for k, eq in enumerate(program.equations):
+        if not live.equations[k]:
+            continue
+        path = equation_path(prefix, k)
+        if isinstance(eq, ShardingConstraint):
+            out.append((path, eq))
+        elif eq.body is not None:
+            out += _live_constraints(eq.body, live.bodies[k], f"{path}.{eq.kind}.")
+    return out
+
+
+# --------------------------------------------------------------------------- the answer
+
+def explain_program(program: Program) -> ProgramVerdict:
+    """What ``jax.jit`` (jax 0.10.2) does with ``program``: a :class:`ProgramVerdict`.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
+    >>> def constrained(target):
+    ...     return Program((x,), (ShardingConstraint((0,), sharding=target),), outputs=(1,))
+    >>> verdict = explain_program(constrained(NamedSharding(mesh, P("y"))))
+    >>> verdict.out_shardings, verdict.placed_by
+    ((NamedSharding(Mesh({'x': 2, 'y': 4}), P('y')),), ('body[0]',))
+    >>> reversed_mesh = Mesh((2, 4), ("x", "y"), range(7, -1, -1))
+    >>> refused = explain_program(constrained(NamedSharding(reversed_mesh, P("y"))))
+    >>> refused.rule, refused.stage, refused.path
+    ('DA-1', 'lower', 'body[0]')
+    """
+    check_program(isinstance(program, Program), "the program asked about", "a Program",
+                  program)
+    try:  # the description, read before any of jit's rules (CALL-0; outside the trace)
+        call = program_call(program)
+    except Rejection as error:
+        return _refused(error, [])
+    with tracing() as trace, remembering():
+        try:
+            n = call.normal
+            stage_jit(n)
+            called = stage_call(n)
+            trace_body(program, program.context_mesh)
+            inside = inside_shardings(program)
+            n = dataclasses.replace(call, inside=inside).normal
+            traced = stage_trace(n, called)
+            lowered = stage_lower(n, called, traced)
+            _lower_body(program)
+            placed = placed_results(program, [
+                *(lowered.resolved[i] for i in lowered.kept), *traced.out_shardings,
+                *(s.sharding for s in inside)])
+            n = dataclasses.replace(n.call, compiler=_choices(program, placed)).normal
+            compiled = stage_compile(n, called, traced, lowered)
+            dispatched = stage_dispatch(n, called, lowered, compiled)
+        except Rejection as error:
+            return _refused(error, trace)
+    out_types = tuple(_result_type(program.value_types[number], s)
+                      for number, s in zip(program.outputs, compiled.out_shardings))
+    return ProgramVerdict(
+        True, tuple(dict.fromkeys(trace)), in_paths=n.in_paths, in_shardings=lowered.final,
+        out_paths=n.out_paths, out_shardings=compiled.out_shardings,
+        out_committed=(lowered.committed,) * len(n.flat_out), out_types=out_types,
+        device_assignment=DeviceIds(lowered.assignment), num_devices=lowered.count,
+        kept_inputs=lowered.kept, transfers=dispatched.transfers,
+        inside=tuple((s.path, s.sharding) for s in inside),
+        placed_by=tuple(by for _, by in placed))
+
+
+def _choices(program: Program, placed: tuple) -> tuple | None:
+    """Per output: the placement PROG-4 decides, else the compiler's choice the description
+    gives (None: not known)."""
+    given = program.compiler or (None,) * len(program.outputs)
+    choices = tuple(hlo if hlo is not None else choice
+                    for (hlo, _), choice in zip(placed, given))
+    return None if all(c is None for c in choices) else choices
+
+
+def _result_type(value: Value, sharding: Any) -> Value | None:
+    """The type ``jax.typeof`` gives a result: its traced type, over the mesh of the
+    NamedSharding it comes back on (JAX's ``update_aval_with_sharding``)."""
+    if sharding is UNSPECIFIED:
+        return None
+    if not isinstance(sharding, NamedSharding):
+        return value
+    return Value(value.shape, value.dtype, value.weak_type, sharding.mesh.abstract)
+
+
+def _refused(error: Rejection, trace: list[str]) -> ProgramVerdict:
+    failure = error.failure
+    return ProgramVerdict(False, tuple(dict.fromkeys(trace)), rule=failure.rule,
+                          error_type=failure.error_type.__name__, jax_error=failure.jax_error,
+                          message=str(error), path=error.path, stage=error.stage,
+                          facts=tuple(failure.facts().items()))
