@@ -846,16 +846,26 @@ def _direct(pa: _Placement, pb: _Placement, question: _Question, by_device: bool
     _look_at_clock("looking up the devices where the tiles part")
     # A device at a tile where the lists part is, in the other list, at such a tile too
     # (the tiles where they agree hold other devices), or not there at all.
-    tile_under_b = {holder_b[t]: t for t in parting}
-    for t in parting:
-        device = holder_a[t]
-        other = tile_under_b.get(device)
-        if other is None:  # not under b: name the first device only one of them spans
-            unshared = min(set(holder_a) ^ set(holder_b))
-            return _counterexample_at(pa, pb, shape, unshared, (None, None), method, clock)
-        if blocks_b[other] != blocks_a[t]:
-            return _counterexample_at(pa, pb, shape, device, (t, other), method, clock)
-    return question.proved(clock, method, True)
+    devices = _gather(holder_a, parting)
+    tile_under_b = dict(zip(_gather(holder_b, parting), parting))
+    try:
+        others = _gather(tile_under_b, devices)
+    except KeyError:  # not under b: name the first device only one of them spans
+        unshared = min(set(holder_a) ^ set(holder_b))
+        return _counterexample_at(pa, pb, shape, unshared, (None, None), method, clock)
+    _look_at_clock("comparing the blocks of the devices where the tiles part")
+    differing = _parting(_gather(blocks_a, parting), _gather(blocks_b, others))
+    if not differing:
+        return question.proved(clock, method, True)
+    k = differing[0]
+    return _counterexample_at(pa, pb, shape, devices[k], (parting[k], others[k]), method, clock)
+
+
+def _gather(items: Any, indices: list[Any]) -> list[Any]:
+    """``[items[i] for i in indices]``, the loop run in C (operator.itemgetter)."""
+    if len(indices) < 2:
+        return [items[i] for i in indices]
+    return list(operator.itemgetter(*indices)(items))
 
 
 def _parting(x: list[Any], y: list[Any]) -> list[int]:
@@ -900,10 +910,8 @@ def _devices_by_tile(placement: _Placement, by_device: bool) -> list[Any]:
     if not by_device and devices.iota is not None and devices.iota.is_range:
         return list(positions)  # device i stands at position i
     keys = _device_keys(devices, by_device)
-    if len(positions) < 2:
-        return [keys[p] for p in positions]
     _look_at_clock("reading a tile assignment")
-    return list(operator.itemgetter(*positions)(keys))
+    return _gather(keys, positions)
 
 
 def _block_numbers(placement: _Placement, kept: list[int], n: int) -> Sequence[int]:
@@ -920,10 +928,15 @@ def _block_numbers(placement: _Placement, kept: list[int], n: int) -> Sequence[i
         if copies == 1:
             return range(n)  # type: ignore[return-value]  # compared in O(1) with another
         return list(map(copies.__rfloordiv__, range(n)))
-    # A dimension of size 0 is cut too: its coordinate is left out of the number.
-    strides = [math.prod(dims[j + 1:]) for j in range(len(dims))]
-    weights = {j: math.prod(dims[k] for k in kept if k > j) for j in kept}
-    return [sum((t // strides[j]) % dims[j] * weights[j] for j in kept) for t in range(n)]
+    # A dimension of size 0 is cut too: its coordinate is left out of the number, which is
+    # summed a dimension at a time (each step a few maps, run in C).
+    numbers: list[int] = [0] * n
+    for j in kept:
+        stride, weight = math.prod(dims[j + 1:]), math.prod(dims[k] for k in kept if k > j)
+        _look_at_clock("numbering the blocks")
+        coordinate = map(dims[j].__rmod__, map(stride.__rfloordiv__, range(n)))
+        numbers = list(map(operator.add, numbers, map(weight.__mul__, coordinate)))
+    return numbers
 
 
 # --------------------------------------------------------------------------- solving
