@@ -102,6 +102,13 @@ def run_in_jax(case: ArgumentCase) -> JaxPlacement:
     """Place the value with device_put, or pass it to an identity jit."""
     out = JaxPlacement()
     sharding = None if case.sharding is None else to_jax(case.sharding)
+    if isinstance(case.sharding, GSPMDSharding) and len(case.sharding.devices) == 1:
+        # JAX caches device_put's check of a value's rank against its sharding by sharding
+        # equality, and a one-device tiled GSPMDSharding ({devices=[1]<=[1]}) equals the
+        # replicated one: after a replicated check on the same type, the tiled sharding's
+        # rank is not checked at all. Each case here gets its own check, as a fresh
+        # process does (notes/jax-facts.md, "device_put's sharding check is cached").
+        jax.clear_caches()
     try:
         value = build_value(case)
         if case.via == "device_put":

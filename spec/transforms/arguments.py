@@ -384,7 +384,8 @@ def stays_on_host(value_kind: str, shape: tuple[int, ...], sharding: Any, via: s
 
     float0 is the dtype of a zero tangent, what ``jax.grad`` gives an integer or boolean
     input. Nothing is transferred, so ``device_put`` does not read the tiles of a one-device
-    GSPMDSharding (whose rank it checks for other values only when it sends the shard).
+    GSPMDSharding (whose tiles' rank it checks for other values only when it sends the
+    shard), though it does check the value's rank against the sharding's, as for any value.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> stays_on_host("numpy_array", (8, 4), NamedSharding(mesh, P("x")), "device_put")
@@ -395,8 +396,14 @@ def stays_on_host(value_kind: str, shape: tuple[int, ...], sharding: Any, via: s
     shardlaw.spec.core.rules.RejectionValueError: [ARG-4]: ...
     """
     check_no_unconstrained(sharding, via)
-    # device_put reads a one-device GSPMDSharding's tiles only when it transfers a value.
-    if not (via == "device_put" and isinstance(sharding, GSPMDSharding)
-            and len(sharding.devices) == 1):
+    if via == "device_put" and isinstance(sharding, GSPMDSharding) \
+            and len(sharding.devices) == 1:
+        # device_put reads a one-device GSPMDSharding's tiles only when it transfers a
+        # value; the value's rank it checks before, float0 or not (NS-5).
+        try:
+            check_rank(sharding, shape)
+        except Rejection as error:
+            raise reject(ArgumentDoesNotFit(shape, sharding, explain(error.failure))) from None
+    else:
         place_on_devices(sharding, shape, via)
     return Placement(FLOAT0, False, False, {})
