@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.stages
 from jax import tree_util
 
 from . import internals, layouts
@@ -88,9 +89,24 @@ class Methods:
 
 
 class _Stage:
-    """What every stage knows from the trace (as JAX's stage objects carry it)."""
+    """What every stage knows from the trace (as JAX's stage objects carry it).
+
+    The engine's stages are instances of JAX's own classes (``jax.stages.Traced``,
+    ``Lowered``, ``Compiled``), so that code which checks the type of a stage — equinox's
+    ``filter_jit(...).lower()`` under runtime type checking — takes them. What the engine
+    does not answer itself, JAX's stage object for the same call answers: the methods the
+    engine inherits from JAX's classes read JAX's state through it.
+    """
 
     _decision: Any
+
+    def _jax_stage(self) -> Any:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in _OWN_STATE:
+            raise AttributeError(name)
+        return getattr(self._jax_stage(), name)
 
     @property
     def in_avals(self) -> Any:
@@ -113,13 +129,21 @@ class _Stage:
         return self._decision.traced.donate_argnums
 
 
-class Traced(_Stage):
+# What the engine's stages hold themselves: never looked up on JAX's stage objects.
+_OWN_STATE = frozenset({"_engine", "_decision", "_fired", "_plan", "_lowered", "_jax",
+                        "_platforms", "_jax_only", "_private", "_arguments"})
+
+
+class Traced(_Stage, jax.stages.Traced):
     """A traced call: its program and result types, ready to lower."""
 
     def __init__(self, engine: Any, decision: Any, fired: list[str]) -> None:
         self._engine = engine
         self._decision = decision
         self._fired = fired
+
+    def _jax_stage(self) -> Any:
+        return self._decision.traced
 
     @property
     def jaxpr(self) -> Any:
@@ -176,7 +200,7 @@ class Traced(_Stage):
         return lowered
 
 
-class Lowered(_Stage):
+class Lowered(_Stage, jax.stages.Lowered):
     """A lowered call: its StableHLO text, ready to compile (through the engine's cache)."""
 
     def __init__(self, engine: Any, decision: Any, fired: list[str],
@@ -197,6 +221,9 @@ class Lowered(_Stage):
             extra = {} if self._private is None else {"_private_parameters": self._private}
             self._jax = self._decision.traced.lower(lowering_platforms=self._platforms, **extra)
         return self._jax
+
+    def _jax_stage(self) -> Any:
+        return self._jax_lowered()
 
     def as_text(self, *args: Any, **kwargs: Any) -> str:
         return self._jax_lowered().as_text(*args, **kwargs)
@@ -270,7 +297,7 @@ def check_compilable(platforms: tuple[str, ...] | None, assignment: tuple,
                      "lowering_platforms.")
 
 
-class Compiled(_Stage):
+class Compiled(_Stage, jax.stages.Compiled):
     """A compiled call, to be called with arguments of the types and placements it was compiled for."""
 
     def __init__(self, engine: Any, plan: Any, decision: Any, lowered: Any = None) -> None:
@@ -372,6 +399,9 @@ class Compiled(_Stage):
     @property
     def _jax(self) -> Any:
         return self._plan.entry.facts.compiled
+
+    def _jax_stage(self) -> Any:
+        return self._jax
 
     def as_text(self) -> str | None:
         return self._jax.as_text()

@@ -125,8 +125,7 @@ def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
 
 def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
     """This call's input and result shardings, over the executable's placements."""
-    in_avals = list(d.traced.jaxpr.in_avals)
-    kept_values = [Value.of_aval(in_avals[i]) for i in d.kept]
+    kept_values = [Value.of_aval(d.in_avals[i]) for i in d.kept]
     kept_final = concrete_inputs([d.final[i] for i in d.kept], d.assignment)
     placed_in = []
     for i, s in zip(d.kept, kept_final):

@@ -35,7 +35,7 @@ from jax._src.lib import _jax
 
 __all__ = [
     "ArrayImpl", "Tracer", "GSPMDSharding", "make_dispatcher", "ExecutableFacts",
-    "executable_facts", "used_inputs", "trace_context", "context_meshes", "hlo_of",
+    "executable_facts", "hoisted_constants", "argument_avals", "used_inputs", "trace_context", "context_meshes", "hlo_of",
     "device_list", "array_over", "fastpath_data", "reflatten_for_dispatch",
 ]
 
@@ -162,14 +162,31 @@ def fastpath_data(facts: ExecutableFacts, out_tree: Any, outputs: Sequence[Any],
         kept, facts.layouts, list(facts.const_args))
 
 
-def used_inputs(closed_jaxpr: Any) -> list[bool] | None:
-    """Which inputs of a traced program its results depend on (JAX's dead-code elimination)."""
-    jaxpr = closed_jaxpr.jaxpr
+def hoisted_constants(traced: Any) -> list[Any]:
+    """The closed-over values JAX's trace made the program's first inputs.
+
+    JAX hoists every closed-over value into the program's inputs, ahead of the call's own
+    arguments, when one of them is mutable with a type of its own (a hijax ``Box``, a
+    flax NNX Variable made with ``hijax=True``); otherwise there are none.
+    """
+    return list(getattr(traced, "_consts", ()))
+
+
+def argument_avals(traced: Any) -> list[Any]:
+    """The abstract values of the call's own flat arguments in a traced program (the
+    hoisted constants that come first left out)."""
+    return list(traced.jaxpr.in_avals)[len(hoisted_constants(traced)):]
+
+
+def used_inputs(traced: Any) -> list[bool] | None:
+    """Which of the call's own flat arguments a traced program's results depend on (JAX's
+    dead-code elimination; the hoisted constants left out)."""
+    jaxpr = traced.jaxpr.jaxpr
     try:
         _, used = _pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))
     except Exception:  # noqa: BLE001 - then every input counts as used
         return None
-    return [bool(u) for u in used]
+    return [bool(u) for u in used][len(hoisted_constants(traced)):]
 
 
 def trace_context() -> tuple:
@@ -304,7 +321,7 @@ def check_no_escaped_tracers(traced: Any) -> None:
     Such a tracer leaked out of an earlier transformation (a side effect of a traced
     function); JAX's own jit finds it among the hoisted constants before it runs.
     """
-    for const in getattr(traced, "_consts", ()):
+    for const in hoisted_constants(traced):
         if isinstance(const, _core.Tracer):
             raise _core.escaped_tracer_error(const)
 

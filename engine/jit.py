@@ -80,9 +80,10 @@ def jit(fun: Callable | Any = NOT_GIVEN, /, *, in_shardings: Any = NOT_GIVEN,
         options = Options(fun, in_shardings, out_shardings, static_argnums, static_argnames,
                           donate_argnums, donate_argnames, keep_unused, device, backend,
                           inline, compiler_options)
+        # The engine makes JAX's own jit of the function, which refuses what JAX refuses.
+        engine = Engine(fun, options, SIGNATURE_CAPACITY)
     except EngineRejection as error:
         raise _options_in_jax_words(error, fun, in_shardings, out_shardings, given) from None
-    engine = Engine(fun, options, SIGNATURE_CAPACITY)
     return _jitted(engine)
 
 

@@ -62,6 +62,7 @@ class CallDecision:
         self.traced: Any = None
         self.out_paths: list[str] = []
         self.out_flat: list[Any] = []
+        self.in_avals: list[Any] = []    # the call's own arguments as the program types them
         self.out_avals: list[Any] = []
         self.inputs: list[Input] = []
         self.resolved: list[Any] = []
@@ -115,6 +116,13 @@ def stage_trace(engine: "Engine", d: CallDecision) -> None:
     d.traced = _trace(engine, d)
     if internals.trace_state_clean():
         internals.check_no_escaped_tracers(d.traced)
+    if internals.hoisted_constants(d.traced):
+        # A mutable closed-over value with a type of its own (a hijax Box, a flax NNX
+        # Variable made with hijax=True): JAX makes every closed-over value an input of
+        # the program, places it among the arguments and traces again when its type
+        # changes. The jit-call rules describe the call's own arguments only.
+        raise LeftToJax("the function closes over a mutable value JAX makes an input")
+    d.in_avals = internals.argument_avals(d.traced)
     d.out_avals = list(d.traced.jaxpr.out_avals)
     if not all(isinstance(a, internals.ShapedArray) for a in d.out_avals):
         raise LeftToJax("a result is not an array (a token, say)")
@@ -167,7 +175,7 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
     processes = jax.process_count()
     d.resolved = [resolve_input(item, processes, o.device_or_backend) for item in d.inputs]
     _check_layouts(d)
-    used = internals.used_inputs(d.traced.jaxpr)
+    used = internals.used_inputs(d.traced)
     if used is None or len(used) != n:
         used = [True] * n
     d.kept = kept_inputs(used, o.keep_unused)
@@ -223,7 +231,7 @@ def executable_key(engine: "Engine", d: CallDecision) -> tuple:
     # the type's sharding where its mesh has Explicit axes (the program can see those).
     avals = tuple((tuple(a.shape), a.dtype, bool(getattr(a, "weak_type", False)),
                    str(getattr(a, "memory_space", "")), _explicit_type(a))
-                  for a in d.traced.jaxpr.in_avals)
+                  for a in d.in_avals)
     kept_classes = tuple(_input_class(d.resolved[i], d.final[i], arguments.shape(i),
                                       d.assignment) for i in d.kept)
     out_classes = tuple(
@@ -277,8 +285,7 @@ def _explicit_type(aval: Any) -> Any:
 def _check_input_recovery(d: CallDecision) -> None:
     """OUT-2 on the inputs: a given GSPMDSharding that cannot be re-read over the first
     given mesh fails JAX after compiling; the engine refuses before compiling."""
-    in_avals = list(d.traced.jaxpr.in_avals)
-    kept_values = [Value.of_aval(in_avals[i]) for i in d.kept]
+    kept_values = [Value.of_aval(d.in_avals[i]) for i in d.kept]
     kept_final = concrete_inputs([d.final[i] for i in d.kept], d.assignment)
     path = d.inputs[d.kept[0]].path if d.kept else None
     recover_shardings(kept_final, kept_values, kept_final, kept_values, None, path)
