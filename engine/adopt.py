@@ -30,6 +30,7 @@ _lock = threading.Lock()
 _replaced: list[tuple[Any, Any]] = []
 
 
+@internals.api_boundary
 def eval_shape(fun: Any, *args: Any, **kwargs: Any) -> Any:
     """``jax.eval_shape`` that asks an engine function itself, as JAX asks its own jit's.
 

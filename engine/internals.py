@@ -11,11 +11,13 @@ and they are all here, so that a JAX upgrade has one file to check:
 * dead-code elimination of a traced program (which inputs the program keeps);
 * the configuration that takes part in jit's cache key, and the context meshes;
 * a sharding's HLO form and ordered device list, and an array made over existing
-  per-device buffers with a chosen type and committed flag (zero copy).
+  per-device buffers with a chosen type and committed flag (zero copy);
+* the traceback filter JAX applies to its own frames, applied to the engine's.
 """
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -26,6 +28,7 @@ from jax._src import core as _core
 from jax._src import dtypes as _dtypes
 from jax._src import mesh as _mesh
 from jax._src import sharding_impls as _sharding_impls
+from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
 from jax._src import util as _util
 from jax._src.array import ArrayImpl
@@ -34,7 +37,7 @@ from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import _jax
 
 __all__ = [
-    "ArrayImpl", "Tracer", "GSPMDSharding", "make_dispatcher", "ExecutableFacts",
+    "ArrayImpl", "Tracer", "api_boundary", "GSPMDSharding", "make_dispatcher", "ExecutableFacts",
     "executable_facts", "hoisted_constants", "argument_avals", "used_inputs", "trace_context", "context_meshes", "hlo_of",
     "device_list", "array_over", "fastpath_data", "reflatten_for_dispatch",
 ]
@@ -48,6 +51,13 @@ JaxRuntimeError = _jax.JaxRuntimeError
 # Whether no transformation is tracing now; a function's name as JAX writes it.
 trace_state_clean, fun_name = _core.trace_state_clean, _util.fun_name
 
+# An error raised under an API boundary (a jitted call, ``trace``, ``lower``, ...) reaches
+# the user with the frames of the registered files filtered out of its traceback, as JAX
+# filters its own (``jax_traceback_filtering``): the engine's files are registered too, and
+# its entry points are boundaries, so a user sees their own frames, as under jax.jit.
+api_boundary = _traceback_util.api_boundary
+_traceback_util.register_exclusion(os.path.dirname(os.path.abspath(__file__)))
+
 
 def make_dispatcher(name: str, fun: Callable, cache_miss: Callable,
                     static_argnums: Sequence[int], static_argnames: Sequence[str],
@@ -56,11 +66,12 @@ def make_dispatcher(name: str, fun: Callable, cache_miss: Callable,
 
     ``cache_miss(*args, **kwargs)`` is called for every signature the dispatcher has not
     seen, and for signatures whose data it was not given; it returns ``(outputs,
-    fastpath_data or None, False)``. As with ``jax.jit``, signatures are held in a
+    fastpath_data or None, False)``. It is an API boundary, as jax.jit's is. As with ``jax.jit``, signatures are held in a
     process-wide cache keyed by the function and ``key`` (everything in jit's options that
     decides a call), so ``jit(f, **options)`` made twice shares them; the cache set with
     ``jax.config.jax_jit_cpp_cache_obj`` is used instead where JAX would use it.
     """
+    cache_miss = api_boundary(cache_miss)
     try:
         weakref.ref(fun)
     except TypeError:

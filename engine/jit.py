@@ -44,6 +44,7 @@ __all__ = ["jit", "JittedFunction", "CacheInfo", "count_calls"]
 _UNHASHABLE = "Non-hashable static arguments"   # how JAX's C++ dispatcher refuses one
 
 
+@internals.api_boundary
 def jit(fun: Callable | Any = NOT_GIVEN, /, *, in_shardings: Any = NOT_GIVEN,
         out_shardings: Any = NOT_GIVEN, static_argnums: Any = None,
         static_argnames: Any = None, donate_argnums: Any = None, donate_argnames: Any = None,
@@ -107,15 +108,19 @@ class JittedFunction:
         # As a class attribute it binds like a method, as jax.jit's functions do.
         return self if instance is None else types.MethodType(self, instance)
 
+    @internals.api_boundary
     def trace(self, *args: Any, **kwargs: Any) -> Any:
         return self._methods.trace(*args, **kwargs)
 
+    @internals.api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         return self._methods.lower(*args, **kwargs)
 
+    @internals.api_boundary
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         return self._methods.eval_shape(*args, **kwargs)
 
+    @internals.api_boundary
     def explain(self, *args: Any, **kwargs: Any) -> Any:
         return self._methods.explain(*args, **kwargs)
 
@@ -181,6 +186,7 @@ def _jitted(engine: Engine) -> JittedFunction:
         calls = engine.calls
         check = functools.partial(check_donations, o.names) if donates else None
 
+        @internals.api_boundary
         def call(*args: Any, **kwargs: Any) -> Any:
             next(calls)
             if check is not None:

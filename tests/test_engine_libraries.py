@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import traceback
 import typing
 
 import jax
@@ -132,6 +133,72 @@ def test_a_function_closing_over_a_box_is_lowered_ahead_of_time_as_jax_jit_lower
             return _refusal(error)
     theirs, mine = _on_both(lowered)
     assert mine == theirs
+
+
+# --------------------------------------------------------------------------- tracebacks
+
+@pytest.fixture(params=["remove_frames", "quiet_remove_frames", "tracebackhide"])
+def filtering(request):
+    before = jax.config.jax_traceback_filtering
+    jax.config.update("jax_traceback_filtering", request.param)
+    yield request.param
+    jax.config.update("jax_traceback_filtering", before)
+
+
+def _user_frames(error: BaseException, mode: str) -> list[str]:
+    """The frames the user is shown (as flax's traceback tests count them)."""
+    return [f"{frame.f_code.co_name}" for frame, _ in traceback.walk_tb(error.__traceback__)
+            if mode != "tracebackhide" or "__tracebackhide__" not in frame.f_locals]
+
+
+def _fails(x, n=1):
+    raise ValueError("error here.")
+
+
+WAYS_TO_FAIL = {
+    "call": lambda j: j(_fails)(jnp.ones(3)),
+    "call, static argument": lambda j: j(_fails, static_argnums=1)(jnp.ones(3), 2),
+    "call, donating": lambda j: j(_fails, donate_argnums=0)(jnp.ones(3)),
+    "trace": lambda j: j(_fails).trace(jnp.ones(3)),
+    "lower": lambda j: j(_fails).lower(jnp.ones(3)),
+    "eval_shape method": lambda j: j(_fails).eval_shape(jnp.ones(3)),
+    "nested jit": lambda j: j(lambda x: j(_fails)(x) + 1)(jnp.ones(3)),
+    "grad": lambda j: jax.grad(lambda x: j(_fails)(x).sum())(jnp.ones(3)),
+    "vmap": lambda j: jax.vmap(j(_fails))(jnp.ones((2, 3))),
+}
+
+
+@pytest.mark.parametrize("counting", [False, True], ids=["dispatcher", "counted"])
+@pytest.mark.parametrize("way", WAYS_TO_FAIL, ids=list(WAYS_TO_FAIL))
+def test_a_users_traceback_shows_the_frames_jax_jit_shows(filtering, way, counting):
+    shown = []
+    for jit_function in (jax.jit, jit):
+        engine.count_calls(counting)
+        try:
+            with pytest.raises(ValueError, match="error here") as caught:
+                WAYS_TO_FAIL[way](jit_function)
+        finally:
+            engine.count_calls(False)
+        shown.append(_user_frames(caught.value, filtering))
+        if filtering == "remove_frames":
+            assert type(caught.value.__cause__).__name__ == "UnfilteredStackTrace"
+    assert shown[1] == shown[0]
+    assert "_fails" in shown[1]
+
+
+def test_the_engines_frames_are_filtered_out_and_the_full_traceback_stays_available():
+    before = jax.config.jax_traceback_filtering
+    try:
+        jax.config.update("jax_traceback_filtering", "remove_frames")
+        with pytest.raises(ValueError) as caught:
+            jit(_fails)(jnp.ones(3))
+        files = [f.f_code.co_filename for f, _ in traceback.walk_tb(caught.value.__traceback__)]
+        unfiltered = [f.f_code.co_filename
+                      for f, _ in traceback.walk_tb(caught.value.__cause__.__traceback__)]
+        assert not any("/engine/" in name for name in files)
+        assert any(name.endswith("engine/function_engine.py") for name in unfiltered)
+    finally:
+        jax.config.update("jax_traceback_filtering", before)
 
 
 # --------------------------------------------------------------------------- stages
