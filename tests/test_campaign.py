@@ -19,6 +19,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -54,6 +55,12 @@ def test_a_short_campaign_writes_the_report_the_issue_asks_for(tmp_path):
     assert all(set(hits) == {"accepted", "rejected"} for hits in figures["rules"].values())
     assert "examples/s" in done.stdout and "rules hit" in done.stderr  # the progress line
     assert (tmp_path / "db").is_dir()   # the shared database (Hypothesis keeps failures there)
+    # The report drawn beside it: rule coverage and examples per second.
+    for chart in ("coverage", "speed"):
+        svg = ElementTree.parse(tmp_path / f"report-{chart}.svg").getroot()
+        assert svg.tag.endswith("svg") and f"report-{chart}.svg" in done.stdout
+    assert "DIV-1" in (tmp_path / "report-coverage.svg").read_text()
+    assert "placement" in (tmp_path / "report-speed.svg").read_text()
 
 
 def test_a_planted_wrong_rule_is_found_saved_and_replayed(tmp_path):

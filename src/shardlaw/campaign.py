@@ -42,7 +42,7 @@ from typing import Any, TextIO
 from shardlaw.cli_errors import EXIT_BAD_INPUT, CommandExit
 
 __all__ = ["SUITES", "ENTRY_POINTS", "CONFIG_OPTION", "add_parser", "run", "known_suites",
-           "suite_files", "write_config", "read_workers", "build_report"]
+           "suite_files", "write_config", "read_workers", "build_report", "write_charts"]
 
 # suite -> the modules that hold it (shardlaw.properties.suites; the laws are the module of
 # shardlaw.properties that states them). A module that is not there is left out.
@@ -385,6 +385,7 @@ def run(args: Any) -> int:
         raise CommandExit(EXIT_BAD_INPUT, f"pytest ended with status {status} without a "
                                           f"disagreement; its output is in {log}")
     report_path.write_text(json.dumps(report, indent=2) + "\n")
+    report["charts"] = write_charts(report, report_path)
     sys.stdout.write(summary(report, report_path))
     return EXIT_DISAGREEMENT if report["disagreements"] else 0
 
@@ -453,6 +454,19 @@ def build_report(workers: list[dict[str, Any]], count: int, seconds: float,
     return report
 
 
+def write_charts(report: dict[str, Any], report_path: Path) -> list[str]:
+    """The report drawn beside it: ``<report>-coverage.svg`` (each rule's accepted and
+    rejected examples) and ``<report>-speed.svg`` (examples per second, per suite)."""
+    from shardlaw.report_svg import report_svgs
+
+    written = []
+    for name, svg in report_svgs(report).items():
+        path = report_path.with_name(f"{report_path.stem}-{name}.svg")
+        path.write_text(svg)
+        written.append(str(path))
+    return written
+
+
 def summary(report: dict[str, Any], where: Path) -> str:
     """The report as a few lines of text."""
     lines = [f"{report['examples']:,} examples in {report['seconds']:,.0f} s on "
@@ -471,6 +485,8 @@ def summary(report: dict[str, Any], where: Path) -> str:
     for path in report.get("disagreement_files", []):
         lines.append(f"disagreement: {path}")
     lines.append(f"report: {where}")
+    if report.get("charts"):
+        lines.append("charts: " + ", ".join(report["charts"]))
     return "\n".join(lines) + "\n"
 
 
