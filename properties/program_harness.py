@@ -48,6 +48,10 @@ __all__ = ["Step", "Recipe", "Case", "program_of", "function_of", "arguments_of"
 # The source under which the programs compared record their rules (shardlaw.properties.hits).
 SOURCE = "programs"
 
+# JAX's caches are emptied every this many programs (a long run would otherwise keep every
+# program's trace and executable).
+CLEAR_EVERY = 500
+
 # The PROG rules decide without refusing: each records its two outcomes as its sides.
 DECIDING = ("PROG-1", "PROG-2", "PROG-3", "PROG-4")
 
@@ -259,6 +263,8 @@ def run_in_jax(case: Case) -> JaxOutcome:
 
     outcome = JaxOutcome()
     hits.record_jax_calls(1)
+    if hits.jax_calls() % CLEAR_EVERY == 0:
+        jax.clear_caches()   # every program is a fresh function: its traces are never reused
     args = arguments_of(case)
     jitted = jax.jit(function_of(case), **top_options(case))
     steps = [("trace", lambda: jitted.trace(*args)),

@@ -266,6 +266,15 @@ def test_a_shard_map_over_the_devices_in_another_order_is_refused_when_lowering(
         mapped.lower(argument)
 
 
+def test_describe_program_refuses_what_it_does_not_describe_yet():
+    argument = jax.device_put(np.ones((8,), np.float32), to_jax(SingleDeviceSharding(0)))
+    branching = jax.jit(lambda a: jax.lax.cond(a[0] > 0, jnp.sin, jnp.cos, a))
+    with pytest.raises(TypeError, match="cond equations yet"):
+        describe_program(branching, argument)
+    with pytest.raises(TypeError, match="jax.Array, numpy arrays and Python scalars"):
+        describe_program(lambda a: a, jax.ShapeDtypeStruct((8,), jnp.float32))
+
+
 # --------------------------------------------------------------------------- PROG-0
 
 def _hostile() -> st.SearchStrategy:

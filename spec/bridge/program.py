@@ -271,8 +271,9 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
     **kwargs)`` — ``fun`` a jitted function, or any function, read as ``jax.jit(fun)``.
 
     The arguments are real values (``jax.Array``, numpy arrays, Python scalars), read with
-    their shardings and committedness; the mesh set with ``jax.set_mesh`` is the one the
-    trace records (the jit equation's ``ctx_mesh``).
+    their shardings and committedness, every one traced (static arguments are not read
+    yet); the mesh set with ``jax.set_mesh`` is the one the trace records (the jit
+    equation's ``ctx_mesh``).
     """
     jax = _jax()
     leaves = jax.tree_util.tree_leaves((args, kwargs))
