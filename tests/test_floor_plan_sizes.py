@@ -26,8 +26,6 @@ FUNCTION_LINES = 60
 # (file, what) of each room over its size that is known and temporary; what is "module"
 # for the module's length, else "class NAME" or "def NAME".
 KNOWN = {
-    # the prover helper is splitting the z3 encoding out of the prover (spec/prove/)
-    ("spec/prove/smt.py", "module"),
     # the campaign helper's area (properties/); the fuzz layer is theirs to split
     ("properties/fuzz.py", "module"),
 }
