@@ -5,7 +5,8 @@
 
 Prints one table: cache-hit dispatch (1 device and 1 array, with call counting off — the
 default — and on; a 10-array pytree; an array sharded over 8 devices), the first call (trace + lower + compile + run, on a sharded MLP
-training step), and the number of compilations on a workload of placement-equal but
+training step, and on 200 small fresh functions one after another, as a library's layer
+tests jit them), and the number of compilations on a workload of placement-equal but
 differently written shardings, with the goals of issues 6 and 11 beside each ratio (a
 row through ``install()``, and a donating MLP step whose donation check runs on every call). Timings
 alternate between the two implementations and keep the best of several rounds, so that
@@ -119,6 +120,59 @@ def donating_steps(rounds: int, steps: int) -> tuple[float, float]:
     return best["jax"], best["engine"]
 
 
+def small_programs(count: int) -> list[tuple[Callable, tuple]]:
+    """``count`` small programs of different shapes, as a library's layer tests jit them:
+    einsums, batched einsums, elementwise chains and dense layers over a parameter dict."""
+    def matmul(a, b):
+        return jnp.einsum("ij,jk->ik", a, b)
+
+    def batched(a, b):
+        return jnp.einsum("bij,bjk->bik", a, b).sum(0)
+
+    def elementwise(a, b):
+        return jnp.tanh(a) * b + jnp.exp(-a)
+
+    def dense(params, x):
+        return jax.nn.relu(x @ params["kernel"] + params["bias"]) * params["scale"]
+
+    def ones(*shape: int) -> np.ndarray:
+        return np.ones(shape, np.float32)
+
+    programs = []
+    for i in range(count):
+        n, m = 4 + (i % 25) * 4, 3 + (i // 25) * 2
+        programs.append([
+            (matmul, (ones(n, m), ones(m, n))),
+            (batched, (ones(2, n, m), ones(2, m, n))),
+            (elementwise, (ones(n, m), ones(n, m))),
+            (dense, ({"kernel": ones(m, n), "bias": ones(n), "scale": ones()}, ones(4, m))),
+        ][i % 4])
+    return programs
+
+
+def many_first_calls(count: int, rounds: int) -> tuple[float, float]:
+    """Median over rounds of the total time of ``count`` first calls of small fresh functions.
+
+    Every function is new (no cache knows it): its first call traces, lowers, compiles and
+    runs. Each program runs under both in turn, whichever goes first alternating, so that
+    what the first warms (JAX's own jitted helpers, the machine) favours neither.
+    """
+    programs = small_programs(count)
+    totals: dict[str, list[float]] = {"jax": [], "engine": []}
+    for r in range(rounds):
+        spent = {"jax": 0.0, "engine": 0.0}
+        for i, (body, args) in enumerate(programs):
+            pair = [("jax", JAX_JIT), ("engine", engine_jit)]
+            for name, jit_fn in (pair if (i + r) % 2 else pair[::-1]):
+                f = jit_fn(_fresh(body))
+                start = time.perf_counter()
+                jax.block_until_ready(f(*args))
+                spent[name] += time.perf_counter() - start
+        for name in spent:
+            totals[name].append(spent[name])
+    return statistics.median(totals["jax"]), statistics.median(totals["engine"])
+
+
 def _fresh(fun: Callable) -> Callable:
     """A new function object with ``fun``'s behaviour (no cache knows it yet)."""
     def fresh(*args: Any) -> Any:
@@ -171,12 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("MLP training step, donating its parameters", t, m, None, "us"))
     t, m = first_calls(2 * rounds)
     rows.append(("first call (trace+lower+compile), MLP step", t, m, 1.05, "ms"))
+    t, m = many_first_calls(200, 1 if options.quick else 3)
+    rows.append(("first calls of 200 small fresh functions", t, m, 1.05, "s"))
 
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices, "
           f"{os.cpu_count()} cores, python {sys.version.split()[0]}\n")
     print(f"{'':46s} {'jax.jit':>10s} {'engine':>10s} {'ratio':>7s} {'goal':>6s}")
     for name, theirs, mine, goal, unit in rows:
-        k = 1e6 if unit == "us" else 1e3
+        k = {"us": 1e6, "ms": 1e3, "s": 1.0}[unit]
         ratio = mine / theirs
         if goal is None:   # an opt-in mode, shown for what it costs
             print(f"{name:46s} {theirs * k:8.2f}{unit} {mine * k:8.2f}{unit} {ratio:6.2f}x "

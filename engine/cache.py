@@ -60,6 +60,9 @@ class ExecutableCache:
         self._lock = threading.RLock()
         self._table: collections.OrderedDict[tuple, Entry] = collections.OrderedDict()
         self._pending: dict[tuple, _Pending] = {}
+        # Each function's keys, so that a function's entries are found without a scan of
+        # the table (a program of many small functions drops one with each that dies).
+        self._owned: dict[int, dict[tuple, None]] = collections.defaultdict(dict)
         self._capacity = max(1, int(capacity))
         self.evictions = 0
 
@@ -108,6 +111,7 @@ class ExecutableCache:
             with self._lock:
                 self._table[full] = entry
                 self._table.move_to_end(full)
+                self._owned[owner][full] = None
                 del self._pending[full]
                 evicted = self._evict_over_capacity()
             pending.entry = entry
@@ -118,31 +122,40 @@ class ExecutableCache:
     def _evict_over_capacity(self) -> list[Entry]:
         evicted = []
         while len(self._table) > self._capacity:
-            _, entry = self._table.popitem(last=False)
+            full, entry = self._table.popitem(last=False)
+            self._disown(full)
             evicted.append(entry)
         self.evictions += len(evicted)
         return evicted
 
+    def _disown(self, full: tuple) -> None:
+        keys = self._owned.get(full[0])
+        if keys is not None:
+            keys.pop(full, None)
+            if not keys:
+                del self._owned[full[0]]
+
     def drop_owner(self, owner: int) -> int:
         """Forget every executable of one function; how many went."""
         with self._lock:
-            gone = [k for k in self._table if k[0] == owner]
+            gone = self._owned.pop(owner, {})
             entries = [self._table.pop(k) for k in gone]
         _notify(entries)
         return len(entries)
 
     def count(self, owner: int) -> int:
         with self._lock:
-            return sum(1 for k in self._table if k[0] == owner)
+            return len(self._owned.get(owner, ()))
 
     def entries(self, owner: int) -> list[Entry]:
         with self._lock:
-            return [e for k, e in self._table.items() if k[0] == owner]
+            return [self._table[k] for k in self._owned.get(owner, ())]
 
     def clear(self) -> None:
         with self._lock:
             entries = list(self._table.values())
             self._table.clear()
+            self._owned.clear()
         _notify(entries)
 
 

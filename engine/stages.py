@@ -239,11 +239,44 @@ def executable_key(engine: "Engine", d: CallDecision) -> tuple:
         for s, a in zip(d.out_flat, d.out_avals))
     # The program itself stands for everything that shapes it (config, context mesh);
     # where it runs is the device assignment.
-    program = hashlib.sha1(internals.program_text(d.traced.jaxpr).encode()).hexdigest()
+    program = ProgramText(d.traced.jaxpr)
     return (arguments.treedef, arguments.key[1], avals, internals.program_context(), program,
             engine.options.key, d.kept, kept_classes, out_classes,
             tuple(dev.id for dev in d.assignment), _layout_key(d),
             tuple(sorted((d.compiler_options or {}).items())))
+
+
+class ProgramText:
+    """A traced program in the executable key: equal to another when their texts are equal.
+
+    The text is written only when a key is compared with one equal in every other part (a
+    placement-equal signature of the same function, or a recompile's reasons), never on
+    the first compile of a function, where printing a large program would cost its first
+    call time for nothing. Its hash is constant; the other parts of the key spread entries.
+    """
+
+    __slots__ = ("_jaxpr", "_digest")
+
+    def __init__(self, closed_jaxpr: Any) -> None:
+        self._jaxpr: Any = closed_jaxpr
+        self._digest: str | None = None
+
+    def digest(self) -> str:
+        if self._digest is None:
+            text = internals.program_text(self._jaxpr)
+            self._digest = hashlib.sha1(text.encode()).hexdigest()
+            self._jaxpr = None
+        return self._digest
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, ProgramText)
+                                 and self.digest() == other.digest())
+
+    def __repr__(self) -> str:
+        return f"ProgramText({self.digest()[:12]})"
 
 
 def _layout_key(d: CallDecision) -> Any:
