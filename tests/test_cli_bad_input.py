@@ -133,7 +133,7 @@ def test_the_installed_command_imports_no_test_tools():
 
 
 # The fuzz harness runs the command line in-process (cli.main(argv)): it tests the CLI.
-CLI_TESTERS = {"properties/fuzz.py"}
+CLI_TESTERS = {"properties/fuzz_cli.py"}
 
 
 def test_no_module_imports_the_command_line():
