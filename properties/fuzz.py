@@ -43,7 +43,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, settings, seed as fixed_seed
 from hypothesis import strategies as st
 
 import shardlaw.spec as S
@@ -158,8 +158,7 @@ def drive(strategy: st.SearchStrategy[Any], count: int, seed: int,
                 each(case)
                 done[0] += 1
 
-        draw._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
-        draw()
+        fixed_seed(seed)(draw)()   # Hypothesis' public @seed
 
     while done[0] < count and time.monotonic() < deadline:
         run(max(1, math.ceil((count - done[0]) / (batch * per_draw))), seed)
