@@ -144,24 +144,15 @@ class _Worker:
 WORKER = _Worker()
 
 
-def _field(observation: Any, name: str, default: Any = None) -> Any:
-    """A field of an observation, a dataclass in newer Hypothesis and a dict in older."""
-    if isinstance(observation, dict):
-        return observation.get(name, default)
-    return getattr(observation, name, default)
-
-
 def _observe(observation: Any) -> None:
     """Keep the last failing test case of the running item, as Hypothesis reports it."""
-    if _field(observation, "type") != "test_case" or _field(observation, "status") != "failed":
+    if observation.type != "test_case" or observation.status != "failed":
         return
-    metadata = _field(observation, "metadata") or {}
     WORKER.failure = {
-        "representation": _field(observation, "representation"),
-        "arguments": {name: repr(value) for name, value
-                      in (_field(observation, "arguments") or {}).items()},
-        "how_generated": _field(observation, "how_generated"),
-        "reproduction_decorator": _field(metadata, "reproduction_decorator"),
+        "representation": observation.representation,
+        "arguments": {name: repr(value) for name, value in observation.arguments.items()},
+        "how_generated": observation.how_generated,
+        "reproduction_decorator": observation.metadata.reproduction_decorator,
     }
 
 
