@@ -1,0 +1,1 @@
+"""Several processes: which devices and shards a process addresses (issue 24; being built)."""

@@ -1,0 +1,1 @@
+"""``shard_map`` equations inside a whole program: their SMAP rules and their bodies' collectives (issue 23; being built)."""
