@@ -127,9 +127,14 @@ class Value:
     varying: frozenset[str] = frozenset()
     sharding: Any = None
     committed: bool = False
+    abstract: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", check_dims(self.shape, what="a value's shape"))
+        _bool(self.abstract, "a value's abstract flag")
+        check_program(not (self.abstract and (self.committed or self.weak_type)),
+                      "an abstract value (a jax.ShapeDtypeStruct)",
+                      "neither committed nor weakly typed", self)
         check_program(type(self.dtype) is str and self.dtype in DTYPES, "a value's dtype",
                       f"one of {DTYPES}", self.dtype)
         _bool(self.weak_type, "a value's weak_type")
@@ -153,8 +158,9 @@ class Value:
         # An array that exists fits its sharding (CALL-0, as for a jit argument).
         self.as_arg()
         named = self.sharding if isinstance(self.sharding, NamedSharding) else None
-        if named is not None and named.is_concrete and self.mesh is None:
-            object.__setattr__(self, "mesh", named.mesh.abstract)
+        if named is not None and self.mesh is None:
+            object.__setattr__(self, "mesh", named.mesh.abstract if named.is_concrete
+                               else named.mesh)
 
     # Constructors named for what a user holds.
     @classmethod
@@ -177,6 +183,16 @@ class Value:
         return cls((), SCALAR_DTYPES[python_type], True)
 
     @classmethod
+    def shape_dtype(cls, shape: Any, dtype: str = "float32", sharding: Any = None) -> "Value":
+        """A ``jax.ShapeDtypeStruct``, with or without a sharding (over a concrete or an
+        abstract mesh): what ``.trace``/``.lower`` take; jit treats its sharding as committed.
+
+        >>> Value.shape_dtype((8, 8), sharding=NamedSharding(AbstractMesh((2, 4), ("x", "y")), P("x"))).mesh
+        AbstractMesh({'x': 2, 'y': 4})
+        """
+        return cls(shape, dtype, sharding=sharding, abstract=True)
+
+    @classmethod
     def typed(cls, shape: Any, dtype: str = "float32", mesh: AbstractMesh | None = None, *,
               weak_type: bool = False, varying: Any = frozenset()) -> "Value":
         """A traced value: its type only (a body's input, an equation's result)."""
@@ -185,12 +201,14 @@ class Value:
     @property
     def type(self) -> "Value":
         """The value's type alone, as a traced value has it (no sharding, not committed)."""
-        if self.sharding is None:
+        if self.sharding is None and not self.abstract:
             return self
         return Value(self.shape, self.dtype, self.weak_type, self.mesh, self.varying)
 
     def as_arg(self) -> Arg:
         """The jit argument this value is (:class:`~shardlaw.spec.jit.call.Arg`)."""
+        if self.abstract:
+            return Arg.abstract(self.shape, self.dtype, self.sharding)
         if self.sharding is not None:
             return Arg("committed" if self.committed else "uncommitted", self.shape,
                        self.dtype, self.sharding)
@@ -208,7 +226,9 @@ class Value:
             text += f" over {self.mesh!r}"
         if self.varying:
             text += f" varying {sorted(self.varying)}"
-        if self.sharding is not None:
+        if self.abstract:
+            text += " abstract" + ("" if self.sharding is None else f" on {self.sharding!r}")
+        elif self.sharding is not None:
             text += (" committed" if self.committed else " uncommitted") + \
                 f" on {self.sharding!r}"
         return f"<{text}>"
@@ -540,6 +560,9 @@ class Program:
     ``compiler_in`` — for the program asked about only — give, per output and per input,
     the HLO sharding the compiler chose where the spec leaves the choice to it (None: not
     known), as :class:`~shardlaw.spec.Call`'s ``compiler`` and ``compiler_in`` do.
+    ``devices`` — for the program asked about only — is how many devices the process
+    sees (``jax.device_count()``; 8 by default, as a :class:`~shardlaw.spec.Call`'s): the
+    shardings may name ids below it only.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
@@ -560,8 +583,11 @@ class Program:
     context_mesh: Mesh | AbstractMesh | None = None
     compiler: tuple[HloSharding | None, ...] | None = None
     compiler_in: tuple[HloSharding | None, ...] | None = None
+    devices: int = 8
 
     def __post_init__(self) -> None:
+        check_program(type(self.devices) is int and self.devices >= 1, "a program's devices",
+                      "a positive int (jax.device_count())", self.devices)
         inputs = _tuple(self.inputs, "a program's inputs", "Values")
         consts = _tuple(self.consts, "a program's consts", "Consts")
         equations = _tuple(self.equations, "a program's equations", "equations")

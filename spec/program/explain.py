@@ -63,7 +63,9 @@ class ProgramVerdict:
     type, over the mesh of the NamedSharding it comes back on (None where its sharding is
     not known); ``inside``, the (path, sharding) of every sharding inside
     the body that joined the device assignment (PROG-2); ``placed_by``, per output, the
-    path of the equation that placed it (PROG-4; None: the compiler). Refused: ``rule``,
+    path of the equation that placed it (PROG-4; None: the compiler); ``until``, the last
+    stage asked about (``"trace"``: what ``jax.jit(f).trace(*args)`` decides — no device
+    assignment, and ``out_shardings`` as the jit's options give them). Refused: ``rule``,
     ``error_type``, ``jax_error``, ``message``, ``path`` (an argument's, a result's, or an
     equation's: ``body[0].jit.body[1]``), ``stage`` and ``facts``. Both: ``trace``.
     """
@@ -82,6 +84,7 @@ class ProgramVerdict:
     transfers: tuple[str, ...] = ()
     inside: tuple[tuple[str, Any], ...] = ()
     placed_by: tuple[str | None, ...] = ()
+    until: str = "run"
     rule: str | None = None
     error_type: str | None = None
     jax_error: str | None = None
@@ -93,14 +96,17 @@ class ProgramVerdict:
     def __str__(self) -> str:
         if not self.accepted:
             return f"rejected by {self.rule} ({self.error_type}) at {self.stage}: {self.message}"
-        lines = [f"accepted on {self.num_devices} device(s)"
+        lines = ["traced (no device assignment before lowering)" if self.until == "trace"
+                 else f"accepted on {self.num_devices} device(s)"
                  + (f" {list(self.device_assignment)}" if self.device_assignment else "")]
         for path, s in zip(self.in_paths, self.in_shardings):
             lines.append(f"  in     {path}: {s!r}")
         for path, s in self.inside:
             lines.append(f"  inside {path}: {s!r}")
-        for path, s, c, by in zip(self.out_paths, self.out_shardings, self.out_committed,
-                                  self.placed_by):
+        count = len(self.out_paths)
+        for path, s, c, by in zip(self.out_paths, self.out_shardings,
+                                  self.out_committed or (True,) * count,
+                                  self.placed_by or (None,) * count):
             lines.append(f"  out    {path}: {s!r}" + ("" if c else " (uncommitted)")
                          + (f", placed by {by}" if by else ""))
         return "\n".join(lines)
@@ -140,6 +146,7 @@ def program_call(program: Program) -> Call:
     uses = live_parts(program).inputs
     return Call(args=tuple(v.as_arg() for v in program.inputs), outputs=outputs,
                 options=options, context_mesh=program.context_mesh, uses=uses,
+                devices=program.devices,
                 compiler=program.compiler, compiler_in=program.compiler_in)
 
 
@@ -206,8 +213,13 @@ def _live_constraints(program: Program, live: Any, prefix: str) -> list[tuple[st
 
 # --------------------------------------------------------------------------- the answer
 
-def explain_program(program: Program) -> ProgramVerdict:
-    """What ``jax.jit`` (jax 0.10.2) does with ``program``: a :class:`ProgramVerdict`.
+UNTIL = ("trace", "run")
+
+
+def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
+    """What ``jax.jit`` (jax 0.10.2) does with ``program``: a :class:`ProgramVerdict`;
+    with ``until="trace"``, what tracing it decides (``jax.jit(f).trace(*args)``), which
+    needs no devices: a program over abstract meshes, of any size, is answered so.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
@@ -223,6 +235,8 @@ def explain_program(program: Program) -> ProgramVerdict:
     """
     check_program(isinstance(program, Program), "the program asked about", "a Program",
                   program)
+    check_program(until in UNTIL, "the last stage asked about (until)", f"one of {UNTIL}",
+                  until)
     try:  # the description, read before any of jit's rules (CALL-0; outside the trace)
         call = program_call(program)
     except Rejection as error:
@@ -236,6 +250,8 @@ def explain_program(program: Program) -> ProgramVerdict:
             inside = inside_shardings(program)
             n = dataclasses.replace(call, inside=inside).normal
             traced = stage_trace(n, called)
+            if until == "trace":
+                return _traced(program, n, traced, inside, trace)
             lowered = stage_lower(n, called, traced)
             _lower_body(program)
             placed = placed_results(program, [
@@ -256,6 +272,18 @@ def explain_program(program: Program) -> ProgramVerdict:
         kept_inputs=lowered.kept, transfers=dispatched.transfers,
         inside=tuple((s.path, s.sharding) for s in inside),
         placed_by=tuple(by for _, by in placed))
+
+
+def _traced(program: Program, n: Any, traced: Any, inside: tuple,
+            trace: list[str]) -> ProgramVerdict:
+    """The answer of ``jax.jit(f).trace(*args)``: the results' types and the shardings the
+    jit's options give them; no device assignment yet."""
+    types = program.value_types
+    return ProgramVerdict(
+        True, tuple(dict.fromkeys(trace)), in_paths=n.in_paths,
+        in_shardings=tuple(v.sharding for v in program.inputs), out_paths=n.out_paths,
+        out_shardings=traced.out_shardings, out_types=tuple(types[k] for k in program.outputs),
+        inside=tuple((s.path, s.sharding) for s in inside), until="trace")
 
 
 def _choices(program: Program, placed: tuple) -> tuple | None:
