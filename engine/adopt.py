@@ -3,7 +3,10 @@
 ``shardlaw.engine.install()`` makes ``jax.jit`` the engine's ``jit`` (and lets
 ``jax.eval_shape`` ask engine functions as it asks JAX's) for every caller that looks it up
 from then on: the program's own code, ``from jax import jit`` in modules imported
-afterwards, and libraries that call ``jax.jit`` themselves. ``uninstall()`` puts JAX's back.
+afterwards, and libraries that call ``jax.jit`` themselves. The deprecated ``pjit`` goes
+the same way (``jax.experimental.pjit.pjit`` and ``jax._src.pjit.pjit``, which JAX's own
+multiprocess tests and a few libraries call): it becomes :func:`pjit`, the engine's jit
+with pjit's two differences. ``uninstall()`` puts JAX's back.
 ``with shardlaw.engine.install(): ...`` does both around a block. ``jax.jit =
 shardlaw.engine.jit`` by hand works too: the engine itself always uses JAX's own jit
 (:data:`shardlaw.engine.internals.JAX_JIT`), never the name ``jax.jit``.
@@ -14,20 +17,149 @@ the engine's after :func:`uninstall`.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import jax
+from jax.sharding import PartitionSpec
 
 from . import internals
 from .jit import JittedFunction, jit
+from .options import NOT_GIVEN
 
-__all__ = ["install", "uninstall", "installed"]
+__all__ = ["install", "uninstall", "installed", "pjit", "PjitFunction"]
 
 _lock = threading.Lock()
-# What each install() replaced (jax.jit, jax.eval_shape), innermost last: nested installs
-# undo in order.
-_replaced: list[tuple[Any, Any]] = []
+# What each install() replaced (jax.jit, jax.eval_shape, jax._src.pjit.pjit, and the entry
+# jax.experimental.pjit hands out for ``pjit``), innermost last: nested installs undo in order.
+_replaced: list[tuple[Any, Any, Any, Any]] = []
+
+
+class PjitFunction:
+    """What :func:`pjit` returns: the engine's jit, made anew for each ``with mesh:`` mesh.
+
+    pjit is jax.jit with two differences, both about the mesh of the enclosing legacy
+    ``with mesh:`` block, read at each call: a PartitionSpec in ``in_shardings`` or
+    ``out_shardings`` is over that mesh, and so is a None leaf, which means "replicated"
+    (under jit a None leaf leaves the choice to jit); the function is traced with that mesh
+    as the context mesh. Without such a block, or with ``device=``/``backend=``, pjit is jit.
+    So each mesh gets an engine jit of its own, with its None leaves written as ``P()``,
+    called with the mesh in context.
+    """
+
+    __slots__ = ("_fun", "_options", "_jits", "__dict__", "__weakref__")
+
+    def __init__(self, fun: Callable, options: dict[str, Any]) -> None:
+        self._fun, self._options, self._jits = fun, options, {}
+        functools.update_wrapper(self, fun)
+
+    def _for_mesh(self) -> tuple[Any, JittedFunction]:
+        mesh = internals.resource_env_mesh()
+        legacy = not (mesh.empty or self._options["device"] is not None
+                      or self._options["backend"] is not None)
+        key = mesh if legacy else None
+        jitted = self._jits.get(key)
+        if jitted is None:
+            options = dict(self._options)
+            if legacy:
+                for which in ("in_shardings", "out_shardings"):
+                    if options[which] is not NOT_GIVEN:
+                        options[which] = jax.tree.map(
+                            lambda leaf: PartitionSpec() if leaf is None else leaf,
+                            options[which], is_leaf=lambda leaf: leaf is None)
+            jitted = self._jits[key] = jit(self._fun, **options)
+        return (mesh if legacy else None), jitted
+
+    @contextlib.contextmanager
+    def _context(self):  # noqa: ANN202 - a context manager yielding the jitted function
+        mesh, jitted = self._for_mesh()
+        if mesh is None:
+            yield jitted
+            return
+        with internals.use_concrete_mesh(mesh), jax.sharding.use_abstract_mesh(
+                mesh.abstract_mesh):
+            yield jitted
+
+    @internals.api_boundary
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._context() as jitted:
+            return jitted(*args, **kwargs)
+
+    @internals.api_boundary
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        with self._context() as jitted:
+            return jitted.trace(*args, **kwargs)
+
+    @internals.api_boundary
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        with self._context() as jitted:
+            return jitted.lower(*args, **kwargs)
+
+    @internals.api_boundary
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        with self._context() as jitted:
+            return jitted.eval_shape(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # explain, cache_info, clear_cache, ...: those of the jit for the current mesh,
+        # called with that mesh in context.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        found = getattr(self._for_mesh()[1], name)
+        if not callable(found):
+            return found
+
+        @functools.wraps(found)
+        def in_context(*args: Any, **kwargs: Any) -> Any:
+            with self._context() as jitted:
+                return getattr(jitted, name)(*args, **kwargs)
+        return in_context
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        return self if instance is None else functools.partial(self, instance)
+
+    def __repr__(self) -> str:
+        return f"<shardlaw.engine.pjit of {internals.fun_name(self._fun)}>"
+
+
+def pjit(fun: Callable, in_shardings: Any = NOT_GIVEN, out_shardings: Any = NOT_GIVEN,
+         static_argnums: Any = None, static_argnames: Any = None, donate_argnums: Any = None,
+         donate_argnames: Any = None, keep_unused: bool = False, device: Any = None,
+         backend: str | None = None, inline: bool = False,
+         compiler_options: dict[str, Any] | None = None) -> PjitFunction:
+    """``pjit`` (deprecated in JAX, still called by its multiprocess tests) through the engine.
+
+    The same arguments as ``jax._src.pjit.pjit``; see :class:`PjitFunction` for what
+    differs from :func:`shardlaw.engine.jit`.
+    """
+    options = dict(in_shardings=in_shardings, out_shardings=out_shardings,
+                   static_argnums=static_argnums, static_argnames=static_argnames,
+                   donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+                   keep_unused=keep_unused, device=device, backend=backend, inline=inline,
+                   compiler_options=compiler_options)
+    # The options are checked once here, as pjit checks them (a bad one raises now).
+    jit(fun, **options)
+    return PjitFunction(fun, options)
+
+
+def _experimental_pjit_entry() -> Any:
+    """What ``jax.experimental.pjit`` hands out for the name ``pjit`` (message, function)."""
+    module = sys.modules.get("jax.experimental.pjit")
+    return None if module is None else module._deprecations.get("pjit")
+
+
+def _set_pjit(src_pjit: Any, experimental_entry: Any) -> None:
+    from jax._src import pjit as pjit_module
+
+    pjit_module.pjit = src_pjit
+    module = sys.modules.get("jax.experimental.pjit")
+    if module is not None and experimental_entry is not None:
+        module._deprecations["pjit"] = experimental_entry
+        # Its module __getattr__ caches each answer: forget them, so the new entry is read.
+        module.__getattr__.cache_clear()
 
 
 @internals.api_boundary
@@ -38,7 +170,7 @@ def eval_shape(fun: Any, *args: Any, **kwargs: Any) -> Any:
     trace (its result formats included); any other callable it jits anew. Under
     :func:`install` the engine's functions get the same treatment.
     """
-    if type(fun) is JittedFunction:
+    if type(fun) in (JittedFunction, PjitFunction):
         return fun.eval_shape(*args, **kwargs)
     return internals.JAX_EVAL_SHAPE(fun, *args, **kwargs)
 
@@ -47,14 +179,19 @@ class install:
     """Put the engine in place of ``jax.jit`` (undone by :func:`uninstall` or on leaving ``with``).
 
     ``jax.eval_shape`` is routed too, so that it asks an engine function for its result
-    types as it asks one of JAX's.
+    types as it asks one of JAX's, and so is ``pjit`` (:func:`pjit`).
     """
 
     def __init__(self) -> None:
+        import jax.experimental.pjit  # noqa: F401 - so that its entry is replaced too
+        from jax._src import pjit as pjit_module
+
         with _lock:
-            _replaced.append((jax.jit, jax.eval_shape))
+            entry = _experimental_pjit_entry()
+            _replaced.append((jax.jit, jax.eval_shape, pjit_module.pjit, entry))
             jax.jit = jit
             jax.eval_shape = eval_shape
+            _set_pjit(pjit, None if entry is None else (entry[0], pjit))
 
     def __enter__(self) -> "install":
         return self
@@ -69,8 +206,14 @@ class install:
 def uninstall() -> None:
     """Put back the ``jax.jit`` the last :func:`install` replaced (JAX's own if none is left)."""
     with _lock:
-        jax.jit, jax.eval_shape = (_replaced.pop() if _replaced
-                                   else (internals.JAX_JIT, internals.JAX_EVAL_SHAPE))
+        if _replaced:
+            jax.jit, jax.eval_shape, src_pjit, entry = _replaced.pop()
+        else:
+            jax.jit, jax.eval_shape, src_pjit = (internals.JAX_JIT, internals.JAX_EVAL_SHAPE,
+                                                 internals.JAX_PJIT)
+            entry = _experimental_pjit_entry()
+            entry = None if entry is None else (entry[0], internals.JAX_PJIT)
+        _set_pjit(src_pjit, entry)
 
 
 def installed() -> bool:

@@ -27,6 +27,7 @@ from jax._src import dispatch as _dispatch
 from jax._src import core as _core
 from jax._src import dtypes as _dtypes
 from jax._src import mesh as _mesh
+from jax._src import pjit as _pjit
 from jax._src import sharding_impls as _sharding_impls
 from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
@@ -40,6 +41,7 @@ __all__ = [
     "ArrayImpl", "Tracer", "api_boundary", "GSPMDSharding", "make_dispatcher", "ExecutableFacts",
     "executable_facts", "hoisted_constants", "argument_avals", "used_inputs", "trace_context", "context_meshes", "hlo_of",
     "device_list", "array_over", "fastpath_data", "reflatten_for_dispatch",
+    "JAX_PJIT", "resource_env_mesh", "use_concrete_mesh",
 ]
 
 # JAX's own jit and eval_shape, whatever the names ``jax.jit`` and ``jax.eval_shape`` are
@@ -227,6 +229,17 @@ def program_text(closed_jaxpr: Any) -> str:
 
 def default_device() -> Any:
     return _config.default_device.value
+
+
+# pjit (``jax._src.pjit.pjit``, which ``jax.experimental.pjit.pjit`` hands out), the mesh of
+# the legacy ``with mesh:`` block it reads, and the concrete-mesh context it traces under.
+JAX_PJIT = _pjit.pjit
+use_concrete_mesh = _sharding_impls._internal_use_concrete_mesh
+
+
+def resource_env_mesh() -> Any:
+    """The mesh of the innermost ``with mesh:`` block (an empty mesh outside any)."""
+    return _mesh.thread_resources.env.physical_mesh
 
 
 def context_meshes() -> tuple[Any, Any]:
