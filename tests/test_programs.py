@@ -268,11 +268,31 @@ def test_a_shard_map_over_the_devices_in_another_order_is_refused_when_lowering(
 
 def test_describe_program_refuses_what_it_does_not_describe_yet():
     argument = jax.device_put(np.ones((8,), np.float32), to_jax(SingleDeviceSharding(0)))
+    mesh = to_jax(Mesh.iota((8,), ("x",)))
+    placing = jax.jit(lambda a: jax.lax.cond(
+        a[0] > 0, lambda b: jax.lax.with_sharding_constraint(b, jax.NamedSharding(
+            mesh, jax.P("x"))), jnp.cos, a))
+    with pytest.raises(TypeError, match="cond equations whose bodies place values"):
+        describe_program(placing, argument)
+    with pytest.raises(TypeError, match="jax.Array, jax.ShapeDtypeStruct, numpy arrays"):
+        describe_program(lambda a: a, "eight")
+
+
+def test_describe_program_reads_bodies_that_place_nothing_and_abstract_arguments():
+    """A cond whose branches place nothing is one opaque equation; a ShapeDtypeStruct is an
+    abstract value; a literal operand of a described equation is a constant."""
+    mesh = to_jax(Mesh.iota((8,), ("x",)))
     branching = jax.jit(lambda a: jax.lax.cond(a[0] > 0, jnp.sin, jnp.cos, a))
-    with pytest.raises(TypeError, match="cond equations yet"):
-        describe_program(branching, argument)
-    with pytest.raises(TypeError, match="jax.Array, numpy arrays and Python scalars"):
-        describe_program(lambda a: a, jax.ShapeDtypeStruct((8,), jnp.float32))
+    abstract = jax.ShapeDtypeStruct((8,), jnp.float32)
+    program = describe_program(branching, abstract)
+    assert program.inputs == (Value.shape_dtype((8,)),)
+    assert [eq.primitive for eq in program.equations][-1] == "cond"
+    assert explain_program(program, until="trace").accepted
+    literal = describe_program(
+        lambda a: a * jax.lax.with_sharding_constraint(2.0, jax.NamedSharding(mesh, jax.P())),
+        abstract)
+    assert literal.consts[0].value == Value.scalar("float")
+    assert literal.equations[0].operands == (1,)  # the input is 0, the literal 1
 
 
 # --------------------------------------------------------------------------- PROG-0

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core.shardings import UNSPECIFIED
 from ..program.description import (
+    DESCRIBED_PRIMITIVES,
     Const, DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
 )
 from .convert import _layout_from_jax, from_jax
@@ -57,8 +58,13 @@ def _argument(value: Any) -> Value:
                             committed=bool(value._committed))
     if isinstance(value, (np.ndarray, np.generic)):
         return Value.numpy(tuple(np.shape(value)), str(value.dtype))
-    raise _Unreadable(f"describe_program reads jax.Array, numpy arrays and Python scalars as "
-                      f"arguments; got {type(value).__qualname__}: {value!r}")
+    if isinstance(value, jax.ShapeDtypeStruct):
+        sharding = getattr(value, "sharding", None)
+        return Value.shape_dtype(tuple(value.shape), str(value.dtype),
+                                 None if sharding is None else from_jax(sharding))
+    raise _Unreadable(f"describe_program reads jax.Array, jax.ShapeDtypeStruct, numpy arrays "
+                      f"and Python scalars as arguments; got {type(value).__qualname__}: "
+                      f"{value!r}")
 
 
 def _type(aval: Any, what: str) -> Value:
@@ -154,10 +160,29 @@ class _Numbers:
             if isinstance(v, core.Literal):
                 if opaque:
                     continue  # a literal operand of another primitive is not described
-                raise _Unreadable(f"describe_program does not describe a literal operand of "
-                                  f"{eqn.primitive.name}; got {v}")
+                numbers.append(self.of[id(v)])  # numbered as a constant (_literals)
+                continue
             numbers.append(self.of[v])
         return tuple(numbers)
+
+
+def _literals(jaxpr: Any, numbers: _Numbers) -> tuple[Const, ...]:
+    """The literal operands of the body's described equations (a constraint's, a
+    device_put's, a reshard's, a jit's or a shard_map's: ``reshard 1.0`` seeds a gradient),
+    each read as a closed-over numpy constant of its type, numbered after the constants."""
+    from jax._src import core
+
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name not in DESCRIBED_PRIMITIVES:
+            continue
+        for v in eqn.invars:
+            if isinstance(v, core.Literal) and id(v) not in numbers.of:
+                numbers.of[id(v)] = len(numbers.of)
+                aval = v.aval
+                found.append(Const(Value(tuple(aval.shape), str(aval.dtype),
+                                         bool(aval.weak_type) and aval.shape == ())))
+    return tuple(found)
 
 
 def _body(jaxpr: Any, consts: list, inputs: tuple[Value, ...], where: str,
@@ -167,6 +192,7 @@ def _body(jaxpr: Any, consts: list, inputs: tuple[Value, ...], where: str,
     for v in [*jaxpr.invars, *jaxpr.constvars]:
         numbers.define(v)
     constants = tuple(_const(c, v) for c, v in zip(consts, jaxpr.constvars))
+    constants += _literals(jaxpr, numbers)
     equations = []
     for k, eqn in enumerate(jaxpr.eqns):
         equations.append(_equation(eqn, numbers, f"{where}body[{k}]"))
@@ -233,11 +259,36 @@ def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
     if name == "reshard":
         return Reshard(numbers.operands(eqn, False), results,
                        sharding=_sharding(params["dst_sharding"], where))
-    if any(True for _ in core.jaxprs_in_params(params)):
-        raise _Unreadable(f"describe_program does not describe {name} equations yet (they hold "
-                          f"bodies of their own); {where} is one")
+    bodies = list(core.jaxprs_in_params(params))
+    if any(_places(body) for body in bodies):
+        raise _Unreadable(f"describe_program does not describe {name} equations whose bodies "
+                          f"place values (a constraint, a device_put, a jit, a shard_map, a "
+                          f"reshard inside) yet; {where} is one")
     return Opaque(numbers.operands(eqn, True), results, primitive=name,
-                  params=tuple((k, _param(params[k])) for k in sorted(params)))
+                  params=tuple((k, _param(params[k]) if not bodies else _body_param(params[k]))
+                               for k in sorted(params)))
+
+
+def _places(jaxpr: Any) -> bool:
+    """Whether a body holds, at any depth, an equation that places values."""
+    from jax._src import core
+
+    return any(eqn.primitive.name in DESCRIBED_PRIMITIVES
+               or any(_places(body) for body in core.jaxprs_in_params(eqn.params))
+               for eqn in jaxpr.eqns)
+
+
+def _body_param(value: Any) -> Any:
+    """A parameter of an equation with bodies that place nothing (``scatter-add``'s
+    update computation, ``cond``'s branches): a body is read as its equation count."""
+    from jax._src import core
+
+    if isinstance(value, (core.Jaxpr, core.ClosedJaxpr)):
+        jaxpr = value.jaxpr if isinstance(value, core.ClosedJaxpr) else value
+        return f"<body of {len(jaxpr.eqns)} equations>"
+    if type(value) in (tuple, list):
+        return tuple(_body_param(v) for v in value)
+    return _param(value)
 
 
 def _target(device: Any, where: str) -> Any:
@@ -285,4 +336,4 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
     _no_layouts(eqn.params, "the jit called")
     body = eqn.params["jaxpr"]
     return _body(body.jaxpr, list(body.consts), inputs, "",
-                 **_jit_options(eqn.params, "the jit called"))
+                 **_jit_options(eqn.params, "the jit called"), devices=jax.device_count())
