@@ -49,6 +49,8 @@ def _argument(value: Any) -> Value:
     jax = _jax()
     if type(value) in (bool, int, float, complex):
         return Value.scalar(type(value).__name__)
+    if isinstance(value, jax.Ref):
+        return _held_by_ref(value)
     if isinstance(value, jax.Array):
         layout = _layout_from_jax(getattr(getattr(value, "format", None), "layout", None))
         if layout is not None and not layout.is_default:
@@ -87,6 +89,11 @@ def _type(aval: Any, what: str) -> Value:
                        varying=aval.manual_axis_type.varying)
 
 
+def _held_by_ref(ref: Any) -> Value:
+    """The value a mutable ref holds: on its sharding, always committed (REF-1)."""
+    return Value.placed(tuple(ref.shape), from_jax(ref.sharding), str(ref.dtype))
+
+
 def _const(value: Any, var: Any) -> Const:
     """A closed-over constant (a mutable ref when its type is a ref)."""
     from jax._src import core
@@ -94,6 +101,8 @@ def _const(value: Any, var: Any) -> Const:
 
     ref = isinstance(var.aval, getattr(core, "AbstractRef", ()))
     jax = _jax()
+    if isinstance(value, jax.Ref):
+        return Const(_held_by_ref(value), True)
     if isinstance(value, jax.Array):
         placed = Value.placed(tuple(value.shape), from_jax(value.sharding), str(value.dtype),
                               committed=bool(value._committed))
@@ -186,12 +195,16 @@ def _literals(jaxpr: Any, numbers: _Numbers) -> tuple[Const, ...]:
 
 
 def _body(jaxpr: Any, consts: list, inputs: tuple[Value, ...], where: str,
-          **options: Any) -> Program:
-    """The Program for a jaxpr (open or closed) with these input values and jit options."""
+          lifted: tuple = (), **options: Any) -> Program:
+    """The Program for a jaxpr (open or closed) with these input values and jit options;
+    ``lifted``: the values of its last inputs, closed-over refs the trace passes to the jit
+    as operands, read as constants."""
     numbers = _Numbers()
     for v in [*jaxpr.invars, *jaxpr.constvars]:
         numbers.define(v)
-    constants = tuple(_const(c, v) for c, v in zip(consts, jaxpr.constvars))
+    refs = jaxpr.invars[len(jaxpr.invars) - len(lifted):]
+    constants = tuple(_const(c, v) for c, v in zip([*lifted, *consts],
+                                                   [*refs, *jaxpr.constvars]))
     constants += _literals(jaxpr, numbers)
     equations = []
     for k, eqn in enumerate(jaxpr.eqns):
@@ -310,11 +323,25 @@ def _is_one_jit(closed: Any) -> bool:
     """Whether the trace is one jit equation over the arguments, in order, returning its
     results: the function is that jit call."""
     jaxpr = closed.jaxpr
-    if len(jaxpr.eqns) != 1 or jaxpr.constvars or jaxpr.eqns[0].primitive.name not in (
-            "jit", "pjit"):
+    if len(jaxpr.eqns) != 1 or jaxpr.eqns[0].primitive.name not in ("jit", "pjit"):
         return False
     eqn = jaxpr.eqns[0]
-    return list(eqn.invars) == list(jaxpr.invars) and list(eqn.outvars) == list(jaxpr.outvars)
+    # closed-over refs the trace passes to the jit as its last operands (REF-1)
+    lifted = list(eqn.invars[len(jaxpr.invars):])
+    return (list(eqn.invars[:len(jaxpr.invars)]) == list(jaxpr.invars)
+            and len(lifted) == len(jaxpr.constvars) and set(lifted) == set(jaxpr.constvars)
+            and all(isinstance(c, _jax().Ref) for c in closed.consts)
+            and list(eqn.outvars) == list(jaxpr.outvars))
+
+
+def _hoisting() -> bool:
+    """Whether JAX hoists closed-over constants as arguments (CONST-1): the flag on now and
+    when JAX was imported (the lowering's default is read then)."""
+    from jax._src import config
+    from jax._src.interpreters import mlir
+
+    return bool(config.use_simplified_jaxpr_constants.value
+                and mlir.LoweringParameters().hoist_constants_as_args)
 
 
 def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
@@ -332,8 +359,19 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
     closed = jax.make_jaxpr(fun)(*args, **kwargs)
     if not _is_one_jit(closed):
         closed = jax.make_jaxpr(jax.jit(fun))(*args, **kwargs)
+    if _hoisting():
+        raise _Unreadable("describe_program reads programs whose closed-over constants JAX "
+                          "embeds (jax_use_simplified_jaxpr_constants off, the default); "
+                          "describe one that hoists them by hand (Program(..., "
+                          "hoist_constants=True))")
     eqn = closed.jaxpr.eqns[0]
     _no_layouts(eqn.params, "the jit called")
     body = eqn.params["jaxpr"]
-    return _body(body.jaxpr, list(body.consts), inputs, "",
-                 **_jit_options(eqn.params, "the jit called"), devices=jax.device_count())
+    outer = dict(zip(closed.jaxpr.constvars, closed.consts))
+    lifted = tuple(outer[v] for v in eqn.invars[len(inputs):])
+    options = _jit_options(eqn.params, "the jit called")
+    for name in ("in_shardings", "donated"):   # the lifted refs' are JAX's, not the user's
+        options[name] = options[name][:len(inputs)]
+    refs = tuple(isinstance(leaf, jax.Ref) for leaf in leaves)
+    return _body(body.jaxpr, list(body.consts), inputs, "", lifted, **options,
+                 devices=jax.device_count(), refs=refs)

@@ -1,1 +1,224 @@
-"""Closed-over constants and mutable refs of a whole program (issue 23; being built)."""
+"""Closed-over constants and mutable refs of a whole program (CONST-1, CONST-2, REF-1..3).
+
+What ``jax.jit`` (jax 0.10.2) does with the values a function closed over, and with the
+mutable refs (``jax.new_ref``) it takes or closes over, established on 8 CPU devices:
+
+* a closed-over constant is embedded in the compiled program, unless JAX hoists constants
+  as arguments — off by default; on when ``jax_use_simplified_jaxpr_constants`` is on as
+  JAX is imported (``Program.hoist_constants``) — and then only arrays of rank 1 or more
+  and more than 32 bytes that live equations use (CONST-1); a hoisted committed
+  ``jax.Array`` joins the device assignment after the arguments, anything else hoisted
+  enters with its sharding left open (CONST-2);
+* a mutable ref is always committed: passed as an argument it is an input where it is
+  passed, closed over it is an input after the arguments, when a live equation uses it
+  (REF-1); its new value comes back aliased to its buffer on its own sharding (REF-2), so
+  a ref cannot be donated as well (REF-3).
+
+A constant's path is ``constants[k]`` (``body[2].jit.constants[0]`` in a nested body); a
+ref argument's is its argument's, ``args[i]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Iterator
+
+from ..core.rules import Failure, reject, rule
+from ..core.shardings import UNSPECIFIED, NamedSharding, SingleDeviceSharding
+from ..core.values import Mesh, PartitionSpec
+from ..jit.assignment import Source
+from .description import Const, Opaque, Program, Value
+from .lowering import Live, equation_path, live_parts
+
+P = PartitionSpec  # the name the examples use
+
+__all__ = ["EMBEDDED_MAX_BYTES", "constant_bytes", "hoisted_constants", "constant_sharding",
+           "ref_inputs", "ref_updates", "check_refs_not_donated", "constant_sources",
+           "DonatedRef"]
+
+# jax_embedded_constants_max_bytes at its default: a constant this small or smaller stays
+# embedded in the program even when constants are hoisted.
+EMBEDDED_MAX_BYTES = 32
+
+
+def constant_bytes(value: Value) -> int:
+    """How many bytes a constant holds: its elements times its dtype's size.
+
+    >>> constant_bytes(Value.numpy((3, 3))), constant_bytes(Value.numpy((4,), "bool"))
+    (36, 4)
+    """
+    bits = re.search(r"\d+$", value.dtype)
+    size = int(bits.group()) // 8 if bits else 1   # bool: one byte
+    return math.prod(value.shape) * size
+
+
+def _path(prefix: str, k: int) -> str:
+    return f"{prefix}constants[{k}]"
+
+
+def _bodies(program: Program, live: Live, prefix: str
+            ) -> Iterator[tuple[Program, Live, str]]:
+    """The program and every live body nested in it, with its liveness and path prefix."""
+    yield program, live, prefix
+    for k, eq in enumerate(program.equations):
+        if live.equations[k] and eq.body is not None and k in live.bodies:
+            yield from _bodies(eq.body, live.bodies[k], f"{equation_path(prefix, k)}.{eq.kind}.")
+
+
+# --------------------------------------------------------------------------- CONST-1
+
+@rule("CONST-1", mirrors="jax._src.core.jaxpr_const_args, is_hoistable; "
+                         "pxla.lower_sharding_computation (hoist_constants_as_args)")
+def hoisted_constants(program: Program) -> tuple[tuple[str, Const], ...]:
+    """A closed-over constant becomes an argument of the compiled program only when JAX hoists constants (off by default in jax 0.10.2) and it is an array of rank 1 or more and of more than 32 bytes that a live equation uses; any other constant is embedded in the program and takes no part in its device assignment.
+
+    Bodies nested in live equations hoist theirs too; a closed-over ref is not a constant
+    (REF-1). Returns (path, constant) in order: the body's own, then its nested bodies'.
+
+    >>> mesh = Mesh((2, 4), ("x", "y"), range(7, -1, -1))
+    >>> c = Const(Value.placed((8, 8), NamedSharding(mesh, P())))
+    >>> uses_it = Program((Value.numpy((8, 8)),), outputs=(1,), consts=(c,))
+    >>> hoisted_constants(uses_it)
+    ()
+    >>> [path for path, _ in hoisted_constants(
+    ...     dataclasses.replace(uses_it, hoist_constants=True))]
+    ['constants[0]']
+    >>> tiny = Const(Value.numpy((2, 2)))    # 16 bytes: embedded all the same
+    >>> hoisted_constants(Program(outputs=(0,), consts=(tiny,), hoist_constants=True))
+    ()
+    """
+    if not program.hoist_constants:
+        return ()
+    found = []
+    for body, live, prefix in _bodies(program, live_parts(
+            program, everything=program.keep_unused), ""):
+        for k, (const, used) in enumerate(zip(body.consts, live.consts)):
+            value = const.value
+            if used and not const.ref and value.shape and \
+                    constant_bytes(value) > EMBEDDED_MAX_BYTES:
+                found.append((_path(prefix, k), const))
+    return tuple(found)
+
+
+# --------------------------------------------------------------------------- CONST-2
+
+@rule("CONST-2", mirrors="jax._src.pjit.const_args_shardings; "
+                         "pxla._get_and_check_device_assignment (CONST_SHARDING)")
+def constant_sharding(const: Const) -> Any:
+    """A hoisted constant that is a committed jax.Array enters the program on its own sharding, joining the device assignment after the arguments and committing the results; a numpy array's or an uncommitted array's sharding is left open, and a hoisted constant is never donated.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> constant_sharding(Const(Value.placed((8, 8), NamedSharding(mesh, P("y")))))
+    NamedSharding(Mesh({'x': 2, 'y': 4}), P('y'))
+    >>> constant_sharding(Const(Value.placed((8, 8), SingleDeviceSharding(0),
+    ...                                      committed=False)))
+    UNSPECIFIED
+    """
+    return const.value.sharding if const.value.committed else UNSPECIFIED
+
+
+# --------------------------------------------------------------------------- REF-1
+
+@rule("REF-1", mirrors="jax._src.interpreters.pxla._discharge_refs_jaxpr, "
+                       "_move_mutable_consts; pjit.finalize_arg_sharding")
+def ref_inputs(program: Program) -> tuple[tuple[str, Any], ...]:
+    """A mutable ref is a committed input of the program on its own sharding: one passed as an argument is an input where it is passed, kept or dropped as any argument is, and one the function closed over is an input right after the arguments when a live equation reads or writes it.
+
+    ``jax.new_ref`` commits what it is given (a numpy array, an uncommitted array: to the
+    default device). Returns the (path, sharding) of every ref that takes part, the
+    arguments first. Writing a ref is an effect: dead-code elimination keeps the write.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> ref = Value.placed((8, 8), NamedSharding(mesh, P("y")))
+    >>> read = Opaque((1,), (ref.type,), primitive="get")
+    >>> ref_inputs(Program((Value.numpy((8, 8)),), (read,), outputs=(2,),
+    ...                    consts=(Const(ref, ref=True),)))
+    (('constants[0]', NamedSharding(Mesh({'x': 2, 'y': 4}), P('y'))),)
+    >>> ref_inputs(Program((Value.numpy((8, 8)),), (read,), outputs=(0,),
+    ...                    consts=(Const(ref, ref=True),)))
+    ()
+    """
+    live = live_parts(program, everything=program.keep_unused)
+    kept = [program.keep_unused or used for used in live.inputs]
+    found = [(f"args[{i}]", value.sharding) for i, (value, ref, keep) in
+             enumerate(zip(program.inputs, program.refs, kept)) if ref and keep]
+    for body, body_live, prefix in _bodies(program, live, ""):
+        found += [(_path(prefix, k), const.value.sharding) for k, (const, used)
+                  in enumerate(zip(body.consts, body_live.consts)) if const.ref and used]
+    return tuple(found)
+
+
+# --------------------------------------------------------------------------- REF-2
+
+@rule("REF-2", mirrors="jax._src.interpreters.pxla._discharge_refs (MutationData, "
+                       "input_output_aliases)")
+def ref_updates(refs: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+    """Every ref that takes part gets its new value back as an extra result of the compiled program, aliased to the ref's own buffer and on the ref's sharding, so after the call the ref holds it on the sharding it had.
+
+    >>> ref_updates((("args[1]", SingleDeviceSharding(3)),))
+    (('args[1]', SingleDeviceSharding(Device(3))),)
+    """
+    return tuple((path, sharding) for path, sharding in refs)
+
+
+# --------------------------------------------------------------------------- REF-3
+
+@dataclasses.dataclass(frozen=True)
+class DonatedRef(Failure, rule="REF-3", error=RuntimeError, jax_error="JaxRuntimeError"):
+    template = ("{path} is a mutable ref, so its buffer is already aliased with its new "
+                "value and cannot be added as a buffer donor for any result as well")
+    hint = "Do not donate a ref: its updates are written back in place already."
+    path: str
+
+
+@rule("REF-3", mirrors="XLA's input/output alias check (a parameter aliased and donated), "
+                       "as jax 0.10.2 compiles a donated ref")
+def check_refs_not_donated(program: Program, refs: tuple[tuple[str, Any], ...]) -> None:
+    """A ref passed as an argument that takes part in the program cannot be donated: its buffer is already aliased with its new value (REF-2), so compiling refuses it as a donor.
+
+    A donated ref the program drops as unused is no donor at all.
+
+    >>> ref = Value.placed((8,), SingleDeviceSharding(0))
+    >>> program = Program((ref,), outputs=(0,), refs=(True,), donated=(True,))
+    >>> check_refs_not_donated(program, ref_inputs(program))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionRuntimeError: [REF-3] at args[0]: args[0] is a mutable ref, so its buffer is already aliased with its new value and cannot be added as a buffer donor for any result as well. Do not donate a ref: its updates are written back in place already.
+    """
+    taking_part = {path for path, _ in refs}
+    for i, donated in enumerate(program.donated):
+        path = f"args[{i}]"
+        if donated and program.refs[i] and path in taking_part:
+            raise reject(DonatedRef(path), path)
+
+
+# --------------------------------------------------------------------------- together
+
+def _closed_over(program: Program) -> tuple[bool, bool]:
+    """Whether the program, its nested bodies included, holds refs, and constants."""
+    refs, consts = any(program.refs), False
+    for c in program.consts:
+        refs, consts = refs or c.ref, consts or not c.ref
+    for eq in program.equations:
+        if eq.body is not None:
+            inner = _closed_over(eq.body)
+            refs, consts = refs or inner[0], consts or inner[1]
+    return refs, consts
+
+
+def constant_sources(program: Program) -> tuple[tuple[Source, ...], tuple, tuple]:
+    """What the closed-over values add to the device assignment, in JAX's order — closed
+    refs (REF-1), then hoisted committed constants (CONST-1, CONST-2) — with the hoisted
+    constants' (path, sharding) and the refs' updates (REF-2). The rules take part only in
+    a program that has refs, or constants that JAX hoists."""
+    has_refs, has_consts = _closed_over(program)
+    refs = ref_inputs(program) if has_refs else ()
+    sources = [Source(s, f"closed-over ref {path}", path) for path, s in refs
+               if not path.startswith("args[")]
+    hoisted = tuple((path, constant_sharding(const)) for path, const in (
+        hoisted_constants(program) if has_consts and program.hoist_constants else ()))
+    sources += [Source(s, f"closed-over constant {path}", path) for path, s in hoisted
+                if s is not UNSPECIFIED]
+    return tuple(sources), hoisted, ref_updates(refs) if refs else ()

@@ -246,6 +246,9 @@ class Const:
         check_program(isinstance(self.value, Value), "a constant's value", "a Value",
                       self.value)
         _bool(self.ref, "a constant's ref flag")
+        # jax.new_ref places its value and commits it, whatever it was given (REF-1)
+        check_program(not self.ref or self.value.committed, "a closed-over ref's value",
+                      "a committed array (a mutable ref is always committed)", self.value)
 
 
 # --------------------------------------------------------------------------- equations
@@ -562,7 +565,11 @@ class Program:
     known), as :class:`~shardlaw.spec.Call`'s ``compiler`` and ``compiler_in`` do.
     ``devices`` — for the program asked about only — is how many devices the process
     sees (``jax.device_count()``; 8 by default, as a :class:`~shardlaw.spec.Call`'s): the
-    shardings may name ids below it only.
+    shardings may name ids below it only. ``refs`` flags the inputs that are mutable refs
+    (``jax.Ref``; ``()``: none); a closed-over ref is a :class:`Const` with ``ref=True``.
+    ``hoist_constants`` says whether JAX hoists closed-over constants as arguments of the
+    compiled program: off in jax 0.10.2 unless ``jax_use_simplified_jaxpr_constants`` is on
+    when JAX is imported (``JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1``; CONST-1).
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
@@ -584,6 +591,8 @@ class Program:
     compiler: tuple[HloSharding | None, ...] | None = None
     compiler_in: tuple[HloSharding | None, ...] | None = None
     devices: int = 8
+    refs: tuple[bool, ...] = ()
+    hoist_constants: bool = False
 
     def __post_init__(self) -> None:
         check_program(type(self.devices) is int and self.devices >= 1, "a program's devices",
@@ -618,6 +627,7 @@ class Program:
             self.out_shardings, len(outputs), "out_shardings", "output"))
         object.__setattr__(self, "donated", _flag_tuple(self.donated, len(inputs), "donated"))
         _bool(self.keep_unused, "keep_unused")
+        _check_refs(self, inputs)
         check_program(self.context_mesh is None or type(self.context_mesh) in (
             Mesh, AbstractMesh), "the context mesh", "None, a Mesh or an AbstractMesh",
             self.context_mesh)
@@ -656,6 +666,18 @@ class Program:
             out.append(range(start, start + count))
             start += count
         return out
+
+
+def _check_refs(program: "Program", inputs: tuple[Value, ...]) -> None:
+    """``refs`` flags the inputs that are mutable refs (``jax.Ref``), one per input; the
+    program asked about receives each on a sharding, committed (REF-1).
+    ``hoist_constants`` is a bool."""
+    refs = _flag_tuple(program.refs, len(inputs), "refs")
+    object.__setattr__(program, "refs", refs)
+    for k, (value, ref) in enumerate(zip(inputs, refs)):
+        check_program(not ref or value.sharding is None or value.committed, f"inputs[{k}]",
+                      "a committed array (a mutable ref is always committed)", value)
+    _bool(program.hoist_constants, "hoist_constants")
 
 
 def _type_equation(eq: Equation, k: int, types: list[Value]) -> Equation:

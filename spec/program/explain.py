@@ -13,10 +13,13 @@ the program (:func:`program_call`), and walks the body where JAX does:
    ``out_shardings``;
 3. lowering (``stage_lower``): dead equations dropped, every sharding left inside the body
    joins the kept inputs' and the results' in one device assignment (PROG-2, DA-1, DA-2)
-   and the results' committedness (EXE-2); a GSPMDSharding constraint must lower (WSC-8);
-4. compiling (``stage_compile``): results a constraint or an inner jit placed come back so
-   placed on a one-mesh program (PROG-4), read back in the type of an argument's
-   sharding, else of the first sharding inside the body (PROG-3, OUT-1, OUT-2);
+   and the results' committedness (EXE-2) — closed-over refs (REF-1) and hoisted
+   committed constants (CONST-1, CONST-2) first; a GSPMDSharding constraint must lower
+   (WSC-8);
+4. compiling (``stage_compile``): a donated ref is refused (REF-3); results a constraint
+   or an inner jit placed come back so placed on a one-mesh program (PROG-4), read back
+   in the type of an argument's sharding, else of the first sharding inside the body
+   (PROG-3, OUT-1, OUT-2);
 5. handing the arguments over (``stage_dispatch``).
 
 A refusal is located at the equation: ``body[3]``, ``body[0].jit.body[1]``,
@@ -41,6 +44,7 @@ from ..transforms.arguments import place_on_devices
 from ..transforms.constraint import (
     check_constraint_axes, check_constraint_fits, check_constraint_lowers, unconstrained_dims,
 )
+from .constants import check_refs_not_donated, constant_sources
 from .description import (
     DevicePut, Jit, Program, ShardingConstraint, Value, check_program,
 )
@@ -63,7 +67,10 @@ class ProgramVerdict:
     type, over the mesh of the NamedSharding it comes back on (None where its sharding is
     not known); ``inside``, the (path, sharding) of every sharding inside
     the body that joined the device assignment (PROG-2); ``placed_by``, per output, the
-    path of the equation that placed it (PROG-4; None: the compiler); ``until``, the last
+    path of the equation that placed it (PROG-4; None: the compiler); ``constants``, the
+    (path, sharding) of each hoisted constant (CONST-1, CONST-2; UNSPECIFIED: left open);
+    ``ref_updates``, the (path, sharding) of each ref whose new value comes back aliased
+    to it (REF-1, REF-2); ``until``, the last
     stage asked about (``"trace"``: what ``jax.jit(f).trace(*args)`` decides — no device
     assignment, and ``out_shardings`` as the jit's options give them). Refused: ``rule``,
     ``error_type``, ``jax_error``, ``message``, ``path`` (an argument's, a result's, or an
@@ -84,6 +91,8 @@ class ProgramVerdict:
     transfers: tuple[str, ...] = ()
     inside: tuple[tuple[str, Any], ...] = ()
     placed_by: tuple[str | None, ...] = ()
+    constants: tuple[tuple[str, Any], ...] = ()
+    ref_updates: tuple[tuple[str, Any], ...] = ()
     until: str = "run"
     rule: str | None = None
     error_type: str | None = None
@@ -103,6 +112,10 @@ class ProgramVerdict:
             lines.append(f"  in     {path}: {s!r}")
         for path, s in self.inside:
             lines.append(f"  inside {path}: {s!r}")
+        for path, s in self.constants:
+            lines.append(f"  const  {path}: {s!r} (hoisted)")
+        for path, s in self.ref_updates:
+            lines.append(f"  ref    {path}: {s!r} (updated in place)")
         count = len(self.out_paths)
         for path, s, c, by in zip(self.out_paths, self.out_shardings,
                                   self.out_committed or (True,) * count,
@@ -248,15 +261,18 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
             called = stage_call(n)
             trace_body(program, program.context_mesh)
             inside = inside_shardings(program)
-            n = dataclasses.replace(call, inside=inside).normal
+            closed, hoisted, updates = constant_sources(program)
+            n = dataclasses.replace(call, inside=(*closed, *inside)).normal
             traced = stage_trace(n, called)
             if until == "trace":
                 return _traced(program, n, traced, inside, trace)
             lowered = stage_lower(n, called, traced)
             _lower_body(program)
+            if any(program.refs):
+                check_refs_not_donated(program, updates)
             placed = placed_results(program, [
                 *(lowered.resolved[i] for i in lowered.kept), *traced.out_shardings,
-                *(s.sharding for s in inside)])
+                *(s.sharding for s in (*closed, *inside))])
             n = dataclasses.replace(n.call, compiler=_choices(program, placed)).normal
             compiled = stage_compile(n, called, traced, lowered)
             dispatched = stage_dispatch(n, called, lowered, compiled)
@@ -271,7 +287,7 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
         device_assignment=DeviceIds(lowered.assignment), num_devices=lowered.count,
         kept_inputs=lowered.kept, transfers=dispatched.transfers,
         inside=tuple((s.path, s.sharding) for s in inside),
-        placed_by=tuple(by for _, by in placed))
+        placed_by=tuple(by for _, by in placed), constants=hoisted, ref_updates=updates)
 
 
 def _traced(program: Program, n: Any, traced: Any, inside: tuple,

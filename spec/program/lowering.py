@@ -29,6 +29,10 @@ __all__ = ["Live", "live_parts", "inside_shardings", "placed_results", "equation
 
 SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
+# The primitives that write a mutable ref: an effect, so dead-code elimination keeps them
+# whether their results are used or not.
+REF_WRITES = ("swap", "addupdate")
+
 
 def equation_path(prefix: str, index: int) -> str:
     """The path of equation ``index`` of the body at ``prefix``: ``body[3]``,
@@ -45,13 +49,15 @@ def _nested(path: str, eq: Any) -> str:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Live:
-    """Which parts of a body are left after dead-code elimination: per equation, per input
-    and per output; and the same for the body of each live jit or shard_map equation."""
+    """Which parts of a body are left after dead-code elimination: per equation, per input,
+    per output and per closed-over constant; and the same for the body of each live jit or
+    shard_map equation."""
 
     equations: tuple[bool, ...]
     inputs: tuple[bool, ...]
     outputs: tuple[bool, ...]
     bodies: dict[int, "Live"]
+    consts: tuple[bool, ...] = ()
 
 
 def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
@@ -59,14 +65,16 @@ def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
     """What dead-code elimination leaves of ``program``'s body when ``used_outputs`` of its
     results are used (None: all): an equation lives when one of its results is used; an
     inner jit or shard_map keeps the inputs and results of its body that are used, whatever
-    the inner jit's ``keep_unused`` says. ``everything``: nothing is dropped (the jit
+    the inner jit's ``keep_unused`` says; an equation that writes a mutable ref (``swap``,
+    ``addupdate``) always lives. ``everything``: nothing is dropped (the jit
     asked about keeps unused inputs, so JAX runs no elimination at all)."""
     outputs = tuple(used_outputs) if used_outputs is not None else (True,) * len(
         program.outputs)
     if everything:
         return Live((True,) * len(program.equations), (True,) * len(program.inputs), outputs,
                     {k: live_parts(eq.body, everything=True)
-                     for k, eq in enumerate(program.equations) if eq.body is not None})
+                     for k, eq in enumerate(program.equations) if eq.body is not None},
+                    (True,) * len(program.consts))
     used = [False] * len(program.value_types)
     for n, u in zip(program.outputs, outputs):
         used[n] = used[n] or u
@@ -76,7 +84,7 @@ def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
     for k in reversed(range(len(program.equations))):
         eq = program.equations[k]
         wanted = tuple(used[n] for n in numbers[k])
-        if not any(wanted):
+        if not any(wanted) and getattr(eq, "primitive", None) not in REF_WRITES:
             continue
         equations[k] = True
         if eq.body is None:
@@ -87,7 +95,9 @@ def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
         bodies[k] = inner
         for n, u in zip(eq.operands, inner.inputs):
             used[n] = used[n] or u
-    return Live(tuple(equations), tuple(used[:len(program.inputs)]), outputs, bodies)
+    inputs = len(program.inputs)
+    return Live(tuple(equations), tuple(used[:inputs]), outputs, bodies,
+                tuple(used[inputs:inputs + len(program.consts)]))
 
 
 # --------------------------------------------------------------------------- PROG-2

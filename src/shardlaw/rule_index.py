@@ -35,8 +35,9 @@ The stages, in pipeline order:
 ('trace', 'call', None, None)
 >>> family_of("SMAP-12").title
 'shard_map'
->>> sorted(LEFT_TO_JAX)
-['LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-2', 'PROG-3', 'PROG-4']
+>>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
+['CONST-1', 'CONST-2', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-2', 'PROG-3', 'PROG-4',
+ 'REF-1', 'REF-2', 'REF-3']
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ _ALL = [
     Family("SMAP", "Under transformations", "shard_map", None),
     # A whole program: a jit's body, equation by equation.
     Family("PROG", "Whole programs", "Whole programs: the equations inside a jit", "lower"),
+    Family("CONST", "Whole programs", "Closed-over constants: embedded or hoisted", "lower"),
+    Family("REF", "Whole programs", "Mutable refs: inputs, aliased updates, donation",
+           "lower"),
     # Whether it compiles again.
     Family("CACHE", "Caches", "When jit traces, lowers and compiles again; the cache policy",
            None),
@@ -133,6 +137,8 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     # A whole program: its description, its equations' types (while tracing), and its
     # results as compiled.
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
+    # Compiling: XLA refuses a donated ref (its buffer is aliased already).
+    "REF-3": "compile",
 }
 
 
@@ -190,6 +196,22 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "refuses a NamedSharding that does"),
     # The engine does not read a jit's body yet (issue 23): JAX's own tracing and lowering
     # type its equations, list the shardings inside it and recover results over them.
+    # The engine hands closed-over values and refs to JAX as they are (issue 23, seed rows).
+    "CONST-1": _left_to_jax(
+        "JAX's lowering embeds closed-over constants, or hoists them as arguments when "
+        "jax_use_simplified_jaxpr_constants is on; the engine traces through JAX's jit"),
+    "CONST-2": _left_to_jax(
+        "JAX's const_args_shardings gives a hoisted constant its sharding and DA-1 checks "
+        "it in lower_sharding_computation; the engine does not read closed-over values"),
+    "REF-1": _left_to_jax(
+        "JAX's _discharge_refs_jaxpr makes a closed-over ref an input after the arguments; "
+        "the engine checks the arguments it is given and JAX's refusal stands"),
+    "REF-2": _left_to_jax(
+        "JAX's _discharge_refs aliases each ref's new value to its buffer; the engine hands "
+        "refs to JAX unchanged"),
+    "REF-3": _left_to_jax(
+        "XLA refuses a parameter both aliased and donated when JAX compiles a donated ref; "
+        "the engine passes donation to JAX unchanged"),
     "PROG-1": _left_to_jax(
         "JAX's abstract evaluation types each equation of the body while jit traces it; the "
         "engine reads the types JAX gives"),
