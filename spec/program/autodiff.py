@@ -1,1 +1,791 @@
-"""``jax.jvp``, ``jax.linearize`` and ``jax.vjp``/``jax.grad`` of a whole program, as rewrites of its :class:`~shardlaw.spec.program.description.Program` (issue 23; being built)."""
+"""``jax.jvp``, ``jax.linearize`` and ``jax.vjp``/``jax.grad`` of a whole program, as rewrites of its :class:`~shardlaw.spec.program.description.Program` (issue 23).
+
+A :class:`~shardlaw.spec.program.description.Program` describes a jitted function called on
+its inputs (``jitted = jax.jit(f, ...)``). Each function here returns the Program that
+``jax.jit`` of the transformed call amounts to in jax 0.10.2, built by rewriting every
+equation of the body by the AD and WSC rules, never read from JAX's trace:
+
+* :func:`jvp_program` — ``jax.jit(lambda primals, tangents: jax.jvp(jitted, primals,
+  tangents))``: one ``jit`` equation, the JVP of ``jitted`` (AD-2), whose body holds each
+  equation followed by its tangent (a constraint's tangent constrained alike, a
+  device_put's put alike, an inner jit's JVP, recursively);
+* :func:`linearize_program` — the primal call (AD-3: primal outputs and the residuals it
+  stores) and the tangent call (AD-4), and the two applied one after the other, which is
+  ``jax.jit(lambda primals, tangents: jax.linearize(jitted, *primals)[1](*tangents))``;
+* :func:`vjp_program` — the primal call and the transposed call (AD-5): the tangent body
+  transposed equation by equation in reverse order (a constraint's cotangent constrained
+  alike, a device_put's cotangent put back with no target, an inner tangent jit
+  transposed recursively, fan-out summed with ``add_any``);
+* :func:`grad_program` — ``jax.jit(jax.grad(jitted, argnums, has_aux))``: the VJP seeded
+  with a one for the scalar first output; :func:`value_and_grad_program` returns the
+  loss too.
+
+Each returns a Program again, so transformations compose (``grad_program`` of a
+``jvp_program``). The primitives an :class:`Opaque` equation names are differentiated by a
+small table (:data:`LINEAR`, :data:`NONLINEAR`); any other primitive's linearization and
+transpose are opaque equations too (``linearized_<name>``, ``transposed_<name>``) whose
+types follow from the operands'. A ``shard_map`` and a ``reshard`` under transposition are
+not rewritten yet: they are refused (AD-0, TypeError) with the equation's path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from ..core.rules import Failure, reject
+from ..core.shardings import UNSPECIFIED, NamedSharding
+from ..core.values import PartitionSpec
+from ..transforms.autodiff import (
+    JitBody, JitEquation, jvp_equation, linearized_primal, linearized_tangent,
+    transposed_equation,
+)
+from .description import (
+    DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+    check_program,
+)
+from .lowering import equation_path
+
+__all__ = ["jvp_program", "linearize_program", "vjp_program", "grad_program",
+           "value_and_grad_program", "LinearizedProgram", "VjpProgram", "LINEAR",
+           "NONLINEAR", "differentiable"]
+
+# The primitives whose tangent is the same primitive applied to the operands' tangents.
+LINEAR = ("neg", "reduce_sum", "broadcast_in_dim", "reshape", "transpose", "copy",
+          "convert_element_type", "add", "add_any", "sub", "squeeze", "expand_dims")
+
+# The nonlinear primitives with a known derivative: name -> the primitive computing the
+# residual from the operand (the tangent is the operand's tangent times the residual).
+NONLINEAR = {"sin": "cos", "cos": None, "exp": None}
+
+FLOATS = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+
+
+def differentiable(value: Value) -> bool:
+    """Whether a value has a tangent that is not a symbolic zero (a float or complex)."""
+    return value.dtype in FLOATS
+
+
+# --------------------------------------------------------------------------- refusals
+
+@dataclasses.dataclass(frozen=True)
+class NotRewritten(Failure, rule="AD-0", error=TypeError):
+    template = "{what} at {path} is not rewritten by {transform} yet: {why}"
+    hint = "Ask explain_program about the untransformed program, or leave this equation out."
+    what: str
+    path: str
+    transform: str
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class NotScalar(Failure, rule="AD-0", error=TypeError,
+                jax_error="Gradient only defined for scalar-output functions."):
+    template = ("grad requires output {output} to be a real scalar; it is {value!r} "
+                "(Gradient only defined for scalar-output functions)")
+    output: int
+    value: Any
+
+
+# --------------------------------------------------------------------------- building bodies
+
+class _Body:
+    """A body under construction: its input types, its equations, the types by number."""
+
+    def __init__(self, inputs: tuple[Value, ...], consts: tuple = ()) -> None:
+        self.inputs = tuple(inputs)
+        self.consts = tuple(consts)
+        self.equations: list[Equation] = []
+        self.types: list[Value] = [v.type for v in inputs] + [c.value.type for c in consts]
+
+    def emit(self, eq: Equation) -> tuple[int, ...]:
+        """Append ``eq`` (its results typed by PROG-1 where left out); its result numbers."""
+        operands = tuple(self.types[n] for n in eq.operands)
+        if eq.results is None:
+            eq = dataclasses.replace(eq, results=eq.derived(operands))
+        start = len(self.types)
+        self.equations.append(eq)
+        self.types.extend(eq.results)
+        return tuple(range(start, len(self.types)))
+
+    def opaque(self, primitive: str, operands: tuple[int, ...], results: tuple[Value, ...],
+               params: tuple = ()) -> tuple[int, ...]:
+        return self.emit(Opaque(operands, tuple(r.type for r in results),
+                                primitive=primitive, params=params))
+
+    def add_all(self, numbers: list[int]) -> int:
+        """The sum of cotangents (``add_any``), one number when there is one."""
+        total = numbers[0]
+        for n in numbers[1:]:
+            (total,) = self.opaque("add_any", (total, n), (self.types[total],))
+        return total
+
+    def program(self, outputs: tuple[int, ...], **options: Any) -> Program:
+        return Program(self.inputs, tuple(self.equations), tuple(outputs), self.consts,
+                       **options)
+
+
+def _inline(into: _Body, program: Program, operands: tuple[int, ...]) -> tuple[int, ...]:
+    """Emit ``program``'s equations into ``into`` with its inputs bound to ``operands``;
+    the numbers its outputs get."""
+    check_program(not program.consts, "a body inlined by a transformation",
+                  "a body without closed-over constants", program.consts)
+    number = list(operands)
+    for eq in program.equations:
+        moved = dataclasses.replace(eq, operands=tuple(number[n] for n in eq.operands))
+        number.extend(into.emit(moved))
+    return tuple(number[n] for n in program.outputs)
+
+
+def _options(program: Program) -> dict:
+    """A body's jit options, to stage it again."""
+    return dict(in_shardings=program.in_shardings, out_shardings=program.out_shardings,
+                donated=program.donated, keep_unused=program.keep_unused,
+                context_mesh=program.context_mesh)
+
+
+def _traced(program: Program) -> Program:
+    """``program`` as the body of a jit equation: its inputs' types only."""
+    return dataclasses.replace(program, inputs=tuple(v.type for v in program.inputs),
+                               compiler=None, compiler_in=None)
+
+
+# --------------------------------------------------------------------------- body facts
+
+def dependencies(program: Program) -> tuple[frozenset[int], ...]:
+    """Per output: the inputs it is computed from (an inner jit's outputs by its own body's
+    dependencies, any other equation's from all its operands)."""
+    deps: list[frozenset[int]] = [frozenset({i}) for i in range(len(program.inputs))]
+    deps += [frozenset()] * len(program.consts)
+    for eq in program.equations:
+        if isinstance(eq, Jit):
+            inner = dependencies(eq.body)
+            deps += [frozenset().union(*(deps[eq.operands[i]] for i in d)) for d in inner]
+        else:
+            union = frozenset().union(*(deps[n] for n in eq.operands))
+            deps += [union] * len(eq.results)
+    return tuple(deps[n] for n in program.outputs)
+
+
+def _jit_facts(body: Program, residuals: int, stored: int) -> tuple[JitEquation, JitBody]:
+    """The AD rules' description of a jit equation over ``body``."""
+    count = len(body.inputs)
+    forwarded = tuple(n if n < count else None for n in body.outputs)
+    return (JitEquation(body.in_shardings, body.out_shardings, body.donated),
+            JitBody(count, dependencies(body), forwarded, residuals, stored))
+
+
+# --------------------------------------------------------------------------- tangents
+
+class _Direct:
+    """Where a JVP puts tangents: into the same body as the primals."""
+
+    def __init__(self, body: _Body) -> None:
+        self.primal = body
+
+    def residual(self, number: int) -> int:
+        return number
+
+    def emit(self, eq: Equation, refs: tuple) -> tuple:
+        return self.primal.emit(dataclasses.replace(eq, operands=tuple(refs), results=(
+            eq.results if isinstance(eq, Opaque) else None)))
+
+
+class _Tape:
+    """Where a linearization puts tangents: a separate tangent body, recorded with
+    symbolic operands (``("r", k)`` residual k, ``("t", j)`` tangent input j, ``("v", m)``
+    result m of a recorded equation) and built once the residuals are known."""
+
+    def __init__(self, primal: _Body) -> None:
+        self.primal = primal
+        self.residuals: list[int] = []
+        self.inputs: list[Value] = []
+        self.ops: list[tuple[Equation, tuple]] = []
+        self.count = 0
+
+    def tangent_input(self, value: Value) -> tuple:
+        self.inputs.append(value)
+        return ("t", len(self.inputs) - 1)
+
+    def residual(self, number: int) -> tuple:
+        if number not in self.residuals:
+            self.residuals.append(number)
+        return ("r", self.residuals.index(number))
+
+    def emit(self, eq: Equation, refs: tuple) -> tuple:
+        self.ops.append((eq, tuple(refs)))
+        if isinstance(eq, Jit):
+            count = len(eq.body.outputs)
+        else:
+            count = len(eq.results) if eq.results is not None else len(
+                getattr(eq, "targets", None) or (None,))
+        start, self.count = self.count, self.count + count
+        return tuple(("v", m) for m in range(start, self.count))
+
+    def tangent(self, outputs: list, **options: Any) -> Program:
+        """The tangent body: the residuals' types, then the tangent inputs."""
+        residual_types = tuple(self.primal.types[n] for n in self.residuals)
+        body = _Body(residual_types + tuple(v.type for v in self.inputs))
+        base = {"r": 0, "t": len(residual_types)}
+        made: list[int] = []
+
+        def number(ref: tuple) -> int:
+            return made[ref[1]] if ref[0] == "v" else base[ref[0]] + ref[1]
+
+        for eq, refs in self.ops:
+            made.extend(body.emit(dataclasses.replace(
+                eq, operands=tuple(number(r) for r in refs),
+                results=eq.results if isinstance(eq, (Opaque, Jit)) else None)))
+        return body.program(tuple(number(r) for r in outputs), **options)
+
+
+def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list,
+                path: str, transform: str) -> list:
+    """Record the tangent of one equation whose primal is emitted; per result, its
+    tangent (None: a symbolic zero)."""
+    if all(t is None for t in moving):
+        return [None] * len(eq.results)
+    if isinstance(eq, (ShardingConstraint, Reshard)):
+        return list(tape.emit(dataclasses.replace(eq, results=None), (moving[0],)))
+    if isinstance(eq, DevicePut):
+        keep = [k for k, t in enumerate(moving) if t is not None]
+        out = tape.emit(DevicePut(tuple(range(len(keep))), targets=tuple(
+            eq.targets[k] for k in keep)), tuple(moving[k] for k in keep))
+        placed = dict(zip(keep, out))
+        return [placed.get(k) for k in range(len(eq.results))]
+    if isinstance(eq, Opaque):
+        return _opaque_tangent(eq, tape, operands, moving)
+    raise reject(NotRewritten(f"a {eq.kind} equation", path, transform,
+                              "its tangent rule is not described"))
+
+
+def _opaque(name: str, results: tuple[Value, ...], params: tuple = (), count: int = 0
+            ) -> Opaque:
+    return Opaque(tuple(range(count)), tuple(r.type for r in results), primitive=name,
+                  params=params)
+
+
+def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list) -> list:
+    """The tangent of a primitive: linear ones applied to the tangents (a zero tangent of
+    an operand of ``add``/``sub`` dropped), ``sin`` times its ``cos``, others opaque."""
+    name, results = eq.primitive, eq.results
+    if name in ("add", "add_any", "sub") and None in moving:
+        (k,) = [k for k, t in enumerate(moving) if t is not None]
+        if name == "sub" and k == 1:
+            return list(tape.emit(_opaque("neg", results, count=1), (moving[1],)))
+        return [moving[k]]
+    if name in LINEAR:
+        return list(tape.emit(_opaque(name, results, eq.params, len(moving)), tuple(moving)))
+    if NONLINEAR.get(name) is not None:
+        (cos,) = tape.primal.opaque(NONLINEAR[name], operands, results, eq.params)
+        return list(tape.emit(_opaque("mul", results, count=2),
+                              (moving[0], tape.residual(cos))))
+    given = tuple(t for t in moving if t is not None)
+    residuals = tuple(tape.residual(n) for n in operands)
+    return list(tape.emit(_opaque(f"linearized_{name}", results,
+                                  eq.params, len(residuals) + len(given)),
+                          residuals + given))
+
+
+# --------------------------------------------------------------------------- JVP
+
+def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str
+              ) -> tuple[Program, tuple[bool, ...]]:
+    """The JVP of a body: its inputs, then the nonzero tangents; its outputs, then their
+    nonzero tangents. Each equation is followed by its tangent."""
+    tangent_types = tuple(v.type for v, nz in zip(program.inputs, nonzero) if nz)
+    body = _Body(tuple(v.type for v in program.inputs) + tangent_types, program.consts)
+    ins, moving = len(program.inputs), len(tangent_types)
+    # Inputs first, then the tangents, then the constants (which have no tangent).
+    number = list(range(ins)) + [ins + moving + c for c in range(len(program.consts))]
+    given = iter(range(ins, ins + moving))
+    tangents: list = [next(given) if nz else None for nz in nonzero]
+    tangents += [None] * len(program.consts)
+    tape = _Direct(body)
+    for k, eq in enumerate(program.equations):
+        path = equation_path(prefix, k)
+        operands = tuple(number[n] for n in eq.operands)
+        in_tangents = [tangents[n] for n in eq.operands]
+        if isinstance(eq, Jit):
+            outs, touts = _jvp_jit(eq, body, operands, in_tangents, path)
+        elif isinstance(eq, ShardMap):
+            raise reject(NotRewritten("a shard_map equation", path, "jvp",
+                                      "shard_map's JVP is not described"))
+        else:
+            outs = body.emit(dataclasses.replace(eq, operands=operands))
+            touts = _tangent_eq(eq, tape, operands, in_tangents, path, "jvp")
+        number.extend(outs)
+        tangents.extend(touts)
+    out_tangents = [tangents[n] for n in program.outputs]
+    flags = tuple(t is not None for t in out_tangents)
+    outputs = tuple(number[n] for n in program.outputs) + \
+        tuple(t for t in out_tangents if t is not None)
+    return body.program(outputs), flags
+
+
+def _jvp_jit(eq: Jit, body: _Body, operands: tuple[int, ...], moving: list, path: str
+             ) -> tuple[tuple[int, ...], list]:
+    """An inner jit's JVP (AD-2): one jit equation over the primals and nonzero tangents."""
+    inner = eq.body
+    nonzero = tuple(t is not None for t in moving)
+    if not any(nonzero):
+        return body.emit(dataclasses.replace(eq, operands=operands)), [None] * len(eq.body.outputs)
+    jvp_body, flags = _jvp_body(inner, nonzero, f"{path}.jit.")
+    equation, facts = _jit_facts(inner, 0, 0)
+    staged = jvp_equation(equation, facts, nonzero)
+    options = dict(_options(inner), in_shardings=staged.in_shardings,
+                   out_shardings=staged.out_shardings, donated=staged.donated_invars)
+    jvp_body = dataclasses.replace(jvp_body, **options)
+    given = tuple(t for t in moving if t is not None)
+    outs = body.emit(Jit(operands + given, body=jvp_body, name=eq.name))
+    primal, tangent = outs[:len(eq.body.outputs)], iter(outs[len(eq.body.outputs):])
+    return primal, [next(tangent) if f else None for f in flags]
+
+
+# --------------------------------------------------------------------------- linearization
+
+@dataclasses.dataclass(frozen=True)
+class _Linearized:
+    """A body linearized: ``primal`` returns its outputs then every residual; ``tangent``
+    takes the residuals then the nonzero input tangents and returns the nonzero output
+    tangents (``flags``)."""
+
+    primal: Program
+    tangent: Program
+    flags: tuple[bool, ...]
+    residuals: int
+
+
+def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
+                    transform: str) -> _Linearized:
+    """Each equation's primal into the primal body and its tangent onto the tape."""
+    primal = _Body(tuple(v.type for v in program.inputs), program.consts)
+    tape = _Tape(primal)
+    tangents: list = [tape.tangent_input(v.type) if nz else None
+                      for v, nz in zip(program.inputs, nonzero)]
+    tangents += [None] * len(program.consts)
+    number = list(range(len(primal.types)))
+    for k, eq in enumerate(program.equations):
+        path = equation_path(prefix, k)
+        operands = tuple(number[n] for n in eq.operands)
+        in_tangents = [tangents[n] for n in eq.operands]
+        if isinstance(eq, Jit):
+            outs, touts = _linearize_jit(eq, tape, operands, in_tangents, path, transform)
+        elif isinstance(eq, ShardMap):
+            raise reject(NotRewritten("a shard_map equation", path, transform,
+                                      "shard_map's linearization is not described"))
+        else:
+            outs = primal.emit(dataclasses.replace(eq, operands=operands))
+            touts = _tangent_eq(eq, tape, operands, in_tangents, path, transform)
+        number.extend(outs)
+        tangents.extend(touts)
+    out_tangents = [tangents[n] for n in program.outputs]
+    flags = tuple(t is not None for t in out_tangents)
+    tangent = tape.tangent([t for t in out_tangents if t is not None])
+    outputs = tuple(number[n] for n in program.outputs) + tuple(tape.residuals)
+    return _Linearized(primal.program(outputs), tangent, flags, len(tape.residuals))
+
+
+def _forwarding(lin: _Linearized, body: Program) -> tuple[list, list]:
+    """Which outputs of the linearized primal the jit still returns (JAX forwards an
+    output that is an input and has no out_sharding, a residual that is an input, and a
+    residual that is a primal output): per primal output and per residual, ``("in", i)``,
+    ``("out", j)`` or ``("kept", None)``."""
+    count, outs = len(body.inputs), len(body.outputs)
+    numbers = lin.primal.outputs
+    primal = [("in", n) if n < count and s is UNSPECIFIED else ("kept", None)
+              for n, s in zip(numbers[:outs], body.out_shardings)]
+    kept_outputs = {n: j for j, (n, f) in enumerate(zip(numbers[:outs], primal))
+                    if f[0] == "kept"}
+    residuals = []
+    for n in numbers[outs:]:
+        if n < count:
+            residuals.append(("in", n))
+        elif n in kept_outputs:
+            residuals.append(("out", kept_outputs[n]))
+        else:
+            residuals.append(("kept", None))
+    return primal, residuals
+
+
+def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list,
+                   path: str, transform: str) -> tuple[tuple[int, ...], list]:
+    """An inner jit linearized: the primal jit (AD-3) into the primal body, the tangent
+    jit (AD-4) onto the tape."""
+    inner = eq.body
+    nonzero = tuple(t is not None for t in moving)
+    if not any(nonzero):
+        outs = tape.primal.emit(dataclasses.replace(eq, operands=operands))
+        return outs, [None] * len(eq.body.outputs)
+    lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
+    primal_fwd, residual_fwd = _forwarding(lin, inner)
+    stored = sum(1 for f in residual_fwd if f[0] == "kept")
+    equation, facts = _jit_facts(inner, lin.residuals, stored)
+    staged = linearized_primal(equation, facts, nonzero)
+    returned = tuple(n for n, f in zip(lin.primal.outputs, primal_fwd + residual_fwd)
+                     if f[0] == "kept")
+    body = dataclasses.replace(lin.primal, outputs=returned, **dict(
+        _options(inner), out_shardings=staged.out_shardings))
+    results = iter(tape.primal.emit(Jit(operands, body=body, name=eq.name)))
+    kept = [next(results) if f[0] == "kept" else None for f in primal_fwd]
+    primal = [operands[f[1]] if f[0] == "in" else n for f, n in zip(primal_fwd, kept)]
+    residual_numbers = [operands[f[1]] if f[0] == "in" else primal[f[1]] if f[0] == "out"
+                        else next(results) for f in residual_fwd]
+    tangent_eq = linearized_tangent(equation, facts, nonzero)
+    if tangent_eq is None:
+        return tuple(primal), [None] * len(eq.body.outputs)
+    check_program(tangent_eq.in_shardings[lin.residuals:] == tuple(
+        s for s, nz in zip(inner.in_shardings, nonzero) if nz),
+        f"the tangent inputs of the linearized jit at {path}",
+        "every nonzero tangent (an input no output depends on is not rewritten yet)",
+        nonzero)
+    tangent_body = dataclasses.replace(lin.tangent, in_shardings=tangent_eq.in_shardings,
+                                       out_shardings=tangent_eq.out_shardings,
+                                       donated=tangent_eq.donated_invars,
+                                       keep_unused=inner.keep_unused,
+                                       context_mesh=inner.context_mesh)
+    refs = tuple(tape.residual(n) for n in residual_numbers) + tuple(
+        t for t in moving if t is not None)
+    touts = iter(tape.emit(Jit(tuple(range(len(refs))), body=tangent_body, name=eq.name),
+                           refs))
+    return tuple(primal), [next(touts) if f else None for f in lin.flags]
+
+
+# --------------------------------------------------------------------------- transposition
+
+def _linear_values(program: Program, linear: tuple[bool, ...]) -> list[bool]:
+    """Per value: whether it is computed from a linear input."""
+    flags = list(linear) + [False] * len(program.consts)
+    for eq in program.equations:
+        flags += [any(flags[n] for n in eq.operands)] * len(eq.results)
+    return flags
+
+
+def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple[bool, ...],
+                    prefix: str) -> tuple[Program, tuple[bool, ...]]:
+    """A linear body transposed: it takes its nonlinear inputs (the residuals), then a
+    cotangent per output with ``given`` set, and returns the cotangent of each linear input
+    one reaches (the flags). Nonlinear equations run first, then the linear ones in
+    reverse order; cotangents that meet are summed (``add_any``)."""
+    flags = _linear_values(program, linear)
+    nonlinear = [i for i, lin in enumerate(linear) if not lin]
+    cotangent_types = tuple(program.value_types[n].type
+                            for n, g in zip(program.outputs, given) if g)
+    body = _Body(tuple(program.inputs[i].type for i in nonlinear) + cotangent_types,
+                 program.consts)
+    number: dict[int, int] = {i: k for k, i in enumerate(nonlinear)}
+    cts: dict[int, list[int]] = {}
+    seeds = iter(range(len(nonlinear), len(nonlinear) + len(cotangent_types)))
+    for n, g in zip(program.outputs, given):
+        if g:
+            cts.setdefault(n, []).append(next(seeds))
+    numbers = program.result_numbers()
+    for eq, made in zip(program.equations, numbers):
+        if not flags[made[0]] if made else True:
+            outs = body.emit(dataclasses.replace(eq, operands=tuple(number[n]
+                                                                    for n in eq.operands)))
+            number.update(zip(made, outs))
+    for k in reversed(range(len(program.equations))):
+        eq, made = program.equations[k], numbers[k]
+        received = [cts.get(n) for n in made]
+        if not made or not flags[made[0]] or not any(received):
+            continue
+        path = equation_path(prefix, k)
+        incoming = [body.add_all(r) if r else None for r in received]
+        for operand, ct in _transpose_eq(eq, body, incoming, flags, number, path,
+                                         program.value_types):
+            cts.setdefault(operand, []).append(ct)
+    outputs, reached = [], []
+    for i, lin in enumerate(linear):
+        if lin:
+            reached.append(bool(cts.get(i)))
+            if cts.get(i):
+                outputs.append(body.add_all(cts[i]))
+    return body.program(tuple(outputs)), tuple(reached)
+
+
+def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
+                  number: dict[int, int], path: str, types: tuple[Value, ...]
+                  ) -> list[tuple[int, int]]:
+    """One linear equation transposed: (operand, cotangent) for each linear operand."""
+    linear_ops = [(k, n) for k, n in enumerate(eq.operands) if flags[n]]
+    if isinstance(eq, ShardingConstraint):
+        (ct,) = body.emit(dataclasses.replace(eq, operands=(incoming[0],), results=None))
+        return [(eq.operands[0], ct)]
+    if isinstance(eq, DevicePut):
+        out = []
+        for k, n in linear_ops:
+            if incoming[k] is not None:
+                (ct,) = body.emit(DevicePut((incoming[k],), targets=(None,)))
+                out.append((n, ct))
+        return out
+    if isinstance(eq, Opaque):
+        return _transpose_opaque(eq, body, incoming, linear_ops, number, types)
+    if isinstance(eq, Jit):
+        return _transpose_jit(eq, body, incoming, flags, number, path)
+    raise reject(NotRewritten(f"a {eq.kind} equation", path, "transpose",
+                              "its transpose rule is not described"))
+
+
+def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
+                      number: dict[int, int], types: tuple[Value, ...]
+                      ) -> list[tuple[int, int]]:
+    """A linear primitive transposed: ``neg`` to ``neg``, ``reduce_sum`` and
+    ``broadcast_in_dim`` to each other, sums to each operand, ``mul`` by a residual to
+    ``mul``; any other primitive to ``transposed_<name>``. Each cotangent has its
+    operand's type."""
+    name, ct = eq.primitive, incoming[0]
+    out = []
+    for k, n in linear_ops:
+        result = (types[n].type,)
+        others = tuple(number[m] for j, m in enumerate(eq.operands) if j != k and m in number)
+        if name in ("add", "add_any"):
+            out.append((n, ct))
+        elif name == "sub":
+            out.append((n, ct if k == 0 else body.opaque("neg", (ct,), result)[0]))
+        elif name in ("neg", "mul"):
+            out.append((n, body.opaque(name, (ct,) + others, result, eq.params)[0]))
+        elif name in ("reduce_sum", "broadcast_in_dim"):
+            swapped = "broadcast_in_dim" if name == "reduce_sum" else "reduce_sum"
+            out.append((n, body.opaque(swapped, (ct,), result)[0]))
+        else:
+            out.append((n, body.opaque(f"transposed_{name}", (ct,) + others, result,
+                                       eq.params)[0]))
+    return out
+
+
+def _transpose_jit(eq: Jit, body: _Body, incoming: list, flags: list[bool],
+                   number: dict[int, int], path: str) -> list[tuple[int, int]]:
+    """A linear inner jit transposed (AD-5): its nonlinear operands (residuals,
+    UNSPECIFIED) and the cotangents it receives in, each reached linear operand's
+    cotangent out with its in_sharding; nothing donated."""
+    inner = eq.body
+    linear = tuple(flags[n] for n in eq.operands)
+    given = tuple(ct is not None for ct in incoming)
+    transposed, reached = _transpose_body(inner, linear, given, f"{path}.jit.")
+    lin_in = [i for i, lin in enumerate(linear) if lin]
+    equation = JitEquation(tuple(inner.in_shardings[i] for i in lin_in), inner.out_shardings)
+    deps = tuple(frozenset(lin_in.index(i) for i in d if linear[i])
+                 for d in dependencies(inner))
+    facts = JitBody(len(lin_in), deps, None, len(linear) - len(lin_in), 0)
+    staged = transposed_equation(equation, facts, (True,) * len(lin_in), given)
+    if staged is None:
+        return []
+    check_program(len(staged.out_shardings) == sum(reached),
+                  f"the cotangents the transposed jit at {path} returns",
+                  f"one per linear input reached ({sum(reached)})", staged.out_shardings)
+    transposed = dataclasses.replace(
+        transposed, in_shardings=staged.in_shardings, out_shardings=staged.out_shardings,
+        donated=staged.donated_invars, keep_unused=inner.keep_unused,
+        context_mesh=inner.context_mesh)
+    operands = tuple(number[n] for n, lin in zip(eq.operands, linear) if not lin) + \
+        tuple(ct for ct in incoming if ct is not None)
+    outs = iter(body.emit(Jit(operands, body=transposed, name=eq.name)))
+    return [(eq.operands[i], next(outs)) for i, r in zip(lin_in, reached) if r]
+
+
+# --------------------------------------------------------------------------- the programs
+
+@dataclasses.dataclass(frozen=True)
+class LinearizedProgram:
+    """``jax.linearize`` of a program: ``primal`` returns the outputs, then the residuals;
+    ``tangent`` takes the residuals, then the tangents, and returns the nonzero output
+    tangents (``nonzero``); ``applied`` is the two in one program, taking the inputs and
+    the tangents."""
+
+    primal: Program
+    tangent: Program
+    applied: Program
+    nonzero: tuple[bool, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class VjpProgram:
+    """``jax.vjp`` of a program: ``primal`` returns the outputs, then the residuals;
+    ``backward`` takes the residuals, then a cotangent per nonzero output, and returns the
+    cotangent of each input it reaches (``reached``); ``applied`` is the two in one
+    program, taking the inputs and the cotangents and returning every input's cotangent
+    (a zero where none reaches it)."""
+
+    primal: Program
+    backward: Program
+    applied: Program
+    reached: tuple[bool, ...]
+
+
+def _called(program: Program) -> tuple[_Body, Jit]:
+    """The top-level body calling the jitted function once, and that call's equation."""
+    check_program(isinstance(program, Program), "the program transformed", "a Program",
+                  program)
+    top = _Body(program.inputs)
+    return top, Jit(tuple(range(len(program.inputs))), body=_traced(program), name="jitted")
+
+
+def _extra_inputs(values: Any, like: tuple[Value, ...], what: str) -> tuple[Value, ...]:
+    """The tangents or cotangents passed in: numpy arrays of the primals' types unless
+    given."""
+    if values is None:
+        return tuple(Value.numpy(v.shape, v.dtype) for v in like)
+    values = tuple(values)
+    check_program(len(values) == len(like) and all(
+        isinstance(v, Value) and (v.shape, v.dtype) == (w.shape, w.dtype)
+        for v, w in zip(values, like)), what, f"{len(like)} Values of the types "
+        f"{[(w.dtype, w.shape) for w in like]}", values)
+    return values
+
+
+def _zeros(body: _Body, value: Value) -> int:
+    """A zero cotangent or tangent, made where it is needed."""
+    return body.opaque("broadcast_in_dim", (), (value.type,))[0]
+
+
+def jvp_program(program: Program, tangents: Any = None) -> Program:
+    """The program ``jax.jit(lambda p, t: jax.jvp(jitted, p, t))`` amounts to: one jit
+    equation, ``jitted``'s JVP (AD-2), over the inputs and their tangents (``tangents``:
+    Values, one per differentiable input; numpy arrays when None); its outputs, then their
+    tangents (a zero where an output's tangent is a symbolic zero)."""
+    top, call = _called(program)
+    nonzero = tuple(differentiable(v) for v in program.inputs)
+    given = _extra_inputs(tangents, tuple(v for v, nz in zip(program.inputs, nonzero)
+                                          if nz), "the tangents")
+    body = _Body(program.inputs + given)
+    del top
+    moving = iter(range(len(program.inputs), len(program.inputs) + len(given)))
+    outs, touts = _jvp_jit(call, body, call.operands,
+                           [next(moving) if nz else None for nz in nonzero], "")
+    types = [call.body.value_types[n] for n in call.body.outputs]
+    touts = [t if t is not None else _zeros(body, v) for t, v in zip(touts, types)]
+    return body.program(tuple(outs) + tuple(touts))
+
+
+def _linearized_call(program: Program, nonzero: tuple[bool, ...], transform: str
+                     ) -> tuple[_Tape, tuple[int, ...], list]:
+    top, call = _called(program)
+    tape = _Tape(top)
+    moving = [tape.tangent_input(v.type) if nz else None
+              for v, nz in zip(program.inputs, nonzero)]
+    outs, touts = _linearize_jit(call, tape, call.operands, moving, "", transform)
+    return tape, outs, touts
+
+
+def linearize_program(program: Program, tangents: Any = None) -> LinearizedProgram:
+    """``jax.linearize`` of the jitted program: the primal jit (AD-3) and the tangent jit
+    (AD-4) built by linearizing every equation of its body, recursively."""
+    nonzero = tuple(differentiable(v) for v in program.inputs)
+    tape, outs, touts = _linearized_call(program, nonzero, "linearize")
+    flags = tuple(t is not None for t in touts)
+    primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
+    tangent = tape.tangent([t for t in touts if t is not None])
+    given = _extra_inputs(tangents, tuple(v for v, nz in zip(program.inputs, nonzero)
+                                          if nz), "the tangents")
+    residuals = tuple(tape.primal.types[n] for n in tape.residuals)
+    tangent = dataclasses.replace(tangent, inputs=residuals + given)
+    applied = _Body(program.inputs + given)
+    ran = _inline(applied, _traced(primal), tuple(range(len(program.inputs))))
+    start = len(program.inputs)
+    tout = _inline(applied, _traced(tangent), ran[len(outs):] + tuple(
+        range(start, start + len(given))))
+    return LinearizedProgram(primal, tangent, applied.program(tout), flags)
+
+
+def _backward(tape: _Tape, touts: list, given: tuple[bool, ...]
+              ) -> tuple[Program, tuple[bool, ...]]:
+    """The tangent call transposed: the residuals, then the cotangents ``given``."""
+    tangent = tape.tangent([t for t in touts if t is not None])
+    linear = (False,) * len(tape.residuals) + (True,) * len(tape.inputs)
+    return _transpose_body(tangent, linear, given, "")
+
+
+def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
+    """``jax.vjp`` of the jitted program: the primal jit (AD-3) and the transposed tangent
+    jit (AD-5), every equation of the body transposed in reverse order, recursively; a
+    cotangent per output whose tangent is not a symbolic zero (``cotangents``: Values,
+    numpy arrays when None)."""
+    nonzero = tuple(differentiable(v) for v in program.inputs)
+    tape, outs, touts = _linearized_call(program, nonzero, "vjp")
+    flags = tuple(t is not None for t in touts)
+    out_types = tuple(tape.primal.types[n] for n, f in zip(outs, flags) if f)
+    given = _extra_inputs(cotangents, out_types, "the cotangents")
+    backward, reached = _backward(tape, touts, (True,) * len(out_types))
+    residuals = tuple(tape.primal.types[n] for n in tape.residuals)
+    backward = dataclasses.replace(backward, inputs=residuals + given)
+    primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
+    applied = _Body(program.inputs + given)
+    ran = _inline(applied, _traced(primal), tuple(range(len(program.inputs))))
+    start = len(program.inputs)
+    cts = _inline(applied, _traced(backward), ran[len(outs):] + tuple(
+        range(start, start + len(given))))
+    outputs = _every_input(applied, program, nonzero, reached, cts)
+    return VjpProgram(primal, backward, applied.program(outputs), reached)
+
+
+def _every_input(body: _Body, program: Program, nonzero: tuple[bool, ...],
+                 reached: tuple[bool, ...], cts: tuple[int, ...]) -> tuple[int, ...]:
+    """A cotangent per input: the one computed, else a zero."""
+    found = iter(cts)
+    marks = iter(reached)
+    out = []
+    for v, nz in zip(program.inputs, nonzero):
+        out.append(next(found) if nz and next(marks) else _zeros(body, v))
+    return tuple(out)
+
+
+def _check_scalar(program: Program) -> None:
+    """grad's function returns a real scalar first."""
+    value = program.value_types[program.outputs[0]] if program.outputs else None
+    if value is None or value.shape != () or value.dtype not in FLOATS[:4]:
+        raise reject(NotScalar(0, value))
+
+
+def _argnums(argnums: Any, count: int) -> tuple[int, ...]:
+    numbers = (argnums,) if type(argnums) is int else tuple(argnums)
+    check_program(numbers and all(type(i) is int and 0 <= i < count for i in numbers),
+                  "argnums", f"input positions from 0 to {count - 1}", argnums)
+    return numbers
+
+
+def _seed(body: _Body, loss: Value) -> tuple[int]:
+    """grad's one for the loss: a constant, resharded to the loss's mesh when its type has
+    one (JAX reshards the literal ``1.0`` to the loss's type)."""
+    (one,) = body.opaque("broadcast_in_dim", (), (Value.typed((), loss.dtype),))
+    if loss.mesh is None:
+        return (one,)
+    return body.emit(Reshard((one,), sharding=NamedSharding(loss.mesh, PartitionSpec())))
+
+
+def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = False
+                           ) -> Program:
+    """``jax.jit(jax.value_and_grad(jitted, argnums, has_aux))``: the first output (and the
+    others, with ``has_aux``), then the gradient of each input in ``argnums``; the
+    backward pass seeded with a one for the first output, the other outputs' cotangents
+    zero."""
+    numbers = _argnums(argnums, len(program.inputs))
+    check_program(has_aux or len(program.outputs) == 1, "the outputs of grad's function",
+                  "one scalar (or has_aux=True)", program.outputs)
+    _check_scalar(program)
+    nonzero = tuple(i in numbers and differentiable(v) for i, v in enumerate(program.inputs))
+    tape, outs, touts = _linearized_call(program, nonzero, "grad")
+    flags = tuple(t is not None for t in touts)
+    given = tuple(f and j == 0 for j, f in enumerate(flags))
+    backward, reached = _backward(tape, touts, tuple(g for g, f in zip(given, flags) if f))
+    residuals = tuple(tape.primal.types[n] for n in tape.residuals)
+    primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
+    top = _Body(program.inputs)
+    ran = _inline(top, _traced(primal), tuple(range(len(program.inputs))))
+    seed = _seed(top, tape.primal.types[outs[0]]) if given[0] else ()
+    cts = _inline(top, _traced(dataclasses.replace(backward, inputs=residuals + tuple(
+        top.types[n] for n in seed))), ran[len(outs):] + tuple(seed)) if given[0] else ()
+    every = _every_input(top, program, nonzero, reached if given[0] else (False,) * sum(
+        nonzero), cts)
+    grads = tuple(every[i] for i in numbers)
+    return top.program(ran[:len(outs)] + grads)
+
+
+def grad_program(program: Program, argnums: Any = 0, has_aux: bool = False) -> Program:
+    """``jax.jit(jax.grad(jitted, argnums, has_aux))``: the gradient of each input in
+    ``argnums`` (then the auxiliary outputs, with ``has_aux``)."""
+    full = value_and_grad_program(program, argnums, has_aux)
+    values = len(program.outputs) if has_aux else 1
+    grads = full.outputs[values:]
+    aux = full.outputs[1:values]
+    return dataclasses.replace(full, outputs=grads + aux, out_shardings=())

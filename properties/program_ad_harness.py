@@ -1,0 +1,290 @@
+"""Whole programs under ``jax.grad``, ``jax.jvp``, ``jax.linearize`` and ``jax.vjp`` against real JAX.
+
+An :class:`AdCase` is a drawn program recipe (:mod:`shardlaw.properties.program_harness`:
+inner jits, constraints, device_puts, ``neg`` and ``sin``) and a transformation:
+
+* ``grad`` — ``jax.jit(jax.grad(jitted_loss, argnums=all))``, the loss the sum of every
+  output's ``jnp.sum``;
+* ``jvp`` — ``jax.jit(lambda p, t: jax.jvp(jitted, p, t))``;
+* ``linearize`` — ``jax.jit(lambda p, t: jax.linearize(jitted, *p)[1](*t))``;
+* ``vjp`` — ``jax.jit(lambda p, c: jax.vjp(jitted, *p)[1](c))``;
+* ``jvp_of_grad`` — ``jax.jit(lambda p, t: jax.jvp(jax.jit(jax.grad(jitted_loss)), p,
+  t))``: two transformations stacked.
+
+The spec's side is the rewrite of the recipe's Program (:mod:`shardlaw.spec.program.autodiff`),
+never read from JAX's trace; :func:`compare_ad` asks
+:func:`~shardlaw.spec.explain_program` about it and holds it to JAX: the same refusal
+(stage and class), or the same results' shardings, committedness, types and device
+assignment; and the rewritten equations against JAX's transformed function read back by
+:func:`~shardlaw.spec.bridge.program.describe_program` (where the bridge reads it; else by
+walking JAX's jaxpr), compared as their placing equations in order: every jit's in and out
+shardings and donation, every constraint's and device_put's shardings (opaque equations,
+whose names and parameters JAX chooses, are left out). Rules seen are recorded under
+:data:`SOURCE`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+from hypothesis import strategies as st
+
+from shardlaw.properties import hits
+from shardlaw.properties.program_harness import (
+    _compare_results, _jax_class_agrees, _record, _type_of, _watch_compiler, _with_choices,
+    Case, JaxOutcome, arguments_of, function_of, program_cases, program_of, top_options,
+)
+from shardlaw.spec import Rejection, explain_program, from_jax
+from shardlaw.spec.program.autodiff import (
+    grad_program, jvp_program, linearize_program, vjp_program,
+)
+from shardlaw.spec.program.description import (
+    DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, Value,
+)
+
+__all__ = ["AdCase", "ad_cases", "compare_ad", "rewrite", "run_transformed", "signature",
+           "TRANSFORMS", "SOURCE", "ad_hit_counts"]
+
+SOURCE = "programs-ad"
+TRANSFORMS = ("grad", "jvp", "linearize", "vjp", "jvp_of_grad")
+
+
+def ad_hit_counts() -> dict[str, tuple[int, int]]:
+    """rule ID -> (accepting side, refusing side) over the transformed programs compared."""
+    return hits.counts(SOURCE)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdCase:
+    """A drawn program and the transformation applied to it."""
+
+    case: Case
+    transform: str
+
+
+@st.composite
+def ad_cases(draw: Any) -> AdCase:
+    return AdCase(draw(program_cases()), draw(st.sampled_from(TRANSFORMS)))
+
+
+# --------------------------------------------------------------------------- the spec's side
+
+def loss_program(case: Case) -> Program:
+    """The recipe's Program summed to a scalar: each output's ``reduce_sum``, added."""
+    program = program_of(case)
+    types = list(program.value_types)
+    equations = list(program.equations)
+
+    def emit(primitive: str, operands: tuple[int, ...], params: tuple = ()) -> int:
+        scalar = Value.typed((), "float32", types[operands[0]].mesh)
+        equations.append(Opaque(operands, (scalar,), primitive=primitive, params=params))
+        types.append(scalar)
+        return len(types) - 1
+
+    total = emit("reduce_sum", (program.outputs[0],))
+    for n in program.outputs[1:]:
+        total = emit("add", (total, emit("reduce_sum", (n,))))
+    return Program(program.inputs, tuple(equations), (total,), keep_unused=case.keep_unused)
+
+
+def rewrite(ad: AdCase) -> Program:
+    """The spec's Program for the transformed call (tangents and cotangents: numpy)."""
+    if ad.transform == "grad":
+        program = loss_program(ad.case)
+        return grad_program(program, tuple(range(len(program.inputs))))
+    program = program_of(ad.case)
+    if ad.transform == "jvp":
+        return jvp_program(program)
+    if ad.transform == "linearize":
+        return linearize_program(program).applied
+    if ad.transform == "vjp":
+        return vjp_program(program).applied
+    loss = loss_program(ad.case)
+    return jvp_program(grad_program(loss, tuple(range(len(loss.inputs)))))
+
+
+# --------------------------------------------------------------------------- JAX's side
+
+def _loss_function(case: Case) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    f = function_of(case)
+
+    def loss(*args: Any) -> Any:
+        outs = f(*args)
+        total = jnp.sum(outs[0])
+        for o in outs[1:]:
+            total = total + jnp.sum(o)
+        return total
+    options = {"keep_unused": True} if case.keep_unused else {}
+    return jax.jit(loss, **options)
+
+
+def transformed(ad: AdCase) -> tuple[Any, tuple]:
+    """The real transformed function (jitted) and its arguments."""
+    import jax
+    import numpy as np
+
+    args = arguments_of(ad.case)
+    n = len(args)
+    ones = tuple(np.ones(a.shape, np.float32) for a in args)
+    argnums = tuple(range(n))
+    if ad.transform in ("grad", "jvp_of_grad"):
+        grad = jax.jit(jax.grad(_loss_function(ad.case), argnums=argnums))
+        if ad.transform == "grad":
+            return grad, args
+        return jax.jit(lambda *pt: jax.jvp(grad, pt[:n], pt[n:])), args + ones
+    jitted = jax.jit(function_of(ad.case), **top_options(ad.case))
+    if ad.transform == "jvp":
+        return jax.jit(lambda *pt: jax.jvp(jitted, pt[:n], pt[n:])), args + ones
+    if ad.transform == "linearize":
+        return jax.jit(lambda *pt: jax.linearize(jitted, *pt[:n])[1](*pt[n:])), args + ones
+    count = len(ad.case.body.outputs)
+    shapes = [ad.case.inputs[0].shape] * count  # every recipe value has the inputs' shape
+    cts = tuple(np.ones(s, np.float32) for s in shapes)
+    return jax.jit(lambda *pc: jax.vjp(jitted, *pc[:n])[1](tuple(pc[n:]))), args + cts
+
+
+def run_transformed(ad: AdCase) -> JaxOutcome:
+    """Trace, lower, compile and run the transformed function; its description."""
+    import jax
+    from shardlaw.spec.bridge.program import describe_program
+
+    outcome = JaxOutcome()
+    hits.record_jax_calls(1)
+    if hits.jax_calls() % 200 == 0:
+        jax.clear_caches()
+    fn, args = transformed(ad)
+    steps = [("trace", lambda: fn.trace(*args)), ("lower", lambda: fn.trace(*args).lower()),
+             ("compile", lambda: fn.trace(*args).lower().compile()), ("call", lambda: fn(*args))]
+    results = None
+    with warnings.catch_warnings(), _watch_compiler(outcome):
+        warnings.simplefilter("ignore")
+        for stage, run in steps:
+            try:
+                results = run()
+            except Exception as error:  # noqa: BLE001 - recorded and compared
+                outcome.stage, outcome.error = stage, error
+                return outcome
+            if stage == "trace":
+                outcome.described = _described(describe_program, fn, args)
+    results = jax.tree_util.tree_leaves(results)
+    outcome.out_shardings = [from_jax(r.sharding) for r in results]
+    outcome.out_committed = [bool(r._committed) for r in results]
+    outcome.out_types = [_type_of(r) for r in results]
+    if results:
+        outcome.device_assignment = tuple(d.id for d in results[0].sharding._device_assignment)
+    return outcome
+
+
+def _described(describe_program: Any, fn: Any, args: tuple) -> Any:
+    """describe_program of the transformed function, or its placing equations read from
+    the jaxpr where the bridge does not read it (grad's seed: a reshard of a literal)."""
+    try:
+        return describe_program(fn, *args)
+    except TypeError:
+        import jax
+        return _jaxpr_signature(jax.make_jaxpr(fn)(*args).jaxpr.eqns[0].params["jaxpr"].jaxpr)
+
+
+# --------------------------------------------------------------------------- signatures
+
+def signature(program: Program) -> tuple:
+    """The placing equations of a program in order, bodies included: each jit's in and
+    out shardings and donation, each constraint's sharding, each device_put's targets,
+    each reshard's sharding."""
+    out: list = []
+    for eq in program.equations:
+        if isinstance(eq, Jit):
+            body = eq.body
+            out.append(("jit", body.in_shardings, body.out_shardings, body.donated,
+                        signature(body)))
+        elif isinstance(eq, ShardingConstraint):
+            out.append(("sharding_constraint", eq.sharding))
+        elif isinstance(eq, DevicePut):
+            out.append(("device_put", eq.targets))
+        elif isinstance(eq, Reshard):
+            out.append(("reshard", eq.sharding))
+    return tuple(out)
+
+
+def _jax_sharding(s: Any) -> Any:
+    from jax._src.named_sharding import UnspecifiedValue
+    from shardlaw.spec import UNSPECIFIED
+    return UNSPECIFIED if isinstance(s, UnspecifiedValue) else from_jax(s)
+
+
+def _jaxpr_signature(jaxpr: Any) -> tuple:
+    """:func:`signature` read from a jaxpr."""
+    import jax
+
+    out: list = []
+    for eqn in jaxpr.eqns:
+        name, params = eqn.primitive.name, eqn.params
+        if name in ("jit", "pjit"):
+            out.append(("jit", tuple(_jax_sharding(s) for s in params["in_shardings"]),
+                        tuple(_jax_sharding(s) for s in params["out_shardings"]),
+                        tuple(bool(d) for d in params["donated_invars"]),
+                        _jaxpr_signature(params["jaxpr"].jaxpr)))
+        elif name == "sharding_constraint":
+            out.append((name, _jax_sharding(params["sharding"])))
+        elif name == "device_put":
+            out.append((name, tuple(None if d is None else d.id if isinstance(d, jax.Device)
+                                    else _jax_sharding(d) for d in params["devices"])))
+        elif name == "reshard":
+            out.append((name, _jax_sharding(params["dst_sharding"])))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- comparing
+
+def compare_ad(ad: AdCase) -> list[str]:
+    """Every disagreement between the spec's rewrite and JAX on ``ad`` (empty: agree)."""
+    outcome = run_transformed(ad)
+    try:
+        program = rewrite(ad)
+    except Rejection as error:
+        if outcome.error is None:
+            return [f"the spec does not rewrite {ad.transform}: {error}"]
+        return [] if outcome.stage == "trace" else [
+            f"JAX refused at {outcome.stage}; the spec's rewrite failed: {error}"]
+    problems = []
+    described = outcome.described
+    if described is not None:
+        theirs = signature(described) if isinstance(described, Program) else described
+        if signature(program) != theirs:
+            problems.append(f"rewritten equations: spec {signature(program)!r}, JAX "
+                            f"{theirs!r}")
+    verdict = explain_program(_with_choices(program, outcome))
+    if outcome.error is not None:
+        if verdict.accepted:
+            problems.append(f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}"
+                            f": {outcome.error}; the spec accepts")
+        elif verdict.stage != outcome.stage or not _jax_class_agrees(verdict, outcome.error):
+            problems.append(f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}"
+                            f": {outcome.error}; the spec at {verdict.stage} with "
+                            f"{verdict.jax_error}: {verdict.message}")
+    elif not verdict.accepted:
+        problems.append(f"JAX accepts; the spec refuses: {verdict.message}")
+    else:
+        problems += _compare_results(verdict, outcome)
+    if not problems:
+        _record_ad(program, verdict)
+    return problems
+
+
+def _record_ad(program: Program, verdict: Any) -> None:
+    """The rules seen, under this harness's source (the program harness's own recorder
+    run, then its counts moved here)."""
+    before = hits.counts("programs")
+    _record(program, verdict)
+    after = hits.counts("programs")
+    for rule_id, (accepted, refused) in after.items():
+        was = before.get(rule_id, (0, 0))
+        if accepted > was[0]:
+            hits.record(SOURCE, rule_id, refused=False, count=accepted - was[0])
+        if refused > was[1]:
+            hits.record(SOURCE, rule_id, refused=True, count=refused - was[1])
