@@ -29,6 +29,7 @@ import math
 import re
 from typing import Any, Callable
 
+from ..program.description import Const, Equation, Program, Value
 from ..transforms.arguments import Placement
 from ..transforms.autodiff import JitBody, JitEquation, Linearized, PartiallyEvaluated
 from ..transforms.batching import BatchedJit
@@ -64,6 +65,16 @@ TRANSFORMED_VERSIONS = (1,)
 RECORDS: dict[str, type] = {cls.__name__: cls for cls in (
     JitEquation, JitBody, Linearized, PartiallyEvaluated, BatchedJit, Constraint, Shaped,
     Returned, ShardMapTypes, Placement)}
+
+
+def _kinds(cls: type) -> list[type]:
+    """An equation class's concrete kinds, at any depth of subclassing."""
+    return [k for sub in cls.__subclasses__() for k in (sub, *_kinds(sub))]
+
+
+# ... and a whole program's (the program vectors, :mod:`~shardlaw.spec.vectors.program_vectors`):
+# its values, constants and every kind of equation.
+RECORDS.update({cls.__name__: cls for cls in (Program, Value, Const, *_kinds(Equation))})
 
 # The classes of the harness cases an ``origin`` may hold (properties/<family>_harness.py).
 HARNESS_CASES = ("ArgumentCase", "VmapCase", "Vmap", "GradCase", "OutputPlan",
@@ -168,7 +179,8 @@ def _record_json(value: Any, path: tuple, name: str, cases: bool) -> dict:
     # A field left at its default is not written: a record that gains a field with a
     # default reads its old vectors as before (and they read back equal).
     fields = {f.name: _value_json(getattr(value, f.name), at + (f.name,), cases)
-              for f in dataclasses.fields(value) if not _at_default(f, getattr(value, f.name))}
+              for f in dataclasses.fields(value)
+              if f.init and not _at_default(f, getattr(value, f.name))}
     if case:
         return {"type": "Case", "class": name, "fields": fields}
     return {"type": name, **fields}
@@ -337,7 +349,7 @@ class _ValueReader:
         return self.record(value, path, RECORDS[kind])
 
     def record(self, value: dict, path: tuple, cls: type) -> Any:
-        every = dataclasses.fields(cls)
+        every = [f for f in dataclasses.fields(cls) if f.init]  # the rest are derived
         required = tuple(f.name for f in every if _default(f) is _NO_DEFAULT)
         optional = tuple(f.name for f in every if _default(f) is not _NO_DEFAULT)
         fields = _object(value, path, f"a {cls.__name__}", ("type", *required), optional)

@@ -25,9 +25,14 @@ def is_transformed_text(text: str) -> bool:
 
 
 def load_piece(text: str) -> Any:
-    """The vector in ``text``: a transformed-call vector or a jit-call vector (VEC-1)."""
-    from shardlaw.spec.vectors.transformed_vectors import load_transformed
+    """The vector in ``text``: a program vector, a transformed-call vector or a jit-call
+    vector (VEC-1)."""
+    from shardlaw.cli_program_vectors import is_program_text
     from shardlaw.spec.vectors.jit_vectors import load_vector
+    from shardlaw.spec.vectors.program_vectors import load_program
+    from shardlaw.spec.vectors.transformed_vectors import load_transformed
+    if is_program_text(text):
+        return load_program(text)
     return load_transformed(text) if is_transformed_text(text) else load_vector(text)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 from shardlaw.cli_errors import CommandExit
+from shardlaw.cli_program_vectors import is_program_vector, program_hits, replay_program_vector
 
 __all__ = ["add_parsers", "read_vectors"]
 
@@ -79,6 +80,9 @@ def add_parsers(subparsers: Any) -> None:
     generate.add_argument("--transformed", action="store_true",
                           help="write transformed-call vectors (ARG, BAT, AD, WSC, SMAP) under "
                                "DIR/<family>/ instead")
+    generate.add_argument("--programs", action="store_true",
+                          help="write program vectors (whole programs: their bodies' "
+                               "equations) under DIR/programs/<rule>/ instead")
     generate.set_defaults(handler=_guarded(generate_command))
 
 
@@ -225,6 +229,9 @@ def check_command(args: argparse.Namespace, out: TextIO) -> int:
     if sequence is not None:
         return check_sequence_command(args, sequence, out)
     vector = _one_vector(args.file)
+    if is_program_vector(vector):
+        from shardlaw.cli_program_vectors import check_program_vector
+        return check_program_vector(args, vector, out)
     if not _is_jit(vector):  # a transformed-call vector
         from shardlaw.cli_transform_vectors import check_transformed
         return check_transformed(args, vector, out)
@@ -441,6 +448,8 @@ def _replayer(against: str, entries: list[Entry]) -> Any:
     if against == "spec":
         return lambda vector: (_expectation(vector, jit_call(vector.call))
                                if _is_jit(vector)
+                               else replay_program_vector("spec", vector)
+                               if is_program_vector(vector)
                                else replay_transformed("spec", vector))
     try:
         import jax  # noqa: F401
@@ -461,7 +470,21 @@ def _replayer(against: str, entries: list[Entry]) -> Any:
     except NotReplayable as error:
         raise _Exit(2, str(error)) from None
     return lambda vector: (replay(vector) if _is_jit(vector)
+                           else _program_elsewhere(against, vector, NotReplayable)
+                           if is_program_vector(vector)
                            else _transformed_elsewhere(against, vector, NotReplayable))
+
+
+def _program_elsewhere(against: str, vector: Any, skip: type[Exception]) -> Any:
+    """A program vector against JAX (the program built from the vector alone); the engine
+    is not held to program vectors yet."""
+    from shardlaw.properties.program_vectors_gen import NotReplayable as CannotBuild
+    if against == "engine":
+        raise skip("the engine replays jit-call vectors only")
+    try:
+        return replay_program_vector(against, vector)
+    except CannotBuild as reason:
+        raise skip(str(reason)) from None
 
 
 def _transformed_elsewhere(against: str, vector: Any, skip: type[Exception]) -> Any:
@@ -493,6 +516,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
             replays.append(Replay(entry.where, [], [f"not a valid vector: {entry.error}"]))
             continue
         hits = (rules_hit(entry.vector) if _is_jit(entry.vector)
+                else program_hits(entry.vector) if is_program_vector(entry.vector)
                 else hits_of(entry.vector))
         if entry.vector.expect is None:
             replays.append(Replay(entry.where, hits, None, "no expected verdict"))
@@ -525,7 +549,8 @@ def _report(path: Path, against: str, replays: list[Replay], out: TextIO) -> Non
     from shardlaw.spec.vectors.jit_vectors import jit_rules
 
     w = out.write
-    what = {"spec": "the spec (shardlaw.spec.jit_call; explain_transformed for transformed calls)", "jax": "real jax.jit (8 CPU devices)",
+    what = {"spec": "the spec (shardlaw.spec.jit_call; explain_program for programs; "
+                    "explain_transformed for transformed calls)", "jax": "real jax.jit (8 CPU devices)",
             "engine": "the engine (shardlaw.engine.jit)"}
     w(f"Replayed {len(replays)} vector(s) from {path} against {what[against]}\n\n")
     table: dict[str, list[int]] = {}  # rule -> [accept, reject, passed, failed]
@@ -575,6 +600,9 @@ def _report(path: Path, against: str, replays: list[Replay], out: TextIO) -> Non
 def generate_command(args: argparse.Namespace, out: TextIO) -> int:
     if args.per_rule < 1:
         raise _Exit(2, "--per-rule must be at least 1")
+    if args.programs:
+        from shardlaw.cli_program_vectors import generate_programs
+        return generate_programs(args, out)
     if args.transformed:
         from shardlaw.cli_transform_vectors import generate_transformed
         return generate_transformed(args, out)
