@@ -29,6 +29,11 @@ from .placement.blocks import (
     tiles_per_dimension, to_hlo,
 )
 from .placement.equivalence import hlo_equal, jax_equivalent, placement_equivalent
+from .placement import processes
+from .placement.processes import (
+    Shard, addressable_shards, check_fetchable, global_shape_from_local, is_fully_addressable,
+    process_local_slices,
+)
 from .jit.layouts import AUTO_LAYOUT, Format, Layout
 from .jit.call import Arg, Call, JitOptions, Out, Static, Verdict
 from .jit.pipeline import jit_call
@@ -110,3 +115,4 @@ __all__ += [*arguments.__all__, *autodiff.__all__, *batching.__all__, *constrain
             "transformed_differences", "transformed_rules_hit"]
 __all__ += ["Program", "Value", "Const", "Jit", "ShardingConstraint", "DevicePut", "ShardMap",
             "Reshard", "Opaque", "explain_program", "ProgramVerdict"]
+__all__ += ["processes", *processes.__all__]

@@ -1,1 +1,266 @@
-"""Several processes: which devices and shards a process addresses (issue 24; being built)."""
+"""Several processes: what each process of a multi-controller program addresses, holds and may fetch.
+
+In a program of several processes (``jax.distributed``) every device belongs to one process,
+and a process reaches only its own devices. The rules here answer, for one process: whether
+it addresses every device of a sharding (PROC-1), which shards of an array it holds (PROC-2),
+what global shape its local data stands for (PROC-3), where the rows of its local data land
+in the global array built by ``jax.make_array_from_process_local_data`` (PROC-4), and
+whether it may fetch an array's value to the host (PROC-5). Which devices a process owns is
+DEV-2; jit's rule for numpy arguments across processes is RES-2.
+
+The examples use a mesh of 2 x 2 devices whose devices 0, 1 belong to process 0 and 2, 3
+to process 1 (``devices_per_process=2``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .blocks import (
+    _device_list, addressable_device_ids, device_ids, devices_indices_map, is_fully_replicated,
+    num_devices, replica_ids, shard_shape,
+)
+from ..core.rules import Failure, require, rule
+from ..core.shardings import NamedSharding
+from ..core.values import DeviceList, Mesh, PartitionSpec, check_dims
+
+P = PartitionSpec  # the name the examples use
+
+__all__ = ["Shard", "is_fully_addressable", "addressable_shards", "global_shape_from_local",
+           "process_local_slices", "check_fetchable"]
+
+Box = tuple[tuple[int, int], ...]
+Shape = tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One shard a process holds: its device, the box of the global array, its replica id."""
+
+    device: int
+    box: Box
+    replica_id: int
+
+
+def _process(process_index: Any) -> int:
+    (process_index,) = check_dims((process_index,), what="a process index")
+    return process_index
+
+
+@rule("PROC-1", mirrors="Sharding.is_fully_addressable / jax.Array.is_fully_addressable")
+def is_fully_addressable(sharding: Any, process_index: int) -> bool:
+    """A sharding is fully addressable by a process when that process owns every device of it.
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> is_fully_addressable(NamedSharding(mesh, P("x")), 0)
+    False
+    >>> one = Mesh.iota((2, 2), ("x", "y"), devices_per_process=4)
+    >>> is_fully_addressable(NamedSharding(one, P("x")), 0)
+    True
+    """
+    process_index = _process(process_index)
+    owned = addressable_device_ids(sharding, process_index)
+    return len(owned) == len(tuple(device_ids(sharding)))
+
+
+@rule("PROC-2", mirrors="jax.Array.addressable_shards / Sharding.addressable_devices_indices_map")
+def addressable_shards(sharding: Any, shape: Any, process_index: int) -> tuple[Shard, ...]:
+    """A process holds one shard per device of the sharding that it owns, in the order of the sharding's device list, each with the box its device holds (IDX-1) and its replica id counted over the devices of every process (IDX-2).
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> addressable_shards(NamedSharding(mesh, P("y")), (4,), 1)
+    (Shard(device=2, box=((0, 2),), replica_id=1), Shard(device=3, box=((2, 4),), replica_id=1))
+    """
+    process_index = _process(process_index)
+    boxes = devices_indices_map(sharding, shape)
+    replicas = replica_ids(sharding, shape)
+    owned = set(addressable_device_ids(sharding, process_index))
+    return tuple(Shard(device, box, replicas[device]) for device, box in boxes.items()
+                 if device in owned)
+
+
+def _slices_per_process(sharding: Any, ndim: int, dim: int) -> dict[int, frozenset]:
+    """process -> the slices of dimension ``dim`` its devices hold, read on the shape that
+    every sharding of N devices divides, ``(N,) * ndim``."""
+    universal = (num_devices(sharding),) * ndim
+    owner = _owners(sharding)
+    held: dict[int, set] = {}
+    for device, box in devices_indices_map(sharding, universal).items():
+        held.setdefault(owner[device], set()).add(box[dim])
+    return {process: frozenset(slices) for process, slices in held.items()}
+
+
+def _owners(sharding: Any) -> dict[int, int]:
+    """device id -> the process that owns it."""
+    return {d.id: d.process_index for d in _device_list(sharding, "which process owns it")}
+
+
+def _distinct_slice_sets(sharding: Any, ndim: int, dim: int) -> int | None:
+    """How many distinct sets of slices the processes hold along ``dim``, or None when the
+    sharding is not process-uniform there (the sets differ in size, or overlap unequally)."""
+    sets = _slices_per_process(sharding, ndim, dim)
+    sizes = {len(s) for s in sets.values()}
+    distinct = set(sets.values())
+    if len(sizes) != 1 or sum(len(s) for s in distinct) != len(set().union(*distinct)):
+        return None
+    return len(distinct)
+
+
+@rule("PROC-3", mirrors="jax._src.sharding_impls.local_to_global_shape / "
+                        "get_process_index_and_count")
+def global_shape_from_local(sharding: Any, local_shape: Any, process_index: int
+                            ) -> tuple[int | None, ...]:
+    """Along each dimension the global size is the local size times the number of distinct sets of slices the processes hold there, and unknown (None) where the processes hold different numbers of slices or sets that overlap without being equal; a sharding fully addressable by the process or fully replicated keeps the local shape.
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> global_shape_from_local(NamedSharding(mesh, P("x", "y")), (3, 5), 0)
+    (6, 5)
+    >>> global_shape_from_local(NamedSharding(mesh, P("y", "x")), (3, 5), 0)
+    (3, 10)
+    >>> crossed = DeviceList.of_ids([0, 1, 2, 3, 4, 6, 5, 7], devices_per_process=2)
+    >>> global_shape_from_local(NamedSharding(Mesh((2, 4), ("x", "y"), crossed), P("x", "y")),
+    ...                         (2, 2), 0)
+    (4, None)
+    """
+    local_shape = check_dims(local_shape, what="a local shape")
+    process_index = _process(process_index)
+    if is_fully_addressable(sharding, process_index) or is_fully_replicated(sharding):
+        return tuple(local_shape)
+    counts = [_distinct_slice_sets(sharding, len(local_shape), dim)
+              for dim in range(len(local_shape))]
+    return tuple(None if n is None else size * n for size, n in zip(local_shape, counts))
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalShapeUnknown(Failure, rule="PROC-4"):
+    template = ("process-local data of shape {local_shape} under {sharding} does not tell the "
+                "global shape: along dimension(s) {dims} the processes hold different slices "
+                "(PROC-3 leaves them unknown: {partial})")
+    hint = "Pass global_shape to jax.make_array_from_process_local_data."
+    local_shape: tuple
+    sharding: Any
+    dims: tuple
+    partial: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalDataMisfit(Failure, rule="PROC-4"):
+    template = ("process-local data of shape {local_shape} has {size} elements along "
+                "dimension {dim}, but the global array has {global_size} there and this "
+                "process addresses {process_size} ({slices} distinct slice(s) of {piece})")
+    hint = ("Give this process's own rows ({process_size} along dimension {dim}) or the "
+            "whole dimension ({global_size}).")
+    local_shape: tuple
+    dim: int
+    size: int
+    global_size: int
+    process_size: int
+    slices: int
+    piece: int
+
+
+def _misfit_check(sharding: Any, local_shape: Shape, global_shape: Shape, process_index: int,
+                  boxes: dict[int, Box]) -> tuple[bool, ...]:
+    """Whether each dimension of the data is the whole global dimension (C2 refuses a
+    dimension that is neither that nor the process's own extent)."""
+    piece = shard_shape(sharding, global_shape)
+    full = []
+    for dim, (size, global_size) in enumerate(zip(local_shape, global_shape)):
+        full.append(size == global_size)
+        if size != global_size:
+            slices = len({box[dim] for box in boxes.values()})
+            require(size == slices * piece[dim], lambda: LocalDataMisfit(
+                tuple(local_shape), dim, size, global_size, slices * piece[dim], slices,
+                piece[dim]))
+    return tuple(full)
+
+
+@rule("PROC-4", mirrors="jax.make_array_from_process_local_data "
+                        "(jax._src.array._array_from_process_local_data)")
+def process_local_slices(sharding: Any, local_shape: Any, global_shape: Any,
+                         process_index: int) -> tuple[Shape, dict[int, Box]]:
+    """Building a global array from each process's local data, a device of the process takes, along a dimension where the data is as large as the global array, its own slice of the data, and along any other dimension the slice at the rank of its slice's start among the process's distinct starts there.
+
+    The answer is the global shape and, for each device the process owns, the box of the
+    local data it takes.
+
+    (C1) With no global shape given it is PROC-3's, and refused where PROC-3 leaves a
+         dimension unknown.
+    (C2) A dimension of the data that is neither the global size nor the extent the process
+         addresses there (its distinct slices times the shard size) is refused.
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> process_local_slices(NamedSharding(mesh, P("x")), (2, 3), None, 1)
+    ((4, 3), {2: ((0, 2), (0, 3)), 3: ((0, 2), (0, 3))})
+    >>> process_local_slices(NamedSharding(mesh, P("y")), (4, 3), None, 1)
+    ((4, 3), {2: ((0, 2), (0, 3)), 3: ((2, 4), (0, 3))})
+    >>> process_local_slices(NamedSharding(mesh, P("x")), (3, 3), (4, 3), 0)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [PROC-4]: process-local data of shape (3, 3) has 3 elements along dimension 0, but the global array has 4 there and this process addresses 2 (1 distinct slice(s) of 2). Give this process's own rows (2 along dimension 0) or the whole dimension (4).
+    """
+    local_shape = check_dims(local_shape, what="a local shape")
+    process_index = _process(process_index)
+    if global_shape is None:
+        inferred = global_shape_from_local(sharding, local_shape, process_index)
+        unknown = tuple(d for d, n in enumerate(inferred) if n is None)
+        require(not unknown, lambda: GlobalShapeUnknown(tuple(local_shape), sharding, unknown,
+                                                        inferred))
+        global_shape = inferred
+    global_shape = tuple(check_dims(global_shape, what="a global shape"))
+    owned = set(addressable_device_ids(sharding, process_index))
+    boxes = {d: box for d, box in devices_indices_map(sharding, global_shape).items()
+             if d in owned}
+    full = _misfit_check(sharding, local_shape, global_shape, process_index, boxes)
+    starts = [sorted({box[dim][0] for box in boxes.values()}) for dim in range(len(full))]
+    piece = shard_shape(sharding, global_shape)
+
+    def local_box(box: Box) -> Box:
+        return tuple(box[dim] if full[dim] else
+                     (starts[dim].index(box[dim][0]) * piece[dim],
+                      (starts[dim].index(box[dim][0]) + 1) * piece[dim])
+                     for dim in range(len(full)))
+
+    return global_shape, {d: local_box(box) for d, box in boxes.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueNotFetchable(Failure, rule="PROC-5", error=RuntimeError):
+    template = ("process {process} cannot fetch the value of an array of shape {shape} under "
+                "{sharding}: it holds {held} of its {distinct} distinct shard(s), the others "
+                "live on devices of other processes")
+    hint = ("Gather it first (jax.experimental.multihost_utils.process_allgather), or read "
+            "this process's own pieces from .addressable_shards.")
+    process: int
+    shape: tuple
+    sharding: Any
+    held: int
+    distinct: int
+
+
+@rule("PROC-5", mirrors="jax.Array._value (np.asarray, .item(), str of a jax.Array)")
+def check_fetchable(sharding: Any, shape: Any, process_index: int) -> None:
+    """A process can fetch an array's whole value to the host (``np.asarray``, ``.item()``) only when the array is fully replicated over devices some of which it owns, fully addressable by it (PROC-1), or its own devices hold every distinct box of the array.
+
+    Printing such an array does not refuse: it shows only the shape and dtype.
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> check_fetchable(NamedSharding(mesh, P("y")), (4,), 0)
+    >>> check_fetchable(NamedSharding(mesh, P("x")), (4,), 0)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionRuntimeError: [PROC-5]: process 0 cannot fetch the value of an array of shape (4,) under NamedSharding(Mesh({'x': 2, 'y': 2}), P('x')): it holds 1 of its 2 distinct shard(s), the others live on devices of other processes. Gather it first (jax.experimental.multihost_utils.process_allgather), or read this process's own pieces from .addressable_shards.
+    """
+    process_index = _process(process_index)
+    shape = tuple(check_dims(shape, what="a shape"))
+    owned = addressable_device_ids(sharding, process_index)
+    if is_fully_replicated(sharding) and owned:
+        return
+    if is_fully_addressable(sharding, process_index):
+        return
+    boxes = devices_indices_map(sharding, shape)
+    distinct = set(boxes.values())
+    held = {boxes[d] for d in owned}
+    require(held == distinct, lambda: ValueNotFetchable(
+        process_index, shape, sharding, len(held), len(distinct)))

@@ -58,6 +58,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     "fuzz": ("shardlaw.properties.suites.fuzz",),
     "laws": ("shardlaw.properties.laws",),
     "proofs": ("shardlaw.properties.suites.proofs",),
+    "processes": ("shardlaw.properties.suites.processes",),
 }
 
 # The entry point group under which another package names its suites (name -> module).

@@ -80,6 +80,8 @@ _ALL = [
     Family("DEV", "Placement", "Devices", None),
     Family("IDX", "Placement", "Indices: which device holds which box", None),
     Family("REP", "Placement", "Replication", None),
+    Family("PROC", "Placement",
+           "Several processes: what each process addresses, holds and may fetch", None),
     # When two shardings count as the same.
     Family("EQ", "Equivalence", "Equivalence: JAX's and placement's", None),
     Family("SMT", "Equivalence", "Proving placement equivalence with z3", None),

@@ -1,0 +1,220 @@
+"""One process of the multi-process property: answers examples under jax.distributed.
+
+Started by :class:`shardlaw.properties.processes_harness.Pool` as ``python -m
+shardlaw.properties.processes_worker PROCESS_ID PORT PROCESSES DEVICES_PER_PROCESS``. It
+joins the program (gloo collectives), prints ``READY``, then reads one example a line (JSON,
+drawn by the parent, the same for every process) and prints one answer a line: the
+disagreements between the spec's answer for this process and what JAX does in this
+process, and the sides of the rules it saw. ``STOP`` ends it. No example makes a
+collective call, so a process that disagrees cannot leave the others waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+import numpy as np
+
+import shardlaw.spec as S
+from shardlaw.spec.core.rules import Rejection
+
+PLANTED_ENV = "SHARDLAW_PROCESSES_PLANTED"   # the harness's name for the rules planted wrong
+
+
+class Answers:
+    """What one process saw for one example: disagreements and rule sides."""
+
+    def __init__(self, example: dict) -> None:
+        self.example = example
+        self.problems: list[str] = []
+        self.hits: list[tuple[str, bool]] = []
+
+    def agree(self, what: str, ours: Any, theirs: Any) -> None:
+        if ours != theirs:
+            self.problems.append(f"{what}: spec {ours!r} vs JAX {theirs!r}")
+
+    def hit(self, rule_id: str, refused: bool) -> None:
+        self.hits.append((rule_id, bool(refused)))
+
+
+def outcome(thunk) -> tuple[str | None, Any]:
+    """(None, value) or (the exception's class name, the exception)."""
+    try:
+        return None, thunk()
+    except Exception as error:  # noqa: BLE001 - compared, not raised
+        return type(error).__name__, error
+
+
+def spec_outcome(thunk) -> tuple[str | None, Any]:
+    """Like :func:`outcome`, naming a refusal by JAX's class name and keeping its rule."""
+    try:
+        return None, thunk()
+    except Rejection as error:
+        return error.failure.jax_error, error
+
+
+def box_of_index(index: tuple, shape: tuple) -> tuple:
+    return tuple((s.start or 0, n if s.stop is None else s.stop) for s, n in zip(index, shape))
+
+
+def jax_sharding(example: dict) -> Any:
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    devices = sorted(jax.devices(), key=lambda d: d.id)
+    chosen = np.array([devices[i] for i in example["devices"]], dtype=object)
+    mesh = Mesh(chosen.reshape(example["axis_sizes"]), tuple(example["axis_names"]))
+    spec = PartitionSpec(*[None if d is None else tuple(d) for d in example["spec"]])
+    return NamedSharding(mesh, spec)
+
+
+def check_addressing(answers: Answers, ours: Any, theirs: Any, pid: int) -> None:
+    """DEV-2 and PROC-1: the devices this process addresses, and whether that is all."""
+    answers.agree("DEV-2 addressable devices", sorted(S.addressable_device_ids(ours, pid)),
+                  sorted(d.id for d in theirs.addressable_devices))
+    full = S.is_fully_addressable(ours, pid)
+    answers.agree("PROC-1 is_fully_addressable", full, theirs.is_fully_addressable)
+    answers.hit("DEV-2", not S.addressable_device_ids(ours, pid))
+    answers.hit("PROC-1", not full)
+
+
+def check_shards(answers: Answers, ours: Any, array: Any, shape: tuple, pid: int,
+                 values: np.ndarray) -> None:
+    """PROC-2: the shards this process holds, in order, with their boxes, replica ids, data."""
+    predicted = S.addressable_shards(ours, shape, pid)
+    held = [S.Shard(sh.device.id, box_of_index(sh.index, shape), sh.replica_id)
+            for sh in array.addressable_shards]
+    answers.agree("PROC-2 addressable shards", list(predicted), held)
+    for shard, real in zip(predicted, array.addressable_shards):
+        wanted = values[tuple(slice(a, b) for a, b in shard.box)]
+        if not np.array_equal(np.asarray(real.data), wanted):
+            answers.problems.append(f"PROC-2 shard data on device {shard.device}")
+    answers.hit("PROC-2", not predicted)
+
+
+def check_fetch(answers: Answers, ours: Any, array: Any, shape: tuple, pid: int,
+                values: np.ndarray) -> None:
+    """PROC-5: np.asarray of the global array in this process; printing never refuses."""
+    mine = spec_outcome(lambda: S.check_fetchable(ours, shape, pid))
+    theirs = outcome(lambda: np.asarray(array))
+    answers.agree("PROC-5 np.asarray refusal class", mine[0], theirs[0])
+    if mine[0] is None and theirs[0] is None and not np.array_equal(theirs[1], values):
+        answers.problems.append("PROC-5 fetched values differ from the global array")
+    printed = outcome(lambda: str(array))
+    answers.agree("PROC-5 str() refusal", None, printed[0])
+    answers.hit("PROC-5", mine[0] is not None)
+
+
+def local_shape_of(example: dict, theirs: Any, shape: tuple) -> tuple:
+    """This process's local data shape: per dimension the whole global size, the extent
+    this process addresses, or (``wrong``) neither."""
+    owned = theirs.addressable_devices_indices_map(shape).values()
+    piece = theirs.shard_shape(shape)
+    local = []
+    for dim, mode in enumerate(example["local"]):
+        own = piece[dim] * len({box_of_index(i, shape)[dim] for i in owned})
+        local.append({"full": shape[dim], "own": own,
+                      "wrong": own + 1 if own + 1 != shape[dim] else own + 2}[mode])
+    return tuple(local)
+
+
+def check_process_local(answers: Answers, ours: Any, theirs: Any, shape: tuple,
+                        pid: int) -> None:
+    """PROC-3 and PROC-4: make_array_from_process_local_data with this process's data."""
+    import jax
+    from jax._src.sharding_impls import local_to_global_shape
+    local = local_shape_of(answers.example, theirs, shape)
+    data = np.arange(int(np.prod(local)), dtype=np.float32).reshape(local) + 1000 * pid
+    inferred = S.global_shape_from_local(ours, local, pid)
+    answers.agree("PROC-3 global shape", inferred, tuple(local_to_global_shape(theirs, local)))
+    answers.hit("PROC-3", None in inferred)
+    given = shape if answers.example["global_given"] else None
+    mine = spec_outcome(lambda: S.process_local_slices(ours, local, given, pid))
+    theirs_out = outcome(lambda: jax.make_array_from_process_local_data(theirs, data, given))
+    answers.agree("PROC-4 refusal class", mine[0], theirs_out[0])
+    answers.hit("PROC-4", mine[0] is not None)
+    if mine[0] is not None or theirs_out[0] is not None:
+        if mine[0] is not None and mine[1].rule != "PROC-4":
+            answers.problems.append(f"PROC-4 refused by {mine[1].rule}: {mine[1]}")
+        return
+    global_shape, boxes = mine[1]
+    array = theirs_out[1]
+    answers.agree("PROC-4 global shape", tuple(global_shape), tuple(array.shape))
+    for real in array.addressable_shards:
+        box = boxes.get(real.device.id)
+        wanted = None if box is None else data[tuple(slice(a, b) for a, b in box)]
+        if wanted is None or not np.array_equal(np.asarray(real.data), wanted):
+            answers.problems.append(f"PROC-4 rows on device {real.device.id}: spec box {box}")
+
+
+def check_numpy_argument(answers: Answers, theirs: Any, values: np.ndarray) -> None:
+    """RES-2: jit with this in_sharding and a numpy argument, lowered in this process."""
+    import jax
+
+    def f(x):
+        return x * 2
+
+    verdict = S.jit_call(S.describe_call(f, values, in_shardings=theirs))
+    real = outcome(lambda: jax.jit(f, in_shardings=theirs).lower(values))
+    refused = None if verdict.accepted else verdict.jax_error
+    answers.agree("RES-2 jit with a numpy argument", refused, real[0])
+    if not verdict.accepted:
+        answers.agree("RES-2 rule", verdict.rule, "RES-2")
+    answers.hit("RES-2", not verdict.accepted)
+
+
+def answer(example: dict, pid: int) -> Answers:
+    """Every question of one example, asked of the spec and of JAX in this process."""
+    import jax
+    answers = Answers(example)
+    theirs = jax_sharding(example)
+    ours = S.from_jax(theirs)
+    shape = tuple(example["shape"])
+    values = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    check_addressing(answers, ours, theirs, pid)
+    array = jax.make_array_from_callback(shape, theirs, lambda index: values[index],
+                                         dtype=np.float32)
+    check_shards(answers, ours, array, shape, pid, values)
+    check_fetch(answers, ours, array, shape, pid, values)
+    if S.addressable_device_ids(ours, pid):
+        # A process that owns no device of the sharding has no local data to place.
+        check_process_local(answers, ours, theirs, shape, pid)
+    check_numpy_argument(answers, theirs, values)
+    return answers
+
+
+def serve(pid: int, port: int, processes: int, per_process: int) -> None:
+    import jax
+    jax.config.update("jax_num_cpu_devices", per_process)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
+                               num_processes=processes, process_id=pid,
+                               initialization_timeout=120)
+    with contextlib.ExitStack() as plants:
+        for planted_rule in filter(None, os.environ.get(PLANTED_ENV, "").split(",")):
+            from shardlaw.campaign_plugin import planted
+            plants.enter_context(planted(planted_rule))
+        print("READY", flush=True)
+        answer_lines(pid)
+    jax.distributed.shutdown()
+
+
+def answer_lines(pid: int) -> None:
+    """One answer a line of standard input, up to STOP."""
+    for line in sys.stdin:
+        if line.strip() == "STOP":
+            break
+        try:
+            seen = answer(json.loads(line), pid)
+            reply = {"problems": seen.problems, "hits": seen.hits}
+        except Exception:  # noqa: BLE001 - reported to the parent as a disagreement
+            reply = {"problems": ["crashed: " + traceback.format_exc()[-2500:]], "hits": []}
+        print("ANSWER " + json.dumps(reply), flush=True)
+
+
+if __name__ == "__main__":
+    serve(*(int(a) for a in sys.argv[1:5]))

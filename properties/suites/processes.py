@@ -1,0 +1,64 @@
+"""The multi-controller rules against JAX in several processes under jax.distributed.
+
+``test_two_processes_agree_with_jax`` and ``test_four_processes_agree_with_jax`` run each
+drawn example in a program of 2 and of 4 JAX processes (2 CPU devices each, gloo
+collectives; :mod:`shardlaw.properties.processes_harness` starts them once per property and
+keeps them for every example): each process compares the spec's answer for itself — the
+devices it addresses (DEV-2, PROC-1), the shards it holds (PROC-2), the global shape and
+rows of its local data (PROC-3, PROC-4), whether it may fetch the value (PROC-5), jit with
+a numpy argument (RES-2) — with what JAX does there, and one process that disagrees fails
+the example. The coverage test requires every rule on both sides.
+
+Part of the ``processes`` suite of ``shardlaw campaign``; ``tests/test_processes_differential.py``
+runs it in the project's own ``pytest`` run.
+"""
+
+import atexit
+
+import pytest
+from hypothesis import example, given
+
+from shardlaw.properties import hits
+from shardlaw.properties.processes_harness import RULES, close_pools, examples, pool
+from shardlaw.properties.registry import checks
+
+atexit.register(close_pools)
+
+# Examples every run holds, whatever is drawn: a numpy argument split over the processes
+# (RES-2 refuses), and a mesh whose processes hold crossed columns (PROC-3 cannot tell
+# the global shape, PROC-4 refuses without it).
+SPLIT_NUMPY = {"devices": [0, 1, 2, 3], "axis_sizes": [4], "axis_names": ["a"],
+               "spec": [["a"]], "shape": [4], "local": ["wrong"], "global_given": True}
+CROSSED = {"devices": [0, 1, 2, 3, 4, 6, 5, 7], "axis_sizes": [2, 4], "axis_names": ["a", "b"],
+           "spec": [["a"], ["b"]], "shape": [4, 8], "local": ["own", "own"],
+           "global_given": False}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_pools_after_module():
+    yield
+    close_pools()
+
+
+@checks(*RULES)
+@example(case=SPLIT_NUMPY)
+@given(case=examples(devices=4))
+def test_two_processes_agree_with_jax(case):
+    """In a program of 2 processes, each answers like JAX in that process."""
+    pool(2).compare(case)
+
+
+@checks(*RULES)
+@example(case=SPLIT_NUMPY)
+@example(case=CROSSED)
+@given(case=examples(devices=8))
+def test_four_processes_agree_with_jax(case):
+    """In a program of 4 processes, each answers like JAX in that process."""
+    pool(4).compare(case)
+
+
+def test_every_rule_seen_on_both_sides():
+    """Each rule was seen accepting and refusing in real JAX processes."""
+    seen = hits.counts("processes")
+    missing = {r: seen.get(r, (0, 0)) for r in RULES if 0 in seen.get(r, (0, 0))}
+    assert not missing, f"rules not seen on both sides (accepted, refused): {missing}"
