@@ -12,7 +12,7 @@ The engine is an independent implementation of the rules: it never imports
 ``shardlaw.spec``. The property suites hold the two against each other and against JAX.
 """
 
-from .adopt import install, installed, uninstall
+from .adopt import install, installed, pjit, uninstall
 from .aot import Compiled, Lowered, Traced
 from .cache import CACHE, set_capacity
 from .explanation import Explanation
@@ -22,4 +22,5 @@ from .statistics import CacheInfo, count_calls
 from .verdict import verdict_for_call
 
 __all__ = ["jit", "JittedFunction", "EngineRejection", "Explanation", "CacheInfo", "Traced", "Lowered",
-           "Compiled", "set_capacity", "count_calls", "CACHE", "verdict_for_call", "install", "uninstall", "installed"]
+           "Compiled", "set_capacity", "count_calls", "CACHE", "verdict_for_call", "install", "uninstall", "installed",
+           "pjit"]
