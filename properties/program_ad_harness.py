@@ -78,7 +78,9 @@ def loss_program(case: Case) -> Program:
     equations = list(program.equations)
 
     def emit(primitive: str, operands: tuple[int, ...], params: tuple = ()) -> int:
-        scalar = Value.typed((), "float32", types[operands[0]].mesh)
+        # A result is typed over its operands' mesh where they agree (None where not).
+        meshes = {types[n].mesh for n in operands} - {None}
+        scalar = Value.typed((), "float32", meshes.pop() if len(meshes) == 1 else None)
         equations.append(Opaque(operands, (scalar,), primitive=primitive, params=params))
         types.append(scalar)
         return len(types) - 1
@@ -247,10 +249,7 @@ def compare_ad(ad: AdCase) -> list[str]:
     try:
         program = rewrite(ad)
     except Rejection as error:
-        if outcome.error is None:
-            return [f"the spec does not rewrite {ad.transform}: {error}"]
-        return [] if outcome.stage == "trace" else [
-            f"JAX refused at {outcome.stage}; the spec's rewrite failed: {error}"]
+        return _compare_refusal(error, outcome)
     problems = []
     described = outcome.described
     if described is not None:
@@ -288,3 +287,18 @@ def _record_ad(program: Program, verdict: Any) -> None:
             hits.record(SOURCE, rule_id, refused=False, count=accepted - was[0])
         if refused > was[1]:
             hits.record(SOURCE, rule_id, refused=True, count=refused - was[1])
+
+
+def _compare_refusal(error: Rejection, outcome: JaxOutcome) -> list[str]:
+    """The spec refused while rewriting (what tracing the function refuses): JAX must
+    refuse at the same stage with the same class."""
+    failure = error.failure
+    names = {cls.__name__ for cls in type(outcome.error).__mro__} if outcome.error else set()
+    if outcome.error is None:
+        return [f"JAX accepts; the spec's rewrite refuses: {error}"]
+    if error.stage != outcome.stage or not ({failure.jax_error,
+                                             failure.error_type.__name__} & names):
+        return [f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}: "
+                f"{outcome.error}; the spec's rewrite at {error.stage}: {error}"]
+    hits.record(SOURCE, failure.rule, refused=True)
+    return []

@@ -44,6 +44,7 @@ from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
     check_program,
 )
+from .explain import trace_body
 from .lowering import equation_path
 
 __all__ = ["jvp_program", "linearize_program", "vjp_program", "grad_program",
@@ -186,6 +187,9 @@ class _Direct:
     def residual(self, number: int) -> int:
         return number
 
+    def type_of(self, ref: int) -> Value:
+        return self.primal.types[ref]
+
     def emit(self, eq: Equation, refs: tuple) -> tuple:
         return self.primal.emit(dataclasses.replace(eq, operands=tuple(refs), results=(
             eq.results if isinstance(eq, Opaque) else None)))
@@ -202,25 +206,36 @@ class _Tape:
         self.inputs: list[Value] = []
         self.ops: list[tuple[Equation, tuple]] = []
         self.count = 0
+        self.types: dict[tuple, Value] = {}
 
     def tangent_input(self, value: Value) -> tuple:
         self.inputs.append(value)
-        return ("t", len(self.inputs) - 1)
+        ref = ("t", len(self.inputs) - 1)
+        self.types[ref] = value.type
+        return ref
 
     def residual(self, number: int) -> tuple:
         if number not in self.residuals:
             self.residuals.append(number)
-        return ("r", self.residuals.index(number))
+        ref = ("r", self.residuals.index(number))
+        self.types[ref] = self.primal.types[number]
+        return ref
+
+    def type_of(self, ref: tuple) -> Value:
+        return self.types[ref]
 
     def emit(self, eq: Equation, refs: tuple) -> tuple:
         self.ops.append((eq, tuple(refs)))
         if isinstance(eq, Jit):
-            count = len(eq.body.outputs)
+            results = tuple(eq.body.value_types[n] for n in eq.body.outputs)
+        elif isinstance(eq, Opaque):
+            results = eq.results
         else:
-            count = len(eq.results) if eq.results is not None else len(
-                getattr(eq, "targets", None) or (None,))
-        start, self.count = self.count, self.count + count
-        return tuple(("v", m) for m in range(start, self.count))
+            results = eq.derived(tuple(self.types[r] for r in refs))
+        start, self.count = self.count, self.count + len(results)
+        made = tuple(("v", m) for m in range(start, self.count))
+        self.types.update(zip(made, results))
+        return made
 
     def tangent(self, outputs: list, **options: Any) -> Program:
         """The tangent body: the residuals' types, then the tangent inputs."""
@@ -265,10 +280,20 @@ def _opaque(name: str, results: tuple[Value, ...], params: tuple = (), count: in
                   params=params)
 
 
+def _joined(result: Value, operands: list[Value]) -> Value:
+    """A primitive's result typed over its operands' mesh where they agree (JAX's Auto
+    types), over none where they do not."""
+    meshes = {v.mesh for v in operands} - {None}
+    mesh = meshes.pop() if len(meshes) == 1 else None
+    return Value(result.shape, result.dtype, result.weak_type, mesh, result.varying)
+
+
 def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list) -> list:
     """The tangent of a primitive: linear ones applied to the tangents (a zero tangent of
     an operand of ``add``/``sub`` dropped), ``sin`` times its ``cos``, others opaque."""
-    name, results = eq.primitive, eq.results
+    name = eq.primitive
+    types = [tape.type_of(t) for t in moving if t is not None]
+    results = tuple(_joined(r, types) for r in eq.results)
     if name in ("add", "add_any", "sub") and None in moving:
         (k,) = [k for k, t in enumerate(moving) if t is not None]
         if name == "sub" and k == 1:
@@ -277,7 +302,8 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
     if name in LINEAR:
         return list(tape.emit(_opaque(name, results, eq.params, len(moving)), tuple(moving)))
     if NONLINEAR.get(name) is not None:
-        (cos,) = tape.primal.opaque(NONLINEAR[name], operands, results, eq.params)
+        (cos,) = tape.primal.opaque(NONLINEAR[name], operands, eq.results, eq.params)
+        results = (_joined(eq.results[0], types + [tape.primal.types[cos]]),)
         return list(tape.emit(_opaque("mul", results, count=2),
                               (moving[0], tape.residual(cos))))
     given = tuple(t for t in moving if t is not None)
@@ -289,11 +315,11 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
 
 # --------------------------------------------------------------------------- JVP
 
-def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str
-              ) -> tuple[Program, tuple[bool, ...]]:
-    """The JVP of a body: its inputs, then the nonzero tangents; its outputs, then their
-    nonzero tangents. Each equation is followed by its tangent."""
-    tangent_types = tuple(v.type for v, nz in zip(program.inputs, nonzero) if nz)
+def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
+              tangent_types: tuple[Value, ...]) -> tuple[Program, tuple[bool, ...]]:
+    """The JVP of a body: its inputs, then the nonzero tangents (of ``tangent_types``, the
+    types of the tangents it is called with); its outputs, then their nonzero tangents.
+    Each equation is followed by its tangent."""
     body = _Body(tuple(v.type for v in program.inputs) + tangent_types, program.consts)
     ins, moving = len(program.inputs), len(tangent_types)
     # Inputs first, then the tangents, then the constants (which have no tangent).
@@ -330,7 +356,8 @@ def _jvp_jit(eq: Jit, body: _Body, operands: tuple[int, ...], moving: list, path
     nonzero = tuple(t is not None for t in moving)
     if not any(nonzero):
         return body.emit(dataclasses.replace(eq, operands=operands)), [None] * len(eq.body.outputs)
-    jvp_body, flags = _jvp_body(inner, nonzero, f"{path}.jit.")
+    jvp_body, flags = _jvp_body(inner, nonzero, f"{path}.jit.", tuple(
+        body.types[t] for t in moving if t is not None))
     equation, facts = _jit_facts(inner, 0, 0)
     staged = jvp_equation(equation, facts, nonzero)
     options = dict(_options(inner), in_shardings=staged.in_shardings,
@@ -382,8 +409,45 @@ def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
     out_tangents = [tangents[n] for n in program.outputs]
     flags = tuple(t is not None for t in out_tangents)
     tangent = tape.tangent([t for t in out_tangents if t is not None])
-    outputs = tuple(number[n] for n in program.outputs) + tuple(tape.residuals)
-    return _Linearized(primal.program(outputs), tangent, flags, len(tape.residuals))
+    # JAX traces the tangent body dropping dead equations, so a residual only they read
+    # is not one; then it drops the primal body's dead equations.
+    _, live = _live_equations(tangent)
+    used = [r in live for r in range(len(tape.residuals))]
+    tangent = _pruned(tangent, used + [True] * len(tape.inputs))
+    residuals = tuple(n for n, u in zip(tape.residuals, used) if u)
+    outputs = tuple(number[n] for n in program.outputs) + residuals
+    return _Linearized(_pruned(primal.program(outputs)), tangent, flags, len(residuals))
+
+
+def _live_equations(program: Program) -> tuple[list[bool], set[int]]:
+    """Which equations the outputs need, and the values they read."""
+    live, numbers = set(program.outputs), program.result_numbers()
+    keep = [False] * len(program.equations)
+    for k in reversed(range(len(program.equations))):
+        if any(n in live for n in numbers[k]):
+            keep[k] = True
+            live.update(program.equations[k].operands)
+    return keep, live
+
+
+def _pruned(program: Program, inputs: list[bool] | None = None) -> Program:
+    """A body without options, its dead equations dropped, and the inputs not in
+    ``inputs`` (which nothing live reads)."""
+    keep, live = _live_equations(program)
+    inputs = [True] * len(program.inputs) if inputs is None else inputs
+    check_program(all(k or i not in live for i, k in enumerate(inputs)),
+                  "the inputs a transformation drops", "inputs no live equation reads",
+                  inputs)
+    body = _Body(tuple(v for v, k in zip(program.inputs, inputs) if k), program.consts)
+    kept = [i for i, k in enumerate(inputs) if k]
+    number = {i: j for j, i in enumerate(kept)}
+    number.update({len(program.inputs) + c: len(kept) + c for c in range(len(program.consts))})
+    for eq, made, alive in zip(program.equations, program.result_numbers(), keep):
+        if alive:
+            outs = body.emit(dataclasses.replace(eq, operands=tuple(
+                number[n] for n in eq.operands)))
+            number.update(zip(made, outs))
+    return body.program(tuple(number[n] for n in program.outputs))
 
 
 def _forwarding(lin: _Linearized, body: Program) -> tuple[list, list]:
@@ -409,7 +473,8 @@ def _forwarding(lin: _Linearized, body: Program) -> tuple[list, list]:
 
 
 def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list,
-                   path: str, transform: str) -> tuple[tuple[int, ...], list]:
+                   path: str, transform: str, nested: bool = True
+                   ) -> tuple[tuple[int, ...], list]:
     """An inner jit linearized: the primal jit (AD-3) into the primal body, the tangent
     jit (AD-4) onto the tape."""
     inner = eq.body
@@ -431,24 +496,43 @@ def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list
     primal = [operands[f[1]] if f[0] == "in" else n for f, n in zip(primal_fwd, kept)]
     residual_numbers = [operands[f[1]] if f[0] == "in" else primal[f[1]] if f[0] == "out"
                         else next(results) for f in residual_fwd]
-    tangent_eq = linearized_tangent(equation, facts, nonzero)
-    if tangent_eq is None:
+    if not any(lin.flags):
         return tuple(primal), [None] * len(eq.body.outputs)
-    check_program(tangent_eq.in_shardings[lin.residuals:] == tuple(
-        s for s, nz in zip(inner.in_shardings, nonzero) if nz),
-        f"the tangent inputs of the linearized jit at {path}",
-        "every nonzero tangent (an input no output depends on is not rewritten yet)",
-        nonzero)
-    tangent_body = dataclasses.replace(lin.tangent, in_shardings=tangent_eq.in_shardings,
-                                       out_shardings=tangent_eq.out_shardings,
-                                       donated=tangent_eq.donated_invars,
-                                       keep_unused=inner.keep_unused,
-                                       context_mesh=inner.context_mesh)
+    tangent_body, reads = _tangent_call(inner, lin, equation, facts, nonzero, nested)
     refs = tuple(tape.residual(n) for n in residual_numbers) + tuple(
-        t for t in moving if t is not None)
+        t for t, read in zip((t for t in moving if t is not None), reads) if read)
     touts = iter(tape.emit(Jit(tuple(range(len(refs))), body=tangent_body, name=eq.name),
                            refs))
     return tuple(primal), [next(touts) if f else None for f in lin.flags]
+
+
+def _tangent_call(inner: Program, lin: _Linearized, equation: JitEquation, facts: JitBody,
+                  nonzero: tuple[bool, ...], nested: bool) -> tuple[Program, list[bool]]:
+    """The tangent jit's body with its options, and which nonzero tangents it reads.
+
+    Nested in a body JAX linearizes, the tangent jit is pruned as AD-4 says (the
+    enclosing tangent body's dead-code elimination, AD-8, unless it keeps unused inputs);
+    called at the top, it takes every residual and every nonzero tangent, with the same
+    shardings before pruning."""
+    count = lin.residuals
+    _, live = _live_equations(lin.tangent)
+    moving = len(lin.tangent.inputs) - count
+    reads = [not nested or inner.keep_unused or count + j in live for j in range(moving)]
+    tangent = _pruned(lin.tangent, [True] * count + reads)
+    staged = linearized_tangent(equation, facts, nonzero)
+    assert staged is not None
+    if not nested or inner.keep_unused:
+        shardings = tuple(s for s, nz in zip(inner.in_shardings, nonzero) if nz)
+        donated = tuple(d for d, nz in zip(inner.donated, nonzero) if nz)
+        staged = JitEquation((UNSPECIFIED,) * count + shardings, staged.out_shardings,
+                             (False,) * count + donated)
+    check_program(len(staged.in_shardings) == len(tangent.inputs),
+                  "the inputs of a tangent jit", f"one per residual and tangent read "
+                  f"({len(tangent.inputs)})", staged.in_shardings)
+    return dataclasses.replace(tangent, in_shardings=staged.in_shardings,
+                               out_shardings=staged.out_shardings,
+                               donated=staged.donated_invars, keep_unused=inner.keep_unused,
+                               context_mesh=inner.context_mesh), reads
 
 
 # --------------------------------------------------------------------------- transposition
@@ -461,23 +545,22 @@ def _linear_values(program: Program, linear: tuple[bool, ...]) -> list[bool]:
     return flags
 
 
-def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple[bool, ...],
+def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
                     prefix: str) -> tuple[Program, tuple[bool, ...]]:
     """A linear body transposed: it takes its nonlinear inputs (the residuals), then a
-    cotangent per output with ``given`` set, and returns the cotangent of each linear input
-    one reaches (the flags). Nonlinear equations run first, then the linear ones in
-    reverse order; cotangents that meet are summed (``add_any``)."""
+    cotangent per output ``given`` one (its type; None: none), and returns the cotangent
+    of each linear input one reaches (the flags). Nonlinear equations run first, then the
+    linear ones in reverse order; cotangents that meet are summed (``add_any``)."""
     flags = _linear_values(program, linear)
     nonlinear = [i for i, lin in enumerate(linear) if not lin]
-    cotangent_types = tuple(program.value_types[n].type
-                            for n, g in zip(program.outputs, given) if g)
+    cotangent_types = tuple(g.type for g in given if g is not None)
     body = _Body(tuple(program.inputs[i].type for i in nonlinear) + cotangent_types,
                  program.consts)
     number: dict[int, int] = {i: k for k, i in enumerate(nonlinear)}
     cts: dict[int, list[int]] = {}
     seeds = iter(range(len(nonlinear), len(nonlinear) + len(cotangent_types)))
     for n, g in zip(program.outputs, given):
-        if g:
+        if g is not None:
             cts.setdefault(n, []).append(next(seeds))
     numbers = program.result_numbers()
     for eq, made in zip(program.equations, numbers):
@@ -537,8 +620,8 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
     name, ct = eq.primitive, incoming[0]
     out = []
     for k, n in linear_ops:
-        result = (types[n].type,)
         others = tuple(number[m] for j, m in enumerate(eq.operands) if j != k and m in number)
+        result = (_joined(types[n], [body.types[c] for c in (ct,) + others]),)
         if name in ("add", "add_any"):
             out.append((n, ct))
         elif name == "sub":
@@ -562,7 +645,8 @@ def _transpose_jit(eq: Jit, body: _Body, incoming: list, flags: list[bool],
     inner = eq.body
     linear = tuple(flags[n] for n in eq.operands)
     given = tuple(ct is not None for ct in incoming)
-    transposed, reached = _transpose_body(inner, linear, given, f"{path}.jit.")
+    transposed, reached = _transpose_body(inner, linear, tuple(
+        None if ct is None else body.types[ct] for ct in incoming), f"{path}.jit.")
     lin_in = [i for i, lin in enumerate(linear) if lin]
     equation = JitEquation(tuple(inner.in_shardings[i] for i in lin_in), inner.out_shardings)
     deps = tuple(frozenset(lin_in.index(i) for i in d if linear[i])
@@ -618,7 +702,13 @@ def _called(program: Program) -> tuple[_Body, Jit]:
     check_program(isinstance(program, Program), "the program transformed", "a Program",
                   program)
     top = _Body(program.inputs)
-    return top, Jit(tuple(range(len(program.inputs))), body=_traced(program), name="jitted")
+    call = Jit(tuple(range(len(program.inputs))), body=_traced(program), name="jitted")
+    # A transformation traces the function first: what tracing refuses (FIT-1, the WSC
+    # rules, ARG-4) is refused before any rewrite, located in the untransformed program.
+    trace_body(Program(program.inputs, (call,), call.body.outputs and tuple(
+        range(len(program.inputs), len(program.inputs) + len(call.body.outputs)))),
+        program.context_mesh)
+    return top, call
 
 
 def _extra_inputs(values: Any, like: tuple[Value, ...], what: str) -> tuple[Value, ...]:
@@ -688,9 +778,10 @@ def linearize_program(program: Program, tangents: Any = None) -> LinearizedProgr
     return LinearizedProgram(primal, tangent, applied.program(tout), flags)
 
 
-def _backward(tape: _Tape, touts: list, given: tuple[bool, ...]
+def _backward(tape: _Tape, touts: list, given: tuple
               ) -> tuple[Program, tuple[bool, ...]]:
-    """The tangent call transposed: the residuals, then the cotangents ``given``."""
+    """The tangent call transposed: the residuals, then the cotangents ``given`` (their
+    types; None: no cotangent for that output)."""
     tangent = tape.tangent([t for t in touts if t is not None])
     linear = (False,) * len(tape.residuals) + (True,) * len(tape.inputs)
     return _transpose_body(tangent, linear, given, "")
@@ -706,7 +797,7 @@ def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
     flags = tuple(t is not None for t in touts)
     out_types = tuple(tape.primal.types[n] for n, f in zip(outs, flags) if f)
     given = _extra_inputs(cotangents, out_types, "the cotangents")
-    backward, reached = _backward(tape, touts, (True,) * len(out_types))
+    backward, reached = _backward(tape, touts, tuple(v.type for v in given))
     residuals = tuple(tape.primal.types[n] for n in tape.residuals)
     backward = dataclasses.replace(backward, inputs=residuals + given)
     primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
@@ -766,17 +857,20 @@ def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = F
     nonzero = tuple(i in numbers and differentiable(v) for i, v in enumerate(program.inputs))
     tape, outs, touts = _linearized_call(program, nonzero, "grad")
     flags = tuple(t is not None for t in touts)
-    given = tuple(f and j == 0 for j, f in enumerate(flags))
-    backward, reached = _backward(tape, touts, tuple(g for g, f in zip(given, flags) if f))
     residuals = tuple(tape.primal.types[n] for n in tape.residuals)
     primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
     top = _Body(program.inputs)
     ran = _inline(top, _traced(primal), tuple(range(len(program.inputs))))
-    seed = _seed(top, tape.primal.types[outs[0]]) if given[0] else ()
-    cts = _inline(top, _traced(dataclasses.replace(backward, inputs=residuals + tuple(
-        top.types[n] for n in seed))), ran[len(outs):] + tuple(seed)) if given[0] else ()
-    every = _every_input(top, program, nonzero, reached if given[0] else (False,) * sum(
-        nonzero), cts)
+    if not flags[0]:   # the loss does not depend on argnums: every gradient is a zero
+        every = _every_input(top, program, nonzero, (False,) * sum(nonzero), ())
+    else:
+        seed = _seed(top, tape.primal.types[outs[0]])
+        given = tuple(top.types[seed[0]] if j == 0 else None
+                      for j, f in enumerate(flags) if f)
+        backward, reached = _backward(tape, touts, given)
+        backward = dataclasses.replace(backward, inputs=residuals + (top.types[seed[0]],))
+        cts = _inline(top, _traced(backward), ran[len(outs):] + seed)
+        every = _every_input(top, program, nonzero, reached, cts)
     grads = tuple(every[i] for i in numbers)
     return top.program(ran[:len(outs)] + grads)
 
