@@ -30,6 +30,7 @@ exactly as :func:`~shardlaw.spec.jit_call` decides its :func:`program_call`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from ..core.rules import Rejection, located, remembering, staged, tracing
@@ -44,11 +45,12 @@ from ..transforms.arguments import place_on_devices
 from ..transforms.constraint import (
     check_constraint_axes, check_constraint_fits, check_constraint_lowers, unconstrained_dims,
 )
-from .constants import check_refs_not_donated, constant_sources
+from .constants import check_refs_not_donated, held_inputs
 from .description import (
-    DevicePut, Jit, Program, ShardingConstraint, Value, check_program,
+    DevicePut, Jit, Program, ShardingConstraint, ShardMap, Value, check_program,
 )
 from .lowering import equation_path, inside_shardings, live_parts, placed_results
+from .shardmap import lower_shard_maps, shardings_decision, trace_shard_map
 
 P = PartitionSpec  # the name the examples use
 
@@ -70,7 +72,9 @@ class ProgramVerdict:
     path of the equation that placed it (PROG-4; None: the compiler); ``constants``, the
     (path, sharding) of each hoisted constant (CONST-1, CONST-2; UNSPECIFIED: left open);
     ``ref_updates``, the (path, sharding) of each ref whose new value comes back aliased
-    to it (REF-1, REF-2); ``until``, the last
+    to it (REF-1, REF-2); ``decided``, per equation walked, (path, record): a shard_map's
+    manual axes and per-shard types, a collective's result type and replica groups, a
+    constraint's or a jit's shardings (:mod:`shardlaw.spec.program.shardmap`); ``until``, the last
     stage asked about (``"trace"``: what ``jax.jit(f).trace(*args)`` decides — no device
     assignment, and ``out_shardings`` as the jit's options give them). Refused: ``rule``,
     ``error_type``, ``jax_error``, ``message``, ``path`` (an argument's, a result's, or an
@@ -93,6 +97,7 @@ class ProgramVerdict:
     placed_by: tuple[str | None, ...] = ()
     constants: tuple[tuple[str, Any], ...] = ()
     ref_updates: tuple[tuple[str, Any], ...] = ()
+    decided: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), compare=False)
     until: str = "run"
     rule: str | None = None
     error_type: str | None = None
@@ -116,6 +121,8 @@ class ProgramVerdict:
             lines.append(f"  const  {path}: {s!r} (hoisted)")
         for path, s in self.ref_updates:
             lines.append(f"  ref    {path}: {s!r} (updated in place)")
+        for path, record in self.decided:
+            lines.append(f"  eqn    {path}: {record}")
         count = len(self.out_paths)
         for path, s, c, by in zip(self.out_paths, self.out_shardings,
                                   self.out_committed or (True,) * count,
@@ -165,31 +172,43 @@ def program_call(program: Program) -> Call:
 
 # --------------------------------------------------------------------------- tracing
 
-def trace_body(program: Program, context: Any = None, prefix: str = "") -> None:
+def trace_body(program: Program, context: Any = None, prefix: str = "",
+               decided: list | None = None) -> list:
     """Each equation's own checks, in the order JAX traces them (stage ``trace``): an inner
     jit's in_shardings fit its operands (FIT-1) before its body is traced and its
     out_shardings fit its results after; a constraint's dimensions left to the compiler,
     its rank and its axes (WSC-6, WSC-4, WSC-5); a device_put's sharding places its operand
-    (ARG-4). shard_map bodies are not walked (their SMAP rules are not applied here)."""
+    (ARG-4); a shard_map's SMAP rules and its body's collectives
+    (:func:`~shardlaw.spec.program.shardmap.trace_shard_map`). Each equation's record of
+    what it decided is appended to ``decided`` as (path, record); returns ``decided``."""
     context = context if isinstance(context, Mesh) else None
+    decided = [] if decided is None else decided
     with staged("trace"):
         for k, eq in enumerate(program.equations):
             path = equation_path(prefix, k)
             shapes = [program.value_types[n].shape for n in eq.operands]
-            if isinstance(eq, Jit):
+            if shardings_decision(eq) is not None:
+                decided.append((path, shardings_decision(eq)))
+            if isinstance(eq, ShardMap):
+                trace_shard_map(eq, tuple(program.value_types[n] for n in eq.operands),
+                                path, decided)
+            elif isinstance(eq, Jit):
                 body = eq.body
                 for i, (s, shape) in enumerate(zip(body.in_shardings, shapes)):
-                    check_fits(s, shape, f"{path}.jit.in_shardings[{i}]")
-                trace_body(body, body.context_mesh or context, f"{path}.jit.")
+                    if eq.checked:
+                        check_fits(s, shape, f"{path}.jit.in_shardings[{i}]")
+                trace_body(body, body.context_mesh or context, f"{path}.jit.", decided)
                 for i, (s, value) in enumerate(zip(body.out_shardings, eq.results or ())):
-                    check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
+                    if eq.checked:
+                        check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
             elif isinstance(eq, ShardingConstraint):
                 _trace_constraint(eq, shapes[0], context, path)
-            elif isinstance(eq, DevicePut):
+            elif isinstance(eq, DevicePut) and eq.checked:
                 for target, shape in zip(eq.targets, shapes):
                     if getattr(target, "is_concrete", False):
                         with located(path):
                             place_on_devices(target, shape, "jit")
+    return decided
 
 
 def _trace_constraint(eq: ShardingConstraint, shape: tuple[int, ...], context: Mesh | None,
@@ -202,13 +221,15 @@ def _trace_constraint(eq: ShardingConstraint, shape: tuple[int, ...], context: M
 
 
 def _lower_body(program: Program) -> None:
-    """WSC-8 for every live GSPMDSharding constraint (stage ``lower``)."""
+    """WSC-8 for every live GSPMDSharding constraint, then what lowering checks in every
+    live shard_map (stage ``lower``)."""
     with staged("lower"):
         for path, eq in _live_constraints(program, live_parts(
                 program, everything=program.keep_unused), ""):
             if isinstance(eq.sharding, GSPMDSharding):
                 with located(path):
                     check_constraint_lowers(eq.sharding, path)
+    lower_shard_maps(program, live_parts(program, everything=program.keep_unused))
 
 
 def _live_constraints(program: Program, live: Any, prefix: str) -> list[tuple[str, Any]]:
@@ -254,44 +275,56 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
         call = program_call(program)
     except Rejection as error:
         return _refused(error, [])
+    labels: dict = {}
     with tracing() as trace, remembering():
         try:
+            front, back, hoisted, updates = held_inputs(program)
+            checked = _with_held(call, (), (*back, *front))   # JAX's order for DA-1
+            call = _with_held(call, front, back)   # the executable's order of inputs
+            labels = _labels(program, front, back)
             n = call.normal
             stage_jit(n)
             called = stage_call(n)
-            trace_body(program, program.context_mesh)
+            decided = trace_body(program, program.context_mesh)
             inside = inside_shardings(program)
-            closed, hoisted, updates = constant_sources(program)
-            n = dataclasses.replace(call, inside=(*closed, *inside)).normal
+            n = dataclasses.replace(call, inside=inside).normal
             traced = stage_trace(n, called)
             if until == "trace":
-                return _traced(program, n, traced, inside, trace)
+                return _traced(program, n, traced, inside, trace, decided)
+            if any(s is not UNSPECIFIED for _, s in hoisted):
+                labels = _labels(program, (), (*back, *front))
+                _check_assignment(checked, inside)
+                labels = _labels(program, front, back)
             lowered = stage_lower(n, called, traced)
             _lower_body(program)
             if any(program.refs):
                 check_refs_not_donated(program, updates)
             placed = placed_results(program, [
                 *(lowered.resolved[i] for i in lowered.kept), *traced.out_shardings,
-                *(s.sharding for s in (*closed, *inside))])
+                *(s.sharding for s in inside)])
             n = dataclasses.replace(n.call, compiler=_choices(program, placed)).normal
             compiled = stage_compile(n, called, traced, lowered)
             dispatched = stage_dispatch(n, called, lowered, compiled)
         except Rejection as error:
-            return _refused(error, trace)
+            return _refused(error, trace, labels)
     out_types = tuple(_result_type(program.value_types[number], s)
                       for number, s in zip(program.outputs, compiled.out_shardings))
     return ProgramVerdict(
-        True, tuple(dict.fromkeys(trace)), in_paths=n.in_paths, in_shardings=lowered.final,
+        True, tuple(dict.fromkeys(trace)),
+        in_paths=tuple(_relabel(p, labels) for p in n.in_paths),
+        in_shardings=lowered.final,
         out_paths=n.out_paths, out_shardings=compiled.out_shardings,
         out_committed=(lowered.committed,) * len(n.flat_out), out_types=out_types,
         device_assignment=DeviceIds(lowered.assignment), num_devices=lowered.count,
-        kept_inputs=lowered.kept, transfers=dispatched.transfers,
+        kept_inputs=lowered.kept,
+        transfers=tuple(_relabel(t, labels) for t in dispatched.transfers),
         inside=tuple((s.path, s.sharding) for s in inside),
-        placed_by=tuple(by for _, by in placed), constants=hoisted, ref_updates=updates)
+        placed_by=tuple(by for _, by in placed), constants=hoisted, ref_updates=updates,
+        decided=tuple(decided))
 
 
 def _traced(program: Program, n: Any, traced: Any, inside: tuple,
-            trace: list[str]) -> ProgramVerdict:
+            trace: list[str], decided: list) -> ProgramVerdict:
     """The answer of ``jax.jit(f).trace(*args)``: the results' types and the shardings the
     jit's options give them; no device assignment yet."""
     types = program.value_types
@@ -299,7 +332,8 @@ def _traced(program: Program, n: Any, traced: Any, inside: tuple,
         True, tuple(dict.fromkeys(trace)), in_paths=n.in_paths,
         in_shardings=tuple(v.sharding for v in program.inputs), out_paths=n.out_paths,
         out_shardings=traced.out_shardings, out_types=tuple(types[k] for k in program.outputs),
-        inside=tuple((s.path, s.sharding) for s in inside), until="trace")
+        inside=tuple((s.path, s.sharding) for s in inside), until="trace",
+        decided=tuple(decided))
 
 
 def _choices(program: Program, placed: tuple) -> tuple | None:
@@ -321,9 +355,71 @@ def _result_type(value: Value, sharding: Any) -> Value | None:
     return Value(value.shape, value.dtype, value.weak_type, sharding.mesh.abstract)
 
 
-def _refused(error: Rejection, trace: list[str]) -> ProgramVerdict:
+def _refused(error: Rejection, trace: list[str],
+             labels: dict[int, tuple[str, str]] | None = None) -> ProgramVerdict:
     failure = error.failure
     return ProgramVerdict(False, tuple(dict.fromkeys(trace)), rule=failure.rule,
                           error_type=failure.error_type.__name__, jax_error=failure.jax_error,
-                          message=str(error), path=error.path, stage=error.stage,
+                          message=_relabel(str(error), labels),
+                          path=_relabel(error.path, labels), stage=error.stage,
                           facts=tuple(failure.facts().items()))
+
+
+# --------------------------------------------------------------------------- held values
+
+def _with_held(call: Call, front: tuple, back: tuple) -> Call:
+    """The top-level call with held values as inputs, ``front`` before the arguments and
+    ``back`` after them (CONST-1, REF-1): always used, never donated, their shardings
+    open to jit's options."""
+    if not front and not back:
+        return call
+    f, b = len(front), len(back)
+    options = call.options
+    in_shardings = options.in_shardings
+    if in_shardings is not UNSPECIFIED:
+        in_shardings = (*(None,) * f, *in_shardings, *(None,) * b)
+    options = dataclasses.replace(options, in_shardings=in_shardings, donate_argnums=tuple(
+        i + f for i in options.donate_argnums))
+    args = (*(v.as_arg() for _, _, v in front), *call.args, *(v.as_arg() for _, _, v in back))
+    return dataclasses.replace(
+        call, args=args, options=options,
+        uses=(*(True,) * f, *call.uses, *(True,) * b) if call.uses is not None else None,
+        compiler_in=None if call.compiler_in is None else (
+            *(None,) * f, *call.compiler_in, *(None,) * b))
+
+
+def _check_assignment(call: Call, inside: tuple) -> None:
+    """DA-1 over the inputs in the order JAX checks them — the arguments, the closed-over
+    refs, the hoisted constants — so a conflict is refused where JAX refuses it."""
+    n = dataclasses.replace(call, inside=inside).normal
+    called = stage_call(n)
+    stage_lower(n, called, stage_trace(n, called))
+
+
+def _labels(program: Program, front: tuple, back: tuple) -> dict[int, tuple[str, str]]:
+    """The call's argument index -> the path and the words of the input it is."""
+    first = len(front) + len(program.inputs)
+    labels = {k: (path, what) for k, (path, what, _) in enumerate(front)}
+    labels.update({len(front) + i: (f"args[{i}]", "") for i in range(len(program.inputs))})
+    labels.update({first + k: (path, what) for k, (path, what, _) in enumerate(back)})
+    return labels
+
+
+_ARGUMENT = re.compile(r"(argument )?args\[(\d+)\]( \((?:un)?committed\))?")
+
+
+def _relabel(text: str | None, labels: dict[int, tuple[str, str]] | None) -> str | None:
+    """``text`` with each input named by its own path: a held value by ``constants[0]``
+    and its words, an argument by its place among the program's inputs."""
+    if not labels or text is None:
+        return text
+
+    def named(match: re.Match) -> str:
+        path, what = labels.get(int(match.group(2)), (None, ""))
+        if path is None:
+            return match.group(0)
+        if what and match.group(1):
+            return f"{what} {path}"
+        return f"{match.group(1) or ''}{path}{match.group(3) or ''}"
+
+    return _ARGUMENT.sub(named, text)

@@ -1,1 +1,375 @@
-"""``shard_map`` equations inside a whole program: their SMAP rules and their bodies' collectives (issue 23; being built)."""
+"""``shard_map`` equations inside a whole program: their SMAP rules, their bodies' collectives, and what each equation decides.
+
+:func:`trace_shard_map` applies the SMAP rules to one :class:`ShardMap` equation where
+``jax.jit`` of the program meets them, tracing (stage ``trace``): the manual axes (SMAP-1),
+the specs' axes and reductions (SMAP-3, SMAP-4; in_specs, then out_specs), the operands
+against the in specs (SMAP-7, SMAP-8, SMAP-19) and their shards (SMAP-9), then the body,
+equation by equation — each collective's axes (SMAP-13), shape (SMAP-21) and varying axes
+(SMAP-20), inner jits and nested shard_maps walked the same way — and last the body's
+results against the out specs (SMAP-7, SMAP-11, SMAP-19, SMAP-12, SMAP-10).
+:func:`lower_shard_maps` applies what lowering checks (stage ``lower``): the in specs of the
+operands the body uses (SMAP-12), each live collective's axes named once (SMAP-13) and
+ppermute's pairs (SMAP-22).
+
+Each equation walked leaves a small frozen record of what it decided, by path
+(:class:`ShardMapDecision`, :class:`CollectiveDecision`, :class:`ShardingsDecision`), which
+:func:`~shardlaw.spec.program.explain.explain_program` puts in its verdict.
+
+A body's values are typed per shard. The description gives every equation's result types;
+a collective's must be those SMAP-20 and SMAP-21 decide and a shard_map body's inputs the
+shards SMAP-9 decides (with, under check_vma, the varying axes of their in specs), else the
+description is refused (PROG-0): ``describe_program`` of a real function gives them as JAX
+typed them, so a difference is a disagreement with JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ..core.rules import located, staged
+from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
+from ..transforms.shardmap_bodies import (
+    COLLECTIVES, check_permutation, collective_shape, collective_varying,
+)
+from ..transforms.shardmap_collectives import check_collective_axes, collective_groups
+from ..transforms.shardmap_parameters import _names
+from ..transforms.shardmap_specs import (
+    check_divisible, check_no_repeated_axes, check_replication, check_spec_axes,
+    check_spec_rank, check_spec_reductions, manual_axes_of,
+)
+from ..transforms.shardmap_types import check_reductions_held, per_shard_shape, unshard_shape
+from .description import (
+    DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+    check_program,
+)
+
+P = PartitionSpec  # the name the examples use
+
+__all__ = ["ShardMapDecision", "CollectiveDecision", "ShardingsDecision", "Manual",
+           "trace_shard_map", "lower_shard_maps", "GROUPS_LISTED_UP_TO"]
+
+# Replica groups are listed for meshes of at most this many devices (None above: nothing
+# enumerates the devices of a large mesh).
+GROUPS_LISTED_UP_TO = 4096
+
+
+# --------------------------------------------------------------------------- records
+
+@dataclasses.dataclass(frozen=True)
+class ShardMapDecision:
+    """What a shard_map equation decided: its manual axes, and the per-shard type of each
+    body input and of each body result as the out specs take it (varying along their axes
+    too, under check_vma)."""
+
+    manual_axes: tuple[str, ...]
+    in_types: tuple[Value, ...]
+    out_types: tuple[Value, ...]
+
+    def __str__(self) -> str:
+        return (f"shard_map manual {list(self.manual_axes)}: in {list(self.in_types)}, "
+                f"out {list(self.out_types)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveDecision:
+    """What a collective inside a shard_map's body decided: its axes, its per-shard result
+    type, its replica groups (device ids over a concrete mesh, mesh positions over an
+    abstract one; None for pvary, which moves nothing, and above
+    :data:`GROUPS_LISTED_UP_TO` devices) and, for ppermute, the (source, target) devices
+    of every group."""
+
+    primitive: str
+    axes: tuple[str, ...]
+    result: Value
+    groups: tuple[tuple[int, ...], ...] | None = None
+    pairs: tuple[tuple[int, int], ...] | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.primitive} over {list(self.axes)} -> {self.result!r}"
+        if self.groups is not None:
+            text += f", groups {[list(g) for g in self.groups]}"
+        if self.pairs is not None:
+            text += f", pairs {list(self.pairs)}"
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingsDecision:
+    """The shardings a constraint, device_put, reshard or inner jit names (a jit's
+    in_shardings, then its out_shardings; UNSPECIFIED where not given)."""
+
+    kind: str
+    shardings: tuple
+    out_shardings: tuple = ()
+
+    def __str__(self) -> str:
+        text = f"{self.kind} {list(self.shardings)}"
+        return text + (f" -> {list(self.out_shardings)}" if self.out_shardings else "")
+
+
+def shardings_decision(eq: Any) -> ShardingsDecision | None:
+    """The record of a constraint, device_put, reshard or jit equation (None: another)."""
+    if isinstance(eq, (ShardingConstraint, Reshard)):
+        return ShardingsDecision(eq.kind, (eq.sharding,))
+    if isinstance(eq, DevicePut):
+        return ShardingsDecision(eq.kind, eq.targets)
+    if isinstance(eq, Jit):
+        return ShardingsDecision(eq.kind, eq.body.in_shardings, eq.body.out_shardings)
+    return None
+
+
+# --------------------------------------------------------------------------- context
+
+@dataclasses.dataclass(frozen=True)
+class Manual:
+    """The manual context a body is traced in: the shard_map's mesh, every axis manual
+    there (the enclosing shard_maps' too) and check_vma."""
+
+    mesh: Mesh | AbstractMesh
+    manual: frozenset[str]
+    check_vma: bool
+
+    @property
+    def inner_mesh(self) -> AbstractMesh:
+        """The abstract mesh a value's type carries inside: the manual axes typed Manual."""
+        types = tuple(AxisType.Manual if n in self.manual else t
+                      for n, t in zip(self.mesh.axis_names, self.mesh.axis_types))
+        return AbstractMesh(self.mesh.axis_sizes, self.mesh.axis_names, types)
+
+    def size(self, axes: tuple[str, ...]) -> int:
+        return math.prod(self.mesh.axis_size(a) for a in axes)
+
+
+def _spec_axes(spec: PartitionSpec) -> frozenset[str]:
+    return frozenset(n for entry in spec for n in _names(entry))
+
+
+def _same_type(given: Value, decided: Value, what: str) -> None:
+    """A described type is the decided one: shape, dtype and varying axes (PROG-0)."""
+    check_program((given.shape, given.dtype, given.varying) ==
+                  (decided.shape, decided.dtype, decided.varying), what,
+                  f"of type {decided.dtype}{list(decided.shape)} varying along "
+                  f"{sorted(decided.varying)} (as the SMAP rules type it)", given)
+
+
+# --------------------------------------------------------------------------- tracing
+
+def trace_shard_map(eq: ShardMap, operands: tuple[Value, ...], path: str,
+                    decided: list | None = None, outer: Manual | None = None) -> None:
+    """The SMAP rules of one shard_map equation at ``path``, where tracing meets them: its
+    specs, its operands, its body and its results (stage ``trace``); appends
+    ``(path, record)`` for it and every equation of its body to ``decided``."""
+    decided = [] if decided is None else decided
+    with staged("trace"):
+        with located(path):
+            manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
+        _check_specs(eq, manual, path)
+        in_types = _map_operands(eq, operands, manual, path)
+        context = Manual(eq.mesh, manual | (outer.manual if outer else frozenset()),
+                         eq.check_vma)
+        for k, (given, wanted) in enumerate(zip(eq.body.inputs, in_types)):
+            _same_type(given, wanted, f"input {k} of the shard_map's body at {path}")
+        at = len(decided)   # the shard_map's record comes before its body's
+        walk_body(eq.body, context, f"{path}.shard_map.", decided)
+        out_types = _map_results(eq, manual, path)
+    decided.insert(at, (path, ShardMapDecision(tuple(sorted(manual)), in_types, out_types)))
+
+
+def _check_specs(eq: ShardMap, manual: frozenset[str], path: str) -> None:
+    """SMAP-3 and SMAP-4 for every in spec, then every out spec."""
+    for which, specs in (("in_specs", eq.in_specs), ("out_specs", eq.out_specs)):
+        for i, spec in enumerate(specs):
+            with located(f"{path}.shard_map.{which}[{i}]"):
+                check_spec_axes(spec, f"{which}[{i}]", manual)
+                check_spec_reductions(spec, f"{which}[{i}]", eq.mesh, manual)
+
+
+def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[str],
+                  path: str) -> tuple[Value, ...]:
+    """SMAP-7 for every operand, SMAP-8 for every operand, then SMAP-19 and SMAP-9: the
+    type of each body input."""
+    at = [f"{path}.shard_map.in_specs[{i}]" for i in range(len(operands))]
+    for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
+        with located(where):
+            check_spec_rank(spec, value.shape, f"in_specs[{i}]", f"operand {i}")
+    for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
+        with located(where):
+            check_divisible(eq.mesh, spec, value.shape, f"in_specs[{i}]", f"operand {i}")
+    inner = Manual(eq.mesh, manual, eq.check_vma).inner_mesh
+    types = []
+    for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
+        with located(where):
+            check_reductions_held(spec, f"in_specs[{i}]", f"operand {i}")
+            shape = per_shard_shape(eq.mesh, spec, value.shape, manual)
+        varying = _spec_axes(spec) if eq.check_vma else frozenset()
+        types.append(Value.typed(shape, value.dtype, inner, weak_type=value.weak_type,
+                                 varying=varying | value.varying))
+    return tuple(types)
+
+
+def _map_results(eq: ShardMap, manual: frozenset[str], path: str) -> tuple[Value, ...]:
+    """SMAP-7 for every non-empty out spec, SMAP-11 for every result (check_vma), then
+    SMAP-19, SMAP-12 and SMAP-10 for each: the per-shard type of each result as the out
+    specs take it; the equation's result shapes must be SMAP-10's (PROG-0)."""
+    body = eq.body
+    results = [body.value_types[n] for n in body.outputs]
+    at = [f"{path}.shard_map.out_specs[{j}]" for j in range(len(results))]
+    for j, (where, spec, value) in enumerate(zip(at, eq.out_specs, results)):
+        if len(spec):
+            with located(where):
+                check_spec_rank(spec, value.shape, f"out_specs[{j}]", f"the body's result {j}")
+    if eq.check_vma:
+        for j, (where, spec, value) in enumerate(zip(at, eq.out_specs, results)):
+            with located(where):
+                check_replication(eq.mesh, spec, value.varying, f"out_specs[{j}]")
+    out = []
+    for j, (where, spec, value) in enumerate(zip(at, eq.out_specs, results)):
+        with located(where):
+            if eq.check_vma:
+                check_reductions_held(spec, f"out_specs[{j}]", "the result")
+            check_no_repeated_axes(spec, f"out_specs[{j}]")
+            shape = unshard_shape(eq.mesh, spec, value.shape, manual)
+        check_program(shape == eq.results[j].shape, f"result {j} of the shard_map at {path}",
+                      f"of shape {shape} (its body's result put together by its out spec)",
+                      eq.results[j])
+        varying = value.varying | (_spec_axes(spec) if eq.check_vma else frozenset())
+        out.append(dataclasses.replace(value, varying=varying))
+    return tuple(out)
+
+
+def walk_body(program: Program, context: Manual, prefix: str, decided: list) -> None:
+    """Every equation of a body traced in ``context``, in order: collectives decided, inner
+    jits and nested shard_maps walked, the others' shardings recorded."""
+    for k, eq in enumerate(program.equations):
+        path = f"{prefix}body[{k}]"
+        operands = tuple(program.value_types[n] for n in eq.operands)
+        if isinstance(eq, Opaque) and eq.primitive in COLLECTIVES:
+            decided.append((path, _collective(eq, operands, context, path)))
+        elif isinstance(eq, ShardMap):
+            trace_shard_map(eq, operands, path, decided, context)
+        elif isinstance(eq, Jit):
+            decided.append((path, shardings_decision(eq)))
+            walk_body(eq.body, context, f"{path}.jit.", decided)
+        elif shardings_decision(eq) is not None:
+            decided.append((path, shardings_decision(eq)))
+
+
+# --------------------------------------------------------------------------- collectives
+
+def collective_axes(primitive: str, params: dict[str, Any]) -> tuple:
+    """The axes a collective equation names, as a tuple (its ``axes`` or ``axis_name``)."""
+    named = params.get("axes", params.get("axis_name", ()))
+    return (named,) if isinstance(named, str) else tuple(named)
+
+
+def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: str
+                ) -> CollectiveDecision:
+    """SMAP-13, SMAP-21 and SMAP-20 for one collective equation; its result type must be
+    the one they decide (PROG-0)."""
+    params = dict(eq.params)
+    axes = collective_axes(eq.primitive, params)
+    prim, mesh, vma = eq.primitive, context.mesh, context.check_vma
+    operand = operands[0] if operands else Value.typed((), "int32", context.inner_mesh)
+    along = [a in operand.varying for a in axes]
+    with located(path):
+        if prim in ("pvary", "psum_invariant") or (
+                vma and prim == "reduce_scatter" and any(along) and not all(along)):
+            # as the casts, psum and psum_scatter read their operand first (mixed axes:
+            # ValueError; a name unknown while none varies: AssertionError); pmax and
+            # pmin cast the axes it does not vary along, mixed or not
+            check_collective_axes(mesh, axes, context.manual, operand.varying,
+                                  lowering=False)
+        else:
+            check_collective_axes(mesh, axes, context.manual, None, lowering=False)
+        size = context.size(tuple(dict.fromkeys(axes)))
+        shape = collective_shape(prim, operand.shape, size, {**params, "axes": axes})
+        varying = collective_varying(prim, axes, operand.varying, vma)
+    dtype = "int32" if prim == "axis_index" else operand.dtype
+    weak = operand.weak_type and prim not in ("all_to_all", "axis_index")
+    result = Value.typed(shape, dtype, context.inner_mesh, weak_type=weak,
+                         varying=varying)
+    check_program(eq.results is not None and len(eq.results) == 1,
+                  f"the results of the {prim} at {path}", "one result", eq.results)
+    _same_type(eq.results[0], result, f"the result of the {prim} at {path}")
+    groups = _groups(mesh, axes, context.manual) if prim != "pvary" else None
+    pairs = None
+    if prim == "ppermute" and groups is not None and len(set(axes)) == len(axes):
+        moves = _moves(axes, size, params.get("perm", ()))
+        pairs = None if moves is None else tuple(
+            (group[s], group[t]) for group in groups for s, t in moves)
+    return CollectiveDecision(prim, axes, result, groups, pairs)
+
+
+def _groups(mesh: Mesh | AbstractMesh, axes: tuple, manual: frozenset[str]
+            ) -> tuple[tuple[int, ...], ...] | None:
+    """SMAP-14's replica groups, when they can be listed (distinct axes, a mesh of at most
+    GROUPS_LISTED_UP_TO devices)."""
+    if len(set(axes)) != len(axes) or mesh.size > GROUPS_LISTED_UP_TO:
+        return None
+    if isinstance(mesh, Mesh):
+        return collective_groups(mesh, axes, manual)
+    from ..transforms.shardmap_collectives import replica_groups
+    return replica_groups(mesh, axes, manual)
+
+
+def _moves(axes: tuple, size: int, perm: Any) -> tuple | None:
+    """ppermute's pairs as positions, when SMAP-22 accepts them (it is checked again, and
+    refuses, when the program is lowered)."""
+    from ..core.rules import Rejection
+    try:
+        return check_permutation(axes, size, perm)
+    except Rejection:
+        return None
+
+
+# --------------------------------------------------------------------------- lowering
+
+def lower_shard_maps(program: Program, live: Any, prefix: str = "") -> None:
+    """What lowering checks in every live shard_map, in the order of the body (stage
+    ``lower``): the in specs of the operands its body uses (SMAP-12), then each live
+    collective's axes named once (SMAP-13) and ppermute's pairs (SMAP-22)."""
+    with staged("lower"):
+        _lower(program, live, prefix, None)
+
+
+def _lower(program: Program, live: Any, prefix: str, context: Manual | None) -> None:
+    for k, eq in enumerate(program.equations):
+        if not live.equations[k]:
+            continue
+        path = f"{prefix}body[{k}]"
+        if isinstance(eq, ShardMap):
+            used = live.bodies[k].inputs
+            for i, (spec, u) in enumerate(zip(eq.in_specs, used)):
+                if u:
+                    with located(f"{path}.shard_map.in_specs[{i}]"):
+                        check_no_repeated_axes(spec, f"in_specs[{i}]")
+            manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
+            inner = Manual(eq.mesh, manual | (context.manual if context else frozenset()),
+                           eq.check_vma)
+            _lower(eq.body, live.bodies[k], f"{path}.shard_map.", inner)
+        elif isinstance(eq, Jit):
+            _lower(eq.body, live.bodies[k], f"{path}.jit.", context)
+        elif context is not None and isinstance(eq, Opaque) and eq.primitive in COLLECTIVES:
+            params = dict(eq.params)
+            axes = collective_axes(eq.primitive, params)
+            with located(path):
+                check_collective_axes(context.mesh, axes, context.manual)
+                if eq.primitive == "ppermute":
+                    check_permutation(axes, context.size(axes), params.get("perm", ()))
+
+
+def decided_shardings(program: Program, prefix: str = "") -> list:
+    """``(path, record)`` of the constraints, device_puts, reshards and jits of a body
+    outside any shard_map (inner jits' bodies included), for a program's verdict."""
+    out = []
+    for k, eq in enumerate(program.equations):
+        path = f"{prefix}body[{k}]"
+        record = shardings_decision(eq)
+        if record is not None:
+            out.append((path, record))
+        if isinstance(eq, Jit):
+            out += decided_shardings(eq.body, f"{path}.jit.")
+    return out
+

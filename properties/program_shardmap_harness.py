@@ -1,0 +1,532 @@
+"""Programs with shard_maps against real JAX, program for program (the SMAP rules inside
+whole programs).
+
+A :class:`MapCase` is a drawn program: one argument placed on the program's mesh, maybe
+constrained, passed to a ``jax.shard_map`` (its mesh, one in spec and one out spec, the
+manual axes ``axis_names``, ``check_vma``), maybe inside an inner ``jax.jit``, whose result
+is maybe constrained again. The mapped body chains :class:`Op` steps: the collectives
+``psum``, ``pmax``, ``pmin``, ``all_gather``, ``psum_scatter``, ``ppermute``,
+``all_to_all``, the cast ``pcast(..., to='varying')``, ``x + axis_index(axis)`` and the
+elementwise ``neg`` and ``sin``; any step may sit in an inner jit of its own.
+
+From a case both sides are built. :func:`run_case` traces, lowers, compiles and runs the
+real function under ``jax.jit``, recording the first stage that raised, or the results'
+shardings, committedness and types, the device assignment, the compiler's placements and
+the replica groups of the lowered collectives; and ``describe_program`` of the real
+function (JAX's own jaxpr: the per-shard type of every collective as JAX typed it).
+:func:`program_of` builds the case's Program as the spec's user would write it, inserting
+the varying-axes casts JAX's collectives insert under check_vma. :func:`compare_case` holds
+:func:`~shardlaw.spec.explain_program` to JAX: a refusal at the same stage with the same
+class (the built Program; the described one too when JAX traced it), or the answer — the
+described Program accepted with JAX's result shardings, types and device assignment (its
+collectives typed as the SMAP rules type them, else PROG-0 refuses it) and every
+collective's replica groups those of the lowered module; and the built Program accepted
+too. Each rule's sides are recorded under ``"programs-shard_map"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import warnings
+from typing import Any
+
+from hypothesis import strategies as st
+
+from shardlaw.properties import hits
+from shardlaw.properties.program_harness import (
+    FACTORS, JaxOutcome, _compare_results, _jax_class_agrees, _type_of, _watch_compiler,
+    _with_choices,
+)
+from shardlaw.spec import (
+    Mesh, NamedSharding, P, PartitionSpec, Rejection, explain_program, from_jax, to_jax,
+)
+from shardlaw.spec.program.description import (
+    Jit, Opaque, Program, ShardingConstraint, ShardMap, Value, result_types,
+)
+from shardlaw.spec.program.shardmap import CollectiveDecision
+from shardlaw.spec.transforms.shardmap_bodies import collective_shape, collective_varying
+
+__all__ = ["Op", "MapCase", "program_of", "function_of", "run_case", "compare_case",
+           "map_cases", "SOURCE", "map_hit_counts"]
+
+SOURCE = "programs-shard_map"
+CLEAR_EVERY = 300
+NAMES = ("x", "y")
+SHAPES = [(8, 8), (8, 16), (6, 8), (8,), (4, 8, 2)]
+KINDS = ("psum", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "all_to_all",
+         "pcast", "axis_index", "neg", "sin")
+
+
+def map_hit_counts() -> dict[str, tuple[int, int]]:
+    """rule ID -> (accepting side, refusing side) over the cases compared so far."""
+    return hits.counts(SOURCE)
+
+
+# --------------------------------------------------------------------------- cases
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One step of the mapped body: ``kind`` over ``axes``; ``dim`` is all_gather's axis,
+    psum_scatter's scatter dimension or all_to_all's split axis, ``dim2`` all_to_all's
+    concat axis; ``perm`` ppermute's pairs; ``in_jit``: inside an inner jit of its own."""
+
+    kind: str
+    axes: tuple[str, ...] = ()
+    dim: int = 0
+    dim2: int = 0
+    tiled: bool = True
+    perm: tuple = ()
+    in_jit: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class MapCase:
+    mesh: Mesh
+    argument: Value
+    in_spec: PartitionSpec
+    out_spec: PartitionSpec
+    manual: frozenset[str]
+    check_vma: bool
+    ops: tuple[Op, ...]
+    before: Any = None          # a constraint's sharding on the argument (None: none)
+    after: Any = None           # ... on the shard_map's result
+    outer_jit: bool = False     # the shard_map inside an inner jax.jit
+
+
+# --------------------------------------------------------------------------- the function
+
+def _apply(op: Op, a: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    lax, axes = jax.lax, op.axes
+    if op.kind in ("psum", "pmax", "pmin"):
+        return getattr(lax, op.kind)(a, axes)
+    if op.kind == "all_gather":
+        return lax.all_gather(a, axes, axis=op.dim, tiled=op.tiled)
+    if op.kind == "psum_scatter":
+        return lax.psum_scatter(a, axes, scatter_dimension=op.dim, tiled=op.tiled)
+    if op.kind == "ppermute":
+        return lax.ppermute(a, axes, perm=op.perm)
+    if op.kind == "all_to_all":
+        return lax.all_to_all(a, axes, op.dim, op.dim2, tiled=True)
+    if op.kind == "pcast":
+        return lax.pcast(a, axes, to="varying")
+    if op.kind == "axis_index":
+        return a + lax.axis_index(axes[0]).astype(a.dtype)
+    return jnp.negative(a) if op.kind == "neg" else jnp.sin(a)
+
+
+def function_of(case: MapCase) -> Any:
+    """The real function the case describes (not yet jitted)."""
+    import jax
+
+    def body(a: Any) -> Any:
+        for op in case.ops:
+            a = jax.jit(lambda b, op=op: _apply(op, b))(a) if op.in_jit else _apply(op, a)
+        return a
+
+    mapped = jax.shard_map(body, mesh=to_jax(case.mesh), in_specs=to_jax(case.in_spec),
+                           out_specs=to_jax(case.out_spec), axis_names=set(case.manual),
+                           check_vma=case.check_vma)
+
+    def program(x: Any) -> Any:
+        if case.before is not None:
+            x = jax.lax.with_sharding_constraint(x, to_jax(case.before))
+        y = jax.jit(mapped)(x) if case.outer_jit else mapped(x)
+        if case.after is not None:
+            y = jax.lax.with_sharding_constraint(y, to_jax(case.after))
+        return y
+
+    return program
+
+
+def argument_of(case: MapCase) -> Any:
+    import jax
+    import numpy as np
+
+    shape = case.argument.shape
+    data = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    return jax.device_put(data, to_jax(case.argument.sharding))
+
+
+# --------------------------------------------------------------------------- the Program
+
+class _Body:
+    """A shard_map body's equations as the spec's user writes them (the casts JAX's
+    collectives insert under check_vma included)."""
+
+    def __init__(self, case: MapCase, inner_mesh: Any, first: Value) -> None:
+        self.case, self.inner_mesh = case, inner_mesh
+        self.types, self.equations = [first], []
+        self.manual = case.manual or frozenset(case.mesh.axis_names)
+
+    def add(self, eq: Any) -> None:
+        self.equations.append(eq)
+        self.types.extend(eq.results)
+
+    def typed(self, shape: tuple, dtype: str, varying: frozenset) -> Value:
+        varying = varying & frozenset(self.case.mesh.axis_names)
+        return Value.typed(shape, dtype, self.inner_mesh, varying=varying)
+
+    def cast(self, axes: tuple) -> None:
+        """pvary of the last value along ``axes`` it does not vary along (as JAX casts)."""
+        last = self.types[-1]
+        missing = tuple(a for a in self.case.mesh.axis_names + ("q",) if a in axes
+                        and a not in last.varying)
+        if not self.case.check_vma:
+            if all(a in self.manual for a in axes):
+                return
+            missing = tuple(axes)
+        if missing:
+            self.add(Opaque((len(self.types) - 1,), (self.typed(
+                last.shape, last.dtype, last.varying | frozenset(missing)),),
+                primitive="pvary", params=(("axes", missing),)))
+
+
+def _collective(body: _Body, primitive: str, axes: tuple, params: tuple) -> None:
+    """One collective on the last value, its result typed by the SMAP rules (or left as its
+    operand where they refuse it: the spec refuses there first)."""
+    last = body.types[-1]
+    size = 1
+    for a in dict.fromkeys(axes):
+        size *= body.case.mesh.shape.get(a, 1)
+    try:
+        shape = collective_shape(primitive, last.shape, size, {**dict(params), "axes": axes})
+        varying = collective_varying(primitive, axes, last.varying, body.case.check_vma)
+    except Rejection:
+        shape, varying = last.shape, last.varying
+    dtype = "int32" if primitive == "axis_index" else last.dtype
+    operands = () if primitive == "axis_index" else (len(body.types) - 1,)
+    body.add(Opaque(operands, (body.typed(shape, dtype, varying),), primitive=primitive,
+                    params=params))
+
+
+def _op_equations(body: _Body, op: Op) -> None:
+    """The equations of one step, appended to ``body``."""
+    axes, vma = op.axes, body.case.check_vma
+    last = body.types[-1]
+    if op.kind in ("psum", "pmax", "pmin"):
+        mixed = len({a in last.varying for a in axes}) > 1
+        if vma and not (op.kind == "psum" and mixed):   # psum refuses mixed axes first
+            body.cast(axes)
+        name = "psum_invariant" if (vma and op.kind == "psum") else op.kind
+        params = (("axes", axes),) if name == "psum_invariant" else (
+            ("axes", axes), ("axis_index_groups", None))
+        _collective(body, name, axes, params)
+    elif op.kind in ("all_gather", "psum_scatter", "ppermute", "all_to_all"):
+        # all_gather, psum_scatter and all_to_all look their axes' size up before they
+        # cast (an axis that is not manual: NameError there); psum_scatter reads its
+        # operand's varying axes first (mixed: refused as they are)
+        known = all(a in body.manual for a in axes)
+        mixed = len({a in last.varying for a in axes}) > 1
+        if vma and (op.kind == "ppermute" or known and not (
+                op.kind == "psum_scatter" and mixed)):
+            body.cast(axes)
+        _collective(body, *_moving(op, body))
+    elif op.kind == "pcast":
+        body.cast(axes) if not (vma and any(a in last.varying for a in axes)) else \
+            body.add(Opaque((len(body.types) - 1,), (last,), primitive="pvary",
+                            params=(("axes", axes),)))
+    elif op.kind == "axis_index":
+        operand = len(body.types) - 1
+        _collective(body, "axis_index", axes[:1], (("axis_name", axes[0]),))
+        index = body.types[-1]
+        body.add(Opaque((operand, len(body.types) - 1), (body.typed(
+            last.shape, last.dtype, last.varying | index.varying),), primitive="add"))
+    else:
+        body.add(Opaque((len(body.types) - 1,), (last,), primitive=op.kind))
+
+
+def _moving(op: Op, body: _Body) -> tuple:
+    size = 1
+    for a in op.axes:
+        size *= body.case.mesh.shape.get(a, 1)
+    if op.kind == "all_gather":
+        return "all_gather", op.axes, (("all_gather_dimension", op.dim), (
+            "axis_index_groups", None), ("axis_name", op.axes), ("axis_size", size),
+            ("tiled", op.tiled))
+    if op.kind == "psum_scatter":
+        return "reduce_scatter", op.axes, (("axis_index_groups", None), ("axis_name", op.axes),
+                                           ("axis_size", size), ("scatter_dimension", op.dim),
+                                           ("tiled", op.tiled))
+    if op.kind == "ppermute":
+        return "ppermute", op.axes, (("axis_name", op.axes), ("perm", op.perm))
+    return "all_to_all", op.axes, (("axis_index_groups", None), ("axis_name", op.axes),
+                                   ("concat_axis", op.dim2), ("split_axis", op.dim),
+                                   ("tiled", True))
+
+
+def _body_program(case: MapCase, inner_mesh: Any, first: Value) -> Program:
+    body = _Body(case, inner_mesh, first)
+    for op in case.ops:
+        if not op.in_jit:
+            _op_equations(body, op)
+            continue
+        inner = _Body(case, inner_mesh, body.types[-1])
+        _op_equations(inner, op)
+        jit = Program((body.types[-1],), tuple(inner.equations), (len(inner.types) - 1,))
+        eq = Jit((len(body.types) - 1,), body=jit, name="<lambda>")
+        body.add(dataclasses.replace(eq, results=result_types(eq, (body.types[-1],))))
+    return Program((first,), tuple(body.equations), (len(body.types) - 1,))
+
+
+def program_of(case: MapCase) -> Program:
+    """The case's Program as its user writes it (the body's types given by the SMAP
+    rules where they accept, its operand's where they refuse)."""
+    from shardlaw.spec.program.shardmap import Manual
+    from shardlaw.spec.transforms.shardmap_specs import manual_axes_of
+
+    arg = case.argument
+    try:
+        manual = manual_axes_of(case.mesh, set(case.manual))
+    except Rejection:
+        manual = frozenset(case.mesh.axis_names)
+    inner_mesh = Manual(case.mesh, manual, case.check_vma).inner_mesh
+    first = _inner_input(case, inner_mesh)
+    body = _body_program(case, inner_mesh, first)
+    out = body.value_types[body.outputs[0]].shape
+    ways = [1] * len(out)
+    for d, entry in enumerate(case.out_spec[:len(out)]):
+        for name in (entry if isinstance(entry, tuple) else (entry,) if entry else ()):
+            ways[d] *= case.mesh.shape.get(name, 1)
+    result = Value.typed(tuple(s * w for s, w in zip(out, ways)), arg.dtype)
+    shard_map = ShardMap((0,), (result,), body=body, mesh=case.mesh, in_specs=(case.in_spec,),
+                         out_specs=(case.out_spec,), manual_axes=case.manual,
+                         check_vma=case.check_vma)
+    equations: list[Any] = []
+    if case.before is not None:
+        equations.append(ShardingConstraint((0,), sharding=case.before))
+    operand = len(equations)
+    if case.outer_jit:
+        inner = Program((arg.type,), (dataclasses.replace(shard_map, operands=(0,)),), (1,))
+        equations.append(Jit((operand,), body=inner, name="shard_map"))
+    else:
+        equations.append(dataclasses.replace(shard_map, operands=(operand,)))
+    if case.after is not None:
+        equations.append(ShardingConstraint((len(equations),), sharding=case.after))
+    return Program((arg,), tuple(equations), (len(equations),))
+
+
+def _inner_input(case: MapCase, inner_mesh: Any) -> Value:
+    """The body's input: the argument's shard (its type as SMAP-9 gives it where the spec
+    fits; the whole argument where it does not: the spec refuses first)."""
+    shape = list(case.argument.shape)
+    fits = len(case.in_spec) <= len(shape)
+    for d, entry in enumerate(case.in_spec[:len(shape)]):
+        for name in (entry if isinstance(entry, tuple) else (entry,) if entry else ()):
+            size = case.mesh.shape.get(name, 1)
+            fits = fits and shape[d] % size == 0
+            shape[d] = shape[d] // size if fits else shape[d]
+    names = {n for e in case.in_spec for n in (e if isinstance(e, tuple) else (e,)) if n}
+    varying = frozenset(names) & frozenset(case.mesh.axis_names) if case.check_vma else ()
+    return Value.typed(tuple(shape) if fits else case.argument.shape, "float32", inner_mesh,
+                       varying=frozenset(varying))
+
+
+# --------------------------------------------------------------------------- running JAX
+
+@dataclasses.dataclass
+class MapOutcome(JaxOutcome):
+    """What real ``jax.jit`` did, and the replica groups of the lowered collectives."""
+
+    groups: list = dataclasses.field(default_factory=list)
+
+
+_GROUPS = re.compile(r"replica_groups = dense<(\[\[[0-9, \[\]]*\]\])>")
+
+
+def _lowered_groups(text: str) -> list:
+    """The replica groups of every collective in a lowered module's text, in order."""
+    import ast
+    return [tuple(tuple(g) for g in ast.literal_eval(m)) for m in _GROUPS.findall(text)]
+
+
+def run_case(case: MapCase) -> MapOutcome:
+    """Trace, lower, compile and run ``jax.jit`` of the case's function."""
+    import jax
+    from shardlaw.spec.bridge.program import describe_program
+
+    outcome = MapOutcome()
+    hits.record_jax_calls(1)
+    if hits.jax_calls() % CLEAR_EVERY == 0:
+        jax.clear_caches()
+    arg = argument_of(case)
+    jitted = jax.jit(function_of(case))
+    stages = [("trace", lambda: jitted.trace(arg)), ("lower", lambda: jitted.trace(arg).lower()),
+              ("compile", lambda: jitted.trace(arg).lower().compile()),
+              ("call", lambda: jitted(arg))]
+    result = None
+    with warnings.catch_warnings(), _watch_compiler(outcome):
+        warnings.simplefilter("ignore")
+        for stage, run in stages:
+            try:
+                result = run()
+            except Exception as error:  # noqa: BLE001 - recorded and compared
+                outcome.stage, outcome.error = stage, error
+                return outcome
+            if stage == "trace":
+                outcome.described = describe_program(jax.jit(function_of(case)), arg)
+            if stage == "lower":
+                outcome.groups = _lowered_groups(result.as_text())
+    outcome.out_shardings = [from_jax(result.sharding)]
+    outcome.out_committed = [bool(result._committed)]
+    outcome.out_types = [_type_of(result)]
+    outcome.device_assignment = tuple(d.id for d in result.sharding._device_assignment)
+    return outcome
+
+
+# --------------------------------------------------------------------------- comparing
+
+def _refusals_agree(verdict: Any, outcome: MapOutcome, which: str) -> list[str]:
+    if verdict.accepted:
+        return [f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}: "
+                f"{outcome.error}; the spec accepts the {which} program"]
+    if verdict.stage != outcome.stage or not _jax_class_agrees(verdict, outcome.error):
+        return [f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}: "
+                f"{outcome.error}; the spec refuses the {which} program at {verdict.stage} "
+                f"with {verdict.jax_error}: {verdict.message}"]
+    return []
+
+
+def _spec_groups(verdict: Any) -> list:
+    """The replica groups the spec decides for the collectives that lower to a grouped
+    HLO collective (axis_index and ppermute lower otherwise; pvary to nothing)."""
+    out = []
+    for _, record in verdict.decided:
+        if isinstance(record, CollectiveDecision) and record.groups is not None and \
+                record.primitive not in ("axis_index", "ppermute"):
+            out.append(tuple(tuple(g) for g in record.groups))
+    return out
+
+
+def _nontrivial(groups: list) -> list:
+    """The groups of the collectives that join devices (a group of one moves nothing)."""
+    return sorted(g for g in groups if any(len(group) > 1 for group in g))
+
+
+def _accepted_agree(described: Program, built: Any, outcome: MapOutcome) -> list[str]:
+    verdict = explain_program(_with_choices(described, outcome))
+    if not verdict.accepted:
+        return [f"JAX accepts; the spec refuses the described program: {verdict.message}"]
+    problems = _compare_results(verdict, outcome)
+    spec_groups, lowered = _nontrivial(_spec_groups(verdict)), _nontrivial(outcome.groups)
+    if spec_groups != lowered:
+        problems.append(f"replica groups: spec {spec_groups}, lowered {lowered}")
+    if not built.accepted:
+        problems.append(f"JAX accepts; the spec refuses the built program: {built.message}")
+    return problems
+
+
+def compare_case(case: MapCase) -> list[str]:
+    """Every disagreement between the spec and JAX on ``case`` (empty: they agree)."""
+    outcome = run_case(case)
+    built = explain_program(program_of(case))
+    if outcome.error is not None:
+        problems = _refusals_agree(built, outcome, "built")
+        if outcome.described is not None:
+            problems += _refusals_agree(explain_program(outcome.described), outcome,
+                                        "described")
+    else:
+        problems = _accepted_agree(outcome.described, built, outcome)
+    if not problems:
+        _record(built)
+    return problems
+
+
+def _record(verdict: Any) -> None:
+    for rule_id in verdict.trace:
+        hits.record(SOURCE, rule_id, refused=not verdict.accepted and rule_id == verdict.rule)
+
+
+# --------------------------------------------------------------------------- drawing
+
+def _mesh_names(mesh: Mesh) -> list[str]:
+    return list(mesh.axis_names)
+
+
+@st.composite
+def _axes(draw: Any, mesh: Mesh, manual: frozenset[str], one: bool = False) -> tuple:
+    """Axes a collective names: mostly manual ones, sometimes an automatic one or an
+    unknown name."""
+    pool = sorted(manual)
+    roll = draw(st.integers(0, 19))
+    if roll == 0:
+        return ("q",)
+    if roll == 1 and set(mesh.axis_names) - manual:
+        return (draw(st.sampled_from(sorted(set(mesh.axis_names) - manual))),)
+    if one or len(pool) == 1:
+        return (draw(st.sampled_from(pool)),)
+    return tuple(draw(st.permutations(pool))[:draw(st.integers(1, len(pool)))])
+
+
+@st.composite
+def _spec(draw: Any, mesh: Mesh, manual: frozenset[str], rank: int) -> PartitionSpec:
+    """A spec over the manual axes (sometimes an automatic axis, or one entry too many)."""
+    free = sorted(manual)
+    if draw(st.integers(0, 11)) == 0:
+        free = list(mesh.axis_names)
+    entries: list[Any] = []
+    for _ in range(rank + (draw(st.integers(0, 11)) == 0)):
+        entry = draw(st.sampled_from([None, None] + free))
+        if entry is not None:
+            free.remove(entry)
+        entries.append(entry)
+    while entries and entries[-1] is None and draw(st.booleans()):
+        entries.pop()
+    return P(*entries)
+
+
+@st.composite
+def _op(draw: Any, mesh: Mesh, manual: frozenset[str], rank: int) -> Op:
+    kind = draw(st.sampled_from(KINDS))
+    in_jit = draw(st.integers(0, 9)) == 0
+    if kind in ("neg", "sin"):
+        return Op(kind, in_jit=in_jit)
+    axes = draw(_axes(mesh, manual, one=kind == "axis_index"))
+    dim = draw(st.integers(0, max(rank - 1, 0) + (draw(st.integers(0, 9)) == 0)))
+    if kind == "all_to_all":
+        dim = min(dim, rank - 1) if rank else 0
+        return Op(kind, axes, dim, draw(st.integers(0, max(rank - 1, 0))), in_jit=in_jit)
+    if kind == "ppermute":
+        size = 1
+        for a in axes:
+            size *= mesh.shape.get(a, 1)
+        targets = draw(st.permutations(range(size)))
+        perm = tuple((i, t) for i, t in enumerate(targets))
+        if draw(st.integers(0, 9)) == 0:
+            perm = perm + ((0, size),) if draw(st.booleans()) else perm + perm[:1]
+        return Op(kind, axes, perm=perm, in_jit=in_jit)
+    tiled = kind not in ("all_gather", "psum_scatter") or draw(st.integers(0, 3)) > 0
+    if kind == "psum_scatter" and not tiled:
+        dim = min(dim, max(rank - 1, 0))
+    return Op(kind, axes, dim, tiled=tiled, in_jit=in_jit)
+
+
+@st.composite
+def map_cases(draw: Any) -> MapCase:
+    """A drawn program: 1 to 8 devices over 1 or 2 mesh axes, a shard_map over all or some
+    of them, with or without check_vma, a body of 1 to 4 steps."""
+    n = draw(st.sampled_from([1, 2, 4, 8]))
+    shape = draw(st.sampled_from([f for f in FACTORS[n] if len(f) <= 2]))
+    mesh = Mesh.iota(shape, NAMES[:len(shape)])
+    names = list(mesh.axis_names)
+    manual = frozenset() if draw(st.booleans()) else frozenset(
+        draw(st.permutations(names))[:draw(st.integers(1, len(names)))])
+    effective = manual or frozenset(names)
+    value_shape = draw(st.sampled_from(SHAPES))
+    rank = len(value_shape)
+    placed = draw(_spec(mesh, frozenset(names), rank))
+    try:
+        argument = Value.placed(value_shape, NamedSharding(mesh, P(*placed[:rank])))
+    except Rejection:
+        argument = Value.placed(value_shape, NamedSharding(mesh, P()))
+    in_spec = draw(_spec(mesh, effective, rank))
+    ops = tuple(draw(_op(mesh, effective, rank)) for _ in range(draw(st.integers(1, 4))))
+    out_spec = draw(_spec(mesh, effective, rank))
+    around = [None, None, None] + [NamedSharding(mesh, P(*draw(_spec(
+        mesh, frozenset(names), rank))[:rank]))]
+    return MapCase(mesh, argument, in_spec, out_spec, manual, draw(st.booleans()), ops,
+                   before=draw(st.sampled_from(around)), after=draw(st.sampled_from(around)),
+                   outer_jit=draw(st.integers(0, 3)) == 0)
