@@ -20,6 +20,7 @@ from .recovery import (
     Value, compiled_results, concrete_inputs, concrete_mesh, raw, recover_shardings,
     single_device_results,
 )
+from .program_body import recovery_origin
 from .resolution import ARRAY, moves
 from .rules import EngineRejection
 from .shardings import (
@@ -42,7 +43,7 @@ class DispatchPlan:
         "rejection", "fired", "in_paths", "in_shardings", "out_paths", "out_shardings",
         "device_assignment", "num_devices", "kept", "out_committed", "transfers", "entry",
         "compiled_here", "conversions", "out_labels", "out_tree", "fastpath", "fast_ok",
-        "donated", "exe_inputs", "num_inputs", "empty_results", "__weakref__")
+        "donated", "exe_inputs", "num_inputs", "empty_results", "inside", "__weakref__")
 
     def __init__(self) -> None:
         self.rejection: EngineRejection | None = None
@@ -67,6 +68,7 @@ class DispatchPlan:
         self.exe_inputs: tuple = ()
         self.num_inputs = 0
         self.empty_results: tuple[int, ...] = ()
+        self.inside: tuple[tuple[str, Any], ...] = ()   # (path, sharding) inside the body
 
     @property
     def accepted(self) -> bool:
@@ -94,6 +96,7 @@ def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
     plan.num_devices = d.count
     plan.kept = d.kept
     plan.out_committed = (d.committed,) * len(d.out_paths)
+    plan.inside = tuple((s.path, s.sharding) for s in d.inside)
     plan.transfers = tuple(item.path for item, s in zip(d.inputs, d.final) if moves(item, s))
     plan.donated = donated_leaves(arguments.positions, engine.options.names,
                                   arguments.dyn_args, arguments.dyn_kwargs)
@@ -141,7 +144,9 @@ def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
                   for s, a in zip(facts.out_shardings, d.out_avals)]
     placed_out = compiled_results(d.out_flat, chosen_out, d.assignment)
     out_values = [Value.of_aval(a) for a in d.out_avals]
-    outs = recover_shardings(placed_out, out_values, recovered, kept_values, d.context,
+    given, given_values, out_values = recovery_origin(recovered, kept_values, out_values,
+                                                      d.inside)
+    outs = recover_shardings(placed_out, out_values, given, given_values, d.context,
                              d.out_paths[0] if d.out_paths else "result")
     outs = single_device_results(outs, d.assignment)
     outs = [_typed_result(o, s, aval) for o, s, aval in zip(outs, d.out_flat, d.out_avals)]

@@ -50,7 +50,9 @@ class Explanation:
     input ``in_paths`` and ``in_shardings`` (as the program gets them; UNSPECIFIED where the
     compiler chooses), ``kept_inputs``, ``transfers`` (inputs moved before running); per
     result ``out_paths``, ``out_shardings`` (as the results come back, the compiler's choices
-    included) and ``out_committed``. Rejected: ``refusal``, whose ``rule``, ``error_type``
+    included) and ``out_committed``; ``inside``, the (path, sharding) of every sharding
+    inside the function's body that joined the device assignment (PROG-2: constraints,
+    device_puts, inner jits' shardings, shard_map meshes, at any depth). Rejected: ``refusal``, whose ``rule``, ``error_type``
     (the built-in type's name), ``jax_error``, ``message``, ``path`` and ``stage`` read
     through the explanation too. Both: ``trace``, the rules that fired, in order.
     """
@@ -67,6 +69,7 @@ class Explanation:
     out_paths: tuple[str, ...] = ()
     out_shardings: tuple = ()
     out_committed: tuple[bool, ...] = ()
+    inside: tuple[tuple[str, Any], ...] = ()
     refusal: Refusal | None = None
 
     rule = _refusal_field("rule")
@@ -89,7 +92,8 @@ class Explanation:
                    executable=executable,
                    in_paths=plan.in_paths, in_shardings=plan.in_shardings,
                    kept_inputs=plan.kept, transfers=plan.transfers, out_paths=plan.out_paths,
-                   out_shardings=plan.out_shardings, out_committed=plan.out_committed)
+                   out_shardings=plan.out_shardings, out_committed=plan.out_committed,
+                   inside=plan.inside)
 
     @classmethod
     def of_rejection(cls, error: EngineRejection, fired: tuple[str, ...] = ()) -> "Explanation":
@@ -104,6 +108,8 @@ class Explanation:
         for path, s in zip(self.in_paths, self.in_shardings):
             moved = " (moved)" if path in self.transfers else ""
             lines.append(f"  in  {path}: {s}{moved}")
+        for path, s in self.inside:
+            lines.append(f"  inside {path}: {s}")
         for path, s, c in zip(self.out_paths, self.out_shardings, self.out_committed):
             lines.append(f"  out {path}: {s}" + ("" if c else " (uncommitted)"))
         lines.append("  rules: " + " ".join(self.trace))

@@ -204,6 +204,8 @@ class Engine:
         stage = error.stage
         if stage not in ("trace", "lower", "compile") or arguments.tracers:
             return error
+        if error.jax_error == "abort":   # JAX's own jit would end the process here
+            return error
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -39,7 +39,8 @@ from jax._src.lib import _jax
 
 __all__ = [
     "ArrayImpl", "Tracer", "api_boundary", "GSPMDSharding", "make_dispatcher", "ExecutableFacts",
-    "executable_facts", "hoisted_constants", "argument_avals", "used_inputs", "trace_context", "context_meshes", "hlo_of",
+    "executable_facts", "hoisted_constants", "argument_avals", "used_inputs", "live_body",
+    "bodies_of", "trace_context", "context_meshes", "hlo_of",
     "device_list", "array_over", "fastpath_data", "reflatten_for_dispatch",
     "JAX_PJIT", "resource_env_mesh", "use_concrete_mesh",
 ]
@@ -200,6 +201,19 @@ def used_inputs(traced: Any) -> list[bool] | None:
     except Exception:  # noqa: BLE001 - then every input counts as used
         return None
     return [bool(u) for u in used][len(hoisted_constants(traced)):]
+
+
+def live_body(jaxpr: Any) -> Any:
+    """What lowering keeps of a traced body: JAX's dead-code elimination with every result
+    used (the equations it keeps are the body's own, in order, their results the same
+    variables; an inner jit's or shard_map's body is eliminated in turn)."""
+    return _pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))[0]
+
+
+def bodies_of(equation: Any) -> list[Any]:
+    """The bodies an equation holds in its parameters (an inner jit's, a shard_map's, a
+    scan's, a cond's branches...), in the order JAX walks them."""
+    return list(_core.jaxprs_in_params(equation.params))
 
 
 def trace_context() -> tuple:

@@ -172,10 +172,11 @@ def input_source(item: Input, resolved: Any) -> Source:
     return Source(resolved, f"argument {item.path} ({kind})", item.path)
 
 
-def distinct_sources(inputs: Sequence[Source], outputs: Sequence[Source]) -> list[Source]:
-    """The first source of each distinct sharding: inputs first, then results."""
+def distinct_sources(*groups: Sequence[Source]) -> list[Source]:
+    """The first source of each distinct sharding of each group, the groups in order:
+    inputs, then results, then the shardings inside the body."""
     out = []
-    for group in (inputs, outputs):
+    for group in groups:
         seen: set = set()
         for source in group:
             if source.sharding is UNSPECIFIED:

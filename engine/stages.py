@@ -5,9 +5,10 @@ writes what it found into the call's :class:`CallDecision`. A call of a jitted f
 all five (``Engine`` in :mod:`.function_engine`); the AOT stages (:mod:`.aot`: ``trace``,
 ``lower``, ``compile``) run them one at a time, and stop where JAX's do.
 
-* :func:`stage_call` — before tracing: JIT-5, JIT-4, JIT-3, TREE-1, FIT-1 (inputs);
+* :func:`stage_call` — before tracing: JIT-5, FIT-2, JIT-4, JIT-3, TREE-1, FIT-1 (inputs);
 * :func:`stage_trace` — tracing, then TREE-2 and FIT-1 (results);
-* :func:`stage_lower` — before lowering: RES-1..5, KEEP-1, DA-1..4, EXE-1, EXE-2, LAY;
+* :func:`stage_lower` — before lowering: RES-1..5, KEEP-1, the shardings inside the body
+  (PROG-2, :mod:`.program_body`), DA-1..4, EXE-1, EXE-2, LAY;
 * :func:`stage_compile` — the executable, from the process-wide cache or compiled, keyed
   by the call's placement class (:func:`executable_key`); OUT-1..3; the
   :class:`~.dispatch_plan.DispatchPlan`;
@@ -29,15 +30,17 @@ from .cache import CACHE, Entry
 from .call_arguments import CallArguments
 from .dispatch_plan import DispatchPlan, make_plan
 from .options import check_call_form
+from .program_body import check_body_lowers, inside_shardings
 from .recovery import Value, concrete_inputs, recover_shardings
 from .resolution import (
-    ARRAY, Input, Source, check_has_devices, check_iota_tiles, check_reused_replica,
+    ABSTRACT, ARRAY, Input, Source, check_has_devices, check_iota_tiles, check_reused_replica,
     check_tile_count, device_assignment, distinct_sources, input_source, kept_inputs,
     replicate_scalars, resolve_input, results_committed,
 )
 from .rules import EngineRejection, LeftToJax, reject
 from .shardings import (
-    UNSPECIFIED, check_fits, context_mesh, leaf_to_sharding, placement_class,
+    UNSPECIFIED, check_fits, check_lowered_fit, check_typed_fit, context_mesh, leaf_to_sharding,
+    placement_class,
 )
 from .trees import convert_tree, match_in_shardings, match_out_shardings, result_paths
 
@@ -71,15 +74,17 @@ class CallDecision:
         self.count = 0
         self.final: list[Any] = []
         self.committed = False
+        self.inside: tuple[Source, ...] = ()   # the shardings inside the body (PROG-2)
         self.compiler_options: dict[str, Any] | None = None   # given to Lowered.compile
 
 
 # --------------------------------------------------------------------------- call
 
 def stage_call(engine: "Engine", d: CallDecision) -> None:
-    """At the call, before tracing: JIT-5, JIT-4, JIT-3, TREE-1, FIT-1 (inputs)."""
+    """At the call, before tracing: JIT-5, FIT-2, JIT-4, JIT-3, TREE-1, FIT-1 (inputs)."""
     o, arguments = engine.options, d.arguments
     d.context = context_mesh()
+    _check_abstract_types(arguments)
     check_call_form(arguments.kwargs, o.in_shardings, d.context, o.device_or_backend)
     n = len(arguments.leaves)
     if o.device_or_backend:
@@ -103,6 +108,15 @@ def stage_call(engine: "Engine", d: CallDecision) -> None:
             check_fits(s, arguments.shape(i), paths[i])
     for i, given in enumerate(d.in_layouts):
         layouts.check_rank(paths[i], given, arguments.shape(i), "argument")
+
+
+def _check_abstract_types(arguments: CallArguments) -> None:
+    """Each abstract argument's type divides over its sharding's Explicit axes (FIT-2)."""
+    for i, kind in enumerate(arguments.kinds):
+        if kind == ABSTRACT:
+            held = arguments.key[2][i][3]
+            if held is not None:
+                check_typed_fit(held, arguments.shape(i), arguments.paths()[i])
 
 
 def _leaf_to_sharding(leaf: Any, which: str, context: Any) -> Any:
@@ -168,7 +182,8 @@ def _trace(engine: "Engine", d: CallDecision) -> Any:
 # --------------------------------------------------------------------------- lower
 
 def stage_lower(engine: "Engine", d: CallDecision) -> None:
-    """Before lowering: RES-1..5, KEEP-1, DA-1..4, EXE-1, EXE-2."""
+    """Before lowering: RES-1..5, KEEP-1, the shardings inside the body (PROG-2), DA-1..4,
+    EXE-1, the constraints inside the body lower (WSC-8), EXE-2."""
     o, arguments = engine.options, d.arguments
     n = len(arguments.leaves)
     d.inputs = [arguments.input(i, d.jit_in[i]) for i in range(n)]
@@ -179,20 +194,27 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
     if used is None or len(used) != n:
         used = [True] * n
     d.kept = kept_inputs(used, o.keep_unused)
+    d.inside = inside_shardings(d.traced.jaxpr, bool(o.keep_unused))
     sources = distinct_sources(
         [input_source(d.inputs[i], d.resolved[i]) for i in d.kept],
-        [Source(s, f"out_shardings for {p}", p) for s, p in zip(d.out_flat, d.out_paths)])
+        [Source(s, f"out_shardings for {p}", p) for s, p in zip(d.out_flat, d.out_paths)],
+        d.inside)
     assignment, d.count = device_assignment(sources, d.context)
     check_has_devices(assignment, d.context)
     assert assignment is not None
     d.assignment = tuple(assignment)
     d.final = replicate_scalars(d.resolved, [len(i.shape) for i in d.inputs], d.assignment)
+    for i in d.kept:  # only an abstract argument's own sharding may not fit yet (FIT-3)
+        if d.inputs[i].kind == ABSTRACT:
+            check_lowered_fit(d.final[i], d.inputs[i].shape, d.inputs[i].path)
     for path, s in [*((d.inputs[i].path, d.final[i]) for i in d.kept),
                     *zip(d.out_paths, d.out_flat)]:
         check_tile_count(s, path)
         check_iota_tiles(s, path)
+    check_body_lowers(d.inside)
     d.committed = results_committed(d.context, d.count,
-                                    [d.resolved[i] for i in d.kept], d.out_flat)
+                                    [d.resolved[i] for i in d.kept],
+                                    [*d.out_flat, *(s.sharding for s in d.inside)])
 
 
 def _check_layouts(d: CallDecision) -> None:

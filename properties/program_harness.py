@@ -43,7 +43,7 @@ from shardlaw.spec.program.lowering import live_parts
 
 __all__ = ["Step", "Recipe", "Case", "program_of", "function_of", "arguments_of",
            "run_in_jax", "JaxOutcome", "compare_program", "program_cases", "SOURCE",
-           "program_hit_counts"]
+           "program_hit_counts", "spec_verdict"]
 
 # The source under which the programs compared record their rules (shardlaw.properties.hits).
 SOURCE = "programs"
@@ -325,6 +325,12 @@ def compare_program(case: Case) -> list[str]:
     if not problems:
         _record(program, verdict)
     return problems
+
+
+def spec_verdict(case: Case, outcome: JaxOutcome) -> Any:
+    """:func:`~shardlaw.spec.explain_program` of the recipe's program, given the compiler's
+    choices JAX made in ``outcome`` (as :func:`compare_program` asks it)."""
+    return explain_program(_with_choices(program_of(case), outcome))
 
 
 def _with_choices(program: Program, outcome: JaxOutcome) -> Program:

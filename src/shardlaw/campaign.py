@@ -58,6 +58,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     "fuzz": ("shardlaw.properties.suites.fuzz",),
     "laws": ("shardlaw.properties.laws",),
     "proofs": ("shardlaw.properties.suites.proofs",),
+    "programs": ("shardlaw.properties.suites.programs",),
     "processes": ("shardlaw.properties.suites.processes",),
 }
 

@@ -36,8 +36,8 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
-['CONST-1', 'CONST-2', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-2', 'PROG-3', 'PROG-4',
- 'REF-1', 'REF-2', 'REF-3']
+['CONST-1', 'CONST-2', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'REF-1',
+ 'REF-2', 'REF-3']
 """
 
 from __future__ import annotations
@@ -141,6 +141,8 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
     "REF-3": "compile",
+    # Lowering a constraint inside a jit's body: a GSPMDSharding that Shardy cannot write.
+    "WSC-8": "lower",
 }
 
 
@@ -196,8 +198,9 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "engine.shardings.check_leaf (JIT-2), through _check_axes_used_once, refuses a "
         "PartitionSpec leaf that uses a mesh axis twice; JAX's NamedSharding constructor "
         "refuses a NamedSharding that does"),
-    # The engine does not read a jit's body yet (issue 23): JAX's own tracing and lowering
-    # type its equations, list the shardings inside it and recover results over them.
+    # The engine reads the shardings inside a jit's body and recovers results over them
+    # (PROG-2, PROG-3: engine/program_body.py); JAX's own tracing types its equations and
+    # its compiler places the results.
     # The engine hands closed-over values and refs to JAX as they are (issue 23, seed rows).
     "CONST-1": _left_to_jax(
         "JAX's lowering embeds closed-over constants, or hoists them as arguments when "
@@ -217,14 +220,6 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
     "PROG-1": _left_to_jax(
         "JAX's abstract evaluation types each equation of the body while jit traces it; the "
         "engine reads the types JAX gives"),
-    "PROG-2": _left_to_jax(
-        "JAX's lower_sharding_computation lists the shardings inside the body "
-        "(dispatch.get_intermediate_shardings) and refuses other devices by DA-1; the "
-        "engine checks the arguments and results only and JAX's refusal stands"),
-    "PROG-3": _left_to_jax(
-        "JAX's maybe_recover_user_shardings reads results over a sharding inside the body "
-        "when no argument is placed by a NamedSharding; the engine takes the shardings JAX "
-        "reports where it compiles"),
     "PROG-4": _left_to_jax(
         "the compiler places a result a constraint or an inner jit returns; the engine "
         "takes the shardings JAX reports where it compiles"),

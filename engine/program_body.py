@@ -1,0 +1,214 @@
+"""The body of a traced program: the shardings inside it (PROG-2, PROG-3, WSC-8).
+
+Lowering a jit first drops the body's dead equations (unless the jit keeps unused inputs),
+then holds every sharding left inside the body — a constraint's, a device_put's to a
+sharding, an inner jit's given in/out shardings, a concrete shard_map mesh — to the one
+device assignment of the program, after the kept inputs' and the results' (DA-1, DA-2),
+and counts them for the results' committedness (EXE-2). JAX finds a conflict only while it
+lowers; the engine reads the same shardings off the traced body (the jaxpr it has after
+tracing) and refuses before anything is lowered, at the equation's path: ``body[3]``,
+``body[0].jit.body[1]``, ``body[0].jit.in_shardings[0]``, ``body[2].shard_map.mesh``.
+
+The constraints left in the body must lower: a GSPMDSharding that Shardy cannot write is
+refused before lowering (WSC-8, TypeError as JAX raises it), and a tiling of one device,
+which would end the process inside XLA, is refused with a RuntimeError of the engine's own
+(:func:`check_constraint_lowers`). After compiling, results the compiler placed come back
+in the type of the first NamedSharding or SingleDeviceSharding inside the body when no
+kept input has one (PROG-3, :func:`recovery_origin`).
+
+The body is walked as JAX walks it: a body's own equations in order, then the bodies
+nested in them, each the same way, at any depth (inner jits, shard_maps, and the bodies of
+any other equation: a scan's, a cond's branches). Paths count the equations of the body as
+traced, dead ones included. The walk is done once per traced body (and per
+``keep_unused``), and remembered with it: a signature that meets a body walked before, and
+every cache hit, walks nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from typing import Any, Iterator
+
+from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
+
+from . import internals
+from .recovery import Value
+from .resolution import Source
+from .rules import reject, rule
+
+__all__ = ["inside_shardings", "walk_body", "recovery_origin", "check_body_lowers",
+           "check_constraint_lowers"]
+
+# Per traced body (its jaxpr, held weakly): keep_unused -> the shardings inside it.
+_WALKED: "weakref.WeakKeyDictionary[Any, dict[bool, tuple[Source, ...]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+@rule("PROG-2")
+def inside_shardings(closed_jaxpr: Any, keep_unused: bool) -> tuple[Source, ...]:
+    """Unless the jit keeps unused inputs, dead equations are dropped first; every sharding left inside its body — constraints', device_puts', inner jits' given shardings, concrete shard_map meshes' — then joins the device assignment and the results' committedness.
+
+    Listed body by body — a body's own equations in order, then the bodies nested in them —
+    each with its path and what it is (``sharding_constraint at body[1]``). A constraint
+    over an abstract mesh, a device_put to a device or to a memory space, and an inner
+    jit's shardings left open take no part. Remembered per traced body.
+    """
+    jaxpr = closed_jaxpr.jaxpr
+    try:
+        known = _WALKED.setdefault(jaxpr, {})
+    except TypeError:   # a body that cannot be held weakly is walked each time
+        known = {}
+    if keep_unused not in known:
+        known[keep_unused] = walk_body(jaxpr, keep_unused)
+    return known[keep_unused]
+
+
+def walk_body(jaxpr: Any, keep_unused: bool) -> tuple[Source, ...]:
+    """The shardings inside ``jaxpr`` that take part, walked now (no memory)."""
+    live = jaxpr if keep_unused else internals.live_body(jaxpr)
+    out: list[Source] = []
+    _walk(jaxpr, live, "", out)
+    return tuple(out)
+
+
+def _walk(traced: Any, live: Any, prefix: str, out: list[Source]) -> None:
+    """Append the shardings of ``live`` (``traced`` after dead-code elimination, or itself)."""
+    positions = _positions(traced, live)
+    if positions is None:   # not a subsequence after all: the live body's own numbering
+        traced, positions = live, list(range(len(live.eqns)))
+    for k, eqn in zip(positions, live.eqns):
+        out.extend(_equation_shardings(eqn, traced.eqns[k], f"{prefix}body[{k}]"))
+    for k, eqn in zip(positions, live.eqns):
+        path = f"{prefix}body[{k}]"
+        bodies = list(zip(internals.bodies_of(traced.eqns[k]), internals.bodies_of(eqn)))
+        for n, (traced_body, live_body) in enumerate(bodies):
+            name = eqn.primitive.name
+            where = f"{path}.{name}." if len(bodies) == 1 else f"{path}.{name}[{n}]."
+            _walk(traced_body, live_body, where, out)
+
+
+def _positions(traced: Any, live: Any) -> list[int] | None:
+    """The index in ``traced`` of each equation of ``live``: dead-code elimination keeps
+    equations in order and their results as the same variables (an equation without
+    results is matched to the next of its primitive); None if one is not found."""
+    if live is traced:
+        return list(range(len(traced.eqns)))
+    out: list[int] = []
+    k = 0
+    for eqn in live.eqns:
+        results = {id(v) for v in eqn.outvars}
+        while k < len(traced.eqns):
+            candidate = traced.eqns[k]
+            k += 1
+            if candidate.primitive is eqn.primitive and (
+                    not results or results & {id(v) for v in candidate.outvars}):
+                out.append(k - 1)
+                break
+        else:
+            return None
+    return out
+
+
+def _equation_shardings(eqn: Any, traced: Any, path: str) -> Iterator[Source]:
+    """The shardings of one live equation that take part (as lowering lists them)."""
+    name, params = eqn.primitive.name, eqn.params
+    if name == "sharding_constraint":
+        s = params["sharding"]
+        if not (isinstance(s, NamedSharding) and isinstance(s.mesh, AbstractMesh)):
+            yield Source(s, f"sharding_constraint at {path}", path)
+    elif name == "device_put":
+        for s in params["devices"]:
+            if isinstance(s, Sharding) and s.memory_kind is not None:
+                yield Source(s, f"device_put at {path}", path)
+    elif name == "jit":
+        yield from _jit_shardings(eqn, traced, path)
+    elif name == "shard_map":
+        mesh = params["mesh"]
+        if not isinstance(mesh, AbstractMesh):
+            yield Source(NamedSharding(mesh, PartitionSpec()),
+                         f"mesh of the shard_map at {path}", f"{path}.shard_map.mesh")
+
+
+def _jit_shardings(eqn: Any, traced: Any, path: str) -> Iterator[Source]:
+    """An inner jit's given in/out shardings of the inputs and results its live body keeps,
+    numbered as the traced jit numbers them."""
+    inner, traced_inner = eqn.params["jaxpr"].jaxpr, traced.params["jaxpr"].jaxpr
+    ins = _numbers(inner.invars, traced_inner.invars)
+    outs = _numbers(eqn.outvars, traced.outvars)
+    for which, numbers, given in (("in_shardings", ins, eqn.params["in_shardings"]),
+                                  ("out_shardings", outs, eqn.params["out_shardings"])):
+        for i, s in zip(numbers, given):
+            if isinstance(s, Sharding):
+                yield Source(s, f"{which}[{i}] of the jit at {path}", f"{path}.jit.{which}[{i}]")
+
+
+def _numbers(kept: Any, every: Any) -> list[int]:
+    """The position in ``every`` of each variable of ``kept`` (a subsequence of it)."""
+    where = {id(v): i for i, v in enumerate(every)}
+    return [where.get(id(v), i) for i, v in enumerate(kept)]
+
+
+# --------------------------------------------------------------------------- PROG-3
+
+@rule("PROG-3")
+def recovery_origin(recovered: list[Any], kept_values: list[Value], results: list[Value],
+                    inside: tuple[Source, ...]) -> tuple[list[Any], list[Any], list[Value]]:
+    """With no kept input placed by a NamedSharding or SingleDeviceSharding, results the compiler placed take the type of the first such sharding inside the body, re-read over its own mesh.
+
+    Returns what OUT-1 (:func:`~.recovery.recover_shardings`) is given: the shardings and
+    types whose first NamedSharding or SingleDeviceSharding it follows, and the results'
+    types — without their meshes when a sharding inside the body is followed (JAX reads
+    the results over that sharding's mesh then, whatever their types say). A NamedSharding
+    over an abstract mesh inside the body is passed over.
+    """
+    typed = (NamedSharding, SingleDeviceSharding)
+    if not inside or any(type(s) in typed for s in recovered):
+        return list(recovered), list(kept_values), list(results)
+    for source in inside:
+        s = source.sharding
+        if type(s) is SingleDeviceSharding or (type(s) is NamedSharding
+                                               and not isinstance(s.mesh, AbstractMesh)):
+            return [s], [None], [Value(v.rank, None) for v in results]
+    return list(recovered), list(kept_values), list(results)
+
+
+# --------------------------------------------------------------------------- WSC-8
+
+def check_body_lowers(inside: tuple[Source, ...]) -> None:
+    """WSC-8 for every live constraint of the body, in the order JAX lowers them (an
+    equation, then the body nested in it, then the next equation)."""
+    constraints = [s for s in inside if s.what.startswith("sharding_constraint")
+                   and isinstance(s.sharding, internals.GSPMDSharding)]
+    for source in sorted(constraints, key=_lowering_order):
+        check_constraint_lowers(source.sharding, source.path)
+
+
+def _lowering_order(source: Source) -> list[int]:
+    return [int(n) for n in re.findall(r"\[(\d+)\]", source.path or "")]
+
+
+@rule("WSC-8")
+def check_constraint_lowers(sharding: Any, path: str) -> None:
+    """Under jit a GSPMDSharding constraint lowers only when it is replicated or tiled in an iota order; a maximal, manual, unreduced or device-by-device tiling is refused (TypeError).
+
+    A tiling of one device is refused too (RuntimeError): lowering it, XLA fails a check
+    and ends the process, so JAX raises nothing and its words are never asked for.
+    """
+    if not isinstance(sharding, internals.GSPMDSharding):
+        return
+    h = sharding._hlo_sharding
+    if h.is_replicated() and not h.tuple_elements():
+        return
+    if h.is_tiled() and h.num_devices() == 1:
+        raise reject("WSC-8", RuntimeError,
+                     f"the constraint at {path} is {sharding}, a tiling of one device: "
+                     "lowering it, XLA fails a check and aborts the process. Constrain with "
+                     "a SingleDeviceSharding or a replicated sharding.", path, jax_error="abort")
+    if h.is_tiled() and not h.tuple_elements() and h.is_tile_assignment_iota():
+        return
+    raise reject("WSC-8", TypeError,
+                 f"the constraint at {path} is {sharding}, which JAX cannot write as a Shardy "
+                 "sharding: only a replicated GSPMDSharding or one tiled in an iota order "
+                 "lowers. Constrain with a NamedSharding, or write the tiles as an iota order "
+                 "(e.g. {devices=[4,1]<=[4]}).", path)

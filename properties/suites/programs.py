@@ -1,0 +1,218 @@
+"""Whole programs against real JAX: the spec's ``explain_program`` and the engine, program for program.
+
+Each property draws whole programs — a top-level jit whose body holds inner jits,
+constraints, device_puts, shard_maps, ... — from a harness of
+:mod:`shardlaw.properties` and holds every one to what real ``jax.jit`` does with it. They
+are listed in :data:`PROGRAM_PROPERTIES`, one line each: the harness module, its strategy
+of cases, the function that compares one case and returns its disagreements, and the rules
+it checks. A harness that lands joins the suite with one more line there.
+
+``test_engine_agrees_on_programs`` holds :func:`shardlaw.engine.jit` to the same programs
+(:func:`compare_engine_program`): against JAX, the same refusal at the same stage in JAX's
+class, or the same results' shardings, committed flags and values; against the spec, the
+engine's rule and, for a refusal inside the body, its path equal the spec's, and ``explain``
+lists the shardings inside the body the spec lists (PROG-2). A refusal JAX makes while it
+traces the body (a constraint that does not fit, an inner jit's sharding) reaches the
+engine from JAX's own tracing, unchanged; it is counted as left to JAX.
+
+The ``programs`` suite of ``shardlaw campaign``; ``tests/test_programs.py`` runs the spec's
+property and ``tests/test_engine_programs.py`` the engine's in the project's own ``pytest``.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import importlib.util
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+from hypothesis import given, settings
+
+from shardlaw.properties import hits
+from shardlaw.properties.program_harness import (
+    Case, arguments_of, function_of, program_cases, run_in_jax, spec_verdict, top_options,
+)
+from shardlaw.properties.registry import checks
+from shardlaw.properties.suites import examples
+
+__all__ = ["PROGRAM_PROPERTIES", "program_property", "compare_engine_program",
+           "EngineOutcome", "run_in_engine", "ENGINE_SOURCE", "LEFT_TO_JAX_SEEN",
+           "test_engine_agrees_on_programs"]
+
+# The source under which the engine's outcomes on programs are recorded (properties.hits).
+ENGINE_SOURCE = "engine-programs"
+# The refusals the engine left to JAX's own tracing, by the spec's rule.
+LEFT_TO_JAX_SEEN: collections.Counter = collections.Counter()
+
+
+def program_property(harness: str, cases: str, compare: str, rules: tuple[str, ...],
+                     name: str, ci_examples: int = 200) -> Callable[..., Any] | None:
+    """A property that draws ``harness.cases()`` and requires ``harness.compare(case)`` to
+    find no disagreement; named ``name``, checking ``rules``. None when the harness module
+    is not there (a harness not written yet is left out, as a campaign leaves out a suite
+    module that is not installed); one that is there and fails to import raises."""
+    module_name = f"shardlaw.properties.{harness}"
+    if importlib.util.find_spec(module_name) is None:
+        return None
+    module = importlib.import_module(module_name)
+    strategy, comparing = getattr(module, cases), getattr(module, compare)
+
+    def holds(case: Any) -> None:
+        problems = comparing(case)
+        assert not problems, "\n".join(problems) + f"\ncase: {case}"
+
+    holds.__name__ = holds.__qualname__ = name
+    holds.__module__ = __name__
+    holds.__doc__ = f"{harness}.{compare} finds no disagreement on {harness}.{cases}()."
+    return checks(*rules)(settings(max_examples=examples(ci_examples))(
+        given(strategy())(holds)))
+
+
+# The whole-program properties, one line each: harness module (of shardlaw.properties),
+# its strategy of cases, its comparison (a case -> its disagreements), the rules it
+# checks, the property's name.
+PROGRAM_PROPERTIES: tuple[tuple[str, str, str, tuple[str, ...], str], ...] = (
+    ("program_harness", "program_cases", "compare_program",
+     ("PROG-1", "PROG-2", "PROG-3", "PROG-4", "DA-1"), "test_programs_agree_with_jax"),
+    ("program_vmap_harness", "vmap_cases", "compare_vmapped", ("WSC-7",),
+     "test_vmapped_programs_agree_with_jax"),
+    ("program_ad_harness", "ad_cases", "compare_ad", (),
+     "test_differentiated_programs_agree_with_jax"),
+    ("program_shardmap_harness", "map_cases", "compare_case", (),
+     "test_shard_mapped_programs_agree_with_jax"),
+    ("program_constants_harness", "constant_cases", "compare_constants", (),
+     "test_programs_with_constants_agree_with_jax"),
+)
+
+for _harness, _cases, _compare, _rules, _name in PROGRAM_PROPERTIES:
+    _property = program_property(_harness, _cases, _compare, _rules, _name)
+    if _property is not None:
+        globals()[_name] = _property
+        __all__.append(_name)
+
+
+# --------------------------------------------------------------------------- the engine
+
+class EngineOutcome:
+    """What ``shardlaw.engine.jit`` did: the stage that raised and the exception, or the
+    results and the explanation of the call."""
+
+    def __init__(self) -> None:
+        self.stage: str | None = None
+        self.error: BaseException | None = None
+        self.results: tuple = ()
+        self.explanation: Any = None
+
+
+def run_in_engine(case: Case) -> EngineOutcome:
+    """Trace, lower, compile and run ``shardlaw.engine.jit`` of the recipe's function (the
+    inner jits stay JAX's), then ask ``explain`` of the same call."""
+    from shardlaw.engine import jit
+
+    outcome = EngineOutcome()
+    args = arguments_of(case)
+    jitted = jit(function_of(case), **top_options(case))
+    steps = [("trace", lambda: jitted.trace(*args)),
+             ("lower", lambda: jitted.trace(*args).lower()),
+             ("compile", lambda: jitted.trace(*args).lower().compile()),
+             ("call", lambda: jitted(*args))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for stage, step in steps:
+            try:
+                results = step()
+            except Exception as error:  # noqa: BLE001 - recorded and compared
+                outcome.stage, outcome.error = stage, error
+                return outcome
+        outcome.results = tuple(results)
+        outcome.explanation = jitted.explain(*args)
+    return outcome
+
+
+def _engine_refusal(verdict: Any, jax_stage: str, jax_error: BaseException,
+                    mine: EngineOutcome) -> list[str]:
+    """The engine refused where JAX did: the same stage, JAX's class, the spec's rule."""
+    from shardlaw.engine import EngineRejection
+
+    error = mine.error
+    if error is None:
+        return [f"JAX refused at {jax_stage} with {type(jax_error).__name__}: {jax_error}; "
+                "the engine accepts"]
+    if mine.stage != jax_stage or not isinstance(error, type(jax_error)):
+        return [f"JAX refused at {jax_stage} with {type(jax_error).__name__}; the engine at "
+                f"{mine.stage} with {type(error).__name__}: {error}"]
+    if verdict.accepted or verdict.stage != jax_stage:
+        return []   # the spec disagrees with JAX: compare_program reports it
+    if not isinstance(error, EngineRejection):
+        in_body = (verdict.path or "").startswith("body[")
+        if jax_stage == "trace" and in_body:
+            LEFT_TO_JAX_SEEN[verdict.rule] += 1
+            return []
+        return [f"the engine refused by JAX's own {type(error).__name__} with no rule; the "
+                f"spec by {verdict.rule} at {verdict.path}: {error}"]
+    problems = []
+    if error.rule != verdict.rule:
+        problems.append(f"the engine refused by {error.rule}, the spec by {verdict.rule}: "
+                        f"{error}\nspec: {verdict.message}")
+    elif (verdict.path or "").startswith("body[") and error.path != verdict.path:
+        problems.append(f"the engine refused at {error.path}, the spec at {verdict.path}")
+    if not problems:
+        hits.record(ENGINE_SOURCE, error.rule, refused=True)
+        if error.rule == "DA-1" and (error.path or "").startswith("body["):
+            hits.record(ENGINE_SOURCE, "PROG-2", refused=True)
+    return problems
+
+
+def _engine_results(verdict: Any, jax_outcome: Any, mine: EngineOutcome) -> list[str]:
+    """The engine accepted as JAX did: the same results, placed and committed alike, and
+    the shardings inside the body the spec lists."""
+    from shardlaw.spec import from_jax
+
+    if mine.error is not None:
+        return [f"JAX accepts; the engine refused at {mine.stage}: {mine.error}"]
+    problems = []
+    shardings = [from_jax(r.sharding) for r in mine.results]
+    committed = [bool(r._committed) for r in mine.results]
+    if shardings != list(jax_outcome.out_shardings):
+        problems.append(f"result shardings: engine {shardings}, JAX "
+                        f"{jax_outcome.out_shardings}")
+    if committed != list(jax_outcome.out_committed):
+        problems.append(f"committed: engine {committed}, JAX {jax_outcome.out_committed}")
+    inside = tuple((path, from_jax(s)) for path, s in mine.explanation.inside)
+    if verdict.accepted and inside != tuple(verdict.inside):
+        problems.append(f"inside the body: engine {inside}, spec {verdict.inside}")
+    if not problems:
+        hits.record(ENGINE_SOURCE, "PROG-2", refused=False, count=int(bool(inside)))
+    return problems
+
+
+def _values_agree(case: Case, mine: EngineOutcome) -> list[str]:
+    """The engine's results hold the values JAX's own jit computes."""
+    import jax
+
+    expected = jax.jit(function_of(case), **top_options(case))(*arguments_of(case))
+    for j, (a, b) in enumerate(zip(mine.results, expected)):
+        if not np.array_equal(np.asarray(a), np.asarray(b)):
+            return [f"result[{j}]: the engine's values differ from jax.jit's"]
+    return []
+
+
+def compare_engine_program(case: Case) -> list[str]:
+    """Every disagreement of the engine with JAX, or with the spec, on ``case``."""
+    jax_outcome = run_in_jax(case)
+    verdict = spec_verdict(case, jax_outcome)
+    mine = run_in_engine(case)
+    if jax_outcome.error is not None:
+        return _engine_refusal(verdict, jax_outcome.stage, jax_outcome.error, mine)
+    problems = _engine_results(verdict, jax_outcome, mine)
+    return problems or _values_agree(case, mine)
+
+
+@checks("PROG-2", "DA-1")
+@given(program_cases())
+@settings(max_examples=examples(60))
+def test_engine_agrees_on_programs(case):
+    problems = compare_engine_program(case)
+    assert not problems, "\n".join(problems) + f"\ncase: {case}"

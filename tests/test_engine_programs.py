@@ -1,0 +1,305 @@
+"""The engine on whole programs: the shardings inside a jit's body, against JAX and the spec.
+
+``shardlaw.engine.jit`` walks the traced body (nested jits, constraints, device_puts,
+shard_maps, at any depth) and holds every sharding left in it to the program's device
+assignment before anything is lowered (PROG-2, DA-1): issue 23's gap class 1 — a
+constraint over the devices in another order, over another mesh — is refused with the
+spec's rule, at the equation's path, in JAX's class and words; so is a constraint
+Shardy cannot write (WSC-8), and one that would end the process inside XLA. The property
+``test_engine_agrees_on_programs`` is the ``programs`` suite's
+(:mod:`shardlaw.properties.suites.programs`); the pinned tests hold each case of gap 1 to
+JAX and to the spec, and the walk to its cost: once per trace, never on a cache hit.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding as JaxNamedSharding
+from jax.sharding import PartitionSpec as JaxP
+
+import shardlaw.engine as engine
+from shardlaw.engine import program_body
+from shardlaw.properties import hits
+from shardlaw.properties.program_harness import (
+    Case, Recipe, Step, arguments_of, function_of, run_in_jax, spec_verdict,
+)
+from shardlaw.properties.registry import checks
+from shardlaw.properties.suites.programs import (
+    ENGINE_SOURCE, compare_engine_program, run_in_engine,
+)
+from shardlaw.spec import (
+    GSPMDSharding, Mesh, NamedSharding, Opaque, P, Program, ShardingConstraint,
+    SingleDeviceSharding, Value, explain_program, to_jax,
+)
+
+# pytest collects the suite's property from this module's namespace
+from shardlaw.properties.suites.programs import test_engine_agrees_on_programs  # noqa: F401
+
+MESH = Mesh.iota((2, 4), ("x", "y"))
+REVERSED = Mesh((2, 4), ("x", "y"), range(7, -1, -1))   # the same devices, in reverse
+HALF = Mesh.iota((2, 2), ("x", "y"))                     # devices 0..3 only
+RESHAPED = Mesh.iota((4, 2), ("a", "b"))                 # the same devices, another shape
+X = Value.placed((8, 8), NamedSharding(MESH, P("x")))
+
+
+def _refused(case: Case, rule: str, stage: str, path: str):
+    """The engine refuses ``case`` by ``rule`` at ``stage`` and ``path``, as the spec does,
+    in the class JAX raises at the same stage; returns the engine's error and JAX's."""
+    assert not compare_engine_program(case)
+    jax_outcome = run_in_jax(case)
+    verdict = spec_verdict(case, jax_outcome)
+    mine = run_in_engine(case)
+    error = mine.error
+    assert isinstance(error, engine.EngineRejection), error
+    assert (error.rule, error.stage, error.path) == (rule, stage, path)
+    assert (verdict.rule, verdict.stage, verdict.path) == (rule, stage, path)
+    assert jax_outcome.stage == stage and isinstance(error, type(jax_outcome.error))
+    # JAX's own words first, then the engine's rule and path
+    assert str(error).startswith(str(jax_outcome.error).strip())
+    assert f"[{rule}] at {path}: " in str(error)
+    return error, jax_outcome.error
+
+
+def _constrained(sharding, inputs=(X,)) -> Case:
+    return Case(inputs, Recipe((Step("neg", 0), Step("constraint", 1, sharding)), (2,)))
+
+
+# --------------------------------------------------------------------------- gap class 1
+
+@checks("PROG-2", "DA-1")
+def test_a_constraint_over_the_devices_in_reverse_is_refused_before_lowering():
+    error, theirs = _refused(_constrained(NamedSharding(REVERSED, P("y"))), "DA-1", "lower",
+                             "body[1]")
+    assert "incompatible devices" in str(theirs)
+    assert "the sharding_constraint at body[1] is on devices [7, 6, 5, 4, 3, 2, 1, 0]" in \
+        str(error)
+
+
+def test_the_refusal_is_decided_before_anything_is_compiled():
+    """The engine's own decision refuses (its path is one only the walk knows); nothing was
+    compiled, and JAX's lowering, which would find it too, is asked only for its words."""
+    reversed_mesh = jax.sharding.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+    x = jax.device_put(np.ones((8, 8), np.float32), JaxNamedSharding(mesh, JaxP("x")))
+
+    def f(a):
+        return jax.lax.with_sharding_constraint(a * 2, JaxNamedSharding(reversed_mesh, JaxP()))
+
+    jitted = engine.jit(f)
+    explanation = jitted.explain(x)
+    assert (explanation.rule, explanation.path, explanation.stage) == ("DA-1", "body[1]",
+                                                                        "lower")
+    assert "PROG-2" in explanation.trace
+    with pytest.raises(ValueError, match=r"\[DA-1\] at body\[1\]"):
+        jitted(x)
+    assert jitted.cache_info().compiles == 0
+
+
+@checks("PROG-2", "DA-1")
+def test_a_constraint_over_another_mesh_is_refused_before_lowering():
+    _refused(_constrained(NamedSharding(HALF, P("y"))), "DA-1", "lower", "body[1]")
+
+
+@checks("PROG-2", "DA-1")
+def test_an_inner_jits_in_sharding_on_other_devices_is_refused_at_its_path():
+    inner = Recipe((Step("neg", 0),), (1,))
+    case = Case((X,), Recipe((Step("jit", 0, body=inner,
+                                   in_sharding=NamedSharding(REVERSED, P("x"))),), (1,)))
+    _refused(case, "DA-1", "lower", "body[0].jit.in_shardings[0]")
+
+
+@checks("PROG-2", "DA-1")
+def test_a_constraint_two_bodies_down_is_refused_at_its_path():
+    innermost = Recipe((Step("constraint", 0, NamedSharding(REVERSED, P())),), (1,))
+    inner = Recipe((Step("jit", 0, body=innermost),), (1,))
+    case = Case((X,), Recipe((Step("sin", 0), Step("jit", 1, body=inner)), (2,)))
+    _refused(case, "DA-1", "lower", "body[1].jit.body[0].jit.body[0]")
+
+
+@checks("PROG-2")
+def test_a_body_is_walked_before_the_bodies_nested_in_it():
+    inner = Recipe((Step("constraint", 0, NamedSharding(REVERSED, P())),), (1,))
+    case = Case((X,), Recipe((Step("jit", 0, body=inner),
+                              Step("constraint", 1, NamedSharding(HALF, P()))), (2,)))
+    _refused(case, "DA-1", "lower", "body[1]")
+
+
+@checks("PROG-2", "DA-1")
+def test_a_device_put_to_a_sharding_on_other_devices_is_refused():
+    to_sharding = Case((X,), Recipe((Step("device_put", 0, SingleDeviceSharding(3)),), (1,)))
+    _refused(to_sharding, "DA-1", "lower", "body[0]")
+    to_device = Case((X,), Recipe((Step("device_put", 0, 3),), (1,)))
+    assert not compare_engine_program(to_device)
+    assert run_in_engine(to_device).explanation.inside == ()
+
+
+@checks("PROG-2")
+def test_a_dead_constraint_takes_no_part_unless_the_jit_keeps_unused_inputs():
+    body = Recipe((Step("constraint", 0, NamedSharding(REVERSED, P())), Step("neg", 0)), (2,))
+    assert not compare_engine_program(Case((X,), body))
+    assert run_in_engine(Case((X,), body)).error is None
+    _refused(Case((X,), body, keep_unused=True), "DA-1", "lower", "body[0]")
+
+
+def test_a_shard_map_over_the_devices_in_reverse_is_refused_at_its_mesh():
+    reversed_mesh = jax.sharding.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
+    mapped = engine.jit(jax.shard_map(lambda a: a, mesh=reversed_mesh, in_specs=JaxP("x"),
+                                      out_specs=JaxP("x")))
+    argument = jax.device_put(np.ones((8, 8), np.float32), to_jax(X.sharding))
+    with pytest.raises(ValueError, match="shard_map inside jit") as refused:
+        mapped(argument)
+    assert (refused.value.rule, refused.value.path) == ("DA-1", "body[0].shard_map.mesh")
+
+
+@checks("OUT-2", "PROG-4")
+def test_the_same_devices_in_another_shape_fail_when_compiled_as_in_jax():
+    """Gap 1's IndivisibleError: the constraint's mesh holds the same devices in another
+    shape, so the device assignment holds; the result the compiler placed cannot be read
+    back over the argument's mesh (OUT-2, when compiling), in JAX's class."""
+    case = Case((Value.placed((8, 8), NamedSharding(MESH, P())),),
+                Recipe((Step("constraint", 0, NamedSharding(RESHAPED, P("a"))),), (1,)))
+    error, theirs = _refused(case, "OUT-2", "compile", "result[0]")
+    assert type(theirs).__name__ == "IndivisibleError" and error.jax_error == "IndivisibleError"
+
+
+# --------------------------------------------------------------------------- WSC-8
+
+MESH4 = Mesh.iota((4,), ("x",))
+X4 = Value.placed((8, 8), NamedSharding(MESH4, P("x")))
+
+
+@checks("WSC-8")
+def test_a_constraint_shardy_cannot_write_is_refused_before_lowering():
+    permuted = GSPMDSharding([0, 1, 2, 3], "{devices=[4,1]3,1,2,0}")
+    error, theirs = _refused(_constrained(permuted, (X4,)), "WSC-8", "lower", "body[1]")
+    assert type(theirs) is TypeError and "SdyArray" in str(theirs)
+    iota = GSPMDSharding([0, 1, 2, 3], "{devices=[4,1]<=[4]}")
+    assert not compare_engine_program(_constrained(iota, (X4,)))
+
+
+# Run in a child process: were the engine to let it through, XLA would end the process.
+_ABORTING = """
+import jax
+jax.config.update("jax_num_cpu_devices", 8)
+import numpy as np
+from shardlaw.engine import jit
+from shardlaw.spec import GSPMDSharding, to_jax
+one = to_jax(GSPMDSharding([0], "{devices=[1,1]<=[1]}"))
+x = jax.device_put(np.ones((4, 4), np.float32), jax.devices()[0])
+try:
+    jit(lambda a: jax.lax.with_sharding_constraint(a * 2, one))(x)
+except RuntimeError as error:
+    print(type(error).__name__, error.rule, error.stage, error.path, error.jax_error)
+"""
+
+
+@checks("WSC-8")
+def test_a_constraint_tiling_one_device_is_refused_where_jax_would_abort():
+    program = Program((Value.placed((4, 4), SingleDeviceSharding(0)),), (
+        Opaque((0,), (Value.typed((4, 4), "float32"),), primitive="neg"),
+        ShardingConstraint((1,), sharding=GSPMDSharding([0], "{devices=[1,1]<=[1]}"))),
+        outputs=(2,))
+    verdict = explain_program(program)
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        "WSC-8", "lower", "body[1]", "abort")
+    child = subprocess.run([sys.executable, "-c", _ABORTING], capture_output=True,
+                           text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split() == ["EngineRuntimeError", "WSC-8", "lower", "body[1]", "abort"]
+
+
+# --------------------------------------------------------------------------- accepted
+
+@checks("PROG-2", "PROG-3")
+def test_explain_lists_the_shardings_inside_the_body():
+    case = Case((Value.numpy((8, 8)),), Recipe((
+        Step("constraint", 0, NamedSharding(MESH, P("x"))), Step("neg", 1),
+        Step("jit", 2, body=Recipe((Step("sin", 0),), (1,)),
+             out_sharding=NamedSharding(MESH, P(None, "y")))), (3,)))
+    assert not compare_engine_program(case)
+    explanation = engine.jit(function_of(case)).explain(*arguments_of(case))
+    mesh = to_jax(MESH)
+    assert explanation.inside == (
+        ("body[0]", JaxNamedSharding(mesh, JaxP("x"))),
+        ("body[2].jit.out_shardings[0]", JaxNamedSharding(mesh, JaxP(None, "y"))))
+    assert "  inside body[0]: NamedSharding" in str(explanation)
+    assert "PROG-2" in explanation.trace and "PROG-3" in explanation.trace
+
+
+@checks("PROG-3")
+def test_numpy_arguments_results_are_read_over_the_first_sharding_inside():
+    case = Case((Value.numpy((8,)),), Recipe((Step("jit", 0, body=Recipe((Step(
+        "neg", 0),), (1,)), in_sharding=NamedSharding(Mesh.iota((1,), ("p",)), P("p"))),),
+        (1,)), keep_unused=True)
+    for _ in range(2):   # compiled, then shared from the executable cache
+        assert not compare_engine_program(case)
+    (result,) = run_in_engine(case).results
+    assert result.sharding == JaxNamedSharding(to_jax(Mesh.iota((1,), ("p",))), JaxP())
+
+
+# --------------------------------------------------------------------------- cost
+
+def _step():
+    """A step of 15 blocks, 210 equations at the top: each an inner jit of 24 equations
+    (eight constraints), then six constraints of its own."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+    spec = JaxNamedSharding(mesh, JaxP("x"))
+
+    @jax.jit
+    def block(a):
+        for _ in range(8):
+            a = jax.lax.with_sharding_constraint(jnp.sin(a) * 2.0, spec)
+        return a
+
+    def step(a):
+        for k in range(15):
+            a = block(a) + k
+            for _ in range(6):
+                a = jax.lax.with_sharding_constraint(jnp.cos(a), spec)
+        return a
+
+    x = jax.device_put(np.ones((8, 8), np.float32), spec)
+    return step, x
+
+
+def test_the_walk_of_a_200_equation_body_is_cheap_and_done_once_per_trace(monkeypatch):
+    step, x = _step()
+    body = jax.jit(step).trace(x).jaxpr.jaxpr
+    assert len(body.eqns) == 210
+    timings = []
+    for _ in range(20):
+        start = time.perf_counter()
+        found = program_body.walk_body(body, False)
+        timings.append(time.perf_counter() - start)
+    # every constraint is listed, the top body's 90 first, then each inner jit's 8
+    assert len(found) == 15 * 6 + 15 * 8
+    assert [s.path for s in found[89:91]] == ["body[209]", "body[0].jit.body[2]"]
+    assert statistics.median(timings) < 0.02, timings   # measured: about 1 ms
+    walks = []
+    walk = program_body.walk_body
+    monkeypatch.setattr(program_body, "walk_body", lambda *a: walks.append(1) or walk(*a))
+    jitted = engine.jit(step)
+    for _ in range(3):
+        jitted(x)
+    assert len(walks) == 1 and jitted.cache_info().signature_misses == 1
+    jitted.explain(x)   # a signature hit: nothing walked
+    assert len(walks) == 1
+
+
+# --------------------------------------------------------------------------- coverage
+
+def test_the_engine_was_seen_on_both_sides_of_the_body_rules():
+    """Runs last in this module: PROG-2 accepted with shardings inside and refused (DA-1 at
+    a path in the body), against JAX and the spec."""
+    counts = hits.counts(ENGINE_SOURCE)
+    for rule_id in ("PROG-2",):
+        assert all(counts.get(rule_id, (0, 0))), (rule_id, counts)
+    assert counts.get("DA-1", (0, 0))[1], counts
