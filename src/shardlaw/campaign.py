@@ -20,6 +20,12 @@ Every disagreement (a failing test: Hypothesis has shrunk its example) is saved 
 report in ``<report>-disagreements/`` as a JSON file with the test, the falsifying example,
 the blob that reproduces it and the database that holds it; ``shardlaw campaign --replay
 FILE`` runs it again. The command exits 1 when there was a disagreement, 2 on bad input.
+
+``--db redis://HOST:PORT`` shares the example database through a Redis server (Hypothesis'
+``RedisExampleDatabase``) with a local folder in front of it (``--local-db``, Hypothesis'
+``MultiplexedDatabase``: every find is saved to both, replays read both); ``--dask
+ADDRESS`` spreads one campaign's workers over the machines of a Dask cluster
+(:mod:`shardlaw.campaign_cluster`), ``--workers`` on each, and adds their figures together.
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ from typing import Any, TextIO
 from shardlaw.cli_errors import EXIT_BAD_INPUT, CommandExit
 
 __all__ = ["SUITES", "ENTRY_POINTS", "CONFIG_OPTION", "add_parser", "run", "known_suites",
-           "suite_files", "write_config", "read_workers", "build_report", "write_charts"]
+           "suite_files", "write_config", "read_workers", "build_report", "write_charts",
+           "is_redis", "example_database", "check_redis"]
 
 # suite -> the modules that hold it (shardlaw.properties.suites; the laws are the module of
 # shardlaw.properties that states them). A module that is not there is left out.
@@ -58,8 +65,8 @@ SUITES: dict[str, tuple[str, ...]] = {
     "fuzz": ("shardlaw.properties.suites.fuzz",),
     "laws": ("shardlaw.properties.laws",),
     "proofs": ("shardlaw.properties.suites.proofs",),
-    "programs": ("shardlaw.properties.suites.programs",),
     "processes": ("shardlaw.properties.suites.processes",),
+    "programs": ("shardlaw.properties.suites.programs",),
 }
 
 # The entry point group under which another package names its suites (name -> module).
@@ -105,8 +112,16 @@ def add_parser(commands: Any) -> None:
                         help="only the tests whose names match EXPR (as pytest -k)")
     parser.add_argument("--workers", type=_positive_int, default=1, metavar="W",
                         help="worker processes (pytest-xdist), default 1")
-    parser.add_argument("--db", default=str(DEFAULT_DB), metavar="DIR",
-                        help=f"the shared example database (default {DEFAULT_DB})")
+    parser.add_argument("--db", default=str(DEFAULT_DB), metavar="DIR|redis://HOST:PORT",
+                        help=f"the shared example database: a folder (default {DEFAULT_DB}) "
+                             "or a Redis server shared by several machines")
+    parser.add_argument("--local-db", default=str(DEFAULT_DB), metavar="DIR",
+                        help="with --db redis://...: the local folder in front of the server "
+                             f"(default {DEFAULT_DB}, on each machine)")
+    parser.add_argument("--dask", metavar="ADDRESS|local:N",
+                        help="spread the workers over a Dask cluster's machines (its "
+                             "scheduler's address; local:N starts N worker processes here), "
+                             "--workers on each")
     parser.add_argument("--report", default=str(DEFAULT_REPORT), metavar="FILE",
                         help=f"where the JSON report goes (default {DEFAULT_REPORT})")
     parser.add_argument("--clear-caches-every", type=_count, default=CLEAR_EVERY, metavar="N",
@@ -249,9 +264,12 @@ def write_config(where: Path, *, suites: list[dict[str, Any]], database: str | N
                  examples: int | None = None, end: float | None = None, shards: int = 1,
                  scratch: str | None = None, out: str | None = None,
                  shares: dict[str, float] | None = None, plant: str | None = None,
-                 clear_every: int = CLEAR_EVERY) -> Path:
+                 clear_every: int = CLEAR_EVERY, local_database: str | None = None,
+                 part: int = 0, parts: int = 1) -> Path:
     """Write what the workers' plugin is to do, as JSON: ``suites`` (each ``{"suite",
-    "module", "path"}``: what a test file or folder belongs to), the example ``database``,
+    "module", "path"}``: what a test file or folder belongs to), the example ``database``
+    (a folder or a Redis URL, with the folder ``local_database`` in front of a Redis one),
+    the ``part`` of ``parts`` of the property shards this machine runs (a cluster campaign),
     the ``examples`` per property (all shards together; None: no limit), the time.time()
     ``end`` of a time budget, the ``shards`` per property, the ``scratch`` folder of the
     workers' counter files, the folder ``out`` of the disagreements, the suites' ``shares``
@@ -259,7 +277,8 @@ def write_config(where: Path, *, suites: list[dict[str, Any]], database: str | N
     where.write_text(json.dumps({
         "suites": suites, "database": database, "examples": examples, "end": end,
         "shards": shards, "scratch": scratch, "out": out, "shares": shares or {},
-        "plant": plant, "clear_every": clear_every}, indent=2))
+        "plant": plant, "clear_every": clear_every, "local_database": local_database,
+        "part": part, "parts": parts}, indent=2))
     return where
 
 
@@ -316,8 +335,8 @@ def _run_pytest(args: Any, files: dict[str, list[dict[str, Any]]], scratch: Path
     targets = _targets(files, scratch)
     minutes = None if args.examples is not None else (args.minutes or 1.0)
     config = write_config(
-        scratch / "campaign.json", suites=targets, database=str(Path(args.db).resolve()),
-        examples=args.examples, end=None if minutes is None else time.time() + minutes * 60,
+        scratch / "campaign.json", suites=targets, database=_database(args),
+        local_database=_local_database(args), examples=args.examples, end=None if minutes is None else time.time() + minutes * 60,
         shards=args.workers, scratch=str(scratch), out=str(out),
         shares=dict(getattr(args, "share", None) or []), plant=getattr(args, "plant", None),
         clear_every=getattr(args, "clear_caches_every", CLEAR_EVERY))
@@ -357,6 +376,17 @@ def _chosen(args: Any) -> dict[str, list[dict[str, Any]]]:
     return files
 
 
+def _database(args: Any) -> str:
+    db = getattr(args, "db", None) or str(DEFAULT_DB)
+    return db if is_redis(db) else str(Path(db).resolve())
+
+
+def _local_database(args: Any) -> str | None:
+    if not is_redis(getattr(args, "db", None) or ""):
+        return None
+    return str(Path(getattr(args, "local_db", None) or DEFAULT_DB).resolve())
+
+
 def run(args: Any) -> int:
     """``shardlaw campaign``: run, report, and exit 1 if anything disagreed."""
     if args.replay:
@@ -367,7 +397,16 @@ def run(args: Any) -> int:
     if out.exists():
         shutil.rmtree(out)
     report_path.parent.mkdir(parents=True, exist_ok=True)
-    Path(args.db).resolve().mkdir(parents=True, exist_ok=True)
+    if is_redis(_database(args)):
+        check_redis(_database(args))
+    else:
+        Path(_database(args)).mkdir(parents=True, exist_ok=True)
+    if getattr(args, "dask", None):
+        from shardlaw.campaign_cluster import run_on_cluster
+
+        return run_on_cluster(args, files, report_path, out)
+    if _local_database(args):
+        Path(_local_database(args)).mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="shardlaw-campaign-"))
     log = report_path.with_name(report_path.stem + "-pytest.log")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -390,6 +429,57 @@ def run(args: Any) -> int:
     report["charts"] = write_charts(report, report_path)
     sys.stdout.write(summary(report, report_path))
     return EXIT_DISAGREEMENT if report["disagreements"] else 0
+
+
+# --------------------------------------------------------------------------- databases
+
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def is_redis(db: str | None) -> bool:
+    """Whether ``--db`` names a Redis server (a URL) rather than a folder."""
+    return bool(db) and str(db).startswith(REDIS_SCHEMES)
+
+
+def _redis_client(url: str) -> Any:
+    try:
+        import redis
+    except ImportError:
+        raise CommandExit(EXIT_BAD_INPUT, f"--db {url}: a Redis example database needs the "
+                                          "redis package (pip install redis)") from None
+    try:
+        return redis.Redis.from_url(url, socket_connect_timeout=10)
+    except ValueError as problem:
+        raise CommandExit(EXIT_BAD_INPUT, f"--db {url[:200]}: not a Redis URL "
+                                          f"({problem})") from None
+
+
+def check_redis(url: str) -> None:
+    """Refuse (exit 2) a Redis URL whose server does not answer, before any worker starts."""
+    import redis
+
+    try:
+        _redis_client(url).ping()
+    except redis.RedisError as problem:
+        raise CommandExit(EXIT_BAD_INPUT, f"--db {url[:200]}: the Redis server does not "
+                                          f"answer ({problem})") from None
+
+
+def example_database(db: str | None, local: str | None = None) -> Any:
+    """Hypothesis' example database for ``--db``: a folder's, or, for a Redis URL, the
+    server's (Hypothesis' ``RedisExampleDatabase``) behind the folder ``local``
+    (``MultiplexedDatabase``: a find is saved to both, a replay reads both, the local
+    folder first). None for none."""
+    if not db:
+        return None
+    from hypothesis.database import DirectoryBasedExampleDatabase, MultiplexedDatabase
+
+    if not is_redis(db):
+        return DirectoryBasedExampleDatabase(db)
+    from hypothesis.extra.redis import RedisExampleDatabase
+
+    shared = RedisExampleDatabase(_redis_client(db))
+    return MultiplexedDatabase(DirectoryBasedExampleDatabase(local or str(DEFAULT_DB)), shared)
 
 
 # --------------------------------------------------------------------------- the report

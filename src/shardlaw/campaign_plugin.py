@@ -49,12 +49,11 @@ from typing import Any, Callable
 import jax
 import pytest
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import HypothesisException
 from hypothesis.internal.observability import with_observability_callback
 
 from shardlaw.campaign import CLEAR_EVERY as DEFAULT_CLEAR_EVERY
-from shardlaw.campaign import CONFIG_OPTION, NOT_HELD_TO_JAX, PROFILE
+from shardlaw.campaign import CONFIG_OPTION, NOT_HELD_TO_JAX, PROFILE, example_database
 from shardlaw.properties import hits
 from shardlaw.spec.core.rules import RULES, Failure, override, reject
 
@@ -79,7 +78,10 @@ class Config:
     """What the campaign asks of this worker (the file of ``--shardlaw-campaign-config``)."""
 
     suites: tuple[dict[str, Any], ...] = ()  # {"suite", "module", "path"}: what runs where
-    database: str | None = None              # the shared example database (a folder)
+    database: str | None = None              # the shared example database (folder or Redis)
+    local_database: str | None = None        # the folder in front of a Redis database
+    part: int = 0                            # this machine's part of the property shards
+    parts: int = 1                           # ... of so many (a campaign on a cluster)
     examples: int | None = None              # per property, all shards (None: no limit)
     end: float | None = None                 # time.time() at which the budget is spent
     shards: int = 1                          # items per property
@@ -274,7 +276,7 @@ def pytest_configure(config: Any) -> None:
     settings.register_profile(
         PROFILE, max_examples=CONFIG.examples_per_shard(), deadline=None, derandomize=False,
         print_blob=True, phases=_PHASES, suppress_health_check=list(HealthCheck),
-        database=DirectoryBasedExampleDatabase(CONFIG.database) if CONFIG.database else None)
+        database=example_database(CONFIG.database, CONFIG.local_database))
     settings.load_profile(PROFILE)
     if CONFIG.plant:
         _SESSION.enter_context(planted(CONFIG.plant))
@@ -361,12 +363,29 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
             WORKER.scope.update(getattr(item.obj, "rule_ids", ()))
         for k, shard in enumerate(_shards(item, CONFIG.shards)):
             rounds[k].append(shard)
+    if CONFIG.parts > 1:   # a machine of a cluster: its part of the shards, and the
+        kept, dropped, rounds = _this_part(kept, dropped, rounds)   # plain tests on one
     if dropped:
         config.hook.pytest_deselected(items=dropped)
 
     # The pinned examples first (the time plan of the properties then starts from what they
     # left); shard k of every property, then shard k+1...: each worker starts on other examples.
     items[:] = kept + [shard for k in sorted(rounds) for shard in rounds[k]]
+
+
+def _this_part(kept: list[Any], dropped: list[Any], rounds: dict[int, list[Any]]
+               ) -> tuple[list[Any], list[Any], dict[int, list[Any]]]:
+    """This machine's part of the items: every ``parts``-th shard, counted over the
+    collection (the same on every machine), from its ``part``; the plain tests on part 0."""
+    ours: dict[int, list[Any]] = collections.defaultdict(list)
+    index = 0
+    for k in sorted(rounds):
+        for shard in rounds[k]:
+            (ours[k] if index % CONFIG.parts == CONFIG.part else dropped).append(shard)
+            index += 1
+    if CONFIG.part != 0:
+        dropped, kept = dropped + kept, []
+    return kept, dropped, ours
 
 
 def _worker_count() -> int:
