@@ -2,7 +2,7 @@
 
 A :class:`Pool` starts N processes of :mod:`shardlaw.properties.processes_worker` (CPU
 devices, gloo collectives) once, then hands every process the same example, drawn here by
-Hypothesis (:func:`examples`): a mesh over some of the program's devices in some order, a
+Hypothesis (:func:`process_examples`): a mesh over some of the program's devices in some order, a
 partition spec, a global shape, and how each process shapes its local data. Each process
 compares the spec's answer for itself with what JAX does in that process and answers with
 its disagreements and the rule sides it saw; :meth:`Pool.compare` records the sides
@@ -29,10 +29,11 @@ from hypothesis import strategies as st
 from shardlaw.properties import hits
 from shardlaw.spec.core.rules import _OVERRIDES
 
-__all__ = ["Pool", "WorkerFailed", "examples", "pool", "close_pools", "RULES"]
+__all__ = ["Pool", "WorkerFailed", "process_examples", "pool", "close_pools", "RULES"]
 
 # The rules the harness holds to JAX in every process, each on both sides.
-RULES = ("DEV-2", "PROC-1", "PROC-2", "PROC-3", "PROC-4", "PROC-5", "RES-2")
+RULES = ("DEV-2", "PROC-1", "PROC-2", "PROC-3", "PROC-4", "PROC-5", "PROC-6", "PROC-7",
+         "PROC-8", "PROC-9", "RES-2")
 
 PLANTED_ENV = "SHARDLAW_PROCESSES_PLANTED"
 START_SECONDS = 180.0      # to import JAX and join the program
@@ -184,7 +185,7 @@ def _factorization(draw: Any, n: int) -> list[int]:
 
 
 @st.composite
-def examples(draw: Any, devices: int) -> dict:
+def process_examples(draw: Any, devices: int) -> dict:
     """One example for a program of ``devices`` devices (the same in every process)."""
     count = draw(st.sampled_from(_divisors(devices)[::-1]))
     order = draw(st.sampled_from(["ascending", "permuted"]))
@@ -214,4 +215,6 @@ def examples(draw: Any, devices: int) -> dict:
     modes = ["own", "full", "wrong"] if given else ["own", "full"]
     local = draw(st.lists(st.sampled_from(modes), min_size=rank, max_size=rank))
     return {"devices": ids[:count], "axis_sizes": sizes, "axis_names": names, "spec": spec,
-            "shape": shape, "local": local, "global_given": given}
+            "shape": shape, "local": local, "global_given": given,
+            "single": draw(st.sampled_from(["exact", "missing", "twice", "misshapen"])),
+            "rotate": draw(st.integers(0, 7))}

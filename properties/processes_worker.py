@@ -151,6 +151,93 @@ def check_process_local(answers: Answers, ours: Any, theirs: Any, shape: tuple,
             answers.problems.append(f"PROC-4 rows on device {real.device.id}: spec box {box}")
 
 
+def check_host_local(answers: Answers, ours: Any, theirs: Any, array: Any, shape: tuple,
+                     pid: int, values: np.ndarray) -> None:
+    """PROC-6 to PROC-8: the local mesh, global_array_to_host_local_array and back."""
+    from jax.experimental import multihost_utils as hosts
+    mesh, spec = theirs.mesh, theirs.spec
+    mine = spec_outcome(lambda: S.local_mesh(ours.mesh, pid))
+    real = outcome(lambda: mesh._local_mesh(pid))
+    answers.agree("PROC-6 local mesh refusal class", mine[0], real[0])
+    answers.hit("PROC-6", mine[0] is not None)
+    if mine[0] is None and real[0] is None:
+        answers.agree("PROC-6 local mesh", (mine[1].devices.id_tuple(), mine[1].axis_sizes),
+                      (tuple(d.id for d in real[1].devices.flat), tuple(real[1].devices.shape)))
+    down = spec_outcome(lambda: S.global_to_host_local(ours.mesh, ours.spec, shape, pid))
+    local = outcome(lambda: hosts.global_array_to_host_local_array(array, mesh, spec))
+    answers.agree("PROC-8 refusal class", down[0], local[0])
+    answers.hit("PROC-8", down[0] is not None)
+    if down[0] is None and local[0] is None:
+        local_shape, boxes = down[1]
+        answers.agree("PROC-8 local shape", tuple(local_shape), tuple(local[1].shape))
+        found = {sh.device.id: (box_of_index(sh.index, local_shape), np.asarray(sh.data))
+                 for sh in local[1].addressable_shards}
+        for device, (local_box, global_box) in boxes.items():
+            wanted = values[tuple(slice(a, b) for a, b in global_box)]
+            got = found.get(device)
+            if got is None or got[0] != local_box or not np.array_equal(got[1], wanted):
+                answers.problems.append(f"PROC-8 device {device}: spec {local_box} holding "
+                                        f"{global_box}, JAX {None if got is None else got[0]}")
+    # Asked of this process's own local shape, or of the global one where that is refused.
+    ok = down[0] is None and local[0] is None
+    check_host_local_up(answers, ours, theirs, tuple(local[1].shape) if ok else shape, pid)
+
+
+def check_host_local_up(answers: Answers, ours: Any, theirs: Any, local_shape: tuple,
+                        pid: int) -> None:
+    """PROC-7: host_local_array_to_global_array of this process's own local data."""
+    from jax.experimental import multihost_utils as hosts
+    data = np.arange(int(np.prod(local_shape)), dtype=np.float32).reshape(local_shape)
+    data = data + 1000 * pid
+    up = spec_outcome(lambda: S.host_local_to_global(ours.mesh, ours.spec, local_shape, pid))
+    real = outcome(lambda: hosts.host_local_array_to_global_array(data, theirs.mesh,
+                                                                  theirs.spec))
+    answers.agree("PROC-7 refusal class", up[0], real[0])
+    answers.hit("PROC-7", up[0] is not None)
+    if up[0] is not None or real[0] is not None:
+        return
+    global_shape, boxes = up[1]
+    answers.agree("PROC-7 global shape", tuple(global_shape), tuple(real[1].shape))
+    for shard in real[1].addressable_shards:
+        box = boxes.get(shard.device.id)
+        wanted = None if box is None else data[tuple(slice(a, b) for a, b in box)]
+        if wanted is None or not np.array_equal(np.asarray(shard.data), wanted):
+            answers.problems.append(f"PROC-7 data on device {shard.device.id}: spec box {box}")
+
+
+def check_single_device_arrays(answers: Answers, ours: Any, theirs: Any, shape: tuple,
+                               pid: int, values: np.ndarray) -> None:
+    """PROC-9: make_array_from_single_device_arrays from this process's own arrays."""
+    import jax
+    owned = [d for d in theirs._addressable_device_assignment]
+    boxes = theirs.addressable_devices_indices_map(shape)
+    pieces = [(d, values[boxes[d]]) for d in owned]
+    rotate = answers.example.get("rotate", 0) % max(len(pieces), 1)
+    pieces = pieces[rotate:] + pieces[:rotate]
+    mode = answers.example.get("single", "exact")
+    if mode == "missing":
+        pieces = pieces[1:]
+    elif mode == "twice" and pieces:
+        pieces = pieces + [pieces[0]]
+    elif mode == "misshapen" and pieces:
+        pieces = [(pieces[0][0], np.zeros((pieces[0][1].shape[0] + 1, *pieces[0][1].shape[1:]),
+                                          np.float32))] + pieces[1:]
+    mine = spec_outcome(lambda: S.place_single_device_arrays(
+        ours, shape, [(d.id, p.shape) for d, p in pieces], pid))
+    real = outcome(lambda: jax.make_array_from_single_device_arrays(
+        shape, theirs, [jax.device_put(p, d) for d, p in pieces], dtype=np.float32))
+    answers.agree("PROC-9 refusal class", mine[0], real[0])
+    answers.hit("PROC-9", mine[0] is not None)
+    if mine[0] is None and real[0] is None:
+        for shard in real[1].addressable_shards:
+            box = mine[1].get(shard.device.id)
+            answers.agree(f"PROC-9 box on device {shard.device.id}", box,
+                          box_of_index(shard.index, shape))
+            if box is not None and not np.array_equal(
+                    np.asarray(shard.data), values[tuple(slice(a, b) for a, b in box)]):
+                answers.problems.append(f"PROC-9 data on device {shard.device.id}")
+
+
 def check_numpy_argument(answers: Answers, theirs: Any, values: np.ndarray) -> None:
     """RES-2: jit with this in_sharding and a numpy argument, lowered in this process."""
     import jax
@@ -183,6 +270,8 @@ def answer(example: dict, pid: int) -> Answers:
     if S.addressable_device_ids(ours, pid):
         # A process that owns no device of the sharding has no local data to place.
         check_process_local(answers, ours, theirs, shape, pid)
+    check_host_local(answers, ours, theirs, array, shape, pid, values)
+    check_single_device_arrays(answers, ours, theirs, shape, pid, values)
     check_numpy_argument(answers, theirs, values)
     return answers
 

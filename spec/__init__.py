@@ -31,7 +31,8 @@ from .placement.blocks import (
 from .placement.equivalence import hlo_equal, jax_equivalent, placement_equivalent
 from .placement import processes
 from .placement.processes import (
-    Shard, addressable_shards, check_fetchable, global_shape_from_local, is_fully_addressable,
+    Shard, addressable_shards, check_fetchable, global_shape_from_local, global_to_host_local,
+    host_local_to_global, is_fully_addressable, local_mesh, place_single_device_arrays,
     process_local_slices,
 )
 from .jit.layouts import AUTO_LAYOUT, Format, Layout

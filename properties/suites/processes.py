@@ -16,10 +16,11 @@ runs it in the project's own ``pytest`` run.
 import atexit
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 
 from shardlaw.properties import hits
-from shardlaw.properties.processes_harness import RULES, close_pools, examples, pool
+from shardlaw.properties.processes_harness import RULES, close_pools, pool, process_examples
+from shardlaw.properties.suites import examples
 from shardlaw.properties.registry import checks
 
 atexit.register(close_pools)
@@ -41,8 +42,9 @@ def _stop_pools_after_module():
 
 
 @checks(*RULES)
+@settings(max_examples=examples(100), deadline=None)
 @example(case=SPLIT_NUMPY)
-@given(case=examples(devices=4))
+@given(case=process_examples(devices=4))
 def test_two_processes_agree_with_jax(case):
     """In a program of 2 processes, each answers like JAX in that process."""
     pool(2).compare(case)
@@ -51,7 +53,8 @@ def test_two_processes_agree_with_jax(case):
 @checks(*RULES)
 @example(case=SPLIT_NUMPY)
 @example(case=CROSSED)
-@given(case=examples(devices=8))
+@settings(max_examples=examples(60), deadline=None)
+@given(case=process_examples(devices=8))
 def test_four_processes_agree_with_jax(case):
     """In a program of 4 processes, each answers like JAX in that process."""
     pool(4).compare(case)

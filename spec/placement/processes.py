@@ -19,7 +19,7 @@ from typing import Any
 
 from .blocks import (
     _device_list, addressable_device_ids, device_ids, devices_indices_map, is_fully_replicated,
-    num_devices, replica_ids, shard_shape,
+    num_devices, replica_ids, shard_shape, tiles_per_dimension,
 )
 from ..core.rules import Failure, require, rule
 from ..core.shardings import NamedSharding
@@ -28,7 +28,8 @@ from ..core.values import DeviceList, Mesh, PartitionSpec, check_dims
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["Shard", "is_fully_addressable", "addressable_shards", "global_shape_from_local",
-           "process_local_slices", "check_fetchable"]
+           "process_local_slices", "check_fetchable", "local_mesh", "host_local_to_global",
+           "global_to_host_local", "place_single_device_arrays"]
 
 Box = tuple[tuple[int, int], ...]
 Shape = tuple[int, ...]
@@ -264,3 +265,175 @@ def check_fetchable(sharding: Any, shape: Any, process_index: int) -> None:
     held = {boxes[d] for d in owned}
     require(held == distinct, lambda: ValueNotFetchable(
         process_index, shape, sharding, len(held), len(distinct)))
+
+
+# --------------------------------------------------------------------------- host-local arrays
+
+@dataclasses.dataclass(frozen=True)
+class LocalDevicesNotSubcube(Failure, rule="PROC-6"):
+    template = ("the devices of process {process} do not form a block of the mesh "
+                "{mesh}: the smallest block holding them, rows {hull} of each axis, also "
+                "holds devices {others} of other processes")
+    hint = ("Order the mesh's devices so that each process's devices are contiguous (as "
+            "jax.make_mesh does), or build the global array with "
+            "jax.make_array_from_process_local_data.")
+    process: int
+    mesh: Any
+    hull: tuple
+    others: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class NoLocalDevices(Failure, rule="PROC-6"):
+    template = "process {process} owns no device of the mesh {mesh}, so it has no local mesh"
+    process: int
+    mesh: Any
+
+
+def _coordinates(mesh: Mesh) -> list[tuple[int, ...]]:
+    """The mesh coordinates of each position of its flat device list, in order."""
+    out = [()]
+    for size in mesh.axis_sizes:
+        out = [c + (i,) for c in out for i in range(size)]
+    return out
+
+
+@rule("PROC-6", mirrors="jax.sharding.Mesh.local_mesh (jax._src.mesh._get_local_mesh)")
+def local_mesh(mesh: Mesh, process_index: int) -> Mesh:
+    """A process's local mesh is the smallest block of the mesh, along every axis a range of indices, that holds all of the devices it owns; it must hold no other device.
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> local_mesh(mesh, 1).devices.id_tuple(), local_mesh(mesh, 1).axis_sizes
+    ((2, 3), (1, 2))
+    >>> crossed = DeviceList.of_ids([0, 2, 1, 3], devices_per_process=2)
+    >>> local_mesh(Mesh((2, 2), ("x", "y"), crossed), 0).devices.id_tuple()
+    (0, 1)
+    >>> local_mesh(Mesh((2, 2), ("x", "y"), DeviceList.of_ids([0, 2, 3, 1],
+    ...                                                      devices_per_process=2)), 0)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [PROC-6]: the devices of process 0 do not form a block of the mesh Mesh({'x': 2, 'y': 2}, devices=DeviceList([0, 2, 3, 1])): the smallest block holding them, rows ((0, 2), (0, 2)) of each axis, also holds devices (2, 3) of other processes. Order the mesh's devices so that each process's devices are contiguous (as jax.make_mesh does), or build the global array with jax.make_array_from_process_local_data.
+    """
+    process_index = _process(process_index)
+    devices = list(mesh.devices)
+    coords = _coordinates(mesh)
+    mine = [c for c, d in zip(coords, devices) if d.process_index == process_index]
+    require(bool(mine), lambda: NoLocalDevices(process_index, mesh))
+    hull = tuple((min(c[a] for c in mine), max(c[a] for c in mine) + 1)
+                 for a in range(len(mesh.axis_sizes)))
+    inside = [(c, d) for c, d in zip(coords, devices)
+              if all(lo <= x < hi for x, (lo, hi) in zip(c, hull))]
+    others = tuple(d.id for _, d in inside if d.process_index != process_index)
+    require(not others, lambda: LocalDevicesNotSubcube(process_index, mesh, hull, others))
+    return Mesh(tuple(hi - lo for lo, hi in hull), mesh.axis_names,
+                DeviceList(tuple(d for _, d in inside)), mesh.axis_types)
+
+
+def _local_and_global(mesh: Mesh, spec: PartitionSpec, process_index: int
+                      ) -> tuple[NamedSharding, NamedSharding]:
+    return (NamedSharding(local_mesh(mesh, process_index), spec), NamedSharding(mesh, spec))
+
+
+@rule("PROC-7", mirrors="jax.experimental.multihost_utils.host_local_array_to_global_array")
+def host_local_to_global(mesh: Mesh, spec: PartitionSpec, local_shape: Any,
+                         process_index: int) -> tuple[Shape, dict[int, Box]]:
+    """A process's host-local array becomes its part of a global array: each dimension grows by the ways the whole mesh splits it over the ways the local mesh (PROC-6) does, and each device takes the box of the local array that the spec over the local mesh gives it.
+
+    The answer is the global shape and, for each device the process owns, the box of the
+    local array it takes (its box of the global array is IDX-1's).
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> host_local_to_global(mesh, P("x", "y"), (1, 4), 1)
+    ((2, 4), {2: ((0, 1), (0, 2)), 3: ((0, 1), (2, 4))})
+    """
+    local_shape = tuple(check_dims(local_shape, what="a local shape"))
+    local, whole = _local_and_global(mesh, spec, process_index)
+    local_piece = shard_shape(local, local_shape)
+    global_shape = tuple(p * w for p, w in zip(local_piece, _ways(whole, len(local_shape))))
+    return global_shape, devices_indices_map(local, local_shape)
+
+
+def _ways(sharding: NamedSharding, ndim: int) -> tuple[int, ...]:
+    return tiles_per_dimension(sharding, ndim)[0]
+
+
+@rule("PROC-8", mirrors="jax.experimental.multihost_utils.global_array_to_host_local_array")
+def global_to_host_local(mesh: Mesh, spec: PartitionSpec, global_shape: Any,
+                         process_index: int) -> tuple[Shape, dict[int, tuple[Box, Box]]]:
+    """A global array becomes a process's host-local array of each dimension shrunk by the ways the mesh splits it over the ways the local mesh (PROC-6) does, each device's shard standing at the box the spec over the local mesh gives it.
+
+    The answer is the local shape and, for each device the process owns, its box of the
+    local array and the box of the global array whose values it holds there.
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> global_to_host_local(mesh, P("x", "y"), (2, 4), 1)
+    ((1, 4), {2: (((0, 1), (0, 2)), ((1, 2), (0, 2))), 3: (((0, 1), (2, 4)), ((1, 2), (2, 4)))})
+    """
+    global_shape = tuple(check_dims(global_shape, what="a global shape"))
+    local, whole = _local_and_global(mesh, spec, process_index)
+    piece = shard_shape(whole, global_shape)
+    local_shape = tuple(p * w for p, w in zip(piece, _ways(local, len(global_shape))))
+    global_boxes = devices_indices_map(whole, global_shape)
+    return local_shape, {d: (box, global_boxes[d])
+                         for d, box in devices_indices_map(local, local_shape).items()}
+
+
+# --------------------------------------------------------------------------- single-device arrays
+
+@dataclasses.dataclass(frozen=True)
+class PerDeviceArraysMisfit(Failure, rule="PROC-9"):
+    template = ("process {process} hands {count} single-device array(s) on devices {given} "
+                "for a sharding whose devices it owns are {owned}: {why}")
+    hint = ("Hand exactly one array per device this process owns in the sharding "
+            "(sharding.addressable_devices), each of the shard shape {piece}.")
+    process: int
+    count: int
+    given: tuple
+    owned: tuple
+    why: str
+    piece: tuple
+
+
+@rule("PROC-9", mirrors="jax.make_array_from_single_device_arrays "
+                        "(jax._src.array.ArrayImpl._check_and_rearrange)")
+def place_single_device_arrays(sharding: Any, shape: Any, arrays: Any,
+                               process_index: int) -> dict[int, Box]:
+    """A process builds its part of a global array from single-device arrays only from one array on each device of the sharding it owns and no other, each of the shard shape; each array becomes its device's shard, in whatever order they come.
+
+    ``arrays`` is a sequence of (device id, shape) pairs; the answer is, for each device,
+    the box of the global array its array stands for.
+
+    (C1) As many arrays as the devices the process owns in the sharding.
+    (C2) On distinct devices.
+    (C3) On exactly those devices.
+    (C4) Each of the shard shape (DIV-1).
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> s = NamedSharding(mesh, P("x", "y"))
+    >>> place_single_device_arrays(s, (2, 4), [(3, (1, 2)), (2, (1, 2))], 1)
+    {3: ((1, 2), (2, 4)), 2: ((1, 2), (0, 2))}
+    >>> place_single_device_arrays(s, (2, 4), [(2, (1, 2))], 1)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [PROC-9]: process 1 hands 1 single-device array(s) on devices (2,) for a sharding whose devices it owns are (2, 3): it owns 2 device(s) of the sharding. Hand exactly one array per device this process owns in the sharding (sharding.addressable_devices), each of the shard shape (1, 2).
+    """
+    process_index = _process(process_index)
+    shape = tuple(check_dims(shape, what="a shape"))
+    owned = addressable_device_ids(sharding, process_index)
+    piece = tuple(shard_shape(sharding, shape))
+    given = tuple(device for device, _ in arrays)
+
+    def misfit(why: str) -> Failure:
+        return PerDeviceArraysMisfit(process_index, len(given), given, owned, why, piece)
+
+    require(len(given) == len(owned),
+            lambda: misfit(f"it owns {len(owned)} device(s) of the sharding"))
+    require(len(set(given)) == len(given), lambda: misfit("two arrays share a device"))
+    require(set(given) == set(owned), lambda: misfit(
+        "the arrays' devices are not the devices it owns in the sharding"))
+    for device, array_shape in arrays:
+        require(tuple(array_shape) == piece, lambda: misfit(
+            f"the array on device {device} has shape {tuple(array_shape)}, not the shard "
+            f"shape"))
+    boxes = devices_indices_map(sharding, shape)
+    return {device: boxes[device] for device in given}
