@@ -2,7 +2,8 @@
 whole programs).
 
 A :class:`MapCase` is a drawn program: one argument placed on the program's mesh, maybe
-constrained, passed to a ``jax.shard_map`` (its mesh, one in spec and one out spec, the
+constrained, passed to a ``jax.shard_map`` (its mesh — now and then the same devices in
+reverse order —, one in spec and one out spec, the
 manual axes ``axis_names``, ``check_vma``), maybe inside an inner ``jax.jit``, whose result
 is maybe constrained again. The mapped body chains :class:`Op` steps: the collectives
 ``psum``, ``pmax``, ``pmin``, ``all_gather``, ``psum_scatter``, ``ppermute``,
@@ -92,6 +93,11 @@ class MapCase:
     before: Any = None          # a constraint's sharding on the argument (None: none)
     after: Any = None           # ... on the shard_map's result
     outer_jit: bool = False     # the shard_map inside an inner jax.jit
+    map_mesh: Mesh | None = None  # the shard_map's mesh, when not the argument's
+
+    @property
+    def shard_map_mesh(self) -> Mesh:
+        return self.map_mesh if self.map_mesh is not None else self.mesh
 
 
 # --------------------------------------------------------------------------- the function
@@ -127,7 +133,8 @@ def function_of(case: MapCase) -> Any:
             a = jax.jit(lambda b, op=op: _apply(op, b))(a) if op.in_jit else _apply(op, a)
         return a
 
-    mapped = jax.shard_map(body, mesh=to_jax(case.mesh), in_specs=to_jax(case.in_spec),
+    mapped = jax.shard_map(body, mesh=to_jax(case.shard_map_mesh),
+                           in_specs=to_jax(case.in_spec),
                            out_specs=to_jax(case.out_spec), axis_names=set(case.manual),
                            check_vma=case.check_vma)
 
@@ -292,7 +299,8 @@ def program_of(case: MapCase) -> Program:
         for name in (entry if isinstance(entry, tuple) else (entry,) if entry else ()):
             ways[d] *= case.mesh.shape.get(name, 1)
     result = Value.typed(tuple(s * w for s, w in zip(out, ways)), arg.dtype)
-    shard_map = ShardMap((0,), (result,), body=body, mesh=case.mesh, in_specs=(case.in_spec,),
+    shard_map = ShardMap((0,), (result,), body=body, mesh=case.shard_map_mesh,
+                         in_specs=(case.in_spec,),
                          out_specs=(case.out_spec,), manual_axes=case.manual,
                          check_vma=case.check_vma)
     equations: list[Any] = []
@@ -527,6 +535,10 @@ def map_cases(draw: Any) -> MapCase:
     out_spec = draw(_spec(mesh, effective, rank))
     around = [None, None, None] + [NamedSharding(mesh, P(*draw(_spec(
         mesh, frozenset(names), rank))[:rank]))]
+    # now and then over the same devices in reverse order (DA-1 refuses it when lowering)
+    reverse = n > 1 and draw(st.integers(0, 11)) == 0
     return MapCase(mesh, argument, in_spec, out_spec, manual, draw(st.booleans()), ops,
                    before=draw(st.sampled_from(around)), after=draw(st.sampled_from(around)),
-                   outer_jit=draw(st.integers(0, 3)) == 0)
+                   outer_jit=draw(st.integers(0, 3)) == 0,
+                   map_mesh=Mesh(shape, mesh.axis_names, range(n - 1, -1, -1)) if reverse
+                   else None)

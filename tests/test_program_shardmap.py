@@ -13,6 +13,8 @@ and constraints around them) held to JAX, and the rules it reaches seen on both 
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -289,3 +291,81 @@ def test_every_smap_rule_the_property_reaches_was_seen_on_both_sides():
 @pytest.fixture(autouse=True, scope="module")
 def _eight_devices():
     assert len(jax.devices()) == 8
+
+
+# --------------------------------------------------------------------------- nested
+
+def _nested(inner_out_spec):
+    """A shard_map over x whose body calls a jit of a shard_map over y (the context's
+    mesh), summing over y inside and taking the max over x outside."""
+    mesh = _mesh()
+    inner = jax.jit(jax.shard_map(lambda b: jax.lax.psum(b, "y"), in_specs=JaxP(None, "y"),
+                                  out_specs=inner_out_spec, axis_names={"y"}))
+    outer = jax.shard_map(lambda a: jax.lax.pmax(inner(a), "x"), mesh=mesh,
+                          in_specs=JaxP("x"), out_specs=JaxP(), axis_names={"x"})
+    return outer, _argument(mesh, spec=JaxP("x"))
+
+
+def test_a_shard_map_inside_a_jit_inside_a_shard_map_is_walked_with_both_manual_axes():
+    outer, argument = _nested(JaxP())
+    verdict, program, result, lowered = _answer(outer, argument)
+    collectives = {p: r for p, r in _collectives(verdict)}
+    inner_sum = collectives["body[0].shard_map.body[0].jit.body[0].shard_map.body[0]"]
+    assert inner_sum.primitive == "psum_invariant" and inner_sum.result.varying == {"x"}
+    assert inner_sum.groups == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert collectives["body[0].shard_map.body[1]"].groups == ((0, 4), (1, 5), (2, 6), (3, 7))
+    assert sorted(lowered) == sorted(r.groups for r in collectives.values())
+    np.testing.assert_array_equal(np.asarray(result), np.asarray(jax.jit(outer)(argument)))
+
+
+@checks("SMAP-11")
+def test_an_inner_shard_map_s_out_spec_is_held_to_its_own_manual_axes_only():
+    """The inner result still varies along x (the outer shard_map's axis): only y counts
+    for its out spec. Returning the unsummed value instead is refused, as JAX refuses it."""
+    outer, argument = _nested(JaxP())
+    program = describe_program(jax.jit(outer), argument)
+    (shard_map,) = program.equations
+    (jit,) = [eq for eq in shard_map.body.equations if eq.kind == "jit"]
+    (inner,) = jit.body.equations
+    unsummed = dataclasses.replace(inner.body, outputs=(0,))
+    inner = dataclasses.replace(inner, body=unsummed)
+    jit = dataclasses.replace(jit, body=dataclasses.replace(jit.body, equations=(inner,)))
+    body = dataclasses.replace(shard_map.body, equations=(jit, *shard_map.body.equations[1:]))
+    refused = explain_program(dataclasses.replace(program, equations=(
+        dataclasses.replace(shard_map, body=body),)))
+    assert (refused.rule, refused.stage, refused.path) == (
+        "SMAP-11", "trace", "body[0].shard_map.body[0].jit.body[0].shard_map.out_specs[0]")
+    assert "along ('y',)" in refused.message
+    mesh = _mesh()
+    unsummed_jax = jax.jit(jax.shard_map(lambda b: b, in_specs=JaxP(None, "y"),
+                                         out_specs=JaxP(), axis_names={"y"}))
+    refusing = jax.shard_map(lambda a: jax.lax.pmax(unsummed_jax(a), "x"), mesh=mesh,
+                             in_specs=JaxP("x"), out_specs=JaxP(), axis_names={"x"})
+    with pytest.raises(ValueError, match="replicat"):
+        jax.jit(refusing).trace(argument)
+
+
+# --------------------------------------------------------------------------- bad input
+
+def _one_collective(primitive, params, operands=(0,)):
+    typed = Value.typed((4, 4), mesh=MESH.abstract, varying={"x", "y"})
+    body = Program((typed,), (Opaque(operands, (typed,), primitive=primitive, params=params),),
+                   (1,))
+    return Program((Value.placed((8, 16), NamedSharding(MESH, P())),), (
+        ShardMap((0,), (Value.typed((8, 16)),), body=body, mesh=MESH,
+                 in_specs=(P("x", "y"),), out_specs=(P("x", "y"),)),), (1,))
+
+
+@pytest.mark.parametrize("primitive, params, operands", [
+    ("all_gather", (("axis_name", ("x",)),), (0,)),                      # no dimension
+    ("all_gather", (("axis_name", ("x",)), ("all_gather_dimension", "0")), (0,)),
+    ("ppermute", (("axis_name", ("y",)), ("perm", ((0, "1"),))), (0,)),
+    ("ppermute", (("axis_name", ("y",)), ("perm", 3)), (0,)),
+    ("psum_invariant", (("axes", (1,)),), (0,)),
+    ("psum_invariant", (("axes", ("y",)),), ()),
+    ("axis_index", (("axis_name", "y"),), (0,)),
+])
+def test_a_collective_without_what_it_needs_is_refused_by_prog_0(primitive, params, operands):
+    verdict = explain_program(_one_collective(primitive, params, operands))
+    assert not verdict.accepted and verdict.rule == "PROG-0", verdict.message
+    assert "body[0].shard_map.body[0]" in verdict.message

@@ -223,7 +223,8 @@ def _map_results(eq: ShardMap, manual: frozenset[str], path: str) -> tuple[Value
     if eq.check_vma:
         for j, (where, spec, value) in enumerate(zip(at, eq.out_specs, results)):
             with located(where):
-                check_replication(eq.mesh, spec, value.varying, f"out_specs[{j}]")
+                # the axes this shard_map makes manual (an enclosing one's stay varying)
+                check_replication(eq.mesh, spec, value.varying & manual, f"out_specs[{j}]")
     out = []
     for j, (where, spec, value) in enumerate(zip(at, eq.out_specs, results)):
         with located(where):
@@ -259,17 +260,57 @@ def walk_body(program: Program, context: Manual, prefix: str, decided: list) -> 
 # --------------------------------------------------------------------------- collectives
 
 def collective_axes(primitive: str, params: dict[str, Any]) -> tuple:
-    """The axes a collective equation names, as a tuple (its ``axes`` or ``axis_name``)."""
+    """The axes a collective equation names, as a tuple (its ``axes`` or ``axis_name``):
+    axis names (PROG-0)."""
     named = params.get("axes", params.get("axis_name", ()))
-    return (named,) if isinstance(named, str) else tuple(named)
+    axes = (named,) if isinstance(named, str) else named
+    check_program(type(axes) is tuple and all(isinstance(a, str) for a in axes),
+                  f"the axes of a {primitive}", "an axis name or a tuple of axis names", named)
+    return axes
+
+
+# The parameters each collective equation must hold (as jax.make_jaxpr shows them).
+REQUIRED = {"psum": ("axes",), "psum_invariant": ("axes",), "pmax": ("axes",),
+            "pmin": ("axes",), "pvary": ("axes",), "axis_index": ("axis_name",),
+            "all_gather": ("axis_name", "all_gather_dimension"),
+            "reduce_scatter": ("axis_name", "scatter_dimension"),
+            "all_to_all": ("axis_name", "split_axis", "concat_axis"),
+            "ppermute": ("axis_name", "perm")}
+
+
+def _pair(value: Any) -> bool:
+    return type(value) is tuple and len(value) == 2 and all(type(v) is int for v in value)
+
+
+def _check_params(eq: Opaque, path: str) -> dict[str, Any]:
+    """A collective equation holds its parameters (PROG-0): the axes it names, its
+    dimensions as ints, ppermute's pairs of ints; ``operands``: one (axis_index: none)."""
+    params = dict(eq.params)
+    for name in REQUIRED[eq.primitive]:
+        check_program(name in params, f"the {eq.primitive} at {path}",
+                      f"an equation with the parameter {name!r}", eq.params)
+    for name in ("all_gather_dimension", "scatter_dimension", "split_axis", "concat_axis"):
+        if name in params:
+            check_program(type(params[name]) is int, f"{name} of the {eq.primitive} at "
+                          f"{path}", "an int", params[name])
+    if eq.primitive == "ppermute":
+        perm = params["perm"]
+        check_program(type(perm) is tuple and all(_pair(p) for p in perm),
+                      f"perm of the ppermute at {path}", "a tuple of (source, target) int "
+                      "pairs", perm)
+    count = 0 if eq.primitive == "axis_index" else 1
+    check_program(len(eq.operands) == count, f"the operands of the {eq.primitive} at {path}",
+                  f"{count} value(s)", eq.operands)
+    return params
 
 
 def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: str
                 ) -> CollectiveDecision:
     """SMAP-13, SMAP-21 and SMAP-20 for one collective equation; its result type must be
     the one they decide (PROG-0)."""
-    params = dict(eq.params)
-    axes = collective_axes(eq.primitive, params)
+    with located(path):
+        params = _check_params(eq, path)
+        axes = collective_axes(eq.primitive, params)
     prim, mesh, vma = eq.primitive, context.mesh, context.check_vma
     operand = operands[0] if operands else Value.typed((), "int32", context.inner_mesh)
     along = [a in operand.varying for a in axes]
