@@ -28,15 +28,13 @@ from typing import Any, Iterator
 from ..core.rules import Failure, reject, rule
 from ..core.shardings import UNSPECIFIED, NamedSharding, SingleDeviceSharding
 from ..core.values import Mesh, PartitionSpec
-from ..jit.assignment import Source
 from .description import Const, Opaque, Program, Value
 from .lowering import Live, equation_path, live_parts
 
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["EMBEDDED_MAX_BYTES", "constant_bytes", "hoisted_constants", "constant_sharding",
-           "ref_inputs", "ref_updates", "check_refs_not_donated", "constant_sources",
-           "DonatedRef"]
+           "ref_inputs", "ref_updates", "check_refs_not_donated", "held_inputs", "DonatedRef"]
 
 # jax_embedded_constants_max_bytes at its default: a constant this small or smaller stays
 # embedded in the program even when constants are hoisted.
@@ -208,17 +206,28 @@ def _closed_over(program: Program) -> tuple[bool, bool]:
     return refs, consts
 
 
-def constant_sources(program: Program) -> tuple[tuple[Source, ...], tuple, tuple]:
-    """What the closed-over values add to the device assignment, in JAX's order — closed
-    refs (REF-1), then hoisted committed constants (CONST-1, CONST-2) — with the hoisted
-    constants' (path, sharding) and the refs' updates (REF-2). The rules take part only in
-    a program that has refs, or constants that JAX hoists."""
+def held_inputs(program: Program) -> tuple[tuple, tuple, tuple, tuple]:
+    """The inputs the closed-over values add to the compiled program, each as (path, what,
+    value): the hoisted constants (CONST-1, CONST-2), which the executable takes before
+    the arguments, and the closed-over refs that take part (REF-1), which it takes after
+    them; then the hoisted constants' (path, sharding) and the refs' updates (REF-2). JAX
+    checks the device assignment in another order — the arguments, the refs, then the
+    constants. The rules take part only in a program that has refs, or constants that JAX
+    hoists."""
     has_refs, has_consts = _closed_over(program)
     refs = ref_inputs(program) if has_refs else ()
-    sources = [Source(s, f"closed-over ref {path}", path) for path, s in refs
-               if not path.startswith("args[")]
-    hoisted = tuple((path, constant_sharding(const)) for path, const in (
-        hoisted_constants(program) if has_consts and program.hoist_constants else ()))
-    sources += [Source(s, f"closed-over constant {path}", path) for path, s in hoisted
-                if s is not UNSPECIFIED]
-    return tuple(sources), hoisted, ref_updates(refs) if refs else ()
+    back = tuple((path, "closed-over ref", _held_at(program, path))
+                 for path, _ in refs if not path.startswith("args["))
+    found = hoisted_constants(program) if has_consts and program.hoist_constants else ()
+    hoisted = tuple((path, constant_sharding(const)) for path, const in found)
+    front = tuple((path, "closed-over constant", const.value) for path, const in found)
+    return front, back, hoisted, ref_updates(refs) if refs else ()
+
+
+def _held_at(program: Program, path: str) -> Value:
+    """The value of the closed-over constant or ref at ``path``."""
+    for body, _, prefix in _bodies(program, live_parts(program, everything=True), ""):
+        for k, const in enumerate(body.consts):
+            if _path(prefix, k) == path:
+                return const.value
+    raise KeyError(path)

@@ -569,7 +569,9 @@ class Program:
     (``jax.Ref``; ``()``: none); a closed-over ref is a :class:`Const` with ``ref=True``.
     ``hoist_constants`` says whether JAX hoists closed-over constants as arguments of the
     compiled program: off in jax 0.10.2 unless ``jax_use_simplified_jaxpr_constants`` is on
-    when JAX is imported (``JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1``; CONST-1).
+    when JAX is imported (``JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1``; CONST-1);
+    ``compiler_consts`` gives, per hoisted constant in CONST-1's order, the HLO sharding
+    the compiler chose for it (None: not known), as ``compiler_in`` does per input.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
@@ -593,6 +595,7 @@ class Program:
     devices: int = 8
     refs: tuple[bool, ...] = ()
     hoist_constants: bool = False
+    compiler_consts: tuple[HloSharding | None, ...] | None = None
 
     def __post_init__(self) -> None:
         check_program(type(self.devices) is int and self.devices >= 1, "a program's devices",
@@ -678,6 +681,12 @@ def _check_refs(program: "Program", inputs: tuple[Value, ...]) -> None:
         check_program(not ref or value.sharding is None or value.committed, f"inputs[{k}]",
                       "a committed array (a mutable ref is always committed)", value)
     _bool(program.hoist_constants, "hoist_constants")
+    if program.compiler_consts is not None:
+        choices = _tuple(program.compiler_consts, "compiler_consts", "HLO shardings or None")
+        check_program(all(c is None or isinstance(c, HloSharding) for c in choices),
+                      "compiler_consts", "HLO shardings or None, one per hoisted constant",
+                      choices)
+        object.__setattr__(program, "compiler_consts", choices)
 
 
 def _type_equation(eq: Equation, k: int, types: list[Value]) -> Equation:

@@ -275,13 +275,10 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
         call = program_call(program)
     except Rejection as error:
         return _refused(error, [])
-    labels: dict = {}
+    held = _Held(program, call)
     with tracing() as trace, remembering():
         try:
-            front, back, hoisted, updates = held_inputs(program)
-            checked = _with_held(call, (), (*back, *front))   # JAX's order for DA-1
-            call = _with_held(call, front, back)   # the executable's order of inputs
-            labels = _labels(program, front, back)
+            call = held.inputs_added()
             n = call.normal
             stage_jit(n)
             called = stage_call(n)
@@ -291,14 +288,10 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
             traced = stage_trace(n, called)
             if until == "trace":
                 return _traced(program, n, traced, inside, trace, decided)
-            if any(s is not UNSPECIFIED for _, s in hoisted):
-                labels = _labels(program, (), (*back, *front))
-                _check_assignment(checked, inside)
-                labels = _labels(program, front, back)
+            held.check_assignment(inside)
             lowered = stage_lower(n, called, traced)
             _lower_body(program)
-            if any(program.refs):
-                check_refs_not_donated(program, updates)
+            held.check_donation()
             placed = placed_results(program, [
                 *(lowered.resolved[i] for i in lowered.kept), *traced.out_shardings,
                 *(s.sharding for s in inside)])
@@ -306,21 +299,27 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
             compiled = stage_compile(n, called, traced, lowered)
             dispatched = stage_dispatch(n, called, lowered, compiled)
         except Rejection as error:
-            return _refused(error, trace, labels)
+            return _refused(error, trace, held.labels)
+    return _accepted(program, trace, n, (lowered, compiled, dispatched), inside, placed, held,
+                     decided)
+
+
+def _accepted(program: Program, trace: list[str], n: Any, stages: tuple, inside: tuple,
+              placed: tuple, held: "_Held", decided: list) -> ProgramVerdict:
+    """The verdict of a program every stage accepted."""
+    lowered, compiled, dispatched = stages
     out_types = tuple(_result_type(program.value_types[number], s)
                       for number, s in zip(program.outputs, compiled.out_shardings))
     return ProgramVerdict(
-        True, tuple(dict.fromkeys(trace)),
-        in_paths=tuple(_relabel(p, labels) for p in n.in_paths),
-        in_shardings=lowered.final,
-        out_paths=n.out_paths, out_shardings=compiled.out_shardings,
+        True, tuple(dict.fromkeys(trace)), in_paths=held.relabeled(n.in_paths),
+        in_shardings=lowered.final, out_paths=n.out_paths,
+        out_shardings=compiled.out_shardings,
         out_committed=(lowered.committed,) * len(n.flat_out), out_types=out_types,
         device_assignment=DeviceIds(lowered.assignment), num_devices=lowered.count,
-        kept_inputs=lowered.kept,
-        transfers=tuple(_relabel(t, labels) for t in dispatched.transfers),
+        kept_inputs=lowered.kept, transfers=held.relabeled(dispatched.transfers),
         inside=tuple((s.path, s.sharding) for s in inside),
-        placed_by=tuple(by for _, by in placed), constants=hoisted, ref_updates=updates,
-        decided=tuple(decided))
+        placed_by=tuple(by for _, by in placed), constants=held.hoisted,
+        ref_updates=held.updates, decided=tuple(decided))
 
 
 def _traced(program: Program, n: Any, traced: Any, inside: tuple,
@@ -367,10 +366,10 @@ def _refused(error: Rejection, trace: list[str],
 
 # --------------------------------------------------------------------------- held values
 
-def _with_held(call: Call, front: tuple, back: tuple) -> Call:
+def _with_held(call: Call, front: tuple, back: tuple, chosen: tuple | None = None) -> Call:
     """The top-level call with held values as inputs, ``front`` before the arguments and
     ``back`` after them (CONST-1, REF-1): always used, never donated, their shardings
-    open to jit's options."""
+    open to jit's options; ``chosen``: the compiler's placements of the ``front`` ones."""
     if not front and not back:
         return call
     f, b = len(front), len(back)
@@ -384,16 +383,49 @@ def _with_held(call: Call, front: tuple, back: tuple) -> Call:
     return dataclasses.replace(
         call, args=args, options=options,
         uses=(*(True,) * f, *call.uses, *(True,) * b) if call.uses is not None else None,
-        compiler_in=None if call.compiler_in is None else (
-            *(None,) * f, *call.compiler_in, *(None,) * b))
+        compiler_in=None if call.compiler_in is None and chosen is None else (
+            *(chosen or (None,) * f)[:f], *((None,) * f)[len(chosen or ()):],
+            *(call.compiler_in or (None,) * len(call.args)), *(None,) * b))
 
 
-def _check_assignment(call: Call, inside: tuple) -> None:
-    """DA-1 over the inputs in the order JAX checks them — the arguments, the closed-over
-    refs, the hoisted constants — so a conflict is refused where JAX refuses it."""
-    n = dataclasses.replace(call, inside=inside).normal
-    called = stage_call(n)
-    stage_lower(n, called, stage_trace(n, called))
+class _Held:
+    """The closed-over values a program adds to its top-level call as inputs (CONST-1,
+    REF-1), and the names its refusals and paths give them."""
+
+    def __init__(self, program: Program, call: Call) -> None:
+        self.program, self.call, self.labels = program, call, None
+        self.front: tuple = ()
+        self.back: tuple = ()
+        self.hoisted: tuple = ()
+        self.updates: tuple = ()
+
+    def inputs_added(self) -> Call:
+        """The call with the held values in the executable's order of inputs (the
+        constants, the arguments, the refs)."""
+        self.front, self.back, self.hoisted, self.updates = held_inputs(self.program)
+        self.labels = _labels(self.program, self.front, self.back)
+        return _with_held(self.call, self.front, self.back, self.program.compiler_consts)
+
+    def check_assignment(self, inside: tuple) -> None:
+        """DA-1 over the inputs in the order JAX checks them — the arguments, the
+        closed-over refs, the hoisted constants — so a conflict is refused where JAX
+        refuses it (only where a hoisted constant has a sharding of its own)."""
+        if all(s is UNSPECIFIED for _, s in self.hoisted):
+            return
+        checked = (*self.back, *self.front)
+        self.labels = _labels(self.program, (), checked)
+        n = dataclasses.replace(_with_held(self.call, (), checked), inside=inside).normal
+        called = stage_call(n)
+        stage_lower(n, called, stage_trace(n, called))
+        self.labels = _labels(self.program, self.front, self.back)
+
+    def check_donation(self) -> None:
+        """REF-3 for a program with ref arguments."""
+        if any(self.program.refs):
+            check_refs_not_donated(self.program, self.updates)
+
+    def relabeled(self, paths: tuple) -> tuple:
+        return tuple(_relabel(p, self.labels) for p in paths)
 
 
 def _labels(program: Program, front: tuple, back: tuple) -> dict[int, tuple[str, str]]:
