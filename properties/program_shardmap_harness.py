@@ -197,7 +197,7 @@ def _collective(body: _Body, primitive: str, axes: tuple, params: tuple) -> None
     operand where they refuse it: the spec refuses there first)."""
     last = body.types[-1]
     size = 1
-    for a in dict.fromkeys(axes):
+    for a in axes:
         size *= body.case.mesh.shape.get(a, 1)
     try:
         shape = collective_shape(primitive, last.shape, size, {**dict(params), "axes": axes})
@@ -456,14 +456,16 @@ def _mesh_names(mesh: Mesh) -> list[str]:
 
 @st.composite
 def _axes(draw: Any, mesh: Mesh, manual: frozenset[str], one: bool = False) -> tuple:
-    """Axes a collective names: mostly manual ones, sometimes an automatic one or an
-    unknown name."""
+    """Axes a collective names: mostly manual ones, sometimes an automatic one, an unknown
+    name or a manual one twice."""
     pool = sorted(manual)
     roll = draw(st.integers(0, 19))
     if roll == 0:
         return ("q",)
     if roll == 1 and set(mesh.axis_names) - manual:
         return (draw(st.sampled_from(sorted(set(mesh.axis_names) - manual))),)
+    if roll == 2 and not one:   # an axis named twice (refused when lowered)
+        return (draw(st.sampled_from(pool)),) * 2
     if one or len(pool) == 1:
         return (draw(st.sampled_from(pool)),)
     return tuple(draw(st.permutations(pool))[:draw(st.integers(1, len(pool)))])

@@ -324,7 +324,7 @@ def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: 
                                   lowering=False)
         else:
             check_collective_axes(mesh, axes, context.manual, None, lowering=False)
-        size = context.size(tuple(dict.fromkeys(axes)))
+        size = context.size(axes)   # an axis named twice counts twice, as in JAX
         shape = collective_shape(prim, operand.shape, size, {**params, "axes": axes})
         varying = collective_varying(prim, axes, operand.varying, vma)
     dtype = "int32" if prim == "axis_index" else operand.dtype
