@@ -323,13 +323,17 @@ class ShardingConstraint(Equation):
 @dataclasses.dataclass(frozen=True)
 class DevicePut(Equation):
     """``jax.device_put`` inside the function: per operand, where to: a sharding, a device
-    id, or None (``jax.device_put(x)``)."""
+    id, or None (``jax.device_put(x)``). ``checked`` is False for one that a batching rule
+    staged (vmap's): JAX checks a target against its operand (ARG-4) only when
+    ``jax.device_put`` is called, not when vmap binds the batched equation."""
 
     kind: ClassVar[str] = "device_put"
     targets: tuple = ()
+    checked: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _bool(self.checked, "a device_put's checked flag")
         targets = _tuple(self.targets, "a device_put's targets",
                          "shardings, device ids or None")
         check_program(len(targets) == len(self.operands), "a device_put's targets",
@@ -419,14 +423,19 @@ def _check_operand_types(eq: Equation, operands: tuple[Value, ...],
 
 @dataclasses.dataclass(frozen=True)
 class Jit(Equation):
-    """An inner ``jax.jit`` call: its body, with that jit's options."""
+    """An inner ``jax.jit`` call: its body, with that jit's options. ``checked`` is False for
+    one that a batching rule staged (vmap's): JAX checks a jit's shardings against its
+    operands and results (FIT-1) when the jitted function is traced, not when vmap binds
+    the batched equation."""
 
     kind: ClassVar[str] = "jit"
     body: "Program | None" = None   # type: ignore[assignment]
     name: str = ""
+    checked: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _bool(self.checked, "a jit equation's checked flag")
         check_program(isinstance(self.body, Program), "a jit equation's body", "a Program",
                       self.body)
         check_program(isinstance(self.name, str), "a jit equation's name", "a str", self.name)
