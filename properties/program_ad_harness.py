@@ -29,7 +29,7 @@ import dataclasses
 import warnings
 from typing import Any
 
-from hypothesis import strategies as st
+from hypothesis import assume, strategies as st
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
@@ -66,7 +66,14 @@ class AdCase:
 
 @st.composite
 def ad_cases(draw: Any) -> AdCase:
-    return AdCase(draw(program_cases()), draw(st.sampled_from(TRANSFORMS)))
+    """A program recipe and a transformation. Left out: ``jvp`` of a program that returns
+    an input as it is — the known disagreement ``test_program_autodiff`` pins (JAX reads
+    the passed-through tangent back as the first argument's sharding, the spec as the
+    compiler's placement re-read: ``P('x', None)`` against ``P('x')``)."""
+    case = draw(program_cases())
+    transform = draw(st.sampled_from(TRANSFORMS))
+    assume(transform != "jvp" or all(n >= len(case.inputs) for n in case.body.outputs))
+    return AdCase(case, transform)
 
 
 # --------------------------------------------------------------------------- the spec's side

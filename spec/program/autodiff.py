@@ -473,8 +473,7 @@ def _forwarding(lin: _Linearized, body: Program) -> tuple[list, list]:
 
 
 def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list,
-                   path: str, transform: str, nested: bool = True
-                   ) -> tuple[tuple[int, ...], list]:
+                   path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """An inner jit linearized: the primal jit (AD-3) into the primal body, the tangent
     jit (AD-4) onto the tape."""
     inner = eq.body
@@ -498,7 +497,7 @@ def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list
                         else next(results) for f in residual_fwd]
     if not any(lin.flags):
         return tuple(primal), [None] * len(eq.body.outputs)
-    tangent_body, reads = _tangent_call(inner, lin, equation, facts, nonzero, nested)
+    tangent_body, reads = _tangent_call(inner, lin, equation, facts, nonzero)
     refs = tuple(tape.residual(n) for n in residual_numbers) + tuple(
         t for t, read in zip((t for t in moving if t is not None), reads) if read)
     touts = iter(tape.emit(Jit(tuple(range(len(refs))), body=tangent_body, name=eq.name),
@@ -507,25 +506,17 @@ def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list
 
 
 def _tangent_call(inner: Program, lin: _Linearized, equation: JitEquation, facts: JitBody,
-                  nonzero: tuple[bool, ...], nested: bool) -> tuple[Program, list[bool]]:
-    """The tangent jit's body with its options, and which nonzero tangents it reads.
-
-    Nested in a body JAX linearizes, the tangent jit is pruned as AD-4 says (the
-    enclosing tangent body's dead-code elimination, AD-8, unless it keeps unused inputs);
-    called at the top, it takes every residual and every nonzero tangent, with the same
-    shardings before pruning."""
+                  nonzero: tuple[bool, ...]) -> tuple[Program, list[bool]]:
+    """The tangent jit's body with its options (AD-4), and which nonzero tangents it reads:
+    dead-code elimination drops the others, ``keep_unused`` or not, as JAX traces the
+    tangent body."""
     count = lin.residuals
     _, live = _live_equations(lin.tangent)
     moving = len(lin.tangent.inputs) - count
-    reads = [not nested or inner.keep_unused or count + j in live for j in range(moving)]
+    reads = [count + j in live for j in range(moving)]
     tangent = _pruned(lin.tangent, [True] * count + reads)
     staged = linearized_tangent(equation, facts, nonzero)
     assert staged is not None
-    if not nested or inner.keep_unused:
-        shardings = tuple(s for s, nz in zip(inner.in_shardings, nonzero) if nz)
-        donated = tuple(d for d, nz in zip(inner.donated, nonzero) if nz)
-        staged = JitEquation((UNSPECIFIED,) * count + shardings, staged.out_shardings,
-                             (False,) * count + donated)
     check_program(len(staged.in_shardings) == len(tangent.inputs),
                   "the inputs of a tangent jit", f"one per residual and tangent read "
                   f"({len(tangent.inputs)})", staged.in_shardings)
@@ -742,7 +733,7 @@ def jvp_program(program: Program, tangents: Any = None) -> Program:
     del top
     moving = iter(range(len(program.inputs), len(program.inputs) + len(given)))
     outs, touts = _jvp_jit(call, body, call.operands,
-                           [next(moving) if nz else None for nz in nonzero], "")
+                           [next(moving) if nz else None for nz in nonzero], "body[0]")
     types = [call.body.value_types[n] for n in call.body.outputs]
     touts = [t if t is not None else _zeros(body, v) for t, v in zip(touts, types)]
     return body.program(tuple(outs) + tuple(touts))
@@ -754,7 +745,7 @@ def _linearized_call(program: Program, nonzero: tuple[bool, ...], transform: str
     tape = _Tape(top)
     moving = [tape.tangent_input(v.type) if nz else None
               for v, nz in zip(program.inputs, nonzero)]
-    outs, touts = _linearize_jit(call, tape, call.operands, moving, "", transform)
+    outs, touts = _linearize_jit(call, tape, call.operands, moving, "body[0]", transform)
     return tape, outs, touts
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..core.rules import IllFormedParameter, Failure, reject, require, rule
 from ..core.shardings import UNSPECIFIED, NamedSharding, Sharding  # noqa: F401 - NamedSharding: examples
-from ..core.values import Mesh, PartitionSpec  # noqa: F401 - Mesh: the examples
+from ..core.values import AxisType, Mesh, PartitionSpec  # noqa: F401 - Mesh: the examples
 
 P = PartitionSpec  # the name the examples use
 
@@ -49,6 +49,7 @@ __all__ = [
     "JitEquation", "JitBody", "nonzero_outputs", "jvp_equation",
     "linearized_primal", "linearized_tangent", "linearized_equations", "transposed_equation",
     "known_equation", "unknown_equation", "partially_evaluated", "pruned_equation",
+    "check_result_mesh", "all_explicit",
 ]
 
 # A description longer than this is refused (AD-0): no jit equation has so many operands.
@@ -523,3 +524,52 @@ def pruned_equation(primal_equation: JitEquation, jit_body: JitBody, used_output
     _, needed = _reads(jit_body, (True,) * jit_body.inputs, used)
     return JitEquation(_keep(eqn.in_shardings, needed), _keep(eqn.out_shardings, used),
                        _keep(eqn.donated_invars, needed))
+
+
+# --------------------------------------------------------------------------- AD-9
+
+@dataclasses.dataclass(frozen=True)
+class MeshOfOtherSize(Failure, rule="AD-9", error=ValueError):
+    template = ("{path} is typed over {mesh!r}, a mesh of {size} devices whose axes are "
+                "all Explicit, but the program runs on {count} device(s): no kept input "
+                "and no sharding inside places it (Length of device assignment {count} is "
+                "not equal to the size of the mesh {size})")
+    hint = ("A gradient of an input its loss does not read (a sum, a reduced input's "
+            "cotangent) keeps no input: pass keep_unused=True, or run under jax.set_mesh.")
+    path: str
+    mesh: Any
+    size: int
+    count: int
+
+
+@rule("AD-9", mirrors="jax._src.interpreters.pxla._cached_lowering_to_hlo (the check of "
+                      "out avals' meshes against the device assignment)")
+def check_result_mesh(mesh: Any, count: int, path: str) -> None:
+    """A result typed over a mesh whose axes are all Explicit is computed on that mesh: lowering refuses it when the program's device assignment holds another number of devices.
+
+    The gradient of an input placed on a reduced sharding meets it: its cotangent is typed
+    over the input's mesh (unreduced where the input was reduced), and when the loss does
+    not read the input's value (a sum) the backward pass keeps no input, so the program
+    runs on one device.
+
+    >>> from shardlaw.spec.core.values import AbstractMesh, AxisType
+    >>> explicit = AbstractMesh((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> check_result_mesh(explicit, 8, "out[0]")
+    >>> check_result_mesh(explicit, 1, "out[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [AD-9]: out[0] is typed over AbstractMesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')), a mesh of 8 devices whose axes are all Explicit, but the program runs on 1 device(s): no kept input and no sharding inside places it (Length of device assignment 1 is not equal to the size of the mesh 8). A gradient of an input its loss does not read (a sum, a reduced input's cotangent) keeps no input: pass keep_unused=True, or run under jax.set_mesh.
+    """
+    if not all_explicit(mesh):
+        return
+    size = 1
+    for n in mesh.axis_sizes:
+        size *= n
+    if count != size:
+        raise reject(MeshOfOtherSize(path, mesh, size, count))
+
+
+def all_explicit(mesh: Any) -> bool:
+    """Whether a type's mesh has axes and all of them are Explicit (AD-9 applies)."""
+    return mesh is not None and bool(mesh.axis_types) and all(
+        t is AxisType.Explicit for t in mesh.axis_types)

@@ -36,8 +36,8 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
-['CONST-1', 'CONST-2', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'REF-1',
- 'REF-2', 'REF-3']
+['AD-9', 'CONST-1', 'CONST-2', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4',
+ 'REF-1', 'REF-2', 'REF-3']
 """
 
 from __future__ import annotations
@@ -113,6 +113,8 @@ _ALL = [
     Family("CONST", "Whole programs", "Closed-over constants: embedded or hoisted", "lower"),
     Family("REF", "Whole programs", "Mutable refs: inputs, aliased updates, donation",
            "lower"),
+    Family("PBAT", "Whole programs", "vmap of a whole program: the equations it rewrites",
+           None),
     # Whether it compiles again.
     Family("CACHE", "Caches", "When jit traces, lowers and compiles again; the cache policy",
            None),
@@ -130,6 +132,8 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     "JIT-1": "jit", "JIT-2": "jit", "NS-2": "jit", "VAL-9": "jit", "ENG-4": "jit",
     # A layout of the wrong rank is refused while tracing.
     "LAY-4": "trace",
+    # An abstract argument's own sharding is first divided when the program is written out.
+    "FIT-3": "lower",
     # A sharding's rank against a value's, asked of the placement core alone.
     "NS-5": None,
     # Compiling: XLA's verifier, and the layouts read back.
@@ -139,6 +143,8 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     # A whole program: its description, its equations' types (while tracing), and its
     # results as compiled.
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
+    # A result typed over an Explicit mesh of another size than the device assignment.
+    "AD-9": "lower",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
     "REF-3": "compile",
     # Lowering a constraint inside a jit's body: a GSPMDSharding that Shardy cannot write.
@@ -178,6 +184,10 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "JAX's NamedSharding constructor refuses UNCONSTRAINED over a mesh without an Auto "
         "axis when the sharding is built, before jit sees it; a leaf of "
         "in_shardings/out_shardings holding UNCONSTRAINED is refused earlier, by JIT-2"),
+    "AD-9": _left_to_jax(
+        "JAX's lowering (pxla's check of the out avals' meshes against the device "
+        "assignment) refuses a result typed over an Explicit mesh of another size; the "
+        "engine does not read result types and JAX's refusal stands"),
     "LAY-2": _left_to_jax(
         "JAX's compiler decides the layouts of the results (its choice under Layout.AUTO, "
         "else the Format's layout or the default) and JAX reads them off the executable; the "
