@@ -271,8 +271,10 @@ REFUSING = ("SMAP-3", "SMAP-7", "SMAP-8", "SMAP-11", "SMAP-12", "SMAP-13", "SMAP
 @settings(max_examples=examples(150))
 @given(map_cases())
 # Refusing sides a short run may not draw: an in spec over an automatic axis (SMAP-3), an
-# in spec naming an axis twice (SMAP-12, when lowered), ppermute out of range (SMAP-22).
+# in spec naming an axis twice (SMAP-12, when lowered), ppermute out of range (SMAP-22), a
+# cast along an axis the value already varies along (SMAP-20).
 @example(_case([Op("neg")], P("x", "y"), P("x"), frozenset({"x"})))
+@example(_case([Op("pcast", ("x",))]))
 @example(_case([Op("neg")], P(("x", "y"), "x"), P("x", "y")))
 @example(_case([Op("ppermute", ("y",), perm=((0, 4),))]))
 def test_programs_with_shard_maps_agree_with_jax(case):
