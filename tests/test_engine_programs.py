@@ -5,8 +5,10 @@ shard_maps, at any depth) and holds every sharding left in it to the program's d
 assignment before anything is lowered (PROG-2, DA-1): issue 23's gap class 1 — a
 constraint over the devices in another order, over another mesh — is refused with the
 spec's rule, at the equation's path, in JAX's class and words; so is a constraint
-Shardy cannot write (WSC-8), and one that would end the process inside XLA. The property
-``test_engine_agrees_on_programs`` is the ``programs`` suite's
+Shardy cannot write (WSC-8), and one that would end the process inside XLA. The properties
+``test_engine_agrees_on_programs`` (compositions of inner jits, constraints and
+device_puts) and ``test_engine_agrees_on_shard_mapped_programs`` (shard_maps with their
+collectives) are the ``programs`` suite's
 (:mod:`shardlaw.properties.suites.programs`); the pinned tests hold each case of gap 1 to
 JAX and to the spec, and the walk to its cost: once per trace, never on a cache hit.
 """
@@ -40,8 +42,10 @@ from shardlaw.spec import (
     SingleDeviceSharding, Value, explain_program, to_jax,
 )
 
-# pytest collects the suite's property from this module's namespace
-from shardlaw.properties.suites.programs import test_engine_agrees_on_programs  # noqa: F401
+# pytest collects the suite's engine properties from this module's namespace
+from shardlaw.properties.suites.programs import (  # noqa: F401
+    test_engine_agrees_on_programs, test_engine_agrees_on_shard_mapped_programs,
+)
 
 MESH = Mesh.iota((2, 4), ("x", "y"))
 REVERSED = Mesh((2, 4), ("x", "y"), range(7, -1, -1))   # the same devices, in reverse

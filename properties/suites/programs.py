@@ -7,8 +7,9 @@ are listed in :data:`PROGRAM_PROPERTIES`, one line each: the harness module, its
 of cases, the function that compares one case and returns its disagreements, and the rules
 it checks. A harness that lands joins the suite with one more line there.
 
-``test_engine_agrees_on_programs`` holds :func:`shardlaw.engine.jit` to the same programs
-(:func:`compare_engine_program`): against JAX, the same refusal at the same stage in JAX's
+``test_engine_agrees_on_programs`` and ``test_engine_agrees_on_shard_mapped_programs`` hold
+:func:`shardlaw.engine.jit` to the programs of two harnesses (:func:`compare_engine_program`,
+through an :class:`EngineHarness`): against JAX, the same refusal at the same stage in JAX's
 class, or the same results' shardings, committed flags and values; against the spec, the
 engine's rule and, for a refusal inside the body, its path equal the spec's, and ``explain``
 lists the shardings inside the body the spec lists (PROG-2). A refusal JAX makes while it
@@ -22,6 +23,7 @@ property and ``tests/test_engine_programs.py`` the engine's in the project's own
 from __future__ import annotations
 
 import collections
+import dataclasses
 import importlib
 import importlib.util
 import warnings
@@ -32,14 +34,15 @@ from hypothesis import given, settings
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    Case, arguments_of, function_of, program_cases, run_in_jax, spec_verdict, top_options,
+    arguments_of, function_of, program_cases, run_in_jax, spec_verdict, top_options,
 )
 from shardlaw.properties.registry import checks
 from shardlaw.properties.suites import examples
 
 __all__ = ["PROGRAM_PROPERTIES", "program_property", "compare_engine_program",
            "EngineOutcome", "run_in_engine", "ENGINE_SOURCE", "LEFT_TO_JAX_SEEN",
-           "test_engine_agrees_on_programs"]
+           "test_engine_agrees_on_programs", "test_engine_agrees_on_shard_mapped_programs",
+           "EngineHarness", "PROGRAMS", "shard_maps"]
 
 # The source under which the engine's outcomes on programs are recorded (properties.hits).
 ENGINE_SOURCE = "engine-programs"
@@ -95,6 +98,35 @@ for _harness, _cases, _compare, _rules, _name in PROGRAM_PROPERTIES:
 
 # --------------------------------------------------------------------------- the engine
 
+@dataclasses.dataclass(frozen=True)
+class EngineHarness:
+    """How the engine is held to one program harness: a case's function, its arguments
+    and the top-level jit's options; JAX's outcome on it (a
+    :class:`~shardlaw.properties.program_harness.JaxOutcome`: the stage and exception, or
+    the results' shardings and committed flags); the spec's verdict given that outcome."""
+
+    function: Callable[[Any], Callable[..., Any]]
+    arguments: Callable[[Any], tuple]
+    options: Callable[[Any], dict]
+    run_jax: Callable[[Any], Any]
+    spec: Callable[[Any, Any], Any]
+
+
+# The drawn compositions of program_harness: inner jits, constraints, device_puts.
+PROGRAMS = EngineHarness(function_of, arguments_of, top_options, run_in_jax, spec_verdict)
+
+
+def shard_maps() -> EngineHarness:
+    """The drawn shard_maps of program_shardmap_harness (collectives, constraints before and
+    after, an inner jit), the spec's verdict on the program the recipe builds."""
+    from shardlaw.properties import program_shardmap_harness as harness
+    from shardlaw.spec import explain_program
+
+    return EngineHarness(harness.function_of, lambda case: (harness.argument_of(case),),
+                         lambda case: {}, harness.run_case,
+                         lambda case, outcome: explain_program(harness.program_of(case)))
+
+
 class EngineOutcome:
     """What ``shardlaw.engine.jit`` did: the stage that raised and the exception, or the
     results and the explanation of the call."""
@@ -106,14 +138,15 @@ class EngineOutcome:
         self.explanation: Any = None
 
 
-def run_in_engine(case: Case) -> EngineOutcome:
-    """Trace, lower, compile and run ``shardlaw.engine.jit`` of the recipe's function (the
+def run_in_engine(case: Any, harness: EngineHarness = PROGRAMS) -> EngineOutcome:
+    """Trace, lower, compile and run ``shardlaw.engine.jit`` of the case's function (the
     inner jits stay JAX's), then ask ``explain`` of the same call."""
+    import jax
     from shardlaw.engine import jit
 
     outcome = EngineOutcome()
-    args = arguments_of(case)
-    jitted = jit(function_of(case), **top_options(case))
+    args = harness.arguments(case)
+    jitted = jit(harness.function(case), **harness.options(case))
     steps = [("trace", lambda: jitted.trace(*args)),
              ("lower", lambda: jitted.trace(*args).lower()),
              ("compile", lambda: jitted.trace(*args).lower().compile()),
@@ -126,7 +159,7 @@ def run_in_engine(case: Case) -> EngineOutcome:
             except Exception as error:  # noqa: BLE001 - recorded and compared
                 outcome.stage, outcome.error = stage, error
                 return outcome
-        outcome.results = tuple(results)
+        outcome.results = tuple(jax.tree_util.tree_leaves(results))
         outcome.explanation = jitted.explain(*args)
     return outcome
 
@@ -188,31 +221,45 @@ def _engine_results(verdict: Any, jax_outcome: Any, mine: EngineOutcome) -> list
     return problems
 
 
-def _values_agree(case: Case, mine: EngineOutcome) -> list[str]:
+def _values_agree(case: Any, harness: EngineHarness, mine: EngineOutcome) -> list[str]:
     """The engine's results hold the values JAX's own jit computes."""
     import jax
 
-    expected = jax.jit(function_of(case), **top_options(case))(*arguments_of(case))
-    for j, (a, b) in enumerate(zip(mine.results, expected)):
+    expected = jax.jit(harness.function(case), **harness.options(case))(
+        *harness.arguments(case))
+    for j, (a, b) in enumerate(zip(mine.results, jax.tree_util.tree_leaves(expected))):
         if not np.array_equal(np.asarray(a), np.asarray(b)):
             return [f"result[{j}]: the engine's values differ from jax.jit's"]
     return []
 
 
-def compare_engine_program(case: Case) -> list[str]:
+def compare_engine_program(case: Any, harness: EngineHarness = PROGRAMS) -> list[str]:
     """Every disagreement of the engine with JAX, or with the spec, on ``case``."""
-    jax_outcome = run_in_jax(case)
-    verdict = spec_verdict(case, jax_outcome)
-    mine = run_in_engine(case)
+    jax_outcome = harness.run_jax(case)
+    verdict = harness.spec(case, jax_outcome)
+    mine = run_in_engine(case, harness)
     if jax_outcome.error is not None:
         return _engine_refusal(verdict, jax_outcome.stage, jax_outcome.error, mine)
     problems = _engine_results(verdict, jax_outcome, mine)
-    return problems or _values_agree(case, mine)
+    return problems or _values_agree(case, harness, mine)
 
 
-@checks("PROG-2", "DA-1")
+@checks("PROG-2", "PROG-3", "DA-1")
 @given(program_cases())
 @settings(max_examples=examples(60))
 def test_engine_agrees_on_programs(case):
     problems = compare_engine_program(case)
+    assert not problems, "\n".join(problems) + f"\ncase: {case}"
+
+
+def _map_cases() -> Any:
+    from shardlaw.properties.program_shardmap_harness import map_cases
+    return map_cases()
+
+
+@checks("PROG-2", "DA-1")
+@given(_map_cases())
+@settings(max_examples=examples(20))
+def test_engine_agrees_on_shard_mapped_programs(case):
+    problems = compare_engine_program(case, shard_maps())
     assert not problems, "\n".join(problems) + f"\ncase: {case}"
