@@ -33,7 +33,7 @@ __all__ = ["Pool", "WorkerFailed", "process_examples", "pool", "close_pools", "R
 
 # The rules the harness holds to JAX in every process, each on both sides.
 RULES = ("DEV-2", "PROC-1", "PROC-2", "PROC-3", "PROC-4", "PROC-5", "PROC-6", "PROC-7",
-         "PROC-8", "PROC-9", "RES-2")
+         "PROC-8", "PROC-9", "PROC-10", "RES-2")
 
 PLANTED_ENV = "SHARDLAW_PROCESSES_PLANTED"
 START_SECONDS = 180.0      # to import JAX and join the program
@@ -217,4 +217,4 @@ def process_examples(draw: Any, devices: int) -> dict:
     return {"devices": ids[:count], "axis_sizes": sizes, "axis_names": names, "spec": spec,
             "shape": shape, "local": local, "global_given": given,
             "single": draw(st.sampled_from(["exact", "missing", "twice", "misshapen"])),
-            "rotate": draw(st.integers(0, 7))}
+            "rotate": draw(st.integers(0, 7)), "run": draw(st.sampled_from([False, True, False, False]))}

@@ -254,6 +254,40 @@ def check_numpy_argument(answers: Answers, theirs: Any, values: np.ndarray) -> N
     answers.hit("RES-2", not verdict.accepted)
 
 
+def check_jit_with_array(answers: Answers, ours: Any, array: Any, shape: tuple, pid: int,
+                         values: np.ndarray) -> None:
+    """PROC-10 (closing over the array) and jit's results across processes: the result of a
+    call with the array as argument holds the shards PROC-2 gives the spec's out sharding."""
+    import jax
+    mine = spec_outcome(lambda: S.check_closed_over(ours, shape, pid))
+    real = outcome(lambda: jax.jit(lambda: array * 2).lower())
+    answers.agree("PROC-10 closing over the array", mine[0], real[0])
+    answers.hit("PROC-10", mine[0] is not None)
+
+    if not answers.example.get("run", True):
+        return   # compiling and running costs most of an example: a quarter of them do
+
+    def f(x):
+        return x * 2
+
+    # Its out_sharding given: left to the compiler, the spec does not know it before compiling.
+    verdict = S.jit_call(S.describe_call(f, array, out_shardings=array.sharding))
+    result = outcome(lambda: jax.jit(f, out_shardings=array.sharding)(array))
+    answers.agree("jit with the array: refusal", None if verdict.accepted else
+                  verdict.jax_error, result[0])
+    if not verdict.accepted or result[0] is not None:
+        return
+    predicted = S.addressable_shards(verdict.out_shardings[0], shape, pid)
+    held = [S.Shard(sh.device.id, box_of_index(sh.index, shape), sh.replica_id)
+            for sh in result[1].addressable_shards]
+    answers.agree("PROC-2 shards of jit's result", list(predicted), held)
+    for shard, real_shard in zip(predicted, result[1].addressable_shards):
+        wanted = values[tuple(slice(a, b) for a, b in shard.box)] * 2
+        if not np.array_equal(np.asarray(real_shard.data), wanted):
+            answers.problems.append(f"jit's result data on device {shard.device}")
+    answers.hit("PROC-2 results", not predicted)
+
+
 def answer(example: dict, pid: int) -> Answers:
     """Every question of one example, asked of the spec and of JAX in this process."""
     import jax
@@ -273,6 +307,7 @@ def answer(example: dict, pid: int) -> Answers:
     check_host_local(answers, ours, theirs, array, shape, pid, values)
     check_single_device_arrays(answers, ours, theirs, shape, pid, values)
     check_numpy_argument(answers, theirs, values)
+    check_jit_with_array(answers, ours, array, shape, pid, values)
     return answers
 
 

@@ -32,8 +32,8 @@ from .placement.equivalence import hlo_equal, jax_equivalent, placement_equivale
 from .placement import processes
 from .placement.processes import (
     Shard, addressable_shards, check_fetchable, global_shape_from_local, global_to_host_local,
-    host_local_to_global, is_fully_addressable, local_mesh, place_single_device_arrays,
-    process_local_slices,
+    check_closed_over, host_local_to_global, is_fully_addressable, local_mesh,
+    place_single_device_arrays, process_local_slices,
 )
 from .jit.layouts import AUTO_LAYOUT, Format, Layout
 from .jit.call import Arg, Call, JitOptions, Out, Static, Verdict

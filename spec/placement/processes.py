@@ -29,7 +29,7 @@ P = PartitionSpec  # the name the examples use
 
 __all__ = ["Shard", "is_fully_addressable", "addressable_shards", "global_shape_from_local",
            "process_local_slices", "check_fetchable", "local_mesh", "host_local_to_global",
-           "global_to_host_local", "place_single_device_arrays"]
+           "global_to_host_local", "place_single_device_arrays", "check_closed_over"]
 
 Box = tuple[tuple[int, int], ...]
 Shape = tuple[int, ...]
@@ -255,16 +255,55 @@ def check_fetchable(sharding: Any, shape: Any, process_index: int) -> None:
     """
     process_index = _process(process_index)
     shape = tuple(check_dims(shape, what="a shape"))
+    missing = _shards_out_of_reach(sharding, shape, process_index)
+    require(missing is None, lambda: ValueNotFetchable(process_index, shape, sharding,
+                                                       *missing))
+
+
+def _shards_out_of_reach(sharding: Any, shape: Shape, process_index: int
+                         ) -> tuple[int, int] | None:
+    """None when the process can fetch the value (PROC-5), else (the distinct boxes it
+    holds, the distinct boxes of the array)."""
     owned = addressable_device_ids(sharding, process_index)
     if is_fully_replicated(sharding) and owned:
-        return
+        return None
     if is_fully_addressable(sharding, process_index):
-        return
+        return None
     boxes = devices_indices_map(sharding, shape)
     distinct = set(boxes.values())
     held = {boxes[d] for d in owned}
-    require(held == distinct, lambda: ValueNotFetchable(
-        process_index, shape, sharding, len(held), len(distinct)))
+    return None if held == distinct else (len(held), len(distinct))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClosedOverOutOfReach(Failure, rule="PROC-10", error=RuntimeError):
+    template = ("the jitted function closes over an array of shape {shape} under {sharding} "
+                "whose value process {process} cannot fetch (it holds {held} of its "
+                "{distinct} distinct shard(s)); jit embeds a closed-over array's value")
+    hint = "Pass the array to the function as an argument."
+    process: int
+    shape: tuple
+    sharding: Any
+    held: int
+    distinct: int
+
+
+@rule("PROC-10", mirrors="jax._src.array._array_mlir_constant_handler")
+def check_closed_over(sharding: Any, shape: Any, process_index: int) -> None:
+    """A jitted function may close over an array only when the process can fetch its value (PROC-5): lowering embeds the value, so an array some of whose shards only other processes hold is refused.
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> check_closed_over(NamedSharding(mesh, P("y")), (4,), 1)
+    >>> check_closed_over(NamedSharding(mesh, P("x")), (4,), 1)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionRuntimeError: [PROC-10]: the jitted function closes over an array of shape (4,) under NamedSharding(Mesh({'x': 2, 'y': 2}), P('x')) whose value process 1 cannot fetch (it holds 1 of its 2 distinct shard(s)); jit embeds a closed-over array's value. Pass the array to the function as an argument.
+    """
+    process_index = _process(process_index)
+    shape = tuple(check_dims(shape, what="a shape"))
+    missing = _shards_out_of_reach(sharding, shape, process_index)
+    require(missing is None, lambda: ClosedOverOutOfReach(process_index, shape, sharding,
+                                                          *missing))
 
 
 # --------------------------------------------------------------------------- host-local arrays
