@@ -53,6 +53,11 @@ from .program.description import (
     Const, DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
 )
 from .program.explain import ProgramVerdict, explain_program
+from .program.batching import vmap_program
+from .program.autodiff import (
+    LinearizedProgram, VjpProgram, grad_program, jvp_program, linearize_program,
+    value_and_grad_program, vjp_program,
+)
 from .vectors import transformed_vectors as transform_vectors
 from .vectors.transformed_vectors import (
     TransformedVector, dump_transformed, load_transformed, transformed_differences,
@@ -115,5 +120,7 @@ __all__ += [*arguments.__all__, *autodiff.__all__, *batching.__all__, *constrain
             "TransformedVector", "dump_transformed", "load_transformed",
             "transformed_differences", "transformed_rules_hit"]
 __all__ += ["Program", "Value", "Const", "Jit", "ShardingConstraint", "DevicePut", "ShardMap",
-            "Reshard", "Opaque", "explain_program", "ProgramVerdict"]
+            "Reshard", "Opaque", "explain_program", "ProgramVerdict", "vmap_program",
+            "jvp_program", "linearize_program", "vjp_program", "grad_program",
+            "value_and_grad_program", "LinearizedProgram", "VjpProgram"]
 __all__ += ["processes", *processes.__all__]

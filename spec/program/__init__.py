@@ -4,7 +4,19 @@
   PROG-1);
 * ``lowering`` — what lowering and compiling read from the body: dead code, the shardings
   inside it, the results it places (PROG-2, PROG-4);
-* ``explain`` — one entry point, ``explain_program``.
+* ``explain`` — one entry point, ``explain_program``;
+* ``batching`` — ``vmap_program``: ``jax.vmap`` of a program, as a rewrite of it;
+* ``autodiff`` — ``jvp_program``, ``linearize_program``, ``vjp_program``, ``grad_program``,
+  ``value_and_grad_program``: differentiation of a program, as rewrites of it.
 
 Standard library only; imports the layers below it.
 """
+
+from .autodiff import (
+    LinearizedProgram, VjpProgram, grad_program, jvp_program, linearize_program,
+    value_and_grad_program, vjp_program,
+)
+from .batching import vmap_program
+
+__all__ = ["vmap_program", "jvp_program", "linearize_program", "vjp_program", "grad_program",
+           "value_and_grad_program", "LinearizedProgram", "VjpProgram"]
