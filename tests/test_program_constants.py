@@ -27,7 +27,7 @@ from shardlaw.properties.program_constants_harness import (
 from shardlaw.properties.program_harness import Case, Recipe, Step
 from shardlaw.properties.registry import checks
 from shardlaw.spec import (
-    Const, Mesh, NamedSharding, P, Program, SingleDeviceSharding, Value, explain_program,
+    Const, Mesh, NamedSharding, Opaque, P, Program, SingleDeviceSharding, Value, explain_program,
     to_jax,
 )
 from shardlaw.spec.bridge.program import describe_program
@@ -147,6 +147,15 @@ def test_refs_must_be_committed_in_a_description():
     with pytest.raises(TypeError, match="a mutable ref is always committed"):
         Program((Value.placed((8,), SingleDeviceSharding(0), committed=False),),
                 outputs=(0,), refs=(True,))
+
+
+def test_held_values_are_inputs_from_lowering_on():
+    """Traced only (``until="trace"``), a program's inputs are its arguments; a closed-over
+    ref joins them when the program is lowered."""
+    ref = Const(Value.placed((8, 8), NamedSharding(MESH, P())), ref=True)
+    program = Program((X,), (Opaque((1,), (X.type,), primitive="get"),), (0, 2), consts=(ref,))
+    assert explain_program(program, until="trace").in_paths == ("args[0]",)
+    assert explain_program(program).in_paths == ("args[0]", "constants[0]")
 
 
 # --------------------------------------------------------------------------- hoisted

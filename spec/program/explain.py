@@ -294,8 +294,8 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
             inside = inside_shardings(program)
             n = dataclasses.replace(call, inside=inside).normal
             traced = stage_trace(n, called)
-            if until == "trace":
-                return _traced(program, n, traced, inside, trace, decided)
+            if until == "trace":   # the held values are inputs from lowering on
+                return _traced(program, held.call.normal, traced, inside, trace, decided)
             held.check_assignment(inside)
             lowered = stage_lower(n, called, traced)
             _lower_body(program, n.out_paths, lowered.count)
