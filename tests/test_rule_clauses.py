@@ -581,3 +581,65 @@ def test_smt_2_a_difference_names_the_shape_the_device_and_both_boxes():
     assert (in_memory.memory_kind_a, in_memory.memory_kind_b) == ("device", "pinned_host")
     assert in_memory.box_a == in_memory.box_b == S.box_of(pinned, in_memory.shape,
                                                           in_memory.device)
+
+
+# Several processes: a 2 x 4 mesh, devices 2p and 2p+1 owned by process p.
+PROCS = Mesh.iota((2, 4), ("x", "y"), devices_per_process=2)
+CROSSED = Mesh((2, 4), ("x", "y"),
+               S.DeviceList.of_ids([0, 1, 2, 3, 4, 6, 5, 7], devices_per_process=2))
+
+
+def _refused_by(rule_id, thunk):
+    with pytest.raises(Rejection) as refused:
+        thunk()
+    assert refused.value.rule == rule_id
+    return refused.value
+
+
+@clause("PROC-4", 1)
+def test_proc_4_with_no_global_shape_it_is_proc_3s_and_refused_where_unknown():
+    s = NamedSharding(PROCS, P("x", "y"))
+    assert S.process_local_slices(s, (3, 2), None, 1)[0] == S.global_shape_from_local(
+        s, (3, 2), 1) == (6, 4)
+    error = _refused_by("PROC-4", lambda: S.process_local_slices(
+        NamedSharding(CROSSED, P("x", "y")), (2, 2), None, 0))
+    assert isinstance(error, ValueError) and "dimension(s) (1,)" in str(error)
+
+
+@clause("PROC-4", 2)
+def test_proc_4_a_dimension_neither_global_nor_the_process_extent_is_refused():
+    s = NamedSharding(PROCS, P(None, "y"))
+    assert S.process_local_slices(s, (2, 4), (2, 8), 1)[1] == {
+        2: ((0, 2), (0, 2)), 3: ((0, 2), (2, 4))}
+    assert S.process_local_slices(s, (2, 8), (2, 8), 1)[1][3] == ((0, 2), (6, 8))
+    error = _refused_by("PROC-4", lambda: S.process_local_slices(s, (2, 3), (2, 8), 1))
+    assert "along dimension 1" in str(error) and "addresses 4" in str(error)
+
+
+def _single(arrays, process=1):
+    s = NamedSharding(PROCS, P("x", "y"))
+    return S.place_single_device_arrays(s, (4, 8), arrays, process)
+
+
+@clause("PROC-9", 1)
+def test_proc_9_as_many_arrays_as_owned_devices():
+    assert _single([(3, (2, 2)), (2, (2, 2))]) == {3: ((0, 2), (6, 8)), 2: ((0, 2), (4, 6))}
+    assert "owns 2 device(s)" in str(_refused_by("PROC-9", lambda: _single([(2, (2, 2))])))
+
+
+@clause("PROC-9", 2)
+def test_proc_9_on_distinct_devices():
+    error = _refused_by("PROC-9", lambda: _single([(2, (2, 2)), (2, (2, 2))]))
+    assert "share a device" in str(error)
+
+
+@clause("PROC-9", 3)
+def test_proc_9_on_exactly_the_owned_devices():
+    error = _refused_by("PROC-9", lambda: _single([(2, (2, 2)), (4, (2, 2))]))
+    assert "not the devices it owns" in str(error)
+
+
+@clause("PROC-9", 4)
+def test_proc_9_each_of_the_shard_shape():
+    error = _refused_by("PROC-9", lambda: _single([(2, (2, 2)), (3, (3, 2))]))
+    assert "has shape (3, 2)" in str(error) and isinstance(error, ValueError)

@@ -67,7 +67,7 @@ def is_fully_addressable(sharding: Any, process_index: int) -> bool:
 
 @rule("PROC-2", mirrors="jax.Array.addressable_shards / Sharding.addressable_devices_indices_map")
 def addressable_shards(sharding: Any, shape: Any, process_index: int) -> tuple[Shard, ...]:
-    """A process holds one shard per device of the sharding that it owns, in the order of the sharding's device list, each with the box its device holds (IDX-1) and its replica id counted over the devices of every process (IDX-2).
+    """A process holds one shard per device it owns in the sharding, in device-list order, each with its device's box (IDX-1) and its replica id counted over every process's devices (IDX-2).
 
     >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
     >>> addressable_shards(NamedSharding(mesh, P("y")), (4,), 1)
@@ -112,7 +112,9 @@ def _distinct_slice_sets(sharding: Any, ndim: int, dim: int) -> int | None:
                         "get_process_index_and_count")
 def global_shape_from_local(sharding: Any, local_shape: Any, process_index: int
                             ) -> tuple[int | None, ...]:
-    """Along each dimension the global size is the local size times the number of distinct sets of slices the processes hold there, and unknown (None) where the processes hold different numbers of slices or sets that overlap without being equal; a sharding fully addressable by the process or fully replicated keeps the local shape.
+    """Along each dimension the global size is the local size times the number of distinct slice sets the processes hold there, or unknown (None) where those sets differ in size or overlap unequally.
+
+    A sharding fully addressable by the process, or fully replicated, keeps the local shape.
 
     >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
     >>> global_shape_from_local(NamedSharding(mesh, P("x", "y")), (3, 5), 0)
@@ -181,7 +183,7 @@ def _misfit_check(sharding: Any, local_shape: Shape, global_shape: Shape, proces
                         "(jax._src.array._array_from_process_local_data)")
 def process_local_slices(sharding: Any, local_shape: Any, global_shape: Any,
                          process_index: int) -> tuple[Shape, dict[int, Box]]:
-    """Building a global array from each process's local data, a device of the process takes, along a dimension where the data is as large as the global array, its own slice of the data, and along any other dimension the slice at the rank of its slice's start among the process's distinct starts there.
+    """From a process's local data each of its devices takes its own slice along dimensions as large as the global array, and elsewhere the slice ranked by its start among the process's distinct starts there.
 
     The answer is the global shape and, for each device the process owns, the box of the
     local data it takes.
@@ -242,7 +244,7 @@ class ValueNotFetchable(Failure, rule="PROC-5", error=RuntimeError):
 
 @rule("PROC-5", mirrors="jax.Array._value (np.asarray, .item(), str of a jax.Array)")
 def check_fetchable(sharding: Any, shape: Any, process_index: int) -> None:
-    """A process can fetch an array's whole value to the host (``np.asarray``, ``.item()``) only when the array is fully replicated over devices some of which it owns, fully addressable by it (PROC-1), or its own devices hold every distinct box of the array.
+    """A process can fetch an array's value (``np.asarray``, ``.item()``) only when the array is fully replicated on some device it owns, fully addressable by it (PROC-1), or its devices hold every distinct box.
 
     Printing such an array does not refuse: it shows only the shape and dtype.
 
@@ -376,7 +378,7 @@ def _local_and_global(mesh: Mesh, spec: PartitionSpec, process_index: int
 @rule("PROC-7", mirrors="jax.experimental.multihost_utils.host_local_array_to_global_array")
 def host_local_to_global(mesh: Mesh, spec: PartitionSpec, local_shape: Any,
                          process_index: int) -> tuple[Shape, dict[int, Box]]:
-    """A process's host-local array becomes its part of a global array: each dimension grows by the ways the whole mesh splits it over the ways the local mesh (PROC-6) does, and each device takes the box of the local array that the spec over the local mesh gives it.
+    """A host-local array grows along each dimension by the ways the mesh splits it over the ways the local mesh (PROC-6) does, each device taking its box of the local array under the spec over the local mesh.
 
     The answer is the global shape and, for each device the process owns, the box of the
     local array it takes (its box of the global array is IDX-1's).
@@ -399,7 +401,7 @@ def _ways(sharding: NamedSharding, ndim: int) -> tuple[int, ...]:
 @rule("PROC-8", mirrors="jax.experimental.multihost_utils.global_array_to_host_local_array")
 def global_to_host_local(mesh: Mesh, spec: PartitionSpec, global_shape: Any,
                          process_index: int) -> tuple[Shape, dict[int, tuple[Box, Box]]]:
-    """A global array becomes a process's host-local array of each dimension shrunk by the ways the mesh splits it over the ways the local mesh (PROC-6) does, each device's shard standing at the box the spec over the local mesh gives it.
+    """A global array's host-local part shrinks along each dimension by the ways the mesh splits it over the ways the local mesh (PROC-6) does, each device's shard standing at its box under the spec over the local mesh.
 
     The answer is the local shape and, for each device the process owns, its box of the
     local array and the box of the global array whose values it holds there.
@@ -437,7 +439,7 @@ class PerDeviceArraysMisfit(Failure, rule="PROC-9"):
                         "(jax._src.array.ArrayImpl._check_and_rearrange)")
 def place_single_device_arrays(sharding: Any, shape: Any, arrays: Any,
                                process_index: int) -> dict[int, Box]:
-    """A process builds its part of a global array from single-device arrays only from one array on each device of the sharding it owns and no other, each of the shard shape; each array becomes its device's shard, in whatever order they come.
+    """A process builds its part of a global array from single-device arrays only from one array of the shard shape on each device it owns in the sharding; each becomes its device's shard, in any order.
 
     ``arrays`` is a sequence of (device id, shape) pairs; the answer is, for each device,
     the box of the global array its array stands for.
