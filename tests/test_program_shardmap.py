@@ -364,7 +364,7 @@ def _one_collective(primitive, params, operands=(0,)):
     ("ppermute", (("axis_name", ("y",)), ("perm", ((0, "1"),))), (0,)),
     ("ppermute", (("axis_name", ("y",)), ("perm", 3)), (0,)),
     ("psum_invariant", (("axes", (1,)),), (0,)),
-    ("psum_invariant", (("axes", ("y",)),), ()),
+    ("all_gather", (("axis_name", ("x",)), ("all_gather_dimension", 0)), ()),
     ("axis_index", (("axis_name", "y"),), (0,)),
 ])
 def test_a_collective_without_what_it_needs_is_refused_by_prog_0(primitive, params, operands):

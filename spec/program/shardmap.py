@@ -298,9 +298,12 @@ def _check_params(eq: Opaque, path: str) -> dict[str, Any]:
         check_program(type(perm) is tuple and all(_pair(p) for p in perm),
                       f"perm of the ppermute at {path}", "a tuple of (source, target) int "
                       "pairs", perm)
-    count = 0 if eq.primitive == "axis_index" else 1
-    check_program(len(eq.operands) == count, f"the operands of the {eq.primitive} at {path}",
-                  f"{count} value(s)", eq.operands)
+    # A literal operand is not described (a constant JAX casts, as in ``x * 0.5``): only
+    # the collectives that keep the shape may leave theirs out.
+    counts = (0,) if eq.primitive == "axis_index" else (0, 1) if eq.primitive in (
+        "pvary", "psum", "psum_invariant", "pmax", "pmin", "ppermute") else (1,)
+    check_program(len(eq.operands) in counts, f"the operands of the {eq.primitive} at {path}",
+                  f"{' or '.join(map(str, counts))} value(s)", eq.operands)
     return params
 
 
@@ -312,7 +315,14 @@ def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: 
         params = _check_params(eq, path)
         axes = collective_axes(eq.primitive, params)
     prim, mesh, vma = eq.primitive, context.mesh, context.check_vma
-    operand = operands[0] if operands else Value.typed((), "int32", context.inner_mesh)
+    if operands:
+        operand = operands[0]
+    elif prim == "axis_index":
+        operand = Value.typed((), "int32", context.inner_mesh)
+    else:   # a literal: a constant, the same on every device, of the result's shape
+        given = eq.results[0] if eq.results else Value.typed(())
+        operand = Value.typed(given.shape, given.dtype, context.inner_mesh,
+                              weak_type=given.weak_type)
     along = [a in operand.varying for a in axes]
     with located(path):
         if prim in ("pvary", "psum_invariant") or (
