@@ -41,6 +41,7 @@ from .autodiff import equation_from_jax, jit_body_of, jit_equations
 from ..jit.call import BadDescription
 from ..transforms.constraint import BadConstraintCall
 from .convert import _arg_tree, _context_mesh, describe_call, from_jax
+from ..jit.options import jit_context_mesh, leaf_to_sharding
 from ..jit.pipeline import jit_call
 from ..core.rules import Failure, Rejection, explain as explain_failure, reject
 from ..core.shardings import UNSPECIFIED, SingleDeviceSharding
@@ -219,6 +220,17 @@ def _result_facts(fun: Any, flat: list, treedef: Any, axes: tuple, size: int
     return out_tree, ranks, tuple(out_axes)
 
 
+def _resolved(leaves: tuple[Any, ...], context: Any, which: str) -> tuple[Any, ...]:
+    """A bare PartitionSpec leaf read as jit's front door reads it under ``jax.set_mesh``:
+    a NamedSharding over the mesh jit sees (JIT-3; the mesh set, or an abstract one with an
+    Explicit axis). Without such a mesh the leaf is left as it is (jit refuses it first)."""
+    mesh = jit_context_mesh(context)
+    if mesh is None:
+        return leaves
+    return tuple(leaf_to_sharding(leaf, mesh, f"{which}[{i}]")
+                 if isinstance(leaf, PartitionSpec) else leaf for i, leaf in enumerate(leaves))
+
+
 @_guarded(lambda p, e, v: BadVmapParameterType(p, f"must be {e}", v))
 def describe_vmap(fun: Any, *args: Any, in_axes: Any = 0, axis_size: Any = None,
                   spmd_axis_name: Any = None, in_shardings: Any = None,
@@ -237,9 +249,12 @@ def describe_vmap(fun: Any, *args: Any, in_axes: Any = 0, axis_size: Any = None,
     with _refused_as(lambda error: BadVmapParameterType(
             "args", "must be arrays, numpy values, scalars or ShapeDtypeStructs", _words(error))):
         shapes = [tuple(_abstract(leaf).shape) for leaf in flat]
-    question = dict(arg_shardings=_flat_shardings(in_shardings, treedef, "in_shardings"),
+    context = _context_mesh()
+    question = dict(arg_shardings=_resolved(_flat_shardings(in_shardings, treedef,
+                                                            "in_shardings"), context,
+                                             "in_shardings"),
                     arg_shapes=shapes, in_axes=axes, axis_size=axis_size,
-                    spmd_axis_name=spmd_axis_name, context_mesh=_context_mesh(),
+                    spmd_axis_name=spmd_axis_name, context_mesh=context,
                     arg_specs=[_type_spec(leaf) for leaf in flat])
     try:
         _, canonical, size = check_vmap_parameters(shapes, axes, axis_size)
@@ -247,7 +262,9 @@ def describe_vmap(fun: Any, *args: Any, in_axes: Any = 0, axis_size: Any = None,
         return TransformedCall.of("vmap_jit", result_shardings=[], result_ranks=[], **question)
     out_tree, ranks, result_axes = _result_facts(fun, flat, treedef, canonical, size)
     return TransformedCall.of(
-        "vmap_jit", result_shardings=_flat_shardings(out_shardings, out_tree, "out_shardings"),
+        "vmap_jit", result_shardings=_resolved(_flat_shardings(out_shardings, out_tree,
+                                                               "out_shardings"), context,
+                                                "out_shardings"),
         result_ranks=ranks, result_axes=result_axes, **question)
 
 

@@ -1,1 +1,601 @@
-"""``jax.vmap`` of a whole program, as a rewrite of its :class:`~shardlaw.spec.program.description.Program` (issue 23; being built)."""
+"""``jax.vmap`` of a whole program, as a rewrite of its :class:`~shardlaw.spec.program.description.Program`.
+
+:func:`vmap_program` answers what ``jax.vmap(jax.jit(f, ...), in_axes, out_axes,
+axis_size=..., spmd_axis_name=...)`` amounts to when called on batched arguments, as a
+Program that :func:`~shardlaw.spec.program.explain.explain_program` answers. The program
+given describes the jit call on one example: its inputs are the arguments of one example
+(their shardings and committedness as the user holds them). The batched arguments are
+those, each mapped input with a dimension of ``axis_size`` inserted at its axis, placed as
+the example is with that dimension unsplit (a NamedSharding's spec gains ``None`` there; a
+SingleDeviceSharding stays; a numpy array stays a numpy array). ``axis_size`` is the batch
+size and must be given: the description of one example does not hold it.
+
+vmap traces the jit call on one example's types first (the rules :func:`trace_body`
+applies, and the jit's shardings against the example's shapes, FIT-1), then batches its
+body equation by equation, the way JAX 0.10.2's batching rules do:
+
+* an equation none of whose operands is batched stays as it is (batchedness is tracked
+  per value: an input mapped with ``None`` stays unbatched, and so does all that follows
+  from it alone);
+* ``jit``: its body batched first, then its ``in_shardings`` and ``out_shardings`` at the
+  batch axis of each operand and result (:func:`~shardlaw.spec.batch_sharding`: BAT-1 to
+  BAT-7); the batched equation is marked unchecked, for JAX checks a jit's shardings
+  against its values (FIT-1) only when the jitted function is traced, so a batch that the
+  spmd axes split unevenly passes;
+* ``sharding_constraint``: the constraint batched (WSC-7); on a concrete mesh with
+  ``spmd_axis_name`` and no dimension left to the compiler JAX reads the batched spec back
+  from its HLO sharding, so it holds no trailing ``None``;
+* ``device_put``: its targets unchanged, applied to the batched operand (which a target may
+  now split along the batch dimension, unevenly too: JAX checks a target only when
+  ``jax.device_put`` is called, so the batched equation is marked unchecked);
+* ``reshard``: ``None`` inserted in its spec at the batch axis;
+* ``shard_map``: each batched operand's and result's spec gains the batch dimension
+  (unsplit, or split over ``spmd_axis_name``, which its specs may not use: PBAT-1); the
+  body is batched over the per-shard batch (the batch size divided by the spmd axes'
+  sizes);
+* any other primitive (:class:`Opaque`): elementwise primitives and the collectives keep
+  their operands' batch axis; ``transpose`` and ``broadcast_in_dim`` put it first, a
+  ``broadcast_in_dim`` moving it there with a ``transpose`` first. Others are refused
+  (PROG-0): the spec does not know their batching.
+
+After the call vmap moves each result's batch axis to ``out_axes``: a ``transpose`` for a
+batched result whose axis differs, a ``broadcast_in_dim`` for an unbatched result (a
+mapped result with ``out_axes`` None is refused, BAT-0). Then the vmapped function is not
+one jit call: the answer is the program ``describe_program`` reads from it, ``jax.jit`` of
+the function, whose body is the batched jit equation followed by those moves. A program of
+that form (no options, one jit equation over its inputs followed by moves only) is read
+back as the eager function it describes when vmapped again, so nested vmaps compose.
+
+A refusal is the rule's :class:`~shardlaw.spec.core.rules.Rejection` at stage ``trace``,
+located at the equation (``body[3]``, ``body[0].jit.body[1]``,
+``body[0].jit.in_shardings[0]``; the top-level jit's own shardings at ``in_shardings[0]``,
+``out_shardings[0]``). Arguments split over Explicit mesh axes (BAT-9) are not described.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ..core.rules import Failure, located, reject, require, rule, staged
+from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
+from ..core.values import AbstractMesh, Mesh, PartitionSpec
+from ..jit.matching import check_fits
+from ..transforms.batching import (
+    BadVmapParameter, BadVmapParameterType, batch_sharding, check_vmap_parameters,
+)
+from ..transforms.constraint import Constraint, batch_constraint
+from .description import (
+    DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+    check_program,
+)
+from .explain import trace_body
+from .lowering import equation_path
+
+P = PartitionSpec  # the name the examples use
+
+__all__ = ["vmap_program", "batched_input", "KEEPS_AXIS", "MOVES"]
+
+# Primitives whose batching keeps the operands' batch axis (all batched operands at one
+# axis): elementwise ones, the casts between varying types, and the reductions over
+# shard_map's axes (which are not the batch's).
+KEEPS_AXIS = frozenset({
+    "neg", "sin", "cos", "tan", "exp", "log", "tanh", "abs", "sign", "sqrt", "rsqrt",
+    "logistic", "floor", "ceil", "round", "copy", "copy_p", "integer_pow", "square",
+    "convert_element_type", "reduce_precision", "add", "sub", "mul", "div", "max", "min",
+    "pow", "psum", "psum_invariant", "pmax", "pmin", "pvary", "pcast", "ppermute",
+})
+
+# The primitives vmap stages after the call to move a result's batch axis.
+MOVES = ("transpose", "broadcast_in_dim")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Axis:
+    """What one vmap batches over: the batch size as the values inside see it, the spmd
+    axes (None: none), and the context mesh of the jit being batched."""
+
+    size: int
+    names: tuple[str, ...] | None
+    context: Mesh | AbstractMesh | None
+    varying: frozenset[str] = frozenset()   # inside a shard_map: the spmd axes
+
+
+# --------------------------------------------------------------------------- values
+
+def _inserted(items: tuple, axis: int, item: Any, pad: Any = None) -> tuple:
+    items = tuple(items) + (pad,) * max(0, axis - len(items))
+    return items[:axis] + (item,) + items[axis:]
+
+
+def _batched_type(value: Value, axis: int | None, size: int,
+                  varying: frozenset[str] = frozenset()) -> Value:
+    """A traced value's type with the batch dimension at ``axis`` (None: unbatched); inside
+    a shard_map batched over spmd axes, a batched value varies along them too."""
+    if axis is None:
+        return value.type
+    return dataclasses.replace(value.type, shape=_inserted(value.shape, axis, size),
+                               varying=value.varying | varying)
+
+
+def batched_input(value: Value, axis: int | None, size: int) -> Value:
+    """The batched argument a user passes for one example's argument ``value``: ``size``
+    inserted in its shape at ``axis``, placed as the example is with that dimension
+    unsplit (committedness kept).
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> batched_input(Value.placed((8,), NamedSharding(mesh, P("x"))), 1, 3).sharding
+    NamedSharding(Mesh({'x': 2, 'y': 4}), P('x', None))
+    >>> batched_input(Value.scalar("float"), 0, 3)
+    <float32[3]>
+    """
+    if axis is None:
+        return value
+    shape = _inserted(value.shape, axis, size)
+    s = value.sharding
+    if s is None:
+        return Value.numpy(shape, value.dtype)
+    if isinstance(s, NamedSharding):
+        spec = s.spec
+        s = NamedSharding(s.mesh, P(*_inserted(spec.partitions, axis, None),
+                                    unreduced=spec.unreduced, reduced=spec.reduced),
+                          memory_kind=s.memory_kind)
+    elif isinstance(s, GSPMDSharding):
+        from ..transforms.batching import _with_unit_dim
+        s = GSPMDSharding(s.devices, _with_unit_dim(s.hlo, axis))
+    return Value.placed(shape, s, value.dtype, committed=value.committed)
+
+
+# --------------------------------------------------------------------------- parameters
+
+def _batch_size(axis_size: Any) -> int:
+    require(type(axis_size) is int and axis_size >= 0, lambda: BadVmapParameterType(
+        "axis_size", "must be the batch size (an int >= 0): the program describes one "
+        "example, which does not hold it", axis_size))
+    return axis_size
+
+
+def _in_shapes(inputs: tuple[Value, ...], in_axes: Any, size: int) -> list:
+    """The batched arguments' shapes where in_axes reads as an axis per input; the
+    example's shapes elsewhere (BAT-0 then refuses in_axes as vmap does)."""
+    entries = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(inputs)
+    if len(entries) != len(inputs):
+        return [v.shape for v in inputs]
+    shapes = []
+    for value, axis in zip(inputs, entries):
+        rank = len(value.shape)
+        ok = type(axis) is int and -(rank + 1) <= axis <= rank
+        shapes.append(_inserted(value.shape, axis % (rank + 1), size) if ok else value.shape)
+    return shapes
+
+
+def _out_axes(out_axes: Any, ranks: list[int]) -> tuple[int | None, ...]:
+    """BAT-0 for out_axes: an int or None, or one per result, within each batched rank."""
+    if isinstance(out_axes, list):
+        out_axes = tuple(out_axes)
+    if out_axes is None or type(out_axes) is int:
+        out_axes = (out_axes,) * len(ranks)
+    require(type(out_axes) is tuple and len(out_axes) == len(ranks), lambda: (
+        BadVmapParameterType("out_axes", f"must be an int, None, or one entry per result "
+                                         f"({len(ranks)})", out_axes)))
+    out = []
+    for k, (axis, rank) in enumerate(zip(out_axes, ranks)):
+        with located(f"outputs[{k}]"):
+            require(axis is None or type(axis) is int, lambda axis=axis: BadVmapParameterType(
+                "out_axes", "must hold an int or None for each result", axis))
+            require(axis is None or -(rank + 1) <= axis <= rank, lambda axis=axis, rank=rank:
+                    BadVmapParameter("out_axes", f"must be an axis of the batched result, of "
+                                                 f"rank {rank + 1}", axis))
+        out.append(None if axis is None else axis % (rank + 1))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- the body
+
+class _Rewrite:
+    """A body being rewritten: its equations so far, the new number and the batch axis of
+    every value of the body given, and the count of values defined."""
+
+    def __init__(self, program: Program, dims: tuple, axis: _Axis, prefix: str) -> None:
+        self.program, self.axis, self.prefix = program, axis, prefix
+        count = len(program.inputs) + len(program.consts)
+        self.number = list(range(count))
+        self.dims: list[int | None] = list(dims) + [None] * len(program.consts)
+        self.types = [_batched_type(v, d, axis.size, axis.varying) for v, d in
+                      zip(program.value_types[:count], self.dims)]
+        self.equations: list[Equation] = []
+
+    def add(self, eq: Equation, dims: tuple) -> None:
+        """Append ``eq`` (typed against the values so far) and its results' batch axes."""
+        eq = _typed(eq, self.types)
+        self.equations.append(eq)
+        self.types.extend(eq.results)
+        self.dims.extend(dims)
+
+    def operand(self, old: int) -> tuple[int, int | None]:
+        return self.number[old], self.dims_of(old)
+
+    def dims_of(self, old: int) -> int | None:
+        return self.dims[self.number[old]]
+
+    def define(self, count: int) -> None:
+        """The last ``count`` values added are the results of the equation being rewritten."""
+        total = len(self.types)
+        self.number.extend(range(total - count, total))
+
+
+def _typed(eq: Equation, types: list[Value]) -> Equation:
+    """``eq`` with its results typed by a body holding ``types`` (PROG-1's, where it types
+    the kind; given otherwise)."""
+    if eq.results is not None:
+        return eq
+    operands = tuple(types[n] for n in eq.operands)
+    return dataclasses.replace(eq, results=eq.derived(operands))
+
+
+def _rewrite_body(program: Program, dims: tuple, axis: _Axis, prefix: str) -> _Rewrite:
+    """Every equation of ``program``'s body batched, in order."""
+    rw = _Rewrite(program, dims, axis, prefix)
+    for k, eq in enumerate(program.equations):
+        path = equation_path(prefix, k)
+        operands = [rw.operand(n) for n in eq.operands]
+        numbers = tuple(n for n, _ in operands)
+        in_dims = tuple(d for _, d in operands)
+        if all(d is None for d in in_dims):
+            rw.add(dataclasses.replace(eq, operands=numbers), (None,) * len(eq.results))
+        else:
+            with located(path):
+                _batch_equation(rw, eq, numbers, in_dims, path)
+        rw.define(len(eq.results))
+    return rw
+
+
+def _batch_equation(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path: str
+                    ) -> None:
+    if isinstance(eq, Jit):
+        new, out_dims = _batch_jit(eq, numbers, dims, rw.axis, path)
+        rw.add(new, out_dims)
+    elif isinstance(eq, ShardingConstraint):
+        rw.add(_batch_constraint(eq, numbers, dims[0], rw, path), dims)
+    elif isinstance(eq, DevicePut):
+        mapped = {d for d in dims if d is not None}
+        check_program(len(mapped) == 1, f"the operands of the device_put at {path}",
+                      "batched at one axis (JAX's batching asserts it)", dims)
+        rw.add(dataclasses.replace(eq, operands=numbers, results=None, checked=False), dims)
+    elif isinstance(eq, Reshard):
+        s = eq.sharding
+        spec = P(*_inserted(s.spec.partitions, min(dims[0], len(s.spec)), None),
+                 unreduced=s.spec.unreduced, reduced=s.spec.reduced)
+        rw.add(dataclasses.replace(eq, operands=numbers, results=None,
+                                   sharding=NamedSharding(s.mesh, spec)), dims)
+    elif isinstance(eq, ShardMap):
+        new, out_dims = _batch_shard_map(eq, numbers, dims, rw.axis, path)
+        rw.add(new, out_dims)
+    else:
+        _batch_opaque(rw, eq, numbers, dims, path)
+
+
+# --------------------------------------------------------------------------- PBAT-1
+
+@dataclasses.dataclass(frozen=True)
+class SpmdAxisInShardMap(Failure, rule="PBAT-1"):
+    template = ("vmap's spmd_axis_name {names} splits the batch over mesh axes that the "
+                "shard_map's {which} already use ({used}), so a mesh axis would split "
+                "two dimensions")
+    hint = "Pick a spmd_axis_name that the shard_map's specs do not name"
+    names: tuple
+    which: str
+    used: tuple
+
+
+def _spec_axes(spec: PartitionSpec) -> set[str]:
+    return {a for entry in spec.partitions
+            for a in (entry if isinstance(entry, tuple) else (entry,)) if isinstance(a, str)}
+
+
+@rule("PBAT-1", mirrors="jax._src.shard_map._shard_map_batch; "
+                        "jax._src.shard_map._batch_out_specs")
+def check_shard_map_spmd_axes(specs: Any, names: tuple[str, ...], which: str) -> None:
+    """Under vmap with spmd_axis_name a shard_map's in_specs, and its out_specs once its body is batched, name none of the spmd axes.
+
+    Without spmd_axis_name nothing is checked: the batch dimension is inserted unsplit.
+
+    >>> check_shard_map_spmd_axes((P("x"), P()), ("y",), "in_specs")
+    >>> check_shard_map_spmd_axes((P("x"), P(None, "y")), ("y",), "out_specs")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [PBAT-1]: vmap's spmd_axis_name ('y',) splits the batch over mesh axes that the shard_map's out_specs already use (('y',)), so a mesh axis would split two dimensions. Pick a spmd_axis_name that the shard_map's specs do not name.
+    """
+    if not isinstance(specs, (tuple, list)) or not all(isinstance(s, PartitionSpec)
+                                                       for s in specs):
+        raise reject(BadVmapParameterType(which, "must be a list of PartitionSpecs", specs))
+    used = set().union(*map(_spec_axes, specs)) if specs else set()
+    clash = tuple(sorted(set(names) & used))
+    require(not clash, lambda: SpmdAxisInShardMap(tuple(names), which, clash))
+
+
+# --------------------------------------------------------------------------- equations
+
+def _batch_jit(eq: Jit, numbers: tuple, dims: tuple, axis: _Axis, path: str
+               ) -> tuple[Jit, tuple]:
+    """The jit equation vmap builds: its body batched, then its shardings."""
+    body = _batch_jit_body(eq.body, dims, axis, f"{path}.jit.", f"{path}.jit.")
+    return Jit(numbers, body=body[0], name=eq.name, checked=False), body[1]
+
+
+def _batch_jit_body(body: Program, dims: tuple, axis: _Axis, prefix: str, where: str
+                    ) -> tuple[Program, tuple]:
+    """A jit's body and options batched (JAX's ``_pjit_batcher``): the body first, then
+    ``in_shardings`` at each input's axis and ``out_shardings`` at each result's, over the
+    jit's own context mesh. ``where`` prefixes the options' paths."""
+    inner = dataclasses.replace(axis, context=body.context_mesh)
+    rw = _rewrite_body(body, dims, inner, prefix)
+    outputs = tuple(rw.number[n] for n in body.outputs)
+    out_dims = tuple(rw.dims[n] for n in outputs)
+    ins = _batch_shardings(body.in_shardings, dims, [v.shape for v in body.inputs], inner,
+                           f"{where}in_shardings")
+    outs = _batch_shardings(body.out_shardings, out_dims,
+                            [body.value_types[n].shape for n in body.outputs], inner,
+                            f"{where}out_shardings")
+    inputs = tuple(rw.types[:len(body.inputs)])
+    new = dataclasses.replace(body, inputs=inputs, equations=tuple(rw.equations),
+                              outputs=outputs, in_shardings=ins, out_shardings=outs,
+                              compiler=None, compiler_in=None)
+    return new, out_dims
+
+
+def _batch_shardings(shardings: tuple, dims: tuple, shapes: list, axis: _Axis, what: str
+                     ) -> tuple:
+    out = []
+    for i, (s, d, shape) in enumerate(zip(shardings, dims, shapes)):
+        with located(f"{what}[{i}]"):
+            out.append(s if s is UNSPECIFIED else batch_sharding(
+                s, d, len(shape), axis.names, axis.context))
+    return tuple(out)
+
+
+def _batch_constraint(eq: ShardingConstraint, numbers: tuple, dim: int, rw: _Rewrite,
+                      path: str) -> ShardingConstraint:
+    """WSC-7's batched constraint, its spec as JAX's equation holds it: read back from the
+    HLO sharding (no trailing None) where no dimension is left to the compiler."""
+    shape = rw.types[numbers[0]].shape
+    unbatched = shape[:dim] + shape[dim + 1:]
+    context = rw.axis.context if isinstance(rw.axis.context, Mesh) else None
+    constraint = Constraint(path, unbatched, eq.sharding, eq.unconstrained_dims,
+                            context_mesh=context)
+    batched = batch_constraint(constraint, dim, rw.axis.names)
+    s = batched.sharding
+    if not batched.unconstrained_dims and isinstance(s, NamedSharding) and s.is_concrete:
+        parts = list(s.spec.partitions)
+        while parts and parts[-1] is None:
+            parts.pop()
+        s = NamedSharding(s.mesh, P(*parts, unreduced=s.spec.unreduced,
+                                    reduced=s.spec.reduced), memory_kind=s.memory_kind)
+    return ShardingConstraint(numbers, sharding=s,
+                              unconstrained_dims=batched.unconstrained_dims)
+
+
+def _spec_entry(names: tuple[str, ...] | None) -> Any:
+    return None if names is None else names[0] if len(names) == 1 else names
+
+
+def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: _Axis, path: str
+                     ) -> tuple[ShardMap, tuple]:
+    """shard_map under vmap (JAX's ``_shard_map_batch``): the batched operands' specs gain
+    the batch dimension, the body is batched over the per-shard batch, then the results'
+    specs gain it where the body put it."""
+    names, entry = axis.names, _spec_entry(axis.names)
+    sizes = eq.mesh.sizes_by_name if names is not None else {}
+    if names is not None:
+        with located(f"{path}.shard_map.in_specs"):
+            check_shard_map_spmd_axes(eq.in_specs, names, "in_specs")
+    in_specs = tuple(sp if d is None else _batch_spec(sp, d, entry)
+                     for sp, d in zip(eq.in_specs, dims))
+    per_shard = axis.size // math.prod(sizes.get(n, 1) for n in (names or ()))
+    inner = _Axis(per_shard, names, axis.context, frozenset(names or ()))
+    rw = _rewrite_body(eq.body, dims, inner, f"{path}.shard_map.")
+    outputs = tuple(rw.number[n] for n in eq.body.outputs)
+    out_dims = tuple(rw.dims[n] for n in outputs)
+    if names is not None:
+        with located(f"{path}.shard_map.out_specs"):
+            check_shard_map_spmd_axes(eq.out_specs, names, "out_specs")
+    out_specs = tuple(sp if d is None else _batch_spec(sp, d, entry)
+                      for sp, d in zip(eq.out_specs, out_dims))
+    body = dataclasses.replace(eq.body, inputs=tuple(rw.types[:len(eq.body.inputs)]),
+                               equations=tuple(rw.equations), outputs=outputs)
+    results = tuple(_batched_type(r, d, axis.size) for r, d in zip(eq.results, out_dims))
+    new = dataclasses.replace(eq, operands=numbers, results=results, body=body,
+                              in_specs=in_specs, out_specs=out_specs)
+    return new, out_dims
+
+
+def _batch_spec(spec: PartitionSpec, dim: int, entry: Any) -> PartitionSpec:
+    """A spec with ``entry`` at ``dim``, padded with None up to it (JAX's ``batch_spec``)."""
+    return P(*_inserted(spec.partitions, dim, entry), unreduced=spec.unreduced,
+             reduced=spec.reduced)
+
+
+def _batch_opaque(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path: str
+                  ) -> None:
+    """Another primitive under vmap: the batch rules of the primitives the spec knows."""
+    assert isinstance(eq, Opaque)
+    name, size = eq.primitive, rw.axis.size
+    mapped = {d for d in dims if d is not None}
+    if name in KEEPS_AXIS and len(mapped) == 1 and None not in dims:
+        d = mapped.pop()
+        results = tuple(_batched_type(r, d, size, rw.axis.varying) for r in eq.results)
+        rw.add(dataclasses.replace(eq, operands=numbers, results=results), (d,) * len(results))
+        return
+    if name == "transpose" and len(dims) == 1:
+        perm = tuple(_param(eq, "permutation"))
+        d = dims[0]
+        new_perm = (d,) + tuple(i if i < d else i + 1 for i in perm)
+        rw.add(_transpose(numbers[0], rw.types[numbers[0]], new_perm), (0,))
+        return
+    if name == "broadcast_in_dim" and len(dims) == 1:
+        operand = numbers[0]
+        if dims[0] != 0:
+            rw.add(_transpose(operand, rw.types[operand], _moved(len(rw.types[operand].shape),
+                                                                dims[0], 0)), (0,))
+            operand = len(rw.types) - 1
+        (result,) = eq.results
+        shape = (size,) + tuple(result.shape)
+        kept = tuple(int(i) + 1 for i in _param(eq, "broadcast_dimensions"))
+        rw.add(_broadcast(operand, rw.types[operand], shape, (0,) + kept), (0,))
+        return
+    check_program(False, f"the primitive {name!r} at {path} under vmap",
+                  f"one whose batching the spec knows ({sorted(KEEPS_AXIS)} with every "
+                  f"operand batched at one axis, or {MOVES})", dims)
+
+
+def _param(eq: Opaque, name: str) -> Any:
+    return dict(eq.params).get(name, ())
+
+
+def _moved(rank: int, source: int, target: int) -> tuple[int, ...]:
+    """The permutation that moves axis ``source`` to ``target`` (JAX's moveaxis)."""
+    perm = [i for i in range(rank) if i != source]
+    perm.insert(target, source)
+    return tuple(perm)
+
+
+def _transpose(operand: int, value: Value, perm: tuple[int, ...]) -> Opaque:
+    shape = tuple(value.shape[i] for i in perm)
+    return Opaque((operand,), (dataclasses.replace(value.type, shape=shape),),
+                  primitive="transpose", params=(("permutation", perm),))
+
+
+def _broadcast(operand: int, value: Value, shape: tuple, kept: tuple) -> Opaque:
+    return Opaque((operand,), (dataclasses.replace(value.type, shape=tuple(shape)),),
+                  primitive="broadcast_in_dim",
+                  params=(("broadcast_dimensions", kept), ("sharding", None),
+                          ("shape", tuple(shape))))
+
+
+# --------------------------------------------------------------------------- the program
+
+def _is_wrapper(program: Program) -> bool:
+    """Whether ``program`` is what vmap_program gives when vmap moves results after the
+    call: no options, one jit equation over the inputs in order, then one move or more (a
+    jit written so by hand reads alike: vmapped, its moves then stay outside it)."""
+    eqs = program.equations
+    return (len(eqs) > 1 and isinstance(eqs[0], Jit) and not program.consts
+            and eqs[0].operands == tuple(range(len(program.inputs)))
+            and all(isinstance(eq, Opaque) and eq.primitive in MOVES for eq in eqs[1:])
+            and all(s is UNSPECIFIED for s in program.in_shardings + program.out_shardings)
+            and not any(program.donated) and not program.keep_unused
+            and program.context_mesh is None)
+
+
+def _check_example(program: Program) -> None:
+    """What JAX checks tracing the jit call on one example's types, before batching: its
+    shardings fit the example's shapes (FIT-1), and each equation's own checks."""
+    with staged("trace"):
+        for i, (s, value) in enumerate(zip(program.in_shardings, program.inputs)):
+            check_fits(s, value.shape, f"in_shardings[{i}]")
+        trace_body(program, program.context_mesh)
+        for i, (s, n) in enumerate(zip(program.out_shardings, program.outputs)):
+            check_fits(s, program.value_types[n].shape, f"out_shardings[{i}]")
+
+
+def _moves(rw: _Rewrite, outputs: list[int], out_axes: tuple) -> list[int]:
+    """Each result moved to its out_axes (a transpose, or a broadcast_in_dim for an
+    unbatched result); the numbers of the results as vmap returns them."""
+    moved = []
+    for k, (n, target) in enumerate(zip(outputs, out_axes)):
+        source, value = rw.dims[n], rw.types[n]
+        with located(f"outputs[{k}]"):
+            require(not (source is not None and target is None), lambda: BadVmapParameter(
+                "out_axes", "is None for a result that vmap batched (vmap has mapped output "
+                "but out_axes is None)", None))
+        if source == target or target is None:
+            moved.append(n)
+            continue
+        if source is None:
+            shape = _inserted(value.shape, target, rw.axis.size)
+            kept = tuple(i for i in range(len(shape)) if i != target)
+            rw.add(_broadcast(n, value, shape, kept), (target,))
+        else:
+            rw.add(_transpose(n, value, _moved(len(value.shape), source, target)), (target,))
+        moved.append(len(rw.types) - 1)
+    return moved
+
+
+def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
+                 axis_size: Any = None, spmd_axis_name: Any = None) -> Program:
+    """The Program that ``jax.vmap(jax.jit(f, ...), in_axes, out_axes,
+    axis_size=axis_size, spmd_axis_name=spmd_axis_name)`` amounts to on batched arguments,
+    ``program`` describing the jit call on one example (module docstring).
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
+    >>> program = Program((x,), (ShardingConstraint((0,), sharding=NamedSharding(
+    ...     mesh, P("x", None))),), outputs=(1,))
+    >>> batched = vmap_program(program, axis_size=4, spmd_axis_name="y")
+    >>> batched.inputs[0].shape, batched.equations[0].sharding.spec
+    ((4, 8, 8), P('y', 'x'))
+    >>> vmap_program(program, axis_size=4, spmd_axis_name="x")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [WSC-7] at body[0]: vmap's spmd_axis_name ('x',) also appears in the with_sharding_constraint spec P('x', None) of body[0]; a mesh axis cannot split both the batch and another dimension
+    """
+    check_program(isinstance(program, Program), "the program vmapped", "a Program", program)
+    with staged("trace"):
+        size = _batch_size(axis_size)
+        shapes, axes, _ = check_vmap_parameters(_in_shapes(program.inputs, in_axes, size),
+                                                in_axes, size)
+        names = _names(spmd_axis_name)
+        wrapper = _is_wrapper(program)
+        if not wrapper:
+            _check_example(program)
+        inputs = tuple(batched_input(v, a, size) for v, a in zip(program.inputs, axes))
+        axis = _Axis(size, names, program.context_mesh)
+        if wrapper:
+            rw = _rewrite_body(program, axes, axis, "")
+            outputs = [rw.number[n] for n in program.outputs]
+        else:
+            rw = _as_one_jit(program, axes, axis)
+            outputs = list(range(len(inputs), len(inputs) + len(program.outputs)))
+        ranks = [len(rw.types[n].shape) - (rw.dims[n] is not None) for n in outputs]
+        moved = _moves(rw, outputs, _out_axes(out_axes, ranks))
+    return _answer(inputs, rw, moved)
+
+
+def _names(spmd_axis_name: Any) -> tuple[str, ...] | None:
+    if spmd_axis_name is None:
+        return None
+    names = spmd_axis_name if type(spmd_axis_name) is tuple else (spmd_axis_name,)
+    require(len(names) > 0 and all(isinstance(n, str) for n in names),
+            lambda: BadVmapParameterType("spmd_axis_name", "must be None, a mesh axis name "
+                                                           "or a tuple of names",
+                                         spmd_axis_name))
+    return names
+
+
+def _as_one_jit(program: Program, axes: tuple, axis: _Axis) -> _Rewrite:
+    """The vmapped function's body as one jit equation over the inputs: the program's own
+    jit batched (its equations at ``body[k]``, its options at ``in_shardings[i]``)."""
+    body, out_dims = _batch_jit_body(_traced(program), axes, axis, "", "")
+    outer = Program(tuple(v.type for v in program.inputs))
+    rw = _Rewrite(outer, axes, axis, "")
+    rw.add(Jit(tuple(range(len(program.inputs))), body=body, name="vmapped"), out_dims)
+    return rw
+
+
+def _traced(program: Program) -> Program:
+    """``program`` as a jit equation's body: its inputs typed only, no compiler choices."""
+    return dataclasses.replace(program, inputs=tuple(v.type for v in program.inputs),
+                               compiler=None, compiler_in=None)
+
+
+def _answer(inputs: tuple[Value, ...], rw: _Rewrite, outputs: list[int]) -> Program:
+    """One jit call over the batched arguments where vmap moved nothing after it, else
+    ``jax.jit`` of the vmapped function (the batched call, then the moves)."""
+    first = rw.equations[0] if rw.equations else None
+    count = len(inputs)
+    if (len(rw.equations) == 1 and isinstance(first, Jit)
+            and first.operands == tuple(range(count))
+            and outputs == list(range(count, count + len(first.results)))):
+        return dataclasses.replace(first.body, inputs=inputs)
+    return Program(inputs, tuple(rw.equations), tuple(outputs))

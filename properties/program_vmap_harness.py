@@ -1,0 +1,295 @@
+"""``jax.vmap`` of whole programs against real JAX, program for program.
+
+A :class:`VmapCase` is a drawn program (:func:`~shardlaw.properties.program_harness.program_cases`,
+its arguments those of one example) under one or two nested vmaps (:class:`Vmap`: in_axes
+per input, ``None`` included, out_axes, the batch size, whether it is passed to vmap as
+``axis_size``, and ``spmd_axis_name`` or None). Both sides start from the same batched
+arguments: each example's argument with the batch dimension inserted, placed as the example
+is with that dimension unsplit (:func:`~shardlaw.spec.program.batching.batched_input`).
+
+JAX's side (:func:`run_vmapped`): ``jax.make_jaxpr`` of ``jax.vmap(...(jax.jit(f)))``
+(a refusal there is stage ``trace``), ``describe_program`` of it, then the run: where the
+vmapped function's trace is one jit call, the vmapped function is called as it is (a refusal
+is stage ``run``, which holds the batched call's own stages: its shardings against the
+batched arguments, lowering, compiling, handing the arguments over); where vmap moves
+results after the call, ``jax.jit`` of the vmapped function is traced, lowered, compiled
+and called, as ``describe_program`` reads it. The spec's side:
+``explain_program(vmap_program(...))`` — the spec's rewrite, never read from JAX's trace,
+only compared with it (:func:`compare_vmapped`): the refusal (same class, same stage), or the
+results' shardings, committedness and types, and the equations of the rewritten program
+against ``describe_program`` of the vmapped function (their kinds, the constraints' and
+device_puts' shardings, every jit's shardings, opaque primitives and result shapes, the
+inputs). Rule sides are recorded under ``"programs-vmap"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+from hypothesis import strategies as st
+
+from shardlaw.properties import hits
+from shardlaw.properties.program_harness import (
+    Case, JaxOutcome, _compare_results, _jax_class_agrees, _type_of, _watch_compiler,
+    _with_choices, arguments_of, function_of, program_cases, program_of, top_options,
+)
+from shardlaw.spec import Rejection, explain_program, from_jax, tracing
+from shardlaw.spec.program.batching import batched_input, vmap_program
+from shardlaw.spec.program.description import (
+    DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap,
+)
+
+__all__ = ["Vmap", "VmapCase", "vmap_cases", "run_vmapped", "compare_vmapped", "SOURCE",
+           "vmap_hit_counts", "spec_vmapped", "structure"]
+
+SOURCE = "programs-vmap"
+CLEAR_EVERY = 500
+SPMD_NAMES = ("x", "y", "z", "p")   # the recipes' mesh axes, and one no mesh has
+
+
+def vmap_hit_counts() -> dict[str, tuple[int, int]]:
+    """rule ID -> (accepting side, refusing side) over the vmapped programs compared."""
+    return hits.counts(SOURCE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Vmap:
+    """One ``jax.vmap``: ``in_axes`` (one entry per input), ``out_axes``, the batch size,
+    whether vmap is given it as ``axis_size``, and ``spmd_axis_name``."""
+
+    in_axes: tuple
+    out_axes: Any = 0
+    size: int = 2
+    pass_size: bool = False
+    spmd: Any = None
+
+    @property
+    def jax_options(self) -> dict:
+        return dict(in_axes=self.in_axes, out_axes=self.out_axes, spmd_axis_name=self.spmd,
+                    axis_size=self.size if self.pass_size else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class VmapCase:
+    """A drawn program under vmaps, innermost first."""
+
+    case: Case
+    vmaps: tuple[Vmap, ...]
+
+
+def _batched_inputs(vc: VmapCase) -> tuple:
+    inputs = vc.case.inputs
+    for v in vc.vmaps:
+        ranks = [len(x.shape) for x in inputs]
+        axes = [None if a is None else a % (r + 1) for a, r in zip(v.in_axes, ranks)]
+        inputs = tuple(batched_input(x, a, v.size) for x, a in zip(inputs, axes))
+    return inputs
+
+
+def spec_vmapped(vc: VmapCase) -> Program:
+    """The spec's rewrite: ``vmap_program`` applied once per vmap, innermost first."""
+    program = program_of(vc.case)
+    for v in vc.vmaps:
+        program = vmap_program(program, v.in_axes, v.out_axes, axis_size=v.size,
+                               spmd_axis_name=v.spmd)
+    return program
+
+
+# --------------------------------------------------------------------------- running JAX
+
+@dataclasses.dataclass
+class VmapOutcome(JaxOutcome):
+    """What JAX did; ``stage`` is ``trace``, ``run`` (the vmapped call), or a stage of
+    ``jax.jit`` of the vmapped function where vmap moved results after the call."""
+
+    one_jit: bool = True
+
+
+def _vmapped(vc: VmapCase) -> Any:
+    import jax
+
+    fun = jax.jit(function_of(vc.case), **top_options(vc.case))
+    for v in vc.vmaps:
+        fun = jax.vmap(fun, **v.jax_options)
+    return fun
+
+
+def run_vmapped(vc: VmapCase) -> VmapOutcome:
+    """Trace, describe and run the vmapped function on the batched arguments."""
+    import jax
+    from shardlaw.spec.bridge.program import _is_one_jit, describe_program
+
+    outcome = VmapOutcome()
+    hits.record_jax_calls(1)
+    if hits.jax_calls() % CLEAR_EVERY == 0:
+        jax.clear_caches()
+    args = arguments_of(dataclasses.replace(vc.case, inputs=_batched_inputs(vc)))
+    fun = _vmapped(vc)
+    with warnings.catch_warnings(), _watch_compiler(outcome):
+        warnings.simplefilter("ignore")
+        try:
+            closed = jax.make_jaxpr(fun)(*args)
+        except Exception as error:  # noqa: BLE001 - recorded and compared
+            outcome.stage, outcome.error = "trace", error
+            return outcome
+        outcome.described = describe_program(fun, *args)
+        outcome.one_jit = _is_one_jit(closed)
+        results = _run(outcome, fun, args)
+    if results is None:
+        return outcome
+    outcome.out_shardings = [from_jax(r.sharding) for r in results]
+    outcome.out_committed = [bool(r._committed) for r in results]
+    outcome.out_types = [_type_of(r) for r in results]
+    if results:
+        outcome.device_assignment = tuple(d.id for d in results[0].sharding._device_assignment)
+    return outcome
+
+
+def _run(outcome: VmapOutcome, fun: Any, args: tuple) -> Any:
+    import jax
+
+    if outcome.one_jit:
+        steps = [("run", lambda: fun(*args))]
+    else:
+        jitted = jax.jit(fun)
+        steps = [("trace", lambda: jitted.trace(*args)),
+                 ("lower", lambda: jitted.trace(*args).lower()),
+                 ("compile", lambda: jitted.trace(*args).lower().compile()),
+                 ("call", lambda: jitted(*args))]
+    results = None
+    for stage, step in steps:
+        try:
+            results = step()
+        except Exception as error:  # noqa: BLE001 - recorded and compared
+            outcome.stage, outcome.error = stage, error
+            return None
+    return results
+
+
+# --------------------------------------------------------------------------- comparing
+
+def structure(program: Program) -> tuple:
+    """What is compared of two programs: the inputs, the top jit's options, and per
+    equation its kind, operands and what it decides (bodies included); opaque equations by
+    primitive and result shapes (their parameters are read by text)."""
+    return (program.inputs, program.in_shardings, program.out_shardings, program.outputs,
+            program.keep_unused, tuple(_equation(eq) for eq in program.equations))
+
+
+def _body(program: Program) -> tuple:
+    return (program.inputs, program.in_shardings,
+            program.out_shardings, program.outputs,
+            tuple(_equation(eq) for eq in program.equations))
+
+
+def _equation(eq: Any) -> tuple:
+    shapes = tuple(r.shape for r in eq.results)
+    if isinstance(eq, Jit):
+        return ("jit", eq.operands, _body(eq.body))
+    if isinstance(eq, ShardingConstraint):
+        return ("constraint", eq.operands, eq.sharding, eq.unconstrained_dims)
+    if isinstance(eq, (DevicePut, Reshard)):
+        return (eq.kind, eq.operands, getattr(eq, "targets", getattr(eq, "sharding", None)),
+                shapes)
+    if isinstance(eq, ShardMap):
+        return ("shard_map", eq.operands, eq.in_specs, eq.out_specs, _body(eq.body))
+    assert isinstance(eq, Opaque)
+    return (eq.primitive, eq.operands, shapes)
+
+
+def _refusal_agrees(stage: str | None, rule_stage: str | None, outcome: VmapOutcome,
+                    verdict: Any) -> bool:
+    if not _jax_class_agrees(verdict, outcome.error):
+        return False
+    if outcome.stage == "run":   # the batched call's own stages, all run by the call
+        return stage in ("trace", "call", "lower", "compile")
+    if outcome.stage == "trace":
+        return stage in ("jit", "trace")
+    return stage == outcome.stage
+
+
+def compare_vmapped(vc: VmapCase) -> list[str]:
+    """Every disagreement between the spec and JAX on ``vc`` (empty: they agree)."""
+    outcome = run_vmapped(vc)
+    with tracing() as fired:
+        try:
+            program = spec_vmapped(vc)
+        except Rejection as refusal:
+            return _compare_refusal(vc, outcome, refusal, list(fired))
+    verdict = explain_program(_with_choices(program, outcome))
+    problems = []
+    if outcome.described is not None and structure(outcome.described) != structure(program):
+        problems.append(f"describe_program of the vmapped function gives "
+                        f"{outcome.described!r}; the spec's rewrite {program!r}")
+    if outcome.error is not None:
+        if verdict.accepted:
+            problems.append(f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}"
+                            f": {outcome.error}; the spec accepts")
+        elif not _refusal_agrees(verdict.stage, None, outcome, verdict):
+            problems.append(f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}"
+                            f": {outcome.error}; the spec at {verdict.stage} with "
+                            f"{verdict.jax_error}: {verdict.message}")
+    elif not verdict.accepted:
+        problems.append(f"JAX accepts; the spec refuses: {verdict.message}")
+    else:
+        problems += _compare_results(verdict, outcome)
+    if not problems:
+        _record(list(fired), None)
+        _record(list(verdict.trace), verdict)
+    return problems
+
+
+def _compare_refusal(vc: VmapCase, outcome: VmapOutcome, refusal: Rejection,
+                     fired: list[str]) -> list[str]:
+    failure = refusal.failure
+    if outcome.error is None:
+        return [f"JAX accepts; the spec's vmap refuses: {refusal}"]
+    names = {cls.__name__ for cls in type(outcome.error).__mro__}
+    same = failure.jax_error in names or failure.error_type.__name__ in names
+    if outcome.stage != "trace" or not same:
+        return [f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}: "
+                f"{outcome.error}; the spec's vmap at {refusal.stage} with "
+                f"{failure.error_type.__name__}: {refusal}"]
+    for rule_id in dict.fromkeys(fired):
+        hits.record(SOURCE, rule_id, refused=rule_id == failure.rule)
+    return []
+
+
+def _record(fired: list[str], verdict: Any) -> None:
+    refusing = None if verdict is None or verdict.accepted else verdict.rule
+    for rule_id in dict.fromkeys(fired):
+        hits.record(SOURCE, rule_id, refused=rule_id == refusing)
+
+
+# --------------------------------------------------------------------------- drawing
+
+@st.composite
+def _vmap(draw: Any, ranks: list[int], outputs: int, spmd: bool = True) -> Vmap:
+    in_axes = []
+    for rank in ranks:
+        choices = [0, 0, 0, None, -1] + ([1] if rank >= 1 else [])
+        in_axes.append(draw(st.sampled_from(choices)))
+    size = draw(st.sampled_from([2, 3, 4, 8]))
+    pass_size = all(a is None for a in in_axes) or draw(st.integers(0, 4)) == 0
+    if draw(st.integers(0, 3)) == 0:
+        out_axes: Any = tuple(draw(st.sampled_from([0, 0, 1, -1, None]))
+                              for _ in range(outputs))
+    else:
+        out_axes = 0
+    name = draw(st.sampled_from([None, None] + list(SPMD_NAMES))) if spmd else None
+    return Vmap(tuple(in_axes), out_axes, size, pass_size, name)
+
+
+@st.composite
+def vmap_cases(draw: Any) -> VmapCase:
+    """A drawn program under one vmap, or (one time in four) two nested vmaps."""
+    case = draw(program_cases())
+    ranks = [len(v.shape) for v in case.inputs]
+    outputs = len(case.body.outputs)
+    vmaps = [draw(_vmap(ranks, outputs))]
+    if draw(st.integers(0, 3)) == 0:
+        ranks = [r + (a is not None) for r, a in zip(ranks, vmaps[0].in_axes)]
+        vmaps.append(draw(_vmap(ranks, outputs)))
+    return VmapCase(case, tuple(vmaps))
