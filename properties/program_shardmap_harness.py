@@ -8,7 +8,8 @@ manual axes ``axis_names``, ``check_vma``), maybe inside an inner ``jax.jit``, w
 is maybe constrained again. The mapped body chains :class:`Op` steps: the collectives
 ``psum``, ``pmax``, ``pmin``, ``all_gather``, ``psum_scatter``, ``ppermute``,
 ``all_to_all``, the cast ``pcast(..., to='varying')``, ``x + axis_index(axis)`` and the
-elementwise ``neg`` and ``sin``; any step may sit in an inner jit of its own.
+elementwise ``neg``, ``sin`` and ``x * 0.5`` (a constant JAX casts); any step may sit in an
+inner jit of its own.
 
 From a case both sides are built. :func:`run_case` traces, lowers, compiles and runs the
 real function under ``jax.jit``, recording the first stage that raised, or the results'
@@ -56,7 +57,7 @@ CLEAR_EVERY = 300
 NAMES = ("x", "y")
 SHAPES = [(8, 8), (8, 16), (6, 8), (8,), (4, 8, 2)]
 KINDS = ("psum", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "all_to_all",
-         "pcast", "axis_index", "neg", "sin")
+         "pcast", "axis_index", "neg", "sin", "half")
 
 
 def map_hit_counts() -> dict[str, tuple[int, int]]:
@@ -121,6 +122,8 @@ def _apply(op: Op, a: Any) -> Any:
         return lax.pcast(a, axes, to="varying")
     if op.kind == "axis_index":
         return a + lax.axis_index(axes[0]).astype(a.dtype)
+    if op.kind == "half":   # a constant JAX casts to vary as ``a`` does (a literal operand)
+        return a * 0.5
     return jnp.negative(a) if op.kind == "neg" else jnp.sin(a)
 
 
@@ -243,7 +246,8 @@ def _op_equations(body: _Body, op: Op) -> None:
         body.add(Opaque((operand, len(body.types) - 1), (body.typed(
             last.shape, last.dtype, last.varying | index.varying),), primitive="add"))
     else:
-        body.add(Opaque((len(body.types) - 1,), (last,), primitive=op.kind))
+        primitive = "mul" if op.kind == "half" else op.kind
+        body.add(Opaque((len(body.types) - 1,), (last,), primitive=primitive))
 
 
 def _moving(op: Op, body: _Body) -> tuple:
@@ -492,7 +496,7 @@ def _spec(draw: Any, mesh: Mesh, manual: frozenset[str], rank: int) -> Partition
 def _op(draw: Any, mesh: Mesh, manual: frozenset[str], rank: int) -> Op:
     kind = draw(st.sampled_from(KINDS))
     in_jit = draw(st.integers(0, 9)) == 0
-    if kind in ("neg", "sin"):
+    if kind in ("neg", "sin", "half"):
         return Op(kind, in_jit=in_jit)
     axes = draw(_axes(mesh, manual, one=kind == "axis_index"))
     dim = draw(st.integers(0, max(rank - 1, 0) + (draw(st.integers(0, 9)) == 0)))
