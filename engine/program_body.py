@@ -35,14 +35,44 @@ from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec, Sharding, S
 from . import internals
 from .recovery import Value
 from .resolution import Source
-from .rules import reject, rule
+from .rules import note, reject, rule
 
-__all__ = ["inside_shardings", "walk_body", "recovery_origin", "check_body_lowers",
-           "check_constraint_lowers"]
+__all__ = ["Body", "walked", "inside_shardings", "walk_body", "recovery_origin",
+           "check_body_lowers", "check_constraint_lowers", "check_spec_axes_once",
+           "check_collective_lowers"]
 
-# Per traced body (its jaxpr, held weakly): keep_unused -> the shardings inside it.
-_WALKED: "weakref.WeakKeyDictionary[Any, dict[bool, tuple[Source, ...]]]" = \
-    weakref.WeakKeyDictionary()
+# The collectives of a shard_map's body, as jax 0.10.2 names its equations.
+COLLECTIVES = frozenset({"psum", "psum_invariant", "pmax", "pmin", "pvary", "axis_index",
+                         "all_gather", "reduce_scatter", "all_to_all", "ppermute"})
+
+
+class Body:
+    """What the walk of a traced body found: ``shardings``, the shardings inside it that
+    take part (PROG-2), and ``lowering``, what lowering checks in its live shard_maps —
+    ``(path, "in_spec", spec)`` for an operand its body uses, ``(path, "collective",
+    (primitive, axes, sizes, perm))`` for a collective, ``sizes`` the mesh's axis sizes."""
+
+    __slots__ = ("shardings", "lowering")
+
+    def __init__(self, shardings: tuple[Source, ...], lowering: tuple[tuple, ...]) -> None:
+        self.shardings = shardings
+        self.lowering = lowering
+
+
+# Per traced body (its jaxpr, held weakly): keep_unused -> what its walk found.
+_WALKED: "weakref.WeakKeyDictionary[Any, dict[bool, Body]]" = weakref.WeakKeyDictionary()
+
+
+def walked(closed_jaxpr: Any, keep_unused: bool) -> Body:
+    """The walk of a traced body, done once and remembered with it."""
+    jaxpr = closed_jaxpr.jaxpr
+    try:
+        known = _WALKED.setdefault(jaxpr, {})
+    except TypeError:   # a body that cannot be held weakly is walked each time
+        known = {}
+    if keep_unused not in known:
+        known[keep_unused] = walk_body(jaxpr, keep_unused)
+    return known[keep_unused]
 
 
 @rule("PROG-2")
@@ -54,38 +84,54 @@ def inside_shardings(closed_jaxpr: Any, keep_unused: bool) -> tuple[Source, ...]
     over an abstract mesh, a device_put to a device or to a memory space, and an inner
     jit's shardings left open take no part. Remembered per traced body.
     """
-    jaxpr = closed_jaxpr.jaxpr
-    try:
-        known = _WALKED.setdefault(jaxpr, {})
-    except TypeError:   # a body that cannot be held weakly is walked each time
-        known = {}
-    if keep_unused not in known:
-        known[keep_unused] = walk_body(jaxpr, keep_unused)
-    return known[keep_unused]
+    return walked(closed_jaxpr, keep_unused).shardings
 
 
-def walk_body(jaxpr: Any, keep_unused: bool) -> tuple[Source, ...]:
-    """The shardings inside ``jaxpr`` that take part, walked now (no memory)."""
+def walk_body(jaxpr: Any, keep_unused: bool) -> Body:
+    """What ``jaxpr`` holds that lowering reads, walked now (no memory)."""
     live = jaxpr if keep_unused else internals.live_body(jaxpr)
     out: list[Source] = []
-    _walk(jaxpr, live, "", out)
-    return tuple(out)
+    lowering: list[tuple] = []
+    _walk(jaxpr, live, "", out, lowering, None)
+    return Body(tuple(out), tuple(sorted(lowering, key=lambda c: _lowering_order(c[0]))))
 
 
-def _walk(traced: Any, live: Any, prefix: str, out: list[Source]) -> None:
-    """Append the shardings of ``live`` (``traced`` after dead-code elimination, or itself)."""
+def _walk(traced: Any, live: Any, prefix: str, out: list[Source], lowering: list[tuple],
+          manual: Any) -> None:
+    """Append the shardings of ``live`` (``traced`` after dead-code elimination, or itself)
+    and what lowering checks in it; ``manual``: (mesh, manual axes) inside a shard_map."""
     positions = _positions(traced, live)
     if positions is None:   # not a subsequence after all: the live body's own numbering
         traced, positions = live, list(range(len(live.eqns)))
     for k, eqn in zip(positions, live.eqns):
         out.extend(_equation_shardings(eqn, traced.eqns[k], f"{prefix}body[{k}]"))
+        lowering.extend(_lowering_checks(eqn, traced.eqns[k], f"{prefix}body[{k}]", manual))
     for k, eqn in zip(positions, live.eqns):
         path = f"{prefix}body[{k}]"
         bodies = list(zip(internals.bodies_of(traced.eqns[k]), internals.bodies_of(eqn)))
+        inner = manual
+        if eqn.primitive.name == "shard_map":
+            inner = (eqn.params["mesh"], (manual[1] if manual else frozenset())
+                     | frozenset(eqn.params.get("newly_manual_axes", ())))
         for n, (traced_body, live_body) in enumerate(bodies):
             name = eqn.primitive.name
             where = f"{path}.{name}." if len(bodies) == 1 else f"{path}.{name}[{n}]."
-            _walk(traced_body, live_body, where, out)
+            _walk(traced_body, live_body, where, out, lowering, inner)
+
+
+def _lowering_checks(eqn: Any, traced: Any, path: str, manual: Any) -> Iterator[tuple]:
+    """What lowering checks of one live equation: a shard_map's in specs of the operands
+    its body uses; a collective inside a shard_map."""
+    name, params = eqn.primitive.name, eqn.params
+    if name == "shard_map":
+        (body,), (traced_body,) = internals.bodies_of(eqn), internals.bodies_of(traced)
+        for i, spec in zip(_numbers(body.invars, traced_body.invars), params["in_specs"]):
+            yield (f"{path}.shard_map.in_specs[{i}]", "in_spec", spec)
+    elif name in COLLECTIVES and manual is not None:
+        named = params.get("axes", params.get("axis_name", ()))
+        axes = (named,) if isinstance(named, str) else tuple(named)
+        sizes = dict(zip(manual[0].axis_names, manual[0].axis_sizes))
+        yield (path, "collective", (name, axes, sizes, params.get("perm")))
 
 
 def _positions(traced: Any, live: Any) -> list[int] | None:
@@ -175,17 +221,24 @@ def recovery_origin(recovered: list[Any], kept_values: list[Value], results: lis
 
 # --------------------------------------------------------------------------- WSC-8
 
-def check_body_lowers(inside: tuple[Source, ...]) -> None:
-    """WSC-8 for every live constraint of the body, in the order JAX lowers them (an
-    equation, then the body nested in it, then the next equation)."""
-    constraints = [s for s in inside if s.what.startswith("sharding_constraint")
+def check_body_lowers(body: Body) -> None:
+    """What lowering checks in the body, in the order JAX lowers it (an equation, then the
+    body nested in it, then the next equation): WSC-8 for every live constraint, then in
+    every live shard_map the in specs of the operands its body uses (SMAP-12) and each
+    collective's axes named once (SMAP-13) and ppermute's pairs (SMAP-22)."""
+    constraints = [s for s in body.shardings if s.what.startswith("sharding_constraint")
                    and isinstance(s.sharding, internals.GSPMDSharding)]
-    for source in sorted(constraints, key=_lowering_order):
+    for source in sorted(constraints, key=lambda s: _lowering_order(s.path)):
         check_constraint_lowers(source.sharding, source.path)
+    for path, kind, what in body.lowering:
+        if kind == "in_spec":
+            check_spec_axes_once(what, path)
+        else:
+            check_collective_lowers(*what, path)
 
 
-def _lowering_order(source: Source) -> list[int]:
-    return [int(n) for n in re.findall(r"\[(\d+)\]", source.path or "")]
+def _lowering_order(path: str | None) -> list[int]:
+    return [int(n) for n in re.findall(r"\[(\d+)\]", path or "")]
 
 
 @rule("WSC-8")
@@ -212,3 +265,53 @@ def check_constraint_lowers(sharding: Any, path: str) -> None:
                  "sharding: only a replicated GSPMDSharding or one tiled in an iota order "
                  "lowers. Constrain with a NamedSharding, or write the tiles as an iota order "
                  "(e.g. {devices=[4,1]<=[4]}).", path)
+
+
+# --------------------------------------------------------------------------- shard_maps
+
+def check_spec_axes_once(spec: Any, path: str) -> None:
+    """SMAP-12 when lowered: an in spec of an operand a shard_map's body uses names each
+    mesh axis at most once (JAX's DuplicateSpecError)."""
+    note("SMAP-12")
+    seen: set[str] = set()
+    for entry in spec:
+        for name in (() if entry is None else (entry,) if isinstance(entry, str) else entry):
+            if name in seen:
+                raise reject("SMAP-12", Exception,
+                             f"{path.rsplit('.', 1)[-1]} is {spec}, which names mesh axis "
+                             f"{name!r} more than once", path,
+                             jax_error="DuplicateSpecError", stage="lower")
+            seen.add(name)
+
+
+def check_collective_lowers(primitive: str, axes: tuple, sizes: dict, perm: Any,
+                            path: str) -> None:
+    """SMAP-13 and SMAP-22 when lowered: a collective names each axis once (ValueError);
+    ppermute's pairs name each source and each target once, counted modulo the axes' size
+    (ValueError), and lie in -size .. size - 1 (IndexError)."""
+    note("SMAP-13")
+    for i, name in enumerate(axes):
+        if name in axes[:i]:
+            raise reject("SMAP-13", ValueError, f"a collective over {axes} names {name!r} "
+                         "more than once", path, stage="lower")
+    if primitive != "ppermute" or perm is None:
+        return
+    note("SMAP-22")
+    size = 1
+    for name in axes:
+        size *= sizes.get(name, 1)
+    pairs = tuple(tuple(pair) for pair in perm)
+    for which, k in (("source", 0), ("target", 1)):
+        seen: set[int] = set()
+        for pair in pairs:
+            if pair[k] % size in seen:
+                raise reject("SMAP-22", ValueError,
+                             f"ppermute over {axes} lists {which} {pair[k] % size} more than "
+                             f"once in {pairs} (positions count modulo {size}): each position "
+                             "sends at most once and receives at most once", path, stage="lower")
+            seen.add(pair[k] % size)
+    for pair in pairs:
+        if not all(-size <= p < size for p in pair):
+            raise reject("SMAP-22", IndexError,
+                         f"ppermute over {axes} ({size} positions) moves {pair}, which names "
+                         f"a position outside -{size} .. {size - 1}", path, stage="lower")

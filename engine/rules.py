@@ -112,10 +112,13 @@ class EngineRejection(Exception):
     base: type[BaseException] = Exception
 
     def __init__(self, rule: str, message: str, path: str | None = None,
-                 jax_error: str | None = None, jax_message: str | None = None) -> None:
+                 jax_error: str | None = None, jax_message: str | None = None,
+                 stage: str | None = None) -> None:
         self.rule = rule
         self.path = path
-        self.stage = stage_of(rule)
+        # The rule's stage; ``stage`` for a rule of no jit stage that a jit applies at one
+        # (a shard_map's collectives inside a jit's body are checked when it is lowered).
+        self.stage = stage or stage_of(rule)
         self.message = message
         self.jax_message = jax_message
         self.jax_error = jax_error or (self.base.__name__ if self.base is not Exception
@@ -132,15 +135,17 @@ class EngineRejection(Exception):
 
     def __reduce__(self) -> Any:
         return (_rebuild, (self.base, self.rule, self.message, self.path, self.jax_error,
-                           self.jax_message))
+                           self.jax_message, self.stage))
 
     def again(self) -> "EngineRejection":
         """A fresh copy to raise once more (a cached rejection keeps no old traceback)."""
-        return type(self)(self.rule, self.message, self.path, self.jax_error, self.jax_message)
+        return type(self)(self.rule, self.message, self.path, self.jax_error, self.jax_message,
+                          self.stage)
 
     def at(self, path: str | None) -> "EngineRejection":
         """The same rejection, about another argument or result."""
-        return type(self)(self.rule, self.message, path, self.jax_error, self.jax_message)
+        return type(self)(self.rule, self.message, path, self.jax_error, self.jax_message,
+                          self.stage)
 
     def as_jax(self, error: BaseException, any_class: bool = False) -> "EngineRejection":
         """The same rejection as an instance of the very class JAX raised, with JAX's words first.
@@ -154,7 +159,7 @@ class EngineRejection(Exception):
             return self
         words = str(error).strip()
         return rejection_class(type(error))(self.rule, self.message, self.path,
-                                            type(error).__name__, words or None)
+                                            type(error).__name__, words or None, self.stage)
 
     @property
     def error_type(self) -> type[BaseException]:
@@ -181,14 +186,16 @@ def rejection_class(base: type[BaseException]) -> type[EngineRejection]:
 
 
 def _rebuild(base: type, rule: str, message: str, path: str | None,
-             jax_error: str, jax_message: str | None = None) -> EngineRejection:
-    return rejection_class(base)(rule, message, path, jax_error, jax_message)
+             jax_error: str, jax_message: str | None = None,
+             stage: str | None = None) -> EngineRejection:
+    return rejection_class(base)(rule, message, path, jax_error, jax_message, stage)
 
 
 def reject(rule: str, error_type: type[BaseException], message: str, path: str | None = None,
-           *, jax_error: str | None = None) -> EngineRejection:
-    """The exception to raise: rule ``rule`` refused the call, as JAX refuses it with ``error_type``."""
-    return rejection_class(error_type)(rule, message, path, jax_error)
+           *, jax_error: str | None = None, stage: str | None = None) -> EngineRejection:
+    """The exception to raise: rule ``rule`` refused the call, as JAX refuses it with ``error_type``
+    (at ``stage``, for a rule that has none of its own)."""
+    return rejection_class(error_type)(rule, message, path, jax_error, stage=stage)
 
 
 EngineValueError = rejection_class(ValueError)

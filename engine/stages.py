@@ -30,7 +30,7 @@ from .cache import CACHE, Entry
 from .call_arguments import CallArguments
 from .dispatch_plan import DispatchPlan, make_plan
 from .options import check_call_form
-from .program_body import check_body_lowers, inside_shardings
+from .program_body import check_body_lowers, inside_shardings, walked
 from .recovery import Value, concrete_inputs, recover_shardings
 from .resolution import (
     ABSTRACT, ARRAY, Input, Source, check_has_devices, check_iota_tiles, check_reused_replica,
@@ -183,7 +183,8 @@ def _trace(engine: "Engine", d: CallDecision) -> Any:
 
 def stage_lower(engine: "Engine", d: CallDecision) -> None:
     """Before lowering: RES-1..5, KEEP-1, the shardings inside the body (PROG-2), DA-1..4,
-    EXE-1, the constraints inside the body lower (WSC-8), EXE-2."""
+    EXE-1, what lowering checks inside the body (WSC-8; SMAP-12, SMAP-13, SMAP-22 in its
+    shard_maps), EXE-2."""
     o, arguments = engine.options, d.arguments
     n = len(arguments.leaves)
     d.inputs = [arguments.input(i, d.jit_in[i]) for i in range(n)]
@@ -195,6 +196,7 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
         used = [True] * n
     d.kept = kept_inputs(used, o.keep_unused)
     d.inside = inside_shardings(d.traced.jaxpr, bool(o.keep_unused))
+    body = walked(d.traced.jaxpr, bool(o.keep_unused))
     sources = distinct_sources(
         [input_source(d.inputs[i], d.resolved[i]) for i in d.kept],
         [Source(s, f"out_shardings for {p}", p) for s, p in zip(d.out_flat, d.out_paths)],
@@ -211,7 +213,7 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
                     *zip(d.out_paths, d.out_flat)]:
         check_tile_count(s, path)
         check_iota_tiles(s, path)
-    check_body_lowers(d.inside)
+    check_body_lowers(body)
     d.committed = results_committed(d.context, d.count,
                                     [d.resolved[i] for i in d.kept],
                                     [*d.out_flat, *(s.sharding for s in d.inside)])

@@ -41,6 +41,7 @@ from shardlaw.spec import (
     GSPMDSharding, Mesh, NamedSharding, Opaque, P, Program, ShardingConstraint,
     SingleDeviceSharding, Value, explain_program, to_jax,
 )
+from shardlaw.spec.bridge.program import describe_program
 
 # pytest collects the suite's engine properties from this module's namespace
 from shardlaw.properties.suites.programs import (  # noqa: F401
@@ -220,6 +221,43 @@ def test_a_constraint_tiling_one_device_is_refused_where_jax_would_abort():
     assert child.stdout.split() == ["EngineRuntimeError", "WSC-8", "lower", "body[1]", "abort"]
 
 
+# --------------------------------------------------------------------------- shard_maps
+
+def _mapped(block, mesh_shape=(4,), names=("x",), check_vma=True):
+    devices = np.array(jax.devices()[:int(np.prod(mesh_shape))]).reshape(mesh_shape)
+    mesh = jax.sharding.Mesh(devices, names)
+    fn = jax.shard_map(block, mesh=mesh, in_specs=JaxP(names[0]), out_specs=JaxP(names[0]),
+                       check_vma=check_vma)
+    x = jax.device_put(np.ones((8, 8), np.float32), JaxNamedSharding(mesh, JaxP(names[0])))
+    return fn, x
+
+
+@checks("SMAP-22", "SMAP-13")
+@pytest.mark.parametrize("block, rule, error", [
+    (lambda a: jax.lax.ppermute(a, "x", [(0, 1), (0, 2)]), "SMAP-22", ValueError),
+    (lambda a: jax.lax.ppermute(a, "x", [(0, 5)]), "SMAP-22", IndexError),
+    (lambda a: jax.lax.psum(a, ("y", "y")), "SMAP-13", ValueError),
+], ids=["ppermute-repeats", "ppermute-out-of-range", "psum-repeats"])
+def test_a_shard_maps_collectives_are_checked_before_lowering(block, rule, error):
+    """What JAX finds only while lowering a shard_map's body, the engine refuses before:
+    the spec's rule at the spec's path and stage, in JAX's class and words."""
+    shape, names = ((2, 4), ("x", "y")) if rule == "SMAP-13" else ((4,), ("x",))
+    fn, x = _mapped(block, shape, names, check_vma=rule != "SMAP-13")
+    verdict = explain_program(describe_program(jax.jit(fn), x))
+    assert (verdict.rule, verdict.stage, verdict.path) == (rule, "lower",
+                                                           "body[0].shard_map.body[0]")
+    with pytest.raises(error) as theirs:
+        jax.jit(fn).trace(x).lower()
+    jitted = engine.jit(fn)
+    traced = jitted.trace(x)
+    with pytest.raises(error) as mine:
+        traced.lower()
+    assert (mine.value.rule, mine.value.stage, mine.value.path) == (
+        verdict.rule, verdict.stage, verdict.path)
+    assert str(mine.value).startswith(str(theirs.value).strip())
+    assert jitted.cache_info().compiles == 0
+
+
 # --------------------------------------------------------------------------- accepted
 
 @checks("PROG-2", "PROG-3")
@@ -281,7 +319,7 @@ def test_the_walk_of_a_200_equation_body_is_cheap_and_done_once_per_trace(monkey
     timings = []
     for _ in range(20):
         start = time.perf_counter()
-        found = program_body.walk_body(body, False)
+        found = program_body.walk_body(body, False).shardings
         timings.append(time.perf_counter() - start)
     # every constraint is listed, the top body's 90 first, then each inner jit's 8
     assert len(found) == 15 * 6 + 15 * 8
