@@ -15,8 +15,8 @@ rule's sides under :data:`SOURCE`.
 
 JAX reads the flag that hoists constants as arguments when it is imported, so a case with
 ``hoist=True`` runs in a worker process started with the flag on
-(:class:`HoistingWorker`, ``python -m shardlaw.properties.program_constants_harness``);
-``describe_program`` is not asked there (it reads embedded constants only).
+(:class:`HoistingWorker`, ``python -m shardlaw.properties.program_constants_harness``),
+``describe_program`` of the real function included.
 """
 
 from __future__ import annotations
@@ -436,7 +436,7 @@ def _serve() -> None:
             cc = _receive(sys.stdin.buffer)
         except EOFError:
             return
-        _send(sys.stdout.buffer, run_constants_in_jax(cc, describe=False))
+        _send(sys.stdout.buffer, run_constants_in_jax(cc))
 
 
 if __name__ == "__main__":

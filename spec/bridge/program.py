@@ -167,7 +167,7 @@ class _Numbers:
         numbers = []
         for v in eqn.invars:
             if isinstance(v, core.Literal):
-                if opaque:
+                if opaque and id(v) not in self.of:
                     continue  # a literal operand of another primitive is not described
                 numbers.append(self.of[id(v)])  # numbered as a constant (_literals)
                 continue
@@ -181,16 +181,23 @@ def _literals(jaxpr: Any, numbers: _Numbers) -> tuple[Const, ...]:
     each read as a closed-over numpy constant of its type, numbered after the constants."""
     from jax._src import core
 
+    import numpy as np
+
     found = []
+    hoisting = _hoisting()
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name not in DESCRIBED_PRIMITIVES:
-            continue
+        described = eqn.primitive.name in DESCRIBED_PRIMITIVES
         for v in eqn.invars:
-            if isinstance(v, core.Literal) and id(v) not in numbers.of:
+            # with constants simplified, a closed-over array is a literal wherever it is
+            # used: read as a constant, which CONST-1 hoists or leaves embedded
+            hoisted = hoisting and isinstance(v, core.Literal) and np.ndim(v.val) > 0
+            if isinstance(v, core.Literal) and id(v) not in numbers.of and (
+                    described or hoisted):
                 numbers.of[id(v)] = len(numbers.of)
                 aval = v.aval
-                found.append(Const(Value(tuple(aval.shape), str(aval.dtype),
-                                         bool(aval.weak_type) and aval.shape == ())))
+                found.append(_const(v.val, v) if hoisted else Const(Value(
+                    tuple(aval.shape), str(aval.dtype), bool(aval.weak_type) and
+                    aval.shape == ())))
     return tuple(found)
 
 
@@ -359,11 +366,6 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
     closed = jax.make_jaxpr(fun)(*args, **kwargs)
     if not _is_one_jit(closed):
         closed = jax.make_jaxpr(jax.jit(fun))(*args, **kwargs)
-    if _hoisting():
-        raise _Unreadable("describe_program reads programs whose closed-over constants JAX "
-                          "embeds (jax_use_simplified_jaxpr_constants off, the default); "
-                          "describe one that hoists them by hand (Program(..., "
-                          "hoist_constants=True))")
     eqn = closed.jaxpr.eqns[0]
     _no_layouts(eqn.params, "the jit called")
     body = eqn.params["jaxpr"]
@@ -374,4 +376,4 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
         options[name] = options[name][:len(inputs)]
     refs = tuple(isinstance(leaf, jax.Ref) for leaf in leaves)
     return _body(body.jaxpr, list(body.consts), inputs, "", lifted, **options,
-                 devices=jax.device_count(), refs=refs)
+                 devices=jax.device_count(), refs=refs, hoist_constants=_hoisting())
