@@ -375,14 +375,14 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
 
 def _this_part(kept: list[Any], dropped: list[Any], rounds: dict[int, list[Any]]
                ) -> tuple[list[Any], list[Any], dict[int, list[Any]]]:
-    """This machine's part of the items: every ``parts``-th shard, counted over the
-    collection (the same on every machine), from its ``part``; the plain tests on part 0."""
+    """This machine's part of the items: shard ``k`` of the ``j``-th property when
+    ``(k + j) % parts == part`` (the collection is the same on every machine), so each
+    machine runs ``shards / parts`` shards of every property and properties that are not
+    split are dealt round; the plain tests on part 0."""
     ours: dict[int, list[Any]] = collections.defaultdict(list)
-    index = 0
     for k in sorted(rounds):
-        for shard in rounds[k]:
-            (ours[k] if index % CONFIG.parts == CONFIG.part else dropped).append(shard)
-            index += 1
+        for j, shard in enumerate(rounds[k]):
+            (ours[k] if (k + j) % CONFIG.parts == CONFIG.part else dropped).append(shard)
     if CONFIG.part != 0:
         dropped, kept = dropped + kept, []
     return kept, dropped, ours
