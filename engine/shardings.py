@@ -1,4 +1,4 @@
-"""Shardings as jit reads them: leaves (JIT-2, JIT-3, JIT-5), fit (FIT-1), sameness (EQ-1..3).
+"""Shardings as jit reads them: leaves (JIT-2, JIT-3, JIT-5), fit (FIT-1..3), sameness (EQ-1..3).
 
 Every function takes JAX objects (``jax.sharding.NamedSharding``, ``SingleDeviceSharding``,
 ``GSPMDSharding``, ``PartitionSpec``, meshes) and decides one question of the jit-call
@@ -21,6 +21,7 @@ from .rules import reject, rule
 
 __all__ = [
     "UNSPECIFIED", "check_leaf", "context_mesh", "leaf_to_sharding", "check_fits",
+    "check_typed_fit", "check_lowered_fit",
     "hlo_equal", "jax_equivalent", "placement_class", "is_fully_replicated", "devices_of",
     "is_abstract", "num_devices",
 ]
@@ -213,35 +214,80 @@ def check_fits(sharding: Any, shape: tuple[int, ...], path: str) -> None:
 
     The rank is NS-5's question, the division DIV-1's.
     """
+    misfit = _misfit(sharding, shape, "its sharding")
+    if misfit is not None:
+        error_type, message, jax_error = misfit
+        raise reject("FIT-1", error_type, message, path, jax_error=jax_error)
+
+
+def _misfit(sharding: Any, shape: tuple[int, ...], what: str) -> tuple | None:
+    """Why ``shape`` does not fit ``sharding`` (rank, then tile rank, then each dimension's
+    split) as (the class JAX's own check raises, the words, JAX's class name), or None."""
     if sharding is UNSPECIFIED or isinstance(sharding, SingleDeviceSharding):
-        return
+        return None
+    head = f"a value of shape {tuple(shape)} does not fit {what}"
     if not isinstance(sharding, (NamedSharding, internals.GSPMDSharding)):
         try:
             sharding.shard_shape(tuple(shape))
         except ValueError as error:
-            raise reject("FIT-1", ValueError, f"a value of shape {tuple(shape)} does not fit "
-                         f"its sharding: {error}", path) from None
-        return
+            return ValueError, f"{head}: {error}", None
+        return None
     needed, tile_rank_gap, ways = _ways(sharding, len(shape))
     if len(shape) < needed:
         hint = "; for a scalar the PartitionSpec is P()" if not shape else ""
-        raise reject("FIT-1", ValueError,
-                     f"a value of shape {tuple(shape)} does not fit its sharding: {sharding} "
-                     f"needs a value of rank at least {needed}, but the value has rank "
-                     f"{len(shape)}{hint}", path)
+        return (ValueError, f"{head}: {sharding} needs a value of rank at least {needed}, but "
+                f"the value has rank {len(shape)}{hint}", None)
     if tile_rank_gap:
-        raise reject("FIT-1", AssertionError,
-                     f"a value of shape {tuple(shape)} does not fit its sharding: its tile "
-                     f"assignment has {needed} data dimensions, the value {len(shape)}", path,
-                     jax_error="AssertionError")
+        return (AssertionError, f"{head}: its tile assignment has {needed} data dimensions, "
+                f"the value {len(shape)}", "AssertionError")
     for dim, (size, n) in enumerate(zip(shape, ways)):
         # Every dimension divides evenly by the number of ways it is split
         if size % n:
-            raise reject("FIT-1", ValueError,
-                         f"a value of shape {tuple(shape)} does not fit its sharding: dimension "
-                         f"{dim} has size {size}, which {sharding} splits {n} ways (ways per "
-                         f"dimension: {ways}). Pad dimension {dim} to a multiple of {n}, or "
-                         "split it over fewer mesh axes.", path, jax_error="IndivisibleError")
+            return (ValueError, f"{head}: dimension {dim} has size {size}, which {sharding} "
+                    f"splits {n} ways (ways per dimension: {ways}). Pad dimension {dim} to a "
+                    f"multiple of {n}, or split it over fewer mesh axes.", "IndivisibleError")
+    return None
+
+
+@rule("FIT-2")
+def check_typed_fit(sharding: Any, shape: tuple[int, ...], path: str) -> None:
+    """An abstract argument over a NamedSharding is typed by its sharding's Explicit mesh axes, which must divide each dimension evenly; Auto and Manual axes are left out of the type.
+
+    jit types each argument first thing at the call, so neither ``in_shardings`` nor the
+    argument going unused changes the answer.
+    """
+    if not isinstance(sharding, NamedSharding):
+        return
+    mesh = sharding.mesh
+    explicit = {name: size for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes,
+                                                      mesh.axis_types)
+                if kind == jax.sharding.AxisType.Explicit}
+    for dim, (entry, size) in enumerate(zip(spec_entries(sharding.spec), shape)):
+        names = entry if isinstance(entry, tuple) else () if entry in (None, UNCONSTRAINED) \
+            else (entry,)
+        axes = tuple(name for name in names if name in explicit)
+        ways = math.prod(explicit[name] for name in axes)
+        # Every dimension divides evenly by the Explicit axes that split it
+        if size % ways:
+            raise reject("FIT-2", ValueError,
+                         f"the abstract argument's type, {tuple(shape)} over {sharding}, "
+                         f"splits dimension {dim} of size {size} over the Explicit mesh axes "
+                         f"{axes}, {ways} ways; {size} is not a multiple of {ways}. Pad "
+                         f"dimension {dim} to a multiple of {ways}, or split it over fewer "
+                         "Explicit axes.", path)
+
+
+@rule("FIT-3")
+def check_lowered_fit(sharding: Any, shape: tuple[int, ...], path: str) -> None:
+    """Each input the program keeps divides evenly into the shards of the sharding lowering hands it, a GSPMD tiling having the input's rank.
+
+    Only an abstract argument's own sharding can fail here: an in_sharding was checked at
+    the call (FIT-1), and an array that exists fits its sharding.
+    """
+    misfit = _misfit(sharding, shape, "the sharding lowering hands it")
+    if misfit is not None:
+        error_type, message, jax_error = misfit
+        raise reject("FIT-3", error_type, message, path, jax_error=jax_error)
 
 
 # --------------------------------------------------------------------------- devices

@@ -77,6 +77,9 @@ _NUMPY = Call(args=(Arg.numpy((8, 8)),), outputs=Out((8, 8), source=0))
 _LAID = Arg.committed((8, 8), NS, layout=S.Layout((1, 0)))  # device_put(x, Format(L, NS))
 _ABSTRACT = S.NamedSharding(S.AbstractMesh((2, 4), ("x", "y")), S.P())
 _TWO = (Arg.committed((8, 8), NS), Arg.committed((8,), S.SingleDeviceSharding(3)))
+MIXED = S.Mesh.iota((4, 2), ("x", "y"), (S.AxisType.Explicit, S.AxisType.Auto))
+_EXPLICIT_ROWS = S.NamedSharding(S.Mesh.iota((4, 2), ("x", "y"), (S.AxisType.Explicit,) * 2),
+                                 S.P("x"))
 _ABSTRACT_OK = Call(args=(Arg.numpy((8,)), Arg.committed((8,), S.NamedSharding(
     S.Mesh.iota((4,), ("x",)), S.P()))), outputs=Out((8,)),
     options=JitOptions(in_shardings=(S.NamedSharding(S.AbstractMesh((4,), ("x",)), S.P()), None)))
@@ -101,6 +104,25 @@ HAND: tuple[Hand, ...] = (
          Call(args=(Arg.numpy((6, 8)),), outputs=Out((6, 8)),
               options=JitOptions(in_shardings=S.NamedSharding(S.Mesh.iota((4,), ("x",)),
                                                               S.P("x"))))),
+    Hand("fit-2-type-split-unevenly-over-explicit-axes", "FIT-2", "reject",
+         "A ShapeDtypeStruct of 6 rows typed over an Explicit axis of 4: its type does not "
+         "divide, refused while tracing.",
+         Call(args=(Arg.abstract((6, 8), "float32", _EXPLICIT_ROWS),),
+              outputs=Out((6, 8), source=0))),
+    Hand("fit-2-auto-axes-left-out-of-the-type", "FIT-2", "accept",
+         "A ShapeDtypeStruct split over an Explicit axis of 4 (rows) and an Auto axis of 2 "
+         "(columns): the type keeps the Explicit axis only, and both divide.",
+         Call(args=(Arg.abstract((8, 6), "float32", S.NamedSharding(MIXED, S.P("x", "y"))),),
+              outputs=Out((8, 6), source=0))),
+    Hand("fit-3-abstract-argument-split-unevenly", "FIT-3", "reject",
+         "A ShapeDtypeStruct of 6 rows over an Auto axis of 4: traced, refused when lowered "
+         "(IndivisibleError).",
+         Call(args=(Arg.abstract((6, 8), "float32", S.NamedSharding(MESH42, S.P("x"))),),
+              outputs=Out((6, 8), source=0))),
+    Hand("fit-3-abstract-argument-split-evenly", "FIT-3", "accept",
+         "A ShapeDtypeStruct of 8 rows over an Auto axis of 4 lowers and compiles.",
+         Call(args=(Arg.abstract((8, 8), "float32", S.NamedSharding(MESH42, S.P("x"))),),
+              outputs=Out((8, 8), source=0))),
     Hand("res-4-silent-move-equal-hlo", "RES-4", "accept",
          "A committed array on device 5 meets a replicated in_sharding over 8 devices: equal "
          "HLO, so jit moves it.",

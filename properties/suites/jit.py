@@ -152,6 +152,27 @@ def test_only_abstract_shardings_have_no_devices():
     assert _agree(call).rule == "DA-4"
 
 
+@checks("FIT-2", "FIT-3")
+def test_an_abstract_arguments_sharding_is_divided_by_jit():
+    """A ShapeDtypeStruct's own sharding need not divide it until jit asks: its type over
+    Explicit axes while tracing (FIT-2), the sharding it is lowered with (FIT-3); an unused
+    one is not lowered (tests/test_abstract_arguments.py holds the property)."""
+    types = (S.AxisType.Explicit, S.AxisType.Auto)
+    mixed = S.Mesh.iota((4, 2), ("x", "y"), types)
+    cases = [
+        (Arg.abstract((6, 8), "float32", S.NamedSharding(mixed, S.P("x"))), True, "FIT-2"),
+        (Arg.abstract((8, 3), "float32", S.NamedSharding(mixed, S.P("x", "y"))), True, "FIT-3"),
+        (Arg.abstract((8, 3), "float32", S.NamedSharding(mixed, S.P("x", "y"))), False, None),
+        (Arg.abstract((8, 6), "float32", S.NamedSharding(mixed, S.P("x", "y"))), True, None),
+    ]
+    for arg, used, rule in cases:
+        call = Call(args=(arg, Arg.numpy((4,))), uses=(used, True),
+                    outputs=(Out(arg.shape, source=0), Out((4,), source=1)) if used
+                    else Out((4,), source=1))
+        verdict = _agree(call)
+        assert verdict.rule == rule, (arg, used, verdict)
+
+
 @checks("EXE-1", "EXE-2", "DA-3")
 def test_scalars_replicate_and_lone_programs_stay_uncommitted():
     many = Call(args=(Arg.committed((8, 8), NS), Arg.scalar()),

@@ -77,7 +77,8 @@ class Arg:
       ``sharding`` is where it lives, usually one device;
     * ``numpy`` — a ``numpy.ndarray``; ``scalar`` — a Python ``bool``/``int``/``float``;
     * ``abstract`` — a ``jax.ShapeDtypeStruct`` (for ``.trace``/``.lower``), with an
-      optional sharding that jit treats as committed.
+      optional sharding that jit treats as committed. Its sharding need not divide its
+      shape (nothing is placed yet): jit refuses that itself (FIT-2, FIT-3).
 
     ``layout`` is the :class:`~shardlaw.spec.jit.layouts.Layout` a committed or uncommitted
     array's buffers are in (``x.format.layout``); None, and the default layout, are kept as
@@ -176,12 +177,19 @@ def _nesting(tree: Any, limit: int = MAX_NESTING) -> int:
 
 
 def _check_placeable(arg: "Arg") -> None:
+    """An array that exists fits its sharding. A ``jax.ShapeDtypeStruct`` places nothing
+    yet: it only has a rank its sharding allows (its constructor refuses the rest); whether
+    its sharding divides it is jit's to decide (FIT-2 at the call, FIT-3 at lowering)."""
+    abstract = arg.kind == "abstract"
     try:
         num_devices(arg.sharding)  # a GSPMD tile assignment fills its device list
         check_rank(arg.sharding, arg.shape)
-        shard_shape(arg.sharding, arg.shape)
+        if not abstract:
+            shard_shape(arg.sharding, arg.shape)
     except Rejection as error:
         check_call(False, f"a {arg.kind} argument of shape {arg.shape}",
+                   "of a rank its own sharding allows (jax.ShapeDtypeStruct refuses the rest)"
+                   if abstract else
                    "placeable by its own sharding (an array that exists fits its sharding)",
                    f"{arg.sharding!r}: {error}")
 

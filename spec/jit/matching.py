@@ -2,7 +2,10 @@
 
 ``in_shardings`` is matched against the positional arguments (TREE-1) at the call,
 ``out_shardings`` against the function's result after tracing (TREE-2); each argument and
-result then fits its sharding (FIT-1). Each rule's failure is written right above it.
+result then fits its sharding (FIT-1). An abstract argument (a ``jax.ShapeDtypeStruct``)
+brings a sharding nothing has been placed by yet: its type must divide over the Explicit
+axes while jit traces (FIT-2), and the sharding lowering hands each kept input must divide
+it (FIT-3). Each rule's failure is written right above it.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from ..placement.blocks import TilesDoNotMatchRank, check_rank, shard_shape
 from ..core.pytree import Node, broadcast_prefix, is_container, prefix_mismatch
 from ..core.rules import Failure, Rejection, explain, reject, require, rule
 from ..core.shardings import UNSPECIFIED, NamedSharding
-from ..core.values import Mesh, PartitionSpec
+from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["match_in_shardings", "match_out_shardings", "check_fits"]
+__all__ = ["match_in_shardings", "match_out_shardings", "check_fits", "check_typed_fit",
+           "check_lowered_fit"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +156,13 @@ def check_fits(sharding: Any, shape: tuple[int, ...], path: str) -> None:
     """
     if sharding is UNSPECIFIED:
         return
+    _fit(sharding, shape, path, (DoesNotFit, DoesNotDivide, TilesDoNotFit))
+
+
+def _fit(sharding: Any, shape: tuple[int, ...], path: str, kinds: tuple) -> None:
+    """``shape`` fits ``sharding``, else the refusal of the kind (of ``kinds``: plain,
+    indivisible, tiles of another rank) JAX's own check raises."""
+    plain, indivisible, tiles = kinds
     try:
         check_rank(sharding, shape)
         shard_shape(sharding, shape)
@@ -159,6 +170,97 @@ def check_fits(sharding: Any, shape: tuple[int, ...], path: str) -> None:
         failure = error.failure
         # JAX raises what its own check raises: IndivisibleError, or a bare AssertionError
         # when a GSPMD tile assignment has another rank than the value.
-        kind = (DoesNotDivide if failure.jax_error == "IndivisibleError" else
-                TilesDoNotFit if isinstance(failure, TilesDoNotMatchRank) else DoesNotFit)
+        kind = (indivisible if failure.jax_error == "IndivisibleError" else
+                tiles if isinstance(failure, TilesDoNotMatchRank) else plain)
         raise reject(kind(tuple(shape), explain(failure)), path) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class TypeDoesNotDivide(Failure, rule="FIT-2"):
+    template = ("the abstract argument's type, {shape} over {sharding!r}, splits dimension "
+                "{dim} of size {size} over the Explicit mesh axes {axes}, {ways} ways; "
+                "{size} is not a multiple of {ways}")
+    hint = ("Pad dimension {dim} to a multiple of {ways}, or split it over fewer Explicit "
+            "axes.")
+    shape: tuple
+    sharding: Any
+    dim: int
+    size: int
+    axes: tuple
+    ways: int
+
+
+def _explicit_axes(entry: Any, mesh: Mesh | AbstractMesh) -> tuple[str, ...]:
+    """The Explicit mesh axes among a spec entry's (a name, a tuple of names, or None)."""
+    names = (entry,) if isinstance(entry, str) else entry if isinstance(entry, tuple) else ()
+    return tuple(a for a in names if mesh.axis_type(a) is AxisType.Explicit)
+
+
+@rule("FIT-2", mirrors="jax._src.core.get_sharding (_check_divisibility), reached from "
+                       "jax._src.core.shaped_abstractify of each argument at jit's trace")
+def check_typed_fit(sharding: Any, shape: tuple[int, ...], path: str) -> None:
+    """An abstract argument over a NamedSharding is typed by its sharding's Explicit mesh axes, which must divide each dimension evenly; Auto and Manual axes are left out of the type.
+
+    jit types every argument before anything else at the call (before the context mesh's
+    use, the keyword arguments and ``in_shardings``), so ``in_shardings`` cannot rescue an
+    argument whose type does not divide, and neither can an unused one. An array that
+    exists fits its sharding, so only a ``jax.ShapeDtypeStruct`` can fail here.
+
+    >>> explicit = Mesh.iota((4, 2), ("data", "model"), (AxisType.Explicit, AxisType.Auto))
+    >>> check_typed_fit(NamedSharding(explicit, P("data", "model")), (8, 3), "args[0]")
+    >>> check_typed_fit(NamedSharding(explicit, P("data")), (6, 4), "args[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [FIT-2] at args[0]: the abstract argument's type, (6, 4) over NamedSharding(Mesh({'data': 4, 'model': 2}, types=('Explicit', 'Auto')), P('data')), splits dimension 0 of size 6 over the Explicit mesh axes ('data',), 4 ways; 6 is not a multiple of 4. Pad dimension 0 to a multiple of 4, or split it over fewer Explicit axes.
+    """
+    if not isinstance(sharding, NamedSharding):
+        return  # only a NamedSharding gives an argument's type a mesh
+    mesh = sharding.mesh
+    for dim, (entry, size) in enumerate(zip(sharding.spec, shape)):
+        axes = _explicit_axes(entry, mesh)
+        ways = 1
+        for axis in axes:
+            ways *= mesh.axis_size(axis)
+        # Every dimension divides evenly by the Explicit axes that split it
+        if size % ways:
+            raise reject(TypeDoesNotDivide(tuple(shape), sharding, dim, size, axes, ways), path)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredDoesNotFit(DoesNotFit, rule="FIT-3"):
+    template = ("the abstract argument, of shape {shape}, does not fit the sharding lowering "
+                "hands it: {reason}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredDoesNotDivide(LoweredDoesNotFit, jax_error="IndivisibleError"):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredTilesDoNotFit(LoweredDoesNotFit, error=AssertionError):
+    pass
+
+
+@rule("FIT-3", mirrors="jax._src.interpreters.mlir.sharded_aval (lower_jaxpr_to_module: "
+                       "each kept input's shard shape)")
+def check_lowered_fit(sharding: Any, shape: tuple[int, ...], path: str) -> None:
+    """Each input the program keeps divides evenly into the shards of the sharding lowering hands it, a GSPMD tiling having the input's rank.
+
+    It is checked when the program is written out, after the device assignment (DA-1..4):
+    an input that is not kept (KEEP-1) or that ``device=`` moves to one device is not
+    checked, and an argument on an abstract mesh alone is refused by DA-4 first. An
+    ``in_sharding`` was checked at the call (FIT-1), and an array that exists fits its
+    sharding, so only a ``jax.ShapeDtypeStruct``'s own sharding can fail here.
+
+    >>> data = NamedSharding(Mesh.iota((4, 2), ("data", "model")), P("data"))
+    >>> check_lowered_fit(data, (8, 4), "args[0]")
+    >>> check_lowered_fit(data, (6, 4), "args[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [FIT-3] at args[0]: the abstract argument, of shape (6, 4), does not fit the sharding lowering hands it: [DIV-1]: dimension 0 of shape (6, 4) has size 6, which NamedSharding(Mesh({'data': 4, 'model': 2}), P('data')) splits 4 ways; 6 is not a multiple of 4 (ways per dimension: (4, 1)). Pad dimension 0 to a multiple of 4, or split it over fewer mesh axes.
+    """
+    if sharding is UNSPECIFIED:
+        return
+    _fit(sharding, shape, path, (LoweredDoesNotFit, LoweredDoesNotDivide,
+                                 LoweredTilesDoNotFit))

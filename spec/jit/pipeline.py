@@ -8,14 +8,15 @@ live with their failures in one module per family:
 0. the call's description is read once (:class:`~shardlaw.spec.jit.call.NormalCall`, CALL-0);
 1. :func:`stage_jit`, at ``jax.jit(...)``: device options and sharding leaves
    (:mod:`~shardlaw.spec.jit.options`: JIT-1, JIT-2);
-2. :func:`stage_call`, at the call: the context mesh, the call's form, each leaf's meaning
-   (JIT-5, JIT-4, JIT-3), in_shardings matched and fitted (:mod:`~shardlaw.spec.jit.matching`:
-   TREE-1, FIT-1; LAY-4);
+2. :func:`stage_call`, at the call: the context mesh, the abstract arguments' types, the
+   call's form, each leaf's meaning (JIT-5, FIT-2, JIT-4, JIT-3), in_shardings matched and
+   fitted (:mod:`~shardlaw.spec.jit.matching`: TREE-1, FIT-1; LAY-4);
 3. :func:`stage_trace`, after tracing: out_shardings matched and fitted (TREE-2, FIT-1,
    LAY-4);
 4. :func:`stage_lower`: each input's sharding (:mod:`~shardlaw.spec.jit.resolution`: RES-1..4)
    and layout (LAY-1, LAY-5, LAY-3), the kept inputs (KEEP-1), the device assignment and
-   what the program receives (:mod:`~shardlaw.spec.jit.assignment`: DA-1..4, EXE-1..4);
+   what the program receives (:mod:`~shardlaw.spec.jit.assignment`: DA-1..4, EXE-1, FIT-3,
+   EXE-2..4);
 5. :func:`stage_compile`: the shardings and layouts read back from the executable
    (:mod:`~shardlaw.spec.jit.recovery`: OUT-1..3; LAY-2);
 6. :func:`stage_dispatch`, handing the arguments over (RES-5), or :func:`stage_aot`,
@@ -42,7 +43,9 @@ from .layouts import (
     check_argument_layout, check_layout_devices, check_layout_rank, executable_input_layouts,
     given_in_layouts, given_out_layouts, is_layout, result_layouts,
 )
-from .matching import check_fits, match_in_shardings, match_out_shardings
+from .matching import (
+    check_fits, check_lowered_fit, check_typed_fit, match_in_shardings, match_out_shardings,
+)
 from .options import (
     check_call_form, check_device_options, check_leaf, convert_leaves, device_option_sharding,
     jit_context_mesh, leaf_paths,
@@ -175,8 +178,12 @@ def stage_jit(n: NormalCall) -> None:
 
 @stage("trace")
 def stage_call(n: NormalCall) -> Called:
-    """At the call, before tracing: JIT-5, JIT-4, JIT-3, TREE-1, FIT-1 and LAY-4 (inputs)."""
+    """At the call, before tracing: JIT-5, the abstract arguments' types (FIT-2), JIT-4,
+    JIT-3, TREE-1, FIT-1 and LAY-4 (inputs)."""
     context = jit_context_mesh(n.call.context_mesh)
+    for path, arg in n.flat_in:
+        if arg.kind == "abstract" and arg.sharding is not None:
+            check_typed_fit(arg.sharding, arg.shape, path)
     check_call_form(n.call, context)
     target, jit_in, out_tree = jit_shardings(n, context)
     in_layouts = given_in_layouts(n)
@@ -224,7 +231,8 @@ def stage_trace(n: NormalCall, called: Called) -> Traced:
 
 @stage("lower")
 def stage_lower(n: NormalCall, called: Called, traced: Traced) -> Lowered:
-    """Lowering: RES-1..4, the layouts (LAY-1, LAY-5, LAY-3), KEEP-1, DA-1..4, EXE-1..4."""
+    """Lowering: RES-1..4, the layouts (LAY-1, LAY-5, LAY-3), KEEP-1, DA-1..4, EXE-1, the
+    kept abstract inputs' fit (FIT-3), EXE-2..4."""
     call, inputs = n.call, called.inputs
     resolved = []
     for item in inputs:
@@ -240,6 +248,9 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced) -> Lowered:
     check_has_devices(assignment, called.context)
     assert assignment is not None
     final = replicate_scalars(resolved, [len(item.arg.shape) for item in inputs], assignment)
+    for i in kept:  # only an abstract argument's own sharding may not fit yet (FIT-3)
+        if inputs[i].arg.kind == "abstract":
+            check_lowered_fit(final[i], inputs[i].arg.shape, inputs[i].path)
     for path, s in [*((inputs[i].path, final[i]) for i in kept),
                     *zip(n.out_paths, traced.out_shardings)]:
         with located(path):
