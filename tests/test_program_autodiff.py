@@ -102,10 +102,11 @@ def test_linearize_and_vjp_agree_with_jax():
     assert vjp.reached == (True, True)
 
 
-@pytest.mark.xfail(strict=True, reason="known disagreement, left to explain_program's "
-                   "result recovery (OUT-1/PROG-3): a tangent an inner jit passes through "
-                   "from a numpy input comes back in JAX as the first argument's sharding")
-def test_jvp_of_a_program_returning_its_input():
+def test_jvp_types_the_tangents_inside_as_their_primals():
+    """JAX differentiates the jit's traced body, so a tangent passed as a numpy array is
+    typed inside as its primal (over the argument's mesh) and comes back read as the
+    argument's sharding, ``P('x', None)``, where a numpy array passed through a plain jit
+    comes back ``P('x')``."""
     mesh = Mesh.iota((8,), ("x",))
     x = Value.placed((8, 8), NamedSharding(mesh, P("x", None)))
     case = Case((x,), Recipe((Step("constraint", 0, NamedSharding(mesh, P("x", None))),),

@@ -20,7 +20,10 @@ equation of the body by the AD and WSC rules, never read from JAX's trace:
   with a one for the scalar first output; :func:`value_and_grad_program` returns the
   loss too.
 
-Each returns a Program again, so transformations compose (``grad_program`` of a
+The jit and device_put equations a rewrite stages are marked unchecked: JAX's AD rules
+bind them directly, and what tracing checks (FIT-1, ARG-4) it checked on the untransformed
+program, which each function traces first. Each returns a Program again, so
+transformations compose (``grad_program`` of a
 ``jvp_program``). The primitives an :class:`Opaque` equation names are differentiated by a
 small table (:data:`LINEAR`, :data:`NONLINEAR`); any other primitive's linearization and
 transpose are opaque equations too (``linearized_<name>``, ``transposed_<name>``) whose
@@ -265,7 +268,7 @@ def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list
     if isinstance(eq, DevicePut):
         keep = [k for k, t in enumerate(moving) if t is not None]
         out = tape.emit(DevicePut(tuple(range(len(keep))), targets=tuple(
-            eq.targets[k] for k in keep)), tuple(moving[k] for k in keep))
+            eq.targets[k] for k in keep), checked=False), tuple(moving[k] for k in keep))
         placed = dict(zip(keep, out))
         return [placed.get(k) for k in range(len(eq.results))]
     if isinstance(eq, Opaque):
@@ -317,9 +320,8 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
 
 def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
               tangent_types: tuple[Value, ...]) -> tuple[Program, tuple[bool, ...]]:
-    """The JVP of a body: its inputs, then the nonzero tangents (of ``tangent_types``, the
-    types of the tangents it is called with); its outputs, then their nonzero tangents.
-    Each equation is followed by its tangent."""
+    """The JVP of a body: its inputs, then the nonzero tangents (of ``tangent_types``);
+    its outputs, then their nonzero tangents. Each equation is followed by its tangent."""
     body = _Body(tuple(v.type for v in program.inputs) + tangent_types, program.consts)
     ins, moving = len(program.inputs), len(tangent_types)
     # Inputs first, then the tangents, then the constants (which have no tangent).
@@ -356,15 +358,17 @@ def _jvp_jit(eq: Jit, body: _Body, operands: tuple[int, ...], moving: list, path
     nonzero = tuple(t is not None for t in moving)
     if not any(nonzero):
         return body.emit(dataclasses.replace(eq, operands=operands)), [None] * len(eq.body.outputs)
+    # JAX differentiates the jit's traced body: its tangents are typed as its primals are,
+    # whatever the tangents passed in are (ad.jvp_jaxpr).
     jvp_body, flags = _jvp_body(inner, nonzero, f"{path}.jit.", tuple(
-        body.types[t] for t in moving if t is not None))
+        v.type for v, nz in zip(inner.inputs, nonzero) if nz))
     equation, facts = _jit_facts(inner, 0, 0)
     staged = jvp_equation(equation, facts, nonzero)
     options = dict(_options(inner), in_shardings=staged.in_shardings,
                    out_shardings=staged.out_shardings, donated=staged.donated_invars)
     jvp_body = dataclasses.replace(jvp_body, **options)
     given = tuple(t for t in moving if t is not None)
-    outs = body.emit(Jit(operands + given, body=jvp_body, name=eq.name))
+    outs = body.emit(Jit(operands + given, body=jvp_body, name=eq.name, checked=False))
     primal, tangent = outs[:len(eq.body.outputs)], iter(outs[len(eq.body.outputs):])
     return primal, [next(tangent) if f else None for f in flags]
 
@@ -490,7 +494,7 @@ def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list
                      if f[0] == "kept")
     body = dataclasses.replace(lin.primal, outputs=returned, **dict(
         _options(inner), out_shardings=staged.out_shardings))
-    results = iter(tape.primal.emit(Jit(operands, body=body, name=eq.name)))
+    results = iter(tape.primal.emit(Jit(operands, body=body, name=eq.name, checked=False)))
     kept = [next(results) if f[0] == "kept" else None for f in primal_fwd]
     primal = [operands[f[1]] if f[0] == "in" else n for f, n in zip(primal_fwd, kept)]
     residual_numbers = [operands[f[1]] if f[0] == "in" else primal[f[1]] if f[0] == "out"
@@ -500,8 +504,8 @@ def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list
     tangent_body, reads = _tangent_call(inner, lin, equation, facts, nonzero)
     refs = tuple(tape.residual(n) for n in residual_numbers) + tuple(
         t for t, read in zip((t for t in moving if t is not None), reads) if read)
-    touts = iter(tape.emit(Jit(tuple(range(len(refs))), body=tangent_body, name=eq.name),
-                           refs))
+    touts = iter(tape.emit(Jit(tuple(range(len(refs))), body=tangent_body, name=eq.name,
+                               checked=False), refs))
     return tuple(primal), [next(touts) if f else None for f in lin.flags]
 
 
@@ -590,7 +594,7 @@ def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
         out = []
         for k, n in linear_ops:
             if incoming[k] is not None:
-                (ct,) = body.emit(DevicePut((incoming[k],), targets=(None,)))
+                (ct,) = body.emit(DevicePut((incoming[k],), targets=(None,), checked=False))
                 out.append((n, ct))
         return out
     if isinstance(eq, Opaque):
@@ -655,7 +659,7 @@ def _transpose_jit(eq: Jit, body: _Body, incoming: list, flags: list[bool],
         context_mesh=inner.context_mesh)
     operands = tuple(number[n] for n, lin in zip(eq.operands, linear) if not lin) + \
         tuple(ct for ct in incoming if ct is not None)
-    outs = iter(body.emit(Jit(operands, body=transposed, name=eq.name)))
+    outs = iter(body.emit(Jit(operands, body=transposed, name=eq.name, checked=False)))
     return [(eq.operands[i], next(outs)) for i, r in zip(lin_in, reached) if r]
 
 
