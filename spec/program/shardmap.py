@@ -122,6 +122,20 @@ def shardings_decision(eq: Any) -> ShardingsDecision | None:
 
 # --------------------------------------------------------------------------- context
 
+# The inner meshes made so far, by the mesh's identity and the manual axes (a program
+# repeats its shard_map's mesh; building an AbstractMesh checks its axes each time).
+_INNER_MESHES: dict = {}
+
+
+def _typed(like: Value | None, shape: tuple, dtype: str, mesh: AbstractMesh, *,
+           weak_type: bool = False, varying: frozenset[str] = frozenset()) -> Value:
+    """A per-shard type; ``like`` itself when it is already that type (as the description
+    gives it: shape, dtype and varying axes), which spares building a Value again."""
+    if like is not None and (like.shape, like.dtype, like.varying) == (shape, dtype, varying):
+        return like
+    return Value.typed(shape, dtype, mesh, weak_type=weak_type, varying=varying)
+
+
 @dataclasses.dataclass(frozen=True)
 class Manual:
     """The manual context a body is traced in: the shard_map's mesh, every axis manual
@@ -134,9 +148,17 @@ class Manual:
     @property
     def inner_mesh(self) -> AbstractMesh:
         """The abstract mesh a value's type carries inside: the manual axes typed Manual."""
+        key = (id(self.mesh), self.manual)
+        found = _INNER_MESHES.get(key)
+        if found is not None and found[0] is self.mesh:
+            return found[1]
         types = tuple(AxisType.Manual if n in self.manual else t
                       for n, t in zip(self.mesh.axis_names, self.mesh.axis_types))
-        return AbstractMesh(self.mesh.axis_sizes, self.mesh.axis_names, types)
+        inner = AbstractMesh(self.mesh.axis_sizes, self.mesh.axis_names, types)
+        if len(_INNER_MESHES) > 256:
+            _INNER_MESHES.clear()
+        _INNER_MESHES[key] = (self.mesh, inner)
+        return inner
 
     def size(self, axes: tuple[str, ...]) -> int:
         return math.prod(self.mesh.axis_size(a) for a in axes)
@@ -204,8 +226,9 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
             check_reductions_held(spec, f"in_specs[{i}]", f"operand {i}")
             shape = per_shard_shape(eq.mesh, spec, value.shape, manual)
         varying = _spec_axes(spec) if eq.check_vma else frozenset()
-        types.append(Value.typed(shape, value.dtype, inner, weak_type=value.weak_type,
-                                 varying=varying | value.varying))
+        given = eq.body.inputs[i] if i < len(eq.body.inputs) else None
+        types.append(_typed(given, shape, value.dtype, inner, weak_type=value.weak_type,
+                            varying=varying | value.varying))
     return tuple(types)
 
 
@@ -236,7 +259,8 @@ def _map_results(eq: ShardMap, manual: frozenset[str], path: str) -> tuple[Value
                       f"of shape {shape} (its body's result put together by its out spec)",
                       eq.results[j])
         varying = value.varying | (_spec_axes(spec) if eq.check_vma else frozenset())
-        out.append(dataclasses.replace(value, varying=varying))
+        out.append(value if varying == value.varying else
+                   dataclasses.replace(value, varying=varying))
     return tuple(out)
 
 
@@ -339,8 +363,8 @@ def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: 
         varying = collective_varying(prim, axes, operand.varying, vma)
     dtype = "int32" if prim == "axis_index" else operand.dtype
     weak = operand.weak_type and prim not in ("all_to_all", "axis_index")
-    result = Value.typed(shape, dtype, context.inner_mesh, weak_type=weak,
-                         varying=varying)
+    result = _typed(eq.results[0] if eq.results else None, shape, dtype,
+                    context.inner_mesh, weak_type=weak, varying=varying)
     check_program(eq.results is not None and len(eq.results) == 1,
                   f"the results of the {prim} at {path}", "one result", eq.results)
     _same_type(eq.results[0], result, f"the result of the {prim} at {path}")
