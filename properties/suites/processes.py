@@ -3,23 +3,29 @@
 ``test_two_processes_agree_with_jax`` and ``test_four_processes_agree_with_jax`` run each
 drawn example in a program of 2 and of 4 JAX processes (2 CPU devices each, gloo
 collectives; :mod:`shardlaw.properties.processes_harness` starts them once per property and
-keeps them for every example): each process compares the spec's answer for itself — the
-devices it addresses (DEV-2, PROC-1), the shards it holds (PROC-2), the global shape and
-rows of its local data (PROC-3, PROC-4), whether it may fetch the value (PROC-5), jit with
-a numpy argument (RES-2) — with what JAX does there, and one process that disagrees fails
-the example. The coverage test requires every rule on both sides.
+keeps them for every example): each process compares the spec's answer for itself with
+what JAX does there — the devices it addresses (DEV-2, PROC-1), the shards it holds
+(PROC-2), the global shape and rows of its local data (PROC-3, PROC-4), whether it may fetch
+the value (PROC-5) or close over it in jit (PROC-10), its local mesh and
+host_local_array_to_global_array and back (PROC-6 to PROC-8),
+make_array_from_single_device_arrays (PROC-9), jit with a numpy argument (RES-2), and, in a
+quarter of the examples, the shards of a jit call's result — and one process that disagrees
+fails the example. The coverage test requires every rule on both sides.
 
 Part of the ``processes`` suite of ``shardlaw campaign``; ``tests/test_processes_differential.py``
 runs it in the project's own ``pytest`` run.
 """
 
 import atexit
+import time
 
 import pytest
 from hypothesis import example, given, settings
 
 from shardlaw.properties import hits
-from shardlaw.properties.processes_harness import RULES, close_pools, pool, process_examples
+from shardlaw.properties.processes_harness import (
+    ANSWER_SECONDS, RULES, WorkerFailed, close_pools, pool, process_examples,
+)
 from shardlaw.properties.suites import examples
 from shardlaw.properties.registry import checks
 
@@ -48,6 +54,18 @@ def _stop_pools_after_module():
 def test_two_processes_agree_with_jax(case):
     """In a program of 2 processes, each answers like JAX in that process."""
     pool(2).compare(case)
+
+
+def test_a_process_that_dies_fails_the_example_and_ends_the_pool():
+    """A process killed between examples fails the next one at once (not at the time limit),
+    and the pool stops the others."""
+    running = pool(2)
+    running._procs[1].kill()
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match="process 1 ended"):
+        running.compare(SPLIT_NUMPY)
+    assert time.monotonic() - start < ANSWER_SECONDS
+    assert all(proc.poll() is not None for proc in running._procs)
 
 
 @checks(*RULES)

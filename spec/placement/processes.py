@@ -1,12 +1,21 @@
-"""Several processes: what each process of a multi-controller program addresses, holds and may fetch.
+"""Several processes: what each process of a multi-controller program addresses, holds, fetches.
 
 In a program of several processes (``jax.distributed``) every device belongs to one process,
-and a process reaches only its own devices. The rules here answer, for one process: whether
-it addresses every device of a sharding (PROC-1), which shards of an array it holds (PROC-2),
-what global shape its local data stands for (PROC-3), where the rows of its local data land
-in the global array built by ``jax.make_array_from_process_local_data`` (PROC-4), and
-whether it may fetch an array's value to the host (PROC-5). Which devices a process owns is
-DEV-2; jit's rule for numpy arguments across processes is RES-2.
+and a process reaches only its own devices (DEV-2). The rules here answer, for one process:
+
+* what it addresses and holds: whether it addresses every device of a sharding (PROC-1),
+  which shards of an array it holds, with their boxes and replica ids (PROC-2);
+* what it may read: whether it may fetch an array's value to the host (PROC-5) or close
+  over the array in a jitted function (PROC-10);
+* how per-process data becomes a global array and back: the global shape its local data
+  stands for (PROC-3), where its rows land under ``jax.make_array_from_process_local_data``
+  (PROC-4), its local mesh (PROC-6), ``host_local_array_to_global_array`` (PROC-7) and
+  ``global_array_to_host_local_array`` (PROC-8), and ``make_array_from_single_device_arrays``
+  (PROC-9).
+
+jit's rule for numpy arguments across processes is RES-2. Not specified here: ``device_put``
+across processes (cross-host transfers depend on the backend), donation across processes,
+and the device order of ``jax.make_mesh``.
 
 The examples use a mesh of 2 x 2 devices whose devices 0, 1 belong to process 0 and 2, 3
 to process 1 (``devices_per_process=2``).
