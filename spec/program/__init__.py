@@ -5,6 +5,9 @@
 * ``lowering`` — what lowering and compiling read from the body: dead code, the shardings
   inside it, the results it places (PROG-2, PROG-4);
 * ``explain`` — one entry point, ``explain_program``;
+* ``shardmap`` — shard_map equations where JAX checks them (the SMAP rules on their specs,
+  operands, results and their bodies' collectives) and the record of what each equation
+  decides (``ProgramVerdict.decided``);
 * ``batching`` — ``vmap_program``: ``jax.vmap`` of a program, as a rewrite of it;
 * ``autodiff`` — ``jvp_program``, ``linearize_program``, ``vjp_program``, ``grad_program``,
   ``value_and_grad_program``: differentiation of a program, as rewrites of it.
