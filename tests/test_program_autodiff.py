@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_ad_harness import (
-    SOURCE, AdCase, ad_cases, ad_hit_counts, compare_ad, loss_program, rewrite, run_transformed,
-    signature,
+    SOURCE, AdCase, _jaxpr_signature, ad_cases, ad_hit_counts, compare_ad, loss_program,
+    rewrite, run_transformed, signature,
 )
 from shardlaw.properties.program_harness import Case, Recipe, Step, program_of
 from shardlaw.properties.registry import checks
@@ -163,6 +163,22 @@ def test_a_shard_map_is_not_rewritten_yet_and_says_where():
         grad_program(program)
     assert refused.value.failure.rule == "AD-0"
     assert "body[0].jit.body[0]" in str(refused.value) and "shard_map" in str(refused.value)
+
+
+def test_a_reshards_cotangent_goes_back_to_its_operands_type():
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    x = jax.device_put(jnp.ones((8, 8)), jax.NamedSharding(mesh, jax.P()))
+    split = jax.NamedSharding(mesh, jax.P(None, None))   # (types split over Explicit axes
+    # are not described yet)
+    f = jax.jit(lambda a: jnp.sum(jnp.sin(jax.sharding.reshard(a, split))))
+    rewritten = grad_program(describe_program(f, x))
+    grad = jax.jit(jax.grad(f))
+    assert signature(rewritten) == _jaxpr_signature(
+        jax.make_jaxpr(grad)(x).jaxpr.eqns[0].params["jaxpr"].jaxpr)
+    back = [eq for eq in rewritten.equations if eq.kind == "jit"][-1].body
+    assert back.equations[-1].kind == "reshard"
+    assert back.equations[-1].sharding.spec == P(None, None)
+    assert explain_program(rewritten).accepted and grad(x).shape == (8, 8)
 
 
 def test_grad_asks_for_a_scalar_loss():

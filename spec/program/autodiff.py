@@ -27,8 +27,9 @@ transformations compose (``grad_program`` of a
 ``jvp_program``). The primitives an :class:`Opaque` equation names are differentiated by a
 small table (:data:`LINEAR`, :data:`NONLINEAR`); any other primitive's linearization and
 transpose are opaque equations too (``linearized_<name>``, ``transposed_<name>``) whose
-types follow from the operands'. A ``shard_map`` and a ``reshard`` under transposition are
-not rewritten yet: they are refused (AD-0, TypeError) with the equation's path.
+types follow from the operands'. A ``reshard``'s cotangent is resharded back to its
+operand's type. A ``shard_map`` is not rewritten yet: it is refused (AD-0, TypeError) with
+the equation's path.
 """
 
 from __future__ import annotations
@@ -597,6 +598,15 @@ def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
                 (ct,) = body.emit(DevicePut((incoming[k],), targets=(None,), checked=False))
                 out.append((n, ct))
         return out
+    if isinstance(eq, Reshard):
+        # The cotangent goes back to the operand's type: its mesh, split nowhere (a type
+        # split over Explicit axes is not described).
+        operand = types[eq.operands[0]]
+        check_program(operand.mesh is not None, f"the operand of the reshard at {path}",
+                      "a value typed over a mesh (its cotangent is resharded to it)", operand)
+        back = NamedSharding(operand.mesh, PartitionSpec(*(None,) * len(operand.shape)))
+        (ct,) = body.emit(Reshard((incoming[0],), sharding=back))
+        return [(eq.operands[0], ct)]
     if isinstance(eq, Opaque):
         return _transpose_opaque(eq, body, incoming, linear_ops, number, types)
     if isinstance(eq, Jit):
