@@ -42,6 +42,7 @@ from shardlaw.properties.program_vmap_harness import (
     Vmap, VmapCase, _batched_inputs, _vmapped, spec_vmapped,
 )
 from shardlaw.spec import Rejection, explain_program, from_jax
+from shardlaw.spec.core.rules import tracing
 from shardlaw.spec.program.autodiff import (
     grad_program, jvp_program, linearize_program, vjp_program,
 )
@@ -264,10 +265,11 @@ def _jaxpr_signature(jaxpr: Any) -> tuple:
 def compare_ad(ad: AdCase) -> list[str]:
     """Every disagreement between the spec's rewrite and JAX on ``ad`` (empty: agree)."""
     outcome = run_transformed(ad)
-    try:
-        program = rewrite(ad)
-    except Rejection as error:
-        return _compare_refusal(error, outcome)
+    with tracing() as applied:   # the AD and WSC rules the rewrite applied
+        try:
+            program = rewrite(ad)
+        except Rejection as error:
+            return _compare_refusal(error, outcome)
     problems = []
     described = outcome.described
     if described is not None:
@@ -290,6 +292,8 @@ def compare_ad(ad: AdCase) -> list[str]:
         problems += _compare_results(verdict, outcome)
     if not problems:
         _record_ad(program, verdict)
+        for rule_id in dict.fromkeys(r for r in applied if r.startswith("AD-")):
+            hits.record(SOURCE, rule_id, refused=False)
     return problems
 
 
