@@ -317,6 +317,12 @@ SIDES = [
          uses_first=False),                                                    # unused: ok
     Case((4,), (A,), "gspmd", False, tiles="{devices=[4,1]<=[4]}", shape=(8, 4)),
     Case((4,), (A,), "gspmd", False, tiles="{devices=[4]<=[4]}", shape=(8, 3)),  # tiles
+    Case((4,), (A,), "gspmd", False, tiles="{devices=[2,2]<=[4] last_tile_dim_replicate}",
+         shape=(6, 4)),                                                        # tiles
+    # A tiling listed device by device (EXE-4) is divided first: FIT-3 refuses it.
+    Case((4,), (A,), "gspmd", False, tiles="{devices=[4,1]0,1,2,3}", shape=(6, 4)),
+    Case((4,), (A,), "gspmd", False, tiles="{devices=[2,2]0,1,2,3 last_tile_dim_replicate}",
+         shape=(3,)),
     Case((4, 2), AUTO, "named", False, ("a",), shape=(6, 4), device=True),     # moved: ok
 ]
 
@@ -337,6 +343,14 @@ def test_the_six_cases_that_found_the_gap(case, expected):
         assert (verdict.rule, verdict.stage, verdict.jax_error, verdict.path) == (
             rule_id, stage, jax_class, path), verdict.message
     assert not compare(case)
+
+
+@pytest.mark.parametrize("types, rule_id", [(AUTO, "FIT-3"), (EXPLICIT, "FIT-2")])
+def test_the_engine_explains_the_refusal(types, rule_id):
+    case = Case((4, 2), types, "named", False, ("a",), shape=(6, 4))
+    explanation = engine_jit(_function(case)).explain(*_jax_arguments(case))
+    assert not explanation.accepted and explanation.rule == rule_id, explanation
+    assert f"[{rule_id}] at args[0]" in str(explanation)
 
 
 def test_the_description_refuses_only_what_no_shape_dtype_struct_can_be():
