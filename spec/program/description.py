@@ -581,6 +581,9 @@ class Program:
     when JAX is imported (``JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1``; CONST-1);
     ``compiler_consts`` gives, per hoisted constant in CONST-1's order, the HLO sharding
     the compiler chose for it (None: not known), as ``compiler_in`` does per input.
+    ``checked`` is False for a program a batching rule gave (``vmap_program``): JAX checked
+    its jit's shardings against one example's values when it traced the user's function,
+    and does not check them again when it is vmapped once more.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
@@ -605,6 +608,7 @@ class Program:
     refs: tuple[bool, ...] = ()
     hoist_constants: bool = False
     compiler_consts: tuple[HloSharding | None, ...] | None = None
+    checked: bool = True
 
     def __post_init__(self) -> None:
         check_program(type(self.devices) is int and self.devices >= 1, "a program's devices",
@@ -639,6 +643,7 @@ class Program:
             self.out_shardings, len(outputs), "out_shardings", "output"))
         object.__setattr__(self, "donated", _flag_tuple(self.donated, len(inputs), "donated"))
         _bool(self.keep_unused, "keep_unused")
+        _bool(self.checked, "a program's checked flag")
         _check_refs(self, inputs)
         check_program(self.context_mesh is None or type(self.context_mesh) in (
             Mesh, AbstractMesh), "the context mesh", "None, a Mesh or an AbstractMesh",
