@@ -47,7 +47,7 @@ from shardlaw.spec.program.autodiff import (
     grad_program, jvp_program, linearize_program, vjp_program,
 )
 from shardlaw.spec.program.description import (
-    DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, Value,
+    DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
 )
 
 __all__ = ["AdCase", "ad_cases", "compare_ad", "rewrite", "run_transformed", "signature",
@@ -229,6 +229,8 @@ def signature(program: Program) -> tuple:
             out.append(("device_put", eq.targets))
         elif isinstance(eq, Reshard):
             out.append(("reshard", eq.sharding))
+        elif isinstance(eq, ShardMap):
+            out.append(("shard_map", eq.in_specs, eq.out_specs, signature(eq.body)))
     return tuple(out)
 
 
@@ -255,6 +257,10 @@ def _jaxpr_signature(jaxpr: Any) -> tuple:
         elif name == "device_put":
             out.append((name, tuple(None if d is None else d.id if isinstance(d, jax.Device)
                                     else _jax_sharding(d) for d in params["devices"])))
+        elif name == "shard_map":
+            out.append((name, tuple(from_jax(p) for p in params["in_specs"]),
+                        tuple(from_jax(p) for p in params["out_specs"]),
+                        _jaxpr_signature(params["jaxpr"])))
         elif name == "reshard":
             out.append((name, _jax_sharding(params["dst_sharding"])))
     return tuple(out)

@@ -153,7 +153,25 @@ def test_what_tracing_refuses_is_refused_before_the_rewrite_at_its_path():
     assert run_transformed(AdCase(case, "vjp")).stage == "trace"
 
 
-def test_a_shard_map_is_not_rewritten_yet_and_says_where():
+@pytest.mark.parametrize("axis_type", ["Explicit", "Auto"])
+def test_a_shard_maps_jvp_is_one_shard_map_over_primals_and_tangents(axis_type):
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(getattr(jax.sharding.AxisType, axis_type),))
+    mapped = jax.shard_map(lambda b: jax.lax.psum(jnp.sin(b), "x"), mesh=mesh,
+                           in_specs=jax.P("x"), out_specs=jax.P())
+    f = jax.jit(lambda a: mapped(a))
+    a = jax.device_put(jnp.ones((8,)), jax.NamedSharding(mesh, jax.P("x")))
+    rewritten = jvp_program(describe_program(f, a))
+    jvp = jax.jit(lambda p, t: jax.jvp(f, (p,), (t,)))
+    ones = jnp.ones((8,))
+    assert signature(rewritten) == _jaxpr_signature(
+        jax.make_jaxpr(jvp)(a, ones).jaxpr.eqns[0].params["jaxpr"].jaxpr)
+    (call,) = rewritten.equations
+    (smap,) = [eq for eq in call.body.equations if eq.kind == "shard_map"]
+    assert smap.in_specs == (P("x"), P("x")) and smap.out_specs == (P(), P())
+    assert explain_program(rewritten).accepted and len(jvp(a, ones)) == 2
+
+
+def test_a_shard_maps_linearization_is_not_rewritten_yet_and_says_where():
     mesh = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
     mapped = jax.shard_map(lambda b: jax.lax.psum(b, "x"), mesh=mesh,
                            in_specs=jax.P("x"), out_specs=jax.P())

@@ -28,8 +28,9 @@ transformations compose (``grad_program`` of a
 small table (:data:`LINEAR`, :data:`NONLINEAR`); any other primitive's linearization and
 transpose are opaque equations too (``linearized_<name>``, ``transposed_<name>``) whose
 types follow from the operands'. A ``reshard``'s cotangent is resharded back to its
-operand's type. A ``shard_map`` is not rewritten yet: it is refused (AD-0, TypeError) with
-the equation's path.
+operand's type. A ``shard_map``'s JVP is one shard_map over primals and tangents, its
+body differentiated per shard; its linearization and transpose are not rewritten yet:
+they are refused (AD-0, TypeError) with the equation's path.
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ __all__ = ["jvp_program", "linearize_program", "vjp_program", "grad_program",
 
 # The primitives whose tangent is the same primitive applied to the operands' tangents.
 LINEAR = ("neg", "reduce_sum", "broadcast_in_dim", "reshape", "transpose", "copy",
-          "convert_element_type", "add", "add_any", "sub", "squeeze", "expand_dims")
+          "convert_element_type", "add", "add_any", "sub", "squeeze", "expand_dims",
+          # the collectives a shard_map's body holds that are linear in their operand
+          "psum", "psum_invariant", "pvary", "all_gather", "psum_scatter", "ppermute",
+          "all_to_all", "reduce_scatter")
 
 # The nonlinear primitives with a known derivative: name -> the primitive computing the
 # residual from the operand (the tangent is the operand's tangent times the residual).
@@ -338,8 +342,7 @@ def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
         if isinstance(eq, Jit):
             outs, touts = _jvp_jit(eq, body, operands, in_tangents, path)
         elif isinstance(eq, ShardMap):
-            raise reject(NotRewritten("a shard_map equation", path, "jvp",
-                                      "shard_map's JVP is not described"))
+            outs, touts = _jvp_shard_map(eq, body, operands, in_tangents, path)
         else:
             outs = body.emit(dataclasses.replace(eq, operands=operands))
             touts = _tangent_eq(eq, tape, operands, in_tangents, path, "jvp")
@@ -371,6 +374,28 @@ def _jvp_jit(eq: Jit, body: _Body, operands: tuple[int, ...], moving: list, path
     given = tuple(t for t in moving if t is not None)
     outs = body.emit(Jit(operands + given, body=jvp_body, name=eq.name, checked=False))
     primal, tangent = outs[:len(eq.body.outputs)], iter(outs[len(eq.body.outputs):])
+    return primal, [next(tangent) if f else None for f in flags]
+
+
+def _jvp_shard_map(eq: ShardMap, body: _Body, operands: tuple[int, ...], moving: list,
+                   path: str) -> tuple[tuple[int, ...], list]:
+    """A shard_map's JVP: one shard_map over the primals and the nonzero tangents, each
+    tangent with its primal's spec, returning the primal results, then the nonzero result
+    tangents with their results' specs; its body differentiated per shard."""
+    nonzero = tuple(t is not None for t in moving)
+    if not any(nonzero):
+        return body.emit(dataclasses.replace(eq, operands=operands)), [None] * len(eq.results)
+    inner = eq.body
+    jvp_body, flags = _jvp_body(inner, nonzero, f"{path}.shard_map.", tuple(
+        v.type for v, nz in zip(inner.inputs, nonzero) if nz))
+    given = tuple(t for t in moving if t is not None)
+    keep = [j for j, f in enumerate(flags) if f]
+    outs = body.emit(dataclasses.replace(
+        eq, operands=operands + given, body=jvp_body,
+        in_specs=eq.in_specs + tuple(s for s, nz in zip(eq.in_specs, nonzero) if nz),
+        out_specs=eq.out_specs + tuple(eq.out_specs[j] for j in keep),
+        results=eq.results + tuple(eq.results[j] for j in keep)))
+    primal, tangent = outs[:len(eq.results)], iter(outs[len(eq.results):])
     return primal, [next(tangent) if f else None for f in flags]
 
 
