@@ -141,6 +141,34 @@ def test_describe_program_reads_refs_passed_and_closed_over():
                                                      NamedSharding(MESH, P("y"))),)
 
 
+@checks("REF-1", "DA-1")
+def test_a_ref_written_in_an_inner_jit_takes_part_though_nothing_uses_its_results():
+    """Writing a ref is an effect: the inner jit stays when dead code is dropped."""
+    argument = jax.device_put(np.ones((8, 8), np.float32), to_jax(X.sharding))
+    for mesh in (REVERSED, MESH):
+        ref = jax.new_ref(jax.device_put(np.ones((8, 8), np.float32),
+                                         to_jax(NamedSharding(mesh, P()))))
+
+        def inner(a, ref=ref):
+            ref[...] = jnp.sin(ref[...])
+            return a * 2
+
+        def step(a):
+            jax.jit(inner)(a)
+            return -a
+
+        verdict = explain_program(describe_program(step, argument))
+        if mesh is REVERSED:
+            assert (verdict.rule, verdict.stage, verdict.path) == ("DA-1", "lower",
+                                                                   "constants[0]")
+            with pytest.raises(ValueError, match="incompatible devices"):
+                jax.jit(step).lower(argument)
+        else:
+            assert verdict.ref_updates == (("constants[0]", NamedSharding(MESH, P())),)
+            lowered = jax.jit(step).lower(argument).as_text()
+            assert lowered.count("tf.aliasing_output") == 1
+
+
 def test_refs_must_be_committed_in_a_description():
     with pytest.raises(TypeError, match="a mutable ref is always committed"):
         Const(Value.placed((8,), SingleDeviceSharding(0), committed=False), ref=True)

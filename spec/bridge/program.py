@@ -72,8 +72,9 @@ def _argument(value: Any) -> Value:
 def _type(aval: Any, what: str) -> Value:
     """The Value for a traced value's type."""
     from jax._src import core
+    from jax._src.state.types import AbstractRef
 
-    if isinstance(aval, getattr(core, "AbstractRef", ())):
+    if isinstance(aval, AbstractRef):   # a ref's value, as a jit body takes a ref (REF-1)
         aval = aval.inner_aval
     if not isinstance(aval, core.ShapedArray):
         raise _Unreadable(f"describe_program reads arrays; {what} is a {aval!r}")
@@ -96,10 +97,10 @@ def _held_by_ref(ref: Any) -> Value:
 
 def _const(value: Any, var: Any) -> Const:
     """A closed-over constant (a mutable ref when its type is a ref)."""
-    from jax._src import core
     import numpy as np
+    from jax._src.state.types import AbstractRef
 
-    ref = isinstance(var.aval, getattr(core, "AbstractRef", ()))
+    ref = isinstance(var.aval, AbstractRef)
     jax = _jax()
     if isinstance(value, jax.Ref):
         return Const(_held_by_ref(value), True)

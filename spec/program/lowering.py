@@ -60,14 +60,21 @@ class Live:
     consts: tuple[bool, ...] = ()
 
 
+def _writes_ref(eq: Any) -> bool:
+    """Whether an equation writes a mutable ref, itself or in a body nested in it."""
+    if getattr(eq, "primitive", None) in REF_WRITES:
+        return True
+    return eq.body is not None and any(_writes_ref(inner) for inner in eq.body.equations)
+
+
 def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
                everything: bool = False) -> Live:
     """What dead-code elimination leaves of ``program``'s body when ``used_outputs`` of its
     results are used (None: all): an equation lives when one of its results is used; an
     inner jit or shard_map keeps the inputs and results of its body that are used, whatever
     the inner jit's ``keep_unused`` says; an equation that writes a mutable ref (``swap``,
-    ``addupdate``) always lives. ``everything``: nothing is dropped (the jit
-    asked about keeps unused inputs, so JAX runs no elimination at all)."""
+    ``addupdate``), or holds a body that does, always lives. ``everything``: nothing is
+    dropped (the jit asked about keeps unused inputs, so JAX runs no elimination at all)."""
     outputs = tuple(used_outputs) if used_outputs is not None else (True,) * len(
         program.outputs)
     if everything:
@@ -84,7 +91,7 @@ def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
     for k in reversed(range(len(program.equations))):
         eq = program.equations[k]
         wanted = tuple(used[n] for n in numbers[k])
-        if not any(wanted) and getattr(eq, "primitive", None) not in REF_WRITES:
+        if not any(wanted) and not _writes_ref(eq):
             continue
         equations[k] = True
         if eq.body is None:
