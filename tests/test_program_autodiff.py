@@ -29,7 +29,7 @@ from shardlaw.properties.program_harness import Case, Recipe, Step, program_of
 from shardlaw.properties.registry import checks
 from shardlaw.spec import (
     UNSPECIFIED, Mesh, NamedSharding, Opaque, P, Program, Rejection, Value, explain_program,
-    to_jax,
+    from_jax, to_jax,
 )
 from shardlaw.spec.bridge.program import describe_program
 from shardlaw.spec.core.values import AxisType
@@ -48,7 +48,7 @@ CASE = Case((X, Value.numpy((8, 8))), Recipe((
     Step("sin", 0), Step("constraint", 2, COLS), Step("jit", 3, body=INNER, in_sharding=ROWS),
     Step("device_put", 4, ROWS), Step("sin", 1)), (5, 6)))
 
-EXAMPLES = max(settings.default.max_examples // 2, 30)
+EXAMPLES = max(settings.default.max_examples // 4, 30)
 
 
 def _agree(ad: AdCase) -> None:
@@ -197,6 +197,26 @@ def test_a_reshards_cotangent_goes_back_to_its_operands_type():
     assert back.equations[-1].kind == "reshard"
     assert back.equations[-1].sharding.spec == P(None, None)
     assert explain_program(rewritten).accepted and grad(x).shape == (8, 8)
+
+
+@pytest.mark.parametrize("transform", ["grad", "value_and_grad"])
+def test_auxiliary_outputs_follow_jax(transform):
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    rows = jax.NamedSharding(mesh, jax.P("x"))
+    f = jax.jit(lambda a: (jnp.sum(jnp.sin(jax.lax.with_sharding_constraint(a, rows))), -a))
+    a = jax.device_put(jnp.ones((8, 8)), rows)
+    spec = {"grad": grad_program, "value_and_grad": value_and_grad_program}[transform]
+    real = jax.jit(getattr(jax, transform)(f, has_aux=True))
+    rewritten = spec(describe_program(f, a), has_aux=True)
+    assert signature(rewritten) == _jaxpr_signature(
+        jax.make_jaxpr(real)(a).jaxpr.eqns[0].params["jaxpr"].jaxpr)
+    verdict, results = explain_program(rewritten), jax.tree_util.tree_leaves(real(a))
+    assert verdict.accepted
+    assert [rewritten.value_types[n].shape for n in rewritten.outputs] == [
+        r.shape for r in results]
+    # Where the spec decides a result's sharding, it is JAX's.
+    for decided, result in zip(verdict.out_shardings, results):
+        assert decided is UNSPECIFIED or decided == from_jax(result.sharding)
 
 
 def test_grad_asks_for_a_scalar_loss():
