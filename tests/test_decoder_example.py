@@ -29,3 +29,14 @@ def test_the_decoder_step_is_answered_as_jax_answers(example, mesh):
     # the body's constraints and shard_maps joined the program's device assignment
     assert any(".shard_map." in path for path, _ in row["placed"].inside)
 
+
+
+def test_a_plan_that_does_not_divide_is_refused_on_chips(example):
+    """On a (2, 4) mesh with a vocabulary of 30, the embedding's rows do not divide over
+    "model": tracing accepts the step (the axes are Auto), and the spec refuses it placed on
+    chips when lowering (FIT-3), as JAX refuses to lower it."""
+    row = example.check(2, 4, example.Sizes(vocab=30))
+    assert row["traced"].accepted and row["agree"], row
+    refused = row["placed"]
+    assert (refused.rule, refused.stage, refused.jax_error) == ("FIT-3", "lower",
+                                                                "IndivisibleError"), refused
