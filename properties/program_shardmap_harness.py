@@ -80,6 +80,9 @@ class Op:
     tiled: bool = True
     perm: tuple = ()
     in_jit: bool = False
+    # "nested": a jit of a shard_map over the automatic axis ``axes[0]`` (the context's
+    # mesh), its in spec splitting dimension 0 over it or not (``tiled``), its out spec
+    # too (``dim2``: 1) or not, its body a psum over it (``dim``: 1) or a neg
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,11 +106,26 @@ class MapCase:
 
 # --------------------------------------------------------------------------- the function
 
-def _apply(op: Op, a: Any) -> Any:
+def _nested(op: Op, a: Any, check_vma: bool) -> Any:
+    """A jit of a shard_map over the automatic axis ``op.axes[0]``, inside the body."""
+    import jax
+
+    axis = op.axes[0]
+    spec = jax.sharding.PartitionSpec
+    mapped = jax.shard_map(lambda c: jax.lax.psum(c, axis) if op.dim else -c,
+                           in_specs=spec(axis) if op.tiled else spec(),
+                           out_specs=spec(axis) if op.dim2 else spec(), axis_names={axis},
+                           check_vma=check_vma)
+    return jax.jit(mapped)(a)
+
+
+def _apply(op: Op, a: Any, check_vma: bool = True) -> Any:
     import jax
     import jax.numpy as jnp
 
     lax, axes = jax.lax, op.axes
+    if op.kind == "nested":
+        return _nested(op, a, check_vma)
     if op.kind in ("psum", "pmax", "pmin"):
         return getattr(lax, op.kind)(a, axes)
     if op.kind == "all_gather":
@@ -133,7 +151,8 @@ def function_of(case: MapCase) -> Any:
 
     def body(a: Any) -> Any:
         for op in case.ops:
-            a = jax.jit(lambda b, op=op: _apply(op, b))(a) if op.in_jit else _apply(op, a)
+            a = (jax.jit(lambda b, op=op: _apply(op, b, case.check_vma))(a) if op.in_jit
+                 else _apply(op, a, case.check_vma))
         return a
 
     mapped = jax.shard_map(body, mesh=to_jax(case.shard_map_mesh),
@@ -239,6 +258,8 @@ def _op_equations(body: _Body, op: Op) -> None:
         body.cast(axes) if not (vma and any(a in last.varying for a in axes)) else \
             body.add(Opaque((len(body.types) - 1,), (last,), primitive="pvary",
                             params=(("axes", axes),)))
+    elif op.kind == "nested":
+        _nested_equations(body, op)
     elif op.kind == "axis_index":
         operand = len(body.types) - 1
         _collective(body, "axis_index", axes[:1], (("axis_name", axes[0]),))
@@ -248,6 +269,39 @@ def _op_equations(body: _Body, op: Op) -> None:
     else:
         primitive = "mul" if op.kind == "half" else op.kind
         body.add(Opaque((len(body.types) - 1,), (last,), primitive=primitive))
+
+
+def _nested_equations(body: _Body, op: Op) -> None:
+    """A jit of a shard_map over the automatic axis ``op.axes[0]``: its body's input is the
+    operand's shard (varying along that axis too, under check_vma), its result the body's
+    put together, varying along what the body's result varies along but that axis."""
+    from shardlaw.spec.program.shardmap import Manual
+
+    case, last, axis = body.case, body.types[-1], op.axes[0]
+    size = case.mesh.shape[axis]
+    manual = body.manual | {axis}
+    mesh = Manual(case.mesh, manual, case.check_vma).inner_mesh
+    shape = list(last.shape)
+    if op.tiled and shape and shape[0] % size == 0:
+        shape[0] //= size
+    split = frozenset({axis}) if op.tiled and case.check_vma else frozenset()
+    inner = _Body(case, mesh, Value.typed(tuple(shape), last.dtype, mesh,
+                                          varying=last.varying | split))
+    inner.manual = manual
+    _op_equations(inner, Op("psum", (axis,)) if op.dim else Op("neg"))
+    out = inner.types[-1]
+    shape = list(out.shape)
+    if op.dim2 and shape:
+        shape[0] *= size
+    result = body.typed(tuple(shape), out.dtype, out.varying - {axis})
+    shard_map = ShardMap((0,), (result,), body=Program(
+        (inner.types[0],), tuple(inner.equations), (len(inner.types) - 1,)),
+        mesh=body.inner_mesh, in_specs=(P(axis) if op.tiled else P(),),
+        out_specs=(P(axis) if op.dim2 else P(),), manual_axes={axis},
+        check_vma=case.check_vma)
+    jit = Jit((len(body.types) - 1,), body=Program((last,), (shard_map,), (1,)),
+              name="shard_map")
+    body.add(dataclasses.replace(jit, results=result_types(jit, (last,))))
 
 
 def _moving(op: Op, body: _Body) -> tuple:
@@ -494,10 +548,14 @@ def _spec(draw: Any, mesh: Mesh, manual: frozenset[str], rank: int) -> Partition
 
 @st.composite
 def _op(draw: Any, mesh: Mesh, manual: frozenset[str], rank: int) -> Op:
-    kind = draw(st.sampled_from(KINDS))
+    automatic = sorted(set(mesh.axis_names) - manual)
+    kind = draw(st.sampled_from(KINDS + (("nested",) * 4 if automatic else ())))
     in_jit = draw(st.integers(0, 9)) == 0
     if kind in ("neg", "sin", "half"):
         return Op(kind, in_jit=in_jit)
+    if kind == "nested":   # a shard_map inside a jit inside the shard_map
+        return Op(kind, (draw(st.sampled_from(automatic)),), draw(st.integers(0, 1)),
+                  draw(st.integers(0, 1)), tiled=draw(st.booleans()))
     axes = draw(_axes(mesh, manual, one=kind == "axis_index"))
     dim = draw(st.integers(0, max(rank - 1, 0) + (draw(st.integers(0, 9)) == 0)))
     if kind == "all_to_all":
