@@ -276,6 +276,15 @@ REFUSING = ("SMAP-3", "SMAP-7", "SMAP-8", "SMAP-11", "SMAP-12", "SMAP-13", "SMAP
 # cast along an axis the value already varies along (SMAP-20).
 @example(_case([Op("neg")], P("x", "y"), P("x"), frozenset({"x"})))
 @example(_case([Op("pcast", ("x",))]))
+# ... and one of each other rule's refusing side, whatever a short run draws: an in spec
+# longer than the rank (SMAP-7), one that does not divide (SMAP-8), an out spec leaving
+# out a varying axis (SMAP-11), a collective over an unknown axis (SMAP-13), a scatter that
+# does not divide (SMAP-21).
+@example(_case([Op("neg")], P("x", "y", None), P("x", "y")))
+@example(_case([Op("neg")], P("y"), P("y"), shape=(6, 16)))
+@example(_case([Op("neg")], P("x", "y"), P()))
+@example(_case([Op("psum", ("q",))], vma=False))
+@example(_case([Op("psum_scatter", ("y",), 0)], P(None, "y"), P(None, "y"), shape=(6, 16)))
 @example(_case([Op("neg")], P(("x", "y"), "x"), P("x", "y")))
 @example(_case([Op("ppermute", ("y",), perm=((0, 4),))]))
 def test_programs_with_shard_maps_agree_with_jax(case):
