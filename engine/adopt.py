@@ -21,6 +21,7 @@ import contextlib
 import functools
 import sys
 import threading
+import types
 from typing import Any, Callable
 
 import jax
@@ -119,7 +120,8 @@ class PjitFunction:
         return in_context
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
-        return self if instance is None else functools.partial(self, instance)
+        # As a class attribute it binds like a method, as JAX's pjit functions do.
+        return self if instance is None else types.MethodType(self, instance)
 
     def __repr__(self) -> str:
         return f"<shardlaw.engine.pjit of {internals.fun_name(self._fun)}>"

@@ -113,3 +113,18 @@ def test_install_and_uninstall_replace_and_restore_both_pjit_entries_in_order():
         warnings.simplefilter("always")
         assert experimental.pjit is engine_pjit
     assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+
+
+def test_a_pjit_function_binds_as_a_method_as_jax_pjit_does():
+    def scaled(self, x):
+        return x * self.scale
+
+    class Model:
+        scale = 3.0
+        by_engine = engine_pjit(scaled, static_argnums=0)
+        by_jax = internals.JAX_PJIT(scaled, static_argnums=0)
+
+    x = np.arange(8.0, dtype=np.float32)
+    model = Model()
+    assert np.asarray(model.by_engine(x)).tolist() == np.asarray(model.by_jax(x)).tolist()
+    assert type(model.by_engine).__name__ == type(model.by_jax).__name__ == "method"
