@@ -214,6 +214,39 @@ def test_a_hoisted_numpy_constant_enters_with_its_sharding_open(hoisting):
     assert verdict.accepted and verdict.constants == (("constants[0]", UNSPECIFIED),)
 
 
+NESTED = """
+import jax, numpy as np
+jax.config.update("jax_num_cpu_devices", 8)
+from shardlaw.spec import Mesh, NamedSharding, P, explain_program, to_jax
+from shardlaw.spec.bridge.program import describe_program
+mesh, back = Mesh.iota((2, 4), ("x", "y")), Mesh((2, 4), ("x", "y"), range(7, -1, -1))
+c = jax.device_put(np.ones((8, 8), np.float32), to_jax(NamedSharding(back, P())))
+a = jax.device_put(np.ones((8, 8), np.float32), to_jax(NamedSharding(mesh, P("x"))))
+step = jax.jit(lambda a: jax.jit(lambda b: b + c)(a))
+verdict = explain_program(describe_program(step, a))
+try:
+    step.lower(a)
+    print("accepted", verdict.rule, verdict.path)
+except ValueError as error:
+    print("closed over constant" in str(error), verdict.rule, verdict.stage, verdict.path)
+"""
+
+
+@checks("CONST-1", "DA-1")
+def test_a_constant_an_inner_jit_closes_over_is_hoisted_too():
+    """With constants hoisted, an inner jit's constant is an argument of the whole program
+    (run in a process that imports JAX with the flag on)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS="1")
+    ran = subprocess.run([sys.executable, "-c", NESTED], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert ran.stdout.split() == ["True", "DA-1", "lower", "body[0].jit.constants[0]"], \
+        ran.stdout + ran.stderr[-2000:]
+
+
 # --------------------------------------------------------------------------- properties
 
 @checks("CONST-1", "REF-1", "REF-2", "REF-3", "DA-1")

@@ -73,7 +73,8 @@ def hoisted_constants(program: Program) -> tuple[tuple[str, Const], ...]:
     """A closed-over constant becomes an argument of the compiled program only when JAX hoists constants (off by default in jax 0.10.2) and it is an array of rank 1 or more and of more than 32 bytes that a live equation uses; any other constant is embedded in the program and takes no part in its device assignment.
 
     Bodies nested in live equations hoist theirs too; a closed-over ref is not a constant
-    (REF-1). Returns (path, constant) in order: the body's own, then its nested bodies'.
+    (REF-1). Returns (path, constant) in JAX's order: those the body returns, then equation
+    by equation those it takes and those of the bodies nested in it.
 
     >>> mesh = Mesh((2, 4), ("x", "y"), range(7, -1, -1))
     >>> c = Const(Value.placed((8, 8), NamedSharding(mesh, P())))
@@ -89,15 +90,30 @@ def hoisted_constants(program: Program) -> tuple[tuple[str, Const], ...]:
     """
     if not program.hoist_constants:
         return ()
-    found = []
-    for body, live, prefix in _bodies(program, live_parts(
-            program, everything=program.keep_unused), ""):
-        for k, (const, used) in enumerate(zip(body.consts, live.consts)):
-            value = const.value
-            if used and not const.ref and value.shape and \
-                    constant_bytes(value) > EMBEDDED_MAX_BYTES:
-                found.append((_path(prefix, k), const))
-    return tuple(found)
+    return tuple(_hoisted_in(program, live_parts(program, everything=program.keep_unused), ""))
+
+
+def _hoisted_in(body: Program, live: Live, prefix: str) -> Iterator[tuple[str, Const]]:
+    """CONST-1 over one body and the live bodies nested in it, in JAX's order."""
+    first, seen = len(body.inputs), set()
+
+    def taken(numbers: Any) -> Iterator[tuple[str, Const]]:
+        for n in numbers:
+            k = n - first
+            if 0 <= k < len(body.consts) and k not in seen:
+                seen.add(k)
+                value = body.consts[k].value
+                if not body.consts[k].ref and value.shape and \
+                        constant_bytes(value) > EMBEDDED_MAX_BYTES:
+                    yield _path(prefix, k), body.consts[k]
+
+    yield from taken(n for n, used in zip(body.outputs, live.outputs) if used)
+    for k, eq in enumerate(body.equations):
+        if live.equations[k]:
+            yield from taken(eq.operands)
+            if eq.body is not None and k in live.bodies:
+                yield from _hoisted_in(eq.body, live.bodies[k],
+                                       f"{equation_path(prefix, k)}.{eq.kind}.")
 
 
 # --------------------------------------------------------------------------- CONST-2
