@@ -157,10 +157,10 @@ def collective_shape(primitive: str, shape: tuple[int, ...], size: int,
     >>> collective_shape("reduce_scatter", (4, 2), 4, {"scatter_dimension": 0, "tiled": False})
     (2,)
     >>> collective_shape("all_to_all", (6, 2), 4, {"split_axis": 0, "concat_axis": 1,
-    ...                                            "tiled": True})
+    ...                                            "tiled": True, "axes": ("y",)})
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionValueError: [SMAP-21]: all_to_all over () (4 devices) splits dimension 0 of its operand of shape (6, 2), but that dimension has size 6
+    shardlaw.spec.core.rules.RejectionValueError: [SMAP-21]: all_to_all over ('y',) (4 devices) splits dimension 0 of its operand of shape (6, 2), but that dimension has size 6
     """
     axes = tuple(params.get("axes", ()))
     out = list(shape)
