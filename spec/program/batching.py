@@ -16,7 +16,8 @@ body equation by equation, the way JAX 0.10.2's batching rules do:
 
 * an equation none of whose operands is batched stays as it is (batchedness is tracked
   per value: an input mapped with ``None`` stays unbatched, and so does all that follows
-  from it alone);
+  from it alone), except that vmap walks a jit's body and checks a shard_map's specs
+  whatever their operands;
 * ``jit``: its body batched first, then its ``in_shardings`` and ``out_shardings`` at the
   batch axis of each operand and result (:func:`~shardlaw.spec.batch_sharding`: BAT-1 to
   BAT-7); the batched equation is marked unchecked, for JAX checks a jit's shardings
@@ -33,8 +34,9 @@ body equation by equation, the way JAX 0.10.2's batching rules do:
   (unsplit, or split over ``spmd_axis_name``, which its specs may not use: PBAT-1); the
   body is batched over the per-shard batch (the batch size divided by the spmd axes'
   sizes);
-* any other primitive (:class:`Opaque`): elementwise primitives and the collectives keep
-  their operands' batch axis; ``transpose`` and ``broadcast_in_dim`` put it first, a
+* any other primitive (:class:`Opaque`): elementwise primitives and the reductions keep
+  their operands' batch axis (an unbatched operand may be a scalar); ``all_gather``,
+  ``psum_scatter`` and ``all_to_all`` move their dimension parameters past it; ``transpose`` and ``broadcast_in_dim`` put it first, a
   ``broadcast_in_dim`` moving it there with a ``transpose`` first. Others are refused
   (PROG-0): the spec does not know their batching.
 
@@ -45,6 +47,10 @@ one jit call: the answer is the program ``describe_program`` reads from it, ``ja
 the function, whose body is the batched jit equation followed by those moves. A program of
 that form (no options, one jit equation over its inputs followed by moves only) is read
 back as the eager function it describes when vmapped again, so nested vmaps compose.
+
+The answer is marked unchecked (``Program.checked``): vmapped again, its example's checks
+are not made again (JAX made them on the first example, and the batched shardings may now
+split a batch unevenly, which only running the call refuses).
 
 A refusal is the rule's :class:`~shardlaw.spec.core.rules.Rejection` at stage ``trace``,
 located at the equation (``body[3]``, ``body[0].jit.body[1]``,
@@ -86,6 +92,31 @@ KEEPS_AXIS = frozenset({
     "convert_element_type", "reduce_precision", "add", "sub", "mul", "div", "max", "min",
     "pow", "psum", "psum_invariant", "pmax", "pmin", "pvary", "pcast", "ppermute",
 })
+
+
+
+def _gathered(params: dict, d: int, key: str) -> tuple[dict, int]:
+    """all_gather's and psum_scatter's batching: the dimension they gather or scatter moves
+    past a batch axis before it; a batch axis after it moves by one unless tiled."""
+    if d <= params[key]:
+        return {**params, key: params[key] + 1}, d
+    return params, d if params.get("tiled") else d + 1
+
+
+def _all_to_all(params: dict, d: int) -> tuple[dict, int]:
+    """all_to_all's batching: its split and concat axes move past the batch axis."""
+    return {**params, "split_axis": params["split_axis"] + (d <= params["split_axis"]),
+            "concat_axis": params["concat_axis"] + (d <= params["concat_axis"])}, d
+
+
+# Collectives whose batching rewrites a dimension parameter (JAX's batchers in
+# lax/parallel.py): name -> (parameters, batch axis) -> (parameters, the result's axis).
+SHIFTS = {
+    "all_gather": lambda p, d: _gathered(p, d, "all_gather_dimension"),
+    "all_gather_invariant": lambda p, d: _gathered(p, d, "all_gather_dimension"),
+    "reduce_scatter": lambda p, d: _gathered(p, d, "scatter_dimension"),
+    "all_to_all": _all_to_all,
+}
 
 # The primitives vmap stages after the call to move a result's batch axis.
 MOVES = ("transpose", "broadcast_in_dim")
@@ -242,7 +273,7 @@ def _rewrite_body(program: Program, dims: tuple, axis: _Axis, prefix: str) -> _R
         operands = [rw.operand(n) for n in eq.operands]
         numbers = tuple(n for n, _ in operands)
         in_dims = tuple(d for _, d in operands)
-        if all(d is None for d in in_dims):
+        if all(d is None for d in in_dims) and not isinstance(eq, (Jit, ShardMap)):
             rw.add(dataclasses.replace(eq, operands=numbers), (None,) * len(eq.results))
         else:
             with located(path):
@@ -289,6 +320,15 @@ class SpmdAxisInShardMap(Failure, rule="PBAT-1"):
     used: tuple
 
 
+@dataclasses.dataclass(frozen=True)
+class SpmdAxisNotInShardMapMesh(Failure, rule="PBAT-1", error=KeyError):
+    template = ("vmap's spmd_axis_name {names} names {axis!r}, which is not an axis of the "
+                "shard_map's mesh {mesh}: JAX looks its size up there")
+    names: tuple
+    axis: str
+    mesh: Any
+
+
 def _spec_axes(spec: PartitionSpec) -> set[str]:
     return {a for entry in spec.partitions
             for a in (entry if isinstance(entry, tuple) else (entry,)) if isinstance(a, str)}
@@ -296,10 +336,13 @@ def _spec_axes(spec: PartitionSpec) -> set[str]:
 
 @rule("PBAT-1", mirrors="jax._src.shard_map._shard_map_batch; "
                         "jax._src.shard_map._batch_out_specs")
-def check_shard_map_spmd_axes(specs: Any, names: tuple[str, ...], which: str) -> None:
-    """Under vmap with spmd_axis_name a shard_map's in_specs, and its out_specs once its body is batched, name none of the spmd axes.
+def check_shard_map_spmd_axes(specs: Any, names: tuple[str, ...], which: str,
+                              mesh: Any = None) -> None:
+    """Under vmap with spmd_axis_name a shard_map's in_specs, and its out_specs once its body is batched, name none of the spmd axes, and the spmd axes are axes of its mesh.
 
-    Without spmd_axis_name nothing is checked: the batch dimension is inserted unsplit.
+    JAX checks this of every shard_map vmap meets, its operands batched or not (KeyError
+    for an axis its mesh lacks, looked up after the in_specs are checked). Without
+    spmd_axis_name nothing is checked: the batch dimension is inserted unsplit.
 
     >>> check_shard_map_spmd_axes((P("x"), P()), ("y",), "in_specs")
     >>> check_shard_map_spmd_axes((P("x"), P(None, "y")), ("y",), "out_specs")
@@ -313,6 +356,9 @@ def check_shard_map_spmd_axes(specs: Any, names: tuple[str, ...], which: str) ->
     used = set().union(*map(_spec_axes, specs)) if specs else set()
     clash = tuple(sorted(set(names) & used))
     require(not clash, lambda: SpmdAxisInShardMap(tuple(names), which, clash))
+    for name in names if mesh is not None else ():
+        require(name in mesh.axis_names, lambda name=name: SpmdAxisNotInShardMapMesh(
+            tuple(names), name, mesh))
 
 
 # --------------------------------------------------------------------------- equations
@@ -321,7 +367,8 @@ def _batch_jit(eq: Jit, numbers: tuple, dims: tuple, axis: _Axis, path: str
                ) -> tuple[Jit, tuple]:
     """The jit equation vmap builds: its body batched, then its shardings."""
     body = _batch_jit_body(eq.body, dims, axis, f"{path}.jit.", f"{path}.jit.")
-    return Jit(numbers, body=body[0], name=eq.name, checked=False), body[1]
+    checked = eq.checked and all(d is None for d in dims)
+    return Jit(numbers, body=body[0], name=eq.name, checked=checked), body[1]
 
 
 def _batch_jit_body(body: Program, dims: tuple, axis: _Axis, prefix: str, where: str
@@ -389,11 +436,12 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: _Axis, pat
     sizes = eq.mesh.sizes_by_name if names is not None else {}
     if names is not None:
         with located(f"{path}.shard_map.in_specs"):
-            check_shard_map_spmd_axes(eq.in_specs, names, "in_specs")
+            check_shard_map_spmd_axes(eq.in_specs, names, "in_specs", eq.mesh)
     in_specs = tuple(sp if d is None else _batch_spec(sp, d, entry)
                      for sp, d in zip(eq.in_specs, dims))
     per_shard = axis.size // math.prod(sizes.get(n, 1) for n in (names or ()))
-    inner = _Axis(per_shard, names, axis.context, frozenset(names or ()))
+    inner = _Axis(per_shard, names, axis.context,
+                  frozenset(names or ()) if eq.check_vma else frozenset())
     rw = _rewrite_body(eq.body, dims, inner, f"{path}.shard_map.")
     outputs = tuple(rw.number[n] for n in eq.body.outputs)
     out_dims = tuple(rw.dims[n] for n in outputs)
@@ -422,10 +470,17 @@ def _batch_opaque(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path:
     assert isinstance(eq, Opaque)
     name, size = eq.primitive, rw.axis.size
     mapped = {d for d in dims if d is not None}
-    if name in KEEPS_AXIS and len(mapped) == 1 and None not in dims:
+    scalars = all(d is not None or rw.types[n].shape == () for n, d in zip(numbers, dims))
+    if name in KEEPS_AXIS and len(mapped) == 1 and scalars:
         d = mapped.pop()
         results = tuple(_batched_type(r, d, size, rw.axis.varying) for r in eq.results)
         rw.add(dataclasses.replace(eq, operands=numbers, results=results), (d,) * len(results))
+        return
+    if name in SHIFTS and len(dims) == 1:
+        params, d = SHIFTS[name](dict(eq.params), dims[0])
+        results = tuple(_batched_type(r, d, size, rw.axis.varying) for r in eq.results)
+        rw.add(dataclasses.replace(eq, operands=numbers, results=results,
+                                   params=tuple(sorted(params.items()))), (d,))
         return
     if name == "transpose" and len(dims) == 1:
         perm = tuple(_param(eq, "permutation"))
@@ -446,7 +501,7 @@ def _batch_opaque(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path:
         return
     check_program(False, f"the primitive {name!r} at {path} under vmap",
                   f"one whose batching the spec knows ({sorted(KEEPS_AXIS)} with every "
-                  f"operand batched at one axis, or {MOVES})", dims)
+                  f"operand batched at one axis, {sorted(SHIFTS)}, or {MOVES})", dims)
 
 
 def _param(eq: Opaque, name: str) -> Any:
@@ -547,7 +602,7 @@ def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
                                                 in_axes, size)
         names = _names(spmd_axis_name)
         wrapper = _is_wrapper(program)
-        if not wrapper:
+        if not wrapper and program.checked:
             _check_example(program)
         inputs = tuple(batched_input(v, a, size) for v, a in zip(program.inputs, axes))
         axis = _Axis(size, names, program.context_mesh)
@@ -597,5 +652,5 @@ def _answer(inputs: tuple[Value, ...], rw: _Rewrite, outputs: list[int]) -> Prog
     if (len(rw.equations) == 1 and isinstance(first, Jit)
             and first.operands == tuple(range(count))
             and outputs == list(range(count, count + len(first.results)))):
-        return dataclasses.replace(first.body, inputs=inputs)
+        return dataclasses.replace(first.body, inputs=inputs, checked=False)
     return Program(inputs, tuple(rw.equations), tuple(outputs))
