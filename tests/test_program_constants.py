@@ -36,8 +36,8 @@ MESH = Mesh.iota((2, 4), ("x", "y"))
 REVERSED = Mesh((2, 4), ("x", "y"), range(7, -1, -1))
 X = Value.placed((8, 8), NamedSharding(MESH, P("x")))
 
-EXAMPLES = max(settings.default.max_examples // 2, 30)
-HOISTED_EXAMPLES = max(settings.default.max_examples // 4, 20)
+EXAMPLES = max(settings.default.max_examples // 4, 20)
+HOISTED_EXAMPLES = max(settings.default.max_examples // 10, 15)
 
 
 @pytest.fixture(scope="module")
