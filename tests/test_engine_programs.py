@@ -154,6 +154,37 @@ def test_a_dead_constraint_takes_no_part_unless_the_jit_keeps_unused_inputs():
     _refused(Case((X,), body, keep_unused=True), "DA-1", "lower", "body[0]")
 
 
+@pytest.mark.parametrize("kind", ["scan", "cond"])
+def test_a_constraint_in_a_scan_or_a_cond_is_walked_too(kind):
+    """The bodies of any equation are walked, as JAX lists their shardings (the spec does
+    not describe scans and conds yet): held to JAX's own refusal, at the branch's path."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+    reversed_mesh = jax.sharding.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
+    constrained = JaxNamedSharding(reversed_mesh, JaxP())
+
+    def looped(a):
+        def step(c, _):
+            return jax.lax.with_sharding_constraint(c * 2, constrained), None
+        return jax.lax.scan(step, a, None, length=3)[0]
+
+    def branched(a):
+        return jax.lax.cond(a[0, 0] > 0, lambda b: jax.lax.with_sharding_constraint(
+            b, constrained), lambda b: b * 2, a)
+
+    fn, path = {"scan": (looped, "body[0].scan.body[1]"),
+                "cond": (branched, "body[4].cond[1].body[0]")}[kind]
+    x = jax.device_put(np.ones((8, 8), np.float32), JaxNamedSharding(mesh, JaxP("x")))
+    with pytest.raises(ValueError) as theirs:
+        jax.jit(fn).trace(x).lower()
+    with pytest.raises(ValueError) as mine:
+        engine.jit(fn).trace(x).lower()
+    assert (mine.value.rule, mine.value.path) == ("DA-1", path)
+    assert str(mine.value).startswith(str(theirs.value).strip())
+    on_its_devices = jax.device_put(np.ones((8, 8), np.float32),
+                                    JaxNamedSharding(reversed_mesh, JaxP("x")))
+    assert engine.jit(fn).explain(on_its_devices).inside == ((path, constrained),)
+
+
 def test_a_shard_map_over_the_devices_in_reverse_is_refused_at_its_mesh():
     reversed_mesh = jax.sharding.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
     mapped = engine.jit(jax.shard_map(lambda a: a, mesh=reversed_mesh, in_specs=JaxP("x"),
