@@ -48,7 +48,7 @@ def _stop_pools_after_module():
 
 
 @checks(*RULES)
-@settings(max_examples=examples(60), deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @example(case=SPLIT_NUMPY)
 @given(case=process_examples(devices=4))
 def test_two_processes_agree_with_jax(case):
@@ -71,7 +71,7 @@ def test_a_process_that_dies_fails_the_example_and_ends_the_pool():
 @checks(*RULES)
 @example(case=SPLIT_NUMPY)
 @example(case=CROSSED)
-@settings(max_examples=examples(40), deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(case=process_examples(devices=8))
 def test_four_processes_agree_with_jax(case):
     """In a program of 4 processes, each answers like JAX in that process."""
