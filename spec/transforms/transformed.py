@@ -12,12 +12,24 @@ words, and in both cases the trace of the rules that fired, in order.
 The JAX bridge (``shardlaw.spec.bridge.transforms``) builds a :class:`TransformedCall`
 from real JAX objects, as ``describe_call`` builds a :class:`~shardlaw.spec.jit.call.Call`;
 test vectors (``vectors/transforms/``) store one with its verdict.
+
+Deprecated (issue 23): the registry and :func:`explain_transformed` retire onto whole
+programs. A question with a whole-program form (:data:`PROGRAM_FORMS`) is asked by
+describing the program (:class:`~shardlaw.spec.program.description.Program`), applying the
+program transformation named there (``vmap_program``, ...) and asking
+:func:`~shardlaw.spec.program.explain.explain_program`;
+:mod:`shardlaw.spec.vectors.transformed_migration` writes a :class:`TransformedCall` so
+(``ask_program``) and ``shardlaw vectors migrate`` its stored vectors. The other questions
+are facts of one equation and stay, called directly by their function. Calling
+:func:`explain_transformed` warns (DeprecationWarning) and names what to use instead;
+``TRANSFORMS`` stays importable for its users.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import warnings
 from typing import Any, Callable, Mapping
 
 from . import arguments
@@ -28,7 +40,8 @@ from . import shardmap
 from ..jit.call import check_call
 from ..core.rules import Rejection, explain, tracing
 
-__all__ = ["TRANSFORMS", "TransformedCall", "TransformedVerdict", "explain_transformed"]
+__all__ = ["TRANSFORMS", "PROGRAM_FORMS", "TransformedCall", "TransformedVerdict",
+           "explain_transformed"]
 
 # The questions a transformed call may ask: name -> the spec function that answers it.
 TRANSFORMS: dict[str, Callable[..., Any]] = {
@@ -45,6 +58,12 @@ TRANSFORMS: dict[str, Callable[..., Any]] = {
         shardmap.manual_sharding,
         arguments.place_argument,
     )
+}
+
+# The questions with a whole-program form: name -> the program function to use instead
+# (with explain_program; shardlaw.spec.vectors.transformed_migration asks them so).
+PROGRAM_FORMS: dict[str, str] = {
+    "vmap_jit": "shardlaw.spec.program.batching.vmap_program",
 }
 
 
@@ -141,6 +160,14 @@ def explain_transformed(call: TransformedCall) -> TransformedVerdict:
     """
     check_call(isinstance(call, TransformedCall), "the transformed call",
                "a TransformedCall", call)
+    instead = PROGRAM_FORMS.get(call.transform)
+    warnings.warn(f"explain_transformed({call.transform!r}) is deprecated: "
+                  + (f"describe the program and use {instead} with explain_program"
+                     if instead else "this per-equation question stays, but the registry "
+                     "retires; call shardlaw.spec.transforms."
+                     f"{TRANSFORMS[call.transform].__module__.rpartition('.')[2]}."
+                     f"{call.transform} directly") + " (docs/transformed-calls.rst)",
+                  DeprecationWarning, stacklevel=2)
     function = TRANSFORMS[call.transform]
     with tracing() as fired:
         try:

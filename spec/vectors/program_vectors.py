@@ -28,7 +28,7 @@ import importlib
 import json
 from typing import Any, Callable
 
-from ..core.rules import Rejection, reject
+from ..core.rules import Rejection, reject, tracing
 from ..program.description import Program
 from ..program.explain import UNTIL, ProgramVerdict, explain_program
 from .jit_vectors import _check_label
@@ -265,8 +265,20 @@ class _Labelled:
 
 def replay_program(vector: ProgramVector) -> ProgramVerdict:
     """The spec's verdict on the vector's question: its transformations applied, then
-    :func:`~shardlaw.spec.explain_program` until its stage."""
-    return explain_program(vector.transformed(), until=vector.until)
+    :func:`~shardlaw.spec.explain_program` until its stage. A transformation that refuses
+    the program (vmap's BAT rules, AD-0 ...) is the verdict: refused by its rule, at the
+    stage it raised in (``trace``), with its path."""
+    with tracing() as fired:
+        try:
+            program = vector.transformed()
+        except Rejection as error:
+            failure = error.failure
+            return ProgramVerdict(False, tuple(dict.fromkeys(fired)), rule=failure.rule,
+                                  error_type=failure.error_type.__name__,
+                                  jax_error=failure.jax_error, message=str(error),
+                                  path=error.path, stage=error.stage or "trace",
+                                  until=vector.until)
+    return explain_program(program, until=vector.until)
 
 
 def program_differences(vector: ProgramVector, actual: ProgramVerdict | None = None

@@ -14,7 +14,7 @@ import textwrap
 from typing import Any, TextIO
 
 __all__ = ["is_transformed_text", "load_piece", "check_transformed", "replay_transformed",
-           "hits_of", "generate_transformed"]
+           "hits_of", "generate_transformed", "migrate_transformed"]
 
 _FORMAT = re.compile(r'"format"\s*:\s*"shardlaw-transformed-call"')
 
@@ -164,3 +164,55 @@ def generate_transformed(args: argparse.Namespace, out: TextIO) -> int:
         for line in report.disagreements[:10]:
             out.write(_fill(line[:600], "  - ", "    ") + "\n")
     return 1 if report.disagreements else 0
+
+
+def migrate_transformed(args: argparse.Namespace, out: TextIO) -> int:
+    """``shardlaw vectors migrate SRC DST``: each transformed-call vector under SRC whose
+    question has a whole-program form written as a program vector under DST/<family>/ (its
+    expected verdict the program path's); the others counted per transform with the reason
+    they stay per-equation; and every migrated question asked through the program path and
+    compared with the old vector's expectation (0 none differ, 1 some differ, 2 bad
+    input)."""
+    import collections
+    from pathlib import Path
+
+    from shardlaw.cli_errors import CommandExit
+    from shardlaw.spec.core.rules import Rejection
+    from shardlaw.spec.vectors.jit_vectors import vector_text
+    from shardlaw.spec.vectors.transformed_migration import (
+        NoProgramForm, ask_program, migrate_vector, old_differences,
+    )
+    from shardlaw.spec.vectors.transformed_vectors import load_transformed
+    source, target = Path(args.source), Path(args.target)
+    files = sorted(source.rglob("*.json")) if source.is_dir() else [source]
+    vectors = [(p, load_transformed(p.read_text())) for p in files
+               if is_transformed_text(p.read_text())]
+    if not vectors:
+        raise CommandExit(2, f"{source} holds no transformed-call vectors")
+    old = sorted(target.rglob("*.json")) if target.is_dir() else []
+    if old and not args.replace:
+        raise CommandExit(2, f"{target} already holds {len(old)} vector(s) (use --replace)")
+    for path in old:
+        path.unlink()
+    written, kept, differ = 0, collections.Counter(), []
+    for path, vector in vectors:
+        try:
+            document = migrate_vector(vector)
+        except (NoProgramForm, Rejection) as why:
+            kept[vector.call.transform, str(why)] += 1
+            continue
+        where = target / path.parent.name / path.name
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.write_text(vector_text(document))
+        written += 1
+        if vector.expect is not None:
+            problems = old_differences(vector.expect, ask_program(vector.call))
+            differ += [f"{vector.name}: {p}" for p in problems]
+    out.write(f"Migrated {written} of {len(vectors)} transformed-call vector(s) into "
+              f"{target}; {sum(kept.values())} stay per-equation; {len(differ)} "
+              f"disagreement(s) with their old expectations\n")
+    for (transform, why), n in sorted(kept.items()):
+        out.write(_fill(f"{transform} ({n}): {why}", "  ", "    ") + "\n")
+    for line in differ[:20]:
+        out.write(_fill(line[:600], "  - ", "    ") + "\n")
+    return 1 if differ else 0

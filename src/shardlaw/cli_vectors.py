@@ -84,6 +84,18 @@ def add_parsers(subparsers: Any) -> None:
                           help="write program vectors (whole programs: their bodies' "
                                "equations) under DIR/programs/<rule>/ instead")
     generate.set_defaults(handler=_guarded(generate_command))
+    migrate = commands.add_parser(
+        "migrate", help="write transformed-call vectors as program vectors (the program path)")
+    migrate.add_argument("source", metavar="SRC", help="transformed-call vectors (a directory)")
+    migrate.add_argument("target", metavar="DST", help="where to write the program vectors")
+    migrate.add_argument("--replace", action="store_true",
+                         help="delete the .json files already under DST first")
+    migrate.set_defaults(handler=_guarded(_migrate_command))
+
+
+def _migrate_command(args: argparse.Namespace, out: TextIO) -> int:
+    from shardlaw.cli_transform_vectors import migrate_transformed
+    return migrate_transformed(args, out)
 
 
 def _guarded(command: Any) -> Any:

@@ -1,0 +1,283 @@
+"""The transformed-call questions asked of whole programs: the registry's retirement path.
+
+A :class:`~shardlaw.spec.transforms.transformed.TransformedCall` asks one per-equation spec
+function (``TRANSFORMS``, deprecated). Where the question has a whole-program form,
+:func:`program_form` writes it as a :class:`~shardlaw.spec.program.description.Program`
+with the transformations the spec applies to it (``vmap_program`` ...) and says how to read
+the old answer back from the rewritten program and its
+:class:`~shardlaw.spec.program.explain.ProgramVerdict`; :func:`ask_program` asks the
+program path and answers with a :class:`~shardlaw.spec.transforms.transformed.TransformedVerdict`
+(its result read back; a refusal's rule, exception types and path; the trace is the program
+path's own, which names other rules than the per-equation function's); and
+:func:`migrate_vector` writes a stored transformed-call vector as a program vector
+(:mod:`~shardlaw.spec.vectors.program_vectors`), its expected verdict the program path's.
+
+Questions with a program form:
+
+* ``vmap_jit`` — a Program whose body is the jit call of one example (its in/out
+  shardings, a result per ``result_ranks`` made where ``result_axes`` puts its batch axis),
+  under ``vmap_program`` with ``out_axes`` at the results' batch axes (so vmap moves
+  nothing after the call); the answer is the rewritten jit's in/out shardings
+  (:class:`~shardlaw.spec.transforms.batching.BatchedJit`).
+
+The others are listed in :data:`PER_EQUATION` with the reason they stay per-equation
+questions (a fact of one equation with no program to ask, or a form not written yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from ..core.rules import Rejection, explain, tracing
+from ..core.shardings import UNSPECIFIED
+from ..program.batching import vmap_program
+from ..program.description import Opaque, Program, Value
+from ..program.explain import ProgramVerdict, explain_program
+from ..transforms import batching
+from ..transforms.batching import BatchedJit, check_vmap_parameters
+from ..transforms.transformed import PROGRAM_FORMS, TransformedCall, TransformedVerdict
+from .program_vectors import ProgramVector, dump_program, replay_program
+from .transformed_vectors import TransformedVector
+
+__all__ = ["PER_EQUATION", "PROGRAM_FUNCTIONS", "ProgramForm", "NoProgramForm",
+           "program_form", "ask_program", "migrate_vector", "old_differences"]
+
+# The program function to use instead of each question that has a program form.
+PROGRAM_FUNCTIONS: dict[str, str] = PROGRAM_FORMS
+
+# The questions that stay per-equation, and why.
+PER_EQUATION: dict[str, str] = {
+    "batch_sharding": "one sharding batched at one axis: a fact of a single sharding, "
+                      "asked inside vmap_jit's program form",
+    "nonzero_outputs": "which outputs of one jit equation carry tangents: a fact of a "
+                       "JitBody summary (dependencies), not of a program",
+    "jvp_equation": "its JitBody is a summary (dependencies, forwarding, residuals) "
+                    "that no Program is written from yet",
+    "linearized_primal": "its JitBody is a summary that no Program is written from yet",
+    "linearized_tangent": "its JitBody is a summary that no Program is written from yet",
+    "linearized_equations": "its JitBody is a summary that no Program is written from yet",
+    "transposed_equation": "its JitBody is a summary that no Program is written from yet",
+    "known_equation": "partial evaluation of one JitBody summary: no program function "
+                      "splits known from unknown yet",
+    "unknown_equation": "partial evaluation of one JitBody summary: no program function "
+                        "splits known from unknown yet",
+    "partially_evaluated": "partial evaluation of one JitBody summary: no program "
+                           "function splits known from unknown yet",
+    "pruned_equation": "dead-code elimination of one JitBody summary: no program "
+                       "function prunes a jit equation on its own yet",
+    "with_sharding_constraint": "the program form is not written yet",
+    "batch_constraint": "the program form is not written yet",
+    "lower_constraints": "the program form is not written yet",
+    "constrained_result": "the program form is not written yet",
+    "check_shard_map": "the program form is not written yet",
+    "manual_axes_of": "which mesh axes a shard_map makes manual: a fact of one mesh and "
+                      "one axis set",
+    "per_shard_shape": "one value's per-shard shape under a spec: a fact of one type",
+    "unshard_shape": "one value's global shape from its per-shard shape: a fact of one "
+                     "type",
+    "replica_groups": "one collective's replica groups over a mesh: a fact of one mesh "
+                      "and axes",
+    "collective_groups": "one collective's groups over a mesh: a fact of one mesh and axes",
+    "manual_sharding": "the sharding a shard_map's body sees: a fact of one mesh and spec",
+    "place_argument": "the program form is not written yet",
+}
+
+
+class NoProgramForm(Exception):
+    """This call's question has no whole-program form; ``str()`` says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramForm:
+    """A transformed call as a program question: the program (one example), the
+    transformations applied to it (``(name, ((keyword, value), ...))``, innermost first,
+    as a program vector holds them), the last stage asked about, and ``read``: the old
+    answer, from the rewritten program and the program path's verdict."""
+
+    program: Program
+    transforms: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+    until: str
+    read: Callable[[Program, ProgramVerdict], Any]
+    paths: tuple[tuple[str, str], ...] = ()
+
+    def old_path(self, path: str | None) -> str | None:
+        """A program path's refusal location as the per-equation question names it."""
+        for new, old in self.paths:
+            if path is not None and path.startswith(new):
+                return old + path[len(new):]
+        return path
+
+
+# --------------------------------------------------------------------------- vmap_jit
+
+def _example_shape(shape: tuple[int, ...], axis: int | None) -> tuple[int, ...]:
+    return shape if axis is None else shape[:axis] + shape[axis + 1:]
+
+
+def _result_equation(rank: int, axis: int | None, examples: list[tuple[int, ...]],
+                     axes: tuple[int | None, ...], j: int) -> Opaque:
+    """An equation making result ``j`` of rank ``rank`` whose batch axis vmap puts at
+    ``axis`` (None: unbatched): a constant (an ``iota``), an elementwise ``copy`` of an
+    argument batched at that axis, or a ``broadcast_in_dim`` of a batched argument (its
+    batch axis first)."""
+    if axis is None:
+        shape = (8,) * rank
+        return Opaque((), (Value.typed(shape),), primitive="iota",
+                      params=(("dimension", 0), ("shape", shape)))
+    for i, (shape, a) in enumerate(zip(examples, axes)):
+        if a == axis and len(shape) == rank:
+            return Opaque((i,), (Value.typed(shape),), primitive="copy")
+    if axis == 0:
+        for i, (shape, a) in enumerate(zip(examples, axes)):
+            if a is not None and len(shape) <= rank:
+                out = (8,) * (rank - len(shape)) + shape
+                kept = tuple(range(rank - len(shape), rank))
+                return Opaque((i,), (Value.typed(out),), primitive="broadcast_in_dim",
+                              params=(("broadcast_dimensions", kept), ("sharding", None),
+                                      ("shape", out)))
+    raise NoProgramForm(f"result {j} has its batch axis at {axis}, where no described "
+                        f"primitive of one example puts it (no argument of rank {rank} "
+                        f"batched there)")
+
+
+def _vmap_jit_form(call: TransformedCall) -> ProgramForm:
+    k = {"in_axes": 0, "result_axes": 0, "axis_size": None, "spmd_axis_name": None,
+         "context_mesh": None, "arg_specs": None, **call.keywords}
+    shapes, axes, size = check_vmap_parameters(k["arg_shapes"], k["in_axes"], k["axis_size"])
+    specs = batching._arg_specs(k["arg_specs"], shapes)
+    if any(any(dim) for spec in specs for dim in spec):
+        raise NoProgramForm("arguments split over Explicit mesh axes (BAT-9): "
+                            "vmap_program does not describe them")
+    ranks = k["result_ranks"]
+    if not isinstance(ranks, (tuple, list)) or not all(type(r) is int for r in ranks):
+        raise NoProgramForm("result_ranks is not a list of ranks: no example to write")
+    batching._spmd_names(k["spmd_axis_name"])
+    ins = batching._leaves(k["arg_shardings"], len(shapes), "arg_shardings")
+    outs = batching._leaves(k["result_shardings"], len(ranks), "result_shardings")
+    result_axes = batching._result_axes(k["result_axes"], tuple(ranks))
+    context = batching._context(k["context_mesh"])
+    examples = [_example_shape(s, a) for s, a in zip(shapes, axes)]
+    equations = tuple(_result_equation(r, a, examples, axes, j)
+                      for j, (r, a) in enumerate(zip(ranks, result_axes)))
+    count = len(examples)
+    try:
+        program = Program(tuple(Value.numpy(s) for s in examples), equations,
+                          tuple(range(count, count + len(equations))), in_shardings=ins,
+                          out_shardings=outs, context_mesh=context, checked=False)
+    except Rejection as error:
+        raise NoProgramForm(f"the jit call is not a program description: {error}") from None
+    arguments = (("in_axes", axes), ("out_axes", result_axes), ("axis_size", size),
+                 ("spmd_axis_name", k["spmd_axis_name"]))
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> BatchedJit:
+        return BatchedJit(tuple(rewritten.in_shardings) or (UNSPECIFIED,) * count,
+                          tuple(rewritten.out_shardings), size)
+
+    return ProgramForm(program, (("vmap", arguments),), "trace", read,
+                       (("in_shardings", "arg_shardings"), ("out_shardings", "result_shardings")))
+
+
+_FORMS: dict[str, Callable[[TransformedCall], ProgramForm]] = {
+    "vmap_jit": _vmap_jit_form,
+}
+
+
+def program_form(call: TransformedCall) -> ProgramForm:
+    """The program form of ``call``'s question; :class:`NoProgramForm` (with the reason)
+    where it has none, a :class:`~shardlaw.spec.core.rules.Rejection` where the call's
+    own parameters are refused before any program exists (as vmap refuses them, BAT-0)."""
+    if call.transform not in _FORMS:
+        raise NoProgramForm(PER_EQUATION.get(call.transform, "no program form"))
+    return _FORMS[call.transform](call)
+
+
+def _transformed(form: ProgramForm) -> Program:
+    from .program_vectors import _transformation
+    program = form.program
+    for name, arguments in form.transforms:
+        program = _transformation(name)(program, **dict(arguments))
+    return program
+
+
+def _refusal(error: Rejection, trace: list[str], form: ProgramForm | None
+             ) -> TransformedVerdict:
+    failure = error.failure
+    path = error.path if form is None else form.old_path(error.path)
+    return TransformedVerdict(
+        accepted=False, trace=tuple(trace), rule=failure.rule,
+        error_type=failure.error_type.__name__,
+        jax_error=getattr(failure, "jax_error", None) or failure.error_type.__name__,
+        message=explain(failure, path), path=path)
+
+
+def ask_program(call: TransformedCall) -> TransformedVerdict:
+    """The answer to ``call`` asked through the program path: its program form
+    transformed and explained, the old result read back (NoProgramForm where it has
+    none).
+
+    >>> from shardlaw.spec import Mesh, P, NamedSharding
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> verdict = ask_program(TransformedCall.of(
+    ...     "vmap_jit", arg_shardings=[NamedSharding(mesh, P("y"))], result_shardings=[],
+    ...     arg_shapes=[(4, 8)], result_ranks=[], spmd_axis_name="x"))
+    >>> verdict.accepted, verdict.result.in_shardings
+    (True, (NamedSharding(Mesh({'x': 2, 'y': 4}), P('x', 'y')),))
+    >>> ask_program(TransformedCall.of(
+    ...     "vmap_jit", arg_shardings=[NamedSharding(mesh, P("y"))], result_shardings=[],
+    ...     arg_shapes=[(4, 8)], result_ranks=[], spmd_axis_name="y")).rule
+    'BAT-4'
+    """
+    form = None
+    with tracing() as fired:
+        try:
+            form = program_form(call)
+            rewritten = _transformed(form)
+        except Rejection as error:
+            return _refusal(error, list(fired), form)
+    verdict = explain_program(rewritten, until=form.until)
+    if not verdict.accepted:
+        return TransformedVerdict(False, tuple(fired) + verdict.trace, rule=verdict.rule,
+                                  error_type=verdict.error_type, jax_error=verdict.jax_error,
+                                  message=verdict.message, path=form.old_path(verdict.path))
+    return TransformedVerdict(True, tuple(fired) + verdict.trace,
+                              result=form.read(rewritten, verdict))
+
+
+def migrate_vector(vector: TransformedVector) -> dict:
+    """The program vector of a stored transformed-call vector: its program form, its
+    transformations, and the program path's verdict as the expected one (named as the old
+    vector is, labelled with its rule and ``from-<its side>``). NoProgramForm where the
+    question has none; a Rejection where its parameters are refused before any program
+    exists."""
+    form = program_form(vector.call)
+    question = ProgramVector(form.program, form.transforms, form.until)
+    verdict = replay_program(question)
+    described = (f"migrated from the transformed-call vector {vector.name} "
+                 f"({vector.call.transform})")
+    return dump_program(form.program, verdict, transforms=form.transforms, until=form.until,
+                        name=vector.name, rule=vector.rule, side=f"from-{vector.side}",
+                        description=described)
+
+
+def old_differences(expected: TransformedVerdict, actual: TransformedVerdict) -> list[str]:
+    """How the program path's answer ``actual`` differs from a per-equation verdict
+    ``expected`` (empty: the same answer): accepted, the result; refused, the rule, the
+    exception types and the path. The traces are not compared: the program path fires
+    its own rules (the program's checks, the stages of ``explain_program``).
+
+    >>> refused = TransformedVerdict(False, ("BAT-4",), rule="BAT-4", error_type="Exception",
+    ...                              jax_error="DuplicateSpecError", path="arg_shardings[0]")
+    >>> old_differences(refused, dataclasses.replace(refused, trace=("PROG-1", "BAT-4")))
+    []
+    >>> old_differences(refused, TransformedVerdict(True, result=None))
+    ['expected a refusal by BAT-4, the program path accepts']
+    """
+    if expected.accepted != actual.accepted:
+        return [f"expected a refusal by {expected.rule}, the program path accepts"
+                if actual.accepted else f"expected acceptance, the program path refuses "
+                f"with {actual.rule} at {actual.path}: {actual.message}"]
+    names = ("result",) if expected.accepted else ("rule", "error_type", "jax_error", "path")
+    return [f"{n}: expected {getattr(expected, n)!r}, the program path gives "
+            f"{getattr(actual, n)!r}" for n in names
+            if getattr(expected, n) != getattr(actual, n)]
