@@ -300,8 +300,8 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
     """The tangent of a primitive: linear ones applied to the tangents (a zero tangent of
     an operand of ``add``/``sub`` dropped), ``sin`` times its ``cos``, others opaque."""
     name = eq.primitive
-    types = [tape.type_of(t) for t in moving if t is not None]
-    results = tuple(_joined(r, types) for r in eq.results)
+    # A tangent has its primal's type (JAX's tangent avals), the mesh included.
+    results = eq.results
     if name in ("add", "add_any", "sub") and None in moving:
         (k,) = [k for k, t in enumerate(moving) if t is not None]
         if name == "sub" and k == 1:
@@ -311,7 +311,6 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
         return list(tape.emit(_opaque(name, results, eq.params, len(moving)), tuple(moving)))
     if NONLINEAR.get(name) is not None:
         (cos,) = tape.primal.opaque(NONLINEAR[name], operands, eq.results, eq.params)
-        results = (_joined(eq.results[0], types + [tape.primal.types[cos]]),)
         return list(tape.emit(_opaque("mul", results, count=2),
                               (moving[0], tape.residual(cos))))
     given = tuple(t for t in moving if t is not None)
@@ -659,8 +658,11 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
         elif name in ("neg", "mul"):
             out.append((n, body.opaque(name, (ct,) + others, result, eq.params)[0]))
         elif name in ("reduce_sum", "broadcast_in_dim"):
+            # The cotangent has its operand's shape, over the mesh the operand's type and
+            # the incoming cotangent's agree on (seen on JAX's transposes).
             swapped = "broadcast_in_dim" if name == "reduce_sum" else "reduce_sum"
-            out.append((n, body.opaque(swapped, (ct,), result)[0]))
+            typed = _joined(types[n], [types[n], body.types[ct]])
+            out.append((n, body.opaque(swapped, (ct,), (typed,))[0]))
         else:
             out.append((n, body.opaque(f"transposed_{name}", (ct,) + others, result,
                                        eq.params)[0]))
