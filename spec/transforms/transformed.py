@@ -64,6 +64,10 @@ TRANSFORMS: dict[str, Callable[..., Any]] = {
 # (with explain_program; shardlaw.spec.vectors.transformed_migration asks them so).
 PROGRAM_FORMS: dict[str, str] = {
     "vmap_jit": "shardlaw.spec.program.batching.vmap_program",
+    "with_sharding_constraint": "a ShardingConstraint equation per constrained value",
+    "constrained_result": "a ShardingConstraint equation whose result the program returns",
+    "lower_constraints": "a ShardingConstraint equation per constraint, its results returned",
+    "batch_constraint": "shardlaw.spec.program.batching.vmap_program",
 }
 
 
@@ -162,9 +166,10 @@ def explain_transformed(call: TransformedCall) -> TransformedVerdict:
                "a TransformedCall", call)
     instead = PROGRAM_FORMS.get(call.transform)
     warnings.warn(f"explain_transformed({call.transform!r}) is deprecated: "
-                  + (f"describe the program and use {instead} with explain_program"
-                     if instead else "this per-equation question stays, but the registry "
-                     "retires; call shardlaw.spec.transforms."
+                  + (f"describe the program (shardlaw.spec.program.description.Program) "
+                     f"with {instead} and ask shardlaw.spec.explain_program" if instead else
+                     "this per-equation question stays, but the registry retires; call "
+                     f"shardlaw.spec.transforms."
                      f"{TRANSFORMS[call.transform].__module__.rpartition('.')[2]}."
                      f"{call.transform} directly") + " (docs/transformed-calls.rst)",
                   DeprecationWarning, stacklevel=2)

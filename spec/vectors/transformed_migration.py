@@ -16,9 +16,21 @@ Questions with a program form:
 
 * ``vmap_jit`` — a Program whose body is the jit call of one example (its in/out
   shardings, a result per ``result_ranks`` made where ``result_axes`` puts its batch axis),
-  under ``vmap_program`` with ``out_axes`` at the results' batch axes (so vmap moves
-  nothing after the call); the answer is the rewritten jit's in/out shardings
+  unchecked (the question is about the batched equation: JAX checked the jit's shardings
+  on the example), under ``vmap_program`` with ``out_axes`` at the results' batch axes (so
+  vmap moves nothing after the call); the answer is the rewritten jit's in/out shardings
   (:class:`~shardlaw.spec.transforms.batching.BatchedJit`).
+* ``with_sharding_constraint`` — with_sharding_constraint's own argument checks (WSC-0 ..
+  WSC-3: the shardings tree and its leaves, resolved) first, then a Program with one input
+  and one ``ShardingConstraint`` per leaf, traced; the answer is each equation's
+  :class:`~shardlaw.spec.transforms.constraint.Constraint` (whether it leaves an equation:
+  not under an all-Explicit context mesh).
+* ``constrained_result`` — a Program returning one constrained value, run; the answer is
+  the result's sharding (None where the compiler chooses).
+* ``batch_constraint`` — that Program under ``vmap_program`` with the batch axis at
+  ``batch_dim``; the answer is the batched constraint equation.
+* ``lower_constraints`` — a Program returning every constrained value, run; the answer is
+  its device assignment's ids.
 
 The others are listed in :data:`PER_EQUATION` with the reason they stay per-equation
 questions (a fact of one equation with no program to ask, or a form not written yet).
@@ -30,11 +42,15 @@ import dataclasses
 from typing import Any, Callable
 
 from ..core.rules import Rejection, explain, tracing
-from ..core.shardings import UNSPECIFIED
+from ..core.shardings import UNSPECIFIED, NamedSharding
+from ..core.values import Mesh
+from ..jit.call import Arg
 from ..program.batching import vmap_program
-from ..program.description import Opaque, Program, Value
+from ..program.description import Opaque, Program, ShardingConstraint, Value
 from ..program.explain import ProgramVerdict, explain_program
-from ..transforms import batching
+from ..transforms import batching, constraint
+from ..transforms.autodiff import all_explicit
+from ..transforms.constraint import Constraint
 from ..transforms.batching import BatchedJit, check_vmap_parameters
 from ..transforms.transformed import PROGRAM_FORMS, TransformedCall, TransformedVerdict
 from .program_vectors import ProgramVector, dump_program, replay_program
@@ -66,10 +82,6 @@ PER_EQUATION: dict[str, str] = {
                            "function splits known from unknown yet",
     "pruned_equation": "dead-code elimination of one JitBody summary: no program "
                        "function prunes a jit equation on its own yet",
-    "with_sharding_constraint": "the program form is not written yet",
-    "batch_constraint": "the program form is not written yet",
-    "lower_constraints": "the program form is not written yet",
-    "constrained_result": "the program form is not written yet",
     "check_shard_map": "the program form is not written yet",
     "manual_axes_of": "which mesh axes a shard_map makes manual: a fact of one mesh and "
                       "one axis set",
@@ -80,7 +92,9 @@ PER_EQUATION: dict[str, str] = {
                       "and axes",
     "collective_groups": "one collective's groups over a mesh: a fact of one mesh and axes",
     "manual_sharding": "the sharding a shard_map's body sees: a fact of one mesh and spec",
-    "place_argument": "the program form is not written yet",
+    "place_argument": "what one Python or numpy value becomes when placed (its dtype, "
+                      "weak type and each device's box): a fact of one value, decided "
+                      "before any program; a ProgramVerdict holds no per-device boxes",
 }
 
 
@@ -178,8 +192,124 @@ def _vmap_jit_form(call: TransformedCall) -> ProgramForm:
                        (("in_shardings", "arg_shardings"), ("out_shardings", "result_shardings")))
 
 
+# --------------------------------------------------------------------------- constraints
+
+def _value_of(arg: Arg) -> Value:
+    """A numpy array's or a Python scalar's Value (the values a constraint is asked on)."""
+    if arg.kind == "scalar":
+        return Value((), arg.dtype, True)
+    if arg.kind != "numpy":
+        raise NoProgramForm(f"a constrained value of kind {arg.kind!r}: the constraint "
+                            "questions hold numpy arrays and scalars only")
+    return Value.numpy(arg.shape, arg.dtype)
+
+
+def _leaves_equation(sharding: Any, context: Mesh | None) -> bool:
+    """Whether a constraint leaves an equation: not a NamedSharding's under a context mesh
+    whose axes are all Explicit (JAX asserts it then, WSC-5)."""
+    return not (isinstance(sharding, NamedSharding) and all_explicit(context))
+
+
+def _constraint_program(values: list[Value], shardings: list[Any],
+                        unconstrained: list[Any], context: Mesh | None) -> Program:
+    count = len(values)
+    equations = tuple(ShardingConstraint((i,), sharding=s, unconstrained_dims=u)
+                      for i, (s, u) in enumerate(zip(shardings, unconstrained)))
+    return Program(tuple(values), equations, tuple(range(count, 2 * count)),
+                   context_mesh=context)
+
+
+def _with_sharding_constraint_form(call: TransformedCall) -> ProgramForm:
+    """The constrained function's program: one input per leaf, a constraint equation on
+    each (with_sharding_constraint's own argument checks, WSC-0 .. WSC-3, run first: they
+    refuse before any equation exists)."""
+    k = {"context_mesh": None, **call.keywords}
+    values, shardings, context = k["values"], k["shardings"], k["context_mesh"]
+    constraint._check_inputs(values, shardings, context)
+    constraint.check_constraint_leaves(shardings)
+    resolved = constraint._resolved(values, shardings, context)
+    program = _constraint_program([_value_of(v) for _, v, _ in resolved],
+                                  [s for _, _, s in resolved], [None] * len(resolved),
+                                  context)
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> list[Constraint]:
+        return [Constraint(path, value.shape, eq.sharding, eq.unconstrained_dims,
+                           _leaves_equation(eq.sharding, context), context)
+                for (path, value, _), eq in zip(resolved, rewritten.equations)]
+
+    paths = tuple((f"body[{i}]", path) for i, (path, _, _) in enumerate(resolved))
+    return ProgramForm(program, (), "trace", read, paths)
+
+
+def _one_constraint(c: Constraint) -> Program:
+    if not c.equation:
+        raise NoProgramForm("the constraint left no equation (an all-Explicit context "
+                            "mesh): there is nothing in the program to ask about")
+    return _constraint_program([Value.numpy(c.shape)], [c.sharding],
+                               [c.unconstrained_dims], c.context_mesh)
+
+
+def _constrained_result_form(call: TransformedCall) -> ProgramForm:
+    """A jit returning the constrained value: the result's sharding as it comes back."""
+    c = call.keywords["constraint"]
+    program = _one_constraint(c)
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> Any:
+        s = verdict.out_shardings[0]
+        return None if s is UNSPECIFIED else s
+
+    return ProgramForm(program, (), "run", read, (("body[0]", c.path),))
+
+
+def _batch_constraint_form(call: TransformedCall) -> ProgramForm:
+    """The constraint's program under vmap with its batch axis at ``batch_dim``: the
+    batched constraint equation, read back."""
+    k = {"spmd_axis_name": None, **call.keywords}
+    c, dim = k["constraint"], k["batch_dim"]
+    program = _one_constraint(c)
+    if type(dim) is not int or not 0 <= dim <= len(c.shape):
+        raise NoProgramForm(f"batch_dim {dim!r} is not an axis of the batched value")
+    arguments = (("in_axes", (dim,)), ("out_axes", (dim,)), ("axis_size", 8),
+                 ("spmd_axis_name", k["spmd_axis_name"]))
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> Constraint:
+        eq = next(e for e in rewritten.equations if isinstance(e, ShardingConstraint))
+        return Constraint(c.path, c.shape, eq.sharding, eq.unconstrained_dims,
+                          c.equation, c.context_mesh)
+
+    return ProgramForm(program, (("vmap", arguments),), "trace", read, (("body[0]", c.path),))
+
+
+def _lower_constraints_form(call: TransformedCall) -> ProgramForm:
+    """A jit of the constrained function returning every constrained value: the device
+    ids of its one device assignment."""
+    given = call.keywords["constraints"]
+    if not isinstance(given, (list, tuple)) or not all(isinstance(c, Constraint)
+                                                       for c in given):
+        raise NoProgramForm("the constraints are not a list of Constraint values")
+    contexts = {c.context_mesh for c in given}
+    if len(contexts) > 1:
+        raise NoProgramForm("the constraints are under different context meshes: no one "
+                            "program holds them")
+    kept = [c for c in given if c.equation]
+    program = _constraint_program([Value.numpy(c.shape) for c in kept],
+                                  [c.sharding for c in kept],
+                                  [c.unconstrained_dims for c in kept], next(iter(contexts),
+                                                                             None))
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> tuple[int, ...]:
+        return tuple(verdict.device_assignment or ())
+
+    return ProgramForm(program, (), "run", read,
+                       tuple((f"body[{i}]", c.path) for i, c in enumerate(kept)))
+
+
 _FORMS: dict[str, Callable[[TransformedCall], ProgramForm]] = {
     "vmap_jit": _vmap_jit_form,
+    "with_sharding_constraint": _with_sharding_constraint_form,
+    "constrained_result": _constrained_result_form,
+    "batch_constraint": _batch_constraint_form,
+    "lower_constraints": _lower_constraints_form,
 }
 
 
