@@ -64,46 +64,51 @@ class Pool:
         # A rule planted wrong in this process (a campaign's --plant) is planted in each.
         env[PLANTED_ENV] = ",".join(sorted(_OVERRIDES))
         self._logs = [tempfile.TemporaryFile(mode="w+") for _ in range(processes)]
-        self._lines: list[queue.Queue] = [queue.Queue() for _ in range(processes)]
+        # (process, line) from every process, None for a line when its output closed
+        self._lines: queue.Queue = queue.Queue()
         self._procs = [subprocess.Popen(
             [sys.executable, "-m", "shardlaw.properties.processes_worker", str(i), str(port),
              str(processes), str(per_process)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._logs[i], text=True,
             env=env) for i in range(processes)]
-        for proc, lines in zip(self._procs, self._lines):
-            threading.Thread(target=self._read, args=(proc, lines), daemon=True).start()
+        for i, proc in enumerate(self._procs):
+            threading.Thread(target=self._read, args=(i, proc, self._lines),
+                             daemon=True).start()
         try:
-            for i in range(processes):
-                self._expect(i, "READY", START_SECONDS)
+            self._collect("READY", START_SECONDS)
         except WorkerFailed:
             self.close()
             raise
 
     @staticmethod
-    def _read(proc: subprocess.Popen, lines: queue.Queue) -> None:
+    def _read(i: int, proc: subprocess.Popen, lines: queue.Queue) -> None:
         for line in proc.stdout:  # type: ignore[union-attr]
-            lines.put(line.rstrip("\n"))
-        lines.put(None)  # the process closed its output: it ended
+            lines.put((i, line.rstrip("\n")))
+        lines.put((i, None))  # the process closed its output: it ended
 
     def _log_tail(self, i: int) -> str:
         log = self._logs[i]
         log.seek(0)
         return log.read()[-2000:]
 
-    def _expect(self, i: int, prefix: str, seconds: float) -> str:
-        end = time.monotonic() + seconds
-        while True:
+    def _collect(self, prefix: str, seconds: float) -> list[str]:
+        """Every process's next line that starts with ``prefix``, in process order; the
+        first process to end, or the time limit, fails them all at once."""
+        end, got = time.monotonic() + seconds, {}
+        while len(got) < self.processes:
             try:
-                line = self._lines[i].get(timeout=max(0.0, end - time.monotonic()))
+                i, line = self._lines.get(timeout=max(0.0, end - time.monotonic()))
             except queue.Empty:
-                raise WorkerFailed(f"process {i} gave no {prefix} in {seconds:.0f} s:\n"
-                                   f"{self._log_tail(i)}") from None
+                silent = [i for i in range(self.processes) if i not in got]
+                raise WorkerFailed(f"process(es) {silent} gave no {prefix} in {seconds:.0f} "
+                                   f"s:\n{self._log_tail(silent[0])}") from None
             if line is None:
                 code = self._procs[i].wait()
                 raise WorkerFailed(f"process {i} ended (exit {code}) before {prefix}:\n"
                                    f"{self._log_tail(i)}")
             if line.startswith(prefix):
-                return line[len(prefix):].strip()
+                got[i] = line[len(prefix):].strip()
+        return [got[i] for i in range(self.processes)]
 
     def ask(self, example: dict) -> list[dict]:
         """Every process's answer to ``example``; a dead or silent process stops the pool."""
@@ -112,8 +117,7 @@ class Pool:
             for proc in self._procs:
                 proc.stdin.write(text)  # type: ignore[union-attr]
                 proc.stdin.flush()  # type: ignore[union-attr]
-            return [json.loads(self._expect(i, "ANSWER", ANSWER_SECONDS))
-                    for i in range(self.processes)]
+            return [json.loads(line) for line in self._collect("ANSWER", ANSWER_SECONDS)]
         except (WorkerFailed, OSError) as error:
             self.close()
             raise WorkerFailed(f"{error}\nexample: {example}") from None

@@ -5,9 +5,10 @@ shardlaw.properties.processes_worker PROCESS_ID PORT PROCESSES DEVICES_PER_PROCE
 joins the program (gloo collectives), prints ``READY``, then reads one example a line (JSON,
 drawn by the parent, the same for every process) and prints one answer a line: the
 disagreements between the spec's answer for this process and what JAX does in this
-process, and the sides of the rules it saw. ``STOP`` ends it. No question makes a
-collective call (the programs it compiles and runs are elementwise), so a process that
-disagrees or fails cannot leave the others waiting. The rules planted wrong in the parent
+process, and the sides of the rules it saw. ``STOP`` ends it. Only running a compiled
+program meets the other processes (the programs are elementwise, but the first run over a
+set of devices joins a gloo communicator): a process that fails before it leaves the others
+waiting there, and the harness's time limit ends them. The rules planted wrong in the parent
 (a campaign's ``--plant``) are planted here too, named by ``SHARDLAW_PROCESSES_PLANTED``.
 """
 

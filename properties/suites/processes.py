@@ -63,7 +63,7 @@ def test_a_process_that_dies_fails_the_example_and_ends_the_pool():
     running._procs[1].kill()
     start = time.monotonic()
     with pytest.raises(WorkerFailed, match="process 1 ended"):
-        running.compare(SPLIT_NUMPY)
+        running.compare(dict(SPLIT_NUMPY, run=True))   # process 0 would wait for it
     assert time.monotonic() - start < ANSWER_SECONDS
     assert all(proc.poll() is not None for proc in running._procs)
 
