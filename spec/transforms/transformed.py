@@ -67,6 +67,7 @@ PROGRAM_FORMS: dict[str, str] = {
     "with_sharding_constraint": "a ShardingConstraint equation per constrained value",
     "constrained_result": "a ShardingConstraint equation whose result the program returns",
     "lower_constraints": "a ShardingConstraint equation per constraint, its results returned",
+    "check_shard_map": "a ShardMap equation (its body's collectives as equations)",
     "batch_constraint": "shardlaw.spec.program.batching.vmap_program",
 }
 

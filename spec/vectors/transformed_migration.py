@@ -31,6 +31,14 @@ Questions with a program form:
   ``batch_dim``; the answer is the batched constraint equation.
 * ``lower_constraints`` — a Program returning every constrained value, run; the answer is
   its device assignment's ids.
+* ``check_shard_map`` — check_shard_map's own argument checks (SMAP-0, SMAP-1, SMAP-2, the
+  spec trees SMAP-5 and SMAP-6) first, then a Program of one ``ShardMap`` equation over
+  the argument leaves whose body is what the registry models (each result an argument's
+  shard, summed with a ``psum`` equation or not), run; the answer is read from the
+  verdict's decided record of the shard_map (its manual axes, per-shard types) and the
+  equation's result shapes. Arguments passed whole or typed over Explicit axes, in_specs
+  read off the types, and an accepted shard_map over a mesh with Explicit axes are not
+  described. A refusal's path is the old one: None, or the result a psum belongs to.
 
 The others are listed in :data:`PER_EQUATION` with the reason they stay per-equation
 questions (a fact of one equation with no program to ask, or a form not written yet).
@@ -43,12 +51,15 @@ from typing import Any, Callable
 
 from ..core.rules import Rejection, explain, tracing
 from ..core.shardings import UNSPECIFIED, NamedSharding
-from ..core.values import Mesh
+from ..core.values import AxisType, Mesh
 from ..jit.call import Arg
 from ..program.batching import vmap_program
-from ..program.description import Opaque, Program, ShardingConstraint, Value
+from ..program.description import Opaque, Program, ShardingConstraint, ShardMap, Value
 from ..program.explain import ProgramVerdict, explain_program
-from ..transforms import batching, constraint
+from ..core.pytree import leaves_with_paths, show_path
+from ..program.shardmap import Manual
+from ..transforms import batching, constraint, shardmap, shardmap_parameters, shardmap_specs
+from ..transforms.shardmap_parameters import ShardMapTypes
 from ..transforms.autodiff import all_explicit
 from ..transforms.constraint import Constraint
 from ..transforms.batching import BatchedJit, check_vmap_parameters
@@ -82,7 +93,6 @@ PER_EQUATION: dict[str, str] = {
                            "function splits known from unknown yet",
     "pruned_equation": "dead-code elimination of one JitBody summary: no program "
                        "function prunes a jit equation on its own yet",
-    "check_shard_map": "the program form is not written yet",
     "manual_axes_of": "which mesh axes a shard_map makes manual: a fact of one mesh and "
                       "one axis set",
     "per_shard_shape": "one value's per-shard shape under a spec: a fact of one type",
@@ -113,13 +123,13 @@ class ProgramForm:
     transforms: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
     until: str
     read: Callable[[Program, ProgramVerdict], Any]
-    paths: tuple[tuple[str, str], ...] = ()
+    paths: tuple[tuple[str, str | None], ...] = ()   # (program prefix, old; None: none)
 
     def old_path(self, path: str | None) -> str | None:
         """A program path's refusal location as the per-equation question names it."""
         for new, old in self.paths:
             if path is not None and path.startswith(new):
-                return old + path[len(new):]
+                return None if old is None else old + path[len(new):]
         return path
 
 
@@ -304,12 +314,102 @@ def _lower_constraints_form(call: TransformedCall) -> ProgramForm:
                        tuple((f"body[{i}]", c.path) for i, c in enumerate(kept)))
 
 
+# --------------------------------------------------------------------------- shard_map
+
+def _tried(function: Callable[..., Any], fallback: Any, *args: Any) -> Any:
+    """``function(*args)``, or ``fallback`` where a rule refuses: the program path then
+    refuses at that rule itself, before it compares the types given with its own."""
+    try:
+        return function(*args)
+    except Rejection:
+        return fallback
+
+
+def _shard_map_body(mesh: Any, manual: frozenset[str], check_vma: bool, flat_in: list,
+                    leaves: list, returned: list) -> Program:
+    """The body as the registry models it: each result is an argument's shard, summed
+    with a ``psum`` over the axes given (none: returned as it is)."""
+    inner = Manual(mesh, manual, check_vma).inner_mesh
+    inputs = []
+    for spec, leaf in zip(flat_in, leaves):
+        shape = _tried(shardmap.per_shard_shape, leaf.shape, mesh, spec, leaf.shape, manual)
+        axes = frozenset(a for e in spec for a in ((e,) if isinstance(e, str) else e or ()))
+        inputs.append(Value.typed(shape, mesh=inner, varying=axes if check_vma else frozenset()))
+    equations, outputs = [], []
+    for r in returned:
+        if not r.summed:
+            outputs.append(r.operand)
+            continue
+        source = inputs[r.operand]
+        varying = source.varying - frozenset(r.summed)
+        equations.append(Opaque((r.operand,), (dataclasses.replace(source, varying=varying),),
+                                primitive="psum", params=(("axes", tuple(r.summed)),)))
+        outputs.append(len(inputs) + len(equations) - 1)
+    return Program(tuple(inputs), tuple(equations), tuple(outputs))
+
+
+def _check_shard_map_form(call: TransformedCall) -> ProgramForm:
+    """A jit of one shard_map equation over the argument leaves, its body as the registry
+    models it; check_shard_map's own argument checks (SMAP-0, SMAP-1, SMAP-2 and the
+    spec trees, SMAP-5 and SMAP-6) first."""
+    k = {"manual_axes": frozenset(), "check_vma": True, **call.keywords}
+    mesh, in_specs, out_specs = k["mesh"], k["in_specs"], k["out_specs"]
+    operands, check_vma = shardmap_parameters.check_parameters(
+        mesh, in_specs, out_specs, k["operands"], k["results"], k["check_vma"])
+    manual = shardmap.manual_axes_of(mesh, k["manual_axes"])
+    if in_specs is None or in_specs is shardmap_parameters.INFER:
+        raise NoProgramForm("in_specs read off the types or passed whole: a ShardMap "
+                            "equation holds one spec per operand")
+    for which, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
+        shardmap_specs.check_spec_leaves(specs, which)
+    flat_in = shardmap_specs.match_in_specs(in_specs, operands)
+    leaves = [leaf for _, leaf in leaves_with_paths(operands)]
+    if any(spec is None for spec in flat_in) or any(leaf.spec is not None for leaf in leaves):
+        raise NoProgramForm("an argument passed whole, or typed over Explicit axes: not "
+                            "described by a ShardMap equation")
+    returned = [leaf for _, leaf in leaves_with_paths(k["results"])]
+    result_paths = [show_path(("results", *p)) for p, _ in leaves_with_paths(k["results"])]
+    flat_out = shardmap_specs.match_out_specs(out_specs, k["results"])
+    body = _shard_map_body(mesh, manual, check_vma, flat_in, leaves, returned)
+    results = tuple(Value.typed(_tried(shardmap.unshard_shape, body.value_types[n].shape, mesh,
+                                       spec, body.value_types[n].shape, manual))
+                    for spec, n in zip(flat_out, body.outputs))
+    count = len(leaves)
+    equation = ShardMap(tuple(range(count)), results, body=body, mesh=mesh,
+                        in_specs=tuple(flat_in), out_specs=tuple(flat_out),
+                        manual_axes=manual, check_vma=check_vma)
+    program = Program(tuple(Value.numpy(leaf.shape) for leaf in leaves), (equation,),
+                      tuple(range(count, count + len(results))))
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> ShardMapTypes:
+        if AxisType.Explicit in mesh.axis_types:
+            raise NoProgramForm("an accepted shard_map over a mesh with Explicit axes: the "
+                                "Explicit splits of its types (SMAP-18) are not read back "
+                                "from a program")
+        decision = dict(verdict.decided)["body[0]"]
+        unsplit = tuple(tuple((None,) * len(t.shape) for t in types)
+                        for types in (decision.in_types, results))
+        return ShardMapTypes(
+            frozenset(decision.manual_axes), tuple(flat_in),
+            tuple(t.shape for t in decision.in_types),
+            tuple(t.varying for t in decision.in_types), tuple(flat_out),
+            tuple(t.shape for t in decision.out_types),
+            tuple(t.varying for t in decision.out_types), tuple(v.shape for v in results),
+            *unsplit)
+
+    sums = [p for p, r in zip(result_paths, returned) if r.summed]
+    paths = (*((f"body[0].shard_map.body[{i}]", p) for i, p in enumerate(sums)),
+             ("body[0]", None))
+    return ProgramForm(program, (), "run", read, paths)
+
+
 _FORMS: dict[str, Callable[[TransformedCall], ProgramForm]] = {
     "vmap_jit": _vmap_jit_form,
     "with_sharding_constraint": _with_sharding_constraint_form,
     "constrained_result": _constrained_result_form,
     "batch_constraint": _batch_constraint_form,
     "lower_constraints": _lower_constraints_form,
+    "check_shard_map": _check_shard_map_form,
 }
 
 
