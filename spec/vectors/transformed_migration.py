@@ -39,6 +39,10 @@ Questions with a program form:
   equation's result shapes. Arguments passed whole or typed over Explicit axes, in_specs
   read off the types, and an accepted shard_map over a mesh with Explicit axes are not
   described. A refusal's path is the old one: None, or the result a psum belongs to.
+* ``jvp_equation`` — the jitted function its JitBody summarises (an input per primal,
+  float32 where its tangent is non-zero and int32 where it is a zero; each output its
+  forwarded input, an ``add`` of the inputs it depends on, or a constant) under
+  ``jvp_program``; the answer is the JVP's jit equation.
 
 The others are listed in :data:`PER_EQUATION` with the reason they stay per-equation
 questions (a fact of one equation with no program to ask, or a form not written yet).
@@ -54,11 +58,14 @@ from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import AxisType, Mesh
 from ..jit.call import Arg
 from ..program.batching import vmap_program
-from ..program.description import Opaque, Program, ShardingConstraint, ShardMap, Value
+from ..program.description import Jit, Opaque, Program, ShardingConstraint, ShardMap, Value
 from ..program.explain import ProgramVerdict, explain_program
 from ..core.pytree import leaves_with_paths, show_path
 from ..program.shardmap import Manual
-from ..transforms import batching, constraint, shardmap, shardmap_parameters, shardmap_specs
+from ..transforms import (
+    autodiff, batching, constraint, shardmap, shardmap_parameters, shardmap_specs,
+)
+from ..transforms.autodiff import JitBody, JitEquation
 from ..transforms.shardmap_parameters import ShardMapTypes
 from ..transforms.autodiff import all_explicit
 from ..transforms.constraint import Constraint
@@ -79,8 +86,6 @@ PER_EQUATION: dict[str, str] = {
                       "asked inside vmap_jit's program form",
     "nonzero_outputs": "which outputs of one jit equation carry tangents: a fact of a "
                        "JitBody summary (dependencies), not of a program",
-    "jvp_equation": "its JitBody is a summary (dependencies, forwarding, residuals) "
-                    "that no Program is written from yet",
     "linearized_primal": "its JitBody is a summary that no Program is written from yet",
     "linearized_tangent": "its JitBody is a summary that no Program is written from yet",
     "linearized_equations": "its JitBody is a summary that no Program is written from yet",
@@ -314,6 +319,64 @@ def _lower_constraints_form(call: TransformedCall) -> ProgramForm:
                        tuple((f"body[{i}]", c.path) for i, c in enumerate(kept)))
 
 
+# --------------------------------------------------------------------------- autodiff
+
+def _rank(equation: JitEquation) -> int:
+    """A rank every NamedSharding of the equation fits (the values' shapes are not given)."""
+    specs = [len(s.spec) for s in (*equation.in_shardings, *equation.out_shardings)
+             if isinstance(s, NamedSharding)]
+    return max(specs, default=0)
+
+
+def _jitted(equation: JitEquation, body: JitBody, nonzero: tuple[bool, ...]) -> Program:
+    """The jitted function a JitBody summarises: one input per primal (float32 where its
+    tangent is non-zero, int32 — not differentiable — where it is a zero), each output
+    its forwarded input, an ``add`` of the inputs it depends on, or a constant."""
+    shape = (8,) * _rank(equation)
+    inputs = tuple(Value.numpy(shape, "float32" if nz else "int32") for nz in nonzero)
+    equations, outputs = [], []
+    for j, (deps, forwarded) in enumerate(zip(body.dependencies, body.forwarded)):
+        if forwarded is not None:
+            outputs.append(forwarded)
+            continue
+        deps = sorted(deps)
+        dtype = "float32" if any(nonzero[i] for i in deps) or not deps else "int32"
+        if deps:
+            operands = tuple(deps) if len(deps) > 1 else (deps[0], deps[0])
+            equations.append(Opaque(operands, (Value.typed(shape, dtype),), primitive="add"))
+        else:
+            equations.append(Opaque((), (Value.typed(shape, dtype),), primitive="iota",
+                                    params=(("dimension", 0), ("shape", shape))))
+        outputs.append(len(inputs) + len(equations) - 1)
+    try:
+        return Program(inputs, tuple(equations), tuple(outputs),
+                       in_shardings=equation.in_shardings,
+                       out_shardings=equation.out_shardings,
+                       donated=equation.donated_invars)
+    except Rejection as error:
+        raise NoProgramForm(f"the jit equation is not a program description: {error}") \
+            from None
+
+
+def _jvp_equation_form(call: TransformedCall) -> ProgramForm:
+    """The jitted function under ``jvp_program``; the answer is the JVP's jit equation."""
+    k = call.keywords
+    equation, body = k["primal_equation"], k["jit_body"]
+    nonzero = autodiff._check_facts(equation, body, k["nonzero_tangents"])
+    if any(len(deps) > 2 for deps in body.dependencies):
+        raise NoProgramForm("an output depends on more than two inputs: add takes two")
+    program = _jitted(equation, body, nonzero)
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> JitEquation:
+        jit = next(e for e in rewritten.equations if isinstance(e, Jit))
+        count = len(jit.body.inputs)
+        return JitEquation(jit.body.in_shardings or (UNSPECIFIED,) * count,
+                           jit.body.out_shardings or (UNSPECIFIED,) * len(jit.body.outputs),
+                           jit.body.donated or (False,) * count)
+
+    return ProgramForm(program, (("jvp", ()),), "trace", read)
+
+
 # --------------------------------------------------------------------------- shard_map
 
 def _tried(function: Callable[..., Any], fallback: Any, *args: Any) -> Any:
@@ -410,6 +473,7 @@ _FORMS: dict[str, Callable[[TransformedCall], ProgramForm]] = {
     "batch_constraint": _batch_constraint_form,
     "lower_constraints": _lower_constraints_form,
     "check_shard_map": _check_shard_map_form,
+    "jvp_equation": _jvp_equation_form,
 }
 
 
