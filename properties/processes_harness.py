@@ -35,7 +35,7 @@ __all__ = ["Pool", "WorkerFailed", "process_examples", "pool", "close_pools", "R
 
 # The rules the harness holds to JAX in every process, each on both sides.
 RULES = ("DEV-2", "PROC-1", "PROC-2", "PROC-3", "PROC-4", "PROC-5", "PROC-6", "PROC-7",
-         "PROC-8", "PROC-9", "PROC-10", "RES-2")
+         "PROC-8", "PROC-9", "PROC-10", "PROC-11", "RES-2")
 
 PLANTED_ENV = "SHARDLAW_PROCESSES_PLANTED"
 START_SECONDS = 180.0      # to import JAX and join the program
@@ -231,4 +231,5 @@ def process_examples(draw: Any, devices: int) -> dict:
             "single": draw(st.sampled_from(["exact", "missing", "twice", "misshapen"])),
             "rotate": draw(st.integers(0, 7)),
             # Compiling and running a call costs most of an example: a quarter of them do.
-            "run": draw(st.sampled_from([False, True, False, False]))}
+            "run": draw(st.sampled_from([False, True, False, False])),
+            "tiled": draw(st.booleans())}

@@ -291,6 +291,40 @@ def check_jit_with_array(answers: Answers, ours: Any, array: Any, shape: tuple, 
     answers.hit("PROC-2 results", not predicted)
 
 
+def check_allgather(answers: Answers, ours: Any, array: Any, shape: tuple, pid: int,
+                    values: np.ndarray) -> None:
+    """PROC-11: process_allgather of each process's host data, and of the global array when
+    its mesh spans every process (the same question in every process: it is collective)."""
+    import jax
+    from jax.experimental import multihost_utils as hosts
+    tiled, processes = answers.example.get("tiled", True), jax.process_count()
+
+    def host_data(p):
+        return np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) + 1000 * p
+
+    mine = spec_outcome(lambda: S.gathered(shape, processes, tiled, pid))
+    real = outcome(lambda: hosts.process_allgather(host_data(pid), tiled=tiled))
+    answers.agree("PROC-11 host data refusal", mine[0], real[0])
+    if mine[0] is None and real[0] is None:
+        out_shape, boxes = mine[1]
+        answers.agree("PROC-11 gathered shape", tuple(out_shape), tuple(real[1].shape))
+        for p, box in enumerate(boxes):
+            got = real[1][tuple(slice(a, b) for a, b in box)].reshape(shape)
+            if not np.array_equal(got, host_data(p)):
+                answers.problems.append(f"PROC-11 process {p}'s data not at {box}")
+    answers.hit("PROC-11", mine[0] is not None)
+    if len({d.process_index for d in array.sharding.device_set}) < processes:
+        return
+    mine = spec_outcome(lambda: S.gathered(shape, processes, tiled, pid, ours))
+    real = outcome(lambda: hosts.process_allgather(array, tiled=tiled))
+    answers.agree("PROC-11 global array refusal", mine[0], real[0])
+    answers.hit("PROC-11", mine[0] is not None)
+    if mine[0] is None and real[0] is None:
+        answers.agree("PROC-11 gathered shape", tuple(mine[1][0]), tuple(real[1].shape))
+        if not np.array_equal(np.asarray(real[1]), values):
+            answers.problems.append("PROC-11 the gathered array is not the global value")
+
+
 def answer(example: dict, pid: int) -> Answers:
     """Every question of one example, asked of the spec and of JAX in this process."""
     import jax
@@ -311,6 +345,8 @@ def answer(example: dict, pid: int) -> Answers:
     check_single_device_arrays(answers, ours, theirs, shape, pid, values)
     check_numpy_argument(answers, theirs, values)
     check_jit_with_array(answers, ours, array, shape, pid, values)
+    if example.get("run", True):
+        check_allgather(answers, ours, array, shape, pid, values)
     return answers
 
 

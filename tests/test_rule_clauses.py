@@ -643,3 +643,21 @@ def test_proc_9_on_exactly_the_owned_devices():
 def test_proc_9_each_of_the_shard_shape():
     error = _refused_by("PROC-9", lambda: _single([(2, (2, 2)), (3, (3, 2))]))
     assert "has shape (3, 2)" in str(error) and isinstance(error, ValueError)
+
+
+@clause("PROC-11", 1)
+def test_proc_11_an_array_not_fully_addressed_is_gathered_whole_and_only_tiled():
+    s = NamedSharding(PROCS, P("x"))
+    assert S.gathered((4, 2), 4, True, 0, s) == ((4, 2), None)
+    error = _refused_by("PROC-11", lambda: S.gathered((4, 2), 4, False, 0, s))
+    assert "tiled=True" in str(error) and isinstance(error, ValueError)
+    mine = NamedSharding(Mesh((2,), ("x",), S.DeviceList.of_ids([0, 1], devices_per_process=2)),
+                         P("x"))
+    assert S.gathered((4,), 2, False, 0, mine) == ((2, 4), (((0, 1), (0, 4)), ((1, 2), (0, 4))))
+
+
+@clause("PROC-11", 2)
+def test_proc_11_tiled_host_data_is_concatenated_a_scalar_stacked():
+    assert S.gathered((2, 3), 3, True, 1)[0] == (6, 3)
+    assert S.gathered((2, 3), 3, True, 1)[1][2] == ((4, 6), (0, 3))
+    assert S.gathered((), 3, True, 1) == ((3,), (((0, 1),), ((1, 2),), ((2, 3),)))

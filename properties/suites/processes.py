@@ -9,7 +9,8 @@ what JAX does there — the devices it addresses (DEV-2, PROC-1), the shards it 
 the value (PROC-5) or close over it in jit (PROC-10), its local mesh and
 host_local_array_to_global_array and back (PROC-6 to PROC-8),
 make_array_from_single_device_arrays (PROC-9), jit with a numpy argument (RES-2), and, in a
-quarter of the examples, the shards of a jit call's result — and one process that disagrees
+quarter of the examples, the shards of a jit call's result and process_allgather (PROC-11)
+— and one process that disagrees
 fails the example. The coverage test requires every rule on both sides.
 
 Part of the ``processes`` suite of ``shardlaw campaign``; ``tests/test_processes_differential.py``
@@ -50,6 +51,7 @@ def _stop_pools_after_module():
 @checks(*RULES)
 @settings(max_examples=examples(40), deadline=None)
 @example(case=SPLIT_NUMPY)
+@example(case=dict(SPLIT_NUMPY, tiled=False))   # PROC-11 refuses to stack a global array
 @given(case=process_examples(devices=4))
 def test_two_processes_agree_with_jax(case):
     """In a program of 2 processes, each answers like JAX in that process."""

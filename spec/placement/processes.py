@@ -11,7 +11,7 @@ and a process reaches only its own devices (DEV-2). The rules here answer, for o
   stands for (PROC-3), where its rows land under ``jax.make_array_from_process_local_data``
   (PROC-4), its local mesh (PROC-6), ``host_local_array_to_global_array`` (PROC-7) and
   ``global_array_to_host_local_array`` (PROC-8), and ``make_array_from_single_device_arrays``
-  (PROC-9).
+  (PROC-9); and what ``process_allgather`` gives back (PROC-11).
 
 jit's rule for numpy arguments across processes is RES-2. Not specified here: ``device_put``
 across processes (cross-host transfers depend on the backend), donation across processes,
@@ -38,7 +38,8 @@ P = PartitionSpec  # the name the examples use
 
 __all__ = ["Shard", "is_fully_addressable", "addressable_shards", "global_shape_from_local",
            "process_local_slices", "check_fetchable", "local_mesh", "host_local_to_global",
-           "global_to_host_local", "place_single_device_arrays", "check_closed_over"]
+           "global_to_host_local", "place_single_device_arrays", "check_closed_over",
+           "gathered"]
 
 Box = tuple[tuple[int, int], ...]
 Shape = tuple[int, ...]
@@ -487,3 +488,52 @@ def place_single_device_arrays(sharding: Any, shape: Any, arrays: Any,
             f"shape"))
     boxes = devices_indices_map(sharding, shape)
     return {device: boxes[device] for device in given}
+
+
+# --------------------------------------------------------------------------- gathering
+
+@dataclasses.dataclass(frozen=True)
+class GatherNotTiled(Failure, rule="PROC-11"):
+    template = ("process_allgather of an array of shape {shape} under {sharding}, which process "
+                "{process} does not fully address, stacks nothing: such an array is gathered "
+                "whole")
+    hint = "Pass tiled=True."
+    process: int
+    shape: tuple
+    sharding: Any
+
+
+@rule("PROC-11", mirrors="jax.experimental.multihost_utils.process_allgather")
+def gathered(shape: Any, processes: int, tiled: bool, process_index: int,
+             sharding: Any = None) -> tuple[Shape, tuple[Box, ...] | None]:
+    """process_allgather gives every process an array the process does not fully address whole, and stacks host data (numpy, or an array it fully addresses) of one shape along a new first axis in process order.
+
+    The answer is the gathered shape and, for host data, the box holding each process's
+    data (None for an array gathered whole).
+
+    (C1) An array not fully addressable by the process (PROC-1), ``sharding`` given, is
+         gathered only with ``tiled=True``, into its whole value.
+    (C2) With ``tiled=True`` host data of rank at least 1 is concatenated along its first
+         axis instead.
+
+    >>> gathered((2, 3), 2, False, 0)
+    ((2, 2, 3), (((0, 1), (0, 2), (0, 3)), ((1, 2), (0, 2), (0, 3))))
+    >>> gathered((2, 3), 2, True, 0)
+    ((4, 3), (((0, 2), (0, 3)), ((2, 4), (0, 3))))
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> gathered((4,), 2, True, 0, NamedSharding(mesh, P("x")))
+    ((4,), None)
+    """
+    shape = tuple(check_dims(shape, what="a shape"))
+    (processes,) = check_dims((processes,), what="a process count")
+    process_index = _process(process_index)
+    if sharding is not None and not is_fully_addressable(sharding, process_index):
+        require(tiled, lambda: GatherNotTiled(process_index, shape, sharding))
+        return shape, None
+    if not tiled or not shape:
+        rest = tuple((0, n) for n in shape)
+        return (processes, *shape), tuple(((p, p + 1), *rest) for p in range(processes))
+    rest = tuple((0, n) for n in shape[1:])
+    first = shape[0]
+    return ((processes * first, *shape[1:]),
+            tuple(((p * first, (p + 1) * first), *rest) for p in range(processes)))
