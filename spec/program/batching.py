@@ -634,7 +634,8 @@ def _as_one_jit(program: Program, axes: tuple, axis: _Axis) -> _Rewrite:
     body, out_dims = _batch_jit_body(_traced(program), axes, axis, "", "")
     outer = Program(tuple(v.type for v in program.inputs))
     rw = _Rewrite(outer, axes, axis, "")
-    rw.add(Jit(tuple(range(len(program.inputs))), body=body, name="vmapped"), out_dims)
+    rw.add(Jit(tuple(range(len(program.inputs))), body=body, name="vmapped", checked=False),
+           out_dims)
     return rw
 
 
