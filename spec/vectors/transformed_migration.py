@@ -80,16 +80,20 @@ __all__ = ["PER_EQUATION", "PROGRAM_FUNCTIONS", "ProgramForm", "NoProgramForm",
 # The program function to use instead of each question that has a program form.
 PROGRAM_FUNCTIONS: dict[str, str] = PROGRAM_FORMS
 
+_RESIDUALS = ("its JitBody's residuals (how many, how many the primal stores, which tangent "
+              "reads which) summarise a real body: a stand-in Program gives its "
+              "dependencies and forwarding but not those residuals (not written)")
+
 # The questions that stay per-equation, and why.
 PER_EQUATION: dict[str, str] = {
     "batch_sharding": "one sharding batched at one axis: a fact of a single sharding, "
                       "asked inside vmap_jit's program form",
     "nonzero_outputs": "which outputs of one jit equation carry tangents: a fact of a "
                        "JitBody summary (dependencies), not of a program",
-    "linearized_primal": "its JitBody is a summary that no Program is written from yet",
-    "linearized_tangent": "its JitBody is a summary that no Program is written from yet",
-    "linearized_equations": "its JitBody is a summary that no Program is written from yet",
-    "transposed_equation": "its JitBody is a summary that no Program is written from yet",
+    "linearized_primal": _RESIDUALS,
+    "linearized_tangent": _RESIDUALS,
+    "linearized_equations": _RESIDUALS,
+    "transposed_equation": _RESIDUALS,
     "known_equation": "partial evaluation of one JitBody summary: no program function "
                       "splits known from unknown yet",
     "unknown_equation": "partial evaluation of one JitBody summary: no program function "
