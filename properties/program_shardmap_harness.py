@@ -398,6 +398,9 @@ class MapOutcome(JaxOutcome):
     """What real ``jax.jit`` did, and the replica groups of the lowered collectives."""
 
     groups: list = dataclasses.field(default_factory=list)
+    blocks: dict | None = None     # device id -> the block of the argument its body sees
+    shards: dict | None = None     # device id -> its shard of the result
+    result_sharding: Any = None
 
 
 _GROUPS = re.compile(r"replica_groups = dense<(\[\[[0-9, \[\]]*\]\])>")
@@ -412,6 +415,7 @@ def _lowered_groups(text: str) -> list:
 def run_case(case: MapCase) -> MapOutcome:
     """Trace, lower, compile and run ``jax.jit`` of the case's function."""
     import jax
+    import numpy as np
     from shardlaw.spec.bridge.program import describe_program
 
     outcome = MapOutcome()
@@ -436,6 +440,9 @@ def run_case(case: MapCase) -> MapOutcome:
                 outcome.described = describe_program(jax.jit(function_of(case)), arg)
             if stage == "lower":
                 outcome.groups = _lowered_groups(result.as_text())
+    outcome.blocks = _blocks(case, arg)
+    outcome.shards = {s.device.id: np.asarray(s.data) for s in result.addressable_shards}
+    outcome.result_sharding = from_jax(result.sharding)
     outcome.out_shardings = [from_jax(result.sharding)]
     outcome.out_committed = [bool(result._committed)]
     outcome.out_types = [_type_of(result)]
@@ -482,7 +489,7 @@ def _accepted_agree(described: Program, built: Any, outcome: MapOutcome) -> list
         problems.append(f"replica groups: spec {spec_groups}, lowered {lowered}")
     if not built.accepted:
         problems.append(f"JAX accepts; the spec refuses the built program: {built.message}")
-    return problems
+    return problems + _values_agree(described, verdict, outcome)
 
 
 def compare_case(case: MapCase) -> list[str]:
@@ -606,3 +613,144 @@ def map_cases(draw: Any) -> MapCase:
                    outer_jit=draw(st.integers(0, 3)) == 0,
                    map_mesh=Mesh(shape, mesh.axis_names, range(n - 1, -1, -1)) if reverse
                    else None)
+
+
+# --------------------------------------------------------------------------- values
+
+# How many programs' results were compared device by device (a count for deep runs).
+VALUES_COMPARED = [0]
+
+
+def _blocks(case: MapCase, arg: Any) -> dict:
+    """device id -> the block of the argument the body sees there (as the in spec cuts it)."""
+    import jax
+    import numpy as np
+
+    placed = jax.device_put(np.asarray(arg), jax.sharding.NamedSharding(
+        to_jax(case.shard_map_mesh), to_jax(case.in_spec)))
+    return {s.device.id: np.asarray(s.data) for s in placed.addressable_shards}
+
+
+def _shard_map_at(program: Program) -> tuple[str, Any] | None:
+    """(path, equation) of the program's shard_map, at the top or inside a top-level jit."""
+    for k, eq in enumerate(program.equations):
+        if isinstance(eq, ShardMap):
+            return f"body[{k}]", eq
+        if isinstance(eq, Jit):
+            for j, inner in enumerate(eq.body.equations):
+                if isinstance(inner, ShardMap):
+                    return f"body[{k}].jit.body[{j}]", inner
+    return None
+
+
+def _values_agree(described: Program, verdict: Any, outcome: MapOutcome) -> list[str]:
+    """The result each device holds is the one the spec's decided groups and pairs give,
+    running the body's equations device by device (where every equation is one this
+    harness can run and the result is placed by the out spec; else nothing is said)."""
+    import numpy as np
+
+    found = _shard_map_at(described)
+    if found is None or outcome.blocks is None:
+        return []
+    from shardlaw.spec.placement.equivalence import placement_equivalent
+
+    path, eq = found
+    out_type = outcome.out_types[0] if outcome.out_types else None
+    if out_type is None or not isinstance(eq.mesh, Mesh) or not placement_equivalent(
+            outcome.result_sharding, NamedSharding(eq.mesh, eq.out_specs[0]), out_type.shape):
+        return []   # the result was placed otherwise after the shard_map
+    records = dict(verdict.decided)
+    env = {0: dict(outcome.blocks)}
+    if not _run_body(eq.body, env, records, f"{path}.shard_map."):
+        return []
+    expected = env[eq.body.outputs[0]]
+    VALUES_COMPARED[0] += 1
+    for device, shard in sorted(outcome.shards.items()):
+        mine = expected.get(device)
+        if mine is None or mine.shape != shard.shape or not np.allclose(mine, shard,
+                                                                        rtol=1e-5):
+            return [f"values: device {device} holds {shard.tolist()}, the spec's groups and "
+                    f"pairs give {None if mine is None else mine.tolist()}"]
+    return []
+
+
+def _run_body(body: Program, env: dict, records: dict, prefix: str) -> bool:
+    """Every equation of ``body`` run on every device (env: value number -> device ->
+    array); False where one is not runnable here."""
+    numbers = body.result_numbers()
+    for k, eq in enumerate(body.equations):
+        args = [env.get(n) for n in eq.operands]
+        if any(a is None for a in args):
+            return False
+        if isinstance(eq, Jit):
+            inner = {i: a for i, a in enumerate(args)}
+            if not _run_body(eq.body, inner, records, f"{prefix}body[{k}].jit."):
+                return False
+            env[numbers[k][0]] = inner[eq.body.outputs[0]]
+            continue
+        if not isinstance(eq, Opaque):
+            return False
+        devices = sorted(next(iter(env.values())))
+        out = _run_equation(eq, args, devices, records.get(f"{prefix}body[{k}]"))
+        if out is None:
+            return False
+        env[numbers[k][0]] = out
+    return True
+
+
+def _group_of(record: Any, device: int) -> tuple | None:
+    for group in record.groups or ():
+        if device in group:
+            return group
+    return None
+
+
+def _run_equation(eq: Opaque, args: list, devices: list, record: Any) -> dict | None:
+    import numpy as np
+
+    prim, params = eq.primitive, dict(eq.params)
+    local = {"neg": np.negative, "sin": np.sin, "pvary": lambda x: x,
+             "mul": lambda x: x * np.float32(0.5)}
+    if prim in local and len(args) == 1:
+        return {d: local[prim](args[0][d]) for d in devices}
+    if prim == "pvary" and not args:   # the literal 0.5 of x * 0.5, cast
+        return {d: np.full(eq.results[0].shape, 0.5, eq.results[0].dtype) for d in devices}
+    if prim == "mul" and len(args) == 2:
+        return {d: args[0][d] * args[1][d] for d in devices}
+    if prim == "convert_element_type":
+        return {d: args[0][d].astype(params["new_dtype"]) for d in devices}
+    if prim == "add" and len(args) == 2:
+        return {d: args[0][d] + args[1][d] for d in devices}
+    if prim == "broadcast_in_dim" and params.get("broadcast_dimensions") == ():
+        return {d: np.broadcast_to(args[0][d], params["shape"]) for d in devices}
+    if record is None or record.groups is None or (prim != "axis_index" and not args):
+        return None
+    return _run_collective(prim, params, args[0] if args else None, devices, record)
+
+
+def _run_collective(prim: str, params: dict, x: dict | None, devices: list, record: Any
+                    ) -> dict | None:
+    import numpy as np
+
+    out = {}
+    for d in devices:
+        group = _group_of(record, d)
+        if group is None:
+            return None
+        members = [x[m] for m in group] if x is not None else []
+        if prim == "axis_index":
+            out[d] = np.int32(group.index(d))
+        elif prim in ("psum", "psum_invariant"):
+            out[d] = sum(members[1:], members[0])
+        elif prim in ("pmax", "pmin"):
+            out[d] = (np.maximum if prim == "pmax" else np.minimum).reduce(members)
+        elif prim == "all_gather":
+            dim = params["all_gather_dimension"]
+            out[d] = (np.concatenate(members, dim) if params.get("tiled")
+                      else np.stack(members, dim))
+        elif prim == "ppermute":
+            sources = {t: s for s, t in record.pairs or ()}
+            out[d] = x[sources[d]] if d in sources else np.zeros_like(x[d])
+        else:
+            return None   # reduce_scatter, all_to_all: not run here
+    return out

@@ -78,7 +78,7 @@ class CollectiveDecision:
     type, its replica groups (device ids over a concrete mesh, mesh positions over an
     abstract one; None for pvary, which moves nothing, and above
     :data:`GROUPS_LISTED_UP_TO` devices) and, for ppermute, the (source, target) devices
-    of every group."""
+    of every group (its pairs' positions read in the mesh's order of the group)."""
 
     primitive: str
     axes: tuple[str, ...]
@@ -372,9 +372,22 @@ def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: 
     pairs = None
     if prim == "ppermute" and groups is not None and len(set(axes)) == len(axes):
         moves = _moves(axes, size, params.get("perm", ()))
-        pairs = None if moves is None else tuple(
-            (group[s], group[t]) for group in groups for s, t in moves)
+        pairs = None if moves is None else _pairs(mesh, axes, context.manual, moves)
     return CollectiveDecision(prim, axes, result, groups, pairs)
+
+
+def _pairs(mesh: Mesh | AbstractMesh, axes: tuple, manual: frozenset[str], moves: tuple
+           ) -> tuple[tuple[int, int], ...]:
+    """ppermute's (source, target) devices, group by group: position k of a group is its
+    k-th device in the mesh's order (over several axes, not the order they are named in:
+    JAX sorts the group's mesh positions before it reads the pairs)."""
+    from ..transforms.shardmap_collectives import replica_groups
+    device = mesh.devices.id_at if isinstance(mesh, Mesh) else (lambda p: p)
+    out = []
+    for group in replica_groups(mesh, axes, manual):
+        ordered = sorted(group)
+        out += [(device(ordered[s]), device(ordered[t])) for s, t in moves]
+    return tuple(out)
 
 
 def _groups(mesh: Mesh | AbstractMesh, axes: tuple, manual: frozenset[str]

@@ -227,7 +227,8 @@ class PermutationRepeats(Failure, rule="SMAP-22"):
 def check_permutation(axes: tuple[str, ...], size: int, perm: Any) -> tuple:
     """A ppermute's pairs (source, target) name positions along its axes, counted from the end when negative: no position is a source twice or a target twice (ValueError), then each lies in -size to size - 1 (IndexError).
 
-    Returns the pairs as positions 0 to size - 1.
+    Returns the pairs as positions 0 to size - 1. Position k of a group is its k-th
+    device in the mesh's order, whatever the order its axes are named in.
 
     >>> check_permutation(("y",), 4, ((0, 1), (1, 2), (2, 3), (3, -4)))
     ((0, 1), (1, 2), (2, 3), (3, 0))
