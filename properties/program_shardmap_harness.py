@@ -21,9 +21,11 @@ the varying-axes casts JAX's collectives insert under check_vma. :func:`compare_
 :func:`~shardlaw.spec.explain_program` to JAX: a refusal at the same stage with the same
 class (the built Program; the described one too when JAX traced it), or the answer — the
 described Program accepted with JAX's result shardings, types and device assignment (its
-collectives typed as the SMAP rules type them, else PROG-0 refuses it) and every
-collective's replica groups those of the lowered module; and the built Program accepted
-too. Each rule's sides are recorded under ``"programs-shard_map"``.
+collectives typed as the SMAP rules type them, else PROG-0 refuses it), every
+collective's replica groups those of the lowered module, and — where the result stays
+placed by the out spec and every body equation is one this harness runs — each device's
+shard of the result the one the body gives when run device by device with the spec's
+decided groups and ppermute pairs; and the built Program accepted too. Each rule's sides are recorded under ``"programs-shard_map"``.
 """
 
 from __future__ import annotations
