@@ -13,11 +13,11 @@ import dataclasses
 from typing import Any, Iterator, Sequence
 
 from ..core.hlo import HloSharding
-from ..core.rules import rule
+from ..core.rules import Rejection, rule
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import AbstractMesh, Mesh, PartitionSpec
 from ..jit.assignment import Source
-from ..placement.blocks import to_hlo
+from ..placement.blocks import shard_shape, to_hlo
 from ..transforms.constraint import Constraint, constrained_result
 from .description import (
     DevicePut, Jit, Program, ShardingConstraint, ShardMap,
@@ -197,6 +197,16 @@ def _placer(program: Program, output: int, prefix: str
     return None
 
 
+def _divides(sharding: Any, shape: tuple[int, ...]) -> bool:
+    """Whether ``sharding`` splits ``shape`` evenly (an inner jit's out_sharding always
+    does when the user's call is traced; one a batching rule gave may not)."""
+    try:
+        shard_shape(sharding, shape)
+    except Rejection:
+        return False
+    return True
+
+
 def _one_mesh(shardings: Sequence[Any]) -> bool:
     """Every sharding is a NamedSharding over one concrete mesh."""
     given = [s for s in shardings if s is not UNSPECIFIED]
@@ -240,5 +250,7 @@ def placed_results(program: Program, assignment_shardings: Sequence[Any]
                 continue
             placer = constrained_result(Constraint(
                 path, shape, placer.sharding, placer.unconstrained_dims, True, context))
+        elif not _divides(placer, shape):
+            placer = None   # an out_sharding vmap's batching left uneven: the compiler's
         out.append((None, None) if placer is None else (to_hlo(placer, len(shape)), path))
     return tuple(out)
