@@ -158,3 +158,30 @@ def test_an_accepted_shard_map_reads_back_its_types(call):
         old = explain_transformed(call)
     assert old.accepted
     assert old_differences(old, ask_program(call)) == []
+
+
+def _ad_calls():
+    from shardlaw.spec import Mesh, NamedSharding, P
+    from shardlaw.spec.core.shardings import UNSPECIFIED
+    from shardlaw.spec.transforms.autodiff import JitBody, JitEquation
+    mesh = Mesh.iota((2, 4), ("data", "model"))
+    body = JitBody(inputs=2, dependencies=[{0, 1}, {1}, set()], forwarded=[None, 1, None],
+                   residuals=0, stored_residuals=0)
+    equation = JitEquation((NamedSharding(mesh, P("data")), UNSPECIFIED),
+                           (NamedSharding(mesh, P()), UNSPECIFIED,
+                            NamedSharding(mesh, P(None, "model"))), (False, True))
+    for nonzero in ((True, False), (False, True), (True, True), (False, False)):
+        yield TransformedCall.of("nonzero_outputs", jit_body=body, nonzero_tangents=nonzero)
+        yield TransformedCall.of("jvp_equation", primal_equation=equation, jit_body=body,
+                                 nonzero_tangents=nonzero)
+
+
+@pytest.mark.parametrize("call", list(_ad_calls()))
+def test_a_jvp_with_several_outputs_reads_back_its_equation(call):
+    # the stored AD-1/AD-2 vectors have one input each: several, forwarded and constant
+    # outputs, some tangents zero, are held here
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = explain_transformed(call)
+    assert old.accepted
+    assert old_differences(old, ask_program(call)) == []

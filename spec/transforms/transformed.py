@@ -69,6 +69,7 @@ PROGRAM_FORMS: dict[str, str] = {
     "lower_constraints": "a ShardingConstraint equation per constraint, its results returned",
     "check_shard_map": "a ShardMap equation (its body's collectives as equations)",
     "jvp_equation": "shardlaw.spec.program.autodiff.jvp_program",
+    "nonzero_outputs": "shardlaw.spec.program.autodiff.jvp_program",
     "batch_constraint": "shardlaw.spec.program.batching.vmap_program",
 }
 

@@ -43,6 +43,8 @@ Questions with a program form:
   float32 where its tangent is non-zero and int32 where it is a zero; each output its
   forwarded input, an ``add`` of the inputs it depends on, or a constant) under
   ``jvp_program``; the answer is the JVP's jit equation.
+* ``nonzero_outputs`` — the same under ``jvp_program``; an output's tangent is nonzero
+  where the JVP's jit computes it (a zero is made outside it).
 
 The others are listed in :data:`PER_EQUATION` with the reason they stay per-equation
 questions (a fact of one equation with no program to ask, or a form not written yet).
@@ -88,8 +90,6 @@ _RESIDUALS = ("its JitBody's residuals (how many, how many the primal stores, wh
 PER_EQUATION: dict[str, str] = {
     "batch_sharding": "one sharding batched at one axis: a fact of a single sharding, "
                       "asked inside vmap_jit's program form",
-    "nonzero_outputs": "which outputs of one jit equation carry tangents: a fact of a "
-                       "JitBody summary (dependencies), not of a program",
     "linearized_primal": _RESIDUALS,
     "linearized_tangent": _RESIDUALS,
     "linearized_equations": _RESIDUALS,
@@ -381,6 +381,28 @@ def _jvp_equation_form(call: TransformedCall) -> ProgramForm:
     return ProgramForm(program, (("jvp", ()),), "trace", read)
 
 
+def _nonzero_outputs_form(call: TransformedCall) -> ProgramForm:
+    """The jitted function under ``jvp_program``: an output's tangent is nonzero where the
+    JVP's jit computes it, a zero where the rewrite makes one outside (a broadcast)."""
+    body = call.keywords["jit_body"]
+    if not isinstance(body, JitBody):
+        raise NoProgramForm("jit_body is not a JitBody")
+    nonzero = autodiff._booleans(call.keywords["nonzero_tangents"], "nonzero_tangents",
+                                 body.inputs)
+    count = len(body.dependencies)
+    equation = JitEquation((UNSPECIFIED,) * body.inputs, (UNSPECIFIED,) * count)
+    if any(len(deps) > 2 for deps in body.dependencies):
+        raise NoProgramForm("an output depends on more than two inputs: add takes two")
+    program = _jitted(equation, body, nonzero)
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> tuple[bool, ...]:
+        tangents = rewritten.outputs[count:]
+        return tuple(isinstance(rewritten.equations[found[0]], Jit)
+                     for found in map(rewritten.producer, tangents))
+
+    return ProgramForm(program, (("jvp", ()),), "trace", read)
+
+
 # --------------------------------------------------------------------------- shard_map
 
 def _tried(function: Callable[..., Any], fallback: Any, *args: Any) -> Any:
@@ -478,6 +500,7 @@ _FORMS: dict[str, Callable[[TransformedCall], ProgramForm]] = {
     "lower_constraints": _lower_constraints_form,
     "check_shard_map": _check_shard_map_form,
     "jvp_equation": _jvp_equation_form,
+    "nonzero_outputs": _nonzero_outputs_form,
 }
 
 
