@@ -302,7 +302,13 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
     name = eq.primitive
     # A tangent has its primal's type (JAX's tangent avals), the mesh included.
     results = eq.results
-    if name in ("add", "add_any", "sub") and None in moving:
+    if name == "add_any" and None in moving:
+        # add_any's JVP is linear_jvp's: a zero tangent is instantiated (typed as its
+        # primal), and the sum is typed as its first operand.
+        moving = [t if t is not None else tape.emit(_opaque(
+            "broadcast_in_dim", (tape.primal.types[n],)), ())[0]
+            for t, n in zip(moving, operands)]
+    if name in ("add", "sub") and None in moving:
         (k,) = [k for k, t in enumerate(moving) if t is not None]
         if name == "sub" and k == 1:
             return list(tape.emit(_opaque("neg", results, count=1), (moving[1],)))
