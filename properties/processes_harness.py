@@ -117,7 +117,8 @@ class Pool:
             for proc in self._procs:
                 proc.stdin.write(text)  # type: ignore[union-attr]
                 proc.stdin.flush()  # type: ignore[union-attr]
-            return [json.loads(line) for line in self._collect("ANSWER", ANSWER_SECONDS)]
+            return [_answer(i, line)
+                    for i, line in enumerate(self._collect("ANSWER", ANSWER_SECONDS))]
         except (WorkerFailed, OSError) as error:
             self.close()
             raise WorkerFailed(f"{error}\nexample: {example}") from None
@@ -158,6 +159,14 @@ class Pool:
         for log in self._logs:
             log.close()
         self._logs = []
+
+
+def _answer(i: int, line: str) -> dict:
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise WorkerFailed(f"process {i} answered with a line that is not one JSON object: "
+                           f"{line[:300]!r}") from None
 
 
 _POOLS: dict[tuple[int, int], Pool] = {}

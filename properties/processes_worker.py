@@ -351,6 +351,11 @@ def answer(example: dict, pid: int) -> Answers:
 
 
 def serve(pid: int, port: int, processes: int, per_process: int) -> None:
+    # The answers go out on a copy of the standard output; the descriptor itself is pointed
+    # at the standard error, so that what the runtime prints there (gloo's "[Gloo] Rank 0
+    # is connected ...") cannot land inside an answer's line.
+    answers_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     import jax
     jax.config.update("jax_num_cpu_devices", per_process)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -361,12 +366,17 @@ def serve(pid: int, port: int, processes: int, per_process: int) -> None:
         for planted_rule in filter(None, os.environ.get(PLANTED_ENV, "").split(",")):
             from shardlaw.campaign_plugin import planted
             plants.enter_context(planted(planted_rule))
-        print("READY", flush=True)
-        answer_lines(pid)
+        say(answers_out, "READY")
+        answer_lines(pid, answers_out)
     jax.distributed.shutdown()
 
 
-def answer_lines(pid: int) -> None:
+def say(out: Any, line: str) -> None:
+    out.write(line + "\n")   # one write: the line is never split
+    out.flush()
+
+
+def answer_lines(pid: int, out: Any) -> None:
     """One answer a line of standard input, up to STOP."""
     for line in sys.stdin:
         if line.strip() == "STOP":
@@ -376,7 +386,7 @@ def answer_lines(pid: int) -> None:
             reply = {"problems": seen.problems, "hits": seen.hits}
         except Exception:  # noqa: BLE001 - reported to the parent as a disagreement
             reply = {"problems": ["crashed: " + traceback.format_exc()[-2500:]], "hits": []}
-        print("ANSWER " + json.dumps(reply), flush=True)
+        say(out, "ANSWER " + json.dumps(reply))
 
 
 if __name__ == "__main__":
