@@ -386,7 +386,7 @@ def test_each_rule_on_each_side(case):
     assert not problems, "\n".join(problems) + f"\ncase: {case}"
 
 
-@checks(*RULES)
+@checks("FIT-1", "FIT-2", "FIT-3", "RES-4", "DA-4")
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cases())
 @example(SIX[0][1])

@@ -232,7 +232,7 @@ UNEVEN_MOVED = VmapCase(
 COVERED = ("BAT-0", "BAT-4", "BAT-5", "WSC-7", "DA-1", "FIT-1")
 
 
-@checks(*COVERED)
+@checks("BAT-0", "BAT-4", "BAT-5", "WSC-7", "DA-1", "FIT-1")
 @given(vmap_cases())
 @example(SPMD_CLASH)
 @example(UNKNOWN_AXIS)

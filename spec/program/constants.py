@@ -70,9 +70,10 @@ def _bodies(program: Program, live: Live, prefix: str
 @rule("CONST-1", mirrors="jax._src.core.jaxpr_const_args, is_hoistable; "
                          "pxla.lower_sharding_computation (hoist_constants_as_args)")
 def hoisted_constants(program: Program) -> tuple[tuple[str, Const], ...]:
-    """A closed-over constant becomes an argument of the compiled program only when JAX hoists constants (off by default in jax 0.10.2) and it is an array of rank 1 or more and of more than 32 bytes that a live equation uses; any other constant is embedded in the program and takes no part in its device assignment.
+    """A closed-over constant is embedded in the program and takes no part in its device assignment, unless JAX hoists constants and it is a live array of rank 1 or more and over 32 bytes: then it is an argument.
 
-    Bodies nested in live equations hoist theirs too; a closed-over ref is not a constant
+    JAX hoists constants only when ``JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1`` is set before it
+    is imported (off by default in jax 0.10.2). Bodies nested in live equations hoist theirs too; a closed-over ref is not a constant
     (REF-1). Returns (path, constant) in JAX's order: those the body returns, then equation
     by equation those it takes and those of the bodies nested in it.
 
@@ -121,7 +122,7 @@ def _hoisted_in(body: Program, live: Live, prefix: str) -> Iterator[tuple[str, C
 @rule("CONST-2", mirrors="jax._src.pjit.const_args_shardings; "
                          "pxla._get_and_check_device_assignment (CONST_SHARDING)")
 def constant_sharding(const: Const) -> Any:
-    """A hoisted constant that is a committed jax.Array enters the program on its own sharding, joining the device assignment after the arguments and committing the results; a numpy array's or an uncommitted array's sharding is left open, and a hoisted constant is never donated.
+    """A hoisted committed jax.Array enters the program on its own sharding, joining the device assignment after the arguments and committing the results; a hoisted numpy or uncommitted array is left open; none is donated.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> constant_sharding(Const(Value.placed((8, 8), NamedSharding(mesh, P("y")))))
@@ -138,7 +139,7 @@ def constant_sharding(const: Const) -> Any:
 @rule("REF-1", mirrors="jax._src.interpreters.pxla._discharge_refs_jaxpr, "
                        "_move_mutable_consts; pjit.finalize_arg_sharding")
 def ref_inputs(program: Program) -> tuple[tuple[str, Any], ...]:
-    """A mutable ref is a committed input of the program on its own sharding: one passed as an argument is an input where it is passed, kept or dropped as any argument is, and one the function closed over is an input right after the arguments when a live equation reads or writes it.
+    """A mutable ref is a committed input on its own sharding: passed as an argument, where it is passed (kept or dropped as any argument); closed over, right after the arguments when a live equation reads or writes it.
 
     ``jax.new_ref`` commits what it is given (a numpy array, an uncommitted array: to the
     default device). Returns the (path, sharding) of every ref that takes part, the
@@ -169,7 +170,7 @@ def ref_inputs(program: Program) -> tuple[tuple[str, Any], ...]:
 @rule("REF-2", mirrors="jax._src.interpreters.pxla._discharge_refs (MutationData, "
                        "input_output_aliases)")
 def ref_updates(refs: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
-    """Every ref that takes part gets its new value back as an extra result of the compiled program, aliased to the ref's own buffer and on the ref's sharding, so after the call the ref holds it on the sharding it had.
+    """Every ref that takes part gets its new value back as an extra result of the compiled program, aliased to the ref's own buffer and on its sharding, so the ref keeps the sharding it had.
 
     >>> ref_updates((("args[1]", SingleDeviceSharding(3)),))
     (('args[1]', SingleDeviceSharding(Device(3))),)
