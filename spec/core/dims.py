@@ -107,6 +107,9 @@ def check_dims(dims: Any, *, what: str = "dimensions") -> tuple[int, ...]:
     ...
     shardlaw.spec.core.rules.RejectionValueError: [VAL-1]: array dimensions must be non-negative, got -1 in (2, -1)
     """
+    # A tuple of plain ints in range is already what is returned (the common case)
+    if type(dims) is tuple and all(type(d) is int and 0 <= d <= LIMIT for d in dims):
+        return dims
     if isinstance(dims, (str, bytes, bytearray, dict)) or not isinstance(dims, Iterable):
         raise reject(NotAnInteger(what, dims, type(dims).__name__))
     out = []

@@ -109,9 +109,19 @@ def _all_to_all(params: dict, d: int) -> tuple[dict, int]:
             "concat_axis": params["concat_axis"] + (d <= params["concat_axis"])}, d
 
 
-# Collectives whose batching rewrites a dimension parameter (JAX's batchers in
-# lax/parallel.py): name -> (parameters, batch axis) -> (parameters, the result's axis).
+def _reduced(params: dict, d: int) -> tuple[dict, int]:
+    """A reduction's batching (JAX's reducer batcher): the reduced axes move past the batch
+    axis; the result's batch axis is where the batch axis lands once they are gone."""
+    axes = tuple(int(a) for a in params["axes"])
+    return {**params, "axes": tuple(a + (a >= d) for a in axes)}, d - sum(a < d for a in axes)
+
+
+# Primitives whose batching rewrites a dimension parameter (JAX's batchers in
+# lax/parallel.py and lax.py's reducers): name -> (parameters, batch axis) -> (parameters,
+# the result's axis).
 SHIFTS = {
+    "reduce_sum": _reduced, "reduce_max": _reduced, "reduce_min": _reduced,
+    "reduce_prod": _reduced,
     "all_gather": lambda p, d: _gathered(p, d, "all_gather_dimension"),
     "all_gather_invariant": lambda p, d: _gathered(p, d, "all_gather_dimension"),
     "reduce_scatter": lambda p, d: _gathered(p, d, "scatter_dimension"),
@@ -160,13 +170,16 @@ def batched_input(value: Value, axis: int | None, size: int) -> Value:
     NamedSharding(Mesh({'x': 2, 'y': 4}), P('x', None))
     >>> batched_input(Value.scalar("float"), 0, 3)
     <float32[3]>
+    >>> batched_input(Value.shape_dtype((8,), sharding=NamedSharding(mesh.abstract, P("x"))), 0, 3)
+    <float32[3x8] over AbstractMesh({'x': 2, 'y': 4}) abstract on NamedSharding(AbstractMesh({'x': 2, 'y': 4}), P(None, 'x'))>
     """
     if axis is None:
         return value
     shape = _inserted(value.shape, axis, size)
     s = value.sharding
     if s is None:
-        return Value.numpy(shape, value.dtype)
+        return Value.shape_dtype(shape, value.dtype) if value.abstract else \
+            Value.numpy(shape, value.dtype)
     if isinstance(s, NamedSharding):
         spec = s.spec
         s = NamedSharding(s.mesh, P(*_inserted(spec.partitions, axis, None),
@@ -175,6 +188,8 @@ def batched_input(value: Value, axis: int | None, size: int) -> Value:
     elif isinstance(s, GSPMDSharding):
         from ..transforms.batching import _with_unit_dim
         s = GSPMDSharding(s.devices, _with_unit_dim(s.hlo, axis))
+    if value.abstract:
+        return Value.shape_dtype(shape, value.dtype, s)
     return Value.placed(shape, s, value.dtype, committed=value.committed)
 
 

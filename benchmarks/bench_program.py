@@ -1,0 +1,140 @@
+"""How long the spec takes to answer for a whole training step, against the device count.
+
+Issue 23's goal: :func:`~shardlaw.spec.explain_program` of a 200-equation step (an inner
+jit, activation constraints, a shard_map'd block with a ``psum``) on a 2^16-device mesh in
+at most 10 ms; ``vmap`` or ``grad`` of it (the spec's rewrite, then its answer) in at most
+twice that; and nothing enumerates devices (the time does not grow with the device count).
+
+The step is built by hand as a :class:`~shardlaw.spec.Program` (no JAX): per layer a matmul,
+a constraint, an elementwise op, a constraint and a shard_map'd block. Meshes: 8 devices,
+2^16 (concrete, ids 0 .. 2^16 - 1, answered through the run; abstract, answered traced)
+and 2^30 (abstract). The table gives the median time per answer and whether it is within
+the goal. Run: ``python benchmarks/bench_program.py`` (``--quick`` for fewer repeats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any, Callable
+
+from shardlaw.spec import AbstractMesh, Mesh, NamedSharding, P, Rejection, explain_program
+from shardlaw.spec.program.description import (
+    Jit, Opaque, Program, ShardingConstraint, ShardMap, Value,
+)
+
+GOAL_MS = 10.0
+EQUATIONS = 200
+
+
+class Body:
+    """A body being written: its inputs, then equations, each result numbered in turn."""
+
+    def __init__(self, inputs: tuple[Value, ...]) -> None:
+        self.inputs, self.equations, self.next = inputs, [], len(inputs)
+
+    def add(self, equation: Any) -> int:
+        self.equations.append(equation)
+        self.next += len(equation.results or (None,))
+        return self.next - 1
+
+
+def step(mesh: Any, devices: int) -> Program:
+    """The 200-equation step over ``mesh`` (rows over "data", columns over "model")."""
+    abstract = mesh if isinstance(mesh, AbstractMesh) else mesh.abstract
+    rows, cols = 64 * mesh.axis_sizes[0], 64 * mesh.axis_sizes[1]
+    typed = Value.typed((rows, cols), mesh=abstract)
+
+    def arg(spec: Any) -> Value:
+        sharding = NamedSharding(mesh, spec)
+        if isinstance(mesh, AbstractMesh):
+            return Value.shape_dtype((rows, cols), sharding=sharding)
+        return Value.placed((rows, cols), sharding)
+
+    # per shard, every mesh axis manual: a 64 x 64 block, varying over both axes
+    per_shard = Value.typed((64, 64), mesh=abstract, varying={"data", "model"})
+    summed = Value.typed((64, 64), mesh=abstract, varying={"data"})
+    block = Program((per_shard,), (
+        Opaque((0,), primitive="sin", results=(per_shard,)),
+        Opaque((1,), primitive="psum", results=(summed,), params=(("axes", ("model",)),)),
+        Opaque((2,), primitive="pvary", results=(per_shard,), params=(("axes", ("model",)),)),
+    ), outputs=(3,))
+    body = Body((typed, typed))
+    h = 0
+    while len(body.equations) < EQUATIONS - 10:
+        a = body.add(Opaque((h, 1), primitive="mul", results=(typed,)))
+        b = body.add(ShardingConstraint((a,), sharding=NamedSharding(mesh, P("data", "model"))))
+        c = body.add(Opaque((b,), primitive="tanh", results=(typed,)))
+        d = body.add(ShardMap((c,), (typed,), body=block, mesh=mesh,
+                              in_specs=(P("data", "model"),), out_specs=(P("data", "model"),),
+                              manual_axes={"data", "model"}))
+        h = body.add(ShardingConstraint((d,), sharding=NamedSharding(mesh, P("data"))))
+    inner = Program(tuple(body.inputs), tuple(body.equations), outputs=(h,))
+    top = Body((arg(P("data")), arg(P(None, "model"))))
+    out = top.add(Jit((0, 1), (typed,), body=inner, name="layers"))
+    while len(top.equations) + len(inner.equations) < EQUATIONS - 1:
+        out = top.add(Opaque((out,), primitive="neg", results=(typed,)))
+    loss = top.add(Opaque((out,), primitive="reduce_sum", results=(Value.typed((), mesh=abstract),),
+                          params=(("axes", (0, 1)), ("out_sharding", None))))
+    return Program(top.inputs, tuple(top.equations), outputs=(loss,), devices=devices)
+
+
+def meshes() -> list[tuple[str, Any, int, str]]:
+    names = ("data", "model")
+    return [("8, concrete", Mesh.iota((2, 4), names), 8, "run"),
+            ("2^16, concrete", Mesh.iota((256, 256), names), 1 << 16, "run"),
+            ("2^16, abstract", AbstractMesh((256, 256), names), 1 << 16, "trace"),
+            ("2^30, abstract", AbstractMesh((1 << 15, 1 << 15), names), 1 << 30, "trace")]
+
+
+def questions(program: Program, until: str) -> dict[str, Callable[[], Any]]:
+    asked = {"explain": lambda: explain_program(program, until=until)}
+    try:
+        from shardlaw.spec.program.batching import vmap_program
+        asked["vmap + explain"] = lambda: explain_program(
+            vmap_program(program, axis_size=8), until=until)
+    except ImportError:
+        pass
+    try:
+        from shardlaw.spec.program.autodiff import grad_program
+        asked["grad + explain"] = lambda: explain_program(grad_program(program), until=until)
+    except ImportError:
+        pass
+    return asked
+
+
+def median_ms(question: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    answer = question()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        question()
+        times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times), answer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    repeats = 5 if parser.parse_args().quick else 30
+    print(f"{'mesh':<16} {'question':<16} {'equations':>9} {'median ms':>10}  goal")
+    for name, mesh, devices, until in meshes():
+        program = step(mesh, devices)
+        count = len(program.equations) + sum(len(eq.body.equations) for eq in program.equations
+                                             if eq.body is not None)
+        for question, ask in questions(program, until).items():
+            try:
+                ms, answer = median_ms(ask, repeats)
+            except Rejection as refused:  # the rewrite itself refuses the program
+                print(f"{name:<16} {question:<16} {count:>9} {'-':>10}  not rewritten: "
+                      f"{refused.rule}: {str(refused)[:90]}")
+                continue
+            goal = GOAL_MS * (1 if question == "explain" else 2)
+            status = "accepted" if answer.accepted else f"refused {answer.rule}"
+            print(f"{name:<16} {question:<16} {count:>9} {ms:>10.2f}  "
+                  f"{'ok' if ms <= goal else 'OVER'} (<= {goal:g} ms; {status})")
+
+
+if __name__ == "__main__":
+    main()
