@@ -77,7 +77,12 @@ def _sorted(names: Any) -> tuple:
                          "_axis_index_effectful_abstract_eval")
 def collective_varying(primitive: str, axes: tuple[str, ...], varying: frozenset[str],
                        check_vma: bool) -> frozenset[str]:
-    """With check_vma, psum, pmax and pmin take an operand varying along some of their axes and return it varying along the others; pvary takes one varying along none of its axes and adds them; axis_index varies along its axis; all_gather, psum_scatter, ppermute and all_to_all take one varying along all their axes and keep its varying axes; without check_vma nothing varies.
+    """With check_vma, each collective takes an operand varying along the axes it needs and gives a result varying along the axes it leaves; without check_vma nothing varies.
+
+    psum, pmax and pmin take an operand varying along some of their axes and return it
+    varying along the others; pvary takes one varying along none of its axes and adds them;
+    axis_index varies along its axis; all_gather, psum_scatter, ppermute and all_to_all take
+    one varying along all their axes and keep its varying axes.
 
     >>> collective_varying("psum_invariant", ("y",), frozenset({"x", "y"}), True)
     frozenset({'x'})
@@ -150,7 +155,13 @@ def _dimension(primitive: str, which: str, dim: Any, rank: int, shape: tuple,
                          "_all_to_all_effectful_abstract_eval (and the checks of all_to_all)")
 def collective_shape(primitive: str, shape: tuple[int, ...], size: int,
                      params: dict[str, Any]) -> tuple[int, ...]:
-    """A collective over axes of ``size`` devices in all: all_gather multiplies its dimension by size (tiled) or inserts one of that size there; psum_scatter divides its scatter dimension by size (tiled: it must divide) or removes it (untiled: it must be size); all_to_all divides its split dimension by size and multiplies its concat dimension by it (the split dimension must divide, untiled must be size); the others keep the shape (axis_index: a scalar).
+    """A collective over axes of ``size`` devices in all gathers, scatters or exchanges one dimension by that size, which must divide what it splits; the others keep the shape, and axis_index is a scalar.
+
+    all_gather multiplies its dimension by size (tiled) or inserts one of that size there;
+    psum_scatter divides its scatter dimension by size (tiled: it must divide) or removes it
+    (untiled: it must be size); all_to_all divides its split dimension by size and
+    multiplies its concat dimension by it (the split dimension must divide; untiled, it
+    must be size).
 
     >>> collective_shape("all_gather", (4, 2), 2, {"all_gather_dimension": 1, "tiled": True})
     (4, 4)
