@@ -83,6 +83,15 @@ def test_every_side_of_every_rule_has_a_vector():
     assert not have - set(wanted()), sorted(have - set(wanted()))
 
 
+def test_the_rules_only_programs_meet_are_held_to_jax_by_a_program_property():
+    """AD-9 and SMAP-20..22 have no transformed-call vector: a program property checks each."""
+    from shardlaw.properties.transform_vectors_gen import PROGRAM_ONLY
+    tests = Path(__file__).resolve().parent
+    text = "".join(f.read_text(encoding="utf-8") for f in tests.glob("test_program*.py"))
+    for rule_id in PROGRAM_ONLY:
+        assert f'"{rule_id}"' in text, rule_id
+
+
 def test_only_description_refusals_are_spec_only():
     """A vector without a JAX origin is a *-0 refusal (a description JAX has no value for)."""
     for path in FILES:
