@@ -123,4 +123,4 @@ __all__ += ["Program", "Value", "Const", "Jit", "ShardingConstraint", "DevicePut
             "Reshard", "Opaque", "explain_program", "ProgramVerdict", "vmap_program",
             "jvp_program", "linearize_program", "vjp_program", "grad_program",
             "value_and_grad_program", "LinearizedProgram", "VjpProgram"]
-__all__ += ["processes", *processes.__all__]
+__all__ += [*processes.__all__]

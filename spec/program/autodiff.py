@@ -799,6 +799,8 @@ def _linearized_call(program: Program, nonzero: tuple[bool, ...], transform: str
 def linearize_program(program: Program, tangents: Any = None) -> LinearizedProgram:
     """``jax.linearize`` of the jitted program: the primal jit (AD-3) and the tangent jit
     (AD-4) built by linearizing every equation of its body, recursively."""
+    check_program(isinstance(program, Program), "the program linearize is asked about",
+                  "a Program", program)
     nonzero = tuple(differentiable(v) for v in program.inputs)
     tape, outs, touts = _linearized_call(program, nonzero, "linearize")
     flags = tuple(t is not None for t in touts)
@@ -830,6 +832,8 @@ def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
     jit (AD-5), every equation of the body transposed in reverse order, recursively; a
     cotangent per output whose tangent is not a symbolic zero (``cotangents``: Values,
     numpy arrays when None)."""
+    check_program(isinstance(program, Program), "the program vjp is asked about",
+                  "a Program", program)
     nonzero = tuple(differentiable(v) for v in program.inputs)
     tape, outs, touts = _linearized_call(program, nonzero, "vjp")
     flags = tuple(t is not None for t in touts)
@@ -888,6 +892,8 @@ def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = F
     others, with ``has_aux``), then the gradient of each input in ``argnums``; the
     backward pass seeded with a one for the first output, the other outputs' cotangents
     zero."""
+    check_program(isinstance(program, Program), "the program value_and_grad is asked about",
+                  "a Program", program)
     numbers = _argnums(argnums, len(program.inputs))
     check_program(has_aux or len(program.outputs) == 1, "the outputs of grad's function",
                   "one scalar (or has_aux=True)", program.outputs)
