@@ -30,8 +30,8 @@ from .blocks import (
     _device_list, addressable_device_ids, device_ids, devices_indices_map, is_fully_replicated,
     num_devices, replica_ids, shard_shape, tiles_per_dimension,
 )
-from ..core.rules import Failure, require, rule
-from ..core.shardings import NamedSharding
+from ..core.rules import Failure, reject, require, rule
+from ..core.shardings import NamedSharding, NotASharding, check_part
 from ..core.values import DeviceList, Mesh, PartitionSpec, check_dims
 
 P = PartitionSpec  # the name the examples use
@@ -365,6 +365,7 @@ def local_mesh(mesh: Mesh, process_index: int) -> Mesh:
     ...
     shardlaw.spec.core.rules.RejectionValueError: [PROC-6]: the devices of process 0 do not form a block of the mesh Mesh({'x': 2, 'y': 2}, devices=DeviceList([0, 2, 3, 1])): the smallest block holding them, rows ((0, 2), (0, 2)) of each axis, also holds devices (2, 3) of other processes. Order the mesh's devices so that each process's devices are contiguous (as jax.make_mesh does), or build the global array with jax.make_array_from_process_local_data.
     """
+    check_part(mesh, Mesh, "the mesh a local mesh is taken of", "a Mesh (with devices)")
     process_index = _process(process_index)
     devices = list(mesh.devices)
     coords = _coordinates(mesh)
@@ -445,6 +446,20 @@ class PerDeviceArraysMisfit(Failure, rule="PROC-9"):
     piece: tuple
 
 
+def _pairs(arrays: Any) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """Single-device arrays as (device id, shape) pairs, each part checked."""
+    expected = "a sequence of (device id, shape) pairs"
+    check_part(arrays, (list, tuple), "the single-device arrays", expected)
+    out = []
+    for item in arrays:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise reject(NotASharding("a single-device array", "a (device id, shape) pair",
+                                      item))
+        (device,) = check_dims((item[0],), what="a device id")
+        out.append((device, tuple(check_dims(item[1], what="an array's shape"))))
+    return tuple(out)
+
+
 @rule("PROC-9", mirrors="jax.make_array_from_single_device_arrays "
                         "(jax._src.array.ArrayImpl._check_and_rearrange)")
 def place_single_device_arrays(sharding: Any, shape: Any, arrays: Any,
@@ -470,6 +485,7 @@ def place_single_device_arrays(sharding: Any, shape: Any, arrays: Any,
     """
     process_index = _process(process_index)
     shape = tuple(check_dims(shape, what="a shape"))
+    arrays = _pairs(arrays)
     owned = addressable_device_ids(sharding, process_index)
     piece = tuple(shard_shape(sharding, shape))
     given = tuple(device for device, _ in arrays)
@@ -503,6 +519,18 @@ class GatherNotTiled(Failure, rule="PROC-11"):
     sharding: Any
 
 
+# process_allgather's answer lists every process's box: at most this many processes.
+MAX_PROCESSES = 1 << 16
+
+
+@dataclasses.dataclass(frozen=True)
+class TooManyProcesses(Failure, rule="PROC-11"):
+    template = ("a process count must be at most {limit} (each process's rows are listed), "
+                "got {value}")
+    value: int
+    limit: int
+
+
 @rule("PROC-11", mirrors="jax.experimental.multihost_utils.process_allgather")
 def gathered(shape: Any, processes: int, tiled: bool, process_index: int,
              sharding: Any = None) -> tuple[Shape, tuple[Box, ...] | None]:
@@ -526,6 +554,7 @@ def gathered(shape: Any, processes: int, tiled: bool, process_index: int,
     """
     shape = tuple(check_dims(shape, what="a shape"))
     (processes,) = check_dims((processes,), what="a process count")
+    require(processes <= MAX_PROCESSES, lambda: TooManyProcesses(processes, MAX_PROCESSES))
     process_index = _process(process_index)
     if sharding is not None and not is_fully_addressable(sharding, process_index):
         require(tiled, lambda: GatherNotTiled(process_index, shape, sharding))

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..core.rules import IllFormedParameter, Failure, reject, require, rule
 from ..core.shardings import UNSPECIFIED, NamedSharding, Sharding  # noqa: F401 - NamedSharding: examples
-from ..core.values import AxisType, Mesh, PartitionSpec  # noqa: F401 - Mesh: the examples
+from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 
 P = PartitionSpec  # the name the examples use
 
@@ -560,6 +560,10 @@ def check_result_mesh(mesh: Any, count: int, path: str) -> None:
     ...
     shardlaw.spec.core.rules.RejectionValueError: [AD-9]: out[0] is typed over AbstractMesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')), a mesh of 8 devices whose axes are all Explicit, but the program runs on 1 device(s): no kept input and no sharding inside places it (Length of device assignment 1 is not equal to the size of the mesh 8). A gradient of an input its loss does not read (a sum, a reduced input's cotangent) keeps no input: pass keep_unused=True, or run under jax.set_mesh.
     """
+    require(mesh is None or isinstance(mesh, (AbstractMesh, Mesh)),
+            lambda: IllFormed("mesh", "None or a mesh (the result type's)", mesh))
+    _count(count, "count", 1 << 62)
+    require(isinstance(path, str), lambda: IllFormed("path", "a string", path))
     if not all_explicit(mesh):
         return
     size = 1
@@ -571,5 +575,7 @@ def check_result_mesh(mesh: Any, count: int, path: str) -> None:
 
 def all_explicit(mesh: Any) -> bool:
     """Whether a type's mesh has axes and all of them are Explicit (AD-9 applies)."""
+    require(mesh is None or isinstance(mesh, (AbstractMesh, Mesh)),
+            lambda: IllFormed("mesh", "None or a mesh (a type's)", mesh))
     return mesh is not None and bool(mesh.axis_types) and all(
         t is AxisType.Explicit for t in mesh.axis_types)
