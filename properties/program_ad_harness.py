@@ -35,8 +35,9 @@ from hypothesis import strategies as st
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    _compare_results, _jax_class_agrees, _record, _type_of, _watch_compiler, _with_choices,
-    Case, JaxOutcome, arguments_of, function_of, program_cases, program_of, top_options,
+    _record, _type_of, _watch_compiler, _with_choices,
+    Case, JaxOutcome, arguments_of, function_of, outcome_problems, program_cases, program_of,
+    top_options,
 )
 from shardlaw.properties.program_vmap_harness import (
     Vmap, VmapCase, _batched_inputs, _vmapped, spec_vmapped,
@@ -284,18 +285,7 @@ def compare_ad(ad: AdCase) -> list[str]:
             problems.append(f"rewritten equations: spec {signature(program)!r}, JAX "
                             f"{theirs!r}")
     verdict = explain_program(_with_choices(program, outcome))
-    if outcome.error is not None:
-        if verdict.accepted:
-            problems.append(f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}"
-                            f": {outcome.error}; the spec accepts")
-        elif verdict.stage != outcome.stage or not _jax_class_agrees(verdict, outcome.error):
-            problems.append(f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}"
-                            f": {outcome.error}; the spec at {verdict.stage} with "
-                            f"{verdict.jax_error}: {verdict.message}")
-    elif not verdict.accepted:
-        problems.append(f"JAX accepts; the spec refuses: {verdict.message}")
-    else:
-        problems += _compare_results(verdict, outcome)
+    problems += outcome_problems(verdict, outcome)
     if not problems:
         _record_ad(program, verdict)
         for rule_id in dict.fromkeys(r for r in applied if r.startswith("AD-")):

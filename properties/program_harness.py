@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from hypothesis import strategies as st
 
@@ -42,7 +42,7 @@ from shardlaw.spec.program.description import (
 from shardlaw.spec.program.lowering import live_parts
 
 __all__ = ["Step", "Recipe", "Case", "program_of", "function_of", "arguments_of",
-           "run_in_jax", "JaxOutcome", "compare_program", "program_cases", "SOURCE",
+           "run_in_jax", "JaxOutcome", "compare_program", "outcome_problems", "program_cases", "SOURCE",
            "program_hit_counts", "spec_verdict"]
 
 # The source under which the programs compared record their rules (shardlaw.properties.hits).
@@ -309,22 +309,33 @@ def compare_program(case: Case) -> list[str]:
     if outcome.described is not None and outcome.described != recipe:
         problems.append(f"describe_program gives {outcome.described!r}, the recipe "
                         f"{recipe!r}")
-    if outcome.error is not None:
-        if verdict.accepted:
-            problems.append(f"JAX refused at {outcome.stage} with "
-                            f"{type(outcome.error).__name__}: {outcome.error}; the spec "
-                            f"accepts")
-        elif verdict.stage != outcome.stage or not _jax_class_agrees(verdict, outcome.error):
-            problems.append(f"JAX refused at {outcome.stage} with "
-                            f"{type(outcome.error).__name__}: {outcome.error}; the spec at "
-                            f"{verdict.stage} with {verdict.jax_error}: {verdict.message}")
-    elif not verdict.accepted:
-        problems.append(f"JAX accepts; the spec refuses: {verdict.message}")
-    else:
-        problems += _compare_results(verdict, outcome)
+    problems += outcome_problems(verdict, outcome)
     if not problems:
         _record(program, verdict)
     return problems
+
+
+def _same_refusal(verdict: Any, outcome: JaxOutcome) -> bool:
+    return verdict.stage == outcome.stage and _jax_class_agrees(verdict, outcome.error)
+
+
+def outcome_problems(verdict: Any, outcome: JaxOutcome,
+                     same_refusal: Callable[[Any, JaxOutcome], bool] = _same_refusal
+                     ) -> list[str]:
+    """How the spec's verdict and JAX's outcome part (empty: they agree): both refuse, at
+    the same stage with JAX's class (``same_refusal``), or both accept with the same
+    results (shardings, committedness, types, device assignment)."""
+    if outcome.error is None:
+        if not verdict.accepted:
+            return [f"JAX accepts; the spec refuses: {verdict.message}"]
+        return _compare_results(verdict, outcome)
+    said = f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}: {outcome.error}"
+    if verdict.accepted:
+        return [f"{said}; the spec accepts"]
+    if not same_refusal(verdict, outcome):
+        return [f"{said}; the spec at {verdict.stage} with {verdict.jax_error}: "
+                f"{verdict.message}"]
+    return []
 
 
 def spec_verdict(case: Case, outcome: JaxOutcome) -> Any:

@@ -32,8 +32,9 @@ from hypothesis import strategies as st
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    Case, JaxOutcome, Recipe, _compare_results, _jax_class_agrees, _type_of, _watch_compiler,
-    _with_choices, arguments_of, function_of, program_cases, program_of, top_options,
+    Case, JaxOutcome, Recipe, _jax_class_agrees, _type_of, _watch_compiler,
+    _with_choices, arguments_of, function_of, outcome_problems, program_cases, program_of,
+    top_options,
 )
 from shardlaw.spec import Rejection, explain_program, from_jax, tracing
 from shardlaw.spec.program.batching import batched_input, vmap_program
@@ -234,18 +235,8 @@ def _compare(outcome: VmapOutcome, rewrite: Any) -> list[str]:
     if outcome.described is not None and structure(outcome.described) != structure(program):
         problems.append(f"describe_program of the vmapped function gives "
                         f"{outcome.described!r}; the spec's rewrite {program!r}")
-    if outcome.error is not None:
-        if verdict.accepted:
-            problems.append(f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}"
-                            f": {outcome.error}; the spec accepts")
-        elif not _refusal_agrees(verdict.stage, outcome, verdict):
-            problems.append(f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}"
-                            f": {outcome.error}; the spec at {verdict.stage} with "
-                            f"{verdict.jax_error}: {verdict.message}")
-    elif not verdict.accepted:
-        problems.append(f"JAX accepts; the spec refuses: {verdict.message}")
-    else:
-        problems += _compare_results(verdict, outcome)
+    problems += outcome_problems(
+        verdict, outcome, lambda v, o: _refusal_agrees(v.stage, o, v))
     if not problems:
         _record(list(fired), None)
         _record(list(verdict.trace), verdict)
