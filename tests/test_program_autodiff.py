@@ -309,3 +309,25 @@ def test_every_rule_of_the_transformed_programs_was_seen_on_both_sides():
                for rule_id in ("DA-1", "FIT-1", "PROG-2", "PROG-4", "AD-9")
                if not all(counts.get(rule_id, (0, 0)))]
     assert not missing, f"rules not seen on both sides against JAX: {missing}"
+
+
+def test_the_rewrites_keep_the_programs_device_count():
+    """A program on chips beyond this machine's (ids up to 2**16 - 1) stays askable under
+    each rewrite: the process's device count is the program's, not the default 8."""
+    from shardlaw.spec import Mesh as SpecMesh, NamedSharding as SpecNamed, P as SpecP
+    from shardlaw.spec import explain_program as explain
+    from shardlaw.spec.program.autodiff import (
+        grad_program as grad, jvp_program as jvp, linearize_program as linearize,
+        vjp_program as vjp,
+    )
+    from shardlaw.spec.program.description import Opaque as Op, Program as Prog, Value as Val
+
+    chips = SpecMesh.iota((256, 256), ("x", "y"))
+    x = Val.placed((256, 256), SpecNamed(chips, SpecP("x")))
+    loss = Prog((x,), (Op((0,), (x.type,), primitive="sin", params=(("accuracy", None),)),
+                       Op((1,), (Val.typed((), mesh=chips.abstract),), primitive="reduce_sum",
+                          params=(("axes", (0, 1)), ("out_sharding", None)))),
+                outputs=(2,), devices=chips.size)
+    for rewritten in (grad(loss), jvp(loss), linearize(loss).applied, vjp(loss).applied):
+        assert rewritten.devices == chips.size
+        assert explain(rewritten).num_devices == chips.size

@@ -783,7 +783,7 @@ def jvp_program(program: Program, tangents: Any = None) -> Program:
                            [next(moving) if nz else None for nz in nonzero], "body[0]")
     types = [call.body.value_types[n] for n in call.body.outputs]
     touts = [t if t is not None else _zeros(body, v) for t, v in zip(touts, types)]
-    return body.program(tuple(outs) + tuple(touts))
+    return body.program(tuple(outs) + tuple(touts), devices=program.devices)
 
 
 def _linearized_call(program: Program, nonzero: tuple[bool, ...], transform: str
@@ -815,7 +815,8 @@ def linearize_program(program: Program, tangents: Any = None) -> LinearizedProgr
     start = len(program.inputs)
     tout = _inline(applied, _traced(tangent), ran[len(outs):] + tuple(
         range(start, start + len(given))))
-    return LinearizedProgram(primal, tangent, applied.program(tout), flags)
+    return LinearizedProgram(primal, tangent,
+                             applied.program(tout, devices=program.devices), flags)
 
 
 def _backward(tape: _Tape, touts: list, given: tuple
@@ -849,7 +850,8 @@ def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
     cts = _inline(applied, _traced(backward), ran[len(outs):] + tuple(
         range(start, start + len(given))))
     outputs = _every_input(applied, program, nonzero, reached, cts)
-    return VjpProgram(primal, backward, applied.program(outputs), reached)
+    return VjpProgram(primal, backward, applied.program(outputs, devices=program.devices),
+                      reached)
 
 
 def _every_input(body: _Body, program: Program, nonzero: tuple[bool, ...],
@@ -916,7 +918,7 @@ def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = F
         cts = _inline(top, _traced(backward), ran[len(outs):] + seed)
         every = _every_input(top, program, nonzero, reached, cts)
     grads = tuple(every[i] for i in numbers)
-    return top.program(ran[:len(outs)] + grads)
+    return top.program(ran[:len(outs)] + grads, devices=program.devices)
 
 
 def grad_program(program: Program, argnums: Any = 0, has_aux: bool = False) -> Program:
