@@ -10,6 +10,7 @@ workers of one campaign spread over the worker processes of a Dask ``LocalCluste
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import socket
@@ -129,7 +130,10 @@ def test_a_campaign_on_a_local_dask_cluster_adds_the_machines_figures(redis_url,
     # Another machine (an empty local folder in front of the same server) reads the
     # counterexample back: what one machine found, every machine replays first.
     record = json.loads(saved[0].read_text())
-    assert record["falsifying_example"] and "1001" in record["falsifying_example"]
+    # A counterexample of the breaking property (Hypothesis shrinks it towards n=1001, but
+    # how far it gets within the campaign's time on a loaded machine varies: n=9760 once).
+    found = re.search(r"n=(\d+)", record["falsifying_example"] or "")
+    assert found and int(found.group(1)) > 1000, record["falsifying_example"]
     elsewhere = campaign.example_database(redis_url, str(tmp_path / "elsewhere"))
     prefix = b"hypothesis-example:"
     keys = [k[len(prefix):] for k in redis.Redis.from_url(redis_url).keys(prefix + b"*")]
