@@ -32,14 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent / "vectors"
 OLD = sorted((ROOT / "transforms").glob("*/*.json"))
 MIGRATED = sorted((ROOT / "programs-migrated").glob("*/*.json"))
 
-# The vectors whose program path answer differs from the old one, and why. Both are right
-# by the old answer: real JAX refuses them with SMAP-17's check (in_specs passed to
-# shard_map do not match the specs of the argument's type, every mesh axis manual and
-# Explicit), which the program path's shard_map (spec/program/shardmap.py) does not make;
-# it refuses later, with SMAP-19. They are not migrated.
-KNOWN_DISAGREEMENTS = {"SMAP-17-reject-1": "SMAP-19", "SMAP-17-reject-2": "SMAP-19"}
-
-
 def _old(path: Path):
     return load_transformed(path.read_text())
 
@@ -70,11 +62,6 @@ def test_every_old_vector_migrates_to_its_answer_or_is_listed(path):
         return
     answer = ask_program(vector.call)
     stored = ROOT / "programs-migrated" / path.parent.name / path.name
-    if vector.name in KNOWN_DISAGREEMENTS:
-        assert (vector.expect.rule, answer.rule) == (vector.rule,
-                                                     KNOWN_DISAGREEMENTS[vector.name])
-        assert not stored.exists()
-        return
     assert old_differences(vector.expect, answer) == [], vector.name
     assert stored.exists(), f"{stored} is not in the migrated set"
 
@@ -95,12 +82,11 @@ def test_the_migrated_set_is_what_the_command_writes():
             code = main(["vectors", "migrate", str(ROOT / "transforms"), target])
         written = sorted(Path(target).glob("*/*.json"))
         text = out.getvalue()
-        assert code == 1, text   # the known disagreements
+        assert code == 0, text   # no disagreement
         assert [p.relative_to(target) for p in written] == \
             [p.relative_to(ROOT / "programs-migrated") for p in MIGRATED]
         assert f"Migrated {len(MIGRATED)} of {len(OLD)}" in text
-        assert f"{len(KNOWN_DISAGREEMENTS)} disagreement(s)" in text
-        assert all(f"  - {name}: " in text for name in KNOWN_DISAGREEMENTS)
+        assert "0 disagreement(s)" in text
         with contextlib.redirect_stdout(io.StringIO()):
             assert main(["vectors", "migrate", str(ROOT / "transforms"), target]) == 2
 
@@ -125,11 +111,54 @@ def test_the_forms_written_are_the_forms_announced():
     assert not set(PROGRAM_FUNCTIONS) & set(PER_EQUATION)
 
 
-@pytest.mark.parametrize("name", sorted(KNOWN_DISAGREEMENTS))
-def test_real_jax_gives_the_old_answer_where_the_program_path_differs(name):
+@pytest.mark.parametrize("name", ["SMAP-17-reject-1", "SMAP-17-reject-2"])
+def test_smap_17_refuses_in_the_program_path_as_in_real_jax(name):
+    # these two once disagreed: the program path's shard_map refused with SMAP-19 (the
+    # unreduced axes) where real JAX refuses first with SMAP-17's check (the in spec
+    # against the operand's type, every axis manual and Explicit); real JAX is held here
     from shardlaw.properties.transform_vectors_gen import replay_in_jax
     vector = _old(ROOT / "transforms" / "shardmap" / f"{name}.json")
     assert replay_in_jax(vector) == []
+    answer = ask_program(vector.call)
+    assert (answer.rule, answer.path) == ("SMAP-17", None)
+    assert (ROOT / "programs-migrated" / "shardmap" / f"{name}.json").exists()
+
+
+def _fact_calls():
+    """The shard_map facts asked of one shard_map program, over meshes in and out of
+    order, abstract, with axes that are not the mesh's: accepting and refusing sides."""
+    from shardlaw.spec import Mesh, P
+    from shardlaw.spec.core.values import AbstractMesh
+    meshes = (Mesh.iota((2, 4), ("x", "y")), Mesh((2, 4), ("x", "y"), [3, 1, 0, 2, 7, 5, 6, 4]),
+              Mesh.iota((2, 2, 2), ("z", "y", "x")), AbstractMesh((2, 4), ("x", "y")))
+    for mesh in meshes:
+        for manual in (frozenset(), frozenset({"x"}), frozenset({"q"})):
+            yield TransformedCall.of("manual_axes_of", mesh=mesh, manual_axes=manual)
+            for axes in (("x",), ("y", "x"), ("q",)):
+                for kind in ("replica_groups", "collective_groups"):
+                    if kind == "collective_groups" and isinstance(mesh, AbstractMesh):
+                        continue
+                    yield TransformedCall.of(kind, mesh=mesh, collective_axes=axes,
+                                             manual_axes=manual)
+            for spec, shape in ((P("x"), (8, 3)), (P(None, ("y", "x")), (3, 16)),
+                                (P("y"), (6,)), (P("x", "x"), (8, 8)), (P("q"), (8,)),
+                                (P(), ())):
+                for kind in ("per_shard_shape", "unshard_shape"):
+                    yield TransformedCall.of(kind, mesh=mesh, spec=spec, shape=shape,
+                                             manual_axes=manual)
+
+
+def test_the_shard_map_facts_read_from_a_program_are_the_per_equation_answers():
+    sides = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for call in _fact_calls():
+            old = explain_transformed(call)
+            new = ask_program(call)
+            assert old_differences(old, new) == [], call
+            sides.add((call.transform, old.accepted))
+    assert {side for _, side in sides} == {True, False}
+    assert len(sides) == 10, sorted(sides)
 
 
 def _accepted_shard_maps():

@@ -29,17 +29,20 @@ import math
 from typing import Any
 
 from ..core.rules import located, staged
+from ..core.shardings import NamedSharding
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..transforms.shardmap_bodies import (
     COLLECTIVES, check_permutation, collective_shape, collective_varying,
 )
 from ..transforms.shardmap_collectives import check_collective_axes, collective_groups
-from ..transforms.shardmap_parameters import _names
+from ..transforms.shardmap_parameters import Shaped, _names
 from ..transforms.shardmap_specs import (
     check_divisible, check_no_repeated_axes, check_replication, check_spec_axes,
     check_spec_rank, check_spec_reductions, manual_axes_of,
 )
-from ..transforms.shardmap_types import check_reductions_held, per_shard_shape, unshard_shape
+from ..transforms.shardmap_types import (
+    check_reductions_held, check_specs_match_types, per_shard_shape, unshard_shape,
+)
 from .description import (
     DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
     check_program,
@@ -208,10 +211,27 @@ def _check_specs(eq: ShardMap, manual: frozenset[str], path: str) -> None:
                 check_spec_reductions(spec, f"{which}[{i}]", eq.mesh, manual)
 
 
+_UNKNOWN = object()
+
+
+def _type_spec(value: Value) -> Any:
+    """The spec an operand's type carries, where the description holds it: none for a value
+    whose type names no mesh, its sharding's spec for an argument placed over a mesh whose
+    axes are all Explicit; ``_UNKNOWN`` otherwise (a traced value's Explicit splits are not
+    described)."""
+    if value.mesh is None:
+        return None
+    sharding = value.sharding
+    if isinstance(sharding, NamedSharding) and all(
+            t == AxisType.Explicit for t in sharding.mesh.axis_types):
+        return sharding.spec
+    return _UNKNOWN
+
+
 def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[str],
                   path: str) -> tuple[Value, ...]:
-    """SMAP-7 for every operand, SMAP-8 for every operand, then SMAP-19 and SMAP-9: the
-    type of each body input."""
+    """SMAP-7 for every operand, SMAP-8 for every operand, SMAP-17 where the operand's type
+    spec is described, then SMAP-19 and SMAP-9: the type of each body input."""
     at = [f"{path}.shard_map.in_specs[{i}]" for i in range(len(operands))]
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
         with located(where):
@@ -219,6 +239,11 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
         with located(where):
             check_divisible(eq.mesh, spec, value.shape, f"in_specs[{i}]", f"operand {i}")
+    for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
+        typed = _type_spec(value)
+        if typed is not _UNKNOWN:
+            with located(where):
+                check_specs_match_types(eq.mesh, manual, [spec], (Shaped(value.shape, typed),))
     inner = Manual(eq.mesh, manual, eq.check_vma).inner_mesh
     types = []
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):

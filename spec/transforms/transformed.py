@@ -71,6 +71,13 @@ PROGRAM_FORMS: dict[str, str] = {
     "jvp_equation": "shardlaw.spec.program.autodiff.jvp_program",
     "nonzero_outputs": "shardlaw.spec.program.autodiff.jvp_program",
     "batch_constraint": "shardlaw.spec.program.batching.vmap_program",
+    "collective_groups": "a ShardMap equation whose body holds the collective "
+                         "(ProgramVerdict.decided: its groups)",
+    "replica_groups": "a ShardMap equation over the abstract mesh whose body holds the "
+                      "collective (ProgramVerdict.decided: its groups)",
+    "manual_axes_of": "a ShardMap equation (ProgramVerdict.decided: its manual axes)",
+    "per_shard_shape": "a ShardMap equation (ProgramVerdict.decided: its body's input types)",
+    "unshard_shape": "a ShardMap equation (its result's type)",
 }
 
 

@@ -57,13 +57,13 @@ from typing import Any, Callable
 
 from ..core.rules import Rejection, explain, tracing
 from ..core.shardings import UNSPECIFIED, NamedSharding
-from ..core.values import AxisType, Mesh
+from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec as P
 from ..jit.call import Arg
 from ..program.batching import vmap_program
 from ..program.description import Jit, Opaque, Program, ShardingConstraint, ShardMap, Value
 from ..program.explain import ProgramVerdict, explain_program
 from ..core.pytree import leaves_with_paths, show_path
-from ..program.shardmap import Manual
+from ..program.shardmap import GROUPS_LISTED_UP_TO, Manual
 from ..transforms import (
     autodiff, batching, constraint, shardmap, shardmap_parameters, shardmap_specs,
 )
@@ -102,14 +102,6 @@ PER_EQUATION: dict[str, str] = {
                            "function splits known from unknown yet",
     "pruned_equation": "dead-code elimination of one JitBody summary: no program "
                        "function prunes a jit equation on its own yet",
-    "manual_axes_of": "which mesh axes a shard_map makes manual: a fact of one mesh and "
-                      "one axis set",
-    "per_shard_shape": "one value's per-shard shape under a spec: a fact of one type",
-    "unshard_shape": "one value's global shape from its per-shard shape: a fact of one "
-                     "type",
-    "replica_groups": "one collective's replica groups over a mesh: a fact of one mesh "
-                      "and axes",
-    "collective_groups": "one collective's groups over a mesh: a fact of one mesh and axes",
     "manual_sharding": "the sharding a shard_map's body sees: a fact of one mesh and spec",
     "place_argument": "what one Python or numpy value becomes when placed (its dtype, "
                       "weak type and each device's box): a fact of one value, decided "
@@ -492,6 +484,127 @@ def _check_shard_map_form(call: TransformedCall) -> ProgramForm:
     return ProgramForm(program, (), "run", read, paths)
 
 
+# --------------------------------------------------------------------------- shard_map facts
+
+def _one_shard_map(mesh: Any, manual_axes: Any, shape: tuple, in_spec: Any, out_spec: Any,
+                   result: tuple, collective: tuple | None = None) -> Program:
+    """A jit of one shard_map (check_vma off) over ``mesh``: one operand of ``shape`` taken
+    by ``in_spec``; its body returns its input, or the result of ``collective``
+    (primitive, axes) on it; the shard_map's result of shape ``result`` by ``out_spec``."""
+    if not isinstance(mesh, (Mesh, AbstractMesh)):
+        raise NoProgramForm(f"the mesh is not a Mesh or an AbstractMesh: {mesh!r}")
+    if AxisType.Explicit in mesh.axis_types:
+        raise NoProgramForm("a mesh with Explicit axes: the operand's type would carry "
+                            "its split (SMAP-17), which the fact leaves out")
+    manual = shardmap.manual_axes_of(mesh, manual_axes)
+    inner = Manual(mesh, manual, False).inner_mesh
+    shard = _tried(shardmap.per_shard_shape, shape, mesh, in_spec, shape, manual)
+    body_input = Value.typed(shard, mesh=inner)
+    equations: tuple = ()
+    if collective is not None:
+        primitive, axes = collective
+        equations = (Opaque((0,), (body_input,), primitive=primitive,
+                            params=(("axes", axes),)),)
+    body = Program((body_input,), equations, (len(equations),))
+    equation = ShardMap((0,), (Value.typed(result),), body=body, mesh=mesh,
+                        in_specs=(in_spec,), out_specs=(out_spec,), manual_axes=manual,
+                        check_vma=False)
+    return Program((Value.numpy(shape),), (equation,), (1,))
+
+
+def _decision(verdict: ProgramVerdict, path: str = "body[0]") -> Any:
+    return dict(verdict.decided)[path]
+
+
+def _axes_tuple(axes: Any) -> tuple:
+    if isinstance(axes, str):
+        return (axes,)
+    if isinstance(axes, (tuple, list)) and all(isinstance(a, str) for a in axes):
+        return tuple(axes)
+    raise NoProgramForm(f"collective_axes {axes!r} is not an axis name or a tuple of them")
+
+
+def _groups_form(call: TransformedCall, concrete: bool) -> ProgramForm:
+    """A shard_map whose body is one psum over the collective's axes: its groups as the
+    verdict's record of the psum holds them (device ids over a concrete mesh, mesh
+    positions over its abstract mesh)."""
+    k = {"manual_axes": frozenset(), **call.keywords}
+    mesh = k["mesh"]
+    if concrete and not isinstance(mesh, Mesh):
+        raise NoProgramForm("collective groups are device ids: a Mesh with devices is "
+                            "needed (an AbstractMesh has none)")
+    if not concrete and isinstance(mesh, Mesh):
+        mesh = mesh.abstract
+    if isinstance(mesh, (Mesh, AbstractMesh)) and mesh.size > GROUPS_LISTED_UP_TO:
+        raise NoProgramForm(f"a mesh of {mesh.size} devices: a program's verdict lists "
+                            f"groups up to {GROUPS_LISTED_UP_TO} devices")
+    program = _one_shard_map(mesh, k["manual_axes"], (), P(), P(), (),
+                             ("psum", _axes_tuple(k["collective_axes"])))
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> tuple:
+        return _decision(verdict, "body[0].shard_map.body[0]").groups
+
+    return ProgramForm(program, (), "trace", read, (("body[0]", None),))
+
+
+def _collective_groups_form(call: TransformedCall) -> ProgramForm:
+    return _groups_form(call, concrete=True)
+
+
+def _replica_groups_form(call: TransformedCall) -> ProgramForm:
+    return _groups_form(call, concrete=False)
+
+
+def _manual_axes_of_form(call: TransformedCall) -> ProgramForm:
+    """A shard_map returning its input: the manual axes its record holds."""
+    mesh, manual = call.keywords["mesh"], call.keywords["manual_axes"]
+    program = _one_shard_map(mesh, manual, (), P(), P(), ())
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> frozenset:
+        return frozenset(_decision(verdict).manual_axes)
+
+    return ProgramForm(program, (), "trace", read, (("body[0]", None),))
+
+
+def _shape_of(value: Any, what: str) -> tuple:
+    if not isinstance(value, (tuple, list)) or not all(type(d) is int for d in value):
+        raise NoProgramForm(f"{what} {value!r} is not a shape")
+    return tuple(value)
+
+
+def _per_shard_shape_form(call: TransformedCall) -> ProgramForm:
+    """A shard_map taking the value by the spec and returning its shard whole (out spec
+    ``P()``): the body input's type in the record."""
+    k = {"manual_axes": frozenset(), **call.keywords}
+    shape = _shape_of(k["shape"], "shape")
+    mesh, spec = k["mesh"], k["spec"]
+    manual = _tried(shardmap.manual_axes_of, frozenset(), mesh, k["manual_axes"])
+    shard = _tried(shardmap.per_shard_shape, shape, mesh, spec, shape, manual)
+    program = _one_shard_map(mesh, k["manual_axes"], shape, spec, P(), shard)
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> tuple:
+        return _decision(verdict).in_types[0].shape
+
+    return ProgramForm(program, (), "trace", read, (("body[0]", None),))
+
+
+def _unshard_shape_form(call: TransformedCall) -> ProgramForm:
+    """A shard_map taking the value whole (in spec ``P()``) and putting its result
+    together by the spec: the shard_map's result type, which the program path holds to
+    SMAP-10."""
+    k = {"manual_axes": frozenset(), **call.keywords}
+    shape = _shape_of(k["shape"], "shape")
+    mesh, spec = k["mesh"], k["spec"]
+    manual = _tried(shardmap.manual_axes_of, frozenset(), mesh, k["manual_axes"])
+    whole = _tried(shardmap.unshard_shape, shape, mesh, spec, shape, manual)
+    program = _one_shard_map(mesh, k["manual_axes"], shape, P(), spec, whole)
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> tuple:
+        return rewritten.value_types[rewritten.outputs[0]].shape
+
+    return ProgramForm(program, (), "trace", read, (("body[0]", None),))
+
+
 _FORMS: dict[str, Callable[[TransformedCall], ProgramForm]] = {
     "vmap_jit": _vmap_jit_form,
     "with_sharding_constraint": _with_sharding_constraint_form,
@@ -501,6 +614,11 @@ _FORMS: dict[str, Callable[[TransformedCall], ProgramForm]] = {
     "check_shard_map": _check_shard_map_form,
     "jvp_equation": _jvp_equation_form,
     "nonzero_outputs": _nonzero_outputs_form,
+    "collective_groups": _collective_groups_form,
+    "replica_groups": _replica_groups_form,
+    "manual_axes_of": _manual_axes_of_form,
+    "per_shard_shape": _per_shard_shape_form,
+    "unshard_shape": _unshard_shape_form,
 }
 
 
