@@ -15,13 +15,13 @@ from typing import Any, Iterable, Sequence
 
 from ..core.hlo import Replicated, Tiled
 from ..core.iota import Iota
-from ..core.rules import Failure, reject, require, rule
+from ..core.rules import Failure, IllFormedParameter, reject, require, rule
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import AbstractMesh, AxisType, DeviceList, Mesh
 
 __all__ = ["Source", "device_assignment", "check_abstract_size", "default_assignment",
            "check_has_devices", "replicate_scalars", "check_tile_count", "check_iota_tiles",
-           "results_committed", "devices_text"]
+           "results_committed", "devices_text", "check_result_mesh", "all_explicit"]
 
 
 def devices_text(devices: DeviceList) -> str:
@@ -263,3 +263,63 @@ def results_committed(context: Any, count: int, kept_shardings: Iterable[Any],
     return bool(context is not None or count > 1
                 or any(s is not UNSPECIFIED for s in kept_shardings)
                 or any(s is not UNSPECIFIED for s in out_shardings))
+
+
+# --------------------------------------------------------------------------- AD-9
+
+@dataclasses.dataclass(frozen=True)
+class _ResultMeshParameter(IllFormedParameter, rule="AD-0"):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshOfOtherSize(Failure, rule="AD-9", error=ValueError):
+    template = ("{path} is typed over {mesh!r}, a mesh of {size} devices whose axes are "
+                "all Explicit, but the program runs on {count} device(s): no kept input "
+                "and no sharding inside places it (Length of device assignment {count} is "
+                "not equal to the size of the mesh {size})")
+    hint = ("A gradient of an input its loss does not read (a sum, a reduced input's "
+            "cotangent) keeps no input, and device= places the program on one device: "
+            "pass keep_unused=True, leave device= out, or run under jax.set_mesh.")
+    path: str
+    mesh: Any
+    size: int
+    count: int
+
+
+@rule("AD-9", mirrors="jax._src.interpreters.pxla.lower_sharding_computation (the check of "
+                      "out avals' meshes against the device assignment)")
+def check_result_mesh(mesh: Any, count: int, path: str) -> None:
+    """A result typed over a mesh whose axes are all Explicit is computed on that mesh: lowering refuses it when the program's device assignment holds another number of devices.
+
+    Any jit call meets it when it lowers (an AD rule by its ID: a gradient found it). The
+    gradient of an input placed on a reduced sharding meets it: its cotangent is typed
+    over the input's mesh (unreduced where the input was reduced), and when the loss does
+    not read the input's value (a sum) the backward pass keeps no input, so the program
+    runs on one device; so does a jit given ``device=``.
+
+    >>> explicit = AbstractMesh((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> check_result_mesh(explicit, 8, "out[0]")
+    >>> check_result_mesh(explicit, 1, "out[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [AD-9]: out[0] is typed over AbstractMesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')), a mesh of 8 devices whose axes are all Explicit, but the program runs on 1 device(s): no kept input and no sharding inside places it (Length of device assignment 1 is not equal to the size of the mesh 8). A gradient of an input its loss does not read (a sum, a reduced input's cotangent) keeps no input, and device= places the program on one device: pass keep_unused=True, leave device= out, or run under jax.set_mesh.
+    """
+    require(type(count) is int and 0 <= count <= 1 << 62,
+            lambda: _ResultMeshParameter("count", f"an integer from 0 to {1 << 62}", count))
+    require(isinstance(path, str), lambda: _ResultMeshParameter("path", "a string", path))
+    if not all_explicit(mesh):
+        return
+    size = 1
+    for n in mesh.axis_sizes:
+        size *= n
+    if count != size:
+        raise reject(MeshOfOtherSize(path, mesh, size, count))
+
+
+def all_explicit(mesh: Any) -> bool:
+    """Whether a type's mesh has axes and all of them are Explicit (AD-9 applies)."""
+    require(mesh is None or isinstance(mesh, (AbstractMesh, Mesh)),
+            lambda: _ResultMeshParameter("mesh", "None or a mesh (a type's)", mesh))
+    return mesh is not None and bool(mesh.axis_types) and all(
+        t is AxisType.Explicit for t in mesh.axis_types)

@@ -34,8 +34,8 @@ from typing import Any, Callable
 
 from .aot import check_aot_shardings, check_aot_structure, check_aot_types
 from .assignment import (
-    Source, check_has_devices, check_iota_tiles, check_tile_count, device_assignment,
-    replicate_scalars, results_committed,
+    Source, all_explicit, check_has_devices, check_iota_tiles, check_result_mesh,
+    check_tile_count, device_assignment, replicate_scalars, results_committed,
 )
 from .call import Arg, Call, DeviceIds, NormalCall, Verdict, check_call, flat_arguments
 from ..placement.equivalence import hlo_equal
@@ -248,6 +248,10 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced) -> Lowered:
     check_has_devices(assignment, called.context)
     assert assignment is not None
     final = replicate_scalars(resolved, [len(item.arg.shape) for item in inputs], assignment)
+    for path, out in n.flat_out:   # a result typed over an all-Explicit mesh (AD-9)
+        if all_explicit(out.mesh):
+            with located(path):
+                check_result_mesh(out.mesh, count, path)
     for i in kept:  # only an abstract argument's own sharding may not fit yet (FIT-3)
         if inputs[i].arg.kind == "abstract":
             check_lowered_fit(final[i], inputs[i].arg.shape, inputs[i].path)

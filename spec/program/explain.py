@@ -42,7 +42,6 @@ from ..jit.pipeline import (
     stage_call, stage_compile, stage_dispatch, stage_jit, stage_lower, stage_trace,
 )
 from ..transforms.arguments import place_on_devices
-from ..transforms.autodiff import all_explicit, check_result_mesh
 from ..transforms.constraint import (
     check_constraint_axes, check_constraint_fits, check_constraint_lowers, unconstrained_dims,
 )
@@ -221,10 +220,10 @@ def _trace_constraint(eq: ShardingConstraint, shape: tuple[int, ...], context: M
         check_constraint_axes(eq.sharding, value, context, path)
 
 
-def _lower_body(program: Program, out_paths: tuple[str, ...] = (), count: int = 0) -> None:
+def _lower_body(program: Program) -> None:
     """WSC-8 for every live GSPMDSharding constraint, then what lowering checks in every
-    live shard_map, then each result's Explicit mesh against the ``count`` devices of the
-    device assignment (AD-9; stage ``lower``)."""
+    live shard_map (stage ``lower``; each result's Explicit mesh against the device
+    assignment, AD-9, is the jit pipeline's ``stage_lower``)."""
     with staged("lower"):
         for path, eq in _live_constraints(program, live_parts(
                 program, everything=program.keep_unused), ""):
@@ -232,12 +231,6 @@ def _lower_body(program: Program, out_paths: tuple[str, ...] = (), count: int = 
                 with located(path):
                     check_constraint_lowers(eq.sharding, path)
     lower_shard_maps(program, live_parts(program, everything=program.keep_unused))
-    with staged("lower"):
-        for path, number in zip(out_paths, program.outputs):
-            mesh = program.value_types[number].mesh
-            if all_explicit(mesh):
-                with located(path):
-                    check_result_mesh(mesh, count, path)
 
 
 def _live_constraints(program: Program, live: Any, prefix: str) -> list[tuple[str, Any]]:
@@ -298,7 +291,7 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
                 return _traced(program, held.call.normal, traced, inside, trace, decided)
             held.check_assignment(inside)
             lowered = stage_lower(n, called, traced)
-            _lower_body(program, n.out_paths, lowered.count)
+            _lower_body(program)
             held.check_donation()
             placed = placed_results(program, [
                 *(lowered.resolved[i] for i in lowered.kept), *traced.out_shardings,
