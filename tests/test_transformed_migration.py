@@ -214,3 +214,111 @@ def test_a_jvp_with_several_outputs_reads_back_its_equation(call):
         old = explain_transformed(call)
     assert old.accepted
     assert old_differences(old, ask_program(call)) == []
+
+
+def _dce_cases(count: int = 40):
+    """Small jitted functions (inputs, each output forwarded, a sum of inputs or a
+    constant; shardings and donation), each with the outputs a caller uses."""
+    import random
+    rng = random.Random(23)
+    for _ in range(count):
+        inputs = rng.randint(1, 3)
+        outputs = []
+        for _ in range(rng.randint(1, 3)):
+            kind = rng.choice(["forward", "sum", "sum", "constant"])
+            if kind == "forward":
+                outputs.append(("forward", rng.randrange(inputs)))
+            elif kind == "sum":
+                outputs.append(("sum", tuple(sorted(rng.sample(range(inputs),
+                                                              rng.randint(1, inputs))))))
+            else:
+                outputs.append(("constant", None))
+        ins = tuple(rng.choice([None, "x", "y"]) for _ in range(inputs))
+        outs = tuple(rng.choice([None, None, "x"]) for _ in outputs)
+        donated = tuple(rng.random() < 0.4 for _ in range(inputs))
+        used = tuple(rng.random() < 0.6 for _ in outputs)
+        yield inputs, tuple(outputs), ins, outs, donated, used
+
+
+def _jax_pruned(inputs, outputs, ins, outs, donated, used):
+    """The jit equation real JAX's dead-code elimination leaves of the function, as
+    (in specs, out specs, donated) — a spec None where the sharding is unspecified — or
+    None where the equation goes."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import partial_eval as pe
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+    def sharding(axis):
+        return None if axis is None else jax.NamedSharding(mesh, jax.P(axis))
+
+    def body(*xs):
+        out = []
+        for kind, what in outputs:
+            if kind == "forward":
+                out.append(xs[what])
+            elif kind == "sum":
+                total = xs[what[0]]
+                for i in what[1:]:
+                    total = total + xs[i]
+                out.append(total * 2)
+            else:
+                out.append(jnp.zeros((8,), jnp.float32))
+        return tuple(out)
+
+    inner = jax.jit(body, in_shardings=tuple(map(sharding, ins)),
+                    out_shardings=tuple(map(sharding, outs)),
+                    donate_argnums=tuple(i for i, d in enumerate(donated) if d))
+    args = [jax.ShapeDtypeStruct((8,), jnp.float32)] * inputs
+    closed = jax.make_jaxpr(lambda *xs: inner(*xs))(*args)
+    pruned, _ = pe.dce_jaxpr(closed.jaxpr, list(used))
+    found = [e for e in pruned.eqns if e.primitive.name in ("jit", "pjit")]
+    if not found:
+        return None
+
+    def spec(s):
+        return tuple(s.spec) if isinstance(s, jax.NamedSharding) else None
+
+    params = found[0].params
+    return (tuple(map(spec, params["in_shardings"])), tuple(map(spec, params["out_shardings"])),
+            tuple(params["donated_invars"]))
+
+
+def _spec_pruned(inputs, outputs, ins, outs, donated, used):
+    from shardlaw.spec import Mesh, NamedSharding, P
+    from shardlaw.spec.core.shardings import UNSPECIFIED
+    from shardlaw.spec.transforms.autodiff import JitBody, JitEquation
+    mesh = Mesh.iota((2, 4), ("x", "y"))
+
+    def sharding(axis):
+        return UNSPECIFIED if axis is None else NamedSharding(mesh, P(axis))
+
+    deps = [frozenset({w}) if k == "forward" else frozenset(w) if k == "sum" else frozenset()
+            for k, w in outputs]
+    forwarded = [w if k == "forward" else None for k, w in outputs]
+    equation = JitEquation(tuple(map(sharding, ins)), tuple(map(sharding, outs)), donated)
+    call = TransformedCall.of("pruned_equation", primal_equation=equation,
+                              jit_body=JitBody(inputs, deps, forwarded), used_outputs=used)
+    answer = ask_program(call)
+    assert answer.accepted, answer.message
+    if answer.result is None:
+        return None
+
+    def spec(s):
+        return tuple(s.spec) if isinstance(s, NamedSharding) else None
+
+    eq = answer.result
+    return (tuple(map(spec, eq.in_shardings)), tuple(map(spec, eq.out_shardings)),
+            tuple(eq.donated_invars))
+
+
+def test_dce_program_prunes_a_jit_as_real_jax_does():
+    # AD-8 through the program path (dce_program of the jit's program) against
+    # pe.dce_jaxpr of real JAX 0.10.2, function for function
+    gone = kept = 0
+    for case in _dce_cases():
+        expected = _jax_pruned(*case)
+        assert _spec_pruned(*case) == expected, case
+        gone += expected is None
+        kept += expected is not None
+    assert gone and kept

@@ -78,6 +78,7 @@ PROGRAM_FORMS: dict[str, str] = {
     "manual_axes_of": "a ShardMap equation (ProgramVerdict.decided: its manual axes)",
     "per_shard_shape": "a ShardMap equation (ProgramVerdict.decided: its body's input types)",
     "unshard_shape": "a ShardMap equation (its result's type)",
+    "pruned_equation": "shardlaw.spec.program.partial_eval.dce_program",
 }
 
 

@@ -62,6 +62,7 @@ from ..jit.call import Arg
 from ..program.batching import vmap_program
 from ..program.description import Jit, Opaque, Program, ShardingConstraint, ShardMap, Value
 from ..program.explain import ProgramVerdict, explain_program
+from ..program.partial_eval import dce_program
 from ..core.pytree import leaves_with_paths, show_path
 from ..program.shardmap import GROUPS_LISTED_UP_TO, Manual
 from ..transforms import (
@@ -100,8 +101,6 @@ PER_EQUATION: dict[str, str] = {
                         "splits known from unknown yet",
     "partially_evaluated": "partial evaluation of one JitBody summary: no program "
                            "function splits known from unknown yet",
-    "pruned_equation": "dead-code elimination of one JitBody summary: no program "
-                       "function prunes a jit equation on its own yet",
     "manual_sharding": "the sharding a shard_map's body sees: a fact of one mesh and spec",
     "place_argument": "what one Python or numpy value becomes when placed (its dtype, "
                       "weak type and each device's box): a fact of one value, decided "
@@ -395,6 +394,31 @@ def _nonzero_outputs_form(call: TransformedCall) -> ProgramForm:
     return ProgramForm(program, (("jvp", ()),), "trace", read)
 
 
+def _pruned_equation_form(call: TransformedCall) -> ProgramForm:
+    """A jit calling the jitted function its JitBody summarises, its outputs the inner
+    jit's, pruned by ``dce_program`` to the used ones (AD-8's rule for the inner jit);
+    the answer is the pruned inner jit equation (None: it went)."""
+    k = call.keywords
+    equation, body = k["primal_equation"], k["jit_body"]
+    autodiff._check_pair(equation, body)
+    used = autodiff._booleans(k["used_outputs"], "used_outputs", len(body.dependencies))
+    inner = _jitted(equation, body, (True,) * body.inputs)
+    count = len(inner.inputs)
+    outer = Program(tuple(v.type for v in inner.inputs),
+                    (Jit(tuple(range(count)), body=inner),),
+                    tuple(range(count, count + len(inner.outputs))))
+    pruned, _ = dce_program(outer, used)
+    program = pruned if pruned is not None else Program(outer.inputs)
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> JitEquation | None:
+        jit = next((e for e in rewritten.equations if isinstance(e, Jit)), None)
+        if jit is None:
+            return None
+        return JitEquation(jit.body.in_shardings, jit.body.out_shardings, jit.body.donated)
+
+    return ProgramForm(program, (), "trace", read)
+
+
 # --------------------------------------------------------------------------- shard_map
 
 def _tried(function: Callable[..., Any], fallback: Any, *args: Any) -> Any:
@@ -614,6 +638,7 @@ _FORMS: dict[str, Callable[[TransformedCall], ProgramForm]] = {
     "check_shard_map": _check_shard_map_form,
     "jvp_equation": _jvp_equation_form,
     "nonzero_outputs": _nonzero_outputs_form,
+    "pruned_equation": _pruned_equation_form,
     "collective_groups": _collective_groups_form,
     "replica_groups": _replica_groups_form,
     "manual_axes_of": _manual_axes_of_form,
