@@ -96,15 +96,19 @@ PER_EQUATION: dict[str, str] = {
     "linearized_equations": _RESIDUALS,
     "transposed_equation": _RESIDUALS,
     "known_equation": "partial evaluation of one JitBody summary: no program function "
-                      "splits known from unknown yet",
+                      "splits known from unknown yet (partial_eval_program not written; "
+                      "dce_program is)",
     "unknown_equation": "partial evaluation of one JitBody summary: no program function "
                         "splits known from unknown yet",
     "partially_evaluated": "partial evaluation of one JitBody summary: no program "
                            "function splits known from unknown yet",
-    "manual_sharding": "the sharding a shard_map's body sees: a fact of one mesh and spec",
-    "place_argument": "what one Python or numpy value becomes when placed (its dtype, "
-                      "weak type and each device's box): a fact of one value, decided "
-                      "before any program; a ProgramVerdict holds no per-device boxes",
+    "manual_sharding": "SMAP-15's HLO sharding of a shard around a shard_map's body in the "
+                       "lowered module: a ProgramVerdict holds no HLO sharding of a "
+                       "shard_map (the program path's lowering records none)",
+    "place_argument": "what a value that is not yet a jax.Array becomes when placed: a "
+                      "program's input is a Value already typed (float64 canonicalised, an "
+                      "int's range, float0 and Python scalars' weak types are decided "
+                      "before any program) and a ProgramVerdict holds no device's box",
 }
 
 
