@@ -16,8 +16,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
 from shardlaw.cli import main
+from shardlaw.properties.autodiff_harness import grad_cases
+from shardlaw.properties.suites import examples
 from shardlaw.spec.core.rules import Rejection
 from shardlaw.spec.transforms.transformed import TRANSFORMS, TransformedCall, explain_transformed
 from shardlaw.spec.vectors.jit_vectors import vector_text
@@ -322,3 +325,49 @@ def test_dce_program_prunes_a_jit_as_real_jax_does():
         gone += expected is None
         kept += expected is not None
     assert gone and kept
+
+
+def _described(case):
+    """The case's jitted function as a Program (describe_program: its real body)."""
+    import jax
+    import jax.numpy as jnp
+    from shardlaw.properties.autodiff_harness import SIDE, build_jitted
+    from shardlaw.spec.bridge.program import describe_program
+    sharding = (jax.NamedSharding(case.mesh, jax.P(*case.arg_spec)) if case.explicit
+                else None)
+    arg = jax.ShapeDtypeStruct((SIDE, SIDE), jnp.float32, sharding=sharding)
+    with jax.set_mesh(case.mesh):
+        return describe_program(build_jitted(case), *([arg] * len(case.in_specs)))
+
+
+def _signature(program):
+    from shardlaw.spec.transforms.autodiff import JitEquation
+    return JitEquation(program.in_shardings, program.out_shardings, program.donated)
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(grad_cases(("partial_eval", "dce")))
+def test_the_program_rewrites_stage_what_real_jax_stages(case):
+    # dce_program and partial_eval_program of the jitted function's real body (sines,
+    # products, matmuls, sums, constants; Auto and Explicit meshes; donation) against
+    # pe.dce_jaxpr and pe.partial_eval_jaxpr_nounits of JAX 0.10.2; and the program form
+    # of partially_evaluated (a stand-in body with the JitBody's residuals) against both
+    from shardlaw.properties.autodiff_harness import NAME, trace
+    from shardlaw.spec.bridge.autodiff import equation_from_jax, jit_body_of, jit_equations
+    from shardlaw.spec.program.partial_eval import dce_program, partial_eval_program
+    eqn, transformed = trace(case)
+    found = [equation_from_jax(e) for jaxpr in transformed for e in jit_equations(jaxpr, NAME)]
+    program = _described(case)
+    if case.transformation == "dce":
+        pruned, _ = dce_program(program, case.used)
+        assert found == ([] if pruned is None else [_signature(pruned)])
+        return
+    split = partial_eval_program(program, case.differentiated)
+    assert found == [_signature(split.known)] + (
+        [] if split.unknown is None else [_signature(split.unknown)])
+    call = TransformedCall.of(
+        "partially_evaluated", primal_equation=equation_from_jax(eqn),
+        jit_body=jit_body_of(eqn, case.differentiated, "partial_eval"),
+        unknown_inputs=case.differentiated)
+    answer = ask_program(call).result
+    assert found == [answer.known] + ([] if answer.unknown is None else [answer.unknown])

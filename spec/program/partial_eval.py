@@ -1,9 +1,9 @@
-"""Dead-code elimination as a rewrite of a whole program (AD-8).
+"""Dead-code elimination and partial evaluation as rewrites of a whole program (AD-6 .. AD-8).
 
 Differentiation stages its jit equations through two rewrites of JAX's jaxprs:
 dead-code elimination (``pe.dce_jaxpr`` with jit's rule, ``dce_jaxpr_pjit_rule``) and partial
 evaluation (``pe.partial_eval_jaxpr_nounits`` with jit's rule, ``_pjit_partial_eval``). A
-:class:`~shardlaw.spec.program.description.Program` is what one jit holds, so the rewrite
+:class:`~shardlaw.spec.program.description.Program` is what one jit holds, so each rewrite
 here takes a Program as jit's rule takes its equation:
 
 * :func:`dce_program` — the used outputs and the inputs they need, each with its sharding
@@ -11,12 +11,16 @@ here takes a Program as jit's rule takes its equation:
   equation none of whose results is used goes; an inner jit is pruned by this rule; any
   other equation is kept whole once one of its results is used); no used output: no
   program (None).
+* :func:`partial_eval_program` — the known program (the known inputs with their shardings
+  and donation; the known outputs but those that return an input unchanged with no
+  out_sharding, then the residuals it computes, UNSPECIFIED) and the unknown program (the
+  unknown inputs with their shardings and donation, then every residual, neither sharded
+  nor donated; the unknown outputs with their shardings), None where no output is unknown.
+  A value is unknown when an unknown input reaches it; a residual is a known value an
+  unknown equation reads.
 
-Partial evaluation as a program rewrite (``partial_eval_program``: the known/unknown split
-and its residuals) is not written yet; AD-6 and AD-7 answer it per equation.
-
-``tests/test_transformed_migration.py`` holds it to real JAX 0.10.2 (the jit equation
-``pe.dce_jaxpr`` leaves of the same function).
+``tests/test_transformed_migration.py`` holds both to real JAX 0.10.2 (the jit equations
+``pe.dce_jaxpr`` and ``pe.partial_eval_jaxpr_nounits`` leave of the same functions).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..core.shardings import UNSPECIFIED
 from .description import Jit, Program, ShardMap, Value, check_program  # noqa: F401
 
-__all__ = ["dce_program"]
+__all__ = ["dce_program", "partial_eval_program", "PartiallyEvaluatedProgram"]
 
 
 def _flags(value: Any, count: int, what: str) -> tuple[bool, ...]:
@@ -122,3 +127,118 @@ def dce_program(program: Program, used_outputs: Any
         compiler_in=None if program.compiler_in is None
         else _keep(program.compiler_in, used_inputs))
     return pruned, used_inputs
+
+
+# --------------------------------------------------------------------------- partial eval
+
+@dataclasses.dataclass(frozen=True)
+class PartiallyEvaluatedProgram:
+    """What partial evaluation of a jit stages: the ``known`` program (always), the
+    ``unknown`` one (None when no output is unknown), which outputs are unknown, and the
+    residuals (value numbers of the original program, in the order the unknown program
+    takes them)."""
+
+    known: Program
+    unknown: Program | None
+    unknown_outputs: tuple[bool, ...]
+    residuals: tuple[int, ...]
+
+
+def _unknown_values(program: Program, unknown: tuple[bool, ...]) -> set[int]:
+    """The values an unknown input reaches: every result of an equation with an unknown
+    operand (an inner jit or shard_map reached so is refused: splitting it is not
+    written)."""
+    reached = {n for n, u in enumerate(unknown) if u}
+    for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
+        if any(n in reached for n in eq.operands):
+            check_program(eq.body is None, f"the {eq.kind} at body[{k}] under partial "
+                          "evaluation", "an equation without a body (splitting an inner "
+                          "jit or shard_map reached by an unknown input is not written)",
+                          eq.kind)
+            reached |= set(numbers)
+    return reached
+
+
+def _residuals(program: Program, reached: set[int]) -> tuple[int, ...]:
+    """The known values the unknown equations read, each once, in the order they are
+    first read."""
+    out: dict[int, None] = {}
+    for eq, numbers in zip(program.equations, program.result_numbers()):
+        if any(n in reached for n in numbers):
+            out.update((n, None) for n in eq.operands if n not in reached)
+    return tuple(out)
+
+
+def _sub_program(program: Program, inputs: tuple[int, ...], equations: list[int],
+                 outputs: tuple[int, ...], **options: Any) -> Program:
+    """The program of ``program``'s values ``inputs`` (as inputs, typed), its constants,
+    the ``equations`` (indices, in order) and ``outputs`` (value numbers), renumbered."""
+    renumber = {n: k for k, n in enumerate(inputs)}
+    for c in range(len(program.consts)):
+        renumber[len(program.inputs) + c] = len(renumber)
+    numbers = program.result_numbers()
+    kept = []
+    for k in equations:
+        eq = program.equations[k]
+        kept.append(dataclasses.replace(eq, operands=tuple(renumber[n] for n in eq.operands)))
+        for n in numbers[k]:
+            renumber[n] = len(renumber)
+    types = program.value_types
+    return Program(tuple(types[n] if n >= len(program.inputs) else program.inputs[n]
+                         for n in inputs), tuple(kept), tuple(renumber[n] for n in outputs),
+                   program.consts, keep_unused=program.keep_unused,
+                   context_mesh=program.context_mesh, devices=program.devices,
+                   checked=program.checked, **options)
+
+
+def partial_eval_program(program: Program, unknown_inputs: Any) -> PartiallyEvaluatedProgram:
+    """Partial evaluation splits a jit into a known jit (known inputs; known outputs but unsharded forwarded inputs, then the residuals it computes) and an unknown jit (unknown inputs, then every residual, undonated; unknown outputs) (AD-6, AD-7).
+
+    A residual is a known value an unknown equation reads: a known input is passed on as it
+    is, a known output is not returned twice.
+
+    >>> from shardlaw.spec.program.description import Opaque
+    >>> program = Program((Value.numpy((8,)), Value.numpy((8,))),
+    ...     (Opaque((0,), (Value.typed((8,)),), primitive="sin"),
+    ...      Opaque((1, 2), (Value.typed((8,)),), primitive="mul")), outputs=(0, 3),
+    ...     donated=(True, True))
+    >>> split = partial_eval_program(program, (False, True))
+    >>> split.unknown_outputs, split.residuals, len(split.known.outputs)
+    ((False, True), (2,), 1)
+    >>> split.unknown.donated, len(split.unknown.inputs)
+    ((True, False), 2)
+    """
+    check_program(isinstance(program, Program), "the program", "a Program", program)
+    count = len(program.inputs)
+    check_program(type(unknown_inputs) in (tuple, list) and len(unknown_inputs) == count
+                  and all(type(v) is bool for v in unknown_inputs), "unknown_inputs",
+                  f"a tuple of {count} bools, one per input", unknown_inputs)
+    unknown = tuple(unknown_inputs)
+    known_in = tuple(not u for u in unknown)
+    reached = _unknown_values(program, unknown)
+    residuals = _residuals(program, reached)
+    unknown_out = tuple(n in reached for n in program.outputs)
+    # the known outputs, but an input returned as it is with no out_sharding
+    kept = tuple(not u and not (n < count and s is UNSPECIFIED)
+                 for u, n, s in zip(unknown_out, program.outputs, program.out_shardings))
+    primal = tuple(n for n, k in zip(program.outputs, kept) if k)
+    stored = tuple(n for n in residuals if n >= count and n not in primal)
+    known_eqs = [k for k, numbers in enumerate(program.result_numbers())
+                 if not any(n in reached for n in numbers)]
+    known = _sub_program(
+        program, tuple(n for n in range(count) if known_in[n]), known_eqs, primal + stored,
+        in_shardings=_keep(program.in_shardings, known_in),
+        out_shardings=_keep(program.out_shardings, kept) + (UNSPECIFIED,) * len(stored),
+        donated=_keep(program.donated, known_in), refs=_keep(program.refs, known_in))
+    if not any(unknown_out):
+        return PartiallyEvaluatedProgram(known, None, unknown_out, residuals)
+    unknown_eqs = [k for k, numbers in enumerate(program.result_numbers())
+                   if any(n in reached for n in numbers)]
+    taken = tuple(n for n in range(count) if unknown[n]) + residuals
+    unknown_program = _sub_program(
+        program, taken, unknown_eqs,
+        tuple(n for n, u in zip(program.outputs, unknown_out) if u),
+        in_shardings=_keep(program.in_shardings, unknown) + (UNSPECIFIED,) * len(residuals),
+        out_shardings=_keep(program.out_shardings, unknown_out),
+        donated=_keep(program.donated, unknown) + (False,) * len(residuals))
+    return PartiallyEvaluatedProgram(known, unknown_program, unknown_out, residuals)

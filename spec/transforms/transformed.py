@@ -79,6 +79,9 @@ PROGRAM_FORMS: dict[str, str] = {
     "per_shard_shape": "a ShardMap equation (ProgramVerdict.decided: its body's input types)",
     "unshard_shape": "a ShardMap equation (its result's type)",
     "pruned_equation": "shardlaw.spec.program.partial_eval.dce_program",
+    "partially_evaluated": "shardlaw.spec.program.partial_eval.partial_eval_program",
+    "known_equation": "shardlaw.spec.program.partial_eval.partial_eval_program",
+    "unknown_equation": "shardlaw.spec.program.partial_eval.partial_eval_program",
 }
 
 

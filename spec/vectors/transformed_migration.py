@@ -62,13 +62,13 @@ from ..jit.call import Arg
 from ..program.batching import vmap_program
 from ..program.description import Jit, Opaque, Program, ShardingConstraint, ShardMap, Value
 from ..program.explain import ProgramVerdict, explain_program
-from ..program.partial_eval import dce_program
+from ..program.partial_eval import PartiallyEvaluatedProgram, dce_program, partial_eval_program
 from ..core.pytree import leaves_with_paths, show_path
 from ..program.shardmap import GROUPS_LISTED_UP_TO, Manual
 from ..transforms import (
     autodiff, batching, constraint, shardmap, shardmap_parameters, shardmap_specs,
 )
-from ..transforms.autodiff import JitBody, JitEquation
+from ..transforms.autodiff import JitBody, JitEquation, PartiallyEvaluated
 from ..transforms.shardmap_parameters import ShardMapTypes
 from ..transforms.autodiff import all_explicit
 from ..transforms.constraint import Constraint
@@ -95,13 +95,6 @@ PER_EQUATION: dict[str, str] = {
     "linearized_tangent": _RESIDUALS,
     "linearized_equations": _RESIDUALS,
     "transposed_equation": _RESIDUALS,
-    "known_equation": "partial evaluation of one JitBody summary: no program function "
-                      "splits known from unknown yet (partial_eval_program not written; "
-                      "dce_program is)",
-    "unknown_equation": "partial evaluation of one JitBody summary: no program function "
-                        "splits known from unknown yet",
-    "partially_evaluated": "partial evaluation of one JitBody summary: no program "
-                           "function splits known from unknown yet",
     "manual_sharding": "SMAP-15's HLO sharding of a shard around a shard_map's body in the "
                        "lowered module: a ProgramVerdict holds no HLO sharding of a "
                        "shard_map (the program path's lowering records none)",
@@ -423,6 +416,122 @@ def _pruned_equation_form(call: TransformedCall) -> ProgramForm:
     return ProgramForm(program, (), "trace", read)
 
 
+def _split_stand_in(equation: JitEquation, body: JitBody, unknown: tuple[bool, ...]
+                    ) -> Program:
+    """The jitted function a JitBody summarises, written so that partial evaluation with
+    ``unknown`` inputs passes exactly its residuals: ``stored_residuals`` values computed
+    from the known inputs (a ``sin`` of one, or an ``iota``) and the rest known inputs, all
+    read by the first unknown output computed (a ``mul`` of its unknown inputs and them);
+    a known output is forwarded, an ``add`` of its inputs or an ``iota``, an unknown one
+    forwarded or a ``mul`` of its unknown inputs only."""
+    shape = (8,) * _rank(equation)
+    count = body.inputs
+    known_inputs = [i for i in range(count) if not unknown[i]]
+    unknown_out = autodiff.nonzero_outputs(body, unknown)
+    passed = body.residuals - body.stored_residuals
+    if passed > len(known_inputs):
+        raise NoProgramForm(f"{passed} residuals passed on as they are but {len(known_inputs)} "
+                            "known inputs: a residual that is a known output is not written")
+    computed = [j for j, (u, f) in enumerate(zip(unknown_out, body.forwarded))
+                if u and f is None]
+    if body.residuals and not computed:
+        raise NoProgramForm("residuals, but no unknown output computed to read them")
+    value = Value.typed(shape)
+    equations: list = []
+
+    def made(operands: tuple, primitive: str, params: tuple = ()) -> int:
+        equations.append(Opaque(operands, (value,), primitive=primitive, params=params))
+        return count + len(equations) - 1
+
+    iota = (("dimension", 0), ("shape", shape))
+    residuals = [made((known_inputs[r % len(known_inputs)],), "sin") if known_inputs
+                 else made((), "iota", iota) for r in range(body.stored_residuals)]
+    residuals += known_inputs[:passed]
+    outputs = []
+    for j, (deps, forwarded) in enumerate(zip(body.dependencies, body.forwarded)):
+        if forwarded is not None:
+            outputs.append(forwarded)
+        elif unknown_out[j]:
+            reads = tuple(sorted(d for d in deps if unknown[d]))
+            if j == computed[0]:
+                reads += tuple(residuals)
+            outputs.append(made(reads, "mul"))
+        elif deps:
+            outputs.append(made(tuple(sorted(deps)), "add"))
+        else:
+            outputs.append(made((), "iota", iota))
+    try:
+        return Program(tuple(Value.numpy(shape) for _ in range(count)), tuple(equations),
+                       tuple(outputs), in_shardings=equation.in_shardings,
+                       out_shardings=equation.out_shardings, donated=equation.donated_invars)
+    except Rejection as error:
+        raise NoProgramForm(f"the jit equation is not a program description: {error}") \
+            from None
+
+
+def _staged(program: Program, split: PartiallyEvaluatedProgram, unknown: tuple[bool, ...]
+            ) -> Program:
+    """A program calling the jit ``program`` is, as partial evaluation stages it: the known
+    jit on the known inputs, then the unknown jit on the unknown inputs and the
+    residuals (a known input passed on, else the known jit's result)."""
+    count = len(program.inputs)
+    unknown_in = [i for i in range(count) if unknown[i]]
+    known_in = [i for i in range(count) if not unknown[i]]
+    known = split.known
+    first = count
+    results = {}   # value number in ``program`` -> number in the staged program
+    kept = [n for n, u in zip(program.outputs, split.unknown_outputs) if not u]
+    primal = [n for n in kept if not (n < count and program.out_shardings[
+        program.outputs.index(n)] is UNSPECIFIED)]
+    stored = [n for n in split.residuals if n >= count and n not in primal]
+    for k, n in enumerate(primal + stored):
+        results.setdefault(n, first + k)
+    equations = [Jit(tuple(known_in), body=known)]
+    outputs = []
+    if split.unknown is not None:
+        operands = tuple(unknown_in) + tuple(n if n < count else results[n]
+                                             for n in split.residuals)
+        equations.append(Jit(operands, body=split.unknown))
+    after = first + len(known.outputs)
+    unknown_count = 0
+    for n, u in zip(program.outputs, split.unknown_outputs):
+        if u:
+            outputs.append(after + unknown_count)
+            unknown_count += 1
+        else:
+            outputs.append(results.get(n, n))
+    return Program(tuple(v.type for v in program.inputs), tuple(equations), tuple(outputs))
+
+
+def _partially_evaluated_form(call: TransformedCall) -> ProgramForm:
+    """The jitted function its JitBody summarises (:func:`_split_stand_in`), split by
+    ``partial_eval_program`` and staged as JAX stages it (a known jit, then an unknown
+    one); the answer is the two jit equations."""
+    k = call.keywords
+    equation, body = k["primal_equation"], k["jit_body"]
+    unknown = autodiff._check_facts(equation, body, k["unknown_inputs"], "unknown_inputs")
+    program = _split_stand_in(equation, body, unknown)
+    staged = _staged(program, partial_eval_program(program, unknown), unknown)
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> PartiallyEvaluated:
+        jits = [e for e in rewritten.equations if isinstance(e, Jit)]
+        both = [JitEquation(j.body.in_shardings, j.body.out_shardings, j.body.donated)
+                for j in jits]
+        return PartiallyEvaluated(both[0], both[1] if len(both) > 1 else None)
+
+    return ProgramForm(staged, (), "trace", read)
+
+
+def _known_equation_form(call: TransformedCall) -> ProgramForm:
+    form = _partially_evaluated_form(call)
+    return dataclasses.replace(form, read=lambda p, v: form.read(p, v).known)
+
+
+def _unknown_equation_form(call: TransformedCall) -> ProgramForm:
+    form = _partially_evaluated_form(call)
+    return dataclasses.replace(form, read=lambda p, v: form.read(p, v).unknown)
+
+
 # --------------------------------------------------------------------------- shard_map
 
 def _tried(function: Callable[..., Any], fallback: Any, *args: Any) -> Any:
@@ -643,6 +752,9 @@ _FORMS: dict[str, Callable[[TransformedCall], ProgramForm]] = {
     "jvp_equation": _jvp_equation_form,
     "nonzero_outputs": _nonzero_outputs_form,
     "pruned_equation": _pruned_equation_form,
+    "partially_evaluated": _partially_evaluated_form,
+    "known_equation": _known_equation_form,
+    "unknown_equation": _unknown_equation_form,
     "collective_groups": _collective_groups_form,
     "replica_groups": _replica_groups_form,
     "manual_axes_of": _manual_axes_of_form,
