@@ -172,6 +172,11 @@ def transformed(ad: AdCase) -> tuple[Any, tuple]:
 
 def run_transformed(ad: AdCase) -> JaxOutcome:
     """Trace, lower, compile and run the transformed function; its description."""
+    return run_function(*transformed(ad))
+
+
+def run_function(fn: Any, args: tuple) -> JaxOutcome:
+    """Trace, lower, compile and run ``fn`` (jitted) on ``args``; its description."""
     import jax
     from shardlaw.spec.bridge.program import describe_program
 
@@ -179,7 +184,6 @@ def run_transformed(ad: AdCase) -> JaxOutcome:
     hits.record_jax_calls(1)
     if hits.jax_calls() % 200 == 0:
         jax.clear_caches()
-    fn, args = transformed(ad)
     steps = [("trace", lambda: fn.trace(*args)), ("lower", lambda: fn.trace(*args).lower()),
              ("compile", lambda: fn.trace(*args).lower().compile()), ("call", lambda: fn(*args))]
     results = None
@@ -232,7 +236,26 @@ def signature(program: Program) -> tuple:
             out.append(("reshard", eq.sharding))
         elif isinstance(eq, ShardMap):
             out.append(("shard_map", eq.in_specs, eq.out_specs, signature(eq.body)))
+        elif isinstance(eq, Opaque) and eq.primitive in COLLECTIVE_PARAMS:
+            out.append(_collective_signature(eq.primitive, dict(eq.params)))
     return tuple(out)
+
+
+# The collectives a signature holds (inside shard_map bodies), with the parameters that
+# say what each moves: its axes, then these.
+COLLECTIVE_PARAMS = {
+    "psum": (), "psum_invariant": (), "pvary": (), "pmax": (), "pmin": (),
+    "all_gather": ("all_gather_dimension", "tiled"),
+    "reduce_scatter": ("scatter_dimension", "tiled"),
+    "all_to_all": ("split_axis", "concat_axis"), "ppermute": ("perm",)}
+
+
+def _collective_signature(primitive: str, params: dict) -> tuple:
+    named = params.get("axes", params.get("axis_name", ()))
+    axes = (named,) if isinstance(named, str) else tuple(named)
+    extra = tuple(tuple(tuple(p) for p in params[k]) if k == "perm" else params[k]
+                  for k in COLLECTIVE_PARAMS[primitive])
+    return (primitive, axes) + extra
 
 
 def _jax_sharding(s: Any) -> Any:
@@ -264,6 +287,8 @@ def _jaxpr_signature(jaxpr: Any) -> tuple:
                         _jaxpr_signature(params["jaxpr"])))
         elif name == "reshard":
             out.append((name, _jax_sharding(params["dst_sharding"])))
+        elif name in COLLECTIVE_PARAMS:
+            out.append(_collective_signature(name, params))
     return tuple(out)
 
 
@@ -271,12 +296,17 @@ def _jaxpr_signature(jaxpr: Any) -> tuple:
 
 def compare_ad(ad: AdCase) -> list[str]:
     """Every disagreement between the spec's rewrite and JAX on ``ad`` (empty: agree)."""
-    outcome = run_transformed(ad)
+    return compare_rewrite(lambda: rewrite(ad), run_transformed(ad))
+
+
+def compare_rewrite(rewritten: Any, outcome: JaxOutcome, source: str = SOURCE) -> list[str]:
+    """Every disagreement between the spec's rewrite (``rewritten()``) and JAX's outcome
+    of the transformed function; the rules seen recorded under ``source``."""
     with tracing() as applied:   # the AD and WSC rules the rewrite applied
         try:
-            program = rewrite(ad)
+            program = rewritten()
         except Rejection as error:
-            return _compare_refusal(error, outcome)
+            return _compare_refusal(error, outcome, source)
     problems = []
     described = outcome.described
     if described is not None:
@@ -287,13 +317,13 @@ def compare_ad(ad: AdCase) -> list[str]:
     verdict = explain_program(_with_choices(program, outcome))
     problems += outcome_problems(verdict, outcome)
     if not problems:
-        _record_ad(program, verdict)
+        _record_ad(program, verdict, source)
         for rule_id in dict.fromkeys(r for r in applied if r.startswith("AD-")):
-            hits.record(SOURCE, rule_id, refused=False)
+            hits.record(source, rule_id, refused=False)
     return problems
 
 
-def _record_ad(program: Program, verdict: Any) -> None:
+def _record_ad(program: Program, verdict: Any, source: str = SOURCE) -> None:
     """The rules seen, under this harness's source (the program harness's own recorder
     run, then its counts moved here)."""
     before = hits.counts("programs")
@@ -302,12 +332,13 @@ def _record_ad(program: Program, verdict: Any) -> None:
     for rule_id, (accepted, refused) in after.items():
         was = before.get(rule_id, (0, 0))
         if accepted > was[0]:
-            hits.record(SOURCE, rule_id, refused=False, count=accepted - was[0])
+            hits.record(source, rule_id, refused=False, count=accepted - was[0])
         if refused > was[1]:
-            hits.record(SOURCE, rule_id, refused=True, count=refused - was[1])
+            hits.record(source, rule_id, refused=True, count=refused - was[1])
 
 
-def _compare_refusal(error: Rejection, outcome: JaxOutcome) -> list[str]:
+def _compare_refusal(error: Rejection, outcome: JaxOutcome, source: str = SOURCE
+                     ) -> list[str]:
     """The spec refused while rewriting (what tracing the function refuses): JAX must
     refuse at the same stage with the same class."""
     failure = error.failure
@@ -318,5 +349,116 @@ def _compare_refusal(error: Rejection, outcome: JaxOutcome) -> list[str]:
                                              failure.error_type.__name__} & names):
         return [f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}: "
                 f"{outcome.error}; the spec's rewrite at {error.stage}: {error}"]
-    hits.record(SOURCE, failure.rule, refused=True)
+    hits.record(source, failure.rule, refused=True)
     return []
+
+
+# --------------------------------------------------------------------------- shard_maps
+
+MAP_SOURCE = "programs-ad-shard_map"
+MAP_TRANSFORMS = ("grad", "jvp", "linearize", "vjp")
+
+
+def map_ad_hit_counts() -> dict[str, tuple[int, int]]:
+    """rule ID -> (accepting side, refusing side) over the transformed shard_map programs."""
+    return hits.counts(MAP_SOURCE)
+
+
+@dataclasses.dataclass(frozen=True)
+class MapAdCase:
+    """A drawn program with a shard_map (:class:`~shardlaw.properties.program_shardmap_harness.MapCase`:
+    collectives in its body) and the transformation applied to it."""
+
+    case: Any
+    transform: str
+
+
+@st.composite
+def map_ad_cases(draw: Any) -> MapAdCase:
+    """A shard_map program and a transformation; a pmax or pmin (which have no derivative:
+    AD-12 refuses them) is kept one time in five, else drawn again as a psum."""
+    from shardlaw.properties.program_shardmap_harness import Op, map_cases
+
+    case = draw(map_cases())
+    ops = tuple(op if op.kind not in ("pmax", "pmin") or draw(st.integers(0, 4)) == 0
+                else dataclasses.replace(op, kind="psum") for op in case.ops)
+    case = dataclasses.replace(case, ops=ops)
+    assert all(isinstance(op, Op) for op in ops)
+    return MapAdCase(case, draw(st.sampled_from(MAP_TRANSFORMS)))
+
+
+def _map_functions(ad: MapAdCase) -> tuple[Any, Any]:
+    """The case's function jitted, and its loss (the sum of its result) jitted."""
+    import jax
+    import jax.numpy as jnp
+    from shardlaw.properties.program_shardmap_harness import function_of
+
+    f = function_of(ad.case)
+    return jax.jit(f), jax.jit(lambda x: jnp.sum(f(x)))
+
+
+def map_transformed(ad: MapAdCase) -> tuple[Any, tuple]:
+    """The real transformed function (jitted) and its arguments: tangents and cotangents
+    are numpy ones."""
+    import jax
+    import numpy as np
+    from shardlaw.properties.program_shardmap_harness import argument_of
+
+    jitted, loss = _map_functions(ad)
+    arg = argument_of(ad.case)
+    ones = np.ones(arg.shape, np.float32)
+    if ad.transform == "grad":
+        return jax.jit(jax.grad(loss)), (arg,)
+    if ad.transform == "jvp":
+        return jax.jit(lambda p, t: jax.jvp(jitted, (p,), (t,))), (arg, ones)
+    if ad.transform == "linearize":
+        return jax.jit(lambda p, t: jax.linearize(jitted, p)[1](t)), (arg, ones)
+    try:
+        shape = jax.eval_shape(jitted, arg).shape
+    except Exception:  # noqa: BLE001 - JAX refuses the function itself; so does the vjp
+        shape = arg.shape
+    return jax.jit(lambda p, c: jax.vjp(jitted, p)[1](c)), (arg, np.ones(shape, np.float32))
+
+
+def map_rewrite(ad: MapAdCase) -> Program:
+    """The spec's Program for the transformed call: the rewrite of the untransformed
+    function's Program (``describe_program`` of it where JAX traces it, else the case's
+    Program as its user writes it, which the rewrite refuses while tracing it)."""
+    import jax
+    from shardlaw.properties.program_shardmap_harness import argument_of, program_of
+    from shardlaw.spec.bridge.program import describe_program
+
+    jitted, loss = _map_functions(ad)
+    arg = argument_of(ad.case)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = describe_program(loss if ad.transform == "grad" else jitted, arg)
+    except Exception:  # noqa: BLE001 - JAX does not trace it: the spec's own Program
+        program = program_of(ad.case)
+        if ad.transform == "grad":
+            program = _summed(program)
+    del jax
+    if ad.transform == "grad":
+        return grad_program(program)
+    if ad.transform == "jvp":
+        return jvp_program(program)
+    if ad.transform == "linearize":
+        return linearize_program(program).applied
+    return vjp_program(program).applied
+
+
+def _summed(program: Program) -> Program:
+    """A program's one output summed to a scalar (``reduce_sum``)."""
+    out = program.value_types[program.outputs[0]]
+    total = Opaque((program.outputs[0],), (Value.typed((), out.dtype, out.mesh),),
+                   primitive="reduce_sum")
+    return Program(program.inputs, program.equations + (total,),
+                   (len(program.value_types),))
+
+
+def compare_map_ad(ad: MapAdCase) -> list[str]:
+    """Every disagreement between the spec's rewrite of a shard_map program and JAX's
+    transformed function (empty: agree)."""
+    return compare_rewrite(lambda: map_rewrite(ad), run_function(*map_transformed(ad)),
+                           MAP_SOURCE)

@@ -69,6 +69,9 @@ _ONLY_DECIDING = ("ARG-2", "WSC-9")
 # program properties (tests/test_program_*.py) and kept in program vectors, not here.
 PROGRAM_ONLY = {
     "AD-9": "a result typed over an all-Explicit mesh against the program's device count",
+    "AD-10": "the residuals a shard_map equation's linearization stores",
+    "AD-11": "the specs of a transposed shard_map equation",
+    "AD-12": "the transposes of the collectives inside a shard_map body",
     "SMAP-20": "the varying axes of a collective inside a shard_map body",
     "SMAP-21": "the shape of a collective's result inside a shard_map body",
     "SMAP-22": "ppermute's pairs, checked when a shard_map body is lowered",

@@ -29,8 +29,12 @@ small table (:data:`LINEAR`, :data:`NONLINEAR`); any other primitive's lineariza
 transpose are opaque equations too (``linearized_<name>``, ``transposed_<name>``) whose
 types follow from the operands'. A ``reshard``'s cotangent is resharded back to its
 operand's type. A ``shard_map``'s JVP is one shard_map over primals and tangents, its
-body differentiated per shard; its linearization and transpose are not rewritten yet:
-they are refused (AD-0, TypeError) with the equation's path.
+body differentiated per shard. Linearized, a shard_map becomes two
+(:mod:`~shardlaw.spec.program.shardmap_autodiff`): the known one returns the residuals it
+stores (AD-10's specs) before its primal outputs, the tangent one takes them, then the
+tangents; transposed, it becomes one shard_map taking the cotangents, then the residuals
+(AD-11), its body transposed equation by equation, each collective by AD-12 (pmax and
+pmin, which have no derivative, are refused with NotImplementedError).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from ..core.rules import Failure, reject
+from ..core.rules import Failure, reject, staged
 from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import PartitionSpec
 from ..transforms.autodiff import (
@@ -51,6 +55,10 @@ from .description import (
 )
 from .explain import trace_body
 from .lowering import equation_path
+from .shardmap_autodiff import (
+    NO_DERIVATIVE, cotangent_spec, divisor, residual_spec, transposed_collective,
+    unmentioned_axes,
+)
 
 __all__ = ["jvp_program", "linearize_program", "vjp_program", "grad_program",
            "value_and_grad_program", "LinearizedProgram", "VjpProgram", "LINEAR",
@@ -66,6 +74,10 @@ LINEAR = ("neg", "reduce_sum", "broadcast_in_dim", "reshape", "transpose", "copy
 # The nonlinear primitives with a known derivative: name -> the primitive computing the
 # residual from the operand (the tangent is the operand's tangent times the residual).
 NONLINEAR = {"sin": "cos", "cos": None, "exp": None}
+
+# The collectives whose transpose AD-12 gives.
+COLLECTIVE_TRANSPOSES = ("psum", "psum_invariant", "pvary", "all_gather", "reduce_scatter",
+                         "ppermute", "all_to_all")
 
 FLOATS = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
 
@@ -236,7 +248,7 @@ class _Tape:
         self.ops.append((eq, tuple(refs)))
         if isinstance(eq, Jit):
             results = tuple(eq.body.value_types[n] for n in eq.body.outputs)
-        elif isinstance(eq, Opaque):
+        elif isinstance(eq, (Opaque, ShardMap)):
             results = eq.results
         else:
             results = eq.derived(tuple(self.types[r] for r in refs))
@@ -258,7 +270,7 @@ class _Tape:
         for eq, refs in self.ops:
             made.extend(body.emit(dataclasses.replace(
                 eq, operands=tuple(number(r) for r in refs),
-                results=eq.results if isinstance(eq, (Opaque, Jit)) else None)))
+                results=eq.results if isinstance(eq, (Opaque, Jit, ShardMap)) else None)))
         return body.program(tuple(number(r) for r in outputs), **options)
 
 
@@ -277,6 +289,9 @@ def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list
         placed = dict(zip(keep, out))
         return [placed.get(k) for k in range(len(eq.results))]
     if isinstance(eq, Opaque):
+        if eq.primitive in NO_DERIVATIVE:
+            with staged("trace"):
+                transposed_collective(eq.primitive, dict(eq.params), path)
         return _opaque_tangent(eq, tape, operands, moving)
     raise reject(NotRewritten(f"a {eq.kind} equation", path, transform,
                               "its tangent rule is not described"))
@@ -313,7 +328,16 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
         if name == "sub" and k == 1:
             return list(tape.emit(_opaque("neg", results, count=1), (moving[1],)))
         return [moving[k]]
-    if name in LINEAR:
+    if name == "mul" and len(operands) == 2:
+        # The product rule: each non-zero tangent times the other operand, a residual.
+        terms = [tape.emit(_opaque("mul", results, count=2), (t, tape.residual(
+            operands[1 - k])))[0] for k, t in enumerate(moving) if t is not None]
+        if len(terms) == 2:
+            terms = list(tape.emit(_opaque("add_any", results, count=2), tuple(terms)))
+        return terms
+    if name in LINEAR or (name == "mul" and len(operands) == 1):
+        # (a product with a literal, which the description leaves out of the operands, is
+        # linear in its one operand)
         return list(tape.emit(_opaque(name, results, eq.params, len(moving)), tuple(moving)))
     if NONLINEAR.get(name) is not None:
         (cos,) = tape.primal.opaque(NONLINEAR[name], operands, eq.results, eq.params)
@@ -434,8 +458,8 @@ def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
         if isinstance(eq, Jit):
             outs, touts = _linearize_jit(eq, tape, operands, in_tangents, path, transform)
         elif isinstance(eq, ShardMap):
-            raise reject(NotRewritten("a shard_map equation", path, transform,
-                                      "shard_map's linearization is not described"))
+            outs, touts = _linearize_shard_map(eq, tape, operands, in_tangents, path,
+                                               transform)
         else:
             outs = primal.emit(dataclasses.replace(eq, operands=operands))
             touts = _tangent_eq(eq, tape, operands, in_tangents, path, transform)
@@ -540,6 +564,117 @@ def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list
     return tuple(primal), [next(touts) if f else None for f in lin.flags]
 
 
+def _manual(eq: ShardMap) -> frozenset[str]:
+    """The axes a shard_map makes manual (all its mesh's when it names none)."""
+    return eq.manual_axes or frozenset(eq.mesh.axis_names)
+
+
+def _sizes(eq: ShardMap) -> dict[str, int]:
+    return dict(zip(eq.mesh.axis_names, eq.mesh.axis_sizes))
+
+
+def _unsharded(value: Value, spec: PartitionSpec, sizes: dict[str, int],
+               mesh: Any) -> Value:
+    """A per-shard value put together by ``spec`` (a residual's global type)."""
+    shape = list(value.shape)
+    for d, entry in enumerate(spec):
+        for n in (entry if isinstance(entry, tuple) else (entry,) if entry else ()):
+            shape[d] *= sizes[n]
+    return Value.typed(tuple(shape), value.dtype, mesh)
+
+
+def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], moving: list,
+                         path: str, transform: str) -> tuple[tuple[int, ...], list]:
+    """A shard_map linearized (AD-10): the known shard_map, returning the residuals it
+    stores (split by AD-10's spec) before its primal outputs, into the primal body; the
+    tangent shard_map over the residuals and the tangents it reads onto the tape."""
+    nonzero = tuple(t is not None for t in moving)
+    if not any(nonzero):
+        outs = tape.primal.emit(dataclasses.replace(eq, operands=operands))
+        return outs, [None] * len(eq.results)
+    inner, sizes, manual = eq.body, _sizes(eq), _manual(eq)
+    lin = _linearize_body(inner, nonzero, f"{path}.shard_map.", transform)
+    count = len(inner.outputs)
+    outs, residuals = lin.primal.outputs[:count], lin.primal.outputs[count:]
+    # A residual that is a body input or a primal output is forwarded, not returned.
+    forwarded = [("in", r) if r < len(inner.inputs) else ("out", outs.index(r))
+                 if r in outs else ("kept", None) for r in residuals]
+    known = _Body(lin.primal.inputs)
+    made = _inline(known, dataclasses.replace(lin.primal, outputs=lin.primal.outputs),
+                   tuple(range(len(lin.primal.inputs))))
+    stored, stored_specs, stored_types = [], [], []
+    mesh = eq.results[0].mesh if eq.results else None
+    for r, f in zip(made[count:], forwarded):
+        if f[0] != "kept":
+            continue
+        value = known.types[r]
+        if value.shape == ():   # a scalar residual gets a first dimension of 1
+            (r,) = known.opaque("broadcast_in_dim", (r,), (dataclasses.replace(
+                value, shape=(1,)),))
+        spec = residual_spec(eq.mesh.axis_names, manual, eq.check_vma, known.types[r].varying)
+        stored.append(r)
+        stored_specs.append(spec)
+        stored_types.append(_unsharded(known.types[r], spec, sizes, mesh))
+    primal_eq = dataclasses.replace(
+        eq, operands=operands, body=known.program(tuple(stored) + made[:count]),
+        out_specs=tuple(stored_specs) + eq.out_specs,
+        results=tuple(stored_types) + eq.results)
+    results = tape.primal.emit(primal_eq)
+    kept, primal = iter(zip(results[:len(stored)], stored_specs)), results[len(stored):]
+    if not any(lin.flags):
+        return primal, [None] * count
+    refs, specs, inputs = [], [], []
+    for r, f in zip(residuals, forwarded):
+        if f[0] == "in":
+            refs.append(operands[f[1]])
+            specs.append(eq.in_specs[f[1]])
+        elif f[0] == "out":
+            refs.append(primal[f[1]])
+            specs.append(eq.out_specs[f[1]])
+        else:
+            number, spec = next(kept)
+            refs.append(number)
+            specs.append(spec)
+    tangent, reads = _tangent_shard_map_body(lin, forwarded)
+    given = [(t, spec) for t, spec, nz in zip(moving, eq.in_specs, nonzero) if nz]
+    chosen = [(t, spec) for (t, spec), read in zip(given, reads) if read]
+    keep = [j for j, f in enumerate(lin.flags) if f]
+    tangent_eq = dataclasses.replace(
+        eq, operands=tuple(range(len(refs) + len(chosen))), body=tangent,
+        in_specs=tuple(specs) + tuple(spec for _, spec in chosen),
+        out_specs=tuple(eq.out_specs[j] for j in keep),
+        results=tuple(eq.results[j] for j in keep))
+    touts = iter(tape.emit(tangent_eq, tuple(tape.residual(n) for n in refs)
+                           + tuple(t for t, _ in chosen)))
+    return primal, [next(touts) if f else None for f in lin.flags]
+
+
+def _tangent_shard_map_body(lin: _Linearized, forwarded: list) -> tuple[Program, list[bool]]:
+    """The tangent shard_map's body: its residuals (a stored scalar one shaped (1,), its
+    dimension dropped first), then the tangents it reads (shard_map's dead-code
+    elimination drops the others)."""
+    tangent = lin.tangent
+    count = lin.residuals
+    _, live = _live_equations(tangent)
+    moving = len(tangent.inputs) - count
+    reads = [count + j in live for j in range(moving)]
+    tangent = _pruned(tangent, [True] * count + reads)
+    inputs = []
+    for value, f in zip(tangent.inputs[:count], forwarded):
+        promoted = f[0] == "kept" and value.shape == ()
+        inputs.append(dataclasses.replace(value, shape=(1,)) if promoted else value)
+    body = _Body(tuple(inputs) + tangent.inputs[count:])
+    numbers = []
+    for k, (value, f) in enumerate(zip(tangent.inputs[:count], forwarded)):
+        if f[0] == "kept" and value.shape == ():
+            numbers.append(body.opaque("reshape", (k,), (value,))[0])
+        else:
+            numbers.append(k)
+    numbers += range(count, len(tangent.inputs))
+    out = _inline(body, tangent, tuple(numbers))
+    return body.program(out), reads
+
+
 def _tangent_call(inner: Program, lin: _Linearized, equation: JitEquation, facts: JitBody,
                   nonzero: tuple[bool, ...]) -> tuple[Program, list[bool]]:
     """The tangent jit's body with its options (AD-4), and which nonzero tangents it reads:
@@ -641,6 +776,8 @@ def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
         return _transpose_opaque(eq, body, incoming, linear_ops, number, types)
     if isinstance(eq, Jit):
         return _transpose_jit(eq, body, incoming, flags, number, path)
+    if isinstance(eq, ShardMap):
+        return _transpose_shard_map(eq, body, incoming, flags, number, path, types)
     raise reject(NotRewritten(f"a {eq.kind} equation", path, "transpose",
                               "its transpose rule is not described"))
 
@@ -663,6 +800,12 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
             out.append((n, ct if k == 0 else body.opaque("neg", (ct,), result)[0]))
         elif name in ("neg", "mul"):
             out.append((n, body.opaque(name, (ct,) + others, result, eq.params)[0]))
+        elif name in COLLECTIVE_TRANSPOSES:
+            # A collective's cotangent has its operand's per-shard type (AD-12).
+            mesh = types[n].mesh
+            swapped, params = transposed_collective(name, dict(eq.params), axis_order=(
+                mesh.axis_names if mesh is not None else None))
+            out.append((n, body.opaque(swapped, (ct,), (types[n],), params)[0]))
         elif name in ("reduce_sum", "broadcast_in_dim"):
             # The cotangent has its operand's shape, over the mesh the operand's type and
             # the incoming cotangent's agree on (seen on JAX's transposes).
@@ -704,6 +847,62 @@ def _transpose_jit(eq: Jit, body: _Body, incoming: list, flags: list[bool],
         tuple(ct for ct in incoming if ct is not None)
     outs = iter(body.emit(Jit(operands, body=transposed, name=eq.name, checked=False)))
     return [(eq.operands[i], next(outs)) for i, r in zip(lin_in, reached) if r]
+
+
+def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[bool],
+                         number: dict[int, int], path: str, types: tuple[Value, ...]
+                         ) -> list[tuple[int, int]]:
+    """A linear shard_map transposed (AD-11): one shard_map taking the non-zero cotangents
+    with their outputs' specs, then its residuals with their in specs, and returning each
+    reached linear operand's cotangent with its in spec; its body the body transposed.
+    Unchecked, a cotangent is divided by the manual axes its out spec leaves out before,
+    and each input's cotangent summed (psum) over those its in spec leaves out after."""
+    inner, sizes, manual = eq.body, _sizes(eq), _manual(eq)
+    axes = eq.mesh.axis_names
+    linear = tuple(flags[n] for n in eq.operands)
+    cts, ct_specs, given = [], [], []
+    for j, ct in enumerate(incoming):
+        if ct is None:
+            given.append(None)
+            continue
+        spec = cotangent_spec(eq.out_specs[j])
+        left_out = unmentioned_axes(axes, manual, spec)
+        if not eq.check_vma and divisor(sizes, left_out) != 1:
+            (ct,) = body.opaque("div", (ct,), (body.types[ct],))
+        cts.append(ct)
+        ct_specs.append(spec)
+        value = inner.value_types[inner.outputs[j]]
+        varying = frozenset(n for entry in spec for n in (
+            entry if isinstance(entry, tuple) else (entry,) if entry else ()))
+        given.append(dataclasses.replace(
+            value, varying=(value.varying - manual) | varying if eq.check_vma
+            else value.varying - manual))
+    transposed, reached = _transpose_body(inner, linear, tuple(given), f"{path}.shard_map.")
+    # JAX's transposed body takes the cotangents first, then the residuals.
+    residuals = sum(1 for lin in linear if not lin)
+    order = tuple(range(residuals, residuals + len(cts))) + tuple(range(residuals))
+    staged = _Body(tuple(transposed.inputs[k] for k in order))
+    inside = dict(zip(order, range(len(order))))
+    outs = list(_inline(staged, transposed, tuple(inside[k] for k in range(len(order)))))
+    lin_in = [i for i, lin in enumerate(linear) if lin]
+    chosen = [i for i, r in zip(lin_in, reached) if r]
+    if not eq.check_vma:
+        for k, i in enumerate(chosen):
+            left_out = unmentioned_axes(axes, manual, cotangent_spec(eq.in_specs[i]))
+            if left_out:
+                (outs[k],) = staged.opaque("psum", (outs[k],), (staged.types[outs[k]],), (
+                    ("axes", left_out), ("axis_index_groups", None)))
+    if not chosen:
+        return []
+    nonlinear = [i for i, lin in enumerate(linear) if not lin]
+    transposed_eq = dataclasses.replace(
+        eq, operands=tuple(cts) + tuple(number[eq.operands[i]] for i in nonlinear),
+        body=staged.program(tuple(outs)),
+        in_specs=tuple(ct_specs) + tuple(eq.in_specs[i] for i in nonlinear),
+        out_specs=tuple(cotangent_spec(eq.in_specs[i]) for i in chosen),
+        results=tuple(types[eq.operands[i]].type for i in chosen))
+    made = body.emit(transposed_eq)
+    return [(eq.operands[i], m) for i, m in zip(chosen, made)]
 
 
 # --------------------------------------------------------------------------- the programs

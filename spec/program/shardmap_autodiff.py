@@ -1,0 +1,151 @@
+"""A ``shard_map`` under ``jax.linearize``, ``jax.vjp`` and ``jax.grad``: the specs its linearization and its transpose stage, and each collective's transpose (AD-10 to AD-12).
+
+JAX 0.10.2 linearizes a shard_map (``shard_map._shard_map_linearize``) into two shard_maps
+over the same mesh: the *known* one runs the body's primal half and returns, before the
+primal outputs, every residual the tangent half reads that is neither a body input nor a
+primal output, each split by AD-10's spec; the *tangent* one takes those residuals (a
+forwarded one with its input's or output's spec), then each non-zero tangent with its
+primal's spec. Transposing the tangent shard_map (``_shard_map_transpose``) stages one
+more shard_map whose specs AD-11 gives, its body the tangent body transposed equation by
+equation, each collective by AD-12. :mod:`shardlaw.spec.program.autodiff` builds the
+programs; the functions here decide the specs and the transposes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ..core.rules import Failure, reject, rule
+from ..core.values import PartitionSpec
+
+P = PartitionSpec  # the name the examples use
+
+__all__ = ["residual_spec", "cotangent_spec", "unmentioned_axes", "transposed_collective",
+           "NoDerivative", "NO_DERIVATIVE"]
+
+# The collectives JAX gives no differentiation rule (a non-zero tangent reaching one is
+# refused while the transformed function is traced).
+NO_DERIVATIVE = ("pmax", "pmin")
+
+
+def _spec_names(spec: PartitionSpec) -> frozenset[str]:
+    return frozenset(n for entry in spec for n in (
+        entry if isinstance(entry, tuple) else (entry,) if entry else ()))
+
+
+@rule("AD-10", mirrors="jax._src.shard_map._shard_map_linearize; jax._src.core.ShapedArray.nospec")
+def residual_spec(axis_names: tuple[str, ...], manual_axes: frozenset[str], check_vma: bool,
+                  varying: frozenset[str]) -> PartitionSpec:
+    """A residual a linearized shard_map stores is returned split along its first dimension over the axes it varies along (check_vma) or every manual axis (check_vma off), in mesh order; a scalar residual gets a first dimension of 1.
+
+    ``axis_names`` is the mesh's axes in order; ``manual_axes`` the axes this shard_map
+    makes manual. The residual is typed per shard, so its global first dimension is its
+    shard's times the product of those axes' sizes.
+
+    >>> residual_spec(("x", "y"), frozenset({"x", "y"}), True, frozenset({"y"}))
+    PartitionSpec(('y',),)
+    >>> residual_spec(("x", "y"), frozenset({"y", "x"}), False, frozenset())
+    PartitionSpec(('x', 'y'),)
+    >>> residual_spec(("x", "y"), frozenset({"x"}), True, frozenset())
+    PartitionSpec()
+    """
+    chosen = varying if check_vma else manual_axes
+    names = tuple(n for n in axis_names if n in chosen)
+    return P(names) if names else P()
+
+
+def cotangent_spec(spec: PartitionSpec) -> PartitionSpec:
+    """A cotangent's spec: its primal's, with unreduced and reduced axes swapped (JAX's
+    ``to_ct_spec``)."""
+    if not spec.reduced and not spec.unreduced:
+        return spec
+    return P(*spec, unreduced=spec.reduced, reduced=spec.unreduced)
+
+
+@rule("AD-11", mirrors="jax._src.shard_map._shard_map_transpose; jax._src.shard_map._unmentioned2")
+def unmentioned_axes(axis_names: tuple[str, ...], manual_axes: frozenset[str],
+                     spec: PartitionSpec) -> tuple[str, ...]:
+    """A transposed shard_map takes the non-zero cotangents with their outputs' specs, then the residuals, and returns reached inputs' cotangents with their in specs; unchecked, cotangents are divided by the manual axes a spec omits, then summed over them.
+
+    Returns those axes (in mesh order): the manual axes the spec names neither as a split
+    nor as unreduced. With check_vma on, the varying types already say where a cotangent is
+    replicated, and nothing is divided or summed.
+
+    >>> unmentioned_axes(("x", "y"), frozenset({"x", "y"}), P("x"))
+    ('y',)
+    >>> unmentioned_axes(("x", "y"), frozenset({"x"}), P())
+    ('x',)
+    >>> math.prod({"x": 2, "y": 4}[a] for a in unmentioned_axes(("x", "y"), frozenset({"x", "y"}), P(None)))
+    8
+    """
+    named = _spec_names(spec) | spec.unreduced
+    return tuple(n for n in axis_names if n in manual_axes and n not in named)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoDerivative(Failure, rule="AD-12", error=NotImplementedError):
+    template = ("Differentiation rule for '{primitive}' not implemented: a non-zero tangent "
+                "reaches the {primitive} at {path}")
+    hint = "Differentiate a psum-based expression instead, or stop the gradient before it."
+    primitive: str
+    path: str
+
+
+# What each linear collective transposes to: the primitive, then how its parameters map.
+_TRANSPOSES = {"psum_invariant": "pvary", "pvary": "psum_invariant", "psum": "psum",
+               "all_gather": "reduce_scatter", "reduce_scatter": "all_gather",
+               "ppermute": "ppermute", "all_to_all": "all_to_all"}
+
+
+@rule("AD-12", mirrors="jax._src.lax.parallel: the transpose rules of psum, psum_invariant, "
+                       "pvary, all_gather, reduce_scatter, ppermute and all_to_all")
+def transposed_collective(primitive: str, params: dict[str, Any], path: str = "",
+                          axis_order: tuple[str, ...] | None = None) -> tuple:
+    """A collective's cotangent is its transpose: psum_invariant and pvary swap, psum stays psum, all_gather and psum_scatter swap, ppermute inverts its pairs, all_to_all swaps its split and concat axes; pmax and pmin have none (NotImplementedError).
+
+    Returns the transposed primitive and its parameters (sorted by name, as a described
+    equation holds them). psum_invariant's pvary names each of its axes once, in the
+    mesh's order (``axis_order``), as ``jax.lax.pvary`` casts.
+
+    >>> transposed_collective("ppermute", {"axis_name": ("x",), "perm": ((0, 1), (1, 0))})
+    ('ppermute', (('axis_name', ('x',)), ('perm', ((1, 0), (0, 1)))))
+    >>> transposed_collective("all_to_all", {"axis_name": ("x",), "split_axis": 0, "concat_axis": 1, "axis_index_groups": None, "tiled": True})[1][2:4]
+    (('concat_axis', 0), ('split_axis', 1))
+    >>> transposed_collective("pmax", {"axes": ("x",)}, "body[0].shard_map.body[2]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionNotImplementedError: [AD-12]: Differentiation rule for 'pmax' not implemented: a non-zero tangent reaches the pmax at body[0].shard_map.body[2]
+    Hint: Differentiate a psum-based expression instead, or stop the gradient before it.
+    """
+    if primitive in NO_DERIVATIVE:
+        raise reject(NoDerivative(primitive, path))
+    name = _TRANSPOSES[primitive]
+    p = dict(params)
+    if primitive == "psum_invariant":
+        order = p["axes"] if axis_order is None else axis_order
+        out = {"axes": tuple(n for n in dict.fromkeys(order) if n in p["axes"])}
+    elif primitive == "pvary":
+        out = {"axes": p["axes"]}
+    elif primitive == "psum":
+        out = p
+    elif primitive == "all_gather":
+        out = {"axis_index_groups": p.get("axis_index_groups"), "axis_name": p["axis_name"],
+               "axis_size": p["axis_size"], "scatter_dimension": p["all_gather_dimension"],
+               "tiled": p["tiled"]}
+    elif primitive == "reduce_scatter":
+        out = {"all_gather_dimension": p["scatter_dimension"],
+               "axis_index_groups": p.get("axis_index_groups"), "axis_name": p["axis_name"],
+               "axis_size": p["axis_size"], "tiled": p["tiled"]}
+    elif primitive == "ppermute":
+        out = {"axis_name": p["axis_name"],
+               "perm": tuple((t, s) for s, t in p["perm"])}
+    else:
+        out = dict(p, split_axis=p["concat_axis"], concat_axis=p["split_axis"])
+    return name, tuple(sorted(out.items()))
+
+
+def divisor(sizes: dict[str, int], axes: tuple[str, ...]) -> int:
+    """The product of the sizes of ``axes`` (what an unchecked cotangent is divided by)."""
+    return math.prod(sizes[a] for a in axes)
