@@ -45,11 +45,11 @@ def residual_spec(axis_names: tuple[str, ...], manual_axes: frozenset[str], chec
     shard's times the product of those axes' sizes.
 
     >>> residual_spec(("x", "y"), frozenset({"x", "y"}), True, frozenset({"y"}))
-    PartitionSpec(('y',),)
+    P('y')
     >>> residual_spec(("x", "y"), frozenset({"y", "x"}), False, frozenset())
-    PartitionSpec(('x', 'y'),)
+    P(('x', 'y'))
     >>> residual_spec(("x", "y"), frozenset({"x"}), True, frozenset())
-    PartitionSpec()
+    P()
     """
     chosen = varying if check_vma else manual_axes
     names = tuple(n for n in axis_names if n in chosen)
@@ -116,8 +116,7 @@ def transposed_collective(primitive: str, params: dict[str, Any], path: str = ""
     >>> transposed_collective("pmax", {"axes": ("x",)}, "body[0].shard_map.body[2]")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionNotImplementedError: [AD-12]: Differentiation rule for 'pmax' not implemented: a non-zero tangent reaches the pmax at body[0].shard_map.body[2]
-    Hint: Differentiate a psum-based expression instead, or stop the gradient before it.
+    shardlaw.spec.core.rules.RejectionNotImplementedError: [AD-12]: Differentiation rule for 'pmax' not implemented: a non-zero tangent reaches the pmax at body[0].shard_map.body[2]. Differentiate a psum-based expression instead, or stop the gradient before it.
     """
     if primitive in NO_DERIVATIVE:
         raise reject(NoDerivative(primitive, path))
