@@ -7,9 +7,12 @@ written as a ``jax.shard_map`` with a ``psum`` over the ``model`` axis, and ``ja
 of the loss. The job may get anything from 8 to 65,536 chips, laid out as a
 ``(data, model)`` mesh.
 
-For each mesh the step is read once into a :class:`~shardlaw.spec.Program` with
+For each mesh the loss is read once into a :class:`~shardlaw.spec.Program` with
 :func:`~shardlaw.spec.bridge.program.describe_program` — the arguments are
 ``jax.ShapeDtypeStruct``\\ s over an *abstract* mesh, so no device is needed — and the
+step is the spec's own gradient of it (:func:`~shardlaw.spec.grad_program`: the
+constraints' cotangents constrained alike, the shard_map'd block linearized and
+transposed, its ``psum`` transposed by AD-12), never JAX's trace of ``jax.grad``. The
 spec says what ``jax.jit(step).trace(params, batch)`` decides
 (:func:`~shardlaw.spec.explain_program` with ``until="trace"``): the step is accepted and
 its results' types, or the rule that refuses it and where in the body. Each answer is
@@ -35,7 +38,9 @@ from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as
 
 import dataclasses as dc  # noqa: E402
 
-from shardlaw.spec import Mesh as SpecMesh, NamedSharding as SpecNamed, explain_program  # noqa: E402
+from shardlaw.spec import (  # noqa: E402
+    Mesh as SpecMesh, NamedSharding as SpecNamed, explain_program, grad_program,
+)
 from shardlaw.spec.bridge.program import describe_program  # noqa: E402
 from shardlaw.spec.program.description import (  # noqa: E402
     Const, Equation, Program, ShardMap, Value,
@@ -77,7 +82,12 @@ def plan(mesh: AbstractMesh, sizes: Sizes) -> tuple[dict, jax.ShapeDtypeStruct]:
 
 
 def step_of(mesh: AbstractMesh, sizes: Sizes):
-    """The training step: the gradient of the next-token loss, for this mesh."""
+    """The training step: the gradient of the (jitted) next-token loss, for this mesh."""
+    return jax.grad(loss_of(mesh, sizes))
+
+
+def loss_of(mesh: AbstractMesh, sizes: Sizes):
+    """The next-token loss of the parameters and the tokens, jitted, for this mesh."""
     residual = NamedSharding(mesh, P("data", None, None))
 
     def attention(x, layer):
@@ -101,7 +111,7 @@ def step_of(mesh: AbstractMesh, sizes: Sizes):
         logits = x @ params["embed"].T
         return -jnp.mean(jax.nn.log_softmax(logits)[..., 0])
 
-    return jax.grad(loss)
+    return jax.jit(loss)
 
 
 def on_devices(value, mesh: SpecMesh):
@@ -156,14 +166,22 @@ def check(data: int, model: int, sizes: Sizes = Sizes()) -> dict:
     params, tokens = plan(mesh, sizes)
     step = step_of(mesh, sizes)
     started = time.perf_counter()
-    program = describe_program(step, params, tokens)
+    loss = describe_program(loss_of(mesh, sizes), params, tokens)
     described = time.perf_counter() - started
+    started = time.perf_counter()
+    # the gradient of every parameter (the inputs before the tokens), rewritten by the spec
+    program = grad_program(loss, tuple(range(len(jax.tree_util.tree_leaves(params)))))
+    rewritten = time.perf_counter() - started
     started = time.perf_counter()
     traced = explain_program(program, until="trace")
     asked = time.perf_counter() - started
     accepted, error = jax_traces(step, params, tokens)
     agree = traced.accepted == accepted and (accepted or error in (traced.error_type,
                                                                    traced.jax_error))
+    if accepted:   # the gradients' shapes are JAX's
+        shapes = [tuple(g.shape) for g in jax.tree_util.tree_leaves(
+            jax.eval_shape(step, params, tokens))]
+        agree = agree and shapes == [program.value_types[n].shape for n in program.outputs]
     chips = SpecMesh.iota((data, model), ("data", "model"))
     placed = explain_program(dc.replace(on_devices(program, chips), devices=chips.size))
     if chips.size <= jax.device_count():
@@ -179,7 +197,7 @@ def check(data: int, model: int, sizes: Sizes = Sizes()) -> dict:
             not ok or tuple(placed.device_assignment) == devices)
     return {"mesh": (data, model), "devices": data * model, "equations": count(program),
             "traced": traced, "placed": placed, "agree": agree,
-            "describe_s": described, "explain_s": asked}
+            "describe_s": described, "grad_s": rewritten, "explain_s": asked}
 
 
 def count(program) -> int:
