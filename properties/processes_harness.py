@@ -35,7 +35,8 @@ __all__ = ["Pool", "WorkerFailed", "process_examples", "pool", "close_pools", "R
 
 # The rules the harness holds to JAX in every process, each on both sides.
 RULES = ("DEV-2", "PROC-1", "PROC-2", "PROC-3", "PROC-4", "PROC-5", "PROC-6", "PROC-7",
-         "PROC-8", "PROC-9", "PROC-10", "PROC-11", "RES-2")
+         "PROC-8", "PROC-9", "PROC-10", "PROC-11", "PROC-12", "PROC-13", "PROC-14", "PROC-15",
+         "PROC-16", "PROC-17", "PROC-18", "RES-2")
 
 PLANTED_ENV = "SHARDLAW_PROCESSES_PLANTED"
 START_SECONDS = 180.0      # to import JAX and join the program
@@ -241,4 +242,52 @@ def process_examples(draw: Any, devices: int) -> dict:
             "rotate": draw(st.integers(0, 7)),
             # Compiling and running a call costs most of an example: a quarter of them do.
             "run": draw(st.sampled_from([False, True, False, False])),
-            "tiled": draw(st.booleans())}
+            "tiled": draw(st.booleans()),
+            "make_mesh": draw(_make_mesh_examples(devices)),
+            "put": draw(_put_examples(devices, ids[:count], shape)),
+            "donate": {"result": draw(st.sampled_from(["same", "replicated", "sum", "cast",
+                                                              "narrow"])),
+                       "after": draw(st.sampled_from(AFTER_DONATION))}}
+
+
+# What a process does with an array after donating it (PROC-18).
+AFTER_DONATION = ("np.asarray", "addressable_shards", "jit", "device_put", "str",
+                  "device_put to its own sharding")
+
+
+@st.composite
+def _make_mesh_examples(draw: Any, devices: int) -> dict:
+    """jax.make_mesh (or create_device_mesh, ``exact``) of a shape over at most one device
+    more than the program has (refused)."""
+    count = draw(st.sampled_from([devices, devices, *range(1, devices + 2)]))
+    return {"axis_sizes": draw(_factorization(count)), "exact": draw(st.booleans())}
+
+
+@st.composite
+def _put_examples(draw: Any, devices: int, source_devices: list[int], shape: list[int]
+                  ) -> dict:
+    """One device_put: of what (host data the same or not in every process, the global
+    array, a single-device array), to what (a sharding over the same devices or any, the
+    array's own sharding, one device, no target)."""
+    source = draw(st.sampled_from(["host", "host-differ", "array", "single"]))
+    to = draw(st.sampled_from(["sharding", "sharding", "device", "none"]))
+    if draw(st.booleans()):
+        ids = list(draw(st.permutations(source_devices)))
+    else:
+        count = draw(st.sampled_from(_divisors(devices)))
+        ids = draw(st.permutations(range(devices)))[:count]
+    sizes = draw(_factorization(len(ids)))
+    names = ["p", "q", "r"][:len(sizes)]
+    unused, spec = list(names), []
+    for size in shape:
+        axes = draw(st.lists(st.sampled_from(unused), unique=True, max_size=2)) if unused else []
+        ways = 1
+        for a in axes:
+            ways *= sizes[names.index(a)]
+        axes = axes if size % ways == 0 else []
+        unused = [a for a in unused if a not in axes]
+        spec.append(axes or None)
+    return {"source": source, "to": to, "same": draw(st.sampled_from([False, False, True])),
+            "devices": ids, "axis_sizes": sizes, "axis_names": names, "spec": spec,
+            "single_device": draw(st.integers(0, devices - 1)),
+            "device": draw(st.integers(0, devices - 1))}

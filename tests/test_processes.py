@@ -1,4 +1,7 @@
-"""Addressable devices per process (DEV-2), against real JAX's single process and as a law."""
+"""Addressable devices per process (DEV-2), against real JAX's single process and as a law;
+jax.make_mesh's process order (PROC-12, PROC-13) as a law over any number of processes."""
+
+import itertools
 
 import jax
 from hypothesis import given, strategies as st
@@ -49,3 +52,29 @@ def test_addressable_devices_reject_abstract_meshes():
         assert e.rule == "DEV-1" and "abstract mesh" in str(e)
     else:
         raise AssertionError("an abstract mesh has no addressable devices")
+
+
+@checks("PROC-12", "PROC-13")
+@given(st.data())
+def test_make_mesh_parts_are_blocks_exactly_where_a_local_mesh_exists(data):
+    """PROC-13's closed form (whole trailing axes and one run) is PROC-6's local mesh over
+    PROC-12's device order, for any number of processes and devices per process; the parts
+    of all processes are the mesh's positions, each once, in process order."""
+    processes, per = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 8))
+    sizes = data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=3).filter(
+        lambda s: S.Mesh.iota(tuple(s), tuple("abc"[:len(s)])).size <= processes * per))
+    mesh = S.process_mesh(sizes, tuple("abc"[:len(sizes)]), processes, per)
+    seen = []
+    for p in range(processes):
+        part = S.make_mesh_part(sizes, processes, per, p)
+        seen.extend(part.coordinates)
+        if part.coordinates:
+            try:
+                S.local_mesh(mesh, p)
+                block = True
+            except S.Rejection as refused:
+                assert refused.rule == "PROC-6"
+                block = False
+            assert part.block == block, (sizes, processes, per, p)
+    every = [tuple(c) for c in itertools.product(*(range(n) for n in sizes))]
+    assert seen == every

@@ -661,3 +661,148 @@ def test_proc_11_tiled_host_data_is_concatenated_a_scalar_stacked():
     assert S.gathered((2, 3), 3, True, 1)[0] == (6, 3)
     assert S.gathered((2, 3), 3, True, 1)[1][2] == ((4, 6), (0, 3))
     assert S.gathered((), 3, True, 1) == ((3,), (((0, 1),), ((1, 2),), ((2, 3),)))
+
+
+@clause("PROC-12", 1)
+def test_proc_12_more_positions_than_devices_are_refused():
+    assert S.process_mesh((3,), ("x",), 2, 2).devices.id_tuple() == (0, 1, 2)
+    error = _refused_by("PROC-12", lambda: S.process_mesh((5,), ("x",), 2, 2))
+    assert "5 position(s), but 4 device(s)" in str(error) and isinstance(error, ValueError)
+
+
+@clause("PROC-12", 2)
+def test_proc_12_create_device_mesh_takes_exactly_as_many():
+    assert S.process_mesh((2, 2), ("x", "y"), 2, 2, exact=True).axis_sizes == (2, 2)
+    error = _refused_by("PROC-12", lambda: S.process_mesh((3,), ("x",), 2, 2, exact=True))
+    assert "exactly as many" in str(error)
+
+
+def _put(source, target, process=0, shape=(8,)):
+    return S.put_array(source, target, shape, process)
+
+
+def _on(ids, spec, shape=None):
+    devices = S.DeviceList.of_ids(ids, devices_per_process=2)
+    return NamedSharding(Mesh(shape or (len(ids),), ("x", "y")[:len(shape or (1,))], devices),
+                         P(*spec))
+
+
+@clause("PROC-15", 1)
+def test_proc_15_its_own_sharding_gives_the_array_itself():
+    s = NamedSharding(PROCS, P("x"))
+    assert _put(s, NamedSharding(PROCS, P("x"))).same
+    assert not _put(s, NamedSharding(PROCS, P("y"))).same
+
+
+@clause("PROC-15", 2)
+def test_proc_15_the_same_devices_reshard_a_named_sharding_anywhere():
+    s = NamedSharding(PROCS, P("x"))
+    moved = _put(s, _on([7, 6, 5, 4, 3, 2, 1, 0], ("x",)), process=3)
+    assert [shard.device for shard in moved.shards] == [7, 6]
+    single = S.SingleDeviceSharding(S.Device(1, "cpu", 0))
+    assert _put(single, _on([1], ("x",)), process=0).shards[0].device == 1
+    error = _refused_by("PROC-15", lambda: _put(single, _on([1], ("x",)), process=1))
+    assert isinstance(error, AssertionError)
+
+
+@clause("PROC-15", 3)
+def test_proc_15_one_hlo_sharding_over_other_processes_needs_a_cross_host_transfer():
+    mine, theirs = _on([0, 1], (None,)), _on([2, 3], (None,))
+    error = _refused_by("PROC-15", lambda: _put(mine, theirs))
+    assert "cross-host transfer" in str(error) and isinstance(error, ValueError)
+
+
+@clause("PROC-15", 4)
+def test_proc_15_a_target_the_process_does_not_fully_address_is_refused():
+    whole, half = NamedSharding(PROCS, P("x")), _on([0, 2], ("x",))
+    assert "does not fully address the array" in str(
+        _refused_by("PROC-15", lambda: _put(whole, half)))
+    mine = _on([0, 1], ("x",))
+    error = _refused_by("PROC-15", lambda: _put(mine, _on([0, 2], (None,))))
+    assert "devices it addresses" in str(error)
+
+
+@clause("PROC-15", 5)
+def test_proc_15_a_target_it_fully_addresses_needs_an_array_it_fully_addresses():
+    assert _put(_on([0, 1], ("x",)), _on([0], (None,))).shards[0].box == ((0, 8),)
+    error = _refused_by("PROC-15", lambda: _put(NamedSharding(PROCS, P("x")), _on([0, 1],
+                                                                                  ("x",))))
+    assert isinstance(error, NotImplementedError)
+
+
+@clause("PROC-16", 1)
+def test_proc_16_an_array_spread_over_other_processes_is_refused():
+    spread = NamedSharding(PROCS, P("x"))
+    for device in (S.Device(0), None):
+        error = _refused_by("PROC-16", lambda: S.put_on_device(spread, device, (8,), 0))
+        assert isinstance(error, ValueError)
+    assert S.put_on_device(_on([0, 1], ("x",)), S.Device(3, "cpu", 1), (8,), 0).shards == ()
+
+
+@clause("PROC-16", 2)
+def test_proc_16_a_single_device_array_does_not_move_to_another_process():
+    one = S.SingleDeviceSharding(S.Device(0))
+    for process in (0, 1):
+        error = _refused_by("PROC-16", lambda: S.put_on_device(one, S.Device(3, "cpu", 1),
+                                                               (8,), process))
+        assert type(error).__mro__[1] is RuntimeError or isinstance(error, RuntimeError)
+    assert S.put_on_device(one, S.Device(1), (8,), 1).shards == ()
+
+
+@clause("PROC-16", 3)
+def test_proc_16_its_own_device_is_refused_where_not_owned():
+    one = S.SingleDeviceSharding(S.Device(1))
+    assert S.put_on_device(one, S.Device(1), (8,), 0).shards[0].device == 1
+    _refused_by("PROC-16", lambda: S.put_on_device(one, S.Device(1), (8,), 1))
+
+
+@clause("PROC-16", 4)
+def test_proc_16_with_no_device_the_array_is_given_back():
+    one = S.SingleDeviceSharding(S.Device(1))
+    assert S.put_on_device(one, None, (8,), 1) == S.Placed((), same=True)
+    assert S.put_on_device(_on([2, 3], ("x",)), None, (8,), 1).same
+
+
+# --------------------------------------------------------------------------- OUT-4
+
+def _typed_call(types, spec, args, compiler=None):
+    """A call returning one (8, 8) result typed over a (2, 4) mesh of ``types``."""
+    mesh = Mesh.iota((2, 4), ("x", "y"), types)
+    out = Out((8, 8), mesh=mesh.abstract, spec=spec)
+    return mesh, Call(args=args(mesh), outputs=out, compiler=compiler)
+
+
+@clause("OUT-4", 1)
+def test_out4_a_result_over_explicit_axes_comes_back_on_its_type():
+    from shardlaw.spec.core.values import AxisType
+    explicit = (AxisType.Explicit, AxisType.Explicit)
+    mesh, call = _typed_call(explicit, P("y"), lambda m: (
+        Arg.committed((8, 8), NamedSharding(m, P("x"))),))
+    verdict = jit_call(call)
+    assert verdict.accepted and "OUT-4" in verdict.trace
+    assert verdict.out_shardings == (NamedSharding(mesh, P("y", None)),)
+
+
+@clause("OUT-4", 2)
+def test_out4_over_a_mixed_mesh_the_compiler_places_what_the_type_leaves_whole():
+    from shardlaw.spec.core.values import AxisType
+    from shardlaw.spec.jit.recovery import typed_result
+    from shardlaw.spec.placement.blocks import to_hlo
+    mixed = (AxisType.Explicit, AxisType.Auto)
+    mesh = Mesh.iota((2, 4), ("x", "y"), mixed)
+    out = Out((8, 8), mesh=mesh.abstract, spec=P("x"))
+    typed = NamedSharding(mesh, P("x", None))
+    assert typed_result(out, mesh.devices, to_hlo(typed, 2)) == typed
+    chosen = NamedSharding(mesh, P("x", "y"))
+    assert typed_result(out, mesh.devices, to_hlo(chosen, 2)) == chosen
+    assert typed_result(out, mesh.devices, None) is S.UNSPECIFIED
+
+
+@clause("OUT-4", 3)
+def test_out4_the_device_assignment_must_have_the_types_mesh_size():
+    from shardlaw.spec.core.values import AxisType
+    mixed = (AxisType.Explicit, AxisType.Auto)
+    _, call = _typed_call(mixed, P(), lambda m: (Arg.numpy((8, 8)),))
+    verdict = jit_call(call)
+    assert (verdict.rule, verdict.stage, verdict.jax_error) == ("OUT-4", "lower", "ValueError")
+    assert "cannot reshape array of size 1 into shape (2,4)" in verdict.message

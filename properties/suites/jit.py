@@ -30,7 +30,9 @@ JIT_RULES = sorted(r for r in RULES if r.rsplit("-", 1)[0] in JIT_FAMILIES)
 
 # Rules that decide without ever rejecting; their "both sides" are shown by the examples.
 DECIDING = {"JIT-5", "KEEP-1", "DA-3", "EXE-1", "EXE-2", "OUT-1", "OUT-3", "LAY-2", "LAY-3"}
-# Needs several JAX processes; checked against JAX's source reading and a law (see below).
+# Decided only when the call spans several JAX processes: this suite's single process never
+# meets it, so it is left out of its coverage here; the processes suite
+# (shardlaw.properties.suites.processes) holds it to JAX in 2 and 4 processes, both sides.
 MULTI_PROCESS = {"RES-2"}
 
 MESH = S.Mesh.iota((2, 4), ("x", "y"))
@@ -351,7 +353,8 @@ def test_empty_shardings_containers_fail_jax_assertions():
 
 @checks("RES-2")
 def test_numpy_meets_only_replicated_shardings_across_processes():
-    """Spec-only: JAX's rule needs process_count() > 1 (read from _resolve_in_shardings)."""
+    """The spec's side of RES-2 on a described two-process call; JAX's side needs several
+    processes and is held by the processes suite."""
     split = Call(args=(Arg.numpy((8, 8)),), outputs=Out((8, 8)), process_count=2, devices=4,
                  options=JitOptions(in_shardings=NS))
     assert S.jit_call(split).rule == "RES-2"

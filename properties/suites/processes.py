@@ -8,10 +8,14 @@ what JAX does there — the devices it addresses (DEV-2, PROC-1), the shards it 
 (PROC-2), the global shape and rows of its local data (PROC-3, PROC-4), whether it may fetch
 the value (PROC-5) or close over it in jit (PROC-10), its local mesh and
 host_local_array_to_global_array and back (PROC-6 to PROC-8),
-make_array_from_single_device_arrays (PROC-9), jit with a numpy argument (RES-2), and, in a
-quarter of the examples, the shards of a jit call's result and process_allgather (PROC-11)
-— and one process that disagrees
-fails the example. The coverage test requires every rule on both sides.
+make_array_from_single_device_arrays (PROC-9), jit with a numpy argument (RES-2), the
+device order of jax.make_mesh and the mesh coordinates it addresses (PROC-12, PROC-13),
+jax.device_put of host data, of the global array and of a single-device array to a
+sharding, to one device or with no target (PROC-14 to PROC-16), and, in a quarter of the
+examples, the shards of a jit call's result, process_allgather (PROC-11) and a jit call
+that donates a copy of the array, with one use of it afterwards (PROC-17, PROC-18) — and
+one process that disagrees fails the example. The coverage test requires every rule on
+both sides.
 
 Part of the ``processes`` suite of ``shardlaw campaign``; ``tests/test_processes_differential.py``
 runs it in the project's own ``pytest`` run.
@@ -41,6 +45,41 @@ CROSSED = {"devices": [0, 1, 2, 3, 4, 6, 5, 7], "axis_sizes": [2, 4], "axis_name
            "spec": [["a"], ["b"]], "shape": [4, 8], "local": ["own", "own"],
            "global_given": False}
 
+# device_put, jax.make_mesh and donation, each side held whatever is drawn: an array split
+# over both processes of a 2 x 2 mesh, put elsewhere, donated, then used.
+SPLIT = {"devices": [0, 1, 2, 3], "axis_sizes": [2, 2], "axis_names": ["a", "b"],
+         "spec": [["a"]], "shape": [4], "local": ["own"], "global_given": False,
+         "single": "exact", "rotate": 0, "run": True, "tiled": True}
+
+
+def _put(source, to, devices=(0, 1, 2, 3), axis_sizes=(2, 2), spec=(["q"],), same=False,
+         single_device=0, device=0):
+    """A drawn device_put (processes_harness._put_examples), its target's axes p, q, r."""
+    return {"source": source, "to": to, "same": same, "devices": list(devices),
+            "axis_sizes": list(axis_sizes), "axis_names": ["p", "q", "r"][:len(axis_sizes)],
+            "spec": list(spec),
+            "single_device": single_device, "device": device}
+
+
+# Resharded over the same devices in another order (PROC-15 accepts), a mesh of exactly
+# every device (PROC-12 accepts), donated to a result of its shard shape, then read.
+RESHARDED = dict(SPLIT, put=_put("array", "sharding", devices=(3, 2, 1, 0)),
+                 make_mesh={"axis_sizes": [2, 2], "exact": True},
+                 donate={"result": "same", "after": "np.asarray"})
+# Put on devices 0 and 2 only (PROC-15 refuses), a mesh of 5 positions (PROC-12 refuses),
+# donated to a result of half the width (kept), then jitted again.
+ELSEWHERE = dict(SPLIT, put=_put("array", "sharding", devices=(0, 2), axis_sizes=(2,),
+                                 spec=(["p"],)),
+                 make_mesh={"axis_sizes": [5], "exact": False},
+                 donate={"result": "narrow", "after": "jit"})
+# Host values that differ between the processes (PROC-14 refuses); a single-device array
+# moved to another process's device (PROC-16 refuses).
+DIFFERING = dict(SPLIT, put=_put("host-differ", "sharding", same=True),
+                 donate={"result": "sum", "after": "str"})
+ACROSS = dict(SPLIT, put=_put("single", "device", single_device=0, device=3))
+# A 2 x 3 mesh of 4 processes: process 1 holds positions 2 and 3, no block (PROC-13).
+NO_BLOCK = dict(SPLIT, make_mesh={"axis_sizes": [2, 3], "exact": False})
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _stop_pools_after_module():
@@ -52,6 +91,10 @@ def _stop_pools_after_module():
 @settings(max_examples=examples(40), deadline=None)
 @example(case=SPLIT_NUMPY)
 @example(case=dict(SPLIT_NUMPY, tiled=False))   # PROC-11 refuses to stack a global array
+@example(case=RESHARDED)
+@example(case=ELSEWHERE)
+@example(case=DIFFERING)
+@example(case=ACROSS)
 @given(case=process_examples(devices=4))
 def test_two_processes_agree_with_jax(case):
     """In a program of 2 processes, each answers like JAX in that process."""
@@ -73,6 +116,7 @@ def test_a_process_that_dies_fails_the_example_and_ends_the_pool():
 @checks(*RULES)
 @example(case=SPLIT_NUMPY)
 @example(case=CROSSED)
+@example(case=NO_BLOCK)
 @settings(max_examples=examples(30), deadline=None)
 @given(case=process_examples(devices=8))
 def test_four_processes_agree_with_jax(case):
