@@ -371,3 +371,39 @@ def test_the_program_rewrites_stage_what_real_jax_stages(case):
         unknown_inputs=case.differentiated)
     answer = ask_program(call).result
     assert found == [answer.known] + ([] if answer.unknown is None else [answer.unknown])
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(grad_cases(("linearize", "vjp", "grad", "value_and_grad")))
+def test_the_linearized_and_transposed_forms_stage_what_real_jax_stages(case):
+    # the program forms of linearized_equations, linearized_primal and transposed_equation
+    # (a stand-in body saving the JitBody's residuals, under linearize_program or
+    # vjp_program) against the jit equations real JAX stages, and against the old answers
+    from shardlaw.properties.autodiff_harness import GRADS, NAME, _mode, trace
+    from shardlaw.spec.bridge.autodiff import equation_from_jax, jit_body_of, jit_equations
+    eqn, transformed = trace(case)
+    found = [equation_from_jax(e) for jaxpr in transformed for e in jit_equations(jaxpr, NAME)]
+    facts = dict(primal_equation=equation_from_jax(eqn), nonzero_tangents=case.differentiated,
+                 jit_body=jit_body_of(eqn, case.differentiated, _mode(case)))
+    if case.transformation == "linearize":
+        calls = [TransformedCall.of("linearized_equations", **facts)]
+    else:
+        used = case.used if case.transformation in GRADS else (True,) * len(case.outputs)
+        calls = [TransformedCall.of("linearized_primal", **facts),
+                 TransformedCall.of("transposed_equation", cotangent_outputs=used, **facts)]
+    answers = []
+    for call in calls:
+        try:
+            answer = ask_program(call)
+        except NoProgramForm as why:   # a residual passed on that is a moving input
+            assert "residuals passed on" in str(why)
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            assert old_differences(explain_transformed(call), answer) == []
+        answers.append(answer.result)
+    if case.transformation == "linearize":
+        staged = [answers[0].primal, answers[0].tangent]
+    else:
+        staged = answers
+    assert found == [e for e in staged if e is not None]

@@ -46,8 +46,29 @@ Questions with a program form:
 * ``nonzero_outputs`` — the same under ``jvp_program``; an output's tangent is nonzero
   where the JVP's jit computes it (a zero is made outside it).
 
-The others are listed in :data:`PER_EQUATION` with the reason they stay per-equation
-questions (a fact of one equation with no program to ask, or a form not written yet).
+* ``collective_groups``, ``replica_groups``, ``manual_axes_of``, ``per_shard_shape``,
+  ``unshard_shape`` — a jit of one shard_map (check_vma off) over the mesh, its body a
+  ``psum`` over the collective's axes or its input returned, traced; the answer is read
+  from the verdict's decided records (the psum's groups, the shard_map's manual axes and
+  body input types) or the shard_map's result type.
+* ``pruned_equation`` — a jit calling the jitted function its JitBody summarises, pruned
+  by :func:`~shardlaw.spec.program.partial_eval.dce_program`; the answer is the pruned
+  inner jit equation (None: it went).
+* ``partially_evaluated``, ``known_equation``, ``unknown_equation`` — a stand-in body
+  whose partial evaluation passes exactly the JitBody's residuals, split by
+  :func:`~shardlaw.spec.program.partial_eval.partial_eval_program` and staged as JAX
+  stages it (the known jit, then the unknown one on the residuals).
+* ``linearized_equations``, ``linearized_primal``, ``linearized_tangent``,
+  ``transposed_equation`` — a stand-in body whose linearization saves exactly the
+  JitBody's residuals (computed ones first, then inputs with a zero tangent), each output's
+  tangent reading those its ``residual_uses`` names, under ``linearize_program`` or (the
+  outputs whose cotangent comes only) ``vjp_program``; the answer is the rewrite's jit
+  equations.
+
+The program a form stores is the rewrite applied (``applied`` for linearize and vjp, the
+staged known and unknown jits, the pruned call): the program vector replays it through
+``explain_program``. The others are listed in :data:`PER_EQUATION` with the reason they
+stay per-equation questions.
 """
 
 from __future__ import annotations
@@ -59,6 +80,7 @@ from ..core.rules import Rejection, explain, tracing
 from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec as P
 from ..jit.call import Arg
+from ..program.autodiff import linearize_program, vjp_program
 from ..program.batching import vmap_program
 from ..program.description import Jit, Opaque, Program, ShardingConstraint, ShardMap, Value
 from ..program.explain import ProgramVerdict, explain_program
@@ -68,7 +90,7 @@ from ..program.shardmap import GROUPS_LISTED_UP_TO, Manual
 from ..transforms import (
     autodiff, batching, constraint, shardmap, shardmap_parameters, shardmap_specs,
 )
-from ..transforms.autodiff import JitBody, JitEquation, PartiallyEvaluated
+from ..transforms.autodiff import JitBody, JitEquation, Linearized, PartiallyEvaluated
 from ..transforms.shardmap_parameters import ShardMapTypes
 from ..transforms.autodiff import all_explicit
 from ..transforms.constraint import Constraint
@@ -83,18 +105,10 @@ __all__ = ["PER_EQUATION", "PROGRAM_FUNCTIONS", "ProgramForm", "NoProgramForm",
 # The program function to use instead of each question that has a program form.
 PROGRAM_FUNCTIONS: dict[str, str] = PROGRAM_FORMS
 
-_RESIDUALS = ("its JitBody's residuals (how many, how many the primal stores, which tangent "
-              "reads which) summarise a real body: a stand-in Program gives its "
-              "dependencies and forwarding but not those residuals (not written)")
-
 # The questions that stay per-equation, and why.
 PER_EQUATION: dict[str, str] = {
     "batch_sharding": "one sharding batched at one axis: a fact of a single sharding, "
                       "asked inside vmap_jit's program form",
-    "linearized_primal": _RESIDUALS,
-    "linearized_tangent": _RESIDUALS,
-    "linearized_equations": _RESIDUALS,
-    "transposed_equation": _RESIDUALS,
     "manual_sharding": "SMAP-15's HLO sharding of a shard around a shard_map's body in the "
                        "lowered module: a ProgramVerdict holds no HLO sharding of a "
                        "shard_map (the program path's lowering records none)",
@@ -532,6 +546,145 @@ def _unknown_equation_form(call: TransformedCall) -> ProgramForm:
     return dataclasses.replace(form, read=lambda p, v: form.read(p, v).unknown)
 
 
+def _linear_stand_in(equation: JitEquation, body: JitBody, nonzero: tuple[bool, ...]
+                     ) -> Program:
+    """The jitted function a JitBody summarises, written so that linearizing it saves
+    exactly its residuals: residual ``r`` is an ``iota`` the body computes (the first
+    ``stored_residuals``) or an input whose tangent is a zero (the others), and the tangent
+    of output ``j`` reads those of ``residual_uses[j]``: the output is a sum (``add``) of
+    the inputs it depends on, multiplied (``mul``) by each residual it reads; an output
+    is forwarded, or an ``iota`` when it depends on nothing."""
+    shape = (8,) * _rank(equation)
+    count = body.inputs
+    moving = autodiff.nonzero_outputs(body, nonzero)
+    uses = [u if m else frozenset() for u, m in zip(body.residual_uses, moving)]
+    if set().union(*uses, set()) != set(range(body.residuals)):
+        raise NoProgramForm("a residual no non-zero output tangent reads: no stand-in "
+                            "body saves it")
+    still = [i for i in range(count) if not nonzero[i]]
+    passed = body.residuals - body.stored_residuals
+    if passed > len(still):
+        raise NoProgramForm(f"{passed} residuals passed on as they are but {len(still)} "
+                            "inputs with a zero tangent: a residual that is a primal output "
+                            "is not written")
+    inputs = tuple(Value.numpy(shape, "float32" if nz else "int32") for nz in nonzero)
+    equations: list = []
+
+    def made(operands: tuple, primitive: str, dtype: str = "float32", params: tuple = ()
+             ) -> int:
+        equations.append(Opaque(operands, (Value.typed(shape, dtype),), primitive=primitive,
+                                params=params))
+        return count + len(equations) - 1
+
+    iota = (("dimension", 0), ("shape", shape))
+    residuals = [made((), "iota", "float32", iota) for _ in range(body.stored_residuals)]
+    residuals += still[:passed]
+    outputs = []
+    for j, (deps, forwarded) in enumerate(zip(body.dependencies, body.forwarded)):
+        if forwarded is not None:
+            outputs.append(forwarded)
+            continue
+        if not deps:
+            outputs.append(made((), "iota", "float32", iota))
+            continue
+        order = sorted(deps)
+        dtype = "float32" if any(nonzero[d] for d in order) else "int32"
+        value = made((order[0], order[0]), "add", dtype)
+        for d in order[1:]:
+            value = made((value, d), "add", dtype)
+        for r in sorted(uses[j]):
+            value = made((value, residuals[r]), "mul", dtype)
+        outputs.append(value)
+    try:
+        inner = Program(inputs, tuple(equations), tuple(outputs),
+                        in_shardings=equation.in_shardings,
+                        out_shardings=equation.out_shardings, donated=equation.donated_invars)
+    except Rejection as error:
+        raise NoProgramForm(f"the jit equation is not a program description: {error}") \
+            from None
+    return inner
+
+
+def _stand_in_jits(program: Program) -> list[JitEquation]:
+    """The jit equations of the function a rewrite is asked of (it names them
+    ``jitted``), anywhere in ``program``, in order."""
+    found = []
+    for eq in program.equations:
+        if isinstance(eq, Jit) and eq.name == "jitted":
+            body = eq.body
+            found.append(JitEquation(body.in_shardings or (UNSPECIFIED,) * len(body.inputs),
+                                     body.out_shardings or (UNSPECIFIED,) * len(body.outputs),
+                                     body.donated or (False,) * len(body.inputs)))
+        elif eq.body is not None:
+            found += _stand_in_jits(eq.body)
+    return found
+
+
+def _linearized_form(call: TransformedCall) -> ProgramForm:
+    """The stand-in body (:func:`_linear_stand_in`) under ``linearize_program``; the
+    program stored is the rewrite applied (the primal and the tangent call one after the
+    other) and the answer its two jit equations."""
+    k = call.keywords
+    equation, body = k["primal_equation"], k["jit_body"]
+    nonzero = autodiff._check_facts(equation, body, k["nonzero_tangents"])
+    program = linearize_program(_linear_stand_in(equation, body, nonzero)).applied
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> Linearized:
+        found = _stand_in_jits(rewritten)
+        return Linearized(found[0], found[1] if len(found) > 1 else None)
+
+    return ProgramForm(program, (), "trace", read)
+
+
+def _linearized_primal_form(call: TransformedCall) -> ProgramForm:
+    form = _linearized_form(call)
+    return dataclasses.replace(form, read=lambda p, v: form.read(p, v).primal)
+
+
+def _linearized_tangent_form(call: TransformedCall) -> ProgramForm:
+    form = _linearized_form(call)
+    return dataclasses.replace(form, read=lambda p, v: form.read(p, v).tangent)
+
+
+def _used_only(equation: JitEquation, body: JitBody, nonzero: tuple[bool, ...],
+               used: tuple[bool, ...]) -> tuple[JitEquation, JitBody]:
+    """The jit equation and facts of the function returning only the ``used`` outputs
+    (those whose cotangent comes), with the residuals their tangents read: what the
+    transposed equation depends on. (A caller dropping the other outputs would be the
+    plainer stand-in, but the program path keeps an inner jit's outputs its caller does
+    not use, with their residuals, where JAX prunes them.)"""
+    if all(used):
+        return equation, body
+    moving = autodiff.nonzero_outputs(body, nonzero)
+    keep = [j for j, u in enumerate(used) if u]
+    read = sorted(set().union(*(body.residual_uses[j] for j in keep if moving[j]), set()))
+    position = {r: n for n, r in enumerate(read)}
+    uses = [frozenset(position[r] for r in body.residual_uses[j]) if moving[j]
+            else frozenset() for j in keep]
+    facts = JitBody(body.inputs, [body.dependencies[j] for j in keep],
+                    [body.forwarded[j] for j in keep], len(read), len(read), uses)
+    return JitEquation(equation.in_shardings, tuple(equation.out_shardings[j] for j in keep),
+                       equation.donated_invars), facts
+
+
+def _transposed_form(call: TransformedCall) -> ProgramForm:
+    """The stand-in body of the used outputs (:func:`_used_only`) under ``vjp_program``:
+    the answer is its transposed jit (None where none is staged)."""
+    k = call.keywords
+    equation, body = k["primal_equation"], k["jit_body"]
+    nonzero = autodiff._check_facts(equation, body, k["nonzero_tangents"])
+    used = autodiff._booleans(k["cotangent_outputs"], "cotangent_outputs",
+                              len(body.dependencies))
+    program = vjp_program(_linear_stand_in(*_used_only(equation, body, nonzero, used),
+                                           nonzero)).applied
+
+    def read(rewritten: Program, verdict: ProgramVerdict) -> JitEquation | None:
+        found = _stand_in_jits(rewritten)
+        return found[1] if len(found) > 1 else None
+
+    return ProgramForm(program, (), "trace", read)
+
+
 # --------------------------------------------------------------------------- shard_map
 
 def _tried(function: Callable[..., Any], fallback: Any, *args: Any) -> Any:
@@ -752,6 +905,10 @@ _FORMS: dict[str, Callable[[TransformedCall], ProgramForm]] = {
     "jvp_equation": _jvp_equation_form,
     "nonzero_outputs": _nonzero_outputs_form,
     "pruned_equation": _pruned_equation_form,
+    "linearized_equations": _linearized_form,
+    "linearized_primal": _linearized_primal_form,
+    "linearized_tangent": _linearized_tangent_form,
+    "transposed_equation": _transposed_form,
     "partially_evaluated": _partially_evaluated_form,
     "known_equation": _known_equation_form,
     "unknown_equation": _unknown_equation_form,
