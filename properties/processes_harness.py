@@ -266,8 +266,8 @@ def _make_mesh_examples(draw: Any, devices: int) -> dict:
 @st.composite
 def _put_examples(draw: Any, devices: int, source_devices: list[int], shape: list[int]
                   ) -> dict:
-    """One device_put: of what (host data the same or not in every process, the global
-    array, a single-device array), to what (a sharding over the same devices or any, the
+    """One device_put: of what (host data the same or not in every process — a numpy array,
+    an uncommitted array or a Python float —, the global array, a single-device array), to what (a sharding over the same devices or any, the
     array's own sharding, one device, no target)."""
     source = draw(st.sampled_from(["host", "host-differ", "array", "single"]))
     to = draw(st.sampled_from(["sharding", "sharding", "device", "none"]))
@@ -288,6 +288,7 @@ def _put_examples(draw: Any, devices: int, source_devices: list[int], shape: lis
         unused = [a for a in unused if a not in axes]
         spec.append(axes or None)
     return {"source": source, "to": to, "same": draw(st.sampled_from([False, False, True])),
+            "host": draw(st.sampled_from(["numpy", "uncommitted", "scalar"])),
             "devices": ids, "axis_sizes": sizes, "axis_names": names, "spec": spec,
             "single_device": draw(st.integers(0, devices - 1)),
             "device": draw(st.integers(0, devices - 1))}

@@ -397,15 +397,22 @@ def check_device_put(answers: Answers, ours: Any, theirs: Any, array: Any, shape
     devices = _by_position()
     source_kind, to = put["source"], put["to"]
     own = values + pid if source_kind == "host-differ" else values
+    host = put.get("host", "numpy")
     if source_kind == "single":
         single = jax.device_put(values, devices[put["single_device"]])
         x, source = single, S.from_jax(single.sharding)
     elif source_kind == "array":
         x, source = array, ours
+    elif host == "scalar":   # a Python float: a value of shape ()
+        own, shape = own.reshape(-1)[:1].reshape(()), ()
+        x, source = float(own), None
     else:
-        x, source = own, None
+        x = jax.numpy.asarray(own) if host == "uncommitted" else own
+        source = None
     if to == "sharding":
         target = theirs if put["same"] else _target_sharding(put)
+        if shape == ():
+            target = jax.sharding.NamedSharding(target.mesh, jax.sharding.PartitionSpec())
         if source is not None and _crashes_reordering(x.sharding, target):
             return
         spec_target = S.from_jax(target)

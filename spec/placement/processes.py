@@ -584,13 +584,19 @@ def gathered(shape: Any, processes: int, tiled: bool, process_index: int,
 
 @dataclasses.dataclass(frozen=True)
 class TooFewDevices(Failure, rule="PROC-12"):
-    template = ("a mesh of shape {axis_sizes} has {positions} position(s), but {devices} "
-                "device(s) were given{exactly}")
+    template = ("the number of devices, {devices}, is less than the product of mesh_shape "
+                "{axis_sizes}, {positions}")
     hint = "Give a mesh shape whose product is at most the number of devices."
     axis_sizes: tuple
     positions: int
     devices: int
-    exactly: str
+
+
+@dataclasses.dataclass(frozen=True)
+class NotAsManyDevices(TooFewDevices):
+    template = ("the number of devices, {devices}, is not the product of mesh_shape "
+                "{axis_sizes}, {positions}, which create_device_mesh needs exactly")
+    hint = "Give a mesh shape whose product is the number of devices, or use jax.make_mesh."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -635,7 +641,7 @@ def process_mesh(axis_sizes: Any, axis_names: Any, processes: int, devices_per_p
     >>> process_mesh((3,), ("x",), 2, 2, exact=True)
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionValueError: [PROC-12]: a mesh of shape (3,) has 3 position(s), but 4 device(s) were given, and create_device_mesh takes exactly as many. Give a mesh shape whose product is at most the number of devices.
+    shardlaw.spec.core.rules.RejectionValueError: [PROC-12]: the number of devices, 4, is not the product of mesh_shape (3,), 3, which create_device_mesh needs exactly. Give a mesh shape whose product is the number of devices, or use jax.make_mesh.
     """
     sizes = tuple(check_dims(axis_sizes, what="a mesh's axis sizes"))
     (processes, per_process) = check_dims((processes, devices_per_process),
@@ -653,9 +659,7 @@ def process_mesh(axis_sizes: Any, axis_names: Any, processes: int, devices_per_p
         chosen = tuple(every[p] for p in positions)
     count = _product(sizes)
     require(count <= len(chosen) and (count == len(chosen) or not exact),
-            lambda: TooFewDevices(sizes, count, len(chosen),
-                                  ", and create_device_mesh takes exactly as many"
-                                  if exact else ""))
+            lambda: (NotAsManyDevices if exact else TooFewDevices)(sizes, count, len(chosen)))
     return Mesh(sizes, axis_names, DeviceList(chosen[:count]))
 
 
