@@ -82,9 +82,13 @@ class Methods:
             return Explanation.of_plan(engine.decision_for(arguments))
         except LeftToJax as why:
             try:
-                engine.left_to_jax(arguments, run=False).lower()
+                lowered = engine.left_to_jax(arguments, run=False).lower()
             except EngineRejection as error:
                 return Explanation.of_rejection(error)
+            if why.decision is not None:   # decided up to compiling: JAX compiles it
+                return Explanation.of_decision(
+                    why.decision, internals.executable_facts(lowered.compile()), str(why),
+                    getattr(why, "fired", ()))
             return Explanation(True, executable=f"left to JAX's own jit: {why}")
 
 
@@ -267,6 +271,10 @@ class Lowered(_Stage, jax.stages.Lowered):
         with recording() as fired:
             try:
                 plan = stage_compile(engine, self._decision)
+            except LeftToJax:
+                # decided up to compiling (mutable refs among the arguments): JAX's own
+                # stages compile and run it
+                return self._jax_lowered().compile(compiler_options)
             except EngineRejection as error:
                 error = engine.in_jax_words(error, self._decision.arguments)
                 error.fired = tuple(dict.fromkeys(self._fired + fired))  # type: ignore[attr-defined]

@@ -29,7 +29,7 @@ class CallArguments:
     """One call's arguments as the engine sees them: static and dynamic parts, flat leaves."""
 
     __slots__ = ("args", "kwargs", "dyn_args", "dyn_kwargs", "statics", "positions", "leaves",
-                 "treedef", "kinds", "key", "tracers", "foreign", "_paths")
+                 "treedef", "kinds", "key", "tracers", "foreign", "refs", "_paths")
 
     def __init__(self, args: tuple, kwargs: dict, names: ArgumentNames, abstract_ok: bool) -> None:
         self.args, self.kwargs = args, kwargs
@@ -39,6 +39,7 @@ class CallArguments:
         self._paths: list[str] | None = None
         self.tracers = False
         self.foreign = False
+        self.refs: list[int] = []   # the leaves that are mutable refs (jax.new_ref)
         keys = []
         kinds = []
         for i, leaf in enumerate(self.leaves):
@@ -92,6 +93,11 @@ class CallArguments:
         if type(leaf) is internals.ShapedArray and abstract_ok:
             typed = internals.typed_sharding(leaf)
             return ABSTRACT, (ABSTRACT, leaf.shape, leaf.dtype, typed, leaf.weak_type, None)
+        if kind is internals.Ref:
+            # A mutable ref is a committed input on its own sharding (REF-1); the engine
+            # decides the call's rules and JAX's jit runs it (stage_compile).
+            self.refs.append(i)
+            return ARRAY, (jax.typeof(leaf), leaf.sharding, True, layouts.array_layout(leaf))
         if isinstance(leaf, jax.Array):
             return ARRAY, (leaf.aval, leaf.sharding, getattr(leaf, "_committed", True),
                            layouts.array_layout(leaf))

@@ -144,10 +144,14 @@ def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
                   for s, a in zip(facts.out_shardings, d.out_avals)]
     placed_out = compiled_results(d.out_flat, chosen_out, d.assignment)
     out_values = [Value.of_aval(a) for a in d.out_avals]
+    # the closed-over refs' new values are results after the program's own, on the refs'
+    # shardings (REF-2): JAX reads the results over them as over given out_shardings
+    placed_out += [ref.sharding for ref in d.refs]
+    out_values += [ref.value for ref in d.refs]
     given, given_values, out_values = recovery_origin(recovered, kept_values, out_values,
                                                       d.inside)
     outs = recover_shardings(placed_out, out_values, given, given_values, d.context,
-                             d.out_paths[0] if d.out_paths else "result")
+                             d.out_paths[0] if d.out_paths else "result")[:len(d.out_avals)]
     outs = single_device_results(outs, d.assignment)
     outs = [_typed_result(o, s, aval) for o, s, aval in zip(outs, d.out_flat, d.out_avals)]
     exe_inputs: list[Any] = [None] * len(d.arguments.leaves)

@@ -35,6 +35,11 @@ class Refusal:
                    error.jax_error, str(error))
 
 
+# A stage as the words of a refusal say it: "rejected ... when lowering".
+_WHEN = {"jit": "jit is applied", "trace": "tracing", "lower": "lowering",
+         "compile": "compiling", "call": "calling", "aot": "calling the compiled function"}
+
+
 def _refusal_field(name: str) -> property:
     """The refusal's ``name`` read through the explanation (None when it was accepted)."""
     return property(lambda self: None if self.refusal is None else getattr(self.refusal, name),
@@ -96,13 +101,33 @@ class Explanation:
                    inside=plan.inside)
 
     @classmethod
+    def of_decision(cls, d: Any, compiled: Any, why: str,
+                    fired: tuple[str, ...] = ()) -> "Explanation":
+        """A call the engine decided up to compiling and JAX's own jit compiled (``compiled``:
+        the executable's facts, the results' shardings read off it; the refs' updates come
+        after the results)."""
+        n = len(d.arguments.leaves)
+        return cls(True, tuple(fired), num_devices=d.count,
+                   device_assignment=tuple(dev.id for dev in d.assignment),
+                   executable=f"compiled by JAX's own jit: {why}",
+                   in_paths=tuple(d.arguments.paths()) if n else (),
+                   in_shardings=tuple(d.final), kept_inputs=d.kept,
+                   out_paths=tuple(d.out_paths),
+                   out_shardings=tuple(compiled.out_shardings[:len(d.out_paths)]),
+                   out_committed=(d.committed,) * len(d.out_paths),
+                   inside=tuple((s.path, s.sharding) for s in d.inside))
+
+    @classmethod
     def of_rejection(cls, error: EngineRejection, fired: tuple[str, ...] = ()) -> "Explanation":
         return cls(False, tuple(fired) or tuple(getattr(error, "fired", ())),
                    refusal=Refusal.of(error))
 
     def __str__(self) -> str:
         if not self.accepted:
-            return f"rejected by {self.rule} ({self.error_type}): {self.message}"
+            where = f" at {self.path}" if self.path else ""
+            when = f" when {_WHEN.get(self.stage, self.stage)}" if self.stage else ""
+            return (f"rejected by {self.rule} ({self.error_type}){where}{when}: {self.message}"
+                    + (f"\n  rules: {' '.join(self.trace)}" if self.trace else ""))
         lines = [f"accepted on {self.num_devices} device(s) {list(self.device_assignment or ())}"
                  f"; executable: {self.executable}"]
         for path, s in zip(self.in_paths, self.in_shardings):

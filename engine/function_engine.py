@@ -190,6 +190,9 @@ class Engine:
             except EngineRejection as error:
                 plan = DispatchPlan()
                 plan.rejection = self.in_jax_words(error, arguments)
+            except LeftToJax as why:
+                why.fired = tuple(dict.fromkeys(fired))  # type: ignore[attr-defined]
+                raise
         plan.fired = tuple(dict.fromkeys(fired))
         return plan
 

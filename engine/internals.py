@@ -50,6 +50,8 @@ __all__ = [
 JAX_JIT, JAX_EVAL_SHAPE = _api.jit, _api.eval_shape
 # JAX's types the engine tells values and errors apart by.
 Tracer, ShapedArray, GSPMDSharding = _core.Tracer, _core.ShapedArray, _sharding_impls.GSPMDSharding
+# A mutable ref (jax.new_ref).
+Ref = _core.Ref
 JaxRuntimeError = _jax.JaxRuntimeError
 # Whether no transformation is tracing now; a function's name as JAX writes it.
 trace_state_clean, fun_name = _core.trace_state_clean, _util.fun_name

@@ -1,4 +1,4 @@
-"""The body of a traced program: the shardings inside it (PROG-2, PROG-3, WSC-8).
+"""The body of a traced program: the shardings inside it (PROG-2, PROG-3, WSC-8) and its refs (REF-1, REF-3).
 
 Lowering a jit first drops the body's dead equations (unless the jit keeps unused inputs),
 then holds every sharding left inside the body — a constraint's, a device_put's to a
@@ -15,6 +15,14 @@ which would end the process inside XLA, is refused with a RuntimeError of the en
 (:func:`check_constraint_lowers`). After compiling, results the compiler placed come back
 in the type of the first NamedSharding or SingleDeviceSharding inside the body when no
 kept input has one (PROG-3, :func:`recovery_origin`).
+
+A mutable ref is a committed input on its own sharding: passed as an argument, it is an
+input where it is passed (:mod:`.call_arguments`); closed over, the walk lists it when the
+live body reads or writes it (every one when the jit keeps unused inputs), and it joins the
+device assignment right after the arguments (REF-1, at ``constants[k]``, the refs numbered
+first among the constants as the program describes them). Its new value is a result after
+the program's own, which JAX reads the results over as over a given out_sharding. A ref
+argument the program keeps cannot be donated (REF-3, refused before compiling).
 
 The body is walked as JAX walks it: a body's own equations in order, then the bodies
 nested in them, each the same way, at any depth (inner jits, shard_maps, and the bodies of
@@ -37,7 +45,7 @@ from .recovery import Value
 from .resolution import Source
 from .rules import note, reject, rule
 
-__all__ = ["Body", "walked", "inside_shardings", "walk_body", "recovery_origin",
+__all__ = ["Body", "walked", "inside_shardings", "walk_body", "ref_inputs", "recovery_origin",
            "check_body_lowers", "check_constraint_lowers", "check_spec_axes_once",
            "check_collective_lowers"]
 
@@ -50,13 +58,17 @@ class Body:
     """What the walk of a traced body found: ``shardings``, the shardings inside it that
     take part (PROG-2), and ``lowering``, what lowering checks in its live shard_maps —
     ``(path, "in_spec", spec)`` for an operand its body uses, ``(path, "collective",
-    (primitive, axes, sizes, perm))`` for a collective, ``sizes`` the mesh's axis sizes."""
+    (primitive, axes, sizes, perm))`` for a collective, ``sizes`` the mesh's axis sizes;
+    and ``refs``, the closed-over mutable refs that take part (REF-1), each at its path
+    ``constants[k]``."""
 
-    __slots__ = ("shardings", "lowering")
+    __slots__ = ("shardings", "lowering", "refs")
 
-    def __init__(self, shardings: tuple[Source, ...], lowering: tuple[tuple, ...]) -> None:
+    def __init__(self, shardings: tuple[Source, ...], lowering: tuple[tuple, ...],
+                 refs: tuple["RefInput", ...] = ()) -> None:
         self.shardings = shardings
         self.lowering = lowering
+        self.refs = refs
 
 
 # Per traced body (its jaxpr, held weakly): keep_unused -> what its walk found.
@@ -71,7 +83,7 @@ def walked(closed_jaxpr: Any, keep_unused: bool) -> Body:
     except TypeError:   # a body that cannot be held weakly is walked each time
         known = {}
     if keep_unused not in known:
-        known[keep_unused] = walk_body(jaxpr, keep_unused)
+        known[keep_unused] = walk_body(jaxpr, keep_unused, closed_jaxpr.consts)
     return known[keep_unused]
 
 
@@ -87,13 +99,56 @@ def inside_shardings(closed_jaxpr: Any, keep_unused: bool) -> tuple[Source, ...]
     return walked(closed_jaxpr, keep_unused).shardings
 
 
-def walk_body(jaxpr: Any, keep_unused: bool) -> Body:
-    """What ``jaxpr`` holds that lowering reads, walked now (no memory)."""
+def walk_body(jaxpr: Any, keep_unused: bool, consts: Any = ()) -> Body:
+    """What ``jaxpr`` holds that lowering reads, walked now (no memory); ``consts``: the
+    values of its constant variables (the closed jaxpr's)."""
     live = jaxpr if keep_unused else internals.live_body(jaxpr)
     out: list[Source] = []
     lowering: list[tuple] = []
     _walk(jaxpr, live, "", out, lowering, None)
-    return Body(tuple(out), tuple(sorted(lowering, key=lambda c: _lowering_order(c[0]))))
+    return Body(tuple(out), tuple(sorted(lowering, key=lambda c: _lowering_order(c[0]))),
+                _closed_over_refs(jaxpr, live, consts, keep_unused))
+
+
+def _closed_over_refs(jaxpr: Any, live: Any, consts: Any, keep_unused: bool
+                      ) -> tuple["RefInput", ...]:
+    """The closed-over refs that take part: all of them when the jit keeps unused inputs,
+    else those a live equation reads or writes (a write is an effect: dead-code
+    elimination keeps it). Numbered as the program describes its constants: the refs
+    first, in the order the body holds them."""
+    held = [(v, c) for v, c in zip(jaxpr.constvars, consts) if type(c) is internals.Ref]
+    if not held:
+        return ()
+    used: set[int] = set()
+    if not keep_unused:
+        for eqn in live.eqns:
+            used.update(id(v) for v in eqn.invars)
+        used.update(id(v) for v in live.outvars)
+    return tuple(RefInput(c.sharding, f"closed-over ref constants[{k}]", f"constants[{k}]",
+                          Value.of_aval(v.aval.inner_aval))
+                 for k, (v, c) in enumerate(held) if keep_unused or id(v) in used)
+
+
+class RefInput(Source):
+    """A closed-over ref that takes part: a Source of the device assignment, and the type
+    of the value it holds (``value``), which result recovery reads as an input's."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, sharding: Any, what: str, path: str, value: Value) -> None:
+        super().__init__(sharding, what, path)
+        self.value = value
+
+
+@rule("REF-1")
+def ref_inputs(closed_jaxpr: Any, keep_unused: bool) -> tuple["RefInput", ...]:
+    """A mutable ref is a committed input on its own sharding: passed as an argument, where it is passed (kept or dropped as any argument); closed over, right after the arguments when a live equation reads or writes it.
+
+    A ref passed as an argument is an input of the call as any array is (its sharding
+    is its own, committed); this returns the closed-over ones that take part, each at its
+    path ``constants[k]``, from the walk of the body (once per trace).
+    """
+    return walked(closed_jaxpr, keep_unused).refs
 
 
 def _walk(traced: Any, live: Any, prefix: str, out: list[Source], lowering: list[tuple],
@@ -193,6 +248,23 @@ def _numbers(kept: Any, every: Any) -> list[int]:
     """The position in ``every`` of each variable of ``kept`` (a subsequence of it)."""
     where = {id(v): i for i, v in enumerate(every)}
     return [where.get(id(v), i) for i, v in enumerate(kept)]
+
+
+@rule("REF-3")
+def check_refs_not_donated(paths: list[str], refs: list[int], kept: tuple[int, ...],
+                           donated: tuple[bool, ...]) -> None:
+    """A ref passed as an argument that takes part in the program cannot be donated: its buffer is already aliased with its new value (REF-2), so compiling refuses it as a donor.
+
+    ``refs``: the flat arguments that are refs; ``kept``: those the program keeps; a
+    donated ref the program drops as unused is no donor at all.
+    """
+    for i in refs:
+        if i in kept and i < len(donated) and donated[i]:
+            raise reject("REF-3", internals.JaxRuntimeError,
+                         f"{paths[i]} is a mutable ref, so its buffer is already aliased with "
+                         "its new value and cannot be added as a buffer donor for any result "
+                         "as well. Do not donate a ref: its updates are written back in place "
+                         "already.", paths[i], jax_error="JaxRuntimeError")
 
 
 # --------------------------------------------------------------------------- PROG-3

@@ -92,7 +92,13 @@ def recording() -> Iterator[list[str]]:
 
 class LeftToJax(Exception):
     """A call the jit-call rules do not describe (a token among the results, say): JAX's
-    own jit decides it. Raised and caught inside the engine; never reaches the user."""
+    own jit decides it. Raised and caught inside the engine; never reaches the user.
+    ``decision``: what the engine decided before handing the call over (a call with
+    mutable refs among its arguments is decided up to compiling), or None."""
+
+    def __init__(self, why: str, decision: Any = None) -> None:
+        super().__init__(why)
+        self.decision = decision
 
 
 class EngineRejection(Exception):

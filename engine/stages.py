@@ -30,7 +30,9 @@ from .cache import CACHE, Entry
 from .call_arguments import CallArguments
 from .dispatch_plan import DispatchPlan, make_plan
 from .options import check_call_form
-from .program_body import check_body_lowers, inside_shardings, walked
+from .program_body import (
+    check_body_lowers, check_refs_not_donated, inside_shardings, ref_inputs, walked,
+)
 from .recovery import Value, concrete_inputs, recover_shardings
 from .resolution import (
     ABSTRACT, ARRAY, Input, Source, check_has_devices, check_iota_tiles, check_reused_replica,
@@ -42,7 +44,9 @@ from .shardings import (
     UNSPECIFIED, check_fits, check_lowered_fit, check_typed_fit, context_mesh, leaf_to_sharding,
     placement_class,
 )
-from .trees import convert_tree, match_in_shardings, match_out_shardings, result_paths
+from .trees import (
+    convert_tree, donated_leaves, match_in_shardings, match_out_shardings, result_paths,
+)
 
 if TYPE_CHECKING:
     from .function_engine import Engine
@@ -75,6 +79,7 @@ class CallDecision:
         self.final: list[Any] = []
         self.committed = False
         self.inside: tuple[Source, ...] = ()   # the shardings inside the body (PROG-2)
+        self.refs: tuple[Any, ...] = ()        # the closed-over refs that take part (REF-1)
         self.compiler_options: dict[str, Any] | None = None   # given to Lowered.compile
 
 
@@ -197,8 +202,11 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
     d.kept = kept_inputs(used, o.keep_unused)
     d.inside = inside_shardings(d.traced.jaxpr, bool(o.keep_unused))
     body = walked(d.traced.jaxpr, bool(o.keep_unused))
+    # closed-over refs are inputs right after the arguments (REF-1)
+    refs = d.refs = ref_inputs(d.traced.jaxpr, bool(o.keep_unused)) if (
+        body.refs or arguments.refs) else ()
     sources = distinct_sources(
-        [input_source(d.inputs[i], d.resolved[i]) for i in d.kept],
+        [*(input_source(d.inputs[i], d.resolved[i]) for i in d.kept), *refs],
         [Source(s, f"out_shardings for {p}", p) for s, p in zip(d.out_flat, d.out_paths)],
         d.inside)
     assignment, d.count = device_assignment(sources, d.context)
@@ -215,7 +223,8 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
         check_iota_tiles(s, path)
     check_body_lowers(body)
     d.committed = results_committed(d.context, d.count,
-                                    [d.resolved[i] for i in d.kept],
+                                    [*(d.resolved[i] for i in d.kept),
+                                     *(s.sharding for s in refs)],
                                     [*d.out_flat, *(s.sharding for s in d.inside)])
 
 
@@ -235,7 +244,16 @@ def _check_layouts(d: CallDecision) -> None:
 # --------------------------------------------------------------------------- compile
 
 def stage_compile(engine: "Engine", d: CallDecision) -> DispatchPlan:
-    """The executable (from the cache, or compiled), the results' shardings (OUT-1..3), how to run."""
+    """The executable (from the cache, or compiled), the results' shardings (OUT-1..3), how to run.
+
+    A call with mutable refs among its arguments is decided up to here (a donated one is
+    refused, REF-3); JAX's jit compiles and runs it, writing the refs' new values back."""
+    arguments = d.arguments
+    if arguments.refs:
+        check_refs_not_donated(arguments.paths(), arguments.refs, d.kept, donated_leaves(
+            arguments.positions, engine.options.names, arguments.dyn_args,
+            arguments.dyn_kwargs))
+        raise LeftToJax("mutable refs among the arguments", d)
     _check_input_recovery(d)
     key = executable_key(engine, d)
     entry, compiled_here = CACHE.get_or_compile(

@@ -15,6 +15,7 @@ JAX and to the spec, and the walk to its cost: once per trace, never on a cache 
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from shardlaw.properties.program_harness import (
 )
 from shardlaw.properties.registry import checks
 from shardlaw.properties.suites.programs import (
-    ENGINE_SOURCE, compare_engine_program, run_in_engine,
+    ENGINE_SOURCE, compare_engine_program, held_values, run_in_engine,
 )
 from shardlaw.spec import (
     GSPMDSharding, Mesh, NamedSharding, Opaque, P, Program, ShardingConstraint,
@@ -45,7 +46,8 @@ from shardlaw.spec.bridge.program import describe_program
 
 # pytest collects the suite's engine properties from this module's namespace
 from shardlaw.properties.suites.programs import (  # noqa: F401
-    test_engine_agrees_on_programs, test_engine_agrees_on_shard_mapped_programs,
+    test_engine_agrees_on_programs, test_engine_agrees_on_programs_with_refs,
+    test_engine_agrees_on_shard_mapped_programs,
 )
 
 MESH = Mesh.iota((2, 4), ("x", "y"))
@@ -289,6 +291,93 @@ def test_a_shard_maps_collectives_are_checked_before_lowering(block, rule, error
     assert jitted.cache_info().compiles == 0
 
 
+# --------------------------------------------------------------------------- refs
+
+def _ref_case(role, sharding, use="read", donated=False):
+    """A program over X holding one ref (closed over or passed) placed by ``sharding``."""
+    from shardlaw.properties.program_constants_harness import ConstCase, Held
+    body = Recipe((Step("neg", 0),), (1,))
+    return ConstCase(Case((X,), body), (Held(role, "placed", use, sharding, donated),))
+
+
+def _refused_with_refs(cc, rule, stage, path):
+    """As _refused, for a held-values case: the engine, the spec and JAX agree."""
+    from shardlaw.properties.suites.programs import held_values
+    harness = held_values()
+    assert not compare_engine_program(cc, harness)
+    theirs = harness.run_jax(cc)
+    verdict = harness.spec(cc, theirs)
+    error = run_in_engine(cc, harness).error
+    assert isinstance(error, engine.EngineRejection), error
+    assert (error.rule, error.stage, error.path) == (rule, stage, path)
+    assert (verdict.rule, verdict.stage, verdict.path) == (rule, stage, path)
+    assert theirs.stage == stage and isinstance(error, type(theirs.error))
+    assert str(error).startswith(str(theirs.error).strip())
+    assert f"[{rule}] at {path}: " in str(error)
+    return error
+
+
+@checks("REF-1", "DA-1")
+@pytest.mark.parametrize("role, path", [("ref", "constants[0]"), ("ref_arg", "args[1]")])
+def test_a_ref_on_other_devices_is_refused_before_lowering(role, path):
+    error = _refused_with_refs(_ref_case(role, NamedSharding(REVERSED, P())), "DA-1", "lower",
+                               path)
+    ref = "closed-over ref constants[0]" if role == "ref" else "argument args[1]"
+    assert f"the {ref}" in str(error) and "[7, 6, 5, 4, 3, 2, 1, 0]" in str(error)
+
+
+@checks("REF-1")
+def test_a_ref_read_and_left_dead_takes_no_part_unless_unused_inputs_are_kept():
+    from shardlaw.properties.suites.programs import compare_engine_constants
+    cc = _ref_case("ref", NamedSharding(REVERSED, P()), use="dead")
+    assert not compare_engine_constants(cc)
+    assert run_in_engine(cc, held_values()).error is None
+    kept = dataclasses.replace(cc, case=dataclasses.replace(cc.case, keep_unused=True))
+    _refused_with_refs(kept, "DA-1", "lower", "constants[0]")
+
+
+@checks("REF-3")
+def test_a_donated_ref_is_refused_before_compiling():
+    cc = _ref_case("ref_arg", NamedSharding(MESH, P("x")), use="written", donated=True)
+    error = _refused_with_refs(cc, "REF-3", "compile", "args[1]")
+    assert error.jax_error == "JaxRuntimeError"
+
+
+def test_a_call_with_a_ref_argument_is_decided_by_the_engine_and_run_by_jax():
+    """The engine decides a call with a ref argument through lowering (the ref is a
+    committed input on its own sharding) and JAX's jit compiles and runs it, writing the
+    ref's new value back; explain says so."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+    x = jax.device_put(np.ones((8, 8), np.float32), JaxNamedSharding(mesh, JaxP("x")))
+    ref = jax.new_ref(jax.device_put(np.ones((8, 8), np.float32),
+                                     JaxNamedSharding(mesh, JaxP())))
+
+    def step(a, r):
+        r[...] = r[...] * 3
+        return a * 2
+
+    jitted = engine.jit(step)
+    for _ in range(2):
+        out = jitted(x, ref)
+    assert float(out[0, 0]) == 2.0 and float(ref[...][0, 0]) == 9.0
+    explanation = jitted.explain(x, ref)
+    assert explanation.accepted and "REF-1" in explanation.trace
+    assert explanation.executable.startswith("compiled by JAX's own jit")
+    assert explanation.out_shardings == (JaxNamedSharding(mesh, JaxP("x")),)
+    assert jitted.cache_info().compiles == 0   # none by the engine: JAX compiled it
+
+
+def test_explain_of_a_refused_program_names_the_rule_the_path_and_the_stage():
+    reversed_mesh = jax.sharding.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+    x = jax.device_put(np.ones((8, 8), np.float32), JaxNamedSharding(mesh, JaxP("x")))
+    inner = jax.jit(lambda b: jax.lax.with_sharding_constraint(
+        jnp.sin(b), JaxNamedSharding(reversed_mesh, JaxP())))
+    text = str(engine.jit(lambda a: inner(a * 2)).explain(x))
+    assert text.startswith("rejected by DA-1 (ValueError) at body[1].jit.body[1] when lowering")
+    assert "\n  rules: " in text and "PROG-2" in text.rsplit("rules:", 1)[1]
+
+
 # --------------------------------------------------------------------------- accepted
 
 @checks("PROG-2", "PROG-3")
@@ -371,8 +460,9 @@ def test_the_walk_of_a_200_equation_body_is_cheap_and_done_once_per_trace(monkey
 
 def test_the_engine_was_seen_on_both_sides_of_the_body_rules():
     """Runs last in this module: PROG-2 accepted with shardings inside and refused (DA-1 at
-    a path in the body), against JAX and the spec."""
+    a path in the body), REF-1 accepted with refs and refused (DA-1 at a ref's path), REF-3
+    accepted with ref arguments and refused (a donated ref), against JAX and the spec."""
     counts = hits.counts(ENGINE_SOURCE)
-    for rule_id in ("PROG-2",):
+    for rule_id in ("PROG-2", "REF-1", "REF-3"):
         assert all(counts.get(rule_id, (0, 0))), (rule_id, counts)
     assert counts.get("DA-1", (0, 0))[1], counts

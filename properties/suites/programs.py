@@ -12,8 +12,11 @@ it checks. A harness that lands joins the suite with one more line there.
 through an :class:`EngineHarness`): against JAX, the same refusal at the same stage in JAX's
 class, or the same results' shardings, committed flags and values; against the spec, the
 engine's rule and, for a refusal inside the body, its path equal the spec's, and ``explain``
-lists the shardings inside the body the spec lists (PROG-2). A refusal JAX makes while it
-traces the body (a constraint that does not fit, an inner jit's sharding) reaches the
+lists the shardings inside the body the spec lists (PROG-2).
+``test_engine_agrees_on_programs_with_refs`` does the same on programs holding
+closed-over constants and mutable refs (:func:`held_values`, :func:`compare_engine_constants`):
+a ref on other devices is refused by DA-1 at its path (REF-1), a donated ref by REF-3 before
+compiling. A refusal JAX makes while it traces the body (a constraint that does not fit, an inner jit's sharding) reaches the
 engine from JAX's own tracing, unchanged; it is counted as left to JAX.
 
 The ``programs`` suite of ``shardlaw campaign``; ``tests/test_programs.py`` runs the spec's
@@ -42,7 +45,8 @@ from shardlaw.properties.suites import examples
 __all__ = ["PROGRAM_PROPERTIES", "program_property", "compare_engine_program",
            "EngineOutcome", "run_in_engine", "ENGINE_SOURCE", "LEFT_TO_JAX_SEEN",
            "test_engine_agrees_on_programs", "test_engine_agrees_on_shard_mapped_programs",
-           "EngineHarness", "PROGRAMS", "shard_maps"]
+           "EngineHarness", "PROGRAMS", "shard_maps", "held_values", "compare_engine_constants",
+           "constant_engine_cases", "test_engine_agrees_on_programs_with_refs"]
 
 # The source under which the engine's outcomes on programs are recorded (properties.hits).
 ENGINE_SOURCE = "engine-programs"
@@ -147,21 +151,30 @@ def run_in_engine(case: Any, harness: EngineHarness = PROGRAMS) -> EngineOutcome
     outcome = EngineOutcome()
     args = harness.arguments(case)
     jitted = jit(harness.function(case), **harness.options(case))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outcome.stage, outcome.error, results = _stages(jitted, args)
+        if outcome.error is not None:
+            return outcome
+        outcome.results = tuple(jax.tree_util.tree_leaves(results))
+        outcome.explanation = jitted.explain(*args)
+    return outcome
+
+
+def _stages(jitted: Any, args: tuple) -> tuple[str | None, BaseException | None, Any]:
+    """Trace, lower, compile and call ``jitted`` (JAX's or the engine's): the stage that
+    raised and its exception, or the call's results."""
     steps = [("trace", lambda: jitted.trace(*args)),
              ("lower", lambda: jitted.trace(*args).lower()),
              ("compile", lambda: jitted.trace(*args).lower().compile()),
              ("call", lambda: jitted(*args))]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for stage, step in steps:
-            try:
-                results = step()
-            except Exception as error:  # noqa: BLE001 - recorded and compared
-                outcome.stage, outcome.error = stage, error
-                return outcome
-        outcome.results = tuple(jax.tree_util.tree_leaves(results))
-        outcome.explanation = jitted.explain(*args)
-    return outcome
+    results = None
+    for stage, step in steps:
+        try:
+            results = step()
+        except Exception as error:  # noqa: BLE001 - recorded and compared
+            return stage, error, None
+    return None, None, results
 
 
 def _engine_refusal(verdict: Any, jax_stage: str, jax_error: BaseException,
@@ -242,6 +255,92 @@ def compare_engine_program(case: Any, harness: EngineHarness = PROGRAMS) -> list
         return _engine_refusal(verdict, jax_outcome.stage, jax_outcome.error, mine)
     problems = _engine_results(verdict, jax_outcome, mine)
     return problems or _values_agree(case, harness, mine)
+
+
+# --------------------------------------------------------------------------- refs
+
+def _constants_jax(cc: Any) -> Any:
+    """What ``jax.jit`` does with a held-values case of program_constants_harness (every
+    stage; the compiler's placements, which the spec's verdict is given)."""
+    import jax
+    from shardlaw.properties.program_constants_harness import constants_function_of
+    from shardlaw.properties.program_harness import JaxOutcome, _type_of, _watch_compiler
+    from shardlaw.spec import from_jax
+
+    hits.record_jax_calls(1)
+    outcome = JaxOutcome()
+    fun, args, options = constants_function_of(cc)
+    with warnings.catch_warnings(), _watch_compiler(outcome):
+        warnings.simplefilter("ignore")
+        outcome.stage, outcome.error, results = _stages(jax.jit(fun, **options), args)
+    if outcome.error is None:
+        outcome.out_shardings = [from_jax(r.sharding) for r in results]
+        outcome.out_committed = [bool(r._committed) for r in results]
+        outcome.out_types = [_type_of(r) for r in results]
+    return outcome
+
+
+def held_values() -> EngineHarness:
+    """The drawn programs of program_constants_harness with closed-over constants and
+    mutable refs, closed over or passed (constants embedded: the flag that hoists them is
+    read when JAX is imported), the spec's verdict given the compiler's placements."""
+    from shardlaw.properties import program_constants_harness as harness
+    from shardlaw.spec import explain_program
+
+    return EngineHarness(
+        lambda cc: harness.constants_function_of(cc)[0],
+        lambda cc: harness.constants_function_of(cc)[1],
+        lambda cc: harness.constants_function_of(cc)[2], _constants_jax,
+        lambda cc, outcome: explain_program(harness._with_compiler(
+            harness.constants_program_of(cc), outcome)))
+
+
+def _ref_paths(cc: Any) -> set[str]:
+    """The paths the spec gives the case's refs: ``args[i]`` passed, ``constants[k]``
+    closed over (the refs are the first constants)."""
+    args, consts = cc.order()
+    n_in = len(cc.case.inputs)
+    return ({f"args[{n_in + i}]" for i in range(len(args))}
+            | {f"constants[{k}]" for k, h in enumerate(consts) if cc.held[h].role == "ref"})
+
+
+def compare_engine_constants(cc: Any) -> list[str]:
+    """The engine's disagreements on a held-values case (:func:`compare_engine_program`
+    through :func:`held_values`); on agreement, REF-1's sides (refused: DA-1 at a ref's
+    path; accepted: a program with refs) and REF-3's (refused: a donated ref; accepted: a
+    program with ref arguments none of which is a donor) are recorded."""
+    harness = held_values()
+    problems = compare_engine_program(cc, harness)
+    if problems:
+        return problems
+    mine = run_in_engine(cc, harness)
+    error, refs = mine.error, _ref_paths(cc)
+    rule, path = getattr(error, "rule", None), getattr(error, "path", None)
+    if refs:
+        if error is None:
+            hits.record(ENGINE_SOURCE, "REF-1", refused=False)
+        elif rule == "DA-1" and path in refs:
+            hits.record(ENGINE_SOURCE, "REF-1", refused=True)
+    if any(h.role == "ref_arg" for h in cc.held):
+        if rule == "REF-3":
+            hits.record(ENGINE_SOURCE, "REF-3", refused=True)
+        elif error is None:
+            hits.record(ENGINE_SOURCE, "REF-3", refused=False)
+    return []
+
+
+def constant_engine_cases() -> Any:
+    """program_constants_harness's drawn cases, constants embedded (not hoisted)."""
+    from shardlaw.properties.program_constants_harness import constant_cases
+    return constant_cases()
+
+
+@checks("REF-1", "REF-3", "DA-1")
+@given(constant_engine_cases())
+@settings(max_examples=examples(20))
+def test_engine_agrees_on_programs_with_refs(cc):
+    problems = compare_engine_constants(cc)
+    assert not problems, "\n".join(problems) + f"\ncase: {cc}"
 
 
 @checks("PROG-2", "PROG-3", "DA-1")

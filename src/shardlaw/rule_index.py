@@ -37,7 +37,7 @@ The stages, in pipeline order:
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
 ['AD-9', 'CONST-1', 'CONST-2', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4',
- 'REF-1', 'REF-2', 'REF-3']
+ 'REF-2']
 """
 
 from __future__ import annotations
@@ -211,22 +211,17 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
     # The engine reads the shardings inside a jit's body and recovers results over them
     # (PROG-2, PROG-3: engine/program_body.py); JAX's own tracing types its equations and
     # its compiler places the results.
-    # The engine hands closed-over values and refs to JAX as they are (issue 23, seed rows).
+    # The engine hands closed-over constants to JAX as they are (issue 23, seed rows); it
+    # reads refs (REF-1, REF-3: engine/program_body.py), and JAX aliases their updates.
     "CONST-1": _left_to_jax(
         "JAX's lowering embeds closed-over constants, or hoists them as arguments when "
         "jax_use_simplified_jaxpr_constants is on; the engine traces through JAX's jit"),
     "CONST-2": _left_to_jax(
         "JAX's const_args_shardings gives a hoisted constant its sharding and DA-1 checks "
         "it in lower_sharding_computation; the engine does not read closed-over values"),
-    "REF-1": _left_to_jax(
-        "JAX's _discharge_refs_jaxpr makes a closed-over ref an input after the arguments; "
-        "the engine checks the arguments it is given and JAX's refusal stands"),
     "REF-2": _left_to_jax(
-        "JAX's _discharge_refs aliases each ref's new value to its buffer; the engine hands "
-        "refs to JAX unchanged"),
-    "REF-3": _left_to_jax(
-        "XLA refuses a parameter both aliased and donated when JAX compiles a donated ref; "
-        "the engine passes donation to JAX unchanged"),
+        "JAX's _discharge_refs aliases each ref's new value to its buffer; the engine decides "
+        "a call with refs (REF-1, REF-3) and JAX's jit compiles the aliasing"),
     "PROG-1": _left_to_jax(
         "JAX's abstract evaluation types each equation of the body while jit traces it; the "
         "engine reads the types JAX gives"),
