@@ -36,13 +36,15 @@ from shardlaw.spec import (
     UNCONSTRAINED, UNSPECIFIED, Mesh, NamedSharding, P, PartitionSpec, Rejection,
     SingleDeviceSharding, explain_program, from_jax, to_jax,
 )
+from shardlaw.spec.core.values import AxisType
 from shardlaw.spec.program.description import (
-    DevicePut, Jit, Opaque, Program, ShardingConstraint, Value, result_types,
+    DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, Value, result_types,
 )
 from shardlaw.spec.program.lowering import live_parts
 
 __all__ = ["Step", "Recipe", "Case", "program_of", "function_of", "arguments_of",
            "run_in_jax", "JaxOutcome", "compare_program", "outcome_problems", "program_cases", "SOURCE",
+           "compare_traced", "abstract_program_cases",
            "program_hit_counts", "spec_verdict"]
 
 # The source under which the programs compared record their rules (shardlaw.properties.hits).
@@ -68,12 +70,12 @@ def program_hit_counts() -> dict[str, tuple[int, int]]:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One equation of a recipe: ``kind`` is ``constraint``, ``device_put``, ``neg``,
-    ``sin`` or ``jit``; ``operand`` the number of the value it takes."""
+    """One equation of a recipe: ``kind`` is ``constraint``, ``device_put``, ``reshard``,
+    ``neg``, ``sin`` or ``jit``; ``operand`` the number of the value it takes."""
 
     kind: str
     operand: int
-    sharding: Any = None                 # a constraint's sharding, a device_put's target
+    sharding: Any = None                 # a constraint's or reshard's sharding, a device_put's target
     body: "Recipe | None" = None         # an inner jit's body (one input, one output)
     in_sharding: Any = UNSPECIFIED       # an inner jit's options
     out_sharding: Any = UNSPECIFIED
@@ -106,6 +108,12 @@ def _body_program(recipe: Recipe, inputs: tuple[Value, ...], **options: Any) -> 
             eq: Any = ShardingConstraint((step.operand,), sharding=step.sharding)
         elif step.kind == "device_put":
             eq = DevicePut((step.operand,), targets=(step.sharding,))
+        elif step.kind == "reshard":   # JAX's equation holds it over the abstract mesh,
+            # one entry per dimension
+            spec = step.sharding.spec
+            eq = Reshard((step.operand,), sharding=NamedSharding(
+                step.sharding.mesh.abstract, P(*spec, *(None,) * (len(operand.shape) - len(spec)),
+                                               unreduced=spec.unreduced, reduced=spec.reduced)))
         elif step.kind in ELEMENTWISE:
             eq = Opaque((step.operand,), (operand,), primitive=step.kind,
                         params=ELEMENTWISE[step.kind])
@@ -150,6 +158,8 @@ def _run_body(recipe: Recipe, values: list[Any]) -> tuple:
             target = step.sharding
             y = jax.device_put(x, jax.devices()[target] if type(target) is int
                                else to_jax(target))
+        elif step.kind == "reshard":
+            y = jax.sharding.reshard(x, to_jax(step.sharding))
         elif step.kind == "neg":
             y = jnp.negative(x)
         elif step.kind == "sin":
@@ -192,6 +202,15 @@ def arguments_of(case: Case) -> tuple:
 
     out = []
     for v in case.inputs:
+        if v.abstract:   # a jax.ShapeDtypeStruct, over the mesh its sharding names
+            sharding = v.sharding
+            if isinstance(sharding, NamedSharding) and not sharding.is_concrete:
+                sharding = jax.sharding.NamedSharding(_abstract_mesh(sharding.mesh),
+                                                      to_jax(sharding.spec))
+            elif sharding is not None:
+                sharding = to_jax(sharding)
+            out.append(jax.ShapeDtypeStruct(v.shape, jnp.float32, sharding=sharding))
+            continue
         data = np.arange(int(np.prod(v.shape)), dtype=np.float32).reshape(v.shape)
         if v.sharding is None:
             out.append(data)
@@ -200,6 +219,13 @@ def arguments_of(case: Case) -> tuple:
         else:
             out.append(jnp.asarray(data))
     return tuple(out)
+
+
+def _abstract_mesh(mesh: Any) -> Any:
+    """JAX's abstract mesh for a spec AbstractMesh, read off a concrete mesh of its shape
+    (as users write it: it carries the devices' kind)."""
+    concrete = Mesh.iota(mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
+    return to_jax(concrete).abstract_mesh
 
 
 # --------------------------------------------------------------------------- running JAX
@@ -250,10 +276,16 @@ def _watch_compiler(outcome: JaxOutcome):
 def _type_of(result: Any) -> Value:
     import jax
 
-    aval = jax.typeof(result)
+    return _type_of_aval(jax.typeof(result))
+
+
+def _type_of_aval(aval: Any) -> Value:
     mesh = aval.sharding.mesh
-    return Value.typed(tuple(aval.shape), str(aval.dtype),
-                       None if mesh.empty else from_jax(mesh), weak_type=bool(aval.weak_type))
+    if mesh.empty:
+        return Value.typed(tuple(aval.shape), str(aval.dtype), weak_type=bool(aval.weak_type))
+    # its split over Explicit axes too (a spec with reduced axes is read, not iterated)
+    return Value(tuple(aval.shape), str(aval.dtype), bool(aval.weak_type), from_jax(mesh),
+                 spec=from_jax(aval.sharding.spec))
 
 
 def run_in_jax(case: Case) -> JaxOutcome:
@@ -310,6 +342,43 @@ def compare_program(case: Case) -> list[str]:
         problems.append(f"describe_program gives {outcome.described!r}, the recipe "
                         f"{recipe!r}")
     problems += outcome_problems(verdict, outcome)
+    if not problems:
+        _record(program, verdict)
+    return problems
+
+
+def compare_traced(case: Case) -> list[str]:
+    """Every disagreement between ``explain_program(..., until="trace")`` and
+    ``jax.jit(f).trace(*args)`` on ``case`` (its inputs may be ``jax.ShapeDtypeStruct``
+    values, over concrete or abstract meshes): the refusal's class, or the results' types
+    and the description ``describe_program`` reads."""
+    import jax
+    from shardlaw.spec.bridge.program import describe_program
+
+    program = program_of(case)
+    verdict = explain_program(program, until="trace")
+    hits.record_jax_calls(1)
+    args = arguments_of(case)
+    jitted = jax.jit(function_of(case), **top_options(case))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            traced = jitted.trace(*args)
+        except Exception as error:  # noqa: BLE001 - compared
+            outcome = JaxOutcome("trace", error)
+            return outcome_problems(verdict, outcome) if verdict.accepted else (
+                [] if _jax_class_agrees(verdict, error) and verdict.stage == "trace" else
+                [f"JAX refused at trace with {type(error).__name__}: {error}; the spec at "
+                 f"{verdict.stage} with {verdict.jax_error}: {verdict.message}"])
+        described = describe_program(jitted, *args)
+    if not verdict.accepted:
+        return [f"JAX traces it; the spec refuses: {verdict.message}"]
+    problems = []
+    if described != program:
+        problems.append(f"describe_program gives {described!r}, the recipe {program!r}")
+    types = tuple(_type_of_aval(aval) for aval in traced.jaxpr.out_avals)
+    if types != tuple(verdict.out_types):
+        problems.append(f"result types: spec {verdict.out_types!r}, JAX {types!r}")
     if not problems:
         _record(program, verdict)
     return problems
@@ -424,24 +493,35 @@ class _Meshes:
     variants: dict
 
 
-def _meshes(n: int, shape: tuple[int, ...]) -> _Meshes:
+def _meshes(n: int, shape: tuple[int, ...], types: tuple = ()) -> _Meshes:
+    """The program's mesh (its axes of ``types``: all Auto when not given) and the variants;
+    a variant of another shape takes the type of the main mesh's first axis."""
     names = NAMES[:len(shape)]
-    main = Mesh.iota(shape, names)
+    types = types or (AxisType.Auto,) * len(shape)
+    main = Mesh.iota(shape, names, types)
     variants: dict[str, Any] = {"same": main,
-                                "renamed": Mesh.iota(shape, OTHER_NAMES[:len(shape)])}
+                                "renamed": Mesh.iota(shape, OTHER_NAMES[:len(shape)], types)}
     if n > 1:
-        variants["reversed"] = Mesh(shape, names, range(n - 1, -1, -1))
-        variants["fewer"] = Mesh.iota((n // 2,), ("x",))
+        variants["reversed"] = Mesh(shape, names, range(n - 1, -1, -1), types)
+        variants["fewer"] = Mesh.iota((n // 2,), ("x",), types[:1])
         others = [f for f in FACTORS[n] if f != shape]
         if others:
-            variants["reshaped"] = Mesh.iota(others[0], NAMES[:len(others[0])])
+            variants["reshaped"] = Mesh.iota(others[0], NAMES[:len(others[0])],
+                                             types[:1] * len(others[0]))
     return _Meshes(main, variants)
 
 
+def _explicit_axes(mesh: Mesh) -> list[str]:
+    return [name for name, kind in zip(mesh.axis_names, mesh.axis_types)
+            if kind is AxisType.Explicit]
+
+
 @st.composite
-def _spec(draw: Any, mesh: Mesh, rank: int, unconstrained: bool = False) -> PartitionSpec:
-    """A spec over ``mesh`` for a value of rank ``rank`` (sometimes one entry too many)."""
-    free = list(mesh.axis_names)
+def _spec(draw: Any, mesh: Mesh, rank: int, unconstrained: bool = False,
+          axes: list[str] | None = None) -> PartitionSpec:
+    """A spec over ``mesh`` (over ``axes`` of it when given) for a value of rank ``rank``
+    (sometimes one entry too many)."""
+    free = list(mesh.axis_names if axes is None else axes)
     entries: list[Any] = []
     length = rank + draw(st.sampled_from([0, 0, 0, 0, 0, 0, 0, 1]))
     for _ in range(length):
@@ -462,6 +542,8 @@ def _sharding(draw: Any, meshes: _Meshes, rank: int, unconstrained: bool = False
     if kind == "single":
         return SingleDeviceSharding(draw(st.integers(0, len(meshes.main.devices) - 1)))
     mesh = meshes.variants[kind]
+    # UNCONSTRAINED needs an Auto axis (NS-3: JAX's NamedSharding refuses to exist)
+    unconstrained = unconstrained and AxisType.Auto in mesh.axis_types
     return NamedSharding(mesh, draw(_spec(mesh, rank, unconstrained)))
 
 
@@ -472,9 +554,13 @@ def _steps(draw: Any, meshes: _Meshes, rank: int, first: int, count: int, depth:
     for k in range(count):
         operand = draw(st.integers(0, first + k - 1))
         kinds = ["constraint", "constraint", "device_put", "neg", "sin"] + \
-            (["jit", "jit"] if depth < 2 else [])
+            (["jit", "jit"] if depth < 2 else []) + \
+            (["reshard", "reshard"] if _explicit_axes(meshes.main) else [])
         kind = draw(st.sampled_from(kinds))
-        if kind == "constraint":
+        if kind == "reshard":   # over the program's mesh, its Explicit axes (sometimes reduced)
+            steps.append(Step(kind, operand, NamedSharding(meshes.main, draw(
+                _explicit_spec(meshes.main, rank)))))
+        elif kind == "constraint":
             steps.append(Step(kind, operand, draw(_sharding(meshes, rank, True))))
         elif kind == "device_put":
             steps.append(Step(kind, operand, draw(_sharding(meshes, rank))))
@@ -490,6 +576,21 @@ def _steps(draw: Any, meshes: _Meshes, rank: int, first: int, count: int, depth:
 
 
 @st.composite
+def _explicit_spec(draw: Any, mesh: Mesh, rank: int) -> PartitionSpec:
+    """A spec over the Explicit axes of ``mesh``, those it leaves out sometimes reduced (on
+    a mesh of Explicit axes only: over a mixed mesh JAX 0.10.2 fails on reduced types in
+    ways the spec does not describe, an AssertionError when it lowers)."""
+    explicit = _explicit_axes(mesh)
+    spec = draw(_spec(mesh, rank, axes=explicit))
+    spec = P(*spec[:rank])
+    rest = sorted(set(explicit) - set(spec.axes()))
+    if rest and len(explicit) == len(mesh.axis_names) and draw(st.integers(0, 3)) == 0:
+        spec = P(*spec, reduced=draw(st.lists(st.sampled_from(rest), min_size=1,
+                                               unique=True)))
+    return spec
+
+
+@st.composite
 def _input(draw: Any, meshes: _Meshes, shape: tuple[int, ...]) -> Value:
     kind = draw(st.sampled_from(["committed", "committed", "numpy", "uncommitted"]))
     if kind == "numpy":
@@ -499,17 +600,44 @@ def _input(draw: Any, meshes: _Meshes, shape: tuple[int, ...]) -> Value:
     sharding = draw(_sharding(meshes, len(shape)))
     if isinstance(sharding, NamedSharding) and len(sharding.spec) > len(shape):
         sharding = NamedSharding(sharding.mesh, P(*sharding.spec[:len(shape)]))
+    if _explicit_axes(meshes.main) and draw(st.integers(0, 2)) == 0:
+        # typed over the Explicit axes of the program's mesh, sometimes reduced
+        sharding = NamedSharding(meshes.main, draw(_explicit_spec(meshes.main, len(shape))))
     try:
         return Value.placed(shape, sharding)
     except Rejection:  # an array that cannot exist (it does not divide): place it whole
         return Value.placed(shape, NamedSharding(meshes.main, P()))
 
 
+AXIS_TYPES = (AxisType.Auto, AxisType.Explicit)
+
+
 @st.composite
-def program_cases(draw: Any) -> Case:
-    """A drawn program: 1 to 8 devices, one or two arguments, 1 to 4 equations."""
+def abstract_program_cases(draw: Any) -> Case:
+    """A drawn program over Auto and Explicit meshes whose committed arguments are
+    ``jax.ShapeDtypeStruct`` values instead, on their sharding or on its mesh's abstract
+    mesh (what ``.trace`` takes)."""
+    case = draw(program_cases(explicit=True))
+    inputs = []
+    for v in case.inputs:
+        if v.committed and isinstance(v.sharding, NamedSharding):
+            sharding = v.sharding
+            if draw(st.booleans()):
+                sharding = NamedSharding(sharding.mesh.abstract, sharding.spec)
+            v = Value.shape_dtype(v.shape, v.dtype, sharding)
+        inputs.append(v)
+    return dataclasses.replace(case, inputs=tuple(inputs))
+
+
+@st.composite
+def program_cases(draw: Any, explicit: bool = False) -> Case:
+    """A drawn program: 1 to 8 devices, one or two arguments, 1 to 4 equations; with
+    ``explicit``, the mesh's axes Auto or Explicit (all of one type, or mixed), arguments
+    typed over its Explicit axes (reduced ones too) and reshards among the equations."""
     n = draw(st.sampled_from([1, 2, 4, 8]))
-    meshes = _meshes(n, draw(st.sampled_from(FACTORS[n])))
+    grid = draw(st.sampled_from(FACTORS[n]))
+    types = tuple(draw(st.sampled_from(AXIS_TYPES)) for _ in grid) if explicit else ()
+    meshes = _meshes(n, grid, types)
     shape = draw(st.sampled_from(SHAPES))
     inputs = tuple(draw(_input(meshes, shape)) for _ in range(draw(st.integers(1, 2))))
     steps = draw(_steps(meshes, len(shape), len(inputs), draw(st.integers(1, 4)), 0))

@@ -18,12 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import example, given
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shardlaw.properties.program_harness import (
-    Case, Recipe, Step, compare_program, program_cases, program_hit_counts, program_of,
-    run_in_jax,
+    Case, Recipe, Step, abstract_program_cases, compare_program, compare_traced,
+    program_cases, program_hit_counts, program_of, run_in_jax,
 )
 from shardlaw.properties.registry import checks
 from shardlaw.spec import (
@@ -32,6 +32,7 @@ from shardlaw.spec import (
     to_jax,
 )
 from shardlaw.spec.bridge.program import describe_program
+from shardlaw.spec.core.values import AxisType
 from shardlaw.spec.program.description import MAX_DEPTH
 from shardlaw.spec.program.explain import program_call
 
@@ -341,6 +342,106 @@ def test_programs_nest_as_deep_as_the_limit_and_no_deeper():
     with pytest.raises(Rejection) as refused:
         Program((X.type,), (Jit((0,), body=body),), (1,))
     assert refused.value.rule == "PROG-0"
+
+
+# --------------------------------------------------------------------------- Explicit-axis types
+
+EXPLICIT = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Explicit))
+MIXED = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Auto))
+EXPLICIT_EXAMPLES = max(settings.default.max_examples // 4, 25)
+
+
+def test_describe_program_reads_types_split_over_explicit_axes_reduced_ones_included():
+    """A type's split is read off the jaxpr (``aval.sharding.spec``), a reduced one too
+    (iterating such a spec raises in JAX: the description reads its entries)."""
+    reduced = NamedSharding(EXPLICIT, P("x", reduced={"y"}))
+    x = jax.device_put(np.ones((8, 8), np.float32), to_jax(reduced))
+    program = describe_program(lambda a: jnp.sin(a).sum(), x)
+    assert program.inputs[0].spec == P("x", reduced={"y"})
+    assert [r.spec for eq in program.equations for r in eq.results] == [
+        P("x", reduced={"y"}), P(reduced={"y"})]
+    verdict = explain_program(program)
+    result = jax.jit(lambda a: jnp.sin(a).sum())(x)
+    assert verdict.accepted and verdict.out_types[0].spec == P(reduced={"y"})
+    assert jax.typeof(result).sharding.spec.reduced == {"y"}
+
+
+@checks("PROG-1")
+@pytest.mark.parametrize("step, split", [
+    (Step("reshard", 0, NamedSharding(EXPLICIT, P("y"))), P("y")),
+    (Step("device_put", 0, NamedSharding(MIXED, P("y", "x"))), P(None, "x")),
+    (Step("reshard", 0, NamedSharding(EXPLICIT, P(None, reduced={"x", "y"}))),
+     P(reduced={"x", "y"})),
+    (Step("sin", 0), P("x", "y")),
+])
+def test_a_reshard_or_device_put_splits_the_type_as_its_sharding_says(step, split):
+    """The traced type (PROG-1), which ``_agree`` holds to JAX's jaxpr through
+    ``describe_program``; the type of the result JAX hands back is its sharding's."""
+    x = Value.placed((8, 8), NamedSharding(EXPLICIT, P("x", "y")))
+    case = Case((x,), Recipe((step,), (1,)))
+    _agree(case)
+    assert program_of(case).value_types[1].spec == split
+
+
+@checks("WSC-10")
+def test_a_constraint_keeps_its_operands_split_over_its_own_mesh():
+    """A constraint names Auto axes only and keeps its operand's Explicit split, moved onto
+    its own mesh: one without the split's axes is refused while tracing (WSC-10)."""
+    x = Value.placed((8, 8), NamedSharding(MIXED, P("x")))
+    kept = _agree(Case((x,), Recipe((Step("constraint", 0, NamedSharding(MIXED, P(None, "y"))),),
+                                    (1,))))
+    assert kept.out_types[0].spec == P("x")
+    other = Mesh.iota((8,), ("y",))
+    case = Case((x,), Recipe((Step("constraint", 0, NamedSharding(other, P())),), (1,)))
+    outcome = _agree(case)
+    verdict = _verdict(case)
+    assert (verdict.rule, verdict.stage, type(outcome.error)) == ("WSC-10", "trace", ValueError)
+
+
+@checks("WSC-11")
+def test_a_constraint_on_a_reduced_value_is_refused_when_lowering():
+    x = Value.placed((8, 8), NamedSharding(EXPLICIT, P("x", reduced={"y"})))
+    case = Case((x,), Recipe((Step("constraint", 0, NamedSharding(EXPLICIT, P())),), (1,)))
+    outcome = _agree(case)
+    verdict = _verdict(case)
+    assert (verdict.rule, verdict.stage, type(outcome.error)) == ("WSC-11", "lower", ValueError)
+    dead = Case((x,), Recipe((Step("constraint", 0, NamedSharding(EXPLICIT, P())),), (0,)))
+    assert _agree(dead).error is None and _verdict(dead).accepted   # dead: not lowered
+
+
+@checks("OUT-4", "AD-9")
+def test_a_result_left_to_its_type_comes_back_on_it_or_is_refused():
+    """A result typed over Explicit axes comes back on its type (OUT-4); on a program of
+    one device (a reshard places nothing) a type over a mesh of eight is refused when
+    lowering: AD-9 over Explicit axes only, OUT-4 over a mixed mesh."""
+    x = Value.placed((8, 8), NamedSharding(EXPLICIT, P("x")))
+    outcome = _agree(Case((x,), Recipe((Step("reshard", 0, NamedSharding(EXPLICIT, P("y"))),),
+                                       (1,))))
+    assert outcome.out_shardings == [NamedSharding(EXPLICIT, P("y", None))]
+    for mesh, rule_id in ((EXPLICIT, "AD-9"), (MIXED, "OUT-4")):
+        case = Case((Value.numpy((8, 8)),),
+                    Recipe((Step("reshard", 0, NamedSharding(mesh, P("x"))),), (1,)))
+        outcome = _agree(case)
+        assert (_verdict(case).rule, outcome.stage, type(outcome.error)) == (
+            rule_id, "lower", ValueError)
+
+
+@checks("PROG-1", "OUT-4", "AD-9", "WSC-10", "WSC-11", "DA-1", "FIT-1")
+@settings(max_examples=EXPLICIT_EXAMPLES, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(program_cases(explicit=True))
+def test_programs_over_explicit_axes_agree_with_jax(case):
+    problems = compare_program(case)
+    assert not problems, "\n".join(problems) + f"\ncase: {case}"
+
+
+@checks("PROG-1", "WSC-10", "FIT-2")
+@settings(max_examples=EXPLICIT_EXAMPLES, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(abstract_program_cases())
+def test_abstract_programs_over_explicit_axes_trace_as_jax_does(case):
+    problems = compare_traced(case)
+    assert not problems, "\n".join(problems) + f"\ncase: {case}"
 
 
 # --------------------------------------------------------------------------- the property

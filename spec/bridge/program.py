@@ -11,10 +11,11 @@ other primitive is read as an opaque equation with its parameters and result typ
 function whose trace is one ``jit`` equation over its arguments is that jit call; any
 other function is read as ``jax.jit(f)``. Nothing is lowered, compiled or run.
 
-What is not described yet is refused with a TypeError that says what: layouts, memory
-spaces other than the device's, types split over Explicit axes, literal operands of the
-described kinds, and primitives that hold bodies of their own other than ``jit`` and
-``shard_map`` (``cond``, ``scan``, ``custom_jvp_call`` ...).
+A traced value's type is read with its split over Explicit axes (``aval.sharding.spec``,
+reduced and unreduced axes included). What is not described yet is refused with a
+TypeError that says what: layouts, memory spaces other than the device's, literal
+operands of the described kinds, and primitives that hold bodies of their own other than
+``jit`` and ``shard_map`` (``cond``, ``scan``, ``custom_jvp_call`` ...).
 """
 
 from __future__ import annotations
@@ -82,12 +83,12 @@ def _type(aval: Any, what: str) -> Value:
         raise _Unreadable(f"describe_program reads values in device memory; {what} is in "
                           f"{aval.memory_space}")
     sharding = aval.sharding
-    if any(entry is not None for entry in sharding.spec):
-        raise _Unreadable(f"describe_program does not describe types split over Explicit "
-                          f"axes yet; {what} has type {aval.str_short(True)}")
     mesh = None if sharding.mesh.empty else from_jax(sharding.mesh)
-    return Value.typed(tuple(aval.shape), str(aval.dtype), mesh, weak_type=bool(aval.weak_type),
-                       varying=aval.manual_axis_type.varying)
+    # the split over Explicit axes, reduced and unreduced axes included (a spec with
+    # reduced axes is read entry by entry: iterating it raises)
+    spec = from_jax(sharding.spec) if mesh is not None else None
+    return Value(tuple(aval.shape), str(aval.dtype), bool(aval.weak_type), mesh,
+                 aval.manual_axis_type.varying, spec=spec)
 
 
 def _held_by_ref(ref: Any) -> Value:

@@ -23,7 +23,7 @@ from ..core.pytree import Node, leaves_with_paths, map_leaves, show_path, struct
 from ..placement.blocks import check_rank, num_devices, shard_shape
 from ..core.rules import Failure, Rejection, reject, rule
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
-from ..core.values import AbstractMesh, DeviceList, Mesh, check_dims
+from ..core.values import AbstractMesh, DeviceList, Mesh, PartitionSpec, check_dims
 
 __all__ = ["Arg", "Static", "Out", "JitOptions", "Call", "Verdict", "ARG_KINDS", "check_call",
            "NormalCall", "flat_arguments", "static_positions", "DeviceIds"]
@@ -212,13 +212,16 @@ class Out:
     a result computed from a committed NamedSharding argument carries that argument's mesh),
     or None. ``source`` says how a harness that rebuilds the function computes it (``None``:
     from all used inputs; ``i``: from the flat input ``i``, shape-preserving); the spec
-    ignores it.
+    ignores it. ``spec`` is its type's split over the Explicit axes of ``mesh`` (JAX's
+    ``aval.sharding.spec``; ``P()``: not split; None: not described), which places a result
+    left unspecified (OUT-4).
     """
 
     shape: tuple[int, ...] = ()
     dtype: str = "float32"
     source: int | None = None
     mesh: AbstractMesh | None = None
+    spec: PartitionSpec | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", check_dims(self.shape, what="a result's shape"))
@@ -227,6 +230,13 @@ class Out:
                    "a result's source", "None or a flat input index", self.source)
         check_call(self.mesh is None or isinstance(self.mesh, AbstractMesh),
                    "a result's mesh", "None or an AbstractMesh", self.mesh)
+        check_call(self.spec is None or (isinstance(self.spec, PartitionSpec)
+                                         and self.mesh is not None
+                                         and len(self.spec) <= len(self.shape)
+                                         and set(self.spec.axes()) | self.spec.reduced
+                                         | self.spec.unreduced <= set(self.mesh.axis_names)),
+                   "a result's split", "None or a PartitionSpec over its mesh's axes, no "
+                   "longer than its rank", self.spec)
 
 
 def _int_tuple(value: Any, what: str) -> tuple[int, ...]:

@@ -52,8 +52,8 @@ from .options import (
 )
 from ..placement.blocks import to_hlo
 from .recovery import (
-    compiled_inputs, compiled_results, concrete_inputs, input_types, recover_shardings,
-    single_device_results,
+    check_typed_result_mesh, compiled_inputs, compiled_results, concrete_inputs,
+    explicit_typed, input_types, recover_shardings, single_device_results, typed_result,
 )
 from .inside import recovery_origin
 from .resolution import Input, check_reused_replica, kept_inputs, resolve_input
@@ -248,10 +248,13 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced) -> Lowered:
     check_has_devices(assignment, called.context)
     assert assignment is not None
     final = replicate_scalars(resolved, [len(item.arg.shape) for item in inputs], assignment)
-    for path, out in n.flat_out:   # a result typed over an all-Explicit mesh (AD-9)
-        if all_explicit(out.mesh):
+    for (path, out), s in zip(n.flat_out, traced.out_shardings):
+        if all_explicit(out.mesh):   # a result typed over an all-Explicit mesh (AD-9)
             with located(path):
                 check_result_mesh(out.mesh, count, path)
+        elif s is UNSPECIFIED:   # a result its type places, over a mixed mesh (OUT-4)
+            with located(path):
+                check_typed_result_mesh(out, count, path)
     for i in kept:  # only an abstract argument's own sharding may not fit yet (FIT-3)
         if inputs[i].arg.kind == "abstract":
             check_lowered_fit(final[i], inputs[i].arg.shape, inputs[i].path)
@@ -290,11 +293,18 @@ def _input_layouts(n: NormalCall, called: Called, traced: Traced) -> tuple[tuple
 @stage("compile")
 def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowered) -> Compiled:
     """After compiling: the shardings the executable reports, recovered (OUT-1..3), first the
-    inputs' and then the results'; the results' layouts (LAY-2)."""
+    inputs' and then the results' (a result left unspecified but typed over Explicit axes
+    comes back on its type, OUT-4); the results' layouts (LAY-2)."""
     call, kept, assignment = n.call, lowered.kept, lowered.assignment
     results = len(n.flat_out)
-    outs = compiled_results(traced.out_shardings, call.compiler or (None,) * results,
-                            assignment, call.compiler_memory or (None,) * results)
+    choices = call.compiler or (None,) * results
+    specified = list(traced.out_shardings)
+    for k, ((path, out), s) in enumerate(zip(n.flat_out, specified)):
+        if s is UNSPECIFIED and explicit_typed(out, assignment):   # its type places it
+            with located(path):
+                specified[k] = typed_result(out, assignment, choices[k])
+    outs = compiled_results(specified, choices, assignment,
+                            call.compiler_memory or (None,) * results)
     compiler_in = call.compiler_in or (None,) * len(n.flat_in)
     kept_values = input_types([called.inputs[i].arg for i in kept])
     with located(called.inputs[kept[0]].path if kept else None):

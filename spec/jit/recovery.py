@@ -13,7 +13,8 @@ import dataclasses
 from typing import Any, Sequence
 
 from .call import Arg, Out
-from ..placement.equivalence import jax_equivalent
+from ..placement.blocks import to_hlo
+from ..placement.equivalence import hlo_equal, jax_equivalent
 from ..core.hlo import HloSharding, Maximal, Replicated, SubgroupType, Tiled
 from ..core.iota import Iota
 from ..core.rules import Failure, Rejection, reject, require, rule
@@ -293,6 +294,81 @@ def single_device_results(outs: Sequence[Any], assignment: DeviceList) -> list[A
         return list(outs)
     return [SingleDeviceSharding(assignment.id_at(0), memory_kind=o.memory_kind)
             if isinstance(o, GSPMDSharding) else o for o in outs]
+
+
+@rule("OUT-4", mirrors="jax._src.interpreters.pxla._concretize_abstract_out_shardings; "
+                       "_maybe_get_and_check_out_shardings")
+def typed_result(out: Out, assignment: DeviceList, choice: HloSharding | None) -> Any:
+    """A result left unspecified whose type's mesh has an Explicit axis comes back on its type's split over that mesh made concrete on the device assignment.
+
+    (C1) Over a mesh of Explicit axes only, that is where it comes back.
+    (C2) Over a mesh with Auto axes too, the dimensions the type leaves whole are the
+    compiler's: the result comes back on its type when the compiler placed it so, else as
+    the compiler placed it, re-read over that mesh (a GSPMDSharding where that fails).
+    (C3) The device assignment must be of the mesh's size: lowering refuses another
+    (ValueError; over Explicit axes only, AD-9 refuses it first).
+
+    ``choice`` is the compiler's HLO sharding for it (None: not known, UNSPECIFIED).
+
+    >>> from shardlaw.spec.core.values import AxisType as T
+    >>> mesh = AbstractMesh((2, 4), ("x", "y"), (T.Explicit, T.Explicit))
+    >>> typed_result(Out((8, 8), mesh=mesh, spec=P("y")), DeviceList.of_ids(range(8)), None)
+    NamedSharding(Mesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')), P('y', None))
+    """
+    require(explicit_typed(out, assignment), lambda: RecoveryAssertion(
+        "(a result typed over Explicit axes)", out.mesh,
+        "no split given, or a mesh of another size than the device assignment's"))
+    mesh = out.mesh
+    rank = len(out.shape)
+    spec = out.spec
+    spec = PartitionSpec(*spec, *(None,) * (rank - len(spec)), unreduced=spec.unreduced,
+                         reduced=spec.reduced)
+    typed = NamedSharding(Mesh(mesh.axis_sizes, mesh.axis_names, assignment,
+                               mesh.axis_types), spec)
+    if AxisType.Auto not in mesh.axis_types:
+        return typed
+    if choice is None:
+        return UNSPECIFIED
+    if hlo_equal(choice, to_hlo(typed, rank)):
+        return typed
+    try:
+        return spec_from_hlo(choice, typed.mesh)
+    except Rejection:
+        return GSPMDSharding(assignment, choice)
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedMeshOfOtherSize(Failure, rule="OUT-4"):
+    template = ("{path} is left to its type, over {mesh!r}, a mesh of {size} devices with "
+                "Explicit and Auto axes, but the program runs on {count} device(s): JAX "
+                "cannot make that mesh concrete (cannot reshape array of size {count} into "
+                "shape {shape})")
+    hint = "Give the result an out_sharding, or place the program on the mesh's devices."
+    path: str
+    mesh: Any
+    size: int
+    count: int
+    shape: str   # as numpy writes it
+
+
+def check_typed_result_mesh(out: Out, count: int, path: str) -> None:
+    """OUT-4 when lowering: a result it places over a mesh with Auto axes too needs a device
+    assignment of that mesh's size (over Explicit axes only, AD-9 refuses first)."""
+    mesh = out.mesh
+    if out.spec is None or mesh is None or AxisType.Explicit not in mesh.axis_types:
+        return
+    if mesh.size != count:
+        raise reject(TypedMeshOfOtherSize(path, mesh, mesh.size, count,
+                                          "(" + ",".join(map(str, mesh.axis_sizes)) + ")"))
+
+
+def explicit_typed(out: Out, assignment: DeviceList) -> bool:
+    """Whether OUT-4 places ``out`` when it is left unspecified: its type's mesh has an
+    Explicit axis, the description gives its split, and the device assignment is of the
+    mesh's size (over a mesh of Explicit axes only AD-9 holds that; over a mixed one JAX
+    fails to make the mesh concrete, which the spec does not describe)."""
+    return out.spec is not None and out.mesh is not None and \
+        AxisType.Explicit in out.mesh.axis_types and out.mesh.size == len(assignment)
 
 
 def compiled_results(specified: Sequence[Any], compiler: Sequence[HloSharding | None],

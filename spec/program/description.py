@@ -33,7 +33,9 @@ from typing import Any, ClassVar
 from ..core.hlo import HloSharding
 from ..core.rules import Failure, reject, rule
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
-from ..core.values import AbstractMesh, Mesh, PartitionSpec, UNCONSTRAINED, check_dims
+from ..core.values import (
+    AbstractMesh, AxisType, Mesh, PartitionSpec, UNCONSTRAINED, check_dims,
+)
 from ..jit.call import DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg
 
 P = PartitionSpec  # the name the examples use
@@ -128,6 +130,7 @@ class Value:
     sharding: Any = None
     committed: bool = False
     abstract: bool = False
+    spec: PartitionSpec | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", check_dims(self.shape, what="a value's shape"))
@@ -142,6 +145,8 @@ class Value:
         check_program(self.mesh is None or type(self.mesh) is AbstractMesh,
                       "the mesh of a value's type", "None or an AbstractMesh", self.mesh)
         object.__setattr__(self, "varying", _names(self.varying, "a value's varying axes"))
+        if self.sharding is None:
+            _set_type_spec(self, self.spec)
         check_program(not self.varying or (self.mesh is not None and self.varying
                                            <= set(self.mesh.axis_names)),
                       "a value's varying axes", "axes of the mesh of its type", self.varying)
@@ -161,6 +166,7 @@ class Value:
         if named is not None and self.mesh is None:
             object.__setattr__(self, "mesh", named.mesh.abstract if named.is_concrete
                                else named.mesh)
+        _set_type_spec(self, type_spec(named) if self.spec is None else self.spec)
 
     # Constructors named for what a user holds.
     @classmethod
@@ -203,7 +209,8 @@ class Value:
         """The value's type alone, as a traced value has it (no sharding, not committed)."""
         if self.sharding is None and not self.abstract:
             return self
-        return Value(self.shape, self.dtype, self.weak_type, self.mesh, self.varying)
+        return Value(self.shape, self.dtype, self.weak_type, self.mesh, self.varying,
+                     spec=self.spec)
 
     def as_arg(self) -> Arg:
         """The jit argument this value is (:class:`~shardlaw.spec.jit.call.Arg`)."""
@@ -226,6 +233,8 @@ class Value:
             text += f" over {self.mesh!r}"
         if self.varying:
             text += f" varying {sorted(self.varying)}"
+        if self.spec is not None:
+            text += f" split {self.spec!r}"
         if self.abstract:
             text += " abstract" + ("" if self.sharding is None else f" on {self.sharding!r}")
         elif self.sharding is not None:
@@ -537,8 +546,94 @@ def result_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...]
             out.append(value.type)
             continue
         mesh = target.mesh.abstract if isinstance(target, NamedSharding) else None
-        out.append(Value(value.shape, value.dtype, value.weak_type, mesh, value.varying))
+        # over Explicit axes: a device_put or reshard splits the type as its sharding
+        # says; a constraint names Auto axes only (WSC-5) and keeps its operand's split,
+        # on the operand's mesh where its own lacks the split's axes (WSC-10 refuses it)
+        spec = None if mesh is None else value.spec if isinstance(eq, ShardingConstraint) \
+            else _fitting(type_spec(target), len(value.shape))
+        if spec is not None and not _splits_over(spec, mesh):
+            mesh = value.mesh
+        out.append(Value(value.shape, value.dtype, value.weak_type, mesh, value.varying,
+                         spec=spec))
     return tuple(out)
+
+
+# --------------------------------------------------------------------------- types split over Explicit axes
+
+def type_spec(sharding: Any) -> PartitionSpec | None:
+    """The split a value's type carries on ``sharding`` (``jax.typeof(x).sharding.spec``): a
+    NamedSharding's entries and its unreduced and reduced axes, Explicit axes only (JAX's
+    ``modify_spec_for_auto_manual``); None where none is left, or for another sharding.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Auto))
+    >>> type_spec(NamedSharding(mesh, P(None, ("x", "y"))))
+    P(None, 'x')
+    >>> print(type_spec(NamedSharding(mesh, P("y"))))
+    None
+    """
+    if not isinstance(sharding, NamedSharding):
+        return None
+    mesh = sharding.mesh
+    explicit = {name for name, kind in zip(mesh.axis_names, mesh.axis_types)
+                if kind is AxisType.Explicit}
+
+    def kept(entry: Any) -> Any:
+        if isinstance(entry, tuple):
+            return tuple(name for name in entry if name in explicit)
+        return entry if entry in explicit else None
+
+    spec = sharding.spec
+    return _canonical_type_spec(PartitionSpec(
+        *(kept(e) for e in spec), unreduced=spec.unreduced & explicit,
+        reduced=spec.reduced & explicit))
+
+
+def _fitting(spec: PartitionSpec | None, rank: int) -> PartitionSpec | None:
+    """A split cut to a value's rank: a longer one is refused where it is given (ARG-4,
+    FIT-1), and the description of the program that gives it still holds."""
+    if spec is None or len(spec) <= rank:
+        return spec
+    return _canonical_type_spec(PartitionSpec(*tuple(spec)[:rank], unreduced=spec.unreduced,
+                                              reduced=spec.reduced))
+
+
+def _splits_over(spec: PartitionSpec, mesh: AbstractMesh) -> bool:
+    """Whether ``mesh`` has, as Explicit axes, every axis ``spec`` names."""
+    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t is AxisType.Explicit}
+    return {*spec.axes(), *spec.unreduced, *spec.reduced} <= explicit
+
+
+def _canonical_type_spec(spec: PartitionSpec) -> PartitionSpec | None:
+    """A type's split without its trailing unsplit dimensions; None: no split at all."""
+    entries = list(spec)
+    while entries and entries[-1] is None:
+        entries.pop()
+    if not entries and not spec.unreduced and not spec.reduced:
+        return None
+    return PartitionSpec(*entries, unreduced=spec.unreduced, reduced=spec.reduced)
+
+
+def _set_type_spec(value: Value, spec: Any) -> None:
+    """A value's split, checked (PROG-0): a PartitionSpec over Explicit axes of the mesh of
+    its type, no longer than its rank; kept canonical."""
+    if spec is None:
+        return
+    what = "the split of a value's type"
+    check_program(isinstance(spec, PartitionSpec), what, "None or a PartitionSpec", spec)
+    mesh = value.mesh
+    check_program(mesh is not None, what, "a split over the mesh of its type (a value "
+                  "typed over no mesh is not split)", spec)
+    sizes = {name: size for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes,
+                                                     mesh.axis_types)
+             if kind is AxisType.Explicit}
+    named = [*spec.axes(), *spec.unreduced, *spec.reduced]
+    check_program(all(name in sizes for name in named), what,
+                  f"Explicit axes of the mesh of its type {sorted(sizes)}", spec)
+    # a split that does not divide the shape is a refusal of the equation that makes it
+    # (ARG-4 for a device_put), not of its description
+    check_program(len(spec) <= len(value.shape) and UNCONSTRAINED not in tuple(spec), what,
+                  f"at most {len(value.shape)} entries, none UNCONSTRAINED", spec)
+    object.__setattr__(value, "spec", _canonical_type_spec(spec))
 
 
 # --------------------------------------------------------------------------- programs

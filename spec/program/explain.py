@@ -35,7 +35,7 @@ from typing import Any
 
 from ..core.rules import Rejection, located, remembering, staged, tracing
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
-from ..core.values import Mesh, PartitionSpec
+from ..core.values import AbstractMesh, Mesh, PartitionSpec
 from ..jit.call import Arg, Call, DeviceIds, JitOptions, Out
 from ..jit.matching import check_fits
 from ..jit.pipeline import (
@@ -43,11 +43,13 @@ from ..jit.pipeline import (
 )
 from ..transforms.arguments import place_on_devices
 from ..transforms.constraint import (
-    check_constraint_axes, check_constraint_fits, check_constraint_lowers, unconstrained_dims,
+    check_constraint_axes, check_constraint_fits, check_constraint_lowers,
+    check_operand_not_reduced, check_split_kept, unconstrained_dims,
 )
 from .constants import check_refs_not_donated, held_inputs
 from .description import (
-    DevicePut, Jit, Program, ShardingConstraint, ShardMap, Value, check_program,
+    DevicePut, Jit, Program, Reshard, ShardingConstraint, ShardMap, Value, check_program,
+    type_spec,
 )
 from .lowering import equation_path, inside_shardings, live_parts, placed_results
 from .shardmap import lower_shard_maps, shardings_decision, trace_shard_map
@@ -156,7 +158,9 @@ def program_call(program: Program) -> Call:
     check_program(isinstance(program, Program), "the program asked about", "a Program",
                   program)
     types = program.value_types
-    outputs = tuple(Out(types[n].shape, types[n].dtype, None, types[n].mesh)
+    outputs = tuple(Out(types[n].shape, types[n].dtype, None, types[n].mesh,
+                        None if types[n].mesh is None else
+                        P() if types[n].spec is None else types[n].spec)
                     for n in program.outputs)
     options = JitOptions(
         in_shardings=_options_tree(program.in_shardings),
@@ -202,45 +206,66 @@ def trace_body(program: Program, context: Any = None, prefix: str = "",
                     if eq.checked:
                         check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
             elif isinstance(eq, ShardingConstraint):
-                _trace_constraint(eq, shapes[0], context, path)
+                _trace_constraint(eq, program.value_types[eq.operands[0]], context, path)
+            elif isinstance(eq, Reshard):
+                _trace_reshard(eq, shapes[0], path)
             elif isinstance(eq, DevicePut) and eq.checked:
                 for target, shape in zip(eq.targets, shapes):
                     if getattr(target, "is_concrete", False):
+                        # a target split over Explicit axes types the value first, as
+                        # device_put does outside jit (ARG-4)
+                        via = "device_put" if type_spec(target) is not None else "jit"
                         with located(path):
-                            place_on_devices(target, shape, "jit")
+                            place_on_devices(target, shape, via)
     return decided
 
 
-def _trace_constraint(eq: ShardingConstraint, shape: tuple[int, ...], context: Mesh | None,
+def _trace_constraint(eq: ShardingConstraint, operand: Value, context: Mesh | None,
                       path: str) -> None:
-    value = Arg.numpy(shape)
+    value = Arg.numpy(operand.shape)
     with located(path):
         unconstrained_dims(eq.sharding, path)
         check_constraint_fits(eq.sharding, value, path)
         check_constraint_axes(eq.sharding, value, context, path)
+        check_split_kept(eq.sharding, operand.spec, path)   # its result's type (WSC-10)
+
+
+def _trace_reshard(eq: Reshard, shape: tuple[int, ...], path: str) -> None:
+    """A reshard types its operand on its sharding as device_put does (ARG-4): the split
+    divides it. The sharding is over an abstract mesh; a mesh of its shape over the first
+    devices is divided alike."""
+    mesh = eq.sharding.mesh
+    if isinstance(mesh, AbstractMesh):
+        mesh = Mesh(mesh.axis_sizes, mesh.axis_names, range(mesh.size), mesh.axis_types)
+    with located(path):
+        place_on_devices(NamedSharding(mesh, eq.sharding.spec), shape, "device_put")
 
 
 def _lower_body(program: Program) -> None:
-    """WSC-8 for every live GSPMDSharding constraint, then what lowering checks in every
-    live shard_map (stage ``lower``; each result's Explicit mesh against the device
-    assignment, AD-9, is the jit pipeline's ``stage_lower``)."""
+    """WSC-8 for every live GSPMDSharding constraint and WSC-11 for every live constraint
+    on a reduced value, then what lowering checks in every live shard_map (stage
+    ``lower``; each result's Explicit mesh against the device assignment, AD-9, is the jit
+    pipeline's ``stage_lower``)."""
     with staged("lower"):
-        for path, eq in _live_constraints(program, live_parts(
+        for path, eq, operand in _live_constraints(program, live_parts(
                 program, everything=program.keep_unused), ""):
-            if isinstance(eq.sharding, GSPMDSharding):
-                with located(path):
+            with located(path):
+                if isinstance(eq.sharding, GSPMDSharding):
                     check_constraint_lowers(eq.sharding, path)
+                check_operand_not_reduced(operand.spec, path)
     lower_shard_maps(program, live_parts(program, everything=program.keep_unused))
 
 
-def _live_constraints(program: Program, live: Any, prefix: str) -> list[tuple[str, Any]]:
+def _live_constraints(program: Program, live: Any, prefix: str
+                      ) -> list[tuple[str, Any, Value]]:
+    """(path, constraint, its operand's type) of every live constraint, bodies included."""
     out = []
     for k, eq in enumerate(program.equations):
         if not live.equations[k]:
             continue
         path = equation_path(prefix, k)
         if isinstance(eq, ShardingConstraint):
-            out.append((path, eq))
+            out.append((path, eq, program.value_types[eq.operands[0]]))
         elif eq.body is not None:
             out += _live_constraints(eq.body, live.bodies[k], f"{path}.{eq.kind}.")
     return out
@@ -352,7 +377,8 @@ def _result_type(value: Value, sharding: Any) -> Value | None:
         return None
     if not isinstance(sharding, NamedSharding):
         return value
-    return Value(value.shape, value.dtype, value.weak_type, sharding.mesh.abstract)
+    return Value(value.shape, value.dtype, value.weak_type, sharding.mesh.abstract,
+                 spec=type_spec(sharding))
 
 
 def _refused(error: Rejection, trace: list[str],

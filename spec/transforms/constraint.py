@@ -46,7 +46,7 @@ from ..core.values import AxisType, Mesh, PartitionSpec, UNCONSTRAINED
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["Constraint", "with_sharding_constraint", "batch_constraint", "lower_constraints",
-           "constrained_result"]
+           "constrained_result", "check_split_kept", "check_operand_not_reduced"]
 
 SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
@@ -683,3 +683,68 @@ def constrained_result(constraint: Constraint) -> Any:
             kept += (name,)
         entries.append(kept or None)
     return NamedSharding(mesh, PartitionSpec(*entries), memory_kind=s.memory_kind)
+
+
+# --------------------------------------------------------------------------- WSC-10
+
+@dataclasses.dataclass(frozen=True)
+class SplitAxesNotInMesh(Failure, rule="WSC-10"):
+    template = ("the value {path} constrains is split over the Explicit axes {split!r}; the "
+                "constraint's result keeps that split over its mesh {mesh!r}, which has "
+                "no axes {missing}")
+    hint = "Constrain over the mesh the value is split over, or reshard it first."
+    path: str
+    split: Any
+    mesh: Any
+    missing: tuple
+
+
+@rule("WSC-10", mirrors="jax._src.pjit._sharding_constraint_abstract_eval (the operand's "
+                        "type moved onto the constraint's mesh)")
+def check_split_kept(sharding: Any, split: PartitionSpec | None, path: str = "x") -> None:
+    """A NamedSharding constraint keeps its operand's split over Explicit axes, moved onto the constraint's mesh: that mesh must have every axis the split names.
+
+    >>> auto = Mesh.iota((4,), ("x",))
+    >>> check_split_kept(NamedSharding(auto, P()), P("x"))
+    >>> check_split_kept(NamedSharding(auto, P()), P("y", "x"))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [WSC-10]: the value x constrains is split over the Explicit axes P('y', 'x'); the constraint's result keeps that split over its mesh Mesh({'x': 4}), which has no axes ('y',). Constrain over the mesh the value is split over, or reshard it first.
+    """
+    check_constraint_call(split is None or isinstance(split, PartitionSpec), "split",
+                          "None or a PartitionSpec", split)
+    if split is None or not isinstance(sharding, NamedSharding):
+        return
+    names = set(sharding.mesh.axis_names)
+    missing = tuple(dict.fromkeys(a for a in (*split.axes(), *sorted(split.unreduced),
+                                              *sorted(split.reduced)) if a not in names))
+    require(not missing, lambda: SplitAxesNotInMesh(path, split, sharding.mesh, missing))
+
+
+# --------------------------------------------------------------------------- WSC-11
+
+@dataclasses.dataclass(frozen=True)
+class ReducedOperandNotLowered(Failure, rule="WSC-11"):
+    template = ("the value {path} constrains is typed {split!r}, with unreduced or reduced "
+                "axes; lowering the constraint reads that split entry by entry, which such "
+                "a spec refuses")
+    hint = "Constrain the value before it is reduced, or reshard it instead."
+    path: str
+    split: Any
+
+
+@rule("WSC-11", mirrors="jax._src.pjit._sharding_constraint_hlo_lowering (the operand's "
+                        "type read as a spec)")
+def check_operand_not_reduced(split: PartitionSpec | None, path: str = "x") -> None:
+    """A live constraint whose operand is typed with unreduced or reduced axes is refused when lowering (ValueError).
+
+    >>> check_operand_not_reduced(P("x"))
+    >>> check_operand_not_reduced(P("x", reduced={"y"}))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [WSC-11]: the value x constrains is typed P('x', reduced={'y'}), with unreduced or reduced axes; lowering the constraint reads that split entry by entry, which such a spec refuses. Constrain the value before it is reduced, or reshard it instead.
+    """
+    check_constraint_call(split is None or isinstance(split, PartitionSpec), "split",
+                          "None or a PartitionSpec", split)
+    require(split is None or not (split.unreduced or split.reduced),
+            lambda: ReducedOperandNotLowered(path, split))

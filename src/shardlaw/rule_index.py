@@ -36,8 +36,8 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
-['AD-9', 'CONST-1', 'CONST-2', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4',
- 'REF-2']
+['AD-9', 'CONST-1', 'CONST-2', 'LAY-2', 'LAY-3', 'NS-3', 'OUT-4', 'PROG-1',
+ 'PROG-4', 'REF-2', 'WSC-10', 'WSC-11']
 """
 
 from __future__ import annotations
@@ -147,8 +147,13 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     "AD-9": "lower",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
     "REF-3": "compile",
-    # Lowering a constraint inside a jit's body: a GSPMDSharding that Shardy cannot write.
-    "WSC-8": "lower",
+    # Lowering a constraint inside a jit's body: a GSPMDSharding that Shardy cannot write,
+    # an operand typed with reduced axes.
+    "WSC-8": "lower", "WSC-11": "lower",
+    # A result its type places: the mesh made concrete when lowering.
+    "OUT-4": "lower",
+    # A constraint's result type, while tracing.
+    "WSC-10": "trace",
 }
 
 
@@ -188,6 +193,18 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "JAX's lowering (pxla's check of the out avals' meshes against the device "
         "assignment) refuses a result typed over an Explicit mesh of another size; the "
         "engine does not read result types and JAX's refusal stands"),
+    "WSC-10": _left_to_jax(
+        "JAX's abstract evaluation of the constraint moves the operand's type onto the "
+        "constraint's mesh and refuses a split over axes it lacks; the engine's walk of the "
+        "body does not read value types, and JAX's refusal stands"),
+    "WSC-11": _left_to_jax(
+        "JAX's lowering of the constraint refuses an operand typed with unreduced or "
+        "reduced axes; the engine's walk of the body does not read value types, and JAX's "
+        "refusal stands"),
+    "OUT-4": _left_to_jax(
+        "JAX makes a result's sharding from its type when lowering (the type's split over "
+        "Explicit axes, made concrete on the device assignment) and the engine reads the "
+        "results' shardings JAX gives; the engine does not read result types"),
     "LAY-2": _left_to_jax(
         "JAX's compiler decides the layouts of the results (its choice under Layout.AUTO, "
         "else the Format's layout or the default) and JAX reads them off the executable; the "
