@@ -426,6 +426,35 @@ def test_a_result_left_to_its_type_comes_back_on_it_or_is_refused():
             rule_id, "lower", ValueError)
 
 
+@checks("SMAP-17")
+@pytest.mark.parametrize("spec", ["y", "x"])
+def test_a_shard_map_takes_a_traced_value_as_its_type_splits_it(spec):
+    """Over a mesh of Explicit axes all made manual, a shard_map's in spec must be its
+    operand's type's split (SMAP-17), a traced value's too: here a reshard's result."""
+    mesh = to_jax(EXPLICIT)
+    x = jax.device_put(np.ones((8, 8), np.float32), jax.NamedSharding(mesh, jax.P("x", "y")))
+
+    def step(in_spec):
+        def f(a):
+            b = jax.sharding.reshard(jnp.sin(a), jax.NamedSharding(mesh, jax.P("y")))
+            return jax.shard_map(lambda t: t * 2, mesh=mesh, in_specs=in_spec,
+                                 out_specs=in_spec)(b)
+        return f
+
+    program = describe_program(step(jax.P("y")), x)
+    if spec == "y":
+        assert explain_program(program).accepted and jax.jit(step(jax.P("y")))(x) is not None
+        return
+    with pytest.raises(ValueError, match="does not match the specs of the input"):
+        jax.jit(step(jax.P("x")))(x)
+    shard_map = program.equations[2]
+    moved = dataclasses.replace(shard_map, in_specs=(P("x"),), out_specs=(P("x"),))
+    verdict = explain_program(dataclasses.replace(
+        program, equations=program.equations[:2] + (moved,)))
+    assert (verdict.rule, verdict.stage, verdict.jax_error, verdict.path) == (
+        "SMAP-17", "trace", "ValueError", "body[2].shard_map.in_specs[0]")
+
+
 @checks("PROG-1", "OUT-4", "AD-9", "WSC-10", "WSC-11", "DA-1", "FIT-1")
 @settings(max_examples=EXPLICIT_EXAMPLES, deadline=None,
           suppress_health_check=list(HealthCheck))

@@ -29,7 +29,6 @@ import math
 from typing import Any
 
 from ..core.rules import located, staged
-from ..core.shardings import NamedSharding
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..transforms.shardmap_bodies import (
     COLLECTIVES, check_permutation, collective_shape, collective_varying,
@@ -211,27 +210,20 @@ def _check_specs(eq: ShardMap, manual: frozenset[str], path: str) -> None:
                 check_spec_reductions(spec, f"{which}[{i}]", eq.mesh, manual)
 
 
-_UNKNOWN = object()
-
-
 def _type_spec(value: Value) -> Any:
-    """The spec an operand's type carries, where the description holds it: none for a value
-    whose type names no mesh, its sharding's spec for an argument placed over a mesh whose
-    axes are all Explicit; ``_UNKNOWN`` otherwise (a traced value's Explicit splits are not
-    described)."""
+    """The spec an operand's type carries (``jax.typeof(x).sharding.spec``): none for a value
+    whose type names no mesh, else its split over Explicit axes (``Value.spec``; unsplit:
+    ``P()``), an argument's and a traced value's alike."""
     if value.mesh is None:
         return None
-    sharding = value.sharding
-    if isinstance(sharding, NamedSharding) and all(
-            t == AxisType.Explicit for t in sharding.mesh.axis_types):
-        return sharding.spec
-    return _UNKNOWN
+    return PartitionSpec() if value.spec is None else value.spec
 
 
 def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[str],
                   path: str) -> tuple[Value, ...]:
-    """SMAP-7 for every operand, SMAP-8 for every operand, SMAP-17 where the operand's type
-    spec is described, then SMAP-19 and SMAP-9: the type of each body input."""
+    """SMAP-7 for every operand, SMAP-8 for every operand, SMAP-17 against the operand's type
+    (an argument's or a traced value's split), then SMAP-19 and SMAP-9: the type of each
+    body input."""
     at = [f"{path}.shard_map.in_specs[{i}]" for i in range(len(operands))]
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
         with located(where):
@@ -241,9 +233,8 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
             check_divisible(eq.mesh, spec, value.shape, f"in_specs[{i}]", f"operand {i}")
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
         typed = _type_spec(value)
-        if typed is not _UNKNOWN:
-            with located(where):
-                check_specs_match_types(eq.mesh, manual, [spec], (Shaped(value.shape, typed),))
+        with located(where):
+            check_specs_match_types(eq.mesh, manual, [spec], (Shaped(value.shape, typed),))
     inner = Manual(eq.mesh, manual, eq.check_vma).inner_mesh
     types = []
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
