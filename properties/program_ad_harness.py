@@ -20,9 +20,19 @@ never read from JAX's trace; :func:`compare_ad` asks
 assignment; and the rewritten equations against JAX's transformed function read back by
 :func:`~shardlaw.spec.bridge.program.describe_program` (where the bridge reads it; else by
 walking JAX's jaxpr), compared as their placing equations in order: every jit's in and out
-shardings and donation, every constraint's and device_put's shardings (opaque equations,
-whose names and parameters JAX chooses, are left out). Rules seen are recorded under
-:data:`SOURCE`.
+shardings and donation, every constraint's and device_put's shardings, every shard_map's
+specs and, inside its body, every collective with its axes and what it moves (other
+opaque equations, whose names and parameters JAX chooses, are left out). Rules seen are
+recorded under :data:`SOURCE`.
+
+A :class:`MapAdCase` is a drawn shard_map program
+(:mod:`shardlaw.properties.program_shardmap_harness`: its body a chain of collectives,
+casts, ``axis_index`` and elementwise steps, maybe in inner jits and nested shard_maps)
+under ``grad`` (of its result's sum), ``jvp``, ``linearize`` or ``vjp``; the spec rewrites
+``describe_program`` of the untransformed function (:func:`map_rewrite`) and
+:func:`compare_map_ad` holds the rewrite to JAX as above, recording under
+:data:`MAP_SOURCE`. A ``pmax`` or ``pmin`` is kept one draw in five (AD-12 refuses
+them, as JAX does).
 """
 
 from __future__ import annotations
@@ -52,7 +62,9 @@ from shardlaw.spec.program.description import (
 )
 
 __all__ = ["AdCase", "ad_cases", "compare_ad", "rewrite", "run_transformed", "signature",
-           "TRANSFORMS", "SOURCE", "ad_hit_counts"]
+           "TRANSFORMS", "SOURCE", "ad_hit_counts", "run_function", "compare_rewrite",
+           "MapAdCase", "map_ad_cases", "compare_map_ad", "map_rewrite", "map_transformed",
+           "MAP_SOURCE", "MAP_TRANSFORMS", "map_ad_hit_counts"]
 
 SOURCE = "programs-ad"
 TRANSFORMS = ("grad", "jvp", "linearize", "vjp", "jvp_of_grad", "jvp_of_vmap")
@@ -377,14 +389,12 @@ class MapAdCase:
 def map_ad_cases(draw: Any) -> MapAdCase:
     """A shard_map program and a transformation; a pmax or pmin (which have no derivative:
     AD-12 refuses them) is kept one time in five, else drawn again as a psum."""
-    from shardlaw.properties.program_shardmap_harness import Op, map_cases
+    from shardlaw.properties.program_shardmap_harness import map_cases
 
     case = draw(map_cases())
     ops = tuple(op if op.kind not in ("pmax", "pmin") or draw(st.integers(0, 4)) == 0
                 else dataclasses.replace(op, kind="psum") for op in case.ops)
-    case = dataclasses.replace(case, ops=ops)
-    assert all(isinstance(op, Op) for op in ops)
-    return MapAdCase(case, draw(st.sampled_from(MAP_TRANSFORMS)))
+    return MapAdCase(dataclasses.replace(case, ops=ops), draw(st.sampled_from(MAP_TRANSFORMS)))
 
 
 def _map_functions(ad: MapAdCase) -> tuple[Any, Any]:
@@ -424,7 +434,6 @@ def map_rewrite(ad: MapAdCase) -> Program:
     """The spec's Program for the transformed call: the rewrite of the untransformed
     function's Program (``describe_program`` of it where JAX traces it, else the case's
     Program as its user writes it, which the rewrite refuses while tracing it)."""
-    import jax
     from shardlaw.properties.program_shardmap_harness import argument_of, program_of
     from shardlaw.spec.bridge.program import describe_program
 
@@ -438,7 +447,6 @@ def map_rewrite(ad: MapAdCase) -> Program:
         program = program_of(ad.case)
         if ad.transform == "grad":
             program = _summed(program)
-    del jax
     if ad.transform == "grad":
         return grad_program(program)
     if ad.transform == "jvp":

@@ -18,14 +18,16 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_ad_harness import (
     SOURCE, AdCase, _jaxpr_signature, ad_cases, ad_hit_counts, compare_ad, compare_map_ad,
     loss_program, map_ad_cases, map_ad_hit_counts, rewrite, run_transformed, signature,
 )
+from shardlaw.properties.program_ad_harness import MapAdCase
 from shardlaw.properties.program_harness import Case, Recipe, Step, program_of
+from shardlaw.properties.program_shardmap_harness import MapCase, Op
 from shardlaw.properties.registry import checks
 from shardlaw.spec import (
     UNSPECIFIED, Mesh, NamedSharding, Opaque, P, Program, Rejection, SingleDeviceSharding,
@@ -182,6 +184,10 @@ def test_a_shard_maps_jvp_is_one_shard_map_over_primals_and_tangents(axis_type):
     assert explain_program(rewritten).accepted and len(jvp(a, ones)) == 2
 
 
+def _map_ad(ops: tuple, transform: str, check_vma: bool = True) -> MapAdCase:
+    return MapAdCase(MapCase(MESH, X, P("x"), P("x"), frozenset(), check_vma, ops), transform)
+
+
 def _explicit_block(check_vma: bool):
     """A shard_map'd block on an Explicit 2x4 mesh: sin, then a psum over 'x'."""
     mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
@@ -253,8 +259,7 @@ def test_a_shard_maps_linearization_and_transpose_are_jaxs(transform, check_vma)
 
 
 def _vjp_of_one_collective(op, check_vma: bool):
-    from shardlaw.properties.program_ad_harness import MapAdCase, map_rewrite, map_transformed
-    from shardlaw.properties.program_shardmap_harness import MapCase
+    from shardlaw.properties.program_ad_harness import map_rewrite, map_transformed
 
     case = MapCase(MESH, X, P("x"), P("x", "y"), frozenset(), check_vma, (op,))
     ad = MapAdCase(case, "vjp")
@@ -274,8 +279,6 @@ def _vjp_of_one_collective(op, check_vma: bool):
     ("ppermute", "ppermute", {"perm": ((1, 0), (2, 1), (3, 2), (0, 3))}),
     ("all_to_all", "all_to_all", {"split_axis": 1, "concat_axis": 0})])
 def test_each_collective_transposes_as_in_jax(kind, transposed, changed, check_vma):
-    from shardlaw.properties.program_shardmap_harness import Op
-
     op = Op(kind, ("y",), dim=1 if kind != "all_to_all" else 0, dim2=1,
             perm=((0, 1), (1, 2), (2, 3), (3, 0)))
     theirs, mine = _vjp_of_one_collective(op, check_vma)
@@ -291,11 +294,9 @@ def test_each_collective_transposes_as_in_jax(kind, transposed, changed, check_v
 @checks("AD-12")
 @pytest.mark.parametrize("transform", ["grad", "jvp"])
 def test_pmax_has_no_derivative_on_either_side(transform):
-    from shardlaw.properties.program_ad_harness import MapAdCase, compare_map_ad, map_rewrite
-    from shardlaw.properties.program_shardmap_harness import MapCase, Op
+    from shardlaw.properties.program_ad_harness import map_rewrite
 
-    case = MapCase(MESH, X, P("x"), P("x"), frozenset(), True, (Op("pmax", ("y",)),))
-    ad = MapAdCase(case, transform)
+    ad = _map_ad((Op("pmax", ("y",)),), transform)
     assert compare_map_ad(ad) == []
     with pytest.raises(Rejection) as refused:
         map_rewrite(ad)
@@ -424,6 +425,10 @@ def test_every_rule_of_the_transformed_programs_was_seen_on_both_sides():
 @checks("AD-10", "AD-11", "AD-12", "SMAP-13", "SMAP-20")
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(map_ad_cases())
+# each side of AD-10..12 pinned (a stored cos, a psum transposed; a pmax refused)
+@example(_map_ad((Op("sin"), Op("psum", ("y",))), "grad"))
+@example(_map_ad((Op("sin"), Op("all_gather", ("y",), 1)), "vjp", check_vma=False))
+@example(_map_ad((Op("pmax", ("y",)),), "linearize"))
 def test_transformed_shard_map_programs_agree_with_jax(ad):
     """shard_maps with collectives under grad, jvp, linearize and vjp: the rewrite's
     placing equations and collectives, and explain_program's answer, are JAX's."""

@@ -51,7 +51,7 @@ from ..transforms.autodiff import (
 )
 from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
-    check_program,
+    check_program, type_spec,
 )
 from .explain import trace_body
 from .lowering import equation_path
@@ -573,14 +573,18 @@ def _sizes(eq: ShardMap) -> dict[str, int]:
     return dict(zip(eq.mesh.axis_names, eq.mesh.axis_sizes))
 
 
-def _unsharded(value: Value, spec: PartitionSpec, sizes: dict[str, int],
-               mesh: Any) -> Value:
-    """A per-shard value put together by ``spec`` (a residual's global type)."""
+def _unsharded(value: Value, eq: ShardMap, spec: PartitionSpec, sizes: dict[str, int]
+               ) -> Value:
+    """A per-shard value put together by ``spec`` (a residual's global type): over the
+    mesh the shard_map's results are typed over, split as ``spec`` says over its Explicit
+    axes."""
     shape = list(value.shape)
     for d, entry in enumerate(spec):
         for n in (entry if isinstance(entry, tuple) else (entry,) if entry else ()):
             shape[d] *= sizes[n]
-    return Value.typed(tuple(shape), value.dtype, mesh)
+    mesh = eq.results[0].mesh if eq.results else None
+    split = type_spec(NamedSharding(eq.mesh, spec)) if mesh is not None else None
+    return Value(tuple(shape), value.dtype, False, mesh, spec=split)
 
 
 def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], moving: list,
@@ -600,10 +604,8 @@ def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], m
     forwarded = [("in", r) if r < len(inner.inputs) else ("out", outs.index(r))
                  if r in outs else ("kept", None) for r in residuals]
     known = _Body(lin.primal.inputs)
-    made = _inline(known, dataclasses.replace(lin.primal, outputs=lin.primal.outputs),
-                   tuple(range(len(lin.primal.inputs))))
+    made = _inline(known, lin.primal, tuple(range(len(lin.primal.inputs))))
     stored, stored_specs, stored_types = [], [], []
-    mesh = eq.results[0].mesh if eq.results else None
     for r, f in zip(made[count:], forwarded):
         if f[0] != "kept":
             continue
@@ -614,7 +616,7 @@ def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], m
         spec = residual_spec(eq.mesh.axis_names, manual, eq.check_vma, known.types[r].varying)
         stored.append(r)
         stored_specs.append(spec)
-        stored_types.append(_unsharded(known.types[r], spec, sizes, mesh))
+        stored_types.append(_unsharded(known.types[r], eq, spec, sizes))
     primal_eq = dataclasses.replace(
         eq, operands=operands, body=known.program(tuple(stored) + made[:count]),
         out_specs=tuple(stored_specs) + eq.out_specs,
@@ -623,8 +625,8 @@ def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], m
     kept, primal = iter(zip(results[:len(stored)], stored_specs)), results[len(stored):]
     if not any(lin.flags):
         return primal, [None] * count
-    refs, specs, inputs = [], [], []
-    for r, f in zip(residuals, forwarded):
+    refs, specs = [], []
+    for f in forwarded:
         if f[0] == "in":
             refs.append(operands[f[1]])
             specs.append(eq.in_specs[f[1]])

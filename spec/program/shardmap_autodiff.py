@@ -23,7 +23,7 @@ from ..core.values import PartitionSpec
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["residual_spec", "cotangent_spec", "unmentioned_axes", "transposed_collective",
-           "NoDerivative", "NO_DERIVATIVE"]
+           "divisor", "NoDerivative", "NO_DERIVATIVE"]
 
 # The collectives JAX gives no differentiation rule (a non-zero tangent reaching one is
 # refused while the transformed function is traced).
