@@ -93,10 +93,17 @@ def _batched_inputs(vc: VmapCase) -> tuple:
 
 def spec_vmapped(vc: VmapCase) -> Program:
     """The spec's rewrite: ``vmap_program`` applied once per vmap, innermost first."""
-    program = program_of(vc.case)
-    for v in vc.vmaps:
+    return _vmapped_by_spec(program_of(vc.case), vc.vmaps)
+
+
+def _vmapped_by_spec(program: Program, vmaps: tuple[Vmap, ...]) -> Program:
+    """``vmap_program`` once per vmap, innermost first, each told the spmd axes of the
+    vmaps outside it (JAX's axis environment while it batches)."""
+    for k, v in enumerate(vmaps):
+        outer = tuple(n for w in vmaps[k + 1:] if w.spmd is not None
+                      for n in (w.spmd if isinstance(w.spmd, tuple) else (w.spmd,)))
         program = vmap_program(program, v.in_axes, v.out_axes, axis_size=v.size,
-                               spmd_axis_name=v.spmd)
+                               spmd_axis_name=v.spmd, outer_spmd_axis_names=outer)
     return program
 
 
@@ -201,7 +208,7 @@ def _equation(eq: Any) -> tuple:
         return (eq.kind, eq.operands, getattr(eq, "targets", getattr(eq, "sharding", None)),
                 shapes)
     if isinstance(eq, ShardMap):
-        return ("shard_map", eq.operands, eq.in_specs, eq.out_specs, _body(eq.body))
+        return ("shard_map", eq.operands, eq.in_specs, eq.out_specs, shapes, _body(eq.body))
     assert isinstance(eq, Opaque)
     return (eq.primitive, eq.operands, shapes)
 
@@ -302,49 +309,73 @@ def vmap_cases(draw: Any) -> VmapCase:
 @dataclasses.dataclass(frozen=True)
 class MapVmapCase:
     """A drawn shard_map program (:func:`~shardlaw.properties.program_shardmap_harness.map_cases`)
-    under one vmap."""
+    under one vmap or two nested vmaps, innermost first."""
 
     case: Any
-    vmap: Vmap
+    vmaps: tuple[Vmap, ...]
 
 
 def compare_mapped_vmapped(mc: MapVmapCase) -> list[str]:
     """The shard_map harness's program — its jitted function read on one example with
-    ``describe_program``, untransformed — vmapped by the spec, against ``jax.vmap`` of the
-    jitted function on the batched argument. An example JAX refuses to trace is held to
-    JAX's refusal of the vmapped function while it traces.
+    ``describe_program``, untransformed — vmapped by the spec (``vmap_program`` once per
+    vmap), against ``jax.vmap`` of the jitted function (nested as drawn) on the batched
+    argument. An example JAX refuses to trace is held to JAX's refusal of the vmapped
+    function while it traces.
 
-    Not yet in the default run: a batched shard_map is not checked again when vmap binds
-    it (a batch its in_specs split unevenly is refused by the compiler's verifier at
-    lower), while ``explain_program`` applies the SMAP rules to it at trace (about 1 case
-    in 100; the refusal's class agrees, its stage does not)."""
+    The batched shard_map is the one JAX's batching rule binds: its specs are not checked
+    against its mesh and operands again (``ShardMap.checked``), so a batch the spmd axes
+    split unevenly is traced, typed rounded down, and refused by the compiler at lower
+    (SMAP-8), as is a spec naming an automatic axis without check_vma (SMAP-3)."""
     import jax
     from shardlaw.spec.bridge.program import describe_program
     from shardlaw.properties import program_shardmap_harness as maps
 
-    v = mc.vmap
-    axis = None if v.in_axes[0] is None else v.in_axes[0] % (len(mc.case.argument.shape) + 1)
-    batched = batched_input(mc.case.argument, axis, v.size)
+    batched = mc.case.argument
+    fun = jax.jit(maps.function_of(mc.case))
+    for v in mc.vmaps:
+        axis = None if v.in_axes[0] is None else v.in_axes[0] % (len(batched.shape) + 1)
+        batched = batched_input(batched, axis, v.size)
+        fun = jax.vmap(fun, **v.jax_options)
     args = arguments_of(Case((batched,), _EMPTY))
-    outcome = _run_vmapped(jax.vmap(jax.jit(maps.function_of(mc.case)), **v.jax_options), args)
+    outcome = _run_vmapped(fun, args)
     try:
         example = describe_program(jax.jit(maps.function_of(mc.case)),
                                    maps.argument_of(mc.case))
     except Exception as error:  # noqa: BLE001 - JAX refuses the example itself
         return [] if outcome.stage == "trace" else [
             f"JAX refuses to trace the example ({error}) but traces its vmap"]
-    return _compare(outcome, lambda: vmap_program(example, v.in_axes, v.out_axes,
-                                                  axis_size=v.size, spmd_axis_name=v.spmd))
+
+    def rewrite() -> Program:
+        return _vmapped_by_spec(example, mc.vmaps)
+    return _compare(outcome, rewrite)
+
+
+MAP_SPMD_NAMES = ("x", "y", ("x", "y"), ("y", "x"), "p")
+
+
+@st.composite
+def _map_vmap(draw: Any, rank: int, free: list) -> Vmap:
+    in_axis = draw(st.sampled_from([0, 0, 1, -1, None] if rank >= 1 else [0, None]))
+    # mostly none or a mesh axis the shard_map's specs leave free (so that vmap batches it
+    # and goes on), else any name: one the specs use (PBAT-1), one no mesh has
+    spmd = draw(st.sampled_from([None, None] + free * 2 + list(MAP_SPMD_NAMES)))
+    return Vmap((in_axis,), draw(st.sampled_from([0, 0, -1])),
+                draw(st.sampled_from([2, 3, 4, 6, 8])), in_axis is None, spmd)
 
 
 @st.composite
 def map_vmap_cases(draw: Any) -> MapVmapCase:
-    """A shard_map program under one vmap of its one argument."""
+    """A shard_map program under one vmap of its one argument, or (one time in four) two
+    nested vmaps; batch sizes the spmd axes may split unevenly, spmd axes the shard_map
+    names, makes manual or not, or its mesh lacks."""
     from shardlaw.properties.program_shardmap_harness import map_cases
+    from shardlaw.spec.program.batching import _spec_axes
 
     case = draw(map_cases())
+    used = _spec_axes(case.in_spec) | _spec_axes(case.out_spec)
+    free = [a for a in case.mesh.axis_names if a not in used]
     rank = len(case.argument.shape)
-    in_axis = draw(st.sampled_from([0, 0, 1, -1, None] if rank >= 1 else [0, None]))
-    return MapVmapCase(case, Vmap((in_axis,), draw(st.sampled_from([0, 0, -1])),
-                                  draw(st.sampled_from([2, 4, 8])), in_axis is None,
-                                  draw(st.sampled_from([None, None] + list(SPMD_NAMES)))))
+    vmaps = [draw(_map_vmap(rank, free))]
+    if draw(st.integers(0, 3)) == 0:
+        vmaps.append(draw(_map_vmap(rank + (vmaps[0].in_axes[0] is not None), free)))
+    return MapVmapCase(case, tuple(vmaps))

@@ -16,15 +16,16 @@ import warnings
 import jax
 import numpy as np
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import Case, Recipe, Step
 from shardlaw.properties.program_vmap_harness import (
-    SOURCE, Vmap, VmapCase, compare_vmapped, run_vmapped, spec_vmapped, structure, vmap_cases,
-    vmap_hit_counts,
+    SOURCE, MapVmapCase, Vmap, VmapCase, compare_mapped_vmapped, compare_vmapped,
+    map_vmap_cases, run_vmapped, spec_vmapped, structure, vmap_cases, vmap_hit_counts,
 )
 from shardlaw.properties.registry import checks
+from shardlaw.properties.suites import examples
 from shardlaw.spec import (
     UNCONSTRAINED, Mesh, NamedSharding, P, Rejection, ShardingConstraint,
     SingleDeviceSharding, Value, explain_program, from_jax, vmap_program,
@@ -190,6 +191,122 @@ def test_a_spmd_axis_a_shard_map_names_is_refused():
     hits.record(SOURCE, "PBAT-1", refused=True)
 
 
+def _map_case(manual=("x", "y"), vma=True, ops=None, in_spec=P("x"), out_spec=P("x"),
+              before=None, after=None):
+    from shardlaw.properties.program_shardmap_harness import MapCase, Op
+    ops = (Op("axis_index", ("x",)),) if ops is None else ops
+    return MapCase(MESH, Value.placed((8, 4), NamedSharding(MESH, P())), in_spec, out_spec,
+                   frozenset(manual), vma, ops, before=before, after=after)
+
+
+def _mapped_agree(case, *vmaps):
+    mc = MapVmapCase(case, tuple(vmaps))
+    problems = compare_mapped_vmapped(mc)
+    assert not problems, "\n".join(problems) + f"\ncase: {mc}"
+
+
+@checks("SMAP-8")
+def test_a_batch_the_spmd_axes_split_unevenly_is_typed_rounded_down_and_refused_at_lower():
+    """JAX does not check again the shard_map its batching rule binds: a batch of 6 split
+    over 'y' (4 ways) is traced, the body seeing 6 // 4 = 1 and the result holding 4, and
+    the compiler refuses the operand at lower; the spec marks the equation unchecked."""
+    f, program = _shard_map_program()
+    batched = np.zeros((6, 8, 4), np.float32)
+    vmapped = jax.vmap(jax.jit(f), spmd_axis_name="y", out_axes=-1)
+    spec = vmap_program(program, axis_size=6, spmd_axis_name="y", out_axes=-1)
+    assert structure(spec) == structure(describe_program(vmapped, batched))
+    (jit, move) = spec.equations
+    (eq,) = jit.body.equations
+    assert not eq.checked and eq.in_specs == (P("y", "x"),)
+    assert eq.body.inputs[0].shape == (1, 4, 4) and eq.results[0].shape == (4, 4, 4)
+    assert move.results[0].shape == (4, 4, 4)   # the batch of 6 comes back as 4, moved last
+    traced = explain_program(spec, until="trace")
+    assert traced.accepted, traced.message
+    refused = explain_program(spec)
+    assert (refused.rule, refused.stage, refused.path) == (
+        "SMAP-8", "lower", "body[0].jit.body[0].shard_map.in_specs[0]")
+    with pytest.raises(ValueError, match="not divisible"):
+        jax.jit(vmapped).lower(batched)
+
+
+@checks("SMAP-3", "SMAP-8", "PBAT-2")
+def test_a_spmd_axis_a_shard_map_does_not_make_manual():
+    """Under check_vma its batched body's inputs would vary along an automatic axis: JAX
+    refuses while vmap traces (PBAT-2). Without check_vma the compiler refuses the spec at
+    lower (SMAP-3)."""
+    vmap = Vmap((0,), -1, 4, spmd="y")
+    _mapped_agree(_map_case(manual=("x",)), vmap)
+    _mapped_agree(_map_case(manual=("x",), vma=False), vmap)
+    with pytest.raises(Rejection) as refused:
+        vmap_program(_described(_map_case(manual=("x",))), axis_size=4, spmd_axis_name="y")
+    assert (refused.value.rule, refused.value.path) == (
+        "PBAT-2", "body[0].shard_map.in_specs")
+    verdict = explain_program(vmap_program(_described(_map_case(manual=("x",), vma=False)),
+                                           axis_size=4, spmd_axis_name="y"))
+    assert (verdict.rule, verdict.stage) == ("SMAP-3", "lower")
+
+
+def _described(case):
+    from shardlaw.properties import program_shardmap_harness as maps
+    return describe_program(jax.jit(maps.function_of(case)), maps.argument_of(case))
+
+
+@checks("PBAT-3")
+def test_a_broadcasting_operation_is_cast_along_the_spmd_axes():
+    """x + axis_index('x') under vmap with spmd_axis_name 'y': JAX casts the unbatched
+    index to vary along 'y' (a pvary) before the add, as the spec's rewrite does."""
+    program = vmap_program(_described(_map_case()), axis_size=4, spmd_axis_name="y")
+    (eq,) = program.equations
+    kinds = [e.primitive for e in eq.body.equations]
+    assert kinds == ["axis_index", "convert_element_type", "pvary", "add"]
+    assert dict(eq.body.equations[2].params)["axes"] == ("y",)
+    _mapped_agree(_map_case(), Vmap((0,), 0, 4, spmd="y"))
+    # x * 0.5: the literal (no value of the description) is cast too, a pvary of nothing
+    from shardlaw.properties.program_shardmap_harness import Op
+    halved = _map_case(ops=(Op("half"),), in_spec=P(None))
+    (eq,) = vmap_program(_described(halved), axis_size=4, spmd_axis_name="y").equations
+    pvary, mul = eq.body.equations[:2]   # then the cast the out spec P("x") asks for
+    assert (pvary.primitive, pvary.operands, mul.operands) == ("pvary", (), (0, 1))
+    _mapped_agree(halved, Vmap((0,), 0, 4, spmd="y"))
+
+
+@checks("PBAT-1", "PBAT-3")
+@pytest.mark.parametrize("manual, out_spec, outer, rule, error", [
+    (("x",), P("x"), "y", "PBAT-3", NameError),            # C2: 'y' automatic
+    (("x", "y"), P("x"), "z", "PBAT-3", AssertionError),   # C1: no such axis
+    (("x", "y"), P("x"), "y", "PBAT-3", Exception),        # C3: out spec leaves 'y' out
+    (("x", "y"), P("x", "y"), "y", "PBAT-1", ValueError),  # ... named: the outer clashes
+])
+def test_nested_vmaps_cast_along_the_outer_spmd_axes(manual, out_spec, outer, rule, error):
+    """vmap inside vmap(spmd_axis_name=...): JAX batches the inner one first, in the
+    outer one's axis environment, and casts the body's broadcasting operands along the
+    outer spmd axes too (refused in three ways), before the outer vmap checks its specs."""
+    case = _map_case(manual=manual, out_spec=out_spec)
+    inner, outer_vmap = Vmap((0,), 0, 2), Vmap((0,), 0, 4, spmd=outer)
+    _mapped_agree(case, inner, outer_vmap)
+    inner_only = _described(case)
+    if rule == "PBAT-1":   # the inner vmap goes through; the outer one's specs clash
+        inner_only = vmap_program(inner_only, axis_size=2, outer_spmd_axis_names=(outer,))
+    with pytest.raises(error) as refused:
+        if rule == "PBAT-1":
+            vmap_program(inner_only, axis_size=4, spmd_axis_name=outer)
+        else:
+            vmap_program(inner_only, axis_size=2, outer_spmd_axis_names=(outer,))
+    assert isinstance(refused.value, Rejection) and refused.value.rule == rule
+
+
+@checks("WSC-7", "PBAT-1")
+def test_spmd_vmap_over_constraints_and_a_shard_map_nested():
+    """Constraints around a shard_map, under vmap(vmap(..., spmd_axis_name='y')) and
+    vmap(vmap(...), spmd_axis_name='y'): both sides agree (the body casts along 'y')."""
+    from shardlaw.properties.program_shardmap_harness import Op
+    case = _map_case(ops=(Op("axis_index", ("x",)), Op("psum", ("x",))), out_spec=P(),
+                     before=NamedSharding(MESH, P("x")), after=NamedSharding(MESH, P(None, "y")))
+    _mapped_agree(case, Vmap((0,), 0, 4, spmd="y"))
+    _mapped_agree(case, Vmap((1,), 0, 4, spmd="y"), Vmap((0,), -1, 2))
+    _mapped_agree(case, Vmap((0,), 0, 2), Vmap((1,), 0, 4, spmd="y"))
+
+
 # --------------------------------------------------------------------------- gap class 4
 
 @checks("BAT-3")
@@ -252,9 +369,35 @@ def test_vmapped_programs_agree_with_jax(vc):
     assert not problems, "\n".join(problems) + f"\ncase: {vc}"
 
 
+MAP_COVERED = ("PBAT-1", "PBAT-2", "PBAT-3", "SMAP-8")
+
+
+@checks("PBAT-1", "PBAT-2", "PBAT-3", "SMAP-3", "SMAP-8", "SMAP-11")
+@settings(max_examples=examples(120))
+@given(map_vmap_cases())
+# a batch of 6 split over 'y' (4 ways), moved after the call: refused at lower (SMAP-8)
+@example(MapVmapCase(_map_case(), (Vmap((0,), -1, 6, spmd="y"),)))
+# an automatic spmd axis: under check_vma at trace (PBAT-2), else at lower (SMAP-3)
+@example(MapVmapCase(_map_case(manual=("x",)), (Vmap((0,), -1, 4, spmd="y"),)))
+@example(MapVmapCase(_map_case(manual=("x",), vma=False), (Vmap((0,), -1, 4, spmd="y"),)))
+# nested: the inner vmap casts along the outer one's axes (PBAT-3, each clause)
+@example(MapVmapCase(_map_case(), (Vmap((0,), 0, 2), Vmap((0,), 0, 4, spmd="y"))))
+@example(MapVmapCase(_map_case(manual=("x",)), (Vmap((0,), 0, 2), Vmap((0,), 0, 4, spmd="y"))))
+@example(MapVmapCase(_map_case(), (Vmap((0,), 0, 2), Vmap((0,), 0, 4, spmd="z"))))
+# accepted: the body cast along 'y', constraints around the shard_map, nested or not
+@example(MapVmapCase(_map_case(out_spec=P("x", "y")), (Vmap((0,), -1, 4, spmd="y"),)))
+@example(MapVmapCase(_map_case(after=NamedSharding(MESH, P(None, "y"))),
+                     (Vmap((1,), 0, 4, spmd="y"), Vmap((0,), -1, 2))))
+def test_vmapped_shard_map_programs_agree_with_jax(mc):
+    """The shard_map property's drawn programs under one vmap or two nested vmaps (spmd
+    axes free, used by the specs, automatic, or missing; batches split evenly or not)."""
+    problems = compare_mapped_vmapped(mc)
+    assert not problems, "\n".join(problems) + f"\ncase: {mc}"
+
+
 def test_every_rule_the_vmap_property_names_was_seen_on_both_sides():
     """Runs last in this module: the rules the property names, accepted and refused."""
     counts = vmap_hit_counts()
-    missing = [(rule_id, counts.get(rule_id, (0, 0))) for rule_id in (*COVERED, "PBAT-1")
+    missing = [(rule_id, counts.get(rule_id, (0, 0))) for rule_id in (*COVERED, *MAP_COVERED)
                if not all(counts.get(rule_id, (0, 0)))]
     assert not missing, f"rules not seen on both sides against JAX: {missing}"

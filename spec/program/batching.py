@@ -31,9 +31,15 @@ body equation by equation, the way JAX 0.10.2's batching rules do:
   ``jax.device_put`` is called, so the batched equation is marked unchecked);
 * ``reshard``: ``None`` inserted in its spec at the batch axis;
 * ``shard_map``: each batched operand's and result's spec gains the batch dimension
-  (unsplit, or split over ``spmd_axis_name``, which its specs may not use: PBAT-1); the
-  body is batched over the per-shard batch (the batch size divided by the spmd axes'
-  sizes);
+  (unsplit, or split over ``spmd_axis_name``, which its specs may not use: PBAT-1, and
+  which under check_vma must be manual in it: PBAT-2); the body is batched over the
+  per-shard batch (the batch size divided by the spmd axes' sizes, rounded down), and
+  under check_vma a broadcasting operation's operands are cast to vary along the spmd
+  axes, those of the vmaps this one is inside included (PBAT-3). The batched equation is
+  marked unchecked (``ShardMap.checked``): JAX checks a shard_map's specs against its
+  operands when the user calls it, not when vmap binds it, so a batch the spmd axes split
+  unevenly is traced (its results put together from the rounded-down shards) and refused
+  by the compiler at lower (SMAP-8);
 * any other primitive (:class:`Opaque`): elementwise primitives and the reductions keep
   their operands' batch axis (an unbatched operand may be a scalar); ``all_gather``,
   ``psum_scatter`` and ``all_to_all`` move their dimension parameters past it; ``transpose`` and ``broadcast_in_dim`` put it first, a
@@ -66,18 +72,20 @@ from typing import Any
 
 from ..core.rules import Failure, located, reject, require, rule, staged
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
-from ..core.values import AbstractMesh, Mesh, PartitionSpec
+from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..jit.matching import check_fits
 from ..transforms.batching import (
     BadVmapParameter, BadVmapParameterType, batch_sharding, check_vmap_parameters,
 )
 from ..transforms.constraint import Constraint, batch_constraint
+from ..transforms.shardmap_specs import manual_axes_of
 from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
     check_program,
 )
 from .explain import trace_body
 from .lowering import equation_path
+from .shardmap import collective_axes
 
 P = PartitionSpec  # the name the examples use
 
@@ -116,6 +124,9 @@ def _reduced(params: dict, d: int) -> tuple[dict, int]:
     return {**params, "axes": tuple(a + (a >= d) for a in axes)}, d - sum(a < d for a in axes)
 
 
+# The primitives among them that JAX batches as broadcasting n-ary operations.
+BROADCASTING = frozenset({"add", "sub", "mul", "div", "max", "min", "pow"})
+
 # Primitives whose batching rewrites a dimension parameter (JAX's batchers in
 # lax/parallel.py and lax.py's reducers): name -> (parameters, batch axis) -> (parameters,
 # the result's axis).
@@ -141,6 +152,8 @@ class _Axis:
     names: tuple[str, ...] | None
     context: Mesh | AbstractMesh | None
     varying: frozenset[str] = frozenset()   # inside a shard_map: the spmd axes
+    outer: frozenset[str] = frozenset()     # the spmd axes of the vmaps this one is inside
+    casts: frozenset[str] = frozenset()     # inside a check_vma shard_map: all of them
 
 
 # --------------------------------------------------------------------------- values
@@ -376,6 +389,119 @@ def check_shard_map_spmd_axes(specs: Any, names: tuple[str, ...], which: str,
             tuple(names), name, mesh))
 
 
+# --------------------------------------------------------------------------- PBAT-2
+
+@dataclasses.dataclass(frozen=True)
+class SpmdAxisNotManual(Failure, rule="PBAT-2"):
+    template = ("vmap's spmd_axis_name {names} names {axis!r}, which the shard_map does not "
+                "make manual (its manual axes: {manual}); under check_vma the batched body's "
+                "values would vary along {axis!r}, and a value varies only along manual axes")
+    hint = ("Add {axis!r} to the shard_map's axis_names, pass check_vma=False, or pick a "
+            "manual axis as spmd_axis_name")
+    names: tuple
+    axis: str
+    manual: tuple
+
+
+def _manual_inside(eq: ShardMap) -> frozenset[str]:
+    """The axes typed Manual inside a shard_map: those it makes manual and those an
+    enclosing shard_map made manual (typed so on its mesh)."""
+    already = {n for n, t in zip(eq.mesh.axis_names, eq.mesh.axis_types)
+               if t is AxisType.Manual}
+    return frozenset(manual_axes_of(eq.mesh, set(eq.manual_axes))) | already
+
+
+@rule("PBAT-2", mirrors="jax._src.shard_map._shard_map_batch; "
+                        "jax._src.shard_map._shard_shaped_array; core.ShapedArray")
+def check_spmd_axes_manual(names: tuple[str, ...], manual: frozenset[str], mesh: Any) -> None:
+    """Under vmap with spmd_axis_name, a shard_map with check_vma and a batched operand makes every spmd axis manual: its body's batched inputs vary along them, and a value varies only along manual axes.
+
+    JAX refuses it while vmap traces (ValueError). Without check_vma nothing is refused
+    there, and the compiler refuses the spec naming an automatic axis when the program is
+    lowered (SMAP-3).
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> check_spmd_axes_manual(("y",), frozenset({"x", "y"}), mesh)
+    >>> check_spmd_axes_manual(("y",), frozenset({"x"}), mesh)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [PBAT-2]: vmap's spmd_axis_name ('y',) names 'y', which the shard_map does not make manual (its manual axes: ('x',)); under check_vma the batched body's values would vary along 'y', and a value varies only along manual axes. Add 'y' to the shard_map's axis_names, pass check_vma=False, or pick a manual axis as spmd_axis_name.
+    """
+    for name in names:
+        require(name in manual, lambda name=name: SpmdAxisNotManual(
+            tuple(names), name, tuple(sorted(manual))))
+
+
+# --------------------------------------------------------------------------- PBAT-3
+
+@dataclasses.dataclass(frozen=True)
+class CastAlongUnknownAxis(Failure, rule="PBAT-3", error=AssertionError):
+    template = ("inside a check_vma shard_map vmap casts an operand to vary along the spmd "
+                "axes {axes}, and {axis!r} is not an axis of the shard_map's mesh {mesh} "
+                "(JAX's cast asserts it is)")
+    hint = "Pick spmd_axis_name among the shard_map's mesh axes"
+    axes: tuple
+    axis: str
+    mesh: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class CastAlongAutomaticAxis(Failure, rule="PBAT-3", error=NameError):
+    template = ("inside a check_vma shard_map vmap casts an operand to vary along the spmd "
+                "axes {axes}, and {axis!r} is not manual there (an unbound axis name)")
+    hint = "Make {axis!r} manual in the shard_map (axis_names), or pass check_vma=False"
+    axes: tuple
+    axis: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SpmdVaryingResult(Failure, rule="PBAT-3", error=Exception, jax_error="_RepError"):
+    template = ("the batched shard_map's result {index} varies along {axes}, which its out "
+                "spec {spec!r} does not name: vmap cast its body's values along the spmd "
+                "axes of an enclosing vmap, and this out spec is batched only by the "
+                "inner one")
+    hint = ("Give the inner vmap the spmd_axis_name too, or pass check_vma=False to the "
+            "shard_map")
+    index: int
+    axes: tuple
+    spec: Any
+
+
+@rule("PBAT-3", mirrors="jax._src.interpreters.batching.spmd_names_insert_pvary; "
+                        "jax._src.core.pvary; jax._src.shard_map._check_mats")
+def check_spmd_casts(axes: tuple[str, ...], mesh: Any, results: tuple = (),
+                     out_specs: tuple = ()) -> None:
+    """Under check_vma, vmap casts a shard_map body's broadcasting operands to vary along the spmd axes of every vmap it is inside, which must be manual there; a result varying along one needs an out spec naming it.
+
+    An axis cast along that is not an axis of the shard_map's mesh is refused with
+    AssertionError (JAX's cast asserts it), one that is not manual there with NameError.
+    Once the body is batched, a result varying along a mesh axis that its batched out spec
+    leaves out, and that no enclosing shard_map made manual, is refused as JAX refuses it
+    while vmap traces (its internal ``_RepError``, which no front door turns into a
+    ValueError here).
+
+    The casts JAX's broadcasting batcher makes read the spmd axes of the whole axis
+    environment: a vmap inside another vmap with spmd_axis_name casts along the outer
+    one's axes too, though it does not add them to the out specs.
+
+    >>> mesh = Mesh.iota((2, 4), ("x", "y")).abstract
+    >>> check_spmd_casts(("y",), mesh)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionNameError: [PBAT-3]: inside a check_vma shard_map vmap casts an operand to vary along the spmd axes ('y',), and 'y' is not manual there (an unbound axis name). Make 'y' manual in the shard_map (axis_names), or pass check_vma=False.
+    """
+    names = tuple(mesh.axis_names) if mesh is not None else ()
+    manual = {n for n, t in zip(names, mesh.axis_types if mesh is not None else ())
+              if t is AxisType.Manual}
+    for axis in axes:
+        require(axis in names, lambda axis=axis: CastAlongUnknownAxis(axes, axis, mesh))
+        require(axis in manual, lambda axis=axis: CastAlongAutomaticAxis(axes, axis))
+    for j, (value, spec) in enumerate(zip(results, out_specs)):
+        left = value.varying - _spec_axes(spec) - manual
+        require(not left, lambda j=j, spec=spec, left=left: SpmdVaryingResult(
+            j, tuple(a for a in names if a in left), spec))
+
+
 # --------------------------------------------------------------------------- equations
 
 def _batch_jit(eq: Jit, numbers: tuple, dims: tuple, axis: _Axis, path: str
@@ -452,11 +578,15 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: _Axis, pat
     if names is not None:
         with located(f"{path}.shard_map.in_specs"):
             check_shard_map_spmd_axes(eq.in_specs, names, "in_specs", eq.mesh)
+        if eq.check_vma and any(d is not None for d in dims):
+            with located(f"{path}.shard_map.in_specs"):
+                check_spmd_axes_manual(names, _manual_inside(eq), eq.mesh)
     in_specs = tuple(sp if d is None else _batch_spec(sp, d, entry)
                      for sp, d in zip(eq.in_specs, dims))
     per_shard = axis.size // math.prod(sizes.get(n, 1) for n in (names or ()))
-    inner = _Axis(per_shard, names, axis.context,
-                  frozenset(names or ()) if eq.check_vma else frozenset())
+    own = frozenset(names or ())
+    inner = _Axis(per_shard, names, axis.context, own if eq.check_vma else frozenset(),
+                  axis.outer, own | axis.outer if eq.check_vma else frozenset())
     rw = _rewrite_body(eq.body, dims, inner, f"{path}.shard_map.")
     outputs = tuple(rw.number[n] for n in eq.body.outputs)
     out_dims = tuple(rw.dims[n] for n in outputs)
@@ -465,11 +595,18 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: _Axis, pat
             check_shard_map_spmd_axes(eq.out_specs, names, "out_specs")
     out_specs = tuple(sp if d is None else _batch_spec(sp, d, entry)
                       for sp, d in zip(eq.out_specs, out_dims))
+    if inner.casts - own:   # cast along an enclosing vmap's spmd axes
+        with located(f"{path}.shard_map.out_specs"):
+            check_spmd_casts((), eq.mesh, tuple(rw.types[n] for n in outputs), out_specs)
     body = dataclasses.replace(eq.body, inputs=tuple(rw.types[:len(eq.body.inputs)]),
                                equations=tuple(rw.equations), outputs=outputs)
-    results = tuple(_batched_type(r, d, axis.size) for r, d in zip(eq.results, out_dims))
+    # JAX puts a result together from the per-shard batch: a batch the spmd axes split
+    # unevenly comes back rounded down to a multiple of their sizes
+    whole = per_shard * math.prod(sizes.get(n, 1) for n in (names or ()))
+    results = tuple(_batched_type(r, d, whole) for r, d in zip(eq.results, out_dims))
+    checked = eq.checked and all(d is None for d in dims)
     new = dataclasses.replace(eq, operands=numbers, results=results, body=body,
-                              in_specs=in_specs, out_specs=out_specs)
+                              in_specs=in_specs, out_specs=out_specs, checked=checked)
     return new, out_dims
 
 
@@ -483,17 +620,28 @@ def _batch_opaque(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path:
                   ) -> None:
     """Another primitive under vmap: the batch rules of the primitives the spec knows."""
     assert isinstance(eq, Opaque)
-    name, size = eq.primitive, rw.axis.size
+    # the batch as the operands hold it (a shard_map's result may hold fewer than vmap's)
+    name, size = eq.primitive, next((rw.types[n].shape[d] for n, d in zip(numbers, dims)
+                                     if d is not None), rw.axis.size)
     mapped = {d for d in dims if d is not None}
     scalars = all(d is not None or rw.types[n].shape == () for n, d in zip(numbers, dims))
     if name in KEEPS_AXIS and len(mapped) == 1 and scalars:
         d = mapped.pop()
-        results = tuple(_batched_type(r, d, size, rw.axis.varying) for r in eq.results)
-        rw.add(dataclasses.replace(eq, operands=numbers, results=results), (d,) * len(results))
+        varying = rw.axis.varying | _carried(rw, eq, numbers)
+        if name in BROADCASTING and rw.axis.casts:
+            numbers = tuple(_varying_along(rw, n, d if dim is not None else None)
+                            for n, dim in zip(numbers, dims))
+            if len(numbers) == 1:   # the other operand a literal, written after it
+                numbers += (_literal_varying(rw, numbers[0]),)
+            varying = varying | rw.axis.casts
+        results = tuple(_batched_type(r, d, size, varying) for r in eq.results)
+        rw.add(dataclasses.replace(eq, operands=numbers, results=results),
+               (d,) * len(results))
         return
     if name in SHIFTS and len(dims) == 1:
         params, d = SHIFTS[name](dict(eq.params), dims[0])
-        results = tuple(_batched_type(r, d, size, rw.axis.varying) for r in eq.results)
+        varying = rw.axis.varying | _carried(rw, eq, numbers)
+        results = tuple(_batched_type(r, d, size, varying) for r in eq.results)
         rw.add(dataclasses.replace(eq, operands=numbers, results=results,
                                    params=tuple(sorted(params.items()))), (d,))
         return
@@ -517,6 +665,49 @@ def _batch_opaque(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path:
     check_program(False, f"the primitive {name!r} at {path} under vmap",
                   f"one whose batching the spec knows ({sorted(KEEPS_AXIS)} with every "
                   f"operand batched at one axis, {sorted(SHIFTS)}, or {MOVES})", dims)
+
+
+# The collectives whose result no longer varies along the axes they name.
+_REDUCING = frozenset({"psum", "psum_invariant", "pmax", "pmin", "all_gather_invariant"})
+
+
+def _carried(rw: _Rewrite, eq: Opaque, numbers: tuple) -> frozenset[str]:
+    """The enclosing vmaps' spmd axes an operand was cast along, which the result varies
+    along too (less those a reducing collective names)."""
+    outer = rw.axis.casts - rw.axis.varying
+    if not outer:
+        return frozenset()
+    carried = frozenset().union(*(rw.types[n].varying for n in numbers)) & outer
+    if eq.primitive in _REDUCING:
+        carried -= set(collective_axes(eq.primitive, dict(eq.params)))
+    return carried
+
+
+def _varying_along(rw: _Rewrite, number: int, dim: int | None) -> int:
+    """JAX's broadcasting batcher inside a shard_map under check_vma casts each operand to
+    vary along the spmd axes (a ``pvary`` over those it lacks, in the mesh's order): the
+    number of the value the operation then reads."""
+    value = rw.types[number]
+    missing = rw.axis.casts - value.varying
+    if not missing:
+        return number
+    check_spmd_casts(tuple(sorted(missing)), value.mesh)
+    axes = tuple(a for a in value.mesh.axis_names if a in missing)
+    rw.add(Opaque((number,), (dataclasses.replace(value.type, varying=value.varying | missing),),
+                  primitive="pvary", params=(("axes", axes),)), (dim,))
+    return len(rw.types) - 1
+
+
+def _literal_varying(rw: _Rewrite, number: int) -> int:
+    """A literal operand (``x * 0.5``: the description holds no value for it) cast to vary
+    along the spmd axes, as JAX's broadcasting batcher casts it: a ``pvary`` of no value
+    the description holds, a scalar of the other operand's dtype."""
+    value = rw.types[number]
+    check_spmd_casts(tuple(sorted(rw.axis.casts)), value.mesh)
+    axes = tuple(a for a in value.mesh.axis_names if a in rw.axis.casts)
+    rw.add(Opaque((), (dataclasses.replace(value.type, shape=(), varying=rw.axis.casts),),
+                  primitive="pvary", params=(("axes", axes),)), (None,))
+    return len(rw.types) - 1
 
 
 def _param(eq: Opaque, name: str) -> Any:
@@ -593,10 +784,16 @@ def _moves(rw: _Rewrite, outputs: list[int], out_axes: tuple) -> list[int]:
 
 
 def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
-                 axis_size: Any = None, spmd_axis_name: Any = None) -> Program:
+                 axis_size: Any = None, spmd_axis_name: Any = None,
+                 outer_spmd_axis_names: Any = ()) -> Program:
     """The Program that ``jax.vmap(jax.jit(f, ...), in_axes, out_axes,
     axis_size=axis_size, spmd_axis_name=spmd_axis_name)`` amounts to on batched arguments,
     ``program`` describing the jit call on one example (module docstring).
+
+    For a vmap inside other vmaps, ``outer_spmd_axis_names`` names their spmd axes: JAX
+    batches the inner vmap first, with the outer ones' axes in its axis environment, and
+    inside a check_vma shard_map casts along them too (PBAT-3); the outer vmaps are then
+    applied to the answer.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
@@ -616,11 +813,12 @@ def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
         shapes, axes, _ = check_vmap_parameters(_in_shapes(program.inputs, in_axes, size),
                                                 in_axes, size)
         names = _names(spmd_axis_name)
+        outer = _names(outer_spmd_axis_names) if outer_spmd_axis_names != () else ()
         wrapper = _is_wrapper(program)
         if not wrapper and program.checked:
             _check_example(program)
         inputs = tuple(batched_input(v, a, size) for v, a in zip(program.inputs, axes))
-        axis = _Axis(size, names, program.context_mesh)
+        axis = _Axis(size, names, program.context_mesh, outer=frozenset(outer))
         if wrapper:
             rw = _rewrite_body(program, axes, axis, "")
             outputs = [rw.number[n] for n in program.outputs]

@@ -465,7 +465,9 @@ class Jit(Equation):
 class ShardMap(Equation):
     """``jax.shard_map``: the mesh, a spec per operand and per result, the axes it makes
     manual, ``check_vma``, and its body (per-shard types; no jit options of its own). Its
-    results' types are given."""
+    results' types are given. ``checked`` is False for one that a batching rule bound
+    (vmap's): JAX checks a shard_map's specs against its mesh and operands (SMAP-3, SMAP-7,
+    SMAP-8) when the user calls it, not when vmap binds the batched equation."""
 
     kind: ClassVar[str] = "shard_map"
     body: "Program | None" = None   # type: ignore[assignment]
@@ -474,6 +476,7 @@ class ShardMap(Equation):
     out_specs: tuple = ()
     manual_axes: frozenset[str] = frozenset()
     check_vma: bool = True
+    checked: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -492,6 +495,7 @@ class ShardMap(Equation):
                       f"axes of its mesh {self.mesh.axis_names}", manual)
         object.__setattr__(self, "manual_axes", manual)
         _bool(self.check_vma, "a shard_map's check_vma")
+        _bool(self.checked, "a shard_map's checked flag")
         body = self.body
         check_program(len(self.in_specs) == len(self.operands) == len(body.inputs),
                       "a shard_map's in_specs", "one per operand and per body input",

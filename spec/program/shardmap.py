@@ -34,7 +34,7 @@ from ..transforms.shardmap_bodies import (
     COLLECTIVES, check_permutation, collective_shape, collective_varying,
 )
 from ..transforms.shardmap_collectives import check_collective_axes, collective_groups
-from ..transforms.shardmap_parameters import Shaped, _names
+from ..transforms.shardmap_parameters import Shaped, _names, _ways
 from ..transforms.shardmap_specs import (
     check_divisible, check_no_repeated_axes, check_replication, check_spec_axes,
     check_spec_rank, check_spec_reductions, manual_axes_of,
@@ -189,7 +189,8 @@ def trace_shard_map(eq: ShardMap, operands: tuple[Value, ...], path: str,
     with staged("trace"):
         with located(path):
             manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
-        _check_specs(eq, manual, path)
+        if eq.checked:
+            _check_specs(eq, manual, path)
         in_types = _map_operands(eq, operands, manual, path)
         context = Manual(eq.mesh, manual | (outer.manual if outer else frozenset()),
                          eq.check_vma)
@@ -223,15 +224,21 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
                   path: str) -> tuple[Value, ...]:
     """SMAP-7 for every operand, SMAP-8 for every operand, SMAP-17 against the operand's type
     (an argument's or a traced value's split), then SMAP-19 and SMAP-9: the type of each
-    body input."""
+    body input. A shard_map a
+    batching rule bound (``eq.checked`` False) is not checked against its operands (JAX
+    checks them when the user calls shard_map): each dimension is divided by its ways,
+    rounded down, as JAX types it; the compiler refuses what does not divide, at lower."""
     at = [f"{path}.shard_map.in_specs[{i}]" for i in range(len(operands))]
-    for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
+    for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)
+                                             if eq.checked else ()):
         with located(where):
             check_spec_rank(spec, value.shape, f"in_specs[{i}]", f"operand {i}")
-    for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
+    for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)
+                                             if eq.checked else ()):
         with located(where):
             check_divisible(eq.mesh, spec, value.shape, f"in_specs[{i}]", f"operand {i}")
-    for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
+    for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)
+                                             if eq.checked else ()):
         typed = _type_spec(value)
         with located(where):
             check_specs_match_types(eq.mesh, manual, [spec], (Shaped(value.shape, typed),))
@@ -240,7 +247,8 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
         with located(where):
             check_reductions_held(spec, f"in_specs[{i}]", f"operand {i}")
-            shape = per_shard_shape(eq.mesh, spec, value.shape, manual)
+            shape = (per_shard_shape(eq.mesh, spec, value.shape, manual) if eq.checked
+                     else _divided(eq.mesh, spec, value.shape))
         varying = _spec_axes(spec) if eq.check_vma else frozenset()
         given = eq.body.inputs[i] if i < len(eq.body.inputs) else None
         types.append(_typed(given, shape, value.dtype, inner, weak_type=value.weak_type,
@@ -270,7 +278,8 @@ def _map_results(eq: ShardMap, manual: frozenset[str], path: str) -> tuple[Value
             if eq.check_vma:
                 check_reductions_held(spec, f"out_specs[{j}]", "the result")
             check_no_repeated_axes(spec, f"out_specs[{j}]")
-            shape = unshard_shape(eq.mesh, spec, value.shape, manual)
+            shape = (unshard_shape(eq.mesh, spec, value.shape, manual) if eq.checked
+                     else _divided(eq.mesh, spec, value.shape, times=True))
         check_program(shape == eq.results[j].shape, f"result {j} of the shard_map at {path}",
                       f"of shape {shape} (its body's result put together by its out spec)",
                       eq.results[j])
@@ -278,6 +287,14 @@ def _map_results(eq: ShardMap, manual: frozenset[str], path: str) -> tuple[Value
         out.append(value if varying == value.varying else
                    dataclasses.replace(value, varying=varying))
     return tuple(out)
+
+
+def _divided(mesh: Mesh | AbstractMesh, spec: PartitionSpec, shape: tuple[int, ...],
+             times: bool = False) -> tuple[int, ...]:
+    """Each dimension divided (or, ``times``, multiplied) by the ways its spec entry splits
+    it, rounded down: the types JAX gives an unchecked shard_map's body and results."""
+    ways = [_ways(mesh, entry) for entry in spec] + [1] * (len(shape) - len(spec))
+    return tuple(size * n if times else size // n for size, n in zip(shape, ways))
 
 
 def walk_body(program: Program, context: Manual, prefix: str, decided: list) -> None:
@@ -432,8 +449,10 @@ def _moves(axes: tuple, size: int, perm: Any) -> tuple | None:
 
 def lower_shard_maps(program: Program, live: Any, prefix: str = "") -> None:
     """What lowering checks in every live shard_map, in the order of the body (stage
-    ``lower``): the in specs of the operands its body uses (SMAP-12), then each live
-    collective's axes named once (SMAP-13) and ppermute's pairs (SMAP-22)."""
+    ``lower``): the in specs of the operands its body uses (SMAP-12; for a shard_map a
+    batching rule bound, which nothing checked at trace, also their axes manual, SMAP-3,
+    and dividing the operands, SMAP-8: the compiler's verifier refuses them), then each
+    live collective's axes named once (SMAP-13) and ppermute's pairs (SMAP-22)."""
     with staged("lower"):
         _lower(program, live, prefix, None)
 
@@ -445,11 +464,14 @@ def _lower(program: Program, live: Any, prefix: str, context: Manual | None) -> 
         path = f"{prefix}body[{k}]"
         if isinstance(eq, ShardMap):
             used = live.bodies[k].inputs
-            for i, (spec, u) in enumerate(zip(eq.in_specs, used)):
+            manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
+            for i, (spec, u, n) in enumerate(zip(eq.in_specs, used, eq.operands)):
                 if u:
                     with located(f"{path}.shard_map.in_specs[{i}]"):
                         check_no_repeated_axes(spec, f"in_specs[{i}]")
-            manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
+                        if not eq.checked:
+                            _verified(eq, spec, program.value_types[n].shape, manual,
+                                      f"in_specs[{i}]", f"operand {i}")
             inner = Manual(eq.mesh, manual | (context.manual if context else frozenset()),
                            eq.check_vma)
             _lower(eq.body, live.bodies[k], f"{path}.shard_map.", inner)
@@ -462,6 +484,14 @@ def _lower(program: Program, live: Any, prefix: str, context: Manual | None) -> 
                 check_collective_axes(context.mesh, axes, context.manual)
                 if eq.primitive == "ppermute":
                     check_permutation(axes, context.size(axes), params.get("perm", ()))
+
+
+def _verified(eq: ShardMap, spec: PartitionSpec, shape: tuple[int, ...],
+              manual: frozenset[str], where: str, value: str) -> None:
+    """What the compiler's verifier holds an operand of a shard_map that no trace checked
+    to: its spec names manual axes only (SMAP-3) and divides it (SMAP-8)."""
+    check_spec_axes(spec, where, manual)
+    check_divisible(eq.mesh, spec, shape, where, value)
 
 
 def decided_shardings(program: Program, prefix: str = "") -> list:
