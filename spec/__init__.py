@@ -65,6 +65,8 @@ from .vectors.transformed_vectors import (
     TransformedVector, dump_transformed, load_transformed, transformed_differences,
     transformed_rules_hit,
 )
+# explain_transformed answers through the program path once this is imported
+from .vectors import transformed_migration as _transformed_migration  # noqa: F401,E402
 
 install_moved_names()
 

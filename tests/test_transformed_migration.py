@@ -407,3 +407,36 @@ def test_the_linearized_and_transposed_forms_stage_what_real_jax_stages(case):
     else:
         staged = answers
     assert found == [e for e in staged if e is not None]
+
+
+def test_explain_transformed_answers_through_the_program_path(monkeypatch):
+    # a thin layer: where a question has a program form (but vmap_jit, ANSWERED_PER_EQUATION)
+    # and its arguments pass the function's checks, the answer is the program path's; the
+    # trace stays the per-equation rules' (what the stored transformed-call vectors record)
+    from shardlaw.spec import Mesh
+    from shardlaw.spec.transforms import transformed
+    from shardlaw.spec.transforms.transformed import ANSWERED_PER_EQUATION, TransformedVerdict
+    call = TransformedCall.of("collective_groups", mesh=Mesh.iota((2, 4), ("x", "y")),
+                              collective_axes=("y",), manual_axes=frozenset())
+    asked = []
+
+    def program_path(question):
+        asked.append(question)
+        return TransformedVerdict(True, ("PROG-1",), result="from the program path")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        real = explain_transformed(call)
+        assert real.result == ask_program(call).result == ((0, 1, 2, 3), (4, 5, 6, 7))
+        monkeypatch.setattr(transformed, "PROGRAM_PATH", [program_path])
+        thin = explain_transformed(call)
+        assert (thin.result, thin.trace) == ("from the program path", real.trace)
+        assert "SMAP-14" in thin.trace and asked == [call]
+        refused = TransformedCall.of("collective_groups", mesh=Mesh.iota((2, 4), ("x", "y")),
+                                     collective_axes=("q",), manual_axes=frozenset())
+        assert explain_transformed(refused).rule == ask_program(refused).rule == "SMAP-13"
+        assert asked == [call]   # a call its function refuses is answered by the refusal
+        explain_transformed(TransformedCall.of(
+            "place_argument", value_kind="int", shape=(), int_value=7))
+        assert asked == [call]   # no program form: its function answers
+    assert set(ANSWERED_PER_EQUATION) <= set(PROGRAM_FUNCTIONS)

@@ -19,10 +19,12 @@ describing the program (:class:`~shardlaw.spec.program.description.Program`), ap
 program transformation named there (``vmap_program``, ...) and asking
 :func:`~shardlaw.spec.program.explain.explain_program`;
 :mod:`shardlaw.spec.vectors.transformed_migration` writes a :class:`TransformedCall` so
-(``ask_program``) and ``shardlaw vectors migrate`` its stored vectors. The other questions
-are facts of one equation and stay, called directly by their function. Calling
-:func:`explain_transformed` warns (DeprecationWarning) and names what to use instead;
-``TRANSFORMS`` stays importable for its users.
+(``ask_program``) and ``shardlaw vectors migrate`` its stored vectors; ``explain_transformed``
+answers such a question through it (a thin layer: the program path is handed down in
+:data:`PROGRAM_PATH`, this layer being below it), but for those in
+:data:`ANSWERED_PER_EQUATION`. The other questions stay, called directly by their function.
+Calling :func:`explain_transformed` warns (DeprecationWarning) and names what to use
+instead; ``TRANSFORMS`` stays importable for its users.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from . import shardmap
 from ..jit.call import check_call
 from ..core.rules import Rejection, explain, tracing
 
-__all__ = ["TRANSFORMS", "PROGRAM_FORMS", "TransformedCall", "TransformedVerdict",
-           "explain_transformed"]
+__all__ = ["TRANSFORMS", "PROGRAM_FORMS", "PROGRAM_PATH", "ANSWERED_PER_EQUATION",
+           "TransformedCall", "TransformedVerdict", "explain_transformed"]
 
 # The questions a transformed call may ask: name -> the spec function that answers it.
 TRANSFORMS: dict[str, Callable[..., Any]] = {
@@ -165,6 +167,14 @@ class TransformedVerdict:
 def explain_transformed(call: TransformedCall) -> TransformedVerdict:
     """What the spec answers to ``call``, with the trace of the rules that fired.
 
+    A thin layer over the program path: where the question has a program form
+    (:data:`PROGRAM_FORMS`) and its own argument checks pass, the answer is the program
+    path's (``shardlaw.spec.vectors.transformed_migration.ask_program``: the question's
+    program, rewritten and explained); the per-equation function still checks the
+    arguments first (its refusal is the answer: the program path gives the same on every
+    stored vector) and gives the trace, the per-equation rules that fired. Questions
+    without a program form are answered by their function.
+
     >>> from shardlaw.spec import Mesh, P, NamedSharding
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> verdict = explain_transformed(TransformedCall.of(
@@ -202,4 +212,35 @@ def explain_transformed(call: TransformedCall) -> TransformedVerdict:
                 error_type=failure.error_type.__name__,
                 jax_error=getattr(failure, "jax_error", None) or failure.error_type.__name__,
                 message=explain(failure, refusal.path), path=refusal.path)
+    answer = _program_answer(call)
+    if answer is not None:
+        # The program path's answer, with the trace of the per-equation rules (what the
+        # transformed-call vectors record and their rule coverage reads)
+        return dataclasses.replace(answer, trace=tuple(fired))
     return TransformedVerdict(accepted=True, trace=tuple(fired), result=result)
+
+
+# The program path's answer to a call (None where its question has no program form):
+# ``ask_program`` of shardlaw.spec.vectors.transformed_migration, a layer above this one,
+# which puts it here when it is imported (``shardlaw.spec`` imports it).
+PROGRAM_PATH: list[Callable[[TransformedCall], TransformedVerdict | None]] = []
+
+
+# The questions with a program form whose answer still comes from their function, and
+# why: vmap_jit's program form checks the rewritten jit's inputs against their batched
+# shardings (FIT-1), which JAX and the function do not do for a jit vmapped as it stands
+# (a nested vmap of an Explicit mesh's jit; vmap of a jit whose in_shardings fit no
+# example): the program path refuses calls JAX accepts there.
+ANSWERED_PER_EQUATION: dict[str, str] = {
+    "vmap_jit": "the program path checks the batched example against the batched "
+                "shardings (FIT-1), which JAX does not when it vmaps a jit as it stands",
+}
+
+
+def _program_answer(call: TransformedCall) -> TransformedVerdict | None:
+    """The answer of the program path to a call the per-equation function accepted,
+    where the question has a program form (None: none)."""
+    if (call.transform not in PROGRAM_FORMS or call.transform in ANSWERED_PER_EQUATION
+            or not PROGRAM_PATH):
+        return None
+    return PROGRAM_PATH[0](call)
