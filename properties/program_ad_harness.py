@@ -394,7 +394,29 @@ def map_ad_cases(draw: Any) -> MapAdCase:
     case = draw(map_cases())
     ops = tuple(op if op.kind not in ("pmax", "pmin") or draw(st.integers(0, 4)) == 0
                 else dataclasses.replace(op, kind="psum") for op in case.ops)
-    return MapAdCase(dataclasses.replace(case, ops=ops), draw(st.sampled_from(MAP_TRANSFORMS)))
+    case = dataclasses.replace(case, ops=ops)
+    if draw(st.integers(0, 3)) == 0:   # now and then over an all-Explicit mesh
+        case = _explicit(case)
+    return MapAdCase(case, draw(st.sampled_from(MAP_TRANSFORMS)))
+
+
+def _explicit(case: Any) -> Any:
+    """The case over the same meshes with every axis Explicit (its argument's type split
+    as its sharding says: the in spec must then match it, SMAP-17)."""
+    from shardlaw.spec import AxisType, NamedSharding as Named
+
+    def moved(mesh: Any) -> Any:
+        return None if mesh is None else type(mesh)(
+            mesh.axis_sizes, mesh.axis_names, mesh.devices,
+            (AxisType.Explicit,) * len(mesh.axis_names))
+
+    def placed(sharding: Any) -> Any:
+        return None if sharding is None else Named(moved(sharding.mesh), sharding.spec)
+
+    argument = Value.placed(case.argument.shape, placed(case.argument.sharding))
+    return dataclasses.replace(case, mesh=moved(case.mesh), argument=argument,
+                               before=placed(case.before), after=placed(case.after),
+                               map_mesh=moved(case.map_mesh))
 
 
 def _map_functions(ad: MapAdCase) -> tuple[Any, Any]:

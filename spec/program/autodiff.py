@@ -423,7 +423,7 @@ def _jvp_shard_map(eq: ShardMap, body: _Body, operands: tuple[int, ...], moving:
         eq, operands=operands + given, body=jvp_body,
         in_specs=eq.in_specs + tuple(s for s, nz in zip(eq.in_specs, nonzero) if nz),
         out_specs=eq.out_specs + tuple(eq.out_specs[j] for j in keep),
-        results=eq.results + tuple(eq.results[j] for j in keep)))
+        results=eq.results + tuple(eq.results[j] for j in keep), checked=False))
     primal, tangent = outs[:len(eq.results)], iter(outs[len(eq.results):])
     return primal, [next(tangent) if f else None for f in flags]
 
@@ -591,7 +591,10 @@ def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], m
                          path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A shard_map linearized (AD-10): the known shard_map, returning the residuals it
     stores (split by AD-10's spec) before its primal outputs, into the primal body; the
-    tangent shard_map over the residuals and the tangents it reads onto the tape."""
+    tangent shard_map over the residuals and the tangents it reads onto the tape. Like
+    every shard_map the AD rewrites stage, both are unchecked (``checked`` False): JAX
+    binds them itself, and checks a shard_map's specs against its operands only when the
+    user calls it (on the untransformed program, traced first)."""
     nonzero = tuple(t is not None for t in moving)
     if not any(nonzero):
         outs = tape.primal.emit(dataclasses.replace(eq, operands=operands))
@@ -620,7 +623,7 @@ def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], m
     primal_eq = dataclasses.replace(
         eq, operands=operands, body=known.program(tuple(stored) + made[:count]),
         out_specs=tuple(stored_specs) + eq.out_specs,
-        results=tuple(stored_types) + eq.results)
+        results=tuple(stored_types) + eq.results, checked=False)
     results = tape.primal.emit(primal_eq)
     kept, primal = iter(zip(results[:len(stored)], stored_specs)), results[len(stored):]
     if not any(lin.flags):
@@ -645,7 +648,7 @@ def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], m
         eq, operands=tuple(range(len(refs) + len(chosen))), body=tangent,
         in_specs=tuple(specs) + tuple(spec for _, spec in chosen),
         out_specs=tuple(eq.out_specs[j] for j in keep),
-        results=tuple(eq.results[j] for j in keep))
+        results=tuple(eq.results[j] for j in keep), checked=False)
     touts = iter(tape.emit(tangent_eq, tuple(tape.residual(n) for n in refs)
                            + tuple(t for t, _ in chosen)))
     return primal, [next(touts) if f else None for f in lin.flags]
@@ -902,7 +905,7 @@ def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[
         body=staged.program(tuple(outs)),
         in_specs=tuple(ct_specs) + tuple(eq.in_specs[i] for i in nonlinear),
         out_specs=tuple(cotangent_spec(eq.in_specs[i]) for i in chosen),
-        results=tuple(types[eq.operands[i]].type for i in chosen))
+        results=tuple(types[eq.operands[i]].type for i in chosen), checked=False)
     made = body.emit(transposed_eq)
     return [(eq.operands[i], m) for i, m in zip(chosen, made)]
 
