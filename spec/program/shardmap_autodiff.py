@@ -67,7 +67,7 @@ def cotangent_spec(spec: PartitionSpec) -> PartitionSpec:
 @rule("AD-11", mirrors="jax._src.shard_map._shard_map_transpose; jax._src.shard_map._unmentioned2")
 def unmentioned_axes(axis_names: tuple[str, ...], manual_axes: frozenset[str],
                      spec: PartitionSpec) -> tuple[str, ...]:
-    """A transposed shard_map takes the non-zero cotangents with their outputs' specs, then the residuals, and returns reached inputs' cotangents with their in specs; unchecked, cotangents are divided by the manual axes a spec omits, then summed over them.
+    """A transposed shard_map takes the non-zero cotangents with their outputs' specs, then the residuals, and returns reached inputs' cotangents with their in specs; without check_vma, cotangents are divided by the manual axes a spec omits, then summed over them.
 
     Returns those axes (in mesh order): the manual axes the spec names neither as a split
     nor as unreduced. With check_vma on, the varying types already say where a cotangent is
