@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import tempfile
 import warnings
 from pathlib import Path
@@ -75,7 +76,16 @@ def test_every_migrated_vector_replays_through_the_program_path(path):
     assert vector.expect is not None
     assert program_differences(vector) == []
     old = _old(ROOT / "transforms" / path.parent.name / path.name)
-    assert vector_text(migrate_vector(old)) == path.read_text()
+    # what the command writes now, but the trace: a replay does not compare it, and it
+    # names every rule the program path fires, which grows as the path does
+    # (shardlaw vectors migrate ... --replace writes it afresh)
+    assert _untraced(json.loads(vector_text(migrate_vector(old)))) == \
+        _untraced(json.loads(path.read_text()))
+
+
+def _untraced(document: dict) -> dict:
+    return {**document, "expect": {k: v for k, v in document["expect"].items()
+                                   if k != "trace"}}
 
 
 def test_the_migrated_set_is_what_the_command_writes():
