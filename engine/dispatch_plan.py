@@ -138,6 +138,9 @@ def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
         placed_in.append(s)
     in_path = d.inputs[d.kept[0]].path if d.kept else None
     recovered = recover_shardings(placed_in, kept_values, kept_final, kept_values, None, in_path)
+    # hoisted committed constants are the executable's first inputs (CONST-2)
+    recovered = [c.sharding for c in d.constants] + recovered
+    kept_values = [c.value for c in d.constants] + kept_values
     # A result whose type has unreduced or reduced axes comes back as its type says,
     # which is what JAX's executable reports: nothing to re-read.
     chosen_out = [s if is_partial(getattr(a, "sharding", None)) else raw(s, len(a.shape))
@@ -155,7 +158,8 @@ def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
     outs = single_device_results(outs, d.assignment)
     outs = [_typed_result(o, s, aval) for o, s, aval in zip(outs, d.out_flat, d.out_avals)]
     exe_inputs: list[Any] = [None] * len(d.arguments.leaves)
-    for i, s in zip(d.kept, single_device_results(recovered, d.assignment)):
+    for i, s in zip(d.kept, single_device_results(recovered[len(d.constants):],
+                                                   d.assignment)):
         exe_inputs[i] = s
     return exe_inputs, outs
 

@@ -212,6 +212,23 @@ def live_body(jaxpr: Any) -> Any:
     return _pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))[0]
 
 
+def hoists_constants() -> bool:
+    """Whether JAX hoists closed-over constants as arguments of the compiled program (the
+    simplified-constants flag on now, and lowering's default read when JAX was imported)."""
+    from jax._src.interpreters import mlir
+    return bool(_config.use_simplified_jaxpr_constants.value
+                and mlir.LoweringParameters().hoist_constants_as_args)
+
+
+def hoistable(literal: Any) -> bool:
+    """Whether JAX hoists this literal of a body: an array of rank 1 or more, larger than
+    the constants it embeds (jax_embedded_constants_max_bytes)."""
+    return type(literal) is _core.Literal and _core.is_hoistable(literal)
+
+
+Literal = _core.Literal
+
+
 def bodies_of(equation: Any) -> list[Any]:
     """The bodies an equation holds in its parameters (an inner jit's, a shard_map's, a
     scan's, a cond's branches...), in the order JAX walks them."""

@@ -45,7 +45,8 @@ from .recovery import Value
 from .resolution import Source
 from .rules import note, reject, rule
 
-__all__ = ["Body", "walked", "inside_shardings", "walk_body", "ref_inputs", "recovery_origin",
+__all__ = ["Body", "walked", "inside_shardings", "walk_body", "ref_inputs", "constant_sharding",
+           "recovery_origin",
            "check_body_lowers", "check_constraint_lowers", "check_spec_axes_once",
            "check_collective_lowers"]
 
@@ -59,16 +60,19 @@ class Body:
     take part (PROG-2), and ``lowering``, what lowering checks in its live shard_maps —
     ``(path, "in_spec", spec)`` for an operand its body uses, ``(path, "collective",
     (primitive, axes, sizes, perm))`` for a collective, ``sizes`` the mesh's axis sizes;
-    and ``refs``, the closed-over mutable refs that take part (REF-1), each at its path
-    ``constants[k]``."""
+    ``refs``, the closed-over mutable refs that take part (REF-1), each at its path
+    ``constants[k]``; ``constants``, the committed constants JAX hoists as arguments, in
+    its order (CONST-1, CONST-2)."""
 
-    __slots__ = ("shardings", "lowering", "refs")
+    __slots__ = ("shardings", "lowering", "refs", "constants")
 
     def __init__(self, shardings: tuple[Source, ...], lowering: tuple[tuple, ...],
-                 refs: tuple["RefInput", ...] = ()) -> None:
+                 refs: tuple["RefInput", ...] = (),
+                 constants: tuple["RefInput", ...] = ()) -> None:
         self.shardings = shardings
         self.lowering = lowering
         self.refs = refs
+        self.constants = constants
 
 
 # Per traced body (its jaxpr, held weakly): keep_unused -> what its walk found.
@@ -107,7 +111,77 @@ def walk_body(jaxpr: Any, keep_unused: bool, consts: Any = ()) -> Body:
     lowering: list[tuple] = []
     _walk(jaxpr, live, "", out, lowering, None)
     return Body(tuple(out), tuple(sorted(lowering, key=lambda c: _lowering_order(c[0]))),
-                _closed_over_refs(jaxpr, live, consts, keep_unused))
+                _closed_over_refs(jaxpr, live, consts, keep_unused),
+                _hoisted_constants(jaxpr, live) if internals.hoists_constants() else ())
+
+
+# The equations a program's description reads: their literal operands, scalars included,
+# are numbered among its constants too (``constants[k]``).
+DESCRIBED = frozenset({"jit", "pjit", "sharding_constraint", "device_put", "shard_map",
+                       "reshard"})
+
+
+def _constant_paths(jaxpr: Any, prefix: str, paths: dict[int, str]) -> None:
+    """The path of each literal the description reads as a constant, by the literal's id:
+    in each body, after its constant variables, the literals of its equations in order
+    (every one of an equation it describes, the arrays of any other), then the bodies of
+    the equations it describes, each the same way."""
+    k = len(jaxpr.constvars)
+    for eqn in jaxpr.eqns:
+        described = eqn.primitive.name in DESCRIBED
+        for v in eqn.invars:
+            if type(v) is internals.Literal and id(v) not in paths and (
+                    described or getattr(v.val, "ndim", 0) > 0):
+                paths[id(v)] = f"{prefix}constants[{k}]"
+                k += 1
+    for n, eqn in enumerate(jaxpr.eqns):
+        if eqn.primitive.name in DESCRIBED:
+            for body in internals.bodies_of(eqn):
+                _constant_paths(body, f"{prefix}body[{n}].{eqn.primitive.name}.", paths)
+
+
+def _hoisted_in(jaxpr: Any, found: dict[int, Any]) -> None:
+    """JAX's order of the constants it hoists (jaxpr_const_args): the body's results, then
+    equation by equation its operands and the bodies nested in it."""
+    for v in jaxpr.outvars:
+        if internals.hoistable(v):
+            found.setdefault(id(v), v)
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if internals.hoistable(v):
+                found.setdefault(id(v), v)
+        for body in internals.bodies_of(eqn):
+            _hoisted_in(body, found)
+
+
+def _hoisted_constants(jaxpr: Any, live: Any) -> tuple["RefInput", ...]:
+    """The constants JAX hoists from the live body that keep a sharding of their own:
+    committed jax.Arrays (a numpy array or an uncommitted one is left open)."""
+    found: dict[int, Any] = {}
+    _hoisted_in(live, found)
+    if not found:
+        return ()
+    paths: dict[int, str] = {}
+    _constant_paths(jaxpr, "", paths)
+    out = []
+    for key, literal in found.items():
+        value = literal.val
+        if isinstance(value, internals.ArrayImpl) and value._committed:
+            path = paths.get(key, "constants")
+            out.append(RefInput(value.sharding, f"closed-over constant {path}", path,
+                                Value.of_aval(literal.aval)))
+    return tuple(out)
+
+
+@rule("CONST-2")
+def constant_sharding(closed_jaxpr: Any, keep_unused: bool) -> tuple["RefInput", ...]:
+    """A hoisted committed jax.Array enters the program on its own sharding, joining the device assignment after the arguments and committing the results; a hoisted numpy or uncommitted array is left open; none is donated.
+
+    Returns the hoisted constants that keep a sharding of their own, in JAX's order, each
+    at its path (``constants[k]``, ``body[2].jit.constants[0]``), from the walk of the body
+    (once per trace). None unless JAX hoists constants (CONST-1).
+    """
+    return walked(closed_jaxpr, keep_unused).constants
 
 
 def _closed_over_refs(jaxpr: Any, live: Any, consts: Any, keep_unused: bool

@@ -31,7 +31,8 @@ from .call_arguments import CallArguments
 from .dispatch_plan import DispatchPlan, make_plan
 from .options import check_call_form
 from .program_body import (
-    check_body_lowers, check_refs_not_donated, inside_shardings, ref_inputs, walked,
+    check_body_lowers, check_refs_not_donated, constant_sharding, inside_shardings, ref_inputs,
+    walked,
 )
 from .recovery import Value, concrete_inputs, recover_shardings
 from .resolution import (
@@ -80,6 +81,7 @@ class CallDecision:
         self.committed = False
         self.inside: tuple[Source, ...] = ()   # the shardings inside the body (PROG-2)
         self.refs: tuple[Any, ...] = ()        # the closed-over refs that take part (REF-1)
+        self.constants: tuple[Any, ...] = ()   # hoisted committed constants (CONST-2)
         self.compiler_options: dict[str, Any] | None = None   # given to Lowered.compile
 
 
@@ -205,8 +207,11 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
     # closed-over refs are inputs right after the arguments (REF-1)
     refs = d.refs = ref_inputs(d.traced.jaxpr, bool(o.keep_unused)) if (
         body.refs or arguments.refs) else ()
+    # hoisted committed constants after them (CONST-2)
+    constants = d.constants = constant_sharding(d.traced.jaxpr, bool(o.keep_unused)) if (
+        body.constants) else ()
     sources = distinct_sources(
-        [*(input_source(d.inputs[i], d.resolved[i]) for i in d.kept), *refs],
+        [*(input_source(d.inputs[i], d.resolved[i]) for i in d.kept), *refs], constants,
         [Source(s, f"out_shardings for {p}", p) for s, p in zip(d.out_flat, d.out_paths)],
         d.inside)
     assignment, d.count = device_assignment(sources, d.context)
@@ -224,7 +229,7 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
     check_body_lowers(body)
     d.committed = results_committed(d.context, d.count,
                                     [*(d.resolved[i] for i in d.kept),
-                                     *(s.sharding for s in refs)],
+                                     *(s.sharding for s in (*refs, *constants))],
                                     [*d.out_flat, *(s.sharding for s in d.inside)])
 
 

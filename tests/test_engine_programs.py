@@ -367,6 +367,38 @@ def test_a_call_with_a_ref_argument_is_decided_by_the_engine_and_run_by_jax():
     assert jitted.cache_info().compiles == 0   # none by the engine: JAX compiled it
 
 
+# Run in a child process: JAX reads the flag that hoists constants when it is imported.
+_HOISTED = """
+import jax
+jax.config.update("jax_num_cpu_devices", 8)
+from shardlaw.properties.program_constants_harness import ConstCase, Held
+from shardlaw.properties.program_harness import Case, Recipe, Step
+from shardlaw.properties.suites.programs import compare_engine_constants, held_values, run_in_engine
+from shardlaw.spec import Mesh, NamedSharding, P, Value
+mesh, reversed_mesh = Mesh.iota((2, 4), ("x", "y")), Mesh((2, 4), ("x", "y"), range(7, -1, -1))
+case = Case((Value.placed((8, 8), NamedSharding(mesh, P("x"))),), Recipe((Step("neg", 0),), (1,)))
+for sharding in (NamedSharding(reversed_mesh, P("y")), NamedSharding(mesh, P("y"))):
+    cc = ConstCase(case, (Held("constant", "placed", "returned", sharding),), hoist=True)
+    assert not compare_engine_constants(cc), compare_engine_constants(cc)
+    error = run_in_engine(cc, held_values()).error
+    print(type(error).__name__, getattr(error, "rule", None), getattr(error, "path", None))
+"""
+
+
+@checks("CONST-2", "DA-1")
+def test_a_hoisted_constant_on_other_devices_is_refused_before_lowering():
+    """With constants hoisted as arguments (the flag on as JAX is imported), a committed
+    constant joins the device assignment after the arguments: on the devices in reverse it
+    is refused by DA-1 at its path, as JAX and the spec refuse it; on theirs it runs."""
+    import os
+    child = subprocess.run([sys.executable, "-c", _HOISTED], capture_output=True, text=True,
+                           timeout=300, env=dict(os.environ,
+                                                 JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS="1"))
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split("\n")[:2] == ["EngineValueError DA-1 constants[0]",
+                                            "NoneType None None"]
+
+
 def test_explain_of_a_refused_program_names_the_rule_the_path_and_the_stage():
     reversed_mesh = jax.sharding.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
     mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))

@@ -304,11 +304,22 @@ def _ref_paths(cc: Any) -> set[str]:
             | {f"constants[{k}]" for k, h in enumerate(consts) if cc.held[h].role == "ref"})
 
 
+def _constant_paths(cc: Any, placed_only: bool = False) -> set[str]:
+    """The paths the spec gives the case's closed-over constants (after the refs); with
+    ``placed_only``, those of committed constants a live equation uses."""
+    _, consts = cc.order()
+    return {f"constants[{k}]" for k, h in enumerate(consts) if cc.held[h].role == "constant"
+            and (not placed_only or (cc.held[h].source == "placed"
+                                     and cc.held[h].use == "returned"))}
+
+
 def compare_engine_constants(cc: Any) -> list[str]:
     """The engine's disagreements on a held-values case (:func:`compare_engine_program`
     through :func:`held_values`); on agreement, REF-1's sides (refused: DA-1 at a ref's
-    path; accepted: a program with refs) and REF-3's (refused: a donated ref; accepted: a
-    program with ref arguments none of which is a donor) are recorded."""
+    path; accepted: a program with refs), REF-3's (refused: a donated ref; accepted: a
+    program with ref arguments none of which is a donor) and, where JAX hoists constants,
+    CONST-2's (refused: DA-1 at a constant's path; accepted: a program using a committed
+    constant) are recorded."""
     harness = held_values()
     problems = compare_engine_program(cc, harness)
     if problems:
@@ -321,6 +332,12 @@ def compare_engine_constants(cc: Any) -> list[str]:
             hits.record(ENGINE_SOURCE, "REF-1", refused=False)
         elif rule == "DA-1" and path in refs:
             hits.record(ENGINE_SOURCE, "REF-1", refused=True)
+    if cc.hoist:
+        placed = _constant_paths(cc, placed_only=True)
+        if rule == "DA-1" and path in _constant_paths(cc):
+            hits.record(ENGINE_SOURCE, "CONST-2", refused=True)
+        elif error is None and placed:
+            hits.record(ENGINE_SOURCE, "CONST-2", refused=False)
     if any(h.role == "ref_arg" for h in cc.held):
         if rule == "REF-3":
             hits.record(ENGINE_SOURCE, "REF-3", refused=True)
@@ -329,10 +346,11 @@ def compare_engine_constants(cc: Any) -> list[str]:
     return []
 
 
-def constant_engine_cases() -> Any:
-    """program_constants_harness's drawn cases, constants embedded (not hoisted)."""
+def constant_engine_cases(hoist: bool = False) -> Any:
+    """program_constants_harness's drawn cases; ``hoist``: constants hoisted as arguments
+    (only in a process whose JAX was imported with the flag that hoists them on)."""
     from shardlaw.properties.program_constants_harness import constant_cases
-    return constant_cases()
+    return constant_cases(hoist=hoist)
 
 
 @checks("REF-1", "REF-3", "DA-1")

@@ -36,8 +36,8 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
-['AD-9', 'CONST-1', 'CONST-2', 'LAY-2', 'LAY-3', 'NS-3', 'OUT-4', 'PROG-1',
- 'PROG-4', 'REF-2', 'WSC-10', 'WSC-11']
+['AD-9', 'CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'OUT-4', 'PROG-1', 'PROG-4',
+ 'REF-2', 'WSC-10', 'WSC-11']
 """
 
 from __future__ import annotations
@@ -228,14 +228,12 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
     # The engine reads the shardings inside a jit's body and recovers results over them
     # (PROG-2, PROG-3: engine/program_body.py); JAX's own tracing types its equations and
     # its compiler places the results.
-    # The engine hands closed-over constants to JAX as they are (issue 23, seed rows); it
-    # reads refs (REF-1, REF-3: engine/program_body.py), and JAX aliases their updates.
+    # JAX embeds or hoists closed-over constants (issue 23, seed rows); the engine reads the
+    # hoisted ones' shardings (CONST-2) and refs (REF-1, REF-3: engine/program_body.py), and
+    # JAX aliases the refs' updates.
     "CONST-1": _left_to_jax(
         "JAX's lowering embeds closed-over constants, or hoists them as arguments when "
         "jax_use_simplified_jaxpr_constants is on; the engine traces through JAX's jit"),
-    "CONST-2": _left_to_jax(
-        "JAX's const_args_shardings gives a hoisted constant its sharding and DA-1 checks "
-        "it in lower_sharding_computation; the engine does not read closed-over values"),
     "REF-2": _left_to_jax(
         "JAX's _discharge_refs aliases each ref's new value to its buffer; the engine decides "
         "a call with refs (REF-1, REF-3) and JAX's jit compiles the aliasing"),
