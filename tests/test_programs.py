@@ -396,6 +396,14 @@ def test_a_constraint_keeps_its_operands_split_over_its_own_mesh():
     outcome = _agree(case)
     verdict = _verdict(case)
     assert (verdict.rule, verdict.stage, type(outcome.error)) == ("WSC-10", "trace", ValueError)
+    # moved onto a mesh where its split does not divide the value (6 rows over 4 devices)
+    halves = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
+    wider = Mesh.iota((4,), ("x",), (AxisType.Explicit,))
+    y = Value.placed((6, 8), NamedSharding(halves, P("x")))
+    case = Case((y,), Recipe((Step("constraint", 0, NamedSharding(wider, P())),), (1,)))
+    outcome = _agree(case)
+    assert (_verdict(case).rule, outcome.stage, type(outcome.error)) == (
+        "WSC-10", "trace", ValueError)
 
 
 @checks("WSC-11")

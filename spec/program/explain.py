@@ -227,7 +227,7 @@ def _trace_constraint(eq: ShardingConstraint, operand: Value, context: Mesh | No
         unconstrained_dims(eq.sharding, path)
         check_constraint_fits(eq.sharding, value, path)
         check_constraint_axes(eq.sharding, value, context, path)
-        check_split_kept(eq.sharding, operand.spec, path)   # its result's type (WSC-10)
+        check_split_kept(eq.sharding, operand.spec, path, operand.shape)   # WSC-10
 
 
 def _trace_reshard(eq: Reshard, shape: tuple[int, ...], path: str) -> None:

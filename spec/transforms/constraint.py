@@ -699,26 +699,54 @@ class SplitAxesNotInMesh(Failure, rule="WSC-10"):
     missing: tuple
 
 
+@dataclasses.dataclass(frozen=True)
+class SplitDoesNotDivide(Failure, rule="WSC-10"):
+    template = ("the value {path} constrains is split over the Explicit axes {split!r}; the "
+                "constraint's result keeps that split over its mesh {mesh!r}, where "
+                "dimension {dim} of size {size} does not split {ways} ways")
+    hint = "Constrain over the mesh the value is split over, or reshard it first."
+    path: str
+    split: Any
+    mesh: Any
+    dim: int
+    size: int
+    ways: int
+
+
 @rule("WSC-10", mirrors="jax._src.pjit._sharding_constraint_abstract_eval (the operand's "
-                        "type moved onto the constraint's mesh)")
-def check_split_kept(sharding: Any, split: PartitionSpec | None, path: str = "x") -> None:
-    """A NamedSharding constraint keeps its operand's split over Explicit axes, moved onto the constraint's mesh: that mesh must have every axis the split names.
+                        "type moved onto the constraint's mesh); jax._src.core."
+                        "_check_divisibility")
+def check_split_kept(sharding: Any, split: PartitionSpec | None, path: str = "x",
+                     shape: tuple[int, ...] | None = None) -> None:
+    """A NamedSharding constraint keeps its operand's split over Explicit axes, moved onto the constraint's mesh: that mesh must have every axis the split names, and divide the value's ``shape`` as the split says.
 
     >>> auto = Mesh.iota((4,), ("x",))
-    >>> check_split_kept(NamedSharding(auto, P()), P("x"))
+    >>> check_split_kept(NamedSharding(auto, P()), P("x"), "x", (8,))
     >>> check_split_kept(NamedSharding(auto, P()), P("y", "x"))
     Traceback (most recent call last):
     ...
     shardlaw.spec.core.rules.RejectionValueError: [WSC-10]: the value x constrains is split over the Explicit axes P('y', 'x'); the constraint's result keeps that split over its mesh Mesh({'x': 4}), which has no axes ('y',). Constrain over the mesh the value is split over, or reshard it first.
+    >>> check_split_kept(NamedSharding(auto, P()), P("x"), "x", (6,))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [WSC-10]: the value x constrains is split over the Explicit axes P('x'); the constraint's result keeps that split over its mesh Mesh({'x': 4}), where dimension 0 of size 6 does not split 4 ways. Constrain over the mesh the value is split over, or reshard it first.
     """
     check_constraint_call(split is None or isinstance(split, PartitionSpec), "split",
                           "None or a PartitionSpec", split)
+    check_constraint_call(shape is None or (type(shape) is tuple and all(
+        type(n) is int and n >= 0 for n in shape)), "shape", "None or a shape", shape)
     if split is None or not isinstance(sharding, NamedSharding):
         return
     names = set(sharding.mesh.axis_names)
     missing = tuple(dict.fromkeys(a for a in (*split.axes(), *sorted(split.unreduced),
                                               *sorted(split.reduced)) if a not in names))
     require(not missing, lambda: SplitAxesNotInMesh(path, split, sharding.mesh, missing))
+    sizes = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_sizes))
+    for dim, (size, entry) in enumerate(zip(shape or (), split)):
+        ways = math.prod(sizes[a] for a in ((entry,) if isinstance(entry, str)
+                                            else entry or ()))
+        require(size % ways == 0, lambda: SplitDoesNotDivide(path, split, sharding.mesh,
+                                                             dim, size, ways))
 
 
 # --------------------------------------------------------------------------- WSC-11
