@@ -487,7 +487,7 @@ def check_donation(answers: Answers, ours: Any, theirs: Any, shape: tuple, pid: 
     operation = drawn["after"]
     if operation == "device_put" and ours_replicated == ours:
         operation = "device_put to its own sharding"
-    mine = spec_outcome(lambda: S.check_not_deleted(deleted, shape, operation))
+    mine = spec_outcome(lambda: S.check_not_deleted(deleted, ours, shape, operation, pid))
     if mine[0] is None and operation == "np.asarray":
         mine = spec_outcome(lambda: S.check_fetchable(ours, shape, pid))
     act = {

@@ -1015,24 +1015,41 @@ class ArrayDeleted(Failure, rule="PROC-18", error=RuntimeError):
     shape: tuple
 
 
-# What a process may do with an array; the second set never reads the deleted buffers.
+# What a process may do with an array after donating it: these read its buffers,
 READS = ("np.asarray", "addressable_shards", "jit", "device_put")
-NO_READ = ("str", "device_put to its own sharding")
+# this never does, and printing does where the process prints the value.
+NO_READ = ("device_put to its own sharding",)
+OPERATIONS = READS + NO_READ + ("str",)
 
 
-@rule("PROC-18", mirrors="jax.Array's deletion checks (ArrayImpl._check_if_deleted)")
-def check_not_deleted(deleted: bool, shape: Any, operation: str) -> None:
-    """An array deleted by donation (PROC-17) refuses, in each process where it was deleted, every read: np.asarray, its shards, a jit call, device_put elsewhere; printing it or device_put to its own sharding does not read.
+@rule("PROC-18", mirrors="jax.Array's deletion checks (ArrayImpl._check_if_deleted; "
+                         "ArrayImpl.__str__)")
+def check_not_deleted(deleted: bool, sharding: Any, shape: Any, operation: str,
+                      process_index: int) -> None:
+    """An array deleted by donation (PROC-17) refuses, where deleted, every read: np.asarray, its shards, a jit call, device_put elsewhere, and printing where the process would print values (it fully addresses the array, or the array is fully replicated).
 
-    >>> check_not_deleted(True, (4,), "str")
-    >>> check_not_deleted(True, (4,), "jit")
+    Printing anywhere else shows only the shape and dtype, and device_put to the array's own
+    sharding gives it back: neither reads it.
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
+    >>> check_not_deleted(True, NamedSharding(mesh, P("x")), (4,), "str", 0)
+    >>> check_not_deleted(True, NamedSharding(mesh, P()), (4,), "str", 0)
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionRuntimeError: [PROC-18]: jit reads an array of shape (4,) that was donated to a jit call and has been deleted. Use the call's result instead, or do not donate an array still needed.
+    shardlaw.spec.core.rules.RejectionRuntimeError: [PROC-18]: str reads an array of shape (4,) that was donated to a jit call and has been deleted. Use the call's result instead, or do not donate an array still needed.
     """
     _flag(deleted, "whether the array was deleted")
     shape = tuple(check_dims(shape, what="a shape"))
-    if operation not in READS + NO_READ:
-        raise reject(NotASharding("an operation on an array", f"one of {READS + NO_READ}",
+    process_index = _process(process_index)
+    if operation not in OPERATIONS:
+        raise reject(NotASharding("an operation on an array", f"one of {OPERATIONS}",
                                   operation))
-    require(not deleted or operation in NO_READ, lambda: ArrayDeleted(operation, shape))
+    reads = operation in READS or (operation == "str" and _prints_value(sharding,
+                                                                        process_index))
+    require(not deleted or not reads, lambda: ArrayDeleted(operation, shape))
+
+
+def _prints_value(sharding: Any, process_index: int) -> bool:
+    """Whether str of an array shows its values in this process (else its shape only)."""
+    return is_fully_addressable(sharding, process_index) or (
+        is_fully_replicated(sharding) and bool(addressable_device_ids(sharding, process_index)))
