@@ -72,6 +72,7 @@ PROGRAM_ONLY = {
     "AD-10": "the residuals a shard_map equation's linearization stores",
     "AD-11": "the specs of a transposed shard_map equation",
     "AD-12": "the transposes of the collectives inside a shard_map body",
+    "AD-13": "the types of the cotangents placing equations hand back over Explicit axes",
     "SMAP-20": "the varying axes of a collective inside a shard_map body",
     "SMAP-21": "the shape of a collective's result inside a shard_map body",
     "SMAP-22": "ppermute's pairs, checked when a shard_map body is lowered",

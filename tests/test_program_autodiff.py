@@ -184,6 +184,51 @@ def test_a_shard_maps_jvp_is_one_shard_map_over_primals_and_tangents(axis_type):
     assert explain_program(rewritten).accepted and len(jvp(a, ones)) == 2
 
 
+def _explicit_cases() -> list:
+    """Three programs over Explicit meshes whose cotangents JAX refuses (found by the deep
+    run), and one it accepts."""
+    from shardlaw.spec import AxisType
+    explicit = AxisType.Explicit
+    m24 = Mesh.iota((2, 4), ("x", "y"), (explicit, explicit))
+    m4 = Mesh.iota((4,), ("x",), (explicit,))
+    m2 = Mesh.iota((2,), ("x",), (explicit,))
+    return [
+        # the transposed shard_map puts the cotangent together split along 'x' (its in
+        # spec), the argument's type is not
+        (MapAdCase(MapCase(m24, Value.placed((6, 8), NamedSharding(m24, P(None, None))),
+                           P("x"), P(None, "x"), frozenset({"x"}), True,
+                           (Op("nested", ("y",), 0, 0, tiled=False), Op("axis_index", ("x",))),
+                           outer_jit=True), "vjp"), True),
+        # a constraint's cotangent keeps the incoming (unsplit) one's type; the shard_map's
+        # result is split by its out spec
+        (MapAdCase(MapCase(m4, Value.placed((8,), NamedSharding(m4, P(None))), P(None),
+                           P("x"), frozenset({"x"}), True, (Op("half"),),
+                           after=NamedSharding(m4, P(None))), "vjp"), True),
+        (MapAdCase(MapCase(m24, Value.placed((8, 8), NamedSharding(m24, P(None, "x"))),
+                           P("y", None), P(None, "y"), frozenset({"y"}), False,
+                           (Op("axis_index", ("y",)),), outer_jit=True), "grad"), True),
+        # the loss's cotangent keeps the constrained value's split: accepted
+        (MapAdCase(MapCase(m2, Value.placed((8, 16), NamedSharding(m2, P(None, None))), P(None),
+                           P("x"), frozenset({"x"}), False, (Op("psum", ("x",)), Op("half")),
+                           after=NamedSharding(m2, P(None, None))), "grad"), False)]
+
+
+@checks("AD-13")
+@pytest.mark.parametrize("index", range(4))
+def test_a_cotangent_over_explicit_axes_is_typed_as_its_primal(index):
+    from shardlaw.properties.program_ad_harness import map_rewrite
+
+    ad, refused = _explicit_cases()[index]
+    assert compare_map_ad(ad) == []
+    if not refused:
+        assert explain_program(map_rewrite(ad)).accepted
+        return
+    with pytest.raises(Rejection) as error:
+        map_rewrite(ad)
+    assert (error.value.failure.rule, error.value.stage) == ("AD-13", "trace")
+    assert isinstance(error.value, ValueError) and "Expected cotangent type" in str(error.value)
+
+
 def _map_ad(ops: tuple, transform: str, check_vma: bool = True) -> MapAdCase:
     return MapAdCase(MapCase(MESH, X, P("x"), P("x"), frozenset(), check_vma, ops), transform)
 
@@ -422,7 +467,7 @@ def test_every_rule_of_the_transformed_programs_was_seen_on_both_sides():
     assert not missing, f"rules not seen on both sides against JAX: {missing}"
 
 
-@checks("AD-10", "AD-11", "AD-12", "SMAP-13", "SMAP-20")
+@checks("AD-10", "AD-11", "AD-12", "AD-13", "SMAP-13", "SMAP-20")
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(map_ad_cases())
 # each side of AD-10..12 pinned (a stored cos, a psum transposed; a pmax refused)
@@ -438,9 +483,11 @@ def test_transformed_shard_map_programs_agree_with_jax(ad):
 
 def test_every_rule_of_the_transformed_shard_maps_was_seen():
     """Runs after the property above: AD-10 and AD-11 decide (no refusing side), AD-12
-    refuses pmax and pmin; each seen against JAX."""
+    refuses pmax and pmin, AD-13 a cotangent not typed as its primal; each seen against
+    JAX."""
     counts = map_ad_hit_counts()
-    sides = {"AD-10": (True, False), "AD-11": (True, False), "AD-12": (True, True)}
+    sides = {"AD-10": (True, False), "AD-11": (True, False), "AD-12": (True, True),
+             "AD-13": (True, True)}
     missing = [(rule_id, counts.get(rule_id, (0, 0))) for rule_id, (accepts, refuses)
                in sides.items() if (accepts and not counts.get(rule_id, (0, 0))[0])
                or (refuses and not counts.get(rule_id, (0, 0))[1])]

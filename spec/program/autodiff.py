@@ -56,8 +56,8 @@ from .description import (
 from .explain import trace_body
 from .lowering import equation_path
 from .shardmap_autodiff import (
-    NO_DERIVATIVE, cotangent_spec, divisor, residual_spec, transposed_collective,
-    unmentioned_axes,
+    NO_DERIVATIVE, check_cotangent_type, cotangent_spec, divisor, residual_spec,
+    transposed_collective, unmentioned_axes,
 )
 
 __all__ = ["jvp_program", "linearize_program", "vjp_program", "grad_program",
@@ -74,6 +74,10 @@ LINEAR = ("neg", "reduce_sum", "broadcast_in_dim", "reshape", "transpose", "copy
 # The nonlinear primitives with a known derivative: name -> the primitive computing the
 # residual from the operand (the tangent is the operand's tangent times the residual).
 NONLINEAR = {"sin": "cos", "cos": None, "exp": None}
+
+# The equations whose cotangents' types the rewrite decides, checked against their
+# operands' (AD-13); an opaque primitive's cotangent is typed as its operand.
+PLACING = (ShardingConstraint, Reshard, DevicePut, ShardMap)
 
 # The collectives whose transpose AD-12 gives.
 COLLECTIVE_TRANSPOSES = ("psum", "psum_invariant", "pvary", "all_gather", "reduce_scatter",
@@ -123,7 +127,7 @@ class _Body:
         """Append ``eq`` (its results typed by PROG-1 where left out); its result numbers."""
         operands = tuple(self.types[n] for n in eq.operands)
         if eq.results is None:
-            eq = dataclasses.replace(eq, results=eq.derived(operands))
+            eq = eq.renumbered(eq.operands, eq.derived(operands))
         start = len(self.types)
         self.equations.append(eq)
         self.types.extend(eq.results)
@@ -153,7 +157,7 @@ def _inline(into: _Body, program: Program, operands: tuple[int, ...]) -> tuple[i
                   "a body without closed-over constants", program.consts)
     number = list(operands)
     for eq in program.equations:
-        moved = dataclasses.replace(eq, operands=tuple(number[n] for n in eq.operands))
+        moved = eq.renumbered(tuple(number[n] for n in eq.operands))
         number.extend(into.emit(moved))
     return tuple(number[n] for n in program.outputs)
 
@@ -308,7 +312,9 @@ def _joined(result: Value, operands: list[Value]) -> Value:
     types), over none where they do not."""
     meshes = {v.mesh for v in operands} - {None}
     mesh = meshes.pop() if len(meshes) == 1 else None
-    return Value(result.shape, result.dtype, result.weak_type, mesh, result.varying)
+    # (over the result's own mesh, its split over Explicit axes too)
+    return Value(result.shape, result.dtype, result.weak_type, mesh, result.varying,
+                 spec=result.spec if mesh == result.mesh else None)
 
 
 def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list) -> list:
@@ -373,7 +379,7 @@ def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
         elif isinstance(eq, ShardMap):
             outs, touts = _jvp_shard_map(eq, body, operands, in_tangents, path)
         else:
-            outs = body.emit(dataclasses.replace(eq, operands=operands))
+            outs = body.emit(eq.renumbered(operands))
             touts = _tangent_eq(eq, tape, operands, in_tangents, path, "jvp")
         number.extend(outs)
         tangents.extend(touts)
@@ -390,7 +396,7 @@ def _jvp_jit(eq: Jit, body: _Body, operands: tuple[int, ...], moving: list, path
     inner = eq.body
     nonzero = tuple(t is not None for t in moving)
     if not any(nonzero):
-        return body.emit(dataclasses.replace(eq, operands=operands)), [None] * len(eq.body.outputs)
+        return body.emit(eq.renumbered(operands)), [None] * len(eq.body.outputs)
     # JAX differentiates the jit's traced body: its tangents are typed as its primals are,
     # whatever the tangents passed in are (ad.jvp_jaxpr).
     jvp_body, flags = _jvp_body(inner, nonzero, f"{path}.jit.", tuple(
@@ -413,7 +419,7 @@ def _jvp_shard_map(eq: ShardMap, body: _Body, operands: tuple[int, ...], moving:
     tangents with their results' specs; its body differentiated per shard."""
     nonzero = tuple(t is not None for t in moving)
     if not any(nonzero):
-        return body.emit(dataclasses.replace(eq, operands=operands)), [None] * len(eq.results)
+        return body.emit(eq.renumbered(operands)), [None] * len(eq.results)
     inner = eq.body
     jvp_body, flags = _jvp_body(inner, nonzero, f"{path}.shard_map.", tuple(
         v.type for v, nz in zip(inner.inputs, nonzero) if nz))
@@ -461,7 +467,7 @@ def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
             outs, touts = _linearize_shard_map(eq, tape, operands, in_tangents, path,
                                                transform)
         else:
-            outs = primal.emit(dataclasses.replace(eq, operands=operands))
+            outs = primal.emit(eq.renumbered(operands))
             touts = _tangent_eq(eq, tape, operands, in_tangents, path, transform)
         number.extend(outs)
         tangents.extend(touts)
@@ -503,7 +509,7 @@ def _pruned(program: Program, inputs: list[bool] | None = None) -> Program:
     number.update({len(program.inputs) + c: len(kept) + c for c in range(len(program.consts))})
     for eq, made, alive in zip(program.equations, program.result_numbers(), keep):
         if alive:
-            outs = body.emit(dataclasses.replace(eq, operands=tuple(
+            outs = body.emit(eq.renumbered(tuple(
                 number[n] for n in eq.operands)))
             number.update(zip(made, outs))
     return body.program(tuple(number[n] for n in program.outputs))
@@ -538,7 +544,7 @@ def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list
     inner = eq.body
     nonzero = tuple(t is not None for t in moving)
     if not any(nonzero):
-        outs = tape.primal.emit(dataclasses.replace(eq, operands=operands))
+        outs = tape.primal.emit(eq.renumbered(operands))
         return outs, [None] * len(eq.body.outputs)
     lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
     primal_fwd, residual_fwd = _forwarding(lin, inner)
@@ -597,7 +603,7 @@ def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], m
     user calls it (on the untransformed program, traced first)."""
     nonzero = tuple(t is not None for t in moving)
     if not any(nonzero):
-        outs = tape.primal.emit(dataclasses.replace(eq, operands=operands))
+        outs = tape.primal.emit(eq.renumbered(operands))
         return outs, [None] * len(eq.results)
     inner, sizes, manual = eq.body, _sizes(eq), _manual(eq)
     lin = _linearize_body(inner, nonzero, f"{path}.shard_map.", transform)
@@ -731,8 +737,7 @@ def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
     numbers = program.result_numbers()
     for eq, made in zip(program.equations, numbers):
         if not flags[made[0]] if made else True:
-            outs = body.emit(dataclasses.replace(eq, operands=tuple(number[n]
-                                                                    for n in eq.operands)))
+            outs = body.emit(eq.renumbered(tuple(number[n] for n in eq.operands)))
             number.update(zip(made, outs))
     for k in reversed(range(len(program.equations))):
         eq, made = program.equations[k], numbers[k]
@@ -743,6 +748,9 @@ def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
         incoming = [body.add_all(r) if r else None for r in received]
         for operand, ct in _transpose_eq(eq, body, incoming, flags, number, path,
                                          program.value_types):
+            if isinstance(eq, PLACING):   # their cotangents' types are decided (AD-13)
+                with staged("trace"):
+                    check_cotangent_type(program.value_types[operand], body.types[ct], path)
             cts.setdefault(operand, []).append(ct)
     outputs, reached = [], []
     for i, lin in enumerate(linear):
@@ -854,6 +862,28 @@ def _transpose_jit(eq: Jit, body: _Body, incoming: list, flags: list[bool],
     return [(eq.operands[i], next(outs)) for i, r in zip(lin_in, reached) if r]
 
 
+def _cotangent_result(operand: Value, eq: ShardMap, spec: PartitionSpec,
+                      manual: frozenset[str]) -> Value:
+    """The type of a transposed shard_map's result: its operand's, split over the mesh's
+    Explicit axes as the in spec puts the cotangent together (the manual axes), and as the
+    operand's type is over the others (JAX's ``unshard_aval``)."""
+    value = operand.type
+    if value.mesh is None or not any(t.name == "Explicit" for t in value.mesh.axis_types):
+        return value
+    kept = [] if value.spec is None else list(value.spec)
+    entries = []
+    for d in range(len(value.shape)):
+        given = kept[d] if d < len(kept) else None
+        others = tuple(n for n in ((given,) if isinstance(given, str) else given or ())
+                       if n not in manual)
+        entry = spec[d] if d < len(spec) else None
+        named = (entry,) if isinstance(entry, str) else tuple(entry or ())
+        names = named + others
+        entries.append(None if not names else names[0] if len(names) == 1 else names)
+    split = type_spec(NamedSharding(eq.mesh, PartitionSpec(*entries)))
+    return dataclasses.replace(value, spec=split)
+
+
 def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[bool],
                          number: dict[int, int], path: str, types: tuple[Value, ...]
                          ) -> list[tuple[int, int]]:
@@ -905,7 +935,8 @@ def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[
         body=staged.program(tuple(outs)),
         in_specs=tuple(ct_specs) + tuple(eq.in_specs[i] for i in nonlinear),
         out_specs=tuple(cotangent_spec(eq.in_specs[i]) for i in chosen),
-        results=tuple(types[eq.operands[i]].type for i in chosen), checked=False)
+        results=tuple(_cotangent_result(types[eq.operands[i]], eq, cotangent_spec(
+            eq.in_specs[i]), manual) for i in chosen), checked=False)
     made = body.emit(transposed_eq)
     return [(eq.operands[i], m) for i, m in zip(chosen, made)]
 

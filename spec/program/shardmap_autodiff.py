@@ -1,4 +1,4 @@
-"""A ``shard_map`` under ``jax.linearize``, ``jax.vjp`` and ``jax.grad``: the specs its linearization and its transpose stage, and each collective's transpose (AD-10 to AD-12).
+"""A ``shard_map`` under ``jax.linearize``, ``jax.vjp`` and ``jax.grad``: the specs its linearization and its transpose stage, each collective's transpose, and the cotangents' types (AD-10 to AD-13).
 
 JAX 0.10.2 linearizes a shard_map (``shard_map._shard_map_linearize``) into two shard_maps
 over the same mesh: the *known* one runs the body's primal half and returns, before the
@@ -8,7 +8,9 @@ forwarded one with its input's or output's spec), then each non-zero tangent wit
 primal's spec. Transposing the tangent shard_map (``_shard_map_transpose``) stages one
 more shard_map whose specs AD-11 gives, its body the tangent body transposed equation by
 equation, each collective by AD-12. :mod:`shardlaw.spec.program.autodiff` builds the
-programs; the functions here decide the specs and the transposes.
+programs; the functions here decide the specs and the transposes. Over Explicit axes, a
+cotangent a placing equation (a constraint, a reshard, a device_put, a shard_map) hands
+back while transposing must be typed as its primal (AD-13), as JAX's backward pass checks.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ import math
 from typing import Any
 
 from ..core.rules import Failure, reject, rule
-from ..core.values import PartitionSpec
+from ..core.values import AbstractMesh, AxisType, PartitionSpec
 
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["residual_spec", "cotangent_spec", "unmentioned_axes", "transposed_collective",
-           "divisor", "NoDerivative", "NO_DERIVATIVE"]
+           "divisor", "check_cotangent_type", "NoDerivative", "CotangentType",
+           "NO_DERIVATIVE"]
 
 # The collectives JAX gives no differentiation rule (a non-zero tangent reaching one is
 # refused while the transformed function is traced).
@@ -143,6 +146,49 @@ def transposed_collective(primitive: str, params: dict[str, Any], path: str = ""
     else:
         out = dict(p, split_axis=p["concat_axis"], concat_axis=p["split_axis"])
     return name, tuple(sorted(out.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class CotangentType(Failure, rule="AD-13", error=ValueError):
+    template = ("Expected cotangent type {expected} but got {got}: the cotangent reaching "
+                "{path} is not typed as its primal")
+    hint = ("Over Explicit axes a value's cotangent must be split as the value is: reshard "
+            "the value (jax.sharding.reshard) or choose specs that keep its split.")
+    expected: str
+    got: str
+    path: str
+
+
+def _explicit(mesh: Any) -> bool:
+    return mesh is not None and any(t is AxisType.Explicit for t in mesh.axis_types)
+
+
+def _short(value: Any) -> str:
+    split = "" if value.spec is None else f" split {value.spec}"
+    vary = f" varying {sorted(value.varying)}" if value.varying else ""
+    return f"{value.dtype}{list(value.shape)}{split}{vary}"
+
+
+@rule("AD-13", mirrors="jax._src.interpreters.ad.ct_check; jax._src.core.typematch")
+def check_cotangent_type(expected: Any, got: Any, path: str = "") -> None:
+    """A cotangent reaching a value while transposing has the value's shape and varying axes and, where both are typed over meshes one of which has an Explicit axis, its mesh and split; else ValueError at trace.
+
+    ``expected`` is the value's type, ``got`` the cotangent's (program Values).
+
+    >>> from shardlaw.spec.program.description import Value
+    >>> mesh = AbstractMesh((4,), ("x",), (AxisType.Explicit,))
+    >>> check_cotangent_type(Value((8,), mesh=mesh, spec=P("x")), Value((8,), mesh=mesh, spec=P("x")))
+    >>> check_cotangent_type(Value((8,), mesh=mesh, spec=P("x")), Value((8,), mesh=mesh), "body[2]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [AD-13]: Expected cotangent type float32[8] split P('x') but got float32[8]: the cotangent reaching body[2] is not typed as its primal. Over Explicit axes a value's cotangent must be split as the value is: reshard the value (jax.sharding.reshard) or choose specs that keep its split.
+    """
+    same = expected.shape == got.shape and expected.varying == got.varying
+    if same and expected.mesh is not None and got.mesh is not None and (
+            _explicit(expected.mesh) or _explicit(got.mesh)):
+        same = expected.mesh == got.mesh and expected.spec == got.spec
+    if not same:
+        raise reject(CotangentType(_short(expected), _short(got), path))
 
 
 def divisor(sizes: dict[str, int], axes: tuple[str, ...]) -> int:
