@@ -78,6 +78,7 @@ from ..transforms.batching import (
     BadVmapParameter, BadVmapParameterType, batch_sharding, check_vmap_parameters,
 )
 from ..transforms.constraint import Constraint, batch_constraint
+from ..transforms.shardmap_bodies import collective_varying
 from ..transforms.shardmap_specs import manual_axes_of
 from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
@@ -600,10 +601,11 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: _Axis, pat
             check_spmd_casts((), eq.mesh, tuple(rw.types[n] for n in outputs), out_specs)
     body = dataclasses.replace(eq.body, inputs=tuple(rw.types[:len(eq.body.inputs)]),
                                equations=tuple(rw.equations), outputs=outputs)
-    # JAX puts a result together from the per-shard batch: a batch the spmd axes split
-    # unevenly comes back rounded down to a multiple of their sizes
-    whole = per_shard * math.prod(sizes.get(n, 1) for n in (names or ()))
-    results = tuple(_batched_type(r, d, whole) for r, d in zip(eq.results, out_dims))
+    # JAX puts a result together from the body's: a batch the spmd axes split unevenly
+    # comes back rounded down to a multiple of their sizes
+    ways = math.prod(sizes.get(n, 1) for n in (names or ()))
+    results = tuple(_batched_type(r, d, 0 if d is None else rw.types[n].shape[d] * ways)
+                    for r, d, n in zip(eq.results, out_dims, outputs))
     checked = eq.checked and all(d is None for d in dims)
     new = dataclasses.replace(eq, operands=numbers, results=results, body=body,
                               in_specs=in_specs, out_specs=out_specs, checked=checked)
@@ -627,6 +629,9 @@ def _batch_opaque(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path:
     scalars = all(d is not None or rw.types[n].shape == () for n, d in zip(numbers, dims))
     if name in KEEPS_AXIS and len(mapped) == 1 and scalars:
         d = mapped.pop()
+        if name == "pvary" and rw.axis.casts:   # re-bound on a value now varying more
+            collective_varying("pvary", collective_axes(name, dict(eq.params)),
+                               rw.types[numbers[0]].varying, True)
         varying = rw.axis.varying | _carried(rw, eq, numbers)
         if name in BROADCASTING and rw.axis.casts:
             numbers = tuple(_varying_along(rw, n, d if dim is not None else None)
