@@ -54,9 +54,15 @@ the function, whose body is the batched jit equation followed by those moves. A 
 that form (no options, one jit equation over its inputs followed by moves only) is read
 back as the eager function it describes when vmapped again, so nested vmaps compose.
 
-The answer is marked unchecked (``Program.checked``): vmapped again, its example's checks
-are not made again (JAX made them on the first example, and the batched shardings may now
-split a batch unevenly, which only running the call refuses).
+Where vmap moves nothing the answer is the batched jit call itself, marked unchecked
+(``Program.checked``): vmapped again, its example's checks are not made again (JAX made
+them on the first example). But JAX binds the batched jit equation without checking its
+shardings against the batched values (FIT-1): a batch the spmd axes split unevenly (3
+over an axis of 2), or a sharding of more dimensions than the example has, is traced,
+lowered and compiled inside ``jax.jit`` of the vmapped function, and refused only by an
+eager call. Where the batched shardings do not fit the batched values the answer is
+therefore that ``jax.jit`` of the function, the batched jit an unchecked equation in it
+(read back, vmapped again, as the eager function, like a program with moves).
 
 A refusal is the rule's :class:`~shardlaw.spec.core.rules.Rejection` at stage ``trace``,
 located at the equation (``body[3]``, ``body[0].jit.body[1]``,
@@ -70,7 +76,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ..core.rules import Failure, located, reject, require, rule, staged
+from ..core.rules import Failure, Rejection, located, reject, require, rule, staged, tracing
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..jit.matching import check_fits
@@ -265,6 +271,14 @@ class _Rewrite:
         self.types = [_batched_type(v, d, axis.size, axis.varying) for v, d in
                       zip(program.value_types[:count], self.dims)]
         self.equations: list[Equation] = []
+        self.batched: dict = {}
+
+    def once(self, key: tuple, batch: Any) -> tuple:
+        """``batch()``, or what it gave for an equal ``key`` in this body before (a layer
+        repeated: an equation of one form over operands batched alike is batched alike)."""
+        if key not in self.batched:
+            self.batched[key] = batch()
+        return self.batched[key]
 
     def add(self, eq: Equation, dims: tuple) -> None:
         """Append ``eq`` (typed against the values so far) and its results' batch axes."""
@@ -291,7 +305,7 @@ def _typed(eq: Equation, types: list[Value]) -> Equation:
     if eq.results is not None:
         return eq
     operands = tuple(types[n] for n in eq.operands)
-    return dataclasses.replace(eq, results=eq.derived(operands))
+    return eq.renumbered(eq.operands, eq.derived(operands))
 
 
 def _rewrite_body(program: Program, dims: tuple, axis: _Axis, prefix: str) -> _Rewrite:
@@ -303,7 +317,7 @@ def _rewrite_body(program: Program, dims: tuple, axis: _Axis, prefix: str) -> _R
         numbers = tuple(n for n, _ in operands)
         in_dims = tuple(d for _, d in operands)
         if all(d is None for d in in_dims) and not isinstance(eq, (Jit, ShardMap)):
-            rw.add(dataclasses.replace(eq, operands=numbers), (None,) * len(eq.results))
+            rw.add(eq.renumbered(numbers), (None,) * len(eq.results))
         else:
             with located(path):
                 _batch_equation(rw, eq, numbers, in_dims, path)
@@ -317,7 +331,9 @@ def _batch_equation(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, pat
         new, out_dims = _batch_jit(eq, numbers, dims, rw.axis, path)
         rw.add(new, out_dims)
     elif isinstance(eq, ShardingConstraint):
-        rw.add(_batch_constraint(eq, numbers, dims[0], rw, path), dims)
+        key = (eq.form, rw.types[numbers[0]].shape, dims)
+        batched = rw.once(key, lambda: _batch_constraint(eq, numbers, dims[0], rw, path))
+        rw.add(batched.renumbered(numbers), dims)
     elif isinstance(eq, DevicePut):
         mapped = {d for d in dims if d is not None}
         check_program(len(mapped) == 1, f"the operands of the device_put at {path}",
@@ -330,8 +346,9 @@ def _batch_equation(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, pat
         rw.add(dataclasses.replace(eq, operands=numbers, results=None,
                                    sharding=NamedSharding(s.mesh, spec)), dims)
     elif isinstance(eq, ShardMap):
-        new, out_dims = _batch_shard_map(eq, numbers, dims, rw.axis, path)
-        rw.add(new, out_dims)
+        new, out_dims = rw.once((eq.form, dims), lambda: _batch_shard_map(
+            eq, numbers, dims, rw.axis, path))
+        rw.add(new.renumbered(numbers), out_dims)
     else:
         _batch_opaque(rw, eq, numbers, dims, path)
 
@@ -640,8 +657,7 @@ def _batch_opaque(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path:
                 numbers += (_literal_varying(rw, numbers[0]),)
             varying = varying | rw.axis.casts
         results = tuple(_batched_type(r, d, size, varying) for r in eq.results)
-        rw.add(dataclasses.replace(eq, operands=numbers, results=results),
-               (d,) * len(results))
+        rw.add(eq.renumbered(numbers, results), (d,) * len(results))
         return
     if name in SHIFTS and len(dims) == 1:
         params, d = SHIFTS[name](dict(eq.params), dims[0])
@@ -744,9 +760,11 @@ def _broadcast(operand: int, value: Value, shape: tuple, kept: tuple) -> Opaque:
 def _is_wrapper(program: Program) -> bool:
     """Whether ``program`` is what vmap_program gives when vmap moves results after the
     call: no options, one jit equation over the inputs in order, then one move or more (a
-    jit written so by hand reads alike: vmapped, its moves then stay outside it)."""
+    jit written so by hand reads alike: vmapped, its moves then stay outside it); or no
+    move after a batched jit equation (unchecked) whose shardings do not fit its values."""
     eqs = program.equations
-    return (len(eqs) > 1 and isinstance(eqs[0], Jit) and not program.consts
+    moved = len(eqs) > 1 or (len(eqs) == 1 and isinstance(eqs[0], Jit) and not eqs[0].checked)
+    return (moved and isinstance(eqs[0], Jit) and not program.consts
             and eqs[0].operands == tuple(range(len(program.inputs)))
             and all(isinstance(eq, Opaque) and eq.primitive in MOVES for eq in eqs[1:])
             and all(s is UNSPECIFIED for s in program.in_shardings + program.out_shardings)
@@ -864,12 +882,30 @@ def _traced(program: Program) -> Program:
 
 
 def _answer(inputs: tuple[Value, ...], rw: _Rewrite, outputs: list[int]) -> Program:
-    """One jit call over the batched arguments where vmap moved nothing after it, else
-    ``jax.jit`` of the vmapped function (the batched call, then the moves)."""
+    """One jit call over the batched arguments where vmap moved nothing after it and the
+    batched shardings fit the batched values, else ``jax.jit`` of the vmapped function
+    (the batched call, then the moves)."""
     first = rw.equations[0] if rw.equations else None
     count = len(inputs)
     if (len(rw.equations) == 1 and isinstance(first, Jit)
             and first.operands == tuple(range(count))
-            and outputs == list(range(count, count + len(first.results)))):
+            and outputs == list(range(count, count + len(first.results)))
+            and _fits_batched(first, inputs)):
         return dataclasses.replace(first.body, inputs=inputs, checked=False)
     return Program(inputs, tuple(rw.equations), tuple(outputs))
+
+
+def _fits_batched(jit: Jit, inputs: tuple[Value, ...]) -> bool:
+    """Whether the batched jit's shardings fit its batched arguments and results (FIT-1):
+    then it is decided as a jit call of its own. JAX binds it without that check (vmap
+    checked the example), so a batch the spmd axes split unevenly, or a sharding of more
+    dimensions than the example, stays an unchecked equation inside ``jax.jit``."""
+    pairs = [*zip(jit.body.in_shardings, (v.shape for v in inputs)),
+             *zip(jit.body.out_shardings, (r.shape for r in jit.results))]
+    with tracing():   # a question about the form of the answer, not a rule JAX applies
+        try:
+            for s, shape in pairs:
+                check_fits(s, shape, "")
+        except Rejection:
+            return False
+    return True

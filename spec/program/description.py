@@ -28,6 +28,7 @@ and a jit's results follow from their operands when left out (PROG-1).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, ClassVar
 
 from ..core.hlo import HloSharding
@@ -80,31 +81,49 @@ def check_program(condition: bool, what: str, expected: str, value: Any) -> None
         raise reject(BadProgram(what, expected, value))
 
 
+def _require(condition: bool, what: str, expected: str, value: Any) -> None:
+    """PROG-0 (:func:`check_program`), the rule called where the description breaks it: a
+    description is checked item by item, thousands of items in a rewrite of a step."""
+    if not condition:
+        check_program(condition, what, expected, value)
+
+
+def _refuse(what: str, expected: str, value: Any) -> None:
+    """PROG-0's refusal, where a check has found the description broken (a loop over many
+    items tests each first, and puts the item it refuses into words only then)."""
+    check_program(False, what, expected, value)
+
+
 def _bool(value: Any, what: str) -> bool:
-    check_program(type(value) is bool, what, "a bool", value)
+    _require(type(value) is bool, what, "a bool", value)
     return value
 
 
 def _tuple(value: Any, what: str, expected: str) -> tuple:
-    check_program(type(value) in (tuple, list), what, f"a tuple of {expected}", value)
+    if type(value) not in (tuple, list):
+        _refuse(what, f"a tuple of {expected}", value)
     return tuple(value)
 
 
 def _names(value: Any, what: str) -> frozenset[str]:
-    check_program(type(value) in (frozenset, set, tuple, list)
-                  and all(isinstance(v, str) for v in value), what,
-                  "a set of mesh axis names", value)
+    _require(type(value) in (frozenset, set, tuple, list)
+             and all(isinstance(v, str) for v in value), what,
+             "a set of mesh axis names", value)
     return frozenset(value)
 
 
 def _sharding(value: Any, what: str, *, unspecified: bool = False) -> Any:
-    ok = isinstance(value, SHARDINGS) or (unspecified and value is UNSPECIFIED)
-    check_program(ok, what, "a NamedSharding, SingleDeviceSharding or GSPMDSharding"
-                  + (" or UNSPECIFIED" if unspecified else ""), value)
+    if not (isinstance(value, SHARDINGS) or (unspecified and value is UNSPECIFIED)):
+        _refuse(what, "a NamedSharding, SingleDeviceSharding or GSPMDSharding"
+                + (" or UNSPECIFIED" if unspecified else ""), value)
     return value
 
 
 # --------------------------------------------------------------------------- values
+
+# What a value's checks expect, put into words once (every value built is checked).
+_ONE_OF_DTYPES = f"one of {DTYPES}"
+_A_PYTHON_SCALAR = f"a Python scalar: shape () and one of {tuple(SCALAR_DTYPES.values())}"
 
 @dataclasses.dataclass(frozen=True)
 class Value:
@@ -135,29 +154,28 @@ class Value:
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", check_dims(self.shape, what="a value's shape"))
         _bool(self.abstract, "a value's abstract flag")
-        check_program(not (self.abstract and (self.committed or self.weak_type)),
-                      "an abstract value (a jax.ShapeDtypeStruct)",
-                      "neither committed nor weakly typed", self)
-        check_program(type(self.dtype) is str and self.dtype in DTYPES, "a value's dtype",
-                      f"one of {DTYPES}", self.dtype)
+        _require(not (self.abstract and (self.committed or self.weak_type)),
+                 "an abstract value (a jax.ShapeDtypeStruct)",
+                 "neither committed nor weakly typed", self)
+        _require(type(self.dtype) is str and self.dtype in DTYPES, "a value's dtype",
+                 _ONE_OF_DTYPES, self.dtype)
         _bool(self.weak_type, "a value's weak_type")
         _bool(self.committed, "a value's committed flag")
-        check_program(self.mesh is None or type(self.mesh) is AbstractMesh,
-                      "the mesh of a value's type", "None or an AbstractMesh", self.mesh)
+        _require(self.mesh is None or type(self.mesh) is AbstractMesh,
+                 "the mesh of a value's type", "None or an AbstractMesh", self.mesh)
         object.__setattr__(self, "varying", _names(self.varying, "a value's varying axes"))
         if self.sharding is None:
             _set_type_spec(self, self.spec)
-        check_program(not self.varying or (self.mesh is not None and self.varying
-                                           <= set(self.mesh.axis_names)),
-                      "a value's varying axes", "axes of the mesh of its type", self.varying)
+        _require(not self.varying or (self.mesh is not None and self.varying
+                                      <= set(self.mesh.axis_names)),
+                 "a value's varying axes", "axes of the mesh of its type", self.varying)
         if self.sharding is None:
-            check_program(not self.committed, "a committed value's sharding", "a sharding",
-                          None)
-            check_program(not self.weak_type or (self.shape == () and self.dtype in
-                                                 SCALAR_DTYPES.values()),
-                          "a weakly typed value without a sharding",
-                          f"a Python scalar: shape () and one of "
-                          f"{tuple(SCALAR_DTYPES.values())}", (self.shape, self.dtype))
+            _require(not self.committed, "a committed value's sharding", "a sharding",
+                     None)
+            _require(not self.weak_type or (self.shape == () and self.dtype in
+                                            SCALAR_DTYPES.values()),
+                     "a weakly typed value without a sharding",
+                     _A_PYTHON_SCALAR, (self.shape, self.dtype))
             return
         _sharding(self.sharding, "a value's sharding")
         # An array that exists fits its sharding (CALL-0, as for a jit argument).
@@ -184,8 +202,8 @@ class Value:
     @classmethod
     def scalar(cls, python_type: str = "float") -> "Value":
         """A Python ``bool``/``int``/``float``/``complex``: weakly typed, shape ()."""
-        check_program(python_type in SCALAR_DTYPES, "a Python scalar's type",
-                      f"one of {tuple(SCALAR_DTYPES)}", python_type)
+        _require(python_type in SCALAR_DTYPES, "a Python scalar's type",
+                 f"one of {tuple(SCALAR_DTYPES)}", python_type)
         return cls((), SCALAR_DTYPES[python_type], True)
 
     @classmethod
@@ -252,12 +270,12 @@ class Const:
     ref: bool = False
 
     def __post_init__(self) -> None:
-        check_program(isinstance(self.value, Value), "a constant's value", "a Value",
-                      self.value)
+        _require(isinstance(self.value, Value), "a constant's value", "a Value",
+                 self.value)
         _bool(self.ref, "a constant's ref flag")
         # jax.new_ref places its value and commits it, whatever it was given (REF-1)
-        check_program(not self.ref or self.value.committed, "a closed-over ref's value",
-                      "a committed array (a mutable ref is always committed)", self.value)
+        _require(not self.ref or self.value.committed, "a closed-over ref's value",
+                 "a committed array (a mutable ref is always committed)", self.value)
 
 
 # --------------------------------------------------------------------------- equations
@@ -272,19 +290,64 @@ class Equation:
     results: tuple[Value, ...] | None = None
 
     def __post_init__(self) -> None:
-        operands = _tuple(self.operands, f"a {self.kind} equation's operands",
-                          "value numbers")
+        self._check_values()
+
+    def _check_values(self) -> None:
+        """Its operands are value numbers and its results (when given) traced types."""
+        kind = self.kind
+        operands = self.operands
+        if type(operands) is not tuple:
+            operands = _tuple(operands, f"a {kind} equation's operands", "value numbers")
         for n in operands:
-            check_program(type(n) is int and n >= 0, f"a {self.kind} equation's operand",
-                          "a value number", n)
+            if not (type(n) is int and n >= 0):
+                _refuse(f"a {kind} equation's operand", "a value number", n)
         object.__setattr__(self, "operands", operands)
         if self.results is not None:
-            results = _tuple(self.results, f"a {self.kind} equation's results", "Values")
+            results = self.results
+            if type(results) is not tuple:
+                results = _tuple(results, f"a {kind} equation's results", "Values")
             for r in results:
-                check_program(isinstance(r, Value) and r.sharding is None,
-                              f"a {self.kind} equation's result", "a Value without a sharding "
-                              "(a traced value has a type only)", r)
+                if not (isinstance(r, Value) and r.sharding is None):
+                    _refuse(f"a {kind} equation's result", "a Value without a sharding "
+                            "(a traced value has a type only)", r)
             object.__setattr__(self, "results", results)
+
+    @property
+    def form(self) -> tuple:
+        """The equation apart from the numbers of its operands: two equations of one form
+        over operands of the same types are checked, and rewritten, alike."""
+        return (type(self), *(getattr(self, name) for name in _form_fields(type(self))))
+
+    def renumbered(self, operands: Any, results: Any = None) -> "Equation":
+        """The same equation over other operands and, given ``results``, with other result
+        types: what a rewrite does to most equations it meets.
+
+        With as many operands, and as many results (or results where it had none), every
+        check of its kind but those of its operands and results holds as it did: only
+        those are made again. Otherwise it is built anew, every check made.
+
+        >>> eq = Opaque((0, 1), primitive="add", results=(Value.typed((4,)),))
+        >>> eq.renumbered((2, 3)).operands
+        (2, 3)
+        >>> eq.renumbered((2, -1))
+        Traceback (most recent call last):
+        ...
+        shardlaw.spec.core.rules.RejectionTypeError: [PROG-0]: a opaque equation's operand must be a value number, got -1
+        """
+        results = self.results if results is None else results
+        same_counts = (type(operands) in (tuple, list) and len(operands) == len(self.operands)
+                       and (self.results is None or (type(results) in (tuple, list)
+                                                    and len(results) == len(self.results))))
+        if not same_counts:
+            return dataclasses.replace(self, operands=operands, results=results)
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        if results is not self.results:   # typed again (_type_equation) in its body
+            new.__dict__.pop("_typed_against", None)
+        object.__setattr__(new, "operands", operands)
+        object.__setattr__(new, "results", results)
+        new._check_values()
+        return new
 
     @property
     def body(self) -> "Program | None":
@@ -298,9 +361,14 @@ class Equation:
         return None
 
 
+@functools.cache
+def _form_fields(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(kind) if f.name != "operands")
+
+
 def _one_operand(eq: Equation) -> None:
-    check_program(len(eq.operands) == 1, f"a {eq.kind} equation's operands",
-                  "exactly one value", eq.operands)
+    _require(len(eq.operands) == 1, f"a {eq.kind} equation's operands",
+             "exactly one value", eq.operands)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,9 +388,9 @@ class ShardingConstraint(Equation):
         if dims is None:
             spec = self.sharding.spec if isinstance(self.sharding, NamedSharding) else ()
             dims = frozenset(i for i, e in enumerate(spec) if e is UNCONSTRAINED)
-        check_program(type(dims) in (frozenset, set, tuple, list)
-                      and all(type(d) is int and d >= 0 for d in dims),
-                      "a sharding_constraint's unconstrained_dims", "a set of dimensions", dims)
+        _require(type(dims) in (frozenset, set, tuple, list)
+                 and all(type(d) is int and d >= 0 for d in dims),
+                 "a sharding_constraint's unconstrained_dims", "a set of dimensions", dims)
         object.__setattr__(self, "unconstrained_dims", frozenset(dims))
 
     def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
@@ -345,11 +413,11 @@ class DevicePut(Equation):
         _bool(self.checked, "a device_put's checked flag")
         targets = _tuple(self.targets, "a device_put's targets",
                          "shardings, device ids or None")
-        check_program(len(targets) == len(self.operands), "a device_put's targets",
-                      f"one per operand ({len(self.operands)})", targets)
+        _require(len(targets) == len(self.operands), "a device_put's targets",
+                 f"one per operand ({len(self.operands)})", targets)
         for t in targets:
-            check_program(t is None or isinstance(t, SHARDINGS) or (type(t) is int and t >= 0),
-                          "a device_put's target", "a sharding, a device id or None", t)
+            _require(t is None or isinstance(t, SHARDINGS) or (type(t) is int and t >= 0),
+                     "a device_put's target", "a sharding, a device id or None", t)
         object.__setattr__(self, "targets", targets)
 
     def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
@@ -367,8 +435,8 @@ class Reshard(Equation):
     def __post_init__(self) -> None:
         super().__post_init__()
         _one_operand(self)
-        check_program(isinstance(self.sharding, NamedSharding), "a reshard's sharding",
-                      "a NamedSharding", self.sharding)
+        _require(isinstance(self.sharding, NamedSharding), "a reshard's sharding",
+                 "a NamedSharding", self.sharding)
 
     def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
         return result_types(self, operands)
@@ -406,28 +474,28 @@ class Opaque(Equation):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_program(isinstance(self.primitive, str) and self.primitive != ""
-                      and self.primitive not in DESCRIBED_PRIMITIVES,
-                      "an opaque equation's primitive",
-                      f"a primitive's name other than {DESCRIBED_PRIMITIVES}", self.primitive)
+        _require(isinstance(self.primitive, str) and self.primitive != ""
+                 and self.primitive not in DESCRIBED_PRIMITIVES,
+                 "an opaque equation's primitive",
+                 f"a primitive's name other than {DESCRIBED_PRIMITIVES}", self.primitive)
         params = _tuple(self.params, "an opaque equation's params", "(name, value) pairs")
         for pair in params:
-            check_program(type(pair) is tuple and len(pair) == 2 and isinstance(pair[0], str)
-                          and _param(pair[1]), "an opaque equation's parameter",
-                          "a (name, value) pair of a plain value", pair)
+            _require(type(pair) is tuple and len(pair) == 2 and isinstance(pair[0], str)
+                     and _param(pair[1]), "an opaque equation's parameter",
+                     "a (name, value) pair of a plain value", pair)
         object.__setattr__(self, "params", params)
-        check_program(self.results is not None, "an opaque equation's results",
-                      "the types of its results (no rule derives them)", None)
+        _require(self.results is not None, "an opaque equation's results",
+                 "the types of its results (no rule derives them)", None)
 
 
 def _check_operand_types(eq: Equation, operands: tuple[Value, ...],
                          expected: tuple[Value, ...], what: str) -> None:
-    check_program(len(operands) == len(expected), f"a {eq.kind} equation's operands",
-                  f"one per input of its body ({len(expected)})", eq.operands)
+    _require(len(operands) == len(expected), f"a {eq.kind} equation's operands",
+             f"one per input of its body ({len(expected)})", eq.operands)
     for k, (given, wanted) in enumerate(zip(operands, expected)):
-        check_program((given.shape, given.dtype) == (wanted.shape, wanted.dtype),
-                      f"operand {k} of a {eq.kind} equation",
-                      f"of {what} {wanted.dtype}{list(wanted.shape)}", given)
+        _require((given.shape, given.dtype) == (wanted.shape, wanted.dtype),
+                 f"operand {k} of a {eq.kind} equation",
+                 f"of {what} {wanted.dtype}{list(wanted.shape)}", given)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -445,13 +513,13 @@ class Jit(Equation):
     def __post_init__(self) -> None:
         super().__post_init__()
         _bool(self.checked, "a jit equation's checked flag")
-        check_program(isinstance(self.body, Program), "a jit equation's body", "a Program",
-                      self.body)
-        check_program(isinstance(self.name, str), "a jit equation's name", "a str", self.name)
-        check_program(self.body.compiler is None and self.body.compiler_in is None,
-                      "the compiler's choices of an inner jit",
-                      "None (they are given for the program asked about)",
-                      (self.body.compiler, self.body.compiler_in))
+        _require(isinstance(self.body, Program), "a jit equation's body", "a Program",
+                 self.body)
+        _require(isinstance(self.name, str), "a jit equation's name", "a str", self.name)
+        _require(self.body.compiler is None and self.body.compiler_in is None,
+                 "the compiler's choices of an inner jit",
+                 "None (they are given for the program asked about)",
+                 (self.body.compiler, self.body.compiler_in))
         _check_traced(self.body, "an inner jit's body")
 
     def check(self, operands: tuple[Value, ...]) -> None:
@@ -480,43 +548,43 @@ class ShardMap(Equation):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_program(isinstance(self.body, Program), "a shard_map's body", "a Program",
-                      self.body)
-        check_program(type(self.mesh) in (Mesh, AbstractMesh), "a shard_map's mesh",
-                      "a Mesh or an AbstractMesh", self.mesh)
+        _require(isinstance(self.body, Program), "a shard_map's body", "a Program",
+                 self.body)
+        _require(type(self.mesh) in (Mesh, AbstractMesh), "a shard_map's mesh",
+                 "a Mesh or an AbstractMesh", self.mesh)
         for name in ("in_specs", "out_specs"):
             specs = _tuple(getattr(self, name), f"a shard_map's {name}", "PartitionSpecs")
             for spec in specs:
-                check_program(isinstance(spec, PartitionSpec), f"a shard_map's {name} entry",
-                              "a PartitionSpec", spec)
+                _require(isinstance(spec, PartitionSpec), f"a shard_map's {name} entry",
+                         "a PartitionSpec", spec)
             object.__setattr__(self, name, specs)
         manual = _names(self.manual_axes, "a shard_map's manual axes")
-        check_program(manual <= set(self.mesh.axis_names), "a shard_map's manual axes",
-                      f"axes of its mesh {self.mesh.axis_names}", manual)
+        _require(manual <= set(self.mesh.axis_names), "a shard_map's manual axes",
+                 f"axes of its mesh {self.mesh.axis_names}", manual)
         object.__setattr__(self, "manual_axes", manual)
         _bool(self.check_vma, "a shard_map's check_vma")
         _bool(self.checked, "a shard_map's checked flag")
         body = self.body
-        check_program(len(self.in_specs) == len(self.operands) == len(body.inputs),
-                      "a shard_map's in_specs", "one per operand and per body input",
-                      self.in_specs)
-        check_program(len(self.out_specs) == len(body.outputs), "a shard_map's out_specs",
-                      "one per body result", self.out_specs)
-        check_program(self.results is not None and len(self.results) == len(body.outputs),
-                      "a shard_map's results", "the types of its results, one per body "
-                      "result", self.results)
-        check_program(body.compiler is None and body.compiler_in is None
-                      and not body.keep_unused and body.context_mesh
-                      is None and all(s is UNSPECIFIED for s in body.in_shardings
-                                      + body.out_shardings) and not any(body.donated),
-                      "a shard_map's body", "a body without jit options", body)
+        _require(len(self.in_specs) == len(self.operands) == len(body.inputs),
+                 "a shard_map's in_specs", "one per operand and per body input",
+                 self.in_specs)
+        _require(len(self.out_specs) == len(body.outputs), "a shard_map's out_specs",
+                 "one per body result", self.out_specs)
+        _require(self.results is not None and len(self.results) == len(body.outputs),
+                 "a shard_map's results", "the types of its results, one per body "
+                 "result", self.results)
+        _require(body.compiler is None and body.compiler_in is None
+                 and not body.keep_unused and body.context_mesh
+                 is None and all(s is UNSPECIFIED for s in body.in_shardings
+                                 + body.out_shardings) and not any(body.donated),
+                 "a shard_map's body", "a body without jit options", body)
         _check_traced(body, "a shard_map's body")
 
 
 def _check_traced(body: "Program", what: str) -> None:
     for k, value in enumerate(body.inputs):
-        check_program(value.sharding is None, f"input {k} of {what}",
-                      "a traced value (a type, no sharding)", value)
+        _require(value.sharding is None, f"input {k} of {what}",
+                 "a traced value (a type, no sharding)", value)
 
 
 # --------------------------------------------------------------------------- PROG-1
@@ -644,16 +712,18 @@ def _set_type_spec(value: Value, spec: Any) -> None:
 
 def _flag_tuple(value: Any, count: int, what: str) -> tuple[bool, ...]:
     flags = _tuple(value, what, "bools") or (False,) * count
-    check_program(len(flags) == count and all(type(f) is bool for f in flags), what,
-                  f"{count} bools, one per input", flags)
+    if not (len(flags) == count and all(type(f) is bool for f in flags)):
+        _refuse(what, f"{count} bools, one per input", flags)
     return flags
 
 
 def _shardings_tuple(value: Any, count: int, what: str, whose: str) -> tuple:
     given = _tuple(value, what, "shardings or UNSPECIFIED") or (UNSPECIFIED,) * count
-    check_program(len(given) == count, what, f"{count} entries, one per {whose}", given)
+    if len(given) != count:
+        _refuse(what, f"{count} entries, one per {whose}", given)
     for s in given:
-        _sharding(s, f"an entry of {what}", unspecified=True)
+        if not (s is UNSPECIFIED or isinstance(s, SHARDINGS)):
+            _sharding(s, f"an entry of {what}", unspecified=True)
     return given
 
 
@@ -710,8 +780,8 @@ class Program:
     checked: bool = True
 
     def __post_init__(self) -> None:
-        check_program(type(self.devices) is int and self.devices >= 1, "a program's devices",
-                      "a positive int (jax.device_count())", self.devices)
+        _require(type(self.devices) is int and self.devices >= 1, "a program's devices",
+                 "a positive int (jax.device_count())", self.devices)
         inputs = _tuple(self.inputs, "a program's inputs", "Values")
         consts = _tuple(self.consts, "a program's consts", "Consts")
         equations = _tuple(self.equations, "a program's equations", "equations")
@@ -719,22 +789,22 @@ class Program:
         for what, items, kind in (("inputs", inputs, Value), ("consts", consts, Const),
                                   ("equations", equations, Equation)):
             for k, item in enumerate(items):
-                check_program(isinstance(item, kind) and type(item) is not Equation,
-                              f"{what}[{k}]", f"a {kind.__name__}", item)
+                if not (isinstance(item, kind) and type(item) is not Equation):
+                    _refuse(f"{what}[{k}]", f"a {kind.__name__}", item)
         for name, value in (("inputs", inputs), ("consts", consts), ("equations", equations),
                             ("outputs", outputs)):
             object.__setattr__(self, name, value)
         depth = 1 + max((eq.body.depth for eq in equations if eq.body is not None), default=0)
-        check_program(depth <= MAX_DEPTH, "a program's bodies",
-                      f"nested at most {MAX_DEPTH} deep", f"{depth} deep")
+        if depth > MAX_DEPTH:
+            _refuse("a program's bodies", f"nested at most {MAX_DEPTH} deep", f"{depth} deep")
         object.__setattr__(self, "depth", depth)
         types = [v.type for v in inputs] + [c.value.type for c in consts]
         equations = tuple(_type_equation(eq, k, types) for k, eq in enumerate(equations))
         object.__setattr__(self, "equations", equations)
         for k, n in enumerate(outputs):
-            check_program(type(n) is int and 0 <= n < len(types), f"outputs[{k}]",
-                          f"the number of a value defined in the body (0 .. {len(types) - 1})",
-                          n)
+            if not (type(n) is int and 0 <= n < len(types)):
+                _refuse(f"outputs[{k}]", f"the number of a value defined in the body "
+                        f"(0 .. {len(types) - 1})", n)
         object.__setattr__(self, "value_types", tuple(types))
         object.__setattr__(self, "in_shardings", _shardings_tuple(
             self.in_shardings, len(inputs), "in_shardings", "input"))
@@ -744,14 +814,14 @@ class Program:
         _bool(self.keep_unused, "keep_unused")
         _bool(self.checked, "a program's checked flag")
         _check_refs(self, inputs)
-        check_program(self.context_mesh is None or type(self.context_mesh) in (
+        _require(self.context_mesh is None or type(self.context_mesh) in (
             Mesh, AbstractMesh), "the context mesh", "None, a Mesh or an AbstractMesh",
             self.context_mesh)
         for name, count, whose in (("compiler", len(outputs), "output"),
                                    ("compiler_in", len(inputs), "input")):
             if getattr(self, name) is not None:
                 choices = _tuple(getattr(self, name), name, "HLO shardings or None")
-                check_program(len(choices) == count and all(
+                _require(len(choices) == count and all(
                     c is None or isinstance(c, HloSharding) for c in choices), name,
                     f"{count} HLO shardings or None, one per {whose}", choices)
                 object.__setattr__(self, name, choices)
@@ -760,6 +830,16 @@ class Program:
     depth: int = dataclasses.field(default=0, init=False, compare=False, repr=False)
     value_types: tuple[Value, ...] = dataclasses.field(default=(), init=False, compare=False,
                                                        repr=False)
+
+    def __hash__(self) -> int:
+        # A program is immutable and its bodies are hashed often (a shard_map's body in
+        # each equation that holds it): hashed once, by its compared fields.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)
+                                if f.compare))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     def producer(self, number: int) -> tuple[int, int] | None:
         """(equation index, result index) of the equation that defines value ``number``
@@ -791,32 +871,38 @@ def _check_refs(program: "Program", inputs: tuple[Value, ...]) -> None:
     refs = _flag_tuple(program.refs, len(inputs), "refs")
     object.__setattr__(program, "refs", refs)
     for k, (value, ref) in enumerate(zip(inputs, refs)):
-        check_program(not ref or value.sharding is None or value.committed, f"inputs[{k}]",
-                      "a committed array (a mutable ref is always committed)", value)
+        _require(not ref or value.sharding is None or value.committed, f"inputs[{k}]",
+                 "a committed array (a mutable ref is always committed)", value)
     _bool(program.hoist_constants, "hoist_constants")
     if program.compiler_consts is not None:
         choices = _tuple(program.compiler_consts, "compiler_consts", "HLO shardings or None")
-        check_program(all(c is None or isinstance(c, HloSharding) for c in choices),
-                      "compiler_consts", "HLO shardings or None, one per hoisted constant",
-                      choices)
+        _require(all(c is None or isinstance(c, HloSharding) for c in choices),
+                 "compiler_consts", "HLO shardings or None, one per hoisted constant",
+                 choices)
         object.__setattr__(program, "compiler_consts", choices)
 
 
 def _type_equation(eq: Equation, k: int, types: list[Value]) -> Equation:
     """Equation ``k`` with its operands checked and its results typed (by PROG-1 where the
-    description leaves them out); their types are appended to ``types``."""
+    description leaves them out); their types are appended to ``types``.
+
+    The checks of an equation depend on its operands' types alone: an equation already
+    typed against operands of these types (a rewrite puts one equation in many bodies) is
+    not checked again."""
     for n in eq.operands:
-        check_program(n < len(types), f"an operand of equations[{k}]",
-                      f"the number of a value defined before it (0 .. {len(types) - 1})", n)
+        if n >= len(types):
+            _refuse(f"an operand of equations[{k}]",
+                    f"the number of a value defined before it (0 .. {len(types) - 1})", n)
     operands = tuple(types[n] for n in eq.operands)
-    eq.check(operands)
-    derived = eq.derived(operands)
-    if eq.results is None:
-        eq = dataclasses.replace(eq, results=derived)
-    elif derived is not None:
-        check_program(len(eq.results) == len(derived) and all(
-            (r.shape, r.dtype) == (d.shape, d.dtype) for r, d in zip(eq.results, derived)),
-            f"the results of equations[{k}]", "of the shapes and dtypes of its operands' "
-            f"({[(d.dtype, d.shape) for d in derived]})", eq.results)
+    if eq.__dict__.get("_typed_against") != operands:
+        eq.check(operands)
+        derived = eq.derived(operands)
+        if eq.results is None:
+            eq = eq.renumbered(eq.operands, derived)
+        elif derived is not None and not (len(eq.results) == len(derived) and all(
+                (r.shape, r.dtype) == (d.shape, d.dtype) for r, d in zip(eq.results, derived))):
+            _refuse(f"the results of equations[{k}]", "of the shapes and dtypes of its "
+                    f"operands' ({[(d.dtype, d.shape) for d in derived]})", eq.results)
+        object.__setattr__(eq, "_typed_against", operands)
     types.extend(eq.results)
     return eq

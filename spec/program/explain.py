@@ -177,47 +177,86 @@ def program_call(program: Program) -> Call:
 # --------------------------------------------------------------------------- tracing
 
 def trace_body(program: Program, context: Any = None, prefix: str = "",
-               decided: list | None = None) -> list:
+               decided: list | None = None, seen: dict | None = None) -> list:
     """Each equation's own checks, in the order JAX traces them (stage ``trace``): an inner
     jit's in_shardings fit its operands (FIT-1) before its body is traced and its
     out_shardings fit its results after; a constraint's dimensions left to the compiler,
     its rank and its axes (WSC-6, WSC-4, WSC-5); a device_put's sharding places its operand
     (ARG-4); a shard_map's SMAP rules and its body's collectives
     (:func:`~shardlaw.spec.program.shardmap.trace_shard_map`). Each equation's record of
-    what it decided is appended to ``decided`` as (path, record); returns ``decided``."""
+    what it decided is appended to ``decided`` as (path, record); returns ``decided``.
+
+    An equation's checks depend on its form (:attr:`Equation.form`: all but its operands'
+    numbers), its operands' types and the context mesh alone: one like an equation already
+    traced in this walk (``seen``; a layer repeated) passed them already, and its records
+    are those of the first, at its path."""
     context = context if isinstance(context, Mesh) else None
     decided = [] if decided is None else decided
+    seen = {} if seen is None else seen
     with staged("trace"):
         for k, eq in enumerate(program.equations):
             path = equation_path(prefix, k)
-            shapes = [program.value_types[n].shape for n in eq.operands]
-            if shardings_decision(eq) is not None:
-                decided.append((path, shardings_decision(eq)))
-            if isinstance(eq, ShardMap):
-                trace_shard_map(eq, tuple(program.value_types[n] for n in eq.operands),
-                                path, decided)
-            elif isinstance(eq, Jit):
-                body = eq.body
-                for i, (s, shape) in enumerate(zip(body.in_shardings, shapes)):
-                    if eq.checked:
-                        check_fits(s, shape, f"{path}.jit.in_shardings[{i}]")
-                trace_body(body, body.context_mesh or context, f"{path}.jit.", decided)
-                for i, (s, value) in enumerate(zip(body.out_shardings, eq.results or ())):
-                    if eq.checked:
-                        check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
-            elif isinstance(eq, ShardingConstraint):
-                _trace_constraint(eq, program.value_types[eq.operands[0]], context, path)
-            elif isinstance(eq, Reshard):
-                _trace_reshard(eq, shapes[0], path)
-            elif isinstance(eq, DevicePut) and eq.checked:
-                for target, shape in zip(eq.targets, shapes):
-                    if getattr(target, "is_concrete", False):
-                        # a target split over Explicit axes types the value first, as
-                        # device_put does outside jit (ARG-4)
-                        via = "device_put" if type_spec(target) is not None else "jit"
-                        with located(path):
-                            place_on_devices(target, shape, via)
+            operands = tuple(program.value_types[n] for n in eq.operands)
+            _trace_once(seen, eq, operands, context, path, decided,
+                        lambda records: _trace_equation(eq, operands, context, path, records,
+                                                        seen))
     return decided
+
+
+def _trace_once(seen: dict, eq: Any, operands: tuple[Value, ...], context: Mesh | None,
+                path: str, decided: list, trace: Any) -> None:
+    """``trace(decided)``, unless an equation of the same form (:attr:`Equation.form`: all
+    but its operands' numbers) over operands of equal types was traced before in the same
+    context: then its records again, at ``path``. Only the kinds with checks of their own
+    are remembered; one that cannot be hashed (a parameter JAX would not hash either) is
+    traced every time."""
+    if not isinstance(eq, (ShardMap, Jit, ShardingConstraint, DevicePut)):
+        trace(decided)
+        return
+    key = (eq.form, operands, context)
+    try:
+        records = seen.get(key)
+    except TypeError:
+        trace(decided)
+        return
+    if records is None:
+        start = len(decided)
+        trace(decided)
+        seen[key] = records = [(where[len(path):], record) for where, record in decided[start:]]
+    else:
+        decided.extend((path + where, record) for where, record in records)
+
+
+def _trace_equation(eq: Any, operands: tuple[Value, ...], context: Mesh | None, path: str,
+                    decided: list, seen: dict) -> None:
+    """One equation's checks where tracing meets them (:func:`trace_body`)."""
+    shapes = [value.shape for value in operands]
+    record = shardings_decision(eq)
+    if record is not None:
+        decided.append((path, record))
+    if isinstance(eq, ShardMap):
+        trace_shard_map(eq, operands, path, decided)
+    elif isinstance(eq, Jit):
+        body = eq.body
+        for i, (s, shape) in enumerate(zip(body.in_shardings, shapes)):
+            if eq.checked:
+                check_fits(s, shape, f"{path}.jit.in_shardings[{i}]")
+        trace_body(body, body.context_mesh or context, f"{path}.jit.", decided, seen)
+        for i, (s, value) in enumerate(zip(body.out_shardings, eq.results or ())):
+            if eq.checked:
+                check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
+    elif isinstance(eq, ShardingConstraint):
+        _trace_constraint(eq, operands[0], context, path)
+    elif isinstance(eq, Reshard):
+        _trace_reshard(eq, shapes[0], path)
+    elif isinstance(eq, DevicePut) and eq.checked:
+        for target, shape in zip(eq.targets, shapes):
+            if getattr(target, "is_concrete", False):
+                # a target split over Explicit axes types the value first, as device_put
+                # does outside jit (ARG-4)
+                via = "device_put" if type_spec(target) is not None else "jit"
+                with located(path):
+                    place_on_devices(target, shape, via, boxes=False)
 
 
 def _trace_constraint(eq: ShardingConstraint, operand: Value, context: Mesh | None,
@@ -236,9 +275,10 @@ def _trace_reshard(eq: Reshard, shape: tuple[int, ...], path: str) -> None:
     devices is divided alike."""
     mesh = eq.sharding.mesh
     if isinstance(mesh, AbstractMesh):
-        mesh = Mesh(mesh.axis_sizes, mesh.axis_names, range(mesh.size), mesh.axis_types)
+        mesh = Mesh.iota(mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
     with located(path):
-        place_on_devices(NamedSharding(mesh, eq.sharding.spec), shape, "device_put")
+        place_on_devices(NamedSharding(mesh, eq.sharding.spec), shape, "device_put",
+                         boxes=False)
 
 
 def _lower_body(program: Program) -> None:

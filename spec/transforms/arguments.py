@@ -267,7 +267,8 @@ def _explicit_split(sharding: Any, shape: tuple[int, ...]) -> tuple[int, int, in
 
 @rule("ARG-4", mirrors="jax._src.api._device_put_sharding_impl / jax._src.pjit."
                        "pjit_check_aval_sharding; jax._src.core._check_divisibility")
-def place_on_devices(sharding: Any, shape: tuple[int, ...], via: str) -> dict[int, Box]:
+def place_on_devices(sharding: Any, shape: tuple[int, ...], via: str, *,
+                     boxes: bool = True) -> dict[int, Box]:
     """A placed value has the rank its sharding needs and divides evenly into its shards, and each device holds the box IDX-1 gives it.
 
     Without a sharding the value goes to the default device, device 0, whole. jit checks
@@ -306,7 +307,9 @@ def place_on_devices(sharding: Any, shape: tuple[int, ...], via: str) -> dict[in
                 ArgumentTilesDoNotFit if isinstance(failure, TilesDoNotMatchRank)
                 or failure.error_type is AssertionError else ArgumentDoesNotFit)
         raise reject(kind(shape, sharding, explain(failure))) from None
-    return devices_indices_map(sharding, shape)
+    # boxes=False: the checks alone (a traced equation asks no device for its box, and
+    # listing them would enumerate a mesh of any size)
+    return devices_indices_map(sharding, shape) if boxes else {}
 
 
 # --------------------------------------------------------------------------- ARG-5
