@@ -137,29 +137,31 @@ def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
             s = raw(chosen, len(d.arguments.shape(i))) if chosen is not None else UNSPECIFIED
         placed_in.append(s)
     in_path = d.inputs[d.kept[0]].path if d.kept else None
-    recovered = recover_shardings(placed_in, kept_values, kept_final, kept_values, None, in_path)
-    # hoisted committed constants are the executable's first inputs (CONST-2)
-    recovered = [c.sharding for c in d.constants] + recovered
-    kept_values = [c.value for c in d.constants] + kept_values
+    # the hoisted constants are the executable's first inputs, on their own shardings or
+    # where the compiler placed them (CONST-2)
+    hoisted = d.constants if len(d.constants) == facts.num_consts else ()
+    const_final = concrete_inputs([c.sharding for c in hoisted], d.assignment)
+    const_placed = [raw(facts.in_shardings[k], c.value.rank) if s is UNSPECIFIED else s
+                    for k, (c, s) in enumerate(zip(hoisted, const_final))]
+    const_values = [c.value for c in hoisted]
+    recovered = recover_shardings(const_placed + placed_in, const_values + kept_values,
+                                  const_final + kept_final, const_values + kept_values, None,
+                                  in_path)
+    kept_values = const_values + kept_values
     # A result whose type has unreduced or reduced axes comes back as its type says,
     # which is what JAX's executable reports: nothing to re-read.
     chosen_out = [s if is_partial(getattr(a, "sharding", None)) else raw(s, len(a.shape))
                   for s, a in zip(facts.out_shardings, d.out_avals)]
     placed_out = compiled_results(d.out_flat, chosen_out, d.assignment)
     out_values = [Value.of_aval(a) for a in d.out_avals]
-    # the closed-over refs' new values are results after the program's own, on the refs'
-    # shardings (REF-2): JAX reads the results over them as over given out_shardings
-    placed_out += [ref.sharding for ref in d.refs]
-    out_values += [ref.value for ref in d.refs]
     given, given_values, out_values = recovery_origin(recovered, kept_values, out_values,
                                                       d.inside)
     outs = recover_shardings(placed_out, out_values, given, given_values, d.context,
-                             d.out_paths[0] if d.out_paths else "result")[:len(d.out_avals)]
+                             d.out_paths[0] if d.out_paths else "result")
     outs = single_device_results(outs, d.assignment)
     outs = [_typed_result(o, s, aval) for o, s, aval in zip(outs, d.out_flat, d.out_avals)]
     exe_inputs: list[Any] = [None] * len(d.arguments.leaves)
-    for i, s in zip(d.kept, single_device_results(recovered[len(d.constants):],
-                                                   d.assignment)):
+    for i, s in zip(d.kept, single_device_results(recovered[len(hoisted):], d.assignment)):
         exe_inputs[i] = s
     return exe_inputs, outs
 

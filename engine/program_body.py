@@ -20,9 +20,10 @@ A mutable ref is a committed input on its own sharding: passed as an argument, i
 input where it is passed (:mod:`.call_arguments`); closed over, the walk lists it when the
 live body reads or writes it (every one when the jit keeps unused inputs), and it joins the
 device assignment right after the arguments (REF-1, at ``constants[k]``, the refs numbered
-first among the constants as the program describes them). Its new value is a result after
-the program's own, which JAX reads the results over as over a given out_sharding. A ref
-argument the program keeps cannot be donated (REF-3, refused before compiling).
+first among the constants as the program describes them). A ref argument the program
+keeps cannot be donated (REF-3, refused before compiling). A call whose refs take part is
+compiled and run by JAX's own jit once the engine has decided it: JAX writes the refs' new
+values back (REF-2) and reads the results' shardings over the refs' own.
 
 The body is walked as JAX walks it: a body's own equations in order, then the bodies
 nested in them, each the same way, at any depth (inner jits, shard_maps, and the bodies of
@@ -44,6 +45,7 @@ from . import internals
 from .recovery import Value
 from .resolution import Source
 from .rules import note, reject, rule
+from .shardings import UNSPECIFIED
 
 __all__ = ["Body", "walked", "inside_shardings", "walk_body", "ref_inputs", "constant_sharding",
            "recovery_origin",
@@ -61,8 +63,8 @@ class Body:
     ``(path, "in_spec", spec)`` for an operand its body uses, ``(path, "collective",
     (primitive, axes, sizes, perm))`` for a collective, ``sizes`` the mesh's axis sizes;
     ``refs``, the closed-over mutable refs that take part (REF-1), each at its path
-    ``constants[k]``; ``constants``, the committed constants JAX hoists as arguments, in
-    its order (CONST-1, CONST-2)."""
+    ``constants[k]``; ``constants``, the constants JAX hoists as arguments, in its order,
+    each on its sharding or left open (CONST-1, CONST-2)."""
 
     __slots__ = ("shardings", "lowering", "refs", "constants")
 
@@ -155,8 +157,8 @@ def _hoisted_in(jaxpr: Any, found: dict[int, Any]) -> None:
 
 
 def _hoisted_constants(jaxpr: Any, live: Any) -> tuple["RefInput", ...]:
-    """The constants JAX hoists from the live body that keep a sharding of their own:
-    committed jax.Arrays (a numpy array or an uncommitted one is left open)."""
+    """The constants JAX hoists from the live body, in its order: a committed jax.Array on
+    its own sharding, a numpy array or an uncommitted one left open (UNSPECIFIED)."""
     found: dict[int, Any] = {}
     _hoisted_in(live, found)
     if not found:
@@ -166,10 +168,10 @@ def _hoisted_constants(jaxpr: Any, live: Any) -> tuple["RefInput", ...]:
     out = []
     for key, literal in found.items():
         value = literal.val
-        if isinstance(value, internals.ArrayImpl) and value._committed:
-            path = paths.get(key, "constants")
-            out.append(RefInput(value.sharding, f"closed-over constant {path}", path,
-                                Value.of_aval(literal.aval)))
+        committed = isinstance(value, internals.ArrayImpl) and value._committed
+        path = paths.get(key, "constants")
+        out.append(RefInput(value.sharding if committed else UNSPECIFIED,
+                            f"closed-over constant {path}", path, Value.of_aval(literal.aval)))
     return tuple(out)
 
 
@@ -177,8 +179,8 @@ def _hoisted_constants(jaxpr: Any, live: Any) -> tuple["RefInput", ...]:
 def constant_sharding(closed_jaxpr: Any, keep_unused: bool) -> tuple["RefInput", ...]:
     """A hoisted committed jax.Array enters the program on its own sharding, joining the device assignment after the arguments and committing the results; a hoisted numpy or uncommitted array is left open; none is donated.
 
-    Returns the hoisted constants that keep a sharding of their own, in JAX's order, each
-    at its path (``constants[k]``, ``body[2].jit.constants[0]``), from the walk of the body
+    Returns the hoisted constants in JAX's order, each on its sharding or left open
+    (UNSPECIFIED), at its path (``constants[k]``, ``body[2].jit.constants[0]``), from the walk of the body
     (once per trace). None unless JAX hoists constants (CONST-1).
     """
     return walked(closed_jaxpr, keep_unused).constants

@@ -251,14 +251,15 @@ def _check_layouts(d: CallDecision) -> None:
 def stage_compile(engine: "Engine", d: CallDecision) -> DispatchPlan:
     """The executable (from the cache, or compiled), the results' shardings (OUT-1..3), how to run.
 
-    A call with mutable refs among its arguments is decided up to here (a donated one is
-    refused, REF-3); JAX's jit compiles and runs it, writing the refs' new values back."""
+    A call with mutable refs that take part (passed or closed over) is decided up to here
+    (a donated ref argument is refused, REF-3); JAX's jit compiles and runs it, writing the
+    refs' new values back and reading the results' shardings over the refs' as it does."""
     arguments = d.arguments
-    if arguments.refs:
+    if arguments.refs or d.refs:
         check_refs_not_donated(arguments.paths(), arguments.refs, d.kept, donated_leaves(
             arguments.positions, engine.options.names, arguments.dyn_args,
             arguments.dyn_kwargs))
-        raise LeftToJax("mutable refs among the arguments", d)
+        raise LeftToJax("mutable refs among its inputs", d)
     _check_input_recovery(d)
     key = executable_key(engine, d)
     entry, compiled_here = CACHE.get_or_compile(
