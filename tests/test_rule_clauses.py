@@ -764,7 +764,7 @@ def test_proc_16_with_no_device_the_array_is_given_back():
     assert S.put_on_device(_on([2, 3], ("x",)), None, (8,), 1).same
 
 
-# --------------------------------------------------------------------------- OUT-4
+# --------------------------------------------------------------------------- PROG-5
 
 def _typed_call(types, spec, args, compiler=None):
     """A call returning one (8, 8) result typed over a (2, 4) mesh of ``types``."""
@@ -773,19 +773,19 @@ def _typed_call(types, spec, args, compiler=None):
     return mesh, Call(args=args(mesh), outputs=out, compiler=compiler)
 
 
-@clause("OUT-4", 1)
-def test_out4_a_result_over_explicit_axes_comes_back_on_its_type():
+@clause("PROG-5", 1)
+def test_prog5_a_result_over_explicit_axes_comes_back_on_its_type():
     from shardlaw.spec.core.values import AxisType
     explicit = (AxisType.Explicit, AxisType.Explicit)
     mesh, call = _typed_call(explicit, P("y"), lambda m: (
         Arg.committed((8, 8), NamedSharding(m, P("x"))),))
     verdict = jit_call(call)
-    assert verdict.accepted and "OUT-4" in verdict.trace
+    assert verdict.accepted and "PROG-5" in verdict.trace
     assert verdict.out_shardings == (NamedSharding(mesh, P("y", None)),)
 
 
-@clause("OUT-4", 2)
-def test_out4_over_a_mixed_mesh_the_compiler_places_what_the_type_leaves_whole():
+@clause("PROG-5", 2)
+def test_prog5_over_a_mixed_mesh_the_compiler_places_what_the_type_leaves_whole():
     from shardlaw.spec.core.values import AxisType
     from shardlaw.spec.jit.recovery import typed_result
     from shardlaw.spec.placement.blocks import to_hlo
@@ -799,11 +799,11 @@ def test_out4_over_a_mixed_mesh_the_compiler_places_what_the_type_leaves_whole()
     assert typed_result(out, mesh.devices, None) is S.UNSPECIFIED
 
 
-@clause("OUT-4", 3)
-def test_out4_the_device_assignment_must_have_the_types_mesh_size():
+@clause("PROG-5", 3)
+def test_prog5_the_device_assignment_must_have_the_types_mesh_size():
     from shardlaw.spec.core.values import AxisType
     mixed = (AxisType.Explicit, AxisType.Auto)
     _, call = _typed_call(mixed, P(), lambda m: (Arg.numpy((8, 8)),))
     verdict = jit_call(call)
-    assert (verdict.rule, verdict.stage, verdict.jax_error) == ("OUT-4", "lower", "ValueError")
+    assert (verdict.rule, verdict.stage, verdict.jax_error) == ("PROG-5", "lower", "ValueError")
     assert "cannot reshape array of size 1 into shape (2,4)" in verdict.message

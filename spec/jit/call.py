@@ -214,7 +214,7 @@ class Out:
     from all used inputs; ``i``: from the flat input ``i``, shape-preserving); the spec
     ignores it. ``spec`` is its type's split over the Explicit axes of ``mesh`` (JAX's
     ``aval.sharding.spec``; ``P()``: not split; None: not described), which places a result
-    left unspecified (OUT-4).
+    left unspecified (PROG-5).
     """
 
     shape: tuple[int, ...] = ()

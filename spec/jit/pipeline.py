@@ -252,7 +252,7 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced) -> Lowered:
         if all_explicit(out.mesh):   # a result typed over an all-Explicit mesh (AD-9)
             with located(path):
                 check_result_mesh(out.mesh, count, path)
-        elif s is UNSPECIFIED:   # a result its type places, over a mixed mesh (OUT-4)
+        elif s is UNSPECIFIED:   # a result its type places, over a mixed mesh (PROG-5)
             with located(path):
                 check_typed_result_mesh(out, count, path)
     for i in kept:  # only an abstract argument's own sharding may not fit yet (FIT-3)
@@ -294,7 +294,7 @@ def _input_layouts(n: NormalCall, called: Called, traced: Traced) -> tuple[tuple
 def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowered) -> Compiled:
     """After compiling: the shardings the executable reports, recovered (OUT-1..3), first the
     inputs' and then the results' (a result left unspecified but typed over Explicit axes
-    comes back on its type, OUT-4); the results' layouts (LAY-2)."""
+    comes back on its type, PROG-5); the results' layouts (LAY-2)."""
     call, kept, assignment = n.call, lowered.kept, lowered.assignment
     results = len(n.flat_out)
     choices = call.compiler or (None,) * results

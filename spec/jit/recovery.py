@@ -296,7 +296,7 @@ def single_device_results(outs: Sequence[Any], assignment: DeviceList) -> list[A
             if isinstance(o, GSPMDSharding) else o for o in outs]
 
 
-@rule("OUT-4", mirrors="jax._src.interpreters.pxla._concretize_abstract_out_shardings; "
+@rule("PROG-5", mirrors="jax._src.interpreters.pxla._concretize_abstract_out_shardings; "
                        "_maybe_get_and_check_out_shardings")
 def typed_result(out: Out, assignment: DeviceList, choice: HloSharding | None) -> Any:
     """A result left unspecified whose type's mesh has an Explicit axis comes back on its type's split over that mesh made concrete on the device assignment.
@@ -338,7 +338,7 @@ def typed_result(out: Out, assignment: DeviceList, choice: HloSharding | None) -
 
 
 @dataclasses.dataclass(frozen=True)
-class TypedMeshOfOtherSize(Failure, rule="OUT-4"):
+class TypedMeshOfOtherSize(Failure, rule="PROG-5"):
     template = ("{path} is left to its type, over {mesh!r}, a mesh of {size} devices with "
                 "Explicit and Auto axes, but the program runs on {count} device(s): JAX "
                 "cannot make that mesh concrete (cannot reshape array of size {count} into "
@@ -352,7 +352,7 @@ class TypedMeshOfOtherSize(Failure, rule="OUT-4"):
 
 
 def check_typed_result_mesh(out: Out, count: int, path: str) -> None:
-    """OUT-4 when lowering: a result it places over a mesh with Auto axes too needs a device
+    """PROG-5 when lowering: a result it places over a mesh with Auto axes too needs a device
     assignment of that mesh's size (over Explicit axes only, AD-9 refuses first)."""
     mesh = out.mesh
     if out.spec is None or mesh is None or AxisType.Explicit not in mesh.axis_types:
@@ -363,7 +363,7 @@ def check_typed_result_mesh(out: Out, count: int, path: str) -> None:
 
 
 def explicit_typed(out: Out, assignment: DeviceList) -> bool:
-    """Whether OUT-4 places ``out`` when it is left unspecified: its type's mesh has an
+    """Whether PROG-5 places ``out`` when it is left unspecified: its type's mesh has an
     Explicit axis, the description gives its split, and the device assignment is of the
     mesh's size (over a mesh of Explicit axes only AD-9 holds that; over a mixed one JAX
     fails to make the mesh concrete, which the spec does not describe)."""

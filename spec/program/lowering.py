@@ -239,7 +239,7 @@ def placed_results(program: Program, assignment_shardings: Sequence[Any]
     out: list[tuple[HloSharding | None, str | None]] = []
     for j, given in enumerate(program.out_shardings):
         # a result split over Explicit axes in its type is placed by the type as well: the
-        # compiler's to combine (OUT-4), not the constraint's or the inner jit's alone
+        # compiler's to combine (PROG-5), not the constraint's or the inner jit's alone
         split = program.value_types[program.outputs[j]].spec is not None
         found = _placer(program, j, "") if one_mesh and given is UNSPECIFIED and not split \
             else None

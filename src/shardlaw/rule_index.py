@@ -36,7 +36,7 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
-['AD-9', 'CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'OUT-4', 'PROG-1', 'PROG-4',
+['AD-9', 'CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-5',
  'REF-2', 'WSC-10', 'WSC-11']
 """
 
@@ -150,8 +150,6 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     # Lowering a constraint inside a jit's body: a GSPMDSharding that Shardy cannot write,
     # an operand typed with reduced axes.
     "WSC-8": "lower", "WSC-11": "lower",
-    # A result its type places: the mesh made concrete when lowering.
-    "OUT-4": "lower",
     # A constraint's result type, while tracing.
     "WSC-10": "trace",
 }
@@ -201,7 +199,7 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "JAX's lowering of the constraint refuses an operand typed with unreduced or "
         "reduced axes; the engine's walk of the body does not read value types, and JAX's "
         "refusal stands"),
-    "OUT-4": _left_to_jax(
+    "PROG-5": _left_to_jax(
         "JAX makes a result's sharding from its type when lowering (the type's split over "
         "Explicit axes, made concrete on the device assignment) and the engine reads the "
         "results' shardings JAX gives; the engine does not read result types"),
