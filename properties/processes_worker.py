@@ -386,6 +386,16 @@ def _crashes_reordering(source: Any, target: Any) -> bool:
     return len(owners) < jax.process_count() and not same_order
 
 
+def _breaks_uncommitted(target: Any) -> bool:
+    """Whether JAX 0.10.2 returns a broken array here: an uncommitted array put on a fully
+    replicated sharding over several processes gives a process that owns one device of it
+    an array whose shards cannot be read (ValueError "... must have one shard each ...").
+    Asked of no process (over every process the put is collective)."""
+    import collections
+    owned = collections.Counter(d.process_index for d in target.device_set)
+    return target.is_fully_replicated and len(owned) > 1 and 1 in owned.values()
+
+
 def check_device_put(answers: Answers, ours: Any, theirs: Any, array: Any, shape: tuple,
                      pid: int, values: np.ndarray) -> None:
     """PROC-14 to PROC-16: jax.device_put of host data, of the global array or of a
@@ -414,6 +424,8 @@ def check_device_put(answers: Answers, ours: Any, theirs: Any, array: Any, shape
         if shape == ():
             target = jax.sharding.NamedSharding(target.mesh, jax.sharding.PartitionSpec())
         if source is not None and _crashes_reordering(x.sharding, target):
+            return
+        if host == "uncommitted" and source is None and _breaks_uncommitted(target):
             return
         spec_target = S.from_jax(target)
         if source is None:
