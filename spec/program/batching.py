@@ -54,15 +54,9 @@ the function, whose body is the batched jit equation followed by those moves. A 
 that form (no options, one jit equation over its inputs followed by moves only) is read
 back as the eager function it describes when vmapped again, so nested vmaps compose.
 
-Where vmap moves nothing the answer is the batched jit call itself, marked unchecked
-(``Program.checked``): vmapped again, its example's checks are not made again (JAX made
-them on the first example). But JAX binds the batched jit equation without checking its
-shardings against the batched values (FIT-1): a batch the spmd axes split unevenly (3
-over an axis of 2), or a sharding of more dimensions than the example has, is traced,
-lowered and compiled inside ``jax.jit`` of the vmapped function, and refused only by an
-eager call. Where the batched shardings do not fit the batched values the answer is
-therefore that ``jax.jit`` of the function, the batched jit an unchecked equation in it
-(read back, vmapped again, as the eager function, like a program with moves).
+The answer is marked unchecked (``Program.checked``): vmapped again, its example's checks
+are not made again (JAX made them on the first example, and the batched shardings may now
+split a batch unevenly, which only running the call refuses).
 
 A refusal is the rule's :class:`~shardlaw.spec.core.rules.Rejection` at stage ``trace``,
 located at the equation (``body[3]``, ``body[0].jit.body[1]``,
@@ -76,7 +70,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ..core.rules import Failure, Rejection, located, reject, require, rule, staged, tracing
+from ..core.rules import Failure, located, reject, require, rule, staged
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..jit.matching import check_fits
@@ -760,11 +754,9 @@ def _broadcast(operand: int, value: Value, shape: tuple, kept: tuple) -> Opaque:
 def _is_wrapper(program: Program) -> bool:
     """Whether ``program`` is what vmap_program gives when vmap moves results after the
     call: no options, one jit equation over the inputs in order, then one move or more (a
-    jit written so by hand reads alike: vmapped, its moves then stay outside it); or no
-    move after a batched jit equation (unchecked) whose shardings do not fit its values."""
+    jit written so by hand reads alike: vmapped, its moves then stay outside it)."""
     eqs = program.equations
-    moved = len(eqs) > 1 or (len(eqs) == 1 and isinstance(eqs[0], Jit) and not eqs[0].checked)
-    return (moved and isinstance(eqs[0], Jit) and not program.consts
+    return (len(eqs) > 1 and isinstance(eqs[0], Jit) and not program.consts
             and eqs[0].operands == tuple(range(len(program.inputs)))
             and all(isinstance(eq, Opaque) and eq.primitive in MOVES for eq in eqs[1:])
             and all(s is UNSPECIFIED for s in program.in_shardings + program.out_shardings)
@@ -882,30 +874,12 @@ def _traced(program: Program) -> Program:
 
 
 def _answer(inputs: tuple[Value, ...], rw: _Rewrite, outputs: list[int]) -> Program:
-    """One jit call over the batched arguments where vmap moved nothing after it and the
-    batched shardings fit the batched values, else ``jax.jit`` of the vmapped function
-    (the batched call, then the moves)."""
+    """One jit call over the batched arguments where vmap moved nothing after it, else
+    ``jax.jit`` of the vmapped function (the batched call, then the moves)."""
     first = rw.equations[0] if rw.equations else None
     count = len(inputs)
     if (len(rw.equations) == 1 and isinstance(first, Jit)
             and first.operands == tuple(range(count))
-            and outputs == list(range(count, count + len(first.results)))
-            and _fits_batched(first, inputs)):
+            and outputs == list(range(count, count + len(first.results)))):
         return dataclasses.replace(first.body, inputs=inputs, checked=False)
     return Program(inputs, tuple(rw.equations), tuple(outputs))
-
-
-def _fits_batched(jit: Jit, inputs: tuple[Value, ...]) -> bool:
-    """Whether the batched jit's shardings fit its batched arguments and results (FIT-1):
-    then it is decided as a jit call of its own. JAX binds it without that check (vmap
-    checked the example), so a batch the spmd axes split unevenly, or a sharding of more
-    dimensions than the example, stays an unchecked equation inside ``jax.jit``."""
-    pairs = [*zip(jit.body.in_shardings, (v.shape for v in inputs)),
-             *zip(jit.body.out_shardings, (r.shape for r in jit.results))]
-    with tracing():   # a question about the form of the answer, not a rule JAX applies
-        try:
-            for s, shape in pairs:
-                check_fits(s, shape, "")
-        except Rejection:
-            return False
-    return True
