@@ -420,7 +420,8 @@ def test_the_linearized_and_transposed_forms_stage_what_real_jax_stages(case):
 
 
 def test_explain_transformed_answers_through_the_program_path(monkeypatch):
-    # a thin layer: where a question has a program form (but vmap_jit, ANSWERED_PER_EQUATION)
+    # a thin layer: where a question has a program form (all of them: ANSWERED_PER_EQUATION
+    # is empty)
     # and its arguments pass the function's checks, the answer is the program path's; the
     # trace stays the per-equation rules' (what the stored transformed-call vectors record)
     from shardlaw.spec import Mesh
@@ -450,3 +451,83 @@ def test_explain_transformed_answers_through_the_program_path(monkeypatch):
             "place_argument", value_kind="int", shape=(), int_value=7))
         assert asked == [call]   # no program form: its function answers
     assert set(ANSWERED_PER_EQUATION) <= set(PROGRAM_FUNCTIONS)
+    assert not ANSWERED_PER_EQUATION   # vmap_jit too answers through the program path
+
+
+# --------------------------------------------------------------------------- vmap_jit
+
+def _vmap_question(shardings, results, shapes, ranks, v, result_axes, context):
+    return TransformedCall.of(
+        "vmap_jit", arg_shardings=list(shardings), result_shardings=list(results),
+        arg_shapes=list(shapes), result_ranks=list(ranks), in_axes=v.in_axes,
+        result_axes=result_axes, axis_size=v.axis_size, spmd_axis_name=v.spmd_axis_name,
+        context_mesh=context)
+
+
+def _program_path_vmap(case):
+    """The batched jit equation the program path gives for the BAT harness's case (the
+    inner vmap's question, then the outer one's on its answer, as the harness asks
+    vmap_jit), or its refusal."""
+    from shardlaw.properties import batching_harness as bat_h
+    shapes, v = bat_h.inner_shapes(case), case.inner
+    answer = ask_program(_vmap_question(
+        case.arg_shardings, case.result_shardings, shapes, case.result_ranks, v,
+        bat_h._result_axes(case.sources, v.in_axes, shapes), case.context_mesh))
+    if case.outer is None or not answer.accepted:
+        return answer
+    full, o = bat_h.outer_shapes(case), case.outer
+    ranks = tuple(r + (s is not None and v.in_axes[s] is not None)
+                  for r, s in zip(case.result_ranks, case.sources))
+    return ask_program(_vmap_question(
+        answer.result.in_shardings, answer.result.out_shardings, full, ranks, o,
+        bat_h._result_axes(case.sources, o.in_axes, full), case.context_mesh))
+
+
+def _vmap_cases():
+    from shardlaw.properties.batching_harness import Vmap, VmapCase
+    from shardlaw.spec import AxisType, Mesh, NamedSharding, P
+    explicit = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    auto = Mesh.iota((8,), ("x",))
+    whole = NamedSharding(explicit, P())
+    return {
+        # a nested vmap of a jit over an Explicit mesh, the inner batch of 3 split over
+        # 'x' (2 ways) unevenly: JAX binds the batched jit unchecked
+        "nested-explicit-uneven": VmapCase((0,), (whole,), (0,), (whole,),
+                                           Vmap((0,), 0, None, "x"), batch=3,
+                                           outer=Vmap((0,), 0, None)),
+        # a sharding of more dimensions than the example (the question alone)
+        "explicit-uneven": VmapCase((1,), (NamedSharding(explicit, P("y")),), (0,),
+                                    (UNSPEC,), Vmap((0,), 0, None, "x"), batch=3),
+        # an abstract mesh's batch dimension left UNCONSTRAINED (BAT-2)
+        "abstract-unconstrained": VmapCase((1,), (NamedSharding(auto.abstract, P("x")),),
+                                           (None,), (UNSPEC,), Vmap((0,), 0, None)),
+        # the refusing side: the spmd axis already splits the argument (BAT-4)
+        "spmd-axis-in-use": VmapCase((1,), (NamedSharding(explicit, P("x")),), (0,),
+                                     (UNSPEC,), Vmap((0,), 0, None, "x"),
+                                     outer=Vmap((0,), 0, None)),
+    }
+
+
+from shardlaw.spec import UNSPECIFIED as UNSPEC  # noqa: E402 - the cases' unspecified leaf
+
+
+@pytest.mark.parametrize("name", sorted(_vmap_cases()))
+def test_vmap_jit_through_the_program_path_is_what_real_jax_binds(name):
+    """vmap_jit answered by the program path (explain_transformed's thin layer): the
+    batched jit equation JAX's jaxpr holds, or JAX's refusal, also where the batched
+    shardings are not ones jax.jit would take for the batched values (an uneven batch
+    over the spmd axes, nested over an Explicit mesh; BAT-2's UNCONSTRAINED), which the
+    program's own call would refuse (FIT-1, JIT-2)."""
+    from shardlaw.properties import batching_harness as bat_h
+    case = _vmap_cases()[name]
+    theirs = bat_h.run_in_jax(case)
+    answer = _program_path_vmap(case)
+    old = bat_h.spec_answer(case)
+    if theirs.error is None:
+        assert answer.accepted, answer.message
+        assert (answer.result.in_shardings, answer.result.out_shardings) == theirs.shardings
+        assert old.shardings == theirs.shardings
+    else:
+        assert not answer.accepted and answer.rule == old.error.failure.rule == "BAT-4"
+        assert answer.jax_error in {c.__name__ for c in type(theirs.error).__mro__}
+    assert name == "spmd-axis-in-use" or theirs.error is None

@@ -22,7 +22,8 @@ program transformation named there (``vmap_program``, ...) and asking
 (``ask_program``) and ``shardlaw vectors migrate`` its stored vectors; ``explain_transformed``
 answers such a question through it (a thin layer: the program path is handed down in
 :data:`PROGRAM_PATH`, this layer being below it), but for those in
-:data:`ANSWERED_PER_EQUATION`. The other questions stay, called directly by their function.
+:data:`ANSWERED_PER_EQUATION` (none now). The other questions stay, called directly by
+their function.
 Calling :func:`explain_transformed` warns (DeprecationWarning) and names what to use
 instead; ``TRANSFORMS`` stays importable for its users.
 """
@@ -227,14 +228,10 @@ PROGRAM_PATH: list[Callable[[TransformedCall], TransformedVerdict | None]] = []
 
 
 # The questions with a program form whose answer still comes from their function, and
-# why: vmap_jit's program form checks the rewritten jit's inputs against their batched
-# shardings (FIT-1), which JAX and the function do not do for a jit vmapped as it stands
-# (a nested vmap of an Explicit mesh's jit; vmap of a jit whose in_shardings fit no
-# example): the program path refuses calls JAX accepts there.
-ANSWERED_PER_EQUATION: dict[str, str] = {
-    "vmap_jit": "the program path checks the batched example against the batched "
-                "shardings (FIT-1), which JAX does not when it vmaps a jit as it stands",
-}
+# why (none now: vmap_jit's program form asks the batched jit as an equation of the
+# program vmapped, unchecked as JAX binds it, so an uneven batch or a nested vmap over an
+# Explicit mesh is answered as JAX and the function answer it).
+ANSWERED_PER_EQUATION: dict[str, str] = {}
 
 
 def _program_answer(call: TransformedCall) -> TransformedVerdict | None:

@@ -14,12 +14,17 @@ path's own, which names other rules than the per-equation function's); and
 
 Questions with a program form:
 
-* ``vmap_jit`` — a Program whose body is the jit call of one example (its in/out
-  shardings, a result per ``result_ranks`` made where ``result_axes`` puts its batch axis),
-  unchecked (the question is about the batched equation: JAX checked the jit's shardings
-  on the example), under ``vmap_program`` with ``out_axes`` at the results' batch axes (so
-  vmap moves nothing after the call); the answer is the rewritten jit's in/out shardings
-  (:class:`~shardlaw.spec.transforms.batching.BatchedJit`).
+* ``vmap_jit`` — a Program whose body is the jit call of one example, an equation (its
+  in/out shardings, a result per ``result_ranks`` made where ``result_axes`` puts its batch
+  axis), unchecked (the question is about the batched equation: JAX checked the jit's
+  shardings on the example), under ``vmap_program`` with ``out_axes`` at the results'
+  batch axes (so vmap moves nothing after the call); the answer is the batched jit
+  equation's in/out shardings (:class:`~shardlaw.spec.transforms.batching.BatchedJit`).
+  The jit is an equation of the program, not the program's own call: JAX binds the
+  batched equation without the checks ``jax.jit`` makes of its options and arguments, so
+  a batch the spmd axes split unevenly, a sharding of more dimensions than the example,
+  or a batch dimension left UNCONSTRAINED on an abstract mesh (BAT-2) is traced (the
+  program's own call would be refused at the call, FIT-1 or JIT-2).
 * ``with_sharding_constraint`` — with_sharding_constraint's own argument checks (WSC-0 ..
   WSC-3: the shardings tree and its leaves, resolved) first, then a Program with one input
   and one ``ShardingConstraint`` per leaf, traced; the answer is each equation's
@@ -197,21 +202,28 @@ def _vmap_jit_form(call: TransformedCall) -> ProgramForm:
     equations = tuple(_result_equation(r, a, examples, axes, j)
                       for j, (r, a) in enumerate(zip(ranks, result_axes)))
     count = len(examples)
+    inputs = tuple(Value.numpy(s) for s in examples)
+    outputs = tuple(range(count, count + len(equations)))
     try:
-        program = Program(tuple(Value.numpy(s) for s in examples), equations,
-                          tuple(range(count, count + len(equations))), in_shardings=ins,
-                          out_shardings=outs, context_mesh=context, checked=False)
+        jitted = Program(tuple(v.type for v in inputs), equations, outputs, in_shardings=ins,
+                         out_shardings=outs, context_mesh=context)
+        # the function vmap is applied to calls the jit (an equation JAX checked on the
+        # example; batched, it is bound unchecked)
+        program = Program(inputs, (Jit(tuple(range(count)), body=jitted, checked=False),),
+                          outputs, context_mesh=context, checked=False)
     except Rejection as error:
         raise NoProgramForm(f"the jit call is not a program description: {error}") from None
     arguments = (("in_axes", axes), ("out_axes", result_axes), ("axis_size", size),
                  ("spmd_axis_name", k["spmd_axis_name"]))
 
     def read(rewritten: Program, verdict: ProgramVerdict) -> BatchedJit:
-        return BatchedJit(tuple(rewritten.in_shardings) or (UNSPECIFIED,) * count,
-                          tuple(rewritten.out_shardings), size)
+        batched = next(eq for eq in rewritten.equations if isinstance(eq, Jit)).body
+        return BatchedJit(tuple(batched.in_shardings) or (UNSPECIFIED,) * count,
+                          tuple(batched.out_shardings), size)
 
     return ProgramForm(program, (("vmap", arguments),), "trace", read,
-                       (("in_shardings", "arg_shardings"), ("out_shardings", "result_shardings")))
+                       (("body[0].jit.in_shardings", "arg_shardings"),
+                        ("body[0].jit.out_shardings", "result_shardings")))
 
 
 # --------------------------------------------------------------------------- constraints
