@@ -26,7 +26,10 @@ from .execution import run_aot
 from .explanation import Explanation
 from .rules import EngineRejection, LeftToJax, recording, reject, rule
 from .shardings import UNSPECIFIED, jax_equivalent, placement_equivalent
-from .stages import CallDecision, stage_call, stage_compile, stage_dispatch, stage_lower, stage_trace
+from .stages import (
+    CallDecision, compile_refusal, stage_call, stage_compile, stage_dispatch, stage_lower,
+    stage_trace,
+)
 
 __all__ = ["Methods", "Traced", "Lowered", "Compiled"]
 
@@ -86,9 +89,17 @@ class Methods:
             except EngineRejection as error:
                 return Explanation.of_rejection(error)
             if why.decision is not None:   # decided up to compiling: JAX compiles it
-                return Explanation.of_decision(
-                    why.decision, internals.executable_facts(lowered.compile()), str(why),
-                    getattr(why, "fired", ()))
+                fired = getattr(why, "fired", ())
+                try:
+                    compiled = lowered.compile()
+                except ValueError as error:
+                    refusal = compile_refusal(error, why.decision)
+                    if refusal is error:
+                        raise
+                    return Explanation.of_rejection(refusal.as_jax(error), fired)
+                return Explanation.of_decision(why.decision,
+                                               internals.executable_facts(compiled), str(why),
+                                               fired)
             return Explanation(True, executable=f"left to JAX's own jit: {why}")
 
 
@@ -272,9 +283,15 @@ class Lowered(_Stage, jax.stages.Lowered):
             try:
                 plan = stage_compile(engine, self._decision)
             except LeftToJax:
-                # decided up to compiling (mutable refs among the arguments): JAX's own
-                # stages compile and run it
-                return self._jax_lowered().compile(compiler_options)
+                # decided up to compiling (mutable refs among its inputs): JAX's own stages
+                # compile and run it
+                try:
+                    return self._jax_lowered().compile(compiler_options)
+                except ValueError as error:
+                    refusal = compile_refusal(error, self._decision)
+                    if refusal is error:
+                        raise
+                    raise refusal.as_jax(error) from None
             except EngineRejection as error:
                 error = engine.in_jax_words(error, self._decision.arguments)
                 error.fired = tuple(dict.fromkeys(self._fired + fired))  # type: ignore[attr-defined]

@@ -36,7 +36,10 @@ from .execution import run
 from .options import Options
 from .rules import EngineRejection, LeftToJax, recording, reject
 from .shardings import UNSPECIFIED
-from .stages import CallDecision, stage_call, stage_compile, stage_dispatch, stage_lower, stage_trace
+from .stages import (
+    CallDecision, compile_refusal, stage_call, stage_compile, stage_dispatch, stage_lower,
+    stage_trace,
+)
 from .statistics import RECENT, CacheInfo, Counters, counting_calls, steps_taken
 
 __all__ = ["Engine", "SIGNATURE_CAPACITY"]
@@ -106,8 +109,16 @@ class Engine:
             return self.left_to_jax(arguments, run=True), None, False
         try:
             plan = self.plan(arguments)
-        except LeftToJax:
-            return self.left_to_jax(arguments, run=True), None, False
+        except LeftToJax as why:
+            if why.decision is None:
+                return self.left_to_jax(arguments, run=True), None, False
+            try:   # decided up to compiling: JAX's jit compiles and runs it
+                return self.left_to_jax(arguments, run=True), None, False
+            except ValueError as error:
+                refusal = compile_refusal(error, why.decision)
+                if refusal is error:
+                    raise
+                raise refusal.as_jax(error) from None
         internals.note_python_dispatch()
         outputs = run(plan, arguments.leaves, arguments.treedef, self.counters)
         return outputs, plan.fastpath, False

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from .function_engine import Engine
 
 __all__ = ["CallDecision", "stage_call", "stage_trace", "stage_lower", "stage_compile",
-           "stage_dispatch", "executable_key"]
+           "stage_dispatch", "executable_key", "compile_refusal"]
 
 
 class CallDecision:
@@ -399,13 +399,19 @@ def _compile(engine: "Engine", d: CallDecision, key: tuple) -> Entry:
     try:
         compiled = lowered.compile(d.compiler_options)
     except ValueError as error:
-        if type(error).__name__ == "IndivisibleError":
-            raise reject("OUT-2", ValueError, str(error),
-                         d.out_paths[0] if d.out_paths else "result",
-                         jax_error="IndivisibleError") from None
-        raise
+        raise compile_refusal(error, d) from None
     facts = internals.executable_facts(compiled)
     return Entry(key, engine.token, facts, time.perf_counter() - start, d.context is not None)
+
+
+def compile_refusal(error: BaseException, d: CallDecision) -> BaseException:
+    """What JAX raised compiling a decided call, as the engine's rule where it has one: a
+    result the compiler placed that cannot be read back over the first given mesh (OUT-2,
+    JAX's IndivisibleError), else JAX's error as it is."""
+    if type(error).__name__ != "IndivisibleError":
+        return error
+    return reject("OUT-2", ValueError, str(error), d.out_paths[0] if d.out_paths else "result",
+                  jax_error="IndivisibleError")
 
 
 # --------------------------------------------------------------------------- dispatch
