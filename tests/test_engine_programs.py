@@ -343,6 +343,28 @@ def test_a_donated_ref_is_refused_before_compiling():
     assert error.jax_error == "JaxRuntimeError"
 
 
+@checks("OUT-2", "REF-1")
+def test_a_call_with_refs_that_jax_fails_to_compile_is_refused_by_out_2():
+    """A call with a closed-over ref is compiled by JAX's jit once decided; a result the
+    compiler placed that cannot be read back over the argument's mesh (here a constraint's
+    8-way mesh on a dimension of 2) is refused by OUT-2 when compiling, in JAX's class, as
+    the spec refuses it (found by the deep run)."""
+    from shardlaw.properties.program_constants_harness import ConstCase, Held
+    from shardlaw.spec import UNCONSTRAINED
+    inner = Recipe((Step("device_put", 0, NamedSharding(REVERSED, P("x", None))),
+                    Step("constraint", 0, NamedSharding(Mesh.iota((8,), ("x",)),
+                                                        P(None, UNCONSTRAINED)))), (2,))
+    body = Recipe((Step("jit", 0, body=Recipe((Step("sin", 0),), (1,))),
+                   Step("jit", 2, body=inner, in_sharding=NamedSharding(MESH, P(None, "y")),
+                        out_sharding=NamedSharding(MESH, P("x", "y")))), (3,))
+    cc = ConstCase(Case((Value.placed((8, 8), NamedSharding(MESH, P("x", "y"))),
+                         Value.numpy((8, 8))), body),
+                   (Held("ref", "placed", "read", NamedSharding(MESH, P("y", None))),))
+    error = _refused_with_refs(cc, "OUT-2", "compile", "result[0]")
+    assert type(error).__name__ == "EngineIndivisibleError" or \
+        error.jax_error == "IndivisibleError"
+
+
 def test_a_call_with_a_ref_argument_is_decided_by_the_engine_and_run_by_jax():
     """The engine decides a call with a ref argument through lowering (the ref is a
     committed input on its own sharding) and JAX's jit compiles and runs it, writing the
