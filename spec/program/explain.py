@@ -41,6 +41,8 @@ from ..jit.matching import check_fits
 from ..jit.pipeline import (
     stage_call, stage_compile, stage_dispatch, stage_jit, stage_lower, stage_trace,
 )
+from ..jit.assignment import check_tile_count
+from ..placement.blocks import to_hlo
 from ..transforms.arguments import place_on_devices
 from ..transforms.constraint import (
     check_constraint_axes, check_constraint_fits, check_constraint_lowers,
@@ -273,41 +275,56 @@ def _trace_reshard(eq: Reshard, shape: tuple[int, ...], path: str) -> None:
     """A reshard types its operand on its sharding as device_put does (ARG-4): the split
     divides it. The sharding is over an abstract mesh; a mesh of its shape over the first
     devices is divided alike."""
-    mesh = eq.sharding.mesh
-    if isinstance(mesh, AbstractMesh):
-        mesh = Mesh.iota(mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
     with located(path):
-        place_on_devices(NamedSharding(mesh, eq.sharding.spec), shape, "device_put",
+        place_on_devices(_concrete(eq.sharding.mesh, eq.sharding.spec), shape, "device_put",
                          boxes=False)
 
 
-def _lower_body(program: Program) -> None:
-    """WSC-8 for every live GSPMDSharding constraint and WSC-11 for every live constraint
-    on a reduced value, then what lowering checks in every live shard_map (stage
-    ``lower``; each result's Explicit mesh against the device assignment, AD-9, is the jit
-    pipeline's ``stage_lower``)."""
+def _concrete(mesh: Any, spec: PartitionSpec) -> NamedSharding:
+    """A NamedSharding of ``spec`` over ``mesh``, or over a mesh of its shape on the first
+    devices when it is abstract (what divides and tiles alike)."""
+    if isinstance(mesh, AbstractMesh):
+        mesh = Mesh.iota(mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
+    return NamedSharding(mesh, spec)
+
+
+def _lower_body(program: Program, assignment: Any) -> None:
+    """WSC-8 for every live GSPMDSharding constraint and WSC-11 for every live
+    NamedSharding constraint on a reduced value, then what lowering checks in every live
+    shard_map (stage ``lower``; each result's Explicit mesh against the device assignment,
+    AD-9, is the jit pipeline's ``stage_lower``); then each live reshard's tiling against
+    the ``assignment`` (EXE-3, which XLA's verifier decides when compiling)."""
     with staged("lower"):
         for path, eq, operand in _live_constraints(program, live_parts(
                 program, everything=program.keep_unused), ""):
             with located(path):
                 if isinstance(eq.sharding, GSPMDSharding):
                     check_constraint_lowers(eq.sharding, path)
-                check_operand_not_reduced(operand.spec, path)
+                if isinstance(eq.sharding, NamedSharding):
+                    check_operand_not_reduced(operand.spec, path)
     lower_shard_maps(program, live_parts(program, everything=program.keep_unused))
+    for path, eq, operand in _live_constraints(program, live_parts(
+            program, everything=program.keep_unused), "", Reshard):
+        # a reshard's sharding is handed to the compiler over the program's devices: XLA's
+        # verifier refuses a tiling of another number of devices (EXE-3)
+        tiles = to_hlo(_concrete(eq.sharding.mesh, eq.sharding.spec), len(operand.shape))
+        with located(path):
+            check_tile_count(GSPMDSharding(assignment, tiles))
 
 
-def _live_constraints(program: Program, live: Any, prefix: str
+def _live_constraints(program: Program, live: Any, prefix: str, kind: type = ShardingConstraint
                       ) -> list[tuple[str, Any, Value]]:
-    """(path, constraint, its operand's type) of every live constraint, bodies included."""
+    """(path, equation, its operand's type) of every live constraint (or equation of
+    ``kind``), bodies included."""
     out = []
     for k, eq in enumerate(program.equations):
         if not live.equations[k]:
             continue
         path = equation_path(prefix, k)
-        if isinstance(eq, ShardingConstraint):
+        if isinstance(eq, kind):
             out.append((path, eq, program.value_types[eq.operands[0]]))
         elif eq.body is not None:
-            out += _live_constraints(eq.body, live.bodies[k], f"{path}.{eq.kind}.")
+            out += _live_constraints(eq.body, live.bodies[k], f"{path}.{eq.kind}.", kind)
     return out
 
 
@@ -356,7 +373,7 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
                 return _traced(program, held.call.normal, traced, inside, trace, decided)
             held.check_assignment(inside)
             lowered = stage_lower(n, called, traced)
-            _lower_body(program)
+            _lower_body(program, lowered.assignment)
             held.check_donation()
             placed = placed_results(program, [
                 *(lowered.resolved[i] for i in lowered.kept), *traced.out_shardings,

@@ -764,7 +764,7 @@ class ReducedOperandNotLowered(Failure, rule="WSC-11"):
 @rule("WSC-11", mirrors="jax._src.pjit._sharding_constraint_hlo_lowering (the operand's "
                         "type read as a spec)")
 def check_operand_not_reduced(split: PartitionSpec | None, path: str = "x") -> None:
-    """A live constraint whose operand is typed with unreduced or reduced axes is refused when lowering (ValueError).
+    """A live NamedSharding constraint whose operand is typed with unreduced or reduced axes is refused when lowering (ValueError).
 
     >>> check_operand_not_reduced(P("x"))
     >>> check_operand_not_reduced(P("x", reduced={"y"}))
