@@ -415,6 +415,24 @@ def test_a_constraint_on_a_reduced_value_is_refused_when_lowering():
     assert (verdict.rule, verdict.stage, type(outcome.error)) == ("WSC-11", "lower", ValueError)
     dead = Case((x,), Recipe((Step("constraint", 0, NamedSharding(EXPLICIT, P())),), (0,)))
     assert _agree(dead).error is None and _verdict(dead).accepted   # dead: not lowered
+    one = Mesh.iota((1,), ("x",), (AxisType.Explicit,))
+    single = Case((Value.placed((4, 8), NamedSharding(one, P(None, None, reduced={"x"}))),),
+                  Recipe((Step("constraint", 0, SingleDeviceSharding(0)),), (1,)))
+    assert _agree(single).error is None   # a SingleDeviceSharding constraint lowers
+
+
+@checks("EXE-3")
+def test_a_reshard_over_other_devices_than_the_programs_is_refused_when_compiling():
+    """A reshard takes no part in the device assignment; its tiling over four devices in a
+    program on two is refused by XLA's verifier (EXE-3, JaxRuntimeError at compile)."""
+    two = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
+    four = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit, AxisType.Auto))
+    x = Value.placed((6, 8), NamedSharding(two, P(None, "x")))
+    case = Case((Value.numpy((6, 8)), x), Recipe((
+        Step("reshard", 0, NamedSharding(four, P("x"))),
+        Step("constraint", 2, NamedSharding(two, P())), Step("neg", 1)), (3, 4)))
+    outcome = _agree(case)
+    assert (_verdict(case, outcome).rule, outcome.stage) == ("EXE-3", "compile")
 
 
 @checks("PROG-5", "AD-9")
