@@ -137,6 +137,24 @@ def test_smap_17_refuses_in_the_program_path_as_in_real_jax(name):
     assert (ROOT / "programs-migrated" / "shardmap" / f"{name}.json").exists()
 
 
+def test_an_operand_typed_over_explicit_axes_migrates_as_in_real_jax():
+    # an operand whose type is split over the (manual, Explicit) mesh axes is a
+    # jax.ShapeDtypeStruct on that split in the program (Value.spec); one typed over
+    # Explicit axes the shard_map leaves automatic is not described (SMAP-18 inside)
+    from shardlaw.properties.transform_vectors_gen import replay_in_jax
+    vector = _old(ROOT / "transforms" / "shardmap" / "SMAP-12-reject-2.json")
+    assert replay_in_jax(vector) == []
+    form = program_form(vector.call)
+    assert form.program.inputs[0].spec is not None
+    answer = ask_program(vector.call)
+    assert (answer.rule, answer.path) == ("SMAP-12", None)
+    assert old_differences(vector.expect, answer) == []
+    assert (ROOT / "programs-migrated" / "shardmap" / "SMAP-12-reject-2.json").exists()
+    for name in ("SMAP-18-reject-1", "SMAP-18-reject-2"):
+        with pytest.raises(NoProgramForm, match="SMAP-18"):
+            program_form(_old(ROOT / "transforms" / "shardmap" / f"{name}.json").call)
+
+
 def _fact_calls():
     """The shard_map facts asked of one shard_map program, over meshes in and out of
     order, abstract, with axes that are not the mesh's: accepting and refusing sides."""

@@ -41,9 +41,11 @@ Questions with a program form:
   the argument leaves whose body is what the registry models (each result an argument's
   shard, summed with a ``psum`` equation or not), run; the answer is read from the
   verdict's decided record of the shard_map (its manual axes, per-shard types) and the
-  equation's result shapes. Arguments passed whole or typed over Explicit axes, in_specs
-  read off the types, and an accepted shard_map over a mesh with Explicit axes are not
-  described. A refusal's path is the old one: None, or the result a psum belongs to.
+  equation's result shapes; an operand typed over Explicit axes is a
+  ``jax.ShapeDtypeStruct`` on that split (its type carries it). Arguments passed whole or
+  typed over Explicit axes the shard_map leaves automatic (SMAP-18 types them inside),
+  in_specs read off the types, and an accepted shard_map over a mesh with Explicit axes
+  are not described. A refusal's path is the old one: None, or the result a psum belongs to.
 * ``jvp_equation`` — the jitted function its JitBody summarises (an input per primal,
   float32 where its tangent is non-zero and int32 where it is a zero; each output its
   forwarded input, an ``add`` of the inputs it depends on, or a constant) under
@@ -732,6 +734,20 @@ def _shard_map_body(mesh: Any, manual: frozenset[str], check_vma: bool, flat_in:
     return Program(tuple(inputs), tuple(equations), tuple(outputs))
 
 
+def _typed_axes(spec: Any) -> frozenset[str]:
+    """The mesh axes a type's spec names (none: None)."""
+    entries = () if spec is None else spec.partitions
+    return frozenset(a for e in entries for a in ((e,) if isinstance(e, str) else e or ()))
+
+
+def _operand(mesh: Any, leaf: Any) -> Value:
+    """A shard_map's operand: a numpy array, or one typed over the mesh's Explicit axes
+    (a ``jax.ShapeDtypeStruct`` on that split: its type carries it, Value.spec)."""
+    if leaf.spec is None:
+        return Value.numpy(leaf.shape)
+    return Value.shape_dtype(leaf.shape, sharding=NamedSharding(mesh, leaf.spec))
+
+
 def _check_shard_map_form(call: TransformedCall) -> ProgramForm:
     """A jit of one shard_map equation over the argument leaves, its body as the registry
     models it; check_shard_map's own argument checks (SMAP-0, SMAP-1, SMAP-2 and the
@@ -748,9 +764,12 @@ def _check_shard_map_form(call: TransformedCall) -> ProgramForm:
         shardmap_specs.check_spec_leaves(specs, which)
     flat_in = shardmap_specs.match_in_specs(in_specs, operands)
     leaves = [leaf for _, leaf in leaves_with_paths(operands)]
-    if any(spec is None for spec in flat_in) or any(leaf.spec is not None for leaf in leaves):
-        raise NoProgramForm("an argument passed whole, or typed over Explicit axes: not "
-                            "described by a ShardMap equation")
+    if any(spec is None for spec in flat_in):
+        raise NoProgramForm("an argument passed whole: not described by a ShardMap equation")
+    if any(_typed_axes(leaf.spec) - manual for leaf in leaves):
+        raise NoProgramForm("an argument typed over Explicit axes the shard_map leaves "
+                            "automatic: its type inside keeps them (SMAP-18), which the "
+                            "program path's shard_map body types do not carry")
     returned = [leaf for _, leaf in leaves_with_paths(k["results"])]
     result_paths = [show_path(("results", *p)) for p, _ in leaves_with_paths(k["results"])]
     flat_out = shardmap_specs.match_out_specs(out_specs, k["results"])
@@ -762,7 +781,7 @@ def _check_shard_map_form(call: TransformedCall) -> ProgramForm:
     equation = ShardMap(tuple(range(count)), results, body=body, mesh=mesh,
                         in_specs=tuple(flat_in), out_specs=tuple(flat_out),
                         manual_axes=manual, check_vma=check_vma)
-    program = Program(tuple(Value.numpy(leaf.shape) for leaf in leaves), (equation,),
+    program = Program(tuple(_operand(mesh, leaf) for leaf in leaves), (equation,),
                       tuple(range(count, count + len(results))))
 
     def read(rewritten: Program, verdict: ProgramVerdict) -> ShardMapTypes:
