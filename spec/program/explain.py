@@ -37,9 +37,10 @@ from ..core.rules import Rejection, located, remembering, staged, tracing
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
 from ..core.values import AbstractMesh, Mesh, PartitionSpec
 from ..jit.call import Arg, Call, DeviceIds, JitOptions, Out
-from ..jit.matching import check_fits
+from ..jit.matching import check_fits, check_lowered_fit, match_out_shardings
 from ..jit.pipeline import (
-    stage_call, stage_compile, stage_dispatch, stage_jit, stage_lower, stage_trace,
+    jit_shardings, stage_call, stage_compile, stage_dispatch, stage_jit, stage_lower,
+    stage_trace,
 )
 from ..jit.assignment import check_tile_count
 from ..placement.blocks import to_hlo
@@ -176,6 +177,59 @@ def program_call(program: Program) -> Call:
                 compiler=program.compiler, compiler_in=program.compiler_in)
 
 
+# --------------------------------------------------------------------------- a bound call
+
+# A program vmap gave (``Program.checked`` False) is the batched jit equation that JAX's
+# batching rule binds on the batched arguments: no ``jax.jit(...)`` and no call of a jitted
+# function checks its options (JIT-1, JIT-2) or fits its shardings to the batched values
+# (FIT-1); JAX divides each kept input and each result by its sharding first when it
+# writes the program out (FIT-3), so a batch the spmd axes split unevenly is traced, and
+# refused when lowered.
+
+def _unbound(n: Any) -> Any:
+    """The call without the shardings of jit's options, as the checks made at the call of
+    a jitted function see a call that vmap binds: none of them."""
+    options = dataclasses.replace(n.call.options, in_shardings=UNSPECIFIED,
+                                  out_shardings=UNSPECIFIED)
+    return dataclasses.replace(n.call, options=options).normal
+
+
+def _stage_call(n: Any, checked: bool) -> Any:
+    """``stage_call``; for a call vmap binds, without FIT-1: each input then takes the
+    sharding jit's options give it (JIT-3, TREE-1) unfitted."""
+    if checked:
+        return stage_call(n)
+    called = stage_call(_unbound(n))
+    _, jit_in, out_tree = jit_shardings(n, called.context)
+    inputs = tuple(dataclasses.replace(item, jit_sharding=s)
+                   for item, s in zip(called.inputs, jit_in))
+    return dataclasses.replace(called, inputs=inputs, out_tree=out_tree)
+
+
+def _stage_trace(n: Any, called: Any, checked: bool) -> Any:
+    """``stage_trace``; for a call vmap binds, without FIT-1: each result then takes the
+    sharding jit's options give it (TREE-2) unfitted."""
+    if checked:
+        return stage_trace(n, called)
+    traced = stage_trace(_unbound(n), dataclasses.replace(called, out_tree=UNSPECIFIED))
+    given = match_out_shardings(called.out_tree, n.results)
+    return dataclasses.replace(traced, out_shardings=tuple(
+        UNSPECIFIED if s is None else s for s in given))
+
+
+def _check_written_out(n: Any, called: Any, traced: Any, lowered: Any) -> None:
+    """FIT-3 for a call vmap binds: each kept input, then each result, divides into the
+    shards of the sharding lowering hands it (an abstract input's own was checked in
+    ``stage_lower``)."""
+    with staged("lower"):
+        for i in lowered.kept:
+            item = called.inputs[i]
+            if item.arg.kind != "abstract":
+                check_lowered_fit(lowered.final[i], item.arg.shape, item.path, "argument")
+        for (path, out), s in zip(n.flat_out, traced.out_shardings):
+            check_lowered_fit(s, out.shape, path, "result")
+
+
 # --------------------------------------------------------------------------- tracing
 
 def trace_body(program: Program, context: Any = None, prefix: str = "",
@@ -304,9 +358,11 @@ def _lower_body(program: Program, assignment: Any) -> None:
                     check_operand_not_reduced(operand.spec, path)
     lower_shard_maps(program, live_parts(program, everything=program.keep_unused))
     for path, eq, operand in _live_constraints(program, live_parts(
-            program, everything=program.keep_unused), "", Reshard):
+            program, everything=program.keep_unused), "", Reshard) if len(assignment) > 1 \
+            else ():
         # a reshard's sharding is handed to the compiler over the program's devices: XLA's
-        # verifier refuses a tiling of another number of devices (EXE-3)
+        # verifier refuses a tiling of another number of devices (EXE-3; a program on one
+        # device keeps no sharding to verify)
         tiles = to_hlo(_concrete(eq.sharding.mesh, eq.sharding.spec), len(operand.shape))
         with located(path):
             check_tile_count(GSPMDSharding(assignment, tiles))
@@ -363,16 +419,19 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
         try:
             call = held.inputs_added()
             n = call.normal
-            stage_jit(n)
-            called = stage_call(n)
+            if program.checked:
+                stage_jit(n)
+            called = _stage_call(n, program.checked)
             decided = trace_body(program, program.context_mesh)
             inside = inside_shardings(program)
             n = dataclasses.replace(call, inside=inside).normal
-            traced = stage_trace(n, called)
+            traced = _stage_trace(n, called, program.checked)
             if until == "trace":   # the held values are inputs from lowering on
                 return _traced(program, held.call.normal, traced, inside, trace, decided)
             held.check_assignment(inside)
             lowered = stage_lower(n, called, traced)
+            if not program.checked:
+                _check_written_out(n, called, traced, lowered)
             _lower_body(program, lowered.assignment)
             held.check_donation()
             placed = placed_results(program, [
@@ -496,11 +555,11 @@ class _Held:
         refuses it (only where a hoisted constant has a sharding of its own)."""
         if all(s is UNSPECIFIED for _, s in self.hoisted):
             return
-        checked = (*self.back, *self.front)
-        self.labels = _labels(self.program, (), checked)
-        n = dataclasses.replace(_with_held(self.call, (), checked), inside=inside).normal
-        called = stage_call(n)
-        stage_lower(n, called, stage_trace(n, called))
+        held = (*self.back, *self.front)
+        self.labels = _labels(self.program, (), held)
+        n = dataclasses.replace(_with_held(self.call, (), held), inside=inside).normal
+        called = _stage_call(n, self.program.checked)
+        stage_lower(n, called, _stage_trace(n, called, self.program.checked))
         self.labels = _labels(self.program, self.front, self.back)
 
     def check_donation(self) -> None:
