@@ -55,6 +55,7 @@ from .description import (
 )
 from .explain import trace_body
 from .lowering import equation_path
+from .partial_eval import dce_program
 from .shardmap_autodiff import (
     NO_DERIVATIVE, check_cotangent_type, cotangent_spec, divisor, residual_spec,
     transposed_collective, unmentioned_axes,
@@ -192,10 +193,13 @@ def dependencies(program: Program) -> tuple[frozenset[int], ...]:
     return tuple(deps[n] for n in program.outputs)
 
 
-def _jit_facts(body: Program, residuals: int, stored: int) -> tuple[JitEquation, JitBody]:
-    """The AD rules' description of a jit equation over ``body``."""
+def _jit_facts(body: Program, residuals: int, stored: int, outputs: tuple[int, ...] = ()
+               ) -> tuple[JitEquation, JitBody]:
+    """The AD rules' description of a jit equation over ``body``; an output returns an
+    input unchanged as ``outputs`` (the linearized body's, where an inner jit's forwarded
+    output became its input) or else ``body``'s own outputs say."""
     count = len(body.inputs)
-    forwarded = tuple(n if n < count else None for n in body.outputs)
+    forwarded = tuple(n if n < count else None for n in outputs or body.outputs)
     return (JitEquation(body.in_shardings, body.out_shardings, body.donated),
             JitBody(count, dependencies(body), forwarded, residuals, stored))
 
@@ -489,9 +493,17 @@ def _live_equations(program: Program) -> tuple[list[bool], set[int]]:
     live, numbers = set(program.outputs), program.result_numbers()
     keep = [False] * len(program.equations)
     for k in reversed(range(len(program.equations))):
-        if any(n in live for n in numbers[k]):
-            keep[k] = True
-            live.update(program.equations[k].operands)
+        used = [n in live for n in numbers[k]]
+        if not any(used):
+            continue
+        keep[k] = True
+        eq = program.equations[k]
+        if isinstance(eq, Jit) and not all(used):
+            # a jit pruned to its used results reads only the inputs they depend on
+            reads = frozenset().union(*(d for d, u in zip(dependencies(eq.body), used) if u))
+            live.update(eq.operands[i] for i in reads)
+        else:
+            live.update(eq.operands)
     return keep, live
 
 
@@ -508,9 +520,18 @@ def _pruned(program: Program, inputs: list[bool] | None = None) -> Program:
     number = {i: j for j, i in enumerate(kept)}
     number.update({len(program.inputs) + c: len(kept) + c for c in range(len(program.consts))})
     for eq, made, alive in zip(program.equations, program.result_numbers(), keep):
-        if alive:
-            outs = body.emit(eq.renumbered(tuple(
-                number[n] for n in eq.operands)))
+        if not alive:
+            continue
+        used = tuple(n in live for n in made)
+        if isinstance(eq, Jit) and not all(used):
+            # An inner jit keeps only its used results and the inputs they read, each
+            # with its sharding and donation (AD-8, JAX's DCE rule for jit).
+            inner, used_in = dce_program(eq.body, used)
+            outs = iter(body.emit(Jit(tuple(number[n] for n, u in zip(
+                eq.operands, used_in) if u), body=inner, name=eq.name, checked=False)))
+            number.update((n, next(outs)) for n, u in zip(made, used) if u)
+        else:
+            outs = body.emit(eq.renumbered(tuple(number[n] for n in eq.operands)))
             number.update(zip(made, outs))
     return body.program(tuple(number[n] for n in program.outputs))
 
@@ -549,7 +570,8 @@ def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list
     lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
     primal_fwd, residual_fwd = _forwarding(lin, inner)
     stored = sum(1 for f in residual_fwd if f[0] == "kept")
-    equation, facts = _jit_facts(inner, lin.residuals, stored)
+    equation, facts = _jit_facts(inner, lin.residuals, stored,
+                                 lin.primal.outputs[:len(inner.outputs)])
     staged = linearized_primal(equation, facts, nonzero)
     returned = tuple(n for n, f in zip(lin.primal.outputs, primal_fwd + residual_fwd)
                      if f[0] == "kept")
