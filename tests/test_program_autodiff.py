@@ -529,3 +529,103 @@ def test_a_shard_of_one_split_over_a_non_manual_explicit_axis_is_refused():
                    P(None, None, "y"), P("y", None, None), frozenset({"y"}), False,
                    (Op("axis_index", ("y",)),))
     assert compare_map_ad(MapAdCase(case, "jvp")) == []
+
+
+# --------------------------------------------------------------------------- forwarding and DCE
+
+def _jit_arities(program: Program) -> tuple:
+    """Each jit's (operands, outputs, its body's jits), bodies included."""
+    return tuple((len(eq.operands), len(eq.body.outputs), _jit_arities(eq.body))
+                 for eq in program.equations if eq.kind == "jit")
+
+
+def _jaxpr_jit_arities(jaxpr) -> tuple:
+    return tuple((len(e.invars), len(e.outvars), _jaxpr_jit_arities(e.params["jaxpr"].jaxpr))
+                 for e in jaxpr.eqns if e.primitive.name == "jit")
+
+
+@checks("AD-3", "AD-4")
+def test_linearize_forwards_an_input_through_two_jits():
+    """An inner jit returning its input is forwarded, so the outer jit returns its input
+    too: JAX stages the primal jit with no outputs, and the tangent passes through."""
+    x = jnp.ones((8,))
+    f = jax.jit(lambda v: jax.jit(lambda y: y)(v))
+    lin = linearize_program(describe_program(f, x))
+    jaxpr = jax.make_jaxpr(lambda p, t: jax.linearize(f, p)[1](t))(x, x).jaxpr
+    assert signature(lin.applied) == _jaxpr_signature(jaxpr)
+    assert _jit_arities(lin.applied) == _jaxpr_jit_arities(jaxpr) == ((1, 0, ()), (1, 1, ((1, 1, ()),)))
+    assert explain_program(lin.applied).accepted
+
+
+@checks("AD-3", "AD-4", "AD-5", "AD-8")
+@pytest.mark.parametrize("which", ["unused_tangent_input", "unused_residuals"])
+def test_grad_prunes_what_the_loss_does_not_use_from_an_inner_jit(which):
+    """The loss uses one output of an inner jit: JAX's dead-code elimination drops the
+    other output, the residuals only its tangent reads and the inputs nothing else needs,
+    in the primal jit and in the transposed one."""
+    x = jnp.ones((8,))
+    if which == "unused_tangent_input":
+        inner = jax.jit(lambda a, b, c: (a + a, b * jnp.sin(c)))
+        args, argnums = (x, x, x), (0, 1, 2)
+    else:
+        inner = jax.jit(lambda v: (jnp.sin(v) * v, v * 2))
+        args, argnums = (x,), 0
+    loss = jax.jit(lambda *a: jnp.sum(inner(*a)[1]))
+    rewritten = grad_program(describe_program(loss, *args), argnums)
+    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums))(*args).jaxpr
+    assert signature(rewritten) == _jaxpr_signature(jaxpr)
+    assert _jit_arities(rewritten) == _jaxpr_jit_arities(jaxpr)
+    assert explain_program(rewritten).accepted
+
+
+def _benchmark_step():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "bench_program.py"
+    spec = importlib.util.spec_from_file_location("bench_program", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.step
+
+
+@checks("AD-10", "AD-11", "AD-12")
+def test_the_benchmark_layer_under_grad_is_jaxs():
+    """The benchmark's layer (a constraint, an elementwise op, a shard_map'd block summing over 'model'
+    and casting back to varying, a constraint) under grad: with check_vma JAX stages the
+    sum of a varying value as psum_invariant, transposed to pvary and back; the spec's
+    rewrite holds the same equations, and the benchmark's hand-written step (which
+    describes the block so) is answered."""
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    both = jax.sharding.NamedSharding(mesh, jax.P("data", "model"))
+
+    def block(v):
+        return jax.lax.pcast(jax.lax.psum(jnp.sin(v), "model"), "model", to="varying")
+
+    mapped = jax.shard_map(block, mesh=mesh, in_specs=jax.P("data", "model"),
+                           out_specs=jax.P("data", "model"))
+
+    def layer(h, w):
+        # (sin for the step's tanh: the spec linearizes tanh as an opaque primitive)
+        c = jnp.sin(jax.lax.with_sharding_constraint(h * w, both))
+        return jax.lax.with_sharding_constraint(mapped(c), jax.sharding.NamedSharding(
+            mesh, jax.P("data")))
+
+    loss = jax.jit(lambda h, w: jnp.sum(layer(layer(h, w), w)))
+    h = jax.device_put(jnp.ones((128, 256)), jax.sharding.NamedSharding(mesh, jax.P("data")))
+    w = jax.device_put(jnp.ones((128, 256)), jax.sharding.NamedSharding(
+        mesh, jax.P(None, "model")))
+    program = describe_program(loss, h, w)
+    rewritten = grad_program(program)
+    jaxpr = jax.make_jaxpr(jax.grad(loss))(h, w).jaxpr
+    assert signature(rewritten) == _jaxpr_signature(jaxpr)
+    assert explain_program(rewritten).accepted
+    (described,) = {tuple(e.primitive for e in eq.body.equations)
+                    for eq in program.equations if eq.kind == "shard_map"}
+    assert described == ("sin", "psum_invariant", "pvary")
+    step = _benchmark_step()(Mesh.iota((2, 4), ("data", "model")), 8)
+    inner = [eq for eq in step.equations if eq.kind == "jit"][0].body
+    blocks = {tuple(e.primitive for e in eq.body.equations)
+              for eq in inner.equations if eq.kind == "shard_map"}
+    assert blocks == {described}
+    assert explain_program(grad_program(step)).accepted
