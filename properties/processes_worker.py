@@ -445,6 +445,13 @@ def check_device_put(answers: Answers, ours: Any, theirs: Any, array: Any, shape
                                                            device.process_index)
         mine = spec_outcome(lambda: S.put_on_device(source, spec_device, shape, pid))
         real = outcome(lambda: jax.device_put(x, device))
+    _compare_put(answers, rule_id, mine, real, x, shape, own)
+
+
+def _compare_put(answers: Answers, rule_id: str, mine: tuple, real: tuple, x: Any,
+                 shape: tuple, own: np.ndarray) -> None:
+    """The spec's answer to a device_put (``mine``) against JAX's (``real``): the refusal's
+    class and rule, else the argument itself or not, the shards held and their data."""
     answers.agree(f"{rule_id} refusal class", mine[0], real[0])
     answers.hit(rule_id, mine[0] is not None)
     if mine[0] is not None:

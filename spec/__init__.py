@@ -34,8 +34,10 @@ from .placement.processes import (
     Shard, addressable_shards, check_fetchable, global_shape_from_local, global_to_host_local,
     check_closed_over, host_local_to_global, is_fully_addressable, local_mesh,
     gathered, place_single_device_arrays, process_local_slices, process_mesh, MeshPart,
-    make_mesh_part, Placed, put_host_value, put_array, put_on_device, donated,
-    check_not_deleted,
+    make_mesh_part,
+)
+from .placement.process_transfers import (
+    Placed, put_host_value, put_array, put_on_device, donated, check_not_deleted,
 )
 from .jit.layouts import AUTO_LAYOUT, Format, Layout
 from .jit.call import Arg, Call, JitOptions, Out, Static, Verdict
