@@ -79,22 +79,25 @@ def program_property(harness: str, cases: str, compare: str, rules: tuple[str, .
 
 # The whole-program properties, one line each: harness module (of shardlaw.properties),
 # its strategy of cases, its comparison (a case -> its disagreements), the rules it
-# checks, the property's name.
-PROGRAM_PROPERTIES: tuple[tuple[str, str, str, tuple[str, ...], str], ...] = (
+# checks, the property's name; and, where a case costs more than most, its examples where
+# the ``ci`` profile runs 200 (its size bound).
+PROGRAM_PROPERTIES: tuple[tuple, ...] = (
     ("program_harness", "program_cases", "compare_program",
      ("PROG-1", "PROG-2", "PROG-3", "PROG-4", "DA-1"), "test_programs_agree_with_jax"),
     ("program_vmap_harness", "vmap_cases", "compare_vmapped", ("WSC-7",),
      "test_vmapped_programs_agree_with_jax"),
     ("program_ad_harness", "ad_cases", "compare_ad", (),
      "test_differentiated_programs_agree_with_jax"),
+    ("program_ad_harness", "map_ad_cases", "compare_map_ad",
+     ("AD-10", "AD-11", "AD-12", "AD-13"), "test_differentiated_shard_maps_agree_with_jax", 50),
     ("program_shardmap_harness", "map_cases", "compare_case", (),
      "test_shard_mapped_programs_agree_with_jax"),
     ("program_constants_harness", "constant_cases", "compare_constants", (),
      "test_programs_with_constants_agree_with_jax"),
 )
 
-for _harness, _cases, _compare, _rules, _name in PROGRAM_PROPERTIES:
-    _property = program_property(_harness, _cases, _compare, _rules, _name)
+for _harness, _cases, _compare, _rules, _name, *_size in PROGRAM_PROPERTIES:
+    _property = program_property(_harness, _cases, _compare, _rules, _name, *_size)
     if _property is not None:
         globals()[_name] = _property
         __all__.append(_name)
