@@ -279,10 +279,11 @@ def check_typed_fit(sharding: Any, shape: tuple[int, ...], path: str) -> None:
 
 @rule("FIT-3")
 def check_lowered_fit(sharding: Any, shape: tuple[int, ...], path: str) -> None:
-    """Each input the program keeps divides evenly into the shards of the sharding lowering hands it, a GSPMD tiling having the input's rank.
+    """Each input the program keeps, and each result, divides evenly into the shards of the sharding lowering hands it, a GSPMD tiling having the value's rank.
 
-    Only an abstract argument's own sharding can fail here: an in_sharding was checked at
-    the call (FIT-1), and an array that exists fits its sharding.
+    Only an abstract argument's own sharding can fail here: an in_sharding and an
+    out_sharding were checked at the call (FIT-1), and an array that exists fits its
+    sharding (the engine's jit is never the call vmap binds unchecked).
     """
     misfit = _misfit(sharding, shape, "the sharding lowering hands it")
     if misfit is not None:

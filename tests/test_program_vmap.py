@@ -412,3 +412,99 @@ def test_every_rule_the_vmap_property_names_was_seen_on_both_sides():
     missing = [(rule_id, counts.get(rule_id, (0, 0))) for rule_id in (*COVERED, *MAP_COVERED)
                if not all(counts.get(rule_id, (0, 0)))]
     assert not missing, f"rules not seen on both sides against JAX: {missing}"
+
+
+# --------------------------------------------------------------------------- the bound call
+
+# vmap of a jit whose results vmap does not move is the batched jit equation, bound by JAX's
+# batching rule on the batched arguments (``Program.checked`` False): neither jax.jit's
+# checks of its options (JIT-2) nor the call's fit of its shardings (FIT-1) are made; the
+# shardings are first divided when the call is lowered (FIT-3).
+
+def _vmapped_both_ways(f, example, vmaps):
+    """``jax.vmap`` of ``f`` as ``vmaps`` (innermost first), and the spec's rewrite of
+    ``describe_program`` of ``f`` on ``example``, each vmap told the outer spmd axes."""
+    vmapped, program = f, describe_program(f, example)
+    for k, options in enumerate(vmaps):
+        outer = tuple(o["spmd_axis_name"] for o in vmaps[k + 1:] if "spmd_axis_name" in o)
+        vmapped = jax.vmap(vmapped, **options)
+        program = vmap_program(program, axis_size=3, outer_spmd_axis_names=outer, **options)
+    return vmapped, program
+
+
+@checks("FIT-3")
+@pytest.mark.parametrize("axis_type, vmaps", [
+    ("Auto", [{"spmd_axis_name": "x"}]),                       # a batch of 3 over 'x' (2)
+    ("Explicit", [{}, {"spmd_axis_name": "x"}]),               # nested, over an Explicit mesh
+    ("Explicit", [{"spmd_axis_name": "x"}, {"spmd_axis_name": "y"}]),
+])
+def test_a_batch_the_spmd_axes_split_unevenly_is_bound_and_refused_when_lowered(
+        axis_type, vmaps):
+    """JAX traces the vmapped jit (make_jaxpr, and jax.jit of it lowers too); calling it
+    refuses the batched shardings when the bound call is lowered. The spec: the program
+    vmap gives is traced, and refused by FIT-3 at lower (FIT-1 no longer at trace)."""
+    kind = getattr(jax.sharding.AxisType, axis_type)
+    jmesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(kind, kind))
+    whole = jax.sharding.NamedSharding(jmesh, jax.P(None))
+    f = jax.jit(lambda a: -a, in_shardings=whole, out_shardings=whole)
+    x = np.zeros((3,) * len(vmaps) + (8,), np.float32)
+    vmapped, program = _vmapped_both_ways(f, np.zeros((8,), np.float32), vmaps)
+    assert not program.checked
+    # the accepting side: traced (make_jaxpr reads the same program), and lowered under jit
+    assert structure(program) == structure(describe_program(vmapped, x))
+    jax.jit(vmapped).lower(x)
+    traced = explain_program(program, until="trace")
+    assert traced.accepted, traced.message
+    assert traced.out_types == tuple(describe_program(vmapped, x).value_types[-1:])
+    # the refusing side: the call itself, its batched sharding split unevenly
+    with pytest.raises(ValueError) as refused:
+        vmapped(x)
+    verdict = explain_program(program)
+    assert (verdict.rule, verdict.stage, verdict.path) == ("FIT-3", "lower", "args[0]")
+    assert verdict.error_type in {cls.__name__ for cls in type(refused.value).__mro__}
+
+
+@checks("FIT-3")
+@pytest.mark.parametrize("size", [3, 4])
+def test_an_out_sharding_split_unevenly_is_refused_at_lower_by_the_property(size):
+    """The vmap property's harness on the result side: out_shardings batched over 'x' split
+    a batch of 3 unevenly (JAX's call refuses, FIT-3 at lower) and a batch of 4 evenly
+    (both accept, with the same results)."""
+    case = Case((Value.numpy((8, 8)),), NEG, (NamedSharding(MESH, P(None)),),
+                keep_unused=False)
+    vc = VmapCase(case, (Vmap((0,), 0, size, spmd="x"),))
+    outcome = _agree(vc)
+    verdict = explain_program(spec_vmapped(vc))
+    if size == 3:
+        assert outcome.stage == "run" and isinstance(outcome.error, ValueError)
+        assert (verdict.rule, verdict.stage, verdict.path) == ("FIT-3", "lower", "result[0]")
+    else:
+        assert outcome.error is None and verdict.accepted
+        assert verdict.out_shardings == (NamedSharding(MESH, P("x")),)
+
+
+@checks("BAT-2", "DA-4")
+@pytest.mark.parametrize("where", ["in_shardings", "out_shardings"])
+def test_a_batch_dimension_left_unconstrained_on_an_abstract_mesh_is_bound_unchecked(where):
+    """Without spmd_axis_name a sharding over an abstract mesh gains UNCONSTRAINED at the
+    batch axis (BAT-2), which jax.jit's own options may not hold (JIT-2): JAX binds it
+    anyway (make_jaxpr, jax.jit(...).trace accept), and with no concrete mesh lowering
+    refuses it (ValueError; the spec's DA-4 at lower), not JIT-2 at jax.jit(...)."""
+    jmesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    f = jax.jit(lambda a: -a, **{where: jax.sharding.NamedSharding(jmesh.abstract_mesh,
+                                                                   jax.P("x"))})
+    x = np.zeros((3, 8), np.float32)
+    vmapped, program = _vmapped_both_ways(f, x[0], [{}])
+    (batched,) = getattr(program, where)
+    assert batched.spec == P(UNCONSTRAINED, "x")
+    # the accepting side: traced
+    assert structure(program) == structure(describe_program(vmapped, x))
+    jax.jit(vmapped).trace(x)
+    traced = explain_program(program, until="trace")
+    assert traced.accepted, traced.message
+    # the refusing side: lowered with no concrete mesh, under jax.jit or called
+    for attempt in (lambda: jax.jit(vmapped).lower(x), lambda: vmapped(x)):
+        with pytest.raises(ValueError):
+            attempt()
+    verdict = explain_program(program)
+    assert (verdict.rule, verdict.stage, verdict.error_type) == ("DA-4", "lower", "ValueError")

@@ -11,6 +11,7 @@ it (FIT-3). Each rule's failure is written right above it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from ..placement.blocks import TilesDoNotMatchRank, check_rank, shard_shape
@@ -228,8 +229,9 @@ def check_typed_fit(sharding: Any, shape: tuple[int, ...], path: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class LoweredDoesNotFit(DoesNotFit, rule="FIT-3"):
-    template = ("the abstract argument, of shape {shape}, does not fit the sharding lowering "
-                "hands it: {reason}")
+    template = ("the {what}, of shape {shape}, does not fit the sharding lowering hands it: "
+                "{reason}")
+    what: str = "abstract argument"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,15 +245,20 @@ class LoweredTilesDoNotFit(LoweredDoesNotFit, error=AssertionError):
 
 
 @rule("FIT-3", mirrors="jax._src.interpreters.mlir.sharded_aval (lower_jaxpr_to_module: "
-                       "each kept input's shard shape)")
-def check_lowered_fit(sharding: Any, shape: tuple[int, ...], path: str) -> None:
-    """Each input the program keeps divides evenly into the shards of the sharding lowering hands it, a GSPMD tiling having the input's rank.
+                       "each kept input's and each result's shard shape)")
+def check_lowered_fit(sharding: Any, shape: tuple[int, ...], path: str,
+                      what: str = "abstract argument") -> None:
+    """Each input the program keeps, and each result, divides evenly into the shards of the sharding lowering hands it, a GSPMD tiling having the value's rank.
 
     It is checked when the program is written out, after the device assignment (DA-1..4):
     an input that is not kept (KEEP-1) or that ``device=`` moves to one device is not
     checked, and an argument on an abstract mesh alone is refused by DA-4 first. An
-    ``in_sharding`` was checked at the call (FIT-1), and an array that exists fits its
-    sharding, so only a ``jax.ShapeDtypeStruct``'s own sharding can fail here.
+    ``in_sharding`` and an ``out_sharding`` were checked at the call (FIT-1), and an array
+    that exists fits its sharding, so in a jit call only a ``jax.ShapeDtypeStruct``'s own
+    sharding can fail here. A jit call that vmap binds on batched arguments is not checked
+    at the call (:attr:`Program.checked <shardlaw.spec.program.description.Program>`): its
+    batched shardings, which the spmd axes may split unevenly, are first divided here
+    (``what``: the words for the value).
 
     >>> data = NamedSharding(Mesh.iota((4, 2), ("data", "model")), P("data"))
     >>> check_lowered_fit(data, (8, 4), "args[0]")
@@ -262,5 +269,5 @@ def check_lowered_fit(sharding: Any, shape: tuple[int, ...], path: str) -> None:
     """
     if sharding is UNSPECIFIED:
         return
-    _fit(sharding, shape, path, (LoweredDoesNotFit, LoweredDoesNotDivide,
-                                 LoweredTilesDoNotFit))
+    _fit(sharding, shape, path, tuple(functools.partial(kind, what=what) for kind in (
+        LoweredDoesNotFit, LoweredDoesNotDivide, LoweredTilesDoNotFit)))

@@ -22,6 +22,11 @@ the program (:func:`program_call`), and walks the body where JAX does:
    (PROG-3, OUT-1, OUT-2);
 5. handing the arguments over (``stage_dispatch``).
 
+A program vmap gave (``Program.checked`` False) is the batched jit that JAX's batching rule
+binds on the batched arguments: its options and its shardings' fit are not checked at 1
+and 2 (JIT-1, JIT-2, FIT-1); each kept input and each result is first divided by its
+sharding at 3 (FIT-3), where JAX writes the bound call out.
+
 A refusal is located at the equation: ``body[3]``, ``body[0].jit.body[1]``,
 ``body[0].jit.in_shardings[0]``. A program without shardings inside its body is decided
 exactly as :func:`~shardlaw.spec.jit_call` decides its :func:`program_call`.
