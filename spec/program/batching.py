@@ -56,7 +56,9 @@ back as the eager function it describes when vmapped again, so nested vmaps comp
 
 The answer is marked unchecked (``Program.checked``): vmapped again, its example's checks
 are not made again (JAX made them on the first example, and the batched shardings may now
-split a batch unevenly, which only running the call refuses).
+split a batch unevenly, which only running the call refuses): ``explain_program`` checks
+neither its options nor its shardings' fit at the call, and divides each kept input and
+each result when it is lowered (FIT-3), as JAX does with the call its batching rule binds.
 
 A refusal is the rule's :class:`~shardlaw.spec.core.rules.Rejection` at stage ``trace``,
 located at the equation (``body[3]``, ``body[0].jit.body[1]``,

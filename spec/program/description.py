@@ -752,7 +752,9 @@ class Program:
     the compiler chose for it (None: not known), as ``compiler_in`` does per input.
     ``checked`` is False for a program a batching rule gave (``vmap_program``): JAX checked
     its jit's shardings against one example's values when it traced the user's function,
-    and does not check them again when it is vmapped once more.
+    and does not check them again when it is vmapped once more, nor when the batched call
+    is made: :func:`~shardlaw.spec.explain_program` then skips jit's checks of its options
+    and of its shardings' fit (JIT-1, JIT-2, FIT-1) and divides its values when lowering (FIT-3).
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
