@@ -629,3 +629,31 @@ def test_the_benchmark_layer_under_grad_is_jaxs():
               for eq in inner.equations if eq.kind == "shard_map"}
     assert blocks == {described}
     assert explain_program(grad_program(step)).accepted
+
+
+@checks("AD-13")
+@pytest.mark.parametrize("after", [None, "sin"])
+def test_a_cotangent_reaching_a_shard_maps_result_keeps_its_automatic_split(after):
+    """Found by the shard_map AD deep run (seed 71): a shard_map making only 'x' manual on
+    an all-Explicit mesh returns a value split over 'y', which its body's types carry; a
+    numpy cotangent, split nowhere, reaching that result is refused by JAX while
+    transposing (ValueError); through sin first it takes the residual's split."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    a = jax.device_put(jnp.ones((8,)), jax.NamedSharding(mesh, jax.P("y")))
+    mapped = jax.shard_map(jnp.sin, mesh=mesh, in_specs=jax.P(), out_specs=jax.P(None),
+                           axis_names={"x"}, check_vma=False)
+    f = jax.jit(mapped if after is None else lambda v: jnp.sin(mapped(v)))
+    ct = jnp.ones((8,))   # typed over no mesh, as the numpy array vjp_program assumes
+    real = jax.jit(lambda p, c: jax.vjp(f, p)[1](c))
+    program = describe_program(f, a)
+    if after is None:
+        with pytest.raises(ValueError):
+            jax.make_jaxpr(real)(a, ct)
+        with pytest.raises(Rejection) as refused:
+            vjp_program(program)
+        assert refused.value.rule == "AD-13" and isinstance(refused.value, ValueError)
+    else:
+        jaxpr = jax.make_jaxpr(real)(a, ct).jaxpr
+        rewritten = vjp_program(program).applied
+        assert signature(rewritten) == _jaxpr_signature(jaxpr.eqns[0].params["jaxpr"].jaxpr)
+        assert explain_program(rewritten).accepted

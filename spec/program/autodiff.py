@@ -123,6 +123,15 @@ class _Body:
         self.consts = tuple(consts)
         self.equations: list[Equation] = []
         self.types: list[Value] = [v.type for v in inputs] + [c.value.type for c in consts]
+        self.rewritten: dict = {}
+
+    def once(self, key: tuple, rewrite: Callable[[], Any]) -> Any:
+        """``rewrite()``, or what it gave for an equal ``key`` in this body before (a layer
+        repeated: an equation of one form over operands of the same types is rewritten
+        alike)."""
+        if key not in self.rewritten:
+            self.rewritten[key] = rewrite()
+        return self.rewritten[key]
 
     def emit(self, eq: Equation) -> tuple[int, ...]:
         """Append ``eq`` (its results typed by PROG-1 where left out); its result numbers."""
@@ -276,9 +285,8 @@ class _Tape:
             return made[ref[1]] if ref[0] == "v" else base[ref[0]] + ref[1]
 
         for eq, refs in self.ops:
-            made.extend(body.emit(dataclasses.replace(
-                eq, operands=tuple(number(r) for r in refs),
-                results=eq.results if isinstance(eq, (Opaque, Jit, ShardMap)) else None)))
+            # (a constraint, reshard or device_put was recorded untyped: typed here)
+            made.extend(body.emit(eq.renumbered(tuple(number(r) for r in refs))))
         return body.program(tuple(number(r) for r in outputs), **options)
 
 
@@ -615,6 +623,21 @@ def _unsharded(value: Value, eq: ShardMap, spec: PartitionSpec, sizes: dict[str,
     return Value(tuple(shape), value.dtype, False, mesh, spec=split)
 
 
+@dataclasses.dataclass(frozen=True)
+class _SplitShardMap:
+    """A shard_map linearized, apart from its operands' numbers: the known shard_map
+    (returning ``stored`` residuals, then the primal outputs), where each residual the
+    tangent shard_map takes comes from (``forwarded``), which nonzero tangents it reads,
+    and which outputs have a nonzero tangent (``flags``); ``tangent`` None when none."""
+
+    known: ShardMap
+    stored: int
+    forwarded: tuple
+    tangent: ShardMap | None
+    reads: tuple[bool, ...]
+    flags: tuple[bool, ...]
+
+
 def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], moving: list,
                          path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A shard_map linearized (AD-10): the known shard_map, returning the residuals it
@@ -622,18 +645,37 @@ def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], m
     tangent shard_map over the residuals and the tangents it reads onto the tape. Like
     every shard_map the AD rewrites stage, both are unchecked (``checked`` False): JAX
     binds them itself, and checks a shard_map's specs against its operands only when the
-    user calls it (on the untransformed program, traced first)."""
+    user calls it (on the untransformed program, traced first). A repeated shard_map (one
+    form over operands of the same types) is split once per body."""
     nonzero = tuple(t is not None for t in moving)
     if not any(nonzero):
         outs = tape.primal.emit(eq.renumbered(operands))
         return outs, [None] * len(eq.results)
+    key = (eq.form, tuple(tape.primal.types[n] for n in operands), nonzero)
+    split = tape.primal.once(key, lambda: _split_shard_map(eq, nonzero, path, transform))
+    results = tape.primal.emit(split.known.renumbered(operands))
+    stored, primal = iter(results[:split.stored]), results[split.stored:]
+    if split.tangent is None:
+        return primal, [None] * len(eq.results)
+    refs = [operands[f[1]] if f[0] == "in" else primal[f[1]] if f[0] == "out"
+            else next(stored) for f in split.forwarded]
+    given = [t for t in moving if t is not None]
+    chosen = [t for t, read in zip(given, split.reads) if read]
+    touts = iter(tape.emit(split.tangent, tuple(tape.residual(n) for n in refs)
+                           + tuple(chosen)))
+    return primal, [next(touts) if f else None for f in split.flags]
+
+
+def _split_shard_map(eq: ShardMap, nonzero: tuple[bool, ...], path: str, transform: str
+                     ) -> _SplitShardMap:
+    """The known and the tangent shard_map of ``eq`` (its operands' numbers kept)."""
     inner, sizes, manual = eq.body, _sizes(eq), _manual(eq)
     lin = _linearize_body(inner, nonzero, f"{path}.shard_map.", transform)
     count = len(inner.outputs)
     outs, residuals = lin.primal.outputs[:count], lin.primal.outputs[count:]
     # A residual that is a body input or a primal output is forwarded, not returned.
-    forwarded = [("in", r) if r < len(inner.inputs) else ("out", outs.index(r))
-                 if r in outs else ("kept", None) for r in residuals]
+    forwarded = tuple(("in", r) if r < len(inner.inputs) else ("out", outs.index(r))
+                      if r in outs else ("kept", None) for r in residuals)
     known = _Body(lin.primal.inputs)
     made = _inline(known, lin.primal, tuple(range(len(lin.primal.inputs))))
     stored, stored_specs, stored_types = [], [], []
@@ -649,37 +691,25 @@ def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], m
         stored_specs.append(spec)
         stored_types.append(_unsharded(known.types[r], eq, spec, sizes))
     primal_eq = dataclasses.replace(
-        eq, operands=operands, body=known.program(tuple(stored) + made[:count]),
+        eq, body=known.program(tuple(stored) + made[:count]),
         out_specs=tuple(stored_specs) + eq.out_specs,
         results=tuple(stored_types) + eq.results, checked=False)
-    results = tape.primal.emit(primal_eq)
-    kept, primal = iter(zip(results[:len(stored)], stored_specs)), results[len(stored):]
     if not any(lin.flags):
-        return primal, [None] * count
-    refs, specs = [], []
-    for f in forwarded:
-        if f[0] == "in":
-            refs.append(operands[f[1]])
-            specs.append(eq.in_specs[f[1]])
-        elif f[0] == "out":
-            refs.append(primal[f[1]])
-            specs.append(eq.out_specs[f[1]])
-        else:
-            number, spec = next(kept)
-            refs.append(number)
-            specs.append(spec)
-    tangent, reads = _tangent_shard_map_body(lin, forwarded)
-    given = [(t, spec) for t, spec, nz in zip(moving, eq.in_specs, nonzero) if nz]
-    chosen = [(t, spec) for (t, spec), read in zip(given, reads) if read]
+        return _SplitShardMap(primal_eq, len(stored), forwarded, None, (), lin.flags)
+    kept = iter(stored_specs)
+    specs = [eq.in_specs[f[1]] if f[0] == "in" else eq.out_specs[f[1]] if f[0] == "out"
+             else next(kept) for f in forwarded]
+    tangent, reads = _tangent_shard_map_body(lin, list(forwarded))
+    chosen = [spec for spec, nz in zip(eq.in_specs, nonzero) if nz]
+    chosen = [spec for spec, read in zip(chosen, reads) if read]
     keep = [j for j, f in enumerate(lin.flags) if f]
     tangent_eq = dataclasses.replace(
-        eq, operands=tuple(range(len(refs) + len(chosen))), body=tangent,
-        in_specs=tuple(specs) + tuple(spec for _, spec in chosen),
+        eq, operands=tuple(range(len(specs) + len(chosen))), body=tangent,
+        in_specs=tuple(specs) + tuple(chosen),
         out_specs=tuple(eq.out_specs[j] for j in keep),
         results=tuple(eq.results[j] for j in keep), checked=False)
-    touts = iter(tape.emit(tangent_eq, tuple(tape.residual(n) for n in refs)
-                           + tuple(t for t, _ in chosen)))
-    return primal, [next(touts) if f else None for f in lin.flags]
+    return _SplitShardMap(primal_eq, len(stored), forwarded, tangent_eq, tuple(reads),
+                          lin.flags)
 
 
 def _tangent_shard_map_body(lin: _Linearized, forwarded: list) -> tuple[Program, list[bool]]:
@@ -906,6 +936,32 @@ def _cotangent_result(operand: Value, eq: ShardMap, spec: PartitionSpec,
     return dataclasses.replace(value, spec=split)
 
 
+def _automatic_split(result: Value, ct: Value, manual: frozenset[str]
+                     ) -> tuple[Value, Value] | None:
+    """A shard_map result's type and its cotangent's, split only over the Explicit axes
+    the shard_map leaves automatic, which the transposed body's per-shard types carry (a
+    cotangent typed over no mesh is split nowhere); None where there are no such axes."""
+    mesh = result.mesh
+    explicit = set() if mesh is None or result.spec is None else {
+        n for n, t in zip(mesh.axis_names, mesh.axis_types)
+        if t.name == "Explicit" and n not in manual}
+    if not explicit:
+        return None
+
+    def kept(spec: PartitionSpec | None) -> PartitionSpec:
+        entries = []
+        for d in range(len(result.shape)):
+            entry = spec[d] if spec is not None and d < len(spec) else None
+            names = tuple(n for n in ((entry,) if isinstance(entry, str) else entry or ())
+                          if n in explicit)
+            entries.append(None if not names else names[0] if len(names) == 1 else names)
+        return PartitionSpec(*entries)
+
+    got = ct.spec if ct.mesh == mesh else None
+    return (Value(result.shape, result.dtype, False, mesh, spec=kept(result.spec)),
+            Value(ct.shape, ct.dtype, False, mesh, spec=kept(got)))
+
+
 def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[bool],
                          number: dict[int, int], path: str, types: tuple[Value, ...]
                          ) -> list[tuple[int, int]]:
@@ -913,20 +969,48 @@ def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[
     with their outputs' specs, then its residuals with their in specs, and returning each
     reached linear operand's cotangent with its in spec; its body the body transposed.
     Unchecked, a cotangent is divided by the manual axes its out spec leaves out before,
-    and each input's cotangent summed (psum) over those its in spec leaves out after."""
-    inner, sizes, manual = eq.body, _sizes(eq), _manual(eq)
-    axes = eq.mesh.axis_names
+    and each input's cotangent summed (psum) over those its in spec leaves out after. A
+    repeated shard_map (one form, operands of the same types) is transposed once per body."""
+    sizes, manual = _sizes(eq), _manual(eq)
     linear = tuple(flags[n] for n in eq.operands)
-    cts, ct_specs, given = [], [], []
+    cts = []
     for j, ct in enumerate(incoming):
         if ct is None:
-            given.append(None)
             continue
-        spec = cotangent_spec(eq.out_specs[j])
-        left_out = unmentioned_axes(axes, manual, spec)
+        split = _automatic_split(eq.results[j], body.types[ct], manual)
+        if split is not None:
+            with staged("trace"):
+                check_cotangent_type(*split, path)
+        left_out = unmentioned_axes(eq.mesh.axis_names, manual,
+                                    cotangent_spec(eq.out_specs[j]))
         if not eq.check_vma and divisor(sizes, left_out) != 1:
             (ct,) = body.opaque("div", (ct,), (body.types[ct],))
         cts.append(ct)
+    present = tuple(ct is not None for ct in incoming)
+    key = (eq.form, tuple(types[n] for n in eq.operands), linear, present)
+    transposed, chosen = body.once(key, lambda: _transposed_shard_map(
+        eq, linear, present, path, types))
+    if transposed is None:
+        return []
+    nonlinear = tuple(number[n] for n, lin in zip(eq.operands, linear) if not lin)
+    made = body.emit(transposed.renumbered(tuple(cts) + nonlinear))
+    return [(eq.operands[i], m) for i, m in zip(chosen, made)]
+
+
+def _transposed_shard_map(eq: ShardMap, linear: tuple[bool, ...], present: tuple[bool, ...],
+                          path: str, types: tuple[Value, ...]
+                          ) -> tuple[ShardMap | None, list[int]]:
+    """The transposed shard_map of ``eq`` (its operands the cotangents, then the
+    residuals, numbered from 0) and the linear operands whose cotangents it returns; None
+    where it returns none."""
+    inner, manual = eq.body, _manual(eq)
+    axes = eq.mesh.axis_names
+    ct_specs, given = [], []
+    for j, here in enumerate(present):
+        if not here:
+            given.append(None)
+            continue
+        spec = cotangent_spec(eq.out_specs[j])
         ct_specs.append(spec)
         value = inner.value_types[inner.outputs[j]]
         varying = frozenset(n for entry in spec for n in (
@@ -937,30 +1021,29 @@ def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[
     transposed, reached = _transpose_body(inner, linear, tuple(given), f"{path}.shard_map.")
     # JAX's transposed body takes the cotangents first, then the residuals.
     residuals = sum(1 for lin in linear if not lin)
-    order = tuple(range(residuals, residuals + len(cts))) + tuple(range(residuals))
-    staged = _Body(tuple(transposed.inputs[k] for k in order))
+    order = tuple(range(residuals, residuals + len(ct_specs))) + tuple(range(residuals))
+    shards = _Body(tuple(transposed.inputs[k] for k in order))
     inside = dict(zip(order, range(len(order))))
-    outs = list(_inline(staged, transposed, tuple(inside[k] for k in range(len(order)))))
+    outs = list(_inline(shards, transposed, tuple(inside[k] for k in range(len(order)))))
     lin_in = [i for i, lin in enumerate(linear) if lin]
     chosen = [i for i, r in zip(lin_in, reached) if r]
+    if not chosen:
+        return None, []
     if not eq.check_vma:
         for k, i in enumerate(chosen):
             left_out = unmentioned_axes(axes, manual, cotangent_spec(eq.in_specs[i]))
             if left_out:
-                (outs[k],) = staged.opaque("psum", (outs[k],), (staged.types[outs[k]],), (
+                (outs[k],) = shards.opaque("psum", (outs[k],), (shards.types[outs[k]],), (
                     ("axes", left_out), ("axis_index_groups", None)))
-    if not chosen:
-        return []
     nonlinear = [i for i, lin in enumerate(linear) if not lin]
     transposed_eq = dataclasses.replace(
-        eq, operands=tuple(cts) + tuple(number[eq.operands[i]] for i in nonlinear),
-        body=staged.program(tuple(outs)),
+        eq, operands=tuple(range(len(ct_specs) + len(nonlinear))),
+        body=shards.program(tuple(outs)),
         in_specs=tuple(ct_specs) + tuple(eq.in_specs[i] for i in nonlinear),
         out_specs=tuple(cotangent_spec(eq.in_specs[i]) for i in chosen),
         results=tuple(_cotangent_result(types[eq.operands[i]], eq, cotangent_spec(
             eq.in_specs[i]), manual) for i in chosen), checked=False)
-    made = body.emit(transposed_eq)
-    return [(eq.operands[i], m) for i, m in zip(chosen, made)]
+    return transposed_eq, chosen
 
 
 # --------------------------------------------------------------------------- the programs
