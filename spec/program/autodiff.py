@@ -523,11 +523,16 @@ def _pruned(program: Program, inputs: list[bool] | None = None) -> Program:
     check_program(all(k or i not in live for i, k in enumerate(inputs)),
                   "the inputs a transformation drops", "inputs no live equation reads",
                   inputs)
+    numbers = program.result_numbers()
+    if all(keep) and all(inputs) and not any(
+            isinstance(eq, Jit) and not all(n in live for n in made)
+            for eq, made in zip(program.equations, numbers)):
+        return program   # nothing to drop
     body = _Body(tuple(v for v, k in zip(program.inputs, inputs) if k), program.consts)
     kept = [i for i, k in enumerate(inputs) if k]
     number = {i: j for j, i in enumerate(kept)}
     number.update({len(program.inputs) + c: len(kept) + c for c in range(len(program.consts))})
-    for eq, made, alive in zip(program.equations, program.result_numbers(), keep):
+    for eq, made, alive in zip(program.equations, numbers, keep):
         if not alive:
             continue
         used = tuple(n in live for n in made)
