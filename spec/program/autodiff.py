@@ -135,13 +135,18 @@ class _Body:
 
     def emit(self, eq: Equation) -> tuple[int, ...]:
         """Append ``eq`` (its results typed by PROG-1 where left out); its result numbers."""
-        operands = tuple(self.types[n] for n in eq.operands)
         if eq.results is None:
-            eq = eq.renumbered(eq.operands, eq.derived(operands))
+            eq = eq.renumbered(eq.operands, self.derived(eq, eq.operands))
         start = len(self.types)
         self.equations.append(eq)
         self.types.extend(eq.results)
         return tuple(range(start, len(self.types)))
+
+    def derived(self, eq: Equation, operands: tuple) -> tuple[Value, ...]:
+        """The results' types PROG-1 gives ``eq`` over ``operands`` (numbers here), found
+        once per form and operand types in this body."""
+        types = tuple(self.types[n] for n in operands)
+        return self.once(("typed", eq.form, types), lambda: eq.derived(types))
 
     def opaque(self, primitive: str, operands: tuple[int, ...], results: tuple[Value, ...],
                params: tuple = ()) -> tuple[int, ...]:
@@ -262,13 +267,16 @@ class _Tape:
         return self.types[ref]
 
     def emit(self, eq: Equation, refs: tuple) -> tuple:
+        if eq.results is None and not isinstance(eq, Jit):
+            # typed now, once per form and operand types, and recorded typed
+            types = tuple(self.types[r] for r in refs)
+            eq = eq.renumbered(eq.operands, self.primal.once(
+                ("typed", eq.form, types), lambda: eq.derived(types)))
         self.ops.append((eq, tuple(refs)))
         if isinstance(eq, Jit):
             results = tuple(eq.body.value_types[n] for n in eq.body.outputs)
-        elif isinstance(eq, (Opaque, ShardMap)):
-            results = eq.results
         else:
-            results = eq.derived(tuple(self.types[r] for r in refs))
+            results = eq.results
         start, self.count = self.count, self.count + len(results)
         made = tuple(("v", m) for m in range(start, self.count))
         self.types.update(zip(made, results))
