@@ -34,7 +34,10 @@ body differentiated per shard. Linearized, a shard_map becomes two
 stores (AD-10's specs) before its primal outputs, the tangent one takes them, then the
 tangents; transposed, it becomes one shard_map taking the cotangents, then the residuals
 (AD-11), its body transposed equation by equation, each collective by AD-12 (pmax and
-pmin, which have no derivative, are refused with NotImplementedError).
+pmin, which have no derivative, are refused with NotImplementedError). Dead code goes as
+JAX's DCE drops it: an inner jit of which a body uses some results keeps those, the
+residuals their tangents read and the inputs they need (AD-8). A shard_map repeated in a
+body (one form over operands of the same types) is linearized and transposed once.
 """
 
 from __future__ import annotations
@@ -293,7 +296,7 @@ class _Tape:
             return made[ref[1]] if ref[0] == "v" else base[ref[0]] + ref[1]
 
         for eq, refs in self.ops:
-            # (a constraint, reshard or device_put was recorded untyped: typed here)
+            # (an inner jit was recorded untyped: its results are typed here)
             made.extend(body.emit(eq.renumbered(tuple(number(r) for r in refs))))
         return body.program(tuple(number(r) for r in outputs), **options)
 
