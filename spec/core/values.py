@@ -590,7 +590,7 @@ class Mesh:
     sizes_by_name = functools.cached_property(AbstractMesh.sizes_by_name.func)
     nontrivial_axes = functools.cached_property(AbstractMesh.nontrivial_axes.func)
 
-    @property
+    @functools.cached_property
     def abstract(self) -> AbstractMesh:
         return AbstractMesh(self.axis_sizes, self.axis_names, self.axis_types)
 

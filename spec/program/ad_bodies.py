@@ -1,0 +1,334 @@
+"""The parts of the AD rewrites of whole programs that every rewrite uses (issue 23).
+
+:mod:`~shardlaw.spec.program.autodiff` rewrites a
+:class:`~shardlaw.spec.program.description.Program` under ``jax.jvp``, ``jax.linearize``
+and ``jax.vjp``; this module holds what its rewrites share: the tables of primitives they
+differentiate (:data:`LINEAR`, :data:`NONLINEAR`), the refusals (AD-0), a body being written
+(``_Body``), the facts of a body (which inputs each output depends on), and the tangent of
+one equation (``_Direct`` for a JVP, ``_Tape`` for a linearization that stores residuals).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from ..core.rules import Failure, reject, staged
+from ..transforms.autodiff import JitBody, JitEquation
+from .description import (
+    DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+    check_program,
+)
+from .shardmap_autodiff import NO_DERIVATIVE, transposed_collective
+
+__all__ = ["LINEAR", "NONLINEAR", "differentiable", "dependencies"]
+
+# The primitives whose tangent is the same primitive applied to the operands' tangents.
+LINEAR = ("neg", "reduce_sum", "broadcast_in_dim", "reshape", "transpose", "copy",
+          "convert_element_type", "add", "add_any", "sub", "squeeze", "expand_dims",
+          # the collectives a shard_map's body holds that are linear in their operand
+          "psum", "psum_invariant", "pvary", "all_gather", "psum_scatter", "ppermute",
+          "all_to_all", "reduce_scatter")
+
+# The nonlinear primitives with a known derivative: name -> the primitive computing the
+# residual from the operand (the tangent is the operand's tangent times the residual).
+NONLINEAR = {"sin": "cos", "cos": None, "exp": None}
+
+# The equations whose cotangents' types the rewrite decides, checked against their
+# operands' (AD-13); an opaque primitive's cotangent is typed as its operand.
+PLACING = (ShardingConstraint, Reshard, DevicePut, ShardMap)
+
+# The collectives whose transpose AD-12 gives.
+COLLECTIVE_TRANSPOSES = ("psum", "psum_invariant", "pvary", "all_gather", "reduce_scatter",
+                         "ppermute", "all_to_all")
+
+FLOATS = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+
+
+def differentiable(value: Value) -> bool:
+    """Whether a value has a tangent that is not a symbolic zero (a float or complex)."""
+    return value.dtype in FLOATS
+
+
+# --------------------------------------------------------------------------- refusals
+
+@dataclasses.dataclass(frozen=True)
+class NotRewritten(Failure, rule="AD-0", error=TypeError):
+    template = "{what} at {path} is not rewritten by {transform} yet: {why}"
+    hint = "Ask explain_program about the untransformed program, or leave this equation out."
+    what: str
+    path: str
+    transform: str
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class NotScalar(Failure, rule="AD-0", error=TypeError,
+                jax_error="Gradient only defined for scalar-output functions."):
+    template = ("grad requires output {output} to be a real scalar; it is {value!r} "
+                "(Gradient only defined for scalar-output functions)")
+    output: int
+    value: Any
+
+
+# --------------------------------------------------------------------------- building bodies
+
+class _Body:
+    """A body under construction: its input types, its equations, the types by number."""
+
+    def __init__(self, inputs: tuple[Value, ...], consts: tuple = ()) -> None:
+        self.inputs = tuple(inputs)
+        self.consts = tuple(consts)
+        self.equations: list[Equation] = []
+        self.types: list[Value] = [v.type for v in inputs] + [c.value.type for c in consts]
+        self.rewritten: dict = {}
+
+    def once(self, key: tuple, rewrite: Callable[[], Any]) -> Any:
+        """``rewrite()``, or what it gave for an equal ``key`` in this body before (a layer
+        repeated: an equation of one form over operands of the same types is rewritten
+        alike)."""
+        if key not in self.rewritten:
+            self.rewritten[key] = rewrite()
+        return self.rewritten[key]
+
+    def emit(self, eq: Equation) -> tuple[int, ...]:
+        """Append ``eq`` (its results typed by PROG-1 where left out); its result numbers."""
+        if eq.results is None:
+            eq = eq.renumbered(eq.operands, self.derived(eq, eq.operands))
+        start = len(self.types)
+        self.equations.append(eq)
+        self.types.extend(eq.results)
+        return tuple(range(start, len(self.types)))
+
+    def derived(self, eq: Equation, operands: tuple) -> tuple[Value, ...]:
+        """The results' types PROG-1 gives ``eq`` over ``operands`` (numbers here), found
+        once per form and operand types in this body."""
+        types = tuple(self.types[n] for n in operands)
+        return self.once(("typed", eq.form, types), lambda: eq.derived(types))
+
+    def opaque(self, primitive: str, operands: tuple[int, ...], results: tuple[Value, ...],
+               params: tuple = ()) -> tuple[int, ...]:
+        return self.emit(Opaque(operands, tuple(r.type for r in results),
+                                primitive=primitive, params=params))
+
+    def add_all(self, numbers: list[int]) -> int:
+        """The sum of cotangents (``add_any``), one number when there is one."""
+        total = numbers[0]
+        for n in numbers[1:]:
+            (total,) = self.opaque("add_any", (total, n), (self.types[total],))
+        return total
+
+    def program(self, outputs: tuple[int, ...], **options: Any) -> Program:
+        return Program(self.inputs, tuple(self.equations), tuple(outputs), self.consts,
+                       **options)
+
+
+def _inline(into: _Body, program: Program, operands: tuple[int, ...]) -> tuple[int, ...]:
+    """Emit ``program``'s equations into ``into`` with its inputs bound to ``operands``;
+    the numbers its outputs get."""
+    check_program(not program.consts, "a body inlined by a transformation",
+                  "a body without closed-over constants", program.consts)
+    number = list(operands)
+    for eq in program.equations:
+        moved = eq.renumbered(tuple(number[n] for n in eq.operands))
+        number.extend(into.emit(moved))
+    return tuple(number[n] for n in program.outputs)
+
+
+def _options(program: Program) -> dict:
+    """A body's jit options, to stage it again."""
+    return dict(in_shardings=program.in_shardings, out_shardings=program.out_shardings,
+                donated=program.donated, keep_unused=program.keep_unused,
+                context_mesh=program.context_mesh)
+
+
+def _traced(program: Program) -> Program:
+    """``program`` as the body of a jit equation: its inputs' types only."""
+    return dataclasses.replace(program, inputs=tuple(v.type for v in program.inputs),
+                               compiler=None, compiler_in=None)
+
+
+# --------------------------------------------------------------------------- body facts
+
+def dependencies(program: Program) -> tuple[frozenset[int], ...]:
+    """Per output: the inputs it is computed from (an inner jit's outputs by its own body's
+    dependencies, any other equation's from all its operands)."""
+    deps: list[frozenset[int]] = [frozenset({i}) for i in range(len(program.inputs))]
+    deps += [frozenset()] * len(program.consts)
+    for eq in program.equations:
+        if isinstance(eq, Jit):
+            inner = dependencies(eq.body)
+            deps += [frozenset().union(*(deps[eq.operands[i]] for i in d)) for d in inner]
+        else:
+            union = frozenset().union(*(deps[n] for n in eq.operands))
+            deps += [union] * len(eq.results)
+    return tuple(deps[n] for n in program.outputs)
+
+
+def _jit_facts(body: Program, residuals: int, stored: int, outputs: tuple[int, ...] = ()
+               ) -> tuple[JitEquation, JitBody]:
+    """The AD rules' description of a jit equation over ``body``; an output returns an
+    input unchanged as ``outputs`` (the linearized body's, where an inner jit's forwarded
+    output became its input) or else ``body``'s own outputs say."""
+    count = len(body.inputs)
+    forwarded = tuple(n if n < count else None for n in outputs or body.outputs)
+    return (JitEquation(body.in_shardings, body.out_shardings, body.donated),
+            JitBody(count, dependencies(body), forwarded, residuals, stored))
+
+
+# --------------------------------------------------------------------------- tangents
+
+class _Direct:
+    """Where a JVP puts tangents: into the same body as the primals."""
+
+    def __init__(self, body: _Body) -> None:
+        self.primal = body
+
+    def residual(self, number: int) -> int:
+        return number
+
+    def type_of(self, ref: int) -> Value:
+        return self.primal.types[ref]
+
+    def emit(self, eq: Equation, refs: tuple) -> tuple:
+        return self.primal.emit(dataclasses.replace(eq, operands=tuple(refs), results=(
+            eq.results if isinstance(eq, Opaque) else None)))
+
+
+class _Tape:
+    """Where a linearization puts tangents: a separate tangent body, recorded with
+    symbolic operands (``("r", k)`` residual k, ``("t", j)`` tangent input j, ``("v", m)``
+    result m of a recorded equation) and built once the residuals are known."""
+
+    def __init__(self, primal: _Body) -> None:
+        self.primal = primal
+        self.residuals: list[int] = []
+        self.inputs: list[Value] = []
+        self.ops: list[tuple[Equation, tuple]] = []
+        self.count = 0
+        self.types: dict[tuple, Value] = {}
+
+    def tangent_input(self, value: Value) -> tuple:
+        self.inputs.append(value)
+        ref = ("t", len(self.inputs) - 1)
+        self.types[ref] = value.type
+        return ref
+
+    def residual(self, number: int) -> tuple:
+        if number not in self.residuals:
+            self.residuals.append(number)
+        ref = ("r", self.residuals.index(number))
+        self.types[ref] = self.primal.types[number]
+        return ref
+
+    def type_of(self, ref: tuple) -> Value:
+        return self.types[ref]
+
+    def emit(self, eq: Equation, refs: tuple) -> tuple:
+        if eq.results is None and not isinstance(eq, Jit):
+            # typed now, once per form and operand types, and recorded typed
+            types = tuple(self.types[r] for r in refs)
+            eq = eq.renumbered(eq.operands, self.primal.once(
+                ("typed", eq.form, types), lambda: eq.derived(types)))
+        self.ops.append((eq, tuple(refs)))
+        if isinstance(eq, Jit):
+            results = tuple(eq.body.value_types[n] for n in eq.body.outputs)
+        else:
+            results = eq.results
+        start, self.count = self.count, self.count + len(results)
+        made = tuple(("v", m) for m in range(start, self.count))
+        self.types.update(zip(made, results))
+        return made
+
+    def tangent(self, outputs: list, **options: Any) -> Program:
+        """The tangent body: the residuals' types, then the tangent inputs."""
+        residual_types = tuple(self.primal.types[n] for n in self.residuals)
+        body = _Body(residual_types + tuple(v.type for v in self.inputs))
+        base = {"r": 0, "t": len(residual_types)}
+        made: list[int] = []
+
+        def number(ref: tuple) -> int:
+            return made[ref[1]] if ref[0] == "v" else base[ref[0]] + ref[1]
+
+        for eq, refs in self.ops:
+            # (an inner jit was recorded untyped: its results are typed here)
+            made.extend(body.emit(eq.renumbered(tuple(number(r) for r in refs))))
+        return body.program(tuple(number(r) for r in outputs), **options)
+
+
+def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list,
+                path: str, transform: str) -> list:
+    """Record the tangent of one equation whose primal is emitted; per result, its
+    tangent (None: a symbolic zero)."""
+    if all(t is None for t in moving):
+        return [None] * len(eq.results)
+    if isinstance(eq, (ShardingConstraint, Reshard)):
+        return list(tape.emit(dataclasses.replace(eq, results=None), (moving[0],)))
+    if isinstance(eq, DevicePut):
+        keep = [k for k, t in enumerate(moving) if t is not None]
+        out = tape.emit(DevicePut(tuple(range(len(keep))), targets=tuple(
+            eq.targets[k] for k in keep), checked=False), tuple(moving[k] for k in keep))
+        placed = dict(zip(keep, out))
+        return [placed.get(k) for k in range(len(eq.results))]
+    if isinstance(eq, Opaque):
+        if eq.primitive in NO_DERIVATIVE:
+            with staged("trace"):
+                transposed_collective(eq.primitive, dict(eq.params), path)
+        return _opaque_tangent(eq, tape, operands, moving)
+    raise reject(NotRewritten(f"a {eq.kind} equation", path, transform,
+                              "its tangent rule is not described"))
+
+
+def _opaque(name: str, results: tuple[Value, ...], params: tuple = (), count: int = 0
+            ) -> Opaque:
+    return Opaque(tuple(range(count)), tuple(r.type for r in results), primitive=name,
+                  params=params)
+
+
+def _joined(result: Value, operands: list[Value]) -> Value:
+    """A primitive's result typed over its operands' mesh where they agree (JAX's Auto
+    types), over none where they do not."""
+    meshes = {v.mesh for v in operands} - {None}
+    mesh = meshes.pop() if len(meshes) == 1 else None
+    # (over the result's own mesh, its split over Explicit axes too)
+    return Value(result.shape, result.dtype, result.weak_type, mesh, result.varying,
+                 spec=result.spec if mesh == result.mesh else None)
+
+
+def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list) -> list:
+    """The tangent of a primitive: linear ones applied to the tangents (a zero tangent of
+    an operand of ``add``/``sub`` dropped), ``sin`` times its ``cos``, others opaque."""
+    name = eq.primitive
+    # A tangent has its primal's type (JAX's tangent avals), the mesh included.
+    results = eq.results
+    if name == "add_any" and None in moving:
+        # add_any's JVP is linear_jvp's: a zero tangent is instantiated (typed as its
+        # primal), and the sum is typed as its first operand.
+        moving = [t if t is not None else tape.emit(_opaque(
+            "broadcast_in_dim", (tape.primal.types[n],)), ())[0]
+            for t, n in zip(moving, operands)]
+    if name in ("add", "sub") and None in moving:
+        (k,) = [k for k, t in enumerate(moving) if t is not None]
+        if name == "sub" and k == 1:
+            return list(tape.emit(_opaque("neg", results, count=1), (moving[1],)))
+        return [moving[k]]
+    if name == "mul" and len(operands) == 2:
+        # The product rule: each non-zero tangent times the other operand, a residual.
+        terms = [tape.emit(_opaque("mul", results, count=2), (t, tape.residual(
+            operands[1 - k])))[0] for k, t in enumerate(moving) if t is not None]
+        if len(terms) == 2:
+            terms = list(tape.emit(_opaque("add_any", results, count=2), tuple(terms)))
+        return terms
+    if name in LINEAR or (name == "mul" and len(operands) == 1):
+        # (a product with a literal, which the description leaves out of the operands, is
+        # linear in its one operand)
+        return list(tape.emit(_opaque(name, results, eq.params, len(moving)), tuple(moving)))
+    if NONLINEAR.get(name) is not None:
+        (cos,) = tape.primal.opaque(NONLINEAR[name], operands, eq.results, eq.params)
+        return list(tape.emit(_opaque("mul", results, count=2),
+                              (moving[0], tape.residual(cos))))
+    given = tuple(t for t in moving if t is not None)
+    residuals = tuple(tape.residual(n) for n in operands)
+    return list(tape.emit(_opaque(f"linearized_{name}", results,
+                                  eq.params, len(residuals) + len(given)),
+                          residuals + given))
