@@ -36,6 +36,7 @@ from .placement.processes import (
     gathered, place_single_device_arrays, process_local_slices, process_mesh, MeshPart,
     make_mesh_part,
 )
+from .placement import process_transfers
 from .placement.process_transfers import (
     Placed, put_host_value, put_array, put_on_device, donated, check_not_deleted,
 )
@@ -58,6 +59,7 @@ from .program.description import (
 )
 from .program.explain import ProgramVerdict, explain_program
 from .program.batching import vmap_program
+from .program.partial_eval import dce_program, partial_eval_program
 from .program.autodiff import (
     LinearizedProgram, VjpProgram, grad_program, jvp_program, linearize_program,
     value_and_grad_program, vjp_program,
@@ -128,5 +130,6 @@ __all__ += [*arguments.__all__, *autodiff.__all__, *batching.__all__, *constrain
 __all__ += ["Program", "Value", "Const", "Jit", "ShardingConstraint", "DevicePut", "ShardMap",
             "Reshard", "Opaque", "explain_program", "ProgramVerdict", "vmap_program",
             "jvp_program", "linearize_program", "vjp_program", "grad_program",
-            "value_and_grad_program", "LinearizedProgram", "VjpProgram"]
-__all__ += [*processes.__all__]
+            "value_and_grad_program", "LinearizedProgram", "VjpProgram", "dce_program",
+            "partial_eval_program"]
+__all__ += [*processes.__all__, *process_transfers.__all__]

@@ -20,6 +20,8 @@ from .autodiff import (
     value_and_grad_program, vjp_program,
 )
 from .batching import vmap_program
+from .partial_eval import dce_program, partial_eval_program
 
 __all__ = ["vmap_program", "jvp_program", "linearize_program", "vjp_program", "grad_program",
-           "value_and_grad_program", "LinearizedProgram", "VjpProgram"]
+           "value_and_grad_program", "LinearizedProgram", "VjpProgram", "dce_program",
+           "partial_eval_program"]
