@@ -45,9 +45,9 @@ from hypothesis import strategies as st
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    _record, _type_of, _watch_compiler, _with_choices,
+    _record, _with_choices,
     Case, JaxOutcome, arguments_of, function_of, outcome_problems, program_cases, program_of,
-    top_options,
+    stage_in_jax, top_options,
 )
 from shardlaw.properties.program_vmap_harness import (
     Vmap, VmapCase, _batched_inputs, _vmapped, spec_vmapped,
@@ -196,25 +196,12 @@ def run_function(fn: Any, args: tuple) -> JaxOutcome:
     hits.record_jax_calls(1)
     if hits.jax_calls() % 200 == 0:
         jax.clear_caches()
-    steps = [("trace", lambda: fn.trace(*args)), ("lower", lambda: fn.trace(*args).lower()),
-             ("compile", lambda: fn.trace(*args).lower().compile()), ("call", lambda: fn(*args))]
-    results = None
-    with warnings.catch_warnings(), _watch_compiler(outcome):
-        warnings.simplefilter("ignore")
-        for stage, run in steps:
-            try:
-                results = run()
-            except Exception as error:  # noqa: BLE001 - recorded and compared
-                outcome.stage, outcome.error = stage, error
-                return outcome
-            if stage == "trace":
-                outcome.described = _described(describe_program, fn, args)
-    results = jax.tree_util.tree_leaves(results)
-    outcome.out_shardings = [from_jax(r.sharding) for r in results]
-    outcome.out_committed = [bool(r._committed) for r in results]
-    outcome.out_types = [_type_of(r) for r in results]
-    if results:
-        outcome.device_assignment = tuple(d.id for d in results[0].sharding._device_assignment)
+
+    def described(stage: str, _: Any) -> None:
+        if stage == "trace":
+            outcome.described = _described(describe_program, fn, args)
+
+    stage_in_jax(fn, args, outcome, after=described)
     return outcome
 
 

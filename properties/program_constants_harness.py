@@ -26,18 +26,16 @@ import pickle
 import struct
 import subprocess
 import sys
-import warnings
 from typing import Any
 
 from hypothesis import strategies as st
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    Case, _compare_results, _input, _jax_class_agrees, _meshes, _run_body, _sharding,
-    _steps, _type_of, _watch_compiler, FACTORS, JaxOutcome, SHAPES, program_of, top_options,
-    arguments_of,
+    Case, _compare_results, _input, _meshes, _run_body, _sharding, _steps, FACTORS,
+    JaxOutcome, SHAPES, program_of, stage_in_jax, top_options, arguments_of,
 )
-from shardlaw.spec import UNSPECIFIED, SingleDeviceSharding, explain_program, from_jax, to_jax
+from shardlaw.spec import UNSPECIFIED, SingleDeviceSharding, explain_program, to_jax
 from shardlaw.spec.program.description import Const, Opaque, Program, Value
 
 __all__ = ["Held", "ConstCase", "USES", "constants_program_of", "constants_function_of",
@@ -225,30 +223,18 @@ def run_constants_in_jax(cc: ConstCase, describe: bool = True) -> Observed:
     outcome = observed.outcome
     fun, args, options = constants_function_of(cc)
     jitted = jax.jit(fun, **options)
-    steps = [("trace", lambda: jitted.trace(*args)),
-             ("lower", lambda: jitted.trace(*args).lower()),
-             ("compile", lambda: jitted.trace(*args).lower().compile()),
-             ("call", lambda: jitted(*args))]
-    results = None
-    with warnings.catch_warnings(), _watch_compiler(outcome):
-        warnings.simplefilter("ignore")
-        for stage, run in steps:
-            try:
-                results = run()
-            except Exception as error:  # noqa: BLE001 - recorded and compared
-                outcome.stage = stage
-                observed.error_names = tuple(c.__name__ for c in type(error).__mro__)
-                observed.error_text = str(error)
-                return observed
-            if stage == "trace" and describe:
-                outcome.described = describe_program(jitted, *args)
-            if stage == "lower":
-                observed.aliased = results.as_text().count("tf.aliasing_output")
-    outcome.out_shardings = [from_jax(r.sharding) for r in results]
-    outcome.out_committed = [bool(r._committed) for r in results]
-    outcome.out_types = [_type_of(r) for r in results]
-    if results:
-        outcome.device_assignment = tuple(d.id for d in results[0].sharding._device_assignment)
+
+    def seen(stage: str, what: Any) -> None:
+        if stage == "trace" and describe:
+            outcome.described = describe_program(jitted, *args)
+        if stage == "lower":
+            observed.aliased = what.as_text().count("tf.aliasing_output")
+
+    error = stage_in_jax(jitted, args, outcome, after=seen)
+    if error is not None:
+        outcome.error = None   # it crosses from the hoisting worker as its names and words
+        observed.error_names = tuple(c.__name__ for c in type(error).__mro__)
+        observed.error_text = str(error)
     return observed
 
 

@@ -288,17 +288,14 @@ def _type_of_aval(aval: Any) -> Value:
                  spec=from_jax(aval.sharding.spec))
 
 
-def run_in_jax(case: Case) -> JaxOutcome:
-    """Trace, lower, compile and run ``jax.jit`` of the recipe's function."""
+def stage_in_jax(jitted: Any, args: tuple, outcome: JaxOutcome,
+                 after: Callable[[str, Any], Any] | None = None) -> BaseException | None:
+    """Trace, lower, compile and call ``jitted`` on ``args``, warnings silenced and the
+    compiler's choices watched, into ``outcome``: the stage and error of the first refusal
+    (returned), else the results' shardings, committedness, types and device assignment.
+    ``after(stage, what)`` runs after each stage that passes (what it gave)."""
     import jax
-    from shardlaw.spec.bridge.program import describe_program
 
-    outcome = JaxOutcome()
-    hits.record_jax_calls(1)
-    if hits.jax_calls() % CLEAR_EVERY == 0:
-        jax.clear_caches()   # every program is a fresh function: its traces are never reused
-    args = arguments_of(case)
-    jitted = jax.jit(function_of(case), **top_options(case))
     steps = [("trace", lambda: jitted.trace(*args)),
              ("lower", lambda: jitted.trace(*args).lower()),
              ("compile", lambda: jitted.trace(*args).lower().compile()),
@@ -311,15 +308,36 @@ def run_in_jax(case: Case) -> JaxOutcome:
                 results = run()
             except Exception as error:  # noqa: BLE001 - recorded and compared
                 outcome.stage, outcome.error = stage, error
-                return outcome
-            if stage == "trace":
-                outcome.described = describe_program(jax.jit(function_of(case),
-                                                             **top_options(case)), *args)
+                return error
+            if after is not None:
+                after(stage, results)
+    results = jax.tree_util.tree_leaves(results)
     outcome.out_shardings = [from_jax(r.sharding) for r in results]
     outcome.out_committed = [bool(r._committed) for r in results]
     outcome.out_types = [_type_of(r) for r in results]
     if results:
         outcome.device_assignment = tuple(d.id for d in results[0].sharding._device_assignment)
+    return None
+
+
+def run_in_jax(case: Case) -> JaxOutcome:
+    """Trace, lower, compile and run ``jax.jit`` of the recipe's function."""
+    import jax
+    from shardlaw.spec.bridge.program import describe_program
+
+    outcome = JaxOutcome()
+    hits.record_jax_calls(1)
+    if hits.jax_calls() % CLEAR_EVERY == 0:
+        jax.clear_caches()   # every program is a fresh function: its traces are never reused
+    args = arguments_of(case)
+    jitted = jax.jit(function_of(case), **top_options(case))
+
+    def described(stage: str, _: Any) -> None:
+        if stage == "trace":
+            outcome.described = describe_program(jax.jit(function_of(case),
+                                                         **top_options(case)), *args)
+
+    stage_in_jax(jitted, args, outcome, after=described)
     return outcome
 
 
