@@ -33,7 +33,7 @@ from ..program.description import Program
 from ..program.explain import UNTIL, ProgramVerdict, explain_program
 from .jit_vectors import _check_label
 from .transformed_vectors import (
-    _SIDE, _ValueReader, _rule_read, _rule_written, _text, _value_json,
+    _ValueReader, _rule_read, _rule_written, _value_json, read_header,
 )
 from .vector_checks import (
     JAX_VERSION, UnreadableWhenWritten, _document, check_vector, check_writable,
@@ -214,20 +214,9 @@ def load_program(program_json: Any) -> ProgramVector:
     shardlaw.spec.core.rules.RejectionValueError: [VEC-1] at until: expected the last stage asked about ("trace" or "run"), got "lower"
 
     """
-    vector = _document(program_json)
-    fields = _object(vector, (), "a program vector (a JSON object)",
-                     ("format", "version", "jax", "program"),
-                     ("name", "rule", "side", "description", "transforms", "until", "expect"))
-    check_vector(fields["format"] == PROGRAM_FORMAT, ("format",),
-                 f"the format name {json.dumps(PROGRAM_FORMAT)}", fields["format"])
-    check_vector(type(fields["version"]) is int and fields["version"] in PROGRAM_VERSIONS,
-                 ("version",), "a format version this shardlaw reads (1)", fields["version"])
-    jax = _text(fields["jax"], ("jax",), "a JAX version such as \"0.10.2\"", optional=False)
-    labels = {k: _text(fields.get(k), (k,)) for k in ("name", "description")}
-    label = None if fields.get("rule") is None else _rule_read(fields["rule"], ("rule",))
-    side = fields.get("side")
-    check_vector(side is None or (isinstance(side, str) and _SIDE.match(side) is not None),
-                 ("side",), 'null or a side: "accept", "reject" or an outcome\'s name', side)
+    fields, header = read_header(_document(program_json), "a program vector", PROGRAM_FORMAT,
+                                 PROGRAM_VERSIONS, ("program",), ("transforms", "until", "expect"))
+    jax, labels, label, side = header.jax, header.labels, header.rule, header.side
     until = fields.get("until", "run")
     check_vector(until in UNTIL, ("until",), "the last stage asked about (" + " or ".join(
         json.dumps(u) for u in UNTIL) + ")", until)

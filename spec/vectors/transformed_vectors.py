@@ -448,6 +448,38 @@ def _origin(reader: _ValueReader, value: Any) -> tuple[str | None, HarnessCase]:
     return said, dataclasses.replace(case, harness=harness)
 
 
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """What every vector format after the jit call's begins with: the JAX version it was
+    written against, its name and description, the rule it is labelled with and its side."""
+
+    jax: str
+    labels: dict
+    rule: str | None
+    side: str | None
+
+
+def read_header(vector: Any, what: str, format_name: str, versions: tuple,
+                required: tuple, optional: tuple) -> tuple[dict, Header]:
+    """A vector's fields (its own ``required`` and ``optional`` ones besides the header's)
+    and its :class:`Header`, each checked (VEC-1 at the field's path)."""
+    fields = _object(vector, (), f"{what} (a JSON object)",
+                     ("format", "version", "jax", *required),
+                     ("name", "rule", "side", "description", *optional))
+    check_vector(fields["format"] == format_name, ("format",),
+                 f"the format name {json.dumps(format_name)}", fields["format"])
+    check_vector(type(fields["version"]) is int and fields["version"] in versions,
+                 ("version",), "a format version this shardlaw reads (" + ", ".join(
+                     str(v) for v in versions) + ")", fields["version"])
+    jax = _text(fields["jax"], ("jax",), "a JAX version such as \"0.10.2\"", optional=False)
+    labels = {k: _text(fields.get(k), (k,)) for k in ("name", "description")}
+    label = None if fields.get("rule") is None else _rule_read(fields["rule"], ("rule",))
+    side = fields.get("side")
+    check_vector(side is None or (isinstance(side, str) and _SIDE.match(side) is not None),
+                 ("side",), 'null or a side: "accept", "reject" or an outcome\'s name', side)
+    return fields, Header(jax, labels, label, side)
+
+
 def load_transformed(transformed_json: Any) -> TransformedVector:
     """The :class:`TransformedVector` a JSON object (or its text) describes; VEC-1 when it
     is malformed.
@@ -459,20 +491,10 @@ def load_transformed(transformed_json: Any) -> TransformedVector:
     >>> v.call.keywords["manual_axes"]
     frozenset({'x'})
     """
-    vector = _document(transformed_json)
-    fields = _object(vector, (), "a transformed-call vector (a JSON object)",
-                     ("format", "version", "jax", "call"),
-                     ("name", "rule", "side", "description", "expect", "origin"))
-    check_vector(fields["format"] == TRANSFORMED_FORMAT, ("format",),
-                 f"the format name {json.dumps(TRANSFORMED_FORMAT)}", fields["format"])
-    check_vector(type(fields["version"]) is int and fields["version"] in TRANSFORMED_VERSIONS,
-                 ("version",), "a format version this shardlaw reads (1)", fields["version"])
-    jax = _text(fields["jax"], ("jax",), "a JAX version such as \"0.10.2\"", optional=False)
-    labels = {k: _text(fields.get(k), (k,)) for k in ("name", "description")}
-    label = None if fields.get("rule") is None else _rule_read(fields["rule"], ("rule",))
-    side = fields.get("side")
-    check_vector(side is None or (isinstance(side, str) and _SIDE.match(side) is not None),
-                 ("side",), 'null or a side: "accept", "reject" or an outcome\'s name', side)
+    fields, header = read_header(_document(transformed_json), "a transformed-call vector",
+                                 TRANSFORMED_FORMAT, TRANSFORMED_VERSIONS, ("call",),
+                                 ("expect", "origin"))
+    jax, labels, label, side = header.jax, header.labels, header.rule, header.side
     reader = _ValueReader()
     call = _call(reader, fields["call"])
     expect = None if fields.get("expect") is None else _verdict(reader, fields["expect"],
