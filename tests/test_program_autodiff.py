@@ -516,13 +516,12 @@ def test_the_rewrites_keep_the_programs_device_count():
         assert explain(rewritten).num_devices == chips.size
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "found by the shard_map AD deep run (seed 53, 4 of 5,000): over an all-Explicit mesh a "
-    "shard_map making only 'y' manual splits a dimension the argument's type splits over "
-    "'x' too; JAX refuses the untransformed program at trace (a shard of size 1 split over "
-    "'x'), the SMAP rules accept it: a gap of the untransformed program's rules on mixed "
-    "Explicit/Manual types, not of the AD rewrite"))
+@checks("SMAP-18")
 def test_a_shard_of_one_split_over_a_non_manual_explicit_axis_is_refused():
+    """Found by the shard_map AD deep run (seed 53): over an all-Explicit mesh a shard_map
+    making only 'y' manual splits a dimension the argument's type splits over 'x' too; the
+    shard (size 1) keeps 'x' in its type and does not split 2 ways: JAX refuses at trace
+    (ValueError), as SMAP-18 does."""
     from shardlaw.spec import AxisType
     mesh = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit,) * 2)
     case = MapCase(mesh, Value.placed((4, 8, 2), NamedSharding(mesh, P(None, "y", "x"))),
@@ -659,14 +658,11 @@ def test_a_cotangent_reaching_a_shard_maps_result_keeps_its_automatic_split(afte
         assert explain_program(rewritten).accepted
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "found by the shard_map AD deep run (seed 81, 1 case of 2,000): over an all-Explicit "
-    "mesh a shard_map making only 'y' manual psum_scatters along a dimension the "
-    "argument's type splits over 'x'; JAX fails an assertion while lowering the "
-    "untransformed program (and its jvp and linearize), the SMAP rules accept it: a gap "
-    "of the untransformed program's rules on mixed Explicit/Manual types, not of the AD "
-    "rewrite (grad and vjp agree)"))
+@checks("SMAP-23")
 def test_a_scatter_along_a_dimension_split_over_a_non_manual_explicit_axis():
+    """Found by the shard_map AD deep run (seed 81): over an all-Explicit mesh a shard_map
+    making only 'y' manual psum_scatters a value its type splits over 'x': JAX fails an
+    assertion lowering the program and its jvp, as SMAP-23 refuses (AssertionError)."""
     from shardlaw.spec import AxisType
     mesh = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
     case = MapCase(mesh, Value.placed((8, 8), NamedSharding(mesh, P(None, "x"))),

@@ -27,7 +27,7 @@ from shardlaw.properties.program_shardmap_harness import (
 from shardlaw.properties.registry import checks
 from shardlaw.properties.suites import examples
 from shardlaw.spec import (
-    Mesh, NamedSharding, Opaque, P, Program, ShardMap, Value, explain_program,
+    AxisType, Mesh, NamedSharding, Opaque, P, Program, ShardMap, Value, explain_program,
 )
 from shardlaw.spec.bridge.program import describe_program
 from shardlaw.spec.program.shardmap import CollectiveDecision, ShardMapDecision
@@ -259,6 +259,66 @@ def test_a_described_collective_typed_otherwise_than_the_rules_is_refused_by_pro
                  in_specs=(P("x", "y"),), out_specs=(P("x", "y"),)),), (1,))
     verdict = explain_program(program)
     assert verdict.rule == "PROG-0" and "varying along ['x']" in verdict.message
+
+
+# --------------------------------------------------------------------------- mixed Explicit/Manual
+
+EXPLICIT = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+
+
+def _mixed(ops, typed=P(None, "x"), in_spec=P(), out_spec=P("y"), vma=True, shape=(8, 8),
+           outer_jit=False):
+    """A shard_map making only 'y' manual over an all-Explicit mesh, its argument's type
+    split ``typed`` (over 'x', which stays automatic)."""
+    argument = Value.placed(shape, NamedSharding(EXPLICIT, typed))
+    return MapCase(EXPLICIT, argument, in_spec, out_spec, frozenset({"y"}), vma, tuple(ops),
+                   outer_jit=outer_jit)
+
+
+@checks("SMAP-23")
+@pytest.mark.parametrize("ops, typed, vma, outer_jit", [
+    ([Op("psum_scatter", ("y",), 1)], P(None, "x"), True, False),
+    ([Op("neg"), Op("psum_scatter", ("y",), 0)], P("x"), False, False),
+    ([Op("sin", in_jit=True), Op("psum_scatter", ("y",), 0, in_jit=True)], P(None, "x"),
+     True, True),
+    ([Op("all_gather", ("y",), 1), Op("psum_scatter", ("y",), 1)], P("x"), False, False),
+])
+def test_a_scatter_of_a_value_typed_split_over_an_automatic_explicit_axis_is_refused(
+        ops, typed, vma, outer_jit):
+    """JAX fails an assertion lowering a psum_scatter whose operand's type keeps a split
+    over 'x' (its type made a scalar keeps the split): whichever dimension is scattered,
+    through elementwise steps, collectives and inner jits."""
+    verdict = _refused(_mixed(ops, typed, vma=vma, outer_jit=outer_jit))
+    assert (verdict.rule, verdict.stage, verdict.error_type) == ("SMAP-23", "lower",
+                                                                 "AssertionError")
+    assert verdict.path.startswith("body[0].") and ".shard_map." in verdict.path
+
+
+@checks("SMAP-23")
+@pytest.mark.parametrize("typed, in_spec", [(P(), P()), (P("y"), P("y"))])
+def test_a_scatter_of_a_value_its_type_leaves_unsplit_over_explicit_axes_is_lowered(
+        typed, in_spec):
+    """The same scatter of a value whose type inside splits nothing (unsplit outside, or
+    split over the manual 'y' only) lowers, compiles and runs as JAX does."""
+    case = _mixed([Op("psum_scatter", ("y",), 1)], typed, in_spec, shape=(8, 16))
+    problems = compare_case(case)
+    assert not problems, "\n".join(problems)
+    from shardlaw.properties.program_shardmap_harness import program_of
+    assert explain_program(program_of(case)).accepted
+
+
+@checks("SMAP-18")
+def test_a_shard_whose_type_keeps_an_axis_that_does_not_split_it_is_refused_at_trace():
+    """Splitting over 'y' a dimension the argument's type splits over 'x' leaves a shard of
+    size 1 that 'x' must still split: refused at trace (ValueError), as JAX does; of size 2
+    it is accepted."""
+    verdict = _refused(_mixed([Op("neg")], P(None, "x"), P(None, "y"), P(None, "y"),
+                              shape=(8, 4)))
+    assert (verdict.rule, verdict.stage, verdict.error_type) == ("SMAP-18", "trace",
+                                                                 "ValueError")
+    assert verdict.path == "body[0].shard_map.in_specs[0]"
+    case = _mixed([Op("neg")], P(None, "x"), P(None, "y"), P(None, "y"), shape=(8, 16))
+    assert not compare_case(case)
 
 
 # --------------------------------------------------------------------------- the property

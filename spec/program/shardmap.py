@@ -3,13 +3,14 @@
 :func:`trace_shard_map` applies the SMAP rules to one :class:`ShardMap` equation where
 ``jax.jit`` of the program meets them, tracing (stage ``trace``): the manual axes (SMAP-1),
 the specs' axes and reductions (SMAP-3, SMAP-4; in_specs, then out_specs), the operands
-against the in specs (SMAP-7, SMAP-8, SMAP-19) and their shards (SMAP-9), then the body,
+against the in specs (SMAP-7, SMAP-8, SMAP-19), their shards (SMAP-9) and the shards' types
+(SMAP-18), then the body,
 equation by equation — each collective's axes (SMAP-13), shape (SMAP-21) and varying axes
 (SMAP-20), inner jits and nested shard_maps walked the same way — and last the body's
 results against the out specs (SMAP-7, SMAP-11, SMAP-19, SMAP-12, SMAP-10).
 :func:`lower_shard_maps` applies what lowering checks (stage ``lower``): the in specs of the
-operands the body uses (SMAP-12), each live collective's axes named once (SMAP-13) and
-ppermute's pairs (SMAP-22).
+operands the body uses (SMAP-12), each live collective's axes named once (SMAP-13),
+ppermute's pairs (SMAP-22) and psum_scatter's operand unsplit over Explicit axes (SMAP-23).
 
 Each equation walked leaves a small frozen record of what it decided, by path
 (:class:`ShardMapDecision`, :class:`CollectiveDecision`, :class:`ShardingsDecision`), which
@@ -31,7 +32,8 @@ from typing import Any
 from ..core.rules import located, staged
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..transforms.shardmap_bodies import (
-    COLLECTIVES, check_permutation, collective_shape, collective_varying,
+    COLLECTIVES, check_permutation, check_scatter_operand_unsplit, collective_shape,
+    collective_varying,
 )
 from ..transforms.shardmap_collectives import check_collective_axes, collective_groups
 from ..transforms.shardmap_parameters import Shaped, _names, _ways
@@ -40,7 +42,8 @@ from ..transforms.shardmap_specs import (
     check_spec_rank, check_spec_reductions, manual_axes_of,
 )
 from ..transforms.shardmap_types import (
-    check_reductions_held, check_specs_match_types, per_shard_shape, unshard_shape,
+    check_reductions_held, check_specs_match_types, explicit_types, per_shard_shape,
+    type_inside, unshard_shape,
 )
 from .description import (
     DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
@@ -223,7 +226,8 @@ def _type_spec(value: Value) -> Any:
 def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[str],
                   path: str) -> tuple[Value, ...]:
     """SMAP-7 for every operand, SMAP-8 for every operand, SMAP-17 against the operand's type
-    (an argument's or a traced value's split), then SMAP-19 and SMAP-9: the type of each
+    (an argument's or a traced value's split), then SMAP-19, SMAP-9 and SMAP-18 (the shard's
+    type keeps the Explicit axes left automatic, which must split it): the type of each
     body input. A shard_map a
     batching rule bound (``eq.checked`` False) is not checked against its operands (JAX
     checks them when the user calls shard_map): each dimension is divided by its ways,
@@ -249,6 +253,10 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
             check_reductions_held(spec, f"in_specs[{i}]", f"operand {i}")
             shape = (per_shard_shape(eq.mesh, spec, value.shape, manual) if eq.checked
                      else _divided(eq.mesh, spec, value.shape))
+            if eq.checked:
+                # the shard's type keeps the Explicit axes left automatic (SMAP-18)
+                explicit_types(eq.mesh, manual, _type_spec(value), None, shape,
+                               f"operand {i}")
         varying = _spec_axes(spec) if eq.check_vma else frozenset()
         given = eq.body.inputs[i] if i < len(eq.body.inputs) else None
         types.append(_typed(given, shape, value.dtype, inner, weak_type=value.weak_type,
@@ -452,12 +460,72 @@ def lower_shard_maps(program: Program, live: Any, prefix: str = "") -> None:
     ``lower``): the in specs of the operands its body uses (SMAP-12; for a shard_map a
     batching rule bound, which nothing checked at trace, also their axes manual, SMAP-3,
     and dividing the operands, SMAP-8: the compiler's verifier refuses them), then each
-    live collective's axes named once (SMAP-13) and ppermute's pairs (SMAP-22)."""
+    live collective's axes named once (SMAP-13), ppermute's pairs (SMAP-22) and
+    psum_scatter's operand split over no Explicit axis left automatic (SMAP-23)."""
     with staged("lower"):
         _lower(program, live, prefix, None)
 
 
-def _lower(program: Program, live: Any, prefix: str, context: Manual | None) -> None:
+# The primitives whose result takes the split of an operand of its shape (elementwise).
+ELEMENTWISE = frozenset({
+    "neg", "sin", "cos", "tan", "exp", "log", "tanh", "logistic", "abs", "sign", "sqrt",
+    "rsqrt", "integer_pow", "pow", "add", "sub", "mul", "div", "max", "min",
+    "convert_element_type", "copy", "square",
+})
+
+
+def _split_of(value: Value) -> tuple:
+    """A value's split over Explicit axes, one entry per dimension (None: unsplit)."""
+    spec = _type_spec(value)
+    entries = [] if spec is None else list(spec)
+    return tuple(entries + [None] * (len(value.shape) - len(entries)))[:len(value.shape)]
+
+
+def _fitted(split: tuple | None, rank: int) -> tuple | None:
+    """A split kept position by position for a value of ``rank`` (None: not known, as when
+    a split entry would be dropped)."""
+    if split is None or any(e is not None for e in split[rank:]):
+        return None
+    return tuple(split[:rank]) + (None,) * (rank - len(split))
+
+
+def _body_splits(program: Program, inputs: tuple) -> list:
+    """Each value's split over the Explicit axes a shard_map leaves automatic, by value
+    index (None: not known): an input's as given (SMAP-18's type inside), a value whose
+    description gives its split that one, a collective's result its operand's dimension
+    by dimension (axis_index's: unsplit), an elementwise result that of an operand of its
+    shape, an inner jit's results those of its body."""
+    splits: list = list(inputs) + [_split_of(c.value.type) for c in program.consts]
+    for eq in program.equations:
+        operands = [splits[n] for n in eq.operands]
+        if isinstance(eq, Jit):
+            inner = _body_splits(eq.body, tuple(operands))
+            derived = [inner[n] for n in eq.body.outputs]
+        elif isinstance(eq, Opaque) and eq.primitive in COLLECTIVES:
+            derived = [() if not operands else operands[0]]
+        elif isinstance(eq, Opaque) and eq.primitive in ELEMENTWISE:
+            same = [s for n, s in zip(eq.operands, operands)
+                    if s is not None and program.value_types[n].shape == eq.results[0].shape]
+            derived = [same[0] if same else None] * len(eq.results)
+        else:
+            derived = [None] * len(eq.results)
+        for result, split in zip(eq.results, derived):
+            given = result.spec if result.mesh is not None else None
+            splits.append(_split_of(result) if given is not None
+                          else _fitted(split, len(result.shape)))
+    return splits
+
+
+def _split_known(program: Program, splits: list | None, n: int) -> tuple | None:
+    """Value ``n``'s split: as the walk derived it inside a shard_map (None: not known),
+    else (outside any) as its type carries it."""
+    if splits is not None:
+        return splits[n]
+    return _split_of(program.value_types[n])
+
+
+def _lower(program: Program, live: Any, prefix: str, context: Manual | None,
+           splits: list | None = None) -> None:
     for k, eq in enumerate(program.equations):
         if not live.equations[k]:
             continue
@@ -474,13 +542,23 @@ def _lower(program: Program, live: Any, prefix: str, context: Manual | None) -> 
                                       f"in_specs[{i}]", f"operand {i}")
             inner = Manual(eq.mesh, manual | (context.manual if context else frozenset()),
                            eq.check_vma)
-            _lower(eq.body, live.bodies[k], f"{path}.shard_map.", inner)
+            outside = [_split_known(program, splits, n) for n in eq.operands]
+            inside = tuple(None if split is None else type_inside(
+                eq.mesh, manual, PartitionSpec(*split), len(split)) for split in outside)
+            _lower(eq.body, live.bodies[k], f"{path}.shard_map.", inner,
+                   _body_splits(eq.body, inside))
         elif isinstance(eq, Jit):
-            _lower(eq.body, live.bodies[k], f"{path}.jit.", context)
+            _lower(eq.body, live.bodies[k], f"{path}.jit.", context,
+                   None if splits is None else _body_splits(
+                       eq.body, tuple(splits[n] for n in eq.operands)))
         elif context is not None and isinstance(eq, Opaque) and eq.primitive in COLLECTIVES:
             params = dict(eq.params)
             axes = collective_axes(eq.primitive, params)
             with located(path):
+                if eq.primitive == "reduce_scatter" and eq.operands:
+                    split = _split_known(program, splits, eq.operands[0])
+                    if split is not None:
+                        check_scatter_operand_unsplit(axes, split)
                 check_collective_axes(context.mesh, axes, context.manual)
                 if eq.primitive == "ppermute":
                     check_permutation(axes, context.size(axes), params.get("perm", ()))

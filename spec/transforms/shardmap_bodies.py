@@ -1,4 +1,4 @@
-"""The collectives of a shard_map's body: their varying axes, shapes and permutations (SMAP-20 to SMAP-22).
+"""The collectives of a shard_map's body: their varying axes, shapes and permutations (SMAP-20 to SMAP-23).
 
 Inside ``jax.shard_map`` each value has a per-shard shape and, with ``check_vma``, the set
 of manual axes along which it differs from device to device (its *varying* axes, what
@@ -12,7 +12,9 @@ of manual axes along which it differs from device to device (its *varying* axes,
   ``psum_scatter`` divides or removes one, ``all_to_all`` splits one and concatenates
   another;
 * SMAP-22 — ``ppermute``'s pairs are positions along its axes, each source and each
-  target at most once (checked when the program is lowered).
+  target at most once (checked when the program is lowered);
+* SMAP-23 — ``psum_scatter`` lowers only an operand whose type splits no dimension over
+  the Explicit axes a shard_map leaves automatic (a mixed Explicit/Manual body).
 
 The primitives are named as ``jax.make_jaxpr`` shows them in jax 0.10.2: ``psum`` (without
 check_vma) and ``psum_invariant`` (with it), ``pmax``, ``pmin``, ``all_gather``,
@@ -28,7 +30,7 @@ from typing import Any
 from ..core.rules import Failure, require, rule
 
 __all__ = ["REDUCING", "MOVING", "COLLECTIVES", "collective_varying", "collective_shape",
-           "check_permutation"]
+           "check_permutation", "check_scatter_operand_unsplit"]
 
 # The collectives that reduce over their axes, those that move data between devices, and
 # the casts and queries that move nothing.
@@ -260,3 +262,34 @@ def check_permutation(axes: tuple[str, ...], size: int, perm: Any) -> tuple:
         require(all(-size <= p < size for p in pair),
                 lambda: PermutationOutOfRange(axes, size, pair, size - 1))
     return tuple((s % size, t % size) for s, t in pairs)
+
+
+# --------------------------------------------------------------------------- SMAP-23
+
+@dataclasses.dataclass(frozen=True)
+class ScatterOfASplitType(Failure, rule="SMAP-23", error=AssertionError):
+    template = ("psum_scatter over {axes} takes a value whose type is split {split} over "
+                "the Explicit axes the shard_map leaves automatic: JAX lowers a "
+                "psum_scatter only of a value its type splits over none of them")
+    hint = ("Reshard the argument so that its type splits no dimension over those axes "
+            "(jax.reshard) before the shard_map, or make them manual too.")
+    axes: tuple
+    split: tuple
+
+
+@rule("SMAP-23", mirrors="jax._src.lax.parallel._reduce_scatter_lowering (the operand's "
+                         "type made a scalar keeps its split); jax._src.core._make_lengths_same")
+def check_scatter_operand_unsplit(axes: tuple[str, ...], split: tuple) -> None:
+    """A psum_scatter lowers only when its operand's type splits no dimension over an Explicit axis its shard_map leaves automatic (AssertionError, met when the program is lowered).
+
+    ``split`` is the operand's type inside, one entry per dimension (None: unsplit), as
+    SMAP-18 keeps it.
+
+    >>> check_scatter_operand_unsplit(("y",), (None, None))
+    >>> check_scatter_operand_unsplit(("y",), (None, "x"))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionAssertionError: [SMAP-23]: psum_scatter over ('y',) takes a value whose type is split (None, 'x') over the Explicit axes the shard_map leaves automatic: ...
+    """
+    require(all(entry is None for entry in split), lambda: ScatterOfASplitType(
+        tuple(axes), tuple(split)))

@@ -25,7 +25,7 @@ from .shardmap_specs import (
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["per_shard_shape", "unshard_shape", "infer_in_specs", "check_specs_match_types",
-           "explicit_types", "check_reductions_held"]
+           "explicit_types", "type_inside", "check_reductions_held"]
 
 
 # --------------------------------------------------------------------------- SMAP-9, SMAP-10
@@ -215,6 +215,15 @@ class TypeDoesNotSplitShard(Failure, rule="SMAP-18"):
     ways: int
 
 
+def type_inside(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
+                type_spec: PartitionSpec | None, rank: int) -> tuple:
+    """The entries of a value's type inside a shard_map, one per dimension: those of its
+    type outside kept to the Explicit axes the shard_map leaves automatic (SMAP-18)."""
+    kept = _explicit(mesh) - manual_axes
+    return tuple(_entry(tuple(n for n in _names(e) if n in kept))
+                 for e in _padded(type_spec, rank))
+
+
 @rule("SMAP-18", mirrors="jax._src.shard_map._shard_shaped_array and _unshard_shaped_array "
                          "(the sharding of the types); jax._src.core.modify_spec_for_auto_manual")
 def explicit_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
@@ -234,8 +243,7 @@ def explicit_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
     shardlaw.spec.core.rules.RejectionValueError: [SMAP-18]: inside shard_map args[0] is a shard of shape (1,), whose type keeps ('x',) on the Explicit axes that stay automatic: dimension 0 of size 1 does not split 2 ways. ...
     """
     explicit = _explicit(mesh)
-    inner = tuple(_entry(tuple(n for n in _names(e) if n in explicit - manual_axes))
-                  for e in _padded(type_spec, len(shape)))
+    inner = type_inside(mesh, manual_axes, type_spec, len(shape))
     for dim, (size, entry) in enumerate(zip(shape, inner)):
         ways = _ways(mesh, entry)
         require(size % ways == 0, lambda: TypeDoesNotSplitShard(
