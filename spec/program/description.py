@@ -186,6 +186,15 @@ class Value:
                                else named.mesh)
         _set_type_spec(self, type_spec(named) if self.spec is None else self.spec)
 
+    def __hash__(self) -> int:
+        # A value is immutable and hashed often (a rewrite finds an equation's results once
+        # per form and operand types): hashed once, by its compared fields.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     # Constructors named for what a user holds.
     @classmethod
     def placed(cls, shape: Any, sharding: Any, dtype: str = "float32", *,

@@ -59,7 +59,9 @@ from .description import (
     DevicePut, Jit, Program, Reshard, ShardingConstraint, ShardMap, Value, check_program,
     type_spec,
 )
-from .lowering import equation_path, inside_shardings, live_parts, placed_results
+from .lowering import (
+    Live, equation_path, inside_shardings, live_parts, lowered_live, placed_results,
+)
 from .shardmap import lower_shard_maps, shardings_decision, trace_shard_map
 
 P = PartitionSpec  # the name the examples use
@@ -151,7 +153,7 @@ def _options_tree(shardings: tuple) -> Any:
     return tuple(None if s is UNSPECIFIED else s for s in shardings)
 
 
-def program_call(program: Program) -> Call:
+def program_call(program: Program, live: Live | None = None) -> Call:
     """The top-level jit call of ``program`` as a :class:`~shardlaw.spec.Call`: its inputs as
     the arguments (one positional argument each), its outputs as the results, its options,
     context mesh and compiler's choices, and the inputs its body uses (dead-code
@@ -162,6 +164,8 @@ def program_call(program: Program) -> Call:
     >>> call = program_call(Program((x, Value.numpy((4,))), outputs=(0,)))
     >>> call.args, call.uses
     ((<committed float32[8x8] on NamedSharding(Mesh({'x': 2, 'y': 4}), P('x'))>, <numpy float32[4]>), (True, False))
+
+    ``live``: ``live_parts(program)``, when the caller has it.
     """
     check_program(isinstance(program, Program), "the program asked about", "a Program",
                   program)
@@ -175,7 +179,7 @@ def program_call(program: Program) -> Call:
         out_shardings=_options_tree(program.out_shardings),
         donate_argnums=tuple(i for i, d in enumerate(program.donated) if d),
         keep_unused=program.keep_unused)
-    uses = live_parts(program).inputs
+    uses = (live if live is not None else live_parts(program)).inputs
     return Call(args=tuple(v.as_arg() for v in program.inputs), outputs=outputs,
                 options=options, context_mesh=program.context_mesh, uses=uses,
                 devices=program.devices,
@@ -347,24 +351,23 @@ def _concrete(mesh: Any, spec: PartitionSpec) -> NamedSharding:
     return NamedSharding(mesh, spec)
 
 
-def _lower_body(program: Program, assignment: Any) -> None:
+def _lower_body(program: Program, assignment: Any, live: Live) -> None:
     """WSC-8 for every live GSPMDSharding constraint and WSC-11 for every live
     NamedSharding constraint on a reduced value, then what lowering checks in every live
     shard_map (stage ``lower``; each result's Explicit mesh against the device assignment,
     AD-9, is the jit pipeline's ``stage_lower``); then each live reshard's tiling against
-    the ``assignment`` (EXE-3, which XLA's verifier decides when compiling)."""
+    the ``assignment`` (EXE-3, which XLA's verifier decides when compiling). ``live``: what
+    lowering keeps of the body (:func:`~shardlaw.spec.program.lowering.lowered_live`)."""
     with staged("lower"):
-        for path, eq, operand in _live_constraints(program, live_parts(
-                program, everything=program.keep_unused), ""):
+        for path, eq, operand in _live_constraints(program, live, ""):
             with located(path):
                 if isinstance(eq.sharding, GSPMDSharding):
                     check_constraint_lowers(eq.sharding, path)
                 if isinstance(eq.sharding, NamedSharding):
                     check_operand_not_reduced(operand.spec, path)
-    lower_shard_maps(program, live_parts(program, everything=program.keep_unused))
-    for path, eq, operand in _live_constraints(program, live_parts(
-            program, everything=program.keep_unused), "", Reshard) if len(assignment) > 1 \
-            else ():
+    lower_shard_maps(program, live)
+    for path, eq, operand in _live_constraints(program, live, "", Reshard) \
+            if len(assignment) > 1 else ():
         # a reshard's sharding is handed to the compiler over the program's devices: XLA's
         # verifier refuses a tiling of another number of devices (EXE-3; a program on one
         # device keeps no sharding to verify)
@@ -415,8 +418,11 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
                   program)
     check_program(until in UNTIL, "the last stage asked about (until)", f"one of {UNTIL}",
                   until)
+    # what dead-code elimination leaves, worked out once for every stage that reads it
+    live = lowered_live(program)
+    used = live if not program.keep_unused else live_parts(program)
     try:  # the description, read before any of jit's rules (CALL-0; outside the trace)
-        call = program_call(program)
+        call = program_call(program, used)
     except Rejection as error:
         return _refused(error, [])
     held = _Held(program, call)
@@ -428,7 +434,7 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
                 stage_jit(n)
             called = _stage_call(n, program.checked)
             decided = trace_body(program, program.context_mesh)
-            inside = inside_shardings(program)
+            inside = inside_shardings(program, live)
             n = dataclasses.replace(call, inside=inside).normal
             traced = _stage_trace(n, called, program.checked)
             if until == "trace":   # the held values are inputs from lowering on
@@ -437,7 +443,7 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
             lowered = stage_lower(n, called, traced)
             if not program.checked:
                 _check_written_out(n, called, traced, lowered)
-            _lower_body(program, lowered.assignment)
+            _lower_body(program, lowered.assignment, live)
             held.check_donation()
             placed = placed_results(program, [
                 *(lowered.resolved[i] for i in lowered.kept), *traced.out_shardings,

@@ -25,7 +25,8 @@ from .description import (
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["Live", "live_parts", "inside_shardings", "placed_results", "equation_path"]
+__all__ = ["Live", "live_parts", "lowered_live", "inside_shardings", "placed_results",
+           "equation_path"]
 
 SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
@@ -87,10 +88,11 @@ def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
         used[n] = used[n] or u
     equations = [False] * len(program.equations)
     bodies: dict[int, Live] = {}
-    numbers = program.result_numbers()
+    end = len(program.value_types)   # one past the numbers of equation k's results
     for k in reversed(range(len(program.equations))):
         eq = program.equations[k]
-        wanted = tuple(used[n] for n in numbers[k])
+        start = end - len(eq.results)
+        wanted, end = tuple(used[start:end]), start
         if not any(wanted) and not _writes_ref(eq):
             continue
         equations[k] = True
@@ -107,11 +109,19 @@ def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
                 tuple(used[inputs:inputs + len(program.consts)]))
 
 
+def lowered_live(program: Program) -> Live:
+    """What lowering keeps of ``program``'s body: everything when the jit keeps unused
+    inputs, else what dead-code elimination leaves with all its results used."""
+    return live_parts(program, everything=program.keep_unused)
+
+
 # --------------------------------------------------------------------------- PROG-2
 
-def _equation_shardings(eq: Any, live: Live | None, path: str) -> Iterator[Source]:
+def _equation_shardings(eq: Any, live: Live | None, path: str, whole: dict
+                        ) -> Iterator[Source]:
     """The shardings of one live equation that join the device assignment, with where
-    they come from."""
+    they come from. ``whole``: the replicated NamedSharding of each concrete shard_map mesh
+    met so far in the listing (a step repeats one mesh in every layer: built once)."""
     if isinstance(eq, ShardingConstraint):
         s = eq.sharding
         if not (isinstance(s, NamedSharding) and isinstance(s.mesh, AbstractMesh)):
@@ -131,26 +141,29 @@ def _equation_shardings(eq: Any, live: Live | None, path: str) -> Iterator[Sourc
                     yield Source(s, f"{name}[{i}] of the jit at {path}", where)
     elif isinstance(eq, ShardMap):
         if isinstance(eq.mesh, Mesh):
-            yield Source(NamedSharding(eq.mesh, P()), f"mesh of the shard_map at {path}",
+            if eq.mesh not in whole:
+                whole[eq.mesh] = NamedSharding(eq.mesh, P())
+            yield Source(whole[eq.mesh], f"mesh of the shard_map at {path}",
                          f"{path}.shard_map.mesh")
 
 
-def _listed(program: Program, live: Live, prefix: str) -> list[Source]:
+def _listed(program: Program, live: Live, prefix: str, whole: dict) -> list[Source]:
     """The body's own equations first, then the bodies nested in them, in order."""
     out: list[Source] = []
     for k, eq in enumerate(program.equations):
         if live.equations[k]:
-            out.extend(_equation_shardings(eq, live.bodies.get(k), equation_path(prefix, k)))
+            out.extend(_equation_shardings(eq, live.bodies.get(k), equation_path(prefix, k),
+                                           whole))
     for k, eq in enumerate(program.equations):
         if live.equations[k] and eq.body is not None:
             path = equation_path(prefix, k)
-            out.extend(_listed(eq.body, live.bodies[k], _nested(path, eq)))
+            out.extend(_listed(eq.body, live.bodies[k], _nested(path, eq), whole))
     return out
 
 
 @rule("PROG-2", mirrors="jax._src.interpreters.pxla.lower_sharding_computation; "
                         "jax._src.dispatch.get_intermediate_shardings")
-def inside_shardings(program: Program) -> tuple[Source, ...]:
+def inside_shardings(program: Program, live: Live | None = None) -> tuple[Source, ...]:
     """Unless the jit keeps unused inputs, dead equations are dropped first; every sharding left inside its body — constraints', device_puts', inner jits' given shardings, concrete shard_map meshes' — then joins the device assignment and the results' committedness.
 
     They are listed body by body — a body's own equations in order, then the bodies nested
@@ -165,9 +178,12 @@ def inside_shardings(program: Program) -> tuple[Source, ...]:
     ['sharding_constraint at body[0]']
     >>> inside_shardings(Program((x,), (constrain,), outputs=(0,)))
     ()
+
+    ``live``: what :func:`lowered_live` gives for ``program``, when the caller has it.
     """
-    live = live_parts(program, everything=program.keep_unused)
-    return tuple(_listed(program, live, ""))
+    if live is None:
+        live = lowered_live(program)
+    return tuple(_listed(program, live, "", {}))
 
 
 # --------------------------------------------------------------------------- PROG-4
