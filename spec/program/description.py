@@ -371,7 +371,6 @@ class Equation:
 
 
 @functools.cache
-@functools.cache   # one answer per equation kind (asked for each equation a rewrite meets)
 def _form_fields(kind: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(kind) if f.name != "operands")
 
