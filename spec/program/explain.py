@@ -358,16 +358,20 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
     AD-9, is the jit pipeline's ``stage_lower``); then each live reshard's tiling against
     the ``assignment`` (EXE-3, which XLA's verifier decides when compiling). ``live``: what
     lowering keeps of the body (:func:`~shardlaw.spec.program.lowering.lowered_live`)."""
+    found = _live_constraints(program, live, "", (ShardingConstraint, Reshard))
     with staged("lower"):
-        for path, eq, operand in _live_constraints(program, live, ""):
+        for path, eq, operand in found:
+            if not isinstance(eq, ShardingConstraint):
+                continue
             with located(path):
                 if isinstance(eq.sharding, GSPMDSharding):
                     check_constraint_lowers(eq.sharding, path)
                 if isinstance(eq.sharding, NamedSharding):
                     check_operand_not_reduced(operand.spec, path)
     lower_shard_maps(program, live)
-    for path, eq, operand in _live_constraints(program, live, "", Reshard) \
-            if len(assignment) > 1 else ():
+    for path, eq, operand in found if len(assignment) > 1 else ():
+        if not isinstance(eq, Reshard):
+            continue
         # a reshard's sharding is handed to the compiler over the program's devices: XLA's
         # verifier refuses a tiling of another number of devices (EXE-3; a program on one
         # device keeps no sharding to verify)
@@ -376,10 +380,11 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
             check_tile_count(GSPMDSharding(assignment, tiles))
 
 
-def _live_constraints(program: Program, live: Any, prefix: str, kind: type = ShardingConstraint
+def _live_constraints(program: Program, live: Any, prefix: str,
+                      kind: type | tuple[type, ...] = ShardingConstraint
                       ) -> list[tuple[str, Any, Value]]:
     """(path, equation, its operand's type) of every live constraint (or equation of
-    ``kind``), bodies included."""
+    ``kind``), bodies included, in the order of the body."""
     out = []
     for k, eq in enumerate(program.equations):
         if not live.equations[k]:
