@@ -28,10 +28,11 @@ from shardlaw.properties.program_vmap_harness import (
 from shardlaw.properties.registry import checks
 from shardlaw.properties.suites import examples
 from shardlaw.spec import (
-    UNCONSTRAINED, Mesh, NamedSharding, P, Rejection, ShardingConstraint,
+    UNCONSTRAINED, AxisType, Mesh, NamedSharding, P, Rejection, ShardingConstraint,
     SingleDeviceSharding, Value, explain_program, from_jax, vmap_program,
 )
 from shardlaw.spec.bridge.program import describe_program
+from shardlaw.spec.program.description import Jit
 from shardlaw.spec.bridge.transforms import explain as explain_transformed_call
 
 MESH = Mesh.iota((2, 4), ("x", "y"))
@@ -508,3 +509,106 @@ def test_a_batch_dimension_left_unconstrained_on_an_abstract_mesh_is_bound_unche
             attempt()
     verdict = explain_program(program)
     assert (verdict.rule, verdict.stage, verdict.error_type) == ("DA-4", "lower", "ValueError")
+
+
+# --------------------------------------------------------------------------- Explicit types
+
+EXPLICIT = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Explicit))
+MIXED = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Auto))
+
+
+@checks("PROG-1", "WSC-10")
+@pytest.mark.parametrize("mesh", [EXPLICIT, MIXED], ids=["explicit", "mixed"])
+@pytest.mark.parametrize("in_axis, out_axis", [(0, 0), (1, 1), (1, 0), (-1, 0), (None, 1)])
+def test_a_batched_value_keeps_its_split_over_explicit_axes(mesh, in_axis, out_axis):
+    """A value typed over Explicit axes keeps its split under vmap, the batch dimension
+    unsplit where it is inserted: the body's input, its result (over the mixed mesh through
+    a constraint, which keeps its operand's split), the result moved by a transpose (its split permuted) or broadcast (unbatched)."""
+    x = Value.placed((8, 8), NamedSharding(mesh, P(("x", "y") if mesh is MIXED else "y",
+                                                   "x" if mesh is EXPLICIT else None)))
+    # a constraint batched without spmd_axis_name leaves the batch dimension to the
+    # compiler (UNCONSTRAINED), which needs an Auto axis: over the mixed mesh only
+    last = Step("constraint", 1, NamedSharding(mesh, P())) if mesh is MIXED else Step("sin", 1)
+    body = Recipe((Step("neg", 0), last), (2,))
+    vc = VmapCase(Case((x,), body), (Vmap((in_axis,), out_axis, 4, pass_size=True),))
+    outcome = _agree(vc)
+    program = spec_vmapped(vc)
+    described = outcome.described
+    assert [eq.results for eq in program.equations] == \
+        [eq.results for eq in described.equations]
+    first = program.equations[0]
+    inner = first.body if isinstance(first, Jit) else program   # vmap moved the result
+    split = x.spec
+    if in_axis is not None:
+        entries = list(split) + [None] * (2 - len(split))
+        entries.insert(in_axis % 3, None)
+        while entries and entries[-1] is None:
+            entries.pop()
+        split = P(*entries)
+    assert inner.value_types[0].spec == split == inner.value_types[-1].spec
+
+
+@checks("BAT-0", "WSC-7", "DA-1", "FIT-1", "PROG-1", "WSC-10")
+@settings(max_examples=examples(25))
+@given(vmap_cases(explicit=True))
+def test_vmapped_programs_over_explicit_axes_agree_with_jax(vc):
+    """The vmap property over Auto, Explicit and mixed meshes, its arguments typed over
+    the Explicit axes (a constraint under an spmd_axis_name that is Explicit is drawn
+    without it: the gap pinned below)."""
+    problems = compare_vmapped(vc)
+    assert not problems, "\n".join(problems) + f"\ncase: {vc}"
+
+
+@pytest.mark.xfail(strict=True, reason="a constraint vmap batches over an Explicit spmd "
+                   "axis is bound by JAX without WSC-5's check; explain_program checks it "
+                   "(ShardingConstraint has no flag for a constraint a batching rule bound)")
+def test_a_constraint_batched_over_an_explicit_spmd_axis_is_bound_unchecked():
+    """JAX: vmap with spmd_axis_name 'x' (Explicit) of a constraint P(None) binds the
+    constraint P('x', None) (the batching rule, not with_sharding_constraint: no check that
+    its axes are Auto) and runs it, the result's type unsplit; the spec refuses by WSC-5."""
+    mesh = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
+    case = Case((Value.numpy((8,)),),
+                Recipe((Step("constraint", 0, NamedSharding(mesh, P(None))),), (1,)))
+    vc = VmapCase(case, (Vmap((0,), 0, 2, spmd="x"),))
+    outcome = run_vmapped(vc)
+    assert outcome.error is None
+    assert _jax_constraint(outcome).sharding == NamedSharding(mesh, P("x"))
+    problems = compare_vmapped(vc)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.xfail(strict=True, reason="JAX's vmap refuses a mapped argument typed with "
+                   "reduced axes (ValueError at trace: the mapped type is read entry by "
+                   "entry); the spec has no rule for it and accepts")
+def test_a_mapped_argument_typed_with_reduced_axes_is_refused_by_vmap():
+    """Over an Explicit mesh, an argument typed P(None, reduced={'x'}) mapped by vmap: JAX
+    refuses while tracing (ValueError); the spec's rewrite and explain_program must too."""
+    mesh = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
+    x = Value.placed((8,), NamedSharding(mesh, P(None, reduced={"x"})))
+    vc = VmapCase(Case((x,), NEG), (Vmap((0,), 0, 2, pass_size=True),))
+    outcome = run_vmapped(vc)
+    assert outcome.stage == "trace" and isinstance(outcome.error, ValueError)
+    problems = compare_vmapped(vc)
+    assert not problems, "\n".join(problems)
+
+
+@checks("ARG-4")
+@pytest.mark.parametrize("size, in_axis", [(2, 0), (4, 0), (3, 1)])
+def test_a_batched_device_put_types_the_batch_with_its_target_split(size, in_axis):
+    """JAX's batched device_put keeps its target P('x', None) over an Explicit 'x' of 4: the
+    batched value is typed P('x', None, None) whichever dimension the batch is; a batch of
+    2 at dimension 0 is then split unevenly, refused while vmap traces (ARG-4)."""
+    mesh = Mesh.iota((4,), ("x",), (AxisType.Explicit,))
+    put = Step("device_put", 0, NamedSharding(mesh, P("x", None)))
+    vc = VmapCase(Case((Value.numpy((8, 8)),), Recipe((put,), (1,)), (), keep_unused=True),
+                  (Vmap((in_axis,), in_axis, size, pass_size=True),))
+    outcome = _agree(vc)
+    if size == 2:
+        assert outcome.stage == "trace" and isinstance(outcome.error, ValueError)
+        with pytest.raises(Rejection) as refused:
+            spec_vmapped(vc)
+        assert (refused.value.failure.rule, refused.value.stage) == ("ARG-4", "trace")
+    else:
+        assert outcome.error is None
+        (eq,) = spec_vmapped(vc).equations
+        assert eq.results[0].spec == P("x") == outcome.described.equations[0].results[0].spec

@@ -54,17 +54,20 @@ ENGINE_SOURCE = "engine-programs"
 LEFT_TO_JAX_SEEN: collections.Counter = collections.Counter()
 
 
-def program_property(harness: str, cases: str, compare: str, rules: tuple[str, ...],
-                     name: str, ci_examples: int = 200) -> Callable[..., Any] | None:
+def program_property(harness: str, cases: str | tuple[str, dict], compare: str,
+                     rules: tuple[str, ...], name: str, ci_examples: int = 200
+                     ) -> Callable[..., Any] | None:
     """A property that draws ``harness.cases()`` and requires ``harness.compare(case)`` to
-    find no disagreement; named ``name``, checking ``rules``. None when the harness module
+    find no disagreement; named ``name``, checking ``rules``. ``cases`` is the strategy's
+    name, or its name and the keyword options it is drawn with. None when the harness module
     is not there (a harness not written yet is left out, as a campaign leaves out a suite
     module that is not installed); one that is there and fails to import raises."""
     module_name = f"shardlaw.properties.{harness}"
     if importlib.util.find_spec(module_name) is None:
         return None
     module = importlib.import_module(module_name)
-    strategy, comparing = getattr(module, cases), getattr(module, compare)
+    cases_name, options = (cases, {}) if isinstance(cases, str) else cases
+    strategy, comparing = getattr(module, cases_name), getattr(module, compare)
 
     def holds(case: Any) -> None:
         problems = comparing(case)
@@ -74,18 +77,29 @@ def program_property(harness: str, cases: str, compare: str, rules: tuple[str, .
     holds.__module__ = __name__
     holds.__doc__ = f"{harness}.{compare} finds no disagreement on {harness}.{cases}()."
     return checks(*rules)(settings(max_examples=examples(ci_examples))(
-        given(strategy())(holds)))
+        given(strategy(**options))(holds)))
 
 
 # The whole-program properties, one line each: harness module (of shardlaw.properties),
-# its strategy of cases, its comparison (a case -> its disagreements), the rules it
+# its strategy of cases (or the strategy and its keyword options), its comparison (a case -> its disagreements), the rules it
 # checks, the property's name; and, where a case costs more than most, its examples where
 # the ``ci`` profile runs 200 (its size bound).
 PROGRAM_PROPERTIES: tuple[tuple, ...] = (
     ("program_harness", "program_cases", "compare_program",
      ("PROG-1", "PROG-2", "PROG-3", "PROG-4", "DA-1"), "test_programs_agree_with_jax"),
+    # over Auto, Explicit and mixed meshes: arguments typed over Explicit axes, reshards
+    ("program_harness", ("program_cases", {"explicit": True}), "compare_program",
+     ("PROG-1", "PROG-5", "AD-9", "WSC-10", "WSC-11", "DA-1", "FIT-1"),
+     "test_programs_over_explicit_axes_agree_with_jax", 25),
+    # the same, with abstract arguments (ShapeDtypeStructs) traced
+    ("program_harness", "abstract_program_cases", "compare_traced",
+     ("PROG-1", "WSC-10", "FIT-2"),
+     "test_abstract_programs_over_explicit_axes_trace_as_jax_does", 25),
     ("program_vmap_harness", "vmap_cases", "compare_vmapped", ("WSC-7",),
      "test_vmapped_programs_agree_with_jax"),
+    ("program_vmap_harness", ("vmap_cases", {"explicit": True}), "compare_vmapped",
+     ("WSC-7", "PROG-1", "WSC-10"), "test_vmapped_programs_over_explicit_axes_agree_with_jax",
+     25),
     ("program_ad_harness", "ad_cases", "compare_ad", (),
      "test_differentiated_programs_agree_with_jax"),
     ("program_ad_harness", "map_ad_cases", "compare_map_ad",

@@ -7,7 +7,9 @@ given describes the jit call on one example: its inputs are the arguments of one
 (their shardings and committedness as the user holds them). The batched arguments are
 those, each mapped input with a dimension of ``axis_size`` inserted at its axis, placed as
 the example is with that dimension unsplit (a NamedSharding's spec gains ``None`` there; a
-SingleDeviceSharding stays; a numpy array stays a numpy array). ``axis_size`` is the batch
+SingleDeviceSharding stays; a numpy array stays a numpy array). A value's type keeps its
+split over Explicit axes (``Value.spec``) through the rewrite: unsplit along an inserted
+batch dimension, permuted by a ``transpose``, as JAX's batched types are. ``axis_size`` is the batch
 size and must be given: the description of one example does not hold it.
 
 vmap traces the jit call on one example's types first (the rules :func:`trace_body`
@@ -28,7 +30,9 @@ body equation by equation, the way JAX 0.10.2's batching rules do:
   from its HLO sharding, so it holds no trailing ``None``;
 * ``device_put``: its targets unchanged, applied to the batched operand (which a target may
   now split along the batch dimension, unevenly too: JAX checks a target only when
-  ``jax.device_put`` is called, so the batched equation is marked unchecked);
+  ``jax.device_put`` is called, so the batched equation is marked unchecked); a target
+  split over Explicit axes types the batched value as it reads, and that split must divide
+  it (ARG-4 while vmap traces);
 * ``reshard``: ``None`` inserted in its spec at the batch axis;
 * ``shard_map``: each batched operand's and result's spec gains the batch dimension
   (unsplit, or split over ``spmd_axis_name``, which its specs may not use: PBAT-1, and
@@ -76,6 +80,7 @@ from ..core.rules import Failure, located, reject, require, rule, staged
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..jit.matching import check_fits
+from ..transforms.arguments import place_on_devices
 from ..transforms.batching import (
     BadVmapParameter, BadVmapParameterType, batch_sharding, check_vmap_parameters,
 )
@@ -84,7 +89,7 @@ from ..transforms.shardmap_bodies import collective_varying
 from ..transforms.shardmap_specs import manual_axes_of
 from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
-    check_program,
+    check_program, type_spec,
 )
 from .explain import trace_body
 from .lowering import equation_path
@@ -169,11 +174,25 @@ def _inserted(items: tuple, axis: int, item: Any, pad: Any = None) -> tuple:
 def _batched_type(value: Value, axis: int | None, size: int,
                   varying: frozenset[str] = frozenset()) -> Value:
     """A traced value's type with the batch dimension at ``axis`` (None: unbatched); inside
-    a shard_map batched over spmd axes, a batched value varies along them too."""
+    a shard_map batched over spmd axes, a batched value varies along them too. Its split
+    over Explicit axes is kept, the batch dimension unsplit, as the batched argument is
+    placed (:func:`batched_input`)."""
     if axis is None:
         return value.type
     return dataclasses.replace(value.type, shape=_inserted(value.shape, axis, size),
-                               varying=value.varying | varying)
+                               varying=value.varying | varying,
+                               spec=_rearranged(value.spec, _inserted(
+                                   tuple(range(len(value.shape))), axis, None)))
+
+
+def _rearranged(spec: PartitionSpec | None, sources: tuple) -> PartitionSpec | None:
+    """A type's split over Explicit axes after its dimensions are rearranged: dimension
+    ``i`` takes the entry of dimension ``sources[i]`` (None: a new dimension, unsplit)."""
+    if spec is None:
+        return None
+    entries = tuple(spec) + (None,) * len(sources)
+    return P(*(None if k is None else entries[k] for k in sources),
+             unreduced=spec.unreduced, reduced=spec.reduced)
 
 
 def batched_input(value: Value, axis: int | None, size: int) -> Value:
@@ -335,6 +354,7 @@ def _batch_equation(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, pat
         check_program(len(mapped) == 1, f"the operands of the device_put at {path}",
                       "batched at one axis (JAX's batching asserts it)", dims)
         rw.add(dataclasses.replace(eq, operands=numbers, results=None, checked=False), dims)
+        _check_batched_split(eq.targets, [rw.types[n].shape for n in numbers])
     elif isinstance(eq, Reshard):
         s = eq.sharding
         spec = P(*_inserted(s.spec.partitions, min(dims[0], len(s.spec)), None),
@@ -369,6 +389,18 @@ class SpmdAxisNotInShardMapMesh(Failure, rule="PBAT-1", error=KeyError):
     names: tuple
     axis: str
     mesh: Any
+
+
+def _check_batched_split(targets: tuple, shapes: list) -> None:
+    """JAX's batched device_put keeps its targets unchanged: a target split over Explicit
+    axes types the batched value as it reads, dimension by dimension (the batch dimension
+    included), and that split must divide it (ARG-4, while vmap traces; JAX's ValueError).
+    The target's Auto axes are not checked here (``DevicePut.checked`` False)."""
+    for target, shape in zip(targets, shapes):
+        split = type_spec(target)
+        if split is not None and getattr(target, "is_concrete", False):
+            place_on_devices(NamedSharding(target.mesh, split), shape, "device_put",
+                             boxes=False)
 
 
 def _spec_axes(spec: PartitionSpec) -> set[str]:
@@ -739,13 +771,20 @@ def _moved(rank: int, source: int, target: int) -> tuple[int, ...]:
 
 
 def _transpose(operand: int, value: Value, perm: tuple[int, ...]) -> Opaque:
+    """A transpose by ``perm``; its result's split over Explicit axes is permuted alike."""
     shape = tuple(value.shape[i] for i in perm)
-    return Opaque((operand,), (dataclasses.replace(value.type, shape=shape),),
-                  primitive="transpose", params=(("permutation", perm),))
+    result = dataclasses.replace(value.type, shape=shape, spec=_rearranged(value.spec, perm))
+    return Opaque((operand,), (result,), primitive="transpose",
+                  params=(("permutation", perm),))
 
 
 def _broadcast(operand: int, value: Value, shape: tuple, kept: tuple) -> Opaque:
-    return Opaque((operand,), (dataclasses.replace(value.type, shape=tuple(shape)),),
+    """A broadcast_in_dim to ``shape``, the operand's dimensions at ``kept``; the new
+    dimensions are unsplit, the kept ones split as the operand's."""
+    sources = tuple(kept.index(i) if i in kept else None for i in range(len(shape)))
+    result = dataclasses.replace(value.type, shape=tuple(shape),
+                                 spec=_rearranged(value.spec, sources))
+    return Opaque((operand,), (result,),
                   primitive="broadcast_in_dim",
                   params=(("broadcast_dimensions", kept), ("sharding", None),
                           ("shape", tuple(shape))))
