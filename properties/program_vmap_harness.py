@@ -300,9 +300,10 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
     Explicit axes (``program_cases(explicit=True)``)."""
     case = draw(program_cases(explicit=explicit))
     # A known gap, pinned by tests/test_program_vmap.py (strict xfail): JAX's vmap refuses
-    # (ValueError at trace) a mapped argument typed with reduced axes, and an unmapped one
-    # an operation or a move reads; the spec has no rule for it. Drawn unreduced here.
-    case = dataclasses.replace(case, inputs=tuple(map(_unreduced, case.inputs)))
+    # (ValueError at trace) a value typed with reduced axes that it maps, batches or moves
+    # (an argument, a reshard's result); the spec has no rule for it. Drawn unreduced here.
+    case = dataclasses.replace(case, inputs=tuple(map(_unreduced, case.inputs)),
+                               body=_unreduced_recipe(case.body))
     ranks = [len(v.shape) for v in case.inputs]
     outputs = len(case.body.outputs)
     vmaps = [draw(_vmap(ranks, outputs))]
@@ -320,10 +321,24 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
 def _unreduced(value: Any) -> Any:
     """``value`` placed on its sharding less its reduced and unreduced axes."""
     s = value.sharding
-    if not isinstance(s, NamedSharding) or not (s.spec.reduced or s.spec.unreduced):
+    if _unreduced_sharding(s) is s:
         return value
-    return dataclasses.replace(value, sharding=NamedSharding(s.mesh, P(*s.spec.partitions)),
-                               spec=None)
+    return dataclasses.replace(value, sharding=_unreduced_sharding(s), spec=None)
+
+
+def _unreduced_sharding(s: Any) -> Any:
+    if not isinstance(s, NamedSharding) or not (s.spec.reduced or s.spec.unreduced):
+        return s
+    return NamedSharding(s.mesh, P(*s.spec.partitions), memory_kind=s.memory_kind)
+
+
+def _unreduced_recipe(recipe: Recipe) -> Recipe:
+    """``recipe`` with every sharding in it (inner jits' bodies included) unreduced."""
+    steps = tuple(dataclasses.replace(
+        step, sharding=_unreduced_sharding(step.sharding),
+        body=None if step.body is None else _unreduced_recipe(step.body))
+        for step in recipe.steps)
+    return dataclasses.replace(recipe, steps=steps)
 
 
 def _constrains_over_explicit(recipe: Recipe, name: Any) -> bool:

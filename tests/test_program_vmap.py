@@ -612,3 +612,21 @@ def test_a_batched_device_put_types_the_batch_with_its_target_split(size, in_axi
         assert outcome.error is None
         (eq,) = spec_vmapped(vc).equations
         assert eq.results[0].spec == P("x") == outcome.described.equations[0].results[0].spec
+
+
+@pytest.mark.xfail(strict=True, reason="JAX's vmap refuses moving an unbatched result typed "
+                   "with reduced axes (broadcast_in_dim reads its split entry by entry: "
+                   "ValueError at trace); the spec accepts")
+def test_an_unbatched_result_resharded_to_reduced_axes_is_refused_when_vmap_moves_it():
+    """Over an all-Explicit mesh, an unmapped argument resharded to P(None, 'x',
+    reduced={'y'}) and returned: vmap broadcasts it to out_axes 0; JAX refuses while
+    tracing (ValueError), the spec's rewrite and explain_program accept."""
+    mesh = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit, AxisType.Explicit))
+    x = Value.placed((8, 8), NamedSharding(mesh, P()))
+    to = NamedSharding(mesh, P(None, "x", reduced={"y"}))
+    vc = VmapCase(Case((x, x), Recipe((Step("reshard", 0, to),), (2,)), keep_unused=True),
+                  (Vmap((None, 0), (0,), 2, pass_size=True),))
+    outcome = run_vmapped(vc)
+    assert outcome.stage == "trace" and isinstance(outcome.error, ValueError)
+    problems = compare_vmapped(vc)
+    assert not problems, "\n".join(problems)
