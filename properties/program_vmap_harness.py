@@ -315,6 +315,11 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
     # checks it. Such vmaps are drawn without spmd_axis_name until the spec has the flag.
     vmaps = [dataclasses.replace(v, spmd=None) if _constrains_over_explicit(case.body, v.spmd)
              else v for v in vmaps]
+    # Another, pinned alike: under nested vmaps a device_put to an Explicit split types the
+    # outer batch dimension by its target, and JAX's inner moves read the example's type
+    # with that dimension dropped; the spec rewrites the inner vmap first. One vmap here.
+    if len(vmaps) > 1 and _puts_over_explicit(case.body):
+        vmaps = vmaps[:1]
     return VmapCase(case, tuple(vmaps))
 
 
@@ -339,6 +344,21 @@ def _unreduced_recipe(recipe: Recipe) -> Recipe:
         body=None if step.body is None else _unreduced_recipe(step.body))
         for step in recipe.steps)
     return dataclasses.replace(recipe, steps=steps)
+
+
+def _puts_over_explicit(recipe: Recipe) -> bool:
+    """Whether a device_put in ``recipe`` (inner jits' bodies included) targets a sharding
+    naming an Explicit axis."""
+    for step in recipe.steps:
+        if step.body is not None and _puts_over_explicit(step.body):
+            return True
+        mesh = getattr(step.sharding, "mesh", None)
+        if step.kind == "device_put" and mesh is not None:
+            explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types)
+                        if t is AxisType.Explicit}
+            if explicit & set(step.sharding.spec.axes()):
+                return True
+    return False
 
 
 def _constrains_over_explicit(recipe: Recipe, name: Any) -> bool:

@@ -630,3 +630,22 @@ def test_an_unbatched_result_resharded_to_reduced_axes_is_refused_when_vmap_move
     assert outcome.stage == "trace" and isinstance(outcome.error, ValueError)
     problems = compare_vmapped(vc)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.xfail(strict=True, reason="nested vmaps: a device_put to an Explicit split types "
+                   "the outer batch dimension by its target, and JAX's inner vmap moves its "
+                   "result from the example's type with that dimension dropped; the spec "
+                   "rewrites the inner vmap first and keeps the split")
+def test_nested_vmaps_of_a_device_put_over_an_explicit_axis_move_the_example_type():
+    """Over an Explicit 'x' of 2, b (unmapped by the inner vmap) is put on P('x', None) and
+    returned: the inner vmap broadcasts it to out_axes 0; under the outer vmap JAX's
+    result is typed P(None, None, None, None); the spec's keeps the device_put's 'x' on the
+    outer batch dimension, P('x')."""
+    mesh = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
+    put = Step("device_put", 1, NamedSharding(mesh, P("x", None)))
+    case = Case((Value.numpy((8, 8)),) * 2, Recipe((put,), (2,)), keep_unused=True)
+    vc = VmapCase(case, (Vmap((0, None), 0, 2, pass_size=True),
+                         Vmap((0, 0), 0, 2, pass_size=True)))
+    assert run_vmapped(vc).error is None
+    problems = compare_vmapped(vc)
+    assert not problems, "\n".join(problems)
