@@ -197,12 +197,16 @@ def _staged(program: Program, split: PartiallyEvaluatedProgram, unknown: tuple[b
     known = split.known
     first = count
     results = {}   # value number in ``program`` -> number in the staged program
-    kept = [n for n, u in zip(program.outputs, split.unknown_outputs) if not u]
-    primal = [n for n in kept if not (n < count and program.out_shardings[
-        program.outputs.index(n)] is UNSPECIFIED)]
-    stored = [n for n in split.residuals if n >= count and n not in primal]
-    for k, n in enumerate(primal + stored):
+    # the known jit's outputs: each known output but an input forwarded unsharded (by
+    # position: a value may be returned twice, with different out_shardings), then the
+    # residuals it computes
+    primal = [j for j, (n, u) in enumerate(zip(program.outputs, split.unknown_outputs))
+              if not u and not (n < count and program.out_shardings[j] is UNSPECIFIED)]
+    returned = [program.outputs[j] for j in primal]
+    stored = [n for n in split.residuals if n >= count and n not in returned]
+    for k, n in enumerate(returned + stored):
         results.setdefault(n, first + k)
+    at = {j: first + k for k, j in enumerate(primal)}
     equations = [Jit(tuple(known_in), body=known)]
     outputs = []
     if split.unknown is not None:
@@ -211,12 +215,12 @@ def _staged(program: Program, split: PartiallyEvaluatedProgram, unknown: tuple[b
         equations.append(Jit(operands, body=split.unknown))
     after = first + len(known.outputs)
     unknown_count = 0
-    for n, u in zip(program.outputs, split.unknown_outputs):
+    for j, (n, u) in enumerate(zip(program.outputs, split.unknown_outputs)):
         if u:
             outputs.append(after + unknown_count)
             unknown_count += 1
         else:
-            outputs.append(results.get(n, n))
+            outputs.append(at.get(j, n))
     return Program(tuple(v.type for v in program.inputs), tuple(equations), tuple(outputs))
 
 
