@@ -343,6 +343,16 @@ def test_a_donated_ref_is_refused_before_compiling():
     assert error.jax_error == "JaxRuntimeError"
 
 
+@checks("REF-3")
+def test_a_ref_argument_written_and_not_donated_is_accepted():
+    """REF-3's accepting side, pinned (the drawn cases met it in no run of the oldest
+    dependencies' CI leg): the engine, the spec and JAX accept the same ref undonated."""
+    from shardlaw.properties.suites.programs import compare_engine_constants
+    cc = _ref_case("ref_arg", NamedSharding(MESH, P("x")), use="written")
+    assert not compare_engine_constants(cc)
+    assert run_in_engine(cc, held_values()).error is None
+
+
 @checks("OUT-2", "REF-1")
 def test_a_call_with_refs_that_jax_fails_to_compile_is_refused_by_out_2():
     """A call with a closed-over ref is compiled by JAX's jit once decided; a result the
