@@ -649,3 +649,20 @@ def test_nested_vmaps_of_a_device_put_over_an_explicit_axis_move_the_example_typ
     assert run_vmapped(vc).error is None
     problems = compare_vmapped(vc)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.xfail(strict=True, reason="nested vmaps: JAX batches the inner vmap's jit under "
+                   "the outer spmd axis first (DuplicateSpecError: P('x', None, 'x')) and checks "
+                   "the inner out_axes after; the spec rewrites the inner vmap first and refuses "
+                   "with BAT-0 (an oldest-leg CI run drew it)")
+def test_nested_vmaps_check_the_jit_under_both_before_the_inner_out_axes():
+    from shardlaw.spec import UNSPECIFIED
+    mesh = Mesh.iota((2,), ("x",))
+    case = Case((Value.numpy((8, 8)), Value.placed((8, 8), NamedSharding(mesh, P(None, None)))),
+                Recipe((Step("neg", 0),), (2, 0)),
+                out_shardings=(UNSPECIFIED, NamedSharding(mesh, P("x", None))),
+                keep_unused=True)
+    vc = VmapCase(case, (Vmap((0, 0), (0, None), 2, True, None),
+                         Vmap((0, 0), (0, 0), 2, True, "x")))
+    problems = compare_vmapped(vc)
+    assert not problems, "\n".join(problems)
