@@ -1,8 +1,14 @@
 """Test setup: eight CPU devices for JAX, and the Hypothesis profiles.
 
 JAX fixes its device count when its backend starts, so the count is set here, before any
-test module touches JAX. Profiles: ``ci`` (the default, a few minutes in all) and ``deep``
-(long runs by hand); choose with ``HYPOTHESIS_PROFILE``.
+test module touches JAX. Profiles, chosen with ``HYPOTHESIS_PROFILE``:
+
+* ``ci`` (the default, a few minutes in all): derandomized, so the gate a commit passes
+  before it lands draws the same examples on every run of the same dependencies — a
+  failure it shows is the change's, not the dice's;
+* ``fresh``: the same size, drawn at random each run (what ``ci`` was before; run it by hand
+  to look for new counterexamples);
+* ``deep``: long random runs by hand (5,000 examples a property).
 """
 
 import os
@@ -26,7 +32,10 @@ def _give_jax_eight_devices() -> None:
 _give_jax_eight_devices()
 
 settings.register_profile(
-    "ci", max_examples=200, deadline=None, derandomize=False, print_blob=True,
+    "ci", max_examples=200, deadline=None, derandomize=True, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "fresh", max_examples=200, deadline=None, derandomize=False, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("deep", max_examples=5000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -222,7 +222,8 @@ def test_the_report_adds_up_the_workers(tmp_path):
 def test_hypofuzz_fuzzes_a_suite_into_the_shared_database(tmp_path):
     pytest.importorskip("hypofuzz", reason="hypofuzz is in the dev extra; install it")
     database = tmp_path / "db"
-    env = {**os.environ, "SHARDLAW_EXAMPLES_DB": str(database)}
+    # tests/ defaults to the derandomized ci profile, which HypoFuzz does not fuzz
+    env = {**os.environ, "SHARDLAW_EXAMPLES_DB": str(database), "HYPOTHESIS_PROFILE": "fresh"}
     command = ["hypothesis", "fuzz", "-n", "1", "--no-dashboard", "--",
                "tests/test_differential.py", "-k", "test_iota_tile_agrees_with_xla"]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
