@@ -666,3 +666,61 @@ def test_nested_vmaps_check_the_jit_under_both_before_the_inner_out_axes():
                          Vmap((0, 0), (0, 0), 2, True, "x")))
     problems = compare_vmapped(vc)
     assert not problems, "\n".join(problems)
+
+
+# --------------------------------------------------------------------------- issue 23: typed after a batched device_put
+
+@checks("PROG-5", "ARG-4")
+@pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto),
+                                   (AxisType.Explicit, AxisType.Explicit)],
+                         ids=["mixed", "explicit"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_an_elementwise_result_after_a_batched_device_put_is_split_as_its_operand(types, axis):
+    """A deep run's case (1 in 895): the batched device_put's target P('x') splits the batch
+    dimension at axis 0; JAX types the neg after it from its operand, P('x', None), and
+    the result comes back there (PROG-5). The spec typed it from the example's result, the
+    batch inserted unsplit (P(None, 'x')), and over the mixed mesh read the compiler's
+    choice back as P('x')."""
+    mesh = Mesh.iota((2, 2), ("x", "y"), types)
+    x1 = Value.placed((8,), NamedSharding(mesh, P(None)))
+    body = Recipe((Step("device_put", 0, NamedSharding(mesh, P("x"))), Step("neg", 2)), (3, 0))
+    vc = VmapCase(Case((Value.numpy((8,)), x1), body, keep_unused=True),
+                  (Vmap((axis, 0), (axis, 0), 2, pass_size=True),))
+    outcome = _agree(vc)
+
+    def body(program):   # where vmap moved a result, the batched jit's body
+        first = program.equations[0]
+        return first.body if isinstance(first, Jit) else program
+    put, neg = body(spec_vmapped(vc)).equations
+    assert put.results + neg.results == tuple(
+        eq.results[0] for eq in body(outcome.described).equations)
+    assert neg.results[0].spec == P("x")   # dimension 0: the batch's, or the example's
+    if axis == 0:
+        assert neg.results[0].spec == P("x")
+        assert outcome.out_shardings[0] == NamedSharding(mesh, P("x", None))
+
+
+@checks("PROG-1")
+@pytest.mark.parametrize("reduce", ["sum0", "max1", "scaled"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_a_result_after_a_batched_device_put_is_typed_from_the_batched_operands(reduce, axis):
+    """Elementwise steps (sin, a product with a literal) and reductions after a batched
+    device_put whose target splits the batch dimension or moves the split: every equation's
+    result type in the spec's rewrite is JAX's (a reduction drops the reduced dimensions'
+    entries from its batched operand's split)."""
+    jmesh = jax.make_mesh((2, 2), ("x", "y"), devices=jax.devices()[:4],
+                          axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+
+    def put(a, *spec):
+        return jax.device_put(a, jax.sharding.NamedSharding(jmesh, jax.P(*spec)))
+    f = jax.jit({"sum0": lambda a: put(a, None, "y").sum(axis=0),
+                 "max1": lambda a: put(a, "x", "y").max(axis=1),
+                 "scaled": lambda a: jax.numpy.sin(put(a, None, "x")) * 2.0}[reduce])
+    batched = np.zeros(tuple(np.insert([4, 4], axis, 2)), np.float32)
+    vmapped = jax.vmap(f, in_axes=axis, axis_size=2)
+    program = vmap_program(describe_program(f, np.zeros((4, 4), np.float32)), axis,
+                           axis_size=2)
+    described = describe_program(vmapped, batched)
+    assert structure(program) == structure(described)
+    assert [eq.results for eq in program.equations] == \
+        [eq.results for eq in described.equations]

@@ -45,7 +45,9 @@ body equation by equation, the way JAX 0.10.2's batching rules do:
   unevenly is traced (its results put together from the rounded-down shards) and refused
   by the compiler at lower (SMAP-8);
 * any other primitive (:class:`Opaque`): elementwise primitives and the reductions keep
-  their operands' batch axis (an unbatched operand may be a scalar); ``all_gather``,
+  their operands' batch axis (an unbatched operand may be a scalar), their results typed
+  from the batched operands' split (which a batched device_put may have put on the batch
+  dimension), a reduction's less the reduced dimensions; ``all_gather``,
   ``psum_scatter`` and ``all_to_all`` move their dimension parameters past it; ``transpose`` and ``broadcast_in_dim`` put it first, a
   ``broadcast_in_dim`` moving it there with a ``transpose`` first. Others are refused
   (PROG-0): the spec does not know their batching.
@@ -684,13 +686,18 @@ def _batch_opaque(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path:
             if len(numbers) == 1:   # the other operand a literal, written after it
                 numbers += (_literal_varying(rw, numbers[0]),)
             varying = varying | rw.axis.casts
-        results = tuple(_batched_type(r, d, size, varying) for r in eq.results)
+        results = tuple(_split_as_operands(_batched_type(r, d, size, varying),
+                                           [rw.types[n] for n in numbers])
+                        for r in eq.results)
         rw.add(eq.renumbered(numbers, results), (d,) * len(results))
         return
     if name in SHIFTS and len(dims) == 1:
         params, d = SHIFTS[name](dict(eq.params), dims[0])
         varying = rw.axis.varying | _carried(rw, eq, numbers)
         results = tuple(_batched_type(r, d, size, varying) for r in eq.results)
+        if name in _REDUCTIONS:
+            results = tuple(_reduced_split(r, rw.types[numbers[0]], params["axes"])
+                            for r in results)
         rw.add(dataclasses.replace(eq, operands=numbers, results=results,
                                    params=tuple(sorted(params.items()))), (d,))
         return
@@ -714,6 +721,41 @@ def _batch_opaque(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path:
     check_program(False, f"the primitive {name!r} at {path} under vmap",
                   f"one whose batching the spec knows ({sorted(KEEPS_AXIS)} with every "
                   f"operand batched at one axis, {sorted(SHIFTS)}, or {MOVES})", dims)
+
+
+def _split_as_operands(result: Value, operands: list[Value]) -> Value:
+    """An elementwise primitive's batched result, split over Explicit axes as JAX types it:
+    from its batched operands, dimension by dimension the first entry that splits it
+    (scalar operands aside), not from the example's result with the batch dimension
+    inserted unsplit: a batched device_put's target may split the batch dimension, or
+    another dimension than the example's. Unchanged where no operand of its rank is
+    typed over a mesh."""
+    rank = len(result.shape)
+    typed = [v for v in operands if len(v.shape) == rank and v.mesh is not None]
+    if not typed or result.mesh is None:
+        return result
+    entries = [None] * rank
+    for v in typed:
+        for i, entry in enumerate(tuple(v.spec or ())):
+            entries[i] = entries[i] if entries[i] is not None else entry
+    old = result.spec or P()
+    spec = P(*entries, unreduced=old.unreduced, reduced=old.reduced)
+    return dataclasses.replace(result, spec=spec)
+
+
+_REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod"})
+
+
+def _reduced_split(result: Value, operand: Value, axes: tuple) -> Value:
+    """A reduction's batched result, split as its batched operand less the reduced
+    dimensions (JAX's reduction typing), the batch dimension's split included."""
+    if result.mesh is None or operand.mesh is None:
+        return result
+    entries = tuple(operand.spec or ()) + (None,) * len(operand.shape)
+    kept = [entries[i] for i in range(len(operand.shape)) if i not in set(axes)]
+    old = result.spec or P()
+    return dataclasses.replace(result, spec=P(*kept, unreduced=old.unreduced,
+                                              reduced=old.reduced))
 
 
 # The collectives whose result no longer varies along the axes they name.
