@@ -310,11 +310,6 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
     if draw(st.integers(0, 3)) == 0:
         ranks = [r + (a is not None) for r, a in zip(ranks, vmaps[0].in_axes)]
         vmaps.append(draw(_vmap(ranks, outputs)))
-    # A known gap, pinned by tests/test_program_vmap.py (strict xfail): JAX binds a batched
-    # constraint whose spmd axis is Explicit without WSC-5's check; the spec's explain_program
-    # checks it. Such vmaps are drawn without spmd_axis_name until the spec has the flag.
-    vmaps = [dataclasses.replace(v, spmd=None) if _constrains_over_explicit(case.body, v.spmd)
-             else v for v in vmaps]
     # Another, pinned alike: under nested vmaps a device_put to an Explicit split types the
     # outer batch dimension by its target, and JAX's inner moves read the example's type
     # with that dimension dropped; the spec rewrites the inner vmap first. One vmap here.
@@ -358,20 +353,6 @@ def _puts_over_explicit(recipe: Recipe) -> bool:
                         if t is AxisType.Explicit}
             if explicit & set(step.sharding.spec.axes()):
                 return True
-    return False
-
-
-def _constrains_over_explicit(recipe: Recipe, name: Any) -> bool:
-    """Whether a constraint in ``recipe`` (inner jits' bodies included) is over a mesh on
-    which ``name`` is an Explicit axis."""
-    for step in recipe.steps:
-        if step.body is not None and _constrains_over_explicit(step.body, name):
-            return True
-        mesh = getattr(step.sharding, "mesh", None)
-        if step.kind == "constraint" and mesh is not None and any(
-                n == name and t is AxisType.Explicit
-                for n, t in zip(mesh.axis_names, mesh.axis_types)):
-            return True
     return False
 
 

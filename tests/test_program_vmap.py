@@ -11,6 +11,7 @@ the rules it names to have been seen on both sides (PBAT-1's by the pinned shard
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import jax
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import example, given, settings
 
 from shardlaw.properties import hits
-from shardlaw.properties.program_harness import Case, Recipe, Step
+from shardlaw.properties.program_harness import Case, Recipe, Step, program_of
 from shardlaw.properties.program_shardmap_harness import MapCase, Op
 from shardlaw.properties.program_vmap_harness import (
     SOURCE, MapVmapCase, Vmap, VmapCase, compare_mapped_vmapped, compare_vmapped,
@@ -29,7 +30,7 @@ from shardlaw.properties.registry import checks
 from shardlaw.properties.suites import examples
 from shardlaw.spec import (
     UNCONSTRAINED, AxisType, Mesh, NamedSharding, P, Rejection, ShardingConstraint,
-    SingleDeviceSharding, Value, explain_program, from_jax, vmap_program,
+    SingleDeviceSharding, Value, explain_program, from_jax, to_jax, vmap_program,
 )
 from shardlaw.spec.bridge.program import describe_program
 from shardlaw.spec.program.description import Jit
@@ -93,7 +94,7 @@ def test_without_spmd_axis_name_the_batch_dimension_is_left_to_the_compiler():
     outcome = _agree(vc)
     eq = _constraint_of(spec_vmapped(vc))
     assert eq.sharding.spec == P("x", UNCONSTRAINED, None)
-    assert eq == _jax_constraint(outcome)
+    assert eq == dataclasses.replace(_jax_constraint(outcome), checked=False)   # vmap bound it
     assert eq.unconstrained_dims == frozenset({1})
 
 
@@ -559,22 +560,32 @@ def test_vmapped_programs_over_explicit_axes_agree_with_jax(vc):
     assert not problems, "\n".join(problems) + f"\ncase: {vc}"
 
 
-@pytest.mark.xfail(strict=True, reason="a constraint vmap batches over an Explicit spmd "
-                   "axis is bound by JAX without WSC-5's check; explain_program checks it "
-                   "(ShardingConstraint has no flag for a constraint a batching rule bound)")
+@checks("WSC-5", "WSC-7")
 def test_a_constraint_batched_over_an_explicit_spmd_axis_is_bound_unchecked():
     """JAX: vmap with spmd_axis_name 'x' (Explicit) of a constraint P(None) binds the
     constraint P('x', None) (the batching rule, not with_sharding_constraint: no check that
-    its axes are Auto) and runs it, the result's type unsplit; the spec refuses by WSC-5."""
+    its axes are Auto) and runs it, the result's type unsplit. The spec's rewrite marks the
+    batched constraint unchecked (``ShardingConstraint.checked``), and explain_program skips
+    WSC-5 for it; the user's own constraint, and the one describe_program reads from JAX's
+    trace, stay checked."""
     mesh = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
     case = Case((Value.numpy((8,)),),
                 Recipe((Step("constraint", 0, NamedSharding(mesh, P(None))),), (1,)))
     vc = VmapCase(case, (Vmap((0,), 0, 2, spmd="x"),))
-    outcome = run_vmapped(vc)
+    outcome = _agree(vc)
     assert outcome.error is None
     assert _jax_constraint(outcome).sharding == NamedSharding(mesh, P("x"))
-    problems = compare_vmapped(vc)
-    assert not problems, "\n".join(problems)
+    assert _jax_constraint(outcome).checked and _constraint_of(program_of(case)).checked
+    batched = _constraint_of(spec_vmapped(vc))
+    assert batched.sharding == NamedSharding(mesh, P("x")) and not batched.checked
+    # the same constraint checked, as with_sharding_constraint makes it: WSC-5 refuses
+    checked = dataclasses.replace(spec_vmapped(vc), equations=(
+        dataclasses.replace(batched, checked=True),))
+    verdict = explain_program(checked)
+    assert (verdict.rule, verdict.stage) == ("WSC-5", "trace")
+    with pytest.raises(ValueError, match="Auto"):
+        jax.jit(lambda a: jax.lax.with_sharding_constraint(a, to_jax(batched.sharding)))(
+            np.zeros((2, 8), np.float32))
 
 
 @pytest.mark.xfail(strict=True, reason="JAX's vmap refuses a mapped argument typed with "
@@ -632,30 +643,48 @@ def test_an_unbatched_result_resharded_to_reduced_axes_is_refused_when_vmap_move
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.xfail(strict=True, reason="nested vmaps: a device_put to an Explicit split types "
-                   "the outer batch dimension by its target, and JAX's inner vmap moves its "
-                   "result from the example's type with that dimension dropped; the spec "
-                   "rewrites the inner vmap first and keeps the split")
-def test_nested_vmaps_of_a_device_put_over_an_explicit_axis_move_the_example_type():
-    """Over an Explicit 'x' of 2, b (unmapped by the inner vmap) is put on P('x', None) and
-    returned: the inner vmap broadcasts it to out_axes 0; under the outer vmap JAX's
-    result is typed P(None, None, None, None); the spec's keeps the device_put's 'x' on the
-    outer batch dimension, P('x')."""
+# Nested vmaps, as JAX traces them: once under all of them, the jit batched by each in turn
+# (innermost first) before any vmap's out_axes; each vmap's moves read a result's type as
+# that vmap sees it (nested_vmap_program).
+
+@checks("ARG-4", "PROG-1")
+@pytest.mark.parametrize("target, split", [(P("x", None), None),
+                                           (P(None, "x"), P(None, None, "x"))])
+def test_nested_vmaps_of_a_device_put_over_an_explicit_axis_move_the_example_type(
+        target, split):
+    """Over an Explicit 'x' of 2, b (unmapped by the inner vmap, mapped by the outer one) is
+    put on ``target`` and returned. The outer vmap's device_put types b's batch dimension
+    by the target as it reads; the inner vmap broadcasts b to out_axes 0 from its type as
+    the inner vmap sees it (the outer batch dimension dropped, its split with it), and the
+    outer vmap batches that broadcast unsplit along its batch dimension: P('x', None) comes
+    back unsplit, P(None, 'x') split at the example's first dimension."""
     mesh = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
-    put = Step("device_put", 1, NamedSharding(mesh, P("x", None)))
+    put = Step("device_put", 1, NamedSharding(mesh, target))
     case = Case((Value.numpy((8, 8)),) * 2, Recipe((put,), (2,)), keep_unused=True)
     vc = VmapCase(case, (Vmap((0, None), 0, 2, pass_size=True),
                          Vmap((0, 0), 0, 2, pass_size=True)))
-    assert run_vmapped(vc).error is None
-    problems = compare_vmapped(vc)
-    assert not problems, "\n".join(problems)
+    outcome = _agree(vc)
+    assert outcome.error is None and outcome.out_types[0].spec == split
+    program = spec_vmapped(vc)
+    (put_eq,) = program.equations[0].body.equations
+    assert put_eq.results[0].spec == (P("x") if target == P("x", None) else target)
+    assert program.equations[-1].primitive == "broadcast_in_dim"
+    assert program.equations[-1].results[0].spec == split
+    # three vmaps, the middle one moving its result last: the same, one level further out
+    vc = VmapCase(case, (Vmap((0, None), 0, 2, pass_size=True),
+                         Vmap((0, 0), 1, 2, pass_size=True), Vmap((1, 0), 2, 2, pass_size=True)))
+    _agree(vc)
 
 
-@pytest.mark.xfail(strict=True, reason="nested vmaps: JAX batches the inner vmap's jit under "
-                   "the outer spmd axis first (DuplicateSpecError: P('x', None, 'x')) and checks "
-                   "the inner out_axes after; the spec rewrites the inner vmap first and refuses "
-                   "with BAT-0 (an oldest-leg CI run drew it)")
-def test_nested_vmaps_check_the_jit_under_both_before_the_inner_out_axes():
+@checks("BAT-4", "BAT-0")
+@pytest.mark.parametrize("outer", [("x",), (None,), (None, "x")], ids=["x", "none", "none-x"])
+def test_nested_vmaps_check_the_jit_under_both_before_the_inner_out_axes(outer):
+    """The inner vmap's out_axes None for a result it batched (BAT-0), the outer vmap's spmd
+    axis 'x' used by the jit's out_sharding P('x', None), batched to P('x', None, 'x', None)
+    (BAT-4). JAX batches the jit under every vmap before the inner vmap's out_axes: it
+    refuses the jit (DuplicateSpecError), and so does the spec, at the jit's
+    out_shardings; with no spmd axis, the inner out_axes (ValueError; BAT-0). An
+    oldest-leg CI run drew the first (the spec rewrote the inner vmap whole, BAT-0 first)."""
     from shardlaw.spec import UNSPECIFIED
     mesh = Mesh.iota((2,), ("x",))
     case = Case((Value.numpy((8, 8)), Value.placed((8, 8), NamedSharding(mesh, P(None, None)))),
@@ -663,9 +692,17 @@ def test_nested_vmaps_check_the_jit_under_both_before_the_inner_out_axes():
                 out_shardings=(UNSPECIFIED, NamedSharding(mesh, P("x", None))),
                 keep_unused=True)
     vc = VmapCase(case, (Vmap((0, 0), (0, None), 2, True, None),
-                         Vmap((0, 0), (0, 0), 2, True, "x")))
-    problems = compare_vmapped(vc)
-    assert not problems, "\n".join(problems)
+                         *(Vmap((0, 0), (0, 0), 2, True, name) for name in outer)))
+    outcome = _agree(vc)
+    assert outcome.stage == "trace"
+    with pytest.raises(Rejection) as refused:
+        spec_vmapped(vc)
+    if "x" in outer:
+        assert type(outcome.error).__name__ == "DuplicateSpecError"
+        assert (refused.value.rule, refused.value.path) == ("BAT-4", "out_shardings[1]")
+    else:
+        assert isinstance(outcome.error, ValueError) and "out_axes" in str(outcome.error)
+        assert (refused.value.rule, refused.value.path) == ("BAT-0", "outputs[1]")
 
 
 # --------------------------------------------------------------------------- issue 23: typed after a batched device_put

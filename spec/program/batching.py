@@ -608,8 +608,9 @@ def _batch_constraint(eq: ShardingConstraint, numbers: tuple, dim: int, rw: _Rew
             parts.pop()
         s = NamedSharding(s.mesh, P(*parts, unreduced=s.spec.unreduced,
                                     reduced=s.spec.reduced), memory_kind=s.memory_kind)
+    # bound by the batching rule: with_sharding_constraint's own checks are not made again
     return ShardingConstraint(numbers, sharding=s,
-                              unconstrained_dims=batched.unconstrained_dims)
+                              unconstrained_dims=batched.unconstrained_dims, checked=False)
 
 
 def _spec_entry(names: tuple[str, ...] | None) -> Any:

@@ -383,14 +383,19 @@ def _one_operand(eq: Equation) -> None:
 @dataclasses.dataclass(frozen=True)
 class ShardingConstraint(Equation):
     """``with_sharding_constraint`` on one value: the sharding and the dimensions left to the
-    compiler (None: the positions of UNCONSTRAINED in a NamedSharding's spec)."""
+    compiler (None: the positions of UNCONSTRAINED in a NamedSharding's spec). ``checked``
+    is False for one that a batching rule bound (vmap's): JAX makes with_sharding_constraint's
+    own checks of its sharding (WSC-4 to WSC-6) when the user calls it, not when vmap binds
+    the batched constraint, which may then name an Explicit spmd axis."""
 
     kind: ClassVar[str] = "sharding_constraint"
     sharding: Any = None
     unconstrained_dims: frozenset[int] | None = None
+    checked: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _bool(self.checked, "a sharding_constraint's checked flag")
         _one_operand(self)
         _sharding(self.sharding, "a sharding_constraint's sharding")
         dims = self.unconstrained_dims
