@@ -10,6 +10,7 @@ mesh (PROG-4, :func:`placed_results`); any other result is placed as the compile
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Iterator, Sequence
 
 from ..core.hlo import HloSharding
@@ -59,6 +60,12 @@ class Live:
     outputs: tuple[bool, ...]
     bodies: dict[int, "Live"]
     consts: tuple[bool, ...] = ()
+
+    @functools.cached_property
+    def signature(self) -> tuple:
+        """What lives, as a value: two bodies alike in it have the same parts left."""
+        return (self.equations, self.inputs, self.outputs, self.consts,
+                tuple((k, body.signature) for k, body in sorted(self.bodies.items())))
 
 
 def _writes_ref(eq: Any) -> bool:

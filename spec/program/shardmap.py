@@ -463,7 +463,7 @@ def lower_shard_maps(program: Program, live: Any, prefix: str = "") -> None:
     live collective's axes named once (SMAP-13), ppermute's pairs (SMAP-22) and
     psum_scatter's operand split over no Explicit axis left automatic (SMAP-23)."""
     with staged("lower"):
-        _lower(program, live, prefix, None)
+        _lower(program, live, prefix, None, passed=set())
 
 
 # The primitives whose result takes the split of an operand of its shape (elementwise).
@@ -524,13 +524,34 @@ def _split_known(program: Program, splits: list | None, n: int) -> tuple | None:
     return _split_of(program.value_types[n])
 
 
+def _lowering_key(eq: ShardMap, program: Program, live: Any, outside: tuple,
+                  context: Manual | None) -> tuple:
+    """All that lowering's checks of a shard_map read: its form (all but its operands'
+    numbers), its operands' shapes, what of its body lives, the splits its operands come
+    with and the manual axes around it."""
+    shapes = tuple(program.value_types[n].shape for n in eq.operands)
+    return (eq.form, shapes, live.signature, outside,
+            None if context is None else context.manual)
+
+
 def _lower(program: Program, live: Any, prefix: str, context: Manual | None,
-           splits: list | None = None) -> None:
+           splits: list | None = None, passed: set | None = None) -> None:
+    """Lowering's checks of a body; ``passed``: the keys (:func:`_lowering_key`) of the
+    shard_maps this walk has checked already, which a layer repeated need not check again
+    (their checks read nothing else, and each rule fired the first time)."""
+    passed = set() if passed is None else passed
     for k, eq in enumerate(program.equations):
         if not live.equations[k]:
             continue
         path = f"{prefix}body[{k}]"
         if isinstance(eq, ShardMap):
+            outside = tuple(_split_known(program, splits, n) for n in eq.operands)
+            try:
+                key = _lowering_key(eq, program, live.bodies[k], outside, context)
+                if key in passed:
+                    continue
+            except TypeError:   # a parameter that cannot be hashed: checked every time
+                key = None
             used = live.bodies[k].inputs
             manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
             for i, (spec, u, n) in enumerate(zip(eq.in_specs, used, eq.operands)):
@@ -542,15 +563,16 @@ def _lower(program: Program, live: Any, prefix: str, context: Manual | None,
                                       f"in_specs[{i}]", f"operand {i}")
             inner = Manual(eq.mesh, manual | (context.manual if context else frozenset()),
                            eq.check_vma)
-            outside = [_split_known(program, splits, n) for n in eq.operands]
             inside = tuple(None if split is None else type_inside(
                 eq.mesh, manual, PartitionSpec(*split), len(split)) for split in outside)
             _lower(eq.body, live.bodies[k], f"{path}.shard_map.", inner,
-                   _body_splits(eq.body, inside))
+                   _body_splits(eq.body, inside), passed)
+            if key is not None:
+                passed.add(key)
         elif isinstance(eq, Jit):
             _lower(eq.body, live.bodies[k], f"{path}.jit.", context,
                    None if splits is None else _body_splits(
-                       eq.body, tuple(splits[n] for n in eq.operands)))
+                       eq.body, tuple(splits[n] for n in eq.operands)), passed)
         elif context is not None and isinstance(eq, Opaque) and eq.primitive in COLLECTIVES:
             params = dict(eq.params)
             axes = collective_axes(eq.primitive, params)
