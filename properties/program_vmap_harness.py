@@ -39,7 +39,9 @@ from shardlaw.properties.program_harness import (
 from shardlaw.spec import (
     AxisType, NamedSharding, P, Rejection, explain_program, from_jax, tracing,
 )
-from shardlaw.spec.program.batching import batched_input, vmap_program
+from shardlaw.spec.program.batching import (
+    batched_input, nested_vmap_program, vmap_program,
+)
 from shardlaw.spec.program.description import (
     DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap,
 )
@@ -94,19 +96,19 @@ def _batched_inputs(vc: VmapCase) -> tuple:
 
 
 def spec_vmapped(vc: VmapCase) -> Program:
-    """The spec's rewrite: ``vmap_program`` applied once per vmap, innermost first."""
+    """The spec's rewrite of the vmaps (innermost first), as JAX traces them together."""
     return _vmapped_by_spec(program_of(vc.case), vc.vmaps)
 
 
 def _vmapped_by_spec(program: Program, vmaps: tuple[Vmap, ...]) -> Program:
-    """``vmap_program`` once per vmap, innermost first, each told the spmd axes of the
-    vmaps outside it (JAX's axis environment while it batches)."""
-    for k, v in enumerate(vmaps):
-        outer = tuple(n for w in vmaps[k + 1:] if w.spmd is not None
-                      for n in (w.spmd if isinstance(w.spmd, tuple) else (w.spmd,)))
-        program = vmap_program(program, v.in_axes, v.out_axes, axis_size=v.size,
-                               spmd_axis_name=v.spmd, outer_spmd_axis_names=outer)
-    return program
+    """``nested_vmap_program`` of the vmaps, innermost first (one vmap: ``vmap_program``)."""
+    if len(vmaps) == 1:
+        (v,) = vmaps
+        return vmap_program(program, v.in_axes, v.out_axes, axis_size=v.size,
+                            spmd_axis_name=v.spmd)
+    return nested_vmap_program(program, [
+        dict(in_axes=v.in_axes, out_axes=v.out_axes, axis_size=v.size, spmd_axis_name=v.spmd)
+        for v in vmaps])
 
 
 # --------------------------------------------------------------------------- running JAX
@@ -310,11 +312,6 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
     if draw(st.integers(0, 3)) == 0:
         ranks = [r + (a is not None) for r, a in zip(ranks, vmaps[0].in_axes)]
         vmaps.append(draw(_vmap(ranks, outputs)))
-    # Another, pinned alike: under nested vmaps a device_put to an Explicit split types the
-    # outer batch dimension by its target, and JAX's inner moves read the example's type
-    # with that dimension dropped; the spec rewrites the inner vmap first. One vmap here.
-    if len(vmaps) > 1 and _puts_over_explicit(case.body):
-        vmaps = vmaps[:1]
     return VmapCase(case, tuple(vmaps))
 
 
@@ -339,21 +336,6 @@ def _unreduced_recipe(recipe: Recipe) -> Recipe:
         body=None if step.body is None else _unreduced_recipe(step.body))
         for step in recipe.steps)
     return dataclasses.replace(recipe, steps=steps)
-
-
-def _puts_over_explicit(recipe: Recipe) -> bool:
-    """Whether a device_put in ``recipe`` (inner jits' bodies included) targets a sharding
-    naming an Explicit axis."""
-    for step in recipe.steps:
-        if step.body is not None and _puts_over_explicit(step.body):
-            return True
-        mesh = getattr(step.sharding, "mesh", None)
-        if step.kind == "device_put" and mesh is not None:
-            explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types)
-                        if t is AxisType.Explicit}
-            if explicit & set(step.sharding.spec.axes()):
-                return True
-    return False
 
 
 # --------------------------------------------------------------------------- shard_maps
@@ -421,7 +403,7 @@ def map_vmap_cases(draw: Any) -> MapVmapCase:
     nested vmaps; batch sizes the spmd axes may split unevenly, spmd axes the shard_map
     names, makes manual or not, or its mesh lacks."""
     from shardlaw.properties.program_shardmap_harness import map_cases
-    from shardlaw.spec.program.batching import _spec_axes
+    from shardlaw.spec.program.shardmap_batching import _spec_axes
 
     case = draw(map_cases())
     used = _spec_axes(case.in_spec) | _spec_axes(case.out_spec)

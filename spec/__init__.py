@@ -58,7 +58,7 @@ from .program.description import (
     Const, DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
 )
 from .program.explain import ProgramVerdict, explain_program
-from .program.batching import vmap_program
+from .program.batching import nested_vmap_program, vmap_program
 from .program.partial_eval import dce_program, partial_eval_program
 from .program.autodiff import (
     LinearizedProgram, VjpProgram, grad_program, jvp_program, linearize_program,
@@ -129,6 +129,7 @@ __all__ += [*arguments.__all__, *autodiff.__all__, *batching.__all__, *constrain
             "transformed_differences", "transformed_rules_hit"]
 __all__ += ["Program", "Value", "Const", "Jit", "ShardingConstraint", "DevicePut", "ShardMap",
             "Reshard", "Opaque", "explain_program", "ProgramVerdict", "vmap_program",
+            "nested_vmap_program",
             "jvp_program", "linearize_program", "vjp_program", "grad_program",
             "value_and_grad_program", "LinearizedProgram", "VjpProgram", "dce_program",
             "partial_eval_program"]

@@ -643,30 +643,48 @@ def test_an_unbatched_result_resharded_to_reduced_axes_is_refused_when_vmap_move
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.xfail(strict=True, reason="nested vmaps: a device_put to an Explicit split types "
-                   "the outer batch dimension by its target, and JAX's inner vmap moves its "
-                   "result from the example's type with that dimension dropped; the spec "
-                   "rewrites the inner vmap first and keeps the split")
-def test_nested_vmaps_of_a_device_put_over_an_explicit_axis_move_the_example_type():
-    """Over an Explicit 'x' of 2, b (unmapped by the inner vmap) is put on P('x', None) and
-    returned: the inner vmap broadcasts it to out_axes 0; under the outer vmap JAX's
-    result is typed P(None, None, None, None); the spec's keeps the device_put's 'x' on the
-    outer batch dimension, P('x')."""
+# Nested vmaps, as JAX traces them: once under all of them, the jit batched by each in turn
+# (innermost first) before any vmap's out_axes; each vmap's moves read a result's type as
+# that vmap sees it (nested_vmap_program).
+
+@checks("ARG-4", "PROG-1")
+@pytest.mark.parametrize("target, split", [(P("x", None), None),
+                                           (P(None, "x"), P(None, None, "x"))])
+def test_nested_vmaps_of_a_device_put_over_an_explicit_axis_move_the_example_type(
+        target, split):
+    """Over an Explicit 'x' of 2, b (unmapped by the inner vmap, mapped by the outer one) is
+    put on ``target`` and returned. The outer vmap's device_put types b's batch dimension
+    by the target as it reads; the inner vmap broadcasts b to out_axes 0 from its type as
+    the inner vmap sees it (the outer batch dimension dropped, its split with it), and the
+    outer vmap batches that broadcast unsplit along its batch dimension: P('x', None) comes
+    back unsplit, P(None, 'x') split at the example's first dimension."""
     mesh = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
-    put = Step("device_put", 1, NamedSharding(mesh, P("x", None)))
+    put = Step("device_put", 1, NamedSharding(mesh, target))
     case = Case((Value.numpy((8, 8)),) * 2, Recipe((put,), (2,)), keep_unused=True)
     vc = VmapCase(case, (Vmap((0, None), 0, 2, pass_size=True),
                          Vmap((0, 0), 0, 2, pass_size=True)))
-    assert run_vmapped(vc).error is None
-    problems = compare_vmapped(vc)
-    assert not problems, "\n".join(problems)
+    outcome = _agree(vc)
+    assert outcome.error is None and outcome.out_types[0].spec == split
+    program = spec_vmapped(vc)
+    (put_eq,) = program.equations[0].body.equations
+    assert put_eq.results[0].spec == (P("x") if target == P("x", None) else target)
+    assert program.equations[-1].primitive == "broadcast_in_dim"
+    assert program.equations[-1].results[0].spec == split
+    # three vmaps, the middle one moving its result last: the same, one level further out
+    vc = VmapCase(case, (Vmap((0, None), 0, 2, pass_size=True),
+                         Vmap((0, 0), 1, 2, pass_size=True), Vmap((1, 0), 2, 2, pass_size=True)))
+    _agree(vc)
 
 
-@pytest.mark.xfail(strict=True, reason="nested vmaps: JAX batches the inner vmap's jit under "
-                   "the outer spmd axis first (DuplicateSpecError: P('x', None, 'x')) and checks "
-                   "the inner out_axes after; the spec rewrites the inner vmap first and refuses "
-                   "with BAT-0 (an oldest-leg CI run drew it)")
-def test_nested_vmaps_check_the_jit_under_both_before_the_inner_out_axes():
+@checks("BAT-4", "BAT-0")
+@pytest.mark.parametrize("outer", [("x",), (None,), (None, "x")], ids=["x", "none", "none-x"])
+def test_nested_vmaps_check_the_jit_under_both_before_the_inner_out_axes(outer):
+    """The inner vmap's out_axes None for a result it batched (BAT-0), the outer vmap's spmd
+    axis 'x' used by the jit's out_sharding P('x', None), batched to P('x', None, 'x', None)
+    (BAT-4). JAX batches the jit under every vmap before the inner vmap's out_axes: it
+    refuses the jit (DuplicateSpecError), and so does the spec, at the jit's
+    out_shardings; with no spmd axis, the inner out_axes (ValueError; BAT-0). An
+    oldest-leg CI run drew the first (the spec rewrote the inner vmap whole, BAT-0 first)."""
     from shardlaw.spec import UNSPECIFIED
     mesh = Mesh.iota((2,), ("x",))
     case = Case((Value.numpy((8, 8)), Value.placed((8, 8), NamedSharding(mesh, P(None, None)))),
@@ -674,9 +692,17 @@ def test_nested_vmaps_check_the_jit_under_both_before_the_inner_out_axes():
                 out_shardings=(UNSPECIFIED, NamedSharding(mesh, P("x", None))),
                 keep_unused=True)
     vc = VmapCase(case, (Vmap((0, 0), (0, None), 2, True, None),
-                         Vmap((0, 0), (0, 0), 2, True, "x")))
-    problems = compare_vmapped(vc)
-    assert not problems, "\n".join(problems)
+                         *(Vmap((0, 0), (0, 0), 2, True, name) for name in outer)))
+    outcome = _agree(vc)
+    assert outcome.stage == "trace"
+    with pytest.raises(Rejection) as refused:
+        spec_vmapped(vc)
+    if "x" in outer:
+        assert type(outcome.error).__name__ == "DuplicateSpecError"
+        assert (refused.value.rule, refused.value.path) == ("BAT-4", "out_shardings[1]")
+    else:
+        assert isinstance(outcome.error, ValueError) and "out_axes" in str(outcome.error)
+        assert (refused.value.rule, refused.value.path) == ("BAT-0", "outputs[1]")
 
 
 # --------------------------------------------------------------------------- issue 23: typed after a batched device_put

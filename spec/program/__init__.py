@@ -8,7 +8,8 @@
 * ``shardmap`` — shard_map equations where JAX checks them (the SMAP rules on their specs,
   operands, results and their bodies' collectives) and the record of what each equation
   decides (``ProgramVerdict.decided``);
-* ``batching`` — ``vmap_program``: ``jax.vmap`` of a program, as a rewrite of it;
+* ``batching`` — ``vmap_program``, ``nested_vmap_program``: ``jax.vmap`` of a program, as
+  a rewrite of it (``shardmap_batching``: the rules of a shard_map under vmap);
 * ``autodiff`` — ``jvp_program``, ``linearize_program``, ``vjp_program``, ``grad_program``,
   ``value_and_grad_program``: differentiation of a program, as rewrites of it.
 
@@ -19,9 +20,10 @@ from .autodiff import (
     LinearizedProgram, VjpProgram, grad_program, jvp_program, linearize_program,
     value_and_grad_program, vjp_program,
 )
-from .batching import vmap_program
+from .batching import nested_vmap_program, vmap_program
 from .partial_eval import dce_program, partial_eval_program
 
-__all__ = ["vmap_program", "jvp_program", "linearize_program", "vjp_program", "grad_program",
+__all__ = ["vmap_program", "nested_vmap_program", "jvp_program", "linearize_program",
+           "vjp_program", "grad_program",
            "value_and_grad_program", "LinearizedProgram", "VjpProgram", "dce_program",
            "partial_eval_program"]

@@ -58,7 +58,12 @@ mapped result with ``out_axes`` None is refused, BAT-0). Then the vmapped functi
 one jit call: the answer is the program ``describe_program`` reads from it, ``jax.jit`` of
 the function, whose body is the batched jit equation followed by those moves. A program of
 that form (no options, one jit equation over its inputs followed by moves only) is read
-back as the eager function it describes when vmapped again, so nested vmaps compose.
+back as the eager function it describes when vmapped again, so vmap_program composes.
+JAX traces nested vmaps together, though: :func:`nested_vmap_program` batches the jit by
+each vmap before any vmap's moves (a refusal of the jit under an outer vmap comes before
+the inner ``out_axes``'s), and reads each vmap's moves from a result's type as that vmap
+sees it (a broadcast is bound with that type, which the vmaps outside it keep, unsplit
+along their batch dimensions).
 
 The answer is marked unchecked (``Program.checked``): vmapped again, its example's checks
 are not made again (JAX made them on the first example, and the batched shardings may now
@@ -78,9 +83,9 @@ import dataclasses
 import math
 from typing import Any
 
-from ..core.rules import Failure, located, reject, require, rule, staged
+from ..core.rules import located, require, staged
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
-from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
+from ..core.values import AbstractMesh, Mesh, PartitionSpec
 from ..jit.matching import check_fits
 from ..transforms.arguments import place_on_devices
 from ..transforms.batching import (
@@ -88,18 +93,21 @@ from ..transforms.batching import (
 )
 from ..transforms.constraint import Constraint, batch_constraint
 from ..transforms.shardmap_bodies import collective_varying
-from ..transforms.shardmap_specs import manual_axes_of
 from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
     check_program, type_spec,
 )
 from .explain import trace_body
+from .shardmap_batching import (
+    _manual_inside, check_shard_map_spmd_axes, check_spmd_axes_manual,
+    check_spmd_casts,
+)
 from .lowering import equation_path
 from .shardmap import collective_axes
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["vmap_program", "batched_input", "KEEPS_AXIS", "MOVES"]
+__all__ = ["vmap_program", "nested_vmap_program", "batched_input", "KEEPS_AXIS", "MOVES"]
 
 # Primitives whose batching keeps the operands' batch axis (all batched operands at one
 # axis): elementwise ones, the casts between varying types, and the reductions over
@@ -239,17 +247,17 @@ def _batch_size(axis_size: Any) -> int:
     return axis_size
 
 
-def _in_shapes(inputs: tuple[Value, ...], in_axes: Any, size: int) -> list:
-    """The batched arguments' shapes where in_axes reads as an axis per input; the
-    example's shapes elsewhere (BAT-0 then refuses in_axes as vmap does)."""
-    entries = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(inputs)
-    if len(entries) != len(inputs):
-        return [v.shape for v in inputs]
+def _in_shapes(given: list, in_axes: Any, size: int) -> list:
+    """The shapes ``given`` batched where in_axes reads as an axis per argument; unbatched
+    elsewhere (BAT-0 then refuses in_axes as vmap does)."""
+    entries = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(given)
+    if len(entries) != len(given):
+        return list(given)
     shapes = []
-    for value, axis in zip(inputs, entries):
-        rank = len(value.shape)
+    for shape, axis in zip(given, entries):
+        rank = len(shape)
         ok = type(axis) is int and -(rank + 1) <= axis <= rank
-        shapes.append(_inserted(value.shape, axis % (rank + 1), size) if ok else value.shape)
+        shapes.append(_inserted(shape, axis % (rank + 1), size) if ok else shape)
     return shapes
 
 
@@ -329,17 +337,21 @@ def _rewrite_body(program: Program, dims: tuple, axis: _Axis, prefix: str) -> _R
     """Every equation of ``program``'s body batched, in order."""
     rw = _Rewrite(program, dims, axis, prefix)
     for k, eq in enumerate(program.equations):
-        path = equation_path(prefix, k)
-        operands = [rw.operand(n) for n in eq.operands]
-        numbers = tuple(n for n, _ in operands)
-        in_dims = tuple(d for _, d in operands)
-        if all(d is None for d in in_dims) and not isinstance(eq, (Jit, ShardMap)):
-            rw.add(eq.renumbered(numbers), (None,) * len(eq.results))
-        else:
-            with located(path):
-                _batch_equation(rw, eq, numbers, in_dims, path)
-        rw.define(len(eq.results))
+        _push(rw, eq, equation_path(prefix, k))
     return rw
+
+
+def _push(rw: _Rewrite, eq: Equation, path: str) -> None:
+    """One equation batched onto ``rw`` (left as it is where no operand is batched)."""
+    operands = [rw.operand(n) for n in eq.operands]
+    numbers = tuple(n for n, _ in operands)
+    in_dims = tuple(d for _, d in operands)
+    if all(d is None for d in in_dims) and not isinstance(eq, (Jit, ShardMap)):
+        rw.add(eq.renumbered(numbers), (None,) * len(eq.results))
+    else:
+        with located(path):
+            _batch_equation(rw, eq, numbers, in_dims, path)
+    rw.define(len(eq.results))
 
 
 def _batch_equation(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path: str
@@ -371,28 +383,6 @@ def _batch_equation(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, pat
         _batch_opaque(rw, eq, numbers, dims, path)
 
 
-# --------------------------------------------------------------------------- PBAT-1
-
-@dataclasses.dataclass(frozen=True)
-class SpmdAxisInShardMap(Failure, rule="PBAT-1"):
-    template = ("vmap's spmd_axis_name {names} splits the batch over mesh axes that the "
-                "shard_map's {which} already use ({used}), so a mesh axis would split "
-                "two dimensions")
-    hint = "Pick a spmd_axis_name that the shard_map's specs do not name"
-    names: tuple
-    which: str
-    used: tuple
-
-
-@dataclasses.dataclass(frozen=True)
-class SpmdAxisNotInShardMapMesh(Failure, rule="PBAT-1", error=KeyError):
-    template = ("vmap's spmd_axis_name {names} names {axis!r}, which is not an axis of the "
-                "shard_map's mesh {mesh}: JAX looks its size up there")
-    names: tuple
-    axis: str
-    mesh: Any
-
-
 def _check_batched_split(targets: tuple, shapes: list) -> None:
     """JAX's batched device_put keeps its targets unchanged: a target split over Explicit
     axes types the batched value as it reads, dimension by dimension (the batch dimension
@@ -403,151 +393,6 @@ def _check_batched_split(targets: tuple, shapes: list) -> None:
         if split is not None and getattr(target, "is_concrete", False):
             place_on_devices(NamedSharding(target.mesh, split), shape, "device_put",
                              boxes=False)
-
-
-def _spec_axes(spec: PartitionSpec) -> set[str]:
-    return {a for entry in spec.partitions
-            for a in (entry if isinstance(entry, tuple) else (entry,)) if isinstance(a, str)}
-
-
-@rule("PBAT-1", mirrors="jax._src.shard_map._shard_map_batch; "
-                        "jax._src.shard_map._batch_out_specs")
-def check_shard_map_spmd_axes(specs: Any, names: tuple[str, ...], which: str,
-                              mesh: Any = None) -> None:
-    """Under vmap with spmd_axis_name a shard_map's in_specs, and its out_specs once its body is batched, name none of the spmd axes, and the spmd axes are axes of its mesh.
-
-    JAX checks this of every shard_map vmap meets, its operands batched or not (KeyError
-    for an axis its mesh lacks, looked up after the in_specs are checked). Without
-    spmd_axis_name nothing is checked: the batch dimension is inserted unsplit.
-
-    >>> check_shard_map_spmd_axes((P("x"), P()), ("y",), "in_specs")
-    >>> check_shard_map_spmd_axes((P("x"), P(None, "y")), ("y",), "out_specs")
-    Traceback (most recent call last):
-    ...
-    shardlaw.spec.core.rules.RejectionValueError: [PBAT-1]: vmap's spmd_axis_name ('y',) splits the batch over mesh axes that the shard_map's out_specs already use (('y',)), so a mesh axis would split two dimensions. Pick a spmd_axis_name that the shard_map's specs do not name.
-    """
-    if not isinstance(specs, (tuple, list)) or not all(isinstance(s, PartitionSpec)
-                                                       for s in specs):
-        raise reject(BadVmapParameterType(which, "must be a list of PartitionSpecs", specs))
-    used = set().union(*map(_spec_axes, specs)) if specs else set()
-    clash = tuple(sorted(set(names) & used))
-    require(not clash, lambda: SpmdAxisInShardMap(tuple(names), which, clash))
-    for name in names if mesh is not None else ():
-        require(name in mesh.axis_names, lambda name=name: SpmdAxisNotInShardMapMesh(
-            tuple(names), name, mesh))
-
-
-# --------------------------------------------------------------------------- PBAT-2
-
-@dataclasses.dataclass(frozen=True)
-class SpmdAxisNotManual(Failure, rule="PBAT-2"):
-    template = ("vmap's spmd_axis_name {names} names {axis!r}, which the shard_map does not "
-                "make manual (its manual axes: {manual}); under check_vma the batched body's "
-                "values would vary along {axis!r}, and a value varies only along manual axes")
-    hint = ("Add {axis!r} to the shard_map's axis_names, pass check_vma=False, or pick a "
-            "manual axis as spmd_axis_name")
-    names: tuple
-    axis: str
-    manual: tuple
-
-
-def _manual_inside(eq: ShardMap) -> frozenset[str]:
-    """The axes typed Manual inside a shard_map: those it makes manual and those an
-    enclosing shard_map made manual (typed so on its mesh)."""
-    already = {n for n, t in zip(eq.mesh.axis_names, eq.mesh.axis_types)
-               if t is AxisType.Manual}
-    return frozenset(manual_axes_of(eq.mesh, set(eq.manual_axes))) | already
-
-
-@rule("PBAT-2", mirrors="jax._src.shard_map._shard_map_batch; "
-                        "jax._src.shard_map._shard_shaped_array; core.ShapedArray")
-def check_spmd_axes_manual(names: tuple[str, ...], manual: frozenset[str], mesh: Any) -> None:
-    """Under vmap with spmd_axis_name, a shard_map with check_vma and a batched operand makes every spmd axis manual: its body's batched inputs vary along them, and a value varies only along manual axes.
-
-    JAX refuses it while vmap traces (ValueError). Without check_vma nothing is refused
-    there, and the compiler refuses the spec naming an automatic axis when the program is
-    lowered (SMAP-3).
-
-    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
-    >>> check_spmd_axes_manual(("y",), frozenset({"x", "y"}), mesh)
-    >>> check_spmd_axes_manual(("y",), frozenset({"x"}), mesh)
-    Traceback (most recent call last):
-    ...
-    shardlaw.spec.core.rules.RejectionValueError: [PBAT-2]: vmap's spmd_axis_name ('y',) names 'y', which the shard_map does not make manual (its manual axes: ('x',)); under check_vma the batched body's values would vary along 'y', and a value varies only along manual axes. Add 'y' to the shard_map's axis_names, pass check_vma=False, or pick a manual axis as spmd_axis_name.
-    """
-    for name in names:
-        require(name in manual, lambda name=name: SpmdAxisNotManual(
-            tuple(names), name, tuple(sorted(manual))))
-
-
-# --------------------------------------------------------------------------- PBAT-3
-
-@dataclasses.dataclass(frozen=True)
-class CastAlongUnknownAxis(Failure, rule="PBAT-3", error=AssertionError):
-    template = ("inside a check_vma shard_map vmap casts an operand to vary along the spmd "
-                "axes {axes}, and {axis!r} is not an axis of the shard_map's mesh {mesh} "
-                "(JAX's cast asserts it is)")
-    hint = "Pick spmd_axis_name among the shard_map's mesh axes"
-    axes: tuple
-    axis: str
-    mesh: Any
-
-
-@dataclasses.dataclass(frozen=True)
-class CastAlongAutomaticAxis(Failure, rule="PBAT-3", error=NameError):
-    template = ("inside a check_vma shard_map vmap casts an operand to vary along the spmd "
-                "axes {axes}, and {axis!r} is not manual there (an unbound axis name)")
-    hint = "Make {axis!r} manual in the shard_map (axis_names), or pass check_vma=False"
-    axes: tuple
-    axis: str
-
-
-@dataclasses.dataclass(frozen=True)
-class SpmdVaryingResult(Failure, rule="PBAT-3", error=Exception, jax_error="_RepError"):
-    template = ("the batched shard_map's result {index} varies along {axes}, which its out "
-                "spec {spec!r} does not name: vmap cast its body's values along the spmd "
-                "axes of an enclosing vmap, and this out spec is batched only by the "
-                "inner one")
-    hint = ("Give the inner vmap the spmd_axis_name too, or pass check_vma=False to the "
-            "shard_map")
-    index: int
-    axes: tuple
-    spec: Any
-
-
-@rule("PBAT-3", mirrors="jax._src.interpreters.batching.spmd_names_insert_pvary; "
-                        "jax._src.core.pvary; jax._src.shard_map._check_mats")
-def check_spmd_casts(axes: tuple[str, ...], mesh: Any, results: tuple = (),
-                     out_specs: tuple = ()) -> None:
-    """Under check_vma, vmap casts a shard_map body's broadcasting operands to vary along the spmd axes of every vmap it is inside, which must be manual there; a result varying along one needs an out spec naming it.
-
-    An axis cast along that is not an axis of the shard_map's mesh is refused with
-    AssertionError (JAX's cast asserts it), one that is not manual there with NameError.
-    Once the body is batched, a result varying along a mesh axis that its batched out spec
-    leaves out, and that no enclosing shard_map made manual, is refused as JAX refuses it
-    while vmap traces (its internal ``_RepError``, which no front door turns into a
-    ValueError here).
-
-    The casts JAX's broadcasting batcher makes read the spmd axes of the whole axis
-    environment: a vmap inside another vmap with spmd_axis_name casts along the outer
-    one's axes too, though it does not add them to the out specs.
-
-    >>> mesh = Mesh.iota((2, 4), ("x", "y")).abstract
-    >>> check_spmd_casts(("y",), mesh)
-    Traceback (most recent call last):
-    ...
-    shardlaw.spec.core.rules.RejectionNameError: [PBAT-3]: inside a check_vma shard_map vmap casts an operand to vary along the spmd axes ('y',), and 'y' is not manual there (an unbound axis name). Make 'y' manual in the shard_map (axis_names), or pass check_vma=False.
-    """
-    names = tuple(mesh.axis_names) if mesh is not None else ()
-    manual = {n for n, t in zip(names, mesh.axis_types if mesh is not None else ())
-              if t is AxisType.Manual}
-    for axis in axes:
-        require(axis in names, lambda axis=axis: CastAlongUnknownAxis(axes, axis, mesh))
-        require(axis in manual, lambda axis=axis: CastAlongAutomaticAxis(axes, axis))
-    for j, (value, spec) in enumerate(zip(results, out_specs)):
-        left = value.varying - _spec_axes(spec) - manual
-        require(not left, lambda j=j, spec=spec, left=left: SpmdVaryingResult(
-            j, tuple(a for a in names if a in left), spec))
 
 
 # --------------------------------------------------------------------------- equations
@@ -717,7 +562,10 @@ def _batch_opaque(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, path:
         (result,) = eq.results
         shape = (size,) + tuple(result.shape)
         kept = tuple(int(i) + 1 for i in _param(eq, "broadcast_dimensions"))
-        rw.add(_broadcast(operand, rw.types[operand], shape, (0,) + kept), (0,))
+        typed = _param(eq, "sharding")   # JAX's batcher: the parameter, unsplit at 0
+        typed = NamedSharding(typed.mesh, _batch_spec(typed.spec, 0, None)) if isinstance(
+            typed, NamedSharding) else None
+        rw.add(_broadcast(operand, rw.types[operand], shape, (0,) + kept, typed), (0,))
         return
     check_program(False, f"the primitive {name!r} at {path} under vmap",
                   f"one whose batching the spec knows ({sorted(KEEPS_AXIS)} with every "
@@ -821,15 +669,17 @@ def _transpose(operand: int, value: Value, perm: tuple[int, ...]) -> Opaque:
                   params=(("permutation", perm),))
 
 
-def _broadcast(operand: int, value: Value, shape: tuple, kept: tuple) -> Opaque:
-    """A broadcast_in_dim to ``shape``, the operand's dimensions at ``kept``; the new
-    dimensions are unsplit, the kept ones split as the operand's."""
+def _broadcast(operand: int, value: Value, shape: tuple, kept: tuple,
+               typed: NamedSharding | None = None) -> Opaque:
+    """A broadcast_in_dim to ``shape``, the operand's dimensions at ``kept``: its result
+    typed by its sharding parameter ``typed`` where bound with one, else the new
+    dimensions unsplit and the kept ones split as the operand's."""
     sources = tuple(kept.index(i) if i in kept else None for i in range(len(shape)))
-    result = dataclasses.replace(value.type, shape=tuple(shape),
-                                 spec=_rearranged(value.spec, sources))
+    spec = _rearranged(value.spec, sources) if typed is None else type_spec(typed)
+    result = dataclasses.replace(value.type, shape=tuple(shape), spec=spec)
     return Opaque((operand,), (result,),
                   primitive="broadcast_in_dim",
-                  params=(("broadcast_dimensions", kept), ("sharding", None),
+                  params=(("broadcast_dimensions", kept), ("sharding", typed),
                           ("shape", tuple(shape))))
 
 
@@ -859,12 +709,15 @@ def _check_example(program: Program) -> None:
             check_fits(s, program.value_types[n].shape, f"out_shardings[{i}]")
 
 
-def _moves(rw: _Rewrite, outputs: list[int], out_axes: tuple) -> list[int]:
+def _moves(rw: _Rewrite, outputs: list[int], out_axes: tuple, views: list[Value]
+           ) -> list[int]:
     """Each result moved to its out_axes (a transpose, or a broadcast_in_dim for an
-    unbatched result); the numbers of the results as vmap returns them."""
+    unbatched result), from its type as this vmap sees it (``views``: JAX binds the
+    broadcast with that type, the new dimension unsplit, as its sharding parameter); the
+    numbers of the results as vmap returns them."""
     moved = []
-    for k, (n, target) in enumerate(zip(outputs, out_axes)):
-        source, value = rw.dims[n], rw.types[n]
+    for k, (n, target, value) in enumerate(zip(outputs, out_axes, views)):
+        source = rw.dims[n]
         with located(f"outputs[{k}]"):
             require(not (source is not None and target is None), lambda: BadVmapParameter(
                 "out_axes", "is None for a result that vmap batched (vmap has mapped output "
@@ -875,7 +728,9 @@ def _moves(rw: _Rewrite, outputs: list[int], out_axes: tuple) -> list[int]:
         if source is None:
             shape = _inserted(value.shape, target, rw.axis.size)
             kept = tuple(i for i in range(len(shape)) if i != target)
-            rw.add(_broadcast(n, value, shape, kept), (target,))
+            typed = None if value.mesh is None else NamedSharding(value.mesh, P(*_inserted(
+                tuple(value.spec or ()), target, None)))
+            rw.add(_broadcast(n, value, shape, kept, typed), (target,))
         else:
             rw.add(_transpose(n, value, _moved(len(value.shape), source, target)), (target,))
         moved.append(len(rw.types) - 1)
@@ -889,10 +744,10 @@ def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
     axis_size=axis_size, spmd_axis_name=spmd_axis_name)`` amounts to on batched arguments,
     ``program`` describing the jit call on one example (module docstring).
 
-    For a vmap inside other vmaps, ``outer_spmd_axis_names`` names their spmd axes: JAX
-    batches the inner vmap first, with the outer ones' axes in its axis environment, and
-    inside a check_vma shard_map casts along them too (PBAT-3); the outer vmaps are then
-    applied to the answer.
+    For a vmap inside other vmaps, ``outer_spmd_axis_names`` names their spmd axes (JAX
+    batches with them in its axis environment, and inside a check_vma shard_map casts
+    along them too: PBAT-3), and the outer vmaps are then applied to the answer; to ask
+    in JAX's order and types, give the whole nest to :func:`nested_vmap_program`.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> x = Value.placed((8, 8), NamedSharding(mesh, P("x")))
@@ -907,26 +762,158 @@ def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
     shardlaw.spec.core.rules.RejectionValueError: [WSC-7] at body[0]: vmap's spmd_axis_name ('x',) also appears in the with_sharding_constraint spec P('x', None) of body[0]; a mesh axis cannot split both the batch and another dimension
     """
     check_program(isinstance(program, Program), "the program vmapped", "a Program", program)
+    options = {"in_axes": in_axes, "out_axes": out_axes, "axis_size": axis_size,
+               "spmd_axis_name": spmd_axis_name}
     with staged("trace"):
-        size = _batch_size(axis_size)
-        shapes, axes, _ = check_vmap_parameters(_in_shapes(program.inputs, in_axes, size),
-                                                in_axes, size)
-        names = _names(spmd_axis_name)
         outer = _names(outer_spmd_axis_names) if outer_spmd_axis_names != () else ()
-        wrapper = _is_wrapper(program)
-        if not wrapper and program.checked:
-            _check_example(program)
-        inputs = tuple(batched_input(v, a, size) for v, a in zip(program.inputs, axes))
-        axis = _Axis(size, names, program.context_mesh, outer=frozenset(outer))
-        if wrapper:
-            rw = _rewrite_body(program, axes, axis, "")
-            outputs = [rw.number[n] for n in program.outputs]
-        else:
-            rw = _as_one_jit(program, axes, axis)
-            outputs = list(range(len(inputs), len(inputs) + len(program.outputs)))
+        return _vmapped(program, (options,), outer or ())
+
+
+_OPTIONS = frozenset({"in_axes", "out_axes", "axis_size", "spmd_axis_name"})
+
+
+def nested_vmap_program(program: Program, vmaps: Any) -> Program:
+    """The Program that nested vmaps of ``jax.jit(f, ...)`` amount to on batched arguments:
+    ``vmaps`` holds each vmap's options as :func:`vmap_program` takes them (``in_axes``,
+    ``out_axes``, ``axis_size``, ``spmd_axis_name``), innermost first.
+
+    JAX traces the function once under all of them, in this order: each vmap's parameters,
+    the outermost first (it is called first); the jit call on one example; the jit batched
+    by each vmap in turn, innermost first; then each vmap's out_axes, innermost first, its
+    moves batched by the vmaps outside it, and read from a result's type as that vmap
+    sees it (its type once batched by all, less the batch dimensions of those outside).
+
+    The inner vmap below leaves a batched result unmapped (out_axes None: BAT-0), and the
+    outer one batches the inner jit's result over 'x', which its out_sharding uses: JAX
+    refuses the jit first.
+
+    >>> mesh = Mesh.iota((2,), ("x",))
+    >>> x = Value.placed((8,), NamedSharding(mesh, P()))
+    >>> inner = Program((x.type,), outputs=(0,), out_shardings=(NamedSharding(mesh, P("x")),))
+    >>> step = Program((x,), (Jit((0,), body=inner),), outputs=(0, 1))
+    >>> nested_vmap_program(step, [{"axis_size": 2, "out_axes": (None, 0)},
+    ...                            {"axis_size": 2, "spmd_axis_name": "x"}])
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionException: [BAT-4] at body[0].jit.out_shardings[0]: spmd_axis_name ('x',) would split the batched value over mesh axis 'x' twice: the batched spec is P('x', None, 'x'). Pick a spmd_axis_name that the jit's shardings do not use.
+    >>> nested_vmap_program(step, [{"axis_size": 2, "out_axes": (None, 0)},
+    ...                            {"axis_size": 2}])
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [BAT-0] at outputs[0]: out_axes is None for a result that vmap batched (vmap has mapped output but out_axes is None), got None
+    """
+    check_program(isinstance(program, Program), "the program vmapped", "a Program", program)
+    with staged("trace"):
+        require(isinstance(vmaps, (tuple, list)) and len(vmaps) > 0 and all(
+            isinstance(v, dict) and set(v) <= _OPTIONS for v in vmaps),
+            lambda: BadVmapParameterType("vmaps", f"must be a list of one dict or more of "
+                                                  f"vmap_program's options "
+                                                  f"{sorted(_OPTIONS)}, innermost first",
+                                         vmaps))
+        return _vmapped(program, tuple(vmaps), ())
+
+
+def _vmapped(program: Program, vmaps: tuple[dict, ...], outer: tuple[str, ...]) -> Program:
+    """``program`` under ``vmaps`` (innermost first), in JAX's order (nested_vmap_program)."""
+    levels = _levels(program, vmaps, outer)
+    wrapper = _is_wrapper(program)
+    if not wrapper and program.checked:
+        _check_example(program)
+    first = levels[0]
+    chain = [_rewrite_body(program, first.axes, first.axis, "") if wrapper
+             else _as_one_jit(program, first.axes, first.axis)]
+    for level in levels[1:]:
+        given = Program(tuple(chain[-1].types[:len(level.axes)]))
+        chain.append(_Rewrite(given, level.axes, level.axis, ""))
+        _carry(chain, len(chain) - 2, 0, not wrapper)
+    count = len(program.inputs)
+    outputs = [chain[0].number[n] for n in program.outputs] if wrapper else \
+        list(range(count, count + len(program.outputs)))
+    for k, (level, rw) in enumerate(zip(levels, chain)):
+        outputs = [rw.number[n] for n in outputs] if k else outputs
         ranks = [len(rw.types[n].shape) - (rw.dims[n] is not None) for n in outputs]
-        moved = _moves(rw, outputs, _out_axes(out_axes, ranks))
-    return _answer(inputs, rw, moved)
+        out_axes = _out_axes(level.out_axes, ranks)
+        start = len(rw.equations)
+        outputs = _moves(rw, outputs, out_axes, _views(chain, k, outputs))
+        _carry(chain, k, start, False)
+    return _answer(levels[-1].inputs, chain[-1], outputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Level:
+    """One vmap of a nest: the axis it maps of each argument it is given, the batched
+    arguments it gives, what it batches over, and its out_axes as given."""
+
+    axes: tuple
+    inputs: tuple[Value, ...]
+    axis: _Axis
+    out_axes: Any
+
+
+def _levels(program: Program, vmaps: tuple[dict, ...], outer: tuple[str, ...]
+            ) -> list[_Level]:
+    """Each vmap's parameters checked (BAT-0), the outermost first, on the shapes of the
+    arguments it is given (those the vmaps inside it batch); then each one read."""
+    shapes = [[v.shape for v in program.inputs]]
+    for options in vmaps[:-1]:   # were the vmaps inside well-formed
+        size = options.get("axis_size")
+        shapes.append(_in_shapes(shapes[-1], options.get("in_axes", 0),
+                                 size if type(size) is int and size >= 0 else 0))
+    read = []
+    for options, given in zip(reversed(vmaps), reversed(shapes)):
+        size, in_axes = _batch_size(options.get("axis_size")), options.get("in_axes", 0)
+        _, axes, _ = check_vmap_parameters(_in_shapes(given, in_axes, size), in_axes, size)
+        read.insert(0, (axes, size, _names(options.get("spmd_axis_name"))))
+    levels, inputs = [], program.inputs
+    for k, ((axes, size, names), options) in enumerate(zip(read, vmaps)):
+        inputs = tuple(batched_input(v, a, size) for v, a in zip(inputs, axes))
+        around = frozenset(outer).union(*(n for _, _, n in read[k + 1:] if n))
+        levels.append(_Level(axes, inputs, _Axis(size, names, program.context_mesh,
+                                                  outer=around), options.get("out_axes", 0)))
+    return levels
+
+
+def _carry(chain: list[_Rewrite], k: int, start: int, one_jit: bool) -> None:
+    """The equations of vmap ``k``'s rewrite from ``start`` on, each batched by the vmap
+    outside it, what that gives by the next, and so on before the next equation (JAX binds
+    an equation through every vmap at once). With ``one_jit`` the first is the jit call,
+    its body's equations and options located as written (``body[3]``, ``in_shardings[0]``)."""
+    if k + 1 == len(chain):
+        return
+    rw = chain[k + 1]
+    for i, eq in enumerate(chain[k].equations[start:], start):
+        before = len(rw.equations)
+        if one_jit and i == 0:
+            operands = [rw.operand(n) for n in eq.operands]
+            body, out_dims = _batch_jit_body(eq.body, tuple(d for _, d in operands),
+                                             rw.axis, "", "")
+            rw.add(Jit(tuple(n for n, _ in operands), body=body, name=eq.name,
+                       checked=False), out_dims)
+            rw.define(len(eq.results))
+        else:
+            _push(rw, eq, equation_path("", i))
+        _carry(chain, k + 1, before, one_jit)
+
+
+def _views(chain: list[_Rewrite], k: int, outputs: list[int]) -> list[Value]:
+    """Each of vmap ``k``'s results as that vmap sees it: its type once every vmap has
+    batched it, less the batch dimensions of the vmaps outside ``k`` (JAX's mapped type)."""
+    if k + 1 == len(chain):
+        return [chain[k].types[n] for n in outputs]
+    views = []
+    for n in outputs:
+        numbers = [n]
+        for rw in chain[k + 1:]:
+            numbers.append(rw.number[numbers[-1]])
+        value = chain[-1].types[numbers[-1]]
+        for rw, m in reversed(list(zip(chain[k + 1:], numbers[1:]))):
+            d = rw.dims[m]
+            if d is not None:
+                kept = tuple(i for i in range(len(value.shape)) if i != d)
+                value = dataclasses.replace(value, shape=value.shape[:d] + value.shape[d + 1:],
+                                            spec=_rearranged(value.spec, kept))
+        views.append(value)
+    return views
 
 
 def _names(spmd_axis_name: Any) -> tuple[str, ...] | None:
