@@ -209,7 +209,11 @@ def _factorization(draw: Any, n: int) -> list[int]:
 @st.composite
 def process_examples(draw: Any, devices: int) -> dict:
     """One example for a program of ``devices`` devices (the same in every process)."""
-    count = draw(st.sampled_from(_divisors(devices)[::-1]))
+    # Meshes over a divisor of the program's devices first, then over any other count: a
+    # mesh of 3 of 2 x 2 devices gives the processes slices of different sizes (PROC-3).
+    divisors = _divisors(devices)[::-1]
+    count = draw(st.sampled_from(divisors + [n for n in range(devices, 0, -1)
+                                             if n not in divisors]))
     order = draw(st.sampled_from(["ascending", "permuted"]))
     ids = list(range(devices))
     if order == "permuted":
@@ -245,11 +249,13 @@ def process_examples(draw: Any, devices: int) -> dict:
             "tiled": draw(st.booleans()),
             "make_mesh": draw(_make_mesh_examples(devices)),
             "put": draw(_put_examples(devices, ids[:count], shape)),
-            "donate": {"result": draw(st.sampled_from(["same", "replicated", "sum", "cast",
-                                                              "narrow"])),
+            "donate": {"result": draw(st.sampled_from(DONATING_CALLS)),
                        "after": draw(st.sampled_from(AFTER_DONATION))}}
 
 
+# What the donating call returns (processes_worker._donating_call; PROC-17).
+DONATING_CALLS = ("same", "replicated", "sum", "cast", "narrow", "uint32", "bfloat16", "int8",
+                  "expand", "flatten", "pair")
 # What a process does with an array after donating it (PROC-18).
 AFTER_DONATION = ("np.asarray", "addressable_shards", "jit", "device_put", "str",
                   "device_put to its own sharding")

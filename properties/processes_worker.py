@@ -473,6 +473,44 @@ def _compare_put(answers: Answers, rule_id: str, mine: tuple, real: tuple, x: An
 
 # --------------------------------------------------------------------------- donation
 
+def _donating_call(kind: str, theirs: Any, shape: tuple) -> tuple:
+    """The function of a drawn donating call, its out_shardings, and its results as
+    (shape, dtype, JAX sharding) triples: a result like the argument, replicated, summed,
+    of another dtype (as wide or not), with a unit dimension added (another shard shape,
+    as many elements), flattened over the mesh's axes (as many elements per shard or not),
+    or two results at once."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    mesh = theirs.mesh
+    replicated = NamedSharding(mesh, PartitionSpec())
+    casts = {"cast": np.int32, "uint32": np.uint32, "narrow": np.float16,
+             "bfloat16": "bfloat16", "int8": np.int8}
+    if kind in casts:
+        dtype = np.dtype(casts[kind])
+        return (lambda a: (a * 2).astype(dtype), theirs, [(shape, dtype.name, theirs)])
+    if kind == "same":
+        return lambda a: a * 2, theirs, [(shape, "float32", theirs)]
+    if kind == "replicated":
+        return lambda a: a * 2, replicated, [(shape, "float32", replicated)]
+    if kind == "sum":
+        return lambda a: a.sum(), replicated, [((), "float32", replicated)]
+    if kind == "expand":
+        wider = NamedSharding(mesh, PartitionSpec(*theirs.spec, None))
+        return lambda a: (a * 2)[..., None], wider, [((*shape, 1), "float32", wider)]
+    if kind == "flatten":
+        # Over every axis of the mesh where they divide the flat size, else over the axes
+        # the argument is split over: as many elements per shard as the argument, or fewer.
+        size = int(np.prod(shape))
+        used = [a for entry in theirs.spec if entry is not None
+                for a in ((entry,) if isinstance(entry, str) else entry)]
+        axes = tuple(mesh.axis_names) if size % mesh.size == 0 else tuple(used)
+        flat = NamedSharding(mesh, PartitionSpec(axes or None))
+        return lambda a: (a * 2).reshape(-1), flat, [((size,), "float32", flat)]
+    if kind == "pair":
+        return (lambda a: (a.sum(), a * 2), (replicated, theirs),
+                [((), "float32", replicated), (shape, "float32", theirs)])
+    raise ValueError(f"no donating call {kind!r}")
+
+
 def check_donation(answers: Answers, ours: Any, theirs: Any, shape: tuple, pid: int,
                    values: np.ndarray) -> None:
     """PROC-17 and PROC-18: a jit call that donates a fresh copy of the global array, whether
@@ -489,20 +527,15 @@ def check_donation(answers: Answers, ours: Any, theirs: Any, shape: tuple, pid: 
                                          dtype=np.float32)
     replicated = NamedSharding(theirs.mesh, PartitionSpec())
     ours_replicated = S.NamedSharding(ours.mesh, S.P())
-    kind = drawn["result"]
-    f, out, results = {
-        "same": (lambda a: a * 2, theirs, [(shape, "float32", ours)]),
-        "replicated": (lambda a: a * 2, replicated, [(shape, "float32", ours_replicated)]),
-        "sum": (lambda a: a.sum(), replicated, [((), "float32", ours_replicated)]),
-        "cast": (lambda a: (a * 2).astype(np.int32), theirs, [(shape, "int32", ours)]),
-        "narrow": (lambda a: (a * 2).astype(np.float16), theirs, [(shape, "float16", ours)]),
-    }[kind]
+    f, out, results = _donating_call(drawn["result"], theirs, shape)
+    results = [(r_shape, dtype, S.from_jax(sharding)) for r_shape, dtype, sharding in results]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # "Some donated buffers were not usable"
         jax.jit(f, donate_argnums=0, out_shardings=out)(fresh)
     deleted = S.donated(ours, shape, "float32", results, pid)
     answers.agree("PROC-17 deleted", deleted, fresh.is_deleted())
     answers.hit("PROC-17", not deleted)
+    answers.hit(f"PROC-17 {drawn['result']}", not deleted)   # which calls were seen, each way
     operation = drawn["after"]
     if operation == "device_put" and ours_replicated == ours:
         operation = "device_put to its own sharding"

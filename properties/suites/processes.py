@@ -1,21 +1,23 @@
 """The multi-controller rules against JAX in several processes under jax.distributed.
 
 ``test_two_processes_agree_with_jax`` and ``test_four_processes_agree_with_jax`` run each
-drawn example in a program of 2 and of 4 JAX processes (2 CPU devices each, gloo
-collectives; :mod:`shardlaw.properties.processes_harness` starts them once per property and
-keeps them for every example): each process compares the spec's answer for itself with
-what JAX does there — the devices it addresses (DEV-2, PROC-1), the shards it holds
-(PROC-2), the global shape and rows of its local data (PROC-3, PROC-4), whether it may fetch
-the value (PROC-5) or close over it in jit (PROC-10), its local mesh and
-host_local_array_to_global_array and back (PROC-6 to PROC-8),
-make_array_from_single_device_arrays (PROC-9), jit with a numpy argument (RES-2), the
-device order of jax.make_mesh and the mesh coordinates it addresses (PROC-12, PROC-13),
-jax.device_put of host data, of the global array and of a single-device array to a
-sharding, to one device or with no target (PROC-14 to PROC-16), and, in a quarter of the
-examples, the shards of a jit call's result, process_allgather (PROC-11) and a jit call
-that donates a copy of the array, with one use of it afterwards (PROC-17, PROC-18) — and
-one process that disagrees fails the example. The coverage test requires every rule on
-both sides.
+drawn example in a program of 2 and of 4 JAX processes of 2 CPU devices each, and
+``test_two_processes_of_four_devices_agree_with_jax`` in 2 processes of 4 (a process's part
+of a mesh wider than 2 devices); gloo collectives.
+:mod:`shardlaw.properties.processes_harness` starts them once per property and keeps them
+for every example: each process compares the spec's answer for itself with what JAX does
+there — the devices it addresses (DEV-2, PROC-1), the shards it holds (PROC-2), the global
+shape and rows of its local data (PROC-3, PROC-4), whether it may fetch the value (PROC-5)
+or close over it in jit (PROC-10), its local mesh and host_local_array_to_global_array and
+back (PROC-6 to PROC-8), make_array_from_single_device_arrays (PROC-9), jit with a numpy
+argument (RES-2), the device order of jax.make_mesh and the mesh coordinates it addresses
+(PROC-12, PROC-13), jax.device_put of host data, of the global array and of a
+single-device array to a sharding, to one device or with no target (PROC-14 to PROC-16),
+and, in a quarter of the examples, the shards of a jit call's result, process_allgather
+(PROC-11) and a jit call that donates a copy of the array (its result like the argument,
+replicated, summed, cast to a dtype as wide or narrower, reshaped, or two results), with
+one use of it afterwards (PROC-17, PROC-18) — and one process that disagrees fails the
+example. The coverage test requires every rule on both sides.
 
 Part of the ``processes`` suite of ``shardlaw campaign``; ``tests/test_processes_differential.py``
 runs it in the project's own ``pytest`` run.
@@ -122,6 +124,20 @@ def test_a_process_that_dies_fails_the_example_and_ends_the_pool():
 def test_four_processes_agree_with_jax(case):
     """In a program of 4 processes, each answers like JAX in that process."""
     pool(4).compare(case)
+
+
+# A 2 x 3 mesh over 2 processes of 4 devices: process 0 holds positions (0, 0) to (1, 0),
+# no block; process 1 the other two, a block (PROC-13 with more than 2 devices a process).
+WIDE_NO_BLOCK = dict(SPLIT, make_mesh={"axis_sizes": [2, 3], "exact": False})
+
+
+@checks(*RULES)
+@example(case=WIDE_NO_BLOCK)
+@settings(max_examples=examples(10), deadline=None)
+@given(case=process_examples(devices=8))
+def test_two_processes_of_four_devices_agree_with_jax(case):
+    """In a program of 2 processes of 4 devices each, each answers like JAX in that process."""
+    pool(2, 4).compare(case)
 
 
 def test_every_rule_seen_on_both_sides():
