@@ -129,6 +129,29 @@ def main(process_id: int, port: int) -> dict:
                     outcomes.append((type(error).__name__, getattr(error, "rule", None)))
         theirs, mine = outcomes
         check(f"non-addressable: {name}", mine == theirs and mine[1] == 0, f"{mine} vs {theirs}")
+    # Donation across processes: the engine deletes the donated array where jax.jit does
+    # (PROC-17), each call on a fresh array (a deleted one crashes JAX's fast path).
+    donating = {
+        "like the argument": (lambda a: a * 2, None),
+        "replicated": (lambda a: a * 2, NamedSharding(mesh, P())),
+        "narrower (float16)": (lambda a: (a * 2).astype(np.float16), None),
+        "flattened": (lambda a: (a * 2).reshape(-1), NamedSharding(mesh, P(("x", "y")))),
+        "two results": (lambda a: (a.sum(), a * 2), None),
+    }
+    deleted = set()
+    for name, (g, out) in donating.items():
+        seen = []
+        for jit_fn in (jax.jit, jit):
+            fresh = global_array(NamedSharding(mesh, P("x", "y")))
+            options = {} if out is None else {"out_shardings": out}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # "Some donated buffers were not usable"
+                result = jit_fn(g, donate_argnums=0, **options)(fresh)
+            seen.append((fresh.is_deleted(), str(jax.tree.map(lambda r: r.sharding, result))))
+        theirs, mine = seen
+        check(f"donation: {name}", mine == theirs, f"{mine} vs {theirs}")
+        deleted.add(theirs[0])
+    check("donation: deleted and kept both seen", deleted == {True, False}, str(deleted))
     verdict = engine.explain(x)
     check("device assignment spans both processes",
           verdict.device_assignment == tuple(d.id for d in devices.flat),

@@ -4,8 +4,9 @@ The test starts both processes itself (tests/engine_process_worker.py) and gives
 time limit. Each checks, against jax.jit: results over all eight devices, an argument
 placement-equal to an earlier one reusing its executable across processes, a
 cross-process reduction, the multi-process rule RES-2 (a numpy argument meets only a
-replicated in_sharding), and programs on non-addressable devices (inputs or results only
-on the other process's devices: run, with no local shard, as jax.jit runs them).
+replicated in_sharding), programs on non-addressable devices (inputs or results only
+on the other process's devices: run, with no local shard, as jax.jit runs them), and
+donation (the donated array deleted or kept as jax.jit leaves it, PROC-17).
 """
 
 import json
@@ -26,7 +27,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@checks("RES-2")
+@checks("RES-2", "PROC-17")
 def test_two_processes_under_jax_distributed():
     port = _free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -48,4 +49,4 @@ def test_two_processes_under_jax_distributed():
         checks = json.loads(lines[-1][len("RESULT "):])
         failed = {k: v for k, v in checks.items() if v is not True}
         assert not failed, f"process {i}: {failed}"
-        assert len(checks) >= 15
+        assert len(checks) >= 27
