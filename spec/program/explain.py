@@ -56,8 +56,8 @@ from ..transforms.constraint import (
 )
 from .constants import check_refs_not_donated, held_inputs
 from .description import (
-    DevicePut, Jit, Program, Reshard, ShardingConstraint, ShardMap, Value, check_program,
-    type_spec,
+    DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+    check_program, type_spec,
 )
 from .lowering import (
     Live, equation_path, inside_shardings, live_parts, lowered_live, placed_results,
@@ -260,6 +260,8 @@ def trace_body(program: Program, context: Any = None, prefix: str = "",
     seen = {} if seen is None else seen
     with staged("trace"):
         for k, eq in enumerate(program.equations):
+            if type(eq) is Opaque:   # outside a shard_map's body: no checks of its own
+                continue
             path = equation_path(prefix, k)
             operands = tuple(program.value_types[n] for n in eq.operands)
             _trace_once(seen, eq, operands, context, path, decided,
@@ -285,11 +287,14 @@ def _trace_once(seen: dict, eq: Any, operands: tuple[Value, ...], context: Mesh 
         trace(decided)
         return
     if records is None:
+        # the records are read back only when the form comes again: kept as where they
+        # lie (later records are appended, or inserted after them, never among them)
         start = len(decided)
         trace(decided)
-        seen[key] = records = [(where[len(path):], record) for where, record in decided[start:]]
+        seen[key] = (decided, start, len(decided), len(path))
     else:
-        decided.extend((path + where, record) for where, record in records)
+        first, start, end, cut = records
+        decided.extend((path + where[cut:], record) for where, record in first[start:end])
 
 
 def _trace_equation(eq: Any, operands: tuple[Value, ...], context: Mesh | None, path: str,
@@ -360,6 +365,7 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
     the ``assignment`` (EXE-3, which XLA's verifier decides when compiling). ``live``: what
     lowering keeps of the body (:func:`~shardlaw.spec.program.lowering.lowered_live`)."""
     found = _live_constraints(program, live, "", (ShardingConstraint, Reshard))
+    passed = set()   # the operands' splits WSC-11 passed: it reads nothing else
     with staged("lower"):
         for path, eq, operand in found:
             if not isinstance(eq, ShardingConstraint):
@@ -367,8 +373,9 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
             with located(path):
                 if isinstance(eq.sharding, GSPMDSharding):
                     check_constraint_lowers(eq.sharding, path)
-                if isinstance(eq.sharding, NamedSharding):
+                if isinstance(eq.sharding, NamedSharding) and operand.spec not in passed:
                     check_operand_not_reduced(operand.spec, path)
+                    passed.add(operand.spec)
     lower_shard_maps(program, live)
     for path, eq, operand in found if len(assignment) > 1 else ():
         if not isinstance(eq, Reshard):

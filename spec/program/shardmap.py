@@ -220,7 +220,10 @@ def _type_spec(value: Value) -> Any:
     ``P()``), an argument's and a traced value's alike."""
     if value.mesh is None:
         return None
-    return PartitionSpec() if value.spec is None else value.spec
+    return _UNSPLIT if value.spec is None else value.spec
+
+
+_UNSPLIT = PartitionSpec()   # built once: a spec is immutable, and building one checks it
 
 
 def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[str],
