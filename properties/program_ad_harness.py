@@ -52,7 +52,7 @@ from shardlaw.properties.program_harness import (
 from shardlaw.properties.program_vmap_harness import (
     Vmap, VmapCase, _batched_inputs, _vmapped, spec_vmapped,
 )
-from shardlaw.spec import Rejection, explain_program, from_jax
+from shardlaw.spec import P, Rejection, explain_program, from_jax
 from shardlaw.spec.core.rules import tracing
 from shardlaw.spec.program.autodiff import (
     grad_program, jvp_program, linearize_program, vjp_program,
@@ -84,31 +84,61 @@ class AdCase:
 
 
 @st.composite
-def ad_cases(draw: Any) -> AdCase:
-    """A program recipe and a transformation."""
-    return AdCase(draw(program_cases()), draw(st.sampled_from(TRANSFORMS)))
+def ad_cases(draw: Any, explicit: bool = False) -> AdCase:
+    """A program recipe and a transformation; with ``explicit``, over meshes with Explicit
+    axes too (all of them, or mixed with Auto ones: values typed split, reshards)."""
+    return AdCase(draw(program_cases(explicit=explicit)), draw(st.sampled_from(TRANSFORMS)))
 
 
 # --------------------------------------------------------------------------- the spec's side
 
 def loss_program(case: Case) -> Program:
-    """The recipe's Program summed to a scalar: each output's ``reduce_sum``, added."""
+    """The recipe's Program summed to a scalar: the ``reduce_sum`` of each output it sums
+    (:func:`summed_outputs`), added."""
     program = program_of(case)
     types = list(program.value_types)
     equations = list(program.equations)
 
     def emit(primitive: str, operands: tuple[int, ...], params: tuple = ()) -> int:
-        # A result is typed over its operands' mesh where they agree (None where not).
+        # A result is typed over its operands' mesh where they agree (None where not),
+        # reduced over the axes a reduced operand is (JAX's reduce_sum and add keep them).
         meshes = {types[n].mesh for n in operands} - {None}
-        scalar = Value.typed((), "float32", meshes.pop() if len(meshes) == 1 else None)
+        reduced = frozenset().union(*(types[n].spec.reduced for n in operands
+                                      if types[n].spec is not None))
+        mesh = meshes.pop() if len(meshes) == 1 else None
+        scalar = Value.typed((), "float32", mesh)
+        if mesh is not None and reduced:
+            scalar = dataclasses.replace(scalar, spec=P(reduced=reduced))
         equations.append(Opaque(operands, (scalar,), primitive=primitive, params=params))
         types.append(scalar)
         return len(types) - 1
 
-    total = emit("reduce_sum", (program.outputs[0],))
-    for n in program.outputs[1:]:
+    outputs = [program.outputs[k] for k in summed_outputs(program)]
+    total = emit("reduce_sum", (outputs[0],))
+    for n in outputs[1:]:
         total = emit("add", (total, emit("reduce_sum", (n,))))
     return Program(program.inputs, tuple(equations), (total,), keep_unused=case.keep_unused)
+
+
+def summed_outputs(program: Program) -> tuple[int, ...]:
+    """The outputs the loss sums: each output whose sum JAX adds to the running total
+    (it refuses at trace to add values typed over two meshes unless both are all Auto,
+    where the sum is typed over no mesh: an output typed over another mesh is left out)."""
+    kept, mesh = [], None
+    for k, n in enumerate(program.outputs):
+        other = program.value_types[n].mesh
+        if mesh is None or other is None or other == mesh:
+            mesh = mesh or other
+        elif _all_auto(mesh) and _all_auto(other):
+            mesh = None
+        else:
+            continue
+        kept.append(k)
+    return tuple(kept)
+
+
+def _all_auto(mesh: Any) -> bool:
+    return all(t.name == "Auto" for t in mesh.axis_types)
 
 
 def rewrite(ad: AdCase) -> Program:
@@ -140,9 +170,11 @@ def _loss_function(case: Case) -> Any:
     import jax.numpy as jnp
 
     f = function_of(case)
+    summed = summed_outputs(program_of(case))
 
     def loss(*args: Any) -> Any:
-        outs = f(*args)
+        every = f(*args)
+        outs = [every[k] for k in summed]
         total = jnp.sum(outs[0])
         for o in outs[1:]:
             total = total + jnp.sum(o)
@@ -220,24 +252,34 @@ def _described(describe_program: Any, fn: Any, args: tuple) -> Any:
 def signature(program: Program) -> tuple:
     """The placing equations of a program in order, bodies included: each jit's in and
     out shardings and donation, each constraint's sharding, each device_put's targets,
-    each reshard's sharding."""
+    each reshard's sharding; each entry ends with the types (mesh and split over Explicit
+    axes, :func:`typed`) of the values it places: a jit's body's inputs and outputs, the
+    others' results."""
     out: list = []
     for eq in program.equations:
         if isinstance(eq, Jit):
             body = eq.body
             out.append(("jit", body.in_shardings, body.out_shardings, body.donated,
-                        signature(body)))
+                        signature(body), typed(body.inputs + tuple(
+                            body.value_types[n] for n in body.outputs))))
         elif isinstance(eq, ShardingConstraint):
-            out.append(("sharding_constraint", eq.sharding))
+            out.append(("sharding_constraint", eq.sharding, typed(eq.results)))
         elif isinstance(eq, DevicePut):
-            out.append(("device_put", eq.targets))
+            out.append(("device_put", eq.targets, typed(eq.results)))
         elif isinstance(eq, Reshard):
-            out.append(("reshard", eq.sharding))
+            out.append(("reshard", eq.sharding, typed(eq.results)))
         elif isinstance(eq, ShardMap):
-            out.append(("shard_map", eq.in_specs, eq.out_specs, signature(eq.body)))
+            out.append(("shard_map", eq.in_specs, eq.out_specs, signature(eq.body),
+                        typed(eq.results)))
         elif isinstance(eq, Opaque) and eq.primitive in COLLECTIVE_PARAMS:
             out.append(_collective_signature(eq.primitive, dict(eq.params)))
     return tuple(out)
+
+
+def typed(values: Any) -> tuple:
+    """Per value, the mesh its type carries and its split over Explicit axes (what
+    ``jax.typeof(v).sharding`` says; None, None: a type over no mesh)."""
+    return tuple((v.mesh, v.spec) for v in values)
 
 
 # The collectives a signature holds (inside shard_map bodies), with the parameters that
@@ -270,25 +312,35 @@ def _jaxpr_signature(jaxpr: Any) -> tuple:
     out: list = []
     for eqn in jaxpr.eqns:
         name, params = eqn.primitive.name, eqn.params
+        results = _jaxpr_typed(eqn.outvars)
         if name in ("jit", "pjit"):
+            body = params["jaxpr"].jaxpr
             out.append(("jit", tuple(_jax_sharding(s) for s in params["in_shardings"]),
                         tuple(_jax_sharding(s) for s in params["out_shardings"]),
                         tuple(bool(d) for d in params["donated_invars"]),
-                        _jaxpr_signature(params["jaxpr"].jaxpr)))
+                        _jaxpr_signature(body), _jaxpr_typed(body.invars + body.outvars)))
         elif name == "sharding_constraint":
-            out.append((name, _jax_sharding(params["sharding"])))
+            out.append((name, _jax_sharding(params["sharding"]), results))
         elif name == "device_put":
             out.append((name, tuple(None if d is None else d.id if isinstance(d, jax.Device)
-                                    else _jax_sharding(d) for d in params["devices"])))
+                                    else _jax_sharding(d) for d in params["devices"]),
+                        results))
         elif name == "shard_map":
             out.append((name, tuple(from_jax(p) for p in params["in_specs"]),
                         tuple(from_jax(p) for p in params["out_specs"]),
-                        _jaxpr_signature(params["jaxpr"])))
+                        _jaxpr_signature(params["jaxpr"]), results))
         elif name == "reshard":
-            out.append((name, _jax_sharding(params["dst_sharding"])))
+            out.append((name, _jax_sharding(params["dst_sharding"]), results))
         elif name in COLLECTIVE_PARAMS:
             out.append(_collective_signature(name, params))
     return tuple(out)
+
+
+def _jaxpr_typed(atoms: Any) -> tuple:
+    """:func:`typed` read from a jaxpr's variables (and literals)."""
+    from shardlaw.spec.bridge.program import _type
+
+    return typed(_type(a.aval, "a value of the transformed function") for a in atoms)
 
 
 # --------------------------------------------------------------------------- comparing

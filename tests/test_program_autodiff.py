@@ -87,10 +87,12 @@ def test_grad_is_the_primal_jit_then_the_transposed_one_in_reverse_order():
     # on the inputs' in_shardings (UNSPECIFIED here).
     assert primal.body.out_shardings == (UNSPECIFIED,) * 3
     assert back.body.in_shardings == (UNSPECIFIED,) * 3
+    # each value placed typed over the mesh, split nowhere (its axes are Auto)
+    typed = ((MESH.abstract, None),)
     assert signature(back.body) == (
-        ("device_put", (None,)),                                 # put back, no target
-        ("jit", (UNSPECIFIED,), (ROWS,), (False,), ()),          # in_sharding -> out
-        ("sharding_constraint", COLS))                           # constrained alike
+        ("device_put", (None,), typed),                          # put back, no target
+        ("jit", (UNSPECIFIED,), (ROWS,), (False,), (), typed * 2),   # in_sharding -> out
+        ("sharding_constraint", COLS, typed))                    # constrained alike
 
 
 @checks("AD-3", "AD-4")
@@ -350,20 +352,141 @@ def test_pmax_has_no_derivative_on_either_side(transform):
     assert ".shard_map.body[" in str(refused.value)
 
 
-def test_a_reshards_cotangent_goes_back_to_its_operands_type():
+EXPLICIT = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+
+
+@pytest.mark.parametrize("split", [P("x"), P(None, "y"), P()])
+def test_a_reshards_cotangent_goes_back_to_its_operands_type(split):
+    """JAX reshards a reshard's cotangent to its operand's cotangent type: the operand's
+    mesh and its split over Explicit axes, every dimension named."""
     mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
-    x = jax.device_put(jnp.ones((8, 8)), jax.NamedSharding(mesh, jax.P()))
-    split = jax.NamedSharding(mesh, jax.P(None, None))   # (types split over Explicit axes
-    # are not described yet)
-    f = jax.jit(lambda a: jnp.sum(jnp.sin(jax.sharding.reshard(a, split))))
+    x = jax.device_put(jnp.ones((8, 8)), jax.NamedSharding(mesh, to_jax(split)))
+    cols = jax.NamedSharding(mesh, jax.P(None, "y"))
+    f = jax.jit(lambda a: jnp.sum(jnp.sin(jax.sharding.reshard(a, cols))))
     rewritten = grad_program(describe_program(f, x))
     grad = jax.jit(jax.grad(f))
     assert signature(rewritten) == _jaxpr_signature(
         jax.make_jaxpr(grad)(x).jaxpr.eqns[0].params["jaxpr"].jaxpr)
     back = [eq for eq in rewritten.equations if eq.kind == "jit"][-1].body
     assert back.equations[-1].kind == "reshard"
-    assert back.equations[-1].sharding.spec == P(None, None)
-    assert explain_program(rewritten).accepted and grad(x).shape == (8, 8)
+    assert back.equations[-1].sharding.spec == P(*split, *(None,) * (2 - len(split)))
+    assert explain_program(rewritten).accepted
+    assert jax.typeof(grad(x)).sharding.spec == jax.typeof(x).sharding.spec
+
+
+def _explicit_case(inputs, steps, outputs, transform, keep_unused=False):
+    return AdCase(Case(inputs, Recipe(steps, outputs), keep_unused=keep_unused), transform)
+
+
+# Found by the AD program property over Explicit meshes (issue 23: the rewrites typed what
+# they create without the primal's split), each held to JAX by compare_ad, the types of
+# every placed value and jit boundary included.
+TYPED_CASES = {
+    # a reshard of a value typed over no mesh: its cotangent is resharded to the empty mesh
+    "reshard of an unplaced value": _explicit_case(
+        (Value.placed((4, 8), SingleDeviceSharding(0)),) * 2,
+        (Step("reshard", 1, NamedSharding(Mesh.iota((1,), ("x",), (AxisType.Explicit,)),
+                                          P(None, "x"))),), (2,), "vjp"),
+    # a device_put of a value typed over an all-Explicit mesh: its cotangent is put back to
+    # the value's type (JAX's inferred source), which lowers only with a concrete mesh
+    "device_put back to its source type": _explicit_case(
+        (Value.numpy((8, 8)), Value.numpy((8, 8))),
+        (Step("reshard", 1, NamedSharding(EXPLICIT, P("y", "x"))),
+         Step("device_put", 2, NamedSharding(EXPLICIT, P("y", None)))), (3,), "vjp"),
+    "device_put back, placed": _explicit_case(
+        (Value.placed((8, 8), NamedSharding(EXPLICIT, P("x"))),),
+        (Step("device_put", 0, NamedSharding(EXPLICIT, P(None, "y"))), Step("sin", 1)),
+        (2,), "grad"),
+    # a cotangent split over 'z' meets a residual typed over no mesh: the product keeps
+    # the split
+    "split through an unplaced residual": _explicit_case(
+        (Value.numpy((8, 8)),),
+        (Step("sin", 0), Step("device_put", 1, NamedSharding(
+            Mesh.iota((2, 2, 2), ("x", "y", "z"), (AxisType.Explicit,) * 3), P("z")))),
+        (2,), "grad", keep_unused=True),
+    # a loss typed reduced over 'x': the seed is unreduced over it, and so is every
+    # cotangent of a value typed reduced
+    "reduced loss": _explicit_case(
+        (Value.placed((8, 8), NamedSharding(EXPLICIT, P(reduced={"x"}))),),
+        (Step("constraint", 0, NamedSharding(EXPLICIT, P())),), (1, 0), "grad",
+        keep_unused=True),
+}
+
+
+@checks("AD-5", "AD-13")
+@pytest.mark.parametrize("name", sorted(TYPED_CASES))
+def test_the_rewrites_type_what_they_create_as_jax_over_explicit_axes(name):
+    _agree(TYPED_CASES[name])
+
+
+MIXED_XY = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit,) * 2)
+XYZ = Mesh.iota((2, 2, 2), ("x", "y", "z"), (AxisType.Explicit,) * 3)
+
+# Cotangents JAX refuses while transposing (found by the property over Explicit meshes): a
+# sum's cotangent, unreduced over 'y' as the loss is reduced over it, reaching the
+# operand that is not (AD-13, ValueError); the cotangent of an input summed from two
+# paths, one split over 'z' and one split nowhere (AD-14, AssertionError).
+REFUSED_CASES = {
+    "AD-13": _explicit_case(
+        (Value.placed((8,), NamedSharding(MIXED_XY, P(None))),),
+        (Step("reshard", 0, NamedSharding(MIXED_XY, P("x", reduced={"y"}))),), (1, 0),
+        "grad"),
+    "AD-14": _explicit_case(
+        (Value.numpy((8, 8)),),
+        (Step("sin", 0), Step("device_put", 1, NamedSharding(XYZ, P("z")))), (2, 0),
+        "grad", keep_unused=True),
+}
+
+
+@checks("AD-13", "AD-14")
+@pytest.mark.parametrize("rule_id", sorted(REFUSED_CASES))
+def test_cotangents_jax_cannot_hand_back_or_sum_are_refused_while_tracing(rule_id):
+    ad = REFUSED_CASES[rule_id]
+    outcome = run_transformed(ad)
+    assert outcome.stage == "trace"
+    _agree(ad)
+    with pytest.raises(Rejection) as refused:
+        rewrite(ad)
+    assert (refused.value.failure.rule, refused.value.stage) == (rule_id, "trace")
+    assert isinstance(refused.value, type(outcome.error))
+
+
+@checks("AD-14")
+def test_cotangents_typed_alike_are_summed_over_explicit_axes():
+    """sin(x) and x both returned: x's cotangent is the sum of two, both split over 'x'."""
+    from shardlaw.spec.core.rules import tracing
+
+    ad = _explicit_case((Value.placed((8, 8), NamedSharding(EXPLICIT, P("x"))),),
+                        (Step("sin", 0),), (1, 0), "grad")
+    _agree(ad)
+    with tracing() as applied:
+        program = rewrite(ad)
+    assert "AD-14" in applied
+    back = [eq for eq in program.equations if eq.kind == "jit"][-1].body
+    (summed,) = [eq for eq in back.equations if getattr(eq, "primitive", "") == "add_any"]
+    assert summed.results[0].spec == P("x")
+
+
+def test_a_device_puts_cotangent_goes_back_to_its_operands_type_over_explicit_axes():
+    """Over an all-Explicit mesh JAX's device_put records its operand's type as where the
+    value came from, and transposed puts the cotangent there (in device memory); over a
+    mesh with an Auto axis it records nothing (the cotangent is put nowhere in
+    particular)."""
+    explicit, mixed = (AxisType.Explicit,) * 2, (AxisType.Explicit, AxisType.Auto)
+    for types, split, put in ((explicit, P(("y", "x")), P(None, "x")),
+                              (mixed, P("x"), P("x", "y"))):
+        mesh = Mesh.iota((2, 4), ("x", "y"), types)
+        ad = _explicit_case(
+            (Value.placed((8, 8), NamedSharding(mesh, split)),),
+            (Step("device_put", 0, NamedSharding(mesh, put)), Step("sin", 1)), (2,), "vjp")
+        _agree(ad)
+        back = [eq for eq in rewrite(ad).equations if eq.kind == "jit"][-1].body
+        (put,) = [eq for eq in back.equations if eq.kind == "device_put"]
+        if types == mixed:
+            assert put.targets == (None,)
+        else:
+            assert put.targets[0].spec == P(("y", "x"), None)
+            assert put.targets[0].memory_kind == "device"
 
 
 @pytest.mark.parametrize("transform", ["grad", "value_and_grad"])
@@ -457,12 +580,23 @@ def test_transformed_programs_agree_with_jax(ad):
     _agree(ad)
 
 
+@checks("AD-9", "AD-13", "AD-14", "ARG-4", "DA-4")
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ad_cases(explicit=True))
+def test_transformed_programs_over_explicit_meshes_agree_with_jax(ad):
+    """Over meshes with Explicit axes (all of them, or mixed with Auto ones), values typed
+    split and reshards among the equations: the rewrite types every value it places and
+    every jit's inputs and outputs as JAX does (mesh and split), and what JAX refuses it
+    refuses."""
+    _agree(ad)
+
+
 def test_every_rule_of_the_transformed_programs_was_seen_on_both_sides():
-    """Runs last in this module: both sides of the rules the property names, against JAX,
-    on transformed programs."""
+    """Runs last in this module: both sides of the rules the properties name, against JAX,
+    on transformed programs (AD-13 and AD-14's refusals pinned above)."""
     counts = ad_hit_counts()
     missing = [(rule_id, counts.get(rule_id, (0, 0)))
-               for rule_id in ("DA-1", "FIT-1", "PROG-2", "PROG-4", "AD-9")
+               for rule_id in ("DA-1", "FIT-1", "PROG-2", "PROG-4", "AD-9", "AD-13", "AD-14")
                if not all(counts.get(rule_id, (0, 0)))]
     assert not missing, f"rules not seen on both sides against JAX: {missing}"
 

@@ -4,8 +4,11 @@
 :class:`~shardlaw.spec.program.description.Program` under ``jax.jvp``, ``jax.linearize``
 and ``jax.vjp``; this module holds what its rewrites share: the tables of primitives they
 differentiate (:data:`LINEAR`, :data:`NONLINEAR`), the refusals (AD-0), a body being written
-(``_Body``), the facts of a body (which inputs each output depends on), and the tangent of
-one equation (``_Direct`` for a JVP, ``_Tape`` for a linearization that stores residuals).
+(``_Body``), the facts of a body (which inputs each output depends on), the tangent of
+one equation (``_Direct`` for a JVP, ``_Tape`` for a linearization that stores residuals),
+and the types JAX gives what the rewrites create: a tangent its primal's type, a
+cotangent its primal's cotangent type (:func:`cotangent_type`), a transposed reshard's or
+device_put's target read from its operand's type.
 """
 
 from __future__ import annotations
@@ -14,14 +17,16 @@ import dataclasses
 from typing import Any, Callable
 
 from ..core.rules import Failure, reject, staged
+from ..core.shardings import NamedSharding
+from ..core.values import AbstractMesh, PartitionSpec
 from ..transforms.autodiff import JitBody, JitEquation
 from .description import (
-    DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+    DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, Value,
     check_program,
 )
-from .shardmap_autodiff import NO_DERIVATIVE, transposed_collective
+from .shardmap_autodiff import NO_DERIVATIVE, check_summed_types, transposed_collective
 
-__all__ = ["LINEAR", "NONLINEAR", "differentiable", "dependencies"]
+__all__ = ["LINEAR", "NONLINEAR", "differentiable", "dependencies", "cotangent_type"]
 
 # The primitives whose tangent is the same primitive applied to the operands' tangents.
 LINEAR = ("neg", "reduce_sum", "broadcast_in_dim", "reshape", "transpose", "copy",
@@ -34,13 +39,12 @@ LINEAR = ("neg", "reduce_sum", "broadcast_in_dim", "reshape", "transpose", "copy
 # residual from the operand (the tangent is the operand's tangent times the residual).
 NONLINEAR = {"sin": "cos", "cos": None, "exp": None}
 
-# The equations whose cotangents' types the rewrite decides, checked against their
-# operands' (AD-13); an opaque primitive's cotangent is typed as its operand.
-PLACING = (ShardingConstraint, Reshard, DevicePut, ShardMap)
-
 # The collectives whose transpose AD-12 gives.
 COLLECTIVE_TRANSPOSES = ("psum", "psum_invariant", "pvary", "all_gather", "reduce_scatter",
                          "ppermute", "all_to_all")
+
+# The mesh of a type over no mesh (JAX's empty abstract mesh).
+NO_MESH = AbstractMesh((), ())
 
 FLOATS = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
 
@@ -111,10 +115,13 @@ class _Body:
         return self.emit(Opaque(operands, tuple(r.type for r in results),
                                 primitive=primitive, params=params))
 
-    def add_all(self, numbers: list[int]) -> int:
-        """The sum of cotangents (``add_any``), one number when there is one."""
+    def add_all(self, numbers: list[int], path: str = "") -> int:
+        """The sum of cotangents (``add_any``) reaching the value at ``path``, one number
+        when there is one; each pair typed alike over Explicit axes (AD-14)."""
         total = numbers[0]
         for n in numbers[1:]:
+            with staged("trace"):
+                check_summed_types(self.types[total], self.types[n], path)
             (total,) = self.opaque("add_any", (total, n), (self.types[total],))
         return total
 
@@ -191,8 +198,8 @@ class _Direct:
         return self.primal.types[ref]
 
     def emit(self, eq: Equation, refs: tuple) -> tuple:
-        return self.primal.emit(dataclasses.replace(eq, operands=tuple(refs), results=(
-            eq.results if isinstance(eq, Opaque) else None)))
+        # (typed as given, else by PROG-1)
+        return self.primal.emit(dataclasses.replace(eq, operands=tuple(refs)))
 
 
 class _Tape:
@@ -263,7 +270,10 @@ def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list
     if all(t is None for t in moving):
         return [None] * len(eq.results)
     if isinstance(eq, (ShardingConstraint, Reshard)):
-        return list(tape.emit(dataclasses.replace(eq, results=None), (moving[0],)))
+        # (a reshard to the empty mesh, a transposed one's, types its result over none)
+        empty = isinstance(eq, Reshard) and not eq.sharding.mesh.axis_names
+        return list(tape.emit(dataclasses.replace(eq, results=eq.results if empty else None),
+                              (moving[0],)))
     if isinstance(eq, DevicePut):
         keep = [k for k, t in enumerate(moving) if t is not None]
         out = tape.emit(DevicePut(tuple(range(len(keep))), targets=tuple(
@@ -285,14 +295,52 @@ def _opaque(name: str, results: tuple[Value, ...], params: tuple = (), count: in
                   params=params)
 
 
+def cotangent_type(value: Value) -> Value:
+    """The type of a value's cotangent (JAX's ``to_ct_aval``): the value's type with its
+    reduced axes unreduced and its unreduced axes reduced."""
+    value = value.type
+    split = value.spec
+    if split is None or not (split.reduced or split.unreduced):
+        return value
+    return dataclasses.replace(value, spec=PartitionSpec(
+        *split, unreduced=split.reduced, reduced=split.unreduced))
+
+
+def _put_back_to(operand: Value) -> NamedSharding | None:
+    """Where a device_put's cotangent is put: where its operand came from, which JAX
+    reads from the operand's type only when that type's mesh is Explicit in every axis
+    (its sharding type, in device memory); else nowhere in particular (None)."""
+    mesh = operand.mesh
+    if mesh is None or not mesh.axis_types or any(
+            t.name != "Explicit" for t in mesh.axis_types):
+        return None
+    return dataclasses.replace(_type_sharding(operand), memory_kind="device")
+
+
+def _type_sharding(value: Value) -> NamedSharding:
+    """The sharding a value's type is (JAX's ``aval.sharding``): over its mesh, or the
+    empty mesh, its split over Explicit axes with an entry per dimension."""
+    mesh = value.mesh if value.mesh is not None else NO_MESH
+    split = PartitionSpec() if value.spec is None else value.spec
+    entries = tuple(split) + (None,) * (len(value.shape) - len(split))
+    return NamedSharding(mesh, PartitionSpec(*entries, unreduced=split.unreduced,
+                                             reduced=split.reduced))
+
+
 def _joined(result: Value, operands: list[Value]) -> Value:
     """A primitive's result typed over its operands' mesh where they agree (JAX's Auto
     types), over none where they do not."""
     meshes = {v.mesh for v in operands} - {None}
     mesh = meshes.pop() if len(meshes) == 1 else None
-    # (over the result's own mesh, its split over Explicit axes too)
+    # Split over Explicit axes as the result's own type is when it is over that mesh,
+    # else as the operands over that mesh are (JAX's elementwise rule leaves out an
+    # operand typed over no mesh: a cotangent keeps its split through a residual's)
+    if mesh is None or mesh == result.mesh:
+        split = result.spec if mesh is not None else None
+    else:
+        split = next(v.spec for v in operands if v.mesh == mesh)
     return Value(result.shape, result.dtype, result.weak_type, mesh, result.varying,
-                 spec=result.spec if mesh == result.mesh else None)
+                 spec=split)
 
 
 def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list) -> list:

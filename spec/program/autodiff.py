@@ -57,7 +57,8 @@ from .description import (
     check_program, type_spec,
 )
 from .ad_bodies import (
-    COLLECTIVE_TRANSPOSES, FLOATS, LINEAR, NONLINEAR, NotRewritten, NotScalar, PLACING, _Body, _Direct, _Tape, _inline, _jit_facts, _joined, _options, _tangent_eq, _traced, dependencies, differentiable,
+    COLLECTIVE_TRANSPOSES, FLOATS, LINEAR, NONLINEAR, NotRewritten, NotScalar, _Body, _Direct, _Tape, _inline, _jit_facts, _joined, _options, _tangent_eq, _traced, _type_sharding, _put_back_to, cotangent_type, dependencies,
+    differentiable,
 )
 from .explain import trace_body
 from .lowering import equation_path
@@ -327,8 +328,25 @@ def _unsharded(value: Value, eq: ShardMap, spec: PartitionSpec, sizes: dict[str,
         for n in (entry if isinstance(entry, tuple) else (entry,) if entry else ()):
             shape[d] *= sizes[n]
     mesh = eq.results[0].mesh if eq.results else None
-    split = type_spec(NamedSharding(eq.mesh, spec)) if mesh is not None else None
+    split = None if mesh is None else _put_together(value, eq, spec, _manual(eq))
     return Value(tuple(shape), value.dtype, False, mesh, spec=split)
+
+
+def _put_together(shard: Value, eq: ShardMap, spec: PartitionSpec, manual: frozenset[str]
+                  ) -> PartitionSpec | None:
+    """The split over Explicit axes of a value put together from per-shard values of type
+    ``shard`` by ``spec`` (JAX's ``unshard_aval``): per dimension, the axes ``spec`` names,
+    then those the shard's type splits it over that the shard_map leaves automatic."""
+    kept = [] if shard.spec is None else list(shard.spec)
+    entries = []
+    for d in range(len(shard.shape)):
+        given = kept[d] if d < len(kept) else None
+        others = tuple(n for n in ((given,) if isinstance(given, str) else given or ())
+                       if n not in manual)
+        entry = spec[d] if d < len(spec) else None
+        names = ((entry,) if isinstance(entry, str) else tuple(entry or ())) + others
+        entries.append(None if not names else names[0] if len(names) == 1 else names)
+    return type_spec(NamedSharding(eq.mesh, PartitionSpec(*entries)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -505,19 +523,21 @@ def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
         if not made or not flags[made[0]] or not any(received):
             continue
         path = equation_path(prefix, k)
-        incoming = [body.add_all(r) if r else None for r in received]
+        incoming = [body.add_all(r, path) if r else None for r in received]
         for operand, ct in _transpose_eq(eq, body, incoming, flags, number, path,
                                          program.value_types):
-            if isinstance(eq, PLACING):   # their cotangents' types are decided (AD-13)
-                with staged("trace"):
-                    check_cotangent_type(program.value_types[operand], body.types[ct], path)
+            # JAX checks each cotangent it hands to a value against the value's
+            # cotangent type (AD-13)
+            with staged("trace"):
+                check_cotangent_type(cotangent_type(program.value_types[operand]),
+                                     body.types[ct], path)
             cts.setdefault(operand, []).append(ct)
     outputs, reached = [], []
     for i, lin in enumerate(linear):
         if lin:
             reached.append(bool(cts.get(i)))
             if cts.get(i):
-                outputs.append(body.add_all(cts[i]))
+                outputs.append(body.add_all(cts[i], f"{prefix}input[{i}]"))
     return body.program(tuple(outputs)), tuple(reached)
 
 
@@ -533,17 +553,17 @@ def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
         out = []
         for k, n in linear_ops:
             if incoming[k] is not None:
-                (ct,) = body.emit(DevicePut((incoming[k],), targets=(None,), checked=False))
+                (ct,) = body.emit(DevicePut((incoming[k],), targets=(
+                    _put_back_to(types[n]),), checked=False))
                 out.append((n, ct))
         return out
     if isinstance(eq, Reshard):
-        # The cotangent goes back to the operand's type: its mesh, split nowhere (a type
-        # split over Explicit axes is not described).
-        operand = types[eq.operands[0]]
-        check_program(operand.mesh is not None, f"the operand of the reshard at {path}",
-                      "a value typed over a mesh (its cotangent is resharded to it)", operand)
-        back = NamedSharding(operand.mesh, PartitionSpec(*(None,) * len(operand.shape)))
-        (ct,) = body.emit(Reshard((incoming[0],), sharding=back))
+        # The cotangent goes back to the operand's cotangent type, as JAX reshards it
+        # to that sharding type: its mesh (the empty one where the type has none) and
+        # its split over Explicit axes, every dimension named.
+        operand = cotangent_type(types[eq.operands[0]])
+        (ct,) = body.emit(Reshard((incoming[0],), sharding=_type_sharding(operand),
+                                  results=(operand,)))
         return [(eq.operands[0], ct)]
     if isinstance(eq, Opaque):
         return _transpose_opaque(eq, body, incoming, linear_ops, number, types)
@@ -566,7 +586,8 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
     out = []
     for k, n in linear_ops:
         others = tuple(number[m] for j, m in enumerate(eq.operands) if j != k and m in number)
-        result = (_joined(types[n], [body.types[c] for c in (ct,) + others]),)
+        # (typed as the operand's cotangent, over the mesh the operands agree on)
+        result = (_joined(cotangent_type(types[n]), [body.types[c] for c in (ct,) + others]),)
         if name in ("add", "add_any"):
             out.append((n, ct))
         elif name == "sub":
@@ -583,7 +604,7 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
             # The cotangent has its operand's shape, over the mesh the operand's type and
             # the incoming cotangent's agree on (seen on JAX's transposes).
             swapped = "broadcast_in_dim" if name == "reduce_sum" else "reduce_sum"
-            typed = _joined(types[n], [types[n], body.types[ct]])
+            typed = _joined(cotangent_type(types[n]), [types[n], body.types[ct]])
             out.append((n, body.opaque(swapped, (ct,), (typed,))[0]))
         else:
             out.append((n, body.opaque(f"transposed_{name}", (ct,) + others, result,
@@ -630,18 +651,7 @@ def _cotangent_result(operand: Value, eq: ShardMap, spec: PartitionSpec,
     value = operand.type
     if value.mesh is None or not any(t.name == "Explicit" for t in value.mesh.axis_types):
         return value
-    kept = [] if value.spec is None else list(value.spec)
-    entries = []
-    for d in range(len(value.shape)):
-        given = kept[d] if d < len(kept) else None
-        others = tuple(n for n in ((given,) if isinstance(given, str) else given or ())
-                       if n not in manual)
-        entry = spec[d] if d < len(spec) else None
-        named = (entry,) if isinstance(entry, str) else tuple(entry or ())
-        names = named + others
-        entries.append(None if not names else names[0] if len(names) == 1 else names)
-    split = type_spec(NamedSharding(eq.mesh, PartitionSpec(*entries)))
-    return dataclasses.replace(value, spec=split)
+    return dataclasses.replace(value, spec=_put_together(value, eq, spec, manual))
 
 
 def _automatic_split(result: Value, ct: Value, manual: frozenset[str]
@@ -909,7 +919,7 @@ def _every_input(body: _Body, program: Program, nonzero: tuple[bool, ...],
     marks = iter(reached)
     out = []
     for v, nz in zip(program.inputs, nonzero):
-        out.append(next(found) if nz and next(marks) else _zeros(body, v))
+        out.append(next(found) if nz and next(marks) else _zeros(body, cotangent_type(v)))
     return tuple(out)
 
 
@@ -928,12 +938,15 @@ def _argnums(argnums: Any, count: int) -> tuple[int, ...]:
 
 
 def _seed(body: _Body, loss: Value) -> tuple[int]:
-    """grad's one for the loss: a constant, resharded to the loss's mesh when its type has
-    one (JAX reshards the literal ``1.0`` to the loss's type)."""
+    """grad's one for the loss: a constant, resharded to the loss's cotangent type when
+    its type has a mesh (JAX reshards the literal ``1.0`` to it: the loss's mesh, its
+    reduced axes unreduced and its unreduced axes reduced)."""
     (one,) = body.opaque("broadcast_in_dim", (), (Value.typed((), loss.dtype),))
     if loss.mesh is None:
         return (one,)
-    return body.emit(Reshard((one,), sharding=NamedSharding(loss.mesh, PartitionSpec())))
+    split = PartitionSpec() if loss.spec is None else loss.spec
+    return body.emit(Reshard((one,), sharding=NamedSharding(loss.mesh, PartitionSpec(
+        unreduced=split.reduced, reduced=split.unreduced))))
 
 
 def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = False

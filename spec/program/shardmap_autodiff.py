@@ -1,4 +1,4 @@
-"""A ``shard_map`` under ``jax.linearize``, ``jax.vjp`` and ``jax.grad``: the specs its linearization and its transpose stage, each collective's transpose, and the cotangents' types (AD-10 to AD-13).
+"""A ``shard_map`` under ``jax.linearize``, ``jax.vjp`` and ``jax.grad``: the specs its linearization and its transpose stage, each collective's transpose, and the cotangents' types (AD-10 to AD-14).
 
 JAX 0.10.2 linearizes a shard_map (``shard_map._shard_map_linearize``) into two shard_maps
 over the same mesh: the *known* one runs the body's primal half and returns, before the
@@ -9,8 +9,9 @@ primal's spec. Transposing the tangent shard_map (``_shard_map_transpose``) stag
 more shard_map whose specs AD-11 gives, its body the tangent body transposed equation by
 equation, each collective by AD-12. :mod:`shardlaw.spec.program.autodiff` builds the
 programs; the functions here decide the specs and the transposes. Over Explicit axes, a
-cotangent a placing equation (a constraint, a reshard, a device_put, a shard_map) hands
-back while transposing must be typed as its primal (AD-13), as JAX's backward pass checks.
+cotangent any equation hands back while transposing must be typed as its primal's
+cotangent (AD-13), as JAX's backward pass checks, and two cotangents summed at one value
+must be typed alike (AD-14).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from ..core.values import AbstractMesh, AxisType, PartitionSpec
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["residual_spec", "cotangent_spec", "unmentioned_axes", "transposed_collective",
-           "divisor", "check_cotangent_type", "NoDerivative", "CotangentType",
-           "NO_DERIVATIVE"]
+           "divisor", "check_cotangent_type", "check_summed_types", "NoDerivative",
+           "CotangentType", "SummedTypes", "NO_DERIVATIVE"]
 
 # The collectives JAX gives no differentiation rule (a non-zero tangent reaching one is
 # refused while the transformed function is traced).
@@ -173,7 +174,8 @@ def _short(value: Any) -> str:
 def check_cotangent_type(expected: Any, got: Any, path: str = "") -> None:
     """A cotangent reaching a value while transposing has the value's shape and varying axes and, where both are typed over meshes one of which has an Explicit axis, its mesh and split; else ValueError at trace.
 
-    ``expected`` is the value's type, ``got`` the cotangent's (program Values).
+    ``expected`` is the value's cotangent type (its type with reduced and unreduced axes
+    swapped, JAX's ``to_ct_aval``), ``got`` the cotangent's (program Values).
 
     >>> from shardlaw.spec.program.description import Value
     >>> mesh = AbstractMesh((4,), ("x",), (AxisType.Explicit,))
@@ -189,6 +191,39 @@ def check_cotangent_type(expected: Any, got: Any, path: str = "") -> None:
         same = expected.mesh == got.mesh and expected.spec == got.spec
     if not same:
         raise reject(CotangentType(_short(expected), _short(got), path))
+
+
+@dataclasses.dataclass(frozen=True)
+class SummedTypes(Failure, rule="AD-14", error=AssertionError):
+    template = ("two cotangents summed (add_any) at {path} are typed {first} and {second}: "
+                "over Explicit axes JAX adds only cotangents of one type")
+    hint = ("Keep the values the cotangents come back through typed alike: reshard one "
+            "(jax.sharding.reshard) to the other's split, or place both on one mesh.")
+    first: str
+    second: str
+    path: str
+
+
+@rule("AD-14", mirrors="jax._src.ad_util.add_abstract; jax._src.core.typematch")
+def check_summed_types(first: Any, second: Any, path: str = "") -> None:
+    """Two cotangents summed at one value while transposing, both typed over meshes one of which has an Explicit axis, have the same mesh and split; else AssertionError at trace.
+
+    ``first`` and ``second`` are the cotangents' types (program Values); a cotangent typed
+    over no mesh is summed with any.
+
+    >>> from shardlaw.spec.program.description import Value
+    >>> mesh = AbstractMesh((4,), ("x",), (AxisType.Explicit,))
+    >>> check_summed_types(Value((8,), mesh=mesh, spec=P("x")), Value((8,)))
+    >>> check_summed_types(Value((8,), mesh=mesh, spec=P("x")), Value((8,), mesh=mesh), "body[1]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionAssertionError: [AD-14]: two cotangents summed (add_any) at body[1] are typed float32[8] split P('x') and float32[8]: over Explicit axes JAX adds only cotangents of one type. Keep the values the cotangents come back through typed alike: reshard one (jax.sharding.reshard) to the other's split, or place both on one mesh.
+    """
+    if first.mesh is None or second.mesh is None or not (
+            _explicit(first.mesh) or _explicit(second.mesh)):
+        return
+    if (first.mesh, first.spec) != (second.mesh, second.spec):
+        raise reject(SummedTypes(_short(first), _short(second), path))
 
 
 def divisor(sizes: dict[str, int], axes: tuple[str, ...]) -> int:
