@@ -21,7 +21,7 @@ from .hlo import HloSharding, parse_hlo
 from .rules import Failure, reject, require, rule
 from .values import (
     AbstractMesh, AxisType, Device, DeviceList, Mesh, PartitionSpec, UNCONSTRAINED,
-    check_memory_kind,
+    cached_hash, check_memory_kind, state_without_hash,
 )
 
 __all__ = [
@@ -207,6 +207,9 @@ class NamedSharding(Sharding):
     @property
     def device_list(self) -> DeviceList | None:
         return self.mesh.devices if isinstance(self.mesh, Mesh) else None
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     def __repr__(self) -> str:
         mem = _memory_repr(self.memory_kind)

@@ -392,6 +392,29 @@ class DeviceList:
         return f"DeviceList({[d.id for d in self._devices]})"  # type: ignore[union-attr]
 
 
+# --------------------------------------------------------------------------- hashing
+
+# Meshes, specs and shardings are immutable and hashed often (a program's equations are
+# remembered by their form, which holds them): each is hashed once, by its compared fields.
+# The hash is left out of what is pickled: a string hashes differently in another process.
+
+def cached_hash(value: Any) -> int:
+    """The hash of a frozen dataclass by its compared fields, computed once."""
+    cached = value.__dict__.get("_hash")
+    if cached is None:
+        cached = hash(tuple(getattr(value, f.name) for f in dataclasses.fields(value)
+                            if f.compare))
+        value.__dict__["_hash"] = cached
+    return cached
+
+
+def state_without_hash(value: Any) -> dict[str, Any]:
+    """What pickling keeps of a value whose hash is cached: all but the hash."""
+    state = dict(value.__dict__)
+    state.pop("_hash", None)
+    return state
+
+
 # --------------------------------------------------------------------------- meshes
 
 class AxisType(enum.Enum):
@@ -539,6 +562,9 @@ class AbstractMesh:
     def devices(self) -> None:
         return None
 
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
+
     def __repr__(self) -> str:
         axes = ", ".join(f"{n!r}: {s}" for n, s in zip(self.axis_names, self.axis_sizes))
         types = "" if all(t is AxisType.Auto for t in self.axis_types) else \
@@ -597,6 +623,9 @@ class Mesh:
     @property
     def platform(self) -> str:
         return self.devices.platform
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     def __repr__(self) -> str:
         axes = ", ".join(f"{n!r}: {s}" for n, s in zip(self.axis_names, self.axis_sizes))
@@ -719,6 +748,9 @@ class PartitionSpec:
 
     def __getitem__(self, i: int) -> Entry:
         return self.partitions[i]
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     def __repr__(self) -> str:
         inner = ", ".join(repr(p) for p in self.partitions)
