@@ -397,11 +397,11 @@ def _live_constraints(program: Program, live: Any, prefix: str,
     for k, eq in enumerate(program.equations):
         if not live.equations[k]:
             continue
-        path = equation_path(prefix, k)
         if isinstance(eq, kind):
-            out.append((path, eq, program.value_types[eq.operands[0]]))
+            out.append((equation_path(prefix, k), eq, program.value_types[eq.operands[0]]))
         elif eq.body is not None:
-            out += _live_constraints(eq.body, live.bodies[k], f"{path}.{eq.kind}.", kind)
+            out += _live_constraints(eq.body, live.bodies[k],
+                                     f"{equation_path(prefix, k)}.{eq.kind}.", kind)
     return out
 
 

@@ -10,7 +10,6 @@ mesh (PROG-4, :func:`placed_results`); any other result is placed as the compile
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Iterator, Sequence
 
 from ..core.hlo import HloSharding
@@ -61,7 +60,7 @@ class Live:
     bodies: dict[int, "Live"]
     consts: tuple[bool, ...] = ()
 
-    @functools.cached_property
+    @property
     def signature(self) -> tuple:
         """What lives, as a value: two bodies alike in it have the same parts left."""
         return (self.equations, self.inputs, self.outputs, self.consts,
@@ -154,11 +153,15 @@ def _equation_shardings(eq: Any, live: Live | None, path: str, whole: dict
                          f"{path}.shard_map.mesh")
 
 
+# The kinds of equation that can name a sharding (the others are passed over at once).
+_NAMING = frozenset({ShardingConstraint, DevicePut, Jit, ShardMap})
+
+
 def _listed(program: Program, live: Live, prefix: str, whole: dict) -> list[Source]:
     """The body's own equations first, then the bodies nested in them, in order."""
     out: list[Source] = []
     for k, eq in enumerate(program.equations):
-        if live.equations[k]:
+        if live.equations[k] and type(eq) in _NAMING:
             out.extend(_equation_shardings(eq, live.bodies.get(k), equation_path(prefix, k),
                                            whole))
     for k, eq in enumerate(program.equations):

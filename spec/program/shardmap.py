@@ -544,8 +544,10 @@ def _lower(program: Program, live: Any, prefix: str, context: Manual | None,
     (their checks read nothing else, and each rule fired the first time)."""
     passed = set() if passed is None else passed
     for k, eq in enumerate(program.equations):
-        if not live.equations[k]:
-            continue
+        collective = (context is not None and isinstance(eq, Opaque)
+                      and eq.primitive in COLLECTIVES)
+        if not live.equations[k] or not (collective or isinstance(eq, (ShardMap, Jit))):
+            continue   # lowering checks nothing else of an equation
         path = f"{prefix}body[{k}]"
         if isinstance(eq, ShardMap):
             outside = tuple(_split_known(program, splits, n) for n in eq.operands)
@@ -576,7 +578,7 @@ def _lower(program: Program, live: Any, prefix: str, context: Manual | None,
             _lower(eq.body, live.bodies[k], f"{path}.jit.", context,
                    None if splits is None else _body_splits(
                        eq.body, tuple(splits[n] for n in eq.operands)), passed)
-        elif context is not None and isinstance(eq, Opaque) and eq.primitive in COLLECTIVES:
+        elif collective:
             params = dict(eq.params)
             axes = collective_axes(eq.primitive, params)
             with located(path):
