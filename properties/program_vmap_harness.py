@@ -37,7 +37,7 @@ from shardlaw.properties.program_harness import (
     top_options,
 )
 from shardlaw.spec import (
-    AxisType, NamedSharding, P, Rejection, explain_program, from_jax, tracing,
+    AxisType, Rejection, explain_program, from_jax, tracing,
 )
 from shardlaw.spec.program.batching import (
     batched_input, nested_vmap_program, vmap_program,
@@ -299,13 +299,9 @@ def _vmap(draw: Any, ranks: list[int], outputs: int, spmd: bool = True) -> Vmap:
 def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
     """A drawn program under one vmap, or (one time in four) two nested vmaps; with
     ``explicit``, over Auto, Explicit and mixed meshes, its arguments typed over the
-    Explicit axes (``program_cases(explicit=True)``)."""
+    Explicit axes, reduced ones too, and reshards to them (``program_cases(explicit=True)``:
+    vmap refuses mapping or broadcasting such a type, BAT-10)."""
     case = draw(program_cases(explicit=explicit))
-    # A known gap, pinned by tests/test_program_vmap.py (strict xfail): JAX's vmap refuses
-    # (ValueError at trace) a value typed with reduced axes that it maps, batches or moves
-    # (an argument, a reshard's result); the spec has no rule for it. Drawn unreduced here.
-    case = dataclasses.replace(case, inputs=tuple(map(_unreduced, case.inputs)),
-                               body=_unreduced_recipe(case.body))
     ranks = [len(v.shape) for v in case.inputs]
     outputs = len(case.body.outputs)
     vmaps = [draw(_vmap(ranks, outputs))]
@@ -313,29 +309,6 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
         ranks = [r + (a is not None) for r, a in zip(ranks, vmaps[0].in_axes)]
         vmaps.append(draw(_vmap(ranks, outputs)))
     return VmapCase(case, tuple(vmaps))
-
-
-def _unreduced(value: Any) -> Any:
-    """``value`` placed on its sharding less its reduced and unreduced axes."""
-    s = value.sharding
-    if _unreduced_sharding(s) is s:
-        return value
-    return dataclasses.replace(value, sharding=_unreduced_sharding(s), spec=None)
-
-
-def _unreduced_sharding(s: Any) -> Any:
-    if not isinstance(s, NamedSharding) or not (s.spec.reduced or s.spec.unreduced):
-        return s
-    return NamedSharding(s.mesh, P(*s.spec.partitions), memory_kind=s.memory_kind)
-
-
-def _unreduced_recipe(recipe: Recipe) -> Recipe:
-    """``recipe`` with every sharding in it (inner jits' bodies included) unreduced."""
-    steps = tuple(dataclasses.replace(
-        step, sharding=_unreduced_sharding(step.sharding),
-        body=None if step.body is None else _unreduced_recipe(step.body))
-        for step in recipe.steps)
-    return dataclasses.replace(recipe, steps=steps)
 
 
 # --------------------------------------------------------------------------- shard_maps

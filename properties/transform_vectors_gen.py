@@ -74,12 +74,14 @@ PROGRAM_ONLY = {
     "AD-12": "the transposes of the collectives inside a shard_map body",
     "AD-13": "the types of the cotangents equations hand back over Explicit axes",
     "AD-14": "two cotangents of different types over Explicit axes summed at one value",
+    "BAT-10": "a program's value typed with reduced axes that vmap maps or broadcasts",
     "SMAP-20": "the varying axes of a collective inside a shard_map body",
     "SMAP-21": "the shape of a collective's result inside a shard_map body",
     "SMAP-22": "ppermute's pairs, checked when a shard_map body is lowered",
     "SMAP-23": "a psum_scatter's operand typed split over Explicit axes, when lowered",
     "WSC-10": "a constraint's operand's split over Explicit axes, read from its traced type",
     "WSC-11": "a constraint on a value typed with reduced axes, lowered in a jit's body",
+    "WSC-12": "a bound constraint's spec merged with its operand's split, when lowered",
 }
 
 

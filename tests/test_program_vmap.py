@@ -549,13 +549,13 @@ def test_a_batched_value_keeps_its_split_over_explicit_axes(mesh, in_axis, out_a
     assert inner.value_types[0].spec == split == inner.value_types[-1].spec
 
 
-@checks("BAT-0", "WSC-7", "DA-1", "FIT-1", "PROG-1", "WSC-10")
+@checks("BAT-0", "WSC-7", "DA-1", "FIT-1", "PROG-1", "WSC-10", "BAT-10")
 @settings(max_examples=examples(25))
 @given(vmap_cases(explicit=True))
 def test_vmapped_programs_over_explicit_axes_agree_with_jax(vc):
     """The vmap property over Auto, Explicit and mixed meshes, its arguments typed over
-    the Explicit axes (a constraint under an spmd_axis_name that is Explicit is drawn
-    without it: the gap pinned below)."""
+    the Explicit axes (reduced ones too: BAT-10), constraints batched over Explicit spmd
+    axes included (bound unchecked)."""
     problems = compare_vmapped(vc)
     assert not problems, "\n".join(problems) + f"\ncase: {vc}"
 
@@ -588,19 +588,26 @@ def test_a_constraint_batched_over_an_explicit_spmd_axis_is_bound_unchecked():
             np.zeros((2, 8), np.float32))
 
 
-@pytest.mark.xfail(strict=True, reason="JAX's vmap refuses a mapped argument typed with "
-                   "reduced axes (ValueError at trace: the mapped type is read entry by "
-                   "entry); the spec has no rule for it and accepts")
+@checks("BAT-10")
 def test_a_mapped_argument_typed_with_reduced_axes_is_refused_by_vmap():
     """Over an Explicit mesh, an argument typed P(None, reduced={'x'}) mapped by vmap: JAX
-    refuses while tracing (ValueError); the spec's rewrite and explain_program must too."""
+    refuses while tracing (ValueError: it reads the mapped dimension of the type); the
+    spec's rewrite refuses by BAT-10 at the argument. Left unmapped it is accepted."""
     mesh = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
     x = Value.placed((8,), NamedSharding(mesh, P(None, reduced={"x"})))
     vc = VmapCase(Case((x,), NEG), (Vmap((0,), 0, 2, pass_size=True),))
-    outcome = run_vmapped(vc)
+    outcome = _agree(vc)
     assert outcome.stage == "trace" and isinstance(outcome.error, ValueError)
-    problems = compare_vmapped(vc)
-    assert not problems, "\n".join(problems)
+    with pytest.raises(Rejection) as refused:
+        spec_vmapped(vc)
+    assert (refused.value.rule, refused.value.path, refused.value.stage) == (
+        "BAT-10", "args[0]", "trace")
+    # unmapped (in_axes None) and left where it is (out_axes None): nothing reads its type
+    unmapped = VmapCase(Case((x, Value.numpy((8,))), Recipe((Step("neg", 1),), (0, 2)),
+                             keep_unused=True),
+                        (Vmap((None, 0), (None, 0), 2, pass_size=True),))
+    assert _agree(unmapped).error is None
+    assert spec_vmapped(unmapped).inputs[0].spec == P(reduced={"x"})   # canonical: no trailing None
 
 
 @checks("ARG-4")
@@ -625,22 +632,33 @@ def test_a_batched_device_put_types_the_batch_with_its_target_split(size, in_axi
         assert eq.results[0].spec == P("x") == outcome.described.equations[0].results[0].spec
 
 
-@pytest.mark.xfail(strict=True, reason="JAX's vmap refuses moving an unbatched result typed "
-                   "with reduced axes (broadcast_in_dim reads its split entry by entry: "
-                   "ValueError at trace); the spec accepts")
-def test_an_unbatched_result_resharded_to_reduced_axes_is_refused_when_vmap_moves_it():
-    """Over an all-Explicit mesh, an unmapped argument resharded to P(None, 'x',
-    reduced={'y'}) and returned: vmap broadcasts it to out_axes 0; JAX refuses while
-    tracing (ValueError), the spec's rewrite and explain_program accept."""
+@checks("BAT-10")
+@pytest.mark.parametrize("in_axes, out_axes, refused", [
+    ((None, 0), (0,), True),       # unbatched, broadcast to out_axes 0: refused
+    ((None, 0), (None,), False),   # unbatched, left where it is
+    ((0, 0), (1,), False),         # batched: the reshard keeps the batch unsplit, a transpose moves it
+])
+def test_an_unbatched_result_resharded_to_reduced_axes_is_refused_when_vmap_moves_it(
+        in_axes, out_axes, refused):
+    """Over an all-Explicit mesh, an argument resharded to P(None, 'x', reduced={'y'}) and
+    returned. Unbatched and broadcast by vmap to out_axes 0, JAX refuses while tracing
+    (ValueError: the broadcast reads the type entry by entry), as the spec does by BAT-10 at
+    the output; unbatched with out_axes None, or batched and moved by a transpose, both
+    accept."""
     mesh = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit, AxisType.Explicit))
     x = Value.placed((8, 8), NamedSharding(mesh, P()))
     to = NamedSharding(mesh, P(None, "x", reduced={"y"}))
     vc = VmapCase(Case((x, x), Recipe((Step("reshard", 0, to),), (2,)), keep_unused=True),
-                  (Vmap((None, 0), (0,), 2, pass_size=True),))
-    outcome = run_vmapped(vc)
-    assert outcome.stage == "trace" and isinstance(outcome.error, ValueError)
-    problems = compare_vmapped(vc)
-    assert not problems, "\n".join(problems)
+                  (Vmap(in_axes, out_axes, 2, pass_size=True),))
+    outcome = _agree(vc)
+    if refused:
+        assert outcome.stage == "trace" and isinstance(outcome.error, ValueError)
+        with pytest.raises(Rejection) as refusal:
+            spec_vmapped(vc)
+        assert (refusal.value.rule, refusal.value.path) == ("BAT-10", "outputs[0]")
+    else:
+        assert outcome.error is None
+        assert outcome.out_types[0].spec.reduced == frozenset({"y"})
 
 
 # Nested vmaps, as JAX traces them: once under all of them, the jit batched by each in turn
@@ -761,3 +779,43 @@ def test_a_result_after_a_batched_device_put_is_typed_from_the_batched_operands(
     assert structure(program) == structure(described)
     assert [eq.results for eq in program.equations] == \
         [eq.results for eq in described.equations]
+
+
+@checks("BAT-10", "PROG-1")
+def test_a_batched_value_typed_with_reduced_axes_keeps_them_through_elementwise_steps():
+    """A deep run's case (1 in 1,500, once the vmap property drew reduced types): a batched
+    reshard to P(None, None, reduced={'x'}), then sin inside an inner jit: JAX's sin keeps
+    the reduced axes, and the result comes back P(None, None, None, reduced={'x'}). The
+    spec's batched sin lost them (an empty split with reduced axes read as no split)."""
+    mesh = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
+    other = Mesh.iota((2,), ("p",), (AxisType.Explicit,))
+    x = Value.placed((4, 8), NamedSharding(mesh, P("x", None)))
+    inner = Step("jit", 1, body=Recipe((Step("sin", 0),), (1,)),
+                 in_sharding=NamedSharding(other, P(None, "p")))
+    reduced = NamedSharding(mesh, P(None, None, reduced={"x"}))
+    case = Case((x,), Recipe((Step("reshard", 0, reduced), inner), (2, 0)), keep_unused=True)
+    outcome = _agree(VmapCase(case, (Vmap((0,), (0, 0), 3),)))
+    assert outcome.out_shardings[0] == NamedSharding(mesh, P(None, None, None,
+                                                             reduced={"x"}))
+
+
+@checks("WSC-12", "WSC-7")
+@pytest.mark.parametrize("split", ["x", "y"])
+def test_a_bound_constraint_is_lowered_with_its_operands_split_merged_in(split):
+    """A deep run's case (2 in 2,000): a constraint P(None, None) batched over the Explicit
+    spmd axis 'x' is bound P('x', None, None); its operand, typed split over ``split`` at
+    the example's first dimension, is lowered with that split merged in. Over 'x' the
+    merged spec names 'x' twice: JAX's call refuses (DuplicateSpecError), the spec by
+    WSC-12 at lower; over 'y' both accept."""
+    mesh = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit, AxisType.Explicit))
+    x = Value.placed((6, 8), NamedSharding(mesh, P(split, None)))
+    body = Recipe((Step("sin", 0), Step("constraint", 1, NamedSharding(mesh, P(None, None)))),
+                  (2,))
+    vc = VmapCase(Case((x,), body), (Vmap((0,), 0, 8, spmd="x"),))
+    outcome = _agree(vc)
+    verdict = explain_program(spec_vmapped(vc))
+    if split == "x":
+        assert type(outcome.error).__name__ == "DuplicateSpecError"
+        assert (verdict.rule, verdict.stage, verdict.path) == ("WSC-12", "lower", "body[1]")
+    else:
+        assert outcome.error is None and verdict.accepted

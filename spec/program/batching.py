@@ -89,7 +89,8 @@ from ..core.values import AbstractMesh, Mesh, PartitionSpec
 from ..jit.matching import check_fits
 from ..transforms.arguments import place_on_devices
 from ..transforms.batching import (
-    BadVmapParameter, BadVmapParameterType, batch_sharding, check_vmap_parameters,
+    BadVmapParameter, BadVmapParameterType, batch_sharding, check_not_reduced_when_moved,
+    check_vmap_parameters,
 )
 from ..transforms.constraint import Constraint, batch_constraint
 from ..transforms.shardmap_bodies import collective_varying
@@ -200,7 +201,9 @@ def _rearranged(spec: PartitionSpec | None, sources: tuple) -> PartitionSpec | N
     ``i`` takes the entry of dimension ``sources[i]`` (None: a new dimension, unsplit)."""
     if spec is None:
         return None
-    entries = tuple(spec) + (None,) * len(sources)
+    # padded to the dimensions read (a dimension dropped leaves fewer sources than that)
+    entries = tuple(spec) + (None,) * (1 + max((k for k in sources if k is not None),
+                                               default=-1))
     return P(*(None if k is None else entries[k] for k in sources),
              unreduced=spec.unreduced, reduced=spec.reduced)
 
@@ -587,7 +590,7 @@ def _split_as_operands(result: Value, operands: list[Value]) -> Value:
     for v in typed:
         for i, entry in enumerate(tuple(v.spec or ())):
             entries[i] = entries[i] if entries[i] is not None else entry
-    old = result.spec or P()
+    old = result.spec if result.spec is not None else P()   # P(reduced=...) is falsy
     spec = P(*entries, unreduced=old.unreduced, reduced=old.reduced)
     return dataclasses.replace(result, spec=spec)
 
@@ -602,7 +605,7 @@ def _reduced_split(result: Value, operand: Value, axes: tuple) -> Value:
         return result
     entries = tuple(operand.spec or ()) + (None,) * len(operand.shape)
     kept = [entries[i] for i in range(len(operand.shape)) if i not in set(axes)]
-    old = result.spec or P()
+    old = result.spec if result.spec is not None else P()   # P(reduced=...) is falsy
     return dataclasses.replace(result, spec=P(*kept, unreduced=old.unreduced,
                                               reduced=old.reduced))
 
@@ -709,6 +712,16 @@ def _check_example(program: Program) -> None:
             check_fits(s, program.value_types[n].shape, f"out_shardings[{i}]")
 
 
+def _check_mapped_types(inputs: tuple[Value, ...], axes: tuple) -> None:
+    """BAT-10 for the arguments a vmap maps: vmap reads each one's type at the mapped
+    dimension (the batch dimensions vmaps inside it insert keep the unreduced and reduced
+    axes of the example's type, so the example's inputs answer for every vmap)."""
+    for i, (value, axis) in enumerate(zip(inputs, axes)):
+        if axis is not None:
+            with located(f"args[{i}]"):
+                check_not_reduced_when_moved(value.spec, f"args[{i}]", True)
+
+
 def _moves(rw: _Rewrite, outputs: list[int], out_axes: tuple, views: list[Value]
            ) -> list[int]:
     """Each result moved to its out_axes (a transpose, or a broadcast_in_dim for an
@@ -726,6 +739,8 @@ def _moves(rw: _Rewrite, outputs: list[int], out_axes: tuple, views: list[Value]
             moved.append(n)
             continue
         if source is None:
+            with located(f"outputs[{k}]"):   # BAT-10: broadcast from its type, read entry by entry
+                check_not_reduced_when_moved(value.spec, f"outputs[{k}]", False)
             shape = _inserted(value.shape, target, rw.axis.size)
             kept = tuple(i for i in range(len(shape)) if i != target)
             typed = None if value.mesh is None else NamedSharding(value.mesh, P(*_inserted(
@@ -863,6 +878,7 @@ def _levels(program: Program, vmaps: tuple[dict, ...], outer: tuple[str, ...]
     for options, given in zip(reversed(vmaps), reversed(shapes)):
         size, in_axes = _batch_size(options.get("axis_size")), options.get("in_axes", 0)
         _, axes, _ = check_vmap_parameters(_in_shapes(given, in_axes, size), in_axes, size)
+        _check_mapped_types(program.inputs, axes)
         read.insert(0, (axes, size, _names(options.get("spmd_axis_name"))))
     levels, inputs = [], program.inputs
     for k, ((axes, size, names), options) in enumerate(zip(read, vmaps)):

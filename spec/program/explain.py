@@ -52,7 +52,7 @@ from ..placement.blocks import to_hlo
 from ..transforms.arguments import place_on_devices
 from ..transforms.constraint import (
     check_constraint_axes, check_constraint_fits, check_constraint_lowers,
-    check_operand_not_reduced, check_split_kept, unconstrained_dims,
+    check_operand_not_reduced, check_split_kept, merged_constraint_spec, unconstrained_dims,
 )
 from .constants import check_refs_not_donated, held_inputs
 from .description import (
@@ -376,6 +376,8 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
                 if isinstance(eq.sharding, NamedSharding) and operand.spec not in passed:
                     check_operand_not_reduced(operand.spec, path)
                     passed.add(operand.spec)
+                if isinstance(eq.sharding, NamedSharding) and operand.spec is not None:
+                    merged_constraint_spec(eq.sharding, operand.spec, path)   # WSC-12
     lower_shard_maps(program, live)
     for path, eq, operand in found if len(assignment) > 1 else ():
         if not isinstance(eq, Reshard):

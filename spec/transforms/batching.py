@@ -10,7 +10,8 @@ of the mesh (BAT-5), and need a mesh to be read on (BAT-6). An inner vmap can ma
 longer than the value, which the outer one refuses (BAT-7), and a jit call given layouts is
 not batched at all (BAT-8). Arrays whose types already split the mapped dimension over
 Explicit mesh axes make vmap batch over those axes, with the jit's batch dimension unsplit
-(BAT-9). BAT-0 checks the parameters.
+(BAT-9); vmap neither maps an argument nor broadcasts an unbatched result whose type has
+unreduced or reduced axes (BAT-10, for whole programs). BAT-0 checks the parameters.
 
 Two public functions: :func:`batch_sharding` answers for one sharding, :func:`vmap_jit`
 for a whole call, as JAX 0.10.2 builds the batched equation
@@ -741,6 +742,44 @@ def explicit_batch_axes(arg_specs: tuple[tuple[tuple[str, ...], ...], ...],
         f"spmd_axis_name {names} must be left out or name the Explicit mesh axes {first} "
         f"that the mapped arguments are split over"))
     return None
+
+
+# --------------------------------------------------------------------------- BAT-10
+
+@dataclasses.dataclass(frozen=True)
+class ReducedTypeMoved(Failure, rule="BAT-10"):
+    template = ("{what} is typed {split!r}, with unreduced or reduced axes, and vmap {does}: "
+                "it reads that type's split dimension by dimension, which JAX refuses for "
+                "such a type (using pspec[...] is dangerous when PartitionSpec has non-empty "
+                "unreduced/reduced set)")
+    hint = ("Reshard the value to a type without unreduced or reduced axes first, or {fix}")
+    what: str
+    split: Any
+    does: str
+    fix: str
+
+
+@rule("BAT-10", mirrors="jax._src.api._mapped_axis_spec; jax._src.interpreters.batching."
+                        "broadcast (a result's type read entry by entry)")
+def check_not_reduced_when_moved(split: Any, what: str, mapped: bool) -> None:
+    """vmap maps no argument, and broadcasts to its out_axes no unbatched result, whose type has unreduced or reduced axes: it reads that type's split entry by entry, which JAX refuses while tracing (ValueError).
+
+    ``split`` is the type's split over Explicit axes (None: unsplit); ``mapped``: an
+    argument vmap maps (else an unbatched result it broadcasts). A batched value so typed
+    is kept, and moved by a transpose.
+
+    >>> check_not_reduced_when_moved(P("x"), "args[0]", True)
+    >>> check_not_reduced_when_moved(P(None, reduced={"x"}), "args[0]", True)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [BAT-10]: args[0] is typed P(None, reduced={'x'}), with unreduced or reduced axes, and vmap maps it: it reads that type's split dimension by dimension, which JAX refuses for such a type (using pspec[...] is dangerous when PartitionSpec has non-empty unreduced/reduced set). Reshard the value to a type without unreduced or reduced axes first, or leave the argument unmapped (in_axes None).
+    """
+    require(split is None or isinstance(split, PartitionSpec), lambda: BadVmapParameterType(
+        "the type's split", "must be None or a PartitionSpec", split))
+    require(split is None or not (split.unreduced or split.reduced), lambda: ReducedTypeMoved(
+        what, split, "maps it" if mapped else "broadcasts it to its out_axes",
+        "leave the argument unmapped (in_axes None)" if mapped
+        else "leave the result where it is (out_axes None)"))
 
 
 # --------------------------------------------------------------------------- the answers

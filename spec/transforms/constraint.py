@@ -776,3 +776,70 @@ def check_operand_not_reduced(split: PartitionSpec | None, path: str = "x") -> N
                           "None or a PartitionSpec", split)
     require(split is None or not (split.unreduced or split.reduced),
             lambda: ReducedOperandNotLowered(path, split))
+
+
+# --------------------------------------------------------------------------- WSC-12
+
+@dataclasses.dataclass(frozen=True)
+class MergedSpecRepeatsAxis(Failure, rule="WSC-12", error=Exception,
+                            jax_error="DuplicateSpecError"):
+    template = ("the constraint on {path} is lowered with its operand's split {split!r} "
+                "merged into its spec {spec!r}, which gives {merged!r}: mesh axis {axis!r} "
+                "would split two dimensions")
+    hint = ("Do not name an axis the value is split over: under vmap, pick a spmd_axis_name "
+            "the value's type does not split")
+    path: str
+    split: Any
+    spec: Any
+    merged: Any
+    axis: str
+
+
+@rule("WSC-12", mirrors="jax._src.pjit._sharding_constraint_hlo_lowering (the operand's "
+                        "split merged into the spec); jax._src.named_sharding."
+                        "_check_unique_resources")
+def merged_constraint_spec(sharding: Any, split: PartitionSpec | None, path: str = "x"
+                           ) -> PartitionSpec | None:
+    """A NamedSharding constraint on a value typed split over Explicit axes is lowered with that split merged in, before its own axes dimension by dimension; the merged spec names each mesh axis once.
+
+    JAX refuses a repeated axis when the program is lowered (DuplicateSpecError). A
+    constraint the user writes names Auto axes only (WSC-5), so only one that vmap's
+    batching rule bound over an Explicit spmd axis can repeat one. The answer is the
+    merged spec (None: nothing merged, the operand unsplit).
+
+    >>> explicit = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Explicit))
+    >>> merged_constraint_spec(NamedSharding(explicit, P("x")), P(None, "y"))
+    P('x', 'y')
+    >>> merged_constraint_spec(NamedSharding(explicit, P("x")), P(None, "x"))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionException: [WSC-12]: the constraint on x is lowered with its operand's split P(None, 'x') merged into its spec P('x'), which gives P('x', 'x'): mesh axis 'x' would split two dimensions. Do not name an axis the value is split over: under vmap, pick a spmd_axis_name the value's type does not split.
+    """
+    check_constraint_call(split is None or isinstance(split, PartitionSpec), "split",
+                          "None or a PartitionSpec", split)
+    if not isinstance(sharding, NamedSharding) or split is None or not any(
+            entry is not None for entry in split.partitions):
+        return None
+    own = tuple(sharding.spec.partitions)
+    width = max(len(own), len(split.partitions))
+    own += (None,) * (width - len(own))
+    typed = tuple(split.partitions) + (None,) * (width - len(split.partitions))
+    merged = []
+    for user, aval in zip(own, typed):
+        if aval is None:
+            merged.append(user)
+            continue
+        axes = aval if isinstance(aval, tuple) else (aval,)
+        if user is None or user is UNCONSTRAINED:
+            merged.append(axes if len(axes) > 1 else axes[0])
+        else:
+            merged.append(axes + (user if isinstance(user, tuple) else (user,)))
+    answer = P(*merged)
+    seen: set[str] = set()
+    for entry in merged:
+        for axis in (entry if isinstance(entry, tuple) else (entry,)):
+            if isinstance(axis, str):
+                require(axis not in seen, lambda axis=axis: MergedSpecRepeatsAxis(
+                    path, split, sharding.spec, answer, axis))
+                seen.add(axis)
+    return answer

@@ -148,8 +148,8 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
     "REF-3": "compile",
     # Lowering a constraint inside a jit's body: a GSPMDSharding that Shardy cannot write,
-    # an operand typed with reduced axes.
-    "WSC-8": "lower", "WSC-11": "lower",
+    # an operand typed with reduced axes, a spec merged with the operand's split.
+    "WSC-8": "lower", "WSC-11": "lower", "WSC-12": "lower",
     # A constraint's result type, while tracing.
     "WSC-10": "trace",
 }
@@ -199,6 +199,10 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "JAX's lowering of the constraint refuses an operand typed with unreduced or "
         "reduced axes; the engine's walk of the body does not read value types, and JAX's "
         "refusal stands"),
+    "WSC-12": _left_to_jax(
+        "JAX's lowering of the constraint merges the operand's split over Explicit axes into "
+        "the constraint's spec and refuses a mesh axis named twice; the engine's walk of "
+        "the body does not read value types, and JAX's refusal stands"),
     "PROG-5": _left_to_jax(
         "JAX makes a result's sharding from its type when lowering (the type's split over "
         "Explicit axes, made concrete on the device assignment) and the engine reads the "
