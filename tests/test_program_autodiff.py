@@ -404,6 +404,11 @@ TYPED_CASES = {
         (Step("sin", 0), Step("device_put", 1, NamedSharding(
             Mesh.iota((2, 2, 2), ("x", "y", "z"), (AxisType.Explicit,) * 3), P("z")))),
         (2,), "grad", keep_unused=True),
+    # an input typed reduced through sin: its cotangent, unreduced, is multiplied by the
+    # cosine, typed reduced alike (JAX's mul takes that; AD-15 refuses only unary steps)
+    "reduced through sin": _explicit_case(
+        (Value.placed((8,), NamedSharding(EXPLICIT, P(None, reduced={"x", "y"}))),),
+        (Step("sin", 0),), (1,), "grad"),
     # a loss typed reduced over 'x': the seed is unreduced over it, and so is every
     # cotangent of a value typed reduced
     "reduced loss": _explicit_case(
@@ -435,10 +440,15 @@ REFUSED_CASES = {
         (Value.numpy((8, 8)),),
         (Step("sin", 0), Step("device_put", 1, NamedSharding(XYZ, P("z")))), (2, 0),
         "grad", keep_unused=True),
+    # (deep run seed 101) an input typed reduced over both axes, negated: its cotangent,
+    # unreduced, goes through neg's transpose, a neg (AD-15, NotImplementedError)
+    "AD-15": _explicit_case(
+        (Value.placed((8,), NamedSharding(EXPLICIT, P(None, reduced={"x", "y"}))),),
+        (Step("neg", 0),), (1,), "grad"),
 }
 
 
-@checks("AD-13", "AD-14")
+@checks("AD-13", "AD-14", "AD-15")
 @pytest.mark.parametrize("rule_id", sorted(REFUSED_CASES))
 def test_cotangents_jax_cannot_hand_back_or_sum_are_refused_while_tracing(rule_id):
     ad = REFUSED_CASES[rule_id]
@@ -593,10 +603,11 @@ def test_transformed_programs_over_explicit_meshes_agree_with_jax(ad):
 
 def test_every_rule_of_the_transformed_programs_was_seen_on_both_sides():
     """Runs last in this module: both sides of the rules the properties name, against JAX,
-    on transformed programs (AD-13 and AD-14's refusals pinned above)."""
+    on transformed programs (AD-13 to AD-15's refusals pinned above)."""
     counts = ad_hit_counts()
     missing = [(rule_id, counts.get(rule_id, (0, 0)))
-               for rule_id in ("DA-1", "FIT-1", "PROG-2", "PROG-4", "AD-9", "AD-13", "AD-14")
+               for rule_id in ("DA-1", "FIT-1", "PROG-2", "PROG-4", "AD-9", "AD-13", "AD-14",
+                               "AD-15")
                if not all(counts.get(rule_id, (0, 0)))]
     assert not missing, f"rules not seen on both sides against JAX: {missing}"
 

@@ -102,6 +102,10 @@ PROGRAM_PROPERTIES: tuple[tuple, ...] = (
      25),
     ("program_ad_harness", "ad_cases", "compare_ad", (),
      "test_differentiated_programs_agree_with_jax"),
+    # over Auto, Explicit and mixed meshes: every placed value's type held to JAX's
+    ("program_ad_harness", ("ad_cases", {"explicit": True}), "compare_ad",
+     ("AD-9", "AD-13", "AD-14"), "test_differentiated_programs_over_explicit_axes_agree_with_jax",
+     25),
     ("program_ad_harness", "map_ad_cases", "compare_map_ad",
      ("AD-10", "AD-11", "AD-12", "AD-13"), "test_differentiated_shard_maps_agree_with_jax", 50),
     ("program_shardmap_harness", "map_cases", "compare_case", (),

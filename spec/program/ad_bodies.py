@@ -24,7 +24,9 @@ from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, Value,
     check_program,
 )
-from .shardmap_autodiff import NO_DERIVATIVE, check_summed_types, transposed_collective
+from .shardmap_autodiff import (
+    NO_DERIVATIVE, check_summed_types, cotangent_spec, transposed_collective,
+)
 
 __all__ = ["LINEAR", "NONLINEAR", "differentiable", "dependencies", "cotangent_type"]
 
@@ -297,13 +299,12 @@ def _opaque(name: str, results: tuple[Value, ...], params: tuple = (), count: in
 
 def cotangent_type(value: Value) -> Value:
     """The type of a value's cotangent (JAX's ``to_ct_aval``): the value's type with its
-    reduced axes unreduced and its unreduced axes reduced."""
+    reduced axes unreduced and its unreduced axes reduced (:func:`cotangent_spec`)."""
     value = value.type
     split = value.spec
     if split is None or not (split.reduced or split.unreduced):
         return value
-    return dataclasses.replace(value, spec=PartitionSpec(
-        *split, unreduced=split.reduced, reduced=split.unreduced))
+    return dataclasses.replace(value, spec=cotangent_spec(split))
 
 
 def _put_back_to(operand: Value) -> NamedSharding | None:

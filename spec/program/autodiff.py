@@ -64,7 +64,7 @@ from .explain import trace_body
 from .lowering import equation_path
 from .partial_eval import dce_program
 from .shardmap_autodiff import (
-    check_cotangent_type, cotangent_spec, divisor, residual_spec,
+    check_cotangent_type, check_unreduced_operand, cotangent_spec, divisor, residual_spec,
     transposed_collective, unmentioned_axes,
 )
 
@@ -566,7 +566,7 @@ def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
                                   results=(operand,)))
         return [(eq.operands[0], ct)]
     if isinstance(eq, Opaque):
-        return _transpose_opaque(eq, body, incoming, linear_ops, number, types)
+        return _transpose_opaque(eq, body, incoming, linear_ops, number, types, path)
     if isinstance(eq, Jit):
         return _transpose_jit(eq, body, incoming, flags, number, path)
     if isinstance(eq, ShardMap):
@@ -576,18 +576,21 @@ def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
 
 
 def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
-                      number: dict[int, int], types: tuple[Value, ...]
+                      number: dict[int, int], types: tuple[Value, ...], path: str = ""
                       ) -> list[tuple[int, int]]:
     """A linear primitive transposed: ``neg`` to ``neg``, ``reduce_sum`` and
     ``broadcast_in_dim`` to each other, sums to each operand, ``mul`` by a residual to
     ``mul``; any other primitive to ``transposed_<name>``. Each cotangent has its
-    operand's type."""
+    operand's cotangent type."""
     name, ct = eq.primitive, incoming[0]
     out = []
     for k, n in linear_ops:
         others = tuple(number[m] for j, m in enumerate(eq.operands) if j != k and m in number)
         # (typed as the operand's cotangent, over the mesh the operands agree on)
         result = (_joined(cotangent_type(types[n]), [body.types[c] for c in (ct,) + others]),)
+        if name == "neg" or name == "sub" and k == 1:
+            with staged("trace"):   # a unary primitive takes no unreduced cotangent
+                check_unreduced_operand("neg", body.types[ct], path)
         if name in ("add", "add_any"):
             out.append((n, ct))
         elif name == "sub":

@@ -1,4 +1,4 @@
-"""A ``shard_map`` under ``jax.linearize``, ``jax.vjp`` and ``jax.grad``: the specs its linearization and its transpose stage, each collective's transpose, and the cotangents' types (AD-10 to AD-14).
+"""A ``shard_map`` under ``jax.linearize``, ``jax.vjp`` and ``jax.grad``: the specs its linearization and its transpose stage, each collective's transpose, and the cotangents' types (AD-10 to AD-15).
 
 JAX 0.10.2 linearizes a shard_map (``shard_map._shard_map_linearize``) into two shard_maps
 over the same mesh: the *known* one runs the body's primal half and returns, before the
@@ -11,7 +11,8 @@ equation, each collective by AD-12. :mod:`shardlaw.spec.program.autodiff` builds
 programs; the functions here decide the specs and the transposes. Over Explicit axes, a
 cotangent any equation hands back while transposing must be typed as its primal's
 cotangent (AD-13), as JAX's backward pass checks, and two cotangents summed at one value
-must be typed alike (AD-14).
+must be typed alike (AD-14); a cotangent typed unreduced (a reduced value's) goes through
+no unary elementwise primitive (AD-15).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from ..core.values import AbstractMesh, AxisType, PartitionSpec
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["residual_spec", "cotangent_spec", "unmentioned_axes", "transposed_collective",
-           "divisor", "check_cotangent_type", "check_summed_types", "NoDerivative",
-           "CotangentType", "SummedTypes", "NO_DERIVATIVE"]
+           "divisor", "check_cotangent_type", "check_summed_types", "check_unreduced_operand",
+           "NoDerivative", "CotangentType", "SummedTypes", "UnreducedOperand", "NO_DERIVATIVE",
+           "UNARY"]
 
 # The collectives JAX gives no differentiation rule (a non-zero tangent reaching one is
 # refused while the transformed function is traced).
@@ -224,6 +226,37 @@ def check_summed_types(first: Any, second: Any, path: str = "") -> None:
         return
     if (first.mesh, first.spec) != (second.mesh, second.spec):
         raise reject(SummedTypes(_short(first), _short(second), path))
+
+
+# The unary elementwise primitives (jax.lax's unop): none takes an unreduced operand.
+UNARY = ("neg", "sin", "cos", "exp", "copy")
+
+
+@dataclasses.dataclass(frozen=True)
+class UnreducedOperand(Failure, rule="AD-15", error=NotImplementedError):
+    template = ("unreduced rule for {primitive} is not implemented: the cotangent the "
+                "transpose at {path} applies {primitive} to is typed {value}")
+    hint = ("Reshard the value typed reduced to a type without reduced axes "
+            "(jax.sharding.reshard) before it is differentiated: its cotangent is unreduced.")
+    primitive: str
+    value: str
+    path: str
+
+
+@rule("AD-15", mirrors="jax._src.lax.lax.unop_ur_rule")
+def check_unreduced_operand(primitive: str, operand: Any, path: str = "") -> None:
+    """A unary elementwise primitive a transpose applies to a cotangent typed with unreduced axes (the cotangent of a value typed reduced) is refused: NotImplementedError at trace.
+
+    >>> from shardlaw.spec.program.description import Value
+    >>> mesh = AbstractMesh((4,), ("x",), (AxisType.Explicit,))
+    >>> check_unreduced_operand("neg", Value((8,), mesh=mesh, spec=P("x")))
+    >>> check_unreduced_operand("neg", Value((8,), mesh=mesh, spec=P(unreduced={"x"})), "body[1]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionNotImplementedError: [AD-15]: unreduced rule for neg is not implemented: the cotangent the transpose at body[1] applies neg to is typed float32[8] split P(unreduced={'x'}). Reshard the value typed reduced to a type without reduced axes (jax.sharding.reshard) before it is differentiated: its cotangent is unreduced.
+    """
+    if primitive in UNARY and operand.spec is not None and operand.spec.unreduced:
+        raise reject(UnreducedOperand(primitive, _short(operand), path))
 
 
 def divisor(sizes: dict[str, int], axes: tuple[str, ...]) -> int:
