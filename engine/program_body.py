@@ -49,7 +49,8 @@ from .shardings import UNSPECIFIED
 
 __all__ = ["Body", "walked", "inside_shardings", "walk_body", "ref_inputs", "constant_sharding",
            "recovery_origin",
-           "check_body_lowers", "check_constraint_lowers", "check_spec_axes_once",
+           "check_body_lowers", "check_listed_specs", "check_constraint_lowers",
+           "check_spec_axes_once",
            "check_collective_lowers"]
 
 # The collectives of a shard_map's body, as jax 0.10.2 names its equations.
@@ -60,7 +61,8 @@ COLLECTIVES = frozenset({"psum", "psum_invariant", "pmax", "pmin", "pvary", "axi
 class Body:
     """What the walk of a traced body found: ``shardings``, the shardings inside it that
     take part (PROG-2), and ``lowering``, what lowering checks in its live shard_maps —
-    ``(path, "in_spec", spec)`` for an operand its body uses, ``(path, "collective",
+    ``(path, "in_spec", spec)`` for an operand its body uses (``"listed_in_spec"`` over a
+    concrete mesh: checked before the device assignment), ``(path, "collective",
     (primitive, axes, sizes, perm))`` for a collective, ``sizes`` the mesh's axis sizes;
     ``refs``, the closed-over mutable refs that take part (REF-1), each at its path
     ``constants[k]``; ``constants``, the constants JAX hoists as arguments, in its order,
@@ -256,8 +258,11 @@ def _lowering_checks(eqn: Any, traced: Any, path: str, manual: Any) -> Iterator[
     name, params = eqn.primitive.name, eqn.params
     if name == "shard_map":
         (body,), (traced_body,) = internals.bodies_of(eqn), internals.bodies_of(traced)
+        # over a concrete mesh JAX makes shardings of the specs as it lists the shardings
+        # inside, before the device assignment; over an abstract one when it lowers
+        kind = "in_spec" if isinstance(params["mesh"], AbstractMesh) else "listed_in_spec"
         for i, spec in zip(_numbers(body.invars, traced_body.invars), params["in_specs"]):
-            yield (f"{path}.shard_map.in_specs[{i}]", "in_spec", spec)
+            yield (f"{path}.shard_map.in_specs[{i}]", kind, spec)
     elif name in COLLECTIVES and manual is not None:
         named = params.get("axes", params.get("axis_name", ()))
         axes = (named,) if isinstance(named, str) else tuple(named)
@@ -381,8 +386,17 @@ def check_body_lowers(body: Body) -> None:
     for path, kind, what in body.lowering:
         if kind == "in_spec":
             check_spec_axes_once(what, path)
-        else:
+        elif kind == "collective":
             check_collective_lowers(*what, path)
+
+
+def check_listed_specs(body: Body) -> None:
+    """SMAP-12 as JAX lists the shardings inside the body, before the device assignment:
+    the in specs of the operands each live shard_map over a concrete mesh uses, in the
+    order of the listing (a body's own equations, then the bodies nested in them)."""
+    for path, kind, spec in body.lowering:
+        if kind == "listed_in_spec":
+            check_spec_axes_once(spec, path)
 
 
 def _lowering_order(path: str | None) -> list[int]:

@@ -31,8 +31,8 @@ from .call_arguments import CallArguments
 from .dispatch_plan import DispatchPlan, make_plan
 from .options import check_call_form
 from .program_body import (
-    check_body_lowers, check_refs_not_donated, constant_sharding, inside_shardings, ref_inputs,
-    walked,
+    check_body_lowers, check_listed_specs, check_refs_not_donated, constant_sharding,
+    inside_shardings, ref_inputs, walked,
 )
 from .recovery import Value, concrete_inputs, recover_shardings
 from .resolution import (
@@ -189,7 +189,8 @@ def _trace(engine: "Engine", d: CallDecision) -> Any:
 # --------------------------------------------------------------------------- lower
 
 def stage_lower(engine: "Engine", d: CallDecision) -> None:
-    """Before lowering: RES-1..5, KEEP-1, the shardings inside the body (PROG-2), DA-1..4,
+    """Before lowering: RES-1..5, KEEP-1, the shardings inside the body (PROG-2; as they are
+    listed, SMAP-12 for the in specs of shard_maps over concrete meshes), DA-1..4,
     EXE-1, what lowering checks inside the body (WSC-8; SMAP-12, SMAP-13, SMAP-22 in its
     shard_maps), EXE-2."""
     o, arguments = engine.options, d.arguments
@@ -214,6 +215,7 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
         [*(input_source(d.inputs[i], d.resolved[i]) for i in d.kept), *refs], constants,
         [Source(s, f"out_shardings for {p}", p) for s, p in zip(d.out_flat, d.out_paths)],
         d.inside)
+    check_listed_specs(body)   # SMAP-12, as JAX lists the shardings inside
     assignment, d.count = device_assignment(sources, d.context)
     check_has_devices(assignment, d.context)
     assert assignment is not None

@@ -539,15 +539,19 @@ def _axes(draw: Any, mesh: Mesh, manual: frozenset[str], one: bool = False) -> t
 
 
 @st.composite
-def _spec(draw: Any, mesh: Mesh, manual: frozenset[str], rank: int) -> PartitionSpec:
-    """A spec over the manual axes (sometimes an automatic axis, or one entry too many)."""
+def _spec(draw: Any, mesh: Mesh, manual: frozenset[str], rank: int,
+          repeat: bool = False) -> PartitionSpec:
+    """A spec over the manual axes (sometimes an automatic axis, or one entry too many;
+    with ``repeat``, now and then one that may name an axis twice: SMAP-12)."""
     free = sorted(manual)
     if draw(st.integers(0, 11)) == 0:
         free = list(mesh.axis_names)
+    twice = repeat and draw(st.integers(0, 11)) == 0
     entries: list[Any] = []
     for _ in range(rank + (draw(st.integers(0, 11)) == 0)):
-        entry = draw(st.sampled_from([None, None] + free))
-        if entry is not None:
+        # a spec that may repeat an axis names one in each of its first two entries
+        entry = draw(st.sampled_from(free if twice and len(entries) < 2 else [None, None] + free))
+        if entry is not None and not twice:
             free.remove(entry)
         entries.append(entry)
     while entries and entries[-1] is None and draw(st.booleans()):
@@ -586,9 +590,10 @@ def _op(draw: Any, mesh: Mesh, manual: frozenset[str], rank: int) -> Op:
 
 
 @st.composite
-def map_cases(draw: Any) -> MapCase:
+def map_cases(draw: Any, repeated_axes: bool = False) -> MapCase:
     """A drawn program: 1 to 8 devices over 1 or 2 mesh axes, a shard_map over all or some
-    of them, with or without check_vma, a body of 1 to 4 steps."""
+    of them, with or without check_vma, a body of 1 to 4 steps; with ``repeated_axes``, an
+    in or out spec now and then names an axis twice (the draws are otherwise the same)."""
     n = draw(st.sampled_from([1, 2, 4, 8]))
     shape = draw(st.sampled_from([f for f in FACTORS[n] if len(f) <= 2]))
     mesh = Mesh.iota(shape, NAMES[:len(shape)])
@@ -603,9 +608,9 @@ def map_cases(draw: Any) -> MapCase:
         argument = Value.placed(value_shape, NamedSharding(mesh, P(*placed[:rank])))
     except Rejection:
         argument = Value.placed(value_shape, NamedSharding(mesh, P()))
-    in_spec = draw(_spec(mesh, effective, rank))
+    in_spec = draw(_spec(mesh, effective, rank, repeated_axes))
     ops = tuple(draw(_op(mesh, effective, rank)) for _ in range(draw(st.integers(1, 4))))
-    out_spec = draw(_spec(mesh, effective, rank))
+    out_spec = draw(_spec(mesh, effective, rank, repeated_axes))
     around = [None, None, None] + [NamedSharding(mesh, P(*draw(_spec(
         mesh, frozenset(names), rank))[:rank]))]
     # now and then over the same devices in reverse order (DA-1 refuses it when lowering)

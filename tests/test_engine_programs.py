@@ -197,6 +197,26 @@ def test_a_shard_map_over_the_devices_in_reverse_is_refused_at_its_mesh():
     assert (refused.value.rule, refused.value.path) == ("DA-1", "body[0].shard_map.mesh")
 
 
+@checks("SMAP-12", "DA-1")
+def test_a_repeated_in_spec_is_refused_before_the_shard_maps_mesh_on_other_devices():
+    """JAX makes shardings of a concrete mesh's in specs while it lists the shardings
+    inside the body, before it compares their devices: the axis named twice is refused
+    first, in the spec's rule and path (a deep run of the spec's property drew it)."""
+    reversed_mesh = jax.sharding.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
+    fn = jax.shard_map(lambda a: -a, mesh=reversed_mesh, in_specs=JaxP("y", "y"),
+                       out_specs=JaxP(), check_vma=False)
+    argument = jax.device_put(np.ones((8, 8), np.float32), to_jax(X.sharding))
+    verdict = explain_program(describe_program(jax.jit(fn), argument))
+    path = "body[0].shard_map.in_specs[0]"
+    assert (verdict.rule, verdict.stage, verdict.path) == ("SMAP-12", "lower", path)
+    with pytest.raises(Exception) as theirs:
+        jax.jit(fn).trace(argument).lower()
+    with pytest.raises(type(theirs.value)) as mine:
+        engine.jit(fn).trace(argument).lower()
+    assert type(theirs.value).__name__ == "DuplicateSpecError"
+    assert (mine.value.rule, mine.value.stage, mine.value.path) == ("SMAP-12", "lower", path)
+
+
 @checks("OUT-2", "PROG-4")
 def test_the_same_devices_in_another_shape_fail_when_compiled_as_in_jax():
     """Gap 1's IndivisibleError: the constraint's mesh holds the same devices in another

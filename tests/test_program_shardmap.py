@@ -227,6 +227,19 @@ def test_a_ppermute_that_sends_twice_is_refused_when_lowering():
                                                            "body[0].shard_map.body[0]")
 
 
+@checks("SMAP-12", "DA-1")
+def test_an_in_spec_naming_an_axis_twice_is_refused_before_the_device_assignment():
+    """JAX makes shardings of a concrete mesh's in specs while it lists the shardings
+    inside the body, before it compares their devices: the axis named twice is refused,
+    not the shard_map's mesh on the devices in reverse (a deep run drew it)."""
+    reversed_mesh = Mesh((2, 4), ("x", "y"), range(7, -1, -1))
+    case = dataclasses.replace(_case([Op("neg")], P("y", "y"), P(), vma=False),
+                               map_mesh=reversed_mesh)
+    verdict = _refused(case)
+    assert (verdict.rule, verdict.stage, verdict.path) == (
+        "SMAP-12", "lower", "body[0].shard_map.in_specs[0]")
+
+
 @checks("SMAP-11")
 def test_an_out_spec_that_leaves_out_an_axis_the_result_varies_along_is_refused():
     verdict = _refused(_case([Op("all_gather", ("x",))], out_spec=P(None, "y")))
@@ -330,7 +343,7 @@ REFUSING = ("SMAP-3", "SMAP-7", "SMAP-8", "SMAP-11", "SMAP-12", "SMAP-13", "SMAP
 @checks("SMAP-3", "SMAP-7", "SMAP-8", "SMAP-11", "SMAP-12", "SMAP-13", "SMAP-20", "SMAP-21",
         "SMAP-22", "SMAP-1", "SMAP-9", "SMAP-10", "SMAP-14")
 @settings(max_examples=examples(150))
-@given(map_cases())
+@given(map_cases(repeated_axes=True))
 # Refusing sides a short run may not draw: an in spec over an automatic axis (SMAP-3), an
 # in spec naming an axis twice (SMAP-12, when lowered), ppermute out of range (SMAP-22), a
 # cast along an axis the value already varies along (SMAP-20).

@@ -230,9 +230,12 @@ def stage_trace(n: NormalCall, called: Called) -> Traced:
 
 
 @stage("lower")
-def stage_lower(n: NormalCall, called: Called, traced: Traced) -> Lowered:
+def stage_lower(n: NormalCall, called: Called, traced: Traced,
+                listing: Callable[[], None] | None = None) -> Lowered:
     """Lowering: RES-1..4, the layouts (LAY-1, LAY-5, LAY-3), KEEP-1, DA-1..4, EXE-1, the
-    kept abstract inputs' fit (FIT-3), EXE-2..4."""
+    kept abstract inputs' fit (FIT-3), EXE-2..4. ``listing``: what a whole program's body
+    checks as its shardings are listed for the device assignment (SMAP-12), run just
+    before it."""
     call, inputs = n.call, called.inputs
     resolved = []
     for item in inputs:
@@ -244,6 +247,8 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced) -> Lowered:
     sources += [Source(s, f"out_shardings for {path}", path)
                 for path, s in zip(n.out_paths, traced.out_shardings)]
     sources += call.inside  # the shardings inside the body come last (PROG-2)
+    if listing is not None:
+        listing()
     assignment, count = device_assignment(sources, called.context, call.default_device)
     check_has_devices(assignment, called.context)
     assert assignment is not None

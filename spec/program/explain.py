@@ -35,6 +35,7 @@ exactly as :func:`~shardlaw.spec.jit_call` decides its :func:`program_call`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any
 
@@ -62,7 +63,9 @@ from .description import (
 from .lowering import (
     Live, equation_path, inside_shardings, live_parts, lowered_live, placed_results,
 )
-from .shardmap import lower_shard_maps, shardings_decision, trace_shard_map
+from .shardmap import (
+    check_listed_in_specs, lower_shard_maps, shardings_decision, trace_shard_map,
+)
 
 P = PartitionSpec  # the name the examples use
 
@@ -454,8 +457,10 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
             traced = _stage_trace(n, called, program.checked)
             if until == "trace":   # the held values are inputs from lowering on
                 return _traced(program, held.call.normal, traced, inside, trace, decided)
-            held.check_assignment(inside)
-            lowered = stage_lower(n, called, traced)
+            # SMAP-12 for the shard_maps' in specs as JAX lists the shardings inside
+            listing = functools.partial(check_listed_in_specs, program, live)
+            held.check_assignment(inside, listing)
+            lowered = stage_lower(n, called, traced, listing)
             if not program.checked:
                 _check_written_out(n, called, traced, lowered)
             _lower_body(program, lowered.assignment, live)
@@ -575,17 +580,18 @@ class _Held:
         self.labels = _labels(self.program, self.front, self.back)
         return _with_held(self.call, self.front, self.back, self.program.compiler_consts)
 
-    def check_assignment(self, inside: tuple) -> None:
+    def check_assignment(self, inside: tuple, listing: Any = None) -> None:
         """DA-1 over the inputs in the order JAX checks them — the arguments, the
         closed-over refs, the hoisted constants — so a conflict is refused where JAX
-        refuses it (only where a hoisted constant has a sharding of its own)."""
+        refuses it (only where a hoisted constant has a sharding of its own); ``listing``
+        as :func:`~shardlaw.spec.jit.pipeline.stage_lower` takes it."""
         if all(s is UNSPECIFIED for _, s in self.hoisted):
             return
         held = (*self.back, *self.front)
         self.labels = _labels(self.program, (), held)
         n = dataclasses.replace(_with_held(self.call, (), held), inside=inside).normal
         called = _stage_call(n, self.program.checked)
-        stage_lower(n, called, _stage_trace(n, called, self.program.checked))
+        stage_lower(n, called, _stage_trace(n, called, self.program.checked), listing)
         self.labels = _labels(self.program, self.front, self.back)
 
     def check_donation(self) -> None:

@@ -53,7 +53,8 @@ from .description import (
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["ShardMapDecision", "CollectiveDecision", "ShardingsDecision", "Manual",
-           "trace_shard_map", "lower_shard_maps", "GROUPS_LISTED_UP_TO"]
+           "trace_shard_map", "lower_shard_maps", "check_listed_in_specs",
+           "GROUPS_LISTED_UP_TO"]
 
 # Replica groups are listed for meshes of at most this many devices (None above: nothing
 # enumerates the devices of a large mesh).
@@ -458,13 +459,40 @@ def _moves(axes: tuple, size: int, perm: Any) -> tuple | None:
 
 # --------------------------------------------------------------------------- lowering
 
+def check_listed_in_specs(program: Program, live: Any, prefix: str = "") -> None:
+    """SMAP-12 as lowering lists the shardings inside the body, before the device
+    assignment (DA-1): JAX makes a sharding of each in spec of every live shard_map over a
+    concrete mesh, for the operands its body uses, in PROG-2's order (a body's own
+    equations, then the bodies nested in them), so a spec naming an axis twice is refused
+    there; a shard_map over an abstract mesh is checked later, in :func:`lower_shard_maps`."""
+    with staged("lower"):
+        for k, eq in enumerate(program.equations):
+            if live.equations[k] and isinstance(eq, ShardMap) and isinstance(eq.mesh, Mesh):
+                _check_used_in_specs(eq, live.bodies[k], f"{prefix}body[{k}]")
+        for k, eq in enumerate(program.equations):
+            if live.equations[k] and eq.body is not None:
+                check_listed_in_specs(eq.body, live.bodies[k],
+                                      f"{prefix}body[{k}].{eq.kind}.")
+
+
+def _check_used_in_specs(eq: ShardMap, live: Any, path: str) -> None:
+    """SMAP-12 for the in specs of the operands a shard_map's body uses (``live``: what
+    lives of its body)."""
+    for i, (spec, used) in enumerate(zip(eq.in_specs, live.inputs)):
+        if used:
+            with located(f"{path}.shard_map.in_specs[{i}]"):
+                check_no_repeated_axes(spec, f"in_specs[{i}]")
+
+
 def lower_shard_maps(program: Program, live: Any, prefix: str = "") -> None:
     """What lowering checks in every live shard_map, in the order of the body (stage
-    ``lower``): the in specs of the operands its body uses (SMAP-12; for a shard_map a
-    batching rule bound, which nothing checked at trace, also their axes manual, SMAP-3,
-    and dividing the operands, SMAP-8: the compiler's verifier refuses them), then each
-    live collective's axes named once (SMAP-13), ppermute's pairs (SMAP-22) and
-    psum_scatter's operand split over no Explicit axis left automatic (SMAP-23)."""
+    ``lower``): the in specs of the operands its body uses (SMAP-12 over an abstract mesh;
+    over a concrete one :func:`check_listed_in_specs`, before the device assignment; for a
+    shard_map a batching rule bound, which nothing checked at trace, also their axes
+    manual, SMAP-3, and dividing the operands, SMAP-8: the compiler's verifier refuses
+    them), then each live collective's axes named once (SMAP-13), ppermute's pairs
+    (SMAP-22) and psum_scatter's operand split over no Explicit axis left automatic
+    (SMAP-23)."""
     with staged("lower"):
         _lower(program, live, prefix, None, passed=set())
 
@@ -559,10 +587,12 @@ def _lower(program: Program, live: Any, prefix: str, context: Manual | None,
                 key = None
             used = live.bodies[k].inputs
             manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
+            listed = isinstance(eq.mesh, Mesh)   # checked when listed (check_listed_in_specs)
             for i, (spec, u, n) in enumerate(zip(eq.in_specs, used, eq.operands)):
                 if u:
                     with located(f"{path}.shard_map.in_specs[{i}]"):
-                        check_no_repeated_axes(spec, f"in_specs[{i}]")
+                        if not listed:
+                            check_no_repeated_axes(spec, f"in_specs[{i}]")
                         if not eq.checked:
                             _verified(eq, spec, program.value_types[n].shape, manual,
                                       f"in_specs[{i}]", f"operand {i}")
