@@ -108,7 +108,8 @@ PROGRAM_PROPERTIES: tuple[tuple, ...] = (
      25),
     ("program_ad_harness", "map_ad_cases", "compare_map_ad",
      ("AD-10", "AD-11", "AD-12", "AD-13"), "test_differentiated_shard_maps_agree_with_jax", 50),
-    ("program_shardmap_harness", "map_cases", "compare_case", (),
+    # in and out specs that may name an axis twice too (SMAP-12)
+    ("program_shardmap_harness", ("map_cases", {"repeated_axes": True}), "compare_case", (),
      "test_shard_mapped_programs_agree_with_jax"),
     ("program_constants_harness", "constant_cases", "compare_constants", (),
      "test_programs_with_constants_agree_with_jax"),
@@ -392,7 +393,7 @@ def test_engine_agrees_on_programs(case):
 
 def _map_cases() -> Any:
     from shardlaw.properties.program_shardmap_harness import map_cases
-    return map_cases()
+    return map_cases(repeated_axes=True)
 
 
 @checks("PROG-2", "DA-1")
