@@ -371,8 +371,10 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
     passed = set()   # the operands' splits WSC-11 passed: it reads nothing else
     with staged("lower"):
         for path, eq, operand in found:
-            if not isinstance(eq, ShardingConstraint):
-                continue
+            if not isinstance(eq, ShardingConstraint) or (
+                    isinstance(eq.sharding, NamedSharding) and operand.spec is None
+                    and None in passed):
+                continue   # nothing left to check: an unsplit operand WSC-11 passed
             with located(path):
                 if isinstance(eq.sharding, GSPMDSharding):
                     check_constraint_lowers(eq.sharding, path)

@@ -466,22 +466,30 @@ def check_listed_in_specs(program: Program, live: Any, prefix: str = "") -> None
     equations, then the bodies nested in them), so a spec naming an axis twice is refused
     there; a shard_map over an abstract mesh is checked later, in :func:`lower_shard_maps`."""
     with staged("lower"):
-        for k, eq in enumerate(program.equations):
-            if live.equations[k] and isinstance(eq, ShardMap) and isinstance(eq.mesh, Mesh):
-                _check_used_in_specs(eq, live.bodies[k], f"{prefix}body[{k}]")
-        for k, eq in enumerate(program.equations):
-            if live.equations[k] and eq.body is not None:
-                check_listed_in_specs(eq.body, live.bodies[k],
-                                      f"{prefix}body[{k}].{eq.kind}.")
+        # each spec once: SMAP-12 reads nothing else, and a step repeats its specs
+        _listed_in_specs(program, live, prefix, set())
 
 
-def _check_used_in_specs(eq: ShardMap, live: Any, path: str) -> None:
+def _listed_in_specs(program: Program, live: Any, prefix: str, passed: set) -> None:
+    """:func:`check_listed_in_specs` of one body; ``passed``: the specs found to name each
+    axis once so far."""
+    for k, eq in enumerate(program.equations):
+        if live.equations[k] and isinstance(eq, ShardMap) and isinstance(eq.mesh, Mesh):
+            _check_used_in_specs(eq, live.bodies[k], f"{prefix}body[{k}]", passed)
+    for k, eq in enumerate(program.equations):
+        # a body without bodies of its own (depth 1) holds no shard_map
+        if live.equations[k] and eq.body is not None and eq.body.depth > 1:
+            _listed_in_specs(eq.body, live.bodies[k], f"{prefix}body[{k}].{eq.kind}.", passed)
+
+
+def _check_used_in_specs(eq: ShardMap, live: Any, path: str, passed: set) -> None:
     """SMAP-12 for the in specs of the operands a shard_map's body uses (``live``: what
-    lives of its body)."""
+    lives of its body) that are not in ``passed``, which gains them."""
     for i, (spec, used) in enumerate(zip(eq.in_specs, live.inputs)):
-        if used:
+        if used and spec not in passed:
             with located(f"{path}.shard_map.in_specs[{i}]"):
                 check_no_repeated_axes(spec, f"in_specs[{i}]")
+            passed.add(spec)
 
 
 def lower_shard_maps(program: Program, live: Any, prefix: str = "") -> None:
