@@ -330,7 +330,8 @@ def _type_sharding(value: Value) -> NamedSharding:
 
 def _joined(result: Value, operands: list[Value]) -> Value:
     """A primitive's result typed over its operands' mesh where they agree (JAX's Auto
-    types), over none where they do not."""
+    types), over none where they do not; split over Explicit axes as ``result`` is over
+    that mesh, else as the operands over it are."""
     meshes = {v.mesh for v in operands} - {None}
     mesh = meshes.pop() if len(meshes) == 1 else None
     # Split over Explicit axes as the result's own type is when it is over that mesh,
