@@ -36,9 +36,7 @@ from shardlaw.properties.program_harness import (
     _with_choices, arguments_of, function_of, outcome_problems, program_cases, program_of,
     top_options,
 )
-from shardlaw.spec import (
-    AxisType, Rejection, explain_program, from_jax, tracing,
-)
+from shardlaw.spec import Rejection, explain_program, from_jax, tracing
 from shardlaw.spec.program.batching import (
     batched_input, nested_vmap_program, vmap_program,
 )
