@@ -217,6 +217,23 @@ def test_a_repeated_in_spec_is_refused_before_the_shard_maps_mesh_on_other_devic
     assert (mine.value.rule, mine.value.stage, mine.value.path) == ("SMAP-12", "lower", path)
 
 
+@checks("SMAP-13")
+def test_a_refusal_after_axis_index_is_located_as_jax_numbers_the_body():
+    """``x + axis_index('y')`` is traced as axis_index, its cast to float32 and the add:
+    the repeated axes of the psum after it are refused at body[3] of the shard_map's body
+    (the jaxpr the engine walks, and the spec's verdict on the program JAX traced; a deep
+    run held the engine to the recipe's built program, which has no cast, at body[2])."""
+    from shardlaw.properties.program_shardmap_harness import MapCase, Op
+    from shardlaw.properties.suites.programs import shard_maps
+
+    case = MapCase(MESH, X, P("x"), P("x", "y"), frozenset(), False,
+                   (Op("axis_index", ("y",)), Op("psum", ("y", "y"))))
+    assert not compare_engine_program(case, shard_maps())
+    error = run_in_engine(case, shard_maps()).error
+    assert (error.rule, error.stage, error.path) == ("SMAP-13", "lower",
+                                                     "body[0].shard_map.body[3]")
+
+
 @checks("OUT-2", "PROG-4")
 def test_the_same_devices_in_another_shape_fail_when_compiled_as_in_jax():
     """Gap 1's IndivisibleError: the constraint's mesh holds the same devices in another

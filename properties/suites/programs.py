@@ -144,13 +144,19 @@ PROGRAMS = EngineHarness(function_of, arguments_of, top_options, run_in_jax, spe
 
 def shard_maps() -> EngineHarness:
     """The drawn shard_maps of program_shardmap_harness (collectives, constraints before and
-    after, an inner jit), the spec's verdict on the program the recipe builds."""
+    after, an inner jit), the spec's verdict on the program JAX traced (``describe_program``
+    of its jaxpr, the one the engine walks: a refusal's path inside a body counts the casts
+    JAX inserts, which the recipe's built program leaves out), or on the built program where
+    JAX traced none."""
     from shardlaw.properties import program_shardmap_harness as harness
     from shardlaw.spec import explain_program
 
+    def spec(case: Any, outcome: Any) -> Any:
+        described = outcome.described
+        return explain_program(harness.program_of(case) if described is None else described)
+
     return EngineHarness(harness.function_of, lambda case: (harness.argument_of(case),),
-                         lambda case: {}, harness.run_case,
-                         lambda case, outcome: explain_program(harness.program_of(case)))
+                         lambda case: {}, harness.run_case, spec)
 
 
 class EngineOutcome:
