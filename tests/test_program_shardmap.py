@@ -240,6 +240,27 @@ def test_an_in_spec_naming_an_axis_twice_is_refused_before_the_device_assignment
         "SMAP-12", "lower", "body[0].shard_map.in_specs[0]")
 
 
+@checks("SMAP-12", "DA-1")
+def test_over_the_context_mesh_a_repeated_in_spec_is_refused_after_the_device_assignment():
+    """A shard_map over the context mesh has an abstract mesh, of which JAX lists no
+    sharding: its in specs are checked when the body is lowered, after DA-1 has refused a
+    constraint on the devices in reverse."""
+    mesh = _mesh()
+
+    def step(a):
+        a = jax.lax.with_sharding_constraint(a, jax.NamedSharding(_mesh(range(7, -1, -1)),
+                                                                  JaxP()))
+        return jax.shard_map(lambda b: -b, in_specs=JaxP("y", "y"), out_specs=JaxP(),
+                             check_vma=False)(a)
+
+    x = _argument(mesh, spec=JaxP("x"))
+    with jax.set_mesh(mesh):
+        verdict = explain_program(describe_program(jax.jit(step), x))
+        with pytest.raises(ValueError, match="incompatible devices"):
+            jax.jit(step).trace(x).lower()
+    assert (verdict.rule, verdict.stage, verdict.path) == ("DA-1", "lower", "body[0]")
+
+
 @checks("SMAP-11")
 def test_an_out_spec_that_leaves_out_an_axis_the_result_varies_along_is_refused():
     verdict = _refused(_case([Op("all_gather", ("x",))], out_spec=P(None, "y")))
