@@ -386,6 +386,18 @@ class DeviceList:
                                self.id_at(len(self) - 1) if len(self) else -1))
         return self._hash
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The hash and the positions are worked out again where the list is unpickled:
+        # a platform's name hashes differently in another process.
+        return {name: getattr(self, name) for name in self.__slots__
+                if name not in ("_hash", "_positions")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        self._hash = None
+        self._positions = None
+
     def __repr__(self) -> str:
         if self._iota is not None:
             return f"DeviceList({self._iota!r})"

@@ -35,7 +35,7 @@ from ..core.hlo import HloSharding
 from ..core.rules import Failure, reject, rule
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import (
-    AbstractMesh, AxisType, Mesh, PartitionSpec, UNCONSTRAINED, check_dims,
+    AbstractMesh, AxisType, Mesh, PartitionSpec, UNCONSTRAINED, check_dims, state_without_hash,
 )
 from ..jit.call import DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg
 
@@ -194,6 +194,8 @@ class Value:
             cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
             object.__setattr__(self, "_hash", cached)
         return cached
+
+    __getstate__ = state_without_hash   # the hash is worked out again where unpickled
 
     # Constructors named for what a user holds.
     @classmethod
@@ -856,6 +858,8 @@ class Program:
                                 if f.compare))
             object.__setattr__(self, "_hash", cached)
         return cached
+
+    __getstate__ = state_without_hash   # the hash is worked out again where unpickled
 
     def producer(self, number: int) -> tuple[int, int] | None:
         """(equation index, result index) of the equation that defines value ``number``
