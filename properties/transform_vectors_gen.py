@@ -75,6 +75,7 @@ PROGRAM_ONLY = {
     "AD-13": "the types of the cotangents equations hand back over Explicit axes",
     "AD-14": "two cotangents of different types over Explicit axes summed at one value",
     "AD-15": "a unary primitive a transpose applies to a cotangent typed unreduced",
+    "AD-16": "a product's transpose reshaped to an operand's cotangent type unreduced",
     "BAT-10": "a program's value typed with reduced axes that vmap maps or broadcasts",
     "SMAP-20": "the varying axes of a collective inside a shard_map body",
     "SMAP-21": "the shape of a collective's result inside a shard_map body",

@@ -345,6 +345,17 @@ def _joined(result: Value, operands: list[Value]) -> Value:
                  spec=split)
 
 
+def _product(factors: list[Value]) -> Value:
+    """The type of a product, before JAX's transpose reshapes it: over the mesh its
+    factors agree on, split as the first factor typed over it (over none where they do not
+    agree)."""
+    meshes = {v.mesh for v in factors} - {None}
+    if len(meshes) == 1:
+        mesh = meshes.pop()
+        return next(v for v in factors if v.mesh == mesh)
+    return Value(factors[0].shape, factors[0].dtype)
+
+
 def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list) -> list:
     """The tangent of a primitive: linear ones applied to the tangents (a zero tangent of
     an operand of ``add``/``sub`` dropped), ``sin`` times its ``cos``, others opaque."""

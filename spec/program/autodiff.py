@@ -57,15 +57,15 @@ from .description import (
     check_program, type_spec,
 )
 from .ad_bodies import (
-    COLLECTIVE_TRANSPOSES, FLOATS, LINEAR, NONLINEAR, NotRewritten, NotScalar, _Body, _Direct, _Tape, _inline, _jit_facts, _joined, _options, _tangent_eq, _traced, _type_sharding, _put_back_to, cotangent_type, dependencies,
-    differentiable,
+    COLLECTIVE_TRANSPOSES, FLOATS, LINEAR, NONLINEAR, NotRewritten, NotScalar, _Body, _Direct, _Tape, _inline, _jit_facts, _joined, _options, _product, _tangent_eq, _traced, _type_sharding, _put_back_to, cotangent_type,
+    dependencies, differentiable,
 )
 from .explain import trace_body
 from .lowering import equation_path
 from .partial_eval import dce_program
 from .shardmap_autodiff import (
-    check_cotangent_type, check_unreduced_operand, cotangent_spec, divisor, residual_spec,
-    transposed_collective, unmentioned_axes,
+    check_cotangent_type, check_product_cotangent, check_unreduced_operand, cotangent_spec,
+    divisor, residual_spec, transposed_collective, unmentioned_axes,
 )
 
 __all__ = ["jvp_program", "linearize_program", "vjp_program", "grad_program",
@@ -591,6 +591,11 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
         if name == "neg" or name == "sub" and k == 1:
             with staged("trace"):   # a unary primitive takes no unreduced cotangent
                 check_unreduced_operand("neg", body.types[ct], path)
+        if name == "mul" and others and result[0].spec is not None and \
+                result[0].spec.unreduced:
+            with staged("trace"):   # reshaped to an unreduced type where typed otherwise
+                check_product_cotangent(_product([body.types[c] for c in (ct,) + others]),
+                                        result[0], path)
         if name in ("add", "add_any"):
             out.append((n, ct))
         elif name == "sub":

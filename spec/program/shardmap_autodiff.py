@@ -1,4 +1,4 @@
-"""A ``shard_map`` under ``jax.linearize``, ``jax.vjp`` and ``jax.grad``: the specs its linearization and its transpose stage, each collective's transpose, and the cotangents' types (AD-10 to AD-15).
+"""A ``shard_map`` under ``jax.linearize``, ``jax.vjp`` and ``jax.grad``: the specs its linearization and its transpose stage, each collective's transpose, and the cotangents' types (AD-10 to AD-16).
 
 JAX 0.10.2 linearizes a shard_map (``shard_map._shard_map_linearize``) into two shard_maps
 over the same mesh: the *known* one runs the body's primal half and returns, before the
@@ -12,7 +12,8 @@ programs; the functions here decide the specs and the transposes. Over Explicit 
 cotangent any equation hands back while transposing must be typed as its primal's
 cotangent (AD-13), as JAX's backward pass checks, and two cotangents summed at one value
 must be typed alike (AD-14); a cotangent typed unreduced (a reduced value's) goes through
-no unary elementwise primitive (AD-15).
+no unary elementwise primitive (AD-15), and a product's transpose hands back no
+cotangent typed unreduced that it must reshape to (AD-16).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ P = PartitionSpec  # the name the examples use
 
 __all__ = ["residual_spec", "cotangent_spec", "unmentioned_axes", "transposed_collective",
            "divisor", "check_cotangent_type", "check_summed_types", "check_unreduced_operand",
-           "NoDerivative", "CotangentType", "SummedTypes", "UnreducedOperand", "NO_DERIVATIVE",
-           "UNARY"]
+           "check_product_cotangent", "NoDerivative", "CotangentType", "SummedTypes",
+           "UnreducedOperand", "ReshapedToUnreduced", "NO_DERIVATIVE", "UNARY"]
 
 # The collectives JAX gives no differentiation rule (a non-zero tangent reaching one is
 # refused while the transformed function is traced).
@@ -257,6 +258,41 @@ def check_unreduced_operand(primitive: str, operand: Any, path: str = "") -> Non
     """
     if primitive in UNARY and operand.spec is not None and operand.spec.unreduced:
         raise reject(UnreducedOperand(primitive, _short(operand), path))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReshapedToUnreduced(Failure, rule="AD-16", error=ValueError):
+    template = ("out_sharding passed to `reshape` cannot contain unreduced axes: the "
+                "product transposed at {path} is typed {product}, its operand's cotangent "
+                "{expected}")
+    hint = ("Reshard the value typed reduced to a type without reduced axes "
+            "(jax.sharding.reshard) before it is multiplied, or pass a cotangent typed "
+            "unreduced as its cotangent type says.")
+    product: str
+    expected: str
+    path: str
+
+
+@rule("AD-16", mirrors="jax._src.lax.lax._unbroadcast; jax._src.lax.lax._reshape_unreduced_rule")
+def check_product_cotangent(product: Any, expected: Any, path: str = "") -> None:
+    """A product's transpose whose result is not typed as its operand's cotangent, which has unreduced axes, is refused: JAX reshapes it to that type, and a reshape takes no unreduced type (ValueError at trace).
+
+    ``product`` is the type of the cotangent times the other factor (split as the first of
+    them typed over their mesh), ``expected`` the operand's cotangent type.
+
+    >>> from shardlaw.spec.program.description import Value
+    >>> mesh = AbstractMesh((2,), ("x",), (AxisType.Explicit,))
+    >>> unreduced = Value((8,), mesh=mesh, spec=P(unreduced={"x"}))
+    >>> check_product_cotangent(unreduced, unreduced)
+    >>> check_product_cotangent(Value((8,), mesh=mesh, spec=P(reduced={"x"})), unreduced, "body[2]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [AD-16]: out_sharding passed to `reshape` cannot contain unreduced axes: the product transposed at body[2] is typed float32[8] split P(reduced={'x'}), its operand's cotangent float32[8] split P(unreduced={'x'}). Reshard the value typed reduced to a type without reduced axes (jax.sharding.reshard) before it is multiplied, or pass a cotangent typed unreduced as its cotangent type says.
+    """
+    if expected.spec is None or not expected.spec.unreduced:
+        return
+    if (product.mesh, product.spec) != (expected.mesh, expected.spec):
+        raise reject(ReshapedToUnreduced(_short(product), _short(expected), path))
 
 
 def divisor(sizes: dict[str, int], axes: tuple[str, ...]) -> int:
