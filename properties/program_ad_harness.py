@@ -22,8 +22,10 @@ assignment; and the rewritten equations against JAX's transformed function read 
 walking JAX's jaxpr), compared as their placing equations in order: every jit's in and out
 shardings and donation, every constraint's and device_put's shardings, every shard_map's
 specs and, inside its body, every collective with its axes and what it moves (other
-opaque equations, whose names and parameters JAX chooses, are left out). Rules seen are
-recorded under :data:`SOURCE`.
+opaque equations, whose names and parameters JAX chooses, are left out), and the types
+(mesh and split over Explicit axes) of every value a placing equation makes and of every
+jit's inputs and outputs. With ``ad_cases(explicit=True)`` the recipes are drawn over
+Auto, Explicit and mixed meshes. Rules seen are recorded under :data:`SOURCE`.
 
 A :class:`MapAdCase` is a drawn shard_map program
 (:mod:`shardlaw.properties.program_shardmap_harness`: its body a chain of collectives,
