@@ -333,19 +333,71 @@ def _numbers(kept: Any, every: Any) -> list[int]:
 
 @rule("REF-3")
 def check_refs_not_donated(paths: list[str], refs: list[int], kept: tuple[int, ...],
-                           donated: tuple[bool, ...]) -> None:
-    """A ref passed as an argument that takes part in the program cannot be donated: its buffer is already aliased with its new value (REF-2), so compiling refuses it as a donor.
+                           donated: tuple[bool, ...], inputs: list[tuple] = (),
+                           results: list[tuple] = (), devices: int = 1) -> None:
+    """A donated ref argument taking part is refused when compiling if the compiler is made its donor: on several devices when a result's sharding is not given, else when an unaliased result has its per-device size.
 
-    ``refs``: the flat arguments that are refs; ``kept``: those the program keeps; a
-    donated ref the program drops as unused is no donor at all.
+    ``refs``: the flat arguments that are refs; ``kept``: those the program keeps (a
+    donated ref dropped as unused is no donor); ``inputs`` and ``results``: each flat
+    argument's and result's (shape, dtype, sharding), the results' as jit's out_shardings
+    give them (UNSPECIFIED: not given); ``devices``: the device assignment's size. As JAX
+    sets up its aliases: a donated argument not a ref takes the first result of its
+    per-device shape and dtype, then every donated argument left, in order, the first
+    result left with as many elements per device; a ref that gets one is a donor.
     """
-    for i in refs:
-        if i in kept and i < len(donated) and donated[i]:
-            raise reject("REF-3", internals.JaxRuntimeError,
-                         f"{paths[i]} is a mutable ref, so its buffer is already aliased with "
-                         "its new value and cannot be added as a buffer donor for any result "
-                         "as well. Do not donate a ref: its updates are written back in place "
-                         "already.", paths[i], jax_error="JaxRuntimeError")
+    donors = [i for i in sorted(kept) if i < len(donated) and donated[i]]
+    is_ref = set(refs)
+    if not any(i in is_ref for i in donors):
+        return
+    if devices > 1 and not all(_given(s) for _, _, s in results):
+        _donated_ref(paths[next(i for i in donors if i in is_ref)])
+    free = [(_piece(shape, s, devices), str(dtype)) for shape, dtype, s in results]
+    waiting = []
+    for i in donors:
+        shape, dtype, s = inputs[i]
+        mine = (_piece(shape, s, devices), str(dtype))
+        if i not in is_ref and mine in free:
+            free.remove(mine)    # aliased to that result
+        else:
+            waiting.append(i)
+    counts = [_elements(piece) for piece, _ in free]
+    for i in waiting:
+        shape, _, s = inputs[i]
+        n = _elements(_piece(shape, s, devices))
+        if n in counts:
+            counts.remove(n)     # the compiler is made its donor
+            if i in is_ref:
+                _donated_ref(paths[i])
+
+
+def _donated_ref(path: str) -> None:
+    raise reject("REF-3", internals.JaxRuntimeError,
+                 f"{path} is a mutable ref, so its buffer is already aliased with its new "
+                 "value and cannot be added as a buffer donor for any result as well. Do not "
+                 "donate a ref: its updates are written back in place already.", path,
+                 jax_error="JaxRuntimeError")
+
+
+def _given(sharding: Any) -> bool:
+    """A result's sharding given, with no dimension left UNCONSTRAINED."""
+    if sharding is UNSPECIFIED or sharding is None:
+        return False
+    return not (isinstance(sharding, NamedSharding)
+                and any(e is PartitionSpec.UNCONSTRAINED for e in sharding.spec))
+
+
+def _piece(shape: tuple, sharding: Any, devices: int) -> tuple:
+    """What one device holds of a value of ``shape`` on ``sharding``."""
+    if devices == 1 or not _given(sharding):
+        return tuple(shape)
+    return tuple(sharding.shard_shape(tuple(shape)))
+
+
+def _elements(shape: tuple) -> int:
+    n = 1
+    for size in shape:
+        n *= size
+    return n
 
 
 # --------------------------------------------------------------------------- PROG-3

@@ -258,9 +258,12 @@ def stage_compile(engine: "Engine", d: CallDecision) -> DispatchPlan:
     refs' new values back and reading the results' shardings over the refs' as it does."""
     arguments = d.arguments
     if arguments.refs or d.refs:
-        check_refs_not_donated(arguments.paths(), arguments.refs, d.kept, donated_leaves(
-            arguments.positions, engine.options.names, arguments.dyn_args,
-            arguments.dyn_kwargs))
+        check_refs_not_donated(
+            arguments.paths(), arguments.refs, d.kept, donated_leaves(
+                arguments.positions, engine.options.names, arguments.dyn_args,
+                arguments.dyn_kwargs),
+            [(x.shape, x.dtype, f) for x, f in zip(d.inputs, d.final)],
+            [(a.shape, a.dtype, s) for a, s in zip(d.out_avals, d.out_flat)], d.count)
         raise LeftToJax("mutable refs among its inputs", d)
     _check_input_recovery(d)
     key = executable_key(engine, d)

@@ -234,6 +234,39 @@ def test_a_refusal_after_axis_index_is_located_as_jax_numbers_the_body():
                                                      "body[0].shard_map.body[3]")
 
 
+@checks("REF-3")
+@pytest.mark.parametrize("out_spec, refused", [(None, True), (JaxP(), False),
+                                               (JaxP(None, "x"), True)],
+                         ids=["not-given", "another-size", "the-same-size"])
+def test_a_donated_ref_is_refused_where_jax_makes_the_compiler_its_donor(out_spec, refused):
+    """A ref split over eight devices, donated and written, beside a replicated result:
+    refused when the result's sharding is not given or splits it as the ref is, accepted
+    (the donation unused) when the result holds more per device, as JAX does."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("x",))
+    data = np.ones((4, 8), np.float32)
+    x = jax.device_put(data, JaxNamedSharding(mesh, JaxP()))
+    ref = jax.new_ref(jax.device_put(data, JaxNamedSharding(mesh, JaxP(None, "x"))))
+
+    def step(a, r):
+        r[...] = jnp.sin(r[...])
+        return -a
+
+    options = {"donate_argnums": 1}
+    if out_spec is not None:
+        options["out_shardings"] = JaxNamedSharding(mesh, out_spec)
+    outcomes = []
+    for jit in (jax.jit, engine.jit):
+        try:
+            jit(step, **options).trace(x, ref).lower().compile()
+            outcomes.append(None)
+        except Exception as error:  # noqa: BLE001 - compared
+            outcomes.append(error)
+    theirs, mine = outcomes
+    assert (theirs is not None, mine is not None) == (refused, refused)
+    if refused:
+        assert isinstance(mine, type(theirs)) and mine.rule == "REF-3"
+
+
 @checks("OUT-2", "PROG-4")
 def test_the_same_devices_in_another_shape_fail_when_compiled_as_in_jax():
     """Gap 1's IndivisibleError: the constraint's mesh holds the same devices in another

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from shardlaw.properties.program_constants_harness import (
     RULES, ConstCase, Held, HoistingWorker, compare_constants, constant_cases,
@@ -116,6 +116,60 @@ def test_a_donated_ref_is_refused_when_compiling():
     _, unused = _agree(_one(Held("ref_arg", "placed", "dead", NamedSharding(MESH, P()),
                                  donated=True)))
     assert unused.accepted
+
+
+_EIGHT = Mesh.iota((8,), ("x",))
+_WHOLE = NamedSharding(_EIGHT, P(None, None))
+_SPLIT = NamedSharding(_EIGHT, P(None, "x"))
+
+
+def _written(r):
+    r[...] = jnp.sin(r[...])
+
+
+@checks("REF-3")
+@pytest.mark.parametrize("devices, ref_on, out_shardings, result, refused", [
+    (1, None, None, "same", True),          # one device: a result as big as the ref
+    (1, None, None, "smaller", False),      # ... none: its donation goes unused
+    (1, None, None, "reshaped", True),      # the size counts, not the shape
+    (8, "whole", None, "none", False),      # its own new value is the only result
+    (8, "split", None, "smaller", True),    # a result's sharding not given: donor at once
+    (8, "whole", "whole", "same", True),    # given, the same per-device size
+    (8, "split", "whole", "same", False),   # given, another per-device size
+    (8, "split", "split", "same", True),    # given, split as the ref is
+], ids=lambda v: str(v))
+def test_a_donated_ref_is_refused_only_where_the_compiler_is_made_its_donor(
+        devices, ref_on, out_shardings, result, refused):
+    """JAX aliases a ref to its new value, then hands each donated argument left to the
+    compiler as a donor on several devices when a result's sharding is not given, else
+    when a result nothing aliases has as many elements per device: XLA refuses a ref so
+    handed (a deep run drew a donated ref JAX accepts: out_shardings given, the ref split)."""
+    single = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    where = single if devices == 1 else to_jax({"whole": _WHOLE, "split": _SPLIT}[ref_on])
+    data = np.ones((4, 8), np.float32)
+    x = jax.device_put(data, single if devices == 1 else to_jax(_WHOLE))
+    ref = jax.new_ref(jax.device_put(data, where))
+    shaped = {"same": lambda a: -a, "smaller": lambda a: -a[:2], "reshaped":
+              lambda a: -a.reshape(8, 4), "none": None}[result]
+
+    def step(a, r):
+        _written(r)
+        return None if shaped is None else shaped(a)
+
+    options = {"donate_argnums": 1}
+    if out_shardings is not None:
+        options["out_shardings"] = to_jax({"whole": _WHOLE, "split": _SPLIT}[out_shardings])
+    jitted = jax.jit(step, **options)
+    verdict = explain_program(describe_program(jitted, x, ref))
+    try:
+        jitted.trace(x, ref).lower().compile()
+        jax_refused = False
+    except Exception as error:  # noqa: BLE001 - compared
+        assert "already aliased" in str(error) and "buffer donor" in str(error)
+        jax_refused = True
+    assert jax_refused == refused
+    assert (verdict.rule, verdict.stage) == (("REF-3", "compile") if refused else
+                                             (None, None)), verdict.message
 
 
 def test_describe_program_reads_refs_passed_and_closed_over():
@@ -252,6 +306,14 @@ def test_a_constant_an_inner_jit_closes_over_is_hoisted_too():
 @checks("CONST-1", "REF-1", "REF-2", "REF-3", "DA-1")
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(constant_cases())
+# a deep run's draw: a donated ref split otherwise than the results, whose shardings are
+# given: JAX leaves its donation unused (REF-3 accepts)
+@example(ConstCase(Case((Value.placed((4, 8), _WHOLE),) * 2, Recipe((), (1, 0)),
+                        (_WHOLE, _WHOLE), keep_unused=False),
+                   (Held("constant", "placed", "dead", _WHOLE),
+                    Held("ref_arg", "placed", "written", NamedSharding(MESH, P("x", None)),
+                         donated=True),
+                    Held("constant", "numpy", "dead"))))
 def test_constants_and_refs_agree_with_jax(cc):
     problems = compare_constants(cc)
     assert not problems, "\n".join(problems) + f"\ncase: {cc}"

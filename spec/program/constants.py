@@ -12,7 +12,7 @@ mutable refs (``jax.new_ref``) it takes or closes over, established on 8 CPU dev
 * a mutable ref is always committed: passed as an argument it is an input where it is
   passed, closed over it is an input after the arguments, when a live equation uses it
   (REF-1); its new value comes back aliased to its buffer on its own sharding (REF-2), so
-  a ref cannot be donated as well (REF-3).
+  a donated ref is refused where JAX would make the compiler its donor as well (REF-3).
 
 A constant's path is ``constants[k]`` (``body[2].jit.constants[0]`` in a nested body); a
 ref argument's is its argument's, ``args[i]``.
@@ -27,7 +27,8 @@ from typing import Any, Iterator
 
 from ..core.rules import Failure, reject, rule
 from ..core.shardings import UNSPECIFIED, NamedSharding, SingleDeviceSharding
-from ..core.values import Mesh, PartitionSpec
+from ..core.values import UNCONSTRAINED, Mesh, PartitionSpec
+from ..placement.blocks import shard_shape
 from .description import Const, Opaque, Program, Value
 from .lowering import Live, equation_path, live_parts
 
@@ -188,25 +189,70 @@ class DonatedRef(Failure, rule="REF-3", error=RuntimeError, jax_error="JaxRuntim
     path: str
 
 
-@rule("REF-3", mirrors="XLA's input/output alias check (a parameter aliased and donated), "
-                       "as jax 0.10.2 compiles a donated ref")
-def check_refs_not_donated(program: Program, refs: tuple[tuple[str, Any], ...]) -> None:
-    """A ref passed as an argument that takes part in the program cannot be donated: its buffer is already aliased with its new value (REF-2), so compiling refuses it as a donor.
+@rule("REF-3", mirrors="jax._src.interpreters.mlir._set_up_aliases (a donated input the "
+                       "compiler is made a donor of), XLA's check of a parameter aliased and "
+                       "donated, as jax 0.10.2 compiles a donated ref")
+def check_refs_not_donated(program: Program, refs: tuple[tuple[str, Any], ...],
+                           results: tuple[tuple[Any, Any], ...] = (), devices: int = 1,
+                           kept: tuple[int, ...] | None = None) -> None:
+    """A donated ref argument taking part is refused when compiling if the compiler is made its donor: on several devices when a result's sharding is not given, else when an unaliased result has its per-device size.
 
-    A donated ref the program drops as unused is no donor at all.
+    ``refs``: the refs that take part (REF-1); ``results``: the function's results, each
+    (its type, its sharding: UNSPECIFIED where none is given), the refs' new values being
+    aliased already (REF-2); ``devices``: the device assignment's size; ``kept``: the
+    arguments the program keeps (None: all). The donated arguments take the results in
+    order: those not refs first the first result of their per-device shape and dtype
+    (aliased), then each one left, refs too, the first result left of its per-device
+    element count — a ref given one is a donor, refused. A donated ref the program drops
+    as unused is no donor at all.
 
     >>> ref = Value.placed((8,), SingleDeviceSharding(0))
     >>> program = Program((ref,), outputs=(0,), refs=(True,), donated=(True,))
-    >>> check_refs_not_donated(program, ref_inputs(program))
+    >>> check_refs_not_donated(program, ref_inputs(program), ((ref.type, UNSPECIFIED),))
     Traceback (most recent call last):
     ...
     shardlaw.spec.core.rules.RejectionRuntimeError: [REF-3] at args[0]: args[0] is a mutable ref, so its buffer is already aliased with its new value and cannot be added as a buffer donor for any result as well. Do not donate a ref: its updates are written back in place already.
+    >>> check_refs_not_donated(program, ref_inputs(program), ((Value.numpy((4,)), UNSPECIFIED),))
     """
     taking_part = {path for path, _ in refs}
-    for i, donated in enumerate(program.donated):
-        path = f"args[{i}]"
-        if donated and program.refs[i] and path in taking_part:
-            raise reject(DonatedRef(path), path)
+    donated = [i for i, d in enumerate(program.donated) if d and (kept is None or i in kept)]
+    if not any(program.refs[i] and f"args[{i}]" in taking_part for i in donated):
+        return
+    if devices > 1 and not all(_given(s) for _, s in results):
+        first = next(i for i in donated if program.refs[i] and f"args[{i}]" in taking_part)
+        raise reject(DonatedRef(f"args[{first}]"), f"args[{first}]")
+    left = [(_per_device(value.shape, s, devices), value.dtype) for value, s in results]
+    unmatched = []
+    for i in donated:   # the others aliased to a result of their per-device type first
+        arg = program.inputs[i]
+        piece = (_per_device(arg.shape, arg.sharding, devices), arg.dtype)
+        if not program.refs[i] and piece in left:
+            left.remove(piece)
+        elif not program.refs[i] or f"args[{i}]" in taking_part:
+            unmatched.append(i)
+    sizes = [math.prod(shape) for shape, _ in left]
+    for i in unmatched:   # then each left the first result of its per-device size
+        arg = program.inputs[i]
+        size = math.prod(_per_device(arg.shape, arg.sharding, devices))
+        if size in sizes:
+            sizes.remove(size)
+            if program.refs[i]:
+                raise reject(DonatedRef(f"args[{i}]"), f"args[{i}]")
+
+
+def _given(sharding: Any) -> bool:
+    """Whether a result's sharding is given (not left to the compiler, no UNCONSTRAINED)."""
+    if sharding is UNSPECIFIED:
+        return False
+    return not (isinstance(sharding, NamedSharding)
+                and any(e is UNCONSTRAINED for e in sharding.spec))
+
+
+def _per_device(shape: tuple[int, ...], sharding: Any, devices: int) -> tuple[int, ...]:
+    """The shape each device holds of a value on ``sharding`` (all of it on one device)."""
+    if devices == 1 or not _given(sharding) or sharding is None:
+        return tuple(shape)
+    return tuple(shard_shape(sharding, shape))
 
 
 # --------------------------------------------------------------------------- together

@@ -466,7 +466,8 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
             if not program.checked:
                 _check_written_out(n, called, traced, lowered)
             _lower_body(program, lowered.assignment, live)
-            held.check_donation()
+            held.check_donation(tuple(zip((program.value_types[o] for o in program.outputs),
+                                          traced.out_shardings)), lowered.count)
             placed = placed_results(program, [
                 *(lowered.resolved[i] for i in lowered.kept), *traced.out_shardings,
                 *(s.sharding for s in inside)])
@@ -596,10 +597,14 @@ class _Held:
         stage_lower(n, called, _stage_trace(n, called, self.program.checked), listing)
         self.labels = _labels(self.program, self.front, self.back)
 
-    def check_donation(self) -> None:
-        """REF-3 for a program with ref arguments."""
+    def check_donation(self, results: tuple, devices: int) -> None:
+        """REF-3 for a program with ref arguments: ``results`` its results' types and
+        shardings, ``devices`` the device assignment's size."""
         if any(self.program.refs):
-            check_refs_not_donated(self.program, self.updates)
+            program = self.program
+            used = live_parts(program, everything=program.keep_unused).inputs
+            kept = tuple(i for i, u in enumerate(used) if u or program.keep_unused)
+            check_refs_not_donated(program, self.updates, results, devices, kept)
 
     def relabeled(self, paths: tuple) -> tuple:
         return tuple(_relabel(p, self.labels) for p in paths)
