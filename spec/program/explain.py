@@ -438,8 +438,7 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
                   program)
     check_program(until in UNTIL, "the last stage asked about (until)", f"one of {UNTIL}",
                   until)
-    # what dead-code elimination leaves, worked out once for every stage that reads it
-    live = lowered_live(program)
+    live = lowered_live(program)   # what dead-code elimination leaves, for every stage
     used = live if not program.keep_unused else live_parts(program)
     try:  # the description, read before any of jit's rules (CALL-0; outside the trace)
         call = program_call(program, used)
