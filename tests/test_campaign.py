@@ -265,6 +265,19 @@ def test_the_plugin_registers_ci_and_deep_but_keeps_a_users_own():
     assert shown == "200 False 7"
 
 
+def test_the_plugin_registers_fresh_so_a_campaign_under_it_starts():
+    """HYPOTHESIS_PROFILE=fresh (the README's random draw of the default size) reaches a
+    campaign's worker processes, which read no tests/conftest.py: Hypothesis looks the
+    name up when a profile is registered, so the plugin must know it."""
+    shown = _python("""
+        from hypothesis import settings
+        import shardlaw.pytest_plugin
+        fresh = settings.get_profile("fresh")
+        print(fresh.max_examples, fresh.derandomize)
+    """)
+    assert shown == "200 False"
+
+
 def test_a_users_suite_gets_eight_devices_and_the_profile(tmp_path):
     (tmp_path / "test_users_own.py").write_text(textwrap.dedent("""
         import jax

@@ -1,4 +1,4 @@
-"""shardlaw's pytest plugin: eight CPU devices for JAX and the ``ci``/``deep`` profiles.
+"""shardlaw's pytest plugin: eight CPU devices for JAX and the ``ci``/``fresh``/``deep`` profiles.
 
 Installing shardlaw registers this module under ``pytest11``, so every pytest run in the
 environment loads it before any ``conftest.py``:
@@ -7,7 +7,9 @@ environment loads it before any ``conftest.py``:
   backend, and only when no backend has started yet (too late otherwise: JAX is left as
   it is). ``SHARDLAW_CPU_DEVICES=N`` asks for another count, ``0`` leaves JAX alone.
 * The Hypothesis profiles ``ci`` (200 examples, no deadline, the blob to reproduce a
-  failure printed) and ``deep`` (5,000 examples) are registered, unless a profile of that
+  failure printed), ``fresh`` (the same) and ``deep`` (5,000 examples) are registered,
+  so that every pytest process of the environment (a campaign's workers too) knows the
+  name ``HYPOTHESIS_PROFILE`` gives, unless a profile of that
   name was registered already by someone else than Hypothesis itself (Hypothesis ships a
   ``ci`` profile of its own; that one is replaced). A ``conftest.py`` that registers these
   names again wins, as it runs later.
@@ -43,10 +45,13 @@ __all__ = ["NUM_CPU_DEVICES", "PROFILES", "give_jax_cpu_devices", "register_prof
 
 NUM_CPU_DEVICES = 8
 
-# name -> the settings of shardlaw's profile (the same as tests/conftest.py's)
+# name -> the settings of shardlaw's profile for a user's suite. tests/conftest.py registers
+# the same names for the project's own tests, its ci derandomized (CI's gate).
 PROFILES: dict[str, dict[str, Any]] = {
     "ci": {"max_examples": 200, "deadline": None, "derandomize": False, "print_blob": True,
            "suppress_health_check": ["too_slow"]},
+    "fresh": {"max_examples": 200, "deadline": None, "derandomize": False, "print_blob": True,
+              "suppress_health_check": ["too_slow"]},
     "deep": {"max_examples": 5000, "deadline": None},
 }
 
