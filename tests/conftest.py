@@ -31,11 +31,9 @@ def _give_jax_eight_devices() -> None:
 
 _give_jax_eight_devices()
 
-settings.register_profile(
-    "ci", max_examples=200, deadline=None, derandomize=True, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile(
-    "fresh", max_examples=200, deadline=None, derandomize=False, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow])
+DEFAULT_SIZE = dict(max_examples=200, deadline=None, print_blob=True,
+                    suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", derandomize=True, **DEFAULT_SIZE)
+settings.register_profile("fresh", derandomize=False, **DEFAULT_SIZE)
 settings.register_profile("deep", max_examples=5000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

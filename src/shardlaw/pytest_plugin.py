@@ -47,11 +47,11 @@ NUM_CPU_DEVICES = 8
 
 # name -> the settings of shardlaw's profile for a user's suite. tests/conftest.py registers
 # the same names for the project's own tests, its ci derandomized (CI's gate).
+_DEFAULT_SIZE: dict[str, Any] = {"max_examples": 200, "deadline": None, "derandomize": False,
+                                 "print_blob": True, "suppress_health_check": ["too_slow"]}
 PROFILES: dict[str, dict[str, Any]] = {
-    "ci": {"max_examples": 200, "deadline": None, "derandomize": False, "print_blob": True,
-           "suppress_health_check": ["too_slow"]},
-    "fresh": {"max_examples": 200, "deadline": None, "derandomize": False, "print_blob": True,
-              "suppress_health_check": ["too_slow"]},
+    "ci": _DEFAULT_SIZE,
+    "fresh": _DEFAULT_SIZE,
     "deep": {"max_examples": 5000, "deadline": None},
 }
 
