@@ -21,8 +21,8 @@ from ..core.shardings import NamedSharding
 from ..core.values import AbstractMesh, PartitionSpec
 from ..transforms.autodiff import JitBody, JitEquation
 from .description import (
-    DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, Value,
-    check_program,
+    DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+    check_program, type_spec,
 )
 from .shardmap_autodiff import (
     NO_DERIVATIVE, check_summed_types, cotangent_spec, transposed_collective,
@@ -393,3 +393,31 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
     return list(tape.emit(_opaque(f"linearized_{name}", results,
                                   eq.params, len(residuals) + len(given)),
                           residuals + given))
+
+
+# ------------------------------------------------- what a shard_map's rewrites share
+
+def _manual(eq: ShardMap) -> frozenset[str]:
+    """The axes a shard_map makes manual (all its mesh's when it names none)."""
+    return eq.manual_axes or frozenset(eq.mesh.axis_names)
+
+
+def _sizes(eq: ShardMap) -> dict[str, int]:
+    return dict(zip(eq.mesh.axis_names, eq.mesh.axis_sizes))
+
+
+def _put_together(shard: Value, eq: ShardMap, spec: PartitionSpec, manual: frozenset[str]
+                  ) -> PartitionSpec | None:
+    """The split over Explicit axes of a value put together from per-shard values of type
+    ``shard`` by ``spec`` (JAX's ``unshard_aval``): per dimension, the axes ``spec`` names,
+    then those the shard's type splits it over that the shard_map leaves automatic."""
+    kept = [] if shard.spec is None else list(shard.spec)
+    entries = []
+    for d in range(len(shard.shape)):
+        given = kept[d] if d < len(kept) else None
+        others = tuple(n for n in ((given,) if isinstance(given, str) else given or ())
+                       if n not in manual)
+        entry = spec[d] if d < len(spec) else None
+        names = ((entry,) if isinstance(entry, str) else tuple(entry or ())) + others
+        entries.append(None if not names else names[0] if len(names) == 1 else names)
+    return type_spec(NamedSharding(eq.mesh, PartitionSpec(*entries)))

@@ -1,0 +1,314 @@
+"""The transpose of a linear body (``jax.vjp``'s backward pass over a whole program).
+
+:func:`~shardlaw.spec.program.autodiff.vjp_program` and
+:func:`~shardlaw.spec.program.autodiff.grad_program` linearize a program, then transpose
+its tangent half here: equation by equation in reverse order, each nested jit into a
+transposed jit, each shard_map into the shard_map AD-11 stages, each collective by AD-12,
+every cotangent typed and checked as JAX's backward pass checks it (AD-13 to AD-16).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..core.rules import reject, staged
+from ..core.values import PartitionSpec
+from ..transforms.autodiff import JitBody, JitEquation, transposed_equation
+from .ad_bodies import (
+    COLLECTIVE_TRANSPOSES, NotRewritten, _Body, _inline, _joined, _manual, _product,
+    _put_back_to, _put_together, _sizes, _type_sharding, cotangent_type, dependencies,
+)
+from .description import (
+    DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+    check_program,
+)
+from .lowering import equation_path
+from .shardmap_autodiff import (
+    check_cotangent_type, check_product_cotangent, check_unreduced_operand, cotangent_spec,
+    divisor, transposed_collective, unmentioned_axes,
+)
+
+
+def _linear_values(program: Program, linear: tuple[bool, ...]) -> list[bool]:
+    """Per value: whether it is computed from a linear input."""
+    flags = list(linear) + [False] * len(program.consts)
+    for eq in program.equations:
+        flags += [any(flags[n] for n in eq.operands)] * len(eq.results)
+    return flags
+
+
+def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
+                    prefix: str) -> tuple[Program, tuple[bool, ...]]:
+    """A linear body transposed: it takes its nonlinear inputs (the residuals), then a
+    cotangent per output ``given`` one (its type; None: none), and returns the cotangent
+    of each linear input one reaches (the flags). Nonlinear equations run first, then the
+    linear ones in reverse order; cotangents that meet are summed (``add_any``)."""
+    flags = _linear_values(program, linear)
+    nonlinear = [i for i, lin in enumerate(linear) if not lin]
+    cotangent_types = tuple(g.type for g in given if g is not None)
+    body = _Body(tuple(program.inputs[i].type for i in nonlinear) + cotangent_types,
+                 program.consts)
+    number: dict[int, int] = {i: k for k, i in enumerate(nonlinear)}
+    cts: dict[int, list[int]] = {}
+    seeds = iter(range(len(nonlinear), len(nonlinear) + len(cotangent_types)))
+    for n, g in zip(program.outputs, given):
+        if g is not None:
+            cts.setdefault(n, []).append(next(seeds))
+    numbers = program.result_numbers()
+    for eq, made in zip(program.equations, numbers):
+        if not flags[made[0]] if made else True:
+            outs = body.emit(eq.renumbered(tuple(number[n] for n in eq.operands)))
+            number.update(zip(made, outs))
+    for k in reversed(range(len(program.equations))):
+        eq, made = program.equations[k], numbers[k]
+        received = [cts.get(n) for n in made]
+        if not made or not flags[made[0]] or not any(received):
+            continue
+        path = equation_path(prefix, k)
+        incoming = [body.add_all(r, path) if r else None for r in received]
+        for operand, ct in _transpose_eq(eq, body, incoming, flags, number, path,
+                                         program.value_types):
+            # JAX checks each cotangent it hands to a value against the value's
+            # cotangent type (AD-13)
+            with staged("trace"):
+                check_cotangent_type(cotangent_type(program.value_types[operand]),
+                                     body.types[ct], path)
+            cts.setdefault(operand, []).append(ct)
+    outputs, reached = [], []
+    for i, lin in enumerate(linear):
+        if lin:
+            reached.append(bool(cts.get(i)))
+            if cts.get(i):
+                outputs.append(body.add_all(cts[i], f"{prefix}input[{i}]"))
+    return body.program(tuple(outputs)), tuple(reached)
+
+
+def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
+                  number: dict[int, int], path: str, types: tuple[Value, ...]
+                  ) -> list[tuple[int, int]]:
+    """One linear equation transposed: (operand, cotangent) for each linear operand."""
+    linear_ops = [(k, n) for k, n in enumerate(eq.operands) if flags[n]]
+    if isinstance(eq, ShardingConstraint):
+        (ct,) = body.emit(dataclasses.replace(eq, operands=(incoming[0],), results=None))
+        return [(eq.operands[0], ct)]
+    if isinstance(eq, DevicePut):
+        out = []
+        for k, n in linear_ops:
+            if incoming[k] is not None:
+                (ct,) = body.emit(DevicePut((incoming[k],), targets=(
+                    _put_back_to(types[n]),), checked=False))
+                out.append((n, ct))
+        return out
+    if isinstance(eq, Reshard):
+        # The cotangent goes back to the operand's cotangent type, as JAX reshards it
+        # to that sharding type: its mesh (the empty one where the type has none) and
+        # its split over Explicit axes, every dimension named.
+        operand = cotangent_type(types[eq.operands[0]])
+        (ct,) = body.emit(Reshard((incoming[0],), sharding=_type_sharding(operand),
+                                  results=(operand,)))
+        return [(eq.operands[0], ct)]
+    if isinstance(eq, Opaque):
+        return _transpose_opaque(eq, body, incoming, linear_ops, number, types, path)
+    if isinstance(eq, Jit):
+        return _transpose_jit(eq, body, incoming, flags, number, path)
+    if isinstance(eq, ShardMap):
+        return _transpose_shard_map(eq, body, incoming, flags, number, path, types)
+    raise reject(NotRewritten(f"a {eq.kind} equation", path, "transpose",
+                              "its transpose rule is not described"))
+
+
+def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
+                      number: dict[int, int], types: tuple[Value, ...], path: str = ""
+                      ) -> list[tuple[int, int]]:
+    """A linear primitive transposed: ``neg`` to ``neg``, ``reduce_sum`` and
+    ``broadcast_in_dim`` to each other, sums to each operand, ``mul`` by a residual to
+    ``mul``; any other primitive to ``transposed_<name>``. Each cotangent has its
+    operand's cotangent type."""
+    name, ct = eq.primitive, incoming[0]
+    out = []
+    for k, n in linear_ops:
+        others = tuple(number[m] for j, m in enumerate(eq.operands) if j != k and m in number)
+        # (typed as the operand's cotangent, over the mesh the operands agree on)
+        result = (_joined(cotangent_type(types[n]), [body.types[c] for c in (ct,) + others]),)
+        if name == "neg" or name == "sub" and k == 1:
+            with staged("trace"):   # a unary primitive takes no unreduced cotangent
+                check_unreduced_operand("neg", body.types[ct], path)
+        if name == "mul" and others and result[0].spec is not None and \
+                result[0].spec.unreduced:
+            with staged("trace"):   # reshaped to an unreduced type where typed otherwise
+                check_product_cotangent(_product([body.types[c] for c in (ct,) + others]),
+                                        result[0], path)
+        if name in ("add", "add_any"):
+            out.append((n, ct))
+        elif name == "sub":
+            out.append((n, ct if k == 0 else body.opaque("neg", (ct,), result)[0]))
+        elif name in ("neg", "mul"):
+            out.append((n, body.opaque(name, (ct,) + others, result, eq.params)[0]))
+        elif name in COLLECTIVE_TRANSPOSES:
+            # A collective's cotangent has its operand's per-shard type (AD-12).
+            mesh = types[n].mesh
+            swapped, params = transposed_collective(name, dict(eq.params), axis_order=(
+                mesh.axis_names if mesh is not None else None))
+            out.append((n, body.opaque(swapped, (ct,), (types[n],), params)[0]))
+        elif name in ("reduce_sum", "broadcast_in_dim"):
+            # The cotangent has its operand's shape, over the mesh the operand's type and
+            # the incoming cotangent's agree on (seen on JAX's transposes).
+            swapped = "broadcast_in_dim" if name == "reduce_sum" else "reduce_sum"
+            typed = _joined(cotangent_type(types[n]), [types[n], body.types[ct]])
+            out.append((n, body.opaque(swapped, (ct,), (typed,))[0]))
+        else:
+            out.append((n, body.opaque(f"transposed_{name}", (ct,) + others, result,
+                                       eq.params)[0]))
+    return out
+
+
+def _transpose_jit(eq: Jit, body: _Body, incoming: list, flags: list[bool],
+                   number: dict[int, int], path: str) -> list[tuple[int, int]]:
+    """A linear inner jit transposed (AD-5): its nonlinear operands (residuals,
+    UNSPECIFIED) and the cotangents it receives in, each reached linear operand's
+    cotangent out with its in_sharding; nothing donated."""
+    inner = eq.body
+    linear = tuple(flags[n] for n in eq.operands)
+    given = tuple(ct is not None for ct in incoming)
+    transposed, reached = _transpose_body(inner, linear, tuple(
+        None if ct is None else body.types[ct] for ct in incoming), f"{path}.jit.")
+    lin_in = [i for i, lin in enumerate(linear) if lin]
+    equation = JitEquation(tuple(inner.in_shardings[i] for i in lin_in), inner.out_shardings)
+    deps = tuple(frozenset(lin_in.index(i) for i in d if linear[i])
+                 for d in dependencies(inner))
+    facts = JitBody(len(lin_in), deps, None, len(linear) - len(lin_in), 0)
+    staged = transposed_equation(equation, facts, (True,) * len(lin_in), given)
+    if staged is None:
+        return []
+    check_program(len(staged.out_shardings) == sum(reached),
+                  f"the cotangents the transposed jit at {path} returns",
+                  f"one per linear input reached ({sum(reached)})", staged.out_shardings)
+    transposed = dataclasses.replace(
+        transposed, in_shardings=staged.in_shardings, out_shardings=staged.out_shardings,
+        donated=staged.donated_invars, keep_unused=inner.keep_unused,
+        context_mesh=inner.context_mesh)
+    operands = tuple(number[n] for n, lin in zip(eq.operands, linear) if not lin) + \
+        tuple(ct for ct in incoming if ct is not None)
+    outs = iter(body.emit(Jit(operands, body=transposed, name=eq.name, checked=False)))
+    return [(eq.operands[i], next(outs)) for i, r in zip(lin_in, reached) if r]
+
+
+def _cotangent_result(operand: Value, eq: ShardMap, spec: PartitionSpec,
+                      manual: frozenset[str]) -> Value:
+    """The type of a transposed shard_map's result: its operand's, split over the mesh's
+    Explicit axes as the in spec puts the cotangent together (the manual axes), and as the
+    operand's type is over the others (JAX's ``unshard_aval``)."""
+    value = operand.type
+    if value.mesh is None or not any(t.name == "Explicit" for t in value.mesh.axis_types):
+        return value
+    return dataclasses.replace(value, spec=_put_together(value, eq, spec, manual))
+
+
+def _automatic_split(result: Value, ct: Value, manual: frozenset[str]
+                     ) -> tuple[Value, Value] | None:
+    """A shard_map result's type and its cotangent's, split only over the Explicit axes
+    the shard_map leaves automatic, which the transposed body's per-shard types carry (a
+    cotangent typed over no mesh is split nowhere); None where there are no such axes."""
+    mesh = result.mesh
+    explicit = set() if mesh is None or result.spec is None else {
+        n for n, t in zip(mesh.axis_names, mesh.axis_types)
+        if t.name == "Explicit" and n not in manual}
+    if not explicit:
+        return None
+
+    def kept(spec: PartitionSpec | None) -> PartitionSpec:
+        entries = []
+        for d in range(len(result.shape)):
+            entry = spec[d] if spec is not None and d < len(spec) else None
+            names = tuple(n for n in ((entry,) if isinstance(entry, str) else entry or ())
+                          if n in explicit)
+            entries.append(None if not names else names[0] if len(names) == 1 else names)
+        return PartitionSpec(*entries)
+
+    got = ct.spec if ct.mesh == mesh else None
+    return (Value(result.shape, result.dtype, False, mesh, spec=kept(result.spec)),
+            Value(ct.shape, ct.dtype, False, mesh, spec=kept(got)))
+
+
+def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[bool],
+                         number: dict[int, int], path: str, types: tuple[Value, ...]
+                         ) -> list[tuple[int, int]]:
+    """A linear shard_map transposed (AD-11): one shard_map taking the non-zero cotangents
+    with their outputs' specs, then its residuals with their in specs, and returning each
+    reached linear operand's cotangent with its in spec; its body the body transposed.
+    Unchecked, a cotangent is divided by the manual axes its out spec leaves out before,
+    and each input's cotangent summed (psum) over those its in spec leaves out after. A
+    repeated shard_map (one form, operands of the same types) is transposed once per body."""
+    sizes, manual = _sizes(eq), _manual(eq)
+    linear = tuple(flags[n] for n in eq.operands)
+    cts = []
+    for j, ct in enumerate(incoming):
+        if ct is None:
+            continue
+        split = _automatic_split(eq.results[j], body.types[ct], manual)
+        if split is not None:
+            with staged("trace"):
+                check_cotangent_type(*split, path)
+        left_out = unmentioned_axes(eq.mesh.axis_names, manual,
+                                    cotangent_spec(eq.out_specs[j]))
+        if not eq.check_vma and divisor(sizes, left_out) != 1:
+            (ct,) = body.opaque("div", (ct,), (body.types[ct],))
+        cts.append(ct)
+    present = tuple(ct is not None for ct in incoming)
+    key = (eq.form, tuple(types[n] for n in eq.operands), linear, present)
+    transposed, chosen = body.once(key, lambda: _transposed_shard_map(
+        eq, linear, present, path, types))
+    if transposed is None:
+        return []
+    nonlinear = tuple(number[n] for n, lin in zip(eq.operands, linear) if not lin)
+    made = body.emit(transposed.renumbered(tuple(cts) + nonlinear))
+    return [(eq.operands[i], m) for i, m in zip(chosen, made)]
+
+
+def _transposed_shard_map(eq: ShardMap, linear: tuple[bool, ...], present: tuple[bool, ...],
+                          path: str, types: tuple[Value, ...]
+                          ) -> tuple[ShardMap | None, list[int]]:
+    """The transposed shard_map of ``eq`` (its operands the cotangents, then the
+    residuals, numbered from 0) and the linear operands whose cotangents it returns; None
+    where it returns none."""
+    inner, manual = eq.body, _manual(eq)
+    axes = eq.mesh.axis_names
+    ct_specs, given = [], []
+    for j, here in enumerate(present):
+        if not here:
+            given.append(None)
+            continue
+        spec = cotangent_spec(eq.out_specs[j])
+        ct_specs.append(spec)
+        value = inner.value_types[inner.outputs[j]]
+        varying = frozenset(n for entry in spec for n in (
+            entry if isinstance(entry, tuple) else (entry,) if entry else ()))
+        given.append(dataclasses.replace(
+            value, varying=(value.varying - manual) | varying if eq.check_vma
+            else value.varying - manual))
+    transposed, reached = _transpose_body(inner, linear, tuple(given), f"{path}.shard_map.")
+    # JAX's transposed body takes the cotangents first, then the residuals.
+    residuals = sum(1 for lin in linear if not lin)
+    order = tuple(range(residuals, residuals + len(ct_specs))) + tuple(range(residuals))
+    shards = _Body(tuple(transposed.inputs[k] for k in order))
+    inside = dict(zip(order, range(len(order))))
+    outs = list(_inline(shards, transposed, tuple(inside[k] for k in range(len(order)))))
+    lin_in = [i for i, lin in enumerate(linear) if lin]
+    chosen = [i for i, r in zip(lin_in, reached) if r]
+    if not chosen:
+        return None, []
+    if not eq.check_vma:
+        for k, i in enumerate(chosen):
+            left_out = unmentioned_axes(axes, manual, cotangent_spec(eq.in_specs[i]))
+            if left_out:
+                (outs[k],) = shards.opaque("psum", (outs[k],), (shards.types[outs[k]],), (
+                    ("axes", left_out), ("axis_index_groups", None)))
+    nonlinear = [i for i, lin in enumerate(linear) if not lin]
+    transposed_eq = dataclasses.replace(
+        eq, operands=tuple(range(len(ct_specs) + len(nonlinear))),
+        body=shards.program(tuple(outs)),
+        in_specs=tuple(ct_specs) + tuple(eq.in_specs[i] for i in nonlinear),
+        out_specs=tuple(cotangent_spec(eq.in_specs[i]) for i in chosen),
+        results=tuple(_cotangent_result(types[eq.operands[i]], eq, cotangent_spec(
+            eq.in_specs[i]), manual) for i in chosen), checked=False)
+    return transposed_eq, chosen
