@@ -29,14 +29,16 @@ _TYPED = (NamedSharding, SingleDeviceSharding)
 def recovery_origin(recovered: Sequence[Any], kept_values: Sequence[Out],
                     results: Sequence[Out], inside: Sequence[Source]
                     ) -> tuple[list[Any], list[Any], list[Out]]:
-    """With no kept input placed by a NamedSharding or SingleDeviceSharding, results the compiler placed take the type of the first such sharding inside the body, re-read over its own mesh.
+    """With no kept input placed by a NamedSharding or SingleDeviceSharding, results the compiler placed take the type of the first such sharding inside the body, re-read over its own mesh; over an abstract mesh they stay as placed.
 
     Returns what OUT-1 (:func:`~shardlaw.spec.jit.recovery.recover_shardings`) is given:
     the shardings and types whose first NamedSharding or SingleDeviceSharding it follows,
     and the results' types — without their meshes when a sharding inside the body is
     followed, since JAX then reads the results over that sharding's mesh, whatever their
-    types say. A NamedSharding over an abstract mesh inside the body is passed over (JAX's
-    re-reading over it fails and leaves the results as placed: not modelled).
+    types say. The first one is followed even when it is a NamedSharding over an abstract
+    mesh (a transposed device_put's target, a rewritten jit's sharding): JAX's re-reading
+    over it fails and leaves the results as the compiler placed them (OUT-1 C4; on one
+    device, OUT-3). An abstract constraint's sharding is not listed inside at all.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> inside = [Source(NamedSharding(mesh, P("x")), "sharding_constraint at body[0]")]
@@ -51,7 +53,6 @@ def recovery_origin(recovered: Sequence[Any], kept_values: Sequence[Out],
         return list(recovered), list(kept_values), list(results)
     for source in inside:
         s = source.sharding
-        if isinstance(s, SingleDeviceSharding) or (isinstance(s, NamedSharding)
-                                                   and isinstance(s.mesh, Mesh)):
+        if isinstance(s, _TYPED):
             return [s], [None], [Out(o.shape, o.dtype) for o in results]
     return list(recovered), list(kept_values), list(results)

@@ -230,6 +230,8 @@ def _recover(placed: Any, value: Any, user: Any, user_value: Any) -> Any:
     rank = len(value.shape)
     if not isinstance(placed, GSPMDSharding):
         return placed
+    if isinstance(user, NamedSharding) and not isinstance(user.mesh, Mesh):
+        return placed   # a sharding inside the body over an abstract mesh: JAX's assertion fails
     if isinstance(user, SingleDeviceSharding):
         return SingleDeviceSharding(placed.devices.id_at(0), memory_kind=placed.memory_kind)
     if (user_value is not None and len(user_value.shape) == rank

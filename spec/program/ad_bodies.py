@@ -37,9 +37,18 @@ LINEAR = ("neg", "reduce_sum", "broadcast_in_dim", "reshape", "transpose", "copy
           "psum", "psum_invariant", "pvary", "all_gather", "psum_scatter", "ppermute",
           "all_to_all", "reduce_scatter")
 
-# The nonlinear primitives with a known derivative: name -> the primitive computing the
-# residual from the operand (the tangent is the operand's tangent times the residual).
-NONLINEAR = {"sin": "cos", "cos": None, "exp": None}
+# The nonlinear primitives of one operand with a known derivative: name -> the residuals
+# JAX's linearization stores for it, in the order its tangent reads them (seen on
+# jax.linearize of each, jax 0.10.2): ``operand`` and ``result`` are the primal's own
+# values; any other is computed from them in the primal body, typed as the result
+# (``one_minus_result``: one, resharded to the result's mesh, minus the result).
+NONLINEAR = {"sin": ("cos",), "cos": ("sin",), "exp": ("result",), "log": ("operand",),
+             "tanh": ("result", "one_minus_result"), "logistic": ("logistic_slope",),
+             "integer_pow": ("power_slope",), "sqrt": ("sqrt_slope",)}
+
+# The primitives linear in each operand (a product): each nonzero tangent taken with the
+# other operand, a residual, the terms summed.
+BILINEAR = ("mul", "dot_general")
 
 # The collectives whose transpose AD-12 gives.
 COLLECTIVE_TRANSPOSES = ("psum", "psum_invariant", "pvary", "all_gather", "reduce_scatter",
@@ -266,9 +275,9 @@ class _Tape:
 
 
 def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list,
-                path: str, transform: str) -> list:
-    """Record the tangent of one equation whose primal is emitted; per result, its
-    tangent (None: a symbolic zero)."""
+                path: str, transform: str, results: tuple[int, ...] = ()) -> list:
+    """Record the tangent of one equation whose primal is emitted (its results numbered
+    ``results`` in the primal body); per result, its tangent (None: a symbolic zero)."""
     if all(t is None for t in moving):
         return [None] * len(eq.results)
     if isinstance(eq, (ShardingConstraint, Reshard)):
@@ -286,7 +295,7 @@ def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list
         if eq.primitive in NO_DERIVATIVE:
             with staged("trace"):
                 transposed_collective(eq.primitive, dict(eq.params), path)
-        return _opaque_tangent(eq, tape, operands, moving)
+        return _opaque_tangent(eq, tape, operands, moving, results)
     raise reject(NotRewritten(f"a {eq.kind} equation", path, transform,
                               "its tangent rule is not described"))
 
@@ -356,12 +365,14 @@ def _product(factors: list[Value]) -> Value:
     return Value(factors[0].shape, factors[0].dtype)
 
 
-def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list) -> list:
+def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,
+                    results: tuple[int, ...] = ()) -> list:
     """The tangent of a primitive: linear ones applied to the tangents (a zero tangent of
-    an operand of ``add``/``sub`` dropped), ``sin`` times its ``cos``, others opaque."""
+    an operand of ``add``/``sub`` dropped), products by the product rule, the
+    :data:`NONLINEAR` ones by their residuals, others opaque."""
     name = eq.primitive
     # A tangent has its primal's type (JAX's tangent avals), the mesh included.
-    results = eq.results
+    results_types = eq.results
     if name == "add_any" and None in moving:
         # add_any's JVP is linear_jvp's: a zero tangent is instantiated (typed as its
         # primal), and the sum is typed as its first operand.
@@ -371,28 +382,111 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
     if name in ("add", "sub") and None in moving:
         (k,) = [k for k, t in enumerate(moving) if t is not None]
         if name == "sub" and k == 1:
-            return list(tape.emit(_opaque("neg", results, count=1), (moving[1],)))
+            return list(tape.emit(_opaque("neg", results_types, count=1), (moving[1],)))
         return [moving[k]]
-    if name == "mul" and len(operands) == 2:
-        # The product rule: each non-zero tangent times the other operand, a residual.
-        terms = [tape.emit(_opaque("mul", results, count=2), (t, tape.residual(
-            operands[1 - k])))[0] for k, t in enumerate(moving) if t is not None]
-        if len(terms) == 2:
-            terms = list(tape.emit(_opaque("add_any", results, count=2), tuple(terms)))
-        return terms
-    if name in LINEAR or (name == "mul" and len(operands) == 1):
-        # (a product with a literal, which the description leaves out of the operands, is
-        # linear in its one operand)
-        return list(tape.emit(_opaque(name, results, eq.params, len(moving)), tuple(moving)))
-    if NONLINEAR.get(name) is not None:
-        (cos,) = tape.primal.opaque(NONLINEAR[name], operands, eq.results, eq.params)
-        return list(tape.emit(_opaque("mul", results, count=2),
-                              (moving[0], tape.residual(cos))))
+    if name in BILINEAR and len(operands) == 2:
+        return _product_tangent(eq, tape, operands, moving)
+    if name == "div" and len(operands) == 2:
+        return _quotient_tangent(eq, tape, operands, moving)
+    if name in LINEAR or (name in ("mul", "div") and len(operands) == 1):
+        # (a product with a literal, or a quotient by one, which the description leaves
+        # out of the operands, is linear in its one operand)
+        return list(tape.emit(_opaque(name, results_types, eq.params, len(moving)),
+                              tuple(moving)))
+    if name in NONLINEAR and len(operands) == 1 and len(results) == 1:
+        return _nonlinear_tangent(eq, tape, operands[0], moving[0], results[0])
     given = tuple(t for t in moving if t is not None)
     residuals = tuple(tape.residual(n) for n in operands)
-    return list(tape.emit(_opaque(f"linearized_{name}", results,
+    return list(tape.emit(_opaque(f"linearized_{name}", results_types,
                                   eq.params, len(residuals) + len(given)),
                           residuals + given))
+
+
+def _product_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list) -> list:
+    """The product rule: each nonzero tangent taken with the other operand, a residual
+    (the first operand's term first), the two terms summed with ``add_any``."""
+    results = eq.results
+    terms = []
+    for k, t in enumerate(moving):
+        if t is None:
+            continue
+        other = tape.residual(operands[1 - k])
+        pair = (t, other) if k == 0 or eq.primitive == "mul" else (other, t)
+        terms.append(tape.emit(_opaque(eq.primitive, results, eq.params, 2), pair)[0])
+    if len(terms) == 2:
+        terms = list(tape.emit(_opaque("add_any", results, count=2), tuple(terms)))
+    return terms
+
+
+def _quotient_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list) -> list:
+    """``x / y``: the numerator's tangent divided by ``y``; the denominator's times ``x``
+    and times ``y ** -2``, computed in the primal body (residuals in that order)."""
+    results = eq.results
+    terms = []
+    if moving[0] is not None:
+        terms.append(tape.emit(_opaque("div", results, count=2),
+                               (moving[0], tape.residual(operands[1])))[0])
+    if moving[1] is not None:
+        (negated,) = tape.emit(_opaque("neg", results, count=1), (moving[1],))
+        (scaled,) = tape.emit(_opaque("mul", results, count=2),
+                              (negated, tape.residual(operands[0])))
+        (power,) = tape.primal.opaque("integer_pow", (operands[1],),
+                                      (tape.primal.types[operands[1]],), (("y", -2),))
+        terms += tape.emit(_opaque("mul", results, count=2), (scaled, tape.residual(power)))
+    if len(terms) == 2:
+        terms = list(tape.emit(_opaque("add_any", results, count=2), tuple(terms)))
+    return terms
+
+
+def _one(body: _Body, like: Value) -> int:
+    """The literal one JAX's derivative rules subtract from (``_one``): a scalar, resharded
+    to the mesh of ``like``'s type when it has one."""
+    (one,) = body.opaque("broadcast_in_dim", (), (Value.typed((), like.dtype),))
+    if like.mesh is None:
+        return one
+    return body.emit(Reshard((one,), sharding=NamedSharding(like.mesh, PartitionSpec())))[0]
+
+
+def _residual_value(kind: str, eq: Opaque, body: _Body, operand: int, result: int) -> int:
+    """One residual a :data:`NONLINEAR` primitive's linearization stores: its number in
+    the primal body, computed there unless it is the operand or the result."""
+    typed = eq.results
+    if kind == "operand":
+        return operand
+    if kind == "result":
+        return result
+    if kind in ("cos", "sin"):
+        return body.opaque(kind, (operand,), typed)[0]
+    if kind == "power_slope":   # y * x ** (y - 1)
+        y = dict(eq.params).get("y", 2)
+        (power,) = body.opaque("integer_pow", (operand,), typed, (("y", y - 1),))
+        return body.opaque("mul", (power,), typed)[0]
+    if kind == "sqrt_slope":    # 0.5 / sqrt(x)
+        return body.opaque("div", (result,), typed)[0]
+    (complement,) = body.opaque("sub", (_one(body, typed[0]), result), typed)
+    if kind == "one_minus_result":
+        return complement
+    return body.opaque("mul", (result, complement), typed)[0]   # logistic_slope
+
+
+def _nonlinear_tangent(eq: Opaque, tape: Any, operand: int, moving: Any, result: int
+                       ) -> list:
+    """A :data:`NONLINEAR` primitive's tangent: the operand's tangent times its residuals
+    (``tanh``: ``(t + t * result) * (1 - result)``; ``log``: ``t / x``)."""
+    results = eq.results
+    if eq.primitive == "integer_pow" and dict(eq.params).get("y") == 0:
+        return list(tape.emit(_opaque("broadcast_in_dim", results), ()))  # zeros, no residual
+    stored = [tape.residual(_residual_value(kind, eq, tape.primal, operand, result))
+              for kind in NONLINEAR[eq.primitive]]
+    if eq.primitive == "tanh":
+        (scaled,) = tape.emit(_opaque("mul", results, count=2), (moving, stored[0]))
+        (moving,) = tape.emit(_opaque("add", results, count=2), (moving, scaled))
+        stored = stored[1:]
+    combine = "div" if eq.primitive == "log" else "mul"
+    (out,) = tape.emit(_opaque(combine, results, count=2), (moving, stored[0]))
+    if eq.primitive == "cos":
+        (out,) = tape.emit(_opaque("neg", results, count=1), (out,))
+    return [out]
 
 
 # ------------------------------------------------- what a shard_map's rewrites share

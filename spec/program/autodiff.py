@@ -91,7 +91,7 @@ def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
             outs, touts = _jvp_shard_map(eq, body, operands, in_tangents, path)
         else:
             outs = body.emit(eq.renumbered(operands))
-            touts = _tangent_eq(eq, tape, operands, in_tangents, path, "jvp")
+            touts = _tangent_eq(eq, tape, operands, in_tangents, path, "jvp", outs)
         number.extend(outs)
         tangents.extend(touts)
     out_tangents = [tangents[n] for n in program.outputs]
@@ -179,7 +179,7 @@ def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
                                                transform)
         else:
             outs = primal.emit(eq.renumbered(operands))
-            touts = _tangent_eq(eq, tape, operands, in_tangents, path, transform)
+            touts = _tangent_eq(eq, tape, operands, in_tangents, path, transform, outs)
         number.extend(outs)
         tangents.extend(touts)
     out_tangents = [tangents[n] for n in program.outputs]
