@@ -18,6 +18,7 @@ and they are all here, so that a JAX upgrade has one file to check:
 from __future__ import annotations
 
 import os
+import traceback
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -28,6 +29,7 @@ from jax._src import core as _core
 from jax._src import dtypes as _dtypes
 from jax._src import mesh as _mesh
 from jax._src import pjit as _pjit
+from jax._src import shard_map as _shard_map
 from jax._src import sharding_impls as _sharding_impls
 from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
@@ -35,6 +37,7 @@ from jax._src import util as _util
 from jax._src.array import ArrayImpl
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
+from jax._src.lax import parallel as _parallel
 from jax._src.lib import _jax
 
 __all__ = [
@@ -42,7 +45,8 @@ __all__ = [
     "executable_facts", "hoisted_constants", "argument_avals", "used_inputs", "live_body",
     "bodies_of", "trace_context", "context_meshes", "hlo_of",
     "device_list", "array_over", "fastpath_data", "reflatten_for_dispatch",
-    "JAX_PJIT", "resource_env_mesh", "use_concrete_mesh",
+    "JAX_PJIT", "resource_env_mesh", "use_concrete_mesh", "TracedCall", "traced_calls",
+    "shape_of",
 ]
 
 # JAX's own jit and eval_shape, whatever the names ``jax.jit`` and ``jax.eval_shape`` are
@@ -393,3 +397,100 @@ def jax_takes(value: Any, for_call: bool) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+# --------------------------------------------------------------------------- trace refusals
+
+# The frames of JAX's code that locate a call it refused while tracing a jit's body: by
+# file and function, what the call is (its own checks), or the nesting it opens.
+_PJIT_FILE, _API_FILE = _pjit.__file__, _api.__file__
+_PE_FILE = _pe.__file__
+_SMAP_FILE, _PARALLEL_FILE = _shard_map.__file__, _parallel.__file__
+_CALLS = {
+    (_PJIT_FILE, "with_sharding_constraint"): "constraint",
+    (_API_FILE, "device_put"): "device_put",
+    (_PJIT_FILE, "reshard"): "reshard",
+    (_PJIT_FILE, "_process_in_axis_resources"): "jit_in",
+    (_PJIT_FILE, "_check_and_canonicalize_out_shardings"): "jit_out",
+    (_SMAP_FILE, "_check_specs"): "shard_map_specs",
+    (_SMAP_FILE, "_check_specs_vs_args"): "shard_map_args",
+}
+_NESTINGS = {(_PJIT_FILE, "_infer_params"): "jit", (_SMAP_FILE, "_shard_map_staging"): "shard_map"}
+_COLLECTIVES = frozenset({"psum", "pmax", "pmin", "pmean", "all_gather", "psum_scatter",
+                          "all_to_all", "ppermute", "pshuffle", "axis_index", "pvary",
+                          "psum_invariant", "all_gather_invariant"})
+# the operands each call's frame holds, to tell a call of this trace from one under a
+# transformation inside the body (vmap, grad), whose tracers are another trace's
+_OPERANDS = ("x_flat", "x", "xs", "args")
+
+
+class TracedCall:
+    """Where JAX refused while tracing: ``kind`` (a key of the engine's checks), ``frame``
+    (the locals of JAX's frame that checked the call), ``prefix`` (``body[0].jit.``) and
+    ``index`` (the equation the call would have been in its body), ``shard_map`` (mesh,
+    manual axes, check_vma) of the innermost shard_map it is inside, or None."""
+
+    __slots__ = ("kind", "frame", "prefix", "index", "shard_map")
+
+    def __init__(self, kind: str, frame: dict, prefix: str, index: int,
+                 shard_map: Any) -> None:
+        self.kind, self.frame, self.prefix, self.index = kind, frame, prefix, index
+        self.shard_map = shard_map
+
+
+def _equations_so_far(trace: Any) -> int:
+    return len(trace.frame.tracing_eqns)
+
+
+def _of_trace(values: Any, trace: Any) -> bool:
+    """Whether every tracer among ``values`` (a value, or a sequence of them) is ``trace``'s."""
+    seq = values if isinstance(values, (list, tuple)) else (values,)
+    return all(getattr(v, "_trace", trace) is trace for v in seq if isinstance(v, Tracer))
+
+
+def traced_calls(tb: Any) -> TracedCall | None:
+    """The call JAX was tracing in a jit's body when it raised, read off the frames of the
+    traceback ``tb``; None where it cannot be located (a body nested in anything but a jit
+    or a shard_map, a call under another transformation inside the body)."""
+    frames = [frame for frame, _ in traceback.walk_tb(tb)]
+    starts = [i for i, f in enumerate(frames) if _key(f) == (_PE_FILE, "trace_to_jaxpr")]
+    if not starts:
+        return None
+    trace = frames[starts[0]].f_locals.get("trace")
+    prefix, pending, inside, found = "", None, None, None
+    for frame in frames[starts[0] + 1:]:
+        key = _key(frame)
+        if key == (_PE_FILE, "trace_to_jaxpr"):
+            if pending is None or trace is None:
+                return None
+            kind, marker = pending
+            prefix += f"body[{_equations_so_far(trace)}].{kind}."
+            if kind == "shard_map":
+                outer = inside[1] if inside else frozenset()
+                inside = (marker["mesh"], frozenset(marker["newly_manual_axes"]) | outer,
+                          bool(marker["check_vma"]))
+            trace, pending, found = frame.f_locals.get("trace"), None, None
+        elif key in _NESTINGS:
+            pending = (_NESTINGS[key], frame.f_locals)
+        elif found is None and key in _CALLS:
+            found = (_CALLS[key], frame.f_locals)
+        elif found is None and key[0] == _PARALLEL_FILE and key[1] in _COLLECTIVES:
+            found = ("collective", frame.f_locals)
+    if found is None or trace is None:
+        return None
+    kind, local = found
+    operands = [local[name] for name in _OPERANDS if name in local]
+    if kind in ("jit_in", "jit_out") and pending is not None:
+        operands = [pending[1].get("args", ())]
+    if not all(_of_trace(v, trace) for v in operands):
+        return None
+    return TracedCall(kind, dict(local), prefix, _equations_so_far(trace), inside)
+
+
+def _key(frame: Any) -> tuple[str, str]:
+    return frame.f_code.co_filename, frame.f_code.co_name
+
+
+def shape_of(value: Any) -> tuple:
+    """The shape JAX types ``value`` with."""
+    return tuple(_core.shaped_abstractify(value).shape)

@@ -259,6 +259,26 @@ def device_assignment(sources: Sequence[Source], context: Any) -> tuple[tuple | 
     return assignment, len(assignment)
 
 
+@rule("AD-9")
+def check_result_mesh(aval: Any, count: int, path: str) -> None:
+    """A result typed over a mesh whose axes are all Explicit is computed on that mesh: lowering refuses it when the program's device assignment holds another number of devices.
+
+    ``aval``: the result's type; ``count``: the device assignment's size. A gradient of an
+    input its loss does not read keeps no input, and ``device=`` places the program on
+    one device: its cotangent typed over the input's mesh then meets this before lowering.
+    """
+    mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+    types = getattr(mesh, "axis_types", ())
+    if not types or not all(t == jax.sharding.AxisType.Explicit for t in types):
+        return
+    if count != mesh.size:
+        raise reject("AD-9", ValueError,
+                     f"{path} is typed over {mesh}, a mesh of {mesh.size} devices whose axes "
+                     f"are all Explicit, but the program runs on {count} device(s): no kept "
+                     "input and no sharding inside places it. Pass keep_unused=True, leave "
+                     "device= out, or run under jax.set_mesh.", path)
+
+
 def _check_held_to(reference: Any, devices: tuple, source: Source) -> None:
     """DA-1 for one concrete sharding against what the call's shardings are held to."""
     whose, want = reference
@@ -352,4 +372,4 @@ def moves(item: Input, target: Any) -> bool:
 __all__ += ["sharding_from_argument", "check_host_array", "check_memory_kind",
             "check_committed", "check_abstract_size", "default_assignment", "input_source",
             "distinct_sources", "ARRAY", "NUMPY", "NUMPY_SCALAR", "SCALAR", "ABSTRACT",
-            "check_tile_count", "check_iota_tiles"]
+            "check_tile_count", "check_iota_tiles", "check_result_mesh"]

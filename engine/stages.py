@@ -36,11 +36,13 @@ from .program_body import (
 )
 from .recovery import Value, concrete_inputs, recover_shardings
 from .resolution import (
-    ABSTRACT, ARRAY, Input, Source, check_has_devices, check_iota_tiles, check_reused_replica,
+    ABSTRACT, ARRAY, Input, Source, check_has_devices, check_iota_tiles, check_result_mesh,
+    check_reused_replica,
     check_tile_count, device_assignment, distinct_sources, input_source, kept_inputs,
     replicate_scalars, resolve_input, results_committed,
 )
 from .rules import EngineRejection, LeftToJax, reject
+from .traced_refusals import name_trace_refusal
 from .shardings import (
     UNSPECIFIED, check_fits, check_lowered_fit, check_typed_fit, context_mesh, leaf_to_sharding,
     placement_class,
@@ -173,6 +175,9 @@ def _trace(engine: "Engine", d: CallDecision) -> Any:
     except EngineRejection:
         raise
     except Exception as error:
+        named = name_trace_refusal(error)   # a call inside the body JAX refused (its rule)
+        if named is not error:
+            raise named.with_traceback(error.__traceback__) from None
         if engine.options.out_shardings is UNSPECIFIED:
             raise
         # JAX refused while tracing. If the function traces without out_shardings,
@@ -221,6 +226,8 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
     assert assignment is not None
     d.assignment = tuple(assignment)
     d.final = replicate_scalars(d.resolved, [len(i.shape) for i in d.inputs], d.assignment)
+    for aval, path in zip(d.out_avals, d.out_paths):   # results typed over Explicit meshes
+        check_result_mesh(aval, d.count, path)
     for i in d.kept:  # only an abstract argument's own sharding may not fit yet (FIT-3)
         if d.inputs[i].kind == ABSTRACT:
             check_lowered_fit(d.final[i], d.inputs[i].shape, d.inputs[i].path)

@@ -36,8 +36,8 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
-['AD-9', 'CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-5',
- 'REF-2', 'WSC-10', 'WSC-11']
+['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-5', 'REF-2',
+ 'WSC-10', 'WSC-11', 'WSC-12']
 """
 
 from __future__ import annotations
@@ -187,10 +187,6 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "JAX's NamedSharding constructor refuses UNCONSTRAINED over a mesh without an Auto "
         "axis when the sharding is built, before jit sees it; a leaf of "
         "in_shardings/out_shardings holding UNCONSTRAINED is refused earlier, by JIT-2"),
-    "AD-9": _left_to_jax(
-        "JAX's lowering (pxla's check of the out avals' meshes against the device "
-        "assignment) refuses a result typed over an Explicit mesh of another size; the "
-        "engine does not read result types and JAX's refusal stands"),
     "WSC-10": _left_to_jax(
         "JAX's abstract evaluation of the constraint moves the operand's type onto the "
         "constraint's mesh and refuses a split over axes it lacks; the engine's walk of the "
