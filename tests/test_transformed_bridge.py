@@ -136,7 +136,7 @@ def _vmap_verdict(case: bat_h.VmapCase) -> TransformedVerdict:
 
 
 @checks("BAT-0", "BAT-1", "BAT-2", "BAT-3", "BAT-4", "BAT-5", "BAT-6", "BAT-7", "BAT-8",
-        "BAT-9")
+        "BAT-9", "BAT-10")
 @SETTINGS
 @given(bat_h.vmap_cases(nested=False))
 def test_describe_vmap_agrees_with_jax(case):
@@ -238,6 +238,34 @@ def test_the_jit_under_vmap_is_asked_first():
     assert refused.trace[-2:] == ("FIT-1", "NS-5")
     alone = explain_transformed(describe_vmap(lambda a: a * 2, x, in_shardings=wide))
     assert alone.accepted  # the batching question alone: BAT-7 checks the batched rank only
+
+
+@checks("BAT-10")
+@pytest.mark.parametrize("kind", ["sds", "array"])
+def test_describe_vmap_reads_a_mapped_arguments_reduced_axes(kind):
+    """vmap(jit(f)) of an argument typed P(None, reduced={'x'}) over an Explicit mesh (a
+    ShapeDtypeStruct or an array): mapped, JAX refuses while tracing (ValueError), and
+    describe_vmap keeps the reduced axes in the type it reads, so the spec refuses by
+    BAT-10; unmapped and not returned, both accept."""
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    typed = JaxNamed(mesh, JaxP(None, reduced={"x"}))
+    if kind == "sds":
+        x = jax.ShapeDtypeStruct((4, 8), jnp.float32, sharding=typed)
+    else:
+        x = jax.reshard(jnp.zeros((4, 8), jnp.float32), JaxNamed(mesh, JaxP()))
+        x = jax.jit(lambda a: jax.reshard(a, typed))(x)
+    other = np.zeros((4, 8), np.float32)
+    with pytest.raises(ValueError), _quiet():
+        jax.make_jaxpr(jax.vmap(jax.jit(lambda a, b: b * 2)))(x, other)
+    with _quiet():
+        refused = explain_transformed(describe_vmap(lambda a, b: b * 2, x, other))
+    assert (refused.accepted, refused.rule, refused.path) == (False, "BAT-10", "args[0]")
+    assert refused.error_type == "ValueError"
+    with _quiet():
+        jax.make_jaxpr(jax.vmap(jax.jit(lambda a, b: b * 2), in_axes=(None, 0)))(x, other)
+        accepted = explain_transformed(describe_vmap(lambda a, b: b * 2, x, other,
+                                                     in_axes=(None, 0)))
+    assert accepted.accepted, accepted.message
 
 
 # --------------------------------------------------------------------------- AD

@@ -37,9 +37,11 @@ from shardlaw.spec.jit.matching import check_fits
 from shardlaw.properties.transform_vectors_gen import PROGRAM_ONLY
 from shardlaw.spec.core.rules import RULES
 
-# The BAT rules met only by whole programs under vmap (BAT-10: a value typed with reduced
-# axes, read from a program's types) are held to JAX by tests/test_program_vmap.py.
-BAT_RULES = sorted(r for r in RULES if r.startswith("BAT-") and r not in PROGRAM_ONLY)
+# The BAT rules left to whole programs under vmap (held to JAX by tests/test_program_vmap.py)
+# have no transformed-call vector; BAT-10 is met here too (a mapped argument typed with
+# unreduced or reduced axes), its broadcast results only by programs.
+BAT_RULES = sorted(r for r in RULES if r.startswith("BAT-")
+                   and (r not in PROGRAM_ONLY or r == "BAT-10"))
 
 AUTO2x4 = Mesh.iota((2, 4), ("x", "y"))
 EXPLICIT2x4 = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Explicit))
@@ -271,6 +273,36 @@ def test_arguments_split_over_explicit_axes():
     # the jit may split its own dimensions over the axis the batch is split over
     same_axis = typed([P("y")], shardings=(NamedSharding(EXPLICIT2x4, P(None, "y")),))
     assert _batched_arg(same_axis) == NamedSharding(EXPLICIT2x4, P(None, None, "y"))
+
+
+@checks("BAT-10", "BAT-9")
+def test_a_mapped_argument_typed_with_reduced_axes_is_refused():
+    """vmap reads a mapped argument's type at its mapped dimension, which JAX refuses for a
+    type with unreduced or reduced axes (ValueError; BAT-10), an argument at a time: one
+    split unlike the first mapped argument is refused first (BAT-9), and an unmapped one
+    so typed is not read (its result is not returned, so vmap broadcasts nothing)."""
+    ns = NamedSharding(EXPLICIT2x2x2, P())
+
+    def typed(types, in_axes, sources=(0,)):
+        n = len(types)
+        return VmapCase((1,) * n, (ns,) * n, sources, (UNSPECIFIED,) * len(sources),
+                        Vmap(in_axes), arg_types=tuple(types), mesh=EXPLICIT2x2x2)
+    reduced, unreduced = P(None, reduced={"z"}), P("y", None, unreduced={"x"})
+    for spec in (reduced, unreduced):
+        answer = _refused_by(typed([spec], (0,)), "BAT-10", ValueError)
+        assert answer.error.path == "args[0]"
+        answer = _refused_by(typed([P("y"), P("y", reduced={"x"})], (0, 1)), "BAT-10",
+                             ValueError)
+        assert answer.error.path == "args[1]"
+    # the second argument split unlike the first: refused there, the third not read
+    answer = _refused_by(typed([P("y"), P("x"), reduced], (0, 0, 0)), "BAT-9", ValueError)
+    assert answer.error.path == "args[1]"
+    # unmapped, and no result copies it: accepted
+    assert _agree(typed([reduced, P()], (None, 0), sources=(1,))).error is None
+    # nested: unmapped by the outer vmap, mapped by the inner one, which refuses it
+    nested = dataclasses.replace(typed([reduced, P()], (0, 0), sources=(1,)),
+                                 outer=Vmap((None, 0)))
+    _refused_by(nested, "BAT-10", ValueError)
 
 
 def test_a_split_batch_that_does_not_divide_is_built_then_refused_when_run():

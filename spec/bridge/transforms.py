@@ -162,7 +162,9 @@ def _type_spec(leaf: Any) -> Any:
         names = () if entry is None else entry if isinstance(entry, tuple) else (entry,)
         names = tuple(n for n in names if n in explicit)
         kept.append(None if not names else names[0] if len(names) == 1 else names)
-    return PartitionSpec(*kept)
+    spec = from_jax(sharding.spec)
+    return PartitionSpec(*kept, unreduced=spec.unreduced & explicit,
+                         reduced=spec.reduced & explicit)
 
 
 def _check_callable(fun: Any, failure: Callable[..., Failure], expected: str = "a callable"

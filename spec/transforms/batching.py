@@ -11,7 +11,8 @@ longer than the value, which the outer one refuses (BAT-7), and a jit call given
 not batched at all (BAT-8). Arrays whose types already split the mapped dimension over
 Explicit mesh axes make vmap batch over those axes, with the jit's batch dimension unsplit
 (BAT-9); vmap neither maps an argument nor broadcasts an unbatched result whose type has
-unreduced or reduced axes (BAT-10, for whole programs). BAT-0 checks the parameters.
+unreduced or reduced axes (BAT-10: :func:`vmap_jit` reads the mapped arguments' types, a
+whole program's vmap its results' too). BAT-0 checks the parameters.
 
 Two public functions: :func:`batch_sharding` answers for one sharding, :func:`vmap_jit`
 for a whole call, as JAX 0.10.2 builds the batched equation
@@ -782,6 +783,25 @@ def check_not_reduced_when_moved(split: Any, what: str, mapped: bool) -> None:
         else "leave the result where it is (out_axes None)"))
 
 
+def _check_mapped_types(arg_specs: Any, parts: tuple[tuple[tuple[str, ...], ...], ...],
+                        axes: tuple[int | None, ...]) -> None:
+    """BAT-10 for the arguments vmap maps, in order: vmap reads each one's type at its
+    mapped dimension, then compares that entry with the first mapped argument's (BAT-9),
+    so the first argument split unlike the first is refused by BAT-9, no later one read."""
+    if arg_specs is None:
+        return
+    first = None
+    for i, (spec, split, axis) in enumerate(zip(arg_specs, parts, axes)):
+        if axis is None:
+            continue
+        if spec is not None:   # an argument with no type over Explicit axes has none
+            with located(f"args[{i}]"):
+                check_not_reduced_when_moved(spec, f"args[{i}]", True)
+        first = split[axis] if first is None else first
+        if split[axis] != first:
+            return
+
+
 # --------------------------------------------------------------------------- the answers
 
 def _batch_leaf(sharding: Any, batch_axis: int | None, rank: int,
@@ -834,7 +854,7 @@ def vmap_jit(arg_shardings: Any, result_shardings: Any, arg_shapes: Any, result_
     put each result's batch axis (None: not batched), which the function decides — vmap's
     own out_axes move the results after the call and do not reach its shardings.
     ``arg_specs`` are the specs the arguments' types carry (arrays split over Explicit mesh
-    axes; None: none). A nested vmap is :func:`vmap_jit` applied again to the answer's
+    axes, their unreduced and reduced axes too: BAT-10; None: none). A nested vmap is :func:`vmap_jit` applied again to the answer's
     shardings.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
@@ -848,7 +868,9 @@ def vmap_jit(arg_shardings: Any, result_shardings: Any, arg_shapes: Any, result_
     """
     shapes, axes, size = check_vmap_parameters(arg_shapes, in_axes, axis_size)
     names = _spmd_names(spmd_axis_name)
-    names = explicit_batch_axes(_arg_specs(arg_specs, shapes), axes, names)
+    parts = _arg_specs(arg_specs, shapes)
+    _check_mapped_types(arg_specs, parts, axes)
+    names = explicit_batch_axes(parts, axes, names)
     if isinstance(result_ranks, (str, bytes, dict)) or not isinstance(result_ranks, (tuple, list)):
         raise reject(BadVmapParameterType("result_ranks", "must be a list of ranks", result_ranks))
     ranks = tuple(check_rank_count(r, "a result's rank") for r in result_ranks)

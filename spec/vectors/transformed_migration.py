@@ -168,6 +168,9 @@ def _vmap_jit_form(call: TransformedCall) -> ProgramForm:
     if any(any(dim) for spec in specs for dim in spec):
         raise NoProgramForm("arguments split over Explicit mesh axes (BAT-9): "
                             "vmap_program does not describe them")
+    if any(spec is not None and (spec.unreduced or spec.reduced) for spec in k["arg_specs"] or ()):
+        raise NoProgramForm("arguments typed with unreduced or reduced axes (BAT-10): "
+                            "the example's inputs are not typed")
     ranks = k["result_ranks"]
     if not isinstance(ranks, (tuple, list)) or not all(type(r) is int for r in ranks):
         raise NoProgramForm("result_ranks is not a list of ranks: no example to write")
