@@ -14,6 +14,7 @@ device_put's target read from its operand's type.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 from ..core.rules import Failure, reject, staged
@@ -444,7 +445,13 @@ def _one(body: _Body, like: Value) -> int:
     (one,) = body.opaque("broadcast_in_dim", (), (Value.typed((), like.dtype),))
     if like.mesh is None:
         return one
-    return body.emit(Reshard((one,), sharding=NamedSharding(like.mesh, PartitionSpec())))[0]
+    return body.emit(Reshard((one,), sharding=_replicated(like.mesh)))[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _replicated(mesh: AbstractMesh) -> NamedSharding:
+    """The scalar's sharding over ``mesh`` (made once per mesh: a layer repeats it)."""
+    return NamedSharding(mesh, PartitionSpec())
 
 
 def _residual_value(kind: str, eq: Opaque, body: _Body, operand: int, result: int) -> int:
