@@ -171,7 +171,16 @@ def _traced(program: Program) -> Program:
 
 def dependencies(program: Program) -> tuple[frozenset[int], ...]:
     """Per output: the inputs it is computed from (an inner jit's outputs by its own body's
-    dependencies, any other equation's from all its operands)."""
+    dependencies, any other equation's from all its operands); found once per program (a
+    rewrite asks about one body several times)."""
+    found = program.__dict__.get("_dependencies")
+    if found is None:
+        found = _dependencies(program)
+        object.__setattr__(program, "_dependencies", found)
+    return found
+
+
+def _dependencies(program: Program) -> tuple[frozenset[int], ...]:
     deps: list[frozenset[int]] = [frozenset({i}) for i in range(len(program.inputs))]
     deps += [frozenset()] * len(program.consts)
     for eq in program.equations:
