@@ -43,13 +43,17 @@ from shardlaw.properties.program_harness import (
     _with_choices,
 )
 from shardlaw.spec import (
-    Mesh, NamedSharding, P, PartitionSpec, Rejection, explain_program, from_jax, to_jax,
+    AxisType, Mesh, NamedSharding, P, PartitionSpec, Rejection, explain_program, from_jax,
+    to_jax,
 )
 from shardlaw.spec.program.description import (
     Jit, Opaque, Program, ShardingConstraint, ShardMap, Value, result_types,
 )
-from shardlaw.spec.program.shardmap import CollectiveDecision
-from shardlaw.spec.transforms.shardmap_bodies import collective_shape, collective_varying
+from shardlaw.spec.program.shardmap import CollectiveDecision, ShardMapDecision
+from shardlaw.spec.transforms.shardmap_bodies import (
+    collective_shape, collective_split, collective_varying,
+)
+from shardlaw.spec.transforms.shardmap_types import explicit_types, type_inside
 
 __all__ = ["Op", "MapCase", "program_of", "function_of", "run_case", "compare_case",
            "map_cases", "SOURCE", "map_hit_counts"]
@@ -197,9 +201,12 @@ class _Body:
         self.equations.append(eq)
         self.types.extend(eq.results)
 
-    def typed(self, shape: tuple, dtype: str, varying: frozenset) -> Value:
+    def typed(self, shape: tuple, dtype: str, varying: frozenset, split: Any = None
+              ) -> Value:
+        """A body value's type; ``split``: its split over the automatic Explicit axes, one
+        entry per dimension (None: unsplit)."""
         varying = varying & frozenset(self.case.mesh.axis_names)
-        return Value.typed(shape, dtype, self.inner_mesh, varying=varying)
+        return Value(shape, dtype, False, self.inner_mesh, varying, spec=_spec_of(split))
 
     def cast(self, axes: tuple) -> None:
         """pvary of the last value along ``axes`` it does not vary along (as JAX casts)."""
@@ -212,8 +219,18 @@ class _Body:
             missing = tuple(axes)
         if missing:
             self.add(Opaque((len(self.types) - 1,), (self.typed(
-                last.shape, last.dtype, last.varying | frozenset(missing)),),
+                last.shape, last.dtype, last.varying | frozenset(missing), _split(last)),),
                 primitive="pvary", params=(("axes", missing),)))
+
+
+def _split(value: Value) -> tuple:
+    """A value's split over Explicit axes, one entry per dimension (None: unsplit)."""
+    entries = list(value.spec or ())
+    return tuple(entries + [None] * (len(value.shape) - len(entries)))
+
+
+def _spec_of(split: Any) -> PartitionSpec | None:
+    return P(*split) if split and any(e is not None for e in split) else None
 
 
 def _collective(body: _Body, primitive: str, axes: tuple, params: tuple) -> None:
@@ -228,10 +245,14 @@ def _collective(body: _Body, primitive: str, axes: tuple, params: tuple) -> None
         varying = collective_varying(primitive, axes, last.varying, body.case.check_vma)
     except Rejection:
         shape, varying = last.shape, last.varying
+    try:   # the split its operand's type keeps (SMAP-24)
+        split = collective_split(body.case.mesh, primitive, axes, _split(last), shape)
+    except Rejection:
+        split = _split(last)[:len(shape)]
     dtype = "int32" if primitive == "axis_index" else last.dtype
     operands = () if primitive == "axis_index" else (len(body.types) - 1,)
-    body.add(Opaque(operands, (body.typed(shape, dtype, varying),), primitive=primitive,
-                    params=params))
+    body.add(Opaque(operands, (body.typed(shape, dtype, varying, split),),
+                    primitive=primitive, params=params))
 
 
 def _op_equations(body: _Body, op: Op) -> None:
@@ -267,7 +288,8 @@ def _op_equations(body: _Body, op: Op) -> None:
         _collective(body, "axis_index", axes[:1], (("axis_name", axes[0]),))
         index = body.types[-1]
         body.add(Opaque((operand, len(body.types) - 1), (body.typed(
-            last.shape, last.dtype, last.varying | index.varying),), primitive="add"))
+            last.shape, last.dtype, last.varying | index.varying, _split(last)),),
+            primitive="add"))
     else:
         primitive = "mul" if op.kind == "half" else op.kind
         body.add(Opaque((len(body.types) - 1,), (last,), primitive=primitive))
@@ -287,19 +309,28 @@ def _nested_equations(body: _Body, op: Op) -> None:
     if op.tiled and shape and shape[0] % size == 0:
         shape[0] //= size
     split = frozenset({axis}) if op.tiled and case.check_vma else frozenset()
-    inner = _Body(case, mesh, Value.typed(tuple(shape), last.dtype, mesh,
-                                          varying=last.varying | split))
+    # the shard's type keeps the Explicit axes still automatic (SMAP-18)
+    kept = type_inside(body.inner_mesh, frozenset({axis}), _spec_of(_split(last)),
+                       len(shape))
+    inner = _Body(case, mesh, Value(tuple(shape), last.dtype, False, mesh,
+                                    last.varying | split, spec=_spec_of(kept)))
     inner.manual = manual
     _op_equations(inner, Op("psum", (axis,)) if op.dim else Op("neg"))
     out = inner.types[-1]
     shape = list(out.shape)
     if op.dim2 and shape:
         shape[0] *= size
-    result = body.typed(tuple(shape), out.dtype, out.varying - {axis})
+    out_spec = P(axis) if op.dim2 else P()
+    try:   # the result's type: the out spec's Explicit axes, then the shard's (SMAP-18)
+        outside = explicit_types(body.inner_mesh, frozenset({axis}), out.spec, out_spec,
+                                 out.shape)[1]
+    except Rejection:
+        outside = None
+    result = body.typed(tuple(shape), out.dtype, out.varying - {axis}, outside)
     shard_map = ShardMap((0,), (result,), body=Program(
         (inner.types[0],), tuple(inner.equations), (len(inner.types) - 1,)),
         mesh=body.inner_mesh, in_specs=(P(axis) if op.tiled else P(),),
-        out_specs=(P(axis) if op.dim2 else P(),), manual_axes={axis},
+        out_specs=(out_spec,), manual_axes={axis},
         check_vma=case.check_vma)
     jit = Jit((len(body.types) - 1,), body=Program((last,), (shard_map,), (1,)),
               name="shard_map")
@@ -389,8 +420,13 @@ def _inner_input(case: MapCase, inner_mesh: Any) -> Value:
             shape[d] = shape[d] // size if fits else shape[d]
     names = {n for e in case.in_spec for n in (e if isinstance(e, tuple) else (e,)) if n}
     varying = frozenset(names) & frozenset(case.mesh.axis_names) if case.check_vma else ()
-    return Value.typed(tuple(shape) if fits else case.argument.shape, "float32", inner_mesh,
-                       varying=frozenset(varying))
+    shape = tuple(shape) if fits else case.argument.shape
+    manual = frozenset(a for a in inner_mesh.axis_names
+                       if inner_mesh.axis_types[inner_mesh.axis_names.index(a)].name == "Manual")
+    # its type keeps the argument's split over the Explicit axes left automatic (SMAP-18)
+    split = type_inside(case.mesh, manual, case.argument.spec, len(shape))
+    return Value(shape, "float32", False, inner_mesh, frozenset(varying),
+                 spec=_spec_of(split))
 
 
 # --------------------------------------------------------------------------- running JAX
@@ -481,11 +517,49 @@ def _nontrivial(groups: list) -> list:
     return sorted(g for g in groups if any(len(group) > 1 for group in g))
 
 
+def _equation_at(program: Program, path: str) -> Any:
+    """The equation at a verdict's path (``body[0].shard_map.body[2]``)."""
+    eq = None
+    for part in path.split("."):
+        if part.startswith("body["):
+            eq = program.equations[int(part[5:-1])]
+        else:
+            program = eq.body
+    return eq
+
+
+def _split_entries(value: Value) -> tuple:
+    entries = list(value.spec or ())
+    return tuple(entries + [None] * (len(value.shape) - len(entries)))
+
+
+def _types_agree(described: Program, verdict: Any) -> list[str]:
+    """Each type the spec decides inside a shard_map body is JAX's, shape and split over
+    the automatic Explicit axes: every collective's result and every body input."""
+    problems = []
+    for path, record in verdict.decided:
+        if isinstance(record, CollectiveDecision):
+            pairs = [(record.result, _equation_at(described, path).results[0], path)]
+        elif isinstance(record, ShardMapDecision):
+            body = _equation_at(described, path).body
+            pairs = [(d, g, f"{path} input {k}") for k, (d, g) in enumerate(
+                zip(record.in_types, body.inputs))]
+        else:
+            continue
+        for decided, given, where in pairs:
+            if (decided.shape, _split_entries(decided)) != (given.shape,
+                                                            _split_entries(given)):
+                problems.append(f"type at {where}: spec {decided.shape} split "
+                                f"{_split_entries(decided)}, JAX {given.shape} split "
+                                f"{_split_entries(given)}")
+    return problems
+
+
 def _accepted_agree(described: Program, built: Any, outcome: MapOutcome) -> list[str]:
     verdict = explain_program(_with_choices(described, outcome))
     if not verdict.accepted:
         return [f"JAX accepts; the spec refuses the described program: {verdict.message}"]
-    problems = _compare_results(verdict, outcome)
+    problems = _compare_results(verdict, outcome) + _types_agree(described, verdict)
     spec_groups, lowered = _nontrivial(_spec_groups(verdict)), _nontrivial(outcome.groups)
     if spec_groups != lowered:
         problems.append(f"replica groups: spec {spec_groups}, lowered {lowered}")
@@ -594,16 +668,36 @@ def map_cases(draw: Any, repeated_axes: bool = False) -> MapCase:
     """A drawn program: 1 to 8 devices over 1 or 2 mesh axes, a shard_map over all or some
     of them, with or without check_vma, a body of 1 to 4 steps; with ``repeated_axes``, an
     in or out spec now and then names an axis twice (the draws are otherwise the same)."""
-    n = draw(st.sampled_from([1, 2, 4, 8]))
-    shape = draw(st.sampled_from([f for f in FACTORS[n] if len(f) <= 2]))
-    mesh = Mesh.iota(shape, NAMES[:len(shape)])
+    # mostly Auto axes; one program in three over Explicit ones (every axis, or one of
+    # two), mostly two axes of which the shard_map makes one manual, so the argument's
+    # type, and its body's values', are split over an Explicit axis left automatic
+    explicit = draw(st.integers(0, 2)) == 0
+    n = draw(st.sampled_from([4, 8, 8, 1, 2] if explicit else [1, 2, 4, 8]))
+    two = explicit and n >= 4   # over Explicit axes, two axes where the mesh has them
+    shape = draw(st.sampled_from([f for f in FACTORS[n] if len(f) == 2 or not two and
+                                  len(f) < 2]))
+    axis_types = (AxisType.Explicit if explicit else AxisType.Auto,) * len(shape)
+    if explicit and len(shape) == 2 and draw(st.integers(0, 2)) == 0:
+        axis_types = tuple(draw(st.permutations((AxisType.Explicit, AxisType.Auto))))
+    mesh = Mesh.iota(shape, NAMES[:len(shape)], axis_types)
     names = list(mesh.axis_names)
-    manual = frozenset() if draw(st.booleans()) else frozenset(
-        draw(st.permutations(names))[:draw(st.integers(1, len(names)))])
+    partial = explicit and len(names) == 2 and draw(st.integers(0, 3)) > 0
+    manual = frozenset({draw(st.sampled_from(names))}) if partial else frozenset() if \
+        draw(st.booleans()) else frozenset(
+            draw(st.permutations(names))[:draw(st.integers(1, len(names)))])
     effective = manual or frozenset(names)
     value_shape = draw(st.sampled_from(SHAPES))
     rank = len(value_shape)
     placed = draw(_spec(mesh, frozenset(names), rank))
+    if partial and draw(st.integers(0, 3)) > 0:
+        # mostly split over the axis left automatic, somewhere, maybe over the manual one too
+        (automatic,) = set(names) - manual
+        entries: list[Any] = [None] * rank
+        entries[draw(st.integers(0, rank - 1))] = automatic
+        free = [d for d in range(rank) if entries[d] is None]
+        if free and draw(st.booleans()):
+            entries[draw(st.sampled_from(free))] = next(iter(manual))
+        placed = P(*entries)
     try:
         argument = Value.placed(value_shape, NamedSharding(mesh, P(*placed[:rank])))
     except Rejection:
@@ -611,15 +705,16 @@ def map_cases(draw: Any, repeated_axes: bool = False) -> MapCase:
     in_spec = draw(_spec(mesh, effective, rank, repeated_axes))
     ops = tuple(draw(_op(mesh, effective, rank)) for _ in range(draw(st.integers(1, 4))))
     out_spec = draw(_spec(mesh, effective, rank, repeated_axes))
-    around = [None, None, None] + [NamedSharding(mesh, P(*draw(_spec(
-        mesh, frozenset(names), rank))[:rank]))]
+    # constraints name Auto axes only (WSC-5): none around a shard_map over Explicit ones
+    around = [None, None, None] + ([] if explicit else [NamedSharding(mesh, P(*draw(_spec(
+        mesh, frozenset(names), rank))[:rank]))])
     # now and then over the same devices in reverse order (DA-1 refuses it when lowering)
     reverse = n > 1 and draw(st.integers(0, 11)) == 0
     return MapCase(mesh, argument, in_spec, out_spec, manual, draw(st.booleans()), ops,
                    before=draw(st.sampled_from(around)), after=draw(st.sampled_from(around)),
                    outer_jit=draw(st.integers(0, 3)) == 0,
-                   map_mesh=Mesh(shape, mesh.axis_names, range(n - 1, -1, -1)) if reverse
-                   else None)
+                   map_mesh=Mesh(shape, mesh.axis_names, range(n - 1, -1, -1),
+                                 mesh.axis_types) if reverse else None)
 
 
 # --------------------------------------------------------------------------- values

@@ -81,6 +81,8 @@ PROGRAM_ONLY = {
     "SMAP-21": "the shape of a collective's result inside a shard_map body",
     "SMAP-22": "ppermute's pairs, checked when a shard_map body is lowered",
     "SMAP-23": "a psum_scatter's operand typed split over Explicit axes, when lowered",
+    "SMAP-24": "a collective's result keeping its operand's split over automatic Explicit axes",
+    "SMAP-25": "an untiled all_gather's operand typed split over Explicit axes, when lowered",
     "WSC-10": "a constraint's operand's split over Explicit axes, read from its traced type",
     "WSC-11": "a constraint on a value typed with reduced axes, lowered in a jit's body",
     "WSC-12": "a bound constraint's spec merged with its operand's split, when lowered",

@@ -512,13 +512,11 @@ def test_an_unread_inputs_zero_gradient_beside_a_one_device_explicit_mesh(unread
     assert verdict.out_shardings[0] == SingleDeviceSharding(0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "shard_map AD deep run seed 303, 1 of 1,000 (not the AD rewrite: JAX refuses the "
-    "untransformed function too): over an all-Explicit 2x2 mesh making only 'x' manual, a "
-    "tiled all_to_all splitting a dimension typed split over the automatic 'y' leaves it "
-    "of size 1, which 'y' does not divide (ValueError at trace); the spec's body typing "
-    "(SMAP-21) does not check the automatic split of a collective's result"))
 def test_an_all_to_all_leaving_a_dimension_split_over_an_automatic_axis_indivisible():
+    """shard_map AD deep run seed 303 (not the AD rewrite: JAX refuses the untransformed
+    function too): over an all-Explicit 2x2 mesh making only 'x' manual, a tiled
+    all_to_all splitting a dimension typed split over the automatic 'y' leaves it of size
+    1, which 'y' does not divide: ValueError at trace, SMAP-24."""
     mesh = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit,) * 2)
     case = MapCase(mesh, Value.placed((4, 8, 2), NamedSharding(mesh, P(None, "x", "y"))),
                    P(None, "x"), P(None, "x"), frozenset({"x"}), False,

@@ -355,16 +355,101 @@ def test_a_shard_whose_type_keeps_an_axis_that_does_not_split_it_is_refused_at_t
     assert not compare_case(case)
 
 
+# --------------------------------------------------------------------------- splits kept by collectives
+
+def _split_types(case):
+    """(spec's decided type, JAX's type) of each collective of the case's body, as split
+    over the automatic Explicit axes, from JAX's own jaxpr of the case's function."""
+    from shardlaw.properties.program_shardmap_harness import argument_of, function_of
+    program = describe_program(jax.jit(function_of(case)), argument_of(case))
+    verdict = explain_program(program)
+    assert verdict.accepted, verdict.message
+    typed = _body_types(program)
+    return [(record.result, typed[path]) for path, record in _collectives(verdict)]
+
+
+@checks("SMAP-24")
+@pytest.mark.parametrize("ops, shape, out_spec, split", [
+    ([Op("all_to_all", ("x",), 1, 0)], (4, 8, 2), P(None, "x"), P(None, None, "y")),
+    ([Op("all_to_all", ("x",), 0, 2)], (4, 8, 4), P(None, "x"), P(None, None, "y")),
+    # untiled, a new dimension inserted before the split one: the split stays at its place
+    ([Op("all_gather", ("x",), 0, tiled=False)], (4, 8, 4), P(None, None, "x"),
+     P(None, None, "y")),
+    ([Op("all_gather", ("x",), 2)], (4, 8, 4), P(None, None, "x"), P(None, None, "y")),
+    ([Op("psum", ("x",))], (4, 8, 4), P(), P(None, None, "y")),
+    ([Op("pmax", ("x",))], (4, 8, 4), P(), P(None, None, "y")),
+    ([Op("ppermute", ("x",), perm=((0, 1), (1, 0)))], (4, 8, 4), P(None, "x"),
+     P(None, None, "y")),
+])
+def test_a_collective_keeps_its_operands_split_over_the_automatic_axes(ops, shape, out_spec,
+                                                                      split):
+    """Over an all-Explicit 2x2 mesh making only 'x' manual, the body's value is typed
+    split over 'y' on its last dimension: each collective's result keeps that split at the
+    same position, as JAX's jaxpr types it, and the program agrees with JAX throughout."""
+    case = _split_case(ops, shape, out_spec=out_spec, vma=True)
+    assert not compare_case(case)
+    for decided, given in _split_types(case):
+        assert decided.spec == given.spec == split
+        assert decided.shape == given.shape
+
+
+@checks("SMAP-24")
+@pytest.mark.parametrize("ops, shape, error", [
+    ([Op("all_to_all", ("x",), 2, 0)], (4, 8, 2), "ValueError"),
+    ([Op("psum_scatter", ("x",), 2)], (4, 8, 2), "ValueError"),
+    ([Op("neg"), Op("all_to_all", ("x",), 2, 1, in_jit=True)], (4, 8, 2), "ValueError"),
+    # untiled, the last dimension's split has no place left in the result: cut, it must
+    # be unsplit (JAX's assertion)
+    ([Op("psum_scatter", ("x",), 0, tiled=False)], (2, 8, 4), "AssertionError"),
+])
+def test_a_collective_whose_result_its_operands_split_does_not_fit_is_refused_at_trace(
+        ops, shape, error):
+    verdict = _refused(_split_case(ops, shape))
+    assert (verdict.rule, verdict.stage, verdict.error_type) == ("SMAP-24", "trace", error)
+    assert verdict.path.startswith("body[0].shard_map.body[")
+
+
+@checks("SMAP-25")
+def test_an_untiled_all_gather_at_a_split_dimension_is_refused_when_lowered():
+    """JAX lowers an untiled all_gather by inserting a dimension of 1 into its operand,
+    typed with the operand's split: 'y' on that dimension does not divide 1 (ValueError,
+    when lowered); gathering at a dimension before it lowers."""
+    verdict = _refused(_split_case([Op("all_gather", ("x",), 2, tiled=False)],
+                                   out_spec=P(None, None, None, "x")))
+    assert (verdict.rule, verdict.stage, verdict.error_type) == ("SMAP-25", "lower",
+                                                                 "ValueError")
+    assert verdict.path == "body[0].shard_map.body[0]"
+    assert not compare_case(_split_case([Op("all_gather", ("x",), 1, tiled=False)],
+                                        out_spec=P(None, None, "x")))
+
+
 # --------------------------------------------------------------------------- the property
 
 REFUSING = ("SMAP-3", "SMAP-7", "SMAP-8", "SMAP-11", "SMAP-12", "SMAP-13", "SMAP-20",
-            "SMAP-21", "SMAP-22")
+            "SMAP-21", "SMAP-22", "SMAP-24", "SMAP-25")
+EXPLICIT_22 = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit,) * 2)
+
+
+def _split_case(ops, shape=(4, 8, 2), typed=P(None, "x", "y"), in_spec=P(None, "x"),
+                out_spec=P(None, "x"), vma=False):
+    """A shard_map making only 'x' manual over an all-Explicit 2x2 mesh, its argument's
+    type split over the automatic 'y' too."""
+    argument = Value.placed(shape, NamedSharding(EXPLICIT_22, typed))
+    return MapCase(EXPLICIT_22, argument, in_spec, out_spec, frozenset({"x"}), vma,
+                   tuple(ops))
 
 
 @checks("SMAP-3", "SMAP-7", "SMAP-8", "SMAP-11", "SMAP-12", "SMAP-13", "SMAP-20", "SMAP-21",
-        "SMAP-22", "SMAP-1", "SMAP-9", "SMAP-10", "SMAP-14")
+        "SMAP-22", "SMAP-24", "SMAP-25", "SMAP-1", "SMAP-9", "SMAP-10", "SMAP-14")
 @settings(max_examples=examples(150))
 @given(map_cases(repeated_axes=True))
+# A collective that shrinks a dimension typed split over the automatic 'y' below what 'y'
+# divides (SMAP-24, at trace: the shard_map AD deep run's seed 303, refused untransformed),
+# and an untiled all_gather whose operand, a dimension of 1 inserted, 'y' does not divide
+# (SMAP-25, when lowered).
+@example(_split_case([Op("all_to_all", ("x",), 2, 0), Op("all_to_all", ("x",), 0, 2)]))
+@example(_split_case([Op("all_gather", ("x",), 2, tiled=False)],
+                     out_spec=P(None, None, None, "x")))
 # Refusing sides a short run may not draw: an in spec over an automatic axis (SMAP-3), an
 # in spec naming an axis twice (SMAP-12, when lowered), ppermute out of range (SMAP-22), a
 # cast along an axis the value already varies along (SMAP-20).

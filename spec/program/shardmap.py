@@ -32,8 +32,8 @@ from typing import Any
 from ..core.rules import located, staged
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..transforms.shardmap_bodies import (
-    COLLECTIVES, check_permutation, check_scatter_operand_unsplit, collective_shape,
-    collective_varying,
+    COLLECTIVES, check_gather_broadcast_divides, check_permutation,
+    check_scatter_operand_unsplit, collective_shape, collective_split, collective_varying,
 )
 from ..transforms.shardmap_collectives import check_collective_axes, collective_groups
 from ..transforms.shardmap_parameters import Shaped, _names, _ways
@@ -134,12 +134,17 @@ _INNER_MESHES: dict = {}
 
 
 def _typed(like: Value | None, shape: tuple, dtype: str, mesh: AbstractMesh, *,
-           weak_type: bool = False, varying: frozenset[str] = frozenset()) -> Value:
-    """A per-shard type; ``like`` itself when it is already that type (as the description
-    gives it: shape, dtype and varying axes), which spares building a Value again."""
-    if like is not None and (like.shape, like.dtype, like.varying) == (shape, dtype, varying):
+           weak_type: bool = False, varying: frozenset[str] = frozenset(),
+           split: tuple = ()) -> Value:
+    """A per-shard type, split over the automatic Explicit axes as ``split`` says (one entry
+    per dimension, None: unsplit); ``like`` itself when it is already that type (as the
+    description gives it: shape, dtype, varying axes and split), which spares building a
+    Value again."""
+    if like is not None and (like.shape, like.dtype, like.varying) == (shape, dtype, varying) \
+            and _split_of(like) == _fitted(split, len(shape)):
         return like
-    return Value.typed(shape, dtype, mesh, weak_type=weak_type, varying=varying)
+    spec = PartitionSpec(*split) if any(e is not None for e in split) else None
+    return Value(shape, dtype, weak_type, mesh, varying, spec=spec)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,11 +180,15 @@ def _spec_axes(spec: PartitionSpec) -> frozenset[str]:
 
 
 def _same_type(given: Value, decided: Value, what: str) -> None:
-    """A described type is the decided one: shape, dtype and varying axes (PROG-0)."""
-    check_program((given.shape, given.dtype, given.varying) ==
-                  (decided.shape, decided.dtype, decided.varying), what,
+    """A described type is the decided one: shape, dtype, varying axes and split over the
+    automatic Explicit axes (PROG-0)."""
+    split = _split_of(decided)
+    check_program((given.shape, given.dtype, given.varying, _split_of(given)) ==
+                  (decided.shape, decided.dtype, decided.varying, split), what,
                   f"of type {decided.dtype}{list(decided.shape)} varying along "
-                  f"{sorted(decided.varying)} (as the SMAP rules type it)", given)
+                  f"{sorted(decided.varying)}"
+                  + (f" split {split}" if any(e is not None for e in split) else "")
+                  + " (as the SMAP rules type it)", given)
 
 
 # --------------------------------------------------------------------------- tracing
@@ -257,14 +266,15 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
             check_reductions_held(spec, f"in_specs[{i}]", f"operand {i}")
             shape = (per_shard_shape(eq.mesh, spec, value.shape, manual) if eq.checked
                      else _divided(eq.mesh, spec, value.shape))
-            if eq.checked:
-                # the shard's type keeps the Explicit axes left automatic (SMAP-18)
-                explicit_types(eq.mesh, manual, _type_spec(value), None, shape,
-                               f"operand {i}")
+            # the shard's type keeps the Explicit axes left automatic (SMAP-18), which
+            # must split it (checked where JAX checks the operands)
+            split = (explicit_types(eq.mesh, manual, _type_spec(value), None, shape,
+                                    f"operand {i}")[0] if eq.checked else
+                     type_inside(eq.mesh, manual, _type_spec(value), len(shape)))
         varying = _spec_axes(spec) if eq.check_vma else frozenset()
         given = eq.body.inputs[i] if i < len(eq.body.inputs) else None
         types.append(_typed(given, shape, value.dtype, inner, weak_type=value.weak_type,
-                            varying=varying | value.varying))
+                            varying=varying | value.varying, split=split))
     return tuple(types)
 
 
@@ -295,6 +305,15 @@ def _map_results(eq: ShardMap, manual: frozenset[str], path: str) -> tuple[Value
         check_program(shape == eq.results[j].shape, f"result {j} of the shard_map at {path}",
                       f"of shape {shape} (its body's result put together by its out spec)",
                       eq.results[j])
+        if eq.checked and eq.results[j].mesh is not None and AxisType.Explicit in \
+                eq.mesh.axis_types:   # (over no Explicit axis no type is split)
+            # typed over a mesh, the result is split as SMAP-18 puts its type together
+            outside = explicit_types(eq.mesh, manual, _type_spec(value), spec, value.shape,
+                                     f"the body's result {j}")[1]
+            check_program(_split_of(eq.results[j]) == _fitted(outside, len(shape)),
+                          f"result {j} of the shard_map at {path}",
+                          f"split {outside} (its body's result's split put together with "
+                          f"its out spec's Explicit axes)", eq.results[j])
         varying = value.varying | (_spec_axes(spec) if eq.check_vma else frozenset())
         out.append(value if varying == value.varying else
                    dataclasses.replace(value, varying=varying))
@@ -317,6 +336,8 @@ def walk_body(program: Program, context: Manual, prefix: str, decided: list) -> 
         operands = tuple(program.value_types[n] for n in eq.operands)
         if isinstance(eq, Opaque) and eq.primitive in COLLECTIVES:
             decided.append((path, _collective(eq, operands, context, path)))
+        elif isinstance(eq, Opaque) and eq.primitive in ELEMENTWISE:
+            _elementwise(eq, operands, path)
         elif isinstance(eq, ShardMap):
             trace_shard_map(eq, operands, path, decided, context)
         elif isinstance(eq, Jit):
@@ -324,6 +345,20 @@ def walk_body(program: Program, context: Manual, prefix: str, decided: list) -> 
             walk_body(eq.body, context, f"{path}.jit.", decided)
         elif shardings_decision(eq) is not None:
             decided.append((path, shardings_decision(eq)))
+
+
+def _elementwise(eq: Opaque, operands: tuple[Value, ...], path: str) -> None:
+    """An elementwise result inside a body is split over the automatic Explicit axes as
+    its operands of its shape are, where they agree (PROG-0: else the description is
+    not JAX's typing)."""
+    shape = eq.results[0].shape if len(eq.results) == 1 else None
+    splits = {_split_of(v) for v in operands if v.shape == shape}
+    if len(splits) != 1:
+        return   # nothing of its shape to follow, or operands that disagree: left as given
+    (split,) = splits
+    check_program(_split_of(eq.results[0]) == split,
+                  f"the result of the {eq.primitive} at {path}",
+                  f"split {split} as its operands of its shape are", eq.results[0])
 
 
 # --------------------------------------------------------------------------- collectives
@@ -406,10 +441,11 @@ def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: 
         size = context.size(axes)   # an axis named twice counts twice, as in JAX
         shape = collective_shape(prim, operand.shape, size, {**params, "axes": axes})
         varying = collective_varying(prim, axes, operand.varying, vma)
+        split = collective_split(mesh, prim, axes, _split_of(operand), shape)
     dtype = "int32" if prim == "axis_index" else operand.dtype
     weak = operand.weak_type and prim not in ("all_to_all", "axis_index")
     result = _typed(eq.results[0] if eq.results else None, shape, dtype,
-                    context.inner_mesh, weak_type=weak, varying=varying)
+                    context.inner_mesh, weak_type=weak, varying=varying, split=split)
     check_program(eq.results is not None and len(eq.results) == 1,
                   f"the results of the {prim} at {path}", "one result", eq.results)
     _same_type(eq.results[0], result, f"the result of the {prim} at {path}")
@@ -617,16 +653,27 @@ def _lower(program: Program, live: Any, prefix: str, context: Manual | None,
                    None if splits is None else _body_splits(
                        eq.body, tuple(splits[n] for n in eq.operands)), passed)
         elif collective:
-            params = dict(eq.params)
-            axes = collective_axes(eq.primitive, params)
             with located(path):
-                if eq.primitive == "reduce_scatter" and eq.operands:
-                    split = _split_known(program, splits, eq.operands[0])
-                    if split is not None:
-                        check_scatter_operand_unsplit(axes, split)
-                check_collective_axes(context.mesh, axes, context.manual)
-                if eq.primitive == "ppermute":
-                    check_permutation(axes, context.size(axes), params.get("perm", ()))
+                _lower_collective(eq, program, splits, context)
+
+
+def _lower_collective(eq: Opaque, program: Program, splits: list | None, context: Manual
+                      ) -> None:
+    """What lowering checks of one collective, in JAX's order: psum_scatter's operand
+    unsplit (SMAP-23), an untiled all_gather's operand with its new dimension (SMAP-25),
+    the axes named once (SMAP-13), ppermute's pairs (SMAP-22)."""
+    params = dict(eq.params)
+    axes = collective_axes(eq.primitive, params)
+    split = _split_known(program, splits, eq.operands[0]) if eq.operands else None
+    if eq.primitive == "reduce_scatter" and split is not None:
+        check_scatter_operand_unsplit(axes, split)
+    if eq.primitive == "all_gather" and not params.get("tiled") and split is not None:
+        check_gather_broadcast_divides(context.mesh, axes, split,
+                                       program.value_types[eq.operands[0]].shape,
+                                       params["all_gather_dimension"])
+    check_collective_axes(context.mesh, axes, context.manual)
+    if eq.primitive == "ppermute":
+        check_permutation(axes, context.size(axes), params.get("perm", ()))
 
 
 def _verified(eq: ShardMap, spec: PartitionSpec, shape: tuple[int, ...],

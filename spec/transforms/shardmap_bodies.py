@@ -14,7 +14,12 @@ of manual axes along which it differs from device to device (its *varying* axes,
 * SMAP-22 — ``ppermute``'s pairs are positions along its axes, each source and each
   target at most once (checked when the program is lowered);
 * SMAP-23 — ``psum_scatter`` lowers only an operand whose type splits no dimension over
-  the Explicit axes a shard_map leaves automatic (a mixed Explicit/Manual body).
+  the Explicit axes a shard_map leaves automatic (a mixed Explicit/Manual body);
+* SMAP-24 — a collective's result keeps its operand's split over those automatic Explicit
+  axes, entry by entry at the same positions, whatever it does to the shape, so a
+  dimension it shrinks must still divide by the axes it is split over;
+* SMAP-25 — an untiled ``all_gather`` lowers its operand with a dimension of 1 inserted,
+  typed with the operand's split at the same positions, which must divide it too.
 
 The primitives are named as ``jax.make_jaxpr`` shows them in jax 0.10.2: ``psum`` (without
 check_vma) and ``psum_invariant`` (with it), ``pmax``, ``pmin``, ``all_gather``,
@@ -28,9 +33,12 @@ import dataclasses
 from typing import Any
 
 from ..core.rules import Failure, require, rule
+from ..core.values import AbstractMesh, AxisType, Mesh  # noqa: F401 (AxisType: the examples)
+from .shardmap_parameters import _ways
 
 __all__ = ["REDUCING", "MOVING", "COLLECTIVES", "collective_varying", "collective_shape",
-           "check_permutation", "check_scatter_operand_unsplit"]
+           "check_permutation", "check_scatter_operand_unsplit", "collective_split",
+           "check_gather_broadcast_divides"]
 
 # The collectives that reduce over their axes, those that move data between devices, and
 # the casts and queries that move nothing.
@@ -293,3 +301,121 @@ def check_scatter_operand_unsplit(axes: tuple[str, ...], split: tuple) -> None:
     """
     require(all(entry is None for entry in split), lambda: ScatterOfASplitType(
         tuple(axes), tuple(split)))
+
+
+# --------------------------------------------------------------------------- SMAP-24
+
+@dataclasses.dataclass(frozen=True)
+class SplitDoesNotDivide(Failure, rule="SMAP-24"):
+    template = ("{primitive} over {axes} gives a result of shape {shape} whose type keeps "
+                "its operand's split {split} over the Explicit axes the shard_map leaves "
+                "automatic, at the same positions: dimension {dim} of size {size} does not "
+                "split {ways} ways")
+    hint = ("Split or gather another dimension, or reshard the value (jax.reshard) so that "
+            "its type does not split that dimension.")
+    primitive: str
+    axes: tuple
+    shape: tuple
+    split: tuple
+    dim: int
+    size: int
+    ways: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitEntryDropped(Failure, rule="SMAP-24", error=AssertionError):
+    template = ("{primitive} over {axes} gives a result of rank {rank}, but its operand's "
+                "split {split} over the Explicit axes the shard_map leaves automatic names "
+                "axes past that rank: the result's type keeps the split at the same "
+                "positions, cut to its rank")
+    hint = ("Reshard the value (jax.reshard) so that its type leaves its last dimension "
+            "unsplit, or make those axes manual too.")
+    primitive: str
+    axes: tuple
+    rank: int
+    split: tuple
+
+
+def _divides(mesh: Mesh | AbstractMesh, shape: tuple, split: tuple) -> tuple | None:
+    """The first (dimension, size, ways) that ``split`` does not divide (None: none)."""
+    for dim, (size, entry) in enumerate(zip(shape, split)):
+        ways = _ways(mesh, entry)
+        if size % ways:
+            return dim, size, ways
+    return None
+
+
+@rule("SMAP-24", mirrors="jax._src.lax.parallel: the abstract evals of the collectives "
+                         "(x_aval.update keeps the operand's sharding); "
+                         "jax._src.core.get_sharding, _make_lengths_same, _check_divisibility")
+def collective_split(mesh: Mesh | AbstractMesh, primitive: str, axes: tuple[str, ...],
+                     split: tuple, shape: tuple[int, ...]) -> tuple:
+    """A collective's result keeps its operand's split over the automatic Explicit axes at the same positions, cut or padded to its rank (axis_index's is unsplit), and each dimension must divide by the axes splitting it.
+
+    The automatic Explicit axes are those its shard_map leaves automatic. ``split`` is the
+    operand's, one entry per dimension (None: unsplit), ``shape`` the result's; returns the
+    result's split, one entry per dimension. A split cut to a
+    shorter result must drop unsplit entries only (AssertionError); a dimension it does
+    not divide is a ValueError.
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> collective_split(mesh, "all_gather", ("x",), (None, None, "y"), (2, 4, 4, 4))
+    (None, None, 'y', None)
+    >>> collective_split(mesh, "all_to_all", ("x",), (None, None, "y"), (8, 4, 1))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [SMAP-24]: all_to_all over ('x',) gives a result of shape (8, 4, 1) whose type keeps its operand's split (None, None, 'y') over the Explicit axes the shard_map leaves automatic, at the same positions: dimension 2 of size 1 does not split 2 ways. ...
+    """
+    if primitive == "axis_index":
+        return ()
+    rank = len(shape)
+    split = tuple(split)
+    require(all(entry is None for entry in split[rank:]), lambda: SplitEntryDropped(
+        primitive, tuple(axes), rank, split))
+    kept = split[:rank] + (None,) * (rank - len(split))
+    uneven = _divides(mesh, shape, kept)
+    require(uneven is None, lambda: SplitDoesNotDivide(
+        primitive, tuple(axes), tuple(shape), kept, *uneven))
+    return kept
+
+
+# --------------------------------------------------------------------------- SMAP-25
+
+@dataclasses.dataclass(frozen=True)
+class GatheredBroadcastDoesNotDivide(Failure, rule="SMAP-25"):
+    template = ("the untiled all_gather over {axes} lowers its operand of shape {shape} "
+                "with a dimension of 1 inserted at {dim}, typed with the operand's split "
+                "{split} at the same positions: dimension {at} of size {size} does not "
+                "split {ways} ways")
+    hint = ("Gather with tiled=True, gather at another dimension, or reshard the value "
+            "(jax.reshard) so that its type does not split the dimensions from {dim} on.")
+    axes: tuple
+    shape: tuple
+    dim: int
+    split: tuple
+    at: int
+    size: int
+    ways: int
+
+
+@rule("SMAP-25", mirrors="jax._src.lax.parallel._all_gather_lowering (x_aval.update with "
+                         "the new shape keeps the operand's sharding; met when the program "
+                         "is lowered)")
+def check_gather_broadcast_divides(mesh: Mesh | AbstractMesh, axes: tuple[str, ...],
+                                   split: tuple, shape: tuple[int, ...], dim: int) -> None:
+    """An untiled all_gather lowers only when its operand, a dimension of 1 inserted at its gather dimension, divides by the operand's split over the automatic Explicit axes at the same positions (ValueError, met when lowered).
+
+    ``split`` and ``shape`` are the operand's (one entry per dimension, None: unsplit).
+
+    >>> mesh = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> check_gather_broadcast_divides(mesh, ("x",), (None, None, "y"), (4, 4, 4), 0)
+    >>> check_gather_broadcast_divides(mesh, ("x",), (None, None, "y"), (4, 4, 4), 2)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [SMAP-25]: the untiled all_gather over ('x',) lowers its operand of shape (4, 4, 4) with a dimension of 1 inserted at 2, typed with the operand's split (None, None, 'y') at the same positions: dimension 2 of size 1 does not split 2 ways. ...
+    """
+    broadcast = tuple(shape[:dim]) + (1,) + tuple(shape[dim:])
+    kept = tuple(split) + (None,) * (len(broadcast) - len(split))
+    uneven = _divides(mesh, broadcast, kept)
+    require(uneven is None, lambda: GatheredBroadcastDoesNotDivide(
+        tuple(axes), tuple(shape), dim, tuple(split), *uneven))
