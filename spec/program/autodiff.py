@@ -60,6 +60,7 @@ from .ad_bodies import (
 from .explain import trace_body
 from .lowering import equation_path
 from .partial_eval import dce_program
+from .refs import check_tangent_not_written, tangent_inputs, with_refs, writes_ref
 from .shardmap_autodiff import residual_spec
 from .transpose import _transpose_body
 
@@ -90,6 +91,7 @@ def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
         elif isinstance(eq, ShardMap):
             outs, touts = _jvp_shard_map(eq, body, operands, in_tangents, path)
         else:
+            check_tangent_not_written(eq, in_tangents, path, "jvp")   # REF-6
             outs = body.emit(eq.renumbered(operands))
             touts = _tangent_eq(eq, tape, operands, in_tangents, path, "jvp", outs)
         number.extend(outs)
@@ -178,6 +180,7 @@ def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
             outs, touts = _linearize_shard_map(eq, tape, operands, in_tangents, path,
                                                transform)
         else:
+            check_tangent_not_written(eq, in_tangents, path, transform)   # REF-6
             outs = primal.emit(eq.renumbered(operands))
             touts = _tangent_eq(eq, tape, operands, in_tangents, path, transform, outs)
         number.extend(outs)
@@ -201,11 +204,11 @@ def _live_equations(program: Program) -> tuple[list[bool], set[int]]:
     keep = [False] * len(program.equations)
     for k in reversed(range(len(program.equations))):
         used = [n in live for n in numbers[k]]
-        if not any(used):
+        eq = program.equations[k]
+        if not any(used) and not writes_ref(eq):   # a ref's write is an effect: kept
             continue
         keep[k] = True
-        eq = program.equations[k]
-        if isinstance(eq, Jit) and not all(used):
+        if isinstance(eq, Jit) and not all(used) and not writes_ref(eq):
             # a jit pruned to its used results reads only the inputs they depend on
             reads = frozenset().union(*(d for d, u in zip(dependencies(eq.body), used) if u))
             live.update(eq.operands[i] for i in reads)
@@ -521,7 +524,7 @@ def jvp_program(program: Program, tangents: Any = None) -> Program:
     Values, one per differentiable input; numpy arrays when None); its outputs, then their
     tangents (a zero where an output's tangent is a symbolic zero)."""
     top, call = _called(program)
-    nonzero = tuple(differentiable(v) for v in program.inputs)
+    nonzero = tangent_inputs(program, differentiable)   # a ref takes none (REF-6)
     given = _extra_inputs(tangents, tuple(v for v, nz in zip(program.inputs, nonzero)
                                           if nz), "the tangents")
     body = _Body(program.inputs + given)
@@ -531,7 +534,8 @@ def jvp_program(program: Program, tangents: Any = None) -> Program:
                            [next(moving) if nz else None for nz in nonzero], "body[0]")
     types = [call.body.value_types[n] for n in call.body.outputs]
     touts = [t if t is not None else _zeros(body, v) for t, v in zip(touts, types)]
-    return body.program(tuple(outs) + tuple(touts), devices=program.devices)
+    return with_refs(body.program(tuple(outs) + tuple(touts), devices=program.devices),
+                     program)
 
 
 def _linearized_call(program: Program, nonzero: tuple[bool, ...], transform: str
@@ -549,7 +553,7 @@ def linearize_program(program: Program, tangents: Any = None) -> LinearizedProgr
     (AD-4) built by linearizing every equation of its body, recursively."""
     check_program(isinstance(program, Program), "the program linearize is asked about",
                   "a Program", program)
-    nonzero = tuple(differentiable(v) for v in program.inputs)
+    nonzero = tangent_inputs(program, differentiable)   # a ref takes none (REF-6)
     tape, outs, touts = _linearized_call(program, nonzero, "linearize")
     flags = tuple(t is not None for t in touts)
     primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
@@ -563,8 +567,8 @@ def linearize_program(program: Program, tangents: Any = None) -> LinearizedProgr
     start = len(program.inputs)
     tout = _inline(applied, _traced(tangent), ran[len(outs):] + tuple(
         range(start, start + len(given))))
-    return LinearizedProgram(primal, tangent,
-                             applied.program(tout, devices=program.devices), flags)
+    return LinearizedProgram(primal, tangent, with_refs(
+        applied.program(tout, devices=program.devices), program), flags)
 
 
 def _backward(tape: _Tape, touts: list, given: tuple
@@ -583,7 +587,7 @@ def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
     numpy arrays when None)."""
     check_program(isinstance(program, Program), "the program vjp is asked about",
                   "a Program", program)
-    nonzero = tuple(differentiable(v) for v in program.inputs)
+    nonzero = tangent_inputs(program, differentiable)   # a ref takes none (REF-6)
     tape, outs, touts = _linearized_call(program, nonzero, "vjp")
     flags = tuple(t is not None for t in touts)
     out_types = tuple(tape.primal.types[n] for n, f in zip(outs, flags) if f)
@@ -598,7 +602,8 @@ def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
     cts = _inline(applied, _traced(backward), ran[len(outs):] + tuple(
         range(start, start + len(given))))
     outputs = _every_input(applied, program, nonzero, reached, cts)
-    return VjpProgram(primal, backward, applied.program(outputs, devices=program.devices),
+    return VjpProgram(primal, backward, with_refs(
+        applied.program(outputs, devices=program.devices), program),
                       reached)
 
 
@@ -651,7 +656,8 @@ def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = F
     check_program(has_aux or len(program.outputs) == 1, "the outputs of grad's function",
                   "one scalar (or has_aux=True)", program.outputs)
     _check_scalar(program)
-    nonzero = tuple(i in numbers and differentiable(v) for i, v in enumerate(program.inputs))
+    nonzero = tuple(i in numbers and t for i, t in
+                    enumerate(tangent_inputs(program, differentiable)))
     tape, outs, touts = _linearized_call(program, nonzero, "grad")
     flags = tuple(t is not None for t in touts)
     residuals = tuple(tape.primal.types[n] for n in tape.residuals)
@@ -669,7 +675,7 @@ def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = F
         cts = _inline(top, _traced(backward), ran[len(outs):] + seed)
         every = _every_input(top, program, nonzero, reached, cts)
     grads = tuple(every[i] for i in numbers)
-    return top.program(ran[:len(outs)] + grads, devices=program.devices)
+    return with_refs(top.program(ran[:len(outs)] + grads, devices=program.devices), program)
 
 
 def grad_program(program: Program, argnums: Any = 0, has_aux: bool = False) -> Program:

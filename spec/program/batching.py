@@ -104,6 +104,7 @@ from .shardmap_batching import (
     check_spmd_casts,
 )
 from .lowering import equation_path
+from .refs import REF_ACCESS, batch_ref_access, with_refs, writes_ref
 from .shardmap import collective_axes
 
 P = PartitionSpec  # the name the examples use
@@ -349,7 +350,9 @@ def _push(rw: _Rewrite, eq: Equation, path: str) -> None:
     operands = [rw.operand(n) for n in eq.operands]
     numbers = tuple(n for n, _ in operands)
     in_dims = tuple(d for _, d in operands)
-    if all(d is None for d in in_dims) and not isinstance(eq, (Jit, ShardMap)):
+    # (a ref's write is batched even when nothing is: JAX runs its rule, REF-4)
+    if all(d is None for d in in_dims) and not isinstance(eq, (Jit, ShardMap)) \
+            and not writes_ref(eq):
         rw.add(eq.renumbered(numbers), (None,) * len(eq.results))
     else:
         with located(path):
@@ -382,6 +385,8 @@ def _batch_equation(rw: _Rewrite, eq: Equation, numbers: tuple, dims: tuple, pat
         new, out_dims = rw.once((eq.form, dims), lambda: _batch_shard_map(
             eq, numbers, dims, rw.axis, path))
         rw.add(new.renumbered(numbers), out_dims)
+    elif eq.primitive in REF_ACCESS:   # a mutable ref read or written (REF-4, REF-5)
+        batch_ref_access(rw, eq, numbers, dims, path)
     else:
         _batch_opaque(rw, eq, numbers, dims, path)
 
@@ -851,7 +856,7 @@ def _vmapped(program: Program, vmaps: tuple[dict, ...], outer: tuple[str, ...]) 
         start = len(rw.equations)
         outputs = _moves(rw, outputs, out_axes, _views(chain, k, outputs))
         _carry(chain, k, start, False)
-    return _answer(levels[-1].inputs, chain[-1], outputs)
+    return with_refs(_answer(levels[-1].inputs, chain[-1], outputs), program)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,6 +63,7 @@ from .description import (
 from .lowering import (
     Live, equation_path, inside_shardings, live_parts, lowered_live, placed_results,
 )
+from .refs import check_no_closed_over_refs, check_shard_map_ref_writes
 from .shardmap import (
     check_listed_in_specs, lower_shard_maps, shardings_decision, trace_shard_map,
 )
@@ -309,6 +310,8 @@ def _trace_equation(eq: Any, operands: tuple[Value, ...], context: Mesh | None, 
         decided.append((path, record))
     if isinstance(eq, ShardMap):
         trace_shard_map(eq, operands, path, decided)
+        with staged("trace"):   # what the body closed over, after it is traced (REF-7)
+            check_no_closed_over_refs(eq, path)
     elif isinstance(eq, Jit):
         body = eq.body
         for i, (s, shape) in enumerate(zip(body.in_shardings, shapes)):
@@ -586,7 +589,11 @@ class _Held:
         """DA-1 over the inputs in the order JAX checks them — the arguments, the
         closed-over refs, the hoisted constants — so a conflict is refused where JAX
         refuses it (only where a hoisted constant has a sharding of its own); ``listing``
-        as :func:`~shardlaw.spec.jit.pipeline.stage_lower` takes it."""
+        as :func:`~shardlaw.spec.jit.pipeline.stage_lower` takes it. Lowering discharges
+        the refs before it: a shard_map's ref operands first (REF-8)."""
+        if self.updates:
+            with staged("lower"):
+                check_shard_map_ref_writes(self.program, lowered_live(self.program))
         if all(s is UNSPECIFIED for _, s in self.hoisted):
             return
         held = (*self.back, *self.front)

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..core.shardings import UNSPECIFIED
 from .description import Jit, Program, ShardMap, Value, check_program  # noqa: F401
+from .refs import writes_ref
 
 __all__ = ["dce_program", "partial_eval_program", "PartiallyEvaluatedProgram"]
 
@@ -57,7 +58,7 @@ def _pruned_body(program: Program, used: tuple[bool, ...]
     for k in reversed(range(len(program.equations))):
         eq = program.equations[k]
         results = tuple(n in needed for n in numbers[k])
-        if not any(results):
+        if not any(results) and not writes_ref(eq):   # a ref's write is an effect: kept
             continue
         if isinstance(eq, Jit) and not all(results):
             body, used_in = dce_program(eq.body, results)
@@ -114,7 +115,7 @@ def dce_program(program: Program, used_outputs: Any
     """
     check_program(isinstance(program, Program), "the program", "a Program", program)
     used = _flags(used_outputs, len(program.outputs), "used_outputs")
-    if not any(used):
+    if not any(used) and not any(writes_ref(eq) for eq in program.equations):
         return None, (False,) * len(program.inputs)
     equations, outputs, used_inputs = _pruned_body(program, used)
     pruned = dataclasses.replace(

@@ -147,6 +147,9 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     "AD-9": "lower",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
     "REF-3": "compile",
+    # Refs under vmap and AD (the rewrites' rules), and in shard_map bodies (as the SMAP
+    # rules): raised in the stage running, trace or lower.
+    "REF-4": None, "REF-5": None, "REF-6": None, "REF-7": None, "REF-8": None,
     # Lowering a constraint inside a jit's body: a GSPMDSharding that Shardy cannot write,
     # an operand typed with reduced axes, a spec merged with the operand's split.
     "WSC-8": "lower", "WSC-11": "lower", "WSC-12": "lower",
