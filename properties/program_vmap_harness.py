@@ -8,16 +8,17 @@ arguments: each example's argument with the batch dimension inserted, placed as 
 is with that dimension unsplit (:func:`~shardlaw.spec.program.batching.batched_input`).
 
 JAX's side (:func:`run_vmapped`): ``jax.make_jaxpr`` of ``jax.vmap(...(jax.jit(f)))``
-(a refusal there is stage ``trace``), ``describe_program`` of it, then the run: where the
+(a refusal there is stage ``trace``), ``describe_trace`` of it (JAX's trace read as it
+is: ``describe_program`` would apply the vmaps by the spec), then the run: where the
 vmapped function's trace is one jit call, the vmapped function is called as it is (a refusal
 is stage ``run``, which holds the batched call's own stages: its shardings against the
 batched arguments, lowering, compiling, handing the arguments over); where vmap moves
 results after the call, ``jax.jit`` of the vmapped function is traced, lowered, compiled
-and called, as ``describe_program`` reads it. The spec's side:
+and called, as ``describe_trace`` reads it. The spec's side:
 ``explain_program(vmap_program(...))`` — the spec's rewrite, never read from JAX's trace,
 only compared with it (:func:`compare_vmapped`): the refusal (same class, same stage), or the
 results' shardings, committedness and types, and the equations of the rewritten program
-against ``describe_program`` of the vmapped function (their kinds, the constraints' and
+against ``describe_trace`` of the vmapped function (their kinds, the constraints' and
 device_puts' shardings, every jit's shardings, opaque primitives and result shapes, the
 inputs). Rule sides are recorded under ``"programs-vmap"``.
 """
@@ -136,7 +137,7 @@ def run_vmapped(vc: VmapCase) -> VmapOutcome:
 
 def _run_vmapped(fun: Any, args: tuple) -> VmapOutcome:
     import jax
-    from shardlaw.spec.bridge.program import _is_one_jit, describe_program
+    from shardlaw.spec.bridge.program import _is_one_jit, describe_trace
 
     outcome = VmapOutcome()
     hits.record_jax_calls(1)
@@ -149,7 +150,7 @@ def _run_vmapped(fun: Any, args: tuple) -> VmapOutcome:
         except Exception as error:  # noqa: BLE001 - recorded and compared
             outcome.stage, outcome.error = "trace", error
             return outcome
-        outcome.described = describe_program(fun, *args)
+        outcome.described = describe_trace(fun, *args)
         outcome.one_jit = _is_one_jit(closed)
         results = _run(outcome, fun, args)
     if results is None:
@@ -242,7 +243,7 @@ def _compare(outcome: VmapOutcome, rewrite: Any) -> list[str]:
     verdict = explain_program(_with_choices(program, outcome))
     problems = []
     if outcome.described is not None and structure(outcome.described) != structure(program):
-        problems.append(f"describe_program of the vmapped function gives "
+        problems.append(f"describe_trace of the vmapped function gives "
                         f"{outcome.described!r}; the spec's rewrite {program!r}")
     problems += outcome_problems(
         verdict, outcome, lambda v, o: _refusal_agrees(v.stage, o, v))

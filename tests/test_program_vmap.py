@@ -32,7 +32,7 @@ from shardlaw.spec import (
     UNCONSTRAINED, AxisType, Mesh, NamedSharding, P, Rejection, ShardingConstraint,
     SingleDeviceSharding, Value, explain_program, from_jax, to_jax, vmap_program,
 )
-from shardlaw.spec.bridge.program import describe_program
+from shardlaw.spec.bridge.program import describe_program, describe_trace
 from shardlaw.spec.program.description import Jit
 from shardlaw.spec.bridge.transforms import explain as explain_transformed_call
 
@@ -170,7 +170,7 @@ def test_a_batched_shard_map_is_what_jax_builds(options):
     batched = np.zeros((8, 4, 4) if options.get("in_axes") == 1 else (4, 8, 4), np.float32)
     vmapped = jax.vmap(jax.jit(f), **options)
     spec = vmap_program(program, axis_size=4, **options)
-    assert structure(spec) == structure(describe_program(vmapped, batched))
+    assert structure(spec) == structure(describe_trace(vmapped, batched))
     verdict = explain_program(spec)
     assert verdict.accepted
     if "spmd_axis_name" in options:
@@ -217,7 +217,7 @@ def test_a_batch_the_spmd_axes_split_unevenly_is_typed_rounded_down_and_refused_
     batched = np.zeros((6, 8, 4), np.float32)
     vmapped = jax.vmap(jax.jit(f), spmd_axis_name="y", out_axes=-1)
     spec = vmap_program(program, axis_size=6, spmd_axis_name="y", out_axes=-1)
-    assert structure(spec) == structure(describe_program(vmapped, batched))
+    assert structure(spec) == structure(describe_trace(vmapped, batched))
     (jit, move) = spec.equations
     (eq,) = jit.body.equations
     assert not eq.checked and eq.in_specs == (P("y", "x"),)
@@ -453,11 +453,11 @@ def test_a_batch_the_spmd_axes_split_unevenly_is_bound_and_refused_when_lowered(
     vmapped, program = _vmapped_both_ways(f, np.zeros((8,), np.float32), vmaps)
     assert not program.checked
     # the accepting side: traced (make_jaxpr reads the same program), and lowered under jit
-    assert structure(program) == structure(describe_program(vmapped, x))
+    assert structure(program) == structure(describe_trace(vmapped, x))
     jax.jit(vmapped).lower(x)
     traced = explain_program(program, until="trace")
     assert traced.accepted, traced.message
-    assert traced.out_types == tuple(describe_program(vmapped, x).value_types[-1:])
+    assert traced.out_types == tuple(describe_trace(vmapped, x).value_types[-1:])
     # the refusing side: the call itself, its batched sharding split unevenly
     with pytest.raises(ValueError) as refused:
         vmapped(x)
@@ -500,7 +500,7 @@ def test_a_batch_dimension_left_unconstrained_on_an_abstract_mesh_is_bound_unche
     (batched,) = getattr(program, where)
     assert batched.spec == P(UNCONSTRAINED, "x")
     # the accepting side: traced
-    assert structure(program) == structure(describe_program(vmapped, x))
+    assert structure(program) == structure(describe_trace(vmapped, x))
     jax.jit(vmapped).trace(x)
     traced = explain_program(program, until="trace")
     assert traced.accepted, traced.message
@@ -566,7 +566,7 @@ def test_a_constraint_batched_over_an_explicit_spmd_axis_is_bound_unchecked():
     constraint P('x', None) (the batching rule, not with_sharding_constraint: no check that
     its axes are Auto) and runs it, the result's type unsplit. The spec's rewrite marks the
     batched constraint unchecked (``ShardingConstraint.checked``), and explain_program skips
-    WSC-5 for it; the user's own constraint, and the one describe_program reads from JAX's
+    WSC-5 for it; the user's own constraint, and the one describe_trace reads from JAX's
     trace, stay checked."""
     mesh = Mesh.iota((2,), ("x",), (AxisType.Explicit,))
     case = Case((Value.numpy((8,)),),
@@ -775,7 +775,7 @@ def test_a_result_after_a_batched_device_put_is_typed_from_the_batched_operands(
     vmapped = jax.vmap(f, in_axes=axis, axis_size=2)
     program = vmap_program(describe_program(f, np.zeros((4, 4), np.float32)), axis,
                            axis_size=2)
-    described = describe_program(vmapped, batched)
+    described = describe_trace(vmapped, batched)
     assert structure(program) == structure(described)
     assert [eq.results for eq in program.equations] == \
         [eq.results for eq in described.equations]
@@ -819,3 +819,107 @@ def test_a_bound_constraint_is_lowered_with_its_operands_split_merged_in(split):
         assert (verdict.rule, verdict.stage, verdict.path) == ("WSC-12", "lower", "body[1]")
     else:
         assert outcome.error is None and verdict.accepted
+
+
+# --------------------------------------------------------------------------- issue 23: describe_program of a vmapped function
+
+def _jmesh(kind="Auto"):
+    kind = getattr(jax.sharding.AxisType, kind)
+    return jax.make_mesh((2, 4), ("x", "y"), axis_types=(kind, kind))
+
+
+def _uneven_inner_jit():
+    """A jit whose in_sharding P(None, 'y') fits one example (8, 8); vmapped over 'x' with
+    a batch of 3, its batched sharding P('x', None, 'y') splits the batch unevenly."""
+    jmesh = _jmesh()
+    return jmesh, jax.jit(lambda a: a * 2,
+                          in_shardings=jax.sharding.NamedSharding(jmesh, jax.P(None, "y")))
+
+
+@checks("FIT-1", "BAT-3")
+@pytest.mark.parametrize("out_axes", [0, 1])
+def test_describe_program_of_a_jitted_vmap_applies_the_vmap_by_the_spec(out_axes):
+    """jax.jit(jax.vmap(g, spmd_axis_name='x')) on a batch of 3: JAX binds g's jit batched,
+    P('x', None, 'y'), without checking it again, and lowers and runs the whole; so does
+    the spec, which describes g on one example and applies vmap_program (the batched jit
+    unchecked) under the user's jit. Read from JAX's trace (describe_trace), that jit
+    looks like one the user called, which FIT-1 refuses."""
+    jmesh, g = _uneven_inner_jit()
+    x = np.zeros((3, 8, 8), np.float32)
+    fun = jax.jit(jax.vmap(g, spmd_axis_name="x", out_axes=out_axes))
+    result = fun(x)
+    described = describe_program(fun, x)
+    expected = vmap_program(describe_program(g, x[0]), 0, out_axes, axis_size=3,
+                            spmd_axis_name="x")
+    (jit, *moves) = described.equations
+    assert isinstance(jit, Jit) and not jit.checked
+    assert jit.body.in_shardings == (NamedSharding(from_jax(jmesh), P("x", None, "y")),)
+    assert [eq.primitive for eq in moves] == (["transpose"] if out_axes else [])
+    assert structure(described) == structure(describe_trace(fun, x))
+    if out_axes:
+        assert described.equations == expected.equations
+    verdict = explain_program(described)
+    assert verdict.accepted, verdict.message
+    assert result.shape == (3, 8, 8) if out_axes == 0 else (8, 3, 8)
+    old = explain_program(describe_trace(fun, x))
+    assert (old.rule, old.path) == ("FIT-1", "body[0].jit.in_shardings[0]")
+
+
+@checks("FIT-3")
+def test_describe_program_of_a_vmapped_jit_is_refused_where_its_call_is():
+    """jax.vmap(g, spmd_axis_name='x') called eagerly on a batch of 3: JAX traces it and
+    refuses when the batched call runs (its sharding split unevenly); describe_program
+    gives vmap_program's answer (unchecked), which FIT-3 refuses at lower."""
+    _, g = _uneven_inner_jit()
+    x = np.zeros((3, 8, 8), np.float32)
+    fun = jax.vmap(g, spmd_axis_name="x")
+    with pytest.raises(ValueError) as raised:
+        fun(x)
+    described = describe_program(fun, x)
+    assert not described.checked
+    verdict = explain_program(described)
+    assert (verdict.rule, verdict.stage, verdict.path) == ("FIT-3", "lower", "args[0]")
+    assert verdict.error_type in {c.__name__ for c in type(raised.value).__mro__}
+
+
+@checks("BAT-10")
+@pytest.mark.parametrize("jitted", [True, False])
+def test_describe_program_of_a_vmap_jax_refuses_is_refused_by_the_spec(jitted):
+    """jax.jit(jax.vmap(g)) (and jax.vmap(g)) of an argument typed P(None, reduced={'x'}):
+    JAX refuses while tracing (ValueError); describe_program applies the vmap itself and
+    refuses by BAT-10 at the argument, a ValueError too. Mapped at None it describes."""
+    jmesh = _jmesh("Explicit")
+    g = jax.jit(lambda a, b: b * 2)
+    typed = jax.sharding.NamedSharding(jmesh, jax.P(None, None, reduced={"x"}))
+    x = jax.ShapeDtypeStruct((3, 8, 8), np.float32, sharding=typed)
+    y = np.zeros((3, 8, 8), np.float32)
+    wrap = jax.jit if jitted else (lambda f: f)
+    with pytest.raises(ValueError):
+        jax.make_jaxpr(wrap(jax.vmap(g)))(x, y)
+    with pytest.raises(Rejection) as refused:
+        describe_program(wrap(jax.vmap(g)), x, y)
+    assert isinstance(refused.value, ValueError)
+    assert (refused.value.rule, refused.value.path) == ("BAT-10", "args[0]")
+    unmapped = wrap(jax.vmap(g, in_axes=(None, 0)))
+    jax.make_jaxpr(unmapped)(x, y)
+    assert structure(describe_program(unmapped, x, y)) == \
+        structure(describe_trace(unmapped, x, y))
+
+
+@checks("BAT-2", "BAT-3")
+def test_describe_program_of_nested_vmaps_under_jit_is_what_jax_traces():
+    """jax.jit(jax.vmap(jax.vmap(g, spmd_axis_name='y'), in_axes=(1, None))) over pytree
+    arguments: described by the spec (nested_vmap_program) as JAX traces it; both accept."""
+    jmesh = _jmesh()
+    g = jax.jit(lambda t, c: (t["a"] * 2, t["b"].sum(), -c),
+                out_shardings=(jax.sharding.NamedSharding(jmesh, jax.P("x")), None, None))
+    fun = jax.jit(jax.vmap(jax.vmap(g, spmd_axis_name="y"), in_axes=({"a": 1, "b": 1}, None),
+                           out_axes=(0, 1, 0)))
+    t = {"a": np.zeros((2, 4, 8), np.float32), "b": np.zeros((2, 4, 8), np.float32)}
+    c = np.zeros((2, 8), np.float32)
+    results = fun(t, c)
+    described = describe_program(fun, t, c)
+    assert structure(described) == structure(describe_trace(fun, t, c))
+    verdict = explain_program(described)
+    assert verdict.accepted, verdict.message
+    assert [r.shape for r in results] == [(4, 2, 8), (2, 4), (4, 2, 8)]

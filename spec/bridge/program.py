@@ -11,6 +11,11 @@ other primitive is read as an opaque equation with its parameters and result typ
 function whose trace is one ``jit`` equation over its arguments is that jit call; any
 other function is read as ``jax.jit(f)``. Nothing is lowered, compiled or run.
 
+What ``jax.vmap`` returned (nested vmaps, or ``jax.jit`` of them) is not read from JAX's
+trace of the batched function: the function vmapped is described on one example and the
+spec applies the vmaps (:func:`describe_vmapped`), as the spec applies every
+transformation a user asks for; :func:`describe_trace` reads any function's trace as it is.
+
 A traced value's type is read with its split over Explicit axes (``aval.sharding.spec``,
 reduced and unreduced axes included). What is not described yet is refused with a
 TypeError that says what: layouts, memory spaces other than the device's, literal
@@ -29,7 +34,7 @@ from ..program.description import (
 )
 from .convert import _layout_from_jax, from_jax
 
-__all__ = ["describe_program"]
+__all__ = ["describe_program", "describe_trace"]
 
 
 def _jax() -> Any:
@@ -361,7 +366,23 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
     their shardings and committedness, every one traced (static arguments are not read
     yet); the mesh set with ``jax.set_mesh`` is the one the trace records (the jit
     equation's ``ctx_mesh``).
+
+    A function ``jax.vmap`` returned (nested vmaps too), or ``jax.jit`` of one, is not read
+    from JAX's trace of the batched function: the function vmapped is described on one
+    example (the arguments less their mapped dimensions) and the spec applies the vmaps
+    (:func:`~shardlaw.spec.program.batching.nested_vmap_program`), so a refusal of the vmap
+    is the spec's; ``jax.jit``'s own options around the vmap are read from its trace.
     """
+    nest = _vmap_nest(fun)
+    if nest is not None:
+        return describe_vmapped(nest, args, kwargs)
+    return describe_trace(fun, *args, **kwargs)
+
+
+def describe_trace(fun: Any, *args: Any, **kwargs: Any) -> Program:
+    """:func:`describe_program` read from JAX's trace of ``fun`` as it is, a transformed
+    function's too (what the properties compare the spec's rewrites with): a jit a batching
+    rule bound is read as a jit the user called."""
     jax = _jax()
     leaves = jax.tree_util.tree_leaves((args, kwargs))
     inputs = tuple(_argument(leaf) for leaf in leaves)
@@ -379,3 +400,203 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
     refs = tuple(isinstance(leaf, jax.Ref) for leaf in leaves)
     return _body(body.jaxpr, list(body.consts), inputs, "", lifted, **options,
                  devices=jax.device_count(), refs=refs, hoist_constants=_hoisting())
+
+
+# --------------------------------------------------------------------------- vmapped functions
+
+_VMAP_OPTIONS = ("in_axes", "out_axes", "axis_size", "spmd_axis_name")
+
+
+def _vmap_of(fun: Any) -> tuple[Any, dict] | None:
+    """(the function vmapped, vmap's options) where ``fun`` is what ``jax.vmap`` returned:
+    JAX 0.10.2 wraps its ``vmap_f``, which holds them, in an API boundary."""
+    for cell in getattr(fun, "__closure__", None) or ():
+        inner = cell.cell_contents
+        if getattr(inner, "__qualname__", "") != "vmap.<locals>.vmap_f":
+            continue
+        held = dict(zip(inner.__code__.co_freevars,
+                        (c.cell_contents for c in inner.__closure__ or ())))
+        if not set(_VMAP_OPTIONS) | {"fun", "axis_name"} <= set(held):
+            return None
+        if type(held["axis_name"]) is not object or held.get("sum_match"):
+            raise _Unreadable("describe_program does not describe a vmap given axis_name "
+                              "(collectives over the batch axis by name) yet")
+        return held["fun"], {k: held[k] for k in _VMAP_OPTIONS}
+    return None
+
+
+def _vmap_nest(fun: Any) -> tuple[Any, list[dict], Any] | None:
+    """(the ``jax.jit`` around the vmaps or None, each vmap's options outermost first, the
+    function vmapped) where ``fun`` is a vmapped function or a jit of one; else None."""
+    jitted = hasattr(fun, "lower") and hasattr(fun, "trace") and hasattr(fun, "__wrapped__")
+    found = _vmap_of(fun.__wrapped__ if jitted else fun)
+    if found is None:
+        return None
+    vmaps = []
+    while found is not None:
+        inner, options = found
+        vmaps.append(options)
+        found = _vmap_of(inner)
+    return (fun if jitted else None), vmaps, inner
+
+
+def _flat_axes(axes: Any, tree: Any, what: str, per_item: bool) -> Any:
+    """vmap's ``in_axes`` (``per_item``: an int or None, or one entry per argument) or
+    ``out_axes`` (an int or None, or a prefix tree of the results) as one entry per leaf
+    of ``tree``; an int or None is left as it is."""
+    jax = _jax()
+    if type(axes) is list:
+        axes = tuple(axes)
+    if axes is None or type(axes) is int:
+        return axes
+    if per_item and (type(axes) is not tuple or len(axes) != len(tree)):
+        raise _Unreadable(f"describe_program reads vmap's {what} as an int, None or one "
+                          f"entry per argument; got {axes!r}")
+    try:
+        spread = jax.tree_util.tree_map(
+            lambda a, sub: [a] * len(jax.tree_util.tree_leaves(sub)), axes, tree,
+            is_leaf=lambda x: x is None)
+    except ValueError:
+        raise _Unreadable(f"describe_program reads vmap's {what} as a prefix of the "
+                          f"{'arguments' if per_item else 'results'}; got {axes!r}") from None
+    return tuple(a for part in jax.tree_util.tree_leaves(spread, is_leaf=lambda x: type(x) is list)
+                 for a in part)
+
+
+def _example_leaf(leaf: Any, axis: int | None) -> Any:
+    """What vmap's function is given for one argument leaf: ``leaf`` less its mapped
+    dimension (a numpy view, or a ShapeDtypeStruct typed as one example is)."""
+    import numpy as np
+
+    jax = _jax()
+    shape = tuple(np.shape(leaf))
+    if axis is None or not -len(shape) <= axis < len(shape):
+        return leaf   # (an axis out of range: the spec's vmap refuses it, BAT-0)
+    axis %= len(shape)
+    if isinstance(leaf, (np.ndarray, np.generic)):
+        return np.asarray(leaf)[(slice(None),) * axis + (0,)]
+    sharding = getattr(leaf, "sharding", None)
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        spec = sharding.spec
+        parts = list(spec.partitions) + [None] * (len(shape) - len(spec.partitions))
+        if parts[axis] is not None:
+            raise _Unreadable(f"describe_program reads vmap of arguments whose mapped "
+                              f"dimension is unsplit; one is on {spec}")
+        sharding = jax.sharding.NamedSharding(
+            sharding.mesh, jax.sharding.PartitionSpec(
+                *(parts[:axis] + parts[axis + 1:]), unreduced=spec.unreduced,
+                reduced=spec.reduced), memory_kind=sharding.memory_kind)
+    elif sharding is not None and not isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        raise _Unreadable(f"describe_program reads vmap of arguments on a NamedSharding or "
+                          f"one device; one is on {sharding!r}")
+    return jax.ShapeDtypeStruct(shape[:axis] + shape[axis + 1:], leaf.dtype, sharding=sharding)
+
+
+def _example_value(value: Value, axis: int | None) -> Value:
+    """One example's argument for the batched argument ``value`` mapped at ``axis``: the
+    mapped dimension taken out of its shape and its sharding's spec."""
+    import dataclasses
+
+    from ..core.shardings import NamedSharding
+    from ..core.values import PartitionSpec
+
+    if axis is None or not -len(value.shape) <= axis < len(value.shape):
+        return value
+    axis %= len(value.shape)
+    shape = value.shape[:axis] + value.shape[axis + 1:]
+    s = value.sharding
+    if isinstance(s, NamedSharding):
+        parts = list(s.spec.partitions)
+        s = NamedSharding(s.mesh, PartitionSpec(*(parts[:axis] + parts[axis + 1:]),
+                                                unreduced=s.spec.unreduced,
+                                                reduced=s.spec.reduced),
+                          memory_kind=s.memory_kind)
+    if s is None:
+        return Value.shape_dtype(shape, value.dtype) if value.abstract else \
+            dataclasses.replace(value, shape=shape)
+    if value.abstract:
+        return Value.shape_dtype(shape, value.dtype, s)
+    return Value.placed(shape, s, value.dtype, committed=value.committed)
+
+
+def _levels(vmaps: list[dict], args: tuple) -> tuple[list[dict], list]:
+    """Each vmap's options for the spec (in_axes one per argument leaf, the batch size),
+    outermost first, and the argument leaves one example is given."""
+    import numpy as np
+
+    jax = _jax()
+    treedef = jax.tree_util.tree_structure(args)
+    given, levels = jax.tree_util.tree_leaves(args), []
+    for options in vmaps:   # outermost first: each vmap is given what the one outside maps
+        axes = _flat_axes(options["in_axes"], args, "in_axes", True)
+        axes = (axes,) * len(given) if axes is None or type(axes) is int else axes
+        sizes = {np.shape(leaf)[a] for leaf, a in zip(given, axes)
+                 if a is not None and -np.ndim(leaf) <= a < np.ndim(leaf)}
+        size = options["axis_size"]
+        if size is None and len(sizes) == 1:
+            size = sizes.pop()
+        given = [_example_leaf(leaf, a) for leaf, a in zip(given, axes)]
+        args = jax.tree_util.tree_unflatten(treedef, given)
+        levels.append(dict(in_axes=tuple(axes), out_axes=options["out_axes"],
+                           axis_size=size, spmd_axis_name=options["spmd_axis_name"]))
+    return levels, given
+
+
+def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dict
+                     ) -> Program:
+    """:func:`describe_program` of a vmapped function (``nest``: :func:`_vmap_nest`'s): the
+    function vmapped described on one example, the vmaps applied by the spec innermost
+    first; under ``jax.jit`` the batched function is that jit's body."""
+    import dataclasses
+
+    from ..program.batching import nested_vmap_program
+
+    jax = _jax()
+    jitted, vmaps, inner = nest
+    if kwargs:
+        raise _Unreadable("describe_program reads a vmapped function's positional arguments "
+                          "only; got keyword arguments")
+    leaves = jax.tree_util.tree_leaves(args)
+    if any(isinstance(leaf, jax.Ref) for leaf in leaves):
+        raise _Unreadable("describe_program does not describe refs under vmap yet")
+    inputs = tuple(_argument(leaf) for leaf in leaves)
+    levels, given = _levels(vmaps, args)
+    examples = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(args), given)
+    example = describe_program(inner, *examples)
+    values = list(inputs)
+    for level in levels:   # the example's values: the user's, less each mapped dimension
+        values = [_example_value(v, a) for v, a in zip(values, level["in_axes"])]
+    example = dataclasses.replace(example, inputs=tuple(values))
+    results = jax.eval_shape(inner, *examples)
+    for level in levels:
+        level["out_axes"] = _flat_axes(level["out_axes"], results, "out_axes", False)
+    program = nested_vmap_program(example, levels[::-1])
+    if program.inputs != inputs:
+        raise _Unreadable(f"describe_program reads vmap of arguments placed as one example's "
+                          f"are with the batch dimension inserted unsplit; got {inputs}, "
+                          f"where the example gives {program.inputs}")
+    program = dataclasses.replace(program, devices=jax.device_count(),
+                                  hoist_constants=_hoisting())
+    return program if jitted is None else _under_jit(jitted, program, args,
+                                                     getattr(inner, "__name__", "vmapped"))
+
+
+def _under_jit(jitted: Any, program: Program, args: tuple, name: str) -> Program:
+    """``jax.jit`` of the vmapped function: its options read from its trace, its body the
+    spec's batched program (the batched jit call, then vmap's moves, which ``program``
+    already is as ``jax.jit`` of the function; or the batched jit call alone)."""
+    import dataclasses
+
+    jax = _jax()
+    eqn = jax.make_jaxpr(jitted)(*args).jaxpr.eqns[0]
+    _no_layouts(eqn.params, "the jit called")
+    options = _jit_options(eqn.params, "the jit called")
+    if program.checked:   # jax.jit of the vmapped function already: the options are the user's
+        return dataclasses.replace(program, **options)
+    count = len(program.inputs)
+    body = dataclasses.replace(program, inputs=tuple(v.type for v in program.inputs),
+                               compiler=None, compiler_in=None)
+    return Program(program.inputs, (Jit(tuple(range(count)), body=body, name=name,
+                                        checked=False),),
+                   tuple(range(count, count + len(program.outputs))), **options,
+                   devices=program.devices, hoist_constants=program.hoist_constants)
