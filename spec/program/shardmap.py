@@ -5,21 +5,26 @@
 the specs' axes and reductions (SMAP-3, SMAP-4; in_specs, then out_specs), the operands
 against the in specs (SMAP-7, SMAP-8, SMAP-19), their shards (SMAP-9) and the shards' types
 (SMAP-18), then the body,
-equation by equation — each collective's axes (SMAP-13), shape (SMAP-21) and varying axes
-(SMAP-20), inner jits and nested shard_maps walked the same way — and last the body's
-results against the out specs (SMAP-7, SMAP-11, SMAP-19, SMAP-12, SMAP-10).
+equation by equation — each collective's axes (SMAP-13), shape (SMAP-21), varying axes
+(SMAP-20) and split over the Explicit axes left automatic (SMAP-24), inner jits and nested
+shard_maps walked the same way — and last the body's results against the out specs
+(SMAP-7, SMAP-11, SMAP-19, SMAP-12, SMAP-10).
 :func:`lower_shard_maps` applies what lowering checks (stage ``lower``): the in specs of the
 operands the body uses (SMAP-12), each live collective's axes named once (SMAP-13),
-ppermute's pairs (SMAP-22) and psum_scatter's operand unsplit over Explicit axes (SMAP-23).
+ppermute's pairs (SMAP-22), psum_scatter's operand unsplit over Explicit axes (SMAP-23)
+and an untiled all_gather's operand, a dimension of 1 inserted, divided by its split
+(SMAP-25).
 
 Each equation walked leaves a small frozen record of what it decided, by path
 (:class:`ShardMapDecision`, :class:`CollectiveDecision`, :class:`ShardingsDecision`), which
 :func:`~shardlaw.spec.program.explain.explain_program` puts in its verdict.
 
-A body's values are typed per shard. The description gives every equation's result types;
-a collective's must be those SMAP-20 and SMAP-21 decide and a shard_map body's inputs the
-shards SMAP-9 decides (with, under check_vma, the varying axes of their in specs), else the
-description is refused (PROG-0): ``describe_program`` of a real function gives them as JAX
+A body's values are typed per shard, split over the Explicit axes left automatic. The
+description gives every equation's result types; a collective's must be those SMAP-20,
+SMAP-21 and SMAP-24 decide, an elementwise result split as its operands of its shape, a
+shard_map body's inputs the shards SMAP-9 and SMAP-18 decide (with, under check_vma, the
+varying axes of their in specs) and its results split as SMAP-18 puts them together, else
+the description is refused (PROG-0): ``describe_program`` of a real function gives them as JAX
 typed them, so a difference is a disagreement with JAX.
 """
 
@@ -413,8 +418,8 @@ def _check_params(eq: Opaque, path: str) -> dict[str, Any]:
 
 def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: str
                 ) -> CollectiveDecision:
-    """SMAP-13, SMAP-21 and SMAP-20 for one collective equation; its result type must be
-    the one they decide (PROG-0)."""
+    """SMAP-13, SMAP-21, SMAP-20 and SMAP-24 for one collective equation; its result type
+    must be the one they decide (PROG-0)."""
     with located(path):
         params = _check_params(eq, path)
         axes = collective_axes(eq.primitive, params)
@@ -535,8 +540,9 @@ def lower_shard_maps(program: Program, live: Any, prefix: str = "") -> None:
     shard_map a batching rule bound, which nothing checked at trace, also their axes
     manual, SMAP-3, and dividing the operands, SMAP-8: the compiler's verifier refuses
     them), then each live collective's axes named once (SMAP-13), ppermute's pairs
-    (SMAP-22) and psum_scatter's operand split over no Explicit axis left automatic
-    (SMAP-23)."""
+    (SMAP-22), psum_scatter's operand split over no Explicit axis left automatic
+    (SMAP-23) and an untiled all_gather's operand, a dimension of 1 inserted, divided by
+    its split (SMAP-25)."""
     with staged("lower"):
         _lower(program, live, prefix, None, passed=set())
 
