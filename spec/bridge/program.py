@@ -367,6 +367,10 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
     yet); the mesh set with ``jax.set_mesh`` is the one the trace records (the jit
     equation's ``ctx_mesh``).
 
+    A ``jax.shard_map`` whose in_specs are left out (or ``jax.jit`` of one) has them
+    inferred by the spec from the arguments' types (SMAP-16, which may refuse), and is
+    described with them (:func:`describe_inferred_shard_map`).
+
     A function ``jax.vmap`` returned (nested vmaps too), or ``jax.jit`` of one, is not read
     from JAX's trace of the batched function: the function vmapped is described on one
     example (the arguments less their mapped dimensions) and the spec applies the vmaps
@@ -376,6 +380,9 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
     nest = _vmap_nest(fun)
     if nest is not None:
         return describe_vmapped(nest, args, kwargs)
+    inferring = _shard_map_inferring(fun)
+    if inferring is not None and not kwargs:
+        return describe_inferred_shard_map(*inferring, args)
     return describe_trace(fun, *args, **kwargs)
 
 
@@ -410,19 +417,17 @@ _VMAP_OPTIONS = ("in_axes", "out_axes", "axis_size", "spmd_axis_name")
 def _vmap_of(fun: Any) -> tuple[Any, dict] | None:
     """(the function vmapped, vmap's options) where ``fun`` is what ``jax.vmap`` returned:
     JAX 0.10.2 wraps its ``vmap_f``, which holds them, in an API boundary."""
-    for cell in getattr(fun, "__closure__", None) or ():
-        inner = cell.cell_contents
-        if getattr(inner, "__qualname__", "") != "vmap.<locals>.vmap_f":
-            continue
-        held = dict(zip(inner.__code__.co_freevars,
-                        (c.cell_contents for c in inner.__closure__ or ())))
-        if not set(_VMAP_OPTIONS) | {"fun", "axis_name"} <= set(held):
-            return None
-        if type(held["axis_name"]) is not object or held.get("sum_match"):
-            raise _Unreadable("describe_program does not describe a vmap given axis_name "
-                              "(collectives over the batch axis by name) yet")
-        return held["fun"], {k: held[k] for k in _VMAP_OPTIONS}
-    return None
+    inner = _closed_over(fun, "vmap.<locals>.vmap_f")
+    if inner is None:
+        return None
+    held = dict(zip(inner.__code__.co_freevars,
+                    (c.cell_contents for c in inner.__closure__ or ())))
+    if not set(_VMAP_OPTIONS) | {"fun", "axis_name"} <= set(held):
+        return None
+    if type(held["axis_name"]) is not object or held.get("sum_match"):
+        raise _Unreadable("describe_program does not describe a vmap given axis_name "
+                          "(collectives over the batch axis by name) yet")
+    return held["fun"], {k: held[k] for k in _VMAP_OPTIONS}
 
 
 def _vmap_nest(fun: Any) -> tuple[Any, list[dict], Any] | None:
@@ -600,3 +605,78 @@ def _under_jit(jitted: Any, program: Program, args: tuple, name: str) -> Program
                                         checked=False),),
                    tuple(range(count, count + len(program.outputs))), **options,
                    devices=program.devices, hoist_constants=program.hoist_constants)
+
+
+# --------------------------------------------------------------------------- shard_map, in_specs left out
+
+def _shard_map_inferring(fun: Any) -> tuple[Any, dict] | None:
+    """(the ``jax.jit`` around it or None, what ``jax.shard_map`` was given) where ``fun``
+    is a shard_map whose in_specs were left out, or a jit of one: JAX 0.10.2's shard_map
+    returns its ``wrapped``, which holds them."""
+    from jax._src.shard_map import Infer
+
+    jitted = hasattr(fun, "lower") and hasattr(fun, "trace") and hasattr(fun, "__wrapped__")
+    wrapped = _closed_over(fun.__wrapped__ if jitted else fun, "_shard_map.<locals>.wrapped")
+    if wrapped is None:
+        return None
+    held = dict(zip(wrapped.__code__.co_freevars,
+                    (c.cell_contents for c in wrapped.__closure__ or ())))
+    if held.get("in_specs") is not Infer or not {"f", "mesh", "out_specs", "axis_names",
+                                                 "check_vma"} <= set(held):
+        return None
+    return (fun if jitted else None), held
+
+
+def _closed_over(fun: Any, qualname: str) -> Any:
+    """The function named ``qualname`` that ``fun`` (an API boundary JAX wraps around
+    what its transformations return) closes over, or None."""
+    for cell in getattr(fun, "__closure__", None) or ():
+        try:
+            inner = cell.cell_contents
+        except ValueError:   # a cell not yet filled, in a user's closure
+            continue
+        if getattr(inner, "__qualname__", "") == qualname:
+            return inner
+    return None
+
+
+def describe_inferred_shard_map(jitted: Any, held: dict, args: tuple) -> Program:
+    """:func:`describe_program` of a shard_map whose in_specs were left out (``held``: what
+    shard_map was given; ``jitted``: the ``jax.jit`` around it, or None): the spec infers
+    the in_specs from the arguments' types (SMAP-16: every manual axis Explicit, no entry
+    naming an automatic axis before a manual one), then the shard_map given them is read,
+    under the user's jit with its options where there is one."""
+    import dataclasses
+
+    from ..transforms.shardmap_parameters import Shaped
+    from ..transforms.shardmap_specs import manual_axes_of
+    from ..transforms.shardmap_types import infer_in_specs
+    from .convert import to_jax
+
+    jax = _jax()
+    mesh = held["mesh"] if held["mesh"] is not None else jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty:   # no mesh: JAX refuses the call as it is
+        return describe_trace(jitted or _plain(held), *args)
+    ours = from_jax(mesh)
+    leaves = jax.tree_util.tree_leaves(args)
+    values = [_argument(leaf) for leaf in leaves]
+    manual = manual_axes_of(ours, set(held["axis_names"]))
+    specs = infer_in_specs(ours, manual, tuple(
+        Shaped(v.shape, v.spec if v.mesh is not None else None) for v in values))
+    given = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(args),
+                                         [to_jax(s) for s in specs])
+    mapped = jax.shard_map(held["f"], mesh=held["mesh"], in_specs=given,
+                           out_specs=held["out_specs"], axis_names=held["axis_names"],
+                           check_vma=held["check_vma"])
+    program = describe_trace(jax.jit(mapped), *args)
+    if jitted is None:
+        return program
+    eqn = jax.make_jaxpr(jitted)(*args).jaxpr.eqns[0]   # the user's jit: its options
+    _no_layouts(eqn.params, "the jit called")
+    return dataclasses.replace(program, **_jit_options(eqn.params, "the jit called"))
+
+
+def _plain(held: dict) -> Any:
+    """The shard_map ``held`` describes, called as it was (in_specs left out)."""
+    return _jax().shard_map(held["f"], mesh=held["mesh"], out_specs=held["out_specs"],
+                            axis_names=held["axis_names"], check_vma=held["check_vma"])
