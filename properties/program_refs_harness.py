@@ -137,7 +137,9 @@ def _shard_map_program(rc: RefCase) -> Program:
     ref = Value.placed(rc.ref_shape, rc.ref_sharding)
     xs = _per_shard(SHAPE, rc.x_spec, rc.check_vma)
     closed = rc.role == "closed"
-    rs = ref.type if closed else _per_shard(rc.ref_shape, rc.ref_spec, rc.check_vma)
+    # a closed-over ref is read whole, unvarying (JAX refuses it before typing a use)
+    rs = _per_shard(rc.ref_shape, P(), False) if closed else _per_shard(
+        rc.ref_shape, rc.ref_spec, rc.check_vma)
     inputs = (xs,) if closed else (xs, rs)
     first = len(inputs) + closed
     eqs = [Opaque((0,), (xs,), primitive="sin", params=SIN)]
