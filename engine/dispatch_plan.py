@@ -43,7 +43,7 @@ class DispatchPlan:
         "rejection", "fired", "in_paths", "in_shardings", "out_paths", "out_shardings",
         "device_assignment", "num_devices", "kept", "out_committed", "transfers", "entry",
         "compiled_here", "conversions", "out_labels", "out_tree", "fastpath", "fast_ok",
-        "donated", "exe_inputs", "num_inputs", "empty_results", "inside", "__weakref__")
+        "donated", "exe_inputs", "num_inputs", "empty_results", "inside", "held", "__weakref__")
 
     def __init__(self) -> None:
         self.rejection: EngineRejection | None = None
@@ -69,6 +69,8 @@ class DispatchPlan:
         self.num_inputs = 0
         self.empty_results: tuple[int, ...] = ()
         self.inside: tuple[tuple[str, Any], ...] = ()   # (path, sharding) inside the body
+        # (path, sharding, what) of the closed-over refs and hoisted constants it takes in
+        self.held: tuple[tuple[str, Any, str], ...] = ()
 
     @property
     def accepted(self) -> bool:
@@ -97,6 +99,7 @@ def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
     plan.kept = d.kept
     plan.out_committed = (d.committed,) * len(d.out_paths)
     plan.inside = tuple((s.path, s.sharding) for s in d.inside)
+    plan.held = held_inputs(d)
     plan.transfers = tuple(item.path for item, s in zip(d.inputs, d.final) if moves(item, s))
     plan.donated = donated_leaves(arguments.positions, engine.options.names,
                                   arguments.dyn_args, arguments.dyn_kwargs)
@@ -263,3 +266,12 @@ def _typed_result(out: Any, given: Any, aval: Any) -> Any:
                               memory_kind=out.memory_kind)
     ndim = len(aval.shape)
     return candidate if hlo_equal(hlo(candidate, ndim), hlo(out, ndim)) else out
+
+
+def held_inputs(d: "CallDecision") -> tuple[tuple[str, Any, str], ...]:
+    """(path, sharding, what) of each closed-over value the program takes in after the
+    arguments: the refs that take part (REF-1; their new values written back in place,
+    REF-2) and the constants JAX hoists (CONST-1; each on its sharding or left open,
+    CONST-2)."""
+    return (*((s.path, s.sharding, "ref, written back in place") for s in d.refs),
+            *((s.path, s.sharding, "hoisted constant") for s in d.constants))

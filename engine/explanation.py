@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .dispatch_plan import held_inputs
 from .rules import EngineRejection
 
 __all__ = ["Explanation", "Refusal"]
@@ -57,7 +58,10 @@ class Explanation:
     result ``out_paths``, ``out_shardings`` (as the results come back, the compiler's choices
     included) and ``out_committed``; ``inside``, the (path, sharding) of every sharding
     inside the function's body that joined the device assignment (PROG-2: constraints,
-    device_puts, inner jits' shardings, shard_map meshes, at any depth). Rejected: ``refusal``, whose ``rule``, ``error_type``
+    device_puts, inner jits' shardings, shard_map meshes, at any depth); ``held``, the
+    (path, sharding, what) of every closed-over value the program takes in after the
+    arguments — a mutable ref that takes part (REF-1), its new value written back in place
+    (REF-2), a constant JAX hoists (CONST-1, on its sharding or left open: CONST-2). Rejected: ``refusal``, whose ``rule``, ``error_type``
     (the built-in type's name), ``jax_error``, ``message``, ``path`` and ``stage`` read
     through the explanation too. Both: ``trace``, the rules that fired, in order.
     """
@@ -75,6 +79,7 @@ class Explanation:
     out_shardings: tuple = ()
     out_committed: tuple[bool, ...] = ()
     inside: tuple[tuple[str, Any], ...] = ()
+    held: tuple[tuple[str, Any, str], ...] = ()
     refusal: Refusal | None = None
 
     rule = _refusal_field("rule")
@@ -98,7 +103,7 @@ class Explanation:
                    in_paths=plan.in_paths, in_shardings=plan.in_shardings,
                    kept_inputs=plan.kept, transfers=plan.transfers, out_paths=plan.out_paths,
                    out_shardings=plan.out_shardings, out_committed=plan.out_committed,
-                   inside=plan.inside)
+                   inside=plan.inside, held=plan.held)
 
     @classmethod
     def of_decision(cls, d: Any, compiled: Any, why: str,
@@ -115,7 +120,8 @@ class Explanation:
                    out_paths=tuple(d.out_paths),
                    out_shardings=tuple(compiled.out_shardings[:len(d.out_paths)]),
                    out_committed=(d.committed,) * len(d.out_paths),
-                   inside=tuple((s.path, s.sharding) for s in d.inside))
+                   inside=tuple((s.path, s.sharding) for s in d.inside),
+                   held=held_inputs(d))
 
     @classmethod
     def of_rejection(cls, error: EngineRejection, fired: tuple[str, ...] = ()) -> "Explanation":
@@ -133,6 +139,8 @@ class Explanation:
         for path, s in zip(self.in_paths, self.in_shardings):
             moved = " (moved)" if path in self.transfers else ""
             lines.append(f"  in  {path}: {s}{moved}")
+        for path, s, what in self.held:
+            lines.append(f"  held {path}: {s} ({what})")
         for path, s in self.inside:
             lines.append(f"  inside {path}: {s}")
         for path, s, c in zip(self.out_paths, self.out_shardings, self.out_committed):

@@ -267,16 +267,19 @@ def check_result_mesh(aval: Any, count: int, path: str) -> None:
     input its loss does not read keeps no input, and ``device=`` places the program on
     one device: its cotangent typed over the input's mesh then meets this before lowering.
     """
-    mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
-    types = getattr(mesh, "axis_types", ())
-    if not types or not all(t == jax.sharding.AxisType.Explicit for t in types):
-        return
+    mesh = aval.sharding.mesh
     if count != mesh.size:
         raise reject("AD-9", ValueError,
                      f"{path} is typed over {mesh}, a mesh of {mesh.size} devices whose axes "
                      f"are all Explicit, but the program runs on {count} device(s): no kept "
                      "input and no sharding inside places it. Pass keep_unused=True, leave "
                      "device= out, or run under jax.set_mesh.", path)
+
+
+def typed_over_explicit_mesh(aval: Any) -> bool:
+    """Whether a value's type names a mesh with axes, all of them Explicit (AD-9 applies)."""
+    types = getattr(getattr(getattr(aval, "sharding", None), "mesh", None), "axis_types", ())
+    return bool(types) and all(t == jax.sharding.AxisType.Explicit for t in types)
 
 
 def _check_held_to(reference: Any, devices: tuple, source: Source) -> None:
@@ -372,4 +375,5 @@ def moves(item: Input, target: Any) -> bool:
 __all__ += ["sharding_from_argument", "check_host_array", "check_memory_kind",
             "check_committed", "check_abstract_size", "default_assignment", "input_source",
             "distinct_sources", "ARRAY", "NUMPY", "NUMPY_SCALAR", "SCALAR", "ABSTRACT",
-            "check_tile_count", "check_iota_tiles", "check_result_mesh"]
+            "check_tile_count", "check_iota_tiles", "check_result_mesh",
+            "typed_over_explicit_mesh"]

@@ -503,6 +503,44 @@ def test_a_hoisted_constant_on_other_devices_is_refused_before_lowering():
                                             "NoneType None None"]
 
 
+_HOISTED_EXPLAINED = """
+import jax
+jax.config.update("jax_num_cpu_devices", 8)
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+import shardlaw.engine as engine
+mesh = jax.make_mesh((2, 4), ("x", "y"))
+c = jax.device_put(jnp.arange(16.0), NamedSharding(mesh, P("x")))
+explanation = engine.jit(lambda a: a + c).explain(jnp.ones(16))
+print(explanation.held == (("constants[0]", c.sharding, "hoisted constant"),))
+print([line for line in str(explanation).splitlines() if line.startswith("  held")])
+"""
+
+
+@checks("REF-1", "CONST-2")
+def test_explain_lists_the_refs_and_hoisted_constants_the_program_takes_in():
+    """A closed-over ref that takes part, and a constant JAX hoists, are inputs of the
+    program after the arguments: explain lists each at its path, on its sharding."""
+    import os
+    mesh = jax.make_mesh((2, 4), ("x", "y"))
+    ref = jax.new_ref(jax.device_put(jnp.zeros(8), JaxNamedSharding(mesh, JaxP("y"))))
+
+    def step(a):
+        ref[...] = ref[...] + a
+        return a * 2
+
+    explanation = engine.jit(step).explain(jnp.ones(8))
+    assert explanation.held == (("constants[0]", ref.sharding, "ref, written back in place"),)
+    assert "  held constants[0]: NamedSharding" in str(explanation)
+    assert engine.jit(lambda a: a * 2).explain(jnp.ones(8)).held == ()
+    child = subprocess.run([sys.executable, "-c", _HOISTED_EXPLAINED], capture_output=True,
+                           text=True, timeout=300,
+                           env=dict(os.environ, JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS="1"))
+    assert child.returncode == 0, child.stderr[-2000:]
+    first, second = child.stdout.split("\n")[:2]
+    assert first == "True" and "(hoisted constant)" in second, child.stdout
+
+
 def test_explain_of_a_refused_program_names_the_rule_the_path_and_the_stage():
     reversed_mesh = jax.sharding.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
     mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
