@@ -77,19 +77,54 @@ def ad_hit_counts() -> dict[str, tuple[int, int]]:
     return hits.counts(SOURCE)
 
 
+# How the tangents (jvp, linearize, jvp_of_grad) and cotangents (vjp) are passed: numpy
+# arrays; jax.Arrays placed as their primals are (a cotangent as the first input: every
+# recipe value has its shape); or committed replicated over their primal's mesh (on
+# device 0 where the primal has no mesh).
+PASSED = ("numpy", "primal", "replicated")
+
+
 @dataclasses.dataclass(frozen=True)
 class AdCase:
-    """A drawn program and the transformation applied to it."""
+    """A drawn program, the transformation applied to it, and how its tangents or
+    cotangents are passed (:data:`PASSED`)."""
 
     case: Case
     transform: str
+    passed: str = "numpy"
 
 
 @st.composite
 def ad_cases(draw: Any, explicit: bool = False) -> AdCase:
     """A program recipe and a transformation; with ``explicit``, over meshes with Explicit
-    axes too (all of them, or mixed with Auto ones: values typed split, reshards)."""
-    return AdCase(draw(program_cases(explicit=explicit)), draw(st.sampled_from(TRANSFORMS)))
+    axes too (all of them, or mixed with Auto ones: values typed split, reshards); the
+    tangents or cotangents numpy arrays or jax.Arrays (:data:`PASSED`)."""
+    return AdCase(draw(program_cases(explicit=explicit)), draw(st.sampled_from(TRANSFORMS)),
+                  draw(st.sampled_from(PASSED)))
+
+
+def passed_values(ad: AdCase, count: int | None = None) -> tuple[Value, ...] | None:
+    """The tangents (one per input) or ``count`` cotangents as the spec's Values; None
+    for numpy arrays (the rewrites' default)."""
+    if ad.passed == "numpy" or ad.transform in ("grad", "jvp_of_vmap"):
+        return None
+    primals = ad.case.inputs if count is None else (ad.case.inputs[0],) * count
+    return tuple(_passed(ad.passed, v) for v in primals)
+
+
+def _passed(how: str, primal: Value) -> Value:
+    from shardlaw.spec import NamedSharding, SingleDeviceSharding
+
+    sharding = primal.sharding
+    split = getattr(sharding, "spec", None)
+    if primal.abstract or sharding is None or (split is not None and (
+            split.reduced or split.unreduced)):
+        return Value.numpy(primal.shape)   # (a reduced or abstract primal: left numpy)
+    if how == "primal":
+        return Value.placed(primal.shape, sharding, committed=primal.committed)
+    if isinstance(sharding, NamedSharding):
+        return Value.placed(primal.shape, NamedSharding(sharding.mesh, P()))
+    return Value.placed(primal.shape, SingleDeviceSharding(0))
 
 
 # --------------------------------------------------------------------------- the spec's side
@@ -144,21 +179,22 @@ def _all_auto(mesh: Any) -> bool:
 
 
 def rewrite(ad: AdCase) -> Program:
-    """The spec's Program for the transformed call (tangents and cotangents: numpy)."""
+    """The spec's Program for the transformed call (tangents and cotangents as
+    :func:`passed_values` gives them)."""
     if ad.transform == "grad":
         program = loss_program(ad.case)
         return grad_program(program, tuple(range(len(program.inputs))))
     program = program_of(ad.case)
     if ad.transform == "jvp":
-        return jvp_program(program)
+        return jvp_program(program, passed_values(ad))
     if ad.transform == "linearize":
-        return linearize_program(program).applied
+        return linearize_program(program, passed_values(ad)).applied
     if ad.transform == "vjp":
-        return vjp_program(program).applied
+        return vjp_program(program, passed_values(ad, len(ad.case.body.outputs))).applied
     if ad.transform == "jvp_of_vmap":
         return jvp_program(spec_vmapped(_vmap_case(ad.case)))
     loss = loss_program(ad.case)
-    return jvp_program(grad_program(loss, tuple(range(len(loss.inputs)))))
+    return jvp_program(grad_program(loss, tuple(range(len(loss.inputs)))), passed_values(ad))
 
 
 def _vmap_case(case: Case) -> VmapCase:
@@ -198,7 +234,8 @@ def transformed(ad: AdCase) -> tuple[Any, tuple]:
         return jax.jit(lambda *pt: jax.jvp(mapped, pt[:n], pt[n:])), args + ones
     args = arguments_of(ad.case)
     n = len(args)
-    ones = tuple(np.ones(a.shape, np.float32) for a in args)
+    ones = _passed_arrays(ad, passed_values(ad)) or tuple(
+        np.ones(a.shape, np.float32) for a in args)
     argnums = tuple(range(n))
     if ad.transform in ("grad", "jvp_of_grad"):
         grad = jax.jit(jax.grad(_loss_function(ad.case), argnums=argnums))
@@ -212,8 +249,16 @@ def transformed(ad: AdCase) -> tuple[Any, tuple]:
         return jax.jit(lambda *pt: jax.linearize(jitted, *pt[:n])[1](*pt[n:])), args + ones
     count = len(ad.case.body.outputs)
     shapes = [ad.case.inputs[0].shape] * count  # every recipe value has the inputs' shape
-    cts = tuple(np.ones(s, np.float32) for s in shapes)
+    cts = _passed_arrays(ad, passed_values(ad, count)) or tuple(
+        np.ones(s, np.float32) for s in shapes)
     return jax.jit(lambda *pc: jax.vjp(jitted, *pc[:n])[1](tuple(pc[n:]))), args + cts
+
+
+def _passed_arrays(ad: AdCase, values: tuple[Value, ...] | None) -> tuple | None:
+    """The JAX arrays of :func:`passed_values` (None: numpy ones, made by the caller)."""
+    if values is None:
+        return None
+    return arguments_of(dataclasses.replace(ad.case, inputs=values))
 
 
 def run_transformed(ad: AdCase) -> JaxOutcome:

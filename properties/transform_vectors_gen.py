@@ -76,6 +76,7 @@ PROGRAM_ONLY = {
     "AD-14": "two cotangents of different types over Explicit axes summed at one value",
     "AD-15": "a unary primitive a transpose applies to a cotangent typed unreduced",
     "AD-16": "a product's transpose reshaped to an operand's cotangent type unreduced",
+    "AD-17": "a tangent or cotangent passed to linearize's or vjp's function, typed",
     "BAT-10": "a program's value typed with reduced axes that vmap maps or broadcasts",
     "SMAP-20": "the varying axes of a collective inside a shard_map body",
     "SMAP-21": "the shape of a collective's result inside a shard_map body",

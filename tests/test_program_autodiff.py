@@ -638,7 +638,7 @@ def test_transformed_programs_agree_with_jax(ad):
     _agree(ad)
 
 
-@checks("AD-9", "AD-13", "AD-14", "ARG-4", "DA-4")
+@checks("AD-9", "AD-13", "AD-14", "AD-17", "ARG-4", "DA-4")
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ad_cases(explicit=True))
 def test_transformed_programs_over_explicit_meshes_agree_with_jax(ad):
@@ -894,3 +894,30 @@ def test_each_primitives_residuals_are_jaxs(name):
         for transformed, rewritten in cases:
             problems = compare_rewrite(rewritten, run_function(transformed, (x, plain)))
             assert not problems, problems
+
+
+@checks("AD-17")
+@pytest.mark.parametrize("transform", ["jvp", "linearize", "vjp", "jvp_of_grad"])
+def test_a_tangent_or_cotangent_passed_typed_otherwise_than_its_primal(transform):
+    """Tangents and cotangents passed as jax.Arrays: placed as their primals are, they are
+    taken; replicated where the primal is typed split over Explicit axes, linearize's and
+    vjp's functions refuse them (AD-17, ValueError at trace) while jvp, which types its
+    tangents as its primals, takes them; on an Auto mesh any placement is taken."""
+    explicit = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    for mesh in (explicit, MESH):
+        case = Case((Value.placed((8, 8), NamedSharding(mesh, P("x"))),),
+                    Recipe((Step("sin", 0),), (1,)))
+        for passed in ("primal", "replicated"):
+            ad = AdCase(case, transform, passed)
+            _agree(ad)
+            refused = mesh is explicit and passed == "replicated" and transform in (
+                "linearize", "vjp")
+            with pytest.raises(Rejection) if refused else _nothing():
+                rewrite(ad)
+    if transform in ("linearize", "vjp"):
+        assert all(ad_hit_counts().get("AD-17", (0, 0)))
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()

@@ -17,9 +17,9 @@ import dataclasses
 import functools
 from typing import Any, Callable
 
-from ..core.rules import Failure, reject, staged
+from ..core.rules import Failure, reject, rule, staged
 from ..core.shardings import NamedSharding
-from ..core.values import AbstractMesh, PartitionSpec
+from ..core.values import AbstractMesh, AxisType, PartitionSpec
 from ..transforms.autodiff import JitBody, JitEquation
 from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
@@ -85,6 +85,56 @@ class NotScalar(Failure, rule="AD-0", error=TypeError,
                 "(Gradient only defined for scalar-output functions)")
     output: int
     value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PassedType(Failure, rule="AD-17", error=ValueError):
+    template = ("the {what} passed for {path} is typed {got}, its primal's {what} type is "
+                "{expected}: {function} takes only values of that type over Explicit axes")
+    hint = ("Put the value on its primal's sharding (jax.device_put or "
+            "jax.sharding.reshard) before passing it, or pass a numpy array.")
+    what: str
+    path: str
+    got: str
+    expected: str
+    function: str
+
+
+@rule("AD-17", mirrors="jax._src.api._lift_linearized; jax._src.api._vjp_check_ct_avals; "
+                       "jax._src.core.typecompat")
+def check_passed_type(expected: Value, got: Value, what: str, path: str) -> None:
+    """A tangent passed to linearize's function, or a cotangent to vjp's, where it and its primal are both typed over meshes one of which has an Explicit axis, has the primal's mesh and split; else ValueError at trace.
+
+    ``expected`` is the primal's tangent type (an input's, for ``linearize``) or cotangent
+    type (an output's, for ``vjp``); a value typed over no mesh (a numpy array, a value
+    on one device) or over Auto axes only is taken as any. ``jax.jvp`` takes any: the jit
+    it differentiates types its tangents as its primals.
+
+    >>> mesh = AbstractMesh((4,), ("x",), (AxisType.Explicit,))
+    >>> check_passed_type(Value((8,), mesh=mesh, spec=P("x")), Value((8,)), "tangent", "t[0]")
+    >>> check_passed_type(Value((8,), mesh=mesh, spec=P("x")), Value((8,), mesh=mesh),
+    ...                   "tangent", "t[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [AD-17]: the tangent passed for t[0] is typed float32[8] over ('x',), its primal's tangent type is float32[8] over ('x',) split P('x'): linearize's function takes only values of that type over Explicit axes. Put the value on its primal's sharding (jax.device_put or jax.sharding.reshard) before passing it, or pass a numpy array.
+    """
+    if expected.mesh is None or got.mesh is None or not (
+            _any_explicit(expected.mesh) or _any_explicit(got.mesh)):
+        return
+    if (expected.mesh, expected.spec) != (got.mesh, got.spec):
+        function = "linearize's function" if what == "tangent" else "vjp's function"
+        with staged("trace"):
+            raise reject(PassedType(what, path, _typed(got), _typed(expected), function))
+
+
+def _any_explicit(mesh: AbstractMesh) -> bool:
+    return any(t is AxisType.Explicit for t in mesh.axis_types)
+
+
+def _typed(value: Value) -> str:
+    mesh = f" over {value.mesh.axis_names}" if value.mesh is not None else ""
+    split = f" split {value.spec}" if value.spec is not None else ""
+    return f"{value.dtype}{list(value.shape)}{mesh}{split}"
 
 
 # --------------------------------------------------------------------------- building bodies
@@ -290,9 +340,14 @@ def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list
     ``results`` in the primal body); per result, its tangent (None: a symbolic zero)."""
     if all(t is None for t in moving):
         return [None] * len(eq.results)
-    if isinstance(eq, (ShardingConstraint, Reshard)):
+    if isinstance(eq, ShardingConstraint):
+        # JAX's JVP of the constraint binds it on the tangent, without
+        # with_sharding_constraint's own checks (unconstrained dimensions, fit, axes).
+        return list(tape.emit(dataclasses.replace(eq, results=None, checked=False),
+                              (moving[0],)))
+    if isinstance(eq, Reshard):
         # (a reshard to the empty mesh, a transposed one's, types its result over none)
-        empty = isinstance(eq, Reshard) and not eq.sharding.mesh.axis_names
+        empty = not eq.sharding.mesh.axis_names
         return list(tape.emit(dataclasses.replace(eq, results=eq.results if empty else None),
                               (moving[0],)))
     if isinstance(eq, DevicePut):

@@ -54,8 +54,8 @@ from ..transforms.autodiff import (
 from .description import Jit, Program, Reshard, ShardMap, Value, check_program
 from .ad_bodies import (
     FLOATS, LINEAR, NONLINEAR, NotScalar, _Body, _Direct, _Tape, _inline, _jit_facts,
-    _manual, _options, _put_together, _sizes, _tangent_eq, _traced, cotangent_type,
-    dependencies, differentiable,
+    _manual, _options, _put_together, _sizes, _tangent_eq, _traced, check_passed_type,
+    cotangent_type, dependencies, differentiable,
 )
 from .explain import trace_body
 from .lowering import equation_path
@@ -558,8 +558,10 @@ def linearize_program(program: Program, tangents: Any = None) -> LinearizedProgr
     flags = tuple(t is not None for t in touts)
     primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
     tangent = tape.tangent([t for t in touts if t is not None])
-    given = _extra_inputs(tangents, tuple(v for v, nz in zip(program.inputs, nonzero)
-                                          if nz), "the tangents")
+    primals = tuple(v for v, nz in zip(program.inputs, nonzero) if nz)
+    given = _extra_inputs(tangents, primals, "the tangents")
+    for k, (value, passed) in enumerate(zip(primals, given)):
+        check_passed_type(value.type, passed.type, "tangent", f"tangents[{k}]")
     residuals = tuple(tape.primal.types[n] for n in tape.residuals)
     tangent = dataclasses.replace(tangent, inputs=residuals + given)
     applied = _Body(program.inputs + given)
@@ -592,6 +594,8 @@ def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
     flags = tuple(t is not None for t in touts)
     out_types = tuple(tape.primal.types[n] for n, f in zip(outs, flags) if f)
     given = _extra_inputs(cotangents, out_types, "the cotangents")
+    for k, (out, passed) in enumerate(zip(out_types, given)):
+        check_passed_type(cotangent_type(out), passed.type, "cotangent", f"cotangents[{k}]")
     backward, reached = _backward(tape, touts, tuple(v.type for v in given))
     residuals = tuple(tape.primal.types[n] for n in tape.residuals)
     backward = dataclasses.replace(backward, inputs=residuals + given)
