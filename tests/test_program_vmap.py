@@ -923,3 +923,20 @@ def test_describe_program_of_nested_vmaps_under_jit_is_what_jax_traces():
     verdict = explain_program(described)
     assert verdict.accepted, verdict.message
     assert [r.shape for r in results] == [(4, 2, 8), (2, 4), (4, 2, 8)]
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 23): an out_sharding that vmap left "
+                   "UNCONSTRAINED on an abstract mesh is the compiler's choice in JAX; the "
+                   "spec's compile stage reports it as given")
+@pytest.mark.parametrize("arg", [P(), P(None, "y")], ids=["replicated", "split"])
+def test_an_unconstrained_out_sharding_in_an_eager_call_comes_back_as_the_compiler_chose(arg):
+    """jax.vmap(jax.jit(neg, out_shardings=NamedSharding(abstract mesh, P('x')))) called on
+    a committed argument of the concrete mesh: the batched jit's out sharding is
+    P(UNCONSTRAINED, 'x') (BAT-2), and JAX (pxla's maybe_get_and_check_out_shardings,
+    ``contains_unconstrained``) returns the compiler's choice for the whole result: on the
+    value's type where the compiler placed it so, P(None, None, None) from a replicated
+    argument, else re-read over the mesh, P(None, None, 'y') from one split over 'y'. The
+    spec's compile stage gives the out sharding as written, UNCONSTRAINED included."""
+    case = Case((Value.placed((8, 8), NamedSharding(MESH, arg)),), NEG,
+                (NamedSharding(MESH.abstract, P("x")),))
+    _agree(VmapCase(case, (Vmap((0,), 0, 4),)))
