@@ -865,6 +865,20 @@ def test_describe_program_of_a_jitted_vmap_applies_the_vmap_by_the_spec(out_axes
     assert (old.rule, old.path) == ("FIT-1", "body[0].jit.in_shardings[0]")
 
 
+@checks("PROG-1")
+@pytest.mark.parametrize("spec", [jax.P(), jax.P(None, None, "y")], ids=["P()", "split"])
+def test_describe_program_of_a_jitted_vmap_reads_committed_arguments(spec):
+    """A committed argument on P() (its batch dimension not written out) or split after
+    it: described as JAX traces it, the batched jit's input on the argument's sharding."""
+    jmesh = _jmesh()
+    x = jax.device_put(np.zeros((4, 8, 8), np.float32), jax.sharding.NamedSharding(jmesh, spec))
+    fun = jax.jit(jax.vmap(jax.jit(lambda a: -a)))
+    described = describe_program(fun, x)
+    assert described.inputs[0].sharding == from_jax(x.sharding)
+    assert structure(described) == structure(describe_trace(fun, x))
+    assert explain_program(described).accepted
+
+
 @checks("FIT-3")
 def test_describe_program_of_a_vmapped_jit_is_refused_where_its_call_is():
     """jax.vmap(g, spmd_axis_name='x') called eagerly on a batch of 3: JAX traces it and

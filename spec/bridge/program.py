@@ -524,6 +524,25 @@ def _example_value(value: Value, axis: int | None) -> Value:
     return Value.placed(shape, s, value.dtype, committed=value.committed)
 
 
+def _trimmed(value: Value) -> Value:
+    """``value`` with its NamedSharding's spec written without trailing Nones (P() and
+    P(None) place alike; batched_input writes the inserted dimension out)."""
+    import dataclasses
+
+    from ..core.shardings import NamedSharding
+    from ..core.values import PartitionSpec
+
+    s = value.sharding
+    if not isinstance(s, NamedSharding):
+        return value
+    parts = list(s.spec.partitions)
+    while parts and parts[-1] is None:
+        parts.pop()
+    spec = PartitionSpec(*parts, unreduced=s.spec.unreduced, reduced=s.spec.reduced)
+    return dataclasses.replace(value, sharding=NamedSharding(s.mesh, spec,
+                                                             memory_kind=s.memory_kind))
+
+
 def _levels(vmaps: list[dict], args: tuple) -> tuple[list[dict], list]:
     """Each vmap's options for the spec (in_axes one per argument leaf, the batch size),
     outermost first, and the argument leaves one example is given."""
@@ -576,11 +595,11 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
     for level in levels:
         level["out_axes"] = _flat_axes(level["out_axes"], results, "out_axes", False)
     program = nested_vmap_program(example, levels[::-1])
-    if program.inputs != inputs:
+    if tuple(map(_trimmed, program.inputs)) != tuple(map(_trimmed, inputs)):
         raise _Unreadable(f"describe_program reads vmap of arguments placed as one example's "
-                          f"are with the batch dimension inserted unsplit; got {inputs}, "
+                          f"are, with the batch dimension inserted unsplit; got {inputs}, "
                           f"where the example gives {program.inputs}")
-    program = dataclasses.replace(program, devices=jax.device_count(),
+    program = dataclasses.replace(program, inputs=inputs, devices=jax.device_count(),
                                   hoist_constants=_hoisting())
     return program if jitted is None else _under_jit(jitted, program, args,
                                                      getattr(inner, "__name__", "vmapped"))
