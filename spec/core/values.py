@@ -414,10 +414,16 @@ def cached_hash(value: Any) -> int:
     """The hash of a frozen dataclass by its compared fields, computed once."""
     cached = value.__dict__.get("_hash")
     if cached is None:
-        cached = hash(tuple(getattr(value, f.name) for f in dataclasses.fields(value)
-                            if f.compare))
+        cached = hash(tuple(getattr(value, name) for name in compared_fields(type(value))))
         value.__dict__["_hash"] = cached
     return cached
+
+
+@functools.cache
+def compared_fields(kind: type) -> tuple[str, ...]:
+    """The names of a dataclass's compared fields, read once per class (a value is hashed
+    by them)."""
+    return tuple(f.name for f in dataclasses.fields(kind) if f.compare)
 
 
 def state_without_hash(value: Any) -> dict[str, Any]:
@@ -700,6 +706,9 @@ def canonical_entry(index: int, entry: Any) -> Entry:
 
 def _axis_set(value: Any, kind: str) -> frozenset[str]:
     """VAL-6 for ``unreduced=`` / ``reduced=``: an iterable of axis names (not one bare name)."""
+    # A set of names already (a spec built from another one's): as it is
+    if type(value) is frozenset and all(type(name) is str and name for name in value):
+        return value
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise reject(BadReductionAxes(kind, value))
     names = set()
@@ -731,11 +740,13 @@ class PartitionSpec:
                  reduced: Iterable[str] = frozenset()) -> None:
         parts = tuple(canonical_entry(i, e) for i, e in enumerate(partitions))
         unreduced, reduced = _axis_set(unreduced, "unreduced"), _axis_set(reduced, "reduced")
-        for name in unreduced & reduced:
-            raise reject(OverlappingReduction(name, "unreduced", "reduced"))
-        for axis in self._axes_of(parts):
-            for kind, group in (("unreduced", unreduced), ("reduced", reduced)):
-                require(axis not in group, lambda: OverlappingReduction(axis, "a partition", kind))
+        if unreduced or reduced:   # (most specs have neither)
+            for name in unreduced & reduced:
+                raise reject(OverlappingReduction(name, "unreduced", "reduced"))
+            for axis in self._axes_of(parts):
+                for kind, group in (("unreduced", unreduced), ("reduced", reduced)):
+                    require(axis not in group,
+                            lambda: OverlappingReduction(axis, "a partition", kind))
         object.__setattr__(self, "partitions", parts)
         object.__setattr__(self, "unreduced", unreduced)
         object.__setattr__(self, "reduced", reduced)

@@ -29,15 +29,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from typing import Any, ClassVar
 
 from ..core.hlo import HloSharding
 from ..core.rules import Failure, reject, rule
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import (
-    AbstractMesh, AxisType, Mesh, PartitionSpec, UNCONSTRAINED, check_dims, state_without_hash,
+    AbstractMesh, AxisType, Mesh, PartitionSpec, UNCONSTRAINED, check_dims, compared_fields,
+    state_without_hash,
 )
 from ..jit.call import DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg
+from .type_splits import canonical_type_spec, fitting, splits_over, type_spec
 
 P = PartitionSpec  # the name the examples use
 
@@ -153,6 +156,9 @@ class Value:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", check_dims(self.shape, what="a value's shape"))
+        if self.sharding is None and _plain_type(self):
+            object.__setattr__(self, "spec", None)   # (a split of no axis is none)
+            return
         _bool(self.abstract, "a value's abstract flag")
         _require(not (self.abstract and (self.committed or self.weak_type)),
                  "an abstract value (a jax.ShapeDtypeStruct)",
@@ -191,7 +197,7 @@ class Value:
         # per form and operand types): hashed once, by its compared fields.
         cached = self.__dict__.get("_hash")
         if cached is None:
-            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            cached = hash(tuple(getattr(self, name) for name in compared_fields(Value)))
             object.__setattr__(self, "_hash", cached)
         return cached
 
@@ -272,6 +278,27 @@ class Value:
         return f"<{text}>"
 
 
+def _plain_type(value: Value) -> bool:
+    """Whether ``value``, without a sharding, passes every check of a value's fields at once
+    (the flags bools, a known dtype, its mesh, varying axes of it, a split of no axis,
+    uncommitted, not weakly typed); where one fails, the checks are made one by one, in
+    order, and the first that fails is the refusal."""
+    mesh, varying, spec = value.mesh, value.varying, value.spec
+    return ((spec is None or (mesh is not None and type(spec) is PartitionSpec
+                              and not spec.unreduced and not spec.reduced
+                              and len(spec) <= len(value.shape)
+                              and all(e is None for e in spec.partitions)))
+            and value.abstract is False and value.committed is False
+            and value.weak_type is False and type(value.dtype) is str
+            and value.dtype in _DTYPE_NAMES and (mesh is None or type(mesh) is AbstractMesh)
+            and type(varying) is frozenset
+            and (not varying or (mesh is not None and all(type(v) is str for v in varying)
+                                 and varying.issubset(mesh.axis_names))))
+
+
+_DTYPE_NAMES = frozenset(DTYPES)
+
+
 @dataclasses.dataclass(frozen=True)
 class Const:
     """A value the function closed over: a constant (a ``jax.Array`` with its sharding, or a
@@ -303,8 +330,9 @@ class Equation:
     def __post_init__(self) -> None:
         self._check_values()
 
-    def _check_values(self) -> None:
-        """Its operands are value numbers and its results (when given) traced types."""
+    def _check_values(self, results: bool = True) -> None:
+        """Its operands are value numbers and its results (when given, and asked about)
+        traced types."""
         kind = self.kind
         operands = self.operands
         if type(operands) is not tuple:
@@ -313,7 +341,7 @@ class Equation:
             if not (type(n) is int and n >= 0):
                 _refuse(f"a {kind} equation's operand", "a value number", n)
         object.__setattr__(self, "operands", operands)
-        if self.results is not None:
+        if results and self.results is not None:
             results = self.results
             if type(results) is not tuple:
                 results = _tuple(results, f"a {kind} equation's results", "Values")
@@ -327,7 +355,11 @@ class Equation:
     def form(self) -> tuple:
         """The equation apart from the numbers of its operands: two equations of one form
         over operands of the same types are checked, and rewritten, alike."""
-        return (type(self), *(getattr(self, name) for name in _form_fields(type(self))))
+        form = self.__dict__.get("_form")
+        if form is None:   # worked out once (a rewrite asks it of an equation many times)
+            form = (type(self), *(getattr(self, name) for name in _form_fields(type(self))))
+            object.__setattr__(self, "_form", form)
+        return form
 
     def renumbered(self, operands: Any, results: Any = None) -> "Equation":
         """The same equation over other operands and, given ``results``, with other result
@@ -355,9 +387,10 @@ class Equation:
         new.__dict__.update(self.__dict__)
         if results is not self.results:   # typed again (_type_equation) in its body
             new.__dict__.pop("_typed_against", None)
+            new.__dict__.pop("_form", None)
         object.__setattr__(new, "operands", operands)
         object.__setattr__(new, "results", results)
-        new._check_values()
+        new._check_values(results=results is not self.results)   # (its own were checked)
         return new
 
     @property
@@ -378,8 +411,8 @@ def _form_fields(kind: type) -> tuple[str, ...]:
 
 
 def _one_operand(eq: Equation) -> None:
-    _require(len(eq.operands) == 1, f"a {eq.kind} equation's operands",
-             "exactly one value", eq.operands)
+    if len(eq.operands) != 1:
+        _refuse(f"a {eq.kind} equation's operands", "exactly one value", eq.operands)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,8 +462,9 @@ class DevicePut(Equation):
         _bool(self.checked, "a device_put's checked flag")
         targets = _tuple(self.targets, "a device_put's targets",
                          "shardings, device ids or None")
-        _require(len(targets) == len(self.operands), "a device_put's targets",
-                 f"one per operand ({len(self.operands)})", targets)
+        if len(targets) != len(self.operands):
+            _refuse("a device_put's targets", f"one per operand ({len(self.operands)})",
+                    targets)
         for t in targets:
             _require(t is None or isinstance(t, SHARDINGS) or (type(t) is int and t >= 0),
                      "a device_put's target", "a sharding, a device id or None", t)
@@ -458,6 +492,7 @@ class Reshard(Equation):
         return result_types(self, operands)
 
 
+_NOT_DESCRIBED = f"a primitive's name other than {DESCRIBED_PRIMITIVES}"
 _PLAIN = (type(None), bool, int, float, str)
 _VALUES = (PartitionSpec, AbstractMesh, Mesh, *SHARDINGS)
 
@@ -492,8 +527,7 @@ class Opaque(Equation):
         super().__post_init__()
         _require(isinstance(self.primitive, str) and self.primitive != ""
                  and self.primitive not in DESCRIBED_PRIMITIVES,
-                 "an opaque equation's primitive",
-                 f"a primitive's name other than {DESCRIBED_PRIMITIVES}", self.primitive)
+                 "an opaque equation's primitive", _NOT_DESCRIBED, self.primitive)
         params = _tuple(self.params, "an opaque equation's params", "(name, value) pairs")
         for pair in params:
             _require(type(pair) is tuple and len(pair) == 2 and isinstance(pair[0], str)
@@ -506,12 +540,13 @@ class Opaque(Equation):
 
 def _check_operand_types(eq: Equation, operands: tuple[Value, ...],
                          expected: tuple[Value, ...], what: str) -> None:
-    _require(len(operands) == len(expected), f"a {eq.kind} equation's operands",
-             f"one per input of its body ({len(expected)})", eq.operands)
+    if len(operands) != len(expected):
+        _refuse(f"a {eq.kind} equation's operands",
+                f"one per input of its body ({len(expected)})", eq.operands)
     for k, (given, wanted) in enumerate(zip(operands, expected)):
-        _require((given.shape, given.dtype) == (wanted.shape, wanted.dtype),
-                 f"operand {k} of a {eq.kind} equation",
-                 f"of {what} {wanted.dtype}{list(wanted.shape)}", given)
+        if (given.shape, given.dtype) != (wanted.shape, wanted.dtype):
+            _refuse(f"operand {k} of a {eq.kind} equation",
+                    f"of {what} {wanted.dtype}{list(wanted.shape)}", given)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -571,12 +606,13 @@ class ShardMap(Equation):
         for name in ("in_specs", "out_specs"):
             specs = _tuple(getattr(self, name), f"a shard_map's {name}", "PartitionSpecs")
             for spec in specs:
-                _require(isinstance(spec, PartitionSpec), f"a shard_map's {name} entry",
-                         "a PartitionSpec", spec)
+                if not isinstance(spec, PartitionSpec):
+                    _refuse(f"a shard_map's {name} entry", "a PartitionSpec", spec)
             object.__setattr__(self, name, specs)
         manual = _names(self.manual_axes, "a shard_map's manual axes")
-        _require(manual <= set(self.mesh.axis_names), "a shard_map's manual axes",
-                 f"axes of its mesh {self.mesh.axis_names}", manual)
+        if not manual.issubset(self.mesh.axis_names):
+            _refuse("a shard_map's manual axes", f"axes of its mesh {self.mesh.axis_names}",
+                    manual)
         object.__setattr__(self, "manual_axes", manual)
         _bool(self.check_vma, "a shard_map's check_vma")
         _bool(self.checked, "a shard_map's checked flag")
@@ -599,8 +635,8 @@ class ShardMap(Equation):
 
 def _check_traced(body: "Program", what: str) -> None:
     for k, value in enumerate(body.inputs):
-        _require(value.sharding is None, f"input {k} of {what}",
-                 "a traced value (a type, no sharding)", value)
+        if value.sharding is not None:
+            _refuse(f"input {k} of {what}", "a traced value (a type, no sharding)", value)
 
 
 # --------------------------------------------------------------------------- PROG-1
@@ -638,8 +674,8 @@ def result_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...]
         # says; a constraint names Auto axes only (WSC-5) and keeps its operand's split,
         # on the operand's mesh where its own lacks the split's axes (WSC-10 refuses it)
         spec = None if mesh is None else value.spec if isinstance(eq, ShardingConstraint) \
-            else _fitting(type_spec(target), len(value.shape))
-        if spec is not None and not _splits_over(spec, mesh):
+            else fitting(type_spec(target), len(value.shape))
+        if spec is not None and not splits_over(spec, mesh):
             mesh = value.mesh
         out.append(Value(value.shape, value.dtype, value.weak_type, mesh, value.varying,
                          spec=spec))
@@ -647,59 +683,6 @@ def result_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...]
 
 
 # --------------------------------------------------------------------------- types split over Explicit axes
-
-def type_spec(sharding: Any) -> PartitionSpec | None:
-    """The split a value's type carries on ``sharding`` (``jax.typeof(x).sharding.spec``): a
-    NamedSharding's entries and its unreduced and reduced axes, Explicit axes only (JAX's
-    ``modify_spec_for_auto_manual``); None where none is left, or for another sharding.
-
-    >>> mesh = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Auto))
-    >>> type_spec(NamedSharding(mesh, P(None, ("x", "y"))))
-    P(None, 'x')
-    >>> print(type_spec(NamedSharding(mesh, P("y"))))
-    None
-    """
-    if not isinstance(sharding, NamedSharding):
-        return None
-    mesh = sharding.mesh
-    explicit = {name for name, kind in zip(mesh.axis_names, mesh.axis_types)
-                if kind is AxisType.Explicit}
-
-    def kept(entry: Any) -> Any:
-        if isinstance(entry, tuple):
-            return tuple(name for name in entry if name in explicit)
-        return entry if entry in explicit else None
-
-    spec = sharding.spec
-    return _canonical_type_spec(PartitionSpec(
-        *(kept(e) for e in spec), unreduced=spec.unreduced & explicit,
-        reduced=spec.reduced & explicit))
-
-
-def _fitting(spec: PartitionSpec | None, rank: int) -> PartitionSpec | None:
-    """A split cut to a value's rank: a longer one is refused where it is given (ARG-4,
-    FIT-1), and the description of the program that gives it still holds."""
-    if spec is None or len(spec) <= rank:
-        return spec
-    return _canonical_type_spec(PartitionSpec(*tuple(spec)[:rank], unreduced=spec.unreduced,
-                                              reduced=spec.reduced))
-
-
-def _splits_over(spec: PartitionSpec, mesh: AbstractMesh) -> bool:
-    """Whether ``mesh`` has, as Explicit axes, every axis ``spec`` names."""
-    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t is AxisType.Explicit}
-    return {*spec.axes(), *spec.unreduced, *spec.reduced} <= explicit
-
-
-def _canonical_type_spec(spec: PartitionSpec) -> PartitionSpec | None:
-    """A type's split without its trailing unsplit dimensions; None: no split at all."""
-    entries = list(spec)
-    while entries and entries[-1] is None:
-        entries.pop()
-    if not entries and not spec.unreduced and not spec.reduced:
-        return None
-    return PartitionSpec(*entries, unreduced=spec.unreduced, reduced=spec.reduced)
-
 
 def _set_type_spec(value: Value, spec: Any) -> None:
     """A value's split, checked (PROG-0): a PartitionSpec over Explicit axes of the mesh of
@@ -721,7 +704,7 @@ def _set_type_spec(value: Value, spec: Any) -> None:
     # (ARG-4 for a device_put), not of its description
     check_program(len(spec) <= len(value.shape) and UNCONSTRAINED not in tuple(spec), what,
                   f"at most {len(value.shape)} entries, none UNCONSTRAINED", spec)
-    object.__setattr__(value, "spec", _canonical_type_spec(spec))
+    object.__setattr__(value, "spec", canonical_type_spec(spec))
 
 
 # --------------------------------------------------------------------------- programs
@@ -804,26 +787,26 @@ class Program:
         consts = _tuple(self.consts, "a program's consts", "Consts")
         equations = _tuple(self.equations, "a program's equations", "equations")
         outputs = _tuple(self.outputs, "a program's outputs", "value numbers")
-        for what, items, kind in (("inputs", inputs, Value), ("consts", consts, Const),
-                                  ("equations", equations, Equation)):
+        for what, items, kind in (("inputs", inputs, Value), ("consts", consts, Const)):
             for k, item in enumerate(items):
-                if not (isinstance(item, kind) and type(item) is not Equation):
+                if not isinstance(item, kind):
                     _refuse(f"{what}[{k}]", f"a {kind.__name__}", item)
-        for name, value in (("inputs", inputs), ("consts", consts), ("equations", equations),
-                            ("outputs", outputs)):
+        over = tuple([v.type for v in inputs] + [c.value.type for c in consts])
+        typing = _TYPINGS.get(id(equations))
+        if not (typing is not None and typing.equations is equations
+                and len(typing.over) == len(over)
+                and all(a is b for a, b in zip(typing.over, over))):
+            typing = _typed_body(equations, over)
+            _TYPINGS[id(typing.equations)] = typing
+        for name, value in (("inputs", inputs), ("consts", consts), ("outputs", outputs),
+                            ("equations", typing.equations), ("depth", typing.depth),
+                            ("value_types", typing.value_types), ("_typing", typing)):
             object.__setattr__(self, name, value)
-        depth = 1 + max((eq.body.depth for eq in equations if eq.body is not None), default=0)
-        if depth > MAX_DEPTH:
-            _refuse("a program's bodies", f"nested at most {MAX_DEPTH} deep", f"{depth} deep")
-        object.__setattr__(self, "depth", depth)
-        types = [v.type for v in inputs] + [c.value.type for c in consts]
-        equations = tuple(_type_equation(eq, k, types) for k, eq in enumerate(equations))
-        object.__setattr__(self, "equations", equations)
+        types = typing.value_types
         for k, n in enumerate(outputs):
             if not (type(n) is int and 0 <= n < len(types)):
                 _refuse(f"outputs[{k}]", f"the number of a value defined in the body "
                         f"(0 .. {len(types) - 1})", n)
-        object.__setattr__(self, "value_types", tuple(types))
         object.__setattr__(self, "in_shardings", _shardings_tuple(
             self.in_shardings, len(inputs), "in_shardings", "input"))
         object.__setattr__(self, "out_shardings", _shardings_tuple(
@@ -854,8 +837,7 @@ class Program:
         # each equation that holds it): hashed once, by its compared fields.
         cached = self.__dict__.get("_hash")
         if cached is None:
-            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)
-                                if f.compare))
+            cached = hash(tuple(getattr(self, name) for name in compared_fields(Program)))
             object.__setattr__(self, "_hash", cached)
         return cached
 
@@ -875,13 +857,16 @@ class Program:
 
     def result_numbers(self) -> list[range]:
         """The numbers each equation's results get."""
-        start = len(self.inputs) + len(self.consts)
-        out = []
-        for eq in self.equations:
-            count = len(eq.results or ())
-            out.append(range(start, start + count))
-            start += count
-        return out
+        numbers = self.__dict__.get("_result_numbers")
+        if numbers is None:   # worked out once (a rewrite asks it of a body many times)
+            start, out = len(self.inputs) + len(self.consts), []
+            for eq in self.equations:
+                count = len(eq.results or ())
+                out.append(range(start, start + count))
+                start += count
+            numbers = tuple(out)
+            object.__setattr__(self, "_result_numbers", numbers)
+        return list(numbers)
 
 
 def _check_refs(program: "Program", inputs: tuple[Value, ...]) -> None:
@@ -891,8 +876,9 @@ def _check_refs(program: "Program", inputs: tuple[Value, ...]) -> None:
     refs = _flag_tuple(program.refs, len(inputs), "refs")
     object.__setattr__(program, "refs", refs)
     for k, (value, ref) in enumerate(zip(inputs, refs)):
-        _require(not ref or value.sharding is None or value.committed, f"inputs[{k}]",
-                 "a committed array (a mutable ref is always committed)", value)
+        if ref and value.sharding is not None and not value.committed:
+            _refuse(f"inputs[{k}]", "a committed array (a mutable ref is always committed)",
+                    value)
     _bool(program.hoist_constants, "hoist_constants")
     if program.compiler_consts is not None:
         choices = _tuple(program.compiler_consts, "compiler_consts", "HLO shardings or None")
@@ -902,21 +888,73 @@ def _check_refs(program: "Program", inputs: tuple[Value, ...]) -> None:
         object.__setattr__(program, "compiler_consts", choices)
 
 
-def _type_equation(eq: Equation, k: int, types: list[Value]) -> Equation:
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Typing:
+    """A body typed: its equations as typing left them, over the types of the program's
+    inputs and constants (``over``); the type of every value by number; how deep bodies
+    nest in it."""
+
+    equations: tuple
+    over: tuple[Value, ...]
+    value_types: tuple[Value, ...]
+    depth: int
+
+
+# The typing of every program's body while the program lives, by its equations' tuple: a
+# program built again of that tuple over inputs and constants of the same types (a rewrite
+# giving a body other jit options, dataclasses.replace) takes it rather than typing again.
+_TYPINGS: "weakref.WeakValueDictionary[int, _Typing]" = weakref.WeakValueDictionary()
+
+
+def _typed_body(equations: tuple, over: tuple[Value, ...]) -> _Typing:
+    """The equations of a body over inputs and constants of the types ``over``, checked
+    (PROG-0) and typed (PROG-1) one by one."""
+    for k, item in enumerate(equations):
+        if not (isinstance(item, Equation) and type(item) is not Equation):
+            _refuse(f"equations[{k}]", "a Equation", item)
+    depth = 1 + max((eq.body.depth for eq in equations if eq.body is not None), default=0)
+    if depth > MAX_DEPTH:
+        _refuse("a program's bodies", f"nested at most {MAX_DEPTH} deep", f"{depth} deep")
+    types = list(over)
+    typed: dict = {}   # the checks and results of each form over operands of these types
+    equations = tuple([_type_equation(eq, k, types, typed) for k, eq in enumerate(equations)])
+    return _Typing(equations, over, tuple(types), depth)
+
+
+_UNTYPED = object()   # a form not yet typed over the operands asked about
+
+
+@functools.cache
+def _derives(kind: type) -> bool:
+    """Whether PROG-1 types the results of equations of ``kind``."""
+    return kind.derived is not Equation.derived
+
+
+def _type_equation(eq: Equation, k: int, types: list[Value], typed: dict) -> Equation:
     """Equation ``k`` with its operands checked and its results typed (by PROG-1 where the
     description leaves them out); their types are appended to ``types``.
 
-    The checks of an equation depend on its operands' types alone: an equation already
-    typed against operands of these types (a rewrite puts one equation in many bodies) is
-    not checked again."""
+    The checks of an equation depend on its form and its operands' types alone: an equation
+    already typed against operands of these types (a rewrite puts one equation in many
+    bodies) is not checked again, nor one of a form ``typed`` holds over them (a layer
+    repeated in one body: the form's checks passed and its results were derived)."""
     for n in eq.operands:
         if n >= len(types):
             _refuse(f"an operand of equations[{k}]",
                     f"the number of a value defined before it (0 .. {len(types) - 1})", n)
     operands = tuple(types[n] for n in eq.operands)
     if eq.__dict__.get("_typed_against") != operands:
-        eq.check(operands)
-        derived = eq.derived(operands)
+        # (a kind PROG-1 types is typed once per form and operand types in a body)
+        key: Any = (eq.form, operands) if _derives(type(eq)) else None
+        try:
+            derived = _UNTYPED if key is None else typed.get(key, _UNTYPED)
+        except TypeError:   # a form of unhashable fields: typed on its own
+            key, derived = None, _UNTYPED
+        if derived is _UNTYPED:
+            eq.check(operands)
+            derived = eq.derived(operands)
+            if key is not None:
+                typed[key] = derived
         if eq.results is None:
             eq = eq.renumbered(eq.operands, derived)
         elif derived is not None and not (len(eq.results) == len(derived) and all(

@@ -84,11 +84,23 @@ def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
     dropped (the jit asked about keeps unused inputs, so JAX runs no elimination at all)."""
     outputs = tuple(used_outputs) if used_outputs is not None else (True,) * len(
         program.outputs)
+    return _live(program, outputs, everything, {})
+
+
+def _live(program: Program, outputs: tuple[bool, ...], everything: bool, seen: dict) -> Live:
+    """:func:`live_parts`; ``seen``: the parts found of each body nested so far, by the
+    body and its used outputs (a step's layers hold one shard_map body each: one answer)."""
+    known = seen.get((id(program), outputs))
+    if known is not None and known[0] is program:
+        return known[1]
     if everything:
-        return Live((True,) * len(program.equations), (True,) * len(program.inputs), outputs,
-                    {k: live_parts(eq.body, everything=True)
-                     for k, eq in enumerate(program.equations) if eq.body is not None},
+        live = Live((True,) * len(program.equations), (True,) * len(program.inputs),
+                    outputs, {k: _live(eq.body, (True,) * len(eq.body.outputs), True, seen)
+                              for k, eq in enumerate(program.equations)
+                              if eq.body is not None},
                     (True,) * len(program.consts))
+        seen[id(program), outputs] = (program, live)
+        return live
     used = [False] * len(program.value_types)
     for n, u in zip(program.outputs, outputs):
         used[n] = used[n] or u
@@ -106,13 +118,15 @@ def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
             for n in eq.operands:
                 used[n] = True
             continue
-        inner = live_parts(eq.body, wanted)
+        inner = _live(eq.body, wanted, False, seen)
         bodies[k] = inner
         for n, u in zip(eq.operands, inner.inputs):
             used[n] = used[n] or u
     inputs = len(program.inputs)
-    return Live(tuple(equations), tuple(used[:inputs]), outputs, bodies,
+    live = Live(tuple(equations), tuple(used[:inputs]), outputs, bodies,
                 tuple(used[inputs:inputs + len(program.consts)]))
+    seen[id(program), outputs] = (program, live)
+    return live
 
 
 def lowered_live(program: Program) -> Live:
