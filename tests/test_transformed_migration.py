@@ -10,6 +10,7 @@ it, and each of its program vectors replays under the spec to its expected verdi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import tempfile
@@ -20,6 +21,7 @@ import pytest
 from hypothesis import example, given, settings
 
 from shardlaw.cli import main
+from shardlaw.properties import hits
 from shardlaw.properties.autodiff_harness import GradCase, OutputPlan, grad_cases
 from shardlaw.properties.suites import examples
 from shardlaw.spec.core.rules import Rejection
@@ -35,6 +37,9 @@ from shardlaw.spec.vectors.transformed_vectors import load_transformed
 ROOT = Path(__file__).resolve().parent.parent / "vectors"
 OLD = sorted((ROOT / "transforms").glob("*/*.json"))
 MIGRATED = sorted((ROOT / "programs-migrated").glob("*/*.json"))
+
+# Where the program rewrites' property records the outcomes it saw (properties.hits)
+REWRITES = "program_rewrites"
 
 def _old(path: Path):
     return load_transformed(path.read_text())
@@ -381,10 +386,20 @@ _TWICE = GradCase((2, 4), ("data", "model"), True, (None, None), (None,),
                   ((None, None), None, (None, None)), (False,), (False,), "partial_eval",
                   (False, False, False), False, (), ())
 
+# each outcome the coverage test below asks for, whatever the draws: an unknown jit staged
+# (the product of a differentiated input; _TWICE stages none), a pruned jit staged (one
+# output used) and gone (none used)
+_UNKNOWN = dataclasses.replace(_TWICE, differentiated=(True,))
+_PRUNED = dataclasses.replace(_TWICE, transformation="dce", used=(False, False, True))
+_GONE = dataclasses.replace(_PRUNED, used=(False, False, False))
+
 
 @settings(max_examples=examples(25), deadline=None)
 @given(grad_cases(("partial_eval", "dce")))
 @example(case=_TWICE)
+@example(case=_UNKNOWN)
+@example(case=_PRUNED)
+@example(case=_GONE)
 def test_the_program_rewrites_stage_what_real_jax_stages(case):
     # dce_program and partial_eval_program of the jitted function's real body (sines,
     # products, matmuls, sums, constants; Auto and Explicit meshes; donation) against
@@ -399,16 +414,31 @@ def test_the_program_rewrites_stage_what_real_jax_stages(case):
     if case.transformation == "dce":
         pruned, _ = dce_program(program, case.used)
         assert found == ([] if pruned is None else [_signature(pruned)])
+        hits.record(REWRITES, "AD-8", refused=not found)   # the jit staged, or gone
         return
     split = partial_eval_program(program, case.differentiated)
     assert found == [_signature(split.known)] + (
         [] if split.unknown is None else [_signature(split.unknown)])
-    call = TransformedCall.of(
-        "partially_evaluated", primal_equation=equation_from_jax(eqn),
-        jit_body=jit_body_of(eqn, case.differentiated, "partial_eval"),
-        unknown_inputs=case.differentiated)
+    primal, body = equation_from_jax(eqn), jit_body_of(eqn, case.differentiated, "partial_eval")
+    call = TransformedCall.of("partially_evaluated", primal_equation=primal, jit_body=body,
+                              unknown_inputs=case.differentiated)
     answer = ask_program(call).result
     assert found == [answer.known] + ([] if answer.unknown is None else [answer.unknown])
+    # AD-6: outputs left out of the known jit (unknown, or an input forwarded unsharded), or
+    # every output kept; AD-7: an unknown jit staged, or none (as JAX staged them)
+    hits.record(REWRITES, "AD-6", refused=len(found[0].out_shardings) - body.stored_residuals
+                == len(primal.out_shardings))
+    hits.record(REWRITES, "AD-7", refused=len(found) < 2)
+
+
+def test_every_rule_of_the_program_rewrites_was_seen_on_both_sides():
+    """Runs after the property above: each outcome of AD-6 (outputs left out of the known
+    jit, or none), AD-7 (an unknown jit staged, or none) and AD-8 (the pruned jit staged,
+    or gone), seen from dce_program and partial_eval_program against real JAX."""
+    counts = hits.counts(REWRITES)
+    missing = [(rule_id, counts.get(rule_id, (0, 0))) for rule_id in ("AD-6", "AD-7", "AD-8")
+               if not all(counts.get(rule_id, (0, 0)))]
+    assert not missing, f"rule outcomes not seen against JAX: {missing}"
 
 
 @settings(max_examples=examples(25), deadline=None)
