@@ -1,7 +1,10 @@
 """Programs with shard_maps against real JAX, program for program (the SMAP rules inside
 whole programs).
 
-A :class:`MapCase` is a drawn program: one argument placed on the program's mesh, maybe
+A :class:`MapCase` is a drawn program: one argument placed on the program's mesh (its
+axes Auto; one program in three Explicit, all of them or one of two, the shard_map then
+mostly making one of two axes manual and the argument mostly split over the other, so its
+type and its body's values' are split over an Explicit axis left automatic), maybe
 constrained, passed to a ``jax.shard_map`` (its mesh — now and then the same devices in
 reverse order —, one in spec and one out spec, the
 manual axes ``axis_names``, ``check_vma``), maybe inside an inner ``jax.jit``, whose result
@@ -21,7 +24,9 @@ the varying-axes casts JAX's collectives insert under check_vma. :func:`compare_
 :func:`~shardlaw.spec.explain_program` to JAX: a refusal at the same stage with the same
 class (the built Program; the described one too when JAX traced it), or the answer — the
 described Program accepted with JAX's result shardings, types and device assignment (its
-collectives typed as the SMAP rules type them, else PROG-0 refuses it), every
+collectives typed as the SMAP rules type them, else PROG-0 refuses it; and each type the
+spec decides in the body — every collective's result and every body input — JAX's, shape
+and split over the automatic Explicit axes, :func:`_types_agree`), every
 collective's replica groups those of the lowered module, and — where the result stays
 placed by the out spec and every body equation is one this harness runs — each device's
 shard of the result the one the body gives when run device by device with the spec's
@@ -255,6 +260,34 @@ def _collective(body: _Body, primitive: str, axes: tuple, params: tuple) -> None
                     primitive=primitive, params=params))
 
 
+def _index_added(body: _Body, axis: str) -> None:
+    """``a + axis_index(axis).astype(a.dtype)`` as JAX traces it: the index, its cast to
+    ``a``'s dtype, then under check_vma each operand of the sum cast to vary along the axes
+    only the other varies along (``a`` first), then the sum."""
+    operands = [len(body.types) - 1]
+    last = body.types[-1]
+    _collective(body, "axis_index", (axis,), (("axis_name", axis),))
+    index = body.types[-1]
+    if index.dtype != last.dtype:
+        body.add(Opaque((len(body.types) - 1,), (body.typed((), last.dtype, index.varying),),
+                        primitive="convert_element_type",
+                        params=(("new_dtype", last.dtype), ("weak_type", False))))
+    operands.append(len(body.types) - 1)
+    if body.case.check_vma:
+        for k, other in ((0, index), (1, last)):
+            value = body.types[operands[k]]
+            missing = tuple(a for a in body.case.mesh.axis_names
+                            if a in other.varying and a not in value.varying)
+            if missing:
+                body.add(Opaque((operands[k],), (body.typed(
+                    value.shape, value.dtype, value.varying | frozenset(missing),
+                    _split(value)),), primitive="pvary", params=(("axes", missing),)))
+                operands[k] = len(body.types) - 1
+    body.add(Opaque(tuple(operands), (body.typed(
+        last.shape, last.dtype, last.varying | index.varying, _split(last)),),
+        primitive="add"))
+
+
 def _op_equations(body: _Body, op: Op) -> None:
     """The equations of one step, appended to ``body``."""
     axes, vma = op.axes, body.case.check_vma
@@ -284,12 +317,7 @@ def _op_equations(body: _Body, op: Op) -> None:
     elif op.kind == "nested":
         _nested_equations(body, op)
     elif op.kind == "axis_index":
-        operand = len(body.types) - 1
-        _collective(body, "axis_index", axes[:1], (("axis_name", axes[0]),))
-        index = body.types[-1]
-        body.add(Opaque((operand, len(body.types) - 1), (body.typed(
-            last.shape, last.dtype, last.varying | index.varying, _split(last)),),
-            primitive="add"))
+        _index_added(body, axes[0])
     else:
         primitive = "mul" if op.kind == "half" else op.kind
         body.add(Opaque((len(body.types) - 1,), (last,), primitive=primitive))
@@ -665,9 +693,10 @@ def _op(draw: Any, mesh: Mesh, manual: frozenset[str], rank: int) -> Op:
 
 @st.composite
 def map_cases(draw: Any, repeated_axes: bool = False) -> MapCase:
-    """A drawn program: 1 to 8 devices over 1 or 2 mesh axes, a shard_map over all or some
-    of them, with or without check_vma, a body of 1 to 4 steps; with ``repeated_axes``, an
-    in or out spec now and then names an axis twice (the draws are otherwise the same)."""
+    """A drawn program: 1 to 8 devices over 1 or 2 mesh axes (Auto, or Explicit: every
+    axis or one of two), a shard_map over all or some of them, with or without check_vma,
+    a body of 1 to 4 steps; with ``repeated_axes``, an in or out spec now and then names an
+    axis twice (the draws are otherwise the same)."""
     # mostly Auto axes; one program in three over Explicit ones (every axis, or one of
     # two), mostly two axes of which the shard_map makes one manual, so the argument's
     # type, and its body's values', are split over an Explicit axis left automatic

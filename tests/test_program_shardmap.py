@@ -6,9 +6,11 @@ and axis_index, read from real functions with ``describe_program`` and answered 
 groups as the lowered module has them, and, for all_gather and ppermute, the values each
 device ends with read off the spec's groups and pairs. The refusals of the SMAP rules
 inside a program, at their stage, in JAX's class, located in the body. Then the property:
-drawn programs with shard_maps (1 to 8 devices, 1 or 2 mesh axes, all or some axes manual,
-check_vma on and off, bodies chaining collectives, casts and elementwise steps, inner jits
-and constraints around them) held to JAX, and the rules it reaches seen on both sides.
+drawn programs with shard_maps (1 to 8 devices, 1 or 2 mesh axes, Auto or Explicit — a
+body's values then typed split over the Explicit axes left automatic, SMAP-24 and SMAP-25 —,
+all or some axes manual, check_vma on and off, bodies chaining collectives, casts and
+elementwise steps, inner jits and constraints around them) held to JAX, and the rules it
+reaches seen on both sides.
 """
 
 from __future__ import annotations

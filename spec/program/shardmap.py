@@ -145,11 +145,20 @@ def _typed(like: Value | None, shape: tuple, dtype: str, mesh: AbstractMesh, *,
     per dimension, None: unsplit); ``like`` itself when it is already that type (as the
     description gives it: shape, dtype, varying axes and split), which spares building a
     Value again."""
-    if like is not None and (like.shape, like.dtype, like.varying) == (shape, dtype, varying) \
-            and _split_of(like) == _fitted(split, len(shape)):
+    spec = _canonical(split)
+    if like is not None and (like.shape, like.dtype, like.varying, like.spec) == (
+            shape, dtype, varying, spec):
         return like
-    spec = PartitionSpec(*split) if any(e is not None for e in split) else None
     return Value(shape, dtype, weak_type, mesh, varying, spec=spec)
+
+
+def _canonical(split: tuple) -> PartitionSpec | None:
+    """A split as a value's type holds it: without its trailing unsplit entries, None when
+    nothing is split (so two types compare by their ``spec``)."""
+    entries = list(split)
+    while entries and entries[-1] is None:
+        entries.pop()
+    return PartitionSpec(*entries) if entries else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,13 +196,13 @@ def _spec_axes(spec: PartitionSpec) -> frozenset[str]:
 def _same_type(given: Value, decided: Value, what: str) -> None:
     """A described type is the decided one: shape, dtype, varying axes and split over the
     automatic Explicit axes (PROG-0)."""
-    split = _split_of(decided)
-    check_program((given.shape, given.dtype, given.varying, _split_of(given)) ==
-                  (decided.shape, decided.dtype, decided.varying, split), what,
-                  f"of type {decided.dtype}{list(decided.shape)} varying along "
-                  f"{sorted(decided.varying)}"
-                  + (f" split {split}" if any(e is not None for e in split) else "")
-                  + " (as the SMAP rules type it)", given)
+    # a value's spec is canonical (None where nothing is split), so specs compare as splits
+    if given is decided or (given.shape, given.dtype, given.varying, given.spec) == (
+            decided.shape, decided.dtype, decided.varying, decided.spec):
+        return
+    split = "" if decided.spec is None else f" split {_split_of(decided)}"
+    check_program(False, what, f"of type {decided.dtype}{list(decided.shape)} varying along "
+                  f"{sorted(decided.varying)}{split} (as the SMAP rules type it)", given)
 
 
 # --------------------------------------------------------------------------- tracing
@@ -357,13 +366,12 @@ def _elementwise(eq: Opaque, operands: tuple[Value, ...], path: str) -> None:
     its operands of its shape are, where they agree (PROG-0: else the description is
     not JAX's typing)."""
     shape = eq.results[0].shape if len(eq.results) == 1 else None
-    splits = {_split_of(v) for v in operands if v.shape == shape}
-    if len(splits) != 1:
+    specs = {v.spec for v in operands if v.shape == shape}   # canonical: compared as splits
+    if len(specs) != 1:
         return   # nothing of its shape to follow, or operands that disagree: left as given
-    (split,) = splits
-    check_program(_split_of(eq.results[0]) == split,
-                  f"the result of the {eq.primitive} at {path}",
-                  f"split {split} as its operands of its shape are", eq.results[0])
+    (spec,) = specs
+    check_program(eq.results[0].spec == spec, f"the result of the {eq.primitive} at {path}",
+                  f"split {spec} as its operands of its shape are", eq.results[0])
 
 
 # --------------------------------------------------------------------------- collectives
