@@ -77,6 +77,7 @@ PROGRAM_ONLY = {
     "AD-15": "a unary primitive a transpose applies to a cotangent typed unreduced",
     "AD-16": "a product's transpose reshaped to an operand's cotangent type unreduced",
     "AD-17": "a tangent or cotangent passed to linearize's or vjp's function, typed",
+    "AD-18": "a product with a literal that a transpose applies to an unreduced cotangent",
     "BAT-10": "a program's value typed with reduced axes that vmap maps or broadcasts",
     "SMAP-20": "the varying axes of a collective inside a shard_map body",
     "SMAP-21": "the shape of a collective's result inside a shard_map body",

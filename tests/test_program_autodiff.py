@@ -921,3 +921,39 @@ def test_a_tangent_or_cotangent_passed_typed_otherwise_than_its_primal(transform
 def _nothing():
     import contextlib
     return contextlib.nullcontext()
+
+
+@checks("AD-15", "AD-18")
+@pytest.mark.parametrize("scaled", ["right", "left", "quotient", "product", "unreduced none"])
+def test_a_literal_scaling_an_unreduced_cotangent(scaled):
+    """The cotangent of a value typed reduced is unreduced: scaled by a literal while
+    transposing, JAX refuses (the literal is reduced over no axis: ShardingTypeError,
+    AD-18), and divided by one (div has no unreduced rule: NotImplementedError, AD-15); a
+    product of two such values, or a literal scaling a cotangent not unreduced, is taken."""
+    import numpy as np
+    from shardlaw.properties.program_ad_harness import compare_rewrite, run_function
+
+    mesh = jax.make_mesh((2, 4), ("x", "y"), (jax.sharding.AxisType.Explicit,) * 2)
+    split = jax.sharding.PartitionSpec(None, None, reduced={"y"})
+    if scaled == "unreduced none":
+        split = jax.sharding.PartitionSpec("x")
+    data = jax.device_put(np.ones((8, 8), np.float32), jax.sharding.NamedSharding(mesh, split))
+    body = {"right": lambda v: v * 2.0, "left": lambda v: 2.0 * v,
+            "quotient": lambda v: v / 2.0, "product": lambda v: v * v,
+            "unreduced none": lambda v: v * 2.0}[scaled]
+    from shardlaw.spec.core.rules import tracing
+
+    loss = jax.jit(lambda v: jnp.sum(body(v)))
+    grad = jax.jit(jax.grad(loss))
+    problems = compare_rewrite(lambda: grad_program(describe_program(loss, data)),
+                               run_function(grad, (data,)))
+    assert not problems, problems
+    if scaled in ("right", "left", "quotient"):
+        rule_id = "AD-18" if scaled != "quotient" else "AD-15"
+        with pytest.raises(Rejection) as refused:
+            grad_program(describe_program(loss, data))
+        assert refused.value.failure.rule == rule_id
+    elif scaled == "unreduced none":
+        with tracing() as applied:
+            grad_program(describe_program(loss, data))
+        assert "AD-18" in applied

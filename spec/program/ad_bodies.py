@@ -421,13 +421,23 @@ def _joined(result: Value, operands: list[Value]) -> Value:
 
 def _product(factors: list[Value]) -> Value:
     """The type of a product, before JAX's transpose reshapes it: over the mesh its
-    factors agree on, split as the first factor typed over it (over none where they do not
-    agree)."""
+    factors agree on (over none where they do not), each dimension split as the factors
+    that split it split it (JAX's broadcasting rule), unreduced as a factor typed
+    unreduced is and reduced as the others are, less those axes (``mul``'s rule)."""
     meshes = {v.mesh for v in factors} - {None}
-    if len(meshes) == 1:
-        mesh = meshes.pop()
-        return next(v for v in factors if v.mesh == mesh)
-    return Value(factors[0].shape, factors[0].dtype)
+    if len(meshes) != 1:
+        return Value(factors[0].shape, factors[0].dtype)
+    mesh = meshes.pop()
+    first = next(v for v in factors if v.mesh == mesh)
+    splits = [v.spec for v in factors if v.mesh is not None and v.spec is not None]
+    entries = []
+    for d in range(len(first.shape)):
+        named = [split[d] for split in splits if d < len(split) and split[d] is not None]
+        entries.append(named[0] if named else None)
+    unreduced = frozenset().union(*(split.unreduced for split in splits))
+    reduced = frozenset().union(*(split.reduced for split in splits)) - unreduced
+    return dataclasses.replace(first, spec=type_spec(NamedSharding(mesh, PartitionSpec(
+        *entries, unreduced=unreduced, reduced=reduced))))
 
 
 def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,

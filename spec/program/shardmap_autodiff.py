@@ -30,7 +30,8 @@ P = PartitionSpec  # the name the examples use
 __all__ = ["residual_spec", "cotangent_spec", "unmentioned_axes", "transposed_collective",
            "divisor", "check_cotangent_type", "check_summed_types", "check_unreduced_operand",
            "check_product_cotangent", "NoDerivative", "CotangentType", "SummedTypes",
-           "UnreducedOperand", "ReshapedToUnreduced", "NO_DERIVATIVE", "UNARY"]
+           "UnreducedOperand", "ReshapedToUnreduced", "NO_DERIVATIVE", "UNARY",
+           "check_literal_product", "LiteralProduct"]
 
 # The collectives JAX gives no differentiation rule (a non-zero tangent reaching one is
 # refused while the transformed function is traced).
@@ -229,8 +230,10 @@ def check_summed_types(first: Any, second: Any, path: str = "") -> None:
         raise reject(SummedTypes(_short(first), _short(second), path))
 
 
-# The unary elementwise primitives (jax.lax's unop): none takes an unreduced operand.
-UNARY = ("neg", "sin", "cos", "exp", "copy")
+# The unary elementwise primitives (jax.lax's unop): none takes an unreduced operand; nor
+# does div (a quotient by a literal, which the description leaves out of the operands,
+# transposes to one).
+UNARY = ("neg", "sin", "cos", "exp", "copy", "div")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +249,7 @@ class UnreducedOperand(Failure, rule="AD-15", error=NotImplementedError):
 
 @rule("AD-15", mirrors="jax._src.lax.lax.unop_ur_rule")
 def check_unreduced_operand(primitive: str, operand: Any, path: str = "") -> None:
-    """A unary elementwise primitive a transpose applies to a cotangent typed with unreduced axes (the cotangent of a value typed reduced) is refused: NotImplementedError at trace.
+    """A unary elementwise primitive or a quotient a transpose applies to a cotangent typed with unreduced axes (the cotangent of a value typed reduced) is refused: NotImplementedError at trace.
 
     >>> from shardlaw.spec.program.description import Value
     >>> mesh = AbstractMesh((4,), ("x",), (AxisType.Explicit,))
@@ -293,6 +296,34 @@ def check_product_cotangent(product: Any, expected: Any, path: str = "") -> None
         return
     if (product.mesh, product.spec) != (expected.mesh, expected.spec):
         raise reject(ReshapedToUnreduced(_short(product), _short(expected), path))
+
+
+@dataclasses.dataclass(frozen=True)
+class LiteralProduct(Failure, rule="AD-18", error=Exception, jax_error="ShardingTypeError"):
+    template = ("the literal should be reduced along the same axes the cotangent is "
+                "unreduced on: the product transposed at {path} multiplies a cotangent "
+                "typed {value} by a literal")
+    hint = ("Reshard the value typed reduced to a type without reduced axes "
+            "(jax.sharding.reshard) before it is scaled, or scale it by an array typed "
+            "reduced alike.")
+    value: str
+    path: str
+
+
+@rule("AD-18", mirrors="jax._src.lax.lax._mul_ur_rule")
+def check_literal_product(operand: Any, path: str = "") -> None:
+    """A product with a literal that a transpose applies to a cotangent typed with unreduced axes is refused, the literal being reduced over none: ShardingTypeError at trace.
+
+    >>> from shardlaw.spec.program.description import Value
+    >>> mesh = AbstractMesh((4,), ("x",), (AxisType.Explicit,))
+    >>> check_literal_product(Value((8,), mesh=mesh, spec=P("x")))
+    >>> check_literal_product(Value((8,), mesh=mesh, spec=P(unreduced={"x"})), "body[1]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionException: [AD-18]: the literal should be reduced along the same axes the cotangent is unreduced on: the product transposed at body[1] multiplies a cotangent typed float32[8] split P(unreduced={'x'}) by a literal. Reshard the value typed reduced to a type without reduced axes (jax.sharding.reshard) before it is scaled, or scale it by an array typed reduced alike.
+    """
+    if operand.spec is not None and operand.spec.unreduced:
+        raise reject(LiteralProduct(_short(operand), path))
 
 
 def divisor(sizes: dict[str, int], axes: tuple[str, ...]) -> int:

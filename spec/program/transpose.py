@@ -24,7 +24,8 @@ from .description import (
 )
 from .lowering import equation_path
 from .shardmap_autodiff import (
-    check_cotangent_type, check_product_cotangent, check_unreduced_operand, cotangent_spec,
+    check_cotangent_type, check_literal_product, check_product_cotangent,
+    check_unreduced_operand, cotangent_spec,
     divisor, transposed_collective, unmentioned_axes,
 )
 
@@ -136,6 +137,12 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
         if name == "neg" or name == "sub" and k == 1:
             with staged("trace"):   # a unary primitive takes no unreduced cotangent
                 check_unreduced_operand("neg", body.types[ct], path)
+        if name == "div":
+            with staged("trace"):   # a quotient: div takes no unreduced operand either
+                check_unreduced_operand("div", body.types[ct], path)
+        if name == "mul" and len(eq.operands) == 1:
+            with staged("trace"):   # a literal reduced over none scales no unreduced one
+                check_literal_product(body.types[ct], path)
         if name == "mul" and others and result[0].spec is not None and \
                 result[0].spec.unreduced:
             with staged("trace"):   # reshaped to an unreduced type where typed otherwise
