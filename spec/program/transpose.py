@@ -50,11 +50,17 @@ def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
     body = _Body(tuple(program.inputs[i].type for i in nonlinear) + cotangent_types,
                  program.consts)
     number: dict[int, int] = {i: k for k, i in enumerate(nonlinear)}
-    cts: dict[int, list[int]] = {}
+    cts: dict[int, int] = {}   # per value, the sum of the cotangents that reached it so far
+
+    def accumulate(value: int, ct: int, path: str) -> None:
+        # As JAX accumulates: each cotangent summed with those before it as it arrives
+        # (AD-14), after the check of its type (AD-13) where one is made.
+        cts[value] = body.add_all([cts[value], ct], path) if value in cts else ct
+
     seeds = iter(range(len(nonlinear), len(nonlinear) + len(cotangent_types)))
     for n, g in zip(program.outputs, given):
         if g is not None:
-            cts.setdefault(n, []).append(next(seeds))
+            accumulate(n, next(seeds), f"{prefix}output")
     numbers = program.result_numbers()
     for eq, made in zip(program.equations, numbers):
         if not flags[made[0]] if made else True:
@@ -63,24 +69,23 @@ def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
     for k in reversed(range(len(program.equations))):
         eq, made = program.equations[k], numbers[k]
         received = [cts.get(n) for n in made]
-        if not made or not flags[made[0]] or not any(received):
+        if not made or not flags[made[0]] or all(r is None for r in received):
             continue
         path = equation_path(prefix, k)
-        incoming = [body.add_all(r, path) if r else None for r in received]
-        for operand, ct in _transpose_eq(eq, body, incoming, flags, number, path,
+        for operand, ct in _transpose_eq(eq, body, received, flags, number, path,
                                          program.value_types):
             # JAX checks each cotangent it hands to a value against the value's
             # cotangent type (AD-13)
             with staged("trace"):
                 check_cotangent_type(cotangent_type(program.value_types[operand]),
                                      body.types[ct], path)
-            cts.setdefault(operand, []).append(ct)
+            accumulate(operand, ct, path)
     outputs, reached = [], []
     for i, lin in enumerate(linear):
         if lin:
-            reached.append(bool(cts.get(i)))
-            if cts.get(i):
-                outputs.append(body.add_all(cts[i], f"{prefix}input[{i}]"))
+            reached.append(i in cts)
+            if i in cts:
+                outputs.append(cts[i])
     return body.program(tuple(outputs)), tuple(reached)
 
 
