@@ -29,7 +29,7 @@ from shardlaw.properties.program_vmap_harness import (
 from shardlaw.properties.registry import checks
 from shardlaw.properties.suites import examples
 from shardlaw.spec import (
-    UNCONSTRAINED, AxisType, Mesh, NamedSharding, P, Rejection, ShardingConstraint,
+    UNCONSTRAINED, UNSPECIFIED, AxisType, Mesh, NamedSharding, P, Rejection, ShardingConstraint,
     SingleDeviceSharding, Value, explain_program, from_jax, to_jax, vmap_program,
 )
 from shardlaw.spec.bridge.program import describe_program, describe_trace
@@ -939,9 +939,7 @@ def test_describe_program_of_nested_vmaps_under_jit_is_what_jax_traces():
     assert [r.shape for r in results] == [(4, 2, 8), (2, 4), (4, 2, 8)]
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 23): an out_sharding that vmap left "
-                   "UNCONSTRAINED on an abstract mesh is the compiler's choice in JAX; the "
-                   "spec's compile stage reports it as given")
+@checks("PROG-6", "BAT-2")
 @pytest.mark.parametrize("arg", [P(), P(None, "y")], ids=["replicated", "split"])
 def test_an_unconstrained_out_sharding_in_an_eager_call_comes_back_as_the_compiler_chose(arg):
     """jax.vmap(jax.jit(neg, out_shardings=NamedSharding(abstract mesh, P('x')))) called on
@@ -950,7 +948,14 @@ def test_an_unconstrained_out_sharding_in_an_eager_call_comes_back_as_the_compil
     ``contains_unconstrained``) returns the compiler's choice for the whole result: on the
     value's type where the compiler placed it so, P(None, None, None) from a replicated
     argument, else re-read over the mesh, P(None, None, 'y') from one split over 'y'. The
-    spec's compile stage gives the out sharding as written, UNCONSTRAINED included."""
+    spec's compile stage gave the out sharding as written, UNCONSTRAINED included; by PROG-6
+    it is the compiler's choice, read as JAX reads it (unknown: UNSPECIFIED)."""
     case = Case((Value.placed((8, 8), NamedSharding(MESH, arg)),), NEG,
                 (NamedSharding(MESH.abstract, P("x")),))
-    _agree(VmapCase(case, (Vmap((0,), 0, 4),)))
+    vc = VmapCase(case, (Vmap((0,), 0, 4),))
+    outcome = _agree(vc)
+    assert outcome.out_shardings == [NamedSharding(MESH, P(None, None, arg[-1] if arg else None))]
+    verdict = explain_program(spec_vmapped(vc))
+    assert verdict.accepted and "PROG-6" in verdict.trace
+    assert verdict.out_shardings == (UNSPECIFIED,)   # the compiler's choice, not known
+    hits.record(SOURCE, "PROG-6", refused=False)

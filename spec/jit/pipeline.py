@@ -53,7 +53,8 @@ from .options import (
 from ..placement.blocks import to_hlo
 from .recovery import (
     check_typed_result_mesh, compiled_inputs, compiled_results, concrete_inputs,
-    explicit_typed, input_types, recover_shardings, single_device_results, typed_result,
+    explicit_typed, input_types, leaves_open, open_result, recover_shardings,
+    single_device_results, typed_result,
 )
 from .inside import recovery_origin
 from .resolution import Input, check_reused_replica, kept_inputs, resolve_input
@@ -299,7 +300,8 @@ def _input_layouts(n: NormalCall, called: Called, traced: Traced) -> tuple[tuple
 def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowered) -> Compiled:
     """After compiling: the shardings the executable reports, recovered (OUT-1..3), first the
     inputs' and then the results' (a result left unspecified but typed over Explicit axes
-    comes back on its type, PROG-5); the results' layouts (LAY-2)."""
+    comes back on its type, PROG-5; one whose out sharding vmap left UNCONSTRAINED as the
+    compiler placed it, PROG-6); the results' layouts (LAY-2)."""
     call, kept, assignment = n.call, lowered.kept, lowered.assignment
     results = len(n.flat_out)
     choices = call.compiler or (None,) * results
@@ -308,6 +310,9 @@ def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowere
         if s is UNSPECIFIED and explicit_typed(out, assignment):   # its type places it
             with located(path):
                 specified[k] = typed_result(out, assignment, choices[k])
+        elif leaves_open(s):   # vmap left a dimension UNCONSTRAINED: the compiler places it
+            with located(path):
+                specified[k] = open_result(out, s, assignment, choices[k])
     outs = compiled_results(specified, choices, assignment,
                             call.compiler_memory or (None,) * results)
     compiler_in = call.compiler_in or (None,) * len(n.flat_in)

@@ -19,12 +19,14 @@ from ..core.hlo import HloSharding, Maximal, Replicated, SubgroupType, Tiled
 from ..core.iota import Iota
 from ..core.rules import Failure, Rejection, reject, require, rule
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
-from ..core.values import AbstractMesh, AxisType, DeviceList, Mesh, PartitionSpec
+from ..core.values import (
+    UNCONSTRAINED, AbstractMesh, AxisType, DeviceList, Mesh, PartitionSpec,
+)
 
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["spec_from_hlo", "recover_shardings", "single_device_results", "compiled_results",
-           "compiled_inputs", "concrete_inputs", "input_types"]
+           "open_result", "leaves_open", "compiled_inputs", "concrete_inputs", "input_types"]
 
 
 def _superdims(assignment: tuple[int, ...] | Iota, hlo: str, mesh: Any) -> list[tuple[int, int]]:
@@ -335,6 +337,48 @@ def typed_result(out: Out, assignment: DeviceList, choice: HloSharding | None) -
         return typed
     try:
         return spec_from_hlo(choice, typed.mesh)
+    except Rejection:
+        return GSPMDSharding(assignment, choice)
+
+
+def leaves_open(sharding: Any) -> bool:
+    """Whether an out sharding leaves a dimension UNCONSTRAINED (only vmap's batching rule
+    binds one: jax.jit refuses it, JIT-2)."""
+    return isinstance(sharding, NamedSharding) and UNCONSTRAINED in sharding.spec.partitions
+
+
+@rule("PROG-6", mirrors="jax._src.interpreters.pxla._maybe_get_and_check_out_shardings "
+                       "(contains_unconstrained); _gspmd_to_named_sharding")
+def open_result(out: Out, given: NamedSharding, assignment: DeviceList,
+                choice: HloSharding | None) -> Any:
+    """A result whose out sharding leaves a dimension UNCONSTRAINED comes back as the compiler placed the whole of it: on its type where placed so, else re-read over its type's mesh or the out sharding's.
+
+    The type's mesh (or, where the type names none, the out sharding's) is made concrete on
+    the device assignment; a placement that does not read over it stays a GSPMDSharding.
+    ``choice`` is the compiler's HLO sharding for it (None: not known, UNSPECIFIED).
+
+    >>> mesh = AbstractMesh((2, 4), ("x", "y"))
+    >>> given = NamedSharding(mesh, PartitionSpec(UNCONSTRAINED, "x"))
+    >>> typed = Out((4, 8), mesh=mesh)
+    >>> open_result(typed, given, DeviceList.of_ids(range(8)), Replicated())
+    NamedSharding(Mesh({'x': 2, 'y': 4}), P(None, None))
+    >>> open_result(Out((4, 8)), given, DeviceList.of_ids(range(8)), Replicated())
+    NamedSharding(Mesh({'x': 2, 'y': 4}), P())
+    """
+    if choice is None:
+        return UNSPECIFIED
+    over = out.mesh if out.mesh is not None else given.mesh
+    mesh = Mesh(over.axis_sizes, over.axis_names, assignment, over.axis_types)
+    if out.mesh is not None:
+        rank = len(out.shape)
+        spec = out.spec if out.spec is not None else PartitionSpec()
+        typed = NamedSharding(mesh, PartitionSpec(
+            *spec.partitions, *(None,) * (rank - len(spec.partitions)),
+            unreduced=spec.unreduced, reduced=spec.reduced))
+        if hlo_equal(choice, to_hlo(typed, rank)):
+            return typed
+    try:
+        return spec_from_hlo(choice, mesh)
     except Rejection:
         return GSPMDSharding(assignment, choice)
 

@@ -36,8 +36,8 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
-['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-5', 'REF-2',
- 'WSC-10', 'WSC-11', 'WSC-12']
+['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-5', 'PROG-6',
+ 'REF-2', 'WSC-10', 'WSC-11', 'WSC-12']
 """
 
 from __future__ import annotations
@@ -143,6 +143,7 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     # A whole program: its description, its equations' types (while tracing), and its
     # results as compiled.
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
+    "PROG-6": "compile",
     # A result typed over an Explicit mesh of another size than the device assignment.
     "AD-9": "lower",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
@@ -206,6 +207,10 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "JAX makes a result's sharding from its type when lowering (the type's split over "
         "Explicit axes, made concrete on the device assignment) and the engine reads the "
         "results' shardings JAX gives; the engine does not read result types"),
+    "PROG-6": _left_to_jax(
+        "only vmap's batching rule binds an out sharding with a dimension left UNCONSTRAINED "
+        "(jax.jit refuses one), and JAX reads the compiler's placement of such a result "
+        "back; the engine hands the batched call to JAX unchanged"),
     "LAY-2": _left_to_jax(
         "JAX's compiler decides the layouts of the results (its choice under Layout.AUTO, "
         "else the Format's layout or the default) and JAX reads them off the executable; the "
