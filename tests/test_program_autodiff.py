@@ -957,3 +957,39 @@ def test_a_literal_scaling_an_unreduced_cotangent(scaled):
         with tracing() as applied:
             grad_program(describe_program(loss, data))
         assert "AD-18" in applied
+
+
+@checks("AD-13", "AD-14")
+def test_a_sum_of_cotangents_refused_before_a_later_cotangents_type():
+    """Two cotangents typed apart reach a value typed over no mesh (AD-14) before the
+    transposed constraint hands an input a cotangent not typed as its own (AD-13): JAX
+    sums each cotangent as it arrives, so it raises AD-14's AssertionError first."""
+    import numpy as np
+    from shardlaw.properties.program_ad_harness import compare_rewrite, run_function
+
+    types = jax.sharding.AxisType
+    spec, named = jax.sharding.PartitionSpec, jax.sharding.NamedSharding
+    explicit = jax.make_mesh((2, 4), ("x", "y"), (types.Explicit,) * 2)
+    mixed = jax.make_mesh((2, 4), ("x", "y"), (types.Explicit, types.Auto))
+
+    def f(x0, x1):
+        a = jnp.sin(x0)
+        b = jax.lax.with_sharding_constraint(jax.device_put(x1, named(mixed, spec())),
+                                             named(mixed, spec()))
+        return (jax.device_put(a, named(explicit, spec("x"))),
+                jax.device_put(a, named(explicit, spec(None, "y"))), b)
+
+    jitted = jax.jit(f)
+    x0 = np.ones((8, 8), np.float32)
+    x1 = jax.device_put(x0, named(mixed, spec("x")))
+    cts = tuple(jax.device_put(x0, s) for s in (named(explicit, spec("x")), named(
+        explicit, spec(None, "y")), named(mixed, spec())))
+    pulled = jax.jit(lambda p0, p1, *c: jax.vjp(jitted, p0, p1)[1](c))
+    values = tuple(Value.placed((8, 8), from_jax(c.sharding)) for c in cts)
+    problems = compare_rewrite(
+        lambda: vjp_program(describe_program(jitted, x0, x1), values).applied,
+        run_function(pulled, (x0, x1) + cts))
+    assert not problems, problems
+    with pytest.raises(Rejection) as refused:
+        vjp_program(describe_program(jitted, x0, x1), values)
+    assert refused.value.failure.rule == "AD-14"
