@@ -281,7 +281,7 @@ def _trace_once(seen: dict, eq: Any, operands: tuple[Value, ...], context: Mesh 
     context: then its records again, at ``path``. Only the kinds with checks of their own
     are remembered; one that cannot be hashed (a parameter JAX would not hash either) is
     traced every time."""
-    if not isinstance(eq, (ShardMap, Jit, ShardingConstraint, DevicePut)):
+    if not isinstance(eq, (ShardMap, Jit, ShardingConstraint, DevicePut, Reshard)):
         trace(decided)
         return
     key = (eq.form, operands, context)
@@ -387,9 +387,11 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
                 if isinstance(eq.sharding, NamedSharding) and operand.spec is not None:
                     merged_constraint_spec(eq.sharding, operand.spec, path)   # WSC-12
     lower_shard_maps(program, live)
+    verified = set()   # the (sharding, rank) of each reshard verified: a layer repeats them
     for path, eq, operand in found if len(assignment) > 1 else ():
-        if not isinstance(eq, Reshard):
+        if not isinstance(eq, Reshard) or (eq.sharding, len(operand.shape)) in verified:
             continue
+        verified.add((eq.sharding, len(operand.shape)))
         # a reshard's sharding is handed to the compiler over the program's devices: XLA's
         # verifier refuses a tiling of another number of devices (EXE-3; a program on one
         # device keeps no sharding to verify)
