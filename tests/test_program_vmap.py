@@ -959,3 +959,25 @@ def test_an_unconstrained_out_sharding_in_an_eager_call_comes_back_as_the_compil
     assert verdict.accepted and "PROG-6" in verdict.trace
     assert verdict.out_shardings == (UNSPECIFIED,)   # the compiler's choice, not known
     hits.record(SOURCE, "PROG-6", refused=False)
+
+
+@checks("BAT-0")
+@pytest.mark.parametrize("options, shapes, refused", [
+    ({}, ((3, 4), (2, 4)), True),                         # mapped sizes differ
+    ({"in_axes": (2, 0)}, ((3, 4), (3, 4)), True),        # an axis out of range
+    ({"in_axes": None}, ((3, 4), (3, 4)), True),          # nothing mapped, no axis_size
+    ({"in_axes": None, "axis_size": 5}, ((3, 4), (3, 4)), False),
+])
+def test_describe_program_of_a_vmap_checks_its_parameters_as_jax_does(options, shapes, refused):
+    """describe_program of jax.jit(jax.vmap(g, ...)): vmap's parameters on the arguments
+    it is given are the spec's BAT-0 (JAX's ValueError), or accepted as JAX traces them."""
+    fun = jax.jit(jax.vmap(jax.jit(lambda a, b: a + b), **options))
+    args = tuple(np.zeros(s, np.float32) for s in shapes)
+    if refused:
+        with pytest.raises(ValueError):
+            jax.make_jaxpr(fun)(*args)
+        with pytest.raises(Rejection) as refusal:
+            describe_program(fun, *args)
+        assert refusal.value.rule == "BAT-0" and isinstance(refusal.value, ValueError)
+    else:
+        assert structure(describe_program(fun, *args)) == structure(describe_trace(fun, *args))

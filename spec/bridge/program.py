@@ -548,17 +548,17 @@ def _levels(vmaps: list[dict], args: tuple) -> tuple[list[dict], list]:
     outermost first, and the argument leaves one example is given."""
     import numpy as np
 
+    from ..transforms.batching import check_vmap_parameters
+
     jax = _jax()
     treedef = jax.tree_util.tree_structure(args)
     given, levels = jax.tree_util.tree_leaves(args), []
     for options in vmaps:   # outermost first: each vmap is given what the one outside maps
         axes = _flat_axes(options["in_axes"], args, "in_axes", True)
         axes = (axes,) * len(given) if axes is None or type(axes) is int else axes
-        sizes = {np.shape(leaf)[a] for leaf, a in zip(given, axes)
-                 if a is not None and -np.ndim(leaf) <= a < np.ndim(leaf)}
-        size = options["axis_size"]
-        if size is None and len(sizes) == 1:
-            size = sizes.pop()
+        # the spec's BAT-0 on the arguments this vmap is given (JAX's _mapped_axis_size)
+        _, _, size = check_vmap_parameters([np.shape(leaf) for leaf in given], axes,
+                                           options["axis_size"])
         given = [_example_leaf(leaf, a) for leaf, a in zip(given, axes)]
         args = jax.tree_util.tree_unflatten(treedef, given)
         levels.append(dict(in_axes=tuple(axes), out_axes=options["out_axes"],
