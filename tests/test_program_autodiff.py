@@ -993,3 +993,24 @@ def test_a_sum_of_cotangents_refused_before_a_later_cotangents_type():
     with pytest.raises(Rejection) as refused:
         vjp_program(describe_program(jitted, x0, x1), values)
     assert refused.value.failure.rule == "AD-14"
+
+
+@checks("AD-18")
+def test_a_residual_not_reduced_times_an_unreduced_cotangent():
+    """Deep run seed 1313: a value resharded to a reduced type inside nested jits after a
+    sin; the sin's transpose multiplies the reduced value's cotangent, unreduced, by the
+    cosine residual, which is not reduced: JAX refuses (ShardingTypeError), AD-18, before
+    the neg's transpose that AD-15 would refuse."""
+    one = Mesh.iota((1,), ("x",), (AxisType.Explicit,))
+    inner = Recipe((Step("sin", 0), Step("reshard", 0, NamedSharding(
+        one, P(None, reduced={"x"})))), (2,))
+    middle = Recipe((Step("sin", 0), Step("jit", 0, body=inner,
+                                          in_sharding=NamedSharding(one, P(None)))), (2,))
+    ad = AdCase(Case((Value.numpy((8,)),), Recipe((
+        Step("neg", 0), Step("jit", 0, body=middle),
+        Step("constraint", 0, NamedSharding(one, P(None))), Step("sin", 1)), (4, 2)),
+        (UNSPECIFIED, UNSPECIFIED), keep_unused=True), "grad")
+    _agree(ad)
+    with pytest.raises(Rejection) as refused:
+        rewrite(ad)
+    assert refused.value.failure.rule == "AD-18"

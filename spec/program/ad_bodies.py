@@ -281,6 +281,7 @@ class _Tape:
     def __init__(self, primal: _Body) -> None:
         self.primal = primal
         self.residuals: list[int] = []
+        self.stored: dict[int, tuple] = {}   # residual number -> its reference
         self.inputs: list[Value] = []
         self.ops: list[tuple[Equation, tuple]] = []
         self.count = 0
@@ -293,10 +294,11 @@ class _Tape:
         return ref
 
     def residual(self, number: int) -> tuple:
-        if number not in self.residuals:
+        ref = self.stored.get(number)
+        if ref is None:   # stored once, in the order the tangents first read them
+            ref = self.stored[number] = ("r", len(self.residuals))
             self.residuals.append(number)
-        ref = ("r", self.residuals.index(number))
-        self.types[ref] = self.primal.types[number]
+            self.types[ref] = self.primal.types[number]
         return ref
 
     def type_of(self, ref: tuple) -> Value:

@@ -300,30 +300,38 @@ def check_product_cotangent(product: Any, expected: Any, path: str = "") -> None
 
 @dataclasses.dataclass(frozen=True)
 class LiteralProduct(Failure, rule="AD-18", error=Exception, jax_error="ShardingTypeError"):
-    template = ("the literal should be reduced along the same axes the cotangent is "
+    template = ("the other factor should be reduced along the same axes the cotangent is "
                 "unreduced on: the product transposed at {path} multiplies a cotangent "
-                "typed {value} by a literal")
+                "typed {value} by {other}")
     hint = ("Reshard the value typed reduced to a type without reduced axes "
-            "(jax.sharding.reshard) before it is scaled, or scale it by an array typed "
-            "reduced alike.")
+            "(jax.sharding.reshard) before it is multiplied or scaled.")
     value: str
+    other: str
     path: str
 
 
 @rule("AD-18", mirrors="jax._src.lax.lax._mul_ur_rule")
-def check_literal_product(operand: Any, path: str = "") -> None:
-    """A product with a literal that a transpose applies to a cotangent typed with unreduced axes is refused, the literal being reduced over none: ShardingTypeError at trace.
+def check_literal_product(operand: Any, other: Any = None, path: str = "") -> None:
+    """A product a transpose applies to a cotangent typed with unreduced axes is refused unless its other factor is reduced over exactly those axes (a literal is reduced over none): ShardingTypeError at trace.
+
+    ``other`` is the other factor's type (None: a literal).
 
     >>> from shardlaw.spec.program.description import Value
     >>> mesh = AbstractMesh((4,), ("x",), (AxisType.Explicit,))
-    >>> check_literal_product(Value((8,), mesh=mesh, spec=P("x")))
-    >>> check_literal_product(Value((8,), mesh=mesh, spec=P(unreduced={"x"})), "body[1]")
+    >>> unreduced = Value((8,), mesh=mesh, spec=P(unreduced={"x"}))
+    >>> check_literal_product(unreduced, Value((8,), mesh=mesh, spec=P(reduced={"x"})))
+    >>> check_literal_product(unreduced, None, "body[1]")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionException: [AD-18]: the literal should be reduced along the same axes the cotangent is unreduced on: the product transposed at body[1] multiplies a cotangent typed float32[8] split P(unreduced={'x'}) by a literal. Reshard the value typed reduced to a type without reduced axes (jax.sharding.reshard) before it is scaled, or scale it by an array typed reduced alike.
+    shardlaw.spec.core.rules.RejectionException: [AD-18]: the other factor should be reduced along the same axes the cotangent is unreduced on: the product transposed at body[1] multiplies a cotangent typed float32[8] split P(unreduced={'x'}) by a literal. Reshard the value typed reduced to a type without reduced axes (jax.sharding.reshard) before it is multiplied or scaled.
     """
-    if operand.spec is not None and operand.spec.unreduced:
-        raise reject(LiteralProduct(_short(operand), path))
+    unreduced = operand.spec.unreduced if operand.spec is not None else frozenset()
+    if not unreduced:
+        return
+    reduced = other.spec.reduced if other is not None and other.spec is not None else frozenset()
+    if reduced != unreduced:
+        raise reject(LiteralProduct(_short(operand), "a literal" if other is None
+                                    else _short(other), path))
 
 
 def divisor(sizes: dict[str, int], axes: tuple[str, ...]) -> int:

@@ -145,9 +145,10 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
         if name == "div":
             with staged("trace"):   # a quotient: div takes no unreduced operand either
                 check_unreduced_operand("div", body.types[ct], path)
-        if name == "mul" and len(eq.operands) == 1:
-            with staged("trace"):   # a literal reduced over none scales no unreduced one
-                check_literal_product(body.types[ct], path)
+        if name == "mul" and len(eq.operands) <= 2:
+            with staged("trace"):   # the other factor reduced as the cotangent is unreduced
+                check_literal_product(body.types[ct], body.types[others[0]] if others
+                                      else None, path)
         if name == "mul" and others and result[0].spec is not None and \
                 result[0].spec.unreduced:
             with staged("trace"):   # reshaped to an unreduced type where typed otherwise
