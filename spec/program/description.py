@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import weakref
 from typing import Any, ClassVar
 
 from ..core.hlo import HloSharding
@@ -797,10 +796,10 @@ class Program:
                 and len(typing.over) == len(over)
                 and all(a is b for a, b in zip(typing.over, over))):
             typing = _typed_body(equations, over)
-            _TYPINGS[id(typing.equations)] = typing
+            _remember(typing)
         for name, value in (("inputs", inputs), ("consts", consts), ("outputs", outputs),
                             ("equations", typing.equations), ("depth", typing.depth),
-                            ("value_types", typing.value_types), ("_typing", typing)):
+                            ("value_types", typing.value_types)):
             object.__setattr__(self, name, value)
         types = typing.value_types
         for k, n in enumerate(outputs):
@@ -900,10 +899,19 @@ class _Typing:
     depth: int
 
 
-# The typing of every program's body while the program lives, by its equations' tuple: a
-# program built again of that tuple over inputs and constants of the same types (a rewrite
-# giving a body other jit options, dataclasses.replace) takes it rather than typing again.
-_TYPINGS: "weakref.WeakValueDictionary[int, _Typing]" = weakref.WeakValueDictionary()
+# The typing of the bodies built last, by their equations' tuple (an entry holds it, so its
+# identity is not another's while kept): a program built again of that tuple over inputs and
+# constants of the same types (a rewrite giving a body other jit options, as with
+# dataclasses.replace) takes it rather than typing again. A rewrite builds a body again soon
+# after it built it: the last _KEPT bodies' are kept.
+_TYPINGS: dict[int, _Typing] = {}
+_KEPT = 64
+
+
+def _remember(typing: _Typing) -> None:
+    _TYPINGS[id(typing.equations)] = typing
+    if len(_TYPINGS) > _KEPT:
+        _TYPINGS.pop(next(iter(_TYPINGS)), None)
 
 
 def _typed_body(equations: tuple, over: tuple[Value, ...]) -> _Typing:
@@ -938,11 +946,14 @@ def _type_equation(eq: Equation, k: int, types: list[Value], typed: dict) -> Equ
     already typed against operands of these types (a rewrite puts one equation in many
     bodies) is not checked again, nor one of a form ``typed`` holds over them (a layer
     repeated in one body: the form's checks passed and its results were derived)."""
-    for n in eq.operands:
-        if n >= len(types):
-            _refuse(f"an operand of equations[{k}]",
-                    f"the number of a value defined before it (0 .. {len(types) - 1})", n)
-    operands = tuple(types[n] for n in eq.operands)
+    try:
+        operands = tuple([types[n] for n in eq.operands])   # (numbers are at least 0)
+    except IndexError:
+        for n in eq.operands:
+            if n >= len(types):
+                _refuse(f"an operand of equations[{k}]",
+                        f"the number of a value defined before it (0 .. {len(types) - 1})",
+                        n)
     if eq.__dict__.get("_typed_against") != operands:
         # (a kind PROG-1 types is typed once per form and operand types in a body)
         key: Any = (eq.form, operands) if _derives(type(eq)) else None
