@@ -318,6 +318,13 @@ def _op_equations(body: _Body, op: Op) -> None:
         _nested_equations(body, op)
     elif op.kind == "axis_index":
         _index_added(body, axes[0])
+    elif op.kind == "half" and vma and last.varying:
+        # the literal 0.5, cast to vary as ``a`` does, then the product
+        operand = len(body.types) - 1
+        axes_cast = tuple(a for a in body.case.mesh.axis_names if a in last.varying)
+        body.add(Opaque((), (body.typed((), last.dtype, last.varying),), primitive="pvary",
+                        params=(("axes", axes_cast),)))
+        body.add(Opaque((operand, len(body.types) - 1), (last,), primitive="mul"))
     else:
         primitive = "mul" if op.kind == "half" else op.kind
         body.add(Opaque((len(body.types) - 1,), (last,), primitive=primitive))
