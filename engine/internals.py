@@ -430,12 +430,14 @@ class TracedCall:
     ``index`` (the equation the call would have been in its body), ``shard_map`` (mesh,
     manual axes, check_vma) of the innermost shard_map it is inside, or None."""
 
-    __slots__ = ("kind", "frame", "prefix", "index", "shard_map")
+    __slots__ = ("kind", "frame", "prefix", "index", "shard_map", "raised_in")
 
     def __init__(self, kind: str, frame: dict, prefix: str, index: int,
-                 shard_map: Any) -> None:
+                 shard_map: Any, raised_in: frozenset = frozenset()) -> None:
         self.kind, self.frame, self.prefix, self.index = kind, frame, prefix, index
         self.shard_map = shard_map
+        # the names of JAX's functions the error was raised through, under the call's
+        self.raised_in = raised_in
 
 
 def _equations_so_far(trace: Any) -> int:
@@ -457,7 +459,7 @@ def traced_calls(tb: Any) -> TracedCall | None:
     if not starts:
         return None
     trace = frames[starts[0]].f_locals.get("trace")
-    prefix, pending, inside, found = "", None, None, None
+    prefix, pending, inside, found, below = "", None, None, None, []
     for frame in frames[starts[0] + 1:]:
         key = _key(frame)
         if key == (_PE_FILE, "trace_to_jaxpr"):
@@ -473,9 +475,11 @@ def traced_calls(tb: Any) -> TracedCall | None:
         elif key in _NESTINGS:
             pending = (_NESTINGS[key], frame.f_locals)
         elif found is None and key in _CALLS:
-            found = (_CALLS[key], frame.f_locals)
+            found, below = (_CALLS[key], frame.f_locals), []
         elif found is None and key[0] == _PARALLEL_FILE and key[1] in _COLLECTIVES:
-            found = ("collective", frame.f_locals)
+            found, below = ("collective", frame.f_locals), []
+        elif found is not None:
+            below.append(key[1])
     if found is None or trace is None:
         return None
     kind, local = found
@@ -484,7 +488,8 @@ def traced_calls(tb: Any) -> TracedCall | None:
         operands = [pending[1].get("args", ())]
     if not all(_of_trace(v, trace) for v in operands):
         return None
-    return TracedCall(kind, dict(local), prefix, _equations_so_far(trace), inside)
+    return TracedCall(kind, dict(local), prefix, _equations_so_far(trace), inside,
+                      frozenset(below))
 
 
 def _key(frame: Any) -> tuple[str, str]:

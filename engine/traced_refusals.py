@@ -17,7 +17,9 @@ operands and shardings, whether it refuses them:
   SMAP-7 and SMAP-8 for its operands;
 * a collective inside a shard_map's body: SMAP-13 for an axis that is not manual.
 
-Where the rule refuses, and JAX's error is an instance of the class the rule says, the user
+Where the rule refuses, JAX's error is an instance of the class the rule says and, for a
+constraint, JAX raised it from the check that rule mirrors (its rank check, its axes check,
+not its layout check), the user
 gets an exception of JAX's very class whose message is JAX's followed by ``[RULE] at PATH:
 explanation``. Where the rule does not refuse, JAX refused for a reason the engine does not
 model, or the call could not be located (under a vmap or a grad inside the body, inside a
@@ -51,10 +53,19 @@ def name_trace_refusal(error: BaseException) -> BaseException:
         return error
     if ours is None or not isinstance(error, ours.error_type):
         return error
+    # a constraint's checks are told apart by the JAX function that refused, too
+    if ours.rule in _RAISED_IN and not _RAISED_IN[ours.rule] & located.raised_in:
+        return error
     words = str(error).strip() or None
     named = rejection_class(type(error))(ours.rule, ours.message, ours.path, type(error).__name__,
                                          words, "trace")
     return named
+
+
+# The functions of JAX that make a constraint's checks, by the rule each is.
+_RAISED_IN = {"WSC-6": frozenset({"get_unconstrained_dims"}),
+              "WSC-4": frozenset({"pjit_check_aval_sharding"}),
+              "WSC-5": frozenset({"check_shardings_are_auto", "assert_shardings_equal"})}
 
 
 def _decide(located: "internals.TracedCall") -> EngineRejection | None:

@@ -213,3 +213,17 @@ def test_a_result_typed_over_an_explicit_mesh_of_another_size_is_refused_before_
     assert error is None and my_error is None, (error, my_error)
     np.testing.assert_array_equal(np.asarray(expected), np.asarray(got))
     assert got.sharding == expected.sharding
+
+
+def test_a_constraint_refused_by_another_of_jaxs_checks_keeps_jaxs_error():
+    # the first value's layout does not fit it (JAX checks layouts after every leaf's
+    # rank, before any leaf's axes); the second names an Explicit axis (WSC-5), which
+    # JAX never reached: the engine does not name WSC-5 for JAX's layout refusal
+    from jax.experimental.layout import Format, Layout
+    shardings = (Format(Layout(major_to_minor=(1, 0)), NamedSharding(AUTO, P())),
+                 NamedSharding(EXPLICIT, P("x")))
+    f = lambda x: jax.lax.with_sharding_constraint((x, x), shardings)
+    _, theirs = _outcome(jax.jit, f, jnp.arange(8.0))
+    _, mine = _outcome(engine.jit, f, jnp.arange(8.0))
+    assert isinstance(theirs, ValueError)
+    assert type(mine) is type(theirs) and str(mine) == str(theirs)
