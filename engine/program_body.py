@@ -45,7 +45,7 @@ from . import internals
 from .recovery import Value
 from .resolution import Source
 from .rules import note, reject, rule
-from .shardings import UNSPECIFIED
+from .shardings import UNSPECIFIED, spec_entries
 
 __all__ = ["Body", "walked", "inside_shardings", "walk_body", "ref_inputs", "constant_sharding",
            "recovery_origin",
@@ -267,7 +267,16 @@ def _lowering_checks(eqn: Any, traced: Any, path: str, manual: Any) -> Iterator[
         named = params.get("axes", params.get("axis_name", ()))
         axes = (named,) if isinstance(named, str) else tuple(named)
         sizes = dict(zip(manual[0].axis_names, manual[0].axis_sizes))
-        yield (path, "collective", (name, axes, sizes, params.get("perm")))
+        split = _operand_split(eqn) if name == "reduce_scatter" else None
+        yield (path, "collective", (name, axes, sizes, params.get("perm"), split))
+
+
+def _operand_split(eqn: Any) -> tuple | None:
+    """The split a collective's operand's type keeps over the automatic Explicit axes, one
+    entry per dimension, or None where it names none."""
+    spec = getattr(getattr(eqn.invars[0].aval, "sharding", None), "spec", None)
+    entries = spec_entries(spec) if spec is not None else ()
+    return tuple(entries) if any(e is not None for e in entries) else None
 
 
 def _positions(traced: Any, live: Any) -> list[int] | None:
@@ -499,10 +508,22 @@ def check_spec_axes_once(spec: Any, path: str) -> None:
 
 
 def check_collective_lowers(primitive: str, axes: tuple, sizes: dict, perm: Any,
-                            path: str) -> None:
-    """SMAP-13 and SMAP-22 when lowered: a collective names each axis once (ValueError);
-    ppermute's pairs name each source and each target once, counted modulo the axes' size
-    (ValueError), and lie in -size .. size - 1 (IndexError)."""
+                            split: tuple | None, path: str) -> None:
+    """SMAP-23, SMAP-13 and SMAP-22 when lowered: a psum_scatter's operand is split over no
+    Explicit axis its shard_map leaves automatic (``split``: its type's split, or None;
+    AssertionError); a collective names each axis once (ValueError); ppermute's pairs name
+    each source and each target once, counted modulo the axes' size (ValueError), and lie
+    in -size .. size - 1 (IndexError)."""
+    if primitive == "reduce_scatter":
+        note("SMAP-23")
+        if split is not None:
+            raise reject("SMAP-23", AssertionError,
+                         f"psum_scatter over {axes} takes a value whose type is split {split} "
+                         "over the Explicit axes the shard_map leaves automatic: a "
+                         "psum_scatter lowers only of a value its type splits over none of "
+                         "them. Reshard the argument so that its type splits no dimension "
+                         "over those axes before the shard_map, or make them manual too.",
+                         path, stage="lower")
     note("SMAP-13")
     for i, name in enumerate(axes):
         if name in axes[:i]:

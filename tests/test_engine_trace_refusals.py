@@ -227,3 +227,29 @@ def test_a_constraint_refused_by_another_of_jaxs_checks_keeps_jaxs_error():
     _, mine = _outcome(engine.jit, f, jnp.arange(8.0))
     assert isinstance(theirs, ValueError)
     assert type(mine) is type(theirs) and str(mine) == str(theirs)
+
+
+# --------------------------------------------------------------------------- SMAP-23
+
+@checks("SMAP-23")
+@pytest.mark.parametrize("axes", [("y",), ("y", "y")])
+def test_a_psum_scatter_of_a_value_split_over_an_automatic_explicit_axis_is_refused(axes):
+    # JAX refuses it when lowering (AssertionError), before it checks the axes are named
+    # once (SMAP-13); the engine refuses it before lowering, by SMAP-23, JAX's words first
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    f = jax.shard_map(lambda a: jax.lax.psum_scatter(a, axes, scatter_dimension=0, tiled=True),
+                      mesh=mesh, in_specs=P(None, "y"), out_specs=P("y"), axis_names={"y"},
+                      check_vma=False)
+    split = jax.device_put(np.arange(128.0).reshape(8, 16), NamedSharding(mesh, P(None, "x")))
+    _, theirs = _outcome(jax.jit, f, split)
+    _, mine = _outcome(engine.jit, f, split)
+    assert type(theirs) is AssertionError
+    assert isinstance(mine, engine.EngineRejection) and isinstance(mine, AssertionError)
+    assert (mine.rule, mine.stage, mine.path) == ("SMAP-23", "lower", "body[0].shard_map.body[0]")
+    assert str(mine).startswith(str(theirs).strip())
+    if axes == ("y",):   # the accepting side: the argument's type split over no axis
+        unsplit = jax.device_put(np.arange(128.0).reshape(8, 16), NamedSharding(mesh, P()))
+        expected, error = _outcome(jax.jit, f, unsplit)
+        got, my_error = _outcome(engine.jit, f, unsplit)
+        assert error is None and my_error is None, (error, my_error)
+        np.testing.assert_array_equal(np.asarray(expected), np.asarray(got))
