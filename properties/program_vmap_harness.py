@@ -301,6 +301,8 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
     Explicit axes, reduced ones too, and reshards to them (``program_cases(explicit=True)``:
     vmap refuses mapping or broadcasting such a type, BAT-10)."""
     case = draw(program_cases(explicit=explicit))
+    if draw(st.integers(0, 5)) == 0:
+        case = draw(_abstract_outs(case))
     ranks = [len(v.shape) for v in case.inputs]
     outputs = len(case.body.outputs)
     vmaps = [draw(_vmap(ranks, outputs))]
@@ -308,6 +310,31 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
         ranks = [r + (a is not None) for r, a in zip(ranks, vmaps[0].in_axes)]
         vmaps.append(draw(_vmap(ranks, outputs)))
     return VmapCase(case, tuple(vmaps))
+
+
+@st.composite
+def _abstract_outs(draw: Any, case: Case) -> Case:
+    """``case`` with out_shardings over the abstract mesh of an argument's concrete mesh of
+    Auto axes: replicated, or the result's first dimension split over one mesh axis where
+    that divides it. Batched without spmd_axis_name they gain an UNCONSTRAINED batch
+    dimension (BAT-2), which the compiler places (PROG-6; over a mesh with Explicit axes
+    too, not held to JAX yet)."""
+    from shardlaw.spec import AxisType, Mesh, NamedSharding, P
+    meshes = [v.sharding.mesh for v in case.inputs
+              if isinstance(v.sharding, NamedSharding) and isinstance(v.sharding.mesh, Mesh)
+              and AxisType.Explicit not in v.sharding.mesh.axis_types]
+    if not meshes:
+        return case
+    mesh = draw(st.sampled_from(meshes)).abstract
+    types = program_of(case).value_types
+    outs = []
+    for n in case.body.outputs:
+        shape = types[n].shape
+        axes = [a for a in mesh.axis_names
+                if shape and shape[0] % mesh.axis_sizes[mesh.axis_names.index(a)] == 0]
+        spec = draw(st.sampled_from([P()] + [P(a) for a in axes]))
+        outs.append(NamedSharding(mesh, spec))
+    return dataclasses.replace(case, out_shardings=tuple(outs))
 
 
 # --------------------------------------------------------------------------- shard_maps

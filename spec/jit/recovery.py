@@ -351,32 +351,33 @@ def leaves_open(sharding: Any) -> bool:
                        "(contains_unconstrained); _gspmd_to_named_sharding")
 def open_result(out: Out, given: NamedSharding, assignment: DeviceList,
                 choice: HloSharding | None) -> Any:
-    """A result whose out sharding leaves a dimension UNCONSTRAINED comes back as the compiler placed the whole of it: on its type where placed so, else re-read over its type's mesh or the out sharding's.
+    """A result whose out sharding leaves a dimension UNCONSTRAINED comes back as the compiler placed the whole of it: on its type where placed so, else re-read over the out sharding's mesh.
 
-    The type's mesh (or, where the type names none, the out sharding's) is made concrete on
-    the device assignment; a placement that does not read over it stays a GSPMDSharding.
-    ``choice`` is the compiler's HLO sharding for it (None: not known, UNSPECIFIED).
+    jit types the result over the out sharding's mesh, made concrete on the device
+    assignment, every dimension written out; a placement that does not read over the mesh
+    stays a GSPMDSharding. ``choice`` is the compiler's HLO sharding for it (None: not
+    known, UNSPECIFIED). Held to JAX over meshes of Auto axes only: over a mesh with an
+    Explicit axis too, JAX writes the spec out in full or with trailing Nones dropped in
+    cases not told apart yet.
 
     >>> mesh = AbstractMesh((2, 4), ("x", "y"))
     >>> given = NamedSharding(mesh, PartitionSpec(UNCONSTRAINED, "x"))
-    >>> typed = Out((4, 8), mesh=mesh)
-    >>> open_result(typed, given, DeviceList.of_ids(range(8)), Replicated())
-    NamedSharding(Mesh({'x': 2, 'y': 4}), P(None, None))
     >>> open_result(Out((4, 8)), given, DeviceList.of_ids(range(8)), Replicated())
-    NamedSharding(Mesh({'x': 2, 'y': 4}), P())
+    NamedSharding(Mesh({'x': 2, 'y': 4}), P(None, None))
+    >>> open_result(Out((4, 8)), given, DeviceList.of_ids(range(8)), Tiled((1, 2, 4), Iota((8,)), (SubgroupType.REPLICATED,)))
+    NamedSharding(Mesh({'x': 2, 'y': 4}), P(None, 'x'))
     """
     if choice is None:
         return UNSPECIFIED
-    over = out.mesh if out.mesh is not None else given.mesh
+    over = given.mesh
     mesh = Mesh(over.axis_sizes, over.axis_names, assignment, over.axis_types)
-    if out.mesh is not None:
-        rank = len(out.shape)
-        spec = out.spec if out.spec is not None else PartitionSpec()
-        typed = NamedSharding(mesh, PartitionSpec(
-            *spec.partitions, *(None,) * (rank - len(spec.partitions)),
-            unreduced=spec.unreduced, reduced=spec.reduced))
-        if hlo_equal(choice, to_hlo(typed, rank)):
-            return typed
+    rank = len(out.shape)
+    spec = out.spec if out.spec is not None and out.mesh == over.abstract else PartitionSpec()
+    typed = NamedSharding(mesh, PartitionSpec(
+        *spec.partitions, *(None,) * (rank - len(spec.partitions)),
+        unreduced=spec.unreduced, reduced=spec.reduced))
+    if hlo_equal(choice, to_hlo(typed, rank)):
+        return typed
     try:
         return spec_from_hlo(choice, mesh)
     except Rejection:
