@@ -297,6 +297,43 @@ def test_a_described_collective_typed_otherwise_than_the_rules_is_refused_by_pro
     assert verdict.rule == "PROG-0" and "varying along ['x']" in verdict.message
 
 
+# --------------------------------------------------------------------------- the order of the shape checks
+
+ONE_AXIS = Mesh.iota((2,), ("x",))
+
+
+@checks("SMAP-13", "SMAP-21")
+@pytest.mark.parametrize("op, shape, rule, error, says", [
+    # all_to_all: the split dimension in range (IndexError), then that it divides
+    # (ValueError), only then the concat dimension in range (IndexError)
+    (Op("all_to_all", ("x", "x"), 0, 2), (2, 8), "SMAP-21", "ValueError", "splits dimension 0"),
+    (Op("all_to_all", ("x", "y"), 0, 5), (2, 8), "SMAP-21", "ValueError", "(8 devices)"),
+    (Op("all_to_all", ("x",), 0, 2), (2, 8), "SMAP-21", "IndexError", "concat_axis"),
+    (Op("all_to_all", ("x", "x"), 1, 2), (2, 8), "SMAP-21", "IndexError", "concat_axis"),
+    (Op("all_to_all", ("y",), 2, 5), (2, 8), "SMAP-21", "IndexError", "split_axis"),
+    (Op("all_to_all", ("q",), 5, 5), (2, 8), "SMAP-13", "NameError", "'q'"),
+    # psum_scatter: its dimension in range (IndexError), then that it divides (ValueError)
+    (Op("psum_scatter", ("x", "x"), 2), (2, 8), "SMAP-21", "IndexError", "scatter_dimension"),
+    (Op("psum_scatter", ("x", "y"), 0), (2, 8), "SMAP-21", "ValueError", "scatters"),
+    (Op("psum_scatter", ("q",), 5), (2, 8), "SMAP-13", "NameError", "'q'"),
+    # all_gather divides nothing: its dimension in range (ValueError), after the axes
+    (Op("all_gather", ("x", "x"), 5), (2, 8), "SMAP-21", "ValueError", "all_gather_dimension"),
+    (Op("all_gather", ("q",), 5), (2, 8), "SMAP-13", "NameError", "'q'"),
+])
+def test_a_collective_s_shape_is_checked_in_jax_s_order(op, shape, rule, error, says):
+    """Each body holds one collective whose shape fails more than one check (or whose
+    axes are unknown too): JAX's class at trace is the first check's, and so is the
+    spec's rule, class and words (the AD deep run's 4 disagreements: an all_to_all over
+    ('x', 'x') whose split dimension 4 does not divide, its concat_axis out of range)."""
+    from shardlaw.properties.program_shardmap_harness import program_of, run_case
+    case = _case([op], P(), P(), vma=False, shape=shape)
+    outcome = run_case(case)
+    verdict = explain_program(program_of(case))
+    assert (outcome.stage, type(outcome.error).__name__) == ("trace", error), outcome.error
+    assert (verdict.rule, verdict.stage, verdict.error_type) == (rule, "trace", error)
+    assert verdict.path == "body[0].shard_map.body[0]" and says in verdict.message
+
+
 # --------------------------------------------------------------------------- mixed Explicit/Manual
 
 EXPLICIT = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
@@ -472,6 +509,13 @@ def _split_case(ops, shape=(4, 8, 2), typed=P(None, "x", "y"), in_spec=P(None, "
                                                  (5, 5), (6, 7), (7, 6)))], vma=False))
 @example(_case([Op("neg")], P(("x", "y"), "x"), P("x", "y")))
 @example(_case([Op("ppermute", ("y",), perm=((0, 4),))]))
+# The shard_map AD deep run's disagreement (seed 2728), untransformed: an all_to_all over
+# ('x', 'x') inside a jit whose split dimension (2) does not divide by 4 and whose
+# concat_axis (2) is out of range after an untiled scatter: JAX refuses the split first.
+@example(MapCase(ONE_AXIS, Value.placed((4, 8, 2), NamedSharding(ONE_AXIS, P("x", None))),
+                 P("x", None, None), P(None, None), frozenset(), True, (
+                     Op("psum_scatter", ("x",), 2, tiled=False), Op("psum", ("x",)),
+                     Op("all_to_all", ("x", "x"), 0, 2, in_jit=True))))
 def test_programs_with_shard_maps_agree_with_jax(case):
     problems = compare_case(case)
     assert not problems, "\n".join(problems) + f"\ncase: {case}"

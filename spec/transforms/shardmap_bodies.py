@@ -171,7 +171,9 @@ def collective_shape(primitive: str, shape: tuple[int, ...], size: int,
     psum_scatter divides its scatter dimension by size (tiled: it must divide) or removes it
     (untiled: it must be size); all_to_all divides its split dimension by size and
     multiplies its concat dimension by it (the split dimension must divide; untiled, it
-    must be size).
+    must be size). Checked in JAX's order: the dimension scattered or split in range
+    (IndexError; all_gather's, ValueError), then that it divides, then all_to_all's
+    concat dimension in range (IndexError).
 
     >>> collective_shape("all_gather", (4, 2), 2, {"all_gather_dimension": 1, "tiled": True})
     (4, 4)
@@ -208,12 +210,15 @@ def collective_shape(primitive: str, shape: tuple[int, ...], size: int,
         else:
             del out[dim]
     elif primitive == "all_to_all":
+        # JAX reads the split dimension and checks that it divides before the shape is
+        # computed, and only then reads the concat dimension: a split that does not divide
+        # is refused before a concat_axis out of range
         split = _dimension(primitive, "split_axis", params["split_axis"], len(shape), shape)
-        concat = _dimension(primitive, "concat_axis", params["concat_axis"], len(shape), shape)
         fits = shape[split] % size == 0 if tiled else shape[split] == size
         require(fits, lambda: PiecesDoNotFit(primitive, axes, size, "splits" if tiled else
                                              "splits one piece per device along", split,
                                              shape, shape[split]))
+        concat = _dimension(primitive, "concat_axis", params["concat_axis"], len(shape), shape)
         out[split] //= size
         out[concat] *= size
     return tuple(out)
