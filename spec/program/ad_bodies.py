@@ -159,18 +159,38 @@ class _Body:
 
     def emit(self, eq: Equation) -> tuple[int, ...]:
         """Append ``eq`` (its results typed by PROG-1 where left out); its result numbers."""
-        if eq.results is None:
-            eq = eq.renumbered(eq.operands, self.derived(eq, eq.operands))
-        start = len(self.types)
+        types = self.types
+        try:
+            operands = tuple([types[n] for n in eq.operands])
+        except IndexError:
+            if eq.results is None:
+                raise
+            operands = None   # (refused when the body is built, PROG-0)
+        if operands is not None and eq.__dict__.get("_typed_against") != operands:
+            eq = self.typed(eq, operands)
+        start = len(types)
         self.equations.append(eq)
-        self.types.extend(eq.results)
-        return tuple(range(start, len(self.types)))
+        types.extend(eq.results)
+        return tuple(range(start, len(types)))
 
-    def derived(self, eq: Equation, operands: tuple) -> tuple[Value, ...]:
-        """The results' types PROG-1 gives ``eq`` over ``operands`` (numbers here), found
-        once per form and operand types in this body."""
-        types = tuple(self.types[n] for n in operands)
-        return self.once(("typed", eq.form, types), lambda: eq.derived(types))
+    def typed(self, eq: Equation, operands: tuple[Value, ...]) -> Equation:
+        """``eq`` checked against its operands' types and its results typed by PROG-1 where
+        left out, marked typed against them, as the program built of this body types it:
+        the body is then not typed twice."""
+        if not _typing_rule(type(eq)):   # (an opaque equation, a shard_map: as given)
+            derived = None
+        elif eq.body is not None:
+            # (a body built fresh by the rewrite, met once: a key would hash all of it)
+            derived = _checked_types(eq, operands)
+        else:   # once per form and operand types in this body
+            derived = self.once(("typed", eq.form, operands),
+                                lambda: _checked_types(eq, operands))
+        if eq.results is None:
+            eq = eq.renumbered(eq.operands, derived)
+        elif derived is not None:
+            return eq   # (results given where PROG-1 types them: compared when built)
+        object.__setattr__(eq, "_typed_against", operands)
+        return eq
 
     def opaque(self, primitive: str, operands: tuple[int, ...], results: tuple[Value, ...],
                params: tuple = ()) -> tuple[int, ...]:
@@ -190,6 +210,20 @@ class _Body:
     def program(self, outputs: tuple[int, ...], **options: Any) -> Program:
         return Program(self.inputs, tuple(self.equations), tuple(outputs), self.consts,
                        **options)
+
+
+@functools.cache
+def _typing_rule(kind: type) -> bool:
+    """Whether equations of ``kind`` have checks of their operands' types or results typed
+    by PROG-1 (else typing one only reads its results)."""
+    return kind.check is not Equation.check or kind.derived is not Equation.derived
+
+
+def _checked_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...] | None:
+    """What typing ``eq`` over ``operands`` gives: its checks made (PROG-0), its results'
+    types by PROG-1 (None: given)."""
+    eq.check(operands)
+    return eq.derived(operands)
 
 
 def _inline(into: _Body, program: Program, operands: tuple[int, ...]) -> tuple[int, ...]:
@@ -305,11 +339,9 @@ class _Tape:
         return self.types[ref]
 
     def emit(self, eq: Equation, refs: tuple) -> tuple:
-        if eq.results is None and not isinstance(eq, Jit):
+        if not isinstance(eq, Jit):
             # typed now, once per form and operand types, and recorded typed
-            types = tuple(self.types[r] for r in refs)
-            eq = eq.renumbered(eq.operands, self.primal.once(
-                ("typed", eq.form, types), lambda: eq.derived(types)))
+            eq = self.primal.typed(eq, tuple([self.types[r] for r in refs]))
         self.ops.append((eq, tuple(refs)))
         if isinstance(eq, Jit):
             results = tuple(eq.body.value_types[n] for n in eq.body.outputs)

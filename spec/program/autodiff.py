@@ -198,8 +198,18 @@ def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
     return _Linearized(_pruned(primal.program(outputs)), tangent, flags, len(residuals))
 
 
-def _live_equations(program: Program) -> tuple[list[bool], set[int]]:
-    """Which equations the outputs need, and the values they read."""
+def _live_equations(program: Program) -> tuple[list[bool], frozenset[int]]:
+    """Which equations the outputs need, and the values they read; found once per program
+    (a linearization asks it of one tangent body several times)."""
+    found = program.__dict__.get("_live_equations")
+    if found is None:
+        keep, live = _find_live(program)
+        found = (tuple(keep), frozenset(live))
+        object.__setattr__(program, "_live_equations", found)
+    return found
+
+
+def _find_live(program: Program) -> tuple[list[bool], set[int]]:
     live, numbers = set(program.outputs), program.result_numbers()
     keep = [False] * len(program.equations)
     for k in reversed(range(len(program.equations))):
