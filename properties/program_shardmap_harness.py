@@ -304,9 +304,11 @@ def _op_equations(body: _Body, op: Op) -> None:
         # all_gather, psum_scatter and all_to_all look their axes' size up before they
         # cast (an axis that is not manual: NameError there); psum_scatter reads its
         # operand's varying axes first (mixed: refused as they are)
+        # all_to_all checks its split dimension, in range and dividing, before it casts
         known = all(a in body.manual for a in axes)
         mixed = len({a in last.varying for a in axes}) > 1
-        if vma and (op.kind == "ppermute" or known and not (
+        splits = op.kind != "all_to_all" or _splits_evenly(op, body, last.shape)
+        if vma and (op.kind == "ppermute" or known and splits and not (
                 op.kind == "psum_scatter" and mixed)):
             body.cast(axes)
         _collective(body, *_moving(op, body))
@@ -328,6 +330,15 @@ def _op_equations(body: _Body, op: Op) -> None:
     else:
         primitive = "mul" if op.kind == "half" else op.kind
         body.add(Opaque((len(body.types) - 1,), (last,), primitive=primitive))
+
+
+def _splits_evenly(op: Op, body: _Body, shape: tuple) -> bool:
+    """Whether an all_to_all's split dimension lies in its operand's shape and divides
+    by the size of its axes (an axis named twice counts twice)."""
+    size = 1
+    for a in op.axes:
+        size *= body.case.mesh.shape.get(a, 1)
+    return 0 <= op.dim < len(shape) and shape[op.dim] % size == 0
 
 
 def _nested_equations(body: _Body, op: Op) -> None:

@@ -334,6 +334,39 @@ def test_a_collective_s_shape_is_checked_in_jax_s_order(op, shape, rule, error, 
     assert verdict.path == "body[0].shard_map.body[0]" and says in verdict.message
 
 
+def _traced_before_refusal(op, shape):
+    """How many equations JAX traced into a check_vma body before ``op`` refused."""
+    from shardlaw.properties.program_shardmap_harness import _apply
+
+    def body(a):
+        with pytest.raises(Exception):
+            _apply(op, a)
+        return a
+
+    mapped = jax.shard_map(body, mesh=_mesh(), in_specs=JaxP(), out_specs=JaxP())
+    jaxpr = jax.make_jaxpr(mapped)(np.zeros(shape, np.float32))
+    return len(jaxpr.eqns[0].params["jaxpr"].eqns)
+
+
+@checks("SMAP-21")
+@pytest.mark.parametrize("op, shape, cast", [
+    (Op("all_to_all", ("x", "x"), 0, 2), (2, 8), False),   # does not divide: before the cast
+    (Op("all_to_all", ("y",), 2, 0), (2, 8), False),        # split_axis out of range: before
+    (Op("all_to_all", ("x",), 1, 2), (2, 8), True),         # concat_axis out of range: after
+    (Op("psum_scatter", ("x", "y"), 0), (2, 8), True),      # psum_scatter casts first
+    (Op("all_gather", ("x",), 5), (2, 8), True),            # and so does all_gather
+])
+def test_a_refused_collective_is_located_after_the_cast_jax_traced_before_it(op, shape, cast):
+    """Under check_vma, all_to_all refuses its split dimension before it casts its
+    operand to vary along its axes, and its concat dimension after; psum_scatter and
+    all_gather cast first: the refusal's path counts the equations JAX traced before it."""
+    from shardlaw.properties.program_shardmap_harness import program_of
+    verdict = explain_program(program_of(_case([op], P(), P(), shape=shape)))
+    traced = _traced_before_refusal(op, shape)
+    assert (verdict.rule, traced) == ("SMAP-21", int(cast))
+    assert verdict.path == f"body[0].shard_map.body[{traced}]"
+
+
 # --------------------------------------------------------------------------- mixed Explicit/Manual
 
 EXPLICIT = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
