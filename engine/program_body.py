@@ -267,8 +267,11 @@ def _lowering_checks(eqn: Any, traced: Any, path: str, manual: Any) -> Iterator[
         named = params.get("axes", params.get("axis_name", ()))
         axes = (named,) if isinstance(named, str) else tuple(named)
         sizes = dict(zip(manual[0].axis_names, manual[0].axis_sizes))
-        split = _operand_split(eqn) if name == "reduce_scatter" else None
-        yield (path, "collective", (name, axes, sizes, params.get("perm"), split))
+        untiled = name == "all_gather" and not params.get("tiled", True)
+        split = _operand_split(eqn) if name == "reduce_scatter" or untiled else None
+        gathered = ((tuple(eqn.invars[0].aval.shape), params["all_gather_dimension"])
+                    if untiled and split is not None else None)
+        yield (path, "collective", (name, axes, sizes, params.get("perm"), split, gathered))
 
 
 def _operand_split(eqn: Any) -> tuple | None:
@@ -508,12 +511,14 @@ def check_spec_axes_once(spec: Any, path: str) -> None:
 
 
 def check_collective_lowers(primitive: str, axes: tuple, sizes: dict, perm: Any,
-                            split: tuple | None, path: str) -> None:
-    """SMAP-23, SMAP-13 and SMAP-22 when lowered: a psum_scatter's operand is split over no
-    Explicit axis its shard_map leaves automatic (``split``: its type's split, or None;
-    AssertionError); a collective names each axis once (ValueError); ppermute's pairs name
-    each source and each target once, counted modulo the axes' size (ValueError), and lie
-    in -size .. size - 1 (IndexError)."""
+                            split: tuple | None, gathered: tuple | None, path: str) -> None:
+    """SMAP-23, SMAP-25, SMAP-13 and SMAP-22 when lowered: a psum_scatter's operand is split
+    over no Explicit axis its shard_map leaves automatic (``split``: its type's split, or
+    None; AssertionError); an untiled all_gather's operand (``gathered``: its shape and
+    gather dimension), a dimension of 1 inserted there, divides by that split at the same
+    positions (ValueError); a collective names each axis once (ValueError); ppermute's
+    pairs name each source and each target once, counted modulo the axes' size
+    (ValueError), and lie in -size .. size - 1 (IndexError)."""
     if primitive == "reduce_scatter":
         note("SMAP-23")
         if split is not None:
@@ -524,6 +529,9 @@ def check_collective_lowers(primitive: str, axes: tuple, sizes: dict, perm: Any,
                          "them. Reshard the argument so that its type splits no dimension "
                          "over those axes before the shard_map, or make them manual too.",
                          path, stage="lower")
+    if gathered is not None and split is not None:
+        note("SMAP-25")
+        _check_gathered_divides(axes, sizes, split, *gathered, path)
     note("SMAP-13")
     for i, name in enumerate(axes):
         if name in axes[:i]:
@@ -550,3 +558,22 @@ def check_collective_lowers(primitive: str, axes: tuple, sizes: dict, perm: Any,
             raise reject("SMAP-22", IndexError,
                          f"ppermute over {axes} ({size} positions) moves {pair}, which names "
                          f"a position outside -{size} .. {size - 1}", path, stage="lower")
+
+
+def _check_gathered_divides(axes: tuple, sizes: dict, split: tuple, shape: tuple, dim: int,
+                            path: str) -> None:
+    """SMAP-25: the operand of an untiled all_gather, a dimension of 1 inserted at ``dim``,
+    typed with the operand's split at the same positions, divides evenly."""
+    broadcast = shape[:dim] + (1,) + shape[dim:]
+    kept = tuple(split) + (None,) * (len(broadcast) - len(split))
+    for d, (size, entry) in enumerate(zip(broadcast, kept)):
+        names = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        ways = 1
+        for name in names:
+            ways *= sizes.get(name, 1)
+        if size % ways:
+            raise reject("SMAP-25", ValueError,
+                         f"the untiled all_gather over {axes} lowers its operand of shape "
+                         f"{shape} with a dimension of 1 inserted at {dim}, typed with the "
+                         f"operand's split {tuple(split)} at the same positions: dimension {d} "
+                         f"of size {size} does not split {ways} ways", path, stage="lower")

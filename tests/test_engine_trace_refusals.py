@@ -253,3 +253,26 @@ def test_a_psum_scatter_of_a_value_split_over_an_automatic_explicit_axis_is_refu
         got, my_error = _outcome(engine.jit, f, unsplit)
         assert error is None and my_error is None, (error, my_error)
         np.testing.assert_array_equal(np.asarray(expected), np.asarray(got))
+
+
+@checks("SMAP-25")
+@pytest.mark.parametrize("dim, refused", [(2, True), (0, False)])
+def test_an_untiled_all_gather_whose_broadcast_operand_does_not_divide_is_refused(dim, refused):
+    # the operand typed split over the automatic Explicit axis 'y' at dimension 2: gathered
+    # at 2, the dimension of 1 JAX inserts there is split 2 ways when lowered (ValueError);
+    # gathered at 0, the split stays on a dimension of 4
+    mesh = jax.make_mesh((2, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    f = jax.shard_map(lambda a: jax.lax.all_gather(a, "x", axis=dim, tiled=False), mesh=mesh,
+                      in_specs=P(), out_specs=P(), axis_names={"x"}, check_vma=False)
+    x = jax.device_put(np.arange(64.0, dtype=np.float32).reshape(4, 4, 4),
+                       NamedSharding(mesh, P(None, None, "y")))
+    theirs_ok, theirs = _outcome(jax.jit, f, x)
+    mine_ok, mine = _outcome(engine.jit, f, x)
+    if not refused:
+        assert theirs is None and mine is None, (theirs, mine)
+        np.testing.assert_array_equal(np.asarray(theirs_ok), np.asarray(mine_ok))
+        return
+    assert type(theirs) is ValueError
+    assert isinstance(mine, engine.EngineRejection) and isinstance(mine, ValueError)
+    assert (mine.rule, mine.stage, mine.path) == ("SMAP-25", "lower", "body[0].shard_map.body[0]")
+    assert str(mine).startswith(str(theirs).strip())
