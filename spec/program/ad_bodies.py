@@ -22,8 +22,8 @@ from ..core.shardings import NamedSharding
 from ..core.values import AbstractMesh, AxisType, PartitionSpec
 from ..transforms.autodiff import JitBody, JitEquation
 from .description import (
-    DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
-    check_program, type_spec,
+    MAX_DEPTH, DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint,
+    ShardMap, Value, _remember, _Typing, check_program, type_spec,
 )
 from .shardmap_autodiff import (
     NO_DERIVATIVE, check_summed_types, cotangent_spec, transposed_collective,
@@ -148,6 +148,8 @@ class _Body:
         self.equations: list[Equation] = []
         self.types: list[Value] = [v.type for v in inputs] + [c.value.type for c in consts]
         self.rewritten: dict = {}
+        self.depth = 0            # how deep the bodies of its equations nest
+        self.all_typed = True     # every equation typed as it was emitted
 
     def once(self, key: tuple, rewrite: Callable[[], Any]) -> Any:
         """``rewrite()``, or what it gave for an equal ``key`` in this body before (a layer
@@ -166,8 +168,13 @@ class _Body:
             if eq.results is None:
                 raise
             operands = None   # (refused when the body is built, PROG-0)
-        if operands is not None and eq.__dict__.get("_typed_against") != operands:
+        if operands is None:
+            self.all_typed = False
+        elif eq.__dict__.get("_typed_against") != operands:
             eq = self.typed(eq, operands)
+        inner = eq.__dict__.get("body")   # (a jit's or a shard_map's)
+        if inner is not None and inner.depth > self.depth:
+            self.depth = inner.depth
         start = len(types)
         self.equations.append(eq)
         types.extend(eq.results)
@@ -188,6 +195,7 @@ class _Body:
         if eq.results is None:
             eq = eq.renumbered(eq.operands, derived)
         elif derived is not None:
+            self.all_typed = False
             return eq   # (results given where PROG-1 types them: compared when built)
         object.__setattr__(eq, "_typed_against", operands)
         return eq
@@ -208,8 +216,14 @@ class _Body:
         return total
 
     def program(self, outputs: tuple[int, ...], **options: Any) -> Program:
-        return Program(self.inputs, tuple(self.equations), tuple(outputs), self.consts,
-                       **options)
+        """The program of this body; its equations, each typed as it was emitted, are not
+        typed again (PROG-0's checks of their nesting made here)."""
+        equations = tuple(self.equations)
+        if self.all_typed and self.depth < MAX_DEPTH:
+            given = len(self.inputs) + len(self.consts)
+            remember_typing(equations, tuple(self.types[:given]), tuple(self.types),
+                            self.depth + 1)
+        return Program(self.inputs, equations, tuple(outputs), self.consts, **options)
 
 
 @functools.cache
@@ -217,6 +231,13 @@ def _typing_rule(kind: type) -> bool:
     """Whether equations of ``kind`` have checks of their operands' types or results typed
     by PROG-1 (else typing one only reads its results)."""
     return kind.check is not Equation.check or kind.derived is not Equation.derived
+
+
+def remember_typing(equations: tuple, over: tuple[Value, ...], types: tuple[Value, ...],
+                    depth: int) -> None:
+    """Hand a body's typing to the Program built of ``equations`` next (over inputs and
+    constants of the types ``over``): it takes it rather than typing them again."""
+    _remember(_Typing(equations, over, types, depth))
 
 
 def _checked_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...] | None:
@@ -268,11 +289,13 @@ def _dependencies(program: Program) -> tuple[frozenset[int], ...]:
     deps: list[frozenset[int]] = [frozenset({i}) for i in range(len(program.inputs))]
     deps += [frozenset()] * len(program.consts)
     for eq in program.equations:
-        if isinstance(eq, Jit):
+        operands = eq.operands
+        if type(eq) is Jit:
             inner = dependencies(eq.body)
-            deps += [frozenset().union(*(deps[eq.operands[i]] for i in d)) for d in inner]
+            deps += [frozenset().union(*[deps[operands[i]] for i in d]) for d in inner]
         else:
-            union = frozenset().union(*(deps[n] for n in eq.operands))
+            union = deps[operands[0]] if len(operands) == 1 else frozenset().union(
+                *[deps[n] for n in operands])
             deps += [union] * len(eq.results)
     return tuple(deps[n] for n in program.outputs)
 

@@ -212,13 +212,14 @@ def _live_equations(program: Program) -> tuple[list[bool], frozenset[int]]:
 def _find_live(program: Program) -> tuple[list[bool], set[int]]:
     live, numbers = set(program.outputs), program.result_numbers()
     keep = [False] * len(program.equations)
-    for k in reversed(range(len(program.equations))):
-        used = [n in live for n in numbers[k]]
-        eq = program.equations[k]
-        if not any(used) and not writes_ref(eq):   # a ref's write is an effect: kept
+    equations = program.equations
+    for k in reversed(range(len(equations))):
+        made, eq = numbers[k], equations[k]
+        if live.isdisjoint(made) and not writes_ref(eq):   # a ref's write is an effect: kept
             continue
         keep[k] = True
-        if isinstance(eq, Jit) and not all(used) and not writes_ref(eq):
+        if type(eq) is Jit and not live.issuperset(made) and not writes_ref(eq):
+            used = [n in live for n in made]
             # a jit pruned to its used results reads only the inputs they depend on
             reads = frozenset().union(*(d for d, u in zip(dependencies(eq.body), used) if u))
             live.update(eq.operands[i] for i in reads)
