@@ -260,14 +260,25 @@ def located(path: str | None) -> Iterator[None]:
         _WHERE.reset(token)
 
 
-@contextlib.contextmanager
-def staged(stage: str) -> Iterator[None]:
+def staged(stage: str) -> "_InStage":
     """Rules applied inside the block run in the jit call's stage ``stage``."""
-    token = _STAGE.set(stage)
-    try:
-        yield
-    finally:
-        _STAGE.reset(token)
+    return _InStage(stage)
+
+
+class _InStage:
+    """The block of :func:`staged`: the stage set on entering, put back on leaving (a plain
+    context manager: a rewrite enters one per value it checks)."""
+
+    __slots__ = ("stage", "token")
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+
+    def __enter__(self) -> None:
+        self.token = _STAGE.set(self.stage)
+
+    def __exit__(self, *raised: Any) -> None:
+        _STAGE.reset(self.token)
 
 
 def fired() -> list[str] | None:

@@ -205,6 +205,11 @@ class _Body:
         return self.emit(Opaque(operands, tuple(r.type for r in results),
                                 primitive=primitive, params=params))
 
+    def joined(self, result: Value, operands: tuple[Value, ...]) -> Value:
+        """:func:`_joined` of ``result`` over ``operands``, once per their types in this body
+        (each layer of a model transposes alike)."""
+        return self.once(("joined", result, operands), lambda: _joined(result, list(operands)))
+
     def add_all(self, numbers: list[int], path: str = "") -> int:
         """The sum of cotangents (``add_any``) reaching the value at ``path``, one number
         when there is one; each pair typed alike over Explicit axes (AD-14)."""

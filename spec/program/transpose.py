@@ -15,7 +15,7 @@ from ..core.rules import reject, staged
 from ..core.values import PartitionSpec
 from ..transforms.autodiff import JitBody, JitEquation, transposed_equation
 from .ad_bodies import (
-    COLLECTIVE_TRANSPOSES, NotRewritten, _Body, _inline, _joined, _manual, _product,
+    COLLECTIVE_TRANSPOSES, NotRewritten, _Body, _inline, _manual, _product,
     _put_back_to, _put_together, _sizes, _type_sharding, cotangent_type, dependencies,
 )
 from .description import (
@@ -138,7 +138,8 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
     for k, n in linear_ops:
         others = tuple(number[m] for j, m in enumerate(eq.operands) if j != k and m in number)
         # (typed as the operand's cotangent, over the mesh the operands agree on)
-        result = (_joined(cotangent_type(types[n]), [body.types[c] for c in (ct,) + others]),)
+        result = (body.joined(cotangent_type(types[n]), tuple(
+            [body.types[c] for c in (ct,) + others])),)
         if name == "neg" or name == "sub" and k == 1:
             with staged("trace"):   # a unary primitive takes no unreduced cotangent
                 check_unreduced_operand("neg", body.types[ct], path)
@@ -170,7 +171,7 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
             # The cotangent has its operand's shape, over the mesh the operand's type and
             # the incoming cotangent's agree on (seen on JAX's transposes).
             swapped = "broadcast_in_dim" if name == "reduce_sum" else "reduce_sum"
-            typed = _joined(cotangent_type(types[n]), [types[n], body.types[ct]])
+            typed = body.joined(cotangent_type(types[n]), (types[n], body.types[ct]))
             out.append((n, body.opaque(swapped, (ct,), (typed,))[0]))
         else:
             out.append((n, body.opaque(f"transposed_{name}", (ct,) + others, result,
