@@ -417,21 +417,23 @@ def _elements(shape: tuple) -> int:
 @rule("PROG-3")
 def recovery_origin(recovered: list[Any], kept_values: list[Value], results: list[Value],
                     inside: tuple[Source, ...]) -> tuple[list[Any], list[Any], list[Value]]:
-    """With no kept input placed by a NamedSharding or SingleDeviceSharding, results the compiler placed take the type of the first such sharding inside the body, re-read over its own mesh.
+    """With no kept input placed by a NamedSharding or SingleDeviceSharding, results the compiler placed take the type of the first such sharding inside the body, re-read over its own mesh; over an abstract mesh they stay as placed.
 
     Returns what OUT-1 (:func:`~.recovery.recover_shardings`) is given: the shardings and
     types whose first NamedSharding or SingleDeviceSharding it follows, and the results'
     types — without their meshes when a sharding inside the body is followed (JAX reads
-    the results over that sharding's mesh then, whatever their types say). A NamedSharding
-    over an abstract mesh inside the body is passed over.
+    the results over that sharding's mesh then, whatever their types say). When the first
+    is a NamedSharding over an abstract mesh, JAX's re-reading over it fails and the
+    results stay as the compiler placed them: nothing is followed, not even a later one.
     """
     typed = (NamedSharding, SingleDeviceSharding)
     if not inside or any(type(s) in typed for s in recovered):
         return list(recovered), list(kept_values), list(results)
     for source in inside:
         s = source.sharding
-        if type(s) is SingleDeviceSharding or (type(s) is NamedSharding
-                                               and not isinstance(s.mesh, AbstractMesh)):
+        if type(s) is NamedSharding and isinstance(s.mesh, AbstractMesh):
+            break
+        if type(s) in typed:
             return [s], [None], [Value(v.rank, None) for v in results]
     return list(recovered), list(kept_values), list(results)
 
