@@ -128,7 +128,7 @@ def check_passed_type(expected: Value, got: Value, what: str, path: str) -> None
 
 
 def _any_explicit(mesh: AbstractMesh) -> bool:
-    return any(t is AxisType.Explicit for t in mesh.axis_types)
+    return AxisType.Explicit in mesh.axis_types
 
 
 def _typed(value: Value) -> str:
@@ -578,10 +578,15 @@ def _quotient_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: 
 def _one(body: _Body, like: Value) -> int:
     """The literal one JAX's derivative rules subtract from (``_one``): a scalar, resharded
     to the mesh of ``like``'s type when it has one."""
-    (one,) = body.opaque("broadcast_in_dim", (), (Value.typed((), like.dtype),))
+    literal = body.once(("literal one", like.dtype), lambda: Opaque(
+        (), (Value.typed((), like.dtype),), primitive="broadcast_in_dim"))
+    (one,) = body.emit(literal.renumbered(()))
     if like.mesh is None:
         return one
-    return body.emit(Reshard((one,), sharding=_replicated(like.mesh)))[0]
+    # (each made once per body: a layer repeats them)
+    reshard = body.once(("one resharded", like.mesh), lambda: Reshard(
+        (0,), sharding=_replicated(like.mesh)))
+    return body.emit(reshard.renumbered((one,)))[0]
 
 
 @functools.lru_cache(maxsize=64)

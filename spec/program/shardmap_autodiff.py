@@ -165,7 +165,7 @@ class CotangentType(Failure, rule="AD-13", error=ValueError):
 
 
 def _explicit(mesh: Any) -> bool:
-    return mesh is not None and any(t is AxisType.Explicit for t in mesh.axis_types)
+    return mesh is not None and AxisType.Explicit in mesh.axis_types
 
 
 def _short(value: Any) -> str:
