@@ -352,6 +352,20 @@ RESULT_DOES_NOT_FIT = VmapCase(
     Case((Value.numpy((6, 8)),), Recipe((Step("neg", 0),), (1,)),
          (NamedSharding(Mesh.iota((2, 4), ("x", "y")), P("y")),), keep_unused=False),
     (Vmap((0,), 0, 2),))
+# PROG-6: an out sharding over the abstract mesh {'x': 4} left UNCONSTRAINED by vmap, the
+# value typed over the inner jit's mesh {'x': 2, 'y': 2}: the compiler's placement does not
+# read over {'x': 4}, so JAX keeps the GSPMDSharding and types the result over {'x': 4},
+# its out sharding's mesh, not the body's (deep run, seed 7).
+_M4, _M22 = Mesh.iota((4,), ("x",)), Mesh.iota((2, 2), ("x", "y"))
+OPEN_UNREAD = VmapCase(
+    Case((Value.placed((8,), NamedSharding(_M4, P(None))),),
+         Recipe((Step("jit", 0, body=Recipe((Step("device_put", 0, NamedSharding(_M22, P("y"))),),
+                                            (1,)),
+                      in_sharding=NamedSharding(_M22, P(None)),
+                      out_sharding=NamedSharding(_M22, P("y"))),), (1, 1)),
+         (NamedSharding(_M4.abstract, P("x")), NamedSharding(_M4.abstract, P())),
+         keep_unused=True),
+    (Vmap((0,), 0, 8, pass_size=True),))
 COVERED = ("BAT-0", "BAT-4", "BAT-5", "WSC-7", "DA-1", "FIT-1")
 
 
@@ -363,6 +377,7 @@ COVERED = ("BAT-0", "BAT-4", "BAT-5", "WSC-7", "DA-1", "FIT-1")
 @example(OUT_AXES_NONE)
 @example(UNEVEN_MOVED)
 @example(RESULT_DOES_NOT_FIT)
+@example(OPEN_UNREAD)
 def test_vmapped_programs_agree_with_jax(vc):
     problems = compare_vmapped(vc)
     assert not problems, "\n".join(problems) + f"\ncase: {vc}"
@@ -959,6 +974,22 @@ def test_an_unconstrained_out_sharding_in_an_eager_call_comes_back_as_the_compil
     assert verdict.accepted and "PROG-6" in verdict.trace
     assert verdict.out_shardings == (UNSPECIFIED,)   # the compiler's choice, not known
     hits.record(SOURCE, "PROG-6", refused=False)
+
+
+@checks("PROG-6", "OUT-1")
+def test_an_unconstrained_result_the_mesh_cannot_read_stays_placed_and_typed_over_its_mesh():
+    """OPEN_UNREAD: the compiler places the first result {devices=[1,2,2]<=[2,2]T(1,0)
+    last_tile_dim_replicate}, which does not read over the out sharding's mesh {'x': 4}:
+    JAX returns that GSPMDSharding, typed over {'x': 4} (lowering types a result by its
+    out sharding), and does not re-read it over {'x': 2, 'y': 2}, where the body typed the
+    value (OUT-1 reads it on the lowered type). The second, replicated, reads over it."""
+    outcome = _agree(OPEN_UNREAD)
+    first, second = outcome.out_shardings
+    assert type(first).__name__ == "GSPMDSharding"
+    assert second == NamedSharding(_M4, P())
+    assert [t.mesh for t in outcome.out_types] == [_M4.abstract] * 2
+    verdict = explain_program(spec_vmapped(OPEN_UNREAD))
+    assert "PROG-6" in verdict.trace
 
 
 @checks("BAT-0")

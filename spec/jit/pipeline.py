@@ -53,7 +53,7 @@ from .options import (
 from ..placement.blocks import to_hlo
 from .recovery import (
     check_typed_result_mesh, compiled_inputs, compiled_results, concrete_inputs,
-    explicit_typed, input_types, leaves_open, open_result, recover_shardings,
+    explicit_typed, input_types, leaves_open, lowered_types, open_result, recover_shardings,
     single_device_results, typed_result,
 )
 from .inside import recovery_origin
@@ -322,7 +322,9 @@ def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowere
         taken = compiled_inputs(concrete, [compiler_in[i] for i in kept], assignment)
         recovered = recover_shardings(taken, kept_values, concrete, kept_values, None)
     with located(n.out_paths[0] if results else "result"):
-        given, given_values, typed = recovered, kept_values, [out for _, out in n.flat_out]
+        # typed as lowering types them: over a NamedSharding out sharding's mesh (PROG-6)
+        typed = lowered_types([out for _, out in n.flat_out], traced.out_shardings)
+        given, given_values = recovered, kept_values
         if call.inside:  # a whole program: a sharding inside the body may give the type
             given, given_values, typed = recovery_origin(given, given_values, typed,
                                                          call.inside)

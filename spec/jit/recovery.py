@@ -26,7 +26,8 @@ from ..core.values import (
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["spec_from_hlo", "recover_shardings", "single_device_results", "compiled_results",
-           "open_result", "leaves_open", "compiled_inputs", "concrete_inputs", "input_types"]
+           "open_result", "leaves_open", "lowered_types", "compiled_inputs", "concrete_inputs",
+           "input_types"]
 
 
 def _superdims(assignment: tuple[int, ...] | Iota, hlo: str, mesh: Any) -> list[tuple[int, int]]:
@@ -355,7 +356,8 @@ def open_result(out: Out, given: NamedSharding, assignment: DeviceList,
 
     jit types the result over the out sharding's mesh, made concrete on the device
     assignment, every dimension written out; a placement that does not read over the mesh
-    stays a GSPMDSharding. ``choice`` is the compiler's HLO sharding for it (None: not
+    stays a GSPMDSharding, and OUT-1 re-reads it on that type too
+    (:func:`lowered_types`), not over the mesh the body typed the value over. ``choice`` is the compiler's HLO sharding for it (None: not
     known, UNSPECIFIED). Held to JAX over meshes of Auto axes only: over a mesh with an
     Explicit axis too, JAX writes the spec out in full or with trailing Nones dropped in
     cases not told apart yet.
@@ -382,6 +384,19 @@ def open_result(out: Out, given: NamedSharding, assignment: DeviceList,
         return spec_from_hlo(choice, mesh)
     except Rejection:
         return GSPMDSharding(assignment, choice)
+
+
+def lowered_types(results: Sequence[Out], out_shardings: Sequence[Any]) -> list[Out]:
+    """Each result's type as lowering has it (JAX's ``update_aval_with_sharding``): over the
+    mesh of its out sharding where that is a NamedSharding, whatever mesh the body typed it
+    over (PROG-6: a result the compiler placed is re-read on this type, OUT-1, and comes
+    back typed so); as traced otherwise."""
+    typed = []
+    for out, s in zip(results, out_shardings):
+        if isinstance(s, NamedSharding) and s.mesh.abstract != out.mesh:
+            out = Out(out.shape, out.dtype, out.source, s.mesh.abstract)
+        typed.append(out)
+    return typed
 
 
 @dataclasses.dataclass(frozen=True)

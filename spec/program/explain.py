@@ -480,16 +480,16 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
             dispatched = stage_dispatch(n, called, lowered, compiled)
         except Rejection as error:
             return _refused(error, trace, held.labels)
-    return _accepted(program, trace, n, (lowered, compiled, dispatched), inside, placed, held,
-                     decided)
+    return _accepted(program, trace, n, (traced, lowered, compiled, dispatched), inside, placed,
+                     held, decided)
 
 
 def _accepted(program: Program, trace: list[str], n: Any, stages: tuple, inside: tuple,
               placed: tuple, held: "_Held", decided: list) -> ProgramVerdict:
     """The verdict of a program every stage accepted."""
-    lowered, compiled, dispatched = stages
-    out_types = tuple(_result_type(program.value_types[number], s)
-                      for number, s in zip(program.outputs, compiled.out_shardings))
+    traced, lowered, compiled, dispatched = stages
+    out_types = tuple(_result_type(program.value_types[number], s, given) for number, s, given
+                      in zip(program.outputs, compiled.out_shardings, traced.out_shardings))
     return ProgramVerdict(
         True, tuple(dict.fromkeys(trace)), in_paths=held.relabeled(n.in_paths),
         in_shardings=lowered.final, out_paths=n.out_paths,
@@ -524,13 +524,17 @@ def _choices(program: Program, placed: tuple) -> tuple | None:
     return None if all(c is None for c in choices) else choices
 
 
-def _result_type(value: Value, sharding: Any) -> Value | None:
+def _result_type(value: Value, sharding: Any, given: Any) -> Value | None:
     """The type ``jax.typeof`` gives a result: its traced type, over the mesh of the
-    NamedSharding it comes back on (JAX's ``update_aval_with_sharding``)."""
+    NamedSharding it comes back on (JAX's ``update_aval_with_sharding``); on another
+    sharding, as lowering typed it: over the mesh of a NamedSharding out sharding ``given``
+    (PROG-6's placements that do not read over that mesh)."""
     if sharding is UNSPECIFIED:
         return None
     if not isinstance(sharding, NamedSharding):
-        return value
+        if not isinstance(given, NamedSharding):
+            return value
+        sharding = given
     return Value(value.shape, value.dtype, value.weak_type, sharding.mesh.abstract,
                  spec=type_spec(sharding))
 
