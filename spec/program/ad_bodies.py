@@ -384,16 +384,16 @@ class _Tape:
         """The tangent body: the residuals' types, then the tangent inputs."""
         residual_types = tuple(self.primal.types[n] for n in self.residuals)
         body = _Body(residual_types + tuple(v.type for v in self.inputs))
-        base = {"r": 0, "t": len(residual_types)}
-        made: list[int] = []
-
-        def number(ref: tuple) -> int:
-            return made[ref[1]] if ref[0] == "v" else base[ref[0]] + ref[1]
-
+        # each reference's number in the body: residuals, tangent inputs, then results
+        number = {("r", k): k for k in range(len(residual_types))}
+        number.update((("t", j), len(residual_types) + j) for j in range(len(self.inputs)))
+        count = 0
         for eq, refs in self.ops:
             # (an inner jit was recorded untyped: its results are typed here)
-            made.extend(body.emit(eq.renumbered(tuple(number(r) for r in refs))))
-        return body.program(tuple(number(r) for r in outputs), **options)
+            outs = body.emit(eq.renumbered(tuple([number[r] for r in refs])))
+            number.update(zip([("v", m) for m in range(count, count + len(outs))], outs))
+            count += len(outs)
+        return body.program(tuple([number[r] for r in outputs]), **options)
 
 
 def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list,
