@@ -155,7 +155,7 @@ def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
     # which is what JAX's executable reports: nothing to re-read.
     chosen_out = [s if is_partial(getattr(a, "sharding", None)) else raw(s, len(a.shape))
                   for s, a in zip(facts.out_shardings, d.out_avals)]
-    placed_out = compiled_results(d.out_flat, chosen_out, d.assignment)
+    placed_out = compiled_results(d.out_flat, chosen_out, d.assignment, d.out_avals)
     out_values = [Value.of_aval(a) for a in d.out_avals]
     given, given_values, out_values = recovery_origin(recovered, kept_values, out_values,
                                                       d.inside)

@@ -19,10 +19,10 @@ from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionS
 
 from . import internals
 from .rules import EngineRejection, note, reject, rule
-from .shardings import UNSPECIFIED, devices_of, hlo, is_abstract, jax_equivalent
+from .shardings import UNSPECIFIED, devices_of, hlo, hlo_equal, is_abstract, jax_equivalent
 
 __all__ = ["Value", "spec_from_hlo", "recover_shardings", "single_device_results",
-           "compiled_results", "raw", "concrete_inputs", "concrete_mesh"]
+           "compiled_results", "typed_result", "raw", "concrete_inputs", "concrete_mesh"]
 
 
 class Value:
@@ -307,11 +307,16 @@ def concrete_inputs(shardings: Sequence[Any], assignment: tuple) -> list[Any]:
 
 
 def compiled_results(specified: Sequence[Any], chosen: Sequence[Any],
-                     assignment: tuple) -> list[Any]:
-    """What the executable reports before recovery: the given sharding, else the compiler's."""
+                     assignment: tuple, avals: Sequence[Any] | None = None) -> list[Any]:
+    """What the executable reports before recovery: the given sharding, else the compiler's
+    (a result typed over Explicit axes as :func:`typed_result` reads it, given ``avals``)."""
     out = []
-    for s, choice in zip(specified, chosen):
-        if s is not UNSPECIFIED:
+    for k, (s, choice) in enumerate(zip(specified, chosen)):
+        typed = None if s is not UNSPECIFIED or avals is None else \
+            typed_result(avals[k], choice, assignment)
+        if typed is not None:
+            out.append(typed)
+        elif s is not UNSPECIFIED:
             out.extend(concrete_inputs([s], assignment))
         elif len(assignment) == 1:
             out.append(internals.GSPMDSharding.get_replicated(
@@ -319,3 +324,35 @@ def compiled_results(specified: Sequence[Any], chosen: Sequence[Any],
         else:
             out.append(choice)
     return out
+
+
+def typed_result(aval: Any, choice: Any, assignment: tuple) -> Any:
+    """The spec's PROG-5, as JAX reads it and the engine needs it when it reuses an
+    executable (the rule itself is JAX's, left to it in the rule index): a result left
+    unspecified whose type's mesh has an Explicit axis comes back on its type's split over
+    that mesh made concrete on the device assignment.
+
+    Over a mesh of Explicit axes only, that is where it comes back. Over a mesh with Auto
+    axes too, jit leaves the dimensions the type does not split open for the compiler: the
+    result comes back as its type writes it (every dimension) when the compiler placed it
+    so, else the compiler's placement re-read over that mesh (OUT-2, trailing unsplit
+    dimensions dropped), else the compiler's GSPMDSharding for OUT-1. None where the rule
+    does not apply (no such type, a Manual axis, a mesh of another size, a result whose
+    type has unreduced or reduced axes).
+    """
+    typed = getattr(aval, "sharding", None)
+    mesh = getattr(typed, "mesh", None)
+    if mesh is None or mesh.empty or not isinstance(choice, internals.GSPMDSharding):
+        return None
+    kinds = set(mesh.axis_types)
+    if AxisType.Explicit not in kinds or AxisType.Manual in kinds or \
+            mesh.size != len(assignment):
+        return None
+    rank = len(aval.shape)
+    written = NamedSharding(concrete_mesh(mesh, tuple(assignment)), typed.spec,
+                            memory_kind=choice.memory_kind)
+    if AxisType.Auto not in kinds or hlo_equal(hlo(written, rank), choice._hlo_sharding):
+        return written
+    note("OUT-2")
+    read = _read_hlo(choice._hlo_sharding, written.mesh, choice.memory_kind)
+    return choice if isinstance(read, Unreadable) else read
