@@ -22,13 +22,14 @@ import functools
 import sys
 import threading
 import types
+import warnings
 from typing import Any, Callable
 
 import jax
 from jax.sharding import PartitionSpec
 
 from . import internals
-from .jit import JittedFunction, jit
+from .jit import JittedFunction, jit, jit_as
 from .options import NOT_GIVEN
 
 __all__ = ["install", "uninstall", "installed", "pjit", "PjitFunction"]
@@ -53,13 +54,16 @@ class PjitFunction:
 
     __slots__ = ("_fun", "_options", "_jits", "__dict__", "__weakref__")
 
-    def __init__(self, fun: Callable, options: dict[str, Any]) -> None:
-        self._fun, self._options, self._jits = fun, options, {}
+    def __init__(self, fun: Callable, options: dict[str, Any], plain: JittedFunction) -> None:
+        # ``plain``, made by pjit() (where device=/backend= warn, once), serves every call
+        # outside a ``with mesh:`` block and every call with device=/backend=.
+        self._fun, self._options, self._jits = fun, options, {None: plain}
         functools.update_wrapper(self, fun)
 
     def _for_mesh(self) -> tuple[Any, JittedFunction]:
         mesh = internals.resource_env_mesh()
-        legacy = not (mesh.empty or self._options["device"] is not None
+        empty = mesh.empty
+        legacy = not (empty or self._options["device"] is not None
                       or self._options["backend"] is not None)
         key = mesh if legacy else None
         jitted = self._jits.get(key)
@@ -71,8 +75,9 @@ class PjitFunction:
                         options[which] = jax.tree.map(
                             lambda leaf: PartitionSpec() if leaf is None else leaf,
                             options[which], is_leaf=lambda leaf: leaf is None)
-            jitted = self._jits[key] = jit(self._fun, **options)
-        return (mesh if legacy else None), jitted
+            jitted = self._jits[key] = _pjit_engine(self._fun, options)
+        # With device=/backend=, the mesh is still in context, where JIT-4 refuses the call.
+        return (None if empty else mesh), jitted
 
     @contextlib.contextmanager
     def _context(self):  # noqa: ANN202 - a context manager yielding the jitted function
@@ -143,8 +148,19 @@ def pjit(fun: Callable, in_shardings: Any = NOT_GIVEN, out_shardings: Any = NOT_
                    keep_unused=keep_unused, device=device, backend=backend, inline=inline,
                    compiler_options=compiler_options)
     # The options are checked once here, as pjit checks them (a bad one raises now).
-    jit(fun, **options)
-    return PjitFunction(fun, options)
+    if not callable(fun):
+        jit(fun)   # ENG-4, in JAX's words
+    if device is not None or backend is not None:
+        warnings.warn(
+            "backend and device argument on jit is deprecated. You can use "
+            '`jax.device_put(..., jax.local_devices(backend="cpu")[0])` on the inputs to the '
+            "jitted function to get the same behavior.", DeprecationWarning, stacklevel=2)
+    return PjitFunction(fun, options, _pjit_engine(fun, options))
+
+
+def _pjit_engine(fun: Callable, options: dict[str, Any]) -> JittedFunction:
+    """The engine's jit held to JAX's pjit (its refusals in pjit's words)."""
+    return jit_as(internals.JAX_PJIT, fun, **options)
 
 
 def _experimental_pjit_entry() -> Any:

@@ -63,6 +63,14 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "asserts that a GSPMDSharding argument placed exactly as an earlier NamedSharding "
         "one compiles a second executable; the engine's placement-class cache reuses the "
         "first (one compile where jax.jit makes two), on purpose",
+    "pjit_test.py::ArrayPjitTest::test_cache_hit_pjit_lower_with_cpp_cache_miss":
+        "asserts two lowerings for a committed array and a numpy array of the same type "
+        "under the same in_shardings (jax.jit traces each anew); the placement-class cache "
+        "lowers once and serves both, on purpose",
+    "pjit_test.py::ArrayPjitTest::test_pjit_single_device_sharding_add":
+        "reads the hits and misses of JAX's private lowering cache (_pjit_lower): jax.jit "
+        "lowers anew for a committed single-device argument where an uncommitted one was "
+        "lowered; the engine reuses that executable without asking JAX's cache, on purpose",
     "pjit_test.py::ArrayPjitTest::test_partial_sharded_prng_key_inp":
         "reads the spelling of a PRNG key array's physical sharding: jax.jit's own path "
         "writes P(None, 'y', 'x'), an executable compiled by JAX's ahead-of-time stages (as "

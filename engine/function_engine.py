@@ -50,9 +50,13 @@ SIGNATURE_CAPACITY = 4096   # signatures (plans) one jitted function holds
 class Engine:
     """Everything one ``jit(fun, ...)`` holds: options, plans, counters, the dispatcher."""
 
-    def __init__(self, fun: Callable, options: Options, signature_capacity: int) -> None:
+    def __init__(self, fun: Callable, options: Options, signature_capacity: int,
+                 jax_api: Callable | None = None) -> None:
         self.fun = fun
         self.options = options
+        # JAX's function the engine holds itself to: jax.jit, or pjit for the engine's pjit
+        # (whose refusals JAX words as pjit's, and which reads the legacy ``with mesh:``).
+        self.jax_api = jax_api or internals.JAX_JIT
         self.token = owner_token(fun, self)
         self._lock = threading.RLock()
         self._plans: collections.OrderedDict[tuple, DispatchPlan] = collections.OrderedDict()
@@ -82,7 +86,7 @@ class Engine:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             try:
-                return internals.JAX_JIT(self.fun, **kwargs)
+                return self.jax_api(self.fun, **kwargs)
             except EngineRejection:
                 raise
             except (ValueError, TypeError) as error:

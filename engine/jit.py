@@ -73,6 +73,16 @@ def jit(fun: Callable | Any = NOT_GIVEN, /, *, in_shardings: Any = NOT_GIVEN,
             "backend and device argument on jit is deprecated. You can use "
             '`jax.device_put(..., jax.local_devices(backend="cpu")[0])` on the inputs to the '
             "jitted function to get the same behavior.", DeprecationWarning, stacklevel=2)
+    return jit_as(internals.JAX_JIT, fun, in_shardings, out_shardings, static_argnums,
+                  static_argnames, donate_argnums, donate_argnames, keep_unused, device, backend,
+                  inline, compiler_options)
+
+
+def jit_as(jax_api: Callable, fun: Callable, in_shardings: Any, out_shardings: Any,
+           static_argnums: Any, static_argnames: Any, donate_argnums: Any, donate_argnames: Any,
+           keep_unused: bool, device: Any, backend: Any, inline: bool,
+           compiler_options: Any) -> JittedFunction:
+    """The engine's jit of a callable ``fun``, held to ``jax_api`` (JAX's jit, or its pjit)."""
     given = dict(static_argnums=static_argnums, static_argnames=static_argnames,
                  donate_argnums=donate_argnums, donate_argnames=donate_argnames,
                  keep_unused=keep_unused, device=device, backend=backend, inline=inline,
@@ -82,9 +92,10 @@ def jit(fun: Callable | Any = NOT_GIVEN, /, *, in_shardings: Any = NOT_GIVEN,
                           donate_argnums, donate_argnames, keep_unused, device, backend,
                           inline, compiler_options)
         # The engine makes JAX's own jit of the function, which refuses what JAX refuses.
-        engine = Engine(fun, options, SIGNATURE_CAPACITY)
+        engine = Engine(fun, options, SIGNATURE_CAPACITY, jax_api)
     except EngineRejection as error:
-        raise _options_in_jax_words(error, fun, in_shardings, out_shardings, given) from None
+        raise _options_in_jax_words(error, fun, in_shardings, out_shardings, given,
+                                    jax_api) from None
     return _jitted(engine)
 
 
@@ -149,7 +160,8 @@ class JittedFunction:
 
 
 def _options_in_jax_words(error: EngineRejection, fun: Callable, in_shardings: Any,
-                          out_shardings: Any, given: dict[str, Any]) -> EngineRejection:
+                          out_shardings: Any, given: dict[str, Any],
+                          jax_api: Callable | None = None) -> EngineRejection:
     """A refusal of jit's options, in the class and words of JAX's own refusal of them."""
     if in_shardings is not NOT_GIVEN:
         given["in_shardings"] = in_shardings
@@ -158,7 +170,7 @@ def _options_in_jax_words(error: EngineRejection, fun: Callable, in_shardings: A
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            internals.JAX_JIT(fun, **given)
+            (jax_api or internals.JAX_JIT)(fun, **given)
     except Exception as jax_error:  # noqa: BLE001 - JAX's refusal, whatever its class
         return error.as_jax(jax_error)
     return error

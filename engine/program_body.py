@@ -395,7 +395,7 @@ def _given(sharding: Any) -> bool:
     if sharding is UNSPECIFIED or sharding is None:
         return False
     return not (isinstance(sharding, NamedSharding)
-                and any(e is PartitionSpec.UNCONSTRAINED for e in sharding.spec))
+                and any(e is PartitionSpec.UNCONSTRAINED for e in spec_entries(sharding.spec)))
 
 
 def _piece(shape: tuple, sharding: Any, devices: int) -> tuple:
@@ -502,7 +502,8 @@ def check_spec_axes_once(spec: Any, path: str) -> None:
     mesh axis at most once (JAX's DuplicateSpecError)."""
     note("SMAP-12")
     seen: set[str] = set()
-    for entry in spec:
+    # Only the per-dimension entries: an unreduced or reduced set is not a dimension's split
+    for entry in spec_entries(spec):
         for name in (() if entry is None else (entry,) if isinstance(entry, str) else entry):
             if name in seen:
                 raise reject("SMAP-12", Exception,
