@@ -358,9 +358,11 @@ def open_result(out: Out, given: NamedSharding, assignment: DeviceList,
     assignment, every dimension written out; a placement that does not read over the mesh
     stays a GSPMDSharding, and OUT-1 re-reads it on that type too
     (:func:`lowered_types`), not over the mesh the body typed the value over. ``choice`` is the compiler's HLO sharding for it (None: not
-    known, UNSPECIFIED). Held to JAX over meshes of Auto axes only: over a mesh with an
-    Explicit axis too, JAX writes the spec out in full or with trailing Nones dropped in
-    cases not told apart yet.
+    known, UNSPECIFIED). On its type the spec is written in full; re-read, its trailing
+    unsplit dimensions are dropped (OUT-2). Over a mesh with an Explicit axis too JAX tells
+    the two apart the same way, its type keeping the out sharding's Explicit axes (notes/
+    jax-facts.md section 18); the vmap property holds this rule to JAX over meshes of Auto
+    axes only.
 
     >>> mesh = AbstractMesh((2, 4), ("x", "y"))
     >>> given = NamedSharding(mesh, PartitionSpec(UNCONSTRAINED, "x"))
