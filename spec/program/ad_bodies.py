@@ -29,6 +29,8 @@ from .shardmap_autodiff import (
     NO_DERIVATIVE, check_summed_types, cotangent_spec, transposed_collective,
 )
 
+P = PartitionSpec  # the name the examples use
+
 __all__ = ["LINEAR", "NONLINEAR", "differentiable", "dependencies", "cotangent_type"]
 
 # The primitives whose tangent is the same primitive applied to the operands' tangents.
