@@ -22,14 +22,13 @@ import functools
 import sys
 import threading
 import types
-import warnings
 from typing import Any, Callable
 
 import jax
 from jax.sharding import PartitionSpec
 
 from . import internals
-from .jit import JittedFunction, jit, jit_as
+from .jit import JittedFunction, jit, jit_as, warn_device_or_backend
 from .options import NOT_GIVEN
 
 __all__ = ["install", "uninstall", "installed", "pjit", "PjitFunction"]
@@ -150,11 +149,7 @@ def pjit(fun: Callable, in_shardings: Any = NOT_GIVEN, out_shardings: Any = NOT_
     # The options are checked once here, as pjit checks them (a bad one raises now).
     if not callable(fun):
         jit(fun)   # ENG-4, in JAX's words
-    if device is not None or backend is not None:
-        warnings.warn(
-            "backend and device argument on jit is deprecated. You can use "
-            '`jax.device_put(..., jax.local_devices(backend="cpu")[0])` on the inputs to the '
-            "jitted function to get the same behavior.", DeprecationWarning, stacklevel=2)
+    warn_device_or_backend(device, backend, stacklevel=3)
     return PjitFunction(fun, options, _pjit_engine(fun, options))
 
 

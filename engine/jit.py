@@ -68,14 +68,21 @@ def jit(fun: Callable | Any = NOT_GIVEN, /, *, in_shardings: Any = NOT_GIVEN,
         raise _options_in_jax_words(
             reject("ENG-4", TypeError, f"jit expects a callable, got {type(fun)}: {short(fun)}"),
             fun, in_shardings, out_shardings, {})
+    warn_device_or_backend(device, backend, stacklevel=3)
+    return jit_as(internals.JAX_JIT, fun, in_shardings, out_shardings, static_argnums,
+                  static_argnames, donate_argnums, donate_argnames, keep_unused, device, backend,
+                  inline, compiler_options)
+
+
+def warn_device_or_backend(device: Any, backend: Any, stacklevel: int) -> None:
+    """JAX's DeprecationWarning for jit's (and pjit's) device= and backend=, given once,
+    where the function is made (``stacklevel`` reaches the user's call)."""
     if device is not None or backend is not None:
         warnings.warn(
             "backend and device argument on jit is deprecated. You can use "
             '`jax.device_put(..., jax.local_devices(backend="cpu")[0])` on the inputs to the '
-            "jitted function to get the same behavior.", DeprecationWarning, stacklevel=2)
-    return jit_as(internals.JAX_JIT, fun, in_shardings, out_shardings, static_argnums,
-                  static_argnames, donate_argnums, donate_argnames, keep_unused, device, backend,
-                  inline, compiler_options)
+            "jitted function to get the same behavior.", DeprecationWarning,
+            stacklevel=stacklevel)
 
 
 def jit_as(jax_api: Callable, fun: Callable, in_shardings: Any, out_shardings: Any,
