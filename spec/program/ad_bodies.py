@@ -25,6 +25,7 @@ from .description import (
     MAX_DEPTH, DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint,
     ShardMap, Value, _remember, _Typing, check_program, type_spec,
 )
+from .primitives import entry_of
 from .shardmap_autodiff import (
     NO_DERIVATIVE, check_summed_types, cotangent_spec, transposed_collective,
 )
@@ -186,7 +187,7 @@ class _Body:
         """``eq`` checked against its operands' types and its results typed by PROG-1 where
         left out, marked typed against them, as the program built of this body types it:
         the body is then not typed twice."""
-        if not _typing_rule(type(eq)):   # (an opaque equation, a shard_map: as given)
+        if not _typing_rule(eq):   # (an opaque equation, a shard_map: as given)
             derived = None
         elif eq.body is not None:
             # (a body built fresh by the rewrite, met once: a key would hash all of it)
@@ -233,11 +234,16 @@ class _Body:
         return Program(self.inputs, equations, tuple(outputs), self.consts, **options)
 
 
+def _typing_rule(eq: Equation) -> bool:
+    """Whether ``eq`` has checks of its operands' types or results typed by PROG-1 (its
+    entry in the primitive table names a typing rule; else typing it only reads its
+    results)."""
+    return entry_of(eq).typing is not None or _checks_operands(type(eq))
+
+
 @functools.cache
-def _typing_rule(kind: type) -> bool:
-    """Whether equations of ``kind`` have checks of their operands' types or results typed
-    by PROG-1 (else typing one only reads its results)."""
-    return kind.check is not Equation.check or kind.derived is not Equation.derived
+def _checks_operands(kind: type) -> bool:
+    return kind.check is not Equation.check
 
 
 def remember_typing(equations: tuple, over: tuple[Value, ...], types: tuple[Value, ...],

@@ -39,6 +39,7 @@ from ..core.values import (
     state_without_hash,
 )
 from ..jit.call import DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg
+from .primitives import TYPING, described_names, entry_of
 from .type_splits import canonical_type_spec, fitting, splits_over, type_spec
 
 P = PartitionSpec  # the name the examples use
@@ -53,9 +54,9 @@ SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 # pytrees, for the same reason (every reader walks them).
 MAX_DEPTH = MAX_NESTING
 
-# The primitives a kind of equation describes; an Opaque equation is any other primitive.
-DESCRIBED_PRIMITIVES = ("jit", "pjit", "sharding_constraint", "device_put", "shard_map",
-                        "reshard")
+# The primitives a kind of equation describes (the primitive table's kinds of equation);
+# an Opaque equation is any other primitive.
+DESCRIBED_PRIMITIVES = described_names()
 
 
 # --------------------------------------------------------------------------- PROG-0
@@ -400,8 +401,10 @@ class Equation:
         """The equation's own requirements of its operands' types (PROG-0)."""
 
     def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...] | None:
-        """The results' types PROG-1 gives (None: the kind has no typing rule)."""
-        return None
+        """The results' types PROG-1 gives (None: its entry in the primitive table types
+        none: the description gives them)."""
+        typing = TYPING.of(entry_of(self))
+        return None if typing is None else typing(self, operands)
 
 
 @functools.cache
@@ -441,9 +444,6 @@ class ShardingConstraint(Equation):
                  "a sharding_constraint's unconstrained_dims", "a set of dimensions", dims)
         object.__setattr__(self, "unconstrained_dims", frozenset(dims))
 
-    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
-        return (result_types(self, operands)[0],)
-
 
 @dataclasses.dataclass(frozen=True)
 class DevicePut(Equation):
@@ -469,9 +469,6 @@ class DevicePut(Equation):
                      "a device_put's target", "a sharding, a device id or None", t)
         object.__setattr__(self, "targets", targets)
 
-    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
-        return result_types(self, operands)
-
 
 @dataclasses.dataclass(frozen=True)
 class Reshard(Equation):
@@ -486,9 +483,6 @@ class Reshard(Equation):
         _one_operand(self)
         _require(isinstance(self.sharding, NamedSharding), "a reshard's sharding",
                  "a NamedSharding", self.sharding)
-
-    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
-        return result_types(self, operands)
 
 
 _NOT_DESCRIBED = f"a primitive's name other than {DESCRIBED_PRIMITIVES}"
@@ -575,9 +569,6 @@ class Jit(Equation):
     def check(self, operands: tuple[Value, ...]) -> None:
         _check_operand_types(self, operands, self.body.inputs, "its body's input type")
 
-    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
-        return result_types(self, operands)
-
 
 @dataclasses.dataclass(frozen=True)
 class ShardMap(Equation):
@@ -654,15 +645,42 @@ def result_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...]
     >>> result_types(DevicePut((0,), targets=(3,)), (x,))
     (<float32[8x8]>,)
     """
-    if isinstance(eq, Jit):
-        return tuple(eq.body.value_types[n] for n in eq.body.outputs)
-    if isinstance(eq, (ShardingConstraint, Reshard)):
-        targets: tuple = (eq.sharding,)
-    elif isinstance(eq, DevicePut):
-        targets = eq.targets
-    else:
+    typing = TYPING.of(entry_of(eq))
+    if typing is None:
         raise reject(BadProgram("an equation typed by PROG-1",
                                 "a jit, sharding_constraint, device_put or reshard", eq))
+    return typing(eq, operands)
+
+
+@TYPING.register("jit")
+def _jit_results(eq: Jit, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+    """A jit's results have its body's result types."""
+    return tuple(eq.body.value_types[n] for n in eq.body.outputs)
+
+
+@TYPING.register("sharding_constraint")
+def _constrained_results(eq: ShardingConstraint, operands: tuple[Value, ...]
+                         ) -> tuple[Value, ...]:
+    """A constraint's result: its operand's type over the mesh of its sharding, its split
+    kept (:func:`result_types`)."""
+    return _placed_types(operands, (eq.sharding,), True)
+
+
+@TYPING.register("reshard")
+def _resharded_results(eq: Reshard, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+    """A reshard's result: its operand's type over its sharding (:func:`result_types`)."""
+    return _placed_types(operands, (eq.sharding,), False)
+
+
+@TYPING.register("device_put")
+def _put_results(eq: DevicePut, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+    """A device_put's results: each operand's type over its target (:func:`result_types`)."""
+    return _placed_types(operands, eq.targets, False)
+
+
+def _placed_types(operands: tuple[Value, ...], targets: tuple, constraint: bool
+                  ) -> tuple[Value, ...]:
+    """Each operand's type over the mesh of the NamedSharding its target names."""
     out = []
     for value, target in zip(operands, targets):
         if target is None or type(target) is int:
@@ -672,7 +690,7 @@ def result_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...]
         # over Explicit axes: a device_put or reshard splits the type as its sharding
         # says; a constraint names Auto axes only (WSC-5) and keeps its operand's split,
         # on the operand's mesh where its own lacks the split's axes (WSC-10 refuses it)
-        spec = None if mesh is None else value.spec if isinstance(eq, ShardingConstraint) \
+        spec = None if mesh is None else value.spec if constraint \
             else fitting(type_spec(target), len(value.shape))
         if spec is not None and not splits_over(spec, mesh):
             mesh = value.mesh
@@ -932,10 +950,10 @@ def _typed_body(equations: tuple, over: tuple[Value, ...]) -> _Typing:
 _UNTYPED = object()   # a form not yet typed over the operands asked about
 
 
-@functools.cache
-def _derives(kind: type) -> bool:
-    """Whether PROG-1 types the results of equations of ``kind``."""
-    return kind.derived is not Equation.derived
+def _derives(eq: Equation) -> bool:
+    """Whether PROG-1 types the results of ``eq`` (its entry in the primitive table names a
+    typing rule)."""
+    return entry_of(eq).typing is not None
 
 
 def _type_equation(eq: Equation, k: int, types: list[Value], typed: dict) -> Equation:
@@ -956,7 +974,7 @@ def _type_equation(eq: Equation, k: int, types: list[Value], typed: dict) -> Equ
                         n)
     if eq.__dict__.get("_typed_against") != operands:
         # (a kind PROG-1 types is typed once per form and operand types in a body)
-        key: Any = (eq.form, operands) if _derives(type(eq)) else None
+        key: Any = (eq.form, operands) if _derives(eq) else None
         try:
             derived = _UNTYPED if key is None else typed.get(key, _UNTYPED)
         except TypeError:   # a form of unhashable fields: typed on its own
