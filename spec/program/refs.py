@@ -35,6 +35,7 @@ from ..core.values import PartitionSpec
 from ..transforms.shardmap_specs import manual_axes_of
 from .description import Const, Opaque, Program, ShardMap, Value, check_program
 from .lowering import REF_WRITES, Live, _writes_ref, equation_path
+from .primitives import BATCHING
 
 P = PartitionSpec  # the name the examples use
 
@@ -152,6 +153,7 @@ def batched_write_axis(ref: Value, ref_axis: int, value: Value, value_axis: int 
     return False
 
 
+@BATCHING.register("ref_access")
 def batch_ref_access(rw: Any, eq: Opaque, numbers: tuple, dims: tuple, path: str) -> None:
     """A ref read or written whole, batched onto ``rw`` (a body being batched: its
     ``types`` by number, ``add(equation, dims)``, ``axis.size``): a read of a batched ref
