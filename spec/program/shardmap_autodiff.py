@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core.rules import Failure, reject, rule
 from ..core.values import AbstractMesh, AxisType, PartitionSpec
+from .primitives import names_where
 
 P = PartitionSpec  # the name the examples use
 
@@ -34,8 +35,8 @@ __all__ = ["residual_spec", "cotangent_spec", "unmentioned_axes", "transposed_co
            "check_literal_product", "LiteralProduct"]
 
 # The collectives JAX gives no differentiation rule (a non-zero tangent reaching one is
-# refused while the transformed function is traced).
-NO_DERIVATIVE = ("pmax", "pmin")
+# refused while the transformed function is traced): read from the primitive table.
+NO_DERIVATIVE = names_where(jvp="no_derivative")
 
 
 def _spec_names(spec: PartitionSpec) -> frozenset[str]:
