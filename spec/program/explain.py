@@ -57,12 +57,13 @@ from ..transforms.constraint import (
 )
 from .constants import check_refs_not_donated, held_inputs
 from .description import (
-    DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+    DevicePut, Jit, Program, Reshard, ShardingConstraint, ShardMap, Value,
     check_program, type_spec,
 )
 from .lowering import (
     Live, equation_path, inside_shardings, live_parts, lowered_live, placed_results,
 )
+from .primitives import TRACING, entry_of
 from .refs import check_no_closed_over_refs, check_shard_map_ref_writes
 from .shardmap import (
     check_listed_in_specs, lower_shard_maps, shardings_decision, trace_shard_map,
@@ -264,37 +265,35 @@ def trace_body(program: Program, context: Any = None, prefix: str = "",
     seen = {} if seen is None else seen
     with staged("trace"):
         for k, eq in enumerate(program.equations):
-            if type(eq) is Opaque:   # outside a shard_map's body: no checks of its own
-                continue
+            if entry_of(eq).tracing is None:   # a primitive outside a shard_map's body:
+                continue                         # no checks of its own
             path = equation_path(prefix, k)
             operands = tuple(program.value_types[n] for n in eq.operands)
-            _trace_once(seen, eq, operands, context, path, decided,
-                        lambda records: _trace_equation(eq, operands, context, path, records,
-                                                        seen))
+            _trace_once(seen, eq, operands, context, path, decided)
     return decided
 
 
 def _trace_once(seen: dict, eq: Any, operands: tuple[Value, ...], context: Mesh | None,
-                path: str, decided: list, trace: Any) -> None:
-    """``trace(decided)``, unless an equation of the same form (:attr:`Equation.form`: all
-    but its operands' numbers) over operands of equal types was traced before in the same
-    context: then its records again, at ``path``. Only the kinds with checks of their own
-    are remembered; one that cannot be hashed (a parameter JAX would not hash either) is
-    traced every time."""
-    if not isinstance(eq, (ShardMap, Jit, ShardingConstraint, DevicePut, Reshard)):
-        trace(decided)
+                path: str, decided: list) -> None:
+    """:func:`_trace_equation`, unless an equation of the same form
+    (:attr:`Equation.form`: all but its operands' numbers) over operands of equal types was
+    traced before in the same context: then its records again, at ``path``. Only the kinds
+    with checks of their own are remembered; one that cannot be hashed (a parameter JAX
+    would not hash either) is traced every time."""
+    if entry_of(eq).tracing is None:
+        _trace_equation(eq, operands, context, path, decided, seen)
         return
     key = (eq.form, operands, context)
     try:
         records = seen.get(key)
     except TypeError:
-        trace(decided)
+        _trace_equation(eq, operands, context, path, decided, seen)
         return
     if records is None:
         # the records are read back only when the form comes again: kept as where they
         # lie (later records are appended, or inserted after them, never among them)
         start = len(decided)
-        trace(decided)
+        _trace_equation(eq, operands, context, path, decided, seen)
         seen[key] = (decided, start, len(decided), len(path))
     else:
         first, start, end, cut = records
@@ -304,35 +303,66 @@ def _trace_once(seen: dict, eq: Any, operands: tuple[Value, ...], context: Mesh 
 def _trace_equation(eq: Any, operands: tuple[Value, ...], context: Mesh | None, path: str,
                     decided: list, seen: dict) -> None:
     """One equation's checks where tracing meets them (:func:`trace_body`)."""
-    shapes = [value.shape for value in operands]
     record = shardings_decision(eq)
     if record is not None:
         decided.append((path, record))
-    if isinstance(eq, ShardMap):
-        trace_shard_map(eq, operands, path, decided)
-        with staged("trace"):   # what the body closed over, after it is traced (REF-7)
-            check_no_closed_over_refs(eq, path)
-    elif isinstance(eq, Jit):
-        body = eq.body
-        for i, (s, shape) in enumerate(zip(body.in_shardings, shapes)):
-            if eq.checked:
-                check_fits(s, shape, f"{path}.jit.in_shardings[{i}]")
-        trace_body(body, body.context_mesh or context, f"{path}.jit.", decided, seen)
-        for i, (s, value) in enumerate(zip(body.out_shardings, eq.results or ())):
-            if eq.checked:
-                check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
-    elif isinstance(eq, ShardingConstraint):
-        _trace_constraint(eq, operands[0], context, path)
-    elif isinstance(eq, Reshard):
-        _trace_reshard(eq, shapes[0], path)
-    elif isinstance(eq, DevicePut) and eq.checked:
-        for target, shape in zip(eq.targets, shapes):
-            if getattr(target, "is_concrete", False):
-                # a target split over Explicit axes types the value first, as device_put
-                # does outside jit (ARG-4)
-                via = "device_put" if type_spec(target) is not None else "jit"
-                with located(path):
-                    place_on_devices(target, shape, via, boxes=False)
+    trace = TRACING.of(entry_of(eq))
+    if trace is not None:
+        trace(eq, operands, context, path, decided, seen)
+
+
+@TRACING.register("shard_map")
+def _trace_shard_map(eq: ShardMap, operands: tuple[Value, ...], context: Mesh | None,
+                     path: str, decided: list, seen: dict) -> None:
+    """A shard_map's SMAP rules and its body's collectives, then what its body closed over
+    (REF-7)."""
+    trace_shard_map(eq, operands, path, decided)
+    with staged("trace"):   # what the body closed over, after it is traced (REF-7)
+        check_no_closed_over_refs(eq, path)
+
+
+@TRACING.register("jit")
+def _trace_jit(eq: Jit, operands: tuple[Value, ...], context: Mesh | None, path: str,
+               decided: list, seen: dict) -> None:
+    """An inner jit's in_shardings fit its operands (FIT-1) before its body is traced, its
+    out_shardings its results after."""
+    body = eq.body
+    for i, (s, value) in enumerate(zip(body.in_shardings, operands)):
+        if eq.checked:
+            check_fits(s, value.shape, f"{path}.jit.in_shardings[{i}]")
+    trace_body(body, body.context_mesh or context, f"{path}.jit.", decided, seen)
+    for i, (s, value) in enumerate(zip(body.out_shardings, eq.results or ())):
+        if eq.checked:
+            check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
+
+
+@TRACING.register("sharding_constraint")
+def _trace_constraint_equation(eq: ShardingConstraint, operands: tuple[Value, ...],
+                               context: Mesh | None, path: str, decided: list, seen: dict
+                               ) -> None:
+    _trace_constraint(eq, operands[0], context, path)
+
+
+@TRACING.register("reshard")
+def _trace_reshard_equation(eq: Reshard, operands: tuple[Value, ...], context: Mesh | None,
+                            path: str, decided: list, seen: dict) -> None:
+    _trace_reshard(eq, operands[0].shape, path)
+
+
+@TRACING.register("device_put")
+def _trace_device_put(eq: DevicePut, operands: tuple[Value, ...], context: Mesh | None,
+                      path: str, decided: list, seen: dict) -> None:
+    """A device_put's concrete targets place its operands (ARG-4); one a batching rule
+    staged is not checked."""
+    if not eq.checked:
+        return
+    for target, value in zip(eq.targets, operands):
+        if getattr(target, "is_concrete", False):
+            # a target split over Explicit axes types the value first, as device_put
+            # does outside jit (ARG-4)
+            via = "device_put" if type_spec(target) is not None else "jit"
+            with located(path):
+                place_on_devices(target, value.shape, via, boxes=False)
 
 
 def _trace_constraint(eq: ShardingConstraint, operand: Value, context: Mesh | None,
@@ -370,11 +400,11 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
     AD-9, is the jit pipeline's ``stage_lower``); then each live reshard's tiling against
     the ``assignment`` (EXE-3, which XLA's verifier decides when compiling). ``live``: what
     lowering keeps of the body (:func:`~shardlaw.spec.program.lowering.lowered_live`)."""
-    found = _live_constraints(program, live, "", (ShardingConstraint, Reshard))
+    found = _live_constraints(program, live, "", ("sharding_constraint", "reshard"))
     passed = set()   # the operands' splits WSC-11 passed: it reads nothing else
     with staged("lower"):
         for path, eq, operand in found:
-            if not isinstance(eq, ShardingConstraint) or (
+            if entry_of(eq).name != "sharding_constraint" or (
                     isinstance(eq.sharding, NamedSharding) and operand.spec is None
                     and None in passed):
                 continue   # nothing left to check: an unsplit operand WSC-11 passed
@@ -389,7 +419,7 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
     lower_shard_maps(program, live)
     verified = set()   # the (sharding, rank) of each reshard verified: a layer repeats them
     for path, eq, operand in found if len(assignment) > 1 else ():
-        if not isinstance(eq, Reshard) or (eq.sharding, len(operand.shape)) in verified:
+        if entry_of(eq).name != "reshard" or (eq.sharding, len(operand.shape)) in verified:
             continue
         verified.add((eq.sharding, len(operand.shape)))
         # a reshard's sharding is handed to the compiler over the program's devices: XLA's
@@ -401,15 +431,16 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
 
 
 def _live_constraints(program: Program, live: Any, prefix: str,
-                      kind: type | tuple[type, ...] = ShardingConstraint
+                      kind: tuple[str, ...] = ("sharding_constraint",)
                       ) -> list[tuple[str, Any, Value]]:
-    """(path, equation, its operand's type) of every live constraint (or equation of
-    ``kind``), bodies included, in the order of the body."""
+    """(path, equation, its operand's type) of every live constraint (or equation whose
+    entry in the primitive table is named in ``kind``), bodies included, in the order of
+    the body."""
     out = []
     for k, eq in enumerate(program.equations):
         if not live.equations[k]:
             continue
-        if isinstance(eq, kind):
+        if entry_of(eq).name in kind:
             out.append((equation_path(prefix, k), eq, program.value_types[eq.operands[0]]))
         elif eq.body is not None:
             out += _live_constraints(eq.body, live.bodies[k],

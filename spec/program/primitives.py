@@ -317,7 +317,7 @@ _NO_AD_BODY = "a kind without bodies has its tangent in TANGENTS"
 
 declare(Entry(
     "jit", equation="Jit", kind=Kind.CALL, typing="jit", batching="jit", jvp="jit", transpose="jit",
-    tracing="jit", pruning="jit", assignment="jit", record="jit",
+    tracing="jit", in_shard_map="jit", pruning="jit", assignment="jit", record="jit",
     checks=("FIT-1", "PROG-1", "AD-2", "AD-5", "AD-8"), bodies=Bodies(("body",))))
 declare(Entry(
     "sharding_constraint", equation="ShardingConstraint", kind=Kind.PLACEMENT, typing="sharding_constraint", batching="sharding_constraint",
