@@ -51,11 +51,11 @@ __all__ = ["BatchAxis", "BatchedBody", "batch_body", "push_batched", "batch_jit_
            "batched_type", "inserted", "rearranged", "moved_axis", "transpose_equation",
            "broadcast_equation", "KEEPS_AXIS", "SHIFTS", "MOVES"]
 
-# The names of the primitives of each batching family, as the PROG-0 refusal of an
-# equation vmap cannot batch lists them (read from the primitive table).
+# The names of the primitives of each batching family as the table declares them on import
+# (the PROG-0 refusal of an equation vmap cannot batch reads the table when it refuses);
+# MOVES: the primitives vmap stages after the call to move a result's batch axis.
 KEEPS_AXIS = frozenset(names_where(batching="keeps_axis"))
 SHIFTS = names_where(batching=("reduction", "gathered", "scattered", "all_to_all"))
-# The primitives vmap stages after the call to move a result's batch axis.
 MOVES = names_where(batching=("transpose", "broadcast_in_dim"))
 
 
@@ -209,8 +209,20 @@ def _not_batched(eq: Equation, dims: tuple, path: str) -> None:
     """PROG-0: the spec does not know how vmap batches ``eq`` (its entry names no batching
     rule, or its rule's family does not take operands batched so)."""
     check_program(False, f"the primitive {eq.primitive!r} at {path} under vmap",
-                  f"one whose batching the spec knows ({sorted(KEEPS_AXIS)} with every "
-                  f"operand batched at one axis, {sorted(SHIFTS)}, or {MOVES})", dims)
+                  f"one whose batching the spec knows ({sorted(_keeps_axis())} with every "
+                  f"operand batched at one axis, {sorted(_shifts())}, or {_moves()})", dims)
+
+
+def _keeps_axis() -> tuple[str, ...]:
+    return names_where(batching="keeps_axis")
+
+
+def _shifts() -> tuple[str, ...]:
+    return names_where(batching=("reduction", "gathered", "scattered", "all_to_all"))
+
+
+def _moves() -> tuple[str, ...]:
+    return names_where(batching=("transpose", "broadcast_in_dim"))
 
 
 @BATCHING.register("jit")

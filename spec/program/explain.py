@@ -63,7 +63,7 @@ from .description import (
 from .lowering import (
     Live, equation_path, inside_shardings, live_parts, lowered_live, placed_results,
 )
-from .primitives import TRACING, entry_of
+from .primitives import TRACING, Kind, entry_of
 from .refs import check_no_closed_over_refs, check_shard_map_ref_writes
 from .shardmap import (
     check_listed_in_specs, lower_shard_maps, shardings_decision, trace_shard_map,
@@ -71,7 +71,7 @@ from .shardmap import (
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["explain_program", "ProgramVerdict", "program_call", "trace_body"]
+__all__ = ["explain_program", "ProgramVerdict", "program_call", "trace_body", "opaque_equations"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +96,9 @@ class ProgramVerdict:
     assignment, and ``out_shardings`` as the jit's options give them). Refused: ``rule``,
     ``error_type``, ``jax_error``, ``message``, ``path`` (an argument's, a result's, or an
     equation's: ``body[0].jit.body[1]``), ``stage`` and ``facts``. Both: ``trace``.
+    Accepted, ``opaque`` lists the (path, primitive) of each equation whose primitive the
+    primitive table has no entry for: nothing of its own was checked, and its sharding is
+    not propagated.
     """
 
     accepted: bool
@@ -123,6 +126,8 @@ class ProgramVerdict:
     path: str | None = None
     stage: str | None = None
     facts: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), compare=False, repr=False)
+    opaque: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False,
+                                                            repr=False)
 
     def __str__(self) -> str:
         if not self.accepted:
@@ -140,6 +145,9 @@ class ProgramVerdict:
             lines.append(f"  ref    {path}: {s!r} (updated in place)")
         for path, record in self.decided:
             lines.append(f"  eqn    {path}: {record}")
+        for path, primitive in self.opaque:
+            lines.append(f"  opaque {path}: {primitive} (not in the primitive table: "
+                         f"nothing of its own checked)")
         count = len(self.out_paths)
         for path, s, c, by in zip(self.out_paths, self.out_shardings,
                                   self.out_committed or (True,) * count,
@@ -530,7 +538,7 @@ def _accepted(program: Program, trace: list[str], n: Any, stages: tuple, inside:
         kept_inputs=lowered.kept, transfers=held.relabeled(dispatched.transfers),
         inside=tuple((s.path, s.sharding) for s in inside),
         placed_by=tuple(by for _, by in placed), constants=held.hoisted,
-        ref_updates=held.updates, decided=tuple(decided))
+        ref_updates=held.updates, decided=tuple(decided), opaque=opaque_equations(program))
 
 
 def _traced(program: Program, n: Any, traced: Any, inside: tuple,
@@ -543,7 +551,21 @@ def _traced(program: Program, n: Any, traced: Any, inside: tuple,
         in_shardings=tuple(v.sharding for v in program.inputs), out_paths=n.out_paths,
         out_shardings=traced.out_shardings, out_types=tuple(types[k] for k in program.outputs),
         inside=tuple((s.path, s.sharding) for s in inside), until="trace",
-        decided=tuple(decided))
+        decided=tuple(decided), opaque=opaque_equations(program))
+
+
+def opaque_equations(program: Program, prefix: str = "") -> tuple[tuple[str, str], ...]:
+    """(path, primitive) of every equation of ``program``, bodies included, whose primitive
+    the primitive table has no entry for (:func:`~shardlaw.spec.program.primitives.entry_of`
+    answers :attr:`~shardlaw.spec.program.primitives.Kind.OPAQUE`)."""
+    out: list[tuple[str, str]] = []
+    for k, eq in enumerate(program.equations):
+        entry = entry_of(eq)
+        if entry.kind is Kind.OPAQUE:
+            out.append((equation_path(prefix, k), entry.name))
+        if eq.body is not None:
+            out += opaque_equations(eq.body, f"{equation_path(prefix, k)}.{eq.kind}.")
+    return tuple(out)
 
 
 def _choices(program: Program, placed: tuple) -> tuple | None:
