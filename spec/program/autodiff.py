@@ -224,7 +224,7 @@ def _find_live(program: Program) -> tuple[list[bool], set[int]]:
         if live.isdisjoint(made) and not writes_ref(eq):   # a ref's write is an effect: kept
             continue
         keep[k] = True
-        if _pruned_to_used(eq) and not live.issuperset(made) and not writes_ref(eq):
+        if not live.issuperset(made) and _pruned_to_used(eq) and not writes_ref(eq):
             used = [n in live for n in made]
             # a jit pruned to its used results reads only the inputs they depend on
             reads = frozenset().union(*(d for d, u in zip(dependencies(eq.body), used) if u))
@@ -244,7 +244,7 @@ def _pruned(program: Program, inputs: list[bool] | None = None) -> Program:
                   inputs)
     numbers = program.result_numbers()
     if all(keep) and all(inputs) and not any(
-            _pruned_to_used(eq) and not all(n in live for n in made)
+            not live.issuperset(made) and _pruned_to_used(eq)
             for eq, made in zip(program.equations, numbers)):
         return program   # nothing to drop
     body = _Body(tuple(v for v, k in zip(program.inputs, inputs) if k), program.consts)
@@ -255,7 +255,7 @@ def _pruned(program: Program, inputs: list[bool] | None = None) -> Program:
         if not alive:
             continue
         used = tuple(n in live for n in made)
-        if _pruned_to_used(eq) and not all(used):
+        if not all(used) and _pruned_to_used(eq):
             # An inner jit keeps only its used results and the inputs they read, each
             # with its sharding and donation (AD-8, JAX's DCE rule for jit).
             inner, used_in = dce_program(eq.body, used)

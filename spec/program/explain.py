@@ -448,7 +448,7 @@ def _live_constraints(program: Program, live: Any, prefix: str,
     for k, eq in enumerate(program.equations):
         if not live.equations[k]:
             continue
-        if entry_of(eq).name in kind:
+        if eq.kind in kind:   # (a kind of equation, by its entry's name)
             out.append((equation_path(prefix, k), eq, program.value_types[eq.operands[0]]))
         elif eq.body is not None:
             out += _live_constraints(eq.body, live.bodies[k],
@@ -554,18 +554,25 @@ def _traced(program: Program, n: Any, traced: Any, inside: tuple,
         decided=tuple(decided), opaque=opaque_equations(program))
 
 
-def opaque_equations(program: Program, prefix: str = "") -> tuple[tuple[str, str], ...]:
+def opaque_equations(program: Program, prefix: str = "", seen: dict | None = None
+                     ) -> tuple[tuple[str, str], ...]:
     """(path, primitive) of every equation of ``program``, bodies included, whose primitive
     the primitive table has no entry for (:func:`~shardlaw.spec.program.primitives.entry_of`
-    answers :attr:`~shardlaw.spec.program.primitives.Kind.OPAQUE`)."""
+    answers :attr:`~shardlaw.spec.program.primitives.Kind.OPAQUE`); ``seen``: what each body
+    met so far holds, by its identity (a step's layers repeat one body)."""
+    seen = {} if seen is None else seen
+    known = seen.get(id(program))
+    if known is not None and known[0] is program:
+        return tuple((prefix + path, name) for path, name in known[1])
     out: list[tuple[str, str]] = []
     for k, eq in enumerate(program.equations):
         entry = entry_of(eq)
         if entry.kind is Kind.OPAQUE:
-            out.append((equation_path(prefix, k), entry.name))
-        if eq.body is not None:
-            out += opaque_equations(eq.body, f"{equation_path(prefix, k)}.{eq.kind}.")
-    return tuple(out)
+            out.append((equation_path("", k), entry.name))
+        if entry.bodies:
+            out += opaque_equations(eq.body, f"{equation_path('', k)}.{eq.kind}.", seen)
+    seen[id(program)] = (program, tuple(out))
+    return tuple((prefix + path, name) for path, name in out)
 
 
 def _choices(program: Program, placed: tuple) -> tuple | None:
