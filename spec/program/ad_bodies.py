@@ -23,7 +23,7 @@ from ..core.values import AbstractMesh, AxisType, PartitionSpec
 from ..transforms.autodiff import JitBody, JitEquation
 from .description import (
     MAX_DEPTH, DevicePut, Equation, Opaque, Program, Reshard, ShardingConstraint,
-    ShardMap, Value, _remember, _Typing, check_program, type_spec,
+    ShardMap, Value, check_program, mark_typed, remember_typing, type_spec, typed_against,
 )
 from .primitives import TANGENTS, Kind, entry_of, entry_of_name, names_where
 from .shardmap_autodiff import (
@@ -159,7 +159,7 @@ class _Body:
             operands = None   # (refused when the body is built, PROG-0)
         if operands is None:
             self.all_typed = False
-        elif eq.__dict__.get("_typed_against") != operands:
+        elif typed_against(eq) != operands:
             eq = self.typed(eq, operands)
         inner = eq.__dict__.get("body")   # (a jit's or a shard_map's)
         if inner is not None and inner.depth > self.depth:
@@ -186,7 +186,7 @@ class _Body:
         elif derived is not None:
             self.all_typed = False
             return eq   # (results given where PROG-1 types them: compared when built)
-        object.__setattr__(eq, "_typed_against", operands)
+        mark_typed(eq, operands)
         return eq
 
     def opaque(self, primitive: str, operands: tuple[int, ...], results: tuple[Value, ...],
@@ -232,13 +232,6 @@ def _checks_operands(kind: type) -> bool:
     return kind.check is not Equation.check
 
 
-def remember_typing(equations: tuple, over: tuple[Value, ...], types: tuple[Value, ...],
-                    depth: int) -> None:
-    """Hand a body's typing to the Program built of ``equations`` next (over inputs and
-    constants of the types ``over``): it takes it rather than typing them again."""
-    _remember(_Typing(equations, over, types, depth))
-
-
 def _checked_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...] | None:
     """What typing ``eq`` over ``operands`` gives: its checks made (PROG-0), its results'
     types by PROG-1 (None: given)."""
@@ -277,11 +270,7 @@ def dependencies(program: Program) -> tuple[frozenset[int], ...]:
     """Per output: the inputs it is computed from (an inner jit's outputs by its own body's
     dependencies, any other equation's from all its operands); found once per program (a
     rewrite asks about one body several times)."""
-    found = program.__dict__.get("_dependencies")
-    if found is None:
-        found = _dependencies(program)
-        object.__setattr__(program, "_dependencies", found)
-    return found
+    return program.derived_once("dependencies", lambda: _dependencies(program))
 
 
 def _dependencies(program: Program) -> tuple[frozenset[int], ...]:

@@ -207,12 +207,12 @@ def _pruned_to_used(eq: Any) -> bool:
 def _live_equations(program: Program) -> tuple[list[bool], frozenset[int]]:
     """Which equations the outputs need, and the values they read; found once per program
     (a linearization asks it of one tangent body several times)."""
-    found = program.__dict__.get("_live_equations")
-    if found is None:
-        keep, live = _find_live(program)
-        found = (tuple(keep), frozenset(live))
-        object.__setattr__(program, "_live_equations", found)
-    return found
+    return program.derived_once("live equations", lambda: _live_found(program))
+
+
+def _live_found(program: Program) -> tuple[tuple[bool, ...], frozenset[int]]:
+    keep, live = _find_live(program)
+    return tuple(keep), frozenset(live)
 
 
 def _find_live(program: Program) -> tuple[list[bool], set[int]]:
