@@ -52,6 +52,10 @@ body equation by equation, the way JAX 0.10.2's batching rules do:
   ``broadcast_in_dim`` moving it there with a ``transpose`` first. Others are refused
   (PROG-0): the spec does not know their batching.
 
+Each equation's rule is its entry's in the primitive table
+(:mod:`~shardlaw.spec.program.primitives`), registered in
+:mod:`~shardlaw.spec.program.batching_rules`.
+
 After the call vmap moves each result's batch axis to ``out_axes``: a ``transpose`` for a
 batched result whose axis differs, a ``broadcast_in_dim`` for an unbatched result (a
 mapped result with ``out_axes`` None is refused, BAT-0). Then the vmapped function is not
