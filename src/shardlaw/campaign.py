@@ -387,8 +387,23 @@ def _local_database(args: Any) -> str | None:
     return str(Path(getattr(args, "local_db", None) or DEFAULT_DB).resolve())
 
 
+# What a campaign's workers import: pytest with pytest-xdist, Hypothesis and JAX.
+_NEEDED = {"pytest": "pytest", "xdist": "pytest-xdist", "hypothesis": "hypothesis",
+           "jax": "jax"}
+
+
+def _check_installed() -> None:
+    """Exit 2 naming what a campaign needs and this environment lacks (the dev extra has it)."""
+    missing = [package for module, package in _NEEDED.items()
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        raise CommandExit(EXIT_BAD_INPUT, f"a campaign needs {', '.join(missing)}, not "
+                                          "installed here; install shardlaw with the [dev] extra")
+
+
 def run(args: Any) -> int:
     """``shardlaw campaign``: run, report, and exit 1 if anything disagreed."""
+    _check_installed()
     if args.replay:
         return replay(Path(args.replay))
     files = _chosen(args)
