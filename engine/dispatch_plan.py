@@ -11,21 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import jax
-from jax.sharding import NamedSharding, SingleDeviceSharding
+from jax.sharding import NamedSharding
 
 from . import internals
 from .cache import Entry
 from .recovery import (
-    Value, compiled_results, concrete_inputs, concrete_mesh, raw, recover_shardings,
-    single_device_results,
+    Value, compiled_results, concrete_inputs, raw, recover_shardings, single_device_results,
 )
 from .program_body import recovery_origin
 from .resolution import ARRAY, moves
 from .rules import EngineRejection
 from .shardings import (
-    UNSPECIFIED, devices_of, hlo, hlo_equal, is_partial, jax_equivalent, num_devices,
-    placement_equivalent,
+    UNSPECIFIED, devices_of, is_partial, jax_equivalent, num_devices, placement_equivalent,
 )
 from .trees import donated_leaves
 
@@ -162,7 +159,6 @@ def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
     outs = recover_shardings(placed_out, out_values, given, given_values, d.context,
                              d.out_paths[0] if d.out_paths else "result")
     outs = single_device_results(outs, d.assignment)
-    outs = [_typed_result(o, s, aval) for o, s, aval in zip(outs, d.out_flat, d.out_avals)]
     exe_inputs: list[Any] = [None] * len(d.arguments.leaves)
     for i, s in zip(d.kept, single_device_results(recovered[len(hoisted):], d.assignment)):
         exe_inputs[i] = s
@@ -242,30 +238,6 @@ def reorder(have: tuple, want: tuple) -> list[int] | None:
         return None
     position = {d: k for k, d in enumerate(have)}
     return [position[d] for d in want]
-
-
-def _typed_result(out: Any, given: Any, aval: Any) -> Any:
-    """A result left open whose type carries Explicit mesh axes comes back as its type says.
-
-    Under Explicit axes jit takes a result's sharding from its type (the spec the type
-    carries, over the type's mesh made concrete) when the compiler placed it so; the jit-call
-    semantics model Auto axes only, and this is the engine's reading of JAX for the rest.
-    """
-    typed = getattr(aval, "sharding", None)
-    mesh = getattr(typed, "mesh", None)
-    if given is not UNSPECIFIED or mesh is None or mesh.empty or not isinstance(
-            out, (NamedSharding, SingleDeviceSharding, internals.GSPMDSharding)):
-        return out
-    kinds = set(mesh.axis_types)
-    if jax.sharding.AxisType.Explicit not in kinds or jax.sharding.AxisType.Manual in kinds:
-        return out
-    devices = devices_of(out)
-    if mesh.size != len(devices):
-        return out
-    candidate = NamedSharding(concrete_mesh(mesh, tuple(devices)), typed.spec,
-                              memory_kind=out.memory_kind)
-    ndim = len(aval.shape)
-    return candidate if hlo_equal(hlo(candidate, ndim), hlo(out, ndim)) else out
 
 
 def held_inputs(d: "CallDecision") -> tuple[tuple[str, Any, str], ...]:

@@ -37,8 +37,9 @@ from .program_body import (
 from .recovery import Value, concrete_inputs, recover_shardings
 from .resolution import (
     ABSTRACT, ARRAY, Input, Source, check_has_devices, check_iota_tiles, check_result_mesh,
-    check_reused_replica, check_tile_count, device_assignment, distinct_sources, input_source,
-    kept_inputs, replicate_scalars, resolve_input, results_committed, typed_over_explicit_mesh,
+    check_reused_replica, check_tile_count, check_typed_result_mesh, device_assignment,
+    distinct_sources, input_source, kept_inputs, replicate_scalars, resolve_input,
+    results_committed, typed_over_explicit_mesh,
 )
 from .rules import EngineRejection, LeftToJax, reject
 from .traced_refusals import name_trace_refusal
@@ -225,9 +226,11 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
     assert assignment is not None
     d.assignment = tuple(assignment)
     d.final = replicate_scalars(d.resolved, [len(i.shape) for i in d.inputs], d.assignment)
-    for aval, path in zip(d.out_avals, d.out_paths):
+    for aval, s, path in zip(d.out_avals, d.out_flat, d.out_paths):
         if typed_over_explicit_mesh(aval):   # a result typed over an all-Explicit mesh
             check_result_mesh(aval, d.count, path)
+        elif s is UNSPECIFIED:   # a result its type places, over a mixed mesh (PROG-5)
+            check_typed_result_mesh(aval, d.count, path)
     for i in d.kept:  # only an abstract argument's own sharding may not fit yet (FIT-3)
         if d.inputs[i].kind == ABSTRACT:
             check_lowered_fit(d.final[i], d.inputs[i].shape, d.inputs[i].path)
