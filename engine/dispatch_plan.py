@@ -9,12 +9,13 @@ A refused signature's plan holds its rejection instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jax.sharding import NamedSharding
 
 from . import internals
 from .cache import Entry
+from .decision import CallDecision, StageContext
 from .recovery import (
     Value, compiled_results, concrete_inputs, raw, recover_shardings, single_device_results,
 )
@@ -25,10 +26,6 @@ from .shardings import (
     UNSPECIFIED, devices_of, is_partial, jax_equivalent, num_devices, placement_equivalent,
 )
 from .trees import donated_leaves
-
-if TYPE_CHECKING:
-    from .function_engine import Engine
-    from .stages import CallDecision
 
 __all__ = ["DispatchPlan", "make_plan", "conversion", "reorder"]
 
@@ -81,7 +78,7 @@ class DispatchPlan:
         return error
 
 
-def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
+def make_plan(ctx: StageContext, d: CallDecision, entry: Entry,
               compiled_here: bool) -> DispatchPlan:
     """The plan for a decided call whose executable is ``entry`` (compiled for it, or shared)."""
     arguments = d.arguments
@@ -98,7 +95,7 @@ def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
     plan.inside = tuple((s.path, s.sharding) for s in d.inside)
     plan.held = held_inputs(d)
     plan.transfers = tuple(item.path for item, s in zip(d.inputs, d.final) if moves(item, s))
-    plan.donated = donated_leaves(arguments.positions, engine.options.names,
+    plan.donated = donated_leaves(arguments.positions, ctx.options.names,
                                   arguments.dyn_args, arguments.dyn_kwargs)
     plan.entry = entry
     plan.compiled_here = compiled_here
@@ -108,7 +105,7 @@ def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
     plan.exe_inputs = tuple(exe_inputs)
     if compiled_here:
         theirs = list(facts.out_shardings)
-        engine.counters.diverged(_differences(d, outs, theirs, facts))
+        ctx.counters.diverged(_differences(d, outs, theirs, facts))
         outs = theirs
     plan.out_shardings = tuple(outs)
     plan.conversions = _conversions(d, facts)
@@ -126,7 +123,7 @@ def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
     return plan
 
 
-def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
+def _recover(d: CallDecision, facts: Any) -> tuple[list[Any], list[Any]]:
     """This call's input and result shardings, over the executable's placements."""
     kept_values = [Value.of_aval(d.in_avals[i]) for i in d.kept]
     kept_final = concrete_inputs([d.final[i] for i in d.kept], d.assignment)
@@ -165,7 +162,7 @@ def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
     return exe_inputs, outs
 
 
-def _differences(d: "CallDecision", mine: list[Any], theirs: list[Any],
+def _differences(d: CallDecision, mine: list[Any], theirs: list[Any],
                  facts: Any) -> list[str]:
     """Where the engine's own prediction differs from what JAX compiled."""
     problems = []
@@ -186,7 +183,7 @@ def _differences(d: "CallDecision", mine: list[Any], theirs: list[Any],
     return problems
 
 
-def _conversions(d: "CallDecision", facts: Any) -> list[Any]:
+def _conversions(d: CallDecision, facts: Any) -> list[Any]:
     """For each flat input: None (as it is) or (how, sharding, fast path keeps it right, aval, order)."""
     arguments = d.arguments
     out: list[Any] = [None] * len(arguments.leaves)
@@ -196,7 +193,7 @@ def _conversions(d: "CallDecision", facts: Any) -> list[Any]:
     return out
 
 
-def _out_labels(d: "CallDecision", facts: Any, outs: list[Any],
+def _out_labels(d: CallDecision, facts: Any, outs: list[Any],
                 committed: tuple[bool, ...]) -> list[Any]:
     """For each result: None (as the executable labels it) or (sharding, aval, order)."""
     labels: list[Any] = []
@@ -240,7 +237,7 @@ def reorder(have: tuple, want: tuple) -> list[int] | None:
     return [position[d] for d in want]
 
 
-def held_inputs(d: "CallDecision") -> tuple[tuple[str, Any, str], ...]:
+def held_inputs(d: CallDecision) -> tuple[tuple[str, Any, str], ...]:
     """(path, sharding, what) of each closed-over value the program takes in after the
     arguments: the refs that take part (REF-1; their new values written back in place,
     REF-2) and the constants JAX hoists (CONST-1; each on its sharding or left open,

@@ -130,13 +130,15 @@ class JittedFunction:
     def trace(self, *args: Any, **kwargs: Any) -> Any:
         return self._methods.trace(*args, **kwargs)
 
+    # lower and eval_shape trace through ``trace`` of the methods directly: the function
+    # runs no deeper in the stack than under jax.jit's.
     @internals.api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Any:
-        return self._methods.lower(*args, **kwargs)
+        return self._methods.trace(*args, **kwargs).lower()
 
     @internals.api_boundary
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
-        return self._methods.eval_shape(*args, **kwargs)
+        return self._methods.trace(*args, **kwargs).out_info
 
     @internals.api_boundary
     def explain(self, *args: Any, **kwargs: Any) -> Any:
@@ -194,14 +196,17 @@ def _jitted(engine: Engine) -> JittedFunction:
     """
     o = engine.options
     name = internals.fun_name(engine.fun)
+    donates = bool(o.names.donate_nums or o.names.donate_names)
+    framed = engine.counted or donates
+    # With a frame in front, that frame is the API boundary (the dispatcher is called
+    # from it only), so the traced function runs one frame deeper, not two.
     dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
                                            o.names.static_nums, o.names.static_names,
-                                           o.dispatch_key())
+                                           o.dispatch_key(), boundary=not framed)
     dispatcher._fun = engine.fun  # what JAX's NaN checker reads off a dispatcher
     engine.dispatcher_ref = _weak(dispatcher)
     call: Any = dispatcher
-    donates = bool(o.names.donate_nums or o.names.donate_names)
-    if engine.counted or donates:
+    if framed:
         calls = engine.calls
         check = functools.partial(check_donations, o.names) if donates else None
 
