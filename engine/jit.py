@@ -9,8 +9,10 @@ Where the rest lives:
 * :mod:`.call_arguments` — one call's arguments, its signature key, ENG-1/2/3/6;
 * :mod:`.function_engine` — what one jitted function holds: its signature cache, the
   dispatcher's miss, the refusal in JAX's words, cache control;
+* :mod:`.decision` — what the stages share: the :class:`~.decision.StageContext` they read
+  of the function, the :class:`~.decision.CallDecision` they write of a call;
 * :mod:`.stages` — deciding a call in JAX's order (call, trace, lower, compile, dispatch),
-  on a :class:`~.stages.CallDecision`, and the executable key (the placement class);
+  and the executable key (the placement class);
 * :mod:`.dispatch_plan` — the decision for a signature, a :class:`~.dispatch_plan.DispatchPlan`:
   the executable, how to hand it the arguments, how to label the results;
 * :mod:`.execution` — running a plan on the Python path;
