@@ -126,9 +126,9 @@ class SpecCase:
     kwargs: dict
 
     def __repr__(self) -> str:
-        from shardlaw.spec.core.rules import _bounded
-        shown = ", ".join([_bounded(a, repr) for a in self.args]
-                          + [f"{k}={_bounded(v, repr)}" for k, v in self.kwargs.items()])
+        from shardlaw.spec.core.rules import bounded_text
+        shown = ", ".join([bounded_text(a, repr) for a in self.args]
+                          + [f"{k}={bounded_text(v, repr)}" for k, v in self.kwargs.items()])
         return f"{self.target.name}({shown})"
 
 
