@@ -144,7 +144,7 @@ _HOSTILE_LIMITS = [float("inf"), float("nan"), -1.0, 0.0, 1e308, "1", None, True
                    decimal.Decimal("0.5"), 2**63]
 
 
-def _build_case(target: Target, pick: Callable[[str, str], Any]) -> SpecCase:
+def build_case(target: Target, pick: Callable[[str, str], Any]) -> SpecCase:
     """A call of ``target`` whose arguments come from ``pick(what, parameter name)``:
     ``what`` is "values" (a list, for ``*args``), "omit" (a bool: leave a default out),
     "value" or "timeout"."""
@@ -179,7 +179,7 @@ def spec_case_for(draw: Any, target: Target) -> SpecCase:
             return draw(st.one_of(st.sampled_from(_PROVER_LIMITS),
                                   st.sampled_from(_HOSTILE_LIMITS)))
         return draw(argument(name))
-    return _build_case(target, pick)
+    return build_case(target, pick)
 
 
 def recombined(cases: list[SpecCase], rng: Any, count: int) -> Iterator[SpecCase]:
@@ -208,7 +208,7 @@ def recombined(cases: list[SpecCase], rng: Any, count: int) -> Iterator[SpecCase
             return rng.choice(pool[name])
         return rng.choice(every)
     for _ in range(count):
-        yield _build_case(rng.choice(TARGETS), pick)
+        yield build_case(rng.choice(TARGETS), pick)
 
 
 def spec_cases(only: list[Target] | None = None) -> st.SearchStrategy[SpecCase]:

@@ -271,12 +271,12 @@ def test_engine_compiles_what_the_policy_predicts(sites):
             call = site.call
             fun = functions.setdefault(site.function, harness_function(_ignored_of(call)))
             if site.wrapper not in wrappers:
-                wrappers[site.wrapper] = jit(fun, **H._jit_kwargs(call))
+                wrappers[site.wrapper] = jit(fun, **H.jit_kwargs(call))
             results = []
-            for jit_fn in (wrappers[site.wrapper], jax.jit(fun, **H._jit_kwargs(call))):
-                with H._default_device(call):
-                    args, kwargs = H._build(call.args), H._build(call.kwargs)
-                with H._context(call), H._default_device(call):
+            for jit_fn in (wrappers[site.wrapper], jax.jit(fun, **H.jit_kwargs(call))):
+                with H.default_device_context(call):
+                    args, kwargs = H.build_values(call.args), H.build_values(call.kwargs)
+                with H.mesh_context(call), H.default_device_context(call):
                     try:
                         results.append(jit_fn(*args, **kwargs))
                     except ValueError as error:

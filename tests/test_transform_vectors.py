@@ -319,7 +319,7 @@ def _fuzzed(draw):
             return []
         mine = PLAUSIBLE.get(name)
         return draw(st.one_of(mine(), mine(), fuzz.hostile()) if mine else fuzz.argument(name))
-    return fuzz._build_case(target, pick)
+    return fuzz.build_case(target, pick)
 
 
 @settings(max_examples=max(settings().max_examples, 300), deadline=None,
@@ -381,7 +381,7 @@ def test_vectors_generate_writes_transformed_vectors(capsys, tmp_path):
 @st.composite
 def _mutated_vectors(draw):
     path = draw(st.sampled_from(FILES[::5]))
-    return fuzz._mutated_file((path.name, path.read_text()), draw(st.data()))
+    return fuzz.mutated_file((path.name, path.read_text()), draw(st.data()))
 
 
 @settings(max_examples=max(settings().max_examples // 2, 100), deadline=None,
@@ -395,5 +395,5 @@ def test_check_of_a_mutated_transformed_vector_exits_cleanly(named, as_json):
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             status = main(["check", *(["--json"] if as_json else []), str(path)])
-    outcome = fuzz._check_exit(status, err.getvalue(), out.getvalue())
+    outcome = fuzz.check_exit(status, err.getvalue(), out.getvalue())
     assert not outcome.failed, (outcome, named[1][:300], err.getvalue()[:300])

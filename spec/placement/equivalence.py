@@ -157,12 +157,6 @@ def blocks_equivalent(a: Any, b: Any, shape: Any) -> bool:
     return _same_boxes(a, b, shape)
 
 
-def _by_enumeration(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
-    """EQ-2 device by device: every device's box, then the memory kinds."""
-    same_boxes = _same_boxes(a, b, shape)
-    return same_boxes and a.memory_kind == b.memory_kind
-
-
 def _same_boxes(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
     # A device is its id on its platform: the same ids on two platforms are other devices.
     platforms = {d.platform for s in (a, b) for d in devices_of(s, "placement-equivalence")}
