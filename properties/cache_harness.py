@@ -150,7 +150,8 @@ class _ExplainLog(logging.Handler):
             self.lines.append(message)
 
 
-def _ignored_of(call: Call) -> frozenset[int]:
+def ignored_of(call: Call) -> frozenset[int]:
+    """The positions of the inputs the call's function leaves unused (``Call.uses``)."""
     uses = call.uses
     return frozenset() if uses is None else frozenset(i for i, u in enumerate(uses) if not u)
 
@@ -175,7 +176,7 @@ def run_sequence(sites: Sequence[CallSite], explain: bool = False) -> list[Obser
             warnings.simplefilter("ignore")
             for site in sites:
                 call = site.call
-                fun = functions.setdefault(site.function, harness_function(_ignored_of(call)))
+                fun = functions.setdefault(site.function, harness_function(ignored_of(call)))
                 if site.wrapper not in wrappers:
                     wrappers[site.wrapper] = jax.jit(fun, **jit_kwargs(call))
                 # The same Call object again means the same arrays again (unless donated).

@@ -260,7 +260,7 @@ def test_engine_compiles_what_the_policy_predicts(sites):
 
     from shardlaw.engine import EngineRejection
     from shardlaw.properties import jit_harness as H
-    from shardlaw.properties.cache_harness import _ignored_of, harness_function
+    from shardlaw.properties.cache_harness import ignored_of, harness_function
     from shardlaw.spec.jit.cache import policy_classes
 
     rows = policy_classes(sites)
@@ -269,7 +269,7 @@ def test_engine_compiles_what_the_policy_predicts(sites):
         warnings.simplefilter("ignore", DeprecationWarning)
         for site, row in zip(sites, rows):
             call = site.call
-            fun = functions.setdefault(site.function, harness_function(_ignored_of(call)))
+            fun = functions.setdefault(site.function, harness_function(ignored_of(call)))
             if site.wrapper not in wrappers:
                 wrappers[site.wrapper] = jit(fun, **H.jit_kwargs(call))
             results = []

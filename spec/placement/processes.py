@@ -37,9 +37,7 @@ from .blocks import (
     num_devices, replica_ids, shard_shape, tiles_per_dimension,
 )
 from ..core.rules import Failure, reject, require, rule
-from ..core.shardings import (
-    GSPMDSharding, NamedSharding, NotASharding, SingleDeviceSharding, check_part,
-)
+from ..core.shardings import NamedSharding, NotASharding, check_part
 from ..core.values import Device, DeviceList, Mesh, PartitionSpec, check_dims
 
 P = PartitionSpec  # the name the examples use
