@@ -47,6 +47,7 @@ _RETIRED = "pending: the transformed-call path (spec/transforms and its vectors)
 _VECTORS = "pending: spec/vectors being restructured this session"
 _BRIDGE = "pending: spec/bridge being restructured this session"
 _ENGINE = "pending: engine being restructured this session"
+_TYPING = "pending: how spec/jit types an argument (ARG-2) being rewritten this session"
 
 # Rooms other work of this session is rebuilding: reason -> {file: "module: names; ..."},
 # the module named without its ``shardlaw.`` prefix.
@@ -131,6 +132,9 @@ PENDING: dict[str, dict[str, str]] = {
     },
     _ENGINE: {
         "engine/traced_refusals.py": "engine.shardings: _misfit",
+    },
+    _TYPING: {
+        "properties/cache_strategies.py": "spec.jit.cache_keys: _dtype",
     },
 }
 

@@ -119,8 +119,7 @@ def _jax_array(arg: Arg) -> bool:
     return arg.kind in ("committed", "uncommitted")
 
 
-def canonical_dtype(arg: Arg) -> str:
-    """The argument's dtype as JAX types it with x64 off (``float64`` is ``float32``)."""
+def _dtype(arg: Arg) -> str:
     return _CANONICAL.get(arg.dtype, arg.dtype)
 
 
@@ -153,7 +152,7 @@ def dispatch_signature(site: CallSite) -> Key:
     parts = [structure_part(facts), *static_parts(facts)]
     for path, arg in facts.flat:
         held = arg.sharding if _jax_array(arg) else None
-        parts += [Part(f"{path} dtype", canonical_dtype(arg)), Part(f"{path} shape", arg.shape),
+        parts += [Part(f"{path} dtype", _dtype(arg)), Part(f"{path} shape", arg.shape),
                   Part(f"{path} weak type", arg.kind == "scalar"),
                   Part(f"{path} sharding", _dispatch_key(held), Placed(held, arg.shape)),
                   Part(f"{path} committed", arg.kind == "committed")]
@@ -229,9 +228,9 @@ def abstract_value(arg: Arg) -> Aval:
     held = arg.sharding if _jax_array(arg) else None
     memory = _memory_space(held.memory_kind) if held is not None else "device"
     if isinstance(held, NamedSharding) and isinstance(held.mesh, Mesh):
-        return Aval(arg.shape, canonical_dtype(arg), _weak(arg), memory, held.mesh.abstract,
+        return Aval(arg.shape, _dtype(arg), _weak(arg), memory, held.mesh.abstract,
                     _typed_spec(held.mesh, held.spec, len(arg.shape)))
-    return Aval(arg.shape, canonical_dtype(arg), _weak(arg), memory)
+    return Aval(arg.shape, _dtype(arg), _weak(arg), memory)
 
 
 def _aval_parts(facts: CallFacts) -> list[Part]:
