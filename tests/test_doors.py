@@ -3,9 +3,9 @@
 Every ``.py`` file of the checkout's code (``spec/``, ``engine/``, ``properties/``,
 ``src/shardlaw/``, ``tests/``, ``docs/_ext/``, ``benchmarks/``, ``examples/``) is read with
 ``ast``. A *hole* is a private name (``_name``, not a dunder) of one shardlaw module used by
-another: imported (``from shardlaw.spec.core.rules import _x``, relative imports resolved)
-or read off the module (``rules._x``, where ``rules`` is bound to a shardlaw module by an
-import). JAX's own private modules are not shardlaw's rooms and are not counted here.
+another: imported (``from shardlaw.spec.core.rules import _x``, relative imports resolved),
+read off the module (``rules._x``, where ``rules`` is bound to a shardlaw module by an
+import) or named to ``getattr``/``setattr`` (``monkeypatch.setattr(rules, "_x", ...)``). JAX's own private modules are not shardlaw's rooms and are not counted here.
 
 A hole that is known and allowed is in :data:`INTERNALS` (a test that exercises an internal
 on purpose, with its reason) or :data:`PENDING` (a room another piece of this session's work
@@ -39,6 +39,8 @@ INTERNALS: dict[Hole, str] = {
         "the wrapper that clears JAX's caches every so many examples, called directly",
     ("tests/test_stages.py", "shardlaw.spec.jit.pipeline", "_refused"):
         "the pipeline's one exit for refusals, wrapped to record every rejection as raised",
+    ("properties/suites/fuzz.py", "shardlaw.properties.fuzz_engine", "_child_command"):
+        "the engine fuzzer's child command, replaced by a script that crashes on purpose",
 }
 
 _PROGRAM = "pending: spec/program and its property harnesses being restructured this session"
@@ -174,7 +176,8 @@ def _private(name: str) -> bool:
 
 def holes_in(where: str, source: str, modules: set[str]) -> list[tuple[int, str, str]]:
     """(line, module, name) for each private name of another shardlaw module ``source``
-    uses: imported from it, or read off it where an import binds the module to a name."""
+    uses: imported from it, or read off it (or named to ``getattr``/``setattr``) where an
+    import binds the module to a name."""
     me, package = _module_name(where)
     here = me.split(".") if package else me.split(".")[:-1]
     bound: dict[str, str] = {}   # a local name -> the module it is bound to
@@ -198,15 +201,35 @@ def holes_in(where: str, source: str, modules: set[str]) -> list[tuple[int, str,
                     bound[top] = top
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _private(node.attr):
-            chain, value = [], node.value
-            while isinstance(value, ast.Attribute):
-                chain.append(value.attr)
-                value = value.value
-            if isinstance(value, ast.Name) and value.id in bound:
-                module = ".".join([bound[value.id], *reversed(chain)])
-                if module in modules and module != me:
-                    found.append((node.lineno, module, node.attr))
+            module = _bound_module(node.value, bound)
+            if module in modules and module != me:
+                found.append((node.lineno, module, node.attr))
+        elif isinstance(node, ast.Call) and _names_an_attribute(node) and \
+                _private(node.args[1].value):   # setattr(module, "_x", ...), monkeypatch's too
+            module = _bound_module(node.args[0], bound)
+            if module in modules and module != me:
+                found.append((node.lineno, module, node.args[1].value))
     return sorted(found)
+
+
+def _bound_module(node: ast.expr, bound: dict[str, str]) -> str | None:
+    """The module an expression names (``H``, ``shardlaw.spec.core``), if an import bound it."""
+    chain = []
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id in bound:
+        return ".".join([bound[node.id], *reversed(chain)])
+    return None
+
+
+def _names_an_attribute(call: ast.Call) -> bool:
+    """Whether a call is ``getattr``/``setattr``/``delattr`` (a function or a method such as
+    ``monkeypatch.setattr``) of an object and an attribute named by a string."""
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    return name in ("getattr", "setattr", "delattr") and len(call.args) >= 2 and \
+        isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str)
 
 
 def _files() -> dict[str, str]:
@@ -253,8 +276,9 @@ def test_every_allowed_hole_says_why():
 
 
 def test_the_walk_sees_each_kind_of_hole():
-    """The walk finds an imported name, a relative import and a name read off a module, and
-    leaves alone a module's own names, dunders and other libraries' private modules."""
+    """The walk finds an imported name, a relative import, a name read off a module and one
+    named to setattr, and leaves alone a module's own names, dunders, other libraries'
+    private modules and objects that are not modules."""
     modules = {"shardlaw.spec.core.rules", "shardlaw.spec.core.values",
                "shardlaw.properties.jit_harness"}
     source = "\n".join([
@@ -266,10 +290,12 @@ def test_the_walk_sees_each_kind_of_hole():
         "from jax._src.lib import _jax",
         "from shardlaw.spec.core.hlo import _mine",
         "H._build(1), H.public(2), shardlaw.spec.core.values._devices, _jax.x",
+        "monkeypatch.setattr(H, '_kind', None), getattr(H, 'public'), setattr(x, '_y', 1)",
     ])
     found = holes_in("spec/core/hlo.py", source, modules)
     assert found == [
         (1, "shardlaw.spec.core.rules", "_bounded"), (2, "shardlaw.spec.core.rules", "_sentence"),
         (3, "shardlaw.spec.core.values", "_check"),
         (8, "shardlaw.properties.jit_harness", "_build"),
-        (8, "shardlaw.spec.core.values", "_devices")], found
+        (8, "shardlaw.spec.core.values", "_devices"),
+        (9, "shardlaw.properties.jit_harness", "_kind")], found
