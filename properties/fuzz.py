@@ -151,7 +151,9 @@ def drive(strategy: st.SearchStrategy[Any], count: int, seed: int,
         @given(st.lists(strategy, min_size=batch, max_size=batch),
                st.randoms(use_true_random=False))
         def draw(cases: list[Any], rng: Any) -> None:
-            extra = expand(cases, rng) if expand is not None else iter(())
+            # Built in full before any runs: what an example draws may not depend on how
+            # many cases ran before it (Hypothesis calls that a flaky strategy).
+            extra = list(expand(cases, rng)) if expand is not None else []
             for case in itertools.chain(cases, extra):
                 if done[0] >= count or time.monotonic() > deadline:
                     return
