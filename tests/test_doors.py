@@ -44,8 +44,7 @@ INTERNALS: dict[Hole, str] = {
 }
 
 _PROGRAM = "pending: spec/program and its property harnesses being restructured this session"
-_RETIRED = "pending: the transformed-call path (spec/transforms and its vectors) being retired " \
-           "this session"
+_TRANSFORMS = "pending: spec/transforms being restructured this session"
 _VECTORS = "pending: spec/vectors being restructured this session"
 _BRIDGE = "pending: spec/bridge being restructured this session"
 _ENGINE = "pending: engine being restructured this session"
@@ -86,7 +85,7 @@ PENDING: dict[str, dict[str, str]] = {
         "tests/test_program_shardmap.py":
             "properties.program_shardmap_harness: _apply _lowered_groups",
     },
-    _RETIRED: {
+    _TRANSFORMS: {
         "spec/transforms/constraint.py": "spec.jit.call: _nesting",
         "spec/transforms/shardmap.py": "spec.transforms.shardmap_parameters: _names",
         "spec/transforms/shardmap_bodies.py": "spec.transforms.shardmap_parameters: _ways",
@@ -97,24 +96,6 @@ PENDING: dict[str, dict[str, str]] = {
             "spec.transforms.shardmap_parameters: _bounded_items _names _ways",
         "spec/transforms/shardmap_types.py":
             "spec.transforms.shardmap_parameters: _check_mesh _names _ways",
-        "spec/bridge/transforms.py": "spec.bridge.convert: _arg_tree _context_mesh",
-        "spec/vectors/autodiff_forms.py": "spec.transforms.autodiff: _booleans _check_facts _check_pair",
-        "spec/vectors/transformed_migration.py":
-            "spec.transforms.batching: _arg_specs _context _leaves _result_axes _spmd_names; "
-            "spec.transforms.constraint: _check_inputs _resolved; "
-            "spec.vectors.program_vectors: _transformation",
-        "spec/vectors/transformed_vectors.py":
-            "spec.vectors.jit_vectors: _check_label; spec.vectors.vector_checks: _document; "
-            "spec.vectors.vector_reader: _object; "
-            "spec.vectors.vector_writer: _hlo_json _input_json _mesh_json _sharding_json",
-        "src/shardlaw/cli_transform_vectors.py": "spec.vectors.transformed_vectors: _verdict_json",
-        "tests/test_transformed_bridge.py":
-            "properties.autodiff_harness: _arguments; properties.batching_harness: _function; "
-            "properties.constraint_harness: _host _same_sharding; "
-            "properties.shardmap_harness: _compare_types _spec_side; spec.bridge.shardmap: _jax_specs",
-        "tests/test_transformed_migration.py":
-            "properties.autodiff_harness: _mode; properties.batching_harness: _result_axes; "
-            "spec.vectors.transformed_migration: _FORMS",
     },
     _VECTORS: {
         "spec/vectors/jit_vectors.py":
@@ -122,13 +103,15 @@ PENDING: dict[str, dict[str, str]] = {
             "spec.vectors.vector_reader: _CALL_KEYS _int _maybe _object _rule_id _str; "
             "spec.vectors.vector_writer: _call_json",
         "spec/vectors/program_vectors.py":
-            "spec.vectors.jit_vectors: _check_label; "
-            "spec.vectors.transformed_vectors: _ValueReader _rule_read _rule_written _value_json; "
-            "spec.vectors.vector_checks: _document; spec.vectors.vector_reader: _object",
+            "spec.vectors.jit_vectors: _check_label; spec.vectors.vector_checks: _document; "
+            "spec.vectors.vector_reader: _object",
         "spec/vectors/sequence_vectors.py":
             "spec.vectors.vector_checks: _document; "
             "spec.vectors.vector_reader: _CALL_KEYS _int _list _maybe _object _str; "
             "spec.vectors.vector_writer: _call_json",
+        "spec/vectors/value_json.py":
+            "spec.vectors.vector_reader: _object; "
+            "spec.vectors.vector_writer: _hlo_json _input_json _mesh_json _sharding_json",
         "spec/vectors/vector_reader.py": "spec.vectors.vector_checks: _building",
         "src/shardlaw/sharding_text.py": "spec.vectors.vector_writer: _sharding_json",
     },
