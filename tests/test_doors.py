@@ -54,12 +54,10 @@ _TYPING = "pending: how spec/jit types an argument (ARG-2) being rewritten this 
 # the module named without its ``shardlaw.`` prefix.
 PENDING: dict[str, dict[str, str]] = {
     _PROGRAM: {
-        "spec/program/ad_bodies.py": "spec.program.description: _Typing _remember",
         "spec/program/autodiff.py":
             "spec.program.ad_bodies: _Body _Direct _Tape _inline _jit_facts _manual _options "
             "_put_together _sizes _tangent_eq _traced; spec.program.transpose: _transpose_body",
-        "spec/program/batching.py": "spec.program.shardmap_batching: _manual_inside; "
-                                    "spec.transforms.batching: _with_unit_dim",
+        "spec/program/batching.py": "spec.transforms.batching: _with_unit_dim",
         "spec/program/refs.py": "spec.program.lowering: _writes_ref",
         "spec/program/shardmap.py": "spec.transforms.shardmap_parameters: _names _ways",
         "spec/program/transpose.py":

@@ -42,7 +42,7 @@ from .primitives import BATCHING, entry_of, names_where
 from .refs import writes_ref
 from .shardmap import collective_axes
 from .shardmap_batching import (
-    _manual_inside, check_shard_map_spmd_axes, check_spmd_axes_manual, check_spmd_casts,
+    manual_inside, check_shard_map_spmd_axes, check_spmd_axes_manual, check_spmd_casts,
 )
 
 P = PartitionSpec  # the name the examples use
@@ -359,7 +359,7 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis,
             check_shard_map_spmd_axes(eq.in_specs, names, "in_specs", eq.mesh)
         if eq.check_vma and any(d is not None for d in dims):
             with located(f"{path}.shard_map.in_specs"):
-                check_spmd_axes_manual(names, _manual_inside(eq), eq.mesh)
+                check_spmd_axes_manual(names, manual_inside(eq), eq.mesh)
     in_specs = tuple(sp if d is None else _batch_spec(sp, d, entry)
                      for sp, d in zip(eq.in_specs, dims))
     per_shard = axis.size // math.prod(sizes.get(n, 1) for n in (names or ()))

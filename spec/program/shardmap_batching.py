@@ -90,7 +90,7 @@ class SpmdAxisNotManual(Failure, rule="PBAT-2"):
     manual: tuple
 
 
-def _manual_inside(eq: ShardMap) -> frozenset[str]:
+def manual_inside(eq: ShardMap) -> frozenset[str]:
     """The axes typed Manual inside a shard_map: those it makes manual and those an
     enclosing shard_map made manual (typed so on its mesh)."""
     already = {n for n, t in zip(eq.mesh.axis_names, eq.mesh.axis_types)
