@@ -160,3 +160,53 @@ def test_vectors_generate_writes_a_set_that_conforms(tmp_path, capsys):
     assert status == 0 and "(100.0 % conform)" in out, out
     status, _, err = run(capsys, "vectors", "generate", tmp_path / "set", "--budget", "1")
     assert status == 2 and "already holds" in err
+
+
+def test_vectors_run_replays_every_committed_folder(capsys):
+    """The repository's own vectors, every format (jit calls, programs, call sequences,
+    divergence pairs), replay against the spec with nothing failed."""
+    status, out, _ = run(capsys, "vectors", "run", ROOT / "vectors")
+    assert status == 0, out[-3000:]
+    assert " 0 failed (100.0 % conform)" in out
+    for rule_id in ("CACHE-3", "EQ-1", "EQ-2", "IDX-1"):
+        assert any(line.split()[:1] == [rule_id] for line in out.splitlines()), rule_id
+
+
+PAIR = ROOT / "vectors" / "equivalence" / "reshaped-mesh.json"
+SEQUENCE = ROOT / "vectors" / "cache" / "placement-equal-rewrites.json"
+
+
+def test_vectors_run_holds_pairs_and_sequences_to_the_spec(tmp_path, capsys):
+    pair = json.loads(PAIR.read_text())
+    wrong = dict(pair, expect=dict(pair["expect"], jax_equivalent=False))
+    broken = dict(pair, shape=[-1])
+    sequence = json.loads(SEQUENCE.read_text())
+    wrong_sequence = json.loads(SEQUENCE.read_text())
+    wrong_sequence["expect_cache"][1]["dispatch"] = "miss"
+    for name, data in (("pair", pair), ("wrong", wrong), ("broken", broken),
+                       ("sequence", sequence), ("wrong-sequence", wrong_sequence)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    status, out, _ = run(capsys, "vectors", "run", tmp_path)
+    assert status == 1
+    assert "5 vector(s) checked: 2 passed, 3 failed" in out
+    failures = _unwrapped(out.split("Failures")[1])
+    assert "wrong.json - jax_equivalent: expected False, the spec says True" in failures
+    assert "broken.json - not a valid vector: [VEC-1] at shape" in failures
+    assert "wrong-sequence.json" in failures and "pair.json" not in failures.replace(
+        "wrong.json", "").replace("broken.json", "")
+
+
+def test_vectors_run_skips_pairs_and_sequences_in_the_engine(capsys):
+    pytest.importorskip("jax")
+    status, out, _ = run(capsys, "vectors", "run", SEQUENCE, "--against", "engine")
+    assert status == 0 and "1 skipped" in out
+    assert "the engine replays jit-call vectors only" in out
+
+
+def test_check_explains_a_divergence_pair(capsys):
+    status, out, _ = run(capsys, "check", PAIR)
+    assert status == 0
+    assert "mesh=4:x spec=x" in out and "mesh=2x2:x,y spec=(x,y)" in out
+    assert "the spec matches" in out
+    status, out, _ = run(capsys, "check", PAIR, "--json")
+    assert status == 0 and json.loads(out)["matches"] is True

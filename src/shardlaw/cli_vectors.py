@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 from shardlaw.cli_errors import CommandExit
+from shardlaw.cli_more_vectors import (
+    is_more_text, is_more_vector, load_more, more_hits, replay_more,
+)
 from shardlaw.cli_program_vectors import is_program_vector, program_hits, replay_program_vector
 
 __all__ = ["add_parsers", "read_vectors"]
@@ -139,6 +142,9 @@ def read_vectors(path: Path) -> Iterator[Entry]:
                    if line.strip()] if file.suffix == ".jsonl" else [(str(file), text)])
         for where, piece in pieces:
             try:
+                if is_more_text(piece):  # a call sequence or a divergence pair
+                    yield Entry(where, load_more(piece))
+                    continue
                 yield Entry(where, load_piece(piece))  # a jit-call or transformed-call vector
             except Rejection as error:
                 yield Entry(where, error=error.args[0])
@@ -241,6 +247,9 @@ def check_command(args: argparse.Namespace, out: TextIO) -> int:
     if sequence is not None:
         return check_sequence_command(args, sequence, out)
     vector = _one_vector(args.file)
+    if is_more_vector(vector):  # a divergence pair (sequences were read above)
+        from shardlaw.cli_more_vectors import check_equivalence
+        return check_equivalence(args.file, vector, args.json, out)
     if is_program_vector(vector):
         from shardlaw.cli_program_vectors import check_program_vector
         return check_program_vector(args, vector, out)
@@ -462,6 +471,8 @@ def _replayer(against: str, entries: list[Entry]) -> Any:
                                if _is_jit(vector)
                                else replay_program_vector("spec", vector)
                                if is_program_vector(vector)
+                               else replay_more("spec", vector)
+                               if is_more_vector(vector)
                                else replay_transformed("spec", vector))
     try:
         import jax  # noqa: F401
@@ -484,6 +495,8 @@ def _replayer(against: str, entries: list[Entry]) -> Any:
     return lambda vector: (replay(vector) if _is_jit(vector)
                            else _program_elsewhere(against, vector, NotReplayable)
                            if is_program_vector(vector)
+                           else replay_more(against, vector, NotReplayable)
+                           if is_more_vector(vector)
                            else _transformed_elsewhere(against, vector, NotReplayable))
 
 
@@ -529,6 +542,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
             continue
         hits = (rules_hit(entry.vector) if _is_jit(entry.vector)
                 else program_hits(entry.vector) if is_program_vector(entry.vector)
+                else more_hits(entry.vector) if is_more_vector(entry.vector)
                 else hits_of(entry.vector))
         if entry.vector.expect is None:
             replays.append(Replay(entry.where, hits, None, "no expected verdict"))
@@ -562,7 +576,9 @@ def _report(path: Path, against: str, replays: list[Replay], out: TextIO) -> Non
 
     w = out.write
     what = {"spec": "the spec (shardlaw.spec.jit_call; explain_program for programs; "
-                    "explain_transformed for transformed calls)", "jax": "real jax.jit (8 CPU devices)",
+                    "explain_cache for call sequences; placement_equivalent for divergence "
+                    "pairs; explain_transformed for transformed calls)",
+            "jax": "real jax.jit (8 CPU devices)",
             "engine": "the engine (shardlaw.engine.jit)"}
     w(f"Replayed {len(replays)} vector(s) from {path} against {what[against]}\n\n")
     table: dict[str, list[int]] = {}  # rule -> [accept, reject, passed, failed]
