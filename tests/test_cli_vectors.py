@@ -152,9 +152,15 @@ def test_vectors_run_of_a_missing_directory(capsys):
 
 def test_vectors_generate_writes_a_set_that_conforms(tmp_path, capsys):
     pytest.importorskip("jax")
-    status, out, _ = run(capsys, "vectors", "generate", tmp_path / "set", "--per-rule", "1",
-                         "--budget", "20")
+    status, out, err = run(capsys, "vectors", "generate", tmp_path / "set", "--per-rule", "1",
+                           "--budget", "20")
     assert status == 0, out
+    # The progress line on stderr: the first state at once, the last when done.
+    progress = [line for line in err.splitlines() if line.startswith("vectors generate: ")]
+    assert len(progress) >= 2, err
+    assert "1 of at most 20 calls drawn" in progress[0]
+    assert "of at most 20 calls drawn" in progress[-1] and "rule sides have 1 vector(s)" in \
+        progress[-1]
     assert "Wrote " in out and (tmp_path / "set" / "hand").is_dir()
     status, out, _ = run(capsys, "vectors", "run", tmp_path / "set")
     assert status == 0 and "(100.0 % conform)" in out, out
@@ -210,3 +216,64 @@ def test_check_explains_a_divergence_pair(capsys):
     assert "the spec matches" in out
     status, out, _ = run(capsys, "check", PAIR, "--json")
     assert status == 0 and json.loads(out)["matches"] is True
+
+
+@pytest.mark.parametrize("option, value", [("--budget", "0"), ("--per-rule", "0"),
+                                           ("--budget", "-3"), ("--budget", "many")])
+def test_vectors_generate_refuses_a_count_below_one_and_leaves_nothing(tmp_path, capsys, option,
+                                                                        value):
+    target = tmp_path / "out"
+    status, out, err = run(capsys, "vectors", "generate", target, option, value)
+    assert status == 2 and out == ""
+    assert f"argument {option}:" in err and "Traceback" not in err and "internal error" not in err
+    assert not target.exists()
+
+
+def test_vectors_generate_removes_the_directory_it_made_when_it_fails(tmp_path, capsys,
+                                                                       monkeypatch):
+    pytest.importorskip("jax")
+    import shardlaw.properties.vectors_gen as gen
+
+    def broken(directory, *args, **kwargs):
+        Path(directory, "hand").mkdir(parents=True)
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(gen, "generate", broken)
+    target = tmp_path / "out"
+    status, _, err = run(capsys, "vectors", "generate", target)
+    assert status == 70 and "internal error" in err
+    assert not target.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    status, _, _ = run(capsys, "vectors", "generate", kept)
+    assert status == 70 and kept.is_dir()  # a directory the user made stays
+
+
+def test_progress_rewrites_one_line_on_a_terminal_and_writes_lines_into_a_log():
+    import io
+
+    from shardlaw.cli_progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    now = [0.0]
+    log = io.StringIO()
+    progress = Progress("work", log, clock=lambda: now[0])
+    for step in range(40):
+        now[0] = step * 1.0
+        progress.update(f"step {step}")
+    progress.done("finished")
+    lines = log.getvalue().splitlines()
+    assert lines == ["work: step 0 (0m00s)", "work: step 15 (0m15s)", "work: step 30 (0m30s)",
+                     "work: finished (0m39s)"]
+    terminal = Terminal()
+    now[0] = 0.0
+    progress = Progress("work", terminal, clock=lambda: now[0])
+    progress.update("a long state")
+    now[0] = 1.0
+    progress.update("short")
+    progress.done("end")
+    assert terminal.getvalue() == ("\rwork: a long state (0m00s)\rwork: short (0m01s)"
+                                   + " " * 7 + "\rwork: end (0m01s)  \n")

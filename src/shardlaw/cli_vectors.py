@@ -72,10 +72,10 @@ def add_parsers(subparsers: Any) -> None:
     generate = commands.add_parser(
         "generate", help="write vectors from Hypothesis calls checked against real JAX")
     generate.add_argument("directory", metavar="DIR", help="where to write (empty, or --replace)")
-    generate.add_argument("--per-rule", type=int, default=3, metavar="N",
+    generate.add_argument("--per-rule", type=_at_least_one, default=3, metavar="N",
                           help="vectors for each side of each jit-call rule (default 3)")
     generate.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
-    generate.add_argument("--budget", type=int, default=None, metavar="CALLS",
+    generate.add_argument("--budget", type=_at_least_one, default=None, metavar="CALLS",
                           help="the most calls to draw (default 4000; with --transformed, "
                                "the cases drawn per family, default 1000)")
     generate.add_argument("--replace", action="store_true",
@@ -94,6 +94,18 @@ def add_parsers(subparsers: Any) -> None:
     migrate.add_argument("--replace", action="store_true",
                          help="delete the .json files already under DST first")
     migrate.set_defaults(handler=_guarded(_migrate_command))
+
+
+def _at_least_one(text: str) -> int:
+    """A count given on the command line: a whole number of at least 1 (argparse says
+    which option and exits 2 otherwise)."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
 
 
 def _migrate_command(args: argparse.Namespace, out: TextIO) -> int:
@@ -626,8 +638,20 @@ def _report(path: Path, against: str, replays: list[Replay], out: TextIO) -> Non
 # =========================================================================== vectors generate
 
 def generate_command(args: argparse.Namespace, out: TextIO) -> int:
-    if args.per_rule < 1:
-        raise _Exit(2, "--per-rule must be at least 1")
+    """``shardlaw vectors generate``; a directory it made is removed again when it fails, so
+    that a refused or broken run leaves nothing behind."""
+    directory = Path(args.directory)
+    existed = directory.exists()
+    try:
+        return _generate(args, out)
+    except BaseException:
+        if not existed and directory.is_dir():
+            import shutil
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _generate(args: argparse.Namespace, out: TextIO) -> int:
     if args.programs:
         from shardlaw.cli_program_vectors import generate_programs
         return generate_programs(args, out)
@@ -643,12 +667,21 @@ def generate_command(args: argparse.Namespace, out: TextIO) -> int:
     except ImportError as error:
         raise _Exit(2, f"generating vectors needs JAX and Hypothesis ({error}); install "
                        "shardlaw with the [dev] extra") from None
+    from shardlaw.cli_progress import Progress
+    progress = Progress("vectors generate")
+    drawn = [0]
+
+    def show(report: Any) -> None:
+        drawn[0] += 1
+        progress.update(_generation_state(report, args.per_rule, drawn[0], args.budget))
+
     try:
         prepare_jax(8)
         report = generate(args.directory, args.per_rule, seed=args.seed, budget=args.budget,
-                          replace=args.replace)
+                          replace=args.replace, progress=show)
     except (NotReplayable, FileExistsError) as error:
         raise _Exit(2, str(error)) from None
+    progress.done(_generation_state(report, args.per_rule, drawn[0], args.budget))
     w = out.write
     total = len({f for files in report.written.values() for f in files})
     w(f"Wrote {total} vector(s) into {args.directory} ({report.drawn} calls run in JAX)\n")
@@ -667,3 +700,11 @@ def generate_command(args: argparse.Namespace, out: TextIO) -> int:
         w(f"\nThe harness could not build {len(report.unrunnable)} call(s): "
           + "; ".join(dict.fromkeys(report.unrunnable)) + "\n")
     return 0
+
+
+def _generation_state(report: Any, per_rule: int, drawn: int, budget: int) -> str:
+    """How far a generation is: calls drawn of the budget, calls run in JAX, rule sides
+    filled."""
+    full = sum(len(files) >= per_rule for files in report.written.values())
+    return (f"{drawn} of at most {budget} calls drawn, {report.drawn} run in JAX, "
+            f"{full} of {len(report.written)} rule sides have {per_rule} vector(s)")
