@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from shardlaw.cli import main
+from shardlaw.cli_text import plain_text
 from shardlaw.spec import RULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +27,7 @@ def run(capsys, *argv):
 
 
 def _plain(statement):
-    return " ".join(statement.replace("``", "").split())
+    return " ".join(plain_text(statement).split())
 
 
 def _unwrapped(text):

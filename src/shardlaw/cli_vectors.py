@@ -279,10 +279,11 @@ def check_command(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _statement(rule_id: str) -> str:
+    from shardlaw.cli_text import plain_text
     from shardlaw.spec import RULES
     rule = RULES.get(rule_id)
     # The statements are written for the docs; the terminal shows them without markup.
-    return rule.statement.replace("``", "") if rule is not None else "(not a registered rule)"
+    return plain_text(rule.statement) if rule is not None else "(not a registered rule)"
 
 
 def _check_json(file: str, vector: Any, verdict: Any, differences: list[str] | None) -> dict:
