@@ -108,10 +108,11 @@ class CacheInfo:
 
     def __str__(self) -> str:
         off = "not counted (shardlaw.engine.count_calls(True) counts them)"
-        hits = off if self.dispatch_hits is None else f"{self.dispatch_hits}"
+        hits = ("hits not counted" if self.dispatch_hits is None
+                else f"{self.dispatch_hits} hit(s) run without Python")
         lines = [
             f"calls: {off if self.calls is None else self.calls}",
-            f"dispatch (C++): {hits} hit(s) run without Python, "
+            f"dispatch (C++): {hits}, "
             f"{self.python_calls} call(s) reached Python (new signatures, signatures whose "
             f"arguments must move, calls inside other transformations), "
             f"{self.refused_in_dispatch} refused by the dispatcher; "

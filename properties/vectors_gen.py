@@ -439,10 +439,12 @@ def _draw_calls(consume: Callable[[Call], None], seed: int, budget: int) -> None
 
 
 def generate(directory: str | Path, per_rule: int = 3, *, seed: int = 0, budget: int = 4000,
-             replace: bool = False, hand: bool = True) -> GenerationReport:
+             replace: bool = False, hand: bool = True,
+             progress: Callable[[GenerationReport], None] | None = None) -> GenerationReport:
     """Write vectors into ``directory``: the hand vectors (under ``hand/``), then up to
     ``per_rule`` vectors for each side of each jit-call rule (under ``RULE/``), drawn from
-    at most ``budget`` Hypothesis calls on which real JAX and the spec agree."""
+    at most ``budget`` Hypothesis calls on which real JAX and the spec agree; ``progress``
+    is called with the report so far before each call drawn is looked at."""
     directory = Path(directory)
     _prepare(directory, replace)
     written: dict[tuple[str, str], list[str]] = {key: [] for key in wanted_buckets()}
@@ -461,6 +463,8 @@ def generate(directory: str | Path, per_rule: int = 3, *, seed: int = 0, budget:
                 _write(directory, f"hand/{item.name}.json", vector))
 
         def consume(call: Call) -> None:
+            if progress is not None:
+                progress(report)
             if all(len(files) >= per_rule for files in written.values()):
                 return
             if not _may_fill(S.jit_call(call), written, per_rule):

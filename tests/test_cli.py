@@ -1,5 +1,6 @@
 """The ``shardlaw`` command: the demo, the rule list, the version, bad arguments."""
 
+import re
 import subprocess
 import sys
 
@@ -7,6 +8,7 @@ import pytest
 
 import shardlaw
 from shardlaw.cli import main
+from shardlaw.cli_text import plain_text
 from shardlaw.spec import RULES
 
 
@@ -43,7 +45,40 @@ def test_rules_lists_every_rule(capsys):
     listed = {line.split()[0] for line in out.splitlines() if line.strip()}
     assert listed == set(RULES)
     for rule in RULES.values():
-        assert rule.statement in out
+        assert plain_text(rule.statement) in out
+
+
+def test_rules_prints_plain_text_not_rest(capsys):
+    """The statements are reST for the docs; the terminal gets their words."""
+    marked = [r for r in RULES.values() if "``" in r.statement or ":`" in r.statement]
+    assert len(marked) > 10   # the markup this test is about is there to remove
+    _, out = run(capsys, "rules")
+    assert "``" not in out and not re.search(r":[a-z]+:`", out)
+    wsc = next(line for line in out.splitlines() if line.startswith("WSC-0 "))
+    assert "a pytree of Arg leaves" in wsc
+
+
+def test_plain_text_of_roles_and_literals():
+    assert plain_text(":func:`~shardlaw.spec.jit_call` and :class:`Arg`") == "jit_call and Arg"
+    assert plain_text(":py:class:`x.Mesh` ``P('x')``") == "x.Mesh P('x')"
+    assert plain_text(":doc:`the cache <cache>` of 2**63 - 1") == "the cache of 2**63 - 1"
+
+
+@pytest.mark.parametrize("asked, family", [(["--family", "EQ"], "EQ"),
+                                           (["--family", "smap"], "SMAP")])
+def test_rules_of_one_family(capsys, asked, family):
+    status, out = run(capsys, "rules", *asked)
+    assert status == 0
+    listed = [line.split()[0] for line in out.splitlines()]
+    assert listed == [r for r in RULES if r.rsplit("-", 1)[0] == family]
+    status, out = run(capsys, "rules", "--family", "EQ", "--family", "DIV")
+    assert {line.split()[0].split("-")[0] for line in out.splitlines()} == {"EQ", "DIV"}
+
+
+def test_rules_of_an_unknown_family(capsys):
+    assert main(["rules", "--family", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --family: 'nope' is not a rule family; the families are VAL, " in err
 
 
 def test_version(capsys):

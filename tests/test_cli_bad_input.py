@@ -108,7 +108,7 @@ def test_a_closed_pipe_ends_the_command_quietly(argv):
 def test_a_bug_is_one_line_with_status_70(capsys, monkeypatch):
     import shardlaw.cli as cli
 
-    def broken(out):
+    def broken(*arguments):
         raise ZeroDivisionError("a bug")
     monkeypatch.setattr(cli, "list_rules", broken)
     assert main(["rules"]) == 70

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from shardlaw.cli import main
+from shardlaw.cli_text import plain_text
 from shardlaw.spec import RULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +27,7 @@ def run(capsys, *argv):
 
 
 def _plain(statement):
-    return " ".join(statement.replace("``", "").split())
+    return " ".join(plain_text(statement).split())
 
 
 def _unwrapped(text):
@@ -152,11 +153,128 @@ def test_vectors_run_of_a_missing_directory(capsys):
 
 def test_vectors_generate_writes_a_set_that_conforms(tmp_path, capsys):
     pytest.importorskip("jax")
-    status, out, _ = run(capsys, "vectors", "generate", tmp_path / "set", "--per-rule", "1",
-                         "--budget", "20")
+    status, out, err = run(capsys, "vectors", "generate", tmp_path / "set", "--per-rule", "1",
+                           "--budget", "20")
     assert status == 0, out
+    # The progress line on stderr: the first state at once, the last when done.
+    progress = [line for line in err.splitlines() if line.startswith("vectors generate: ")]
+    assert len(progress) >= 2, err
+    assert "1 of at most 20 calls drawn" in progress[0]
+    assert "of at most 20 calls drawn" in progress[-1] and "rule sides have 1 vector(s)" in \
+        progress[-1]
     assert "Wrote " in out and (tmp_path / "set" / "hand").is_dir()
     status, out, _ = run(capsys, "vectors", "run", tmp_path / "set")
     assert status == 0 and "(100.0 % conform)" in out, out
     status, _, err = run(capsys, "vectors", "generate", tmp_path / "set", "--budget", "1")
     assert status == 2 and "already holds" in err
+
+
+def test_vectors_run_replays_every_committed_folder(capsys):
+    """The repository's own vectors, every format (jit calls, programs, call sequences,
+    divergence pairs), replay against the spec with nothing failed."""
+    status, out, _ = run(capsys, "vectors", "run", ROOT / "vectors")
+    assert status == 0, out[-3000:]
+    assert " 0 failed (100.0 % conform)" in out
+    for rule_id in ("CACHE-3", "EQ-1", "EQ-2", "IDX-1"):
+        assert any(line.split()[:1] == [rule_id] for line in out.splitlines()), rule_id
+
+
+PAIR = ROOT / "vectors" / "equivalence" / "reshaped-mesh.json"
+SEQUENCE = ROOT / "vectors" / "cache" / "placement-equal-rewrites.json"
+
+
+def test_vectors_run_holds_pairs_and_sequences_to_the_spec(tmp_path, capsys):
+    pair = json.loads(PAIR.read_text())
+    wrong = dict(pair, expect=dict(pair["expect"], jax_equivalent=False))
+    broken = dict(pair, shape=[-1])
+    sequence = json.loads(SEQUENCE.read_text())
+    wrong_sequence = json.loads(SEQUENCE.read_text())
+    wrong_sequence["expect_cache"][1]["dispatch"] = "miss"
+    for name, data in (("pair", pair), ("wrong", wrong), ("broken", broken),
+                       ("sequence", sequence), ("wrong-sequence", wrong_sequence)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    status, out, _ = run(capsys, "vectors", "run", tmp_path)
+    assert status == 1
+    assert "5 vector(s) checked: 2 passed, 3 failed" in out
+    failures = _unwrapped(out.split("Failures")[1])
+    assert "wrong.json - jax_equivalent: expected False, the spec says True" in failures
+    assert "broken.json - not a valid vector: [VEC-1] at shape" in failures
+    assert "wrong-sequence.json" in failures and "pair.json" not in failures.replace(
+        "wrong.json", "").replace("broken.json", "")
+
+
+def test_vectors_run_skips_pairs_and_sequences_in_the_engine(capsys):
+    pytest.importorskip("jax")
+    status, out, _ = run(capsys, "vectors", "run", SEQUENCE, "--against", "engine")
+    assert status == 0 and "1 skipped" in out
+    assert "the engine replays jit-call vectors only" in out
+
+
+def test_check_explains_a_divergence_pair(capsys):
+    status, out, _ = run(capsys, "check", PAIR)
+    assert status == 0
+    assert "mesh=4:x spec=x" in out and "mesh=2x2:x,y spec=(x,y)" in out
+    assert "the spec matches" in out
+    status, out, _ = run(capsys, "check", PAIR, "--json")
+    assert status == 0 and json.loads(out)["matches"] is True
+
+
+@pytest.mark.parametrize("option, value", [("--budget", "0"), ("--per-rule", "0"),
+                                           ("--budget", "-3"), ("--budget", "many")])
+def test_vectors_generate_refuses_a_count_below_one_and_leaves_nothing(tmp_path, capsys, option,
+                                                                        value):
+    target = tmp_path / "out"
+    status, out, err = run(capsys, "vectors", "generate", target, option, value)
+    assert status == 2 and out == ""
+    assert f"argument {option}:" in err and "Traceback" not in err and "internal error" not in err
+    assert not target.exists()
+
+
+def test_vectors_generate_removes_the_directory_it_made_when_it_fails(tmp_path, capsys,
+                                                                       monkeypatch):
+    pytest.importorskip("jax")
+    import shardlaw.properties.vectors_gen as gen
+
+    def broken(directory, *args, **kwargs):
+        Path(directory, "hand").mkdir(parents=True)
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(gen, "generate", broken)
+    target = tmp_path / "out"
+    status, _, err = run(capsys, "vectors", "generate", target)
+    assert status == 70 and "internal error" in err
+    assert not target.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    status, _, _ = run(capsys, "vectors", "generate", kept)
+    assert status == 70 and kept.is_dir()  # a directory the user made stays
+
+
+def test_progress_rewrites_one_line_on_a_terminal_and_writes_lines_into_a_log():
+    import io
+
+    from shardlaw.cli_progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    now = [0.0]
+    log = io.StringIO()
+    progress = Progress("work", log, clock=lambda: now[0])
+    for step in range(40):
+        now[0] = step * 1.0
+        progress.update(f"step {step}")
+    progress.done("finished")
+    lines = log.getvalue().splitlines()
+    assert lines == ["work: step 0 (0m00s)", "work: step 15 (0m15s)", "work: step 30 (0m30s)",
+                     "work: finished (0m39s)"]
+    terminal = Terminal()
+    now[0] = 0.0
+    progress = Progress("work", terminal, clock=lambda: now[0])
+    progress.update("a long state")
+    now[0] = 1.0
+    progress.update("short")
+    progress.done("end")
+    assert terminal.getvalue() == ("\rwork: a long state (0m00s)\rwork: short (0m01s)"
+                                   + " " * 7 + "\rwork: end (0m01s)  \n")

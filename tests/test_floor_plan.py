@@ -1,5 +1,6 @@
 """The spec's floor plan: layers import downward only, JAX and z3 stay in their rooms, the
-README's layout table names every module, and the earlier module paths still import."""
+contributor page (docs/contributing.rst) names every module, the README's layout is one
+short line per folder, and the earlier module paths still import."""
 
 from __future__ import annotations
 
@@ -79,14 +80,47 @@ def test_imports_go_down_and_stay_in_their_rooms(path):
     assert not wrong, f"{path.relative_to(ROOT)}:\n" + "\n".join(wrong)
 
 
-def test_the_readme_layout_names_every_spec_module():
-    text = (ROOT / "README.md").read_text()
-    rows = {m[1]: m[2] for m in re.finditer(r"^\| `spec/([a-z_]+)/` \|([^\n]*)$", text, re.M)}
+def layout_entries(text: str) -> dict[str, str]:
+    """The folders of docs/contributing.rst's layout and what each entry says (its
+    definition: the indented lines under the ````folder/```` term)."""
+    return {m[1]: m[2] for m in re.finditer(r"^``([a-z_./]+/)``[^\n]*\n((?:   [^\n]*\n)+)",
+                                            text, re.M)}
+
+
+def test_the_contributor_layout_names_every_spec_module():
+    text = (ROOT / "docs" / "contributing.rst").read_text(encoding="utf-8")
+    rows = {folder[len("spec/"):-1]: row for folder, row in layout_entries(text).items()
+            if folder.startswith("spec/") and folder != "spec/"}
     assert set(rows) == set(RANK), sorted(rows)
     for layer, row in rows.items():
-        named = set(re.findall(r"`([a-z_]+)\.py`", row))
+        named = set(re.findall(r"``([a-z_]+)\.py``", row))
         present = {p.stem for p in (SPEC / layer).glob("*.py")} - {"__init__"}
         assert named == present, (layer, sorted(named ^ present))
+
+
+def test_the_readme_layout_is_one_short_line_per_folder():
+    """The README's layout table: every folder of the repository (and each layer of the
+    spec) on one line of its own, the detail left to docs/contributing.rst."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+/)` \| [^|\n]+ \|$", section, re.M)
+    lines = [line for line in section.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(lines) and all(len(line) <= 100 for line in lines), lines
+    folders = {p.name + "/" for p in ROOT.iterdir() if p.is_dir() and _tracked(p)}
+    expected = folders - {"src/"} | {"src/shardlaw/"} | {f"spec/{layer}/" for layer in RANK}
+    assert set(rows) == expected, sorted(set(rows) ^ expected)
+    assert "docs/contributing.rst" in section
+    # every folder of the README is described in the contributor page
+    assert set(rows) <= set(layout_entries(
+        (ROOT / "docs" / "contributing.rst").read_text(encoding="utf-8")))
+
+
+def _tracked(folder: Path) -> bool:
+    """A folder of the repository rather than of a tool (.git, a virtual environment,
+    caches, build output)."""
+    return (not folder.name.startswith(".") or folder.name == ".ci") and \
+        folder.name not in {"build", "dist", "__pycache__"} and \
+        not folder.name.endswith(".egg-info") and not (folder / "pyvenv.cfg").exists()
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

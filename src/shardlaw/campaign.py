@@ -49,7 +49,8 @@ from shardlaw.cli_errors import EXIT_BAD_INPUT, CommandExit
 
 __all__ = ["SUITES", "ENTRY_POINTS", "CONFIG_OPTION", "add_parser", "run", "known_suites",
            "suite_files", "write_config", "read_workers", "build_report", "write_charts",
-           "is_redis", "example_database", "check_redis"]
+           "is_redis", "example_database", "check_redis", "MAX_WORKERS", "usable_cpus",
+           "capped_workers"]
 
 # suite -> the modules that hold it (shardlaw.properties.suites; the laws are the module of
 # shardlaw.properties that states them). A module that is not there is left out.
@@ -85,6 +86,7 @@ CLEAR_EVERY = 1000                           # examples between jax.clear_caches
 DEFAULT_DB = Path(".shardlaw") / "examples"
 DEFAULT_REPORT = Path(".shardlaw") / "campaign-report.json"
 EXIT_DISAGREEMENT = 1
+MAX_WORKERS = 1024   # per machine: far above any machine's CPUs, far below a fork storm
 
 
 def add_parser(commands: Any) -> None:
@@ -110,8 +112,10 @@ def add_parser(commands: Any) -> None:
                              "(repeatable; every suite has 1 share unless told)")
     parser.add_argument("-k", dest="select", metavar="EXPR",
                         help="only the tests whose names match EXPR (as pytest -k)")
-    parser.add_argument("--workers", type=_positive_int, default=1, metavar="W",
-                        help="worker processes (pytest-xdist), default 1")
+    parser.add_argument("--workers", type=_worker_count, default=1, metavar="W",
+                        help="worker processes (pytest-xdist) on each machine, default 1; "
+                             "at most the CPUs this machine may use (more run as many as "
+                             f"there are, said on stderr), and never more than {MAX_WORKERS}")
     parser.add_argument("--db", default=str(DEFAULT_DB), metavar="DIR|redis://HOST:PORT",
                         help=f"the shared example database: a folder (default {DEFAULT_DB}) "
                              "or a Redis server shared by several machines")
@@ -141,6 +145,37 @@ def _positive_int(text: str) -> int:
     if not 1 <= value <= 10 ** 9:
         raise argparse.ArgumentTypeError(f"{value} is not between 1 and 10**9")
     return value
+
+
+def _worker_count(text: str) -> int:
+    """``--workers``: 1 to MAX_WORKERS (each worker is a JAX process of its own)."""
+    value = _positive_int(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_WORKERS} workers on one machine (each is a JAX process of its "
+            f"own), got {value}; spread more over several machines with --dask")
+    return value
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system says, else all)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def capped_workers(requested: int, stream: Any = None) -> int:
+    """The workers a local campaign runs: as many as asked, but no more than the CPUs it
+    may use (a worker more only waits for a CPU and holds a JAX process's memory); a cut
+    is said on ``stream`` (default stderr)."""
+    cpus = usable_cpus()
+    if requested <= cpus:
+        return requested
+    (stream or sys.stderr).write(f"shardlaw campaign: --workers {requested} is more than the "
+                                 f"{cpus} CPU(s) this machine lets it use; running {cpus} "
+                                 "worker(s)\n")
+    return cpus
 
 
 def _count(text: str) -> int:
@@ -427,6 +462,7 @@ def run(args: Any) -> int:
         return run_on_cluster(args, files, report_path, out)
     if local_database_of(args):
         Path(local_database_of(args)).mkdir(parents=True, exist_ok=True)
+    args.workers = capped_workers(args.workers)
     scratch = Path(tempfile.mkdtemp(prefix="shardlaw-campaign-"))
     log = report_path.with_name(report_path.stem + "-pytest.log")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -237,12 +237,27 @@ def _demo_jit_calls(out: TextIO) -> None:
 
 # --------------------------------------------------------------------------- rules
 
-def list_rules(out: TextIO) -> None:
-    """Print every rule ID and its statement."""
+def list_rules(out: TextIO, families: Sequence[str] | None = None) -> None:
+    """Print every rule ID and its statement as plain text (the statements are written in
+    reST for the docs); with ``families``, only the rules of those families."""
+    from shardlaw.cli_text import plain_text
+    from shardlaw.rule_index import family_id
     from shardlaw.spec import RULES
 
     for rule in RULES.values():
-        out.write(f"{rule.id:8} {rule.statement}\n")
+        if families and family_id(rule.id) not in families:
+            continue
+        out.write(f"{rule.id:8} {plain_text(rule.statement)}\n")
+
+
+def _family(text: str) -> str:
+    """``--family``: a declared rule family, in any case (``smap`` is ``SMAP``)."""
+    from shardlaw.rule_index import FAMILIES
+    family = text.strip().upper()
+    if family not in FAMILIES:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a rule family; the families are {', '.join(FAMILIES)}")
+    return family
 
 
 # --------------------------------------------------------------------------- entry point
@@ -263,7 +278,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     commands.add_parser("demo", help="a worked example of placement and the two equivalences "
                                      "(specification only, no JAX needed)")
-    commands.add_parser("rules", help="list every rule ID and its statement")
+    rules = commands.add_parser("rules", help="list every rule ID and its statement")
+    rules.add_argument("--family", action="append", type=_family, metavar="FAMILY",
+                       help="only the rules of FAMILY (SMAP, EQ, ...; repeatable)")
     from shardlaw import cli_prove
     cli_prove.add_parser(commands)
     from shardlaw import cli_vectors
@@ -281,7 +298,7 @@ def _run(argv: Sequence[str] | None) -> int:
     if args.command == "demo":
         demo(sys.stdout)
     elif args.command == "rules":
-        list_rules(sys.stdout)
+        list_rules(sys.stdout, args.family)
     elif args.command in ("prove", "check", "vectors", "campaign"):
         return args.handler(args)
     return 0

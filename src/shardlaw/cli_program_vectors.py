@@ -31,9 +31,10 @@ def is_program_vector(vector: Any) -> bool:
 
 
 def _statement(rule_id: str) -> str:
+    from shardlaw.cli_text import plain_text
     from shardlaw.spec import RULES
     rule = RULES.get(rule_id)
-    return rule.statement.replace("``", "") if rule is not None else "(not a registered rule)"
+    return plain_text(rule.statement) if rule is not None else "(not a registered rule)"
 
 
 def _fill(text: str, indent: str, hang: str | None = None) -> str:

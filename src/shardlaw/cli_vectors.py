@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 from shardlaw.cli_errors import CommandExit
+from shardlaw.cli_more_vectors import (
+    is_more_text, is_more_vector, load_more, more_hits, replay_more,
+)
 from shardlaw.cli_program_vectors import is_program_vector, program_hits, replay_program_vector
 
 __all__ = ["add_parsers", "read_vectors"]
@@ -69,10 +72,10 @@ def add_parsers(subparsers: Any) -> None:
     generate = commands.add_parser(
         "generate", help="write vectors from Hypothesis calls checked against real JAX")
     generate.add_argument("directory", metavar="DIR", help="where to write (empty, or --replace)")
-    generate.add_argument("--per-rule", type=int, default=3, metavar="N",
+    generate.add_argument("--per-rule", type=_at_least_one, default=3, metavar="N",
                           help="vectors for each side of each jit-call rule (default 3)")
     generate.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
-    generate.add_argument("--budget", type=int, default=None, metavar="CALLS",
+    generate.add_argument("--budget", type=_at_least_one, default=None, metavar="CALLS",
                           help="the most calls to draw (default 4000)")
     generate.add_argument("--replace", action="store_true",
                           help="delete the .json files already under DIR first")
@@ -80,6 +83,18 @@ def add_parsers(subparsers: Any) -> None:
                           help="write program vectors (whole programs: their bodies' "
                                "equations) under DIR/programs/<rule>/ instead")
     generate.set_defaults(handler=_guarded(generate_command))
+
+
+def _at_least_one(text: str) -> int:
+    """A count given on the command line: a whole number of at least 1 (argparse says
+    which option and exits 2 otherwise)."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
 
 
 def _guarded(command: Any) -> Any:
@@ -125,6 +140,9 @@ def read_vectors(path: Path) -> Iterator[Entry]:
                    if line.strip()] if file.suffix == ".jsonl" else [(str(file), text)])
         for where, piece in pieces:
             try:
+                if is_more_text(piece):  # a call sequence or a divergence pair
+                    yield Entry(where, load_more(piece))
+                    continue
                 yield Entry(where, load_program(piece) if is_program_text(piece)
                             else load_vector(piece))  # a program or a jit-call vector
             except Rejection as error:
@@ -228,6 +246,9 @@ def check_command(args: argparse.Namespace, out: TextIO) -> int:
     if sequence is not None:
         return check_sequence_command(args, sequence, out)
     vector = _one_vector(args.file)
+    if is_more_vector(vector):  # a divergence pair (sequences were read above)
+        from shardlaw.cli_more_vectors import check_equivalence
+        return check_equivalence(args.file, vector, args.json, out)
     if is_program_vector(vector):
         from shardlaw.cli_program_vectors import check_program_vector
         return check_program_vector(args, vector, out)
@@ -242,10 +263,11 @@ def check_command(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _statement(rule_id: str) -> str:
+    from shardlaw.cli_text import plain_text
     from shardlaw.spec import RULES
     rule = RULES.get(rule_id)
     # The statements are written for the docs; the terminal shows them without markup.
-    return rule.statement.replace("``", "") if rule is not None else "(not a registered rule)"
+    return plain_text(rule.statement) if rule is not None else "(not a registered rule)"
 
 
 def _check_json(file: str, vector: Any, verdict: Any, differences: list[str] | None) -> dict:
@@ -442,6 +464,8 @@ def _replayer(against: str, entries: list[Entry]) -> Any:
     if against == "spec":
         return lambda vector: (_expectation(vector, jit_call(vector.call))
                                if _is_jit(vector)
+                               else replay_more("spec", vector)
+                               if is_more_vector(vector)
                                else replay_program_vector("spec", vector))
     try:
         import jax  # noqa: F401
@@ -462,6 +486,8 @@ def _replayer(against: str, entries: list[Entry]) -> Any:
     except NotReplayable as error:
         raise _Exit(2, str(error)) from None
     return lambda vector: (replay(vector) if _is_jit(vector)
+                           else replay_more(against, vector, NotReplayable)
+                           if is_more_vector(vector)
                            else _program_elsewhere(against, vector, NotReplayable))
 
 
@@ -494,6 +520,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
             replays.append(Replay(entry.where, [], [f"not a valid vector: {entry.error}"]))
             continue
         hits = (rules_hit(entry.vector) if _is_jit(entry.vector)
+                else more_hits(entry.vector) if is_more_vector(entry.vector)
                 else program_hits(entry.vector))
         if entry.vector.expect is None:
             replays.append(Replay(entry.where, hits, None, "no expected verdict"))
@@ -526,7 +553,9 @@ def _report(path: Path, against: str, replays: list[Replay], out: TextIO) -> Non
     from shardlaw.spec.vectors.jit_vectors import jit_rules
 
     w = out.write
-    what = {"spec": "the spec (shardlaw.spec.jit_call; explain_program for programs)",
+    what = {"spec": "the spec (shardlaw.spec.jit_call; explain_program for programs; "
+                    "explain_cache for call sequences; placement_equivalent for divergence "
+                    "pairs)",
             "jax": "real jax.jit (8 CPU devices)",
             "engine": "the engine (shardlaw.engine.jit)"}
     w(f"Replayed {len(replays)} vector(s) from {path} against {what[against]}\n\n")
@@ -575,8 +604,20 @@ def _report(path: Path, against: str, replays: list[Replay], out: TextIO) -> Non
 # =========================================================================== vectors generate
 
 def generate_command(args: argparse.Namespace, out: TextIO) -> int:
-    if args.per_rule < 1:
-        raise _Exit(2, "--per-rule must be at least 1")
+    """``shardlaw vectors generate``; a directory it made is removed again when it fails, so
+    that a refused or broken run leaves nothing behind."""
+    directory = Path(args.directory)
+    existed = directory.exists()
+    try:
+        return _generate(args, out)
+    except BaseException:
+        if not existed and directory.is_dir():
+            import shutil
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _generate(args: argparse.Namespace, out: TextIO) -> int:
     if args.programs:
         from shardlaw.cli_program_vectors import generate_programs
         return generate_programs(args, out)
@@ -589,12 +630,21 @@ def generate_command(args: argparse.Namespace, out: TextIO) -> int:
     except ImportError as error:
         raise _Exit(2, f"generating vectors needs JAX and Hypothesis ({error}); install "
                        "shardlaw with the [dev] extra") from None
+    from shardlaw.cli_progress import Progress
+    progress = Progress("vectors generate")
+    drawn = [0]
+
+    def show(report: Any) -> None:
+        drawn[0] += 1
+        progress.update(_generation_state(report, args.per_rule, drawn[0], args.budget))
+
     try:
         prepare_jax(8)
         report = generate(args.directory, args.per_rule, seed=args.seed, budget=args.budget,
-                          replace=args.replace)
+                          replace=args.replace, progress=show)
     except (NotReplayable, FileExistsError) as error:
         raise _Exit(2, str(error)) from None
+    progress.done(_generation_state(report, args.per_rule, drawn[0], args.budget))
     w = out.write
     total = len({f for files in report.written.values() for f in files})
     w(f"Wrote {total} vector(s) into {args.directory} ({report.drawn} calls run in JAX)\n")
@@ -613,3 +663,11 @@ def generate_command(args: argparse.Namespace, out: TextIO) -> int:
         w(f"\nThe harness could not build {len(report.unrunnable)} call(s): "
           + "; ".join(dict.fromkeys(report.unrunnable)) + "\n")
     return 0
+
+
+def _generation_state(report: Any, per_rule: int, drawn: int, budget: int) -> str:
+    """How far a generation is: calls drawn of the budget, calls run in JAX, rule sides
+    filled."""
+    full = sum(len(files) >= per_rule for files in report.written.values())
+    return (f"{drawn} of at most {budget} calls drawn, {report.drawn} run in JAX, "
+            f"{full} of {len(report.written)} rule sides have {per_rule} vector(s)")
