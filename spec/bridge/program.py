@@ -34,7 +34,7 @@ from ..program.description import (
 )
 from .convert import _layout_from_jax, from_jax
 
-__all__ = ["describe_program", "describe_trace"]
+__all__ = ["describe_program", "describe_trace", "input_paths"]
 
 
 def _jax() -> Any:
@@ -62,8 +62,9 @@ def _argument(value: Any) -> Value:
         if layout is not None and not layout.is_default:
             raise _Unreadable(f"describe_program reads arrays in the default layout; got "
                               f"{layout!r}")
-        return Value.placed(tuple(value.shape), from_jax(value.sharding), str(value.dtype),
-                            committed=bool(value._committed))
+        # an array keeps its weak type (jax.jit(lambda: 1.0)() is ~float32[])
+        return Value(tuple(value.shape), str(value.dtype), bool(value.weak_type),
+                     sharding=from_jax(value.sharding), committed=bool(value._committed))
     if isinstance(value, (np.ndarray, np.generic)):
         return Value.numpy(tuple(np.shape(value)), str(value.dtype))
     if isinstance(value, jax.ShapeDtypeStruct):
@@ -192,9 +193,11 @@ def _literals(jaxpr: Any, numbers: _Numbers) -> tuple[Const, ...]:
 
     found = []
     hoisting = _hoisting()
-    for eqn in jaxpr.eqns:
-        described = eqn.primitive.name in DESCRIBED_PRIMITIVES
-        for v in eqn.invars:
+    # a literal result (``lambda x: 1.0``) is read as a constant the body returns, as JAX
+    # returns it
+    uses = [(eqn.primitive.name in DESCRIBED_PRIMITIVES, eqn.invars) for eqn in jaxpr.eqns]
+    for described, invars in [*uses, (True, jaxpr.outvars)]:
+        for v in invars:
             # with constants simplified, a closed-over array is a literal wherever it is
             # used: read as a constant, which CONST-1 hoists or leaves embedded
             hoisted = hoisting and isinstance(v, core.Literal) and np.ndim(v.val) > 0
@@ -225,12 +228,9 @@ def _body(jaxpr: Any, consts: list, inputs: tuple[Value, ...], where: str,
         equations.append(_equation(eqn, numbers, f"{where}body[{k}]"))
         for v in eqn.outvars:
             numbers.define(v)
-    outputs = []
-    for v in jaxpr.outvars:
-        if v not in numbers.of:
-            raise _Unreadable(f"describe_program does not describe a literal result; "
-                              f"{where or 'the program'} returns {v}")
-        outputs.append(numbers.of[v])
+    from jax._src import core
+
+    outputs = [numbers.of[id(v) if isinstance(v, core.Literal) else v] for v in jaxpr.outvars]
     return Program(inputs, tuple(equations), tuple(outputs), constants, **options)
 
 
@@ -389,8 +389,11 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
 def describe_trace(fun: Any, *args: Any, **kwargs: Any) -> Program:
     """:func:`describe_program` read from JAX's trace of ``fun`` as it is, a transformed
     function's too (what the properties compare the spec's rewrites with): a jit a batching
-    rule bound is read as a jit the user called."""
+    rule bound is read as a jit the user called. A jitted function's static arguments are
+    passed to it as they are, and only its other arguments are the program's inputs, each
+    named by its pytree path (:func:`input_paths`)."""
     jax = _jax()
+    fun, args, kwargs = _statics_bound(fun, args, kwargs)
     leaves = jax.tree_util.tree_leaves((args, kwargs))
     inputs = tuple(_argument(leaf) for leaf in leaves)
     closed = jax.make_jaxpr(fun)(*args, **kwargs)
@@ -406,7 +409,42 @@ def describe_trace(fun: Any, *args: Any, **kwargs: Any) -> Program:
         options[name] = options[name][:len(inputs)]
     refs = tuple(isinstance(leaf, jax.Ref) for leaf in leaves)
     return _body(body.jaxpr, list(body.consts), inputs, "", lifted, **options,
-                 devices=jax.device_count(), refs=refs, hoist_constants=_hoisting())
+                 devices=jax.device_count(), refs=refs, hoist_constants=_hoisting(),
+                 input_paths=input_paths(args, kwargs))
+
+
+def input_paths(args: tuple, kwargs: dict) -> tuple[str, ...]:
+    """Each argument leaf's pytree path, as the engine names it: ``args[0]['b1']``,
+    ``args[1][0].mu``, ``kwargs['batch']`` (``args[k]``: the k-th positional argument
+    that is not static)."""
+    jax = _jax()
+    flat, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    return tuple(("args" if keys[0].idx == 0 else "kwargs") + jax.tree_util.keystr(keys[1:])
+                 for keys, _ in flat)
+
+
+def _statics_bound(fun: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+    """(a function of the dynamic arguments, those arguments) for ``fun``: where ``fun`` is
+    a ``jax.jit`` given ``static_argnums``/``static_argnames``, one that calls it with the
+    static values as they were passed (its trace is that jit's, over the others); else
+    ``fun`` and the arguments as they are."""
+    info = getattr(fun, "_jit_info", None)   # JAX 0.10.2's jit keeps both, each completed
+    nums, names = (getattr(info, "static_argnums", ()) or (),
+                   getattr(info, "static_argnames", ()) or ())
+    count = len(args)
+    static = {i % count for i in nums if -count <= i < count}
+    if not static and not set(names) & set(kwargs):
+        return fun, args, kwargs
+    dynamic = tuple(a for i, a in enumerate(args) if i not in static)
+    named = {k: v for k, v in kwargs.items() if k not in names}
+    fixed = {k: v for k, v in kwargs.items() if k in names}
+
+    def with_statics(*given: Any, **given_kwargs: Any) -> Any:
+        rest = iter(given)
+        return fun(*(args[i] if i in static else next(rest) for i in range(count)),
+                   **given_kwargs, **fixed)
+
+    return with_statics, dynamic, named
 
 
 # --------------------------------------------------------------------------- vmapped functions

@@ -38,7 +38,7 @@ from ..core.values import (
     AbstractMesh, AxisType, Mesh, PartitionSpec, UNCONSTRAINED, check_dims, compared_fields,
     state_without_hash,
 )
-from ..jit.call import DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg
+from ..jit.call import CANONICAL, DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg, placed_dtype
 from .type_splits import canonical_type_spec, fitting, splits_over, type_spec
 
 P = PartitionSpec  # the name the examples use
@@ -125,7 +125,10 @@ def _sharding(value: Any, what: str, *, unspecified: bool = False) -> Any:
 
 # What a value's checks expect, put into words once (every value built is checked).
 _ONE_OF_DTYPES = f"one of {DTYPES}"
-_A_PYTHON_SCALAR = f"a Python scalar: shape () and one of {tuple(SCALAR_DTYPES.values())}"
+_A_PYTHON_BOOL = "a Python bool: shape ()"
+# The dtypes ARG-2 may change in a value's type: the 64-bit ones, and a Python bool's weak type.
+_PYTHON_TYPE = {dtype: python for python, dtype in SCALAR_DTYPES.items()}
+_RETYPED = frozenset(d for d in DTYPES if CANONICAL.get(d, d) != d) | {"bool"}
 
 @dataclasses.dataclass(frozen=True)
 class Value:
@@ -177,10 +180,10 @@ class Value:
         if self.sharding is None:
             _require(not self.committed, "a committed value's sharding", "a sharding",
                      None)
-            _require(not self.weak_type or (self.shape == () and self.dtype in
-                                            SCALAR_DTYPES.values()),
-                     "a weakly typed value without a sharding",
-                     _A_PYTHON_SCALAR, (self.shape, self.dtype))
+            # (a traced array of any shape may be weakly typed: jnp.broadcast_to(1.0, (8,)))
+            _require(not self.weak_type or self.dtype != "bool" or self.shape == (),
+                     "a weakly typed bool without a sharding", _A_PYTHON_BOOL,
+                     (self.shape, self.dtype))
             return
         _sharding(self.sharding, "a value's sharding")
         # An array that exists fits its sharding (CALL-0, as for a jit argument).
@@ -240,11 +243,23 @@ class Value:
 
     @property
     def type(self) -> "Value":
-        """The value's type alone, as a traced value has it (no sharding, not committed)."""
-        if self.sharding is None and not self.abstract:
+        """The value's type alone, as a traced value has it (no sharding, not committed):
+        an argument's dtype and weak type as jit traces it (ARG-2: 64-bit types narrowed, a
+        Python bool not weak)."""
+        dtype, weak = self.dtype, self.weak_type
+        if dtype in _RETYPED:
+            dtype, weak = placed_dtype(self._python_type or "array", dtype, weak)
+        if self.sharding is None and not self.abstract and (dtype, weak) == (
+                self.dtype, self.weak_type):
             return self
-        return Value(self.shape, self.dtype, self.weak_type, self.mesh, self.varying,
-                     spec=self.spec)
+        return Value(self.shape, dtype, weak, self.mesh, self.varying, spec=self.spec)
+
+    @property
+    def _python_type(self) -> str | None:
+        """The Python scalar type this value is an argument of (None: not a Python scalar)."""
+        if self.sharding is not None or self.abstract or not self.weak_type or self.shape:
+            return None
+        return _PYTHON_TYPE.get(self.dtype)
 
     def as_arg(self) -> Arg:
         """The jit argument this value is (:class:`~shardlaw.spec.jit.call.Arg`)."""
@@ -253,13 +268,13 @@ class Value:
         if self.sharding is not None:
             return Arg("committed" if self.committed else "uncommitted", self.shape,
                        self.dtype, self.sharding)
-        if self.weak_type:
-            python = {d: t for t, d in SCALAR_DTYPES.items()}[self.dtype]
+        python = self._python_type
+        if python is not None:
             return Arg.scalar(python)
         return Arg.numpy(self.shape, self.dtype)
 
     def __repr__(self) -> str:
-        if self.sharding is None and self.weak_type:
+        if self._python_type is not None:
             return f"Value.scalar({self.dtype!r})"
         shape = "x".join(map(str, self.shape)) or "scalar"
         text = f"{self.dtype}[{shape}]" + ("~" if self.weak_type else "")
@@ -748,6 +763,10 @@ class Program:
     when JAX is imported (``JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1``; CONST-1);
     ``compiler_consts`` gives, per hoisted constant in CONST-1's order, the HLO sharding
     the compiler chose for it (None: not known), as ``compiler_in`` does per input.
+    ``input_paths`` names each input by the pytree path of the argument leaf it is, as
+    :func:`~shardlaw.spec.bridge.program.describe_program` reads them (``args[0]['b1']``,
+    ``kwargs['opt_state'][0].mu``; ``()``: ``args[k]`` for the k-th input); verdicts name
+    the inputs so.
     ``checked`` is False for a program a batching rule gave (``vmap_program``): JAX checked
     its jit's shardings against one example's values when it traced the user's function,
     and does not check them again when it is vmapped once more, nor when the batched call
@@ -778,6 +797,7 @@ class Program:
     hoist_constants: bool = False
     compiler_consts: tuple[HloSharding | None, ...] | None = None
     checked: bool = True
+    input_paths: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         _require(type(self.devices) is int and self.devices >= 1, "a program's devices",
@@ -814,6 +834,10 @@ class Program:
         _bool(self.keep_unused, "keep_unused")
         _bool(self.checked, "a program's checked flag")
         _check_refs(self, inputs)
+        paths = _tuple(self.input_paths, "a program's input paths", "str")
+        _require(len(paths) in (0, len(inputs)) and all(type(p) is str for p in paths),
+                 "a program's input paths", f"() or one str per input ({len(inputs)})", paths)
+        object.__setattr__(self, "input_paths", paths)
         _require(self.context_mesh is None or type(self.context_mesh) in (
             Mesh, AbstractMesh), "the context mesh", "None, a Mesh or an AbstractMesh",
             self.context_mesh)
