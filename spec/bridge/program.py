@@ -393,10 +393,20 @@ def describe_trace(fun: Any, *args: Any, **kwargs: Any) -> Program:
     passed to it as they are, and only its other arguments are the program's inputs, each
     named by its pytree path (:func:`input_paths`)."""
     jax = _jax()
+    jitted = hasattr(fun, "trace")
     fun, args, kwargs = _statics_bound(fun, args, kwargs)
     leaves = jax.tree_util.tree_leaves((args, kwargs))
     inputs = tuple(_argument(leaf) for leaf in leaves)
-    closed = jax.make_jaxpr(fun)(*args, **kwargs)
+    refs = tuple(isinstance(leaf, jax.Ref) for leaf in leaves)
+    given = dict(devices=jax.device_count(), refs=refs, hoist_constants=_hoisting(),
+                 input_paths=input_paths(args, kwargs))
+    try:
+        closed = jax.make_jaxpr(fun)(*args, **kwargs)
+    except Exception as error:   # JAX refused while tracing: described up to the refusal
+        refused = _refused(fun, args, kwargs, inputs, given, jitted)
+        if refused is None:
+            raise
+        return refused
     if not _is_one_jit(closed):
         closed = jax.make_jaxpr(jax.jit(fun))(*args, **kwargs)
     eqn = closed.jaxpr.eqns[0]
@@ -407,10 +417,26 @@ def describe_trace(fun: Any, *args: Any, **kwargs: Any) -> Program:
     options = _jit_options(eqn.params, "the jit called")
     for name in ("in_shardings", "donated"):   # the lifted refs' are JAX's, not the user's
         options[name] = options[name][:len(inputs)]
-    refs = tuple(isinstance(leaf, jax.Ref) for leaf in leaves)
-    return _body(body.jaxpr, list(body.consts), inputs, "", lifted, **options,
-                 devices=jax.device_count(), refs=refs, hoist_constants=_hoisting(),
-                 input_paths=input_paths(args, kwargs))
+    return _body(body.jaxpr, list(body.consts), inputs, "", lifted, **options, **given)
+
+
+def _refused(fun: Any, args: tuple, kwargs: dict, inputs: tuple, given: dict, jitted: bool
+             ) -> Program | None:
+    """The program JAX refuses while tracing it, described up to the call it refuses
+    (:func:`~shardlaw.spec.bridge.refusals.describe_refused`), or None: traced again with
+    JAX's frames kept, to find the call."""
+    from jax._src import config
+
+    from .refusals import describe_refused
+
+    if any(given["refs"]):
+        return None
+    try:
+        with config.traceback_filtering("off"):
+            _jax().make_jaxpr(fun)(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - the refusal, now with its frames
+        return describe_refused(error, inputs, given, jitted, _body)
+    return None
 
 
 def input_paths(args: tuple, kwargs: dict) -> tuple[str, ...]:

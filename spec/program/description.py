@@ -125,7 +125,6 @@ def _sharding(value: Any, what: str, *, unspecified: bool = False) -> Any:
 
 # What a value's checks expect, put into words once (every value built is checked).
 _ONE_OF_DTYPES = f"one of {DTYPES}"
-_A_PYTHON_BOOL = "a Python bool: shape ()"
 # The dtypes ARG-2 may change in a value's type: the 64-bit ones, and a Python bool's weak type.
 _PYTHON_TYPE = {dtype: python for python, dtype in SCALAR_DTYPES.items()}
 _RETYPED = frozenset(d for d in DTYPES if CANONICAL.get(d, d) != d) | {"bool"}
@@ -180,9 +179,9 @@ class Value:
         if self.sharding is None:
             _require(not self.committed, "a committed value's sharding", "a sharding",
                      None)
-            # (a traced array of any shape may be weakly typed: jnp.broadcast_to(1.0, (8,)))
+            # (a traced value of any rank may be weakly typed: jnp.broadcast_to(1.0, (8,)))
             _require(not self.weak_type or self.dtype != "bool" or self.shape == (),
-                     "a weakly typed bool without a sharding", _A_PYTHON_BOOL,
+                     "a weakly typed bool without a sharding", "a Python bool: shape ()",
                      (self.shape, self.dtype))
             return
         _sharding(self.sharding, "a value's sharding")
@@ -763,10 +762,8 @@ class Program:
     when JAX is imported (``JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1``; CONST-1);
     ``compiler_consts`` gives, per hoisted constant in CONST-1's order, the HLO sharding
     the compiler chose for it (None: not known), as ``compiler_in`` does per input.
-    ``input_paths`` names each input by the pytree path of the argument leaf it is, as
-    :func:`~shardlaw.spec.bridge.program.describe_program` reads them (``args[0]['b1']``,
-    ``kwargs['opt_state'][0].mu``; ``()``: ``args[k]`` for the k-th input); verdicts name
-    the inputs so.
+    ``input_paths``: each input's pytree path, by which verdicts name it, as
+    ``describe_program`` reads it (``args[0]['b1']``; ``()``: ``args[k]``, flat).
     ``checked`` is False for a program a batching rule gave (``vmap_program``): JAX checked
     its jit's shardings against one example's values when it traced the user's function,
     and does not check them again when it is vmapped once more, nor when the batched call
