@@ -55,11 +55,12 @@ def with_compiler_choices(program, outcome: JaxOutcome):
     return dataclasses.replace(program, **changes)
 
 
-def held_to_jax(fun, *args, **kwargs):
+def held_to_jax(fun, *args, staged=None, **kwargs):
     """(the program, its verdict, the problems) for ``fun(*args, **kwargs)``: JAX's jit
-    staged to the end, the spec's verdict on describe_program given the compiler's choices;
-    no problems where both refuse at one stage with JAX's class, or both accept alike."""
-    jitted = fun if hasattr(fun, "trace") else jax.jit(fun)
+    (``staged``, else ``fun`` or ``jax.jit(fun)``: what has ``trace(...).lower()``) staged
+    to the end, the spec's verdict on describe_program given the compiler's choices; no
+    problems where both refuse at one stage with JAX's class, or both accept alike."""
+    jitted = staged or (fun if hasattr(fun, "trace") else jax.jit(fun))
     outcome = JaxOutcome()
     bound = (lambda *a: jitted(*a, **kwargs))
     bound.trace = lambda *a: jitted.trace(*a, **kwargs)

@@ -393,7 +393,8 @@ def describe_trace(fun: Any, *args: Any, **kwargs: Any) -> Program:
     passed to it as they are, and only its other arguments are the program's inputs, each
     named by its pytree path (:func:`input_paths`)."""
     jax = _jax()
-    jitted = hasattr(fun, "trace")
+    library = _is_library_jit(fun)
+    jitted = hasattr(fun, "trace") or _is_filter_jit(fun)
     fun, args, kwargs = _statics_bound(fun, args, kwargs)
     leaves = jax.tree_util.tree_leaves((args, kwargs))
     inputs = tuple(_argument(leaf) for leaf in leaves)
@@ -407,7 +408,13 @@ def describe_trace(fun: Any, *args: Any, **kwargs: Any) -> Program:
         if refused is None:
             raise
         return refused
-    if not _is_one_jit(closed):
+    if library and not _is_one_jit(closed) and _wraps_one_jit(closed):
+        # the one jit the library calls, over the leaves it hands it (its results all)
+        picked = [closed.jaxpr.invars.index(v) for v in closed.jaxpr.eqns[0].invars]
+        inputs = tuple(inputs[i] for i in picked)
+        given.update(refs=tuple(refs[i] for i in picked), input_paths=tuple(
+            given["input_paths"][i] for i in picked))
+    elif not _is_one_jit(closed):
         closed = jax.make_jaxpr(jax.jit(fun))(*args, **kwargs)
     eqn = closed.jaxpr.eqns[0]
     _no_layouts(eqn.params, "the jit called")
@@ -454,6 +461,9 @@ def _statics_bound(fun: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dic
     a ``jax.jit`` given ``static_argnums``/``static_argnames``, one that calls it with the
     static values as they were passed (its trace is that jit's, over the others); else
     ``fun`` and the arguments as they are."""
+    filtered = _filter_jit_statics(fun, args, kwargs)
+    if filtered is not None:
+        return filtered
     info = getattr(fun, "_jit_info", None)   # JAX 0.10.2's jit keeps both, each completed
     nums, names = (getattr(info, "static_argnums", ()) or (),
                    getattr(info, "static_argnames", ()) or ())
@@ -469,6 +479,51 @@ def _statics_bound(fun: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dic
         rest = iter(given)
         return fun(*(args[i] if i in static else next(rest) for i in range(count)),
                    **given_kwargs, **fixed)
+
+    return with_statics, dynamic, named
+
+
+def _is_library_jit(fun: Any) -> bool:
+    """Whether ``fun`` is what flax NNX's ``nnx.jit`` or ``equinox.filter_jit`` returned: a
+    wrapper that hands one ``jax.jit`` the arrays of its arguments (NNX: a module's and an
+    optimizer's state) and does its own work around the call; the program is that jit, its
+    results all it returns (NNX: the new state it writes back, then the function's;
+    equinox: a counter of its own, then the function's)."""
+    return type(fun).__module__.partition(".")[0] in ("flax", "equinox") and hasattr(
+        fun, "lower")
+
+
+def _wraps_one_jit(closed: Any) -> bool:
+    """Whether the trace is one jit equation over arguments, each once, and nothing else
+    (what a library's wrapper around one jit traces to; its results may be others)."""
+    jaxpr = closed.jaxpr
+    if len(jaxpr.eqns) != 1 or jaxpr.eqns[0].primitive.name not in ("jit", "pjit"):
+        return False
+    operands = list(jaxpr.eqns[0].invars)
+    return (not jaxpr.constvars and len(set(operands)) == len(operands)
+            and all(v in set(jaxpr.invars) for v in operands))
+
+
+def _is_filter_jit(fun: Any) -> bool:
+    """Whether ``fun`` is what ``equinox.filter_jit`` returned."""
+    return type(fun).__module__.partition(".")[0] == "equinox" and hasattr(fun, "lower")
+
+
+def _filter_jit_statics(fun: Any, args: tuple, kwargs: dict
+                        ) -> tuple[Any, tuple, dict] | None:
+    """:func:`_statics_bound` for an ``equinox.filter_jit`` function: every leaf that is not
+    an array (``equinox.is_array``: a module's functions, its Python numbers) is static,
+    as filter_jit makes it, and the arrays are the arguments (None where a leaf is
+    static, so that their paths are the user's: ``args[0].layers[1].weight``)."""
+    if not _is_filter_jit(fun):
+        return None
+    import equinox as eqx
+
+    (dynamic, named), static = eqx.partition((args, kwargs), eqx.is_array)
+
+    def with_statics(*given: Any, **given_kwargs: Any) -> Any:
+        called, keywords = eqx.combine((given, given_kwargs), static)
+        return fun(*called, **keywords)
 
     return with_statics, dynamic, named
 
