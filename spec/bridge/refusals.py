@@ -120,7 +120,7 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
         if located is None:
             return None
         levels, refused = located
-        top = 1 if jitted else 0
+        top = 1 if jitted or _only_calls_a_jit(levels) else 0
         if len(levels) <= top or any(level.equations() for level in levels[:top]):
             return None
         program = _described(levels[top:], refused, inputs,
@@ -133,6 +133,15 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
             verdict.jax_error in names or verdict.error_type in names):
         return None
     return program
+
+
+def _only_calls_a_jit(levels: list[_Level]) -> bool:
+    """Whether the function's body so far is nothing but the call of a jit over its
+    arguments, in order: describe_program reads such a function as that jit call."""
+    if len(levels) < 2 or levels[0].equations():
+        return False
+    operands = [getattr(v, "val", None) for v in levels[1].jit["args_ft"].vals]
+    return operands == list(levels[0].trace.frame.invars)
 
 
 def _described(levels: list[_Level], refused: _Refused, inputs: tuple, options: dict,
