@@ -160,3 +160,17 @@ def test_every_derivative_of_a_callback_is_refused(transform):
     assert (refused.value.rule, refused.value.stage, refused.value.path) == (
         "AD-20", "trace", "body[0]")
     assert isinstance(refused.value, ValueError)
+
+
+@checks("DA-1")
+def test_the_gradients_verdict_names_inputs_by_path():
+    """grad_program keeps the inputs' paths: JAX refuses the gradient of a step whose
+    parameters are on the devices in two orders when lowering (DA-1, ValueError), and the
+    verdict names both leaves."""
+    params = {"w": jax.device_put(X, NS(mesh(), P("x"))),
+              "b": jax.device_put(X, NS(mesh(backwards=True), P()))}
+    loss = lambda p: jnp.sum(jnp.tanh(p["w"] * p["b"]))   # noqa: E731
+    answer, problems = held(jax.grad(loss), grad_program, loss, params)
+    assert not problems, problems
+    assert (answer.rule, answer.stage) == ("DA-1", "lower")
+    assert "args[0]['b']" in answer.message and "args[0]['w']" in answer.message
