@@ -512,17 +512,24 @@ def _is_filter_jit(fun: Any) -> bool:
 def _filter_jit_statics(fun: Any, args: tuple, kwargs: dict
                         ) -> tuple[Any, tuple, dict] | None:
     """:func:`_statics_bound` for an ``equinox.filter_jit`` function: every leaf that is not
-    an array (``equinox.is_array``: a module's functions, its Python numbers) is static,
-    as filter_jit makes it, and the arrays are the arguments (None where a leaf is
-    static, so that their paths are the user's: ``args[0].layers[1].weight``)."""
+    an array (a module's functions, its Python numbers) is static, as filter_jit makes it
+    (equinox's ``is_array``: a jax.Array or a numpy value), and the arrays are the
+    arguments (None where a leaf is static, so that their paths are the user's:
+    ``args[0].layers[1].weight``)."""
+    import numpy as np
+
     if not _is_filter_jit(fun):
         return None
-    import equinox as eqx
-
-    (dynamic, named), static = eqx.partition((args, kwargs), eqx.is_array)
+    jax = _jax()
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    arrays = [isinstance(leaf, (jax.Array, np.ndarray, np.generic)) for leaf in leaves]
+    dynamic, named = jax.tree_util.tree_unflatten(
+        tree, [leaf if a else None for leaf, a in zip(leaves, arrays)])
 
     def with_statics(*given: Any, **given_kwargs: Any) -> Any:
-        called, keywords = eqx.combine((given, given_kwargs), static)
+        passed = iter(jax.tree_util.tree_leaves((given, given_kwargs)))
+        called, keywords = jax.tree_util.tree_unflatten(
+            tree, [next(passed) if a else leaf for leaf, a in zip(leaves, arrays)])
         return fun(*called, **keywords)
 
     return with_statics, dynamic, named

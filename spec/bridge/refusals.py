@@ -41,7 +41,12 @@ def _files() -> dict[str, str]:
     from jax._src import api, pjit
     from jax._src.interpreters import partial_eval
 
-    return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__}
+    import os
+
+    import jax
+
+    return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
+            "jax": os.path.dirname(jax.__file__)}
 
 
 @dataclasses.dataclass
@@ -81,7 +86,7 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
     call it refused; None where the call is not of a kind described or sits in a body of
     another kind (a shard_map's, a transformation's inside the body)."""
     files = _files()
-    roles = {path: role for role, path in files.items()}
+    roles = {path: role for role, path in files.items() if role != "jax"}
     levels: list[_Level] = []
     pending: dict | None = None   # a jit frame whose body is not traced yet
     for frame, _ in traceback.walk_tb(error.__traceback__):
@@ -100,7 +105,7 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             if not levels or (inner and pending is None):
                 return None
             return levels, _Refused(kind, frame.f_locals, pending if inner else None)
-        elif where[0] is None and pending is not None:
+        elif pending is not None and not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
     return None
 
