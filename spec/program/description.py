@@ -763,7 +763,7 @@ class Program:
     ``compiler_consts`` gives, per hoisted constant in CONST-1's order, the HLO sharding
     the compiler chose for it (None: not known), as ``compiler_in`` does per input.
     ``input_paths``: each input's pytree path, by which verdicts name it, as
-    ``describe_program`` reads it (``args[0]['b1']``; ``()``: ``args[k]``, flat).
+    ``describe_program`` reads it (``args[0]['b1']``; ``()``, or not one per input: flat).
     ``checked`` is False for a program a batching rule gave (``vmap_program``): JAX checked
     its jit's shardings against one example's values when it traced the user's function,
     and does not check them again when it is vmapped once more, nor when the batched call
@@ -832,9 +832,9 @@ class Program:
         _bool(self.checked, "a program's checked flag")
         _check_refs(self, inputs)
         paths = _tuple(self.input_paths, "a program's input paths", "str")
-        _require(len(paths) in (0, len(inputs)) and all(type(p) is str for p in paths),
-                 "a program's input paths", f"() or one str per input ({len(inputs)})", paths)
-        object.__setattr__(self, "input_paths", paths)
+        _require(all(type(p) is str for p in paths), "a program's input paths", "strs", paths)
+        # (a rewrite that drops inputs, as dead-code elimination does, names them flat)
+        object.__setattr__(self, "input_paths", paths if len(paths) == len(inputs) else ())
         _require(self.context_mesh is None or type(self.context_mesh) in (
             Mesh, AbstractMesh), "the context mesh", "None, a Mesh or an AbstractMesh",
             self.context_mesh)
