@@ -510,5 +510,5 @@ def check_callback_tangent(primitive: str, carries_tangent: bool, path: str) -> 
     ...
     shardlaw.spec.core.rules.RejectionValueError: [AD-20] at body[0]: pure_callback at body[0] takes a value that carries a tangent, and a call back into Python has no derivative (Pure callbacks do not support JVP). Wrap the callback in jax.custom_jvp (or custom_vjp) to give it one, or stop the gradient of its operands (jax.lax.stop_gradient).
     """
-    if primitive in CALLBACKS and carries_tangent:
+    if type(primitive) is str and primitive in CALLBACKS and carries_tangent is True:
         raise reject(CallbackTangent(primitive, path, CALLBACKS[primitive]), path)
