@@ -41,7 +41,7 @@ from shardlaw.spec.core.rules import tracing
 from shardlaw.spec.jit.cache import LEVELS, CacheRow, CallSite, explain_cache
 from shardlaw.spec.jit.call import Call
 
-from .jit_harness import _build, _context, _default_device, _jit_kwargs
+from .jit_harness import build_values, mesh_context, default_device_context, jit_kwargs
 
 __all__ = ["Observed", "run_sequence", "compare_sequence", "counting", "harness_function",
            "SOURCE", "LEVEL_RULES"]
@@ -150,7 +150,8 @@ class _ExplainLog(logging.Handler):
             self.lines.append(message)
 
 
-def _ignored_of(call: Call) -> frozenset[int]:
+def ignored_of(call: Call) -> frozenset[int]:
+    """The positions of the inputs the call's function leaves unused (``Call.uses``)."""
     uses = call.uses
     return frozenset() if uses is None else frozenset(i for i, u in enumerate(uses) if not u)
 
@@ -175,18 +176,18 @@ def run_sequence(sites: Sequence[CallSite], explain: bool = False) -> list[Obser
             warnings.simplefilter("ignore")
             for site in sites:
                 call = site.call
-                fun = functions.setdefault(site.function, harness_function(_ignored_of(call)))
+                fun = functions.setdefault(site.function, harness_function(ignored_of(call)))
                 if site.wrapper not in wrappers:
-                    wrappers[site.wrapper] = jax.jit(fun, **_jit_kwargs(call))
+                    wrappers[site.wrapper] = jax.jit(fun, **jit_kwargs(call))
                 # The same Call object again means the same arrays again (unless donated).
                 key = id(call)
                 if key not in built or call.options.donate_argnums:
-                    with _default_device(call):
-                        built[key] = (_build(call.args), _build(call.kwargs))
+                    with default_device_context(call):
+                        built[key] = (build_values(call.args), build_values(call.kwargs))
                 args, kwargs = built[key]
                 seen = Observed()
                 start = len(log.lines)
-                with _context(call), _default_device(call), counting() as read:
+                with mesh_context(call), default_device_context(call), counting() as read:
                     try:
                         jax.block_until_ready(wrappers[site.wrapper](*args, **kwargs))
                     except Exception as error:  # noqa: BLE001 - recorded and compared

@@ -63,13 +63,13 @@ class Run:
 
 
 def _arguments(call: Call) -> tuple[Any, Any, Any, Any]:
-    with H._default_device(call):
-        args = H._build(call.args)
-        kwargs = H._build(call.kwargs)
+    with H.default_device_context(call):
+        args = H.build_values(call.args)
+        kwargs = H.build_values(call.kwargs)
         aot_args = aot_kwargs = None
         if call.aot_args is not None:
-            aot_args = H._build(call.aot_args)
-            aot_kwargs = H._build(call.aot_kwargs or {})
+            aot_args = H.build_values(call.aot_args)
+            aot_kwargs = H.build_values(call.aot_kwargs or {})
     return args, kwargs, aot_args, aot_kwargs
 
 
@@ -84,13 +84,13 @@ def run_call(call: Call, jit_fn: Any, fun: Any, arguments: tuple) -> Run:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
-            jitted = run.jitted = jit_fn(fun, **H._jit_kwargs(call))
+            jitted = run.jitted = jit_fn(fun, **H.jit_kwargs(call))
         except Exception as error:  # noqa: BLE001 - recorded and compared
             run.error = error
             return run
         abstract = any(isinstance(a, Arg) and a.kind == "abstract"
                        for _, a in leaves_with_paths((call.args, call.kwargs)))
-        with H._context(call), H._default_device(call):
+        with H.mesh_context(call), H.default_device_context(call):
             try:
                 if abstract or call.aot_args is not None:
                     compiled = jitted.lower(*args, **kwargs).compile()
@@ -125,7 +125,7 @@ def run_call(call: Call, jit_fn: Any, fun: Any, arguments: tuple) -> Run:
 def _outcome(run: Run) -> H.JaxOutcome:
     outcome = H.JaxOutcome(error=run.error, aot_error=run.aot_error)
     if run.failure is None and run.shardings:
-        H._record_shardings(outcome, run.shardings, run.shapes or [
+        H.record_shardings(outcome, run.shardings, run.shapes or [
             tuple(x.shape) for x in run.results], run.committed or None)
     return outcome
 
@@ -133,7 +133,7 @@ def _outcome(run: Run) -> H.JaxOutcome:
 def _spec_verdict(call: Call, jax_run: Run, raw: list[Any]) -> tuple[Verdict, list[str]]:
     """The spec's verdict (with the compiler's choices from JAX) and its disagreements with JAX."""
     if raw:
-        open_ = [s is UNSPECIFIED for s in H._flat_out_shardings(call)]
+        open_ = [s is UNSPECIFIED for s in H.flat_out_shardings(call)]
         choices = [from_jax(s._to_xla_hlo_sharding(rank)) for s, rank in raw]
         kinds = [s.memory_kind for s, _ in raw]
         call = dataclasses.replace(
@@ -146,10 +146,10 @@ def _spec_verdict(call: Call, jax_run: Run, raw: list[Any]) -> tuple[Verdict, li
     problems = []
     if verdict.accepted != (error is None):
         problems.append("spec and JAX disagree on acceptance")
-    elif error is not None and not H._same_error_type(verdict, error):
+    elif error is not None and not H.same_error_type(verdict, error):
         problems.append("spec and JAX disagree on the error type")
     elif error is None:
-        problems += H._compare_results(call, verdict, outcome)
+        problems += H.compare_results(call, verdict, outcome)
     return verdict, problems
 
 
@@ -159,15 +159,15 @@ def compare_engine(call: Call) -> tuple[Verdict, Run, Run, list[str], bool]:
     import jax
 
     call = H.traced_facts(call)
-    fun = H._function(call)
+    fun = H.call_function(call)
     arguments = _arguments(call)
     watched = H.JaxOutcome()
-    with H._watch_compiler(watched):
+    with H.watch_compiler(watched):
         watched.watching = True
         jax_run = run_call(call, jax.jit, fun, arguments)
     raw = watched.raw if jax_run.error is None else []
     verdict, spec_problems = _spec_verdict(call, jax_run, raw)
-    engine_run = run_call(call, engine_jit, H._function(call), _arguments(call))
+    engine_run = run_call(call, engine_jit, H.call_function(call), _arguments(call))
     problems = _disagreements(call, verdict, jax_run, engine_run, not spec_problems)
     if not problems:
         for rule_id in dict.fromkeys(verdict.trace):
@@ -313,11 +313,11 @@ def engine_verdict(call: Call) -> Verdict:
     from shardlaw.engine import verdict_for_call
 
     call = H.traced_facts(call)
-    fun = H._function(call)
+    fun = H.call_function(call)
     args, kwargs, aot_args, aot_kwargs = _arguments(call)
-    with H._context(call), H._default_device(call):
+    with H.mesh_context(call), H.default_device_context(call):
         explanation, results = verdict_for_call(fun, args, kwargs,
-                                                jit_options=H._jit_kwargs(call),
+                                                jit_options=H.jit_kwargs(call),
                                                 aot_args=aot_args, aot_kwargs=aot_kwargs)
     if not explanation.accepted:
         return Verdict(False, explanation.trace, rule=explanation.rule,
@@ -332,7 +332,7 @@ def engine_verdict(call: Call) -> Verdict:
     import jax
 
     flat = jax.tree_util.tree_leaves(results) if results is not None else []
-    out_layouts = tuple(H._spec_layout(x.format.layout, x.ndim) for x in flat) \
+    out_layouts = tuple(H.spec_layout(x.format.layout, x.ndim) for x in flat) \
         if flat and all(isinstance(x, jax.Array) for x in flat) else ()
     return Verdict(
         True, explanation.trace, explanation.in_paths,

@@ -139,7 +139,7 @@ def _materialize(case: CliCase, root: Path) -> list[str]:
 _SAID_RULE = re.compile(r"\[([A-Z]+(?:-[A-Z]+)*-[0-9]+)\]")
 
 
-def _check_exit(status: Any, err: str, out: str) -> Outcome:
+def check_exit(status: Any, err: str, out: str) -> Outcome:
     """The command line's promise: 0, 1 or 3 with a report, or 2 with one line on stderr."""
     if "Traceback" in err or "Traceback" in out:
         return Outcome("traceback", err.strip().splitlines()[-1][:200] if err.strip() else "")
@@ -173,7 +173,7 @@ def run_cli_case(case: CliCase, limit_s: float = 30.0) -> Outcome:
         outcome = classify(run, limit_s)
         if outcome.kind != "value":
             return outcome
-        checked = _check_exit(status[0], err.getvalue(), out.getvalue())
+        checked = check_exit(status[0], err.getvalue(), out.getvalue())
         return dataclasses.replace(checked, seconds=outcome.seconds)
 
 
@@ -199,4 +199,4 @@ def run_cli_executable(case: CliCase, limit_s: float = 60.0) -> Outcome:
             return Outcome("crash", f"signal {-done.returncode}", seconds)
         err = done.stderr.decode("utf-8", "replace")
         out = done.stdout.decode("utf-8", "replace")
-        return dataclasses.replace(_check_exit(done.returncode, err, out), seconds=seconds)
+        return dataclasses.replace(check_exit(done.returncode, err, out), seconds=seconds)

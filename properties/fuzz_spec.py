@@ -125,9 +125,9 @@ class SpecCase:
     kwargs: dict
 
     def __repr__(self) -> str:
-        from shardlaw.spec.core.rules import _bounded
-        shown = ", ".join([_bounded(a, repr) for a in self.args]
-                          + [f"{k}={_bounded(v, repr)}" for k, v in self.kwargs.items()])
+        from shardlaw.spec.core.rules import bounded_text
+        shown = ", ".join([bounded_text(a, repr) for a in self.args]
+                          + [f"{k}={bounded_text(v, repr)}" for k, v in self.kwargs.items()])
         return f"{self.target.name}({shown})"
 
 
@@ -143,7 +143,7 @@ _HOSTILE_LIMITS = [float("inf"), float("nan"), -1.0, 0.0, 1e308, "1", None, True
                    decimal.Decimal("0.5"), 2**63]
 
 
-def _build_case(target: Target, pick: Callable[[str, str], Any]) -> SpecCase:
+def build_case(target: Target, pick: Callable[[str, str], Any]) -> SpecCase:
     """A call of ``target`` whose arguments come from ``pick(what, parameter name)``:
     ``what`` is "values" (a list, for ``*args``), "omit" (a bool: leave a default out),
     "value" or "timeout"."""
@@ -178,7 +178,7 @@ def spec_case_for(draw: Any, target: Target) -> SpecCase:
             return draw(st.one_of(st.sampled_from(_PROVER_LIMITS),
                                   st.sampled_from(_HOSTILE_LIMITS)))
         return draw(argument(name))
-    return _build_case(target, pick)
+    return build_case(target, pick)
 
 
 def recombined(cases: list[SpecCase], rng: Any, count: int) -> Iterator[SpecCase]:
@@ -207,7 +207,7 @@ def recombined(cases: list[SpecCase], rng: Any, count: int) -> Iterator[SpecCase
             return rng.choice(pool[name])
         return rng.choice(every)
     for _ in range(count):
-        yield _build_case(rng.choice(TARGETS), pick)
+        yield build_case(rng.choice(TARGETS), pick)
 
 
 def spec_cases(only: list[Target] | None = None) -> st.SearchStrategy[SpecCase]:

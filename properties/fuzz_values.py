@@ -163,10 +163,12 @@ def vector_files() -> st.SearchStrategy[tuple[str, str]]:
     files = sorted(VECTORS.rglob("*.json"))[:200] if VECTORS.is_dir() else []
     texts = [(f.name, f.read_text(encoding="utf-8")) for f in files[:40]]
     base = st.sampled_from(texts) if texts else st.just(("empty.json", "{}"))
-    return st.tuples(base, st.data()).map(lambda pair: _mutated_file(*pair))
+    return st.tuples(base, st.data()).map(lambda pair: mutated_file(*pair))
 
 
-def _mutated_file(named: tuple[str, str], data: Any) -> tuple[str, str]:
+def mutated_file(named: tuple[str, str], data: Any) -> tuple[str, str]:
+    """A vector file ``(name, text)`` as drawn: unchanged, cut short, or changed in one of
+    the ways a damaged or hostile file differs."""
     name, text = named
     how = data.draw(st.integers(0, 9))
     if how == 0:

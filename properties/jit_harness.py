@@ -127,7 +127,7 @@ def _placement(arg: Arg) -> Any:
     return to_jax(Format(arg.layout, arg.sharding))
 
 
-def _spec_layout(layout: Any, rank: int) -> Any:
+def spec_layout(layout: Any, rank: int) -> Any:
     """A JAX layout (or None) as the spec writes it: None for the default layout."""
     if layout is None:
         return None
@@ -135,7 +135,8 @@ def _spec_layout(layout: Any, rank: int) -> Any:
     return None if found == Layout.default(rank) else found
 
 
-def _build(tree: Any) -> Any:
+def build_values(tree: Any) -> Any:
+    """The JAX values of a tree of the spec's argument descriptions (leaf by leaf)."""
     return map_leaves(_value, tree)
 
 
@@ -148,7 +149,7 @@ def _shardings_to_jax(tree: Any) -> Any:
                       or is_layout(leaf) else leaf, tree)
 
 
-def _function(call: Call):
+def call_function(call: Call):
     """A function with the call's results that uses exactly the inputs ``call.uses`` marks."""
     jax = _jax()
     jnp = jax.numpy
@@ -178,7 +179,8 @@ def _function(call: Call):
     return fun
 
 
-def _jit_kwargs(call: Call) -> dict[str, Any]:
+def jit_kwargs(call: Call) -> dict[str, Any]:
+    """The keyword arguments of ``jax.jit`` for the call's options, as JAX objects."""
     o = call.options
     kwargs: dict[str, Any] = dict(static_argnums=o.static_argnums,
                                   static_argnames=o.static_argnames,
@@ -195,7 +197,8 @@ def _jit_kwargs(call: Call) -> dict[str, Any]:
     return kwargs
 
 
-def _context(call: Call):
+def mesh_context(call: Call):
+    """The ``jax.set_mesh`` (or abstract mesh) block of the call's context mesh, if any."""
     jax = _jax()
     mesh = call.context_mesh
     if mesh is None:
@@ -206,7 +209,8 @@ def _context(call: Call):
     return jax.sharding.use_abstract_mesh(to_jax(mesh))
 
 
-def _default_device(call: Call):
+def default_device_context(call: Call):
+    """The ``jax.default_device`` block of the call's default device, if not device 0."""
     if call.default_device == 0:
         return contextlib.nullcontext()
     return _jax().default_device(_device(call.default_device))
@@ -215,7 +219,7 @@ def _default_device(call: Call):
 # --------------------------------------------------------------------------- running
 
 @contextlib.contextmanager
-def _watch_compiler(outcome: JaxOutcome):
+def watch_compiler(outcome: JaxOutcome):
     """Record the compiler's result shardings before JAX recovers them (the oracle).
 
     JAX turns the compiler's choice back into NamedShardings after compiling, and that step
@@ -242,33 +246,33 @@ def run_in_jax(call: Call) -> JaxOutcome:
     """Call real ``jax.jit`` as ``call`` describes and record what happened."""
     with_watch = JaxOutcome()
     hits.record_jax_calls(1)
-    with _watch_compiler(with_watch):
+    with watch_compiler(with_watch):
         outcome = _run_in_jax(call, with_watch)
     return outcome
 
 
 def _run_in_jax(call: Call, outcome: JaxOutcome) -> JaxOutcome:
     jax = _jax()
-    fun = _function(call)
+    fun = call_function(call)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
             outcome.stage = "jit"
-            jitted = jax.jit(fun, **_jit_kwargs(call))
+            jitted = jax.jit(fun, **jit_kwargs(call))
         except Exception as error:  # noqa: BLE001 - recorded and compared
             outcome.error = error
             return outcome
         # Arguments are made outside the mesh context: under jax.set_mesh, jnp.asarray makes
         # an array committed to the mesh (replicated), not an uncommitted one.
-        with _default_device(call):
-            args = _build(call.args)
-            kwargs = _build(call.kwargs)
+        with default_device_context(call):
+            args = build_values(call.args)
+            kwargs = build_values(call.kwargs)
             if call.aot_args is not None:
-                aot_args = _build(call.aot_args)
-                aot_kwargs = _build(call.aot_kwargs or {})
+                aot_args = build_values(call.aot_args)
+                aot_kwargs = build_values(call.aot_kwargs or {})
         abstract = any(isinstance(a, Arg) and a.kind == "abstract"
                        for _, a in leaves_with_paths((call.args, call.kwargs)))
-        with _context(call), _default_device(call):
+        with mesh_context(call), default_device_context(call):
             try:
                 outcome.stage = "call"
                 outcome.watching = True
@@ -277,15 +281,15 @@ def _run_in_jax(call: Call, outcome: JaxOutcome) -> JaxOutcome:
                     outs = compiled.output_shardings
                     flat = jax.tree_util.tree_leaves(outs)
                     avals = jax.tree_util.tree_leaves(compiled.out_info)
-                    _record_shardings(outcome, flat, [tuple(a.shape) for a in avals], None)
+                    record_shardings(outcome, flat, [tuple(a.shape) for a in avals], None)
                     _record_formats(outcome, compiled, call)
                     outcome.in_compiler = compiled_input_hlo(compiled, call)
                 else:
                     result = jitted(*args, **kwargs)
                     flat = jax.tree_util.tree_leaves(result)
-                    _record_shardings(outcome, [x.sharding for x in flat],
-                                      [tuple(x.shape) for x in flat], [x._committed for x in flat])
-                    outcome.out_layouts = [_spec_layout(x.format.layout, x.ndim) for x in flat]
+                    record_shardings(outcome, [x.sharding for x in flat],
+                                     [tuple(x.shape) for x in flat], [x._committed for x in flat])
+                    outcome.out_layouts = [spec_layout(x.format.layout, x.ndim) for x in flat]
             except Exception as error:  # noqa: BLE001
                 outcome.error = error
                 return outcome
@@ -308,10 +312,10 @@ def _record_formats(outcome: JaxOutcome, compiled: Any, call: Call) -> None:
 
     ranks = [len(s.shape) for s in jax.tree_util.tree_leaves(compiled.out_info)]
     outs = flat(compiled.output_formats)
-    outcome.out_layouts = [_spec_layout(f.layout, r) for f, r in zip(outs, ranks)]
+    outcome.out_layouts = [spec_layout(f.layout, r) for f, r in zip(outs, ranks)]
     in_ranks = [len(arg.shape) for _, arg in call.normal.flat_in]
     ins = flat(compiled.input_formats)
-    outcome.in_layouts = [_spec_layout(f.layout, r) for f, r in zip(ins, in_ranks)]
+    outcome.in_layouts = [spec_layout(f.layout, r) for f, r in zip(ins, in_ranks)]
 
 
 def compiled_input_hlo(compiled: Any, call: Call) -> list[Any] | None:
@@ -326,8 +330,10 @@ def compiled_input_hlo(compiled: Any, call: Call) -> list[Any] | None:
             for s, (_, arg) in zip(taken, dynamic)]
 
 
-def _record_shardings(outcome: JaxOutcome, shardings: list[Any], shapes: list[tuple[int, ...]],
-                      committed: list[bool] | None) -> None:
+def record_shardings(outcome: JaxOutcome, shardings: list[Any], shapes: list[tuple[int, ...]],
+                     committed: list[bool] | None) -> None:
+    """Write the results' shapes, shardings, lowered shardings, memory kinds and device
+    assignment JAX gave into ``outcome``."""
     outcome.out_shapes = shapes
     outcome.out_shardings = [from_jax(s) for s in shardings]
     outcome.compiler = [from_jax(s._to_xla_hlo_sharding(len(shape)))
@@ -340,7 +346,7 @@ def _record_shardings(outcome: JaxOutcome, shardings: list[Any], shapes: list[tu
 
 # --------------------------------------------------------------------------- comparing
 
-def _kind(error: BaseException) -> tuple[str, str]:
+def error_kind(error: BaseException) -> tuple[str, str]:
     """(the built-in base class name, the class name) of an exception JAX raised."""
     for cls in type(error).__mro__:
         if cls.__module__ == "builtins":
@@ -348,7 +354,8 @@ def _kind(error: BaseException) -> tuple[str, str]:
     return "Exception", type(error).__name__
 
 
-def _same_error_type(verdict: Verdict, error: BaseException) -> bool:
+def same_error_type(verdict: Verdict, error: BaseException) -> bool:
+    """Whether JAX's error is an instance of the built-in class the spec's refusal names."""
     expected = getattr(builtins, verdict.error_type or "", None)
     return isinstance(expected, type) and isinstance(error, expected)
 
@@ -365,12 +372,12 @@ def traced_facts(call: Call) -> Call:
 
     jax = _jax()
     o = call.options
-    plain = jax.jit(_function(call), static_argnums=o.static_argnums,
+    plain = jax.jit(call_function(call), static_argnums=o.static_argnums,
                     static_argnames=o.static_argnames)
     try:
-        with warnings.catch_warnings(), _context(call), _default_device(call):
+        with warnings.catch_warnings(), mesh_context(call), default_device_context(call):
             warnings.simplefilter("ignore", DeprecationWarning)
-            traced = plain.trace(*_build(call.args), **_build(call.kwargs))
+            traced = plain.trace(*build_values(call.args), **build_values(call.kwargs))
     except Exception:  # noqa: BLE001 - the spec and the real call will both see the problem
         return call
     jaxpr = traced.jaxpr.jaxpr
@@ -399,7 +406,7 @@ def compare_call(call: Call) -> tuple[Verdict, JaxOutcome, list[str]]:
     outcome = run_in_jax(call)
     call = traced_facts(call)
     if outcome.raw:
-        open_ = [s is UNSPECIFIED for s in _flat_out_shardings(call)]
+        open_ = [s is UNSPECIFIED for s in flat_out_shardings(call)]
         choices = [from_jax(s._to_xla_hlo_sharding(rank)) for s, rank in outcome.raw]
         kinds = [s.memory_kind for s, _ in outcome.raw]
         call = dataclasses.replace(
@@ -411,18 +418,18 @@ def compare_call(call: Call) -> tuple[Verdict, JaxOutcome, list[str]]:
     problems: list[str] = []
     error = outcome.error or outcome.aot_error
     if verdict.accepted and error is not None:
-        base, name = _kind(error)
+        base, name = error_kind(error)
         problems.append(f"spec accepts, JAX raised {name} ({base}): {str(error)[:300]}")
     elif not verdict.accepted and error is None:
         problems.append(f"spec rejects with {verdict.rule} ({verdict.error_type}), JAX accepted: "
                         f"{verdict.message}")
     elif not verdict.accepted and error is not None:
-        if not _same_error_type(verdict, error):
-            base, name = _kind(error)
+        if not same_error_type(verdict, error):
+            base, name = error_kind(error)
             problems.append(f"spec rejects with {verdict.rule} as {verdict.error_type}, JAX raised "
                             f"{name} ({base}): {str(error)[:300]}")
     if verdict.accepted and error is None:
-        problems += _compare_results(call, verdict, outcome)
+        problems += compare_results(call, verdict, outcome)
     _count(verdict, problems)
     return verdict, outcome, problems
 
@@ -489,7 +496,7 @@ def with_layout_choices(call: Call, outcome: JaxOutcome) -> Call:
     return dataclasses.replace(call, **changes) if changes else call
 
 
-def _flat_out_shardings(call: Call) -> list[Any]:
+def flat_out_shardings(call: Call) -> list[Any]:
     """out_shardings per flat result, as far as they are known without the spec (for the oracle)."""
     from shardlaw.spec.jit.matching import match_out_shardings
     from shardlaw.spec.core.pytree import structure
@@ -506,7 +513,8 @@ def _flat_out_shardings(call: Call) -> list[Any]:
     return [UNSPECIFIED if s is None else s for s in flat]
 
 
-def _compare_results(call: Call, verdict: Verdict, outcome: JaxOutcome) -> list[str]:
+def compare_results(call: Call, verdict: Verdict, outcome: JaxOutcome) -> list[str]:
+    """Where the spec's accepting verdict and JAX's outcome differ, one line per difference."""
     problems = []
     if outcome.device_assignment is not None and verdict.device_assignment is not None and \
             tuple(outcome.device_assignment) != tuple(verdict.device_assignment):

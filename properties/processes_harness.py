@@ -28,7 +28,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from shardlaw.properties import hits
-from shardlaw.spec.core.rules import _OVERRIDES
+from shardlaw.spec.core.rules import overridden_rules
 
 __all__ = ["Pool", "WorkerFailed", "process_examples", "pool", "close_pools", "RULES",
            "ANSWER_SECONDS"]
@@ -63,7 +63,7 @@ class Pool:
         env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
         env.pop("XLA_FLAGS", None)
         # A rule planted wrong in this process (a campaign's --plant) is planted in each.
-        env[PLANTED_ENV] = ",".join(sorted(_OVERRIDES))
+        env[PLANTED_ENV] = ",".join(overridden_rules())
         self._logs = [tempfile.TemporaryFile(mode="w+") for _ in range(processes)]
         # (process, line) from every process, None for a line when its output closed
         self._lines: queue.Queue = queue.Queue()

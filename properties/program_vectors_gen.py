@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    _with_choices, compare_program, program_cases, program_of, run_in_jax,
+    with_choices, compare_program, program_cases, program_of, run_in_jax,
 )
 from shardlaw.spec import UNSPECIFIED, explain_program, from_jax, placement_equivalent, to_jax
 from shardlaw.spec.program.description import (
@@ -207,7 +207,7 @@ def generate_program_vectors(directory: str | Path, per_rule: int = 2, *, seed: 
     def consume(case: Any) -> None:
         if compare_program(case):  # JAX and the spec disagree: not a vector
             return
-        program = _with_choices(program_of(case), run_in_jax(case))
+        program = with_choices(program_of(case), run_in_jax(case))
         verdict = explain_program(program)
         for rule_id, side in _sides(verdict):
             if written.get((rule_id, side), 0) >= per_rule:

@@ -525,15 +525,15 @@ def replay_in_jax(vector: Vector) -> list[str]:
     error = outcome.error or outcome.aot_error
     if expect.accepted:
         if error is not None:
-            base, name = jit_harness._kind(error)
+            base, name = jit_harness.error_kind(error)
             return [f"expected the call to be accepted, JAX raised {name} ({base}): "
                     f"{str(error)[:300]}"]
-        return jit_harness._compare_results(call, expect, outcome)
+        return jit_harness.compare_results(call, expect, outcome)
     if error is None:
         return [f"expected the call to be rejected by {expect.rule} ({expect.error_type}), "
                 "JAX accepted it"]
-    if not jit_harness._same_error_type(expect, error):
-        base, name = jit_harness._kind(error)
+    if not jit_harness.same_error_type(expect, error):
+        base, name = jit_harness.error_kind(error)
         return [f"expected {expect.error_type} ({expect.rule}), JAX raised {name} ({base}): "
                 f"{str(error)[:300]}"]
     return []

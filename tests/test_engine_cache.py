@@ -260,7 +260,7 @@ def test_engine_compiles_what_the_policy_predicts(sites):
 
     from shardlaw.engine import EngineRejection
     from shardlaw.properties import jit_harness as H
-    from shardlaw.properties.cache_harness import _ignored_of, harness_function
+    from shardlaw.properties.cache_harness import ignored_of, harness_function
     from shardlaw.spec.jit.cache import policy_classes
 
     rows = policy_classes(sites)
@@ -269,14 +269,14 @@ def test_engine_compiles_what_the_policy_predicts(sites):
         warnings.simplefilter("ignore", DeprecationWarning)
         for site, row in zip(sites, rows):
             call = site.call
-            fun = functions.setdefault(site.function, harness_function(_ignored_of(call)))
+            fun = functions.setdefault(site.function, harness_function(ignored_of(call)))
             if site.wrapper not in wrappers:
-                wrappers[site.wrapper] = jit(fun, **H._jit_kwargs(call))
+                wrappers[site.wrapper] = jit(fun, **H.jit_kwargs(call))
             results = []
-            for jit_fn in (wrappers[site.wrapper], jax.jit(fun, **H._jit_kwargs(call))):
-                with H._default_device(call):
-                    args, kwargs = H._build(call.args), H._build(call.kwargs)
-                with H._context(call), H._default_device(call):
+            for jit_fn in (wrappers[site.wrapper], jax.jit(fun, **H.jit_kwargs(call))):
+                with H.default_device_context(call):
+                    args, kwargs = H.build_values(call.args), H.build_values(call.kwargs)
+                with H.mesh_context(call), H.default_device_context(call):
                     try:
                         results.append(jit_fn(*args, **kwargs))
                     except ValueError as error:

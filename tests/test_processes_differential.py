@@ -5,4 +5,3 @@ campaign --suite processes``); this file runs them in the project's own ``pytest
 """
 
 from shardlaw.properties.suites.processes import *  # noqa: F401,F403
-from shardlaw.properties.suites.processes import _stop_pools_after_module  # noqa: F401

@@ -25,7 +25,7 @@ import shardlaw.engine
 import shardlaw.spec as S
 from shardlaw.engine.rules import LEFT_TO_JAX
 from shardlaw.rule_index import ENGINE_EXCEPTIONS, JIT_STAGES, stage_of
-from shardlaw.spec.core.rules import _first_sentence
+from shardlaw.spec.core.rules import first_sentence
 
 ENGINE = Path(shardlaw.engine.__file__).resolve().parent
 MODULES = sorted(p.stem for p in ENGINE.glob("*.py") if p.stem != "__init__")
@@ -121,7 +121,7 @@ def test_an_engine_rule_function_states_the_spec_rule(rule_id):
     """The first sentence of the engine function's docstring is the spec's statement."""
     for function in FUNCTIONS[rule_id]:
         where = f"{function.__module__}.{function.__name__}"
-        assert _first_sentence(inspect.getdoc(function)) == S.RULES[rule_id].statement, where
+        assert first_sentence(inspect.getdoc(function)) == S.RULES[rule_id].statement, where
 
 
 def test_engine_rule_ids_are_spec_rules_or_the_engines_own():

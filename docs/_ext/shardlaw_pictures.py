@@ -58,13 +58,13 @@ def _ident(directive: SphinxDirective, kind: str) -> str:
 
 def read_grid(argument: str, content: list[str]) -> tuple[list[tuple[str, Any]], tuple[int, ...]]:
     """The (label, sharding) panels and the shape a ``shardlaw-grid`` directive gives."""
-    from shardlaw.sharding_text import ShardingTextError, _ints, parse_sharding
+    from shardlaw.sharding_text import ShardingTextError, parse_ints, parse_sharding
 
     words = argument.split()
     shapes = [w for w in words if w.startswith("shape=")]
     if len(shapes) != 1:
         raise ShardingTextError("give the shape once, as shape=8,8 (shape= for a scalar)")
-    shape = tuple(_ints(shapes[0][len("shape="):], "shape="))
+    shape = tuple(parse_ints(shapes[0][len("shape="):], "shape="))
     text = " ".join(w for w in words if not w.startswith("shape="))
     panels = [("", parse_sharding(text))] if text else []
     for line in content:

@@ -420,14 +420,14 @@ def example_message(rule: Any, doc: str, failures: list[type]) -> tuple[str, str
         match = _MESSAGE.match(line)
         if match and match.group("id") == rule.id:
             return "example", match.group(1)
-    from shardlaw.spec.core.rules import _sentence  # the punctuation explain() gives a message
+    from shardlaw.spec.core.rules import as_sentence  # the punctuation explain() gives a message
     for failure in failures:
         template = getattr(failure, "template", "")
         hint = getattr(failure, "hint", "")
         if isinstance(template, str) and template:
             text = f"[{rule.id}]: {template}"
-            if isinstance(hint, str) and _sentence(hint):
-                text = f"{_sentence(text)} {_sentence(hint)}"
+            if isinstance(hint, str) and as_sentence(hint):
+                text = f"{as_sentence(text)} {as_sentence(hint)}"
             return "template", text
     return None
 

@@ -84,7 +84,8 @@ NO_BLOCK = dict(SPLIT, make_mesh={"axis_sizes": [2, 3], "exact": False})
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _stop_pools_after_module():
+def stop_pools_after_module():
+    """The process pools close when a module's tests end (autouse: each importer has it)."""
     yield
     close_pools()
 

@@ -292,19 +292,19 @@ def _constants_jax(cc: Any) -> Any:
     stage; the compiler's placements, which the spec's verdict is given)."""
     import jax
     from shardlaw.properties.program_constants_harness import constants_function_of
-    from shardlaw.properties.program_harness import JaxOutcome, _type_of, _watch_compiler
+    from shardlaw.properties.program_harness import JaxOutcome, type_of, watch_compiler
     from shardlaw.spec import from_jax
 
     hits.record_jax_calls(1)
     outcome = JaxOutcome()
     fun, args, options = constants_function_of(cc)
-    with warnings.catch_warnings(), _watch_compiler(outcome):
+    with warnings.catch_warnings(), watch_compiler(outcome):
         warnings.simplefilter("ignore")
         outcome.stage, outcome.error, results = _stages(jax.jit(fun, **options), args)
     if outcome.error is None:
         outcome.out_shardings = [from_jax(r.sharding) for r in results]
         outcome.out_committed = [bool(r._committed) for r in results]
-        outcome.out_types = [_type_of(r) for r in results]
+        outcome.out_types = [type_of(r) for r in results]
     return outcome
 
 

@@ -218,12 +218,12 @@ def test_an_explicit_order_that_is_an_iota_is_recognized():
 
 @given(st.integers(1, 48).flatmap(lambda n: iotas(n, max_rank=4)))
 def test_recognize_iota_finds_every_iota(order):
-    assert orders._recognize_iota(order.to_tuple()) == order
+    assert orders.recognize_iota(order.to_tuple()) == order
 
 
 @given(st.integers(1, 7).flatmap(lambda n: st.permutations(range(n))))
 def test_recognize_iota_refuses_what_is_no_iota(values):
-    found = orders._recognize_iota(tuple(values))
+    found = orders.recognize_iota(tuple(values))
     assert found is None or found.to_tuple() == tuple(values)
 
 

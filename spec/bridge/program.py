@@ -34,7 +34,8 @@ from ..program.description import (
 )
 from .convert import _layout_from_jax, from_jax
 
-__all__ = ["describe_program", "describe_trace", "input_paths"]
+__all__ = ["describe_program", "describe_trace", "input_paths", "read_type", "read_sharding",
+           "read_target"]
 
 
 def _jax() -> Any:
@@ -825,3 +826,20 @@ def _plain(held: dict) -> Any:
     """The shard_map ``held`` describes, called as it was (in_specs left out)."""
     return _jax().shard_map(held["f"], mesh=held["mesh"], out_specs=held["out_specs"],
                             axis_names=held["axis_names"], check_vma=held["check_vma"])
+
+
+# --------------------------------------------------------------------------- doors
+
+def read_type(aval: Any, what: str) -> Value:
+    """A traced value's type (a JAX aval) as the spec's :class:`Value`."""
+    return _type(aval, what)
+
+
+def read_sharding(s: Any, what: str) -> Any:
+    """A sharding JAX holds (its unspecified value included) as the spec's."""
+    return _sharding(s, what)
+
+
+def read_target(device: Any, where: str) -> Any:
+    """A device_put's target as the spec's: a sharding, a device id, or None."""
+    return _target(device, where)

@@ -180,7 +180,7 @@ def _flat_operands(frame: dict, kind: str) -> list:
 def _options(jit: dict) -> dict:
     """A jit's options as its frame holds them while its body is traced."""
     from .convert import from_jax
-    from .program import _sharding
+    from .program import read_sharding as _sharding
 
     count = len(jit["args_ft"].vals)
     flat = jit.get("in_shardings_flat")
@@ -197,7 +197,7 @@ def _inner_jit(levels: list[_Level], refused: _Refused, operands: tuple, path: s
                read_body: Callable[..., Program]) -> Jit:
     """An inner jit whose body JAX was tracing when it refused: that body up to the
     refused call, with the jit's options."""
-    from .program import _type
+    from .program import read_type as _type
 
     level = levels[0]
     types = tuple(_type(v.aval, f"input {i} of {path}")
@@ -215,7 +215,7 @@ def _name(jit: dict) -> str:
 def _refused_equations(refused: _Refused, operands: tuple, path: str,
                        read_body: Callable[..., Program]) -> tuple:
     """The refused call, as equations over the values numbered ``operands``."""
-    from .program import _sharding, _target
+    from .program import read_sharding as _sharding, read_target as _target
 
     call = refused.call
     if refused.kind == "constraint":
@@ -240,7 +240,7 @@ def _refused_jit(refused: _Refused, operands: tuple, path: str,
     traced here, over its operands' types) or its out_shardings (its body traced)."""
     import jax
 
-    from .program import _sharding, _type
+    from .program import read_sharding as _sharding, read_type as _type
 
     jit = refused.jit
     assert jit is not None

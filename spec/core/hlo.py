@@ -33,7 +33,7 @@ from .iota import (
     Iota, compose_digits, iota_digits, iota_from_digits, split_digits, unravel,
 )
 from .dims import LIMIT, check_count, check_dims, check_perm, is_int, suffix_products
-from .rules import Failure, _bounded, reject, require, rule
+from .rules import Failure, bounded_text, reject, require, rule
 
 __all__ = [
     "SubgroupType", "HloSharding", "Replicated", "Maximal", "Manual", "Unreduced", "Tiled",
@@ -272,7 +272,7 @@ def _number(value: Any) -> int | None:
 
 
 def _cut(value: Any) -> str:
-    return _bounded(value, repr)
+    return bounded_text(value, repr)
 
 
 def _transpose_explicit(values: tuple[int, ...], dims: tuple[int, ...],

@@ -74,10 +74,10 @@ _SENTENCE_END = re.compile(r"(?<![.])\.(?![.])(?=\s|$)")
 _CLAUSE = re.compile(r"^\(C([0-9]+)\)\s+")
 
 
-def _first_sentence(doc: str | None) -> str:
+def first_sentence(doc: str | None) -> str:
     """The docstring's first sentence (a period inside ``0 ..`` does not end it).
 
-    >>> _first_sentence("Holds each of ``0 .. n-1`` once. More.")
+    >>> first_sentence("Holds each of ``0 .. n-1`` once. More.")
     'Holds each of ``0 .. n-1`` once.'
     """
     text = " ".join((doc or "").strip().split("\n\n")[0].split())
@@ -128,7 +128,7 @@ def rule(rule_id: str, *, mirrors: str, pure: bool = False
         if rule_id in RULES:
             raise ValueError(f"rule ID {rule_id} is registered twice "
                              f"({RULES[rule_id].function.__qualname__} and {function.__qualname__})")
-        statement = _first_sentence(function.__doc__)
+        statement = first_sentence(function.__doc__)
         if not statement:
             raise ValueError(f"rule {rule_id} ({function.__qualname__}) has no statement")
 
@@ -189,6 +189,16 @@ def override(rule_id: str, replacement: Callable[..., Any]) -> Iterator[None]:
             del _OVERRIDES[rule_id]
         else:
             _OVERRIDES[rule_id] = previous
+
+
+def overridden_rules() -> tuple[str, ...]:
+    """The IDs of the rules an :func:`override` block replaces now, in order.
+
+    >>> with override("DIV-1", lambda function, *args, **kwargs: function(*args, **kwargs)):
+    ...     overridden_rules()
+    ('DIV-1',)
+    """
+    return tuple(sorted(_OVERRIDES))
 
 
 # The answers of pure rules inside a remembering block, by the identity of their arguments.
@@ -418,9 +428,9 @@ def explain(failure: Failure, path: str | None = None) -> str:
     values are shown bounded (deep or huge input is abbreviated, a value whose own repr
     raises is named by its type), and text that is not a template (a computed hint) is
     used as it is, braces included. A message followed by a hint ends as a sentence, and so
-    does the hint (:func:`_sentence`).
+    does the hint (:func:`as_sentence`).
     """
-    where = f" at {_bounded(path, str)}" if path else ""
+    where = f" at {bounded_text(path, str)}" if path else ""
     try:
         facts = dict(failure.facts())
         facts.update({k: getattr(failure, k) for k in ("least",) if hasattr(failure, k)})
@@ -431,23 +441,23 @@ def explain(failure: Failure, path: str | None = None) -> str:
     if template:
         text = _fill(template, facts)
     else:
-        text = _bounded(failure, repr)
+        text = bounded_text(failure, repr)
     hint = _class_text(failure, "hint")
     if hint is None:  # a hint computed from the facts is text already, never a template
-        hint = _bounded(getattr(failure, "hint", ""), str)
+        hint = bounded_text(getattr(failure, "hint", ""), str)
     else:
         hint = _fill(hint, facts)
-    hint = _sentence(hint)
+    hint = as_sentence(hint)
     if not hint:
         return f"[{failure.rule}]{where}: {text}"
-    return f"[{failure.rule}]{where}: {_sentence(text)} {hint}"
+    return f"[{failure.rule}]{where}: {as_sentence(text)} {hint}"
 
 
-def _sentence(text: str) -> str:
+def as_sentence(text: str) -> str:
     """``text`` ended as a sentence: trailing blanks dropped, and a period added unless it
     already ends with ``.``, ``!``, ``?`` or ``…`` (empty text stays empty).
 
-    >>> _sentence("jit does not reshard committed arguments"), _sentence("Cast it first. ")
+    >>> as_sentence("jit does not reshard committed arguments"), as_sentence("Cast it first. ")
     ('jit does not reshard committed arguments.', 'Cast it first.')
     """
     text = str.rstrip(text)  # str's own method: a str subclass's overrides are not called
@@ -482,7 +492,7 @@ def _fill(template: str, facts: dict[str, Any]) -> str:
                 return format(value, spec)
             except (ValueError, TypeError):  # a spec that does not fit the value: show it plainly
                 pass
-        return _bounded(value, repr if conversion == "r" else str)
+        return bounded_text(value, repr if conversion == "r" else str)
     return _FIELD.sub(field, template)
 
 
@@ -494,12 +504,12 @@ _MAX_ITEMS = 16
 _CONTAINERS = (tuple, list, dict, set, frozenset)
 
 
-def _bounded(value: Any, convert: Callable[[Any], str]) -> str:
+def bounded_text(value: Any, convert: Callable[[Any], str]) -> str:
     """``repr(value)`` (or ``str``) as a message shows it: long tuples cut after 8 entries,
     deep containers abbreviated, huge integers by their size, long text cut in the middle."""
     try:
         if isinstance(value, tuple) and len(value) > _MAX_ITEMS:
-            shown = ", ".join(_bounded(v, repr) for v in value[:8])
+            shown = ", ".join(bounded_text(v, repr) for v in value[:8])
             return f"({shown}, ... {len(value) - 8} more)"
         if isinstance(value, int) and not isinstance(value, bool) and \
                 value.bit_length() > _MAX_DIGITS * 3.32:
@@ -541,7 +551,7 @@ def _too_big(value: Any) -> bool:
 def _abbreviated(value: Any, depth: int) -> str:
     """A container written to ``depth`` levels and ``_MAX_ITEMS`` entries a level."""
     if not isinstance(value, _CONTAINERS):
-        return _bounded(value, repr)
+        return bounded_text(value, repr)
     if depth <= 0:
         return f"<a {type(value).__name__} nested deeper>"
     if isinstance(value, dict):

@@ -277,7 +277,10 @@ def _memory_repr(kind: str | None) -> str:
     return "" if kind is None or kind == "device" else f", memory_kind={kind!r}"
 
 
-class _Marker:
+class Marker:
+    """A named stand-in value (``UNSPECIFIED``, ``AUTO``, ``Layout.AUTO``): it shows and pickles
+    by its name, and its docstring says what it stands for."""
+
     def __init__(self, name: str, doc: str) -> None:
         self._name = name
         self.__doc__ = doc
@@ -289,7 +292,7 @@ class _Marker:
         return self._name
 
 
-UNSPECIFIED = _Marker("UNSPECIFIED", "The user left the sharding out; jit decides.")
-AUTO = _Marker("AUTO", "The compiler chooses the sharding and reports it back.")
+UNSPECIFIED = Marker("UNSPECIFIED", "The user left the sharding out; jit decides.")
+AUTO = Marker("AUTO", "The compiler chooses the sharding and reports it back.")
 
 AnySharding = Union[NamedSharding, SingleDeviceSharding, GSPMDSharding]

@@ -47,10 +47,10 @@ from ..placement.blocks import to_hlo
 from ..core.rules import Rejection
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from .cache_keys import (
-    _GONE, Aval, compile_key, differences, dispatch_cache, dispatch_signature, lowering_key,
+    GONE, Aval, compile_key, differences, dispatch_cache, dispatch_signature, lowering_key,
     module_key, params_key, trace_key,
 )
-from .cache_sites import CallSite, Key, Part, Placed, _verdicts
+from .cache_sites import CallSite, Key, Part, Placed, site_verdicts
 # Moved to rooms of their own and still imported from here: the call sites (by
 # ``shardlaw.spec``, docs/cache.rst and the property suites) and the shardlaw policy (by
 # ``shardlaw.spec`` and the property suites).
@@ -155,7 +155,7 @@ def explain_cache(sites: Iterable[CallSite]) -> CacheTable:
     state = {level: _Level() for level in LEVELS}
     return CacheTable(_one_call(index, site, verdict, state) if verdict.accepted
                       else _rejected(index, site, verdict, state)
-                      for index, site, verdict in _verdicts(sites))
+                      for index, site, verdict in site_verdicts(sites))
 
 
 
@@ -249,7 +249,7 @@ def _text(part: Part) -> str:
 def _describe(old: Part | None, new: Part) -> str:
     if old is None:
         return f"{new.what}: new ({_text(new)})"
-    if new.value is _GONE:
+    if new.value is GONE:
         return f"{new.what}: gone (was {_text(old)})"
     if isinstance(old.shown, Placed) and isinstance(new.shown, Placed):
         a, b = old.shown.sharding, new.shown.sharding

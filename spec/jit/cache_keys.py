@@ -22,7 +22,7 @@ from ..core.rules import rule
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import AbstractMesh, AxisType, DeviceList, Mesh, PartitionSpec
 from .cache_sites import (
-    CallSite, Key, Part, Placed, _context_parts, _Facts, _static_parts, _structure_part,
+    CallFacts, CallSite, Key, Part, Placed, context_parts, static_parts, structure_part,
 )
 
 __all__ = [
@@ -149,14 +149,14 @@ def dispatch_signature(site: CallSite) -> Key:
     tracing does not (CACHE-4): ``True`` and ``numpy.bool_(True)`` miss here and share a trace.
     """
     facts = site.facts
-    parts = [_structure_part(facts), *_static_parts(facts)]
+    parts = [structure_part(facts), *static_parts(facts)]
     for path, arg in facts.flat:
         held = arg.sharding if _jax_array(arg) else None
         parts += [Part(f"{path} dtype", _dtype(arg)), Part(f"{path} shape", arg.shape),
                   Part(f"{path} weak type", arg.kind == "scalar"),
                   Part(f"{path} sharding", _dispatch_key(held), Placed(held, arg.shape)),
                   Part(f"{path} committed", arg.kind == "committed")]
-    return tuple(parts + _context_parts(facts))
+    return tuple(parts + context_parts(facts))
 
 
 # =========================================================================== tracing
@@ -234,7 +234,7 @@ def abstract_value(arg: Arg) -> Aval:
     return Aval(arg.shape, dtype, weak, memory)
 
 
-def _aval_parts(facts: _Facts) -> list[Part]:
+def _aval_parts(facts: CallFacts) -> list[Part]:
     return [Part(f"{path} type", abstract_value(arg)) for path, arg in facts.flat]
 
 
@@ -249,8 +249,8 @@ def params_key(site: CallSite) -> Key:
     True
     """
     facts = site.facts
-    return tuple([_structure_part(facts), *_static_parts(facts), *_aval_parts(facts),
-                  *_context_parts(facts)])
+    return tuple([structure_part(facts), *static_parts(facts), *_aval_parts(facts),
+                  *context_parts(facts)])
 
 
 @rule("CACHE-6", mirrors="jax._src.interpreters.partial_eval.trace_to_jaxpr (weakref_lru_cache)")
@@ -307,7 +307,7 @@ def lowering_key(site: CallSite) -> Key:
     parts += [Part(f"{path} out sharding", _python_key(s), Placed(s, out.shape))
               for path, out, s in facts.outs]
     parts += [Part("donation", facts.donated), Part("keep_unused", options.keep_unused)]
-    return tuple(parts + _context_parts(facts))
+    return tuple(parts + context_parts(facts))
 
 
 def _semantic(sharding: Any, ndim: int) -> Any:
@@ -412,7 +412,8 @@ def differences(new: Key, old: Key) -> list[Part]:
     before = {p.what: p for p in old}
     after = {p.what for p in new}
     return [p for p in new if p.what not in before or before[p.what].value != p.value] + [
-        Part(p.what, _GONE) for p in old if p.what not in after]
+        Part(p.what, GONE) for p in old if p.what not in after]
 
 
-_GONE = "(gone)"
+# The value :func:`differences` gives a part the new key lacks (``explain_cache`` says "gone").
+GONE = "(gone)"

@@ -20,7 +20,7 @@ from ..core.rules import rule
 from ..core.shardings import UNSPECIFIED, SingleDeviceSharding
 from .cache_keys import abstract_value
 from .cache_sites import (
-    CallSite, Key, Part, _Facts, _static_parts, _structure_part, _verdicts,
+    CallFacts, CallSite, Key, Part, site_verdicts, static_parts, structure_part,
 )
 
 __all__ = ["PlacementClass", "PolicyRow", "placement_class", "policy_key", "policy_classes"]
@@ -118,9 +118,9 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     False
     """
     facts = site.facts
-    parts = [Part("the function", site.function), _structure_part(facts),
-             *_static_parts(facts), *(Part(f"{path} value", _program_type(arg))
-                                      for path, arg in facts.flat)]
+    parts = [Part("the function", site.function), structure_part(facts),
+             *static_parts(facts), *(Part(f"{path} value", _program_type(arg))
+                                     for path, arg in facts.flat)]
     for i in verdict.kept_inputs:
         path, arg = facts.flat[i]
         parts.append(Part(f"{path} placement",
@@ -134,7 +134,7 @@ def policy_key(site: CallSite, verdict: Verdict) -> Key:
     return tuple(parts)
 
 
-def _layouts(call: Call, facts: _Facts) -> Any:
+def _layouts(call: Call, facts: CallFacts) -> Any:
     """The layouts that shape the executable: those jit's options give (inputs, results) and
     the committed arguments' own (LAY-3); None when every one is the default."""
     given_in, given_out = given_layouts(call.normal)
@@ -180,7 +180,7 @@ def policy_classes(sites: Iterable[CallSite]) -> list[PolicyRow]:
     """
     seen: dict[Key, tuple[int, int]] = {}
     rows = []
-    for index, site, verdict in _verdicts(sites):
+    for index, site, verdict in site_verdicts(sites):
         if not verdict.accepted:
             rows.append(PolicyRow(index, None, False, None))
             continue

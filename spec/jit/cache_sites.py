@@ -51,9 +51,9 @@ class CallSite:
         return f"<{self.function} via {self.wrapper}>"
 
     @functools.cached_property
-    def facts(self) -> "_Facts":
+    def facts(self) -> "CallFacts":
         """What the cache keys read from this call, read once."""
-        return _Facts.of(self.call)
+        return CallFacts.of(self.call)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +146,7 @@ def check_sequence(sites: Sequence[CallSite]) -> list[CallSite]:
     return sites
 
 
-def _verdicts(sites: Iterable[CallSite]) -> Iterable[tuple[int, CallSite, Verdict]]:
+def site_verdicts(sites: Iterable[CallSite]) -> Iterable[tuple[int, CallSite, Verdict]]:
     """Each site of a checked sequence (CACHE-0) with its index and jit's verdict."""
     for index, site in enumerate(check_sequence(sites)):
         yield index, site, jit_call(site.call)
@@ -174,7 +174,7 @@ class Placed:
 Key = tuple  # of Part
 
 @dataclasses.dataclass(frozen=True)
-class _Facts:
+class CallFacts:
     """What the keys read from one call: flat inputs, statics, shardings as jit resolves them."""
 
     flat: tuple                 # (path, Arg) per flat dynamic input
@@ -187,7 +187,7 @@ class _Facts:
     context: tuple              # (context mesh as set, default device)
 
     @classmethod
-    def of(cls, call: Call) -> "_Facts":
+    def of(cls, call: Call) -> "CallFacts":
         n = call.normal
         _, jit_in, out_tree = jit_shardings(n, jit_context_mesh(call.context_mesh))
         resolved = tuple(_resolved(Input(path, arg, s), call.process_count, n.device_or_backend)
@@ -225,18 +225,21 @@ def _donated(call: Call, static: frozenset[int]) -> tuple[bool, ...]:
     return tuple(flags)
 
 
-def _context_parts(facts: _Facts) -> list[Part]:
+def context_parts(facts: CallFacts) -> list[Part]:
+    """The key parts of the call's context: the context mesh as set, the default device."""
     mesh, default_device = facts.context
     return [Part("the context mesh", mesh), Part("the default device", default_device)]
 
 
-def _static_parts(facts: _Facts) -> list[Part]:
+def static_parts(facts: CallFacts) -> list[Part]:
+    """One key part per static argument: its type and its value."""
     # Static values compare by type and equality: True and 1 are different static values.
     return [Part(f"static {path}", (type(value), value), f"{value!r} ({type(value).__name__})")
             for path, value in facts.statics]
 
 
-def _structure_part(facts: _Facts) -> Part:
+def structure_part(facts: CallFacts) -> Part:
+    """The key part of the dynamic arguments' structure."""
     return Part("the arguments' structure", facts.dynamic,
                 _structure_text(facts.dynamic))
 

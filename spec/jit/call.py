@@ -190,7 +190,7 @@ class Arg:
 MAX_NESTING = 200
 
 
-def _nesting(tree: Any, limit: int = MAX_NESTING) -> int:
+def nesting(tree: Any, limit: int = MAX_NESTING) -> int:
     """How many containers deep ``tree`` nests (tuples, lists, dicts), read without recursion
     (it stops once past ``limit``)."""
     deepest, stack = 0, [(tree, 0)]
@@ -204,6 +204,9 @@ def _nesting(tree: Any, limit: int = MAX_NESTING) -> int:
             stack.extend((child, depth) for child in
                          (node.values() if type(node) is dict else node))
     return deepest
+
+
+_nesting = nesting  # the name spec/transforms still imports while it is restructured (issue 31)
 
 
 def _check_placeable(arg: "Arg") -> None:
@@ -380,7 +383,7 @@ class Call:
         # Read before anything walks them: the description's trees nest at most MAX_NESTING
         # deep (deeper input would exhaust the recursion of every reader below).
         trees = (self.args, self.kwargs, self.outputs, self.aot_args, self.aot_kwargs)
-        check_call(_nesting(trees) <= MAX_NESTING, "a call's pytrees",
+        check_call(nesting(trees) <= MAX_NESTING, "a call's pytrees",
                    f"at most {MAX_NESTING} containers deep", self.args)
         check_call(isinstance(self.args, tuple), "a call's args", "a tuple", self.args)
         check_call(isinstance(self.kwargs, dict) and all(isinstance(k, str) for k in self.kwargs),

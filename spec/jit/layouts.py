@@ -21,7 +21,9 @@ from typing import Any, ClassVar, Sequence
 
 from ..core.pytree import Node, broadcast_prefix, is_container
 from ..core.rules import Failure, reject, require, rule
-from ..core.shardings import UNSPECIFIED, _Marker, GSPMDSharding, NamedSharding, SingleDeviceSharding
+from ..core.shardings import (
+    UNSPECIFIED, GSPMDSharding, Marker, NamedSharding, SingleDeviceSharding,
+)
 
 __all__ = ["Layout", "AUTO_LAYOUT", "Format", "is_layout", "split_format", "layout_text",
            "check_major_to_minor", "check_format", "check_argument_layout",
@@ -29,7 +31,7 @@ __all__ = ["Layout", "AUTO_LAYOUT", "Format", "is_layout", "split_format", "layo
            "check_layout_devices", "flat_layouts", "given_in_layouts", "given_out_layouts",
            "given_layouts"]
 
-AUTO_LAYOUT = _Marker("Layout.AUTO", "The compiler chooses the layout (jax's Layout.AUTO).")
+AUTO_LAYOUT = Marker("Layout.AUTO", "The compiler chooses the layout (jax's Layout.AUTO).")
 
 
 # =========================================================================== values

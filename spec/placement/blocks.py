@@ -28,6 +28,9 @@ __all__ = [
     "devices_indices_map", "replica_id", "is_fully_replicated", "device_ids", "num_devices",
     "addressable_device_ids", "check_rank", "replica_ids",
 ]
+# The package's names. The doors the placement layer's other modules and the prover use
+# (SHARDINGS, check_shape, acts_replicated, devices_of, per_device_layout, box_at,
+# box_of_tile) are public here but not exported.
 
 Box = tuple[tuple[int, int], ...]
 Shape = tuple[int, ...]
@@ -205,13 +208,13 @@ def to_hlo(sharding: Any, ndim: int) -> HloSharding:
 
 
 # The shardings the placement queries take (VAL-8 refuses anything else).
-_SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
+SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
 
 def _check_sharding(sharding: Any) -> Any:
     """The one check of a placement query's sharding argument, before any of its attributes
     is read: the query refuses what is not a sharding, citing VAL-8."""
-    if not isinstance(sharding, _SHARDINGS):
+    if not isinstance(sharding, SHARDINGS):
         raise reject(NotASharding("the sharding", "a NamedSharding, SingleDeviceSharding or "
                                                   "GSPMDSharding", sharding))
     return sharding
@@ -237,11 +240,13 @@ def _check_ndim(ndim: Any) -> int:
     return check_rank_count(ndim)
 
 
-def _check_shape(shape: Any) -> Shape:
+def check_shape(shape: Any) -> Shape:
+    """A placement query's shape argument as a tuple of sizes, each checked (VAL-1)."""
     return check_dims(shape, what="array dimensions")
 
 
-def _acts_replicated(hlo: HloSharding) -> bool:
+def acts_replicated(hlo: HloSharding) -> bool:
+    """Whether every device holds the whole value under ``hlo``."""
     # JAX treats any HLO sharding over a single device position as replicated (maximal too);
     # manual and unreduced name no position and are not replicated.
     return isinstance(hlo, Replicated) or hlo.num_devices == 1
@@ -257,7 +262,7 @@ def check_rank(sharding: Any, shape: Any) -> None:
     ...
     shardlaw.spec.core.rules.RejectionValueError: [NS-5]: NamedSharding(Mesh({'x': 2}), P('x', None)) needs a value of rank at least 2, but the value has rank 1
     """
-    shape = _check_shape(shape)
+    shape = check_shape(shape)
     if isinstance(sharding, NamedSharding):
         needed = len(sharding.spec)
     elif isinstance(sharding, GSPMDSharding):
@@ -284,7 +289,7 @@ def tiles_per_dimension(sharding: Any, ndim: int, *, lowered: HloSharding | None
     """
     # ``lowered``: to_hlo(sharding, ndim), when the caller has it already
     ndim, hlo = _check_lowered(sharding, ndim, lowered)
-    if _acts_replicated(hlo) or isinstance(hlo, Unreduced):
+    if acts_replicated(hlo) or isinstance(hlo, Unreduced):
         return (1,) * ndim, (num_devices(sharding) if isinstance(hlo, Replicated) else 1)
     if isinstance(hlo, Manual):
         raise reject(NoPerDeviceLayout(sharding, "manual"))
@@ -311,9 +316,9 @@ def shard_shape(sharding: Any, shape: Any, *, lowered: HloSharding | None = None
     ...
     shardlaw.spec.core.rules.RejectionValueError: [DIV-1]: dimension 0 of shape (7, 8) has size 7, which NamedSharding(Mesh({'x': 2, 'y': 4}), P('x', 'y')) splits 2 ways; 7 is not a multiple of 2 (ways per dimension: (2, 4)). Pad dimension 0 to a multiple of 2, or split it over fewer mesh axes.
     """
-    shape = _check_shape(shape)
+    shape = check_shape(shape)
     _, hlo = _check_lowered(sharding, len(shape), lowered)
-    if _acts_replicated(hlo) or isinstance(hlo, Unreduced):
+    if acts_replicated(hlo) or isinstance(hlo, Unreduced):
         return shape
     tiles, _ = tiles_per_dimension(sharding, len(shape), lowered=hlo)
     require(len(tiles) == len(shape),
@@ -328,7 +333,9 @@ def shard_shape(sharding: Any, shape: Any, *, lowered: HloSharding | None = None
 
 # --------------------------------------------------------------------------- devices
 
-def _device_list(sharding: Any, question: str) -> DeviceList:
+def devices_of(sharding: Any, question: str) -> DeviceList:
+    """The sharding's device list, refused (DEV-1) when it has none (an abstract mesh) for a
+    ``question`` that needs devices."""
     devices = _check_sharding(sharding).device_list
     require(devices is not None, lambda: NoDevices(sharding, question))
     return devices
@@ -360,7 +367,7 @@ def num_devices(sharding: Any) -> int:
 def device_ids(sharding: Any) -> Iterator[int]:
     """The ids of the devices the sharding spans, in device-assignment order."""
     num_devices(sharding)
-    return _device_list(sharding, "its device set").ids()
+    return devices_of(sharding, "its device set").ids()
 
 
 @rule("DEV-2", mirrors="Sharding.addressable_devices")
@@ -371,7 +378,7 @@ def addressable_device_ids(sharding: Any, process_index: int) -> tuple[int, ...]
     >>> addressable_device_ids(NamedSharding(mesh, P("x")), 1)
     (4, 5, 6, 7)
     """
-    devices = _device_list(sharding, "addressability")
+    devices = devices_of(sharding, "addressability")
     (process_index,) = check_dims((process_index,), what="a process index")
     return tuple(d.id for d in devices if d.process_index == process_index)
 
@@ -382,15 +389,16 @@ def _full_box(shape: Shape) -> Box:
     return tuple((0, n) for n in shape)
 
 
-def _layout(sharding: Any, shape: Shape) -> tuple[HloSharding, Shape, DeviceList]:
-    """The checks every per-device question makes first, in JAX's order: divisibility, then
-    unreduced, then devices."""
+def per_device_layout(sharding: Any, shape: Shape) -> tuple[HloSharding, Shape, DeviceList]:
+    """The HLO sharding, the shard shape and the device list of ``sharding`` for ``shape``,
+    after the checks every per-device question makes first, in JAX's order: divisibility,
+    then unreduced, then devices."""
     hlo = to_hlo(sharding, len(shape))
     piece = shard_shape(sharding, shape, lowered=hlo)
     if isinstance(hlo, Unreduced) or (
             isinstance(hlo, Tiled) and SubgroupType.UNREDUCED in hlo.subgroups):
         raise reject(NoPerDeviceLayout(sharding, "unreduced"))
-    devices = _device_list(sharding, "which device holds which box")
+    devices = devices_of(sharding, "which device holds which box")
     num_devices(sharding)
     return hlo, piece, devices
 
@@ -399,17 +407,19 @@ def check_places(sharding: Any, shape: Shape) -> None:
     """The checks IDX-1 makes before it says which device holds which box (divisibility,
     unreduced, devices), for a question that can be answered without the boxes."""
     if not isinstance(sharding, SingleDeviceSharding):
-        _layout(sharding, shape)
+        per_device_layout(sharding, shape)
 
 
-def _box_at(hlo: HloSharding, piece: Shape, shape: Shape, position: int) -> Box:
-    if _acts_replicated(hlo):
+def box_at(hlo: HloSharding, piece: Shape, shape: Shape, position: int) -> Box:
+    """The box held by the device at ``position`` of the device list (IDX-1), ``piece`` the
+    shard shape."""
+    if acts_replicated(hlo):
         return _full_box(shape)
     assert isinstance(hlo, Tiled)
-    return _box_of_tile(hlo, piece, hlo.tile_of(position))
+    return box_of_tile(hlo, piece, hlo.tile_of(position))
 
 
-def _box_of_tile(hlo: Tiled, piece: Shape, tile: int) -> Box:
+def box_of_tile(hlo: Tiled, piece: Shape, tile: int) -> Box:
     """The box of the tile at flat index ``tile`` of the tile assignment."""
     coords = unravel(tile, hlo.dims)
     return tuple((c * p, (c + 1) * p) for c, p in zip(coords, piece))
@@ -423,24 +433,24 @@ def devices_indices_map(sharding: Any, shape: Any) -> dict[int, Box]:
     >>> devices_indices_map(NamedSharding(mesh, P("y")), (4, 3))
     {0: ((0, 2), (0, 3)), 1: ((2, 4), (0, 3)), 2: ((0, 2), (0, 3)), 3: ((2, 4), (0, 3))}
     """
-    shape = _check_shape(shape)
+    shape = check_shape(shape)
     if isinstance(sharding, SingleDeviceSharding):
         return {sharding.device.id: _full_box(shape)}
-    hlo, piece, devices = _layout(sharding, shape)
-    return {devices.id_at(p): _box_at(hlo, piece, shape, p) for p in range(len(devices))}
+    hlo, piece, devices = per_device_layout(sharding, shape)
+    return {devices.id_at(p): box_at(hlo, piece, shape, p) for p in range(len(devices))}
 
 
 def box_of(sharding: Any, shape: Any, device_id: int) -> Box:
     """The box that one device holds, without enumerating the others (IDX-1 for one device)."""
-    shape = _check_shape(shape)
+    shape = check_shape(shape)
     (device_id,) = check_dims((device_id,), what="a device id")
     if isinstance(sharding, SingleDeviceSharding):
         require(device_id == sharding.device.id, lambda: NotOnDevice(device_id, sharding))
         return _full_box(shape)
-    hlo, piece, devices = _layout(sharding, shape)
+    hlo, piece, devices = per_device_layout(sharding, shape)
     position = devices.position_of(device_id)
     require(position is not None, lambda: NotOnDevice(device_id, sharding))
-    return _box_at(hlo, piece, shape, position)  # type: ignore[arg-type]
+    return box_at(hlo, piece, shape, position)  # type: ignore[arg-type]
 
 
 @rule("IDX-2", mirrors="jax._src.sharding_impls.device_replica_id_map")
@@ -451,22 +461,22 @@ def replica_id(sharding: Any, shape: Any, device_id: int) -> int:
     >>> [replica_id(NamedSharding(mesh, P("y")), (4,), d) for d in range(4)]
     [0, 0, 1, 1]
     """
-    shape = _check_shape(shape)
+    shape = check_shape(shape)
     (device_id,) = check_dims((device_id,), what="a device id")
     if isinstance(sharding, SingleDeviceSharding):
         require(device_id == sharding.device.id, lambda: NotOnDevice(device_id, sharding))
         return 0
-    hlo, piece, devices = _layout(sharding, shape)
+    hlo, piece, devices = per_device_layout(sharding, shape)
     position = devices.position_of(device_id)
     require(position is not None, lambda: NotOnDevice(device_id, sharding))
     assert position is not None
-    if _acts_replicated(hlo):
+    if acts_replicated(hlo):
         return position  # every device holds the whole array
     assert isinstance(hlo, Tiled)
     if any(n == 0 for n in shape):
         # Tiles that differ only along an empty dimension hold the same (empty) box.
-        mine = _box_at(hlo, piece, shape, position)
-        return sum(1 for p in range(position) if _box_at(hlo, piece, shape, p) == mine)
+        mine = box_at(hlo, piece, shape, position)
+        return sum(1 for p in range(position) if box_at(hlo, piece, shape, p) == mine)
     # The copies of a tile fill the trailing subgroup dims; count those before `position`.
     group = hlo.num_devices // math.prod(hlo.tiles)
     first = (hlo.tile_of(position) // group) * group
@@ -502,6 +512,6 @@ def is_fully_replicated(sharding: Any) -> bool:
     if isinstance(sharding, SingleDeviceSharding):
         return True
     if isinstance(sharding, GSPMDSharding):
-        return _acts_replicated(sharding.hlo)
+        return acts_replicated(sharding.hlo)
     _check_sharding(sharding)
     raise AssertionError("unreachable")

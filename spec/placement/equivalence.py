@@ -22,8 +22,8 @@ from typing import Any
 from ..core.hlo import HloSharding, Tiled
 from ..core.iota import Atom, Iota, compose_digits, iota_digits, invert_digits, merge_digits, split_digits
 from .blocks import (
-    _acts_replicated, _check_shape, _device_list, _layout, check_places, devices_indices_map,
-    num_devices, to_hlo,
+    acts_replicated, check_places, check_shape, devices_indices_map, devices_of, num_devices,
+    per_device_layout, to_hlo,
 )
 from ..core.rules import reject, rule
 from ..core.shardings import NamedSharding, NotASharding, SingleDeviceSharding
@@ -50,7 +50,7 @@ def hlo_equal(a: HloSharding, b: HloSharding) -> bool:
             raise reject(NotASharding(which, "an HloSharding", value))
     if a is b:
         return True
-    if _acts_replicated(a) and _acts_replicated(b):
+    if acts_replicated(a) and acts_replicated(b):
         return True
     return a == b
 
@@ -80,11 +80,11 @@ def jax_equivalent(a: Any, b: Any, ndim: int) -> bool:
 
 def _symbolic_form(sharding: Any, shape: tuple[int, ...]) -> tuple | None:
     """Device id -> box, as per-dimension digit atoms; None when not iota-expressible."""
-    hlo, piece, devices = _layout(sharding, shape)
+    hlo, piece, devices = per_device_layout(sharding, shape)
     if devices.iota is None:
         return None
     ndim = len(shape)
-    if _acts_replicated(hlo):
+    if acts_replicated(hlo):
         return ((devices.platform, len(devices)),) + tuple(
             None if n == 0 else (1, ()) for n in shape)
     assert isinstance(hlo, Tiled)
@@ -143,9 +143,9 @@ def placement_equivalent(a: Any, b: Any, shape: Any) -> bool:
 def blocks_equivalent(a: Any, b: Any, shape: Any) -> bool:
     """Whether two shardings put the same box of the array on the same devices, in whatever
     memory kinds (EQ-2 without the memory kind)."""
-    shape = _check_shape(shape)
+    shape = check_shape(shape)
     for s in (a, b):
-        _device_list(s, "placement-equivalence")  # abstract meshes place nothing
+        devices_of(s, "placement-equivalence")  # abstract meshes place nothing
     if isinstance(a, SingleDeviceSharding) or isinstance(b, SingleDeviceSharding):
         return _same_boxes(a, b, shape)
     if num_devices(a) != num_devices(b):
@@ -157,15 +157,9 @@ def blocks_equivalent(a: Any, b: Any, shape: Any) -> bool:
     return _same_boxes(a, b, shape)
 
 
-def _by_enumeration(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
-    """EQ-2 device by device: every device's box, then the memory kinds."""
-    same_boxes = _same_boxes(a, b, shape)
-    return same_boxes and a.memory_kind == b.memory_kind
-
-
 def _same_boxes(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
     # A device is its id on its platform: the same ids on two platforms are other devices.
-    platforms = {d.platform for s in (a, b) for d in _device_list(s, "placement-equivalence")}
+    platforms = {d.platform for s in (a, b) for d in devices_of(s, "placement-equivalence")}
     if len(platforms) > 1:
         check_places(a, shape), check_places(b, shape)
         return False

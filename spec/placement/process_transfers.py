@@ -17,15 +17,14 @@ of 2 x 2 devices whose devices 0, 1 belong to process 0 and 2, 3 to process 1
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from .blocks import (
-    _device_list, addressable_device_ids, check_rank, device_ids, is_fully_replicated,
+    SHARDINGS, addressable_device_ids, check_rank, device_ids, devices_of, is_fully_replicated,
     shard_shape, to_hlo,
 )
-from .processes import (
-    Shard, _SHARDING_TYPES, _process, _product, addressable_shards, is_fully_addressable,
-)
+from .processes import Shard, addressable_shards, check_process_index, is_fully_addressable
 from ..core.rules import Failure, reject, require, rule
 from ..core.shardings import (
     NamedSharding, NotASharding, SingleDeviceSharding, check_part,
@@ -55,7 +54,7 @@ def _flag(value: Any, what: str) -> bool:
 
 
 def _process_set(sharding: Any) -> frozenset:
-    return frozenset(d.process_index for d in _device_list(sharding, "which processes it spans"))
+    return frozenset(d.process_index for d in devices_of(sharding, "which processes it spans"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +87,7 @@ def put_host_value(sharding: Any, shape: Any, process_index: int, processes: int
     shardlaw.spec.core.rules.RejectionAssertionError: [PROC-14]: device_put of host data of shape (4,) to NamedSharding(Mesh({'x': 2, 'y': 2}), P('x')), whose devices belong to all 2 processes, was given values that are not the same on each process. Pass the same value in every process, or give each process's own rows to jax.make_array_from_process_local_data.
     """
     shape = tuple(check_dims(shape, what="a shape"))
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     (processes,) = check_dims((processes,), what="a process count")
     _flag(same_everywhere, "whether every process passes the same value")
     spans_all = len(_process_set(sharding)) == processes
@@ -170,7 +169,7 @@ def put_array(source: Any, target: Any, shape: Any, process_index: int) -> Place
     shardlaw.spec.core.rules.RejectionValueError: [PROC-15]: device_put in process 0 of an array on devices (0, 1, 2, 3) to a sharding on devices (0, 2): a cross-host reshard needs the same set of devices, and this process does not fully address the array. Reshard over the same set of devices, or build the new array from each process's own data (jax.make_array_from_process_local_data).
     """
     shape = tuple(check_dims(shape, what="a shape"))
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     check_rank(source, shape)
     check_rank(target, shape)
     if source == target:
@@ -256,9 +255,9 @@ def put_on_device(source: Any, device: Any, shape: Any, process_index: int) -> P
     shardlaw.spec.core.rules.RejectionRuntimeError: [PROC-16]: device_put of an array on device 0 (process 0) to device 3 (process 1) is a cross-host transfer, which the CPU backend does not support. Put the value on a device of the process that holds it.
     """
     shape = tuple(check_dims(shape, what="a shape"))
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     if device is None:
-        check_part(source, _SHARDING_TYPES, "the array put with no target",
+        check_part(source, SHARDINGS, "the array put with no target",
                    "the sharding of a committed array")
     else:
         check_part(device, Device, "the device put on", "a Device")
@@ -281,7 +280,7 @@ def put_on_device(source: Any, device: Any, shape: Any, process_index: int) -> P
 
 
 def _list_owners(sharding: Any) -> tuple[Device, ...]:
-    return tuple(_device_list(sharding, "which devices hold it"))
+    return tuple(devices_of(sharding, "which devices hold it"))
 
 
 # --------------------------------------------------------------------------- donation
@@ -310,17 +309,17 @@ def donated(sharding: Any, shape: Any, dtype: str, results: Any, process_index: 
     False
     """
     shape = tuple(check_dims(shape, what="a shape"))
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     check_part(dtype, str, "the donated array's dtype", "a dtype name")
     check_part(results, (list, tuple), "the call's results", "(shape, dtype, sharding) triples")
-    elements, width = _product(shard_shape(sharding, shape)), _dtype_bytes(dtype)
+    elements, width = math.prod(shard_shape(sharding, shape)), _dtype_bytes(dtype)
     usable = False
     for result in results:
         if not isinstance(result, (list, tuple)) or len(result) != 3:
             raise reject(NotASharding("a result", "a (shape, dtype, sharding) triple", result))
         result_shape = tuple(check_dims(result[0], what="a result's shape"))
         check_part(result[1], str, "a result's dtype", "a dtype name")
-        usable |= (_product(shard_shape(result[2], result_shape)) == elements
+        usable |= (math.prod(shard_shape(result[2], result_shape)) == elements
                    and _dtype_bytes(result[1]) == width)
     return usable and bool(addressable_device_ids(sharding, process_index))
 
@@ -365,7 +364,7 @@ def check_not_deleted(deleted: bool, sharding: Any, shape: Any, operation: str,
     """
     _flag(deleted, "whether the array was deleted")
     shape = tuple(check_dims(shape, what="a shape"))
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     if operation not in OPERATIONS:
         raise reject(NotASharding("an operation on an array", f"one of {OPERATIONS}",
                                   operation))

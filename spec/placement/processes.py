@@ -29,16 +29,15 @@ to process 1 (``devices_per_process=2``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from .blocks import (
-    _device_list, addressable_device_ids, device_ids, devices_indices_map,
-    is_fully_replicated, num_devices, replica_ids, shard_shape, tiles_per_dimension,
+    addressable_device_ids, device_ids, devices_indices_map, devices_of, is_fully_replicated,
+    num_devices, replica_ids, shard_shape, tiles_per_dimension,
 )
 from ..core.rules import Failure, reject, require, rule
-from ..core.shardings import (
-    GSPMDSharding, NamedSharding, NotASharding, SingleDeviceSharding, check_part,
-)
+from ..core.shardings import NamedSharding, NotASharding, check_part
 from ..core.values import Device, DeviceList, Mesh, PartitionSpec, check_dims
 
 P = PartitionSpec  # the name the examples use
@@ -47,8 +46,6 @@ __all__ = ["Shard", "is_fully_addressable", "addressable_shards", "global_shape_
            "process_local_slices", "check_fetchable", "local_mesh", "host_local_to_global",
            "global_to_host_local", "place_single_device_arrays", "check_closed_over",
            "gathered", "process_mesh", "MeshPart", "make_mesh_part"]
-
-_SHARDING_TYPES = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
 Box = tuple[tuple[int, int], ...]
 Shape = tuple[int, ...]
@@ -63,7 +60,8 @@ class Shard:
     replica_id: int
 
 
-def _process(process_index: Any) -> int:
+def check_process_index(process_index: Any) -> int:
+    """A query's process index, checked as every count is (VAL-1)."""
     (process_index,) = check_dims((process_index,), what="a process index")
     return process_index
 
@@ -79,7 +77,7 @@ def is_fully_addressable(sharding: Any, process_index: int) -> bool:
     >>> is_fully_addressable(NamedSharding(one, P("x")), 0)
     True
     """
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     owned = addressable_device_ids(sharding, process_index)
     return len(owned) == len(tuple(device_ids(sharding)))
 
@@ -92,7 +90,7 @@ def addressable_shards(sharding: Any, shape: Any, process_index: int) -> tuple[S
     >>> addressable_shards(NamedSharding(mesh, P("y")), (4,), 1)
     (Shard(device=2, box=((0, 2),), replica_id=1), Shard(device=3, box=((2, 4),), replica_id=1))
     """
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     boxes = devices_indices_map(sharding, shape)
     replicas = replica_ids(sharding, shape)
     owned = set(addressable_device_ids(sharding, process_index))
@@ -113,7 +111,7 @@ def _slices_per_process(sharding: Any, ndim: int, dim: int) -> dict[int, frozens
 
 def _owners(sharding: Any) -> dict[int, int]:
     """device id -> the process that owns it."""
-    return {d.id: d.process_index for d in _device_list(sharding, "which process owns it")}
+    return {d.id: d.process_index for d in devices_of(sharding, "which process owns it")}
 
 
 def _distinct_slice_sets(sharding: Any, ndim: int, dim: int) -> int | None:
@@ -146,7 +144,7 @@ def global_shape_from_local(sharding: Any, local_shape: Any, process_index: int
     (4, None)
     """
     local_shape = check_dims(local_shape, what="a local shape")
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     if is_fully_addressable(sharding, process_index) or is_fully_replicated(sharding):
         return tuple(local_shape)
     counts = [_distinct_slice_sets(sharding, len(local_shape), dim)
@@ -223,7 +221,7 @@ def process_local_slices(sharding: Any, local_shape: Any, global_shape: Any,
     shardlaw.spec.core.rules.RejectionValueError: [PROC-4]: process-local data of shape (3, 3) has 3 elements along dimension 0, but the global array has 4 there and this process addresses 2 (1 distinct slice(s) of 2). Give this process's own rows (2 along dimension 0) or the whole dimension (4).
     """
     local_shape = check_dims(local_shape, what="a local shape")
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     if global_shape is None:
         inferred = global_shape_from_local(sharding, local_shape, process_index)
         unknown = tuple(d for d, n in enumerate(inferred) if n is None)
@@ -274,7 +272,7 @@ def check_fetchable(sharding: Any, shape: Any, process_index: int) -> None:
     ...
     shardlaw.spec.core.rules.RejectionRuntimeError: [PROC-5]: process 0 cannot fetch the value of an array of shape (4,) under NamedSharding(Mesh({'x': 2, 'y': 2}), P('x')): it holds 1 of its 2 distinct shard(s), the others live on devices of other processes. Gather it first (jax.experimental.multihost_utils.process_allgather), or read this process's own pieces from .addressable_shards.
     """
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     shape = tuple(check_dims(shape, what="a shape"))
     missing = _shards_out_of_reach(sharding, shape, process_index)
     require(missing is None, lambda: ValueNotFetchable(process_index, shape, sharding,
@@ -320,7 +318,7 @@ def check_closed_over(sharding: Any, shape: Any, process_index: int) -> None:
     ...
     shardlaw.spec.core.rules.RejectionRuntimeError: [PROC-10]: the jitted function closes over an array of shape (4,) under NamedSharding(Mesh({'x': 2, 'y': 2}), P('x')) whose value process 1 cannot fetch (it holds 1 of its 2 distinct shard(s)); jit embeds a closed-over array's value. Pass the array to the function as an argument.
     """
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     shape = tuple(check_dims(shape, what="a shape"))
     missing = _shards_out_of_reach(sharding, shape, process_index)
     require(missing is None, lambda: ClosedOverOutOfReach(process_index, shape, sharding,
@@ -375,7 +373,7 @@ def local_mesh(mesh: Mesh, process_index: int) -> Mesh:
     shardlaw.spec.core.rules.RejectionValueError: [PROC-6]: the devices of process 0 do not form a block of the mesh Mesh({'x': 2, 'y': 2}, devices=DeviceList([0, 2, 3, 1])): the smallest block holding them, rows ((0, 2), (0, 2)) of each axis, also holds devices (2, 3) of other processes. Order the mesh's devices so that each process's devices are contiguous (as jax.make_mesh does), or build the global array with jax.make_array_from_process_local_data.
     """
     check_part(mesh, Mesh, "the mesh a local mesh is taken of", "a Mesh (with devices)")
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     devices = list(mesh.devices)
     coords = _coordinates(mesh)
     mine = [c for c, d in zip(coords, devices) if d.process_index == process_index]
@@ -492,7 +490,7 @@ def place_single_device_arrays(sharding: Any, shape: Any, arrays: Any,
     ...
     shardlaw.spec.core.rules.RejectionValueError: [PROC-9]: process 1 hands 1 single-device array(s) on devices (2,) for a sharding whose devices it owns are (2, 3): it owns 2 device(s) of the sharding. Hand exactly one array per device this process owns in the sharding (sharding.addressable_devices), each of the shard shape (1, 2).
     """
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     shape = tuple(check_dims(shape, what="a shape"))
     arrays = _pairs(arrays)
     owned = addressable_device_ids(sharding, process_index)
@@ -564,7 +562,7 @@ def gathered(shape: Any, processes: int, tiled: bool, process_index: int,
     shape = tuple(check_dims(shape, what="a shape"))
     (processes,) = check_dims((processes,), what="a process count")
     require(processes <= MAX_PROCESSES, lambda: TooManyProcesses(processes, MAX_PROCESSES))
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     if sharding is not None and not is_fully_addressable(sharding, process_index):
         require(tiled, lambda: GatherNotTiled(process_index, shape, sharding))
         return shape, None
@@ -602,13 +600,6 @@ class TooManyDevices(Failure, rule="PROC-12"):
                 "{value}")
     value: int
     limit: int
-
-
-def _product(sizes: tuple[int, ...]) -> int:
-    n = 1
-    for size in sizes:
-        n *= size
-    return n
 
 
 def _ordinal_devices(processes: int, per_process: int) -> tuple[Device, ...]:
@@ -654,7 +645,7 @@ def process_mesh(axis_sizes: Any, axis_names: Any, processes: int, devices_per_p
         require(not outside, lambda: NotASharding(
             "a device position", f"below the {len(every)} devices of the program", outside[0]))
         chosen = tuple(every[p] for p in positions)
-    count = _product(sizes)
+    count = math.prod(sizes)
     require(count <= len(chosen) and (count == len(chosen) or not exact),
             lambda: (NotAsManyDevices if exact else TooFewDevices)(sizes, count, len(chosen)))
     return Mesh(sizes, axis_names, DeviceList(chosen[:count]))
@@ -684,7 +675,7 @@ def make_mesh_part(axis_sizes: Any, processes: int, devices_per_process: int,
     False
     """
     sizes = tuple(check_dims(axis_sizes, what="a mesh's axis sizes"))
-    process_index = _process(process_index)
+    process_index = check_process_index(process_index)
     (processes, per_process) = check_dims((processes, devices_per_process),
                                           what="a process count and devices per process")
     mesh = process_mesh(sizes, tuple(f"axis{i}" for i in range(len(sizes))), processes,

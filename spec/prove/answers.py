@@ -2,7 +2,7 @@
 
 :class:`Proved`, :class:`Counterexample` and :class:`Unknown` are what SMT-1 and SMT-2
 (``smt.py``) answer, however the question was decided (their ``method``: a case decided
-before any order is read, the direct pass, enumeration or the solver). :class:`_Question` is
+before any order is read, the direct pass, enumeration or the solver). :class:`Question` is
 what was asked, and makes the proof that answers it. No z3 here.
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from .clock import _Clock
+from .clock import Clock
 
-__all__ = ["Proved", "Counterexample", "Unknown", "Answer", "Box"]
+# Question is a door for the prover's other modules; the rest are the package's names too.
+__all__ = ["Proved", "Counterexample", "Unknown", "Answer", "Box", "Question"]
 
 Box = tuple[tuple[int, int], ...]
 
@@ -104,12 +105,12 @@ Answer = Proved | Counterexample | Unknown
 
 
 @dataclasses.dataclass(frozen=True)
-class _Question:
+class Question:
     """What is asked: one shape (SMT-1), or every shape of a rank up to max_dim (SMT-2).
 
     ``example`` is the one shape a direct answer looks at: the shape asked, or for SMT-2
     the shape in scope with the most dimensions of positive size
-    (``direct._smallest_shape``).
+    (:func:`~shardlaw.spec.prove.direct.smallest_shape`).
     """
 
     shape: tuple[int, ...] | None
@@ -117,7 +118,7 @@ class _Question:
     max_dim: int
     example: tuple[int, ...]
 
-    def proved(self, clock: _Clock, method: str, tables: bool,
+    def proved(self, clock: Clock, method: str, tables: bool,
                solver_seconds: float = 0.0) -> Proved:
         if self.shape is not None:
             return Proved(self.shape, None, None, solver_seconds, clock.elapsed(), tables, method)

@@ -2,22 +2,24 @@
 solving it.
 
 Past the limit a call answers :class:`~shardlaw.spec.prove.answers.Unknown`. The loops over
-explicit orders, wherever they run, read the clock of the call in progress (``_CLOCK``)
-between their steps. No z3 here.
+explicit orders, wherever they run, read the clock of the call in progress between their
+steps (:func:`look_at_clock`, :func:`ticking`); :func:`running` makes a call's clock the one in
+progress. No z3 here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import itertools
 import time
-from typing import Any
+from typing import Any, Iterator
 
-# The prover's own: smt.py exports its public names, its modules import these by name.
-__all__: list[str] = []
+# The doors the prover's other modules use; the package's public names are smt.py's.
+__all__ = ["OutOfTime", "Clock", "running", "ticking", "look_at_clock"]
 
 
-class _OutOfTime(Exception):
+class OutOfTime(Exception):
     """The time limit ran out before the formula was built (answered as Unknown)."""
 
     def __init__(self, doing: str) -> None:
@@ -25,7 +27,7 @@ class _OutOfTime(Exception):
         self.doing = doing
 
 
-class _Clock:
+class Clock:
     """The one time limit of a whole call: building the formula and solving it.
 
     Building stops once it has used ``BUILD_SHARE`` of the limit (the rest is the solver's,
@@ -47,7 +49,7 @@ class _Clock:
 
     def check(self, doing: str) -> None:
         if self.elapsed() > self.limit * self.BUILD_SHARE:
-            raise _OutOfTime(doing)
+            raise OutOfTime(doing)
 
     def ticking(self, items: Any, doing: str, every: int = 1 << 16) -> Any:
         """``items``, the clock read every ``every`` of them (for the O(N) table loops)."""
@@ -66,20 +68,31 @@ class _Clock:
         if done:
             per_piece = (time.perf_counter() - since) / done
             if self.elapsed() + per_piece * (total - done) > self.limit * self.BUILD_SHARE:
-                raise _OutOfTime(f"{doing} (about {per_piece * total:.1f} s in all)")
+                raise OutOfTime(f"{doing} (about {per_piece * total:.1f} s in all)")
 
 
 # The clock of the call in progress, read by the loops over explicit tables.
-_CLOCK: contextvars.ContextVar[_Clock | None] = contextvars.ContextVar("shardlaw_smt_clock",
-                                                                      default=None)
+_CLOCK: contextvars.ContextVar[Clock | None] = contextvars.ContextVar("shardlaw_smt_clock",
+                                                                     default=None)
 
 
-def _ticking(items: Any, doing: str) -> Any:
+@contextlib.contextmanager
+def running(clock: Clock) -> Iterator[Clock]:
+    """Within the block, ``clock`` is the clock of the call in progress."""
+    token = _CLOCK.set(clock)
+    try:
+        yield clock
+    finally:
+        _CLOCK.reset(token)
+
+
+def ticking(items: Any, doing: str) -> Any:
+    """``items``, the clock of the call in progress (if any) read between chunks of them."""
     clock = _CLOCK.get()
     return items if clock is None else clock.ticking(items, doing)
 
 
-def _look_at_clock(doing: str) -> None:
+def look_at_clock(doing: str) -> None:
     """Between the steps of a long pass: past the building share of the limit, give up."""
     clock = _CLOCK.get()
     if clock is not None:

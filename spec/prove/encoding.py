@@ -33,15 +33,16 @@ from typing import Any
 import z3
 
 from ..core.iota import Iota
-from .orders import _Placement
+from .orders import Placement
 
-# The prover's own: smt.py exports its public names, its modules import these by name.
-__all__: list[str] = []
+# The doors the prover's other modules use; the package's public names are smt.py's.
+__all__ = ["BitVectors", "Integers", "Number", "Encoder", "position_in_order", "sigma",
+           "box_terms", "boxes_differ", "Shapes", "shape_terms", "bit_width"]
 
 
 # --------------------------------------------------------------------------- arithmetic
 
-class _BitVectors:
+class BitVectors:
     """Solver terms as bit-vectors of one width (wide enough for every value involved)."""
 
     def __init__(self, width: int) -> None:
@@ -70,7 +71,7 @@ class _BitVectors:
         return self.mod(term, c) == self.const(0)
 
 
-class _Integers:
+class Integers:
     """Solver terms as mathematical integers (measured slower; see the module docstring)."""
 
     def variable(self, name: str, radix: int, *, narrow: bool = True) -> tuple[Any, list[Any]]:
@@ -91,7 +92,7 @@ class _Integers:
 
 
 @dataclasses.dataclass
-class _Number:
+class Number:
     """A non-negative integer as the encoder holds it: a sum of digits times coefficients
     (``terms``: digit -> coefficient), or an opaque solver term."""
 
@@ -99,7 +100,7 @@ class _Number:
     term: Any = None
 
 
-class _Encoder:
+class Encoder:
     """The free variable's digits, the solver terms built from them, and their bounds.
 
     Digit k takes the values ``0 .. radix[k]-1``. A division whose boundary falls inside a
@@ -117,16 +118,16 @@ class _Encoder:
 
     # -- digits
 
-    def free(self, radix: int, name: str) -> _Number:
+    def free(self, radix: int, name: str) -> Number:
         """A free number ranging over ``0 .. radix-1``."""
         if not self.use_digits:
             term, bounds = self.arithmetic.variable(name, radix)
             self.constraints += bounds
-            return _Number(term=term)
+            return Number(term=term)
         if radix == 1:
-            return _Number(terms={})
+            return Number(terms={})
         self.radix.append(radix)
-        return _Number(terms={len(self.radix) - 1: 1})
+        return Number(terms={len(self.radix) - 1: 1})
 
     def _new_digit(self, radix: int) -> int:
         self.radix.append(radix)
@@ -162,7 +163,7 @@ class _Encoder:
             self.constraints += bounds
         return self.variables[digit]
 
-    def term(self, x: _Number) -> Any:
+    def term(self, x: Number) -> Any:
         if x.terms is None:
             return x.term
         total = self.arithmetic.const(0)
@@ -170,37 +171,37 @@ class _Encoder:
             total = total + self._digit_term(digit) * self.arithmetic.const(coefficient)
         return z3.simplify(total) if self.use_digits else total
 
-    def value(self, model: Any, x: _Number) -> int:
+    def value(self, model: Any, x: Number) -> int:
         return model.eval(self.term(x), model_completion=True).as_long()
 
     # -- arithmetic on numbers
 
-    def scale(self, x: _Number, k: int) -> _Number:
+    def scale(self, x: Number, k: int) -> Number:
         if x.terms is not None:
-            return _Number(terms={d: c * k for d, c in x.terms.items()})
-        return _Number(term=x.term * self.arithmetic.const(k))
+            return Number(terms={d: c * k for d, c in x.terms.items()})
+        return Number(term=x.term * self.arithmetic.const(k))
 
-    def add(self, x: _Number, y: _Number) -> _Number:
+    def add(self, x: Number, y: Number) -> Number:
         if x.terms is not None and y.terms is not None:
             out = dict(x.terms)
             for d, c in y.terms.items():
                 out[d] = out.get(d, 0) + c
-            return _Number(terms=out)
-        return _Number(term=self.term(x) + self.term(y))
+            return Number(terms=out)
+        return Number(term=self.term(x) + self.term(y))
 
-    def divmod(self, x: _Number, c: int) -> tuple[_Number, _Number]:
+    def divmod(self, x: Number, c: int) -> tuple[Number, Number]:
         """``(x // c, x % c)``: on digits when the boundary ``c`` falls between them."""
         if c == 1:
-            return x, _Number(terms={})
+            return x, Number(terms={})
         if x.terms is not None:
             split = self._divmod_digits(x.terms, c)
             if split is not None:
                 return split
         term = self.term(x)
-        return (_Number(term=self.arithmetic.div(term, c)),
-                _Number(term=self.arithmetic.mod(term, c)))
+        return (Number(term=self.arithmetic.div(term, c)),
+                Number(term=self.arithmetic.mod(term, c)))
 
-    def _divmod_digits(self, terms: dict[int, int], c: int) -> tuple[_Number, _Number] | None:
+    def _divmod_digits(self, terms: dict[int, int], c: int) -> tuple[Number, Number] | None:
         terms = self._expanded(terms)
         for digit, coefficient in list(terms.items()):
             radix = self.radix[digit]
@@ -218,10 +219,10 @@ class _Encoder:
             return None
         if sum((self.radix[d] - 1) * k for d, k in low_part.items()) >= c:
             return None
-        return _Number(terms={d: k // c for d, k in high_part.items()}), _Number(terms=low_part)
+        return Number(terms={d: k // c for d, k in high_part.items()}), Number(terms=low_part)
 
 
-def _unravel(x: _Number, dims: tuple[int, ...], enc: _Encoder) -> list[_Number]:
+def _unravel(x: Number, dims: tuple[int, ...], enc: Encoder) -> list[Number]:
     """Row-major coordinates of ``x`` in an array of shape ``dims`` (iota.unravel)."""
     coords = []
     for size in reversed(dims):
@@ -230,24 +231,24 @@ def _unravel(x: _Number, dims: tuple[int, ...], enc: _Encoder) -> list[_Number]:
     return coords[::-1]
 
 
-def _ravel(coords: list[_Number], dims: tuple[int, ...], enc: _Encoder) -> _Number:
+def _ravel(coords: list[Number], dims: tuple[int, ...], enc: Encoder) -> Number:
     """Row-major flat position of ``coords`` in an array of shape ``dims`` (iota.ravel)."""
-    flat = _Number(terms={})
+    flat = Number(terms={})
     for c, size in zip(coords, dims):
         flat = enc.add(enc.scale(flat, size), c)
     return flat
 
 
-def _value_at(order: Iota, position: _Number, enc: _Encoder) -> _Number:
+def _value_at(order: Iota, position: Number, enc: Encoder) -> Number:
     """``order[position]``: unravel over the transposed dims, undo the transpose, ravel."""
     coords = _unravel(position, order.transposed_dims, enc)
-    original: list[_Number] = [_Number(terms={})] * len(coords)
+    original: list[Number] = [Number(terms={})] * len(coords)
     for k, p in enumerate(order.perm):
         original[p] = coords[k]
     return _ravel(original, order.reshape_dims, enc)
 
 
-def _position_of(order: Iota, value: _Number, enc: _Encoder) -> _Number:
+def position_in_order(order: Iota, value: Number, enc: Encoder) -> Number:
     """Where ``value`` stands in ``order``: unravel over the reshape dims, transpose, ravel."""
     original = _unravel(value, order.reshape_dims, enc)
     return _ravel([original[p] for p in order.perm], order.transposed_dims, enc)
@@ -255,17 +256,19 @@ def _position_of(order: Iota, value: _Number, enc: _Encoder) -> _Number:
 
 # --------------------------------------------------------------------------- devices and boxes
 
-def _sigma(kind: str, data: Any, p: _Number, enc: _Encoder) -> _Number:
+def sigma(kind: str, data: Any, p: Number, enc: Encoder) -> Number:
+    """The position in the second device list of the device at position ``p`` of the first
+    (``kind`` and ``data`` as ``solver._position_map`` reads them)."""
     if kind == "identity":
         return p
     if kind == "iotas":
         a_order, b_order = data
-        return _position_of(b_order, _value_at(a_order, p, enc), enc)
+        return position_in_order(b_order, _value_at(a_order, p, enc), enc)
     return _value_at(data, p, enc)
 
 
-def _boxes(placement: _Placement, tile: _Number | None, sizes: list[Any], pieces: list[Any],
-           enc: _Encoder) -> list[tuple[Any, Any]]:
+def box_terms(placement: Placement, tile: Number | None, sizes: list[Any], pieces: list[Any],
+              enc: Encoder) -> list[tuple[Any, Any]]:
     """The box a device holds, as solver terms: ``(start, stop)`` per dimension."""
     zero = enc.arithmetic.const(0)
     if placement.tiled is None:
@@ -283,30 +286,33 @@ def _boxes(placement: _Placement, tile: _Number | None, sizes: list[Any], pieces
     return out
 
 
-def _differs(boxes_a: list[tuple[Any, Any]], boxes_b: list[tuple[Any, Any]]) -> Any:
+def boxes_differ(boxes_a: list[tuple[Any, Any]], boxes_b: list[tuple[Any, Any]]) -> Any:
+    """The formula that the two boxes differ along some dimension (false for rank 0)."""
     return z3.Or([z3.Or(sa != sb, ea != eb) for (sa, ea), (sb, eb) in zip(boxes_a, boxes_b)]
                  + [z3.BoolVal(False)])
 
 
 @dataclasses.dataclass
-class _Shapes:
+class Shapes:
     """The shape as the solver sees it: constants, or variables within bounds."""
 
     sizes: list[Any]
     concrete: tuple[int, ...] | None
     variables: list[Any]
 
-    def pieces(self, placement: _Placement, arithmetic: Any) -> list[Any]:
+    def pieces(self, placement: Placement, arithmetic: Any) -> list[Any]:
         tiles = placement.tiles or (1,) * len(self.sizes)
         if self.concrete is not None:
             return [n // t for n, t in zip(self.concrete, tiles)]
         return [arithmetic.div(n, t) for n, t in zip(self.sizes, tiles)]
 
 
-def _shapes(shape: tuple[int, ...] | None, rank: int, max_dim: int, a: _Placement,
-            b: _Placement, enc: _Encoder) -> _Shapes:
+def shape_terms(shape: tuple[int, ...] | None, rank: int, max_dim: int, a: Placement,
+                b: Placement, enc: Encoder) -> Shapes:
+    """The shape asked (constants), or every shape of ``rank`` up to ``max_dim`` that both
+    placements divide (variables, their bounds added to ``enc``)."""
     if shape is not None:
-        return _Shapes([enc.arithmetic.const(n) for n in shape], shape, [])
+        return Shapes([enc.arithmetic.const(n) for n in shape], shape, [])
     sizes = []
     for j in range(rank):
         n, bounds = enc.arithmetic.variable(f"dim{j}", max_dim + 1, narrow=False)
@@ -316,10 +322,11 @@ def _shapes(shape: tuple[int, ...] | None, rank: int, max_dim: int, a: _Placemen
             if placement.tiles is not None and placement.tiles[j] != 1:
                 enc.constraints.append(enc.arithmetic.divides(placement.tiles[j], n))
         sizes.append(n)
-    return _Shapes(sizes, None, sizes)
+    return Shapes(sizes, None, sizes)
 
 
-def _width(n: int, shape: tuple[int, ...] | None, max_dim: int) -> int:
+def bit_width(n: int, shape: tuple[int, ...] | None, max_dim: int) -> int:
+    """The bit-vector width that holds every value involved: ``n`` devices, the sizes."""
     largest = max([n, max_dim, *(shape or ())])
     bits = largest.bit_length() + 2
     return bits + (-bits) % 4  # a multiple of 4, for hexadecimal literals

@@ -1,6 +1,6 @@
 """What the prover reads of a sharding: its device list, its tile assignment, its layout.
 
-:class:`_Placement` is one sharding's placement of a shape, read after the spec's own checks
+:class:`Placement` is one sharding's placement of a shape, read after the spec's own checks
 (DIV-1, NS-5, DEV-1, IDX-1). The functions below read device orders a digit at a time
 rather than entry by entry (an iota's values, and where each value stands), and recognize an
 explicit order that is in fact a reshape/transpose. The direct pass and the solver both read
@@ -20,19 +20,20 @@ from ..core.iota import Iota, invert_digits, iota_digits, iota_from_digits
 from ..core.shardings import SingleDeviceSharding
 from ..core.values import DeviceList
 from ..placement.blocks import (
-    _acts_replicated, _box_at, _box_of_tile, _layout, box_of, shard_shape,
+    acts_replicated, box_at, box_of, box_of_tile, per_device_layout, shard_shape,
 )
 from .answers import Box
-from .clock import _look_at_clock
+from .clock import look_at_clock
 
-# The prover's own: smt.py exports its public names, its modules import these by name.
-__all__: list[str] = []
+# The doors the prover's other modules use; the package's public names are smt.py's.
+__all__ = ["Placement", "read_placement", "first_unshared_device", "order_values",
+           "order_positions", "device_ids", "same_order", "recognize_iota"]
 
 _PLATFORM = operator.attrgetter("platform")
 
 
 @dataclasses.dataclass(frozen=True)
-class _Placement:
+class Placement:
     """What the prover needs of one sharding: its device list and, unless every device
     holds the whole value, its tile assignment; and the layout IDX-1 read for ``shape``."""
 
@@ -53,7 +54,7 @@ class _Placement:
         """The platforms of its devices (one, unless an explicit list mixes them)."""
         if self.devices.iota is not None:
             return frozenset((self.devices.platform,))
-        _look_at_clock("reading the device platforms")
+        look_at_clock("reading the device platforms")
         return frozenset(map(_PLATFORM, self.devices))
 
     def box(self, shape: tuple[int, ...], device: int, platform: str | None,
@@ -65,7 +66,7 @@ class _Placement:
         if tile is not None and shape == self.shape:
             if self.tiled is None:
                 return tuple((0, n) for n in shape)
-            return _box_of_tile(self.tiled, self.piece, tile)
+            return box_of_tile(self.tiled, self.piece, tile)
         position = self.devices.position_of(device)
         if position is None or platform is not None and \
                 self.devices[position].platform != platform:
@@ -74,23 +75,23 @@ class _Placement:
             return box_of(self.sharding, shape, device)
         if self.hlo is None:
             return tuple((0, n) for n in shape)
-        return _box_at(self.hlo, self.piece, shape, position)
+        return box_at(self.hlo, self.piece, shape, position)
 
 
-def _placement(sharding: Any, shape: tuple[int, ...]) -> _Placement:
+def read_placement(sharding: Any, shape: tuple[int, ...]) -> Placement:
     """Run the spec's checks for ``shape`` (DIV-1, NS-5, DEV-1, IDX-1) and read the layout."""
     if isinstance(sharding, SingleDeviceSharding):
         shard_shape(sharding, shape)
-        return _Placement(sharding, sharding.device_list, None, None, shape)
-    hlo, piece, devices = _layout(sharding, shape)
-    if _acts_replicated(hlo):
-        return _Placement(sharding, devices, None, None, shape, hlo, piece)
+        return Placement(sharding, sharding.device_list, None, None, shape)
+    hlo, piece, devices = per_device_layout(sharding, shape)
+    if acts_replicated(hlo):
+        return Placement(sharding, devices, None, None, shape, hlo, piece)
     assignment = hlo.assignment
-    order = assignment if isinstance(assignment, Iota) else _recognize_iota(assignment)
-    return _Placement(sharding, devices, hlo, order, shape, hlo, piece)
+    order = assignment if isinstance(assignment, Iota) else recognize_iota(assignment)
+    return Placement(sharding, devices, hlo, order, shape, hlo, piece)
 
 
-def _first_unshared_device(a: DeviceList, b: DeviceList) -> int | None:
+def first_unshared_device(a: DeviceList, b: DeviceList) -> int | None:
     """The smallest device id in one list but not the other (None: same device set).
 
     A symbolic list holds the ids ``0 .. N-1``: against it, only the explicit list is read,
@@ -100,14 +101,14 @@ def _first_unshared_device(a: DeviceList, b: DeviceList) -> int | None:
         return None if len(a) == len(b) else min(len(a), len(b))
     if a.iota is not None or b.iota is not None:
         symbolic, explicit = (a, b) if a.iota is not None else (b, a)
-        ids = set(_device_ids(explicit))
+        ids = set(device_ids(explicit))
         # The first id the explicit list lacks (at most len(ids) steps), and the first it
         # holds beyond the symbolic list's ids.
         missing = next(k for k in itertools.count() if k not in ids)
         beyond = [i for i in ids if i >= len(symbolic)]
         found = ([missing] if missing < len(symbolic) else []) + beyond
         return min(found) if found else None
-    unshared = set(_device_ids(a)) ^ set(_device_ids(b))
+    unshared = set(device_ids(a)) ^ set(device_ids(b))
     return min(unshared) if unshared else None
 
 
@@ -118,7 +119,7 @@ def _enumerate(atoms: list[tuple[int, int, int]]) -> list[int]:
     """
     values = [0]
     for radix, _, weight in sorted(atoms, key=lambda atom: atom[1]):
-        _look_at_clock("writing out a symbolic order")
+        look_at_clock("writing out a symbolic order")
         if len(values) == 1:
             values = list(range(values[0], values[0] + radix * weight, weight))
         elif len(values) >= radix:  # copies of a long list, shifted (map runs in C)
@@ -131,37 +132,37 @@ def _enumerate(atoms: list[tuple[int, int, int]]) -> list[int]:
     return values
 
 
-def _order_values(order: Iota) -> list[int]:
+def order_values(order: Iota) -> list[int]:
     """``list(order)``, built a digit at a time rather than entry by entry."""
     if order.is_range:
         return list(range(len(order)))
     return _enumerate(iota_digits(order))
 
 
-def _order_positions(order: Iota) -> list[int]:
+def order_positions(order: Iota) -> list[int]:
     """``[order.position_of(v) for v in range(len(order))]``, a digit at a time."""
     return _enumerate(invert_digits(iota_digits(order)))
 
 
-def _device_ids(devices: DeviceList) -> list[int]:
+def device_ids(devices: DeviceList) -> list[int]:
     """The ids of a device list, position by position."""
-    _look_at_clock("reading a device list")
+    look_at_clock("reading a device list")
     if devices.iota is not None:
-        return _order_values(devices.iota)
+        return order_values(devices.iota)
     return list(map(_ID, devices))
 
 
 _ID = operator.attrgetter("id")
 
 
-def _same_order(a: DeviceList, b: DeviceList) -> bool:
+def same_order(a: DeviceList, b: DeviceList) -> bool:
     """Whether two device lists hold the same ids in the same order."""
     if a.iota is not None and b.iota is not None:
         return a.iota == b.iota
-    return len(a) == len(b) and _device_ids(a) == _device_ids(b)
+    return len(a) == len(b) and device_ids(a) == device_ids(b)
 
 
-def _recognize_iota(values: tuple[int, ...] | list[int]) -> Iota | None:
+def recognize_iota(values: tuple[int, ...] | list[int]) -> Iota | None:
     """The reshape/transpose order that enumerates ``values`` (a permutation), if any.
 
     An iota order's digits are read off where they start: the value at position

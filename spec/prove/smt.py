@@ -49,11 +49,11 @@ from ..core.dims import is_int
 from ..core.rules import Failure, reject, rule
 from ..core.shardings import GSPMDSharding, NamedSharding
 from ..core.values import Mesh, P, check_dims
-from .answers import Answer, Counterexample, Proved, Unknown, _Question
-from .clock import _CLOCK, _Clock, _OutOfTime
-from .direct import _decided_early, _direct, _smallest_shape
-from .orders import _Placement, _placement
-from .solver import _solve
+from .answers import Answer, Counterexample, Proved, Question, Unknown
+from .clock import Clock, OutOfTime, running
+from .direct import decided_early, direct_pass, smallest_shape
+from .orders import Placement, read_placement
+from .solver import solver_answer
 
 __all__ = [
     "prove_equivalent", "prove_for_every_shape", "Proved", "Counterexample", "Unknown",
@@ -181,32 +181,30 @@ def _check_method(method: Any) -> str:
 def _decide(a: Any, b: Any, shape: tuple[int, ...] | None, rank: int, max_dim: int,
             timeout_s: float, encoding: str, method: str) -> Answer:
     """The common body of SMT-1 and SMT-2: the whole call keeps to ``timeout_s``."""
-    clock = _Clock(timeout_s)
+    clock = Clock(timeout_s)
     check_shape = shape if shape is not None else (0,) * rank
-    pa, pb = _placement(a, check_shape), _placement(b, check_shape)
-    example = shape if shape is not None else _smallest_shape(pa, pb, rank, max_dim)
-    question = _Question(shape, rank, max_dim, example)
-    token = _CLOCK.set(clock)
+    pa, pb = read_placement(a, check_shape), read_placement(b, check_shape)
+    example = shape if shape is not None else smallest_shape(pa, pb, rank, max_dim)
+    question = Question(shape, rank, max_dim, example)
     try:
-        early = _decided_early(a, b, pa, pb, question, clock)
-        if early is not None:
-            return early
-        return _choose(a, b, pa, pb, question, encoding, method, clock)
-    except _OutOfTime as late:
+        with running(clock):
+            early = decided_early(a, b, pa, pb, question, clock)
+            if early is not None:
+                return early
+            return _choose(a, b, pa, pb, question, encoding, method, clock)
+    except OutOfTime as late:
         return Unknown(f"the time limit of {timeout_s:g} s ran out while {late.doing}", 0.0,
                        clock.elapsed())
-    finally:
-        _CLOCK.reset(token)
 
 
-def _symbolic(pa: _Placement, pb: _Placement) -> bool:
+def _symbolic(pa: Placement, pb: Placement) -> bool:
     """Whether every order is an iota: both device lists and both tile assignments."""
     return all(p.devices.iota is not None and (p.tiled is None or p.order is not None)
                for p in (pa, pb))
 
 
-def _choose(a: Any, b: Any, pa: _Placement, pb: _Placement, question: _Question,
-            encoding: str, method: str, clock: _Clock) -> Answer:
+def _choose(a: Any, b: Any, pa: Placement, pb: Placement, question: Question,
+            encoding: str, method: str, clock: Clock) -> Answer:
     """The direct pass where an order is explicit data, or the mesh is small, or the shape
     is empty; the solver for large symbolic orders (or where it is asked for)."""
     n = len(pa.devices)
@@ -216,11 +214,11 @@ def _choose(a: Any, b: Any, pa: _Placement, pb: _Placement, question: _Question,
     if method == "auto":
         method = "solver" if symbolic and n > ENUMERATION_LIMIT else "direct"
     if method == "solver" and not by_device and not empty:
-        return _solve(a, b, pa, pb, question, encoding, clock, TABLE_LIMIT)
+        return solver_answer(a, b, pa, pb, question, encoding, clock, TABLE_LIMIT)
     if symbolic and n > TABLE_LIMIT:
         return Unknown(f"writing out symbolic orders of {n} devices for a direct pass: more "
                        f"than the {TABLE_LIMIT} it writes out", 0.0, clock.elapsed())
-    return _direct(pa, pb, question, by_device, "enumeration" if symbolic else "direct", clock)
+    return direct_pass(pa, pb, question, by_device, "enumeration" if symbolic else "direct", clock)
 
 
 # --------------------------------------------------------------------------- the rules

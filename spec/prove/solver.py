@@ -23,20 +23,20 @@ import z3
 
 from ..core.values import DeviceList
 from ..placement.blocks import box_of
-from .answers import Answer, Counterexample, Unknown, _Question
-from .clock import _Clock, _ticking
-from .direct import _counterexample
+from .answers import Answer, Counterexample, Question, Unknown
+from .clock import Clock, ticking
+from .direct import answer_naming
 from .encoding import (
-    _BitVectors, _Encoder, _Integers, _Number, _Shapes, _boxes, _differs, _position_of,
-    _shapes, _sigma, _width,
+    BitVectors, Encoder, Integers, Number, Shapes, bit_width, box_terms, boxes_differ,
+    position_in_order, shape_terms, sigma,
 )
 from .orders import (
-    _Placement, _device_ids, _first_unshared_device, _order_positions, _order_values,
-    _recognize_iota, _same_order,
+    Placement, device_ids, first_unshared_device, order_positions, order_values,
+    recognize_iota, same_order,
 )
 
-# The prover's own: smt.py exports its public names, its modules import these by name.
-__all__: list[str] = []
+# The doors the prover's other modules use; the package's public names are smt.py's.
+__all__ = ["solver_answer"]
 
 # Table instances are written and read by the solver this many at a time, so that the time
 # limit is looked at between pieces.
@@ -45,8 +45,8 @@ TABLE_PIECE = 16_384
 
 # --------------------------------------------------------------------------- the solver's answer
 
-def _solve(a: Any, b: Any, pa: _Placement, pb: _Placement, question: _Question,
-           encoding: str, clock: _Clock, table_limit: int) -> Answer:
+def solver_answer(a: Any, b: Any, pa: Placement, pb: Placement, question: Question,
+                  encoding: str, clock: Clock, table_limit: int) -> Answer:
     """The solver's answer: a formula over a position of the first device list, whose
     solutions are the positions where the two placements part. ``table_limit`` is the
     largest explicit table expanded into instances (``smt.TABLE_LIMIT``, read per call)."""
@@ -55,10 +55,10 @@ def _solve(a: Any, b: Any, pa: _Placement, pb: _Placement, question: _Question,
     clock.check("comparing the device sets")
 
     # Devices held by one sharding only: no solver needed to name one.
-    unshared = _first_unshared_device(pa.devices, pb.devices)
+    unshared = first_unshared_device(pa.devices, pb.devices)
     if unshared is not None:
-        return _counterexample(pa, pb, question.example, unshared, None, (None, None), "solver",
-                               clock)
+        return answer_naming(pa, pb, question.example, unshared, None, (None, None), "solver",
+                             clock)
     clock.check("matching the device orders")
     position = _position_map(pa.devices, pb.devices)
     clock.check("matching the device orders")
@@ -99,19 +99,19 @@ def _position_map(a: DeviceList, b: DeviceList) -> tuple[str, Any]:
     ``("identity", None)``, ``("iotas", (a_iota, b_iota))`` (b's inverse after a),
     ``("iota", order)`` (a table recognized as a reshape/transpose) or ``("table", values)``.
     """
-    if _same_order(a, b):
+    if same_order(a, b):
         return "identity", None
     if a.iota is not None and b.iota is not None:
         return "iotas", (a.iota, b.iota)
     where_in_b: Any
     if b.iota is not None:
-        where_in_b = _order_positions(b.iota)
+        where_in_b = order_positions(b.iota)
     else:
         where_in_b = {device: p for p, device in
-                      enumerate(_ticking(b.ids(), "matching the device orders"))}
+                      enumerate(ticking(b.ids(), "matching the device orders"))}
     table = tuple(where_in_b[device] for device in
-                  _ticking(_device_ids(a), "matching the device orders"))
-    order = _recognize_iota(table)
+                  ticking(device_ids(a), "matching the device orders"))
+    order = recognize_iota(table)
     return ("iota", order) if order is not None else ("table", table)
 
 
@@ -143,21 +143,21 @@ def _bit_vector_solver() -> Any:
     return _TACTIC[0].solver()
 
 
-def _symbolic_solver(a: _Placement, b: _Placement, shape: tuple[int, ...] | None, rank: int,
+def _symbolic_solver(a: Placement, b: Placement, shape: tuple[int, ...] | None, rank: int,
                      max_dim: int, encoding: str, position: tuple[str, Any]
                      ) -> tuple[Any, Callable[[Any], tuple[int, tuple[int, ...]] | None]]:
     """The formula when every order is an iota: no table, independent of the device count."""
     n = len(a.devices)
-    width = _width(n, shape, max_dim)
-    arithmetic = _Integers() if encoding == "integer" else _BitVectors(width)
-    enc = _Encoder(arithmetic, use_digits=encoding == "digits")
+    width = bit_width(n, shape, max_dim)
+    arithmetic = Integers() if encoding == "integer" else BitVectors(width)
+    enc = Encoder(arithmetic, use_digits=encoding == "digits")
     p = enc.free(n, "position")
-    shapes = _shapes(shape, rank, max_dim, a, b, enc)
-    q = _sigma(*position, p, enc)
-    tile_a = None if a.tiled is None else _position_of(a.order, p, enc)
-    tile_b = None if b.tiled is None else _position_of(b.order, q, enc)
-    differs = _differs(_boxes(a, tile_a, shapes.sizes, shapes.pieces(a, arithmetic), enc),
-                       _boxes(b, tile_b, shapes.sizes, shapes.pieces(b, arithmetic), enc))
+    shapes = shape_terms(shape, rank, max_dim, a, b, enc)
+    q = sigma(*position, p, enc)
+    tile_a = None if a.tiled is None else position_in_order(a.order, p, enc)
+    tile_b = None if b.tiled is None else position_in_order(b.order, q, enc)
+    differs = boxes_differ(box_terms(a, tile_a, shapes.sizes, shapes.pieces(a, arithmetic), enc),
+                           box_terms(b, tile_b, shapes.sizes, shapes.pieces(b, arithmetic), enc))
     solver = _bit_vector_solver() if encoding != "integer" else z3.Solver()
     solver.add(*enc.constraints, differs)
 
@@ -169,22 +169,22 @@ def _symbolic_solver(a: _Placement, b: _Placement, shape: tuple[int, ...] | None
     return solver, witness
 
 
-def _tile_table(placement: _Placement, positions: list[int]) -> list[int]:
+def _tile_table(placement: Placement, positions: list[int]) -> list[int]:
     """The tile index of each position listed (read from the tile assignment)."""
     tiled = placement.tiled
     if tiled is None:
         return [0] * len(positions)
     if placement.order is not None:
-        tile_of = _order_positions(placement.order)
+        tile_of = order_positions(placement.order)
     else:
         tile_of = [0] * len(tiled.assignment)
-        for t, q in enumerate(_ticking(tiled.assignment, "reading a tile assignment")):
+        for t, q in enumerate(ticking(tiled.assignment, "reading a tile assignment")):
             tile_of[q] = t
-    return [tile_of[q] for q in _ticking(positions, "reading a tile table")]
+    return [tile_of[q] for q in ticking(positions, "reading a tile table")]
 
 
-def _table_solver(a: _Placement, b: _Placement, shape: tuple[int, ...] | None, rank: int,
-                  max_dim: int, position: tuple[str, Any], clock: _Clock
+def _table_solver(a: Placement, b: Placement, shape: tuple[int, ...] | None, rank: int,
+                  max_dim: int, position: tuple[str, Any], clock: Clock
                   ) -> tuple[Any, Callable[[Any], tuple[int, tuple[int, ...]] | None]]:
     """The formula when a device order or a tile assignment is an explicit table.
 
@@ -195,14 +195,14 @@ def _table_solver(a: _Placement, b: _Placement, shape: tuple[int, ...] | None, r
     positions names the device.
     """
     n = len(a.devices)
-    width = _width(n, shape, max_dim)
-    arithmetic = _BitVectors(width)
-    enc = _Encoder(arithmetic, use_digits=False)
-    shapes = _shapes(shape, rank, max_dim, a, b, enc)
+    width = bit_width(n, shape, max_dim)
+    arithmetic = BitVectors(width)
+    enc = Encoder(arithmetic, use_digits=False)
+    shapes = shape_terms(shape, rank, max_dim, a, b, enc)
     tile_a, tile_b = z3.BitVec("tile_a", width), z3.BitVec("tile_b", width)
-    differs = _differs(
-        _boxes(a, _Number(term=tile_a), shapes.sizes, shapes.pieces(a, arithmetic), enc),
-        _boxes(b, _Number(term=tile_b), shapes.sizes, shapes.pieces(b, arithmetic), enc))
+    differs = boxes_differ(
+        box_terms(a, Number(term=tile_a), shapes.sizes, shapes.pieces(a, arithmetic), enc),
+        box_terms(b, Number(term=tile_b), shapes.sizes, shapes.pieces(b, arithmetic), enc))
     clock.check("reading the first sharding's tile table")
     tiles_a = _tile_table(a, list(range(n)))
     clock.check("reading the second sharding's tile table")
@@ -265,7 +265,7 @@ class _TableText:
                                     decls=self.known)
 
 
-def _table_pieces(text: _TableText, clock: _Clock) -> list[Any]:
+def _table_pieces(text: _TableText, clock: Clock) -> list[Any]:
     """The blocks' terms, for a solver to take as one disjunction."""
     # Written and parsed a piece at a time, so that the clock is read between pieces.
     step = max(1, TABLE_PIECE // text.block)
@@ -278,7 +278,7 @@ def _table_pieces(text: _TableText, clock: _Clock) -> list[Any]:
 
 
 def _position_in_block(model: Any, text: _TableText, shape: tuple[int, ...] | None,
-                       shapes: _Shapes, enc: _Encoder, clock: _Clock
+                       shapes: Shapes, enc: Encoder, clock: Clock
                        ) -> tuple[int, tuple[int, ...]] | None:
     """The position, in the block a solution names, where the placements differ for the
     shape the solution found; None when the second look finds none."""
@@ -303,13 +303,13 @@ def _positions_in_b(position: tuple[str, Any], n: int) -> list[int]:
     if kind == "table":
         return list(data)
     if kind == "iota":
-        return _order_values(data)
+        return order_values(data)
     a_order, b_order = data
-    where_in_b = _order_positions(b_order)
-    return [where_in_b[v] for v in _ticking(_order_values(a_order), "matching the device orders")]
+    where_in_b = order_positions(b_order)
+    return [where_in_b[v] for v in ticking(order_values(a_order), "matching the device orders")]
 
 
-def _needs_tables(a: _Placement, b: _Placement, position: tuple[str, Any]) -> bool:
+def _needs_tables(a: Placement, b: Placement, position: tuple[str, Any]) -> bool:
     if position[0] == "table":
         return True
     return any(p.tiled is not None and p.order is None for p in (a, b))

@@ -238,7 +238,7 @@ def suite_files(names: list[str] | None, paths: list[str] | None = None
     return found
 
 
-def _targets(files: dict[str, list[dict[str, Any]]], scratch: Path) -> list[dict[str, Any]]:
+def pytest_targets(files: dict[str, list[dict[str, Any]]], scratch: Path) -> list[dict[str, Any]]:
     """What pytest runs, one entry per part: a module's tests through a file in ``scratch``
     that imports them (``from MODULE import *``, as the project's tests/ do: the module is
     imported under its own name wherever it is installed); a path as it is."""
@@ -282,11 +282,14 @@ def write_config(where: Path, *, suites: list[dict[str, Any]], database: str | N
     return where
 
 
-def _pytest_command(workers: int, config: Path, targets: list[dict[str, Any]],
-                    select: str | None) -> list[str]:
+def pytest_command(workers: int, config: Path, targets: list[dict[str, Any]],
+                   select: str | None) -> list[str]:
+    """The pytest command line that runs ``targets`` with the campaign plugin on ``workers``."""
     paths = [t["path"] for t in targets]
+    # -o shardlaw=true: the workers opt in to shardlaw's pytest plugin (JAX's CPU devices)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
-               CONFIG_OPTION, str(config), "-p", "no:cacheprovider", "-p", "no:benchmark",
+               CONFIG_OPTION, str(config), "-o", "shardlaw=true", "-p", "no:cacheprovider",
+               "-p", "no:benchmark",
                "-n", str(workers), "--dist", "worksteal", "--rootdir", os.path.commonpath(
                    [str(Path(p).parent) for p in paths] + [str(config.parent)]),
                "-o", "addopts=", "--no-header", "-rN", *paths]
@@ -332,17 +335,17 @@ def _watch(process: subprocess.Popen, scratch: Path, start: float, stream: TextI
 
 def _run_pytest(args: Any, files: dict[str, list[dict[str, Any]]], scratch: Path, out: Path,
                 log: Path) -> tuple[int, float]:
-    targets = _targets(files, scratch)
+    targets = pytest_targets(files, scratch)
     minutes = None if args.examples is not None else (args.minutes or 1.0)
     config = write_config(
-        scratch / "campaign.json", suites=targets, database=_database(args),
-        local_database=_local_database(args), examples=args.examples, end=None if minutes is None else time.time() + minutes * 60,
+        scratch / "campaign.json", suites=targets, database=database_of(args),
+        local_database=local_database_of(args), examples=args.examples, end=None if minutes is None else time.time() + minutes * 60,
         shards=args.workers, scratch=str(scratch), out=str(out),
         shares=dict(getattr(args, "share", None) or []), plant=getattr(args, "plant", None),
         clear_every=getattr(args, "clear_caches_every", CLEAR_EVERY))
     start = time.monotonic()
     with open(log, "w") as sink:
-        process = subprocess.Popen(_pytest_command(args.workers, config, targets, args.select),
+        process = subprocess.Popen(pytest_command(args.workers, config, targets, args.select),
                                    cwd=scratch, stdout=sink, stderr=subprocess.STDOUT)
         try:
             status = _watch(process, scratch, start, sys.stderr)
@@ -376,19 +379,36 @@ def _chosen(args: Any) -> dict[str, list[dict[str, Any]]]:
     return files
 
 
-def _database(args: Any) -> str:
+def database_of(args: Any) -> str:
+    """The example database a campaign shares: a Redis URL, or a folder's absolute path."""
     db = getattr(args, "db", None) or str(DEFAULT_DB)
     return db if is_redis(db) else str(Path(db).resolve())
 
 
-def _local_database(args: Any) -> str | None:
+def local_database_of(args: Any) -> str | None:
+    """The folder of this machine's own examples beside a Redis database (None without Redis)."""
     if not is_redis(getattr(args, "db", None) or ""):
         return None
     return str(Path(getattr(args, "local_db", None) or DEFAULT_DB).resolve())
 
 
+# What a campaign's workers import: pytest with pytest-xdist, Hypothesis and JAX.
+_NEEDED = {"pytest": "pytest", "xdist": "pytest-xdist", "hypothesis": "hypothesis",
+           "jax": "jax"}
+
+
+def _check_installed() -> None:
+    """Exit 2 naming what a campaign needs and this environment lacks (the dev extra has it)."""
+    missing = [package for module, package in _NEEDED.items()
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        raise CommandExit(EXIT_BAD_INPUT, f"a campaign needs {', '.join(missing)}, not "
+                                          "installed here; install shardlaw with the [dev] extra")
+
+
 def run(args: Any) -> int:
     """``shardlaw campaign``: run, report, and exit 1 if anything disagreed."""
+    _check_installed()
     if args.replay:
         return replay(Path(args.replay))
     files = _chosen(args)
@@ -397,16 +417,16 @@ def run(args: Any) -> int:
     if out.exists():
         shutil.rmtree(out)
     report_path.parent.mkdir(parents=True, exist_ok=True)
-    if is_redis(_database(args)):
-        check_redis(_database(args))
+    if is_redis(database_of(args)):
+        check_redis(database_of(args))
     else:
-        Path(_database(args)).mkdir(parents=True, exist_ok=True)
+        Path(database_of(args)).mkdir(parents=True, exist_ok=True)
     if getattr(args, "dask", None):
         from shardlaw.campaign_cluster import run_on_cluster
 
         return run_on_cluster(args, files, report_path, out)
-    if _local_database(args):
-        Path(_local_database(args)).mkdir(parents=True, exist_ok=True)
+    if local_database_of(args):
+        Path(local_database_of(args)).mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="shardlaw-campaign-"))
     log = report_path.with_name(report_path.stem + "-pytest.log")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -603,11 +623,12 @@ def replay(path: Path) -> int:
                                           f"installed here")
     scratch = Path(tempfile.mkdtemp(prefix="shardlaw-replay-"))
     try:
-        target = _targets({part["suite"]: [part]}, scratch)
+        target = pytest_targets({part["suite"]: [part]}, scratch)
         config = write_config(scratch / "campaign.json", suites=target, database=database,
                               examples=100, plant=record.get("planted"))
         command = [sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
-                   CONFIG_OPTION, str(config), "-p", "no:cacheprovider", "-o", "addopts=",
+                   CONFIG_OPTION, str(config), "-o", "shardlaw=true", "-p", "no:cacheprovider",
+                   "-o", "addopts=",
                    "--rootdir", os.path.commonpath([str(Path(target[0]["path"]).parent),
                                                     str(scratch)]),
                    f"{target[0]['path']}::{name}"]

@@ -64,11 +64,11 @@ def connect(address: str) -> tuple[Any, Any]:
 
 def _job(args: Any, files: dict[str, list[dict[str, Any]]], part: int, parts: int
          ) -> dict[str, Any]:
-    from shardlaw.campaign import _database, _local_database
+    from shardlaw.campaign import database_of, local_database_of
 
     return {"files": files, "examples": args.examples, "minutes": args.minutes,
-            "workers": args.workers, "select": args.select, "database": _database(args),
-            "local_database": _local_database(args), "part": part, "parts": parts,
+            "workers": args.workers, "select": args.select, "database": database_of(args),
+            "local_database": local_database_of(args), "part": part, "parts": parts,
             "shares": dict(getattr(args, "share", None) or []),
             "plant": getattr(args, "plant", None),
             "clear_every": getattr(args, "clear_caches_every", None)}
@@ -81,7 +81,7 @@ def run_machine(job: dict[str, Any]) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(prefix="shardlaw-machine-"))
     out = scratch / "disagreements"
     try:
-        targets = campaign._targets(job["files"], scratch)
+        targets = campaign.pytest_targets(job["files"], scratch)
         minutes = None if job["examples"] is not None else (job["minutes"] or 1.0)
         if job["local_database"]:
             Path(job["local_database"]).mkdir(parents=True, exist_ok=True)
@@ -93,7 +93,7 @@ def run_machine(job: dict[str, Any]) -> dict[str, Any]:
             shares=job["shares"], plant=job["plant"],
             clear_every=campaign.CLEAR_EVERY if job["clear_every"] is None
             else job["clear_every"], part=job["part"], parts=job["parts"])
-        command = campaign._pytest_command(job["workers"], config, targets, job["select"])
+        command = campaign.pytest_command(job["workers"], config, targets, job["select"])
         if job["workers"] == 1:   # one worker: pytest runs the tests itself (no xdist child)
             command[command.index("-n") + 1] = "0"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -168,7 +168,7 @@ def run_on_cluster(args: Any, files: dict[str, list[dict[str, Any]]], report_pat
     report = campaign.build_report(workers, args.workers * len(machines), seconds,
                                    list(files), out)
     report["machines"] = [machine_figures(r) for r in results]
-    report["database"] = campaign._database(args)
+    report["database"] = campaign.database_of(args)
     report["cluster"] = args.dask
     cpu = sum(r["cpu_seconds"] for r in results)
     report["cpu_seconds"] = round(cpu, 1)

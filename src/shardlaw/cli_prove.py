@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from shardlaw.cli_errors import one_line
 from shardlaw.sharding_text import (
-    ShardingTextError, _ints, parse_sharding, sharding_from_json, sharding_text, sharding_to_json,
+    ShardingTextError, parse_ints, parse_sharding, sharding_from_json, sharding_text, sharding_to_json,
 )
 
 __all__ = [
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         if args.svg:
             _check_svg_path(args.svg)
         a, b = _read(args.a, "A"), _read(args.b, "B")
-        shape = None if args.shape is None else tuple(_ints(args.shape, "--shape"))
+        shape = None if args.shape is None else tuple(parse_ints(args.shape, "--shape"))
         if shape is None and (args.rank is None or args.max_dim is None):
             raise ShardingTextError("give --shape, or --rank and --max-dim")
         from shardlaw.spec import prove_equivalent

@@ -72,7 +72,8 @@ def _entries(text: str) -> list[str]:
     return _split_outside_brackets(text, lambda ch: ch == ",")
 
 
-def _ints(text: str, what: str) -> list[int]:
+def parse_ints(text: str, what: str) -> list[int]:
+    """Integers separated by commas (ASCII digits only), or an error naming ``what``."""
     numbers = [x.strip() for x in text.split(",") if x.strip()]
     # ASCII digits only: int() would also read "٣", "1_000" and "+2".
     if not all(_DIGITS.fullmatch(x) for x in numbers):
@@ -86,10 +87,10 @@ def _devices(text: str) -> Any:
     from shardlaw.spec import DeviceList, Iota
     m = re.fullmatch(r"<=\[([0-9,]+)\](?:T\(([0-9,]+)\))?", text.strip())
     if m:
-        dims = _ints(m[1], "iota dims")
-        perm = _ints(m[2], "iota perm") if m[2] else None
+        dims = parse_ints(m[1], "iota dims")
+        perm = parse_ints(m[2], "iota perm") if m[2] else None
         return DeviceList(Iota(dims, perm))
-    return DeviceList.of_ids(_ints(text, "devices"))
+    return DeviceList.of_ids(parse_ints(text, "devices"))
 
 
 def _spec_entry(text: str) -> Any:
@@ -111,7 +112,7 @@ def _named_from_text(fields: dict[str, str]) -> Any:
     if not m:
         raise ShardingTextError(f"mesh= is SIZESxSIZES:NAMES,NAMES (like 2x4:x,y), got "
                                 f"{fields['mesh']!r}")
-    sizes = _ints(m[1].replace("x", ","), "mesh sizes")
+    sizes = parse_ints(m[1].replace("x", ","), "mesh sizes")
     names = [n.strip() for n in m[2].split(",")]
     in_order = f"<=[{math.prod(sizes)}]"
     devices = _devices(fields.get("devices", in_order))
@@ -168,7 +169,7 @@ def parse_sharding(text: str) -> Any:
         return GSPMDSharding(devices, hlo, memory_kind=fields.get("memory"))
     if head.startswith("single:"):
         fields = _fields(tokens[1:], {"memory"}, "single:")
-        ids = _ints(head[len("single:"):], "the device id")
+        ids = parse_ints(head[len("single:"):], "the device id")
         if len(ids) != 1:
             raise ShardingTextError(f"single: takes one device id, got {head!r}")
         return SingleDeviceSharding(ids[0], memory_kind=fields.get("memory"))
