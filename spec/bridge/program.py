@@ -34,7 +34,8 @@ from ..program.description import (
 )
 from .convert import _layout_from_jax, from_jax
 
-__all__ = ["describe_program", "describe_trace"]
+__all__ = ["describe_program", "describe_trace", "input_paths", "read_type", "read_sharding",
+           "read_target"]
 
 
 def _jax() -> Any:
@@ -62,8 +63,9 @@ def _argument(value: Any) -> Value:
         if layout is not None and not layout.is_default:
             raise _Unreadable(f"describe_program reads arrays in the default layout; got "
                               f"{layout!r}")
-        return Value.placed(tuple(value.shape), from_jax(value.sharding), str(value.dtype),
-                            committed=bool(value._committed))
+        # an array keeps its weak type (jax.jit(lambda: 1.0)() is ~float32[])
+        return Value(tuple(value.shape), str(value.dtype), bool(value.weak_type),
+                     sharding=from_jax(value.sharding), committed=bool(value._committed))
     if isinstance(value, (np.ndarray, np.generic)):
         return Value.numpy(tuple(np.shape(value)), str(value.dtype))
     if isinstance(value, jax.ShapeDtypeStruct):
@@ -192,9 +194,11 @@ def _literals(jaxpr: Any, numbers: _Numbers) -> tuple[Const, ...]:
 
     found = []
     hoisting = _hoisting()
-    for eqn in jaxpr.eqns:
-        described = eqn.primitive.name in DESCRIBED_PRIMITIVES
-        for v in eqn.invars:
+    # a literal result (``lambda x: 1.0``) is read as a constant the body returns, as JAX
+    # returns it
+    uses = [(eqn.primitive.name in DESCRIBED_PRIMITIVES, eqn.invars) for eqn in jaxpr.eqns]
+    for described, invars in [*uses, (True, jaxpr.outvars)]:
+        for v in invars:
             # with constants simplified, a closed-over array is a literal wherever it is
             # used: read as a constant, which CONST-1 hoists or leaves embedded
             hoisted = hoisting and isinstance(v, core.Literal) and np.ndim(v.val) > 0
@@ -225,12 +229,9 @@ def _body(jaxpr: Any, consts: list, inputs: tuple[Value, ...], where: str,
         equations.append(_equation(eqn, numbers, f"{where}body[{k}]"))
         for v in eqn.outvars:
             numbers.define(v)
-    outputs = []
-    for v in jaxpr.outvars:
-        if v not in numbers.of:
-            raise _Unreadable(f"describe_program does not describe a literal result; "
-                              f"{where or 'the program'} returns {v}")
-        outputs.append(numbers.of[v])
+    from jax._src import core
+
+    outputs = [numbers.of[id(v) if isinstance(v, core.Literal) else v] for v in jaxpr.outvars]
     return Program(inputs, tuple(equations), tuple(outputs), constants, **options)
 
 
@@ -389,12 +390,32 @@ def describe_program(fun: Any, *args: Any, **kwargs: Any) -> Program:
 def describe_trace(fun: Any, *args: Any, **kwargs: Any) -> Program:
     """:func:`describe_program` read from JAX's trace of ``fun`` as it is, a transformed
     function's too (what the properties compare the spec's rewrites with): a jit a batching
-    rule bound is read as a jit the user called."""
+    rule bound is read as a jit the user called. A jitted function's static arguments are
+    passed to it as they are, and only its other arguments are the program's inputs, each
+    named by its pytree path (:func:`input_paths`)."""
     jax = _jax()
+    library = _is_library_jit(fun)
+    jitted = hasattr(fun, "trace") or _is_filter_jit(fun)
+    fun, args, kwargs = _statics_bound(fun, args, kwargs)
     leaves = jax.tree_util.tree_leaves((args, kwargs))
     inputs = tuple(_argument(leaf) for leaf in leaves)
-    closed = jax.make_jaxpr(fun)(*args, **kwargs)
-    if not _is_one_jit(closed):
+    refs = tuple(isinstance(leaf, jax.Ref) for leaf in leaves)
+    given = dict(devices=jax.device_count(), refs=refs, hoist_constants=_hoisting(),
+                 input_paths=input_paths(args, kwargs))
+    try:
+        closed = jax.make_jaxpr(fun)(*args, **kwargs)
+    except Exception as error:   # JAX refused while tracing: described up to the refusal
+        refused = _refused(fun, args, kwargs, inputs, given, jitted)
+        if refused is None:
+            raise
+        return refused
+    if library and not _is_one_jit(closed) and _wraps_one_jit(closed):
+        # the one jit the library calls, over the leaves it hands it (its results all)
+        picked = [closed.jaxpr.invars.index(v) for v in closed.jaxpr.eqns[0].invars]
+        inputs = tuple(inputs[i] for i in picked)
+        given.update(refs=tuple(refs[i] for i in picked), input_paths=tuple(
+            given["input_paths"][i] for i in picked))
+    elif not _is_one_jit(closed):
         closed = jax.make_jaxpr(jax.jit(fun))(*args, **kwargs)
     eqn = closed.jaxpr.eqns[0]
     _no_layouts(eqn.params, "the jit called")
@@ -404,9 +425,115 @@ def describe_trace(fun: Any, *args: Any, **kwargs: Any) -> Program:
     options = _jit_options(eqn.params, "the jit called")
     for name in ("in_shardings", "donated"):   # the lifted refs' are JAX's, not the user's
         options[name] = options[name][:len(inputs)]
-    refs = tuple(isinstance(leaf, jax.Ref) for leaf in leaves)
-    return _body(body.jaxpr, list(body.consts), inputs, "", lifted, **options,
-                 devices=jax.device_count(), refs=refs, hoist_constants=_hoisting())
+    return _body(body.jaxpr, list(body.consts), inputs, "", lifted, **options, **given)
+
+
+def _refused(fun: Any, args: tuple, kwargs: dict, inputs: tuple, given: dict, jitted: bool
+             ) -> Program | None:
+    """The program JAX refuses while tracing it, described up to the call it refuses
+    (:func:`~shardlaw.spec.bridge.refusals.describe_refused`), or None: traced again with
+    JAX's frames kept, to find the call."""
+    from jax._src import config
+
+    from .refusals import describe_refused
+
+    if any(given["refs"]):
+        return None
+    try:
+        with config.traceback_filtering("off"):
+            _jax().make_jaxpr(fun)(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - the refusal, now with its frames
+        return describe_refused(error, inputs, given, jitted, _body)
+    return None
+
+
+def input_paths(args: tuple, kwargs: dict) -> tuple[str, ...]:
+    """Each argument leaf's pytree path, as the engine names it: ``args[0]['b1']``,
+    ``args[1][0].mu``, ``kwargs['batch']`` (``args[k]``: the k-th positional argument
+    that is not static)."""
+    jax = _jax()
+    flat, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    return tuple(("args" if keys[0].idx == 0 else "kwargs") + jax.tree_util.keystr(keys[1:])
+                 for keys, _ in flat)
+
+
+def _statics_bound(fun: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+    """(a function of the dynamic arguments, those arguments) for ``fun``: where ``fun`` is
+    a ``jax.jit`` given ``static_argnums``/``static_argnames``, one that calls it with the
+    static values as they were passed (its trace is that jit's, over the others); else
+    ``fun`` and the arguments as they are."""
+    filtered = _filter_jit_statics(fun, args, kwargs)
+    if filtered is not None:
+        return filtered
+    info = getattr(fun, "_jit_info", None)   # JAX 0.10.2's jit keeps both, each completed
+    nums, names = (getattr(info, "static_argnums", ()) or (),
+                   getattr(info, "static_argnames", ()) or ())
+    count = len(args)
+    static = {i % count for i in nums if -count <= i < count}
+    if not static and not set(names) & set(kwargs):
+        return fun, args, kwargs
+    dynamic = tuple(a for i, a in enumerate(args) if i not in static)
+    named = {k: v for k, v in kwargs.items() if k not in names}
+    fixed = {k: v for k, v in kwargs.items() if k in names}
+
+    def with_statics(*given: Any, **given_kwargs: Any) -> Any:
+        rest = iter(given)
+        return fun(*(args[i] if i in static else next(rest) for i in range(count)),
+                   **given_kwargs, **fixed)
+
+    return with_statics, dynamic, named
+
+
+def _is_library_jit(fun: Any) -> bool:
+    """Whether ``fun`` is what flax NNX's ``nnx.jit`` or ``equinox.filter_jit`` returned: a
+    wrapper that hands one ``jax.jit`` the arrays of its arguments (NNX: a module's and an
+    optimizer's state) and does its own work around the call; the program is that jit, its
+    results all it returns (NNX: the new state it writes back, then the function's;
+    equinox: a counter of its own, then the function's)."""
+    return type(fun).__module__.partition(".")[0] in ("flax", "equinox") and hasattr(
+        fun, "lower")
+
+
+def _wraps_one_jit(closed: Any) -> bool:
+    """Whether the trace is one jit equation over arguments, each once, and nothing else
+    (what a library's wrapper around one jit traces to; its results may be others)."""
+    jaxpr = closed.jaxpr
+    if len(jaxpr.eqns) != 1 or jaxpr.eqns[0].primitive.name not in ("jit", "pjit"):
+        return False
+    operands = list(jaxpr.eqns[0].invars)
+    return (not jaxpr.constvars and len(set(operands)) == len(operands)
+            and all(v in set(jaxpr.invars) for v in operands))
+
+
+def _is_filter_jit(fun: Any) -> bool:
+    """Whether ``fun`` is what ``equinox.filter_jit`` returned."""
+    return type(fun).__module__.partition(".")[0] == "equinox" and hasattr(fun, "lower")
+
+
+def _filter_jit_statics(fun: Any, args: tuple, kwargs: dict
+                        ) -> tuple[Any, tuple, dict] | None:
+    """:func:`_statics_bound` for an ``equinox.filter_jit`` function: every leaf that is not
+    an array (a module's functions, its Python numbers) is static, as filter_jit makes it
+    (equinox's ``is_array``: a jax.Array or a numpy value), and the arrays are the
+    arguments (None where a leaf is static, so that their paths are the user's:
+    ``args[0].layers[1].weight``)."""
+    import numpy as np
+
+    if not _is_filter_jit(fun):
+        return None
+    jax = _jax()
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    arrays = [isinstance(leaf, (jax.Array, np.ndarray, np.generic)) for leaf in leaves]
+    dynamic, named = jax.tree_util.tree_unflatten(
+        tree, [leaf if a else None for leaf, a in zip(leaves, arrays)])
+
+    def with_statics(*given: Any, **given_kwargs: Any) -> Any:
+        passed = iter(jax.tree_util.tree_leaves((given, given_kwargs)))
+        called, keywords = jax.tree_util.tree_unflatten(
+            tree, [next(passed) if a else leaf for leaf, a in zip(leaves, arrays)])
+        return fun(*called, **keywords)
+
+    return with_statics, dynamic, named
 
 
 # --------------------------------------------------------------------------- vmapped functions
@@ -699,3 +826,20 @@ def _plain(held: dict) -> Any:
     """The shard_map ``held`` describes, called as it was (in_specs left out)."""
     return _jax().shard_map(held["f"], mesh=held["mesh"], out_specs=held["out_specs"],
                             axis_names=held["axis_names"], check_vma=held["check_vma"])
+
+
+# --------------------------------------------------------------------------- doors
+
+def read_type(aval: Any, what: str) -> Value:
+    """A traced value's type (a JAX aval) as the spec's :class:`Value`."""
+    return _type(aval, what)
+
+
+def read_sharding(s: Any, what: str) -> Any:
+    """A sharding JAX holds (its unspecified value included) as the spec's."""
+    return _sharding(s, what)
+
+
+def read_target(device: Any, where: str) -> Any:
+    """A device_put's target as the spec's: a sharding, a device id, or None."""
+    return _target(device, where)

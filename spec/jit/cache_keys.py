@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .call import Arg, Verdict
+from .call import SCALAR_DTYPES, Arg, Verdict, placed_dtype
 from ..placement.equivalence import hlo_equal
 from ..core.hlo import Replicated
 from .assignment import replicate_scalars
@@ -31,9 +31,8 @@ __all__ = [
     "module_key", "compile_key", "differences",
 ]
 
-# Narrowing of 64-bit types: JAX runs with x64 off unless told otherwise.
-_CANONICAL = {"float64": "float32", "int64": "int32", "uint64": "uint32",
-              "complex128": "complex64"}
+# A Python scalar argument's type by the dtype its description gives it.
+_PYTHON_TYPE = {dtype: python for python, dtype in SCALAR_DTYPES.items()}
 
 
 # =========================================================================== dispatch
@@ -119,13 +118,14 @@ def _jax_array(arg: Arg) -> bool:
     return arg.kind in ("committed", "uncommitted")
 
 
+def _typed(arg: Arg) -> tuple[str, bool]:
+    """The dtype and weak type tracing gives ``arg`` (ARG-2, 64-bit types narrowed)."""
+    return placed_dtype(_PYTHON_TYPE[arg.dtype] if arg.kind == "scalar" else arg.kind,
+                        arg.dtype)
+
+
 def _dtype(arg: Arg) -> str:
-    return _CANONICAL.get(arg.dtype, arg.dtype)
-
-
-def _weak(arg: Arg) -> bool:
-    # Python int, float and complex are weakly typed; Python bool is not.
-    return arg.kind == "scalar" and arg.dtype != "bool"
+    return _typed(arg)[0]
 
 
 @rule("CACHE-3", mirrors="jaxlib PjitFunction::ComputeCallSignature; CallSignature::operator==")
@@ -210,8 +210,8 @@ def _typed_spec(mesh: Any, spec: PartitionSpec, ndim: int) -> PartitionSpec | No
 def abstract_value(arg: Arg) -> Aval:
     """Tracing sees an argument as its shape, dtype, weak type, memory space and, on a concrete mesh, that mesh.
 
-    (C1) Its shape, and its dtype with 64-bit types narrowed (x64 being off).
-    (C2) Whether it is weakly typed: a Python int, float or complex is.
+    (C1) Its shape, and its dtype with 64-bit types narrowed (x64 being off: ARG-2).
+    (C2) Whether it is weakly typed: a Python int, float or complex is (ARG-2).
     (C3) Its memory space.
     (C4) For a jax.Array on a NamedSharding over a concrete mesh, that mesh's axis names,
     sizes and types, with the PartitionSpec only when the mesh has Explicit axes.
@@ -227,10 +227,11 @@ def abstract_value(arg: Arg) -> Aval:
     """
     held = arg.sharding if _jax_array(arg) else None
     memory = _memory_space(held.memory_kind) if held is not None else "device"
+    dtype, weak = _typed(arg)
     if isinstance(held, NamedSharding) and isinstance(held.mesh, Mesh):
-        return Aval(arg.shape, _dtype(arg), _weak(arg), memory, held.mesh.abstract,
+        return Aval(arg.shape, dtype, weak, memory, held.mesh.abstract,
                     _typed_spec(held.mesh, held.spec, len(arg.shape)))
-    return Aval(arg.shape, _dtype(arg), _weak(arg), memory)
+    return Aval(arg.shape, dtype, weak, memory)
 
 
 def _aval_parts(facts: CallFacts) -> list[Part]:

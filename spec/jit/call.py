@@ -26,7 +26,7 @@ from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDe
 from ..core.values import AbstractMesh, DeviceList, Mesh, PartitionSpec, check_dims
 
 __all__ = ["Arg", "Static", "Out", "JitOptions", "Call", "Verdict", "ARG_KINDS", "check_call",
-           "NormalCall", "flat_arguments", "static_positions", "DeviceIds"]
+           "NormalCall", "flat_arguments", "static_positions", "DeviceIds", "placed_dtype"]
 
 ARG_KINDS = ("committed", "uncommitted", "numpy", "scalar", "abstract")
 
@@ -36,6 +36,36 @@ DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint32", "bfloat1
 
 # The dtype jit gives a Python scalar of each type (with x64 off, JAX's default).
 SCALAR_DTYPES = {"bool": "bool", "int": "int32", "float": "float32", "complex": "complex64"}
+
+# numpy dtype names JAX takes, and what each becomes with 64-bit types off.
+CANONICAL = {
+    "bool": "bool", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int32",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint32",
+    "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float32",
+    "complex64": "complex64", "complex128": "complex64",
+}
+
+
+@rule("ARG-2", mirrors="jax._src.dtypes.canonicalize_dtype / jax._src.abstract_arrays "
+                       "(Python scalar types are weak)")
+def placed_dtype(value_kind: str, dtype: str | None, weak_type: bool = False
+                 ) -> tuple[str, bool]:
+    """A Python bool becomes bool and an int, float or complex becomes int32, float32 or complex64, weakly typed; any other value keeps its dtype and its own weak type (a numpy value has none), but 64-bit types become 32-bit.
+
+    jit types its arguments so when it traces them (CACHE-4), ``device_put`` places them so
+    (ARG-4), and a whole program's inputs are typed so in its body
+    (:class:`~shardlaw.spec.program.description.Value`).
+
+    >>> placed_dtype("int", None), placed_dtype("bool", None)
+    (('int32', True), ('bool', False))
+    >>> placed_dtype("numpy_scalar", "float64"), placed_dtype("numpy_array", "uint64")
+    (('float32', False), ('uint32', False))
+    >>> placed_dtype("array", "float32", weak_type=True)
+    ('float32', True)
+    """
+    if value_kind in SCALAR_DTYPES:
+        return SCALAR_DTYPES[value_kind], value_kind != "bool"
+    return CANONICAL.get(dtype, dtype), weak_type  # type: ignore[arg-type]
 
 SHARDING_TYPES = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 

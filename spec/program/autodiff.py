@@ -45,11 +45,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..core.rules import reject
+from ..core.rules import reject, staged
 from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import PartitionSpec
 from ..transforms.autodiff import (
-    JitBody, JitEquation, jvp_equation, linearized_primal, linearized_tangent,
+    CALLBACKS, JitBody, JitEquation, check_callback_tangent, check_grad_input, jvp_equation,
+    linearized_primal, linearized_tangent,
 )
 from .description import Jit, Program, Reshard, ShardMap, Value, check_program
 from .ad_bodies import (
@@ -544,6 +545,7 @@ def jvp_program(program: Program, tangents: Any = None) -> Program:
     tangents (a zero where an output's tangent is a symbolic zero)."""
     top, call = _called(program)
     nonzero = tangent_inputs(program, differentiable)   # a ref takes none (REF-6)
+    check_callbacks(program, nonzero)
     given = _extra_inputs(tangents, tuple(v for v, nz in zip(program.inputs, nonzero)
                                           if nz), "the tangents")
     body = _Body(program.inputs + given)
@@ -573,6 +575,7 @@ def linearize_program(program: Program, tangents: Any = None) -> LinearizedProgr
     check_program(isinstance(program, Program), "the program linearize is asked about",
                   "a Program", program)
     nonzero = tangent_inputs(program, differentiable)   # a ref takes none (REF-6)
+    check_callbacks(program, nonzero)
     tape, outs, touts = _linearized_call(program, nonzero, "linearize")
     flags = tuple(t is not None for t in touts)
     primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
@@ -609,6 +612,7 @@ def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
     check_program(isinstance(program, Program), "the program vjp is asked about",
                   "a Program", program)
     nonzero = tangent_inputs(program, differentiable)   # a ref takes none (REF-6)
+    check_callbacks(program, nonzero)
     tape, outs, touts = _linearized_call(program, nonzero, "vjp")
     flags = tuple(t is not None for t in touts)
     out_types = tuple(tape.primal.types[n] for n, f in zip(outs, flags) if f)
@@ -639,6 +643,41 @@ def _every_input(body: _Body, program: Program, nonzero: tuple[bool, ...],
     for v, nz in zip(program.inputs, nonzero):
         out.append(next(found) if nz and next(marks) else _zeros(body, cotangent_type(v)))
     return tuple(out)
+
+
+def check_callbacks(program: Program, nonzero: tuple[bool, ...], prefix: str = ""
+                    ) -> tuple[bool, ...]:
+    """AD-20 over the body, nested jits' and shard_maps' too, as JAX's JVP meets its
+    equations: a callback taking a value that carries a tangent (one computed from an
+    input in ``nonzero`` through floats, not through ``stop_gradient``) is refused. Which
+    outputs carry a tangent, per output."""
+    carries = list(nonzero) + [False] * len(program.consts)
+    for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
+        moving = tuple(carries[n] for n in eq.operands)
+        path = f"{prefix}body[{k}]"
+        if type(eq) is Jit:
+            out = check_callbacks(eq.body, moving, f"{path}.jit.")
+        elif type(eq) is ShardMap:
+            out = check_callbacks(eq.body, moving, f"{path}.shard_map.")
+        else:
+            primitive = getattr(eq, "primitive", eq.kind)
+            if primitive in CALLBACKS:
+                with staged("trace"):
+                    check_callback_tangent(primitive, any(moving), path)
+            out = (any(moving) and primitive != "stop_gradient",) * len(numbers)
+        carries += [c and differentiable(program.value_types[n]) for c, n in zip(out, numbers)]
+    return tuple(carries[n] for n in program.outputs)
+
+
+def _check_inputs(program: Program, numbers: tuple[int, ...]) -> None:
+    """AD-19: grad's inputs among argnums are real or complex, as jit traces them (a ref
+    is left to its own rules, REF-6)."""
+    refs = program.refs or (False,) * len(program.inputs)
+    for i in numbers:
+        if not refs[i]:
+            with staged("trace"):
+                check_grad_input(program.inputs[i].type.dtype, program.input_paths[i]
+                                 if program.input_paths else f"args[{i}]")
 
 
 def _check_scalar(program: Program) -> None:
@@ -676,11 +715,13 @@ def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = F
     check_program(isinstance(program, Program), "the program value_and_grad is asked about",
                   "a Program", program)
     numbers = _argnums(argnums, len(program.inputs))
+    _check_inputs(program, numbers)
     check_program(has_aux or len(program.outputs) == 1, "the outputs of grad's function",
                   "one scalar (or has_aux=True)", program.outputs)
-    _check_scalar(program)
     nonzero = tuple(i in numbers and t for i, t in
                     enumerate(tangent_inputs(program, differentiable)))
+    check_callbacks(program, nonzero)
+    _check_scalar(program)
     tape, outs, touts = _linearized_call(program, nonzero, "grad")
     flags = tuple(t is not None for t in touts)
     residuals = tuple(tape.primal.types[n] for n in tape.residuals)

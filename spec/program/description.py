@@ -486,6 +486,8 @@ class Program:
     when JAX is imported (``JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1``; CONST-1);
     ``compiler_consts`` gives, per hoisted constant in CONST-1's order, the HLO sharding
     the compiler chose for it (None: not known), as ``compiler_in`` does per input.
+    ``input_paths``: each input's pytree path, by which verdicts name it, as
+    ``describe_program`` reads it (``args[0]['b1']``; ``()``, or not one per input: flat).
     ``checked`` is False for a program a batching rule gave (``vmap_program``): JAX checked
     its jit's shardings against one example's values when it traced the user's function,
     and does not check them again when it is vmapped once more, nor when the batched call
@@ -516,6 +518,7 @@ class Program:
     hoist_constants: bool = False
     compiler_consts: tuple[HloSharding | None, ...] | None = None
     checked: bool = True
+    input_paths: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         require_described(type(self.devices) is int and self.devices >= 1, "a program's devices",
@@ -552,6 +555,11 @@ class Program:
         described_bool(self.keep_unused, "keep_unused")
         described_bool(self.checked, "a program's checked flag")
         _check_refs(self, inputs)
+        paths = described_tuple(self.input_paths, "a program's input paths", "str")
+        require_described(all(type(p) is str for p in paths), "a program's input paths",
+                          "strs", paths)
+        # (a rewrite that drops inputs, as dead-code elimination does, names them flat)
+        object.__setattr__(self, "input_paths", paths if len(paths) == len(inputs) else ())
         require_described(self.context_mesh is None or type(self.context_mesh) in (
             Mesh, AbstractMesh), "the context mesh", "None, a Mesh or an AbstractMesh",
             self.context_mesh)

@@ -686,7 +686,8 @@ def _labels(program: Program, front: tuple, back: tuple) -> dict[int, tuple[str,
     """The call's argument index -> the path and the words of the input it is."""
     first = len(front) + len(program.inputs)
     labels = {k: (path, what) for k, (path, what, _) in enumerate(front)}
-    labels.update({len(front) + i: (f"args[{i}]", "") for i in range(len(program.inputs))})
+    paths = program.input_paths or tuple(f"args[{i}]" for i in range(len(program.inputs)))
+    labels.update({len(front) + i: (path, "") for i, path in enumerate(paths)})
     labels.update({first + k: (path, what) for k, (path, what, _) in enumerate(back)})
     return labels
 

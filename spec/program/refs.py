@@ -56,7 +56,9 @@ writes_ref = _writes_ref   # an equation that writes a ref, itself or in a neste
 def with_refs(result: Program, given: Program) -> Program:
     """``result``, a rewrite of ``given`` whose inputs begin with ``given``'s, with
     ``given``'s refs flagged again (the rewrite passes them on; its own inputs, tangents
-    or cotangents, are not refs)."""
+    or cotangents, are not refs) and, where its inputs are ``given``'s, their paths."""
+    if given.input_paths and len(result.inputs) == len(given.inputs):
+        result = dataclasses.replace(result, input_paths=given.input_paths)
     if not any(given.refs) or len(result.inputs) < len(given.inputs):
         return result
     extra = len(result.inputs) - len(given.inputs)

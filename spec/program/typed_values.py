@@ -19,7 +19,7 @@ from ..core.values import (
     AbstractMesh, AxisType, Mesh, PartitionSpec, UNCONSTRAINED, check_dims, compared_fields,
     state_without_hash,
 )
-from ..jit.call import DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg
+from ..jit.call import CANONICAL, DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg, placed_dtype
 from .type_splits import canonical_type_spec, type_spec
 
 P = PartitionSpec  # the name the examples use
@@ -103,7 +103,9 @@ def described_sharding(value: Any, what: str, *, unspecified: bool = False) -> A
 
 # What a value's checks expect, put into words once (every value built is checked).
 _ONE_OF_DTYPES = f"one of {DTYPES}"
-_A_PYTHON_SCALAR = f"a Python scalar: shape () and one of {tuple(SCALAR_DTYPES.values())}"
+# The dtypes ARG-2 may change in a value's type: the 64-bit ones, and a Python bool's weak type.
+_PYTHON_TYPE = {dtype: python for python, dtype in SCALAR_DTYPES.items()}
+_RETYPED = frozenset(d for d in DTYPES if CANONICAL.get(d, d) != d) | {"bool"}
 
 @dataclasses.dataclass(frozen=True)
 class Value:
@@ -155,10 +157,10 @@ class Value:
         if self.sharding is None:
             require_described(not self.committed, "a committed value's sharding", "a sharding",
                      None)
-            require_described(not self.weak_type or (self.shape == () and self.dtype in
-                                            SCALAR_DTYPES.values()),
-                     "a weakly typed value without a sharding",
-                     _A_PYTHON_SCALAR, (self.shape, self.dtype))
+            # (a traced value of any rank may be weakly typed: jnp.broadcast_to(1.0, (8,)))
+            require_described(not self.weak_type or self.dtype != "bool" or self.shape == (),
+                              "a weakly typed bool without a sharding",
+                              "a Python bool: shape ()", (self.shape, self.dtype))
             return
         described_sharding(self.sharding, "a value's sharding")
         # An array that exists fits its sharding (CALL-0, as for a jit argument).
@@ -218,11 +220,23 @@ class Value:
 
     @property
     def type(self) -> "Value":
-        """The value's type alone, as a traced value has it (no sharding, not committed)."""
-        if self.sharding is None and not self.abstract:
+        """The value's type alone, as a traced value has it (no sharding, not committed):
+        an argument's dtype and weak type as jit traces it (ARG-2: 64-bit types narrowed, a
+        Python bool not weak)."""
+        dtype, weak = self.dtype, self.weak_type
+        if dtype in _RETYPED:
+            dtype, weak = placed_dtype(self._python_type or "array", dtype, weak)
+        if self.sharding is None and not self.abstract and (dtype, weak) == (
+                self.dtype, self.weak_type):
             return self
-        return Value(self.shape, self.dtype, self.weak_type, self.mesh, self.varying,
-                     spec=self.spec)
+        return Value(self.shape, dtype, weak, self.mesh, self.varying, spec=self.spec)
+
+    @property
+    def _python_type(self) -> str | None:
+        """The Python scalar type this value is an argument of (None: not a Python scalar)."""
+        if self.sharding is not None or self.abstract or not self.weak_type or self.shape:
+            return None
+        return _PYTHON_TYPE.get(self.dtype)
 
     def as_arg(self) -> Arg:
         """The jit argument this value is (:class:`~shardlaw.spec.jit.call.Arg`)."""
@@ -231,13 +245,13 @@ class Value:
         if self.sharding is not None:
             return Arg("committed" if self.committed else "uncommitted", self.shape,
                        self.dtype, self.sharding)
-        if self.weak_type:
-            python = {d: t for t, d in SCALAR_DTYPES.items()}[self.dtype]
+        python = self._python_type
+        if python is not None:
             return Arg.scalar(python)
         return Arg.numpy(self.shape, self.dtype)
 
     def __repr__(self) -> str:
-        if self.sharding is None and self.weak_type:
+        if self._python_type is not None:
             return f"Value.scalar({self.dtype!r})"
         shape = "x".join(map(str, self.shape)) or "scalar"
         text = f"{self.dtype}[{shape}]" + ("~" if self.weak_type else "")

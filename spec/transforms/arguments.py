@@ -30,25 +30,20 @@ from ..placement.blocks import (
 from ..core.rules import IllFormedParameter, Failure, Rejection, explain, reject, require, rule
 from ..core.shardings import GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import UNCONSTRAINED, AxisType, Mesh, PartitionSpec
+from ..jit.call import CANONICAL, SCALAR_DTYPES, placed_dtype
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["Placement", "place_argument"]
+__all__ = ["Placement", "place_argument", "placed_dtype"]
 
 Box = tuple[tuple[int, int], ...]
 
 # What a user passes: Python scalars by their type, numpy values, and values JAX refuses.
-PYTHON_SCALARS = {"bool": "bool", "int": "int32", "float": "float32", "complex": "complex64"}
+# (ARG-2 and its tables live with the jit call's description: jit's tracing, device_put and
+# a whole program's inputs type an argument by the one rule.)
+PYTHON_SCALARS = SCALAR_DTYPES
 VALUE_KINDS = (*PYTHON_SCALARS, "numpy_scalar", "numpy_array", "masked_array", "str", "bytes",
                "object")
-
-# numpy dtype names JAX takes, and what each becomes with 64-bit types off.
-CANONICAL = {
-    "bool": "bool", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int32",
-    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint32",
-    "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float32",
-    "complex64": "complex64", "complex128": "complex64",
-}
 # numpy dtype names JAX refuses as array types (``float128`` is numpy's longdouble).
 NOT_NUMERIC = ("str", "bytes", "object", "datetime64", "timedelta64", "float128", "void")
 NUMPY_KINDS = ("numpy_scalar", "numpy_array", "masked_array")
@@ -167,19 +162,8 @@ def check_placeable_kind(value_kind: str, dtype: str | None, shape: tuple[int, .
 
 # --------------------------------------------------------------------------- ARG-2
 
-@rule("ARG-2", mirrors="jax._src.dtypes.canonicalize_dtype / jax._src.abstract_arrays "
-                       "(Python scalar types are weak)")
-def placed_dtype(value_kind: str, dtype: str | None) -> tuple[str, bool]:
-    """A Python bool becomes bool and an int, float or complex becomes int32, float32 or complex64, weakly typed; a numpy value keeps its dtype, not weak, but 64-bit types become 32-bit.
-
-    >>> placed_dtype("int", None), placed_dtype("bool", None)
-    (('int32', True), ('bool', False))
-    >>> placed_dtype("numpy_scalar", "float64"), placed_dtype("numpy_array", "uint64")
-    (('float32', False), ('uint32', False))
-    """
-    if value_kind in PYTHON_SCALARS:
-        return PYTHON_SCALARS[value_kind], value_kind != "bool"
-    return CANONICAL[dtype], False  # type: ignore[index]
+# ARG-2 (placed_dtype) is declared in spec/jit/call.py, below this layer, so that jit's own
+# tracing (CACHE-4) and a whole program's inputs call the same rule.
 
 
 # --------------------------------------------------------------------------- ARG-3

@@ -30,7 +30,9 @@ The rules, in the order ``jax.grad`` meets them:
   ``unknown_program``, ``dce_program``). Their per-equation forms (``known_equation``,
   ``unknown_equation``, ``partially_evaluated``, ``pruned_equation``) were retired with
   the transformed-call path (issue 31, docs/programs.rst); asking for one names its
-  replacement.
+  replacement;
+* AD-19: grad's inputs among argnums are real or complex;
+* AD-20: no callback takes a value that carries a tangent.
 
 Layouts are not modelled: every equation here has default layouts (an output given a layout
 is kept as one given a sharding would be).
@@ -50,7 +52,7 @@ P = PartitionSpec  # the name the examples use
 __all__ = [
     "JitEquation", "JitBody", "nonzero_outputs", "jvp_equation",
     "linearized_primal", "linearized_tangent", "linearized_equations", "transposed_equation",
-    "check_result_mesh", "all_explicit",
+    "check_result_mesh", "all_explicit", "check_grad_input", "check_callback_tangent",
 ]
 
 # A description longer than this is refused (AD-0): no jit equation has so many operands.
@@ -444,3 +446,69 @@ def __getattr__(name: str) -> Any:
                              f"(issue 31): use {RETIRED[name]} on the jit's Program "
                              f"(docs/programs.rst)", name=name, obj=None)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --------------------------------------------------------------------------- AD-19, AD-20
+
+# The dtypes grad differentiates with respect to (numpy's inexact kinds, as the spec names
+# them).
+INEXACT = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+
+
+@dataclasses.dataclass(frozen=True)
+class NotDifferentiableInput(Failure, rule="AD-19", error=TypeError):
+    template = ("{transform} differentiates with respect to {path}, of dtype {dtype}, which "
+                "has no derivative (grad requires real- or complex-valued inputs (input "
+                "dtype that is a sub-dtype of np.inexact), but got {dtype})")
+    hint = ("Take that argument out of argnums, pass it as a float, or use jax.vjp "
+            "(or allow_int=True) for integer and bool inputs.")
+    transform: str
+    path: str
+    dtype: str
+
+
+@rule("AD-19", mirrors="jax._src.api._check_input_dtype_revderiv")
+def check_grad_input(dtype: str, path: str, transform: str = "grad") -> None:
+    """grad and value_and_grad differentiate with respect to real or complex inputs only: an integer or bool input among argnums is refused (TypeError), before the function is traced.
+
+    ``dtype`` is the input's type as jit traces it (ARG-2: a Python int is int32, a
+    float64 numpy array float32).
+
+    >>> check_grad_input("float32", "args[0]")
+    >>> check_grad_input("int32", "args[1]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionTypeError: [AD-19] at args[1]: grad differentiates with respect to args[1], of dtype int32, which has no derivative (grad requires real- or complex-valued inputs (input dtype that is a sub-dtype of np.inexact), but got int32). Take that argument out of argnums, pass it as a float, or use jax.vjp (or allow_int=True) for integer and bool inputs.
+    """
+    if dtype not in INEXACT:
+        raise reject(NotDifferentiableInput(transform, path, dtype), path)
+
+
+# The primitives that call back into Python, and the words JAX refuses their JVP with.
+CALLBACKS = {"pure_callback": "Pure callbacks do not support JVP",
+             "io_callback": "IO callbacks do not support JVP"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CallbackTangent(Failure, rule="AD-20"):
+    template = ("{primitive} at {path} takes a value that carries a tangent, and a call "
+                "back into Python has no derivative ({words})")
+    hint = ("Wrap the callback in jax.custom_jvp (or custom_vjp) to give it one, or stop "
+            "the gradient of its operands (jax.lax.stop_gradient).")
+    primitive: str
+    path: str
+    words: str
+
+
+@rule("AD-20", mirrors="jax._src.callback.pure_callback_jvp_rule / io_callback_jvp_rule")
+def check_callback_tangent(primitive: str, carries_tangent: bool, path: str) -> None:
+    """A pure_callback or io_callback has no derivative: jvp, linearize, vjp and grad refuse a program where one takes an operand that carries a tangent (ValueError), while tracing; one whose operands carry none is left as it is.
+
+    >>> check_callback_tangent("pure_callback", False, "body[0]")
+    >>> check_callback_tangent("pure_callback", True, "body[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [AD-20] at body[0]: pure_callback at body[0] takes a value that carries a tangent, and a call back into Python has no derivative (Pure callbacks do not support JVP). Wrap the callback in jax.custom_jvp (or custom_vjp) to give it one, or stop the gradient of its operands (jax.lax.stop_gradient).
+    """
+    if type(primitive) is str and primitive in CALLBACKS and carries_tangent is True:
+        raise reject(CallbackTangent(primitive, path, CALLBACKS[primitive]), path)

@@ -1,0 +1,273 @@
+"""What JAX refuses while tracing, described up to the refused call.
+
+Where ``jax.jit`` refuses a call inside the body while it traces the function — a
+constraint whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` whose
+sharding does not place its operand (ARG-4), an inner jit whose shardings do not fit its
+operands or its results (FIT-1) — :func:`describe_refused` still describes the program:
+the equations JAX traced before the call, read from JAX's own trace as it stood when it
+refused, then the refused call described from the user's values (its operands and the
+shardings it was given), its results the program's. A call inside an inner jit's body is
+described inside that jit, whose body ends with it. ``explain_program`` of the program
+refuses by the spec's rule, at the trace stage, at the equation's path (``body[2]``,
+``body[1].jit.body[0]``, ``body[0].jit.in_shardings[0]``).
+
+The call is located from the frames JAX's error passed through (its traceback
+unfiltered): the jit bodies JAX was tracing, outermost first, and the call in the
+innermost. Where it cannot be located (a call under a ``shard_map``, a ``vmap``, a
+``grad`` or control flow inside the body; a refusal of another kind), or the spec does not
+refuse the described program at the trace stage with JAX's class, there is no
+description and JAX's error stands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from typing import Any, Callable
+
+from ..core.values import UNCONSTRAINED
+from ..program.description import DevicePut, Jit, Program, ShardingConstraint
+
+__all__ = ["describe_refused"]
+
+# The kinds of refused call described, by the JAX function (file role, name) that makes it.
+_CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
+          ("pjit", "_process_in_axis_resources"): "jit_in",
+          ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out"}
+
+
+def _files() -> dict[str, str]:
+    """The JAX source files whose frames locate a refusal, by role."""
+    from jax._src import api, pjit
+    from jax._src.interpreters import partial_eval
+
+    import os
+
+    import jax
+
+    return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
+            "jax": os.path.dirname(jax.__file__)}
+
+
+@dataclasses.dataclass
+class _Level:
+    """A jit body JAX was tracing: its trace (the body so far), the names JAX gave it, and
+    the locals of the jit frame that traced it (its options, its operands)."""
+
+    trace: Any
+    debug_info: Any
+    jit: dict
+
+    def equations(self) -> int:
+        return len(self.trace.frame.tracing_eqns)
+
+    def returning(self, values: list) -> tuple[Any, list]:
+        """(the body traced so far, returning ``values``; its constants)."""
+        from jax._src import source_info_util
+
+        info = source_info_util.current()
+        outs = [self.trace.to_jaxpr_tracer(v, info) for v in values]
+        names = self.debug_info._replace(result_paths=("",) * len(outs))
+        return self.trace.to_jaxpr(outs, names, info)
+
+
+@dataclasses.dataclass
+class _Refused:
+    """The refused call: its kind, the locals of the JAX frame that refused it and, for an
+    inner jit, the locals of that jit's frame."""
+
+    kind: str
+    call: dict
+    jit: dict | None
+
+
+def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
+    """The jit bodies JAX was tracing when it raised ``error`` (outermost first) and the
+    call it refused; None where the call is not of a kind described or sits in a body of
+    another kind (a shard_map's, a transformation's inside the body)."""
+    files = _files()
+    roles = {path: role for role, path in files.items() if role != "jax"}
+    levels: list[_Level] = []
+    pending: dict | None = None   # a jit frame whose body is not traced yet
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        where = (roles.get(frame.f_code.co_filename), frame.f_code.co_name)
+        if where == ("pe", "trace_to_jaxpr"):
+            if pending is None:
+                return None   # a body traced by something else than jit
+            local = frame.f_locals
+            levels.append(_Level(local["trace"], local["debug_info"], pending))
+            pending = None
+        elif where == ("pjit", "_trace_for_jit"):
+            pending = frame.f_locals
+        elif where in _CALLS:
+            kind = _CALLS[where]
+            inner = kind in ("jit_in", "jit_out")
+            if not levels or (inner and pending is None):
+                return None
+            return levels, _Refused(kind, frame.f_locals, pending if inner else None)
+        elif pending is not None and not frame.f_code.co_filename.startswith(files["jax"]):
+            return None   # user code between a jit and its body: not a jit's trace
+    return None
+
+
+def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted: bool,
+                     read_body: Callable[..., Program]) -> Program | None:
+    """The program JAX refused with ``error`` while tracing it, described up to the refused
+    call, or None (the module's docstring says where). ``inputs`` and ``options``: the
+    program's inputs and the options the bridge gives every program it reads (devices,
+    refs, hoisting, input paths); ``jitted``: whether the function is a jit, whose body is
+    then the second JAX traced (the first, the call of it, holding nothing else);
+    ``read_body(jaxpr, consts, inputs, where, **options)``: the bridge's reader of a body."""
+    from ..program.explain import explain_program
+
+    try:
+        located = _locate(error)
+        if located is None:
+            return None
+        levels, refused = located
+        top = 1 if jitted or _only_calls_a_jit(levels) else 0
+        if len(levels) <= top or any(level.equations() for level in levels[:top]):
+            return None
+        program = _described(levels[top:], refused, inputs,
+                             {**options, **_options(levels[top].jit)}, "", read_body)
+        verdict = explain_program(program, until="trace")
+    except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
+        return None
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if verdict.accepted or verdict.stage != "trace" or not (
+            verdict.jax_error in names or verdict.error_type in names):
+        return None
+    return program
+
+
+def _only_calls_a_jit(levels: list[_Level]) -> bool:
+    """Whether the function's body so far is nothing but the call of a jit over its
+    arguments, in order: describe_program reads such a function as that jit call."""
+    if len(levels) < 2 or levels[0].equations():
+        return False
+    operands = [getattr(v, "val", None) for v in levels[1].jit["args_ft"].vals]
+    return operands == list(levels[0].trace.frame.invars)
+
+
+def _described(levels: list[_Level], refused: _Refused, inputs: tuple, options: dict,
+               where: str, read_body: Callable[..., Program]) -> Program:
+    """The outermost body of ``levels`` as traced so far, then the call into the next one
+    (an inner jit, its body so described) or, in the innermost, the refused call; the
+    program returns what that last equation returns."""
+    level, rest = levels[0], levels[1:]
+    operands = _flat_operands(rest[0].jit if rest else refused.jit or refused.call,
+                              refused.kind if not rest else "jit")
+    jaxpr, consts = level.returning(operands)
+    body = read_body(jaxpr, list(consts), inputs, where, **options)
+    path = f"{where}body[{len(body.equations)}]"
+    if rest:
+        added: tuple = (_inner_jit(rest, refused, body.outputs, path, read_body),)
+    else:
+        added = _refused_equations(refused, body.outputs, path, read_body)
+    grown = dataclasses.replace(body, equations=body.equations + added)
+    results = tuple(range(len(body.value_types), len(grown.value_types)))
+    return dataclasses.replace(grown, outputs=results, out_shardings=())
+
+
+def _flat_operands(frame: dict, kind: str) -> list:
+    """The operands of the call a frame holds: a constraint's or a device_put's flat
+    values, a jit's flat dynamic arguments."""
+    if kind in ("constraint", "device_put"):
+        return list(frame["x_flat"])
+    return list(frame["args_ft"].vals)
+
+
+def _options(jit: dict) -> dict:
+    """A jit's options as its frame holds them while its body is traced."""
+    from .convert import from_jax
+    from .program import read_sharding as _sharding
+
+    count = len(jit["args_ft"].vals)
+    flat = jit.get("in_shardings_flat")
+    ctx = jit.get("ctx_mesh")
+    return dict(
+        in_shardings=() if flat is None else tuple(
+            _sharding(s, "in_shardings of a jit") for s in flat),
+        donated=tuple(bool(d) for d in jit.get("donated_invars", (False,) * count)),
+        keep_unused=bool(jit["ji"].keep_unused),
+        context_mesh=None if ctx is None or ctx.empty else from_jax(ctx))
+
+
+def _inner_jit(levels: list[_Level], refused: _Refused, operands: tuple, path: str,
+               read_body: Callable[..., Program]) -> Jit:
+    """An inner jit whose body JAX was tracing when it refused: that body up to the
+    refused call, with the jit's options."""
+    from .program import read_type as _type
+
+    level = levels[0]
+    types = tuple(_type(v.aval, f"input {i} of {path}")
+                  for i, v in enumerate(level.trace.frame.invars))
+    options = _options(level.jit)
+    options.pop("context_mesh")
+    body = _described(levels, refused, types, options, f"{path}.jit.", read_body)
+    return Jit(tuple(operands), body=body, name=_name(level.jit))
+
+
+def _name(jit: dict) -> str:
+    return str(getattr(jit.get("fun"), "__name__", "jit"))
+
+
+def _refused_equations(refused: _Refused, operands: tuple, path: str,
+                       read_body: Callable[..., Program]) -> tuple:
+    """The refused call, as equations over the values numbered ``operands``."""
+    from .program import read_sharding as _sharding, read_target as _target
+
+    call = refused.call
+    if refused.kind == "constraint":
+        out = []
+        for number, s in zip(operands, call["shardings_flat"]):
+            sharding = _sharding(s, path)
+            spec = getattr(sharding, "spec", None)
+            loose = frozenset() if spec is None else frozenset(
+                i for i, e in enumerate(spec.partitions) if e is UNCONSTRAINED)
+            out.append(ShardingConstraint((number,), sharding=sharding,
+                                          unconstrained_dims=loose))
+        return tuple(out)
+    if refused.kind == "device_put":
+        return (DevicePut(tuple(operands), targets=tuple(
+            _target(d, path) for d in call["device_flat"])),)
+    return (_refused_jit(refused, operands, path, read_body),)
+
+
+def _refused_jit(refused: _Refused, operands: tuple, path: str,
+                 read_body: Callable[..., Program]) -> Jit:
+    """An inner jit refused for its in_shardings (before JAX traced its body: the body is
+    traced here, over its operands' types) or its out_shardings (its body traced)."""
+    import jax
+
+    from .program import read_sharding as _sharding, read_type as _type
+
+    jit = refused.jit
+    assert jit is not None
+    values = list(jit["args_ft"].vals)
+    types = tuple(_type(jax.typeof(v), f"operand {i} of {path}") for i, v in enumerate(values))
+    options = _options(jit)
+    options.pop("context_mesh")
+    if refused.kind == "jit_in":
+        if jit["ji"].static_argnums or jit["ji"].static_argnames or jit["kwargs"]:
+            raise TypeError("an inner jit with static or keyword arguments")
+        options["in_shardings"] = tuple(_sharding(s, f"in_shardings of {path}")
+                                        for s in refused.call["in_shardings_flat"])
+        closed = jax.make_jaxpr(jit["fun"])(*jax.tree_util.tree_map(_example, jit["args"]))
+    else:
+        closed = jit["jaxpr"]
+        options["out_shardings"] = tuple(_sharding(s, f"out_shardings of {path}")
+                                         for s in refused.call["out_shardings_flat"])
+    body = read_body(closed.jaxpr, list(closed.consts), types, f"{path}.jit.", **options)
+    return Jit(tuple(operands), body=body, name=_name(jit))
+
+
+def _example(value: Any) -> Any:
+    """A value of an inner jit's call, as a ShapeDtypeStruct of its type (its tracer is
+    its trace's)."""
+    import jax
+
+    aval = jax.typeof(value)
+    sharding = None if aval.sharding.mesh.empty else aval.sharding
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding,
+                                weak_type=aval.weak_type)
