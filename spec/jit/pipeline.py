@@ -37,7 +37,9 @@ from .assignment import (
     Source, all_explicit, check_has_devices, check_iota_tiles, check_result_mesh,
     check_tile_count, device_assignment, replicate_scalars, results_committed,
 )
-from .call import Arg, Call, DeviceIds, NormalCall, Verdict, check_call, flat_arguments
+from .call import (
+    Arg, Call, DeviceIds, JitOptions, NormalCall, Out, Verdict, check_call, flat_arguments,
+)
 from ..placement.equivalence import hlo_equal
 from .layouts import (
     check_argument_layout, check_layout_devices, check_layout_rank, executable_input_layouts,
@@ -57,7 +59,10 @@ from .recovery import (
     single_device_results, typed_result,
 )
 from .inside import recovery_origin
-from .resolution import Input, check_reused_replica, kept_inputs, resolve_input
+from .resolution import (
+    Input, assignment_inputs, check_reused_replica, kept_inputs, resolve_input,
+)
+from ..core.editions import edition, holding
 from ..core.rules import Rejection, located, remembering, staged, tracing
 from ..core.shardings import UNSPECIFIED, NamedSharding, SingleDeviceSharding
 from ..core.values import DeviceList, Mesh, PartitionSpec
@@ -68,8 +73,10 @@ __all__ = ["jit_call", "stage_jit", "stage_call", "stage_trace", "stage_lower",
            "stage_compile", "stage_dispatch", "stage_aot", "jit_shardings"]
 
 
-def jit_call(call: Call) -> Verdict:
-    """What ``jax.jit`` (jax 0.10.2) does with ``call``: a :class:`Verdict` with its trace.
+def jit_call(call: Call, jax: str | None = None) -> Verdict:
+    """What ``jax.jit`` (jax 0.10.2, or the release ``jax`` names: one of
+    :data:`~shardlaw.spec.core.editions.EDITIONS`) does with ``call``: a :class:`Verdict`
+    with its trace, which says the release it holds for.
 
     >>> from shardlaw.spec.jit.call import Arg, Out
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
@@ -82,21 +89,35 @@ def jit_call(call: Call) -> Verdict:
     [DA-1] at args[1]: jit needs one device assignment for the whole program, but the argument args[0] (committed) is on devices [0, 1, 2, 3, 4, 5, 6, 7] and the argument args[1] (committed) is on devices [3]. Put both on the same devices in the same order (jax.device_put), or build both shardings from one mesh.
 
     What is not a Call describes no call, so it gets no verdict: CALL-0 refuses it.
+
+    The same call for JAX 0.4.13 (:doc:`upgrading`): the same devices, another class.
+
+    >>> bad = Arg.numpy((3, 8))
+    >>> in_x = JitOptions(in_shardings=NamedSharding(mesh, P("x")))
+    >>> new, old = (jit_call(Call(args=(bad,), outputs=Out((3, 8)), options=in_x), jax=v)
+    ...             for v in ("0.10.2", "0.4.13"))
+    >>> (new.rule, new.jax_error, new.jax), (old.rule, old.jax_error, old.jax)
+    (('FIT-1', 'IndivisibleError', '0.10.2'), ('FIT-1', 'ValueError', '0.4.13'))
     """
     # The description is a Call (CALL-0) before any part of it is read
     check_call(isinstance(call, Call), "the call jit_call is given", "a Call", call)
-    with tracing() as trace, remembering():
-        try:
-            n = call.normal
-            stage_jit(n)
-            called = stage_call(n)
-            traced = stage_trace(n, called)
-            lowered = stage_lower(n, called, traced)
-            compiled = stage_compile(n, called, traced, lowered)
-            dispatched = stage_dispatch(n, called, lowered, compiled)
-        except Rejection as error:
-            return _refused(error, trace)
-    return _accepted(n, lowered, compiled, dispatched, trace)
+    with holding(edition(jax)) as held, tracing() as trace, remembering():
+        return _decided(call, held, trace)
+
+
+def _decided(call: Call, held: str, trace: list[str]) -> Verdict:
+    """The stages, in order, for the release ``held``; the verdict says which release."""
+    try:
+        n = call.normal
+        stage_jit(n)
+        called = stage_call(n)
+        traced = stage_trace(n, called)
+        lowered = stage_lower(n, called, traced)
+        compiled = stage_compile(n, called, traced, lowered)
+        dispatched = stage_dispatch(n, called, lowered, compiled)
+    except Rejection as error:
+        return _refused(error, trace)
+    return dataclasses.replace(_accepted(n, lowered, compiled, dispatched, trace), jax=held)
 
 
 # =========================================================================== the records
@@ -244,7 +265,8 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced,
             resolved.append(resolve_input(item, call.process_count, n.device_or_backend))
     in_layouts, in_play = _input_layouts(n, called, traced)
     kept = kept_inputs(call.uses or (True,) * len(inputs), call.options.keep_unused)
-    sources = [Source(resolved[i], _source_name(inputs[i]), inputs[i].path) for i in kept]
+    sources = [Source(resolved[i], _source_name(inputs[i]), inputs[i].path)
+               for i in assignment_inputs(kept, len(inputs))]
     sources += [Source(s, f"out_shardings for {path}", path)
                 for path, s in zip(n.out_paths, traced.out_shardings)]
     sources += call.inside  # the shardings inside the body come last (PROG-2)
@@ -329,7 +351,8 @@ def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowere
             given, given_values, typed = recovery_origin(given, given_values, typed,
                                                          call.inside)
         outs = recover_shardings(outs, typed, given, given_values, called.context)
-    outs = single_device_results(outs, assignment)
+    outs = single_device_results(outs, assignment,
+                                 [s is not UNSPECIFIED for s in traced.out_shardings])
     out_layouts = (result_layouts(traced.out_layouts, call.compiler_layouts)
                    if lowered.layouts_in_play else (None,) * results)
     executable_inputs = list(lowered.final)
@@ -388,10 +411,11 @@ def _check_replicas(kept: list[tuple[str, Arg]], target: Any) -> None:
 
 def _refused(error: Rejection, trace: list[str]) -> Verdict:
     failure = error.failure
+    built_in = next(c for c in type(error).__mro__ if c.__module__ == "builtins")
     return Verdict(False, tuple(dict.fromkeys(trace)), rule=failure.rule,
-                   error_type=failure.error_type.__name__, jax_error=failure.jax_error,
+                   error_type=built_in.__name__, jax_error=error.jax_error,
                    message=str(error), path=error.path, stage=error.stage,
-                   facts=tuple(failure.facts().items()))
+                   facts=tuple(failure.facts().items()), jax=error.jax)
 
 
 def _accepted(n: NormalCall, lowered: Lowered, compiled: Compiled, dispatched: Dispatched,

@@ -17,7 +17,7 @@ from ..placement.blocks import to_hlo
 from ..placement.equivalence import hlo_equal, jax_equivalent
 from ..core.hlo import HloSharding, Maximal, Replicated, SubgroupType, Tiled
 from ..core.iota import Iota
-from ..core.rules import Failure, Rejection, reject, require, rule
+from ..core.rules import Failure, Rejection, reject, require, rule, varies
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import (
     UNCONSTRAINED, AbstractMesh, AxisType, DeviceList, Mesh, PartitionSpec,
@@ -288,9 +288,25 @@ def _mesh_for_result(out: Any, given: Mesh, placed: GSPMDSharding) -> Mesh | Non
     return Mesh(typed.axis_sizes, typed.axis_names, placed.devices, typed.axis_types)
 
 
+def _single_device_results_0_4(function: Any, outs: Sequence[Any], assignment: DeviceList,
+                                given: Sequence[bool] | None = None) -> list[Any]:
+    """OUT-3 in JAX 0.4.13: on a one-device program every result out_shardings does not give
+    comes back as a SingleDeviceSharding, whatever sharding it was recovered as."""
+    if len(assignment) != 1:
+        return list(outs)
+    given = given if given is not None else (False,) * len(outs)
+    return [o if g else SingleDeviceSharding(assignment.id_at(0)) for o, g in zip(outs, given)]
+
+
+@varies("0.4.13", "On a one-device program, every result that out_shardings does not give "
+        "comes back as a SingleDeviceSharding on that device, even one recovered as a "
+        "NamedSharding over a one-device mesh.", decide=_single_device_results_0_4)
 @rule("OUT-3", mirrors="jax._src.interpreters.pxla.finalize_shardings")
-def single_device_results(outs: Sequence[Any], assignment: DeviceList) -> list[Any]:
+def single_device_results(outs: Sequence[Any], assignment: DeviceList,
+                          given: Sequence[bool] | None = None) -> list[Any]:
     """On a one-device program, a result still placed by an HLO sharding comes back as a SingleDeviceSharding on that device.
+
+    ``given`` says, per result, whether out_shardings gave it (read by the 0.4.13 variant).
 
     >>> single_device_results([GSPMDSharding([3], "{replicated}")], DeviceList.of_ids([3]))
     [SingleDeviceSharding(Device(3))]

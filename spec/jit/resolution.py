@@ -15,7 +15,7 @@ from .assignment import devices_text
 from .call import Arg
 from ..placement.equivalence import hlo_equal
 from ..placement.blocks import is_fully_replicated, num_devices, to_hlo
-from ..core.rules import Failure, reject, require, rule
+from ..core.rules import Failure, current_edition, reject, require, rule, varies
 from ..core.shardings import UNSPECIFIED, NamedSharding, SingleDeviceSharding
 from ..core.values import Mesh, PartitionSpec
 
@@ -208,6 +208,9 @@ def resolve_input(item: Input, processes: int, device_or_backend: bool) -> Any:
     return item.jit_sharding
 
 
+@varies("0.4.13", "The compiled program keeps every input under keep_unused=True and "
+        "otherwise only the inputs the function uses; every input, kept or dropped, takes "
+        "part in the device assignment.")
 @rule("KEEP-1", mirrors="jax._src.interpreters.pxla._dce_jaxpr")
 def kept_inputs(uses: Sequence[bool], keep_unused: bool) -> tuple[int, ...]:
     """The compiled program keeps every input under ``keep_unused=True`` and otherwise only the inputs the function uses; dropped inputs take no part in the device assignment.
@@ -218,3 +221,20 @@ def kept_inputs(uses: Sequence[bool], keep_unused: bool) -> tuple[int, ...]:
     (0, 1, 2)
     """
     return tuple(i for i, used in enumerate(uses) if used or keep_unused)
+
+
+def assignment_inputs(kept: Sequence[int], count: int) -> tuple[int, ...]:
+    """The inputs whose shardings take part in the device assignment, as KEEP-1 says in the
+    edition held: the kept ones (JAX 0.10.2), every one (JAX 0.4.13, which checks the
+    devices of all arguments before it drops the unused ones).
+
+    >>> from shardlaw.spec.core.editions import holding
+    >>> assignment_inputs((0, 2), 3)
+    (0, 2)
+    >>> with holding("0.4.13"):
+    ...     assignment_inputs((0, 2), 3)
+    (0, 1, 2)
+    """
+    if current_edition() == "0.4.13":
+        return tuple(range(count))
+    return tuple(kept)
