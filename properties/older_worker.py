@@ -158,6 +158,23 @@ def used_inputs(fun, call, args, kwargs):
     return [bool(u) for u in used]
 
 
+def taken_inputs(compiled, call, args, kwargs):
+    """The HLO sharding the executable takes each flat dynamic input in, or None where
+    0.4.13 cannot say: its ``Compiled.input_shardings`` fails ("Too few leaves for
+    PyTreeDef") once unused inputs were dropped from the program."""
+    try:
+        taken = jax.tree_util.tree_leaves(compiled.input_shardings,
+                                          is_leaf=lambda s: s is None)
+    except ValueError:
+        return None
+    ranks = [np.ndim(x) for x in jax.tree_util.tree_leaves(
+        (tuple(a for i, a in enumerate(args) if i not in call["static_argnums"]), kwargs))]
+    if len(taken) != len(ranks):
+        return None
+    return [None if s is None else str(s._to_xla_hlo_sharding(r))
+            for s, r in zip(taken, ranks)]
+
+
 def run(call):
     """What ``jax.jit`` does with one call."""
     answer = {"stage": "jit"}
@@ -183,14 +200,7 @@ def run(call):
                 tree(call["outputs"], lambda out: shapes.append(tuple(out["shape"])))
                 outs = jax.tree_util.tree_leaves(compiled.output_shardings)
                 answer["results"] = [shown(s, shape) for s, shape in zip(outs, shapes)]
-                taken = jax.tree_util.tree_leaves(compiled.input_shardings,
-                                                  is_leaf=lambda s: s is None)
-                ranks = [np.ndim(x) for x in jax.tree_util.tree_leaves(
-                    (tuple(a for i, a in enumerate(args) if i not in call["static_argnums"]),
-                     kwargs))]
-                answer["inputs"] = ([None if s is None else str(s._to_xla_hlo_sharding(r))
-                                     for s, r in zip(taken, ranks)]
-                                    if len(taken) == len(ranks) else None)
+                answer["inputs"] = taken_inputs(compiled, call, args, kwargs)
             else:
                 flat = jax.tree_util.tree_leaves(jitted(*args, **kwargs))
                 answer["results"] = [shown(x.sharding, x.shape) for x in flat]

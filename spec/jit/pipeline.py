@@ -60,7 +60,7 @@ from .recovery import (
 )
 from .inside import recovery_origin
 from .resolution import (
-    Input, assignment_inputs, check_reused_replica, kept_inputs, resolve_input,
+    Input, check_reused_replica, committed_together, kept_inputs, resolve_input,
 )
 from ..core.editions import edition, holding
 from ..core.rules import Rejection, located, remembering, staged, tracing
@@ -265,8 +265,12 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced,
             resolved.append(resolve_input(item, call.process_count, n.device_or_backend))
     in_layouts, in_play = _input_layouts(n, called, traced)
     kept = kept_inputs(call.uses or (True,) * len(inputs), call.options.keep_unused)
-    sources = [Source(resolved[i], _source_name(inputs[i]), inputs[i].path)
-               for i in assignment_inputs(kept, len(inputs))]
+    # JAX 0.4.13 compares these first (KEEP-1)
+    together = committed_together(inputs, n.device_or_backend)
+    if together:
+        device_assignment([Source(item.arg.sharding, _source_name(item), item.path)
+                           for item in together], None, call.default_device)
+    sources = [Source(resolved[i], _source_name(inputs[i]), inputs[i].path) for i in kept]
     sources += [Source(s, f"out_shardings for {path}", path)
                 for path, s in zip(n.out_paths, traced.out_shardings)]
     sources += call.inside  # the shardings inside the body come last (PROG-2)
@@ -387,7 +391,7 @@ def stage_aot(n: NormalCall, lowered: Lowered, compiled: Compiled) -> None:
                                               set(), set())
     check_aot_structure(n.dynamic, called_tree)
     called = [arg for _, arg in flat_called]
-    check_aot_types(n.flat_in, called)
+    check_aot_types(n.flat_in, called, kept)
     check_aot_shardings([(n.in_paths[i], compiled.executable_inputs[i]) for i in kept],
                         [called[i] for i in kept], n.device_or_backend,
                         [lowered.in_layouts[i] for i in kept])

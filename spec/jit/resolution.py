@@ -22,7 +22,8 @@ from ..core.values import Mesh, PartitionSpec
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["Input", "sharding_from_argument", "check_host_array", "check_memory_kinds",
-           "check_committed", "check_reused_replica", "resolve_input", "kept_inputs"]
+           "check_committed", "check_reused_replica", "resolve_input", "kept_inputs",
+           "committed_together"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +134,33 @@ class CommittedMismatch(Failure, rule="RES-4"):
     wanted_hlo: str
 
 
+def _same_devices_0_4(function: Any, arg: Arg, wanted: Any) -> None:
+    """RES-4 in JAX 0.4.13: the HLO check of the version of record, and a committed argument
+    on other devices than its in_sharding (or in another order) is refused too (ValueError:
+    "Received incompatible devices for jitted computation")."""
+    function(arg, wanted)
+    held, committed = _arg_sharding(arg)
+    if held is UNSPECIFIED or not committed or not getattr(wanted, "is_concrete", False):
+        return
+    require(held.device_list == wanted.device_list, lambda: CommittedElsewhere(
+        held, devices_text(held.device_list), wanted, devices_text(wanted.device_list)))
+
+
+@dataclasses.dataclass(frozen=True)
+class CommittedElsewhere(Failure, rule="RES-4"):
+    template = ("the argument is committed to {held} on devices {held_devices}, but the "
+                "in_sharding {wanted} is on devices {wanted_devices}; jax 0.4.13 does not "
+                "move committed arguments between devices")
+    hint = "Move it first with jax.device_put(x, in_sharding), or leave its in_sharding unspecified."
+    held: Any
+    held_devices: str
+    wanted: Any
+    wanted_devices: str
+
+
+@varies("0.4.13", "A committed argument must be on its in_sharding's devices, in the same "
+        "order, and lower to the same HLO sharding; jit moves no committed argument.",
+        decide=_same_devices_0_4)
 @rule("RES-4", mirrors="jax._src.pjit._resolve_in_shardings (committed arguments)")
 def check_committed(arg: Arg, wanted: Any) -> None:
     """A committed argument must lower to the same HLO sharding as its in_sharding; devices are not compared, so jit moves a committed argument whose blocks match onto the in_sharding's devices.
@@ -209,8 +237,8 @@ def resolve_input(item: Input, processes: int, device_or_backend: bool) -> Any:
 
 
 @varies("0.4.13", "The compiled program keeps every input under keep_unused=True and "
-        "otherwise only the inputs the function uses; every input, kept or dropped, takes "
-        "part in the device assignment.")
+        "otherwise only the inputs the function uses; the committed arguments, kept or "
+        "dropped, must first all be on the same devices in the same order.")
 @rule("KEEP-1", mirrors="jax._src.interpreters.pxla._dce_jaxpr")
 def kept_inputs(uses: Sequence[bool], keep_unused: bool) -> tuple[int, ...]:
     """The compiled program keeps every input under ``keep_unused=True`` and otherwise only the inputs the function uses; dropped inputs take no part in the device assignment.
@@ -223,18 +251,23 @@ def kept_inputs(uses: Sequence[bool], keep_unused: bool) -> tuple[int, ...]:
     return tuple(i for i, used in enumerate(uses) if used or keep_unused)
 
 
-def assignment_inputs(kept: Sequence[int], count: int) -> tuple[int, ...]:
-    """The inputs whose shardings take part in the device assignment, as KEEP-1 says in the
-    edition held: the kept ones (JAX 0.10.2), every one (JAX 0.4.13, which checks the
-    devices of all arguments before it drops the unused ones).
+
+def committed_together(inputs: Sequence[Input], device_or_backend: bool = False
+                       ) -> tuple[Input, ...]:
+    """The inputs whose own shardings must first share one device assignment, kept or not,
+    as KEEP-1 says in the edition held: none (JAX 0.10.2 drops unused inputs before any
+    device is compared), every committed argument (JAX 0.4.13, which compares the committed
+    arguments' devices before it drops the unused ones, unless ``device=``/``backend=``
+    moves every argument to one device).
 
     >>> from shardlaw.spec.core.editions import holding
-    >>> assignment_inputs((0, 2), 3)
-    (0, 2)
+    >>> lone = Input("args[1]", Arg.committed((4,), SingleDeviceSharding(3)), UNSPECIFIED)
+    >>> committed_together([lone])
+    ()
     >>> with holding("0.4.13"):
-    ...     assignment_inputs((0, 2), 3)
-    (0, 1, 2)
+    ...     [item.path for item in committed_together([lone])]
+    ['args[1]']
     """
-    if current_edition() == "0.4.13":
-        return tuple(range(count))
-    return tuple(kept)
+    if current_edition() != "0.4.13" or device_or_backend:
+        return ()
+    return tuple(item for item in inputs if item.arg.kind == "committed")
