@@ -374,26 +374,13 @@ def older_form(call: Call) -> Call:
 
 
 def within_known_defects(call: Call) -> bool:
-    """Whether ``call`` stays inside what the 0.4.13 edition models (notes/older-jax-facts.md).
-
-    Left out, each for a stated reason: two defects of jax 0.4.13 itself (``.lower()`` of a
-    jit given ``device=`` fails in its pytree code, "Too few leaves for PyTreeDef"; a
-    program with no results over several devices can fail in XLA, "Output sharding is
-    inconsistent with the tuple result"); and three paths the edition does not model yet:
-    None in the shardings trees (0.4.13's pjit reads None as "replicated" and as an empty
-    subtree, not as "jit decides"), keyword arguments (0.4.13 flattens them otherwise), and
-    uncommitted arrays over several devices (0.4.13 checks their devices as committed)."""
+    """Whether ``call`` avoids two defects of jax 0.4.13 itself, which the spec does not
+    model (notes/older-jax-facts.md): ``.lower()`` of a jit given ``device=`` fails in its
+    pytree code ("Too few leaves for PyTreeDef"), and a program with no results over several
+    devices can fail in XLA ("Output sharding is inconsistent with the tuple result")."""
     if call.aot_args is not None and call.options.device is not None:
         return False
-    if not list(leaves_with_paths(call.outputs)) or call.kwargs:
-        return False
-    for tree in (call.options.in_shardings, call.options.out_shardings):
-        if tree is None or (tree is not UNSPECIFIED and any(
-                leaf is None for _, leaf in leaves_with_paths(tree, is_leaf=lambda x: x is None))):
-            return False
-    return not any(isinstance(leaf, Arg) and leaf.kind == "uncommitted"
-                   and len(leaf.sharding.device_list) > 1
-                   for _, leaf in leaves_with_paths((call.args, call.aot_args or ())))
+    return bool(list(leaves_with_paths(call.outputs)))
 
 
 def older_calls(max_devices: int = 8) -> Any:

@@ -60,7 +60,7 @@ from .recovery import (
 )
 from .inside import recovery_origin
 from .resolution import (
-    Input, check_reused_replica, committed_together, kept_inputs, resolve_input,
+    Input, check_reused_replica, compared_first, kept_inputs, resolve_input,
 )
 from ..core.editions import edition, holding
 from ..core.rules import Rejection, located, remembering, staged, tracing
@@ -259,17 +259,16 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced,
     checks as its shardings are listed for the device assignment (SMAP-12), run just
     before it."""
     call, inputs = n.call, called.inputs
+    first = compared_first(inputs, list(zip(n.out_paths, traced.out_shardings)),
+                           n.device_or_backend)   # JAX 0.4.13 (KEEP-1)
+    if first:
+        device_assignment([Source(*found) for found in first], None, call.default_device)
     resolved = []
     for item in inputs:
         with located(item.path):
             resolved.append(resolve_input(item, call.process_count, n.device_or_backend))
     in_layouts, in_play = _input_layouts(n, called, traced)
     kept = kept_inputs(call.uses or (True,) * len(inputs), call.options.keep_unused)
-    # JAX 0.4.13 compares these first (KEEP-1)
-    together = committed_together(inputs, n.device_or_backend)
-    if together:
-        device_assignment([Source(item.arg.sharding, _source_name(item), item.path)
-                           for item in together], None, call.default_device)
     sources = [Source(resolved[i], _source_name(inputs[i]), inputs[i].path) for i in kept]
     sources += [Source(s, f"out_shardings for {path}", path)
                 for path, s in zip(n.out_paths, traced.out_shardings)]

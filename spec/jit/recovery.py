@@ -182,6 +182,32 @@ def spec_from_hlo(hlo: HloSharding, mesh: Mesh | AbstractMesh, memory_kind: Any 
     return done(*partitions)
 
 
+def _read_back_0_4(function: Any, placed: list[Any], values: Sequence[Any],
+                   given: Sequence[Any], given_values: Sequence[Any],
+                   context: Mesh | AbstractMesh | None) -> list[Any]:
+    """OUT-1 in JAX 0.4.13: once any value is the compiler's, every value is read back from
+    the executable (a GSPMDSharding, given ones too), and takes the type of the first
+    NamedSharding among the inputs only: a SingleDeviceSharding or the placed values give
+    none, and there is no context mesh."""
+    if not any(isinstance(o, GSPMDSharding) for o in placed):
+        return list(placed)
+    read = [o if isinstance(o, GSPMDSharding) or o is UNSPECIFIED
+            else GSPMDSharding(o.device_list, to_hlo(o, len(value.shape)))
+            for o, value in zip(placed, values)]
+    named = [s if isinstance(s, NamedSharding) else UNSPECIFIED for s in given]
+    if not any(isinstance(s, NamedSharding) for s in named):
+        return read
+    return function(read, values, named, given_values, None)
+
+
+@varies("0.4.13", "A value the compiler placed comes back in the type of the first "
+        "NamedSharding among the inputs, else as a GSPMDSharding; once any result is the compiler's, the results given an out_sharding "
+        "are read back from the executable with the rest.", decide=_read_back_0_4,
+        clauses=("(C1) Once any value is the compiler's, every value is read back from the "
+                 "executable as a GSPMDSharding, the given ones too.",
+                 "(C2) Each takes the type of the first NamedSharding among the inputs, as "
+                 "OUT-1 (C1) says; a SingleDeviceSharding, the placed values and a context "
+                 "mesh give no type."))
 @rule("OUT-1", mirrors="jax._src.interpreters.pxla.maybe_recover_user_shardings; "
                        "_get_out_sharding_from_orig_sharding")
 def recover_shardings(placed: list[Any], values: Sequence[Any], given: Sequence[Any],

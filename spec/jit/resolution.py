@@ -23,7 +23,7 @@ P = PartitionSpec  # the name the examples use
 
 __all__ = ["Input", "sharding_from_argument", "check_host_array", "check_memory_kinds",
            "check_committed", "check_reused_replica", "resolve_input", "kept_inputs",
-           "committed_together"]
+           "compared_first"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,8 +237,9 @@ def resolve_input(item: Input, processes: int, device_or_backend: bool) -> Any:
 
 
 @varies("0.4.13", "The compiled program keeps every input under keep_unused=True and "
-        "otherwise only the inputs the function uses; the committed arguments, kept or "
-        "dropped, must first all be on the same devices in the same order.")
+        "otherwise only the inputs the function uses; the in_shardings given and the "
+        "committed arguments, kept or dropped, must first all be on the same devices in the "
+        "same order.")
 @rule("KEEP-1", mirrors="jax._src.interpreters.pxla._dce_jaxpr")
 def kept_inputs(uses: Sequence[bool], keep_unused: bool) -> tuple[int, ...]:
     """The compiled program keeps every input under ``keep_unused=True`` and otherwise only the inputs the function uses; dropped inputs take no part in the device assignment.
@@ -252,22 +253,31 @@ def kept_inputs(uses: Sequence[bool], keep_unused: bool) -> tuple[int, ...]:
 
 
 
-def committed_together(inputs: Sequence[Input], device_or_backend: bool = False
-                       ) -> tuple[Input, ...]:
-    """The inputs whose own shardings must first share one device assignment, kept or not,
-    as KEEP-1 says in the edition held: none (JAX 0.10.2 drops unused inputs before any
-    device is compared), every committed argument (JAX 0.4.13, which compares the committed
-    arguments' devices before it drops the unused ones, unless ``device=``/``backend=``
-    moves every argument to one device).
+def compared_first(inputs: Sequence[Input], outs: Sequence[tuple[str, Any]] = (),
+                   device_or_backend: bool = False) -> tuple[tuple[Any, str, str], ...]:
+    """The shardings that must first share one device assignment, kept or not, each with
+    where it comes from and its path, as KEEP-1 says in the edition held: none (JAX 0.10.2
+    drops unused inputs before any device is compared); every in_sharding given, every
+    committed argument's own sharding and every out_sharding given (``outs``: path and
+    sharding per result; JAX 0.4.13 compares them before it drops the unused inputs, unless
+    ``device=``/``backend=`` moves every argument to one device).
 
     >>> from shardlaw.spec.core.editions import holding
     >>> lone = Input("args[1]", Arg.committed((4,), SingleDeviceSharding(3)), UNSPECIFIED)
-    >>> committed_together([lone])
+    >>> compared_first([lone])
     ()
     >>> with holding("0.4.13"):
-    ...     [item.path for item in committed_together([lone])]
-    ['args[1]']
+    ...     compared_first([lone])
+    ((SingleDeviceSharding(Device(3)), 'argument args[1] (committed)', 'args[1]'),)
     """
     if current_edition() != "0.4.13" or device_or_backend:
         return ()
-    return tuple(item for item in inputs if item.arg.kind == "committed")
+    first = []
+    for item in inputs:
+        if item.jit_sharding is not UNSPECIFIED:
+            first.append((item.jit_sharding, f"in_shardings for {item.path}", item.path))
+        if item.arg.kind == "committed":
+            first.append((item.arg.sharding, f"argument {item.path} (committed)", item.path))
+    first += [(s, f"out_shardings for {path}", path) for path, s in outs
+              if s is not UNSPECIFIED]
+    return tuple(first)
