@@ -390,3 +390,34 @@ def older_calls(max_devices: int = 8) -> Any:
 
     return calls(max_devices=max_devices, aot=True, layouts=False).map(older_form).filter(
         lambda call: expressible(call) and within_known_defects(call))
+
+
+def lacks_in_0_4_13(call: Call) -> bool:
+    """Whether ``call`` uses what JAX 0.4.13 does not have (a second reading, beside the
+    spec's CALL-1, of the same facts: a context mesh, an abstract mesh, mesh axis types, a
+    memory kind, reduced axes or a layout)."""
+    def lacking(s: Any) -> bool:
+        if isinstance(s, Format) or is_layout(s):
+            return True
+        if isinstance(s, PartitionSpec):
+            return bool(s.reduced or s.unreduced)
+        if isinstance(s, (NamedSharding, SingleDeviceSharding, GSPMDSharding)):
+            if s.memory_kind not in (None, "device"):
+                return True
+            if isinstance(s, NamedSharding):
+                return (not isinstance(s.mesh, Mesh)
+                        or any(t != AxisType.Auto for t in s.mesh.axis_types)
+                        or lacking(s.spec))
+        return False
+
+    if call.context_mesh is not None:
+        return True
+    for tree in (call.options.in_shardings, call.options.out_shardings):
+        if tree is not UNSPECIFIED and any(
+                lacking(leaf) for _, leaf in leaves_with_paths(tree, is_leaf=lambda x: x is None)):
+            return True
+    for tree in (call.args, call.kwargs, call.aot_args or (), call.aot_kwargs or {}):
+        for _, leaf in leaves_with_paths(tree):
+            if isinstance(leaf, Arg) and (leaf.layout is not None or lacking(leaf.sharding)):
+                return True
+    return False

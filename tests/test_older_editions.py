@@ -107,18 +107,21 @@ def _older_env():
                     reason="no jax 0.4.13 environment (build one with .ci/older_leg, or set "
                            "SHARDLAW_JAX_0413 to its python)")
 def test_jit_call_agrees_with_real_jax_0_4_13():
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, settings
 
-    from shardlaw.properties.older_harness import compare_older, older_calls
+    from shardlaw.properties.older_suite import property_against_jax_0_4_13
 
     examples = int(os.environ.get("SHARDLAW_OLDER_EXAMPLES", "60"))
+    run = settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                   suppress_health_check=list(HealthCheck))(property_against_jax_0_4_13())
+    run()
 
-    @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(older_calls())
-    def agrees(call):
-        verdict, answer, problems = compare_older(call)
-        assert not problems, "\n".join(problems) + f"\ncall: {call}\nanswer: {answer}"
-        assert verdict.jax == "0.4.13"
 
-    agrees()
+def test_call_1_refuses_exactly_what_0_4_13_lacks():
+    from hypothesis import HealthCheck, settings
+
+    from shardlaw.properties.older_suite import test_call_1_refuses_exactly_what_0_4_13_lacks
+
+    settings(max_examples=150, deadline=None, derandomize=True, database=None,
+             suppress_health_check=list(HealthCheck))(
+        test_call_1_refuses_exactly_what_0_4_13_lacks)()

@@ -59,6 +59,7 @@ from .recovery import (
     single_device_results, typed_result,
 )
 from .inside import recovery_origin
+from .older import check_expressible
 from .resolution import (
     Input, check_reused_replica, compared_first, kept_inputs, resolve_input,
 )
@@ -108,6 +109,7 @@ def jit_call(call: Call, jax: str | None = None) -> Verdict:
 def _decided(call: Call, held: str, trace: list[str]) -> Verdict:
     """The stages, in order, for the release ``held``; the verdict says which release."""
     try:
+        check_expressible(call)   # CALL-1: only what the release held has (0.4.13)
         n = call.normal
         stage_jit(n)
         called = stage_call(n)

@@ -343,6 +343,9 @@ def single_device_results(outs: Sequence[Any], assignment: DeviceList,
             if isinstance(o, GSPMDSharding) else o for o in outs]
 
 
+@varies("0.4.13", "JAX 0.4.13 has no mesh axis types, so no Explicit axes: CALL-1 "
+        "refuses a call described with them.",
+        absent=True)
 @rule("PROG-5", mirrors="jax._src.interpreters.pxla._concretize_abstract_out_shardings; "
                        "_maybe_get_and_check_out_shardings")
 def typed_result(out: Out, assignment: DeviceList, choice: HloSharding | None) -> Any:

@@ -103,6 +103,9 @@ class MemoryKindMismatch(Failure, rule="RES-3"):
     held: Any
 
 
+@varies("0.4.13", "JAX 0.4.13 shardings have no memory kinds: CALL-1 refuses a call "
+        "described with one.",
+        absent=True)
 @rule("RES-3", mirrors="jax._src.pjit._resolve_in_shardings (memory kinds)")
 def check_memory_kinds(arg: Arg, wanted: Any) -> None:
     """An argument that has a concrete sharding, committed or not, must already be in the memory kind its in_sharding names.
@@ -134,33 +137,6 @@ class CommittedMismatch(Failure, rule="RES-4"):
     wanted_hlo: str
 
 
-def _same_devices_0_4(function: Any, arg: Arg, wanted: Any) -> None:
-    """RES-4 in JAX 0.4.13: the HLO check of the version of record, and a committed argument
-    on other devices than its in_sharding (or in another order) is refused too (ValueError:
-    "Received incompatible devices for jitted computation")."""
-    function(arg, wanted)
-    held, committed = _arg_sharding(arg)
-    if held is UNSPECIFIED or not committed or not getattr(wanted, "is_concrete", False):
-        return
-    require(held.device_list == wanted.device_list, lambda: CommittedElsewhere(
-        held, devices_text(held.device_list), wanted, devices_text(wanted.device_list)))
-
-
-@dataclasses.dataclass(frozen=True)
-class CommittedElsewhere(Failure, rule="RES-4"):
-    template = ("the argument is committed to {held} on devices {held_devices}, but the "
-                "in_sharding {wanted} is on devices {wanted_devices}; jax 0.4.13 does not "
-                "move committed arguments between devices")
-    hint = "Move it first with jax.device_put(x, in_sharding), or leave its in_sharding unspecified."
-    held: Any
-    held_devices: str
-    wanted: Any
-    wanted_devices: str
-
-
-@varies("0.4.13", "A committed argument must be on its in_sharding's devices, in the same "
-        "order, and lower to the same HLO sharding; jit moves no committed argument.",
-        decide=_same_devices_0_4)
 @rule("RES-4", mirrors="jax._src.pjit._resolve_in_shardings (committed arguments)")
 def check_committed(arg: Arg, wanted: Any) -> None:
     """A committed argument must lower to the same HLO sharding as its in_sharding; devices are not compared, so jit moves a committed argument whose blocks match onto the in_sharding's devices.

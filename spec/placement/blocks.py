@@ -299,8 +299,9 @@ def replication_factor(sharding: Any, ndim: int) -> int:
     return tiles_per_dimension(sharding, ndim)[1]
 
 
-@varies("0.4.13", "Each dimension is split into as many equal pieces as the mesh axes "
-        "assigned to it; an indivisible one is a plain ValueError.",
+@varies("0.4.13", "Each dimension is split into as many equal pieces as it has tiles, and "
+        "its size must be a multiple of that number; an indivisible one is a plain "
+        "ValueError.",
         raises={"IndivisibleError": "ValueError"})
 @rule("DIV-1", mirrors="jax._src.sharding._common_shard_shape")
 def shard_shape(sharding: Any, shape: Any, *, lowered: HloSharding | None = None) -> Shape:

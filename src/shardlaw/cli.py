@@ -270,6 +270,8 @@ def _parser() -> argparse.ArgumentParser:
     cli_vectors.add_parsers(commands)
     from shardlaw import campaign
     campaign.add_parser(commands)
+    from shardlaw import cli_upgrade
+    cli_upgrade.add_parser(commands)
     return parser
 
 
@@ -282,7 +284,7 @@ def _run(argv: Sequence[str] | None) -> int:
         demo(sys.stdout)
     elif args.command == "rules":
         list_rules(sys.stdout)
-    elif args.command in ("prove", "check", "vectors", "campaign"):
+    elif args.command in ("prove", "check", "vectors", "campaign", "upgrade"):
         return args.handler(args)
     return 0
 
