@@ -162,13 +162,17 @@ def taken_inputs(compiled, call, args, kwargs):
     """The HLO sharding the executable takes each flat dynamic input in, or None where
     0.4.13 cannot say: its ``Compiled.input_shardings`` fails ("Too few leaves for
     PyTreeDef") once unused inputs were dropped from the program."""
+    ranks = [np.ndim(x) for x in jax.tree_util.tree_leaves(
+        (tuple(a for i, a in enumerate(args) if i not in call["static_argnums"]), kwargs))]
     try:
         taken = jax.tree_util.tree_leaves(compiled.input_shardings,
                                           is_leaf=lambda s: s is None)
     except ValueError:
-        return None
-    ranks = [np.ndim(x) for x in jax.tree_util.tree_leaves(
-        (tuple(a for i, a in enumerate(args) if i not in call["static_argnums"]), kwargs))]
+        # Read them where 0.4.13 keeps them: the kept inputs' shardings, in order.
+        executable = compiled._executable
+        kept = iter(executable._in_shardings)
+        taken = [next(kept) if i in executable._kept_var_idx else None
+                 for i in range(len(ranks))]
     if len(taken) != len(ranks):
         return None
     return [None if s is None else str(s._to_xla_hlo_sharding(r))

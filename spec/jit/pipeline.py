@@ -56,7 +56,7 @@ from ..placement.blocks import to_hlo
 from .recovery import (
     check_typed_result_mesh, compiled_inputs, compiled_results, concrete_inputs,
     explicit_typed, input_types, leaves_open, lowered_types, open_result, recover_shardings,
-    single_device_results, typed_result,
+    single_device_results, type_sources, typed_result,
 )
 from .inside import recovery_origin
 from .older import check_expressible
@@ -351,7 +351,9 @@ def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowere
     with located(n.out_paths[0] if results else "result"):
         # typed as lowering types them: over a NamedSharding out sharding's mesh (PROG-6)
         typed = lowered_types([out for _, out in n.flat_out], traced.out_shardings)
-        given, given_values = recovered, kept_values
+        given, given_values = type_sources(
+            recovered, kept_values, lowered.final,
+            input_types([item.arg for item in called.inputs]))
         if call.inside:  # a whole program: a sharding inside the body may give the type
             given, given_values, typed = recovery_origin(given, given_values, typed,
                                                          call.inside)

@@ -17,7 +17,7 @@ from ..placement.blocks import to_hlo
 from ..placement.equivalence import hlo_equal, jax_equivalent
 from ..core.hlo import HloSharding, Maximal, Replicated, SubgroupType, Tiled
 from ..core.iota import Iota
-from ..core.rules import Failure, Rejection, reject, require, rule, varies
+from ..core.rules import Failure, Rejection, current_edition, reject, require, rule, varies
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import (
     UNCONSTRAINED, AbstractMesh, AxisType, DeviceList, Mesh, PartitionSpec,
@@ -180,6 +180,25 @@ def spec_from_hlo(hlo: HloSharding, mesh: Mesh | AbstractMesh, memory_kind: Any 
     while partitions and partitions[-1] == ():
         partitions.pop()
     return done(*partitions)
+
+
+def type_sources(kept: Sequence[Any], kept_values: Sequence[Any], every: Sequence[Any],
+                 every_value: Sequence[Any]) -> tuple[Sequence[Any], Sequence[Any]]:
+    """The inputs whose shardings may give a result its type (OUT-1), with their types, as
+    the edition held reads them: the kept ones, as the executable takes them (JAX 0.10.2);
+    every input, kept or not, as jit resolved it (JAX 0.4.13 looks for a NamedSharding
+    among all of its in_shardings).
+
+    >>> from shardlaw.spec.core.editions import holding
+    >>> type_sources(["kept"], ["t"], ["kept", "dropped"], ["t", "u"])
+    (['kept'], ['t'])
+    >>> with holding("0.4.13"):
+    ...     type_sources(["kept"], ["t"], ["kept", "dropped"], ["t", "u"])
+    (['kept', 'dropped'], ['t', 'u'])
+    """
+    if current_edition() == "0.4.13":
+        return every, every_value
+    return kept, kept_values
 
 
 def _read_back_0_4(function: Any, placed: list[Any], values: Sequence[Any],
