@@ -125,3 +125,58 @@ def test_call_1_refuses_exactly_what_0_4_13_lacks():
     settings(max_examples=150, deadline=None, derandomize=True, database=None,
              suppress_health_check=list(HealthCheck))(
         test_call_1_refuses_exactly_what_0_4_13_lacks)()
+
+
+# --------------------------------------------------------------------------- vectors, CLI
+
+from pathlib import Path
+
+from shardlaw.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+OLDER_VECTORS = ROOT / "vectors" / "jit-0.4.13"
+
+
+def test_the_0_4_13_vectors_replay_in_their_edition(capsys):
+    assert sorted(p.name for p in OLDER_VECTORS.glob("*.json"))
+    assert main(["vectors", "run", str(OLDER_VECTORS)]) == 0
+    assert "7 vector(s) checked: 7 passed, 0 failed" in capsys.readouterr().out
+
+
+def test_a_0_4_13_vector_is_not_compared_with_a_0_10_2_verdict(capsys):
+    path = OLDER_VECTORS / "out-3-one-device-result-is-single.json"
+    assert main(["check", str(path)]) == 0
+    assert main(["check", "--jax", "0.10.2", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "answered for jax 0.10.2" in out and "the verdict is for jax 0.10.2" in out
+
+
+def test_upgrade_runs_on_the_repository_vectors(capsys):
+    assert main(["upgrade", str(ROOT / "vectors")]) == 1   # some calls change
+    out = capsys.readouterr().out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("172 jit call(s): ") and "change from jax 0.4.13 to 0.10.2" in last
+    assert "vector(s) of other kinds left out" in last
+    assert main(["upgrade", "--json", "--changed", str(OLDER_VECTORS)]) == 1
+    report = __import__("json").loads(capsys.readouterr().out)
+    assert report["calls"] == 7 and report["changed"] == len(report["rows"]) == 7
+    varying = {r for row in report["rows"] for r in row["varying_rules"]}
+    assert {"FIT-1", "KEEP-1", "OUT-1", "OUT-3", "AOT-3"} <= varying
+
+
+@pytest.mark.skipif(_older_env() is None,
+                    reason="no jax 0.4.13 environment (build one with .ci/older_leg, or set "
+                           "SHARDLAW_JAX_0413 to its python)")
+def test_the_0_4_13_vectors_hold_for_real_jax_0_4_13():
+    from shardlaw.properties.older_harness import compare_older, expressible
+    from shardlaw.spec.vectors.jit_vectors import load_vector
+
+    held = 0
+    for path in sorted(OLDER_VECTORS.glob("*.json")):
+        vector = load_vector(path.read_text())
+        assert vector.jax == "0.4.13"
+        if expressible(vector.call):
+            _, _, problems = compare_older(vector.call)
+            assert not problems, (path.name, problems)
+            held += 1
+    assert held == 6

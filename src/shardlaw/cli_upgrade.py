@@ -44,13 +44,26 @@ def _calls(name: str) -> tuple[list[tuple[str, Any]], int, list[str]]:
         raise CommandExit(2, f"{name}: no such file or directory")
     calls, others, bad = [], 0, []
     for entry in read_vectors(path):
-        if entry.vector is None:
+        if entry.vector is None and _another_format(entry.where):
+            others += 1   # a cache sequence, an equivalence vector: not a call
+        elif entry.vector is None:
             bad.append(f"{entry.where}: {entry.error}")
         elif isinstance(entry.vector, Vector):
             calls.append((entry.where, entry.vector))
         else:
             others += 1
     return calls, others, bad
+
+
+def _another_format(where: str) -> bool:
+    """Whether the file at ``where`` is a vector of another format (its "format" names one
+    that is not a call's)."""
+    try:
+        data = json.loads(Path(where).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("format"), str) and \
+        data["format"] not in ("shardlaw-jit-call",)
 
 
 def _statement(rule_id: str, jax: str) -> str:
