@@ -216,7 +216,11 @@ def _read_back_0_4(function: Any, placed: list[Any], values: Sequence[Any],
     named = [s if isinstance(s, NamedSharding) else UNSPECIFIED for s in given]
     if not any(isinstance(s, NamedSharding) for s in named):
         return read
-    return function(read, values, named, given_values, None)
+    # 0.4.13's types carry no mesh: a result is re-read over the input's mesh, never over
+    # the mesh of its own out_sharding (0.10.2's PROG-6 typing).
+    untyped = [dataclasses.replace(v, mesh=None, spec=None) if isinstance(v, Out) else v
+               for v in values]
+    return function(read, untyped, named, given_values, None)
 
 
 @varies("0.4.13", "A value the compiler placed comes back in the type of the first "
