@@ -22,40 +22,27 @@ from ..core.shardings import NamedSharding
 from ..core.values import AbstractMesh, AxisType, PartitionSpec
 from ..transforms.autodiff import JitBody, JitEquation
 from .description import (
-    MAX_DEPTH, DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint,
-    ShardMap, Value, _remember, _Typing, check_program, type_spec,
+    MAX_DEPTH, DevicePut, Equation, Opaque, Program, Reshard, ShardingConstraint,
+    ShardMap, Value, check_program, mark_typed, remember_typing, type_spec, typed_against,
 )
+from .primitives import TANGENTS, Kind, entry_of, entry_of_name, names_where
 from .shardmap_autodiff import (
-    NO_DERIVATIVE, check_summed_types, cotangent_spec, transposed_collective,
+    check_summed_types, cotangent_spec, transposed_collective,
 )
 
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["LINEAR", "NONLINEAR", "differentiable", "dependencies", "cotangent_type"]
 
-# The primitives whose tangent is the same primitive applied to the operands' tangents.
-LINEAR = ("neg", "reduce_sum", "broadcast_in_dim", "reshape", "transpose", "copy",
-          "convert_element_type", "add", "add_any", "sub", "squeeze", "expand_dims",
-          # the collectives a shard_map's body holds that are linear in their operand
-          "psum", "psum_invariant", "pvary", "all_gather", "psum_scatter", "ppermute",
-          "all_to_all", "reduce_scatter")
-
-# The nonlinear primitives of one operand with a known derivative: name -> the residuals
-# JAX's linearization stores for it, in the order its tangent reads them (seen on
-# jax.linearize of each, jax 0.10.2): ``operand`` and ``result`` are the primal's own
-# values; any other is computed from them in the primal body, typed as the result
-# (``one_minus_result``: one, resharded to the result's mesh, minus the result).
-NONLINEAR = {"sin": ("cos",), "cos": ("sin",), "exp": ("result",), "log": ("operand",),
-             "tanh": ("result", "one_minus_result"), "logistic": ("logistic_slope",),
-             "integer_pow": ("power_slope",), "sqrt": ("sqrt_slope",)}
-
-# The primitives linear in each operand (a product): each nonzero tangent taken with the
-# other operand, a residual, the terms summed.
-BILINEAR = ("mul", "dot_general")
-
-# The collectives whose transpose AD-12 gives.
-COLLECTIVE_TRANSPOSES = ("psum", "psum_invariant", "pvary", "all_gather", "reduce_scatter",
-                         "ppermute", "all_to_all")
+# Read from the primitive table: the primitives whose tangent is the same primitive applied
+# to the operands' tangents; the nonlinear ones of one operand with a known derivative (name
+# -> the residuals JAX's linearization stores for it, in the order its tangent reads them:
+# ``operand`` and ``result`` are the primal's own values, any other is computed from them
+# in the primal body, typed as the result; ``one_minus_result``: one, resharded to the
+# result's mesh, minus the result); the products (linear in each operand).
+LINEAR = names_where(jvp=("linear", "sum", "add_any"))
+NONLINEAR = {name: entry_of_name(name).residuals for name in names_where(jvp="nonlinear")}
+BILINEAR = names_where(jvp="bilinear")
 
 # The mesh of a type over no mesh (JAX's empty abstract mesh).
 NO_MESH = AbstractMesh((), ())
@@ -172,7 +159,7 @@ class _Body:
             operands = None   # (refused when the body is built, PROG-0)
         if operands is None:
             self.all_typed = False
-        elif eq.__dict__.get("_typed_against") != operands:
+        elif typed_against(eq) != operands:
             eq = self.typed(eq, operands)
         inner = eq.__dict__.get("body")   # (a jit's or a shard_map's)
         if inner is not None and inner.depth > self.depth:
@@ -186,7 +173,7 @@ class _Body:
         """``eq`` checked against its operands' types and its results typed by PROG-1 where
         left out, marked typed against them, as the program built of this body types it:
         the body is then not typed twice."""
-        if not _typing_rule(type(eq)):   # (an opaque equation, a shard_map: as given)
+        if not _typing_rule(eq):   # (an opaque equation, a shard_map: as given)
             derived = None
         elif eq.body is not None:
             # (a body built fresh by the rewrite, met once: a key would hash all of it)
@@ -199,7 +186,7 @@ class _Body:
         elif derived is not None:
             self.all_typed = False
             return eq   # (results given where PROG-1 types them: compared when built)
-        object.__setattr__(eq, "_typed_against", operands)
+        mark_typed(eq, operands)
         return eq
 
     def opaque(self, primitive: str, operands: tuple[int, ...], results: tuple[Value, ...],
@@ -233,18 +220,16 @@ class _Body:
         return Program(self.inputs, equations, tuple(outputs), self.consts, **options)
 
 
+def _typing_rule(eq: Equation) -> bool:
+    """Whether ``eq`` has checks of its operands' types or results typed by PROG-1 (its
+    entry in the primitive table names a typing rule; else typing it only reads its
+    results)."""
+    return entry_of(eq).typing is not None or _checks_operands(type(eq))
+
+
 @functools.cache
-def _typing_rule(kind: type) -> bool:
-    """Whether equations of ``kind`` have checks of their operands' types or results typed
-    by PROG-1 (else typing one only reads its results)."""
-    return kind.check is not Equation.check or kind.derived is not Equation.derived
-
-
-def remember_typing(equations: tuple, over: tuple[Value, ...], types: tuple[Value, ...],
-                    depth: int) -> None:
-    """Hand a body's typing to the Program built of ``equations`` next (over inputs and
-    constants of the types ``over``): it takes it rather than typing them again."""
-    _remember(_Typing(equations, over, types, depth))
+def _checks_operands(kind: type) -> bool:
+    return kind.check is not Equation.check
 
 
 def _checked_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...] | None:
@@ -285,11 +270,7 @@ def dependencies(program: Program) -> tuple[frozenset[int], ...]:
     """Per output: the inputs it is computed from (an inner jit's outputs by its own body's
     dependencies, any other equation's from all its operands); found once per program (a
     rewrite asks about one body several times)."""
-    found = program.__dict__.get("_dependencies")
-    if found is None:
-        found = _dependencies(program)
-        object.__setattr__(program, "_dependencies", found)
-    return found
+    return program.derived_once("dependencies", lambda: _dependencies(program))
 
 
 def _dependencies(program: Program) -> tuple[frozenset[int], ...]:
@@ -297,7 +278,7 @@ def _dependencies(program: Program) -> tuple[frozenset[int], ...]:
     deps += [frozenset()] * len(program.consts)
     for eq in program.equations:
         operands = eq.operands
-        if type(eq) is Jit:
+        if entry_of(eq).kind is Kind.CALL:   # (by its body's dependencies)
             inner = dependencies(eq.body)
             deps += [frozenset().union(*[deps[operands[i]] for i in d]) for d in inner]
         else:
@@ -369,14 +350,14 @@ class _Tape:
         return self.types[ref]
 
     def emit(self, eq: Equation, refs: tuple) -> tuple:
-        if not isinstance(eq, Jit):
+        call = entry_of(eq).kind is Kind.CALL
+        if not call:
             # typed now, once per form and operand types, and recorded typed
             eq = self.primal.typed(eq, tuple([self.types[r] for r in refs]))
         self.ops.append((eq, tuple(refs)))
-        if isinstance(eq, Jit):
-            results = tuple(eq.body.value_types[n] for n in eq.body.outputs)
-        else:
-            results = eq.results
+        # (an inner jit is recorded untyped: its results are its body's)
+        results = tuple(eq.body.value_types[n] for n in eq.body.outputs) if call \
+            else eq.results
         start, self.count = self.count, self.count + len(results)
         made = tuple(("v", m) for m in range(start, self.count))
         self.types.update(zip(made, results))
@@ -401,32 +382,53 @@ class _Tape:
 def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list,
                 path: str, transform: str, results: tuple[int, ...] = ()) -> list:
     """Record the tangent of one equation whose primal is emitted (its results numbered
-    ``results`` in the primal body); per result, its tangent (None: a symbolic zero)."""
+    ``results`` in the primal body), by its rule in the primitive table (:data:`TANGENTS`);
+    per result, its tangent (None: a symbolic zero)."""
     if all(t is None for t in moving):
         return [None] * len(eq.results)
-    if isinstance(eq, ShardingConstraint):
-        # JAX's JVP of the constraint binds it on the tangent, without
-        # with_sharding_constraint's own checks (unconstrained dimensions, fit, axes).
-        return list(tape.emit(dataclasses.replace(eq, results=None, checked=False),
-                              (moving[0],)))
-    if isinstance(eq, Reshard):
-        # (a reshard to the empty mesh, a transposed one's, types its result over none)
-        empty = not eq.sharding.mesh.axis_names
-        return list(tape.emit(dataclasses.replace(eq, results=eq.results if empty else None),
-                              (moving[0],)))
-    if isinstance(eq, DevicePut):
-        keep = [k for k, t in enumerate(moving) if t is not None]
-        out = tape.emit(DevicePut(tuple(range(len(keep))), targets=tuple(
-            eq.targets[k] for k in keep), checked=False), tuple(moving[k] for k in keep))
-        placed = dict(zip(keep, out))
-        return [placed.get(k) for k in range(len(eq.results))]
-    if isinstance(eq, Opaque):
-        if eq.primitive in NO_DERIVATIVE:
-            with staged("trace"):
-                transposed_collective(eq.primitive, dict(eq.params), path)
-        return _opaque_tangent(eq, tape, operands, moving, results)
-    raise reject(NotRewritten(f"a {eq.kind} equation", path, transform,
-                              "its tangent rule is not described"))
+    tangent = TANGENTS.of(entry_of(eq))
+    if tangent is None:
+        raise reject(NotRewritten(f"a {eq.kind} equation", path, transform,
+                                  "its tangent rule is not described"))
+    return tangent(eq, tape, operands, moving, path, results)
+
+
+@TANGENTS.register("sharding_constraint")
+def _constraint_tangent(eq: ShardingConstraint, tape: Any, operands: tuple[int, ...],
+                        moving: list, path: str, results: tuple[int, ...]) -> list:
+    # JAX's JVP of the constraint binds it on the tangent, without
+    # with_sharding_constraint's own checks (unconstrained dimensions, fit, axes).
+    return list(tape.emit(dataclasses.replace(eq, results=None, checked=False),
+                          (moving[0],)))
+
+
+@TANGENTS.register("reshard")
+def _reshard_tangent(eq: Reshard, tape: Any, operands: tuple[int, ...], moving: list,
+                     path: str, results: tuple[int, ...]) -> list:
+    # (a reshard to the empty mesh, a transposed one's, types its result over none)
+    empty = not eq.sharding.mesh.axis_names
+    return list(tape.emit(dataclasses.replace(eq, results=eq.results if empty else None),
+                          (moving[0],)))
+
+
+@TANGENTS.register("device_put")
+def _device_put_tangent(eq: DevicePut, tape: Any, operands: tuple[int, ...], moving: list,
+                        path: str, results: tuple[int, ...]) -> list:
+    keep = [k for k, t in enumerate(moving) if t is not None]
+    out = tape.emit(DevicePut(tuple(range(len(keep))), targets=tuple(
+        eq.targets[k] for k in keep), checked=False), tuple(moving[k] for k in keep))
+    placed = dict(zip(keep, out))
+    return [placed.get(k) for k in range(len(eq.results))]
+
+
+@TANGENTS.register("no_derivative")
+def _no_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list, path: str,
+                results: tuple[int, ...]) -> list:
+    """A collective JAX gives no differentiation rule (pmax, pmin): AD-12 refuses a
+    non-zero tangent reaching it."""
+    with staged("trace"):
+        transposed_collective(eq.primitive, dict(eq.params), path)
+    return _opaque_tangent(eq, tape, operands, moving, results)
 
 
 def _opaque(name: str, results: tuple[Value, ...], params: tuple = (), count: int = 0
@@ -506,39 +508,84 @@ def _product(factors: list[Value]) -> Value:
 
 def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,
                     results: tuple[int, ...] = ()) -> list:
-    """The tangent of a primitive: linear ones applied to the tangents (a zero tangent of
-    an operand of ``add``/``sub`` dropped), products by the product rule, the
-    :data:`NONLINEAR` ones by their residuals, others opaque."""
-    name = eq.primitive
-    # A tangent has its primal's type (JAX's tangent avals), the mesh included.
-    results_types = eq.results
-    if name == "add_any" and None in moving:
-        # add_any's JVP is linear_jvp's: a zero tangent is instantiated (typed as its
-        # primal), and the sum is typed as its first operand.
+    """A primitive whose tangent is not known: an opaque ``linearized_<name>`` of its
+    operands (residuals) and its nonzero tangents."""
+    given = tuple(t for t in moving if t is not None)
+    residuals = tuple(tape.residual(n) for n in operands)
+    return list(tape.emit(_opaque(f"linearized_{eq.primitive}", eq.results,
+                                  eq.params, len(residuals) + len(given)),
+                          residuals + given))
+
+
+TANGENTS.register("opaque")(lambda eq, tape, operands, moving, path, results:
+                            _opaque_tangent(eq, tape, operands, moving, results))
+
+
+@TANGENTS.register("linear")
+def _linear_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,
+                    path: str = "", results: tuple[int, ...] = ()) -> list:
+    """A linear primitive: the same primitive applied to the tangents (a tangent has its
+    primal's type, JAX's tangent avals, the mesh included)."""
+    return list(tape.emit(_opaque(eq.primitive, eq.results, eq.params, len(moving)),
+                          tuple(moving)))
+
+
+@TANGENTS.register("sum")
+def _sum_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,
+                 path: str, results: tuple[int, ...]) -> list:
+    """``add``/``sub``: linear; a zero tangent of an operand dropped (``sub``'s second
+    operand's tangent negated)."""
+    if None not in moving:
+        return _linear_tangent(eq, tape, operands, moving)
+    (k,) = [k for k, t in enumerate(moving) if t is not None]
+    if eq.primitive == "sub" and k == 1:
+        return list(tape.emit(_opaque("neg", eq.results, count=1), (moving[1],)))
+    return [moving[k]]
+
+
+@TANGENTS.register("add_any")
+def _add_any_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,
+                     path: str, results: tuple[int, ...]) -> list:
+    """add_any's JVP is linear_jvp's: a zero tangent is instantiated (typed as its
+    primal), and the sum is typed as its first operand."""
+    if None in moving:
         moving = [t if t is not None else tape.emit(_opaque(
             "broadcast_in_dim", (tape.primal.types[n],)), ())[0]
             for t, n in zip(moving, operands)]
-    if name in ("add", "sub") and None in moving:
-        (k,) = [k for k, t in enumerate(moving) if t is not None]
-        if name == "sub" and k == 1:
-            return list(tape.emit(_opaque("neg", results_types, count=1), (moving[1],)))
-        return [moving[k]]
-    if name in BILINEAR and len(operands) == 2:
+    return _linear_tangent(eq, tape, operands, moving)
+
+
+@TANGENTS.register("bilinear")
+def _bilinear_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,
+                      path: str, results: tuple[int, ...]) -> list:
+    """A product (``mul``, ``dot_general``): the product rule; a product with a literal,
+    which the description leaves out of the operands, is linear in its one operand."""
+    if len(operands) == 2:
         return _product_tangent(eq, tape, operands, moving)
-    if name == "div" and len(operands) == 2:
+    if eq.primitive == "mul" and len(operands) == 1:
+        return _linear_tangent(eq, tape, operands, moving)
+    return _opaque_tangent(eq, tape, operands, moving, results)
+
+
+@TANGENTS.register("quotient")
+def _div_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list, path: str,
+                 results: tuple[int, ...]) -> list:
+    """``div``: the quotient rule; a quotient by a literal is linear in its one operand."""
+    if len(operands) == 2:
         return _quotient_tangent(eq, tape, operands, moving)
-    if name in LINEAR or (name in ("mul", "div") and len(operands) == 1):
-        # (a product with a literal, or a quotient by one, which the description leaves
-        # out of the operands, is linear in its one operand)
-        return list(tape.emit(_opaque(name, results_types, eq.params, len(moving)),
-                              tuple(moving)))
-    if name in NONLINEAR and len(operands) == 1 and len(results) == 1:
+    if len(operands) == 1:
+        return _linear_tangent(eq, tape, operands, moving)
+    return _opaque_tangent(eq, tape, operands, moving, results)
+
+
+@TANGENTS.register("nonlinear")
+def _nonlinear_rule(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,
+                    path: str, results: tuple[int, ...]) -> list:
+    """A nonlinear primitive of one operand: its tangent by the residuals its entry in the
+    primitive table names."""
+    if len(operands) == 1 and len(results) == 1:
         return _nonlinear_tangent(eq, tape, operands[0], moving[0], results[0])
-    given = tuple(t for t in moving if t is not None)
-    residuals = tuple(tape.residual(n) for n in operands)
-    return list(tape.emit(_opaque(f"linearized_{name}", results_types,
-                                  eq.params, len(residuals) + len(given)),
-                          residuals + given))
+    return _opaque_tangent(eq, tape, operands, moving, results)
 
 
 def _product_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list) -> list:
@@ -627,7 +674,7 @@ def _nonlinear_tangent(eq: Opaque, tape: Any, operand: int, moving: Any, result:
     if eq.primitive == "integer_pow" and dict(eq.params).get("y") == 0:
         return list(tape.emit(_opaque("broadcast_in_dim", results), ()))  # zeros, no residual
     stored = [tape.residual(_residual_value(kind, eq, tape.primal, operand, result))
-              for kind in NONLINEAR[eq.primitive]]
+              for kind in entry_of(eq).residuals]
     if eq.primitive == "tanh":
         (scaled,) = tape.emit(_opaque("mul", results, count=2), (moving, stored[0]))
         (moving,) = tape.emit(_opaque("add", results, count=2), (moving, scaled))

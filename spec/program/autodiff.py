@@ -60,6 +60,7 @@ from .ad_bodies import (
 from .explain import trace_body
 from .lowering import equation_path
 from .partial_eval import dce_program
+from .primitives import JVP_BODIES, LINEARIZE_BODIES, entry_of
 from .refs import check_tangent_not_written, tangent_inputs, with_refs, writes_ref
 from .shardmap_autodiff import residual_spec
 from .transpose import _transpose_body
@@ -86,10 +87,9 @@ def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
         path = equation_path(prefix, k)
         operands = tuple(number[n] for n in eq.operands)
         in_tangents = [tangents[n] for n in eq.operands]
-        if isinstance(eq, Jit):
-            outs, touts = _jvp_jit(eq, body, operands, in_tangents, path)
-        elif isinstance(eq, ShardMap):
-            outs, touts = _jvp_shard_map(eq, body, operands, in_tangents, path)
+        entry = entry_of(eq)
+        if entry.bodies:   # (its rule in the primitive table emits primal and tangent)
+            outs, touts = JVP_BODIES.of(entry)(eq, body, operands, in_tangents, path)
         else:
             check_tangent_not_written(eq, in_tangents, path, "jvp")   # REF-6
             outs = body.emit(eq.renumbered(operands))
@@ -103,6 +103,7 @@ def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
     return body.program(outputs), flags
 
 
+@JVP_BODIES.register("jit")
 def _jvp_jit(eq: Jit, body: _Body, operands: tuple[int, ...], moving: list, path: str
              ) -> tuple[tuple[int, ...], list]:
     """An inner jit's JVP (AD-2): one jit equation over the primals and nonzero tangents."""
@@ -125,6 +126,7 @@ def _jvp_jit(eq: Jit, body: _Body, operands: tuple[int, ...], moving: list, path
     return primal, [next(tangent) if f else None for f in flags]
 
 
+@JVP_BODIES.register("shard_map")
 def _jvp_shard_map(eq: ShardMap, body: _Body, operands: tuple[int, ...], moving: list,
                    path: str) -> tuple[tuple[int, ...], list]:
     """A shard_map's JVP: one shard_map over the primals and the nonzero tangents, each
@@ -174,11 +176,9 @@ def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
         path = equation_path(prefix, k)
         operands = tuple(number[n] for n in eq.operands)
         in_tangents = [tangents[n] for n in eq.operands]
-        if isinstance(eq, Jit):
-            outs, touts = _linearize_jit(eq, tape, operands, in_tangents, path, transform)
-        elif isinstance(eq, ShardMap):
-            outs, touts = _linearize_shard_map(eq, tape, operands, in_tangents, path,
-                                               transform)
+        entry = entry_of(eq)
+        if entry.bodies:   # (its rule in the primitive table emits primal and tangent)
+            outs, touts = LINEARIZE_BODIES.of(entry)(eq, tape, operands, in_tangents, path, transform)
         else:
             check_tangent_not_written(eq, in_tangents, path, transform)   # REF-6
             outs = primal.emit(eq.renumbered(operands))
@@ -198,15 +198,21 @@ def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
     return _Linearized(_pruned(primal.program(outputs)), tangent, flags, len(residuals))
 
 
+def _pruned_to_used(eq: Any) -> bool:
+    """Whether dead-code elimination prunes ``eq`` to its used results and the inputs they
+    read (an inner jit, AD-8) rather than keeping it whole (its entry's ``pruning``)."""
+    return entry_of(eq).pruning == "jit"
+
+
 def _live_equations(program: Program) -> tuple[list[bool], frozenset[int]]:
     """Which equations the outputs need, and the values they read; found once per program
     (a linearization asks it of one tangent body several times)."""
-    found = program.__dict__.get("_live_equations")
-    if found is None:
-        keep, live = _find_live(program)
-        found = (tuple(keep), frozenset(live))
-        object.__setattr__(program, "_live_equations", found)
-    return found
+    return program.derived_once("live equations", lambda: _live_found(program))
+
+
+def _live_found(program: Program) -> tuple[tuple[bool, ...], frozenset[int]]:
+    keep, live = _find_live(program)
+    return tuple(keep), frozenset(live)
 
 
 def _find_live(program: Program) -> tuple[list[bool], set[int]]:
@@ -218,7 +224,7 @@ def _find_live(program: Program) -> tuple[list[bool], set[int]]:
         if live.isdisjoint(made) and not writes_ref(eq):   # a ref's write is an effect: kept
             continue
         keep[k] = True
-        if type(eq) is Jit and not live.issuperset(made) and not writes_ref(eq):
+        if not live.issuperset(made) and _pruned_to_used(eq) and not writes_ref(eq):
             used = [n in live for n in made]
             # a jit pruned to its used results reads only the inputs they depend on
             reads = frozenset().union(*(d for d, u in zip(dependencies(eq.body), used) if u))
@@ -238,7 +244,7 @@ def _pruned(program: Program, inputs: list[bool] | None = None) -> Program:
                   inputs)
     numbers = program.result_numbers()
     if all(keep) and all(inputs) and not any(
-            isinstance(eq, Jit) and not all(n in live for n in made)
+            not live.issuperset(made) and _pruned_to_used(eq)
             for eq, made in zip(program.equations, numbers)):
         return program   # nothing to drop
     body = _Body(tuple(v for v, k in zip(program.inputs, inputs) if k), program.consts)
@@ -249,7 +255,7 @@ def _pruned(program: Program, inputs: list[bool] | None = None) -> Program:
         if not alive:
             continue
         used = tuple(n in live for n in made)
-        if isinstance(eq, Jit) and not all(used):
+        if not all(used) and _pruned_to_used(eq):
             # An inner jit keeps only its used results and the inputs they read, each
             # with its sharding and donation (AD-8, JAX's DCE rule for jit).
             inner, used_in = dce_program(eq.body, used)
@@ -284,6 +290,7 @@ def _forwarding(lin: _Linearized, body: Program) -> tuple[list, list]:
     return primal, residuals
 
 
+@LINEARIZE_BODIES.register("jit")
 def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list,
                    path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """An inner jit linearized: the primal jit (AD-3) into the primal body, the tangent
@@ -347,6 +354,7 @@ class _SplitShardMap:
     flags: tuple[bool, ...]
 
 
+@LINEARIZE_BODIES.register("shard_map")
 def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], moving: list,
                          path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A shard_map linearized (AD-10): the known shard_map, returning the residuals it

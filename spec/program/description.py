@@ -18,6 +18,11 @@ type (:class:`Value`). The equation kinds:
 * :class:`Reshard` — ``jax.sharding.reshard``;
 * :class:`Opaque` — any other primitive, with the result types the description gives.
 
+The values (:class:`Value`, :class:`Const`) and PROG-0's checks of them are
+:mod:`~shardlaw.spec.program.typed_values`'s; the facts of each kind of equation and
+primitive (how it is typed, batched, differentiated, checked) the primitive table's
+(:mod:`~shardlaw.spec.program.primitives`).
+
 A program that is asked about (:func:`~shardlaw.spec.program.explain.explain_program`) is a
 top-level jit call: its inputs are the arguments passed to it, each with its sharding and
 whether it is committed. A body nested in an equation takes traced values: types only.
@@ -32,287 +37,28 @@ import functools
 from typing import Any, ClassVar
 
 from ..core.hlo import HloSharding
-from ..core.rules import Failure, reject, rule
-from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
+from ..core.rules import reject, rule
+from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import (
-    AbstractMesh, AxisType, Mesh, PartitionSpec, UNCONSTRAINED, check_dims, compared_fields,
-    state_without_hash,
+    AbstractMesh, Mesh, PartitionSpec, UNCONSTRAINED, compared_fields, state_without_hash,
 )
-from ..jit.call import DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg
-from .type_splits import canonical_type_spec, fitting, splits_over, type_spec
+from .primitives import TYPING, described_names, entry_of
+from .type_splits import fitting, splits_over, type_spec
+from .typed_values import (
+    MAX_DEPTH, SHARDINGS, BadProgram, Const, Value, check_program, described_axis_names,
+    described_bool, described_sharding, described_tuple, refuse_described,
+    require_described,
+)
 
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["Value", "Const", "Equation", "Jit", "ShardingConstraint", "DevicePut", "ShardMap",
            "Reshard", "Opaque", "Program", "check_program", "result_types", "MAX_DEPTH",
-           "DESCRIBED_PRIMITIVES"]
+           "DESCRIBED_PRIMITIVES", "remember_typing", "typed_against", "mark_typed"]
 
-SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
-
-# Bodies nest in bodies at most this deep (a jit in a jit in ...): the limit of a call's
-# pytrees, for the same reason (every reader walks them).
-MAX_DEPTH = MAX_NESTING
-
-# The primitives a kind of equation describes; an Opaque equation is any other primitive.
-DESCRIBED_PRIMITIVES = ("jit", "pjit", "sharding_constraint", "device_put", "shard_map",
-                        "reshard")
-
-
-# --------------------------------------------------------------------------- PROG-0
-
-@dataclasses.dataclass(frozen=True)
-class BadProgram(Failure, rule="PROG-0", error=TypeError):
-    template = "{what} must be {expected}, got {value!r}"
-    what: str
-    expected: str
-    value: Any
-
-
-@rule("PROG-0", mirrors="(input checking of a program description; JAX has no such value)")
-def check_program(condition: bool, what: str, expected: str, value: Any) -> None:
-    """A program description holds only what it names: typed values, constants, equations of the described kinds whose operands are defined before use, and results, nested at most 200 bodies deep.
-
-    >>> Program(inputs=(Value.numpy((4,)),), outputs=(1,))
-    Traceback (most recent call last):
-    ...
-    shardlaw.spec.core.rules.RejectionTypeError: [PROG-0]: outputs[0] must be the number of a value defined in the body (0 .. 0), got 1
-    >>> Program(inputs=(Value.numpy((4,)),), outputs=(0,)).outputs
-    (0,)
-    """
-    if not condition:
-        raise reject(BadProgram(what, expected, value))
-
-
-def _require(condition: bool, what: str, expected: str, value: Any) -> None:
-    """PROG-0 (:func:`check_program`), the rule called where the description breaks it: a
-    description is checked item by item, thousands of items in a rewrite of a step."""
-    if not condition:
-        check_program(condition, what, expected, value)
-
-
-def _refuse(what: str, expected: str, value: Any) -> None:
-    """PROG-0's refusal, where a check has found the description broken (a loop over many
-    items tests each first, and puts the item it refuses into words only then)."""
-    check_program(False, what, expected, value)
-
-
-def _bool(value: Any, what: str) -> bool:
-    _require(type(value) is bool, what, "a bool", value)
-    return value
-
-
-def _tuple(value: Any, what: str, expected: str) -> tuple:
-    if type(value) not in (tuple, list):
-        _refuse(what, f"a tuple of {expected}", value)
-    return tuple(value)
-
-
-def _names(value: Any, what: str) -> frozenset[str]:
-    _require(type(value) in (frozenset, set, tuple, list)
-             and all(isinstance(v, str) for v in value), what,
-             "a set of mesh axis names", value)
-    return frozenset(value)
-
-
-def _sharding(value: Any, what: str, *, unspecified: bool = False) -> Any:
-    if not (isinstance(value, SHARDINGS) or (unspecified and value is UNSPECIFIED)):
-        _refuse(what, "a NamedSharding, SingleDeviceSharding or GSPMDSharding"
-                + (" or UNSPECIFIED" if unspecified else ""), value)
-    return value
-
-
-# --------------------------------------------------------------------------- values
-
-# What a value's checks expect, put into words once (every value built is checked).
-_ONE_OF_DTYPES = f"one of {DTYPES}"
-_A_PYTHON_SCALAR = f"a Python scalar: shape () and one of {tuple(SCALAR_DTYPES.values())}"
-
-@dataclasses.dataclass(frozen=True)
-class Value:
-    """A typed value: shape, dtype, weak type, the abstract mesh its type carries (what
-    ``jax.typeof`` shows; None: none) and, inside a ``shard_map``, the manual axes it varies
-    over; and — for a program's arguments and constants only — the sharding it lives on
-    (None: a numpy array or a Python scalar) and whether it is committed.
-
-    A value on a NamedSharding over a concrete mesh has that mesh's abstract mesh in its type.
-
-    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
-    >>> Value.placed((8, 8), NamedSharding(mesh, P("x"))).mesh
-    AbstractMesh({'x': 2, 'y': 4})
-    >>> Value.scalar("float")
-    Value.scalar('float32')
-    """
-
-    shape: tuple[int, ...] = ()
-    dtype: str = "float32"
-    weak_type: bool = False
-    mesh: AbstractMesh | None = None
-    varying: frozenset[str] = frozenset()
-    sharding: Any = None
-    committed: bool = False
-    abstract: bool = False
-    spec: PartitionSpec | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", check_dims(self.shape, what="a value's shape"))
-        if self.sharding is None and _plain_type(self):
-            object.__setattr__(self, "spec", None)   # (a split of no axis is none)
-            return
-        _bool(self.abstract, "a value's abstract flag")
-        _require(not (self.abstract and (self.committed or self.weak_type)),
-                 "an abstract value (a jax.ShapeDtypeStruct)",
-                 "neither committed nor weakly typed", self)
-        _require(type(self.dtype) is str and self.dtype in DTYPES, "a value's dtype",
-                 _ONE_OF_DTYPES, self.dtype)
-        _bool(self.weak_type, "a value's weak_type")
-        _bool(self.committed, "a value's committed flag")
-        _require(self.mesh is None or type(self.mesh) is AbstractMesh,
-                 "the mesh of a value's type", "None or an AbstractMesh", self.mesh)
-        object.__setattr__(self, "varying", _names(self.varying, "a value's varying axes"))
-        if self.sharding is None:
-            _set_type_spec(self, self.spec)
-        _require(not self.varying or (self.mesh is not None and self.varying
-                                      <= set(self.mesh.axis_names)),
-                 "a value's varying axes", "axes of the mesh of its type", self.varying)
-        if self.sharding is None:
-            _require(not self.committed, "a committed value's sharding", "a sharding",
-                     None)
-            _require(not self.weak_type or (self.shape == () and self.dtype in
-                                            SCALAR_DTYPES.values()),
-                     "a weakly typed value without a sharding",
-                     _A_PYTHON_SCALAR, (self.shape, self.dtype))
-            return
-        _sharding(self.sharding, "a value's sharding")
-        # An array that exists fits its sharding (CALL-0, as for a jit argument).
-        self.as_arg()
-        named = self.sharding if isinstance(self.sharding, NamedSharding) else None
-        if named is not None and self.mesh is None:
-            object.__setattr__(self, "mesh", named.mesh.abstract if named.is_concrete
-                               else named.mesh)
-        _set_type_spec(self, type_spec(named) if self.spec is None else self.spec)
-
-    def __hash__(self) -> int:
-        # A value is immutable and hashed often (a rewrite finds an equation's results once
-        # per form and operand types): hashed once, by its compared fields.
-        cached = self.__dict__.get("_hash")
-        if cached is None:
-            cached = hash(tuple(getattr(self, name) for name in compared_fields(Value)))
-            object.__setattr__(self, "_hash", cached)
-        return cached
-
-    __getstate__ = state_without_hash   # the hash is worked out again where unpickled
-
-    # Constructors named for what a user holds.
-    @classmethod
-    def placed(cls, shape: Any, sharding: Any, dtype: str = "float32", *,
-               committed: bool = True) -> "Value":
-        """A ``jax.Array`` on ``sharding``: committed when placed explicitly
-        (``jax.device_put`` with a sharding), uncommitted when JAX placed it on its own
-        (``jnp.ones``: ``committed=False``)."""
-        return cls(shape, dtype, sharding=sharding, committed=committed)
-
-    @classmethod
-    def numpy(cls, shape: Any, dtype: str = "float32") -> "Value":
-        return cls(shape, dtype)
-
-    @classmethod
-    def scalar(cls, python_type: str = "float") -> "Value":
-        """A Python ``bool``/``int``/``float``/``complex``: weakly typed, shape ()."""
-        _require(python_type in SCALAR_DTYPES, "a Python scalar's type",
-                 f"one of {tuple(SCALAR_DTYPES)}", python_type)
-        return cls((), SCALAR_DTYPES[python_type], True)
-
-    @classmethod
-    def shape_dtype(cls, shape: Any, dtype: str = "float32", sharding: Any = None) -> "Value":
-        """A ``jax.ShapeDtypeStruct``, with or without a sharding (over a concrete or an
-        abstract mesh): what ``.trace``/``.lower`` take; jit treats its sharding as committed.
-
-        >>> Value.shape_dtype((8, 8), sharding=NamedSharding(AbstractMesh((2, 4), ("x", "y")), P("x"))).mesh
-        AbstractMesh({'x': 2, 'y': 4})
-        """
-        return cls(shape, dtype, sharding=sharding, abstract=True)
-
-    @classmethod
-    def typed(cls, shape: Any, dtype: str = "float32", mesh: AbstractMesh | None = None, *,
-              weak_type: bool = False, varying: Any = frozenset()) -> "Value":
-        """A traced value: its type only (a body's input, an equation's result)."""
-        return cls(shape, dtype, weak_type, mesh, varying)
-
-    @property
-    def type(self) -> "Value":
-        """The value's type alone, as a traced value has it (no sharding, not committed)."""
-        if self.sharding is None and not self.abstract:
-            return self
-        return Value(self.shape, self.dtype, self.weak_type, self.mesh, self.varying,
-                     spec=self.spec)
-
-    def as_arg(self) -> Arg:
-        """The jit argument this value is (:class:`~shardlaw.spec.jit.call.Arg`)."""
-        if self.abstract:
-            return Arg.abstract(self.shape, self.dtype, self.sharding)
-        if self.sharding is not None:
-            return Arg("committed" if self.committed else "uncommitted", self.shape,
-                       self.dtype, self.sharding)
-        if self.weak_type:
-            python = {d: t for t, d in SCALAR_DTYPES.items()}[self.dtype]
-            return Arg.scalar(python)
-        return Arg.numpy(self.shape, self.dtype)
-
-    def __repr__(self) -> str:
-        if self.sharding is None and self.weak_type:
-            return f"Value.scalar({self.dtype!r})"
-        shape = "x".join(map(str, self.shape)) or "scalar"
-        text = f"{self.dtype}[{shape}]" + ("~" if self.weak_type else "")
-        if self.mesh is not None:
-            text += f" over {self.mesh!r}"
-        if self.varying:
-            text += f" varying {sorted(self.varying)}"
-        if self.spec is not None:
-            text += f" split {self.spec!r}"
-        if self.abstract:
-            text += " abstract" + ("" if self.sharding is None else f" on {self.sharding!r}")
-        elif self.sharding is not None:
-            text += (" committed" if self.committed else " uncommitted") + \
-                f" on {self.sharding!r}"
-        return f"<{text}>"
-
-
-def _plain_type(value: Value) -> bool:
-    """Whether ``value``, without a sharding, passes every check of a value's fields at once
-    (the flags bools, a known dtype, its mesh, varying axes of it, a split of no axis,
-    uncommitted, not weakly typed); where one fails, the checks are made one by one, in
-    order, and the first that fails is the refusal."""
-    mesh, varying, spec = value.mesh, value.varying, value.spec
-    return ((spec is None or (mesh is not None and type(spec) is PartitionSpec
-                              and not spec.unreduced and not spec.reduced
-                              and len(spec) <= len(value.shape)
-                              and all(e is None for e in spec.partitions)))
-            and value.abstract is False and value.committed is False
-            and value.weak_type is False and type(value.dtype) is str
-            and value.dtype in _DTYPE_NAMES and (mesh is None or type(mesh) is AbstractMesh)
-            and type(varying) is frozenset
-            and (not varying or (mesh is not None and all(type(v) is str for v in varying)
-                                 and varying.issubset(mesh.axis_names))))
-
-
-_DTYPE_NAMES = frozenset(DTYPES)
-
-
-@dataclasses.dataclass(frozen=True)
-class Const:
-    """A value the function closed over: a constant (a ``jax.Array`` with its sharding, or a
-    numpy array) or a mutable ref (``ref=True``)."""
-
-    value: Value
-    ref: bool = False
-
-    def __post_init__(self) -> None:
-        _require(isinstance(self.value, Value), "a constant's value", "a Value",
-                 self.value)
-        _bool(self.ref, "a constant's ref flag")
-        # jax.new_ref places its value and commits it, whatever it was given (REF-1)
-        _require(not self.ref or self.value.committed, "a closed-over ref's value",
-                 "a committed array (a mutable ref is always committed)", self.value)
+# The primitives a kind of equation describes (the primitive table's kinds of equation);
+# an Opaque equation is any other primitive.
+DESCRIBED_PRIMITIVES = described_names()
 
 
 # --------------------------------------------------------------------------- equations
@@ -335,18 +81,18 @@ class Equation:
         kind = self.kind
         operands = self.operands
         if type(operands) is not tuple:
-            operands = _tuple(operands, f"a {kind} equation's operands", "value numbers")
+            operands = described_tuple(operands, f"a {kind} equation's operands", "value numbers")
         for n in operands:
             if not (type(n) is int and n >= 0):
-                _refuse(f"a {kind} equation's operand", "a value number", n)
+                refuse_described(f"a {kind} equation's operand", "a value number", n)
         object.__setattr__(self, "operands", operands)
         if results and self.results is not None:
             results = self.results
             if type(results) is not tuple:
-                results = _tuple(results, f"a {kind} equation's results", "Values")
+                results = described_tuple(results, f"a {kind} equation's results", "Values")
             for r in results:
                 if not (isinstance(r, Value) and r.sharding is None):
-                    _refuse(f"a {kind} equation's result", "a Value without a sharding "
+                    refuse_described(f"a {kind} equation's result", "a Value without a sharding "
                             "(a traced value has a type only)", r)
             object.__setattr__(self, "results", results)
 
@@ -400,8 +146,10 @@ class Equation:
         """The equation's own requirements of its operands' types (PROG-0)."""
 
     def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...] | None:
-        """The results' types PROG-1 gives (None: the kind has no typing rule)."""
-        return None
+        """The results' types PROG-1 gives (None: its entry in the primitive table types
+        none: the description gives them)."""
+        typing = TYPING.of(entry_of(self))
+        return None if typing is None else typing(self, operands)
 
 
 @functools.cache
@@ -411,7 +159,7 @@ def _form_fields(kind: type) -> tuple[str, ...]:
 
 def _one_operand(eq: Equation) -> None:
     if len(eq.operands) != 1:
-        _refuse(f"a {eq.kind} equation's operands", "exactly one value", eq.operands)
+        refuse_described(f"a {eq.kind} equation's operands", "exactly one value", eq.operands)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,20 +177,17 @@ class ShardingConstraint(Equation):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _bool(self.checked, "a sharding_constraint's checked flag")
+        described_bool(self.checked, "a sharding_constraint's checked flag")
         _one_operand(self)
-        _sharding(self.sharding, "a sharding_constraint's sharding")
+        described_sharding(self.sharding, "a sharding_constraint's sharding")
         dims = self.unconstrained_dims
         if dims is None:
             spec = self.sharding.spec if isinstance(self.sharding, NamedSharding) else ()
             dims = frozenset(i for i, e in enumerate(spec) if e is UNCONSTRAINED)
-        _require(type(dims) in (frozenset, set, tuple, list)
+        require_described(type(dims) in (frozenset, set, tuple, list)
                  and all(type(d) is int and d >= 0 for d in dims),
                  "a sharding_constraint's unconstrained_dims", "a set of dimensions", dims)
         object.__setattr__(self, "unconstrained_dims", frozenset(dims))
-
-    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
-        return (result_types(self, operands)[0],)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -458,19 +203,16 @@ class DevicePut(Equation):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _bool(self.checked, "a device_put's checked flag")
-        targets = _tuple(self.targets, "a device_put's targets",
+        described_bool(self.checked, "a device_put's checked flag")
+        targets = described_tuple(self.targets, "a device_put's targets",
                          "shardings, device ids or None")
         if len(targets) != len(self.operands):
-            _refuse("a device_put's targets", f"one per operand ({len(self.operands)})",
+            refuse_described("a device_put's targets", f"one per operand ({len(self.operands)})",
                     targets)
         for t in targets:
-            _require(t is None or isinstance(t, SHARDINGS) or (type(t) is int and t >= 0),
+            require_described(t is None or isinstance(t, SHARDINGS) or (type(t) is int and t >= 0),
                      "a device_put's target", "a sharding, a device id or None", t)
         object.__setattr__(self, "targets", targets)
-
-    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
-        return result_types(self, operands)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -484,11 +226,8 @@ class Reshard(Equation):
     def __post_init__(self) -> None:
         super().__post_init__()
         _one_operand(self)
-        _require(isinstance(self.sharding, NamedSharding), "a reshard's sharding",
+        require_described(isinstance(self.sharding, NamedSharding), "a reshard's sharding",
                  "a NamedSharding", self.sharding)
-
-    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
-        return result_types(self, operands)
 
 
 _NOT_DESCRIBED = f"a primitive's name other than {DESCRIBED_PRIMITIVES}"
@@ -524,27 +263,27 @@ class Opaque(Equation):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(isinstance(self.primitive, str) and self.primitive != ""
+        require_described(isinstance(self.primitive, str) and self.primitive != ""
                  and self.primitive not in DESCRIBED_PRIMITIVES,
                  "an opaque equation's primitive", _NOT_DESCRIBED, self.primitive)
-        params = _tuple(self.params, "an opaque equation's params", "(name, value) pairs")
+        params = described_tuple(self.params, "an opaque equation's params", "(name, value) pairs")
         for pair in params:
-            _require(type(pair) is tuple and len(pair) == 2 and isinstance(pair[0], str)
+            require_described(type(pair) is tuple and len(pair) == 2 and isinstance(pair[0], str)
                      and _param(pair[1]), "an opaque equation's parameter",
                      "a (name, value) pair of a plain value", pair)
         object.__setattr__(self, "params", params)
-        _require(self.results is not None, "an opaque equation's results",
+        require_described(self.results is not None, "an opaque equation's results",
                  "the types of its results (no rule derives them)", None)
 
 
 def _check_operand_types(eq: Equation, operands: tuple[Value, ...],
                          expected: tuple[Value, ...], what: str) -> None:
     if len(operands) != len(expected):
-        _refuse(f"a {eq.kind} equation's operands",
+        refuse_described(f"a {eq.kind} equation's operands",
                 f"one per input of its body ({len(expected)})", eq.operands)
     for k, (given, wanted) in enumerate(zip(operands, expected)):
         if (given.shape, given.dtype) != (wanted.shape, wanted.dtype):
-            _refuse(f"operand {k} of a {eq.kind} equation",
+            refuse_described(f"operand {k} of a {eq.kind} equation",
                     f"of {what} {wanted.dtype}{list(wanted.shape)}", given)
 
 
@@ -562,11 +301,11 @@ class Jit(Equation):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _bool(self.checked, "a jit equation's checked flag")
-        _require(isinstance(self.body, Program), "a jit equation's body", "a Program",
+        described_bool(self.checked, "a jit equation's checked flag")
+        require_described(isinstance(self.body, Program), "a jit equation's body", "a Program",
                  self.body)
-        _require(isinstance(self.name, str), "a jit equation's name", "a str", self.name)
-        _require(self.body.compiler is None and self.body.compiler_in is None,
+        require_described(isinstance(self.name, str), "a jit equation's name", "a str", self.name)
+        require_described(self.body.compiler is None and self.body.compiler_in is None,
                  "the compiler's choices of an inner jit",
                  "None (they are given for the program asked about)",
                  (self.body.compiler, self.body.compiler_in))
@@ -574,9 +313,6 @@ class Jit(Equation):
 
     def check(self, operands: tuple[Value, ...]) -> None:
         _check_operand_types(self, operands, self.body.inputs, "its body's input type")
-
-    def derived(self, operands: tuple[Value, ...]) -> tuple[Value, ...]:
-        return result_types(self, operands)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -598,33 +334,33 @@ class ShardMap(Equation):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(isinstance(self.body, Program), "a shard_map's body", "a Program",
+        require_described(isinstance(self.body, Program), "a shard_map's body", "a Program",
                  self.body)
-        _require(type(self.mesh) in (Mesh, AbstractMesh), "a shard_map's mesh",
+        require_described(type(self.mesh) in (Mesh, AbstractMesh), "a shard_map's mesh",
                  "a Mesh or an AbstractMesh", self.mesh)
         for name in ("in_specs", "out_specs"):
-            specs = _tuple(getattr(self, name), f"a shard_map's {name}", "PartitionSpecs")
+            specs = described_tuple(getattr(self, name), f"a shard_map's {name}", "PartitionSpecs")
             for spec in specs:
                 if not isinstance(spec, PartitionSpec):
-                    _refuse(f"a shard_map's {name} entry", "a PartitionSpec", spec)
+                    refuse_described(f"a shard_map's {name} entry", "a PartitionSpec", spec)
             object.__setattr__(self, name, specs)
-        manual = _names(self.manual_axes, "a shard_map's manual axes")
+        manual = described_axis_names(self.manual_axes, "a shard_map's manual axes")
         if not manual.issubset(self.mesh.axis_names):
-            _refuse("a shard_map's manual axes", f"axes of its mesh {self.mesh.axis_names}",
+            refuse_described("a shard_map's manual axes", f"axes of its mesh {self.mesh.axis_names}",
                     manual)
         object.__setattr__(self, "manual_axes", manual)
-        _bool(self.check_vma, "a shard_map's check_vma")
-        _bool(self.checked, "a shard_map's checked flag")
+        described_bool(self.check_vma, "a shard_map's check_vma")
+        described_bool(self.checked, "a shard_map's checked flag")
         body = self.body
-        _require(len(self.in_specs) == len(self.operands) == len(body.inputs),
+        require_described(len(self.in_specs) == len(self.operands) == len(body.inputs),
                  "a shard_map's in_specs", "one per operand and per body input",
                  self.in_specs)
-        _require(len(self.out_specs) == len(body.outputs), "a shard_map's out_specs",
+        require_described(len(self.out_specs) == len(body.outputs), "a shard_map's out_specs",
                  "one per body result", self.out_specs)
-        _require(self.results is not None and len(self.results) == len(body.outputs),
+        require_described(self.results is not None and len(self.results) == len(body.outputs),
                  "a shard_map's results", "the types of its results, one per body "
                  "result", self.results)
-        _require(body.compiler is None and body.compiler_in is None
+        require_described(body.compiler is None and body.compiler_in is None
                  and not body.keep_unused and body.context_mesh
                  is None and all(s is UNSPECIFIED for s in body.in_shardings
                                  + body.out_shardings) and not any(body.donated),
@@ -635,7 +371,7 @@ class ShardMap(Equation):
 def _check_traced(body: "Program", what: str) -> None:
     for k, value in enumerate(body.inputs):
         if value.sharding is not None:
-            _refuse(f"input {k} of {what}", "a traced value (a type, no sharding)", value)
+            refuse_described(f"input {k} of {what}", "a traced value (a type, no sharding)", value)
 
 
 # --------------------------------------------------------------------------- PROG-1
@@ -654,15 +390,42 @@ def result_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...]
     >>> result_types(DevicePut((0,), targets=(3,)), (x,))
     (<float32[8x8]>,)
     """
-    if isinstance(eq, Jit):
-        return tuple(eq.body.value_types[n] for n in eq.body.outputs)
-    if isinstance(eq, (ShardingConstraint, Reshard)):
-        targets: tuple = (eq.sharding,)
-    elif isinstance(eq, DevicePut):
-        targets = eq.targets
-    else:
+    typing = TYPING.of(entry_of(eq))
+    if typing is None:
         raise reject(BadProgram("an equation typed by PROG-1",
                                 "a jit, sharding_constraint, device_put or reshard", eq))
+    return typing(eq, operands)
+
+
+@TYPING.register("jit")
+def _jit_results(eq: Jit, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+    """A jit's results have its body's result types."""
+    return tuple(eq.body.value_types[n] for n in eq.body.outputs)
+
+
+@TYPING.register("sharding_constraint")
+def _constrained_results(eq: ShardingConstraint, operands: tuple[Value, ...]
+                         ) -> tuple[Value, ...]:
+    """A constraint's result: its operand's type over the mesh of its sharding, its split
+    kept (:func:`result_types`)."""
+    return _placed_types(operands, (eq.sharding,), True)
+
+
+@TYPING.register("reshard")
+def _resharded_results(eq: Reshard, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+    """A reshard's result: its operand's type over its sharding (:func:`result_types`)."""
+    return _placed_types(operands, (eq.sharding,), False)
+
+
+@TYPING.register("device_put")
+def _put_results(eq: DevicePut, operands: tuple[Value, ...]) -> tuple[Value, ...]:
+    """A device_put's results: each operand's type over its target (:func:`result_types`)."""
+    return _placed_types(operands, eq.targets, False)
+
+
+def _placed_types(operands: tuple[Value, ...], targets: tuple, constraint: bool
+                  ) -> tuple[Value, ...]:
+    """Each operand's type over the mesh of the NamedSharding its target names."""
     out = []
     for value, target in zip(operands, targets):
         if target is None or type(target) is int:
@@ -672,7 +435,7 @@ def result_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...]
         # over Explicit axes: a device_put or reshard splits the type as its sharding
         # says; a constraint names Auto axes only (WSC-5) and keeps its operand's split,
         # on the operand's mesh where its own lacks the split's axes (WSC-10 refuses it)
-        spec = None if mesh is None else value.spec if isinstance(eq, ShardingConstraint) \
+        spec = None if mesh is None else value.spec if constraint \
             else fitting(type_spec(target), len(value.shape))
         if spec is not None and not splits_over(spec, mesh):
             mesh = value.mesh
@@ -681,47 +444,22 @@ def result_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ...]
     return tuple(out)
 
 
-# --------------------------------------------------------------------------- types split over Explicit axes
-
-def _set_type_spec(value: Value, spec: Any) -> None:
-    """A value's split, checked (PROG-0): a PartitionSpec over Explicit axes of the mesh of
-    its type, no longer than its rank; kept canonical."""
-    if spec is None:
-        return
-    what = "the split of a value's type"
-    check_program(isinstance(spec, PartitionSpec), what, "None or a PartitionSpec", spec)
-    mesh = value.mesh
-    check_program(mesh is not None, what, "a split over the mesh of its type (a value "
-                  "typed over no mesh is not split)", spec)
-    sizes = {name: size for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes,
-                                                     mesh.axis_types)
-             if kind is AxisType.Explicit}
-    named = [*spec.axes(), *spec.unreduced, *spec.reduced]
-    check_program(all(name in sizes for name in named), what,
-                  f"Explicit axes of the mesh of its type {sorted(sizes)}", spec)
-    # a split that does not divide the shape is a refusal of the equation that makes it
-    # (ARG-4 for a device_put), not of its description
-    check_program(len(spec) <= len(value.shape) and UNCONSTRAINED not in tuple(spec), what,
-                  f"at most {len(value.shape)} entries, none UNCONSTRAINED", spec)
-    object.__setattr__(value, "spec", canonical_type_spec(spec))
-
-
 # --------------------------------------------------------------------------- programs
 
 def _flag_tuple(value: Any, count: int, what: str) -> tuple[bool, ...]:
-    flags = _tuple(value, what, "bools") or (False,) * count
+    flags = described_tuple(value, what, "bools") or (False,) * count
     if not (len(flags) == count and all(type(f) is bool for f in flags)):
-        _refuse(what, f"{count} bools, one per input", flags)
+        refuse_described(what, f"{count} bools, one per input", flags)
     return flags
 
 
 def _shardings_tuple(value: Any, count: int, what: str, whose: str) -> tuple:
-    given = _tuple(value, what, "shardings or UNSPECIFIED") or (UNSPECIFIED,) * count
+    given = described_tuple(value, what, "shardings or UNSPECIFIED") or (UNSPECIFIED,) * count
     if len(given) != count:
-        _refuse(what, f"{count} entries, one per {whose}", given)
+        refuse_described(what, f"{count} entries, one per {whose}", given)
     for s in given:
         if not (s is UNSPECIFIED or isinstance(s, SHARDINGS)):
-            _sharding(s, f"an entry of {what}", unspecified=True)
+            described_sharding(s, f"an entry of {what}", unspecified=True)
     return given
 
 
@@ -780,16 +518,16 @@ class Program:
     checked: bool = True
 
     def __post_init__(self) -> None:
-        _require(type(self.devices) is int and self.devices >= 1, "a program's devices",
+        require_described(type(self.devices) is int and self.devices >= 1, "a program's devices",
                  "a positive int (jax.device_count())", self.devices)
-        inputs = _tuple(self.inputs, "a program's inputs", "Values")
-        consts = _tuple(self.consts, "a program's consts", "Consts")
-        equations = _tuple(self.equations, "a program's equations", "equations")
-        outputs = _tuple(self.outputs, "a program's outputs", "value numbers")
+        inputs = described_tuple(self.inputs, "a program's inputs", "Values")
+        consts = described_tuple(self.consts, "a program's consts", "Consts")
+        equations = described_tuple(self.equations, "a program's equations", "equations")
+        outputs = described_tuple(self.outputs, "a program's outputs", "value numbers")
         for what, items, kind in (("inputs", inputs, Value), ("consts", consts, Const)):
             for k, item in enumerate(items):
                 if not isinstance(item, kind):
-                    _refuse(f"{what}[{k}]", f"a {kind.__name__}", item)
+                    refuse_described(f"{what}[{k}]", f"a {kind.__name__}", item)
         over = tuple([v.type for v in inputs] + [c.value.type for c in consts])
         typing = _TYPINGS.get(id(equations))
         if not (typing is not None and typing.equations is equations
@@ -804,24 +542,24 @@ class Program:
         types = typing.value_types
         for k, n in enumerate(outputs):
             if not (type(n) is int and 0 <= n < len(types)):
-                _refuse(f"outputs[{k}]", f"the number of a value defined in the body "
+                refuse_described(f"outputs[{k}]", f"the number of a value defined in the body "
                         f"(0 .. {len(types) - 1})", n)
         object.__setattr__(self, "in_shardings", _shardings_tuple(
             self.in_shardings, len(inputs), "in_shardings", "input"))
         object.__setattr__(self, "out_shardings", _shardings_tuple(
             self.out_shardings, len(outputs), "out_shardings", "output"))
         object.__setattr__(self, "donated", _flag_tuple(self.donated, len(inputs), "donated"))
-        _bool(self.keep_unused, "keep_unused")
-        _bool(self.checked, "a program's checked flag")
+        described_bool(self.keep_unused, "keep_unused")
+        described_bool(self.checked, "a program's checked flag")
         _check_refs(self, inputs)
-        _require(self.context_mesh is None or type(self.context_mesh) in (
+        require_described(self.context_mesh is None or type(self.context_mesh) in (
             Mesh, AbstractMesh), "the context mesh", "None, a Mesh or an AbstractMesh",
             self.context_mesh)
         for name, count, whose in (("compiler", len(outputs), "output"),
                                    ("compiler_in", len(inputs), "input")):
             if getattr(self, name) is not None:
-                choices = _tuple(getattr(self, name), name, "HLO shardings or None")
-                _require(len(choices) == count and all(
+                choices = described_tuple(getattr(self, name), name, "HLO shardings or None")
+                require_described(len(choices) == count and all(
                     c is None or isinstance(c, HloSharding) for c in choices), name,
                     f"{count} HLO shardings or None, one per {whose}", choices)
                 object.__setattr__(self, name, choices)
@@ -854,6 +592,19 @@ class Program:
             n -= len(eq.results or ())
         return None
 
+    def derived_once(self, name: str, derive: Any) -> Any:
+        """``derive()``, a fact found from this program alone (its dependencies, its live
+        equations), worked out once and kept with it under ``name``: a rewrite asks it of
+        one body many times. The program holds what it keeps; other modules ask here."""
+        kept = self.__dict__.get("_derived")
+        if kept is None:
+            kept = {}
+            object.__setattr__(self, "_derived", kept)
+        found = kept.get(name, _NOT_KEPT)
+        if found is _NOT_KEPT:
+            found = kept[name] = derive()
+        return found
+
     def result_numbers(self) -> list[range]:
         """The numbers each equation's results get."""
         numbers = self.__dict__.get("_result_numbers")
@@ -868,6 +619,9 @@ class Program:
         return list(numbers)
 
 
+_NOT_KEPT = object()   # a derived fact not worked out yet
+
+
 def _check_refs(program: "Program", inputs: tuple[Value, ...]) -> None:
     """``refs`` flags the inputs that are mutable refs (``jax.Ref``), one per input; the
     program asked about receives each on a sharding, committed (REF-1).
@@ -876,12 +630,12 @@ def _check_refs(program: "Program", inputs: tuple[Value, ...]) -> None:
     object.__setattr__(program, "refs", refs)
     for k, (value, ref) in enumerate(zip(inputs, refs)):
         if ref and value.sharding is not None and not value.committed:
-            _refuse(f"inputs[{k}]", "a committed array (a mutable ref is always committed)",
+            refuse_described(f"inputs[{k}]", "a committed array (a mutable ref is always committed)",
                     value)
-    _bool(program.hoist_constants, "hoist_constants")
+    described_bool(program.hoist_constants, "hoist_constants")
     if program.compiler_consts is not None:
-        choices = _tuple(program.compiler_consts, "compiler_consts", "HLO shardings or None")
-        _require(all(c is None or isinstance(c, HloSharding) for c in choices),
+        choices = described_tuple(program.compiler_consts, "compiler_consts", "HLO shardings or None")
+        require_described(all(c is None or isinstance(c, HloSharding) for c in choices),
                  "compiler_consts", "HLO shardings or None, one per hoisted constant",
                  choices)
         object.__setattr__(program, "compiler_consts", choices)
@@ -914,15 +668,35 @@ def _remember(typing: _Typing) -> None:
         _TYPINGS.pop(next(iter(_TYPINGS)), None)
 
 
+def remember_typing(equations: tuple, over: tuple[Value, ...], types: tuple[Value, ...],
+                    depth: int) -> None:
+    """Hand a body's typing to the Program built of ``equations`` next (over inputs and
+    constants of the types ``over``): it takes it rather than typing them again. A
+    rewrite that typed each equation as it emitted it (``types``: every value's type;
+    ``depth``: how deep its bodies nest, itself included) says so here."""
+    _remember(_Typing(equations, over, types, depth))
+
+
+def typed_against(eq: Equation) -> tuple[Value, ...] | None:
+    """The operand types ``eq`` was checked and typed against (None: not yet)."""
+    return eq.__dict__.get("_typed_against")
+
+
+def mark_typed(eq: Equation, operands: tuple[Value, ...]) -> None:
+    """Record that ``eq`` has been checked and typed against ``operands`` (a body holding
+    it over operands of these types need not type it again)."""
+    object.__setattr__(eq, "_typed_against", operands)
+
+
 def _typed_body(equations: tuple, over: tuple[Value, ...]) -> _Typing:
     """The equations of a body over inputs and constants of the types ``over``, checked
     (PROG-0) and typed (PROG-1) one by one."""
     for k, item in enumerate(equations):
         if not (isinstance(item, Equation) and type(item) is not Equation):
-            _refuse(f"equations[{k}]", "a Equation", item)
+            refuse_described(f"equations[{k}]", "a Equation", item)
     depth = 1 + max((eq.body.depth for eq in equations if eq.body is not None), default=0)
     if depth > MAX_DEPTH:
-        _refuse("a program's bodies", f"nested at most {MAX_DEPTH} deep", f"{depth} deep")
+        refuse_described("a program's bodies", f"nested at most {MAX_DEPTH} deep", f"{depth} deep")
     types = list(over)
     typed: dict = {}   # the checks and results of each form over operands of these types
     equations = tuple([_type_equation(eq, k, types, typed) for k, eq in enumerate(equations)])
@@ -932,10 +706,10 @@ def _typed_body(equations: tuple, over: tuple[Value, ...]) -> _Typing:
 _UNTYPED = object()   # a form not yet typed over the operands asked about
 
 
-@functools.cache
-def _derives(kind: type) -> bool:
-    """Whether PROG-1 types the results of equations of ``kind``."""
-    return kind.derived is not Equation.derived
+def _derives(eq: Equation) -> bool:
+    """Whether PROG-1 types the results of ``eq`` (its entry in the primitive table names a
+    typing rule)."""
+    return entry_of(eq).typing is not None
 
 
 def _type_equation(eq: Equation, k: int, types: list[Value], typed: dict) -> Equation:
@@ -951,12 +725,12 @@ def _type_equation(eq: Equation, k: int, types: list[Value], typed: dict) -> Equ
     except IndexError:
         for n in eq.operands:
             if n >= len(types):
-                _refuse(f"an operand of equations[{k}]",
+                refuse_described(f"an operand of equations[{k}]",
                         f"the number of a value defined before it (0 .. {len(types) - 1})",
                         n)
-    if eq.__dict__.get("_typed_against") != operands:
+    if typed_against(eq) != operands:
         # (a kind PROG-1 types is typed once per form and operand types in a body)
-        key: Any = (eq.form, operands) if _derives(type(eq)) else None
+        key: Any = (eq.form, operands) if _derives(eq) else None
         try:
             derived = _UNTYPED if key is None else typed.get(key, _UNTYPED)
         except TypeError:   # a form of unhashable fields: typed on its own
@@ -970,8 +744,8 @@ def _type_equation(eq: Equation, k: int, types: list[Value], typed: dict) -> Equ
             eq = eq.renumbered(eq.operands, derived)
         elif derived is not None and not (len(eq.results) == len(derived) and all(
                 (r.shape, r.dtype) == (d.shape, d.dtype) for r, d in zip(eq.results, derived))):
-            _refuse(f"the results of equations[{k}]", "of the shapes and dtypes of its "
+            refuse_described(f"the results of equations[{k}]", "of the shapes and dtypes of its "
                     f"operands' ({[(d.dtype, d.shape) for d in derived]})", eq.results)
-        object.__setattr__(eq, "_typed_against", operands)
+        mark_typed(eq, operands)
     types.extend(eq.results)
     return eq

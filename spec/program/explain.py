@@ -57,12 +57,13 @@ from ..transforms.constraint import (
 )
 from .constants import check_refs_not_donated, held_inputs
 from .description import (
-    DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
+    DevicePut, Jit, Program, Reshard, ShardingConstraint, ShardMap, Value,
     check_program, type_spec,
 )
 from .lowering import (
     Live, equation_path, inside_shardings, live_parts, lowered_live, placed_results,
 )
+from .primitives import TRACING, Kind, entry_of
 from .refs import check_no_closed_over_refs, check_shard_map_ref_writes
 from .shardmap import (
     check_listed_in_specs, lower_shard_maps, shardings_decision, trace_shard_map,
@@ -70,7 +71,7 @@ from .shardmap import (
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["explain_program", "ProgramVerdict", "program_call", "trace_body"]
+__all__ = ["explain_program", "ProgramVerdict", "program_call", "trace_body", "opaque_equations"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +96,9 @@ class ProgramVerdict:
     assignment, and ``out_shardings`` as the jit's options give them). Refused: ``rule``,
     ``error_type``, ``jax_error``, ``message``, ``path`` (an argument's, a result's, or an
     equation's: ``body[0].jit.body[1]``), ``stage`` and ``facts``. Both: ``trace``.
+    Accepted, ``opaque`` lists the (path, primitive) of each equation whose primitive the
+    primitive table has no entry for: nothing of its own was checked, and its sharding is
+    not propagated.
     """
 
     accepted: bool
@@ -122,6 +126,8 @@ class ProgramVerdict:
     path: str | None = None
     stage: str | None = None
     facts: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), compare=False, repr=False)
+    opaque: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False,
+                                                            repr=False)
 
     def __str__(self) -> str:
         if not self.accepted:
@@ -139,6 +145,9 @@ class ProgramVerdict:
             lines.append(f"  ref    {path}: {s!r} (updated in place)")
         for path, record in self.decided:
             lines.append(f"  eqn    {path}: {record}")
+        for path, primitive in self.opaque:
+            lines.append(f"  opaque {path}: {primitive} (not in the primitive table: "
+                         f"nothing of its own checked)")
         count = len(self.out_paths)
         for path, s, c, by in zip(self.out_paths, self.out_shardings,
                                   self.out_committed or (True,) * count,
@@ -264,37 +273,35 @@ def trace_body(program: Program, context: Any = None, prefix: str = "",
     seen = {} if seen is None else seen
     with staged("trace"):
         for k, eq in enumerate(program.equations):
-            if type(eq) is Opaque:   # outside a shard_map's body: no checks of its own
-                continue
+            if entry_of(eq).tracing is None:   # a primitive outside a shard_map's body:
+                continue                         # no checks of its own
             path = equation_path(prefix, k)
             operands = tuple(program.value_types[n] for n in eq.operands)
-            _trace_once(seen, eq, operands, context, path, decided,
-                        lambda records: _trace_equation(eq, operands, context, path, records,
-                                                        seen))
+            _trace_once(seen, eq, operands, context, path, decided)
     return decided
 
 
 def _trace_once(seen: dict, eq: Any, operands: tuple[Value, ...], context: Mesh | None,
-                path: str, decided: list, trace: Any) -> None:
-    """``trace(decided)``, unless an equation of the same form (:attr:`Equation.form`: all
-    but its operands' numbers) over operands of equal types was traced before in the same
-    context: then its records again, at ``path``. Only the kinds with checks of their own
-    are remembered; one that cannot be hashed (a parameter JAX would not hash either) is
-    traced every time."""
-    if not isinstance(eq, (ShardMap, Jit, ShardingConstraint, DevicePut, Reshard)):
-        trace(decided)
+                path: str, decided: list) -> None:
+    """:func:`_trace_equation`, unless an equation of the same form
+    (:attr:`Equation.form`: all but its operands' numbers) over operands of equal types was
+    traced before in the same context: then its records again, at ``path``. Only the kinds
+    with checks of their own are remembered; one that cannot be hashed (a parameter JAX
+    would not hash either) is traced every time."""
+    if entry_of(eq).tracing is None:
+        _trace_equation(eq, operands, context, path, decided, seen)
         return
     key = (eq.form, operands, context)
     try:
         records = seen.get(key)
     except TypeError:
-        trace(decided)
+        _trace_equation(eq, operands, context, path, decided, seen)
         return
     if records is None:
         # the records are read back only when the form comes again: kept as where they
         # lie (later records are appended, or inserted after them, never among them)
         start = len(decided)
-        trace(decided)
+        _trace_equation(eq, operands, context, path, decided, seen)
         seen[key] = (decided, start, len(decided), len(path))
     else:
         first, start, end, cut = records
@@ -304,35 +311,66 @@ def _trace_once(seen: dict, eq: Any, operands: tuple[Value, ...], context: Mesh 
 def _trace_equation(eq: Any, operands: tuple[Value, ...], context: Mesh | None, path: str,
                     decided: list, seen: dict) -> None:
     """One equation's checks where tracing meets them (:func:`trace_body`)."""
-    shapes = [value.shape for value in operands]
     record = shardings_decision(eq)
     if record is not None:
         decided.append((path, record))
-    if isinstance(eq, ShardMap):
-        trace_shard_map(eq, operands, path, decided)
-        with staged("trace"):   # what the body closed over, after it is traced (REF-7)
-            check_no_closed_over_refs(eq, path)
-    elif isinstance(eq, Jit):
-        body = eq.body
-        for i, (s, shape) in enumerate(zip(body.in_shardings, shapes)):
-            if eq.checked:
-                check_fits(s, shape, f"{path}.jit.in_shardings[{i}]")
-        trace_body(body, body.context_mesh or context, f"{path}.jit.", decided, seen)
-        for i, (s, value) in enumerate(zip(body.out_shardings, eq.results or ())):
-            if eq.checked:
-                check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
-    elif isinstance(eq, ShardingConstraint):
-        _trace_constraint(eq, operands[0], context, path)
-    elif isinstance(eq, Reshard):
-        _trace_reshard(eq, shapes[0], path)
-    elif isinstance(eq, DevicePut) and eq.checked:
-        for target, shape in zip(eq.targets, shapes):
-            if getattr(target, "is_concrete", False):
-                # a target split over Explicit axes types the value first, as device_put
-                # does outside jit (ARG-4)
-                via = "device_put" if type_spec(target) is not None else "jit"
-                with located(path):
-                    place_on_devices(target, shape, via, boxes=False)
+    trace = TRACING.of(entry_of(eq))
+    if trace is not None:
+        trace(eq, operands, context, path, decided, seen)
+
+
+@TRACING.register("shard_map")
+def _trace_shard_map(eq: ShardMap, operands: tuple[Value, ...], context: Mesh | None,
+                     path: str, decided: list, seen: dict) -> None:
+    """A shard_map's SMAP rules and its body's collectives, then what its body closed over
+    (REF-7)."""
+    trace_shard_map(eq, operands, path, decided)
+    with staged("trace"):   # what the body closed over, after it is traced (REF-7)
+        check_no_closed_over_refs(eq, path)
+
+
+@TRACING.register("jit")
+def _trace_jit(eq: Jit, operands: tuple[Value, ...], context: Mesh | None, path: str,
+               decided: list, seen: dict) -> None:
+    """An inner jit's in_shardings fit its operands (FIT-1) before its body is traced, its
+    out_shardings its results after."""
+    body = eq.body
+    for i, (s, value) in enumerate(zip(body.in_shardings, operands)):
+        if eq.checked:
+            check_fits(s, value.shape, f"{path}.jit.in_shardings[{i}]")
+    trace_body(body, body.context_mesh or context, f"{path}.jit.", decided, seen)
+    for i, (s, value) in enumerate(zip(body.out_shardings, eq.results or ())):
+        if eq.checked:
+            check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
+
+
+@TRACING.register("sharding_constraint")
+def _trace_constraint_equation(eq: ShardingConstraint, operands: tuple[Value, ...],
+                               context: Mesh | None, path: str, decided: list, seen: dict
+                               ) -> None:
+    _trace_constraint(eq, operands[0], context, path)
+
+
+@TRACING.register("reshard")
+def _trace_reshard_equation(eq: Reshard, operands: tuple[Value, ...], context: Mesh | None,
+                            path: str, decided: list, seen: dict) -> None:
+    _trace_reshard(eq, operands[0].shape, path)
+
+
+@TRACING.register("device_put")
+def _trace_device_put(eq: DevicePut, operands: tuple[Value, ...], context: Mesh | None,
+                      path: str, decided: list, seen: dict) -> None:
+    """A device_put's concrete targets place its operands (ARG-4); one a batching rule
+    staged is not checked."""
+    if not eq.checked:
+        return
+    for target, value in zip(eq.targets, operands):
+        if getattr(target, "is_concrete", False):
+            # a target split over Explicit axes types the value first, as device_put
+            # does outside jit (ARG-4)
+            via = "device_put" if type_spec(target) is not None else "jit"
+            with located(path):
+                place_on_devices(target, value.shape, via, boxes=False)
 
 
 def _trace_constraint(eq: ShardingConstraint, operand: Value, context: Mesh | None,
@@ -370,11 +408,11 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
     AD-9, is the jit pipeline's ``stage_lower``); then each live reshard's tiling against
     the ``assignment`` (EXE-3, which XLA's verifier decides when compiling). ``live``: what
     lowering keeps of the body (:func:`~shardlaw.spec.program.lowering.lowered_live`)."""
-    found = _live_constraints(program, live, "", (ShardingConstraint, Reshard))
+    found = _live_constraints(program, live, "", ("sharding_constraint", "reshard"))
     passed = set()   # the operands' splits WSC-11 passed: it reads nothing else
     with staged("lower"):
         for path, eq, operand in found:
-            if not isinstance(eq, ShardingConstraint) or (
+            if entry_of(eq).name != "sharding_constraint" or (
                     isinstance(eq.sharding, NamedSharding) and operand.spec is None
                     and None in passed):
                 continue   # nothing left to check: an unsplit operand WSC-11 passed
@@ -389,7 +427,7 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
     lower_shard_maps(program, live)
     verified = set()   # the (sharding, rank) of each reshard verified: a layer repeats them
     for path, eq, operand in found if len(assignment) > 1 else ():
-        if not isinstance(eq, Reshard) or (eq.sharding, len(operand.shape)) in verified:
+        if entry_of(eq).name != "reshard" or (eq.sharding, len(operand.shape)) in verified:
             continue
         verified.add((eq.sharding, len(operand.shape)))
         # a reshard's sharding is handed to the compiler over the program's devices: XLA's
@@ -401,15 +439,16 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
 
 
 def _live_constraints(program: Program, live: Any, prefix: str,
-                      kind: type | tuple[type, ...] = ShardingConstraint
+                      kind: tuple[str, ...] = ("sharding_constraint",)
                       ) -> list[tuple[str, Any, Value]]:
-    """(path, equation, its operand's type) of every live constraint (or equation of
-    ``kind``), bodies included, in the order of the body."""
+    """(path, equation, its operand's type) of every live constraint (or equation whose
+    entry in the primitive table is named in ``kind``), bodies included, in the order of
+    the body."""
     out = []
     for k, eq in enumerate(program.equations):
         if not live.equations[k]:
             continue
-        if isinstance(eq, kind):
+        if eq.kind in kind:   # (a kind of equation, by its entry's name)
             out.append((equation_path(prefix, k), eq, program.value_types[eq.operands[0]]))
         elif eq.body is not None:
             out += _live_constraints(eq.body, live.bodies[k],
@@ -499,7 +538,7 @@ def _accepted(program: Program, trace: list[str], n: Any, stages: tuple, inside:
         kept_inputs=lowered.kept, transfers=held.relabeled(dispatched.transfers),
         inside=tuple((s.path, s.sharding) for s in inside),
         placed_by=tuple(by for _, by in placed), constants=held.hoisted,
-        ref_updates=held.updates, decided=tuple(decided))
+        ref_updates=held.updates, decided=tuple(decided), opaque=opaque_equations(program))
 
 
 def _traced(program: Program, n: Any, traced: Any, inside: tuple,
@@ -512,7 +551,28 @@ def _traced(program: Program, n: Any, traced: Any, inside: tuple,
         in_shardings=tuple(v.sharding for v in program.inputs), out_paths=n.out_paths,
         out_shardings=traced.out_shardings, out_types=tuple(types[k] for k in program.outputs),
         inside=tuple((s.path, s.sharding) for s in inside), until="trace",
-        decided=tuple(decided))
+        decided=tuple(decided), opaque=opaque_equations(program))
+
+
+def opaque_equations(program: Program, prefix: str = "", seen: dict | None = None
+                     ) -> tuple[tuple[str, str], ...]:
+    """(path, primitive) of every equation of ``program``, bodies included, whose primitive
+    the primitive table has no entry for (:func:`~shardlaw.spec.program.primitives.entry_of`
+    answers :attr:`~shardlaw.spec.program.primitives.Kind.OPAQUE`); ``seen``: what each body
+    met so far holds, by its identity (a step's layers repeat one body)."""
+    seen = {} if seen is None else seen
+    known = seen.get(id(program))
+    if known is not None and known[0] is program:
+        return tuple((prefix + path, name) for path, name in known[1])
+    out: list[tuple[str, str]] = []
+    for k, eq in enumerate(program.equations):
+        entry = entry_of(eq)
+        if entry.kind is Kind.OPAQUE:
+            out.append((equation_path("", k), entry.name))
+        if entry.bodies:
+            out += opaque_equations(eq.body, f"{equation_path('', k)}.{eq.kind}.", seen)
+    seen[id(program)] = (program, tuple(out))
+    return tuple((prefix + path, name) for path, name in out)
 
 
 def _choices(program: Program, placed: tuple) -> tuple | None:

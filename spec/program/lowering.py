@@ -22,6 +22,7 @@ from ..transforms.constraint import Constraint, constrained_result
 from .description import (
     DevicePut, Jit, Program, ShardingConstraint, ShardMap,
 )
+from .primitives import ASSIGNMENT, entry_of, names_where
 
 P = PartitionSpec  # the name the examples use
 
@@ -31,8 +32,8 @@ __all__ = ["Live", "live_parts", "lowered_live", "inside_shardings", "placed_res
 SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
 # The primitives that write a mutable ref: an effect, so dead-code elimination keeps them
-# whether their results are used or not.
-REF_WRITES = ("swap", "addupdate")
+# whether their results are used or not (read from the primitive table).
+REF_WRITES = names_where(effect="writes ref")
 
 
 def equation_path(prefix: str, index: int) -> str:
@@ -69,7 +70,7 @@ class Live:
 
 def _writes_ref(eq: Any) -> bool:
     """Whether an equation writes a mutable ref, itself or in a body nested in it."""
-    if getattr(eq, "primitive", None) in REF_WRITES:
+    if entry_of(eq).effect == "writes ref":
         return True
     return eq.body is not None and any(_writes_ref(inner) for inner in eq.body.equations)
 
@@ -140,42 +141,58 @@ def lowered_live(program: Program) -> Live:
 def _equation_shardings(eq: Any, live: Live | None, path: str, whole: dict
                         ) -> Iterator[Source]:
     """The shardings of one live equation that join the device assignment, with where
-    they come from. ``whole``: the replicated NamedSharding of each concrete shard_map mesh
-    met so far in the listing (a step repeats one mesh in every layer: built once)."""
-    if isinstance(eq, ShardingConstraint):
-        s = eq.sharding
-        if not (isinstance(s, NamedSharding) and isinstance(s.mesh, AbstractMesh)):
-            yield Source(s, f"sharding_constraint at {path}", path)
-    elif isinstance(eq, DevicePut):
-        for target in eq.targets:
-            if isinstance(target, SHARDINGS):
-                yield Source(target, f"device_put at {path}", path)
-    elif isinstance(eq, Jit):
-        assert live is not None
-        body = eq.body
-        for name, shardings, kept in (("in_shardings", body.in_shardings, live.inputs),
-                                      ("out_shardings", body.out_shardings, live.outputs)):
-            for i, (s, used) in enumerate(zip(shardings, kept)):
-                if used and s is not UNSPECIFIED:
-                    where = f"{path}.jit.{name}[{i}]"
-                    yield Source(s, f"{name}[{i}] of the jit at {path}", where)
-    elif isinstance(eq, ShardMap):
-        if isinstance(eq.mesh, Mesh):
-            if eq.mesh not in whole:
-                whole[eq.mesh] = NamedSharding(eq.mesh, P())
-            yield Source(whole[eq.mesh], f"mesh of the shard_map at {path}",
-                         f"{path}.shard_map.mesh")
+    they come from, by its rule in the primitive table (:data:`ASSIGNMENT`). ``whole``:
+    the replicated NamedSharding of each concrete shard_map mesh met so far in the
+    listing (a step repeats one mesh in every layer: built once)."""
+    named = ASSIGNMENT.of(entry_of(eq))
+    if named is not None:
+        yield from named(eq, live, path, whole)
 
 
-# The kinds of equation that can name a sharding (the others are passed over at once).
-_NAMING = frozenset({ShardingConstraint, DevicePut, Jit, ShardMap})
+@ASSIGNMENT.register("sharding_constraint")
+def _constraint_sharding(eq: ShardingConstraint, live: Live | None, path: str, whole: dict
+                         ) -> Iterator[Source]:
+    s = eq.sharding
+    if not (isinstance(s, NamedSharding) and isinstance(s.mesh, AbstractMesh)):
+        yield Source(s, f"sharding_constraint at {path}", path)
+
+
+@ASSIGNMENT.register("device_put")
+def _device_put_shardings(eq: DevicePut, live: Live | None, path: str, whole: dict
+                          ) -> Iterator[Source]:
+    for target in eq.targets:
+        if isinstance(target, SHARDINGS):
+            yield Source(target, f"device_put at {path}", path)
+
+
+@ASSIGNMENT.register("jit")
+def _jit_shardings(eq: Jit, live: Live | None, path: str, whole: dict) -> Iterator[Source]:
+    assert live is not None
+    body = eq.body
+    for name, shardings, kept in (("in_shardings", body.in_shardings, live.inputs),
+                                  ("out_shardings", body.out_shardings, live.outputs)):
+        for i, (s, used) in enumerate(zip(shardings, kept)):
+            if used and s is not UNSPECIFIED:
+                where = f"{path}.jit.{name}[{i}]"
+                yield Source(s, f"{name}[{i}] of the jit at {path}", where)
+
+
+@ASSIGNMENT.register("shard_map")
+def _shard_map_mesh(eq: ShardMap, live: Live | None, path: str, whole: dict
+                    ) -> Iterator[Source]:
+    if isinstance(eq.mesh, Mesh):
+        if eq.mesh not in whole:
+            whole[eq.mesh] = NamedSharding(eq.mesh, P())
+        yield Source(whole[eq.mesh], f"mesh of the shard_map at {path}",
+                     f"{path}.shard_map.mesh")
 
 
 def _listed(program: Program, live: Live, prefix: str, whole: dict) -> list[Source]:
     """The body's own equations first, then the bodies nested in them, in order."""
     out: list[Source] = []
     for k, eq in enumerate(program.equations):
-        if live.equations[k] and type(eq) in _NAMING:
+        # (an equation that names no sharding is passed over at once)
+        if live.equations[k] and entry_of(eq).assignment is not None:
             out.extend(_equation_shardings(eq, live.bodies.get(k), equation_path(prefix, k),
                                            whole))
     for k, eq in enumerate(program.equations):
@@ -223,10 +240,11 @@ def _placer(program: Program, output: int, prefix: str
         k, result = found
         eq, path = program.equations[k], equation_path(prefix, k)
         shape = program.value_types[number].shape
-        if isinstance(eq, ShardingConstraint):
+        name = entry_of(eq).name
+        if name == "sharding_constraint":
             # dimensions left to the compiler are filled from what flows in: not modelled
             return None if eq.unconstrained_dims else (path, eq, shape)
-        if not isinstance(eq, Jit):
+        if name != "jit":
             return None
         given = eq.body.out_shardings[result]
         if given is not UNSPECIFIED:

@@ -35,6 +35,7 @@ from typing import Any
 from ..core.rules import rule
 from ..core.shardings import UNSPECIFIED
 from .description import Jit, Program, ShardMap, Value, check_program  # noqa: F401
+from .primitives import PRUNING, entry_of
 from .refs import writes_ref
 
 __all__ = ["dce_program", "partial_eval_program", "known_program", "unknown_program",
@@ -66,22 +67,8 @@ def _pruned_body(program: Program, used: tuple[bool, ...]
         results = tuple(n in needed for n in numbers[k])
         if not any(results) and not writes_ref(eq):   # a ref's write is an effect: kept
             continue
-        if isinstance(eq, Jit) and not all(results):
-            body, used_in = dce_program(eq.body, results)
-            eq = dataclasses.replace(eq, operands=_keep(eq.operands, used_in),
-                                     results=_keep(eq.results or (), results), body=body)
-            needed |= set(eq.operands)
-        elif isinstance(eq, Jit):
-            body, used_in = dce_program(eq.body, results)
-            eq = dataclasses.replace(eq, operands=_keep(eq.operands, used_in), body=body)
-            needed |= set(eq.operands)
-        else:
-            check_program(all(results) or not isinstance(eq, ShardMap),
-                          f"the shard_map at body[{k}] under dead-code elimination",
-                          "an equation all of whose results are used (pruning a "
-                          "shard_map's body is not written)", results)
-            results = (True,) * len(results)
-            needed |= set(eq.operands)
+        eq, results = PRUNING.of(entry_of(eq))(eq, results, k)
+        needed |= set(eq.operands)
         kept.append((k, eq, results))
     kept.reverse()
     inputs = len(program.inputs)
@@ -101,6 +88,33 @@ def _pruned_body(program: Program, used: tuple[bool, ...]
             eq, operands=tuple(renumber[n] for n in eq.operands)))
     outputs = tuple(renumber[n] for n, u in zip(program.outputs, used) if u)
     return tuple(equations), outputs, used_inputs
+
+
+@PRUNING.register("jit")
+def _pruned_jit(eq: Jit, results: tuple[bool, ...], k: int) -> tuple[Jit, tuple[bool, ...]]:
+    """An inner jit keeps its used results and the inputs they read (AD-8)."""
+    body, used_in = dce_program(eq.body, results)
+    if not all(results):
+        return dataclasses.replace(eq, operands=_keep(eq.operands, used_in),
+                                   results=_keep(eq.results or (), results), body=body), results
+    return dataclasses.replace(eq, operands=_keep(eq.operands, used_in), body=body), results
+
+
+@PRUNING.register("shard_map")
+def _pruned_shard_map(eq: ShardMap, results: tuple[bool, ...], k: int
+                      ) -> tuple[ShardMap, tuple[bool, ...]]:
+    """A shard_map is kept whole, all of its results used (pruning its body is not
+    written)."""
+    check_program(all(results), f"the shard_map at body[{k}] under dead-code elimination",
+                  "an equation all of whose results are used (pruning a "
+                  "shard_map's body is not written)", results)
+    return eq, (True,) * len(results)
+
+
+@PRUNING.register("whole")
+def _kept_whole(eq: Any, results: tuple[bool, ...], k: int) -> tuple[Any, tuple[bool, ...]]:
+    """Any other equation lives whole once one of its results is used."""
+    return eq, (True,) * len(results)
 
 
 @rule("AD-8", mirrors="jax._src.pjit.dce_jaxpr_pjit_rule")

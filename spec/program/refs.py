@@ -35,6 +35,7 @@ from ..core.values import PartitionSpec
 from ..transforms.shardmap_specs import manual_axes_of
 from .description import Const, Opaque, Program, ShardMap, Value, check_program
 from .lowering import REF_WRITES, Live, _writes_ref, equation_path
+from .primitives import BATCHING, entry_of, names_where
 
 P = PartitionSpec  # the name the examples use
 
@@ -46,7 +47,7 @@ __all__ = ["REF_READS", "REF_ACCESS", "writes_ref", "with_refs", "tangent_inputs
 
 # The primitive that reads a whole ref (``r[...]``), and every primitive that reads or
 # writes one: its first operand is the ref.
-REF_READS = ("get",)
+REF_READS = names_where(effect="reads ref")
 REF_ACCESS = REF_READS + REF_WRITES
 
 writes_ref = _writes_ref   # an equation that writes a ref, itself or in a nested body
@@ -152,13 +153,14 @@ def batched_write_axis(ref: Value, ref_axis: int, value: Value, value_axis: int 
     return False
 
 
+@BATCHING.register("ref_access")
 def batch_ref_access(rw: Any, eq: Opaque, numbers: tuple, dims: tuple, path: str) -> None:
     """A ref read or written whole, batched onto ``rw`` (a body being batched: its
     ``types`` by number, ``add(equation, dims)``, ``axis.size``): a read of a batched ref
     is batched at the ref's axis (REF-4 lets any ref be read); a write needs a batched ref
     (REF-4) and a value at its axis or broadcast there (REF-5)."""
     ref, ref_axis = rw.types[numbers[0]], dims[0]
-    if eq.primitive in REF_READS:
+    if entry_of(eq).effect == "reads ref":
         _whole(eq, 1, path)
         rw.add(dataclasses.replace(eq, operands=numbers, results=(ref.type,)), (ref_axis,))
         return
@@ -206,7 +208,7 @@ def check_tangent_not_written(eq: Any, moving: list, path: str, transform: str) 
     ...
     shardlaw.spec.core.rules.RejectionException: [REF-6] at body[1]: body[1] writes a value that carries a tangent into a mutable ref that carries none (grad): the ref is closed over or an argument not differentiated. Write the ref outside the differentiated function, or stop the gradient first.
     """
-    if getattr(eq, "primitive", None) in REF_WRITES and any(
+    if entry_of(eq).effect == "writes ref" and any(
             t is not None for t in moving[1:]) and moving[0] is None:
         with located(path), staged("trace"):   # the transformation traces the function
             raise reject(TangentWrittenToRef(path, transform))
@@ -297,7 +299,7 @@ def check_ref_writes_vary_as_specified(eq: ShardMap, path: str) -> None:
         return
     body, last = eq.body, {}
     for k, inner in enumerate(body.equations):
-        if isinstance(inner, Opaque) and inner.primitive == "swap" and \
+        if entry_of(inner).name == "swap" and \
                 inner.operands[0] < len(body.inputs):
             last[inner.operands[0]] = body.value_types[inner.operands[1]]
     manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
@@ -317,7 +319,7 @@ def check_shard_map_ref_writes(program: Program, live: Live, prefix: str = "") -
         if not live.equations[k] or eq.body is None or not writes_ref(eq):
             continue
         path = equation_path(prefix, k)
-        if isinstance(eq, ShardMap):
+        if entry_of(eq).bodies.per_shard:
             check_ref_writes_vary_as_specified(eq, path)
         if k in live.bodies:
             check_shard_map_ref_writes(eq.body, live.bodies[k], f"{path}.{eq.kind}.")

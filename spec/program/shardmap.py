@@ -37,7 +37,7 @@ from typing import Any
 from ..core.rules import located, staged
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..transforms.shardmap_bodies import (
-    COLLECTIVES, check_gather_broadcast_divides, check_permutation,
+    check_gather_broadcast_divides, check_permutation,
     check_scatter_operand_unsplit, collective_shape, collective_split, collective_varying,
 )
 from ..transforms.shardmap_collectives import (
@@ -56,6 +56,7 @@ from .description import (
     DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
     check_program,
 )
+from .primitives import IN_SHARD_MAP, RECORDS, Kind, entry_of
 
 P = PartitionSpec  # the name the examples use
 
@@ -126,14 +127,25 @@ class ShardingsDecision:
 
 
 def shardings_decision(eq: Any) -> ShardingsDecision | None:
-    """The record of a constraint, device_put, reshard or jit equation (None: another)."""
-    if isinstance(eq, (ShardingConstraint, Reshard)):
-        return ShardingsDecision(eq.kind, (eq.sharding,))
-    if isinstance(eq, DevicePut):
-        return ShardingsDecision(eq.kind, eq.targets)
-    if isinstance(eq, Jit):
-        return ShardingsDecision(eq.kind, eq.body.in_shardings, eq.body.out_shardings)
-    return None
+    """The record of a constraint, device_put, reshard or jit equation (None: another), by
+    its rule in the primitive table (:data:`RECORDS`)."""
+    record = RECORDS.of(entry_of(eq))
+    return None if record is None else record(eq)
+
+
+@RECORDS.register("placement")
+def _placement_record(eq: ShardingConstraint | Reshard) -> ShardingsDecision:
+    return ShardingsDecision(eq.kind, (eq.sharding,))
+
+
+@RECORDS.register("device_put")
+def _device_put_record(eq: DevicePut) -> ShardingsDecision:
+    return ShardingsDecision(eq.kind, eq.targets)
+
+
+@RECORDS.register("jit")
+def _jit_record(eq: Jit) -> ShardingsDecision:
+    return ShardingsDecision(eq.kind, eq.body.in_shardings, eq.body.out_shardings)
 
 
 # --------------------------------------------------------------------------- context
@@ -356,20 +368,35 @@ def walk_body(program: Program, context: Manual, prefix: str, decided: list) -> 
     for k, eq in enumerate(program.equations):
         path = f"{prefix}body[{k}]"
         operands = tuple(program.value_types[n] for n in eq.operands)
-        if isinstance(eq, Opaque) and eq.primitive in COLLECTIVES:
-            decided.append((path, _collective(eq, operands, context, path)))
-        elif isinstance(eq, Opaque) and eq.primitive in ELEMENTWISE:
-            _elementwise(eq, operands, path)
-        elif isinstance(eq, ShardMap):
-            trace_shard_map(eq, operands, path, decided, context)
-        elif isinstance(eq, Jit):
-            decided.append((path, shardings_decision(eq)))
-            walk_body(eq.body, context, f"{path}.jit.", decided)
+        inside = IN_SHARD_MAP.of(entry_of(eq))
+        if inside is not None:
+            inside(eq, operands, context, path, decided)
         elif shardings_decision(eq) is not None:
             decided.append((path, shardings_decision(eq)))
 
 
-def _elementwise(eq: Opaque, operands: tuple[Value, ...], path: str) -> None:
+@IN_SHARD_MAP.register("collective")
+def _walk_collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: str,
+                     decided: list) -> None:
+    decided.append((path, _collective(eq, operands, context, path)))
+
+
+@IN_SHARD_MAP.register("shard_map")
+def _walk_shard_map(eq: ShardMap, operands: tuple[Value, ...], context: Manual, path: str,
+                    decided: list) -> None:
+    trace_shard_map(eq, operands, path, decided, context)
+
+
+@IN_SHARD_MAP.register("jit")
+def _walk_jit(eq: Jit, operands: tuple[Value, ...], context: Manual, path: str,
+              decided: list) -> None:
+    decided.append((path, shardings_decision(eq)))
+    walk_body(eq.body, context, f"{path}.jit.", decided)
+
+
+@IN_SHARD_MAP.register("elementwise")
+def _elementwise(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: str,
+                 decided: list) -> None:
     """An elementwise result inside a body is split over the automatic Explicit axes as
     its operands of its shape are, where they agree (PROG-0: else the description is
     not JAX's typing)."""
@@ -394,13 +421,6 @@ def collective_axes(primitive: str, params: dict[str, Any]) -> tuple:
     return axes
 
 
-# The parameters each collective equation must hold (as jax.make_jaxpr shows them).
-REQUIRED = {"psum": ("axes",), "psum_invariant": ("axes",), "pmax": ("axes",),
-            "pmin": ("axes",), "pvary": ("axes",), "axis_index": ("axis_name",),
-            "all_gather": ("axis_name", "all_gather_dimension"),
-            "reduce_scatter": ("axis_name", "scatter_dimension"),
-            "all_to_all": ("axis_name", "split_axis", "concat_axis"),
-            "ppermute": ("axis_name", "perm")}
 
 
 def _pair(value: Any) -> bool:
@@ -411,7 +431,7 @@ def _check_params(eq: Opaque, path: str) -> dict[str, Any]:
     """A collective equation holds its parameters (PROG-0): the axes it names, its
     dimensions as ints, ppermute's pairs of ints; ``operands``: one (axis_index: none)."""
     params = dict(eq.params)
-    for name in REQUIRED[eq.primitive]:
+    for name in entry_of(eq).params:   # (as jax.make_jaxpr shows them)
         check_program(name in params, f"the {eq.primitive} at {path}",
                       f"an equation with the parameter {name!r}", eq.params)
     for name in ("all_gather_dimension", "scatter_dimension", "split_axis", "concat_axis"):
@@ -531,7 +551,7 @@ def _listed_in_specs(program: Program, live: Any, prefix: str, passed: set) -> N
     """:func:`check_listed_in_specs` of one body; ``passed``: the specs found to name each
     axis once so far."""
     for k, eq in enumerate(program.equations):
-        if live.equations[k] and isinstance(eq, ShardMap) and isinstance(eq.mesh, Mesh):
+        if live.equations[k] and entry_of(eq).bodies.per_shard and isinstance(eq.mesh, Mesh):
             _check_used_in_specs(eq, live.bodies[k], f"{prefix}body[{k}]", passed)
     for k, eq in enumerate(program.equations):
         # a body without bodies of its own (depth 1) holds no shard_map
@@ -563,12 +583,6 @@ def lower_shard_maps(program: Program, live: Any, prefix: str = "") -> None:
         _lower(program, live, prefix, None, passed=set())
 
 
-# The primitives whose result takes the split of an operand of its shape (elementwise).
-ELEMENTWISE = frozenset({
-    "neg", "sin", "cos", "tan", "exp", "log", "tanh", "logistic", "abs", "sign", "sqrt",
-    "rsqrt", "integer_pow", "pow", "add", "sub", "mul", "div", "max", "min",
-    "convert_element_type", "copy", "square",
-})
 
 
 def _split_of(value: Value) -> tuple:
@@ -595,12 +609,13 @@ def _body_splits(program: Program, inputs: tuple) -> list:
     splits: list = list(inputs) + [_split_of(c.value.type) for c in program.consts]
     for eq in program.equations:
         operands = [splits[n] for n in eq.operands]
-        if isinstance(eq, Jit):
+        inside = entry_of(eq).in_shard_map
+        if inside == "jit":
             inner = _body_splits(eq.body, tuple(operands))
             derived = [inner[n] for n in eq.body.outputs]
-        elif isinstance(eq, Opaque) and eq.primitive in COLLECTIVES:
+        elif inside == "collective":
             derived = [() if not operands else operands[0]]
-        elif isinstance(eq, Opaque) and eq.primitive in ELEMENTWISE:
+        elif inside == "elementwise":
             same = [s for n, s in zip(eq.operands, operands)
                     if s is not None and program.value_types[n].shape == eq.results[0].shape]
             derived = [same[0] if same else None] * len(eq.results)
@@ -638,12 +653,12 @@ def _lower(program: Program, live: Any, prefix: str, context: Manual | None,
     (their checks read nothing else, and each rule fired the first time)."""
     passed = set() if passed is None else passed
     for k, eq in enumerate(program.equations):
-        collective = (context is not None and isinstance(eq, Opaque)
-                      and eq.primitive in COLLECTIVES)
-        if not live.equations[k] or not (collective or isinstance(eq, (ShardMap, Jit))):
+        inside = entry_of(eq).in_shard_map
+        collective = context is not None and inside == "collective"
+        if not live.equations[k] or not (collective or inside in ("shard_map", "jit")):
             continue   # lowering checks nothing else of an equation
         path = f"{prefix}body[{k}]"
-        if isinstance(eq, ShardMap):
+        if inside == "shard_map":
             outside = tuple(_split_known(program, splits, n) for n in eq.operands)
             try:
                 key = _lowering_key(eq, program, live.bodies[k], outside, context)
@@ -670,7 +685,7 @@ def _lower(program: Program, live: Any, prefix: str, context: Manual | None,
                    _body_splits(eq.body, inside), passed)
             if key is not None:
                 passed.add(key)
-        elif isinstance(eq, Jit):
+        elif inside == "jit":
             _lower(eq.body, live.bodies[k], f"{path}.jit.", context,
                    None if splits is None else _body_splits(
                        eq.body, tuple(splits[n] for n in eq.operands)), passed)
@@ -715,7 +730,7 @@ def decided_shardings(program: Program, prefix: str = "") -> list:
         record = shardings_decision(eq)
         if record is not None:
             out.append((path, record))
-        if isinstance(eq, Jit):
+        if entry_of(eq).kind is Kind.CALL:
             out += decided_shardings(eq.body, f"{path}.jit.")
     return out
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core.rules import Failure, reject, rule
 from ..core.values import AbstractMesh, AxisType, PartitionSpec
+from .primitives import entry_of_name, names_where
 
 P = PartitionSpec  # the name the examples use
 
@@ -34,8 +35,8 @@ __all__ = ["residual_spec", "cotangent_spec", "unmentioned_axes", "transposed_co
            "check_literal_product", "LiteralProduct"]
 
 # The collectives JAX gives no differentiation rule (a non-zero tangent reaching one is
-# refused while the transformed function is traced).
-NO_DERIVATIVE = ("pmax", "pmin")
+# refused while the transformed function is traced): read from the primitive table.
+NO_DERIVATIVE = names_where(jvp="no_derivative")
 
 
 def _spec_names(spec: PartitionSpec) -> frozenset[str]:
@@ -126,7 +127,7 @@ def transposed_collective(primitive: str, params: dict[str, Any], path: str = ""
     ...
     shardlaw.spec.core.rules.RejectionNotImplementedError: [AD-12]: Differentiation rule for 'pmax' not implemented: a non-zero tangent reaches the pmax at body[0].shard_map.body[2]. Differentiate a psum-based expression instead, or stop the gradient before it.
     """
-    if primitive in NO_DERIVATIVE:
+    if entry_of_name(primitive).jvp == "no_derivative":
         raise reject(NoDerivative(primitive, path))
     name = _TRANSPOSES[primitive]
     p = dict(params)

@@ -15,7 +15,7 @@ from ..core.rules import reject, staged
 from ..core.values import PartitionSpec
 from ..transforms.autodiff import JitBody, JitEquation, transposed_equation
 from .ad_bodies import (
-    COLLECTIVE_TRANSPOSES, NotRewritten, _Body, _inline, _manual, _product,
+    NotRewritten, _Body, _inline, _manual, _product,
     _put_back_to, _put_together, _sizes, _type_sharding, cotangent_type, dependencies,
 )
 from .description import (
@@ -23,6 +23,7 @@ from .description import (
     check_program,
 )
 from .lowering import equation_path
+from .primitives import TRANSPOSES, entry_of
 from .shardmap_autodiff import (
     check_cotangent_type, check_literal_product, check_product_cotangent,
     check_unreduced_operand, cotangent_spec,
@@ -92,38 +93,63 @@ def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
 def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
                   number: dict[int, int], path: str, types: tuple[Value, ...]
                   ) -> list[tuple[int, int]]:
-    """One linear equation transposed: (operand, cotangent) for each linear operand."""
-    linear_ops = [(k, n) for k, n in enumerate(eq.operands) if flags[n]]
-    if isinstance(eq, ShardingConstraint):
-        # bound on the cotangent as JAX's transpose rule binds it: without
-        # with_sharding_constraint's own checks (WSC-10's split kept is still typing's)
-        (ct,) = body.emit(dataclasses.replace(eq, operands=(incoming[0],), results=None,
-                                              checked=False))
-        return [(eq.operands[0], ct)]
-    if isinstance(eq, DevicePut):
-        out = []
-        for k, n in linear_ops:
-            if incoming[k] is not None:
-                (ct,) = body.emit(DevicePut((incoming[k],), targets=(
-                    _put_back_to(types[n]),), checked=False))
-                out.append((n, ct))
-        return out
-    if isinstance(eq, Reshard):
-        # The cotangent goes back to the operand's cotangent type, as JAX reshards it
-        # to that sharding type: its mesh (the empty one where the type has none) and
-        # its split over Explicit axes, every dimension named.
-        operand = cotangent_type(types[eq.operands[0]])
-        (ct,) = body.emit(Reshard((incoming[0],), sharding=_type_sharding(operand),
-                                  results=(operand,)))
-        return [(eq.operands[0], ct)]
-    if isinstance(eq, Opaque):
-        return _transpose_opaque(eq, body, incoming, linear_ops, number, types, path)
-    if isinstance(eq, Jit):
-        return _transpose_jit(eq, body, incoming, flags, number, path)
-    if isinstance(eq, ShardMap):
-        return _transpose_shard_map(eq, body, incoming, flags, number, path, types)
-    raise reject(NotRewritten(f"a {eq.kind} equation", path, "transpose",
-                              "its transpose rule is not described"))
+    """One linear equation transposed by its rule in the primitive table
+    (:data:`TRANSPOSES`): (operand, cotangent) for each linear operand."""
+    transpose = TRANSPOSES.of(entry_of(eq))
+    if transpose is None:
+        raise reject(NotRewritten(f"a {eq.kind} equation", path, "transpose",
+                                  "its transpose rule is not described"))
+    return transpose(eq, body, incoming, flags, number, path, types)
+
+
+@TRANSPOSES.register("sharding_constraint")
+def _transpose_constraint(eq: ShardingConstraint, body: _Body, incoming: list,
+                          flags: list[bool], number: dict[int, int], path: str,
+                          types: tuple[Value, ...]) -> list[tuple[int, int]]:
+    # bound on the cotangent as JAX's transpose rule binds it: without
+    # with_sharding_constraint's own checks (WSC-10's split kept is still typing's)
+    (ct,) = body.emit(dataclasses.replace(eq, operands=(incoming[0],), results=None,
+                                          checked=False))
+    return [(eq.operands[0], ct)]
+
+
+@TRANSPOSES.register("device_put")
+def _transpose_device_put(eq: DevicePut, body: _Body, incoming: list, flags: list[bool],
+                          number: dict[int, int], path: str, types: tuple[Value, ...]
+                          ) -> list[tuple[int, int]]:
+    out = []
+    for k, n in _linear_operands(eq, flags):
+        if incoming[k] is not None:
+            (ct,) = body.emit(DevicePut((incoming[k],), targets=(
+                _put_back_to(types[n]),), checked=False))
+            out.append((n, ct))
+    return out
+
+
+@TRANSPOSES.register("reshard")
+def _transpose_reshard(eq: Reshard, body: _Body, incoming: list, flags: list[bool],
+                       number: dict[int, int], path: str, types: tuple[Value, ...]
+                       ) -> list[tuple[int, int]]:
+    # The cotangent goes back to the operand's cotangent type, as JAX reshards it
+    # to that sharding type: its mesh (the empty one where the type has none) and
+    # its split over Explicit axes, every dimension named.
+    operand = cotangent_type(types[eq.operands[0]])
+    (ct,) = body.emit(Reshard((incoming[0],), sharding=_type_sharding(operand),
+                              results=(operand,)))
+    return [(eq.operands[0], ct)]
+
+
+def _linear_operands(eq: Equation, flags: list[bool]) -> list[tuple[int, int]]:
+    """(position, value number) of each operand computed from a linear input."""
+    return [(k, n) for k, n in enumerate(eq.operands) if flags[n]]
+
+
+@TRANSPOSES.register("sum", "sub", "same", "collective", "swap", "opaque")
+def _transpose_primitive(eq: Opaque, body: _Body, incoming: list, flags: list[bool],
+                         number: dict[int, int], path: str, types: tuple[Value, ...]
+                         ) -> list[tuple[int, int]]:
+    return _transpose_opaque(eq, body, incoming, _linear_operands(eq, flags), number,
+                             types, path)
 
 
 def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
@@ -133,7 +159,7 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
     ``broadcast_in_dim`` to each other, sums to each operand, ``mul`` by a residual to
     ``mul``; any other primitive to ``transposed_<name>``. Each cotangent has its
     operand's cotangent type."""
-    name, ct = eq.primitive, incoming[0]
+    name, ct, rule = eq.primitive, incoming[0], entry_of(eq).transpose
     out = []
     for k, n in linear_ops:
         others = tuple(number[m] for j, m in enumerate(eq.operands) if j != k and m in number)
@@ -155,19 +181,19 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
             with staged("trace"):   # reshaped to an unreduced type where typed otherwise
                 check_product_cotangent(_product([body.types[c] for c in (ct,) + others]),
                                         result[0], path)
-        if name in ("add", "add_any"):
+        if rule == "sum":
             out.append((n, ct))
-        elif name == "sub":
+        elif rule == "sub":
             out.append((n, ct if k == 0 else body.opaque("neg", (ct,), result)[0]))
-        elif name in ("neg", "mul"):
+        elif rule == "same":
             out.append((n, body.opaque(name, (ct,) + others, result, eq.params)[0]))
-        elif name in COLLECTIVE_TRANSPOSES:
+        elif rule == "collective":
             # A collective's cotangent has its operand's per-shard type (AD-12).
             mesh = types[n].mesh
             swapped, params = transposed_collective(name, dict(eq.params), axis_order=(
                 mesh.axis_names if mesh is not None else None))
             out.append((n, body.opaque(swapped, (ct,), (types[n],), params)[0]))
-        elif name in ("reduce_sum", "broadcast_in_dim"):
+        elif rule == "swap":
             # The cotangent has its operand's shape, over the mesh the operand's type and
             # the incoming cotangent's agree on (seen on JAX's transposes).
             swapped = "broadcast_in_dim" if name == "reduce_sum" else "reduce_sum"
@@ -179,8 +205,10 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
     return out
 
 
+@TRANSPOSES.register("jit")
 def _transpose_jit(eq: Jit, body: _Body, incoming: list, flags: list[bool],
-                   number: dict[int, int], path: str) -> list[tuple[int, int]]:
+                   number: dict[int, int], path: str, types: tuple[Value, ...] = ()
+                   ) -> list[tuple[int, int]]:
     """A linear inner jit transposed (AD-5): its nonlinear operands (residuals,
     UNSPECIFIED) and the cotangents it receives in, each reached linear operand's
     cotangent out with its in_sharding; nothing donated."""
@@ -247,6 +275,7 @@ def _automatic_split(result: Value, ct: Value, manual: frozenset[str]
             Value(ct.shape, ct.dtype, False, mesh, spec=kept(got)))
 
 
+@TRANSPOSES.register("shard_map")
 def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[bool],
                          number: dict[int, int], path: str, types: tuple[Value, ...]
                          ) -> list[tuple[int, int]]:
