@@ -244,7 +244,7 @@ def list_rules(out: TextIO) -> None:
     for rule in RULES.values():
         out.write(f"{rule.id:8} {rule.statement}\n")
         for jax, variant in rule.variants.items():   # how an older JAX reads it
-            out.write(f"{'':8} jax {jax}{' (absent)' if variant.absent else ''}: "
+            out.write(f"{rule.id:8} [jax {jax}{', absent' if variant.absent else ''}] "
                       f"{variant.statement}\n")
 
 
