@@ -103,7 +103,7 @@ def _uses(call: Call) -> Iterator[tuple[str, str]]:
 
 @rule("CALL-1", mirrors="(the JAX 0.4.13 API: what a user cannot write for that release)")
 def check_expressible(call: Call) -> None:
-    """Under the JAX 0.4.13 edition a call uses only what 0.4.13 has: no context mesh, abstract mesh, mesh axis types, memory kinds, reduced axes or layouts; the first it lacks is refused with the class 0.4.13 raises where a user writes it.
+    """For JAX 0.4.13 a call uses only what 0.4.13 has (no context mesh, abstract mesh, axis types, memory kinds, reduced axes or layouts); what it lacks is refused with the class 0.4.13 raises.
 
     Under the version of record (0.10.2) every call passes.
 
