@@ -489,6 +489,13 @@ def statement_block(rule: Any, original: Any, doc: str, context: Context) -> lis
             facts.append(f":Engine: none (no engine function carries ``{rule.id}``)")
         else:
             facts.append(f":Engine: left to JAX (no engine function carries ``{rule.id}``)")
+    for jax, variant in sorted(getattr(rule, "variants", {}).items()):
+        # the rule as an older JAX has it (declared with the rule: shardlaw.spec.core.rules.varies)
+        said = ("absent — " if variant.absent else "") + prose(" ".join(variant.statement.split()))
+        raised = ", ".join(f"{literal(new)} was {literal(old)}" for new, old in variant.raises)
+        clauses = " ".join(prose(" ".join(c.split())) for c in variant.clauses)
+        facts.append(f":In JAX {jax}: {said}" + (f" ({raised})" if raised else "")
+                     + (f" {clauses}" if clauses else ""))
     facts.append(f":Mirrors: {literal(rule.mirrors)}")
     facts.append(f":Defined in: ``{original.__module__}.{original.__qualname__}``")
     names = context.checks.get(rule.id, [])

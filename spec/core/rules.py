@@ -26,6 +26,7 @@ from shardlaw.rule_index import family_of, is_description, stage_of
 __all__ = [
     "Rule", "RULES", "rule", "Failure", "IllFormedParameter", "Rejection", "require", "reject", "explain",
     "tracing", "fired", "located", "staged", "remembering", "override",
+    "Variant", "VARIANTS", "varies", "DEFAULT_EDITION", "current_edition", "edition_held",
 ]
 
 
@@ -56,6 +57,83 @@ class Rule:
     @property
     def module(self) -> str:
         return self.function.__module__
+
+    @property
+    def variants(self) -> dict[str, "Variant"]:
+        """How the rule reads in older JAX releases, by release (empty: the same in all)."""
+        return dict(VARIANTS.get(self.id, {}))
+
+    def in_edition(self, jax: str) -> "Rule | Variant":
+        """The rule as it reads for JAX ``jax``: its variant there, else the rule itself."""
+        return VARIANTS.get(self.id, {}).get(jax, self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A rule as an older JAX release has it: its statement and clauses there, the exception
+    classes that release raises in place of the newer ones (``raises``: newer class name ->
+    older class name; a built-in keeps its place), how it decides (None: as the rule does)
+    — or ``absent``, the release has no such rule."""
+
+    rule: str
+    jax: str
+    statement: str
+    clauses: tuple[str, ...] = ()
+    raises: tuple[tuple[str, str], ...] = ()
+    decide: Callable[..., Any] | None = None
+    absent: bool = False
+
+    def jax_error(self, newer: str) -> str:
+        """The class this release raises where the version of record raises ``newer``."""
+        return dict(self.raises).get(newer, newer)
+
+
+# rule ID -> {JAX release -> the rule's variant there}
+VARIANTS: dict[str, dict[str, Variant]] = {}
+
+DEFAULT_EDITION = "0.10.2"   # the version of record
+
+# The JAX release the rules applied now answer for (shardlaw.spec.core.editions).
+_EDITION: contextvars.ContextVar[str] = contextvars.ContextVar("shardlaw_edition",
+                                                               default=DEFAULT_EDITION)
+
+
+def current_edition() -> str:
+    """The JAX release the rules applied now answer for."""
+    return _EDITION.get()
+
+
+@contextlib.contextmanager
+def edition_held(jax: str) -> Iterator[str]:
+    """Rules applied inside the block answer for JAX ``jax`` (checked by the caller:
+    :func:`shardlaw.spec.core.editions.holding`)."""
+    token = _EDITION.set(jax)
+    try:
+        yield jax
+    finally:
+        _EDITION.reset(token)
+
+
+def varies(jax: str, statement: str, *, raises: dict[str, str] | None = None,
+           decide: Callable[..., Any] | None = None, absent: bool = False,
+           clauses: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare, above a rule's ``@rule``, how the rule reads in JAX ``jax``: ``statement``
+    (and ``clauses``) there, the classes raised there in place of the newer ones
+    (``raises``, by class name: ``{"IndivisibleError": "ValueError"}``), and
+    ``decide(function, *args, **kwargs)`` where it decides otherwise (``function``: the
+    rule's own)."""
+    def register(fire: Callable[..., Any]) -> Callable[..., Any]:
+        rule_id = getattr(fire, "rule_id", None)
+        if rule_id is None:
+            raise ValueError(f"varies({jax!r}) must be written above a @rule")
+        if jax == DEFAULT_EDITION or jax in VARIANTS.get(rule_id, {}):
+            raise ValueError(f"rule {rule_id} has its variant for JAX {jax} declared twice "
+                             "or for the version of record")
+        VARIANTS.setdefault(rule_id, {})[jax] = Variant(
+            rule_id, jax, statement, clauses, tuple(sorted((raises or {}).items())), decide,
+            absent)
+        return fire
+    return register
 
 
 RULES: dict[str, Rule] = {}
@@ -142,6 +220,10 @@ def rule(rule_id: str, *, mirrors: str, pure: bool = False
                 trace.append(rule_id)
             if rule_id in _OVERRIDES:  # replaced for a while (override)
                 return _OVERRIDES[rule_id](function, *args, **kwargs)
+            if rule_id in VARIANTS:    # decided otherwise in an older release
+                variant = VARIANTS[rule_id].get(_EDITION.get())
+                if variant is not None and variant.decide is not None:
+                    return variant.decide(function, *args, **kwargs)
             answers = _ANSWERS.get() if pure else None
             if answers is None:
                 return function(*args, **kwargs)
@@ -371,11 +453,17 @@ class Rejection(Exception):
     failure: Failure
     path: str | None
     raised_in: str | None      # the stage running when the rule refused (None: outside one)
+    jax: str                   # the JAX release the refusal answers for
+    jax_error: str             # the name of the class that release raises
 
     def __init__(self, failure: Failure, path: str | None = None) -> None:
         self.failure = failure
         self.path = path
         self.raised_in = _STAGE.get()
+        self.jax = _EDITION.get()
+        variant = VARIANTS.get(failure.rule, {}).get(self.jax)
+        self.jax_error = (failure.jax_error if variant is None
+                          else variant.jax_error(failure.jax_error))
         super().__init__(explain(failure, path))
 
     @property

@@ -18,7 +18,7 @@ from typing import Any, Union
 
 from .dims import is_int
 from .hlo import HloSharding, parse_hlo
-from .rules import Failure, reject, require, rule
+from .rules import Failure, reject, require, rule, varies
 from .values import (
     AbstractMesh, AxisType, Device, DeviceList, Mesh, PartitionSpec, UNCONSTRAINED,
     cached_hash, check_memory_kind, state_without_hash,
@@ -139,6 +139,9 @@ def check_unconstrained(mesh: Mesh | AbstractMesh, spec: PartitionSpec) -> None:
             spec, tuple(t.value for t in mesh.axis_types)))
 
 
+@varies("0.4.13", "JAX 0.4.13 has no reduced or unreduced axes: CALL-1 refuses a call "
+        "described with them.",
+        absent=True)
 @rule("NS-4", mirrors="jax._src.named_sharding._check_mesh_unreduced")
 def check_reductions(mesh: Mesh | AbstractMesh, spec: PartitionSpec) -> None:
     """Unreduced and reduced axes are Explicit axes of the mesh.

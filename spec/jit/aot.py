@@ -12,10 +12,11 @@ import dataclasses
 from typing import Any, Sequence
 
 from .call import Arg
-from ..placement.equivalence import jax_equivalent
+from ..placement.blocks import to_hlo
+from ..placement.equivalence import hlo_equal, jax_equivalent
 from .layouts import AUTO_LAYOUT, Layout, layout_text
 from ..core.pytree import Node, show_tree
-from ..core.rules import Failure, reject, require, rule
+from ..core.rules import Failure, reject, require, rule, varies
 from ..core.shardings import UNSPECIFIED, NamedSharding, SingleDeviceSharding
 from ..core.values import Mesh, PartitionSpec
 
@@ -62,9 +63,21 @@ class AotTypeMismatch(Failure, rule="AOT-2", error=TypeError):
     details: str
 
 
+def _kept_types_0_4(function: Any, compiled: Sequence[tuple[str, Arg]], called: Sequence[Arg],
+                    kept: Sequence[int] | None = None) -> None:
+    """AOT-2 in JAX 0.4.13: only the inputs the program kept are compared."""
+    keep = range(len(compiled)) if kept is None else kept
+    function([compiled[i] for i in keep], [called[i] for i in keep])
+
+
+@varies("0.4.13", "Each argument of an AOT call that the program kept has the shape and "
+        "dtype it was compiled for; dropped inputs are not compared.", decide=_kept_types_0_4)
 @rule("AOT-2", mirrors="jax._src.interpreters.pxla.check_arg_avals_for_call")
-def check_aot_types(compiled: Sequence[tuple[str, Arg]], called: Sequence[Arg]) -> None:
+def check_aot_types(compiled: Sequence[tuple[str, Arg]], called: Sequence[Arg],
+                    kept: Sequence[int] | None = None) -> None:
     """Each argument of an AOT call has the shape and dtype it was compiled for (every input, kept or not; at most five differences are listed).
+
+    ``kept``, the inputs the program kept, is read by the 0.4.13 variant only.
 
     >>> check_aot_types([("args[0]", Arg.numpy((4,)))], [Arg.numpy((4,), "int32")])
     Traceback (most recent call last):
@@ -112,6 +125,28 @@ def _differences(expected: Sequence[tuple[str, Any]], called: Sequence[Arg],
     return bad
 
 
+def _hlo_only_0_4(function: Any, expected: Sequence[tuple[str, Any]], called: Sequence[Arg],
+                  device_or_backend: bool = False, layouts: Sequence[Any] | None = None) -> None:
+    """AOT-3 in JAX 0.4.13: a committed array passes when its HLO sharding, written over
+    its own devices' positions, equals the executable's; its devices are not compared, and
+    a one-device array reads as replicated (JAX then copies it over)."""
+    if device_or_backend:
+        return
+    bad = []
+    for (path, wanted), arg in zip(expected, called):
+        if arg.kind != "committed" or wanted is UNSPECIFIED:
+            continue
+        rank = len(arg.shape)
+        if not hlo_equal(to_hlo(arg.sharding, rank), to_hlo(wanted, rank)):
+            bad.append((path, f"{path} passed {arg.sharding!r}, compiled for {wanted!r}"))
+    if bad:
+        raise reject(AotShardingMismatch(len(bad), *_details([b for _, b in bad])), bad[0][0])
+
+
+@varies("0.4.13", "Each committed array passed to an executable compiled ahead of time must "
+        "lower to the HLO sharding the executable takes; its devices are not compared and "
+        "a one-device array counts as replicated, so JAX copies it over.",
+        decide=_hlo_only_0_4)
 @rule("AOT-3", mirrors="jax._src.interpreters.pxla.check_array_xla_sharding_layout_match")
 def check_aot_shardings(expected: Sequence[tuple[str, Any]], called: Sequence[Arg],
                         device_or_backend: bool = False,

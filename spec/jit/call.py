@@ -505,6 +505,8 @@ class Verdict:
     Both: ``trace``, JAX's rules that fired, in order (checks of the description are left
     out). ``device_assignment`` is a :class:`DeviceIds` view, which compares equal to the
     tuple of ids and lists them only when asked.
+    ``jax`` is the JAX release the verdict holds for: the edition of the spec that gave it
+    (0.10.2 unless the caller named another).
     """
 
     accepted: bool
@@ -527,6 +529,7 @@ class Verdict:
     in_layouts: tuple = ()
     out_layouts: tuple = ()
     facts: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), compare=False, repr=False)
+    jax: str = dataclasses.field(default="0.10.2", repr=False)   # the release it holds for
 
     def __str__(self) -> str:
         if not self.accepted:

@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any, ClassVar, Sequence
 
 from ..core.pytree import Node, broadcast_prefix, is_container
-from ..core.rules import Failure, reject, require, rule
+from ..core.rules import Failure, reject, require, rule, varies
 from ..core.shardings import (
     UNSPECIFIED, GSPMDSharding, Marker, NamedSharding, SingleDeviceSharding,
 )
@@ -238,6 +238,9 @@ class LayoutMismatch(Failure, rule="LAY-1"):
                 "the layout out (Format(None, sharding)).")
 
 
+@varies("0.4.13", "JAX 0.4.13 has no layouts (no jax.experimental.layout): CALL-1 "
+        "refuses a call described with one.",
+        absent=True)
 @rule("LAY-1", mirrors="jax._src.pjit._resolve_in_layouts")
 def check_argument_layout(arg: Any, wanted: Any) -> None:
     """A committed ``jax.Array`` whose in_shardings leaf is a Format with a layout must already be in exactly that layout; other arguments are laid out as asked.

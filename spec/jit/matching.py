@@ -16,7 +16,7 @@ from typing import Any
 
 from ..placement.blocks import TilesDoNotMatchRank, check_rank, shard_shape
 from ..core.pytree import Node, broadcast_prefix, is_container, prefix_mismatch
-from ..core.rules import Failure, Rejection, explain, reject, require, rule
+from ..core.rules import Failure, Rejection, explain, reject, require, rule, varies
 from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 
@@ -146,6 +146,9 @@ class TilesDoNotFit(DoesNotFit, error=AssertionError):
     pass
 
 
+@varies("0.4.13", "Each argument and result given a sharding has at least the rank the "
+        "sharding needs and divides evenly into its shards; an indivisible one is a plain "
+        "ValueError (IndivisibleError came later).", raises={"IndivisibleError": "ValueError"})
 @rule("FIT-1", mirrors="jax._src.pjit.pjit_check_aval_sharding")
 def check_fits(sharding: Any, shape: tuple[int, ...], path: str) -> None:
     """Each argument and result given a sharding has at least the rank the sharding needs and divides evenly into its shards.

@@ -14,7 +14,7 @@ from typing import Any
 from .call import Call, JitOptions
 from .layouts import Format, Layout, is_layout, split_format
 from ..core.pytree import leaves_with_paths, map_leaves, show_path
-from ..core.rules import Failure, located, reject, require, rule
+from ..core.rules import Failure, located, reject, require, rule, varies
 from ..core.shardings import (
     UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding, check_axes_unique,
 )
@@ -131,6 +131,9 @@ def check_leaf(leaf: Any, which: str) -> None:
         check_axes_unique(spec)
 
 
+@varies("0.4.13", "JAX 0.4.13 has no jax.set_mesh and no abstract meshes: jax.jit reads "
+        "no context mesh, and CALL-1 refuses a call described with one.",
+        absent=True)
 @rule("JIT-5", mirrors="jax._src.pjit.get_ctx_mesh")
 def jit_context_mesh(context: Mesh | AbstractMesh | None) -> Mesh | AbstractMesh | None:
     """jit sees the concrete mesh set with ``jax.set_mesh``, or an abstract context mesh only when one of its axes is Explicit.

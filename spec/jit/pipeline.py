@@ -37,7 +37,9 @@ from .assignment import (
     Source, all_explicit, check_has_devices, check_iota_tiles, check_result_mesh,
     check_tile_count, device_assignment, replicate_scalars, results_committed,
 )
-from .call import Arg, Call, DeviceIds, NormalCall, Verdict, check_call, flat_arguments
+from .call import (
+    Arg, Call, DeviceIds, JitOptions, NormalCall, Out, Verdict, check_call, flat_arguments,
+)
 from ..placement.equivalence import hlo_equal
 from .layouts import (
     check_argument_layout, check_layout_devices, check_layout_rank, executable_input_layouts,
@@ -54,10 +56,14 @@ from ..placement.blocks import to_hlo
 from .recovery import (
     check_typed_result_mesh, compiled_inputs, compiled_results, concrete_inputs,
     explicit_typed, input_types, leaves_open, lowered_types, open_result, recover_shardings,
-    single_device_results, typed_result,
+    single_device_results, type_sources, typed_result,
 )
 from .inside import recovery_origin
-from .resolution import Input, check_reused_replica, kept_inputs, resolve_input
+from .older import check_expressible
+from .resolution import (
+    Input, check_reused_replica, compared_first, kept_inputs, resolve_input,
+)
+from ..core.editions import edition, holding
 from ..core.rules import Rejection, located, remembering, staged, tracing
 from ..core.shardings import UNSPECIFIED, NamedSharding, SingleDeviceSharding
 from ..core.values import DeviceList, Mesh, PartitionSpec
@@ -68,8 +74,10 @@ __all__ = ["jit_call", "stage_jit", "stage_call", "stage_trace", "stage_lower",
            "stage_compile", "stage_dispatch", "stage_aot", "jit_shardings"]
 
 
-def jit_call(call: Call) -> Verdict:
-    """What ``jax.jit`` (jax 0.10.2) does with ``call``: a :class:`Verdict` with its trace.
+def jit_call(call: Call, jax: str | None = None) -> Verdict:
+    """What ``jax.jit`` (jax 0.10.2, or the release ``jax`` names: one of
+    :data:`~shardlaw.spec.core.editions.EDITIONS`) does with ``call``: a :class:`Verdict`
+    with its trace, which says the release it holds for.
 
     >>> from shardlaw.spec.jit.call import Arg, Out
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
@@ -82,21 +90,36 @@ def jit_call(call: Call) -> Verdict:
     [DA-1] at args[1]: jit needs one device assignment for the whole program, but the argument args[0] (committed) is on devices [0, 1, 2, 3, 4, 5, 6, 7] and the argument args[1] (committed) is on devices [3]. Put both on the same devices in the same order (jax.device_put), or build both shardings from one mesh.
 
     What is not a Call describes no call, so it gets no verdict: CALL-0 refuses it.
+
+    The same call for JAX 0.4.13 (:doc:`upgrading`): the same devices, another class.
+
+    >>> bad = Arg.numpy((3, 8))
+    >>> in_x = JitOptions(in_shardings=NamedSharding(mesh, P("x")))
+    >>> new, old = (jit_call(Call(args=(bad,), outputs=Out((3, 8)), options=in_x), jax=v)
+    ...             for v in ("0.10.2", "0.4.13"))
+    >>> (new.rule, new.jax_error, new.jax), (old.rule, old.jax_error, old.jax)
+    (('FIT-1', 'IndivisibleError', '0.10.2'), ('FIT-1', 'ValueError', '0.4.13'))
     """
     # The description is a Call (CALL-0) before any part of it is read
     check_call(isinstance(call, Call), "the call jit_call is given", "a Call", call)
-    with tracing() as trace, remembering():
-        try:
-            n = call.normal
-            stage_jit(n)
-            called = stage_call(n)
-            traced = stage_trace(n, called)
-            lowered = stage_lower(n, called, traced)
-            compiled = stage_compile(n, called, traced, lowered)
-            dispatched = stage_dispatch(n, called, lowered, compiled)
-        except Rejection as error:
-            return _refused(error, trace)
-    return _accepted(n, lowered, compiled, dispatched, trace)
+    with holding(edition(jax)) as held, tracing() as trace, remembering():
+        return _decided(call, held, trace)
+
+
+def _decided(call: Call, held: str, trace: list[str]) -> Verdict:
+    """The stages, in order, for the release ``held``; the verdict says which release."""
+    try:
+        check_expressible(call)   # CALL-1: only what the release held has (0.4.13)
+        n = call.normal
+        stage_jit(n)
+        called = stage_call(n)
+        traced = stage_trace(n, called)
+        lowered = stage_lower(n, called, traced)
+        compiled = stage_compile(n, called, traced, lowered)
+        dispatched = stage_dispatch(n, called, lowered, compiled)
+    except Rejection as error:
+        return _refused(error, trace)
+    return dataclasses.replace(_accepted(n, lowered, compiled, dispatched, trace), jax=held)
 
 
 # =========================================================================== the records
@@ -238,6 +261,10 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced,
     checks as its shardings are listed for the device assignment (SMAP-12), run just
     before it."""
     call, inputs = n.call, called.inputs
+    first = compared_first(inputs, list(zip(n.out_paths, traced.out_shardings)),
+                           n.device_or_backend)   # JAX 0.4.13 (KEEP-1)
+    if first:
+        device_assignment([Source(*found) for found in first], None, call.default_device)
     resolved = []
     for item in inputs:
         with located(item.path):
@@ -324,12 +351,15 @@ def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowere
     with located(n.out_paths[0] if results else "result"):
         # typed as lowering types them: over a NamedSharding out sharding's mesh (PROG-6)
         typed = lowered_types([out for _, out in n.flat_out], traced.out_shardings)
-        given, given_values = recovered, kept_values
+        given, given_values = type_sources(
+            recovered, kept_values, lowered.final,
+            input_types([item.arg for item in called.inputs]))
         if call.inside:  # a whole program: a sharding inside the body may give the type
             given, given_values, typed = recovery_origin(given, given_values, typed,
                                                          call.inside)
         outs = recover_shardings(outs, typed, given, given_values, called.context)
-    outs = single_device_results(outs, assignment)
+    outs = single_device_results(outs, assignment,
+                                 [s is not UNSPECIFIED for s in traced.out_shardings])
     out_layouts = (result_layouts(traced.out_layouts, call.compiler_layouts)
                    if lowered.layouts_in_play else (None,) * results)
     executable_inputs = list(lowered.final)
@@ -364,7 +394,7 @@ def stage_aot(n: NormalCall, lowered: Lowered, compiled: Compiled) -> None:
                                               set(), set())
     check_aot_structure(n.dynamic, called_tree)
     called = [arg for _, arg in flat_called]
-    check_aot_types(n.flat_in, called)
+    check_aot_types(n.flat_in, called, kept)
     check_aot_shardings([(n.in_paths[i], compiled.executable_inputs[i]) for i in kept],
                         [called[i] for i in kept], n.device_or_backend,
                         [lowered.in_layouts[i] for i in kept])
@@ -388,10 +418,11 @@ def _check_replicas(kept: list[tuple[str, Arg]], target: Any) -> None:
 
 def _refused(error: Rejection, trace: list[str]) -> Verdict:
     failure = error.failure
+    built_in = next(c for c in type(error).__mro__ if c.__module__ == "builtins")
     return Verdict(False, tuple(dict.fromkeys(trace)), rule=failure.rule,
-                   error_type=failure.error_type.__name__, jax_error=failure.jax_error,
+                   error_type=built_in.__name__, jax_error=error.jax_error,
                    message=str(error), path=error.path, stage=error.stage,
-                   facts=tuple(failure.facts().items()))
+                   facts=tuple(failure.facts().items()), jax=error.jax)
 
 
 def _accepted(n: NormalCall, lowered: Lowered, compiled: Compiled, dispatched: Dispatched,

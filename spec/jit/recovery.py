@@ -17,7 +17,7 @@ from ..placement.blocks import to_hlo
 from ..placement.equivalence import hlo_equal, jax_equivalent
 from ..core.hlo import HloSharding, Maximal, Replicated, SubgroupType, Tiled
 from ..core.iota import Iota
-from ..core.rules import Failure, Rejection, reject, require, rule
+from ..core.rules import Failure, Rejection, current_edition, reject, require, rule, varies
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import (
     UNCONSTRAINED, AbstractMesh, AxisType, DeviceList, Mesh, PartitionSpec,
@@ -182,6 +182,55 @@ def spec_from_hlo(hlo: HloSharding, mesh: Mesh | AbstractMesh, memory_kind: Any 
     return done(*partitions)
 
 
+def type_sources(kept: Sequence[Any], kept_values: Sequence[Any], every: Sequence[Any],
+                 every_value: Sequence[Any]) -> tuple[Sequence[Any], Sequence[Any]]:
+    """The inputs whose shardings may give a result its type (OUT-1), with their types, as
+    the edition held reads them: the kept ones, as the executable takes them (JAX 0.10.2);
+    every input, kept or not, as jit resolved it (JAX 0.4.13 looks for a NamedSharding
+    among all of its in_shardings).
+
+    >>> from shardlaw.spec.core.editions import holding
+    >>> type_sources(["kept"], ["t"], ["kept", "dropped"], ["t", "u"])
+    (['kept'], ['t'])
+    >>> with holding("0.4.13"):
+    ...     type_sources(["kept"], ["t"], ["kept", "dropped"], ["t", "u"])
+    (['kept', 'dropped'], ['t', 'u'])
+    """
+    if current_edition() == "0.4.13":
+        return every, every_value
+    return kept, kept_values
+
+
+def _read_back_0_4(function: Any, placed: list[Any], values: Sequence[Any],
+                   given: Sequence[Any], given_values: Sequence[Any],
+                   context: Mesh | AbstractMesh | None) -> list[Any]:
+    """OUT-1 in JAX 0.4.13: once any value is the compiler's, every value is read back from
+    the executable (a GSPMDSharding, given ones too), and takes the type of the first
+    NamedSharding among the inputs only: a SingleDeviceSharding or the placed values give
+    none, and there is no context mesh."""
+    if not any(isinstance(o, GSPMDSharding) for o in placed):
+        return list(placed)
+    read = [o if isinstance(o, GSPMDSharding) or o is UNSPECIFIED
+            else GSPMDSharding(o.device_list, to_hlo(o, len(value.shape)))
+            for o, value in zip(placed, values)]
+    named = [s if isinstance(s, NamedSharding) else UNSPECIFIED for s in given]
+    if not any(isinstance(s, NamedSharding) for s in named):
+        return read
+    # 0.4.13's types carry no mesh: a result is re-read over the input's mesh, never over
+    # the mesh of its own out_sharding (0.10.2's PROG-6 typing).
+    untyped = [dataclasses.replace(v, mesh=None, spec=None) if isinstance(v, Out) else v
+               for v in values]
+    return function(read, untyped, named, given_values, None)
+
+
+@varies("0.4.13", "A value the compiler placed comes back in the type of the first "
+        "NamedSharding among the inputs, else as a GSPMDSharding; once any result is the compiler's, the results given an out_sharding "
+        "are read back from the executable with the rest.", decide=_read_back_0_4,
+        clauses=("(C1) Once any value is the compiler's, every value is read back from the "
+                 "executable as a GSPMDSharding, the given ones too.",
+                 "(C2) Each takes the type of the first NamedSharding among the inputs, as "
+                 "OUT-1 (C1) says; a SingleDeviceSharding, the placed values and a context "
+                 "mesh give no type."))
 @rule("OUT-1", mirrors="jax._src.interpreters.pxla.maybe_recover_user_shardings; "
                        "_get_out_sharding_from_orig_sharding")
 def recover_shardings(placed: list[Any], values: Sequence[Any], given: Sequence[Any],
@@ -288,9 +337,25 @@ def _mesh_for_result(out: Any, given: Mesh, placed: GSPMDSharding) -> Mesh | Non
     return Mesh(typed.axis_sizes, typed.axis_names, placed.devices, typed.axis_types)
 
 
+def _single_device_results_0_4(function: Any, outs: Sequence[Any], assignment: DeviceList,
+                                given: Sequence[bool] | None = None) -> list[Any]:
+    """OUT-3 in JAX 0.4.13: on a one-device program every result out_shardings does not give
+    comes back as a SingleDeviceSharding, whatever sharding it was recovered as."""
+    if len(assignment) != 1:
+        return list(outs)
+    given = given if given is not None else (False,) * len(outs)
+    return [o if g else SingleDeviceSharding(assignment.id_at(0)) for o, g in zip(outs, given)]
+
+
+@varies("0.4.13", "On a one-device program, every result that out_shardings does not give "
+        "comes back as a SingleDeviceSharding on that device, even one recovered as a "
+        "NamedSharding over a one-device mesh.", decide=_single_device_results_0_4)
 @rule("OUT-3", mirrors="jax._src.interpreters.pxla.finalize_shardings")
-def single_device_results(outs: Sequence[Any], assignment: DeviceList) -> list[Any]:
+def single_device_results(outs: Sequence[Any], assignment: DeviceList,
+                          given: Sequence[bool] | None = None) -> list[Any]:
     """On a one-device program, a result still placed by an HLO sharding comes back as a SingleDeviceSharding on that device.
+
+    ``given`` says, per result, whether out_shardings gave it (read by the 0.4.13 variant).
 
     >>> single_device_results([GSPMDSharding([3], "{replicated}")], DeviceList.of_ids([3]))
     [SingleDeviceSharding(Device(3))]
@@ -301,6 +366,9 @@ def single_device_results(outs: Sequence[Any], assignment: DeviceList) -> list[A
             if isinstance(o, GSPMDSharding) else o for o in outs]
 
 
+@varies("0.4.13", "JAX 0.4.13 has no mesh axis types, so no Explicit axes: CALL-1 "
+        "refuses a call described with them.",
+        absent=True)
 @rule("PROG-5", mirrors="jax._src.interpreters.pxla._concretize_abstract_out_shardings; "
                        "_maybe_get_and_check_out_shardings")
 def typed_result(out: Out, assignment: DeviceList, choice: HloSharding | None) -> Any:

@@ -15,14 +15,15 @@ from .assignment import devices_text
 from .call import Arg
 from ..placement.equivalence import hlo_equal
 from ..placement.blocks import is_fully_replicated, num_devices, to_hlo
-from ..core.rules import Failure, reject, require, rule
+from ..core.rules import Failure, current_edition, reject, require, rule, varies
 from ..core.shardings import UNSPECIFIED, NamedSharding, SingleDeviceSharding
 from ..core.values import Mesh, PartitionSpec
 
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["Input", "sharding_from_argument", "check_host_array", "check_memory_kinds",
-           "check_committed", "check_reused_replica", "resolve_input", "kept_inputs"]
+           "check_committed", "check_reused_replica", "resolve_input", "kept_inputs",
+           "compared_first"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +103,9 @@ class MemoryKindMismatch(Failure, rule="RES-3"):
     held: Any
 
 
+@varies("0.4.13", "JAX 0.4.13 shardings have no memory kinds: CALL-1 refuses a call "
+        "described with one.",
+        absent=True)
 @rule("RES-3", mirrors="jax._src.pjit._resolve_in_shardings (memory kinds)")
 def check_memory_kinds(arg: Arg, wanted: Any) -> None:
     """An argument that has a concrete sharding, committed or not, must already be in the memory kind its in_sharding names.
@@ -208,6 +212,10 @@ def resolve_input(item: Input, processes: int, device_or_backend: bool) -> Any:
     return item.jit_sharding
 
 
+@varies("0.4.13", "The compiled program keeps every input under keep_unused=True and "
+        "otherwise only the inputs the function uses; the in_shardings given and the "
+        "committed arguments, kept or dropped, must first all be on the same devices in the "
+        "same order.")
 @rule("KEEP-1", mirrors="jax._src.interpreters.pxla._dce_jaxpr")
 def kept_inputs(uses: Sequence[bool], keep_unused: bool) -> tuple[int, ...]:
     """The compiled program keeps every input under ``keep_unused=True`` and otherwise only the inputs the function uses; dropped inputs take no part in the device assignment.
@@ -218,3 +226,34 @@ def kept_inputs(uses: Sequence[bool], keep_unused: bool) -> tuple[int, ...]:
     (0, 1, 2)
     """
     return tuple(i for i, used in enumerate(uses) if used or keep_unused)
+
+
+
+def compared_first(inputs: Sequence[Input], outs: Sequence[tuple[str, Any]] = (),
+                   device_or_backend: bool = False) -> tuple[tuple[Any, str, str], ...]:
+    """The shardings that must first share one device assignment, kept or not, each with
+    where it comes from and its path, as KEEP-1 says in the edition held: none (JAX 0.10.2
+    drops unused inputs before any device is compared); every in_sharding given, every
+    committed argument's own sharding and every out_sharding given (``outs``: path and
+    sharding per result; JAX 0.4.13 compares them before it drops the unused inputs, unless
+    ``device=``/``backend=`` moves every argument to one device).
+
+    >>> from shardlaw.spec.core.editions import holding
+    >>> lone = Input("args[1]", Arg.committed((4,), SingleDeviceSharding(3)), UNSPECIFIED)
+    >>> compared_first([lone])
+    ()
+    >>> with holding("0.4.13"):
+    ...     compared_first([lone])
+    ((SingleDeviceSharding(Device(3)), 'argument args[1] (committed)', 'args[1]'),)
+    """
+    if current_edition() != "0.4.13" or device_or_backend:
+        return ()
+    first = []
+    for item in inputs:
+        if item.jit_sharding is not UNSPECIFIED:
+            first.append((item.jit_sharding, f"in_shardings for {item.path}", item.path))
+        if item.arg.kind == "committed":
+            first.append((item.arg.sharding, f"argument {item.path} (committed)", item.path))
+    first += [(s, f"out_shardings for {path}", path) for path, s in outs
+              if s is not UNSPECIFIED]
+    return tuple(first)

@@ -18,7 +18,7 @@ from ..core.hlo import (
     HloSharding, Manual, Maximal, Replicated, SubgroupType, Tiled, Unreduced, canonical_tiled,
 )
 from ..core.iota import Iota, unravel
-from ..core.rules import Failure, reject, require, rule
+from ..core.rules import Failure, reject, require, rule, varies
 from ..core.shardings import GSPMDSharding, NamedSharding, NotASharding, SingleDeviceSharding
 from ..core.dims import MAX_RANK, check_rank_count
 from ..core.values import AxisType, DeviceList, UNCONSTRAINED, check_dims
@@ -304,6 +304,10 @@ def replication_factor(sharding: Any, ndim: int) -> int:
     return tiles_per_dimension(sharding, ndim)[1]
 
 
+@varies("0.4.13", "Each dimension is split into as many equal pieces as it has tiles, and "
+        "its size must be a multiple of that number; an indivisible one is a plain "
+        "ValueError.",
+        raises={"IndivisibleError": "ValueError"})
 @rule("DIV-1", mirrors="jax._src.sharding._common_shard_shape")
 def shard_shape(sharding: Any, shape: Any, *, lowered: HloSharding | None = None) -> Shape:
     """Each dimension is split into as many equal pieces as it has tiles, and its size must be a multiple of that number.

@@ -248,6 +248,9 @@ def list_rules(out: TextIO, families: Sequence[str] | None = None) -> None:
         if families and family_id(rule.id) not in families:
             continue
         out.write(f"{rule.id:8} {plain_text(rule.statement)}\n")
+        for jax, variant in rule.variants.items():   # how an older JAX reads it
+            out.write(f"{rule.id:8} [jax {jax}{', absent' if variant.absent else ''}] "
+                      f"{plain_text(variant.statement)}\n")
 
 
 def _family(text: str) -> str:
@@ -287,6 +290,8 @@ def _parser() -> argparse.ArgumentParser:
     cli_vectors.add_parsers(commands)
     from shardlaw import campaign
     campaign.add_parser(commands)
+    from shardlaw import cli_upgrade
+    cli_upgrade.add_parser(commands)
     return parser
 
 
@@ -299,7 +304,7 @@ def _run(argv: Sequence[str] | None) -> int:
         demo(sys.stdout)
     elif args.command == "rules":
         list_rules(sys.stdout, args.family)
-    elif args.command in ("prove", "check", "vectors", "campaign"):
+    elif args.command in ("prove", "check", "vectors", "campaign", "upgrade"):
         return args.handler(args)
     return 0
 

@@ -1,0 +1,53 @@
+"""The 0.4.13 edition's properties: CALL-1 read twice, and every jit call held to jax 0.4.13.
+
+``test_call_1_refuses_exactly_what_0_4_13_lacks`` draws the main suite's calls (layouts,
+context meshes, memory kinds and Explicit axes included) and requires the spec's 0.4.13
+edition to refuse by CALL-1 exactly the calls that use what JAX 0.4.13 does not have, read
+a second time by :func:`~shardlaw.properties.older_harness.lacks_in_0_4_13`; and the
+version of record never to refuse by CALL-1.
+
+``agrees_with_jax_0_4_13`` is the jit-call property against a real ``jax.jit`` of JAX
+0.4.13, in its own environment (:mod:`shardlaw.properties.older_harness`): the outcome, the
+exception's class, the device assignment, each result's sharding type, placement, mesh and
+committed flag. It needs that environment; ``tests/test_older_editions.py`` runs it
+bounded when it is there, ``.ci/older_leg`` builds one and runs it, and
+``python -m shardlaw.properties.older_campaign`` runs it long.
+"""
+
+from hypothesis import given
+
+from shardlaw.properties.call_strategies import calls
+from shardlaw.properties.older_harness import compare_older, lacks_in_0_4_13, older_calls
+from shardlaw.properties.registry import checks
+from shardlaw.spec.jit.pipeline import jit_call
+
+__all__ = ["test_call_1_refuses_exactly_what_0_4_13_lacks", "agrees_with_jax_0_4_13",
+           "OLDER_CHECKS"]
+
+# The rules the property against jax 0.4.13 decides calls by, both sides (the hit table
+# of a long run shows how often: notes/older-jax-facts.md).
+OLDER_CHECKS = ("JIT-1", "JIT-2", "JIT-3", "JIT-4", "TREE-1", "TREE-2", "FIT-1", "RES-1",
+                "RES-4", "KEEP-1", "DA-1", "DA-3", "DA-4", "EXE-1", "EXE-2", "OUT-1", "OUT-3",
+                "AOT-1", "AOT-2", "AOT-3")
+
+
+@checks("CALL-1")
+@given(calls(layouts=True))
+def test_call_1_refuses_exactly_what_0_4_13_lacks(call):
+    old = jit_call(call, jax="0.4.13")
+    assert (old.rule == "CALL-1") == lacks_in_0_4_13(call), (old.message, call)
+    assert old.jax == "0.4.13"
+    assert jit_call(call).rule != "CALL-1"
+
+
+@checks(*OLDER_CHECKS)
+def agrees_with_jax_0_4_13(call):
+    """One drawn call agrees with jax 0.4.13 (the body of the property; see the module)."""
+    verdict, answer, problems = compare_older(call)
+    assert not problems, "\n".join(problems) + f"\ncall: {call}\nanswer: {answer}"
+    assert verdict.jax == "0.4.13"
+
+
+def property_against_jax_0_4_13():
+    """The property as a Hypothesis test over :func:`older_calls` (settings: the caller's)."""
+    return given(older_calls())(agrees_with_jax_0_4_13)

@@ -1,0 +1,182 @@
+"""Editions: the spec answers for JAX 0.4.13 beside 0.10.2, chosen by the caller, never mixed.
+
+The first tests need nothing but the spec. The last runs the jit-call property against a
+real ``jax.jit`` of JAX 0.4.13 in its own environment (``properties/older_harness.py``),
+and is skipped, saying why, where that environment is not installed (``.ci/older_leg``
+builds one).
+"""
+
+import os
+
+import pytest
+
+import shardlaw.spec as S
+from shardlaw.spec.core.editions import DEFAULT, EDITIONS, holding
+from shardlaw.spec.core.rules import RULES, VARIANTS, Rejection, current_edition
+from shardlaw.spec.jit.call import Arg, Call, JitOptions, Out
+from shardlaw.spec.jit.pipeline import jit_call
+
+MESH = S.Mesh.iota((2, 4), ("x", "y"))
+X = S.NamedSharding(MESH, S.P("x"))
+
+
+def _call(**fields):
+    return Call(**fields)
+
+
+def test_the_default_edition_is_the_version_of_record():
+    v = jit_call(_call(args=(Arg.numpy((8,)),), outputs=Out((8,))))
+    assert v.jax == DEFAULT == "0.10.2" and EDITIONS == ("0.10.2", "0.4.13")
+
+
+def test_an_unknown_release_is_refused_by_name():
+    with pytest.raises(Rejection) as raised:
+        jit_call(_call(), jax="0.5.0")
+    assert raised.value.rule == "CALL-0" and "0.5.0" in str(raised.value)
+
+
+def test_an_indivisible_shape_is_a_plain_value_error_in_0_4_13():
+    call = _call(args=(Arg.numpy((3, 8)),), outputs=Out((3, 8)),
+                 options=JitOptions(in_shardings=X))
+    new, old = jit_call(call), jit_call(call, jax="0.4.13")
+    assert (new.rule, new.jax_error, new.error_type) == ("FIT-1", "IndivisibleError",
+                                                         "ValueError")
+    assert (old.rule, old.jax_error, old.error_type, old.jax) == ("FIT-1", "ValueError",
+                                                                  "ValueError", "0.4.13")
+
+
+def test_an_unused_committed_argument_on_other_devices_counts_in_0_4_13():
+    other = Arg.committed((6,), S.NamedSharding(S.Mesh.iota((6,), ("d",)), S.P()))
+    call = _call(args=(Arg.committed((8,), X), other), outputs=Out((8,), source=0),
+                 uses=(True, False))
+    assert jit_call(call).accepted
+    old = jit_call(call, jax="0.4.13")
+    assert (old.accepted, old.rule, old.error_type) == (False, "DA-1", "ValueError")
+
+
+def test_one_device_results_come_back_single_in_0_4_13():
+    lone = S.NamedSharding(S.Mesh.iota((1,), ("e",)), S.P())
+    call = _call(args=(Arg.committed((6,), lone),), outputs=Out((6,), source=0))
+    assert isinstance(jit_call(call).out_shardings[0], S.NamedSharding)
+    assert jit_call(call, jax="0.4.13").out_shardings == (S.SingleDeviceSharding(0),)
+    given = _call(args=(Arg.committed((6,), lone),), outputs=Out((6,), source=0),
+                  options=JitOptions(out_shardings=lone))
+    assert jit_call(given, jax="0.4.13").out_shardings == (lone,)
+
+
+def test_aot_calls_compare_hlo_only_in_0_4_13():
+    reversed_mesh = S.Mesh((8,), ("a",), tuple(range(7, -1, -1)))
+    compiled_for = S.NamedSharding(S.Mesh.iota((8,), ("a",)), S.P("a"))
+    call = _call(args=(Arg.numpy((8,)),), outputs=Out((8,), source=0),
+                 options=JitOptions(in_shardings=compiled_for),
+                 aot_args=(Arg.committed((8,), S.NamedSharding(reversed_mesh, S.P("a"))),))
+    new, old = jit_call(call), jit_call(call, jax="0.4.13")
+    assert (new.accepted, new.rule) == (False, "AOT-3")
+    assert old.accepted
+
+
+def test_the_edition_is_held_for_one_question_only():
+    with holding("0.4.13"):
+        assert current_edition() == "0.4.13"
+    assert current_edition() == DEFAULT
+    call = _call(args=(Arg.numpy((3, 8)),), outputs=Out((3, 8)),
+                 options=JitOptions(in_shardings=X))
+    jit_call(call, jax="0.4.13")
+    assert current_edition() == DEFAULT and jit_call(call).jax_error == "IndivisibleError"
+
+
+def test_every_variant_is_declared_on_a_registered_rule_with_a_statement():
+    assert VARIANTS
+    for rule_id, by_release in VARIANTS.items():
+        assert rule_id in RULES
+        for release, variant in by_release.items():
+            assert release in EDITIONS and release != DEFAULT
+            assert variant.statement.endswith(".") and variant.rule == rule_id
+            assert RULES[rule_id].in_edition(release) is variant
+            assert RULES[rule_id].in_edition(DEFAULT) is RULES[rule_id]
+
+
+# --------------------------------------------------------------------------- real 0.4.13
+
+def _older_env():
+    from shardlaw.properties.older_harness import older_python
+    return older_python()
+
+
+@pytest.mark.skipif(_older_env() is None,
+                    reason="no jax 0.4.13 environment (build one with .ci/older_leg, or set "
+                           "SHARDLAW_JAX_0413 to its python)")
+def test_jit_call_agrees_with_real_jax_0_4_13():
+    from hypothesis import HealthCheck, settings
+
+    from shardlaw.properties.older_suite import property_against_jax_0_4_13
+
+    examples = int(os.environ.get("SHARDLAW_OLDER_EXAMPLES", "60"))
+    run = settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                   suppress_health_check=list(HealthCheck))(property_against_jax_0_4_13())
+    run()
+
+
+def test_call_1_refuses_exactly_what_0_4_13_lacks():
+    from hypothesis import HealthCheck, settings
+
+    from shardlaw.properties.older_suite import test_call_1_refuses_exactly_what_0_4_13_lacks
+
+    settings(max_examples=150, deadline=None, derandomize=True, database=None,
+             suppress_health_check=list(HealthCheck))(
+        test_call_1_refuses_exactly_what_0_4_13_lacks)()
+
+
+# --------------------------------------------------------------------------- vectors, CLI
+
+from pathlib import Path
+
+from shardlaw.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+OLDER_VECTORS = ROOT / "vectors" / "jit-0.4.13"
+
+
+def test_the_0_4_13_vectors_replay_in_their_edition(capsys):
+    assert sorted(p.name for p in OLDER_VECTORS.glob("*.json"))
+    assert main(["vectors", "run", str(OLDER_VECTORS)]) == 0
+    assert "7 vector(s) checked: 7 passed, 0 failed" in capsys.readouterr().out
+
+
+def test_a_0_4_13_vector_is_not_compared_with_a_0_10_2_verdict(capsys):
+    path = OLDER_VECTORS / "out-3-one-device-result-is-single.json"
+    assert main(["check", str(path)]) == 0
+    assert main(["check", "--jax", "0.10.2", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "answered for jax 0.10.2" in out and "the verdict is for jax 0.10.2" in out
+
+
+def test_upgrade_runs_on_the_repository_vectors(capsys):
+    assert main(["upgrade", str(ROOT / "vectors")]) == 1   # some calls change
+    out = capsys.readouterr().out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("172 jit call(s): ") and "change from jax 0.4.13 to 0.10.2" in last
+    assert "vector(s) of other kinds left out" in last
+    assert main(["upgrade", "--json", "--changed", str(OLDER_VECTORS)]) == 1
+    report = __import__("json").loads(capsys.readouterr().out)
+    assert report["calls"] == 7 and report["changed"] == len(report["rows"]) == 7
+    varying = {r for row in report["rows"] for r in row["varying_rules"]}
+    assert {"FIT-1", "KEEP-1", "OUT-1", "OUT-3", "AOT-3"} <= varying
+
+
+@pytest.mark.skipif(_older_env() is None,
+                    reason="no jax 0.4.13 environment (build one with .ci/older_leg, or set "
+                           "SHARDLAW_JAX_0413 to its python)")
+def test_the_0_4_13_vectors_hold_for_real_jax_0_4_13():
+    from shardlaw.properties.older_harness import compare_older, expressible
+    from shardlaw.spec.vectors.jit_vectors import load_vector
+
+    held = 0
+    for path in sorted(OLDER_VECTORS.glob("*.json")):
+        vector = load_vector(path.read_text())
+        assert vector.jax == "0.4.13"
+        if expressible(vector.call):
+            _, _, problems = compare_older(vector.call)
+            assert not problems, (path.name, problems)
+            held += 1
+    assert held == 6
