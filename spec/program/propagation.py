@@ -46,6 +46,7 @@ from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import AxisType, Mesh, PartitionSpec
 from ..placement.blocks import to_hlo
 from .description import Program
+from .lowering import live_parts
 from .primitives import Factors, Kind, NotPropagated, entry_of
 from .sharding_factors import factors_of_dimension
 
@@ -300,9 +301,10 @@ def _directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> di
 
 @rule("PROP-4", mirrors="shardy: the propagation pass over a module (forward and backward)")
 def propagate(program: Program) -> dict[int, Split] | Undetermined:
-    """Each value's split is what moving the inputs' fixed splits through every equation's
-    sharding rule, forward then backward, leaves once nothing grows: a value's split only
-    grows, an input's never changes; every equation needs a sharding rule.
+    """Each value's split is what moving the inputs' fixed splits through every live
+    equation's sharding rule, forward then backward, leaves once nothing grows, pass by pass
+    of the partitioner's schedule: a value's split only grows, an input's never changes;
+    every live equation needs a sharding rule.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Opaque, Value
@@ -320,8 +322,14 @@ def propagate(program: Program) -> dict[int, Split] | Undetermined:
     splits: dict[int, Split] = {k: _input_split(program, k) for k in range(len(program.inputs))}
     fixed = set(splits)
     steps = []
+    live = live_parts(program).equations   # what JAX lowers: dead equations propagate nothing
+    if program.keep_unused and not all(live):
+        return Undetermined("PROP-4", "a jit that keeps unused inputs lowers its dead "
+                            "equations too; whether they propagate is not written")
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
         path = f"body[{k}]"
+        if not live[k]:
+            continue
         sharding = entry_of(eq).sharding
         if isinstance(sharding, NotPropagated):
             return Undetermined("PROP-4", f"{_name(eq)}: {sharding.why}", path)
