@@ -17,7 +17,9 @@ elimination keeping the outputs a loss would use (``pe.dce_jaxpr``).
 equation of the jitted function (nested ones too), and compares their ``in_shardings``,
 ``out_shardings`` and ``donated_invars`` with what the spec says they are, given the
 undifferentiated equation and its body's facts (read from JAX by
-:mod:`shardlaw.spec.bridge.autodiff`). It returns the disagreements, and counts each AD
+:mod:`shardlaw.spec.bridge.autodiff`); for partial evaluation and dead-code elimination,
+with what the program rewrites (:mod:`shardlaw.spec.program.partial_eval`, AD-6 to AD-8)
+stage of the jitted function's program (described from JAX). It returns the disagreements, and counts each AD
 rule's two outcomes with :func:`shardlaw.properties.hits.record` (read with
 :func:`ad_hit_counts`).
 """
@@ -37,12 +39,15 @@ from shardlaw.properties import hits
 from shardlaw.spec import UNSPECIFIED
 from shardlaw.spec.transforms.autodiff import (
     JitEquation, jvp_equation, linearized_equations, linearized_primal, nonzero_outputs,
-    partially_evaluated, pruned_equation, transposed_equation,
+    transposed_equation,
 )
 from shardlaw.spec.bridge.autodiff import equation_from_jax, jit_body_of, jit_equations
+from shardlaw.spec.bridge.program import describe_program
+from shardlaw.spec.program.partial_eval import dce_program, partial_eval_program
 
 __all__ = ["OutputPlan", "GradCase", "grad_cases", "build_jitted", "trace", "expected",
-           "compare_case", "SOURCE", "hit", "ad_hit_counts", "TRANSFORMATIONS", "NAME"]
+           "compare_case", "described", "rewritten", "SOURCE", "hit", "ad_hit_counts",
+           "TRANSFORMATIONS", "NAME"]
 
 NAME = "ad_target"
 TRANSFORMATIONS = ("jvp", "linearize", "vjp", "grad", "value_and_grad", "partial_eval", "dce")
@@ -266,15 +271,11 @@ def trace(case: GradCase, jit: Callable[..., Any] = jax.jit) -> tuple[Any, list[
 
 def expected(case: GradCase, eqn: Any) -> list[JitEquation]:
     """The jit equations the spec says the transformation stages, in order."""
+    if case.transformation in ("dce", "partial_eval"):
+        return rewritten(case)
     primal = equation_from_jax(eqn)
     nonzero = case.differentiated
     body = jit_body_of(eqn, nonzero, _mode(case))
-    if case.transformation == "dce":
-        pruned = pruned_equation(primal, body, case.used)
-        return [] if pruned is None else [pruned]
-    if case.transformation == "partial_eval":
-        both = partially_evaluated(primal, body, nonzero)
-        return [both.known] + ([both.unknown] if both.unknown is not None else [])
     if case.transformation == "jvp":
         return [jvp_equation(primal, body, nonzero)]
     if case.transformation == "linearize":
@@ -283,6 +284,32 @@ def expected(case: GradCase, eqn: Any) -> list[JitEquation]:
     used = case.used if case.transformation in GRADS else (True,) * len(case.outputs)
     back = transposed_equation(primal, body, nonzero, used)
     return [linearized_primal(primal, body, nonzero)] + ([back] if back is not None else [])
+
+
+def described(case: GradCase) -> Any:
+    """The case's jitted function as a Program (its real body, described from JAX)."""
+    sharding = (NamedSharding(case.mesh, PartitionSpec(*case.arg_spec)) if case.explicit
+                else None)
+    arg = jax.ShapeDtypeStruct((SIDE, SIDE), jnp.float32, sharding=sharding)
+    with jax.set_mesh(case.mesh):
+        return describe_program(build_jitted(case), *([arg] * len(case.in_specs)))
+
+
+def _signature(program: Any) -> JitEquation:
+    return JitEquation(program.in_shardings, program.out_shardings, program.donated)
+
+
+def rewritten(case: GradCase) -> list[JitEquation]:
+    """The jit equations the program rewrites stage for a ``dce`` or ``partial_eval``
+    case: ``dce_program`` of the jitted function's program (AD-8; none when it goes), or
+    the known then the unknown program of ``partial_eval_program`` (AD-6, AD-7)."""
+    program = described(case)
+    if case.transformation == "dce":
+        pruned, _ = dce_program(program, case.used)
+        return [] if pruned is None else [_signature(pruned)]
+    split = partial_eval_program(program, case.differentiated)
+    return [_signature(split.known)] + (
+        [] if split.unknown is None else [_signature(split.unknown)])
 
 
 def _mode(case: GradCase) -> str:

@@ -97,7 +97,6 @@ EXEMPT = {
     "AUTO_LAYOUT": "a marker value, not callable",
     "INFER": "a marker value (shard_map's in_specs left out), not callable",
     "Verdict": "a result record the spec builds; users read it",
-    "TransformedVerdict": "a result record the spec builds; users read it",
 }
 
 

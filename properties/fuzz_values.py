@@ -22,10 +22,7 @@ from hypothesis import strategies as st
 import shardlaw.spec as S
 from shardlaw.spec.core.rules import Rejection
 
-from . import (
-    fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap,
-    fuzz_transform_vectors,
-)
+from . import fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap
 from .strategies import meshes, partition_specs, shardings
 
 __all__ = ["hostile", "plausible", "argument", "hlo_texts", "vector_files", "ALWAYS_PLAUSIBLE",
@@ -306,7 +303,11 @@ def _by_name() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
         "reduced": lambda: st.sets(st.sampled_from(["x", "y"]), max_size=2),
         "call": _calls, "sites": _call_sites, "obj_or_text": _vector_texts,
         "whole_call": _calls, "whole_sites": _call_sites,
-        "transform": lambda: st.sampled_from([*S.transforms.transformed.TRANSFORMS, "vmap", ""]),
+        # a vector's expected verdict and labels (dump_vector)
+        "verdict": lambda: _calls().map(S.jit_call),
+        "rule": lambda: st.sampled_from([None, "BAT-2", "SMAP-3", "NOPE-1"]),
+        "side": lambda: st.sampled_from([None, "accept", "reject", "kept", "Bad Side"]),
+        "description": lambda: st.sampled_from([None, "a sentence"]),
         "timeout_s": lambda: st.sampled_from([0.5, 1.0, 0.001]),
         "encoding": lambda: st.sampled_from(["digits", "bitvector", "integer"]),
         "method": lambda: st.sampled_from(["auto", "auto", "direct", "solver"]),
@@ -326,8 +327,7 @@ def _by_name() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
 def _transformation_names() -> dict[str, Callable[[], st.SearchStrategy[Any]]]:
     """The parameter names of the rules under transformations (one module per family)."""
     merged: dict[str, Callable[[], st.SearchStrategy[Any]]] = {}
-    for module in (fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap,
-                   fuzz_transform_vectors):
+    for module in (fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap):
         merged.update(module.PLAUSIBLE)
     return merged
 

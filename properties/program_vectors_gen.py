@@ -163,6 +163,8 @@ def replay_program_in_jax(vector: ProgramVector) -> list[str]:
         warnings.simplefilter("ignore")
         try:
             results = jitted(*args)
+        except NotReplayable:   # met while JAX traced the program: not a refusal of JAX's
+            raise
         except Exception as error:  # noqa: BLE001 - compared with the expected refusal
             if expect.get("accepted", True):
                 return [f"JAX refused with {type(error).__name__}: {error}; the vector "

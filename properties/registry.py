@@ -9,7 +9,35 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["checks", "CHECKS", "properties_of"]
+__all__ = ["checks", "CHECKS", "properties_of", "PROGRAM_ONLY"]
+
+# The rules of the transformation families (AD, BAT, SMAP, WSC) that only whole programs
+# meet (explain_program walks the equations they decide; no per-equation question of
+# spec/transforms/ reaches them): held to JAX by the program properties
+# (tests/test_program_*.py), not by the per-equation suites of properties/suites/.
+PROGRAM_ONLY = {
+    "AD-9": "a result typed over an all-Explicit mesh against the program's device count",
+    "AD-10": "the residuals a shard_map equation's linearization stores",
+    "AD-11": "the specs of a transposed shard_map equation",
+    "AD-12": "the transposes of the collectives inside a shard_map body",
+    "AD-13": "the types of the cotangents equations hand back over Explicit axes",
+    "AD-14": "two cotangents of different types over Explicit axes summed at one value",
+    "AD-15": "a unary primitive a transpose applies to a cotangent typed unreduced",
+    "AD-16": "a product's transpose reshaped to an operand's cotangent type unreduced",
+    "AD-17": "a tangent or cotangent passed to linearize's or vjp's function, typed",
+    "AD-18": "a product with a literal that a transpose applies to an unreduced cotangent",
+    "BAT-10": "a program's value typed with reduced axes that vmap maps or broadcasts",
+    "SMAP-20": "the varying axes of a collective inside a shard_map body",
+    "SMAP-21": "the shape of a collective's result inside a shard_map body",
+    "SMAP-22": "ppermute's pairs, checked when a shard_map body is lowered",
+    "SMAP-23": "a psum_scatter's operand typed split over Explicit axes, when lowered",
+    "SMAP-24": "a collective's result keeping its operand's split over automatic Explicit axes",
+    "SMAP-25": "an untiled all_gather's operand typed split over Explicit axes, when lowered",
+    "WSC-10": "a constraint's operand's split over Explicit axes, read from its traced type",
+    "WSC-11": "a constraint on a value typed with reduced axes, lowered in a jit's body",
+    "WSC-12": "a bound constraint's spec merged with its operand's split, when lowered",
+}
+
 
 # rule ID -> qualified names of the properties that exercise it
 CHECKS: dict[str, list[str]] = {}

@@ -52,7 +52,6 @@ from .transforms.autodiff import *  # noqa: F401,F403
 from .transforms.batching import *  # noqa: F401,F403
 from .transforms.constraint import *  # noqa: F401,F403
 from .transforms.shardmap import *  # noqa: F401,F403
-from .transforms.transformed import TransformedCall, TransformedVerdict, explain_transformed
 # Whole programs: a jit's body, equation by equation.
 from .program.description import (
     Const, DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
@@ -64,13 +63,6 @@ from .program.autodiff import (
     LinearizedProgram, VjpProgram, grad_program, jvp_program, linearize_program,
     value_and_grad_program, vjp_program,
 )
-from .vectors import transformed_vectors as transform_vectors
-from .vectors.transformed_vectors import (
-    TransformedVector, dump_transformed, load_transformed, transformed_differences,
-    transformed_rules_hit,
-)
-# explain_transformed answers through the program path once this is imported
-from .vectors import transformed_migration as _transformed_migration  # noqa: F401,E402
 
 install_moved_names()
 
@@ -99,7 +91,34 @@ _SOLVER_NAMES = ("prove_equivalent", "prove_for_every_shape", "Proved", "Counter
                  "Unknown")
 
 
+# The transformed-call path's names, retired (issue 31): name -> what answers instead
+# (docs/programs.rst, "What replaced the transformed-call path").
+RETIRED = {
+    "TransformedCall": "a Program (shardlaw.spec.Program) and the program rewrite of the "
+                       "question (vmap_program, jvp_program, ..., dce_program)",
+    "TransformedVerdict": "shardlaw.spec.ProgramVerdict",
+    "explain_transformed": "shardlaw.spec.explain_program of the rewritten Program (or the "
+                           "per-equation function of spec/transforms/ directly)",
+    "TransformedVector": "a program vector (shardlaw.spec.vectors.program_vectors)",
+    "dump_transformed": "shardlaw.spec.vectors.program_vectors.dump_program",
+    "load_transformed": "shardlaw.spec.vectors.program_vectors.load_program",
+    "transformed_differences": "shardlaw.spec.vectors.program_vectors.program_differences",
+    "transformed_rules_hit": "a program vector's rule and side",
+    "transform_vectors": "shardlaw.spec.vectors.program_vectors",
+    **{name: f"shardlaw.spec.program.partial_eval ({where})"
+       for name, where in (("known_equation", "known_program, AD-6"),
+                           ("unknown_equation", "unknown_program, AD-7"),
+                           ("partially_evaluated", "partial_eval_program"),
+                           ("PartiallyEvaluated", "PartiallyEvaluatedProgram"),
+                           ("pruned_equation", "dce_program, AD-8"))},
+}
+
+
 def __getattr__(name):
+    if name in RETIRED:
+        raise AttributeError(f"shardlaw.spec.{name} was retired with the transformed-call "
+                             f"path (issue 31): use {RETIRED[name]} (docs/programs.rst)",
+                             name=name, obj=None)
     if name in _SOLVER_NAMES:
         from .prove import smt
         return getattr(smt, name)
@@ -124,9 +143,7 @@ __all__ = [
     "Vector", "dump_vector", "load_vector",
 ]
 __all__ += [*arguments.__all__, *autodiff.__all__, *batching.__all__, *constraint.__all__,
-            *shardmap.__all__, "TransformedCall", "TransformedVerdict", "explain_transformed",
-            "TransformedVector", "dump_transformed", "load_transformed",
-            "transformed_differences", "transformed_rules_hit"]
+            *shardmap.__all__]
 __all__ += ["Program", "Value", "Const", "Jit", "ShardingConstraint", "DevicePut", "ShardMap",
             "Reshard", "Opaque", "explain_program", "ProgramVerdict", "vmap_program",
             "nested_vmap_program",

@@ -48,11 +48,10 @@ MOVED: dict[str, str] = {
     "cache": "jit.cache",
     "arguments": "transforms.arguments", "autodiff": "transforms.autodiff",
     "batching": "transforms.batching", "constraint": "transforms.constraint",
-    "shardmap": "transforms.shardmap", "transformed": "transforms.transformed",
-    "transform_vectors": "vectors.transformed_vectors",
+    "shardmap": "transforms.shardmap",
     "jax_bridge": "bridge.convert", "bridge_autodiff": "bridge.autodiff",
     "bridge_batching": "bridge.batching", "bridge_constraint": "bridge.constraint",
-    "bridge_shardmap": "bridge.shardmap", "bridge_transforms": "bridge.transforms",
+    "bridge_shardmap": "bridge.shardmap",
     "smt": "prove.smt",
 }
 

@@ -12,7 +12,6 @@ the rules it names to have been seen on both sides (PBAT-1's by the pinned shard
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import jax
 import numpy as np
@@ -34,7 +33,6 @@ from shardlaw.spec import (
 )
 from shardlaw.spec.bridge.program import describe_program, describe_trace
 from shardlaw.spec.program.description import Jit
-from shardlaw.spec.bridge.transforms import explain as explain_transformed_call
 
 MESH = Mesh.iota((2, 4), ("x", "y"))
 X = Value.placed((8, 8), NamedSharding(MESH, P("x")))
@@ -309,22 +307,20 @@ def test_spmd_vmap_over_constraints_and_a_shard_map_nested():
 # --------------------------------------------------------------------------- gap class 4
 
 @checks("BAT-3")
-def test_a_bare_partition_spec_under_set_mesh_is_resolved_through_the_vmap_bridge():
+def test_a_bare_partition_spec_under_set_mesh_is_resolved_and_batched_as_jax_binds_it():
     jmesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     a = np.zeros((4, 8), np.float32)
-    with jax.set_mesh(jmesh), warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)   # the registry path retires
-        verdict = explain_transformed_call("vmap", lambda v: -v, a, in_shardings=jax.P("x"),
-                                           out_shardings=jax.P(None), spmd_axis_name="y")
+    with jax.set_mesh(jmesh):
         jitted = jax.jit(lambda v: -v, in_shardings=jax.P("x"), out_shardings=jax.P(None))
         closed = jax.make_jaxpr(jax.vmap(jitted, spmd_axis_name="y"))(a)
-    assert verdict.accepted, verdict.message
+        program = describe_program(jitted, jax.ShapeDtypeStruct((8,), np.float32))
+    batched = vmap_program(program, axis_size=4, spmd_axis_name="y")
     (eqn,) = closed.jaxpr.eqns
     mesh = from_jax(jmesh)
-    assert verdict.result.in_shardings == (NamedSharding(mesh, P("y", "x")),) == tuple(
+    assert batched.in_shardings == (NamedSharding(mesh, P("y", "x")),) == tuple(
         from_jax(s) for s in eqn.params["in_shardings"])
-    assert verdict.result.out_shardings == tuple(from_jax(s) for s in
-                                                 eqn.params["out_shardings"])
+    assert batched.out_shardings == tuple(from_jax(s) for s in eqn.params["out_shardings"])
+    assert explain_program(batched).accepted
 
 
 # --------------------------------------------------------------------------- the property

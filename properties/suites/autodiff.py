@@ -30,7 +30,7 @@ from shardlaw.properties.suites import examples
 from shardlaw.spec import UNSPECIFIED, Mesh, NamedSharding, P, Rejection
 from shardlaw.spec.transforms.autodiff import (
     JitBody, JitEquation, jvp_equation, linearized_primal, linearized_tangent, nonzero_outputs,
-    pruned_equation, transposed_equation,
+    transposed_equation,
 )
 from shardlaw.spec.bridge.autodiff import equation_from_jax, jit_body_of, jit_equations
 
@@ -154,8 +154,6 @@ BAD = [
     (lambda: transposed_equation(JitEquation((UNSPECIFIED,), ()), JitBody(1, []), (True,),
                                  (True,)), TypeError, "cotangent_outputs"),
     (lambda: linearized_tangent("eqn", JitBody(1, []), (True,)), TypeError, "primal_equation"),
-    (lambda: pruned_equation(JitEquation((), ()), JitBody(0, []), [True]), TypeError,
-     "used_outputs"),
 ]
 
 

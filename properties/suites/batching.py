@@ -34,11 +34,11 @@ from shardlaw.spec import (
 )
 from shardlaw.spec.transforms.batching import READ_LIMIT
 from shardlaw.spec.jit.matching import check_fits
-from shardlaw.properties.transform_vectors_gen import PROGRAM_ONLY
+from shardlaw.properties.registry import PROGRAM_ONLY
 from shardlaw.spec.core.rules import RULES
 
 # The BAT rules left to whole programs under vmap (held to JAX by tests/test_program_vmap.py)
-# have no transformed-call vector; BAT-10 is met here too (a mapped argument typed with
+# are not met here; BAT-10 is met here too (a mapped argument typed with
 # unreduced or reduced axes), its broadcast results only by programs.
 BAT_RULES = sorted(r for r in RULES if r.startswith("BAT-")
                    and (r not in PROGRAM_ONLY or r == "BAT-10"))
@@ -346,7 +346,7 @@ def _ten_argument_call(mesh, spmd):
 
 def test_the_answer_never_enumerates_devices():
     """A 10-argument call on a mesh of 2**40 devices is answered (it would not be, were the
-    devices walked). How long an answer takes is benchmarks/bench_transforms.py's."""
+    devices walked). How long a whole program's answer takes is benchmarks/bench_program.py's."""
     huge = Mesh.iota((1 << 20, 1 << 20), ("x", "y"))
     assert _ten_argument_call(huge, None).in_shardings[0] == NamedSharding(huge, P(None, "x"))
     assert _ten_argument_call(huge, ()).axis_size == 16

@@ -20,7 +20,7 @@ from shardlaw.properties.constraint_harness import (
     ConstraintCase, compare_constraint, constraint_cases, spec_outcome, wsc_hit_counts,
 )
 from shardlaw.properties.registry import checks
-from shardlaw.properties.transform_vectors_gen import PROGRAM_ONLY
+from shardlaw.properties.registry import PROGRAM_ONLY
 from shardlaw.spec import Arg, Mesh, NamedSharding, P, UNCONSTRAINED
 from shardlaw.spec.core.rules import RULES
 

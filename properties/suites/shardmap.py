@@ -26,7 +26,7 @@ import shardlaw.spec as S
 from shardlaw.properties import fuzz
 from shardlaw.properties.registry import checks
 from shardlaw.properties.suites import examples
-from shardlaw.properties.transform_vectors_gen import PROGRAM_ONLY
+from shardlaw.properties.registry import PROGRAM_ONLY
 from shardlaw.properties.shardmap_harness import (
     SmapCall, compare_shard_map, count_hit, smap_calls, smap_hit_counts, smap_meshes,
 )

@@ -19,8 +19,12 @@ here takes a Program as jit's rule takes its equation:
   A value is unknown when an unknown input reaches it; a residual is a known value an
   unknown equation reads.
 
-``tests/test_transformed_migration.py`` holds both to real JAX 0.10.2 (the jit equations
-``pe.dce_jaxpr`` and ``pe.partial_eval_jaxpr_nounits`` leave of the same functions).
+Each rule is registered here, on the rewrite itself, so a program's trace records it:
+AD-8 on :func:`dce_program` (the AD rewrites prune inner jits with it), AD-6 on
+:func:`known_program` and AD-7 on :func:`unknown_program`, the two halves
+:func:`partial_eval_program` stages. ``tests/test_program_rewrites.py`` holds them to real
+JAX 0.10.2 (the jit equations ``pe.dce_jaxpr`` and ``pe.partial_eval_jaxpr_nounits`` leave
+of the same functions), on both sides of each rule.
 """
 
 from __future__ import annotations
@@ -28,12 +32,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..core.rules import rule
 from ..core.shardings import UNSPECIFIED
 from .description import Jit, Program, ShardMap, Value, check_program  # noqa: F401
 from .primitives import PRUNING, entry_of
 from .refs import writes_ref
 
-__all__ = ["dce_program", "partial_eval_program", "PartiallyEvaluatedProgram"]
+__all__ = ["dce_program", "partial_eval_program", "known_program", "unknown_program",
+           "PartiallyEvaluatedProgram"]
 
 
 def _flags(value: Any, count: int, what: str) -> tuple[bool, ...]:
@@ -111,9 +117,13 @@ def _kept_whole(eq: Any, results: tuple[bool, ...], k: int) -> tuple[Any, tuple[
     return eq, (True,) * len(results)
 
 
+@rule("AD-8", mirrors="jax._src.pjit.dce_jaxpr_pjit_rule")
 def dce_program(program: Program, used_outputs: Any
                 ) -> tuple[Program | None, tuple[bool, ...]]:
-    """Dead-code elimination keeps a jit's used outputs and the inputs they depend on, each with its sharding and donation (AD-8); returns the pruned program (None: no output used) and which inputs it keeps.
+    """Dead-code elimination keeps a jit's used outputs and the inputs they depend on, each with its sharding and donation; a jit with no used output (and no ref written) goes.
+
+    Returns the pruned program (None: it went) and which inputs it keeps. Differentiation
+    relies on it: the inner jits of the tangent and transposed bodies are pruned so.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P
     >>> from shardlaw.spec.program.description import Opaque
@@ -206,11 +216,77 @@ def _sub_program(program: Program, inputs: tuple[int, ...], equations: list[int]
                    checked=program.checked, **options)
 
 
-def partial_eval_program(program: Program, unknown_inputs: Any) -> PartiallyEvaluatedProgram:
-    """Partial evaluation splits a jit into a known jit (known inputs; known outputs but unsharded forwarded inputs, then the residuals it computes) and an unknown jit (unknown inputs, then every residual, undonated; unknown outputs) (AD-6, AD-7).
+@rule("AD-6", mirrors="jax._src.pjit._pjit_partial_eval")
+def known_program(program: Program, unknown: tuple[bool, ...], reached: set[int],
+                  residuals: tuple[int, ...]) -> Program:
+    """Partial evaluation stages a known jit with the known inputs' shardings and donation, returning the known outputs (but those that return an input and have no out_sharding), then one UNSPECIFIED output per residual it computes.
 
-    A residual is a known value an unknown equation reads: a known input is passed on as it
-    is, a known output is not returned twice.
+    It is staged even when nothing is known (a jit without inputs). ``reached`` holds the
+    values an unknown input reaches, ``residuals`` the known values the unknown equations
+    read (an input among them is passed on as it is, a known output not returned twice).
+
+    >>> from shardlaw.spec.program.description import Opaque
+    >>> program = Program((Value.numpy((8,)), Value.numpy((8,))),
+    ...     (Opaque((0,), (Value.typed((8,)),), primitive="sin"),
+    ...      Opaque((1, 2), (Value.typed((8,)),), primitive="mul")), outputs=(0, 3),
+    ...     donated=(True, True))
+    >>> known = known_program(program, (False, True), reached={1, 3}, residuals=(2,))
+    >>> known.donated, known.outputs, known.out_shardings   # input 0 forwarded unsharded: left out
+    ((True,), (1,), (UNSPECIFIED,))
+    """
+    count = len(program.inputs)
+    known_in = tuple(not u for u in unknown)
+    unknown_out = tuple(n in reached for n in program.outputs)
+    # the known outputs, but an input returned as it is with no out_sharding
+    kept = tuple(not u and not (n < count and s is UNSPECIFIED)
+                 for u, n, s in zip(unknown_out, program.outputs, program.out_shardings))
+    primal = tuple(n for n, k in zip(program.outputs, kept) if k)
+    stored = tuple(n for n in residuals if n >= count and n not in primal)
+    known_eqs = [k for k, numbers in enumerate(program.result_numbers())
+                 if not any(n in reached for n in numbers)]
+    return _sub_program(
+        program, tuple(n for n in range(count) if known_in[n]), known_eqs, primal + stored,
+        in_shardings=_keep(program.in_shardings, known_in),
+        out_shardings=_keep(program.out_shardings, kept) + (UNSPECIFIED,) * len(stored),
+        donated=_keep(program.donated, known_in), refs=_keep(program.refs, known_in))
+
+
+@rule("AD-7", mirrors="jax._src.pjit._pjit_partial_eval")
+def unknown_program(program: Program, unknown: tuple[bool, ...], reached: set[int],
+                    residuals: tuple[int, ...]) -> Program | None:
+    """Partial evaluation stages an unknown jit taking the unknown inputs with their shardings and donation, then every residual (UNSPECIFIED, not donated), and returning the unknown outputs with their shardings; with no unknown output there is none.
+
+    >>> from shardlaw.spec.program.description import Opaque
+    >>> program = Program((Value.numpy((8,)), Value.numpy((8,))),
+    ...     (Opaque((0,), (Value.typed((8,)),), primitive="sin"),
+    ...      Opaque((1, 2), (Value.typed((8,)),), primitive="mul")), outputs=(0, 3),
+    ...     donated=(True, True))
+    >>> unknown = unknown_program(program, (False, True), reached={1, 3}, residuals=(2,))
+    >>> unknown.donated, unknown.in_shardings
+    ((True, False), (UNSPECIFIED, UNSPECIFIED))
+    >>> print(unknown_program(program, (False, False), reached=set(), residuals=()))
+    None
+    """
+    unknown_out = tuple(n in reached for n in program.outputs)
+    if not any(unknown_out):
+        return None
+    count = len(program.inputs)
+    unknown_eqs = [k for k, numbers in enumerate(program.result_numbers())
+                   if any(n in reached for n in numbers)]
+    taken = tuple(n for n in range(count) if unknown[n]) + residuals
+    return _sub_program(
+        program, taken, unknown_eqs,
+        tuple(n for n, u in zip(program.outputs, unknown_out) if u),
+        in_shardings=_keep(program.in_shardings, unknown) + (UNSPECIFIED,) * len(residuals),
+        out_shardings=_keep(program.out_shardings, unknown_out),
+        donated=_keep(program.donated, unknown) + (False,) * len(residuals))
+
+
+def partial_eval_program(program: Program, unknown_inputs: Any) -> PartiallyEvaluatedProgram:
+    """Partial evaluation splits a jit into a known jit (AD-6) and an unknown jit (AD-7).
+
+    A value is unknown when an unknown input reaches it; a residual is a known value an
+    unknown equation reads.
 
     >>> from shardlaw.spec.program.description import Opaque
     >>> program = Program((Value.numpy((8,)), Value.numpy((8,))),
@@ -229,31 +305,9 @@ def partial_eval_program(program: Program, unknown_inputs: Any) -> PartiallyEval
                   and all(type(v) is bool for v in unknown_inputs), "unknown_inputs",
                   f"a tuple of {count} bools, one per input", unknown_inputs)
     unknown = tuple(unknown_inputs)
-    known_in = tuple(not u for u in unknown)
     reached = _unknown_values(program, unknown)
     residuals = _residuals(program, reached)
     unknown_out = tuple(n in reached for n in program.outputs)
-    # the known outputs, but an input returned as it is with no out_sharding
-    kept = tuple(not u and not (n < count and s is UNSPECIFIED)
-                 for u, n, s in zip(unknown_out, program.outputs, program.out_shardings))
-    primal = tuple(n for n, k in zip(program.outputs, kept) if k)
-    stored = tuple(n for n in residuals if n >= count and n not in primal)
-    known_eqs = [k for k, numbers in enumerate(program.result_numbers())
-                 if not any(n in reached for n in numbers)]
-    known = _sub_program(
-        program, tuple(n for n in range(count) if known_in[n]), known_eqs, primal + stored,
-        in_shardings=_keep(program.in_shardings, known_in),
-        out_shardings=_keep(program.out_shardings, kept) + (UNSPECIFIED,) * len(stored),
-        donated=_keep(program.donated, known_in), refs=_keep(program.refs, known_in))
-    if not any(unknown_out):
-        return PartiallyEvaluatedProgram(known, None, unknown_out, residuals)
-    unknown_eqs = [k for k, numbers in enumerate(program.result_numbers())
-                   if any(n in reached for n in numbers)]
-    taken = tuple(n for n in range(count) if unknown[n]) + residuals
-    unknown_program = _sub_program(
-        program, taken, unknown_eqs,
-        tuple(n for n, u in zip(program.outputs, unknown_out) if u),
-        in_shardings=_keep(program.in_shardings, unknown) + (UNSPECIFIED,) * len(residuals),
-        out_shardings=_keep(program.out_shardings, unknown_out),
-        donated=_keep(program.donated, unknown) + (False,) * len(residuals))
-    return PartiallyEvaluatedProgram(known, unknown_program, unknown_out, residuals)
+    return PartiallyEvaluatedProgram(known_program(program, unknown, reached, residuals),
+                                     unknown_program(program, unknown, reached, residuals),
+                                     unknown_out, residuals)

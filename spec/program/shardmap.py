@@ -40,7 +40,9 @@ from ..transforms.shardmap_bodies import (
     check_gather_broadcast_divides, check_permutation,
     check_scatter_operand_unsplit, collective_shape, collective_split, collective_varying,
 )
-from ..transforms.shardmap_collectives import check_collective_axes, collective_groups
+from ..transforms.shardmap_collectives import (
+    check_collective_axes, collective_groups, manual_sharding,
+)
 from ..transforms.shardmap_parameters import Shaped, _names, _ways
 from ..transforms.shardmap_specs import (
     check_divisible, check_no_repeated_axes, check_replication, check_spec_axes,
@@ -71,13 +73,16 @@ GROUPS_LISTED_UP_TO = 4096
 
 @dataclasses.dataclass(frozen=True)
 class ShardMapDecision:
-    """What a shard_map equation decided: its manual axes, and the per-shard type of each
+    """What a shard_map equation decided: its manual axes, the per-shard type of each
     body input and of each body result as the out specs take it (varying along their axes
-    too, under check_vma)."""
+    too, under check_vma) and, for a shard_map not inside another, the HLO sharding that
+    marks each body input manual when lowered without Shardy (SMAP-15; None: no sharding
+    ops, the manual axes hold one device)."""
 
     manual_axes: tuple[str, ...]
     in_types: tuple[Value, ...]
     out_types: tuple[Value, ...]
+    manual_shardings: tuple = ()
 
     def __str__(self) -> str:
         return (f"shard_map manual {list(self.manual_axes)}: in {list(self.in_types)}, "
@@ -238,7 +243,10 @@ def trace_shard_map(eq: ShardMap, operands: tuple[Value, ...], path: str,
         at = len(decided)   # the shard_map's record comes before its body's
         walk_body(eq.body, context, f"{path}.shard_map.", decided)
         out_types = _map_results(eq, manual, path)
-    decided.insert(at, (path, ShardMapDecision(tuple(sorted(manual)), in_types, out_types)))
+    marks = () if outer is not None else tuple(
+        manual_sharding(eq.mesh, manual, len(t.shape)) for t in in_types)
+    decided.insert(at, (path, ShardMapDecision(tuple(sorted(manual)), in_types, out_types,
+                                               marks)))
 
 
 def _check_specs(eq: ShardMap, manual: frozenset[str], path: str) -> None:

@@ -25,10 +25,12 @@ The rules, in the order ``jax.grad`` meets them:
   residuals, unspecified;
 * AD-4: the tangent equation (the linear function ``jax.linearize`` returns);
 * AD-5: the transposed equation (the backward pass of ``jax.vjp`` and ``jax.grad``);
-* AD-6, AD-7: the known and the unknown equations of a partial evaluation (JAX 0.10.2
-  linearizes ``jit`` directly, AD-3 and AD-4; partial evaluation of a jaxpr, as control
-  flow and ``pe.partial_eval_jaxpr_nounits`` do it, meets these);
-* AD-8: dead-code elimination of a jit equation, which AD-4 and AD-5 rely on.
+* AD-6 to AD-8, partial evaluation and dead-code elimination of a jit, are rewrites of
+  the jit's whole program: :mod:`shardlaw.spec.program.partial_eval` (``known_program``,
+  ``unknown_program``, ``dce_program``). Their per-equation forms (``known_equation``,
+  ``unknown_equation``, ``partially_evaluated``, ``pruned_equation``) were retired with
+  the transformed-call path (issue 31, docs/programs.rst); asking for one names its
+  replacement.
 
 Layouts are not modelled: every equation here has default layouts (an output given a layout
 is kept as one given a sharding would be).
@@ -48,7 +50,6 @@ P = PartitionSpec  # the name the examples use
 __all__ = [
     "JitEquation", "JitBody", "nonzero_outputs", "jvp_equation",
     "linearized_primal", "linearized_tangent", "linearized_equations", "transposed_equation",
-    "known_equation", "unknown_equation", "partially_evaluated", "pruned_equation",
     "check_result_mesh", "all_explicit",
 ]
 
@@ -417,118 +418,29 @@ def transposed_equation(primal_equation: JitEquation, jit_body: JitBody, nonzero
     return JitEquation(ins, _keep(eqn.in_shardings, reached), (False,) * len(ins))
 
 
-# --------------------------------------------------------------------------- AD-6, AD-7
-
-@dataclasses.dataclass(frozen=True)
-class PartiallyEvaluated:
-    """The equations partial evaluation stages: the known one, and the unknown one (None
-    when every output is known)."""
-
-    known: JitEquation
-    unknown: JitEquation | None
-
-
-def _unknown_outputs(jit_body: JitBody, unknown: tuple[bool, ...]) -> tuple[bool, ...]:
-    """An output is unknown when it depends on an unknown input (AD-1's relation)."""
-    return nonzero_outputs(jit_body, unknown)
-
-
-@rule("AD-6", mirrors="jax._src.pjit._pjit_partial_eval")
-def known_equation(primal_equation: JitEquation, jit_body: JitBody, unknown_inputs: Any
-                   ) -> JitEquation:
-    """Partial evaluation stages a known jit equation with the known inputs' shardings and donation, returning the known outputs (but those that return an input and have no out_sharding), then one UNSPECIFIED output per stored residual.
-
-    It is staged even when nothing is known (an equation without operands).
-
-    >>> mesh = Mesh.iota((2, 4), ("data", "model"))
-    >>> rows, cols = NamedSharding(mesh, P("data")), NamedSharding(mesh, P(None, "model"))
-    >>> eqn = JitEquation((rows, cols), (NamedSharding(mesh, P()), cols, UNSPECIFIED),
-    ...                   (False, True))
-    >>> body = JitBody(inputs=2, dependencies=[{0}, {0, 1}, {1}], forwarded=[None, None, 1],
-    ...                residuals=1, stored_residuals=1)
-    >>> known_equation(eqn, body, (False, True))
-    JitEquation(in_shardings=(NamedSharding(Mesh({'data': 2, 'model': 4}), P('data')),), out_shardings=(NamedSharding(Mesh({'data': 2, 'model': 4}), P()), UNSPECIFIED), donated_invars=(False,))
-    """
-    unknown = _check_facts(primal_equation, jit_body, unknown_inputs, "unknown_inputs")
-    known_in = tuple(not u for u in unknown)
-    known_out = tuple(not u for u in _unknown_outputs(jit_body, unknown))
-    eqn = primal_equation
-    kept = tuple(k and not (i is not None and s is UNSPECIFIED)
-                 for k, i, s in zip(known_out, jit_body.forwarded, eqn.out_shardings))
-    return JitEquation(_keep(eqn.in_shardings, known_in),
-                       _keep(eqn.out_shardings, kept) + (UNSPECIFIED,) * jit_body.stored_residuals,
-                       _keep(eqn.donated_invars, known_in))
-
-
-@rule("AD-7", mirrors="jax._src.pjit._pjit_partial_eval")
-def unknown_equation(primal_equation: JitEquation, jit_body: JitBody, unknown_inputs: Any
-                     ) -> JitEquation | None:
-    """Partial evaluation stages an unknown jit equation taking the unknown inputs with their shardings and donation, then every residual (UNSPECIFIED, not donated), and returning the unknown outputs with their shardings.
-
-    With no unknown output there is no unknown equation (None).
-
-    >>> mesh = Mesh.iota((2, 4), ("data", "model"))
-    >>> rows, cols = NamedSharding(mesh, P("data")), NamedSharding(mesh, P(None, "model"))
-    >>> eqn = JitEquation((rows, cols), (NamedSharding(mesh, P()), cols), (False, True))
-    >>> body = JitBody(inputs=2, dependencies=[{0}, {0, 1}], residuals=1, stored_residuals=1)
-    >>> unknown = unknown_equation(eqn, body, (False, True))
-    >>> unknown.in_shardings, unknown.donated_invars
-    ((NamedSharding(Mesh({'data': 2, 'model': 4}), P(None, 'model')), UNSPECIFIED), (True, False))
-    >>> unknown.out_shardings
-    (NamedSharding(Mesh({'data': 2, 'model': 4}), P(None, 'model')),)
-    """
-    unknown = _check_facts(primal_equation, jit_body, unknown_inputs, "unknown_inputs")
-    unknown_out = _unknown_outputs(jit_body, unknown)
-    if not any(unknown_out):
-        return None
-    eqn, residuals = primal_equation, jit_body.residuals
-    return JitEquation(_keep(eqn.in_shardings, unknown) + (UNSPECIFIED,) * residuals,
-                       _keep(eqn.out_shardings, unknown_out),
-                       _keep(eqn.donated_invars, unknown) + (False,) * residuals)
-
-
-def partially_evaluated(primal_equation: JitEquation, jit_body: JitBody,
-                        unknown_inputs: Any) -> PartiallyEvaluated:
-    """Both equations of a partial evaluation: the known one (AD-6) and the unknown one (AD-7).
-
-    >>> eqn = JitEquation((UNSPECIFIED, UNSPECIFIED), (UNSPECIFIED,))
-    >>> partially_evaluated(eqn, JitBody(inputs=2, dependencies=[{1}]), (True, False)).unknown
-    """
-    return PartiallyEvaluated(known_equation(primal_equation, jit_body, unknown_inputs),
-                              unknown_equation(primal_equation, jit_body, unknown_inputs))
-
-
-# --------------------------------------------------------------------------- AD-8
-
-@rule("AD-8", mirrors="jax._src.pjit.dce_jaxpr_pjit_rule")
-def pruned_equation(primal_equation: JitEquation, jit_body: JitBody, used_outputs: Any
-                    ) -> JitEquation | None:
-    """Dead-code elimination keeps a jit equation's used outputs and the inputs they depend on, each with its sharding and donation; an equation with no used output goes (None).
-
-    Differentiation relies on it: the tangent equation of ``jax.linearize`` and the one
-    ``jax.grad`` transposes are pruned so (AD-4, AD-5).
-
-    >>> mesh = Mesh.iota((2, 4), ("data", "model"))
-    >>> rows, cols = NamedSharding(mesh, P("data")), NamedSharding(mesh, P(None, "model"))
-    >>> eqn = JitEquation((rows, cols), (NamedSharding(mesh, P()), cols), (True, True))
-    >>> pruned_equation(eqn, JitBody(inputs=2, dependencies=[{0}, {0, 1}]), (True, False))
-    JitEquation(in_shardings=(NamedSharding(Mesh({'data': 2, 'model': 4}), P('data')),), out_shardings=(NamedSharding(Mesh({'data': 2, 'model': 4}), P()),), donated_invars=(True,))
-    >>> print(pruned_equation(eqn, JitBody(inputs=2, dependencies=[{0}, {0, 1}]), (False, False)))
-    None
-    """
-    _check_pair(primal_equation, jit_body)
-    used = _booleans(used_outputs, "used_outputs", len(jit_body.dependencies))
-    if not any(used):
-        return None
-    eqn = primal_equation
-    _, needed = _reads(jit_body, (True,) * jit_body.inputs, used)
-    return JitEquation(_keep(eqn.in_shardings, needed), _keep(eqn.out_shardings, used),
-                       _keep(eqn.donated_invars, needed))
-
-
 # --------------------------------------------------------------------------- AD-9
 
 # AD-9 is JAX's check of the out avals' meshes against the device assignment: any jit call
 # meets it (a gradient found it first), so it is decided in the jit layer, where the jit
 # pipeline's lowering stage asks it, and named here for the gradients that meet it.
 from ..jit.assignment import MeshOfOtherSize, all_explicit, check_result_mesh  # noqa: E402,F401
+
+
+# The per-equation forms of AD-6 to AD-8, retired (issue 31): name -> what answers instead.
+RETIRED: dict[str, str] = {
+    "known_equation": "shardlaw.spec.program.partial_eval.known_program (AD-6), through "
+                      "partial_eval_program",
+    "unknown_equation": "shardlaw.spec.program.partial_eval.unknown_program (AD-7), through "
+                        "partial_eval_program",
+    "partially_evaluated": "shardlaw.spec.program.partial_eval.partial_eval_program",
+    "PartiallyEvaluated": "shardlaw.spec.program.partial_eval.PartiallyEvaluatedProgram",
+    "pruned_equation": "shardlaw.spec.program.partial_eval.dce_program (AD-8)",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in RETIRED:
+        raise AttributeError(f"{__name__}.{name} was retired with the transformed-call path "
+                             f"(issue 31): use {RETIRED[name]} on the jit's Program "
+                             f"(docs/programs.rst)", name=name, obj=None)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

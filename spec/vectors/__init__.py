@@ -4,7 +4,7 @@
 * ``sequence_vectors`` — a sequence of calls against the caches;
 * ``vector_checks`` — what every vector's JSON must be (VEC-1 in, VEC-2 out), and its versions;
 * ``vector_writer``, ``vector_reader`` — spec values, calls and verdicts to JSON and back;
-* ``transformed_vectors`` — transformed calls.
+* ``program_vectors`` — whole programs, with ``value_json``, their values to JSON and back.
 
 Standard library only; imports the layers below it. ``shardlaw.spec.vectors`` was one
 module before the spec was layered; its names are kept here.

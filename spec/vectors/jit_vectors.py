@@ -199,7 +199,7 @@ def load_vector(obj_or_text: Any) -> Vector:
 
 def _check_label(expect: Any, label: str, side: str) -> None:
     """A vector labelled with a rule and a side expects that rule to decide that way (a jit
-    call's Verdict, or a transformed call's: both have accepted, rule and trace)."""
+    call's Verdict, or a program's: both have accepted, rule and trace)."""
     if side == "reject":
         check_vector(not expect.accepted and expect.rule == label, ("expect", "rule"),
                      f"{label} (the vector is labelled as rejected by {label})",

@@ -10,9 +10,9 @@ A vector is one JSON object::
      "until": "run",
      "expect": {"accepted": false, "rule": "DA-1", "stage": "lower", "path": "body[0]", ...}}
 
-The program is written with the values writer the transformed-call vectors use
-(:mod:`~shardlaw.spec.vectors.transformed_vectors`: meshes, shardings and PartitionSpecs as
-the jit-call vectors write them, tagged containers, and the program's records — ``Program``,
+The program is written with the values writer of :mod:`~shardlaw.spec.vectors.value_json`
+(meshes, shardings and PartitionSpecs as the jit-call vectors write them, tagged
+containers, and the program's records — ``Program``,
 ``Value``, ``Const`` and each kind of equation — as ``{"type": NAME, field: value, ...}``
 with the fields not at their defaults). ``transforms`` lists, innermost first, the
 rewrites the spec applies before asking (:data:`TRANSFORMATIONS`: ``vmap``, ``jvp``,
@@ -32,8 +32,9 @@ from ..core.rules import Rejection, reject, tracing
 from ..program.description import Program
 from ..program.explain import UNTIL, ProgramVerdict, explain_program
 from .jit_vectors import _check_label
-from .transformed_vectors import (
-    _ValueReader, _rule_read, _rule_written, _value_json, read_header,
+from .value_json import (
+    ValueReader as _ValueReader, read_header, rule_read as _rule_read,
+    rule_written as _rule_written, value_json as _value_json,
 )
 from .vector_checks import (
     JAX_VERSION, UnreadableWhenWritten, _document, check_vector, check_writable,

@@ -2,8 +2,8 @@
 
 The versions of the jit vector formats, the limits on a vector's text (how deep it nests, how
 long its integers are), the VEC rules and their failures, and the path of a JSON value as a
-message names it. The jit-call, call-sequence and transformed-call vectors are all read and
-written under these rules.
+message names it. The jit-call, call-sequence and program vectors are all read and written
+under these rules.
 """
 
 from __future__ import annotations

@@ -73,29 +73,13 @@ def add_parsers(subparsers: Any) -> None:
                           help="vectors for each side of each jit-call rule (default 3)")
     generate.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
     generate.add_argument("--budget", type=int, default=None, metavar="CALLS",
-                          help="the most calls to draw (default 4000; with --transformed, "
-                               "the cases drawn per family, default 1000)")
+                          help="the most calls to draw (default 4000)")
     generate.add_argument("--replace", action="store_true",
                           help="delete the .json files already under DIR first")
-    generate.add_argument("--transformed", action="store_true",
-                          help="write transformed-call vectors (ARG, BAT, AD, WSC, SMAP) under "
-                               "DIR/<family>/ instead")
     generate.add_argument("--programs", action="store_true",
                           help="write program vectors (whole programs: their bodies' "
                                "equations) under DIR/programs/<rule>/ instead")
     generate.set_defaults(handler=_guarded(generate_command))
-    migrate = commands.add_parser(
-        "migrate", help="write transformed-call vectors as program vectors (the program path)")
-    migrate.add_argument("source", metavar="SRC", help="transformed-call vectors (a directory)")
-    migrate.add_argument("target", metavar="DST", help="where to write the program vectors")
-    migrate.add_argument("--replace", action="store_true",
-                         help="delete the .json files already under DST first")
-    migrate.set_defaults(handler=_guarded(_migrate_command))
-
-
-def _migrate_command(args: argparse.Namespace, out: TextIO) -> int:
-    from shardlaw.cli_transform_vectors import migrate_transformed
-    return migrate_transformed(args, out)
 
 
 def _guarded(command: Any) -> Any:
@@ -119,8 +103,10 @@ class Entry:
 
 def read_vectors(path: Path) -> Iterator[Entry]:
     """Every vector in a ``.json`` file, a ``.jsonl`` file (one a line), or a directory of them."""
-    from shardlaw.cli_transform_vectors import load_piece
+    from shardlaw.cli_program_vectors import is_program_text
     from shardlaw.spec.core.rules import Rejection
+    from shardlaw.spec.vectors.jit_vectors import load_vector
+    from shardlaw.spec.vectors.program_vectors import load_program
 
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl"))
@@ -139,7 +125,8 @@ def read_vectors(path: Path) -> Iterator[Entry]:
                    if line.strip()] if file.suffix == ".jsonl" else [(str(file), text)])
         for where, piece in pieces:
             try:
-                yield Entry(where, load_piece(piece))  # a jit-call or transformed-call vector
+                yield Entry(where, load_program(piece) if is_program_text(piece)
+                            else load_vector(piece))  # a program or a jit-call vector
             except Rejection as error:
                 yield Entry(where, error=error.args[0])
             except RecursionError:  # JSON nested deeper than the reader follows
@@ -149,7 +136,7 @@ def read_vectors(path: Path) -> Iterator[Entry]:
 
 
 def _is_jit(vector: Any) -> bool:
-    """Whether a vector read is a jit-call vector (else a transformed-call vector)."""
+    """Whether a vector read is a jit-call vector (else a program vector)."""
     from shardlaw.spec.vectors.jit_vectors import Vector
     return isinstance(vector, Vector)
 
@@ -244,9 +231,6 @@ def check_command(args: argparse.Namespace, out: TextIO) -> int:
     if is_program_vector(vector):
         from shardlaw.cli_program_vectors import check_program_vector
         return check_program_vector(args, vector, out)
-    if not _is_jit(vector):  # a transformed-call vector
-        from shardlaw.cli_transform_vectors import check_transformed
-        return check_transformed(args, vector, out)
     verdict = _judge(vector.call)
     differences = _expectation(vector, verdict)
     if args.json:
@@ -455,14 +439,10 @@ def _replayer(against: str, entries: list[Entry]) -> Any:
     """A function vector -> differences for ``against`` (raises _Exit when it cannot run)."""
     from shardlaw.spec import jit_call
 
-    from shardlaw.cli_transform_vectors import replay_transformed
-
     if against == "spec":
         return lambda vector: (_expectation(vector, jit_call(vector.call))
                                if _is_jit(vector)
-                               else replay_program_vector("spec", vector)
-                               if is_program_vector(vector)
-                               else replay_transformed("spec", vector))
+                               else replay_program_vector("spec", vector))
     try:
         import jax  # noqa: F401
         from shardlaw.properties.vectors_gen import NotReplayable, prepare_jax, replay_in_jax
@@ -482,9 +462,7 @@ def _replayer(against: str, entries: list[Entry]) -> Any:
     except NotReplayable as error:
         raise _Exit(2, str(error)) from None
     return lambda vector: (replay(vector) if _is_jit(vector)
-                           else _program_elsewhere(against, vector, NotReplayable)
-                           if is_program_vector(vector)
-                           else _transformed_elsewhere(against, vector, NotReplayable))
+                           else _program_elsewhere(against, vector, NotReplayable))
 
 
 def _program_elsewhere(against: str, vector: Any, skip: type[Exception]) -> Any:
@@ -499,19 +477,7 @@ def _program_elsewhere(against: str, vector: Any, skip: type[Exception]) -> Any:
         raise skip(str(reason)) from None
 
 
-def _transformed_elsewhere(against: str, vector: Any, skip: type[Exception]) -> Any:
-    """A transformed-call vector against JAX (through its family's harness); the engine
-    replays jit calls only."""
-    from shardlaw.cli_transform_vectors import replay_transformed
-    if against == "engine":
-        raise skip("the engine replays jit-call vectors only")
-    if vector.origin is None:
-        raise skip("a spec-only vector: no harness case to run in JAX")
-    return replay_transformed(against, vector)
-
-
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
-    from shardlaw.cli_transform_vectors import hits_of
     from shardlaw.spec.vectors.jit_vectors import rules_hit
 
     path = Path(args.directory)
@@ -528,8 +494,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
             replays.append(Replay(entry.where, [], [f"not a valid vector: {entry.error}"]))
             continue
         hits = (rules_hit(entry.vector) if _is_jit(entry.vector)
-                else program_hits(entry.vector) if is_program_vector(entry.vector)
-                else hits_of(entry.vector))
+                else program_hits(entry.vector))
         if entry.vector.expect is None:
             replays.append(Replay(entry.where, hits, None, "no expected verdict"))
             continue
@@ -561,8 +526,8 @@ def _report(path: Path, against: str, replays: list[Replay], out: TextIO) -> Non
     from shardlaw.spec.vectors.jit_vectors import jit_rules
 
     w = out.write
-    what = {"spec": "the spec (shardlaw.spec.jit_call; explain_program for programs; "
-                    "explain_transformed for transformed calls)", "jax": "real jax.jit (8 CPU devices)",
+    what = {"spec": "the spec (shardlaw.spec.jit_call; explain_program for programs)",
+            "jax": "real jax.jit (8 CPU devices)",
             "engine": "the engine (shardlaw.engine.jit)"}
     w(f"Replayed {len(replays)} vector(s) from {path} against {what[against]}\n\n")
     table: dict[str, list[int]] = {}  # rule -> [accept, reject, passed, failed]
@@ -615,9 +580,6 @@ def generate_command(args: argparse.Namespace, out: TextIO) -> int:
     if args.programs:
         from shardlaw.cli_program_vectors import generate_programs
         return generate_programs(args, out)
-    if args.transformed:
-        from shardlaw.cli_transform_vectors import generate_transformed
-        return generate_transformed(args, out)
     if args.budget is None:
         args.budget = 4000
     try:
