@@ -228,9 +228,11 @@ def _one_way(leading: list[tuple[str, ...]], following: list[tuple[str, ...]]
 
 
 def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
-           mesh: Mesh, types: tuple, path: str, directions: dict) -> bool:
+           mesh: Mesh, types: tuple, path: str, directions: dict, grown: dict,
+           priority: int) -> bool:
     """One equation's propagation step (PROP-2, PROP-3) along the factors ``directions``
-    names (``both``, ``backward``): returns whether a value grew."""
+    names (``both``, ``backward``): returns whether a value grew. ``grown``: the pass in
+    which each value last grew."""
     tensors = rule_.operands + rule_.results
     count = len(rule_.operands)
     sizes = _sizes(rule_, tuple(tuple(t.shape) for t in types))
@@ -248,6 +250,15 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
         results = [t[f] for t in current[count:] if f in t]
         chosen[f] = factor_split(operands + results) if direction == "both" else \
             _one_way(results, operands)
+        # Two splits of one factor in conflict, one of them grown in this very pass: which
+        # the partitioner met first decides, and the order it visits operations in is its
+        # own (a chain of converts reaching a multiply after, or before, an input's split).
+        given = [(t[f], n) for t, n in zip(current, numbers) if f in t and t[f]]
+        longest = max((g for g, _ in given), key=len, default=())
+        if any(longest[:len(g)] != g for g, _ in given) and any(
+                grown.get(n) == priority for _, n in given):
+            _stop("PROP-4", "two splits of one factor conflict while one of them is still "
+                  "growing: the partitioner's order of visiting operations decides", path)
     # An axis another factor holds, or would take, in a tensor of this factor: Shardy
     # cuts the split there, and what the partitioner then makes of the value is its own.
     for f, split in chosen.items():
@@ -271,6 +282,7 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
         old = splits[number]
         if new != old and all(n[:len(o)] == o for n, o in zip(new, old)):
             splits[number] = new
+            grown[number] = priority
             grew = True
     return grew
 
@@ -341,23 +353,26 @@ def propagate(program: Program) -> dict[int, Split] | Undetermined:
             splits[n] = ((),) * len(types[n].shape)
         every = tuple(eq.operands) + tuple(numbers)
         steps.append((entry_of(eq), rule_, every, tuple(types[n] for n in every), path))
+    grown: dict[int, int] = {}
     try:
         for priority in range(len(PASSES)):
-            if not _settle(steps, splits, fixed, mesh, priority):
+            if not _settle(steps, splits, fixed, mesh, priority, grown):
                 return Undetermined("PROP-4", f"propagation did not settle ({PASSES[priority]})")
     except _Stop as stopped:
         return stopped.undetermined
     return splits
 
 
-def _settle(steps: list, splits: dict, fixed: set, mesh: Mesh, priority: int) -> bool:
+def _settle(steps: list, splits: dict, fixed: set, mesh: Mesh, priority: int,
+            grown: dict) -> bool:
     """One pass of the schedule, forward then backward until nothing grows."""
     for _ in range(2 * len(steps) + 2):
         grew = False
         for entry, rule_, every, typed, path in steps + steps[::-1]:
             directions = _directions(entry.name, entry.kind, rule_, priority)
             if directions:
-                grew |= _apply(rule_, every, splits, fixed, mesh, typed, path, directions)
+                grew |= _apply(rule_, every, splits, fixed, mesh, typed, path, directions,
+                               grown, priority)
         if not grew:
             return True
     return False
