@@ -1,7 +1,11 @@
-"""Test setup: eight CPU devices for JAX, and the Hypothesis profiles.
+"""Test setup: eight CPU devices for JAX, and the project's own Hypothesis profiles.
 
-JAX fixes its device count when its backend starts, so the count is set here, before any
-test module touches JAX. Profiles, chosen with ``HYPOTHESIS_PROFILE``:
+The project opts in to its own pytest plugin (``shardlaw = true`` in ``pyproject.toml``;
+:mod:`shardlaw.pytest_plugin`), which asks JAX for eight CPU devices before this file is
+read, unless the environment set a count, and registers ``shardlaw-ci``, ``-fresh`` and
+``-deep``. The project's run wants eight whatever the environment says: JAX fixes its
+device count when its backend starts, so the count is set here too, before any test
+module touches JAX. The project's own profiles, chosen with ``HYPOTHESIS_PROFILE``:
 
 * ``ci`` (the default, a few minutes in all): derandomized, so the gate a commit passes
   before it lands draws the same examples on every run of the same dependencies — a

@@ -245,53 +245,7 @@ def test_hypofuzz_fuzzes_a_suite_into_the_shared_database(tmp_path):
     assert sum(1 for p in database.rglob("*") if p.is_file()) > 20, output[-3000:]
 
 
-# --------------------------------------------------------------------------- the pytest plugin
-
-def _python(code: str, **env: str) -> str:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=60, cwd="/", env={**os.environ, **env})
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
-def test_the_plugin_registers_ci_and_deep_but_keeps_a_users_own():
-    shown = _python("""
-        from hypothesis import settings
-        settings.register_profile("deep", max_examples=7)
-        import shardlaw.pytest_plugin
-        ci, deep = settings.get_profile("ci"), settings.get_profile("deep")
-        print(ci.max_examples, ci.derandomize, deep.max_examples)
-    """)
-    assert shown == "200 False 7"
-
-
-def test_the_plugin_registers_fresh_so_a_campaign_under_it_starts():
-    """HYPOTHESIS_PROFILE=fresh (the README's random draw of the default size) reaches a
-    campaign's worker processes, which read no tests/conftest.py: Hypothesis looks the
-    name up when a profile is registered, so the plugin must know it."""
-    shown = _python("""
-        from hypothesis import settings
-        import shardlaw.pytest_plugin
-        fresh = settings.get_profile("fresh")
-        print(fresh.max_examples, fresh.derandomize)
-    """)
-    assert shown == "200 False"
-
-
-def test_a_users_suite_gets_eight_devices_and_the_profile(tmp_path):
-    (tmp_path / "test_users_own.py").write_text(textwrap.dedent("""
-        import jax
-        from hypothesis import settings
-
-        def test_set_up():
-            print("SEEN", jax.device_count(), settings().max_examples)
-    """))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-                           str(tmp_path / "test_users_own.py")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HYPOTHESIS_PROFILE": "deep"})
-    assert "SEEN 8 5000" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
-
+# --------------------------------------------------------------------------- the command
 
 def test_the_campaign_parser_is_registered():
     assert "campaign" in campaign.__all__ or campaign.add_parser

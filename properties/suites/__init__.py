@@ -5,9 +5,10 @@ campaign's ``SUITES`` says which): ``placement``, ``jit``, ``engine``, ``cache``
 transformations' ``batching``, ``autodiff``, ``constraint``, ``arguments`` and
 ``shardmap``, ``fuzz``, ``proofs``, ``programs`` and ``processes`` (several JAX
 processes under ``jax.distributed``; the ``laws`` suite is
-:mod:`shardlaw.properties.laws`). Anywhere shardlaw is installed::
+:mod:`shardlaw.properties.laws`). Anywhere shardlaw is installed, with shardlaw's pytest
+plugin asked in (JAX's eight CPU devices; :mod:`shardlaw.pytest_plugin`)::
 
-    python -m pytest --pyargs shardlaw.properties.suites.placement
+    python -m pytest -o shardlaw=true --pyargs shardlaw.properties.suites.placement
 
 and the files of ``tests/`` run them in the project's own ``pytest`` run by importing
 their tests (``tests/test_differential.py`` runs ``placement``, and so on).

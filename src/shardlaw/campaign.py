@@ -285,8 +285,10 @@ def write_config(where: Path, *, suites: list[dict[str, Any]], database: str | N
 def _pytest_command(workers: int, config: Path, targets: list[dict[str, Any]],
                     select: str | None) -> list[str]:
     paths = [t["path"] for t in targets]
+    # -o shardlaw=true: the workers opt in to shardlaw's pytest plugin (JAX's CPU devices)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
-               CONFIG_OPTION, str(config), "-p", "no:cacheprovider", "-p", "no:benchmark",
+               CONFIG_OPTION, str(config), "-o", "shardlaw=true", "-p", "no:cacheprovider",
+               "-p", "no:benchmark",
                "-n", str(workers), "--dist", "worksteal", "--rootdir", os.path.commonpath(
                    [str(Path(p).parent) for p in paths] + [str(config.parent)]),
                "-o", "addopts=", "--no-header", "-rN", *paths]
@@ -387,8 +389,23 @@ def _local_database(args: Any) -> str | None:
     return str(Path(getattr(args, "local_db", None) or DEFAULT_DB).resolve())
 
 
+# What a campaign's workers import: pytest with pytest-xdist, Hypothesis and JAX.
+_NEEDED = {"pytest": "pytest", "xdist": "pytest-xdist", "hypothesis": "hypothesis",
+           "jax": "jax"}
+
+
+def _check_installed() -> None:
+    """Exit 2 naming what a campaign needs and this environment lacks (the dev extra has it)."""
+    missing = [package for module, package in _NEEDED.items()
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        raise CommandExit(EXIT_BAD_INPUT, f"a campaign needs {', '.join(missing)}, not "
+                                          "installed here; install shardlaw with the [dev] extra")
+
+
 def run(args: Any) -> int:
     """``shardlaw campaign``: run, report, and exit 1 if anything disagreed."""
+    _check_installed()
     if args.replay:
         return replay(Path(args.replay))
     files = _chosen(args)
@@ -607,7 +624,8 @@ def replay(path: Path) -> int:
         config = write_config(scratch / "campaign.json", suites=target, database=database,
                               examples=100, plant=record.get("planted"))
         command = [sys.executable, "-m", "pytest", "-q", "-p", "shardlaw.campaign_plugin",
-                   CONFIG_OPTION, str(config), "-p", "no:cacheprovider", "-o", "addopts=",
+                   CONFIG_OPTION, str(config), "-o", "shardlaw=true", "-p", "no:cacheprovider",
+                   "-o", "addopts=",
                    "--rootdir", os.path.commonpath([str(Path(target[0]["path"]).parent),
                                                     str(scratch)]),
                    f"{target[0]['path']}::{name}"]

@@ -511,9 +511,9 @@ def _save_disagreement(item: Any, report: Any) -> None:
         "reproduce_failure": failure.get("reproduction_decorator"),
         "database": CONFIG.database,
         "planted": CONFIG.plant,
-        "replay": f"shardlaw campaign --replay <this file>   (or: python -m pytest "
-                  f"{'--pyargs ' if part['module'] else ''}'{test}' with the example "
-                  f"database {CONFIG.database})",
+        "replay": f"shardlaw campaign --replay <this file>   (or: python -m pytest -o "
+                  f"shardlaw=true {'--pyargs ' if part['module'] else ''}'{test}' with the "
+                  f"example database {CONFIG.database})",
         "report": str(report.longreprtext)[-20000:],
     }
     Path(CONFIG.out).mkdir(parents=True, exist_ok=True)
