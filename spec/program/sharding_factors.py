@@ -182,13 +182,29 @@ ELEMENTWISE_NAMES = ("neg", "sin", "cos", "tan", "exp", "log", "tanh", "abs", "s
                      "integer_pow", "square", "convert_element_type", "reduce_precision",
                      "add", "sub", "mul", "div", "max", "min", "pow", "add_any")
 
+def _described(rule: Any, params: tuple[str, ...], operands: int | None) -> Any:
+    """``rule`` where the equation holds ``params`` and ``operands`` operands (None: one or
+    more) with one result, as JAX binds the primitive; an equation a rewrite made without
+    them (AD's seeds) has no factors read from it."""
+    def read(eq: Any, types: tuple) -> Factors | NotPropagated:
+        given = _params(eq)
+        count_ok = len(types) >= 1 if operands is None else len(types) == operands
+        if not (count_ok and len(eq.results or ()) == 1 and all(p in given for p in params)):
+            return NotPropagated(f"its equation lacks what its factors are read from "
+                                 f"(parameters {list(params)}, operands, one result)")
+        return rule(eq, types)
+    read.__doc__, read.__name__ = rule.__doc__, rule.__name__
+    return read
+
+
 # primitive name -> its sharding rule (the table's ``sharding`` slot).
 SHARDING_RULES: dict[str, Any] = {
-    **{name: elementwise_factors for name in ELEMENTWISE_NAMES},
-    "dot_general": dot_general_factors,
-    **{name: reduction_factors for name in ("reduce_sum", "reduce_max", "reduce_min",
-                                            "reduce_prod")},
-    "transpose": transpose_factors,
-    "broadcast_in_dim": broadcast_in_dim_factors,
-    "reshape": reshape_factors,
+    **{name: _described(elementwise_factors, (), None) for name in ELEMENTWISE_NAMES},
+    "dot_general": _described(dot_general_factors, ("dimension_numbers",), 2),
+    **{name: _described(reduction_factors, ("axes",), 1)
+       for name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")},
+    "transpose": _described(transpose_factors, ("permutation",), 1),
+    "broadcast_in_dim": _described(broadcast_in_dim_factors,
+                                   ("shape", "broadcast_dimensions"), 1),
+    "reshape": _described(reshape_factors, ("new_sizes",), 1),
 }
