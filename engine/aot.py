@@ -22,12 +22,13 @@ import jax.stages
 from jax import tree_util
 
 from . import internals, layouts
+from .decision import CallDecision
 from .execution import run_aot
 from .explanation import Explanation
 from .rules import EngineRejection, LeftToJax, recording, reject, rule
 from .shardings import UNSPECIFIED, jax_equivalent, placement_equivalent
 from .stages import (
-    CallDecision, compile_refusal, stage_call, stage_compile, stage_dispatch, stage_lower,
+    JaxTracing, compile_refusal, stage_call, stage_compile, stage_dispatch, stage_lower,
     stage_trace,
 )
 
@@ -51,23 +52,21 @@ class Methods:
         if arguments.foreign:
             # A leaf the rules do not describe (a token, say): JAX's own stages take it.
             return engine.left_to_jax(arguments, run=False)
-        decision = CallDecision(arguments)
+        ctx, decision = engine.context, CallDecision(arguments)
         with recording() as fired:
             try:
-                stage_call(engine, decision)
-                stage_trace(engine, decision)
+                stage_call(ctx, decision)
+                # JAX traces from this frame: under the jitted function's ``trace`` (an
+                # API boundary) the function runs as deep as under jax.jit's
+                with JaxTracing(ctx, decision) as trace:
+                    decision.traced = trace.traced(
+                        trace.params or internals.trace_for_jit(*trace.call))
+                stage_trace(ctx, decision)
             except EngineRejection as error:
                 raise engine.in_jax_words(error, arguments) from None
             except LeftToJax:
                 return engine.left_to_jax(arguments, run=False)
         return Traced(engine, decision, fired)
-
-    def lower(self, *args: Any, **kwargs: Any) -> "Lowered":
-        return self.trace(*args, **kwargs).lower()
-
-    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
-        traced = self.trace(*args, **kwargs)
-        return traced.out_info
 
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
         """The verdict on this call and the rules that decided it, without running it.
@@ -188,7 +187,7 @@ class Traced(_Stage, jax.stages.Traced):
         platforms = None if lowering_platforms is None else tuple(lowering_platforms)
         with recording() as fired:
             try:
-                stage_lower(self._engine, self._decision)
+                stage_lower(self._engine.context, self._decision)
             except EngineRejection as error:
                 if error.rule == "DA-4":
                     # Only abstract meshes: no device assignment exists for the rules to
@@ -281,7 +280,7 @@ class Lowered(_Stage, jax.stages.Lowered):
         self._decision.compiler_options = compiler_options
         with recording() as fired:
             try:
-                plan = stage_compile(engine, self._decision)
+                plan = stage_compile(engine.context, self._decision)
             except LeftToJax:
                 # decided up to compiling (mutable refs among its inputs): JAX's own stages
                 # compile and run it
@@ -458,7 +457,7 @@ class Compiled(_Stage, jax.stages.Compiled):
         else:
             # The executable takes the dynamic arguments only: nothing here is static.
             called = self._engine.arguments(args, kwargs, abstract_ok=False, statics=False)
-            stage_dispatch(self._engine, self._decision,
+            stage_dispatch(self._engine.context, self._decision,
                            [called.input(i, None) for i in range(len(leaves))])
         if not self._called:
             self._called = True

@@ -9,29 +9,23 @@ A refused signature's plan holds its rejection instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import jax
-from jax.sharding import NamedSharding, SingleDeviceSharding
+from jax.sharding import NamedSharding
 
 from . import internals
 from .cache import Entry
+from .decision import CallDecision, StageContext
 from .recovery import (
-    Value, compiled_results, concrete_inputs, concrete_mesh, raw, recover_shardings,
-    single_device_results,
+    Value, compiled_results, concrete_inputs, raw, recover_shardings, single_device_results,
 )
 from .program_body import recovery_origin
 from .resolution import ARRAY, moves
 from .rules import EngineRejection
 from .shardings import (
-    UNSPECIFIED, devices_of, hlo, hlo_equal, is_partial, jax_equivalent, num_devices,
-    placement_equivalent,
+    UNSPECIFIED, devices_of, is_partial, jax_equivalent, num_devices, placement_equivalent,
 )
 from .trees import donated_leaves
-
-if TYPE_CHECKING:
-    from .function_engine import Engine
-    from .stages import CallDecision
 
 __all__ = ["DispatchPlan", "make_plan", "conversion", "reorder"]
 
@@ -84,7 +78,7 @@ class DispatchPlan:
         return error
 
 
-def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
+def make_plan(ctx: StageContext, d: CallDecision, entry: Entry,
               compiled_here: bool) -> DispatchPlan:
     """The plan for a decided call whose executable is ``entry`` (compiled for it, or shared)."""
     arguments = d.arguments
@@ -101,7 +95,7 @@ def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
     plan.inside = tuple((s.path, s.sharding) for s in d.inside)
     plan.held = held_inputs(d)
     plan.transfers = tuple(item.path for item, s in zip(d.inputs, d.final) if moves(item, s))
-    plan.donated = donated_leaves(arguments.positions, engine.options.names,
+    plan.donated = donated_leaves(arguments.positions, ctx.options.names,
                                   arguments.dyn_args, arguments.dyn_kwargs)
     plan.entry = entry
     plan.compiled_here = compiled_here
@@ -111,7 +105,7 @@ def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
     plan.exe_inputs = tuple(exe_inputs)
     if compiled_here:
         theirs = list(facts.out_shardings)
-        engine.counters.diverged(_differences(d, outs, theirs, facts))
+        ctx.counters.diverged(_differences(d, outs, theirs, facts))
         outs = theirs
     plan.out_shardings = tuple(outs)
     plan.conversions = _conversions(d, facts)
@@ -129,7 +123,7 @@ def make_plan(engine: "Engine", d: "CallDecision", entry: Entry,
     return plan
 
 
-def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
+def _recover(d: CallDecision, facts: Any) -> tuple[list[Any], list[Any]]:
     """This call's input and result shardings, over the executable's placements."""
     kept_values = [Value.of_aval(d.in_avals[i]) for i in d.kept]
     kept_final = concrete_inputs([d.final[i] for i in d.kept], d.assignment)
@@ -162,14 +156,13 @@ def _recover(d: "CallDecision", facts: Any) -> tuple[list[Any], list[Any]]:
     outs = recover_shardings(placed_out, out_values, given, given_values, d.context,
                              d.out_paths[0] if d.out_paths else "result")
     outs = single_device_results(outs, d.assignment)
-    outs = [_typed_result(o, s, aval) for o, s, aval in zip(outs, d.out_flat, d.out_avals)]
     exe_inputs: list[Any] = [None] * len(d.arguments.leaves)
     for i, s in zip(d.kept, single_device_results(recovered[len(hoisted):], d.assignment)):
         exe_inputs[i] = s
     return exe_inputs, outs
 
 
-def _differences(d: "CallDecision", mine: list[Any], theirs: list[Any],
+def _differences(d: CallDecision, mine: list[Any], theirs: list[Any],
                  facts: Any) -> list[str]:
     """Where the engine's own prediction differs from what JAX compiled."""
     problems = []
@@ -190,7 +183,7 @@ def _differences(d: "CallDecision", mine: list[Any], theirs: list[Any],
     return problems
 
 
-def _conversions(d: "CallDecision", facts: Any) -> list[Any]:
+def _conversions(d: CallDecision, facts: Any) -> list[Any]:
     """For each flat input: None (as it is) or (how, sharding, fast path keeps it right, aval, order)."""
     arguments = d.arguments
     out: list[Any] = [None] * len(arguments.leaves)
@@ -200,7 +193,7 @@ def _conversions(d: "CallDecision", facts: Any) -> list[Any]:
     return out
 
 
-def _out_labels(d: "CallDecision", facts: Any, outs: list[Any],
+def _out_labels(d: CallDecision, facts: Any, outs: list[Any],
                 committed: tuple[bool, ...]) -> list[Any]:
     """For each result: None (as the executable labels it) or (sharding, aval, order)."""
     labels: list[Any] = []
@@ -244,31 +237,7 @@ def reorder(have: tuple, want: tuple) -> list[int] | None:
     return [position[d] for d in want]
 
 
-def _typed_result(out: Any, given: Any, aval: Any) -> Any:
-    """A result left open whose type carries Explicit mesh axes comes back as its type says.
-
-    Under Explicit axes jit takes a result's sharding from its type (the spec the type
-    carries, over the type's mesh made concrete) when the compiler placed it so; the jit-call
-    semantics model Auto axes only, and this is the engine's reading of JAX for the rest.
-    """
-    typed = getattr(aval, "sharding", None)
-    mesh = getattr(typed, "mesh", None)
-    if given is not UNSPECIFIED or mesh is None or mesh.empty or not isinstance(
-            out, (NamedSharding, SingleDeviceSharding, internals.GSPMDSharding)):
-        return out
-    kinds = set(mesh.axis_types)
-    if jax.sharding.AxisType.Explicit not in kinds or jax.sharding.AxisType.Manual in kinds:
-        return out
-    devices = devices_of(out)
-    if mesh.size != len(devices):
-        return out
-    candidate = NamedSharding(concrete_mesh(mesh, tuple(devices)), typed.spec,
-                              memory_kind=out.memory_kind)
-    ndim = len(aval.shape)
-    return candidate if hlo_equal(hlo(candidate, ndim), hlo(out, ndim)) else out
-
-
-def held_inputs(d: "CallDecision") -> tuple[tuple[str, Any, str], ...]:
+def held_inputs(d: CallDecision) -> tuple[tuple[str, Any, str], ...]:
     """(path, sharding, what) of each closed-over value the program takes in after the
     arguments: the refs that take part (REF-1; their new values written back in place,
     REF-2) and the constants JAX hoists (CONST-1; each on its sharding or left open,

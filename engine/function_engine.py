@@ -31,13 +31,13 @@ from typing import Any, Callable
 from . import internals, layouts
 from .cache import CACHE, Entry, owner_token
 from .call_arguments import NO_STATICS, CallArguments, foreign_argument, refused_leaf
+from .decision import CallDecision, StageContext
 from .dispatch_plan import DispatchPlan
 from .execution import run
 from .options import Options
 from .rules import EngineRejection, LeftToJax, recording, reject
-from .shardings import UNSPECIFIED
 from .stages import (
-    CallDecision, compile_refusal, stage_call, stage_compile, stage_dispatch, stage_lower,
+    JaxTracing, compile_refusal, stage_call, stage_compile, stage_dispatch, stage_lower,
     stage_trace,
 )
 from .statistics import RECENT, CacheInfo, Counters, counting_calls, steps_taken
@@ -54,9 +54,6 @@ class Engine:
                  jax_api: Callable | None = None) -> None:
         self.fun = fun
         self.options = options
-        # JAX's function the engine holds itself to: jax.jit, or pjit for the engine's pjit
-        # (whose refusals JAX words as pjit's, and which reads the legacy ``with mesh:``).
-        self.jax_api = jax_api or internals.JAX_JIT
         self.token = owner_token(fun, self)
         self._lock = threading.RLock()
         self._plans: collections.OrderedDict[tuple, DispatchPlan] = collections.OrderedDict()
@@ -69,35 +66,12 @@ class Engine:
                                                 or options.names.static_names)
         self._generation = 0
         self.dispatcher_ref: Callable[[], Any] = lambda: None
-        self.inner = self._jax_jit(options.out_shardings)   # JAX's own jit, inside
-        self._inner_open: Any = None
-
-    # ----------------------------------------------------------------- JAX's jit, inside
-
-    def _jax_jit(self, out_shardings: Any) -> Any:
-        o = self.options
-        kwargs: dict[str, Any] = dict(
-            **o.given_argnums, keep_unused=o.keep_unused, device=o.device, backend=o.backend, inline=o.inline,
-            compiler_options=o.compiler_options)
-        if o.in_shardings is not UNSPECIFIED:
-            kwargs["in_shardings"] = o.in_shardings
-        if out_shardings is not UNSPECIFIED:
-            kwargs["out_shardings"] = out_shardings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            try:
-                return self.jax_api(self.fun, **kwargs)
-            except EngineRejection:
-                raise
-            except (ValueError, TypeError) as error:
-                raise reject("ENG-4", type(error) if type(error) in (ValueError, TypeError)
-                             else ValueError, f"jax.jit refuses these options: {error}") from None
-
-    def jax_jit_without_out_shardings(self) -> Any:
-        """JAX's own jit of the function with out_shardings left out (made when first asked)."""
-        if self._inner_open is None:
-            self._inner_open = self._jax_jit(UNSPECIFIED)
-        return self._inner_open
+        # What the stages read of this function: its options, JAX's own jit of it (jax.jit,
+        # or pjit for the engine's pjit, whose refusals JAX words as pjit's and which reads
+        # the legacy ``with mesh:``), its cache token and its counters.
+        self.context = StageContext(fun, options, jax_api or internals.JAX_JIT, self.token,
+                                    self.counters)
+        self.inner = self.context.inner   # JAX's own jit, inside
 
     # ----------------------------------------------------------------- the dispatcher's miss
 
@@ -107,12 +81,16 @@ class Engine:
         arguments = CallArguments(args, kwargs, self.options.names, abstract_ok=False)
         if arguments.tracers or not internals.trace_state_clean():
             # Inside another transformation (a tracer among the arguments, or one closed
-            # over): jit as a primitive of the outer trace, as JAX's own jit does.
-            return self.inner(*args, **kwargs), None, False
+            # over): jit as a primitive of the outer trace, as JAX's own jit does, the
+            # function traced from this frame (as deep in the stack as under jax.jit).
+            trace = internals.JaxTrace(self.inner, args, kwargs)
+            params = trace.params or internals.trace_for_jit(*trace.call)
+            return trace.bound(params, args, kwargs), None, False
         if arguments.foreign:
             return self.left_to_jax(arguments, run=True), None, False
         try:
-            plan = self.plan(arguments)
+            # called from here, so that a new signature's trace is JAX's, two frames down
+            plan = self.decision_for(arguments)
         except LeftToJax as why:
             if why.decision is None:
                 return self.left_to_jax(arguments, run=True), None, False
@@ -123,6 +101,8 @@ class Engine:
                 if refusal is error:
                     raise
                 raise refusal.as_jax(error) from None
+        if plan.rejection is not None:
+            raise plan.rejection_again()
         internals.note_python_dispatch()
         outputs = run(plan, arguments.leaves, arguments.treedef, self.counters)
         return outputs, plan.fastpath, False
@@ -170,20 +150,33 @@ class Engine:
         return plan
 
     def decision_for(self, arguments: CallArguments) -> DispatchPlan:
-        """The plan for these arguments' signature, accepted or not: cached, or made (and compiled) now."""
-        with self._lock:
-            plan = self._plans.get(arguments.key)
-            if plan is not None:
-                self._plans.move_to_end(arguments.key)
+        """The plan for these arguments' signature, accepted or not: cached, or made (and compiled) now.
+
+        A new signature is decided here, stage by stage (:mod:`.stages`), and JAX traces the
+        function from this very frame (:class:`~.stages.JaxTracing`): under the
+        dispatcher's miss the function runs as deep in the stack as under ``jax.jit``.
+        """
+        plan = self._known(arguments)
         if plan is not None:
-            self.counters.count("signature_hits")
             return plan
         generation = self._generation
-        with self._lock:
-            known = list(self._plans)[-RECENT:]
-        self.counters.count("signature_misses",
-                            miss=f"signature: {_why_new(known, arguments)}")
-        plan = self._decide(arguments)
+        ctx, d = self.context, CallDecision(arguments)
+        with recording() as fired:
+            try:
+                stage_call(ctx, d)
+                with JaxTracing(ctx, d) as trace:
+                    d.traced = trace.traced(trace.params or internals.trace_for_jit(*trace.call))
+                stage_trace(ctx, d)
+                stage_lower(ctx, d)
+                plan = stage_compile(ctx, d)
+                stage_dispatch(ctx, d)
+            except EngineRejection as error:
+                plan = DispatchPlan()
+                plan.rejection = self.in_jax_words(error, arguments)
+            except LeftToJax as why:
+                why.fired = tuple(dict.fromkeys(fired))  # type: ignore[attr-defined]
+                raise
+        plan.fired = tuple(dict.fromkeys(fired))
         with self._lock:
             if generation == self._generation:
                 self._plans[arguments.key] = plan
@@ -193,22 +186,21 @@ class Engine:
                 plan.entry.users.add(self)
         return plan
 
-    def _decide(self, arguments: CallArguments) -> DispatchPlan:
-        decision = CallDecision(arguments)
-        with recording() as fired:
-            try:
-                stage_call(self, decision)
-                stage_trace(self, decision)
-                stage_lower(self, decision)
-                plan = stage_compile(self, decision)
-                stage_dispatch(self, decision)
-            except EngineRejection as error:
-                plan = DispatchPlan()
-                plan.rejection = self.in_jax_words(error, arguments)
-            except LeftToJax as why:
-                why.fired = tuple(dict.fromkeys(fired))  # type: ignore[attr-defined]
-                raise
-        plan.fired = tuple(dict.fromkeys(fired))
+    def _known(self, arguments: CallArguments) -> DispatchPlan | None:
+        """The plan kept for this signature (a signature hit), else None (a miss, counted
+        with what makes the signature new)."""
+        with self._lock:
+            plan = self._plans.get(arguments.key)
+            if plan is not None:
+                self._plans.move_to_end(arguments.key)
+                known: list[tuple] = []
+            else:
+                known = list(self._plans)[-RECENT:]
+        if plan is not None:
+            self.counters.count("signature_hits")
+        else:
+            self.counters.count("signature_misses",
+                                miss=f"signature: {_why_new(known, arguments)}")
         return plan
 
     def in_jax_words(self, error: EngineRejection, arguments: CallArguments) -> EngineRejection:

@@ -23,6 +23,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from jax._src import api as _api
+from jax._src import api_util as _api_util
 from jax._src import config as _config
 from jax._src import dispatch as _dispatch
 from jax._src import core as _core
@@ -31,6 +32,7 @@ from jax._src import mesh as _mesh
 from jax._src import pjit as _pjit
 from jax._src import shard_map as _shard_map
 from jax._src import sharding_impls as _sharding_impls
+from jax._src import stages as _stages
 from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
 from jax._src import util as _util
@@ -39,6 +41,7 @@ from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lax import parallel as _parallel
 from jax._src.lib import _jax
+from jax._src.lib import jax_jit as _jax_jit
 
 __all__ = [
     "ArrayImpl", "Tracer", "api_boundary", "GSPMDSharding", "make_dispatcher", "ExecutableFacts",
@@ -46,7 +49,7 @@ __all__ = [
     "bodies_of", "trace_context", "context_meshes", "hlo_of",
     "device_list", "array_over", "fastpath_data", "reflatten_for_dispatch",
     "JAX_PJIT", "resource_env_mesh", "use_concrete_mesh", "TracedCall", "traced_calls",
-    "shape_of",
+    "shape_of", "JaxTrace", "trace_for_jit",
 ]
 
 # JAX's own jit and eval_shape, whatever the names ``jax.jit`` and ``jax.eval_shape`` are
@@ -70,17 +73,20 @@ _traceback_util.register_exclusion(os.path.dirname(os.path.abspath(__file__)))
 
 def make_dispatcher(name: str, fun: Callable, cache_miss: Callable,
                     static_argnums: Sequence[int], static_argnames: Sequence[str],
-                    key: Any) -> Any:
+                    key: Any, boundary: bool = True) -> Any:
     """A C++ dispatcher like ``jax.jit``'s: known signatures run without Python.
 
     ``cache_miss(*args, **kwargs)`` is called for every signature the dispatcher has not
     seen, and for signatures whose data it was not given; it returns ``(outputs,
-    fastpath_data or None, False)``. It is an API boundary, as jax.jit's is. As with ``jax.jit``, signatures are held in a
+    fastpath_data or None, False)``. It is an API boundary, as jax.jit's is, unless
+    ``boundary`` is False (the dispatcher is only ever called from a frame that is one
+    already, and a second would only deepen the stack). As with ``jax.jit``, signatures are held in a
     process-wide cache keyed by the function and ``key`` (everything in jit's options that
     decides a call), so ``jit(f, **options)`` made twice shares them; the cache set with
     ``jax.config.jax_jit_cpp_cache_obj`` is used instead where JAX would use it.
     """
-    cache_miss = api_boundary(cache_miss)
+    if boundary:
+        cache_miss = api_boundary(cache_miss)
     try:
         weakref.ref(fun)
     except TypeError:
@@ -166,7 +172,13 @@ def reflatten_for_dispatch(out_tree: Any, out_flat: Sequence[Any]) -> tuple[list
 
 def fastpath_data(facts: ExecutableFacts, out_tree: Any, outputs: Sequence[Any],
                   num_inputs: int) -> Any:
-    """What the dispatcher needs to run one signature without Python."""
+    """What the dispatcher needs to run one signature without Python.
+
+    Each result is labelled with the sharding of the result itself, as jax.jit labels its
+    fast path's (the executable's out shardings): a PRNG key array's, not its physical
+    array's, so that ``jax.random.key_data`` of a key the dispatcher returns carries the
+    key's spec (``P(None, 'y', 'x')``, not ``P(None, 'y', 'x', None)``).
+    """
     flat, dispatch_tree = reflatten_for_dispatch(out_tree, outputs)
     if not all(type(x) is ArrayImpl for x in flat):
         return None
@@ -178,7 +190,7 @@ def fastpath_data(facts: ExecutableFacts, out_tree: Any, outputs: Sequence[Any],
     kept = [i in facts.kept for i in range(facts.num_consts + num_inputs)]
     return _pxla.MeshExecutableFastpathData(
         facts.xla_executable, dispatch_tree, in_shardings,
-        [x.sharding for x in flat], [x.aval for x in flat], [x._committed for x in flat],
+        [x.sharding for x in outputs], [x.aval for x in flat], [x._committed for x in flat],
         kept, facts.layouts, list(facts.const_args))
 
 
@@ -237,6 +249,68 @@ def bodies_of(equation: Any) -> list[Any]:
     """The bodies an equation holds in its parameters (an inner jit's, a shard_map's, a
     scan's, a cond's branches...), in the order JAX walks them."""
     return list(_core.jaxprs_in_params(equation.params))
+
+
+# JAX's tracing of a jitted function's call: called by the engine from the frame that
+# decides the call (see JaxTrace), never through a function of the engine's own.
+trace_for_jit = _pjit._trace_for_jit
+
+
+class JaxTrace:
+    """JAX's own trace of one call of its jitted function ``jitted``, in two halves around
+    the one call of :data:`trace_for_jit` that the caller makes itself.
+
+    ``jitted.trace(...)`` reaches JAX's tracing three frames down (its API boundary, its
+    trace, its parameter inference); the engine decides a new signature a few frames below
+    the dispatcher's miss already, and so would trace the function deeper in the stack than
+    jax.jit does (JAX's own test counts the frames). Taken here, the caller's frame calls
+    JAX's tracing directly. ``params`` is JAX's trace of the same signature kept from
+    before (None: there is none, and ``call`` is what :data:`trace_for_jit` takes);
+    :meth:`traced` gives the ``jax.stages.Traced`` of the call, keeping a new trace where
+    JAX's jit keeps its own, so that JAX's jit of the function meets it again.
+    """
+
+    __slots__ = ("params", "call", "_entry", "_dynamic", "_fun")
+
+    def __init__(self, jitted: Any, args: tuple, kwargs: dict) -> None:
+        fun, info = jitted._fun, jitted._jit_info
+        self._fun = fun
+        mesh = _pjit.get_ctx_mesh(info.use_resource_env)
+        signature, self._dynamic = _jax_jit.parse_arguments(
+            args, tuple(kwargs.values()), tuple(kwargs), info.static_argnums,
+            info.static_argnames, _tree_util.tracing_registry)
+
+        def described() -> Any:
+            return _api_util.debug_info(
+                "jit", fun, args, kwargs, static_argnums=info.static_argnums,
+                static_argnames=info.static_argnames, sourceinfo=info.fun_sourceinfo,
+                signature=info.fun_signature)
+
+        avals = _pjit._infer_input_type(fun, described, self._dynamic)
+        self._entry = _pjit._infer_params_cached(fun, info, signature, avals, mesh)
+        self.params = self._entry.pjit_params
+        self.call = None if self.params is not None else (
+            fun, info, mesh, described(), avals, args, kwargs)
+
+    def _kept(self, params: Any) -> Any:
+        if params is not self.params and not params.params["jaxpr"].jaxpr.is_high:
+            self._entry.pjit_params = params
+        return params
+
+    def traced(self, params: Any) -> Any:
+        """The call's ``Traced``, of ``params``: what :data:`trace_for_jit` returned, or
+        the trace kept from before."""
+        params = self._kept(params)
+        flat = [*params.consts, *self._dynamic]
+        return _stages.Traced([_pjit.convert_to_metaty(x) for x in flat], params.params,
+                              params.in_tree, params.out_tree, params.consts)
+
+    def bound(self, params: Any, args: tuple, kwargs: dict) -> Any:
+        """The call's results, the jit primitive of ``params`` bound in the trace running
+        now (a call inside another transformation), as JAX's jit binds it."""
+        params = self._kept(params)
+        return _pjit._run_python_pjit(params, [*params.consts, *self._dynamic], self._fun,
+                                      args, kwargs)[0]
 
 
 def trace_context() -> tuple:

@@ -9,8 +9,10 @@ Where the rest lives:
 * :mod:`.call_arguments` — one call's arguments, its signature key, ENG-1/2/3/6;
 * :mod:`.function_engine` — what one jitted function holds: its signature cache, the
   dispatcher's miss, the refusal in JAX's words, cache control;
+* :mod:`.decision` — what the stages share: the :class:`~.decision.StageContext` they read
+  of the function, the :class:`~.decision.CallDecision` they write of a call;
 * :mod:`.stages` — deciding a call in JAX's order (call, trace, lower, compile, dispatch),
-  on a :class:`~.stages.CallDecision`, and the executable key (the placement class);
+  and the executable key (the placement class);
 * :mod:`.dispatch_plan` — the decision for a signature, a :class:`~.dispatch_plan.DispatchPlan`:
   the executable, how to hand it the arguments, how to label the results;
 * :mod:`.execution` — running a plan on the Python path;
@@ -130,13 +132,15 @@ class JittedFunction:
     def trace(self, *args: Any, **kwargs: Any) -> Any:
         return self._methods.trace(*args, **kwargs)
 
+    # lower and eval_shape trace through ``trace`` of the methods directly: the function
+    # runs no deeper in the stack than under jax.jit's.
     @internals.api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Any:
-        return self._methods.lower(*args, **kwargs)
+        return self._methods.trace(*args, **kwargs).lower()
 
     @internals.api_boundary
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
-        return self._methods.eval_shape(*args, **kwargs)
+        return self._methods.trace(*args, **kwargs).out_info
 
     @internals.api_boundary
     def explain(self, *args: Any, **kwargs: Any) -> Any:
@@ -194,14 +198,17 @@ def _jitted(engine: Engine) -> JittedFunction:
     """
     o = engine.options
     name = internals.fun_name(engine.fun)
+    donates = bool(o.names.donate_nums or o.names.donate_names)
+    framed = engine.counted or donates
+    # With a frame in front, that frame is the API boundary (the dispatcher is called
+    # from it only), so the traced function runs one frame deeper, not two.
     dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
                                            o.names.static_nums, o.names.static_names,
-                                           o.dispatch_key())
+                                           o.dispatch_key(), boundary=not framed)
     dispatcher._fun = engine.fun  # what JAX's NaN checker reads off a dispatcher
     engine.dispatcher_ref = _weak(dispatcher)
     call: Any = dispatcher
-    donates = bool(o.names.donate_nums or o.names.donate_names)
-    if engine.counted or donates:
+    if framed:
         calls = engine.calls
         check = functools.partial(check_donations, o.names) if donates else None
 

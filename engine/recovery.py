@@ -22,7 +22,7 @@ from .rules import EngineRejection, note, reject, rule
 from .shardings import UNSPECIFIED, devices_of, hlo, hlo_equal, is_abstract, jax_equivalent
 
 __all__ = ["Value", "spec_from_hlo", "recover_shardings", "single_device_results",
-           "compiled_results", "typed_result", "raw", "concrete_inputs", "concrete_mesh"]
+           "compiled_results", "placed_by_type", "typed_result", "raw", "concrete_inputs", "concrete_mesh"]
 
 
 class Value:
@@ -309,13 +309,12 @@ def concrete_inputs(shardings: Sequence[Any], assignment: tuple) -> list[Any]:
 def compiled_results(specified: Sequence[Any], chosen: Sequence[Any],
                      assignment: tuple, avals: Sequence[Any] | None = None) -> list[Any]:
     """What the executable reports before recovery: the given sharding, else the compiler's
-    (a result typed over Explicit axes as :func:`typed_result` reads it, given ``avals``)."""
+    (a result its type places, given ``avals``, as :func:`typed_result` reads it: PROG-5)."""
     out = []
     for k, (s, choice) in enumerate(zip(specified, chosen)):
-        typed = None if s is not UNSPECIFIED or avals is None else \
-            typed_result(avals[k], choice, assignment)
-        if typed is not None:
-            out.append(typed)
+        if s is UNSPECIFIED and avals is not None and placed_by_type(avals[k], choice,
+                                                                     assignment):
+            out.append(typed_result(avals[k], choice, assignment))
         elif s is not UNSPECIFIED:
             out.extend(concrete_inputs([s], assignment))
         elif len(assignment) == 1:
@@ -326,32 +325,39 @@ def compiled_results(specified: Sequence[Any], chosen: Sequence[Any],
     return out
 
 
+def placed_by_type(aval: Any, choice: Any, assignment: tuple) -> bool:
+    """Whether PROG-5 places a result left unspecified: its type's mesh has an Explicit axis
+    and no Manual one and is of the device assignment's size, and the compiler reports an
+    HLO sharding for it (a result whose type has unreduced or reduced axes comes back as
+    the executable reports it, on its type already)."""
+    mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+    if mesh is None or mesh.empty or not isinstance(choice, internals.GSPMDSharding):
+        return False
+    kinds = mesh.axis_types
+    return AxisType.Explicit in kinds and AxisType.Manual not in kinds and \
+        mesh.size == len(assignment)
+
+
+@rule("PROG-5")
 def typed_result(aval: Any, choice: Any, assignment: tuple) -> Any:
-    """The spec's PROG-5, as JAX reads it and the engine needs it when it reuses an
-    executable (the rule itself is JAX's, left to it in the rule index): a result left
-    unspecified whose type's mesh has an Explicit axis comes back on its type's split over
-    that mesh made concrete on the device assignment.
+    """A result left unspecified whose type's mesh has an Explicit axis comes back on its type's split over that mesh made concrete on the device assignment.
 
     Over a mesh of Explicit axes only, that is where it comes back. Over a mesh with Auto
     axes too, jit leaves the dimensions the type does not split open for the compiler: the
     result comes back as its type writes it (every dimension) when the compiler placed it
     so, else the compiler's placement re-read over that mesh (OUT-2, trailing unsplit
-    dimensions dropped), else the compiler's GSPMDSharding for OUT-1. None where the rule
-    does not apply (no such type, a Manual axis, a mesh of another size, a result whose
-    type has unreduced or reduced axes).
+    dimensions dropped), else the compiler's GSPMDSharding ``choice`` for OUT-1. Applies
+    where :func:`placed_by_type` holds; a mesh of another size than the device assignment
+    is refused before lowering (AD-9 over Explicit axes only,
+    :func:`~.resolution.check_typed_result_mesh` over a mixed mesh).
     """
-    typed = getattr(aval, "sharding", None)
-    mesh = getattr(typed, "mesh", None)
-    if mesh is None or mesh.empty or not isinstance(choice, internals.GSPMDSharding):
-        return None
-    kinds = set(mesh.axis_types)
-    if AxisType.Explicit not in kinds or AxisType.Manual in kinds or \
-            mesh.size != len(assignment):
-        return None
+    typed = aval.sharding
+    mesh = typed.mesh
     rank = len(aval.shape)
     written = NamedSharding(concrete_mesh(mesh, tuple(assignment)), typed.spec,
                             memory_kind=choice.memory_kind)
-    if AxisType.Auto not in kinds or hlo_equal(hlo(written, rank), choice._hlo_sharding):
+    if AxisType.Auto not in mesh.axis_types or hlo_equal(hlo(written, rank),
+                                                         choice._hlo_sharding):
         return written
     note("OUT-2")
     read = _read_hlo(choice._hlo_sharding, written.mesh, choice.memory_kind)

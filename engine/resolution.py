@@ -276,6 +276,21 @@ def check_result_mesh(aval: Any, count: int, path: str) -> None:
                      "device= out, or run under jax.set_mesh.", path)
 
 
+def check_typed_result_mesh(aval: Any, count: int, path: str) -> None:
+    """PROG-5 before lowering: a result left to its type, over a mesh with Explicit and Auto
+    axes, needs a device assignment of that mesh's size (JAX cannot make the mesh concrete
+    on another; over Explicit axes only AD-9 refuses first)."""
+    mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
+        return
+    if mesh.size != count:
+        raise reject("PROG-5", ValueError,
+                     f"{path} is left to its type, over {mesh}, a mesh of {mesh.size} devices "
+                     f"with Explicit and Auto axes, but the program runs on {count} "
+                     "device(s), on which that mesh cannot be made concrete. Give the result "
+                     "an out_sharding, or place the program on the mesh's devices.", path)
+
+
 def typed_over_explicit_mesh(aval: Any) -> bool:
     """Whether a value's type names a mesh with axes, all of them Explicit (AD-9 applies)."""
     types = getattr(getattr(getattr(aval, "sharding", None), "mesh", None), "axis_types", ())
@@ -376,4 +391,4 @@ __all__ += ["sharding_from_argument", "check_host_array", "check_memory_kind",
             "check_committed", "check_abstract_size", "default_assignment", "input_source",
             "distinct_sources", "ARRAY", "NUMPY", "NUMPY_SCALAR", "SCALAR", "ABSTRACT",
             "check_tile_count", "check_iota_tiles", "check_result_mesh",
-            "typed_over_explicit_mesh"]
+            "check_typed_result_mesh", "typed_over_explicit_mesh"]

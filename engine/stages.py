@@ -1,12 +1,15 @@
 """The stages of deciding one call, in JAX's order: call, trace, lower, compile, dispatch.
 
 Each stage applies the rules of the jit-call semantics that JAX applies at that point and
-writes what it found into the call's :class:`CallDecision`. A call of a jitted function runs
+writes what it found into the call's :class:`~.decision.CallDecision`; it reads of the
+jitted function only its :class:`~.decision.StageContext`. A call of a jitted function runs
 all five (``Engine`` in :mod:`.function_engine`); the AOT stages (:mod:`.aot`: ``trace``,
 ``lower``, ``compile``) run them one at a time, and stop where JAX's do.
 
 * :func:`stage_call` — before tracing: JIT-5, FIT-2, JIT-4, JIT-3, TREE-1, FIT-1 (inputs);
-* :func:`stage_trace` — tracing, then TREE-2 and FIT-1 (results);
+* :class:`JaxTracing` — JAX's trace, taken in the deciding frame itself (so the function
+  runs as deep in the stack as under ``jax.jit``), its refusals named by rule;
+  :func:`stage_trace` — after it, TREE-2 and FIT-1 (results);
 * :func:`stage_lower` — before lowering: RES-1..5, KEEP-1, the shardings inside the body
   (PROG-2, :mod:`.program_body`), DA-1..4, EXE-1, EXE-2, LAY;
 * :func:`stage_compile` — the executable, from the process-wide cache or compiled, keyed
@@ -20,7 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 from jax.sharding import SingleDeviceSharding
@@ -28,6 +31,7 @@ from jax.sharding import SingleDeviceSharding
 from . import internals, layouts
 from .cache import CACHE, Entry
 from .call_arguments import CallArguments
+from .decision import CallDecision, StageContext
 from .dispatch_plan import DispatchPlan, make_plan
 from .options import check_call_form
 from .program_body import (
@@ -37,8 +41,9 @@ from .program_body import (
 from .recovery import Value, concrete_inputs, recover_shardings
 from .resolution import (
     ABSTRACT, ARRAY, Input, Source, check_has_devices, check_iota_tiles, check_result_mesh,
-    check_reused_replica, check_tile_count, device_assignment, distinct_sources, input_source,
-    kept_inputs, replicate_scalars, resolve_input, results_committed, typed_over_explicit_mesh,
+    check_reused_replica, check_tile_count, check_typed_result_mesh, device_assignment,
+    distinct_sources, input_source, kept_inputs, replicate_scalars, resolve_input,
+    results_committed, typed_over_explicit_mesh,
 )
 from .rules import EngineRejection, LeftToJax, reject
 from .traced_refusals import name_trace_refusal
@@ -50,47 +55,15 @@ from .trees import (
     convert_tree, donated_leaves, match_in_shardings, match_out_shardings, result_paths,
 )
 
-if TYPE_CHECKING:
-    from .function_engine import Engine
-
-__all__ = ["CallDecision", "stage_call", "stage_trace", "stage_lower", "stage_compile",
-           "stage_dispatch", "executable_key", "compile_refusal"]
-
-
-class CallDecision:
-    """The engine's record of one call being decided: what each stage found so far."""
-
-    def __init__(self, arguments: CallArguments) -> None:
-        self.arguments = arguments
-        self.context: Any = None
-        self.target: Any = None
-        self.jit_in: list[Any] = []
-        self.in_layouts: list[Any] = []
-        self.out_layouts: list[Any] = []
-        self.out_tree_shardings: Any = UNSPECIFIED
-        self.traced: Any = None
-        self.out_paths: list[str] = []
-        self.out_flat: list[Any] = []
-        self.in_avals: list[Any] = []    # the call's own arguments as the program types them
-        self.out_avals: list[Any] = []
-        self.inputs: list[Input] = []
-        self.resolved: list[Any] = []
-        self.kept: tuple[int, ...] = ()
-        self.assignment: tuple = ()
-        self.count = 0
-        self.final: list[Any] = []
-        self.committed = False
-        self.inside: tuple[Source, ...] = ()   # the shardings inside the body (PROG-2)
-        self.refs: tuple[Any, ...] = ()        # the closed-over refs that take part (REF-1)
-        self.constants: tuple[Any, ...] = ()   # hoisted committed constants (CONST-2)
-        self.compiler_options: dict[str, Any] | None = None   # given to Lowered.compile
+__all__ = ["CallDecision", "StageContext", "stage_call", "JaxTracing", "stage_trace",
+           "stage_lower", "stage_compile", "stage_dispatch", "executable_key", "compile_refusal"]
 
 
 # --------------------------------------------------------------------------- call
 
-def stage_call(engine: "Engine", d: CallDecision) -> None:
+def stage_call(ctx: StageContext, d: CallDecision) -> None:
     """At the call, before tracing: JIT-5, FIT-2, JIT-4, JIT-3, TREE-1, FIT-1 (inputs)."""
-    o, arguments = engine.options, d.arguments
+    o, arguments = ctx.options, d.arguments
     d.context = context_mesh()
     _check_abstract_types(arguments)
     check_call_form(arguments.kwargs, o.in_shardings, d.context, o.device_or_backend)
@@ -133,9 +106,53 @@ def _leaf_to_sharding(leaf: Any, which: str, context: Any) -> Any:
 
 # --------------------------------------------------------------------------- trace
 
-def stage_trace(engine: "Engine", d: CallDecision) -> None:
-    """Tracing, then TREE-2 and FIT-1 (results)."""
-    d.traced = _trace(engine, d)
+class JaxTracing:
+    """JAX's trace of the call, taken in the frame of the code that decides it::
+
+        with JaxTracing(ctx, d) as trace:
+            d.traced = trace.traced(trace.params or internals.trace_for_jit(*trace.call))
+        stage_trace(ctx, d)
+
+    JAX's tracing is called from that frame itself, not from a function of the engine's, so
+    the traced function runs as deep in the stack as under ``jax.jit`` (JAX's own
+    ``test_jit_traceback`` counts the frames; the engine adds none). What JAX raises while
+    tracing leaves the block named by the engine's rule where it has one (a call inside the
+    body JAX refused, :func:`~.traced_refusals.name_trace_refusal`; out_shardings the
+    results do not fit, TREE-2 and FIT-1), else as JAX raised it.
+    """
+
+    __slots__ = ("_ctx", "_d")
+
+    def __init__(self, ctx: StageContext, d: CallDecision) -> None:
+        self._ctx, self._d = ctx, d
+
+    def __enter__(self) -> internals.JaxTrace:
+        arguments = self._d.arguments
+        return internals.JaxTrace(self._ctx.inner, arguments.args, arguments.kwargs)
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> bool:
+        if error is None or isinstance(error, EngineRejection) or \
+                not isinstance(error, Exception):
+            return False
+        named = name_trace_refusal(error)   # a call inside the body JAX refused (its rule)
+        if named is not error:
+            raise named.with_traceback(traceback) from None
+        if self._ctx.options.out_shardings is UNSPECIFIED:
+            return False
+        # JAX refused while tracing. If the function traces without out_shardings, the
+        # engine's own rules say what is wrong with them (and raise); else JAX's error stands.
+        arguments = self._d.arguments
+        try:
+            plain = self._ctx.jax_jit_without_out_shardings().trace(*arguments.args,
+                                                                     **arguments.kwargs)
+        except Exception:  # noqa: BLE001 - the function itself fails: JAX's error stands
+            return False
+        _result_shardings(self._d, plain.out_tree, list(plain.jaxpr.out_avals))
+        return False
+
+
+def stage_trace(ctx: StageContext, d: CallDecision) -> None:
+    """After JAX's trace (:class:`JaxTracing`): TREE-2 and FIT-1 (results)."""
     if internals.trace_state_clean():
         internals.check_no_escaped_tracers(d.traced)
     if internals.hoisted_constants(d.traced):
@@ -167,37 +184,14 @@ def _result_shardings(d: CallDecision, out_tree: Any, out_avals: list[Any]) -> l
     return flat
 
 
-def _trace(engine: "Engine", d: CallDecision) -> Any:
-    arguments = d.arguments
-    try:
-        return engine.inner.trace(*arguments.args, **arguments.kwargs)
-    except EngineRejection:
-        raise
-    except Exception as error:
-        named = name_trace_refusal(error)   # a call inside the body JAX refused (its rule)
-        if named is not error:
-            raise named.with_traceback(error.__traceback__) from None
-        if engine.options.out_shardings is UNSPECIFIED:
-            raise
-        # JAX refused while tracing. If the function traces without out_shardings,
-        # the engine's own rules say what is wrong with them.
-        try:
-            plain = engine.jax_jit_without_out_shardings().trace(*arguments.args,
-                                                                  **arguments.kwargs)
-        except Exception:  # noqa: BLE001 - the function itself fails: JAX's error stands
-            raise error from None
-        _result_shardings(d, plain.out_tree, list(plain.jaxpr.out_avals))
-        raise
-
-
 # --------------------------------------------------------------------------- lower
 
-def stage_lower(engine: "Engine", d: CallDecision) -> None:
+def stage_lower(ctx: StageContext, d: CallDecision) -> None:
     """Before lowering: RES-1..5, KEEP-1, the shardings inside the body (PROG-2; as they are
     listed, SMAP-12 for the in specs of shard_maps over concrete meshes), DA-1..4,
     EXE-1, what lowering checks inside the body (WSC-8; SMAP-12, SMAP-13, SMAP-22 in its
     shard_maps), EXE-2."""
-    o, arguments = engine.options, d.arguments
+    o, arguments = ctx.options, d.arguments
     n = len(arguments.leaves)
     d.inputs = [arguments.input(i, d.jit_in[i]) for i in range(n)]
     processes = jax.process_count()
@@ -225,9 +219,11 @@ def stage_lower(engine: "Engine", d: CallDecision) -> None:
     assert assignment is not None
     d.assignment = tuple(assignment)
     d.final = replicate_scalars(d.resolved, [len(i.shape) for i in d.inputs], d.assignment)
-    for aval, path in zip(d.out_avals, d.out_paths):
+    for aval, s, path in zip(d.out_avals, d.out_flat, d.out_paths):
         if typed_over_explicit_mesh(aval):   # a result typed over an all-Explicit mesh
             check_result_mesh(aval, d.count, path)
+        elif s is UNSPECIFIED:   # a result its type places, over a mixed mesh (PROG-5)
+            check_typed_result_mesh(aval, d.count, path)
     for i in d.kept:  # only an abstract argument's own sharding may not fit yet (FIT-3)
         if d.inputs[i].kind == ABSTRACT:
             check_lowered_fit(d.final[i], d.inputs[i].shape, d.inputs[i].path)
@@ -257,7 +253,7 @@ def _check_layouts(d: CallDecision) -> None:
 
 # --------------------------------------------------------------------------- compile
 
-def stage_compile(engine: "Engine", d: CallDecision) -> DispatchPlan:
+def stage_compile(ctx: StageContext, d: CallDecision) -> DispatchPlan:
     """The executable (from the cache, or compiled), the results' shardings (OUT-1..3), how to run.
 
     A call with mutable refs that take part (passed or closed over) is decided up to here
@@ -267,24 +263,24 @@ def stage_compile(engine: "Engine", d: CallDecision) -> DispatchPlan:
     if arguments.refs or d.refs:
         check_refs_not_donated(
             arguments.paths(), arguments.refs, d.kept, donated_leaves(
-                arguments.positions, engine.options.names, arguments.dyn_args,
+                arguments.positions, ctx.options.names, arguments.dyn_args,
                 arguments.dyn_kwargs),
             [(x.shape, x.dtype, f) for x, f in zip(d.inputs, d.final)],
             [(a.shape, a.dtype, s) for a, s in zip(d.out_avals, d.out_flat)], d.count)
         raise LeftToJax("mutable refs among its inputs", d)
     _check_input_recovery(d)
-    key = executable_key(engine, d)
+    key = executable_key(ctx, d)
     entry, compiled_here = CACHE.get_or_compile(
-        engine.token, key, functools.partial(_compile, engine, d, key))
+        ctx.token, key, functools.partial(_compile, ctx, d, key))
     if compiled_here:
-        engine.counters.count("executable_misses", "compiles",
-                              miss=f"executable: {_why_compiled(engine.token, key)}")
+        ctx.counters.count("executable_misses", "compiles",
+                              miss=f"executable: {_why_compiled(ctx.token, key)}")
     else:
-        engine.counters.count("executable_hits")
-    return make_plan(engine, d, entry, compiled_here)
+        ctx.counters.count("executable_hits")
+    return make_plan(ctx, d, entry, compiled_here)
 
 
-def executable_key(engine: "Engine", d: CallDecision) -> tuple:
+def executable_key(ctx: StageContext, d: CallDecision) -> tuple:
     """The placement class of this call: what the executable depends on."""
     arguments = d.arguments
     # Every argument as the program types it: shape, dtype, weak type, memory space, and
@@ -301,7 +297,7 @@ def executable_key(engine: "Engine", d: CallDecision) -> tuple:
     # where it runs is the device assignment.
     program = ProgramText(d.traced.jaxpr)
     return (arguments.treedef, arguments.key[1], avals, internals.program_context(), program,
-            engine.options.key, d.kept, kept_classes, out_classes,
+            ctx.options.key, d.kept, kept_classes, out_classes,
             tuple(dev.id for dev in d.assignment), _layout_key(d),
             tuple(sorted((d.compiler_options or {}).items())))
 
@@ -398,7 +394,7 @@ def _why_compiled(token: Any, key: tuple) -> str:
     return "new " + ", ".join(differing)
 
 
-def _compile(engine: "Engine", d: CallDecision, key: tuple) -> Entry:
+def _compile(ctx: StageContext, d: CallDecision, key: tuple) -> Entry:
     start = time.perf_counter()
     try:
         lowered = d.traced.lower()
@@ -413,7 +409,7 @@ def _compile(engine: "Engine", d: CallDecision, key: tuple) -> Entry:
     except ValueError as error:
         raise compile_refusal(error, d) from None
     facts = internals.executable_facts(compiled)
-    return Entry(key, engine.token, facts, time.perf_counter() - start, d.context is not None)
+    return Entry(key, ctx.token, facts, time.perf_counter() - start, d.context is not None)
 
 
 def compile_refusal(error: BaseException, d: CallDecision) -> BaseException:
@@ -428,9 +424,9 @@ def compile_refusal(error: BaseException, d: CallDecision) -> BaseException:
 
 # --------------------------------------------------------------------------- dispatch
 
-def stage_dispatch(engine: "Engine", d: CallDecision, inputs: list[Input] | None = None) -> None:
+def stage_dispatch(ctx: StageContext, d: CallDecision, inputs: list[Input] | None = None) -> None:
     """Handing the arguments over: RES-5 under device=/backend= (kept inputs only)."""
-    if not engine.options.device_or_backend:
+    if not ctx.options.device_or_backend:
         return
     inputs = d.inputs if inputs is None else inputs
     for i in d.kept:

@@ -43,6 +43,7 @@ from shardlaw.spec import (
     SingleDeviceSharding, Value, explain_program, to_jax,
 )
 from shardlaw.spec.bridge.program import describe_program
+from shardlaw.spec.core.values import AxisType
 
 # pytest collects the suite's engine properties from this module's namespace
 from shardlaw.properties.suites.programs import (  # noqa: F401
@@ -129,6 +130,23 @@ def test_a_constraint_two_bodies_down_is_refused_at_its_path():
     inner = Recipe((Step("jit", 0, body=innermost),), (1,))
     case = Case((X,), Recipe((Step("sin", 0), Step("jit", 1, body=inner)), (2,)))
     _refused(case, "DA-1", "lower", "body[1].jit.body[0].jit.body[0]")
+
+
+@checks("PROG-5", "AD-9")
+@pytest.mark.parametrize("types, rule", [(("Explicit", "Auto"), "PROG-5"),
+                                         (("Explicit", "Explicit"), "AD-9")])
+def test_a_result_left_to_a_type_over_a_mesh_of_other_size_is_refused_before_lowering(
+        types, rule):
+    """A reshard places nothing, so the program runs on one device; its result, left to its
+    type over a mesh of eight, is refused before lowering, where JAX refuses it while
+    lowering: by PROG-5 over a mixed mesh, by AD-9 over Explicit axes only."""
+    mesh = Mesh.iota((2, 4), ("x", "y"), tuple(getattr(AxisType, t) for t in types))
+    case = Case((Value.numpy((8, 8)),),
+                Recipe((Step("reshard", 0, NamedSharding(mesh, P("x"))),), (1,)))
+    error, theirs = _refused(case, rule, "lower", "result[0]")
+    assert type(theirs) is ValueError
+    explanation = engine.jit(function_of(case)).explain(*arguments_of(case))
+    assert (explanation.rule, explanation.stage) == (rule, "lower")
 
 
 @checks("PROG-2")

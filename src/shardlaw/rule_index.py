@@ -36,8 +36,8 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
-['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-5', 'PROG-6',
- 'REF-2', 'WSC-10', 'WSC-11', 'WSC-12']
+['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-6', 'REF-2',
+ 'WSC-10', 'WSC-11', 'WSC-12']
 """
 
 from __future__ import annotations
@@ -205,10 +205,6 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "JAX's lowering of the constraint merges the operand's split over Explicit axes into "
         "the constraint's spec and refuses a mesh axis named twice; the engine's walk of "
         "the body does not read value types, and JAX's refusal stands"),
-    "PROG-5": _left_to_jax(
-        "JAX makes a result's sharding from its type when lowering (the type's split over "
-        "Explicit axes, made concrete on the device assignment) and the engine reads the "
-        "results' shardings JAX gives; the engine does not read result types"),
     "PROG-6": _left_to_jax(
         "only vmap's batching rule binds an out sharding with a dimension left UNCONSTRAINED "
         "(jax.jit refuses one), and JAX reads the compiler's placement of such a result "
