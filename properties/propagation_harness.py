@@ -107,46 +107,52 @@ def recipes(draw: Any, max_steps: int = 5) -> Recipe:
     for _ in range(draw(st.integers(1, max_steps))):
         v = draw(st.integers(0, len(shapes) - 1))
         shape = shapes[v]
-        kind = draw(st.sampled_from(("unary", "binary", "broadcast_add", "scalar", "dot",
-                                     "reduce", "transpose", "reshape", "broadcast",
-                                     "convert")))
-        if kind == "unary":
-            step, out = ("unary", (v,), draw(st.sampled_from(UNARY))), shape
-        elif kind == "binary":
-            w = same_shape(shape)
-            step, out = ("binary", (v, w), draw(st.sampled_from(BINARY))), shape
-        elif kind == "broadcast_add" and len(shape) >= 2:
-            w = same_shape(shape[-1:])
-            step, out = ("broadcast_add", (v, w), None), shape
-        elif kind == "scalar":
-            step, out = ("scalar", (v,), None), shape
-        elif kind == "dot" and len(shape) in (2, 3):
-            n = draw(st.sampled_from(SIZES))
-            other = (*shape[:-2], shape[-1], n)
-            w = same_shape(other)
-            step, out = ("dot", (v, w), None), (*shape[:-1], n)
-        elif kind == "reduce" and len(shape) >= 2:
-            axis = draw(st.integers(0, len(shape) - 1))
-            op = draw(st.sampled_from(("sum", "max")))
-            step, out = ("reduce", (v,), (op, axis)), shape[:axis] + shape[axis + 1:]
-        elif kind == "transpose" and len(shape) >= 2:
-            perm = tuple(draw(st.permutations(range(len(shape)))))
-            step, out = ("transpose", (v,), perm), tuple(shape[p] for p in perm)
-        elif kind == "reshape":
-            out = _reshaped(draw, shape)
-            step = ("reshape", (v,), out)
-        elif kind == "broadcast" and len(shape) <= 2:
-            where = draw(st.integers(0, len(shape)))
-            n = draw(st.sampled_from(SIZES))
-            out = shape[:where] + (n,) + shape[where:]
-            step = ("broadcast", (v,), (where, out))
-        else:
-            step, out = ("convert", (v,), None), shape
+        step, out = _step(draw, v, shape, same_shape)
         steps.append(step)
         shapes.append(out)
     made = [k for k, (kind, _, _) in enumerate(steps) if kind != "input"]
     outputs = tuple(draw(st.lists(st.sampled_from(made), min_size=1, max_size=3)))
     return Recipe(mesh, reversed_devices, tuple(inputs), tuple(steps), outputs)
+
+
+def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
+    """One drawn step over value ``v`` of ``shape`` and the shape of its result."""
+    kind = draw(st.sampled_from(("unary", "binary", "broadcast_add", "scalar", "dot",
+                                 "reduce", "transpose", "reshape", "broadcast",
+                                 "convert")))
+    if kind == "unary":
+        step, out = ("unary", (v,), draw(st.sampled_from(UNARY))), shape
+    elif kind == "binary":
+        w = same_shape(shape)
+        step, out = ("binary", (v, w), draw(st.sampled_from(BINARY))), shape
+    elif kind == "broadcast_add" and len(shape) >= 2:
+        w = same_shape(shape[-1:])
+        step, out = ("broadcast_add", (v, w), None), shape
+    elif kind == "scalar":
+        step, out = ("scalar", (v,), None), shape
+    elif kind == "dot" and len(shape) in (2, 3):
+        n = draw(st.sampled_from(SIZES))
+        other = (*shape[:-2], shape[-1], n)
+        w = same_shape(other)
+        step, out = ("dot", (v, w), None), (*shape[:-1], n)
+    elif kind == "reduce" and len(shape) >= 2:
+        axis = draw(st.integers(0, len(shape) - 1))
+        op = draw(st.sampled_from(("sum", "max")))
+        step, out = ("reduce", (v,), (op, axis)), shape[:axis] + shape[axis + 1:]
+    elif kind == "transpose" and len(shape) >= 2:
+        perm = tuple(draw(st.permutations(range(len(shape)))))
+        step, out = ("transpose", (v,), perm), tuple(shape[p] for p in perm)
+    elif kind == "reshape":
+        out = _reshaped(draw, shape)
+        step = ("reshape", (v,), out)
+    elif kind == "broadcast" and len(shape) <= 2:
+        where = draw(st.integers(0, len(shape)))
+        n = draw(st.sampled_from(SIZES))
+        out = shape[:where] + (n,) + shape[where:]
+        step = ("broadcast", (v,), (where, out))
+    else:
+        step, out = ("convert", (v,), None), shape
+    return step, out
 
 
 def _reshaped(draw: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
