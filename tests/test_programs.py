@@ -35,6 +35,7 @@ from shardlaw.spec.bridge.program import describe_program
 from shardlaw.spec.core.values import AxisType
 from shardlaw.spec.program.description import MAX_DEPTH
 from shardlaw.spec.program.explain import program_call
+from shardlaw.spec.program.propagation import predicted_choices
 
 MESH = Mesh.iota((2, 4), ("x", "y"))
 REVERSED = Mesh((2, 4), ("x", "y"), range(7, -1, -1))   # the same devices, in reverse
@@ -215,13 +216,20 @@ def test_a_program_without_shardings_inside_is_decided_as_its_jit_call():
     for program in (Program((X,), (Opaque((0,), (X.type,), primitive="neg"),), (1,)),
                     Program((Value.numpy((4,)), X), outputs=(1,)),
                     Program((X,), outputs=(0,), out_shardings=(NamedSharding(HALF, P()),))):
-        verdict, call = explain_program(program), jit_call(program_call(program))
+        # a result left to the compiler is placed as propagation predicts where it does
+        # (PROP-5: the first program's result, on its input's split): the jit call with
+        # that choice of the compiler's
+        choices = predicted_choices(program)
+        verdict = explain_program(program)
+        call = jit_call(dataclasses.replace(program_call(program), compiler=choices))
         for field in ("accepted", "rule", "stage", "path", "in_shardings", "out_shardings",
                       "out_committed", "kept_inputs"):
             assert getattr(verdict, field) == getattr(call, field), field
         # the same rules, and the PROG rules that looked inside the body and found nothing
         assert tuple(r for r in verdict.trace if not r.startswith("PROG-")) == call.trace
         assert verdict.inside == () and verdict.placed_by in ((), (None,))
+    assert explain_program(Program((X,), (Opaque((0,), (X.type,), primitive="neg"),), (1,))
+                           ).out_shardings == (X.sharding,)
 
 
 # --------------------------------------------------------------------------- describing

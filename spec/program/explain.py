@@ -64,6 +64,7 @@ from .lowering import (
     Live, equation_path, inside_shardings, live_parts, lowered_live, placed_results,
 )
 from .primitives import TRACING, Kind, entry_of
+from .propagation import predicted_choices, undetermined_results
 from .refs import check_no_closed_over_refs, check_shard_map_ref_writes
 from .shardmap import (
     check_listed_in_specs, lower_shard_maps, shardings_decision, trace_shard_map,
@@ -98,7 +99,8 @@ class ProgramVerdict:
     equation's: ``body[0].jit.body[1]``), ``stage`` and ``facts``. Both: ``trace``.
     Accepted, ``opaque`` lists the (path, primitive) of each equation whose primitive the
     primitive table has no entry for: nothing of its own was checked, and its sharding is
-    not propagated.
+    not propagated; ``undetermined``, the (path, reason) of each result left to the
+    compiler whose placement propagation does not determine (PROP-1 to PROP-5).
     """
 
     accepted: bool
@@ -128,6 +130,8 @@ class ProgramVerdict:
     facts: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), compare=False, repr=False)
     opaque: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False,
                                                             repr=False)
+    undetermined: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False,
+                                                                  repr=False)
 
     def __str__(self) -> str:
         if not self.accepted:
@@ -154,6 +158,8 @@ class ProgramVerdict:
                                   self.placed_by or (None,) * count):
             lines.append(f"  out    {path}: {s!r}" + ("" if c else " (uncommitted)")
                          + (f", placed by {by}" if by else ""))
+        for path, why in self.undetermined:
+            lines.append(f"  open   {path}: {why}")
         return "\n".join(lines)
 
 
@@ -538,7 +544,8 @@ def _accepted(program: Program, trace: list[str], n: Any, stages: tuple, inside:
         kept_inputs=lowered.kept, transfers=held.relabeled(dispatched.transfers),
         inside=tuple((s.path, s.sharding) for s in inside),
         placed_by=tuple(by for _, by in placed), constants=held.hoisted,
-        ref_updates=held.updates, decided=tuple(decided), opaque=opaque_equations(program))
+        ref_updates=held.updates, decided=tuple(decided), opaque=opaque_equations(program),
+        undetermined=undetermined_results(program, n.out_paths, compiled.out_shardings))
 
 
 def _traced(program: Program, n: Any, traced: Any, inside: tuple,
@@ -579,8 +586,9 @@ def _choices(program: Program, placed: tuple) -> tuple | None:
     """Per output: the placement PROG-4 decides, else the compiler's choice the description
     gives (None: not known)."""
     given = program.compiler or (None,) * len(program.outputs)
-    choices = tuple(hlo if hlo is not None else choice
-                    for (hlo, _), choice in zip(placed, given))
+    predicted = predicted_choices(program)   # PROP-5, where propagation determines it
+    choices = tuple(hlo if hlo is not None else choice if choice is not None else guessed
+                    for (hlo, _), choice, guessed in zip(placed, given, predicted))
     return None if all(c is None for c in choices) else choices
 
 

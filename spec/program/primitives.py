@@ -87,6 +87,9 @@ class Factors:
     results: tuple[tuple[str, ...], ...]
     reduced: frozenset[str] = frozenset()
     replicated: frozenset[str] = frozenset()
+    # (factor, size) of each factor that shares a dimension with another (a reshape's,
+    # major first); a factor alone in a dimension has that dimension's size.
+    sizes: tuple[tuple[str, int], ...] = ()
 
     @property
     def passed_through(self) -> frozenset[str]:
@@ -469,3 +472,9 @@ for _name in ("swap", "addupdate"):
                   transpose="opaque", effect="writes ref",
                   checks=("REF-4", "REF-5", "REF-6", "REF-8")))
 del _name
+
+# Sharding rules (issue 33), by family, in a module of their own that fills the slots.
+from .sharding_factors import SHARDING_RULES  # noqa: E402  (it reads Factors above)
+for _name, _rule in SHARDING_RULES.items():
+    TABLE[_name] = dataclasses.replace(TABLE[_name], sharding=_rule)
+del _name, _rule

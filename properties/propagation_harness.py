@@ -1,0 +1,280 @@
+"""Where the compiler decides, held to real XLA: drawn programs of the propagated
+primitives (PROP-1 to PROP-5) against the compiled executable's result shardings.
+
+A :class:`Recipe` is a small program over Auto axes of one 8-device mesh (of shape
+``(8,)``, ``(2, 4)``, ``(4, 2)`` or ``(2, 2, 2)``, devices in order or reversed): inputs
+of 1 to 3 dimensions of sizes 2 to 16, each committed to a drawn split, and steps —
+elementwise unary and binary operations (operands of one shape with conflicting or partly
+open splits, a rank-1 operand broadcast along the last dimension, a scalar), ``dot_general``
+with batch and contracting dimensions split, reductions, transposes, reshapes merging and
+splitting dimensions, ``broadcast_in_dim`` and ``convert_element_type`` — each over an
+earlier value or a fresh input. :func:`compare_recipe` builds the real function, reads its
+:class:`~shardlaw.spec.Program` with :func:`~shardlaw.spec.bridge.program.describe_program`,
+asks :func:`~shardlaw.spec.explain_program` and compares every result the spec places with
+the sharding the executable returns it on: equal as JAX spells it, not only
+placement-equivalent. A result the spec leaves UNSPECIFIED is an abstention (counted, with
+the reason the verdict gives); any other difference is a disagreement.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+from hypothesis import strategies as st
+
+__all__ = ["Recipe", "recipes", "compare_recipe", "Outcome", "TALLY"]
+
+MESHES = ((8,), (2, 4), (4, 2), (2, 2, 2))
+NAMES = ("x", "y", "z")
+SIZES = (2, 4, 8, 16)
+UNARY = ("neg", "sin", "tanh", "exp")
+BINARY = ("add", "mul", "sub", "max")
+
+# Over the run: outcomes ("agree", "abstain", "disagree") and, per primitive of the
+# programs whose every result the spec predicted, how many such programs held it.
+TALLY: collections.Counter = collections.Counter()
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A drawn program: its mesh (shape, reversed devices), its inputs (shape, split per
+    dimension) and its steps ``(kind, operands, parameter)``, each giving one value (an
+    ``input`` step gives input number ``parameter``); operands and ``outputs`` number the
+    steps' values."""
+
+    mesh: tuple[int, ...]
+    reversed_devices: bool
+    inputs: tuple[tuple[tuple[int, ...], tuple], ...]
+    steps: tuple[tuple[str, tuple[int, ...], Any], ...]
+    outputs: tuple[int, ...]
+
+
+def _split(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
+    """A split of ``shape``: per dimension None, an axis or two axes dividing it."""
+    names = NAMES[:len(mesh)]
+    size = dict(zip(names, mesh))
+    free = list(names)
+    out = []
+    for dim in shape:
+        choice = draw(st.sampled_from(["none", "one", "two"]))
+        fit = [a for a in free if dim % size[a] == 0]
+        if choice == "one" and fit:
+            axis = draw(st.sampled_from(fit))
+            free.remove(axis)
+            out.append(axis)
+        elif choice == "two" and len(fit) >= 2:
+            a = draw(st.sampled_from(fit))
+            rest = [b for b in fit if b != a and dim % (size[a] * size[b]) == 0]
+            if rest:
+                b = draw(st.sampled_from(rest))
+                free.remove(a)
+                free.remove(b)
+                out.append((a, b))
+            else:
+                free.remove(a)
+                out.append(a)
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+@st.composite
+def recipes(draw: Any, max_steps: int = 5) -> Recipe:
+    """Recipes from small to large: one input and one step first."""
+    mesh = draw(st.sampled_from(MESHES))
+    reversed_devices = draw(st.booleans())
+    inputs: list = []
+    shapes: list[tuple[int, ...]] = []
+
+    steps: list = []
+
+    def new_input(shape: tuple[int, ...]) -> int:
+        inputs.append((shape, _split(draw, shape, mesh)))
+        steps.append(("input", (), len(inputs) - 1))
+        shapes.append(shape)
+        return len(shapes) - 1
+
+    def same_shape(shape: tuple[int, ...]) -> int:
+        known = [k for k, s in enumerate(shapes) if s == shape]
+        if known and draw(st.booleans()):
+            return draw(st.sampled_from(known))
+        return new_input(shape)
+
+    rank = draw(st.integers(1, 3))
+    new_input(tuple(draw(st.sampled_from(SIZES)) for _ in range(rank)))
+    for _ in range(draw(st.integers(1, max_steps))):
+        v = draw(st.integers(0, len(shapes) - 1))
+        shape = shapes[v]
+        step, out = _step(draw, v, shape, same_shape)
+        steps.append(step)
+        shapes.append(out)
+    made = [k for k, (kind, _, _) in enumerate(steps) if kind != "input"]
+    outputs = tuple(draw(st.lists(st.sampled_from(made), min_size=1, max_size=3)))
+    return Recipe(mesh, reversed_devices, tuple(inputs), tuple(steps), outputs)
+
+
+def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
+    """One drawn step over value ``v`` of ``shape`` and the shape of its result."""
+    kind = draw(st.sampled_from(("unary", "binary", "broadcast_add", "scalar", "dot",
+                                 "reduce", "transpose", "reshape", "broadcast",
+                                 "convert")))
+    if kind == "unary":
+        step, out = ("unary", (v,), draw(st.sampled_from(UNARY))), shape
+    elif kind == "binary":
+        w = same_shape(shape)
+        step, out = ("binary", (v, w), draw(st.sampled_from(BINARY))), shape
+    elif kind == "broadcast_add" and len(shape) >= 2:
+        w = same_shape(shape[-1:])
+        step, out = ("broadcast_add", (v, w), None), shape
+    elif kind == "scalar":
+        step, out = ("scalar", (v,), None), shape
+    elif kind == "dot" and len(shape) in (2, 3):
+        n = draw(st.sampled_from(SIZES))
+        other = (*shape[:-2], shape[-1], n)
+        w = same_shape(other)
+        step, out = ("dot", (v, w), None), (*shape[:-1], n)
+    elif kind == "reduce" and len(shape) >= 2:
+        axis = draw(st.integers(0, len(shape) - 1))
+        op = draw(st.sampled_from(("sum", "max")))
+        step, out = ("reduce", (v,), (op, axis)), shape[:axis] + shape[axis + 1:]
+    elif kind == "transpose" and len(shape) >= 2:
+        perm = tuple(draw(st.permutations(range(len(shape)))))
+        step, out = ("transpose", (v,), perm), tuple(shape[p] for p in perm)
+    elif kind == "reshape":
+        out = _reshaped(draw, shape)
+        step = ("reshape", (v,), out)
+    elif kind == "broadcast" and len(shape) <= 2:
+        where = draw(st.integers(0, len(shape)))
+        n = draw(st.sampled_from(SIZES))
+        out = shape[:where] + (n,) + shape[where:]
+        step = ("broadcast", (v,), (where, out))
+    else:
+        step, out = ("convert", (v,), None), shape
+    return step, out
+
+
+def _reshaped(draw: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A reshape merging two adjacent dimensions or splitting one into two."""
+    if len(shape) >= 2 and draw(st.booleans()):
+        d = draw(st.integers(0, len(shape) - 2))
+        return shape[:d] + (shape[d] * shape[d + 1],) + shape[d + 2:]
+    d = draw(st.integers(0, len(shape) - 1))
+    divisors = [k for k in (2, 4, 8) if shape[d] % k == 0 and k < shape[d]]
+    if not divisors or len(shape) >= 3:
+        return shape[:-1] + (shape[-1],) if len(shape) < 2 else \
+            shape[:-2] + (shape[-2] * shape[-1],)
+    k = draw(st.sampled_from(divisors))
+    return shape[:d] + (k, shape[d] // k) + shape[d + 1:]
+
+
+# --------------------------------------------------------------------------- the real program
+
+def _jax_mesh(recipe: Recipe) -> Any:
+    import jax
+    import numpy as np
+    devices = jax.devices()[:8]
+    if recipe.reversed_devices:
+        devices = devices[::-1]
+    auto = jax.sharding.AxisType.Auto
+    return jax.sharding.Mesh(np.array(devices).reshape(recipe.mesh), NAMES[:len(recipe.mesh)],
+                             axis_types=(auto,) * len(recipe.mesh))
+
+
+def function_of(recipe: Recipe) -> Any:
+    """The real function a recipe describes."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def step(kind: str, args: list, param: Any) -> Any:
+        if kind == "unary":
+            return getattr(jnp, param)(args[0]) if param != "neg" else -args[0]
+        if kind == "binary":
+            return {"add": jnp.add, "mul": jnp.multiply, "sub": jnp.subtract,
+                    "max": jnp.maximum}[param](*args)
+        if kind == "broadcast_add":
+            return args[0] + args[1]
+        if kind == "scalar":
+            return args[0] * 2.0
+        if kind == "dot":
+            return jnp.matmul(args[0], args[1])
+        if kind == "reduce":
+            op, axis = param
+            return args[0].sum(axis) if op == "sum" else args[0].max(axis)
+        if kind == "transpose":
+            return jnp.transpose(args[0], param)
+        if kind == "reshape":
+            return args[0].reshape(param)
+        if kind == "broadcast":
+            where, shape = param
+            return lax.broadcast_in_dim(args[0], shape, tuple(
+                d if d < where else d + 1 for d in range(len(shape) - 1)))
+        return args[0].astype(jnp.bfloat16)
+
+    def f(*inputs: Any) -> Any:
+        values: list = []
+        for kind, operands, param in recipe.steps:
+            values.append(inputs[param] if kind == "input" else
+                          step(kind, [values[k] for k in operands], param))
+        return tuple(values[k] for k in recipe.outputs)
+
+    return f
+
+
+def arguments_of(recipe: Recipe) -> list:
+    import jax
+    import jax.numpy as jnp
+    mesh = _jax_mesh(recipe)
+    return [jax.device_put(jnp.ones(shape, jnp.float32),
+                           jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*split)))
+            for shape, split in recipe.inputs]
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one recipe gave: per result, JAX's sharding and the spec's (UNSPECIFIED: it
+    abstained), the reasons it gave, and the primitives of the program."""
+
+    jax: tuple
+    spec: tuple
+    undetermined: tuple
+    primitives: tuple[str, ...]
+
+    @property
+    def disagreements(self) -> list[str]:
+        from shardlaw.spec import UNSPECIFIED, from_jax
+        out = []
+        for k, (real, said) in enumerate(zip(self.jax, self.spec)):
+            if said is not UNSPECIFIED and from_jax(real) != said:
+                out.append(f"result {k}: JAX {real}, spec {said!r}")
+        return out
+
+    @property
+    def abstained(self) -> bool:
+        from shardlaw.spec import UNSPECIFIED
+        return any(s is UNSPECIFIED for s in self.spec)
+
+
+def compare_recipe(recipe: Recipe) -> Outcome:
+    """Run the recipe under jax.jit and ask the spec about the same program."""
+    import jax
+    from shardlaw.spec import explain_program
+    from shardlaw.spec.bridge.program import describe_program
+    f = function_of(recipe)
+    args = arguments_of(recipe)
+    results = jax.jit(f)(*args)
+    real = tuple(r.sharding for r in results)
+    program = describe_program(f, *args)
+    verdict = explain_program(program)
+    assert verdict.accepted, verdict.message
+    primitives = tuple(sorted({getattr(eq, "primitive", eq.kind) for eq in program.equations}))
+    outcome = Outcome(real, verdict.out_shardings, verdict.undetermined, primitives)
+    TALLY["disagree" if outcome.disagreements else
+          "abstain" if outcome.abstained else "agree"] += 1
+    if not outcome.abstained and not outcome.disagreements:
+        for name in primitives:
+            TALLY[f"held: {name}"] += 1
+    for _, why in outcome.undetermined:
+        TALLY[f"why: {why.split(': ', 1)[-1][:70]}"] += 1
+    return outcome

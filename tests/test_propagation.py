@@ -1,0 +1,105 @@
+"""Where the compiler decides (PROP-1 to PROP-5), held to the compiled executable on 8 CPU
+devices: drawn programs of the propagated primitives (properties/propagation_harness.py)
+and the cases of notes/jax-facts.md section 19."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from shardlaw.properties.propagation_harness import (
+    TALLY, Recipe, compare_recipe, recipes,
+)
+from shardlaw.properties.registry import checks
+from shardlaw.spec import UNSPECIFIED, explain_program, from_jax
+from shardlaw.spec.bridge.program import describe_program
+from shardlaw.spec.program.primitives import TABLE, Factors, NotPropagated
+from shardlaw.spec.program.propagation import Undetermined, predicted_results
+
+Auto = jax.sharding.AxisType.Auto
+
+
+@checks("PROP-1", "PROP-2", "PROP-3", "PROP-4", "PROP-5")
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(recipes())
+def test_every_result_the_spec_places_is_where_the_executable_returns_it(recipe):
+    outcome = compare_recipe(recipe)
+    assert not outcome.disagreements, (recipe, outcome.disagreements)
+    # an abstention names its reason, never a silent UNSPECIFIED
+    opened = sum(s is UNSPECIFIED for s in outcome.spec)
+    assert len(outcome.undetermined) == opened
+
+
+def _run(f, *placed):
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(Auto, Auto))
+    args = [jax.device_put(jnp.ones(shape), jax.sharding.NamedSharding(mesh, spec))
+            for shape, spec in placed]
+    real = tuple(r.sharding for r in jax.jit(f)(*args))
+    verdict = explain_program(describe_program(f, *args))
+    return real, verdict
+
+
+P = jax.sharding.PartitionSpec
+
+
+def test_the_issue_s_example_is_answered_as_jax_returns_it():
+    def f(a, b):
+        h = jnp.tanh(a @ b)
+        return h.sum(0), h.T, h.reshape(4, -1)
+    real, verdict = _run(f, ((16, 32), P("x", "y")), ((32, 64), P("y", None)))
+    assert [r.spec for r in real] == [P(), P(None, "x"), P("x")]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    assert verdict.undetermined == ()
+
+
+@pytest.mark.parametrize("left, right, expected", [
+    (P("x", "y"), P("x", "y"), P("x", "y")),      # the same split
+    (P("x", None), P("y", None), P()),            # a conflict: the prefix shared
+    (P("x", None), P(None, "y"), P("x", "y")),    # each factor from the operand that has it
+    (P("x", None), P(), P("x", None)),            # an unsplit input does not block
+])
+def test_conflicts_keep_the_prefix_the_operands_share(left, right, expected):
+    real, verdict = _run(lambda a, b: (a + b,), ((8, 8), left), ((8, 8), right))
+    assert real[0].spec == expected
+    assert verdict.out_shardings == (from_jax(real[0]),)
+
+
+def test_an_intermediate_takes_the_larger_operand_s_split_before_a_broadcast_s():
+    # elementwise operations propagate first (Shardy's op priority): the broadcast's result
+    # is split as ``a`` before the broadcast's own operand is read
+    real, verdict = _run(lambda a, b: (a + b,), ((16, 4), P(None, "y")), ((4,), P("x")))
+    assert real[0].spec == P(None, "y")
+    assert verdict.out_shardings == (from_jax(real[0]),)
+
+
+def test_one_axis_wanted_by_two_factors_is_left_open_with_its_reason():
+    real, verdict = _run(lambda a, b: (a @ b,), ((8, 8), P("x", None)), ((8, 8), P(None, "x")))
+    assert verdict.out_shardings == (UNSPECIFIED,)
+    (path, why), = verdict.undetermined
+    assert "PROP-4" in why and "two factors" in why
+
+
+def test_a_reshape_needing_a_sub_axis_is_left_open():
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(Auto, Auto))
+    arg = jax.device_put(jnp.ones(64), jax.sharding.NamedSharding(mesh, P("y")))
+    found = predicted_results(describe_program(lambda a: a.reshape(2, 32), arg))
+    assert isinstance(found, Undetermined) and found.rule == "PROP-3"
+
+
+def test_every_entry_holds_a_sharding_rule_or_says_why_not():
+    for name, entry in TABLE.items():
+        rule = entry.sharding
+        assert isinstance(rule, (Factors, NotPropagated)) or callable(rule), name
+    propagated = {n for n, e in TABLE.items() if not isinstance(e.sharding, NotPropagated)}
+    assert {"add", "tanh", "convert_element_type", "dot_general", "reduce_sum",
+            "transpose", "broadcast_in_dim", "reshape"} <= propagated
+
+
+def test_a_recipe_is_its_own_small_program():
+    recipe = Recipe((8,), False, (((8,), ("x",)),), (("input", (), 0),
+                                                     ("unary", (0,), "neg")), (1,))
+    outcome = compare_recipe(recipe)
+    assert outcome.spec == tuple(from_jax(r) for r in outcome.jax)
+    assert TALLY["agree"] >= 1
