@@ -91,7 +91,7 @@ def jit_call(call: Call, jax: str | None = None) -> Verdict:
 
     What is not a Call describes no call, so it gets no verdict: CALL-0 refuses it.
 
-    The same call for JAX 0.4.13 (:doc:`upgrading`): the same devices, another class.
+    The same call for JAX 0.4.13 (:doc:`/upgrading`): the same devices, another class.
 
     >>> bad = Arg.numpy((3, 8))
     >>> in_x = JitOptions(in_shardings=NamedSharding(mesh, P("x")))

@@ -313,10 +313,12 @@ def _directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> di
 
 @rule("PROP-4", mirrors="shardy: the propagation pass over a module (forward and backward)")
 def propagate(program: Program) -> dict[int, Split] | Undetermined:
-    """Each value's split is what moving the inputs' fixed splits through every live
-    equation's sharding rule, forward then backward, leaves once nothing grows, pass by pass
-    of the partitioner's schedule: a value's split only grows, an input's never changes;
-    every live equation needs a sharding rule.
+    """Each value's split is what the inputs' fixed splits leave after moving through every
+    live equation's sharding rule, forward then backward, pass by pass of the partitioner's
+    schedule, until nothing grows.
+
+    A value's split only grows and an input's never changes; every live equation needs a
+    sharding rule.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Opaque, Value
