@@ -270,3 +270,15 @@ def test_static_arguments_are_left_out_of_the_paths():
     fun = jax.jit(lambda n, x, *, y: x * n + y, static_argnums=0)
     program = describe_program(fun, 2, x, y=x)
     assert program.input_paths == ("args[0]", "kwargs['y']")
+
+
+def test_placed_dtype_refuses_a_kind_or_dtype_that_is_not_a_string():
+    # Found by test_fuzz under a newer Hypothesis: placed_dtype([], 'float32') ended in a
+    # bare TypeError (an unhashable kind looked up in a dict) instead of a refusal.
+    from shardlaw.spec.core.rules import Rejection
+    from shardlaw.spec.jit.call import placed_dtype
+
+    for kind, dtype in (([], "float32"), ("numpy_array", ["float32"]), (None, None)):
+        with pytest.raises(Rejection, match=r"\[CALL-0\]"):
+            placed_dtype(kind, dtype)
+    assert placed_dtype("numpy_array", "float64") == ("float32", False)

@@ -63,6 +63,12 @@ def placed_dtype(value_kind: str, dtype: str | None, weak_type: bool = False
     >>> placed_dtype("array", "float32", weak_type=True)
     ('float32', True)
     """
+    # A description names the value's kind and dtype by strings (CALL-0)
+    if type(value_kind) is not str:
+        check_call(False, "a value's kind", "a string such as 'numpy_array' or 'int'",
+                   value_kind)
+    if dtype is not None and type(dtype) is not str:
+        check_call(False, "a value's dtype", "a dtype name or None", dtype)
     if value_kind in SCALAR_DTYPES:
         return SCALAR_DTYPES[value_kind], value_kind != "bool"
     return CANONICAL.get(dtype, dtype), weak_type  # type: ignore[arg-type]
