@@ -139,7 +139,9 @@ def _placed_split(sharding: Any, mesh: Mesh, rank: int) -> Split | None:
     if spec.unreduced or spec.reduced or any(p is UNCONSTRAINED for p in spec.partitions):
         return None
     parts = tuple(spec.partitions) + (None,) * rank
-    return tuple(() if p is None else ((p,) if isinstance(p, str) else tuple(p))
+    # an axis of size 1 splits nothing: the partitioner places alike without it
+    return tuple(() if p is None else tuple(a for a in ((p,) if isinstance(p, str) else p)
+                                            if mesh.axis_size(a) != 1)
                  for p in parts[:rank])
 
 
@@ -428,14 +430,32 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
     uses = collections.Counter(outputs)
     for step in flat.steps:
         uses.update(step[2][:step[5]])
-    uses.update(operand for operand, _, _ in constraints)
-    for operand, result, split in constraints:
+    uses.update(c[0] for c in constraints)
+    for operand, result, split, path in constraints:
         flat.fixed[result] = split
-        if uses[operand] == 1 and operand not in flat.fixed:
-            flat.fixed[operand] = split
+        if operand in flat.fixed:
+            continue
+        if uses[operand] != 1:
+            return Undetermined("PROP-6", "a sharding constraint on a value with other uses: "
+                                "whether the partitioner moves it onto the value is not "
+                                "determined by the spec yet", path)
+        flat.fixed[operand] = split
+    placed = {n: given for n, given in zip(outputs, program.out_shardings)
+              if given is not UNSPECIFIED}
+    if any(n in placed for n, given in zip(outputs, program.out_shardings or
+                                            (UNSPECIFIED,) * len(outputs))
+           if given is UNSPECIFIED):
+        return Undetermined("PROP-6", "a value returned twice, once under an out sharding "
+                            "and once left open: where the open one is placed is the "
+                            "compiler's choice")
     for n, given in zip(outputs, program.out_shardings):
-        if given is not UNSPECIFIED and uses[n] == 1 and n not in flat.fixed:
-            flat.fixed[n] = _placed_split(given, mesh, len(flat.types[n].shape))
+        if given is UNSPECIFIED or n in flat.fixed:
+            continue
+        if uses[n] != 1:
+            return Undetermined("PROP-6", "an out sharding on a value with other uses: "
+                                "whether the partitioner moves it onto the value is not "
+                                "determined by the spec yet")
+        flat.fixed[n] = _placed_split(given, mesh, len(flat.types[n].shape))
     return flat
 
 
@@ -466,7 +486,7 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
         if eq.kind == "sharding_constraint":
             split = _placed_split(eq.sharding, mesh, len(types[numbers[0]].shape))
             if split is not None and not eq.unconstrained_dims:
-                constraints.append((operands[0], results[0], split))
+                constraints.append((operands[0], results[0], split, path))
                 continue
             rule_ = Undetermined("PROP-6", "a sharding constraint with dimensions left to "
                                  "the compiler, or over another mesh, is not propagated yet",
@@ -496,7 +516,7 @@ def _prune(flat: Flat, constraints: list, outputs: list) -> None:
             if live & set(every[count:]) and not set(every[:count]) <= live:
                 live |= set(every[:count])
                 grew = True
-        for operand, result, _ in constraints:
+        for operand, result, _, _ in constraints:
             if result in live and operand not in live:
                 live.add(operand)
                 grew = True

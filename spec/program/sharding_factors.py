@@ -317,7 +317,7 @@ ELEMENTWISE_NAMES = ("neg", "sin", "cos", "tan", "exp", "log", "tanh", "abs", "s
 SHARDING_ONLY_ELEMENTWISE = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not", "xor",
                              "select_n", "clamp", "rem", "atan2", "log1p", "expm1",
                              "is_finite", "exp2", "asin", "acos", "atan", "sinh", "cosh",
-                             "nextafter")
+                             "nextafter", "stop_gradient")
 
 # The primitives of SHARDING_RULES the table declares for their sharding rule alone
 # (primitives.py): the other rewrites treat them as a primitive without an entry.
