@@ -49,7 +49,9 @@ from ..placement.blocks import to_hlo
 from .description import Program
 from .lowering import live_parts
 from .primitives import Factors, Kind, NotPropagated, entry_of
-from .sharding_factors import ELEMENTWISE_NAMES, SHARDING_ONLY_ELEMENTWISE, factors_of_dimension
+from .sharding_factors import (
+    ELEMENTWISE_NAMES, SHARDING_ONLY_ELEMENTWISE, factors_of_dimension, same_dimensions_factors,
+)
 
 # What the schedule's first pass admits besides the table's elementwise primitives.
 ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
@@ -57,7 +59,7 @@ ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
 
 __all__ = ["Undetermined", "Split", "propagation_mesh", "factor_split", "dimension_splits",
            "propagate", "predicted_results", "predicted_sharding", "predicted_choices",
-           "undetermined_results"]
+           "undetermined_results", "equation_splits", "flatten", "Flat"]
 
 Split = tuple[tuple[str, ...], ...]
 
@@ -395,6 +397,8 @@ class Flat:
     fixed: dict = dataclasses.field(default_factory=dict)
     ids: list = dataclasses.field(default_factory=list)
     equations: list = dataclasses.field(default_factory=list)
+    live: set = dataclasses.field(default_factory=set)
+    constants: set = dataclasses.field(default_factory=set)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -418,6 +422,7 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
         for c in program.consts:
             ids.append(flat.new(c.value))
             flat.fixed[ids[-1]] = ()
+            flat.constants.add(ids[-1])
         constraints: list = []
         flat.ids = _inline(program, ids, "", flat, mesh, constraints)
         outputs = [flat.ids[n] for n in program.outputs]
@@ -476,6 +481,7 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
                       "are not propagated yet", path)
             inner = operands + [flat.new(c.value) for c in body.consts]
             flat.fixed.update((i, ()) for i in inner[len(operands):])
+            flat.constants.update(inner[len(operands):])
             inner = _inline(body, inner, f"{path}.jit.", flat, mesh, constraints)
             ids += [inner[n] for n in body.outputs]
             continue
@@ -493,6 +499,10 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
                                  path)
         else:
             rule_ = entry.sharding
+            if _name(eq) == "dynamic_slice" and all(
+                    i in flat.constants for i in operands[1:]):
+                # constant starts: lowered to a dynamic_slice StableHLO folds into a slice
+                rule_ = same_dimensions_factors
             if callable(rule_):
                 rule_ = rule_(eq, tuple(types[n] for n in eq.operands))
             if entry.effect is not None:   # a ref's write lives whatever reads it
@@ -521,7 +531,31 @@ def _prune(flat: Flat, constraints: list, outputs: list) -> None:
                 live.add(operand)
                 grew = True
     flat.steps[:] = [s for s in flat.steps if live & set(s[2][s[5]:])]
+    flat.live = live
     constraints[:] = [c for c in constraints if c[1] in live]
+
+
+def equation_splits(program: Program) -> tuple | Undetermined:
+    """Every live equation's operands' and results' splits as propagation decided them:
+    ``(path, primitive, operand splits, result splits)`` per equation, inner jits' bodies
+    inlined (their equations at ``body[k].jit.body[j]``), in program order.
+
+    >>> from shardlaw.spec import NamedSharding, P
+    >>> from shardlaw.spec.program.description import Opaque, Value
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> a = Value.placed((8, 8), NamedSharding(mesh, P("x", None)))
+    >>> neg = Opaque((0,), primitive="neg", results=(Value.typed((8, 8)),))
+    >>> equation_splits(Program((a,), (neg,), outputs=(1,)))
+    (('body[0]', 'neg', ((('x',), ()),), ((('x',), ()),)),)
+    """
+    found = _propagated(program)
+    if isinstance(found, Undetermined):
+        return found
+    flat, splits = found
+    return tuple((path, name, tuple(splits[i] for i in operands),
+                  tuple(splits[i] for i in results))
+                 for path, name, operands, results in flat.equations
+                 if flat.live & set(results))
 
 
 def _settle(steps: list, splits: dict, fixed: set, mesh: Mesh, priority: int,

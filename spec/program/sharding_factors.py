@@ -348,8 +348,29 @@ def _described(rule: Any, params: tuple[str, ...], operands: int | None,
     return read
 
 
+_BY_THE_PASS = NotPropagated("propagated by the program's pass itself, not by a rule of its "
+                             "own (PROP-6: an inner jit's body is inlined, a constraint fixes "
+                             "its value)")
+_MANUAL = NotPropagated("a collective of a shard_map's body, over manual axes: the partitioner "
+                        "does not propagate inside a shard_map, and the spec does not enter "
+                        "its body")
+_NOT_YET = {
+    "device_put": "a device_put inside jit is not propagated yet",
+    "reshard": "a reshard changes a type's Explicit axes, which propagation does not read yet",
+    "shard_map": "a shard_map's boundary (its manual axes) is not propagated yet",
+    "get": "a mutable ref's read is not propagated (refs are placed where they are made)",
+    "swap": "a mutable ref's write is not propagated (refs are placed where they are made)",
+    "addupdate": "a mutable ref's write is not propagated (refs are placed where they are "
+                 "made)",
+}
+
 # primitive name -> its sharding rule (the table's ``sharding`` slot).
 SHARDING_RULES: dict[str, Any] = {
+    "jit": _BY_THE_PASS, "sharding_constraint": _BY_THE_PASS,
+    **{name: NotPropagated(why) for name, why in _NOT_YET.items()},
+    **{name: _MANUAL for name in ("psum", "psum_invariant", "pmax", "pmin", "pvary",
+                                  "axis_index", "all_gather", "reduce_scatter", "all_to_all",
+                                  "ppermute", "pcast", "all_gather_invariant", "psum_scatter")},
     **{name: _described(elementwise_factors, (), None) for name in ELEMENTWISE_NAMES},
     "dot_general": _described(dot_general_factors, ("dimension_numbers",), 2),
     **{name: _described(reduction_factors, ("axes",), 1)
