@@ -390,3 +390,45 @@ def compare_recipe(recipe: Recipe) -> Outcome:
     for _, why in outcome.undetermined:
         TALLY[f"why: {why.split(': ', 1)[-1][:70]}"] += 1
     return outcome
+
+
+def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -> dict:
+    """A deep run of the property: ``examples`` drawn programs from ``seed``; the tally
+    (outcomes, reasons, programs held per primitive) and the recipes that disagreed,
+    written to the file ``report`` (if given) after every 50 programs as well."""
+    import json
+
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as seeded
+    found: list = []
+
+    def write() -> None:
+        if report is not None:
+            with open(report, "w") as out:
+                json.dump({"tally": dict(TALLY), "disagreements": found}, out)
+
+    @seeded(seed)
+    @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(recipes(max_steps=max_steps))
+    def run(recipe: Recipe) -> None:
+        outcome = compare_recipe(recipe)
+        if outcome.disagreements:
+            found.append(repr((recipe, outcome.disagreements)))
+        if sum(TALLY[k] for k in ("agree", "abstain", "disagree")) % 50 == 0:
+            write()
+
+    TALLY.clear()
+    run()
+    write()
+    return {"tally": dict(TALLY), "disagreements": found}
+
+
+if __name__ == "__main__":   # python -m shardlaw.properties.propagation_harness N SEED
+    import json
+    import sys
+
+    import jax
+    jax.config.update("jax_num_cpu_devices", 8)
+    print(json.dumps(deep_run(int(sys.argv[1]), int(sys.argv[2]),
+                              report=sys.argv[3] if len(sys.argv) > 3 else None)))

@@ -34,7 +34,7 @@ __all__ = ["SHARDING_RULES", "SHARDING_ONLY", "elementwise_factors", "dot_genera
            "same_dimensions_factors", "squeeze_factors",
            "expand_dims_factors", "iota_factors", "dynamic_slice_factors",
            "dynamic_update_slice_factors", "gather_factors", "scatter_factors",
-           "dimension_numbers", "factors_of_dimension"]
+           "dimension_numbers", "factors_of_dimension", "scalar_placement_factors"]
 
 
 def _params(eq: Any) -> dict:
@@ -354,9 +354,15 @@ _BY_THE_PASS = NotPropagated("propagated by the program's pass itself, not by a 
 _MANUAL = NotPropagated("a collective of a shard_map's body, over manual axes: the partitioner "
                         "does not propagate inside a shard_map, and the spec does not enter "
                         "its body")
+def scalar_placement_factors(eq: Any, operands: tuple) -> Factors | NotPropagated:
+    """A placement of scalars (AD's seed of a gradient, ``reshard 1.0``) has nothing to
+    split; one of arrays is not propagated yet."""
+    if any(v.shape for v in operands):
+        return NotPropagated(f"a {eq.kind} of arrays inside jit is not propagated yet")
+    return Factors(tuple(() for _ in operands), tuple(() for _ in operands))
+
+
 _NOT_YET = {
-    "device_put": "a device_put inside jit is not propagated yet",
-    "reshard": "a reshard changes a type's Explicit axes, which propagation does not read yet",
     "shard_map": "a shard_map's boundary (its manual axes) is not propagated yet",
     "get": "a mutable ref's read is not propagated (refs are placed where they are made)",
     "swap": "a mutable ref's write is not propagated (refs are placed where they are made)",
@@ -368,6 +374,7 @@ _NOT_YET = {
 SHARDING_RULES: dict[str, Any] = {
     "jit": _BY_THE_PASS, "sharding_constraint": _BY_THE_PASS,
     **{name: NotPropagated(why) for name, why in _NOT_YET.items()},
+    "device_put": scalar_placement_factors, "reshard": scalar_placement_factors,
     **{name: _MANUAL for name in ("psum", "psum_invariant", "pmax", "pmin", "pvary",
                                   "axis_index", "all_gather", "reduce_scatter", "all_to_all",
                                   "ppermute", "pcast", "all_gather_invariant", "psum_scatter")},
