@@ -379,10 +379,21 @@ def _propagated(program: Program):
                 if not _settle(flat.steps, splits, set(flat.fixed), mesh, priority, grown):
                     return Undetermined("PROP-4", f"propagation did not settle "
                                         f"({PASSES[priority]})")
+            _check_unsplit(flat.steps, splits)
         except _Stop as stopped:
             return stopped.undetermined
         return flat, splits
     return program.derived_once("propagation", make)
+
+
+def _check_unsplit(steps: list, splits: dict) -> None:
+    """A factor the partitioner needs unsplit (named ``n…``: a sort's dimension) that ends
+    split in a tensor is resharded by the partitioner's own choice: undetermined."""
+    for _, rule_, every, _, path, _ in steps:
+        for dims, number in zip(rule_.operands + rule_.results, every):
+            if any(d.startswith("n") and axes for d, axes in zip(dims, splits[number])):
+                _stop("PROP-4", "a dimension the operation needs unsplit (a sort's) is "
+                      "split: the partitioner moves or gathers it by its own choice", path)
 
 
 @dataclasses.dataclass

@@ -34,7 +34,7 @@ __all__ = ["SHARDING_RULES", "SHARDING_ONLY", "elementwise_factors", "dot_genera
            "same_dimensions_factors", "squeeze_factors",
            "expand_dims_factors", "iota_factors", "dynamic_slice_factors",
            "dynamic_update_slice_factors", "gather_factors", "scatter_factors",
-           "dimension_numbers", "factors_of_dimension", "scalar_placement_factors"]
+           "dimension_numbers", "factors_of_dimension", "scalar_placement_factors", "sort_factors"]
 
 
 def _params(eq: Any) -> dict:
@@ -180,6 +180,18 @@ def same_dimensions_factors(eq: Any, operands: tuple) -> Factors:
     dims = _dims("f", rank)
     tensors = tuple(dims if len(v.shape) == rank else () for v in operands)
     return Factors(tensors, tuple(dims for _ in eq.results))
+
+
+def sort_factors(eq: Any, operands: tuple) -> Factors:
+    """Every operand and result of a sort shares one factor per dimension but the sorted
+    one, which stays unsplit and is named ``n…``: split anyway (a placed operand), the
+    partitioner moves or gathers it by its own choice (seen: a rank-1 sort on 'x' comes
+    back P(), a rank-2 one P('x', 'y')), which propagation leaves undetermined."""
+    rank = len(eq.results[0].shape)
+    dims = tuple("n0" if d == _params(eq)["dimension"] % rank else f"f{d}"
+                 for d in range(rank))
+    return Factors(tuple(dims for _ in operands), tuple(dims for _ in eq.results),
+                   replicated=frozenset(("n0",)))
 
 
 def squeeze_factors(eq: Any, operands: tuple) -> Factors:
@@ -390,7 +402,7 @@ SHARDING_RULES: dict[str, Any] = {
     **{name: _described(same_dimensions_factors, (), None)
        for name in ("concatenate", "slice", "pad", "cumsum", "cumprod", "cummax",
                     "cummin", "cumlogsumexp")},
-    "sort": _described(same_dimensions_factors, ("dimension",), None, results=None),
+    "sort": _described(sort_factors, ("dimension",), None, results=None),
     **{name: _described(reduction_factors, ("axes",), 1) for name in ("argmax", "argmin")},
     "squeeze": _described(squeeze_factors, ("dimensions",), 1),
     "expand_dims": _described(expand_dims_factors, ("dimensions",), 1),
