@@ -128,6 +128,8 @@ def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
     kind = draw(st.sampled_from(("unary", "binary", "broadcast_add", "scalar", "dot",
                                  "reduce", "transpose", "reshape", "broadcast",
                                  "convert", "more", "more", "constrain", "block")))
+    if not shape:   # a scalar (an argmax's of a vector): elementwise steps only
+        return ("unary", (v,), draw(st.sampled_from(UNARY))), shape
     if kind in ("more", "constrain", "block"):
         return _more_step(draw, kind, v, shape, same_shape)
     if kind == "unary":
