@@ -21,7 +21,7 @@ from shardlaw.spec.program.propagation import Undetermined, predicted_results
 Auto = jax.sharding.AxisType.Auto
 
 
-@checks("PROP-1", "PROP-2", "PROP-3", "PROP-4", "PROP-5")
+@checks("PROP-1", "PROP-2", "PROP-3", "PROP-4", "PROP-5", "PROP-6")
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(recipes())
 def test_every_result_the_spec_places_is_where_the_executable_returns_it(recipe):

@@ -424,7 +424,21 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
     backward. Inner jits without shardings of their own are inlined.
 
     Gives the reason instead where a live equation is not read: a constraint or an inner
-    jit's shardings it does not propagate, an equation without a sharding rule."""
+    jit's shardings it does not propagate, an equation without a sharding rule.
+
+    >>> from shardlaw.spec import NamedSharding, P
+    >>> from shardlaw.spec.program.description import Opaque, ShardingConstraint, Value
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> a = Value.placed((8, 8), NamedSharding(mesh, P()))
+    >>> sin = Opaque((0,), primitive="sin", results=(Value.typed((8, 8)),))
+    >>> cos = Opaque((1,), primitive="cos", results=(Value.typed((8, 8)),))
+    >>> put = ShardingConstraint((2,), sharding=NamedSharding(mesh, P(None, "y")))
+    >>> program = Program((a,), (sin, cos, put), outputs=(1, 3))
+    >>> sorted(flatten(program, mesh).fixed.items())   # the constraint moved onto cos's value
+    [(0, ((), ())), (2, ((), ('y',))), (3, ((), ('y',)))]
+    >>> propagate(program)[1]                          # and carried back to sin's
+    ((), ('y',))
+    """
     flat = Flat()
     try:
         for k, value in enumerate(program.inputs):
