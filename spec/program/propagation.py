@@ -176,12 +176,16 @@ def factor_split(proposals: list[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def _sizes(rule_: Factors, tensors: tuple[tuple[int, ...], ...]) -> dict[str, int]:
+    """Each factor's size: a reshape's as its rule gives them; a factor alone in its
+    dimensions, the greatest size dividing them all (a slice's, a pad's or a concatenate's
+    dimensions differ: a split must divide every one)."""
     sizes = dict(rule_.sizes)
+    found: dict[str, int] = {}
     for dims, shape in zip(rule_.operands + rule_.results, tensors):
         for name, size in zip(dims, shape):
-            if "*" not in name:
-                sizes.setdefault(name, size)
-    return sizes
+            if "*" not in name and name not in sizes:
+                found[name] = math.gcd(found.get(name, 0), size)
+    return {**found, **sizes}
 
 
 def _read(dim: str, axes: tuple[str, ...], sizes: dict, mesh: Mesh, path: str
@@ -197,8 +201,9 @@ def _read(dim: str, axes: tuple[str, ...], sizes: dict, mesh: Mesh, path: str
             n = mesh.axis_size(rest[0])
             if sizes[f] % (ways * n):
                 _stop("PROP-3", f"mesh axis {rest[0]!r} ({n}) does not divide what is left "
-                      f"of a factor of size {sizes[f]}: the partitioner would split it into "
-                      f"sub-axes", path)
+                      f"of a factor of size {sizes[f]} (the greatest dividing its "
+                      f"dimensions): the partitioner would split it into sub-axes or "
+                      f"unevenly", path)
             taken.append(rest.pop(0))
             ways *= n
         out[f] = tuple(taken)
