@@ -202,3 +202,14 @@ def test_a_sort_along_a_split_dimension_is_left_open():
     assert real[0].spec == P()
     assert verdict.out_shardings == (UNSPECIFIED,)
     assert "needs unsplit" in verdict.undetermined[0][1]
+
+
+def test_a_conflict_keeps_the_shared_prefix_though_the_result_is_not_split_yet():
+    # the deep run's disagreement: the batch factor's ('z','x') and ('z','y') share 'z'
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(Auto,) * 3)
+    a = jax.device_put(jnp.ones((8, 4, 16)), jax.sharding.NamedSharding(mesh, P(("z", "x"), "y")))
+    b = jax.device_put(jnp.ones((8, 16, 4)), jax.sharding.NamedSharding(mesh, P(("z", "y"))))
+    f = lambda a, b: (jnp.matmul(a, b),)
+    real = jax.jit(f)(a, b)[0].sharding
+    assert real.spec == P("z", "y")
+    assert explain_program(describe_program(f, a, b)).out_shardings == (from_jax(real),)

@@ -165,12 +165,15 @@ def factor_split(proposals: list[tuple[str, ...]]) -> tuple[str, ...]:
     ('x', 'y')
     >>> factor_split([("x",), ("y",)])
     ()
+    >>> factor_split([("z", "x"), ("z", "y"), ()])
+    ('z',)
     """
     longest = max(proposals, key=len, default=())
     if all(longest[:len(p)] == p for p in proposals):
         return longest
+    split = [p for p in proposals if p]   # an unsplit tensor does not shorten the prefix
     shared = 0
-    while all(len(p) > shared and p[shared] == longest[shared] for p in proposals):
+    while all(len(p) > shared and p[shared] == longest[shared] for p in split):
         shared += 1
     return longest[:shared]
 
@@ -253,6 +256,11 @@ def _one_way(leading: list[tuple[str, ...]], following: list[tuple[str, ...]]
     return split
 
 
+def _conflict(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether neither split is a prefix of the other."""
+    return a[:len(b)] != b and b[:len(a)] != a
+
+
 def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
            mesh: Mesh, types: tuple, path: str, directions: dict, grown: dict,
            priority: int) -> bool:
@@ -280,9 +288,8 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
         # the partitioner met first decides, and the order it visits operations in is its
         # own (a chain of converts reaching a multiply after, or before, an input's split).
         given = [(t[f], n) for t, n in zip(current, numbers) if f in t and t[f]]
-        longest = max((g for g, _ in given), key=len, default=())
-        if any(longest[:len(g)] != g for g, _ in given) and any(
-                grown.get(n) == priority for _, n in given):
+        if any(_conflict(g, h) for g, n in given if grown.get(n) == priority
+               for h, _ in given):
             _stop("PROP-4", "two splits of one factor conflict while one of them is still "
                   "growing: the partitioner's order of visiting operations decides", path)
     # An axis another factor holds, or would take, in a tensor of this factor: Shardy
