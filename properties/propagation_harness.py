@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 __all__ = ["Recipe", "recipes", "compare_recipe", "Outcome", "TALLY"]
 
-MESHES = ((8,), (2, 4), (4, 2), (2, 2, 2))
+MESHES = ((8,), (2, 4), (4, 2), (2, 2, 2), (1, 8), (2, 1, 4))
 NAMES = ("x", "y", "z")
 SIZES = (2, 4, 8, 16)
 UNARY = ("neg", "sin", "tanh", "exp")
@@ -49,6 +49,8 @@ class Recipe:
     inputs: tuple[tuple[tuple[int, ...], tuple], ...]
     steps: tuple[tuple[str, tuple[int, ...], Any], ...]
     outputs: tuple[int, ...]
+    devices: tuple[int, ...] = ()     # a drawn device order (empty: as reversed_devices says)
+    out_shardings: tuple = ()         # per output a split, or None: left open
 
 
 def _split(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
@@ -108,18 +110,28 @@ def recipes(draw: Any, max_steps: int = 5) -> Recipe:
         v = draw(st.integers(0, len(shapes) - 1))
         shape = shapes[v]
         step, out = _step(draw, v, shape, same_shape)
+        if step[0] == "constrain":
+            step = ("constrain", step[1], _split(draw, shape, mesh))
         steps.append(step)
         shapes.append(out)
     made = [k for k, (kind, _, _) in enumerate(steps) if kind != "input"]
     outputs = tuple(draw(st.lists(st.sampled_from(made), min_size=1, max_size=3)))
-    return Recipe(mesh, reversed_devices, tuple(inputs), tuple(steps), outputs)
+    devices = tuple(draw(st.permutations(range(8)))) if draw(st.booleans()) else ()
+    given = tuple(_split(draw, shapes[k], mesh) if draw(st.integers(0, 3)) == 0 else None
+                  for k in outputs) if draw(st.booleans()) else ()
+    return Recipe(mesh, reversed_devices, tuple(inputs), tuple(steps), outputs, devices,
+                  given)
 
 
 def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
     """One drawn step over value ``v`` of ``shape`` and the shape of its result."""
     kind = draw(st.sampled_from(("unary", "binary", "broadcast_add", "scalar", "dot",
                                  "reduce", "transpose", "reshape", "broadcast",
-                                 "convert")))
+                                 "convert", "more", "more", "constrain", "block")))
+    if not shape:   # a scalar (an argmax's of a vector): elementwise steps only
+        return ("unary", (v,), draw(st.sampled_from(UNARY))), shape
+    if kind in ("more", "constrain", "block"):
+        return _more_step(draw, kind, v, shape, same_shape)
     if kind == "unary":
         step, out = ("unary", (v,), draw(st.sampled_from(UNARY))), shape
     elif kind == "binary":
@@ -155,6 +167,43 @@ def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
     return step, out
 
 
+MORE = ("slice", "concat", "pad", "where", "cumsum", "argmax", "sort", "squeeze",
+        "take", "dynamic_slice", "iota")
+BLOCKS = ("mlp", "layernorm", "attention", "loss_grad", "mlp_grad")
+
+
+def _more_step(draw: Any, kind: str, v: int, shape: tuple[int, ...], same_shape: Any
+               ) -> tuple:
+    """A constraint in the middle, a step of the table's further primitives, or a
+    realistic block (an MLP, layernorm, attention, a loss's gradient) over ``v``."""
+    if kind == "constrain":
+        return ("constrain", (v,), None), shape
+    if kind == "block" and len(shape) == 2:
+        block = draw(st.sampled_from(BLOCKS))
+        d, h = shape[1], draw(st.sampled_from(SIZES))
+        weights = {"mlp": ((d, h), (h, d)), "mlp_grad": ((d, h), (h, d)),
+                   "layernorm": ((d,), (d,)), "attention": ((d, d), (d, d), (d, d)),
+                   "loss_grad": ((d, d),)}[block]
+        made = tuple(same_shape(w) for w in weights)
+        out = {"loss_grad": (d, d), "mlp_grad": (d, h)}.get(block, shape)
+        return ("block", (v, *made), block), out
+    op = draw(st.sampled_from(MORE))
+    axis = draw(st.integers(0, len(shape) - 1))
+    if op == "concat":
+        return ("concat", (v, same_shape(shape)), axis), \
+            shape[:axis] + (2 * shape[axis],) + shape[axis + 1:]
+    if op == "where":
+        return ("where", (v, same_shape(shape)), None), shape
+    if op in ("slice", "take", "dynamic_slice"):
+        n = draw(st.sampled_from([k for k in (1, 2, 4, 8) if k <= shape[axis]]))
+        return (op, (v,), (axis, n)), shape[:axis] + (n,) + shape[axis + 1:]
+    if op == "pad":
+        return ("pad", (v,), axis), shape[:axis] + (shape[axis] + 2,) + shape[axis + 1:]
+    if op == "argmax":
+        return ("argmax", (v,), axis), shape[:axis] + shape[axis + 1:]
+    return (op, (v,), axis), shape
+
+
 def _reshaped(draw: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
     """A reshape merging two adjacent dimensions or splitting one into two."""
     if len(shape) >= 2 and draw(st.booleans()):
@@ -175,7 +224,9 @@ def _jax_mesh(recipe: Recipe) -> Any:
     import jax
     import numpy as np
     devices = jax.devices()[:8]
-    if recipe.reversed_devices:
+    if recipe.devices:
+        devices = [devices[k] for k in recipe.devices]
+    elif recipe.reversed_devices:
         devices = devices[::-1]
     auto = jax.sharding.AxisType.Auto
     return jax.sharding.Mesh(np.array(devices).reshape(recipe.mesh), NAMES[:len(recipe.mesh)],
@@ -210,7 +261,9 @@ def function_of(recipe: Recipe) -> Any:
             where, shape = param
             return lax.broadcast_in_dim(args[0], shape, tuple(
                 d if d < where else d + 1 for d in range(len(shape) - 1)))
-        return args[0].astype(jnp.bfloat16)
+        if kind == "convert":
+            return args[0].astype(jnp.bfloat16)
+        return more_step(kind, args, param, recipe)
 
     def f(*inputs: Any) -> Any:
         values: list = []
@@ -220,6 +273,63 @@ def function_of(recipe: Recipe) -> Any:
         return tuple(values[k] for k in recipe.outputs)
 
     return f
+
+
+def more_step(kind: str, args: list, param: Any, recipe: Recipe) -> Any:
+    """The real value of a constraint, a further primitive's step or a block."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    x = args[0]
+    if kind == "constrain":
+        return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(
+            _jax_mesh(recipe), jax.sharding.PartitionSpec(*param)))
+    if kind == "block":
+        return _block(param, args)
+    if kind == "concat":
+        return jnp.concatenate(args, param)
+    if kind == "where":
+        return jnp.where(x > args[1], x, args[1])
+    if kind == "pad":
+        return jnp.pad(x, [(1, 1) if d == param else (0, 0) for d in range(x.ndim)])
+    if kind == "argmax":
+        return jnp.argmax(x, param).astype(jnp.float32)
+    if kind == "sort":
+        return jnp.sort(x, param)
+    if kind == "cumsum":
+        return jnp.cumsum(x, param)
+    if kind == "squeeze":
+        return lax.squeeze(jnp.expand_dims(x, param), (param,))
+    if kind == "iota":
+        return x + lax.broadcasted_iota(x.dtype, x.shape, param)
+    axis, n = param
+    if kind == "slice":
+        return lax.slice_in_dim(x, 0, n, axis=axis)
+    if kind == "take":
+        return jnp.take(x, jnp.arange(n) % x.shape[axis], axis=axis)
+    return lax.dynamic_slice_in_dim(x, 1 % (x.shape[axis] - n + 1), n, axis=axis)
+
+
+def _block(name: str, args: list) -> Any:
+    """A realistic block over ``x`` and its weights."""
+    import jax
+    import jax.numpy as jnp
+    x, *w = args
+
+    def mlp(w1: Any, w2: Any) -> Any:
+        return jnp.maximum(x @ w1, 0.0) @ w2
+    if name == "mlp":
+        return mlp(*w)
+    if name == "mlp_grad":
+        return jax.grad(lambda w1: jnp.mean(mlp(w1, w[1]) ** 2))(w[0])
+    if name == "layernorm":
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(var + 1e-5) * w[0] + w[1]
+    if name == "attention":
+        q, k, v = (x @ m for m in w)
+        return jax.nn.softmax(q @ k.T / 4.0, axis=-1) @ v
+    return jax.grad(lambda m: jnp.mean(jnp.tanh(x @ m) ** 2))(w[0])
 
 
 def arguments_of(recipe: Recipe) -> list:
@@ -263,9 +373,13 @@ def compare_recipe(recipe: Recipe) -> Outcome:
     from shardlaw.spec.bridge.program import describe_program
     f = function_of(recipe)
     args = arguments_of(recipe)
-    results = jax.jit(f)(*args)
+    mesh = _jax_mesh(recipe)
+    given = tuple(None if split is None else jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec(*split)) for split in recipe.out_shardings)
+    jitted = jax.jit(f, out_shardings=given) if given else jax.jit(f)
+    results = jitted(*args)
     real = tuple(r.sharding for r in results)
-    program = describe_program(f, *args)
+    program = describe_program(jitted, *args)
     verdict = explain_program(program)
     assert verdict.accepted, verdict.message
     primitives = tuple(sorted({getattr(eq, "primitive", eq.kind) for eq in program.equations}))
@@ -278,3 +392,45 @@ def compare_recipe(recipe: Recipe) -> Outcome:
     for _, why in outcome.undetermined:
         TALLY[f"why: {why.split(': ', 1)[-1][:70]}"] += 1
     return outcome
+
+
+def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -> dict:
+    """A deep run of the property: ``examples`` drawn programs from ``seed``; the tally
+    (outcomes, reasons, programs held per primitive) and the recipes that disagreed,
+    written to the file ``report`` (if given) after every 50 programs as well."""
+    import json
+
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as seeded
+    found: list = []
+
+    def write() -> None:
+        if report is not None:
+            with open(report, "w") as out:
+                json.dump({"tally": dict(TALLY), "disagreements": found}, out)
+
+    @seeded(seed)
+    @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(recipes(max_steps=max_steps))
+    def run(recipe: Recipe) -> None:
+        outcome = compare_recipe(recipe)
+        if outcome.disagreements:
+            found.append(repr((recipe, outcome.disagreements)))
+        if sum(TALLY[k] for k in ("agree", "abstain", "disagree")) % 50 == 0:
+            write()
+
+    TALLY.clear()
+    run()
+    write()
+    return {"tally": dict(TALLY), "disagreements": found}
+
+
+if __name__ == "__main__":   # python -m shardlaw.properties.propagation_harness N SEED
+    import json
+    import sys
+
+    import jax
+    jax.config.update("jax_num_cpu_devices", 8)
+    print(json.dumps(deep_run(int(sys.argv[1]), int(sys.argv[2]),
+                              report=sys.argv[3] if len(sys.argv) > 3 else None)))

@@ -21,7 +21,7 @@ from shardlaw.spec.program.propagation import Undetermined, predicted_results
 Auto = jax.sharding.AxisType.Auto
 
 
-@checks("PROP-1", "PROP-2", "PROP-3", "PROP-4", "PROP-5")
+@checks("PROP-1", "PROP-2", "PROP-3", "PROP-4", "PROP-5", "PROP-6")
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(recipes())
 def test_every_result_the_spec_places_is_where_the_executable_returns_it(recipe):
@@ -103,3 +103,113 @@ def test_a_recipe_is_its_own_small_program():
     outcome = compare_recipe(recipe)
     assert outcome.spec == tuple(from_jax(r) for r in outcome.jax)
     assert TALLY["agree"] >= 1
+
+
+def _explained(f, placed, **options):
+    """JAX's result shardings and the spec's verdict for ``jax.jit(f, **options)``."""
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(Auto, Auto))
+    args = [jax.device_put(jnp.ones(shape), jax.sharding.NamedSharding(mesh, spec))
+            for shape, spec in placed]
+    jitted = jax.jit(f, **{k: tuple(None if v is None else jax.sharding.NamedSharding(mesh, v)
+                                    for v in vs) for k, vs in options.items()})
+    real = tuple(r.sharding for r in jitted(*args))
+    return real, explain_program(describe_program(jitted, *args)), mesh
+
+
+_MESH = [jax.make_mesh((2, 4), ("x", "y"), axis_types=(Auto, Auto))]
+
+
+def _wsc(x, mesh, *spec):
+    return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, P(*spec)))
+
+
+def test_a_constraint_on_a_value_of_one_use_places_it_and_propagates_backward():
+    # Shardy moves the constraint onto the value it constrains when that is its only use:
+    # ``cos`` then carries it back to ``g``, which is returned on it
+    def f(a):
+        g = jnp.sin(a)
+        return g, _wsc(jnp.cos(g), _MESH[0], None, "y")
+    real, verdict, _ = _explained(f, [((8, 8), P())])
+    assert [r.spec for r in real] == [P(None, "y"), P(None, "y")]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+
+
+def test_an_out_sharding_of_a_value_of_one_use_propagates_backward():
+    def f(a):
+        g = jnp.sin(a)
+        return g, jnp.cos(g)
+    real, verdict, _ = _explained(f, [((8, 8), P())], out_shardings=(None, P(None, "y")))
+    assert [r.spec for r in real] == [P(None, "y"), P(None, "y")]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    assert verdict.undetermined == ()
+
+
+def test_a_constraint_on_a_value_with_other_uses_is_left_open_with_its_reason():
+    def f(a):
+        g = jnp.sin(a)
+        return g * 3, _wsc(g, _MESH[0], "x") * 2
+    real, verdict, _ = _explained(f, [((8,), P("y"))])
+    assert verdict.out_shardings[0] is UNSPECIFIED
+    assert "PROP-6" in verdict.undetermined[0][1] and "other uses" in verdict.undetermined[0][1]
+
+
+@pytest.mark.parametrize("name, f, shapes", [
+    ("slice", lambda a: (a[:8], a[2:10:2]), [((16, 8), P("x", "y"))]),
+    ("concatenate", lambda a, b: (jnp.concatenate([a, b], 0),),
+     [((16, 8), P(None, "y")), ((16, 8), P("x", "y"))]),
+    ("pad (in an inner jit)", lambda a: (jnp.pad(a, ((1, 1), (0, 0))),), [((16, 8), P("x", "y"))]),
+    ("dynamic_slice", lambda a: (jax.lax.dynamic_slice(a, (1, 0), (4, 8)),),
+     [((16, 8), P("x", "y"))]),
+    ("argmax", lambda a: (jnp.argmax(a, 0),), [((16, 8), P("x", "y"))]),
+    ("cumsum (in an inner jit)", lambda a: (jnp.cumsum(a, 0),), [((16, 8), P("x", "y"))]),
+    ("sort (in an inner jit)", lambda a: (jnp.sort(a, 1),), [((16, 8), P("x", None))]),
+    ("iota", lambda a: (a + jax.lax.broadcasted_iota(jnp.float32, (16, 8), 0),),
+     [((16, 8), P("x", "y"))]),
+    ("where", lambda a, b: (jnp.where(a > b, a, b),),
+     [((16, 8), P("x")), ((16, 8), P(None, "y"))]),
+    ("squeeze", lambda a: (jax.lax.squeeze(a[:, None], (1,)),), [((16, 8), P("x", "y"))]),
+    ("take (a gather in an inner jit)", lambda a: (jnp.take(a, jnp.arange(4), axis=0),),
+     [((16, 8), P(None, "y"))]),
+])
+def test_the_further_primitives_propagate_as_the_executable_places(name, f, shapes):
+    real, verdict, _ = _explained(f, shapes)
+    assert verdict.undetermined == (), name
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real), name
+
+
+def test_every_equation_s_splits_are_public_inner_jits_inlined():
+    from shardlaw.spec.program.propagation import equation_splits
+    mesh = _MESH[0]
+    a = jax.device_put(jnp.ones((16, 8)), jax.sharding.NamedSharding(mesh, P("x", "y")))
+    found = equation_splits(describe_program(lambda a: (jnp.cumsum(jnp.sin(a), 0),), a))
+    assert [(path, name) for path, name, _, _ in found] == [
+        ("body[0]", "sin"), ("body[1].jit.body[0]", "cumsum")]
+    assert found[1][3] == ((("x",), ("y",)),)
+
+
+def test_no_entry_is_left_without_a_reason():
+    from shardlaw.spec.program.primitives import NOT_PROPAGATED_YET
+    assert [n for n, e in TABLE.items() if e.sharding is NOT_PROPAGATED_YET] == []
+    for name in ("concatenate", "slice", "pad", "gather", "dynamic_slice", "select_n",
+                 "iota", "cumsum", "argmax", "sort", "squeeze", "expand_dims", "lt"):
+        assert not isinstance(TABLE[name].sharding, NotPropagated), name
+
+
+def test_a_sort_along_a_split_dimension_is_left_open():
+    # a rank-1 sort on 'x' comes back P(), a rank-2 one on P('x', 'y') keeps it: the
+    # partitioner's choice, not propagation's
+    real, verdict, _ = _explained(lambda a: (jnp.sort(a, 0),), [((8,), P("x"))])
+    assert real[0].spec == P()
+    assert verdict.out_shardings == (UNSPECIFIED,)
+    assert "needs unsplit" in verdict.undetermined[0][1]
+
+
+def test_a_conflict_keeps_the_shared_prefix_though_the_result_is_not_split_yet():
+    # the deep run's disagreement: the batch factor's ('z','x') and ('z','y') share 'z'
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(Auto,) * 3)
+    a = jax.device_put(jnp.ones((8, 4, 16)), jax.sharding.NamedSharding(mesh, P(("z", "x"), "y")))
+    b = jax.device_put(jnp.ones((8, 16, 4)), jax.sharding.NamedSharding(mesh, P(("z", "y"))))
+    f = lambda a, b: (jnp.matmul(a, b),)
+    real = jax.jit(f)(a, b)[0].sharding
+    assert real.spec == P("z", "y")
+    assert explain_program(describe_program(f, a, b)).out_shardings == (from_jax(real),)

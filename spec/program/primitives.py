@@ -474,7 +474,12 @@ for _name in ("swap", "addupdate"):
 del _name
 
 # Sharding rules (issue 33), by family, in a module of their own that fills the slots.
-from .sharding_factors import SHARDING_RULES  # noqa: E402  (it reads Factors above)
+from .sharding_factors import SHARDING_ONLY, SHARDING_RULES  # noqa: E402  (reads Factors)
+# Primitives the table holds for their sharding rule alone: opaque to every other rewrite.
+for _name in SHARDING_ONLY:
+    declare(Entry(_name, Kind.OPAQUE, batching=Absent(
+        f"the table holds only the sharding rule of {_name}: its batching is not known"),
+        jvp="opaque", transpose="opaque"))
 for _name, _rule in SHARDING_RULES.items():
     TABLE[_name] = dataclasses.replace(TABLE[_name], sharding=_rule)
 del _name, _rule

@@ -37,22 +37,29 @@ A split is one tuple of mesh axes per dimension (major first).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from typing import Any
 
 from ..core.rules import rule, tracing
-from ..core.shardings import UNSPECIFIED, NamedSharding
+from ..core.shardings import UNCONSTRAINED, UNSPECIFIED, NamedSharding
 from ..core.values import AxisType, Mesh, PartitionSpec
 from ..placement.blocks import to_hlo
 from .description import Program
 from .lowering import live_parts
 from .primitives import Factors, Kind, NotPropagated, entry_of
-from .sharding_factors import factors_of_dimension
+from .sharding_factors import (
+    ELEMENTWISE_NAMES, SHARDING_ONLY_ELEMENTWISE, factors_of_dimension, same_dimensions_factors,
+)
+
+# What the schedule's first pass admits besides the table's elementwise primitives.
+ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
+                               *SHARDING_ONLY_ELEMENTWISE))
 
 __all__ = ["Undetermined", "Split", "propagation_mesh", "factor_split", "dimension_splits",
            "propagate", "predicted_results", "predicted_sharding", "predicted_choices",
-           "undetermined_results"]
+           "undetermined_results", "equation_splits", "flatten", "Flat"]
 
 Split = tuple[tuple[str, ...], ...]
 
@@ -87,7 +94,7 @@ def _stop(rule_id: str, why: str, path: str = "") -> None:
 def propagation_mesh(program: Program) -> Mesh | Undetermined:
     """Propagation is predicted over one concrete mesh of Auto axes that every input is
     placed on, each by an in sharding or a committed NamedSharding with no unreduced axes,
-    in a program without closed-over constants and without out shardings.
+    and that every out sharding given is over; closed-over constants are scalars.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Value
@@ -98,11 +105,9 @@ def propagation_mesh(program: Program) -> Mesh | Undetermined:
     >>> print(propagation_mesh(Program((Value.numpy((8,)),), outputs=(0,))))
     [PROP-1]: input 0 is not placed on a NamedSharding it is committed to (the compiler may choose its placement)
     """
-    if program.consts:
-        return Undetermined("PROP-1", "closed-over constants are not propagated yet")
-    if any(s is not UNSPECIFIED for s in program.out_shardings):
-        return Undetermined("PROP-1", "out shardings are propagated backward by priority, "
-                            "which is not written yet")
+    if any(c.ref or c.value.shape for c in program.consts):
+        return Undetermined("PROP-1", "closed-over constants other than scalars are not "
+                            "propagated yet")
     meshes = []
     for k, value in enumerate(program.inputs):
         given = program.in_shardings[k] if program.in_shardings else UNSPECIFIED
@@ -120,16 +125,32 @@ def propagation_mesh(program: Program) -> Mesh | Undetermined:
     if any(t is not AxisType.Auto for t in mesh.axis_types):
         return Undetermined("PROP-1", "a mesh with Explicit or Manual axes is not propagated "
                             "yet")
+    for j, given in enumerate(program.out_shardings):
+        if given is not UNSPECIFIED and _placed_split(given, mesh, 0) is None:
+            return Undetermined("PROP-1", f"out sharding {j} is not a NamedSharding over the "
+                                f"inputs' mesh without unreduced axes")
     return mesh
+
+
+def _placed_split(sharding: Any, mesh: Mesh, rank: int) -> Split | None:
+    """The split a placement the user wrote gives a value of ``rank`` dimensions (None: not
+    a NamedSharding over ``mesh``, or with dimensions left to the compiler)."""
+    if not (isinstance(sharding, NamedSharding) and sharding.mesh == mesh):
+        return None
+    spec = sharding.spec
+    if spec.unreduced or spec.reduced or any(p is UNCONSTRAINED for p in spec.partitions):
+        return None
+    parts = tuple(spec.partitions) + (None,) * rank
+    # an axis of size 1 splits nothing: the partitioner places alike without it
+    return tuple(() if p is None else tuple(a for a in ((p,) if isinstance(p, str) else p)
+                                            if mesh.axis_size(a) != 1)
+                 for p in parts[:rank])
 
 
 def _input_split(program: Program, k: int) -> Split:
     given = program.in_shardings[k] if program.in_shardings else UNSPECIFIED
     sharding = given if given is not UNSPECIFIED else program.inputs[k].sharding
-    rank = len(program.inputs[k].shape)
-    parts = tuple(sharding.spec.partitions) + (None,) * rank
-    return tuple(() if p is None else ((p,) if isinstance(p, str) else tuple(p))
-                 for p in parts[:rank])
+    return _placed_split(sharding, sharding.mesh, len(program.inputs[k].shape))
 
 
 # --------------------------------------------------------------------------- one equation
@@ -144,23 +165,30 @@ def factor_split(proposals: list[tuple[str, ...]]) -> tuple[str, ...]:
     ('x', 'y')
     >>> factor_split([("x",), ("y",)])
     ()
+    >>> factor_split([("z", "x"), ("z", "y"), ()])
+    ('z',)
     """
     longest = max(proposals, key=len, default=())
     if all(longest[:len(p)] == p for p in proposals):
         return longest
+    split = [p for p in proposals if p]   # an unsplit tensor does not shorten the prefix
     shared = 0
-    while all(len(p) > shared and p[shared] == longest[shared] for p in proposals):
+    while all(len(p) > shared and p[shared] == longest[shared] for p in split):
         shared += 1
     return longest[:shared]
 
 
 def _sizes(rule_: Factors, tensors: tuple[tuple[int, ...], ...]) -> dict[str, int]:
+    """Each factor's size: a reshape's as its rule gives them; a factor alone in its
+    dimensions, the greatest size dividing them all (a slice's, a pad's or a concatenate's
+    dimensions differ: a split must divide every one)."""
     sizes = dict(rule_.sizes)
+    found: dict[str, int] = {}
     for dims, shape in zip(rule_.operands + rule_.results, tensors):
         for name, size in zip(dims, shape):
-            if "*" not in name:
-                sizes.setdefault(name, size)
-    return sizes
+            if "*" not in name and name not in sizes:
+                found[name] = math.gcd(found.get(name, 0), size)
+    return {**found, **sizes}
 
 
 def _read(dim: str, axes: tuple[str, ...], sizes: dict, mesh: Mesh, path: str
@@ -176,8 +204,9 @@ def _read(dim: str, axes: tuple[str, ...], sizes: dict, mesh: Mesh, path: str
             n = mesh.axis_size(rest[0])
             if sizes[f] % (ways * n):
                 _stop("PROP-3", f"mesh axis {rest[0]!r} ({n}) does not divide what is left "
-                      f"of a factor of size {sizes[f]}: the partitioner would split it into "
-                      f"sub-axes", path)
+                      f"of a factor of size {sizes[f]} (the greatest dividing its "
+                      f"dimensions): the partitioner would split it into sub-axes or "
+                      f"unevenly", path)
             taken.append(rest.pop(0))
             ways *= n
         out[f] = tuple(taken)
@@ -227,6 +256,11 @@ def _one_way(leading: list[tuple[str, ...]], following: list[tuple[str, ...]]
     return split
 
 
+def _conflict(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether neither split is a prefix of the other."""
+    return a[:len(b)] != b and b[:len(a)] != a
+
+
 def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
            mesh: Mesh, types: tuple, path: str, directions: dict, grown: dict,
            priority: int) -> bool:
@@ -254,9 +288,8 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
         # the partitioner met first decides, and the order it visits operations in is its
         # own (a chain of converts reaching a multiply after, or before, an input's split).
         given = [(t[f], n) for t, n in zip(current, numbers) if f in t and t[f]]
-        longest = max((g for g, _ in given), key=len, default=())
-        if any(longest[:len(g)] != g for g, _ in given) and any(
-                grown.get(n) == priority for _, n in given):
+        if any(_conflict(g, h) for g, n in given if grown.get(n) == priority
+               for h, _ in given):
             _stop("PROP-4", "two splits of one factor conflict while one of them is still "
                   "growing: the partitioner's order of visiting operations decides", path)
     # An axis another factor holds, or would take, in a tensor of this factor: Shardy
@@ -298,7 +331,7 @@ def _directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> di
     in that pass)."""
     every = {f for dims in rule_.operands + rule_.results for dim in dims
              for f in factors_of_dimension(dim)}
-    if kind is Kind.ELEMENTWISE or entry_name in ("reshape", "transpose"):
+    if kind is Kind.ELEMENTWISE or entry_name in ELEMENTWISE_FIRST:
         return {f: "both" for f in every}
     if priority == 0:
         return {}
@@ -313,12 +346,13 @@ def _directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> di
 
 @rule("PROP-4", mirrors="shardy: the propagation pass over a module (forward and backward)")
 def propagate(program: Program) -> dict[int, Split] | Undetermined:
-    """Each value's split is what the inputs' fixed splits leave after moving through every
-    live equation's sharding rule, forward then backward, pass by pass of the partitioner's
-    schedule, until nothing grows.
+    """Each value's split is what the placements the user wrote leave after moving through
+    every live equation's sharding rule, forward then backward, pass by pass of the
+    partitioner's schedule, until nothing grows.
 
-    A value's split only grows and an input's never changes; every live equation needs a
-    sharding rule.
+    A value's split only grows and a placed one's never changes (PROP-6 says which are
+    placed); every live equation needs a sharding rule; an inner jit's body is propagated
+    as part of the program.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Opaque, Value
@@ -329,40 +363,236 @@ def propagate(program: Program) -> dict[int, Split] | Undetermined:
     >>> propagate(Program((a, b), (add,), outputs=(2,)))[2]
     (('x',), ('y',))
     """
-    mesh = propagation_mesh(program)
-    if isinstance(mesh, Undetermined):
-        return mesh
-    types = program.value_types
-    splits: dict[int, Split] = {k: _input_split(program, k) for k in range(len(program.inputs))}
-    fixed = set(splits)
-    steps = []
-    live = live_parts(program).equations   # what JAX lowers: dead equations propagate nothing
-    if program.keep_unused and not all(live):
-        return Undetermined("PROP-4", "a jit that keeps unused inputs lowers its dead "
-                            "equations too; whether they propagate is not written")
-    for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
-        path = f"body[{k}]"
-        if not live[k]:
-            continue
-        sharding = entry_of(eq).sharding
-        if isinstance(sharding, NotPropagated):
-            return Undetermined("PROP-4", f"{_name(eq)}: {sharding.why}", path)
-        operands = tuple(types[n] for n in eq.operands)
-        rule_ = sharding(eq, operands) if callable(sharding) else sharding
-        if isinstance(rule_, NotPropagated):
-            return Undetermined("PROP-4", f"{_name(eq)}: {rule_.why}", path)
-        for n in numbers:
-            splits[n] = ((),) * len(types[n].shape)
-        every = tuple(eq.operands) + tuple(numbers)
-        steps.append((entry_of(eq), rule_, every, tuple(types[n] for n in every), path))
-    grown: dict[int, int] = {}
+    found = _propagated(program)
+    if isinstance(found, Undetermined):
+        return found
+    flat, splits = found
+    return {n: splits[i] for n, i in enumerate(flat.ids)}
+
+
+def _propagated(program: Program):
+    """(the flat program, each value's split by its id), or why not."""
+    def make() -> Any:
+        mesh = propagation_mesh(program)
+        if isinstance(mesh, Undetermined):
+            return mesh
+        live = live_parts(program).equations
+        if program.keep_unused and not all(live):
+            return Undetermined("PROP-4", "a jit that keeps unused inputs lowers its dead "
+                                "equations too; whether they propagate is not written")
+        flat = flatten(program, mesh)
+        if isinstance(flat, Undetermined):
+            return flat
+        try:
+            splits = {i: flat.fixed.get(i, ((),) * len(t.shape))
+                      for i, t in enumerate(flat.types)}
+            grown: dict[int, int] = {}
+            for priority in range(len(PASSES)):
+                if not _settle(flat.steps, splits, set(flat.fixed), mesh, priority, grown):
+                    return Undetermined("PROP-4", f"propagation did not settle "
+                                        f"({PASSES[priority]})")
+            _check_unsplit(flat.steps, splits)
+        except _Stop as stopped:
+            return stopped.undetermined
+        return flat, splits
+    return program.derived_once("propagation", make)
+
+
+def _check_unsplit(steps: list, splits: dict) -> None:
+    """A factor the partitioner needs unsplit (named ``n…``: a sort's dimension) that ends
+    split in a tensor is resharded by the partitioner's own choice: undetermined."""
+    for _, rule_, every, _, path, _ in steps:
+        for dims, number in zip(rule_.operands + rule_.results, every):
+            if any(d.startswith("n") and axes for d, axes in zip(dims, splits[number])):
+                _stop("PROP-4", "a dimension the operation needs unsplit (a sort's) is "
+                      "split: the partitioner moves or gathers it by its own choice", path)
+
+
+@dataclasses.dataclass
+class Flat:
+    """A program with its inner jits' bodies inlined, over value ids: each value's type,
+    the steps (equations with a sharding rule) that propagate, the splits the user placed
+    (PROP-6), the id of each of the program's own values, and the path, operand ids and
+    result ids of every equation propagated (inner ones and constraints included)."""
+
+    types: list = dataclasses.field(default_factory=list)
+    steps: list = dataclasses.field(default_factory=list)
+    fixed: dict = dataclasses.field(default_factory=dict)
+    ids: list = dataclasses.field(default_factory=list)
+    equations: list = dataclasses.field(default_factory=list)
+    live: set = dataclasses.field(default_factory=set)
+    constants: set = dataclasses.field(default_factory=set)
+
+    def new(self, value: Any) -> int:
+        self.types.append(value)
+        return len(self.types) - 1
+
+
+@rule("PROP-6", mirrors="shardy's import of sharding constraints and result shardings")
+def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
+    """The placements the user wrote are fixed splits: the inputs', a sharding constraint's
+    result, and the value a constraint or an out sharding holds when that is its only use
+    (Shardy moves the sharding onto it); a value with other uses is not constrained
+    backward. Inner jits without shardings of their own are inlined.
+
+    Gives the reason instead where a live equation is not read: a constraint or an inner
+    jit's shardings it does not propagate, an equation without a sharding rule.
+
+    >>> from shardlaw.spec import NamedSharding, P
+    >>> from shardlaw.spec.program.description import Opaque, ShardingConstraint, Value
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> a = Value.placed((8, 8), NamedSharding(mesh, P()))
+    >>> sin = Opaque((0,), primitive="sin", results=(Value.typed((8, 8)),))
+    >>> cos = Opaque((1,), primitive="cos", results=(Value.typed((8, 8)),))
+    >>> put = ShardingConstraint((2,), sharding=NamedSharding(mesh, P(None, "y")))
+    >>> program = Program((a,), (sin, cos, put), outputs=(1, 3))
+    >>> sorted(flatten(program, mesh).fixed.items())   # the constraint moved onto cos's value
+    [(0, ((), ())), (2, ((), ('y',))), (3, ((), ('y',)))]
+    >>> propagate(program)[1]                          # and carried back to sin's
+    ((), ('y',))
+    """
+    flat = Flat()
     try:
-        for priority in range(len(PASSES)):
-            if not _settle(steps, splits, fixed, mesh, priority, grown):
-                return Undetermined("PROP-4", f"propagation did not settle ({PASSES[priority]})")
+        for k, value in enumerate(program.inputs):
+            flat.fixed[flat.new(value)] = _input_split(program, k)
+        ids = list(range(len(program.inputs)))
+        for c in program.consts:
+            ids.append(flat.new(c.value))
+            flat.fixed[ids[-1]] = ()
+            flat.constants.add(ids[-1])
+        constraints: list = []
+        flat.ids = _inline(program, ids, "", flat, mesh, constraints)
+        outputs = [flat.ids[n] for n in program.outputs]
+        _prune(flat, constraints, outputs)
+        for step in flat.steps:
+            if isinstance(step[1], Undetermined):
+                raise _Stop(step[1])
     except _Stop as stopped:
         return stopped.undetermined
-    return splits
+    uses = collections.Counter(outputs)
+    for step in flat.steps:
+        uses.update(step[2][:step[5]])
+    uses.update(c[0] for c in constraints)
+    for operand, result, split, path in constraints:
+        flat.fixed[result] = split
+        if operand in flat.fixed:
+            continue
+        if uses[operand] != 1:
+            return Undetermined("PROP-6", "a sharding constraint on a value with other uses: "
+                                "whether the partitioner moves it onto the value is not "
+                                "determined by the spec yet", path)
+        flat.fixed[operand] = split
+    placed = {n: given for n, given in zip(outputs, program.out_shardings)
+              if given is not UNSPECIFIED}
+    if any(n in placed for n, given in zip(outputs, program.out_shardings or
+                                            (UNSPECIFIED,) * len(outputs))
+           if given is UNSPECIFIED):
+        return Undetermined("PROP-6", "a value returned twice, once under an out sharding "
+                            "and once left open: where the open one is placed is the "
+                            "compiler's choice")
+    for n, given in zip(outputs, program.out_shardings):
+        if given is UNSPECIFIED or n in flat.fixed:
+            continue
+        if uses[n] != 1:
+            return Undetermined("PROP-6", "an out sharding on a value with other uses: "
+                                "whether the partitioner moves it onto the value is not "
+                                "determined by the spec yet")
+        flat.fixed[n] = _placed_split(given, mesh, len(flat.types[n].shape))
+    return flat
+
+
+def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
+            constraints: list) -> list:
+    """The ids of ``program``'s values, its equations added to ``flat`` (PROP-6)."""
+    types = program.value_types
+    for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
+        path = f"{prefix}body[{k}]"
+        operands = [ids[n] for n in eq.operands]
+        if eq.kind == "jit":
+            body = eq.body
+            if any(s is not UNSPECIFIED for s in body.in_shardings + body.out_shardings):
+                _stop("PROP-6", "an inner jit's in or out shardings are not propagated yet",
+                      path)
+            if any(c.ref or c.value.shape for c in body.consts):
+                _stop("PROP-6", "an inner jit's closed-over constants other than scalars "
+                      "are not propagated yet", path)
+            inner = operands + [flat.new(c.value) for c in body.consts]
+            flat.fixed.update((i, ()) for i in inner[len(operands):])
+            flat.constants.update(inner[len(operands):])
+            inner = _inline(body, inner, f"{path}.jit.", flat, mesh, constraints)
+            ids += [inner[n] for n in body.outputs]
+            continue
+        results = [flat.new(types[n]) for n in numbers]
+        ids += results
+        flat.equations.append((path, _name(eq), tuple(operands), tuple(results)))
+        entry = entry_of(eq)
+        if eq.kind == "sharding_constraint":
+            split = _placed_split(eq.sharding, mesh, len(types[numbers[0]].shape))
+            if split is not None and not eq.unconstrained_dims:
+                constraints.append((operands[0], results[0], split, path))
+                continue
+            rule_ = Undetermined("PROP-6", "a sharding constraint with dimensions left to "
+                                 "the compiler, or over another mesh, is not propagated yet",
+                                 path)
+        else:
+            rule_ = entry.sharding
+            if _name(eq) == "dynamic_slice" and all(
+                    i in flat.constants for i in operands[1:]):
+                # constant starts: lowered to a dynamic_slice StableHLO folds into a slice
+                rule_ = same_dimensions_factors
+            if callable(rule_):
+                rule_ = rule_(eq, tuple(types[n] for n in eq.operands))
+            if entry.effect is not None:   # a ref's write lives whatever reads it
+                _stop("PROP-4", f"{_name(eq)}: it reads or writes a mutable ref", path)
+            if isinstance(rule_, NotPropagated):
+                rule_ = Undetermined("PROP-4", f"{_name(eq)}: {rule_.why}", path)
+        every = tuple(operands) + tuple(results)
+        flat.steps.append((entry, rule_, every, tuple(flat.types[i] for i in every), path,
+                           len(operands)))
+    return ids
+
+
+def _prune(flat: Flat, constraints: list, outputs: list) -> None:
+    """Only the live equations propagate: jit eliminates dead code before lowering."""
+    live = set(outputs)
+    grew = True
+    while grew:
+        grew = False
+        for step in flat.steps:
+            every, count = step[2], step[5]
+            if live & set(every[count:]) and not set(every[:count]) <= live:
+                live |= set(every[:count])
+                grew = True
+        for operand, result, _, _ in constraints:
+            if result in live and operand not in live:
+                live.add(operand)
+                grew = True
+    flat.steps[:] = [s for s in flat.steps if live & set(s[2][s[5]:])]
+    flat.live = live
+    constraints[:] = [c for c in constraints if c[1] in live]
+
+
+def equation_splits(program: Program) -> tuple | Undetermined:
+    """Every live equation's operands' and results' splits as propagation decided them:
+    ``(path, primitive, operand splits, result splits)`` per equation, inner jits' bodies
+    inlined (their equations at ``body[k].jit.body[j]``), in program order.
+
+    >>> from shardlaw.spec import NamedSharding, P
+    >>> from shardlaw.spec.program.description import Opaque, Value
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> a = Value.placed((8, 8), NamedSharding(mesh, P("x", None)))
+    >>> neg = Opaque((0,), primitive="neg", results=(Value.typed((8, 8)),))
+    >>> equation_splits(Program((a,), (neg,), outputs=(1,)))
+    (('body[0]', 'neg', ((('x',), ()),), ((('x',), ()),)),)
+    """
+    found = _propagated(program)
+    if isinstance(found, Undetermined):
+        return found
+    flat, splits = found
+    return tuple((path, name, tuple(splits[i] for i in operands),
+                  tuple(splits[i] for i in results))
+                 for path, name, operands, results in flat.equations
+                 if flat.live & set(results))
 
 
 def _settle(steps: list, splits: dict, fixed: set, mesh: Mesh, priority: int,
@@ -370,7 +600,7 @@ def _settle(steps: list, splits: dict, fixed: set, mesh: Mesh, priority: int,
     """One pass of the schedule, forward then backward until nothing grows."""
     for _ in range(2 * len(steps) + 2):
         grew = False
-        for entry, rule_, every, typed, path in steps + steps[::-1]:
+        for entry, rule_, every, typed, path, _ in steps + steps[::-1]:
             directions = _directions(entry.name, entry.kind, rule_, priority)
             if directions:
                 grew |= _apply(rule_, every, splits, fixed, mesh, typed, path, directions,
@@ -399,7 +629,11 @@ def predicted_results(program: Program) -> tuple[Split, ...] | Undetermined:
     splits = propagate(program)
     if isinstance(splits, Undetermined):
         return splits
-    return tuple(splits[n] for n in program.outputs)
+    mesh = propagation_mesh(program)
+    return tuple(splits[n] if given is UNSPECIFIED else
+                 _placed_split(given, mesh, len(program.value_types[n].shape))
+                 for n, given in zip(program.outputs, program.out_shardings
+                                     or (UNSPECIFIED,) * len(program.outputs)))
 
 
 def predicted_sharding(program: Program, split: Split) -> NamedSharding:

@@ -23,13 +23,18 @@ Factors(operands=(('f0*f1', 'f2'),), results=(('f0', 'f1*f2'),), reduced=frozens
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from .primitives import Factors, NotPropagated
 
-__all__ = ["SHARDING_RULES", "elementwise_factors", "dot_general_factors",
+__all__ = ["SHARDING_RULES", "SHARDING_ONLY", "elementwise_factors", "dot_general_factors",
            "reduction_factors", "transpose_factors", "broadcast_in_dim_factors",
-           "reshape_factors"]
+           "reshape_factors", "ELEMENTWISE_NAMES", "SHARDING_ONLY_ELEMENTWISE",
+           "same_dimensions_factors", "squeeze_factors",
+           "expand_dims_factors", "iota_factors", "dynamic_slice_factors",
+           "dynamic_update_slice_factors", "gather_factors", "scatter_factors",
+           "dimension_numbers", "factors_of_dimension", "scalar_placement_factors", "sort_factors"]
 
 
 def _params(eq: Any) -> dict:
@@ -137,44 +142,181 @@ def _common_factors(before: tuple[int, ...], after: tuple[int, ...]):
     """The coarsest factors both shapes are products of, major to minor (None: none)."""
     if math.prod(before) != math.prod(after):
         return None
-    i = j = 0
-    left: list[list[str]] = [[] for _ in before]
-    right: list[list[str]] = [[] for _ in after]
-    rest_left = list(before)
-    rest_right = list(after)
+    shapes = (before, after)
+    rests = (list(before), list(after))
+    dims: tuple[list[list[str]], ...] = ([[] for _ in before], [[] for _ in after])
+    at = [0, 0]
     sizes: dict[str, int] = {}
-    count = 0
-    while i < len(before) or j < len(after):
-        if i < len(before) and rest_left[i] == 1:
-            if before[i] == 1:
-                name = f"f{count}"
-                count += 1
-                left[i].append(name)
-                sizes[name] = 1
-            i += 1
+    while at[0] < len(before) or at[1] < len(after):
+        # a dimension used up (or of size 1) on either side: a size-1 one is its own factor
+        done = [s for s in (0, 1) if at[s] < len(shapes[s]) and rests[s][at[s]] == 1]
+        if done:
+            side, k = done[0], at[done[0]]
+            if shapes[side][k] == 1:
+                sizes[f"f{len(sizes)}"] = 1
+                dims[side][k].append(f"f{len(sizes) - 1}")
+            at[side] += 1
             continue
-        if j < len(after) and rest_right[j] == 1:
-            if after[j] == 1:
-                name = f"f{count}"
-                count += 1
-                right[j].append(name)
-                sizes[name] = 1
-            j += 1
-            continue
-        if i >= len(before) or j >= len(after):
+        if at[0] >= len(before) or at[1] >= len(after):
             return None
-        a, b = rest_left[i], rest_right[j]
+        a, b = rests[0][at[0]], rests[1][at[1]]
         size = min(a, b)
         if max(a, b) % size:
             return None
-        name = f"f{count}"
-        count += 1
+        name = f"f{len(sizes)}"
         sizes[name] = size
-        left[i].append(name)
-        right[j].append(name)
-        rest_left[i] //= size
-        rest_right[j] //= size
-    return [tuple(fs) for fs in left], [tuple(fs) for fs in right], sizes
+        for side in (0, 1):
+            dims[side][at[side]].append(name)
+            rests[side][at[side]] //= size
+    return [tuple(fs) for fs in dims[0]], [tuple(fs) for fs in dims[1]], sizes
+
+
+def same_dimensions_factors(eq: Any, operands: tuple) -> Factors:
+    """Every operand and result of the result's rank has one factor per dimension, shared
+    by all of them even where the sizes differ (concatenate's, slice's and pad's dimensions,
+    a sort's or a cumulative operation's own dimension: seen passed through on 8 CPU
+    devices); an operand of another rank (a scalar: a pad's value, an index) has none."""
+    rank = len(eq.results[0].shape)
+    dims = _dims("f", rank)
+    tensors = tuple(dims if len(v.shape) == rank else () for v in operands)
+    return Factors(tensors, tuple(dims for _ in eq.results))
+
+
+def sort_factors(eq: Any, operands: tuple) -> Factors:
+    """Every operand and result of a sort shares one factor per dimension but the sorted
+    one, which stays unsplit and is named ``n…``: split anyway (a placed operand), the
+    partitioner moves or gathers it by its own choice (seen: a rank-1 sort on 'x' comes
+    back P(), a rank-2 one P('x', 'y')), which propagation leaves undetermined."""
+    rank = len(eq.results[0].shape)
+    dims = tuple("n0" if d == _params(eq)["dimension"] % rank else f"f{d}"
+                 for d in range(rank))
+    return Factors(tuple(dims for _ in operands), tuple(dims for _ in eq.results),
+                   replicated=frozenset(("n0",)))
+
+
+def squeeze_factors(eq: Any, operands: tuple) -> Factors:
+    """A squeezed dimension (of size 1) is an operand factor that stays unsplit; every other
+    passes to the result in order."""
+    gone = {d % len(operands[0].shape) for d in _params(eq)["dimensions"]}
+    dims = tuple(f"o{d}" if d in gone else f"f{d}" for d in range(len(operands[0].shape)))
+    return Factors((dims,), (tuple(f for f in dims if f[0] == "f"),),
+                   replicated=frozenset(f for f in dims if f[0] == "o"))
+
+
+def expand_dims_factors(eq: Any, operands: tuple) -> Factors:
+    """The operand's dimensions pass to the result's dimensions not named in
+    ``dimensions``, in order; a new dimension is a result factor of its own."""
+    rank = len(eq.results[0].shape)
+    new = {d % rank for d in _params(eq)["dimensions"]}
+    result = _dims("r", rank)
+    kept = tuple(result[d] for d in range(rank) if d not in new)
+    return Factors((kept,), (result,))
+
+
+def iota_factors(eq: Any, operands: tuple) -> Factors:
+    """An iota has no operand: each result dimension is a factor of its own."""
+    return Factors((), (_dims("f", len(eq.results[0].shape)),))
+
+
+def _kept_or_own(dims: tuple[str, ...], shape: tuple, full: tuple, prefix: str
+                 ) -> tuple[tuple[str, ...], set]:
+    """``dims`` where ``shape`` keeps the ``full`` size, else a factor of its own that
+    stays unsplit."""
+    out = tuple(f if n == m else f"{prefix}{d}"
+                for d, (f, n, m) in enumerate(zip(dims, shape, full)))
+    return out, {f for f in out if f not in dims}
+
+
+def dynamic_slice_factors(eq: Any, operands: tuple) -> Factors:
+    """A dimension sliced whole is one factor of the operand and the result; one sliced
+    shorter is an unsplit factor of each (where the slice starts is a value); the start
+    indices (scalars) have none."""
+    shape = tuple(operands[0].shape)
+    dims = _dims("f", len(shape))
+    result, own = _kept_or_own(dims, tuple(_params(eq)["slice_sizes"]), shape, "r")
+    operand = tuple(f if f in result else f"o{d}" for d, f in enumerate(dims))
+    own |= {f for f in operand if f not in dims}
+    return Factors((operand,) + ((),) * (len(operands) - 1), (result,),
+                   replicated=frozenset(own))
+
+
+def dynamic_update_slice_factors(eq: Any, operands: tuple) -> Factors:
+    """The operand and the result share one factor per dimension; the update shares it
+    where it is of the operand's size, else has an unsplit factor of its own; the start
+    indices (scalars) have none."""
+    shape = tuple(operands[0].shape)
+    dims = _dims("f", len(shape))
+    update, own = _kept_or_own(dims, tuple(operands[1].shape), shape, "u")
+    return Factors((dims, update) + ((),) * (len(operands) - 2), (dims,),
+                   replicated=frozenset(own))
+
+
+def dimension_numbers(value: Any, fields: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """A gather's or scatter's dimension numbers, from the object or from its repr as a
+    description holds it (``GatherDimensionNumbers(offset_dims=(1,), ...)``)."""
+    if not isinstance(value, str):
+        return {f: tuple(getattr(value, f)) for f in fields}
+    found = dict(re.findall(r"(\w+)=\(([^)]*)\)", value))
+    return {f: tuple(int(n) for n in found[f].replace(",", " ").split()) for f in fields}
+
+
+_GATHER = ("offset_dims", "collapsed_slice_dims", "start_index_map", "operand_batching_dims",
+           "start_indices_batching_dims")
+
+
+def gather_factors(eq: Any, operands: tuple) -> Factors:
+    """A gather's operand dimension taken whole (an offset dimension) is one factor with its
+    result dimension; an indexed or sliced-shorter dimension is an unsplit factor of the
+    operand; the indices' batch dimensions are factors with the result's others (an operand
+    batching dimension joins its indices one); the index vector stays unsplit."""
+    params = _params(eq)
+    n = dimension_numbers(params["dimension_numbers"], _GATHER)
+    shape, indices = tuple(operands[0].shape), tuple(operands[1].shape)
+    sizes = tuple(params["slice_sizes"])
+    operand = [f"o{d}" if d in n["start_index_map"] or d in n["collapsed_slice_dims"]
+               or sizes[d] != shape[d] else f"f{d}" for d in range(len(shape))]
+    index = [f"i{d}" for d in range(len(indices) - 1)] + ["v"]
+    for a, b in zip(n["operand_batching_dims"], n["start_indices_batching_dims"]):
+        operand[a] = index[b]
+    offsets = [operand[d] for d in range(len(shape)) if d not in n["collapsed_slice_dims"]
+               and d not in n["operand_batching_dims"]]
+    batch = iter(index[:-1])
+    offset = iter(offsets)
+    result = tuple(next(offset) if d in n["offset_dims"] else next(batch)
+                   for d in range(len(eq.results[0].shape)))
+    replicated = {f for f in operand if f[0] == "o"} | {"v"}
+    return Factors((tuple(operand), tuple(index)), (result,),
+                   replicated=frozenset(replicated))
+
+
+_SCATTER = ("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
+            "operand_batching_dims", "scatter_indices_batching_dims")
+
+
+def scatter_factors(eq: Any, operands: tuple) -> Factors:
+    """A scatter's operand and result share one factor per dimension; an update window
+    dimension of the operand's size shares its operand dimension's (else an unsplit factor
+    of its own); the update's scatter dimensions are the indices' batch dimensions; the
+    index vector stays unsplit."""
+    n = dimension_numbers(_params(eq)["dimension_numbers"], _SCATTER)
+    shape, indices, updates = (tuple(v.shape) for v in operands[:3])
+    dims = _dims("f", len(shape))
+    index = [f"i{d}" for d in range(len(indices) - 1)] + ["v"]
+    for a, b in zip(n["operand_batching_dims"], n["scatter_indices_batching_dims"]):
+        index[b] = dims[a]
+    windows = iter(d for d in range(len(shape)) if d not in n["inserted_window_dims"]
+                   and d not in n["operand_batching_dims"])
+    batch = iter(index[:-1])
+    update = []
+    for d, size in enumerate(updates):
+        if d in n["update_window_dims"]:
+            w = next(windows)
+            update.append(dims[w] if size == shape[w] else f"u{d}")
+        else:
+            update.append(next(batch))
+    replicated = {f for f in update if f[0] == "u"} | {"v"}
+    return Factors((dims, tuple(index), tuple(update)), (dims,),
+                   replicated=frozenset(replicated))
 
 
 ELEMENTWISE_NAMES = ("neg", "sin", "cos", "tan", "exp", "log", "tanh", "abs", "sign", "sqrt",
@@ -182,14 +324,35 @@ ELEMENTWISE_NAMES = ("neg", "sin", "cos", "tan", "exp", "log", "tanh", "abs", "s
                      "integer_pow", "square", "convert_element_type", "reduce_precision",
                      "add", "sub", "mul", "div", "max", "min", "pow", "add_any")
 
-def _described(rule: Any, params: tuple[str, ...], operands: int | None) -> Any:
+# Elementwise primitives the table holds for their sharding rule only (comparisons,
+# logical operations, select_n, clamp ...): every other rewrite treats them as opaque.
+SHARDING_ONLY_ELEMENTWISE = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not", "xor",
+                             "select_n", "clamp", "rem", "atan2", "log1p", "expm1",
+                             "is_finite", "exp2", "asin", "acos", "atan", "sinh", "cosh",
+                             "nextafter", "stop_gradient")
+
+# The primitives of SHARDING_RULES the table declares for their sharding rule alone
+# (primitives.py): the other rewrites treat them as a primitive without an entry.
+SHARDING_ONLY = tuple(dict.fromkeys(
+    list(SHARDING_ONLY_ELEMENTWISE)
+    + ["concatenate", "slice", "pad", "sort", "cumsum", "cumprod", "cummax", "cummin",
+       "cumlogsumexp", "argmax", "argmin", "iota", "dynamic_slice",
+       "dynamic_update_slice", "gather", "scatter", "scatter-add", "scatter_add",
+       "scatter-mul", "scatter_mul", "scatter-min", "scatter_min", "scatter-max",
+       "scatter_max"]))
+
+
+def _described(rule: Any, params: tuple[str, ...], operands: int | None,
+               results: int | None = 1) -> Any:
     """``rule`` where the equation holds ``params`` and ``operands`` operands (None: one or
-    more) with one result, as JAX binds the primitive; an equation a rewrite made without
-    them (AD's seeds) has no factors read from it."""
+    more) with ``results`` results (None: one or more), as JAX binds the primitive; an
+    equation a rewrite made without them (AD's seeds) has no factors read from it."""
     def read(eq: Any, types: tuple) -> Factors | NotPropagated:
         given = _params(eq)
         count_ok = len(types) >= 1 if operands is None else len(types) == operands
-        if not (count_ok and len(eq.results or ()) == 1 and all(p in given for p in params)):
+        made = len(eq.results or ())
+        made_ok = made >= 1 if results is None else made == results
+        if not (count_ok and made_ok and all(p in given for p in params)):
             return NotPropagated(f"its equation lacks what its factors are read from "
                                  f"(parameters {list(params)}, operands, one result)")
         return rule(eq, types)
@@ -197,8 +360,36 @@ def _described(rule: Any, params: tuple[str, ...], operands: int | None) -> Any:
     return read
 
 
+_BY_THE_PASS = NotPropagated("propagated by the program's pass itself, not by a rule of its "
+                             "own (PROP-6: an inner jit's body is inlined, a constraint fixes "
+                             "its value)")
+_MANUAL = NotPropagated("a collective of a shard_map's body, over manual axes: the partitioner "
+                        "does not propagate inside a shard_map, and the spec does not enter "
+                        "its body")
+def scalar_placement_factors(eq: Any, operands: tuple) -> Factors | NotPropagated:
+    """A placement of scalars (AD's seed of a gradient, ``reshard 1.0``) has nothing to
+    split; one of arrays is not propagated yet."""
+    if any(v.shape for v in operands):
+        return NotPropagated(f"a {eq.kind} of arrays inside jit is not propagated yet")
+    return Factors(tuple(() for _ in operands), tuple(() for _ in operands))
+
+
+_NOT_YET = {
+    "shard_map": "a shard_map's boundary (its manual axes) is not propagated yet",
+    "get": "a mutable ref's read is not propagated (refs are placed where they are made)",
+    "swap": "a mutable ref's write is not propagated (refs are placed where they are made)",
+    "addupdate": "a mutable ref's write is not propagated (refs are placed where they are "
+                 "made)",
+}
+
 # primitive name -> its sharding rule (the table's ``sharding`` slot).
 SHARDING_RULES: dict[str, Any] = {
+    "jit": _BY_THE_PASS, "sharding_constraint": _BY_THE_PASS,
+    **{name: NotPropagated(why) for name, why in _NOT_YET.items()},
+    "device_put": scalar_placement_factors, "reshard": scalar_placement_factors,
+    **{name: _MANUAL for name in ("psum", "psum_invariant", "pmax", "pmin", "pvary",
+                                  "axis_index", "all_gather", "reduce_scatter", "all_to_all",
+                                  "ppermute", "pcast", "all_gather_invariant", "psum_scatter")},
     **{name: _described(elementwise_factors, (), None) for name in ELEMENTWISE_NAMES},
     "dot_general": _described(dot_general_factors, ("dimension_numbers",), 2),
     **{name: _described(reduction_factors, ("axes",), 1)
@@ -207,4 +398,19 @@ SHARDING_RULES: dict[str, Any] = {
     "broadcast_in_dim": _described(broadcast_in_dim_factors,
                                    ("shape", "broadcast_dimensions"), 1),
     "reshape": _described(reshape_factors, ("new_sizes",), 1),
+    **{name: _described(elementwise_factors, (), None) for name in SHARDING_ONLY_ELEMENTWISE},
+    **{name: _described(same_dimensions_factors, (), None)
+       for name in ("concatenate", "slice", "pad", "cumsum", "cumprod", "cummax",
+                    "cummin", "cumlogsumexp")},
+    "sort": _described(sort_factors, ("dimension",), None, results=None),
+    **{name: _described(reduction_factors, ("axes",), 1) for name in ("argmax", "argmin")},
+    "squeeze": _described(squeeze_factors, ("dimensions",), 1),
+    "expand_dims": _described(expand_dims_factors, ("dimensions",), 1),
+    "iota": _described(iota_factors, (), 0),
+    "dynamic_slice": _described(dynamic_slice_factors, ("slice_sizes",), None),
+    "dynamic_update_slice": _described(dynamic_update_slice_factors, (), None),
+    "gather": _described(gather_factors, ("dimension_numbers", "slice_sizes"), 2),
+    **{name: _described(scatter_factors, ("dimension_numbers",), 3)
+       for name in ("scatter", "scatter-add", "scatter_add", "scatter-mul", "scatter_mul",
+                    "scatter-min", "scatter_min", "scatter-max", "scatter_max")},
 }
