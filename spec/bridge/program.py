@@ -32,6 +32,7 @@ from ..program.description import (
     DESCRIBED_PRIMITIVES,
     Const, DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
 )
+from .control_flow import CONTROL_FLOW_PRIMITIVES, control_flow_equation
 from .convert import _layout_from_jax, from_jax
 
 __all__ = ["describe_program", "describe_trace", "input_paths", "read_type", "read_sharding",
@@ -287,6 +288,9 @@ def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
     if name == "reshard":
         return Reshard(numbers.operands(eqn, False), results,
                        sharding=_sharding(params["dst_sharding"], where))
+    if name in CONTROL_FLOW_PRIMITIVES:
+        return control_flow_equation(eqn, numbers.operands(eqn, False), results, where,
+                                     _read_body)
     bodies = list(core.jaxprs_in_params(params))
     if any(_places(body) for body in bodies):
         raise _Unreadable(f"describe_program does not describe {name} equations whose bodies "
@@ -295,6 +299,17 @@ def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
     return Opaque(numbers.operands(eqn, True), results, primitive=name,
                   params=tuple((k, _param(params[k]) if not bodies else _body_param(params[k]))
                                for k in sorted(params)))
+
+
+def _read_body(jaxpr: Any, where: str) -> Program:
+    """A control-flow equation's body (a closed or open jaxpr) as a Program of its types."""
+    from jax._src import core
+
+    closed = isinstance(jaxpr, core.ClosedJaxpr)
+    inner, consts = (jaxpr.jaxpr, list(jaxpr.consts)) if closed else (jaxpr, [])
+    inputs = tuple(_type(v.aval, f"input {i} of {where[:-1]}")
+                   for i, v in enumerate(inner.invars))
+    return _body(inner, consts, inputs, where)
 
 
 def _places(jaxpr: Any) -> bool:

@@ -343,6 +343,26 @@ declare(Entry(
     transpose="reshard", tracing="reshard", record="placement",
     checks=("PROG-1", "ARG-4", "EXE-3")))
 
+# Control flow, remat and custom derivatives (issue 32): their bodies are Programs.
+# A loop and a branching equation have rules of their own (control_flow_rules.py);
+# remat and the custom-derivative calls are jits without options to the rewrites.
+_NO_TRANSPOSE = Absent("its linearization is refused first: a transpose is never asked")
+for _name, _equation, _bodies in (("scan", "Scan", ("body",)),
+                                  ("while", "While", ("cond", "body_fun")),
+                                  ("cond", "Cond", ("branches",))):
+    declare(Entry(_name, equation=_equation, kind=Kind.CONTROL_FLOW, typing=_name,
+                  batching="control_flow", jvp="control_flow", transpose=_NO_TRANSPOSE,
+                  tracing="bodies", in_shard_map="bodies", checks=("PROG-0", "PROG-1"),
+                  bodies=Bodies(_bodies)))
+for _name, _equation in (("remat2", "Remat"), ("custom_jvp_call", "CustomJvp"),
+                         ("custom_vjp_call", "CustomVjp")):
+    declare(Entry(_name, equation=_equation, kind=Kind.CALL, typing="jit", batching="jit",
+                  jvp="jit", transpose="jit", tracing="jit", in_shard_map="jit",
+                  pruning="jit", assignment="jit", record="jit",
+                  checks=("PROG-0", "PROG-1", "AD-2", "AD-5", "AD-8"),
+                  bodies=Bodies(("body",))))
+del _name, _equation, _bodies
+
 # jax.make_jaxpr names an inner jit's equation ``pjit`` in older versions: read as a jit
 # (the bridge), never an opaque equation's name.
 ALIASES = {"pjit": "jit"}
