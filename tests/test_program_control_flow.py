@@ -207,16 +207,68 @@ def test_a_custom_vjp_call_is_read_by_its_primal_body():
 
 # --------------------------------------------------------------------------- rewrites
 
-def test_vmap_and_grad_of_a_scan_are_refused_with_a_rule_not_an_internal_error():
-    def loss(x):
-        return lax.scan(lambda c, r: (c + r, c), x[0], x)[0].sum()
-    program = describe_program(loss, X)
-    with pytest.raises(Rejection, match=r"PROG-0.*scan at body\[\d+\].*under grad"):
-        grad_program(program)
+def _scanned_layers(mesh):
+    def loss(w, x):
+        def layer(a, wi):
+            a = lax.with_sharding_constraint(jnp.tanh(a @ wi), _on(mesh, "x"))
+            return a, a.sum()
+        carry, ys = lax.scan(layer, x, w)
+        return carry.sum() + ys.sum()
+    return loss
+
+
+W = jax.device_put(np.ones((3, 4, 4), np.float32), _on(MESH, None, "y"))
+
+
+@pytest.mark.parametrize("mesh, accepted", [(MESH, True), (HALF, False)],
+                         ids=["same-devices", "other-devices"])
+def test_grad_of_a_scan_is_a_known_scan_then_a_reversed_scan(mesh, accepted):
+    """grad of a scan: the known scan (its residuals stacked as ys), then the transposed
+    scan run backwards; the constraint inside is checked in both, as JAX's gradient is."""
+    loss = _scanned_layers(mesh)
+    program = describe_program(loss, W, X)
+    grad = grad_program(program, (0, 1))
+    scans = []
+
+    def walk(p):
+        for eq in p.equations:
+            if isinstance(eq, Scan):
+                scans.append(eq)
+            if eq.body is not None:
+                walk(eq.body)
+    walk(grad)
+    assert [s.reverse for s in scans if s.length == 3][:1] == [False]
+    assert any(s.reverse for s in scans)
+    verdict = explain_program(grad)
+    raised = _jax(jax.grad(loss, (0, 1)), W, X)
+    assert verdict.accepted is accepted and (raised is None) is accepted
+    if not accepted:
+        assert ".scan." in verdict.path and verdict.error_type == raised.__name__
+
+
+def test_jvp_of_a_scan_is_one_scan_over_primals_and_tangents():
+    from shardlaw.spec.program import jvp_program
+
+    program = describe_program(_scanned_layers(MESH), W, X)
+    jvp = jvp_program(program)
+    (scan,) = [eq for eq in jvp.equations[0].body.equations if isinstance(eq, Scan)]
+    assert scan.num_carry == 2 and len(scan.body.inputs) == 4
+    assert explain_program(jvp).accepted
+    assert _jax(lambda w, x, tw, tx: jax.jvp(_scanned_layers(MESH), (w, x), (tw, tx)),
+                W, X, W, X) is None
+
+
+def test_vmap_of_a_scan_is_refused_with_a_rule_not_an_internal_error():
     with pytest.raises(Rejection, match=r"PROG-0.*scan at body\[\d+\].*under vmap"):
         vmap_program(describe_program(lambda x: lax.scan(
             lambda c, r: (c + r, c), x.sum(0), x)[0], np.ones((8, 4), np.float32)),
             in_axes=(0,), axis_size=8)
+
+
+def test_grad_of_a_cond_is_refused_with_a_rule_not_an_internal_error():
+    program = describe_program(lambda x: lax.cond(x[0, 0] > 0, jnp.sin, jnp.cos, x).sum(), X)
+    with pytest.raises(Rejection, match=r"AD-0.*cond equation at body\[\d+\]"):
+        grad_program(program)
 
 
 # --------------------------------------------------------------------------- speed

@@ -16,7 +16,7 @@ from ..core.values import Mesh
 from .control_flow import Cond, Scan, While, stacked
 from .description import Value
 from .explain import trace_body
-from .primitives import BATCHING, IN_SHARD_MAP, JVP_BODIES, LINEARIZE_BODIES, TRACING, TYPING
+from .primitives import BATCHING, IN_SHARD_MAP, TRACING, TYPING
 from .shardmap import walk_body
 from .typed_values import check_program
 
@@ -73,19 +73,3 @@ def _batch_refused(rw: Any, eq: Any, numbers: tuple, dims: tuple, path: str) -> 
     check_program(False, f"the {eq.kind} at {path} under vmap",
                   "an equation whose batching the spec knows (vmap of scan, while and "
                   "cond is not written yet)", dims)
-
-
-@JVP_BODIES.register("control_flow")
-def _jvp_refused(eq: Any, body: Any, operands: tuple, moving: list, path: str) -> Any:
-    check_program(False, f"the {eq.kind} at {path} under jvp",
-                  "an equation whose derivative the spec knows (the JVP of scan, while "
-                  "and cond is not written yet)", tuple(t is not None for t in moving))
-
-
-@LINEARIZE_BODIES.register("control_flow")
-def _linearize_refused(eq: Any, tape: Any, operands: tuple, moving: list, path: str,
-                       transform: str) -> Any:
-    check_program(False, f"the {eq.kind} at {path} under {transform}",
-                  "an equation whose derivative the spec knows (the linearization of "
-                  "scan, while and cond is not written yet)",
-                  tuple(t is not None for t in moving))

@@ -350,8 +350,10 @@ _NO_TRANSPOSE = Absent("its linearization is refused first: a transpose is never
 for _name, _equation, _bodies in (("scan", "Scan", ("body",)),
                                   ("while", "While", ("cond", "body_fun")),
                                   ("cond", "Cond", ("branches",))):
+    _scan = _name == "scan"
     declare(Entry(_name, equation=_equation, kind=Kind.CONTROL_FLOW, typing=_name,
-                  batching="control_flow", jvp="control_flow", transpose=_NO_TRANSPOSE,
+                  batching="control_flow", jvp="scan" if _scan else "control_flow",
+                  transpose="scan" if _scan else _NO_TRANSPOSE,
                   tracing="bodies", in_shard_map="bodies", checks=("PROG-0", "PROG-1"),
                   bodies=Bodies(_bodies)))
 for _name, _equation in (("remat2", "Remat"), ("custom_jvp_call", "CustomJvp"),
@@ -361,7 +363,7 @@ for _name, _equation in (("remat2", "Remat"), ("custom_jvp_call", "CustomJvp"),
                   pruning="jit", assignment="jit", record="jit",
                   checks=("PROG-0", "PROG-1", "AD-2", "AD-5", "AD-8"),
                   bodies=Bodies(("body",))))
-del _name, _equation, _bodies
+del _name, _equation, _bodies, _scan
 
 # jax.make_jaxpr names an inner jit's equation ``pjit`` in older versions: read as a jit
 # (the bridge), never an opaque equation's name.
