@@ -237,9 +237,9 @@ def _transpose_scan(eq: Scan, body: Any, incoming: list, flags: list[bool],
     constants and of its carry, over the residuals' slices and the cotangents of ``ys``."""
     inner = eq.body
     c, k, count, outs = eq.num_consts, eq.num_carry, len(inner.inputs), len(inner.outputs)
-    linear = tuple(flags[n] for n in eq.operands)
-    if not all(linear[c:c + k]):
-        _refuse(eq, path, "transpose", "a carry that is not linear")
+    # a carry starts from a tangent, or from zeros a carry made nonzero starts from
+    # (computed from no linear input, and transposed as linear all the same)
+    linear = tuple(flags[n] or c <= i < c + k for i, n in enumerate(eq.operands))
     given = tuple(cotangent_type(inner.value_types[n]) if j < k or incoming[j] is not None
                   else None for j, n in enumerate(inner.outputs))
     transposed, reached = transpose_body(inner, linear, given, f"{path}.scan.")
@@ -279,4 +279,4 @@ def _transpose_scan(eq: Scan, body: Any, incoming: list, flags: list[bool],
                              reverse=not eq.reverse, num_consts=len(res_consts),
                              num_carry=len(cts)))
     targets = lin_consts + list(range(c, c + k)) + lin_xs
-    return [(eq.operands[i], n) for i, n in zip(targets, results)]
+    return [(eq.operands[i], n) for i, n in zip(targets, results) if flags[eq.operands[i]]]
