@@ -297,3 +297,61 @@ def test_a_scanned_transformer_at_65536_devices_is_described_and_explained_quick
     (scan,) = [eq for eq in program.equations if isinstance(eq, Scan)]
     assert scan.length == 32
     assert took < 5.0, took   # (the issue's target, 50 ms, is measured in the report)
+
+
+# --------------------------------------------------------------------------- LOOP-1
+
+def _with_reshard_to(program, spec):
+    """``program`` with every reshard inside its loops' and branches' bodies resharding
+    to ``spec`` on its mesh (its result typed again by PROG-1)."""
+    import dataclasses
+
+    from shardlaw.spec import NamedSharding as SpecNamed
+    from shardlaw.spec.program.description import Reshard
+
+    def body(p):
+        return dataclasses.replace(p, equations=tuple(map(equation, p.equations)))
+
+    def equation(eq):
+        if isinstance(eq, Reshard):
+            return Reshard(eq.operands, sharding=SpecNamed(eq.sharding.mesh, spec))
+        if isinstance(eq, Scan):
+            return dataclasses.replace(eq, body=body(eq.body))
+        if isinstance(eq, While):
+            return dataclasses.replace(eq, body_fun=body(eq.body_fun))
+        if isinstance(eq, Cond):
+            return dataclasses.replace(eq, branches=tuple(map(body, eq.branches)))
+        return eq
+    return body(program)
+
+
+EXPLICIT = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+
+
+def _resharding_loop(spec, loop):
+    def f(x):
+        step = lambda c: jax.sharding.reshard(c * 2, _on(EXPLICIT, *spec))   # noqa: E731
+        if loop == "scan":
+            return lax.scan(lambda c, _: (step(c), None), x, None, length=2)[0]
+        if loop == "while":
+            return lax.while_loop(lambda c: c.sum() < 3, step, x)
+        return lax.cond(x.sum() > 0, step, lambda c: c, x)
+    return f
+
+
+@pytest.mark.parametrize("loop", ["scan", "while", "cond"])
+def test_loop_1_a_carry_or_branch_of_another_explicit_split_is_refused_as_jax_refuses(loop):
+    """The carry's (the branches') type over Explicit axes must not change: JAX refuses
+    with TypeError while tracing, the spec by LOOP-1 at trace. The refused program cannot
+    be traced, so it is the accepted one's description with the body's reshard changed."""
+    from shardlaw.spec import P as SpecP
+
+    x = jax.device_put(np.ones((8, 4), np.float32), _on(EXPLICIT, "x"))
+    program = describe_program(_resharding_loop(("x",), loop), x)
+    assert explain_program(program).accepted
+    assert _jax(_resharding_loop(("x",), loop), x) is None
+    with pytest.raises(TypeError):
+        jax.jit(_resharding_loop(("y",), loop)).trace(x)
+    refused = _with_reshard_to(program, SpecP("y"))
+    verdict = explain_program(refused)
+    assert (verdict.rule, verdict.stage, verdict.error_type) == ("LOOP-1", "trace", "TypeError")

@@ -496,7 +496,7 @@ def test_a_shard_map_takes_a_traced_value_as_its_type_splits_it(spec):
         "SMAP-17", "trace", "ValueError", "body[2].shard_map.in_specs[0]")
 
 
-@checks("PROG-1", "PROG-5", "AD-9", "WSC-10", "WSC-11", "DA-1", "FIT-1")
+@checks("PROG-1", "PROG-5", "AD-9", "WSC-10", "WSC-11", "DA-1", "FIT-1", "LOOP-1")
 @settings(max_examples=EXPLICIT_EXAMPLES, deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(program_cases(explicit=True))

@@ -10,9 +10,11 @@ here.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from ..core.values import Mesh
+from ..core.rules import Failure, located, reject, rule, staged
+from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from .control_flow import Cond, Scan, While, stacked
 from .description import Value
 from .explain import trace_body
@@ -20,7 +22,9 @@ from .primitives import BATCHING, IN_SHARD_MAP, TRACING, TYPING
 from .shardmap import walk_body
 from .typed_values import check_program
 
-__all__ = ["scan_results", "while_results", "cond_results"]
+__all__ = ["scan_results", "while_results", "cond_results", "check_one_type", "TypesDiffer"]
+
+P = PartitionSpec  # the name the examples use
 
 
 # --------------------------------------------------------------------------- PROG-1
@@ -49,14 +53,98 @@ def cond_results(eq: Cond, operands: tuple[Value, ...]) -> tuple[Value, ...]:
     return tuple(first.value_types[n] for n in first.outputs)
 
 
+# --------------------------------------------------------------------------- LOOP-1
+
+@dataclasses.dataclass(frozen=True)
+class TypesDiffer(Failure, rule="LOOP-1", error=TypeError):
+    template = ("{what} must have one type: it is {given} in and {made} out (at {path}); "
+                "they differ in {differs}")
+    hint = ("Give the loop's initial carry the type its body returns (jax.sharding.reshard "
+            "it, or jax.lax.pcast it to the varying axes), or reshard the body's result "
+            "to the type it takes; a cond's branches must return results of one type.")
+    what: str
+    given: str
+    made: str
+    path: str
+    differs: str
+
+
+def _explicit(mesh: Any) -> bool:
+    return mesh is not None and any(t == AxisType.Explicit for t in mesh.axis_types)
+
+
+def _split(value: Value) -> tuple:
+    parts = list(value.spec.partitions) if value.spec is not None else []
+    parts += [None] * (len(value.shape) - len(parts))
+    spec = value.spec
+    return (tuple(parts), spec.reduced if spec is not None else frozenset(),
+            spec.unreduced if spec is not None else frozenset())
+
+
+def _short(value: Value) -> str:
+    split = "" if value.spec is None else f" split {value.spec}"
+    return f"{value.dtype}{list(value.shape)}{split}"
+
+
+@rule("LOOP-1", mirrors="jax._src.lax.control_flow.loops._check_carry_type; "
+                        "jax._src.lax.control_flow.common._check_tree_and_avals; "
+                        "jax._src.core.typematch")
+def check_one_type(given: Value, made: Value, what: str, path: str = "") -> None:
+    """A loop's carry (scan, while_loop, fori_loop) comes back from its body of the type it went in, and a cond's or switch's branches return results of one type: the same shape, dtype and varying manual axes, and, where either type's mesh has an Explicit axis, the same mesh and split over it (TypeError at trace; weak types are not compared).
+
+    >>> from shardlaw.spec.program.description import Value
+    >>> mesh = AbstractMesh((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> check_one_type(Value((8,), mesh=mesh, spec=P("x")), Value((8,), mesh=mesh, spec=P("x")),
+    ...                "the carry of the scan")
+    >>> check_one_type(Value((8,), mesh=mesh, spec=P("x")), Value((8,), mesh=mesh, spec=P("y")),
+    ...                "carry 0 of the scan", "body[1]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionTypeError: [LOOP-1]: carry 0 of the scan must have one type: it is float32[8] split P('x') in and float32[8] split P('y') out (at body[1]); they differ in the split over Explicit axes. Give the loop's initial carry the type its body returns (jax.sharding.reshard it, or jax.lax.pcast it to the varying axes), or reshard the body's result to the type it takes; a cond's branches must return results of one type.
+    """
+    differs = []
+    if (given.shape, given.dtype) != (made.shape, made.dtype):
+        differs.append("shape or dtype")
+    if given.varying != made.varying:
+        differs.append("varying manual axes")
+    if (_explicit(given.mesh) or _explicit(made.mesh)) and (
+            given.mesh != made.mesh or _split(given) != _split(made)):
+        differs.append("the split over Explicit axes")
+    if differs:
+        raise reject(TypesDiffer(what, _short(given), _short(made), path,
+                                 " and ".join(differs)))
+
+
+def _one_type_pairs(eq: Any, operands: tuple[Value, ...]) -> list[tuple[Value, Value, str]]:
+    """(the type in, the type out, what) of each carry of a loop and each result of a
+    cond's branches (against branch 0's)."""
+    if isinstance(eq, Scan):
+        body, c = eq.body, eq.num_consts
+        return [(operands[c + k], body.value_types[body.outputs[k]], f"carry {k} of the scan")
+                for k in range(eq.num_carry)]
+    if isinstance(eq, While):
+        body, bc = eq.body_fun, eq.body_consts
+        carry = operands[eq.cond_consts + bc:]
+        return [(v, body.value_types[body.outputs[k]], f"carry {k} of the while loop")
+                for k, v in enumerate(carry)]
+    first = eq.branches[0]
+    return [(first.value_types[n], branch.value_types[m], f"result {j} of branch {i} of the cond")
+            for i, branch in enumerate(eq.branches[1:], 1)
+            for j, (n, m) in enumerate(zip(first.outputs, branch.outputs))]
+
+
 # --------------------------------------------------------------------------- tracing
 
 @TRACING.register("bodies")
 def _trace_bodies(eq: Any, operands: tuple[Value, ...], context: Mesh | None, path: str,
                   decided: list, seen: dict) -> None:
     """A loop's or a branching equation's bodies, each traced as a jit without options
-    is: every constraint, device_put, reshard, nested jit and shard_map inside checked."""
+    is: every constraint, device_put, reshard, nested jit and shard_map inside checked;
+    then its carry's or its branches' types matched (LOOP-1)."""
     trace_body(eq.body, context, f"{path}.{eq.kind}.", decided, seen)
+    with staged("trace"), located(path):
+        for given, made, what in _one_type_pairs(eq, operands):
+            check_one_type(given.type, made.type, what, path)
 
 
 @IN_SHARD_MAP.register("bodies")
