@@ -613,15 +613,17 @@ def sharding_on(draw: Any, meshes: Meshes, rank: int, unconstrained: bool = Fals
 
 
 @st.composite
-def steps_on(draw: Any, meshes: Meshes, rank: int, first: int, count: int, depth: int
-             ) -> tuple[Step, ...]:
+def steps_on(draw: Any, meshes: Meshes, rank: int, first: int, count: int, depth: int,
+             bodies: bool = True) -> tuple[Step, ...]:
     """``count`` steps of a recipe whose operands are earlier values (``first`` of them
-    before the steps), inside ``depth`` nested jits (a jit step only while depth < 2)."""
+    before the steps), inside ``depth`` nested jits (a jit step only while depth < 2);
+    ``bodies``: scans, remats and relus among them."""
     steps = []
     for k in range(count):
         operand = draw(st.integers(0, first + k - 1))
-        kinds = ["constraint", "constraint", "device_put", "neg", "sin", "relu"] + \
-            (["jit", "jit", "scan", "remat"] if depth < 2 else []) + \
+        kinds = ["constraint", "constraint", "device_put", "neg", "sin"] + \
+            (["relu"] if bodies else []) + (["jit", "jit"] if depth < 2 else []) + \
+            (["scan", "remat"] if depth < 2 and bodies else []) + \
             (["reshard", "reshard"] if _explicit_axes(meshes.main) else [])
         kind = draw(st.sampled_from(kinds))
         if kind == "reshard":   # over the program's mesh, its Explicit axes (sometimes reduced)
@@ -634,10 +636,10 @@ def steps_on(draw: Any, meshes: Meshes, rank: int, first: int, count: int, depth
         elif kind in ELEMENTWISE or kind == "relu":
             steps.append(Step(kind, operand))
         elif kind in ("scan", "remat"):
-            inner = draw(steps_on(meshes, rank, 1, draw(st.integers(1, 2)), depth + 1))
+            inner = draw(steps_on(meshes, rank, 1, draw(st.integers(1, 2)), depth + 1, bodies))
             steps.append(Step(kind, operand, body=Recipe(inner, (len(inner),))))
         else:
-            inner = draw(steps_on(meshes, rank, 1, draw(st.integers(1, 2)), depth + 1))
+            inner = draw(steps_on(meshes, rank, 1, draw(st.integers(1, 2)), depth + 1, bodies))
             ins, outs = (draw(st.one_of(st.just(UNSPECIFIED), sharding_on(meshes, rank)))
                          for _ in range(2))
             steps.append(Step(kind, operand, body=Recipe(inner, (len(inner),)),
@@ -707,17 +709,18 @@ def abstract_program_cases(draw: Any) -> Case:
 
 
 @st.composite
-def program_cases(draw: Any, explicit: bool = False) -> Case:
+def program_cases(draw: Any, explicit: bool = False, bodies: bool = True) -> Case:
     """A drawn program: 1 to 8 devices, one or two arguments, 1 to 4 equations; with
     ``explicit``, the mesh's axes Auto or Explicit (all of one type, or mixed), arguments
-    typed over its Explicit axes (reduced ones too) and reshards among the equations."""
+    typed over its Explicit axes (reduced ones too) and reshards among the equations;
+    ``bodies``: scans, remats and relus among them."""
     n = draw(st.sampled_from([1, 2, 4, 8]))
     grid = draw(st.sampled_from(FACTORS[n]))
     types = tuple(draw(st.sampled_from(AXIS_TYPES)) for _ in grid) if explicit else ()
     meshes = program_meshes(n, grid, types)
     shape = draw(st.sampled_from(SHAPES))
     inputs = tuple(draw(input_on(meshes, shape)) for _ in range(draw(st.integers(1, 2))))
-    steps = draw(steps_on(meshes, len(shape), len(inputs), draw(st.integers(1, 4)), 0))
+    steps = draw(steps_on(meshes, len(shape), len(inputs), draw(st.integers(1, 4)), 0, bodies))
     last = len(inputs) + len(steps) - 1
     outputs = (last,) if draw(st.booleans()) else (last, draw(st.integers(0, last)))
     out_shardings: tuple = ()

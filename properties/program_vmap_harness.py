@@ -300,7 +300,8 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
     ``explicit``, over Auto, Explicit and mixed meshes, its arguments typed over the
     Explicit axes, reduced ones too, and reshards to them (``program_cases(explicit=True)``:
     vmap refuses mapping or broadcasting such a type, BAT-10)."""
-    case = draw(program_cases(explicit=explicit))
+    # (vmap of a scan is not written yet: the bodies of issue 32 are left out)
+    case = draw(program_cases(explicit=explicit, bodies=False))
     if draw(st.integers(0, 5)) == 0:
         case = draw(_abstract_outs(case))
     ranks = [len(v.shape) for v in case.inputs]

@@ -15,7 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
 from jax import lax
+
+from shardlaw.properties.program_ad_harness import ad_cases, compare_ad_outcome
 
 from shardlaw.spec import Rejection, explain_program
 from shardlaw.spec.bridge.program import describe_program, describe_trace
@@ -355,3 +358,15 @@ def test_loop_1_a_carry_or_branch_of_another_explicit_split_is_refused_as_jax_re
     refused = _with_reshard_to(program, SpecP("y"))
     verdict = explain_program(refused)
     assert (verdict.rule, verdict.stage, verdict.error_type) == ("LOOP-1", "trace", "TypeError")
+
+
+# --------------------------------------------------------------------------- properties
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ad_cases(explicit=True, bodies=True))
+def test_programs_with_scans_remats_and_relus_under_ad_agree_with_jax(ad):
+    """Drawn programs with scans, remats and relus under grad, jvp, linearize and vjp:
+    the spec refuses where JAX does (stage and class), else gives the results JAX
+    gives."""
+    problems = compare_ad_outcome(ad)
+    assert not problems, "\n".join(problems) + f"\ncase: {ad}"

@@ -90,7 +90,7 @@ def _short(value: Value) -> str:
                         "jax._src.lax.control_flow.common._check_tree_and_avals; "
                         "jax._src.core.typematch")
 def check_one_type(given: Value, made: Value, what: str, path: str = "") -> None:
-    """A loop's carry (scan, while_loop, fori_loop) comes back from its body of the type it went in, and a cond's or switch's branches return results of one type: the same shape, dtype and varying manual axes, and, where either type's mesh has an Explicit axis, the same mesh and split over it (TypeError at trace; weak types are not compared).
+    """A loop's carry (scan, while_loop, fori_loop) comes back from its body of the type it went in, and a cond's or switch's branches return results of one type: the same shape, dtype and varying manual axes, and, where both types are over a mesh and either mesh has an Explicit axis, the same mesh and split over it (TypeError at trace; weak types are not compared).
 
     >>> from shardlaw.spec.program.description import Value
     >>> mesh = AbstractMesh((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
@@ -107,7 +107,8 @@ def check_one_type(given: Value, made: Value, what: str, path: str = "") -> None
         differs.append("shape or dtype")
     if given.varying != made.varying:
         differs.append("varying manual axes")
-    if (_explicit(given.mesh) or _explicit(made.mesh)) and (
+    if given.mesh is not None and made.mesh is not None and (
+            _explicit(given.mesh) or _explicit(made.mesh)) and (
             given.mesh != made.mesh or _split(given) != _split(made)):
         differs.append("the split over Explicit axes")
     if differs:
