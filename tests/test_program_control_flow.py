@@ -261,11 +261,79 @@ def test_jvp_of_a_scan_is_one_scan_over_primals_and_tangents():
                 W, X, W, X) is None
 
 
-def test_vmap_of_a_scan_is_refused_with_a_rule_not_an_internal_error():
-    with pytest.raises(Rejection, match=r"PROG-0.*scan at body\[\d+\].*under vmap"):
-        vmap_program(describe_program(lambda x: lax.scan(
-            lambda c, r: (c + r, c), x.sum(0), x)[0], np.ones((8, 4), np.float32)),
-            in_axes=(0,), axis_size=8)
+def _kinds(program, out=None):
+    out = [] if out is None else out
+    for eq in program.equations:
+        out.append(getattr(eq, "primitive", eq.kind))
+        if eq.body is not None:
+            _kinds(eq.body, out)
+    return out
+
+
+def _jax_kinds(jaxpr, out=None):
+    from jax._src import core
+
+    out = [] if out is None else out
+    for eqn in jaxpr.eqns:
+        out.append(eqn.primitive.name)
+        for inner in core.jaxprs_in_params(eqn.params):
+            _jax_kinds(inner, out)
+    return out
+
+
+BATCH = jax.device_put(np.ones((2, 8, 4), np.float32), _on(MESH, None, "x"))
+
+
+def test_vmap_of_a_scan_batches_its_carry_and_xs_as_jax_does():
+    def f(x):
+        def step(c, row):
+            c = lax.with_sharding_constraint(c + row, _on(MESH, "y"))
+            return c, c * 2
+        return lax.scan(step, x.sum(0), x)
+    vmapped = jax.vmap(f)
+    program = describe_program(vmapped, BATCH)
+    (scan,) = [eq for eq in _walk(program) if isinstance(eq, Scan)]
+    # the carry batched at 0, the xs at 1, ys at 1
+    assert scan.results[0].shape == (2, 4) and scan.results[1].shape == (8, 2, 4)
+    assert _held(vmapped, BATCH).accepted
+
+
+def _walk(program):
+    for eq in program.equations:
+        yield eq
+        if eq.body is not None:
+            yield from _walk(eq.body)
+
+
+def test_vmap_of_a_cond_with_a_batched_predicate_is_a_select_as_in_jax():
+    def f(x, flag):
+        return lax.cond(flag, jnp.sin,
+                        lambda v: lax.with_sharding_constraint(v, _on(MESH, "x")), x)
+    vmapped = jax.vmap(f)
+    flags = np.array([True, False])
+    program = describe_program(vmapped, BATCH, flags)
+    assert "select_n" in _kinds(program) and "cond" not in _kinds(program)
+    assert "select_n" in _jax_kinds(jax.make_jaxpr(vmapped)(BATCH, flags).jaxpr)
+    assert _held(vmapped, BATCH, flags).accepted
+
+
+@pytest.mark.parametrize("mesh, accepted", [(MESH, True), (HALF, False)],
+                         ids=["same-devices", "other-devices"])
+def test_vmap_of_a_cond_with_an_unbatched_predicate_stays_a_cond(mesh, accepted):
+    def f(x, flag):
+        return lax.cond(flag, jnp.sin,
+                        lambda v: lax.with_sharding_constraint(v, _on(mesh, "x")), x)
+    vmapped = jax.vmap(f, in_axes=(0, None))
+    flag = np.bool_(True)
+    program = describe_program(vmapped, BATCH, flag)
+    assert "cond" in _kinds(program) and "select_n" not in _kinds(program)
+    assert _held(vmapped, BATCH, flag).accepted is accepted
+
+
+def test_vmap_of_a_while_loop_is_refused_with_a_rule_not_an_internal_error():
+    f = jax.vmap(lambda x: lax.while_loop(lambda c: c.sum() < 3, lambda c: c * 2, x))
+    with pytest.raises(Rejection, match=r"PROG-0.*while at body\[\d+\].*under vmap"):
+        describe_program(f, BATCH)
 
 
 def test_grad_of_a_cond_is_refused_with_a_rule_not_an_internal_error():

@@ -146,6 +146,21 @@ class Scan(_Bodied):
                 refuse_described(f"carry {k} a scan's body returns",
                                  f"of the type it takes ({given})", made)
 
+    def used_in_body(self, used: tuple[bool, ...]) -> tuple[bool, ...]:
+        """The results used, and each carry the body reads to make them (a carry read
+        feeds the next iteration: its result is made too; found to a fixed point, as
+        JAX's dead-code elimination of a scan does)."""
+        from .ad_bodies import dependencies   # (it imports this module's kinds)
+
+        deps, c, k = dependencies(self.body), self.num_consts, self.num_carry
+        live = list(used)
+        while True:
+            read = frozenset().union(*(d for d, u in zip(deps, live) if u))
+            grown = [u or (c + i) in read for i, u in enumerate(live[:k])]
+            if grown == live[:k]:
+                return tuple(live)
+            live[:k] = grown
+
     def check(self, operands: tuple[Value, ...]) -> None:
         body = self.body
         require_described(len(operands) == len(body.inputs), "a scan's operands",

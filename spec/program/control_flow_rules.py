@@ -160,5 +160,5 @@ def _walk_bodies(eq: Any, operands: tuple[Value, ...], context: Any, path: str,
 @BATCHING.register("control_flow")
 def _batch_refused(rw: Any, eq: Any, numbers: tuple, dims: tuple, path: str) -> None:
     check_program(False, f"the {eq.kind} at {path} under vmap",
-                  "an equation whose batching the spec knows (vmap of scan, while and "
-                  "cond is not written yet)", dims)
+                  "an equation whose batching the spec knows (vmap of a while loop is "
+                  "not written yet)", dims)

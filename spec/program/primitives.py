@@ -352,13 +352,17 @@ for _name, _equation, _bodies in (("scan", "Scan", ("body",)),
                                   ("cond", "Cond", ("branches",))):
     _scan = _name == "scan"
     declare(Entry(_name, equation=_equation, kind=Kind.CONTROL_FLOW, typing=_name,
-                  batching="control_flow", jvp="scan" if _scan else "control_flow",
+                  batching=_name if _name != "while" else "control_flow",
+                  jvp="scan" if _scan else "control_flow",
                   transpose="scan" if _scan else _NO_TRANSPOSE,
                   tracing="bodies", in_shard_map="bodies", checks=("PROG-0", "PROG-1"),
                   bodies=Bodies(_bodies)))
 for _name, _equation in (("remat2", "Remat"), ("custom_jvp_call", "CustomJvp"),
                          ("custom_vjp_call", "CustomVjp")):
-    declare(Entry(_name, equation=_equation, kind=Kind.CALL, typing="jit", batching="jit",
+    # (under vmap JAX batches a remat's body at axis 0, a custom call's where its
+    # operands are batched, as a jit's)
+    declare(Entry(_name, equation=_equation, kind=Kind.CALL, typing="jit",
+                  batching="at_front" if _name == "remat2" else "jit",
                   jvp="jit", transpose="jit", tracing="jit", in_shard_map="jit",
                   pruning="jit", assignment="jit", record="jit",
                   checks=("PROG-0", "PROG-1", "AD-2", "AD-5", "AD-8"),
