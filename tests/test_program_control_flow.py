@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from jax import lax
 
 from shardlaw.properties.program_ad_harness import ad_cases, compare_ad_outcome
+from shardlaw.properties.registry import checks
 
 from shardlaw.spec import Rejection, explain_program
 from shardlaw.spec.bridge.program import describe_program, describe_trace
@@ -410,6 +411,7 @@ def _resharding_loop(spec, loop):
     return f
 
 
+@checks("LOOP-1")
 @pytest.mark.parametrize("loop", ["scan", "while", "cond"])
 def test_loop_1_a_carry_or_branch_of_another_explicit_split_is_refused_as_jax_refuses(loop):
     """The carry's (the branches') type over Explicit axes must not change: JAX refuses
@@ -438,3 +440,27 @@ def test_programs_with_scans_remats_and_relus_under_ad_agree_with_jax(ad):
     gives."""
     problems = compare_ad_outcome(ad)
     assert not problems, "\n".join(problems) + f"\ncase: {ad}"
+
+
+@checks("LOOP-2")
+@pytest.mark.parametrize("transform", ["grad", "jvp"])
+def test_loop_2_a_while_loop_under_grad_is_refused_as_jax_refuses(transform):
+    """Reverse mode through a while loop: JAX's ValueError while tracing, the spec's LOOP-2
+    at trace; forward mode is not refused by LOOP-2 (JAX gives it; the spec's JVP of a
+    while is not written: AD-0)."""
+    from shardlaw.spec.program import jvp_program
+
+    def loss(x):
+        return lax.while_loop(lambda c: c.sum() < 3, lambda c: c * 2, x).sum()
+    program = describe_program(loss, X)
+    if transform == "grad":
+        with pytest.raises(ValueError, match="Reverse-mode differentiation"):
+            jax.jit(jax.grad(loss)).trace(X)
+        with pytest.raises(Rejection) as refused:
+            grad_program(program)
+        assert (refused.value.rule, refused.value.stage) == ("LOOP-2", "trace")
+        assert isinstance(refused.value, ValueError)
+    else:
+        assert jax.jit(lambda x, t: jax.jvp(loss, (x,), (t,))).trace(X, X) is not None
+        with pytest.raises(Rejection, match="AD-0"):
+            jvp_program(program)

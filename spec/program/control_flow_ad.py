@@ -13,14 +13,16 @@ scan, each again a scan whose body is read once.
   ``xs`` the residuals' slices and the cotangents of ``ys``, its ``ys`` the cotangents of
   its linear ``xs``.
 
-A while and a cond are refused under AD (AD-0): their rules are not written yet.
+A while and a cond are refused under AD (AD-0): their rules are not written yet; a while
+loop under ``grad`` or ``vjp`` is refused as JAX refuses it (LOOP-2).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from ..core.rules import reject
+from ..core.rules import Failure, reject, rule, staged
 from .ad_bodies import NotRewritten, cotangent_type, differentiable
 from .autodiff import jvp_body, linearize_body
 from .control_flow import Scan, unstacked
@@ -28,7 +30,7 @@ from .description import Jit, Opaque, Program, Value
 from .primitives import JVP_BODIES, LINEARIZE_BODIES, TRANSPOSES
 from .transpose import transpose_body
 
-__all__ = ["carry_fixed_point"]
+__all__ = ["carry_fixed_point", "check_while_not_transposed", "WhileTransposed"]
 
 
 def _refuse(eq: Any, path: str, transform: str, why: str) -> None:
@@ -43,8 +45,37 @@ def _jvp_refused(eq: Any, body: Any, operands: tuple, moving: list, path: str) -
 @LINEARIZE_BODIES.register("control_flow")
 def _linearize_refused(eq: Any, tape: Any, operands: tuple, moving: list, path: str,
                        transform: str) -> Any:
+    if eq.kind == "while" and transform in REVERSE and any(t is not None for t in moving):
+        check_while_not_transposed(transform, path)
     _refuse(eq, path, transform, f"the linearization of a {eq.kind} is not written "
             "(issue 32)")
+
+
+# The transformations that transpose what they linearize.
+REVERSE = ("vjp", "grad")
+
+
+@dataclasses.dataclass(frozen=True)
+class WhileTransposed(Failure, rule="LOOP-2", error=ValueError):
+    template = ("{transform} differentiates the while loop at {path} in reverse mode: "
+                "Reverse-mode differentiation does not work for lax.while_loop or "
+                "lax.fori_loop with dynamic start/stop values")
+    hint = "Use lax.scan, or a fori_loop with static start and stop (a scan)."
+    transform: str
+    path: str
+
+
+@rule("LOOP-2", mirrors="jax._src.lax.control_flow.loops._while_transpose_error")
+def check_while_not_transposed(transform: str, path: str) -> None:
+    """A while loop (a fori_loop of dynamic bounds) a tangent flows through is not differentiated in reverse mode, by ``grad`` or ``vjp``: ValueError at trace (its JVP and linearization are JAX's to give).
+
+    >>> check_while_not_transposed("grad", "body[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [LOOP-2]: grad differentiates the while loop at body[0] in reverse mode: Reverse-mode differentiation does not work for lax.while_loop or lax.fori_loop with dynamic start/stop values. Use lax.scan, or a fori_loop with static start and stop (a scan).
+    """
+    with staged("trace"):
+        raise reject(WhileTransposed(transform, path))
 
 
 # --------------------------------------------------------------------------- helpers

@@ -11,9 +11,9 @@
   without options here, inlined by JAX: the same shardings), then one ``select_n`` per
   result by the index, as JAX turns it into select.
 
-* A remat: its batched operands moved to axis 0, its body batched there, each batched
-  result moved to axis 0 in it (JAX's ``batch_jaxpr``, which its batching rule uses; a
-  jit's, and a custom-derivative call's, keep their operands' axes).
+* A remat: its body batched where its operands are, each batched result moved to axis 0
+  in it (JAX's ``remat_vmap``; a jit's, and a custom-derivative call's, results stay
+  where the body leaves them).
 
 A while loop is refused under vmap (PROG-0): its rule is not written yet.
 """
@@ -154,10 +154,8 @@ def _as_select(rw: BatchedBody, eq: Cond, index: int, dim: int, moved: list, ins
 def batch_call_at_front(rw: BatchedBody, eq: Jit, numbers: tuple, dims: tuple, path: str
                         ) -> None:
     """A remat under vmap (module docstring)."""
-    inside = [0 if d is not None else None for d in dims]
-    moved = [_moved_to(rw, n, d, 0) if d is not None else n for n, d in zip(numbers, dims)]
-    made = _body_dims(eq.body, inside, rw, f"{path}.{eq.kind}.")
+    made = _body_dims(eq.body, list(dims), rw, f"{path}.{eq.kind}.")
     targets = [0 if d is not None else None for d in made]
-    body, _ = _inner_body(eq, eq.body, inside, rw, f"{path}.{eq.kind}.", targets)
-    rw.add(dataclasses.replace(eq, operands=tuple(moved), results=None, body=body),
+    body, _ = _inner_body(eq, eq.body, list(dims), rw, f"{path}.{eq.kind}.", targets)
+    rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=None, body=body),
            tuple(targets))
