@@ -6,8 +6,11 @@ closed over, and each equation — ``jit`` (its parameters ``jaxpr``, ``in_shard
 ``out_shardings``, ``donated_invars``, ``keep_unused``, ``ctx_mesh``),
 ``sharding_constraint`` (``sharding``, ``unconstrained_dims``), ``device_put``
 (``devices``), ``shard_map`` (``mesh``, ``in_specs``, ``out_specs``,
-``newly_manual_axes``, ``check_vma``, its body) and ``reshard`` (``dst_sharding``); any
-other primitive is read as an opaque equation with its parameters and result types. A
+``newly_manual_axes``, ``check_vma``, its body), ``reshard`` (``dst_sharding``) and the
+control flow, remat and custom-derivative calls (``scan``, ``while``, ``cond``,
+``remat2``, ``custom_jvp_call``, ``custom_vjp_call``: their bodies read once each,
+:mod:`shardlaw.spec.bridge.control_flow`); any other primitive is read as an opaque
+equation with its parameters and result types. A
 function whose trace is one ``jit`` equation over its arguments is that jit call; any
 other function is read as ``jax.jit(f)``. Nothing is lowered, compiled or run.
 
@@ -19,8 +22,8 @@ transformation a user asks for; :func:`describe_trace` reads any function's trac
 A traced value's type is read with its split over Explicit axes (``aval.sharding.spec``,
 reduced and unreduced axes included). What is not described yet is refused with a
 TypeError that says what: layouts, memory spaces other than the device's, literal
-operands of the described kinds, and primitives that hold bodies of their own other than
-``jit`` and ``shard_map`` (``cond``, ``scan``, ``custom_jvp_call`` ...).
+operands of the described kinds, and other primitives whose bodies place values
+(``custom_vmap_call`` ...).
 """
 
 from __future__ import annotations
