@@ -3,7 +3,10 @@
 A :class:`Recipe` says what a drawn program does: its arguments (spec values), a top-level
 ``jax.jit`` with optional ``out_shardings``, and a body of :class:`Step` values — inner jits
 (with their own in/out shardings and a body of steps), ``with_sharding_constraint``,
-``jax.device_put`` and the elementwise ``neg`` and ``sin`` — each taking an earlier value.
+``jax.device_put``, the elementwise ``neg`` and ``sin``, and the bodies of issue 32 — a
+``lax.scan`` over a body of steps (its carry the value, two iterations), a
+``jax.checkpoint`` of one, and ``jax.nn.relu`` (a custom_jvp around a jit) — each taking an
+earlier value.
 From one recipe both sides are built: the real function (:func:`function_of`, with its
 arguments, :func:`arguments_of`) and its :class:`~shardlaw.spec.Program`
 (:func:`program_of`, the result types given by PROG-1). :func:`run_in_jax` traces, lowers,
@@ -40,6 +43,7 @@ from shardlaw.spec.core.values import AxisType
 from shardlaw.spec.program.description import (
     DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, Value, result_types,
 )
+from shardlaw.spec.program.control_flow import CustomJvp, Remat, Scan
 from shardlaw.spec.program.lowering import live_parts
 
 __all__ = ["Step", "Recipe", "Case", "program_of", "function_of", "arguments_of",
@@ -60,6 +64,10 @@ DECIDING = ("PROG-1", "PROG-2", "PROG-3", "PROG-4")
 # The elementwise primitives a recipe uses, with the parameters jax 0.10.2 gives them.
 ELEMENTWISE = {"neg": (), "sin": (("accuracy", None),)}
 
+# The steps that carry a body of issue 32 (``relu``'s is jax.nn.relu's own).
+BODIED = ("scan", "remat", "relu")
+SCAN_LENGTH = 2
+
 
 def program_hit_counts() -> dict[str, tuple[int, int]]:
     """rule ID -> (accepting side, refusing side) over the programs compared so far."""
@@ -71,12 +79,14 @@ def program_hit_counts() -> dict[str, tuple[int, int]]:
 @dataclasses.dataclass(frozen=True)
 class Step:
     """One equation of a recipe: ``kind`` is ``constraint``, ``device_put``, ``reshard``,
-    ``neg``, ``sin`` or ``jit``; ``operand`` the number of the value it takes."""
+    ``neg``, ``sin``, ``jit``, ``scan``, ``remat`` or ``relu``; ``operand`` the number of
+    the value it takes."""
 
     kind: str
     operand: int
     sharding: Any = None                 # a constraint's or reshard's sharding, a device_put's target
-    body: "Recipe | None" = None         # an inner jit's body (one input, one output)
+    body: "Recipe | None" = None         # an inner jit's, a scan's or a remat's body (one
+                                         # input, one output)
     in_sharding: Any = UNSPECIFIED       # an inner jit's options
     out_sharding: Any = UNSPECIFIED
 
@@ -117,6 +127,8 @@ def _body_program(recipe: Recipe, inputs: tuple[Value, ...], **options: Any) -> 
         elif step.kind in ELEMENTWISE:
             eq = Opaque((step.operand,), (operand,), primitive=step.kind,
                         params=ELEMENTWISE[step.kind])
+        elif step.kind in BODIED:
+            eq = _bodied(step, operand)
         else:
             assert step.body is not None
             body = _body_program(step.body, (operand,), in_shardings=(step.in_sharding,),
@@ -127,6 +139,19 @@ def _body_program(recipe: Recipe, inputs: tuple[Value, ...], **options: Any) -> 
         equations.append(eq)
         types.extend(eq.results)
     return Program(inputs, tuple(equations), recipe.outputs, **options)
+
+
+def _bodied(step: Step, operand: Value) -> Any:
+    """The equation of a scan, remat or relu step, as ``describe_program`` reads JAX's."""
+    if step.kind == "relu":
+        inner = Program((operand,), (Opaque((0,), (operand,), primitive="max"),), (1,))
+        body = Program((operand,), (Jit((0,), body=inner, name="relu"),), (1,))
+        return CustomJvp((step.operand,), body=body, name="custom_jvp_call")
+    assert step.body is not None
+    body = _body_program(step.body, (operand,))
+    if step.kind == "remat":
+        return Remat((step.operand,), body=body, name="checkpoint")
+    return Scan((step.operand,), body=body, length=SCAN_LENGTH, num_carry=1)
 
 
 def program_of(case: Case) -> Program:
@@ -165,11 +190,25 @@ def run_body(recipe: Recipe, values: list[Any]) -> tuple:
             y = jnp.negative(x)
         elif step.kind == "sin":
             y = jnp.sin(x)
+        elif step.kind in BODIED:
+            y = _run_bodied(step, x)
         else:
             (y,) = jax.jit(_inner(step.body), **_jit_options(step.in_sharding,
                                                                step.out_sharding))(x)
         values.append(y)
     return tuple(values[n] for n in recipe.outputs)
+
+
+def _run_bodied(step: Step, x: Any) -> Any:
+    """A scan, remat or relu step run in JAX."""
+    import jax
+
+    if step.kind == "relu":
+        return jax.nn.relu(x)
+    inner = _inner(step.body)
+    if step.kind == "remat":
+        return jax.checkpoint(inner)(x)[0]
+    return jax.lax.scan(lambda c, _: (inner(c)[0], None), x, None, length=SCAN_LENGTH)[0]
 
 
 def _inner(recipe: Recipe) -> Any:
@@ -574,15 +613,17 @@ def sharding_on(draw: Any, meshes: Meshes, rank: int, unconstrained: bool = Fals
 
 
 @st.composite
-def steps_on(draw: Any, meshes: Meshes, rank: int, first: int, count: int, depth: int
-             ) -> tuple[Step, ...]:
+def steps_on(draw: Any, meshes: Meshes, rank: int, first: int, count: int, depth: int,
+             bodies: bool = True) -> tuple[Step, ...]:
     """``count`` steps of a recipe whose operands are earlier values (``first`` of them
-    before the steps), inside ``depth`` nested jits (a jit step only while depth < 2)."""
+    before the steps), inside ``depth`` nested jits (a jit step only while depth < 2);
+    ``bodies``: scans, remats and relus among them."""
     steps = []
     for k in range(count):
         operand = draw(st.integers(0, first + k - 1))
         kinds = ["constraint", "constraint", "device_put", "neg", "sin"] + \
-            (["jit", "jit"] if depth < 2 else []) + \
+            (["relu"] if bodies else []) + (["jit", "jit"] if depth < 2 else []) + \
+            (["scan", "remat"] if depth < 2 and bodies else []) + \
             (["reshard", "reshard"] if _explicit_axes(meshes.main) else [])
         kind = draw(st.sampled_from(kinds))
         if kind == "reshard":   # over the program's mesh, its Explicit axes (sometimes reduced)
@@ -592,10 +633,13 @@ def steps_on(draw: Any, meshes: Meshes, rank: int, first: int, count: int, depth
             steps.append(Step(kind, operand, draw(sharding_on(meshes, rank, True))))
         elif kind == "device_put":
             steps.append(Step(kind, operand, draw(sharding_on(meshes, rank))))
-        elif kind in ELEMENTWISE:
+        elif kind in ELEMENTWISE or kind == "relu":
             steps.append(Step(kind, operand))
+        elif kind in ("scan", "remat"):
+            inner = draw(steps_on(meshes, rank, 1, draw(st.integers(1, 2)), depth + 1, bodies))
+            steps.append(Step(kind, operand, body=Recipe(inner, (len(inner),))))
         else:
-            inner = draw(steps_on(meshes, rank, 1, draw(st.integers(1, 2)), depth + 1))
+            inner = draw(steps_on(meshes, rank, 1, draw(st.integers(1, 2)), depth + 1, bodies))
             ins, outs = (draw(st.one_of(st.just(UNSPECIFIED), sharding_on(meshes, rank)))
                          for _ in range(2))
             steps.append(Step(kind, operand, body=Recipe(inner, (len(inner),)),
@@ -665,17 +709,18 @@ def abstract_program_cases(draw: Any) -> Case:
 
 
 @st.composite
-def program_cases(draw: Any, explicit: bool = False) -> Case:
+def program_cases(draw: Any, explicit: bool = False, bodies: bool = True) -> Case:
     """A drawn program: 1 to 8 devices, one or two arguments, 1 to 4 equations; with
     ``explicit``, the mesh's axes Auto or Explicit (all of one type, or mixed), arguments
-    typed over its Explicit axes (reduced ones too) and reshards among the equations."""
+    typed over its Explicit axes (reduced ones too) and reshards among the equations;
+    ``bodies``: scans, remats and relus among them."""
     n = draw(st.sampled_from([1, 2, 4, 8]))
     grid = draw(st.sampled_from(FACTORS[n]))
     types = tuple(draw(st.sampled_from(AXIS_TYPES)) for _ in grid) if explicit else ()
     meshes = program_meshes(n, grid, types)
     shape = draw(st.sampled_from(SHAPES))
     inputs = tuple(draw(input_on(meshes, shape)) for _ in range(draw(st.integers(1, 2))))
-    steps = draw(steps_on(meshes, len(shape), len(inputs), draw(st.integers(1, 4)), 0))
+    steps = draw(steps_on(meshes, len(shape), len(inputs), draw(st.integers(1, 4)), 0, bodies))
     last = len(inputs) + len(steps) - 1
     outputs = (last,) if draw(st.booleans()) else (last, draw(st.integers(0, last)))
     out_shardings: tuple = ()

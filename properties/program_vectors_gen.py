@@ -227,7 +227,7 @@ def generate_program_vectors(directory: str | Path, per_rule: int = 2, *, seed: 
     @hypothesis_seed(seed)
     @settings(max_examples=budget, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(program_cases())
+    @given(program_cases(bodies=False))   # (the vectors do not hold bodies of issue 32 yet)
     def draw(case: Any) -> None:
         consume(case)
 

@@ -37,6 +37,7 @@ from shardlaw.properties.program_harness import (
     _with_choices, arguments_of, function_of, outcome_problems, program_cases, program_of,
     top_options,
 )
+from shardlaw.spec.program.control_flow import Cond, Scan, While
 from shardlaw.spec import Rejection, explain_program, from_jax, tracing
 from shardlaw.spec.program.batching import (
     batched_input, nested_vmap_program, vmap_program,
@@ -212,6 +213,8 @@ def _equation(eq: Any) -> tuple:
                 shapes)
     if isinstance(eq, ShardMap):
         return ("shard_map", eq.operands, eq.in_specs, eq.out_specs, shapes, _body(eq.body))
+    if isinstance(eq, (Scan, While, Cond)):   # (their bodies, as one Program each)
+        return (eq.kind, eq.operands, shapes, _body(eq.body))
     assert isinstance(eq, Opaque)
     return (eq.primitive, eq.operands, shapes)
 

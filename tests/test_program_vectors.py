@@ -56,7 +56,7 @@ def test_the_first_vector_of_each_side_replays_in_jax(path):
     assert replay_program_in_jax(_load(path)) == []
 
 
-@given(program_cases())
+@given(program_cases(bodies=False))   # (the vectors do not hold bodies of issue 32 yet)
 def test_a_drawn_program_and_its_verdict_read_back_equal(case):
     program = program_of(case)
     verdict = explain_program(program)

@@ -276,26 +276,33 @@ def test_a_shard_map_over_the_devices_in_another_order_is_refused_when_lowering(
 
 
 def test_describe_program_refuses_what_it_does_not_describe_yet():
+    from jax.custom_batching import custom_vmap
+
     argument = jax.device_put(np.ones((8,), np.float32), to_jax(SingleDeviceSharding(0)))
     mesh = to_jax(Mesh.iota((8,), ("x",)))
-    placing = jax.jit(lambda a: jax.lax.cond(
-        a[0] > 0, lambda b: jax.lax.with_sharding_constraint(b, jax.NamedSharding(
-            mesh, jax.P("x"))), jnp.cos, a))
-    with pytest.raises(TypeError, match="cond equations whose bodies place values"):
+
+    @custom_vmap
+    def placing(b):
+        return jax.lax.with_sharding_constraint(b, jax.NamedSharding(mesh, jax.P("x")))
+
+    placing.def_vmap(lambda size, batched, b: (placing(b), True))
+    with pytest.raises(TypeError, match="custom_vmap_call equations whose bodies place"):
         describe_program(placing, argument)
     with pytest.raises(TypeError, match="jax.Array, jax.ShapeDtypeStruct, numpy arrays"):
         describe_program(lambda a: a, "eight")
 
 
-def test_describe_program_reads_bodies_that_place_nothing_and_abstract_arguments():
-    """A cond whose branches place nothing is one opaque equation; a ShapeDtypeStruct is an
-    abstract value; a literal operand of a described equation is a constant."""
+def test_describe_program_reads_bodies_and_abstract_arguments():
+    """A cond is a Cond equation holding its branches; a ShapeDtypeStruct is an abstract
+    value; a literal operand of a described equation is a constant."""
     mesh = to_jax(Mesh.iota((8,), ("x",)))
     branching = jax.jit(lambda a: jax.lax.cond(a[0] > 0, jnp.sin, jnp.cos, a))
     abstract = jax.ShapeDtypeStruct((8,), jnp.float32)
     program = describe_program(branching, abstract)
     assert program.inputs == (Value.shape_dtype((8,)),)
-    assert [eq.primitive for eq in program.equations][-1] == "cond"
+    assert program.equations[-1].kind == "cond"
+    # (branch 0 is the false branch, as JAX orders them)
+    assert [b.equations[0].primitive for b in program.equations[-1].branches] == ["cos", "sin"]
     assert explain_program(program, until="trace").accepted
     literal = describe_program(
         lambda a: a * jax.lax.with_sharding_constraint(2.0, jax.NamedSharding(mesh, jax.P())),
@@ -489,7 +496,7 @@ def test_a_shard_map_takes_a_traced_value_as_its_type_splits_it(spec):
         "SMAP-17", "trace", "ValueError", "body[2].shard_map.in_specs[0]")
 
 
-@checks("PROG-1", "PROG-5", "AD-9", "WSC-10", "WSC-11", "DA-1", "FIT-1")
+@checks("PROG-1", "PROG-5", "AD-9", "WSC-10", "WSC-11", "DA-1", "FIT-1", "LOOP-1")
 @settings(max_examples=EXPLICIT_EXAMPLES, deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(program_cases(explicit=True))

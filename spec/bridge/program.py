@@ -6,8 +6,11 @@ closed over, and each equation — ``jit`` (its parameters ``jaxpr``, ``in_shard
 ``out_shardings``, ``donated_invars``, ``keep_unused``, ``ctx_mesh``),
 ``sharding_constraint`` (``sharding``, ``unconstrained_dims``), ``device_put``
 (``devices``), ``shard_map`` (``mesh``, ``in_specs``, ``out_specs``,
-``newly_manual_axes``, ``check_vma``, its body) and ``reshard`` (``dst_sharding``); any
-other primitive is read as an opaque equation with its parameters and result types. A
+``newly_manual_axes``, ``check_vma``, its body), ``reshard`` (``dst_sharding``) and the
+control flow, remat and custom-derivative calls (``scan``, ``while``, ``cond``,
+``remat2``, ``custom_jvp_call``, ``custom_vjp_call``: their bodies read once each,
+:mod:`shardlaw.spec.bridge.control_flow`); any other primitive is read as an opaque
+equation with its parameters and result types. A
 function whose trace is one ``jit`` equation over its arguments is that jit call; any
 other function is read as ``jax.jit(f)``. Nothing is lowered, compiled or run.
 
@@ -19,8 +22,8 @@ transformation a user asks for; :func:`describe_trace` reads any function's trac
 A traced value's type is read with its split over Explicit axes (``aval.sharding.spec``,
 reduced and unreduced axes included). What is not described yet is refused with a
 TypeError that says what: layouts, memory spaces other than the device's, literal
-operands of the described kinds, and primitives that hold bodies of their own other than
-``jit`` and ``shard_map`` (``cond``, ``scan``, ``custom_jvp_call`` ...).
+operands of the described kinds, and other primitives whose bodies place values
+(``custom_vmap_call`` ...).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ..program.description import (
     DESCRIBED_PRIMITIVES,
     Const, DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
 )
+from .control_flow import CONTROL_FLOW_PRIMITIVES, control_flow_equation
 from .convert import _layout_from_jax, from_jax
 
 __all__ = ["describe_program", "describe_trace", "input_paths", "read_type", "read_sharding",
@@ -287,6 +291,9 @@ def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
     if name == "reshard":
         return Reshard(numbers.operands(eqn, False), results,
                        sharding=_sharding(params["dst_sharding"], where))
+    if name in CONTROL_FLOW_PRIMITIVES:
+        return control_flow_equation(eqn, numbers.operands(eqn, False), results, where,
+                                     _read_body)
     bodies = list(core.jaxprs_in_params(params))
     if any(_places(body) for body in bodies):
         raise _Unreadable(f"describe_program does not describe {name} equations whose bodies "
@@ -295,6 +302,17 @@ def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
     return Opaque(numbers.operands(eqn, True), results, primitive=name,
                   params=tuple((k, _param(params[k]) if not bodies else _body_param(params[k]))
                                for k in sorted(params)))
+
+
+def _read_body(jaxpr: Any, where: str) -> Program:
+    """A control-flow equation's body (a closed or open jaxpr) as a Program of its types."""
+    from jax._src import core
+
+    closed = isinstance(jaxpr, core.ClosedJaxpr)
+    inner, consts = (jaxpr.jaxpr, list(jaxpr.consts)) if closed else (jaxpr, [])
+    inputs = tuple(_type(v.aval, f"input {i} of {where[:-1]}")
+                   for i, v in enumerate(inner.invars))
+    return _body(inner, consts, inputs, where)
 
 
 def _places(jaxpr: Any) -> bool:

@@ -21,6 +21,8 @@ from .autodiff import (
     value_and_grad_program, vjp_program,
 )
 from .batching import nested_vmap_program, vmap_program
+from . import control_flow_ad, control_flow_batching, control_flow_rules  # noqa: F401
+# (the control-flow kinds' rules, registered in every rewrite)
 from .partial_eval import dce_program, partial_eval_program
 
 __all__ = ["vmap_program", "nested_vmap_program", "jvp_program", "linearize_program",

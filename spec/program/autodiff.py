@@ -750,3 +750,9 @@ def grad_program(program: Program, argnums: Any = 0, has_aux: bool = False) -> P
     grads = full.outputs[values:]
     aux = full.outputs[1:values]
     return dataclasses.replace(full, outputs=grads + aux, out_shardings=())
+
+
+# Doors for the rules of the control-flow kinds (control_flow_ad.py): a body's JVP and its
+# linearization, as an inner jit's rules use them.
+jvp_body = _jvp_body
+linearize_body = _linearize_body

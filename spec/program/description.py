@@ -142,6 +142,11 @@ class Equation:
     def body(self) -> "Program | None":
         return None
 
+    def used_in_body(self, used: tuple[bool, ...]) -> tuple[bool, ...]:
+        """Which of its body's results are used when ``used`` of its own are (a loop's or
+        a branching equation's differ: :mod:`~shardlaw.spec.program.control_flow`)."""
+        return used
+
     def check(self, operands: tuple[Value, ...]) -> None:
         """The equation's own requirements of its operands' types (PROG-0)."""
 
@@ -757,3 +762,9 @@ def _type_equation(eq: Equation, k: int, types: list[Value], typed: dict) -> Equ
         mark_typed(eq, operands)
     types.extend(eq.results)
     return eq
+
+
+# The control-flow kinds of equation (issue 32), in a module of their own.
+from .control_flow import (  # noqa: E402  (they build on Equation and Program above)
+    Cond, CustomJvp, CustomVjp, Remat, Scan, While,
+)

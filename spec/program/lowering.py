@@ -119,7 +119,7 @@ def _live(program: Program, outputs: tuple[bool, ...], everything: bool, seen: d
             for n in eq.operands:
                 used[n] = True
             continue
-        inner = _live(eq.body, wanted, False, seen)
+        inner = _live(eq.body, eq.used_in_body(wanted), False, seen)
         bodies[k] = inner
         for n, u in zip(eq.operands, inner.inputs):
             used[n] = used[n] or u

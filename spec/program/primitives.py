@@ -343,6 +343,32 @@ declare(Entry(
     transpose="reshard", tracing="reshard", record="placement",
     checks=("PROG-1", "ARG-4", "EXE-3")))
 
+# Control flow, remat and custom derivatives (issue 32): their bodies are Programs.
+# A loop and a branching equation have rules of their own (control_flow_rules.py);
+# remat and the custom-derivative calls are jits without options to the rewrites.
+_NO_TRANSPOSE = Absent("its linearization is refused first: a transpose is never asked")
+for _name, _equation, _bodies in (("scan", "Scan", ("body",)),
+                                  ("while", "While", ("cond", "body_fun")),
+                                  ("cond", "Cond", ("branches",))):
+    _scan = _name == "scan"
+    declare(Entry(_name, equation=_equation, kind=Kind.CONTROL_FLOW, typing=_name,
+                  batching=_name if _name != "while" else "control_flow",
+                  jvp="scan" if _scan else "control_flow",
+                  transpose="scan" if _scan else _NO_TRANSPOSE,
+                  tracing="bodies", in_shard_map="bodies", checks=("PROG-0", "PROG-1"),
+                  bodies=Bodies(_bodies)))
+for _name, _equation in (("remat2", "Remat"), ("custom_jvp_call", "CustomJvp"),
+                         ("custom_vjp_call", "CustomVjp")):
+    # (under vmap JAX batches a remat's body at axis 0, a custom call's where its
+    # operands are batched, as a jit's)
+    declare(Entry(_name, equation=_equation, kind=Kind.CALL, typing="jit",
+                  batching="at_front" if _name == "remat2" else "jit",
+                  jvp="jit", transpose="jit", tracing="jit", in_shard_map="jit",
+                  pruning="jit", assignment="jit", record="jit",
+                  checks=("PROG-0", "PROG-1", "AD-2", "AD-5", "AD-8"),
+                  bodies=Bodies(("body",))))
+del _name, _equation, _bodies, _scan
+
 # jax.make_jaxpr names an inner jit's equation ``pjit`` in older versions: read as a jit
 # (the bridge), never an opaque equation's name.
 ALIASES = {"pjit": "jit"}

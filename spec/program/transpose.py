@@ -358,3 +358,7 @@ def _transposed_shard_map(eq: ShardMap, linear: tuple[bool, ...], present: tuple
         results=tuple(_cotangent_result(types[eq.operands[i]], eq, cotangent_spec(
             eq.in_specs[i]), manual) for i in chosen), checked=False)
     return transposed_eq, chosen
+
+
+# A door for the transpose of a scan (control_flow_ad.py): a linear body transposed.
+transpose_body = _transpose_body

@@ -115,6 +115,8 @@ _ALL = [
            "lower"),
     Family("PBAT", "Whole programs", "vmap of a whole program: the equations it rewrites",
            None),
+    Family("LOOP", "Whole programs",
+           "Control flow: scan, while_loop, cond, remat and custom derivatives", None),
     Family("PROP", "Whole programs",
            "Sharding propagation: where the compiler places what the user did not", None),
     # Whether it compiles again.

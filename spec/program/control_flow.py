@@ -1,0 +1,321 @@
+"""Control flow, remat and custom derivatives as equations that carry bodies (issue 32).
+
+``jax.lax.scan``, ``while_loop`` (``fori_loop``), ``cond`` (``switch``),
+``jax.checkpoint`` and ``custom_jvp``/``custom_vjp`` functions trace to equations that hold
+jaxprs of their own; here each is an equation kind whose bodies are :class:`Program`\\ s,
+as a nested jit's is, so that every sharding inside one is checked where a jit's would be:
+
+* :class:`Scan` — ``scan``: the loop's body read once (``length`` iterations of it, never
+  unrolled), its operands the constants, the carry and the stacked ``xs``; its results the
+  final carry and the ``ys`` stacked on a leading axis of ``length``;
+* :class:`While` — ``while``: the predicate's body (``cond``) and the loop's body
+  (``body_fun``), over the predicate's constants, the loop's constants and the carry;
+* :class:`Cond` — ``cond``: an int32 index and one body per branch, over the same
+  operands, their results of one type;
+* :class:`Remat`, :class:`CustomJvp`, :class:`CustomVjp` — ``remat2``
+  (``jax.checkpoint``), ``custom_jvp_call`` and ``custom_vjp_call``: a body called as a jit
+  without options is (their primal body; the rewrites treat them as such a jit).
+
+The walkers of a program (dead-code elimination, the device assignment, the lowering
+checks) read one ``body`` per equation: a loop's or a branching equation's ``body`` is one
+Program that calls each of its bodies as a jit without options and returns all their
+results (a branch's, the predicate's), so that each body is checked wherever a jit's is;
+:meth:`Equation.used_in_body` says which of them are used when the equation's are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, ClassVar
+
+from ..core.shardings import UNSPECIFIED
+from .description import Equation, Jit, Program, Value
+from .typed_values import described_bool, refuse_described, require_described
+
+__all__ = ["Scan", "While", "Cond", "Remat", "CustomJvp", "CustomVjp", "stacked",
+           "unstacked", "CONTROL_FLOW_KINDS"]
+
+
+# --------------------------------------------------------------------------- helpers
+
+def stacked(value: Value, length: int) -> Value:
+    """``value``'s type with a leading axis of ``length`` (a scan's ``ys``), unsplit."""
+    spec = value.spec
+    if spec is not None:
+        from ..core.values import PartitionSpec
+        spec = PartitionSpec(None, *spec.partitions, unreduced=spec.unreduced,
+                             reduced=spec.reduced)
+    return dataclasses.replace(value, shape=(length, *value.shape), spec=spec)
+
+
+def unstacked(value: Value) -> Value:
+    """``value``'s type less its leading axis (one iteration's slice of a scan's ``xs``)."""
+    spec = value.spec
+    if spec is not None:
+        from ..core.values import PartitionSpec
+        spec = PartitionSpec(*spec.partitions[1:], unreduced=spec.unreduced,
+                             reduced=spec.reduced)
+    return dataclasses.replace(value, shape=value.shape[1:], spec=spec)
+
+
+def _same_array(a: Value, b: Value) -> bool:
+    return (a.shape, a.dtype) == (b.shape, b.dtype)
+
+
+def _check_body(body: Any, what: str) -> None:
+    """A body of a control-flow equation: a Program of traced inputs, with no jit options."""
+    require_described(isinstance(body, Program), what, "a Program", body)
+    for k, value in enumerate(body.inputs):
+        if value.sharding is not None:
+            refuse_described(f"input {k} of {what}", "a traced value (a type, no sharding)",
+                             value)
+    require_described(body.compiler is None and body.compiler_in is None
+                      and not body.keep_unused and body.context_mesh is None
+                      and all(s is UNSPECIFIED for s in body.in_shardings + body.out_shardings)
+                      and not any(body.donated), what, "a body without jit options", body)
+
+
+def _count(value: Any, what: str) -> int:
+    require_described(type(value) is int and value >= 0, what, "an int at least 0", value)
+    return value
+
+
+def _call(numbers: tuple[int, ...], body: Program, name: str) -> Jit:
+    """One body called as a jit without options (inside a loop's or a branching
+    equation's ``body``)."""
+    return Jit(numbers, body=body, name=name, checked=False)
+
+
+def _outputs_of(inputs: int, calls: list[Jit]) -> list[range]:
+    start, out = inputs, []
+    for call in calls:
+        count = len(call.body.outputs)
+        out.append(range(start, start + count))
+        start += count
+    return out
+
+
+class _Bodied(Equation):
+    """What a loop's and a branching equation's kinds share: the outputs of their ``body``
+    all used when any of their results is (a loop's carry feeds its next iteration; every
+    branch may be taken)."""
+
+    def used_in_body(self, used: tuple[bool, ...]) -> tuple[bool, ...]:
+        return (any(used),) * len(self.body.outputs)
+
+    def _joined(self, inputs: tuple[Value, ...], calls: list[Jit], extra: tuple[int, ...]
+                ) -> Program:
+        ranges = _outputs_of(len(inputs), calls)
+        outputs = tuple(n for r in ranges for n in r) + extra
+        return Program(inputs, tuple(calls), outputs)
+
+
+# --------------------------------------------------------------------------- scan
+
+@dataclasses.dataclass(frozen=True)
+class Scan(_Bodied):
+    """``jax.lax.scan``: its body over (constants, carry, one slice of each ``xs``) giving
+    (the next carry, one slice of each ``ys``), run ``length`` times, backwards when
+    ``reverse``. Its operands are the constants, the initial carry and the stacked ``xs``;
+    its results the final carry and the stacked ``ys``."""
+
+    kind: ClassVar[str] = "scan"
+    body: "Program | None" = None   # type: ignore[assignment]
+    length: int = 0
+    reverse: bool = False
+    num_consts: int = 0
+    num_carry: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_body(self.body, "a scan's body")
+        _count(self.length, "a scan's length")
+        described_bool(self.reverse, "a scan's reverse")
+        body = self.body
+        consts, carry = _count(self.num_consts, "a scan's num_consts"), \
+            _count(self.num_carry, "a scan's num_carry")
+        require_described(consts + carry <= len(body.inputs), "a scan's num_consts and "
+                          "num_carry", f"at most its body's inputs ({len(body.inputs)})",
+                          (consts, carry))
+        require_described(carry <= len(body.outputs), "a scan's num_carry",
+                          f"at most its body's results ({len(body.outputs)})", carry)
+        for k in range(carry):
+            given, made = body.inputs[consts + k], body.value_types[body.outputs[k]]
+            if not _same_array(given, made):
+                refuse_described(f"carry {k} a scan's body returns",
+                                 f"of the type it takes ({given})", made)
+
+    def used_in_body(self, used: tuple[bool, ...]) -> tuple[bool, ...]:
+        """The results used, and each carry the body reads to make them (a carry read
+        feeds the next iteration: its result is made too; found to a fixed point, as
+        JAX's dead-code elimination of a scan does)."""
+        from .ad_bodies import dependencies   # (it imports this module's kinds)
+
+        deps, c, k = dependencies(self.body), self.num_consts, self.num_carry
+        live = list(used)
+        while True:
+            read = frozenset().union(*(d for d, u in zip(deps, live) if u))
+            grown = [u or (c + i) in read for i, u in enumerate(live[:k])]
+            if grown == live[:k]:
+                return tuple(live)
+            live[:k] = grown
+
+    def check(self, operands: tuple[Value, ...]) -> None:
+        body = self.body
+        require_described(len(operands) == len(body.inputs), "a scan's operands",
+                          f"one per input of its body ({len(body.inputs)})", self.operands)
+        split = self.num_consts + self.num_carry
+        for k, (given, wanted) in enumerate(zip(operands, body.inputs)):
+            if k >= split:
+                wanted = stacked(wanted, self.length)
+            if not _same_array(given, wanted):
+                refuse_described(f"operand {k} of a scan", f"of type {wanted.dtype}"
+                                 f"{list(wanted.shape)}", given)
+
+
+
+# --------------------------------------------------------------------------- while
+
+@dataclasses.dataclass(frozen=True)
+class While(_Bodied):
+    """``jax.lax.while_loop`` (``fori_loop``): ``cond`` over (its constants, the carry)
+    gives a bool scalar; ``body_fun`` over (its constants, the carry) the next carry. Its
+    operands are the predicate's constants, the body's constants and the initial carry;
+    its results the final carry. Its ``body`` calls the predicate on the carry and the
+    loop's body, and returns the next carry and the predicate's value."""
+
+    kind: ClassVar[str] = "while"
+    cond: "Program | None" = None
+    body_fun: "Program | None" = None
+    cond_consts: int = 0
+    body_consts: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_body(self.cond, "a while's cond")
+        _check_body(self.body_fun, "a while's body")
+        cc = _count(self.cond_consts, "a while's cond_consts")
+        bc = _count(self.body_consts, "a while's body_consts")
+        cond, body = self.cond, self.body_fun
+        carry = body.inputs[bc:]
+        require_described(bc <= len(body.inputs) and len(body.outputs) == len(carry),
+                          "a while's body", "a body returning the carry it takes", body)
+        require_described(cc <= len(cond.inputs) and len(cond.inputs) - cc == len(carry),
+                          "a while's cond", "a predicate over the carry", cond)
+        pred = [cond.value_types[n] for n in cond.outputs]
+        require_described(len(pred) == 1 and pred[0].shape == () and pred[0].dtype == "bool",
+                          "a while's cond", "a predicate giving one bool[]", pred)
+        for k, given in enumerate(carry):
+            made = body.value_types[body.outputs[k]]
+            if not (_same_array(given, made) and _same_array(cond.inputs[cc + k], given)):
+                refuse_described(f"carry {k} of a while", f"of one type ({given})", made)
+
+    @functools.cached_property
+    def body(self) -> Program:   # type: ignore[override]
+        cc, bc = self.cond_consts, self.body_consts
+        carry = len(self.body_fun.inputs) - bc
+        inputs = tuple(self.cond.inputs[:cc]) + tuple(self.body_fun.inputs)
+        at = cc + bc
+        calls = [_call(tuple(range(cc)) + tuple(range(at, at + carry)), self.cond, "cond"),
+                 _call(tuple(range(cc, at + carry)), self.body_fun, "body")]
+        ranges = _outputs_of(len(inputs), calls)
+        return Program(inputs, tuple(calls), tuple(ranges[1]) + tuple(ranges[0]))
+
+    def check(self, operands: tuple[Value, ...]) -> None:
+        body = self.body
+        require_described(len(operands) == len(body.inputs), "a while's operands",
+                          f"the constants and the carry ({len(body.inputs)})", self.operands)
+        for k, (given, wanted) in enumerate(zip(operands, body.inputs)):
+            if not _same_array(given, wanted):
+                refuse_described(f"operand {k} of a while", f"of type {wanted}", given)
+
+
+# --------------------------------------------------------------------------- cond
+
+@dataclasses.dataclass(frozen=True)
+class Cond(_Bodied):
+    """``jax.lax.cond`` and ``switch``: its first operand the int32 index of the branch
+    taken (clamped), the others every branch's inputs; each branch a body over them, all
+    returning results of one type. Its ``body`` calls every branch and returns their
+    results, then the index."""
+
+    kind: ClassVar[str] = "cond"
+    branches: tuple = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_described(type(self.branches) is tuple and len(self.branches) >= 1,
+                          "a cond's branches", "a tuple of at least one Program",
+                          self.branches)
+        first = self.branches[0]
+        for i, branch in enumerate(self.branches):
+            _check_body(branch, f"branch {i} of a cond")
+            require_described(
+                len(branch.inputs) == len(first.inputs) and all(
+                    _same_array(a, b) for a, b in zip(branch.inputs, first.inputs)),
+                f"branch {i} of a cond's inputs", "of the types of branch 0's", branch.inputs)
+            # (JAX matches the branches' results by shape and dtype; a constraint may
+            # leave one over another mesh)
+            made = [branch.value_types[n] for n in branch.outputs]
+            wanted = [first.value_types[n] for n in first.outputs]
+            require_described(len(made) == len(wanted) and all(
+                _same_array(a, b) for a, b in zip(made, wanted)), f"branch {i} of a cond's results",
+                              f"of the types of branch 0's ({wanted})", made)
+
+    @functools.cached_property
+    def body(self) -> Program:   # type: ignore[override]
+        inputs = (Value.typed((), "int32"),) + tuple(self.branches[0].inputs)
+        numbers = tuple(range(1, len(inputs)))
+        calls = [_call(numbers, b, f"branches[{i}]") for i, b in enumerate(self.branches)]
+        return self._joined(inputs, calls, (0,))
+
+    def check(self, operands: tuple[Value, ...]) -> None:
+        require_described(len(operands) == len(self.branches[0].inputs) + 1,
+                          "a cond's operands", "the index, then one per input of its "
+                          "branches", self.operands)
+        index = operands[0]
+        require_described(index.shape == () and index.dtype == "int32", "a cond's index",
+                          "an int32 scalar", index)
+        for k, (given, wanted) in enumerate(zip(operands[1:], self.branches[0].inputs)):
+            if not _same_array(given, wanted):
+                refuse_described(f"operand {k + 1} of a cond", f"of type {wanted}", given)
+
+
+# --------------------------------------------------------------------------- calls
+
+class _Called(Jit):
+    """A body called as a jit without options is (its options are checked none)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_body(self.body, f"a {self.kind}'s body")
+
+
+@dataclasses.dataclass(frozen=True)
+class Remat(_Called):
+    """``jax.checkpoint`` (``remat2``): its body, called as a jit without options; under
+    grad JAX recomputes it in the backward pass rather than storing its residuals."""
+
+    kind: ClassVar[str] = "remat2"
+    prevent_cse: bool = True
+    differentiated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CustomJvp(_Called):
+    """A ``jax.custom_jvp`` function's call (``custom_jvp_call``; ``jax.nn.relu``): its
+    primal body, called as a jit without options."""
+
+    kind: ClassVar[str] = "custom_jvp_call"
+
+
+@dataclasses.dataclass(frozen=True)
+class CustomVjp(_Called):
+    """A ``jax.custom_vjp`` function's call (``custom_vjp_call``): its primal body, called
+    as a jit without options."""
+
+    kind: ClassVar[str] = "custom_vjp_call"
+
+
+CONTROL_FLOW_KINDS = (Scan, While, Cond, Remat, CustomJvp, CustomVjp)

@@ -1,0 +1,161 @@
+"""A scan and a cond under vmap (issue 32), as JAX's batching rules for them rewrite them.
+
+* A scan: its batched constants moved to axis 0, its carry batched at axis 0 wherever the
+  body makes it batched (an unbatched initial carry broadcast to the batch; found to a
+  fixed point, as JAX does), its batched ``xs`` at axis 1 (the body's slice at 0); its body
+  batched once, each carry and batched slice of ``ys`` it returns moved to axis 0; its
+  results the carry at 0 and the batched ``ys`` at 1.
+* A cond whose index is not batched: one cond over the batched operands, each branch
+  batched alike, every result batched (at axis 0) where one branch's is.
+* A cond whose index is batched: every branch run on the batched operands (each a jit
+  without options here, inlined by JAX: the same shardings), then one ``select_n`` per
+  result by the index, as JAX turns it into select.
+
+* A remat: its body batched where its operands are, each batched result moved to axis 0
+  in it (JAX's ``remat_vmap``; a jit's, and a custom-derivative call's, results stay
+  where the body leaves them).
+
+A while loop is refused under vmap (PROG-0): its rule is not written yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..core.rules import Rejection
+from .batching_rules import (
+    BatchedBody, batch_body, broadcast_equation, inserted, moved_axis, transpose_equation,
+)
+from .control_flow import Cond, Scan
+from .description import Jit, Opaque, Program
+from .primitives import BATCHING
+
+__all__ = ["batch_scan", "batch_cond", "batch_call_at_front"]
+
+
+def _moved_to(rw: BatchedBody, n: int, source: int | None, target: int) -> int:
+    """Value ``n`` (a new number) batched at ``target``: moved from ``source``, or
+    broadcast to the batch where it is not batched; its new number."""
+    if source == target:
+        return n
+    value = rw.types[n]
+    if source is None:
+        shape = inserted(value.shape, target, rw.axis.size)
+        kept = tuple(i for i in range(len(shape)) if i != target)
+        rw.add(broadcast_equation(n, value, shape, kept), (target,))
+    else:
+        rw.add(transpose_equation(n, value, moved_axis(len(value.shape), source, target)),
+               (target,))
+    return len(rw.types) - 1
+
+
+def _inner_body(eq: Any, body: Program, dims: list, rw: BatchedBody, prefix: str,
+                out_targets: list) -> tuple[Program, list]:
+    """``body`` batched with its inputs at ``dims``, each output moved to its target
+    (None: left where it is); the new body and the outputs' batch axes."""
+    inner = batch_body(body, tuple(dims), rw.axis, prefix)
+    outputs = []
+    for n, target in zip(body.outputs, out_targets):
+        new = inner.number[n]
+        source = inner.dims[new]
+        outputs.append(new if target is None else _moved_to(inner, new, source, target))
+    count = len(body.inputs)
+    program = Program(tuple(inner.types[:count]), tuple(inner.equations), tuple(outputs),
+                      body.consts)
+    return program, [inner.dims[n] for n in outputs]
+
+
+def _body_dims(body: Program, dims: list, rw: BatchedBody, prefix: str) -> list:
+    """Where ``body``'s outputs are batched, its inputs batched at ``dims``."""
+    inner = batch_body(body, tuple(dims), rw.axis, prefix)
+    return [inner.dims[inner.number[n]] for n in body.outputs]
+
+
+@BATCHING.register("scan")
+def batch_scan(rw: BatchedBody, eq: Scan, numbers: tuple, dims: tuple, path: str) -> None:
+    """A scan under vmap (module docstring)."""
+    c, k, count = eq.num_consts, eq.num_carry, len(eq.body.inputs)
+    prefix = f"{path}.scan."
+    carry = [d is not None for d in dims[c:c + k]]
+    while True:
+        inside = [0 if d is not None else None for d in dims[:c]] + \
+            [0 if b else None for b in carry] + \
+            [0 if d is not None else None for d in dims[c + k:]]
+        try:
+            made = _body_dims(eq.body, inside, rw, prefix)
+        except Rejection:
+            if all(carry):
+                raise
+            # (an equation the spec batches only with all its operands batched, where
+            # JAX broadcasts: the carry taken batched, as the body then makes it)
+            carry = [True] * k
+            continue
+        grown = [b or made[i] is not None for i, b in enumerate(carry)]
+        if grown == carry:
+            break
+        carry = grown
+    ys = [d is not None for d in made[k:]]
+    targets = [0 if b else None for b in carry] + [0 if b else None for b in ys]
+    body, _ = _inner_body(eq, eq.body, inside, rw, prefix, targets)
+    operands = []
+    for i, (n, d) in enumerate(zip(numbers, dims)):
+        target = 1 if i >= c + k else 0
+        batched = carry[i - c] if c <= i < c + k else d is not None
+        operands.append(_moved_to(rw, n, d, target) if batched else n)
+    new = Scan(tuple(operands), body=body, length=eq.length, reverse=eq.reverse,
+               num_consts=c, num_carry=k)
+    rw.add(new, tuple(0 if b else None for b in carry) + tuple(1 if b else None for b in ys))
+
+
+@BATCHING.register("cond")
+def batch_cond(rw: BatchedBody, eq: Cond, numbers: tuple, dims: tuple, path: str) -> None:
+    """A cond under vmap (module docstring)."""
+    ops, op_dims = numbers[1:], dims[1:]
+    inside = [0 if d is not None else None for d in op_dims]
+    moved = [_moved_to(rw, n, d, 0) if d is not None else n for n, d in zip(ops, op_dims)]
+    prefix = f"{path}.cond."
+    if dims[0] is not None:
+        _as_select(rw, eq, numbers[0], dims[0], moved, inside, prefix)
+        return
+    outs = [_body_dims(b, inside, rw, f"{prefix}branches[{i}].")
+            for i, b in enumerate(eq.branches)]
+    batched = [any(o[j] is not None for o in outs) for j in range(len(outs[0]))]
+    targets = [0 if b else None for b in batched]
+    branches = tuple(_inner_body(eq, b, inside, rw, f"{prefix}branches[{i}].", targets)[0]
+                     for i, b in enumerate(eq.branches))
+    rw.add(Cond((numbers[0], *moved), branches=branches), tuple(targets))
+
+
+def _as_select(rw: BatchedBody, eq: Cond, index: int, dim: int, moved: list, inside: list,
+               prefix: str) -> None:
+    """A cond whose index is batched: every branch on the operands, then a select_n of
+    each result by the index (batched at axis 0)."""
+    results = len(eq.results)
+    index = _moved_to(rw, index, dim, 0)
+    outs = []
+    for i, branch in enumerate(eq.branches):
+        body, _ = _inner_body(eq, branch, inside, rw, f"{prefix}branches[{i}].",
+                              [0] * results)
+        rw.add(Jit(tuple(moved), body=body, name=f"branches[{i}]", checked=False),
+               (0,) * results)
+        outs.append(list(range(len(rw.types) - results, len(rw.types))))
+    for j in range(results):
+        cases = [o[j] for o in outs]
+        value, which = rw.types[cases[0]], index
+        if len(rw.types[index].shape) != len(value.shape):   # the index broadcast to it
+            rw.add(broadcast_equation(index, rw.types[index], value.shape, (0,)), (0,))
+            which = len(rw.types) - 1
+        rw.add(Opaque((which, *cases), (value.type,), primitive="select_n"), (0,))
+    # (the cond's results are the select_n's: the last ``results`` values)
+
+
+@BATCHING.register("at_front")
+def batch_call_at_front(rw: BatchedBody, eq: Jit, numbers: tuple, dims: tuple, path: str
+                        ) -> None:
+    """A remat under vmap (module docstring)."""
+    made = _body_dims(eq.body, list(dims), rw, f"{path}.{eq.kind}.")
+    targets = [0 if d is not None else None for d in made]
+    body, _ = _inner_body(eq, eq.body, list(dims), rw, f"{path}.{eq.kind}.", targets)
+    rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=None, body=body),
+           tuple(targets))
