@@ -21,6 +21,7 @@ from .autodiff import (
     value_and_grad_program, vjp_program,
 )
 from .batching import nested_vmap_program, vmap_program
+from . import batching_primitives  # noqa: F401  (registers the rules of a step's primitives)
 from .partial_eval import dce_program, partial_eval_program
 
 __all__ = ["vmap_program", "nested_vmap_program", "jvp_program", "linearize_program",

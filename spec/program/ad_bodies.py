@@ -534,6 +534,10 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
 TANGENTS.register("opaque")(lambda eq, tape, operands, moving, path, results:
                             _opaque_tangent(eq, tape, operands, moving, results))
 
+# A primitive whose results JAX gives a zero tangent (a comparison, argmax, iota).
+TANGENTS.register("zero")(lambda eq, tape, operands, moving, path, results:
+                          [None] * len(eq.results))
+
 
 @TANGENTS.register("linear")
 def _linear_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,
