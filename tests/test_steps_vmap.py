@@ -125,3 +125,24 @@ def test_a_reshape_given_dimensions_is_refused_under_vmap():
     with pytest.raises(Rejection) as refused:
         vmap_program(program, axis_size=3)
     assert refused.value.rule == "PROG-0" and "dimensions" in str(refused.value)
+
+
+MORE = {
+    "pad": (lambda x: jnp.pad(x, ((1, 2),)), ((4,),), (0,)),
+    "pad-at-axis-1": (lambda x: jnp.pad(x, ((1, 0), (0, 2))), ((4, 8),), (1,)),
+    "erfc-gelu": (lambda x: jax.nn.gelu(x, approximate=False), ((4, 8),), (0,)),
+    "grad-of-a-bias-step": (jax.grad(lambda w, b, x: jnp.sum(jnp.tanh(x @ w + b)), (0, 1)),
+                            ((8, 4), (4,), (6, 8)), (None, None, 0)),
+    "grad-of-softmax": (jax.grad(lambda x: jnp.sum(jax.nn.softmax(x) ** 2)), ((4, 8),), (1,)),
+}
+
+
+@checks("PROG-0")
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_a_vmapped_pad_gelu_or_gradient_is_what_jax_traces(name):
+    """pad, erfc and add_any (a gradient's sum of cotangents, vmapped per example)."""
+    program, traced, vmapped, batched = _both(*MORE[name])
+    assert equations(program) == equations(traced)
+    verdict = explain_program(program)
+    assert verdict.accepted, verdict.message
+    assert verdict.out_types == tuple(traced.value_types[n] for n in traced.outputs)

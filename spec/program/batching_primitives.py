@@ -14,8 +14,10 @@ batching rule of that primitive binds it:
 * ``sorted`` (``sort``): every operand moved to the first batched operand's batch axis (an
   unbatched one broadcast to its shape), the sorted dimension past it;
 * ``select_n``: the predicate and the cases batched alike, else moved first;
-* ``reshape``, ``squeeze``, ``concatenate``: the batch axis moved first; ``slice`` and
-  ``rev``: the batch axis kept, their parameters given an entry for it.
+* ``reshape``, ``squeeze``, ``concatenate``: the batch axis moved first; ``slice``, ``rev``
+  and ``pad``: the batch axis kept, their parameters given an entry for it;
+* ``add_any`` (the sum of cotangents, in a gradient vmapped): an unbatched operand
+  broadcast to the batch at the other's axis, or the first moved to the second's.
 
 An equation these rules cannot batch as JAX does (a reshape with ``dimensions``) is
 refused (PROG-0), as any primitive whose batching the spec does not know.
@@ -140,6 +142,39 @@ def _batch_slice(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path:
     params["limit_indices"] = with_entry(params["limit_indices"], size)
     params["strides"] = with_entry(params.get("strides"), 1)
     _bind(rw, eq, numbers, params, d, size)
+
+
+@BATCHING.register("pad")
+def _batch_pad(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str) -> None:
+    """A pad under vmap: the batch axis left unpadded (its padding value unbatched; a
+    batched one is refused, as JAX then selects rather than pads)."""
+    check_program(len(dims) == 2 and dims[1] is None and dims[0] is not None,
+                  f"the pad at {path} under vmap", "a batched operand and an unbatched "
+                  "padding value", dims)
+    params, d = _params(eq), dims[0]
+    config = tuple(params["padding_config"])
+    params["padding_config"] = config[:d] + ((0, 0, 0),) + config[d:]
+    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
+
+
+@BATCHING.register("add_any")
+def _batch_add_any(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                   ) -> None:
+    """add_any under vmap: kept where both operands are batched at one axis; an unbatched
+    one broadcast to the batch at the other's axis; else the first moved to the second's
+    axis."""
+    (x, y), (dx, dy) = numbers, dims
+    size = _size(rw, numbers, dims)
+    if dx == dy:
+        return _bind(rw, eq, numbers, _params(eq), dx, size)
+    if dx is None or dy is None:
+        d, n = (dy, x) if dx is None else (dx, y)
+        value = rw.types[n]
+        shape = tuple(value.shape)[:d] + (size,) + tuple(value.shape)[d:]
+        spread = _spread(rw, n, shape, tuple(i for i in range(len(shape)) if i != d), d)
+        pair = (spread, y) if dx is None else (x, spread)
+        return _bind(rw, eq, pair, _params(eq), d, size)
+    _bind(rw, eq, (_moved(rw, x, dx, dy), y), _params(eq), dy, size)
 
 
 # --------------------------------------------------------------------------- moved first

@@ -405,9 +405,8 @@ _elementwise("max", broadcasting=True)
 _elementwise("min", broadcasting=True)
 _elementwise("pow", broadcasting=True)
 # The sum of cotangents AD makes (JAX's add_any): not batched by the spec.
-declare(Entry("add_any", Kind.ELEMENTWISE, batching=Absent(
-    "made by AD's transpose, after vmap; its batching is not written"),
-    jvp="add_any", transpose="sum"))
+declare(Entry("add_any", Kind.ELEMENTWISE, batching="add_any", jvp="add_any",
+              transpose="sum"))
 
 
 def _collective(name: str, params: tuple[str, ...], *, batching: str = "keeps_axis",
@@ -468,6 +467,7 @@ declare(Entry("dot_general", Kind.CONTRACTION, batching="dot_general", jvp="bili
 # The primitives of a real step (issue 32), batched by batching_primitives.py's rules.
 for _name in ("slice", "rev"):
     declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="linear", transpose="opaque"))
+declare(Entry("pad", Kind.STRUCTURAL, batching="pad", jvp="opaque", transpose="opaque"))
 declare(Entry("concatenate", Kind.STRUCTURAL, batching="concatenate", jvp="opaque",
               transpose="opaque"))
 for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
@@ -481,7 +481,7 @@ declare(Entry("select_n", Kind.ELEMENTWISE, batching="select_n", jvp="opaque",
               transpose="opaque"))
 declare(Entry("iota", Kind.STRUCTURAL, batching=Absent(
     "it has no operand: vmap never batches it"), jvp="zero", transpose="opaque"))
-for _name in ("exp2", "log1p", "expm1", "not", "is_finite", "erf_inv", "cbrt", "sinh",
+for _name in ("erfc", "exp2", "log1p", "expm1", "not", "is_finite", "erf_inv", "cbrt", "sinh",
               "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "imag", "real",
               "conj", "population_count", "clz", "stop_gradient"):
     _elementwise(_name, split_checked=False)
