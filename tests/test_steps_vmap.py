@@ -146,3 +146,38 @@ def test_a_vmapped_pad_gelu_or_gradient_is_what_jax_traces(name):
     verdict = explain_program(program)
     assert verdict.accepted, verdict.message
     assert verdict.out_types == tuple(traced.value_types[n] for n in traced.outputs)
+
+
+def _nest(depth):
+    """``depth`` jits, one inside the other, around ``sin`` then a sum."""
+    from shardlaw.spec import Value
+    from shardlaw.spec.program.description import Jit, Program
+    vector = Value.typed((8,))
+    body = Program((vector,), (Opaque((0,), (vector,), primitive="sin"),), (1,))
+    for _ in range(depth - 1):
+        body = Program((vector,), (Jit((0,), body=body),), (1,))
+    return Program((Value.numpy((8,)),), (Jit((0,), body=body),), (1,))
+
+
+@checks("PROG-0")
+def test_a_deep_nest_of_jits_is_batched_not_a_recursion_error():
+    """vmap_program batches a nest as deep as PROG-0 lets a description be (200 bodies
+    with the batched call's own), where it once raised RecursionError; the interpreter's
+    recursion limit is as it was after. A nest JAX itself traces (40 deep) is batched as
+    JAX traces it."""
+    import sys
+    before = sys.getrecursionlimit()
+    program = vmap_program(_nest(199), axis_size=3)
+    assert sys.getrecursionlimit() == before
+    assert program.depth == 200 and explain_program(program).accepted
+    twice = vmap_program(vmap_program(_nest(199), axis_size=3), axis_size=2)
+    assert twice.value_types[twice.outputs[0]].shape == (2, 3, 8)
+
+    def step(x):
+        return jnp.sin(x)
+    for _ in range(39):
+        step = (lambda inner: jax.jit(lambda x: inner(x)))(step)
+    example = np.ones(8, np.float32)
+    spec = vmap_program(describe_program(jax.jit(step), example), axis_size=3)
+    traced = describe_trace(jax.vmap(jax.jit(step)), np.ones((3, 8), np.float32))
+    assert equations(spec) == equations(traced)
