@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from shardlaw.properties.registry import checks
-from shardlaw.spec import Rejection, explain_program, vmap_program
+from shardlaw.spec import Rejection, explain_program, from_jax, vmap_program
 from shardlaw.spec.bridge.program import describe_program, describe_trace
 from shardlaw.spec.program.description import Opaque
 
@@ -181,3 +181,32 @@ def test_a_deep_nest_of_jits_is_batched_not_a_recursion_error():
     spec = vmap_program(describe_program(jax.jit(step), example), axis_size=3)
     traced = describe_trace(jax.vmap(jax.jit(step)), np.ones((3, 8), np.float32))
     assert equations(spec) == equations(traced)
+
+
+@checks("PROG-0")
+@pytest.mark.parametrize("spec", [jax.P("x"), jax.P(("x", "y")), jax.P("x", None, "y")])
+def test_a_sharded_ensemble_under_vmap_is_jaxs(spec):
+    """vmap over a mapped dimension split over Auto axes (an ensemble of members, one per
+    shard): described, batched and placed as JAX places it, the verdict JAX's."""
+    from test_steps_arguments import held_to_jax
+    where = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    members = jax.device_put(_example((8, 16, 4)), jax.sharding.NamedSharding(where, spec))
+    x = _example((4, 16))
+    step = jax.jit(jax.vmap(lambda w, x: jnp.tanh(x @ w), in_axes=(0, None)))
+    program, verdict, problems = held_to_jax(step, members, x)
+    assert not problems, problems
+    assert verdict.accepted and program.inputs[0].sharding.spec == from_jax(spec)
+
+
+@checks("PROG-0")
+def test_an_ensemble_split_over_explicit_axes_is_not_read_yet():
+    """Over Explicit axes the batch dimension's split is in the batched types, which the
+    spec's vmap does not write yet: describe_program says so rather than answer."""
+    where = jax.make_mesh((2, 4), ("x", "y"),
+                          axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    members = jax.device_put(_example((8, 16, 4)), jax.sharding.NamedSharding(
+        where, jax.P("x")))
+    step = jax.jit(jax.vmap(lambda w: jnp.tanh(w)))
+    step(members)   # JAX runs it
+    with pytest.raises(TypeError, match="split over Auto axes"):
+        describe_program(step, members)

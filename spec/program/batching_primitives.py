@@ -16,6 +16,7 @@ batching rule of that primitive binds it:
 * ``select_n``: the predicate and the cases batched alike, else moved first;
 * ``reshape``, ``squeeze``, ``concatenate``: the batch axis moved first; ``slice``, ``rev``
   and ``pad``: the batch axis kept, their parameters given an entry for it;
+* ``moved_first`` (``random_wrap``): the key data's batch axis moved first;
 * ``add_any`` (the sum of cotangents, in a gradient vmapped): an unbatched operand
   broadcast to the batch at the other's axis, or the first moved to the second's.
 
@@ -195,6 +196,15 @@ def _batch_reshape(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
     typed = dataclasses.replace(batched_type(result, 0, size, rw.axis.varying))
     rw.add(dataclasses.replace(eq, operands=(operand,), results=(typed,),
                                params=tuple(sorted(params.items()))), (0,))
+
+
+@BATCHING.register("moved_first")
+def _batch_moved_first(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                       ) -> None:
+    """random_wrap under vmap: its key data's batch axis moved first, the keys batched
+    there (the trailing key-data dimension stays last)."""
+    operand = _front(rw, numbers[0], dims[0])
+    _bind(rw, eq, (operand,), _params(eq), 0, _size(rw, numbers, dims))
 
 
 @BATCHING.register("squeeze")

@@ -488,6 +488,18 @@ for _name in ("erfc", "exp2", "log1p", "expm1", "not", "is_finite", "erf_inv", "
 for _name in ("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"):
     declare(Entry(_name, Kind.ELEMENTWISE, batching="keeps_axis", jvp="zero",
                   transpose="opaque", broadcasting=True))
+# Typed PRNG keys (``jax.random.key``: a key<fry> value): a result holds its operand's
+# dimensions first, then its own (random_split's, random_bits', the key data's trailing
+# one for random_unwrap), so the batch axis stays; random_wrap moves it first. A key has a
+# float0 tangent, random bits none.
+for _name in ("random_seed", "random_bits", "random_split", "random_unwrap", "random_clone",
+              "bitcast_convert_type"):
+    declare(Entry(_name, Kind.ELEMENTWISE, batching="keeps_axis", jvp="zero",
+                  transpose="opaque"))
+declare(Entry("random_fold_in", Kind.ELEMENTWISE, batching="keeps_axis", jvp="zero",
+              transpose="opaque", broadcasting=True))
+declare(Entry("random_wrap", Kind.STRUCTURAL, batching="moved_first", jvp="zero",
+              transpose="opaque"))
 for _name in ("atan2", "rem", "nextafter", "shift_left", "shift_right_logical",
               "shift_right_arithmetic"):
     _elementwise(_name, broadcasting=True, split_checked=False)
