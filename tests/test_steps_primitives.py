@@ -19,7 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
+from shardlaw.properties.program_ad_harness import compare_step_grad, step_grad_cases
 from shardlaw.properties.registry import checks
 from shardlaw.spec.program.autodiff import grad_program
 
@@ -145,3 +147,36 @@ def test_grad_of_a_shard_map_passing_a_literal_to_a_jitted_helper_is_jaxs(name):
     answer, problems = held(jax.grad(fun), grad_program, fun, x)
     assert not problems, problems
     assert answer.accepted
+
+
+@checks("AD-4")
+def test_a_predicates_tangent_the_body_never_reads_is_no_input_of_the_tangent_jit():
+    """grad with respect to ``where``'s predicate too: its tangent dies at the comparison
+    (a zero tangent), so the tangent jit of ``where``'s jit reads the cases' only, as JAX's
+    dead-code elimination leaves it (the spec once refused it by PROG-0)."""
+    fun = lambda p, a, b: jnp.sum(jnp.where(p > 0, a, b))   # noqa: E731
+    p = jax.device_put(np.ones((8, 4), np.float32), NS(mesh(), P("x")))
+    answer, problems = held(jax.grad(fun, (0, 2)), lambda q: grad_program(q, (0, 2)),
+                            fun, p, p, p)
+    assert not problems, problems
+    assert answer.accepted
+
+
+@checks("AD-0")
+def test_grad_of_a_step_with_integer_results_only_is_refused_while_tracing():
+    """A loss of argmax only: JAX's TypeError while tracing; AD-0 at stage trace."""
+    fun = lambda x: jnp.argmax(x)   # noqa: E731
+    answer, problems = held(jax.grad(fun), grad_program, fun, X)
+    assert not problems, problems
+    assert (answer.rule, answer.stage) == ("AD-0", "trace")
+
+
+@checks("AD-13")
+@settings(max_examples=15, deadline=None)
+@given(step_grad_cases())
+def test_drawn_steps_under_grad_are_jaxs(sc):
+    """The AD harness's steps of a real model's primitives under grad, their float
+    arguments numpy or placed over the mesh: held to ``jax.jit(jax.grad(...))`` traced,
+    lowered, compiled and run."""
+    problems = compare_step_grad(sc)
+    assert not problems, "\n".join(problems) + f"\ncase: {sc}"

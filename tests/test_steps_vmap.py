@@ -15,7 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
+from shardlaw.properties.program_vmap_harness import compare_step_vmapped, step_vmap_cases
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Rejection, explain_program, from_jax, vmap_program
 from shardlaw.spec.bridge.program import describe_program, describe_trace
@@ -210,3 +212,15 @@ def test_an_ensemble_split_over_explicit_axes_is_not_read_yet():
     step(members)   # JAX runs it
     with pytest.raises(TypeError, match="split over Auto axes"):
         describe_program(step, members)
+
+
+@checks("PROG-0")
+@settings(max_examples=30, deadline=None)
+@given(step_vmap_cases())
+def test_drawn_steps_under_vmap_are_what_jax_traces(sc):
+    """The vmap harness's steps of a real model's primitives (matmuls, a bias, einsums,
+    broadcasting arithmetic, reductions, cumulative ops, sorts, where, reshapes and
+    slices, pads, softmax and layer norm, powers and casts, keys drawing noise), each
+    mapped at drawn axes: the spec's rewrite is JAX's trace, equation for equation."""
+    problems = compare_step_vmapped(sc)
+    assert not problems, "\n".join(problems) + f"\ncase: {sc}"

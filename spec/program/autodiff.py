@@ -466,7 +466,10 @@ def _tangent_call(inner: Program, lin: _Linearized, equation: JitEquation, facts
     moving = len(lin.tangent.inputs) - count
     reads = [count + j in live for j in range(moving)]
     tangent = _pruned(lin.tangent, [True] * count + reads)
-    staged = linearized_tangent(equation, facts, nonzero)
+    # (a tangent the body never reads, as a predicate's through a comparison whose tangent
+    # is zero, is no input of the tangent jit, though an output depends on its value)
+    read = iter(reads)
+    staged = linearized_tangent(equation, facts, tuple(nz and next(read) for nz in nonzero))
     assert staged is not None
     check_program(len(staged.in_shardings) == len(tangent.inputs),
                   "the inputs of a tangent jit", f"one per residual and tangent read "
@@ -681,10 +684,11 @@ def _check_inputs(program: Program, numbers: tuple[int, ...]) -> None:
 
 
 def _check_scalar(program: Program) -> None:
-    """grad's function returns a real scalar first."""
+    """grad's function returns a real scalar first (JAX's TypeError while it traces)."""
     value = program.value_types[program.outputs[0]] if program.outputs else None
     if value is None or value.shape != () or value.dtype not in FLOATS[:4]:
-        raise reject(NotScalar(0, value))
+        with staged("trace"):
+            raise reject(NotScalar(0, value))
 
 
 def _argnums(argnums: Any, count: int) -> tuple[int, ...]:

@@ -467,8 +467,8 @@ declare(Entry("dot_general", Kind.CONTRACTION, batching="dot_general", jvp="bili
 # The primitives of a real step (issue 32), batched by batching_primitives.py's rules.
 for _name in ("slice", "rev"):
     declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="linear", transpose="opaque"))
-declare(Entry("pad", Kind.STRUCTURAL, batching="pad", jvp="opaque", transpose="opaque"))
-declare(Entry("concatenate", Kind.STRUCTURAL, batching="concatenate", jvp="opaque",
+declare(Entry("pad", Kind.STRUCTURAL, batching="pad", jvp="add_any", transpose="opaque"))
+declare(Entry("concatenate", Kind.STRUCTURAL, batching="concatenate", jvp="add_any",
               transpose="opaque"))
 for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
     declare(Entry(_name, Kind.REDUCTION, batching="axis_param",
