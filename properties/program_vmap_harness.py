@@ -48,7 +48,8 @@ from shardlaw.spec.program.description import (
 
 __all__ = ["Vmap", "VmapCase", "vmap_cases", "run_vmapped", "compare_vmapped", "SOURCE",
            "vmap_hit_counts", "spec_vmapped", "structure", "MapVmapCase", "map_vmap_cases",
-           "compare_mapped_vmapped"]
+           "compare_mapped_vmapped", "StepVmapCase", "step_vmap_cases", "compare_step_vmapped",
+           "step_equations"]
 
 SOURCE = "programs-vmap"
 CLEAR_EVERY = 500
@@ -415,3 +416,108 @@ def map_vmap_cases(draw: Any) -> MapVmapCase:
     if draw(st.integers(0, 3)) == 0:
         vmaps.append(draw(_map_vmap(rank + (vmaps[0].in_axes[0] is not None), free)))
     return MapVmapCase(case, tuple(vmaps))
+
+
+# --------------------------------------------------------------------------- a real step's primitives
+
+@dataclasses.dataclass(frozen=True)
+class StepVmapCase:
+    """A drawn step (:mod:`~shardlaw.properties.program_steps`) under one vmap: in_axes
+    per argument (None included, one mapped at least) and the batch size."""
+
+    step: Any
+    in_axes: tuple
+    size: int
+
+
+@st.composite
+def step_vmap_cases(draw: Any) -> StepVmapCase:
+    """A step of a real model's primitives under vmap, its arguments mapped at drawn
+    axes (a key array at its first)."""
+    from shardlaw.properties.program_steps import KEY, step_cases
+    step = draw(step_cases())
+    axes = []
+    for shape in step.shapes:
+        rank = 0 if shape and shape[0] == KEY else len(shape)
+        choices = [None, 0] if rank == 0 and shape and shape[0] == KEY else \
+            [None] + list(range(rank + 1))
+        axes.append(draw(st.sampled_from(choices)))
+    if all(a is None for a in axes):
+        axes[-1] = 0
+    return StepVmapCase(step, tuple(axes), draw(st.sampled_from([2, 3, 4])))
+
+
+def _batched_step_arguments(sc: StepVmapCase) -> list:
+    import jax
+    import numpy as np
+
+    from shardlaw.properties.program_steps import examples_of
+    out = []
+    for example, axis in zip(examples_of(sc.step), sc.in_axes):
+        if axis is None:
+            out.append(example)
+        elif jax.dtypes.issubdtype(example.dtype, jax.dtypes.prng_key):
+            out.append(jax.random.split(example, sc.size))
+        else:
+            out.append(np.stack([example * (k + 1) for k in range(sc.size)], axis))
+    return out
+
+
+def _params_read(value: Any) -> Any:
+    """A parameter as both descriptions hold it (JAX's trace keeps numpy integers, read
+    back as their text)."""
+    if isinstance(value, tuple):
+        return tuple(_params_read(v) for v in value)
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def step_equations(program: Program, out: list | None = None) -> list:
+    """Every equation of ``program``, bodies included, in order: its primitive or kind,
+    operands, result shapes and dtypes, and an opaque equation's parameters."""
+    out = [] if out is None else out
+    for eq in program.equations:
+        params = {k: _params_read(v) for k, v in eq.params} if isinstance(eq, Opaque) else {}
+        out.append((getattr(eq, "primitive", eq.kind), eq.operands,
+                    tuple((r.shape, r.dtype) for r in eq.results), params))
+        if eq.body is not None:
+            step_equations(eq.body, out)
+    return out
+
+
+def compare_step_vmapped(sc: StepVmapCase) -> list[str]:
+    """How the spec's vmap of the step and JAX's part (empty: they agree): the spec's
+    rewrite of ``describe_program`` of the jitted step on one example against
+    ``describe_trace`` of ``jax.vmap`` of it, equation for equation (parameters included),
+    then the verdict accepted with JAX's result types. Rule sides are recorded."""
+    import jax
+
+    from shardlaw.properties.program_steps import examples_of
+    from shardlaw.spec.bridge.program import describe_program, describe_trace
+    jitted = jax.jit(sc.step.function)
+    traced = describe_trace(jax.vmap(jitted, in_axes=sc.in_axes),
+                            *_batched_step_arguments(sc))
+    try:
+        program = vmap_program(describe_program(jitted, *examples_of(sc.step)), sc.in_axes,
+                               axis_size=sc.size)
+    except Rejection as refused:
+        return [f"JAX batches the step; the spec refuses: {refused}"]
+    problems = []
+    ours, theirs = step_equations(program), step_equations(traced)
+    if ours != theirs:
+        first = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+                     min(len(ours), len(theirs)))
+        problems.append(f"equation {first} differs: the spec's "
+                        f"{ours[first] if first < len(ours) else None} against JAX's "
+                        f"{theirs[first] if first < len(theirs) else None}")
+    verdict = explain_program(program)
+    _record([], verdict)
+    if not verdict.accepted:
+        problems.append(f"JAX batches the step; the spec refuses: {verdict.message}")
+    elif verdict.opaque:
+        problems.append(f"the verdict leaves {verdict.opaque} opaque")
+    elif verdict.out_types != tuple(traced.value_types[n] for n in traced.outputs):
+        problems.append(f"result types {verdict.out_types} against JAX's "
+                        f"{tuple(traced.value_types[n] for n in traced.outputs)}")
+    return problems

@@ -68,8 +68,9 @@ def _argument(value: Any) -> Value:
             raise _Unreadable(f"describe_program reads arrays in the default layout; got "
                               f"{layout!r}")
         # an array keeps its weak type (jax.jit(lambda: 1.0)() is ~float32[])
-        return Value(tuple(value.shape), str(value.dtype), bool(value.weak_type),
-                     sharding=from_jax(value.sharding), committed=bool(value._committed))
+        return Value(tuple(value.shape), str(value.dtype), bool(getattr(
+            value, "weak_type", False)), sharding=from_jax(value.sharding),
+            committed=_committed(value))
     if isinstance(value, (np.ndarray, np.generic)):
         return Value.numpy(tuple(np.shape(value)), str(value.dtype))
     if isinstance(value, jax.ShapeDtypeStruct):
@@ -79,6 +80,13 @@ def _argument(value: Any) -> Value:
     raise _Unreadable(f"describe_program reads jax.Array, jax.ShapeDtypeStruct, numpy arrays "
                       f"and Python scalars as arguments; got {type(value).__qualname__}: "
                       f"{value!r}")
+
+
+def _committed(value: Any) -> bool:
+    """Whether an array is committed (a typed key array answers for its key data)."""
+    if hasattr(value, "_committed"):
+        return bool(value._committed)
+    return bool(value._base_array._committed)
 
 
 def _type(aval: Any, what: str) -> Value:
@@ -118,7 +126,7 @@ def _const(value: Any, var: Any) -> Const:
         return Const(_held_by_ref(value), True)
     if isinstance(value, jax.Array):
         placed = Value.placed(tuple(value.shape), from_jax(value.sharding), str(value.dtype),
-                              committed=bool(value._committed))
+                              committed=_committed(value))
         return Const(placed, ref)
     if isinstance(value, (np.ndarray, np.generic)):
         return Const(Value.numpy(tuple(np.shape(value)), str(value.dtype)), ref)
@@ -629,9 +637,10 @@ def _example_leaf(leaf: Any, axis: int | None) -> Any:
     if isinstance(sharding, jax.sharding.NamedSharding):
         spec = sharding.spec
         parts = list(spec.partitions) + [None] * (len(shape) - len(spec.partitions))
-        if parts[axis] is not None:
+        if parts[axis] is not None and _explicit_in(sharding.mesh, parts[axis]):
             raise _Unreadable(f"describe_program reads vmap of arguments whose mapped "
-                              f"dimension is unsplit; one is on {spec}")
+                              f"dimension is unsplit or split over Auto axes (a sharded "
+                              f"ensemble); one is on {spec}")
         sharding = jax.sharding.NamedSharding(
             sharding.mesh, jax.sharding.PartitionSpec(
                 *(parts[:axis] + parts[axis + 1:]), unreduced=spec.unreduced,
@@ -640,6 +649,13 @@ def _example_leaf(leaf: Any, axis: int | None) -> Any:
         raise _Unreadable(f"describe_program reads vmap of arguments on a NamedSharding or "
                           f"one device; one is on {sharding!r}")
     return jax.ShapeDtypeStruct(shape[:axis] + shape[axis + 1:], leaf.dtype, sharding=sharding)
+
+
+def _explicit_in(mesh: Any, entry: Any) -> bool:
+    """Whether a spec entry names an Explicit axis of ``mesh``."""
+    names = entry if isinstance(entry, tuple) else (entry,)
+    types = dict(zip(mesh.axis_names, (t.name for t in mesh.axis_types)))
+    return any(types.get(n) == "Explicit" for n in names)
 
 
 def _example_value(value: Value, axis: int | None) -> Value:
@@ -740,7 +756,10 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
     for level in levels:
         level["out_axes"] = _flat_axes(level["out_axes"], results, "out_axes", False)
     program = nested_vmap_program(example, levels[::-1])
-    if tuple(map(_trimmed, program.inputs)) != tuple(map(_trimmed, inputs)):
+    # (a mapped dimension split over Auto axes, a sharded ensemble, is the user's to place:
+    # the batched types do not hold that split, and the batched call takes it as given)
+    if tuple(map(_trimmed, _unmapped(program.inputs, levels))) != tuple(
+            map(_trimmed, _unmapped(inputs, levels))):
         raise _Unreadable(f"describe_program reads vmap of arguments placed as one example's "
                           f"are, with the batch dimension inserted unsplit; got {inputs}, "
                           f"where the example gives {program.inputs}")
@@ -748,6 +767,14 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
                                   hoist_constants=_hoisting())
     return program if jitted is None else _under_jit(jitted, program, args,
                                                      getattr(inner, "__name__", "vmapped"))
+
+
+def _unmapped(values: tuple, levels: list[dict]) -> list:
+    """The batched ``values`` less every mapped dimension (the outermost vmap's first)."""
+    values = list(values)
+    for level in levels:
+        values = [_example_value(v, a) for v, a in zip(values, level["in_axes"])]
+    return values
 
 
 def _under_jit(jitted: Any, program: Program, args: tuple, name: str) -> Program:

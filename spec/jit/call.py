@@ -34,6 +34,12 @@ ARG_KINDS = ("committed", "uncommitted", "numpy", "scalar", "abstract")
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint32", "bfloat16",
           "float16", "float32", "float64", "complex64")
 
+# JAX's typed PRNG key dtypes (``jax.random.key``): a key array of shape S is typed and
+# placed by S; its key data (``jax.random.key_data``) is uint32 of shape S + (2,) (threefry;
+# (4,) for rbg), the trailing dimension never split.
+KEY_DTYPES = ("key<fry>", "key<rbg>", "key<unsafe_rbg>")
+KEY_DATA_WIDTH = {"key<fry>": 2, "key<rbg>": 4, "key<unsafe_rbg>": 4}
+
 # The dtype jit gives a Python scalar of each type (with x64 off, JAX's default).
 SCALAR_DTYPES = {"bool": "bool", "int": "int32", "float": "float32", "complex": "complex64"}
 
@@ -130,7 +136,8 @@ class Arg:
     def __post_init__(self) -> None:
         check_call(self.kind in ARG_KINDS, "an argument's kind", f"one of {ARG_KINDS}", self.kind)
         object.__setattr__(self, "shape", check_dims(self.shape, what="an argument's shape"))
-        check_call(self.dtype in DTYPES, "an argument's dtype", f"one of {DTYPES}", self.dtype)
+        check_call(self.dtype in DTYPES + KEY_DTYPES, "an argument's dtype",
+                   f"one of {DTYPES + KEY_DTYPES}", self.dtype)
         if self.kind in ("committed", "uncommitted"):
             check_call(_concrete(self.sharding), f"a {self.kind} argument's sharding",
                        "a concrete NamedSharding, SingleDeviceSharding or GSPMDSharding",
@@ -264,7 +271,8 @@ class Out:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", check_dims(self.shape, what="a result's shape"))
-        check_call(self.dtype in DTYPES, "a result's dtype", f"one of {DTYPES}", self.dtype)
+        check_call(self.dtype in DTYPES + KEY_DTYPES, "a result's dtype",
+                   f"one of {DTYPES + KEY_DTYPES}", self.dtype)
         check_call(self.source is None or (isinstance(self.source, int) and self.source >= 0),
                    "a result's source", "None or a flat input index", self.source)
         check_call(self.mesh is None or isinstance(self.mesh, AbstractMesh),

@@ -32,7 +32,7 @@ from .shardmap_autodiff import (
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["LINEAR", "NONLINEAR", "differentiable", "dependencies", "cotangent_type"]
+__all__ = ["LINEAR", "NONLINEAR", "differentiable", "dependencies", "cotangent_type", "inline_consts"]
 
 # Read from the primitive table: the primitives whose tangent is the same primitive applied
 # to the operands' tangents; the nonlinear ones of one operand with a known derivative (name
@@ -241,14 +241,26 @@ def _checked_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ..
 
 def _inline(into: _Body, program: Program, operands: tuple[int, ...]) -> tuple[int, ...]:
     """Emit ``program``'s equations into ``into`` with its inputs bound to ``operands``;
-    the numbers its outputs get."""
-    check_program(not program.consts, "a body inlined by a transformation",
-                  "a body without closed-over constants", program.consts)
+    the numbers its outputs get. A body holding closed-over constants (a literal a
+    shard_map's body passes to a jitted helper) is given them after its inputs
+    (:func:`inline_consts`)."""
+    check_program(not program.consts or len(operands) == len(program.inputs) + len(
+        program.consts), "a body inlined by a transformation", "a body without closed-over "
+        "constants, or given them after its inputs", program.consts)
     number = list(operands)
     for eq in program.equations:
         moved = eq.renumbered(tuple(number[n] for n in eq.operands))
         number.extend(into.emit(moved))
     return tuple(number[n] for n in program.outputs)
+
+
+def inline_consts(into: _Body, program: Program, operands: tuple[int, ...]
+                  ) -> tuple[int, ...]:
+    """:func:`_inline` of ``program`` into a body built with its constants (``into``'s
+    constants, numbered after ``into``'s inputs, are ``program``'s)."""
+    first = len(into.inputs)
+    return _inline(into, program, tuple(operands) + tuple(
+        range(first, first + len(program.consts))))
 
 
 def _options(program: Program) -> dict:
@@ -383,14 +395,16 @@ def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list
                 path: str, transform: str, results: tuple[int, ...] = ()) -> list:
     """Record the tangent of one equation whose primal is emitted (its results numbered
     ``results`` in the primal body), by its rule in the primitive table (:data:`TANGENTS`);
-    per result, its tangent (None: a symbolic zero)."""
+    per result, its tangent (None: a symbolic zero, as for an integer or bool result, whose
+    tangent JAX types float0: ``argsort``'s indices)."""
     if all(t is None for t in moving):
         return [None] * len(eq.results)
     tangent = TANGENTS.of(entry_of(eq))
     if tangent is None:
         raise reject(NotRewritten(f"a {eq.kind} equation", path, transform,
                                   "its tangent rule is not described"))
-    return tangent(eq, tape, operands, moving, path, results)
+    made = tangent(eq, tape, operands, moving, path, results)
+    return [t if differentiable(r) else None for t, r in zip(made, eq.results)]
 
 
 @TANGENTS.register("sharding_constraint")
@@ -519,6 +533,10 @@ def _opaque_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: li
 
 TANGENTS.register("opaque")(lambda eq, tape, operands, moving, path, results:
                             _opaque_tangent(eq, tape, operands, moving, results))
+
+# A primitive whose results JAX gives a zero tangent (a comparison, argmax, iota).
+TANGENTS.register("zero")(lambda eq, tape, operands, moving, path, results:
+                          [None] * len(eq.results))
 
 
 @TANGENTS.register("linear")

@@ -56,7 +56,7 @@ from .description import Jit, Program, Reshard, ShardMap, Value, check_program
 from .ad_bodies import (
     FLOATS, LINEAR, NONLINEAR, NotScalar, _Body, _Direct, _Tape, _inline, _jit_facts,
     _manual, _options, _put_together, _sizes, _tangent_eq, _traced, check_passed_type,
-    cotangent_type, dependencies, differentiable,
+    cotangent_type, dependencies, differentiable, inline_consts,
 )
 from .explain import trace_body
 from .lowering import equation_path
@@ -394,8 +394,8 @@ def _split_shard_map(eq: ShardMap, nonzero: tuple[bool, ...], path: str, transfo
     # A residual that is a body input or a primal output is forwarded, not returned.
     forwarded = tuple(("in", r) if r < len(inner.inputs) else ("out", outs.index(r))
                       if r in outs else ("kept", None) for r in residuals)
-    known = _Body(lin.primal.inputs)
-    made = _inline(known, lin.primal, tuple(range(len(lin.primal.inputs))))
+    known = _Body(lin.primal.inputs, lin.primal.consts)
+    made = inline_consts(known, lin.primal, tuple(range(len(lin.primal.inputs))))
     stored, stored_specs, stored_types = [], [], []
     for r, f in zip(made[count:], forwarded):
         if f[0] != "kept":
@@ -444,7 +444,7 @@ def _tangent_shard_map_body(lin: _Linearized, forwarded: list) -> tuple[Program,
     for value, f in zip(tangent.inputs[:count], forwarded):
         promoted = f[0] == "kept" and value.shape == ()
         inputs.append(dataclasses.replace(value, shape=(1,)) if promoted else value)
-    body = _Body(tuple(inputs) + tangent.inputs[count:])
+    body = _Body(tuple(inputs) + tangent.inputs[count:], tangent.consts)
     numbers = []
     for k, (value, f) in enumerate(zip(tangent.inputs[:count], forwarded)):
         if f[0] == "kept" and value.shape == ():
@@ -452,7 +452,7 @@ def _tangent_shard_map_body(lin: _Linearized, forwarded: list) -> tuple[Program,
         else:
             numbers.append(k)
     numbers += range(count, len(tangent.inputs))
-    out = _inline(body, tangent, tuple(numbers))
+    out = inline_consts(body, tangent, tuple(numbers))
     return body.program(out), reads
 
 
@@ -466,7 +466,10 @@ def _tangent_call(inner: Program, lin: _Linearized, equation: JitEquation, facts
     moving = len(lin.tangent.inputs) - count
     reads = [count + j in live for j in range(moving)]
     tangent = _pruned(lin.tangent, [True] * count + reads)
-    staged = linearized_tangent(equation, facts, nonzero)
+    # (a tangent the body never reads, as a predicate's through a comparison whose tangent
+    # is zero, is no input of the tangent jit, though an output depends on its value)
+    read = iter(reads)
+    staged = linearized_tangent(equation, facts, tuple(nz and next(read) for nz in nonzero))
     assert staged is not None
     check_program(len(staged.in_shardings) == len(tangent.inputs),
                   "the inputs of a tangent jit", f"one per residual and tangent read "
@@ -681,10 +684,11 @@ def _check_inputs(program: Program, numbers: tuple[int, ...]) -> None:
 
 
 def _check_scalar(program: Program) -> None:
-    """grad's function returns a real scalar first."""
+    """grad's function returns a real scalar first (JAX's TypeError while it traces)."""
     value = program.value_types[program.outputs[0]] if program.outputs else None
     if value is None or value.shape != () or value.dtype not in FLOATS[:4]:
-        raise reject(NotScalar(0, value))
+        with staged("trace"):
+            raise reject(NotScalar(0, value))
 
 
 def _argnums(argnums: Any, count: int) -> tuple[int, ...]:

@@ -83,8 +83,10 @@ located at the equation (``body[3]``, ``body[0].jit.body[1]``,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+import sys
+from typing import Any, Iterator
 
 from ..core.rules import located, require, staged
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
@@ -278,7 +280,7 @@ def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
     check_program(isinstance(program, Program), "the program vmapped", "a Program", program)
     options = {"in_axes": in_axes, "out_axes": out_axes, "axis_size": axis_size,
                "spmd_axis_name": spmd_axis_name}
-    with staged("trace"):
+    with staged("trace"), deep_enough(program):
         outer = _names(outer_spmd_axis_names) if outer_spmd_axis_names != () else ()
         return _vmapped(program, (options,), outer or ())
 
@@ -324,7 +326,27 @@ def nested_vmap_program(program: Program, vmaps: Any) -> Program:
                                                   f"vmap_program's options "
                                                   f"{sorted(_OPTIONS)}, innermost first",
                                          vmaps))
-        return _vmapped(program, tuple(vmaps), ())
+        with deep_enough(program):
+            return _vmapped(program, tuple(vmaps), ())
+
+
+# The Python frames batching one level of nested bodies takes, at most (a jit's body
+# batched: its equation, its rule, the body, each equation).
+_FRAMES_PER_LEVEL = 12
+
+
+@contextlib.contextmanager
+def deep_enough(program: Program) -> Iterator[None]:
+    """Python's recursion limit raised, for the rewrite only, to what batching
+    ``program``'s bodies takes: bodies nest up to PROG-0's limit (MAX_DEPTH), each level
+    a few frames deeper, so a nest the description accepts is batched, never refused by a
+    RecursionError."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(before + _FRAMES_PER_LEVEL * (program.depth + 1))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
 
 
 def _vmapped(program: Program, vmaps: tuple[dict, ...], outer: tuple[str, ...]) -> Program:

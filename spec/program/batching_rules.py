@@ -411,9 +411,13 @@ def _batch_keeping_axis(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple
     inside a check_vma shard_map casts its operands along the spmd axes (PBAT-3)."""
     name, size = eq.primitive, _batch_size_held(rw, numbers, dims)
     mapped = {d for d in dims if d is not None}
+    shapes = {rw.types[n].shape for n in numbers if rw.types[n].shape != ()}
     scalars = all(d is not None or rw.types[n].shape == () for n, d in zip(numbers, dims))
-    if not (len(mapped) == 1 and scalars):
-        _not_batched(eq, dims, path)
+    if not (len(mapped) == 1 and scalars and len(shapes) <= 1):
+        if not entry_of(eq).broadcasting:
+            _not_batched(eq, dims, path)
+        numbers = aligned_operands(rw, numbers, dims)
+        dims, mapped = tuple(None if d is None else 0 for d in dims), {0}
     d = mapped.pop()
     if name == "pvary" and rw.axis.casts:   # re-bound on a value now varying more
         collective_varying("pvary", collective_axes(name, dict(eq.params)),
@@ -431,12 +435,34 @@ def _batch_keeping_axis(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple
     rw.add(eq.renumbered(numbers, results), (d,) * len(results))
 
 
-def _gathered(params: dict, d: int, key: str) -> tuple[dict, int]:
-    """all_gather's and psum_scatter's batching: the dimension they gather or scatter moves
-    past a batch axis before it; a batch axis after it moves by one unless tiled."""
-    if d <= params[key]:
-        return {**params, key: params[key] + 1}, d
-    return params, d if params.get("tiled") else d + 1
+def aligned_operands(rw: BatchedBody, numbers: tuple, dims: tuple) -> tuple[int, ...]:
+    """A broadcasting primitive's operands where they are not batched alike (JAX's
+    broadcasting batcher): each batched one's batch axis moved first (a transpose), each
+    unbatched one of rank one or more given a leading dimension of 1 (a broadcast_in_dim),
+    then a batched scalar given trailing dimensions of 1 up to the highest rank; unbatched
+    scalars as they are. The primitive then broadcasts them, batched at 0."""
+    moved = []
+    for n, d in zip(numbers, dims):
+        value = rw.types[n]
+        if value.shape == () or d == 0:
+            moved.append(n)
+            continue
+        if d is None:
+            shape = (1,) + tuple(value.shape)
+            rw.add(broadcast_equation(n, value, shape, tuple(range(1, len(shape)))), (None,))
+        else:
+            rw.add(transpose_equation(n, value, moved_axis(len(value.shape), d, 0)), (0,))
+        moved.append(len(rw.types) - 1)
+    rank = max(len(rw.types[n].shape) for n in moved)
+    out = []
+    for n, d in zip(moved, dims):
+        value = rw.types[n]
+        if d is not None and len(value.shape) < rank:
+            shape = tuple(value.shape) + (1,) * (rank - len(value.shape))
+            rw.add(broadcast_equation(n, value, shape, tuple(range(len(value.shape)))), (0,))
+            n = len(rw.types) - 1
+        out.append(n)
+    return tuple(out)
 
 
 @BATCHING.register("gathered")

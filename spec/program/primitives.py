@@ -431,9 +431,8 @@ _elementwise("max", broadcasting=True)
 _elementwise("min", broadcasting=True)
 _elementwise("pow", broadcasting=True)
 # The sum of cotangents AD makes (JAX's add_any): not batched by the spec.
-declare(Entry("add_any", Kind.ELEMENTWISE, batching=Absent(
-    "made by AD's transpose, after vmap; its batching is not written"),
-    jvp="add_any", transpose="sum"))
+declare(Entry("add_any", Kind.ELEMENTWISE, batching="add_any", jvp="add_any",
+              transpose="sum"))
 
 
 def _collective(name: str, params: tuple[str, ...], *, batching: str = "keeps_axis",
@@ -483,12 +482,53 @@ declare(Entry("transpose", Kind.STRUCTURAL, batching="transpose", jvp="linear",
               transpose="opaque"))
 declare(Entry("broadcast_in_dim", Kind.STRUCTURAL, batching="broadcast_in_dim", jvp="linear",
               transpose="swap"))
-for _name in ("reshape", "squeeze", "expand_dims"):
-    declare(Entry(_name, Kind.STRUCTURAL, batching=Absent(
-        "its batching is not written (issue 32)"), jvp="linear", transpose="opaque"))
+for _name in ("reshape", "squeeze"):
+    declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="linear", transpose="opaque"))
+declare(Entry("expand_dims", Kind.STRUCTURAL, batching=Absent(
+    "its batching is not written (issue 32)"), jvp="linear", transpose="opaque"))
 
-declare(Entry("dot_general", Kind.CONTRACTION, batching=Absent(
-    "its batching is not written (issue 32)"), jvp="bilinear", transpose="opaque"))
+declare(Entry("dot_general", Kind.CONTRACTION, batching="dot_general", jvp="bilinear",
+              transpose="opaque"))
+
+# The primitives of a real step (issue 32), batched by batching_primitives.py's rules.
+for _name in ("slice", "rev"):
+    declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="linear", transpose="opaque"))
+declare(Entry("pad", Kind.STRUCTURAL, batching="pad", jvp="add_any", transpose="opaque"))
+declare(Entry("concatenate", Kind.STRUCTURAL, batching="concatenate", jvp="add_any",
+              transpose="opaque"))
+for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
+    declare(Entry(_name, Kind.REDUCTION, batching="axis_param",
+                  jvp="linear" if _name == "cumsum" else "opaque", transpose="opaque"))
+for _name in ("argmax", "argmin", "reduce_and", "reduce_or", "reduce_xor"):
+    declare(Entry(_name, Kind.REDUCTION, batching="reduction", jvp="zero",
+                  transpose="opaque"))
+declare(Entry("sort", Kind.STRUCTURAL, batching="sorted", jvp="opaque", transpose="opaque"))
+declare(Entry("select_n", Kind.ELEMENTWISE, batching="select_n", jvp="opaque",
+              transpose="opaque"))
+declare(Entry("iota", Kind.STRUCTURAL, batching=Absent(
+    "it has no operand: vmap never batches it"), jvp="zero", transpose="opaque"))
+for _name in ("erfc", "exp2", "log1p", "expm1", "not", "is_finite", "erf_inv", "cbrt", "sinh",
+              "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "imag", "real",
+              "conj", "population_count", "clz", "stop_gradient"):
+    _elementwise(_name, split_checked=False)
+for _name in ("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"):
+    declare(Entry(_name, Kind.ELEMENTWISE, batching="keeps_axis", jvp="zero",
+                  transpose="opaque", broadcasting=True))
+# Typed PRNG keys (``jax.random.key``: a key<fry> value): a result holds its operand's
+# dimensions first, then its own (random_split's, random_bits', the key data's trailing
+# one for random_unwrap), so the batch axis stays; random_wrap moves it first. A key has a
+# float0 tangent, random bits none.
+for _name in ("random_seed", "random_bits", "random_split", "random_unwrap", "random_clone",
+              "bitcast_convert_type"):
+    declare(Entry(_name, Kind.ELEMENTWISE, batching="keeps_axis", jvp="zero",
+                  transpose="opaque"))
+declare(Entry("random_fold_in", Kind.ELEMENTWISE, batching="keeps_axis", jvp="zero",
+              transpose="opaque", broadcasting=True))
+declare(Entry("random_wrap", Kind.STRUCTURAL, batching="moved_first", jvp="zero",
+              transpose="opaque"))
+for _name in ("atan2", "rem", "nextafter", "shift_left", "shift_right_logical",
+              "shift_right_arithmetic"):
+    _elementwise(_name, broadcasting=True, split_checked=False)
 
 # Mutable refs (jax.Ref): the first operand is the ref, read or written whole.
 declare(Entry("get", Kind.EFFECT, batching="ref_access", jvp="opaque", transpose="opaque",

@@ -15,7 +15,7 @@ from ..core.rules import reject, staged
 from ..core.values import PartitionSpec
 from ..transforms.autodiff import JitBody, JitEquation, transposed_equation
 from .ad_bodies import (
-    NotRewritten, _Body, _inline, _manual, _product,
+    NotRewritten, _Body, _inline, inline_consts, _manual, _product,
     _put_back_to, _put_together, _sizes, _type_sharding, cotangent_type, dependencies,
 )
 from .description import (
@@ -159,7 +159,9 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
     ``broadcast_in_dim`` to each other, sums to each operand, ``mul`` by a residual to
     ``mul``; any other primitive to ``transposed_<name>``. Each cotangent has its
     operand's cotangent type."""
-    name, ct, rule = eq.primitive, incoming[0], entry_of(eq).transpose
+    name, rule = eq.primitive, entry_of(eq).transpose
+    present = tuple(c for c in incoming if c is not None)   # (a result without a tangent)
+    ct = present[0]
     out = []
     for k, n in linear_ops:
         others = tuple(number[m] for j, m in enumerate(eq.operands) if j != k and m in number)
@@ -182,11 +184,16 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
                 check_product_cotangent(_product([body.types[c] for c in (ct,) + others]),
                                         result[0], path)
         if rule == "sum":
-            out.append((n, ct))
+            out.append((n, unbroadcast(body, ct, types[n])))
         elif rule == "sub":
-            out.append((n, ct if k == 0 else body.opaque("neg", (ct,), result)[0]))
+            negated = ct if k == 0 else body.opaque("neg", (ct,), (body.types[ct],))[0]
+            out.append((n, unbroadcast(body, negated, types[n])))
         elif rule == "same":
-            out.append((n, body.opaque(name, (ct,) + others, result, eq.params)[0]))
+            spread = result if body.types[ct].shape == types[n].shape else (
+                body.joined(dataclasses.replace(result[0], shape=body.types[ct].shape),
+                            tuple(body.types[c] for c in (ct,) + others)),)
+            made = body.opaque(name, (ct,) + others, spread, eq.params)[0]
+            out.append((n, unbroadcast(body, made, types[n])))
         elif rule == "collective":
             # A collective's cotangent has its operand's per-shard type (AD-12).
             mesh = types[n].mesh
@@ -200,9 +207,36 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
             typed = body.joined(cotangent_type(types[n]), (types[n], body.types[ct]))
             out.append((n, body.opaque(swapped, (ct,), (typed,))[0]))
         else:
-            out.append((n, body.opaque(f"transposed_{name}", (ct,) + others, result,
+            out.append((n, body.opaque(f"transposed_{name}", present + others, result,
                                        eq.params)[0]))
     return out
+
+
+def unbroadcast(body: _Body, ct: int, operand: Value) -> int:
+    """A broadcasting primitive's cotangent brought back to its operand's shape (JAX's
+    transpose of an implicit broadcast): summed over every dimension where the operand
+    is a scalar, else over the dimensions where the operand has size 1 and the cotangent
+    does not, then reshaped to the operand's shape; ``ct`` itself where the shapes agree."""
+    got, want = body.types[ct], cotangent_type(operand)
+    if got.shape == want.shape:
+        return ct
+    check_program(not want.shape or len(want.shape) == len(got.shape),
+                  "the operand of a broadcasting primitive",
+                  f"a scalar or of the cotangent's rank ({len(got.shape)})", want.shape)
+    axes = tuple(range(len(got.shape))) if not want.shape else tuple(
+        i for i, (a, b) in enumerate(zip(want.shape, got.shape)) if a != b)
+    kept = tuple(i for i in range(len(got.shape)) if i not in axes)
+    entries = (tuple(got.spec) if got.spec is not None else ()) + (None,) * len(got.shape)
+    summed = dataclasses.replace(got.type, shape=tuple(got.shape[i] for i in kept),
+                                 spec=None if got.spec is None else PartitionSpec(
+                                     *(entries[i] for i in kept)))
+    (ct,) = body.opaque("reduce_sum", (ct,), (summed,), (("axes", axes),
+                                                         ("out_sharding", None)))
+    if not want.shape:
+        return ct
+    typed = body.joined(want, (body.types[ct],))
+    return body.opaque("reshape", (ct,), (typed,), (
+        ("dimensions", None), ("new_sizes", tuple(want.shape)), ("sharding", None)))[0]
 
 
 @TRANSPOSES.register("jit")
@@ -336,9 +370,9 @@ def _transposed_shard_map(eq: ShardMap, linear: tuple[bool, ...], present: tuple
     # JAX's transposed body takes the cotangents first, then the residuals.
     residuals = sum(1 for lin in linear if not lin)
     order = tuple(range(residuals, residuals + len(ct_specs))) + tuple(range(residuals))
-    shards = _Body(tuple(transposed.inputs[k] for k in order))
+    shards = _Body(tuple(transposed.inputs[k] for k in order), transposed.consts)
     inside = dict(zip(order, range(len(order))))
-    outs = list(_inline(shards, transposed, tuple(inside[k] for k in range(len(order)))))
+    outs = list(inline_consts(shards, transposed, tuple(inside[k] for k in range(len(order)))))
     lin_in = [i for i, lin in enumerate(linear) if lin]
     chosen = [i for i, r in zip(lin_in, reached) if r]
     if not chosen:

@@ -19,7 +19,9 @@ from ..core.values import (
     AbstractMesh, AxisType, Mesh, PartitionSpec, UNCONSTRAINED, check_dims, compared_fields,
     state_without_hash,
 )
-from ..jit.call import CANONICAL, DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg, placed_dtype
+from ..jit.call import (
+    CANONICAL, DTYPES, KEY_DTYPES, MAX_NESTING, SCALAR_DTYPES, Arg, placed_dtype,
+)
 from .type_splits import canonical_type_spec, type_spec
 
 P = PartitionSpec  # the name the examples use
@@ -102,7 +104,7 @@ def described_sharding(value: Any, what: str, *, unspecified: bool = False) -> A
 # --------------------------------------------------------------------------- values
 
 # What a value's checks expect, put into words once (every value built is checked).
-_ONE_OF_DTYPES = f"one of {DTYPES}"
+_ONE_OF_DTYPES = f"one of {DTYPES + KEY_DTYPES}"
 # The dtypes ARG-2 may change in a value's type: the 64-bit ones, and a Python bool's weak type.
 _PYTHON_TYPE = {dtype: python for python, dtype in SCALAR_DTYPES.items()}
 _RETYPED = frozenset(d for d in DTYPES if CANONICAL.get(d, d) != d) | {"bool"}
@@ -142,7 +144,8 @@ class Value:
         require_described(not (self.abstract and (self.committed or self.weak_type)),
                  "an abstract value (a jax.ShapeDtypeStruct)",
                  "neither committed nor weakly typed", self)
-        require_described(type(self.dtype) is str and self.dtype in DTYPES, "a value's dtype",
+        require_described(type(self.dtype) is str and self.dtype in DTYPES + KEY_DTYPES,
+                          "a value's dtype",
                  _ONE_OF_DTYPES, self.dtype)
         described_bool(self.weak_type, "a value's weak_type")
         described_bool(self.committed, "a value's committed flag")
@@ -287,7 +290,7 @@ def _plain_type(value: Value) -> bool:
                                  and varying.issubset(mesh.axis_names))))
 
 
-_DTYPE_NAMES = frozenset(DTYPES)
+_DTYPE_NAMES = frozenset(DTYPES + KEY_DTYPES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,310 @@
+"""How ``vmap`` batches the primitives of a real step (issue 32): contractions, the
+primitives with a dimension parameter, sorts, selects and the structural primitives.
+
+Each rule is registered under the name its entry in the primitive table gives
+(``@BATCHING.register("dot_general")``) and rewrites one equation onto the body being
+batched (:class:`~shardlaw.spec.program.batching_rules.BatchedBody`), as JAX 0.10.2's
+batching rule of that primitive binds it:
+
+* ``dot_general``: the batch axis of an operand batched alone stays a free dimension of it
+  (the result's batch axis is where that free dimension lands); operands batched both
+  gain a new batch dimension, first in the dimension numbers and the result;
+* ``axis_param`` (``cumsum``, ``cumprod``, ``cummax``, ``cummin``, ``cumlogsumexp``):
+  their ``axis`` moves past the batch axis;
+* ``sorted`` (``sort``): every operand moved to the first batched operand's batch axis (an
+  unbatched one broadcast to its shape), the sorted dimension past it;
+* ``select_n``: the predicate and the cases batched alike, else moved first;
+* ``reshape``, ``squeeze``, ``concatenate``: the batch axis moved first; ``slice``, ``rev``
+  and ``pad``: the batch axis kept, their parameters given an entry for it;
+* ``moved_first`` (``random_wrap``): the key data's batch axis moved first;
+* ``add_any`` (the sum of cotangents, in a gradient vmapped): an unbatched operand
+  broadcast to the batch at the other's axis, or the first moved to the second's.
+
+An equation these rules cannot batch as JAX does (a reshape with ``dimensions``) is
+refused (PROG-0), as any primitive whose batching the spec does not know.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .batching_rules import (
+    BatchedBody, batched_type, broadcast_equation, moved_axis, transpose_equation,
+)
+from .description import Opaque, Value, check_program
+from .primitives import BATCHING
+
+__all__ = ["dot_general_dims"]
+
+
+def _params(eq: Opaque) -> dict:
+    return dict(eq.params)
+
+
+def _size(rw: BatchedBody, numbers: tuple, dims: tuple) -> int:
+    """The batch as the operands hold it."""
+    return next(rw.types[n].shape[d] for n, d in zip(numbers, dims) if d is not None)
+
+
+def _bumped(axes: tuple, d: int) -> tuple[int, ...]:
+    """Dimension numbers of an operand once a batch axis is inserted at ``d``."""
+    return tuple(int(a) + (int(a) >= d) for a in axes)
+
+
+def _front(rw: BatchedBody, number: int, d: int) -> int:
+    """The value ``number`` with its batch axis ``d`` moved first (itself where it is)."""
+    if d == 0:
+        return number
+    value = rw.types[number]
+    rw.add(transpose_equation(number, value, moved_axis(len(value.shape), d, 0)), (0,))
+    return len(rw.types) - 1
+
+
+def _spread(rw: BatchedBody, number: int, shape: tuple, kept: tuple, d: int | None) -> int:
+    """A broadcast_in_dim of ``number`` to ``shape``, its dimensions at ``kept``."""
+    rw.add(broadcast_equation(number, rw.types[number], tuple(shape), tuple(kept)), (d,))
+    return len(rw.types) - 1
+
+
+def _bind(rw: BatchedBody, eq: Opaque, numbers: tuple, params: dict, d: int, size: int
+          ) -> None:
+    """``eq`` over ``numbers`` with ``params``, each result batched at ``d``."""
+    results = tuple(batched_type(r, d, size, rw.axis.varying) for r in eq.results)
+    rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=results,
+                               params=tuple(sorted(params.items()))), (d,) * len(results))
+
+
+# --------------------------------------------------------------------------- dot_general
+
+def dot_general_dims(ranks: tuple[int, int], dims: tuple, numbers: tuple
+                     ) -> tuple[tuple, int]:
+    """dot_general's dimension numbers once its operands are batched at ``dims`` (their
+    batched ``ranks``), and the result's batch axis (JAX's dot_general batching rule)."""
+    (lc, rc), (lb, rb) = numbers
+    ld, rd = dims
+    if ld is not None and rd is not None:   # a new batch dimension, first
+        return ((_bumped(lc, ld), _bumped(rc, rd)),
+                ((ld,) + _bumped(lb, ld), (rd,) + _bumped(rb, rd))), 0
+    if rd is None:   # the lhs's batch axis stays one of its free dimensions
+        free = [a for a in range(ranks[0]) if a not in set(lc) | set(lb)]
+        at = len(lb) + sum(a < ld for a in free)
+        return ((_bumped(lc, ld), tuple(rc)), (_bumped(lb, ld), tuple(rb))), at
+    free = [a for a in range(ranks[1]) if a not in set(rc) | set(rb)]
+    lhs_kept = ranks[0] - len(lc)   # the batch and free dimensions of the lhs
+    at = lhs_kept + sum(a < rd for a in free)
+    return ((tuple(lc), _bumped(rc, rd)), (tuple(lb), _bumped(rb, rd))), at
+
+
+@BATCHING.register("dot_general")
+def _batch_dot_general(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                       ) -> None:
+    """A dot_general under vmap: its dimension numbers bumped past the batch axes."""
+    params = _params(eq)
+    check_program(len(numbers) == 2, f"the dot_general at {path} under vmap",
+                  "two operands the description holds", numbers)
+    ranks = tuple(len(rw.types[n].shape) for n in numbers)
+    ranks = (ranks[0] - (dims[0] is not None), ranks[1] - (dims[1] is not None))
+    params["dimension_numbers"], d = dot_general_dims(ranks, dims,
+                                                      params["dimension_numbers"])
+    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
+
+
+# --------------------------------------------------------------------------- axis parameters
+
+@BATCHING.register("axis_param")
+def _batch_axis_param(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                      ) -> None:
+    """A cumulative primitive under vmap: its ``axis`` moves past the batch axis."""
+    params, d = _params(eq), dims[0]
+    params["axis"] = int(params["axis"]) + (d <= int(params["axis"]))
+    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
+
+
+@BATCHING.register("rev")
+def _batch_rev(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str) -> None:
+    """A rev under vmap: its reversed dimensions move past the batch axis."""
+    params, d = _params(eq), dims[0]
+    params["dimensions"] = _bumped(tuple(params["dimensions"]), d)
+    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
+
+
+@BATCHING.register("slice")
+def _batch_slice(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                 ) -> None:
+    """A slice under vmap: the whole batch axis taken (start 0, limit the batch, stride
+    1 where strides are given)."""
+    params, d = _params(eq), dims[0]
+    size = _size(rw, numbers, dims)
+
+    def with_entry(items: Any, entry: int) -> Any:
+        return None if items is None else tuple(items)[:d] + (entry,) + tuple(items)[d:]
+    params["start_indices"] = with_entry(params["start_indices"], 0)
+    params["limit_indices"] = with_entry(params["limit_indices"], size)
+    params["strides"] = with_entry(params.get("strides"), 1)
+    _bind(rw, eq, numbers, params, d, size)
+
+
+@BATCHING.register("pad")
+def _batch_pad(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str) -> None:
+    """A pad under vmap: the batch axis left unpadded (its padding value unbatched; a
+    batched one is refused, as JAX then selects rather than pads)."""
+    check_program(len(dims) == 2 and dims[1] is None and dims[0] is not None,
+                  f"the pad at {path} under vmap", "a batched operand and an unbatched "
+                  "padding value", dims)
+    params, d = _params(eq), dims[0]
+    config = tuple(params["padding_config"])
+    params["padding_config"] = config[:d] + ((0, 0, 0),) + config[d:]
+    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
+
+
+@BATCHING.register("add_any")
+def _batch_add_any(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                   ) -> None:
+    """add_any under vmap: kept where both operands are batched at one axis; an unbatched
+    one broadcast to the batch at the other's axis; else the first moved to the second's
+    axis."""
+    (x, y), (dx, dy) = numbers, dims
+    size = _size(rw, numbers, dims)
+    if dx == dy:
+        return _bind(rw, eq, numbers, _params(eq), dx, size)
+    if dx is None or dy is None:
+        d, n = (dy, x) if dx is None else (dx, y)
+        value = rw.types[n]
+        shape = tuple(value.shape)[:d] + (size,) + tuple(value.shape)[d:]
+        spread = _spread(rw, n, shape, tuple(i for i in range(len(shape)) if i != d), d)
+        pair = (spread, y) if dx is None else (x, spread)
+        return _bind(rw, eq, pair, _params(eq), d, size)
+    _bind(rw, eq, (_moved(rw, x, dx, dy), y), _params(eq), dy, size)
+
+
+# --------------------------------------------------------------------------- moved first
+
+@BATCHING.register("reshape")
+def _batch_reshape(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                   ) -> None:
+    """A reshape under vmap: its operand's batch axis moved first, the batch prefixed to
+    its new sizes (a reshape given ``dimensions`` is refused, as JAX's rule refuses it)."""
+    params = _params(eq)
+    check_program(params.get("dimensions") is None, f"the reshape at {path} under vmap",
+                  "one without dimensions (JAX's batching rule takes none)",
+                  params.get("dimensions"))
+    size = _size(rw, numbers, dims)
+    operand = _front(rw, numbers[0], dims[0])
+    params["new_sizes"] = (size,) + tuple(params["new_sizes"])
+    (result,) = eq.results
+    typed = dataclasses.replace(batched_type(result, 0, size, rw.axis.varying))
+    rw.add(dataclasses.replace(eq, operands=(operand,), results=(typed,),
+                               params=tuple(sorted(params.items()))), (0,))
+
+
+@BATCHING.register("moved_first")
+def _batch_moved_first(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                       ) -> None:
+    """random_wrap under vmap: its key data's batch axis moved first, the keys batched
+    there (the trailing key-data dimension stays last)."""
+    operand = _front(rw, numbers[0], dims[0])
+    _bind(rw, eq, (operand,), _params(eq), 0, _size(rw, numbers, dims))
+
+
+@BATCHING.register("squeeze")
+def _batch_squeeze(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                   ) -> None:
+    """A squeeze under vmap: its operand's batch axis moved first, its dimensions past it."""
+    params = _params(eq)
+    operand = _front(rw, numbers[0], dims[0])
+    params["dimensions"] = tuple(int(a) + 1 for a in params["dimensions"])
+    _bind(rw, eq, (operand,), params, 0, _size(rw, numbers, dims))
+
+
+@BATCHING.register("concatenate")
+def _batch_concatenate(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                       ) -> None:
+    """A concatenate under vmap: every operand batched first (an unbatched one broadcast
+    to the batch), joined along its dimension past the batch."""
+    params, size = _params(eq), _size(rw, numbers, dims)
+    operands = []
+    for n, d in zip(numbers, dims):
+        if d is None:
+            shape = (size,) + tuple(rw.types[n].shape)
+            operands.append(_spread(rw, n, shape, tuple(range(1, len(shape))), 0))
+        else:
+            operands.append(_front(rw, n, d))
+    params["dimension"] = int(params["dimension"]) + 1
+    _bind(rw, eq, tuple(operands), params, 0, size)
+
+
+# --------------------------------------------------------------------------- sort, select
+
+@BATCHING.register("sorted")
+def _batch_sort(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                ) -> None:
+    """A sort under vmap: every operand at the first batched operand's batch axis (moved
+    there, or an unbatched one broadcast to its shape), the sorted dimension past it."""
+    params = _params(eq)
+    first, d = next((n, d) for n, d in zip(numbers, dims) if d is not None)
+    shape = tuple(rw.types[first].shape)
+    operands = []
+    for n, dim in zip(numbers, dims):
+        if dim is None:
+            kept = tuple(i for i in range(len(shape)) if i != d)
+            operands.append(_spread(rw, n, shape, kept, d))
+        elif dim != d:
+            value = rw.types[n]
+            rw.add(transpose_equation(n, value, moved_axis(len(value.shape), dim, d)), (d,))
+            operands.append(len(rw.types) - 1)
+        else:
+            operands.append(n)
+    params["dimension"] = int(params["dimension"]) + (d <= int(params["dimension"]))
+    _bind(rw, eq, tuple(operands), params, d, shape[d])
+
+
+@BATCHING.register("select_n")
+def _batch_select_n(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                    ) -> None:
+    """A select_n under vmap (JAX's select batching rule): kept where the predicate and the
+    cases are batched at one axis (a batched scalar predicate broadcast to the cases), or
+    the predicate an unbatched scalar; else each moved first (an unbatched one broadcast
+    to the batch)."""
+    check_program(len(numbers) >= 2, f"the select_n at {path} under vmap",
+                  "a predicate and cases the description holds", numbers)
+    size = _size(rw, numbers, dims)
+    which, cases = numbers[0], list(numbers[1:])
+    wd, case_dims = dims[0], dims[1:]
+    shape = lambda n: tuple(rw.types[n].shape)   # noqa: E731
+    if all(c == wd for c in case_dims):
+        if shape(which) != shape(cases[0]):   # a batched scalar predicate
+            which = _spread(rw, which, shape(cases[0]), (wd,), wd)
+        return _bind(rw, eq, (which,) + tuple(cases), _params(eq), wd, size)
+    if shape(which) == () and all(c is not None for c in case_dims):
+        d = case_dims[0]
+        if all(c == d for c in case_dims) or len({shape(c) for c in cases}) == 1:
+            cases = [n if c == d else _moved(rw, n, c, d) for n, c in zip(cases, case_dims)]
+            return _bind(rw, eq, (which,) + tuple(cases), _params(eq), d, size)
+    if shape(which) != ():
+        which = _at_front(rw, which, wd, size)
+    if not all(shape(c) == () for c in cases):
+        cases = [_at_front(rw, n, c, size) for n, c in zip(cases, case_dims)]
+    if 0 < len(shape(which)) < len(shape(cases[0])):
+        which = _spread(rw, which, shape(cases[0]), (0,), 0)
+    if len(shape(which)) > len(shape(cases[0])):
+        target = shape(which)
+        cases = [_spread(rw, n, target, tuple(range(len(shape(n)))), 0) for n in cases]
+    _bind(rw, eq, (which,) + tuple(cases), _params(eq), 0, size)
+
+
+def _moved(rw: BatchedBody, number: int, source: int, target: int) -> int:
+    value = rw.types[number]
+    rw.add(transpose_equation(number, value, moved_axis(len(value.shape), source, target)),
+           (target,))
+    return len(rw.types) - 1
+
+
+def _at_front(rw: BatchedBody, number: int, d: int | None, size: int) -> int:
+    """JAX's ``bdim_at_front``: a batched value's batch axis moved first, an unbatched one
+    broadcast to the batch."""
+    if d is not None:
+        return _front(rw, number, d)
+    value: Value = rw.types[number]
+    shape = (size,) + tuple(value.shape)
+    return _spread(rw, number, shape, tuple(range(1, len(shape))), 0)
