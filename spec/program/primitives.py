@@ -542,7 +542,7 @@ del _name
 # Sharding rules (issue 33), by family, in a module of their own that fills the slots.
 from .sharding_factors import SHARDING_ONLY, SHARDING_RULES  # noqa: E402  (reads Factors)
 # Primitives the table holds for their sharding rule alone: opaque to every other rewrite.
-for _name in SHARDING_ONLY:
+for _name in sorted(set(SHARDING_ONLY) - set(TABLE)):   # a primitive another family declared
     declare(Entry(_name, Kind.OPAQUE, batching=Absent(
         f"the table holds only the sharding rule of {_name}: its batching is not known"),
         jvp="opaque", transpose="opaque"))
