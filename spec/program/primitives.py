@@ -548,4 +548,22 @@ for _name in sorted(set(SHARDING_ONLY) - set(TABLE)):   # a primitive another fa
         jvp="opaque", transpose="opaque"))
 for _name, _rule in SHARDING_RULES.items():
     TABLE[_name] = dataclasses.replace(TABLE[_name], sharding=_rule)
-del _name, _rule
+# Entries other work declared without a sharding rule (the control-flow kinds; primitives a
+# real step holds that the batching work added), each named: none is held to the compiler yet.
+_UNPROPAGATED = {
+    "a control-flow body is not propagated yet (the partitioner propagates through it)":
+        ("scan", "while", "cond", "remat2", "custom_jvp_call", "custom_vjp_call"),
+    "a key's data carries a trailing dimension its factors would have to name":
+        ("random_seed", "random_bits", "random_split", "random_unwrap", "random_clone",
+         "random_fold_in", "random_wrap"),
+    "its sharding rule is not held to the compiler yet":
+        ("rev", "reduce_and", "reduce_or", "reduce_xor", "erfc", "erf_inv", "cbrt", "asinh",
+         "acosh", "atanh", "imag", "real", "conj", "population_count", "clz",
+         "bitcast_convert_type", "shift_left", "shift_right_logical",
+         "shift_right_arithmetic"),
+}
+for _why, _names in _UNPROPAGATED.items():
+    for _name in _names:
+        if _name in TABLE and TABLE[_name].sharding is NOT_PROPAGATED_YET:
+            TABLE[_name] = dataclasses.replace(TABLE[_name], sharding=NotPropagated(_why))
+del _name, _rule, _why, _names
