@@ -469,6 +469,14 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
                 raise _Stop(step[1])
     except _Stop as stopped:
         return stopped.undetermined
+    placed = _place(flat, constraints, outputs, program.out_shardings, mesh)
+    return flat if placed is None else placed
+
+
+def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, mesh: Mesh
+           ) -> Undetermined | None:
+    """PROP-6's fixed splits of the constraints' values and of the out shardings' (None:
+    placed), or why not."""
     uses = collections.Counter(outputs)
     for step in flat.steps:
         uses.update(step[2][:step[5]])
@@ -482,15 +490,15 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
                                 "whether the partitioner moves it onto the value is not "
                                 "determined by the spec yet", path)
         flat.fixed[operand] = split
-    placed = {n: given for n, given in zip(outputs, program.out_shardings)
+    placed = {n: given for n, given in zip(outputs, out_shardings)
               if given is not UNSPECIFIED}
-    if any(n in placed for n, given in zip(outputs, program.out_shardings or
+    if any(n in placed for n, given in zip(outputs, out_shardings or
                                             (UNSPECIFIED,) * len(outputs))
            if given is UNSPECIFIED):
         return Undetermined("PROP-6", "a value returned twice, once under an out sharding "
                             "and once left open: where the open one is placed is the "
                             "compiler's choice")
-    for n, given in zip(outputs, program.out_shardings):
+    for n, given in zip(outputs, out_shardings):
         if given is UNSPECIFIED or n in flat.fixed:
             continue
         if uses[n] != 1:
@@ -498,7 +506,7 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
                                 "whether the partitioner moves it onto the value is not "
                                 "determined by the spec yet")
         flat.fixed[n] = _placed_split(given, mesh, len(flat.types[n].shape))
-    return flat
+    return None
 
 
 def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
