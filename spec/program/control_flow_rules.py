@@ -90,7 +90,7 @@ def _short(value: Value) -> str:
                         "jax._src.lax.control_flow.common._check_tree_and_avals; "
                         "jax._src.core.typematch")
 def check_one_type(given: Value, made: Value, what: str, path: str = "") -> None:
-    """A loop's carry (scan, while_loop, fori_loop) comes back from its body of the type it went in, and a cond's or switch's branches return results of one type: the same shape, dtype and varying manual axes, and, where both types are over a mesh and either mesh has an Explicit axis, the same mesh and split over it (TypeError at trace; weak types are not compared).
+    """A loop's carry comes back from its body of the type it went in, and a cond's branches return one type: shape, dtype, varying axes, and the split over Explicit axes where both types have a mesh (TypeError at trace).
 
     >>> from shardlaw.spec.program.description import Value
     >>> mesh = AbstractMesh((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
