@@ -34,7 +34,7 @@ from shardlaw.spec.core.pytree import fill, leaves_with_paths, map_leaves
 from shardlaw.spec.core.values import AbstractMesh, Mesh
 
 __all__ = ["JaxOutcome", "run_in_jax", "compare_call", "SOURCE", "call_hit_counts",
-           "compiled_input_hlo", "with_input_choices"]
+           "compiled_input_hlo", "with_input_choices", "sharding_differences"]
 
 # The source under which the calls compared record their rules (shardlaw.properties.hits).
 SOURCE = "jit"
@@ -525,15 +525,7 @@ def compare_results(call: Call, verdict: Verdict, outcome: JaxOutcome) -> list[s
         if mine is UNSPECIFIED:
             problems.append(f"{path}: spec left the result's sharding open, JAX gave {theirs!r}")
             continue
-        if _type_name(mine) != _type_name(theirs):
-            problems.append(f"{path}: spec says {_type_name(mine)} {mine!r}, JAX gave "
-                            f"{_type_name(theirs)} {theirs!r}")
-        elif not placement_equivalent(mine, theirs, shape):
-            problems.append(f"{path}: spec places it as {mine!r}, JAX as {theirs!r}")
-        elif isinstance(mine, NamedSharding) and (
-                (mine.mesh.axis_names, mine.mesh.axis_sizes) !=
-                (theirs.mesh.axis_names, theirs.mesh.axis_sizes)):
-            problems.append(f"{path}: spec puts it on mesh {mine.mesh!r}, JAX on {theirs.mesh!r}")
+        problems += sharding_differences(path, mine, theirs, shape)
         if mine.memory_kind != theirs.memory_kind:
             problems.append(f"{path}: spec says memory kind {mine.memory_kind!r}, JAX "
                             f"{theirs.memory_kind!r}")
@@ -542,6 +534,23 @@ def compare_results(call: Call, verdict: Verdict, outcome: JaxOutcome) -> list[s
                             f"{outcome.out_committed[i]}")
     problems += _compare_layouts(verdict, outcome)
     return problems
+
+
+def sharding_differences(path: str, mine: Any, theirs: Any, shape: tuple,
+                         jax: str = "JAX") -> list[str]:
+    """Where the sharding the spec gives a result and the one ``jax`` (the release, in the
+    words of the message: "JAX" for 0.10.2, "jax 0.4.13") gave it differ: the class, then
+    the placement of a value of ``shape``, then a NamedSharding's mesh (names and sizes)."""
+    if _type_name(mine) != _type_name(theirs):
+        return [f"{path}: spec says {_type_name(mine)} {mine!r}, {jax} gave "
+                f"{_type_name(theirs)} {theirs!r}"]
+    if not placement_equivalent(mine, theirs, shape):
+        return [f"{path}: spec places it as {mine!r}, {jax} as {theirs!r}"]
+    if isinstance(mine, NamedSharding) and (
+            (mine.mesh.axis_names, mine.mesh.axis_sizes) !=
+            (theirs.mesh.axis_names, theirs.mesh.axis_sizes)):
+        return [f"{path}: spec puts it on mesh {mine.mesh!r}, {jax} on {theirs.mesh!r}"]
+    return []
 
 
 def _compare_layouts(verdict: Verdict, outcome: JaxOutcome) -> list[str]:

@@ -35,7 +35,7 @@ from shardlaw.spec.core.values import AxisType, Mesh, PartitionSpec
 from shardlaw.spec.jit.call import Arg, Call, Static, Verdict
 from shardlaw.spec.jit.layouts import Format, is_layout
 from shardlaw.spec.jit.pipeline import jit_call
-from shardlaw.spec.placement.equivalence import placement_equivalent
+from shardlaw.properties.jit_harness import sharding_differences, with_input_choices
 from shardlaw.spec.core.shardings import GSPMDSharding
 
 __all__ = ["OLDER", "SOURCE", "older_python", "expressible", "call_json", "OlderJax",
@@ -261,7 +261,6 @@ def with_older_oracle(call: Call, answer: dict) -> Call:
             changes["compiler"] = tuple(older_hlo(r["hlo"]) if o else None
                                         for r, o in zip(results, open_))
     if answer.get("inputs") is not None:
-        from shardlaw.properties.jit_harness import with_input_choices
         taken = [None if h is None else older_hlo(h) for h in answer["inputs"]]
         call = with_input_choices(call, taken)
     return dataclasses.replace(call, **changes) if changes else call
@@ -308,18 +307,8 @@ def _compare_results(verdict: Verdict, answer: dict) -> list[str]:
     committed = answer.get("committed")
     for i, (path, mine, written) in enumerate(zip(verdict.out_paths, verdict.out_shardings,
                                                   results)):
-        theirs = result_sharding(written)
-        shape = tuple(written["shape"])
-        if type(mine).__name__ != written["type"]:
-            problems.append(f"{path}: spec says {type(mine).__name__} {mine!r}, jax 0.4.13 "
-                            f"gave {written['type']} {theirs!r}")
-        elif not placement_equivalent(mine, theirs, shape):
-            problems.append(f"{path}: spec places it as {mine!r}, jax 0.4.13 as {theirs!r}")
-        elif isinstance(mine, NamedSharding) and (
-                (mine.mesh.axis_names, mine.mesh.axis_sizes) !=
-                (theirs.mesh.axis_names, theirs.mesh.axis_sizes)):
-            problems.append(f"{path}: spec puts it on mesh {mine.mesh!r}, jax 0.4.13 on "
-                            f"{theirs.mesh!r}")
+        problems += sharding_differences(path, mine, result_sharding(written),
+                                         tuple(written["shape"]), jax=f"jax {OLDER}")
         if committed and verdict.out_committed[i] != committed[i]:
             problems.append(f"{path}: spec says committed={verdict.out_committed[i]}, jax "
                             f"0.4.13 {committed[i]}")

@@ -351,9 +351,8 @@ def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowere
     with located(n.out_paths[0] if results else "result"):
         # typed as lowering types them: over a NamedSharding out sharding's mesh (PROG-6)
         typed = lowered_types([out for _, out in n.flat_out], traced.out_shardings)
-        given, given_values = type_sources(
-            recovered, kept_values, lowered.final,
-            input_types([item.arg for item in called.inputs]))
+        given = type_sources(recovered, [lowered.final[i] for i in kept])
+        given_values = kept_values
         if call.inside:  # a whole program: a sharding inside the body may give the type
             given, given_values, typed = recovery_origin(given, given_values, typed,
                                                          call.inside)
