@@ -198,8 +198,11 @@ def jit_kwargs(call: Call) -> dict[str, Any]:
 
 
 def mesh_context(call: Call):
-    """The ``jax.set_mesh`` (or abstract mesh) block of the call's context mesh, if any."""
+    """The ``jax.set_mesh`` (or abstract mesh) block of the call's context mesh, or the
+    ``with mesh:`` block of a pjit call (PJIT-1), if any."""
     jax = _jax()
+    if call.resource_mesh is not None:
+        return _quiet_block(call.resource_mesh)
     mesh = call.context_mesh
     if mesh is None:
         return contextlib.nullcontext()
@@ -207,6 +210,23 @@ def mesh_context(call: Call):
         return jax.set_mesh(to_jax(mesh))
     assert isinstance(mesh, AbstractMesh)
     return jax.sharding.use_abstract_mesh(to_jax(mesh))
+
+
+@contextlib.contextmanager
+def _quiet_block(mesh: Mesh):
+    """``with mesh:`` over ``mesh``, its DeprecationWarning (JAX 0.10.2) left unsaid."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with to_jax(mesh):
+            yield
+
+
+def _wrapper(call: Call) -> Any:
+    """``jax.jit``, or the deprecated ``pjit`` for a call made inside a ``with mesh:`` block."""
+    if call.resource_mesh is None:
+        return _jax().jit
+    from jax.experimental.pjit import pjit
+    return pjit
 
 
 def default_device_context(call: Call):
@@ -258,7 +278,7 @@ def _run_in_jax(call: Call, outcome: JaxOutcome) -> JaxOutcome:
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
             outcome.stage = "jit"
-            jitted = jax.jit(fun, **jit_kwargs(call))
+            jitted = _wrapper(call)(fun, **jit_kwargs(call))
         except Exception as error:  # noqa: BLE001 - recorded and compared
             outcome.error = error
             return outcome

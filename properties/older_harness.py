@@ -39,7 +39,7 @@ from shardlaw.properties.jit_harness import sharding_differences, with_input_cho
 from shardlaw.spec.core.shardings import GSPMDSharding
 
 __all__ = ["OLDER", "SOURCE", "older_python", "expressible", "call_json", "OlderJax",
-           "compare_older", "older_hit_counts"]
+           "compare_older", "older_hit_counts", "older_calls", "block_calls"]
 
 OLDER = "0.4.13"
 SOURCE = "jit-0.4.13"   # the hit counts' source (shardlaw.properties.hits)
@@ -82,6 +82,9 @@ def _sharding_expressible(s: Any) -> bool:
 def expressible(call: Call) -> bool:
     """Whether JAX 0.4.13 can express ``call`` (see the module's description)."""
     o = call.options
+    if call.resource_mesh is not None and any(
+            t != AxisType.Auto for t in call.resource_mesh.axis_types):
+        return False
     if call.context_mesh is not None or o.backend is not None or call.inside \
             or call.process_count != 1 or o.donate_argnums or o.donate_argnames \
             or o.static_argnames:
@@ -116,6 +119,11 @@ def _spec(spec: PartitionSpec) -> list:
     return [list(e) if isinstance(e, tuple) else e for e in spec]
 
 
+def _mesh_json(mesh: Mesh) -> dict:
+    return {"shape": list(mesh.axis_sizes), "names": list(mesh.axis_names),
+            "devices": list(mesh.devices.id_tuple())}
+
+
 def _sharding(s: Any) -> Any:
     if s is None:
         return None
@@ -123,10 +131,7 @@ def _sharding(s: Any) -> Any:
         return {"type": "spec", "spec": _spec(s)}
     if isinstance(s, SingleDeviceSharding):
         return {"type": "single", "device": s.device.id}
-    mesh = s.mesh
-    return {"type": "named", "spec": _spec(s.spec),
-            "mesh": {"shape": list(mesh.axis_sizes), "names": list(mesh.axis_names),
-                     "devices": list(mesh.devices.id_tuple())}}
+    return {"type": "named", "spec": _spec(s.spec), "mesh": _mesh_json(s.mesh)}
 
 
 def _leaf(arg: Any) -> dict:
@@ -152,7 +157,9 @@ def call_json(call: Call) -> dict:
             "keep_unused": o.keep_unused, "device": o.device,
             "default_device": call.default_device, **shardings,
             "aot_args": None if call.aot_args is None else _tree(call.aot_args, _leaf),
-            "aot_kwargs": None if call.aot_kwargs is None else _tree(call.aot_kwargs, _leaf)}
+            "aot_kwargs": None if call.aot_kwargs is None else _tree(call.aot_kwargs, _leaf),
+            "resource_mesh": None if call.resource_mesh is None else _mesh_json(
+                call.resource_mesh)}
 
 
 # --------------------------------------------------------------------------- the worker
@@ -333,10 +340,33 @@ def _older_sharding(s: Any) -> Any:
     return None if s is not None and s is not UNSPECIFIED else s
 
 
-def older_form(call: Call) -> Call:
-    """``call`` written as 0.4.13 can express it: memory kinds and the ``jax.set_mesh``
-    context dropped, shardings 0.4.13 cannot write left out (None) or their argument
-    dropped; still to be checked with :func:`expressible`."""
+def _auto(mesh: Mesh) -> Mesh:
+    return Mesh(mesh.axis_sizes, mesh.axis_names, mesh.devices,
+                (AxisType.Auto,) * len(mesh.axis_names))
+
+
+def _block_mesh(call: Call) -> Mesh | None:
+    """The mesh of a ``with mesh:`` block for ``call``: its concrete context mesh, else the
+    mesh of the first NamedSharding among its options and arguments (None: there is none)."""
+    if isinstance(call.context_mesh, Mesh):
+        return _auto(call.context_mesh)
+    o = call.options
+    for tree in (o.in_shardings, o.out_shardings, call.args, call.kwargs):
+        if tree is UNSPECIFIED:
+            continue
+        for _, leaf in leaves_with_paths(tree):
+            s = leaf.sharding if isinstance(leaf, Arg) else leaf
+            if isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh):
+                return _auto(s.mesh)
+    return None
+
+
+def older_form(call: Call, block: bool = False) -> Call:
+    """``call`` written as 0.4.13 can express it: memory kinds dropped, shardings 0.4.13
+    cannot write left out (None) or their argument dropped, and the ``jax.set_mesh``
+    context dropped; with ``block``, the call made through pjit inside a ``with mesh:``
+    block (PJIT-1) over the context mesh or the call's first NamedSharding's mesh; still
+    to be checked with :func:`expressible`."""
     from shardlaw.spec.core.pytree import map_leaves
 
     def leaf_of(s: Any) -> Any:
@@ -355,8 +385,10 @@ def older_form(call: Call) -> Call:
              for name, tree in (("in_shardings", o.in_shardings),
                                 ("out_shardings", o.out_shardings))}
     options = dataclasses.replace(o, **trees)
+    resource = _block_mesh(call) if block else None
     return dataclasses.replace(
-        call, options=options, context_mesh=None, args=map_leaves(arg_of, call.args),
+        call, options=options, context_mesh=None, resource_mesh=resource,
+        args=map_leaves(arg_of, call.args),
         kwargs=map_leaves(arg_of, call.kwargs),
         aot_args=None if call.aot_args is None else map_leaves(arg_of, call.aot_args),
         aot_kwargs=None if call.aot_kwargs is None else map_leaves(arg_of, call.aot_kwargs))
@@ -374,11 +406,20 @@ def within_known_defects(call: Call) -> bool:
 
 def older_calls(max_devices: int = 8) -> Any:
     """Jit calls that JAX 0.4.13 can express: :func:`calls` of the main suite, written as
-    0.4.13 writes them (:func:`older_form`), away from its known defects."""
+    0.4.13 writes them (:func:`older_form`; about half made through pjit inside a ``with
+    mesh:`` block), away from its known defects."""
+    from hypothesis import strategies as st
+
     from shardlaw.properties.call_strategies import calls
 
-    return calls(max_devices=max_devices, aot=True, layouts=False).map(older_form).filter(
+    drawn = st.tuples(calls(max_devices=max_devices, aot=True, layouts=False), st.booleans())
+    return drawn.map(lambda pair: older_form(*pair)).filter(
         lambda call: expressible(call) and within_known_defects(call))
+
+
+def block_calls(max_devices: int = 8) -> Any:
+    """The calls of :func:`older_calls` made through pjit inside a ``with mesh:`` block."""
+    return older_calls(max_devices).filter(lambda call: call.resource_mesh is not None)
 
 
 def lacks_in_0_4_13(call: Call) -> bool:
@@ -399,7 +440,8 @@ def lacks_in_0_4_13(call: Call) -> bool:
                         or lacking(s.spec))
         return False
 
-    if call.context_mesh is not None:
+    if call.context_mesh is not None or (call.resource_mesh is not None and any(
+            t != AxisType.Auto for t in call.resource_mesh.axis_types)):
         return True
     for tree in (call.options.in_shardings, call.options.out_shardings):
         if tree is not UNSPECIFIED and any(

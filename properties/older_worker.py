@@ -179,12 +179,25 @@ def taken_inputs(compiled, call, args, kwargs):
             for s, r in zip(taken, ranks)]
 
 
+def block(call):
+    """The ``with mesh:`` block a pjit call is made in (a null context for ``jax.jit``)."""
+    written = call.get("resource_mesh")
+    if written is None:
+        return contextlib.nullcontext()
+    devices = np.array([DEVICES[i] for i in written["devices"]]).reshape(written["shape"])
+    return Mesh(devices, tuple(written["names"]))
+
+
 def run(call):
-    """What ``jax.jit`` does with one call."""
+    """What ``jax.jit`` (or ``pjit`` inside a ``with mesh:`` block) does with one call."""
     answer = {"stage": "jit"}
     fun = function(call)
     try:
-        jitted = jax.jit(fun, **jit_options(call))
+        if call.get("resource_mesh") is None:
+            jitted = jax.jit(fun, **jit_options(call))
+        else:
+            from jax.experimental.pjit import pjit
+            jitted = pjit(fun, **jit_options(call))
     except Exception as error:  # noqa: BLE001 - reported
         answer["error"] = failure(error)
         return answer
@@ -197,27 +210,33 @@ def run(call):
         aot_kwargs = {} if call["aot_kwargs"] is None else tree(call["aot_kwargs"], value)
         answer["uses"] = used_inputs(fun, call, args, kwargs)
         answer["stage"] = "call"
+        with block(call):
+            return called(answer, call, jitted, args, kwargs, aot, aot_kwargs)
+
+
+def called(answer, call, jitted, args, kwargs, aot, aot_kwargs):
+    """``answer`` completed with what calling ``jitted`` did (compiled first, for AOT)."""
+    try:
+        if aot is not None:
+            compiled = jitted.lower(*args, **kwargs).compile()
+            shapes = []
+            tree(call["outputs"], lambda out: shapes.append(tuple(out["shape"])))
+            outs = jax.tree_util.tree_leaves(compiled.output_shardings)
+            answer["results"] = [shown(s, shape) for s, shape in zip(outs, shapes)]
+            answer["inputs"] = taken_inputs(compiled, call, args, kwargs)
+        else:
+            flat = jax.tree_util.tree_leaves(jitted(*args, **kwargs))
+            answer["results"] = [shown(x.sharding, x.shape) for x in flat]
+            answer["committed"] = [bool(x._committed) for x in flat]
+    except Exception as error:  # noqa: BLE001
+        answer["error"] = failure(error)
+        return answer
+    if aot is not None:
+        answer["stage"] = "aot"
         try:
-            if aot is not None:
-                compiled = jitted.lower(*args, **kwargs).compile()
-                shapes = []
-                tree(call["outputs"], lambda out: shapes.append(tuple(out["shape"])))
-                outs = jax.tree_util.tree_leaves(compiled.output_shardings)
-                answer["results"] = [shown(s, shape) for s, shape in zip(outs, shapes)]
-                answer["inputs"] = taken_inputs(compiled, call, args, kwargs)
-            else:
-                flat = jax.tree_util.tree_leaves(jitted(*args, **kwargs))
-                answer["results"] = [shown(x.sharding, x.shape) for x in flat]
-                answer["committed"] = [bool(x._committed) for x in flat]
+            compiled(*aot, **aot_kwargs)
         except Exception as error:  # noqa: BLE001
             answer["error"] = failure(error)
-            return answer
-        if aot is not None:
-            answer["stage"] = "aot"
-            try:
-                compiled(*aot, **aot_kwargs)
-            except Exception as error:  # noqa: BLE001
-                answer["error"] = failure(error)
     return answer
 
 

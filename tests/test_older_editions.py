@@ -117,6 +117,69 @@ def test_jit_call_agrees_with_real_jax_0_4_13():
     run()
 
 
+def _bounded(examples):
+    from hypothesis import HealthCheck, settings
+    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+@pytest.mark.skipif(_older_env() is None,
+                    reason="no jax 0.4.13 environment (build one with .ci/older_leg, or set "
+                           "SHARDLAW_JAX_0413 to its python)")
+def test_pjit_in_a_with_mesh_block_agrees_with_real_jax_0_4_13():
+    from shardlaw.properties.older_suite import agrees_with_jax_0_4_13, property_in_blocks
+
+    examples = int(os.environ.get("SHARDLAW_OLDER_EXAMPLES", "60")) // 2
+    _bounded(examples)(property_in_blocks(agrees_with_jax_0_4_13))()
+
+
+def test_pjit_in_a_with_mesh_block_agrees_with_real_jax_0_10_2():
+    pytest.importorskip("jax")
+    import jax
+    if not jax.__version__.startswith("0.10"):
+        pytest.skip(f"the version of record is 0.10.2; this environment has {jax.__version__}")
+    from shardlaw.properties.older_suite import block_agrees_with_jax_0_10_2, property_in_blocks
+
+    _bounded(30)(property_in_blocks(block_agrees_with_jax_0_10_2))()
+
+
+BLOCK = S.Mesh.iota((2, 4), ("x", "y"))
+REPLICATED = "{replicated}"
+
+
+def _block_call(**options):
+    from shardlaw.spec.core.hlo import parse_hlo
+    return _call(args=(Arg.numpy((8, 4)),), outputs=Out((8, 4), source=0),
+                 options=JitOptions(**options), resource_mesh=BLOCK,
+                 compiler=(parse_hlo(REPLICATED),))
+
+
+def test_pjit_in_a_block_reads_none_as_replicated_over_the_block_in_both_releases():
+    for jax_release in EDITIONS:
+        v = jit_call(_block_call(in_shardings=None, out_shardings=None), jax=jax_release)
+        assert v.out_shardings == (S.NamedSharding(BLOCK, S.P()),) and "PJIT-2" in v.trace
+
+
+def test_pjit_in_a_block_with_no_shardings_comes_back_gspmd_in_0_4_13_named_in_0_10_2():
+    from shardlaw.spec.jit.upgrade import upgrade
+    change = upgrade(_block_call())
+    assert isinstance(change.before.out_shardings[0], S.GSPMDSharding)
+    assert change.after.out_shardings[0] == S.NamedSharding(BLOCK, S.P())
+    assert change.before.out_committed == change.after.out_committed == (True,)
+    assert "PJIT-1" in change.varying and "PJIT-2" not in change.varying
+
+
+def test_a_block_mesh_with_explicit_axes_is_refused_in_0_4_13_and_a_block_with_set_mesh_never():
+    explicit = S.Mesh((2,), ("x",), (0, 1), (S.AxisType.Explicit,))
+    call = _call(args=(Arg.numpy((8,)),), outputs=Out((8,)), resource_mesh=explicit)
+    old = jit_call(call, jax="0.4.13")
+    assert (old.rule, old.error_type) == ("CALL-1", "TypeError")
+    with pytest.raises(Rejection) as raised:
+        _call(args=(Arg.numpy((8,)),), outputs=Out((8,)), resource_mesh=BLOCK,
+              context_mesh=BLOCK)
+    assert raised.value.rule == "CALL-0" and "with mesh:" in str(raised.value)
+
+
 def test_call_1_refuses_exactly_what_0_4_13_lacks():
     from hypothesis import HealthCheck, settings
 
