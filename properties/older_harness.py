@@ -31,7 +31,7 @@ from shardlaw.properties import hits
 from shardlaw.spec import UNSPECIFIED, NamedSharding, SingleDeviceSharding
 from shardlaw.spec.core.hlo import parse_hlo
 from shardlaw.spec.core.pytree import leaves_with_paths
-from shardlaw.spec.core.values import AxisType, Mesh, PartitionSpec
+from shardlaw.spec.core.values import UNCONSTRAINED, AxisType, Mesh, PartitionSpec
 from shardlaw.spec.jit.call import Arg, Call, Static, Verdict
 from shardlaw.spec.jit.layouts import Format, is_layout
 from shardlaw.spec.jit.pipeline import jit_call
@@ -452,3 +452,151 @@ def lacks_in_0_4_13(call: Call) -> bool:
             if isinstance(leaf, Arg) and (leaf.layout is not None or lacking(leaf.sharding)):
                 return True
     return False
+
+
+# --------------------------------------------------------------------------- the lowering cache
+
+def compare_cache_older(calls: list[Call], worker: OlderJax | None = None
+                        ) -> tuple[list[int], list[str]]:
+    """Run ``calls`` in order through one function object and one ``jax.jit`` wrapper of
+    jax 0.4.13 (the first call's options) and through the cache model's 0.4.13 edition
+    (:func:`~shardlaw.spec.jit.cache.explain_cache`); per call the lowering cache's misses
+    as jax 0.4.13 counted them, and the disagreements (CACHE-7 and whether jit refused)."""
+    from shardlaw.spec.core.editions import holding
+    from shardlaw.spec.jit.cache import CallSite, explain_cache
+
+    answer = (worker or OlderJax.shared()).ask({"sequence": [call_json(c) for c in calls]})
+    if "harness_error" in answer:
+        raise RuntimeError(f"the 0.4.13 worker failed: {answer['harness_error']}")
+    with holding(OLDER):
+        table = explain_cache([CallSite(c, "f", "w") for c in calls])
+    problems: list[str] = []
+    for index, (row, theirs) in enumerate(zip(table, answer["rows"])):
+        if (row.rejected is not None) != ("error" in theirs):
+            problems.append(f"call {index}: spec {'refuses: ' + row.rejected if row.rejected else 'accepts'}"
+                            f", jax 0.4.13 {'raised ' + theirs['error']['class'] if 'error' in theirs else 'accepted'}")
+        elif row.misses()["lowering"] != theirs["lowering"]:
+            problems.append(f"call {index}: spec says the lowering cache "
+                            f"{'missed' if row.misses()['lowering'] else 'was not missed'} "
+                            f"({row.why('lowering') or 'hit or not asked'}), jax 0.4.13 counted "
+                            f"{theirs['lowering']} miss(es)")
+    if not problems:
+        for row in table:
+            if row.rejected is None and row.at("lowering"):
+                hits.record(SOURCE, "CACHE-7", refused=row.at("lowering") == "miss")
+    return [r["lowering"] for r in answer["rows"]], problems
+
+
+def cache_sequences(max_devices: int = 8) -> Any:
+    """Sequences of two to five calls of one function through one ``jax.jit`` wrapper, as
+    JAX 0.4.13 can express them: one set of options and results, the arguments of one
+    shape placed otherwise from call to call (numpy, uncommitted, committed over one of two
+    meshes in specs written with or without trailing None, on one device), and the default
+    device 0 or 3."""
+    from hypothesis import strategies as st
+
+    meshes = (Mesh.iota((2, 4), ("x", "y")), Mesh.iota((2, 4), ("a", "b")),
+              Mesh((8,), ("x",), tuple(range(7, -1, -1))))
+    shape = (8, 8)
+    placements = st.sampled_from(
+        [Arg.numpy(shape), Arg.uncommitted(shape), Arg.committed(shape, SingleDeviceSharding(0)),
+         Arg.committed(shape, SingleDeviceSharding(3))]
+        + [Arg.committed(shape, NamedSharding(m, spec)) for m in meshes
+           for spec in (PartitionSpec(m.axis_names[0]), PartitionSpec(m.axis_names[0], None),
+                        PartitionSpec(), PartitionSpec(None, m.axis_names[-1]))])
+    from shardlaw.spec.jit.call import JitOptions, Out
+
+    @st.composite
+    def sequence(draw: Any) -> list[Call]:
+        out_sharding = draw(st.sampled_from(
+            [UNSPECIFIED, NamedSharding(meshes[0], PartitionSpec("x")),
+             SingleDeviceSharding(0)]))
+        options = JitOptions(out_shardings=out_sharding, keep_unused=draw(st.booleans()))
+        used = draw(st.booleans())
+        count = draw(st.integers(2, 5))
+        return [Call(args=(draw(placements),), outputs=Out(shape, source=0 if used else None),
+                     options=options, uses=(used,), devices=max_devices,
+                     default_device=draw(st.sampled_from((0, 0, 3))))
+                for _ in range(count)]
+
+    return sequence()
+
+
+# --------------------------------------------------------------------------- placement
+
+def compare_placement_older(sharding: Any, shape: tuple, worker: OlderJax | None = None
+                            ) -> list[str]:
+    """Where ``sharding`` (a NamedSharding or SingleDeviceSharding 0.4.13 can write) puts a
+    value of ``shape``, by the spec's 0.4.13 edition and by jax 0.4.13: the HLO sharding
+    (LOW-1), the shard shape or the class of its refusal (DIV-1), each device's box
+    (IDX-1), the replica ids (IDX-2) and full replication (REP-1)."""
+    from shardlaw.spec import devices_indices_map, is_fully_replicated, replica_ids, to_hlo
+    from shardlaw.spec.core.editions import holding
+    from shardlaw.spec.core.rules import Rejection
+    from shardlaw.spec.placement.blocks import shard_shape
+    from shardlaw.spec.placement.equivalence import hlo_equal
+
+    theirs = (worker or OlderJax.shared()).ask(
+        {"placement": {"sharding": _sharding(sharding), "shape": list(shape)}})
+    if "harness_error" in theirs:
+        raise RuntimeError(f"the 0.4.13 worker failed: {theirs['harness_error']}")
+    problems: list[str] = []
+    where = f"{sharding!r} for {tuple(shape)}"
+    with holding(OLDER):
+        if not hlo_equal(to_hlo(sharding, len(shape)), older_hlo(theirs["hlo"])):
+            problems.append(f"LOW-1 {where}: spec {to_hlo(sharding, len(shape))}, jax "
+                            f"{OLDER} {theirs['hlo']}")
+        if is_fully_replicated(sharding) != theirs["fully_replicated"]:
+            problems.append(f"REP-1 {where}: spec {is_fully_replicated(sharding)}, jax {OLDER} "
+                            f"{theirs['fully_replicated']}")
+        try:
+            mine = shard_shape(sharding, tuple(shape))
+        except Rejection as refusal:
+            error = theirs.get("error")
+            if error is None or error["class"] != refusal.jax_error:
+                problems.append(f"DIV-1 {where}: spec refuses with {refusal.jax_error}, jax "
+                                f"{OLDER} {error['class'] if error else theirs['shard_shape']}")
+            elif not problems:
+                hits.record(SOURCE, "DIV-1", refused=True)
+            return problems
+        if "error" in theirs:
+            return problems + [f"DIV-1 {where}: spec {mine}, jax {OLDER} raised "
+                               f"{theirs['error']['class']}"]
+        if list(mine) != theirs["shard_shape"]:
+            problems.append(f"DIV-1 {where}: spec {mine}, jax {OLDER} {theirs['shard_shape']}")
+        boxes = [[d, [list(b) for b in box]] for d, box in
+                 devices_indices_map(sharding, tuple(shape)).items()]
+        if boxes != theirs["indices"]:
+            problems.append(f"IDX-1 {where}: spec {boxes}, jax {OLDER} {theirs['indices']}")
+        ids = {str(d): r for d, r in replica_ids(sharding, tuple(shape)).items()}
+        if ids != theirs["replica_ids"]:
+            problems.append(f"IDX-2 {where}: spec {ids}, jax {OLDER} {theirs['replica_ids']}")
+    if not problems:
+        for rule_id in ("LOW-1", "DIV-1", "IDX-1", "IDX-2", "REP-1"):
+            hits.record(SOURCE, rule_id, refused=False)
+    return problems
+
+
+def older_placements(max_devices: int = 8) -> Any:
+    """(sharding, shape) pairs 0.4.13 can write: a NamedSharding over a concrete mesh (its
+    axes made Auto, the spec without reduced axes) or a SingleDeviceSharding, no memory
+    kind, and a shape for it, divisible or not."""
+    from hypothesis import strategies as st
+
+    from shardlaw.properties import strategies as S
+
+    @st.composite
+    def pair(draw: Any) -> tuple[Any, tuple]:
+        if draw(st.integers(0, 4)) == 0:
+            sharding = _older_sharding(draw(S.single_device_shardings(max_devices)))
+        else:
+            sharding = _older_sharding(draw(S.named_shardings(max_devices)))
+        shape = draw(S.shapes_for(sharding, divisible=draw(st.sampled_from((True, True, None)))))
+        return sharding, tuple(shape)
+
+    def writable(p: tuple[Any, tuple]) -> bool:
+        s = p[0]
+        return s is not None and _sharding_expressible(s) and not (
+            isinstance(s, NamedSharding) and UNCONSTRAINED in tuple(s.spec))
+
+    return pair().filter(writable)

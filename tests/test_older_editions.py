@@ -133,6 +133,38 @@ def test_pjit_in_a_with_mesh_block_agrees_with_real_jax_0_4_13():
     _bounded(examples)(property_in_blocks(agrees_with_jax_0_4_13))()
 
 
+@pytest.mark.skipif(_older_env() is None,
+                    reason="no jax 0.4.13 environment (build one with .ci/older_leg, or set "
+                           "SHARDLAW_JAX_0413 to its python)")
+def test_the_lowering_cache_model_agrees_with_real_jax_0_4_13():
+    from shardlaw.properties.older_suite import cache_property
+
+    examples = int(os.environ.get("SHARDLAW_OLDER_EXAMPLES", "60")) // 3
+    _bounded(examples)(cache_property())()
+
+
+@pytest.mark.skipif(_older_env() is None,
+                    reason="no jax 0.4.13 environment (build one with .ci/older_leg, or set "
+                           "SHARDLAW_JAX_0413 to its python)")
+def test_placement_agrees_with_real_jax_0_4_13():
+    from shardlaw.properties.older_suite import placement_property
+
+    examples = int(os.environ.get("SHARDLAW_OLDER_EXAMPLES", "60"))
+    _bounded(examples)(placement_property())()
+
+
+def test_the_lowering_cache_key_in_0_4_13_holds_the_first_sharding_s_devices():
+    from shardlaw.spec.jit.cache import CallSite, explain_cache
+    lone = Arg.committed((8,), S.SingleDeviceSharding(3))
+    calls = [_call(args=(lone,), outputs=Out((8,), source=0)),
+             _call(args=(lone,), outputs=Out((8,), source=0), uses=(True,))]
+    with holding("0.4.13"):
+        table = explain_cache([CallSite(c) for c in calls])
+        parts = [p.what for p in S.jit.cache_keys.lowering_key(CallSite(calls[0]))]
+    assert "the device assignment" in parts
+    assert [r.misses()["lowering"] for r in table] == [1, 0]
+
+
 def test_pjit_in_a_with_mesh_block_agrees_with_real_jax_0_10_2():
     pytest.importorskip("jax")
     import jax
