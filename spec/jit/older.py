@@ -149,7 +149,7 @@ def block_mesh(mesh: Mesh) -> Mesh:
     """A call made through pjit inside a ``with mesh:`` block runs under the block's mesh as under ``jax.set_mesh(mesh)``: the block's mesh is the context mesh jit reads.
 
     (C1) Both pjit and the block are deprecated (DeprecationWarning); ``jax.jit`` inside
-    the block reads the mesh too.
+    the block does not read it.
     (C2) The mesh's devices are the program's devices (DA-1) and a result the compiler
     placed is typed over the mesh (OUT-1 (C3)), as for any context mesh.
 
