@@ -88,7 +88,7 @@ def _uses(call: Call) -> Iterator[tuple[str, str]]:
                else "context mesh"), "the context mesh"
     if call.resource_mesh is not None and any(
             t != AxisType.Auto for t in call.resource_mesh.axis_types):
-        yield "axis types", "the mesh of the `with mesh:` block"
+        yield "axis types", "the mesh of the with-mesh block"
     for name in ("in_shardings", "out_shardings"):
         tree = getattr(call.options, name)
         if tree is UNSPECIFIED:
@@ -131,7 +131,7 @@ def check_expressible(call: Call) -> None:
         raise reject(failure(jax, feature, where, said))
 
 
-@varies("0.4.13", "A call made through pjit inside a `with mesh:` block runs in the block's "
+@varies("0.4.13", "A call made through pjit inside a ``with mesh:`` block runs in the block's "
         "resource environment: pjit resolves its PartitionSpec and None leaves against the "
         "block's mesh (PJIT-2), and the mesh's devices are the program's devices.",
         clauses=("(C1) The block's mesh is pjit's resource environment; jax.jit reads no "
