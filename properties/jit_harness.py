@@ -34,7 +34,7 @@ from shardlaw.spec.core.pytree import fill, leaves_with_paths, map_leaves
 from shardlaw.spec.core.values import AbstractMesh, Mesh
 
 __all__ = ["JaxOutcome", "run_in_jax", "compare_call", "SOURCE", "call_hit_counts",
-           "compiled_input_hlo", "with_input_choices"]
+           "compiled_input_hlo", "with_input_choices", "sharding_differences"]
 
 # The source under which the calls compared record their rules (shardlaw.properties.hits).
 SOURCE = "jit"
@@ -198,8 +198,11 @@ def jit_kwargs(call: Call) -> dict[str, Any]:
 
 
 def mesh_context(call: Call):
-    """The ``jax.set_mesh`` (or abstract mesh) block of the call's context mesh, if any."""
+    """The ``jax.set_mesh`` (or abstract mesh) block of the call's context mesh, or the
+    ``with mesh:`` block of a pjit call (PJIT-1), if any."""
     jax = _jax()
+    if call.resource_mesh is not None:
+        return _quiet_block(call.resource_mesh)
     mesh = call.context_mesh
     if mesh is None:
         return contextlib.nullcontext()
@@ -207,6 +210,23 @@ def mesh_context(call: Call):
         return jax.set_mesh(to_jax(mesh))
     assert isinstance(mesh, AbstractMesh)
     return jax.sharding.use_abstract_mesh(to_jax(mesh))
+
+
+@contextlib.contextmanager
+def _quiet_block(mesh: Mesh):
+    """``with mesh:`` over ``mesh``, its DeprecationWarning (JAX 0.10.2) left unsaid."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with to_jax(mesh):
+            yield
+
+
+def _wrapper(call: Call) -> Any:
+    """``jax.jit``, or the deprecated ``pjit`` for a call made inside a ``with mesh:`` block."""
+    if call.resource_mesh is None:
+        return _jax().jit
+    from jax.experimental.pjit import pjit
+    return pjit
 
 
 def default_device_context(call: Call):
@@ -258,7 +278,7 @@ def _run_in_jax(call: Call, outcome: JaxOutcome) -> JaxOutcome:
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
             outcome.stage = "jit"
-            jitted = jax.jit(fun, **jit_kwargs(call))
+            jitted = _wrapper(call)(fun, **jit_kwargs(call))
         except Exception as error:  # noqa: BLE001 - recorded and compared
             outcome.error = error
             return outcome
@@ -525,15 +545,7 @@ def compare_results(call: Call, verdict: Verdict, outcome: JaxOutcome) -> list[s
         if mine is UNSPECIFIED:
             problems.append(f"{path}: spec left the result's sharding open, JAX gave {theirs!r}")
             continue
-        if _type_name(mine) != _type_name(theirs):
-            problems.append(f"{path}: spec says {_type_name(mine)} {mine!r}, JAX gave "
-                            f"{_type_name(theirs)} {theirs!r}")
-        elif not placement_equivalent(mine, theirs, shape):
-            problems.append(f"{path}: spec places it as {mine!r}, JAX as {theirs!r}")
-        elif isinstance(mine, NamedSharding) and (
-                (mine.mesh.axis_names, mine.mesh.axis_sizes) !=
-                (theirs.mesh.axis_names, theirs.mesh.axis_sizes)):
-            problems.append(f"{path}: spec puts it on mesh {mine.mesh!r}, JAX on {theirs.mesh!r}")
+        problems += sharding_differences(path, mine, theirs, shape)
         if mine.memory_kind != theirs.memory_kind:
             problems.append(f"{path}: spec says memory kind {mine.memory_kind!r}, JAX "
                             f"{theirs.memory_kind!r}")
@@ -542,6 +554,23 @@ def compare_results(call: Call, verdict: Verdict, outcome: JaxOutcome) -> list[s
                             f"{outcome.out_committed[i]}")
     problems += _compare_layouts(verdict, outcome)
     return problems
+
+
+def sharding_differences(path: str, mine: Any, theirs: Any, shape: tuple,
+                         jax: str = "JAX") -> list[str]:
+    """Where the sharding the spec gives a result and the one ``jax`` (the release, in the
+    words of the message: "JAX" for 0.10.2, "jax 0.4.13") gave it differ: the class, then
+    the placement of a value of ``shape``, then a NamedSharding's mesh (names and sizes)."""
+    if _type_name(mine) != _type_name(theirs):
+        return [f"{path}: spec says {_type_name(mine)} {mine!r}, {jax} gave "
+                f"{_type_name(theirs)} {theirs!r}"]
+    if not placement_equivalent(mine, theirs, shape):
+        return [f"{path}: spec places it as {mine!r}, {jax} as {theirs!r}"]
+    if isinstance(mine, NamedSharding) and (
+            (mine.mesh.axis_names, mine.mesh.axis_sizes) !=
+            (theirs.mesh.axis_names, theirs.mesh.axis_sizes)):
+        return [f"{path}: spec puts it on mesh {mine.mesh!r}, {jax} on {theirs.mesh!r}"]
+    return []
 
 
 def _compare_layouts(verdict: Verdict, outcome: JaxOutcome) -> list[str]:

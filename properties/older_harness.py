@@ -31,15 +31,15 @@ from shardlaw.properties import hits
 from shardlaw.spec import UNSPECIFIED, NamedSharding, SingleDeviceSharding
 from shardlaw.spec.core.hlo import parse_hlo
 from shardlaw.spec.core.pytree import leaves_with_paths
-from shardlaw.spec.core.values import AxisType, Mesh, PartitionSpec
+from shardlaw.spec.core.values import UNCONSTRAINED, AxisType, Mesh, PartitionSpec
 from shardlaw.spec.jit.call import Arg, Call, Static, Verdict
 from shardlaw.spec.jit.layouts import Format, is_layout
 from shardlaw.spec.jit.pipeline import jit_call
-from shardlaw.spec.placement.equivalence import placement_equivalent
+from shardlaw.properties.jit_harness import sharding_differences, with_input_choices
 from shardlaw.spec.core.shardings import GSPMDSharding
 
 __all__ = ["OLDER", "SOURCE", "older_python", "expressible", "call_json", "OlderJax",
-           "compare_older", "older_hit_counts"]
+           "compare_older", "older_hit_counts", "older_calls", "block_calls"]
 
 OLDER = "0.4.13"
 SOURCE = "jit-0.4.13"   # the hit counts' source (shardlaw.properties.hits)
@@ -82,6 +82,9 @@ def _sharding_expressible(s: Any) -> bool:
 def expressible(call: Call) -> bool:
     """Whether JAX 0.4.13 can express ``call`` (see the module's description)."""
     o = call.options
+    if call.resource_mesh is not None and any(
+            t != AxisType.Auto for t in call.resource_mesh.axis_types):
+        return False
     if call.context_mesh is not None or o.backend is not None or call.inside \
             or call.process_count != 1 or o.donate_argnums or o.donate_argnames \
             or o.static_argnames:
@@ -116,6 +119,11 @@ def _spec(spec: PartitionSpec) -> list:
     return [list(e) if isinstance(e, tuple) else e for e in spec]
 
 
+def _mesh_json(mesh: Mesh) -> dict:
+    return {"shape": list(mesh.axis_sizes), "names": list(mesh.axis_names),
+            "devices": list(mesh.devices.id_tuple())}
+
+
 def _sharding(s: Any) -> Any:
     if s is None:
         return None
@@ -123,10 +131,7 @@ def _sharding(s: Any) -> Any:
         return {"type": "spec", "spec": _spec(s)}
     if isinstance(s, SingleDeviceSharding):
         return {"type": "single", "device": s.device.id}
-    mesh = s.mesh
-    return {"type": "named", "spec": _spec(s.spec),
-            "mesh": {"shape": list(mesh.axis_sizes), "names": list(mesh.axis_names),
-                     "devices": list(mesh.devices.id_tuple())}}
+    return {"type": "named", "spec": _spec(s.spec), "mesh": _mesh_json(s.mesh)}
 
 
 def _leaf(arg: Any) -> dict:
@@ -152,7 +157,9 @@ def call_json(call: Call) -> dict:
             "keep_unused": o.keep_unused, "device": o.device,
             "default_device": call.default_device, **shardings,
             "aot_args": None if call.aot_args is None else _tree(call.aot_args, _leaf),
-            "aot_kwargs": None if call.aot_kwargs is None else _tree(call.aot_kwargs, _leaf)}
+            "aot_kwargs": None if call.aot_kwargs is None else _tree(call.aot_kwargs, _leaf),
+            "resource_mesh": None if call.resource_mesh is None else _mesh_json(
+                call.resource_mesh)}
 
 
 # --------------------------------------------------------------------------- the worker
@@ -261,7 +268,6 @@ def with_older_oracle(call: Call, answer: dict) -> Call:
             changes["compiler"] = tuple(older_hlo(r["hlo"]) if o else None
                                         for r, o in zip(results, open_))
     if answer.get("inputs") is not None:
-        from shardlaw.properties.jit_harness import with_input_choices
         taken = [None if h is None else older_hlo(h) for h in answer["inputs"]]
         call = with_input_choices(call, taken)
     return dataclasses.replace(call, **changes) if changes else call
@@ -308,18 +314,8 @@ def _compare_results(verdict: Verdict, answer: dict) -> list[str]:
     committed = answer.get("committed")
     for i, (path, mine, written) in enumerate(zip(verdict.out_paths, verdict.out_shardings,
                                                   results)):
-        theirs = result_sharding(written)
-        shape = tuple(written["shape"])
-        if type(mine).__name__ != written["type"]:
-            problems.append(f"{path}: spec says {type(mine).__name__} {mine!r}, jax 0.4.13 "
-                            f"gave {written['type']} {theirs!r}")
-        elif not placement_equivalent(mine, theirs, shape):
-            problems.append(f"{path}: spec places it as {mine!r}, jax 0.4.13 as {theirs!r}")
-        elif isinstance(mine, NamedSharding) and (
-                (mine.mesh.axis_names, mine.mesh.axis_sizes) !=
-                (theirs.mesh.axis_names, theirs.mesh.axis_sizes)):
-            problems.append(f"{path}: spec puts it on mesh {mine.mesh!r}, jax 0.4.13 on "
-                            f"{theirs.mesh!r}")
+        problems += sharding_differences(path, mine, result_sharding(written),
+                                         tuple(written["shape"]), jax=f"jax {OLDER}")
         if committed and verdict.out_committed[i] != committed[i]:
             problems.append(f"{path}: spec says committed={verdict.out_committed[i]}, jax "
                             f"0.4.13 {committed[i]}")
@@ -344,10 +340,33 @@ def _older_sharding(s: Any) -> Any:
     return None if s is not None and s is not UNSPECIFIED else s
 
 
-def older_form(call: Call) -> Call:
-    """``call`` written as 0.4.13 can express it: memory kinds and the ``jax.set_mesh``
-    context dropped, shardings 0.4.13 cannot write left out (None) or their argument
-    dropped; still to be checked with :func:`expressible`."""
+def _auto(mesh: Mesh) -> Mesh:
+    return Mesh(mesh.axis_sizes, mesh.axis_names, mesh.devices,
+                (AxisType.Auto,) * len(mesh.axis_names))
+
+
+def _block_mesh(call: Call) -> Mesh | None:
+    """The mesh of a ``with mesh:`` block for ``call``: its concrete context mesh, else the
+    mesh of the first NamedSharding among its options and arguments (None: there is none)."""
+    if isinstance(call.context_mesh, Mesh):
+        return _auto(call.context_mesh)
+    o = call.options
+    for tree in (o.in_shardings, o.out_shardings, call.args, call.kwargs):
+        if tree is UNSPECIFIED:
+            continue
+        for _, leaf in leaves_with_paths(tree):
+            s = leaf.sharding if isinstance(leaf, Arg) else leaf
+            if isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh):
+                return _auto(s.mesh)
+    return None
+
+
+def older_form(call: Call, block: bool = False) -> Call:
+    """``call`` written as 0.4.13 can express it: memory kinds dropped, shardings 0.4.13
+    cannot write left out (None) or their argument dropped, and the ``jax.set_mesh``
+    context dropped; with ``block``, the call made through pjit inside a ``with mesh:``
+    block (PJIT-1) over the context mesh or the call's first NamedSharding's mesh; still
+    to be checked with :func:`expressible`."""
     from shardlaw.spec.core.pytree import map_leaves
 
     def leaf_of(s: Any) -> Any:
@@ -366,8 +385,10 @@ def older_form(call: Call) -> Call:
              for name, tree in (("in_shardings", o.in_shardings),
                                 ("out_shardings", o.out_shardings))}
     options = dataclasses.replace(o, **trees)
+    resource = _block_mesh(call) if block else None
     return dataclasses.replace(
-        call, options=options, context_mesh=None, args=map_leaves(arg_of, call.args),
+        call, options=options, context_mesh=None, resource_mesh=resource,
+        args=map_leaves(arg_of, call.args),
         kwargs=map_leaves(arg_of, call.kwargs),
         aot_args=None if call.aot_args is None else map_leaves(arg_of, call.aot_args),
         aot_kwargs=None if call.aot_kwargs is None else map_leaves(arg_of, call.aot_kwargs))
@@ -385,11 +406,20 @@ def within_known_defects(call: Call) -> bool:
 
 def older_calls(max_devices: int = 8) -> Any:
     """Jit calls that JAX 0.4.13 can express: :func:`calls` of the main suite, written as
-    0.4.13 writes them (:func:`older_form`), away from its known defects."""
+    0.4.13 writes them (:func:`older_form`; about half made through pjit inside a ``with
+    mesh:`` block), away from its known defects."""
+    from hypothesis import strategies as st
+
     from shardlaw.properties.call_strategies import calls
 
-    return calls(max_devices=max_devices, aot=True, layouts=False).map(older_form).filter(
+    drawn = st.tuples(calls(max_devices=max_devices, aot=True, layouts=False), st.booleans())
+    return drawn.map(lambda pair: older_form(*pair)).filter(
         lambda call: expressible(call) and within_known_defects(call))
+
+
+def block_calls(max_devices: int = 8) -> Any:
+    """The calls of :func:`older_calls` made through pjit inside a ``with mesh:`` block."""
+    return older_calls(max_devices).filter(lambda call: call.resource_mesh is not None)
 
 
 def lacks_in_0_4_13(call: Call) -> bool:
@@ -410,7 +440,8 @@ def lacks_in_0_4_13(call: Call) -> bool:
                         or lacking(s.spec))
         return False
 
-    if call.context_mesh is not None:
+    if call.context_mesh is not None or (call.resource_mesh is not None and any(
+            t != AxisType.Auto for t in call.resource_mesh.axis_types)):
         return True
     for tree in (call.options.in_shardings, call.options.out_shardings):
         if tree is not UNSPECIFIED and any(
@@ -421,3 +452,151 @@ def lacks_in_0_4_13(call: Call) -> bool:
             if isinstance(leaf, Arg) and (leaf.layout is not None or lacking(leaf.sharding)):
                 return True
     return False
+
+
+# --------------------------------------------------------------------------- the lowering cache
+
+def compare_cache_older(calls: list[Call], worker: OlderJax | None = None
+                        ) -> tuple[list[int], list[str]]:
+    """Run ``calls`` in order through one function object and one ``jax.jit`` wrapper of
+    jax 0.4.13 (the first call's options) and through the cache model's 0.4.13 edition
+    (:func:`~shardlaw.spec.jit.cache.explain_cache`); per call the lowering cache's misses
+    as jax 0.4.13 counted them, and the disagreements (CACHE-7 and whether jit refused)."""
+    from shardlaw.spec.core.editions import holding
+    from shardlaw.spec.jit.cache import CallSite, explain_cache
+
+    answer = (worker or OlderJax.shared()).ask({"sequence": [call_json(c) for c in calls]})
+    if "harness_error" in answer:
+        raise RuntimeError(f"the 0.4.13 worker failed: {answer['harness_error']}")
+    with holding(OLDER):
+        table = explain_cache([CallSite(c, "f", "w") for c in calls])
+    problems: list[str] = []
+    for index, (row, theirs) in enumerate(zip(table, answer["rows"])):
+        if (row.rejected is not None) != ("error" in theirs):
+            problems.append(f"call {index}: spec {'refuses: ' + row.rejected if row.rejected else 'accepts'}"
+                            f", jax 0.4.13 {'raised ' + theirs['error']['class'] if 'error' in theirs else 'accepted'}")
+        elif row.misses()["lowering"] != theirs["lowering"]:
+            problems.append(f"call {index}: spec says the lowering cache "
+                            f"{'missed' if row.misses()['lowering'] else 'was not missed'} "
+                            f"({row.why('lowering') or 'hit or not asked'}), jax 0.4.13 counted "
+                            f"{theirs['lowering']} miss(es)")
+    if not problems:
+        for row in table:
+            if row.rejected is None and row.at("lowering"):
+                hits.record(SOURCE, "CACHE-7", refused=row.at("lowering") == "miss")
+    return [r["lowering"] for r in answer["rows"]], problems
+
+
+def cache_sequences(max_devices: int = 8) -> Any:
+    """Sequences of two to five calls of one function through one ``jax.jit`` wrapper, as
+    JAX 0.4.13 can express them: one set of options and results, the arguments of one
+    shape placed otherwise from call to call (numpy, uncommitted, committed over one of two
+    meshes in specs written with or without trailing None, on one device), and the default
+    device 0 or 3."""
+    from hypothesis import strategies as st
+
+    meshes = (Mesh.iota((2, 4), ("x", "y")), Mesh.iota((2, 4), ("a", "b")),
+              Mesh((8,), ("x",), tuple(range(7, -1, -1))))
+    shape = (8, 8)
+    placements = st.sampled_from(
+        [Arg.numpy(shape), Arg.uncommitted(shape), Arg.committed(shape, SingleDeviceSharding(0)),
+         Arg.committed(shape, SingleDeviceSharding(3))]
+        + [Arg.committed(shape, NamedSharding(m, spec)) for m in meshes
+           for spec in (PartitionSpec(m.axis_names[0]), PartitionSpec(m.axis_names[0], None),
+                        PartitionSpec(), PartitionSpec(None, m.axis_names[-1]))])
+    from shardlaw.spec.jit.call import JitOptions, Out
+
+    @st.composite
+    def sequence(draw: Any) -> list[Call]:
+        out_sharding = draw(st.sampled_from(
+            [UNSPECIFIED, NamedSharding(meshes[0], PartitionSpec("x")),
+             SingleDeviceSharding(0)]))
+        options = JitOptions(out_shardings=out_sharding, keep_unused=draw(st.booleans()))
+        used = draw(st.booleans())
+        count = draw(st.integers(2, 5))
+        return [Call(args=(draw(placements),), outputs=Out(shape, source=0 if used else None),
+                     options=options, uses=(used,), devices=max_devices,
+                     default_device=draw(st.sampled_from((0, 0, 3))))
+                for _ in range(count)]
+
+    return sequence()
+
+
+# --------------------------------------------------------------------------- placement
+
+def compare_placement_older(sharding: Any, shape: tuple, worker: OlderJax | None = None
+                            ) -> list[str]:
+    """Where ``sharding`` (a NamedSharding or SingleDeviceSharding 0.4.13 can write) puts a
+    value of ``shape``, by the spec's 0.4.13 edition and by jax 0.4.13: the HLO sharding
+    (LOW-1), the shard shape or the class of its refusal (DIV-1), each device's box
+    (IDX-1), the replica ids (IDX-2) and full replication (REP-1)."""
+    from shardlaw.spec import devices_indices_map, is_fully_replicated, replica_ids, to_hlo
+    from shardlaw.spec.core.editions import holding
+    from shardlaw.spec.core.rules import Rejection
+    from shardlaw.spec.placement.blocks import shard_shape
+    from shardlaw.spec.placement.equivalence import hlo_equal
+
+    theirs = (worker or OlderJax.shared()).ask(
+        {"placement": {"sharding": _sharding(sharding), "shape": list(shape)}})
+    if "harness_error" in theirs:
+        raise RuntimeError(f"the 0.4.13 worker failed: {theirs['harness_error']}")
+    problems: list[str] = []
+    where = f"{sharding!r} for {tuple(shape)}"
+    with holding(OLDER):
+        if not hlo_equal(to_hlo(sharding, len(shape)), older_hlo(theirs["hlo"])):
+            problems.append(f"LOW-1 {where}: spec {to_hlo(sharding, len(shape))}, jax "
+                            f"{OLDER} {theirs['hlo']}")
+        if is_fully_replicated(sharding) != theirs["fully_replicated"]:
+            problems.append(f"REP-1 {where}: spec {is_fully_replicated(sharding)}, jax {OLDER} "
+                            f"{theirs['fully_replicated']}")
+        try:
+            mine = shard_shape(sharding, tuple(shape))
+        except Rejection as refusal:
+            error = theirs.get("error")
+            if error is None or error["class"] != refusal.jax_error:
+                problems.append(f"DIV-1 {where}: spec refuses with {refusal.jax_error}, jax "
+                                f"{OLDER} {error['class'] if error else theirs['shard_shape']}")
+            elif not problems:
+                hits.record(SOURCE, "DIV-1", refused=True)
+            return problems
+        if "error" in theirs:
+            return problems + [f"DIV-1 {where}: spec {mine}, jax {OLDER} raised "
+                               f"{theirs['error']['class']}"]
+        if list(mine) != theirs["shard_shape"]:
+            problems.append(f"DIV-1 {where}: spec {mine}, jax {OLDER} {theirs['shard_shape']}")
+        boxes = [[d, [list(b) for b in box]] for d, box in
+                 devices_indices_map(sharding, tuple(shape)).items()]
+        if boxes != theirs["indices"]:
+            problems.append(f"IDX-1 {where}: spec {boxes}, jax {OLDER} {theirs['indices']}")
+        ids = {str(d): r for d, r in replica_ids(sharding, tuple(shape)).items()}
+        if ids != theirs["replica_ids"]:
+            problems.append(f"IDX-2 {where}: spec {ids}, jax {OLDER} {theirs['replica_ids']}")
+    if not problems:
+        for rule_id in ("LOW-1", "DIV-1", "IDX-1", "IDX-2", "REP-1"):
+            hits.record(SOURCE, rule_id, refused=False)
+    return problems
+
+
+def older_placements(max_devices: int = 8) -> Any:
+    """(sharding, shape) pairs 0.4.13 can write: a NamedSharding over a concrete mesh (its
+    axes made Auto, the spec without reduced axes) or a SingleDeviceSharding, no memory
+    kind, and a shape for it, divisible or not."""
+    from hypothesis import strategies as st
+
+    from shardlaw.properties import strategies as S
+
+    @st.composite
+    def pair(draw: Any) -> tuple[Any, tuple]:
+        if draw(st.integers(0, 4)) == 0:
+            sharding = _older_sharding(draw(S.single_device_shardings(max_devices)))
+        else:
+            sharding = _older_sharding(draw(S.named_shardings(max_devices)))
+        shape = draw(S.shapes_for(sharding, divisible=draw(st.sampled_from((True, True, None)))))
+        return sharding, tuple(shape)
+
+    def writable(p: tuple[Any, tuple]) -> bool:
+        s = p[0]
+        return s is not None and _sharding_expressible(s) and not (
+            isinstance(s, NamedSharding) and UNCONSTRAINED in tuple(s.spec))
+
+    return pair().filter(writable)

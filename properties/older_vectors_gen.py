@@ -3,8 +3,8 @@
 ``python -m shardlaw.properties.older_vectors_gen DIR`` writes one vector per call below,
 with ``"jax": "0.4.13"`` and the spec's 0.4.13 verdict as the expectation, after checking
 that a real ``jax.jit`` of JAX 0.4.13 agrees with it (calls 0.4.13 cannot write, refused by
-CALL-1, are checked against the spec alone). Each call is one the two editions decide
-otherwise (``shardlaw upgrade DIR`` shows how).
+CALL-1, are checked against the spec alone). Each call but one is one the two editions
+decide otherwise (``shardlaw upgrade DIR`` shows how); PJIT-2's reads the same in both.
 """
 
 from __future__ import annotations
@@ -49,6 +49,16 @@ def older_vector_calls() -> list[tuple[str, str, str, Any]]:
               aot_args=(Arg.committed((8,), backwards),))),
         ("call-1-no-set-mesh", "CALL-1", "reject",
          Call(args=(Arg.numpy((8,)),), outputs=Out((8,)), context_mesh=full)),
+        ("out-1-unused-named-input-gives-no-type", "OUT-1", "accept",
+         Call(args=(Arg.committed((), NamedSharding(Mesh.iota((8,), ("w",)), P()), "int32"),
+                    Arg.numpy((8,))),
+              outputs=(Out((8,), source=1), Out((8,), source=1)), uses=(False, True),
+              options=JitOptions(out_shardings=(NamedSharding(full, P("x")), None)))),
+        ("pjit-1-block-result-untyped", "PJIT-1", "accept",
+         Call(args=(Arg.numpy((8, 4)),), outputs=Out((8, 4), source=0), resource_mesh=mesh)),
+        ("pjit-2-none-is-replicated-over-the-block", "PJIT-2", "accept",
+         Call(args=(Arg.numpy((8, 4)),), outputs=Out((8, 4), source=0), resource_mesh=mesh,
+              options=JitOptions(in_shardings=None, out_shardings=P("y")))),
     ]
 
 

@@ -6,7 +6,10 @@ standard input, in the form :func:`shardlaw.properties.older_harness.call_json` 
 answers each with one line: what ``jax.jit`` did (the exception's class, its built-in base
 and its message; or each result's sharding, committed flag and HLO sharding, the device
 assignment, the inputs the function uses, and for a call compiled ahead of time the HLO
-sharding the executable takes each input in). ``{"version": true}`` asks for the versions.
+sharding the executable takes each input in). ``{"version": true}`` asks for the versions;
+``{"sequence": [call, ...]}`` runs calls through one wrapper and answers, per call, how
+often it missed jit's lowering cache; ``{"placement": {"sharding": ..., "shape": [...]}}``
+asks where a sharding puts a value of that shape.
 
 Run by hand: ``echo '{"version": true}' | /work/venv0413/bin/python properties/older_worker.py``.
 """
@@ -179,12 +182,25 @@ def taken_inputs(compiled, call, args, kwargs):
             for s, r in zip(taken, ranks)]
 
 
+def block(call):
+    """The ``with mesh:`` block a pjit call is made in (a null context for ``jax.jit``)."""
+    written = call.get("resource_mesh")
+    if written is None:
+        return contextlib.nullcontext()
+    devices = np.array([DEVICES[i] for i in written["devices"]]).reshape(written["shape"])
+    return Mesh(devices, tuple(written["names"]))
+
+
 def run(call):
-    """What ``jax.jit`` does with one call."""
+    """What ``jax.jit`` (or ``pjit`` inside a ``with mesh:`` block) does with one call."""
     answer = {"stage": "jit"}
     fun = function(call)
     try:
-        jitted = jax.jit(fun, **jit_options(call))
+        if call.get("resource_mesh") is None:
+            jitted = jax.jit(fun, **jit_options(call))
+        else:
+            from jax.experimental.pjit import pjit
+            jitted = pjit(fun, **jit_options(call))
     except Exception as error:  # noqa: BLE001 - reported
         answer["error"] = failure(error)
         return answer
@@ -197,28 +213,112 @@ def run(call):
         aot_kwargs = {} if call["aot_kwargs"] is None else tree(call["aot_kwargs"], value)
         answer["uses"] = used_inputs(fun, call, args, kwargs)
         answer["stage"] = "call"
+        with block(call):
+            return called(answer, call, jitted, args, kwargs, aot, aot_kwargs)
+
+
+def called(answer, call, jitted, args, kwargs, aot, aot_kwargs):
+    """``answer`` completed with what calling ``jitted`` did (compiled first, for AOT)."""
+    try:
+        if aot is not None:
+            compiled = jitted.lower(*args, **kwargs).compile()
+            shapes = []
+            tree(call["outputs"], lambda out: shapes.append(tuple(out["shape"])))
+            outs = jax.tree_util.tree_leaves(compiled.output_shardings)
+            answer["results"] = [shown(s, shape) for s, shape in zip(outs, shapes)]
+            answer["inputs"] = taken_inputs(compiled, call, args, kwargs)
+        else:
+            flat = jax.tree_util.tree_leaves(jitted(*args, **kwargs))
+            answer["results"] = [shown(x.sharding, x.shape) for x in flat]
+            answer["committed"] = [bool(x._committed) for x in flat]
+    except Exception as error:  # noqa: BLE001
+        answer["error"] = failure(error)
+        return answer
+    if aot is not None:
+        answer["stage"] = "aot"
         try:
-            if aot is not None:
-                compiled = jitted.lower(*args, **kwargs).compile()
-                shapes = []
-                tree(call["outputs"], lambda out: shapes.append(tuple(out["shape"])))
-                outs = jax.tree_util.tree_leaves(compiled.output_shardings)
-                answer["results"] = [shown(s, shape) for s, shape in zip(outs, shapes)]
-                answer["inputs"] = taken_inputs(compiled, call, args, kwargs)
-            else:
-                flat = jax.tree_util.tree_leaves(jitted(*args, **kwargs))
-                answer["results"] = [shown(x.sharding, x.shape) for x in flat]
-                answer["committed"] = [bool(x._committed) for x in flat]
+            compiled(*aot, **aot_kwargs)
         except Exception as error:  # noqa: BLE001
             answer["error"] = failure(error)
-            return answer
-        if aot is not None:
-            answer["stage"] = "aot"
-            try:
-                compiled(*aot, **aot_kwargs)
-            except Exception as error:  # noqa: BLE001
-                answer["error"] = failure(error)
     return answer
+
+
+def box(index, shape):
+    """A per-device index (a tuple of slices, maybe short) as [[start, stop], ...]."""
+    out = []
+    for dim, size in enumerate(shape):
+        piece = index[dim] if dim < len(index) else slice(None)
+        out.append(list(piece.indices(size)[:2]))
+    return out
+
+
+def placement(question):
+    """Where a sharding puts a value of a shape, as jax 0.4.13 says: its HLO sharding,
+    the shard shape (or the error), each device's box, the replica ids, full replication."""
+    from jax._src.sharding_impls import device_replica_id_map
+    s, shape = sharding(question["sharding"]), tuple(question["shape"])
+    answer = {"hlo": None, "fully_replicated": bool(s.is_fully_replicated)}
+    try:
+        answer["hlo"] = str(s._to_xla_hlo_sharding(len(shape)))
+        answer["shard_shape"] = list(s.shard_shape(shape))
+    except Exception as error:  # noqa: BLE001 - reported
+        answer["error"] = failure(error)
+        return answer
+    answer["indices"] = [[d.id, box(i, shape)] for d, i in s.devices_indices_map(shape).items()]
+    answer["replica_ids"] = {str(d.id): r for d, r in device_replica_id_map(s, shape).items()}
+    return answer
+
+
+_WATCHED = {}
+
+
+def _lowerings_of(name):
+    """A counter of the misses of jit's lowering cache for functions called ``name`` (not
+    the jitted identity 0.4.13 runs to move an argument onto other devices)."""
+    from jax._src import pjit as pjit_module
+    if not _WATCHED:
+        cached = pjit_module._pjit_lower_cached
+
+        def watched(jaxpr, in_s, out_s, resource_env, donated, fun_name, *rest, **kw):
+            before = cached.cache_info().misses
+            try:
+                return cached(jaxpr, in_s, out_s, resource_env, donated, fun_name, *rest, **kw)
+            finally:
+                counter = _WATCHED.get(fun_name)
+                if counter is not None:
+                    counter["misses"] += cached.cache_info().misses - before
+
+        watched.cache_info = cached.cache_info
+        pjit_module._pjit_lower_cached = watched
+        _WATCHED[None] = None
+    _WATCHED[name] = {"misses": 0}
+    return _WATCHED[name]
+
+
+def run_sequence(calls):
+    """Each call of a sequence through one function object and one ``jax.jit`` wrapper
+    (the first call's options): how many times each missed jit's lowering cache
+    (``pjit._pjit_lower_cached``, keyed by ``SameDeviceAssignmentTuple``), or its error."""
+    fun = function(calls[0])
+    lowering = _lowerings_of(fun.__name__)
+    jitted = jax.jit(fun, **jit_options(calls[0]))
+    rows = []
+    for call in calls:
+        default = (jax.default_device(DEVICES[call["default_device"]])
+                   if call["default_device"] else contextlib.nullcontext())
+        row = {}
+        with default:
+            # Made first: making an array may itself lower (jnp.asarray's conversions).
+            args = tree(call["args"], value)
+            kwargs = tree(call["kwargs"], value)
+            before = lowering["misses"]
+            try:
+                jax.block_until_ready(jitted(*args, **kwargs))
+            except Exception as error:  # noqa: BLE001 - reported
+                row["error"] = failure(error)
+            row["lowering"] = lowering["misses"] - before
+        rows.append(row)
+    return {"rows": rows}
 
 
 def main():
@@ -227,7 +327,17 @@ def main():
         if not line.strip():
             continue
         call = json.loads(line)
-        if call.get("version"):
+        if "placement" in call:
+            try:
+                answer = placement(call["placement"])
+            except Exception as error:  # noqa: BLE001 - a harness fault
+                answer = {"harness_error": failure(error)}
+        elif "sequence" in call:
+            try:
+                answer = run_sequence(call["sequence"])
+            except Exception as error:  # noqa: BLE001 - a harness fault
+                answer = {"harness_error": failure(error)}
+        elif call.get("version"):
             answer = {"jax": jax.__version__, "jaxlib": jax.lib.__version__,
                       "numpy": np.__version__, "devices": len(DEVICES)}
         else:

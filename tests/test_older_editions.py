@@ -117,6 +117,101 @@ def test_jit_call_agrees_with_real_jax_0_4_13():
     run()
 
 
+def _bounded(examples):
+    from hypothesis import HealthCheck, settings
+    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+@pytest.mark.skipif(_older_env() is None,
+                    reason="no jax 0.4.13 environment (build one with .ci/older_leg, or set "
+                           "SHARDLAW_JAX_0413 to its python)")
+def test_pjit_in_a_with_mesh_block_agrees_with_real_jax_0_4_13():
+    from shardlaw.properties.older_suite import agrees_with_jax_0_4_13, property_in_blocks
+
+    examples = max(1, int(os.environ.get("SHARDLAW_OLDER_EXAMPLES", "60")) // 2)
+    _bounded(examples)(property_in_blocks(agrees_with_jax_0_4_13))()
+
+
+@pytest.mark.skipif(_older_env() is None,
+                    reason="no jax 0.4.13 environment (build one with .ci/older_leg, or set "
+                           "SHARDLAW_JAX_0413 to its python)")
+def test_the_lowering_cache_model_agrees_with_real_jax_0_4_13():
+    from shardlaw.properties.older_suite import cache_property
+
+    examples = max(1, int(os.environ.get("SHARDLAW_OLDER_EXAMPLES", "60")) // 3)
+    _bounded(examples)(cache_property())()
+
+
+@pytest.mark.skipif(_older_env() is None,
+                    reason="no jax 0.4.13 environment (build one with .ci/older_leg, or set "
+                           "SHARDLAW_JAX_0413 to its python)")
+def test_placement_agrees_with_real_jax_0_4_13():
+    from shardlaw.properties.older_suite import placement_property
+
+    examples = int(os.environ.get("SHARDLAW_OLDER_EXAMPLES", "60"))
+    _bounded(examples)(placement_property())()
+
+
+def test_the_lowering_cache_key_in_0_4_13_holds_the_first_sharding_s_devices():
+    from shardlaw.spec.jit.cache import CallSite, explain_cache
+    lone = Arg.committed((8,), S.SingleDeviceSharding(3))
+    calls = [_call(args=(lone,), outputs=Out((8,), source=0)),
+             _call(args=(lone,), outputs=Out((8,), source=0), uses=(True,))]
+    with holding("0.4.13"):
+        table = explain_cache([CallSite(c) for c in calls])
+        parts = [p.what for p in S.jit.cache_keys.lowering_key(CallSite(calls[0]))]
+    assert "the device assignment" in parts
+    assert [r.misses()["lowering"] for r in table] == [1, 0]
+
+
+def test_pjit_in_a_with_mesh_block_agrees_with_real_jax_0_10_2():
+    pytest.importorskip("jax")
+    import jax
+    if not jax.__version__.startswith("0.10"):
+        pytest.skip(f"the version of record is 0.10.2; this environment has {jax.__version__}")
+    from shardlaw.properties.older_suite import block_agrees_with_jax_0_10_2, property_in_blocks
+
+    _bounded(30)(property_in_blocks(block_agrees_with_jax_0_10_2))()
+
+
+BLOCK = S.Mesh.iota((2, 4), ("x", "y"))
+REPLICATED = "{replicated}"
+
+
+def _block_call(**options):
+    from shardlaw.spec.core.hlo import parse_hlo
+    return _call(args=(Arg.numpy((8, 4)),), outputs=Out((8, 4), source=0),
+                 options=JitOptions(**options), resource_mesh=BLOCK,
+                 compiler=(parse_hlo(REPLICATED),))
+
+
+def test_pjit_in_a_block_reads_none_as_replicated_over_the_block_in_both_releases():
+    for jax_release in EDITIONS:
+        v = jit_call(_block_call(in_shardings=None, out_shardings=None), jax=jax_release)
+        assert v.out_shardings == (S.NamedSharding(BLOCK, S.P()),) and "PJIT-2" in v.trace
+
+
+def test_pjit_in_a_block_with_no_shardings_comes_back_gspmd_in_0_4_13_named_in_0_10_2():
+    from shardlaw.spec.jit.upgrade import upgrade
+    change = upgrade(_block_call())
+    assert isinstance(change.before.out_shardings[0], S.GSPMDSharding)
+    assert change.after.out_shardings[0] == S.NamedSharding(BLOCK, S.P())
+    assert change.before.out_committed == change.after.out_committed == (True,)
+    assert "PJIT-1" in change.varying and "PJIT-2" not in change.varying
+
+
+def test_a_block_mesh_with_explicit_axes_is_refused_in_0_4_13_and_a_block_with_set_mesh_never():
+    explicit = S.Mesh((2,), ("x",), (0, 1), (S.AxisType.Explicit,))
+    call = _call(args=(Arg.numpy((8,)),), outputs=Out((8,)), resource_mesh=explicit)
+    old = jit_call(call, jax="0.4.13")
+    assert (old.rule, old.error_type) == ("CALL-1", "TypeError")
+    with pytest.raises(Rejection) as raised:
+        _call(args=(Arg.numpy((8,)),), outputs=Out((8,)), resource_mesh=BLOCK,
+              context_mesh=BLOCK)
+    assert raised.value.rule == "CALL-0" and "with mesh:" in str(raised.value)
+
+
 def test_call_1_refuses_exactly_what_0_4_13_lacks():
     from hypothesis import HealthCheck, settings
 
@@ -140,7 +235,7 @@ OLDER_VECTORS = ROOT / "vectors" / "jit-0.4.13"
 def test_the_0_4_13_vectors_replay_in_their_edition(capsys):
     assert sorted(p.name for p in OLDER_VECTORS.glob("*.json"))
     assert main(["vectors", "run", str(OLDER_VECTORS)]) == 0
-    assert "7 vector(s) checked: 7 passed, 0 failed" in capsys.readouterr().out
+    assert "10 vector(s) checked: 10 passed, 0 failed" in capsys.readouterr().out
 
 
 def test_a_0_4_13_vector_is_not_compared_with_a_0_10_2_verdict(capsys):
@@ -155,13 +250,13 @@ def test_upgrade_runs_on_the_repository_vectors(capsys):
     assert main(["upgrade", str(ROOT / "vectors")]) == 1   # some calls change
     out = capsys.readouterr().out
     last = out.strip().splitlines()[-1]
-    assert last.startswith("172 jit call(s): ") and "change from jax 0.4.13 to 0.10.2" in last
+    assert last.startswith("175 jit call(s): ") and "change from jax 0.4.13 to 0.10.2" in last
     assert "vector(s) of other kinds left out" in last
     assert main(["upgrade", "--json", "--changed", str(OLDER_VECTORS)]) == 1
     report = __import__("json").loads(capsys.readouterr().out)
-    assert report["calls"] == 7 and report["changed"] == len(report["rows"]) == 7
+    assert report["calls"] == 10 and report["changed"] == len(report["rows"]) == 9
     varying = {r for row in report["rows"] for r in row["varying_rules"]}
-    assert {"FIT-1", "KEEP-1", "OUT-1", "OUT-3", "AOT-3"} <= varying
+    assert {"FIT-1", "KEEP-1", "OUT-1", "OUT-3", "AOT-3", "PJIT-1"} <= varying
 
 
 @pytest.mark.skipif(_older_env() is None,
@@ -179,4 +274,4 @@ def test_the_0_4_13_vectors_hold_for_real_jax_0_4_13():
             _, _, problems = compare_older(vector.call)
             assert not problems, (path.name, problems)
             held += 1
-    assert held == 6
+    assert held == 9

@@ -807,3 +807,54 @@ def test_prog5_the_device_assignment_must_have_the_types_mesh_size():
     verdict = jit_call(call)
     assert (verdict.rule, verdict.stage, verdict.jax_error) == ("PROG-5", "lower", "ValueError")
     assert "cannot reshape array of size 1 into shape (2,4)" in verdict.message
+
+
+def _block_call(**fields):
+    fields.setdefault("args", (Arg.numpy((8, 4)),))
+    fields.setdefault("outputs", Out((8, 4), source=0))
+    return Call(resource_mesh=MESH, **fields)
+
+
+@clause("PJIT-1", 1)
+def test_pjit1_the_block_is_read_as_a_context_mesh_and_stays_a_block():
+    # Read as jax.set_mesh: a result the compiler placed is typed over the block's mesh.
+    call = _block_call(compiler=(parse_hlo("{replicated}"),))
+    assert jit_call(call).out_shardings == (NamedSharding(MESH, P()),)
+    # A block and a jax.set_mesh context on one call describe no call JAX can make.
+    with pytest.raises(Rejection) as raised:
+        Call(args=(Arg.numpy((8,)),), outputs=Out((8,)), resource_mesh=MESH, context_mesh=MESH)
+    assert raised.value.rule == "CALL-0"
+
+
+@clause("PJIT-1", 2)
+def test_pjit1_the_blocks_devices_are_the_programs():
+    verdict = jit_call(_block_call())
+    assert verdict.device_assignment == tuple(range(8)) and verdict.out_committed == (True,)
+    lone = Arg.committed((8, 4), SingleDeviceSharding(3))
+    refused = jit_call(_block_call(args=(lone,)))
+    assert (refused.rule, refused.error_type) == ("DA-1", "ValueError")
+    assert jit_call(_block_call(args=(lone,)), jax="0.4.13").rule == "DA-1"
+
+
+@clause("PJIT-2", 1)
+def test_pjit2_a_none_leaf_is_replicated_over_the_block():
+    for options in (JitOptions(in_shardings=None), JitOptions(in_shardings=(None,))):
+        for jax in ("0.10.2", "0.4.13"):
+            verdict = jit_call(_block_call(options=options, compiler=(parse_hlo("{replicated}"),)),
+                               jax=jax)
+            assert verdict.out_shardings == (NamedSharding(MESH, P()),), (options, jax)
+    # Outside a block a None leaf is left to jit: the result stays on one device.
+    plain = jit_call(Call(args=(Arg.numpy((8, 4)),), outputs=Out((8, 4), source=0),
+                          options=JitOptions(in_shardings=None)))
+    assert plain.device_assignment == (0,)
+
+
+@clause("PJIT-2", 2)
+def test_pjit2_a_spec_is_resolved_against_the_block():
+    verdict = jit_call(_block_call(options=JitOptions(out_shardings=P("y"))))
+    assert verdict.out_shardings == (NamedSharding(MESH, P("y")),)
+    unknown = jit_call(_block_call(options=JitOptions(in_shardings=P("z"))))
+    assert not unknown.accepted and unknown.error_type == "ValueError"
+    outside = jit_call(Call(args=(Arg.numpy((8, 4)),), outputs=Out((8, 4)),
+                            options=JitOptions(in_shardings=P("x"))))
+    assert (outside.rule, outside.error_type) == ("JIT-3", "RuntimeError")

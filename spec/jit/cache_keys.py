@@ -18,7 +18,7 @@ from ..core.hlo import Replicated
 from .assignment import replicate_scalars
 from ..placement.blocks import is_fully_replicated, to_hlo
 from ..core.pytree import is_container, leaves_with_paths, structure
-from ..core.rules import rule
+from ..core.rules import rule, varies
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import AbstractMesh, AxisType, DeviceList, Mesh, PartitionSpec
 from .cache_sites import (
@@ -282,7 +282,57 @@ def _python_key(sharding: Any) -> Any:
     return sharding  # UNSPECIFIED, None, a PartitionSpec
 
 
-@rule("CACHE-7", mirrors="jax._src.pjit._pjit_lower (weakref_lru_cache)")
+def _original_key(sharding: Any) -> Any:
+    """A sharding as JAX 0.4.13's ``SameDeviceAssignmentTuple`` compares it: by the
+    sharding jit was given or the argument held (its "original"), each type by its own
+    equality (a NamedSharding by mesh and spec as written, trailing None included); no
+    memory kind."""
+    if isinstance(sharding, NamedSharding):
+        return ("NamedSharding", sharding.mesh, sharding.spec)
+    if isinstance(sharding, SingleDeviceSharding):
+        return ("SingleDeviceSharding", sharding.device)
+    if isinstance(sharding, GSPMDSharding):
+        return ("GSPMDSharding", sharding.hlo)
+    return sharding  # UNSPECIFIED
+
+
+def _first_devices(shardings: Any) -> Any:
+    """The device list of the first sharding that is given (None: none is)."""
+    for s in shardings:
+        if s is not UNSPECIFIED and s is not None:
+            return s.devices if isinstance(s, GSPMDSharding) else (
+                DeviceList.of_ids([s.device.id]) if isinstance(s, SingleDeviceSharding)
+                else s.mesh.devices)
+    return None
+
+
+def _lowering_key_0_4(function: Any, site: CallSite) -> Key:
+    """CACHE-7 in JAX 0.4.13: the shardings by their originals, with the device list."""
+    facts = site.facts
+    options = site.call.options
+    parts = [Part(f"{path} in sharding", _original_key(s), Placed(s, arg.shape))
+             for (path, arg), s in zip(facts.flat, facts.resolved)]
+    parts += [Part(f"{path} out sharding", _original_key(s), Placed(s, out.shape))
+              for path, out, s in facts.outs]
+    given = [*facts.resolved, *(s for _, _, s in facts.outs)]
+    parts += [Part("the device assignment", _first_devices(given)),
+              Part("donation", facts.donated), Part("keep_unused", options.keep_unused)]
+    return tuple(parts + context_parts(facts))
+
+
+@varies("0.4.13", "A trace is lowered again unless an earlier lowering of the same trace had "
+        "the same parameters, its shardings compared as SameDeviceAssignmentTuple compares "
+        "them: each by the sharding jit was given or the argument held, together with the "
+        "device list of the first one given.", decide=_lowering_key_0_4,
+        clauses=("(C1) Each resolved input sharding and each output sharding is compared by "
+                 "its original: a NamedSharding by its mesh (devices and axis names) and its "
+                 "spec as written (P('x') and P('x', None) differ), a SingleDeviceSharding "
+                 "by its device; shardings have no memory kind.",
+                 "(C2) The key holds the device list of the first sharding given (in "
+                 "inputs, then outputs), as well as the donation, keep_unused, the `with "
+                 "mesh:` block's mesh and the default device."))
+@rule("CACHE-7", mirrors="jax._src.pjit._pjit_lower (weakref_lru_cache); "
+                         "SameDeviceAssignmentTuple (JAX 0.4.13)")
 def lowering_key(site: CallSite) -> Key:
     """A trace is lowered again (JAX counts a compilation cache miss) unless an earlier lowering of the same trace had the same parameters.
 

@@ -15,10 +15,10 @@ from typing import Any, Iterable, Sequence
 from .call import Arg, Call, Verdict, check_call
 from .pipeline import jit_call, jit_shardings
 from .matching import match_out_shardings
-from .options import jit_context_mesh
+from .older import call_context
 from .resolution import Input, resolve_input
 from ..core.pytree import leaves_with_paths
-from ..core.rules import Failure, Rejection, reject, rule
+from ..core.rules import Failure, Rejection, current_edition, reject, rule
 from ..core.shardings import UNSPECIFIED
 
 __all__ = ["CallSite", "check_sequence", "Part", "Placed", "Key"]
@@ -149,7 +149,7 @@ def check_sequence(sites: Sequence[CallSite]) -> list[CallSite]:
 def site_verdicts(sites: Iterable[CallSite]) -> Iterable[tuple[int, CallSite, Verdict]]:
     """Each site of a checked sequence (CACHE-0) with its index and jit's verdict."""
     for index, site in enumerate(check_sequence(sites)):
-        yield index, site, jit_call(site.call)
+        yield index, site, jit_call(site.call, jax=current_edition())
 
 
 # =========================================================================== key parts
@@ -189,7 +189,7 @@ class CallFacts:
     @classmethod
     def of(cls, call: Call) -> "CallFacts":
         n = call.normal
-        _, jit_in, out_tree = jit_shardings(n, jit_context_mesh(call.context_mesh))
+        _, jit_in, out_tree = jit_shardings(n, call_context(call))
         resolved = tuple(_resolved(Input(path, arg, s), call.process_count, n.device_or_backend)
                          for (path, arg), s in zip(n.flat_in, jit_in))
         out_flat = match_out_shardings(out_tree, n.results)
@@ -197,7 +197,8 @@ class CallFacts:
                      for (path, o), s in zip(n.flat_out, out_flat))
         return cls(n.flat_in, n.dynamic, n.statics,
                    (tuple(sorted(n.static)), tuple(sorted(n.static_names))), resolved, outs,
-                   _donated(call, n.static), (call.context_mesh, call.default_device))
+                   _donated(call, n.static),
+                   (call.resource_mesh or call.context_mesh, call.default_device))
 
 
 def _resolved(item: Input, processes: int, device_or_backend: bool) -> Any:

@@ -361,7 +361,10 @@ class Call:
       of this call) is then called with these arguments;
     * ``inside`` — the shardings inside the function's body that take part in the device
       assignment (:class:`~shardlaw.spec.jit.assignment.Source` values, in JAX's order), as
-      the whole-program layer lists them (PROG-2; :mod:`shardlaw.spec.jit.inside`).
+      the whole-program layer lists them (PROG-2; :mod:`shardlaw.spec.jit.inside`);
+    * ``resource_mesh`` — the (concrete) mesh of a ``with mesh:`` block the call is made in,
+      through ``jax.experimental.pjit.pjit`` rather than ``jax.jit`` (None: no block, and
+      ``jax.jit``); PJIT-1 (:mod:`shardlaw.spec.jit.older`) says how each release reads it.
     """
 
     args: tuple = ()
@@ -381,6 +384,7 @@ class Call:
     compiler_in_layouts: tuple[Layout | None, ...] | None = None
     compiler_in: tuple[HloSharding | None, ...] | None = None
     inside: tuple = ()   # the shardings inside the body (Sources), for a whole program
+    resource_mesh: Mesh | None = None   # pjit inside ``with mesh:`` (PJIT-1)
 
     def __post_init__(self) -> None:
         # A call that exists is well-formed (CALL-0): each step checks one part of the
@@ -406,6 +410,10 @@ class Call:
                    self.options)
         check_call(self.context_mesh is None or isinstance(self.context_mesh, (Mesh, AbstractMesh)),
                    "the context mesh", "None, a Mesh or an AbstractMesh", self.context_mesh)
+        check_call(self.resource_mesh is None or (isinstance(self.resource_mesh, Mesh)
+                                                  and self.context_mesh is None),
+                   "the mesh of a `with mesh:` block (pjit)",
+                   "None, or a concrete Mesh on a call with no context mesh", self.resource_mesh)
         for what, tree in (("args", self.args), ("kwargs", self.kwargs)):
             for path, leaf in leaves_with_paths(tree):
                 check_call(isinstance(leaf, (Arg, Static)), f"{show_path((what, *path))}",

@@ -18,14 +18,16 @@ from typing import Any, Iterator
 
 from .call import Arg, Call
 from .layouts import Format, is_layout
-from ..core.pytree import leaves_with_paths, show_path
-from ..core.rules import Failure, current_edition, reject, rule
+from .options import jit_context_mesh, leaf_to_sharding
+from ..core.pytree import leaves_with_paths, map_leaves, show_path
+from ..core.rules import Failure, current_edition, reject, rule, varies
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding, SingleDeviceSharding
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["check_expressible", "LACKING"]
+__all__ = ["check_expressible", "LACKING", "block_mesh", "call_context", "block_leaf",
+           "block_leaves"]
 
 @dataclasses.dataclass(frozen=True)
 class Lacking(Failure, rule="CALL-1", error=AttributeError):
@@ -84,6 +86,9 @@ def _uses(call: Call) -> Iterator[tuple[str, str]]:
     if call.context_mesh is not None:
         yield ("abstract mesh" if isinstance(call.context_mesh, AbstractMesh)
                else "context mesh"), "the context mesh"
+    if call.resource_mesh is not None and any(
+            t != AxisType.Auto for t in call.resource_mesh.axis_types):
+        yield "axis types", "the mesh of the with-mesh block"
     for name in ("in_shardings", "out_shardings"):
         tree = getattr(call.options, name)
         if tree is UNSPECIFIED:
@@ -124,3 +129,68 @@ def check_expressible(call: Call) -> None:
     for feature, where in _uses(call):
         failure, said = LACKING[feature]
         raise reject(failure(jax, feature, where, said))
+
+
+@varies("0.4.13", "A call made through pjit inside a ``with mesh:`` block runs in the block's "
+        "resource environment: pjit resolves its PartitionSpec and None leaves against the "
+        "block's mesh (PJIT-2), and the mesh's devices are the program's devices.",
+        clauses=("(C1) The block's mesh is pjit's resource environment; jax.jit reads no "
+                 "such block, and there is no jax.set_mesh (CALL-1).",
+                 "(C2) Every sharding the call gives or holds must be on exactly the mesh's "
+                 "devices, in order (DA-1, ValueError), compared before unused inputs are "
+                 "dropped (KEEP-1); a call that gives none runs on them, its results "
+                 "committed.",
+                 "(C3) A result the compiler placed takes no type from the block (OUT-1): "
+                 "with no NamedSharding among the kept inputs it comes back a "
+                 "GSPMDSharding."))
+@rule("PJIT-1", mirrors="jax._src.pjit.pjit (resource_env: mesh_lib.thread_resources.env); "
+                        "jax._src.mesh.Mesh.__enter__")
+def block_mesh(mesh: Mesh) -> Mesh:
+    """A call made through pjit inside a ``with mesh:`` block runs under the block's mesh as under ``jax.set_mesh(mesh)``: the block's mesh is the context mesh jit reads.
+
+    (C1) Both pjit and the block are deprecated (DeprecationWarning); ``jax.jit`` inside
+    the block does not read it.
+    (C2) The mesh's devices are the program's devices (DA-1) and a result the compiler
+    placed is typed over the mesh (OUT-1 (C3)), as for any context mesh.
+
+    >>> block_mesh(Mesh.iota((2, 4), ("x", "y")))
+    Mesh({'x': 2, 'y': 4})
+    """
+    return mesh
+
+
+def call_context(call: Call) -> Mesh | AbstractMesh | None:
+    """The mesh a call runs under: the mesh of its ``with mesh:`` block (PJIT-1), else its
+    context mesh as jit reads it (JIT-5)."""
+    if call.resource_mesh is not None:
+        return block_mesh(call.resource_mesh)
+    return jit_context_mesh(call.context_mesh)
+
+
+@rule("PJIT-2", mirrors="jax._src.pjit._create_sharding_for_array (under a resource env)")
+def block_leaf(leaf: Any, mesh: Mesh, which: str) -> Any:
+    """Under pjit inside a ``with mesh:`` block, a None leaf of in_shardings or out_shardings (the whole tree's too) is the replicated NamedSharding over the block's mesh, and a PartitionSpec is resolved against that mesh.
+
+    (C1) A None leaf is ``NamedSharding(mesh, P())``: pjit does not leave it to the
+    compiler, where ``jax.jit`` without a block does (JIT-3). JAX 0.4.13 and 0.10.2 agree.
+    (C2) A PartitionSpec becomes a NamedSharding over the block's mesh, its axes checked
+    there (NS-1..3); a Sharding stands for itself (JIT-3).
+
+    >>> mesh = Mesh.iota((2,), ("x",))
+    >>> block_leaf(None, mesh, "in_shardings[0]")
+    NamedSharding(Mesh({'x': 2}), P())
+    >>> block_leaf(P("x"), mesh, "in_shardings[0]")
+    NamedSharding(Mesh({'x': 2}), P('x'))
+    """
+    if leaf is None:
+        return NamedSharding(mesh, PartitionSpec())
+    return leaf_to_sharding(leaf, mesh, which)
+
+
+def block_leaves(tree: Any, mesh: Mesh, which: str) -> Any:
+    """Each leaf of a shardings tree of a pjit call inside a ``with mesh:`` block, read by
+    PJIT-2, keeping the tree."""
+    if tree is UNSPECIFIED:
+        return UNSPECIFIED
+    return map_leaves(lambda path, leaf: block_leaf(leaf, mesh, show_path((which, *path))),
+                      tree, none_is_leaf=True, with_path=True)

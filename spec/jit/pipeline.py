@@ -50,7 +50,7 @@ from .matching import (
 )
 from .options import (
     check_call_form, check_device_options, check_leaf, convert_leaves, device_option_sharding,
-    jit_context_mesh, leaf_paths,
+    leaf_paths,
 )
 from ..placement.blocks import to_hlo
 from .recovery import (
@@ -59,7 +59,7 @@ from .recovery import (
     single_device_results, type_sources, typed_result,
 )
 from .inside import recovery_origin
-from .older import check_expressible
+from .older import block_leaves, call_context, check_expressible
 from .resolution import (
     Input, check_reused_replica, compared_first, kept_inputs, resolve_input,
 )
@@ -204,7 +204,7 @@ def stage_jit(n: NormalCall) -> None:
 def stage_call(n: NormalCall) -> Called:
     """At the call, before tracing: JIT-5, the abstract arguments' types (FIT-2), JIT-4,
     JIT-3, TREE-1, FIT-1 and LAY-4 (inputs)."""
-    context = jit_context_mesh(n.call.context_mesh)
+    context = call_context(n.call)   # JIT-5, or a `with mesh:` block around pjit (PJIT-1)
     for path, arg in n.flat_in:
         if arg.kind == "abstract" and arg.sharding is not None:
             check_typed_fit(arg.sharding, arg.shape, path)
@@ -230,8 +230,10 @@ def jit_shardings(n: NormalCall, context: Any) -> tuple[Any, list[Any], Any]:
     if n.device_or_backend:
         target = device_option_sharding(n.call.options)
         return target, [target] * count, target
-    in_tree = convert_leaves(n.in_tree, context, "in_shardings")
-    out_tree = convert_leaves(n.out_tree, context, "out_shardings")
+    block = n.call.resource_mesh   # pjit inside `with mesh:` reads leaves by PJIT-2
+    convert = convert_leaves if block is None else block_leaves
+    in_tree = convert(n.in_tree, context, "in_shardings")
+    out_tree = convert(n.out_tree, context, "out_shardings")
     # With keyword arguments in_shardings is left out (JIT-4).
     jit_in = ([UNSPECIFIED] * count if n.call.kwargs
               else match_in_shardings(in_tree, n.positional))
@@ -351,9 +353,8 @@ def stage_compile(n: NormalCall, called: Called, traced: Traced, lowered: Lowere
     with located(n.out_paths[0] if results else "result"):
         # typed as lowering types them: over a NamedSharding out sharding's mesh (PROG-6)
         typed = lowered_types([out for _, out in n.flat_out], traced.out_shardings)
-        given, given_values = type_sources(
-            recovered, kept_values, lowered.final,
-            input_types([item.arg for item in called.inputs]))
+        given = type_sources(recovered, [lowered.final[i] for i in kept])
+        given_values = kept_values
         if call.inside:  # a whole program: a sharding inside the body may give the type
             given, given_values, typed = recovery_origin(given, given_values, typed,
                                                          call.inside)

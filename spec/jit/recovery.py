@@ -182,23 +182,22 @@ def spec_from_hlo(hlo: HloSharding, mesh: Mesh | AbstractMesh, memory_kind: Any 
     return done(*partitions)
 
 
-def type_sources(kept: Sequence[Any], kept_values: Sequence[Any], every: Sequence[Any],
-                 every_value: Sequence[Any]) -> tuple[Sequence[Any], Sequence[Any]]:
-    """The inputs whose shardings may give a result its type (OUT-1), with their types, as
-    the edition held reads them: the kept ones, as the executable takes them (JAX 0.10.2);
-    every input, kept or not, as jit resolved it (JAX 0.4.13 looks for a NamedSharding
-    among all of its in_shardings).
+def type_sources(recovered: Sequence[Any], resolved: Sequence[Any]) -> Sequence[Any]:
+    """The shardings of the kept inputs that may give a result its type (OUT-1), as the
+    edition held reads them: as the executable takes them, recovered (JAX 0.10.2); as jit
+    resolved them before compiling (JAX 0.4.13 looks for the first NamedSharding among the
+    resolved shardings of the inputs the program kept; an input it dropped gives none).
 
     >>> from shardlaw.spec.core.editions import holding
-    >>> type_sources(["kept"], ["t"], ["kept", "dropped"], ["t", "u"])
-    (['kept'], ['t'])
+    >>> type_sources(["recovered"], ["resolved"])
+    ['recovered']
     >>> with holding("0.4.13"):
-    ...     type_sources(["kept"], ["t"], ["kept", "dropped"], ["t", "u"])
-    (['kept', 'dropped'], ['t', 'u'])
+    ...     type_sources(["recovered"], ["resolved"])
+    ['resolved']
     """
     if current_edition() == "0.4.13":
-        return every, every_value
-    return kept, kept_values
+        return resolved
+    return recovered
 
 
 def _read_back_0_4(function: Any, placed: list[Any], values: Sequence[Any],
@@ -206,8 +205,8 @@ def _read_back_0_4(function: Any, placed: list[Any], values: Sequence[Any],
                    context: Mesh | AbstractMesh | None) -> list[Any]:
     """OUT-1 in JAX 0.4.13: once any value is the compiler's, every value is read back from
     the executable (a GSPMDSharding, given ones too), and takes the type of the first
-    NamedSharding among the inputs only: a SingleDeviceSharding or the placed values give
-    none, and there is no context mesh."""
+    NamedSharding among the kept inputs as jit resolved them only: a SingleDeviceSharding
+    or the placed values give none, and there is no context mesh."""
     if not any(isinstance(o, GSPMDSharding) for o in placed):
         return list(placed)
     read = [o if isinstance(o, GSPMDSharding) or o is UNSPECIFIED
@@ -224,13 +223,15 @@ def _read_back_0_4(function: Any, placed: list[Any], values: Sequence[Any],
 
 
 @varies("0.4.13", "A value the compiler placed comes back in the type of the first "
-        "NamedSharding among the inputs, else as a GSPMDSharding; once any result is the compiler's, the results given an out_sharding "
-        "are read back from the executable with the rest.", decide=_read_back_0_4,
+        "NamedSharding among the kept inputs as jit resolved them, else as a GSPMDSharding; "
+        "once any result is the compiler's, the results given an out_sharding are read back "
+        "from the executable with the rest.", decide=_read_back_0_4,
         clauses=("(C1) Once any value is the compiler's, every value is read back from the "
                  "executable as a GSPMDSharding, the given ones too.",
-                 "(C2) Each takes the type of the first NamedSharding among the inputs, as "
-                 "OUT-1 (C1) says; a SingleDeviceSharding, the placed values and a context "
-                 "mesh give no type."))
+                 "(C2) Each takes the type of the first NamedSharding among the inputs the "
+                 "program kept, as jit resolved them (an argument's own, or its in_sharding), "
+                 "as OUT-1 (C1) says; an input the program dropped, a SingleDeviceSharding, "
+                 "the placed values and a context mesh give no type."))
 @rule("OUT-1", mirrors="jax._src.interpreters.pxla.maybe_recover_user_shardings; "
                        "_get_out_sharding_from_orig_sharding")
 def recover_shardings(placed: list[Any], values: Sequence[Any], given: Sequence[Any],

@@ -381,6 +381,7 @@ class CallReader(CallPartsReader):
                 outputs=self.tree(get("outputs", {"tuple": []}), at("outputs"), self.output),
                 options=self.options(get("options", {}), at("options")),
                 context_mesh=_maybe(self.mesh)(get("context_mesh", None), at("context_mesh")),
+                resource_mesh=_maybe(self.mesh)(get("resource_mesh", None), at("resource_mesh")),
                 uses=_maybe(lambda v, p: _each(v, p, "a list of booleans", _bool))(
                     get("uses", None), at("uses")),
                 compiler=_maybe(lambda v, p: _each(v, p, "a list of HLO sharding texts or null",
@@ -472,7 +473,8 @@ _OPTION_KEYS = ("in_shardings", "out_shardings", "static_argnums", "static_argna
                 "donate_argnums", "donate_argnames", "keep_unused", "device", "backend")
 _CALL_KEYS = ("args", "kwargs", "outputs", "options", "context_mesh", "uses", "compiler",
               "compiler_memory", "devices", "default_device", "process_count", "aot_args",
-              "aot_kwargs", "compiler_layouts", "compiler_in_layouts", "compiler_in")
+              "aot_kwargs", "compiler_layouts", "compiler_in_layouts", "compiler_in",
+              "resource_mesh")
 
 
 def _rule_id(value: Any, path: tuple) -> str:

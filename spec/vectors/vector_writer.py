@@ -222,6 +222,8 @@ def _call_json(call: Call) -> dict:
            if getattr(call, name) is not None},
         **({} if call.compiler_in is None else {"compiler_in": [
             None if c is None else _hlo_json(c) for c in call.compiler_in]}),
+        **({} if call.resource_mesh is None else {
+            "resource_mesh": _mesh_json(call.resource_mesh)}),
     }
 
 
