@@ -44,7 +44,6 @@ INTERNALS: dict[Hole, str] = {
 }
 
 _PROGRAM = "pending: spec/program and its property harnesses being restructured this session"
-_TRANSFORMS = "pending: spec/transforms being restructured this session"
 _VECTORS = "pending: spec/vectors being restructured this session"
 _BRIDGE = "pending: spec/bridge being restructured this session"
 _ENGINE = "pending: engine being restructured this session"
@@ -82,18 +81,6 @@ PENDING: dict[str, dict[str, str]] = {
         "tests/test_program_autodiff.py": "properties.program_ad_harness: _jaxpr_signature",
         "tests/test_program_shardmap.py":
             "properties.program_shardmap_harness: _apply _lowered_groups",
-    },
-    _TRANSFORMS: {
-        "spec/transforms/constraint.py": "spec.jit.call: _nesting",
-        "spec/transforms/shardmap.py": "spec.transforms.shardmap_parameters: _names",
-        "spec/transforms/shardmap_bodies.py": "spec.transforms.shardmap_parameters: _ways",
-        "spec/transforms/shardmap_collectives.py":
-            "spec.transforms.shardmap_parameters: _bounded_items _check_mesh",
-        "spec/transforms/shardmap_parameters.py": "spec.jit.call: _nesting",
-        "spec/transforms/shardmap_specs.py":
-            "spec.transforms.shardmap_parameters: _bounded_items _names _ways",
-        "spec/transforms/shardmap_types.py":
-            "spec.transforms.shardmap_parameters: _check_mesh _names _ways",
     },
     _VECTORS: {
         "spec/vectors/jit_vectors.py":
