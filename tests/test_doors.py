@@ -44,7 +44,6 @@ INTERNALS: dict[Hole, str] = {
 }
 
 _PROGRAM = "pending: spec/program and its property harnesses being restructured this session"
-_VECTORS = "pending: spec/vectors being restructured this session"
 _BRIDGE = "pending: spec/bridge being restructured this session"
 _ENGINE = "pending: engine being restructured this session"
 _TYPING = "pending: how spec/jit types an argument (ARG-2) being rewritten this session"
@@ -81,24 +80,6 @@ PENDING: dict[str, dict[str, str]] = {
         "tests/test_program_autodiff.py": "properties.program_ad_harness: _jaxpr_signature",
         "tests/test_program_shardmap.py":
             "properties.program_shardmap_harness: _apply _lowered_groups",
-    },
-    _VECTORS: {
-        "spec/vectors/jit_vectors.py":
-            "spec.vectors.vector_checks: _document; "
-            "spec.vectors.vector_reader: _CALL_KEYS _int _maybe _object _rule_id _str; "
-            "spec.vectors.vector_writer: _call_json",
-        "spec/vectors/program_vectors.py":
-            "spec.vectors.jit_vectors: _check_label; spec.vectors.vector_checks: _document; "
-            "spec.vectors.vector_reader: _object",
-        "spec/vectors/sequence_vectors.py":
-            "spec.vectors.vector_checks: _document; "
-            "spec.vectors.vector_reader: _CALL_KEYS _int _list _maybe _object _str; "
-            "spec.vectors.vector_writer: _call_json",
-        "spec/vectors/value_json.py":
-            "spec.vectors.vector_reader: _object; "
-            "spec.vectors.vector_writer: _hlo_json _input_json _mesh_json _sharding_json",
-        "spec/vectors/vector_reader.py": "spec.vectors.vector_checks: _building",
-        "src/shardlaw/sharding_text.py": "spec.vectors.vector_writer: _sharding_json",
     },
     _ENGINE: {
         "engine/traced_refusals.py": "engine.shardings: _misfit",
