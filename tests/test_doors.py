@@ -45,8 +45,6 @@ INTERNALS: dict[Hole, str] = {
 
 _PROGRAM = "pending: spec/program and its property harnesses being restructured this session"
 _BRIDGE = "pending: spec/bridge being restructured this session"
-_ENGINE = "pending: engine being restructured this session"
-_TYPING = "pending: how spec/jit types an argument (ARG-2) being rewritten this session"
 
 # Rooms other work of this session is rebuilding: reason -> {file: "module: names; ..."},
 # the module named without its ``shardlaw.`` prefix.
@@ -80,12 +78,6 @@ PENDING: dict[str, dict[str, str]] = {
         "tests/test_program_autodiff.py": "properties.program_ad_harness: _jaxpr_signature",
         "tests/test_program_shardmap.py":
             "properties.program_shardmap_harness: _apply _lowered_groups",
-    },
-    _ENGINE: {
-        "engine/traced_refusals.py": "engine.shardings: _misfit",
-    },
-    _TYPING: {
-        "properties/cache_strategies.py": "spec.jit.cache_keys: _dtype",
     },
 }
 
