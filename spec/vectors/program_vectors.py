@@ -88,12 +88,20 @@ class ProgramVector:
     description: str | None = None
     jax: str = JAX_VERSION
 
+    def transformations(self) -> list[tuple[Callable[..., Program], dict]]:
+        """Each transformation's function and keyword arguments, innermost first (VEC-1:
+        one this shardlaw has)."""
+        return [(_transformation(name), dict(arguments)) for name, arguments in self.transforms]
+
     def transformed(self) -> Program:
         """The program the vector asks about: its transformations applied by the spec."""
-        program = self.program
-        for name, arguments in self.transforms:
-            program = _transformation(name)(program, **dict(arguments))
-        return program
+        return _applied(self.program, self.transformations())
+
+
+def _applied(program: Program, transformations: list) -> Program:
+    for function, arguments in transformations:
+        program = function(program, **arguments)
+    return program
 
 
 # =========================================================================== writing
@@ -257,10 +265,12 @@ def replay_program(vector: ProgramVector) -> ProgramVerdict:
     """The spec's verdict on the vector's question: its transformations applied, then
     :func:`~shardlaw.spec.explain_program` until its stage. A transformation that refuses
     the program (vmap's BAT rules, AD-0 ...) is the verdict: refused by its rule, at the
-    stage it raised in (``trace``), with its path."""
+    stage it raised in (``trace``), with its path. Either way the verdict's trace begins
+    with the rules the transformations fired (not the reader's VEC-1)."""
+    transformations = vector.transformations()
     with tracing() as fired:
         try:
-            program = vector.transformed()
+            program = _applied(vector.program, transformations)
         except Rejection as error:
             failure = error.failure
             return ProgramVerdict(False, tuple(dict.fromkeys(fired)), rule=failure.rule,
@@ -268,7 +278,8 @@ def replay_program(vector: ProgramVector) -> ProgramVerdict:
                                   jax_error=failure.jax_error, message=str(error),
                                   path=error.path, stage=error.stage or "trace",
                                   until=vector.until)
-    return explain_program(program, until=vector.until)
+    verdict = explain_program(program, until=vector.until)
+    return dataclasses.replace(verdict, trace=tuple(dict.fromkeys((*fired, *verdict.trace))))
 
 
 def program_differences(vector: ProgramVector, actual: ProgramVerdict | None = None
