@@ -385,9 +385,9 @@ def jaxpr_signature(jaxpr: Any) -> tuple:
 
 def _jaxpr_typed(atoms: Any) -> tuple:
     """:func:`typed` read from a jaxpr's variables (and literals)."""
-    from shardlaw.spec.bridge.program import _type
+    from shardlaw.spec.bridge.program import value_type_of
 
-    return typed(_type(a.aval, "a value of the transformed function") for a in atoms)
+    return typed(value_type_of(a.aval, "a value of the transformed function") for a in atoms)
 
 
 # --------------------------------------------------------------------------- comparing

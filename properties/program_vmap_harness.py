@@ -139,7 +139,7 @@ def run_vmapped(vc: VmapCase) -> VmapOutcome:
 
 def _run_vmapped(fun: Any, args: tuple) -> VmapOutcome:
     import jax
-    from shardlaw.spec.bridge.program import _is_one_jit, describe_trace
+    from shardlaw.spec.bridge.program import is_one_jit, describe_trace
 
     outcome = VmapOutcome()
     hits.record_jax_calls(1)
@@ -153,7 +153,7 @@ def _run_vmapped(fun: Any, args: tuple) -> VmapOutcome:
             outcome.stage, outcome.error = "trace", error
             return outcome
         outcome.described = describe_trace(fun, *args)
-        outcome.one_jit = _is_one_jit(closed)
+        outcome.one_jit = is_one_jit(closed)
         results = _run(outcome, fun, args)
     if results is None:
         return outcome
@@ -404,10 +404,10 @@ def map_vmap_cases(draw: Any) -> MapVmapCase:
     nested vmaps; batch sizes the spmd axes may split unevenly, spmd axes the shard_map
     names, makes manual or not, or its mesh lacks."""
     from shardlaw.properties.program_shardmap_harness import map_cases
-    from shardlaw.spec.program.shardmap_batching import _spec_axes
+    from shardlaw.spec.program.shardmap_batching import spec_axes
 
     case = draw(map_cases())
-    used = _spec_axes(case.in_spec) | _spec_axes(case.out_spec)
+    used = spec_axes(case.in_spec) | spec_axes(case.out_spec)
     free = [a for a in case.mesh.axis_names if a not in used]
     rank = len(case.argument.shape)
     vmaps = [draw(_map_vmap(rank, free))]

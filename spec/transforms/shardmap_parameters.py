@@ -156,10 +156,6 @@ def checked_mesh(mesh: Any) -> Mesh | AbstractMesh:
     return mesh
 
 
-# the names spec/program/shardmap.py imports until it is renamed after this session's merge
-_names, _ways = entry_axes, entry_ways
-
-
 # --------------------------------------------------------------------------- SMAP-0
 
 @dataclasses.dataclass(frozen=True)
