@@ -214,13 +214,13 @@ def check_fits(sharding: Any, shape: tuple[int, ...], path: str) -> None:
 
     The rank is NS-5's question, the division DIV-1's.
     """
-    misfit = _misfit(sharding, shape, "its sharding")
+    misfit = shape_misfit(sharding, shape, "its sharding")
     if misfit is not None:
         error_type, message, jax_error = misfit
         raise reject("FIT-1", error_type, message, path, jax_error=jax_error)
 
 
-def _misfit(sharding: Any, shape: tuple[int, ...], what: str) -> tuple | None:
+def shape_misfit(sharding: Any, shape: tuple[int, ...], what: str) -> tuple | None:
     """Why ``shape`` does not fit ``sharding`` (rank, then tile rank, then each dimension's
     split) as (the class JAX's own check raises, the words, JAX's class name), or None."""
     if sharding is UNSPECIFIED or isinstance(sharding, SingleDeviceSharding):
@@ -285,7 +285,7 @@ def check_lowered_fit(sharding: Any, shape: tuple[int, ...], path: str) -> None:
     out_sharding were checked at the call (FIT-1), and an array that exists fits its
     sharding (the engine's jit is never the call vmap binds unchecked).
     """
-    misfit = _misfit(sharding, shape, "the sharding lowering hands it")
+    misfit = shape_misfit(sharding, shape, "the sharding lowering hands it")
     if misfit is not None:
         error_type, message, jax_error = misfit
         raise reject("FIT-3", error_type, message, path, jax_error=jax_error)

@@ -36,7 +36,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec, Sharding
 
 from . import internals
 from .rules import EngineRejection, reject, rejection_class
-from .shardings import UNCONSTRAINED, _misfit, check_fits, spec_entries
+from .shardings import UNCONSTRAINED, shape_misfit, check_fits, spec_entries
 
 __all__ = ["name_trace_refusal"]
 
@@ -121,7 +121,7 @@ def _rank_misfit(sharding: Any, shape: tuple[int, ...]) -> tuple | None:
     a constraint's dimensions need not divide."""
     if not isinstance(sharding, Sharding):
         return None
-    misfit = _misfit(sharding, shape, "its sharding")
+    misfit = shape_misfit(sharding, shape, "its sharding")
     if misfit is None or misfit[2] == "IndivisibleError":
         return None
     return misfit[0], misfit[1]
@@ -210,7 +210,7 @@ def _check_placed(s: Any, shape: tuple[int, ...], path: str) -> None:
                 raise _placed(ValueError, shape, s, f"dimension {dim} of size {size} is split "
                               f"{ways} ways over Explicit mesh axes", path)
         return
-    misfit = _misfit(s, shape, "its sharding")
+    misfit = shape_misfit(s, shape, "its sharding")
     if misfit is not None:
         raise _placed(misfit[0], shape, s, misfit[1], path)
 

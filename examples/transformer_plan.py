@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import sys
 
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
+from shardlaw.pytest_plugin import load_named_profile
 from shardlaw.spec import (
     AbstractMesh, Arg, Call, JitOptions, Mesh, NamedSharding, Out, P, jit_call, shard_shape,
 )
@@ -252,7 +252,11 @@ def test_the_plan_fits_every_mesh(mesh):
 
 
 if __name__ == "__main__":
-    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+    try:   # ci, fresh, deep: shardlaw's profiles (shardlaw.pytest_plugin.SHORT_NAMES)
+        profile = load_named_profile()
+    except ValueError as error:
+        sys.exit(str(error))
+    print(f"Hypothesis profile {profile}: {settings.default.max_examples:,} examples")
     test_the_plan_fits_every_mesh()
     for sizes, names in [((8, 1), ("fsdp", "model")), ((128, 8), ("fsdp", "model")),
                          ((64, 128, 8), ("data", "fsdp", "model")),

@@ -25,7 +25,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from shardlaw.spec import AxisType, Mesh, NamedSharding, P, SingleDeviceSharding
-from shardlaw.spec.jit.cache_keys import _dtype
+from shardlaw.spec.jit.cache_keys import traced_dtype
 from shardlaw.spec.jit.cache_sites import CallSite
 from shardlaw.spec.jit.call import Arg, Call, JitOptions, Out, Static, flat_arguments
 from shardlaw.spec.core.hlo import Tiled
@@ -47,7 +47,7 @@ def outputs_for(args: tuple, kwargs: dict, static: tuple[int, ...], ignored: fro
 
     dynamic = tuple(a for i, a in enumerate(args) if i not in static)
     flat = [leaf for _, leaf in leaves_with_paths((dynamic, kwargs))]
-    return tuple(Out(a.shape, _dtype(a)) for i, a in enumerate(flat) if i not in ignored)
+    return tuple(Out(a.shape, traced_dtype(a)) for i, a in enumerate(flat) if i not in ignored)
 
 
 @st.composite
@@ -117,7 +117,7 @@ def _variant(draw: Any, arg: Arg, pool: list[Any]) -> Arg:
         return Arg.committed(arg.shape, draw(st.sampled_from(pool)), arg.dtype)
     if arg.kind == "numpy" and arg.shape != ():
         if draw(st.booleans()):
-            return Arg.uncommitted(arg.shape, SingleDeviceSharding(0), _dtype(arg))
+            return Arg.uncommitted(arg.shape, SingleDeviceSharding(0), traced_dtype(arg))
         return Arg.numpy(arg.shape, "float64" if arg.dtype == "float32" else "float32")
     if arg.kind == "uncommitted":
         return Arg.numpy(arg.shape, arg.dtype)

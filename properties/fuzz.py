@@ -39,6 +39,7 @@ import collections
 import dataclasses
 import itertools
 import math
+import random
 import sys
 import time
 from typing import Any, Callable, Iterator
@@ -66,7 +67,7 @@ from .fuzz_values import (
 __all__ = [
     "Outcome", "hostile", "plausible", "targets", "TARGETS", "EXEMPT", "spec_cases",
     "run_spec_case", "rooted_in", "cli_cases", "run_cli_case", "run_cli_executable",
-    "Campaign", "main",
+    "Campaign", "main", "fresh_seed",
 ]
 
 # Names that lived here before the layer was split, which the suites, the engine's child
@@ -238,18 +239,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", type=int, default=0,
                         help="jit calls run through jax.jit and the engine, compared "
                              "(in a child process)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int,
+                        help="replay a run's draws (default: a fresh seed, printed)")
     parser.add_argument("--minutes", type=float, help="stop after this long")
     parser.add_argument("--recombine", type=int, default=20, metavar="K",
                         help="spec calls recombined from each drawn one's values (default 20; "
                              "0: every call drawn by Hypothesis)")
     args = parser.parse_args(argv)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
-    result = campaign(args.inputs, args.cli, args.executable, args.seed, args.minutes,
+    seed = fresh_seed() if args.seed is None else args.seed
+    print(f"seed {seed} (--seed {seed} draws this run again)", file=sys.stderr, flush=True)
+    result = campaign(args.inputs, args.cli, args.executable, seed, args.minutes,
                       progress=lambda line: print(line, file=sys.stderr, flush=True),
                       recombine=args.recombine, engine=args.engine)
     print(result.report())
+    print(f"seed: {seed}")
     return 1 if result.failures else 0
+
+
+def fresh_seed() -> int:
+    """A seed no earlier run chose: each run of the deep campaign draws anew unless told."""
+    return random.SystemRandom().randrange(2**32)
 
 
 if __name__ == "__main__":

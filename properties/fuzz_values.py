@@ -14,6 +14,8 @@ import decimal
 import fractions
 import functools
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -21,15 +23,18 @@ from hypothesis import strategies as st
 
 import shardlaw.spec as S
 from shardlaw.spec.core.rules import Rejection
+from shardlaw.spec.vectors import dump_vector, vector_text
 
 from . import fuzz_arguments, fuzz_autodiff, fuzz_batching, fuzz_constraint, fuzz_shardmap
 from .strategies import meshes, partition_specs, shardings
 
-__all__ = ["hostile", "plausible", "argument", "hlo_texts", "vector_files", "ALWAYS_PLAUSIBLE",
-           "HUGE_INTS"]
+__all__ = ["hostile", "plausible", "argument", "hlo_texts", "vector_files", "vectors_folder",
+           "seed_files", "ALWAYS_PLAUSIBLE", "HUGE_INTS"]
 
-REPO = Path(__file__).resolve().parent.parent
-VECTORS = REPO / "vectors"
+# Where the repository's vectors may be: named by the environment, the folder a command runs
+# in (a checkout), beside the package (an editable install). A wheel has none of its own.
+VECTORS_VARIABLE = "SHARDLAW_VECTORS"
+PACKAGE_VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 
 
 # =========================================================================== hostile values
@@ -158,12 +163,51 @@ def hostile() -> st.SearchStrategy[Any]:
 
 # =========================================================================== hostile files
 
+def vectors_folder() -> Path | None:
+    """The repository's ``vectors`` folder: ``$SHARDLAW_VECTORS``, else ``./vectors``, else
+    the one beside the package (an editable install), whichever first holds a vector file."""
+    for folder in (os.environ.get(VECTORS_VARIABLE), Path.cwd() / "vectors", PACKAGE_VECTORS):
+        if folder and Path(folder).is_dir() and next(Path(folder).rglob("*.json"), None):
+            return Path(folder)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def seed_files() -> tuple[tuple[str, str], ...]:
+    """The vector files mutated: 40 of the repository's; where there is no repository (a
+    wheel install), vectors the spec writes itself, said once on stderr."""
+    folder = vectors_folder()
+    if folder is not None:
+        files = sorted(folder.rglob("*.json"))[:200]
+        return tuple((f.name, f.read_text(encoding="utf-8")) for f in files[:40])
+    print(f"shardlaw fuzz: no vectors folder (set {VECTORS_VARIABLE}, or run in a checkout); "
+          "mutating the spec's own seed vectors instead", file=sys.stderr)
+    return _spec_seeds()
+
+
+def _spec_seeds() -> tuple[tuple[str, str], ...]:
+    """A few vectors the spec writes: accepted and refused jit calls, placed and abstract."""
+    mesh = S.Mesh.iota((2, 4), ("x", "y"))
+    named = S.NamedSharding(mesh, S.P("x", "y"))
+    calls = {
+        "seed-numpy.json": S.Call(args=(S.Arg.numpy((4,)),), outputs=S.Out((4,))),
+        "seed-committed.json": S.Call(args=(S.Arg.committed((8, 8), named),),
+                                      outputs=S.Out((8, 8))),
+        "seed-in-shardings.json": S.Call(
+            args=(S.Arg.numpy((8, 8)),), outputs=S.Out((8, 8)),
+            options=S.JitOptions(in_shardings=(named,))),
+        "seed-refused.json": S.Call(   # a rank-1 value under a rank-2 spec
+            args=(S.Arg.numpy((8,)),), outputs=S.Out((8,)),
+            options=S.JitOptions(in_shardings=(named,))),
+    }
+    return tuple((name, vector_text(dump_vector(call, S.jit_call(call))))
+                 for name, call in calls.items())
+
+
 def vector_files() -> st.SearchStrategy[tuple[str, str]]:
     """(name, text) of a stored vector, mutated as a hostile file would be."""
-    files = sorted(VECTORS.rglob("*.json"))[:200] if VECTORS.is_dir() else []
-    texts = [(f.name, f.read_text(encoding="utf-8")) for f in files[:40]]
-    base = st.sampled_from(texts) if texts else st.just(("empty.json", "{}"))
-    return st.tuples(base, st.data()).map(lambda pair: mutated_file(*pair))
+    return st.tuples(st.sampled_from(seed_files()), st.data()).map(
+        lambda pair: mutated_file(*pair))
 
 
 def mutated_file(named: tuple[str, str], data: Any) -> tuple[str, str]:

@@ -47,12 +47,12 @@ from hypothesis import strategies as st
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    _record, _with_choices,
+    record_hits, with_choices,
     Case, JaxOutcome, arguments_of, function_of, outcome_problems, program_cases, program_of,
     stage_in_jax, top_options,
 )
 from shardlaw.properties.program_vmap_harness import (
-    Vmap, VmapCase, _batched_inputs, _vmapped, spec_vmapped,
+    Vmap, VmapCase, batched_inputs, jax_vmapped, spec_vmapped,
 )
 from shardlaw.spec import P, Rejection, explain_program, from_jax
 from shardlaw.spec.core.rules import tracing
@@ -230,9 +230,9 @@ def transformed(ad: AdCase) -> tuple[Any, tuple]:
 
     if ad.transform == "jvp_of_vmap":
         vc = _vmap_case(ad.case)
-        args = arguments_of(dataclasses.replace(ad.case, inputs=_batched_inputs(vc)))
+        args = arguments_of(dataclasses.replace(ad.case, inputs=batched_inputs(vc)))
         ones = tuple(np.ones(a.shape, np.float32) for a in args)
-        n, mapped = len(args), _vmapped(vc)
+        n, mapped = len(args), jax_vmapped(vc)
         return jax.jit(lambda *pt: jax.jvp(mapped, pt[:n], pt[n:])), args + ones
     args = arguments_of(ad.case)
     n = len(args)
@@ -293,7 +293,7 @@ def _described(describe_program: Any, fn: Any, args: tuple) -> Any:
         return describe_program(fn, *args)
     except TypeError:
         import jax
-        return _jaxpr_signature(jax.make_jaxpr(fn)(*args).jaxpr.eqns[0].params["jaxpr"].jaxpr)
+        return jaxpr_signature(jax.make_jaxpr(fn)(*args).jaxpr.eqns[0].params["jaxpr"].jaxpr)
 
 
 # --------------------------------------------------------------------------- signatures
@@ -354,7 +354,7 @@ def _jax_sharding(s: Any) -> Any:
     return UNSPECIFIED if isinstance(s, UnspecifiedValue) else from_jax(s)
 
 
-def _jaxpr_signature(jaxpr: Any) -> tuple:
+def jaxpr_signature(jaxpr: Any) -> tuple:
     """:func:`signature` read from a jaxpr."""
     import jax
 
@@ -367,7 +367,7 @@ def _jaxpr_signature(jaxpr: Any) -> tuple:
             out.append(("jit", tuple(_jax_sharding(s) for s in params["in_shardings"]),
                         tuple(_jax_sharding(s) for s in params["out_shardings"]),
                         tuple(bool(d) for d in params["donated_invars"]),
-                        _jaxpr_signature(body), _jaxpr_typed(body.invars + body.outvars)))
+                        jaxpr_signature(body), _jaxpr_typed(body.invars + body.outvars)))
         elif name == "sharding_constraint":
             out.append((name, _jax_sharding(params["sharding"]), results))
         elif name == "device_put":
@@ -377,7 +377,7 @@ def _jaxpr_signature(jaxpr: Any) -> tuple:
         elif name == "shard_map":
             out.append((name, tuple(from_jax(p) for p in params["in_specs"]),
                         tuple(from_jax(p) for p in params["out_specs"]),
-                        _jaxpr_signature(params["jaxpr"]), results))
+                        jaxpr_signature(params["jaxpr"]), results))
         elif name == "reshard":
             out.append((name, _jax_sharding(params["dst_sharding"]), results))
         elif name in COLLECTIVE_PARAMS:
@@ -387,9 +387,9 @@ def _jaxpr_signature(jaxpr: Any) -> tuple:
 
 def _jaxpr_typed(atoms: Any) -> tuple:
     """:func:`typed` read from a jaxpr's variables (and literals)."""
-    from shardlaw.spec.bridge.program import _type
+    from shardlaw.spec.bridge.program import value_type_of
 
-    return typed(_type(a.aval, "a value of the transformed function") for a in atoms)
+    return typed(value_type_of(a.aval, "a value of the transformed function") for a in atoms)
 
 
 # --------------------------------------------------------------------------- comparing
@@ -424,7 +424,7 @@ def compare_rewrite(rewritten: Any, outcome: JaxOutcome, source: str = SOURCE,
         if signature(program) != theirs:
             problems.append(f"rewritten equations: spec {signature(program)!r}, JAX "
                             f"{theirs!r}")
-    verdict = explain_program(_with_choices(program, outcome))
+    verdict = explain_program(with_choices(program, outcome))
     problems += outcome_problems(verdict, outcome)
     if not problems:
         _record_ad(program, verdict, source)
@@ -437,7 +437,7 @@ def _record_ad(program: Program, verdict: Any, source: str = SOURCE) -> None:
     """The rules seen, under this harness's source (the program harness's own recorder
     run, then its counts moved here)."""
     before = hits.counts("programs")
-    _record(program, verdict)
+    record_hits(program, verdict)
     after = hits.counts("programs")
     for rule_id, (accepted, refused) in after.items():
         was = before.get(rule_id, (0, 0))

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    Case, _compare_results, _input, _meshes, _run_body, _sharding, _steps, FACTORS,
+    Case, compare_results, input_on, program_meshes, run_body, sharding_on, steps_on, FACTORS,
     JaxOutcome, SHAPES, program_of, stage_in_jax, top_options, arguments_of,
 )
 from shardlaw.spec import UNSPECIFIED, SingleDeviceSharding, explain_program, to_jax
@@ -172,7 +172,7 @@ def constants_function_of(cc: ConstCase) -> tuple[Any, tuple, dict]:
     n_in = len(cc.case.inputs)
 
     def program(*args: Any) -> tuple:
-        outs = list(_run_body(cc.case.body, list(args[:n_in])))
+        outs = list(run_body(cc.case.body, list(args[:n_in])))
         passed = iter(args[n_in:])
         for h, value in zip(cc.held, made):
             value = next(passed) if h.role == "ref_arg" else value
@@ -240,7 +240,7 @@ def run_constants_in_jax(cc: ConstCase, describe: bool = True) -> Observed:
 
 # --------------------------------------------------------------------------- comparing
 
-def _with_compiler(program: Program, outcome: JaxOutcome) -> Program:
+def with_compiler(program: Program, outcome: JaxOutcome) -> Program:
     """The program with the compiler's placements JAX reported, where the spec leaves them
     to it: of its own results (a ref's update adds results after them), and of the
     executable's inputs — the hoisted constants, the kept arguments, the closed-over refs."""
@@ -269,7 +269,7 @@ def compare_constants(cc: ConstCase, observed: Observed | None = None) -> list[s
     program = constants_program_of(cc)
     observed = observed or run_constants_in_jax(cc)
     outcome = observed.outcome
-    verdict = explain_program(_with_compiler(program, outcome))
+    verdict = explain_program(with_compiler(program, outcome))
     problems = []
     if outcome.described is not None and outcome.described != program:
         problems.append(f"describe_program gives {outcome.described!r}, the case {program!r}")
@@ -285,7 +285,7 @@ def compare_constants(cc: ConstCase, observed: Observed | None = None) -> list[s
     elif not verdict.accepted:
         problems.append(f"JAX accepts; the spec refuses: {verdict.message}")
     else:
-        problems += _compare_results(verdict, outcome)
+        problems += compare_results(verdict, outcome)
         if observed.aliased != len(verdict.ref_updates):
             problems.append(f"aliased ref updates: spec {verdict.ref_updates}, JAX aliases "
                             f"{observed.aliased} parameter(s)")
@@ -331,7 +331,7 @@ def _held(draw: Any, meshes: Any, rank: int, hoist: bool) -> Held:
     source = draw(st.sampled_from(["placed", "placed", "numpy", "uncommitted"]))
     sharding = None
     if source == "placed":
-        sharding = draw(_sharding(meshes, rank))
+        sharding = draw(sharding_on(meshes, rank))
     use = draw(st.sampled_from(USES["constant" if role == "constant" else "ref"]))
     donated = role == "ref_arg" and draw(st.integers(0, 2)) == 0
     return Held(role, source, use, sharding, donated)
@@ -351,16 +351,17 @@ def constant_cases(draw: Any, hoist: bool = False) -> ConstCase:
     """A drawn program with 1 to 3 held values: 1 to 8 devices, one or two arguments, 0 to
     3 recipe equations (the recipe strategies of program_harness)."""
     n = draw(st.sampled_from([1, 2, 4, 8]))
-    meshes = _meshes(n, draw(st.sampled_from(FACTORS[n])))
+    meshes = program_meshes(n, draw(st.sampled_from(FACTORS[n])))
     shape = draw(st.sampled_from(SHAPES))
-    inputs = tuple(draw(_input(meshes, shape)) for _ in range(draw(st.integers(1, 2))))
-    steps = draw(_steps(meshes, len(shape), len(inputs), draw(st.integers(0, 3)), 1))
+    inputs = tuple(draw(input_on(meshes, shape)) for _ in range(draw(st.integers(1, 2))))
+    steps = draw(steps_on(meshes, len(shape), len(inputs), draw(st.integers(0, 3)), 1))
     last = len(inputs) + len(steps) - 1
     recipe = draw(st.sampled_from([(last,), (last, 0)]))
     out_shardings: tuple = ()
     if draw(st.integers(0, 5)) == 0:
-        out_shardings = tuple(draw(st.one_of(st.just(UNSPECIFIED), _sharding(meshes, len(shape))))
-                              for _ in recipe)
+        out_shardings = tuple(
+            draw(st.one_of(st.just(UNSPECIFIED), sharding_on(meshes, len(shape))))
+            for _ in recipe)
     from shardlaw.properties.program_harness import Recipe
 
     case = Case(inputs, Recipe(steps, recipe), out_shardings,

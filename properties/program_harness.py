@@ -731,10 +731,3 @@ def program_cases(draw: Any, explicit: bool = False, bodies: bool = True) -> Cas
     return Case(inputs, Recipe(steps, outputs), out_shardings,
                 keep_unused=draw(st.integers(0, 5)) == 0)
 
-
-# The earlier names, which the program harnesses of spec/program's rewrites still import while
-# that room is restructured (issue 31); they go when those imports take the names above.
-_run_body, _watch_compiler, _type_of, _jax_class_agrees = (
-    run_body, watch_compiler, type_of, jax_class_agrees)
-_with_choices, _compare_results, _record = with_choices, compare_results, record_hits
-_meshes, _sharding, _steps, _input = program_meshes, sharding_on, steps_on, input_on

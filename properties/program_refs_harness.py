@@ -25,7 +25,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from shardlaw.properties import hits
-from shardlaw.properties.program_constants_harness import _with_compiler
+from shardlaw.properties.program_constants_harness import with_compiler
 from shardlaw.properties.program_harness import JaxOutcome, outcome_problems, stage_in_jax
 from shardlaw.spec import (
     Mesh, NamedSharding, P, Rejection, SingleDeviceSharding, explain_program, to_jax, tracing,
@@ -300,7 +300,7 @@ def compare_refs(rc: RefCase, outcome: RefOutcome | None = None) -> list[str]:
                         f"rewrite at {error.stage}: {error}"]
             _record(rc, [failure.rule], refused=failure.rule)
             return []
-    verdict = explain_program(_with_compiler(program, outcome))
+    verdict = explain_program(with_compiler(program, outcome))
     problems = outcome_problems(verdict, outcome, lambda v, o: _same_refusal(
         v.stage, {v.jax_error, v.error_type}, o))
     if not problems and verdict.accepted and outcome.aliased != len(verdict.ref_updates):

@@ -44,8 +44,8 @@ from hypothesis import strategies as st
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    FACTORS, JaxOutcome, _compare_results, _jax_class_agrees, _type_of, _watch_compiler,
-    _with_choices,
+    FACTORS, JaxOutcome, compare_results, jax_class_agrees, type_of, watch_compiler,
+    with_choices,
 )
 from shardlaw.spec import (
     AxisType, Mesh, NamedSharding, P, PartitionSpec, Rejection, explain_program, from_jax,
@@ -130,7 +130,8 @@ def _nested(op: Op, a: Any, check_vma: bool) -> Any:
     return jax.jit(mapped)(a)
 
 
-def _apply(op: Op, a: Any, check_vma: bool = True) -> Any:
+def apply_op(op: Op, a: Any, check_vma: bool = True) -> Any:
+    """What one drawn collective or step ``op`` computes on ``a`` in JAX, inside the shard_map."""
     import jax
     import jax.numpy as jnp
 
@@ -162,8 +163,8 @@ def function_of(case: MapCase) -> Any:
 
     def body(a: Any) -> Any:
         for op in case.ops:
-            a = (jax.jit(lambda b, op=op: _apply(op, b, case.check_vma))(a) if op.in_jit
-                 else _apply(op, a, case.check_vma))
+            a = (jax.jit(lambda b, op=op: apply_op(op, b, case.check_vma))(a) if op.in_jit
+                 else apply_op(op, a, case.check_vma))
         return a
 
     mapped = jax.shard_map(body, mesh=to_jax(case.shard_map_mesh),
@@ -490,7 +491,7 @@ class MapOutcome(JaxOutcome):
 _GROUPS = re.compile(r"replica_groups = dense<(\[\[[0-9, \[\]]*\]\])>")
 
 
-def _lowered_groups(text: str) -> list:
+def lowered_groups(text: str) -> list:
     """The replica groups of every collective in a lowered module's text, in order."""
     import ast
     return [tuple(tuple(g) for g in ast.literal_eval(m)) for m in _GROUPS.findall(text)]
@@ -512,7 +513,7 @@ def run_case(case: MapCase) -> MapOutcome:
               ("compile", lambda: jitted.trace(arg).lower().compile()),
               ("call", lambda: jitted(arg))]
     result = None
-    with warnings.catch_warnings(), _watch_compiler(outcome):
+    with warnings.catch_warnings(), watch_compiler(outcome):
         warnings.simplefilter("ignore")
         for stage, run in stages:
             try:
@@ -523,13 +524,13 @@ def run_case(case: MapCase) -> MapOutcome:
             if stage == "trace":
                 outcome.described = describe_program(jax.jit(function_of(case)), arg)
             if stage == "lower":
-                outcome.groups = _lowered_groups(result.as_text())
+                outcome.groups = lowered_groups(result.as_text())
     outcome.blocks = _blocks(case, arg)
     outcome.shards = {s.device.id: np.asarray(s.data) for s in result.addressable_shards}
     outcome.result_sharding = from_jax(result.sharding)
     outcome.out_shardings = [from_jax(result.sharding)]
     outcome.out_committed = [bool(result._committed)]
-    outcome.out_types = [_type_of(result)]
+    outcome.out_types = [type_of(result)]
     outcome.device_assignment = tuple(d.id for d in result.sharding._device_assignment)
     return outcome
 
@@ -540,7 +541,7 @@ def _refusals_agree(verdict: Any, outcome: MapOutcome, which: str) -> list[str]:
     if verdict.accepted:
         return [f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}: "
                 f"{outcome.error}; the spec accepts the {which} program"]
-    if verdict.stage != outcome.stage or not _jax_class_agrees(verdict, outcome.error):
+    if verdict.stage != outcome.stage or not jax_class_agrees(verdict, outcome.error):
         return [f"JAX refused at {outcome.stage} with {type(outcome.error).__name__}: "
                 f"{outcome.error}; the spec refuses the {which} program at {verdict.stage} "
                 f"with {verdict.jax_error}: {verdict.message}"]
@@ -602,10 +603,10 @@ def _types_agree(described: Program, verdict: Any) -> list[str]:
 
 
 def _accepted_agree(described: Program, built: Any, outcome: MapOutcome) -> list[str]:
-    verdict = explain_program(_with_choices(described, outcome))
+    verdict = explain_program(with_choices(described, outcome))
     if not verdict.accepted:
         return [f"JAX accepts; the spec refuses the described program: {verdict.message}"]
-    problems = _compare_results(verdict, outcome) + _types_agree(described, verdict)
+    problems = compare_results(verdict, outcome) + _types_agree(described, verdict)
     spec_groups, lowered = _nontrivial(_spec_groups(verdict)), _nontrivial(outcome.groups)
     if spec_groups != lowered:
         problems.append(f"replica groups: spec {spec_groups}, lowered {lowered}")

@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    Case, JaxOutcome, Recipe, _jax_class_agrees, _type_of, _watch_compiler,
-    _with_choices, arguments_of, function_of, outcome_problems, program_cases, program_of,
+    Case, JaxOutcome, Recipe, jax_class_agrees, type_of, watch_compiler,
+    with_choices, arguments_of, function_of, outcome_problems, program_cases, program_of,
     top_options,
 )
 from shardlaw.spec.program.control_flow import Cond, Scan, While
@@ -87,7 +87,8 @@ class VmapCase:
     vmaps: tuple[Vmap, ...]
 
 
-def _batched_inputs(vc: VmapCase) -> tuple:
+def batched_inputs(vc: VmapCase) -> tuple:
+    """The case's inputs with each vmap's batch dimension added (innermost vmap first)."""
     inputs = vc.case.inputs
     for v in vc.vmaps:
         ranks = [len(x.shape) for x in inputs]
@@ -122,7 +123,8 @@ class VmapOutcome(JaxOutcome):
     one_jit: bool = True
 
 
-def _vmapped(vc: VmapCase) -> Any:
+def jax_vmapped(vc: VmapCase) -> Any:
+    """The case's function under jax.jit, wrapped in each of its ``jax.vmap`` s, innermost first."""
     import jax
 
     fun = jax.jit(function_of(vc.case), **top_options(vc.case))
@@ -133,19 +135,19 @@ def _vmapped(vc: VmapCase) -> Any:
 
 def run_vmapped(vc: VmapCase) -> VmapOutcome:
     """Trace, describe and run the vmapped function on the batched arguments."""
-    args = arguments_of(dataclasses.replace(vc.case, inputs=_batched_inputs(vc)))
-    return _run_vmapped(_vmapped(vc), args)
+    args = arguments_of(dataclasses.replace(vc.case, inputs=batched_inputs(vc)))
+    return _run_vmapped(jax_vmapped(vc), args)
 
 
 def _run_vmapped(fun: Any, args: tuple) -> VmapOutcome:
     import jax
-    from shardlaw.spec.bridge.program import _is_one_jit, describe_trace
+    from shardlaw.spec.bridge.program import is_one_jit, describe_trace
 
     outcome = VmapOutcome()
     hits.record_jax_calls(1)
     if hits.jax_calls() % CLEAR_EVERY == 0:
         jax.clear_caches()
-    with warnings.catch_warnings(), _watch_compiler(outcome):
+    with warnings.catch_warnings(), watch_compiler(outcome):
         warnings.simplefilter("ignore")
         try:
             closed = jax.make_jaxpr(fun)(*args)
@@ -153,14 +155,14 @@ def _run_vmapped(fun: Any, args: tuple) -> VmapOutcome:
             outcome.stage, outcome.error = "trace", error
             return outcome
         outcome.described = describe_trace(fun, *args)
-        outcome.one_jit = _is_one_jit(closed)
+        outcome.one_jit = is_one_jit(closed)
         results = _run(outcome, fun, args)
     if results is None:
         return outcome
     results = results if isinstance(results, (tuple, list)) else (results,)
     outcome.out_shardings = [from_jax(r.sharding) for r in results]
     outcome.out_committed = [bool(r._committed) for r in results]
-    outcome.out_types = [_type_of(r) for r in results]
+    outcome.out_types = [type_of(r) for r in results]
     if results:
         outcome.device_assignment = tuple(d.id for d in results[0].sharding._device_assignment)
     return outcome
@@ -223,7 +225,7 @@ def _equation(eq: Any) -> tuple:
 def _refusal_agrees(stage: str | None, outcome: VmapOutcome, verdict: Any) -> bool:
     """The spec's refusal at ``stage`` is JAX's: the same class, at the stage JAX's run
     holds it (``run``: the batched call's own stages; ``trace``: vmap's trace)."""
-    if not _jax_class_agrees(verdict, outcome.error):
+    if not jax_class_agrees(verdict, outcome.error):
         return False
     if outcome.stage == "run":   # the batched call's own stages, all run by the call
         return stage in ("trace", "call", "lower", "compile")
@@ -244,7 +246,7 @@ def _compare(outcome: VmapOutcome, rewrite: Any) -> list[str]:
             program = rewrite()
         except Rejection as refusal:
             return _compare_refusal(outcome, refusal, list(fired))
-    verdict = explain_program(_with_choices(program, outcome))
+    verdict = explain_program(with_choices(program, outcome))
     problems = []
     if outcome.described is not None and structure(outcome.described) != structure(program):
         problems.append(f"describe_trace of the vmapped function gives "
@@ -406,10 +408,10 @@ def map_vmap_cases(draw: Any) -> MapVmapCase:
     nested vmaps; batch sizes the spmd axes may split unevenly, spmd axes the shard_map
     names, makes manual or not, or its mesh lacks."""
     from shardlaw.properties.program_shardmap_harness import map_cases
-    from shardlaw.spec.program.shardmap_batching import _spec_axes
+    from shardlaw.spec.program.shardmap_batching import spec_axes
 
     case = draw(map_cases())
-    used = _spec_axes(case.in_spec) | _spec_axes(case.out_spec)
+    used = spec_axes(case.in_spec) | spec_axes(case.out_spec)
     free = [a for a in case.mesh.axis_names if a not in used]
     rank = len(case.argument.shape)
     vmaps = [draw(_map_vmap(rank, free))]

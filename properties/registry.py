@@ -26,6 +26,8 @@ PROGRAM_ONLY = {
     "AD-16": "a product's transpose reshaped to an operand's cotangent type unreduced",
     "AD-17": "a tangent or cotangent passed to linearize's or vjp's function, typed",
     "AD-18": "a product with a literal that a transpose applies to an unreduced cotangent",
+    "AD-19": "grad's inputs among argnums, typed as jit traces the program's arguments",
+    "AD-20": "a callback in a differentiated program's body that takes a tangent",
     "BAT-10": "a program's value typed with reduced axes that vmap maps or broadcasts",
     "SMAP-20": "the varying axes of a collective inside a shard_map body",
     "SMAP-21": "the shape of a collective's result inside a shard_map body",

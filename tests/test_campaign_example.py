@@ -6,6 +6,8 @@ examples, and the mesh it reports as breaking a wider plan is the one the rules 
 """
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,3 +45,22 @@ def test_a_wider_plan_is_broken_by_a_mesh_the_rules_refuse(example):
     mesh = example.breaking_mesh(example.MAX_DEVICES)
     why = example.refusal(mesh)
     assert mesh.axis_size("fsdp") > example.MODEL.d_model and why.startswith("[DIV-1]")
+
+
+@pytest.mark.parametrize("profile, examples", [("deep", "5,000"), ("shardlaw-fresh", "200")])
+def test_the_example_runs_as_a_script_under_the_documented_profiles(tmp_path, profile, examples):
+    """``HYPOTHESIS_PROFILE=deep python examples/transformer_plan.py``, as its docstring says,
+    from a folder that is not the checkout: outside pytest no conftest registers profiles."""
+    run = subprocess.run([sys.executable, str(EXAMPLE)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "HYPOTHESIS_PROFILE": profile})
+    assert run.returncode == 0, run.stderr
+    first = run.stdout.splitlines()[0]
+    assert first.startswith("Hypothesis profile") and f"{examples} examples" in first
+    assert "breaks the plan" in run.stdout
+
+
+def test_the_example_names_the_profiles_when_the_name_is_unknown(tmp_path):
+    run = subprocess.run([sys.executable, str(EXAMPLE)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "HYPOTHESIS_PROFILE": "dep"})
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert "'dep' names no profile" in run.stderr and "deep" in run.stderr

@@ -62,7 +62,7 @@ def test_the_steps_gradient_is_the_specs_and_its_shard_maps_are_jaxs(example):
     primitive's own rule keeps."""
     import jax
 
-    from shardlaw.properties.program_ad_harness import _jaxpr_signature, signature
+    from shardlaw.properties.program_ad_harness import jaxpr_signature, signature
     from shardlaw.spec import explain_program, grad_program
     from shardlaw.spec.bridge.program import describe_program
 
@@ -73,7 +73,7 @@ def test_the_steps_gradient_is_the_specs_and_its_shard_maps_are_jaxs(example):
     assert explain_program(program, until="trace").accepted
     jaxpr = jax.make_jaxpr(jax.jit(example.step_of(mesh, sizes)))(params, tokens).jaxpr
     mine = _shard_maps(signature(program))
-    theirs = _shard_maps(_jaxpr_signature(jaxpr.eqns[0].params["jaxpr"].jaxpr))
+    theirs = _shard_maps(jaxpr_signature(jaxpr.eqns[0].params["jaxpr"].jaxpr))
     assert len(mine) == len(theirs) == 2 * sizes.layers
 
     def specs(entry):   # the distinct in and out specs, in order

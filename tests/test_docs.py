@@ -90,6 +90,25 @@ def test_every_rule_is_checked_by_a_property():
                            + (f" (modules not found: {', '.join(absent)})" if absent else ""))
 
 
+def test_each_transformation_rule_is_met_per_equation_or_listed_as_program_only():
+    """A rule of AD, BAT, SMAP or WSC is held to JAX either by its family's per-equation suite
+    (properties/suites/) or by the program properties, and then listed in PROGRAM_ONLY with
+    what only a whole program meets (BAT-10 is met both ways); none falls between the two."""
+    from shardlaw.properties.registry import PROGRAM_ONLY
+    from shardlaw.properties.suites import autodiff, batching, constraint, shardmap
+
+    suites = {"AD": autodiff.AD_RULES, "BAT": batching.BAT_RULES, "SMAP": shardmap.SMAP_RULES,
+              "WSC": constraint.WSC_RULES}
+    assert set(PROGRAM_ONLY) <= set(RULES)
+    for family, per_equation in suites.items():
+        rules = {r for r in RULES if r.startswith(family + "-")}
+        only = {r for r in PROGRAM_ONLY if r.startswith(family + "-")}
+        assert set(per_equation) & only <= {"BAT-10"}, family
+        assert rules - set(per_equation) - only == set(), (
+            f"{family} rules neither in its suite nor in PROGRAM_ONLY: "
+            f"{sorted(rules - set(per_equation) - only)}")
+
+
 def test_checks_name_only_registered_rules():
     _import_property_modules()
     from shardlaw.properties.registry import CHECKS

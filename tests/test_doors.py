@@ -7,10 +7,10 @@ another: imported (``from shardlaw.spec.core.rules import _x``, relative imports
 read off the module (``rules._x``, where ``rules`` is bound to a shardlaw module by an
 import) or named to ``getattr``/``setattr`` (``monkeypatch.setattr(rules, "_x", ...)``). JAX's own private modules are not shardlaw's rooms and are not counted here.
 
-A hole that is known and allowed is in :data:`INTERNALS` (a test that exercises an internal
-on purpose, with its reason) or :data:`PENDING` (a room another piece of this session's work
-is restructuring). The list only shrinks: an entry whose hole is gone fails
-:func:`test_every_allowed_hole_is_still_there` until it is removed.
+A hole that is known and allowed is in :data:`INTERNALS`: a test (or the fuzz suite) that
+exercises an internal on purpose, each with its reason. Every other name that crosses a
+module boundary is public in the module that defines it. The list only shrinks: an entry
+whose hole is gone fails :func:`test_every_allowed_hole_is_still_there` until it is removed.
 """
 
 from __future__ import annotations
@@ -43,97 +43,7 @@ INTERNALS: dict[Hole, str] = {
         "the engine fuzzer's child command, replaced by a script that crashes on purpose",
 }
 
-_PROGRAM = "pending: spec/program and its property harnesses being restructured this session"
-_TRANSFORMS = "pending: spec/transforms being restructured this session"
-_VECTORS = "pending: spec/vectors being restructured this session"
-_BRIDGE = "pending: spec/bridge being restructured this session"
-_ENGINE = "pending: engine being restructured this session"
-_TYPING = "pending: how spec/jit types an argument (ARG-2) being rewritten this session"
-
-# Rooms other work of this session is rebuilding: reason -> {file: "module: names; ..."},
-# the module named without its ``shardlaw.`` prefix.
-PENDING: dict[str, dict[str, str]] = {
-    _PROGRAM: {
-        "spec/program/autodiff.py":
-            "spec.program.ad_bodies: _Body _Direct _Tape _inline _jit_facts _manual _options "
-            "_put_together _sizes _tangent_eq _traced; spec.program.transpose: _transpose_body",
-        "spec/program/batching.py": "spec.transforms.batching: _with_unit_dim",
-        "spec/program/refs.py": "spec.program.lowering: _writes_ref",
-        "spec/program/shardmap.py": "spec.transforms.shardmap_parameters: _names _ways",
-        "spec/program/transpose.py":
-            "spec.program.ad_bodies: _Body _inline _manual _product _put_back_to _put_together "
-            "_sizes _type_sharding",
-        "spec/bridge/program.py": "spec.bridge.convert: _layout_from_jax",
-        "properties/program_ad_harness.py":
-            "properties.program_harness: _record _with_choices; properties.program_vmap_harness: "
-            "_batched_inputs _vmapped; spec.bridge.program: _type",
-        "properties/program_constants_harness.py":
-            "properties.program_harness: _compare_results _input _meshes _run_body _sharding "
-            "_steps",
-        "properties/program_refs_harness.py": "properties.program_constants_harness: _with_compiler",
-        "properties/program_shardmap_harness.py":
-            "properties.program_harness: _compare_results _jax_class_agrees _type_of "
-            "_watch_compiler _with_choices",
-        "properties/program_vmap_harness.py":
-            "properties.program_harness: _jax_class_agrees _type_of _watch_compiler _with_choices; "
-            "spec.bridge.program: _is_one_jit; spec.program.shardmap_batching: _spec_axes",
-        "properties/suites/programs.py": "properties.program_constants_harness: _with_compiler",
-        "tests/test_decoder_example.py": "properties.program_ad_harness: _jaxpr_signature",
-        "tests/test_program_autodiff.py": "properties.program_ad_harness: _jaxpr_signature",
-        "tests/test_program_shardmap.py":
-            "properties.program_shardmap_harness: _apply _lowered_groups",
-    },
-    _TRANSFORMS: {
-        "spec/transforms/constraint.py": "spec.jit.call: _nesting",
-        "spec/transforms/shardmap.py": "spec.transforms.shardmap_parameters: _names",
-        "spec/transforms/shardmap_bodies.py": "spec.transforms.shardmap_parameters: _ways",
-        "spec/transforms/shardmap_collectives.py":
-            "spec.transforms.shardmap_parameters: _bounded_items _check_mesh",
-        "spec/transforms/shardmap_parameters.py": "spec.jit.call: _nesting",
-        "spec/transforms/shardmap_specs.py":
-            "spec.transforms.shardmap_parameters: _bounded_items _names _ways",
-        "spec/transforms/shardmap_types.py":
-            "spec.transforms.shardmap_parameters: _check_mesh _names _ways",
-    },
-    _VECTORS: {
-        "spec/vectors/jit_vectors.py":
-            "spec.vectors.vector_checks: _document; "
-            "spec.vectors.vector_reader: _CALL_KEYS _int _maybe _object _rule_id _str; "
-            "spec.vectors.vector_writer: _call_json",
-        "spec/vectors/program_vectors.py":
-            "spec.vectors.jit_vectors: _check_label; spec.vectors.vector_checks: _document; "
-            "spec.vectors.vector_reader: _object",
-        "spec/vectors/sequence_vectors.py":
-            "spec.vectors.vector_checks: _document; "
-            "spec.vectors.vector_reader: _CALL_KEYS _int _list _maybe _object _str; "
-            "spec.vectors.vector_writer: _call_json",
-        "spec/vectors/value_json.py":
-            "spec.vectors.vector_reader: _object; "
-            "spec.vectors.vector_writer: _hlo_json _input_json _mesh_json _sharding_json",
-        "spec/vectors/vector_reader.py": "spec.vectors.vector_checks: _building",
-        "src/shardlaw/sharding_text.py": "spec.vectors.vector_writer: _sharding_json",
-    },
-    _ENGINE: {
-        "engine/traced_refusals.py": "engine.shardings: _misfit",
-    },
-    _TYPING: {
-        "properties/cache_strategies.py": "spec.jit.cache_keys: _dtype",
-    },
-}
-
-
-def _pending() -> dict[Hole, str]:
-    allowed = {}
-    for reason, files in PENDING.items():
-        for where, listed in files.items():
-            for part in listed.split(";"):
-                module, _, names = part.partition(":")
-                for name in names.split():
-                    allowed[where, f"shardlaw.{module.strip()}", name] = reason
-    return allowed
-
-
-ALLOWED: dict[Hole, str] = {**INTERNALS, **_pending()}
+ALLOWED: dict[Hole, str] = dict(INTERNALS)
 
 
 def _module_name(where: str) -> tuple[str, bool]:
@@ -252,8 +162,12 @@ def test_every_allowed_hole_is_still_there():
 
 
 def test_every_allowed_hole_says_why():
-    assert all(reason.strip() for reason in ALLOWED.values())
-    assert all(reason.startswith("pending: ") for reason in PENDING)
+    """Each entry names the internal a test reaches on purpose and why, in a sentence of its
+    own: not a placeholder such as the "pending: ..." of rooms once being rebuilt."""
+    for hole, reason in ALLOWED.items():
+        assert len(reason.split()) >= 5 and not reason.lower().startswith(
+            ("pending", "todo", "tbd")), (hole, reason)
+        assert hole[0].startswith(("tests/", "properties/suites/")), hole
 
 
 def test_the_walk_sees_each_kind_of_hole():

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 
 from shardlaw.properties import hits
 from shardlaw.properties.program_ad_harness import (
-    SOURCE, AdCase, _jaxpr_signature, ad_cases, ad_hit_counts, compare_ad, compare_map_ad,
+    SOURCE, AdCase, jaxpr_signature, ad_cases, ad_hit_counts, compare_ad, compare_map_ad,
     loss_program, map_ad_cases, map_ad_hit_counts, rewrite, run_transformed, signature,
 )
 from shardlaw.properties.program_ad_harness import MapAdCase
@@ -178,7 +178,7 @@ def test_a_shard_maps_jvp_is_one_shard_map_over_primals_and_tangents(axis_type):
     rewritten = jvp_program(describe_program(f, a))
     jvp = jax.jit(lambda p, t: jax.jvp(f, (p,), (t,)))
     ones = jnp.ones((8,))
-    assert signature(rewritten) == _jaxpr_signature(
+    assert signature(rewritten) == jaxpr_signature(
         jax.make_jaxpr(jvp)(a, ones).jaxpr.eqns[0].params["jaxpr"].jaxpr)
     (call,) = rewritten.equations
     (smap,) = [eq for eq in call.body.equations if eq.kind == "shard_map"]
@@ -287,7 +287,7 @@ def test_a_shard_maps_linearization_and_transpose_are_jaxs(transform, check_vma)
         real, args = jax.jit(jax.grad(loss)), (a,)
         rewritten = grad_program(describe_program(loss, a))
     jaxpr = jax.make_jaxpr(real)(*args).jaxpr
-    assert signature(rewritten) == _jaxpr_signature(jaxpr.eqns[0].params["jaxpr"].jaxpr)
+    assert signature(rewritten) == jaxpr_signature(jaxpr.eqns[0].params["jaxpr"].jaxpr)
     stored = P("x") if check_vma else P(("x", "y"))
     known, second = _spec_shard_maps(rewritten)
     assert known.out_specs == (stored, P()) and known.in_specs == (P("x"),)
@@ -365,7 +365,7 @@ def test_a_reshards_cotangent_goes_back_to_its_operands_type(split):
     f = jax.jit(lambda a: jnp.sum(jnp.sin(jax.sharding.reshard(a, cols))))
     rewritten = grad_program(describe_program(f, x))
     grad = jax.jit(jax.grad(f))
-    assert signature(rewritten) == _jaxpr_signature(
+    assert signature(rewritten) == jaxpr_signature(
         jax.make_jaxpr(grad)(x).jaxpr.eqns[0].params["jaxpr"].jaxpr)
     back = [eq for eq in rewritten.equations if eq.kind == "jit"][-1].body
     assert back.equations[-1].kind == "reshard"
@@ -556,7 +556,7 @@ def test_auxiliary_outputs_follow_jax(transform):
     spec = {"grad": grad_program, "value_and_grad": value_and_grad_program}[transform]
     real = jax.jit(getattr(jax, transform)(f, has_aux=True))
     rewritten = spec(describe_program(f, a), has_aux=True)
-    assert signature(rewritten) == _jaxpr_signature(
+    assert signature(rewritten) == jaxpr_signature(
         jax.make_jaxpr(real)(a).jaxpr.eqns[0].params["jaxpr"].jaxpr)
     verdict, results = explain_program(rewritten), jax.tree_util.tree_leaves(real(a))
     assert verdict.accepted
@@ -744,7 +744,7 @@ def test_linearize_forwards_an_input_through_two_jits():
     f = jax.jit(lambda v: jax.jit(lambda y: y)(v))
     lin = linearize_program(describe_program(f, x))
     jaxpr = jax.make_jaxpr(lambda p, t: jax.linearize(f, p)[1](t))(x, x).jaxpr
-    assert signature(lin.applied) == _jaxpr_signature(jaxpr)
+    assert signature(lin.applied) == jaxpr_signature(jaxpr)
     assert _jit_arities(lin.applied) == _jaxpr_jit_arities(jaxpr) == ((1, 0, ()), (1, 1, ((1, 1, ()),)))
     assert explain_program(lin.applied).accepted
 
@@ -765,7 +765,7 @@ def test_grad_prunes_what_the_loss_does_not_use_from_an_inner_jit(which):
     loss = jax.jit(lambda *a: jnp.sum(inner(*a)[1]))
     rewritten = grad_program(describe_program(loss, *args), argnums)
     jaxpr = jax.make_jaxpr(jax.grad(loss, argnums))(*args).jaxpr
-    assert signature(rewritten) == _jaxpr_signature(jaxpr)
+    assert signature(rewritten) == jaxpr_signature(jaxpr)
     assert _jit_arities(rewritten) == _jaxpr_jit_arities(jaxpr)
     assert explain_program(rewritten).accepted
 
@@ -810,7 +810,7 @@ def test_the_benchmark_layer_under_grad_is_jaxs():
     program = describe_program(loss, h, w)
     rewritten = grad_program(program)
     jaxpr = jax.make_jaxpr(jax.grad(loss))(h, w).jaxpr
-    assert signature(rewritten) == _jaxpr_signature(jaxpr)
+    assert signature(rewritten) == jaxpr_signature(jaxpr)
     assert explain_program(rewritten).accepted
     (described,) = {tuple(e.primitive for e in eq.body.equations)
                     for eq in program.equations if eq.kind == "shard_map"}
@@ -847,7 +847,7 @@ def test_a_cotangent_reaching_a_shard_maps_result_keeps_its_automatic_split(afte
     else:
         jaxpr = jax.make_jaxpr(real)(a, ct).jaxpr
         rewritten = vjp_program(program).applied
-        assert signature(rewritten) == _jaxpr_signature(jaxpr.eqns[0].params["jaxpr"].jaxpr)
+        assert signature(rewritten) == jaxpr_signature(jaxpr.eqns[0].params["jaxpr"].jaxpr)
         assert explain_program(rewritten).accepted
 
 

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import example, given, settings
 
 from shardlaw.properties.program_shardmap_harness import (
-    MapCase, Op, _lowered_groups, compare_case, map_cases, map_hit_counts,
+    MapCase, Op, lowered_groups, compare_case, map_cases, map_hit_counts,
 )
 from shardlaw.properties.registry import checks
 from shardlaw.properties.suites import examples
@@ -60,7 +60,7 @@ def _answer(fun, argument):
     verdict = explain_program(program)
     assert verdict.accepted, verdict.message
     result = jitted(argument)
-    groups = _lowered_groups(jitted.lower(argument).as_text())
+    groups = lowered_groups(jitted.lower(argument).as_text())
     return verdict, program, result, groups
 
 
@@ -336,11 +336,11 @@ def test_a_collective_s_shape_is_checked_in_jax_s_order(op, shape, rule, error, 
 
 def _traced_before_refusal(op, shape):
     """How many equations JAX traced into a check_vma body before ``op`` refused."""
-    from shardlaw.properties.program_shardmap_harness import _apply
+    from shardlaw.properties.program_shardmap_harness import apply_op
 
     def body(a):
         with pytest.raises(Exception):
-            _apply(op, a)
+            apply_op(op, a)
         return a
 
     mapped = jax.shard_map(body, mesh=_mesh(), in_specs=JaxP(), out_specs=JaxP())

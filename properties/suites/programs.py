@@ -319,7 +319,7 @@ def held_values() -> EngineHarness:
         lambda cc: harness.constants_function_of(cc)[0],
         lambda cc: harness.constants_function_of(cc)[1],
         lambda cc: harness.constants_function_of(cc)[2], _constants_jax,
-        lambda cc, outcome: explain_program(harness._with_compiler(
+        lambda cc, outcome: explain_program(harness.with_compiler(
             harness.constants_program_of(cc), outcome)))
 
 

@@ -85,7 +85,8 @@ def _hlo_from_jax(hlo: Any) -> HloSharding:
     return parse_hlo(str(hlo))
 
 
-def _layout_from_jax(layout: Any) -> Any:
+def layout_from_jax(layout: Any) -> Any:
+    """The spec's layout for a JAX layout (None, AUTO or a concrete layout, as read)."""
     from jax.experimental import layout as jlayout
 
     if layout is None:
@@ -109,9 +110,9 @@ def from_jax(obj: Any) -> Any:
 
     js = jax.sharding
     if isinstance(obj, jlayout.Layout) or obj is jlayout.Layout.AUTO:
-        return _layout_from_jax(obj)
+        return layout_from_jax(obj)
     if isinstance(obj, jlayout.Format):
-        return Format(_layout_from_jax(obj.layout),
+        return Format(layout_from_jax(obj.layout),
                       None if obj.sharding is None else from_jax(obj.sharding))
     if isinstance(obj, xc.Device):
         return _device_from_jax(obj)
@@ -283,7 +284,7 @@ def _arg_from_jax(value: Any) -> Any:
         return Arg.abstract(tuple(value.shape), str(value.dtype), sharding)
     if isinstance(value, jax.Array):
         kind = "committed" if value._committed else "uncommitted"
-        layout = _layout_from_jax(getattr(value.format, "layout", None))
+        layout = layout_from_jax(getattr(value.format, "layout", None))
         return Arg(kind, tuple(value.shape), str(value.dtype), from_jax(value.sharding),
                    layout)
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):

@@ -36,7 +36,7 @@ from ..program.description import (
     Const, DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
 )
 from .control_flow import CONTROL_FLOW_PRIMITIVES, control_flow_equation
-from .convert import _layout_from_jax, from_jax
+from .convert import layout_from_jax, from_jax
 
 __all__ = ["describe_program", "describe_trace", "input_paths", "read_type", "read_sharding",
            "read_target"]
@@ -63,7 +63,7 @@ def _argument(value: Any) -> Value:
     if isinstance(value, jax.Ref):
         return _held_by_ref(value)
     if isinstance(value, jax.Array):
-        layout = _layout_from_jax(getattr(getattr(value, "format", None), "layout", None))
+        layout = layout_from_jax(getattr(getattr(value, "format", None), "layout", None))
         if layout is not None and not layout.is_default:
             raise _Unreadable(f"describe_program reads arrays in the default layout; got "
                               f"{layout!r}")
@@ -89,7 +89,7 @@ def _committed(value: Any) -> bool:
     return bool(value._base_array._committed)
 
 
-def _type(aval: Any, what: str) -> Value:
+def value_type_of(aval: Any, what: str) -> Value:
     """The Value for a traced value's type."""
     from jax._src import core
     from jax._src.state.types import AbstractRef
@@ -130,7 +130,7 @@ def _const(value: Any, var: Any) -> Const:
         return Const(placed, ref)
     if isinstance(value, (np.ndarray, np.generic)):
         return Const(Value.numpy(tuple(np.shape(value)), str(value.dtype)), ref)
-    return Const(_type(var.aval, "a closed-over constant"), ref)
+    return Const(value_type_of(var.aval, "a closed-over constant"), ref)
 
 
 # --------------------------------------------------------------------------- parameters
@@ -260,7 +260,7 @@ def _jit_options(params: dict, where: str) -> dict:
 
 
 def _results(eqn: Any, where: str) -> tuple[Value, ...]:
-    return tuple(_type(v.aval, f"result {i} of {where}") for i, v in enumerate(eqn.outvars))
+    return tuple(value_type_of(v.aval, f"result {i} of {where}") for i, v in enumerate(eqn.outvars))
 
 
 def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
@@ -272,7 +272,7 @@ def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
     if name in ("jit", "pjit"):
         _no_layouts(params, where)
         closed = params["jaxpr"]
-        inputs = tuple(_type(v.aval, f"input {i} of {where}")
+        inputs = tuple(value_type_of(v.aval, f"input {i} of {where}")
                        for i, v in enumerate(closed.jaxpr.invars))
         body = _body(closed.jaxpr, list(closed.consts), inputs, f"{where}.jit.",
                      **_jit_options(params, where))
@@ -287,7 +287,7 @@ def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
                          targets=tuple(_target(d, where) for d in params["devices"]))
     if name == "shard_map":
         jaxpr = params["jaxpr"]
-        inputs = tuple(_type(v.aval, f"input {i} of {where}")
+        inputs = tuple(value_type_of(v.aval, f"input {i} of {where}")
                        for i, v in enumerate(jaxpr.invars))
         body = _body(jaxpr, [], inputs, f"{where}.shard_map.")
         return ShardMap(numbers.operands(eqn, False), results, body=body,
@@ -318,7 +318,7 @@ def _read_body(jaxpr: Any, where: str) -> Program:
 
     closed = isinstance(jaxpr, core.ClosedJaxpr)
     inner, consts = (jaxpr.jaxpr, list(jaxpr.consts)) if closed else (jaxpr, [])
-    inputs = tuple(_type(v.aval, f"input {i} of {where[:-1]}")
+    inputs = tuple(value_type_of(v.aval, f"input {i} of {where[:-1]}")
                    for i, v in enumerate(inner.invars))
     return _body(inner, consts, inputs, where)
 
@@ -360,7 +360,7 @@ def _target(device: Any, where: str) -> Any:
 
 # --------------------------------------------------------------------------- the program
 
-def _is_one_jit(closed: Any) -> bool:
+def is_one_jit(closed: Any) -> bool:
     """Whether the trace is one jit equation over the arguments, in order, returning its
     results: the function is that jit call."""
     jaxpr = closed.jaxpr
@@ -435,13 +435,13 @@ def describe_trace(fun: Any, *args: Any, **kwargs: Any) -> Program:
         if refused is None:
             raise
         return refused
-    if library and not _is_one_jit(closed) and _wraps_one_jit(closed):
+    if library and not is_one_jit(closed) and _wraps_one_jit(closed):
         # the one jit the library calls, over the leaves it hands it (its results all)
         picked = [closed.jaxpr.invars.index(v) for v in closed.jaxpr.eqns[0].invars]
         inputs = tuple(inputs[i] for i in picked)
         given.update(refs=tuple(refs[i] for i in picked), input_paths=tuple(
             given["input_paths"][i] for i in picked))
-    elif not _is_one_jit(closed):
+    elif not is_one_jit(closed):
         closed = jax.make_jaxpr(jax.jit(fun))(*args, **kwargs)
     eqn = closed.jaxpr.eqns[0]
     _no_layouts(eqn.params, "the jit called")
@@ -877,7 +877,7 @@ def _plain(held: dict) -> Any:
 
 def read_type(aval: Any, what: str) -> Value:
     """A traced value's type (a JAX aval) as the spec's :class:`Value`."""
-    return _type(aval, what)
+    return value_type_of(aval, what)
 
 
 def read_sharding(s: Any, what: str) -> Any:

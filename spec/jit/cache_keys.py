@@ -124,7 +124,8 @@ def _typed(arg: Arg) -> tuple[str, bool]:
                         arg.dtype)
 
 
-def _dtype(arg: Arg) -> str:
+def traced_dtype(arg: Arg) -> str:
+    """The dtype tracing gives an argument (ARG-2, 64-bit types narrowed), without its weak type."""
     return _typed(arg)[0]
 
 
@@ -152,7 +153,7 @@ def dispatch_signature(site: CallSite) -> Key:
     parts = [structure_part(facts), *static_parts(facts)]
     for path, arg in facts.flat:
         held = arg.sharding if _jax_array(arg) else None
-        parts += [Part(f"{path} dtype", _dtype(arg)), Part(f"{path} shape", arg.shape),
+        parts += [Part(f"{path} dtype", traced_dtype(arg)), Part(f"{path} shape", arg.shape),
                   Part(f"{path} weak type", arg.kind == "scalar"),
                   Part(f"{path} sharding", _dispatch_key(held), Placed(held, arg.shape)),
                   Part(f"{path} committed", arg.kind == "committed")]

@@ -219,9 +219,6 @@ def nesting(tree: Any, limit: int = MAX_NESTING) -> int:
     return deepest
 
 
-_nesting = nesting  # the name spec/transforms still imports while it is restructured (issue 31)
-
-
 def _check_placeable(arg: "Arg") -> None:
     """An array that exists fits its sharding. A ``jax.ShapeDtypeStruct`` places nothing
     yet: it only has a rank its sharding allows (its constructor refuses the rest); whether

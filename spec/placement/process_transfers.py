@@ -152,12 +152,12 @@ def put_array(source: Any, target: Any, shape: Any, process_index: int) -> Place
 
     (C1) A target equal to the array's sharding gives the array itself.
     (C2) A target over the same set of devices reshards the array, in every process; one
-         that does not fully address them needs the array's sharding to be a NamedSharding.
+    that does not fully address them needs the array's sharding to be a NamedSharding.
     (C3) Shardings that lower to the same HLO sharding over different sets of processes
-         need a cross-host transfer, which CPU devices lack: refused.
+    need a cross-host transfer, which CPU devices lack: refused.
     (C4) A target the process does not fully address is refused.
     (C5) A target it fully addresses is refused for an array it does not fully address;
-         an array it does is copied.
+    an array it does is copied.
 
     >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
     >>> put_array(NamedSharding(mesh, P("x")), NamedSharding(mesh, P("y")), (4,), 0).shards
@@ -239,11 +239,11 @@ def put_on_device(source: Any, device: Any, shape: Any, process_index: int) -> P
     device_put with no target, for a committed array.
 
     (C1) An array on several devices, not fully addressable by the process, is refused,
-         with or without a device.
+    with or without a device.
     (C2) An array on one device moved to a device of another process is refused, in
-         every process.
+    every process.
     (C3) An array put on the one device it is on already is refused in each process that
-         does not own that device.
+    does not own that device.
     (C4) With no device an array is given back as it is.
 
     >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)

@@ -206,9 +206,9 @@ def process_local_slices(sharding: Any, local_shape: Any, global_shape: Any,
     local data it takes.
 
     (C1) With no global shape given it is PROC-3's, and refused where PROC-3 leaves a
-         dimension unknown.
+    dimension unknown.
     (C2) A dimension of the data that is neither the global size nor the extent the process
-         addresses there (its distinct slices times the shard size) is refused.
+    addresses there (its distinct slices times the shard size) is refused.
 
     >>> mesh = Mesh.iota((2, 2), ("x", "y"), devices_per_process=2)
     >>> process_local_slices(NamedSharding(mesh, P("x")), (2, 3), None, 1)
@@ -547,9 +547,9 @@ def gathered(shape: Any, processes: int, tiled: bool, process_index: int,
     data (None for an array gathered whole).
 
     (C1) An array not fully addressable by the process (PROC-1), ``sharding`` given, is
-         gathered only with ``tiled=True``, into its whole value.
+    gathered only with ``tiled=True``, into its whole value.
     (C2) With ``tiled=True`` host data of rank at least 1 is concatenated along its first
-         axis instead.
+    axis instead.
 
     >>> gathered((2, 3), 2, False, 0)
     ((2, 2, 3), (((0, 1), (0, 2), (0, 3)), ((1, 2), (0, 2), (0, 3))))
@@ -619,7 +619,7 @@ def process_mesh(axis_sizes: Any, axis_names: Any, processes: int, devices_per_p
 
     (C1) More positions than devices are refused.
     (C2) ``mesh_utils.create_device_mesh`` (``exact=True``) needs exactly as many devices
-         as positions.
+    as positions.
 
     >>> mesh = process_mesh((2, 2), ("x", "y"), 2, 2)
     >>> mesh.devices.id_tuple(), [d.process_index for d in mesh.devices]

@@ -4,10 +4,10 @@
 :class:`~shardlaw.spec.program.description.Program` under ``jax.jvp``, ``jax.linearize``
 and ``jax.vjp``; this module holds what its rewrites share: the tables of primitives they
 differentiate (:data:`LINEAR`, :data:`NONLINEAR`), the refusals (AD-0), a body being written
-(``_Body``), the facts of a body (which inputs each output depends on), the tangent of
-one equation (``_Direct`` for a JVP, ``_Tape`` for a linearization that stores residuals),
-and the types JAX gives what the rewrites create: a tangent its primal's type, a
-cotangent its primal's cotangent type (:func:`cotangent_type`), a transposed reshard's or
+(``BodyBuilder``), the facts of a body (which inputs each output depends on), the tangent of
+one equation (``DirectTangents`` for a JVP, ``TangentTape`` for a linearization that stores
+residuals), and the types JAX gives what the rewrites create: a tangent its primal's type,
+a cotangent its primal's cotangent type (:func:`cotangent_type`), a transposed reshard's or
 device_put's target read from its operand's type.
 """
 
@@ -128,7 +128,7 @@ def _typed(value: Value) -> str:
 
 # --------------------------------------------------------------------------- building bodies
 
-class _Body:
+class BodyBuilder:
     """A body under construction: its input types, its equations, the types by number."""
 
     def __init__(self, inputs: tuple[Value, ...], consts: tuple = ()) -> None:
@@ -239,7 +239,7 @@ def _checked_types(eq: Equation, operands: tuple[Value, ...]) -> tuple[Value, ..
     return eq.derived(operands)
 
 
-def _inline(into: _Body, program: Program, operands: tuple[int, ...]) -> tuple[int, ...]:
+def inline_body(into: BodyBuilder, program: Program, operands: tuple[int, ...]) -> tuple[int, ...]:
     """Emit ``program``'s equations into ``into`` with its inputs bound to ``operands``;
     the numbers its outputs get. A body holding closed-over constants (a literal a
     shard_map's body passes to a jitted helper) is given them after its inputs
@@ -254,23 +254,23 @@ def _inline(into: _Body, program: Program, operands: tuple[int, ...]) -> tuple[i
     return tuple(number[n] for n in program.outputs)
 
 
-def inline_consts(into: _Body, program: Program, operands: tuple[int, ...]
+def inline_consts(into: BodyBuilder, program: Program, operands: tuple[int, ...]
                   ) -> tuple[int, ...]:
-    """:func:`_inline` of ``program`` into a body built with its constants (``into``'s
+    """:func:`inline_body` of ``program`` into a body built with its constants (``into``'s
     constants, numbered after ``into``'s inputs, are ``program``'s)."""
     first = len(into.inputs)
-    return _inline(into, program, tuple(operands) + tuple(
+    return inline_body(into, program, tuple(operands) + tuple(
         range(first, first + len(program.consts))))
 
 
-def _options(program: Program) -> dict:
+def jit_options_of(program: Program) -> dict:
     """A body's jit options, to stage it again."""
     return dict(in_shardings=program.in_shardings, out_shardings=program.out_shardings,
                 donated=program.donated, keep_unused=program.keep_unused,
                 context_mesh=program.context_mesh)
 
 
-def _traced(program: Program) -> Program:
+def traced_body(program: Program) -> Program:
     """``program`` as the body of a jit equation: its inputs' types only."""
     return dataclasses.replace(program, inputs=tuple(v.type for v in program.inputs),
                                compiler=None, compiler_in=None)
@@ -300,8 +300,8 @@ def _dependencies(program: Program) -> tuple[frozenset[int], ...]:
     return tuple(deps[n] for n in program.outputs)
 
 
-def _jit_facts(body: Program, residuals: int, stored: int, outputs: tuple[int, ...] = ()
-               ) -> tuple[JitEquation, JitBody]:
+def jit_facts(body: Program, residuals: int, stored: int, outputs: tuple[int, ...] = ()
+              ) -> tuple[JitEquation, JitBody]:
     """The AD rules' description of a jit equation over ``body``; an output returns an
     input unchanged as ``outputs`` (the linearized body's, where an inner jit's forwarded
     output became its input) or else ``body``'s own outputs say."""
@@ -313,10 +313,10 @@ def _jit_facts(body: Program, residuals: int, stored: int, outputs: tuple[int, .
 
 # --------------------------------------------------------------------------- tangents
 
-class _Direct:
+class DirectTangents:
     """Where a JVP puts tangents: into the same body as the primals."""
 
-    def __init__(self, body: _Body) -> None:
+    def __init__(self, body: BodyBuilder) -> None:
         self.primal = body
 
     def residual(self, number: int) -> int:
@@ -330,12 +330,12 @@ class _Direct:
         return self.primal.emit(dataclasses.replace(eq, operands=tuple(refs)))
 
 
-class _Tape:
+class TangentTape:
     """Where a linearization puts tangents: a separate tangent body, recorded with
     symbolic operands (``("r", k)`` residual k, ``("t", j)`` tangent input j, ``("v", m)``
     result m of a recorded equation) and built once the residuals are known."""
 
-    def __init__(self, primal: _Body) -> None:
+    def __init__(self, primal: BodyBuilder) -> None:
         self.primal = primal
         self.residuals: list[int] = []
         self.stored: dict[int, tuple] = {}   # residual number -> its reference
@@ -378,7 +378,7 @@ class _Tape:
     def tangent(self, outputs: list, **options: Any) -> Program:
         """The tangent body: the residuals' types, then the tangent inputs."""
         residual_types = tuple(self.primal.types[n] for n in self.residuals)
-        body = _Body(residual_types + tuple(v.type for v in self.inputs))
+        body = BodyBuilder(residual_types + tuple(v.type for v in self.inputs))
         # each reference's number in the body: residuals, tangent inputs, then results
         number = {("r", k): k for k in range(len(residual_types))}
         number.update((("t", j), len(residual_types) + j) for j in range(len(self.inputs)))
@@ -391,8 +391,8 @@ class _Tape:
         return body.program(tuple([number[r] for r in outputs]), **options)
 
 
-def _tangent_eq(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list,
-                path: str, transform: str, results: tuple[int, ...] = ()) -> list:
+def record_tangent(eq: Equation, tape: Any, operands: tuple[int, ...], moving: list,
+                   path: str, transform: str, results: tuple[int, ...] = ()) -> list:
     """Record the tangent of one equation whose primal is emitted (its results numbered
     ``results`` in the primal body), by its rule in the primitive table (:data:`TANGENTS`);
     per result, its tangent (None: a symbolic zero, as for an integer or bool result, whose
@@ -461,7 +461,7 @@ def cotangent_type(value: Value) -> Value:
     return dataclasses.replace(value, spec=cotangent_spec(split))
 
 
-def _put_back_to(operand: Value) -> NamedSharding | None:
+def put_back_to(operand: Value) -> NamedSharding | None:
     """Where a device_put's cotangent is put: where its operand came from, which JAX
     reads from the operand's type only when that type's mesh is Explicit in every axis
     (its sharding type, in device memory); else nowhere in particular (None)."""
@@ -469,10 +469,10 @@ def _put_back_to(operand: Value) -> NamedSharding | None:
     if mesh is None or not mesh.axis_types or any(
             t.name != "Explicit" for t in mesh.axis_types):
         return None
-    return dataclasses.replace(_type_sharding(operand), memory_kind="device")
+    return dataclasses.replace(type_sharding(operand), memory_kind="device")
 
 
-def _type_sharding(value: Value) -> NamedSharding:
+def type_sharding(value: Value) -> NamedSharding:
     """The sharding a value's type is (JAX's ``aval.sharding``): over its mesh, or the
     empty mesh, its split over Explicit axes with an entry per dimension."""
     mesh = value.mesh if value.mesh is not None else NO_MESH
@@ -499,7 +499,7 @@ def _joined(result: Value, operands: list[Value]) -> Value:
                  spec=split)
 
 
-def _product(factors: list[Value]) -> Value:
+def product_type(factors: list[Value]) -> Value:
     """The type of a product, before JAX's transpose reshapes it: over the mesh its
     factors agree on (over none where they do not), each dimension split as the factors
     that split it split it (JAX's broadcasting rule), unreduced as a factor typed
@@ -642,7 +642,7 @@ def _quotient_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: 
     return terms
 
 
-def _one(body: _Body, like: Value) -> int:
+def _one(body: BodyBuilder, like: Value) -> int:
     """The literal one JAX's derivative rules subtract from (``_one``): a scalar, resharded
     to the mesh of ``like``'s type when it has one."""
     literal = body.once(("literal one", like.dtype), lambda: Opaque(
@@ -662,7 +662,7 @@ def _replicated(mesh: AbstractMesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def _residual_value(kind: str, eq: Opaque, body: _Body, operand: int, result: int) -> int:
+def _residual_value(kind: str, eq: Opaque, body: BodyBuilder, operand: int, result: int) -> int:
     """One residual a :data:`NONLINEAR` primitive's linearization stores: its number in
     the primal body, computed there unless it is the operand or the result."""
     typed = eq.results
@@ -706,17 +706,18 @@ def _nonlinear_tangent(eq: Opaque, tape: Any, operand: int, moving: Any, result:
 
 # ------------------------------------------------- what a shard_map's rewrites share
 
-def _manual(eq: ShardMap) -> frozenset[str]:
+def map_manual_axes(eq: ShardMap) -> frozenset[str]:
     """The axes a shard_map makes manual (all its mesh's when it names none)."""
     return eq.manual_axes or frozenset(eq.mesh.axis_names)
 
 
-def _sizes(eq: ShardMap) -> dict[str, int]:
+def axis_sizes_of(eq: ShardMap) -> dict[str, int]:
+    """The size of each axis of a shard_map's mesh, by name."""
     return dict(zip(eq.mesh.axis_names, eq.mesh.axis_sizes))
 
 
-def _put_together(shard: Value, eq: ShardMap, spec: PartitionSpec, manual: frozenset[str]
-                  ) -> PartitionSpec | None:
+def put_together_spec(shard: Value, eq: ShardMap, spec: PartitionSpec, manual: frozenset[str]
+                      ) -> PartitionSpec | None:
     """The split over Explicit axes of a value put together from per-shard values of type
     ``shard`` by ``spec`` (JAX's ``unshard_aval``): per dimension, the axes ``spec`` names,
     then those the shard's type splits it over that the shard_map leaves automatic."""

@@ -54,8 +54,8 @@ from ..transforms.autodiff import (
 )
 from .description import Jit, Program, Reshard, ShardMap, Value, check_program
 from .ad_bodies import (
-    FLOATS, LINEAR, NONLINEAR, NotScalar, _Body, _Direct, _Tape, _inline, _jit_facts,
-    _manual, _options, _put_together, _sizes, _tangent_eq, _traced, check_passed_type,
+    FLOATS, LINEAR, NONLINEAR, NotScalar, BodyBuilder, DirectTangents, TangentTape, inline_body, jit_facts,
+    map_manual_axes, jit_options_of, put_together_spec, axis_sizes_of, record_tangent, traced_body, check_passed_type,
     cotangent_type, dependencies, differentiable, inline_consts,
 )
 from .explain import trace_body
@@ -64,7 +64,7 @@ from .partial_eval import dce_program
 from .primitives import JVP_BODIES, LINEARIZE_BODIES, entry_of
 from .refs import check_tangent_not_written, tangent_inputs, with_refs, writes_ref
 from .shardmap_autodiff import residual_spec
-from .transpose import _transpose_body
+from .transpose import transpose_body
 
 __all__ = ["jvp_program", "linearize_program", "vjp_program", "grad_program",
            "value_and_grad_program", "LinearizedProgram", "VjpProgram", "LINEAR",
@@ -76,14 +76,14 @@ def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
               tangent_types: tuple[Value, ...]) -> tuple[Program, tuple[bool, ...]]:
     """The JVP of a body: its inputs, then the nonzero tangents (of ``tangent_types``);
     its outputs, then their nonzero tangents. Each equation is followed by its tangent."""
-    body = _Body(tuple(v.type for v in program.inputs) + tangent_types, program.consts)
+    body = BodyBuilder(tuple(v.type for v in program.inputs) + tangent_types, program.consts)
     ins, moving = len(program.inputs), len(tangent_types)
     # Inputs first, then the tangents, then the constants (which have no tangent).
     number = list(range(ins)) + [ins + moving + c for c in range(len(program.consts))]
     given = iter(range(ins, ins + moving))
     tangents: list = [next(given) if nz else None for nz in nonzero]
     tangents += [None] * len(program.consts)
-    tape = _Direct(body)
+    tape = DirectTangents(body)
     for k, eq in enumerate(program.equations):
         path = equation_path(prefix, k)
         operands = tuple(number[n] for n in eq.operands)
@@ -94,7 +94,7 @@ def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
         else:
             check_tangent_not_written(eq, in_tangents, path, "jvp")   # REF-6
             outs = body.emit(eq.renumbered(operands))
-            touts = _tangent_eq(eq, tape, operands, in_tangents, path, "jvp", outs)
+            touts = record_tangent(eq, tape, operands, in_tangents, path, "jvp", outs)
         number.extend(outs)
         tangents.extend(touts)
     out_tangents = [tangents[n] for n in program.outputs]
@@ -105,7 +105,7 @@ def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
 
 
 @JVP_BODIES.register("jit")
-def _jvp_jit(eq: Jit, body: _Body, operands: tuple[int, ...], moving: list, path: str
+def _jvp_jit(eq: Jit, body: BodyBuilder, operands: tuple[int, ...], moving: list, path: str
              ) -> tuple[tuple[int, ...], list]:
     """An inner jit's JVP (AD-2): one jit equation over the primals and nonzero tangents."""
     inner = eq.body
@@ -116,9 +116,9 @@ def _jvp_jit(eq: Jit, body: _Body, operands: tuple[int, ...], moving: list, path
     # whatever the tangents passed in are (ad.jvp_jaxpr).
     jvp_body, flags = _jvp_body(inner, nonzero, f"{path}.jit.", tuple(
         v.type for v, nz in zip(inner.inputs, nonzero) if nz))
-    equation, facts = _jit_facts(inner, 0, 0)
+    equation, facts = jit_facts(inner, 0, 0)
     staged = jvp_equation(equation, facts, nonzero)
-    options = dict(_options(inner), in_shardings=staged.in_shardings,
+    options = dict(jit_options_of(inner), in_shardings=staged.in_shardings,
                    out_shardings=staged.out_shardings, donated=staged.donated_invars)
     jvp_body = dataclasses.replace(jvp_body, **options)
     given = tuple(t for t in moving if t is not None)
@@ -128,7 +128,7 @@ def _jvp_jit(eq: Jit, body: _Body, operands: tuple[int, ...], moving: list, path
 
 
 @JVP_BODIES.register("shard_map")
-def _jvp_shard_map(eq: ShardMap, body: _Body, operands: tuple[int, ...], moving: list,
+def _jvp_shard_map(eq: ShardMap, body: BodyBuilder, operands: tuple[int, ...], moving: list,
                    path: str) -> tuple[tuple[int, ...], list]:
     """A shard_map's JVP: one shard_map over the primals and the nonzero tangents, each
     tangent with its primal's spec, returning the primal results, then the nonzero result
@@ -167,8 +167,8 @@ class _Linearized:
 def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
                     transform: str) -> _Linearized:
     """Each equation's primal into the primal body and its tangent onto the tape."""
-    primal = _Body(tuple(v.type for v in program.inputs), program.consts)
-    tape = _Tape(primal)
+    primal = BodyBuilder(tuple(v.type for v in program.inputs), program.consts)
+    tape = TangentTape(primal)
     tangents: list = [tape.tangent_input(v.type) if nz else None
                       for v, nz in zip(program.inputs, nonzero)]
     tangents += [None] * len(program.consts)
@@ -183,7 +183,7 @@ def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
         else:
             check_tangent_not_written(eq, in_tangents, path, transform)   # REF-6
             outs = primal.emit(eq.renumbered(operands))
-            touts = _tangent_eq(eq, tape, operands, in_tangents, path, transform, outs)
+            touts = record_tangent(eq, tape, operands, in_tangents, path, transform, outs)
         number.extend(outs)
         tangents.extend(touts)
     out_tangents = [tangents[n] for n in program.outputs]
@@ -248,7 +248,7 @@ def _pruned(program: Program, inputs: list[bool] | None = None) -> Program:
             not live.issuperset(made) and _pruned_to_used(eq)
             for eq, made in zip(program.equations, numbers)):
         return program   # nothing to drop
-    body = _Body(tuple(v for v, k in zip(program.inputs, inputs) if k), program.consts)
+    body = BodyBuilder(tuple(v for v, k in zip(program.inputs, inputs) if k), program.consts)
     kept = [i for i, k in enumerate(inputs) if k]
     number = {i: j for j, i in enumerate(kept)}
     number.update({len(program.inputs) + c: len(kept) + c for c in range(len(program.consts))})
@@ -292,7 +292,7 @@ def _forwarding(lin: _Linearized, body: Program) -> tuple[list, list]:
 
 
 @LINEARIZE_BODIES.register("jit")
-def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list,
+def _linearize_jit(eq: Jit, tape: TangentTape, operands: tuple[int, ...], moving: list,
                    path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """An inner jit linearized: the primal jit (AD-3) into the primal body, the tangent
     jit (AD-4) onto the tape."""
@@ -304,13 +304,13 @@ def _linearize_jit(eq: Jit, tape: _Tape, operands: tuple[int, ...], moving: list
     lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
     primal_fwd, residual_fwd = _forwarding(lin, inner)
     stored = sum(1 for f in residual_fwd if f[0] == "kept")
-    equation, facts = _jit_facts(inner, lin.residuals, stored,
-                                 lin.primal.outputs[:len(inner.outputs)])
+    equation, facts = jit_facts(inner, lin.residuals, stored,
+                                lin.primal.outputs[:len(inner.outputs)])
     staged = linearized_primal(equation, facts, nonzero)
     returned = tuple(n for n, f in zip(lin.primal.outputs, primal_fwd + residual_fwd)
                      if f[0] == "kept")
     body = dataclasses.replace(lin.primal, outputs=returned, **dict(
-        _options(inner), out_shardings=staged.out_shardings))
+        jit_options_of(inner), out_shardings=staged.out_shardings))
     results = iter(tape.primal.emit(Jit(operands, body=body, name=eq.name, checked=False)))
     kept = [next(results) if f[0] == "kept" else None for f in primal_fwd]
     primal = [operands[f[1]] if f[0] == "in" else n for f, n in zip(primal_fwd, kept)]
@@ -336,7 +336,7 @@ def _unsharded(value: Value, eq: ShardMap, spec: PartitionSpec, sizes: dict[str,
         for n in (entry if isinstance(entry, tuple) else (entry,) if entry else ()):
             shape[d] *= sizes[n]
     mesh = eq.results[0].mesh if eq.results else None
-    split = None if mesh is None else _put_together(value, eq, spec, _manual(eq))
+    split = None if mesh is None else put_together_spec(value, eq, spec, map_manual_axes(eq))
     return Value(tuple(shape), value.dtype, False, mesh, spec=split)
 
 
@@ -356,7 +356,7 @@ class _SplitShardMap:
 
 
 @LINEARIZE_BODIES.register("shard_map")
-def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], moving: list,
+def _linearize_shard_map(eq: ShardMap, tape: TangentTape, operands: tuple[int, ...], moving: list,
                          path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A shard_map linearized (AD-10): the known shard_map, returning the residuals it
     stores (split by AD-10's spec) before its primal outputs, into the primal body; the
@@ -387,14 +387,14 @@ def _linearize_shard_map(eq: ShardMap, tape: _Tape, operands: tuple[int, ...], m
 def _split_shard_map(eq: ShardMap, nonzero: tuple[bool, ...], path: str, transform: str
                      ) -> _SplitShardMap:
     """The known and the tangent shard_map of ``eq`` (its operands' numbers kept)."""
-    inner, sizes, manual = eq.body, _sizes(eq), _manual(eq)
+    inner, sizes, manual = eq.body, axis_sizes_of(eq), map_manual_axes(eq)
     lin = _linearize_body(inner, nonzero, f"{path}.shard_map.", transform)
     count = len(inner.outputs)
     outs, residuals = lin.primal.outputs[:count], lin.primal.outputs[count:]
     # A residual that is a body input or a primal output is forwarded, not returned.
     forwarded = tuple(("in", r) if r < len(inner.inputs) else ("out", outs.index(r))
                       if r in outs else ("kept", None) for r in residuals)
-    known = _Body(lin.primal.inputs, lin.primal.consts)
+    known = BodyBuilder(lin.primal.inputs, lin.primal.consts)
     made = inline_consts(known, lin.primal, tuple(range(len(lin.primal.inputs))))
     stored, stored_specs, stored_types = [], [], []
     for r, f in zip(made[count:], forwarded):
@@ -444,7 +444,7 @@ def _tangent_shard_map_body(lin: _Linearized, forwarded: list) -> tuple[Program,
     for value, f in zip(tangent.inputs[:count], forwarded):
         promoted = f[0] == "kept" and value.shape == ()
         inputs.append(dataclasses.replace(value, shape=(1,)) if promoted else value)
-    body = _Body(tuple(inputs) + tangent.inputs[count:], tangent.consts)
+    body = BodyBuilder(tuple(inputs) + tangent.inputs[count:], tangent.consts)
     numbers = []
     for k, (value, f) in enumerate(zip(tangent.inputs[:count], forwarded)):
         if f[0] == "kept" and value.shape == ():
@@ -509,12 +509,12 @@ class VjpProgram:
     reached: tuple[bool, ...]
 
 
-def _called(program: Program) -> tuple[_Body, Jit]:
+def _called(program: Program) -> tuple[BodyBuilder, Jit]:
     """The top-level body calling the jitted function once, and that call's equation."""
     check_program(isinstance(program, Program), "the program transformed", "a Program",
                   program)
-    top = _Body(program.inputs)
-    call = Jit(tuple(range(len(program.inputs))), body=_traced(program), name="jitted")
+    top = BodyBuilder(program.inputs)
+    call = Jit(tuple(range(len(program.inputs))), body=traced_body(program), name="jitted")
     # A transformation traces the function first: what tracing refuses (FIT-1, the WSC
     # rules, ARG-4) is refused before any rewrite, located in the untransformed program.
     trace_body(Program(program.inputs, (call,), call.body.outputs and tuple(
@@ -536,7 +536,7 @@ def _extra_inputs(values: Any, like: tuple[Value, ...], what: str) -> tuple[Valu
     return values
 
 
-def _zeros(body: _Body, value: Value) -> int:
+def _zeros(body: BodyBuilder, value: Value) -> int:
     """A zero cotangent or tangent, made where it is needed."""
     return body.opaque("broadcast_in_dim", (), (value.type,))[0]
 
@@ -551,7 +551,7 @@ def jvp_program(program: Program, tangents: Any = None) -> Program:
     check_callbacks(program, nonzero)
     given = _extra_inputs(tangents, tuple(v for v, nz in zip(program.inputs, nonzero)
                                           if nz), "the tangents")
-    body = _Body(program.inputs + given)
+    body = BodyBuilder(program.inputs + given)
     del top
     moving = iter(range(len(program.inputs), len(program.inputs) + len(given)))
     outs, touts = _jvp_jit(call, body, call.operands,
@@ -563,9 +563,9 @@ def jvp_program(program: Program, tangents: Any = None) -> Program:
 
 
 def _linearized_call(program: Program, nonzero: tuple[bool, ...], transform: str
-                     ) -> tuple[_Tape, tuple[int, ...], list]:
+                     ) -> tuple[TangentTape, tuple[int, ...], list]:
     top, call = _called(program)
-    tape = _Tape(top)
+    tape = TangentTape(top)
     moving = [tape.tangent_input(v.type) if nz else None
               for v, nz in zip(program.inputs, nonzero)]
     outs, touts = _linearize_jit(call, tape, call.operands, moving, "body[0]", transform)
@@ -589,22 +589,22 @@ def linearize_program(program: Program, tangents: Any = None) -> LinearizedProgr
         check_passed_type(value.type, passed.type, "tangent", f"tangents[{k}]")
     residuals = tuple(tape.primal.types[n] for n in tape.residuals)
     tangent = dataclasses.replace(tangent, inputs=residuals + given)
-    applied = _Body(program.inputs + given)
-    ran = _inline(applied, _traced(primal), tuple(range(len(program.inputs))))
+    applied = BodyBuilder(program.inputs + given)
+    ran = inline_body(applied, traced_body(primal), tuple(range(len(program.inputs))))
     start = len(program.inputs)
-    tout = _inline(applied, _traced(tangent), ran[len(outs):] + tuple(
+    tout = inline_body(applied, traced_body(tangent), ran[len(outs):] + tuple(
         range(start, start + len(given))))
     return LinearizedProgram(primal, tangent, with_refs(
         applied.program(tout, devices=program.devices), program), flags)
 
 
-def _backward(tape: _Tape, touts: list, given: tuple
+def _backward(tape: TangentTape, touts: list, given: tuple
               ) -> tuple[Program, tuple[bool, ...]]:
     """The tangent call transposed: the residuals, then the cotangents ``given`` (their
     types; None: no cotangent for that output)."""
     tangent = tape.tangent([t for t in touts if t is not None])
     linear = (False,) * len(tape.residuals) + (True,) * len(tape.inputs)
-    return _transpose_body(tangent, linear, given, "")
+    return transpose_body(tangent, linear, given, "")
 
 
 def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
@@ -626,10 +626,10 @@ def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
     residuals = tuple(tape.primal.types[n] for n in tape.residuals)
     backward = dataclasses.replace(backward, inputs=residuals + given)
     primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
-    applied = _Body(program.inputs + given)
-    ran = _inline(applied, _traced(primal), tuple(range(len(program.inputs))))
+    applied = BodyBuilder(program.inputs + given)
+    ran = inline_body(applied, traced_body(primal), tuple(range(len(program.inputs))))
     start = len(program.inputs)
-    cts = _inline(applied, _traced(backward), ran[len(outs):] + tuple(
+    cts = inline_body(applied, traced_body(backward), ran[len(outs):] + tuple(
         range(start, start + len(given))))
     outputs = _every_input(applied, program, nonzero, reached, cts)
     return VjpProgram(primal, backward, with_refs(
@@ -637,7 +637,7 @@ def vjp_program(program: Program, cotangents: Any = None) -> VjpProgram:
                       reached)
 
 
-def _every_input(body: _Body, program: Program, nonzero: tuple[bool, ...],
+def _every_input(body: BodyBuilder, program: Program, nonzero: tuple[bool, ...],
                  reached: tuple[bool, ...], cts: tuple[int, ...]) -> tuple[int, ...]:
     """A cotangent per input: the one computed, else a zero."""
     found = iter(cts)
@@ -698,7 +698,7 @@ def _argnums(argnums: Any, count: int) -> tuple[int, ...]:
     return numbers
 
 
-def _seed(body: _Body, loss: Value) -> tuple[int]:
+def _seed(body: BodyBuilder, loss: Value) -> tuple[int]:
     """grad's one for the loss: a constant, resharded to the loss's cotangent type when
     its type has a mesh (JAX reshards the literal ``1.0`` to it: the loss's mesh, its
     reduced axes unreduced and its unreduced axes reduced)."""
@@ -730,8 +730,8 @@ def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = F
     flags = tuple(t is not None for t in touts)
     residuals = tuple(tape.primal.types[n] for n in tape.residuals)
     primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
-    top = _Body(program.inputs)
-    ran = _inline(top, _traced(primal), tuple(range(len(program.inputs))))
+    top = BodyBuilder(program.inputs)
+    ran = inline_body(top, traced_body(primal), tuple(range(len(program.inputs))))
     if not flags[0]:   # the loss does not depend on argnums: every gradient is a zero
         every = _every_input(top, program, nonzero, (False,) * sum(nonzero), ())
     else:
@@ -740,7 +740,7 @@ def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = F
                       for j, f in enumerate(flags) if f)
         backward, reached = _backward(tape, touts, given)
         backward = dataclasses.replace(backward, inputs=residuals + (top.types[seed[0]],))
-        cts = _inline(top, _traced(backward), ran[len(outs):] + seed)
+        cts = inline_body(top, traced_body(backward), ran[len(outs):] + seed)
         every = _every_input(top, program, nonzero, reached, cts)
     grads = tuple(every[i] for i in numbers)
     return with_refs(top.program(ran[:len(outs)] + grads, devices=program.devices), program)

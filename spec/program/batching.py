@@ -136,8 +136,8 @@ def batched_input(value: Value, axis: int | None, size: int) -> Value:
                                     unreduced=spec.unreduced, reduced=spec.reduced),
                           memory_kind=s.memory_kind)
     elif isinstance(s, GSPMDSharding):
-        from ..transforms.batching import _with_unit_dim
-        s = GSPMDSharding(s.devices, _with_unit_dim(s.hlo, axis))
+        from ..transforms.batching import with_unit_dim
+        s = GSPMDSharding(s.devices, with_unit_dim(s.hlo, axis))
     if value.abstract:
         return Value.shape_dtype(shape, value.dtype, s)
     return Value.placed(shape, s, value.dtype, committed=value.committed)

@@ -68,11 +68,11 @@ class Live:
                 tuple((k, body.signature) for k, body in sorted(self.bodies.items())))
 
 
-def _writes_ref(eq: Any) -> bool:
+def writes_ref(eq: Any) -> bool:
     """Whether an equation writes a mutable ref, itself or in a body nested in it."""
     if entry_of(eq).effect == "writes ref":
         return True
-    return eq.body is not None and any(_writes_ref(inner) for inner in eq.body.equations)
+    return eq.body is not None and any(writes_ref(inner) for inner in eq.body.equations)
 
 
 def live_parts(program: Program, used_outputs: Sequence[bool] | None = None, *,
@@ -112,7 +112,7 @@ def _live(program: Program, outputs: tuple[bool, ...], everything: bool, seen: d
         eq = program.equations[k]
         start = end - len(eq.results)
         wanted, end = tuple(used[start:end]), start
-        if not any(wanted) and not _writes_ref(eq):
+        if not any(wanted) and not writes_ref(eq):
             continue
         equations[k] = True
         if eq.body is None:

@@ -34,7 +34,7 @@ from ..core.shardings import SingleDeviceSharding
 from ..core.values import PartitionSpec
 from ..transforms.shardmap_specs import manual_axes_of
 from .description import Const, Opaque, Program, ShardMap, Value, check_program
-from .lowering import REF_WRITES, Live, _writes_ref, equation_path
+from .lowering import REF_WRITES, Live, writes_ref, equation_path
 from .primitives import BATCHING, entry_of, names_where
 
 P = PartitionSpec  # the name the examples use
@@ -49,8 +49,6 @@ __all__ = ["REF_READS", "REF_ACCESS", "writes_ref", "with_refs", "tangent_inputs
 # writes one: its first operand is the ref.
 REF_READS = names_where(effect="reads ref")
 REF_ACCESS = REF_READS + REF_WRITES
-
-writes_ref = _writes_ref   # an equation that writes a ref, itself or in a nested body
 
 
 def with_refs(result: Program, given: Program) -> Program:

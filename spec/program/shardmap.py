@@ -43,7 +43,7 @@ from ..transforms.shardmap_bodies import (
 from ..transforms.shardmap_collectives import (
     check_collective_axes, collective_groups, manual_sharding,
 )
-from ..transforms.shardmap_parameters import Shaped, _names, _ways
+from ..transforms.shardmap_parameters import Shaped, entry_axes, entry_ways
 from ..transforms.shardmap_specs import (
     check_divisible, check_no_repeated_axes, check_replication, check_spec_axes,
     check_spec_rank, check_spec_reductions, manual_axes_of,
@@ -207,7 +207,7 @@ class Manual:
 
 
 def _spec_axes(spec: PartitionSpec) -> frozenset[str]:
-    return frozenset(n for entry in spec for n in _names(entry))
+    return frozenset(n for entry in spec for n in entry_axes(entry))
 
 
 def _same_type(given: Value, decided: Value, what: str) -> None:
@@ -358,7 +358,7 @@ def _divided(mesh: Mesh | AbstractMesh, spec: PartitionSpec, shape: tuple[int, .
              times: bool = False) -> tuple[int, ...]:
     """Each dimension divided (or, ``times``, multiplied) by the ways its spec entry splits
     it, rounded down: the types JAX gives an unchecked shard_map's body and results."""
-    ways = [_ways(mesh, entry) for entry in spec] + [1] * (len(shape) - len(spec))
+    ways = [entry_ways(mesh, entry) for entry in spec] + [1] * (len(shape) - len(spec))
     return tuple(size * n if times else size // n for size, n in zip(shape, ways))
 
 

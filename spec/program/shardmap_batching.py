@@ -44,7 +44,8 @@ class SpmdAxisNotInShardMapMesh(Failure, rule="PBAT-1", error=KeyError):
     mesh: Any
 
 
-def _spec_axes(spec: PartitionSpec) -> set[str]:
+def spec_axes(spec: PartitionSpec) -> set[str]:
+    """The mesh axes a PartitionSpec's entries name."""
     return {a for entry in spec.partitions
             for a in (entry if isinstance(entry, tuple) else (entry,)) if isinstance(a, str)}
 
@@ -68,7 +69,7 @@ def check_shard_map_spmd_axes(specs: Any, names: tuple[str, ...], which: str,
     if not isinstance(specs, (tuple, list)) or not all(isinstance(s, PartitionSpec)
                                                        for s in specs):
         raise reject(BadVmapParameterType(which, "must be a list of PartitionSpecs", specs))
-    used = set().union(*map(_spec_axes, specs)) if specs else set()
+    used = set().union(*map(spec_axes, specs)) if specs else set()
     clash = tuple(sorted(set(names) & used))
     require(not clash, lambda: SpmdAxisInShardMap(tuple(names), which, clash))
     for name in names if mesh is not None else ():
@@ -184,6 +185,6 @@ def check_spmd_casts(axes: tuple[str, ...], mesh: Any, results: tuple = (),
         require(axis in names, lambda axis=axis: CastAlongUnknownAxis(axes, axis, mesh))
         require(axis in manual, lambda axis=axis: CastAlongAutomaticAxis(axes, axis))
     for j, (value, spec) in enumerate(zip(results, out_specs)):
-        left = value.varying - _spec_axes(spec) - manual
+        left = value.varying - spec_axes(spec) - manual
         require(not left, lambda j=j, spec=spec, left=left: SpmdVaryingResult(
             j, tuple(a for a in names if a in left), spec))

@@ -15,8 +15,8 @@ from ..core.rules import reject, staged
 from ..core.values import PartitionSpec
 from ..transforms.autodiff import JitBody, JitEquation, transposed_equation
 from .ad_bodies import (
-    NotRewritten, _Body, _inline, inline_consts, _manual, _product,
-    _put_back_to, _put_together, _sizes, _type_sharding, cotangent_type, dependencies,
+    NotRewritten, BodyBuilder, inline_body, inline_consts, map_manual_axes, product_type,
+    put_back_to, put_together_spec, axis_sizes_of, type_sharding, cotangent_type, dependencies,
 )
 from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
@@ -39,8 +39,8 @@ def _linear_values(program: Program, linear: tuple[bool, ...]) -> list[bool]:
     return flags
 
 
-def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
-                    prefix: str) -> tuple[Program, tuple[bool, ...]]:
+def transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
+                   prefix: str) -> tuple[Program, tuple[bool, ...]]:
     """A linear body transposed: it takes its nonlinear inputs (the residuals), then a
     cotangent per output ``given`` one (its type; None: none), and returns the cotangent
     of each linear input one reaches (the flags). Nonlinear equations run first, then the
@@ -48,8 +48,8 @@ def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
     flags = _linear_values(program, linear)
     nonlinear = [i for i, lin in enumerate(linear) if not lin]
     cotangent_types = tuple(g.type for g in given if g is not None)
-    body = _Body(tuple(program.inputs[i].type for i in nonlinear) + cotangent_types,
-                 program.consts)
+    body = BodyBuilder(tuple(program.inputs[i].type for i in nonlinear) + cotangent_types,
+                       program.consts)
     number: dict[int, int] = {i: k for k, i in enumerate(nonlinear)}
     cts: dict[int, int] = {}   # per value, the sum of the cotangents that reached it so far
 
@@ -90,7 +90,7 @@ def _transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
     return body.program(tuple(outputs)), tuple(reached)
 
 
-def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
+def _transpose_eq(eq: Equation, body: BodyBuilder, incoming: list, flags: list[bool],
                   number: dict[int, int], path: str, types: tuple[Value, ...]
                   ) -> list[tuple[int, int]]:
     """One linear equation transposed by its rule in the primitive table
@@ -103,7 +103,7 @@ def _transpose_eq(eq: Equation, body: _Body, incoming: list, flags: list[bool],
 
 
 @TRANSPOSES.register("sharding_constraint")
-def _transpose_constraint(eq: ShardingConstraint, body: _Body, incoming: list,
+def _transpose_constraint(eq: ShardingConstraint, body: BodyBuilder, incoming: list,
                           flags: list[bool], number: dict[int, int], path: str,
                           types: tuple[Value, ...]) -> list[tuple[int, int]]:
     # bound on the cotangent as JAX's transpose rule binds it: without
@@ -114,27 +114,27 @@ def _transpose_constraint(eq: ShardingConstraint, body: _Body, incoming: list,
 
 
 @TRANSPOSES.register("device_put")
-def _transpose_device_put(eq: DevicePut, body: _Body, incoming: list, flags: list[bool],
+def _transpose_device_put(eq: DevicePut, body: BodyBuilder, incoming: list, flags: list[bool],
                           number: dict[int, int], path: str, types: tuple[Value, ...]
                           ) -> list[tuple[int, int]]:
     out = []
     for k, n in _linear_operands(eq, flags):
         if incoming[k] is not None:
             (ct,) = body.emit(DevicePut((incoming[k],), targets=(
-                _put_back_to(types[n]),), checked=False))
+                put_back_to(types[n]),), checked=False))
             out.append((n, ct))
     return out
 
 
 @TRANSPOSES.register("reshard")
-def _transpose_reshard(eq: Reshard, body: _Body, incoming: list, flags: list[bool],
+def _transpose_reshard(eq: Reshard, body: BodyBuilder, incoming: list, flags: list[bool],
                        number: dict[int, int], path: str, types: tuple[Value, ...]
                        ) -> list[tuple[int, int]]:
     # The cotangent goes back to the operand's cotangent type, as JAX reshards it
     # to that sharding type: its mesh (the empty one where the type has none) and
     # its split over Explicit axes, every dimension named.
     operand = cotangent_type(types[eq.operands[0]])
-    (ct,) = body.emit(Reshard((incoming[0],), sharding=_type_sharding(operand),
+    (ct,) = body.emit(Reshard((incoming[0],), sharding=type_sharding(operand),
                               results=(operand,)))
     return [(eq.operands[0], ct)]
 
@@ -145,14 +145,14 @@ def _linear_operands(eq: Equation, flags: list[bool]) -> list[tuple[int, int]]:
 
 
 @TRANSPOSES.register("sum", "sub", "same", "collective", "swap", "opaque")
-def _transpose_primitive(eq: Opaque, body: _Body, incoming: list, flags: list[bool],
+def _transpose_primitive(eq: Opaque, body: BodyBuilder, incoming: list, flags: list[bool],
                          number: dict[int, int], path: str, types: tuple[Value, ...]
                          ) -> list[tuple[int, int]]:
     return _transpose_opaque(eq, body, incoming, _linear_operands(eq, flags), number,
                              types, path)
 
 
-def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
+def _transpose_opaque(eq: Opaque, body: BodyBuilder, incoming: list, linear_ops: list,
                       number: dict[int, int], types: tuple[Value, ...], path: str = ""
                       ) -> list[tuple[int, int]]:
     """A linear primitive transposed: ``neg`` to ``neg``, ``reduce_sum`` and
@@ -181,7 +181,7 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
         if name == "mul" and others and result[0].spec is not None and \
                 result[0].spec.unreduced:
             with staged("trace"):   # reshaped to an unreduced type where typed otherwise
-                check_product_cotangent(_product([body.types[c] for c in (ct,) + others]),
+                check_product_cotangent(product_type([body.types[c] for c in (ct,) + others]),
                                         result[0], path)
         if rule == "sum":
             out.append((n, unbroadcast(body, ct, types[n])))
@@ -212,7 +212,7 @@ def _transpose_opaque(eq: Opaque, body: _Body, incoming: list, linear_ops: list,
     return out
 
 
-def unbroadcast(body: _Body, ct: int, operand: Value) -> int:
+def unbroadcast(body: BodyBuilder, ct: int, operand: Value) -> int:
     """A broadcasting primitive's cotangent brought back to its operand's shape (JAX's
     transpose of an implicit broadcast): summed over every dimension where the operand
     is a scalar, else over the dimensions where the operand has size 1 and the cotangent
@@ -240,7 +240,7 @@ def unbroadcast(body: _Body, ct: int, operand: Value) -> int:
 
 
 @TRANSPOSES.register("jit")
-def _transpose_jit(eq: Jit, body: _Body, incoming: list, flags: list[bool],
+def _transpose_jit(eq: Jit, body: BodyBuilder, incoming: list, flags: list[bool],
                    number: dict[int, int], path: str, types: tuple[Value, ...] = ()
                    ) -> list[tuple[int, int]]:
     """A linear inner jit transposed (AD-5): its nonlinear operands (residuals,
@@ -249,7 +249,7 @@ def _transpose_jit(eq: Jit, body: _Body, incoming: list, flags: list[bool],
     inner = eq.body
     linear = tuple(flags[n] for n in eq.operands)
     given = tuple(ct is not None for ct in incoming)
-    transposed, reached = _transpose_body(inner, linear, tuple(
+    transposed, reached = transpose_body(inner, linear, tuple(
         None if ct is None else body.types[ct] for ct in incoming), f"{path}.jit.")
     lin_in = [i for i, lin in enumerate(linear) if lin]
     equation = JitEquation(tuple(inner.in_shardings[i] for i in lin_in), inner.out_shardings)
@@ -280,7 +280,7 @@ def _cotangent_result(operand: Value, eq: ShardMap, spec: PartitionSpec,
     value = operand.type
     if value.mesh is None or not any(t.name == "Explicit" for t in value.mesh.axis_types):
         return value
-    return dataclasses.replace(value, spec=_put_together(value, eq, spec, manual))
+    return dataclasses.replace(value, spec=put_together_spec(value, eq, spec, manual))
 
 
 def _automatic_split(result: Value, ct: Value, manual: frozenset[str]
@@ -310,7 +310,7 @@ def _automatic_split(result: Value, ct: Value, manual: frozenset[str]
 
 
 @TRANSPOSES.register("shard_map")
-def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[bool],
+def _transpose_shard_map(eq: ShardMap, body: BodyBuilder, incoming: list, flags: list[bool],
                          number: dict[int, int], path: str, types: tuple[Value, ...]
                          ) -> list[tuple[int, int]]:
     """A linear shard_map transposed (AD-11): one shard_map taking the non-zero cotangents
@@ -319,7 +319,7 @@ def _transpose_shard_map(eq: ShardMap, body: _Body, incoming: list, flags: list[
     Unchecked, a cotangent is divided by the manual axes its out spec leaves out before,
     and each input's cotangent summed (psum) over those its in spec leaves out after. A
     repeated shard_map (one form, operands of the same types) is transposed once per body."""
-    sizes, manual = _sizes(eq), _manual(eq)
+    sizes, manual = axis_sizes_of(eq), map_manual_axes(eq)
     linear = tuple(flags[n] for n in eq.operands)
     cts = []
     for j, ct in enumerate(incoming):
@@ -351,7 +351,7 @@ def _transposed_shard_map(eq: ShardMap, linear: tuple[bool, ...], present: tuple
     """The transposed shard_map of ``eq`` (its operands the cotangents, then the
     residuals, numbered from 0) and the linear operands whose cotangents it returns; None
     where it returns none."""
-    inner, manual = eq.body, _manual(eq)
+    inner, manual = eq.body, map_manual_axes(eq)
     axes = eq.mesh.axis_names
     ct_specs, given = [], []
     for j, here in enumerate(present):
@@ -366,11 +366,11 @@ def _transposed_shard_map(eq: ShardMap, linear: tuple[bool, ...], present: tuple
         given.append(dataclasses.replace(
             value, varying=(value.varying - manual) | varying if eq.check_vma
             else value.varying - manual))
-    transposed, reached = _transpose_body(inner, linear, tuple(given), f"{path}.shard_map.")
+    transposed, reached = transpose_body(inner, linear, tuple(given), f"{path}.shard_map.")
     # JAX's transposed body takes the cotangents first, then the residuals.
     residuals = sum(1 for lin in linear if not lin)
     order = tuple(range(residuals, residuals + len(ct_specs))) + tuple(range(residuals))
-    shards = _Body(tuple(transposed.inputs[k] for k in order), transposed.consts)
+    shards = BodyBuilder(tuple(transposed.inputs[k] for k in order), transposed.consts)
     inside = dict(zip(order, range(len(order))))
     outs = list(inline_consts(shards, transposed, tuple(inside[k] for k in range(len(order)))))
     lin_in = [i for i, lin in enumerate(linear) if lin]
@@ -393,6 +393,3 @@ def _transposed_shard_map(eq: ShardMap, linear: tuple[bool, ...], present: tuple
             eq.in_specs[i]), manual) for i in chosen), checked=False)
     return transposed_eq, chosen
 
-
-# A door for the transpose of a scan (control_flow_ad.py): a linear body transposed.
-transpose_body = _transpose_body

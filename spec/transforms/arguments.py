@@ -140,7 +140,7 @@ def check_placeable_kind(value_kind: str, dtype: str | None, shape: tuple[int, .
     """Masked arrays are refused (ValueError), as are text, bytes, other objects and numpy values of a non-numeric dtype (TypeError).
 
     A numpy scalar of datetime, timedelta or bytes type is refused only after its sharding
-    is checked (ARG-4), a numpy.str_ at once, as a str.
+    is checked (ARG-4), a ``numpy.str_`` at once, as a str.
 
     >>> check_placeable_kind("numpy_array", "float64", (2,))
     >>> check_placeable_kind("masked_array", "float32", (2,))

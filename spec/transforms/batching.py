@@ -239,7 +239,7 @@ def _read_named(sharding: NamedSharding, ndim: int) -> _Tiles:
     return _Tiles(_trimmed(parts + [unreduced]), "tiled")
 
 
-def _with_unit_dim(hlo: Any, batch_axis: int) -> Any:
+def with_unit_dim(hlo: Any, batch_axis: int) -> Any:
     """The HLO sharding with a tile dimension of 1 inserted at ``batch_axis`` (an HLO
     sharding without tiles stays as it is)."""
     if not isinstance(hlo, Tiled):
@@ -318,7 +318,7 @@ def batch_unsplit(sharding: Any, batch_axis: int, rank: int) -> Any:
                                                 UNCONSTRAINED)))
     tiles = _read_named(sharding, ndim)
     if tiles.kind != "tiled":
-        hlo = _with_unit_dim(to_hlo(sharding, ndim), batch_axis)
+        hlo = with_unit_dim(to_hlo(sharding, ndim), batch_axis)
         return GSPMDSharding(mesh.devices, hlo)
     parts = _trimmed(_inserted(tiles.parts, batch_axis, ()))
     return NamedSharding(mesh, P(*map(_entry, parts)))

@@ -32,7 +32,7 @@ from typing import Any
 from ..jit.assignment import Source, check_tile_count, device_assignment
 from ..core.hlo import Replicated, Tiled
 from ..core.iota import Iota
-from ..jit.call import MAX_NESTING, Arg, _nesting
+from ..jit.call import MAX_NESTING, Arg, nesting
 from ..core.dims import check_dims
 from ..placement.blocks import TilesDoNotMatchRank, check_rank, is_fully_replicated, shard_shape
 from ..core.pytree import (
@@ -103,8 +103,8 @@ def check_constraint_call(condition: bool, what: str, expected: str, value: Any)
 
 def _check_inputs(values: Any, shardings: Any, context_mesh: Any) -> None:
     deep = f"a pytree at most {MAX_NESTING} containers deep"
-    check_constraint_call(_nesting(values) <= MAX_NESTING, "the values", deep, "a deeper tree")
-    check_constraint_call(_nesting(shardings) <= MAX_NESTING, "the shardings", deep,
+    check_constraint_call(nesting(values) <= MAX_NESTING, "the values", deep, "a deeper tree")
+    check_constraint_call(nesting(shardings) <= MAX_NESTING, "the shardings", deep,
                           "a deeper tree")
     for path, leaf in leaves_with_paths(values):
         check_constraint_call(isinstance(leaf, Arg), f"the value at x{show_path(('', *path))}",

@@ -28,7 +28,7 @@ from .shardmap_collectives import (
     check_collective_axes, collective_groups, manual_sharding, replica_groups,
 )
 from .shardmap_parameters import (
-    INFER, Returned, Shaped, ShardMapTypes, TypedArgumentPassedWhole, _names, check_parameters,
+    INFER, Returned, Shaped, ShardMapTypes, TypedArgumentPassedWhole, entry_axes, check_parameters,
 )
 from .shardmap_specs import (
     check_divisible, check_no_repeated_axes, check_replication, check_spec_axes,
@@ -125,7 +125,7 @@ def _varying(spec: PartitionSpec | None, check_vma: bool) -> frozenset[str]:
     """The axes an argument varies along inside: its spec's axes (with check_vma; SMAP-11)."""
     if spec is None or not check_vma:
         return frozenset()
-    return frozenset(n for entry in spec for n in _names(entry))
+    return frozenset(n for entry in spec for n in entry_axes(entry))
 
 
 def _map_arguments(mesh: Mesh | AbstractMesh, in_specs: Any, operands: tuple,

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..core.rules import Failure, require, rule
 from ..core.values import AbstractMesh, AxisType, Mesh  # noqa: F401 (AxisType: the examples)
-from .shardmap_parameters import _ways
+from .shardmap_parameters import entry_ways
 
 __all__ = ["REDUCING", "MOVING", "COLLECTIVES", "collective_varying", "collective_shape",
            "check_permutation", "check_scatter_operand_unsplit", "collective_split",
@@ -344,7 +344,7 @@ class SplitEntryDropped(Failure, rule="SMAP-24", error=AssertionError):
 def _divides(mesh: Mesh | AbstractMesh, shape: tuple, split: tuple) -> tuple | None:
     """The first (dimension, size, ways) that ``split`` does not divide (None: none)."""
     for dim, (size, entry) in enumerate(zip(shape, split)):
-        ways = _ways(mesh, entry)
+        ways = entry_ways(mesh, entry)
         if size % ways:
             return dim, size, ways
     return None

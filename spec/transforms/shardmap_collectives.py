@@ -14,7 +14,7 @@ from ..core.dims import check_rank_count
 from ..core.hlo import HloSharding, SubgroupType, iota_tile
 from ..core.rules import Failure, require, rule
 from ..core.values import AbstractMesh, Mesh
-from .shardmap_parameters import MAX_LISTED_DEVICES, BadParameter, _bounded_items, _check_mesh
+from .shardmap_parameters import MAX_LISTED_DEVICES, BadParameter, bounded_items, checked_mesh
 from .shardmap_specs import manual_axes_of
 
 __all__ = ["check_collective_axes", "replica_groups", "collective_groups", "manual_sharding"]
@@ -59,7 +59,7 @@ def _axis_tuple(collective_axes: Any) -> tuple[str, ...]:
     axes = (collective_axes,) if isinstance(collective_axes, str) else collective_axes
     require(type(axes) in (tuple, list), lambda: BadParameter(
         "collective_axes", "an axis name or a tuple of axis names", collective_axes))
-    axes = tuple(_bounded_items(axes, "collective_axes"))
+    axes = tuple(bounded_items(axes, "collective_axes"))
     for name in axes:
         require(isinstance(name, str), lambda: BadParameter(
             "collective_axes", "an axis name or a tuple of axis names", collective_axes))
@@ -110,7 +110,7 @@ def replica_groups(mesh: Mesh | AbstractMesh, collective_axes: Any,
     >>> replica_groups(Mesh.iota((2, 4), ("x", "y")), "x")
     ((0, 4), (1, 5), (2, 6), (3, 7))
     """
-    manual = manual_axes_of(_check_mesh(mesh), manual_axes)
+    manual = manual_axes_of(checked_mesh(mesh), manual_axes)
     axes = check_collective_axes(mesh, collective_axes, manual)
     require(mesh.size <= MAX_LISTED_DEVICES, lambda: BadParameter(
         "mesh", f"a mesh of at most {MAX_LISTED_DEVICES} devices to list its groups", mesh))
@@ -163,7 +163,7 @@ def manual_sharding(mesh: Mesh | AbstractMesh, manual_axes: Any, rank: int) -> H
     >>> print(manual_sharding(Mesh.iota((1, 8), ("x", "y")), {"x"}, 2))
     None
     """
-    manual = manual_axes_of(_check_mesh(mesh), manual_axes)
+    manual = manual_axes_of(checked_mesh(mesh), manual_axes)
     rank = check_rank_count(rank)
     sizes = mesh.sizes_by_name
     if math.prod(sizes[a] for a in manual) == 1:

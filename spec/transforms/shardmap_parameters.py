@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any, Iterable
 
-from ..jit.call import _nesting
+from ..jit.call import nesting
 from ..core.dims import MAX_RANK, check_dims, check_rank_count
 from ..core.pytree import leaves_with_paths, show_path
 from ..core.rules import IllFormedParameter, Failure, Rejection, reject, require, rule
@@ -93,7 +93,7 @@ class Returned:
         summed = (self.summed,) if isinstance(self.summed, str) else self.summed
         if isinstance(summed, (bytes, dict)) or not isinstance(summed, Iterable):
             raise reject(BadParameter("Returned.summed", "a tuple of axis names", self.summed))
-        summed = tuple(_bounded_items(summed, "Returned.summed"))
+        summed = tuple(bounded_items(summed, "Returned.summed"))
         for name in summed:
             require(isinstance(name, str), lambda: BadParameter(
                 "Returned.summed", "a tuple of axis names", self.summed))
@@ -122,7 +122,7 @@ class ShardMapTypes:
     out_types: tuple[tuple, ...] = ()
 
 
-def _bounded_items(items: Iterable[Any], what: str, limit: int = MAX_RANK) -> list[Any]:
+def bounded_items(items: Iterable[Any], what: str, limit: int = MAX_RANK) -> list[Any]:
     """The entries of ``items``, read one at a time and refused past ``limit`` (SMAP-0)."""
     out: list[Any] = []
     try:
@@ -139,16 +139,18 @@ def _bounded_items(items: Iterable[Any], what: str, limit: int = MAX_RANK) -> li
 
 # --------------------------------------------------------------------------- spec entries
 
-def _names(entry: Any) -> tuple:
+def entry_axes(entry: Any) -> tuple:
+    """The mesh axes one entry of a PartitionSpec names (None names none, a name names one)."""
     return entry if isinstance(entry, tuple) else () if entry is None else (entry,)
 
 
-def _ways(mesh: Mesh | AbstractMesh, entry: Any) -> int:
+def entry_ways(mesh: Mesh | AbstractMesh, entry: Any) -> int:
     """How many pieces a spec entry cuts a dimension into (an axis named twice counts twice)."""
-    return math.prod(mesh.axis_size(name) for name in _names(entry))
+    return math.prod(mesh.axis_size(name) for name in entry_axes(entry))
 
 
-def _check_mesh(mesh: Any) -> Mesh | AbstractMesh:
+def checked_mesh(mesh: Any) -> Mesh | AbstractMesh:
+    """``mesh`` itself when it is a Mesh or an AbstractMesh, refused otherwise (SMAP-0)."""
     require(isinstance(mesh, (Mesh, AbstractMesh)), lambda: BadParameter(
         "mesh", "a Mesh or an AbstractMesh", mesh))
     return mesh
@@ -197,17 +199,17 @@ def _check_type_spec(mesh: Mesh | AbstractMesh, path: tuple, leaf: Shaped) -> No
     if spec is None:
         return
     explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t is AxisType.Explicit}
-    names = [n for entry in spec for n in _names(entry)]
+    names = [n for entry in spec for n in entry_axes(entry)]
     fits = (len(spec) <= len(leaf.shape) and not spec.unreduced and not spec.reduced
             and len(set(names)) == len(names) and set(names) <= explicit
-            and all(size % _ways(mesh, entry) == 0 for size, entry in zip(leaf.shape, spec)))
+            and all(size % entry_ways(mesh, entry) == 0 for size, entry in zip(leaf.shape, spec)))
     require(fits, lambda: BadParameter(
         where, "a spec over the mesh's Explicit axes, each named once, that splits the "
                "shape evenly", spec))
 
 
 def _check_tree(tree: Any, parameter: str, leaf_type: type, what: str) -> None:
-    require(_nesting(tree, MAX_NESTING) <= MAX_NESTING, lambda: BadParameter(
+    require(nesting(tree, MAX_NESTING) <= MAX_NESTING, lambda: BadParameter(
         parameter, f"a pytree at most {MAX_NESTING} containers deep", "a deeper tree"))
     for path, leaf in leaves_with_paths(tree):
         require(isinstance(leaf, leaf_type), lambda: BadParameter(
@@ -245,7 +247,7 @@ def check_parameters(mesh: Any, in_specs: Any, out_specs: Any, operands: Any, re
     for path, leaf in leaves_with_paths(operands):
         _check_type_spec(mesh, path, leaf)
     for name, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
-        require(_nesting(specs, MAX_NESTING) <= MAX_NESTING, lambda: BadParameter(
+        require(nesting(specs, MAX_NESTING) <= MAX_NESTING, lambda: BadParameter(
             name, f"a pytree at most {MAX_NESTING} containers deep", "a deeper tree"))
     count = sum(1 for _ in leaves_with_paths(operands))
     for path, leaf in leaves_with_paths(results):

@@ -13,7 +13,7 @@ from typing import Any
 from ..core.pytree import broadcast_prefix, leaves_with_paths, prefix_mismatch, show_path, structure
 from ..core.rules import Failure, require, rule
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
-from .shardmap_parameters import BadParameter, _bounded_items, _names, _ways
+from .shardmap_parameters import BadParameter, bounded_items, entry_axes, entry_ways
 from .shardmap_parameters import Returned, Shaped  # noqa: F401 (the examples use them)
 
 P = PartitionSpec  # the name the examples use
@@ -58,7 +58,7 @@ def manual_axes_of(mesh: Mesh | AbstractMesh, manual_axes: Any) -> frozenset[str
             lambda: ManualAxesNotASet(manual_axes, type(manual_axes).__name__))
     if not manual_axes:
         return frozenset(mesh.axis_names)
-    extra = [a for a in _bounded_items(manual_axes, "axis_names") if a not in mesh.axis_names]
+    extra = [a for a in bounded_items(manual_axes, "axis_names") if a not in mesh.axis_names]
     require(not extra, lambda: ManualAxesNotInMesh(tuple(sorted(extra, key=repr)),
                                                    mesh.axis_names))
     return frozenset(manual_axes)
@@ -118,7 +118,7 @@ def check_spec_axes(specs: Any, which: str, manual_axes: frozenset[str]) -> None
     """
     for where, spec in _spec_leaves(specs, which):
         for entry in spec:
-            for name in _names(entry):
+            for name in entry_axes(entry):
                 require(name in manual_axes, lambda: NotManual(
                     where, spec, name, tuple(sorted(manual_axes))))
 
@@ -298,9 +298,9 @@ def check_divisible(mesh: Mesh | AbstractMesh, spec: PartitionSpec, shape: tuple
     shardlaw.spec.core.rules.RejectionValueError: [SMAP-8]: args[0] has shape (12,); in_specs[0] is P(('x', 'y')), which splits dimension 0 (size 12) over ('x', 'y'), 8 ways, and 8 does not divide 12. Pad dimension 0 to a multiple of 8, or split it over fewer axes.
     """
     for dim, entry in enumerate(spec):
-        ways = _ways(mesh, entry)
+        ways = entry_ways(mesh, entry)
         require(shape[dim] % ways == 0, lambda: NotDivisible(
-            value, tuple(shape), where, spec, dim, shape[dim], _names(entry), ways))
+            value, tuple(shape), where, spec, dim, shape[dim], entry_axes(entry), ways))
 
 
 # --------------------------------------------------------------------------- SMAP-11, SMAP-12
@@ -329,7 +329,7 @@ def check_replication(mesh: Mesh | AbstractMesh, spec: PartitionSpec, varying: f
     ...
     shardlaw.spec.core.rules.RejectionValueError: [SMAP-11]: out_specs is P(), which says the result is the same on every device along ('x',), but the result varies along ('x',). Name those axes in the spec, sum the result over them (psum), or pass check_vma=False if it is replicated anyway.
     """
-    named = {n for entry in spec for n in _names(entry)} | spec.unreduced | spec.reduced
+    named = {n for entry in spec for n in entry_axes(entry)} | spec.unreduced | spec.reduced
     missing = tuple(a for a in mesh.axis_names if a not in named and a in varying)
     require(not missing, lambda: NotReplicated(
         where, spec, missing, tuple(a for a in mesh.axis_names if a in varying)))
@@ -356,6 +356,6 @@ def check_no_repeated_axes(spec: PartitionSpec, where: str) -> None:
     """
     seen: set[str] = set()
     for entry in spec:
-        for name in _names(entry):
+        for name in entry_axes(entry):
             require(name not in seen, lambda: RepeatedAxis(where, spec, name))
             seen.add(name)

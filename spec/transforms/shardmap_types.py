@@ -15,7 +15,7 @@ from ..core.dims import check_dims
 from ..core.pytree import leaves_with_paths, show_path
 from ..core.rules import Failure, require, rule
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
-from .shardmap_parameters import _check_mesh, _names, _ways
+from .shardmap_parameters import checked_mesh, entry_axes, entry_ways
 from .shardmap_parameters import Shaped  # noqa: F401 (the examples use it)
 from .shardmap_specs import (
     NotASpec, check_divisible, check_no_repeated_axes, check_spec_axes, check_spec_rank,
@@ -50,13 +50,13 @@ def per_shard_shape(mesh: Mesh | AbstractMesh, spec: PartitionSpec, shape: tuple
     >>> per_shard_shape(mesh, P("x", "x"), (8, 8))
     (4, 4)
     """
-    manual = manual_axes_of(_check_mesh(mesh), manual_axes)
+    manual = manual_axes_of(checked_mesh(mesh), manual_axes)
     spec = _check_spec(spec, "spec")
     shape = check_dims(shape, what="a shape")
     check_spec_axes(spec, "spec", manual)
     check_spec_rank(spec, shape, "spec", "the argument")
     check_divisible(mesh, spec, shape, "spec", "the argument")
-    ways = [_ways(mesh, entry) for entry in spec] + [1] * (len(shape) - len(spec))
+    ways = [entry_ways(mesh, entry) for entry in spec] + [1] * (len(shape) - len(spec))
     return tuple(size // n for size, n in zip(shape, ways))
 
 
@@ -72,7 +72,7 @@ def unshard_shape(mesh: Mesh | AbstractMesh, spec: PartitionSpec, shape: tuple[i
     >>> unshard_shape(mesh, P(), (3, 5))
     (3, 5)
     """
-    manual = manual_axes_of(_check_mesh(mesh), manual_axes)
+    manual = manual_axes_of(checked_mesh(mesh), manual_axes)
     spec = _check_spec(spec, "spec")
     shape = check_dims(shape, what="a shape")
     check_spec_axes(spec, "spec", manual)
@@ -84,7 +84,7 @@ def unshard_shape(mesh: Mesh | AbstractMesh, spec: PartitionSpec, shape: tuple[i
 
 def _unshard(mesh: Mesh | AbstractMesh, spec: PartitionSpec, shape: tuple[int, ...]
              ) -> tuple[int, ...]:
-    ways = [_ways(mesh, entry) for entry in spec] + [1] * (len(shape) - len(spec))
+    ways = [entry_ways(mesh, entry) for entry in spec] + [1] * (len(shape) - len(spec))
     return tuple(size * n for size, n in zip(shape, ways))
 
 
@@ -102,7 +102,7 @@ def _entry(names: tuple) -> Any:
 
 def _padded(spec: PartitionSpec | None, rank: int) -> tuple:
     """A spec's entries, one per dimension of a value of ``rank`` (missing ones None)."""
-    entries = [] if spec is None else [_entry(_names(e)) for e in spec]
+    entries = [] if spec is None else [_entry(entry_axes(e)) for e in spec]
     return tuple(entries + [None] * (rank - len(entries)))
 
 
@@ -147,10 +147,10 @@ def infer_in_specs(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str], opera
     for path, leaf in leaves_with_paths(operands):
         entries = []
         for entry in _padded(leaf.spec, len(leaf.shape)):  # a type's spec has every dim
-            kept = [n if n in manual_axes else None for n in _names(entry)]
+            kept = [n if n in manual_axes else None for n in entry_axes(entry)]
             while kept and kept[-1] is None:
                 kept.pop()
-            hole = next((n for n, k in zip(_names(entry), kept) if k is None), None)
+            hole = next((n for n, k in zip(entry_axes(entry), kept) if k is None), None)
             require(hole is None, lambda: InferredSpecInvalid(
                 show_path(("args", *path)), leaf.spec, entry, hole))
             entries.append(_entry(tuple(kept)))
@@ -220,7 +220,7 @@ def type_inside(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
     """The entries of a value's type inside a shard_map, one per dimension: those of its
     type outside kept to the Explicit axes the shard_map leaves automatic (SMAP-18)."""
     kept = _explicit(mesh) - manual_axes
-    return tuple(_entry(tuple(n for n in _names(e) if n in kept))
+    return tuple(_entry(tuple(n for n in entry_axes(e) if n in kept))
                  for e in _padded(type_spec, rank))
 
 
@@ -245,10 +245,10 @@ def explicit_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
     explicit = _explicit(mesh)
     inner = type_inside(mesh, manual_axes, type_spec, len(shape))
     for dim, (size, entry) in enumerate(zip(shape, inner)):
-        ways = _ways(mesh, entry)
+        ways = entry_ways(mesh, entry)
         require(size % ways == 0, lambda: TypeDoesNotSplitShard(
             where, tuple(shape), inner, dim, size, ways))
-    outer = tuple(_entry(tuple(n for n in _names(o) if n in explicit) + _names(i))
+    outer = tuple(_entry(tuple(n for n in entry_axes(o) if n in explicit) + entry_axes(i))
                   for o, i in zip(_padded(out_spec, len(shape)), inner))
     return inner, outer
 

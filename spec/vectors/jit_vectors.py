@@ -37,11 +37,11 @@ from ..jit.call import Call, Verdict
 from ..jit.layouts import AUTO_LAYOUT, Format, Layout
 from .sequence_vectors import SEQUENCE_FORMAT, SequenceVector, dump_sequence, load_sequence
 from .vector_checks import (
-    JAX_VERSION, VERSION, VERSIONS, UnreadableWhenWritten, _document, check_vector,
+    JAX_VERSION, VERSION, VERSIONS, UnreadableWhenWritten, read_document, check_vector,
     check_writable,
 )
-from .vector_reader import _CALL_KEYS, CallReader, _int, _maybe, _object, _rule_id, _str
-from .vector_writer import _call_json, verdict_json
+from .vector_reader import CALL_KEYS, CallReader, as_int, maybe, as_object, as_rule_id, as_str
+from .vector_writer import call_json, verdict_json
 
 __all__ = [
     "FORMAT", "VERSION", "VERSIONS", "JAX_VERSION", "uses_layouts", "uses_version_2",
@@ -102,7 +102,7 @@ def dump_vector(call: Call, verdict: Verdict | None = None, *, name: str | None 
                        ("description", description)):
         if value is not None:
             out[key] = value
-    out["call"] = _call_json(call)
+    out["call"] = call_json(call)
     if verdict is not None:
         out["expect"] = verdict_json(verdict)
     # What is written must read back: labels and device ids are checked only on the way in.
@@ -167,37 +167,37 @@ def load_vector(obj_or_text: Any) -> Vector:
     >>> v.call.args
     (<numpy float32[8]>,)
     """
-    vector = _document(obj_or_text)
-    fields = _object(vector, (), "a vector (a JSON object)", ("format", "version", "jax", "call"),
-                     ("name", "rule", "side", "description", "expect"))
+    vector = read_document(obj_or_text)
+    fields = as_object(vector, (), "a vector (a JSON object)", ("format", "version", "jax", "call"),
+                       ("name", "rule", "side", "description", "expect"))
     check_vector(fields["format"] == FORMAT, ("format",), f"the format name {json.dumps(FORMAT)}",
                  fields["format"])
     check_vector(fields["version"] in VERSIONS and type(fields["version"]) is int, ("version",),
                  f"a format version this shardlaw reads ({', '.join(map(str, VERSIONS))})",
                  fields["version"])
-    jax = _str(fields["jax"], ("jax",), "a JAX version such as \"0.10.2\"")
-    labels = {key: _maybe(_str)(fields.get(key), (key,)) for key in ("name", "description")}
-    label_rule = _maybe(_rule_id)(fields.get("rule"), ("rule",))
+    jax = as_str(fields["jax"], ("jax",), "a JAX version such as \"0.10.2\"")
+    labels = {key: maybe(as_str)(fields.get(key), (key,)) for key in ("name", "description")}
+    label_rule = maybe(as_rule_id)(fields.get("rule"), ("rule",))
     side = fields.get("side")
     check_vector(side is None or side in SIDES, ("side",), 'null, "accept" or "reject"', side)
 
-    call_fields = _object(fields["call"], ("call",), "the call", (), _CALL_KEYS)
-    count = _int(call_fields.get("devices", 8), ("call", "devices"),
-                 "a device count of at least 1", 1)
-    processes = _int(call_fields.get("process_count", 1), ("call", "process_count"),
-                     "a process count of at least 1", 1)
+    call_fields = as_object(fields["call"], ("call",), "the call", (), CALL_KEYS)
+    count = as_int(call_fields.get("devices", 8), ("call", "devices"),
+                   "a device count of at least 1", 1)
+    processes = as_int(call_fields.get("process_count", 1), ("call", "process_count"),
+                       "a process count of at least 1", 1)
     reader = CallReader(count * processes, count)
     call = reader.call(call_fields, ("call",))
-    expect = _maybe(reader.verdict)(fields.get("expect"), ("expect",))
+    expect = maybe(reader.verdict)(fields.get("expect"), ("expect",))
     check_vector(fields["version"] >= 2 or not uses_version_2(call, expect), ("version",),
                  "version 2 for a vector with layouts or compiler_in (version 1 has neither)",
                  fields["version"])
     if expect is not None and label_rule is not None and side is not None:
-        _check_label(expect, label_rule, side)
+        check_label(expect, label_rule, side)
     return Vector(call, expect, labels["name"], label_rule, side, labels["description"], jax)
 
 
-def _check_label(expect: Any, label: str, side: str) -> None:
+def check_label(expect: Any, label: str, side: str) -> None:
     """A vector labelled with a rule and a side expects that rule to decide that way (a jit
     call's Verdict, or a program's: both have accepted, rule and trace)."""
     if side == "reject":
@@ -283,7 +283,7 @@ def rules_hit(vector: Vector) -> list[tuple[str, str]]:
 
 def load_any(obj_or_text: Any) -> Vector | SequenceVector:
     """A call vector or a sequence vector, by its ``format``."""
-    vector = _document(obj_or_text)
+    vector = read_document(obj_or_text)
     if isinstance(vector, dict) and vector.get("format") == SEQUENCE_FORMAT:
         return load_sequence(vector)
     return load_vector(vector)

@@ -31,15 +31,15 @@ from typing import Any, Callable
 from ..core.rules import Rejection, reject, tracing
 from ..program.description import Program
 from ..program.explain import UNTIL, ProgramVerdict, explain_program
-from .jit_vectors import _check_label
+from .jit_vectors import check_label
 from .value_json import (
     ValueReader as _ValueReader, read_header, rule_read as _rule_read,
     rule_written as _rule_written, value_json as _value_json,
 )
 from .vector_checks import (
-    JAX_VERSION, UnreadableWhenWritten, _document, check_vector, check_writable,
+    JAX_VERSION, UnreadableWhenWritten, read_document, check_vector, check_writable,
 )
-from .vector_reader import _object
+from .vector_reader import as_object
 
 __all__ = ["PROGRAM_FORMAT", "PROGRAM_VERSION", "PROGRAM_VERSIONS", "TRANSFORMATIONS",
            "ProgramVector", "dump_program", "load_program", "program_differences",
@@ -88,12 +88,20 @@ class ProgramVector:
     description: str | None = None
     jax: str = JAX_VERSION
 
+    def transformations(self) -> list[tuple[Callable[..., Program], dict]]:
+        """Each transformation's function and keyword arguments, innermost first (VEC-1:
+        one this shardlaw has)."""
+        return [(_transformation(name), dict(arguments)) for name, arguments in self.transforms]
+
     def transformed(self) -> Program:
         """The program the vector asks about: its transformations applied by the spec."""
-        program = self.program
-        for name, arguments in self.transforms:
-            program = _transformation(name)(program, **dict(arguments))
-        return program
+        return _applied(self.program, self.transformations())
+
+
+def _applied(program: Program, transformations: list) -> Program:
+    for function, arguments in transformations:
+        program = function(program, **arguments)
+    return program
 
 
 # =========================================================================== writing
@@ -165,7 +173,7 @@ def _transforms(reader: _ValueReader, value: Any) -> tuple:
     out = []
     for i, item in enumerate(value):
         at = ("transforms", i)
-        fields = _object(item, at, "a transformation", ("transform", "arguments"))
+        fields = as_object(item, at, "a transformation", ("transform", "arguments"))
         name = fields["transform"]
         check_vector(name in TRANSFORMATIONS, at + ("transform",),
                      f"a transformation ({', '.join(TRANSFORMATIONS)})", name)
@@ -181,13 +189,13 @@ def _expect(reader: _ValueReader, value: Any) -> dict:
     check_vector(isinstance(value, dict) and type(value.get("accepted")) is bool,
                  ("expect",), "a verdict: a JSON object with \"accepted\" true or false", value)
     if not value["accepted"]:
-        fields = _object(value, ("expect",), "a refusal", ("accepted", "rule", "stage"),
-                         ("error_type", "jax_error", "path", "message", "trace"))
+        fields = as_object(value, ("expect",), "a refusal", ("accepted", "rule", "stage"),
+                           ("error_type", "jax_error", "path", "message", "trace"))
         out = {k: fields.get(k) for k in _REJECTED}
         out["rule"] = _rule_read(fields["rule"], ("expect", "rule"))
     else:
-        fields = _object(value, ("expect",), "an accepted verdict", ("accepted",),
-                         (*_ACCEPTED, "trace"))
+        fields = as_object(value, ("expect",), "an accepted verdict", ("accepted",),
+                           (*_ACCEPTED, "trace"))
         out = {k: fields.get(k) for k in _ACCEPTED}
         if "out_shardings" in fields:
             out["out_shardings"] = reader.value(fields["out_shardings"],
@@ -215,7 +223,7 @@ def load_program(program_json: Any) -> ProgramVector:
     shardlaw.spec.core.rules.RejectionValueError: [VEC-1] at until: expected the last stage asked about ("trace" or "run"), got "lower"
 
     """
-    fields, header = read_header(_document(program_json), "a program vector", PROGRAM_FORMAT,
+    fields, header = read_header(read_document(program_json), "a program vector", PROGRAM_FORMAT,
                                  PROGRAM_VERSIONS, ("program",), ("transforms", "until", "expect"))
     jax, labels, label, side = header.jax, header.labels, header.rule, header.side
     until = fields.get("until", "run")
@@ -227,7 +235,7 @@ def load_program(program_json: Any) -> ProgramVector:
     transforms = _transforms(reader, fields.get("transforms", []))
     expect = None if fields.get("expect") is None else _expect(reader, fields["expect"])
     if expect is not None and label is not None and side in ("accept", "reject"):
-        _check_label(_Labelled(expect), label, side)
+        check_label(_Labelled(expect), label, side)
     return ProgramVector(program, transforms, until, expect, labels["name"], label, side,
                          labels["description"], jax)
 
@@ -257,10 +265,12 @@ def replay_program(vector: ProgramVector) -> ProgramVerdict:
     """The spec's verdict on the vector's question: its transformations applied, then
     :func:`~shardlaw.spec.explain_program` until its stage. A transformation that refuses
     the program (vmap's BAT rules, AD-0 ...) is the verdict: refused by its rule, at the
-    stage it raised in (``trace``), with its path."""
+    stage it raised in (``trace``), with its path. Either way the verdict's trace begins
+    with the rules the transformations fired (not the reader's VEC-1)."""
+    transformations = vector.transformations()
     with tracing() as fired:
         try:
-            program = vector.transformed()
+            program = _applied(vector.program, transformations)
         except Rejection as error:
             failure = error.failure
             return ProgramVerdict(False, tuple(dict.fromkeys(fired)), rule=failure.rule,
@@ -268,7 +278,8 @@ def replay_program(vector: ProgramVector) -> ProgramVerdict:
                                   jax_error=failure.jax_error, message=str(error),
                                   path=error.path, stage=error.stage or "trace",
                                   until=vector.until)
-    return explain_program(program, until=vector.until)
+    verdict = explain_program(program, until=vector.until)
+    return dataclasses.replace(verdict, trace=tuple(dict.fromkeys((*fired, *verdict.trace))))
 
 
 def program_differences(vector: ProgramVector, actual: ProgramVerdict | None = None

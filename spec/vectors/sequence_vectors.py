@@ -20,11 +20,11 @@ from ..core.rules import Rejection, reject
 from ..jit.cache import LEVELS, CacheRow
 from ..jit.cache_sites import CallSite, check_sequence
 from .vector_checks import (
-    JAX_VERSION, VERSION, VERSIONS, UnreadableWhenWritten, _document, check_vector,
+    JAX_VERSION, VERSION, VERSIONS, UnreadableWhenWritten, read_document, check_vector,
     check_writable,
 )
-from .vector_reader import _CALL_KEYS, CallReader, _int, _list, _maybe, _object, _str
-from .vector_writer import _call_json
+from .vector_reader import CALL_KEYS, CallReader, as_int, as_list, maybe, as_object, as_str
+from .vector_writer import call_json
 
 __all__ = ["SEQUENCE_FORMAT", "OUTCOMES", "SequenceVector", "dump_sequence", "load_sequence",
            "cache_differences"]
@@ -70,7 +70,7 @@ def dump_sequence(sites: Any, *, expect: Any = None, name: str | None = None,
         check_writable(isinstance(site, CallSite), ("sequence", i), "a call site",
                        "a CallSite", site)
         entries.append({"function": site.function, "wrapper": site.wrapper,
-                        "call": _call_json(site.call)})
+                        "call": call_json(site.call)})
     out["sequence"] = entries
     if expect is not None:
         rows = _expected_rows(expect, len(entries))
@@ -102,39 +102,39 @@ def _expected_rows(expect: Any, count: int) -> tuple[CacheRow, ...]:
 def load_sequence(obj_or_text: Any) -> SequenceVector:
     """The :class:`SequenceVector` a JSON object (or its text) describes; VEC-1 when malformed."""
 
-    vector = _document(obj_or_text)
-    fields = _object(vector, (), "a sequence vector (a JSON object)",
-                     ("format", "version", "jax", "sequence"),
-                     ("name", "description", "expect_cache"))
+    vector = read_document(obj_or_text)
+    fields = as_object(vector, (), "a sequence vector (a JSON object)",
+                       ("format", "version", "jax", "sequence"),
+                       ("name", "description", "expect_cache"))
     check_vector(fields["format"] == SEQUENCE_FORMAT, ("format",),
                  f"the format name {json.dumps(SEQUENCE_FORMAT)}", fields["format"])
     check_vector(fields["version"] in VERSIONS and type(fields["version"]) is int, ("version",),
                  f"a format version this shardlaw reads ({', '.join(map(str, VERSIONS))})",
                  fields["version"])
-    jax = _str(fields["jax"], ("jax",), "a JAX version such as \"0.10.2\"")
-    labels = {key: _maybe(_str)(fields.get(key), (key,)) for key in ("name", "description")}
-    entries = _list(fields["sequence"], ("sequence",), "a list of calls")
+    jax = as_str(fields["jax"], ("jax",), "a JAX version such as \"0.10.2\"")
+    labels = {key: maybe(as_str)(fields.get(key), (key,)) for key in ("name", "description")}
+    entries = as_list(fields["sequence"], ("sequence",), "a list of calls")
     check_vector(len(entries) > 0, ("sequence",), "at least one call", entries)
     sites = []
     for i, entry in enumerate(entries):
         path = ("sequence", i)
-        site = _object(entry, path, "a call site", ("call",), ("function", "wrapper"))
-        call_fields = _object(site["call"], path + ("call",), "the call", (), _CALL_KEYS)
-        count = _int(call_fields.get("devices", 8), path + ("call", "devices"),
-                     "a device count of at least 1", 1)
-        processes = _int(call_fields.get("process_count", 1), path + ("call", "process_count"),
-                         "a process count of at least 1", 1)
+        site = as_object(entry, path, "a call site", ("call",), ("function", "wrapper"))
+        call_fields = as_object(site["call"], path + ("call",), "the call", (), CALL_KEYS)
+        count = as_int(call_fields.get("devices", 8), path + ("call", "devices"),
+                       "a device count of at least 1", 1)
+        processes = as_int(call_fields.get("process_count", 1), path + ("call", "process_count"),
+                           "a process count of at least 1", 1)
         call = CallReader(count * processes, count).call(call_fields, path + ("call",))
-        sites.append(CallSite(call, _str(site.get("function", "f"), path + ("function",)),
-                              _str(site.get("wrapper", "w"), path + ("wrapper",))))
+        sites.append(CallSite(call, as_str(site.get("function", "f"), path + ("function",)),
+                              as_str(site.get("wrapper", "w"), path + ("wrapper",))))
     expect = None
     if fields.get("expect_cache") is not None:
-        rows = _list(fields["expect_cache"], ("expect_cache",), "a list of per-call outcomes")
+        rows = as_list(fields["expect_cache"], ("expect_cache",), "a list of per-call outcomes")
         check_vector(len(rows) == len(sites), ("expect_cache",),
                      f"one outcome per call ({len(sites)})", len(rows))
         outcomes = []
         for i, row in enumerate(rows):
-            got = _object(row, ("expect_cache", i), "a per-level outcome", LEVELS, ())
+            got = as_object(row, ("expect_cache", i), "a per-level outcome", LEVELS, ())
             for level in LEVELS:
                 check_vector(got[level] in OUTCOMES, ("expect_cache", i, level),
                              f"one of {list(OUTCOMES)}", got[level])

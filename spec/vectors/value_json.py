@@ -35,8 +35,8 @@ from ..core.values import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, Partition
 from .vector_checks import (
     MAX_DEPTH, RefusedValue, check_vector, check_writable, json_path,
 )
-from .vector_reader import CallPartsReader, _object
-from .vector_writer import _hlo_json, _input_json, _mesh_json, _sharding_json
+from .vector_reader import CallPartsReader, as_object
+from .vector_writer import hlo_json, input_json, mesh_json, sharding_json
 
 __all__ = ["RECORDS", "Header", "read_header", "value_json", "ValueReader", "rule_read",
            "rule_written"]
@@ -141,15 +141,15 @@ def value_json(value: Any, path: tuple) -> Any:
     if value is UNSPECIFIED or value is AUTO_LAYOUT or isinstance(
             value, (NamedSharding, SingleDeviceSharding, GSPMDSharding, PartitionSpec,
                     Format, Layout)):
-        return _sharding_json(value, path)
+        return sharding_json(value, path)
     if isinstance(value, (Mesh, AbstractMesh)):
-        return _mesh_json(value)
+        return mesh_json(value)
     if isinstance(value, HloSharding):
-        return {"type": "HloSharding", "text": _hlo_json(value)}
+        return {"type": "HloSharding", "text": hlo_json(value)}
     if isinstance(value, AxisType):
         return {"type": "AxisType", "value": value.value}
     if type(value) is Arg:
-        return _input_json(value, path)
+        return input_json(value, path)
     name = type(value).__name__
     if dataclasses.is_dataclass(value) and RECORDS.get(name) is type(value):
         return _record_json(value, path, name)
@@ -209,13 +209,13 @@ class ValueReader:
         if kind == "Arg":
             return self.jit.input(value, path)
         if kind in _MARKERS:
-            _object(value, path, f"the {kind} marker", ("type",))
+            as_object(value, path, f"the {kind} marker", ("type",))
             return _MARKERS[kind]
         if kind == "HloSharding":
-            fields = _object(value, path, "an HloSharding", ("type", "text"))
+            fields = as_object(value, path, "an HloSharding", ("type", "text"))
             return self.jit.hlo(fields["text"], path + ("text",))
         if kind == "AxisType":
-            fields = _object(value, path, "an AxisType", ("type", "value"))
+            fields = as_object(value, path, "an AxisType", ("type", "value"))
             names = [t.value for t in AxisType]
             check_vector(fields["value"] in names, path + ("value",),
                          f"an axis type ({', '.join(names)})", fields["value"])
@@ -230,7 +230,7 @@ class ValueReader:
         every = [f for f in dataclasses.fields(cls) if f.init]  # the rest are derived
         required = tuple(f.name for f in every if _default(f) is _NO_DEFAULT)
         optional = tuple(f.name for f in every if _default(f) is not _NO_DEFAULT)
-        fields = _object(value, path, f"a {cls.__name__}", ("type", *required), optional)
+        fields = as_object(value, path, f"a {cls.__name__}", ("type", *required), optional)
         read = {n: self.value(v, path + (n,)) for n, v in fields.items() if n != "type"}
         return _construct(cls, path, f"the {cls.__name__}", read)
 
@@ -285,9 +285,9 @@ def read_header(vector: Any, what: str, format_name: str, versions: tuple,
                 required: tuple, optional: tuple) -> tuple[dict, Header]:
     """A vector's fields (its own ``required`` and ``optional`` ones besides the header's)
     and its :class:`Header`, each checked (VEC-1 at the field's path)."""
-    fields = _object(vector, (), f"{what} (a JSON object)",
-                     ("format", "version", "jax", *required),
-                     ("name", "rule", "side", "description", *optional))
+    fields = as_object(vector, (), f"{what} (a JSON object)",
+                       ("format", "version", "jax", *required),
+                       ("name", "rule", "side", "description", *optional))
     check_vector(fields["format"] == format_name, ("format",),
                  f"the format name {json.dumps(format_name)}", fields["format"])
     check_vector(type(fields["version"]) is int and fields["version"] in versions,

@@ -171,7 +171,7 @@ def check_writable(condition: bool, path: tuple, what: str, expected: str, value
 
 
 @contextlib.contextmanager
-def _building(path: tuple, what: str) -> Iterator[None]:
+def building(path: tuple, what: str) -> Iterator[None]:
     """Build a spec value from what was read; the spec's refusal becomes VEC-1 at ``path``."""
     try:
         yield
@@ -219,7 +219,7 @@ def _parse(text: str | bytes | bytearray) -> Any:
         check_vector(False, (), "JSON text", str(error))
 
 
-def _document(obj_or_text: Any) -> Any:
+def read_document(obj_or_text: Any) -> Any:
     """What a vector is read from: its JSON text parsed, or the JSON value as given; either
     nested at most :data:`MAX_DEPTH` deep (VEC-1, at the path where it goes deeper)."""
     if isinstance(obj_or_text, (str, bytes, bytearray)):

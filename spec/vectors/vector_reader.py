@@ -23,15 +23,17 @@ from ..core.values import (
 )
 from ..jit.call import Arg, Call, JitOptions, Out, Static, Verdict
 from ..jit.layouts import AUTO_LAYOUT, Format, Layout
-from .vector_checks import _building, check_vector
+from .vector_checks import building, check_vector
 
 __all__: list[str] = []   # the readers are the format's own; load_vector is their front door
 
 
 # =========================================================================== fields
 
-def _object(value: Any, path: tuple, what: str, required: tuple = (),
-            optional: tuple = ()) -> dict:
+def as_object(value: Any, path: tuple, what: str, required: tuple = (),
+              optional: tuple = ()) -> dict:
+    """``value`` when it is a JSON object with every ``required`` key and no key outside
+    ``required`` and ``optional``; VEC-1 at ``path`` otherwise."""
     check_vector(isinstance(value, dict), path, what, value)
     known = (*required, *optional)
     for key in value:
@@ -43,13 +45,15 @@ def _object(value: Any, path: tuple, what: str, required: tuple = (),
     return value
 
 
-def _int(value: Any, path: tuple, what: str = "an integer", least: int | None = None) -> int:
+def as_int(value: Any, path: tuple, what: str = "an integer", least: int | None = None) -> int:
+    """``value`` when it is an integer (not a bool) of at least ``least``; VEC-1 otherwise."""
     check_vector(isinstance(value, int) and not isinstance(value, bool)
                  and (least is None or value >= least), path, what, value)
     return value
 
 
-def _str(value: Any, path: tuple, what: str = "a string") -> str:
+def as_str(value: Any, path: tuple, what: str = "a string") -> str:
+    """``value`` when it is a string; VEC-1 at ``path`` otherwise."""
     check_vector(isinstance(value, str), path, what, value)
     return value
 
@@ -59,27 +63,29 @@ def _bool(value: Any, path: tuple, what: str = "true or false") -> bool:
     return value
 
 
-def _list(value: Any, path: tuple, what: str) -> list:
+def as_list(value: Any, path: tuple, what: str) -> list:
+    """``value`` when it is a JSON list; VEC-1 at ``path`` otherwise."""
     check_vector(isinstance(value, list), path, what, value)
     return value
 
 
 def _each(value: Any, path: tuple, what: str, read: Callable[[Any, tuple], Any]) -> tuple:
-    return tuple(read(v, path + (i,)) for i, v in enumerate(_list(value, path, what)))
+    return tuple(read(v, path + (i,)) for i, v in enumerate(as_list(value, path, what)))
 
 
-def _maybe(read: Callable[[Any, tuple], Any]) -> Callable[[Any, tuple], Any]:
+def maybe(read: Callable[[Any, tuple], Any]) -> Callable[[Any, tuple], Any]:
+    """A reader like ``read`` that also accepts null (read as None)."""
     return lambda value, path: None if value is None else read(value, path)
 
 
 def _ints(value: Any, path: tuple, what: str, least: int | None = None) -> tuple[int, ...]:
-    return _each(value, path, what, lambda v, p: _int(v, p, "an integer" if least is None
+    return _each(value, path, what, lambda v, p: as_int(v, p, "an integer" if least is None
                                                        else f"an integer of at least {least}",
                                                        least))
 
 
 def _strs(value: Any, path: tuple, what: str) -> tuple[str, ...]:
-    return _each(value, path, what, _str)
+    return _each(value, path, what, as_str)
 
 
 def _static(value: Any, path: tuple) -> Any:
@@ -117,7 +123,7 @@ class CallPartsReader:
 
     # ------------------------------------------------------------------ devices
     def device_id(self, value: Any, path: tuple) -> int:
-        _int(value, path, "a device id (a non-negative integer)", 0)
+        as_int(value, path, "a device id (a non-negative integer)", 0)
         check_vector(value < self.limit, path, f"a device id below {self.limit} (the call has "
                      f"{self._devices_said()})", value)
         return value
@@ -130,37 +136,37 @@ class CallPartsReader:
     def device(self, value: Any, path: tuple) -> Device:
         if not isinstance(value, dict):
             return Device(self.device_id(value, path))
-        fields = _object(value, path, "a device", ("id",), ("platform", "process_index"))
+        fields = as_object(value, path, "a device", ("id",), ("platform", "process_index"))
         ident = self.device_id(fields["id"], path + ("id",))
-        platform = _str(fields.get("platform", "cpu"), path + ("platform",))
-        process = _int(fields.get("process_index", 0), path + ("process_index",),
-                       "a process index (a non-negative integer)", 0)
-        with _building(path, "the device"):
+        platform = as_str(fields.get("platform", "cpu"), path + ("platform",))
+        process = as_int(fields.get("process_index", 0), path + ("process_index",),
+                         "a process index (a non-negative integer)", 0)
+        with building(path, "the device"):
             return Device(ident, platform, process)
 
     def device_list(self, value: Any, path: tuple) -> DeviceList:
         if isinstance(value, dict):
             return self._iota_list(value, path)
         devices = _each(value, path, "a list of devices, or {\"iota\": [...], ...}", self.device)
-        with _building(path, "the device list"):
+        with building(path, "the device list"):
             if all(isinstance(v, int) for v in value):  # plain ids: symbolic when they can be
                 return DeviceList.of_ids([d.id for d in devices])
             return DeviceList(devices)
 
     def _iota_list(self, value: Any, path: tuple) -> DeviceList:
-        fields = _object(value, path, "a symbolic device list", ("iota",),
-                         ("perm", "platform", "devices_per_process"))
+        fields = as_object(value, path, "a symbolic device list", ("iota",),
+                           ("perm", "platform", "devices_per_process"))
         dims = _ints(fields["iota"], path + ("iota",), "the iota's reshape dims", 0)
         perm = fields.get("perm")
         perm = None if perm is None else _ints(perm, path + ("perm",), "a permutation", 0)
-        platform = _str(fields.get("platform", "cpu"), path + ("platform",))
-        per = _maybe(lambda v, p: _int(v, p, "a positive integer", 1))(
+        platform = as_str(fields.get("platform", "cpu"), path + ("platform",))
+        per = maybe(lambda v, p: as_int(v, p, "a positive integer", 1))(
             fields.get("devices_per_process"), path + ("devices_per_process",))
-        with _building(path + ("iota",), "the iota"):
+        with building(path + ("iota",), "the iota"):
             iota = Iota(dims, perm)
         check_vector(len(iota) <= self.limit, path + ("iota",), f"at most {self.limit} devices "
                      f"(the call has {self._devices_said()})", list(dims))
-        with _building(path, "the device list"):
+        with building(path, "the device list"):
             return DeviceList(iota, platform=platform, devices_per_process=per)
 
     # ------------------------------------------------------------------ meshes and specs
@@ -171,14 +177,14 @@ class CallPartsReader:
                      f"{what}: an object with \"type\" {' or '.join(map(json.dumps, kinds))}",
                      value)
         concrete = value["type"] == "Mesh"
-        fields = _object(value, path, what, ("type", "axis_sizes", "axis_names")
-                         + (("devices",) if concrete else ()), ("axis_types",))
+        fields = as_object(value, path, what, ("type", "axis_sizes", "axis_names")
+                           + (("devices",) if concrete else ()), ("axis_types",))
         sizes = _ints(fields["axis_sizes"], path + ("axis_sizes",), "a list of axis sizes", 1)
         names = _strs(fields["axis_names"], path + ("axis_names",), "a list of axis names")
         types = fields.get("axis_types")
         if types is not None:
             types = _each(types, path + ("axis_types",), "a list of axis types", self._axis_type)
-        with _building(path, f"the {value['type']}"):
+        with building(path, f"the {value['type']}"):
             if concrete:
                 devices = self.device_list(fields["devices"], path + ("devices",))
                 return Mesh(sizes, names, devices, types)
@@ -191,15 +197,15 @@ class CallPartsReader:
         return AxisType(value)
 
     def spec(self, value: Any, path: tuple) -> PartitionSpec:
-        fields = _object(value, path, "a PartitionSpec", ("type", "partitions"),
-                         ("unreduced", "reduced"))
+        fields = as_object(value, path, "a PartitionSpec", ("type", "partitions"),
+                           ("unreduced", "reduced"))
         check_vector(fields["type"] == "PartitionSpec", path + ("type",), '"PartitionSpec"',
                      fields["type"])
         entries = _each(fields["partitions"], path + ("partitions",), "a list of entries",
                         self._entry)
         unreduced = _strs(fields.get("unreduced", []), path + ("unreduced",), "a list of axis names")
         reduced = _strs(fields.get("reduced", []), path + ("reduced",), "a list of axis names")
-        with _building(path, "the PartitionSpec"):
+        with building(path, "the PartitionSpec"):
             return PartitionSpec(*entries, unreduced=unreduced, reduced=reduced)
 
     @staticmethod
@@ -221,12 +227,12 @@ class CallPartsReader:
         check_vector(kind in allowed, path, "a layout: an object with \"type\" "
                      + " or ".join(map(json.dumps, allowed)), value)
         if kind == "Layout.AUTO":
-            _object(value, path, "the Layout.AUTO marker", ("type",))
+            as_object(value, path, "the Layout.AUTO marker", ("type",))
             return AUTO_LAYOUT
-        fields = _object(value, path, "a Layout", ("type", "major_to_minor"))
+        fields = as_object(value, path, "a Layout", ("type", "major_to_minor"))
         order = _ints(fields["major_to_minor"], path + ("major_to_minor",),
                       "a list of dimensions", 0)
-        with _building(path, "the Layout"):
+        with building(path, "the Layout"):
             return Layout(order)
 
     def sharding(self, value: Any, path: tuple, allowed: tuple = LEAVES) -> Any:
@@ -238,30 +244,30 @@ class CallPartsReader:
         if kind == "PartitionSpec":
             return self.spec(value, path)
         if kind == "UNSPECIFIED":
-            _object(value, path, "the UNSPECIFIED marker", ("type",))
+            as_object(value, path, "the UNSPECIFIED marker", ("type",))
             return UNSPECIFIED
         if kind in self.LAYOUTS:
             return self.layout(value, path)
         if kind == "Format":
-            fields = _object(value, path, "a Format", ("type",), ("layout", "sharding"))
-            layout = _maybe(self.layout)(fields.get("layout"), path + ("layout",))
+            fields = as_object(value, path, "a Format", ("type",), ("layout", "sharding"))
+            layout = maybe(self.layout)(fields.get("layout"), path + ("layout",))
             sharding = self.sharding(fields.get("sharding"), path + ("sharding",),
                                      self.SHARDINGS)
-            with _building(path, "the Format"):
+            with building(path, "the Format"):
                 return Format(layout, sharding)
         if kind == "Arg":
             return self.input(value, path)
         if kind == "python":
-            fields = _object(value, path, "a plain Python leaf", ("type", "value"))
+            fields = as_object(value, path, "a plain Python leaf", ("type", "value"))
             leaf = fields["value"]
             check_vector(isinstance(leaf, (str, int, float)), path + ("value",),
                          "a string, a number or a boolean", leaf)
             return leaf
         parts = {"NamedSharding": ("mesh", "spec"), "SingleDeviceSharding": ("device",),
                  "GSPMDSharding": ("devices", "hlo")}[kind]
-        fields = _object(value, path, f"a {kind}", ("type", *parts), ("memory_kind",))
-        memory = _maybe(_str)(fields.get("memory_kind"), path + ("memory_kind",))
-        with _building(path, f"the {kind}"):
+        fields = as_object(value, path, f"a {kind}", ("type", *parts), ("memory_kind",))
+        memory = maybe(as_str)(fields.get("memory_kind"), path + ("memory_kind",))
+        with building(path, f"the {kind}"):
             if kind == "NamedSharding":
                 return NamedSharding(self.mesh(fields["mesh"], path + ("mesh",)),
                                      self.spec(fields["spec"], path + ("spec",)),
@@ -275,8 +281,8 @@ class CallPartsReader:
 
     @staticmethod
     def hlo(value: Any, path: tuple) -> Any:
-        _str(value, path, "HLO sharding text such as \"{devices=[2,4]<=[8]}\"")
-        with _building(path, "the HLO sharding text"):
+        as_str(value, path, "HLO sharding text such as \"{devices=[2,4]<=[8]}\"")
+        with building(path, "the HLO sharding text"):
             return parse_hlo(value)
 
     def shardings_tree(self, value: Any, path: tuple) -> Any:
@@ -302,17 +308,17 @@ class CallPartsReader:
         kind = value.get("type")
         check_vector(kind in ("Arg", "Static"), path + ("type",), '"Arg" or "Static"', kind)
         if kind == "Static":
-            fields = _object(value, path, "a Static", ("type", "value"))
+            fields = as_object(value, path, "a Static", ("type", "value"))
             return Static(_static(fields["value"], path + ("value",)))
-        fields = _object(value, path, "an Arg", ("type", "kind", "shape"),
-                         ("dtype", "sharding", "layout"))
-        arg_kind = _str(fields["kind"], path + ("kind",))
+        fields = as_object(value, path, "an Arg", ("type", "kind", "shape"),
+                           ("dtype", "sharding", "layout"))
+        arg_kind = as_str(fields["kind"], path + ("kind",))
         shape = _ints(fields["shape"], path + ("shape",), "a shape (a list of sizes)", 0)
-        dtype = _str(fields.get("dtype", "float32"), path + ("dtype",))
+        dtype = as_str(fields.get("dtype", "float32"), path + ("dtype",))
         sharding = self.sharding(fields.get("sharding"), path + ("sharding",), self.SHARDINGS)
-        layout = _maybe(lambda v, p: self.layout(v, p, ("Layout",)))(
+        layout = maybe(lambda v, p: self.layout(v, p, ("Layout",)))(
             fields.get("layout"), path + ("layout",))
-        with _building(path, "the Arg"):
+        with building(path, "the Arg"):
             return Arg(arg_kind, shape, dtype, sharding, layout)
 
 
@@ -322,15 +328,15 @@ class CallReader(CallPartsReader):
     """Reads one call and its verdict, knowing how many devices the call has."""
 
     def output(self, value: Any, path: tuple) -> Out:
-        fields = _object(value, path, "an Out", ("type", "shape"), ("dtype", "source", "mesh"))
+        fields = as_object(value, path, "an Out", ("type", "shape"), ("dtype", "source", "mesh"))
         check_vector(fields["type"] == "Out", path + ("type",), '"Out"', fields["type"])
         shape = _ints(fields["shape"], path + ("shape",), "a shape (a list of sizes)", 0)
-        dtype = _str(fields.get("dtype", "float32"), path + ("dtype",))
-        source = _maybe(lambda v, p: _int(v, p, "a flat input index", 0))(
+        dtype = as_str(fields.get("dtype", "float32"), path + ("dtype",))
+        source = maybe(lambda v, p: as_int(v, p, "a flat input index", 0))(
             fields.get("source"), path + ("source",))
-        mesh = _maybe(lambda v, p: self.mesh(v, p, abstract_only=True))(
+        mesh = maybe(lambda v, p: self.mesh(v, p, abstract_only=True))(
             fields.get("mesh"), path + ("mesh",))
-        with _building(path, "the Out"):
+        with building(path, "the Out"):
             return Out(shape, dtype, source, mesh)
 
     def inputs(self, args: Any, kwargs: Any, path: tuple, names: tuple[str, str]
@@ -344,10 +350,10 @@ class CallReader(CallPartsReader):
 
     # ------------------------------------------------------------------ options and call
     def options(self, value: Any, path: tuple) -> JitOptions:
-        fields = _object(value, path, "the jit options", (), _OPTION_KEYS)
+        fields = as_object(value, path, "the jit options", (), _OPTION_KEYS)
         get = lambda key, default: fields.get(key, default)  # noqa: E731
         at = lambda key: path + (key,)  # noqa: E731
-        with _building(path, "the jit options"):
+        with building(path, "the jit options"):
             return JitOptions(
                 in_shardings=self.shardings_tree(get("in_shardings", {"type": "UNSPECIFIED"}),
                                                  at("in_shardings")),
@@ -362,8 +368,8 @@ class CallReader(CallPartsReader):
                 donate_argnames=_strs(get("donate_argnames", []), at("donate_argnames"),
                                       "a list of names"),
                 keep_unused=_bool(get("keep_unused", False), at("keep_unused")),
-                device=_maybe(self.device_id)(get("device", None), at("device")),
-                backend=_maybe(_str)(get("backend", None), at("backend")))
+                device=maybe(self.device_id)(get("device", None), at("device")),
+                backend=maybe(as_str)(get("backend", None), at("backend")))
 
     def call(self, fields: dict, path: tuple) -> Call:
         get = lambda key, default: fields.get(key, default)  # noqa: E731
@@ -375,20 +381,20 @@ class CallReader(CallPartsReader):
             aot_args, aot_kwargs = self.inputs(aot[0] if aot[0] is not None else [],
                                                aot[1] if aot[1] is not None else {}, path,
                                                ("aot_args", "aot_kwargs"))
-        with _building(path, "the call"):
+        with building(path, "the call"):
             return Call(
                 args=args, kwargs=kwargs,
                 outputs=self.tree(get("outputs", {"tuple": []}), at("outputs"), self.output),
                 options=self.options(get("options", {}), at("options")),
-                context_mesh=_maybe(self.mesh)(get("context_mesh", None), at("context_mesh")),
-                resource_mesh=_maybe(self.mesh)(get("resource_mesh", None), at("resource_mesh")),
-                uses=_maybe(lambda v, p: _each(v, p, "a list of booleans", _bool))(
+                context_mesh=maybe(self.mesh)(get("context_mesh", None), at("context_mesh")),
+                resource_mesh=maybe(self.mesh)(get("resource_mesh", None), at("resource_mesh")),
+                uses=maybe(lambda v, p: _each(v, p, "a list of booleans", _bool))(
                     get("uses", None), at("uses")),
-                compiler=_maybe(lambda v, p: _each(v, p, "a list of HLO sharding texts or null",
-                                                   _maybe(self.hlo)))(
+                compiler=maybe(lambda v, p: _each(v, p, "a list of HLO sharding texts or null",
+                                                  maybe(self.hlo)))(
                     get("compiler", None), at("compiler")),
-                compiler_memory=_maybe(lambda v, p: _each(
-                    v, p, "a list of memory kinds or null", _maybe(_str)))(
+                compiler_memory=maybe(lambda v, p: _each(
+                    v, p, "a list of memory kinds or null", maybe(as_str)))(
                     get("compiler_memory", None), at("compiler_memory")),
                 devices=self.count,
                 default_device=self.device_id(get("default_device", 0), at("default_device")),
@@ -398,47 +404,48 @@ class CallReader(CallPartsReader):
                                                at("compiler_layouts")),
                 compiler_in_layouts=self._choices(get("compiler_in_layouts", None),
                                                   at("compiler_in_layouts")),
-                compiler_in=_maybe(lambda v, p: _each(v, p, "a list of HLO sharding texts or null",
-                                                      _maybe(self.hlo)))(
+                compiler_in=maybe(lambda v, p: _each(v, p, "a list of HLO sharding texts or null",
+                                                     maybe(self.hlo)))(
                     get("compiler_in", None), at("compiler_in")))
 
     def _choices(self, value: Any, path: tuple) -> Any:
         """The compiler's layout choices: a list of layouts or null, or null."""
-        return _maybe(lambda v, p: _each(v, p, "a list of layouts or null", _maybe(
+        return maybe(lambda v, p: _each(v, p, "a list of layouts or null", maybe(
             lambda w, q: self.layout(w, q, ("Layout",)))))(value, path)
 
     # ------------------------------------------------------------------ the verdict
     def verdict(self, value: Any, path: tuple) -> Verdict:
         check_vector(isinstance(value, dict) and isinstance(value.get("accepted"), bool), path,
                      'a verdict: an object with "accepted": true or false', value)
-        trace = _each(value.get("trace", []), path + ("trace",), "a list of rule IDs", _rule_id)
+        trace = _each(value.get("trace", []), path + ("trace",), "a list of rule IDs", as_rule_id)
         if not value["accepted"]:
-            fields = _object(value, path, "a rejecting verdict", ("accepted", "rule", "error_type"),
-                             ("jax_error", "stage", "path", "message", "trace"))
-            error_type = _str(fields["error_type"], path + ("error_type",))
+            fields = as_object(value, path, "a rejecting verdict",
+                               ("accepted", "rule", "error_type"),
+                               ("jax_error", "stage", "path", "message", "trace"))
+            error_type = as_str(fields["error_type"], path + ("error_type",))
             known = getattr(builtins, error_type, None)
             check_vector(isinstance(known, type) and issubclass(known, BaseException),
                          path + ("error_type",), "the name of a built-in exception type",
                          error_type)
             stages = list(STAGES)
-            stage = _maybe(_str)(fields.get("stage"), path + ("stage",))
+            stage = maybe(as_str)(fields.get("stage"), path + ("stage",))
             check_vector(stage is None or stage in stages, path + ("stage",),
                          f"null or a stage ({', '.join(stages)})", stage)
-            return Verdict(False, trace, rule=_rule_id(fields["rule"], path + ("rule",)),
+            return Verdict(False, trace, rule=as_rule_id(fields["rule"], path + ("rule",)),
                            error_type=error_type,
-                           jax_error=_maybe(_str)(fields.get("jax_error"), path + ("jax_error",)),
-                           message=_maybe(_str)(fields.get("message"), path + ("message",)),
-                           path=_maybe(_str)(fields.get("path"), path + ("path",)), stage=stage)
-        fields = _object(value, path, "an accepting verdict", ("accepted", "num_devices"),
-                         ("device_assignment", "inputs", "outputs", "kept_inputs", "transfers",
-                          "trace"))
+                           jax_error=maybe(as_str)(fields.get("jax_error"), path + ("jax_error",)),
+                           message=maybe(as_str)(fields.get("message"), path + ("message",)),
+                           path=maybe(as_str)(fields.get("path"), path + ("path",)), stage=stage)
+        fields = as_object(value, path, "an accepting verdict", ("accepted", "num_devices"),
+                           ("device_assignment", "inputs", "outputs", "kept_inputs", "transfers",
+                            "trace"))
         inputs = _each(fields.get("inputs", []), path + ("inputs",), "a list of inputs",
                        lambda v, p: self._placed(v, p, ("path", "sharding")))
         outputs = _each(fields.get("outputs", []), path + ("outputs",), "a list of results",
                         lambda v, p: self._placed(v, p, ("path", "sharding", "committed")))
         in_layouts = tuple(found[-1] for found in inputs)
         out_layouts = tuple(found[-1] for found in outputs)
-        assignment = _maybe(lambda v, p: _each(v, p, "a list of device ids", self.device_id))(
+        assignment = maybe(lambda v, p: _each(v, p, "a list of device ids", self.device_id))(
             fields.get("device_assignment"), path + ("device_assignment",))
         return Verdict(
             True, trace, in_paths=tuple(p for p, _, _ in inputs),
@@ -446,8 +453,8 @@ class CallReader(CallPartsReader):
             out_paths=tuple(p for p, _, _, _ in outputs),
             out_shardings=tuple(s for _, s, _, _ in outputs),
             device_assignment=assignment,
-            num_devices=_int(fields["num_devices"], path + ("num_devices",),
-                             "a device count", 0),
+            num_devices=as_int(fields["num_devices"], path + ("num_devices",),
+                               "a device count", 0),
             kept_inputs=_ints(fields.get("kept_inputs", []), path + ("kept_inputs",),
                               "a list of flat input indices", 0),
             out_committed=tuple(c for _, _, c, _ in outputs),
@@ -458,25 +465,26 @@ class CallReader(CallPartsReader):
     def _placed(self, value: Any, path: tuple, keys: tuple) -> tuple:
         """(path, sharding[, committed], layout) of an input or result; the layout is None
         (the default) where the key is absent."""
-        fields = _object(value, path, "an object", keys, ("layout",))
+        fields = as_object(value, path, "an object", keys, ("layout",))
         sharding = self.sharding(fields["sharding"], path + ("sharding",),
                                  self.SHARDINGS + ("UNSPECIFIED",))
         check_vector(sharding is not None, path + ("sharding",), "a sharding or UNSPECIFIED",
                      None)
-        found = (_str(fields["path"], path + ("path",)), sharding)
+        found = (as_str(fields["path"], path + ("path",)), sharding)
         if "committed" in keys:
             found += (_bool(fields["committed"], path + ("committed",)),)
-        return found + (_maybe(self.layout)(fields.get("layout"), path + ("layout",)),)
+        return found + (maybe(self.layout)(fields.get("layout"), path + ("layout",)),)
 
 
 _OPTION_KEYS = ("in_shardings", "out_shardings", "static_argnums", "static_argnames",
                 "donate_argnums", "donate_argnames", "keep_unused", "device", "backend")
-_CALL_KEYS = ("args", "kwargs", "outputs", "options", "context_mesh", "uses", "compiler",
+CALL_KEYS = ("args", "kwargs", "outputs", "options", "context_mesh", "uses", "compiler",
               "compiler_memory", "devices", "default_device", "process_count", "aot_args",
               "aot_kwargs", "compiler_layouts", "compiler_in_layouts", "compiler_in",
               "resource_mesh")
 
 
-def _rule_id(value: Any, path: tuple) -> str:
+def as_rule_id(value: Any, path: tuple) -> str:
+    """``value`` when it is the ID of a registered rule; VEC-1 at ``path`` otherwise."""
     check_vector(isinstance(value, str) and value in RULES, path, "a registered rule ID", value)
     return value

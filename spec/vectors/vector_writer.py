@@ -43,7 +43,8 @@ def _axes_json(mesh: Mesh | AbstractMesh) -> dict:
             "axis_types": [t.value for t in mesh.axis_types]}
 
 
-def _mesh_json(mesh: Mesh | AbstractMesh) -> dict:
+def mesh_json(mesh: Mesh | AbstractMesh) -> dict:
+    """A mesh as a vector writes it (its axes, and a concrete mesh's devices)."""
     if isinstance(mesh, AbstractMesh):
         return {"type": "AbstractMesh", **_axes_json(mesh)}
     return {"type": "Mesh", **_axes_json(mesh), "devices": _device_list_json(mesh.devices)}
@@ -65,7 +66,8 @@ def _spec_json(spec: PartitionSpec) -> dict:
     return out
 
 
-def _hlo_json(hlo: HloSharding) -> str:
+def hlo_json(hlo: HloSharding) -> str:
+    """An HLO sharding as a vector writes it: text that XLA's parser and parse_hlo both read."""
     # hlo_text writes a one-device explicit tile assignment as a list ("{devices=[1]0}"),
     # which XLA's parser and parse_hlo refuse; "<=[1]" reads back as the same value.
     if isinstance(hlo, Tiled) and not isinstance(hlo.assignment, Iota) \
@@ -81,7 +83,7 @@ def _layout_json(value: Any) -> Any:
     return {"type": "Layout", "major_to_minor": list(value.major_to_minor)}
 
 
-def _sharding_json(value: Any, path: tuple) -> Any:
+def sharding_json(value: Any, path: tuple) -> Any:
     """A leaf of a shardings tree: a sharding, a PartitionSpec, a Format, a layout,
     UNSPECIFIED or a plain value."""
     if value is None:
@@ -93,20 +95,20 @@ def _sharding_json(value: Any, path: tuple) -> Any:
     if isinstance(value, Format):
         return {"type": "Format",
                 "layout": None if value.layout is None else _layout_json(value.layout),
-                "sharding": _sharding_json(value.sharding, path + ("sharding",))}
+                "sharding": sharding_json(value.sharding, path + ("sharding",))}
     if isinstance(value, PartitionSpec):
         return _spec_json(value)
     if isinstance(value, NamedSharding):
-        return {"type": "NamedSharding", "mesh": _mesh_json(value.mesh),
+        return {"type": "NamedSharding", "mesh": mesh_json(value.mesh),
                 "spec": _spec_json(value.spec), "memory_kind": value.memory_kind}
     if isinstance(value, SingleDeviceSharding):
         return {"type": "SingleDeviceSharding", "device": _device_json(value.device),
                 "memory_kind": value.memory_kind}
     if isinstance(value, GSPMDSharding):
         return {"type": "GSPMDSharding", "devices": _device_list_json(value.devices),
-                "hlo": _hlo_json(value.hlo), "memory_kind": value.memory_kind}
+                "hlo": hlo_json(value.hlo), "memory_kind": value.memory_kind}
     if isinstance(value, Arg):  # an array passed where a sharding belongs (JIT-2 refuses it)
-        return _input_json(value, path)
+        return input_json(value, path)
     check_writable(type(value) in (str, int, bool) or (
         type(value) is float and math.isfinite(value)), path, "a leaf of a shardings tree",
         "a sharding, a PartitionSpec, a Format, a Layout, None, UNSPECIFIED, an Arg or a "
@@ -157,12 +159,13 @@ def _tree_json(tree: Any, path: tuple, leaf: Callable[[Any, tuple], Any]) -> Any
     return leaf(tree, path)
 
 
-def _input_json(value: Any, path: tuple) -> Any:
+def input_json(value: Any, path: tuple) -> Any:
+    """One input of a call (an Arg or a Static) as a vector writes it."""
     if isinstance(value, Static):
         return {"type": "Static", "value": _static_json(value.value, path + ("value",))}
     check_writable(isinstance(value, Arg), path, "an argument", "an Arg or a Static", value)
     out = {"type": "Arg", "kind": value.kind, "shape": list(value.shape), "dtype": value.dtype,
-           "sharding": _sharding_json(value.sharding, path + ("sharding",))}
+           "sharding": sharding_json(value.sharding, path + ("sharding",))}
     if value.layout is not None:  # absent: the default layout
         out["layout"] = _layout_json(value.layout)
     return out
@@ -171,13 +174,13 @@ def _input_json(value: Any, path: tuple) -> Any:
 def _out_json(value: Any, path: tuple) -> Any:
     check_writable(isinstance(value, Out), path, "a result", "an Out", value)
     return {"type": "Out", "shape": list(value.shape), "dtype": value.dtype,
-            "source": value.source, "mesh": None if value.mesh is None else _mesh_json(value.mesh)}
+            "source": value.source, "mesh": None if value.mesh is None else mesh_json(value.mesh)}
 
 
 def _shardings_tree_json(tree: Any, path: tuple) -> Any:
     if tree is UNSPECIFIED:
         return {"type": "UNSPECIFIED"}
-    return _tree_json(tree, path, _sharding_json)
+    return _tree_json(tree, path, sharding_json)
 
 
 def _options_json(options: JitOptions, path: tuple) -> dict:
@@ -195,12 +198,13 @@ def _options_json(options: JitOptions, path: tuple) -> dict:
 def _inputs_json(args: tuple | None, kwargs: dict | None, path: tuple) -> tuple[Any, Any]:
     if args is None:
         return None, None
-    return ([_tree_json(a, path + ("args", i), _input_json) for i, a in enumerate(args)],
-            {_key(k, path + ("kwargs",)): _tree_json(v, path + ("kwargs", k), _input_json)
+    return ([_tree_json(a, path + ("args", i), input_json) for i, a in enumerate(args)],
+            {_key(k, path + ("kwargs",)): _tree_json(v, path + ("kwargs", k), input_json)
              for k, v in (kwargs or {}).items()})
 
 
-def _call_json(call: Call) -> dict:
+def call_json(call: Call) -> dict:
+    """A jit call (its inputs, options, meshes and compiler choices) as a vector writes it."""
     path = ("call",)
     args, kwargs = _inputs_json(call.args, call.kwargs, path)
     aot_args, aot_kwargs = _inputs_json(call.aot_args, call.aot_kwargs, path + ("aot",))
@@ -208,10 +212,10 @@ def _call_json(call: Call) -> dict:
         "args": args, "kwargs": kwargs,
         "outputs": _tree_json(call.outputs, path + ("outputs",), _out_json),
         "options": _options_json(call.options, path + ("options",)),
-        "context_mesh": None if call.context_mesh is None else _mesh_json(call.context_mesh),
+        "context_mesh": None if call.context_mesh is None else mesh_json(call.context_mesh),
         "uses": None if call.uses is None else list(call.uses),
         "compiler": None if call.compiler is None else [
-            None if c is None else _hlo_json(c) for c in call.compiler],
+            None if c is None else hlo_json(c) for c in call.compiler],
         "compiler_memory": None if call.compiler_memory is None else list(call.compiler_memory),
         "devices": call.devices, "default_device": call.default_device,
         "process_count": call.process_count,
@@ -221,9 +225,9 @@ def _call_json(call: Call) -> dict:
            for name in ("compiler_layouts", "compiler_in_layouts")
            if getattr(call, name) is not None},
         **({} if call.compiler_in is None else {"compiler_in": [
-            None if c is None else _hlo_json(c) for c in call.compiler_in]}),
+            None if c is None else hlo_json(c) for c in call.compiler_in]}),
         **({} if call.resource_mesh is None else {
-            "resource_mesh": _mesh_json(call.resource_mesh)}),
+            "resource_mesh": mesh_json(call.resource_mesh)}),
     }
 
 
@@ -247,10 +251,11 @@ def verdict_json(verdict: Verdict) -> dict:
         "device_assignment": None if verdict.device_assignment is None
         else list(verdict.device_assignment),
         "num_devices": verdict.num_devices,
-        "inputs": [laid({"path": p, "sharding": _sharding_json(s, path + ("inputs", i, "sharding"))},
+        "inputs": [laid({"path": p, "sharding": sharding_json(s, path + ("inputs", i, "sharding"))},
                         verdict.in_layouts, i)
                    for i, (p, s) in enumerate(zip(verdict.in_paths, verdict.in_shardings))],
-        "outputs": [laid({"path": p, "sharding": _sharding_json(s, path + ("outputs", i, "sharding")),
+        "outputs": [laid({"path": p,
+                          "sharding": sharding_json(s, path + ("outputs", i, "sharding")),
                           "committed": c}, verdict.out_layouts, i) for i, (p, s, c) in enumerate(
                          zip(verdict.out_paths, verdict.out_shardings, verdict.out_committed))],
         "kept_inputs": list(verdict.kept_inputs), "transfers": list(verdict.transfers),

@@ -35,7 +35,8 @@ import sys
 from typing import Any
 
 __all__ = ["INI_KEY", "ENVIRONMENT", "NUM_CPU_DEVICES", "PROFILES", "opted_in",
-           "user_device_count", "give_jax_cpu_devices", "register_profiles", "share_examples"]
+           "user_device_count", "give_jax_cpu_devices", "register_profiles", "share_examples",
+           "SHORT_NAMES", "load_named_profile"]
 
 INI_KEY = "shardlaw"             # shardlaw = true: the project asks for the plugin
 ENVIRONMENT = "SHARDLAW_PYTEST"  # SHARDLAW_PYTEST=1 asks, =0 declines, whatever the ini says
@@ -50,6 +51,9 @@ PROFILES: dict[str, dict[str, Any]] = {
     "shardlaw-fresh": _DEFAULT_SIZE,
     "shardlaw-deep": {"max_examples": 5000, "deadline": None},
 }
+
+# the names the README and the examples use, outside pytest: each one shardlaw's profile
+SHORT_NAMES = {"ci": "shardlaw-ci", "fresh": "shardlaw-fresh", "deep": "shardlaw-deep"}
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 _XLA_COUNT = re.compile(r"--xla_force_host_platform_device_count(=|\s|$)")
@@ -119,6 +123,23 @@ def register_profiles() -> list[str]:
                                                for check in chosen["suppress_health_check"]]
         settings.register_profile(name, **chosen)
     return list(PROFILES)
+
+
+def load_named_profile(name: str | None = None) -> str:
+    """Outside pytest (a script, an example), load the profile ``name`` names (by default
+    ``$HYPOTHESIS_PROFILE``; ``deep`` is ``shardlaw-deep``); the name loaded."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+    name = name if name is not None else os.environ.get("HYPOTHESIS_PROFILE", "default")
+    register_profiles()
+    loaded = SHORT_NAMES.get(name, name)
+    try:
+        settings.load_profile(loaded)
+    except InvalidArgument:
+        known = ", ".join(["default", *SHORT_NAMES, *PROFILES])
+        raise ValueError(f"HYPOTHESIS_PROFILE={name!r} names no profile (known: {known})") \
+            from None
+    return loaded
 
 
 def share_examples(where: str) -> bool:

@@ -193,8 +193,8 @@ def sharding_from_json(obj: Any) -> Any:
 def sharding_to_json(sharding: Any) -> dict[str, Any]:
     """The JSON object for a sharding, as the jit-call vectors write it
     (:mod:`shardlaw.spec.vectors.jit_vectors`); read back by :func:`sharding_from_json`."""
-    from shardlaw.spec.vectors.vector_writer import _sharding_json
-    return _sharding_json(sharding, ())
+    from shardlaw.spec.vectors.vector_writer import sharding_json
+    return sharding_json(sharding, ())
 
 
 def sharding_text(sharding: Any) -> str:
