@@ -199,9 +199,10 @@ def _jitted(engine: Engine) -> JittedFunction:
     o = engine.options
     name = internals.fun_name(engine.fun)
     donates = bool(o.names.donate_nums or o.names.donate_names)
-    framed = engine.counted or donates
+    framed = engine.framed
     # With a frame in front, that frame is the API boundary (the dispatcher is called
-    # from it only), so the traced function runs one frame deeper, not two.
+    # from it only), and the miss decides a new signature in its own frame
+    # (Engine.cache_miss): the traced function runs as deep as under jax.jit.
     dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
                                            o.names.static_nums, o.names.static_names,
                                            o.dispatch_key(), boundary=not framed)
