@@ -287,7 +287,7 @@ class Engine:
                 del self._plans[k]
         dispatcher = self.dispatcher_ref()
         if dispatcher is not None:
-            dispatcher._clear_cache()
+            internals.clear_signatures(dispatcher)
 
     def clear_cache(self) -> None:
         """Drop this function's signatures, plans and executables (other functions keep theirs)."""
@@ -296,7 +296,7 @@ class Engine:
             self._plans.clear()
         dispatcher = self.dispatcher_ref()
         if dispatcher is not None:
-            dispatcher._clear_cache()
+            internals.clear_signatures(dispatcher)
         CACHE.drop_owner(self.token)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

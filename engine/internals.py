@@ -60,6 +60,7 @@ Tracer, ShapedArray, GSPMDSharding = _core.Tracer, _core.ShapedArray, _sharding_
 # A mutable ref (jax.new_ref).
 Ref = _core.Ref
 JaxRuntimeError = _jax.JaxRuntimeError
+PjitFunctionType = _jax.PjitFunction   # the type of jax.jit's functions (its C++ dispatcher)
 # Whether no transformation is tracing now; a function's name as JAX writes it.
 trace_state_clean, fun_name = _core.trace_state_clean, _util.fun_name
 
@@ -103,6 +104,12 @@ def make_dispatcher(name: str, fun: Callable, cache_miss: Callable,
     cache = given if given is not None and _core.trace_state_clean() else _SHARED_SIGNATURES
     return _jax.pjit(name, fun, cache_miss, list(static_argnums), list(static_argnames),
                      key, _tree_util.dispatch_registry, _pxla.cc_shard_arg, cache)
+
+
+def clear_signatures(dispatcher: Any) -> None:
+    """Drop the signatures a C++ dispatcher holds for its function (its own ``_clear_cache``,
+    which an engine function of the dispatcher's type has in place of the engine's)."""
+    _jax.PjitFunction._clear_cache(dispatcher)
 
 
 _SIGNATURES = 4096
