@@ -222,12 +222,15 @@ def _jitted(engine: Engine) -> Any:
     dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
                                            o.names.static_nums, o.names.static_names,
                                            o.dispatch_key(), boundary=not framed)
-    dispatcher._fun = engine.fun  # what JAX's NaN checker reads off a dispatcher
     engine.dispatcher_ref = _weak(dispatcher)
     methods = aot.Methods(engine)
     if not framed:
         internals.wraps(engine.fun, dispatcher)   # name, docstring, __wrapped__, as jax.jit's
         dispatcher.__dict__ = EngineMethods(dispatcher.__dict__, engine, methods)
+    # what JAX's NaN checker reads off a dispatcher (after wraps, which copies the
+    # function's own __dict__: a jitted function's _fun would be the wrong one)
+    dispatcher._fun = engine.fun
+    if not framed:
         return dispatcher
     calls = engine.calls
     check = functools.partial(check_donations, o.names) if donates else None

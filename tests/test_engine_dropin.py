@@ -353,6 +353,9 @@ def test_an_engine_function_is_of_jax_jits_own_type_unless_a_frame_runs_in_front
     for copy in (wrapper, grad):
         assert not {"trace", "lower", "explain", "cache_info"} & set(vars(copy)), vars(copy)
     assert "cos" in jax.jit(grad).lower(1.0).as_text()   # the gradient's lowering, not g's
+    # JAX's NaN checker reads _fun off a dispatcher: the function jitted, not one it wraps
+    inner = jax.jit(g)
+    assert jit(inner)._fun is inner and plain._fun is g
 
 
 def test_jax_eval_shape_asks_an_engine_function_itself_without_install():
