@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shardlaw.compiled_hlo import Collective, collectives_in_hlo
+from shardlaw.compiled_hlo import Collective
 
 from .dispatch_plan import held_inputs
 from .rules import EngineRejection
@@ -168,7 +168,7 @@ def _what_ran(facts: Any, results: int) -> dict[str, tuple]:
     """The executable's own output shardings (flat, as JAX spells them; the refs' updates
     that follow the results left out) and the collectives of its compiled HLO."""
     return {"compiled_out_shardings": tuple(facts.out_shardings[:results]),
-            "collectives": tuple(collectives_in_hlo(facts.compiled.as_text()))}
+            "collectives": facts.collectives()}
 
 
 def _collective_words(c: Collective) -> str:

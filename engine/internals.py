@@ -43,6 +43,8 @@ from jax._src.lax import parallel as _parallel
 from jax._src.lib import _jax
 from jax._src.lib import jax_jit as _jax_jit
 
+from shardlaw.compiled_hlo import collectives_in_hlo
+
 __all__ = [
     "ArrayImpl", "Tracer", "api_boundary", "GSPMDSharding", "make_dispatcher", "ExecutableFacts",
     "executable_facts", "hoisted_constants", "argument_avals", "used_inputs", "live_body",
@@ -129,7 +131,7 @@ class ExecutableFacts:
 
     __slots__ = ("compiled", "xla_executable", "in_shardings", "out_shardings", "kept",
                  "num_consts", "const_args", "layouts", "in_avals", "out_avals", "fast",
-                 "out_tree")
+                 "out_tree", "_collectives")
 
     def __init__(self, compiled: Any) -> None:
         exe = compiled._executable
@@ -152,6 +154,13 @@ class ExecutableFacts:
             and not call.has_host_callbacks and not getattr(exe, "_mut", None)
             and not params.is_high)
         self.const_args = exe.shard_const_args(params.const_args) if self.fast else ()
+        self._collectives: tuple | None = None
+
+    def collectives(self) -> tuple:
+        """The collectives of the executable's compiled HLO (read once, when first asked)."""
+        if self._collectives is None:
+            self._collectives = tuple(collectives_in_hlo(self.compiled.as_text()))
+        return self._collectives
 
     def kept_flat(self, count: int) -> list[bool]:
         """For each flat dynamic input, whether the executable takes it."""
