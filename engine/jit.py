@@ -27,6 +27,7 @@ objects, and lowers and compiles through JAX's public stages.
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import operator
 import types
@@ -289,14 +290,27 @@ class EngineMethods(dict):
     def __iter__(self) -> Iterator[str]:
         return (k for k in dict.__iter__(self) if k not in _METHOD_NAMES)
 
-    def keys(self) -> list[str]:  # type: ignore[override]
-        return list(self)
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
-    def items(self) -> list[tuple[str, Any]]:  # type: ignore[override]
-        return [(k, self[k]) for k in self]
+    def keys(self) -> Any:
+        return _VisibleKeys(self)
 
-    def values(self) -> list[Any]:  # type: ignore[override]
-        return [self[k] for k in self]
+    def items(self) -> Any:
+        return collections.abc.ItemsView(self)
+
+    def values(self) -> Any:
+        return collections.abc.ValuesView(self)
+
+    def copy(self) -> dict:
+        return dict(self.items())
+
+
+class _VisibleKeys(collections.abc.KeysView):
+    """The keys of an :class:`EngineMethods` that copies see (the methods' names left out)."""
+
+    def __contains__(self, key: object) -> bool:
+        return key not in _METHOD_NAMES and key in self._mapping
 
 
 _METHOD_NAMES = frozenset({"trace", "lower", "eval_shape", "explain", "cache_info",

@@ -352,6 +352,9 @@ def test_an_engine_function_is_of_jax_jits_own_type_unless_a_frame_runs_in_front
     grad = jax.grad(plain)
     for copy in (wrapper, grad):
         assert not {"trace", "lower", "explain", "cache_info"} & set(vars(copy)), vars(copy)
+    seen = vars(plain)
+    assert "__wrapped__" in seen.keys() and "lower" not in seen.keys() and "lower" in seen
+    assert len(seen) == len(list(seen.items())) == len(seen.copy()) == len({**seen})
     assert "cos" in jax.jit(grad).lower(1.0).as_text()   # the gradient's lowering, not g's
     # JAX's NaN checker reads _fun off a dispatcher: the function jitted, not one it wraps
     inner = jax.jit(g)
