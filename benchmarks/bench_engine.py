@@ -32,7 +32,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from shardlaw.engine import JittedFunction, count_calls, install, jit as engine_jit  # noqa: E402
+from shardlaw.engine import count_calls, install, is_engine_function, jit as engine_jit  # noqa: E402
 from shardlaw.engine.internals import JAX_JIT  # noqa: E402
 from shardlaw.properties.engine_workloads import (  # noqa: E402
     count_compiles, mlp, placement_equal_workload,
@@ -64,7 +64,7 @@ def dispatch(f: Callable, args: tuple, calls: int, rounds: int,
         if installed:
             with install():
                 mine = jax.jit(f, **options)
-            assert type(mine) is JittedFunction
+            assert is_engine_function(mine)
         else:
             mine = engine_jit(f, **options)
     finally:

@@ -16,11 +16,11 @@ from .adopt import install, installed, pjit, uninstall
 from .aot import Compiled, Lowered, Traced
 from .cache import CACHE, set_capacity
 from .explanation import Explanation
-from .jit import JittedFunction, jit
+from .jit import JittedFunction, is_engine_function, jit
 from .rules import EngineRejection
 from .statistics import CacheInfo, count_calls
 from .verdict import verdict_for_call
 
-__all__ = ["jit", "JittedFunction", "EngineRejection", "Explanation", "CacheInfo", "Traced", "Lowered",
+__all__ = ["jit", "JittedFunction", "is_engine_function", "EngineRejection", "Explanation", "CacheInfo", "Traced", "Lowered",
            "Compiled", "set_capacity", "count_calls", "CACHE", "verdict_for_call", "install", "uninstall", "installed",
            "pjit"]

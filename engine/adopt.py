@@ -28,7 +28,7 @@ import jax
 from jax.sharding import PartitionSpec
 
 from . import internals
-from .jit import JittedFunction, jit, jit_as, warn_device_or_backend
+from .jit import JittedFunction, is_engine_function, jit, jit_as, warn_device_or_backend
 from .options import NOT_GIVEN
 
 __all__ = ["install", "uninstall", "installed", "pjit", "PjitFunction"]
@@ -183,7 +183,7 @@ def eval_shape(fun: Any, *args: Any, **kwargs: Any) -> Any:
     trace (its result formats included); any other callable it jits anew. Under
     :func:`install` the engine's functions get the same treatment.
     """
-    if type(fun) in (JittedFunction, PjitFunction):
+    if type(fun) in (JittedFunction, PjitFunction) or is_engine_function(fun):
         return fun.eval_shape(*args, **kwargs)
     return internals.JAX_EVAL_SHAPE(fun, *args, **kwargs)
 

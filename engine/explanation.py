@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from shardlaw.compiled_hlo import Collective
+
 from .dispatch_plan import held_inputs
 from .rules import EngineRejection
 
@@ -61,7 +63,13 @@ class Explanation:
     device_puts, inner jits' shardings, shard_map meshes, at any depth); ``held``, the
     (path, sharding, what) of every closed-over value the program takes in after the
     arguments — a mutable ref that takes part (REF-1), its new value written back in place
-    (REF-2), a constant JAX hoists (CONST-1, on its sharding or left open: CONST-2). Rejected: ``refusal``, whose ``rule``, ``error_type``
+    (REF-2), a constant JAX hoists (CONST-1, on its sharding or left open: CONST-2);
+    ``compiled_out_shardings``, the output shardings of the executable it runs, as JAX spells
+    them (``Compiled.output_shardings``, flat, one per result: what the compiler placed,
+    beside ``out_shardings``, how the results are labelled); ``collectives``, every
+    all-gather, all-reduce, reduce-scatter, all-to-all and collective-permute in that
+    executable's compiled HLO (:class:`shardlaw.compiled_hlo.Collective`: kind, replica
+    groups, per-device shape, dtype and bytes). Rejected: ``refusal``, whose ``rule``, ``error_type``
     (the built-in type's name), ``jax_error``, ``message``, ``path`` and ``stage`` read
     through the explanation too. Both: ``trace``, the rules that fired, in order.
     """
@@ -80,6 +88,8 @@ class Explanation:
     out_committed: tuple[bool, ...] = ()
     inside: tuple[tuple[str, Any], ...] = ()
     held: tuple[tuple[str, Any, str], ...] = ()
+    compiled_out_shardings: tuple = ()
+    collectives: tuple[Collective, ...] = ()
     refusal: Refusal | None = None
 
     rule = _refusal_field("rule")
@@ -103,7 +113,8 @@ class Explanation:
                    in_paths=plan.in_paths, in_shardings=plan.in_shardings,
                    kept_inputs=plan.kept, transfers=plan.transfers, out_paths=plan.out_paths,
                    out_shardings=plan.out_shardings, out_committed=plan.out_committed,
-                   inside=plan.inside, held=plan.held)
+                   inside=plan.inside, held=plan.held,
+                   **_what_ran(plan.entry.facts, len(plan.out_paths)))
 
     @classmethod
     def of_decision(cls, d: Any, compiled: Any, why: str,
@@ -121,7 +132,7 @@ class Explanation:
                    out_shardings=tuple(compiled.out_shardings[:len(d.out_paths)]),
                    out_committed=(d.committed,) * len(d.out_paths),
                    inside=tuple((s.path, s.sharding) for s in d.inside),
-                   held=held_inputs(d))
+                   held=held_inputs(d), **_what_ran(compiled, len(d.out_paths)))
 
     @classmethod
     def of_rejection(cls, error: EngineRejection, fired: tuple[str, ...] = ()) -> "Explanation":
@@ -145,5 +156,27 @@ class Explanation:
             lines.append(f"  inside {path}: {s}")
         for path, s, c in zip(self.out_paths, self.out_shardings, self.out_committed):
             lines.append(f"  out {path}: {s}" + ("" if c else " (uncommitted)"))
+        for path, s in zip(self.out_paths, self.compiled_out_shardings):
+            lines.append(f"  compiled out {path}: {s}")
+        for c in self.collectives:
+            lines.append(f"  collective {_collective_words(c)}")
         lines.append("  rules: " + " ".join(self.trace))
         return "\n".join(lines)
+
+
+def _what_ran(facts: Any, results: int) -> dict[str, tuple]:
+    """The executable's own output shardings (flat, as JAX spells them; the refs' updates
+    that follow the results left out) and the collectives of its compiled HLO."""
+    return {"compiled_out_shardings": tuple(facts.out_shardings[:results]),
+            "collectives": facts.collectives()}
+
+
+def _collective_words(c: Collective) -> str:
+    """One collective on one line: kind, who takes part, what each device receives."""
+    if c.kind == "collective-permute":
+        who = "pairs " + " ".join(f"{a}->{b}" for a, b in c.source_target_pairs)
+    else:
+        who = "groups " + " ".join("{" + ",".join(map(str, g)) + "}" for g in c.replica_groups)
+    shape = ",".join(map(str, c.shape))
+    made = f" for {c.op_name}" if c.op_name else ""
+    return f"{c.kind} {who}: {c.dtype}[{shape}], {c.bytes_per_device} bytes per device{made}"

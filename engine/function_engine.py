@@ -23,10 +23,11 @@ A call goes through three levels:
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import threading
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from . import internals, layouts
 from .cache import CACHE, Entry, owner_token
@@ -42,7 +43,7 @@ from .stages import (
 )
 from .statistics import RECENT, CacheInfo, Counters, counting_calls, steps_taken
 
-__all__ = ["Engine", "SIGNATURE_CAPACITY"]
+__all__ = ["Engine", "NewSignature", "SIGNATURE_CAPACITY"]
 
 SIGNATURE_CAPACITY = 4096   # signatures (plans) one jitted function holds
 
@@ -64,6 +65,10 @@ class Engine:
         # its calls): when asked to, and always with static arguments (for ENG-1).
         self.counted = counting_calls() or bool(options.names.static_nums
                                                 or options.names.static_names)
+        # ... and always when it donates (ENG-3, ENG-6 on every call): then that frame is
+        # the API boundary, and the dispatcher's miss decides a new signature itself.
+        self.framed = self.counted or bool(options.names.donate_nums
+                                           or options.names.donate_names)
         self._generation = 0
         self.dispatcher_ref: Callable[[], Any] = lambda: None
         # What the stages read of this function: its options, JAX's own jit of it (jax.jit,
@@ -89,23 +94,35 @@ class Engine:
         if arguments.foreign:
             return self.left_to_jax(arguments, run=True), None, False
         try:
-            # called from here, so that a new signature's trace is JAX's, two frames down
-            plan = self.decision_for(arguments)
+            if self.framed:
+                # Behind the frame in front of the dispatcher (the one frame more), a new
+                # signature is decided and traced in this frame: as deep as under jax.jit.
+                with self.deciding(arguments) as new:
+                    if new.trace is not None:
+                        new.traced(new.trace.params or internals.trace_for_jit(*new.trace.call))
+                plan = new.plan
+            else:   # decided one frame down: a new signature's trace is JAX's depth
+                plan = self.decision_for(arguments)
         except LeftToJax as why:
-            if why.decision is None:
-                return self.left_to_jax(arguments, run=True), None, False
-            try:   # decided up to compiling: JAX's jit compiles and runs it
-                return self.left_to_jax(arguments, run=True), None, False
-            except ValueError as error:
-                refusal = compile_refusal(error, why.decision)
-                if refusal is error:
-                    raise
-                raise refusal.as_jax(error) from None
+            return self.run_left_to_jax(arguments, why), None, False
         if plan.rejection is not None:
             raise plan.rejection_again()
         internals.note_python_dispatch()
         outputs = run(plan, arguments.leaves, arguments.treedef, self.counters)
         return outputs, plan.fastpath, False
+
+    def run_left_to_jax(self, arguments: CallArguments, why: LeftToJax) -> Any:
+        """A call the rules leave to JAX (``why``), run by JAX's own jit; a compile refusal
+        of a call decided up to compiling is named by the engine's rule."""
+        if why.decision is None:
+            return self.left_to_jax(arguments, run=True)
+        try:   # decided up to compiling: JAX's jit compiles and runs it
+            return self.left_to_jax(arguments, run=True)
+        except ValueError as error:
+            refusal = compile_refusal(error, why.decision)
+            if refusal is error:
+                raise
+            raise refusal.as_jax(error) from None
 
     def unhashable_static(self, args: tuple, kwargs: dict) -> Exception:
         """ENG-1 for a call the C++ dispatcher refused because a static argument is unhashable."""
@@ -152,20 +169,42 @@ class Engine:
     def decision_for(self, arguments: CallArguments) -> DispatchPlan:
         """The plan for these arguments' signature, accepted or not: cached, or made (and compiled) now.
 
-        A new signature is decided here, stage by stage (:mod:`.stages`), and JAX traces the
-        function from this very frame (:class:`~.stages.JaxTracing`): under the
-        dispatcher's miss the function runs as deep in the stack as under ``jax.jit``.
+        A new signature is decided here, stage by stage (:meth:`deciding`), and JAX traces
+        the function from this very frame: under the dispatcher's miss the function runs as
+        deep in the stack as under ``jax.jit``.
         """
-        plan = self._known(arguments)
-        if plan is not None:
-            return plan
-        generation = self._generation
+        with self.deciding(arguments) as new:
+            if new.trace is not None:
+                new.traced(new.trace.params or internals.trace_for_jit(*new.trace.call))
+        return new.plan
+
+    @contextlib.contextmanager
+    def deciding(self, arguments: CallArguments) -> Iterator[NewSignature]:
+        """The plan for a signature, decided around JAX's trace, which the ``with`` block takes::
+
+            with engine.deciding(arguments) as new:
+                if new.trace is not None:
+                    new.traced(new.trace.params or internals.trace_for_jit(*new.trace.call))
+            plan = new.plan
+
+        JAX's tracing is called from the block's own frame (:class:`~.stages.JaxTracing`),
+        so the traced function runs as deep in the stack as the code holding the block
+        places it. A known signature's plan is there before the block (``new.trace`` None);
+        a new one is decided stage by stage in JAX's order, kept, and there after it.
+        """
+        new = NewSignature(self._known(arguments))
+        if new.plan is not None:
+            yield new
+            return
+        generation, yielded = self._generation, False
         ctx, d = self.context, CallDecision(arguments)
         with recording() as fired:
             try:
                 stage_call(ctx, d)
                 with JaxTracing(ctx, d) as trace:
-                    d.traced = trace.traced(trace.params or internals.trace_for_jit(*trace.call))
+                    new.trace, new.decision, yielded = trace, d, True
+                    yield new
+                new.trace = None
                 stage_trace(ctx, d)
                 stage_lower(ctx, d)
                 plan = stage_compile(ctx, d)
@@ -176,6 +215,14 @@ class Engine:
             except LeftToJax as why:
                 why.fired = tuple(dict.fromkeys(fired))  # type: ignore[attr-defined]
                 raise
+        new.plan, new.trace = self._keep(arguments, plan, fired, generation), None
+        if not yielded:   # refused before tracing: the block runs once, with nothing to trace
+            yield new
+
+    def _keep(self, arguments: CallArguments, plan: DispatchPlan, fired: list,
+              generation: int) -> DispatchPlan:
+        """``plan``, with the rules that fired, kept for its signature (unless the cache was
+        cleared while it was decided)."""
         plan.fired = tuple(dict.fromkeys(fired))
         with self._lock:
             if generation == self._generation:
@@ -240,7 +287,7 @@ class Engine:
                 del self._plans[k]
         dispatcher = self.dispatcher_ref()
         if dispatcher is not None:
-            dispatcher._clear_cache()
+            internals.clear_signatures(dispatcher)
 
     def clear_cache(self) -> None:
         """Drop this function's signatures, plans and executables (other functions keep theirs)."""
@@ -249,7 +296,7 @@ class Engine:
             self._plans.clear()
         dispatcher = self.dispatcher_ref()
         if dispatcher is not None:
-            dispatcher._clear_cache()
+            internals.clear_signatures(dispatcher)
         CACHE.drop_owner(self.token)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -278,6 +325,22 @@ class Engine:
             compiles=counts["compiles"], executables=CACHE.count(self.token),
             executables_total=len(CACHE), capacity=CACHE.capacity,
             recent_misses=counts["recent_misses"], divergences=counts["divergences"])
+
+
+class NewSignature:
+    """What the block of :meth:`Engine.deciding` sees: the plan, or the trace to take first."""
+
+    __slots__ = ("plan", "trace", "decision")
+
+    def __init__(self, plan: DispatchPlan | None) -> None:
+        self.plan = plan
+        self.trace: internals.JaxTrace | None = None
+        self.decision: CallDecision | None = None
+
+    def traced(self, params: Any) -> None:
+        """Hand the decision JAX's trace (``params``, what tracing for jit returned)."""
+        assert self.trace is not None and self.decision is not None
+        self.decision.traced = self.trace.traced(params)
 
 
 def _why_new(known: list[tuple], arguments: CallArguments) -> str:

@@ -43,6 +43,8 @@ from jax._src.lax import parallel as _parallel
 from jax._src.lib import _jax
 from jax._src.lib import jax_jit as _jax_jit
 
+from shardlaw.compiled_hlo import collectives_in_hlo
+
 __all__ = [
     "ArrayImpl", "Tracer", "api_boundary", "GSPMDSharding", "make_dispatcher", "ExecutableFacts",
     "executable_facts", "hoisted_constants", "argument_avals", "used_inputs", "live_body",
@@ -60,6 +62,7 @@ Tracer, ShapedArray, GSPMDSharding = _core.Tracer, _core.ShapedArray, _sharding_
 # A mutable ref (jax.new_ref).
 Ref = _core.Ref
 JaxRuntimeError = _jax.JaxRuntimeError
+PjitFunctionType = _jax.PjitFunction   # the type of jax.jit's functions (its C++ dispatcher)
 # Whether no transformation is tracing now; a function's name as JAX writes it.
 trace_state_clean, fun_name = _core.trace_state_clean, _util.fun_name
 
@@ -105,6 +108,12 @@ def make_dispatcher(name: str, fun: Callable, cache_miss: Callable,
                      key, _tree_util.dispatch_registry, _pxla.cc_shard_arg, cache)
 
 
+def clear_signatures(dispatcher: Any) -> None:
+    """Drop the signatures a C++ dispatcher holds for its function (its own ``_clear_cache``,
+    which an engine function of the dispatcher's type has in place of the engine's)."""
+    _jax.PjitFunction._clear_cache(dispatcher)
+
+
 _SIGNATURES = 4096
 # The engine's signatures, for all its functions (JAX keeps its own apart, so a function
 # jitted both ways never meets the other's entries).
@@ -122,7 +131,7 @@ class ExecutableFacts:
 
     __slots__ = ("compiled", "xla_executable", "in_shardings", "out_shardings", "kept",
                  "num_consts", "const_args", "layouts", "in_avals", "out_avals", "fast",
-                 "out_tree")
+                 "out_tree", "_collectives")
 
     def __init__(self, compiled: Any) -> None:
         exe = compiled._executable
@@ -145,6 +154,13 @@ class ExecutableFacts:
             and not call.has_host_callbacks and not getattr(exe, "_mut", None)
             and not params.is_high)
         self.const_args = exe.shard_const_args(params.const_args) if self.fast else ()
+        self._collectives: tuple | None = None
+
+    def collectives(self) -> tuple:
+        """The collectives of the executable's compiled HLO (read once, when first asked)."""
+        if self._collectives is None:
+            self._collectives = tuple(collectives_in_hlo(self.compiled.as_text()))
+        return self._collectives
 
     def kept_flat(self, count: int) -> list[bool]:
         """For each flat dynamic input, whether the executable takes it."""

@@ -27,12 +27,13 @@ objects, and lowers and compiles through JAX's public stages.
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import operator
 import types
 import warnings
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from . import aot, internals
 from .call_arguments import check_donations, short
@@ -41,7 +42,7 @@ from .options import NOT_GIVEN, Options
 from .rules import EngineRejection, reject
 from .statistics import CacheInfo, count_calls
 
-__all__ = ["jit", "JittedFunction", "CacheInfo", "count_calls"]
+__all__ = ["jit", "JittedFunction", "EngineMethods", "is_engine_function", "CacheInfo", "count_calls"]
 
 _UNHASHABLE = "Non-hashable static arguments"   # how JAX's C++ dispatcher refuses one
 
@@ -90,7 +91,7 @@ def warn_device_or_backend(device: Any, backend: Any, stacklevel: int) -> None:
 def jit_as(jax_api: Callable, fun: Callable, in_shardings: Any, out_shardings: Any,
            static_argnums: Any, static_argnames: Any, donate_argnums: Any, donate_argnames: Any,
            keep_unused: bool, device: Any, backend: Any, inline: bool,
-           compiler_options: Any) -> JittedFunction:
+           compiler_options: Any) -> Any:
     """The engine's jit of a callable ``fun``, held to ``jax_api`` (JAX's jit, or its pjit)."""
     given = dict(static_argnums=static_argnums, static_argnames=static_argnames,
                  donate_argnums=donate_argnums, donate_argnames=donate_argnames,
@@ -109,16 +110,19 @@ def jit_as(jax_api: Callable, fun: Callable, in_shardings: Any, out_shardings: A
 
 
 class JittedFunction:
-    """What ``jit(fun)`` returns: JAX's C++ dispatcher, with the jitted function's methods.
+    """What ``jit(fun)`` returns for a function with a frame in front of JAX's C++ dispatcher
+    (static or donated arguments, or call counting on); any other function is the
+    dispatcher itself, of ``jax.jit``'s own type (:func:`_jitted`, :func:`is_engine_function`).
 
-    Calling it calls the dispatcher itself (``__call__`` is a property that hands the
-    dispatcher over, so a known signature runs in C++ with no Python frame in between).
-    Everything the engine needs lives in slots, never in the instance's ``__dict__``:
-    ``functools.wraps``, ``jax.grad``, ``jax.vmap`` and ``jax.jit`` copy a wrapped
-    function's ``__dict__`` onto their wrapper, and a ``lower`` copied that way would lower
-    the engine's function in place of the wrapper's (``jax.jit(jax.grad(f)).lower(x)``
-    would compile ``f``). No reference cycle is made, so a jitted function, its engine and
-    what its function closes over go as soon as the last reference does (as jax.jit's).
+    Calling it calls that frame (``__call__`` is a property that hands it over, so no
+    Python frame of a method comes in between), which calls the dispatcher: a known
+    signature runs in C++. Everything the engine needs lives in slots, never in the
+    instance's ``__dict__``: ``functools.wraps``, ``jax.grad``, ``jax.vmap`` and ``jax.jit``
+    copy a wrapped function's ``__dict__`` onto their wrapper, and a ``lower`` copied that
+    way would lower the engine's function in place of the wrapper's
+    (``jax.jit(jax.grad(f)).lower(x)`` would compile ``f``). No reference cycle is made, so
+    a jitted function, its engine and what its function closes over go as soon as the last
+    reference does (as jax.jit's).
     """
 
     __slots__ = ("_call", "_dispatcher", "_engine", "_methods", "__dict__", "__weakref__")
@@ -170,6 +174,14 @@ class JittedFunction:
             return "<PjitFunction>"
 
 
+def is_engine_function(fun: Any) -> bool:
+    """Whether ``fun`` was made by the engine's jit (of either type :func:`_jitted` gives)."""
+    if type(fun) is JittedFunction:
+        return True
+    return type(fun) is internals.PjitFunctionType and \
+        type(getattr(fun, "__dict__", None)) is EngineMethods
+
+
 def _options_in_jax_words(error: EngineRejection, fun: Callable, in_shardings: Any,
                           out_shardings: Any, given: dict[str, Any],
                           jax_api: Callable | None = None) -> EngineRejection:
@@ -187,50 +199,122 @@ def _options_in_jax_words(error: EngineRejection, fun: Callable, in_shardings: A
     return error
 
 
-def _jitted(engine: Engine) -> JittedFunction:
+def _jitted(engine: Engine) -> Any:
     """The jitted function: JAX's C++ dispatcher (behind a counting frame when asked), with methods.
 
-    The frame (when counting is on, :func:`count_calls`, or the function has static
-    arguments) counts every call — JAX's dispatcher counts no hits, and ``cache_info``
-    reports them exactly — and turns the dispatcher's own refusal of an unhashable static
-    argument, raised before any engine code runs, into ENG-1 with the argument's path.
-    Everything else is the dispatcher's: a known signature runs in C++.
+    A function with nothing to do in front of the dispatcher is the dispatcher itself, of
+    ``jax.jit``'s own type, with the engine's methods in its ``__dict__``
+    (:class:`EngineMethods`): ``jax.eval_shape`` asks a function of that exact type for its
+    own answer, and so asks the engine's, under the bare patch too. A function with static
+    or donated arguments, or made while counting is on, is a :class:`JittedFunction`: the
+    frame in front counts every call — JAX's dispatcher counts no hits, and ``cache_info``
+    reports them exactly — checks donations (ENG-3, ENG-6), and turns the dispatcher's own
+    refusal of an unhashable static argument, raised before any engine code runs, into
+    ENG-1 with the argument's path. Everything else is the dispatcher's: a known signature
+    runs in C++.
     """
     o = engine.options
     name = internals.fun_name(engine.fun)
     donates = bool(o.names.donate_nums or o.names.donate_names)
-    framed = engine.counted or donates
+    framed = engine.framed
     # With a frame in front, that frame is the API boundary (the dispatcher is called
-    # from it only), so the traced function runs one frame deeper, not two.
+    # from it only), and the miss decides a new signature in its own frame
+    # (Engine.cache_miss): the traced function runs as deep as under jax.jit.
     dispatcher = internals.make_dispatcher(name, engine.fun, engine.cache_miss,
                                            o.names.static_nums, o.names.static_names,
                                            o.dispatch_key(), boundary=not framed)
-    dispatcher._fun = engine.fun  # what JAX's NaN checker reads off a dispatcher
     engine.dispatcher_ref = _weak(dispatcher)
-    call: Any = dispatcher
-    if framed:
-        calls = engine.calls
-        check = functools.partial(check_donations, o.names) if donates else None
+    methods = aot.Methods(engine)
+    if not framed:
+        internals.wraps(engine.fun, dispatcher)   # name, docstring, __wrapped__, as jax.jit's
+        dispatcher.__dict__ = EngineMethods(dispatcher.__dict__, engine, methods)
+    # what JAX's NaN checker reads off a dispatcher (after wraps, which copies the
+    # function's own __dict__: a jitted function's _fun would be the wrong one)
+    dispatcher._fun = engine.fun
+    if not framed:
+        return dispatcher
+    calls = engine.calls
+    check = functools.partial(check_donations, o.names) if donates else None
 
-        @internals.api_boundary
-        def call(*args: Any, **kwargs: Any) -> Any:
-            next(calls)
-            if check is not None:
-                check(args, kwargs)
-            try:
-                return dispatcher(*args, **kwargs)
-            except ValueError as error:
-                if type(error) is ValueError and str(error).startswith(_UNHASHABLE):
-                    raise engine.unhashable_static(args, kwargs) from None
-                raise
+    @internals.api_boundary
+    def call(*args: Any, **kwargs: Any) -> Any:
+        next(calls)
+        if check is not None:
+            check(args, kwargs)
+        try:
+            return dispatcher(*args, **kwargs)
+        except ValueError as error:
+            if type(error) is ValueError and str(error).startswith(_UNHASHABLE):
+                raise engine.unhashable_static(args, kwargs) from None
+            raise
 
     jitted = JittedFunction()
     jitted._call = call
     jitted._dispatcher = dispatcher
     jitted._engine = engine
-    jitted._methods = aot.Methods(engine)
+    jitted._methods = methods
     internals.wraps(engine.fun, jitted)   # name, docstring, __wrapped__, as jax.jit gives them
     return jitted
+
+
+class EngineMethods(dict):
+    """The ``__dict__`` of an engine function that is JAX's own dispatcher: its methods in it,
+    out of sight of anything that copies a ``__dict__``.
+
+    Attribute lookup finds ``trace``, ``lower``, ``eval_shape``, ``explain``,
+    ``cache_info``, ``clear_cache`` and ``_clear_cache`` here before JAX's methods of the
+    type (and ``_engine``, as on a :class:`JittedFunction`); iterating the dict (what ``functools.wraps``, ``jax.grad``, ``jax.vmap`` and
+    ``jax.jit`` do to copy a wrapped function's ``__dict__`` onto their wrapper) skips them,
+    so a wrapper never carries the engine's ``lower`` of the function it wraps
+    (``jax.jit(jax.grad(f)).lower(x)`` lowers the gradient).
+    """
+
+    __slots__ = ()
+
+    def __init__(self, given: dict, engine: Engine, methods: aot.Methods) -> None:
+        super().__init__(given)
+
+        @internals.api_boundary
+        def lower(*args: Any, **kwargs: Any) -> Any:
+            return methods.trace(*args, **kwargs).lower()
+
+        @internals.api_boundary
+        def eval_shape(*args: Any, **kwargs: Any) -> Any:
+            return methods.trace(*args, **kwargs).out_info
+
+        self.update(trace=internals.api_boundary(methods.trace), lower=lower,
+                    eval_shape=eval_shape, explain=internals.api_boundary(methods.explain),
+                    cache_info=engine.cache_info, clear_cache=engine.clear_cache,
+                    _clear_cache=engine.clear_cache, _engine=engine)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in dict.__iter__(self) if k not in _METHOD_NAMES)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def keys(self) -> Any:
+        return _VisibleKeys(self)
+
+    def items(self) -> Any:
+        return collections.abc.ItemsView(self)
+
+    def values(self) -> Any:
+        return collections.abc.ValuesView(self)
+
+    def copy(self) -> dict:
+        return dict(self.items())
+
+
+class _VisibleKeys(collections.abc.KeysView):
+    """The keys of an :class:`EngineMethods` that copies see (the methods' names left out)."""
+
+    def __contains__(self, key: object) -> bool:
+        return key not in _METHOD_NAMES and key in self._mapping
+
+
+_METHOD_NAMES = frozenset({"trace", "lower", "eval_shape", "explain", "cache_info",
+                           "clear_cache", "_clear_cache", "_engine"})
 
 
 def _weak(obj: Any) -> Callable[[], Any]:

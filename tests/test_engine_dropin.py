@@ -100,7 +100,7 @@ def test_install_routes_every_jax_jit_and_uninstall_puts_jax_back():
         assert jax.jit is jit and engine.installed()
         assert jax.eval_shape(jit(g), 1.0).shape == ()   # asks the engine's function
         f = jax.jit(lambda a: a + 1)
-        assert type(f) is engine.JittedFunction
+        assert type(f) is type(engine.internals.JAX_JIT(g)) and engine.is_engine_function(f)
         assert np.allclose(f(jnp.ones(2)), 2.)
     assert jax.jit is original and not engine.installed()
     assert jax.eval_shape is original_eval_shape
@@ -136,13 +136,13 @@ def test_assigning_jax_jit_by_hand_works_in_a_whole_program():
         import jax.numpy as jnp
         f = jax.jit(lambda a, b: a @ b + 1)
         x = sharded()
-        print(float(f(x, x)), type(f).__name__)
+        print(float(f(x, x)), type(f).__name__, engine.is_engine_function(f))
         print(float(jax.jit(jax.grad(lambda a: jnp.sum(jnp.sin(a))))(x)[0]))
     """)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.split()
-    assert lines[1] == "JittedFunction" and float(lines[0]) == float(np.arange(16.) @ np.arange(16.) + 1)
-    assert np.isclose(float(lines[2]), 1.0)   # cos(0)
+    assert lines[1:3] == ["PjitFunction", "True"] and float(lines[0]) == float(np.arange(16.) @ np.arange(16.) + 1)
+    assert np.isclose(float(lines[3]), 1.0)   # cos(0)
 
 
 def test_reusing_a_donated_array_is_refused_on_every_path_never_a_crash():
@@ -291,7 +291,7 @@ def test_install_runs_a_library_training_loop_through_the_engine():
     _, expected = library_train(make(), 4)
     with engine.install():
         fn, losses = library_train(make(), 4)
-    assert type(fn) is engine.JittedFunction and fn.cache_info().compiles == 1
+    assert engine.is_engine_function(fn) and fn.cache_info().compiles == 1
     assert losses == expected
 
 
@@ -333,3 +333,42 @@ def test_a_buffer_donated_and_passed_again_is_refused_in_jaxs_class(donate):
         with pytest.raises(jax.errors.JaxRuntimeError) as caught:
             jit(lambda a, b: a + b, donate_argnums=donate)(y, y)
     assert caught.value.rule == "ENG-6" and not y.is_deleted()
+
+
+def test_an_engine_function_is_of_jax_jits_own_type_unless_a_frame_runs_in_front():
+    # jax.eval_shape asks a function of jax.jit's exact type for its own answer (the bare
+    # patch replaces nothing else): a function with nothing in front of the dispatcher is
+    # the dispatcher itself. Static or donated arguments need the frame in front.
+    jax_type = type(jax.jit(g))
+    plain, static = jit(g), jit(lambda x, n: x * n, static_argnums=1)
+    donating = jit(g, donate_argnums=0)
+    assert type(plain) is jax_type
+    assert type(static) is type(donating) is engine.JittedFunction
+    assert all(engine.is_engine_function(f) for f in (plain, static, donating))
+    assert not engine.is_engine_function(jax.jit(g)) and not engine.is_engine_function(g)
+    # the engine's methods are found on it, and hidden from what copies a __dict__
+    assert plain.explain(1.0).accepted and plain.cache_info().signatures == 1
+    wrapper = functools.wraps(plain)(lambda x: plain(x))
+    grad = jax.grad(plain)
+    for copy in (wrapper, grad):
+        assert not {"trace", "lower", "explain", "cache_info"} & set(vars(copy)), vars(copy)
+    seen = vars(plain)
+    assert "__wrapped__" in seen.keys() and "lower" not in seen.keys() and "lower" in seen
+    assert len(seen) == len(list(seen.items())) == len(seen.copy()) == len({**seen})
+    assert "cos" in jax.jit(grad).lower(1.0).as_text()   # the gradient's lowering, not g's
+    # JAX's NaN checker reads _fun off a dispatcher: the function jitted, not one it wraps
+    inner = jax.jit(g)
+    assert jit(inner)._fun is inner and plain._fun is g
+
+
+def test_jax_eval_shape_asks_an_engine_function_itself_without_install():
+    mesh = jax.make_mesh((2, 2), ("x", "y"))
+    s = jax.sharding.NamedSharding(mesh, jax.P("x", "y"))
+    f = jit(lambda a: a * 2, out_shardings=s)
+    traces = []
+    h = jit(lambda a: traces.append(1) or a * 2)
+    out = jax.eval_shape(f, np.ones((4, 4), np.float32))   # JAX's own eval_shape
+    assert out.sharding == s and out.shape == (4, 4)
+    jax.eval_shape(h, np.ones(3, np.float32))
+    h.trace(np.ones(3, np.float32))
+    assert len(traces) == 1   # the engine's trace, reused by .trace: traced once

@@ -306,13 +306,21 @@ def test_jax_eval_shape_of_an_engine_function_under_install_is_jax_jits():
     assert mine == theirs and mine.format == layout
 
 
-def test_the_bare_patch_gives_eval_shape_shapes_and_dtypes_only():
-    # What docs/engine.rst says only install() gives: jax.eval_shape asks a function for
-    # its own answer only when it is JAX's own jitted type; an engine function under the
-    # bare patch is traced as any callable, so the formats out_shardings gives are missing.
+def test_jax_eval_shape_asks_an_engine_function_without_install():
+    # jax.eval_shape asks a function for its own answer only when it is JAX's own jitted
+    # type; an engine function without a frame in front of its dispatcher is of that type,
+    # so under the bare patch too it answers from its own trace (its formats included).
+    # One with donated arguments is traced as any callable there (shapes and dtypes only;
+    # docs/engine.rst), and install() routes it to its own answer.
     layout, argument = _formatted()
     f = jit(_SQUARE, in_shardings=layout, out_shardings=layout)
-    bare = jax.eval_shape(f, argument)
-    own = f.eval_shape(argument)
+    bare, own = jax.eval_shape(f, argument), f.eval_shape(argument)
+    assert bare == own and bare.format == layout
+    donating = jit(_SQUARE, in_shardings=layout, out_shardings=layout, donate_argnums=0)
+    bare, own = jax.eval_shape(donating, argument), donating.eval_shape(argument)
     assert (bare.shape, bare.dtype) == (own.shape, own.dtype)
     assert own.format == layout and bare.format == Format(None, None)
+    with engine.install():
+        assert jax.eval_shape(donating, argument) == own
+
+

@@ -20,7 +20,7 @@ MODULES = sorted(p for p in SPEC.rglob("*.py"))
 # what each room may import besides the standard library and the spec
 ALLOWED = {"bridge": {"jax", "jaxlib", "numpy"}, "prove": {"z3"}}
 # data the spec shares with the engine, which never imports the spec
-SHARED = {"shardlaw.rule_index"}
+SHARED = {"shardlaw.rule_index", "shardlaw.compiled_hlo"}
 
 
 def _layer(path: Path) -> str | None:
