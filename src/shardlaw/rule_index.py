@@ -117,6 +117,8 @@ _ALL = [
            None),
     Family("PROP", "Whole programs",
            "Sharding propagation: where the compiler places what the user did not", None),
+    Family("COLL", "Whole programs",
+           "Collectives: what a step communicates where the partitioner reshards", None),
     # Whether it compiles again.
     Family("CACHE", "Caches", "When jit traces, lowers and compiles again; the cache policy",
            None),
