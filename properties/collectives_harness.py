@@ -7,7 +7,8 @@ function, reads the collectives of ``compile().as_text()`` with
 :func:`~shardlaw.spec.bridge.hlo.collectives_of`, asks
 :func:`~shardlaw.spec.explain_program` for ``verdict.collectives`` and, where the spec's
 list is complete, compares the two as multisets of (kind, replica groups, bytes per
-device): the groups as the device ids of each group, in order. A list the spec leaves
+device): each group's device positions in order, the groups in any order (XLA lists them
+in an order of its own). A list the spec leaves
 incomplete is an abstention (counted with its reason); any other difference is a
 disagreement.
 """
@@ -91,7 +92,8 @@ def communicating_recipes(draw: Any, max_steps: int = 5) -> Recipe:
         elif kind == "dot" and len(shape) in (2, 3):
             n = draw(st.sampled_from((4, 8, 16)))
             other = (*shape[:-2], shape[-1], n)
-            split = dict(enumerate(inputs[steps[v][2]][1])).get(len(shape) - 1)
+            split = dict(enumerate(inputs[steps[v][2]][1])).get(len(shape) - 1) \
+                if steps[v][0] == "input" else None
             same = draw(st.booleans()) and split is not None
             w = fresh(other, tuple(split if same and k == len(other) - 2 else None
                                    for k in range(len(other))) if same
@@ -109,7 +111,8 @@ def communicating_recipes(draw: Any, max_steps: int = 5) -> Recipe:
 
 
 def _key(kind: str, groups: Any, size: int) -> tuple:
-    return (kind, tuple(tuple(g) for g in groups), size)
+    """A collective as compared: each group in its order, the groups in any order."""
+    return (kind, tuple(sorted(tuple(g) for g in groups)), size)
 
 
 def compiled_collectives(recipe: Recipe) -> tuple:

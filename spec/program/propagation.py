@@ -144,7 +144,10 @@ def factor_split(proposals: list[tuple[str, ...]]) -> tuple[str, ...]:
     ('x', 'y')
     >>> factor_split([("x",), ("y",)])
     ()
+    >>> factor_split([("x", "y"), ("x", "z"), ()])   # an unsplit tensor does not cut it
+    ('x',)
     """
+    proposals = [p for p in proposals if p]
     longest = max(proposals, key=len, default=())
     if all(longest[:len(p)] == p for p in proposals):
         return longest
