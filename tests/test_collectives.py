@@ -170,3 +170,40 @@ def test_the_propagation_suite_runs_in_a_campaign(tmp_path):
     assert figures["disagreements"] == 0
     assert figures["suites"]["propagation"]["examples"] >= 2   # both properties ran
     assert figures["rules"]["COLL-4"]["accepted"] > 0
+
+
+def _issue_program():
+    from shardlaw.spec import NamedSharding as Named, P as SpecP
+    from shardlaw.spec.program.description import Opaque, Program, Value
+    mesh = Mesh.iota((2, 4), ("x", "y"))
+    a = Value.placed((16, 32), Named(mesh, SpecP("x", "y")))
+    b = Value.placed((32, 64), Named(mesh, SpecP("y", None)))
+    h = Value.typed((16, 64))
+    return Program((a, b), (
+        Opaque((0, 1), (h,), primitive="dot_general",
+               params=(("dimension_numbers", (((1,), (0,)), ((), ()))),)),
+        Opaque((2,), (h,), primitive="tanh"),
+        Opaque((3,), (Value.typed((64,)),), primitive="reduce_sum", params=(("axes", (0,)),)),
+        Opaque((3,), (Value.typed((64, 16)),), primitive="transpose",
+               params=(("permutation", (1, 0)),)),
+        Opaque((3,), (Value.typed((4, 256)),), primitive="reshape",
+               params=(("dimensions", None), ("new_sizes", (4, 256))))), outputs=(4, 5, 6))
+
+
+def test_shardlaw_check_shows_what_a_program_vector_communicates(tmp_path):
+    from shardlaw.spec.vectors.program_vectors import dump_program
+    path = tmp_path / "issue.json"
+    path.write_text(json.dumps(dump_program(_issue_program())))
+    done = subprocess.run([sys.executable, "-m", "shardlaw.cli", "check", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "The step communicates (on the cpu backend" in done.stdout
+    assert "all-reduce over ('y',) at body[0]: float32[8, 64], 2048 bytes per device, " \
+           "groups [[0, 1, 2, 3], [4, 5, 6, 7]]" in done.stdout
+    assert "2304 bytes per device in all" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "shardlaw.cli", "check", "--json", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    step = json.loads(done.stdout)["collectives"]
+    assert step["complete"] and step["bytes_per_device"] == 2304
+    assert [(c["kind"], c["axes"], c["path"]) for c in step["collectives"]] == [
+        ["all-reduce", ["y"], "body[0]"], ["all-reduce", ["x"], "body[2]"]]
