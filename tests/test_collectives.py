@@ -205,5 +205,5 @@ def test_shardlaw_check_shows_what_a_program_vector_communicates(tmp_path):
                           capture_output=True, text=True, timeout=120)
     step = json.loads(done.stdout)["collectives"]
     assert step["complete"] and step["bytes_per_device"] == 2304
-    assert [(c["kind"], c["axes"], c["path"]) for c in step["collectives"]] == [
+    assert [[c["kind"], c["axes"], c["path"]] for c in step["collectives"]] == [
         ["all-reduce", ["y"], "body[0]"], ["all-reduce", ["x"], "body[2]"]]
