@@ -132,7 +132,7 @@ def _record_held(real: tuple) -> None:
     kinds = {kind for kind, _, _ in real}
     held = ["COLL-1", "COLL-4", "COLL-5", "COLL-6"]
     held += ["COLL-2"] if kinds & {"all-gather", "all-to-all"} else []
-    held += ["COLL-3"] if "all-reduce" in kinds else []
+    held += ["COLL-3", "COLL-7"] if "all-reduce" in kinds else []
     for rule_id in held:
         hits.record(SOURCE, rule_id, refused=False)
     hits.record_jax_calls(1)

@@ -1,4 +1,4 @@
-"""What a step communicates (COLL-1 to COLL-6), held to the compiled CPU HLO on 8 devices:
+"""What a step communicates (COLL-1 to COLL-7), held to the compiled CPU HLO on 8 devices:
 drawn programs (properties/collectives_harness.py), the cases of notes/jax-facts.md
 section 20, the HLO reader (spec/bridge/hlo.py) and the ``propagation`` campaign suite."""
 
@@ -29,7 +29,7 @@ Auto = jax.sharding.AxisType.Auto
 P = jax.sharding.PartitionSpec
 
 
-@checks("COLL-1", "COLL-2", "COLL-3", "COLL-4", "COLL-5", "COLL-6")
+@checks("COLL-1", "COLL-2", "COLL-3", "COLL-4", "COLL-5", "COLL-6", "COLL-7")
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(communicating_recipes())
 def test_the_predicted_collectives_are_those_of_the_compiled_module(recipe):

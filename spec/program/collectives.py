@@ -50,9 +50,13 @@ from .propagation import (
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
+           "combined", "REDUCTIONS",
            "DTYPE_BYTES"]
 
 BACKEND = "cpu"
+
+# the reduction an all-reduce of each reducing primitive applies (dot_general's: add)
+REDUCTIONS = {"reduce_max": "max", "reduce_min": "min", "reduce_prod": "mul"}
 
 DTYPE_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2,
                "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4, "int64": 8,
@@ -82,9 +86,10 @@ class ReplicaGroups:
 @dataclasses.dataclass(frozen=True)
 class Collective:
     """One collective the partitioner inserts: its kind, the mesh axes it runs over, the
-    equation's path, the operand it reshards (None: the equation's result), the shape and
-    dtype of its result on one device and their bytes, and its replica groups (None on an
-    abstract mesh)."""
+    equation's path (several joined by `` + ``: all-reduces combined into one), the operand
+    it reshards (None: the equation's result), the shape and dtype of its result on one
+    device and their bytes, its replica groups (None on an abstract mesh) and an
+    all-reduce's reduction."""
 
     kind: str
     axes: tuple[str, ...]
@@ -94,6 +99,7 @@ class Collective:
     dtype: str
     bytes_per_device: int
     replica_groups: ReplicaGroups | None = None
+    reduction: str = ""   # an all-reduce's: add, max, min, mul
 
     def __str__(self) -> str:
         of = "" if self.operand is None else f" (operand {self.operand})"
@@ -104,7 +110,7 @@ class Collective:
 @dataclasses.dataclass(frozen=True)
 class Communication:
     """What a step communicates on ``backend``: its collectives in program order and their
-    bytes per device (COLL-6); ``undetermined`` says why the list is not complete (None:
+    bytes per device (COLL-4); ``undetermined`` says why the list is not complete (None:
     it is)."""
 
     collectives: tuple[Collective, ...] = ()
@@ -173,8 +179,8 @@ def reshard(have: Split, need: Split, mesh: Any) -> list[tuple[str, Any, tuple[s
     """An operand is brought to the split its operation needs dimension by dimension:
     axes it holds beyond the shared prefix are all-gathered (one all-gather per dimension,
     the minor dimension first), one axis leaving one dimension for another goes through an
-    all-to-all, axes it lacks are sliced locally; a dimension that both loses and gains
-    axes otherwise is the partitioner's own choice (a string says why).
+    all-to-all, axes it lacks are sliced locally; an operand that loses axes and gains
+    others otherwise is the partitioner's own choice (a string says why).
 
     >>> reshard((("x",), ()), ((), ("x",)), None)
     [('all-to-all', (0, 1), ('x',))]
@@ -197,18 +203,19 @@ def reshard(have: Split, need: Split, mesh: Any) -> list[tuple[str, Any, tuple[s
     if both:
         return (f"dimension {both[0]} loses {lost[both[0]]} and gains {gained[both[0]]}: "
                 f"the partitioner chooses how (a collective-permute, or a gather and a slice)")
-    moved = set(a for d in losing for a in lost[d]) & set(a for d in gaining for a in gained[d])
-    if moved:
-        return (f"mesh axes {sorted(moved)} move between dimensions with others: the "
-                f"partitioner chooses how")
+    if losing and gaining:
+        return (f"dimensions {losing} lose {[lost[d] for d in losing]} while dimensions "
+                f"{gaining} gain {[gained[d] for d in gaining]}: the partitioner chooses "
+                f"how (an all-to-all and a collective-permute, or gathers and slices)")
     return [("all-gather", d, lost[d]) for d in reversed(losing)]
 
 
 @rule("COLL-3", mirrors="xla: SpmdPartitioner (the partial results of a split reduction)")
 def reduction(chosen: dict[str, tuple[str, ...]], reduced: frozenset) -> tuple[str, ...]:
     """An operation whose reduced factors are split over mesh axes leaves each device a
-    partial result, summed over those axes by one all-reduce of the result's shard (on the
-    CPU backend also where the result is then split along them: no reduce-scatter).
+    partial result, summed over those axes by one all-reduce of the result split as its
+    operands split it, any further split sliced after (on the CPU backend also a split
+    along the summed axes: no reduce-scatter).
 
     >>> reduction({"i": ("x",), "j": ("y",)}, frozenset("j"))
     ('y',)
@@ -288,6 +295,8 @@ def predicted_collectives(program: Program) -> Communication:
     live = live_parts(program).equations
     found: list[Collective] = []
     done: set = set()   # (value, split) of each reshard made: XLA's CSE keeps one
+    upstream: dict[int, frozenset] = {}   # value -> the all-reduces it is computed from
+    after: dict[int, frozenset] = {}      # all-reduce -> the all-reduces it is computed from
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
         if not live[k]:
             continue
@@ -295,8 +304,50 @@ def predicted_collectives(program: Program) -> Communication:
                          equation_path("", k), done)
         if isinstance(made, Undetermined):
             return Communication(tuple(found), undetermined=made)
-        found += made
-    return Communication(tuple(found))
+        before = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
+        own = set()
+        for c in made:
+            if c.kind == "all-reduce":
+                after[len(found)] = before
+                own.add(len(found))
+            found.append(c)
+        for n in numbers:
+            upstream[n] = before | own
+    return Communication(combined(found, after))
+
+
+@rule("COLL-7", mirrors="xla: AllReduceCombiner")
+def combined(found: list[Collective], after: dict[int, frozenset]) -> tuple[Collective, ...]:
+    """All-reduces over the same axes with the same reduction and dtype, none computed from
+    another, are combined into one (in program order, each joining the first it may), its
+    bytes the sum of theirs; other collectives stay apart.
+
+    >>> one = Collective("all-reduce", ("x",), "body[0]", None, (4,), "float32", 16,
+    ...                  reduction="add")
+    >>> two = dataclasses.replace(one, path="body[1]", bytes_per_device=32)
+    >>> [str(c) for c in combined([one, two], {0: frozenset(), 1: frozenset()})]
+    ["all-reduce over ('x',) at body[0] + body[1]: float32[4], 48 bytes per device"]
+    >>> len(combined([one, two], {0: frozenset(), 1: frozenset({0})}))
+    2
+    """
+    groups: list[list[int]] = []
+    for i, c in enumerate(found):
+        key = (c.kind, c.axes, c.reduction, c.dtype)
+        for group in groups:
+            first = found[group[0]]
+            if c.kind == "all-reduce" and (first.kind, first.axes, first.reduction,
+                                           first.dtype) == key and not after[i] & set(group):
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    out = []
+    for group in groups:
+        first = found[group[0]]
+        out.append(first if len(group) == 1 else dataclasses.replace(
+            first, path=" + ".join(found[i].path for i in group),
+            bytes_per_device=sum(found[i].bytes_per_device for i in group)))
+    return tuple(out)
 
 
 def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh: Mesh,
@@ -355,10 +406,16 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
             return Undetermined("COLL-3", f"mesh axes {summed} split a reduced factor and "
                                 f"another of the same operation", path)
         result = typed[count]
-        shape = _shard(tuple(result.shape), splits[every[count]], mesh)
+        # the sum is of the result as the operands split it: a split the result has beyond
+        # theirs is sliced after the all-reduce (as a reduce-scatter would be, elsewhere)
+        held = {f: max((r.get(f, ())[:_kept(r.get(f, ()), split)] for r in read[:count]),
+                       key=len) for f, split in chosen.items() if f not in factors.reduced}
+        shape = _shard(tuple(result.shape),
+                       dimension_splits(factors.results[0], held, sizes, mesh), mesh)
         dtype = wire_dtype(str(result.dtype))
         out.append(Collective("all-reduce", summed, path, None, shape, dtype,
-                              _bytes(shape, dtype), groups(summed)))
+                              _bytes(shape, dtype), groups(summed),
+                              REDUCTIONS.get(entry_of(eq).name, "add")))
     return out
 
 

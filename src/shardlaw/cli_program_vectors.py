@@ -72,10 +72,10 @@ def communication_json(step: Any) -> dict | None:
 
 def communication_text(step: Any) -> str:
     """What a step communicates, for the terminal: each collective, the total per device,
-    and why the list is incomplete where it is (COLL-1 to COLL-6)."""
+    and why the list is incomplete where it is (COLL-1 to COLL-7)."""
     if step is None:
         return ""
-    lines = [f"\nThe step communicates (on the {step.backend} backend; COLL-1 to COLL-6):"]
+    lines = [f"\nThe step communicates (on the {step.backend} backend; COLL-1 to COLL-7):"]
     for c in step:
         groups = "" if c.replica_groups is None or len(c.replica_groups.mesh.devices) > 64 \
             else f", groups {[list(g) for g in c.replica_groups.groups()]}"
