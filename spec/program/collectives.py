@@ -365,58 +365,88 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
     if chosen is None:
         return Undetermined("COLL-1", "the operands split a reduced factor differently: the "
                             "partitioner chooses by cost whether to gather or slice", path)
-    sizes = factor_sizes(factors, typed)
-    groups = (lambda axes: ReplicaGroups(mesh, axes)) if isinstance(mesh, Mesh) else \
-        (lambda axes: None)
+    op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, path)
     out: list[Collective] = []
     for i, dims in enumerate(factors.operands):
-        if not dims:
-            continue
-        need = dimension_splits(dims, chosen, sizes, mesh)
-        if (every[i], need) in done:   # the same reshard of a value is made once (CSE)
+        need = dimension_splits(dims, chosen, op.sizes, mesh)
+        if not dims or (every[i], need) in done:   # one reshard of a value is made once
             continue
         done.add((every[i], need))
-        steps = reshard(splits[every[i]], need, mesh)
-        if isinstance(steps, str):
-            return Undetermined("COLL-2", f"operand {i}: {steps}", path)
-        used = {a for split in chosen.values() for a in split}
-        for kind, _, axes in steps:
-            if kind == "all-gather" and used & set(axes):
-                return Undetermined("COLL-2", f"operand {i} loses mesh axes "
-                                    f"{sorted(used & set(axes))} another factor of the "
-                                    f"operation takes: the partitioner chooses how to move "
-                                    f"them", path)
-        value = typed[i]
-        # axes an operand lacks are sliced first (locally); a gather starts from the slice
-        shape = list(_shard(tuple(value.shape), tuple(
-            h if _losing(h, n) else n for h, n in zip(splits[every[i]], need)), mesh))
-        for kind, dim, axes in steps:
-            size = math.prod(mesh.axis_size(a) for a in axes)
-            if kind == "all-gather":
-                shape[dim] *= size
-            dtype = wire_dtype(str(value.dtype))
-            out.append(Collective(kind, axes, path, i, tuple(shape), dtype,
-                                  _bytes(tuple(shape), dtype), groups(axes)))
-            if kind == "all-to-all":
-                shape[dim[0]] *= size
-                shape[dim[1]] //= size
-    summed = reduction(chosen, factors.reduced)
-    if summed:
-        if any(set(summed) & set(chosen.get(f, ())) for f in chosen if f not in factors.reduced):
-            return Undetermined("COLL-3", f"mesh axes {summed} split a reduced factor and "
-                                f"another of the same operation", path)
-        result = typed[count]
-        # the sum is of the result as the operands split it: a split the result has beyond
-        # theirs is sliced after the all-reduce (as a reduce-scatter would be, elsewhere)
-        held = {f: max((r.get(f, ())[:_kept(r.get(f, ()), split)] for r in read[:count]),
-                       key=len) for f, split in chosen.items() if f not in factors.reduced}
-        shape = _shard(tuple(result.shape),
-                       dimension_splits(factors.results[0], held, sizes, mesh), mesh)
-        dtype = wire_dtype(str(result.dtype))
-        out.append(Collective("all-reduce", summed, path, None, shape, dtype,
-                              _bytes(shape, dtype), groups(summed),
-                              REDUCTIONS.get(entry_of(eq).name, "add")))
+        made = _reshards(op, i, splits[every[i]], need)
+        if isinstance(made, Undetermined):
+            return made
+        out += made
+    summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"))
+    return summed if isinstance(summed, Undetermined) else out + summed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Operation:
+    """One equation as its collectives are read: its sharding rule, each tensor's factor
+    splits, the splits it computes with, the factors' sizes, the mesh, the types, the
+    path."""
+
+    factors: Any
+    read: list
+    chosen: dict
+    sizes: dict
+    mesh: Any
+    typed: tuple
+    path: str
+
+    def groups(self, axes: tuple[str, ...]) -> ReplicaGroups | None:
+        return ReplicaGroups(self.mesh, axes) if isinstance(self.mesh, Mesh) else None
+
+
+def _reshards(op: _Operation, i: int, have: Split, need: Split
+              ) -> list[Collective] | Undetermined:
+    """The collectives that bring operand ``i`` from ``have`` to ``need`` (COLL-2)."""
+    steps = reshard(have, need, op.mesh)
+    if isinstance(steps, str):
+        return Undetermined("COLL-2", f"operand {i}: {steps}", op.path)
+    used = {a for split in op.chosen.values() for a in split}
+    for kind, _, axes in steps:
+        if kind == "all-gather" and used & set(axes):
+            return Undetermined("COLL-2", f"operand {i} loses mesh axes "
+                                f"{sorted(used & set(axes))} another factor of the operation "
+                                f"takes: the partitioner chooses how to move them", op.path)
+    value = op.typed[i]
+    # axes an operand lacks are sliced first (locally); a gather starts from the slice
+    shape = list(_shard(tuple(value.shape), tuple(
+        h if _losing(h, n) else n for h, n in zip(have, need)), op.mesh))
+    out = []
+    for kind, dim, axes in steps:
+        size = math.prod(op.mesh.axis_size(a) for a in axes)
+        if kind == "all-gather":
+            shape[dim] *= size
+        dtype = wire_dtype(str(value.dtype))
+        out.append(Collective(kind, axes, op.path, i, tuple(shape), dtype,
+                              _bytes(tuple(shape), dtype), op.groups(axes)))
+        if kind == "all-to-all":
+            shape[dim[0]] *= size
+            shape[dim[1]] //= size
     return out
+
+
+def _all_reduce(op: _Operation, count: int, how: str) -> list[Collective] | Undetermined:
+    """The all-reduce of a split reduction, if any (COLL-3)."""
+    factors, chosen = op.factors, op.chosen
+    summed = reduction(chosen, factors.reduced)
+    if not summed:
+        return []
+    if any(set(summed) & set(chosen.get(f, ())) for f in chosen if f not in factors.reduced):
+        return Undetermined("COLL-3", f"mesh axes {summed} split a reduced factor and "
+                            f"another of the same operation", op.path)
+    result = op.typed[count]
+    # the sum is of the result as the operands split it: a split the result has beyond
+    # theirs is sliced after the all-reduce (as a reduce-scatter would be, elsewhere)
+    held = {f: max((r.get(f, ())[:_kept(r.get(f, ()), split)] for r in op.read[:count]),
+                   key=len) for f, split in chosen.items() if f not in factors.reduced}
+    shape = _shard(tuple(result.shape),
+                   dimension_splits(factors.results[0], held, op.sizes, op.mesh), op.mesh)
+    dtype = wire_dtype(str(result.dtype))
+    return [Collective("all-reduce", summed, op.path, None, shape, dtype, _bytes(shape, dtype),
+                       op.groups(summed), how)]
 
 
 def _kept(have: tuple, need: tuple) -> int:
