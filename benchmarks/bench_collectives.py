@@ -157,8 +157,9 @@ def jax_function(kind: str, count: int) -> Callable[..., Any]:
     return mlp if kind == "mlp" else transformer
 
 
-def jax_anchor(kind: str, program: Program) -> float:
-    """Seconds JAX takes to lower and compile ``program``'s step on 8 CPU devices."""
+def jax_anchor(kind: str, program: Program) -> tuple[float, tuple]:
+    """Seconds JAX takes to lower and compile ``program``'s step on 8 CPU devices, and the
+    collectives of the module it compiled."""
     import jax
     import jax.numpy as jnp
     from shardlaw.spec.bridge.convert import to_jax
@@ -170,8 +171,10 @@ def jax_anchor(kind: str, program: Program) -> float:
     f = jax_function(kind, count)
     jax.jit(f).lower(*args_of(program)).compile()    # warm JAX up (same shapes: cached
     start = time.perf_counter()                       # pieces are what a rerun would find)
-    jax.jit(jax_function(kind, count)).lower(*args_of(program)).compile()
-    return time.perf_counter() - start
+    compiled = jax.jit(jax_function(kind, count)).lower(*args_of(program)).compile()
+    seconds = time.perf_counter() - start
+    from shardlaw.spec.bridge.hlo import collectives_of
+    return seconds, collectives_of(compiled.as_text())
 
 
 def median_ms(question: Callable[[], Any], repeats: int) -> tuple[float, float]:
@@ -212,9 +215,11 @@ def main() -> None:
         if not options.no_jax:
             import jax
             jax.config.update("jax_num_cpu_devices", 8)
-            seconds = jax_anchor(kind, build(small))
+            seconds, real = jax_anchor(kind, build(small))
             print(f"{kind:12} {'JAX 0.10.2 lower + compile (anchor)':45} {8:8d} "
-                  f"{len(build(small).equations):5d} {seconds * 1000:10.2f}")
+                  f"{len(build(small).equations):5d} {seconds * 1000:10.2f} {'':7} {'':6}  "
+                  f"{len(real)} ({', '.join(sorted({c.kind for c in real}))}), "
+                  f"{sum(c.bytes_per_device for c in real):,} (the compiled module's)")
 
 
 if __name__ == "__main__":
