@@ -64,6 +64,7 @@ from .lowering import (
     Live, equation_path, inside_shardings, live_parts, lowered_live, placed_results,
 )
 from .primitives import TRACING, Kind, entry_of
+from .collectives import predicted_collectives
 from .propagation import predicted_choices, undetermined_results
 from .refs import check_no_closed_over_refs, check_shard_map_ref_writes
 from .shardmap import (
@@ -100,7 +101,10 @@ class ProgramVerdict:
     Accepted, ``opaque`` lists the (path, primitive) of each equation whose primitive the
     primitive table has no entry for: nothing of its own was checked, and its sharding is
     not propagated; ``undetermined``, the (path, reason) of each result left to the
-    compiler whose placement propagation does not determine (PROP-1 to PROP-5).
+    compiler whose placement propagation does not determine (PROP-1 to PROP-5);
+    ``collectives``, what the step communicates on the CPU backend (COLL-1 to COLL-5: a
+    :class:`~shardlaw.spec.program.collectives.Communication`, its collectives and their
+    bytes per device, incomplete where it says why).
     """
 
     accepted: bool
@@ -132,6 +136,7 @@ class ProgramVerdict:
                                                             repr=False)
     undetermined: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False,
                                                                   repr=False)
+    collectives: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         if not self.accepted:
@@ -160,6 +165,8 @@ class ProgramVerdict:
                          + (f", placed by {by}" if by else ""))
         for path, why in self.undetermined:
             lines.append(f"  open   {path}: {why}")
+        for c in self.collectives or ():
+            lines.append(f"  comm   {c}")
         return "\n".join(lines)
 
 
@@ -545,7 +552,15 @@ def _accepted(program: Program, trace: list[str], n: Any, stages: tuple, inside:
         inside=tuple((s.path, s.sharding) for s in inside),
         placed_by=tuple(by for _, by in placed), constants=held.hoisted,
         ref_updates=held.updates, decided=tuple(decided), opaque=opaque_equations(program),
-        undetermined=undetermined_results(program, n.out_paths, compiled.out_shardings))
+        undetermined=undetermined_results(program, n.out_paths, compiled.out_shardings),
+        collectives=_communication(program))
+
+
+def _communication(program: Program) -> Any:
+    """What the step communicates (COLL-4), outside the verdict's trace: the rules it
+    applies are the spec's reading of the partitioner, not a step of JAX's jit."""
+    with tracing():
+        return predicted_collectives(program)
 
 
 def _traced(program: Program, n: Any, traced: Any, inside: tuple,

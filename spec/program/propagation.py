@@ -168,6 +168,7 @@ def factor_split(proposals: list[tuple[str, ...]]) -> tuple[str, ...]:
     >>> factor_split([("z", "x"), ("z", "y"), ()])
     ('z',)
     """
+    proposals = [p for p in proposals if p]
     longest = max(proposals, key=len, default=())
     if all(longest[:len(p)] == p for p in proposals):
         return longest
@@ -674,3 +675,20 @@ def undetermined_results(program: Program, paths: tuple, shardings: tuple) -> tu
         found = predicted_results(program)
     why = str(found) if isinstance(found, Undetermined) else "propagation left it open"
     return tuple((p, why) for p in open_)
+
+
+def tensor_factor_splits(rule_: Factors, types: tuple, index: int, split: Split,
+                         mesh: Mesh) -> dict[str, tuple[str, ...]]:
+    """Each factor's split as tensor ``index`` of an equation's operands and results
+    (``types``, in that order) gives it when the tensor is split ``split`` (PROP-3's
+    reading, for the collectives read off a propagated program)."""
+    sizes = _sizes(rule_, tuple(tuple(t.shape) for t in types))
+    out: dict[str, tuple[str, ...]] = {}
+    for dim, axes in zip((rule_.operands + rule_.results)[index], split):
+        out.update(_read(dim, axes, sizes, mesh, ""))
+    return out
+
+
+def factor_sizes(rule_: Factors, types: tuple) -> dict[str, int]:
+    """Each factor's size in an equation of operand and result ``types``."""
+    return _sizes(rule_, tuple(tuple(t.shape) for t in types))

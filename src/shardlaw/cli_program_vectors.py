@@ -15,6 +15,7 @@ import textwrap
 from typing import Any, TextIO
 
 __all__ = ["is_program_text", "is_program_vector", "check_program_vector",
+           "communication_json", "communication_text",
            "replay_program_vector", "program_hits", "generate_programs"]
 
 _FORMAT = re.compile(r'"format"\s*:\s*"shardlaw-program"')
@@ -53,6 +54,39 @@ def _differences(vector: Any, verdict: Any) -> list[str] | None:
     return program_differences(vector, verdict)
 
 
+def communication_json(step: Any) -> dict | None:
+    """What a step communicates (``verdict.collectives``), as JSON (None: not asked)."""
+    if step is None:
+        return None
+    return {"backend": step.backend, "complete": step.complete,
+            "why": None if step.complete else str(step.undetermined),
+            "bytes_per_device": step.bytes_per_device,
+            "collectives": [{"kind": c.kind, "axes": list(c.axes), "path": c.path,
+                             "operand": c.operand, "shape": list(c.shape), "dtype": c.dtype,
+                             "bytes_per_device": c.bytes_per_device,
+                             "replica_groups": None if c.replica_groups is None or
+                             len(c.replica_groups.mesh.devices) > 64 else
+                             [list(g) for g in c.replica_groups.groups()]}
+                            for c in step]}
+
+
+def communication_text(step: Any) -> str:
+    """What a step communicates, for the terminal: each collective, the total per device,
+    and why the list is incomplete where it is (COLL-1 to COLL-7)."""
+    if step is None:
+        return ""
+    lines = [f"\nThe step communicates (on the {step.backend} backend; COLL-1 to COLL-7):"]
+    for c in step:
+        groups = "" if c.replica_groups is None or len(c.replica_groups.mesh.devices) > 64 \
+            else f", groups {[list(g) for g in c.replica_groups.groups()]}"
+        lines.append(f"  {c}{groups}")
+    lines.append(f"  {step.bytes_per_device} bytes per device in all"
+                 + ("" if step.complete else " so far"))
+    if not step.complete:
+        lines.append(_fill(f"incomplete: {step.undetermined}", "  ", "    "))
+    return "\n".join(lines) + "\n"
+
+
 def check_program_vector(args: argparse.Namespace, vector: Any, out: TextIO) -> int:
     """``shardlaw check FILE`` of a program vector (0 matches, 1 differs)."""
     from shardlaw.spec.vectors.program_vectors import replay_program
@@ -70,6 +104,7 @@ def check_program_vector(args: argparse.Namespace, vector: Any, out: TextIO) -> 
                         "stage": verdict.stage, "path": verdict.path,
                         "message": verdict.message, "text": str(verdict),
                         "trace": list(verdict.trace)},
+            "collectives": communication_json(verdict.collectives),
             "statements": {r: _statement(r) for r in fired},
             "matches": None if differences is None else not differences,
             "differences": differences or [],
@@ -85,6 +120,7 @@ def check_program_vector(args: argparse.Namespace, vector: Any, out: TextIO) -> 
         w(_fill(f"under {name}({', '.join(f'{k}={v!r}' for k, v in arguments)})", "  ") + "\n")
     w(f"  asked until: {vector.until}\n\nThe spec answers:\n")
     w("\n".join("  " + line for line in str(verdict).splitlines()) + "\n")
+    w(communication_text(verdict.collectives))
     w("\nThe rules that fired, in order:\n")
     for rule_id in fired:
         w(_fill(f"{rule_id}  {_statement(rule_id)}", "  ", " " * (4 + len(rule_id))) + "\n")

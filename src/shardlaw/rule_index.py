@@ -122,6 +122,8 @@ _ALL = [
            "Control flow: scan, while_loop, cond, remat and custom derivatives", None),
     Family("PROP", "Whole programs",
            "Sharding propagation: where the compiler places what the user did not", None),
+    Family("COLL", "Whole programs",
+           "Collectives: what a step communicates where the partitioner reshards", None),
     # Whether it compiles again.
     Family("CACHE", "Caches", "When jit traces, lowers and compiles again; the cache policy",
            None),

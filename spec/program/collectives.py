@@ -1,0 +1,460 @@
+"""What a step communicates: the collectives the partitioner inserts (issue 33).
+
+After propagation (:mod:`~shardlaw.spec.program.propagation`) every value of the body has a
+split. Each equation computes with one split per factor of its sharding rule — a factor the
+result holds is split as the result is, a contracted or reduced factor as far as all its
+operands agree — and the partitioner (Shardy, then XLA's SPMD partitioner) reshards each
+operand to it: axes an operand holds beyond it are all-gathered, an axis moving from one
+dimension to another goes through an all-to-all, axes it lacks are sliced locally (no
+communication); a reduced factor split over axes leaves each device a partial result,
+summed by an all-reduce. This module says which, with the mesh axes, the replica groups on
+a concrete mesh (kept symbolic: nothing enumerates devices until asked), and each one's
+bytes on one device, at the equation's path.
+
+The answer holds for one backend: XLA's CPU pipeline (the one held to the compiled HLO
+here) keeps an all-reduce followed by a slice where other backends form a reduce-scatter,
+so the CPU answer has no reduce-scatter.
+
+>>> from shardlaw.spec import Mesh, NamedSharding, P
+>>> from shardlaw.spec.program.description import Opaque, Program, Value
+>>> mesh = Mesh.iota((2, 4), ("x", "y"))
+>>> a = Value.placed((16, 32), NamedSharding(mesh, P("x", "y")))
+>>> b = Value.placed((32, 64), NamedSharding(mesh, P("y", None)))
+>>> dot = Opaque((0, 1), primitive="dot_general", results=(Value.typed((16, 64)),),
+...              params=(("dimension_numbers", (((1,), (0,)), ((), ()))),))
+>>> total = Opaque((2,), primitive="reduce_sum", results=(Value.typed((64,)),),
+...                params=(("axes", (0,)),))
+>>> step = predicted_collectives(Program((a, b), (dot, total), outputs=(3,)))
+>>> for c in step: print(c)
+all-reduce over ('y',) at body[0]: float32[8, 64], 2048 bytes per device
+all-reduce over ('x',) at body[1]: float32[64], 256 bytes per device
+>>> step.bytes_per_device, step[0].replica_groups.groups()
+(2304, ((0, 1, 2, 3), (4, 5, 6, 7)))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ..core.rules import rule
+from ..core.values import Mesh
+from .description import Program
+from .lowering import equation_path, live_parts
+from .primitives import NotPropagated, entry_of
+from .propagation import (
+    Split, Undetermined, dimension_splits, factor_sizes, propagate, propagation_mesh,
+    tensor_factor_splits,
+)
+
+__all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
+           "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
+           "combined", "REDUCTIONS",
+           "DTYPE_BYTES"]
+
+BACKEND = "cpu"
+
+# the reduction an all-reduce of each reducing primitive applies (dot_general's: add)
+REDUCTIONS = {"reduce_max": "max", "reduce_min": "min", "reduce_prod": "mul"}
+
+DTYPE_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2,
+               "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4, "int64": 8,
+               "uint64": 8, "float64": 8, "complex64": 8, "complex128": 16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaGroups:
+    """The replica groups of a collective over ``axes`` of a concrete ``mesh``, kept
+    symbolic; :meth:`groups` lists the device ids (COLL-5)."""
+
+    mesh: Mesh
+    axes: tuple[str, ...]
+
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        """The groups as positions in the device assignment (as the HLO lists them)."""
+        return replica_groups(self.mesh, self.axes)
+
+    def device_ids(self) -> tuple[tuple[int, ...], ...]:
+        """The groups as the ids of the devices at those positions."""
+        return tuple(tuple(self.mesh.devices.id_at(p) for p in g) for g in self.groups())
+
+    def __repr__(self) -> str:
+        return f"ReplicaGroups({self.axes} of {self.mesh!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One collective the partitioner inserts: its kind, the mesh axes it runs over, the
+    equation's path (several joined by `` + ``: all-reduces combined into one), the operand
+    it reshards (None: the equation's result), the shape and dtype of its result on one
+    device and their bytes, its replica groups (None on an abstract mesh) and an
+    all-reduce's reduction."""
+
+    kind: str
+    axes: tuple[str, ...]
+    path: str
+    operand: int | None
+    shape: tuple[int, ...]
+    dtype: str
+    bytes_per_device: int
+    replica_groups: ReplicaGroups | None = None
+    reduction: str = ""   # an all-reduce's: add, max, min, mul
+
+    def __str__(self) -> str:
+        of = "" if self.operand is None else f" (operand {self.operand})"
+        return (f"{self.kind} over {self.axes} at {self.path}{of}: {self.dtype}"
+                f"{list(self.shape)}, {self.bytes_per_device} bytes per device")
+
+
+@dataclasses.dataclass(frozen=True)
+class Communication:
+    """What a step communicates on ``backend``: its collectives in program order and their
+    bytes per device (COLL-4); ``undetermined`` says why the list is not complete (None:
+    it is)."""
+
+    collectives: tuple[Collective, ...] = ()
+    backend: str = BACKEND
+    undetermined: Undetermined | None = None
+
+    @property
+    def bytes_per_device(self) -> int:
+        return sum(c.bytes_per_device for c in self.collectives)
+
+    @property
+    def complete(self) -> bool:
+        return self.undetermined is None
+
+    def __iter__(self):
+        return iter(self.collectives)
+
+    def __len__(self) -> int:
+        return len(self.collectives)
+
+    def __getitem__(self, k: int) -> Collective:
+        return self.collectives[k]
+
+    def __str__(self) -> str:
+        lines = [f"{len(self)} collective(s) on {self.backend}, "
+                 f"{self.bytes_per_device} bytes per device"]
+        lines += [f"  {c}" for c in self.collectives]
+        if self.undetermined is not None:
+            lines.append(f"  incomplete: {self.undetermined}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the rules
+
+@rule("COLL-1", mirrors="shardy: insert-explicit-reshards (the operation's factor shardings)")
+def operation_splits(factors: Any, splits: list[dict[str, tuple[str, ...]]], count: int
+                     ) -> dict[str, tuple[str, ...]] | None:
+    """An operation computes each factor a result holds split as the result is, a reduced
+    factor split as its operands split it when they all agree (None: they do not, and the
+    partitioner chooses by cost between gathering an operand and slicing another), and any
+    other factor unsplit.
+
+    >>> from shardlaw.spec.program.primitives import Factors
+    >>> dot = Factors((("i", "j"), ("j", "k")), (("i", "k"),), reduced=frozenset("j"))
+    >>> operation_splits(dot, [{"i": ("x",), "j": ("y",)}, {"j": ("y",), "k": ()},
+    ...                        {"i": ("x",), "k": ()}], 2)
+    {'i': ('x',), 'k': (), 'j': ('y',)}
+    >>> print(operation_splits(dot, [{"i": (), "j": ("y",)}, {"j": (), "k": ()},
+    ...                              {"i": (), "k": ()}], 2))
+    None
+    """
+    chosen: dict[str, tuple[str, ...]] = {}
+    for read in splits[count:]:
+        chosen.update(read)
+    for f in sorted(factors.reduced):
+        given = [read.get(f, ()) for read in splits[:count]
+                 if any(f in dims for dims in factors.operands[splits[:count].index(read)])]
+        if any(g != given[0] for g in given):
+            return None
+        chosen[f] = given[0] if given else ()
+    return chosen
+
+
+@rule("COLL-2", mirrors="xla: SpmdPartitioner reshard (all-gather, all-to-all, slice)")
+def reshard(have: Split, need: Split, mesh: Any) -> list[tuple[str, Any, tuple[str, ...]]] | str:
+    """An operand is brought to the split its operation needs dimension by dimension:
+    axes it holds beyond the shared prefix are all-gathered (one all-gather per dimension,
+    the minor dimension first), one axis leaving one dimension for another goes through an
+    all-to-all, axes it lacks are sliced locally; an operand that loses axes and gains
+    others otherwise is the partitioner's own choice (a string says why).
+
+    >>> reshard((("x",), ()), ((), ("x",)), None)
+    [('all-to-all', (0, 1), ('x',))]
+    >>> reshard((("x",), ("y",)), ((), ()), None)
+    [('all-gather', 1, ('y',)), ('all-gather', 0, ('x',))]
+    """
+    lost, gained = [], []
+    for d, (h, n) in enumerate(zip(have, need)):
+        kept = 0
+        while kept < min(len(h), len(n)) and h[kept] == n[kept]:
+            kept += 1
+        lost.append(h[kept:])
+        gained.append(n[kept:])
+    losing = [d for d, a in enumerate(lost) if a]
+    gaining = [d for d, a in enumerate(gained) if a]
+    if len(losing) == 1 and len(gaining) == 1 and losing != gaining and \
+            len(lost[losing[0]]) == 1 and lost[losing[0]] == gained[gaining[0]]:
+        return [("all-to-all", (losing[0], gaining[0]), lost[losing[0]])]
+    both = [d for d in losing if d in gaining]
+    if both:
+        return (f"dimension {both[0]} loses {lost[both[0]]} and gains {gained[both[0]]}: "
+                f"the partitioner chooses how (a collective-permute, or a gather and a slice)")
+    if losing and gaining:
+        return (f"dimensions {losing} lose {[lost[d] for d in losing]} while dimensions "
+                f"{gaining} gain {[gained[d] for d in gaining]}: the partitioner chooses "
+                f"how (an all-to-all and a collective-permute, or gathers and slices)")
+    return [("all-gather", d, lost[d]) for d in reversed(losing)]
+
+
+@rule("COLL-3", mirrors="xla: SpmdPartitioner (the partial results of a split reduction)")
+def reduction(chosen: dict[str, tuple[str, ...]], reduced: frozenset) -> tuple[str, ...]:
+    """An operation whose reduced factors are split over mesh axes leaves each device a
+    partial result, summed over those axes by one all-reduce of the result split as its
+    operands split it, any further split sliced after (on the CPU backend also a split
+    along the summed axes: no reduce-scatter).
+
+    >>> reduction({"i": ("x",), "j": ("y",)}, frozenset("j"))
+    ('y',)
+    """
+    return tuple(a for f in sorted(reduced) for a in chosen.get(f, ()))
+
+
+@rule("COLL-5", mirrors="xla: replica groups over mesh axes (iota replica group lists)")
+def replica_groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    """A collective over mesh axes runs in one group per position of the other axes: the
+    devices along ``axes`` (major first), each named as the compiled module names it, by
+    its position in the executable's device assignment (the mesh's devices in row-major
+    order), whatever the devices' ids.
+
+    >>> replica_groups(Mesh.iota((2, 4), ("x", "y")), ("x",))
+    ((0, 4), (1, 5), (2, 6), (3, 7))
+    """
+    names, sizes = mesh.axis_names, mesh.axis_sizes
+    strides = {n: math.prod(sizes[k + 1:]) for k, n in enumerate(names)}
+
+    def positions(along: list[str]) -> list[int]:
+        out = [0]
+        for n in along:
+            out = [o + i * strides[n] for o in out for i in range(mesh.axis_size(n))]
+        return out
+
+    others = [n for n in names if n not in axes]
+    return tuple(tuple(base + offset for offset in positions(list(axes)))
+                 for base in positions(others))
+
+
+# --------------------------------------------------------------------------- the program
+
+def _shard(shape: tuple[int, ...], split: Split, mesh: Any) -> tuple[int, ...]:
+    return tuple(size // math.prod(mesh.axis_size(a) for a in axes)
+                 for size, axes in zip(shape, split))
+
+
+@rule("COLL-6", mirrors="xla: the CPU pipeline's float normalization of collectives")
+def wire_dtype(dtype: str, backend: str = BACKEND) -> str:
+    """On the CPU backend a collective of a bfloat16 value moves float32 (XLA's CPU
+    pipeline normalizes bfloat16 collectives); every other dtype moves as it is.
+
+    >>> wire_dtype("bfloat16"), wire_dtype("float16")
+    ('float32', 'float16')
+    """
+    return "float32" if backend == "cpu" and dtype == "bfloat16" else dtype
+
+
+def _bytes(shape: tuple[int, ...], dtype: str) -> int:
+    return math.prod(shape) * DTYPE_BYTES.get(str(dtype), 4)
+
+
+@rule("COLL-4", mirrors="shardy + xla: the collectives of a partitioned module")
+def predicted_collectives(program: Program) -> Communication:
+    """A step communicates, equation by equation of its live body, the reshards that bring
+    each operand to its operation's splits (COLL-1, COLL-2; one value brought to one split
+    once) and the all-reduce of each split reduction (COLL-3); the list is complete where
+    propagation determines every value's split and every reshard is made one way.
+
+    >>> from shardlaw.spec import Mesh, NamedSharding, P
+    >>> from shardlaw.spec.program.description import Opaque, Value
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> a = Value.placed((8, 8), NamedSharding(mesh, P("x", None)))
+    >>> b = Value.placed((8, 8), NamedSharding(mesh, P("y", None)))
+    >>> add = Opaque((0, 1), primitive="add", results=(Value.typed((8, 8)),))
+    >>> print(predicted_collectives(Program((a, b), (add,), outputs=(2,))))
+    2 collective(s) on cpu, 512 bytes per device
+      all-gather over ('x',) at body[0] (operand 0): float32[8, 8], 256 bytes per device
+      all-gather over ('y',) at body[0] (operand 1): float32[8, 8], 256 bytes per device
+    """
+    splits = propagate(program)
+    if isinstance(splits, Undetermined):
+        return Communication(undetermined=splits)
+    mesh = propagation_mesh(program)
+    types = program.value_types
+    live = live_parts(program).equations
+    found: list[Collective] = []
+    done: set = set()   # (value, split) of each reshard made: XLA's CSE keeps one
+    upstream: dict[int, frozenset] = {}   # value -> the all-reduces it is computed from
+    after: dict[int, frozenset] = {}      # all-reduce -> the all-reduces it is computed from
+    for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
+        if not live[k]:
+            continue
+        made = _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
+                         equation_path("", k), done)
+        if isinstance(made, Undetermined):
+            return Communication(tuple(found), undetermined=made)
+        before = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
+        own = set()
+        for c in made:
+            if c.kind == "all-reduce":
+                after[len(found)] = before
+                own.add(len(found))
+            found.append(c)
+        for n in numbers:
+            upstream[n] = before | own
+    return Communication(combined(found, after))
+
+
+@rule("COLL-7", mirrors="xla: AllReduceCombiner")
+def combined(found: list[Collective], after: dict[int, frozenset]) -> tuple[Collective, ...]:
+    """All-reduces over the same axes with the same reduction and dtype, none computed from
+    another, are combined into one (in program order, each joining the first it may), its
+    bytes the sum of theirs; other collectives stay apart.
+
+    >>> one = Collective("all-reduce", ("x",), "body[0]", None, (4,), "float32", 16,
+    ...                  reduction="add")
+    >>> two = dataclasses.replace(one, path="body[1]", bytes_per_device=32)
+    >>> [str(c) for c in combined([one, two], {0: frozenset(), 1: frozenset()})]
+    ["all-reduce over ('x',) at body[0] + body[1]: float32[4], 48 bytes per device"]
+    >>> len(combined([one, two], {0: frozenset(), 1: frozenset({0})}))
+    2
+    """
+    groups: list[list[int]] = []
+    for i, c in enumerate(found):
+        key = (c.kind, c.axes, c.reduction, c.dtype)
+        for group in groups:
+            first = found[group[0]]
+            if c.kind == "all-reduce" and (first.kind, first.axes, first.reduction,
+                                           first.dtype) == key and not after[i] & set(group):
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    out = []
+    for group in groups:
+        first = found[group[0]]
+        out.append(first if len(group) == 1 else dataclasses.replace(
+            first, path=" + ".join(found[i].path for i in group),
+            bytes_per_device=sum(found[i].bytes_per_device for i in group)))
+    return tuple(out)
+
+
+def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh: Mesh,
+              path: str, done: set) -> list[Collective] | Undetermined:
+    """The collectives of one equation (COLL-1 to COLL-3)."""
+    typed = tuple(types[n] for n in every)
+    count = len(eq.operands)
+    sharding = entry_of(eq).sharding
+    factors = sharding(eq, typed[:count]) if callable(sharding) else sharding
+    if isinstance(factors, NotPropagated):
+        return Undetermined("COLL-4", factors.why, path)
+    read = [tensor_factor_splits(factors, typed, i, splits[n], mesh)
+            for i, n in enumerate(every)]
+    chosen = operation_splits(factors, read, count)
+    if chosen is None:
+        return Undetermined("COLL-1", "the operands split a reduced factor differently: the "
+                            "partitioner chooses by cost whether to gather or slice", path)
+    op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, path)
+    out: list[Collective] = []
+    for i, dims in enumerate(factors.operands):
+        need = dimension_splits(dims, chosen, op.sizes, mesh)
+        if not dims or (every[i], need) in done:   # one reshard of a value is made once
+            continue
+        done.add((every[i], need))
+        made = _reshards(op, i, splits[every[i]], need)
+        if isinstance(made, Undetermined):
+            return made
+        out += made
+    summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"))
+    return summed if isinstance(summed, Undetermined) else out + summed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Operation:
+    """One equation as its collectives are read: its sharding rule, each tensor's factor
+    splits, the splits it computes with, the factors' sizes, the mesh, the types, the
+    path."""
+
+    factors: Any
+    read: list
+    chosen: dict
+    sizes: dict
+    mesh: Any
+    typed: tuple
+    path: str
+
+    def groups(self, axes: tuple[str, ...]) -> ReplicaGroups | None:
+        return ReplicaGroups(self.mesh, axes) if isinstance(self.mesh, Mesh) else None
+
+
+def _reshards(op: _Operation, i: int, have: Split, need: Split
+              ) -> list[Collective] | Undetermined:
+    """The collectives that bring operand ``i`` from ``have`` to ``need`` (COLL-2)."""
+    steps = reshard(have, need, op.mesh)
+    if isinstance(steps, str):
+        return Undetermined("COLL-2", f"operand {i}: {steps}", op.path)
+    used = {a for split in op.chosen.values() for a in split}
+    for kind, _, axes in steps:
+        if kind == "all-gather" and used & set(axes):
+            return Undetermined("COLL-2", f"operand {i} loses mesh axes "
+                                f"{sorted(used & set(axes))} another factor of the operation "
+                                f"takes: the partitioner chooses how to move them", op.path)
+    value = op.typed[i]
+    # axes an operand lacks are sliced first (locally); a gather starts from the slice
+    shape = list(_shard(tuple(value.shape), tuple(
+        h if _losing(h, n) else n for h, n in zip(have, need)), op.mesh))
+    out = []
+    for kind, dim, axes in steps:
+        size = math.prod(op.mesh.axis_size(a) for a in axes)
+        if kind == "all-gather":
+            shape[dim] *= size
+        dtype = wire_dtype(str(value.dtype))
+        out.append(Collective(kind, axes, op.path, i, tuple(shape), dtype,
+                              _bytes(tuple(shape), dtype), op.groups(axes)))
+        if kind == "all-to-all":
+            shape[dim[0]] *= size
+            shape[dim[1]] //= size
+    return out
+
+
+def _all_reduce(op: _Operation, count: int, how: str) -> list[Collective] | Undetermined:
+    """The all-reduce of a split reduction, if any (COLL-3)."""
+    factors, chosen = op.factors, op.chosen
+    summed = reduction(chosen, factors.reduced)
+    if not summed:
+        return []
+    if any(set(summed) & set(chosen.get(f, ())) for f in chosen if f not in factors.reduced):
+        return Undetermined("COLL-3", f"mesh axes {summed} split a reduced factor and "
+                            f"another of the same operation", op.path)
+    result = op.typed[count]
+    # the sum is of the result as the operands split it: a split the result has beyond
+    # theirs is sliced after the all-reduce (as a reduce-scatter would be, elsewhere)
+    held = {f: max((r.get(f, ())[:_kept(r.get(f, ()), split)] for r in op.read[:count]),
+                   key=len) for f, split in chosen.items() if f not in factors.reduced}
+    shape = _shard(tuple(result.shape),
+                   dimension_splits(factors.results[0], held, op.sizes, op.mesh), op.mesh)
+    dtype = wire_dtype(str(result.dtype))
+    return [Collective("all-reduce", summed, op.path, None, shape, dtype, _bytes(shape, dtype),
+                       op.groups(summed), how)]
+
+
+def _kept(have: tuple, need: tuple) -> int:
+    kept = 0
+    while kept < min(len(have), len(need)) and have[kept] == need[kept]:
+        kept += 1
+    return kept
+
+
+def _losing(have: tuple, need: tuple) -> bool:
+    return len(have) > _kept(have, need)
