@@ -173,7 +173,7 @@ def jax_anchor(kind: str, program: Program) -> tuple[float, tuple]:
     start = time.perf_counter()                       # pieces are what a rerun would find)
     compiled = jax.jit(jax_function(kind, count)).lower(*args_of(program)).compile()
     seconds = time.perf_counter() - start
-    from shardlaw.spec.bridge.hlo import collectives_of
+    from shardlaw.compiled_hlo import collectives_in_hlo as collectives_of
     return seconds, collectives_of(compiled.as_text())
 
 

@@ -4,7 +4,7 @@ COLL-5) against those of the compiled executable's HLO, on 8 CPU devices.
 The programs are :mod:`~shardlaw.properties.propagation_harness`'s drawn recipes (the same
 draws, the same real function and arguments). :func:`compare_collectives` compiles the
 function, reads the collectives of ``compile().as_text()`` with
-:func:`~shardlaw.spec.bridge.hlo.collectives_of`, asks
+:func:`~shardlaw.compiled_hlo.collectives_in_hlo`, asks
 :func:`~shardlaw.spec.explain_program` for ``verdict.collectives`` and, where the spec's
 list is complete, compares the two as multisets of (kind, replica groups, bytes per
 device): each group's device positions in order, the groups in any order (XLA lists them
@@ -120,7 +120,7 @@ def _key(kind: str, groups: Any, size: int) -> tuple:
 def compiled_collectives(recipe: Recipe) -> tuple:
     """The collectives of the recipe's compiled executable, as keys."""
     import jax
-    from shardlaw.spec.bridge.hlo import collectives_of
+    from shardlaw.compiled_hlo import collectives_in_hlo as collectives_of
     text = jax.jit(function_of(recipe)).lower(*arguments_of(recipe)).compile().as_text()
     return tuple(sorted(_key(c.kind, c.replica_groups, c.bytes_per_device)
                         for c in collectives_of(text)))

@@ -1,10 +1,9 @@
 """What a step communicates (COLL-1 to COLL-7), held to the compiled CPU HLO on 8 devices:
 drawn programs (properties/collectives_harness.py), the cases of notes/jax-facts.md
-section 20, the HLO reader (spec/bridge/hlo.py) and the ``propagation`` campaign suite."""
+section 20, the HLO reader (shardlaw.compiled_hlo, shared with the engine's explain()) and the ``propagation`` campaign suite."""
 
 from __future__ import annotations
 
-import doctest
 import json
 import subprocess
 import sys
@@ -14,14 +13,13 @@ import jax.numpy as jnp
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import shardlaw.spec.bridge.hlo as hlo
 from shardlaw.properties.collectives_harness import (
     TALLY, communicating_recipes, compare_collectives,
 )
 from shardlaw.properties.propagation_harness import Recipe
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Mesh, explain_program
-from shardlaw.spec.bridge.hlo import collectives_of
+from shardlaw.compiled_hlo import collectives_in_hlo as collectives_of
 from shardlaw.spec.bridge.program import describe_program
 from shardlaw.spec.program.collectives import replica_groups
 
@@ -143,8 +141,6 @@ def test_replica_groups_on_a_large_mesh_are_not_enumerated_until_asked():
 
 
 def test_the_hlo_reader_reads_the_three_spellings_of_replica_groups():
-    result = doctest.testmod(hlo)
-    assert result.attempted >= 5 and result.failed == 0
     text = ("%collective-permute = f32[8,2]{0,1} collective-permute(%b), channel_id=1, "
             "source_target_pairs={{0,1},{1,0}}\n"
             "%all-to-all.1 = (f32[1,4,4]{2,1,0}, f32[1,4,4]{2,1,0}) all-to-all(%a, %b), "
@@ -152,9 +148,9 @@ def test_the_hlo_reader_reads_the_three_spellings_of_replica_groups():
             "%all-gather = bf16[8]{0} all-gather(%c), replica_groups=mesh['axis_0'=4,"
             "'axis_1'=2], device_ids=([2,4]T(1,0)) {'axis_1'}, dimensions={0}\n")
     permute, to_all, gather = collectives_of(text)
-    assert permute.pairs == ((0, 1), (1, 0)) and permute.replica_groups == ()
+    assert permute.source_target_pairs == ((0, 1), (1, 0)) and permute.replica_groups == ()
     assert to_all.bytes_per_device == 2 * 16 * 4 and to_all.shape == (1, 4, 4)
-    assert gather.replica_groups == ((0, 4), (1, 5), (2, 6), (3, 7)) and gather.dtype == "bf16"
+    assert gather.replica_groups == ((0, 4), (1, 5), (2, 6), (3, 7)) and gather.dtype == "bfloat16"
     assert gather.bytes_per_device == 16
 
 
