@@ -52,7 +52,7 @@ from shardlaw.spec.program.description import Program
 
 __all__ = ["SOURCE", "FUZZ_SOURCE", "TALLY", "NOT_DESCRIBED", "Built", "build", "compare_step",
            "compare_fuzz", "steps_hit_counts", "construct_of", "NotDescribed", "tally_lines",
-           "fuzz_function", "D", "H", "S", "B"]
+           "fuzz_function", "settle", "D", "H", "S", "B"]
 
 SOURCE = "steps"
 FUZZ_SOURCE = "steps-fuzz"
@@ -436,7 +436,7 @@ def _record(verdict: Any, source: str) -> None:
         hits.record(source, rule_id, refused=not verdict.accepted and rule_id == verdict.rule)
 
 
-def _settle(answer: Callable[[], list[str]], outcome: JaxOutcome, source: str) -> list[str]:
+def settle(answer: Callable[[], list[str]], outcome: JaxOutcome, source: str) -> list[str]:
     """One answer of the spec, tallied: its problems, or none where not described (a
     refusal raised while describing held to JAX's ``outcome``)."""
     try:
@@ -472,9 +472,9 @@ def compare_step(case: StepCase) -> list[str]:
             _record(verdict, SOURCE)
         return problems
 
-    problems = _settle(described, outcome, SOURCE)
+    problems = settle(described, outcome, SOURCE)
     if built.loss is not None and not built.abstract:
-        problems += _settle(lambda: _rewritten(built, outcome), outcome, SOURCE)
+        problems += settle(lambda: _rewritten(built, outcome), outcome, SOURCE)
     return problems
 
 
@@ -623,4 +623,4 @@ def compare_fuzz(case: FuzzCase) -> list[str]:
                     f" the spec {said}"]
         _record(verdict, FUZZ_SOURCE)
         return []
-    return _settle(accepted_alike, outcome, FUZZ_SOURCE)
+    return settle(accepted_alike, outcome, FUZZ_SOURCE)

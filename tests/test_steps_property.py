@@ -62,14 +62,14 @@ def test_what_the_spec_cannot_describe_never_counts_as_agreement():
 
     def unread():
         raise harness.NotDescribed("scan body", "not yet")
-    assert harness._settle(unread, outcome, "test") == []
+    assert harness.settle(unread, outcome, "test") == []
     assert harness.TALLY["agree"] == before.get("agree", 0)
     assert harness.TALLY["not described"] == before.get("not described", 0) + 1
 
     def bare():
         raise KeyError("internal")
     with pytest.raises(KeyError):
-        harness._settle(bare, outcome, "test")
+        harness.settle(bare, outcome, "test")
 
 
 @pytest.mark.parametrize("message, construct", [
@@ -91,3 +91,20 @@ def test_the_steps_property_agreed_on_both_sides(capsys):
     assert any(accepted for accepted, _ in counts.values()), counts
     with capsys.disabled():
         print("\nsteps:", "; ".join(harness.tally_lines()))
+
+
+def test_the_steps_campaign_runs(tmp_path):
+    """``shardlaw campaign --suite steps`` runs the suite's properties and reports them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardlaw.cli", "campaign", "--suite", "steps", "--db",
+         str(tmp_path / "db"), "--report", str(report), "--examples", "3", "--workers", "1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=400, env=dict(os.environ))
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(report.read_text())
+    assert figures["disagreements"] == 0 and figures["suites"]["steps"]["examples"] >= 2

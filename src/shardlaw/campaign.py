@@ -68,6 +68,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     "proofs": ("shardlaw.properties.suites.proofs",),
     "processes": ("shardlaw.properties.suites.processes",),
     "programs": ("shardlaw.properties.suites.programs",),
+    "steps": ("shardlaw.properties.suites.steps",),
 }
 
 # The entry point group under which another package names its suites (name -> module).
