@@ -4,8 +4,8 @@ JAX refuses a call inside the jitted function while tracing it; describe_program
 the program up to that call (the equations traced before it, then the call from the
 user's values), and explain_program answers with the rule, the trace stage, JAX's class
 and the equation's path — at the top of the body, inside an inner jit, the function
-jitted or not. Where the spec cannot describe the refusal (a shard_map's specs), JAX's
-error reaches the user unchanged.
+jitted or not. Where the spec cannot describe the refusal (a constraint inside a
+shard_map's body), JAX's error reaches the user unchanged.
 """
 
 from __future__ import annotations
@@ -108,10 +108,16 @@ def test_the_program_holds_what_was_traced_before_the_refused_call():
 
 
 def test_a_refusal_the_spec_does_not_describe_is_jaxs_own_error():
-    """A shard_map whose specs do not divide its argument: JAX's ValueError, unchanged (the
-    spec does not describe a shard_map's refusal while tracing yet)."""
-    fun = jax.shard_map(jnp.sin, mesh=mesh(), in_specs=P("y"), out_specs=P("y"))
+    """A constraint of the wrong rank inside a shard_map's body: JAX's ValueError,
+    unchanged (the spec does not locate a refusal inside a shard_map's body yet; the
+    shard_map's own refusals are described: tests/test_steps_shard_map_refusals.py)."""
+    def body(a):
+        return jax.lax.with_sharding_constraint(a, P(None, None, None))
+
+    fun = jax.shard_map(body, mesh=mesh(), in_specs=P("x"), out_specs=P("x"))
     x = np.ones((6, 4), np.float32)
-    with pytest.raises(ValueError, match="evenly divisible") as raised:
+    with pytest.raises(Exception) as jax_refusal:
+        jax.jit(fun).trace(x)
+    with pytest.raises(type(jax_refusal.value)) as raised:
         describe_program(fun, x)
     assert not hasattr(raised.value, "rule")

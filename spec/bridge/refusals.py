@@ -13,7 +13,7 @@ refuses by the spec's rule, at the trace stage, at the equation's path (``body[2
 
 The call is located from the frames JAX's error passed through (its traceback
 unfiltered): the jit bodies JAX was tracing, outermost first, and the call in the
-innermost. Where it cannot be located (a call under a ``shard_map``, a ``vmap``, a
+innermost. Where it cannot be located (a call inside a ``shard_map``'s body, a ``vmap``, a
 ``grad`` or control flow inside the body; a refusal of another kind), or the spec does not
 refuse the described program at the trace stage with JAX's class, there is no
 description and JAX's error stands.
@@ -38,7 +38,7 @@ _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_pu
 
 def _files() -> dict[str, str]:
     """The JAX source files whose frames locate a refusal, by role."""
-    from jax._src import api, pjit
+    from jax._src import api, pjit, shard_map
     from jax._src.interpreters import partial_eval
 
     import os
@@ -46,7 +46,7 @@ def _files() -> dict[str, str]:
     import jax
 
     return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
-            "jax": os.path.dirname(jax.__file__)}
+            "smap": shard_map.__file__, "jax": os.path.dirname(jax.__file__)}
 
 
 @dataclasses.dataclass
@@ -74,7 +74,8 @@ class _Level:
 @dataclasses.dataclass
 class _Refused:
     """The refused call: its kind, the locals of the JAX frame that refused it and, for an
-    inner jit, the locals of that jit's frame."""
+    inner jit, the locals of that jit's frame (for a shard_map, of its staging where JAX
+    traced the body before refusing; else None)."""
 
     kind: str
     call: dict
@@ -105,9 +106,35 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             if not levels or (inner and pending is None):
                 return None
             return levels, _Refused(kind, frame.f_locals, pending if inner else None)
+        elif where == ("smap", "wrapped") and pending is None:
+            return _shard_map_call(error, frame, levels, files["jax"])
         elif pending is not None and not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
     return None
+
+
+def _shard_map_call(error: BaseException, call: Any, levels: list[_Level], jax_files: str
+                    ) -> tuple[list[_Level], _Refused] | None:
+    """The shard_map call whose frame is ``call`` as the refused one, where JAX refused it
+    itself: no user code and no body trace below it in ``error``'s frames (else the
+    refusal is inside its body). The staging frame that traced the body, where the refusal
+    came after (JAX re-raises it as its context), rides along as the call's ``jit``."""
+    below = False
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        if frame is call:
+            below = True
+        elif below and (not frame.f_code.co_filename.startswith(jax_files)
+                        or frame.f_code.co_name == "trace_to_jaxpr"):
+            return None
+    staged = None
+    context = error.__context__
+    if context is not None and type(context).__name__ in ("_RepError", "_SpecError"):
+        for frame, _ in traceback.walk_tb(context.__traceback__):
+            if frame.f_code.co_name == "_shard_map_staging":
+                staged = frame.f_locals
+    if not levels:
+        return None
+    return levels, _Refused("shard_map", call.f_locals, staged)
 
 
 def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted: bool,
@@ -174,6 +201,9 @@ def _flat_operands(frame: dict, kind: str) -> list:
     values, a jit's flat dynamic arguments."""
     if kind in ("constraint", "device_put"):
         return list(frame["x_flat"])
+    if kind == "shard_map":
+        import jax
+        return jax.tree_util.tree_leaves(frame["args"])
     return list(frame["args_ft"].vals)
 
 
@@ -231,6 +261,9 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     if refused.kind == "device_put":
         return (DevicePut(tuple(operands), targets=tuple(
             _target(d, path) for d in call["device_flat"])),)
+    if refused.kind == "shard_map":
+        from .refused_shard_map import refused_shard_map
+        return (refused_shard_map(call, refused.jit, operands, path, read_body),)
     return (_refused_jit(refused, operands, path, read_body),)
 
 
