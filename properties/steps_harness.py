@@ -17,8 +17,8 @@ it (:func:`~shardlaw.spec.bridge.program.describe_program`) and
 or the same results (shardings, committedness, types, device assignment). Under
 ``grad`` the spec answers twice, the second time by its own rewrite
 (:func:`~shardlaw.spec.program.autodiff.grad_program` of the loss's description, held by
-:func:`~shardlaw.properties.program_ad_harness.compare_rewrite`, its placing equations
-against JAX's too).
+:func:`~shardlaw.properties.program_ad_harness.compare_rewrite`, and its placing
+equations against JAX's, less the residuals its jits pass: :func:`placing`).
 
 Where the spec cannot describe a construct yet (``describe_program`` says so with its
 TypeError, or re-raises what JAX refused while tracing), the example is **not
@@ -41,7 +41,7 @@ import warnings
 from typing import Any, Callable
 
 from shardlaw.properties import hits
-from shardlaw.properties.program_ad_harness import compare_rewrite
+from shardlaw.properties.program_ad_harness import compare_rewrite, signature
 from shardlaw.properties.program_harness import (
     JaxOutcome, jax_class_agrees, outcome_problems, stage_in_jax, type_of_aval, with_choices,
 )
@@ -52,7 +52,7 @@ from shardlaw.spec.program.description import Program
 
 __all__ = ["SOURCE", "FUZZ_SOURCE", "TALLY", "NOT_DESCRIBED", "Built", "build", "compare_step",
            "compare_fuzz", "steps_hit_counts", "construct_of", "NotDescribed", "tally_lines",
-           "fuzz_function", "settle", "D", "H", "S", "B"]
+           "fuzz_function", "settle", "placing", "D", "H", "S", "B"]
 
 SOURCE = "steps"
 FUZZ_SOURCE = "steps-fuzz"
@@ -72,9 +72,13 @@ def steps_hit_counts() -> dict[str, tuple[int, int]]:
 
 
 def tally_lines() -> list[str]:
-    """The outcomes counted so far and, per construct, the examples not described."""
+    """The outcomes counted so far, per construct the examples not described, and per rule
+    the agreeing examples on its accepting and refusing sides (both harnesses' sources)."""
     lines = [f"{k}: {v}" for k, v in sorted(TALLY.items())]
     lines += [f"not described, {k}: {v}" for k, v in NOT_DESCRIBED.most_common()]
+    for source in (SOURCE, FUZZ_SOURCE):
+        lines += [f"{source} {rule}: accepted {a}, refused {r}"
+                  for rule, (a, r) in sorted(hits.counts(source).items())]
     return lines
 
 
@@ -340,6 +344,24 @@ def construct_of(error: BaseException) -> str:
     return f"other ({type(error).__name__}: {message[:60]})"
 
 
+# PROG-0 refusals that say the spec does not describe something yet: (pattern, construct)
+_UNDESCRIBED = ((r"the primitive '(\w+)' .* whose batching the spec knows",
+                 "vmap of {} (batching)"),
+                (r"a value's dtype must be one of .* got '(key<\w+>)'", "typed keys ({})"))
+
+
+def _refused_as_undescribed(error: Rejection) -> str | None:
+    """The construct a PROG-0 refusal says the spec cannot describe yet (a primitive vmap
+    does not batch, a typed key), or None: a refusal of the spec's rules."""
+    if error.failure.rule != "PROG-0":
+        return None
+    for pattern, construct in _UNDESCRIBED:
+        found = re.search(pattern, str(error))
+        if found:
+            return construct.format(found.group(1))
+    return None
+
+
 def _spec_unread(error: BaseException) -> bool:
     """Whether ``error`` is the spec saying it cannot describe something (its TypeError)."""
     return isinstance(error, TypeError) and not isinstance(error, Rejection) and \
@@ -446,11 +468,10 @@ def settle(answer: Callable[[], list[str]], outcome: JaxOutcome, source: str) ->
         NOT_DESCRIBED[unread.construct] += 1
         return []
     except Rejection as error:
-        unbatched = re.search(r"the primitive '(\w+)' .* whose batching the spec knows",
-                              str(error))
-        if error.failure.rule == "PROG-0" and unbatched:   # a primitive vmap cannot batch yet
+        construct = _refused_as_undescribed(error)
+        if construct is not None:
             TALLY["not described"] += 1
-            NOT_DESCRIBED[f"vmap of {unbatched.group(1)} (batching)"] += 1
+            NOT_DESCRIBED[construct] += 1
             return []
         problems = _refusal_problems(error, outcome)
         if not problems:
@@ -492,17 +513,40 @@ def _rewritten(built: Built, outcome: JaxOutcome) -> list[str]:
     if opaque:   # its residuals are the body's: the rewrite cannot list JAX's equations
         raise NotDescribed(f"{opaque[0]} body under grad_program", "read opaque")
     try:
-        outcome.described = _described(built.jitted, args, outcome)
+        theirs = _described(built.jitted, args, outcome)
     except (NotDescribed, Rejection):
-        outcome.described = None   # its placing equations are then not compared
+        theirs = None   # its placing equations are then not compared
+    params = tuple(range(len(jax.tree_util.tree_leaves(args[0]))))
+    outcome.described = None   # compared below, less what depends on the residuals
     try:
-        params = len(jax.tree_util.tree_leaves(args[0]))
-        return compare_rewrite(lambda: grad_program(loss, tuple(range(params))), outcome,
-                               SOURCE)
+        problems = compare_rewrite(lambda: grad_program(loss, params), outcome, SOURCE)
+        if theirs is None or problems:
+            return problems
+        ours = placing(signature(grad_program(loss, params)))
     except TypeError as error:
         if _spec_unread(error):
             raise NotDescribed(construct_of(error), str(error)) from error
         raise
+    if ours != placing(signature(theirs)):
+        return [f"the gradient's placing equations: spec {ours!r}, JAX "
+                f"{placing(signature(theirs))!r}"]
+    return []
+
+
+def placing(entries: tuple) -> list:
+    """The placing equations of a signature (:func:`~shardlaw.properties.program_ad_harness.
+    signature`) in order, jits' bodies flattened into it: every constraint, device_put,
+    reshard, shard_map and collective with its shardings and types. A jit's own in and out
+    shardings and types are left out: the jits a gradient makes take and return the
+    residuals JAX chooses to save (the spec linearizes the primitives it knows in its own
+    way), and the user's jit options are held by the verdict's results."""
+    out: list = []
+    for entry in entries:
+        if entry[0] == "jit":
+            out += placing(entry[4])
+        else:
+            out.append(entry)
+    return out
 
 
 # Primitives with bodies the spec reads as one opaque equation (its rewrites cannot say
