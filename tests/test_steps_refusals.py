@@ -121,3 +121,35 @@ def test_a_refusal_the_spec_does_not_describe_is_jaxs_own_error():
     with pytest.raises(type(jax_refusal.value)) as raised:
         describe_program(fun, x)
     assert not hasattr(raised.value, "rule")
+
+
+# name: (the function's own jit, its arguments, rule, path): JAX refuses the jit's options
+# while tracing, before (in_shardings) or after (out_shardings) tracing its body
+TOP = {
+    "in-shardings": (lambda: jax.jit(lambda x, w: jnp.sin(x) @ w, in_shardings=(
+        NS(mesh(), P("y")), None)), ((6, 8), (8, 8)), "FIT-1", "args[0]"),
+    "out-shardings": (lambda: jax.jit(lambda x, w: jnp.sin(x) @ w, out_shardings=NS(
+        mesh(), P("y"))), ((6, 8), (8, 8)), "FIT-1", "result[0]"),
+    "in-shardings-rank": (lambda: jax.jit(lambda x, w: jnp.sin(x) @ w, in_shardings=(
+        NS(mesh(), P(None, None, "x")), None)), ((6, 8), (8, 8)), "FIT-1", "args[0]"),
+}
+
+
+@checks("FIT-1")
+@pytest.mark.parametrize("name", sorted(TOP))
+def test_the_functions_own_jit_refused_for_its_shardings_is_described(name):
+    """The jitted function's own in_shardings or out_shardings do not fit: JAX refuses
+    while tracing; describe_program reads the jit's body with the options it was given,
+    and the spec refuses by FIT-1 at the argument's or result's path, as JAX does; the
+    same jit on arguments the shardings fit is accepted by both."""
+    make, shapes, rule, path = TOP[name]
+    args = tuple(np.ones(s, np.float32) for s in shapes)
+    with pytest.raises(Exception):
+        make().trace(*args)
+    program, verdict, problems = held_to_jax(make(), *args)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path) == (rule, "trace", path)
+    fits = tuple(np.ones((8,) + s[1:], np.float32) for s in shapes)
+    if name != "in-shardings-rank":
+        _, verdict, problems = held_to_jax(make(), *fits)
+        assert not problems and verdict.accepted, problems

@@ -3,11 +3,16 @@
 Where ``jax.jit`` refuses a call inside the body while it traces the function — a
 constraint whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` whose
 sharding does not place its operand (ARG-4), an inner jit whose shardings do not fit its
-operands or its results (FIT-1) — :func:`describe_refused` still describes the program:
-the equations JAX traced before the call, read from JAX's own trace as it stood when it
-refused, then the refused call described from the user's values (its operands and the
-shardings it was given), its results the program's. A call inside an inner jit's body is
-described inside that jit, whose body ends with it. ``explain_program`` of the program
+operands or its results (FIT-1), a ``jax.shard_map`` whose specs do not fit its mesh, its
+arguments or its body's results (SMAP-3, SMAP-7, SMAP-8, SMAP-11; the call described by
+:mod:`~shardlaw.spec.bridge.refused_shard_map`) — :func:`describe_refused` still describes
+the program: the equations JAX traced before the call, read from JAX's own trace as it
+stood when it refused, then the refused call described from the user's values (its
+operands and the shardings it was given), its results the program's. A call inside an
+inner jit's body is described inside that jit, whose body ends with it. Where the refused
+jit is the function's own (its in_shardings or out_shardings do not fit the arguments or
+the results: FIT-1 at ``args[0]``, ``result[0]``), the program is that jit's body, read
+with the options it was given. ``explain_program`` of the program
 refuses by the spec's rule, at the trace stage, at the equation's path (``body[2]``,
 ``body[1].jit.body[0]``, ``body[0].jit.in_shardings[0]``).
 
@@ -153,10 +158,15 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
             return None
         levels, refused = located
         top = 1 if jitted or _only_calls_a_jit(levels) else 0
-        if len(levels) <= top or any(level.equations() for level in levels[:top]):
+        if any(level.equations() for level in levels[:top]):
             return None
-        program = _described(levels[top:], refused, inputs,
-                             {**options, **_options(levels[top].jit)}, "", read_body)
+        if len(levels) == top == 1 and refused.kind in ("jit_in", "jit_out"):
+            program = _refused_top(refused, inputs, options, read_body)
+        elif len(levels) <= top:
+            return None
+        else:
+            program = _described(levels[top:], refused, inputs,
+                                 {**options, **_options(levels[top].jit)}, "", read_body)
         verdict = explain_program(program, until="trace")
     except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
         return None
@@ -165,6 +175,48 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
             verdict.jax_error in names or verdict.error_type in names):
         return None
     return program
+
+
+def _refused_top(refused: _Refused, inputs: tuple, options: dict,
+                 read_body: Callable[..., Program]) -> Program:
+    """The function's own jit refused for its in_shardings or out_shardings: its body (as
+    :func:`_refused_jit` traces it) read as the program, over the user's values, with the
+    options the refused jit was given."""
+    jit = _refused_jit(refused, tuple(range(len(inputs))), "", read_body)
+    body = jit.body
+    if len(body.inputs) != len(inputs) or not refused.jit or refused.jit["kwargs"]:
+        raise TypeError("a jit whose inputs are not the function's arguments")
+    given = {name: getattr(body, name) for name in (
+        "in_shardings", "out_shardings", "donated", "keep_unused")}
+    ctx = refused.jit.get("ctx_mesh")
+    return read_body(_retraced(refused), _retraced_consts(refused), inputs, "", **options,
+                     **given, context_mesh=None if ctx is None or ctx.empty else
+                     _from_jax(ctx))
+
+
+def _retraced(refused: _Refused) -> Any:
+    return _closed_body(refused).jaxpr
+
+
+def _retraced_consts(refused: _Refused) -> list:
+    return list(_closed_body(refused).consts)
+
+
+def _closed_body(refused: _Refused) -> Any:
+    """The refused jit's body as JAX traced it (out_shardings) or as traced here over its
+    operands' types (in_shardings: JAX refused before tracing it)."""
+    import jax
+
+    jit = refused.jit
+    assert jit is not None
+    if refused.kind == "jit_out":
+        return jit["jaxpr"]
+    return jax.make_jaxpr(jit["fun"])(*jax.tree_util.tree_map(_example, jit["args"]))
+
+
+def _from_jax(value: Any) -> Any:
+    from .convert import from_jax
+    return from_jax(value)
 
 
 def _only_calls_a_jit(levels: list[_Level]) -> bool:
