@@ -351,12 +351,20 @@ _UNDESCRIBED = ((r"the primitive '(\w+)' .* whose batching the spec knows",
 
 
 def _refused_as_undescribed(error: Rejection) -> str | None:
-    """The construct a PROG-0 refusal says the spec cannot describe yet (a primitive vmap
-    does not batch, a typed key), or None: a refusal of the spec's rules."""
-    if error.failure.rule != "PROG-0":
+    """The construct a refusal says the spec cannot describe yet (PROG-0: a primitive vmap
+    does not batch, a typed key; any rule: a rewrite "not written" yet), or None: a
+    refusal of the spec's rules."""
+    return _undescribed(error.failure.rule, str(error))
+
+
+def _undescribed(rule: str | None, message: str) -> str | None:
+    if "not written" in message:
+        said = re.sub(r"^[\s:]*(at \S+:)?\s*", "", message[message.find("]") + 1:])
+        return f"{rule}: {said[:70]}"
+    if rule != "PROG-0":
         return None
     for pattern, construct in _UNDESCRIBED:
-        found = re.search(pattern, str(error))
+        found = re.search(pattern, message)
         if found:
             return construct.format(found.group(1))
     return None
@@ -446,11 +454,16 @@ def _refusal_problems(error: Rejection, outcome: JaxOutcome) -> list[str]:
 
 def _verdict_problems(program: Program, outcome: JaxOutcome, abstract: bool
                       ) -> tuple[Any, list[str]]:
-    if abstract:
-        verdict = explain_program(program, until="trace")
-        return verdict, _traced_problems(verdict, outcome)
-    verdict = explain_program(with_choices(program, outcome))
-    return verdict, outcome_problems(verdict, outcome)
+    """The spec's verdict on the described program, and how it parts from JAX's outcome
+    (NotDescribed where the verdict says a rule is not written yet)."""
+    verdict = explain_program(program, until="trace") if abstract else \
+        explain_program(with_choices(program, outcome))
+    construct = None if verdict.accepted else _undescribed(verdict.rule, verdict.message)
+    if construct is not None:
+        raise NotDescribed(construct, verdict.message)
+    problems = _traced_problems(verdict, outcome) if abstract else \
+        outcome_problems(verdict, outcome)
+    return verdict, problems
 
 
 def _record(verdict: Any, source: str) -> None:
@@ -517,6 +530,12 @@ def _rewritten(built: Built, outcome: JaxOutcome) -> list[str]:
     except (NotDescribed, Rejection):
         theirs = None   # its placing equations are then not compared
     params = tuple(range(len(jax.tree_util.tree_leaves(args[0]))))
+    try:
+        grad_program(loss, params)
+    except Rejection as error:   # a rewrite not written yet is not described
+        construct = _refused_as_undescribed(error)
+        if construct is not None:
+            raise NotDescribed(construct, str(error)) from error
     outcome.described = None   # compared below, less what depends on the residuals
     try:
         problems = compare_rewrite(lambda: grad_program(loss, params), outcome, SOURCE)
