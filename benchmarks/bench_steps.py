@@ -10,7 +10,9 @@ unrolled, and nothing enumerates devices. The same run times JAX's own
 ``jax.make_jaxpr`` of the step and of its gradient, the anchor: the spec's answer is
 measured against what tracing the step costs JAX on the same machine.
 
-The table gives, per part, the median wall time (and the best) over the repeats. Run:
+The table gives, per part, the median CPU time of the process (and the best) over the
+repeats, JAX's caches emptied before each trace and each description (describe_program
+traces the step with JAX: a cold call, as a user's first). Run:
 ``python benchmarks/bench_steps.py`` (``--quick`` for fewer repeats, ``--layers N``,
 ``--no-constraint`` for a scanned body that places nothing).
 """
@@ -66,13 +68,20 @@ def step(layers: int, constrained: bool = True) -> tuple[Callable, tuple, int]:
     return loss, (params, x), len(params)
 
 
-def timed(run: Callable[[], Any], repeats: int) -> tuple[float, float, Any]:
-    """(median ms, best ms, the last answer) of ``repeats`` calls of ``run``."""
+def timed(run: Callable[[], Any], repeats: int, cold: bool = False
+          ) -> tuple[float, float, Any]:
+    """(median ms, best ms, the last answer) of ``repeats`` calls of ``run``, in CPU time
+    of this process (the machine's other work left out); ``cold``: JAX's caches emptied
+    before each call (a trace of the step's functions is never reused)."""
+    import jax
+
     times, answer = [], None
     for _ in range(repeats):
-        start = time.perf_counter()
+        if cold:
+            jax.clear_caches()
+        start = time.process_time()
         answer = run()
-        times.append((time.perf_counter() - start) * 1000)
+        times.append((time.process_time() - start) * 1000)
     return statistics.median(times), min(times), answer
 
 
@@ -90,10 +99,10 @@ def measure(layers: int = 32, repeats: int = 20, constrained: bool = True
     jitted = jax.jit(loss)
     rows: dict[str, tuple[float, float]] = {}
     rows["jax make_jaxpr (step)"] = timed(lambda: jax.make_jaxpr(jax.jit(loss))(*args),
-                                          repeats)[:2]
+                                          repeats, cold=True)[:2]
     rows["jax make_jaxpr (grad)"] = timed(
-        lambda: jax.make_jaxpr(jax.jit(jax.grad(loss)))(*args), repeats)[:2]
-    m_d, b_d, program = timed(lambda: describe_program(jitted, *args), repeats)
+        lambda: jax.make_jaxpr(jax.jit(jax.grad(loss)))(*args), repeats, cold=True)[:2]
+    m_d, b_d, program = timed(lambda: describe_program(jitted, *args), repeats, cold=True)
     m_g, b_g, grad = timed(lambda: grad_program(program, tuple(range(leaves))), repeats)
     m_e, b_e, verdict = timed(lambda: explain_program(grad, until="trace"), repeats)
     if not verdict.accepted:
@@ -102,7 +111,8 @@ def measure(layers: int = 32, repeats: int = 20, constrained: bool = True
     rows["grad_program"] = (m_g, b_g)
     rows["explain_program"] = (m_e, b_e)
     rows["spec, all three"] = timed(lambda: explain_program(grad_program(
-        describe_program(jitted, *args), tuple(range(leaves))), until="trace"), repeats)[:2]
+        describe_program(jitted, *args), tuple(range(leaves))), until="trace"), repeats,
+        cold=True)[:2]
     rows["equations (step, gradient)"] = (float(len(program.equations)),
                                           float(len(grad.equations)))
     return rows
