@@ -360,7 +360,7 @@ def _refused_as_undescribed(error: Rejection) -> str | None:
 def _undescribed(rule: str | None, message: str) -> str | None:
     if "not written" in message:
         said = re.sub(r"^[\s:]*(at \S+:)?\s*", "", message[message.find("]") + 1:])
-        return f"{rule}: {said[:70]}"
+        return f"{rule}: {re.sub(r' at [^ :]+', '', said)[:70]}"
     if rule != "PROG-0":
         return None
     for pattern, construct in _UNDESCRIBED:
