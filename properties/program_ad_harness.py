@@ -563,6 +563,8 @@ def map_rewrite(ad: MapAdCase) -> Program:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             program = describe_program(loss if ad.transform == "grad" else jitted, arg)
+        if not explain_program(program, until="trace").accepted:   # described up to the
+            raise ValueError("refused while tracing")              # shard_map JAX refuses
     except Exception:  # noqa: BLE001 - JAX does not trace it: the spec's own Program
         program = program_of(ad.case)
         if ad.transform == "grad":

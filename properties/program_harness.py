@@ -49,7 +49,7 @@ from shardlaw.spec.program.lowering import live_parts
 __all__ = ["Step", "Recipe", "Case", "program_of", "function_of", "arguments_of",
            "run_in_jax", "JaxOutcome", "compare_program", "outcome_problems", "program_cases", "SOURCE",
            "compare_traced", "abstract_program_cases",
-           "program_hit_counts", "spec_verdict"]
+           "program_hit_counts", "spec_verdict", "type_of_aval"]
 
 # The source under which the programs compared record their rules (shardlaw.properties.hits).
 SOURCE = "programs"
@@ -317,10 +317,11 @@ def type_of(result: Any) -> Value:
     """The spec's type of a JAX result: its shape, dtype, weak type and typed sharding."""
     import jax
 
-    return _type_of_aval(jax.typeof(result))
+    return type_of_aval(jax.typeof(result))
 
 
-def _type_of_aval(aval: Any) -> Value:
+def type_of_aval(aval: Any) -> Value:
+    """The spec's type of a JAX aval (what :func:`type_of` reads off a result)."""
     mesh = aval.sharding.mesh
     if mesh.empty:
         return Value.typed(tuple(aval.shape), str(aval.dtype), weak_type=bool(aval.weak_type))
@@ -439,7 +440,7 @@ def compare_traced(case: Case) -> list[str]:
     problems = []
     if described != program:
         problems.append(f"describe_program gives {described!r}, the recipe {program!r}")
-    types = tuple(_type_of_aval(aval) for aval in traced.jaxpr.out_avals)
+    types = tuple(type_of_aval(aval) for aval in traced.jaxpr.out_avals)
     if types != tuple(verdict.out_types):
         problems.append(f"result types: spec {verdict.out_types!r}, JAX {types!r}")
     if not problems:

@@ -4,8 +4,8 @@ JAX refuses a call inside the jitted function while tracing it; describe_program
 the program up to that call (the equations traced before it, then the call from the
 user's values), and explain_program answers with the rule, the trace stage, JAX's class
 and the equation's path — at the top of the body, inside an inner jit, the function
-jitted or not. Where the spec cannot describe the refusal (a shard_map's specs), JAX's
-error reaches the user unchanged.
+jitted or not. Where the spec cannot describe the refusal (a constraint inside a
+shard_map's body), JAX's error reaches the user unchanged.
 """
 
 from __future__ import annotations
@@ -108,10 +108,48 @@ def test_the_program_holds_what_was_traced_before_the_refused_call():
 
 
 def test_a_refusal_the_spec_does_not_describe_is_jaxs_own_error():
-    """A shard_map whose specs do not divide its argument: JAX's ValueError, unchanged (the
-    spec does not describe a shard_map's refusal while tracing yet)."""
-    fun = jax.shard_map(jnp.sin, mesh=mesh(), in_specs=P("y"), out_specs=P("y"))
+    """A constraint of the wrong rank inside a shard_map's body: JAX's ValueError,
+    unchanged (the spec does not locate a refusal inside a shard_map's body yet; the
+    shard_map's own refusals are described: tests/test_steps_shard_map_refusals.py)."""
+    def body(a):
+        return jax.lax.with_sharding_constraint(a, P(None, None, None))
+
+    fun = jax.shard_map(body, mesh=mesh(), in_specs=P("x"), out_specs=P("x"))
     x = np.ones((6, 4), np.float32)
-    with pytest.raises(ValueError, match="evenly divisible") as raised:
+    with pytest.raises(Exception) as jax_refusal:
+        jax.jit(fun).trace(x)
+    with pytest.raises(type(jax_refusal.value)) as raised:
         describe_program(fun, x)
     assert not hasattr(raised.value, "rule")
+
+
+# name: (the function's own jit, its arguments, rule, path): JAX refuses the jit's options
+# while tracing, before (in_shardings) or after (out_shardings) tracing its body
+TOP = {
+    "in-shardings": (lambda: jax.jit(lambda x, w: jnp.sin(x) @ w, in_shardings=(
+        NS(mesh(), P("y")), None)), ((6, 8), (8, 8)), "FIT-1", "args[0]"),
+    "out-shardings": (lambda: jax.jit(lambda x, w: jnp.sin(x) @ w, out_shardings=NS(
+        mesh(), P("y"))), ((6, 8), (8, 8)), "FIT-1", "result[0]"),
+    "in-shardings-rank": (lambda: jax.jit(lambda x, w: jnp.sin(x) @ w, in_shardings=(
+        NS(mesh(), P(None, None, "x")), None)), ((6, 8), (8, 8)), "FIT-1", "args[0]"),
+}
+
+
+@checks("FIT-1")
+@pytest.mark.parametrize("name", sorted(TOP))
+def test_the_functions_own_jit_refused_for_its_shardings_is_described(name):
+    """The jitted function's own in_shardings or out_shardings do not fit: JAX refuses
+    while tracing; describe_program reads the jit's body with the options it was given,
+    and the spec refuses by FIT-1 at the argument's or result's path, as JAX does; the
+    same jit on arguments the shardings fit is accepted by both."""
+    make, shapes, rule, path = TOP[name]
+    args = tuple(np.ones(s, np.float32) for s in shapes)
+    with pytest.raises(Exception):
+        make().trace(*args)
+    program, verdict, problems = held_to_jax(make(), *args)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path) == (rule, "trace", path)
+    fits = tuple(np.ones((8,) + s[1:], np.float32) for s in shapes)
+    if name != "in-shardings-rank":
+        _, verdict, problems = held_to_jax(make(), *fits)
+        assert not problems and verdict.accepted, problems

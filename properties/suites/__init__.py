@@ -3,7 +3,8 @@
 Each module holds the properties of one part of a ``shardlaw campaign`` suite (the
 campaign's ``SUITES`` says which): ``placement``, ``jit``, ``engine``, ``cache``, the
 transformations' ``batching``, ``autodiff``, ``constraint``, ``arguments`` and
-``shardmap``, ``fuzz``, ``proofs``, ``programs`` and ``processes`` (several JAX
+``shardmap``, ``fuzz``, ``proofs``, ``programs``, ``steps`` (real-shaped steps) and
+``processes`` (several JAX
 processes under ``jax.distributed``; the ``laws`` suite is
 :mod:`shardlaw.properties.laws`). Anywhere shardlaw is installed, with shardlaw's pytest
 plugin asked in (JAX's eight CPU devices; :mod:`shardlaw.pytest_plugin`)::

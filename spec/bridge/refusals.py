@@ -3,17 +3,22 @@
 Where ``jax.jit`` refuses a call inside the body while it traces the function — a
 constraint whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` whose
 sharding does not place its operand (ARG-4), an inner jit whose shardings do not fit its
-operands or its results (FIT-1) — :func:`describe_refused` still describes the program:
-the equations JAX traced before the call, read from JAX's own trace as it stood when it
-refused, then the refused call described from the user's values (its operands and the
-shardings it was given), its results the program's. A call inside an inner jit's body is
-described inside that jit, whose body ends with it. ``explain_program`` of the program
+operands or its results (FIT-1), a ``jax.shard_map`` whose specs do not fit its mesh, its
+arguments or its body's results (SMAP-3, SMAP-7, SMAP-8, SMAP-11; the call described by
+:mod:`~shardlaw.spec.bridge.refused_shard_map`) — :func:`describe_refused` still describes
+the program: the equations JAX traced before the call, read from JAX's own trace as it
+stood when it refused, then the refused call described from the user's values (its
+operands and the shardings it was given), its results the program's. A call inside an
+inner jit's body is described inside that jit, whose body ends with it. Where the refused
+jit is the function's own (its in_shardings or out_shardings do not fit the arguments or
+the results: FIT-1 at ``args[0]``, ``result[0]``), the program is that jit's body, read
+with the options it was given. ``explain_program`` of the program
 refuses by the spec's rule, at the trace stage, at the equation's path (``body[2]``,
 ``body[1].jit.body[0]``, ``body[0].jit.in_shardings[0]``).
 
 The call is located from the frames JAX's error passed through (its traceback
 unfiltered): the jit bodies JAX was tracing, outermost first, and the call in the
-innermost. Where it cannot be located (a call under a ``shard_map``, a ``vmap``, a
+innermost. Where it cannot be located (a call inside a ``shard_map``'s body, a ``vmap``, a
 ``grad`` or control flow inside the body; a refusal of another kind), or the spec does not
 refuse the described program at the trace stage with JAX's class, there is no
 description and JAX's error stands.
@@ -38,7 +43,7 @@ _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_pu
 
 def _files() -> dict[str, str]:
     """The JAX source files whose frames locate a refusal, by role."""
-    from jax._src import api, pjit
+    from jax._src import api, pjit, shard_map
     from jax._src.interpreters import partial_eval
 
     import os
@@ -46,7 +51,7 @@ def _files() -> dict[str, str]:
     import jax
 
     return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
-            "jax": os.path.dirname(jax.__file__)}
+            "smap": shard_map.__file__, "jax": os.path.dirname(jax.__file__)}
 
 
 @dataclasses.dataclass
@@ -74,7 +79,8 @@ class _Level:
 @dataclasses.dataclass
 class _Refused:
     """The refused call: its kind, the locals of the JAX frame that refused it and, for an
-    inner jit, the locals of that jit's frame."""
+    inner jit, the locals of that jit's frame (for a shard_map, of its staging where JAX
+    traced the body before refusing; else None)."""
 
     kind: str
     call: dict
@@ -105,9 +111,35 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             if not levels or (inner and pending is None):
                 return None
             return levels, _Refused(kind, frame.f_locals, pending if inner else None)
+        elif where == ("smap", "wrapped") and pending is None:
+            return _shard_map_call(error, frame, levels, files["jax"])
         elif pending is not None and not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
     return None
+
+
+def _shard_map_call(error: BaseException, call: Any, levels: list[_Level], jax_files: str
+                    ) -> tuple[list[_Level], _Refused] | None:
+    """The shard_map call whose frame is ``call`` as the refused one, where JAX refused it
+    itself: no user code and no body trace below it in ``error``'s frames (else the
+    refusal is inside its body). The staging frame that traced the body, where the refusal
+    came after (JAX re-raises it as its context), rides along as the call's ``jit``."""
+    below = False
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        if frame is call:
+            below = True
+        elif below and (not frame.f_code.co_filename.startswith(jax_files)
+                        or frame.f_code.co_name == "trace_to_jaxpr"):
+            return None
+    staged = None
+    context = error.__context__
+    if context is not None and type(context).__name__ in ("_RepError", "_SpecError"):
+        for frame, _ in traceback.walk_tb(context.__traceback__):
+            if frame.f_code.co_name == "_shard_map_staging":
+                staged = frame.f_locals
+    if not levels:
+        return None
+    return levels, _Refused("shard_map", call.f_locals, staged)
 
 
 def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted: bool,
@@ -126,10 +158,15 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
             return None
         levels, refused = located
         top = 1 if jitted or _only_calls_a_jit(levels) else 0
-        if len(levels) <= top or any(level.equations() for level in levels[:top]):
+        if any(level.equations() for level in levels[:top]):
             return None
-        program = _described(levels[top:], refused, inputs,
-                             {**options, **_options(levels[top].jit)}, "", read_body)
+        if len(levels) == top == 1 and refused.kind in ("jit_in", "jit_out"):
+            program = _refused_top(refused, inputs, options, read_body)
+        elif len(levels) <= top:
+            return None
+        else:
+            program = _described(levels[top:], refused, inputs,
+                                 {**options, **_options(levels[top].jit)}, "", read_body)
         verdict = explain_program(program, until="trace")
     except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
         return None
@@ -138,6 +175,48 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
             verdict.jax_error in names or verdict.error_type in names):
         return None
     return program
+
+
+def _refused_top(refused: _Refused, inputs: tuple, options: dict,
+                 read_body: Callable[..., Program]) -> Program:
+    """The function's own jit refused for its in_shardings or out_shardings: its body (as
+    :func:`_refused_jit` traces it) read as the program, over the user's values, with the
+    options the refused jit was given."""
+    jit = _refused_jit(refused, tuple(range(len(inputs))), "", read_body)
+    body = jit.body
+    if len(body.inputs) != len(inputs) or not refused.jit or refused.jit["kwargs"]:
+        raise TypeError("a jit whose inputs are not the function's arguments")
+    given = {name: getattr(body, name) for name in (
+        "in_shardings", "out_shardings", "donated", "keep_unused")}
+    ctx = refused.jit.get("ctx_mesh")
+    return read_body(_retraced(refused), _retraced_consts(refused), inputs, "", **options,
+                     **given, context_mesh=None if ctx is None or ctx.empty else
+                     _from_jax(ctx))
+
+
+def _retraced(refused: _Refused) -> Any:
+    return _closed_body(refused).jaxpr
+
+
+def _retraced_consts(refused: _Refused) -> list:
+    return list(_closed_body(refused).consts)
+
+
+def _closed_body(refused: _Refused) -> Any:
+    """The refused jit's body as JAX traced it (out_shardings) or as traced here over its
+    operands' types (in_shardings: JAX refused before tracing it)."""
+    import jax
+
+    jit = refused.jit
+    assert jit is not None
+    if refused.kind == "jit_out":
+        return jit["jaxpr"]
+    return jax.make_jaxpr(jit["fun"])(*jax.tree_util.tree_map(_example, jit["args"]))
+
+
+def _from_jax(value: Any) -> Any:
+    from .convert import from_jax
+    return from_jax(value)
 
 
 def _only_calls_a_jit(levels: list[_Level]) -> bool:
@@ -174,6 +253,9 @@ def _flat_operands(frame: dict, kind: str) -> list:
     values, a jit's flat dynamic arguments."""
     if kind in ("constraint", "device_put"):
         return list(frame["x_flat"])
+    if kind == "shard_map":
+        import jax
+        return jax.tree_util.tree_leaves(frame["args"])
     return list(frame["args_ft"].vals)
 
 
@@ -231,6 +313,9 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     if refused.kind == "device_put":
         return (DevicePut(tuple(operands), targets=tuple(
             _target(d, path) for d in call["device_flat"])),)
+    if refused.kind == "shard_map":
+        from .refused_shard_map import refused_shard_map
+        return (refused_shard_map(call, refused.jit, operands, path, read_body),)
     return (_refused_jit(refused, operands, path, read_body),)
 
 

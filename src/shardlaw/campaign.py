@@ -69,6 +69,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     "processes": ("shardlaw.properties.suites.processes",),
     "programs": ("shardlaw.properties.suites.programs",),
     "propagation": ("shardlaw.properties.suites.propagation",),
+    "steps": ("shardlaw.properties.suites.steps",),
 }
 
 # The entry point group under which another package names its suites (name -> module).

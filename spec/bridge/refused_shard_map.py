@@ -1,0 +1,160 @@
+"""A ``jax.shard_map`` call JAX refuses while tracing, described from the user's values.
+
+JAX refuses a shard_map call in two places. Before it traces the body, it checks the specs
+against the mesh and the arguments: a spec naming an axis the mesh lacks or leaves
+automatic (SMAP-3), an in spec longer than its argument's rank (SMAP-7), an argument
+dimension its in spec does not divide (SMAP-8). After it has traced the body, it checks
+the body's results against the out specs: an out spec longer than its result's rank
+(SMAP-7), and with ``check_vma`` an out spec that leaves out an axis the result varies
+along, which would need a reduction (SMAP-11).
+
+:func:`refused_shard_map` builds the :class:`~shardlaw.spec.program.description.ShardMap`
+equation of such a call, with the user's mesh, specs, manual axes and ``check_vma``. Its
+body is the one JAX traced where JAX got that far (read from the frame of JAX's shard_map
+staging that refused it); where JAX refused before tracing, the body is the user's
+function traced over specs with the refused entries left out (an entry naming an axis
+that is not manual, or splitting a dimension it does not divide, or past the rank), so
+the body holds what the function does (and the ``pvary`` JAX adds where the result does not
+vary along an axis its out spec names), and the spec's rule refuses the specs first.
+:mod:`~shardlaw.spec.bridge.refusals` locates the call and places the equation in the
+program; the program stands only where the spec refuses it as JAX does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from ..program.description import Program, ShardMap, Value
+
+__all__ = ["refused_shard_map"]
+
+
+def refused_shard_map(call: dict, staged: dict | None, operands: tuple, path: str,
+                      read_body: Callable[..., Program]) -> ShardMap:
+    """The shard_map equation JAX refused: ``call`` the locals of JAX's shard_map call (the
+    user's function, mesh, specs and arguments), ``staged`` those of its staging where it
+    traced the body before refusing (else None); over the values numbered ``operands``."""
+    import jax
+
+    from .convert import from_jax
+
+    mesh = call["mesh"]
+    if mesh is None or not hasattr(mesh, "axis_names"):
+        raise TypeError("a shard_map whose mesh is the context's")
+    manual = frozenset(call["axis_names"] or mesh.axis_names)
+    flat_in = _flat_in_specs(call)
+    if staged is not None:
+        body = _staged_body(staged, path, read_body)
+        out_specs = tuple(staged["out_specs"])
+        results = tuple(_put_together(mesh, s, body.value_types[n])
+                        for s, n in zip(out_specs, body.outputs))
+        return ShardMap(tuple(operands), results, body=body, mesh=from_jax(mesh),
+                        in_specs=tuple(from_jax(s) for s in flat_in),
+                        out_specs=tuple(from_jax(s) for s in out_specs), manual_axes=manual,
+                        check_vma=bool(call["check_vma"]))
+    traced = _substitute(call, mesh, manual, flat_in, path, read_body)
+    out_flat = jax.tree_util.tree_leaves(call["out_specs"], is_leaf=_is_spec)
+    if len(out_flat) != len(traced.out_specs) or not all(_is_spec(s) for s in out_flat):
+        raise TypeError("out_specs not one spec per result")
+    return dataclasses.replace(traced, operands=tuple(operands),
+                               in_specs=tuple(from_jax(s) for s in flat_in),
+                               out_specs=tuple(from_jax(s) for s in out_flat))
+
+
+def _is_spec(value: Any) -> bool:
+    import jax
+    return isinstance(value, jax.sharding.PartitionSpec)
+
+
+def _flat_in_specs(call: dict) -> list:
+    """The user's in specs, one per flat argument (every argument mapped)."""
+    from jax._src.tree_util import broadcast_prefix
+
+    flat = call.get("in_specs_flat")
+    if flat is None:
+        flat = broadcast_prefix(call["in_specs"], call["args"], is_leaf=lambda x: x is None)
+    if not all(_is_spec(s) for s in flat):
+        raise TypeError("an argument passed whole (a None in_specs leaf)")
+    return list(flat)
+
+
+def _staged_body(staged: dict, path: str, read_body: Callable[..., Program]) -> Program:
+    """The body JAX traced before it refused the results (the staging frame's jaxpr)."""
+    from .program import read_type
+
+    traced = staged["jaxpr"]
+    jaxpr, consts = (traced.jaxpr, list(traced.consts)) if hasattr(traced, "consts") \
+        else (traced, [])
+    if jaxpr.constvars and not consts:
+        raise TypeError("a body whose constants JAX had not separated")
+    inputs = tuple(read_type(v.aval, f"input {i} of {path}") for i, v in
+                   enumerate(jaxpr.invars))
+    return read_body(jaxpr, consts, inputs, f"{path}.shard_map.")
+
+
+def _put_together(mesh: Any, spec: Any, value: Value) -> Value:
+    """A result's type outside, as its out spec would put it together (its dimensions
+    multiplied by the sizes of the axes named for them, as far as the rank goes)."""
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    shape = list(value.shape)
+    for i, entry in enumerate(tuple(spec)[:len(shape)]):
+        for axis in (entry if isinstance(entry, tuple) else (entry,) if entry else ()):
+            shape[i] *= sizes.get(axis, 1)
+    return Value.typed(tuple(shape), value.dtype, weak_type=value.weak_type)
+
+
+def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset) -> Any:
+    """``spec`` with the entries JAX refuses left out (None): an axis not manual, a split
+    that does not divide its dimension (``shape`` given), an entry past the rank."""
+    import jax
+
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    entries = []
+    for i, entry in enumerate(tuple(spec)):
+        if shape is not None and i >= len(shape):
+            break
+        axes = entry if isinstance(entry, tuple) else (entry,) if entry else ()
+        ways = 1
+        for axis in axes:
+            ways *= sizes.get(axis, 1)
+        fits = all(a in manual for a in axes) and (shape is None or shape[i] % ways == 0)
+        entries.append(entry if fits else None)
+    return jax.sharding.PartitionSpec(*entries)
+
+
+def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: str,
+                read_body: Callable[..., Program]) -> ShardMap:
+    """The shard_map of the user's function over specs with the refused entries left out,
+    traced by JAX and read: the body the refused call would have had."""
+    import jax
+
+    from .program import read_type
+
+    leaves, tree = jax.tree_util.tree_flatten(call["args"])
+    examples = [_example(v) for v in leaves]
+    in_specs = jax.tree_util.tree_unflatten(tree, [
+        _kept(s, tuple(jax.typeof(v).shape), mesh, manual) for s, v in zip(flat_in, leaves)])
+    out_specs = jax.tree_util.tree_map(lambda s: _kept(s, None, mesh, manual),
+                                       call["out_specs"], is_leaf=_is_spec)
+    mapped = jax.shard_map(call["f"], mesh=mesh, in_specs=tuple(in_specs) if isinstance(
+        call["args"], tuple) else in_specs, out_specs=out_specs, axis_names=set(manual),
+        check_vma=bool(call["check_vma"]))
+    closed = jax.make_jaxpr(mapped)(*jax.tree_util.tree_unflatten(tree, examples))
+    inputs = tuple(read_type(v.aval, f"operand {i} of {path}")
+                   for i, v in enumerate(closed.jaxpr.invars))
+    program = read_body(closed.jaxpr, list(closed.consts), inputs, f"{path}.substitute.")
+    found = [eq for eq in program.equations if isinstance(eq, ShardMap)]
+    if len(found) != 1:
+        raise TypeError("the substitute call holds other than one shard_map")
+    return found[0]
+
+
+def _example(value: Any) -> Any:
+    """A value of the call as a ShapeDtypeStruct of its type (its tracer is its trace's)."""
+    import jax
+
+    aval = jax.typeof(value)
+    sharding = None if aval.sharding.mesh.empty else aval.sharding
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding,
+                                weak_type=aval.weak_type)
