@@ -30,9 +30,6 @@ def test_the_nnx_step_is_answered_as_jax_answers(example, mesh):
     assert any(p.startswith("args[1].opt_state") for p in paths)   # the optimizer's state
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="a scan body holding nested jits is read once the bodies work "
-                          "(issue 32, item 1) is merged; then this passes: drop the mark")
 @pytest.mark.parametrize("mesh", [(2, 4), (256, 256)])
 def test_the_scanned_optax_step_is_answered_as_jax_answers(example, mesh):
     row = example.check("optax", mesh)

@@ -213,3 +213,12 @@ def test_a_conflict_keeps_the_shared_prefix_though_the_result_is_not_split_yet()
     real = jax.jit(f)(a, b)[0].sharding
     assert real.spec == P("z", "y")
     assert explain_program(describe_program(f, a, b)).out_shardings == (from_jax(real),)
+
+
+def test_dimension_numbers_read_numpy_2_scalars_in_a_described_repr():
+    """A gather's dimension numbers as a description holds them, written by numpy 2 (the steps
+    fuzz layer's sort under grad met ``np.int64(0)`` and raised a bare ValueError)."""
+    from shardlaw.spec.program.sharding_factors import dimension_numbers
+    text = "GatherDimensionNumbers(offset_dims=(np.int64(0), 2), collapsed_slice_dims=(1,))"
+    assert dimension_numbers(text, ("offset_dims", "collapsed_slice_dims")) == {
+        "offset_dims": (0, 2), "collapsed_slice_dims": (1,)}

@@ -147,11 +147,18 @@ def _sharding(s: Any, what: str) -> Any:
 
 
 def _param(value: Any) -> Any:
-    """A parameter value as a plain value: tuples and frozensets kept, JAX's sharding values
-    read, anything else (a dtype, an enum) by its text."""
+    """A parameter value as a plain value: tuples and frozensets kept, numpy's scalars as
+    Python's, JAX's sharding values read, anything else (a dtype, an enum) by its text."""
+    import numpy as np
     jax = _jax()
     if value is None or type(value) in (bool, int, float, str):
         return value
+    if isinstance(value, np.bool_):   # numpy's scalars (a library's np.int64 dimension) by value
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
     if type(value) in (tuple, list):
         return tuple(_param(v) for v in value)
     if type(value) in (frozenset, set):

@@ -256,6 +256,7 @@ def dimension_numbers(value: Any, fields: tuple[str, ...]) -> dict[str, tuple[in
     description holds it (``GatherDimensionNumbers(offset_dims=(1,), ...)``)."""
     if not isinstance(value, str):
         return {f: tuple(getattr(value, f)) for f in fields}
+    value = re.sub(r"np\.\w+\((-?\d+)\)", r"\1", value)   # numpy 2 writes np.int64(0)
     found = dict(re.findall(r"(\w+)=\(([^)]*)\)", value))
     return {f: tuple(int(n) for n in found[f].replace(",", " ").split()) for f in fields}
 
