@@ -30,6 +30,7 @@ from jax.sharding import PartitionSpec
 from . import internals
 from .jit import JittedFunction, is_engine_function, jit, jit_as, warn_device_or_backend
 from .options import NOT_GIVEN
+from .rules import rule
 
 __all__ = ["install", "uninstall", "installed", "pjit", "PjitFunction"]
 
@@ -64,16 +65,10 @@ class PjitFunction:
         empty = mesh.empty
         legacy = not (empty or self._options["device"] is not None
                       or self._options["backend"] is not None)
-        key = mesh if legacy else None
+        key = block_mesh(mesh) if legacy else None
         jitted = self._jits.get(key)
         if jitted is None:
-            options = dict(self._options)
-            if legacy:
-                for which in ("in_shardings", "out_shardings"):
-                    if options[which] is not NOT_GIVEN:
-                        options[which] = jax.tree.map(
-                            lambda leaf: PartitionSpec() if leaf is None else leaf,
-                            options[which], is_leaf=lambda leaf: leaf is None)
+            options = block_leaves(self._options) if legacy else dict(self._options)
             jitted = self._jits[key] = _pjit_engine(self._fun, options)
         # With device=/backend=, the mesh is still in context, where JIT-4 refuses the call.
         return (None if empty else mesh), jitted
@@ -151,6 +146,36 @@ def pjit(fun: Callable, in_shardings: Any = NOT_GIVEN, out_shardings: Any = NOT_
         jit(fun)   # ENG-4, in JAX's words
     warn_device_or_backend(device, backend, stacklevel=3)
     return PjitFunction(fun, options, _pjit_engine(fun, options))
+
+
+@rule("PJIT-1")
+def block_mesh(mesh: Any) -> Any:
+    """A call made through pjit inside a ``with mesh:`` block runs under the block's mesh as under ``jax.set_mesh(mesh)``: the block's mesh is the context mesh jit reads.
+
+    The engine keeps one jit per block mesh a pjit function is called under (its key).
+    """
+    return mesh
+
+
+@rule("PJIT-2")
+def block_leaf(leaf: Any) -> Any:
+    """Under pjit inside a ``with mesh:`` block, a None leaf of in_shardings or out_shardings (the whole tree's too) is the replicated NamedSharding over the block's mesh, and a PartitionSpec is resolved against that mesh.
+
+    The engine writes the None leaf ``P()``; its jit resolves a PartitionSpec against the
+    block's mesh, which is the context mesh while it runs (PJIT-1).
+    """
+    return PartitionSpec() if leaf is None else leaf
+
+
+def block_leaves(options: dict[str, Any]) -> dict[str, Any]:
+    """pjit's options inside a ``with mesh:`` block: every None leaf of its in and out
+    shardings written as :func:`block_leaf` writes it."""
+    options = dict(options)
+    for which in ("in_shardings", "out_shardings"):
+        if options[which] is not NOT_GIVEN:
+            options[which] = jax.tree.map(block_leaf, options[which],
+                                          is_leaf=lambda leaf: leaf is None)
+    return options
 
 
 def _pjit_engine(fun: Callable, options: dict[str, Any]) -> JittedFunction:

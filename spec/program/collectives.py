@@ -86,7 +86,7 @@ class ReplicaGroups:
 @dataclasses.dataclass(frozen=True)
 class Collective:
     """One collective the partitioner inserts: its kind, the mesh axes it runs over, the
-    equation's path (several joined by `` + ``: all-reduces combined into one), the operand
+    equation's path (several joined by a plus sign: all-reduces combined into one), the operand
     it reshards (None: the equation's result), the shape and dtype of its result on one
     device and their bytes, its replica groups (None on an abstract mesh) and an
     all-reduce's reduction."""
@@ -149,9 +149,10 @@ class Communication:
 def operation_splits(factors: Any, splits: list[dict[str, tuple[str, ...]]], count: int
                      ) -> dict[str, tuple[str, ...]] | None:
     """An operation computes each factor a result holds split as the result is, a reduced
-    factor split as its operands split it when they all agree (None: they do not, and the
-    partitioner chooses by cost between gathering an operand and slicing another), and any
-    other factor unsplit.
+    factor split as its operands split it when they all agree, and any other factor unsplit.
+
+    None where the operands disagree on a reduced factor: the partitioner chooses by cost
+    between gathering an operand and slicing another.
 
     >>> from shardlaw.spec.program.primitives import Factors
     >>> dot = Factors((("i", "j"), ("j", "k")), (("i", "k"),), reduced=frozenset("j"))
@@ -176,11 +177,12 @@ def operation_splits(factors: Any, splits: list[dict[str, tuple[str, ...]]], cou
 
 @rule("COLL-2", mirrors="xla: SpmdPartitioner reshard (all-gather, all-to-all, slice)")
 def reshard(have: Split, need: Split, mesh: Any) -> list[tuple[str, Any, tuple[str, ...]]] | str:
-    """An operand is brought to the split its operation needs dimension by dimension:
-    axes it holds beyond the shared prefix are all-gathered (one all-gather per dimension,
-    the minor dimension first), one axis leaving one dimension for another goes through an
-    all-to-all, axes it lacks are sliced locally; an operand that loses axes and gains
-    others otherwise is the partitioner's own choice (a string says why).
+    """An operand is brought to the split its operation needs dimension by dimension: axes
+    beyond the shared prefix are all-gathered, an axis moving between dimensions goes
+    through an all-to-all, and axes it lacks are sliced locally.
+
+    One all-gather is made per dimension, the minor dimension first. An operand that loses
+    axes and gains others otherwise is the partitioner's own choice (a string says why).
 
     >>> reshard((("x",), ()), ((), ("x",)), None)
     [('all-to-all', (0, 1), ('x',))]
@@ -214,8 +216,9 @@ def reshard(have: Split, need: Split, mesh: Any) -> list[tuple[str, Any, tuple[s
 def reduction(chosen: dict[str, tuple[str, ...]], reduced: frozenset) -> tuple[str, ...]:
     """An operation whose reduced factors are split over mesh axes leaves each device a
     partial result, summed over those axes by one all-reduce of the result split as its
-    operands split it, any further split sliced after (on the CPU backend also a split
-    along the summed axes: no reduce-scatter).
+    operands split it, any further split sliced after.
+
+    On the CPU backend that holds for a split along the summed axes too: no reduce-scatter.
 
     >>> reduction({"i": ("x",), "j": ("y",)}, frozenset("j"))
     ('y',)
@@ -226,9 +229,11 @@ def reduction(chosen: dict[str, tuple[str, ...]], reduced: frozenset) -> tuple[s
 @rule("COLL-5", mirrors="xla: replica groups over mesh axes (iota replica group lists)")
 def replica_groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
     """A collective over mesh axes runs in one group per position of the other axes: the
-    devices along ``axes`` (major first), each named as the compiled module names it, by
-    its position in the executable's device assignment (the mesh's devices in row-major
-    order), whatever the devices' ids.
+    devices along ``axes`` (major first), each named by its position in the executable's
+    device assignment, whatever the devices' ids.
+
+    That is how the compiled module names them: the assignment is the mesh's devices in
+    row-major order.
 
     >>> replica_groups(Mesh.iota((2, 4), ("x", "y")), ("x",))
     ((0, 4), (1, 5), (2, 6), (3, 7))
@@ -272,9 +277,11 @@ def _bytes(shape: tuple[int, ...], dtype: str) -> int:
 @rule("COLL-4", mirrors="shardy + xla: the collectives of a partitioned module")
 def predicted_collectives(program: Program) -> Communication:
     """A step communicates, equation by equation of its live body, the reshards that bring
-    each operand to its operation's splits (COLL-1, COLL-2; one value brought to one split
-    once) and the all-reduce of each split reduction (COLL-3); the list is complete where
-    propagation determines every value's split and every reshard is made one way.
+    each operand to its operation's splits (COLL-1, COLL-2) and the all-reduce of each split
+    reduction (COLL-3).
+
+    One value is brought to one split once. The list is complete where propagation
+    determines every value's split and every reshard is made one way.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P
     >>> from shardlaw.spec.program.description import Opaque, Value

@@ -93,8 +93,8 @@ def _stop(rule_id: str, why: str, path: str = "") -> None:
 @rule("PROP-1", mirrors="jax._src.interpreters.pxla.lower_sharding_computation (Shardy)")
 def propagation_mesh(program: Program) -> Mesh | Undetermined:
     """Propagation is predicted over one concrete mesh of Auto axes that every input is
-    placed on, each by an in sharding or a committed NamedSharding with no unreduced axes,
-    and that every out sharding given is over; closed-over constants are scalars.
+    placed on (by an in sharding or a committed NamedSharding without unreduced axes) and
+    every out sharding is over; closed-over constants are scalars.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Value
@@ -432,9 +432,11 @@ class Flat:
 @rule("PROP-6", mirrors="shardy's import of sharding constraints and result shardings")
 def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
     """The placements the user wrote are fixed splits: the inputs', a sharding constraint's
-    result, and the value a constraint or an out sharding holds when that is its only use
-    (Shardy moves the sharding onto it); a value with other uses is not constrained
-    backward. Inner jits without shardings of their own are inlined.
+    result, and the value a constraint or an out sharding holds where that is its only use;
+    a value with other uses is not constrained backward.
+
+    Shardy moves such a sharding onto the value it holds. Inner jits without shardings of
+    their own are inlined.
 
     Gives the reason instead where a live equation is not read: a constraint or an inner
     jit's shardings it does not propagate, an equation without a sharding rule.
