@@ -275,3 +275,17 @@ def test_the_0_4_13_vectors_hold_for_real_jax_0_4_13():
             assert not problems, (path.name, problems)
             held += 1
     assert held == 9
+
+
+def test_pjit_in_a_block_compares_committed_arguments_with_the_block_before_resolving():
+    """JAX 0.4.13 checks the committed arguments' devices against the block's mesh before it
+    resolves any argument, so an argument on other devices is DA-1's ValueError even beside
+    an unused uncommitted one spread over several devices (RES-1 in 0.10.2's order). Found
+    by the older CI leg under Hypothesis 6.170.27."""
+    committed = Arg.committed((), S.NamedSharding(S.Mesh.iota((2,), ("x",)), S.P()))
+    spread = Arg("uncommitted", (), "float32",
+                 S.NamedSharding(S.Mesh.iota((2,), ("y",)), S.P()))
+    call = _call(args=(committed, spread), outputs=Out((), source=0), uses=(True, False),
+                 resource_mesh=S.Mesh.iota((1,), ("x",)))
+    old = jit_call(call, jax="0.4.13")
+    assert (old.accepted, old.rule, old.error_type) == (False, "DA-1", "ValueError")

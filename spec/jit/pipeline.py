@@ -265,8 +265,9 @@ def stage_lower(n: NormalCall, called: Called, traced: Traced,
     call, inputs = n.call, called.inputs
     first = compared_first(inputs, list(zip(n.out_paths, traced.out_shardings)),
                            n.device_or_backend)   # JAX 0.4.13 (KEEP-1)
-    if first:
-        device_assignment([Source(*found) for found in first], None, call.default_device)
+    if first:   # inside a `with mesh:` block, against the block's devices too (PJIT-1)
+        block = called.context if call.resource_mesh is not None else None
+        device_assignment([Source(*found) for found in first], block, call.default_device)
     resolved = []
     for item in inputs:
         with located(item.path):
