@@ -9,7 +9,11 @@ arguments or its body's results (SMAP-3, SMAP-7, SMAP-8, SMAP-11; the call descr
 the program: the equations JAX traced before the call, read from JAX's own trace as it
 stood when it refused, then the refused call described from the user's values (its
 operands and the shardings it was given), its results the program's. A call inside an
-inner jit's body is described inside that jit, whose body ends with it. Where the refused
+inner jit's body is described inside that jit, whose body ends with it, and one inside a
+scan's, a cond's or a remat's body inside that construct
+(:mod:`~shardlaw.spec.bridge.refused_bodies`, which also describes a scan or a cond JAX
+refuses for its carry's or its branches' types, LOOP-1). An inner jit JAX traced under
+``grad`` or ``jvp`` is described over the primal values of its operands. Where the refused
 jit is the function's own (its in_shardings or out_shardings do not fit the arguments or
 the results: FIT-1 at ``args[0]``, ``result[0]``), the program is that jit's body, read
 with the options it was given. ``explain_program`` of the program
@@ -17,9 +21,10 @@ refuses by the spec's rule, at the trace stage, at the equation's path (``body[2
 ``body[1].jit.body[0]``, ``body[0].jit.in_shardings[0]``).
 
 The call is located from the frames JAX's error passed through (its traceback
-unfiltered): the jit bodies JAX was tracing, outermost first, and the call in the
-innermost. Where it cannot be located (a call inside a ``shard_map``'s body, a ``vmap``, a
-``grad`` or control flow inside the body; a refusal of another kind), or the spec does not
+unfiltered): the jit, scan, cond and remat bodies JAX was tracing, outermost first, and
+the call in the innermost. Where it cannot be located (a call inside a ``shard_map``'s
+body, a ``while_loop``'s, a ``switch``'s or a custom derivative's, under a ``vmap``; a
+refusal of another kind), or the spec does not
 refuse the described program at the trace stage with JAX's class, there is no
 description and JAX's error stands.
 """
@@ -32,6 +37,7 @@ from typing import Any, Callable
 
 from ..core.values import UNCONSTRAINED
 from ..program.description import DevicePut, Jit, Program, ShardingConstraint
+from .refused_bodies import ended
 
 __all__ = ["describe_refused"]
 
@@ -45,23 +51,27 @@ def _files() -> dict[str, str]:
     """The JAX source files whose frames locate a refusal, by role."""
     from jax._src import api, pjit, shard_map
     from jax._src.interpreters import partial_eval
+    from jax._src.lax.control_flow import conditionals, loops
 
     import os
 
     import jax
 
     return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
-            "smap": shard_map.__file__, "jax": os.path.dirname(jax.__file__)}
+            "smap": shard_map.__file__,
+            "loops": loops.__file__, "conds": conditionals.__file__, "jax": os.path.dirname(jax.__file__)}
 
 
 @dataclasses.dataclass
 class _Level:
-    """A jit body JAX was tracing: its trace (the body so far), the names JAX gave it, and
-    the locals of the jit frame that traced it (its options, its operands)."""
+    """A body JAX was tracing: its trace (the body so far), the names JAX gave it, and
+    the locals of the jit frame that traced it (its options, its operands) or, for a
+    scan's or a remat's body, the construct's kind and the locals of its frame."""
 
     trace: Any
     debug_info: Any
-    jit: dict
+    jit: dict | None
+    construct: tuple[str, dict] | None = None   # a loop's or remat's body: (kind, locals)
 
     def equations(self) -> int:
         return len(self.trace.frame.tracing_eqns)
@@ -91,20 +101,30 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
     """The jit bodies JAX was tracing when it raised ``error`` (outermost first) and the
     call it refused; None where the call is not of a kind described or sits in a body of
     another kind (a shard_map's, a transformation's inside the body)."""
+    from .refused_bodies import body_construct
+
     files = _files()
     roles = {path: role for role, path in files.items() if role != "jax"}
     levels: list[_Level] = []
     pending: dict | None = None   # a jit frame whose body is not traced yet
+    construct: tuple[str, dict] | None = None   # a scan's or remat's, likewise
     for frame, _ in traceback.walk_tb(error.__traceback__):
         where = (roles.get(frame.f_code.co_filename), frame.f_code.co_name)
+        kind = body_construct(frame) if pending is None else None
         if where == ("pe", "trace_to_jaxpr"):
-            if pending is None:
-                return None   # a body traced by something else than jit
+            if pending is None and construct is None:
+                return None   # a body traced by something else than jit, scan or remat
             local = frame.f_locals
-            levels.append(_Level(local["trace"], local["debug_info"], pending))
-            pending = None
+            levels.append(_Level(local["trace"], local["debug_info"], pending, construct))
+            pending = construct = None
         elif where == ("pjit", "_trace_for_jit"):
             pending = frame.f_locals
+        elif kind is not None:
+            construct = (kind, frame.f_locals)
+        elif where == ("loops", "_check_carry_type") and construct is not None:
+            return (levels, _Refused("scan_carry", construct[1], None)) if levels else None
+        elif where == ("conds", "_check_branch_outputs") and construct is not None:
+            return (levels, _Refused("cond_branches", construct[1], None)) if levels else None
         elif where in _CALLS:
             kind = _CALLS[where]
             inner = kind in ("jit_in", "jit_out")
@@ -113,7 +133,8 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             return levels, _Refused(kind, frame.f_locals, pending if inner else None)
         elif where == ("smap", "wrapped") and pending is None:
             return _shard_map_call(error, frame, levels, files["jax"])
-        elif pending is not None and not frame.f_code.co_filename.startswith(files["jax"]):
+        elif (pending is not None or construct is not None) and \
+                not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
     return None
 
@@ -162,7 +183,7 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
             return None
         if len(levels) == top == 1 and refused.kind in ("jit_in", "jit_out"):
             program = _refused_top(refused, inputs, options, read_body)
-        elif len(levels) <= top:
+        elif len(levels) <= top or levels[top].jit is None:
             return None
         else:
             program = _described(levels[top:], refused, inputs,
@@ -222,7 +243,7 @@ def _from_jax(value: Any) -> Any:
 def _only_calls_a_jit(levels: list[_Level]) -> bool:
     """Whether the function's body so far is nothing but the call of a jit over its
     arguments, in order: describe_program reads such a function as that jit call."""
-    if len(levels) < 2 or levels[0].equations():
+    if len(levels) < 2 or levels[0].equations() or levels[1].jit is None:
         return False
     operands = [getattr(v, "val", None) for v in levels[1].jit["args_ft"].vals]
     return operands == list(levels[0].trace.frame.invars)
@@ -231,21 +252,40 @@ def _only_calls_a_jit(levels: list[_Level]) -> bool:
 def _described(levels: list[_Level], refused: _Refused, inputs: tuple, options: dict,
                where: str, read_body: Callable[..., Program]) -> Program:
     """The outermost body of ``levels`` as traced so far, then the call into the next one
-    (an inner jit, its body so described) or, in the innermost, the refused call; the
-    program returns what that last equation returns."""
-    level, rest = levels[0], levels[1:]
-    operands = _flat_operands(rest[0].jit if rest else refused.jit or refused.call,
-                              refused.kind if not rest else "jit")
-    jaxpr, consts = level.returning(operands)
+    (an inner jit, a scan's or a remat's body, each so described) or, in the innermost,
+    the refused call; the program returns what that last equation returns."""
+    values, make = _next_call(levels[1:], refused, read_body)
+    jaxpr, consts = levels[0].returning(values)
     body = read_body(jaxpr, list(consts), inputs, where, **options)
-    path = f"{where}body[{len(body.equations)}]"
-    if rest:
-        added: tuple = (_inner_jit(rest, refused, body.outputs, path, read_body),)
-    else:
-        added = _refused_equations(refused, body.outputs, path, read_body)
-    grown = dataclasses.replace(body, equations=body.equations + added)
-    results = tuple(range(len(body.value_types), len(grown.value_types)))
-    return dataclasses.replace(grown, outputs=results, out_shardings=())
+    return ended(body, make(body.outputs, f"{where}body[{len(body.equations)}]"))
+
+
+def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program]
+               ) -> tuple[list, Callable[[tuple, str], tuple]]:
+    """(the values a body passes to its next call, a function making that call's
+    equations from their numbers and its path): the call into the first of ``rest``, or
+    the refused call where none is left."""
+    from .refused_bodies import body_call
+
+    if not rest:
+        values = _flat_operands(refused.jit or refused.call, refused.kind)
+        return [_primal(v) for v in values], \
+            lambda numbers, path: _refused_equations(refused, numbers, path, read_body)
+    if rest[0].jit is None:
+        inner, make = _next_call(rest[1:], refused, read_body)
+        return body_call(rest[0], inner, make, read_body)
+    return [_primal(v) for v in _flat_operands(rest[0].jit, "jit")], \
+        lambda numbers, path: (_inner_jit(rest, refused, numbers, path, read_body),)
+
+
+def _primal(value: Any) -> Any:
+    """A value as the enclosing body holds it: an operand JAX's ``grad`` or ``jvp`` traces
+    (a linearize or JVP tracer) by its primal value, over which JAX traces the call."""
+    from jax._src.interpreters import ad
+
+    while isinstance(value, (ad.JVPTracer, ad.LinearizeTracer)):
+        value = value.primal
+    return value
 
 
 def _flat_operands(frame: dict, kind: str) -> list:
@@ -256,6 +296,12 @@ def _flat_operands(frame: dict, kind: str) -> list:
     if kind == "shard_map":
         import jax
         return jax.tree_util.tree_leaves(frame["args"])
+    if kind == "scan_carry":
+        from .refused_bodies import carry_operands
+        return carry_operands(frame)
+    if kind == "cond_branches":
+        from .refused_bodies import cond_operands
+        return cond_operands(frame)
     return list(frame["args_ft"].vals)
 
 
@@ -282,6 +328,7 @@ def _inner_jit(levels: list[_Level], refused: _Refused, operands: tuple, path: s
     from .program import read_type as _type
 
     level = levels[0]
+    assert level.jit is not None
     types = tuple(_type(v.aval, f"input {i} of {path}")
                   for i, v in enumerate(level.trace.frame.invars))
     options = _options(level.jit)
@@ -316,6 +363,12 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     if refused.kind == "shard_map":
         from .refused_shard_map import refused_shard_map
         return (refused_shard_map(call, refused.jit, operands, path, read_body),)
+    if refused.kind == "scan_carry":
+        from .refused_bodies import refused_carry
+        return refused_carry(call, operands, path, read_body)
+    if refused.kind == "cond_branches":
+        from .refused_bodies import refused_branches
+        return refused_branches(call, operands, path, read_body)
     return (_refused_jit(refused, operands, path, read_body),)
 
 

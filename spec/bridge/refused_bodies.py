@@ -1,0 +1,174 @@
+"""A call JAX refuses inside a loop's or a remat's body, or a loop JAX refuses for its carry.
+
+JAX traces the body of a ``jax.lax.scan`` and of a ``jax.checkpoint`` function as it
+traces a jit's, and refuses a call inside it (a constraint that does not fit its operand,
+an inner jit's shardings) before the loop or the remat is an equation. Such a body is a
+level of :mod:`~shardlaw.spec.bridge.refusals`'s description as an inner jit's is: the
+body as JAX traced it so far, then the call into the next level or the refused call,
+described in the equation JAX would have made of it, so that ``explain_program`` walks
+into it as it walks into any body and refuses at the equation's path
+(``body[3].scan.body[2]``, ``body[0].remat2.body[1]``):
+
+* a scan's body returned nothing yet, so its described equation is a
+  :class:`~shardlaw.spec.program.control_flow.Scan` whose carry is read as constants (the
+  loop's constants, its initial carry, then its stacked ``xs``), its results the refused
+  body's stacked: the refusal inside it is checked, and no carry type is compared;
+* a remat's body is a :class:`~shardlaw.spec.program.control_flow.Remat` over the
+  function's arguments, its results the refused body's.
+
+Values the body closes over (the enclosing body's values, constants) are the equation's
+first operands, as JAX makes them. :func:`refused_carry` describes a whole scan JAX traced
+and then refused because its body returns its carry of another type (LOOP-1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..program.control_flow import Cond, Remat, Scan, stacked
+from ..program.description import Equation, Program
+
+__all__ = ["body_construct", "body_call", "refused_carry"]
+
+# a body's next call: (its operands' value numbers, its path) -> the equations added
+Next = Callable[[tuple, str], tuple]
+
+
+def body_construct(frame: Any) -> str | None:
+    """The kind of body whose tracing the JAX frame ``frame`` starts ("scan", "remat"),
+    or None."""
+    from jax._src import ad_checkpoint
+    from jax._src.lax.control_flow import conditionals, loops
+
+    name, local = frame.f_code.co_name, frame.f_locals
+    if frame.f_code.co_filename == conditionals.__file__ and name == "cond" and \
+            "dbg_true" in local:
+        return "cond"
+    if frame.f_code.co_filename == loops.__file__ and name == "scan" and "xs_flat" in local:
+        return "scan"
+    if frame.f_code.co_filename == ad_checkpoint.__file__ and name == "fun_remat":
+        return "remat"
+    return None
+
+
+def _opened(level: Any, values: list) -> tuple[Any, list]:
+    """The body ``level`` traced so far, returning ``values``, its constants made its first
+    inputs (a jaxpr without constants), and those constants."""
+    from jax._src.interpreters import partial_eval as pe
+
+    jaxpr, consts = level.returning(values)
+    return pe.convert_constvars_jaxpr(jaxpr), list(consts)
+
+
+def _own_operands(kind: str, local: dict) -> list:
+    """The operands the construct's call gives its body (after the closed-over ones)."""
+    if kind == "scan":
+        return [*local["init_flat"].vals, *local["xs_flat"].vals]
+    if kind == "cond":
+        return list(local["args"].vals)
+    return list(local["args_flat"])
+
+
+def _index(pred: Any) -> Any:
+    """A cond's predicate as the int32 index JAX's cond makes of it, in the predicate's
+    own trace (the equation JAX adds before the cond)."""
+    import numpy as np
+    from jax import lax
+    from jax._src import core
+
+    trace = getattr(pred, "_trace", None)
+    if trace is None:
+        return np.int32(bool(pred))
+    with core.set_current_trace(trace):
+        return lax.convert_element_type(pred, np.int32)
+
+
+def body_call(level: Any, values: list, next_call: Next, read_body: Callable[..., Program]
+              ) -> tuple[list, Next]:
+    """(the values of the enclosing body the construct of ``level`` takes, a function
+    making its equation from their numbers and its path): its body, traced so far and
+    returning ``values``, read with the equations ``next_call`` adds at its end."""
+    from .program import read_type
+
+    kind, local = level.construct
+    jaxpr, consts = _opened(level, values)
+
+    def make(operands: tuple, path: str) -> tuple[Equation, ...]:
+        where = f"{path}.{ {'scan': 'scan', 'cond': 'cond.branches[0]'}.get(kind, 'remat2')}."
+        inputs = tuple(read_type(v.aval, f"input {i} of {where[:-1]}")
+                       for i, v in enumerate(jaxpr.invars))
+        body = read_body(jaxpr, [], inputs, where)
+        body = ended(body, next_call(body.outputs, f"{where}body[{len(body.equations)}]"))
+        made = tuple(body.value_types[n] for n in body.outputs)
+        if kind == "scan":
+            length = int(local["length"])
+            carried = len(consts) + len(local["init_flat"].vals)
+            return (Scan(operands, tuple(stacked(v, length) for v in made), body=body,
+                         length=length, reverse=bool(local["reverse"]), num_consts=carried,
+                         num_carry=0),)
+        if kind == "cond":
+            return (Cond(operands, made, branches=(body,)),)
+        cse = local.get("prevent_cse", True)
+        return (Remat(operands, made, body=body, name="checkpoint",
+                      prevent_cse=cse if isinstance(cse, bool) else True),)
+    index = [_index(local["pred"])] if kind == "cond" else []
+    return index + consts + _own_operands(kind, local), make
+
+
+def ended(body: Program, added: tuple) -> Program:
+    """``body`` with the equations ``added`` at its end, returning what the last returns."""
+    import dataclasses
+
+    grown = dataclasses.replace(body, equations=body.equations + tuple(added))
+    results = tuple(range(len(body.value_types), len(grown.value_types)))
+    return dataclasses.replace(grown, outputs=results, out_shardings=())
+
+
+def carry_operands(local: dict) -> list:
+    """The operands of a scan JAX traced and refused for its carry: its body's constants,
+    its initial carry, its ``xs``."""
+    return [*local["consts"], *local["init_flat"].vals, *local["xs_flat"].vals]
+
+
+def refused_carry(local: dict, operands: tuple, path: str,
+                  read_body: Callable[..., Program]) -> tuple[Equation, ...]:
+    """The scan whose frame's locals are ``local``, its body as JAX traced it (its
+    constants its first inputs), over the values numbered ``operands``: LOOP-1 refuses it
+    where its body returns its carry of another type."""
+    from .program import read_type
+
+    opened = local["jaxpr"].jaxpr   # JAX's body, its constants already its first inputs
+    where = f"{path}.scan."
+    inputs = tuple(read_type(v.aval, f"input {i} of {path}.scan")
+                   for i, v in enumerate(opened.invars))
+    body = read_body(opened, list(local["jaxpr"].consts), inputs, where)
+    length, carry = int(local["length"]), len(local["init_flat"].vals)
+    made = [body.value_types[n] for n in body.outputs]
+    results = tuple(made[:carry]) + tuple(stacked(v, length) for v in made[carry:])
+    return (Scan(operands, results, body=body, length=length,
+                 reverse=bool(local["reverse"]), num_consts=len(local["consts"]),
+                 num_carry=carry),)
+
+
+def cond_operands(local: dict) -> list:
+    """The operands of a cond JAX traced and refused for its branches' types: its index,
+    its branches' constants, its operands."""
+    return [_index(local["pred"]), *local["consts"], *local["args"].vals]
+
+
+def refused_branches(local: dict, operands: tuple, path: str,
+                     read_body: Callable[..., Program]) -> tuple[Equation, ...]:
+    """The cond whose frame's locals are ``local``, its branches as JAX traced them
+    (``false_fun``'s first, as JAX orders them), over the values numbered ``operands``:
+    LOOP-1 refuses it where they return results of other types."""
+    from .program import read_type
+
+    branches = []
+    for i, closed in enumerate((local["false_jaxpr"], local["true_jaxpr"])):
+        where = f"{path}.cond.branches[{i}]."
+        inputs = tuple(read_type(v.aval, f"input {k} of {where[:-1]}")
+                       for k, v in enumerate(closed.jaxpr.invars))
+        branches.append(read_body(closed.jaxpr, list(closed.consts), inputs, where))
+    first = branches[0]
+    return (Cond(operands, tuple(first.value_types[n] for n in first.outputs),
+                 branches=tuple(branches)),)

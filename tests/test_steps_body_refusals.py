@@ -1,0 +1,189 @@
+"""describe_program of what JAX refuses while tracing a loop's, a cond's or a remat's body,
+or under grad (issue 32, item 4), against JAX 0.10.2.
+
+The steps deep run left these refusals JAX's own errors (the spec never asked): a
+constraint that does not fit its operand inside a ``lax.scan`` body, a ``jax.checkpoint``
+body or a ``lax.cond`` branch (WSC-4, ValueError from ``pjit_check_aval_sharding``), and
+so inside a jit under ``jax.grad``; an inner jit under ``jax.grad`` whose in_shardings do
+not divide its operand (FIT-1, IndivisibleError); a scan whose body returns its carry, or
+a cond whose branches return results, split otherwise over Explicit axes (LOOP-1,
+TypeError from ``_check_carry_type`` and ``_check_branch_outputs``). Each is now described
+(spec/bridge/refused_bodies.py) and held to JAX on both sides: the same function on values
+the call fits is accepted by both, and the refused one is refused by the rule at the
+equation's path, with JAX's class, at the trace stage (held_to_jax compares both).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from shardlaw.properties.registry import checks
+from shardlaw.spec.bridge.program import describe_program
+
+from test_steps_arguments import NS, P, held_to_jax, mesh
+
+EXPLICIT = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"),
+                             axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+
+
+def constrained(spec):
+    """A constraint of ``spec`` over the (2, 4) mesh of Auto axes."""
+    return lambda h: jax.lax.with_sharding_constraint(h, NS(mesh(), spec))
+
+
+def scan_carry(spec):
+    return lambda x, xs: jax.lax.scan(
+        lambda c, r: (constrained(spec)(jnp.sin(c)) * r, None), x, xs)[0]
+
+
+def scan_ys(spec):
+    return lambda x, xs: jax.lax.scan(lambda c, r: (c, constrained(spec)(c * r)), x, xs)[1]
+
+
+def remat(spec):
+    return lambda x, xs: jnp.cos(jax.checkpoint(
+        lambda h: constrained(spec)(jnp.sin(h)))(x)) + xs[0]
+
+
+def cond_true(spec):
+    return lambda x, xs: jax.lax.cond(x.sum() > 0, lambda h: constrained(spec)(jnp.sin(h)),
+                                      lambda h: h, x)
+
+
+def cond_false(spec):
+    return lambda x, xs: jax.lax.cond(x.sum() > 0, lambda h: h,
+                                      lambda h: constrained(spec)(jnp.sin(h)), x)
+
+
+def grad_of_a_jitted_scan(spec):
+    return jax.grad(jax.jit(lambda x, xs: scan_carry(spec)(x, xs).sum()))
+
+
+def scan_in_remat(spec):
+    return lambda x, xs: jax.checkpoint(scan_carry(spec))(x, xs)
+
+
+# name: (the function of a spec, the rule, the refused equation's path)
+IN_BODIES = {
+    "scan-carry": (scan_carry, "WSC-4", "body[0].scan.body[1]"),
+    "scan-ys": (scan_ys, "WSC-4", "body[0].scan.body[1]"),
+    "remat": (remat, "WSC-4", "body[0].jit.body[1]"),
+    "cond-true-branch": (cond_true, "WSC-4", "body[3].cond.body[0].jit.body[1]"),
+    "cond-false-branch": (cond_false, "WSC-4", "body[3].cond.body[0].jit.body[1]"),
+    "grad-of-a-jitted-scan": (grad_of_a_jitted_scan, "WSC-4",
+                              "body[0].jit.body[0].scan.body[1]"),
+    "scan-in-remat": (scan_in_remat, "WSC-4", "body[0].jit.body[0].scan.body[1]"),
+}
+
+
+def _values(rows):
+    return np.ones((rows, 4), np.float32), np.ones((3, rows, 4), np.float32)
+
+
+@checks("WSC-4")
+@pytest.mark.parametrize("name", sorted(IN_BODIES))
+def test_a_constraint_refused_inside_a_body_is_described_at_its_path(name):
+    """A constraint of rank 3 on a rank-2 value inside the body: JAX refuses while
+    tracing (ValueError); the spec refuses by WSC-4 at the trace stage, at the path of the
+    constraint inside the scan's, remat's or cond's body."""
+    make, rule, path = IN_BODIES[name]
+    fun = make(P(None, None, None))
+    with pytest.raises(ValueError):
+        jax.jit(fun).trace(*_values(8))
+    _, verdict, problems = held_to_jax(fun, *_values(8))
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.error_type) == (
+        rule, "trace", path, "ValueError")
+
+
+@checks("WSC-4")
+@pytest.mark.parametrize("name", sorted(IN_BODIES))
+def test_the_same_bodies_with_a_constraint_that_fits_are_accepted_as_jax_accepts_them(name):
+    """The accepting side: the same body, its constraint splitting both dimensions of the
+    (8, 4) value (it divides them), traced, compiled and run by JAX and accepted alike."""
+    fun = IN_BODIES[name][0](P("x", "y"))
+    _, verdict, problems = held_to_jax(fun, *_values(8))
+    assert not problems, problems
+    assert verdict.accepted
+
+
+@checks("WSC-4")
+def test_an_uneven_constraint_in_a_scan_body_is_accepted_as_jax_accepts_it():
+    """A split of 6 rows over the 4-way axis inside the scan's body: a constraint may
+    split unevenly (JAX pads), so JAX traces, compiles and runs it and the spec accepts."""
+    fun = scan_carry(P("y"))
+    _, verdict, problems = held_to_jax(fun, *_values(6))
+    assert not problems, problems
+    assert verdict.accepted
+
+
+def inner_jit_under_grad(rows):
+    fun = jax.grad(jax.jit(lambda x: jnp.sin(x).sum(), in_shardings=NS(mesh(), P("y"))))
+    return fun, np.ones((rows, 4), np.float32)
+
+
+@checks("FIT-1")
+def test_an_inner_jit_under_grad_whose_in_shardings_do_not_divide_is_fit_1():
+    """jax.grad of a jit whose in_shardings split 6 rows 4 ways: JAX's IndivisibleError
+    while tracing (the jit is traced over the primal values); the spec's FIT-1 at the
+    inner jit's in_shardings, a ValueError as IndivisibleError is; on 8 rows both accept."""
+    fun, x = inner_jit_under_grad(6)
+    with pytest.raises(ValueError) as refused:
+        jax.jit(fun).trace(x)
+    assert type(refused.value).__name__ == "IndivisibleError"
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path) == ("FIT-1", "trace",
+                                                           "body[0].jit.in_shardings[0]")
+    fun, x = inner_jit_under_grad(8)
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems and verdict.accepted, problems
+
+
+def _explicit_rows():
+    return jax.device_put(np.ones((8, 4), np.float32), NS(EXPLICIT, P("x")))
+
+
+def carried(spec):
+    return lambda x, xs: jax.lax.scan(
+        lambda c, r: (jax.sharding.reshard(c * r, NS(EXPLICIT, spec)), None), x, xs)[0]
+
+
+def branched(spec):
+    return lambda x, xs: jax.lax.cond(
+        x.sum() > 0, lambda h: jax.sharding.reshard(h, NS(EXPLICIT, spec)), lambda h: h, x)
+
+
+@checks("LOOP-1")
+@pytest.mark.parametrize("make,path", [(carried, "body[0]"), (branched, "body[3]")],
+                         ids=["scan-carry", "cond-branches"])
+def test_a_carry_or_branches_of_another_explicit_split_are_loop_1(make, path):
+    """A scan body that reshards its carry, or a cond branch that reshards its result, to
+    another split over Explicit axes: JAX's TypeError after tracing the bodies; the whole
+    loop or cond described as JAX traced it, refused by LOOP-1 at its path; resharded to
+    the split it came with, both accept."""
+    xs = np.ones((3, 8, 4), np.float32)
+    with pytest.raises(TypeError):
+        jax.jit(make(P(None, "y"))).trace(_explicit_rows(), xs)
+    _, verdict, problems = held_to_jax(make(P(None, "y")), _explicit_rows(), xs)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.error_type) == (
+        "LOOP-1", "trace", path, "TypeError")
+    _, verdict, problems = held_to_jax(make(P("x")), _explicit_rows(), xs)
+    assert not problems and verdict.accepted, problems
+
+
+def test_a_refusal_inside_a_while_body_is_still_jaxs_own_error():
+    """Not described yet: a constraint refused inside a while_loop's body (a while loop's
+    body returns its carry, so the spec's loop cannot hold the refused body): JAX's
+    ValueError reaches the user unchanged, no rule."""
+    fun = lambda x: jax.lax.while_loop(   # noqa: E731
+        lambda c: c[0] < 2, lambda c: (c[0] + 1, constrained(P(None, None, None))(c[1])),
+        (0, x))[1]
+    x = np.ones((8, 4), np.float32)
+    with pytest.raises(ValueError) as raised:
+        describe_program(fun, x)
+    assert not hasattr(raised.value, "rule")
