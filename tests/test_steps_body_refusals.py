@@ -187,3 +187,44 @@ def test_a_refusal_inside_a_while_body_is_still_jaxs_own_error():
     with pytest.raises(ValueError) as raised:
         describe_program(fun, x)
     assert not hasattr(raised.value, "rule")
+
+
+@checks("LOOP-1")
+@pytest.mark.parametrize("spec,refused", [(P(None, "y"), True), (P("x"), False)],
+                         ids=["other-split", "same-split"])
+def test_a_cond_of_branches_of_another_split_in_a_scan_under_grad_is_loop_1(spec, refused):
+    """The same cond inside a scan's body, under jax.grad: JAX traces the scan's body
+    over the primal values and refuses the cond (TypeError); the spec refuses by LOOP-1
+    at the cond's path inside the scan's body; with the split it came with, both accept."""
+    fun = jax.grad(lambda x, xs: jax.lax.scan(
+        lambda c, r: (branched(spec)(c * r, None), None), x, xs)[0].sum())
+    _, verdict, problems = held_to_jax(fun, _explicit_rows(), np.ones((3, 8, 4), np.float32))
+    assert not problems, problems
+    assert verdict.accepted is not refused
+    if refused:
+        assert (verdict.rule, verdict.stage, verdict.path) == ("LOOP-1", "trace",
+                                                               "body[0].scan.body[4]")
+
+
+@checks("WSC-4")
+def test_a_constraint_refused_in_a_scan_body_under_vmap_is_the_specs_refusal():
+    """jax.jit(jax.vmap(f)) with f's scan body constraining a rank-2 value to rank 3: JAX's
+    ValueError while tracing; describe_program describes f on one example (its refusal
+    described in the scan's body) and the spec's vmap of it refuses by WSC-4 at the trace
+    stage, JAX's class; the constraint that fits is accepted by both."""
+    from shardlaw.spec import Rejection
+
+    xs = np.ones((3, 8, 4), np.float32)
+    rows = np.ones((2, 8, 4), np.float32)
+    fun = jax.jit(jax.vmap(scan_carry(P(None, None, None)), in_axes=(0, None)))
+    with pytest.raises(ValueError):
+        fun.trace(rows, xs)
+    with pytest.raises(Rejection) as raised:
+        describe_program(fun, rows, xs)
+    failure = raised.value.failure
+    assert (failure.rule, raised.value.stage, failure.jax_error) == ("WSC-4", "trace",
+                                                                     "ValueError")
+    assert isinstance(raised.value, ValueError)
+    _, verdict, problems = held_to_jax(
+        jax.jit(jax.vmap(scan_carry(P("x", "y")), in_axes=(0, None))), rows, xs)
+    assert not problems and verdict.accepted, problems

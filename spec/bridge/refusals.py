@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from ..core.values import UNCONSTRAINED
 from ..program.description import DevicePut, Jit, Program, ShardingConstraint
-from .refused_bodies import ended
+from .refused_bodies import ended, primal
 
 __all__ = ["describe_refused"]
 
@@ -255,7 +255,7 @@ def _described(levels: list[_Level], refused: _Refused, inputs: tuple, options: 
     (an inner jit, a scan's or a remat's body, each so described) or, in the innermost,
     the refused call; the program returns what that last equation returns."""
     values, make = _next_call(levels[1:], refused, read_body)
-    jaxpr, consts = levels[0].returning(values)
+    jaxpr, consts = levels[0].returning([primal(v) for v in values])
     body = read_body(jaxpr, list(consts), inputs, where, **options)
     return ended(body, make(body.outputs, f"{where}body[{len(body.equations)}]"))
 
@@ -268,24 +268,13 @@ def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., P
     from .refused_bodies import body_call
 
     if not rest:
-        values = _flat_operands(refused.jit or refused.call, refused.kind)
-        return [_primal(v) for v in values], \
+        return _flat_operands(refused.jit or refused.call, refused.kind), \
             lambda numbers, path: _refused_equations(refused, numbers, path, read_body)
     if rest[0].jit is None:
         inner, make = _next_call(rest[1:], refused, read_body)
         return body_call(rest[0], inner, make, read_body)
-    return [_primal(v) for v in _flat_operands(rest[0].jit, "jit")], \
+    return _flat_operands(rest[0].jit, "jit"), \
         lambda numbers, path: (_inner_jit(rest, refused, numbers, path, read_body),)
-
-
-def _primal(value: Any) -> Any:
-    """A value as the enclosing body holds it: an operand JAX's ``grad`` or ``jvp`` traces
-    (a linearize or JVP tracer) by its primal value, over which JAX traces the call."""
-    from jax._src.interpreters import ad
-
-    while isinstance(value, (ad.JVPTracer, ad.LinearizeTracer)):
-        value = value.primal
-    return value
 
 
 def _flat_operands(frame: dict, kind: str) -> list:

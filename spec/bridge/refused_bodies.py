@@ -28,7 +28,8 @@ from typing import Any, Callable
 from ..program.control_flow import Cond, Remat, Scan, stacked
 from ..program.description import Equation, Program
 
-__all__ = ["body_construct", "body_call", "refused_carry"]
+__all__ = ["body_construct", "body_call", "refused_carry", "refused_branches", "primal",
+           "ended", "carry_operands", "cond_operands"]
 
 # a body's next call: (its operands' value numbers, its path) -> the equations added
 Next = Callable[[tuple, str], tuple]
@@ -56,8 +57,18 @@ def _opened(level: Any, values: list) -> tuple[Any, list]:
     inputs (a jaxpr without constants), and those constants."""
     from jax._src.interpreters import partial_eval as pe
 
-    jaxpr, consts = level.returning(values)
+    jaxpr, consts = level.returning([primal(v) for v in values])
     return pe.convert_constvars_jaxpr(jaxpr), list(consts)
+
+
+def primal(value: Any) -> Any:
+    """A value as the enclosing body holds it: an operand JAX's ``grad`` or ``jvp`` traces
+    (a linearize or JVP tracer) by its primal value, over which JAX traces the call."""
+    from jax._src.interpreters import ad
+
+    while isinstance(value, (ad.JVPTracer, ad.LinearizeTracer)):
+        value = value.primal
+    return value
 
 
 def _own_operands(kind: str, local: dict) -> list:
