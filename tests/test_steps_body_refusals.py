@@ -228,3 +228,53 @@ def test_a_constraint_refused_in_a_scan_body_under_vmap_is_the_specs_refusal():
     _, verdict, problems = held_to_jax(
         jax.jit(jax.vmap(scan_carry(P("x", "y")), in_axes=(0, None))), rows, xs)
     assert not problems and verdict.accepted, problems
+
+
+def _scanned(xs, length=None):
+    """A scan of the function's argument as its carry over ``xs`` (a function of the
+    argument: its own xs when ``xs`` is "arg")."""
+    def step(c, r):
+        return c * 2.0 + sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(r)), None
+
+    return lambda x, ys: jax.lax.scan(step, x, ys if xs == "arg" else xs, length=length)[0]
+
+
+# name: (the scan, its xs argument, JAX refuses it)
+LENGTHS = {
+    "no-xs-no-length": (_scanned({}), None, True),
+    "length-disagrees": (_scanned("arg", length=2), np.ones((3, 4), np.float32), True),
+    "xs-differ": (_scanned("arg"), (np.ones((3, 4), np.float32),
+                                     np.ones((2, 4), np.float32)), True),
+    "xs-split-over-explicit-axes": (_scanned("arg"), "explicit-rows", True),
+    "length-alone": (_scanned(None, length=3), None, False),
+    "length-agrees": (_scanned("arg", length=3), np.ones((3, 4), np.float32), False),
+    "xs-alike": (_scanned("arg"), (np.ones((3, 4), np.float32),
+                                    np.ones((3,), np.float32)), False),
+}
+
+
+@checks("LOOP-3")
+@pytest.mark.parametrize("name", sorted(LENGTHS))
+def test_a_scan_whose_length_jax_cannot_read_is_loop_3(name):
+    """A scan given neither xs nor length (a scanned model with no parameters), a length
+    its xs disagree with, xs of different lengths, or xs split along their leading
+    dimension over Explicit axes: JAX's ValueError while tracing, before the body; the
+    spec refuses by LOOP-3 while describing the call, at the trace stage, at the scan's
+    path. The scans JAX runs are described and accepted alike."""
+    from shardlaw.spec import Rejection
+
+    fun, ys, refused = LENGTHS[name]
+    if isinstance(ys, str):
+        ys = _explicit_rows()
+    x = np.float32(1.0)
+    if not refused:
+        _, verdict, problems = held_to_jax(fun, x, ys)
+        assert not problems and verdict.accepted, problems
+        return
+    with pytest.raises(ValueError):
+        jax.jit(fun).trace(x, ys)
+    with pytest.raises(Rejection) as raised:
+        describe_program(fun, x, ys)
+    assert isinstance(raised.value, ValueError)
+    assert (raised.value.failure.rule, raised.value.stage, raised.value.path) == (
+        "LOOP-3", "trace", "body[0]")

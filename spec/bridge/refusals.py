@@ -123,6 +123,8 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             construct = (kind, frame.f_locals)
         elif where == ("loops", "_check_carry_type") and construct is not None:
             return (levels, _Refused("scan_carry", construct[1], None)) if levels else None
+        elif where == ("loops", "_infer_scan_length") and construct is not None:
+            return (levels, _Refused("scan_length", construct[1], None)) if levels else None
         elif where == ("conds", "_check_branch_outputs") and construct is not None:
             return (levels, _Refused("cond_branches", construct[1], None)) if levels else None
         elif where in _CALLS:
@@ -171,13 +173,17 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
     refs, hoisting, input paths); ``jitted``: whether the function is a jit, whose body is
     then the second JAX traced (the first, the call of it, holding nothing else);
     ``read_body(jaxpr, consts, inputs, where, **options)``: the bridge's reader of a body."""
+    from ..core.rules import Rejection
     from ..program.explain import explain_program
 
+    names = {cls.__name__ for cls in type(error).__mro__}
+    kind = None
     try:
         located = _locate(error)
         if located is None:
             return None
         levels, refused = located
+        kind = refused.kind
         top = 1 if jitted or _only_calls_a_jit(levels) else 0
         if any(level.equations() for level in levels[:top]):
             return None
@@ -189,9 +195,14 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
             program = _described(levels[top:], refused, inputs,
                                  {**options, **_options(levels[top].jit)}, "", read_body)
         verdict = explain_program(program, until="trace")
+    except Rejection as refusal:   # a scan's length refused while describing the call
+        failure = refusal.failure
+        if kind != "scan_length" or refusal.stage != "trace" or not (
+                {failure.jax_error, failure.error_type.__name__} & names):
+            return None
+        raise refusal from None
     except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
         return None
-    names = {cls.__name__ for cls in type(error).__mro__}
     if verdict.accepted or verdict.stage != "trace" or not (
             verdict.jax_error in names or verdict.error_type in names):
         return None
@@ -291,6 +302,8 @@ def _flat_operands(frame: dict, kind: str) -> list:
     if kind == "cond_branches":
         from .refused_bodies import cond_operands
         return cond_operands(frame)
+    if kind == "scan_length":
+        return []
     return list(frame["args_ft"].vals)
 
 
@@ -358,6 +371,9 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     if refused.kind == "cond_branches":
         from .refused_bodies import refused_branches
         return refused_branches(call, operands, path, read_body)
+    if refused.kind == "scan_length":
+        from .refused_bodies import refused_length
+        return refused_length(call, path)
     return (_refused_jit(refused, operands, path, read_body),)
 
 

@@ -29,7 +29,7 @@ from ..program.control_flow import Cond, Remat, Scan, stacked
 from ..program.description import Equation, Program
 
 __all__ = ["body_construct", "body_call", "refused_carry", "refused_branches", "primal",
-           "ended", "carry_operands", "cond_operands"]
+           "ended", "carry_operands", "cond_operands", "refused_length"]
 
 # a body's next call: (its operands' value numbers, its path) -> the equations added
 Next = Callable[[tuple, str], tuple]
@@ -183,3 +183,21 @@ def refused_branches(local: dict, operands: tuple, path: str,
     first = branches[0]
     return (Cond(operands, tuple(first.value_types[n] for n in first.outputs),
                  branches=tuple(branches)),)
+
+
+def refused_length(local: dict, path: str) -> tuple[Equation, ...]:
+    """The scan call whose frame's locals are ``local``, at ``path``, refused by LOOP-3
+    where JAX cannot read its length (no ``xs`` and no ``length``, ``xs`` that disagree or
+    split their leading dimension in their type); nothing where it can."""
+    import jax
+
+    from ..core.rules import located, staged
+    from ..program.scan_length import scan_length
+    from .program import read_type
+
+    xs = tuple(read_type(jax.typeof(x), f"xs {i} of the scan at {path}")
+               for i, x in enumerate(local["xs_flat"].vals))
+    length = local["length"]
+    with staged("trace"), located(path):
+        scan_length(xs, None if length is None else int(length))
+    return ()
