@@ -278,3 +278,48 @@ def test_a_scan_whose_length_jax_cannot_read_is_loop_3(name):
     assert isinstance(raised.value, ValueError)
     assert (raised.value.failure.rule, raised.value.stage, raised.value.path) == (
         "LOOP-3", "trace", "body[0]")
+
+
+def _explicit(shape, spec):
+    return jax.device_put(np.ones(shape, np.float32), NS(EXPLICIT, spec))
+
+
+# name: (function, its arguments' makers, the rule, the path; None: both accept)
+CALLS = {
+    "reshard-indivisible": (lambda x: jax.sharding.reshard(x * 2, NS(EXPLICIT, P("y"))),
+                            lambda: (_explicit((6, 4), P()),), "ARG-4", "body[1]"),
+    "reshard-divides": (lambda x: jax.sharding.reshard(x * 2, NS(EXPLICIT, P("y"))),
+                        lambda: (_explicit((8, 4), P()),), None, None),
+    "reshard-in-a-scan-body": (lambda x, xs: jax.lax.scan(lambda c, r: (
+        jax.sharding.reshard(c * r, NS(EXPLICIT, P("y"))), None), x, xs)[0],
+        lambda: (_explicit((6, 4), P()), np.ones((3, 6, 4), np.float32)), "ARG-4",
+        "body[0].scan.body[1]"),
+    "switch-branch-constraint": (lambda x: jax.lax.switch(1, [lambda h: h, lambda h: (
+        constrained(P(None, None, None))(h))], x), lambda: (np.ones((8, 4), np.float32),),
+        "WSC-4", "body[1].cond.body[0].jit.body[0]"),
+    "switch-branches-of-another-split": (lambda x: jax.lax.switch(1, [lambda h: h, lambda h: (
+        jax.sharding.reshard(h, NS(EXPLICIT, P(None, "y"))))], x),
+        lambda: (_explicit((8, 4), P("x")),), "LOOP-1", "body[1]"),
+    "switch-branches-alike": (lambda x: jax.lax.switch(1, [lambda h: h, lambda h: (
+        jax.sharding.reshard(h, NS(EXPLICIT, P("x"))))], x),
+        lambda: (_explicit((8, 4), P("x")),), None, None),
+}
+
+
+@checks("ARG-4", "WSC-4", "LOOP-1")
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_a_reshard_and_a_switch_refused_while_tracing_are_described(name):
+    """jax.sharding.reshard to a split that does not divide the value (JAX's ValueError
+    from the reshard's abstract evaluation), at the top of the body or inside a scan's;
+    a switch branch whose constraint does not fit, or whose result is of another split
+    over Explicit axes: the spec refuses by the rule at the path, JAX's class, the trace
+    stage; the same calls that fit are accepted by both."""
+    fun, make, rule, path = CALLS[name]
+    _, verdict, problems = held_to_jax(fun, *make())
+    assert not problems, problems
+    if rule is None:
+        assert verdict.accepted
+        return
+    with pytest.raises(Exception):
+        jax.jit(fun).trace(*make())
+    assert (verdict.rule, verdict.stage, verdict.path) == (rule, "trace", path)

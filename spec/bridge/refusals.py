@@ -36,13 +36,14 @@ import traceback
 from typing import Any, Callable
 
 from ..core.values import UNCONSTRAINED
-from ..program.description import DevicePut, Jit, Program, ShardingConstraint
+from ..program.description import DevicePut, Jit, Program, Reshard, ShardingConstraint
 from .refused_bodies import ended, primal
 
 __all__ = ["describe_refused"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
+          ("pjit", "reshard"): "reshard",
           ("pjit", "_process_in_axis_resources"): "jit_in",
           ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out"}
 
@@ -291,7 +292,7 @@ def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., P
 def _flat_operands(frame: dict, kind: str) -> list:
     """The operands of the call a frame holds: a constraint's or a device_put's flat
     values, a jit's flat dynamic arguments."""
-    if kind in ("constraint", "device_put"):
+    if kind in ("constraint", "device_put", "reshard"):
         return list(frame["x_flat"])
     if kind == "shard_map":
         import jax
@@ -359,6 +360,9 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
             out.append(ShardingConstraint((number,), sharding=sharding,
                                           unconstrained_dims=loose))
         return tuple(out)
+    if refused.kind == "reshard":
+        return tuple(Reshard((number,), sharding=_sharding(s, path))
+                     for number, s in zip(operands, call["shardings_flat"]))
     if refused.kind == "device_put":
         return (DevicePut(tuple(operands), targets=tuple(
             _target(d, path) for d in call["device_flat"])),)

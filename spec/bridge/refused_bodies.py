@@ -45,6 +45,8 @@ def body_construct(frame: Any) -> str | None:
     if frame.f_code.co_filename == conditionals.__file__ and name == "cond" and \
             "dbg_true" in local:
         return "cond"
+    if frame.f_code.co_filename == conditionals.__file__ and name == "_switch_internal":
+        return "switch"
     if frame.f_code.co_filename == loops.__file__ and name == "scan" and "xs_flat" in local:
         return "scan"
     if frame.f_code.co_filename == ad_checkpoint.__file__ and name == "fun_remat":
@@ -75,7 +77,7 @@ def _own_operands(kind: str, local: dict) -> list:
     """The operands the construct's call gives its body (after the closed-over ones)."""
     if kind == "scan":
         return [*local["init_flat"].vals, *local["xs_flat"].vals]
-    if kind == "cond":
+    if kind in ("cond", "switch"):
         return list(local["args"].vals)
     return list(local["args_flat"])
 
@@ -105,7 +107,7 @@ def body_call(level: Any, values: list, next_call: Next, read_body: Callable[...
     jaxpr, consts = _opened(level, values)
 
     def make(operands: tuple, path: str) -> tuple[Equation, ...]:
-        where = f"{path}.{ {'scan': 'scan', 'cond': 'cond.branches[0]'}.get(kind, 'remat2')}."
+        where = f"{path}.{ {'scan': 'scan', 'cond': 'cond.branches[0]', 'switch': 'cond.branches[0]'}.get(kind, 'remat2')}."
         inputs = tuple(read_type(v.aval, f"input {i} of {where[:-1]}")
                        for i, v in enumerate(jaxpr.invars))
         body = read_body(jaxpr, [], inputs, where)
@@ -117,12 +119,13 @@ def body_call(level: Any, values: list, next_call: Next, read_body: Callable[...
             return (Scan(operands, tuple(stacked(v, length) for v in made), body=body,
                          length=length, reverse=bool(local["reverse"]), num_consts=carried,
                          num_carry=0),)
-        if kind == "cond":
+        if kind in ("cond", "switch"):
             return (Cond(operands, made, branches=(body,)),)
         cse = local.get("prevent_cse", True)
         return (Remat(operands, made, body=body, name="checkpoint",
                       prevent_cse=cse if isinstance(cse, bool) else True),)
-    index = [_index(local["pred"])] if kind == "cond" else []
+    index = [_index(local["pred"])] if kind == "cond" else [local["index"]] \
+        if kind == "switch" else []
     return index + consts + _own_operands(kind, local), make
 
 
@@ -164,18 +167,21 @@ def refused_carry(local: dict, operands: tuple, path: str,
 def cond_operands(local: dict) -> list:
     """The operands of a cond JAX traced and refused for its branches' types: its index,
     its branches' constants, its operands."""
-    return [_index(local["pred"]), *local["consts"], *local["args"].vals]
+    index = local["index"] if "jaxprs" in local else _index(local["pred"])
+    return [index, *local["consts"], *local["args"].vals]
 
 
 def refused_branches(local: dict, operands: tuple, path: str,
                      read_body: Callable[..., Program]) -> tuple[Equation, ...]:
-    """The cond whose frame's locals are ``local``, its branches as JAX traced them
+    """The cond or switch whose frame's locals are ``local``, its branches as JAX traced them
     (``false_fun``'s first, as JAX orders them), over the values numbered ``operands``:
     LOOP-1 refuses it where they return results of other types."""
     from .program import read_type
 
     branches = []
-    for i, closed in enumerate((local["false_jaxpr"], local["true_jaxpr"])):
+    traced = local["jaxprs"] if "jaxprs" in local else (local["false_jaxpr"],
+                                                         local["true_jaxpr"])
+    for i, closed in enumerate(traced):
         where = f"{path}.cond.branches[{i}]."
         inputs = tuple(read_type(v.aval, f"input {k} of {where[:-1]}")
                        for k, v in enumerate(closed.jaxpr.invars))
