@@ -1,32 +1,31 @@
 """What JAX refuses while tracing, described up to the refused call.
 
-Where ``jax.jit`` refuses a call inside the body while it traces the function — a
-constraint whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` whose
-sharding does not place its operand (ARG-4), an inner jit whose shardings do not fit its
-operands or its results (FIT-1), a ``jax.shard_map`` whose specs do not fit its mesh, its
-arguments or its body's results (SMAP-3, SMAP-7, SMAP-8, SMAP-11; the call described by
-:mod:`~shardlaw.spec.bridge.refused_shard_map`) — :func:`describe_refused` still describes
-the program: the equations JAX traced before the call, read from JAX's own trace as it
-stood when it refused, then the refused call described from the user's values (its
-operands and the shardings it was given), its results the program's. A call inside an
-inner jit's body is described inside that jit, whose body ends with it, and one inside a
-scan's, a cond's or a remat's body inside that construct
+Where ``jax.jit`` refuses a call inside the body while it traces the function — a constraint
+whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` or a
+``jax.sharding.reshard`` whose sharding does not place its operand (ARG-4), an inner jit
+whose shardings do not fit its operands or its results (FIT-1), a ``jax.shard_map`` whose
+specs do not fit its mesh, its arguments or its body's results (SMAP-3, SMAP-7, SMAP-8,
+SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`) —
+:func:`describe_refused` still describes the program: the equations JAX traced before the
+call, read from JAX's own trace as it stood when it refused, then the refused call described
+from the user's values (its operands and the shardings it was given), its results the
+program's. A call inside an inner jit's body is described inside that jit, whose body ends
+with it, and one inside a scan's, a cond's or a remat's body inside that construct
 (:mod:`~shardlaw.spec.bridge.refused_bodies`, which also describes a scan or a cond JAX
 refuses for its carry's or its branches' types, LOOP-1). An inner jit JAX traced under
 ``grad`` or ``jvp`` is described over the primal values of its operands. Where the refused
-jit is the function's own (its in_shardings or out_shardings do not fit the arguments or
-the results: FIT-1 at ``args[0]``, ``result[0]``), the program is that jit's body, read
-with the options it was given. ``explain_program`` of the program
-refuses by the spec's rule, at the trace stage, at the equation's path (``body[2]``,
-``body[1].jit.body[0]``, ``body[0].jit.in_shardings[0]``).
+jit is the function's own (its in_shardings or out_shardings do not fit the arguments or the
+results: FIT-1 at ``args[0]``, ``result[0]``), the program is that jit's body, read with the
+options it was given. ``explain_program`` of the program refuses by the spec's rule, at the
+trace stage, at the equation's path (``body[2]``, ``body[1].jit.body[0]``,
+``body[0].jit.in_shardings[0]``).
 
-The call is located from the frames JAX's error passed through (its traceback
-unfiltered): the jit, scan, cond and remat bodies JAX was tracing, outermost first, and
-the call in the innermost. Where it cannot be located (a call inside a ``shard_map``'s
-body, a ``while_loop``'s, a ``switch``'s or a custom derivative's, under a ``vmap``; a
-refusal of another kind), or the spec does not
-refuse the described program at the trace stage with JAX's class, there is no
-description and JAX's error stands.
+The call is located from the frames JAX's error passed through (its traceback unfiltered):
+the jit, scan, cond, switch and remat bodies JAX was tracing, outermost first, and the call
+in the innermost. Where it cannot be located (a call inside a ``shard_map``'s body, a
+``while_loop``'s or a custom derivative's, under a ``vmap``; a refusal of another kind), or
+the spec does not refuse the described program at the trace stage with JAX's class, there is
+no description and JAX's error stands.
 """
 
 from __future__ import annotations
@@ -60,7 +59,8 @@ def _files() -> dict[str, str]:
 
     return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
             "smap": shard_map.__file__,
-            "loops": loops.__file__, "conds": conditionals.__file__, "jax": os.path.dirname(jax.__file__)}
+            "loops": loops.__file__, "conds": conditionals.__file__,
+            "jax": os.path.dirname(jax.__file__)}
 
 
 @dataclasses.dataclass

@@ -33,6 +33,8 @@ __all__ = ["body_construct", "body_call", "refused_carry", "refused_branches", "
 
 # a body's next call: (its operands' value numbers, its path) -> the equations added
 Next = Callable[[tuple, str], tuple]
+# where a construct's body is read, after its equation's path (as the bridge reads them)
+_WHERE = {"scan": "scan", "cond": "cond.branches[0]", "switch": "cond.branches[0]"}
 
 
 def body_construct(frame: Any) -> str | None:
@@ -107,7 +109,7 @@ def body_call(level: Any, values: list, next_call: Next, read_body: Callable[...
     jaxpr, consts = _opened(level, values)
 
     def make(operands: tuple, path: str) -> tuple[Equation, ...]:
-        where = f"{path}.{ {'scan': 'scan', 'cond': 'cond.branches[0]', 'switch': 'cond.branches[0]'}.get(kind, 'remat2')}."
+        where = f"{path}.{_WHERE.get(kind, 'remat2')}."
         inputs = tuple(read_type(v.aval, f"input {i} of {where[:-1]}")
                        for i, v in enumerate(jaxpr.invars))
         body = read_body(jaxpr, [], inputs, where)
