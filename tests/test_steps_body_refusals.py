@@ -323,3 +323,52 @@ def test_a_reshard_and_a_switch_refused_while_tracing_are_described(name):
     with pytest.raises(Exception):
         jax.jit(fun).trace(*make())
     assert (verdict.rule, verdict.stage, verdict.path) == (rule, "trace", path)
+
+
+def _mapped(body, axis_names=None, out_specs=P("x")):
+    return jax.shard_map(body, mesh=mesh(), in_specs=P("x"), out_specs=out_specs,
+                         axis_names=axis_names or {"x", "y"})
+
+
+# name: (function, JAX's class, the path; None: both accept)
+COLLECTIVES = {
+    "psum-over-an-axis-left-automatic": (_mapped(
+        lambda a: jax.lax.psum(jnp.sin(a), "y"), {"x"}), "NameError",
+        "body[0].shard_map.body[1]"),
+    "psum-over-an-axis-the-mesh-lacks": (_mapped(lambda a: jax.lax.psum(a, "z")),
+                                         "AssertionError", "body[0].shard_map.body[0]"),
+    "pmax-over-an-axis-left-automatic": (_mapped(
+        lambda a: jax.lax.pmax(a, ("x", "y")), {"x"}), "NameError",
+        "body[0].shard_map.body[0]"),
+    "pmean-in-a-shard-map-called-in-the-body": (lambda v: jnp.cos(_mapped(
+        lambda a: jax.lax.pmean(a * 2, "y"), {"x"})(v)), "NameError",
+        "body[0].shard_map.body[2]"),
+    "psum-of-a-closed-over-value": (lambda v: _mapped(
+        lambda a: jax.lax.psum(a * v[0, 0], "y"), {"x"})(v), "NameError",
+        "body[0].shard_map.body[4]"),
+    "psum-over-a-manual-axis": (_mapped(lambda a: jax.lax.psum(a, "x"), out_specs=P()),
+                                None, None),
+    "pmax-over-manual-axes": (_mapped(lambda a: jax.lax.pmax(a, ("x", "y"))), None, None),
+}
+
+
+@checks("SMAP-13")
+@pytest.mark.parametrize("name", sorted(COLLECTIVES))
+def test_a_collective_refused_in_a_shard_map_body_is_smap_13(name):
+    """A psum, pmax or pmean in a shard_map's body over an axis the body may not use (left
+    automatic: JAX's NameError; not the mesh's: its AssertionError) while JAX traces it:
+    describe_program describes the shard_map with its body up to the collective, and the
+    spec refuses by SMAP-13 at the collective's path, with JAX's class, at the trace
+    stage; over manual axes both accept."""
+    fun, error, path = COLLECTIVES[name]
+    x = np.ones((8, 4), np.float32)
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    if error is None:
+        assert verdict.accepted
+        return
+    with pytest.raises(Exception) as refused:
+        jax.jit(fun).trace(x)
+    assert type(refused.value).__name__ == error
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        "SMAP-13", "trace", path, error)

@@ -5,7 +5,9 @@ whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` or a
 ``jax.sharding.reshard`` whose sharding does not place its operand (ARG-4), an inner jit
 whose shardings do not fit its operands or its results (FIT-1), a ``jax.shard_map`` whose
 specs do not fit its mesh, its arguments or its body's results (SMAP-3, SMAP-7, SMAP-8,
-SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`) —
+SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`), a ``psum``,
+``pmean``, ``pmax`` or ``pmin`` in a shard_map's body over an axis the body may not use
+(SMAP-13) —
 :func:`describe_refused` still describes the program: the equations JAX traced before the
 call, read from JAX's own trace as it stood when it refused, then the refused call described
 from the user's values (its operands and the shardings it was given), its results the
@@ -42,7 +44,8 @@ __all__ = ["describe_refused"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
-          ("pjit", "reshard"): "reshard",
+          ("pjit", "reshard"): "reshard", ("parallel", "psum"): "collective",
+          ("parallel", "pmax"): "collective", ("parallel", "pmin"): "collective",
           ("pjit", "_process_in_axis_resources"): "jit_in",
           ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out"}
 
@@ -51,6 +54,7 @@ def _files() -> dict[str, str]:
     """The JAX source files whose frames locate a refusal, by role."""
     from jax._src import api, pjit, shard_map
     from jax._src.interpreters import partial_eval
+    from jax._src.lax import parallel
     from jax._src.lax.control_flow import conditionals, loops
 
     import os
@@ -60,6 +64,7 @@ def _files() -> dict[str, str]:
     return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
             "smap": shard_map.__file__,
             "loops": loops.__file__, "conds": conditionals.__file__,
+            "parallel": parallel.__file__,
             "jax": os.path.dirname(jax.__file__)}
 
 
@@ -96,6 +101,13 @@ class _Refused:
     kind: str
     call: dict
     jit: dict | None
+    placed: list[str] = dataclasses.field(default_factory=list)   # its equations' paths
+
+    def refuses_at(self, path: str | None) -> bool:
+        """Whether a refusal at ``path`` is of the equations described for the call (or
+        inside them), where it was placed in the program."""
+        return path is not None and any(path == p or path.startswith((p + ".", p + "["))
+                                        for p in self.placed)
 
 
 def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
@@ -133,28 +145,36 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             inner = kind in ("jit_in", "jit_out")
             if not levels or (inner and pending is None):
                 return None
-            return levels, _Refused(kind, frame.f_locals, pending if inner else None)
+            call = dict(frame.f_locals, called=frame.f_code.co_name)
+            return levels, _Refused(kind, call, pending if inner else None)
         elif where == ("smap", "wrapped") and pending is None:
-            return _shard_map_call(error, frame, levels, files["jax"])
+            if not _inside_body(error, frame, files["jax"]):
+                return _shard_map_call(error, frame, levels)
         elif (pending is not None or construct is not None) and \
                 not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
     return None
 
 
-def _shard_map_call(error: BaseException, call: Any, levels: list[_Level], jax_files: str
-                    ) -> tuple[list[_Level], _Refused] | None:
-    """The shard_map call whose frame is ``call`` as the refused one, where JAX refused it
-    itself: no user code and no body trace below it in ``error``'s frames (else the
-    refusal is inside its body). The staging frame that traced the body, where the refusal
-    came after (JAX re-raises it as its context), rides along as the call's ``jit``."""
+def _inside_body(error: BaseException, call: Any, jax_files: str) -> bool:
+    """Whether JAX refused inside the body of the shard_map call whose frame is ``call``:
+    user code or a body trace below it in ``error``'s frames."""
     below = False
     for frame, _ in traceback.walk_tb(error.__traceback__):
         if frame is call:
             below = True
         elif below and (not frame.f_code.co_filename.startswith(jax_files)
                         or frame.f_code.co_name == "trace_to_jaxpr"):
-            return None
+            return True
+    return False
+
+
+def _shard_map_call(error: BaseException, call: Any, levels: list[_Level]
+                    ) -> tuple[list[_Level], _Refused] | None:
+    """The shard_map call whose frame is ``call`` as the refused one, where JAX refused it
+    itself (not inside its body). The staging frame that traced the body, where the
+    refusal came after (JAX re-raises it as its context), rides along as the call's
+    ``jit``."""
     staged = None
     context = error.__context__
     if context is not None and type(context).__name__ in ("_RepError", "_SpecError"):
@@ -207,6 +227,8 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
     if verdict.accepted or verdict.stage != "trace" or not (
             verdict.jax_error in names or verdict.error_type in names):
         return None
+    if refused.placed and not refused.refuses_at(verdict.path):
+        return None   # refused elsewhere than at the call JAX refused: not its description
     return program
 
 
@@ -281,12 +303,24 @@ def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., P
 
     if not rest:
         return _flat_operands(refused.jit or refused.call, refused.kind), \
-            lambda numbers, path: _refused_equations(refused, numbers, path, read_body)
+            lambda numbers, path: _placed(refused, path, _refused_equations(
+                refused, numbers, path, read_body))
     if rest[0].jit is None:
         inner, make = _next_call(rest[1:], refused, read_body)
         return body_call(rest[0], inner, make, read_body)
     return _flat_operands(rest[0].jit, "jit"), \
         lambda numbers, path: (_inner_jit(rest, refused, numbers, path, read_body),)
+
+
+def _placed(refused: _Refused, path: str, equations: tuple) -> tuple:
+    """``equations``, the refused call's, noted as placed from ``path`` on (``body[n]``,
+    ``body[n + 1]`` ... in the body that ends with them)."""
+    prefix, first = path.rsplit("body[", 1)
+    start = int(first.rstrip("]"))
+    refused.placed.extend(f"{prefix}body[{start + k}]" for k in range(len(equations)))
+    if not equations:   # refused while described (LOOP-3): at the call's place
+        refused.placed.append(path)
+    return equations
 
 
 def _flat_operands(frame: dict, kind: str) -> list:
@@ -305,6 +339,9 @@ def _flat_operands(frame: dict, kind: str) -> list:
         return cond_operands(frame)
     if kind == "scan_length":
         return []
+    if kind == "collective":
+        import jax
+        return jax.tree_util.tree_leaves(frame["x"])
     return list(frame["args_ft"].vals)
 
 
@@ -375,6 +412,9 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     if refused.kind == "cond_branches":
         from .refused_bodies import refused_branches
         return refused_branches(call, operands, path, read_body)
+    if refused.kind == "collective":
+        from .refused_bodies import refused_collective
+        return refused_collective(call, operands)
     if refused.kind == "scan_length":
         from .refused_bodies import refused_length
         return refused_length(call, path)

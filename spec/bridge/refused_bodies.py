@@ -1,4 +1,5 @@
-"""A call JAX refuses inside a loop's or a remat's body, or a loop JAX refuses for its carry.
+"""A call JAX refuses inside a loop's, a cond's, a remat's or a shard_map's body, or a loop
+JAX refuses for its carry.
 
 JAX traces the body of a ``jax.lax.scan`` and of a ``jax.checkpoint`` function as it
 traces a jit's, and refuses a call inside it (a constraint that does not fit its operand,
@@ -14,7 +15,14 @@ into it as it walks into any body and refuses at the equation's path
   loop's constants, its initial carry, then its stacked ``xs``), its results the refused
   body's stacked: the refusal inside it is checked, and no carry type is compared;
 * a remat's body is a :class:`~shardlaw.spec.program.control_flow.Remat` over the
-  function's arguments, its results the refused body's.
+  function's arguments, its results the refused body's;
+* a cond's or a switch's branch is the only branch of a
+  :class:`~shardlaw.spec.program.control_flow.Cond` over its index and operands;
+* a shard_map's body is a :class:`~shardlaw.spec.program.description.ShardMap` with the
+  user's mesh, manual axes and in specs, its results put out replicated (the body is
+  checked before its out specs, and a description is kept only where the spec refuses at
+  the refused call); a ``psum``, ``pmax`` or ``pmin`` refused in it is described as JAX
+  stages it (:func:`refused_collective`), refused by SMAP-13.
 
 Values the body closes over (the enclosing body's values, constants) are the equation's
 first operands, as JAX makes them. :func:`refused_carry` describes a whole scan JAX traced
@@ -26,21 +34,23 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..program.control_flow import Cond, Remat, Scan, stacked
-from ..program.description import Equation, Program
+from ..program.description import Equation, Opaque, Program, ShardMap, Value
 
 __all__ = ["body_construct", "body_call", "refused_carry", "refused_branches", "primal",
            "ended", "carry_operands", "cond_operands", "refused_length"]
 
 # a body's next call: (its operands' value numbers, its path) -> the equations added
 Next = Callable[[tuple, str], tuple]
-# where a construct's body is read, after its equation's path (as the bridge reads them)
-_WHERE = {"scan": "scan", "cond": "cond.branches[0]", "switch": "cond.branches[0]"}
+# where a construct's body is, after its equation's path, as explain_program names it (a
+# remat's body is called as a jit is; a cond's branch as a jit in its body)
+_WHERE = {"scan": "scan", "cond": "cond.body[0].jit", "switch": "cond.body[0].jit",
+          "shard_map": "shard_map"}
 
 
 def body_construct(frame: Any) -> str | None:
     """The kind of body whose tracing the JAX frame ``frame`` starts ("scan", "remat"),
     or None."""
-    from jax._src import ad_checkpoint
+    from jax._src import ad_checkpoint, shard_map
     from jax._src.lax.control_flow import conditionals, loops
 
     name, local = frame.f_code.co_name, frame.f_locals
@@ -49,6 +59,8 @@ def body_construct(frame: Any) -> str | None:
         return "cond"
     if frame.f_code.co_filename == conditionals.__file__ and name == "_switch_internal":
         return "switch"
+    if frame.f_code.co_filename == shard_map.__file__ and name == "_shard_map_staging":
+        return "shard_map"
     if frame.f_code.co_filename == loops.__file__ and name == "scan" and "xs_flat" in local:
         return "scan"
     if frame.f_code.co_filename == ad_checkpoint.__file__ and name == "fun_remat":
@@ -81,6 +93,8 @@ def _own_operands(kind: str, local: dict) -> list:
         return [*local["init_flat"].vals, *local["xs_flat"].vals]
     if kind in ("cond", "switch"):
         return list(local["args"].vals)
+    if kind == "shard_map":
+        return list(local["args"])
     return list(local["args_flat"])
 
 
@@ -109,7 +123,7 @@ def body_call(level: Any, values: list, next_call: Next, read_body: Callable[...
     jaxpr, consts = _opened(level, values)
 
     def make(operands: tuple, path: str) -> tuple[Equation, ...]:
-        where = f"{path}.{_WHERE.get(kind, 'remat2')}."
+        where = f"{path}.{_WHERE.get(kind, 'jit')}."
         inputs = tuple(read_type(v.aval, f"input {i} of {where[:-1]}")
                        for i, v in enumerate(jaxpr.invars))
         body = read_body(jaxpr, [], inputs, where)
@@ -123,6 +137,8 @@ def body_call(level: Any, values: list, next_call: Next, read_body: Callable[...
                          num_carry=0),)
         if kind in ("cond", "switch"):
             return (Cond(operands, made, branches=(body,)),)
+        if kind == "shard_map":
+            return (_shard_map(local, len(consts), operands, body, made),)
         cse = local.get("prevent_cse", True)
         return (Remat(operands, made, body=body, name="checkpoint",
                       prevent_cse=cse if isinstance(cse, bool) else True),)
@@ -209,3 +225,48 @@ def refused_length(local: dict, path: str) -> tuple[Equation, ...]:
     with staged("trace"), located(path):
         scan_length(xs, None if length is None else int(length))
     return ()
+
+
+def _shard_map(local: dict, consts: int, operands: tuple, body: Program, made: tuple
+               ) -> ShardMap:
+    """A shard_map whose body JAX refused while tracing it: its mesh, manual axes and in
+    specs as the user gave them (the closed-over values first, replicated, as JAX stages
+    them), each result of the refused body put out replicated (their out specs are not
+    reached: the body is checked first)."""
+    from ..core.values import PartitionSpec
+    from .convert import from_jax
+
+    outs = tuple(Value.typed(v.shape, v.dtype, weak_type=v.weak_type) for v in made)
+    return ShardMap(operands, outs, body=body, mesh=from_jax(local["mesh"]),
+                    in_specs=(PartitionSpec(),) * consts + tuple(
+                        from_jax(s) for s in local["in_specs"]),
+                    out_specs=(PartitionSpec(),) * len(made),
+                    manual_axes=frozenset(local["newly_manual_axes"]),
+                    check_vma=bool(local["check_vma"]))
+
+
+# a refused collective's function -> (its primitive in the jaxpr, its parameters past axes)
+_COLLECTIVES = {"psum": ("psum_invariant", ()), "pmax": ("pmax", (("axis_index_groups", None),)),
+                "pmin": ("pmin", (("axis_index_groups", None),))}
+
+
+def refused_collective(local: dict, operands: tuple) -> tuple[Equation, ...]:
+    """The collective JAX refused inside a shard_map's body (an axis it may not reduce
+    over), one equation per value, over the values numbered ``operands``: as JAX stages
+    it, its result the operand's type invariant along the axes (SMAP-13 refuses it)."""
+    import dataclasses
+
+    import jax
+
+    from .program import read_type
+
+    axes = local["axis_name"]
+    axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+    primitive, extra = _COLLECTIVES[local["called"]]
+    out = []
+    for number, leaf in zip(operands, jax.tree_util.tree_leaves(local["x"])):
+        given = read_type(jax.typeof(leaf), "a collective's operand")
+        result = dataclasses.replace(given, varying=frozenset(given.varying) - set(axes))
+        out.append(Opaque((number,), (result,), primitive=primitive,
+                          params=(("axes", axes),) + extra))
+    return tuple(out)
