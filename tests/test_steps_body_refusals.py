@@ -372,3 +372,20 @@ def test_a_collective_refused_in_a_shard_map_body_is_smap_13(name):
     assert type(refused.value).__name__ == error
     assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
         "SMAP-13", "trace", path, error)
+
+
+@checks("FIT-1")
+@pytest.mark.parametrize("rows,refused", [(6, True), (8, False)], ids=["indivisible", "fits"])
+def test_a_jit_of_a_vmapped_function_whose_in_shardings_do_not_divide_is_fit_1(rows, refused):
+    """jax.jit(jax.vmap(f), in_shardings=...) splitting a mapped argument's 6 rows over the
+    4-way axis: JAX's IndivisibleError while tracing, before the vmapped body; the spec
+    reads the jit as any jit whose in_shardings it refuses, FIT-1 at the argument, JAX's
+    class at the trace stage; on 8 rows both accept the batched call alike."""
+    fun = jax.jit(jax.vmap(lambda r: jnp.sin(r) * 2.0),
+                  in_shardings=NS(mesh(), P(None, "y")))
+    x = np.ones((2, rows, 4), np.float32)
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    assert verdict.accepted is not refused
+    if refused:
+        assert (verdict.rule, verdict.stage, verdict.path) == ("FIT-1", "trace", "args[0]")

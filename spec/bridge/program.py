@@ -804,7 +804,10 @@ def _under_jit(jitted: Any, program: Program, args: tuple, name: str) -> Program
     import dataclasses
 
     jax = _jax()
-    eqn = jax.make_jaxpr(jitted)(*args).jaxpr.eqns[0]
+    try:
+        eqn = jax.make_jaxpr(jitted)(*args).jaxpr.eqns[0]
+    except Exception:   # noqa: BLE001 - JAX refuses the jit's own options while tracing
+        return describe_trace(jitted, *args)   # described as any jit it so refuses, or raised
     _no_layouts(eqn.params, "the jit called")
     options = _jit_options(eqn.params, "the jit called")
     if program.checked:   # jax.jit of the vmapped function already: the options are the user's
