@@ -253,13 +253,13 @@ LENGTHS = {
 }
 
 
-@checks("LOOP-3")
+@checks("LOOP-5")
 @pytest.mark.parametrize("name", sorted(LENGTHS))
-def test_a_scan_whose_length_jax_cannot_read_is_loop_3(name):
+def test_a_scan_whose_length_jax_cannot_read_is_loop_5(name):
     """A scan given neither xs nor length (a scanned model with no parameters), a length
     its xs disagree with, xs of different lengths, or xs split along their leading
     dimension over Explicit axes: JAX's ValueError while tracing, before the body; the
-    spec refuses by LOOP-3 while describing the call, at the trace stage, at the scan's
+    spec refuses by LOOP-5 while describing the call, at the trace stage, at the scan's
     path. The scans JAX runs are described and accepted alike."""
     from shardlaw.spec import Rejection
 
@@ -277,7 +277,7 @@ def test_a_scan_whose_length_jax_cannot_read_is_loop_3(name):
         describe_program(fun, x, ys)
     assert isinstance(raised.value, ValueError)
     assert (raised.value.failure.rule, raised.value.stage, raised.value.path) == (
-        "LOOP-3", "trace", "body[0]")
+        "LOOP-5", "trace", "body[0]")
 
 
 def _explicit(shape, spec):

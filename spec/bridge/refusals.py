@@ -318,7 +318,7 @@ def _placed(refused: _Refused, path: str, equations: tuple) -> tuple:
     prefix, first = path.rsplit("body[", 1)
     start = int(first.rstrip("]"))
     refused.placed.extend(f"{prefix}body[{start + k}]" for k in range(len(equations)))
-    if not equations:   # refused while described (LOOP-3): at the call's place
+    if not equations:   # refused while described (LOOP-5): at the call's place
         refused.placed.append(path)
     return equations
 

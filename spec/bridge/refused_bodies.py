@@ -210,7 +210,7 @@ def refused_branches(local: dict, operands: tuple, path: str,
 
 
 def refused_length(local: dict, path: str) -> tuple[Equation, ...]:
-    """The scan call whose frame's locals are ``local``, at ``path``, refused by LOOP-3
+    """The scan call whose frame's locals are ``local``, at ``path``, refused by LOOP-5
     where JAX cannot read its length (no ``xs`` and no ``length``, ``xs`` that disagree or
     split their leading dimension in their type); nothing where it can."""
     import jax

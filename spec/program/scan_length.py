@@ -1,4 +1,4 @@
-"""How many times a ``jax.lax.scan`` runs, read from the user's call (LOOP-3).
+"""How many times a ``jax.lax.scan`` runs, read from the user's call (LOOP-5).
 
 A scan's :class:`~shardlaw.spec.program.control_flow.Scan` equation holds its ``length``.
 JAX reads it from the call before it traces the body: the ``length`` argument, or the
@@ -19,7 +19,7 @@ __all__ = ["scan_length", "ScanLengthUnknown"]
 
 
 @dataclasses.dataclass(frozen=True)
-class ScanLengthUnknown(Failure, rule="LOOP-3", error=ValueError):
+class ScanLengthUnknown(Failure, rule="LOOP-5", error=ValueError):
     template = "a scan cannot run: {why}"
     hint = ("Give the scan values to scan over (xs with a common, unsplit leading "
             "dimension) or its length (jax.lax.scan(f, init, None, length=n)).")
@@ -31,7 +31,7 @@ def _split(value: Value) -> bool:
     return spec is not None and len(spec.partitions) > 0 and spec.partitions[0] is not None
 
 
-@rule("LOOP-3", mirrors="jax._src.lax.control_flow.loops._infer_scan_length")
+@rule("LOOP-5", mirrors="jax._src.lax.control_flow.loops._infer_scan_length")
 def scan_length(xs: tuple[Value, ...], length: int | None) -> int:
     """A scan runs ``length`` times, given or else its ``xs``' common leading dimension, which every ``xs`` has, unsplit in its type (ValueError at trace).
 
@@ -46,11 +46,11 @@ def scan_length(xs: tuple[Value, ...], length: int | None) -> int:
     >>> scan_length((), None)
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionValueError: [LOOP-3]: a scan cannot run: it is given no xs to scan over and no length. Give the scan values to scan over (xs with a common, unsplit leading dimension) or its length (jax.lax.scan(f, init, None, length=n)).
+    shardlaw.spec.core.rules.RejectionValueError: [LOOP-5]: a scan cannot run: it is given no xs to scan over and no length. Give the scan values to scan over (xs with a common, unsplit leading dimension) or its length (jax.lax.scan(f, init, None, length=n)).
     >>> scan_length((Value((3, 4)),), 2)
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionValueError: [LOOP-3]: a scan cannot run: its length 2 disagrees with its xs' leading dimensions [3]. Give the scan values to scan over (xs with a common, unsplit leading dimension) or its length (jax.lax.scan(f, init, None, length=n)).
+    shardlaw.spec.core.rules.RejectionValueError: [LOOP-5]: a scan cannot run: its length 2 disagrees with its xs' leading dimensions [3]. Give the scan values to scan over (xs with a common, unsplit leading dimension) or its length (jax.lax.scan(f, init, None, length=n)).
     """
     if any(len(v.shape) == 0 for v in xs):
         raise reject(ScanLengthUnknown("an xs of rank 0 has no leading dimension"))
