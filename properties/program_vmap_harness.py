@@ -26,6 +26,7 @@ inputs). Rule sides are recorded under ``"programs-vmap"``.
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from typing import Any
 
@@ -472,6 +473,8 @@ def _params_read(value: Any) -> Any:
         return tuple(_params_read(v) for v in value)
     if isinstance(value, str) and value.lstrip("-").isdigit():
         return int(value)
+    if isinstance(value, str):   # a gather's dimension numbers: numpy 2 writes np.int64(1)
+        return re.sub(r"np\.\w+\((-?\d+)\)", r"\1", value)
     return value
 
 

@@ -485,7 +485,8 @@ declare(Entry("broadcast_in_dim", Kind.STRUCTURAL, batching="broadcast_in_dim", 
 for _name in ("reshape", "squeeze"):
     declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="linear", transpose="opaque"))
 declare(Entry("expand_dims", Kind.STRUCTURAL, batching=Absent(
-    "its batching is not written (issue 32)"), jvp="linear", transpose="opaque"))
+    "jax 0.10.2 binds no expand_dims (jnp.expand_dims is a broadcast_in_dim): no batching "
+    "of it to hold to JAX"), jvp="linear", transpose="opaque"))
 
 declare(Entry("dot_general", Kind.CONTRACTION, batching="dot_general", jvp="bilinear",
               transpose="opaque"))
@@ -530,6 +531,20 @@ for _name in ("atan2", "rem", "nextafter", "shift_left", "shift_right_logical",
               "shift_right_arithmetic"):
     _elementwise(_name, broadcasting=True, split_checked=False)
 
+# Indexing (batching_indexing.py): a dynamic slice or update batched is the gather or the
+# scatter JAX makes of it; top_k's axis moves past the batch axis; clamp as JAX's rule.
+for _name in ("gather", "dynamic_slice", "dynamic_update_slice"):
+    declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="opaque", transpose="opaque"))
+for _name in ("scatter", "scatter-add", "scatter-sub", "scatter-mul", "scatter-min",
+              "scatter-max"):
+    declare(Entry(_name, Kind.STRUCTURAL, batching="scatter", jvp="opaque",
+                  transpose="opaque"))
+for _name in ("top_k", "split"):
+    declare(Entry(_name, Kind.STRUCTURAL, batching="axis_param", jvp="opaque",
+                  transpose="opaque"))
+declare(Entry("clamp", Kind.ELEMENTWISE, batching="clamp", jvp="opaque", transpose="opaque"))
+_elementwise("erf", split_checked=False)
+
 # Mutable refs (jax.Ref): the first operand is the ref, read or written whole.
 declare(Entry("get", Kind.EFFECT, batching="ref_access", jvp="opaque", transpose="opaque",
               effect="reads ref", checks=("REF-4",)))
@@ -560,7 +575,7 @@ _UNPROPAGATED = {
         ("rev", "reduce_and", "reduce_or", "reduce_xor", "erfc", "erf_inv", "cbrt", "asinh",
          "acosh", "atanh", "imag", "real", "conj", "population_count", "clz",
          "bitcast_convert_type", "shift_left", "shift_right_logical",
-         "shift_right_arithmetic"),
+         "shift_right_arithmetic", "scatter-sub", "top_k", "split", "erf"),
 }
 for _why, _names in _UNPROPAGATED.items():
     for _name in _names:
