@@ -488,8 +488,15 @@ declare(Entry("expand_dims", Kind.STRUCTURAL, batching=Absent(
     "jax 0.10.2 binds no expand_dims (jnp.expand_dims is a broadcast_in_dim): no batching "
     "of it to hold to JAX"), jvp="linear", transpose="opaque"))
 
+# (its result type over Explicit axes, PROG-7, where traced and where transposed:
+# contraction.py)
 declare(Entry("dot_general", Kind.CONTRACTION, batching="dot_general", jvp="bilinear",
-              transpose="opaque"))
+              transpose="dot_general", tracing="dot_general", checks=("PROG-7",)))
+declare(Entry("transposed_dot_general", Kind.OPAQUE, batching=Absent(
+    "a gradient's transposed product: vmap of a gradient batches the primal's"),
+    jvp="opaque", transpose="opaque", tracing="transposed_dot_general", checks=("PROG-7",),
+    sharding=NotPropagated("a gradient's transposed product: its sharding rule is not "
+                           "written")))
 
 # The primitives of a real step (issue 32), batched by batching_primitives.py's rules.
 for _name in ("slice", "rev"):
