@@ -409,7 +409,7 @@ def map_vmap_cases(draw: Any) -> MapVmapCase:
     nested vmaps; batch sizes the spmd axes may split unevenly, spmd axes the shard_map
     names, makes manual or not, or its mesh lacks."""
     from shardlaw.properties.program_shardmap_harness import map_cases
-    from shardlaw.spec.program.shardmap_batching import spec_axes
+    from shardlaw.spec.transforms.shardmap_parameters import spec_axes
 
     case = draw(map_cases())
     used = spec_axes(case.in_spec) | spec_axes(case.out_spec)
