@@ -437,8 +437,8 @@ class StepVmapCase:
 def step_vmap_cases(draw: Any) -> StepVmapCase:
     """A step of a real model's primitives under vmap, its arguments mapped at drawn
     axes (a key array at its first)."""
-    from shardlaw.properties.program_steps import KEY, step_cases
-    step = draw(step_cases())
+    from shardlaw.properties.program_steps import KEY, VMAP_STEP_NAMES, step_cases
+    step = draw(step_cases(VMAP_STEP_NAMES))
     axes = []
     for shape in step.shapes:
         rank = 0 if shape and shape[0] == KEY else len(shape)
