@@ -353,8 +353,8 @@ for _name, _equation, _bodies in (("scan", "Scan", ("body",)),
     _scan = _name == "scan"
     declare(Entry(_name, equation=_equation, kind=Kind.CONTROL_FLOW, typing=_name,
                   batching=_name if _name != "while" else "control_flow",
-                  jvp="scan" if _scan else "control_flow",
-                  transpose="scan" if _scan else _NO_TRANSPOSE,
+                  jvp=_name if _name != "while" else "control_flow",
+                  transpose=_name if _name != "while" else _NO_TRANSPOSE,
                   tracing="bodies", in_shard_map="bodies", checks=("PROG-0", "PROG-1"),
                   bodies=Bodies(_bodies)))
 for _name, _equation in (("remat2", "Remat"), ("custom_jvp_call", "CustomJvp"),

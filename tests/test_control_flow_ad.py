@@ -1,0 +1,228 @@
+"""Control flow under AD and vmap, and custom derivatives' own rules (issue 32), against JAX 0.10.2.
+
+A ``lax.cond``/``switch`` under ``grad``, ``jvp``, ``linearize`` and ``vjp``; a
+``while_loop``/``fori_loop`` under ``vmap`` and under ``jvp`` and ``linearize``; a
+``custom_jvp`` function differentiated by its own rule, a ``custom_vjp`` function by its
+``fwd`` and ``bwd``. Each case is the spec's rewrite of ``describe_program`` of the
+untransformed function, held to JAX's transformed function: the same refusal (stage and
+class) or the same results (shardings, committedness, types, device assignment:
+:func:`~shardlaw.properties.program_ad_harness.compare_rewrite`), and the same placing
+equations in order, the bodies of every jit, cond, loop and custom call flattened into
+the list (each constraint's, device_put's and reshard's sharding and the types it gives).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from shardlaw.properties.program_ad_harness import compare_rewrite, run_function, typed
+from shardlaw.spec import Rejection, explain_program, from_jax
+from shardlaw.spec.bridge.program import describe_program, value_type_of
+from shardlaw.spec.program import (
+    grad_program, jvp_program, linearize_program, vjp_program,
+)
+from shardlaw.spec.program.control_flow import Cond, Scan, While
+from shardlaw.spec.program.description import DevicePut, Reshard, ShardingConstraint
+
+AUTO = (jax.sharding.AxisType.Auto,) * 2
+EXPLICIT_AXES = (jax.sharding.AxisType.Explicit,) * 2
+MESH = jax.make_mesh((2, 4), ("x", "y"), axis_types=AUTO)
+EXPLICIT = jax.make_mesh((2, 4), ("x", "y"), axis_types=EXPLICIT_AXES)
+# a mesh over half the devices: a sharding on it conflicts with the arguments' assignment
+HALF = jax.sharding.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"),
+                         axis_types=AUTO)
+
+
+def _on(mesh, *spec):
+    return jax.sharding.NamedSharding(mesh, jax.P(*spec))
+
+
+X = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4) / 7, _on(MESH, "x"))
+XE = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4) / 7, _on(EXPLICIT, "x"))
+
+
+# --------------------------------------------------------------------------- placing equations
+
+def _spec_bodies(eq):
+    if isinstance(eq, Cond):
+        return eq.branches
+    if isinstance(eq, While):
+        return (eq.cond, eq.body_fun)
+    return () if eq.body is None else (eq.body,)
+
+
+def spec_placing(program) -> list:
+    """The placing equations of a spec Program in order, every body flattened in."""
+    out = []
+    for eq in program.equations:
+        if isinstance(eq, ShardingConstraint):
+            out.append(("sharding_constraint", eq.sharding, typed(eq.results)))
+        elif isinstance(eq, DevicePut):
+            out.append(("device_put", eq.targets, typed(eq.results)))
+        elif isinstance(eq, Reshard):
+            out.append(("reshard", eq.sharding, typed(eq.results)))
+        for body in _spec_bodies(eq):
+            out += spec_placing(body)
+    return out
+
+
+def jax_placing(jaxpr) -> list:
+    """:func:`spec_placing` read from a jaxpr (every jaxpr in an equation's parameters)."""
+    from jax._src import core
+
+    out = []
+    for eqn in jaxpr.eqns:
+        name, params = eqn.primitive.name, eqn.params
+        types = typed(value_type_of(v.aval, "a result") for v in eqn.outvars)
+        if name == "sharding_constraint":
+            out.append((name, from_jax(params["sharding"]), types))
+        elif name == "device_put":
+            out.append((name, tuple(None if d is None else d.id if isinstance(d, jax.Device)
+                                    else from_jax(d) for d in params["devices"]), types))
+        elif name == "reshard":
+            out.append((name, from_jax(params["dst_sharding"]), types))
+        for inner in core.jaxprs_in_params(params):
+            out += jax_placing(inner)
+    return out
+
+
+# --------------------------------------------------------------------------- holding to JAX
+
+def _jax_function(transform, f, n, argnums=0):
+    jitted = jax.jit(f)
+    if transform == "grad":
+        return jax.jit(jax.grad(jitted, argnums))
+    if transform == "jvp":
+        return jax.jit(lambda *pt: jax.jvp(jitted, pt[:n], pt[n:]))
+    if transform == "linearize":
+        return jax.jit(lambda *pt: jax.linearize(jitted, *pt[:n])[1](*pt[n:]))
+    return jax.jit(lambda *pc: jax.vjp(jitted, *pc[:n])[1](pc[n]))
+
+
+def _spec_rewrite(transform, program, argnums=0):
+    if transform == "grad":
+        return grad_program(program, argnums)
+    if transform == "jvp":
+        return jvp_program(program)
+    if transform == "linearize":
+        return linearize_program(program).applied
+    return vjp_program(program).applied
+
+
+def _extra(transform, f, args):
+    """The tangents (numpy ones of the inputs' types) or the cotangent (of the output's)."""
+    if transform == "grad":
+        return ()
+    if transform == "vjp":
+        out = jax.eval_shape(f, *args)
+        return (np.ones(out.shape, out.dtype),)
+    return tuple(np.ones(a.shape, np.float32) for a in args)
+
+
+def held(transform, f, *args, argnums=0, placing=True):
+    """The spec's rewrite of ``f`` under ``transform``, held to JAX's; its verdict."""
+    program = describe_program(f, *args)
+    fn = _jax_function(transform, f, len(args), argnums)
+    given = args + _extra(transform, f, args)
+    problems = compare_rewrite(lambda: _spec_rewrite(transform, program, argnums),
+                               run_function(fn, given), equations=False)
+    assert not problems, problems
+    try:
+        rewritten = _spec_rewrite(transform, program, argnums)
+    except Rejection as error:
+        return error
+    if placing:
+        theirs = jax_placing(jax.make_jaxpr(fn)(*given).jaxpr)
+        assert spec_placing(rewritten) == theirs, (spec_placing(rewritten), theirs)
+    return explain_program(rewritten)
+
+
+TRANSFORMS = ("grad", "jvp", "linearize", "vjp")
+
+
+# --------------------------------------------------------------------------- cond
+
+def _cond_constrained(mesh):
+    def f(x):
+        return lax.cond(x[0, 0] > 0,
+                        lambda v: lax.with_sharding_constraint(jnp.sin(v), _on(mesh, "y")),
+                        lambda v: jnp.cos(v) * 2, x)
+    return f
+
+
+def _loss(f):
+    return lambda *a: f(*a).sum()
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("mesh, accepted", [(MESH, True), (HALF, False)],
+                         ids=["same-devices", "other-devices"])
+def test_a_cond_under_ad_is_one_cond_of_differentiated_branches(transform, mesh, accepted):
+    """A constraint in one branch of a cond: under each transformation it is in the
+    JVP's branch, the known cond's and the tangent (or transposed) cond's, as in JAX's;
+    on other devices the spec refuses where JAX does (held's compare_rewrite)."""
+    f = _cond_constrained(mesh)
+    verdict = held(transform, _loss(f) if transform == "grad" else f, X)
+    assert verdict.accepted is accepted
+
+
+def _kinds(program, out=None):
+    out = [] if out is None else out
+    for eq in program.equations:
+        out.append(getattr(eq, "primitive", eq.kind))
+        for body in _spec_bodies(eq):
+            _kinds(body, out)
+    return out
+
+
+def test_grad_of_a_cond_is_a_known_cond_then_a_transposed_cond():
+    program = describe_program(_loss(_cond_constrained(MESH)), X)
+    grad = grad_program(program)
+    assert _kinds(grad).count("cond") == 2
+    assert explain_program(grad).accepted
+
+
+def test_a_switch_joins_the_residuals_of_its_branches_by_type():
+    """Three branches storing residuals of different types: the known cond returns one
+    slot per type (and per repeat), each branch filling the slots it does not store with
+    zeros; the tangent cond reads each branch's own."""
+    def f(x, w):
+        return lax.switch(jnp.int32(x[0, 0] > 1) + jnp.int32(x[1, 0] > 1), [
+            lambda v, u: jnp.sin(v) * u.sum(),
+            lambda v, u: v * jnp.tanh(u).sum(),
+            lambda v, u: lax.with_sharding_constraint(v * v, _on(MESH, None, "y")) + u[0]],
+            x, w)
+    w = jax.device_put(np.ones((4,), np.float32), _on(MESH, "y"))
+    for transform in TRANSFORMS:
+        verdict = held(transform, _loss(f) if transform == "grad" else f, X, w,
+                       argnums=(0, 1))
+        assert verdict.accepted, (transform, verdict)
+    lin = linearize_program(describe_program(f, X, w))
+    (known,) = [eq for eq in lin.primal.equations if isinstance(eq, Cond)] or [
+        eq for eq in lin.primal.equations[0].body.equations if isinstance(eq, Cond)]
+    assert len(known.branches) == 3
+
+
+def test_a_branch_without_a_tangent_returns_zeros_where_another_has_one():
+    """One branch returns a constant: its tangent is a zero, instantiated as zeros in that
+    branch of the JVP (and of the tangent cond) since the other branch's is not."""
+    def f(x):
+        return lax.cond(x[0, 0] > 0, lambda v: jnp.zeros_like(v),
+                        lambda v: lax.with_sharding_constraint(v * 3, _on(MESH, "y")), x)
+    for transform in TRANSFORMS:
+        verdict = held(transform, _loss(f) if transform == "grad" else f, X)
+        assert verdict.accepted
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_a_cond_over_explicit_axes_reshards_its_tangents_as_jax_does(transform):
+    def f(x):
+        return lax.cond(x.sum() > 0,
+                        lambda v: jax.sharding.reshard(jnp.sin(v), _on(EXPLICIT, "x")),
+                        lambda v: v * 2, x)
+    verdict = held(transform, _loss(f) if transform == "grad" else f, XE)
+    assert verdict.accepted
