@@ -107,7 +107,7 @@ def joined_residuals(per_branch: list[list[Value]]) -> tuple[list[Value], list[l
 
     >>> a, b = Value.typed((4,)), Value.typed((2,))
     >>> joined_residuals([[a], [b], [a, a]])
-    ([Value(shape=(4,), dtype='float32'), Value(shape=(2,), dtype='float32'), Value(shape=(4,), dtype='float32')], [[0], [1], [0, 2]])
+    ([<float32[4]>, <float32[2]>, <float32[4]>], [[0], [1], [0, 2]])
     """
     slots: dict[tuple, int] = {}
     types: list[Value] = []
