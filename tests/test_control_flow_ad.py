@@ -226,3 +226,106 @@ def test_a_cond_over_explicit_axes_reshards_its_tangents_as_jax_does(transform):
                         lambda v: v * 2, x)
     verdict = held(transform, _loss(f) if transform == "grad" else f, XE)
     assert verdict.accepted
+
+
+# --------------------------------------------------------------------------- while
+
+def _while_constrained(mesh):
+    def f(x):
+        return lax.while_loop(lambda c: c.sum() < 50,
+                              lambda c: lax.with_sharding_constraint(c * 2 + 1, _on(mesh, "y")),
+                              x)
+    return f
+
+
+def _vmap_held(f, *args):
+    """``describe_program`` of a vmapped function (the spec's batching of it), held to
+    JAX: results, stage and class, and placing equations."""
+    program = describe_program(f, *args)
+    problems = compare_rewrite(lambda: program, run_function(jax.jit(f), args),
+                               equations=False)
+    assert not problems, problems
+    assert spec_placing(program) == jax_placing(jax.make_jaxpr(jax.jit(f))(*args).jaxpr)
+    return program, explain_program(program)
+
+
+BATCH = jax.device_put(np.ones((2, 8, 4), np.float32), _on(MESH, None, "x"))
+
+
+@pytest.mark.parametrize("mesh, accepted", [(MESH, True), (HALF, False)],
+                         ids=["same-devices", "other-devices"])
+def test_vmap_of_a_while_with_a_batched_predicate_batches_every_carry(mesh, accepted):
+    """Each example's own predicate: the loop's predicate gives one bool per example and
+    the whole carry is batched at axis 0 (JAX selects inside the body when lowering)."""
+    program, verdict = _vmap_held(jax.vmap(_while_constrained(mesh)), BATCH)
+    (loop,) = [eq for eq in _walk(program) if isinstance(eq, While)]
+    assert loop.cond.value_types[loop.cond.outputs[0]].shape == (2,)
+    assert loop.results[0].shape == (2, 8, 4)
+    assert verdict.accepted is accepted
+
+
+def test_vmap_of_a_fori_loop_of_dynamic_bounds_keeps_its_counter_unbatched():
+    """An unbatched predicate (the counter against an unbatched bound): the counter stays
+    unbatched, the batched carry batched at axis 0."""
+    def f(x, n):
+        return lax.fori_loop(0, n, lambda i, c: lax.with_sharding_constraint(
+            c * 1.5, _on(MESH, "x")), x)
+    program, verdict = _vmap_held(jax.vmap(f, in_axes=(0, None)), BATCH, 3)
+    (loop,) = [eq for eq in _walk(program) if isinstance(eq, While)]
+    assert loop.cond.value_types[loop.cond.outputs[0]].shape == ()
+    assert [r.shape for r in loop.results][-1] == (2, 8, 4)
+    assert verdict.accepted
+
+
+def test_vmap_of_a_while_whose_body_batches_an_unbatched_carry():
+    """A carry the body makes batched (added to a batched constant) is batched from the
+    start: its initial value broadcast, as JAX's fixed point does."""
+    def f(x, y):
+        def body(c):
+            i, acc = c
+            return i + 1, lax.with_sharding_constraint(acc + x, _on(MESH, "x"))
+        return lax.while_loop(lambda c: c[0] < 3, body, (0, y))[1]
+    y = jax.device_put(np.zeros((8, 4), np.float32), _on(MESH, "x"))
+    program, verdict = _vmap_held(jax.vmap(f, in_axes=(0, None)), BATCH, y)
+    assert verdict.accepted
+
+
+def _walk(program):
+    for eq in program.equations:
+        yield eq
+        for body in _spec_bodies(eq):
+            yield from _walk(body)
+
+
+@pytest.mark.parametrize("transform", ["jvp", "linearize"])
+@pytest.mark.parametrize("mesh, accepted", [(MESH, True), (HALF, False)],
+                         ids=["same-devices", "other-devices"])
+def test_a_while_under_jvp_and_linearize_is_a_while_over_primals_and_tangents(
+        transform, mesh, accepted):
+    """JVP: one while over the carry and its tangent, the constraint on both; linearized:
+    the known loop in the primal jit, the whole JVP loop in the tangent jit."""
+    verdict = held(transform, _while_constrained(mesh), X)
+    assert verdict.accepted is accepted
+
+
+def test_the_jvp_of_a_while_carries_a_tangent_the_body_makes_nonzero_from_the_start():
+    """A carry given no tangent (an integer counter beside a float started from a constant)
+    whose next value reads a differentiated constant: its tangent starts as zeros."""
+    def f(x):
+        def body(c):
+            i, acc = c
+            return i + 1, lax.with_sharding_constraint(acc + jnp.sin(x), _on(MESH, "y"))
+        return lax.while_loop(lambda c: c[0] < 3, body, (0, jnp.zeros((8, 4))))[1]
+    for transform in ("jvp", "linearize"):
+        assert held(transform, f, X).accepted
+    jvp = jvp_program(describe_program(f, X))
+    (loop,) = [eq for eq in _walk(jvp) if isinstance(eq, While)]
+    assert loop.body_consts == 2 and len(loop.results) == 3
+
+
+@pytest.mark.parametrize("transform", ["grad", "vjp"])
+def test_a_while_under_reverse_mode_is_refused_as_jax_refuses_it(transform):
+    f = _while_constrained(MESH)
+    refused = held(transform, _loss(f) if transform == "grad" else f, X)
+    assert (refused.failure.rule, refused.stage) == ("LOOP-2", "trace")
+    assert isinstance(refused, ValueError)

@@ -27,7 +27,8 @@ from .description import Opaque, Program, Reshard, Value
 from .primitives import JVP_BODIES, LINEARIZE_BODIES, TRANSPOSES
 from .transpose import transpose_body
 
-__all__ = ["jvp_cond", "linearize_cond", "transpose_cond", "joined_residuals", "emit_zeros"]
+__all__ = ["jvp_cond", "linearize_cond", "transpose_cond", "joined_residuals", "emit_zeros",
+           "rebuilt", "instantiated"]
 
 
 def emit_zeros(body: BodyBuilder, value: Value) -> int:
@@ -47,7 +48,7 @@ def _branch_prefix(path: str, i: int) -> str:
     return f"{path}.cond.body[{i}].jit."
 
 
-def _rebuilt(program: Program, inputs: tuple[Value, ...], take: list[int], head: int,
+def rebuilt(program: Program, inputs: tuple[Value, ...], take: list[int], head: int,
              tail: list[tuple[int | None, Value]]) -> Program:
     """A body over ``inputs`` that runs ``program`` on its inputs ``take`` and returns
     ``program``'s first ``head`` outputs, then per ``tail`` slot (its source, its type)
@@ -59,7 +60,7 @@ def _rebuilt(program: Program, inputs: tuple[Value, ...], take: list[int], head:
     return body.program(tuple(outs[:head]) + tuple(tail_numbers))
 
 
-def _instantiated(flags: tuple[bool, ...], wanted: list[bool], head: int,
+def instantiated(flags: tuple[bool, ...], wanted: list[bool], head: int,
                   types: list[Value]) -> list[tuple[int | None, Value]]:
     """The tail of a body whose outputs after ``head`` are the values ``flags`` marks, made
     to return one per ``wanted`` slot (zeros of ``types[j]`` where ``flags[j]`` is False)."""
@@ -88,9 +89,9 @@ def jvp_cond(eq: Cond, body: Any, operands: tuple[int, ...], moving: list, path:
     outs = [first.value_types[n].type for n in first.outputs]
     out_nz = [any(flags[j] for _, flags in made) for j in range(len(outs))]
     branches = tuple(
-        jvp if list(flags) == out_nz else _rebuilt(
+        jvp if list(flags) == out_nz else rebuilt(
             jvp, jvp.inputs, list(range(len(jvp.inputs))), len(outs),
-            _instantiated(flags, out_nz, len(outs), outs))
+            instantiated(flags, out_nz, len(outs), outs))
         for jvp, flags in made)
     given = tuple(t for t in ops_moving if t is not None)
     results = body.emit(Cond(tuple(operands) + given, branches=branches))
@@ -147,11 +148,11 @@ def linearize_cond(eq: Cond, tape: Any, operands: tuple[int, ...], moving: list,
     moving_types = [v.type for v, nz in zip(first.inputs, nonzero) if nz]
     for lin, mine in zip(lins, where):
         source = {slot: count + q for q, slot in enumerate(mine)}
-        known.append(_rebuilt(lin.primal, first.inputs, list(range(len(first.inputs))),
+        known.append(rebuilt(lin.primal, first.inputs, list(range(len(first.inputs))),
                               count, [(source.get(k), v) for k, v in enumerate(slots)]))
         take = list(mine) + [len(slots) + j for j in range(len(moving_types))]
-        tangent.append(_rebuilt(lin.tangent, tuple(slots) + tuple(moving_types), take, 0,
-                                _instantiated(lin.flags, out_nz, 0, outs)))
+        tangent.append(rebuilt(lin.tangent, tuple(slots) + tuple(moving_types), take, 0,
+                                instantiated(lin.flags, out_nz, 0, outs)))
     made = tape.primal.emit(Cond(operands, branches=tuple(known)))
     primal, stored = made[:count], made[count:]
     refs = (tape.residual(operands[0]),) + tuple(tape.residual(n) for n in stored) + \
@@ -178,9 +179,9 @@ def transpose_cond(eq: Cond, body: Any, incoming: list, flags: list[bool],
     inputs = tuple(first.inputs[i].type for i, lin in enumerate(linear) if not lin) + \
         tuple(g for g in given if g is not None)
     branches = tuple(
-        program if list(r) == reached else _rebuilt(
+        program if list(r) == reached else rebuilt(
             program, inputs, list(range(len(inputs))), 0,
-            _instantiated(r, reached, 0, cts))
+            instantiated(r, reached, 0, cts))
         for program, r in made)
     operands = (number[eq.operands[0]],) + tuple(
         number[n] for n, lin in zip(eq.operands[1:], linear) if not lin) + tuple(

@@ -204,8 +204,11 @@ class While(_Bodied):
         require_described(cc <= len(cond.inputs) and len(cond.inputs) - cc == len(carry),
                           "a while's cond", "a predicate over the carry", cond)
         pred = [cond.value_types[n] for n in cond.outputs]
-        require_described(len(pred) == 1 and pred[0].shape == () and pred[0].dtype == "bool",
-                          "a while's cond", "a predicate giving one bool[]", pred)
+        # (one bool[], or under vmap one bool per example: a prefix of every carry's shape)
+        require_described(len(pred) == 1 and pred[0].dtype == "bool" and all(
+            v.shape[:len(pred[0].shape)] == pred[0].shape for v in carry),
+                          "a while's cond", "a predicate giving one bool[] (or, batched, "
+                          "one bool per example)", pred)
         for k, given in enumerate(carry):
             made = body.value_types[body.outputs[k]]
             if not (_same_array(given, made) and _same_array(cond.inputs[cc + k], given)):

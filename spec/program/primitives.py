@@ -352,8 +352,7 @@ for _name, _equation, _bodies in (("scan", "Scan", ("body",)),
                                   ("cond", "Cond", ("branches",))):
     _scan = _name == "scan"
     declare(Entry(_name, equation=_equation, kind=Kind.CONTROL_FLOW, typing=_name,
-                  batching=_name if _name != "while" else "control_flow",
-                  jvp=_name if _name != "while" else "control_flow",
+                  batching=_name, jvp=_name,
                   transpose=_name if _name != "while" else _NO_TRANSPOSE,
                   tracing="bodies", in_shard_map="bodies", checks=("PROG-0", "PROG-1"),
                   bodies=Bodies(_bodies)))
