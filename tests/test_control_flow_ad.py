@@ -20,6 +20,7 @@ import pytest
 from jax import lax
 
 from shardlaw.properties.program_ad_harness import compare_rewrite, run_function, typed
+from shardlaw.properties.registry import checks
 from shardlaw.spec import Rejection, explain_program, from_jax
 from shardlaw.spec.bridge.program import describe_program, value_type_of
 from shardlaw.spec.program import (
@@ -329,3 +330,101 @@ def test_a_while_under_reverse_mode_is_refused_as_jax_refuses_it(transform):
     refused = held(transform, _loss(f) if transform == "grad" else f, X)
     assert (refused.failure.rule, refused.stage) == ("LOOP-2", "trace")
     assert isinstance(refused, ValueError)
+
+
+# --------------------------------------------------------------------------- custom rules
+
+def _jax_kinds(jaxpr, out=None):
+    from jax._src import core
+
+    out = [] if out is None else out
+    for eqn in jaxpr.eqns:
+        out.append(eqn.primitive.name)
+        for inner in core.jaxprs_in_params(eqn.params):
+            _jax_kinds(inner, out)
+    return out
+
+
+def _relu_layer(x):
+    return jax.nn.relu(lax.with_sharding_constraint(x * 2, _on(MESH, "y")))
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_relu_is_differentiated_by_its_own_rule(transform):
+    """jax.nn.relu (a custom_jvp): its rule, not its primal body, gives the tangent: a
+    select between the tangent and zeros where the input is positive."""
+    verdict = held(transform, _loss(_relu_layer) if transform == "grad" else _relu_layer, X)
+    assert verdict.accepted
+
+
+def test_the_jvp_of_relu_holds_its_rule_s_equations_as_jax_s_does():
+    """The JVP's equations, jits aside (the spec's jits are its own), are JAX's: the
+    primal call, the comparison, the zeros and the select of the rule."""
+    program = describe_program(_relu_layer, X)
+    (call,) = [eq for eq in program.equations if eq.kind == "custom_jvp_call"]
+    assert call.rule is not None and call.rule_zeros == (False,)
+    ours = [k for k in _kinds(jvp_program(program)) if k != "jit"]
+    fn = _jax_function("jvp", _relu_layer, 1)
+    theirs = [k for k in _jax_kinds(jax.make_jaxpr(fn)(X, np.ones((8, 4), np.float32)).jaxpr)
+              if k not in ("jit", "pjit")]
+    assert ours == theirs, (ours, theirs)
+    assert "select_n" in ours and ours.count("custom_jvp_call") == 1
+
+
+def _clip(mesh):
+    @jax.custom_vjp
+    def clip(v):
+        return v * 2
+
+    def fwd(v):
+        return clip(v), jnp.sin(v)
+
+    def bwd(r, g):
+        return (lax.with_sharding_constraint(g * r, _on(mesh, "y")),)
+    clip.defvjp(fwd, bwd)
+    return clip
+
+
+@pytest.mark.parametrize("transform", ["grad", "vjp"])
+@pytest.mark.parametrize("mesh, accepted", [(MESH, True), (HALF, False)],
+                         ids=["same-devices", "other-devices"])
+def test_a_custom_vjp_is_differentiated_by_its_fwd_and_bwd(transform, mesh, accepted):
+    """grad and vjp of a custom_vjp function: fwd in the forward pass, bwd (and the
+    constraint it holds) in the backward pass; bwd's sharding on other devices is refused
+    where JAX refuses it, though the primal body holds none."""
+    clip = _clip(mesh)
+    verdict = held(transform, _loss(clip) if transform == "grad" else clip, X)
+    assert verdict.accepted is accepted
+    assert explain_program(describe_program(clip, X)).accepted
+
+
+@checks("LOOP-3")
+@pytest.mark.parametrize("transform", ["jvp", "linearize"])
+def test_loop_3_forward_mode_of_a_custom_vjp_is_refused_when_lowering(transform):
+    """JAX traces jvp (and linearize) of a custom_vjp function, then refuses it when
+    lowering, TypeError (its custom_lin has no lowering); the spec refuses by LOOP-3 at
+    lower. Where the tangent is dead (the custom_vjp's result unused), both accept."""
+    clip = _clip(MESH)
+    fn = _jax_function(transform, clip, 1)
+    assert fn.trace(X, np.ones((8, 4), np.float32)) is not None
+    with pytest.raises(TypeError, match="forward-mode autodiff"):
+        fn.trace(X, np.ones((8, 4), np.float32)).lower()
+    refused = held(transform, clip, X)
+    assert (refused.rule, refused.stage, refused.error_type) == ("LOOP-3", "lower",
+                                                                   "TypeError")
+    unused = lambda x: (clip(x), x * 3)[1]   # noqa: E731
+    assert held(transform, unused, X).accepted
+
+
+@checks("LOOP-3")
+def test_loop_3_vmap_of_the_jvp_of_a_custom_vjp_is_refused_while_tracing():
+    from shardlaw.spec.program import vmap_program
+
+    clip = _clip(MESH)
+    with pytest.raises(TypeError, match="forward-mode autodiff"):
+        jax.jit(jax.vmap(lambda x, t: jax.jvp(clip, (x,), (t,)))).trace(BATCH, BATCH)
+    jvp = jvp_program(describe_program(clip, X))
+    with pytest.raises(Rejection) as refused:
+        vmap_program(jvp, in_axes=(0, 0), axis_size=2)
+    assert (refused.value.rule, refused.value.stage) == ("LOOP-3", "trace")
+    assert isinstance(refused.value, TypeError)

@@ -29,12 +29,14 @@ import dataclasses
 import functools
 from typing import Any, ClassVar
 
+from ..core.rules import Failure, reject, rule, staged
 from ..core.shardings import UNSPECIFIED
 from .description import Equation, Jit, Program, Value
 from .typed_values import described_bool, refuse_described, require_described
 
-__all__ = ["Scan", "While", "Cond", "Remat", "CustomJvp", "CustomVjp", "stacked",
-           "unstacked", "CONTROL_FLOW_KINDS"]
+__all__ = ["Scan", "While", "Cond", "Remat", "CustomJvp", "CustomVjp", "CustomLin", "stacked",
+           "unstacked", "CONTROL_FLOW_KINDS", "check_custom_lin_transposed",
+           "CustomVjpForwardMode"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -305,20 +307,119 @@ class Remat(_Called):
     differentiated: bool = False
 
 
+def _rule_body(value: Any, what: str) -> None:
+    require_described(value is None or isinstance(value, Program), what,
+                      "a Program or None", value)
+
+
+def _flags(value: Any, what: str) -> None:
+    require_described(type(value) is tuple and all(type(v) is bool for v in value), what,
+                      "a tuple of bools", value)
+
+
 @dataclasses.dataclass(frozen=True)
 class CustomJvp(_Called):
     """A ``jax.custom_jvp`` function's call (``custom_jvp_call``; ``jax.nn.relu``): its
-    primal body, called as a jit without options."""
+    primal body, called as a jit without options, and its own rule, which JAX calls only
+    under AD: ``rule`` over the primals and a tangent of each (its first ``num_consts``
+    inputs, closed over, take none) returns the primal results, then the tangent of each
+    result ``rule_zeros`` does not mark a symbolic zero (None: not read)."""
 
     kind: ClassVar[str] = "custom_jvp_call"
+    rule: "Program | None" = None
+    rule_zeros: tuple = ()
+    num_consts: int = 0
+    symbolic_zeros: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _rule_body(self.rule, "a custom_jvp's rule")
+        _flags(self.rule_zeros, "a custom_jvp's rule_zeros")
+        _count(self.num_consts, "a custom_jvp's num_consts")
+        described_bool(self.symbolic_zeros, "a custom_jvp's symbolic_zeros")
 
 
 @dataclasses.dataclass(frozen=True)
 class CustomVjp(_Called):
     """A ``jax.custom_vjp`` function's call (``custom_vjp_call``): its primal body, called
-    as a jit without options."""
+    as a jit without options, and its rules, which JAX calls only under AD: ``fwd`` over
+    the primals (less the first ``num_consts``, closed over) returns the residuals it makes,
+    then the primal results; ``forwarded`` says, per residual ``bwd`` takes, which input it
+    is (None: the next one ``fwd`` makes); ``bwd`` over the residuals and a cotangent per
+    result returns the cotangent of each input ``bwd_zeros`` does not mark a zero (None:
+    not read)."""
 
     kind: ClassVar[str] = "custom_vjp_call"
+    fwd: "Program | None" = None
+    forwarded: tuple = ()
+    bwd: "Program | None" = None
+    bwd_zeros: tuple = ()
+    num_consts: int = 0
+    symbolic_zeros: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _rule_body(self.fwd, "a custom_vjp's fwd")
+        _rule_body(self.bwd, "a custom_vjp's bwd")
+        _flags(self.bwd_zeros, "a custom_vjp's bwd_zeros")
+        _count(self.num_consts, "a custom_vjp's num_consts")
+        described_bool(self.symbolic_zeros, "a custom_vjp's symbolic_zeros")
 
 
-CONTROL_FLOW_KINDS = (Scan, While, Cond, Remat, CustomJvp, CustomVjp)
+@dataclasses.dataclass(frozen=True)
+class CustomLin(Equation):
+    """The tangent of a ``custom_vjp`` function's results (JAX's ``custom_lin``): over the
+    residuals its ``fwd`` made (the first ``num_res`` operands) and the nonzero tangents of
+    its inputs (``in_zeros`` marks those given none), its results typed as its primal
+    results. Transposed, it is its ``bwd``; left in a program, it does not lower (LOOP-3)."""
+
+    kind: ClassVar[str] = "custom_lin"
+    bwd: "Program | None" = None
+    bwd_zeros: tuple = ()
+    num_res: int = 0
+    in_zeros: tuple = ()
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_described(isinstance(self.bwd, Program), "a custom_lin's bwd", "a Program",
+                          self.bwd)
+        require_described(self.results is not None, "a custom_lin's results",
+                          "the tangent types of its primal results", self.results)
+        _flags(self.bwd_zeros, "a custom_lin's bwd_zeros")
+        _flags(self.in_zeros, "a custom_lin's in_zeros")
+        _count(self.num_res, "a custom_lin's num_res")
+
+
+# --------------------------------------------------------------------------- LOOP-3
+
+@dataclasses.dataclass(frozen=True)
+class CustomVjpForwardMode(Failure, rule="LOOP-3", error=TypeError):
+    template = ("the tangent of the custom_vjp function {name} at {path} is left in the "
+                "program: can't apply forward-mode autodiff (jvp) to a custom_vjp function "
+                "(refused {when})")
+    hint = ("Differentiate it in reverse mode (jax.grad, jax.vjp), or define its "
+            "derivative with jax.custom_jvp.")
+    name: str
+    path: str
+    when: str
+
+
+@rule("LOOP-3", mirrors="jax._src.interpreters.ad.raise_custom_vjp_error_on_jvp")
+def check_custom_lin_transposed(name: str, path: str, stage: str) -> None:
+    """A custom_vjp function's tangent (custom_lin) left untransposed by jvp or linearize is refused with TypeError when the program lowers, or while tracing where vmap batches it; a dead one is dropped first.
+
+    Reverse mode transposes it into the function's ``bwd`` (``grad``, ``vjp``): nothing is
+    left to refuse.
+
+    >>> check_custom_lin_transposed("clip", "body[0].jit.body[2]", "lower")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionTypeError: [LOOP-3]: the tangent of the custom_vjp function clip at body[0].jit.body[2] is left in the program: can't apply forward-mode autodiff (jvp) to a custom_vjp function (refused when lowering). Differentiate it in reverse mode (jax.grad, jax.vjp), or define its derivative with jax.custom_jvp.
+    """
+    when = "when lowering" if stage == "lower" else "while vmap batches it"
+    with staged(stage):
+        raise reject(CustomVjpForwardMode(name, path, when))
+
+
+CONTROL_FLOW_KINDS = (Scan, While, Cond, Remat, CustomJvp, CustomVjp, CustomLin)

@@ -33,11 +33,12 @@ from ..core.rules import Rejection
 from .batching_rules import (
     BatchedBody, batch_body, broadcast_equation, inserted, moved_axis, transpose_equation,
 )
-from .control_flow import Cond, Scan, While
+from .control_flow import Cond, CustomJvp, Scan, While
 from .description import Jit, Opaque, Program
 from .primitives import BATCHING
 
-__all__ = ["batch_scan", "batch_cond", "batch_call_at_front", "batch_while"]
+__all__ = ["batch_scan", "batch_cond", "batch_call_at_front", "batch_while",
+           "batch_custom_call"]
 
 
 def _moved_to(rw: BatchedBody, n: int, source: int | None, target: int) -> int:
@@ -198,3 +199,14 @@ def batch_while(rw: BatchedBody, eq: While, numbers: tuple, dims: tuple, path: s
             for n, d, target in zip(numbers[cc + bc:], init_dims, at)]
     rw.add(While(tuple(numbers[:cc + bc]) + tuple(init), cond=cond, body_fun=body,
                  cond_consts=cc, body_consts=bc), tuple(at))
+
+
+@BATCHING.register("custom_call")
+def batch_custom_call(rw: BatchedBody, eq: Jit, numbers: tuple, dims: tuple, path: str
+                      ) -> None:
+    """A custom-derivative call under vmap: batched as a jit without options is, its rules
+    left out (batching them is not written: differentiated after vmap, it is by its
+    primal body)."""
+    bare = dataclasses.replace(eq, rule=None) if isinstance(eq, CustomJvp) else \
+        dataclasses.replace(eq, fwd=None, bwd=None)
+    BATCHING.rules["jit"](rw, bare, numbers, dims, path)
