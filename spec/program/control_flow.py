@@ -36,7 +36,7 @@ from .typed_values import described_bool, refuse_described, require_described
 
 __all__ = ["Scan", "While", "Cond", "Remat", "CustomJvp", "CustomVjp", "CustomLin", "stacked",
            "unstacked", "CONTROL_FLOW_KINDS", "check_custom_lin_transposed",
-           "CustomVjpForwardMode"]
+           "CustomVjpForwardMode", "check_bwd_cotangent", "BwdCotangentType"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -379,6 +379,7 @@ class CustomLin(Equation):
     num_res: int = 0
     in_zeros: tuple = ()
     name: str = ""
+    in_types: tuple = ()   # the primal inputs' types (bwd's cotangents are held to them)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -407,7 +408,9 @@ class CustomVjpForwardMode(Failure, rule="LOOP-3", error=TypeError):
 
 @rule("LOOP-3", mirrors="jax._src.interpreters.ad.raise_custom_vjp_error_on_jvp")
 def check_custom_lin_transposed(name: str, path: str, stage: str) -> None:
-    """A custom_vjp function's tangent (custom_lin) left untransposed by jvp or linearize is refused with TypeError when the program lowers, or while tracing where vmap batches it; a dead one is dropped first.
+    """A custom_vjp function's tangent (custom_lin) that jvp or linearize leaves untransposed is refused with TypeError when the program lowers, or while tracing where vmap batches it.
+
+    A dead one is dropped first.
 
     Reverse mode transposes it into the function's ``bwd`` (``grad``, ``vjp``): nothing is
     left to refuse.
@@ -420,6 +423,67 @@ def check_custom_lin_transposed(name: str, path: str, stage: str) -> None:
     when = "when lowering" if stage == "lower" else "while vmap batches it"
     with staged(stage):
         raise reject(CustomVjpForwardMode(name, path, when))
+
+
+# --------------------------------------------------------------------------- LOOP-4
+
+@dataclasses.dataclass(frozen=True)
+class BwdCotangentType(Failure, rule="LOOP-4", error=ValueError):
+    template = ("the bwd rule of the custom_vjp function {name} at {path} gives input {index} "
+                "a cotangent of type {made}; that input's cotangent type is {expected}: "
+                "Custom VJP bwd rule must produce an output with the same type as the args "
+                "tuple of the primal function")
+    hint = ("Return from bwd a cotangent of each input's type (jax.sharding.reshard it to "
+            "the input's sharding over Explicit axes).")
+    name: str
+    path: str
+    index: int
+    made: str
+    expected: str
+
+
+def _explicit_mesh(mesh: Any) -> bool:
+    return mesh is not None and any(t.name == "Explicit" for t in mesh.axis_types)
+
+
+def _entries(value: Value) -> tuple:
+    spec = value.spec
+    parts = tuple(spec.partitions) if spec is not None else ()
+    parts += (None,) * (len(value.shape) - len(parts))
+    return (parts, spec.reduced if spec is not None else frozenset(),
+            spec.unreduced if spec is not None else frozenset())
+
+
+@rule("LOOP-4", mirrors="jax._src.custom_derivatives._flatten_bwd; jax._src.core.typecompat")
+def check_bwd_cotangent(expected: Value, made: Value, name: str, index: int, path: str
+                        ) -> None:
+    """A custom_vjp's bwd gives each input a cotangent of that input's cotangent type: shape, varying axes, dtype (a float's may differ), and mesh and split where both have meshes, one with an Explicit axis; else ValueError at trace.
+
+    >>> from shardlaw.spec.core.values import AbstractMesh, AxisType, PartitionSpec as P
+    >>> mesh = AbstractMesh((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> check_bwd_cotangent(Value((8,), mesh=mesh, spec=P("x")),
+    ...                     Value((8,), "bfloat16", mesh=mesh, spec=P("x")), "clip", 0, "body[1]")
+    >>> check_bwd_cotangent(Value((8,), mesh=mesh, spec=P("x")), Value((8,), mesh=mesh),
+    ...                     "clip", 0, "body[1]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [LOOP-4]: the bwd rule of the custom_vjp function clip at body[1] gives input 0 a cotangent of type float32[8] over ('x', 'y'); that input's cotangent type is float32[8] over ('x', 'y') split P('x'): Custom VJP bwd rule must produce an output with the same type as the args tuple of the primal function. Return from bwd a cotangent of each input's type (jax.sharding.reshard it to the input's sharding over Explicit axes).
+    """
+    floats = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+    same = (expected.shape == made.shape and expected.varying == made.varying
+            and (expected.dtype == made.dtype or expected.dtype in floats))
+    if same and expected.mesh is not None and made.mesh is not None and (
+            _explicit_mesh(expected.mesh) or _explicit_mesh(made.mesh)):
+        same = expected.mesh == made.mesh and _entries(expected) == _entries(made)
+    if not same:
+        with staged("trace"):
+            raise reject(BwdCotangentType(name, path, index, _typed(made), _typed(expected)))
+
+
+def _typed(value: Value) -> str:
+    mesh = f" over {value.mesh.axis_names}" if value.mesh is not None else ""
+    split = f" split {value.spec}" if value.spec is not None else ""
+    return f"{value.dtype}{list(value.shape)}{mesh}{split}"
 
 
 CONTROL_FLOW_KINDS = (Scan, While, Cond, Remat, CustomJvp, CustomVjp, CustomLin)

@@ -25,7 +25,9 @@ from typing import Any
 from ..core.rules import reject
 from .ad_bodies import NotRewritten, cotangent_type, differentiable, inline_body
 from .cond_ad import emit_zeros
-from .control_flow import CustomJvp, CustomLin, CustomVjp, check_custom_lin_transposed
+from .control_flow import (
+    CustomJvp, CustomLin, CustomVjp, check_bwd_cotangent, check_custom_lin_transposed,
+)
 from .description import Program
 from .primitives import BATCHING, JVP_BODIES, LINEARIZE_BODIES, TRANSPOSES
 
@@ -138,7 +140,8 @@ def _custom_lin(eq: CustomVjp, residuals: int, moving: list) -> CustomLin:
     results = tuple(eq.body.value_types[n].type for n in eq.body.outputs)
     return CustomLin(tuple(range(residuals + len(given))), results, bwd=eq.bwd,
                      bwd_zeros=eq.bwd_zeros, num_res=residuals,
-                     in_zeros=tuple(t is None for t in moving[nc:]), name=eq.name)
+                     in_zeros=tuple(t is None for t in moving[nc:]), name=eq.name,
+                     in_types=tuple(v.type for v in eq.body.inputs[nc:]))
 
 
 def _usable(eq: CustomVjp, moving: list, path: str, transform: str) -> bool:
@@ -193,8 +196,11 @@ def transpose_custom_lin(eq: CustomLin, body: Any, incoming: list, flags: list[b
     made = iter(inline_body(body, eq.bwd, residuals + cts))
     linear = iter(eq.operands[eq.num_res:])
     out = []
-    for in_zero, bwd_zero in zip(eq.in_zeros, eq.bwd_zeros):
+    for k, (in_zero, bwd_zero) in enumerate(zip(eq.in_zeros, eq.bwd_zeros)):
         ct = None if bwd_zero else next(made)
+        if ct is not None and k < len(eq.in_types):   # LOOP-4, as JAX checks bwd's results
+            check_bwd_cotangent(cotangent_type(eq.in_types[k]), body.types[ct], eq.name, k,
+                                path)
         operand = None if in_zero else next(linear)
         if operand is not None and ct is not None:
             out.append((operand, ct))
