@@ -527,3 +527,20 @@ def test_control_flow_under_ad_and_vmap_agrees_with_jax(drawn):
         _vmap_held(jax.vmap(f), batch)
         return
     held(transform, _loss(f) if transform == "grad" else f, x)
+
+
+# --------------------------------------------------------------------------- dead code
+
+def test_a_cond_result_nothing_uses_is_pruned_from_every_branch():
+    """A constraint on other devices in a branch's result that nothing uses: JAX's
+    dead-code elimination prunes every branch to the used results before lowering, so
+    the constraint takes no part in the device assignment; used, it is refused."""
+    def f(x, use):
+        a, b = lax.cond(x.sum() > 0,
+                        lambda v: (v * 2, lax.with_sharding_constraint(v, _on(HALF, "x"))),
+                        lambda v: (v, v), x)
+        return a + b if use else a
+    for use, accepted in ((False, True), (True, False)):
+        g = lambda x: f(x, use)   # noqa: E731
+        _, verdict = _vmap_held(g, X)   # (no vmap: held to JAX as described)
+        assert verdict.accepted is accepted

@@ -268,6 +268,11 @@ class Cond(_Bodied):
                 _same_array(a, b) for a, b in zip(made, wanted)), f"branch {i} of a cond's results",
                               f"of the types of branch 0's ({wanted})", made)
 
+    def used_in_body(self, used: tuple[bool, ...]) -> tuple[bool, ...]:
+        """Each branch's results that are used (JAX's dead-code elimination prunes every
+        branch to them), and the index while any is."""
+        return tuple(used) * len(self.branches) + (any(used),)
+
     @functools.cached_property
     def body(self) -> Program:   # type: ignore[override]
         inputs = (Value.typed((), "int32"),) + tuple(self.branches[0].inputs)
