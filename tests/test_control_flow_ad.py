@@ -375,6 +375,24 @@ def test_the_jvp_of_relu_holds_its_rule_s_equations_as_jax_s_does():
     assert "select_n" in ours and ours.count("custom_jvp_call") == 1
 
 
+def test_relu_under_vmap_keeps_its_rule_batched_as_jax_batches_it():
+    """vmap batches relu's rule with its body (each tangent where its primal is): the JVP
+    of the vmapped function is the batched rule's, equation for equation."""
+    vmapped = jax.vmap(_relu_layer)
+    program = describe_program(vmapped, BATCH)
+    (call,) = [eq for eq in _walk(program) if eq.kind == "custom_jvp_call"]
+    assert call.rule is not None and call.rule.inputs[0].shape == (2, 8, 4)
+    fn = jax.jit(lambda x, t: jax.jvp(vmapped, (x,), (t,)))
+    ones = np.ones((2, 8, 4), np.float32)
+    problems = compare_rewrite(lambda: jvp_program(program), run_function(fn, (BATCH, ones)),
+                               equations=False)
+    assert not problems, problems
+    theirs = jax.make_jaxpr(fn)(BATCH, ones).jaxpr
+    assert spec_placing(jvp_program(program)) == jax_placing(theirs)
+    assert [k for k in _kinds(jvp_program(program)) if k != "jit"] == [
+        k for k in _jax_kinds(theirs) if k not in ("jit", "pjit")]
+
+
 def _clip(mesh):
     @jax.custom_vjp
     def clip(v):

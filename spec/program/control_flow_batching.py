@@ -31,7 +31,8 @@ from typing import Any
 
 from ..core.rules import Rejection
 from .batching_rules import (
-    BatchedBody, batch_body, broadcast_equation, inserted, moved_axis, transpose_equation,
+    BatchedBody, batch_body, batch_jit_body, broadcast_equation, inserted, moved_axis,
+    transpose_equation,
 )
 from .control_flow import Cond, CustomJvp, Scan, While
 from .description import Jit, Opaque, Program
@@ -204,9 +205,32 @@ def batch_while(rw: BatchedBody, eq: While, numbers: tuple, dims: tuple, path: s
 @BATCHING.register("custom_call")
 def batch_custom_call(rw: BatchedBody, eq: Jit, numbers: tuple, dims: tuple, path: str
                       ) -> None:
-    """A custom-derivative call under vmap: batched as a jit without options is, its rules
+    """A custom-derivative call under vmap: its body batched as a jit's is; a custom_jvp's
+    rule batched with each tangent where its primal is, its results moved where the
+    body's are (JAX's ``batch_custom_jvp_subtrace``); a custom_vjp's ``fwd`` and ``bwd``
     left out (batching them is not written: differentiated after vmap, it is by its
     primal body)."""
-    bare = dataclasses.replace(eq, rule=None) if isinstance(eq, CustomJvp) else \
-        dataclasses.replace(eq, fwd=None, bwd=None)
-    BATCHING.rules["jit"](rw, bare, numbers, dims, path)
+    prefix = f"{path}.{eq.kind}."
+    body, out_dims = batch_jit_body(eq.body, dims, rw.axis, prefix, prefix)
+    checked = eq.checked and all(d is None for d in dims)
+    if isinstance(eq, CustomJvp):
+        rules = {"rule": _batched_rule(rw, eq, dims, out_dims, f"{prefix}rule.")}
+    else:
+        rules = {"fwd": None, "bwd": None}
+    rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=None, body=body,
+                               checked=checked, **rules), tuple(out_dims))
+
+
+def _batched_rule(rw: BatchedBody, eq: CustomJvp, dims: tuple, out_dims: tuple,
+                  prefix: str) -> Program | None:
+    """A custom_jvp's rule batched (None where it is not read, or batches otherwise than
+    its body)."""
+    if eq.rule is None or len(eq.rule_zeros) != len(out_dims):
+        return None
+    own = list(dims[eq.num_consts:])
+    targets = list(out_dims) + [d for d, zero in zip(out_dims, eq.rule_zeros) if not zero]
+    try:
+        rule, made = _inner_body(eq, eq.rule, own + own, rw, prefix, targets)
+    except Rejection:   # (a primitive of the rule the spec does not batch)
+        return None
+    return rule if list(made) == targets else None

@@ -14,8 +14,9 @@
   inline on the residuals and the cotangents (zeros where none is given). Left in a
   program it does not lower, and vmap does not batch it (LOOP-3).
 
-A call whose rules were not read (a rule JAX failed to trace; a call vmap batched: its
-rules are not batched yet) is differentiated as a jit without options is: its primal body.
+A call whose rules were not read (a rule JAX failed to trace; a custom_vjp call vmap
+batched: its ``fwd`` and ``bwd`` are not batched yet) is differentiated as a jit without
+options is: its primal body.
 """
 
 from __future__ import annotations
