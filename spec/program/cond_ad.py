@@ -49,7 +49,7 @@ def _branch_prefix(path: str, i: int) -> str:
 
 
 def rebuilt(program: Program, inputs: tuple[Value, ...], take: list[int], head: int,
-             tail: list[tuple[int | None, Value]]) -> Program:
+            tail: list[tuple[int | None, Value]]) -> Program:
     """A body over ``inputs`` that runs ``program`` on its inputs ``take`` and returns
     ``program``'s first ``head`` outputs, then per ``tail`` slot (its source, its type)
     ``program``'s output at that source, or zeros of the slot's type where it has none."""
@@ -61,7 +61,7 @@ def rebuilt(program: Program, inputs: tuple[Value, ...], take: list[int], head: 
 
 
 def instantiated(flags: tuple[bool, ...], wanted: list[bool], head: int,
-                  types: list[Value]) -> list[tuple[int | None, Value]]:
+                 types: list[Value]) -> list[tuple[int | None, Value]]:
     """The tail of a body whose outputs after ``head`` are the values ``flags`` marks, made
     to return one per ``wanted`` slot (zeros of ``types[j]`` where ``flags[j]`` is False)."""
     tail, at = [], head
@@ -149,10 +149,10 @@ def linearize_cond(eq: Cond, tape: Any, operands: tuple[int, ...], moving: list,
     for lin, mine in zip(lins, where):
         source = {slot: count + q for q, slot in enumerate(mine)}
         known.append(rebuilt(lin.primal, first.inputs, list(range(len(first.inputs))),
-                              count, [(source.get(k), v) for k, v in enumerate(slots)]))
+                             count, [(source.get(k), v) for k, v in enumerate(slots)]))
         take = list(mine) + [len(slots) + j for j in range(len(moving_types))]
         tangent.append(rebuilt(lin.tangent, tuple(slots) + tuple(moving_types), take, 0,
-                                instantiated(lin.flags, out_nz, 0, outs)))
+                               instantiated(lin.flags, out_nz, 0, outs)))
     made = tape.primal.emit(Cond(operands, branches=tuple(known)))
     primal, stored = made[:count], made[count:]
     refs = (tape.residual(operands[0]),) + tuple(tape.residual(n) for n in stored) + \
