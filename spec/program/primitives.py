@@ -352,9 +352,8 @@ for _name, _equation, _bodies in (("scan", "Scan", ("body",)),
                                   ("cond", "Cond", ("branches",))):
     _scan = _name == "scan"
     declare(Entry(_name, equation=_equation, kind=Kind.CONTROL_FLOW, typing=_name,
-                  batching=_name if _name != "while" else "control_flow",
-                  jvp="scan" if _scan else "control_flow",
-                  transpose="scan" if _scan else _NO_TRANSPOSE,
+                  batching=_name, jvp=_name,
+                  transpose=_name if _name != "while" else _NO_TRANSPOSE,
                   tracing="bodies", in_shard_map="bodies", checks=("PROG-0", "PROG-1"),
                   bodies=Bodies(_bodies)))
 for _name, _equation in (("remat2", "Remat"), ("custom_jvp_call", "CustomJvp"),
@@ -362,12 +361,18 @@ for _name, _equation in (("remat2", "Remat"), ("custom_jvp_call", "CustomJvp"),
     # (under vmap JAX batches a remat's body at axis 0, a custom call's where its
     # operands are batched, as a jit's)
     declare(Entry(_name, equation=_equation, kind=Kind.CALL, typing="jit",
-                  batching="at_front" if _name == "remat2" else "jit",
-                  jvp="jit", transpose="jit", tracing="jit", in_shard_map="jit",
+                  batching="at_front" if _name == "remat2" else "custom_call",
+                  jvp={"remat2": "jit", "custom_jvp_call": "custom_jvp",
+                       "custom_vjp_call": "custom_vjp"}[_name],
+                  transpose="jit", tracing="jit", in_shard_map="jit",
                   pruning="jit", assignment="jit", record="jit",
                   checks=("PROG-0", "PROG-1", "AD-2", "AD-5", "AD-8"),
                   bodies=Bodies(("body",))))
 del _name, _equation, _bodies, _scan
+# A custom_vjp function's tangent (custom_lin): its bwd is no body of the trace.
+declare(Entry("custom_lin", equation="CustomLin", kind=Kind.OPAQUE, batching="custom_lin",
+              jvp=Absent("JAX gives custom_lin no derivative: it is transposed, or refused"),
+              transpose="custom_lin", checks=("LOOP-3",)))
 
 # jax.make_jaxpr names an inner jit's equation ``pjit`` in older versions: read as a jit
 # (the bridge), never an opaque equation's name.
@@ -574,7 +579,8 @@ for _name, _rule in SHARDING_RULES.items():
 # real step holds that the batching work added), each named: none is held to the compiler yet.
 _UNPROPAGATED = {
     "a control-flow body is not propagated yet (the partitioner propagates through it)":
-        ("scan", "while", "cond", "remat2", "custom_jvp_call", "custom_vjp_call"),
+        ("scan", "while", "cond", "remat2", "custom_jvp_call", "custom_vjp_call",
+         "custom_lin"),
     "a key's data carries a trailing dimension its factors would have to name":
         ("random_seed", "random_bits", "random_split", "random_unwrap", "random_clone",
          "random_fold_in", "random_wrap"),
