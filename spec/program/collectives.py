@@ -50,13 +50,16 @@ from .propagation import (
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
-           "combined", "REDUCTIONS",
+           "combined", "REDUCTIONS", "UNSUMMED",
            "DTYPE_BYTES"]
 
 BACKEND = "cpu"
 
 # the reduction an all-reduce of each reducing primitive applies (dot_general's: add)
-REDUCTIONS = {"reduce_max": "max", "reduce_min": "min", "reduce_prod": "mul"}
+REDUCTIONS = {"reduce_max": "max", "reduce_min": "min", "reduce_prod": "mul",
+              "argmax": "argmax", "argmin": "argmin"}
+# the reductions whose split is not summed by one all-reduce (their reason, COLL-3)
+UNSUMMED = ("argmax", "argmin")
 
 DTYPE_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2,
                "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4, "int64": 8,
@@ -295,7 +298,8 @@ def predicted_collectives(program: Program) -> Communication:
     each operand to its operation's splits (COLL-1, COLL-2) and the all-reduce of each split
     reduction (COLL-3).
 
-    One value is brought to one split once. The list is complete where propagation
+    One value is brought to one split once; an iota is computed in the split it is needed
+    in. The list is complete where propagation
     determines every value's split and every reshard is made one way.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P
@@ -320,6 +324,9 @@ def predicted_collectives(program: Program) -> Communication:
     upstream: dict[int, frozenset] = {}   # value -> the all-reduces it is computed from
     after: dict[int, frozenset] = {}      # all-reduce -> the all-reduces it is computed from
     plans: dict = {}   # (form, types, splits) -> the equation's plan (_plan)
+    # an iota holds no data: it is computed in whatever split an operation needs
+    done.update(n for eq, numbers in zip(program.equations, program.result_numbers())
+                if entry_of(eq).name == "iota" for n in numbers)
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
         if not live[k]:
             continue
@@ -395,8 +402,8 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
     operands, summed = plan
     out: list[Collective] = []
     for i, need, made in operands:
-        if (every[i], need) in done:   # one reshard of a value is made once
-            continue
+        if (every[i], need) in done or every[i] in done:   # one reshard of a value is made
+            continue                                       # once; an iota's is computed so
         done.add((every[i], need))
         if isinstance(made, Undetermined):
             return dataclasses.replace(made, path=path)
@@ -423,6 +430,9 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
     if chosen is None:
         return Undetermined("COLL-1", "the operands split a reduced factor differently: the "
                             "partitioner chooses by cost whether to gather or slice", "")
+    if entry_of(eq).name in UNSUMMED and any(any(r.values()) for r in read):
+        return Undetermined("COLL-3", f"{entry_of(eq).name} of a split value: XLA's variadic "
+                            f"reduce moves its operand by its own plan", "")
     uneven = _uneven_split(factors, typed, chosen, read)
     if uneven:
         return Undetermined("COLL-1", f"factor {uneven} is split along dimensions of "
@@ -435,7 +445,14 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
             continue
         need = dimension_splits(dims, chosen, op.sizes, mesh)
         operands.append((i, need, _reshards(op, i, held[i], need)))
-    return tuple(operands), _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"))
+    summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"))
+    if summed and not isinstance(summed, Undetermined) and any(
+            not isinstance(made, Undetermined) and any(c.kind == "all-gather" for c in made)
+            for _, _, made in operands):
+        summed = Undetermined("COLL-3", "a split reduction whose operand is also gathered: "
+                              "the partitioner orders the gather and the all-reduce by its "
+                              "own plan", "")
+    return tuple(operands), summed
 
 
 def _uneven_split(factors: Any, typed: tuple, chosen: dict, read: list) -> str:
@@ -516,14 +533,22 @@ def _all_reduce(op: _Operation, count: int, how: str) -> list[Collective] | Unde
     summed = reduction(chosen, factors.reduced)
     if not summed:
         return []
+    if how in UNSUMMED:   # (also split elsewhere only: see _plan)
+        return Undetermined("COLL-3", f"{how} over a dimension split over {summed}: XLA "
+                            f"gathers each shard's own winners (values and indices), not an "
+                            f"all-reduce", op.path)
     if any(set(summed) & set(chosen.get(f, ())) for f in chosen if f not in factors.reduced):
         return Undetermined("COLL-3", f"mesh axes {summed} split a reduced factor and "
                             f"another of the same operation", op.path)
     result = op.typed[count]
-    # the sum is of the result as the operands split it: a split the result has beyond
-    # theirs is sliced after the all-reduce (as a reduce-scatter would be, elsewhere)
+    # the sum is of the result as its operands split it; one split further is sliced,
+    # before the all-reduce or after it as the partitioner plans (seen both ways)
     held = {f: max((r.get(f, ())[:_kept(r.get(f, ()), split)] for r in op.read[:count]),
                    key=len) for f, split in chosen.items() if f not in factors.reduced}
+    if any(held[f] != chosen[f] for f in held):
+        return Undetermined("COLL-3", f"the result is split beyond its operands' split "
+                            f"while summed over {summed}: the partitioner slices it before "
+                            f"the all-reduce or after, by its own plan", op.path)
     shape = _shard(tuple(result.shape),
                    dimension_splits(factors.results[0], held, op.sizes, op.mesh), op.mesh)
     dtype = wire_dtype(str(result.dtype))
