@@ -418,7 +418,14 @@ def _propagated(program: Program):
 def _check_unsplit(steps: list, splits: dict) -> None:
     """A factor the partitioner needs unsplit (named ``n…``: a sort's dimension) that ends
     split in a tensor is resharded by the partitioner's own choice: undetermined."""
+    named: dict[int, bool] = {}   # per rule: whether a dimension of it is named n…
     for _, rule_, every, _, path, _ in steps:
+        found = named.get(id(rule_))
+        if found is None:
+            found = named[id(rule_)] = any(d.startswith("n") for dims in rule_.operands
+                                           + rule_.results for d in dims)
+        if not found:
+            continue
         for dims, number in zip(rule_.operands + rule_.results, every):
             if any(axes and d.startswith("n") for d, axes in zip(dims, splits[number])):
                 _stop("PROP-4", "a dimension the operation needs unsplit (a sort's) is "
@@ -672,8 +679,8 @@ def _applied(at: tuple, step: "_StepMemo", splits: dict, fixed: set, mesh: Mesh,
     """:func:`_apply` of one step, or what it did before where its form met the same
     splits, the same placed values and the same values grown in this pass."""
     _, rule_, every, _, path, _ = at
-    key = (id(directions), tuple(splits[n] for n in every),
-           tuple(n in fixed for n in every), tuple(grown.get(n) == priority for n in every))
+    key = (id(directions), tuple([splits[n] for n in every]),
+           tuple([n in fixed for n in every]), tuple([grown.get(n) == priority for n in every]))
     outcomes = step.form.outcomes
     found = outcomes.get(key)
     if found is None:
