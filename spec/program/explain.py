@@ -499,8 +499,8 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
                   program)
     check_program(until in UNTIL, "the last stage asked about (until)", f"one of {UNTIL}",
                   until)
-    live = lowered_live(program)   # what dead-code elimination leaves, for every stage
-    used = live if not program.keep_unused else live_parts(program)
+    used = program.derived_once("live parts", lambda: live_parts(program))   # (shared)
+    live = lowered_live(program) if program.keep_unused else used   # what DCE leaves
     try:  # the description, read before any of jit's rules (CALL-0; outside the trace)
         call = program_call(program, used)
     except Rejection as error:
