@@ -692,8 +692,11 @@ def _check_scalar(program: Program) -> None:
 
 
 def _argnums(argnums: Any, count: int) -> tuple[int, ...]:
+    """The input positions of ``argnums``: an empty tuple is an argument that holds no
+    array (``jax.grad`` of a function whose first argument is an empty pytree: no
+    gradient, the function traced all the same)."""
     numbers = (argnums,) if type(argnums) is int else tuple(argnums)
-    check_program(numbers and all(type(i) is int and 0 <= i < count for i in numbers),
+    check_program(all(type(i) is int and 0 <= i < count for i in numbers),
                   "argnums", f"input positions from 0 to {count - 1}", argnums)
     return numbers
 
@@ -732,10 +735,11 @@ def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = F
     primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
     top = BodyBuilder(program.inputs)
     ran = inline_body(top, traced_body(primal), tuple(range(len(program.inputs))))
+    # (the seed is made whether or not the loss depends on argnums)
+    seed = _seed(top, tape.primal.types[outs[0]])
     if not flags[0]:   # the loss does not depend on argnums: every gradient is a zero
         every = _every_input(top, program, nonzero, (False,) * sum(nonzero), ())
     else:
-        seed = _seed(top, tape.primal.types[outs[0]])
         given = tuple(top.types[seed[0]] if j == 0 else None
                       for j, f in enumerate(flags) if f)
         backward, reached = _backward(tape, touts, given)
