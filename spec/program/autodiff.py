@@ -53,6 +53,7 @@ from ..transforms.autodiff import (
     linearized_primal, linearized_tangent,
 )
 from .description import Jit, Program, Reshard, ShardMap, Value, check_program
+from .control_flow import Remat  # noqa: I001  (after description, which it builds on)
 from .ad_bodies import (
     FLOATS, LINEAR, NONLINEAR, NotScalar, BodyBuilder, DirectTangents, TangentTape, inline_body, jit_facts,
     map_manual_axes, jit_options_of, put_together_spec, axis_sizes_of, record_tangent, traced_body, check_passed_type,
@@ -301,6 +302,8 @@ def _linearize_jit(eq: Jit, tape: TangentTape, operands: tuple[int, ...], moving
     if not any(nonzero):
         outs = tape.primal.emit(eq.renumbered(operands))
         return outs, [None] * len(eq.body.outputs)
+    if type(eq) is Remat:
+        return _linearize_remat(eq, tape, operands, moving, path, transform)
     lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
     primal_fwd, residual_fwd = _forwarding(lin, inner)
     stored = sum(1 for f in residual_fwd if f[0] == "kept")
@@ -324,6 +327,38 @@ def _linearize_jit(eq: Jit, tape: TangentTape, operands: tuple[int, ...], moving
     touts = iter(tape.emit(Jit(tuple(range(len(refs))), body=tangent_body, name=eq.name,
                                checked=False), refs))
     return tuple(primal), [next(touts) if f else None for f in lin.flags]
+
+
+def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], moving: list,
+                     path: str, transform: str) -> tuple[tuple[int, ...], list]:
+    """A remat linearized as JAX linearizes it (its JVP partially evaluated by
+    ``remat_partial_eval``, nothing saveable): its body's primal computed in line in the
+    primal body, nothing of it stored but the remat's operands; onto the tape a remat
+    (``differentiated``) taking the operands and tangents it reads, which recomputes
+    what the tangents need, then the tangents."""
+    inner = eq.body
+    nonzero = tuple(t is not None for t in moving)
+    primal = inline_body(tape.primal, _pruned(inner), operands)
+    lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
+    if not any(lin.flags):
+        return primal, [None] * len(inner.outputs)
+    given = [t for t in moving if t is not None]
+    staged = BodyBuilder(tuple(v.type for v in inner.inputs) + tuple(
+        tape.type_of(t) for t in given))
+    count = len(inner.inputs)
+    ran = inline_body(staged, lin.primal, tuple(range(count)))
+    touts = inline_body(staged, lin.tangent, ran[len(inner.outputs):] + tuple(
+        range(count, count + len(given))))
+    body = staged.program(touts)
+    _, live = _live_equations(body)
+    reads = [i in live for i in range(len(body.inputs))]
+    body = _pruned(body, reads)
+    refs = tuple(tape.residual(n) for n, r in zip(operands, reads) if r) + tuple(
+        t for t, r in zip(given, reads[count:]) if r)
+    made = iter(tape.emit(Remat(tuple(range(len(refs))), body=body, name=eq.name,
+                                checked=False, prevent_cse=eq.prevent_cse,
+                                differentiated=True), refs))
+    return primal, [next(made) if f else None for f in lin.flags]
 
 
 def _unsharded(value: Value, eq: ShardMap, spec: PartitionSpec, sizes: dict[str, int]

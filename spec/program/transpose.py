@@ -22,6 +22,7 @@ from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
     check_program,
 )
+from .control_flow import Remat  # noqa: I001  (after description, which it builds on)
 from .lowering import equation_path
 from .primitives import TRANSPOSES, entry_of
 from .shardmap_autodiff import (
@@ -268,7 +269,11 @@ def _transpose_jit(eq: Jit, body: BodyBuilder, incoming: list, flags: list[bool]
         context_mesh=inner.context_mesh)
     operands = tuple(number[n] for n, lin in zip(eq.operands, linear) if not lin) + \
         tuple(ct for ct in incoming if ct is not None)
-    outs = iter(body.emit(Jit(operands, body=transposed, name=eq.name, checked=False)))
+    # (a remat's transpose is a remat again: JAX's recomputes its nonlinear part)
+    made = Remat(operands, body=transposed, name=eq.name, checked=False, prevent_cse=(
+        eq.prevent_cse), differentiated=True) if type(eq) is Remat else \
+        Jit(operands, body=transposed, name=eq.name, checked=False)
+    outs = iter(body.emit(made))
     return [(eq.operands[i], next(outs)) for i, r in zip(lin_in, reached) if r]
 
 
