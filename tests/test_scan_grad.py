@@ -36,7 +36,7 @@ from shardlaw.spec import explain_program
 from shardlaw.spec.bridge.program import describe_program
 from shardlaw.spec.program.autodiff import grad_program
 from shardlaw.spec.program.control_flow import Remat, Scan
-from shardlaw.spec.program.description import Jit
+from shardlaw.spec.program.description import Jit, Opaque
 
 from test_steps_arguments import NS, P, with_compiler_choices
 
@@ -219,3 +219,28 @@ def test_grad_seed_is_made_when_the_loss_does_not_read_argnums():
     x = jax.device_put(np.ones((8, 4), np.float32), NS(mesh, P("x")))
     ours, _ = _held(lambda unused, x: jnp.sum(x), 0, x, x)
     assert [e[0] for e in placing(signature(ours))] == ["reshard"]
+
+
+# --------------------------------------------------------------------------- add's transpose
+
+@pytest.mark.parametrize("moving", ["one", "both"])
+def test_an_addend_typed_apart_from_the_sum_gets_its_own_type_back_as_jax_gives(moving):
+    """Over Explicit axes, ``h + tanh(x @ w)`` with ``h`` split and the other addend not.
+    Where only the second addend carries a tangent, add's JVP reshards it to the sum's
+    type (``_maybe_broadcast``) and the transpose reshards the cotangent back; where both
+    do, add's transpose reshapes the cotangent to each addend's own sharding type
+    (``_unbroadcast``) rather than handing it the split one (which AD-13 would refuse)."""
+    mesh = _mesh(KINDS.Explicit)
+
+    def loss(w, x):
+        first = x @ w if moving == "both" else x
+        h = jax.sharding.reshard(first, NS(mesh, P(None, "y")))
+        return jnp.mean((h + jnp.tanh(x @ w)) ** 2)
+    w = jax.device_put(np.full((16, 16), 0.1, np.float32), NS(mesh, P()))
+    x = jax.device_put(np.ones((8, 16), np.float32), NS(mesh, P()))
+    ours, theirs = _held(loss, 0, w, x)
+
+    def reshapes(program):   # each one's result split over no axis
+        return [not any(eq.results[0].spec or ()) for eq in _calls(program, Opaque)
+                if eq.primitive == "reshape"]
+    assert reshapes(ours) == reshapes(theirs) == ([True] if moving == "both" else [])
