@@ -123,7 +123,12 @@ def _jvp_jit(eq: Jit, body: BodyBuilder, operands: tuple[int, ...], moving: list
                    out_shardings=staged.out_shardings, donated=staged.donated_invars)
     jvp_body = dataclasses.replace(jvp_body, **options)
     given = tuple(t for t in moving if t is not None)
-    outs = body.emit(Jit(operands + given, body=jvp_body, name=eq.name, checked=False))
+    # (a remat's JVP is a remat of the JVP of its body, as JAX's remat_jvp binds it)
+    made = Remat(operands + given, body=jvp_body, name=eq.name, checked=False,
+                 prevent_cse=eq.prevent_cse, differentiated=eq.differentiated) \
+        if type(eq) is Remat else Jit(operands + given, body=jvp_body, name=eq.name,
+                                      checked=False)
+    outs = body.emit(made)
     primal, tangent = outs[:len(eq.body.outputs)], iter(outs[len(eq.body.outputs):])
     return primal, [next(tangent) if f else None for f in flags]
 
