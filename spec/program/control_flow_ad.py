@@ -4,10 +4,15 @@ scan, each again a scan whose body is read once.
 * JVP: one scan over the primals and the nonzero tangents, its body the JVP of the body;
   a carry whose tangent the body makes nonzero has a nonzero tangent from the start (zeros
   where none is given), found by iterating to a fixed point as JAX does.
-* Linearization: the known scan runs the primal body and returns the residuals each
-  iteration stores, stacked on a leading axis of ``length`` as extra ``ys``; the tangent
-  scan takes the tangents of the constants and of the carry, and the residuals' slices
-  then the tangents of ``xs``.
+* Linearization (JAX's ``_scan_linearize``): the known scan runs the primal body and
+  returns the residuals each iteration stores, stacked on a leading axis of ``length``
+  as extra ``ys``, but a residual that is a constant or an ``xs`` of the body (forwarded:
+  the scan's own operand) and one computed from the constants alone: what the body
+  computes from its constants runs once before the loop (``_scan_known_hoisting``,
+  :func:`~shardlaw.spec.program.partial_eval.split_known`). The tangent scan takes the
+  residuals kept whole and the constants' tangents as its constants, the carry's
+  tangents as its carry, and the tangents of ``xs`` then the stacked residuals as its
+  ``xs``.
 * Transpose: the tangent scan run the other way (``reverse`` flipped), carrying the
   cotangents of its linear constants (summed over the iterations) and of its carry, its
   ``xs`` the residuals' slices and the cotangents of ``ys``, its ``ys`` the cotangents of
