@@ -244,3 +244,15 @@ def test_an_addend_typed_apart_from_the_sum_gets_its_own_type_back_as_jax_gives(
         return [not any(eq.results[0].spec or ()) for eq in _calls(program, Opaque)
                 if eq.primitive == "reshape"]
     assert reshapes(ours) == reshapes(theirs) == ([True] if moving == "both" else [])
+
+
+def test_a_numpy_addend_beside_a_committed_one_gets_a_gradient_over_no_mesh_as_jax_gives():
+    """``a + b``, ``a`` a numpy array and ``b`` committed: add's JVP reshards ``a``'s
+    tangent to the sum's type, and the transpose reshards its cotangent back, so ``a``'s
+    gradient is typed over no mesh, as JAX's is."""
+    mesh = _mesh()
+    b = jax.device_put(np.ones((1, 8), np.float32), NS(mesh, P()))
+    a = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
+    ours, theirs = _held(lambda a, b: jnp.sum(a + b), 0, a, b)
+    assert explain_program(ours).out_types[0].mesh is None
+    assert [e[0] for e in placing(signature(ours))] == ["reshard"] * 2   # seed, back
