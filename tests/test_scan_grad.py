@@ -256,3 +256,12 @@ def test_a_numpy_addend_beside_a_committed_one_gets_a_gradient_over_no_mesh_as_j
     ours, theirs = _held(lambda a, b: jnp.sum(a + b), 0, a, b)
     assert explain_program(ours).out_types[0].mesh is None
     assert [e[0] for e in placing(signature(ours))] == ["reshard"] * 2   # seed, back
+
+
+def test_over_no_mesh_the_literal_one_stays_a_literal_in_the_loop_as_jax_writes_it():
+    """Numpy arguments: tanh's one is a literal, not resharded, so nothing is hoisted and
+    the known scan takes no constant (JAX writes the literal where it is read)."""
+    loss, _, _ = _scanned_tanh(_mesh())
+    w = np.full((3, 4, 4), 0.1, np.float32)
+    ours, theirs = _held(loss, 0, w, np.ones((8, 4), np.float32))
+    assert _scans(ours) == _scans(theirs) == [(False, 0, 1, 2, 4), (True, 0, 1, 5, 2)]

@@ -289,11 +289,9 @@ def _tangent_scan(eq: Scan, lin: Any, tape: Any, places: list, tangents: list,
     position.update({q: len(whole) + len(moving_at) + p for p, q in enumerate(stacked)})
     order = [position[q] for q in range(r)] + \
         [len(whole) + j for j in range(len(moving_at))]
-    outs = len(eq.body.outputs)
     made = [o for o, f in enumerate(flags) if f]
     out_order = [m for m, o in enumerate(made) if o < k and nonzero[c + o]] + \
         [m for m, o in enumerate(made) if o >= k]
-    del outs
     wrapped = _called(tuple(types), order, lin.tangent, out_order, "tangent")
     refs = tuple(tape.residual(places[q][1]) for q in whole) + tuple(tangents) + \
         tuple(tape.residual(places[q][1]) for q in stacked)

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..core.rules import rule
 from ..core.shardings import UNSPECIFIED
-from .description import Jit, Program, ShardMap, Value, check_program  # noqa: F401
+from .description import Jit, Opaque, Program, ShardMap, Value, check_program  # noqa: F401
 from .primitives import PRUNING, entry_of
 from .refs import writes_ref
 
@@ -366,10 +366,22 @@ def _classified(program: Program, known_in: tuple[bool, ...]) -> tuple[list, set
     return plan, known
 
 
-def _residual_keys(program: Program, plan: list, known: set, returned: list[int]) -> list:
+def _literal(eq: Any) -> bool:
+    """Whether ``eq`` is a scalar literal as a description spells it (a ``broadcast_in_dim``
+    of nothing, typed over no mesh): JAX writes the literal where it is read, in the
+    unknown part too, never as a residual."""
+    return type(eq) is Opaque and eq.primitive == "broadcast_in_dim" and not eq.operands \
+        and len(eq.results) == 1 and eq.results[0].shape == () and eq.results[0].mesh is None
+
+
+def _residual_keys(program: Program, plan: list, known: set, returned: list[int]
+                   ) -> tuple[list, set]:
     """The known values the unknown part reads (a value number, or ``(k, j)``: output
     ``j`` of the known jit of the jit at ``k``), each once, in the order first read; then
-    the known outputs it returns (``returned``)."""
+    the known outputs it returns (``returned``). A literal it reads is no residual: the
+    literals it reads, apart."""
+    literals = {n for eq, numbers in zip(program.equations, program.result_numbers())
+                if _literal(eq) for n in numbers}
     keys: dict = {}
     for k, (eq, how) in enumerate(zip(program.equations, plan)):
         if how is False:
@@ -378,7 +390,7 @@ def _residual_keys(program: Program, plan: list, known: set, returned: list[int]
             for where, j in how.residuals:
                 keys[eq.operands[j] if where == "in" else (k, j)] = None
     keys.update((n, None) for n in returned)
-    return list(keys)
+    return [key for key in keys if key not in literals], literals & set(keys)
 
 
 def split_known(program: Program, known_inputs: tuple[bool, ...],
@@ -397,7 +409,7 @@ def split_known(program: Program, known_inputs: tuple[bool, ...],
     instantiate = instantiate or (False,) * len(program.outputs)
     plan, known = _classified(program, known_inputs)
     returned = [n for n, inst in zip(program.outputs, instantiate) if inst and n in known]
-    keys = _residual_keys(program, plan, known, returned)
+    keys, literals = _residual_keys(program, plan, known, returned)
     kin = [i for i in range(count) if known_inputs[i]]
     kb = BodyBuilder(tuple(program.inputs[i] for i in kin), program.consts)
     kmap: dict = {i: j for j, i in enumerate(kin)}
@@ -419,8 +431,8 @@ def split_known(program: Program, known_inputs: tuple[bool, ...],
     pruned, reads = dce_program(body, (True,) * len(made_keys))
     where = {key: ("known", j) for j, key in enumerate(made_keys)}
     where.update((i, ("in", i)) for i in kin)
-    unknown = _unknown_part(program, plan, known, keys, known_inputs, instantiate,
-                            residuals_first)
+    unknown = _unknown_part(program, plan, known, (keys, literals), known_inputs,
+                            instantiate, residuals_first)
     position = iter(range(len(unknown.outputs)))
     outputs = tuple(where[n] if n in known and not inst else ("unknown", next(position))
                     for n, inst in zip(program.outputs, instantiate))
@@ -459,14 +471,16 @@ def _emit_known_jit(eq: Jit, split: KnownSplit, kb: Any, kmap: dict, numbers: ra
             kmap[numbers[m]] = kmap[eq.operands[j]]
 
 
-def _unknown_part(program: Program, plan: list, known: set, keys: list,
+def _unknown_part(program: Program, plan: list, known: set, read: tuple[list, set],
                   known_inputs: tuple[bool, ...], instantiate: tuple[bool, ...],
                   residuals_first: bool) -> Program:
-    """The unknown part of a split: taking the residuals ``keys`` and the unknown inputs
-    (in the order asked), every equation that waits, an inner jit split in two as its
-    unknown jit; returning the unknown outputs and the known ones instantiated."""
+    """The unknown part of a split: taking the residuals and the unknown inputs (in the
+    order asked), the literals it reads written again, every equation that waits, an
+    inner jit split in two as its unknown jit; returning the unknown outputs and the known
+    ones instantiated."""
     from .ad_bodies import BodyBuilder
 
+    keys, literals = read
     count = len(program.inputs)
     types, numbers = program.value_types, program.result_numbers()
     key_types = [types[key] if type(key) is int else _stored_type(plan[key[0]], key[1])
@@ -480,7 +494,7 @@ def _unknown_part(program: Program, plan: list, known: set, keys: list,
     umap.update((i, start + j) for j, i in enumerate(uin))
     umap.update((count + c, len(ub.inputs) + c) for c in range(len(program.consts)))
     for k, (eq, how) in enumerate(zip(program.equations, plan)):
-        if how is False:
+        if how is False or how is None and literals.intersection(numbers[k]):
             umap.update(zip(numbers[k], ub.emit(eq.renumbered(tuple(
                 umap[n] for n in eq.operands)))))
         elif how is not None:
