@@ -263,39 +263,68 @@ def _conflict(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
 
 
 def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
-           mesh: Mesh, types: tuple, path: str, directions: dict, grown: dict,
-           priority: int) -> bool:
+           mesh: Mesh, step: "_StepMemo", path: str, directions: dict, grown: dict,
+           priority: int) -> list[tuple[int, Split]]:
     """One equation's propagation step (PROP-2, PROP-3) along the factors ``directions``
-    names (``both``, ``backward``): returns whether a value grew. ``grown``: the pass in
-    which each value last grew."""
-    tensors = rule_.operands + rule_.results
-    count = len(rule_.operands)
-    sizes = _sizes(rule_, tuple(tuple(t.shape) for t in types))
-    current = []
-    for dims, number in zip(tensors, numbers):
-        read: dict[str, tuple[str, ...]] = {}
-        for dim, axes in zip(dims, splits[number]):
-            read.update(_read(dim, axes, sizes, mesh, path))
-        current.append(read)
+    names (``both``, ``backward``): returns the (tensor, split) of each value that grew, in
+    the order they grew (empty: none). ``grown``: the pass in
+    which each value last grew; ``step``: what the equation's types fix (its factors'
+    sizes) and the tensors' reads met so far."""
+    form = step.form
+    tensors, sizes, holders = form.tensors, form.sizes, form.holders
+    read = form.read
+    current = [read(i, dims, splits[number], mesh, path)
+               for i, (dims, number) in enumerate(zip(tensors, numbers))]
     chosen: dict[str, tuple[str, ...]] = {}
     for f, direction in directions.items():
         if f in rule_.replicated:
             continue
-        operands = [t[f] for t in current[:count] if f in t]
-        results = [t[f] for t in current[count:] if f in t]
+        at_operands, at_results = holders[f]
+        operands = [current[i][f] for i in at_operands]
+        results = [current[i][f] for i in at_results]
+        given = [(current[i][f], numbers[i]) for i in at_operands + at_results
+                 if current[i][f]]
+        if not given:
+            chosen[f] = ()   # (no tensor splits it: nothing to merge, nothing in conflict)
+            continue
+        if len(given) == 1 and direction == "both":
+            chosen[f] = given[0][0]   # (one split alone: PROP-2 keeps it)
+            continue
         chosen[f] = factor_split(operands + results) if direction == "both" else \
             _one_way(results, operands)
         # Two splits of one factor in conflict, one of them grown in this very pass: which
         # the partitioner met first decides, and the order it visits operations in is its
         # own (a chain of converts reaching a multiply after, or before, an input's split).
-        given = [(t[f], n) for t, n in zip(current, numbers) if f in t and t[f]]
-        if any(_conflict(g, h) for g, n in given if grown.get(n) == priority
-               for h, _ in given):
+        if len(given) > 1 and any(_conflict(g, h) for g, n in given
+                                  if grown.get(n) == priority for h, _ in given):
             _stop("PROP-4", "two splits of one factor conflict while one of them is still "
                   "growing: the partitioner's order of visiting operations decides", path)
-    # An axis another factor holds, or would take, in a tensor of this factor: Shardy
-    # cuts the split there, and what the partitioner then makes of the value is its own.
+    _check_axes_apart(chosen, current, path)
+    grew = []
+    for k, (dims, number) in enumerate(zip(tensors, numbers)):
+        if number in fixed:
+            continue
+        read = current[k]
+        longer = {f: split for f, split in chosen.items() if f in read and split != read[f]
+                  and split[:len(read[f])] == read[f]}
+        if not longer:   # (a read projects back onto the split it was read from)
+            continue
+        merged = {**read, **longer}
+        new = dimension_splits(dims, merged, sizes, mesh)
+        old = splits[number]
+        if new != old and all(n[:len(o)] == o for n, o in zip(new, old)):
+            splits[number] = new
+            grown[number] = priority
+            grew.append((k, new))
+    return grew
+
+
+def _check_axes_apart(chosen: dict, current: list, path: str) -> None:
+    """An axis another factor holds, or would take, in a tensor of a factor: Shardy cuts
+    the split there, and what the partitioner then makes of the value is its own."""
     for f, split in chosen.items():
+        if not split:
+            continue
         for t in current:
             if f not in t:
                 continue
@@ -304,21 +333,6 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
                     _stop("PROP-4", f"a mesh axis of {sorted(set(split) & (set(axes) | set(chosen.get(g, ()))))} "
                           f"would split two factors of one equation; Shardy cuts the split "
                           f"and the partitioner places the rest by its own order", path)
-    grew = False
-    for k, (dims, number) in enumerate(zip(tensors, numbers)):
-        if number in fixed:
-            continue
-        merged = dict(current[k])
-        for f, split in chosen.items():
-            if f in merged and split[:len(merged[f])] == merged[f]:
-                merged[f] = split
-        new = dimension_splits(dims, merged, sizes, mesh)
-        old = splits[number]
-        if new != old and all(n[:len(o)] == o for n, o in zip(new, old)):
-            splits[number] = new
-            grown[number] = priority
-            grew = True
-    return grew
 
 
 # The partitioner's schedule (Shardy's op-priority propagation): each pass runs to a fixed
@@ -377,7 +391,7 @@ def _propagated(program: Program):
         mesh = propagation_mesh(program)
         if isinstance(mesh, Undetermined):
             return mesh
-        live = live_parts(program).equations
+        live = program.derived_once("live parts", lambda: live_parts(program)).equations
         if program.keep_unused and not all(live):
             return Undetermined("PROP-4", "a jit that keeps unused inputs lowers its dead "
                                 "equations too; whether they propagate is not written")
@@ -388,8 +402,10 @@ def _propagated(program: Program):
             splits = {i: flat.fixed.get(i, ((),) * len(t.shape))
                       for i, t in enumerate(flat.types)}
             grown: dict[int, int] = {}
+            memo = _Memo(flat.steps)   # per step, across the passes (_settle)
+            fixed = set(flat.fixed)
             for priority in range(len(PASSES)):
-                if not _settle(flat.steps, splits, set(flat.fixed), mesh, priority, grown):
+                if not _settle(flat.steps, splits, fixed, mesh, priority, grown, memo):
                     return Undetermined("PROP-4", f"propagation did not settle "
                                         f"({PASSES[priority]})")
             _check_unsplit(flat.steps, splits)
@@ -402,9 +418,16 @@ def _propagated(program: Program):
 def _check_unsplit(steps: list, splits: dict) -> None:
     """A factor the partitioner needs unsplit (named ``n…``: a sort's dimension) that ends
     split in a tensor is resharded by the partitioner's own choice: undetermined."""
+    named: dict[int, bool] = {}   # per rule: whether a dimension of it is named n…
     for _, rule_, every, _, path, _ in steps:
+        found = named.get(id(rule_))
+        if found is None:
+            found = named[id(rule_)] = any(d.startswith("n") for dims in rule_.operands
+                                           + rule_.results for d in dims)
+        if not found:
+            continue
         for dims, number in zip(rule_.operands + rule_.results, every):
-            if any(d.startswith("n") and axes for d, axes in zip(dims, splits[number])):
+            if any(axes and d.startswith("n") for d, axes in zip(dims, splits[number])):
                 _stop("PROP-4", "a dimension the operation needs unsplit (a sort's) is "
                       "split: the partitioner moves or gathers it by its own choice", path)
 
@@ -423,10 +446,23 @@ class Flat:
     equations: list = dataclasses.field(default_factory=list)
     live: set = dataclasses.field(default_factory=set)
     constants: set = dataclasses.field(default_factory=set)
+    rules: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
         return len(self.types) - 1
+
+    def rule_of(self, read: Any, eq: Any, operands: tuple) -> Any:
+        """``read(eq, operands)``: the sharding rule of an equation, read once per form of
+        equation over operands of one type (a model's layers repeat them)."""
+        try:
+            key = (read, eq.form, operands)
+            found = self.rules.get(key)
+        except TypeError:   # (a parameter that is not hashable: read afresh)
+            return read(eq, operands)
+        if found is None:
+            found = self.rules[key] = read(eq, operands)
+        return found
 
 
 @rule("PROP-6", mirrors="shardy's import of sharding constraints and result shardings")
@@ -552,7 +588,7 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
                 # constant starts: lowered to a dynamic_slice StableHLO folds into a slice
                 rule_ = same_dimensions_factors
             if callable(rule_):
-                rule_ = rule_(eq, tuple(types[n] for n in eq.operands))
+                rule_ = flat.rule_of(rule_, eq, tuple(types[n] for n in eq.operands))
             if entry.effect is not None:   # a ref's write lives whatever reads it
                 _stop("PROP-4", f"{_name(eq)}: it reads or writes a mutable ref", path)
             if isinstance(rule_, NotPropagated):
@@ -567,9 +603,9 @@ def _prune(flat: Flat, constraints: list, outputs: list) -> None:
     """Only the live equations propagate: jit eliminates dead code before lowering."""
     live = set(outputs)
     grew = True
-    while grew:
+    while grew:   # (results before operands: a body's values reach back in one sweep)
         grew = False
-        for step in flat.steps:
+        for step in reversed(flat.steps):
             every, count = step[2], step[5]
             if live & set(every[count:]) and not set(every[:count]) <= live:
                 live |= set(every[:count])
@@ -607,18 +643,141 @@ def equation_splits(program: Program) -> tuple | Undetermined:
 
 
 def _settle(steps: list, splits: dict, fixed: set, mesh: Mesh, priority: int,
-            grown: dict) -> bool:
-    """One pass of the schedule, forward then backward until nothing grows."""
+            grown: dict, memo: "_Memo | None" = None) -> bool:
+    """One pass of the schedule, forward then backward until nothing grows.
+
+    ``memo``: what one propagation keeps across its passes (:class:`_Memo`): an equation
+    none of whose values grew since it last left them unchanged, asked along the same
+    directions, is not applied again (it would leave them unchanged again: what it reads,
+    and which of its values grew in this pass, are as they were)."""
+    memo = _Memo(steps) if memo is None else memo
+    order = list(range(len(steps)))
+    order += order[::-1]
+    memos = [memo.step(k) for k in range(len(steps))]
     for _ in range(2 * len(steps) + 2):
         grew = False
-        for entry, rule_, every, typed, path, _ in steps + steps[::-1]:
-            directions = _directions(entry.name, entry.kind, rule_, priority)
-            if directions:
-                grew |= _apply(rule_, every, splits, fixed, mesh, typed, path, directions,
-                               grown, priority)
+        for k in order:
+            step = memos[k]
+            directions = step.directions[priority]
+            if not directions or (step.idle is directions and not step.dirty):
+                continue
+            step.dirty = False
+            made = _applied(steps[k], step, splits, fixed, mesh, directions, grown, priority)
+            if made:
+                grew = True
+                step.idle = None
+                memo.touched(steps[k][2][t] for t, _ in made)
+            else:
+                step.idle = directions
         if not grew:
             return True
     return False
+
+
+def _applied(at: tuple, step: "_StepMemo", splits: dict, fixed: set, mesh: Mesh,
+             directions: dict, grown: dict, priority: int) -> list[tuple[int, Split]]:
+    """:func:`_apply` of one step, or what it did before where its form met the same
+    splits, the same placed values and the same values grown in this pass."""
+    _, rule_, every, _, path, _ = at
+    key = (id(directions), tuple([splits[n] for n in every]),
+           tuple([n in fixed for n in every]), tuple([grown.get(n) == priority for n in every]))
+    outcomes = step.form.outcomes
+    found = outcomes.get(key)
+    if found is None:
+        try:
+            found = outcomes[key] = _apply(rule_, every, splits, fixed, mesh, step, path,
+                                           directions, grown, priority)
+        except _Stop as stopped:
+            outcomes[key] = stopped.undetermined
+            raise
+        return found
+    if isinstance(found, Undetermined):
+        raise _Stop(dataclasses.replace(found, path=path))
+    for k, new in found:
+        splits[every[k]] = new
+        grown[every[k]] = priority
+    return found
+
+
+class _Memo:
+    """What one propagation keeps across its passes: per step its :class:`_StepMemo`, and
+    per value the steps that read or write it (to wake them when it grows)."""
+
+    def __init__(self, steps: list) -> None:
+        self.steps = steps
+        self.memos: list = [None] * len(steps)
+        self.forms: dict = {}
+        self.users: dict[int, list[int]] = collections.defaultdict(list)
+        for k, step in enumerate(steps):
+            for n in dict.fromkeys(step[2]):
+                self.users[n].append(k)
+
+    def step(self, k: int) -> "_StepMemo":
+        found = self.memos[k]
+        if found is None:   # equations of one form over one shape read alike (a layer's)
+            entry, rule_, _, typed, _, _ = self.steps[k]
+            key = (entry.name, entry.kind, rule_, tuple(tuple(t.shape) for t in typed))
+            form = self.forms.get(key)
+            if form is None:
+                form = self.forms[key] = _StepForm(entry, rule_, key[3])
+            found = self.memos[k] = _StepMemo(form)
+        return found
+
+    def touched(self, grown: Any) -> None:
+        """Values that grew: every step over them is applied again."""
+        for n in grown:
+            for k in self.users[n]:
+                self.step(k).dirty = True
+
+
+class _StepForm:
+    """What an equation's rule and types fix, shared by the equations of one form over one
+    shape (a model's layers): its factors' sizes, its directions in each pass (one object
+    where two passes agree) and the factor splits read from each tensor's split."""
+
+    def __init__(self, entry: Any, rule_: Factors, shapes: tuple) -> None:
+        self.sizes = _sizes(rule_, shapes)
+        ways: list[dict] = []
+        for priority in range(len(PASSES)):
+            found = _directions(entry.name, entry.kind, rule_, priority)
+            ways.append(ways[-1] if ways and ways[-1] == found else found)
+        self.directions = tuple(ways)
+        self.reads: dict = {}
+        self.outcomes: dict = {}   # what _apply did, by what it reads (_applied)
+        self.tensors = rule_.operands + rule_.results
+        count = len(rule_.operands)
+        # per factor, the operands and the results whose dimensions hold it, in order
+        self.holders: dict[str, tuple[list[int], list[int]]] = {}
+        for i, dims in enumerate(self.tensors):
+            for f in dict.fromkeys(f for dim in dims for f in factors_of_dimension(dim)):
+                self.holders.setdefault(f, ([], []))[i >= count].append(i)
+
+    def read(self, index: int, dims: tuple[str, ...], split: Split, mesh: Mesh, path: str
+             ) -> dict[str, tuple[str, ...]]:
+        """The factor splits tensor ``index`` (of dimensions ``dims``) gives on ``split``."""
+        found = self.reads.get((index, split))
+        if found is None:
+            found = {}
+            for dim, axes in zip(dims, split):
+                if axes:
+                    found.update(_read(dim, axes, self.sizes, mesh, path))
+                else:
+                    found.update((f, ()) for f in factors_of_dimension(dim))
+            self.reads[(index, split)] = found
+        return found
+
+
+class _StepMemo:
+    """One equation's state in a propagation: its form (:class:`_StepForm`), the
+    directions it last grew nothing along, and whether a value of it grew since."""
+
+    def __init__(self, form: _StepForm) -> None:
+        self.form = form
+        self.directions = form.directions
+        self.sizes = form.sizes
+        self.read = form.read
+        self.idle: dict | None = None
+        self.dirty = False
 
 
 def _name(eq: Any) -> str:
