@@ -227,10 +227,12 @@ def unbroadcast(body: BodyBuilder, ct: int, operand: Value, retyped: bool = Fals
         # (shaped alike, typed apart: reshaped to the operand's sharding type; JAX drops
         # an out_sharding over no mesh, and leaves the cotangent as it is there). The
         # reshape keeps the cotangent's unreduced and reduced axes: AD-13 then meets them.
+        # A cotangent over no mesh stays over none (reshape's rule types its result so).
         kept = got.spec if got.spec is not None and (got.spec.unreduced or got.spec.reduced) \
             else None
-        typed = want if kept is None else dataclasses.replace(want, spec=PartitionSpec(
-            *(want.spec or ()), unreduced=kept.unreduced, reduced=kept.reduced))
+        typed = got.type if got.mesh is None else want if kept is None else \
+            dataclasses.replace(want, spec=PartitionSpec(
+                *(want.spec or ()), unreduced=kept.unreduced, reduced=kept.reduced))
         return body.opaque("reshape", (ct,), (typed,), (
             ("dimensions", None), ("new_sizes", tuple(want.shape)),
             ("sharding", type_sharding(want))))[0]
