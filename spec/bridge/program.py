@@ -39,7 +39,7 @@ from .control_flow import CONTROL_FLOW_PRIMITIVES, control_flow_equation
 from .convert import layout_from_jax, from_jax
 
 __all__ = ["describe_program", "describe_trace", "input_paths", "read_type", "read_sharding",
-           "read_target"]
+           "read_target", "read_param"]
 
 
 def _jax() -> Any:
@@ -906,6 +906,11 @@ def read_type(aval: Any, what: str) -> Value:
 def read_sharding(s: Any, what: str) -> Any:
     """A sharding JAX holds (its unspecified value included) as the spec's."""
     return _sharding(s, what)
+
+
+def read_param(value: Any) -> Any:
+    """A primitive's parameter as the spec's equations hold it (a plain value)."""
+    return _param(value)
 
 
 def read_target(device: Any, where: str) -> Any:

@@ -7,7 +7,9 @@ whose shardings do not fit its operands or its results (FIT-1), a ``jax.shard_ma
 specs do not fit its mesh, its arguments or its body's results (SMAP-3, SMAP-7, SMAP-8,
 SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`), a ``psum``,
 ``pmean``, ``pmax`` or ``pmin`` in a shard_map's body over an axis the body may not use
-(SMAP-13) —
+(SMAP-13), a primitive JAX cannot type over Explicit axes (a ``dot_general``, PROG-7; an
+elementwise operation or a ``select_n``, PROG-8; described by
+:mod:`~shardlaw.spec.bridge.refused_primitives`) —
 :func:`describe_refused` still describes the program: the equations JAX traced before the
 call, read from JAX's own trace as it stood when it refused, then the refused call described
 from the user's values (its operands and the shardings it was given), its results the
@@ -39,6 +41,7 @@ from typing import Any, Callable
 from ..core.values import UNCONSTRAINED
 from ..program.description import DevicePut, Jit, Program, Reshard, ShardingConstraint
 from .refused_bodies import ended, primal
+from .refused_primitives import primitive_frame, primitive_operands, refused_primitive
 
 __all__ = ["describe_refused"]
 
@@ -140,6 +143,11 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             return (levels, _Refused("scan_length", construct[1], None)) if levels else None
         elif where == ("conds", "_check_branch_outputs") and construct is not None:
             return (levels, _Refused("cond_branches", construct[1], None)) if levels else None
+        elif where == ("pe", "default_process_primitive"):
+            if not levels or pending is not None or construct is not None or \
+                    not primitive_frame(frame, levels[-1].trace):
+                return None   # bound in a trace other than the body's (a transformation's)
+            return levels, _Refused("primitive", dict(frame.f_locals), None)
         elif where in _CALLS:
             kind = _CALLS[where]
             inner = kind in ("jit_in", "jit_out")
@@ -339,6 +347,8 @@ def _flat_operands(frame: dict, kind: str) -> list:
         return cond_operands(frame)
     if kind == "scan_length":
         return []
+    if kind == "primitive":
+        return primitive_operands(frame)
     if kind == "collective":
         import jax
         return jax.tree_util.tree_leaves(frame["x"])
@@ -415,6 +425,8 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     if refused.kind == "collective":
         from .refused_bodies import refused_collective
         return refused_collective(call, operands)
+    if refused.kind == "primitive":
+        return refused_primitive(call, operands, path)
     if refused.kind == "scan_length":
         from .refused_bodies import refused_length
         return refused_length(call, path)

@@ -27,6 +27,7 @@ from . import cond_ad, custom_rules, while_ad  # noqa: F401
 from . import batching_primitives  # noqa: F401  (registers the rules of a step's primitives)
 from . import batching_indexing  # noqa: F401  (gathers, scatters, dynamic slices)
 from . import contraction  # noqa: F401  (dot_general's result type, PROG-7)
+from . import elementwise_types  # noqa: F401  (an elementwise operation's, PROG-8)
 from . import scan_length  # noqa: F401  (LOOP-5, which the bridge applies to a scan call)
 from .partial_eval import dce_program, partial_eval_program
 

@@ -34,8 +34,7 @@ __all__ = ["check_dot_general_type", "AmbiguousContraction", "transposed_dimensi
 @dataclasses.dataclass(frozen=True)
 class AmbiguousContraction(Failure, rule="PROG-7", error=Exception,
                            jax_error="ShardingTypeError"):
-    template = ("the dot_general at {path} {why}: lhs {lhs} and rhs {rhs} (its "
-                "dimension numbers {numbers})")
+    template = "the dot_general {why}: lhs {lhs} and rhs {rhs} (its dimension numbers {numbers})"
     hint = ("Pass out_sharding= to the matmul (jnp.matmul, jnp.einsum, lax.dot_general), "
             "or reshard an operand so that one side of the contraction is unsplit.")
     why: str
@@ -69,10 +68,11 @@ def check_dot_general_type(lhs: Any, rhs: Any, numbers: Any, out_sharding: Any =
     >>> check_dot_general_type(split, split, (((0,), (0,)), ((), ())), path="body[2]")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionException: [PROG-7]: the dot_general at body[2] contracts dimensions split on both operands, so how its result is split is ambiguous: lhs ('x',) and rhs ('x',) (its dimension numbers (((0,), (0,)), ((), ()))). Pass out_sharding= to the matmul (jnp.matmul, jnp.einsum, lax.dot_general), or reshard an operand so that one side of the contraction is unsplit.
+    shardlaw.spec.core.rules.RejectionException: [PROG-7] at body[2]: the dot_general contracts dimensions split on both operands, so how its result is split is ambiguous: lhs ('x',) and rhs ('x',) (its dimension numbers (((0,), (0,)), ((), ()))). Pass out_sharding= to the matmul (jnp.matmul, jnp.einsum, lax.dot_general), or reshard an operand so that one side of the contraction is unsplit.
     """
     def refuse(why: str, left: tuple, right: tuple) -> None:
-        raise reject(AmbiguousContraction(why, repr(left), repr(right), numbers, path))
+        raise reject(AmbiguousContraction(why, repr(left), repr(right), numbers, path),
+                     path or None)
     if lhs.mesh is not None and rhs.mesh is not None and lhs.mesh != rhs.mesh:
         refuse("holds operands over two meshes", (lhs.mesh,), (rhs.mesh,))
     if out_sharding is not None:

@@ -392,6 +392,11 @@ def described_names() -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------- primitives
 
+# An n-ary elementwise primitive's (and select_n's) operands' types where JAX traces it
+# (PROG-8, elementwise_types.py).
+_TYPED = dict(tracing="elementwise", checks=("PROG-8",))
+
+
 def _elementwise(name: str, *, jvp: str = "opaque", residuals: tuple[str, ...] = (),
                  transpose: str = "opaque", broadcasting: bool = False,
                  split_checked: bool = True, batching: str = "keeps_axis") -> Entry:
@@ -400,7 +405,8 @@ def _elementwise(name: str, *, jvp: str = "opaque", residuals: tuple[str, ...] =
     yet held to JAX for the few declared without)."""
     return declare(Entry(name, Kind.ELEMENTWISE, batching=batching, jvp=jvp,
                          transpose=transpose, residuals=residuals, broadcasting=broadcasting,
-                         in_shard_map="elementwise" if split_checked else None))
+                         in_shard_map="elementwise" if split_checked else None,
+                         **_TYPED if broadcasting else {}))
 
 
 # Unary elementwise primitives. NONLINEAR's residuals: ``operand`` and ``result`` are the
@@ -517,7 +523,7 @@ for _name in ("argmax", "argmin", "reduce_and", "reduce_or", "reduce_xor"):
                   transpose="opaque"))
 declare(Entry("sort", Kind.STRUCTURAL, batching="sorted", jvp="opaque", transpose="opaque"))
 declare(Entry("select_n", Kind.ELEMENTWISE, batching="select_n", jvp="opaque",
-              transpose="opaque"))
+              transpose="opaque", **_TYPED))
 declare(Entry("iota", Kind.STRUCTURAL, batching=Absent(
     "it has no operand: vmap never batches it"), jvp="zero", transpose="opaque"))
 for _name in ("erfc", "exp2", "log1p", "expm1", "not", "is_finite", "erf_inv", "cbrt", "sinh",
@@ -526,7 +532,7 @@ for _name in ("erfc", "exp2", "log1p", "expm1", "not", "is_finite", "erf_inv", "
     _elementwise(_name, split_checked=False)
 for _name in ("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"):
     declare(Entry(_name, Kind.ELEMENTWISE, batching="keeps_axis", jvp="zero",
-                  transpose="opaque", broadcasting=True))
+                  transpose="opaque", broadcasting=True, **_TYPED))
 # Typed PRNG keys (``jax.random.key``: a key<fry> value): a result holds its operand's
 # dimensions first, then its own (random_split's, random_bits', the key data's trailing
 # one for random_unwrap), so the batch axis stays; random_wrap moves it first. A key has a

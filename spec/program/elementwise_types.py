@@ -1,0 +1,103 @@
+"""An elementwise operation's result type over Explicit axes (PROG-8), where JAX traces it.
+
+JAX 0.10.2 types an n-ary elementwise primitive (``add``, ``mul``, a comparison ...) by its
+broadcasting sharding rule: its operands' types must be over one mesh, and where two
+operands split one dimension over different Explicit axes the result's split is not
+defined, so it refuses the call while tracing (a ShardingTypeError: ``x + y`` with ``x``
+split ``P('x', 'y')`` and ``y`` split ``P('y', 'x')``). A dimension one operand splits and
+another leaves unsplit is split in the result (no refusal). A ``select_n`` (``jnp.where``)
+is refused likewise where its cases are typed differently (their meshes or their splits) or
+its predicate, not a scalar, is split otherwise than they are. Reshard an operand to make
+the splits agree.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..core.rules import Failure, reject, rule
+from .primitives import TRACING
+
+__all__ = ["check_elementwise_type", "MismatchedSplits"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MismatchedSplits(Failure, rule="PROG-8", error=Exception,
+                       jax_error="ShardingTypeError"):
+    template = "the {primitive} {why}: its operands are typed {types}"
+    hint = ("Reshard an operand (jax.sharding.reshard) so that the operands' types are "
+            "split alike, or pass out_sharding= where the operation that made one takes it.")
+    primitive: str
+    why: str
+    types: str
+
+
+def _split(value: Any) -> tuple:
+    """``value``'s split over Explicit axes, one entry per dimension (None: unsplit)."""
+    spec = tuple(value.spec or ()) if value.mesh is not None else ()
+    return tuple(spec[d] if d < len(spec) else None for d in range(len(value.shape)))
+
+
+def _typed(value: Any) -> tuple:
+    """What select_n compares of a case's type: its mesh and its split."""
+    return (value.mesh, _split(value))
+
+
+@rule("PROG-8", mirrors="jax._src.lax.lax.broadcasting_sharding_rule")
+def check_elementwise_type(primitive: str, operands: tuple, path: str = "") -> None:
+    """An elementwise operation over operands typed over two meshes, or splitting one dimension over different Explicit axes, is refused while tracing (ShardingTypeError); select_n's cases must be typed alike.
+
+    ``operands`` are the operands' types (for ``select_n``: the predicate, then the cases).
+
+    >>> from shardlaw.spec.program.description import Value
+    >>> from shardlaw.spec.core.values import AbstractMesh, AxisType, PartitionSpec as P
+    >>> mesh = AbstractMesh((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> x = dataclasses.replace(Value.typed((8, 16), mesh=mesh), spec=P("x", "y"))
+    >>> y = dataclasses.replace(x, spec=P("y", "x"))
+    >>> check_elementwise_type("add", (x, dataclasses.replace(x, spec=P("x"))))
+    >>> check_elementwise_type("add", (x, y), path="body[1]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionException: [PROG-8] at body[1]: the add splits dimension 0 over different axes ('x' and 'y'): its operands are typed (('x', 'y'), ('y', 'x')). Reshard an operand (jax.sharding.reshard) so that the operands' types are split alike, or pass out_sharding= where the operation that made one takes it.
+    """
+    def refuse(why: str) -> None:
+        types = tuple(_split(v) for v in operands)
+        raise reject(MismatchedSplits(primitive, why, repr(types)), path or None)
+    if primitive == "select_n":
+        _check_select(operands, refuse)
+        return
+    meshes = [v.mesh for v in operands if v.mesh is not None]
+    if any(m != meshes[0] for m in meshes[1:]):
+        refuse("holds operands over two meshes")
+    shaped = [v for v in operands if v.shape]
+    if not shaped or len({len(v.shape) for v in shaped}) != 1:
+        return   # scalars only, or ranks that differ (JAX's TypeError, not a type's split)
+    for d in range(len(shaped[0].shape)):
+        split = [_split(v)[d] for v in shaped]
+        named = [e for e in split if e is not None]
+        if any(e != named[0] for e in named[1:]):
+            refuse(f"splits dimension {d} over different axes "
+                   f"({' and '.join(repr(e) for e in dict.fromkeys(named))})")
+
+
+def _check_select(operands: tuple, refuse: Any) -> None:
+    """select_n's cases typed alike (those over a mesh), its predicate a scalar or split
+    as they are."""
+    which, cases = operands[0], [v for v in operands[1:] if v.mesh is not None]
+    if not cases:
+        return
+    if any(_typed(c) != _typed(cases[0]) for c in cases[1:]):
+        refuse("has cases typed differently")
+    if which.shape and which.mesh is not None and _typed(which) != _typed(cases[0]):
+        refuse("has a predicate split otherwise than its cases")
+
+
+@TRACING.register("elementwise")
+def _trace_elementwise(eq: Any, operands: tuple, context: Any, path: str, decided: list,
+                       seen: dict) -> None:
+    """An elementwise equation's result type where JAX traces it (PROG-8)."""
+    if len(operands) > 1:
+        check_elementwise_type(str(getattr(eq, "primitive", "")), operands, path)
