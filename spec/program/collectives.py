@@ -39,7 +39,7 @@ import math
 from typing import Any
 
 from ..core.rules import rule
-from ..core.values import Mesh
+from ..core.values import AxisType, Mesh
 from .description import Program
 from .lowering import equation_path, live_parts
 from .primitives import NotPropagated, entry_of
@@ -298,6 +298,9 @@ def predicted_collectives(program: Program) -> Communication:
     if isinstance(splits, Undetermined):
         return Communication(undetermined=splits)
     mesh = propagation_mesh(program)
+    if AxisType.Explicit in mesh.axis_types:   # (propagation answers these; collectives not)
+        return Communication(undetermined=Undetermined(
+            "COLL-4", "the collectives of a mesh with Explicit axes are not held to XLA yet"))
     types = program.value_types
     live = live_parts(program).equations
     found: list[Collective] = []

@@ -44,14 +44,17 @@ from typing import Any
 
 from ..core.rules import rule, tracing
 from ..core.shardings import UNCONSTRAINED, UNSPECIFIED, NamedSharding
-from ..core.values import AxisType, Mesh, PartitionSpec
+from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..placement.blocks import to_hlo
 from .description import Program
 from .lowering import live_parts
-from .primitives import Factors, Kind, NotPropagated, entry_of
+from .primitives import Factors, Kind, NotPropagated, entry_of, entry_of_name
 from .sharding_factors import (
     ELEMENTWISE_NAMES, SHARDING_ONLY_ELEMENTWISE, factors_of_dimension, same_dimensions_factors,
 )
+
+# The entry of a step linking two values dimension for dimension (a copy: elementwise).
+_COPY = entry_of_name("copy")
 
 # What the schedule's first pass admits besides the table's elementwise primitives.
 ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
@@ -59,7 +62,7 @@ ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
 
 __all__ = ["Undetermined", "Split", "propagation_mesh", "factor_split", "dimension_splits",
            "propagate", "predicted_results", "predicted_sharding", "predicted_choices",
-           "undetermined_results", "equation_splits", "flatten", "Flat"]
+           "undetermined_results", "equation_splits", "flatten", "Flat", "placed_pin"]
 
 Split = tuple[tuple[str, ...], ...]
 
@@ -91,10 +94,12 @@ def _stop(rule_id: str, why: str, path: str = "") -> None:
 # --------------------------------------------------------------------------- the mesh
 
 @rule("PROP-1", mirrors="jax._src.interpreters.pxla.lower_sharding_computation (Shardy)")
-def propagation_mesh(program: Program) -> Mesh | Undetermined:
-    """Propagation is predicted over one concrete mesh of Auto axes that every input is
-    placed on (by an in sharding or a committed NamedSharding without unreduced axes) and
-    every out sharding is over; closed-over constants are scalars.
+def propagation_mesh(program: Program) -> Mesh | AbstractMesh | Undetermined:
+    """Propagation is predicted over one mesh, concrete or abstract, of Auto and Explicit axes that every input is placed on and every out sharding is over; closed-over constants are scalars.
+
+    An input is placed by an in sharding, a committed NamedSharding or a ShapeDtypeStruct's
+    one, without unreduced axes. Nothing reads the mesh's devices: an abstract mesh of any
+    size is propagated as a concrete one of its shape.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Value
@@ -102,6 +107,10 @@ def propagation_mesh(program: Program) -> Mesh | Undetermined:
     >>> propagation_mesh(Program((Value.placed((8,), NamedSharding(mesh, P("x"))),),
     ...                          outputs=(0,)))
     Mesh({'x': 8})
+    >>> big = AbstractMesh((256, 256), ("data", "model"))
+    >>> propagation_mesh(Program((Value.shape_dtype((512,), sharding=NamedSharding(
+    ...     big, P("data"))),), outputs=(0,)))
+    AbstractMesh({'data': 256, 'model': 256})
     >>> print(propagation_mesh(Program((Value.numpy((8,)),), outputs=(0,))))
     [PROP-1]: input 0 is not placed on a NamedSharding it is committed to (the compiler may choose its placement)
     """
@@ -113,7 +122,7 @@ def propagation_mesh(program: Program) -> Mesh | Undetermined:
         given = program.in_shardings[k] if program.in_shardings else UNSPECIFIED
         sharding = given if given is not UNSPECIFIED else (
             value.sharding if (value.committed or value.abstract) else None)
-        if not (isinstance(sharding, NamedSharding) and sharding.is_concrete):
+        if not isinstance(sharding, NamedSharding):
             return Undetermined("PROP-1", f"input {k} is not placed on a NamedSharding it is "
                                 f"committed to (the compiler may choose its placement)")
         if sharding.spec.unreduced or sharding.spec.reduced:
@@ -122,29 +131,47 @@ def propagation_mesh(program: Program) -> Mesh | Undetermined:
     if not meshes or any(m != meshes[0] for m in meshes):
         return Undetermined("PROP-1", "the inputs are not all placed over one mesh")
     mesh = meshes[0]
-    if any(t is not AxisType.Auto for t in mesh.axis_types):
-        return Undetermined("PROP-1", "a mesh with Explicit or Manual axes is not propagated "
-                            "yet")
+    if any(t is AxisType.Manual for t in mesh.axis_types):
+        return Undetermined("PROP-1", "a mesh with Manual axes is not propagated yet")
     for j, given in enumerate(program.out_shardings):
-        if given is not UNSPECIFIED and _placed_split(given, mesh, 0) is None:
+        if given is not UNSPECIFIED and placed_pin(given, mesh, 0) is None:
             return Undetermined("PROP-1", f"out sharding {j} is not a NamedSharding over the "
                                 f"inputs' mesh without unreduced axes")
     return mesh
 
 
-def _placed_split(sharding: Any, mesh: Mesh, rank: int) -> Split | None:
+def _placed_split(sharding: Any, mesh: Any, rank: int) -> Split | None:
     """The split a placement the user wrote gives a value of ``rank`` dimensions (None: not
     a NamedSharding over ``mesh``, or with dimensions left to the compiler)."""
-    if not (isinstance(sharding, NamedSharding) and sharding.mesh == mesh):
+    pin = placed_pin(sharding, mesh, rank)
+    if pin is None or any(pin[1]):
+        return None
+    return pin[0]
+
+
+def placed_pin(sharding: Any, mesh: Any, rank: int, loose: frozenset = frozenset()
+               ) -> tuple[Split, tuple[bool, ...]] | None:
+    """The split a placement the user wrote gives a value of ``rank`` dimensions and which
+    of its dimensions are left open to propagation (UNCONSTRAINED, or named in ``loose``);
+    None: not a NamedSharding over ``mesh`` (or its abstract mesh) without unreduced axes.
+
+    >>> from shardlaw.spec import NamedSharding, P, UNCONSTRAINED
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> placed_pin(NamedSharding(mesh.abstract, P("x", UNCONSTRAINED)), mesh, 3)
+    ((('x',), (), ()), (False, True, False))
+    """
+    if not (isinstance(sharding, NamedSharding) and sharding.mesh.abstract == mesh.abstract):
         return None
     spec = sharding.spec
-    if spec.unreduced or spec.reduced or any(p is UNCONSTRAINED for p in spec.partitions):
+    if spec.unreduced or spec.reduced:
         return None
     parts = tuple(spec.partitions) + (None,) * rank
+    opens = tuple(p is UNCONSTRAINED or d in loose for d, p in enumerate(parts[:rank]))
     # an axis of size 1 splits nothing: the partitioner places alike without it
-    return tuple(() if p is None else tuple(a for a in ((p,) if isinstance(p, str) else p)
-                                            if mesh.axis_size(a) != 1)
-                 for p in parts[:rank])
+    split = tuple(() if p is None or p is UNCONSTRAINED else tuple(
+        a for a in ((p,) if isinstance(p, str) else p) if mesh.axis_size(a) != 1)
+        for p in parts[:rank])
+    return split, opens
 
 
 def _input_split(program: Program, k: int) -> Split:
@@ -262,12 +289,13 @@ def _conflict(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return a[:len(b)] != b and b[:len(a)] != a
 
 
-def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
+def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: Any,
            mesh: Mesh, types: tuple, path: str, directions: dict, grown: dict,
            priority: int) -> bool:
     """One equation's propagation step (PROP-2, PROP-3) along the factors ``directions``
     names (``both``, ``backward``): returns whether a value grew. ``grown``: the pass in
-    which each value last grew."""
+    which each value last grew; ``fixed``: the values placed whole, each partly placed
+    one's open dimensions and the axes each value may not take (:class:`Limits`)."""
     tensors = rule_.operands + rule_.results
     count = len(rule_.operands)
     sizes = _sizes(rule_, tuple(tuple(t.shape) for t in types))
@@ -306,19 +334,52 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
                           f"and the partitioner places the rest by its own order", path)
     grew = False
     for k, (dims, number) in enumerate(zip(tensors, numbers)):
-        if number in fixed:
+        if number in fixed.closed:
             continue
         merged = dict(current[k])
         for f, split in chosen.items():
             if f in merged and split[:len(merged[f])] == merged[f]:
                 merged[f] = split
-        new = dimension_splits(dims, merged, sizes, mesh)
-        old = splits[number]
-        if new != old and all(n[:len(o)] == o for n, o in zip(new, old)):
-            splits[number] = new
+        if _grow(number, dimension_splits(dims, merged, sizes, mesh), splits, fixed, path):
             grown[number] = priority
             grew = True
     return grew
+
+
+def _grow(number: int, new: Split, splits: dict, fixed: Any, path: str) -> bool:
+    """Value ``number`` takes ``new`` where it extends its split (in its open dimensions
+    only, where it is placed in part): whether it grew."""
+    old = splits[number]
+    opens = fixed.open.get(number)
+    if opens is not None:
+        new = tuple(n if o else d for n, o, d in zip(new, opens, old))
+    if new == old or not all(n[:len(o)] == o for n, o in zip(new, old)):
+        return False
+    _check_barred(new, old, fixed.barred.get(number, ()), path)
+    splits[number] = new
+    return True
+
+
+def _check_barred(new: Split, old: Split, barred: Any, path: str) -> None:
+    """A value may not grow onto an Explicit axis its type does not hold (JAX's lowering
+    marks it replicated there); where propagation would put one there, what the
+    partitioner does instead is not written."""
+    extra = sorted({a for n, o in zip(new, old) for a in n[len(o):]} & set(barred))
+    if extra:
+        _stop("PROP-4", f"propagation would split a value over Explicit mesh axes {extra} its "
+              f"type does not hold: the partitioner's resolution is not written", path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What propagation may not change: the values placed whole (``closed``), the open
+    dimensions of each value placed in part (``open``: a constraint's UNCONSTRAINED
+    dimensions, a type's Explicit axes beside Auto ones) and the axes each value may not
+    take (``barred``: Explicit axes its type does not hold)."""
+
+    closed: frozenset
+    open: dict
+    barred: dict
 
 
 # The partitioner's schedule (Shardy's op-priority propagation): each pass runs to a fixed
@@ -388,8 +449,10 @@ def _propagated(program: Program):
             splits = {i: flat.fixed.get(i, ((),) * len(t.shape))
                       for i, t in enumerate(flat.types)}
             grown: dict[int, int] = {}
+            limits = Limits(frozenset(set(flat.fixed) - set(flat.open)), flat.open,
+                            flat.barred)
             for priority in range(len(PASSES)):
-                if not _settle(flat.steps, splits, set(flat.fixed), mesh, priority, grown):
+                if not _settle(flat.steps, splits, limits, mesh, priority, grown):
                     return Undetermined("PROP-4", f"propagation did not settle "
                                         f"({PASSES[priority]})")
             _check_unsplit(flat.steps, splits)
@@ -423,6 +486,9 @@ class Flat:
     equations: list = dataclasses.field(default_factory=list)
     live: set = dataclasses.field(default_factory=set)
     constants: set = dataclasses.field(default_factory=set)
+    open: dict = dataclasses.field(default_factory=dict)
+    barred: dict = dataclasses.field(default_factory=dict)
+    bounded: set = dataclasses.field(default_factory=set)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -472,8 +538,58 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
                 raise _Stop(step[1])
     except _Stop as stopped:
         return stopped.undetermined
-    placed = _place(flat, constraints, outputs, program.out_shardings, mesh)
+    placed = _place(flat, constraints, outputs, _out_shardings(program, mesh), mesh)
+    if placed is None:
+        placed = _typed(flat, mesh)
     return flat if placed is None else placed
+
+
+def _out_shardings(program: Program, mesh: Any) -> tuple:
+    """The out shardings the partitioner sees: the jit's, and on a mesh with Explicit
+    axes, for a result left open whose type splits every dimension, its type's sharding
+    (JAX's lowering makes one of the type; seen: ``sin`` of ``P(('x', 'y'))``, 'x'
+    Explicit, comes back ``P('x')``, while a rank-2 ``P(('x', 'y'), None)`` keeps 'y')."""
+    given = program.out_shardings or (UNSPECIFIED,) * len(program.outputs)
+    if AxisType.Explicit not in mesh.axis_types:
+        return given
+    types = program.value_types
+    out = []
+    for n, sharding in zip(program.outputs, given):
+        value = types[n]
+        spec = tuple(value.spec or ())
+        if sharding is UNSPECIFIED and value.mesh == mesh.abstract and len(spec) == len(
+                value.shape) and all(e is not None for e in spec):
+            sharding = NamedSharding(mesh, PartitionSpec(*spec))
+        out.append(sharding)
+    return tuple(out)
+
+
+def _typed(flat: Flat, mesh: Any) -> Undetermined | None:
+    """On a mesh with Explicit axes every value's type holds its split over them (JAX's
+    lowering constrains each result to its type, the Auto axes left open: ``{"x", ?}``):
+    a value not placed otherwise starts on its type's split, grows over Auto axes only,
+    and never takes an Explicit axis its type does not hold."""
+    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types)
+                if t is AxisType.Explicit}
+    if not explicit:
+        return None
+    for number, value in enumerate(flat.types):
+        if not value.shape or number not in flat.live:
+            continue
+        if value.mesh is None:
+            continue   # a value typed over no mesh is not constrained by lowering
+        spec = value.spec or PartitionSpec()
+        if value.mesh != mesh.abstract or spec.unreduced or spec.reduced:
+            return Undetermined("PROP-1", "a value typed over another mesh, or with unreduced "
+                                "or reduced axes, is not propagated")
+        entries = tuple(spec) + (None,) * len(value.shape)
+        typed = tuple(tuple(a for a in ((e,) if isinstance(e, str) else e or ())
+                            if a in explicit) for e in entries[:len(value.shape)])
+        flat.barred[number] = frozenset(explicit - {a for d in typed for a in d})
+        if number not in flat.fixed:
+            _pin(flat, number, tuple(tuple(a for a in d if mesh.axis_size(a) != 1)
+                                     for d in typed), (True,) * len(value.shape))
+    return None
 
 
 def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, mesh: Mesh
@@ -484,15 +600,17 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
     for step in flat.steps:
         uses.update(step[2][:step[5]])
     uses.update(c[0] for c in constraints)
-    for operand, result, split, path in constraints:
-        flat.fixed[result] = split
+    for operand, result, (split, opens), path in constraints:
+        _pin(flat, result, split, opens)
+        if any(opens):   # its open dimensions propagate through it
+            _link(flat, operand, result, path)
         if operand in flat.fixed:
             continue
         if uses[operand] != 1:
             return Undetermined("PROP-6", "a sharding constraint on a value with other uses: "
                                 "whether the partitioner moves it onto the value is not "
                                 "determined by the spec yet", path)
-        flat.fixed[operand] = split
+        _pin(flat, operand, split, opens)
     placed = {n: given for n, given in zip(outputs, out_shardings)
               if given is not UNSPECIFIED}
     if any(n in placed for n, given in zip(outputs, out_shardings or
@@ -508,8 +626,55 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
             return Undetermined("PROP-6", "an out sharding on a value with other uses: "
                                 "whether the partitioner moves it onto the value is not "
                                 "determined by the spec yet")
-        flat.fixed[n] = _placed_split(given, mesh, len(flat.types[n].shape))
+        _pin(flat, n, *placed_pin(given, mesh, len(flat.types[n].shape)))
+    for n, given in zip(outputs, out_shardings):
+        if given is not UNSPECIFIED and any(placed_pin(given, mesh, len(
+                flat.types[n].shape))[1]) and n not in flat.open:
+            return Undetermined("PROP-6", "an out sharding with UNCONSTRAINED dimensions on a "
+                                "value the program places otherwise")
     return None
+
+
+def _pin(flat: Flat, number: int, split: Split, opens: tuple[bool, ...]) -> None:
+    """Value ``number`` placed on ``split``, its ``opens`` dimensions left to grow."""
+    flat.fixed[number] = split
+    if any(opens):
+        flat.open[number] = opens
+
+
+def _link(flat: Flat, operand: int, result: int, path: str) -> None:
+    """A step passing ``operand``'s every dimension to ``result`` (a constraint's open
+    dimensions, an inner jit's boundary): one factor per dimension, as a copy."""
+    dims = tuple(f"f{d}" for d in range(len(flat.types[operand].shape)))
+    flat.steps.append((_COPY, Factors((dims,), (dims,)), (operand, result),
+                       (flat.types[operand], flat.types[result]), path, 1))
+
+
+def _boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path: str,
+              into: bool = False) -> int:
+    """The value an inner jit's body sees for ``number`` under its in (``into``) or out
+    sharding: ``number`` itself when none is given; an operand not placed otherwise is
+    placed on its in sharding, whatever its other uses (seen: ``sin(a)`` returned and
+    passed to a jit of in sharding ``P('x')`` comes back ``P('x')``); else a new value
+    placed on it and linked to ``number`` (the partitioner keeps the shardings as
+    written)."""
+    if sharding is UNSPECIFIED:
+        return number
+    pin = placed_pin(sharding, mesh, len(value.shape))
+    if pin is None:
+        _stop("PROP-6", "an inner jit's in or out sharding is not a NamedSharding over the "
+              "program's mesh without unreduced axes", path)
+    if into and number in flat.bounded and flat.fixed[number] != pin[0]:
+        _stop("PROP-6", "a value passed to two inner jits or shard_maps that place it "
+              "differently: which the partitioner keeps is not written", path)
+    if into and number not in flat.fixed and not any(pin[1]):
+        _pin(flat, number, *pin)
+        flat.bounded.add(number)
+        return number
+    inner = flat.new(value)
+    _pin(flat, inner, *pin)
+    _link(flat, number, inner, path)
+    return inner
 
 
 def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
@@ -520,31 +685,31 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
         path = f"{prefix}body[{k}]"
         operands = [ids[n] for n in eq.operands]
         if eq.kind == "jit":
-            body = eq.body
-            if any(s is not UNSPECIFIED for s in body.in_shardings + body.out_shardings):
-                _stop("PROP-6", "an inner jit's in or out shardings are not propagated yet",
-                      path)
-            if any(c.ref or c.value.shape for c in body.consts):
-                _stop("PROP-6", "an inner jit's closed-over constants other than scalars "
-                      "are not propagated yet", path)
-            inner = operands + [flat.new(c.value) for c in body.consts]
-            flat.fixed.update((i, ()) for i in inner[len(operands):])
-            flat.constants.update(inner[len(operands):])
-            inner = _inline(body, inner, f"{path}.jit.", flat, mesh, constraints)
-            ids += [inner[n] for n in body.outputs]
+            ids += _inline_jit(eq.body, operands, path, flat, mesh, constraints)
             continue
         results = [flat.new(types[n]) for n in numbers]
         ids += results
         flat.equations.append((path, _name(eq), tuple(operands), tuple(results)))
+        if eq.kind == "shard_map":
+            _manual_boundary(flat, eq, operands, results, mesh, path)
+            continue
         entry = entry_of(eq)
         if eq.kind == "sharding_constraint":
-            split = _placed_split(eq.sharding, mesh, len(types[numbers[0]].shape))
-            if split is not None and not eq.unconstrained_dims:
-                constraints.append((operands[0], results[0], split, path))
+            pin = placed_pin(eq.sharding, mesh, len(types[numbers[0]].shape),
+                             eq.unconstrained_dims)
+            if AxisType.Explicit in mesh.axis_types:
+                # seen: P(None, 'x') over Auto 'x' on a value typed P(None, 'y') comes
+                # back P(None, ('y', 'x')): JAX joins the constraint with the type
+                pin = None
+                why = ("a sharding constraint on a mesh with Explicit axes: how JAX joins "
+                       "it with the value's type is not written")
+            else:
+                why = ("a sharding constraint over another mesh, or with unreduced axes, is "
+                       "not propagated")
+            if pin is not None:
+                constraints.append((operands[0], results[0], pin, path))
                 continue
-            rule_ = Undetermined("PROP-6", "a sharding constraint with dimensions left to "
-                                 "the compiler, or over another mesh, is not propagated yet",
-                                 path)
+            rule_ = Undetermined("PROP-6", why, path)
         else:
             rule_ = entry.sharding
             if _name(eq) == "dynamic_slice" and all(
@@ -561,6 +726,49 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
         flat.steps.append((entry, rule_, every, tuple(flat.types[i] for i in every), path,
                            len(operands)))
     return ids
+
+
+def _manual_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: Any,
+                     path: str) -> None:
+    """A shard_map whose every axis is manual, from the outside: its in specs are where
+    its operands are brought (propagated back to them as an inner jit's in shardings are),
+    its out specs where its results are; the partitioner does not enter its body."""
+    free = [a for a in mesh.axis_names if a not in eq.manual_axes and mesh.axis_size(a) != 1]
+    if free or eq.mesh.abstract != mesh.abstract:
+        _stop("PROP-6", f"a shard_map leaving mesh axes {free} automatic, or over another "
+              f"mesh, is not propagated yet", path)
+    inner = [_boundary(flat, n, NamedSharding(mesh, spec), flat.types[n], mesh, path,
+                       into=True) for n, spec in zip(operands, eq.in_specs)]
+    for n, spec in zip(results, eq.out_specs):
+        _pin(flat, n, *placed_pin(NamedSharding(mesh, spec), mesh, len(flat.types[n].shape)))
+    # the body, unseen: results computed from the operands' placed values, sharing no factor
+    tensors = [tuple(f"m{k}_{d}" for d in range(len(flat.types[n].shape)))
+               for k, n in enumerate(inner + results)]
+    every = tuple(inner + results)
+    flat.steps.append((entry_of(eq), Factors(tuple(tensors[:len(inner)]),
+                                             tuple(tensors[len(inner):]),
+                                             replicated=frozenset(f for t in tensors
+                                                                  for f in t)),
+                       every, tuple(flat.types[i] for i in every), path, len(inner)))
+
+
+def _inline_jit(body: Program, operands: list, path: str, flat: Flat, mesh: Any,
+                constraints: list) -> list:
+    """The ids of an inner jit's results, its body inlined between its in and out
+    shardings (PROP-6)."""
+    if any(c.ref or c.value.shape for c in body.consts):
+        _stop("PROP-6", "an inner jit's closed-over constants other than scalars are not "
+              "propagated yet", path)
+    given = body.in_shardings or (UNSPECIFIED,) * len(operands)
+    inner = [_boundary(flat, n, s, body.value_types[i], mesh, path, into=True)
+             for i, (n, s) in enumerate(zip(operands, given))]
+    inner += [flat.new(c.value) for c in body.consts]
+    flat.fixed.update((i, ()) for i in inner[len(operands):])
+    flat.constants.update(inner[len(operands):])
+    inner = _inline(body, inner, f"{path}.jit.", flat, mesh, constraints)
+    given = body.out_shardings or (UNSPECIFIED,) * len(body.outputs)
+    return [_boundary(flat, inner[n], s, body.value_types[n], mesh, path)
+            for n, s in zip(body.outputs, given)]
 
 
 def _prune(flat: Flat, constraints: list, outputs: list) -> None:
@@ -606,7 +814,7 @@ def equation_splits(program: Program) -> tuple | Undetermined:
                  if flat.live & set(results))
 
 
-def _settle(steps: list, splits: dict, fixed: set, mesh: Mesh, priority: int,
+def _settle(steps: list, splits: dict, fixed: Limits, mesh: Mesh, priority: int,
             grown: dict) -> bool:
     """One pass of the schedule, forward then backward until nothing grows."""
     for _ in range(2 * len(steps) + 2):
@@ -641,7 +849,8 @@ def predicted_results(program: Program) -> tuple[Split, ...] | Undetermined:
     if isinstance(splits, Undetermined):
         return splits
     mesh = propagation_mesh(program)
-    return tuple(splits[n] if given is UNSPECIFIED else
+    return tuple(splits[n] if given is UNSPECIFIED or any(placed_pin(
+                     given, mesh, len(program.value_types[n].shape))[1]) else
                  _placed_split(given, mesh, len(program.value_types[n].shape))
                  for n, given in zip(program.outputs, program.out_shardings
                                      or (UNSPECIFIED,) * len(program.outputs)))

@@ -376,7 +376,8 @@ def scalar_placement_factors(eq: Any, operands: tuple) -> Factors | NotPropagate
 
 
 _NOT_YET = {
-    "shard_map": "a shard_map's boundary (its manual axes) is not propagated yet",
+    "shard_map": "propagated by the program's pass at its boundary (PROP-6: its in and out "
+                 "specs, every axis manual), its body not entered",
     "get": "a mutable ref's read is not propagated (refs are placed where they are made)",
     "swap": "a mutable ref's write is not propagated (refs are placed where they are made)",
     "addupdate": "a mutable ref's write is not propagated (refs are placed where they are "
