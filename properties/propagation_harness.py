@@ -1,19 +1,28 @@
 """Where the compiler decides, held to real XLA: drawn programs of the propagated
-primitives (PROP-1 to PROP-5) against the compiled executable's result shardings.
+primitives (PROP-1 to PROP-7) against the compiled executable's result shardings.
 
-A :class:`Recipe` is a small program over Auto axes of one 8-device mesh (of shape
-``(8,)``, ``(2, 4)``, ``(4, 2)`` or ``(2, 2, 2)``, devices in order or reversed): inputs
-of 1 to 3 dimensions of sizes 2 to 16, each committed to a drawn split, and steps —
-elementwise unary and binary operations (operands of one shape with conflicting or partly
-open splits, a rank-1 operand broadcast along the last dimension, a scalar), ``dot_general``
-with batch and contracting dimensions split, reductions, transposes, reshapes merging and
-splitting dimensions, ``broadcast_in_dim`` and ``convert_element_type`` — each over an
-earlier value or a fresh input. :func:`compare_recipe` builds the real function, reads its
+A :class:`Recipe` is a small program over one 8-device mesh (of shape ``(8,)``,
+``(2, 4)``, ``(4, 2)``, ``(2, 2, 2)``, ``(1, 8)`` or ``(2, 1, 4)``, devices in order,
+reversed or drawn; its axes Auto, or with ``recipes(explicit=True)`` all Explicit or
+Explicit beside Auto): inputs of 1 to 3 dimensions of sizes 2 to 16, each committed to a
+drawn split, and steps — elementwise unary and binary operations (operands of one shape with
+conflicting or partly open splits, a rank-1 operand broadcast along the last dimension, a
+scalar), ``dot_general`` with batch and contracting dimensions split, reductions,
+transposes, reshapes merging and splitting dimensions, ``broadcast_in_dim`` and
+``convert_element_type``, the further primitives, realistic blocks, constraints (some
+dimensions UNCONSTRAINED), inner jits with in and out shardings, shard_maps over every
+axis, and control flow (a scan's carry or ys, a cond, a remat) — each over an earlier value
+or a fresh input. :func:`compare_recipe` builds the real function, reads its
 :class:`~shardlaw.spec.Program` with :func:`~shardlaw.spec.bridge.program.describe_program`,
 asks :func:`~shardlaw.spec.explain_program` and compares every result the spec places with
 the sharding the executable returns it on: equal as JAX spells it, not only
-placement-equivalent. A result the spec leaves UNSPECIFIED is an abstention (counted, with
-the reason the verdict gives); any other difference is a disagreement.
+placement-equivalent. It asks the same of
+:func:`~shardlaw.spec.program.propagation_spelling.predicted_out_shardings` on the concrete
+mesh and on the program described over the recipe's abstract mesh (ShapeDtypeStructs),
+whose results are held to the concrete executable's over that abstract mesh. A result the
+spec leaves UNSPECIFIED is an abstention (counted, with the reason the verdict gives); any
+other difference is a disagreement. A program JAX refuses while tracing (an Explicit axes'
+type rule) is counted apart.
 """
 
 from __future__ import annotations
@@ -152,10 +161,16 @@ def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
     kind = draw(st.sampled_from(("unary", "binary", "broadcast_add", "scalar", "dot",
                                  "reduce", "transpose", "reshape", "broadcast",
                                  "convert", "more", "more", "constrain", "block", "inner",
-                                 "shard_map")))
+                                 "shard_map", "flow")))
     if not shape:   # a scalar (an argmax's of a vector): elementwise steps only
         return ("unary", (v,), draw(st.sampled_from(UNARY))), shape
-    if kind in ("more", "constrain", "block"):
+    if kind == "flow":   # control flow: a scan's carry or ys, a cond, a remat
+        which = draw(st.sampled_from(("scan carry", "scan ys", "cond", "remat")))
+        if which.startswith("scan"):
+            xs = same_shape((4,) + shape)
+            return ("flow", (v, xs), which), shape if which == "scan carry" else (4,) + shape
+        return ("flow", (v, same_shape(shape)), which), shape
+    if kind in ("more", "constrain", "block", "inner", "shard_map"):
         return _more_step(draw, kind, v, shape, same_shape)
     if kind == "unary":
         step, out = ("unary", (v,), draw(st.sampled_from(UNARY))), shape
@@ -340,6 +355,8 @@ def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
         return jax.jit(lambda t: jnp.sin(t) * 2.0, in_shardings=ins, out_shardings=outs)(x)
     if kind == "block":
         return _block(param, args)
+    if kind == "flow":
+        return _flow(param, args)
     if kind == "concat":
         return jnp.concatenate(args, param)
     if kind == "where":
@@ -362,6 +379,20 @@ def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
     if kind == "take":
         return jnp.take(x, jnp.arange(n) % x.shape[axis], axis=axis)
     return lax.dynamic_slice_in_dim(x, 1 % (x.shape[axis] - n + 1), n, axis=axis)
+
+
+def _flow(name: str, args: list) -> Any:
+    """A control-flow step over ``x`` and a second value (a scan's xs)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    x, w = args
+    if name.startswith("scan"):
+        carry, ys = lax.scan(lambda c, t: ((jnp.sin(c) + t).astype(c.dtype), c * 2.0), x, w)
+        return carry if name == "scan carry" else ys
+    if name == "cond":
+        return lax.cond(x.sum() > 0, lambda t, u: jnp.sin(t) + u, lambda t, u: t * u, x, w)
+    return jax.checkpoint(lambda t, u: jnp.sin(t) * u)(x, w)
 
 
 def _block(name: str, args: list) -> Any:
@@ -503,6 +534,8 @@ def _features(recipe: Recipe) -> set:
             found.add("with an inner jit's shardings")
         elif kind == "shard_map":
             found.add("with a shard_map")
+        elif kind == "flow":
+            found.add("with control flow")
     return found
 
 

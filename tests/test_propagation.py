@@ -325,3 +325,33 @@ def test_a_result_typed_split_in_every_dimension_keeps_its_type_on_a_mixed_mesh(
     program = describe_program(f, v, m)
     assert explain_program(program).out_shardings == tuple(from_jax(r) for r in real)
     assert predicted_out_shardings(program) == tuple(from_jax(r) for r in real)
+
+
+@pytest.mark.parametrize("name, f, shapes, expected", [
+    # a carry joins its initial split and the body's next one; ys stack along a new dimension
+    ("scan", lambda c, xs: jax.lax.scan(lambda c, x: (jnp.sin(c) + x, c * 2.0), c, xs),
+     [((8, 8), P("x")), ((4, 8, 8), P(None, None, "y"))], [P("x", "y"), P(None, "x", "y")]),
+    # the scanned dimension's split does not reach the body
+    ("scan over a split dimension", lambda c, xs: jax.lax.scan(
+        lambda c, x: (c, jnp.sin(x)), c, xs)[1].sum(0),
+     [((8, 8), P()), ((4, 8, 8), P("x"))], [P()]),
+    ("cond", lambda a, b: (jax.lax.cond(a.sum() > 0, lambda t, u: jnp.sin(t) + u,
+                                        lambda t, u: t * u, a, b),),
+     [((8, 8), P("x")), ((8, 8), P(None, "y"))], [P("x", "y")]),
+    ("remat", lambda a, b: (jax.checkpoint(lambda t, u: jnp.sin(t) * u)(a, b),),
+     [((8, 8), P("x")), ((8, 8), P(None, "y"))], [P("x", "y")]),
+])
+def test_control_flow_bodies_propagate(name, f, shapes, expected):
+    real, verdict, _ = _explained(lambda *a: tuple(jax.tree.leaves(f(*a))), shapes)
+    assert [r.spec for r in real] == expected, name
+    assert verdict.undetermined == (), name
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real), name
+
+
+def test_a_cond_whose_branches_split_apart_is_left_open():
+    # JAX returns P('y'): which branch's split the partitioner met first decides
+    f = lambda a, b: (jax.lax.cond(a.sum() > 0, lambda t, u: jnp.sin(t), lambda t, u: u, a, b),)
+    real, verdict, _ = _explained(f, [((8, 8), P("x")), ((8, 8), P("y"))])
+    assert real[0].spec == P("y")
+    assert verdict.out_shardings == (UNSPECIFIED,)
+    assert "PROP-4" in verdict.undetermined[0][1]

@@ -53,8 +53,12 @@ from .sharding_factors import (
     ELEMENTWISE_NAMES, SHARDING_ONLY_ELEMENTWISE, factors_of_dimension, same_dimensions_factors,
 )
 
+# The equations whose bodies propagation enters (propagation_flow.py): a loop's carry
+# and slices, a cond's branches, and calls lowered inline.
+FLOW_KINDS = frozenset(("scan", "cond", "remat2", "custom_jvp_call", "custom_vjp_call"))
+
 # The entry of a step linking two values dimension for dimension (a copy: elementwise).
-_COPY = entry_of_name("copy")
+COPY = _COPY = entry_of_name("copy")
 
 # What the schedule's first pass admits besides the table's elementwise primitives.
 ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
@@ -62,7 +66,8 @@ ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
 
 __all__ = ["Undetermined", "Split", "propagation_mesh", "factor_split", "dimension_splits",
            "propagate", "predicted_results", "predicted_sharding", "predicted_choices",
-           "undetermined_results", "equation_splits", "flatten", "Flat", "placed_pin"]
+           "undetermined_results", "equation_splits", "flatten", "Flat", "placed_pin",
+           "inline_body", "stop", "FLOW_KINDS", "COPY"]
 
 Split = tuple[tuple[str, ...], ...]
 
@@ -456,6 +461,7 @@ def _propagated(program: Program):
                     return Undetermined("PROP-4", f"propagation did not settle "
                                         f"({PASSES[priority]})")
             _check_unsplit(flat.steps, splits)
+            _check_joins(flat, splits)
         except _Stop as stopped:
             return stopped.undetermined
         return flat, splits
@@ -470,6 +476,17 @@ def _check_unsplit(steps: list, splits: dict) -> None:
             if any(d.startswith("n") and axes for d, axes in zip(dims, splits[number])):
                 _stop("PROP-4", "a dimension the operation needs unsplit (a sort's) is "
                       "split: the partitioner moves or gathers it by its own choice", path)
+
+
+def _check_joins(flat: Flat, splits: dict) -> None:
+    """A loop's carry or a cond's result whose sources (the initial carry and the body's
+    next one; the branches' results) end split apart: which the partitioner keeps is its
+    own order's (seen: a carry takes the body's split over the initial one's)."""
+    for sources, result, path in flat.joins:
+        if result in flat.live and any(_conflict(a, b) for s in sources for t in sources
+                                       for a, b in zip(splits[s], splits[t])):
+            _stop("PROP-4", "a loop's carry or a cond's results are split apart by their "
+                  "sources: which the partitioner keeps is its own order's", path)
 
 
 @dataclasses.dataclass
@@ -489,6 +506,8 @@ class Flat:
     open: dict = dataclasses.field(default_factory=dict)
     barred: dict = dataclasses.field(default_factory=dict)
     bounded: set = dataclasses.field(default_factory=set)
+    moves: list = dataclasses.field(default_factory=list)
+    joins: list = dataclasses.field(default_factory=list)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -596,6 +615,9 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
            ) -> Undetermined | None:
     """PROP-6's fixed splits of the constraints' values and of the out shardings' (None:
     placed), or why not."""
+    moved = _move(flat, mesh)
+    if moved is not None:
+        return moved
     uses = collections.Counter(outputs)
     for step in flat.steps:
         uses.update(step[2][:step[5]])
@@ -664,17 +686,31 @@ def _boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, pat
     if pin is None:
         _stop("PROP-6", "an inner jit's in or out sharding is not a NamedSharding over the "
               "program's mesh without unreduced axes", path)
-    if into and number in flat.bounded and flat.fixed[number] != pin[0]:
-        _stop("PROP-6", "a value passed to two inner jits or shard_maps that place it "
-              "differently: which the partitioner keeps is not written", path)
-    if into and number not in flat.fixed and not any(pin[1]):
-        _pin(flat, number, *pin)
-        flat.bounded.add(number)
-        return number
     inner = flat.new(value)
     _pin(flat, inner, *pin)
     _link(flat, number, inner, path)
+    if into and not any(pin[1]):   # moved onto ``number`` once the dead code is gone
+        flat.moves.append((number, inner, pin[0], path))
     return inner
+
+
+def _move(flat: Flat, mesh: Any) -> Undetermined | None:
+    """Each live in sharding or in spec placed on the operand it is moved onto (an operand
+    placed otherwise keeps its placement), or why not."""
+    for number, inner, split, path in flat.moves:
+        if inner not in flat.live:
+            continue
+        if AxisType.Explicit in mesh.axis_types:
+            return Undetermined("PROP-6", "an inner jit's in sharding or a shard_map's in spec "
+                                "on a mesh with Explicit axes is not propagated yet", path)
+        if number in flat.bounded and flat.fixed[number] != split:
+            return Undetermined("PROP-6", "a value passed to two inner jits or shard_maps "
+                                "that place it differently: which the partitioner keeps is "
+                                "not written", path)
+        if number not in flat.fixed:
+            _pin(flat, number, split, ())
+            flat.bounded.add(number)
+    return None
 
 
 def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
@@ -686,6 +722,11 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
         operands = [ids[n] for n in eq.operands]
         if eq.kind == "jit":
             ids += _inline_jit(eq.body, operands, path, flat, mesh, constraints)
+            continue
+        if eq.kind in FLOW_KINDS:
+            from .propagation_flow import inline_flow   # (it builds on this module)
+            ids += inline_flow(eq, operands, [types[n] for n in numbers], path, flat,
+                               mesh, constraints)
             continue
         results = [flat.new(types[n]) for n in numbers]
         ids += results
@@ -753,9 +794,9 @@ def _manual_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: A
 
 
 def _inline_jit(body: Program, operands: list, path: str, flat: Flat, mesh: Any,
-                constraints: list) -> list:
+                constraints: list, prefix: str = "") -> list:
     """The ids of an inner jit's results, its body inlined between its in and out
-    shardings (PROP-6)."""
+    shardings (PROP-6); ``prefix``: its equations' paths' (``{path}.jit.``)."""
     if any(c.ref or c.value.shape for c in body.consts):
         _stop("PROP-6", "an inner jit's closed-over constants other than scalars are not "
               "propagated yet", path)
@@ -765,7 +806,7 @@ def _inline_jit(body: Program, operands: list, path: str, flat: Flat, mesh: Any,
     inner += [flat.new(c.value) for c in body.consts]
     flat.fixed.update((i, ()) for i in inner[len(operands):])
     flat.constants.update(inner[len(operands):])
-    inner = _inline(body, inner, f"{path}.jit.", flat, mesh, constraints)
+    inner = _inline(body, inner, prefix or f"{path}.jit.", flat, mesh, constraints)
     given = body.out_shardings or (UNSPECIFIED,) * len(body.outputs)
     return [_boundary(flat, inner[n], s, body.value_types[n], mesh, path)
             for n, s in zip(body.outputs, given)]
@@ -903,3 +944,8 @@ def tensor_factor_splits(rule_: Factors, types: tuple, index: int, split: Split,
 def factor_sizes(rule_: Factors, types: tuple) -> dict[str, int]:
     """Each factor's size in an equation of operand and result ``types``."""
     return _sizes(rule_, tuple(tuple(t.shape) for t in types))
+
+
+# The names propagation_flow.py builds on.
+inline_body = _inline_jit
+stop = _stop
