@@ -26,7 +26,7 @@ from typing import Any
 
 from ..core.rules import rule
 from ..core.shardings import UNCONSTRAINED, UNSPECIFIED, NamedSharding
-from ..core.values import AxisType, PartitionSpec
+from ..core.values import AbstractMesh, AxisType, PartitionSpec  # noqa: F401 (the examples)
 from .description import Program
 from .lowering import live_parts
 from .propagation import Undetermined, placed_pin, predicted_results, propagation_mesh
@@ -43,6 +43,16 @@ def predicted_out_shardings(program: Program) -> tuple:
     why). Over Auto axes only the result takes the first kept input's sharding when it has
     its rank and places alike; beside Explicit axes, its type's, in full; else the split is
     read back, trailing unsplit dimensions dropped.
+
+    >>> from shardlaw.spec import NamedSharding, P
+    >>> from shardlaw.spec.program.description import Opaque, Value
+    >>> mesh = AbstractMesh((1024, 64), ("data", "model"))
+    >>> x = Value.shape_dtype((2048, 128), sharding=NamedSharding(mesh, P("data", "model")))
+    >>> neg = Opaque((0,), primitive="neg", results=(Value.typed((2048, 128)),))
+    >>> total = Opaque((1,), primitive="reduce_sum", results=(Value.typed((2048,)),),
+    ...                params=(("axes", (1,)),))
+    >>> [s.spec for s in predicted_out_shardings(Program((x,), (neg, total), outputs=(1, 2)))]
+    [P('data', 'model'), P('data')]
     """
     mesh = propagation_mesh(program)
     if isinstance(mesh, Undetermined):
