@@ -165,7 +165,7 @@ def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
     if not shape:   # a scalar (an argmax's of a vector): elementwise steps only
         return ("unary", (v,), draw(st.sampled_from(UNARY))), shape
     if kind == "flow":   # control flow: a scan's carry or ys, a cond, a remat
-        which = draw(st.sampled_from(("scan carry", "scan ys", "cond", "remat")))
+        which = draw(st.sampled_from(("scan carry", "scan ys", "cond", "remat", "while")))
         if which.startswith("scan"):
             xs = same_shape((4,) + shape)
             return ("flow", (v, xs), which), shape if which == "scan carry" else (4,) + shape
@@ -390,6 +390,9 @@ def _flow(name: str, args: list) -> Any:
     if name.startswith("scan"):
         carry, ys = lax.scan(lambda c, t: ((jnp.sin(c) + t).astype(c.dtype), c * 2.0), x, w)
         return carry if name == "scan carry" else ys
+    if name == "while":
+        return lax.while_loop(lambda s: s[1] < 3, lambda s: (
+            (jnp.sin(s[0]) * w).astype(s[0].dtype), s[1] + 1), (x, 0))[0]
     if name == "cond":
         return lax.cond(x.sum() > 0, lambda t, u: jnp.sin(t) + u, lambda t, u: t * u, x, w)
     return jax.checkpoint(lambda t, u: jnp.sin(t) * u)(x, w)

@@ -338,6 +338,9 @@ def test_a_result_typed_split_in_every_dimension_keeps_its_type_on_a_mixed_mesh(
     ("cond", lambda a, b: (jax.lax.cond(a.sum() > 0, lambda t, u: jnp.sin(t) + u,
                                         lambda t, u: t * u, a, b),),
      [((8, 8), P("x")), ((8, 8), P(None, "y"))], [P("x", "y")]),
+    ("while", lambda a, b: (jax.lax.while_loop(lambda s: s[1] < 3, lambda s: (
+        jnp.sin(s[0]) * b, s[1] + 1), (a, 0))[0],),
+     [((8, 8), P(None, "y")), ((8, 8), P("x", None))], [P("x", "y")]),
     ("remat", lambda a, b: (jax.checkpoint(lambda t, u: jnp.sin(t) * u)(a, b),),
      [((8, 8), P("x")), ((8, 8), P(None, "y"))], [P("x", "y")]),
 ])

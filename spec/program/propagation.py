@@ -4,11 +4,13 @@ JAX 0.10.2 hands a result it does not place itself to the partitioner (Shardy): 
 operation has a sharding rule over the factors of its dimensions (the primitive table's
 ``sharding`` slot, :mod:`~shardlaw.spec.program.sharding_factors`), and propagation moves
 the inputs' splits forward and backward through the body until nothing changes. This
-module does the same over a body whose every equation has a rule, on one concrete mesh of
-Auto axes, and gives each result's split — or, where the program does not determine it
-(an equation without a rule, a placement the user wrote in the body or the out
-shardings, a split the partitioner resolves by its own order), an :class:`Undetermined`
-naming the rule and the reason. It never guesses: every case it answers is held to the
+module does the same over a body whose every equation has a rule (inner jits, control
+flow and full-manual shard_maps entered or seen at their boundaries), over one mesh —
+concrete or abstract, of any size: no device is read — of Auto axes, Explicit ones beside
+them held by the values' types, and gives each result's split — or, where the program does
+not determine it (an equation without a rule, a placement the user wrote the partitioner
+may move or not, a split it resolves by its own order), an :class:`Undetermined` naming
+the rule and the reason. It never guesses: every case it answers is held to the
 compiled executable by ``properties/propagation_harness.py``.
 
 A split is one tuple of mesh axes per dimension (major first).
@@ -55,7 +57,8 @@ from .sharding_factors import (
 
 # The equations whose bodies propagation enters (propagation_flow.py): a loop's carry
 # and slices, a cond's branches, and calls lowered inline.
-FLOW_KINDS = frozenset(("scan", "cond", "remat2", "custom_jvp_call", "custom_vjp_call"))
+FLOW_KINDS = frozenset(("scan", "while", "cond", "remat2", "custom_jvp_call",
+                        "custom_vjp_call"))
 
 # The entry of a step linking two values dimension for dimension (a copy: elementwise).
 COPY = _COPY = entry_of_name("copy")

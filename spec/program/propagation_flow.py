@@ -25,6 +25,8 @@ def inline_flow(eq: Any, operands: list, results: list, path: str, flat: Flat, m
     added to ``flat``."""
     if eq.kind == "scan":
         return _scan(eq, operands, results, path, flat, mesh, constraints)
+    if eq.kind == "while":
+        return _while(eq, operands, path, flat, mesh, constraints)
     if eq.kind == "cond":
         outs = [inline_body(branch, list(operands[1:]), path, flat, mesh, constraints,
                             f"{path}.cond.branches[{b}].")
@@ -63,6 +65,24 @@ def _scan(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: A
         _step(flat, "dynamic_update_slice", Factors((dims,), (("r0",) + dims,)), [piece],
               stacked[-1], path)
     return finals + stacked
+
+
+def _while(eq: Any, operands: list, path: str, flat: Flat, mesh: Any, constraints: list
+           ) -> list:
+    """A while loop's final carry: each carry one value through the loop, as a scan's;
+    the predicate reads it too (its bool result is no value of the program's)."""
+    cc, bc, body = eq.cond_consts, eq.body_consts, eq.body_fun
+    carry = [flat.new(value) for value in body.inputs[bc:]]
+    inline_body(eq.cond, list(operands[:cc]) + carry, path, flat, mesh, constraints,
+                f"{path}.while.cond.")
+    outs = inline_body(body, list(operands[cc:cc + bc]) + carry, path, flat, mesh,
+                       constraints, f"{path}.while.body.")
+    for i, value in enumerate(carry):
+        dims = tuple(f"f{d}" for d in range(len(flat.types[value].shape)))
+        _step(flat, "while", Factors((dims, dims), (dims,)),
+              [operands[cc + bc + i], outs[i]], value, path)
+        flat.joins.append(([operands[cc + bc + i], outs[i]], value, path))
+    return [_joined(flat, [v], path) for v in carry]
 
 
 def _joined(flat: Flat, sources: list, path: str) -> int:
