@@ -685,6 +685,11 @@ def _boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, pat
     written)."""
     if sharding is UNSPECIFIED:
         return number
+    if AxisType.Explicit in mesh.axis_types:
+        # seen: an inner jit's out sharding P(None, ('x', 'z')) ('x' Auto) on a value typed
+        # P('y', 'z') came back P('y', 'z'): not kept as written
+        _stop("PROP-6", "an inner jit's shardings or a shard_map's specs on a mesh with "
+              "Explicit axes are not propagated yet", path)
     pin = placed_pin(sharding, mesh, len(value.shape))
     if pin is None:
         _stop("PROP-6", "an inner jit's in or out sharding is not a NamedSharding over the "
@@ -703,9 +708,6 @@ def _move(flat: Flat, mesh: Any) -> Undetermined | None:
     for number, inner, split, path in flat.moves:
         if inner not in flat.live:
             continue
-        if AxisType.Explicit in mesh.axis_types:
-            return Undetermined("PROP-6", "an inner jit's in sharding or a shard_map's in spec "
-                                "on a mesh with Explicit axes is not propagated yet", path)
         if number in flat.bounded and flat.fixed[number] != split:
             return Undetermined("PROP-6", "a value passed to two inner jits or shard_maps "
                                 "that place it differently: which the partitioner keeps is "
