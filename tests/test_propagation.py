@@ -358,3 +358,16 @@ def test_a_cond_whose_branches_split_apart_is_left_open():
     assert real[0].spec == P("y")
     assert verdict.out_shardings == (UNSPECIFIED,)
     assert "PROP-4" in verdict.undetermined[0][1]
+
+
+def test_a_whole_slice_is_folded_away_before_an_in_spec_is_moved():
+    # the deep run's disagreement (seed 32): a slice of every element is the argument
+    # itself to the partitioner, and a shard_map's in spec is not moved onto it
+    def f(a):
+        whole = jax.lax.slice_in_dim(a, 0, 8, axis=0)
+        inner = jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=_MESH[0], in_specs=P(),
+                              out_specs=P())
+        return whole, inner(whole)
+    real, verdict, _ = _explained(f, [((8, 8), P(None, "y"))])
+    assert [r.spec for r in real] == [P(None, "y"), P()]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)

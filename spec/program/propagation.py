@@ -733,6 +733,12 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             ids += inline_flow(eq, operands, [types[n] for n in numbers], path, flat,
                                mesh, constraints)
             continue
+        if _name(eq) in ("slice", "dynamic_slice") and types[numbers[0]].shape == types[
+                eq.operands[0]].shape:
+            # a slice of every element is folded away before propagation (seen: a shard_map's
+            # in spec is not moved onto a whole slice of an argument)
+            ids.append(operands[0])
+            continue
         results = [flat.new(types[n]) for n in numbers]
         ids += results
         flat.equations.append((path, _name(eq), tuple(operands), tuple(results)))
