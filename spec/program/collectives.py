@@ -371,6 +371,9 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
         return Undetermined("COLL-4", factors.why, path)
     read = [tensor_factor_splits(factors, typed, i, splits[n], mesh)
             for i, n in enumerate(every)]
+    unread = next((r for r in read if isinstance(r, Undetermined)), None)
+    if unread is not None:
+        return dataclasses.replace(unread, path=path)
     chosen = operation_splits(factors, read, count)
     if chosen is None:
         return Undetermined("COLL-1", "the operands split a reduced factor differently: the "

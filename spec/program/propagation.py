@@ -645,6 +645,11 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
                             "and once left open: where the open one is placed is the "
                             "compiler's choice")
     for n, given in zip(outputs, out_shardings):
+        if given is not UNSPECIFIED and any(placed_pin(given, mesh, len(
+                flat.types[n].shape))[1]):
+            # (vmap's batching makes them; seen: P(UNCONSTRAINED, 'x') not kept at all)
+            return Undetermined("PROP-6", "an out sharding with UNCONSTRAINED dimensions is "
+                                "not propagated yet")
         if given is UNSPECIFIED or n in flat.fixed:
             continue
         if uses[n] != 1:
@@ -652,11 +657,6 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
                                 "whether the partitioner moves it onto the value is not "
                                 "determined by the spec yet")
         _pin(flat, n, *placed_pin(given, mesh, len(flat.types[n].shape)))
-    for n, given in zip(outputs, out_shardings):
-        if given is not UNSPECIFIED and any(placed_pin(given, mesh, len(
-                flat.types[n].shape))[1]) and n not in flat.open:
-            return Undetermined("PROP-6", "an out sharding with UNCONSTRAINED dimensions on a "
-                                "value the program places otherwise")
     return None
 
 
@@ -691,9 +691,9 @@ def _boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, pat
         _stop("PROP-6", "an inner jit's shardings or a shard_map's specs on a mesh with "
               "Explicit axes are not propagated yet", path)
     pin = placed_pin(sharding, mesh, len(value.shape))
-    if pin is None:
+    if pin is None or any(pin[1]):
         _stop("PROP-6", "an inner jit's in or out sharding is not a NamedSharding over the "
-              "program's mesh without unreduced axes", path)
+              "program's mesh without unreduced axes or UNCONSTRAINED dimensions", path)
     inner = flat.new(value)
     _pin(flat, inner, *pin)
     _link(flat, number, inner, path)
@@ -941,14 +941,19 @@ def undetermined_results(program: Program, paths: tuple, shardings: tuple) -> tu
 
 
 def tensor_factor_splits(rule_: Factors, types: tuple, index: int, split: Split,
-                         mesh: Mesh) -> dict[str, tuple[str, ...]]:
+                         mesh: Mesh) -> dict[str, tuple[str, ...]] | Undetermined:
     """Each factor's split as tensor ``index`` of an equation's operands and results
     (``types``, in that order) gives it when the tensor is split ``split`` (PROP-3's
-    reading, for the collectives read off a propagated program)."""
+    reading, for the collectives read off a propagated program); an Undetermined where
+    the split does not read as the factors' (an equation propagation did not read so: a
+    control-flow equation's, one folded away)."""
     sizes = _sizes(rule_, tuple(tuple(t.shape) for t in types))
     out: dict[str, tuple[str, ...]] = {}
-    for dim, axes in zip((rule_.operands + rule_.results)[index], split):
-        out.update(_read(dim, axes, sizes, mesh, ""))
+    try:
+        for dim, axes in zip((rule_.operands + rule_.results)[index], split):
+            out.update(_read(dim, axes, sizes, mesh, ""))
+    except _Stop as stopped:
+        return stopped.undetermined
     return out
 
 
