@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from typing import Any
 
 from hypothesis import strategies as st
@@ -66,12 +67,29 @@ def _one_axis(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple
                  for k in range(len(shape)))
 
 
+def _moved(draw: Any, v: int, shape: tuple[int, ...], mesh: tuple[int, ...], inputs: list,
+           steps: list) -> tuple:
+    """A split to constrain value ``v`` to that moves its axes: an input's split with its
+    dimensions' axes reversed or rotated where they divide (an all-to-all, a
+    collective-permute), else one over one or two axes."""
+    split = inputs[steps[v][2]][1] if steps[v][0] == "input" else None
+    sizes = dict(zip(NAMES, mesh))
+    if split is not None and len(split) > 1 and draw(st.booleans()):
+        moved = tuple(reversed(split)) if draw(st.booleans()) else split[1:] + split[:1]
+        ways = [1 if e is None else math.prod(sizes[a] for a in ((e,) if isinstance(e, str)
+                                                                  else e)) for e in moved]
+        if all(n % w == 0 for n, w in zip(shape, ways)):
+            return moved
+    return _one_axis(draw, shape, mesh)
+
+
 @st.composite
 def communicating_recipes(draw: Any, max_steps: int = 5) -> Recipe:
     """A drawn recipe (:func:`~shardlaw.properties.propagation_harness.recipes`) with one
     to three steps appended that make the step communicate: a reduction over an input's
     split dimension, an elementwise operation or a matmul with a fresh input split over
-    another axis or the same one (conflicts, moved axes, contracted splits)."""
+    another axis or the same one (conflicts, moved axes, contracted splits), a constraint
+    that moves a value's axes between its dimensions or onto others."""
     base = draw(recipes(max_steps=max_steps))
     inputs, steps = list(base.inputs), list(base.steps)
     shapes = {k: base.inputs[p][0] for k, (kind, _, p) in enumerate(steps) if kind == "input"}
@@ -86,8 +104,10 @@ def communicating_recipes(draw: Any, max_steps: int = 5) -> Recipe:
     for _ in range(draw(st.integers(1, 3))):
         v = draw(st.sampled_from(sorted(shapes)))
         shape = shapes[v]
-        kind = draw(st.sampled_from(("reduce", "binary", "dot")))
-        if kind == "reduce" and len(shape) >= 2:
+        kind = draw(st.sampled_from(("reduce", "binary", "dot", "move")))
+        if kind == "move":
+            steps.append(("constrain", (v,), _moved(draw, v, shape, base.mesh, inputs, steps)))
+        elif kind == "reduce" and len(shape) >= 2:
             axis = draw(st.integers(0, len(shape) - 1))
             steps.append(("reduce", (v,), (draw(st.sampled_from(("sum", "max"))), axis)))
             shape = shape[:axis] + shape[axis + 1:]
@@ -149,7 +169,8 @@ def compare_collectives(recipe: Recipe) -> CollectivesOutcome:
     assert verdict.accepted, verdict.message
     step = verdict.collectives
     why = None if step.complete else str(step.undetermined)
-    predicted = tuple(sorted(_key(c.kind, c.replica_groups.groups(), c.bytes_per_device)
+    predicted = tuple(sorted(_key(c.kind, () if c.replica_groups is None else
+                                  c.replica_groups.groups(), c.bytes_per_device)
                              for c in step))
     outcome = CollectivesOutcome(real, predicted, why)
     TALLY["disagree" if outcome.disagreements else
@@ -162,3 +183,46 @@ def compare_collectives(recipe: Recipe) -> CollectivesOutcome:
     elif why is not None:
         TALLY[f"why: {why.split(': ', 1)[-1][:70]}"] += 1
     return outcome
+
+
+def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -> dict:
+    """A deep run of the property: ``examples`` drawn programs from ``seed``; the tally
+    (outcomes, the kinds of the collectives matched, the reasons a list was left open) and
+    the recipes that disagreed, written to the file ``report`` (if given) after every 50
+    programs as well."""
+    import json
+
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as seeded
+    found: list = []
+
+    def write() -> None:
+        if report is not None:
+            with open(report, "w") as out:
+                json.dump({"tally": dict(TALLY), "disagreements": found}, out)
+
+    @seeded(seed)
+    @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(communicating_recipes(max_steps=max_steps))
+    def run(recipe: Recipe) -> None:
+        outcome = compare_collectives(recipe)
+        if outcome.disagreements:
+            found.append(repr((recipe, outcome.disagreements)))
+        if sum(TALLY[k] for k in ("agree", "abstain", "disagree")) % 50 == 0:
+            write()
+
+    TALLY.clear()
+    run()
+    write()
+    return {"tally": dict(TALLY), "disagreements": found}
+
+
+if __name__ == "__main__":   # python -m shardlaw.properties.collectives_harness N SEED [REPORT]
+    import json
+    import sys
+
+    import jax
+    jax.config.update("jax_num_cpu_devices", 8)
+    print(json.dumps(deep_run(int(sys.argv[1]), int(sys.argv[2]),
+                              report=sys.argv[3] if len(sys.argv) > 3 else None)))

@@ -3,9 +3,10 @@
 The program harnesses draw bodies of constraints, device_puts, jits and ``neg``/``sin``;
 a real step holds more: matmuls and einsums, a bias added by implicit broadcasting,
 reductions and ``argmax``, cumulative sums, sorts, ``where``, reshapes and slices, pads and
-concatenations, softmax and layer norm, powers and casts, and typed PRNG keys drawing
-noise. A :class:`StepCase` is one such step with its example arguments' shapes (a key
-argument's shape, dtype ``key<fry>``); the vmap and AD harnesses draw them
+concatenations, softmax and layer norm, powers and casts, typed PRNG keys drawing
+noise, and (under vmap) gathers, scatters, dynamic slices, top_k, clamp and erf. A
+:class:`StepCase` is one such step with its example arguments' shapes (a key argument's
+shape, dtype ``key<fry>``); the vmap and AD harnesses draw them
 (:func:`step_cases`) and hold the spec's rewrite of ``describe_program`` of the step to
 JAX's own transformation of it.
 """
@@ -17,7 +18,7 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-__all__ = ["StepCase", "step_cases", "examples_of", "KEY", "STEP_NAMES"]
+__all__ = ["StepCase", "step_cases", "examples_of", "KEY", "STEP_NAMES", "VMAP_STEP_NAMES"]
 
 KEY = "key"   # an argument that is a typed PRNG key
 
@@ -140,6 +141,23 @@ def _noise(*, op: str) -> Callable:
                 jax.random.key_data(k) + jnp.uint32(1)), x.shape).astype(jnp.float32)}[op]
 
 
+def _indexing(*, op: str) -> Callable:
+    """Indexing with indices the step computes (so every argument stays a float array):
+    a row or rows taken, a dynamic slice or update at a computed start, a scatter-add,
+    top_k, clamp, erf."""
+    jax, jnp = _jnp()
+    row = lambda x: jnp.argmax(x[:, 0])   # noqa: E731  (a traced scalar index)
+    return {"take-row": lambda x: x[row(x)] * 2.0,
+            "take-along": lambda x: jnp.take_along_axis(x, jnp.argsort(x, 1)[:, :2], 1),
+            "dynamic-slice": lambda x: jax.lax.dynamic_slice_in_dim(x, row(x), 1, 0),
+            "dynamic-update": lambda x: jax.lax.dynamic_update_slice_in_dim(
+                x, x[:1] * 2.0, row(x), 0),
+            "scatter-add": lambda x: x.at[jnp.argmax(x, 0)].add(1.0),
+            "top-k": lambda x: jax.lax.top_k(x, 2)[0],
+            "clamp": lambda x: jax.lax.clamp(-0.5, x, 0.5),
+            "erf": lambda x: jax.scipy.special.erf(x) * x}[op]
+
+
 _DIMS = st.sampled_from([2, 4, 8])
 
 
@@ -208,6 +226,13 @@ def _shapes_noise(draw: Any) -> tuple:
     return (("op", op),), ((KEY, ()), (m, n))
 
 
+@st.composite
+def _shapes_indexing(draw: Any) -> tuple:
+    op = draw(st.sampled_from(["take-row", "take-along", "dynamic-slice", "dynamic-update",
+                               "scatter-add", "top-k", "clamp", "erf"]))
+    return (("op", op),), ((draw(_DIMS), draw(_DIMS)),)
+
+
 _BUILDERS = {
     "matmul": (_shapes_matmul(), _matmul),
     "bias": (_shapes_bias(), _bias),
@@ -220,8 +245,11 @@ _BUILDERS = {
     "structural": (_shapes_structural(), _structural),
     "layer": (_shapes_layer(), _layer),
     "noise": (_shapes_noise(), _noise),
+    "indexing": (_shapes_indexing(), _indexing),
 }
-STEP_NAMES = tuple(_BUILDERS)
+# (the indexing steps are drawn under vmap only: their AD is opaque to the spec)
+STEP_NAMES = tuple(name for name in _BUILDERS if name != "indexing")
+VMAP_STEP_NAMES = tuple(_BUILDERS)
 
 
 @st.composite

@@ -26,6 +26,7 @@ inputs). Rule sides are recorded under ``"programs-vmap"``.
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from typing import Any
 
@@ -408,7 +409,7 @@ def map_vmap_cases(draw: Any) -> MapVmapCase:
     nested vmaps; batch sizes the spmd axes may split unevenly, spmd axes the shard_map
     names, makes manual or not, or its mesh lacks."""
     from shardlaw.properties.program_shardmap_harness import map_cases
-    from shardlaw.spec.program.shardmap_batching import spec_axes
+    from shardlaw.spec.transforms.shardmap_parameters import spec_axes
 
     case = draw(map_cases())
     used = spec_axes(case.in_spec) | spec_axes(case.out_spec)
@@ -436,8 +437,8 @@ class StepVmapCase:
 def step_vmap_cases(draw: Any) -> StepVmapCase:
     """A step of a real model's primitives under vmap, its arguments mapped at drawn
     axes (a key array at its first)."""
-    from shardlaw.properties.program_steps import KEY, step_cases
-    step = draw(step_cases())
+    from shardlaw.properties.program_steps import KEY, VMAP_STEP_NAMES, step_cases
+    step = draw(step_cases(VMAP_STEP_NAMES))
     axes = []
     for shape in step.shapes:
         rank = 0 if shape and shape[0] == KEY else len(shape)
@@ -472,6 +473,8 @@ def _params_read(value: Any) -> Any:
         return tuple(_params_read(v) for v in value)
     if isinstance(value, str) and value.lstrip("-").isdigit():
         return int(value)
+    if isinstance(value, str):   # a gather's dimension numbers: numpy 2 writes np.int64(1)
+        return re.sub(r"np\.\w+\((-?\d+)\)", r"\1", value)
     return value
 
 

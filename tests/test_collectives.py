@@ -203,3 +203,59 @@ def test_shardlaw_check_shows_what_a_program_vector_communicates(tmp_path):
     assert step["complete"] and step["bytes_per_device"] == 2304
     assert [[c["kind"], c["axes"], c["path"]] for c in step["collectives"]] == [
         ["all-reduce", ["y"], "body[0]"], ["all-reduce", ["x"], "body[2]"]]
+
+
+def _constrained(mesh_shape, names, have, need):
+    """The compiled module's collectives and the spec's verdict of a constraint moving an
+    (8, 8) input from ``have`` to ``need``."""
+    mesh = jax.make_mesh(mesh_shape, names, axis_types=(Auto,) * len(names))
+    x = jax.device_put(jnp.ones((8, 8)), jax.sharding.NamedSharding(mesh, have))
+
+    def f(x):
+        return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, need))
+    text = jax.jit(f).lower(x).compile().as_text()
+    return collectives_of(text), explain_program(describe_program(f, x)).collectives
+
+
+@pytest.mark.parametrize("mesh_shape, names, have, need, kinds", [
+    ((2, 4), ("x", "y"), P("x", None), P(None, "x"), ["all-to-all"]),
+    ((2, 4), ("x", "y"), P("x", "y"), P(("x", "y"), None), ["all-to-all"]),
+    ((8,), ("x",), P("x"), P(None, "x"), ["all-to-all"]),   # an 8-array tuple in the HLO
+    ((2, 2, 2), ("x", "y", "z"), P("x"), P("y"), ["collective-permute"]),
+    ((2, 2, 2), ("x", "y", "z"), P("x", "y"), P("z", "y"), ["collective-permute"]),
+    ((2, 4), ("x", "y"), P(("x", "y")), P(("y", "x")), ["collective-permute"]),
+    ((2, 4), ("x", "y"), P("x", "y"), P(), ["all-gather", "all-gather"]),
+])
+def test_a_constraint_moving_a_value_communicates_as_xla_does(mesh_shape, names, have, need,
+                                                             kinds):
+    real, step = _constrained(mesh_shape, names, have, need)
+    assert step.complete and [c.kind for c in step] == kinds == [c.kind for c in real]
+    assert sorted(c.bytes_per_device for c in step) == sorted(c.bytes_per_device for c in real)
+    assert [c.replica_groups.groups() for c in step if c.replica_groups is not None] == [
+        c.replica_groups for c in real if c.kind != "collective-permute"]
+
+
+def test_a_move_the_partitioner_plans_its_own_way_is_left_open():
+    # one dimension loses 'x' and gains 'y' (pieces of two sizes): XLA permutes, then gathers
+    real, step = _constrained((2, 4), ("x", "y"), P("y"), P("x"))
+    assert [c.kind for c in real] == ["collective-permute", "all-gather"]
+    assert step.undetermined.rule == "COLL-2" and len(step) == 0
+
+
+def test_an_argmax_over_a_split_dimension_is_left_open():
+    real, verdict = _both(lambda a: (jnp.argmax(a, 0).astype(jnp.float32),), ((16,), P("x")))
+    assert {c.kind for c in real} == {"all-gather"}   # each shard's winners, not a sum
+    assert verdict.collectives.undetermined.rule == "COLL-3"
+
+
+def test_an_iota_is_computed_in_the_split_it_is_needed_in():
+    real, verdict = _both(lambda a: (a + jnp.arange(8.0),), ((8,), P("x")))
+    assert real == [] and verdict.collectives.complete and len(verdict.collectives) == 0
+
+
+def test_the_hlo_reader_reads_a_tuple_whose_elements_are_numbered_in_comments():
+    arrays = ", ".join(("/*index=5*/" if k == 5 else "") + "f32[1,1]{1,0}" for k in range(8))
+    text = (f"%all-to-all.1 = ({arrays}) all-to-all(%a, %b), channel_id=1, "
+            "replica_groups={{0,1,2,3,4,5,6,7}}\n")
+    (c,) = collectives_of(text)
+    assert c.kind == "all-to-all" and c.bytes_per_device == 8 * 4

@@ -100,4 +100,4 @@ def test_an_entry_refuses_what_is_not_a_slot_value():
 def test_an_opaque_equation_may_not_name_a_kind_of_equation():
     assert description.DESCRIBED_PRIMITIVES == (
         "jit", "pjit", "sharding_constraint", "device_put", "shard_map", "reshard", "scan",
-        "while", "cond", "remat2", "custom_jvp_call", "custom_vjp_call")
+        "while", "cond", "remat2", "custom_jvp_call", "custom_vjp_call", "custom_lin")

@@ -3,9 +3,12 @@
 (``jax.checkpoint``), ``custom_jvp_call`` and ``custom_vjp_call``, each body read as a
 Program once (a scan's body is not unrolled).
 
-A custom-derivative call is read by its primal body (``call_jaxpr``); its rule
-(``jvp_jaxpr_fun``, ``fwd``/``bwd``) is a function JAX calls only under AD, not a jaxpr of
-the trace.
+A custom-derivative call is read by its primal body (``call_jaxpr``) and by its rules,
+functions JAX calls only under AD (``jvp_jaxpr_fun``; ``fwd_jaxpr_thunk`` and ``bwd``),
+each traced here once for every input differentiated (:func:`custom_rules`): a rule that
+calls its own function again (``jax.nn.relu``'s calls ``relu``) is read to a depth of
+:data:`RULE_DEPTH`, deeper calls without their rule; a rule JAX fails to trace is left
+unread (None).
 """
 
 from __future__ import annotations
@@ -49,4 +52,75 @@ def control_flow_equation(eqn: Any, operands: tuple[int, ...], results: tuple, w
     kind = CustomJvp if name == "custom_jvp_call" else CustomVjp
     called = getattr(params.get("name"), "__name__", None) or str(params.get("name", name))
     return kind(operands, results, body=read_body(params["call_jaxpr"], f"{where}.{name}."),
-                name=called)
+                name=called, **custom_rules(eqn, f"{where}.{name}.", read_body))
+
+
+# How deep a rule calling its own function again is read (first-order AD reads the rule
+# of a call; differentiating that rule again, the rule of the call inside it).
+RULE_DEPTH = 2
+_reading = [0]   # the rules being read now, nested
+
+
+def custom_rules(eqn: Any, where: str, read_body: Reader) -> dict:
+    """The fields of a custom call that hold its rules (:class:`CustomJvp`'s ``rule``,
+    :class:`CustomVjp`'s ``fwd`` and ``bwd``), read from JAX's functions for them."""
+    params = eqn.params
+    fields = {"num_consts": int(params.get("num_consts", 0)),
+              "symbolic_zeros": bool(params.get("symbolic_zeros", False))}
+    if _reading[0] >= RULE_DEPTH:
+        return fields
+    _reading[0] += 1
+    try:
+        if eqn.primitive.name == "custom_jvp_call":
+            fields.update(_jvp_rule(eqn, where, read_body))
+        else:
+            fields.update(_vjp_rules(eqn, where, read_body))
+    except Exception:   # noqa: BLE001 - (JAX fails to trace the rule: it stays unread)
+        pass
+    finally:
+        _reading[0] -= 1
+    return fields
+
+
+def _jvp_rule(eqn: Any, where: str, read_body: Reader) -> dict:
+    from jax._src import core
+
+    params = eqn.params
+    count = len(eqn.invars) - int(params.get("num_consts", 0))
+    jaxpr, consts, out_zeros = params["jvp_jaxpr_fun"].call_wrapped(*([False] * count))
+    rule = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}rule.")
+    return {"rule": rule, "rule_zeros": tuple(bool(z) for z in out_zeros)}
+
+
+def _vjp_rules(eqn: Any, where: str, read_body: Reader) -> dict:
+    from jax._src import core
+    from jax._src.interpreters import ad
+    from jax._src.interpreters import partial_eval as pe
+    from jax._src import linear_util as lu
+    from jax._src.api_util import debug_info
+    from jax._src import config
+
+    params = eqn.params
+    count = len(eqn.invars) - int(params.get("num_consts", 0))
+    jaxpr, consts = params["fwd_jaxpr_thunk"].call_wrapped(*([True] * count))
+    fwd = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}fwd.")
+    _, res_tree, forwarded = params["out_trees"]()
+    made = iter(jaxpr.outvars)
+    ins = [v.aval for v in eqn.invars][int(params.get("num_consts", 0)):]
+    res_avals = [ins[f] if f is not None else next(made).aval for f in forwarded]
+    ct_avals = [v.aval.to_ct_aval() for v in eqn.outvars]
+    zeros: list[bool] = []
+    bwd_fun = params["bwd"]
+
+    def bwd(*args: Any) -> list:
+        cts = bwd_fun.call_wrapped(*args)
+        zeros[:] = [isinstance(c, ad.Zero) or c is None for c in cts]
+        return [c for c, z in zip(cts, zeros) if not z]
+    traced = lu.wrap_init(bwd, debug_info=debug_info("custom_vjp bwd", bwd, tuple(
+        res_avals + ct_avals), {}))
+    # (its results' types are the spec's to check, LOOP-4: JAX's own check is left out)
+    with config.disable_bwd_checks(True):
+        bwd_jaxpr, _, bwd_consts = pe.trace_to_jaxpr_dynamic(traced, res_avals + ct_avals)
+    body = read_body(core.ClosedJaxpr(bwd_jaxpr, bwd_consts), f"{where}bwd.")
+    return {"fwd": fwd, "forwarded": tuple(forwarded), "bwd": body,
+            "bwd_zeros": tuple(zeros)}

@@ -759,7 +759,7 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
     for level in levels:   # the example's values: the user's, less each mapped dimension
         values = [_example_value(v, a) for v, a in zip(values, level["in_axes"])]
     example = dataclasses.replace(example, inputs=tuple(values))
-    results = jax.eval_shape(inner, *examples)
+    results = _example_results(inner, examples, levels)
     for level in levels:
         level["out_axes"] = _flat_axes(level["out_axes"], results, "out_axes", False)
     program = nested_vmap_program(example, levels[::-1])
@@ -774,6 +774,19 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
                                   hoist_constants=_hoisting())
     return program if jitted is None else _under_jit(jitted, program, args,
                                                      getattr(inner, "__name__", "vmapped"))
+
+
+def _example_results(inner: Any, examples: Any, levels: list[dict]) -> Any:
+    """The results of the function vmapped on one example, as JAX's ``eval_shape`` gives
+    them; None where JAX refuses the example while tracing (its description holds the
+    refused call) and every ``out_axes`` is an int or None, which needs no results."""
+    try:
+        return _jax().eval_shape(inner, *examples)
+    except Exception:   # noqa: BLE001 - the example's own refusal, described
+        if any(not (level["out_axes"] is None or type(level["out_axes"]) is int)
+               for level in levels):
+            raise
+        return None
 
 
 def _unmapped(values: tuple, levels: list[dict]) -> list:
@@ -791,7 +804,10 @@ def _under_jit(jitted: Any, program: Program, args: tuple, name: str) -> Program
     import dataclasses
 
     jax = _jax()
-    eqn = jax.make_jaxpr(jitted)(*args).jaxpr.eqns[0]
+    try:
+        eqn = jax.make_jaxpr(jitted)(*args).jaxpr.eqns[0]
+    except Exception:   # noqa: BLE001 - JAX refuses the jit's own options while tracing
+        return describe_trace(jitted, *args)   # described as any jit it so refuses, or raised
     _no_layouts(eqn.params, "the jit called")
     options = _jit_options(eqn.params, "the jit called")
     if program.checked:   # jax.jit of the vmapped function already: the options are the user's

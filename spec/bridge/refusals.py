@@ -1,27 +1,33 @@
 """What JAX refuses while tracing, described up to the refused call.
 
-Where ``jax.jit`` refuses a call inside the body while it traces the function — a
-constraint whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` whose
-sharding does not place its operand (ARG-4), an inner jit whose shardings do not fit its
-operands or its results (FIT-1), a ``jax.shard_map`` whose specs do not fit its mesh, its
-arguments or its body's results (SMAP-3, SMAP-7, SMAP-8, SMAP-11; the call described by
-:mod:`~shardlaw.spec.bridge.refused_shard_map`) — :func:`describe_refused` still describes
-the program: the equations JAX traced before the call, read from JAX's own trace as it
-stood when it refused, then the refused call described from the user's values (its
-operands and the shardings it was given), its results the program's. A call inside an
-inner jit's body is described inside that jit, whose body ends with it. Where the refused
-jit is the function's own (its in_shardings or out_shardings do not fit the arguments or
-the results: FIT-1 at ``args[0]``, ``result[0]``), the program is that jit's body, read
-with the options it was given. ``explain_program`` of the program
-refuses by the spec's rule, at the trace stage, at the equation's path (``body[2]``,
-``body[1].jit.body[0]``, ``body[0].jit.in_shardings[0]``).
+Where ``jax.jit`` refuses a call inside the body while it traces the function — a constraint
+whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` or a
+``jax.sharding.reshard`` whose sharding does not place its operand (ARG-4), an inner jit
+whose shardings do not fit its operands or its results (FIT-1), a ``jax.shard_map`` whose
+specs do not fit its mesh, its arguments or its body's results (SMAP-3, SMAP-7, SMAP-8,
+SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`), a ``psum``,
+``pmean``, ``pmax`` or ``pmin`` in a shard_map's body over an axis the body may not use
+(SMAP-13) —
+:func:`describe_refused` still describes the program: the equations JAX traced before the
+call, read from JAX's own trace as it stood when it refused, then the refused call described
+from the user's values (its operands and the shardings it was given), its results the
+program's. A call inside an inner jit's body is described inside that jit, whose body ends
+with it, and one inside a scan's, a cond's or a remat's body inside that construct
+(:mod:`~shardlaw.spec.bridge.refused_bodies`, which also describes a scan or a cond JAX
+refuses for its carry's or its branches' types, LOOP-1). An inner jit JAX traced under
+``grad`` or ``jvp`` is described over the primal values of its operands. Where the refused
+jit is the function's own (its in_shardings or out_shardings do not fit the arguments or the
+results: FIT-1 at ``args[0]``, ``result[0]``), the program is that jit's body, read with the
+options it was given. ``explain_program`` of the program refuses by the spec's rule, at the
+trace stage, at the equation's path (``body[2]``, ``body[1].jit.body[0]``,
+``body[0].jit.in_shardings[0]``).
 
-The call is located from the frames JAX's error passed through (its traceback
-unfiltered): the jit bodies JAX was tracing, outermost first, and the call in the
-innermost. Where it cannot be located (a call inside a ``shard_map``'s body, a ``vmap``, a
-``grad`` or control flow inside the body; a refusal of another kind), or the spec does not
-refuse the described program at the trace stage with JAX's class, there is no
-description and JAX's error stands.
+The call is located from the frames JAX's error passed through (its traceback unfiltered):
+the jit, scan, cond, switch and remat bodies JAX was tracing, outermost first, and the call
+in the innermost. Where it cannot be located (a call inside a ``shard_map``'s body, a
+``while_loop``'s or a custom derivative's, under a ``vmap``; a refusal of another kind), or
+the spec does not refuse the described program at the trace stage with JAX's class, there is
+no description and JAX's error stands.
 """
 
 from __future__ import annotations
@@ -31,12 +37,15 @@ import traceback
 from typing import Any, Callable
 
 from ..core.values import UNCONSTRAINED
-from ..program.description import DevicePut, Jit, Program, ShardingConstraint
+from ..program.description import DevicePut, Jit, Program, Reshard, ShardingConstraint
+from .refused_bodies import ended, primal
 
 __all__ = ["describe_refused"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
+          ("pjit", "reshard"): "reshard", ("parallel", "psum"): "collective",
+          ("parallel", "pmax"): "collective", ("parallel", "pmin"): "collective",
           ("pjit", "_process_in_axis_resources"): "jit_in",
           ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out"}
 
@@ -45,23 +54,30 @@ def _files() -> dict[str, str]:
     """The JAX source files whose frames locate a refusal, by role."""
     from jax._src import api, pjit, shard_map
     from jax._src.interpreters import partial_eval
+    from jax._src.lax import parallel
+    from jax._src.lax.control_flow import conditionals, loops
 
     import os
 
     import jax
 
     return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
-            "smap": shard_map.__file__, "jax": os.path.dirname(jax.__file__)}
+            "smap": shard_map.__file__,
+            "loops": loops.__file__, "conds": conditionals.__file__,
+            "parallel": parallel.__file__,
+            "jax": os.path.dirname(jax.__file__)}
 
 
 @dataclasses.dataclass
 class _Level:
-    """A jit body JAX was tracing: its trace (the body so far), the names JAX gave it, and
-    the locals of the jit frame that traced it (its options, its operands)."""
+    """A body JAX was tracing: its trace (the body so far), the names JAX gave it, and
+    the locals of the jit frame that traced it (its options, its operands) or, for a
+    scan's or a remat's body, the construct's kind and the locals of its frame."""
 
     trace: Any
     debug_info: Any
-    jit: dict
+    jit: dict | None
+    construct: tuple[str, dict] | None = None   # a loop's or remat's body: (kind, locals)
 
     def equations(self) -> int:
         return len(self.trace.frame.tracing_eqns)
@@ -85,52 +101,80 @@ class _Refused:
     kind: str
     call: dict
     jit: dict | None
+    placed: list[str] = dataclasses.field(default_factory=list)   # its equations' paths
+
+    def refuses_at(self, path: str | None) -> bool:
+        """Whether a refusal at ``path`` is of the equations described for the call (or
+        inside them), where it was placed in the program."""
+        return path is not None and any(path == p or path.startswith((p + ".", p + "["))
+                                        for p in self.placed)
 
 
 def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
     """The jit bodies JAX was tracing when it raised ``error`` (outermost first) and the
     call it refused; None where the call is not of a kind described or sits in a body of
     another kind (a shard_map's, a transformation's inside the body)."""
+    from .refused_bodies import body_construct
+
     files = _files()
     roles = {path: role for role, path in files.items() if role != "jax"}
     levels: list[_Level] = []
     pending: dict | None = None   # a jit frame whose body is not traced yet
+    construct: tuple[str, dict] | None = None   # a scan's or remat's, likewise
     for frame, _ in traceback.walk_tb(error.__traceback__):
         where = (roles.get(frame.f_code.co_filename), frame.f_code.co_name)
+        kind = body_construct(frame) if pending is None else None
         if where == ("pe", "trace_to_jaxpr"):
-            if pending is None:
-                return None   # a body traced by something else than jit
+            if pending is None and construct is None:
+                return None   # a body traced by something else than jit, scan or remat
             local = frame.f_locals
-            levels.append(_Level(local["trace"], local["debug_info"], pending))
-            pending = None
+            levels.append(_Level(local["trace"], local["debug_info"], pending, construct))
+            pending = construct = None
         elif where == ("pjit", "_trace_for_jit"):
             pending = frame.f_locals
+        elif kind is not None:
+            construct = (kind, frame.f_locals)
+        elif where == ("loops", "_check_carry_type") and construct is not None:
+            return (levels, _Refused("scan_carry", construct[1], None)) if levels else None
+        elif where == ("loops", "_infer_scan_length") and construct is not None:
+            return (levels, _Refused("scan_length", construct[1], None)) if levels else None
+        elif where == ("conds", "_check_branch_outputs") and construct is not None:
+            return (levels, _Refused("cond_branches", construct[1], None)) if levels else None
         elif where in _CALLS:
             kind = _CALLS[where]
             inner = kind in ("jit_in", "jit_out")
             if not levels or (inner and pending is None):
                 return None
-            return levels, _Refused(kind, frame.f_locals, pending if inner else None)
+            call = dict(frame.f_locals, called=frame.f_code.co_name)
+            return levels, _Refused(kind, call, pending if inner else None)
         elif where == ("smap", "wrapped") and pending is None:
-            return _shard_map_call(error, frame, levels, files["jax"])
-        elif pending is not None and not frame.f_code.co_filename.startswith(files["jax"]):
+            if not _inside_body(error, frame, files["jax"]):
+                return _shard_map_call(error, frame, levels)
+        elif (pending is not None or construct is not None) and \
+                not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
     return None
 
 
-def _shard_map_call(error: BaseException, call: Any, levels: list[_Level], jax_files: str
-                    ) -> tuple[list[_Level], _Refused] | None:
-    """The shard_map call whose frame is ``call`` as the refused one, where JAX refused it
-    itself: no user code and no body trace below it in ``error``'s frames (else the
-    refusal is inside its body). The staging frame that traced the body, where the refusal
-    came after (JAX re-raises it as its context), rides along as the call's ``jit``."""
+def _inside_body(error: BaseException, call: Any, jax_files: str) -> bool:
+    """Whether JAX refused inside the body of the shard_map call whose frame is ``call``:
+    user code or a body trace below it in ``error``'s frames."""
     below = False
     for frame, _ in traceback.walk_tb(error.__traceback__):
         if frame is call:
             below = True
         elif below and (not frame.f_code.co_filename.startswith(jax_files)
                         or frame.f_code.co_name == "trace_to_jaxpr"):
-            return None
+            return True
+    return False
+
+
+def _shard_map_call(error: BaseException, call: Any, levels: list[_Level]
+                    ) -> tuple[list[_Level], _Refused] | None:
+    """The shard_map call whose frame is ``call`` as the refused one, where JAX refused it
+    itself (not inside its body). The staging frame that traced the body, where the
+    refusal came after (JAX re-raises it as its context), rides along as the call's
+    ``jit``."""
     staged = None
     context = error.__context__
     if context is not None and type(context).__name__ in ("_RepError", "_SpecError"):
@@ -150,30 +194,41 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
     refs, hoisting, input paths); ``jitted``: whether the function is a jit, whose body is
     then the second JAX traced (the first, the call of it, holding nothing else);
     ``read_body(jaxpr, consts, inputs, where, **options)``: the bridge's reader of a body."""
+    from ..core.rules import Rejection
     from ..program.explain import explain_program
 
+    names = {cls.__name__ for cls in type(error).__mro__}
+    kind = None
     try:
         located = _locate(error)
         if located is None:
             return None
         levels, refused = located
+        kind = refused.kind
         top = 1 if jitted or _only_calls_a_jit(levels) else 0
         if any(level.equations() for level in levels[:top]):
             return None
         if len(levels) == top == 1 and refused.kind in ("jit_in", "jit_out"):
             program = _refused_top(refused, inputs, options, read_body)
-        elif len(levels) <= top:
+        elif len(levels) <= top or levels[top].jit is None:
             return None
         else:
             program = _described(levels[top:], refused, inputs,
                                  {**options, **_options(levels[top].jit)}, "", read_body)
         verdict = explain_program(program, until="trace")
+    except Rejection as refusal:   # a scan's length refused while describing the call
+        failure = refusal.failure
+        if kind != "scan_length" or refusal.stage != "trace" or not (
+                {failure.jax_error, failure.error_type.__name__} & names):
+            return None
+        raise refusal from None
     except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
         return None
-    names = {cls.__name__ for cls in type(error).__mro__}
     if verdict.accepted or verdict.stage != "trace" or not (
             verdict.jax_error in names or verdict.error_type in names):
         return None
+    if refused.placed and not refused.refuses_at(verdict.path):
+        return None   # refused elsewhere than at the call JAX refused: not its description
     return program
 
 
@@ -222,7 +277,7 @@ def _from_jax(value: Any) -> Any:
 def _only_calls_a_jit(levels: list[_Level]) -> bool:
     """Whether the function's body so far is nothing but the call of a jit over its
     arguments, in order: describe_program reads such a function as that jit call."""
-    if len(levels) < 2 or levels[0].equations():
+    if len(levels) < 2 or levels[0].equations() or levels[1].jit is None:
         return False
     operands = [getattr(v, "val", None) for v in levels[1].jit["args_ft"].vals]
     return operands == list(levels[0].trace.frame.invars)
@@ -231,31 +286,62 @@ def _only_calls_a_jit(levels: list[_Level]) -> bool:
 def _described(levels: list[_Level], refused: _Refused, inputs: tuple, options: dict,
                where: str, read_body: Callable[..., Program]) -> Program:
     """The outermost body of ``levels`` as traced so far, then the call into the next one
-    (an inner jit, its body so described) or, in the innermost, the refused call; the
-    program returns what that last equation returns."""
-    level, rest = levels[0], levels[1:]
-    operands = _flat_operands(rest[0].jit if rest else refused.jit or refused.call,
-                              refused.kind if not rest else "jit")
-    jaxpr, consts = level.returning(operands)
+    (an inner jit, a scan's or a remat's body, each so described) or, in the innermost,
+    the refused call; the program returns what that last equation returns."""
+    values, make = _next_call(levels[1:], refused, read_body)
+    jaxpr, consts = levels[0].returning([primal(v) for v in values])
     body = read_body(jaxpr, list(consts), inputs, where, **options)
-    path = f"{where}body[{len(body.equations)}]"
-    if rest:
-        added: tuple = (_inner_jit(rest, refused, body.outputs, path, read_body),)
-    else:
-        added = _refused_equations(refused, body.outputs, path, read_body)
-    grown = dataclasses.replace(body, equations=body.equations + added)
-    results = tuple(range(len(body.value_types), len(grown.value_types)))
-    return dataclasses.replace(grown, outputs=results, out_shardings=())
+    return ended(body, make(body.outputs, f"{where}body[{len(body.equations)}]"))
+
+
+def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program]
+               ) -> tuple[list, Callable[[tuple, str], tuple]]:
+    """(the values a body passes to its next call, a function making that call's
+    equations from their numbers and its path): the call into the first of ``rest``, or
+    the refused call where none is left."""
+    from .refused_bodies import body_call
+
+    if not rest:
+        return _flat_operands(refused.jit or refused.call, refused.kind), \
+            lambda numbers, path: _placed(refused, path, _refused_equations(
+                refused, numbers, path, read_body))
+    if rest[0].jit is None:
+        inner, make = _next_call(rest[1:], refused, read_body)
+        return body_call(rest[0], inner, make, read_body)
+    return _flat_operands(rest[0].jit, "jit"), \
+        lambda numbers, path: (_inner_jit(rest, refused, numbers, path, read_body),)
+
+
+def _placed(refused: _Refused, path: str, equations: tuple) -> tuple:
+    """``equations``, the refused call's, noted as placed from ``path`` on (``body[n]``,
+    ``body[n + 1]`` ... in the body that ends with them)."""
+    prefix, first = path.rsplit("body[", 1)
+    start = int(first.rstrip("]"))
+    refused.placed.extend(f"{prefix}body[{start + k}]" for k in range(len(equations)))
+    if not equations:   # refused while described (LOOP-5): at the call's place
+        refused.placed.append(path)
+    return equations
 
 
 def _flat_operands(frame: dict, kind: str) -> list:
     """The operands of the call a frame holds: a constraint's or a device_put's flat
     values, a jit's flat dynamic arguments."""
-    if kind in ("constraint", "device_put"):
+    if kind in ("constraint", "device_put", "reshard"):
         return list(frame["x_flat"])
     if kind == "shard_map":
         import jax
         return jax.tree_util.tree_leaves(frame["args"])
+    if kind == "scan_carry":
+        from .refused_bodies import carry_operands
+        return carry_operands(frame)
+    if kind == "cond_branches":
+        from .refused_bodies import cond_operands
+        return cond_operands(frame)
+    if kind == "scan_length":
+        return []
+    if kind == "collective":
+        import jax
+        return jax.tree_util.tree_leaves(frame["x"])
     return list(frame["args_ft"].vals)
 
 
@@ -282,6 +368,7 @@ def _inner_jit(levels: list[_Level], refused: _Refused, operands: tuple, path: s
     from .program import read_type as _type
 
     level = levels[0]
+    assert level.jit is not None
     types = tuple(_type(v.aval, f"input {i} of {path}")
                   for i, v in enumerate(level.trace.frame.invars))
     options = _options(level.jit)
@@ -310,12 +397,27 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
             out.append(ShardingConstraint((number,), sharding=sharding,
                                           unconstrained_dims=loose))
         return tuple(out)
+    if refused.kind == "reshard":
+        return tuple(Reshard((number,), sharding=_sharding(s, path))
+                     for number, s in zip(operands, call["shardings_flat"]))
     if refused.kind == "device_put":
         return (DevicePut(tuple(operands), targets=tuple(
             _target(d, path) for d in call["device_flat"])),)
     if refused.kind == "shard_map":
         from .refused_shard_map import refused_shard_map
         return (refused_shard_map(call, refused.jit, operands, path, read_body),)
+    if refused.kind == "scan_carry":
+        from .refused_bodies import refused_carry
+        return refused_carry(call, operands, path, read_body)
+    if refused.kind == "cond_branches":
+        from .refused_bodies import refused_branches
+        return refused_branches(call, operands, path, read_body)
+    if refused.kind == "collective":
+        from .refused_bodies import refused_collective
+        return refused_collective(call, operands)
+    if refused.kind == "scan_length":
+        from .refused_bodies import refused_length
+        return refused_length(call, path)
     return (_refused_jit(refused, operands, path, read_body),)
 
 

@@ -116,7 +116,23 @@ class NotOnDevice(Failure, rule="IDX-1", error=KeyError):
 
 # --------------------------------------------------------------------------- lowering
 
+# Each NamedSharding lowered so far, by (sharding, rank): a step's many inputs share a few
+# placements. One over Manual or unreduced axes is lowered afresh (LOW-2 fires for it).
+_LOWERED: dict[tuple[NamedSharding, int], HloSharding] = {}
+
+
 def _named_to_hlo(s: NamedSharding, ndim: int) -> HloSharding:
+    found = _LOWERED.get((s, ndim))
+    if found is None:
+        found = _lower_named(s, ndim)
+        if AxisType.Manual not in s.mesh.axis_types and not s.spec.unreduced:
+            if len(_LOWERED) >= 4096:
+                _LOWERED.clear()
+            _LOWERED[(s, ndim)] = found
+    return found
+
+
+def _lower_named(s: NamedSharding, ndim: int) -> HloSharding:
     mesh = s.mesh
     size = mesh.sizes_by_name
     # Size-1 axes cut nothing and copy nothing: they vanish before lowering.

@@ -22,8 +22,12 @@ from .autodiff import (
 )
 from .batching import nested_vmap_program, vmap_program
 from . import control_flow_ad, control_flow_batching, control_flow_rules  # noqa: F401
+from . import cond_ad, custom_rules, while_ad  # noqa: F401
 # (the control-flow kinds' rules, registered in every rewrite)
 from . import batching_primitives  # noqa: F401  (registers the rules of a step's primitives)
+from . import batching_indexing  # noqa: F401  (gathers, scatters, dynamic slices)
+from . import contraction  # noqa: F401  (dot_general's result type, PROG-7)
+from . import scan_length  # noqa: F401  (LOOP-5, which the bridge applies to a scan call)
 from .partial_eval import dce_program, partial_eval_program
 
 __all__ = ["vmap_program", "nested_vmap_program", "jvp_program", "linearize_program",

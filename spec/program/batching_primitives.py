@@ -147,11 +147,11 @@ def _batch_slice(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path:
 
 @BATCHING.register("pad")
 def _batch_pad(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str) -> None:
-    """A pad under vmap: the batch axis left unpadded (its padding value unbatched; a
-    batched one is refused, as JAX then selects rather than pads)."""
-    check_program(len(dims) == 2 and dims[1] is None and dims[0] is not None,
+    """A pad under vmap: the batch axis left unpadded (its padding value unbatched, held
+    or a literal; a batched one is refused, as JAX then selects rather than pads)."""
+    check_program(len(dims) in (1, 2) and dims[1:] in ((), (None,)) and dims[0] is not None,
                   f"the pad at {path} under vmap", "a batched operand and an unbatched "
-                  "padding value", dims)
+                  "padding value (held, or a literal)", dims)
     params, d = _params(eq), dims[0]
     config = tuple(params["padding_config"])
     params["padding_config"] = config[:d] + ((0, 0, 0),) + config[d:]
@@ -266,9 +266,11 @@ def _batch_select_n(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pa
     cases are batched at one axis (a batched scalar predicate broadcast to the cases), or
     the predicate an unbatched scalar; else each moved first (an unbatched one broadcast
     to the batch)."""
-    check_program(len(numbers) >= 2, f"the select_n at {path} under vmap",
-                  "a predicate and cases the description holds", numbers)
+    check_program(len(numbers) >= 1, f"the select_n at {path} under vmap",
+                  "a predicate the description holds", numbers)
     size = _size(rw, numbers, dims)
+    if len(numbers) < 3:
+        return _select_literal_cases(rw, eq, numbers, dims, size, path)
     which, cases = numbers[0], list(numbers[1:])
     wd, case_dims = dims[0], dims[1:]
     shape = lambda n: tuple(rw.types[n].shape)   # noqa: E731
@@ -293,6 +295,33 @@ def _batch_select_n(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pa
     _bind(rw, eq, (which,) + tuple(cases), _params(eq), 0, size)
 
 
+def _select_literal_cases(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple,
+                          size: int, path: str) -> None:
+    """A select_n whose cases the description does not all hold (literals, scalars: two
+    cases, as ``jnp.where`` binds, the held ones first): JAX's rule for scalar cases, each
+    brought to the front or broadcast to the batched predicate, literals as broadcasts of
+    no held value."""
+    rank = lambda n, d: len(rw.types[n].shape) - (d is not None)   # noqa: E731
+    check_program(all(rank(n, d) == 0 for n, d in zip(numbers, dims)),
+                  f"the select_n at {path} under vmap", "a predicate and cases held, or "
+                  "scalar ones beside literal cases", numbers)
+    which, wd = numbers[0], dims[0]
+    cases = list(zip(numbers[1:], dims[1:])) + [(None, None)] * (3 - len(numbers))
+    dtype = eq.results[0].dtype
+
+    def spread(n: int | None, shape: tuple) -> int:
+        if n is not None:
+            return _spread(rw, n, shape, (), 0)
+        literal = broadcast_equation(0, Value.typed((), dtype), shape, ())
+        rw.add(dataclasses.replace(literal, operands=()), (0,))
+        return len(rw.types) - 1
+    if any(d is not None for _, d in cases):
+        cases = [(n, 0) if d is not None else (spread(n, (size,)), 0) for n, d in cases]
+    elif wd is not None:
+        cases = [(spread(n, (size,)), 0) for n, _ in cases]
+    _bind(rw, eq, (which,) + tuple(n for n, _ in cases), _params(eq), 0, size)
+
+
 def _moved(rw: BatchedBody, number: int, source: int, target: int) -> int:
     value = rw.types[number]
     rw.add(transpose_equation(number, value, moved_axis(len(value.shape), source, target)),
@@ -308,3 +337,51 @@ def _at_front(rw: BatchedBody, number: int, d: int | None, size: int) -> int:
     value: Value = rw.types[number]
     shape = (size,) + tuple(value.shape)
     return _spread(rw, number, shape, tuple(range(1, len(shape))), 0)
+
+
+# --------------------------------------------------------------------------- clamp
+
+@BATCHING.register("clamp")
+def _batch_clamp(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                 ) -> None:
+    """A clamp under vmap (JAX's clamp batching rule): kept where its bounds are scalars
+    and its operand batched, or all three batched alike; else each moved first (an
+    unbatched one broadcast to the batch), a scalar or vector bound broadcast to the
+    operand's shape. A bound the description does not hold (a literal) is a scalar."""
+    size = _size(rw, numbers, dims)
+    shape = lambda n: tuple(rw.types[n].shape)   # noqa: E731
+    if len(numbers) < 3:   # a literal bound: the operand is the one of the result's rank
+        rank = len(eq.results[0].shape)
+        check_program(sum(len(shape(n)) - (d is not None) == rank
+                          for n, d in zip(numbers, dims)) == 1 and all(
+            d is not None for n, d in zip(numbers, dims)
+            if len(shape(n)) - (d is not None) == rank) and all(
+            d is None and shape(n) == () for n, d in zip(numbers, dims)
+            if len(shape(n)) - (d is not None) != rank),
+            f"the clamp at {path} under vmap", "a batched operand between scalar bounds "
+            "(a literal bound's place is not described)", dims)
+        d = next(d for d in dims if d is not None)
+        return _bind(rw, eq, numbers, _params(eq), d, size)
+    (low, x, high), (dl, dx, dh) = numbers, dims
+    if dl == dx == dh and (shape(low) == shape(x) == shape(high)):
+        return _bind(rw, eq, numbers, _params(eq), dx, size)
+    if dl == dx == dh and len(shape(low)) == len(shape(high)) == 1:
+        low = _spread(rw, low, shape(x), (dl,), dx)
+        high = _spread(rw, high, shape(x), (dh,), dx)
+        return _bind(rw, eq, (low, x, high), _params(eq), dx, size)
+    if shape(low) == () and shape(high) == () and dx is not None:
+        return _bind(rw, eq, numbers, _params(eq), dx, size)
+    low = _at_front(rw, low, dl, size) if shape(low) else low
+    high = _at_front(rw, high, dh, size) if shape(high) else high
+    x = _at_front(rw, x, dx, size) if shape(x) else x
+    bounds = [low, high]   # scalar bounds broadcast first, then vector ones
+    for k, bound in enumerate(bounds):
+        if shape(bound) == () and shape(x) != ():
+            bounds[k] = _spread(rw, bound, shape(x), (), 0)
+    for k, bound in enumerate(bounds):
+        if 0 < len(shape(bound)) < len(shape(x)):
+            bounds[k] = _spread(rw, bound, shape(x), (0,), 0)
+    low, high = bounds
+    if len(shape(low)) > len(shape(x)):
+        x = _spread(rw, x, shape(low), (), 0)
+    _bind(rw, eq, (low, x, high), _params(eq), 0, size)

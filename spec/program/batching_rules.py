@@ -492,13 +492,6 @@ def _batch_all_to_all(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, 
         "concat_axis": p["concat_axis"] + (d <= p["concat_axis"])}, d))
 
 
-def _reduced(params: dict, d: int) -> tuple[dict, int]:
-    """A reduction's batching (JAX's reducer batcher): the reduced axes move past the batch
-    axis; the result's batch axis is where the batch axis lands once they are gone."""
-    axes = tuple(int(a) for a in params["axes"])
-    return {**params, "axes": tuple(a + (a >= d) for a in axes)}, d - sum(a < d for a in axes)
-
-
 @BATCHING.register("reduction")
 def _batch_reduction(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
                      ) -> None:

@@ -50,13 +50,16 @@ from .propagation import (
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
-           "combined", "REDUCTIONS",
+           "combined", "REDUCTIONS", "UNSUMMED",
            "DTYPE_BYTES"]
 
 BACKEND = "cpu"
 
 # the reduction an all-reduce of each reducing primitive applies (dot_general's: add)
-REDUCTIONS = {"reduce_max": "max", "reduce_min": "min", "reduce_prod": "mul"}
+REDUCTIONS = {"reduce_max": "max", "reduce_min": "min", "reduce_prod": "mul",
+              "argmax": "argmax", "argmin": "argmin"}
+# the reductions whose split is not summed by one all-reduce (their reason, COLL-3)
+UNSUMMED = ("argmax", "argmin")
 
 DTYPE_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2,
                "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4, "int64": 8,
@@ -87,9 +90,10 @@ class ReplicaGroups:
 class Collective:
     """One collective the partitioner inserts: its kind, the mesh axes it runs over, the
     equation's path (several joined by a plus sign: all-reduces combined into one), the operand
-    it reshards (None: the equation's result), the shape and dtype of its result on one
-    device and their bytes, its replica groups (None on an abstract mesh) and an
-    all-reduce's reduction."""
+    it reshards (None: the equation's result), the shape and dtype of what it moves on one
+    device and their bytes, its replica groups (None on an abstract mesh, and for a
+    collective-permute, whose pairs of devices are XLA's choice among those holding each
+    piece) and an all-reduce's reduction."""
 
     kind: str
     axes: tuple[str, ...]
@@ -181,13 +185,18 @@ def reshard(have: Split, need: Split, mesh: Any) -> list[tuple[str, Any, tuple[s
     beyond the shared prefix are all-gathered, an axis moving between dimensions goes
     through an all-to-all, and axes it lacks are sliced locally.
 
-    One all-gather is made per dimension, the minor dimension first. An operand that loses
-    axes and gains others otherwise is the partitioner's own choice (a string says why).
+    One all-gather is made per dimension, the minor dimension first. An operand split into
+    as many pieces along every dimension as it needs, but other ones, is sent whole to the
+    devices that need its piece: one collective-permute. An operand that loses axes and
+    gains others otherwise is the partitioner's own choice (a string says why).
 
-    >>> reshard((("x",), ()), ((), ("x",)), None)
+    >>> mesh = Mesh.iota((2, 2, 2), ("x", "y", "z"))
+    >>> reshard((("x",), ()), ((), ("x",)), mesh)
     [('all-to-all', (0, 1), ('x',))]
-    >>> reshard((("x",), ("y",)), ((), ()), None)
+    >>> reshard((("x",), ("y",)), ((), ()), mesh)
     [('all-gather', 1, ('y',)), ('all-gather', 0, ('x',))]
+    >>> reshard((("x",), ("y",)), (("y",), ("x",)), mesh)
+    [('collective-permute', (0, 1), ('x', 'y'))]
     """
     lost, gained = [], []
     for d, (h, n) in enumerate(zip(have, need)):
@@ -201,6 +210,11 @@ def reshard(have: Split, need: Split, mesh: Any) -> list[tuple[str, Any, tuple[s
     if len(losing) == 1 and len(gaining) == 1 and losing != gaining and \
             len(lost[losing[0]]) == 1 and lost[losing[0]] == gained[gaining[0]]:
         return [("all-to-all", (losing[0], gaining[0]), lost[losing[0]])]
+    if losing and mesh is not None and all(_pieces(h, mesh) == _pieces(n, mesh)
+                                           for h, n in zip(have, need)):
+        # every device keeps a piece of the same shape, another one: sent whole
+        moved = tuple(dict.fromkeys(a for d in losing for a in lost[d] + gained[d]))
+        return [("collective-permute", tuple(losing), moved)]
     both = [d for d in losing if d in gaining]
     if both:
         return (f"dimension {both[0]} loses {lost[both[0]]} and gains {gained[both[0]]}: "
@@ -210,6 +224,10 @@ def reshard(have: Split, need: Split, mesh: Any) -> list[tuple[str, Any, tuple[s
                 f"{gaining} gain {[gained[d] for d in gaining]}: the partitioner chooses "
                 f"how (an all-to-all and a collective-permute, or gathers and slices)")
     return [("all-gather", d, lost[d]) for d in reversed(losing)]
+
+
+def _pieces(axes: tuple[str, ...], mesh: Any) -> int:
+    return math.prod(mesh.axis_size(a) for a in axes)
 
 
 @rule("COLL-3", mirrors="xla: SpmdPartitioner (the partial results of a split reduction)")
@@ -280,7 +298,8 @@ def predicted_collectives(program: Program) -> Communication:
     each operand to its operation's splits (COLL-1, COLL-2) and the all-reduce of each split
     reduction (COLL-3).
 
-    One value is brought to one split once. The list is complete where propagation
+    One value is brought to one split once; an iota is computed in the split it is needed
+    in. The list is complete where propagation
     determines every value's split and every reshard is made one way.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P
@@ -302,16 +321,20 @@ def predicted_collectives(program: Program) -> Communication:
         return Communication(undetermined=Undetermined(
             "COLL-4", "the collectives of a mesh with Explicit axes are not held to XLA yet"))
     types = program.value_types
-    live = live_parts(program).equations
+    live = program.derived_once("live parts", lambda: live_parts(program)).equations
     found: list[Collective] = []
     done: set = set()   # (value, split) of each reshard made: XLA's CSE keeps one
     upstream: dict[int, frozenset] = {}   # value -> the all-reduces it is computed from
     after: dict[int, frozenset] = {}      # all-reduce -> the all-reduces it is computed from
+    plans: dict = {}   # (form, types, splits) -> the equation's plan (_plan)
+    # an iota holds no data: it is computed in whatever split an operation needs
+    done.update(n for eq, numbers in zip(program.equations, program.result_numbers())
+                if entry_of(eq).name == "iota" for n in numbers)
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
         if not live[k]:
             continue
         made = _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
-                         equation_path("", k), done)
+                         equation_path("", k), done, plans)
         if isinstance(made, Undetermined):
             return Communication(tuple(found), undetermined=made)
         before = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
@@ -361,36 +384,100 @@ def combined(found: list[Collective], after: dict[int, frozenset]) -> tuple[Coll
 
 
 def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh: Mesh,
-              path: str, done: set) -> list[Collective] | Undetermined:
-    """The collectives of one equation (COLL-1 to COLL-3)."""
+              path: str, done: set, plans: dict | None = None
+              ) -> list[Collective] | Undetermined:
+    """The collectives of one equation (COLL-1 to COLL-3); ``plans``: the plans of the
+    equations met so far (:func:`_plan`), by form, types and splits (a model's layers
+    repeat one plan)."""
     typed = tuple(types[n] for n in every)
+    held = tuple(splits[n] for n in every)
+    try:
+        key = (eq.form, typed, held)
+        plan = plans.get(key) if plans is not None else None
+    except TypeError:   # (a parameter that is not hashable: planned afresh)
+        key, plan = None, None
+    if plan is None:
+        plan = _plan(eq, typed, held, mesh)
+        if plans is not None and key is not None:
+            plans[key] = plan
+    if isinstance(plan, Undetermined):
+        return dataclasses.replace(plan, path=path)
+    operands, summed = plan
+    out: list[Collective] = []
+    for i, need, made in operands:
+        if (every[i], need) in done or every[i] in done:   # one reshard of a value is made
+            continue                                       # once; an iota's is computed so
+        done.add((every[i], need))
+        if isinstance(made, Undetermined):
+            return dataclasses.replace(made, path=path)
+        out += [dataclasses.replace(c, path=path) for c in made]
+    if isinstance(summed, Undetermined):
+        return dataclasses.replace(summed, path=path)
+    return out + [dataclasses.replace(c, path=path) for c in summed]
+
+
+def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermined:
+    """What one equation communicates wherever it stands, its path left empty: per operand
+    with dimensions, (its index, the split it is brought to, its reshards), and the
+    all-reduce of its split reduction — or why not."""
     count = len(eq.operands)
+    if eq.kind == "sharding_constraint":
+        return _constraint_plan(typed, held, mesh)
     sharding = entry_of(eq).sharding
     factors = sharding(eq, typed[:count]) if callable(sharding) else sharding
     if isinstance(factors, NotPropagated):
-        return Undetermined("COLL-4", factors.why, path)
-    read = [tensor_factor_splits(factors, typed, i, splits[n], mesh)
-            for i, n in enumerate(every)]
+        return Undetermined("COLL-4", factors.why, "")
+    read = [tensor_factor_splits(factors, typed, i, split, mesh)
+            for i, split in enumerate(held)]
     unread = next((r for r in read if isinstance(r, Undetermined)), None)
-    if unread is not None:
-        return dataclasses.replace(unread, path=path)
+    if unread is not None:   # (a split that does not read as the factors')
+        return dataclasses.replace(unread, path="")
     chosen = operation_splits(factors, read, count)
     if chosen is None:
         return Undetermined("COLL-1", "the operands split a reduced factor differently: the "
-                            "partitioner chooses by cost whether to gather or slice", path)
-    op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, path)
-    out: list[Collective] = []
+                            "partitioner chooses by cost whether to gather or slice", "")
+    if entry_of(eq).name in UNSUMMED and any(any(r.values()) for r in read):
+        return Undetermined("COLL-3", f"{entry_of(eq).name} of a split value: XLA's variadic "
+                            f"reduce moves its operand by its own plan", "")
+    uneven = _uneven_split(factors, typed, chosen, read)
+    if uneven:
+        return Undetermined("COLL-1", f"factor {uneven} is split along dimensions of "
+                            f"different sizes (a concatenate's, a pad's, a slice's): the "
+                            f"partitioner moves the pieces by its own plan", "")
+    op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, "")
+    operands = []
     for i, dims in enumerate(factors.operands):
-        need = dimension_splits(dims, chosen, op.sizes, mesh)
-        if not dims or (every[i], need) in done:   # one reshard of a value is made once
+        if not dims:
             continue
-        done.add((every[i], need))
-        made = _reshards(op, i, splits[every[i]], need)
-        if isinstance(made, Undetermined):
-            return made
-        out += made
+        need = dimension_splits(dims, chosen, op.sizes, mesh)
+        operands.append((i, need, _reshards(op, i, held[i], need)))
     summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"))
-    return summed if isinstance(summed, Undetermined) else out + summed
+    if summed and not isinstance(summed, Undetermined) and any(
+            not isinstance(made, Undetermined) and any(c.kind == "all-gather" for c in made)
+            for _, _, made in operands):
+        summed = Undetermined("COLL-3", "a split reduction whose operand is also gathered: "
+                              "the partitioner orders the gather and the all-reduce by its "
+                              "own plan", "")
+    return tuple(operands), summed
+
+
+def _uneven_split(factors: Any, typed: tuple, chosen: dict, read: list) -> str:
+    """A factor split (as the operation or a tensor holds it) along dimensions whose sizes
+    differ between its tensors, if any ('' where none)."""
+    sizes: dict[str, set] = {}
+    for dims, value in zip(factors.operands + factors.results, typed):
+        for dim, size in zip(dims, value.shape):
+            sizes.setdefault(dim, set()).add(size)
+    split = {f for f, axes in chosen.items() if axes} | {
+        f for r in read for f, axes in r.items() if axes}
+    return next((f for f in sorted(split) if len(sizes.get(f, ())) > 1), "")
+
+
+def _constraint_plan(typed: tuple, held: tuple, mesh: Mesh) -> tuple:
+    """A sharding constraint's plan (:func:`_plan`): its operand brought to the split it
+    fixes (COLL-2), no factor of its own taken and nothing summed."""
+    op = _Operation(None, [], {}, {}, mesh, typed, "")
+    return ((0, held[1], _reshards(op, 0, held[0], held[1])),), []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,6 +504,10 @@ def _reshards(op: _Operation, i: int, have: Split, need: Split
     steps = reshard(have, need, op.mesh)
     if isinstance(steps, str):
         return Undetermined("COLL-2", f"operand {i}: {steps}", op.path)
+    if op.factors is not None and steps and steps[0][0] == "collective-permute":
+        return Undetermined("COLL-2", f"operand {i} moves to other pieces of one shape: "
+                            f"the partitioner chooses how (a collective-permute, or a gather "
+                            f"and a slice)", op.path)
     used = {a for split in op.chosen.values() for a in split}
     for kind, _, axes in steps:
         if kind == "all-gather" and used & set(axes):
@@ -424,20 +515,21 @@ def _reshards(op: _Operation, i: int, have: Split, need: Split
                                 f"{sorted(used & set(axes))} another factor of the operation "
                                 f"takes: the partitioner chooses how to move them", op.path)
     value = op.typed[i]
+    dtype = wire_dtype(str(value.dtype))
+    if steps and steps[0][0] in ("all-to-all", "collective-permute"):
+        # the piece each device holds moves whole (an all-to-all splits it as it goes)
+        kind, _, axes = steps[0]
+        shape = _shard(tuple(value.shape), have, op.mesh)
+        return [Collective(kind, axes, op.path, i, shape, dtype, _bytes(shape, dtype),
+                           op.groups(axes) if kind == "all-to-all" else None)]
     # axes an operand lacks are sliced first (locally); a gather starts from the slice
     shape = list(_shard(tuple(value.shape), tuple(
         h if _losing(h, n) else n for h, n in zip(have, need)), op.mesh))
     out = []
     for kind, dim, axes in steps:
-        size = math.prod(op.mesh.axis_size(a) for a in axes)
-        if kind == "all-gather":
-            shape[dim] *= size
-        dtype = wire_dtype(str(value.dtype))
+        shape[dim] *= math.prod(op.mesh.axis_size(a) for a in axes)
         out.append(Collective(kind, axes, op.path, i, tuple(shape), dtype,
                               _bytes(tuple(shape), dtype), op.groups(axes)))
-        if kind == "all-to-all":
-            shape[dim[0]] *= size
-            shape[dim[1]] //= size
     return out
 
 
@@ -447,14 +539,22 @@ def _all_reduce(op: _Operation, count: int, how: str) -> list[Collective] | Unde
     summed = reduction(chosen, factors.reduced)
     if not summed:
         return []
+    if how in UNSUMMED:   # (also split elsewhere only: see _plan)
+        return Undetermined("COLL-3", f"{how} over a dimension split over {summed}: XLA "
+                            f"gathers each shard's own winners (values and indices), not an "
+                            f"all-reduce", op.path)
     if any(set(summed) & set(chosen.get(f, ())) for f in chosen if f not in factors.reduced):
         return Undetermined("COLL-3", f"mesh axes {summed} split a reduced factor and "
                             f"another of the same operation", op.path)
     result = op.typed[count]
-    # the sum is of the result as the operands split it: a split the result has beyond
-    # theirs is sliced after the all-reduce (as a reduce-scatter would be, elsewhere)
+    # the sum is of the result as its operands split it; one split further is sliced,
+    # before the all-reduce or after it as the partitioner plans (seen both ways)
     held = {f: max((r.get(f, ())[:_kept(r.get(f, ()), split)] for r in op.read[:count]),
                    key=len) for f, split in chosen.items() if f not in factors.reduced}
+    if any(held[f] != chosen[f] for f in held):
+        return Undetermined("COLL-3", f"the result is split beyond its operands' split "
+                            f"while summed over {summed}: the partitioner slices it before "
+                            f"the all-reduce or after, by its own plan", op.path)
     shape = _shard(tuple(result.shape),
                    dimension_splits(factors.results[0], held, op.sizes, op.mesh), op.mesh)
     dtype = wire_dtype(str(result.dtype))

@@ -29,12 +29,14 @@ import dataclasses
 import functools
 from typing import Any, ClassVar
 
+from ..core.rules import Failure, reject, rule, staged
 from ..core.shardings import UNSPECIFIED
 from .description import Equation, Jit, Program, Value
 from .typed_values import described_bool, refuse_described, require_described
 
-__all__ = ["Scan", "While", "Cond", "Remat", "CustomJvp", "CustomVjp", "stacked",
-           "unstacked", "CONTROL_FLOW_KINDS"]
+__all__ = ["Scan", "While", "Cond", "Remat", "CustomJvp", "CustomVjp", "CustomLin", "stacked",
+           "unstacked", "CONTROL_FLOW_KINDS", "check_custom_lin_transposed",
+           "CustomVjpForwardMode", "check_bwd_cotangent", "BwdCotangentType"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -204,8 +206,11 @@ class While(_Bodied):
         require_described(cc <= len(cond.inputs) and len(cond.inputs) - cc == len(carry),
                           "a while's cond", "a predicate over the carry", cond)
         pred = [cond.value_types[n] for n in cond.outputs]
-        require_described(len(pred) == 1 and pred[0].shape == () and pred[0].dtype == "bool",
-                          "a while's cond", "a predicate giving one bool[]", pred)
+        # (one bool[], or under vmap one bool per example: a prefix of every carry's shape)
+        require_described(len(pred) == 1 and pred[0].dtype == "bool" and all(
+            v.shape[:len(pred[0].shape)] == pred[0].shape for v in carry),
+                          "a while's cond", "a predicate giving one bool[] (or, batched, "
+                          "one bool per example)", pred)
         for k, given in enumerate(carry):
             made = body.value_types[body.outputs[k]]
             if not (_same_array(given, made) and _same_array(cond.inputs[cc + k], given)):
@@ -263,6 +268,11 @@ class Cond(_Bodied):
                 _same_array(a, b) for a, b in zip(made, wanted)), f"branch {i} of a cond's results",
                               f"of the types of branch 0's ({wanted})", made)
 
+    def used_in_body(self, used: tuple[bool, ...]) -> tuple[bool, ...]:
+        """Each branch's results that are used (JAX's dead-code elimination prunes every
+        branch to them), and the index while any is."""
+        return tuple(used) * len(self.branches) + (any(used),)
+
     @functools.cached_property
     def body(self) -> Program:   # type: ignore[override]
         inputs = (Value.typed((), "int32"),) + tuple(self.branches[0].inputs)
@@ -302,20 +312,183 @@ class Remat(_Called):
     differentiated: bool = False
 
 
+def _rule_body(value: Any, what: str) -> None:
+    require_described(value is None or isinstance(value, Program), what,
+                      "a Program or None", value)
+
+
+def _flags(value: Any, what: str) -> None:
+    require_described(type(value) is tuple and all(type(v) is bool for v in value), what,
+                      "a tuple of bools", value)
+
+
 @dataclasses.dataclass(frozen=True)
 class CustomJvp(_Called):
     """A ``jax.custom_jvp`` function's call (``custom_jvp_call``; ``jax.nn.relu``): its
-    primal body, called as a jit without options."""
+    primal body, called as a jit without options, and its own rule, which JAX calls only
+    under AD: ``rule`` over the primals and a tangent of each (its first ``num_consts``
+    inputs, closed over, take none) returns the primal results, then the tangent of each
+    result ``rule_zeros`` does not mark a symbolic zero (None: not read)."""
 
     kind: ClassVar[str] = "custom_jvp_call"
+    rule: "Program | None" = None
+    rule_zeros: tuple = ()
+    num_consts: int = 0
+    symbolic_zeros: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _rule_body(self.rule, "a custom_jvp's rule")
+        _flags(self.rule_zeros, "a custom_jvp's rule_zeros")
+        _count(self.num_consts, "a custom_jvp's num_consts")
+        described_bool(self.symbolic_zeros, "a custom_jvp's symbolic_zeros")
 
 
 @dataclasses.dataclass(frozen=True)
 class CustomVjp(_Called):
     """A ``jax.custom_vjp`` function's call (``custom_vjp_call``): its primal body, called
-    as a jit without options."""
+    as a jit without options, and its rules, which JAX calls only under AD: ``fwd`` over
+    the primals (less the first ``num_consts``, closed over) returns the residuals it makes,
+    then the primal results; ``forwarded`` says, per residual ``bwd`` takes, which input it
+    is (None: the next one ``fwd`` makes); ``bwd`` over the residuals and a cotangent per
+    result returns the cotangent of each input ``bwd_zeros`` does not mark a zero (None:
+    not read)."""
 
     kind: ClassVar[str] = "custom_vjp_call"
+    fwd: "Program | None" = None
+    forwarded: tuple = ()
+    bwd: "Program | None" = None
+    bwd_zeros: tuple = ()
+    num_consts: int = 0
+    symbolic_zeros: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _rule_body(self.fwd, "a custom_vjp's fwd")
+        _rule_body(self.bwd, "a custom_vjp's bwd")
+        _flags(self.bwd_zeros, "a custom_vjp's bwd_zeros")
+        _count(self.num_consts, "a custom_vjp's num_consts")
+        described_bool(self.symbolic_zeros, "a custom_vjp's symbolic_zeros")
 
 
-CONTROL_FLOW_KINDS = (Scan, While, Cond, Remat, CustomJvp, CustomVjp)
+@dataclasses.dataclass(frozen=True)
+class CustomLin(Equation):
+    """The tangent of a ``custom_vjp`` function's results (JAX's ``custom_lin``): over the
+    residuals its ``fwd`` made (the first ``num_res`` operands) and the nonzero tangents of
+    its inputs (``in_zeros`` marks those given none), its results typed as its primal
+    results. Transposed, it is its ``bwd``; left in a program, it does not lower (LOOP-3)."""
+
+    kind: ClassVar[str] = "custom_lin"
+    bwd: "Program | None" = None
+    bwd_zeros: tuple = ()
+    num_res: int = 0
+    in_zeros: tuple = ()
+    name: str = ""
+    in_types: tuple = ()   # the primal inputs' types (bwd's cotangents are held to them)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_described(isinstance(self.bwd, Program), "a custom_lin's bwd", "a Program",
+                          self.bwd)
+        require_described(self.results is not None, "a custom_lin's results",
+                          "the tangent types of its primal results", self.results)
+        _flags(self.bwd_zeros, "a custom_lin's bwd_zeros")
+        _flags(self.in_zeros, "a custom_lin's in_zeros")
+        _count(self.num_res, "a custom_lin's num_res")
+
+
+# --------------------------------------------------------------------------- LOOP-3
+
+@dataclasses.dataclass(frozen=True)
+class CustomVjpForwardMode(Failure, rule="LOOP-3", error=TypeError):
+    template = ("the tangent of the custom_vjp function {name} at {path} is left in the "
+                "program: can't apply forward-mode autodiff (jvp) to a custom_vjp function "
+                "(refused {when})")
+    hint = ("Differentiate it in reverse mode (jax.grad, jax.vjp), or define its "
+            "derivative with jax.custom_jvp.")
+    name: str
+    path: str
+    when: str
+
+
+@rule("LOOP-3", mirrors="jax._src.interpreters.ad.raise_custom_vjp_error_on_jvp")
+def check_custom_lin_transposed(name: str, path: str, stage: str) -> None:
+    """A custom_vjp function's tangent (custom_lin) that jvp or linearize leaves untransposed is refused with TypeError when the program lowers, or while tracing where vmap batches it.
+
+    A dead one is dropped first.
+
+    Reverse mode transposes it into the function's ``bwd`` (``grad``, ``vjp``): nothing is
+    left to refuse.
+
+    >>> check_custom_lin_transposed("clip", "body[0].jit.body[2]", "lower")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionTypeError: [LOOP-3]: the tangent of the custom_vjp function clip at body[0].jit.body[2] is left in the program: can't apply forward-mode autodiff (jvp) to a custom_vjp function (refused when lowering). Differentiate it in reverse mode (jax.grad, jax.vjp), or define its derivative with jax.custom_jvp.
+    """
+    when = "when lowering" if stage == "lower" else "while vmap batches it"
+    with staged(stage):
+        raise reject(CustomVjpForwardMode(name, path, when))
+
+
+# --------------------------------------------------------------------------- LOOP-4
+
+@dataclasses.dataclass(frozen=True)
+class BwdCotangentType(Failure, rule="LOOP-4", error=ValueError):
+    template = ("the bwd rule of the custom_vjp function {name} at {path} gives input {index} "
+                "a cotangent of type {made}; that input's cotangent type is {expected}: "
+                "Custom VJP bwd rule must produce an output with the same type as the args "
+                "tuple of the primal function")
+    hint = ("Return from bwd a cotangent of each input's type (jax.sharding.reshard it to "
+            "the input's sharding over Explicit axes).")
+    name: str
+    path: str
+    index: int
+    made: str
+    expected: str
+
+
+def _explicit_mesh(mesh: Any) -> bool:
+    return mesh is not None and any(t.name == "Explicit" for t in mesh.axis_types)
+
+
+def _entries(value: Value) -> tuple:
+    spec = value.spec
+    parts = tuple(spec.partitions) if spec is not None else ()
+    parts += (None,) * (len(value.shape) - len(parts))
+    return (parts, spec.reduced if spec is not None else frozenset(),
+            spec.unreduced if spec is not None else frozenset())
+
+
+@rule("LOOP-4", mirrors="jax._src.custom_derivatives._flatten_bwd; jax._src.core.typecompat")
+def check_bwd_cotangent(expected: Value, made: Value, name: str, index: int, path: str
+                        ) -> None:
+    """A custom_vjp's bwd gives each input a cotangent of that input's cotangent type: shape, varying axes, dtype (a float's may differ), and mesh and split where both have meshes, one with an Explicit axis; else ValueError at trace.
+
+    >>> from shardlaw.spec.core.values import AbstractMesh, AxisType, PartitionSpec as P
+    >>> mesh = AbstractMesh((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> check_bwd_cotangent(Value((8,), mesh=mesh, spec=P("x")),
+    ...                     Value((8,), "bfloat16", mesh=mesh, spec=P("x")), "clip", 0, "body[1]")
+    >>> check_bwd_cotangent(Value((8,), mesh=mesh, spec=P("x")), Value((8,), mesh=mesh),
+    ...                     "clip", 0, "body[1]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [LOOP-4]: the bwd rule of the custom_vjp function clip at body[1] gives input 0 a cotangent of type float32[8] over ('x', 'y'); that input's cotangent type is float32[8] over ('x', 'y') split P('x'): Custom VJP bwd rule must produce an output with the same type as the args tuple of the primal function. Return from bwd a cotangent of each input's type (jax.sharding.reshard it to the input's sharding over Explicit axes).
+    """
+    floats = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+    same = (expected.shape == made.shape and expected.varying == made.varying
+            and (expected.dtype == made.dtype or expected.dtype in floats))
+    if same and expected.mesh is not None and made.mesh is not None and (
+            _explicit_mesh(expected.mesh) or _explicit_mesh(made.mesh)):
+        same = expected.mesh == made.mesh and _entries(expected) == _entries(made)
+    if not same:
+        with staged("trace"):
+            raise reject(BwdCotangentType(name, path, index, _typed(made), _typed(expected)))
+
+
+def _typed(value: Value) -> str:
+    mesh = f" over {value.mesh.axis_names}" if value.mesh is not None else ""
+    split = f" split {value.spec}" if value.spec is not None else ""
+    return f"{value.dtype}{list(value.shape)}{mesh}{split}"
+
+
+CONTROL_FLOW_KINDS = (Scan, While, Cond, Remat, CustomJvp, CustomVjp, CustomLin)

@@ -13,8 +13,9 @@ scan, each again a scan whose body is read once.
   ``xs`` the residuals' slices and the cotangents of ``ys``, its ``ys`` the cotangents of
   its linear ``xs``.
 
-A while and a cond are refused under AD (AD-0): their rules are not written yet; a while
-loop under ``grad`` or ``vjp`` is refused as JAX refuses it (LOOP-2).
+A cond's rules are in :mod:`~shardlaw.spec.program.cond_ad`, a while's in
+:mod:`~shardlaw.spec.program.while_ad`; a while loop under ``grad`` or ``vjp`` is refused
+as JAX refuses it (LOOP-2, here).
 """
 
 from __future__ import annotations
@@ -35,20 +36,6 @@ __all__ = ["carry_fixed_point", "check_while_not_transposed", "WhileTransposed"]
 
 def _refuse(eq: Any, path: str, transform: str, why: str) -> None:
     raise reject(NotRewritten(f"a {eq.kind} equation", path, transform, why))
-
-
-@JVP_BODIES.register("control_flow")
-def _jvp_refused(eq: Any, body: Any, operands: tuple, moving: list, path: str) -> Any:
-    _refuse(eq, path, "jvp", f"the JVP of a {eq.kind} is not written (issue 32)")
-
-
-@LINEARIZE_BODIES.register("control_flow")
-def _linearize_refused(eq: Any, tape: Any, operands: tuple, moving: list, path: str,
-                       transform: str) -> Any:
-    if eq.kind == "while" and transform in REVERSE and any(t is not None for t in moving):
-        check_while_not_transposed(transform, path)
-    _refuse(eq, path, transform, f"the linearization of a {eq.kind} is not written "
-            "(issue 32)")
 
 
 # The transformations that transpose what they linearize.

@@ -15,7 +15,13 @@
   in it (JAX's ``remat_vmap``; a jit's, and a custom-derivative call's, results stay
   where the body leaves them).
 
-A while loop is refused under vmap (PROG-0): its rule is not written yet.
+* A while loop (JAX's ``_while_loop_batching_rule``): its carry batched wherever the
+  body makes it batched (an unbatched initial carry broadcast; a fixed point); then the
+  predicate batched on that carry. A batched predicate batches every carry at axis 0, the
+  predicate giving one bool per example (JAX's lowering runs the loop while any is true
+  and selects, in the body, the examples whose predicate holds); an unbatched one leaves
+  the carry batched after the predicate's own dimensions. Constants stay where they are
+  batched.
 """
 
 from __future__ import annotations
@@ -25,13 +31,15 @@ from typing import Any
 
 from ..core.rules import Rejection
 from .batching_rules import (
-    BatchedBody, batch_body, broadcast_equation, inserted, moved_axis, transpose_equation,
+    BatchedBody, batch_body, batch_jit_body, broadcast_equation, inserted, moved_axis,
+    transpose_equation,
 )
-from .control_flow import Cond, Scan
+from .control_flow import Cond, CustomJvp, Scan, While
 from .description import Jit, Opaque, Program
 from .primitives import BATCHING
 
-__all__ = ["batch_scan", "batch_cond", "batch_call_at_front"]
+__all__ = ["batch_scan", "batch_cond", "batch_call_at_front", "batch_while",
+           "batch_custom_call"]
 
 
 def _moved_to(rw: BatchedBody, n: int, source: int | None, target: int) -> int:
@@ -159,3 +167,70 @@ def batch_call_at_front(rw: BatchedBody, eq: Jit, numbers: tuple, dims: tuple, p
     body, _ = _inner_body(eq, eq.body, list(dims), rw, f"{path}.{eq.kind}.", targets)
     rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=None, body=body),
            tuple(targets))
+
+
+@BATCHING.register("while")
+def batch_while(rw: BatchedBody, eq: While, numbers: tuple, dims: tuple, path: str) -> None:
+    """A while loop under vmap (module docstring)."""
+    cc, bc = eq.cond_consts, eq.body_consts
+    cond_dims, body_dims, init_dims = dims[:cc], dims[cc:cc + bc], dims[cc + bc:]
+    prefix = f"{path}.while."
+    carry = [d is not None for d in init_dims]
+    while True:
+        made = _body_dims(eq.body_fun, list(body_dims) + [0 if b else None for b in carry],
+                          rw, f"{prefix}body[1].jit.")
+        grown = [b or m is not None for b, m in zip(carry, made)]
+        if grown == carry:
+            break
+        carry = grown
+    (pred,) = _body_dims(eq.cond, list(cond_dims) + [0 if b else None for b in carry], rw,
+                         f"{prefix}body[0].jit.")
+    if pred is not None:
+        at = [0] * len(carry)
+        pred_target = 0
+    else:
+        rank = len(eq.cond.value_types[eq.cond.outputs[0]].shape)
+        at = [rank if b else None for b in carry]
+        pred_target = None
+    body, _ = _inner_body(eq, eq.body_fun, list(body_dims) + at, rw, f"{prefix}body[1].jit.",
+                          at)
+    cond, _ = _inner_body(eq, eq.cond, list(cond_dims) + at, rw, f"{prefix}body[0].jit.",
+                          [pred_target])
+    init = [n if target is None else _moved_to(rw, n, d, target)
+            for n, d, target in zip(numbers[cc + bc:], init_dims, at)]
+    rw.add(While(tuple(numbers[:cc + bc]) + tuple(init), cond=cond, body_fun=body,
+                 cond_consts=cc, body_consts=bc), tuple(at))
+
+
+@BATCHING.register("custom_call")
+def batch_custom_call(rw: BatchedBody, eq: Jit, numbers: tuple, dims: tuple, path: str
+                      ) -> None:
+    """A custom-derivative call under vmap: its body batched as a jit's is; a custom_jvp's
+    rule batched with each tangent where its primal is, its results moved where the
+    body's are (JAX's ``batch_custom_jvp_subtrace``); a custom_vjp's ``fwd`` and ``bwd``
+    left out (batching them is not written: differentiated after vmap, it is by its
+    primal body)."""
+    prefix = f"{path}.{eq.kind}."
+    body, out_dims = batch_jit_body(eq.body, dims, rw.axis, prefix, prefix)
+    checked = eq.checked and all(d is None for d in dims)
+    if isinstance(eq, CustomJvp):
+        rules = {"rule": _batched_rule(rw, eq, dims, out_dims, f"{prefix}rule.")}
+    else:
+        rules = {"fwd": None, "bwd": None}
+    rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=None, body=body,
+                               checked=checked, **rules), tuple(out_dims))
+
+
+def _batched_rule(rw: BatchedBody, eq: CustomJvp, dims: tuple, out_dims: tuple,
+                  prefix: str) -> Program | None:
+    """A custom_jvp's rule batched (None where it is not read, or batches otherwise than
+    its body)."""
+    if eq.rule is None or len(eq.rule_zeros) != len(out_dims):
+        return None
+    own = list(dims[eq.num_consts:])
+    targets = list(out_dims) + [d for d, zero in zip(out_dims, eq.rule_zeros) if not zero]
+    try:
+        rule, made = _inner_body(eq, eq.rule, own + own, rw, prefix, targets)
+    except Rejection:   # (a primitive of the rule the spec does not batch)
+        return None
+    return rule if list(made) == targets else None

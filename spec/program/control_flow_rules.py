@@ -18,9 +18,8 @@ from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from .control_flow import Cond, Scan, While, stacked
 from .description import Value
 from .explain import trace_body
-from .primitives import BATCHING, IN_SHARD_MAP, TRACING, TYPING
+from .primitives import IN_SHARD_MAP, TRACING, TYPING
 from .shardmap import walk_body
-from .typed_values import check_program
 
 __all__ = ["scan_results", "while_results", "cond_results", "check_one_type", "TypesDiffer"]
 
@@ -153,12 +152,3 @@ def _walk_bodies(eq: Any, operands: tuple[Value, ...], context: Any, path: str,
                  decided: list) -> None:
     """Inside a shard_map's body: each of its bodies walked as the shard_map's is."""
     walk_body(eq.body, context, f"{path}.{eq.kind}.", decided)
-
-
-# --------------------------------------------------------------------------- rewrites
-
-@BATCHING.register("control_flow")
-def _batch_refused(rw: Any, eq: Any, numbers: tuple, dims: tuple, path: str) -> None:
-    check_program(False, f"the {eq.kind} at {path} under vmap",
-                  "an equation whose batching the spec knows (vmap of a while loop is "
-                  "not written yet)", dims)

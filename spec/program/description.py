@@ -766,5 +766,5 @@ def _type_equation(eq: Equation, k: int, types: list[Value], typed: dict) -> Equ
 
 # The control-flow kinds of equation (issue 32), in a module of their own.
 from .control_flow import (  # noqa: E402  (they build on Equation and Program above)
-    Cond, CustomJvp, CustomVjp, Remat, Scan, While,
+    Cond, CustomJvp, CustomLin, CustomVjp, Remat, Scan, While,
 )

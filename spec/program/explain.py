@@ -56,6 +56,7 @@ from ..transforms.constraint import (
     check_operand_not_reduced, check_split_kept, merged_constraint_spec, unconstrained_dims,
 )
 from .constants import check_refs_not_donated, held_inputs
+from .control_flow import check_custom_lin_transposed
 from .description import (
     DevicePut, Jit, Program, Reshard, ShardingConstraint, ShardMap, Value,
     check_program, type_spec,
@@ -421,6 +422,9 @@ def _lower_body(program: Program, assignment: Any, live: Live) -> None:
     AD-9, is the jit pipeline's ``stage_lower``); then each live reshard's tiling against
     the ``assignment`` (EXE-3, which XLA's verifier decides when compiling). ``live``: what
     lowering keeps of the body (:func:`~shardlaw.spec.program.lowering.lowered_live`)."""
+    for path, eq, _ in _live_constraints(program, live, "", ("custom_lin",)):
+        with located(path):   # a custom_vjp's tangent has no lowering (LOOP-3)
+            check_custom_lin_transposed(eq.name, path, "lower")
     found = _live_constraints(program, live, "", ("sharding_constraint", "reshard"))
     passed = set()   # the operands' splits WSC-11 passed: it reads nothing else
     with staged("lower"):
@@ -495,8 +499,8 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
                   program)
     check_program(until in UNTIL, "the last stage asked about (until)", f"one of {UNTIL}",
                   until)
-    live = lowered_live(program)   # what dead-code elimination leaves, for every stage
-    used = live if not program.keep_unused else live_parts(program)
+    used = program.derived_once("live parts", lambda: live_parts(program))   # (shared)
+    live = lowered_live(program) if program.keep_unused else used   # what DCE leaves
     try:  # the description, read before any of jit's rules (CALL-0; outside the trace)
         call = program_call(program, used)
     except Rejection as error:

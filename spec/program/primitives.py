@@ -352,9 +352,8 @@ for _name, _equation, _bodies in (("scan", "Scan", ("body",)),
                                   ("cond", "Cond", ("branches",))):
     _scan = _name == "scan"
     declare(Entry(_name, equation=_equation, kind=Kind.CONTROL_FLOW, typing=_name,
-                  batching=_name if _name != "while" else "control_flow",
-                  jvp="scan" if _scan else "control_flow",
-                  transpose="scan" if _scan else _NO_TRANSPOSE,
+                  batching=_name, jvp=_name,
+                  transpose=_name if _name != "while" else _NO_TRANSPOSE,
                   tracing="bodies", in_shard_map="bodies", checks=("PROG-0", "PROG-1"),
                   bodies=Bodies(_bodies)))
 for _name, _equation in (("remat2", "Remat"), ("custom_jvp_call", "CustomJvp"),
@@ -362,12 +361,18 @@ for _name, _equation in (("remat2", "Remat"), ("custom_jvp_call", "CustomJvp"),
     # (under vmap JAX batches a remat's body at axis 0, a custom call's where its
     # operands are batched, as a jit's)
     declare(Entry(_name, equation=_equation, kind=Kind.CALL, typing="jit",
-                  batching="at_front" if _name == "remat2" else "jit",
-                  jvp="jit", transpose="jit", tracing="jit", in_shard_map="jit",
+                  batching="at_front" if _name == "remat2" else "custom_call",
+                  jvp={"remat2": "jit", "custom_jvp_call": "custom_jvp",
+                       "custom_vjp_call": "custom_vjp"}[_name],
+                  transpose="jit", tracing="jit", in_shard_map="jit",
                   pruning="jit", assignment="jit", record="jit",
                   checks=("PROG-0", "PROG-1", "AD-2", "AD-5", "AD-8"),
                   bodies=Bodies(("body",))))
 del _name, _equation, _bodies, _scan
+# A custom_vjp function's tangent (custom_lin): its bwd is no body of the trace.
+declare(Entry("custom_lin", equation="CustomLin", kind=Kind.OPAQUE, batching="custom_lin",
+              jvp=Absent("JAX gives custom_lin no derivative: it is transposed, or refused"),
+              transpose="custom_lin", checks=("LOOP-3",)))
 
 # jax.make_jaxpr names an inner jit's equation ``pjit`` in older versions: read as a jit
 # (the bridge), never an opaque equation's name.
@@ -485,10 +490,18 @@ declare(Entry("broadcast_in_dim", Kind.STRUCTURAL, batching="broadcast_in_dim", 
 for _name in ("reshape", "squeeze"):
     declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="linear", transpose="opaque"))
 declare(Entry("expand_dims", Kind.STRUCTURAL, batching=Absent(
-    "its batching is not written (issue 32)"), jvp="linear", transpose="opaque"))
+    "jax 0.10.2 binds no expand_dims (jnp.expand_dims is a broadcast_in_dim): no batching "
+    "of it to hold to JAX"), jvp="linear", transpose="opaque"))
 
+# (its result type over Explicit axes, PROG-7, where traced and where transposed:
+# contraction.py)
 declare(Entry("dot_general", Kind.CONTRACTION, batching="dot_general", jvp="bilinear",
-              transpose="opaque"))
+              transpose="dot_general", tracing="dot_general", checks=("PROG-7",)))
+declare(Entry("transposed_dot_general", Kind.OPAQUE, batching=Absent(
+    "a gradient's transposed product: vmap of a gradient batches the primal's"),
+    jvp="opaque", transpose="opaque", tracing="transposed_dot_general", checks=("PROG-7",),
+    sharding=NotPropagated("a gradient's transposed product: its sharding rule is not "
+                           "written")))
 
 # The primitives of a real step (issue 32), batched by batching_primitives.py's rules.
 for _name in ("slice", "rev"):
@@ -530,6 +543,20 @@ for _name in ("atan2", "rem", "nextafter", "shift_left", "shift_right_logical",
               "shift_right_arithmetic"):
     _elementwise(_name, broadcasting=True, split_checked=False)
 
+# Indexing (batching_indexing.py): a dynamic slice or update batched is the gather or the
+# scatter JAX makes of it; top_k's axis moves past the batch axis; clamp as JAX's rule.
+for _name in ("gather", "dynamic_slice", "dynamic_update_slice"):
+    declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="opaque", transpose="opaque"))
+for _name in ("scatter", "scatter-add", "scatter-sub", "scatter-mul", "scatter-min",
+              "scatter-max"):
+    declare(Entry(_name, Kind.STRUCTURAL, batching="scatter", jvp="opaque",
+                  transpose="opaque"))
+for _name in ("top_k", "split"):
+    declare(Entry(_name, Kind.STRUCTURAL, batching="axis_param", jvp="opaque",
+                  transpose="opaque"))
+declare(Entry("clamp", Kind.ELEMENTWISE, batching="clamp", jvp="opaque", transpose="opaque"))
+_elementwise("erf", split_checked=False)
+
 # Mutable refs (jax.Ref): the first operand is the ref, read or written whole.
 declare(Entry("get", Kind.EFFECT, batching="ref_access", jvp="opaque", transpose="opaque",
               effect="reads ref", checks=("REF-4",)))
@@ -552,7 +579,8 @@ for _name, _rule in SHARDING_RULES.items():
 # real step holds that the batching work added), each named: none is held to the compiler yet.
 _UNPROPAGATED = {
     "a control-flow body is not propagated yet (the partitioner propagates through it)":
-        ("scan", "while", "cond", "remat2", "custom_jvp_call", "custom_vjp_call"),
+        ("scan", "while", "cond", "remat2", "custom_jvp_call", "custom_vjp_call",
+         "custom_lin"),
     "a key's data carries a trailing dimension its factors would have to name":
         ("random_seed", "random_bits", "random_split", "random_unwrap", "random_clone",
          "random_fold_in", "random_wrap"),
@@ -560,7 +588,7 @@ _UNPROPAGATED = {
         ("rev", "reduce_and", "reduce_or", "reduce_xor", "erfc", "erf_inv", "cbrt", "asinh",
          "acosh", "atanh", "imag", "real", "conj", "population_count", "clz",
          "bitcast_convert_type", "shift_left", "shift_right_logical",
-         "shift_right_arithmetic"),
+         "shift_right_arithmetic", "scatter-sub", "top_k", "split", "erf"),
 }
 for _why, _names in _UNPROPAGATED.items():
     for _name in _names:

@@ -297,41 +297,69 @@ def _conflict(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return a[:len(b)] != b and b[:len(a)] != a
 
 
-def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: Any,
-           mesh: Mesh, types: tuple, path: str, directions: dict, grown: dict,
-           priority: int) -> bool:
+def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limits",
+           mesh: Mesh, step: "_StepMemo", path: str, directions: dict, grown: dict,
+           priority: int) -> list[tuple[int, Split]]:
     """One equation's propagation step (PROP-2, PROP-3) along the factors ``directions``
-    names (``both``, ``backward``): returns whether a value grew. ``grown``: the pass in
-    which each value last grew; ``fixed``: the values placed whole, each partly placed
-    one's open dimensions and the axes each value may not take (:class:`Limits`)."""
-    tensors = rule_.operands + rule_.results
-    count = len(rule_.operands)
-    sizes = _sizes(rule_, tuple(tuple(t.shape) for t in types))
-    current = []
-    for dims, number in zip(tensors, numbers):
-        read: dict[str, tuple[str, ...]] = {}
-        for dim, axes in zip(dims, splits[number]):
-            read.update(_read(dim, axes, sizes, mesh, path))
-        current.append(read)
+    names (``both``, ``backward``): returns the (tensor, split) of each value that grew, in
+    the order they grew (empty: none). ``grown``: the pass in
+    which each value last grew; ``step``: what the equation's types fix (its factors'
+    sizes) and the tensors' reads met so far; ``fixed``: the values placed whole, each
+    partly placed one's open dimensions and the axes each value may not take."""
+    form = step.form
+    tensors, sizes, holders = form.tensors, form.sizes, form.holders
+    read = form.read
+    current = [read(i, dims, splits[number], mesh, path)
+               for i, (dims, number) in enumerate(zip(tensors, numbers))]
     chosen: dict[str, tuple[str, ...]] = {}
     for f, direction in directions.items():
         if f in rule_.replicated:
             continue
-        operands = [t[f] for t in current[:count] if f in t]
-        results = [t[f] for t in current[count:] if f in t]
+        at_operands, at_results = holders[f]
+        operands = [current[i][f] for i in at_operands]
+        results = [current[i][f] for i in at_results]
+        given = [(current[i][f], numbers[i]) for i in at_operands + at_results
+                 if current[i][f]]
+        if not given:
+            chosen[f] = ()   # (no tensor splits it: nothing to merge, nothing in conflict)
+            continue
+        if len(given) == 1 and direction == "both":
+            chosen[f] = given[0][0]   # (one split alone: PROP-2 keeps it)
+            continue
         chosen[f] = factor_split(operands + results) if direction == "both" else \
             _one_way(results, operands)
         # Two splits of one factor in conflict, one of them grown in this very pass: which
         # the partitioner met first decides, and the order it visits operations in is its
         # own (a chain of converts reaching a multiply after, or before, an input's split).
-        given = [(t[f], n) for t, n in zip(current, numbers) if f in t and t[f]]
-        if any(_conflict(g, h) for g, n in given if grown.get(n) == priority
-               for h, _ in given):
+        if len(given) > 1 and any(_conflict(g, h) for g, n in given
+                                  if grown.get(n) == priority for h, _ in given):
             _stop("PROP-4", "two splits of one factor conflict while one of them is still "
                   "growing: the partitioner's order of visiting operations decides", path)
-    # An axis another factor holds, or would take, in a tensor of this factor: Shardy
-    # cuts the split there, and what the partitioner then makes of the value is its own.
+    _check_axes_apart(chosen, current, path)
+    grew = []
+    for k, (dims, number) in enumerate(zip(tensors, numbers)):
+        if number in fixed.closed:
+            continue
+        read = current[k]
+        longer = {f: split for f, split in chosen.items() if f in read and split != read[f]
+                  and split[:len(read[f])] == read[f]}
+        if not longer:   # (a read projects back onto the split it was read from)
+            continue
+        merged = {**read, **longer}
+        new = _grown(number, dimension_splits(dims, merged, sizes, mesh), splits, fixed, path)
+        if new is not None:
+            splits[number] = new
+            grown[number] = priority
+            grew.append((k, new))
+    return grew
+
+
+def _check_axes_apart(chosen: dict, current: list, path: str) -> None:
+    """An axis another factor holds, or would take, in a tensor of a factor: Shardy cuts
+    the split there, and what the partitioner then makes of the value is its own."""
     for f, split in chosen.items():
+        if not split:
+            continue
         for t in current:
             if f not in t:
                 continue
@@ -340,42 +368,8 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: Any,
                     _stop("PROP-4", f"a mesh axis of {sorted(set(split) & (set(axes) | set(chosen.get(g, ()))))} "
                           f"would split two factors of one equation; Shardy cuts the split "
                           f"and the partitioner places the rest by its own order", path)
-    grew = False
-    for k, (dims, number) in enumerate(zip(tensors, numbers)):
-        if number in fixed.closed:
-            continue
-        merged = dict(current[k])
-        for f, split in chosen.items():
-            if f in merged and split[:len(merged[f])] == merged[f]:
-                merged[f] = split
-        if _grow(number, dimension_splits(dims, merged, sizes, mesh), splits, fixed, path):
-            grown[number] = priority
-            grew = True
-    return grew
 
 
-def _grow(number: int, new: Split, splits: dict, fixed: Any, path: str) -> bool:
-    """Value ``number`` takes ``new`` where it extends its split (in its open dimensions
-    only, where it is placed in part): whether it grew."""
-    old = splits[number]
-    opens = fixed.open.get(number)
-    if opens is not None:
-        new = tuple(n if o else d for n, o, d in zip(new, opens, old))
-    if new == old or not all(n[:len(o)] == o for n, o in zip(new, old)):
-        return False
-    _check_barred(new, old, fixed.barred.get(number, ()), path)
-    splits[number] = new
-    return True
-
-
-def _check_barred(new: Split, old: Split, barred: Any, path: str) -> None:
-    """A value may not grow onto an Explicit axis its type does not hold (JAX's lowering
-    marks it replicated there); where propagation would put one there, what the
-    partitioner does instead is not written."""
-    extra = sorted({a for n, o in zip(new, old) for a in n[len(o):]} & set(barred))
-    if extra:
-        _stop("PROP-4", f"propagation would split a value over Explicit mesh axes {extra} its "
-              f"type does not hold: the partitioner's resolution is not written", path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -388,6 +382,10 @@ class Limits:
     closed: frozenset
     open: dict
     barred: dict
+
+    def state(self, number: int) -> tuple:
+        """What of value ``number`` the limits fix (a step's outcome depends on it)."""
+        return (number in self.closed, self.open.get(number), self.barred.get(number))
 
 
 # The partitioner's schedule (Shardy's op-priority propagation): each pass runs to a fixed
@@ -446,7 +444,7 @@ def _propagated(program: Program):
         mesh = propagation_mesh(program)
         if isinstance(mesh, Undetermined):
             return mesh
-        live = live_parts(program).equations
+        live = program.derived_once("live parts", lambda: live_parts(program)).equations
         if program.keep_unused and not all(live):
             return Undetermined("PROP-4", "a jit that keeps unused inputs lowers its dead "
                                 "equations too; whether they propagate is not written")
@@ -457,10 +455,11 @@ def _propagated(program: Program):
             splits = {i: flat.fixed.get(i, ((),) * len(t.shape))
                       for i, t in enumerate(flat.types)}
             grown: dict[int, int] = {}
+            memo = _Memo(flat.steps)   # per step, across the passes (_settle)
             limits = Limits(frozenset(set(flat.fixed) - set(flat.open)), flat.open,
                             flat.barred)
             for priority in range(len(PASSES)):
-                if not _settle(flat.steps, splits, limits, mesh, priority, grown):
+                if not _settle(flat.steps, splits, limits, mesh, priority, grown, memo):
                     return Undetermined("PROP-4", f"propagation did not settle "
                                         f"({PASSES[priority]})")
             _check_unsplit(flat.steps, splits)
@@ -474,22 +473,19 @@ def _propagated(program: Program):
 def _check_unsplit(steps: list, splits: dict) -> None:
     """A factor the partitioner needs unsplit (named ``n…``: a sort's dimension) that ends
     split in a tensor is resharded by the partitioner's own choice: undetermined."""
+    named: dict[int, bool] = {}   # per rule: whether a dimension of it is named n…
     for _, rule_, every, _, path, _ in steps:
+        found = named.get(id(rule_))
+        if found is None:
+            found = named[id(rule_)] = any(d.startswith("n") for dims in rule_.operands
+                                           + rule_.results for d in dims)
+        if not found:
+            continue
         for dims, number in zip(rule_.operands + rule_.results, every):
-            if any(d.startswith("n") and axes for d, axes in zip(dims, splits[number])):
+            if any(axes and d.startswith("n") for d, axes in zip(dims, splits[number])):
                 _stop("PROP-4", "a dimension the operation needs unsplit (a sort's) is "
                       "split: the partitioner moves or gathers it by its own choice", path)
 
-
-def _check_joins(flat: Flat, splits: dict) -> None:
-    """A loop's carry or a cond's result whose sources (the initial carry and the body's
-    next one; the branches' results) end split apart: which the partitioner keeps is its
-    own order's (seen: a carry takes the body's split over the initial one's)."""
-    for sources, result, path in flat.joins:
-        if result in flat.live and any(_conflict(a, b) for s in sources for t in sources
-                                       for a, b in zip(splits[s], splits[t])):
-            _stop("PROP-4", "a loop's carry or a cond's results are split apart by their "
-                  "sources: which the partitioner keeps is its own order's", path)
 
 
 @dataclasses.dataclass
@@ -511,10 +507,23 @@ class Flat:
     bounded: set = dataclasses.field(default_factory=set)
     moves: list = dataclasses.field(default_factory=list)
     joins: list = dataclasses.field(default_factory=list)
+    rules: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
         return len(self.types) - 1
+
+    def rule_of(self, read: Any, eq: Any, operands: tuple) -> Any:
+        """``read(eq, operands)``: the sharding rule of an equation, read once per form of
+        equation over operands of one type (a model's layers repeat them)."""
+        try:
+            key = (read, eq.form, operands)
+            found = self.rules.get(key)
+        except TypeError:   # (a parameter that is not hashable: read afresh)
+            return read(eq, operands)
+        if found is None:
+            found = self.rules[key] = read(eq, operands)
+        return found
 
 
 @rule("PROP-6", mirrors="shardy's import of sharding constraints and result shardings")
@@ -566,52 +575,6 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
     return flat if placed is None else placed
 
 
-def _out_shardings(program: Program, mesh: Any) -> tuple:
-    """The out shardings the partitioner sees: the jit's, and on a mesh with Explicit
-    axes, for a result left open whose type splits every dimension, its type's sharding
-    (JAX's lowering makes one of the type; seen: ``sin`` of ``P(('x', 'y'))``, 'x'
-    Explicit, comes back ``P('x')``, while a rank-2 ``P(('x', 'y'), None)`` keeps 'y')."""
-    given = program.out_shardings or (UNSPECIFIED,) * len(program.outputs)
-    if AxisType.Explicit not in mesh.axis_types:
-        return given
-    types = program.value_types
-    out = []
-    for n, sharding in zip(program.outputs, given):
-        value = types[n]
-        spec = tuple(value.spec or ())
-        if sharding is UNSPECIFIED and value.mesh == mesh.abstract and len(spec) == len(
-                value.shape) and all(e is not None for e in spec):
-            sharding = NamedSharding(mesh, PartitionSpec(*spec))
-        out.append(sharding)
-    return tuple(out)
-
-
-def _typed(flat: Flat, mesh: Any) -> Undetermined | None:
-    """On a mesh with Explicit axes every value's type holds its split over them (JAX's
-    lowering constrains each result to its type, the Auto axes left open: ``{"x", ?}``):
-    a value not placed otherwise starts on its type's split, grows over Auto axes only,
-    and never takes an Explicit axis its type does not hold."""
-    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types)
-                if t is AxisType.Explicit}
-    if not explicit:
-        return None
-    for number, value in enumerate(flat.types):
-        if not value.shape or number not in flat.live:
-            continue
-        if value.mesh is None:
-            continue   # a value typed over no mesh is not constrained by lowering
-        spec = value.spec or PartitionSpec()
-        if value.mesh != mesh.abstract or spec.unreduced or spec.reduced:
-            return Undetermined("PROP-1", "a value typed over another mesh, or with unreduced "
-                                "or reduced axes, is not propagated")
-        entries = tuple(spec) + (None,) * len(value.shape)
-        typed = tuple(tuple(a for a in ((e,) if isinstance(e, str) else e or ())
-                            if a in explicit) for e in entries[:len(value.shape)])
-        flat.barred[number] = frozenset(explicit - {a for d in typed for a in d})
-        if number not in flat.fixed:
-            _pin(flat, number, tuple(tuple(a for a in d if mesh.axis_size(a) != 1)
-                                     for d in typed), (True,) * len(value.shape))
-    return None
 
 
 def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, mesh: Mesh
@@ -660,62 +623,8 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
     return None
 
 
-def _pin(flat: Flat, number: int, split: Split, opens: tuple[bool, ...]) -> None:
-    """Value ``number`` placed on ``split``, its ``opens`` dimensions left to grow."""
-    flat.fixed[number] = split
-    if any(opens):
-        flat.open[number] = opens
 
 
-def _link(flat: Flat, operand: int, result: int, path: str) -> None:
-    """A step passing ``operand``'s every dimension to ``result`` (a constraint's open
-    dimensions, an inner jit's boundary): one factor per dimension, as a copy."""
-    dims = tuple(f"f{d}" for d in range(len(flat.types[operand].shape)))
-    flat.steps.append((_COPY, Factors((dims,), (dims,)), (operand, result),
-                       (flat.types[operand], flat.types[result]), path, 1))
-
-
-def _boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path: str,
-              into: bool = False) -> int:
-    """The value an inner jit's body sees for ``number`` under its in (``into``) or out
-    sharding: ``number`` itself when none is given; an operand not placed otherwise is
-    placed on its in sharding, whatever its other uses (seen: ``sin(a)`` returned and
-    passed to a jit of in sharding ``P('x')`` comes back ``P('x')``); else a new value
-    placed on it and linked to ``number`` (the partitioner keeps the shardings as
-    written)."""
-    if sharding is UNSPECIFIED:
-        return number
-    if AxisType.Explicit in mesh.axis_types:
-        # seen: an inner jit's out sharding P(None, ('x', 'z')) ('x' Auto) on a value typed
-        # P('y', 'z') came back P('y', 'z'): not kept as written
-        _stop("PROP-6", "an inner jit's shardings or a shard_map's specs on a mesh with "
-              "Explicit axes are not propagated yet", path)
-    pin = placed_pin(sharding, mesh, len(value.shape))
-    if pin is None or any(pin[1]):
-        _stop("PROP-6", "an inner jit's in or out sharding is not a NamedSharding over the "
-              "program's mesh without unreduced axes or UNCONSTRAINED dimensions", path)
-    inner = flat.new(value)
-    _pin(flat, inner, *pin)
-    _link(flat, number, inner, path)
-    if into and not any(pin[1]):   # moved onto ``number`` once the dead code is gone
-        flat.moves.append((number, inner, pin[0], path))
-    return inner
-
-
-def _move(flat: Flat, mesh: Any) -> Undetermined | None:
-    """Each live in sharding or in spec placed on the operand it is moved onto (an operand
-    placed otherwise keeps its placement), or why not."""
-    for number, inner, split, path in flat.moves:
-        if inner not in flat.live:
-            continue
-        if number in flat.bounded and flat.fixed[number] != split:
-            return Undetermined("PROP-6", "a value passed to two inner jits or shard_maps "
-                                "that place it differently: which the partitioner keeps is "
-                                "not written", path)
-        if number not in flat.fixed:
-            _pin(flat, number, split, ())
-            flat.bounded.add(number)
-    return None
 
 
 def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
@@ -769,7 +678,7 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
                 # constant starts: lowered to a dynamic_slice StableHLO folds into a slice
                 rule_ = same_dimensions_factors
             if callable(rule_):
-                rule_ = rule_(eq, tuple(types[n] for n in eq.operands))
+                rule_ = flat.rule_of(rule_, eq, tuple(types[n] for n in eq.operands))
             if entry.effect is not None:   # a ref's write lives whatever reads it
                 _stop("PROP-4", f"{_name(eq)}: it reads or writes a mutable ref", path)
             if isinstance(rule_, NotPropagated):
@@ -779,29 +688,6 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
                            len(operands)))
     return ids
 
-
-def _manual_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: Any,
-                     path: str) -> None:
-    """A shard_map whose every axis is manual, from the outside: its in specs are where
-    its operands are brought (propagated back to them as an inner jit's in shardings are),
-    its out specs where its results are; the partitioner does not enter its body."""
-    free = [a for a in mesh.axis_names if a not in eq.manual_axes and mesh.axis_size(a) != 1]
-    if free or eq.mesh.abstract != mesh.abstract:
-        _stop("PROP-6", f"a shard_map leaving mesh axes {free} automatic, or over another "
-              f"mesh, is not propagated yet", path)
-    inner = [_boundary(flat, n, NamedSharding(mesh, spec), flat.types[n], mesh, path,
-                       into=True) for n, spec in zip(operands, eq.in_specs)]
-    for n, spec in zip(results, eq.out_specs):
-        _pin(flat, n, *placed_pin(NamedSharding(mesh, spec), mesh, len(flat.types[n].shape)))
-    # the body, unseen: results computed from the operands' placed values, sharing no factor
-    tensors = [tuple(f"m{k}_{d}" for d in range(len(flat.types[n].shape)))
-               for k, n in enumerate(inner + results)]
-    every = tuple(inner + results)
-    flat.steps.append((entry_of(eq), Factors(tuple(tensors[:len(inner)]),
-                                             tuple(tensors[len(inner):]),
-                                             replicated=frozenset(f for t in tensors
-                                                                  for f in t)),
-                       every, tuple(flat.types[i] for i in every), path, len(inner)))
 
 
 def _inline_jit(body: Program, operands: list, path: str, flat: Flat, mesh: Any,
@@ -827,9 +713,9 @@ def _prune(flat: Flat, constraints: list, outputs: list) -> None:
     """Only the live equations propagate: jit eliminates dead code before lowering."""
     live = set(outputs)
     grew = True
-    while grew:
+    while grew:   # (results before operands: a body's values reach back in one sweep)
         grew = False
-        for step in flat.steps:
+        for step in reversed(flat.steps):
             every, count = step[2], step[5]
             if live & set(every[count:]) and not set(every[:count]) <= live:
                 live |= set(every[:count])
@@ -866,19 +752,143 @@ def equation_splits(program: Program) -> tuple | Undetermined:
                  if flat.live & set(results))
 
 
-def _settle(steps: list, splits: dict, fixed: Limits, mesh: Mesh, priority: int,
-            grown: dict) -> bool:
-    """One pass of the schedule, forward then backward until nothing grows."""
+def _settle(steps: list, splits: dict, fixed: "Limits", mesh: Mesh, priority: int,
+            grown: dict, memo: "_Memo | None" = None) -> bool:
+    """One pass of the schedule, forward then backward until nothing grows.
+
+    ``memo``: what one propagation keeps across its passes (:class:`_Memo`): an equation
+    none of whose values grew since it last left them unchanged, asked along the same
+    directions, is not applied again (it would leave them unchanged again: what it reads,
+    and which of its values grew in this pass, are as they were)."""
+    memo = _Memo(steps) if memo is None else memo
+    order = list(range(len(steps)))
+    order += order[::-1]
+    memos = [memo.step(k) for k in range(len(steps))]
     for _ in range(2 * len(steps) + 2):
         grew = False
-        for entry, rule_, every, typed, path, _ in steps + steps[::-1]:
-            directions = _directions(entry.name, entry.kind, rule_, priority)
-            if directions:
-                grew |= _apply(rule_, every, splits, fixed, mesh, typed, path, directions,
-                               grown, priority)
+        for k in order:
+            step = memos[k]
+            directions = step.directions[priority]
+            if not directions or (step.idle is directions and not step.dirty):
+                continue
+            step.dirty = False
+            made = _applied(steps[k], step, splits, fixed, mesh, directions, grown, priority)
+            if made:
+                grew = True
+                step.idle = None
+                memo.touched(steps[k][2][t] for t, _ in made)
+            else:
+                step.idle = directions
         if not grew:
             return True
     return False
+
+
+def _applied(at: tuple, step: "_StepMemo", splits: dict, fixed: "Limits", mesh: Mesh,
+             directions: dict, grown: dict, priority: int) -> list[tuple[int, Split]]:
+    """:func:`_apply` of one step, or what it did before where its form met the same
+    splits, the same placed values and the same values grown in this pass."""
+    _, rule_, every, _, path, _ = at
+    key = (id(directions), tuple([splits[n] for n in every]),
+           tuple([fixed.state(n) for n in every]),
+           tuple([grown.get(n) == priority for n in every]))
+    outcomes = step.form.outcomes
+    found = outcomes.get(key)
+    if found is None:
+        try:
+            found = outcomes[key] = _apply(rule_, every, splits, fixed, mesh, step, path,
+                                           directions, grown, priority)
+        except _Stop as stopped:
+            outcomes[key] = stopped.undetermined
+            raise
+        return found
+    if isinstance(found, Undetermined):
+        raise _Stop(dataclasses.replace(found, path=path))
+    for k, new in found:
+        splits[every[k]] = new
+        grown[every[k]] = priority
+    return found
+
+
+class _Memo:
+    """What one propagation keeps across its passes: per step its :class:`_StepMemo`, and
+    per value the steps that read or write it (to wake them when it grows)."""
+
+    def __init__(self, steps: list) -> None:
+        self.steps = steps
+        self.memos: list = [None] * len(steps)
+        self.forms: dict = {}
+        self.users: dict[int, list[int]] = collections.defaultdict(list)
+        for k, step in enumerate(steps):
+            for n in dict.fromkeys(step[2]):
+                self.users[n].append(k)
+
+    def step(self, k: int) -> "_StepMemo":
+        found = self.memos[k]
+        if found is None:   # equations of one form over one shape read alike (a layer's)
+            entry, rule_, _, typed, _, _ = self.steps[k]
+            key = (entry.name, entry.kind, rule_, tuple(tuple(t.shape) for t in typed))
+            form = self.forms.get(key)
+            if form is None:
+                form = self.forms[key] = _StepForm(entry, rule_, key[3])
+            found = self.memos[k] = _StepMemo(form)
+        return found
+
+    def touched(self, grown: Any) -> None:
+        """Values that grew: every step over them is applied again."""
+        for n in grown:
+            for k in self.users[n]:
+                self.step(k).dirty = True
+
+
+class _StepForm:
+    """What an equation's rule and types fix, shared by the equations of one form over one
+    shape (a model's layers): its factors' sizes, its directions in each pass (one object
+    where two passes agree) and the factor splits read from each tensor's split."""
+
+    def __init__(self, entry: Any, rule_: Factors, shapes: tuple) -> None:
+        self.sizes = _sizes(rule_, shapes)
+        ways: list[dict] = []
+        for priority in range(len(PASSES)):
+            found = _directions(entry.name, entry.kind, rule_, priority)
+            ways.append(ways[-1] if ways and ways[-1] == found else found)
+        self.directions = tuple(ways)
+        self.reads: dict = {}
+        self.outcomes: dict = {}   # what _apply did, by what it reads (_applied)
+        self.tensors = rule_.operands + rule_.results
+        count = len(rule_.operands)
+        # per factor, the operands and the results whose dimensions hold it, in order
+        self.holders: dict[str, tuple[list[int], list[int]]] = {}
+        for i, dims in enumerate(self.tensors):
+            for f in dict.fromkeys(f for dim in dims for f in factors_of_dimension(dim)):
+                self.holders.setdefault(f, ([], []))[i >= count].append(i)
+
+    def read(self, index: int, dims: tuple[str, ...], split: Split, mesh: Mesh, path: str
+             ) -> dict[str, tuple[str, ...]]:
+        """The factor splits tensor ``index`` (of dimensions ``dims``) gives on ``split``."""
+        found = self.reads.get((index, split))
+        if found is None:
+            found = {}
+            for dim, axes in zip(dims, split):
+                if axes:
+                    found.update(_read(dim, axes, self.sizes, mesh, path))
+                else:
+                    found.update((f, ()) for f in factors_of_dimension(dim))
+            self.reads[(index, split)] = found
+        return found
+
+
+class _StepMemo:
+    """One equation's state in a propagation: its form (:class:`_StepForm`), the
+    directions it last grew nothing along, and whether a value of it grew since."""
+
+    def __init__(self, form: _StepForm) -> None:
+        self.form = form
+        self.directions = form.directions
+        self.sizes = form.sizes
+        self.read = form.read
+        self.idle: dict | None = None
+        self.dirty = False
 
 
 def _name(eq: Any) -> str:
@@ -965,3 +975,11 @@ def factor_sizes(rule_: Factors, types: tuple) -> dict[str, int]:
 # The names propagation_flow.py builds on.
 inline_body = _inline_jit
 stop = _stop
+
+# What the user placed, at the boundaries (its own module for size; it builds on this one).
+from .propagation_pins import (  # noqa: E402
+    boundary as _boundary, check_joins as _check_joins, grown_split as _grown,
+    implied_out_shardings as _out_shardings,
+    link as _link, manual_boundary as _manual_boundary, move_pins as _move, pin as _pin,
+    typed_pins as _typed,
+)

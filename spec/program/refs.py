@@ -32,6 +32,7 @@ from typing import Any
 from ..core.rules import Failure, located, reject, rule, staged
 from ..core.shardings import SingleDeviceSharding
 from ..core.values import PartitionSpec
+from ..transforms.shardmap_parameters import spec_axes
 from ..transforms.shardmap_specs import manual_axes_of
 from .description import Const, Opaque, Program, ShardMap, Value, check_program
 from .lowering import REF_WRITES, Live, writes_ref, equation_path
@@ -265,15 +266,6 @@ class RefWriteVariesMore(Failure, rule="REF-8", error=Exception, jax_error="_Rep
     axes: tuple
 
 
-def _spec_axes(spec: PartitionSpec) -> frozenset[str]:
-    names: set[str] = set()
-    for entry in spec:
-        if entry is None:
-            continue
-        names.update(entry if isinstance(entry, tuple) else (entry,))
-    return frozenset(names)
-
-
 @rule("REF-8", mirrors="jax._src.shard_map._shard_map_discharge (a ref's new value is a "
                        "result on its in spec), _check_mats, _valid_repeats")
 def check_ref_writes_vary_as_specified(eq: ShardMap, path: str) -> None:
@@ -304,7 +296,7 @@ def check_ref_writes_vary_as_specified(eq: ShardMap, path: str) -> None:
             last[inner.operands[0]] = body.value_types[inner.operands[1]]
     manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
     for k, value in sorted(last.items()):
-        extra = (value.varying & manual) - _spec_axes(eq.in_specs[k])
+        extra = (value.varying & manual) - spec_axes(eq.in_specs[k])
         if extra:
             with located(path):
                 raise reject(RefWriteVariesMore(path, k, eq.in_specs[k],

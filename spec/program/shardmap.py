@@ -43,7 +43,7 @@ from ..transforms.shardmap_bodies import (
 from ..transforms.shardmap_collectives import (
     check_collective_axes, collective_groups, manual_sharding,
 )
-from ..transforms.shardmap_parameters import Shaped, entry_axes, entry_ways
+from ..transforms.shardmap_parameters import Shaped, entry_ways, spec_axes
 from ..transforms.shardmap_specs import (
     check_divisible, check_no_repeated_axes, check_replication, check_spec_axes,
     check_spec_rank, check_spec_reductions, manual_axes_of,
@@ -206,10 +206,6 @@ class Manual:
         return math.prod(self.mesh.axis_size(a) for a in axes)
 
 
-def _spec_axes(spec: PartitionSpec) -> frozenset[str]:
-    return frozenset(n for entry in spec for n in entry_axes(entry))
-
-
 def _same_type(given: Value, decided: Value, what: str) -> None:
     """A described type is the decided one: shape, dtype, varying axes and split over the
     automatic Explicit axes (PROG-0)."""
@@ -305,7 +301,7 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
             split = (explicit_types(eq.mesh, manual, _type_spec(value), None, shape,
                                     f"operand {i}")[0] if eq.checked else
                      type_inside(eq.mesh, manual, _type_spec(value), len(shape)))
-        varying = _spec_axes(spec) if eq.check_vma else frozenset()
+        varying = spec_axes(spec) if eq.check_vma else frozenset()
         given = eq.body.inputs[i] if i < len(eq.body.inputs) else None
         types.append(_typed(given, shape, value.dtype, inner, weak_type=value.weak_type,
                             varying=varying | value.varying, split=split))
@@ -348,7 +344,7 @@ def _map_results(eq: ShardMap, manual: frozenset[str], path: str) -> tuple[Value
                           f"result {j} of the shard_map at {path}",
                           f"split {outside} (its body's result's split put together with "
                           f"its out spec's Explicit axes)", eq.results[j])
-        varying = value.varying | (_spec_axes(spec) if eq.check_vma else frozenset())
+        varying = value.varying | (spec_axes(spec) if eq.check_vma else frozenset())
         out.append(value if varying == value.varying else
                    dataclasses.replace(value, varying=varying))
     return tuple(out)

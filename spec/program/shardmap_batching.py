@@ -14,6 +14,7 @@ from typing import Any
 from ..core.rules import Failure, reject, require, rule
 from ..core.values import AxisType, PartitionSpec
 from ..transforms.batching import BadVmapParameterType
+from ..transforms.shardmap_parameters import spec_axes
 from ..transforms.shardmap_specs import manual_axes_of
 from .description import ShardMap
 
@@ -42,12 +43,6 @@ class SpmdAxisNotInShardMapMesh(Failure, rule="PBAT-1", error=KeyError):
     names: tuple
     axis: str
     mesh: Any
-
-
-def spec_axes(spec: PartitionSpec) -> set[str]:
-    """The mesh axes a PartitionSpec's entries name."""
-    return {a for entry in spec.partitions
-            for a in (entry if isinstance(entry, tuple) else (entry,)) if isinstance(a, str)}
 
 
 @rule("PBAT-1", mirrors="jax._src.shard_map._shard_map_batch; "

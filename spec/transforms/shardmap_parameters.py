@@ -144,6 +144,11 @@ def entry_axes(entry: Any) -> tuple:
     return entry if isinstance(entry, tuple) else () if entry is None else (entry,)
 
 
+def spec_axes(spec: Any) -> frozenset[str]:
+    """The mesh axes a PartitionSpec's entries name."""
+    return frozenset(a for entry in spec for a in entry_axes(entry) if isinstance(a, str))
+
+
 def entry_ways(mesh: Mesh | AbstractMesh, entry: Any) -> int:
     """How many pieces a spec entry cuts a dimension into (an axis named twice counts twice)."""
     return math.prod(mesh.axis_size(name) for name in entry_axes(entry))

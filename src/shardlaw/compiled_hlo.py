@@ -69,6 +69,8 @@ def collectives_in_hlo(text: str) -> list[Collective]:
     """Every collective in compiled HLO ``text``, in the order printed (see the module's words)."""
     if not isinstance(text, str):
         raise TypeError(f"collectives_in_hlo takes HLO text (a str), not {type(text).__name__}")
+    # (a long tuple type numbers its elements in comments: "/*index=5*/f32[1,1]")
+    text = _COMMENT.sub("", text)
     devices = _device_count(text)
     types = {m["name"]: m["type"] for m in _INSTRUCTION.finditer(text)}
     found = []
@@ -107,6 +109,7 @@ def total_bytes_per_device(collectives: list[Collective]) -> int:
 _INSTRUCTION = re.compile(
     r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<type>\([^=]*?\)|[\w]+\[[^\]]*\](?:\{[^}]*\})?)"
     r"\s+(?P<opcode>[\w\-]+)\((?P<rest>.*)$", re.M)
+_COMMENT = re.compile(r"/\*.*?\*/")
 _ARRAY = re.compile(r"(?P<dtype>[a-z][a-z0-9]*)\[(?P<dims>[^\]]*)\]")
 
 

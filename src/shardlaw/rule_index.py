@@ -152,7 +152,7 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     # A whole program: its description, its equations' types (while tracing), and its
     # results as compiled.
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
-    "PROG-6": "compile",
+    "PROG-6": "compile", "PROG-7": "trace",
     # A result typed over an Explicit mesh of another size than the device assignment.
     "AD-9": "lower",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
@@ -251,6 +251,9 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
     "PROG-1": _left_to_jax(
         "JAX's abstract evaluation types each equation of the body while jit traces it; the "
         "engine reads the types JAX gives"),
+    "PROG-7": _left_to_jax(
+        "JAX's dot_general sharding rule types each matmul of the body (and of its "
+        "gradient) while jit traces it; the engine traces through JAX's jit"),
     "PROG-4": _left_to_jax(
         "the compiler places a result a constraint or an inner jit returns; the engine "
         "takes the shardings JAX reports where it compiles"),
