@@ -55,12 +55,11 @@ from .sharding_factors import (
     ELEMENTWISE_NAMES, SHARDING_ONLY_ELEMENTWISE, factors_of_dimension, same_dimensions_factors,
 )
 
-# The equations whose bodies propagation enters (propagation_flow.py): a loop's carry
-# and slices, a cond's branches, and calls lowered inline.
+# The equations whose bodies propagation enters (propagation_flow.py).
 FLOW_KINDS = frozenset(("scan", "while", "cond", "remat2", "custom_jvp_call",
                         "custom_vjp_call"))
 
-# The entry of a step linking two values dimension for dimension (a copy: elementwise).
+# A step linking two values dimension for dimension (a copy: elementwise).
 COPY = _COPY = entry_of_name("copy")
 
 # What the schedule's first pass admits besides the table's elementwise primitives.
@@ -331,6 +330,10 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
         # Two splits of one factor in conflict, one of them grown in this very pass: which
         # the partitioner met first decides, and the order it visits operations in is its
         # own (a chain of converts reaching a multiply after, or before, an input's split).
+        if len(given) > 1 and AxisType.Explicit in mesh.axis_types and any(
+                _conflict(g, h) for g, _ in given for h, _ in given):
+            _stop("PROP-4", "two splits of one factor conflict on a mesh with Explicit axes: "
+                  "how the partitioner resolves it beside a type is not written", path)
         if len(given) > 1 and any(_conflict(g, h) for g, n in given
                                   if grown.get(n) == priority for h, _ in given):
             _stop("PROP-4", "two splits of one factor conflict while one of them is still "
@@ -508,6 +511,7 @@ class Flat:
     moves: list = dataclasses.field(default_factory=list)
     joins: list = dataclasses.field(default_factory=list)
     rules: dict = dataclasses.field(default_factory=dict, repr=False)
+    reshaped: dict = dataclasses.field(default_factory=dict)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -642,11 +646,9 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             ids += inline_flow(eq, operands, [types[n] for n in numbers], path, flat,
                                mesh, constraints)
             continue
-        if _name(eq) in ("slice", "dynamic_slice") and types[numbers[0]].shape == types[
-                eq.operands[0]].shape:
-            # a slice of every element is folded away before propagation (seen: a shard_map's
-            # in spec is not moved onto a whole slice of an argument)
-            ids.append(operands[0])
+        folded = _folded(eq, operands, types[numbers[0]] if numbers else None, flat, path)
+        if folded is not None:
+            ids.append(folded)
             continue
         results = [flat.new(types[n]) for n in numbers]
         ids += results
@@ -683,10 +685,13 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
                 _stop("PROP-4", f"{_name(eq)}: it reads or writes a mutable ref", path)
             if isinstance(rule_, NotPropagated):
                 rule_ = Undetermined("PROP-4", f"{_name(eq)}: {rule_.why}", path)
+        if _name(eq) == "reshape":
+            flat.reshaped[results[0]] = operands[0]
         every = tuple(operands) + tuple(results)
         flat.steps.append((entry, rule_, every, tuple(flat.types[i] for i in every), path,
                            len(operands)))
     return ids
+
 
 
 
@@ -978,7 +983,7 @@ stop = _stop
 
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
-    boundary as _boundary, check_joins as _check_joins, grown_split as _grown,
+    boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
     implied_out_shardings as _out_shardings,
     link as _link, manual_boundary as _manual_boundary, move_pins as _move, pin as _pin,
     typed_pins as _typed,

@@ -17,7 +17,7 @@ from .primitives import Factors, entry_of
 from .propagation import COPY, Flat, Split, Undetermined, placed_pin, stop
 
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
-           "move_pins", "manual_boundary", "grown_split", "check_barred"]
+           "move_pins", "manual_boundary", "grown_split", "check_barred", "folded"]
 
 
 def _apart(a: tuple, b: tuple) -> bool:
@@ -187,3 +187,19 @@ def check_barred(new: Split, old: Split, barred: Any, path: str) -> None:
     if extra:
         stop("PROP-4", f"propagation would split a value over Explicit mesh axes {extra} its "
               f"type does not hold: the partitioner's resolution is not written", path)
+
+
+def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int | None:
+    """The value an equation StableHLO folds away is (None: not folded): a slice of every
+    element is its operand (seen: an in spec not moved onto it), a reshape back to the
+    shape before a reshape that reshape's operand ((4, 16) -> (64,) -> (4, 16))."""
+    name = getattr(eq, "primitive", "") or eq.kind
+    if name == "reshape" and operands[0] in flat.reshaped:
+        first = flat.reshaped[operands[0]]
+        if flat.types[first].shape != result.shape:
+            stop("PROP-4", "a reshape of a reshape's result: StableHLO folds the two into "
+                  "one, which is not written", path)
+        return first
+    if name in ("slice", "dynamic_slice") and result.shape == flat.types[operands[0]].shape:
+        return operands[0]
+    return None
