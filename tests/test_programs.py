@@ -542,3 +542,27 @@ def test_every_prog_rule_was_seen_on_both_sides_against_jax():
                for rule_id in ("PROG-1", "PROG-2", "PROG-3", "PROG-4", "DA-1", "WSC-4", "FIT-1")
                if not all(counts.get(rule_id, (0, 0)))]
     assert not missing, f"rules not seen on both sides against JAX: {missing}"
+
+
+@checks("ARG-4")
+@pytest.mark.parametrize("spec, accepted", [
+    (P("x", None, None), True), (P(None, None, None), True), (P(None, None, "y"), False)])
+def test_a_reshards_entries_past_the_rank_are_dropped_when_they_split_nothing(spec, accepted):
+    """JAX's reshard reads its sharding for its operand's rank: entries past it that split
+    nothing are dropped (the result typed on the rest), one that splits is refused while
+    tracing (JAX's own AssertionError there; the spec's ARG-4)."""
+    x = jax.device_put(np.ones((8, 4), np.float32), to_jax(NamedSharding(EXPLICIT, P("x"))))
+    step = jax.jit(lambda a: jax.sharding.reshard(a, to_jax(NamedSharding(EXPLICIT, spec))))
+    verdict = explain_program(describe_program(step, x))
+    assert verdict.accepted is accepted
+    if accepted:
+        result = step(x)
+        jax_split = list(jax.typeof(result).sharding.spec)
+        while jax_split and jax_split[-1] is None:
+            jax_split.pop()
+        spec_split = verdict.out_types[0].spec
+        assert tuple(spec_split or ()) == tuple(jax_split)
+    else:
+        with pytest.raises(AssertionError):
+            jax.make_jaxpr(step)(x)
+        assert (verdict.rule, verdict.stage) == ("ARG-4", "trace")

@@ -556,9 +556,42 @@ def _sum_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,
     if None not in moving:
         return _linear_tangent(eq, tape, operands, moving)
     (k,) = [k for k, t in enumerate(moving) if t is not None]
+    given = moving[k]
     if eq.primitive == "sub" and k == 1:
-        return list(tape.emit(_opaque("neg", eq.results, count=1), (moving[1],)))
-    return [moving[k]]
+        (given,) = tape.emit(_opaque("neg", (tape.type_of(given),), count=1), (given,))
+    result = tape.primal.types[results[0]] if results else eq.results[0]
+    return [broadcast_tangent(tape, given, result)]
+
+
+def broadcast_tangent(tape: Any, tangent: Any, result: Value) -> Any:
+    """One operand's tangent of ``add``/``sub`` brought to the result's type, as JAX's
+    JVP brings it (``_maybe_broadcast``): itself where shape and sharding type agree;
+    resharded where only the sharding type differs; else broadcast (a size-1 dimension
+    squeezed out by a reshape first)."""
+    got = tape.type_of(tangent)
+    if got.shape == result.shape and type_sharding(got) == type_sharding(result):
+        return tangent
+    if got.shape == result.shape:   # (broadcast_in_dim binds a reshard here)
+        empty = result.mesh is None
+        return tape.emit(Reshard((0,), sharding=type_sharding(result), results=(
+            result.type,) if empty else None), (tangent,))[0]
+    if got.shape:
+        kept = tuple(i for i, (a, b) in enumerate(zip(got.shape, result.shape)) if a == b)
+        squeezed = tuple(got.shape[i] for i in kept)
+        if squeezed != got.shape:
+            entries = tuple(got.spec or ()) + (None,) * len(got.shape)
+            split = None if got.spec is None else PartitionSpec(
+                *(entries[i] for i in kept), unreduced=got.spec.unreduced,
+                reduced=got.spec.reduced)
+            (tangent,) = tape.emit(_opaque("reshape", (dataclasses.replace(
+                got.type, shape=squeezed, spec=split),), (
+                ("dimensions", None), ("new_sizes", squeezed), ("sharding", None)), 1),
+                (tangent,))
+    else:
+        kept = ()
+    return tape.emit(_opaque("broadcast_in_dim", (result.type,), (
+        ("broadcast_dimensions", kept), ("shape", tuple(result.shape)),
+        ("sharding", None)), 1), (tangent,))[0]
 
 
 @TANGENTS.register("add_any")

@@ -29,7 +29,9 @@ small table (:data:`LINEAR`, :data:`NONLINEAR`); any other primitive's lineariza
 transpose are opaque equations too (``linearized_<name>``, ``transposed_<name>``) whose
 types follow from the operands'. A ``reshard``'s cotangent is resharded back to its
 operand's type. A ``shard_map``'s JVP is one shard_map over primals and tangents, its
-body differentiated per shard. Linearized, a shard_map becomes two
+body differentiated per shard. A remat (``jax.checkpoint``) is linearized as JAX's
+``remat_partial_eval`` leaves it: its primal in line, and a differentiated remat that
+recomputes what its tangents need. Linearized, a shard_map becomes two
 (:mod:`~shardlaw.spec.program.shardmap_autodiff`): the known one returns the residuals it
 stores (AD-10's specs) before its primal outputs, the tangent one takes them, then the
 tangents; transposed, it becomes one shard_map taking the cotangents, then the residuals
@@ -53,6 +55,7 @@ from ..transforms.autodiff import (
     linearized_primal, linearized_tangent,
 )
 from .description import Jit, Program, Reshard, ShardMap, Value, check_program
+from .control_flow import Remat  # noqa: I001  (after description, which it builds on)
 from .ad_bodies import (
     FLOATS, LINEAR, NONLINEAR, NotScalar, BodyBuilder, DirectTangents, TangentTape, inline_body, jit_facts,
     map_manual_axes, jit_options_of, put_together_spec, axis_sizes_of, record_tangent, traced_body, check_passed_type,
@@ -122,7 +125,12 @@ def _jvp_jit(eq: Jit, body: BodyBuilder, operands: tuple[int, ...], moving: list
                    out_shardings=staged.out_shardings, donated=staged.donated_invars)
     jvp_body = dataclasses.replace(jvp_body, **options)
     given = tuple(t for t in moving if t is not None)
-    outs = body.emit(Jit(operands + given, body=jvp_body, name=eq.name, checked=False))
+    # (a remat's JVP is a remat of the JVP of its body, as JAX's remat_jvp binds it)
+    made = Remat(operands + given, body=jvp_body, name=eq.name, checked=False,
+                 prevent_cse=eq.prevent_cse, differentiated=eq.differentiated) \
+        if type(eq) is Remat else Jit(operands + given, body=jvp_body, name=eq.name,
+                                      checked=False)
+    outs = body.emit(made)
     primal, tangent = outs[:len(eq.body.outputs)], iter(outs[len(eq.body.outputs):])
     return primal, [next(tangent) if f else None for f in flags]
 
@@ -301,6 +309,8 @@ def _linearize_jit(eq: Jit, tape: TangentTape, operands: tuple[int, ...], moving
     if not any(nonzero):
         outs = tape.primal.emit(eq.renumbered(operands))
         return outs, [None] * len(eq.body.outputs)
+    if type(eq) is Remat:
+        return _linearize_remat(eq, tape, operands, moving, path, transform)
     lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
     primal_fwd, residual_fwd = _forwarding(lin, inner)
     stored = sum(1 for f in residual_fwd if f[0] == "kept")
@@ -324,6 +334,38 @@ def _linearize_jit(eq: Jit, tape: TangentTape, operands: tuple[int, ...], moving
     touts = iter(tape.emit(Jit(tuple(range(len(refs))), body=tangent_body, name=eq.name,
                                checked=False), refs))
     return tuple(primal), [next(touts) if f else None for f in lin.flags]
+
+
+def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], moving: list,
+                     path: str, transform: str) -> tuple[tuple[int, ...], list]:
+    """A remat linearized as JAX linearizes it (its JVP partially evaluated by
+    ``remat_partial_eval``, nothing saveable): its body's primal computed in line in the
+    primal body, nothing of it stored but the remat's operands; onto the tape a remat
+    (``differentiated``) taking the operands and tangents it reads, which recomputes
+    what the tangents need, then the tangents."""
+    inner = eq.body
+    nonzero = tuple(t is not None for t in moving)
+    primal = inline_body(tape.primal, _pruned(inner), operands)
+    lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
+    if not any(lin.flags):
+        return primal, [None] * len(inner.outputs)
+    given = [t for t in moving if t is not None]
+    staged = BodyBuilder(tuple(v.type for v in inner.inputs) + tuple(
+        tape.type_of(t) for t in given))
+    count = len(inner.inputs)
+    ran = inline_body(staged, lin.primal, tuple(range(count)))
+    touts = inline_body(staged, lin.tangent, ran[len(inner.outputs):] + tuple(
+        range(count, count + len(given))))
+    body = staged.program(touts)
+    _, live = _live_equations(body)
+    reads = [i in live for i in range(len(body.inputs))]
+    body = _pruned(body, reads)
+    refs = tuple(tape.residual(n) for n, r in zip(operands, reads) if r) + tuple(
+        t for t, r in zip(given, reads[count:]) if r)
+    made = iter(tape.emit(Remat(tuple(range(len(refs))), body=body, name=eq.name,
+                                checked=False, prevent_cse=eq.prevent_cse,
+                                differentiated=True), refs))
+    return primal, [next(made) if f else None for f in lin.flags]
 
 
 def _unsharded(value: Value, eq: ShardMap, spec: PartitionSpec, sizes: dict[str, int]
@@ -692,8 +734,11 @@ def _check_scalar(program: Program) -> None:
 
 
 def _argnums(argnums: Any, count: int) -> tuple[int, ...]:
+    """The input positions of ``argnums``: an empty tuple is an argument that holds no
+    array (``jax.grad`` of a function whose first argument is an empty pytree: no
+    gradient, the function traced all the same)."""
     numbers = (argnums,) if type(argnums) is int else tuple(argnums)
-    check_program(numbers and all(type(i) is int and 0 <= i < count for i in numbers),
+    check_program(all(type(i) is int and 0 <= i < count for i in numbers),
                   "argnums", f"input positions from 0 to {count - 1}", argnums)
     return numbers
 
@@ -732,10 +777,11 @@ def value_and_grad_program(program: Program, argnums: Any = 0, has_aux: bool = F
     primal = tape.primal.program(tuple(outs) + tuple(tape.residuals))
     top = BodyBuilder(program.inputs)
     ran = inline_body(top, traced_body(primal), tuple(range(len(program.inputs))))
+    # (the seed is made whether or not the loss depends on argnums)
+    seed = _seed(top, tape.primal.types[outs[0]])
     if not flags[0]:   # the loss does not depend on argnums: every gradient is a zero
         every = _every_input(top, program, nonzero, (False,) * sum(nonzero), ())
     else:
-        seed = _seed(top, tape.primal.types[outs[0]])
         given = tuple(top.types[seed[0]] if j == 0 else None
                       for j, f in enumerate(flags) if f)
         backward, reached = _backward(tape, touts, given)

@@ -4,10 +4,15 @@ scan, each again a scan whose body is read once.
 * JVP: one scan over the primals and the nonzero tangents, its body the JVP of the body;
   a carry whose tangent the body makes nonzero has a nonzero tangent from the start (zeros
   where none is given), found by iterating to a fixed point as JAX does.
-* Linearization: the known scan runs the primal body and returns the residuals each
-  iteration stores, stacked on a leading axis of ``length`` as extra ``ys``; the tangent
-  scan takes the tangents of the constants and of the carry, and the residuals' slices
-  then the tangents of ``xs``.
+* Linearization (JAX's ``_scan_linearize``): the known scan runs the primal body and
+  returns the residuals each iteration stores, stacked on a leading axis of ``length``
+  as extra ``ys``, but a residual that is a constant or an ``xs`` of the body (forwarded:
+  the scan's own operand) and one computed from the constants alone: what the body
+  computes from its constants runs once before the loop (``_scan_known_hoisting``,
+  :func:`~shardlaw.spec.program.partial_eval.split_known`). The tangent scan takes the
+  residuals kept whole and the constants' tangents as its constants, the carry's
+  tangents as its carry, and the tangents of ``xs`` then the stacked residuals as its
+  ``xs``.
 * Transpose: the tangent scan run the other way (``reverse`` flipped), carrying the
   cotangents of its linear constants (summed over the iterations) and of its carry, its
   ``xs`` the residuals' slices and the cotangents of ``ys``, its ``ys`` the cotangents of
@@ -27,7 +32,9 @@ from ..core.rules import Failure, reject, rule, staged
 from .ad_bodies import NotRewritten, cotangent_type, differentiable
 from .autodiff import jvp_body, linearize_body
 from .control_flow import Scan, unstacked
+from .ad_bodies import inline_body
 from .description import Jit, Opaque, Program, Value
+from .partial_eval import split_known
 from .primitives import JVP_BODIES, LINEARIZE_BODIES, TRANSPOSES
 from .transpose import transpose_body
 
@@ -183,8 +190,9 @@ def _split_results(eq: Scan, results: tuple, nonzero: list[bool], flags: tuple, 
 @LINEARIZE_BODIES.register("scan")
 def _linearize_scan(eq: Scan, tape: Any, operands: tuple[int, ...], moving: list, path: str,
                     transform: str) -> tuple[tuple[int, ...], list]:
-    """A scan linearized: the known scan (its residuals stacked as extra ``ys``) into the
-    primal body, the tangent scan onto the tape."""
+    """A scan linearized as JAX's ``_scan_linearize`` does: the known scan into the primal
+    body, what it computes from its constants alone hoisted before it (:func:`_hoisted`),
+    and the tangent scan onto the tape."""
     if all(t is None for t in moving):
         return tape.primal.emit(eq.renumbered(operands)), [None] * len(eq.results)
     inner = eq.body
@@ -195,38 +203,89 @@ def _linearize_scan(eq: Scan, tape: Any, operands: tuple[int, ...], moving: list
     nonzero, (lin, flags) = carry_fixed_point(eq, [t is not None for t in moving],
                                               linearized)
     _check_carry(eq, nonzero, flags, path, transform)
-    c, k, count, outs = eq.num_consts, eq.num_carry, len(inner.inputs), len(inner.outputs)
-    known = tape.primal.emit(Scan(operands, body=lin.primal, length=eq.length,
-                                  reverse=eq.reverse, num_consts=c, num_carry=k))
-    primal, stored = known[:outs], known[outs:]
+    c, k, outs = eq.num_consts, eq.num_carry, len(inner.outputs)
+    primal, places = _hoisted(eq, lin, tape.primal, operands)
     tangents = _start_tangents(eq, lambda z: tape.emit(z, ()), moving, nonzero)
-    # the tangent scan: constants' and carry's tangents, then the residuals' slices and
-    # the tangents of xs; its body calls the tangent body (residuals first, then tangents)
-    r = lin.residuals
-    moving_at = [i for i in range(count) if nonzero[i]]
-    head = [j for j, i in enumerate(moving_at) if i < c + k]
-    tail = [j for j, i in enumerate(moving_at) if i >= c + k]
-    types = [lin.tangent.inputs[r + j] for j in head] + list(lin.tangent.inputs[:r]) + \
-        [lin.tangent.inputs[r + j] for j in tail]
-    position = {("t", j): p for p, j in enumerate(head)}
-    position.update({("r", q): len(head) + q for q in range(r)})
-    position.update({("t", j): len(head) + r + p for p, j in enumerate(tail)})
-    order = [position[("r", q)] for q in range(r)] + \
-        [position[("t", j)] for j in range(len(moving_at))]
-    made = [o for o, f in enumerate(flags) if f]
-    out_order = [m for m, o in enumerate(made) if o < k and nonzero[c + o]] + \
-        [m for m, o in enumerate(made) if o >= k]
-    wrapped = _called(tuple(types), order, lin.tangent, out_order, "tangent")
-    refs = tuple(tangents[j] for j in head) + tuple(tape.residual(n) for n in stored) + \
-        tuple(tangents[j] for j in tail)
+    touts = _tangent_scan(eq, lin, tape, places, tangents, nonzero, flags)
     nk = sum(nonzero[c:c + k])
-    touts = tape.emit(Scan(tuple(range(len(refs))), body=wrapped, length=eq.length,
-                           reverse=eq.reverse, num_consts=sum(nonzero[:c]),
-                           num_carry=nk), refs)
     carry_t, ys_t = iter(touts[:nk]), iter(touts[nk:])
     tangent = [next(carry_t) if nonzero[c + i] else None for i in range(k)]
     tangent += [next(ys_t) if flags[o] else None for o in range(k, outs)]
     return tuple(primal), tangent
+
+
+def _hoisted(eq: Scan, lin: Any, primal: Any, operands: tuple[int, ...]
+             ) -> tuple[tuple[int, ...], list]:
+    """The known scan, emitted into ``primal``: a residual that is a constant or an ``xs``
+    of the body is not returned but forwarded (the scan's operand); what the body computes
+    from its constants alone is computed once, before the scan (``_scan_known_hoisting``),
+    and a residual so computed is not stacked. Its primal results, and per residual where
+    the tangent scan takes it: ``("int", n)`` a constant, ``("ext", n)`` stacked or an
+    ``xs``, ``n`` its number in ``primal``."""
+    inner, body = eq.body, lin.primal
+    c, k, count, outs = eq.num_consts, eq.num_carry, len(inner.inputs), len(inner.outputs)
+    residuals = body.outputs[outs:]
+    forwarded = [n < count and not c <= n < c + k for n in residuals]
+    kept = tuple(n for n, f in zip(residuals, forwarded) if not f)
+    body = dataclasses.replace(body, outputs=body.outputs[:outs] + kept, out_shardings=())
+    if body.consts:   # (a body's closed-over constants are not hoisted)
+        split = None
+    else:
+        split = split_known(body, (True,) * c + (False,) * (count - c),
+                            instantiate=(True,) * outs + (False,) * len(kept))
+    if split is None:
+        loop, consts, where = body, operands[:c], [("unknown", j) for j in range(len(
+            body.outputs))]
+        before: list = []
+    else:
+        before = list(inline_body(primal, split.known, tuple(
+            operands[i] for i, r in zip(range(c), split.known_reads) if r))) \
+            if split.known is not None else []
+        consts = tuple(operands[j] if w == "in" else before[j] for w, j in split.residuals)
+        loop, where = split.unknown, list(split.outputs)
+    results = primal.emit(Scan(consts + operands[c:], body=loop, length=eq.length,
+                               reverse=eq.reverse, num_consts=len(consts), num_carry=k))
+    made = [results[j] if w == "unknown" else operands[j] if w == "in" else before[j]
+            for w, j in where]
+    stored = iter(zip(made[outs:], where[outs:]))
+    places = []
+    for n, f in zip(residuals, forwarded):
+        if f:
+            places.append(("int" if n < c else "ext", operands[n]))
+        else:
+            number, (w, _) = next(stored)
+            places.append(("ext" if w == "unknown" else "int", number))
+    return tuple(made[:outs]), places
+
+
+def _tangent_scan(eq: Scan, lin: Any, tape: Any, places: list, tangents: list,
+                  nonzero: list[bool], flags: tuple) -> tuple:
+    """The tangent scan onto the tape, as JAX binds it: its constants the residuals kept
+    whole, then the constants' tangents; its carry the carry's tangents; its ``xs`` the
+    tangents of ``xs``, then the stacked residuals. Its body calls the tangent body
+    (residuals first, then tangents)."""
+    c, k, count = eq.num_consts, eq.num_carry, len(eq.body.inputs)
+    r = lin.residuals
+    moving_at = [i for i in range(count) if nonzero[i]]
+    whole = [q for q in range(r) if places[q][0] == "int"]
+    stacked = [q for q in range(r) if places[q][0] == "ext"]
+    types = [lin.tangent.inputs[q] for q in whole] + \
+        [lin.tangent.inputs[r + j] for j in range(len(moving_at))] + \
+        [lin.tangent.inputs[q] for q in stacked]
+    position = {q: p for p, q in enumerate(whole)}
+    position.update({q: len(whole) + len(moving_at) + p for p, q in enumerate(stacked)})
+    order = [position[q] for q in range(r)] + \
+        [len(whole) + j for j in range(len(moving_at))]
+    made = [o for o, f in enumerate(flags) if f]
+    out_order = [m for m, o in enumerate(made) if o < k and nonzero[c + o]] + \
+        [m for m, o in enumerate(made) if o >= k]
+    wrapped = _called(tuple(types), order, lin.tangent, out_order, "tangent")
+    refs = tuple(tape.residual(places[q][1]) for q in whole) + tuple(tangents) + \
+        tuple(tape.residual(places[q][1]) for q in stacked)
+    return tape.emit(Scan(tuple(range(len(refs))), body=wrapped, length=eq.length,
+                          reverse=eq.reverse,
+                          num_consts=len(whole) + sum(nonzero[:c]),
+                          num_carry=sum(nonzero[c:c + k])), refs)
 
 
 # --------------------------------------------------------------------------- transpose

@@ -401,10 +401,14 @@ def _trace_constraint(eq: ShardingConstraint, operand: Value, context: Mesh | No
 def _trace_reshard(eq: Reshard, shape: tuple[int, ...], path: str) -> None:
     """A reshard types its operand on its sharding as device_put does (ARG-4): the split
     divides it. The sharding is over an abstract mesh; a mesh of its shape over the first
-    devices is divided alike."""
+    devices is divided alike. Entries past the operand's rank that split nothing are
+    dropped first, as JAX's reshard reads its sharding for the operand's rank."""
+    spec = eq.sharding.spec
+    if len(spec) > len(shape) and all(e is None for e in tuple(spec)[len(shape):]):
+        spec = PartitionSpec(*tuple(spec)[:len(shape)], unreduced=spec.unreduced,
+                             reduced=spec.reduced)
     with located(path):
-        place_on_devices(_concrete(eq.sharding.mesh, eq.sharding.spec), shape, "device_put",
-                         boxes=False)
+        place_on_devices(_concrete(eq.sharding.mesh, spec), shape, "device_put", boxes=False)
 
 
 def _concrete(mesh: Any, spec: PartitionSpec) -> NamedSharding:

@@ -34,11 +34,12 @@ from typing import Any
 
 from ..core.rules import rule
 from ..core.shardings import UNSPECIFIED
-from .description import Jit, Program, ShardMap, Value, check_program  # noqa: F401
+from .description import Jit, Opaque, Program, ShardMap, Value, check_program  # noqa: F401
 from .primitives import PRUNING, entry_of
 from .refs import writes_ref
 
 __all__ = ["dce_program", "partial_eval_program", "known_program", "unknown_program",
+           "split_known", "KnownSplit",
            "PartiallyEvaluatedProgram"]
 
 
@@ -311,3 +312,223 @@ def partial_eval_program(program: Program, unknown_inputs: Any) -> PartiallyEval
     return PartiallyEvaluatedProgram(known_program(program, unknown, reached, residuals),
                                      unknown_program(program, unknown, reached, residuals),
                                      unknown_out, residuals)
+
+
+# --------------------------------------------------------------------------- hoisting
+
+@dataclasses.dataclass(frozen=True)
+class KnownSplit:
+    """A body split by what can be computed from its known inputs (``known_inputs``)
+    alone (:func:`split_known`).
+
+    ``known`` computes it from the known inputs it reads (``known_reads``, per known
+    input), None where it computes nothing anyone needs; ``unknown`` is the rest, taking
+    the residuals and the unknown inputs (the residuals first where asked). Per output of
+    the body, ``outputs`` says where it comes from: ``("known", j)`` output ``j`` of
+    ``known``, ``("in", i)`` known input ``i`` unchanged, ``("unknown", m)`` output ``m``
+    of ``unknown``; per residual ``unknown`` takes, ``residuals`` says which known value
+    it is (``("known", j)`` or ``("in", i)``)."""
+
+    known: Program | None
+    known_inputs: tuple[bool, ...]
+    known_reads: tuple[bool, ...]
+    unknown: Program
+    outputs: tuple[tuple[str, int], ...]
+    residuals: tuple[tuple[str, int], ...]
+
+
+def _expanded(options: tuple, count: int, default: Any) -> tuple:
+    """A jit's per-input or per-output options, ``()`` spelled out."""
+    return tuple(options) if options else (default,) * count
+
+
+def _classified(program: Program, known_in: tuple[bool, ...]) -> tuple[list, set]:
+    """Per equation, how partial evaluation meets it: None (every operand known: it runs
+    before, whole), a :class:`KnownSplit` (an inner jit, split in two as JAX's jit rule
+    splits it) or False (it waits for the unknown inputs; a body of another kind, or a
+    write to a ref); and the known values."""
+    known = {i for i, k in enumerate(known_in) if k}
+    plan: list = []
+    for eq, numbers in zip(program.equations, program.result_numbers()):
+        reads = tuple(n in known for n in eq.operands)
+        if writes_ref(eq):   # (an effect stays where it is)
+            plan.append(False)
+        elif all(reads):
+            plan.append(None)
+            known.update(numbers)
+        elif type(eq) is Jit:
+            sub = split_known(eq.body, reads, residuals_first=False)
+            plan.append(sub)
+            known.update(n for n, (where, _) in zip(numbers, sub.outputs)
+                         if where != "unknown")
+        else:
+            plan.append(False)
+    return plan, known
+
+
+def _literal(eq: Any) -> bool:
+    """Whether ``eq`` is a scalar literal as a description spells it (a ``broadcast_in_dim``
+    of nothing, typed over no mesh): JAX writes the literal where it is read, in the
+    unknown part too, never as a residual."""
+    return type(eq) is Opaque and eq.primitive == "broadcast_in_dim" and not eq.operands \
+        and len(eq.results) == 1 and eq.results[0].shape == () and eq.results[0].mesh is None
+
+
+def _residual_keys(program: Program, plan: list, known: set, returned: list[int]
+                   ) -> tuple[list, set]:
+    """The known values the unknown part reads (a value number, or ``(k, j)``: output
+    ``j`` of the known jit of the jit at ``k``), each once, in the order first read; then
+    the known outputs it returns (``returned``). A literal it reads is no residual: the
+    literals it reads, apart."""
+    literals = {n for eq, numbers in zip(program.equations, program.result_numbers())
+                if _literal(eq) for n in numbers}
+    keys: dict = {}
+    for k, (eq, how) in enumerate(zip(program.equations, plan)):
+        if how is False:
+            keys.update((n, None) for n in eq.operands if n in known)
+        elif how is not None and any(where == "unknown" for where, _ in how.outputs):
+            for where, j in how.residuals:
+                keys[eq.operands[j] if where == "in" else (k, j)] = None
+    keys.update((n, None) for n in returned)
+    return [key for key in keys if key not in literals], literals & set(keys)
+
+
+def split_known(program: Program, known_inputs: tuple[bool, ...],
+                instantiate: tuple[bool, ...] | None = None,
+                residuals_first: bool = True) -> KnownSplit:
+    """``program`` split as JAX's partial evaluation splits it given which inputs are known
+    (``pe.trace_to_jaxpr_nounits``; an inner jit by ``_pjit_partial_eval``): every
+    equation whose operands are all known goes to the known part, an inner jit is split
+    in two (its known jit returns its known outputs, then the residuals it computes), the
+    rest waits in the unknown part. A known output is returned by the unknown part where
+    ``instantiate`` says so (read from a residual), else by the known part. The known
+    part keeps what its outputs need (dead-code elimination, AD-8)."""
+    from .ad_bodies import BodyBuilder
+
+    count = len(program.inputs)
+    instantiate = instantiate or (False,) * len(program.outputs)
+    plan, known = _classified(program, known_inputs)
+    returned = [n for n, inst in zip(program.outputs, instantiate) if inst and n in known]
+    keys, literals = _residual_keys(program, plan, known, returned)
+    kin = [i for i in range(count) if known_inputs[i]]
+    kb = BodyBuilder(tuple(program.inputs[i] for i in kin), program.consts)
+    kmap: dict = {i: j for j, i in enumerate(kin)}
+    kmap.update((count + c, len(kin) + c) for c in range(len(program.consts)))
+    numbers = program.result_numbers()
+    for k, (eq, how) in enumerate(zip(program.equations, plan)):
+        if how is None:
+            kmap.update(zip(numbers[k], kb.emit(eq.renumbered(tuple(
+                kmap[n] for n in eq.operands)))))
+        elif how is not False:
+            _emit_known_jit(eq, how, kb, kmap, numbers[k], k)
+    # the known part returns the known outputs the unknown part does not, then the
+    # residuals that are not known inputs, each once
+    made = dict.fromkeys(n for n, inst in zip(program.outputs, instantiate)
+                         if n in known and not inst and not n < count)
+    made.update((key, None) for key in keys if not (type(key) is int and key < count))
+    made_keys = list(made)
+    body = kb.program(tuple(kmap[key] for key in made_keys))
+    pruned, reads = dce_program(body, (True,) * len(made_keys))
+    where = {key: ("known", j) for j, key in enumerate(made_keys)}
+    where.update((i, ("in", i)) for i in kin)
+    unknown = _unknown_part(program, plan, known, (keys, literals), known_inputs,
+                            instantiate, residuals_first)
+    position = iter(range(len(unknown.outputs)))
+    outputs = tuple(where[n] if n in known and not inst else ("unknown", next(position))
+                    for n, inst in zip(program.outputs, instantiate))
+    return KnownSplit(pruned, tuple(known_inputs), reads, unknown, outputs,
+                      tuple(where[key] for key in keys))
+
+
+def _emit_known_jit(eq: Jit, split: KnownSplit, kb: Any, kmap: dict, numbers: range,
+                    k: int) -> None:
+    """The known jit of an inner jit split in two, into the known part (where it computes
+    anything), with its known inputs' shardings and donation; its known outputs, and its
+    outputs as ``(k, j)``, numbered there."""
+    inner = eq.body
+    made: tuple = ()
+    if split.known is not None:
+        count = len(inner.inputs)
+        known_in = [i for i, known in enumerate(split.known_inputs) if known]
+        used = [i for i, r in zip(known_in, split.known_reads) if r]
+        outs = [m for m, (where, _) in enumerate(split.outputs) if where == "known"]
+        stored = len(split.known.outputs) - len(outs)
+        in_shardings = _expanded(inner.in_shardings, count, UNSPECIFIED)
+        out_shardings = _expanded(inner.out_shardings, len(inner.outputs), UNSPECIFIED)
+        donated = _expanded(inner.donated, count, False)
+        body = dataclasses.replace(
+            split.known, in_shardings=tuple(in_shardings[i] for i in used),
+            out_shardings=tuple(out_shardings[m] for m in outs) + (UNSPECIFIED,) * stored,
+            donated=tuple(donated[i] for i in used), keep_unused=inner.keep_unused,
+            context_mesh=inner.context_mesh)
+        made = kb.emit(Jit(tuple(kmap[eq.operands[i]] for i in used), body=body,
+                           name=eq.name, checked=False))
+        kmap.update(((k, j), n) for j, n in enumerate(made))
+    for m, (where, j) in enumerate(split.outputs):
+        if where == "known":
+            kmap[numbers[m]] = made[j]
+        elif where == "in":
+            kmap[numbers[m]] = kmap[eq.operands[j]]
+
+
+def _unknown_part(program: Program, plan: list, known: set, read: tuple[list, set],
+                  known_inputs: tuple[bool, ...], instantiate: tuple[bool, ...],
+                  residuals_first: bool) -> Program:
+    """The unknown part of a split: taking the residuals and the unknown inputs (in the
+    order asked), the literals it reads written again, every equation that waits, an
+    inner jit split in two as its unknown jit; returning the unknown outputs and the known
+    ones instantiated."""
+    from .ad_bodies import BodyBuilder
+
+    keys, literals = read
+    count = len(program.inputs)
+    types, numbers = program.value_types, program.result_numbers()
+    key_types = [types[key] if type(key) is int else _stored_type(plan[key[0]], key[1])
+                 for key in keys]
+    uin = [i for i in range(count) if not known_inputs[i]]
+    given = [program.inputs[i] for i in uin]
+    ub = BodyBuilder(tuple(key_types + given if residuals_first else given + key_types),
+                     program.consts)
+    first, start = (0, len(keys)) if residuals_first else (len(uin), 0)
+    umap: dict = {key: first + j for j, key in enumerate(keys)}
+    umap.update((i, start + j) for j, i in enumerate(uin))
+    umap.update((count + c, len(ub.inputs) + c) for c in range(len(program.consts)))
+    for k, (eq, how) in enumerate(zip(program.equations, plan)):
+        if how is False or how is None and literals.intersection(numbers[k]):
+            umap.update(zip(numbers[k], ub.emit(eq.renumbered(tuple(
+                umap[n] for n in eq.operands)))))
+        elif how is not None:
+            _emit_unknown_jit(eq, how, ub, umap, numbers[k], k)
+    return ub.program(tuple(umap[n] for n, inst in zip(program.outputs, instantiate)
+                            if n not in known or inst))
+
+
+def _stored_type(split: KnownSplit, j: int) -> Value:
+    """The type of output ``j`` of a split jit's known jit."""
+    return split.known.value_types[split.known.outputs[j]]
+
+
+def _emit_unknown_jit(eq: Jit, split: KnownSplit, ub: Any, umap: dict, numbers: range,
+                      k: int) -> None:
+    """The unknown jit of an inner jit split in two (where it returns anything): its
+    unknown inputs with their shardings and donation, then its residuals (UNSPECIFIED,
+    not donated); its unknown outputs with their shardings."""
+    inner = eq.body
+    outs = [m for m, (where, _) in enumerate(split.outputs) if where == "unknown"]
+    if not outs:
+        return
+    count = len(inner.inputs)
+    uin = [i for i, known in enumerate(split.known_inputs) if not known]
+    res = [eq.operands[j] if where == "in" else (k, j) for where, j in split.residuals]
+    in_shardings = _expanded(inner.in_shardings, count, UNSPECIFIED)
+    out_shardings = _expanded(inner.out_shardings, len(inner.outputs), UNSPECIFIED)
+    donated = _expanded(inner.donated, count, False)
+    body = dataclasses.replace(
+        split.unknown,
+        in_shardings=tuple(in_shardings[i] for i in uin) + (UNSPECIFIED,) * len(res),
+        out_shardings=tuple(out_shardings[m] for m in outs),
+        donated=tuple(donated[i] for i in uin) + (False,) * len(res),
+        keep_unused=inner.keep_unused, context_mesh=inner.context_mesh)
+    made = ub.emit(Jit(tuple(umap[eq.operands[i]] for i in uin) + tuple(
+        umap[key] for key in res), body=body, name=eq.name, checked=False))
+    umap.update(zip([numbers[m] for m in outs], made))

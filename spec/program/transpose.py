@@ -22,6 +22,7 @@ from .description import (
     DevicePut, Equation, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap, Value,
     check_program,
 )
+from .control_flow import Remat  # noqa: I001  (after description, which it builds on)
 from .lowering import equation_path
 from .primitives import TRANSPOSES, entry_of
 from .shardmap_autodiff import (
@@ -184,16 +185,16 @@ def _transpose_opaque(eq: Opaque, body: BodyBuilder, incoming: list, linear_ops:
                 check_product_cotangent(product_type([body.types[c] for c in (ct,) + others]),
                                         result[0], path)
         if rule == "sum":
-            out.append((n, unbroadcast(body, ct, types[n])))
+            out.append((n, unbroadcast(body, ct, types[n], retyped=name != "add_any")))
         elif rule == "sub":
             negated = ct if k == 0 else body.opaque("neg", (ct,), (body.types[ct],))[0]
-            out.append((n, unbroadcast(body, negated, types[n])))
+            out.append((n, unbroadcast(body, negated, types[n], retyped=True)))
         elif rule == "same":
             spread = result if body.types[ct].shape == types[n].shape else (
                 body.joined(dataclasses.replace(result[0], shape=body.types[ct].shape),
                             tuple(body.types[c] for c in (ct,) + others)),)
             made = body.opaque(name, (ct,) + others, spread, eq.params)[0]
-            out.append((n, unbroadcast(body, made, types[n])))
+            out.append((n, unbroadcast(body, made, types[n], retyped=name == "mul")))
         elif rule == "collective":
             # A collective's cotangent has its operand's per-shard type (AD-12).
             mesh = types[n].mesh
@@ -212,14 +213,29 @@ def _transpose_opaque(eq: Opaque, body: BodyBuilder, incoming: list, linear_ops:
     return out
 
 
-def unbroadcast(body: BodyBuilder, ct: int, operand: Value) -> int:
+def unbroadcast(body: BodyBuilder, ct: int, operand: Value, retyped: bool = False) -> int:
     """A broadcasting primitive's cotangent brought back to its operand's shape (JAX's
     transpose of an implicit broadcast): summed over every dimension where the operand
     is a scalar, else over the dimensions where the operand has size 1 and the cotangent
-    does not, then reshaped to the operand's shape; ``ct`` itself where the shapes agree."""
+    does not, then reshaped to the operand's shape; where the shapes agree, ``ct`` itself,
+    or (``retyped``: add's, sub's and mul's transpose, ``_unbroadcast``) reshaped to the
+    operand's sharding type where it has a mesh and the cotangent's type differs."""
     got, want = body.types[ct], cotangent_type(operand)
     if got.shape == want.shape:
-        return ct
+        if not retyped or want.mesh is None or type_sharding(got) == type_sharding(want):
+            return ct
+        # (shaped alike, typed apart: reshaped to the operand's sharding type; JAX drops
+        # an out_sharding over no mesh, and leaves the cotangent as it is there). The
+        # reshape keeps the cotangent's unreduced and reduced axes: AD-13 then meets them.
+        # A cotangent over no mesh stays over none (reshape's rule types its result so).
+        kept = got.spec if got.spec is not None and (got.spec.unreduced or got.spec.reduced) \
+            else None
+        typed = got.type if got.mesh is None else want if kept is None else \
+            dataclasses.replace(want, spec=PartitionSpec(
+                *(want.spec or ()), unreduced=kept.unreduced, reduced=kept.reduced))
+        return body.opaque("reshape", (ct,), (typed,), (
+            ("dimensions", None), ("new_sizes", tuple(want.shape)),
+            ("sharding", type_sharding(want))))[0]
     check_program(not want.shape or len(want.shape) == len(got.shape),
                   "the operand of a broadcasting primitive",
                   f"a scalar or of the cotangent's rank ({len(got.shape)})", want.shape)
@@ -268,7 +284,11 @@ def _transpose_jit(eq: Jit, body: BodyBuilder, incoming: list, flags: list[bool]
         context_mesh=inner.context_mesh)
     operands = tuple(number[n] for n, lin in zip(eq.operands, linear) if not lin) + \
         tuple(ct for ct in incoming if ct is not None)
-    outs = iter(body.emit(Jit(operands, body=transposed, name=eq.name, checked=False)))
+    # (a remat's transpose is a remat again: JAX's recomputes its nonlinear part)
+    made = Remat(operands, body=transposed, name=eq.name, checked=False, prevent_cse=(
+        eq.prevent_cse), differentiated=True) if type(eq) is Remat else \
+        Jit(operands, body=transposed, name=eq.name, checked=False)
+    outs = iter(body.emit(made))
     return [(eq.operands[i], next(outs)) for i, r in zip(lin_in, reached) if r]
 
 
