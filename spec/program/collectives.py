@@ -39,13 +39,13 @@ import math
 from typing import Any
 
 from ..core.rules import rule
-from ..core.values import Mesh
+from ..core.values import AxisType, Mesh
 from .description import Program
 from .lowering import equation_path, live_parts
 from .primitives import NotPropagated, entry_of
 from .propagation import (
-    Split, Undetermined, dimension_splits, factor_sizes, propagate, propagation_mesh,
-    tensor_factor_splits,
+    Split, Undetermined, dimension_splits, factor_sizes, folded_equations, propagate,
+    propagation_mesh, tensor_factor_splits,
 )
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
@@ -317,8 +317,12 @@ def predicted_collectives(program: Program) -> Communication:
     if isinstance(splits, Undetermined):
         return Communication(undetermined=splits)
     mesh = propagation_mesh(program)
+    if AxisType.Explicit in mesh.axis_types:   # (propagation answers these; collectives not)
+        return Communication(undetermined=Undetermined(
+            "COLL-4", "the collectives of a mesh with Explicit axes are not held to XLA yet"))
     types = program.value_types
     live = program.derived_once("live parts", lambda: live_parts(program)).equations
+    folded = folded_equations(program)   # (propagate answered: so does this)
     found: list[Collective] = []
     done: set = set()   # (value, split) of each reshard made: XLA's CSE keeps one
     upstream: dict[int, frozenset] = {}   # value -> the all-reduces it is computed from
@@ -329,6 +333,10 @@ def predicted_collectives(program: Program) -> Communication:
                 if entry_of(eq).name == "iota" for n in numbers)
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
         if not live[k]:
+            continue
+        if k in folded:   # computes nothing, but what it passes on is still computed
+            carried = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
+            upstream.update((n, carried) for n in numbers)
             continue
         made = _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
                          equation_path("", k), done, plans)
@@ -426,6 +434,9 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
         return Undetermined("COLL-4", factors.why, "")
     read = [tensor_factor_splits(factors, typed, i, split, mesh)
             for i, split in enumerate(held)]
+    unread = next((r for r in read if isinstance(r, Undetermined)), None)
+    if unread is not None:   # (a split that does not read as the factors')
+        return dataclasses.replace(unread, path="")
     chosen = operation_splits(factors, read, count)
     if chosen is None:
         return Undetermined("COLL-1", "the operands split a reduced factor differently: the "
