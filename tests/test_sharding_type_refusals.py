@@ -71,6 +71,7 @@ def _operands(name, refused):
     return _put((8, 16), splits[0]), _put((16, 8), splits[1])
 
 
+@checks("PROG-7", "PROG-8")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_primitive_jax_cannot_type_is_described_and_refused_by_the_spec(name):
     """JAX refuses while tracing (ShardingTypeError); describe_program describes the
@@ -86,6 +87,7 @@ def test_a_primitive_jax_cannot_type_is_described_and_refused_by_the_spec(name):
         rule, "trace", path, "ShardingTypeError"), verdict.message
 
 
+@checks("PROG-7", "PROG-8")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_same_step_over_splits_jax_types_is_accepted_by_both(name):
     """The accepting side: the same function over operands split so that JAX types each
@@ -106,9 +108,6 @@ def test_a_dimension_split_on_one_operand_only_is_split_in_the_result():
     traced = jax.jit(lambda a, b: a * b).trace(a, b).jaxpr.out_avals[0]
     assert tuple(traced.sharding.spec) == ("x", "y")
 
-
-checks("PROG-7", "PROG-8")(test_a_primitive_jax_cannot_type_is_described_and_refused_by_the_spec)
-checks("PROG-7", "PROG-8")(test_the_same_step_over_splits_jax_types_is_accepted_by_both)
 
 
 def weight_gradient(x, w):

@@ -1,13 +1,13 @@
 """An elementwise operation's result type over Explicit axes (PROG-8), where JAX traces it.
 
 JAX 0.10.2 types an n-ary elementwise primitive (``add``, ``mul``, a comparison ...) by its
-broadcasting sharding rule: its operands' types must be over one mesh, and where two
-operands split one dimension over different Explicit axes the result's split is not
-defined, so it refuses the call while tracing (a ShardingTypeError: ``x + y`` with ``x``
+broadcasting sharding rule: where two operands split one dimension over different
+Explicit axes the result's split is not defined, so it refuses the call while tracing (a ShardingTypeError: ``x + y`` with ``x``
 split ``P('x', 'y')`` and ``y`` split ``P('y', 'x')``). A dimension one operand splits and
 another leaves unsplit is split in the result (no refusal). A ``select_n`` (``jnp.where``)
-is refused likewise where its cases are typed differently (their meshes or their splits) or
-its predicate, not a scalar, is split otherwise than they are. Reshard an operand to make
+is refused likewise where its cases are split differently or its predicate, not a scalar,
+is split otherwise than they are. (JAX also refuses operands typed over two meshes; that
+check is not stated here yet.) Reshard an operand to make
 the splits agree.
 
 Standard library only.
@@ -42,13 +42,13 @@ def _split(value: Any) -> tuple:
 
 
 def _typed(value: Any) -> tuple:
-    """What select_n compares of a case's type: its mesh and its split."""
-    return (value.mesh, _split(value))
+    """What select_n compares of a case's type: its split."""
+    return _split(value)
 
 
 @rule("PROG-8", mirrors="jax._src.lax.lax.broadcasting_sharding_rule")
 def check_elementwise_type(primitive: str, operands: tuple, path: str = "") -> None:
-    """An elementwise operation over operands typed over two meshes, or splitting one dimension over different Explicit axes, is refused while tracing (ShardingTypeError); select_n's cases must be typed alike.
+    """An elementwise operation whose operands split one dimension over different Explicit axes is refused while tracing (ShardingTypeError), as is a select_n whose cases are split differently.
 
     ``operands`` are the operands' types (for ``select_n``: the predicate, then the cases).
 
@@ -69,9 +69,6 @@ def check_elementwise_type(primitive: str, operands: tuple, path: str = "") -> N
     if primitive == "select_n":
         _check_select(operands, refuse)
         return
-    meshes = [v.mesh for v in operands if v.mesh is not None]
-    if any(m != meshes[0] for m in meshes[1:]):
-        refuse("holds operands over two meshes")
     shaped = [v for v in operands if v.shape]
     if not shaped or len({len(v.shape) for v in shaped}) != 1:
         return   # scalars only, or ranks that differ (JAX's TypeError, not a type's split)
@@ -90,7 +87,7 @@ def _check_select(operands: tuple, refuse: Any) -> None:
     if not cases:
         return
     if any(_typed(c) != _typed(cases[0]) for c in cases[1:]):
-        refuse("has cases typed differently")
+        refuse("has cases split differently")
     if which.shape and which.mesh is not None and _typed(which) != _typed(cases[0]):
         refuse("has a predicate split otherwise than its cases")
 
