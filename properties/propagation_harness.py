@@ -1,19 +1,28 @@
 """Where the compiler decides, held to real XLA: drawn programs of the propagated
-primitives (PROP-1 to PROP-5) against the compiled executable's result shardings.
+primitives (PROP-1 to PROP-7) against the compiled executable's result shardings.
 
-A :class:`Recipe` is a small program over Auto axes of one 8-device mesh (of shape
-``(8,)``, ``(2, 4)``, ``(4, 2)`` or ``(2, 2, 2)``, devices in order or reversed): inputs
-of 1 to 3 dimensions of sizes 2 to 16, each committed to a drawn split, and steps —
-elementwise unary and binary operations (operands of one shape with conflicting or partly
-open splits, a rank-1 operand broadcast along the last dimension, a scalar), ``dot_general``
-with batch and contracting dimensions split, reductions, transposes, reshapes merging and
-splitting dimensions, ``broadcast_in_dim`` and ``convert_element_type`` — each over an
-earlier value or a fresh input. :func:`compare_recipe` builds the real function, reads its
+A :class:`Recipe` is a small program over one 8-device mesh (of shape ``(8,)``,
+``(2, 4)``, ``(4, 2)``, ``(2, 2, 2)``, ``(1, 8)`` or ``(2, 1, 4)``, devices in order,
+reversed or drawn; its axes Auto, or with ``recipes(explicit=True)`` all Explicit or
+Explicit beside Auto): inputs of 1 to 3 dimensions of sizes 2 to 16, each committed to a
+drawn split, and steps — elementwise unary and binary operations (operands of one shape with
+conflicting or partly open splits, a rank-1 operand broadcast along the last dimension, a
+scalar), ``dot_general`` with batch and contracting dimensions split, reductions,
+transposes, reshapes merging and splitting dimensions, ``broadcast_in_dim`` and
+``convert_element_type``, the further primitives, realistic blocks, constraints (some
+dimensions UNCONSTRAINED), inner jits with in and out shardings, shard_maps over every
+axis, and control flow (a scan's carry or ys, a cond, a remat) — each over an earlier value
+or a fresh input. :func:`compare_recipe` builds the real function, reads its
 :class:`~shardlaw.spec.Program` with :func:`~shardlaw.spec.bridge.program.describe_program`,
 asks :func:`~shardlaw.spec.explain_program` and compares every result the spec places with
 the sharding the executable returns it on: equal as JAX spells it, not only
-placement-equivalent. A result the spec leaves UNSPECIFIED is an abstention (counted, with
-the reason the verdict gives); any other difference is a disagreement.
+placement-equivalent. It asks the same of
+:func:`~shardlaw.spec.program.propagation_spelling.predicted_out_shardings` on the concrete
+mesh and on the program described over the recipe's abstract mesh (ShapeDtypeStructs),
+whose results are held to the concrete executable's over that abstract mesh. A result the
+spec leaves UNSPECIFIED is an abstention (counted, with the reason the verdict gives); any
+other difference is a disagreement. A program JAX refuses while tracing (an Explicit axes'
+type rule) is counted apart.
 """
 
 from __future__ import annotations
@@ -51,6 +60,12 @@ class Recipe:
     outputs: tuple[int, ...]
     devices: tuple[int, ...] = ()     # a drawn device order (empty: as reversed_devices says)
     out_shardings: tuple = ()         # per output a split, or None: left open
+    axis_types: str = ""              # per mesh axis "A" (Auto) or "E" (Explicit); "": Auto
+
+
+def _loose(draw: Any, split: tuple) -> tuple:
+    """``split`` with some dimensions left UNCONSTRAINED (written ``"?"``)."""
+    return tuple("?" if draw(st.integers(0, 2)) == 0 else e for e in split)
 
 
 def _split(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
@@ -83,8 +98,9 @@ def _split(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
 
 
 @st.composite
-def recipes(draw: Any, max_steps: int = 5) -> Recipe:
-    """Recipes from small to large: one input and one step first."""
+def recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
+    """Recipes from small to large: one input and one step first; ``explicit``: some over
+    meshes with Explicit axes (all of them, or beside Auto ones)."""
     mesh = draw(st.sampled_from(MESHES))
     reversed_devices = draw(st.booleans())
     inputs: list = []
@@ -111,26 +127,50 @@ def recipes(draw: Any, max_steps: int = 5) -> Recipe:
         shape = shapes[v]
         step, out = _step(draw, v, shape, same_shape)
         if step[0] == "constrain":
-            step = ("constrain", step[1], _split(draw, shape, mesh))
+            split = _split(draw, shape, mesh)
+            step = ("constrain", step[1], _loose(draw, split) if draw(st.booleans()) else split)
+        elif step[0] == "shard_map":
+            step = ("shard_map", step[1], _split(draw, shape, mesh))
+        elif step[0] == "inner":
+            ins = _split(draw, shape, mesh) if draw(st.booleans()) else None
+            outs = _split(draw, shape, mesh) if draw(st.booleans()) else None
+            step = ("inner", step[1], (ins, outs))
         steps.append(step)
         shapes.append(out)
     made = [k for k, (kind, _, _) in enumerate(steps) if kind != "input"]
     outputs = tuple(draw(st.lists(st.sampled_from(made), min_size=1, max_size=3)))
     devices = tuple(draw(st.permutations(range(8)))) if draw(st.booleans()) else ()
-    given = tuple(_split(draw, shapes[k], mesh) if draw(st.integers(0, 3)) == 0 else None
+    given = tuple(_given(draw, shapes[k], mesh) if draw(st.integers(0, 3)) == 0 else None
                   for k in outputs) if draw(st.booleans()) else ()
+    kinds = draw(st.sampled_from(("", "", "mixed", "E"))) if explicit else ""
+    types = "E" * len(mesh) if kinds == "E" else ""
+    if kinds == "mixed":   # (a mesh of one axis: Explicit)
+        types = "".join(draw(st.permutations("E" + "A" * (len(mesh) - 1)))) \
+            if draw(st.booleans()) else "".join(draw(st.permutations(
+                "A" + "E" * (len(mesh) - 1))))
     return Recipe(mesh, reversed_devices, tuple(inputs), tuple(steps), outputs, devices,
-                  given)
+                  given, types)
+
+
+def _given(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
+    return _split(draw, shape, mesh)   # (jit refuses UNCONSTRAINED in out_shardings)
 
 
 def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
     """One drawn step over value ``v`` of ``shape`` and the shape of its result."""
     kind = draw(st.sampled_from(("unary", "binary", "broadcast_add", "scalar", "dot",
                                  "reduce", "transpose", "reshape", "broadcast",
-                                 "convert", "more", "more", "constrain", "block")))
+                                 "convert", "more", "more", "constrain", "block", "inner",
+                                 "shard_map", "flow")))
     if not shape:   # a scalar (an argmax's of a vector): elementwise steps only
         return ("unary", (v,), draw(st.sampled_from(UNARY))), shape
-    if kind in ("more", "constrain", "block"):
+    if kind == "flow":   # control flow: a scan's carry or ys, a cond, a remat
+        which = draw(st.sampled_from(("scan carry", "scan ys", "cond", "remat", "while")))
+        if which.startswith("scan"):
+            xs = same_shape((4,) + shape)
+            return ("flow", (v, xs), which), shape if which == "scan carry" else (4,) + shape
+        return ("flow", (v, same_shape(shape)), which), shape
+    if kind in ("more", "constrain", "block", "inner", "shard_map"):
         return _more_step(draw, kind, v, shape, same_shape)
     if kind == "unary":
         step, out = ("unary", (v,), draw(st.sampled_from(UNARY))), shape
@@ -176,8 +216,8 @@ def _more_step(draw: Any, kind: str, v: int, shape: tuple[int, ...], same_shape:
                ) -> tuple:
     """A constraint in the middle, a step of the table's further primitives, or a
     realistic block (an MLP, layernorm, attention, a loss's gradient) over ``v``."""
-    if kind == "constrain":
-        return ("constrain", (v,), None), shape
+    if kind in ("constrain", "inner", "shard_map"):
+        return (kind, (v,), None), shape
     if kind == "block" and len(shape) == 2:
         block = draw(st.sampled_from(BLOCKS))
         d, h = shape[1], draw(st.sampled_from(SIZES))
@@ -220,6 +260,12 @@ def _reshaped(draw: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 # --------------------------------------------------------------------------- the real program
 
+def _axis_types(recipe: Recipe) -> tuple:
+    import jax
+    kinds = {"A": jax.sharding.AxisType.Auto, "E": jax.sharding.AxisType.Explicit}
+    return tuple(kinds[t] for t in recipe.axis_types or "A" * len(recipe.mesh))
+
+
 def _jax_mesh(recipe: Recipe) -> Any:
     import jax
     import numpy as np
@@ -228,15 +274,30 @@ def _jax_mesh(recipe: Recipe) -> Any:
         devices = [devices[k] for k in recipe.devices]
     elif recipe.reversed_devices:
         devices = devices[::-1]
-    auto = jax.sharding.AxisType.Auto
     return jax.sharding.Mesh(np.array(devices).reshape(recipe.mesh), NAMES[:len(recipe.mesh)],
-                             axis_types=(auto,) * len(recipe.mesh))
+                             axis_types=_axis_types(recipe))
 
 
-def function_of(recipe: Recipe) -> Any:
-    """The real function a recipe describes."""
+def abstract_mesh(recipe: Recipe) -> Any:
+    """The recipe's mesh without devices (jax.sharding.AbstractMesh)."""
+    import jax
+    return jax.sharding.AbstractMesh(recipe.mesh, NAMES[:len(recipe.mesh)],
+                                     axis_types=_axis_types(recipe))
+
+
+def spec_of(split: tuple) -> Any:
+    """The PartitionSpec a drawn split writes (``"?"``: UNCONSTRAINED)."""
+    import jax
+    P = jax.sharding.PartitionSpec
+    return P(*(P.UNCONSTRAINED if e == "?" else e for e in split))
+
+
+def function_of(recipe: Recipe, mesh: Any = None) -> Any:
+    """The real function a recipe describes (its constraints over ``mesh``; None: the
+    recipe's concrete mesh)."""
     import jax.numpy as jnp
     from jax import lax
+    mesh = _jax_mesh(recipe) if mesh is None else mesh
 
     def step(kind: str, args: list, param: Any) -> Any:
         if kind == "unary":
@@ -263,7 +324,7 @@ def function_of(recipe: Recipe) -> Any:
                 d if d < where else d + 1 for d in range(len(shape) - 1)))
         if kind == "convert":
             return args[0].astype(jnp.bfloat16)
-        return more_step(kind, args, param, recipe)
+        return more_step(kind, args, param, mesh)
 
     def f(*inputs: Any) -> Any:
         values: list = []
@@ -275,17 +336,27 @@ def function_of(recipe: Recipe) -> Any:
     return f
 
 
-def more_step(kind: str, args: list, param: Any, recipe: Recipe) -> Any:
-    """The real value of a constraint, a further primitive's step or a block."""
+def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
+    """The real value of a constraint, an inner jit with shardings, a further primitive's
+    step or a block (over ``mesh``)."""
     import jax
     import jax.numpy as jnp
     from jax import lax
     x = args[0]
     if kind == "constrain":
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(
-            _jax_mesh(recipe), jax.sharding.PartitionSpec(*param)))
+            mesh, spec_of(param)))
+    if kind == "shard_map":   # every axis manual; the body elementwise
+        return jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=spec_of(param),
+                             out_specs=spec_of(param))(x)
+    if kind == "inner":
+        ins, outs = (None if s is None else jax.sharding.NamedSharding(mesh, spec_of(s))
+                     for s in param)
+        return jax.jit(lambda t: jnp.sin(t) * 2.0, in_shardings=ins, out_shardings=outs)(x)
     if kind == "block":
         return _block(param, args)
+    if kind == "flow":
+        return _flow(param, args)
     if kind == "concat":
         return jnp.concatenate(args, param)
     if kind == "where":
@@ -308,6 +379,23 @@ def more_step(kind: str, args: list, param: Any, recipe: Recipe) -> Any:
     if kind == "take":
         return jnp.take(x, jnp.arange(n) % x.shape[axis], axis=axis)
     return lax.dynamic_slice_in_dim(x, 1 % (x.shape[axis] - n + 1), n, axis=axis)
+
+
+def _flow(name: str, args: list) -> Any:
+    """A control-flow step over ``x`` and a second value (a scan's xs)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    x, w = args
+    if name.startswith("scan"):
+        carry, ys = lax.scan(lambda c, t: ((jnp.sin(c) + t).astype(c.dtype), c * 2.0), x, w)
+        return carry if name == "scan carry" else ys
+    if name == "while":
+        return lax.while_loop(lambda s: s[1] < 3, lambda s: (
+            (jnp.sin(s[0]) * w).astype(s[0].dtype), s[1] + 1), (x, 0))[0]
+    if name == "cond":
+        return lax.cond(x.sum() > 0, lambda t, u: jnp.sin(t) + u, lambda t, u: t * u, x, w)
+    return jax.checkpoint(lambda t, u: jnp.sin(t) * u)(x, w)
 
 
 def _block(name: str, args: list) -> Any:
@@ -344,12 +432,19 @@ def arguments_of(recipe: Recipe) -> list:
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """What one recipe gave: per result, JAX's sharding and the spec's (UNSPECIFIED: it
-    abstained), the reasons it gave, and the primitives of the program."""
+    abstained), the reasons it gave, and the primitives of the program; ``spelled``, the
+    spec's results spelled without the pipeline (PROP-7) on the concrete mesh, and
+    ``abstract`` on the recipe's abstract mesh, held to JAX's results over that mesh
+    (``over``); ``refused``: JAX refused the drawn program (an Explicit axes' type rule)."""
 
     jax: tuple
     spec: tuple
     undetermined: tuple
     primitives: tuple[str, ...]
+    spelled: tuple = ()
+    abstract: tuple = ()
+    over: Any = None
+    refused: str = ""
 
     @property
     def disagreements(self) -> list[str]:
@@ -358,6 +453,12 @@ class Outcome:
         for k, (real, said) in enumerate(zip(self.jax, self.spec)):
             if said is not UNSPECIFIED and from_jax(real) != said:
                 out.append(f"result {k}: JAX {real}, spec {said!r}")
+        for k, (real, said) in enumerate(zip(self.jax, self.spelled)):
+            if said is not UNSPECIFIED and _named(from_jax(real)) != _named(said):
+                out.append(f"result {k} spelled: JAX {real}, spec {said!r}")
+        for k, (real, said) in enumerate(zip(self.jax, self.abstract)):
+            if said is not UNSPECIFIED and (self.over, from_jax(real).spec) != _named(said):
+                out.append(f"result {k} over the abstract mesh: JAX {real.spec}, spec {said!r}")
         return out
 
     @property
@@ -365,33 +466,97 @@ class Outcome:
         from shardlaw.spec import UNSPECIFIED
         return any(s is UNSPECIFIED for s in self.spec)
 
+    @property
+    def abstract_abstained(self) -> bool:
+        from shardlaw.spec import UNSPECIFIED
+        return any(s is UNSPECIFIED for s in self.abstract)
+
+
+def _named(sharding: Any) -> Any:
+    return (getattr(sharding, "mesh", None), getattr(sharding, "spec", sharding))
+
+
+def _run(recipe: Recipe, mesh: Any, args: list) -> tuple:
+    """The jitted recipe over ``mesh`` (its out shardings too) and its description."""
+    import jax
+    from shardlaw.spec.bridge.program import describe_program
+    given = tuple(None if split is None else jax.sharding.NamedSharding(mesh, spec_of(split))
+                  for split in recipe.out_shardings)
+    f = function_of(recipe, mesh)
+    jitted = jax.jit(f, out_shardings=given) if given else jax.jit(f)
+    return jitted, describe_program(jitted, *args)
+
+
+def _abstract_run(recipe: Recipe) -> tuple:
+    """The spec's results of the recipe described over its abstract mesh (PROP-7)."""
+    import jax
+    import jax.numpy as jnp
+    from shardlaw.spec import from_jax
+    from shardlaw.spec.program.propagation_spelling import predicted_out_shardings
+    mesh = abstract_mesh(recipe)
+    args = [jax.ShapeDtypeStruct(shape, jnp.float32, sharding=jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec(*split))) for shape, split in recipe.inputs]
+    _, program = _run(recipe, mesh, args)
+    return predicted_out_shardings(program), from_jax(
+        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())).mesh
+
 
 def compare_recipe(recipe: Recipe) -> Outcome:
-    """Run the recipe under jax.jit and ask the spec about the same program."""
-    import jax
+    """Run the recipe under jax.jit and ask the spec about the same program, and about it
+    over the recipe's abstract mesh."""
     from shardlaw.spec import explain_program
-    from shardlaw.spec.bridge.program import describe_program
-    f = function_of(recipe)
+    from shardlaw.spec.program.propagation_spelling import predicted_out_shardings
     args = arguments_of(recipe)
-    mesh = _jax_mesh(recipe)
-    given = tuple(None if split is None else jax.sharding.NamedSharding(
-        mesh, jax.sharding.PartitionSpec(*split)) for split in recipe.out_shardings)
-    jitted = jax.jit(f, out_shardings=given) if given else jax.jit(f)
-    results = jitted(*args)
+    try:
+        jitted, program = _run(recipe, _jax_mesh(recipe), args)
+        results = jitted(*args)
+    except Exception as error:   # (over Explicit axes: a type rule of JAX refuses it)
+        if "E" not in recipe.axis_types:
+            raise
+        TALLY["refused by JAX"] += 1
+        return Outcome((), (), (), (), refused=type(error).__name__)
     real = tuple(r.sharding for r in results)
-    program = describe_program(jitted, *args)
     verdict = explain_program(program)
     assert verdict.accepted, verdict.message
     primitives = tuple(sorted({getattr(eq, "primitive", eq.kind) for eq in program.equations}))
-    outcome = Outcome(real, verdict.out_shardings, verdict.undetermined, primitives)
-    TALLY["disagree" if outcome.disagreements else
-          "abstain" if outcome.abstained else "agree"] += 1
+    abstract, over = _abstract_run(recipe)
+    outcome = Outcome(real, verdict.out_shardings, verdict.undetermined, primitives,
+                      predicted_out_shardings(program), abstract, over)
+    _tally(outcome, recipe)
+    return outcome
+
+
+def _features(recipe: Recipe) -> set:
+    """What of the recipe this slice of the property added: a constraint with
+    UNCONSTRAINED dimensions, an inner jit with shardings, a shard_map."""
+    found = set()
+    for kind, _, param in recipe.steps:
+        if kind == "constrain" and "?" in param:
+            found.add("with UNCONSTRAINED")
+        elif kind == "inner" and param != (None, None):
+            found.add("with an inner jit's shardings")
+        elif kind == "shard_map":
+            found.add("with a shard_map")
+        elif kind == "flow":
+            found.add("with control flow")
+    return found
+
+
+def _tally(outcome: Outcome, recipe: Recipe) -> None:
+    kind = "mixed" if "A" in recipe.axis_types and "E" in recipe.axis_types else \
+        "explicit" if recipe.axis_types else "auto"
+    verdict = "disagree" if outcome.disagreements else \
+        "abstain" if outcome.abstained else "agree"
+    TALLY[verdict] += 1
+    TALLY[f"{kind}: {verdict}"] += 1
+    TALLY["abstract: " + ("abstain" if outcome.abstract_abstained else "predicted")] += 1
+    for feature in _features(recipe):
+        TALLY[f"{feature}: {verdict}"] += 1
     if not outcome.abstained and not outcome.disagreements:
-        for name in primitives:
+        for name in outcome.primitives:
             TALLY[f"held: {name}"] += 1
     for _, why in outcome.undetermined:
         TALLY[f"why: {why.split(': ', 1)[-1][:70]}"] += 1
-    return outcome
 
 
 def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -> dict:
@@ -412,12 +577,12 @@ def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -
     @seeded(seed)
     @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(recipes(max_steps=max_steps))
+    @given(recipes(max_steps=max_steps, explicit=True))
     def run(recipe: Recipe) -> None:
         outcome = compare_recipe(recipe)
         if outcome.disagreements:
             found.append(repr((recipe, outcome.disagreements)))
-        if sum(TALLY[k] for k in ("agree", "abstain", "disagree")) % 50 == 0:
+        if sum(TALLY[k] for k in ("agree", "abstain", "disagree", "refused by JAX")) % 50 == 0:
             write()
 
     TALLY.clear()

@@ -2,8 +2,9 @@
 collectives it inserts (issue 33).
 
 ``test_results_are_where_the_executable_returns_them`` holds the spec's predicted result
-shardings (PROP-1 to PROP-5) to the compiled executable's on
-:mod:`~shardlaw.properties.propagation_harness`'s drawn programs;
+shardings (PROP-1 to PROP-7) to the compiled executable's on
+:mod:`~shardlaw.properties.propagation_harness`'s drawn programs — over Auto, Explicit and
+mixed meshes, and over the same mesh made abstract;
 ``test_collectives_are_those_of_the_compiled_module`` holds ``verdict.collectives``
 (COLL-1 to COLL-7) to the collectives of the compiled CPU HLO, kind, replica groups and
 bytes per device, on :mod:`~shardlaw.properties.collectives_harness`'s programs (the same
@@ -30,9 +31,9 @@ __all__ = ["test_results_are_where_the_executable_returns_them",
 _QUIET = list(HealthCheck)
 
 
-@checks("PROP-1", "PROP-2", "PROP-3", "PROP-4", "PROP-5")
+@checks("PROP-1", "PROP-2", "PROP-3", "PROP-4", "PROP-5", "PROP-6", "PROP-7")
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=_QUIET)
-@given(recipes(max_steps=7))
+@given(recipes(max_steps=7, explicit=True))
 def test_results_are_where_the_executable_returns_them(recipe):
     outcome = compare_recipe(recipe)
     assert not outcome.disagreements, (recipe, outcome.disagreements)

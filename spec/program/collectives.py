@@ -39,7 +39,7 @@ import math
 from typing import Any
 
 from ..core.rules import rule
-from ..core.values import Mesh
+from ..core.values import AxisType, Mesh
 from .description import Program
 from .lowering import equation_path, live_parts
 from .primitives import NotPropagated, entry_of
@@ -317,6 +317,9 @@ def predicted_collectives(program: Program) -> Communication:
     if isinstance(splits, Undetermined):
         return Communication(undetermined=splits)
     mesh = propagation_mesh(program)
+    if AxisType.Explicit in mesh.axis_types:   # (propagation answers these; collectives not)
+        return Communication(undetermined=Undetermined(
+            "COLL-4", "the collectives of a mesh with Explicit axes are not held to XLA yet"))
     types = program.value_types
     live = program.derived_once("live parts", lambda: live_parts(program)).equations
     found: list[Collective] = []
@@ -426,6 +429,9 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
         return Undetermined("COLL-4", factors.why, "")
     read = [tensor_factor_splits(factors, typed, i, split, mesh)
             for i, split in enumerate(held)]
+    unread = next((r for r in read if isinstance(r, Undetermined)), None)
+    if unread is not None:   # (a split that does not read as the factors')
+        return dataclasses.replace(unread, path="")
     chosen = operation_splits(factors, read, count)
     if chosen is None:
         return Undetermined("COLL-1", "the operands split a reduced factor differently: the "

@@ -4,11 +4,13 @@ JAX 0.10.2 hands a result it does not place itself to the partitioner (Shardy): 
 operation has a sharding rule over the factors of its dimensions (the primitive table's
 ``sharding`` slot, :mod:`~shardlaw.spec.program.sharding_factors`), and propagation moves
 the inputs' splits forward and backward through the body until nothing changes. This
-module does the same over a body whose every equation has a rule, on one concrete mesh of
-Auto axes, and gives each result's split — or, where the program does not determine it
-(an equation without a rule, a placement the user wrote in the body or the out
-shardings, a split the partitioner resolves by its own order), an :class:`Undetermined`
-naming the rule and the reason. It never guesses: every case it answers is held to the
+module does the same over a body whose every equation has a rule (inner jits, control
+flow and full-manual shard_maps entered or seen at their boundaries), over one mesh —
+concrete or abstract, of any size: no device is read — of Auto axes, Explicit ones beside
+them held by the values' types, and gives each result's split — or, where the program does
+not determine it (an equation without a rule, a placement the user wrote the partitioner
+may move or not, a split it resolves by its own order), an :class:`Undetermined` naming
+the rule and the reason. It never guesses: every case it answers is held to the
 compiled executable by ``properties/propagation_harness.py``.
 
 A split is one tuple of mesh axes per dimension (major first).
@@ -44,14 +46,21 @@ from typing import Any
 
 from ..core.rules import rule, tracing
 from ..core.shardings import UNCONSTRAINED, UNSPECIFIED, NamedSharding
-from ..core.values import AxisType, Mesh, PartitionSpec
+from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..placement.blocks import to_hlo
 from .description import Program
 from .lowering import live_parts
-from .primitives import Factors, Kind, NotPropagated, entry_of
+from .primitives import Factors, Kind, NotPropagated, entry_of, entry_of_name
 from .sharding_factors import (
     ELEMENTWISE_NAMES, SHARDING_ONLY_ELEMENTWISE, factors_of_dimension, same_dimensions_factors,
 )
+
+# The equations whose bodies propagation enters (propagation_flow.py).
+FLOW_KINDS = frozenset(("scan", "while", "cond", "remat2", "custom_jvp_call",
+                        "custom_vjp_call"))
+
+# A step linking two values dimension for dimension (a copy: elementwise).
+COPY = _COPY = entry_of_name("copy")
 
 # What the schedule's first pass admits besides the table's elementwise primitives.
 ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
@@ -59,7 +68,8 @@ ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
 
 __all__ = ["Undetermined", "Split", "propagation_mesh", "factor_split", "dimension_splits",
            "propagate", "predicted_results", "predicted_sharding", "predicted_choices",
-           "undetermined_results", "equation_splits", "flatten", "Flat"]
+           "undetermined_results", "equation_splits", "flatten", "Flat", "placed_pin",
+           "inline_body", "stop", "FLOW_KINDS", "COPY"]
 
 Split = tuple[tuple[str, ...], ...]
 
@@ -91,10 +101,12 @@ def _stop(rule_id: str, why: str, path: str = "") -> None:
 # --------------------------------------------------------------------------- the mesh
 
 @rule("PROP-1", mirrors="jax._src.interpreters.pxla.lower_sharding_computation (Shardy)")
-def propagation_mesh(program: Program) -> Mesh | Undetermined:
-    """Propagation is predicted over one concrete mesh of Auto axes that every input is
-    placed on (by an in sharding or a committed NamedSharding without unreduced axes) and
-    every out sharding is over; closed-over constants are scalars.
+def propagation_mesh(program: Program) -> Mesh | AbstractMesh | Undetermined:
+    """Propagation is predicted over one mesh, concrete or abstract, of Auto and Explicit axes that every input is placed on and every out sharding is over; closed-over constants are scalars.
+
+    An input is placed by an in sharding, a committed NamedSharding or a ShapeDtypeStruct's
+    one, without unreduced axes. Nothing reads the mesh's devices: an abstract mesh of any
+    size is propagated as a concrete one of its shape.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Value
@@ -102,6 +114,10 @@ def propagation_mesh(program: Program) -> Mesh | Undetermined:
     >>> propagation_mesh(Program((Value.placed((8,), NamedSharding(mesh, P("x"))),),
     ...                          outputs=(0,)))
     Mesh({'x': 8})
+    >>> big = AbstractMesh((256, 256), ("data", "model"))
+    >>> propagation_mesh(Program((Value.shape_dtype((512,), sharding=NamedSharding(
+    ...     big, P("data"))),), outputs=(0,)))
+    AbstractMesh({'data': 256, 'model': 256})
     >>> print(propagation_mesh(Program((Value.numpy((8,)),), outputs=(0,))))
     [PROP-1]: input 0 is not placed on a NamedSharding it is committed to (the compiler may choose its placement)
     """
@@ -113,7 +129,7 @@ def propagation_mesh(program: Program) -> Mesh | Undetermined:
         given = program.in_shardings[k] if program.in_shardings else UNSPECIFIED
         sharding = given if given is not UNSPECIFIED else (
             value.sharding if (value.committed or value.abstract) else None)
-        if not (isinstance(sharding, NamedSharding) and sharding.is_concrete):
+        if not isinstance(sharding, NamedSharding):
             return Undetermined("PROP-1", f"input {k} is not placed on a NamedSharding it is "
                                 f"committed to (the compiler may choose its placement)")
         if sharding.spec.unreduced or sharding.spec.reduced:
@@ -122,29 +138,47 @@ def propagation_mesh(program: Program) -> Mesh | Undetermined:
     if not meshes or any(m != meshes[0] for m in meshes):
         return Undetermined("PROP-1", "the inputs are not all placed over one mesh")
     mesh = meshes[0]
-    if any(t is not AxisType.Auto for t in mesh.axis_types):
-        return Undetermined("PROP-1", "a mesh with Explicit or Manual axes is not propagated "
-                            "yet")
+    if any(t is AxisType.Manual for t in mesh.axis_types):
+        return Undetermined("PROP-1", "a mesh with Manual axes is not propagated yet")
     for j, given in enumerate(program.out_shardings):
-        if given is not UNSPECIFIED and _placed_split(given, mesh, 0) is None:
+        if given is not UNSPECIFIED and placed_pin(given, mesh, 0) is None:
             return Undetermined("PROP-1", f"out sharding {j} is not a NamedSharding over the "
                                 f"inputs' mesh without unreduced axes")
     return mesh
 
 
-def _placed_split(sharding: Any, mesh: Mesh, rank: int) -> Split | None:
+def _placed_split(sharding: Any, mesh: Any, rank: int) -> Split | None:
     """The split a placement the user wrote gives a value of ``rank`` dimensions (None: not
     a NamedSharding over ``mesh``, or with dimensions left to the compiler)."""
-    if not (isinstance(sharding, NamedSharding) and sharding.mesh == mesh):
+    pin = placed_pin(sharding, mesh, rank)
+    if pin is None or any(pin[1]):
+        return None
+    return pin[0]
+
+
+def placed_pin(sharding: Any, mesh: Any, rank: int, loose: frozenset = frozenset()
+               ) -> tuple[Split, tuple[bool, ...]] | None:
+    """The split a placement the user wrote gives a value of ``rank`` dimensions and which
+    of its dimensions are left open to propagation (UNCONSTRAINED, or named in ``loose``);
+    None: not a NamedSharding over ``mesh`` (or its abstract mesh) without unreduced axes.
+
+    >>> from shardlaw.spec import NamedSharding, P, UNCONSTRAINED
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> placed_pin(NamedSharding(mesh.abstract, P("x", UNCONSTRAINED)), mesh, 3)
+    ((('x',), (), ()), (False, True, False))
+    """
+    if not (isinstance(sharding, NamedSharding) and sharding.mesh.abstract == mesh.abstract):
         return None
     spec = sharding.spec
-    if spec.unreduced or spec.reduced or any(p is UNCONSTRAINED for p in spec.partitions):
+    if spec.unreduced or spec.reduced:
         return None
     parts = tuple(spec.partitions) + (None,) * rank
+    opens = tuple(p is UNCONSTRAINED or d in loose for d, p in enumerate(parts[:rank]))
     # an axis of size 1 splits nothing: the partitioner places alike without it
-    return tuple(() if p is None else tuple(a for a in ((p,) if isinstance(p, str) else p)
-                                            if mesh.axis_size(a) != 1)
-                 for p in parts[:rank])
+    split = tuple(() if p is None or p is UNCONSTRAINED else tuple(
+        a for a in ((p,) if isinstance(p, str) else p) if mesh.axis_size(a) != 1)
+        for p in parts[:rank])
+    return split, opens
 
 
 def _input_split(program: Program, k: int) -> Split:
@@ -262,14 +296,15 @@ def _conflict(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return a[:len(b)] != b and b[:len(a)] != a
 
 
-def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
+def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limits",
            mesh: Mesh, step: "_StepMemo", path: str, directions: dict, grown: dict,
            priority: int) -> list[tuple[int, Split]]:
     """One equation's propagation step (PROP-2, PROP-3) along the factors ``directions``
     names (``both``, ``backward``): returns the (tensor, split) of each value that grew, in
     the order they grew (empty: none). ``grown``: the pass in
     which each value last grew; ``step``: what the equation's types fix (its factors'
-    sizes) and the tensors' reads met so far."""
+    sizes) and the tensors' reads met so far; ``fixed``: the values placed whole, each
+    partly placed one's open dimensions and the axes each value may not take."""
     form = step.form
     tensors, sizes, holders = form.tensors, form.sizes, form.holders
     read = form.read
@@ -295,6 +330,10 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
         # Two splits of one factor in conflict, one of them grown in this very pass: which
         # the partitioner met first decides, and the order it visits operations in is its
         # own (a chain of converts reaching a multiply after, or before, an input's split).
+        if len(given) > 1 and AxisType.Explicit in mesh.axis_types and any(
+                _conflict(g, h) for g, _ in given for h, _ in given):
+            _stop("PROP-4", "two splits of one factor conflict on a mesh with Explicit axes: "
+                  "how the partitioner resolves it beside a type is not written", path)
         if len(given) > 1 and any(_conflict(g, h) for g, n in given
                                   if grown.get(n) == priority for h, _ in given):
             _stop("PROP-4", "two splits of one factor conflict while one of them is still "
@@ -302,7 +341,7 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
     _check_axes_apart(chosen, current, path)
     grew = []
     for k, (dims, number) in enumerate(zip(tensors, numbers)):
-        if number in fixed:
+        if number in fixed.closed:
             continue
         read = current[k]
         longer = {f: split for f, split in chosen.items() if f in read and split != read[f]
@@ -310,9 +349,8 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: set,
         if not longer:   # (a read projects back onto the split it was read from)
             continue
         merged = {**read, **longer}
-        new = dimension_splits(dims, merged, sizes, mesh)
-        old = splits[number]
-        if new != old and all(n[:len(o)] == o for n, o in zip(new, old)):
+        new = _grown(number, dimension_splits(dims, merged, sizes, mesh), splits, fixed, path)
+        if new is not None:
             splits[number] = new
             grown[number] = priority
             grew.append((k, new))
@@ -333,6 +371,24 @@ def _check_axes_apart(chosen: dict, current: list, path: str) -> None:
                     _stop("PROP-4", f"a mesh axis of {sorted(set(split) & (set(axes) | set(chosen.get(g, ()))))} "
                           f"would split two factors of one equation; Shardy cuts the split "
                           f"and the partitioner places the rest by its own order", path)
+
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What propagation may not change: the values placed whole (``closed``), the open
+    dimensions of each value placed in part (``open``: a constraint's UNCONSTRAINED
+    dimensions, a type's Explicit axes beside Auto ones) and the axes each value may not
+    take (``barred``: Explicit axes its type does not hold)."""
+
+    closed: frozenset
+    open: dict
+    barred: dict
+
+    def state(self, number: int) -> tuple:
+        """What of value ``number`` the limits fix (a step's outcome depends on it)."""
+        return (number in self.closed, self.open.get(number), self.barred.get(number))
 
 
 # The partitioner's schedule (Shardy's op-priority propagation): each pass runs to a fixed
@@ -403,12 +459,14 @@ def _propagated(program: Program):
                       for i, t in enumerate(flat.types)}
             grown: dict[int, int] = {}
             memo = _Memo(flat.steps)   # per step, across the passes (_settle)
-            fixed = set(flat.fixed)
+            limits = Limits(frozenset(set(flat.fixed) - set(flat.open)), flat.open,
+                            flat.barred)
             for priority in range(len(PASSES)):
-                if not _settle(flat.steps, splits, fixed, mesh, priority, grown, memo):
+                if not _settle(flat.steps, splits, limits, mesh, priority, grown, memo):
                     return Undetermined("PROP-4", f"propagation did not settle "
                                         f"({PASSES[priority]})")
             _check_unsplit(flat.steps, splits)
+            _check_joins(flat, splits)
         except _Stop as stopped:
             return stopped.undetermined
         return flat, splits
@@ -432,6 +490,7 @@ def _check_unsplit(steps: list, splits: dict) -> None:
                       "split: the partitioner moves or gathers it by its own choice", path)
 
 
+
 @dataclasses.dataclass
 class Flat:
     """A program with its inner jits' bodies inlined, over value ids: each value's type,
@@ -446,7 +505,13 @@ class Flat:
     equations: list = dataclasses.field(default_factory=list)
     live: set = dataclasses.field(default_factory=set)
     constants: set = dataclasses.field(default_factory=set)
+    open: dict = dataclasses.field(default_factory=dict)
+    barred: dict = dataclasses.field(default_factory=dict)
+    bounded: set = dataclasses.field(default_factory=set)
+    moves: list = dataclasses.field(default_factory=list)
+    joins: list = dataclasses.field(default_factory=list)
     rules: dict = dataclasses.field(default_factory=dict, repr=False)
+    reshaped: dict = dataclasses.field(default_factory=dict)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -508,27 +573,36 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
                 raise _Stop(step[1])
     except _Stop as stopped:
         return stopped.undetermined
-    placed = _place(flat, constraints, outputs, program.out_shardings, mesh)
+    placed = _place(flat, constraints, outputs, _out_shardings(program, mesh), mesh)
+    if placed is None:
+        placed = _typed(flat, mesh)
     return flat if placed is None else placed
+
+
 
 
 def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, mesh: Mesh
            ) -> Undetermined | None:
     """PROP-6's fixed splits of the constraints' values and of the out shardings' (None:
     placed), or why not."""
+    moved = _move(flat, mesh)
+    if moved is not None:
+        return moved
     uses = collections.Counter(outputs)
     for step in flat.steps:
         uses.update(step[2][:step[5]])
     uses.update(c[0] for c in constraints)
-    for operand, result, split, path in constraints:
-        flat.fixed[result] = split
+    for operand, result, (split, opens), path in constraints:
+        _pin(flat, result, split, opens)
+        if any(opens):   # its open dimensions propagate through it
+            _link(flat, operand, result, path)
         if operand in flat.fixed:
             continue
         if uses[operand] != 1:
             return Undetermined("PROP-6", "a sharding constraint on a value with other uses: "
                                 "whether the partitioner moves it onto the value is not "
                                 "determined by the spec yet", path)
-        flat.fixed[operand] = split
+        _pin(flat, operand, split, opens)
     placed = {n: given for n, given in zip(outputs, out_shardings)
               if given is not UNSPECIFIED}
     if any(n in placed for n, given in zip(outputs, out_shardings or
@@ -538,14 +612,23 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
                             "and once left open: where the open one is placed is the "
                             "compiler's choice")
     for n, given in zip(outputs, out_shardings):
+        if given is not UNSPECIFIED and any(placed_pin(given, mesh, len(
+                flat.types[n].shape))[1]):
+            # (vmap's batching makes them; seen: P(UNCONSTRAINED, 'x') not kept at all)
+            return Undetermined("PROP-6", "an out sharding with UNCONSTRAINED dimensions is "
+                                "not propagated yet")
         if given is UNSPECIFIED or n in flat.fixed:
             continue
         if uses[n] != 1:
             return Undetermined("PROP-6", "an out sharding on a value with other uses: "
                                 "whether the partitioner moves it onto the value is not "
                                 "determined by the spec yet")
-        flat.fixed[n] = _placed_split(given, mesh, len(flat.types[n].shape))
+        _pin(flat, n, *placed_pin(given, mesh, len(flat.types[n].shape)))
     return None
+
+
+
+
 
 
 def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
@@ -556,31 +639,40 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
         path = f"{prefix}body[{k}]"
         operands = [ids[n] for n in eq.operands]
         if eq.kind == "jit":
-            body = eq.body
-            if any(s is not UNSPECIFIED for s in body.in_shardings + body.out_shardings):
-                _stop("PROP-6", "an inner jit's in or out shardings are not propagated yet",
-                      path)
-            if any(c.ref or c.value.shape for c in body.consts):
-                _stop("PROP-6", "an inner jit's closed-over constants other than scalars "
-                      "are not propagated yet", path)
-            inner = operands + [flat.new(c.value) for c in body.consts]
-            flat.fixed.update((i, ()) for i in inner[len(operands):])
-            flat.constants.update(inner[len(operands):])
-            inner = _inline(body, inner, f"{path}.jit.", flat, mesh, constraints)
-            ids += [inner[n] for n in body.outputs]
+            ids += _inline_jit(eq.body, operands, path, flat, mesh, constraints)
+            continue
+        if eq.kind in FLOW_KINDS:
+            from .propagation_flow import inline_flow   # (it builds on this module)
+            ids += inline_flow(eq, operands, [types[n] for n in numbers], path, flat,
+                               mesh, constraints)
+            continue
+        folded = _folded(eq, operands, types[numbers[0]] if numbers else None, flat, path)
+        if folded is not None:
+            ids.append(folded)
             continue
         results = [flat.new(types[n]) for n in numbers]
         ids += results
         flat.equations.append((path, _name(eq), tuple(operands), tuple(results)))
+        if eq.kind == "shard_map":
+            _manual_boundary(flat, eq, operands, results, mesh, path)
+            continue
         entry = entry_of(eq)
         if eq.kind == "sharding_constraint":
-            split = _placed_split(eq.sharding, mesh, len(types[numbers[0]].shape))
-            if split is not None and not eq.unconstrained_dims:
-                constraints.append((operands[0], results[0], split, path))
+            pin = placed_pin(eq.sharding, mesh, len(types[numbers[0]].shape),
+                             eq.unconstrained_dims)
+            if AxisType.Explicit in mesh.axis_types:
+                # seen: P(None, 'x') over Auto 'x' on a value typed P(None, 'y') comes
+                # back P(None, ('y', 'x')): JAX joins the constraint with the type
+                pin = None
+                why = ("a sharding constraint on a mesh with Explicit axes: how JAX joins "
+                       "it with the value's type is not written")
+            else:
+                why = ("a sharding constraint over another mesh, or with unreduced axes, is "
+                       "not propagated")
+            if pin is not None:
+                constraints.append((operands[0], results[0], pin, path))
                 continue
-            rule_ = Undetermined("PROP-6", "a sharding constraint with dimensions left to "
-                                 "the compiler, or over another mesh, is not propagated yet",
-                                 path)
+            rule_ = Undetermined("PROP-6", why, path)
         else:
             rule_ = entry.sharding
             if _name(eq) == "dynamic_slice" and all(
@@ -593,10 +685,33 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
                 _stop("PROP-4", f"{_name(eq)}: it reads or writes a mutable ref", path)
             if isinstance(rule_, NotPropagated):
                 rule_ = Undetermined("PROP-4", f"{_name(eq)}: {rule_.why}", path)
+        if _name(eq) == "reshape":
+            flat.reshaped[results[0]] = operands[0]
         every = tuple(operands) + tuple(results)
         flat.steps.append((entry, rule_, every, tuple(flat.types[i] for i in every), path,
                            len(operands)))
     return ids
+
+
+
+
+def _inline_jit(body: Program, operands: list, path: str, flat: Flat, mesh: Any,
+                constraints: list, prefix: str = "") -> list:
+    """The ids of an inner jit's results, its body inlined between its in and out
+    shardings (PROP-6); ``prefix``: its equations' paths' (``{path}.jit.``)."""
+    if any(c.ref or c.value.shape for c in body.consts):
+        _stop("PROP-6", "an inner jit's closed-over constants other than scalars are not "
+              "propagated yet", path)
+    given = body.in_shardings or (UNSPECIFIED,) * len(operands)
+    inner = [_boundary(flat, n, s, body.value_types[i], mesh, path, into=True)
+             for i, (n, s) in enumerate(zip(operands, given))]
+    inner += [flat.new(c.value) for c in body.consts]
+    flat.fixed.update((i, ()) for i in inner[len(operands):])
+    flat.constants.update(inner[len(operands):])
+    inner = _inline(body, inner, prefix or f"{path}.jit.", flat, mesh, constraints)
+    given = body.out_shardings or (UNSPECIFIED,) * len(body.outputs)
+    return [_boundary(flat, inner[n], s, body.value_types[n], mesh, path)
+            for n, s in zip(body.outputs, given)]
 
 
 def _prune(flat: Flat, constraints: list, outputs: list) -> None:
@@ -642,7 +757,7 @@ def equation_splits(program: Program) -> tuple | Undetermined:
                  if flat.live & set(results))
 
 
-def _settle(steps: list, splits: dict, fixed: set, mesh: Mesh, priority: int,
+def _settle(steps: list, splits: dict, fixed: "Limits", mesh: Mesh, priority: int,
             grown: dict, memo: "_Memo | None" = None) -> bool:
     """One pass of the schedule, forward then backward until nothing grows.
 
@@ -674,13 +789,14 @@ def _settle(steps: list, splits: dict, fixed: set, mesh: Mesh, priority: int,
     return False
 
 
-def _applied(at: tuple, step: "_StepMemo", splits: dict, fixed: set, mesh: Mesh,
+def _applied(at: tuple, step: "_StepMemo", splits: dict, fixed: "Limits", mesh: Mesh,
              directions: dict, grown: dict, priority: int) -> list[tuple[int, Split]]:
     """:func:`_apply` of one step, or what it did before where its form met the same
     splits, the same placed values and the same values grown in this pass."""
     _, rule_, every, _, path, _ = at
     key = (id(directions), tuple([splits[n] for n in every]),
-           tuple([n in fixed for n in every]), tuple([grown.get(n) == priority for n in every]))
+           tuple([fixed.state(n) for n in every]),
+           tuple([grown.get(n) == priority for n in every]))
     outcomes = step.form.outcomes
     found = outcomes.get(key)
     if found is None:
@@ -800,7 +916,8 @@ def predicted_results(program: Program) -> tuple[Split, ...] | Undetermined:
     if isinstance(splits, Undetermined):
         return splits
     mesh = propagation_mesh(program)
-    return tuple(splits[n] if given is UNSPECIFIED else
+    return tuple(splits[n] if given is UNSPECIFIED or any(placed_pin(
+                     given, mesh, len(program.value_types[n].shape))[1]) else
                  _placed_split(given, mesh, len(program.value_types[n].shape))
                  for n, given in zip(program.outputs, program.out_shardings
                                      or (UNSPECIFIED,) * len(program.outputs)))
@@ -839,17 +956,35 @@ def undetermined_results(program: Program, paths: tuple, shardings: tuple) -> tu
 
 
 def tensor_factor_splits(rule_: Factors, types: tuple, index: int, split: Split,
-                         mesh: Mesh) -> dict[str, tuple[str, ...]]:
+                         mesh: Mesh) -> dict[str, tuple[str, ...]] | Undetermined:
     """Each factor's split as tensor ``index`` of an equation's operands and results
     (``types``, in that order) gives it when the tensor is split ``split`` (PROP-3's
-    reading, for the collectives read off a propagated program)."""
+    reading, for the collectives read off a propagated program); an Undetermined where
+    the split does not read as the factors' (an equation propagation did not read so: a
+    control-flow equation's, one folded away)."""
     sizes = _sizes(rule_, tuple(tuple(t.shape) for t in types))
     out: dict[str, tuple[str, ...]] = {}
-    for dim, axes in zip((rule_.operands + rule_.results)[index], split):
-        out.update(_read(dim, axes, sizes, mesh, ""))
+    try:
+        for dim, axes in zip((rule_.operands + rule_.results)[index], split):
+            out.update(_read(dim, axes, sizes, mesh, ""))
+    except _Stop as stopped:
+        return stopped.undetermined
     return out
 
 
 def factor_sizes(rule_: Factors, types: tuple) -> dict[str, int]:
     """Each factor's size in an equation of operand and result ``types``."""
     return _sizes(rule_, tuple(tuple(t.shape) for t in types))
+
+
+# The names propagation_flow.py builds on.
+inline_body = _inline_jit
+stop = _stop
+
+# What the user placed, at the boundaries (its own module for size; it builds on this one).
+from .propagation_pins import (  # noqa: E402
+    boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
+    implied_out_shardings as _out_shardings,
+    link as _link, manual_boundary as _manual_boundary, move_pins as _move, pin as _pin,
+    typed_pins as _typed,
+)

@@ -364,6 +364,9 @@ def _described(rule: Any, params: tuple[str, ...], operands: int | None,
 _BY_THE_PASS = NotPropagated("propagated by the program's pass itself, not by a rule of its "
                              "own (PROP-6: an inner jit's body is inlined, a constraint fixes "
                              "its value)")
+_FLOW = NotPropagated("propagated by the program's pass through its bodies "
+                      "(propagation_flow.py: a loop's carry, a scan's slices, a cond's "
+                      "branches, a call inlined)")
 _MANUAL = NotPropagated("a collective of a shard_map's body, over manual axes: the partitioner "
                         "does not propagate inside a shard_map, and the spec does not enter "
                         "its body")
@@ -376,7 +379,8 @@ def scalar_placement_factors(eq: Any, operands: tuple) -> Factors | NotPropagate
 
 
 _NOT_YET = {
-    "shard_map": "a shard_map's boundary (its manual axes) is not propagated yet",
+    "shard_map": "propagated by the program's pass at its boundary (PROP-6: its in and out "
+                 "specs, every axis manual), its body not entered",
     "get": "a mutable ref's read is not propagated (refs are placed where they are made)",
     "swap": "a mutable ref's write is not propagated (refs are placed where they are made)",
     "addupdate": "a mutable ref's write is not propagated (refs are placed where they are "
@@ -386,6 +390,8 @@ _NOT_YET = {
 # primitive name -> its sharding rule (the table's ``sharding`` slot).
 SHARDING_RULES: dict[str, Any] = {
     "jit": _BY_THE_PASS, "sharding_constraint": _BY_THE_PASS,
+    **{name: _FLOW for name in ("scan", "while", "cond", "remat2", "custom_jvp_call",
+                                "custom_vjp_call")},
     **{name: NotPropagated(why) for name, why in _NOT_YET.items()},
     "device_put": scalar_placement_factors, "reshard": scalar_placement_factors,
     **{name: _MANUAL for name in ("psum", "psum_invariant", "pmax", "pmin", "pvary",

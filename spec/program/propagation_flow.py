@@ -1,0 +1,103 @@
+"""Propagation through control flow (issue 33): the bodies the partitioner enters.
+
+JAX 0.10.2 lowers a ``scan`` to a while loop whose carry is one value from the initial
+carry through every iteration to the final one (Shardy's data-flow edges: the operand, the
+body's argument and return, and the result share one sharding), its ``xs`` sliced and its
+``ys`` stacked along the loop's dimension; a ``cond`` to a case whose branches read the
+operands directly and whose results join every branch's; ``remat`` and the custom
+derivatives' calls to their bodies inline. :func:`inline_flow` adds each to the flat
+program :mod:`~shardlaw.spec.program.propagation` propagates over.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .primitives import Factors, entry_of_name
+from .propagation import COPY, Flat, inline_body
+
+__all__ = ["inline_flow"]
+
+
+def inline_flow(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: Any,
+                constraints: list) -> list:
+    """The ids of a control-flow equation's results (of types ``results``), its bodies
+    added to ``flat``."""
+    if eq.kind == "scan":
+        return _scan(eq, operands, results, path, flat, mesh, constraints)
+    if eq.kind == "while":
+        return _while(eq, operands, path, flat, mesh, constraints)
+    if eq.kind == "cond":
+        outs = [inline_body(branch, list(operands[1:]), path, flat, mesh, constraints,
+                            f"{path}.cond.branches[{b}].")
+                for b, branch in enumerate(eq.branches)]
+        return [_joined(flat, [o[i] for o in outs], path) for i in range(len(outs[0]))]
+    return inline_body(eq.body, operands, path, flat, mesh, constraints,
+                       f"{path}.{eq.kind}.")
+
+
+def _scan(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: Any,
+          constraints: list) -> list:
+    """A scan's final carry and stacked ``ys``: each carry one value through the loop
+    (joining the initial carry and the body's next one), each ``xs`` sliced along its
+    first dimension, each ``ys`` stacked along a first dimension of its own."""
+    body, c, k = eq.body, eq.num_consts, eq.num_carry
+    carry = [flat.new(body.inputs[c + i]) for i in range(k)]
+    slices = [flat.new(value) for value in body.inputs[c + k:]]
+    for xs, piece in zip(operands[c + k:], slices):
+        dims = tuple(f"f{d}" for d in range(len(flat.types[piece].shape)))
+        _step(flat, "dynamic_slice", Factors((("o0",) + dims,), (dims,),
+                                             replicated=frozenset(("o0",))), [xs], piece, path)
+    outs = inline_body(body, list(operands[:c]) + carry + slices, path, flat, mesh,
+                       constraints, f"{path}.scan.")
+    for i in range(k):
+        dims = tuple(f"f{d}" for d in range(len(flat.types[carry[i]].shape)))
+        # (a data-flow edge: after the body's own operations, as seen — a carry takes the
+        # split its body's operations give it before the initial carry's reaches it)
+        _step(flat, "scan", Factors((dims, dims), (dims,)), [operands[c + i], outs[i]],
+              carry[i], path)
+        flat.joins.append(([operands[c + i], outs[i]], carry[i], path))
+    finals = [_joined(flat, [v], path) for v in carry]
+    stacked = []
+    for piece, value in zip(outs[k:], results[k:]):
+        stacked.append(flat.new(value))
+        dims = tuple(f"f{d}" for d in range(len(flat.types[piece].shape)))
+        _step(flat, "dynamic_update_slice", Factors((dims,), (("r0",) + dims,)), [piece],
+              stacked[-1], path)
+    return finals + stacked
+
+
+def _while(eq: Any, operands: list, path: str, flat: Flat, mesh: Any, constraints: list
+           ) -> list:
+    """A while loop's final carry: each carry one value through the loop, as a scan's;
+    the predicate reads it too (its bool result is no value of the program's)."""
+    cc, bc, body = eq.cond_consts, eq.body_consts, eq.body_fun
+    carry = [flat.new(value) for value in body.inputs[bc:]]
+    inline_body(eq.cond, list(operands[:cc]) + carry, path, flat, mesh, constraints,
+                f"{path}.while.cond.")
+    outs = inline_body(body, list(operands[cc:cc + bc]) + carry, path, flat, mesh,
+                       constraints, f"{path}.while.body.")
+    for i, value in enumerate(carry):
+        dims = tuple(f"f{d}" for d in range(len(flat.types[value].shape)))
+        _step(flat, "while", Factors((dims, dims), (dims,)),
+              [operands[cc + bc + i], outs[i]], value, path)
+        flat.joins.append(([operands[cc + bc + i], outs[i]], value, path))
+    return [_joined(flat, [v], path) for v in carry]
+
+
+def _joined(flat: Flat, sources: list, path: str) -> int:
+    """A new value joining ``sources`` dimension for dimension (a cond's result, a loop's
+    final carry): one factor per dimension shared by all."""
+    made = flat.new(flat.types[sources[0]])
+    dims = tuple(f"f{d}" for d in range(len(flat.types[made].shape)))
+    _step(flat, "copy", Factors(tuple(dims for _ in sources), (dims,)), sources, made, path)
+    flat.joins.append((sources, made, path))
+    return made
+
+
+def _step(flat: Flat, name: str, rule: Factors, operands: list, result: int, path: str
+          ) -> None:
+    every = tuple(operands) + (result,)
+    entry = COPY if name == "copy" else entry_of_name(name)
+    flat.steps.append((entry, rule, every, tuple(flat.types[i] for i in every), path,
+                       len(operands)))

@@ -1,0 +1,205 @@
+"""What the user placed, at the boundaries propagation meets (issue 33): the pins
+:mod:`~shardlaw.spec.program.propagation` fixes before it propagates — a placed value's
+split and its open dimensions, an inner jit's shardings and a full-manual shard_map's
+specs (moved onto their operands where live), the types' Explicit axes beside Auto ones,
+the out shardings JAX's lowering makes of a type, and the joins of control flow checked
+after. Its own module for size; the rules are PROP-6's and PROP-4's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.shardings import UNSPECIFIED, NamedSharding
+from ..core.values import AxisType, PartitionSpec
+from .description import Program
+from .primitives import Factors, entry_of
+from .propagation import COPY, Flat, Split, Undetermined, placed_pin, stop
+
+__all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
+           "move_pins", "manual_boundary", "grown_split", "check_barred", "folded"]
+
+
+def _apart(a: tuple, b: tuple) -> bool:
+    """Whether neither split is a prefix of the other."""
+    return a[:len(b)] != b and b[:len(a)] != a
+
+
+def check_joins(flat: Flat, splits: dict) -> None:
+    """A loop's carry or a cond's result whose sources (the initial carry and the body's
+    next one; the branches' results) end split apart: which the partitioner keeps is its
+    own order's (seen: a carry takes the body's split over the initial one's)."""
+    for sources, result, path in flat.joins:
+        if result in flat.live and any(_apart(a, b) for s in sources for t in sources
+                                       for a, b in zip(splits[s], splits[t])):
+            stop("PROP-4", "a loop's carry or a cond's results are split apart by their "
+                  "sources: which the partitioner keeps is its own order's", path)
+
+
+def implied_out_shardings(program: Program, mesh: Any) -> tuple:
+    """The out shardings the partitioner sees: the jit's, and on a mesh with Explicit
+    axes, for a result left open whose type splits every dimension, its type's sharding
+    (JAX's lowering makes one of the type; seen: ``sin`` of ``P(('x', 'y'))``, 'x'
+    Explicit, comes back ``P('x')``, while a rank-2 ``P(('x', 'y'), None)`` keeps 'y')."""
+    given = program.out_shardings or (UNSPECIFIED,) * len(program.outputs)
+    if AxisType.Explicit not in mesh.axis_types:
+        return given
+    types = program.value_types
+    out = []
+    for n, sharding in zip(program.outputs, given):
+        value = types[n]
+        spec = tuple(value.spec or ())
+        if sharding is UNSPECIFIED and value.mesh == mesh.abstract and len(spec) == len(
+                value.shape) and all(e is not None for e in spec):
+            sharding = NamedSharding(mesh, PartitionSpec(*spec))
+        out.append(sharding)
+    return tuple(out)
+
+
+def typed_pins(flat: Flat, mesh: Any) -> Undetermined | None:
+    """On a mesh with Explicit axes every value's type holds its split over them (JAX's
+    lowering constrains each result to its type, the Auto axes left open: ``{"x", ?}``):
+    a value not placed otherwise starts on its type's split, grows over Auto axes only,
+    and never takes an Explicit axis its type does not hold."""
+    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types)
+                if t is AxisType.Explicit}
+    if not explicit:
+        return None
+    for number, value in enumerate(flat.types):
+        if not value.shape or number not in flat.live:
+            continue
+        if value.mesh is None:
+            continue   # a value typed over no mesh is not constrained by lowering
+        spec = value.spec or PartitionSpec()
+        if value.mesh != mesh.abstract or spec.unreduced or spec.reduced:
+            return Undetermined("PROP-1", "a value typed over another mesh, or with unreduced "
+                                "or reduced axes, is not propagated")
+        entries = tuple(spec) + (None,) * len(value.shape)
+        typed = tuple(tuple(a for a in ((e,) if isinstance(e, str) else e or ())
+                            if a in explicit) for e in entries[:len(value.shape)])
+        flat.barred[number] = frozenset(explicit - {a for d in typed for a in d})
+        if number not in flat.fixed:
+            pin(flat, number, tuple(tuple(a for a in d if mesh.axis_size(a) != 1)
+                                     for d in typed), (True,) * len(value.shape))
+    return None
+
+
+def pin(flat: Flat, number: int, split: Split, opens: tuple[bool, ...]) -> None:
+    """Value ``number`` placed on ``split``, its ``opens`` dimensions left to grow."""
+    flat.fixed[number] = split
+    if any(opens):
+        flat.open[number] = opens
+
+
+def link(flat: Flat, operand: int, result: int, path: str) -> None:
+    """A step passing ``operand``'s every dimension to ``result`` (a constraint's open
+    dimensions, an inner jit's boundary): one factor per dimension, as a copy."""
+    dims = tuple(f"f{d}" for d in range(len(flat.types[operand].shape)))
+    flat.steps.append((COPY, Factors((dims,), (dims,)), (operand, result),
+                       (flat.types[operand], flat.types[result]), path, 1))
+
+
+def boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path: str,
+              into: bool = False) -> int:
+    """The value an inner jit's body sees for ``number`` under its in (``into``) or out
+    sharding: ``number`` itself when none is given; an operand not placed otherwise is
+    placed on its in sharding, whatever its other uses (seen: ``sin(a)`` returned and
+    passed to a jit of in sharding ``P('x')`` comes back ``P('x')``); else a new value
+    placed on it and linked to ``number`` (the partitioner keeps the shardings as
+    written)."""
+    if sharding is UNSPECIFIED:
+        return number
+    if AxisType.Explicit in mesh.axis_types:
+        # seen: an inner jit's out sharding P(None, ('x', 'z')) ('x' Auto) on a value typed
+        # P('y', 'z') came back P('y', 'z'): not kept as written
+        stop("PROP-6", "an inner jit's shardings or a shard_map's specs on a mesh with "
+              "Explicit axes are not propagated yet", path)
+    placed = placed_pin(sharding, mesh, len(value.shape))
+    if placed is None or any(placed[1]):
+        stop("PROP-6", "an inner jit's in or out sharding is not a NamedSharding over the "
+              "program's mesh without unreduced axes or UNCONSTRAINED dimensions", path)
+    inner = flat.new(value)
+    pin(flat, inner, *placed)
+    link(flat, number, inner, path)
+    if into and not any(placed[1]):   # moved onto ``number`` once the dead code is gone
+        flat.moves.append((number, inner, placed[0], path))
+    return inner
+
+
+def move_pins(flat: Flat, mesh: Any) -> Undetermined | None:
+    """Each live in sharding or in spec placed on the operand it is moved onto (an operand
+    placed otherwise keeps its placement), or why not."""
+    for number, inner, split, path in flat.moves:
+        if inner not in flat.live:
+            continue
+        if number in flat.bounded and flat.fixed[number] != split:
+            return Undetermined("PROP-6", "a value passed to two inner jits or shard_maps "
+                                "that place it differently: which the partitioner keeps is "
+                                "not written", path)
+        if number not in flat.fixed:
+            pin(flat, number, split, ())
+            flat.bounded.add(number)
+    return None
+
+
+def manual_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: Any,
+                     path: str) -> None:
+    """A shard_map whose every axis is manual, from the outside: its in specs are where
+    its operands are brought (propagated back to them as an inner jit's in shardings are),
+    its out specs where its results are; the partitioner does not enter its body."""
+    free = [a for a in mesh.axis_names if a not in eq.manual_axes and mesh.axis_size(a) != 1]
+    if free or eq.mesh.abstract != mesh.abstract:
+        stop("PROP-6", f"a shard_map leaving mesh axes {free} automatic, or over another "
+              f"mesh, is not propagated yet", path)
+    inner = [boundary(flat, n, NamedSharding(mesh, spec), flat.types[n], mesh, path,
+                       into=True) for n, spec in zip(operands, eq.in_specs)]
+    for n, spec in zip(results, eq.out_specs):
+        pin(flat, n, *placed_pin(NamedSharding(mesh, spec), mesh, len(flat.types[n].shape)))
+    # the body, unseen: results computed from the operands' placed values, sharing no factor
+    tensors = [tuple(f"m{k}_{d}" for d in range(len(flat.types[n].shape)))
+               for k, n in enumerate(inner + results)]
+    every = tuple(inner + results)
+    flat.steps.append((entry_of(eq), Factors(tuple(tensors[:len(inner)]),
+                                             tuple(tensors[len(inner):]),
+                                             replicated=frozenset(f for t in tensors
+                                                                  for f in t)),
+                       every, tuple(flat.types[i] for i in every), path, len(inner)))
+
+
+def grown_split(number: int, new: Split, splits: dict, fixed: Any, path: str) -> Split | None:
+    """The split value ``number`` grows to where ``new`` extends it (in its open
+    dimensions only, where it is placed in part); None: it does not grow."""
+    old = splits[number]
+    opens = fixed.open.get(number)
+    if opens is not None:
+        new = tuple(n if o else d for n, o, d in zip(new, opens, old))
+    if new == old or not all(n[:len(o)] == o for n, o in zip(new, old)):
+        return None
+    check_barred(new, old, fixed.barred.get(number, ()), path)
+    return new
+
+
+def check_barred(new: Split, old: Split, barred: Any, path: str) -> None:
+    """A value may not grow onto an Explicit axis its type does not hold (JAX's lowering
+    marks it replicated there); where propagation would put one there, what the
+    partitioner does instead is not written."""
+    extra = sorted({a for n, o in zip(new, old) for a in n[len(o):]} & set(barred))
+    if extra:
+        stop("PROP-4", f"propagation would split a value over Explicit mesh axes {extra} its "
+              f"type does not hold: the partitioner's resolution is not written", path)
+
+
+def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int | None:
+    """The value an equation StableHLO folds away is (None: not folded): a slice of every
+    element is its operand (seen: an in spec not moved onto it), a reshape back to the
+    shape before a reshape that reshape's operand ((4, 16) -> (64,) -> (4, 16))."""
+    name = getattr(eq, "primitive", "") or eq.kind
+    if name == "reshape" and operands[0] in flat.reshaped:
+        first = flat.reshaped[operands[0]]
+        if flat.types[first].shape != result.shape:
+            stop("PROP-4", "a reshape of a reshape's result: StableHLO folds the two into "
+                  "one, which is not written", path)
+        return first
+    if name in ("slice", "dynamic_slice") and result.shape == flat.types[operands[0]].shape:
+        return operands[0]
+    return None
