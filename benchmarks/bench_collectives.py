@@ -240,14 +240,18 @@ def main() -> None:
                   f"{len(program.equations):5d} {median:10.2f} {best:7.2f} {goal:6.0f}  "
                   f"{len(step)} ({', '.join(sorted({c.kind for c in step}))}), "
                   f"{step.bytes_per_device:,}")
+            if mesh is small:
+                on_eight = sorted((c.kind, c.bytes_per_device) for c in step)
         if not options.no_jax:
             import jax
             jax.config.update("jax_num_cpu_devices", 8)
             seconds, real = jax_anchor(kind, build(small))
+            compiled = sorted((c.kind, c.bytes_per_device) for c in real)
             print(f"{kind:12} {'JAX 0.10.2 lower + compile (anchor)':45} {8:8d} "
                   f"{len(build(small).equations):5d} {seconds * 1000:10.2f} {'':7} {'':6}  "
                   f"{len(real)} ({', '.join(sorted({c.kind for c in real}))}), "
-                  f"{sum(c.bytes_per_device for c in real):,} (the compiled module's)")
+                  f"{sum(c.bytes_per_device for c in real):,} (the compiled module's: "
+                  f"{'the spec agrees' if on_eight == compiled else 'THE SPEC DIFFERS'})")
 
 
 if __name__ == "__main__":

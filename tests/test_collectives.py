@@ -259,3 +259,21 @@ def test_the_hlo_reader_reads_a_tuple_whose_elements_are_numbered_in_comments():
             "replica_groups={{0,1,2,3,4,5,6,7}}\n")
     (c,) = collectives_of(text)
     assert c.kind == "all-to-all" and c.bytes_per_device == 8 * 4
+
+
+@checks("COLL-4", "COLL-7")
+def test_a_reshape_round_trip_between_layers_communicates_nothing():
+    """A reshape back to the shape before a reshape is folded away by StableHLO: nothing is
+    gathered for it, and the all-reduces on either side of it are computed one from the
+    other, so they stay apart (a scanned-free transformer's layers end and start so)."""
+    def f(x, up, down):
+        for _ in range(2):
+            flat = x.reshape(32, 8)
+            x = (jnp.tanh(flat @ up) @ down + flat).reshape(4, 8, 8)
+        return x
+    real, verdict = _both(f, ((4, 8, 8), P("x", None, None)), ((8, 32), P(None, "y")),
+                          ((32, 8), P("y", None)))
+    step = verdict.collectives
+    assert step.complete and [c.kind for c in step] == ["all-reduce", "all-reduce"]
+    real_keys, predicted_keys = _keys(real, step)
+    assert real_keys == predicted_keys

@@ -44,8 +44,8 @@ from .description import Program
 from .lowering import equation_path, live_parts
 from .primitives import NotPropagated, entry_of
 from .propagation import (
-    Split, Undetermined, dimension_splits, factor_sizes, propagate, propagation_mesh,
-    tensor_factor_splits,
+    Split, Undetermined, dimension_splits, factor_sizes, folded_equations, propagate,
+    propagation_mesh, tensor_factor_splits,
 )
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
@@ -322,6 +322,7 @@ def predicted_collectives(program: Program) -> Communication:
             "COLL-4", "the collectives of a mesh with Explicit axes are not held to XLA yet"))
     types = program.value_types
     live = program.derived_once("live parts", lambda: live_parts(program)).equations
+    folded = folded_equations(program)   # (propagate answered: so does this)
     found: list[Collective] = []
     done: set = set()   # (value, split) of each reshard made: XLA's CSE keeps one
     upstream: dict[int, frozenset] = {}   # value -> the all-reduces it is computed from
@@ -332,6 +333,10 @@ def predicted_collectives(program: Program) -> Communication:
                 if entry_of(eq).name == "iota" for n in numbers)
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
         if not live[k]:
+            continue
+        if k in folded:   # computes nothing, but what it passes on is still computed
+            carried = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
+            upstream.update((n, carried) for n in numbers)
             continue
         made = _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
                          equation_path("", k), done, plans)

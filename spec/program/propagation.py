@@ -373,8 +373,6 @@ def _check_axes_apart(chosen: dict, current: list, path: str) -> None:
                           f"and the partitioner places the rest by its own order", path)
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What propagation may not change: the values placed whole (``closed``), the open
@@ -490,7 +488,6 @@ def _check_unsplit(steps: list, splits: dict) -> None:
                       "split: the partitioner moves or gathers it by its own choice", path)
 
 
-
 @dataclasses.dataclass
 class Flat:
     """A program with its inner jits' bodies inlined, over value ids: each value's type,
@@ -579,8 +576,6 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
     return flat if placed is None else placed
 
 
-
-
 def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, mesh: Mesh
            ) -> Undetermined | None:
     """PROP-6's fixed splits of the constraints' values and of the out shardings' (None:
@@ -625,10 +620,6 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
                                 "determined by the spec yet")
         _pin(flat, n, *placed_pin(given, mesh, len(flat.types[n].shape)))
     return None
-
-
-
-
 
 
 def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
@@ -693,8 +684,6 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
     return ids
 
 
-
-
 def _inline_jit(body: Program, operands: list, path: str, flat: Flat, mesh: Any,
                 constraints: list, prefix: str = "") -> list:
     """The ids of an inner jit's results, its body inlined between its in and out
@@ -755,6 +744,17 @@ def equation_splits(program: Program) -> tuple | Undetermined:
                   tuple(splits[i] for i in results))
                  for path, name, operands, results in flat.equations
                  if flat.live & set(results))
+
+
+def folded_equations(program: Program) -> frozenset[int] | Undetermined:
+    """The positions of ``program``'s equations lowering folds away (a whole slice, a
+    reshape back to the shape before a reshape) or that only folded ones read."""
+    found = _propagated(program)
+    if isinstance(found, Undetermined):
+        return found
+    kept = {p for p, _, _, results in found[0].equations if found[0].live & set(results)}
+    return frozenset(k for k, eq in enumerate(program.equations) if eq.kind != "jit"
+                     and eq.kind not in FLOW_KINDS and f"body[{k}]" not in kept)
 
 
 def _settle(steps: list, splits: dict, fixed: "Limits", mesh: Mesh, priority: int,
@@ -984,7 +984,6 @@ stop = _stop
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
-    implied_out_shardings as _out_shardings,
-    link as _link, manual_boundary as _manual_boundary, move_pins as _move, pin as _pin,
-    typed_pins as _typed,
+    implied_out_shardings as _out_shardings, link as _link, manual_boundary as _manual_boundary,
+    move_pins as _move, pin as _pin, typed_pins as _typed,
 )
