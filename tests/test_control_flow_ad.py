@@ -28,8 +28,8 @@ from shardlaw.spec.bridge.program import describe_program, value_type_of
 from shardlaw.spec.program import (
     grad_program, jvp_program, linearize_program, vjp_program,
 )
-from shardlaw.spec.program.control_flow import Cond, Scan, While
-from shardlaw.spec.program.description import DevicePut, Reshard, ShardingConstraint
+from shardlaw.spec.program.control_flow import Cond, CustomLin, Scan, While
+from shardlaw.spec.program.description import DevicePut, Program, Reshard, ShardingConstraint
 
 AUTO = (jax.sharding.AxisType.Auto,) * 2
 EXPLICIT_AXES = (jax.sharding.AxisType.Explicit,) * 2
@@ -469,6 +469,92 @@ def test_loop_3_vmap_of_the_jvp_of_a_custom_vjp_is_refused_while_tracing():
     jvp = jvp_program(describe_program(clip, X))
     with pytest.raises(Rejection) as refused:
         vmap_program(jvp, in_axes=(0, 0), axis_size=2)
+    assert (refused.value.rule, refused.value.stage) == ("LOOP-3", "trace")
+    assert isinstance(refused.value, TypeError)
+
+
+# --------------------------------------------------------------------------- JAX's custom_lin
+
+def _custom_lins(program) -> list:
+    """The custom_lin equations of a spec Program, every body flattened in."""
+    out = []
+    for eq in program.equations:
+        if isinstance(eq, CustomLin):
+            out.append(eq)
+        out += [lin for body in _spec_bodies(eq) if isinstance(body, Program)
+                for lin in _custom_lins(body)]
+    return out
+
+
+def _jax_custom_lins(jaxpr) -> list:
+    from jax._src import core
+
+    out = [e for e in jaxpr.eqns if e.primitive.name == "custom_lin"]
+    for eqn in jaxpr.eqns:
+        for inner in core.jaxprs_in_params(eqn.params):
+            out += _jax_custom_lins(inner)
+    return out
+
+
+T = np.ones((8, 4), np.float32)
+
+
+@checks("LOOP-3")
+@pytest.mark.parametrize("transform", ["jvp", "linearize"])
+def test_loop_3_jaxs_own_custom_lin_is_read_and_refused_when_lowering(transform):
+    """A trace JAX's own jvp or linearize made holds its custom_lin: the bridge reads it
+    into the spec's (its residual count and zero tangents as JAX's, its bwd a Program),
+    and the spec refuses it by LOOP-3 at lower, TypeError, as JAX refuses lowering it."""
+    fn = _jax_function(transform, _clip(MESH), 1)
+    (jax_lin,) = _jax_custom_lins(fn.trace(X, T).jaxpr.jaxpr)
+    with pytest.raises(TypeError, match="forward-mode autodiff"):
+        fn.trace(X, T).lower()
+    program = describe_program(fn, X, T)
+    (lin,) = _custom_lins(program)
+    assert (lin.num_res, lin.in_zeros) == (jax_lin.params["num_res"],
+                                           tuple(jax_lin.params["in_zeros"]))
+    assert isinstance(lin.bwd, Program) and lin.bwd_zeros == (False,)
+    assert lin.in_types == (value_type_of(X.aval, "x").type,)
+    verdict = explain_program(program)
+    assert (verdict.rule, verdict.stage, verdict.error_type) == ("LOOP-3", "lower",
+                                                                   "TypeError")
+
+
+@checks("LOOP-3")
+def test_loop_3_a_custom_lin_given_a_zero_tangent_or_left_unused():
+    """JAX's custom_lin over an input given no tangent (a closed-over array) is read with
+    that input marked zero and refused as JAX refuses it; one whose tangent is unused is
+    dropped, and both accept and run it."""
+    @jax.custom_vjp
+    def scale(v, w):
+        return v * w
+    scale.defvjp(lambda v, w: (scale(v, w), (v, w)), lambda r, g: (g * r[1], g * r[0]))
+    w = np.full((8, 4), 2.0, np.float32)
+    used = jax.jit(lambda x, t: jax.jvp(lambda v: scale(v, w), (x,), (t,)))
+    with pytest.raises(TypeError, match="forward-mode autodiff"):
+        used.trace(X, T).lower()
+    (lin,) = _custom_lins(describe_program(used, X, T))
+    (jax_lin,) = _jax_custom_lins(used.trace(X, T).jaxpr.jaxpr)
+    assert lin.in_zeros == tuple(jax_lin.params["in_zeros"]) == (False, True)
+    assert lin.num_res == jax_lin.params["num_res"] == 2
+    assert explain_program(describe_program(used, X, T)).rule == "LOOP-3"
+    unused = jax.jit(lambda x, t: jax.jvp(lambda v: (scale(v, w), v * 3)[1], (x,), (t,)))
+    assert _jax_custom_lins(unused.trace(X, T).jaxpr.jaxpr)
+    np.testing.assert_allclose(unused(X, T)[1], np.full((8, 4), 3.0))
+    assert explain_program(describe_program(unused, X, T)).accepted
+
+
+@checks("LOOP-3")
+def test_loop_3_vmap_of_jaxs_own_custom_lin_is_refused_while_tracing():
+    """vmap of a trace holding JAX's custom_lin: JAX's TypeError while tracing, the
+    spec's LOOP-3 at trace on the program the bridge read."""
+    from shardlaw.spec.program import vmap_program
+
+    fn = _jax_function("jvp", _clip(MESH), 1)
+    with pytest.raises(TypeError, match="forward-mode autodiff"):
+        jax.jit(jax.vmap(fn)).trace(BATCH, BATCH)
+    with pytest.raises(Rejection) as refused:
+        vmap_program(describe_program(fn, X, T), in_axes=(0, 0), axis_size=2)
     assert (refused.value.rule, refused.value.stage) == ("LOOP-3", "trace")
     assert isinstance(refused.value, TypeError)
 

@@ -34,12 +34,21 @@ DECIDED = {
     "grad-tp": StepCase(("gelu", "swiglu"), transform="grad", plan="tp"),
     "refused-devices": StepCase(("bias", "gelu"), plan="fsdp", refused="devices"),
     "refused-constraint-rank": StepCase(("layernorm",), constraint="rank", refused="rank"),
+    # numpy parameters given in_shardings: AdamW's state is made uncommitted, and donated
+    "donated-state-left-to-the-compiler": StepCase(
+        ("layernorm", "attention"), transform="train", optimizer="adamw", mesh="explicit",
+        plan="fsdp", constraint="model", donate=True, given=True),
 }
 
 
 # the transpose of an implicit broadcast (tanh(x @ w + b)) is falsely refused by AD-13 until
 # the batching work's fix of it (issue 32, item 5) is merged: pinned here as JAX decides it
-KNOWN: dict[str, str] = {}   # a step the spec is known to decide otherwise, and why
+# a step the spec is known to decide otherwise, and why
+KNOWN: dict[str, str] = {
+    "donated-state-left-to-the-compiler": "jax#25346, not modeled yet: JAX aliases a donated "
+    "input whose sharding it leaves to the compiler by its whole shape; XLA refuses it where "
+    "the compiler splits it (notes/jax-facts.md 21)",
+}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
@@ -108,3 +117,56 @@ def test_the_steps_campaign_runs(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(report.read_text())
     assert figures["disagreements"] == 0 and figures["suites"]["steps"]["examples"] >= 2
+
+
+# --------------------------------------------------------------------------- jax#25346
+
+def _donating(committed: bool, out_given: bool):
+    """A jit donating an input ``m`` whose sharding, uncommitted, is left to the compiler
+    (committed: placed whole), returning a whole result of ``m``'s shape (its sharding given
+    where ``out_given``) and ``m`` plus a value split over 'x'; its arguments."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    x = jax.device_put(np.ones((16, 16), np.float32), NamedSharding(mesh, P("x")))
+    m = jnp.ones((16, 16), np.float32)
+    if committed:
+        m = jax.device_put(m, NamedSharding(mesh, P()))
+    options = {"out_shardings": (NamedSharding(mesh, P()), NamedSharding(mesh, P("x")))
+               } if out_given else {}
+    return jax.jit(lambda m, x: (jnp.sin(x), m + x), donate_argnums=(0,), **options), (m, x)
+
+
+def test_jax_aliases_a_donated_input_left_to_the_compiler_by_its_whole_shape():
+    """JAX pairs a donated input with the first result of its per-device shape whose
+    sharding is given, reading an input left to the compiler at its whole shape, before the
+    compiler places it: split there, XLA refuses compiling (JAX 0.10.2, jax#25346).
+    Committed, or its results' shardings left out (a buffer donor), it compiles; the spec
+    accepts those as JAX does."""
+    import jax
+    from shardlaw.spec import explain_program
+    from shardlaw.spec.bridge.program import describe_program
+
+    fn, args = _donating(committed=False, out_given=True)
+    lowered = fn.trace(*args).lower()
+    assert "tf.aliasing_output = 0" in lowered.as_text()
+    with pytest.raises(jax.errors.JaxRuntimeError, match="Expected aliased input 0"):
+        lowered.compile()
+    for committed, out_given in ((True, True), (False, False)):
+        fn, args = _donating(committed, out_given)
+        fn.trace(*args).lower().compile()
+        assert explain_program(describe_program(fn, *args)).accepted
+
+
+@pytest.mark.xfail(strict=True, reason=KNOWN["donated-state-left-to-the-compiler"])
+def test_the_spec_refuses_a_donated_input_aliased_before_the_compiler_splits_it():
+    """The reduced program of jax#25346: the spec should refuse it at compile as JAX does."""
+    from shardlaw.spec import explain_program
+    from shardlaw.spec.bridge.program import describe_program
+
+    fn, args = _donating(committed=False, out_given=True)
+    verdict = explain_program(describe_program(fn, *args))
+    assert (verdict.accepted, verdict.stage) == (False, "compile")

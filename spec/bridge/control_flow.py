@@ -1,7 +1,8 @@
 """JAX's control-flow, remat and custom-derivative equations read into the spec's kinds
 (:mod:`shardlaw.spec.program.control_flow`): ``scan``, ``while``, ``cond``, ``remat2``
-(``jax.checkpoint``), ``custom_jvp_call`` and ``custom_vjp_call``, each body read as a
-Program once (a scan's body is not unrolled).
+(``jax.checkpoint``), ``custom_jvp_call``, ``custom_vjp_call`` and ``custom_lin`` (the
+tangent of a custom_vjp function that JAX's own jvp or linearize leaves in a trace), each
+body read as a Program once (a scan's body is not unrolled).
 
 A custom-derivative call is read by its primal body (``call_jaxpr``) and by its rules,
 functions JAX calls only under AD (``jvp_jaxpr_fun``; ``fwd_jaxpr_thunk`` and ``bwd``),
@@ -15,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..program.control_flow import Cond, CustomJvp, CustomVjp, Remat, Scan, While
+from ..program.control_flow import Cond, CustomJvp, CustomLin, CustomVjp, Remat, Scan, While
 
 __all__ = ["CONTROL_FLOW_PRIMITIVES", "control_flow_equation"]
 
 CONTROL_FLOW_PRIMITIVES = ("scan", "while", "cond", "remat2", "custom_jvp_call",
-                           "custom_vjp_call")
+                           "custom_vjp_call", "custom_lin")
 
 # read_body(jaxpr, where): the Program of a (closed or open) jaxpr, its inputs its types
 Reader = Callable[[Any, str], Any]
@@ -49,6 +50,8 @@ def control_flow_equation(eqn: Any, operands: tuple[int, ...], results: tuple, w
         return Remat(operands, results, body=read_body(params["jaxpr"], f"{where}.remat2."),
                      name="checkpoint", prevent_cse=bool(params["prevent_cse"]),
                      differentiated=bool(params["differentiated"]))
+    if name == "custom_lin":
+        return custom_lin_equation(eqn, operands, results, where, read_body)
     kind = CustomJvp if name == "custom_jvp_call" else CustomVjp
     called = getattr(params.get("name"), "__name__", None) or str(params.get("name", name))
     return kind(operands, results, body=read_body(params["call_jaxpr"], f"{where}.{name}."),
@@ -94,11 +97,6 @@ def _jvp_rule(eqn: Any, where: str, read_body: Reader) -> dict:
 
 def _vjp_rules(eqn: Any, where: str, read_body: Reader) -> dict:
     from jax._src import core
-    from jax._src.interpreters import ad
-    from jax._src.interpreters import partial_eval as pe
-    from jax._src import linear_util as lu
-    from jax._src.api_util import debug_info
-    from jax._src import config
 
     params = eqn.params
     count = len(eqn.invars) - int(params.get("num_consts", 0))
@@ -109,18 +107,55 @@ def _vjp_rules(eqn: Any, where: str, read_body: Reader) -> dict:
     ins = [v.aval for v in eqn.invars][int(params.get("num_consts", 0)):]
     res_avals = [ins[f] if f is not None else next(made).aval for f in forwarded]
     ct_avals = [v.aval.to_ct_aval() for v in eqn.outvars]
+    body, zeros = _read_bwd(params["bwd"], res_avals + ct_avals, where, read_body)
+    return {"fwd": fwd, "forwarded": tuple(forwarded), "bwd": body, "bwd_zeros": zeros}
+
+
+def _read_bwd(bwd_fun: Any, avals: list, where: str, read_body: Reader
+              ) -> tuple[Any, tuple[bool, ...]]:
+    """A custom_vjp's ``bwd`` traced on its residuals' and cotangents' types ``avals``: its
+    Program (the cotangents it gives) and which inputs it gives none (a zero)."""
+    from jax._src import config, core
+    from jax._src import linear_util as lu
+    from jax._src.api_util import debug_info
+    from jax._src.interpreters import ad
+    from jax._src.interpreters import partial_eval as pe
+
     zeros: list[bool] = []
-    bwd_fun = params["bwd"]
 
     def bwd(*args: Any) -> list:
         cts = bwd_fun.call_wrapped(*args)
         zeros[:] = [isinstance(c, ad.Zero) or c is None for c in cts]
         return [c for c, z in zip(cts, zeros) if not z]
-    traced = lu.wrap_init(bwd, debug_info=debug_info("custom_vjp bwd", bwd, tuple(
-        res_avals + ct_avals), {}))
+    traced = lu.wrap_init(bwd, debug_info=debug_info("custom_vjp bwd", bwd, tuple(avals),
+                                                     {}))
     # (its results' types are the spec's to check, LOOP-4: JAX's own check is left out)
     with config.disable_bwd_checks(True):
-        bwd_jaxpr, _, bwd_consts = pe.trace_to_jaxpr_dynamic(traced, res_avals + ct_avals)
+        bwd_jaxpr, _, bwd_consts = pe.trace_to_jaxpr_dynamic(traced, list(avals))
     body = read_body(core.ClosedJaxpr(bwd_jaxpr, bwd_consts), f"{where}bwd.")
-    return {"fwd": fwd, "forwarded": tuple(forwarded), "bwd": body,
-            "bwd_zeros": tuple(zeros)}
+    return body, tuple(zeros)
+
+
+def custom_lin_equation(eqn: Any, operands: tuple[int, ...], results: tuple, where: str,
+                        read_body: Reader) -> CustomLin:
+    """JAX's ``custom_lin`` (its params: ``num_res``, ``bwd``, ``out_avals``, ``in_zeros``,
+    ``symbolic_zeros``) as the spec's :class:`CustomLin`, its ``bwd`` read as a Program;
+    the primal inputs' types known are those of the tangents given before the first zero."""
+    from .program import value_type_of
+
+    params = eqn.params
+    num_res = int(params["num_res"])
+    in_zeros = tuple(bool(z) for z in params["in_zeros"])
+    avals = [v.aval for v in eqn.invars[:num_res]] + [
+        a.to_ct_aval() for a in params["out_avals"]]
+    try:
+        bwd, bwd_zeros = _read_bwd(params["bwd"], avals, f"{where}.custom_lin.", read_body)
+    except Exception as err:   # noqa: BLE001 - (JAX fails to trace it: not described)
+        raise TypeError(f"describe_program does not describe a custom_lin whose bwd JAX "
+                        f"fails to trace; {where} is one ({type(err).__name__})") from err
+    known = in_zeros.index(True) if True in in_zeros else len(in_zeros)
+    in_types = tuple(value_type_of(v.aval, f"input {num_res + k} of {where}").type
+                     for k, v in enumerate(eqn.invars[num_res:num_res + known]))
+    return CustomLin(operands, results, bwd=bwd, bwd_zeros=bwd_zeros, num_res=num_res,
+                     in_zeros=in_zeros, in_types=in_types,
+                     name=f"(bwd {params['bwd'].debug_info.func_name})")
