@@ -616,10 +616,18 @@ def test_control_flow_under_ad_and_vmap_agrees_with_jax(drawn):
     f = _drawn_function(construct, _placed(mesh, spec, explicit))
     x = XE if explicit else X
     try:
-        describe_program(f, x)
+        verdict = explain_program(describe_program(f, x))
     except Exception as error:   # noqa: BLE001 - JAX refused while tracing (LOOP-1, ...):
         with pytest.raises(type(error)):   # its own error stands, nothing to rewrite
             jax.jit(f).trace(x)
+        return
+    if not verdict.accepted and verdict.stage == "trace":
+        # described though JAX refuses while tracing (a branch typed apart: LOOP-1):
+        # nothing to rewrite, the refusal is JAX's, class for class
+        with pytest.raises(Exception) as refused:
+            jax.jit(f).trace(x)
+        assert type(refused.value).__name__ in (verdict.jax_error, verdict.error_type), (
+            refused.value, verdict)
         return
     if transform == "vmap":
         # (a cond whose predicate is batched over Explicit axes: JAX refuses the select_n
