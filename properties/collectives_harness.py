@@ -22,7 +22,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from .propagation_harness import MESHES, NAMES, Recipe, arguments_of, function_of, recipes
+from .propagation_harness import (
+    MESHES, NAMES, Recipe, arguments_of, counted_run, function_of, recipes,
+)
 
 __all__ = ["CollectivesOutcome", "compare_collectives", "communicating_recipes", "TALLY"]
 
@@ -190,32 +192,8 @@ def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -
     (outcomes, the kinds of the collectives matched, the reasons a list was left open) and
     the recipes that disagreed, written to the file ``report`` (if given) after every 50
     programs as well."""
-    import json
-
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as seeded
-    found: list = []
-
-    def write() -> None:
-        if report is not None:
-            with open(report, "w") as out:
-                json.dump({"tally": dict(TALLY), "disagreements": found}, out)
-
-    @seeded(seed)
-    @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(communicating_recipes(max_steps=max_steps))
-    def run(recipe: Recipe) -> None:
-        outcome = compare_collectives(recipe)
-        if outcome.disagreements:
-            found.append(repr((recipe, outcome.disagreements)))
-        if sum(TALLY[k] for k in ("agree", "abstain", "disagree")) % 50 == 0:
-            write()
-
-    TALLY.clear()
-    run()
-    write()
-    return {"tally": dict(TALLY), "disagreements": found}
+    return counted_run(communicating_recipes(max_steps=max_steps), compare_collectives,
+                       TALLY, ("agree", "abstain", "disagree"), examples, seed, report)
 
 
 if __name__ == "__main__":   # python -m shardlaw.properties.collectives_harness N SEED [REPORT]

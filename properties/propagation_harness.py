@@ -563,6 +563,17 @@ def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -
     """A deep run of the property: ``examples`` drawn programs from ``seed``; the tally
     (outcomes, reasons, programs held per primitive) and the recipes that disagreed,
     written to the file ``report`` (if given) after every 50 programs as well."""
+    return counted_run(recipes(max_steps=max_steps, explicit=True), compare_recipe, TALLY,
+                       ("agree", "abstain", "disagree", "refused by JAX"), examples, seed,
+                       report)
+
+
+def counted_run(strategy: Any, compare: Any, tally: Any, outcomes: tuple[str, ...],
+                examples: int, seed: int, report: Any = None) -> dict:
+    """``examples`` recipes drawn from ``strategy`` with ``seed``, each held by ``compare``
+    (its outcome's ``disagreements`` collected, not raised); ``tally`` cleared first and
+    written with them to ``report`` every 50 recipes counted in ``outcomes``, and at the
+    end."""
     import json
 
     from hypothesis import HealthCheck, Phase, given, settings
@@ -572,23 +583,23 @@ def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -
     def write() -> None:
         if report is not None:
             with open(report, "w") as out:
-                json.dump({"tally": dict(TALLY), "disagreements": found}, out)
+                json.dump({"tally": dict(tally), "disagreements": found}, out)
 
     @seeded(seed)
     @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(recipes(max_steps=max_steps, explicit=True))
+    @given(strategy)
     def run(recipe: Recipe) -> None:
-        outcome = compare_recipe(recipe)
+        outcome = compare(recipe)
         if outcome.disagreements:
             found.append(repr((recipe, outcome.disagreements)))
-        if sum(TALLY[k] for k in ("agree", "abstain", "disagree", "refused by JAX")) % 50 == 0:
+        if sum(tally[k] for k in outcomes) % 50 == 0:
             write()
 
-    TALLY.clear()
+    tally.clear()
     run()
     write()
-    return {"tally": dict(TALLY), "disagreements": found}
+    return {"tally": dict(tally), "disagreements": found}
 
 
 if __name__ == "__main__":   # python -m shardlaw.properties.propagation_harness N SEED
