@@ -144,13 +144,47 @@ def test_an_out_sharding_of_a_value_of_one_use_propagates_backward():
     assert verdict.undetermined == ()
 
 
-def test_a_constraint_on_a_value_with_other_uses_is_left_open_with_its_reason():
+def test_a_constraint_on_a_value_with_other_uses_is_moved_onto_it():
+    # Shardy's import moves a closed constraint onto its operand whatever the operand's other
+    # uses (only another constraint of another split keeps it off): ``g * 3`` is on 'x'
     def f(a):
         g = jnp.sin(a)
         return g * 3, _wsc(g, _MESH[0], "x") * 2
     real, verdict, _ = _explained(f, [((8,), P("y"))])
-    assert verdict.out_shardings[0] is UNSPECIFIED
-    assert "PROP-6" in verdict.undetermined[0][1] and "other uses" in verdict.undetermined[0][1]
+    assert [r.spec for r in real] == [P("x"), P("x")]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+
+
+U = P.UNCONSTRAINED
+
+
+@pytest.mark.parametrize("name, f, spec, expected", [
+    # a constraint's open dimension grows from a later constraint through it, whatever the
+    # value's other uses; its closed ones stay as written
+    ("open dimension, later constraint", lambda a: (
+        (lambda b: (_wsc(b, _MESH[0], "x", None), jnp.sin(b)))(_wsc(a, _MESH[0], U, None))),
+     P(None, "x"), [P("x"), P("x")]),
+    ("closed dimension, later constraint", lambda a: (
+        (lambda b: (jnp.sin(b), _wsc(b, _MESH[0], "x", None)))(_wsc(a, _MESH[0], None, U))),
+     P(), [P(), P("x")]),
+    # a value under two constraints of different splits takes each through propagation
+    ("two constraints", lambda a: (lambda g: (_wsc(g, _MESH[0], "x", None),
+                                             _wsc(g, _MESH[0], None, "y"), g * 2))(jnp.sin(a)),
+     P(), [P("x"), P(None, "y"), P("x", "y")]),
+    # a chain of constraints: the uses after its last read its last (the return does not)
+    ("a chain's later use", lambda a: (lambda g: (lambda z: (z, jnp.cos(g)))(
+        _wsc(_wsc(g, _MESH[0], "x", None), _MESH[0], None, "y")))(jnp.sin(a)),
+     P(), [P(None, "y"), P(None, "y")]),
+    ("a chain's operand returned", lambda a: (lambda g: (lambda z: (z, g))(
+        _wsc(_wsc(g, _MESH[0], "x", None), _MESH[0], None, "y")))(jnp.sin(a)),
+     P(), [P(None, "y"), P("x")]),
+])
+def test_constraints_are_imported_and_propagated_as_the_partitioner_does(name, f, spec,
+                                                                         expected):
+    real, verdict, _ = _explained(f, [((8, 8), spec)])
+    assert [r.spec for r in real] == expected
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    assert verdict.undetermined == ()
 
 
 @pytest.mark.parametrize("name, f, shapes", [

@@ -17,7 +17,8 @@ from .primitives import Factors, entry_of
 from .propagation import COPY, Flat, Split, Undetermined, placed_pin, stop
 
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
-           "move_pins", "manual_boundary", "grown_split", "check_barred", "folded"]
+           "move_pins", "manual_boundary", "grown_split", "check_barred", "folded",
+           "place_constraints"]
 
 
 def _apart(a: tuple, b: tuple) -> bool:
@@ -203,3 +204,79 @@ def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int |
     if name in ("slice", "dynamic_slice") and result.shape == flat.types[operands[0]].shape:
         return operands[0]
     return None
+
+
+def place_constraints(flat: Flat, constraints: list, outputs: list) -> Undetermined | None:
+    """The live sharding constraints as the partitioner imports them (PROP-6), in program
+    order, or why not: each is a step passing its operand to its result dimension for
+    dimension, its result placed as written (its UNCONSTRAINED dimensions open), and its
+    split moved onto its operand where the constraint has no open dimension, the operand
+    no placement yet and no other constraint of another split — whatever its other uses
+    (seen: ``sin(a)`` returned beside ``wsc(sin(a), P(None, 'y'))`` comes back on
+    ``P(None, 'y')``)."""
+    uses = _live_uses(flat, constraints, outputs)
+    on: dict[int, list] = {}
+    for c in constraints:
+        on.setdefault(c[0], []).append(c)
+    made = {c[1] for c in constraints}
+    edges = {result for _, result, _ in flat.joins}
+    for operand, result, (split, opens), path in constraints:
+        pin(flat, result, split, opens)
+        link(flat, operand, result, path)
+    moved = {m[0] for m in flat.moves}
+    for operand, result, (split, opens), path in constraints:
+        if operand in made or operand in flat.fixed:
+            continue
+        tail = _chain_tail(result, uses, on)
+        if tail is not None and len(on[operand]) == 1 and operand not in moved:
+            _read_after(flat, operand, tail)
+        if any(opens) or any(other[2] != (split, opens) for other in on[operand]):
+            continue
+        if operand in edges:
+            if operand in outputs:
+                return Undetermined("PROP-6", "a constraint on a loop's or cond's result that "
+                                    "is also returned: where the return reads it is not "
+                                    "written", path)
+            _read_after(flat, operand, result, every=True)
+            continue
+        pin(flat, operand, split, tuple(opens))
+    return None
+
+
+def _live_uses(flat: Flat, constraints: list, outputs: list) -> dict:
+    """How many live uses each value has: the steps' operands, the constraints' and the
+    program's results."""
+    uses: dict[int, int] = {}
+    for every, count in ((s[2], s[5]) for s in flat.steps):
+        for n in every[:count]:
+            uses[n] = uses.get(n, 0) + 1
+    for n in [c[0] for c in constraints] + list(outputs):
+        uses[n] = uses.get(n, 0) + 1
+    return uses
+
+
+def _chain_tail(result: int, uses: dict, on: dict) -> int | None:
+    """The last value of a chain of constraints from ``result`` each of whose values but
+    the last has the next constraint as its only use (None: a chain of one, or its last
+    value read by another constraint too)."""
+    tail = result
+    while uses.get(tail, 0) == 1 and len(on.get(tail, ())) == 1:
+        tail = on[tail][0][1]
+    if tail == result or on.get(tail):
+        return None
+    return tail
+
+
+def _read_after(flat: Flat, operand: int, value: int, every: bool = False) -> None:
+    """The steps after ``value`` (all of them: ``every``) that read ``operand`` read
+    ``value`` instead (Shardy's import: the uses after a chain of constraints read its
+    last; a loop's or cond's result's uses read its constraint's), but the constraints'
+    own steps."""
+    for k, (entry, rule_, nums, types, path, count) in enumerate(flat.steps):
+        if entry is COPY and nums == (operand, value):
+            continue
+        after = every or min(nums[count:], default=-1) > value
+        if operand in nums[:count] and after and value not in nums[count:]:
+            nums = tuple(value if (i < count and n == operand) else n
+                         for i, n in enumerate(nums))
+            flat.steps[k] = (entry, rule_, nums, types, path, count)
