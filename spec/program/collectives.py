@@ -317,11 +317,11 @@ def predicted_collectives(program: Program) -> Communication:
     if isinstance(splits, Undetermined):
         return Communication(undetermined=splits)
     mesh = propagation_mesh(program)
-    if AxisType.Explicit in mesh.axis_types:   # (propagation answers these; collectives not)
-        return Communication(undetermined=Undetermined(
-            "COLL-4", "the collectives of a mesh with Explicit axes are not held to XLA yet"))
     types = program.value_types
     live = program.derived_once("live parts", lambda: live_parts(program)).equations
+    chained = read_after_a_chain(program, live)
+    if chained is not None:
+        return Communication(undetermined=chained)
     folded = folded_equations(program)   # (propagate answered: so does this)
     found: list[Collective] = []
     done: set = set()   # (value, split) of each reshard made: XLA's CSE keeps one
@@ -352,6 +352,29 @@ def predicted_collectives(program: Program) -> Communication:
         for n in numbers:
             upstream[n] = before | own
     return Communication(combined(found, after))
+
+
+def read_after_a_chain(program: Program, live: tuple) -> Undetermined | None:
+    """A value constrained by a chain of two or more constraints and read elsewhere too:
+    Shardy's import has its uses after the chain read the chain's last value, where the
+    equations here read the value itself — their reshards are not planned yet."""
+    made: dict[int, int] = {}   # a live constraint's result -> its operand
+    uses: dict[int, int] = {n: 1 for n in program.outputs}
+    for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
+        if not live[k]:
+            continue
+        for n in eq.operands:
+            uses[n] = uses.get(n, 0) + 1
+        if eq.kind == "sharding_constraint":
+            made[numbers[0]] = eq.operands[0]
+    placed = len(program.inputs) + len(program.consts)   # (an input's is placed: no chain)
+    for result, operand in made.items():
+        head = made.get(operand)
+        if head is not None and head not in made and head >= placed and uses[head] > 1:
+            return Undetermined("COLL-4", "a value under a chain of constraints and read "
+                                "elsewhere: the uses after the chain read its last value, "
+                                "whose reshards are not planned yet")
+    return None
 
 
 @rule("COLL-7", mirrors="xla: AllReduceCombiner")
@@ -449,6 +472,9 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
         return Undetermined("COLL-1", f"factor {uneven} is split along dimensions of "
                             f"different sizes (a concatenate's, a pad's, a slice's): the "
                             f"partitioner moves the pieces by its own plan", "")
+    beyond = _operand_beyond(factors, read, chosen, count) if factors.reduced else {}
+    if beyond:   # (an elementwise operand is brought to its result's split: seen)
+        return _reduced_then_moved(eq, factors, read, {**chosen, **beyond}, typed, held, mesh)
     op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, "")
     operands = []
     for i, dims in enumerate(factors.operands):
@@ -464,6 +490,46 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
                               "the partitioner orders the gather and the all-reduce by its "
                               "own plan", "")
     return tuple(operands), summed
+
+
+def _operand_beyond(factors: Any, read: list, chosen: dict, count: int) -> dict:
+    """The factors a result holds (not reduced) that an operand splits beyond the result's
+    split, to that operand's longest split (empty: none)."""
+    out = {}
+    for f, split in chosen.items():
+        if f in factors.reduced:
+            continue
+        for r in read[:count]:
+            longer = r.get(f, ())
+            if len(longer) > len(split) and longer[:len(split)] == split:
+                out[f] = max(out.get(f, ()), longer, key=len)
+    return out
+
+
+def _reduced_then_moved(eq: Any, factors: Any, read: list, computed: dict, typed: tuple,
+                        held: tuple, mesh: Mesh) -> tuple | Undetermined:
+    """A reduction of one operand split beyond its result on a factor they share: XLA's
+    partitioner reduces the operand where it stands and gathers the smaller result (seen:
+    ``sin(a).sum(1)`` of ``P(('x', 'y'), None)`` under the out sharding ``P('x')``
+    all-gathers the f32[1] sums, 16 bytes, not the f32[1, 8] operand); any other operation
+    so split is the partitioner's plan (COLL-1)."""
+    count = len(eq.operands)
+    if count != 1 or entry_of(eq).name in UNSUMMED:
+        return Undetermined("COLL-1", "an operand split beyond its operation's result on a "
+                            "factor they share: the partitioner chooses by cost which it "
+                            "moves", "")
+    op = _Operation(factors, read, computed, factor_sizes(factors, typed), mesh, typed, "")
+    if reduction(computed, factors.reduced):
+        return Undetermined("COLL-3", "a split reduction whose operand is split beyond its "
+                            "result: the partitioner orders the all-reduce and the result's "
+                            "gather by its own plan", "")
+    made = dimension_splits(factors.results[0], computed, op.sizes, mesh)
+    moved = _reshards(dataclasses.replace(op, chosen={}), count, made, held[count])
+    if isinstance(moved, Undetermined):
+        return moved
+    operand = dimension_splits(factors.operands[0], computed, op.sizes, mesh)
+    return ((0, operand, _reshards(op, 0, held[0], operand)),), [
+        dataclasses.replace(c, operand=None) for c in moved]
 
 
 def _uneven_split(factors: Any, typed: tuple, chosen: dict, read: list) -> str:

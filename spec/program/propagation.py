@@ -661,11 +661,11 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             pin = placed_pin(eq.sharding, mesh, len(types[numbers[0]].shape),
                              eq.unconstrained_dims)
             if AxisType.Explicit in mesh.axis_types:
-                # seen: P(None, 'x') over Auto 'x' on a value typed P(None, 'y') comes
-                # back P(None, ('y', 'x')): JAX joins the constraint with the type
-                pin = None
-                why = ("a sharding constraint on a mesh with Explicit axes: how JAX joins "
-                       "it with the value's type is not written")
+                # JAX joins the constraint with the operand's type (seen: P(None, 'x') over
+                # Auto 'x' on a value typed P(None, 'y') comes back P(None, ('y', 'x')))
+                pin = _joined_pin(pin, types[eq.operands[0]], mesh)
+                why = ("a sharding constraint over another mesh, or on a value typed over "
+                       "another mesh or with unreduced axes, is not propagated")
             else:
                 why = ("a sharding constraint over another mesh, or with unreduced axes, is "
                        "not propagated")
@@ -994,6 +994,7 @@ stop = _stop
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
     implied_out_shardings as _out_shardings, manual_boundary as _manual_boundary,
-    move_pins as _move, pin as _pin, place_constraints as _place_constraints,
+    joined_constraint_pin as _joined_pin, move_pins as _move, pin as _pin,
+    place_constraints as _place_constraints,
     typed_pins as _typed,
 )

@@ -18,7 +18,7 @@ from .propagation import COPY, Flat, Split, Undetermined, placed_pin, stop
 
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
            "move_pins", "manual_boundary", "grown_split", "check_barred", "folded",
-           "place_constraints"]
+           "place_constraints", "joined_constraint_pin"]
 
 
 def _apart(a: tuple, b: tuple) -> bool:
@@ -211,9 +211,9 @@ def place_constraints(flat: Flat, constraints: list, outputs: list) -> Undetermi
     order, or why not: each is a step passing its operand to its result dimension for
     dimension, its result placed as written (its UNCONSTRAINED dimensions open), and its
     split moved onto its operand where the constraint has no open dimension, the operand
-    no placement yet and no other constraint of another split — whatever its other uses
-    (seen: ``sin(a)`` returned beside ``wsc(sin(a), P(None, 'y'))`` comes back on
-    ``P(None, 'y')``)."""
+    no placement yet (on a mesh with Explicit axes lowering constrains every value to its
+    type first) and no other constraint of another split — whatever its other uses (seen:
+    ``sin(a)`` returned beside ``wsc(sin(a), P(None, 'y'))`` comes back on ``P(None, 'y')``)."""
     uses = _live_uses(flat, constraints, outputs)
     on: dict[int, list] = {}
     for c in constraints:
@@ -225,7 +225,7 @@ def place_constraints(flat: Flat, constraints: list, outputs: list) -> Undetermi
         link(flat, operand, result, path)
     moved = {m[0] for m in flat.moves}
     for operand, result, (split, opens), path in constraints:
-        if operand in made or operand in flat.fixed:
+        if operand in made or operand in flat.fixed or _type_constrained(flat.types[operand]):
             continue
         tail = _chain_tail(result, uses, on)
         if tail is not None and len(on[operand]) == 1 and operand not in moved:
@@ -241,6 +241,14 @@ def place_constraints(flat: Flat, constraints: list, outputs: list) -> Undetermi
             continue
         pin(flat, operand, split, tuple(opens))
     return None
+
+
+def _type_constrained(value: Any) -> bool:
+    """Whether JAX's lowering constrains the value to its type (a value typed over a mesh
+    with Explicit axes: ``sdy.sharding_constraint %v <@mesh, [{"y", ?}, {?}]>``), which
+    places it before any constraint of the user's is imported."""
+    mesh = value.mesh
+    return bool(value.shape) and mesh is not None and AxisType.Explicit in mesh.axis_types
 
 
 def _live_uses(flat: Flat, constraints: list, outputs: list) -> dict:
@@ -280,3 +288,27 @@ def _read_after(flat: Flat, operand: int, value: int, every: bool = False) -> No
             nums = tuple(value if (i < count and n == operand) else n
                          for i, n in enumerate(nums))
             flat.steps[k] = (entry, rule_, nums, types, path, count)
+
+
+def joined_constraint_pin(placed: tuple | None, value: Any, mesh: Any) -> tuple | None:
+    """A constraint's pin on a mesh with Explicit axes as JAX lowers it (None: not
+    propagated): per dimension the operand type's Explicit axes, then the constraint's
+    (it may name Auto axes only); where the type holds an Explicit axis every dimension is
+    closed, an UNCONSTRAINED one keeping the type's axes alone (seen: ``P(UNCONSTRAINED,
+    'x')`` on a value typed ``P(None, 'y')``, 'y' Explicit, is ``[{}, {"y", "x"}]``)."""
+    if placed is None or value.mesh is None or value.mesh != mesh.abstract:
+        return None
+    spec = value.spec or PartitionSpec()
+    if spec.unreduced or spec.reduced:
+        return None
+    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t is AxisType.Explicit}
+    entries = tuple(spec) + (None,) * len(value.shape)
+    typed = tuple(tuple(a for a in ((e,) if isinstance(e, str) else e or ())
+                        if a in explicit and mesh.axis_size(a) != 1)
+                  for e in entries[:len(value.shape)])
+    split, opens = placed
+    if any(a in explicit for d in split for a in d):
+        return None   # (JAX refuses it while tracing)
+    if any(a in explicit for e in entries for a in ((e,) if isinstance(e, str) else e or ())):
+        opens = (False,) * len(opens)
+    return tuple(t + d for t, d in zip(typed, split)), opens
