@@ -308,3 +308,26 @@ def test_an_unconstrained_dimension_takes_a_later_constraint_s_axis_through_an_a
 
 
 U = P.UNCONSTRAINED
+
+
+@pytest.mark.parametrize("how", ["out_shardings", "constraint"])
+def test_a_reduction_split_beyond_its_result_gathers_the_result(how):
+    """XLA reduces the operand where it stands and gathers the smaller result: the f32[1]
+    sums, 16 bytes per device, not the f32[1, 8] operand (128); an elementwise operation so
+    placed gathers its operand instead."""
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(Auto, Auto))
+    to_x = jax.sharding.NamedSharding(mesh, P("x"))
+    if how == "out_shardings":
+        f = jax.jit(lambda a: (jnp.sin(a).sum(1),), out_shardings=(to_x,))
+    else:
+        def f(a):
+            return (jax.lax.with_sharding_constraint(jnp.sin(a).sum(1), to_x),)
+    real, verdict = _both(f, ((8, 8), P(("x", "y"), None)))
+    expected, said = _keys(real, verdict.collectives)
+    assert verdict.collectives.complete and said == expected
+    assert [(c.kind, c.bytes_per_device, c.operand) for c in verdict.collectives] == [
+        ("all-gather", 16, None)]
+    real, verdict = _both(lambda a: (jax.lax.with_sharding_constraint(-jnp.sin(a), to_x),),
+                          ((8, 8), P(("x", "y"), None)))
+    assert [(c.kind, c.bytes_per_device) for c in verdict.collectives] == [
+        ("all-gather", 128)] == [(c.kind, c.bytes_per_device) for c in real]

@@ -4,6 +4,7 @@ and the cases of notes/jax-facts.md section 19."""
 
 from __future__ import annotations
 
+import numpy as np
 import jax
 import jax.numpy as jnp
 import pytest
@@ -405,3 +406,84 @@ def test_a_whole_slice_is_folded_away_before_an_in_spec_is_moved():
     real, verdict, _ = _explained(f, [((8, 8), P(None, "y"))])
     assert [r.spec for r in real] == [P(None, "y"), P()]
     assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+
+
+def _mixed(types, placed, f):
+    """The executable's result shardings, its collectives, and the spec's verdict of ``f``
+    over a 2 x 4 mesh of axis types ``types`` ('x', 'y')."""
+    from shardlaw.compiled_hlo import collectives_in_hlo
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("x", "y"),
+                             axis_types=types)
+    args = [jax.device_put(jnp.ones(shape), jax.sharding.NamedSharding(mesh, spec))
+            for shape, spec in placed]
+    compiled = jax.jit(f(mesh)).lower(*args).compile()
+    real = tuple(r.sharding for r in jax.jit(f(mesh))(*args))
+    made = sorted((c.kind, c.replica_groups, c.bytes_per_device)
+                  for c in collectives_in_hlo(compiled.as_text()))
+    return real, made, explain_program(describe_program(f(mesh), *args))
+
+
+def _said(verdict):
+    return sorted((c.kind, c.replica_groups.groups(), c.bytes_per_device)
+                  for c in verdict.collectives)
+
+
+@pytest.mark.parametrize("types, spec, constraint, expected", [
+    # the constraint joined with the type: its Explicit axes, then the constraint's
+    ("AE", P(None, "y"), P(None, "x"), P(None, ("y", "x"))),
+    ("AE", P("y", None), P("x", None), P(("y", "x"),)),
+    # where the type holds an Explicit axis, an UNCONSTRAINED dimension is closed
+    ("AE", P(None, "y"), P(P.UNCONSTRAINED, "x"), P(None, ("y", "x"))),
+    ("AE", P(None, "y"), P(P.UNCONSTRAINED, P.UNCONSTRAINED), P(None, "y")),
+    # a type without Explicit axes leaves it open: the value keeps its Auto 'x'
+    ("AE", P("x", None), P("x", P.UNCONSTRAINED), P("x",)),
+    ("EA", P("x", None), P(None, "y"), P("x", "y")),
+])
+def test_a_constraint_over_explicit_axes_is_joined_with_the_type(types, spec, constraint,
+                                                                  expected):
+    kinds = {"A": Auto, "E": jax.sharding.AxisType.Explicit}
+
+    def f(mesh):
+        return lambda a: (jnp.cos(jax.lax.with_sharding_constraint(
+            jnp.sin(a), jax.sharding.NamedSharding(mesh, constraint))),)
+    real, made, verdict = _mixed(tuple(kinds[t] for t in types), [((8, 8), spec)], f)
+    assert [r.spec for r in real] == [expected]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    assert verdict.collectives.complete and _said(verdict) == made
+
+
+@pytest.mark.parametrize("ins, outs, expected", [
+    (P("x", None), None, P("x", "y")),             # in the callee as written, not joined
+    (None, P(None, ("y", "x")), P(None, ("y", "x"))),
+    (P("x", "y"), None, P("x", "y")),
+])
+def test_an_inner_jit_s_shardings_over_explicit_axes_stay_as_written(ins, outs, expected):
+    """Over a mesh with Explicit axes an inner jit's shardings are constraints in its callee
+    as written (``[{"x"}, {}]`` on a value typed ``P(None, 'y')``), its operand constrained
+    to its type before: propagated through, not moved onto the operand."""
+    def f(mesh):
+        inner = jax.jit(lambda t: jnp.sin(t) * 2.0,
+                        in_shardings=None if ins is None else jax.sharding.NamedSharding(
+                            mesh, ins),
+                        out_shardings=None if outs is None else jax.sharding.NamedSharding(
+                            mesh, outs))
+        return lambda a: (jnp.cos(inner(jnp.cos(a))),)
+    real, made, verdict = _mixed((Auto, jax.sharding.AxisType.Explicit),
+                                 [((8, 8), P(None, "y"))], f)
+    assert [r.spec for r in real] == [expected]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    # (an inner jit's collectives are not planned: COLL-4 names it)
+    assert verdict.collectives.undetermined.rule == "COLL-4"
+
+
+@pytest.mark.parametrize("spec", [P("x", None), P(None, "y"), P("x", "y")])
+def test_a_shard_map_s_specs_over_explicit_axes_place_its_results(spec):
+    def f(mesh):
+        body = jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=spec,
+                             out_specs=spec)
+        return lambda a: (jnp.sin(body(jnp.cos(a))),)
+    real, made, verdict = _mixed((Auto, jax.sharding.AxisType.Explicit),
+                                 [((8, 8), P(None, "y"))], f)
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    # (a shard_map's collectives are not planned: COLL-4 names it)
+    assert verdict.collectives.undetermined.rule == "COLL-4"

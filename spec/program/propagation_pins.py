@@ -110,11 +110,6 @@ def boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path
     written)."""
     if sharding is UNSPECIFIED:
         return number
-    if AxisType.Explicit in mesh.axis_types:
-        # seen: an inner jit's out sharding P(None, ('x', 'z')) ('x' Auto) on a value typed
-        # P('y', 'z') came back P('y', 'z'): not kept as written
-        stop("PROP-6", "an inner jit's shardings or a shard_map's specs on a mesh with "
-              "Explicit axes are not propagated yet", path)
     placed = placed_pin(sharding, mesh, len(value.shape))
     if placed is None or any(placed[1]):
         stop("PROP-6", "an inner jit's in or out sharding is not a NamedSharding over the "
@@ -122,7 +117,11 @@ def boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path
     inner = flat.new(value)
     pin(flat, inner, *placed)
     link(flat, number, inner, path)
-    if into and not any(placed[1]):   # moved onto ``number`` once the dead code is gone
+    if into and not any(placed[1]) and AxisType.Explicit not in mesh.axis_types:
+        # moved onto ``number`` once the dead code is gone; over Explicit axes lowering
+        # constrains ``number`` to its type first, and the sharding stays a constraint in
+        # the callee as written (seen: P('x', None) on a value typed P(None, 'y') is
+        # ``[{"x"}, {}]``), propagated through
         flat.moves.append((number, inner, placed[0], path))
     return inner
 
