@@ -44,8 +44,8 @@ from .description import Program
 from .lowering import equation_path, live_parts
 from .primitives import NotPropagated, entry_of
 from .propagation import (
-    Split, Undetermined, dimension_splits, factor_sizes, folded_equations, propagate,
-    propagation_mesh, tensor_factor_splits,
+    Split, Undetermined, dimension_splits, factor_sizes, folded_equations,
+    predicted_results, propagate, propagation_mesh, tensor_factor_splits,
 )
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
@@ -351,7 +351,30 @@ def predicted_collectives(program: Program) -> Communication:
             found.append(c)
         for n in numbers:
             upstream[n] = before | own
-    return Communication(combined(found, after))
+    returned = _returns(program, splits, mesh, done)
+    if isinstance(returned, Undetermined):
+        return Communication(tuple(found), undetermined=returned)
+    return Communication(combined(found + returned, after))
+
+
+def _returns(program: Program, splits: dict, mesh: Mesh, done: set
+             ) -> list[Collective] | Undetermined:
+    """The reshards that bring each result to the placement it is returned on, where that
+    is not its value's split (an out sharding on an input, a type's over Explicit axes:
+    seen, an input on ``P(('x', 'y'), 'z')``, 'x' Auto, returned on its type's
+    ``P('y', 'z')`` after an all-gather and a collective-permute)."""
+    results = predicted_results(program)   # (propagate answered: so does this)
+    types = program.value_types
+    out: list[Collective] = []
+    for k, (n, need) in enumerate(zip(program.outputs, results)):
+        if splits[n] == need or (n, need) in done:
+            continue
+        done.add((n, need))
+        ((_, _, made),), _ = _constraint_plan((types[n],), (splits[n], need), mesh)
+        if isinstance(made, Undetermined):
+            return dataclasses.replace(made, path=f"result[{k}]")
+        out += [dataclasses.replace(c, path=f"result[{k}]") for c in made]
+    return out
 
 
 def read_after_a_chain(program: Program, live: tuple) -> Undetermined | None:

@@ -928,8 +928,7 @@ def predicted_results(program: Program) -> tuple[Split, ...] | Undetermined:
     return tuple(splits[n] if given is UNSPECIFIED or any(placed_pin(
                      given, mesh, len(program.value_types[n].shape))[1]) else
                  _placed_split(given, mesh, len(program.value_types[n].shape))
-                 for n, given in zip(program.outputs, program.out_shardings
-                                     or (UNSPECIFIED,) * len(program.outputs)))
+                 for n, given in zip(program.outputs, _out_shardings(program, mesh)))
 
 
 def predicted_sharding(program: Program, split: Split) -> NamedSharding:
