@@ -487,3 +487,49 @@ def test_a_shard_map_s_specs_over_explicit_axes_place_its_results(spec):
     assert verdict.out_shardings == tuple(from_jax(r) for r in real)
     # (a shard_map's collectives are not planned: COLL-4 names it)
     assert verdict.collectives.undetermined.rule == "COLL-4"
+
+
+def _inner(mesh, spec):
+    return jax.jit(lambda t: jnp.cos(t) * 2.0,
+                   in_shardings=jax.sharding.NamedSharding(mesh, spec))
+
+
+def _manual(mesh, spec):
+    return jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=spec, out_specs=spec)
+
+
+@pytest.mark.parametrize("name, f, expected", [
+    # two placements apart: neither is moved onto the value, propagation brings it both
+    ("two inner jits", lambda m: lambda g: (g * 2, _inner(m, P("x", None))(g),
+                                            _inner(m, P(None, "y"))(g)),
+     [P("x", "y"), P("x"), P(None, "y")]),
+    ("two shard_maps", lambda m: lambda g: (g * 2, _manual(m, P("x", None))(g),
+                                            _manual(m, P(None, "y"))(g)),
+     [P("x", "y"), P("x"), P(None, "y")]),
+    ("an inner jit and a constraint", lambda m: lambda g: (
+        g * 2, _inner(m, P("x", None))(g),
+        jax.lax.with_sharding_constraint(g, jax.sharding.NamedSharding(m, P(None, "y")))),
+     [P("x", "y"), P("x"), P(None, "y")]),
+    # two placements alike: moved onto the value
+    ("two inner jits alike", lambda m: lambda g: (g * 2, _inner(m, P("x", None))(g),
+                                                  _inner(m, P("x", None))(g)),
+     [P("x"), P("x"), P("x")]),
+])
+def test_a_value_passed_to_two_placements_is_placed_as_the_partitioner_does(name, f,
+                                                                           expected):
+    def g(mesh):
+        return lambda a: f(mesh)(jnp.sin(a))
+    real, _, verdict = _mixed((Auto, Auto), [((8, 8), P())], g)
+    assert [r.spec for r in real] == expected
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+
+
+def test_a_value_passed_to_two_placements_of_one_dimension_apart_is_left_open():
+    # 'x' and 'y' both want the rows: the one propagation meets first wins (here 'x')
+    def g(mesh):
+        return lambda a: (lambda v: (v * 2, _inner(mesh, P("x", None))(v),
+                                     _inner(mesh, P("y", None))(v)))(jnp.sin(a))
+    real, _, verdict = _mixed((Auto, Auto), [((8, 8), P())], g)
+    assert [r.spec for r in real] == [P("x"), P("x"), P("y")]
+    assert verdict.out_shardings[0] is UNSPECIFIED
+    assert verdict.undetermined[0][1].startswith("[PROP-4]")

@@ -127,17 +127,17 @@ def boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path
 
 
 def move_pins(flat: Flat, mesh: Any) -> Undetermined | None:
-    """Each live in sharding or in spec placed on the operand it is moved onto (an operand
-    placed otherwise keeps its placement), or why not."""
-    for number, inner, split, path in flat.moves:
-        if inner not in flat.live:
-            continue
-        if number in flat.bounded and flat.fixed[number] != split:
-            return Undetermined("PROP-6", "a value passed to two inner jits or shard_maps "
-                                "that place it differently: which the partitioner keeps is "
-                                "not written", path)
-        if number not in flat.fixed:
-            pin(flat, number, split, ())
+    """Each live in sharding or in spec placed on the operand it is moved onto where every
+    one on that operand agrees (an operand placed otherwise keeps its placement; seen: two
+    inner jits placing ``g`` on ``P('x', None)`` and ``P(None, 'y')`` leave it to
+    propagation, which brings it ``P('x', 'y')``), or why not."""
+    wanted: dict[int, set] = {}
+    for number, inner, split, _ in flat.moves:
+        if inner in flat.live:
+            wanted.setdefault(number, set()).add(split)
+    for number, splits in wanted.items():
+        if number not in flat.fixed and len(splits) == 1:
+            pin(flat, number, next(iter(splits)), ())
             flat.bounded.add(number)
     return None
 
@@ -219,17 +219,22 @@ def place_constraints(flat: Flat, constraints: list, outputs: list) -> Undetermi
         on.setdefault(c[0], []).append(c)
     made = {c[1] for c in constraints}
     edges = {result for _, result, _ in flat.joins}
+    moved = {m[0] for m in flat.moves if m[1] in flat.live}
+    for operand, _, (split, opens), _ in constraints:   # (a move and a constraint apart)
+        if operand in flat.bounded and (flat.fixed[operand] != split or any(opens)):
+            del flat.fixed[operand]
+            flat.bounded.discard(operand)
     for operand, result, (split, opens), path in constraints:
         pin(flat, result, split, opens)
         link(flat, operand, result, path)
-    moved = {m[0] for m in flat.moves}
     for operand, result, (split, opens), path in constraints:
         if operand in made or operand in flat.fixed or _type_constrained(flat.types[operand]):
             continue
         tail = _chain_tail(result, uses, on)
         if tail is not None and len(on[operand]) == 1 and operand not in moved:
             _read_after(flat, operand, tail)
-        if any(opens) or any(other[2] != (split, opens) for other in on[operand]):
+        if any(opens) or operand in moved or any(other[2] != (split, opens)
+                                                 for other in on[operand]):
             continue
         if operand in edges:
             if operand in outputs:
