@@ -296,11 +296,11 @@ def _bytes(shape: tuple[int, ...], dtype: str) -> int:
 def predicted_collectives(program: Program) -> Communication:
     """A step communicates, equation by equation of its live body, the reshards that bring
     each operand to its operation's splits (COLL-1, COLL-2) and the all-reduce of each split
-    reduction (COLL-3).
+    reduction (COLL-3), then each result's to the placement it is returned on.
 
     One value is brought to one split once; an iota is computed in the split it is needed
-    in. The list is complete where propagation
-    determines every value's split and every reshard is made one way.
+    in. The list is complete where propagation determines every value's split and every
+    reshard is made one way.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P
     >>> from shardlaw.spec.program.description import Opaque, Value
@@ -314,14 +314,12 @@ def predicted_collectives(program: Program) -> Communication:
       all-gather over ('y',) at body[0] (operand 1): float32[8, 8], 256 bytes per device
     """
     splits = propagate(program)
-    if isinstance(splits, Undetermined):
-        return Communication(undetermined=splits)
+    live = program.derived_once("live parts", lambda: live_parts(program)).equations
+    stopped = splits if isinstance(splits, Undetermined) else read_after_a_chain(program, live)
+    if stopped is not None:
+        return Communication(undetermined=stopped)
     mesh = propagation_mesh(program)
     types = program.value_types
-    live = program.derived_once("live parts", lambda: live_parts(program)).equations
-    chained = read_after_a_chain(program, live)
-    if chained is not None:
-        return Communication(undetermined=chained)
     folded = folded_equations(program)   # (propagate answered: so does this)
     found: list[Collective] = []
     done: set = set()   # (value, split) of each reshard made: XLA's CSE keeps one
