@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import jax
 
-from shardlaw.properties.program_ad_harness import typed
+from shardlaw.properties.program_ad_harness import placing, typed
 from shardlaw.spec import from_jax
 from shardlaw.spec.bridge.program import value_type_of
 from shardlaw.spec.program.control_flow import Cond, While
-from shardlaw.spec.program.description import DevicePut, Reshard, ShardingConstraint
 
 
 def jax_kinds(jaxpr, out=None) -> list:
@@ -43,12 +42,9 @@ def spec_placing(program) -> list:
     constraint's, device_put's and reshard's sharding and the types it gives."""
     out = []
     for eq in program.equations:
-        if isinstance(eq, ShardingConstraint):
-            out.append(("sharding_constraint", eq.sharding, typed(eq.results)))
-        elif isinstance(eq, DevicePut):
-            out.append(("device_put", eq.targets, typed(eq.results)))
-        elif isinstance(eq, Reshard):
-            out.append(("reshard", eq.sharding, typed(eq.results)))
+        placed = placing(eq)
+        if placed is not None:
+            out.append(placed)
         for body in spec_bodies(eq):
             out += spec_placing(body)
     return out
