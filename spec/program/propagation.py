@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -154,6 +155,7 @@ def _mesh_of(program: Program) -> Mesh | AbstractMesh | Undetermined:
     return mesh
 
 
+@functools.lru_cache(maxsize=1024)   # (a step's inputs share a few shardings)
 def _placed_split(sharding: Any, mesh: Any, rank: int) -> Split | None:
     """The split a placement the user wrote gives a value of ``rank`` dimensions (None: not
     a NamedSharding over ``mesh``, or with dimensions left to the compiler)."""
@@ -894,8 +896,6 @@ class _StepForm:
 class _StepMemo:
     """One equation's state in a propagation: its form (:class:`_StepForm`), the
     directions it last grew nothing along, and whether a value of it grew since."""
-
-    __slots__ = ("form", "directions", "sizes", "read", "idle", "dirty", "states")
 
     def __init__(self, form: _StepForm) -> None:
         self.form = form
