@@ -41,16 +41,16 @@ from typing import Any, Callable
 from ..core.values import UNCONSTRAINED
 from ..program.description import DevicePut, Jit, Program, Reshard, ShardingConstraint
 from .refused_bodies import ended, primal
+from .refused_collectives import COLLECTIVE_CALLS, collective_operands, refused_collective
 from .refused_primitives import primitive_frame, primitive_operands, refused_primitive
 
 __all__ = ["describe_refused"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
-          ("pjit", "reshard"): "reshard", ("parallel", "psum"): "collective",
-          ("parallel", "pmax"): "collective", ("parallel", "pmin"): "collective",
-          ("pjit", "_process_in_axis_resources"): "jit_in",
-          ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out"}
+          ("pjit", "reshard"): "reshard", ("pjit", "_process_in_axis_resources"): "jit_in",
+          ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out",
+          **{("parallel", name): "collective" for name in COLLECTIVE_CALLS}}
 
 
 def _files() -> dict[str, str]:
@@ -88,9 +88,12 @@ class _Level:
     def returning(self, values: list) -> tuple[Any, list]:
         """(the body traced so far, returning ``values``; its constants)."""
         from jax._src import source_info_util
+        from jax._src.lax.lax import asarray
 
         info = source_info_util.current()
-        outs = [self.trace.to_jaxpr_tracer(v, info) for v in values]
+        # (a Python scalar, a loop's initial carry, as the array JAX makes of it)
+        outs = [self.trace.to_jaxpr_tracer(v if hasattr(v, "aval") else asarray(v), info)
+                for v in values]
         names = self.debug_info._replace(result_paths=("",) * len(outs))
         return self.trace.to_jaxpr(outs, names, info)
 
@@ -117,7 +120,7 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
     """The jit bodies JAX was tracing when it raised ``error`` (outermost first) and the
     call it refused; None where the call is not of a kind described or sits in a body of
     another kind (a shard_map's, a transformation's inside the body)."""
-    from .refused_bodies import body_construct
+    from .refused_bodies import body_construct, construct_locals
 
     files = _files()
     roles = {path: role for role, path in files.items() if role != "jax"}
@@ -136,7 +139,7 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
         elif where == ("pjit", "_trace_for_jit"):
             pending = frame.f_locals
         elif kind is not None:
-            construct = (kind, frame.f_locals)
+            construct = (kind, construct_locals(kind, frame))
         elif where == ("loops", "_check_carry_type") and construct is not None:
             return (levels, _Refused("scan_carry", construct[1], None)) if levels else None
         elif where == ("loops", "_infer_scan_length") and construct is not None:
@@ -350,8 +353,7 @@ def _flat_operands(frame: dict, kind: str) -> list:
     if kind == "primitive":
         return primitive_operands(frame)
     if kind == "collective":
-        import jax
-        return jax.tree_util.tree_leaves(frame["x"])
+        return collective_operands(frame)
     return list(frame["args_ft"].vals)
 
 
@@ -423,7 +425,6 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
         from .refused_bodies import refused_branches
         return refused_branches(call, operands, path, read_body)
     if refused.kind == "collective":
-        from .refused_bodies import refused_collective
         return refused_collective(call, operands)
     if refused.kind == "primitive":
         return refused_primitive(call, operands, path)
