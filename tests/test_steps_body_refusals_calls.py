@@ -177,3 +177,59 @@ def test_the_same_loops_with_a_constraint_that_fits_are_accepted_as_jax_accepts_
     _, verdict, problems = held_to_jax(fun, np.ones((8, 4), np.float32))
     assert not problems, problems
     assert verdict.accepted
+
+
+def _custom_jvp(spec):
+    @jax.custom_jvp
+    def f(x):
+        return constrained(spec)(jnp.sin(x))
+
+    f.defjvp(lambda primals, tangents: (f(primals[0]), jnp.cos(primals[0]) * tangents[0]))
+    return f
+
+
+def _custom_vjp(spec):
+    @jax.custom_vjp
+    def f(x):
+        return constrained(spec)(jnp.sin(x))
+
+    f.defvjp(lambda x: (f(x), jnp.cos(x)), lambda c, g: (c * g,))
+    return f
+
+
+# name: (the function of a spec, the refused equation's path)
+CUSTOM = {
+    "custom_jvp": (lambda spec: lambda x: jnp.cos(_custom_jvp(spec)(x)),
+                   "body[0].jit.body[1]"),
+    "custom_vjp": (lambda spec: lambda x: jnp.cos(_custom_vjp(spec)(x)),
+                   "body[0].jit.body[1]"),
+    "custom_jvp-under-grad": (lambda spec: jax.grad(lambda x: _custom_jvp(spec)(x).sum()),
+                              "body[0].jit.body[1]"),
+    "custom_vjp-under-grad": (lambda spec: jax.grad(lambda x: _custom_vjp(spec)(x).sum()),
+                              "body[0].jit.body[1]"),
+    "custom_jvp-in-a-scan-body": (lambda spec: lambda x: lax.scan(
+        lambda c, r: (_custom_jvp(spec)(c * r), None), x, jnp.ones((2,) + x.shape))[0],
+        "body[1].scan.body[1].jit.body[1]"),
+    "custom_vjp-in-an-inner-jit": (lambda spec: lambda x: jnp.cos(
+        jax.jit(_custom_vjp(spec))(x * 2.0)), "body[1].jit.body[0].jit.body[1]"),
+}
+
+
+@checks("WSC-4")
+@pytest.mark.parametrize("name", sorted(CUSTOM))
+def test_a_constraint_refused_in_a_custom_functions_body_is_described(name):
+    """A constraint of rank 3 on a rank-2 value inside a custom_jvp or custom_vjp function's
+    body, called as it is, under grad, in a scan's body or an inner jit: JAX's ValueError
+    while tracing the body; the function described as a custom call whose body ends with the
+    constraint (called as a jit is), refused by WSC-4 at its path, the trace stage; the
+    constraint that fits is accepted by both."""
+    make, path = CUSTOM[name]
+    x = np.ones((8, 4), np.float32)
+    with pytest.raises(ValueError):
+        jax.jit(make(P(None, None, None))).trace(x)
+    _, verdict, problems = held_to_jax(make(P(None, None, None)), x)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.error_type) == (
+        "WSC-4", "trace", path, "ValueError")
+    _, verdict, problems = held_to_jax(make(P("x", "y")), x)
+    assert not problems and verdict.accepted, problems

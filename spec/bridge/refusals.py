@@ -136,6 +136,11 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             local = frame.f_locals
             levels.append(_Level(local["trace"], local["debug_info"], pending, construct))
             pending = construct = None
+        elif where == ("pe", "trace_to_jaxpr_dynamic") and construct is not None and \
+                construct[0] in ("custom_jvp", "custom_vjp"):   # a custom function's body
+            local = frame.f_locals
+            levels.append(_Level(local["trace"], local["fun"].debug_info, None, construct))
+            construct = None
         elif where == ("pjit", "_trace_for_jit"):
             pending = frame.f_locals
         elif kind is not None:

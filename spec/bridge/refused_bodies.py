@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from ..program.control_flow import Cond, Remat, Scan, While, stacked
+from ..program.control_flow import Cond, CustomJvp, CustomVjp, Remat, Scan, While, stacked
 from ..program.description import Equation, Program, ShardMap, Value
 
 __all__ = ["body_construct", "construct_locals", "body_call", "refused_carry",
@@ -53,6 +53,7 @@ def body_construct(frame: Any) -> str | None:
     """The kind of body whose tracing the JAX frame ``frame`` starts ("scan", "remat"),
     or None."""
     from jax._src import ad_checkpoint, shard_map
+    from jax._src.interpreters import partial_eval
     from jax._src.lax.control_flow import conditionals, loops
 
     name, local = frame.f_code.co_name, frame.f_locals
@@ -67,6 +68,9 @@ def body_construct(frame: Any) -> str | None:
         return "scan"
     if frame.f_code.co_filename == ad_checkpoint.__file__ and name == "fun_remat":
         return "remat"
+    if frame.f_code.co_filename == partial_eval.__file__ and name in (
+            "process_custom_jvp_call", "process_custom_vjp_call"):
+        return name[len("process_"):-len("_call")]
     if frame.f_code.co_filename == loops.__file__ and name == "_create_jaxpr" and \
             frame.f_back is not None and frame.f_back.f_code.co_name == "while_loop":
         return "while"
@@ -112,6 +116,8 @@ def _own_operands(kind: str, local: dict) -> list:
         return list(local["args"])
     if kind == "while":
         return list(local["init_val_flat"].vals)
+    if kind in ("custom_jvp", "custom_vjp"):
+        return list(local["tracers"])
     return list(local["args_flat"])
 
 
@@ -163,6 +169,10 @@ def body_call(level: Any, values: list, next_call: Next, read_body: Callable[...
             return (Cond(operands, made, branches=(body,)),)
         if kind == "shard_map":
             return (_shard_map(local, len(consts), operands, body, made),)
+        if kind in ("custom_jvp", "custom_vjp"):
+            custom = CustomJvp if kind == "custom_jvp" else CustomVjp
+            return (custom(operands, made, body=body, num_consts=len(consts),
+                           name=str(level.debug_info.func_name)),)
         cse = local.get("prevent_cse", True)
         return (Remat(operands, made, body=body, name="checkpoint",
                       prevent_cse=cse if isinstance(cse, bool) else True),)
