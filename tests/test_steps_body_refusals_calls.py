@@ -233,3 +233,67 @@ def test_a_constraint_refused_in_a_custom_functions_body_is_described(name):
         "WSC-4", "trace", path, "ValueError")
     _, verdict, problems = held_to_jax(make(P("x", "y")), x)
     assert not problems and verdict.accepted, problems
+
+
+def _spec_constraint(spec):
+    """A constraint by a bare spec, read over the shard_map body's mesh."""
+    return lambda h: lax.with_sharding_constraint(h, spec)
+
+
+def _inner_jit(**shardings):
+    return lambda h: jax.jit(lambda v: jnp.sin(v) * 2.0, **shardings)(h)
+
+
+# name: (the body of the shard_map, its manual axes, JAX's class, the rule, the path; None:
+# both accept)
+IN_SHARD_MAP = {
+    "constraint-of-a-rank-the-shard-lacks": (
+        lambda a: _spec_constraint(P(None, None, None))(jnp.sin(a)), ("x", "y"), "ValueError",
+        "WSC-4", "body[0].shard_map.body[1]"),
+    "named-constraint-of-a-rank-the-shard-lacks": (
+        lambda a: constrained(P(None, None, None))(jnp.sin(a)), ("x", "y"), "ValueError",
+        "WSC-4", "body[0].shard_map.body[1]"),
+    "constraint-naming-a-manual-axis": (
+        lambda a: _spec_constraint(P("x"))(jnp.sin(a)), ("x", "y"), "ValueError", "WSC-5",
+        "body[0].shard_map.body[1]"),
+    "constraint-over-an-axis-left-automatic": (
+        lambda a: _spec_constraint(P(None, "y"))(jnp.sin(a)), ("x",), None, None, None),
+    "constraint-in-a-scan-in-the-body": (lambda a: lax.scan(lambda c, r: (
+        _spec_constraint(P(None, None, None))(c * r), None), a, a[None])[0], ("x", "y"),
+        "ValueError", "WSC-4", "body[0].shard_map.body[1].scan.body[1]"),
+    "inner-jit-whose-in_shardings-the-shard-lacks": (
+        _inner_jit(in_shardings=NS(mesh(), P(None, None, None))), ("x", "y"), "ValueError",
+        "FIT-1", "body[0].shard_map.body[0].jit.in_shardings[0]"),
+    "inner-jit-whose-in_shardings-do-not-divide-the-shard": (
+        lambda a: _inner_jit(in_shardings=NS(mesh(), P(None, "y")))(a[:, :3]), ("x",),
+        "IndivisibleError", "FIT-1", "body[0].shard_map.body[1].jit.in_shardings[0]"),
+    "inner-jit-whose-out_shardings-the-shard-lacks": (
+        _inner_jit(out_shardings=NS(mesh(), P(None, None, None))), ("x", "y"), "ValueError",
+        "FIT-1", "body[0].shard_map.body[0].jit.out_shardings[0]"),
+    "inner-jit-whose-in_shardings-fit": (
+        _inner_jit(in_shardings=NS(mesh(), P(None, "y"))), ("x",), None, None, None),
+}
+
+
+@checks("WSC-4", "WSC-5", "FIT-1")
+@pytest.mark.parametrize("name", sorted(IN_SHARD_MAP))
+def test_a_constraint_or_an_inner_jit_refused_in_a_shard_map_body_is_described(name):
+    """A constraint inside a shard_map's body of a rank the shard lacks (WSC-4), or naming
+    a manual axis (WSC-5), an inner jit there whose in_shardings or out_shardings do not fit
+    the shard (FIT-1): JAX refuses while tracing the body; the spec checks the body's
+    constraints and inner jits on the per-shard values as JAX does, and refuses at the
+    equation's path with JAX's class, the trace stage; over an axis left automatic, or
+    shardings that fit, both accept."""
+    body, manual, error, rule, path = IN_SHARD_MAP[name]
+    fun = _mapped(body, manual, P(*manual) if manual == ("x",) else P("x"))
+    x = np.ones((8, 4), np.float32)
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    if error is None:
+        assert verdict.accepted
+        return
+    with pytest.raises(Exception) as refused:
+        jax.jit(fun).trace(x)
+    assert type(refused.value).__name__ == error
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        rule, "trace", path, error)
