@@ -5,16 +5,18 @@ whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` or a
 ``jax.sharding.reshard`` whose sharding does not place its operand (ARG-4), an inner jit
 whose shardings do not fit its operands or its results (FIT-1), a ``jax.shard_map`` whose
 specs do not fit its mesh, its arguments or its body's results (SMAP-3, SMAP-7, SMAP-8,
-SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`), a ``psum``,
-``pmean``, ``pmax`` or ``pmin`` in a shard_map's body over an axis the body may not use
-(SMAP-13), a primitive JAX cannot type over Explicit axes (a ``dot_general``, PROG-7; an
+SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`), a
+collective in a shard_map's body over an axis the body may not use or that does not divide
+its operand (SMAP-13, SMAP-21; described by
+:mod:`~shardlaw.spec.bridge.refused_collectives`), a primitive JAX cannot type over Explicit axes (a ``dot_general``, PROG-7; an
 elementwise operation or a ``select_n``, PROG-8; described by
 :mod:`~shardlaw.spec.bridge.refused_primitives`) —
 :func:`describe_refused` still describes the program: the equations JAX traced before the
 call, read from JAX's own trace as it stood when it refused, then the refused call described
 from the user's values (its operands and the shardings it was given), its results the
 program's. A call inside an inner jit's body is described inside that jit, whose body ends
-with it, and one inside a scan's, a cond's or a remat's body inside that construct
+with it, and one inside a scan's, a while loop's, a cond's, a remat's, a custom
+function's or a shard_map's body inside that construct
 (:mod:`~shardlaw.spec.bridge.refused_bodies`, which also describes a scan or a cond JAX
 refuses for its carry's or its branches' types, LOOP-1). An inner jit JAX traced under
 ``grad`` or ``jvp`` is described over the primal values of its operands. Where the refused
@@ -25,9 +27,9 @@ trace stage, at the equation's path (``body[2]``, ``body[1].jit.body[0]``,
 ``body[0].jit.in_shardings[0]``).
 
 The call is located from the frames JAX's error passed through (its traceback unfiltered):
-the jit, scan, cond, switch and remat bodies JAX was tracing, outermost first, and the call
-in the innermost. Where it cannot be located (a call inside a ``shard_map``'s body, a
-``while_loop``'s or a custom derivative's, under a ``vmap``; a refusal of another kind), or
+the jit, scan, while, cond, switch, remat, custom-function and shard_map bodies JAX was
+tracing, outermost first, and the call in the innermost. Where it cannot be located (a call
+under a ``vmap`` or in a custom derivative's rule; a refusal of another kind), or
 the spec does not refuse the described program at the trace stage with JAX's class, there is
 no description and JAX's error stands.
 """

@@ -1,5 +1,5 @@
-"""A call JAX refuses inside a loop's, a cond's, a remat's or a shard_map's body, or a loop
-JAX refuses for its carry.
+"""A call JAX refuses inside a loop's, a cond's, a remat's, a custom function's or a
+shard_map's body, or a loop JAX refuses for its carry.
 
 JAX traces the body of a ``jax.lax.scan`` and of a ``jax.checkpoint`` function as it
 traces a jit's, and refuses a call inside it (a constraint that does not fit its operand,
@@ -16,6 +16,15 @@ into it as it walks into any body and refuses at the equation's path
   body's stacked: the refusal inside it is checked, and no carry type is compared;
 * a remat's body is a :class:`~shardlaw.spec.program.control_flow.Remat` over the
   function's arguments, its results the refused body's;
+* a while loop's body is the body of a
+  :class:`~shardlaw.spec.program.control_flow.While` returning the carry it was given (its
+  predicate as JAX traced it), a refused predicate that of a While whose predicate returns
+  a bool of the description's after the refused call (its body, not traced yet, returns
+  the carry); the refused one is walked first or alone, at ``while.body[1]`` or
+  ``while.body[0]``;
+* a ``custom_jvp`` or ``custom_vjp`` function's body is a
+  :class:`~shardlaw.spec.program.control_flow.CustomJvp` or ``CustomVjp`` call of it
+  (without its rules), walked as a jit;
 * a cond's or a switch's branch is the only branch of a
   :class:`~shardlaw.spec.program.control_flow.Cond` over its index and operands;
 * a shard_map's body is a :class:`~shardlaw.spec.program.description.ShardMap` with the
