@@ -297,3 +297,38 @@ def test_a_constraint_or_an_inner_jit_refused_in_a_shard_map_body_is_described(n
     assert type(refused.value).__name__ == error
     assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
         rule, "trace", path, error)
+
+
+# name: (the function of a constraint, the refused equation's rule and path)
+UNDER_VMAP = {
+    "vmap-in-the-body": (lambda c: lambda x: jnp.cos(jax.vmap(
+        lambda r: c(jnp.sin(r)))(x)), "WSC-4", "body[1]"),
+    "vmap-along-axis-1": (lambda c: lambda x: jnp.cos(jax.vmap(
+        lambda r: c(jnp.sin(r)), in_axes=1, out_axes=1)(x)), "WSC-4", "body[1]"),
+    "vmap-in-a-scan-body": (lambda c: lambda x: lax.scan(lambda h, r: (jax.vmap(
+        lambda q: c(q * 2.0))(h * r), None), x, jnp.ones((2,) + x.shape))[0], "WSC-4",
+        "body[1].scan.body[2]"),
+    "vmap-in-an-inner-jit": (lambda c: lambda x: jnp.cos(jax.jit(jax.vmap(
+        lambda r: c(jnp.sin(r))))(x * 2.0)), "WSC-4", "body[1].jit.body[1]"),
+}
+
+
+@checks("WSC-4")
+@pytest.mark.parametrize("name", sorted(UNDER_VMAP))
+def test_a_constraint_refused_under_a_vmap_called_in_the_body_is_described(name):
+    """A constraint of rank 3 on a rank-1 example under a vmap called inside the function
+    (at its top, in a scan's body, in an inner jit; batched along axis 0 or 1): JAX's
+    ValueError while tracing the example; described as vmap's batching would stage it (its
+    spec with the batch dimension inserted, unconstrained), refused by WSC-4 at its path,
+    JAX's class, the trace stage; a constraint of rank 1 is accepted by both."""
+    make, rule, path = UNDER_VMAP[name]
+    x = np.ones((8, 4), np.float32)
+    fun = make(constrained(P(None, None, None)))
+    with pytest.raises(ValueError):
+        jax.jit(fun).trace(x)
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.error_type) == (
+        rule, "trace", path, "ValueError")
+    _, verdict, problems = held_to_jax(make(constrained(P("y"))), x)
+    assert not problems and verdict.accepted, problems

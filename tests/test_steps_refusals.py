@@ -108,12 +108,12 @@ def test_the_program_holds_what_was_traced_before_the_refused_call():
 
 
 def test_a_refusal_the_spec_does_not_describe_is_jaxs_own_error():
-    """A constraint of the wrong rank inside a vmap called in the function's body: JAX's
-    ValueError, unchanged (the spec does not locate a refusal under a vmap inside the body
-    yet; one inside a shard_map's body is described: tests/test_steps_body_refusals_calls.py)."""
+    """An inner jit whose in_shardings are of the wrong rank, under a vmap called in the
+    function's body: JAX's ValueError, unchanged (the spec describes only a constraint
+    under such a vmap yet: tests/test_steps_body_refusals_calls.py)."""
     def fun(v):
-        return jnp.cos(jax.vmap(lambda r: jax.lax.with_sharding_constraint(
-            jnp.sin(r), NS(mesh(), P(None, None, None))))(v))
+        return jnp.cos(jax.vmap(jax.jit(jnp.sin, in_shardings=NS(mesh(), P(None, None, None))))(
+            v))
 
     x = np.ones((6, 4), np.float32)
     with pytest.raises(Exception) as jax_refusal:

@@ -28,8 +28,10 @@ trace stage, at the equation's path (``body[2]``, ``body[1].jit.body[0]``,
 
 The call is located from the frames JAX's error passed through (its traceback unfiltered):
 the jit, scan, while, cond, switch, remat, custom-function and shard_map bodies JAX was
-tracing, outermost first, and the call in the innermost. Where it cannot be located (a call
-under a ``vmap`` or in a custom derivative's rule; a refusal of another kind), or
+tracing, outermost first, and the call in the innermost; a constraint under a ``vmap``
+called in a body is described as vmap's batching would stage it (its spec unconstrained
+along the batch dimension). Where it cannot be located (another call under such a
+``vmap``, a call in a custom derivative's rule; a refusal of another kind), or
 the spec does not refuse the described program at the trace stage with JAX's class, there is
 no description and JAX's error stands.
 """
@@ -320,7 +322,11 @@ def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., P
     from .refused_bodies import body_call
 
     if not rest:
-        return _flat_operands(refused.jit or refused.call, refused.kind), \
+        values = _flat_operands(refused.jit or refused.call, refused.kind)
+        if refused.kind == "constraint":
+            from .refused_bodies import unbatched
+            values, refused.call["batch_dims"] = unbatched(values)
+        return values, \
             lambda numbers, path: _placed(refused, path, _refused_equations(
                 refused, numbers, path, read_body))
     if rest[0].jit is None:
@@ -408,7 +414,11 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     call = refused.call
     if refused.kind == "constraint":
         out = []
-        for number, s in zip(operands, call["shardings_flat"]):
+        dims = call.get("batch_dims") or [None] * len(operands)
+        for number, s, dim in zip(operands, call["shardings_flat"], dims):
+            if dim is not None:   # under a vmap inside the body: as its batching makes it
+                from .refused_bodies import batched_sharding
+                s = batched_sharding(s, dim)
             sharding = _sharding(s, path)
             spec = getattr(sharding, "spec", None)
             loose = frozenset() if spec is None else frozenset(
