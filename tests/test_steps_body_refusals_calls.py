@@ -73,6 +73,15 @@ COLLECTIVES = {
         "body[0].shard_map.body[1]"),
     "axis_index-of-a-manual-axis": (_mapped(lambda a: a + lax.axis_index("y")),
                                     None, None, None),
+    "all_gather-of-a-dimension-out-of-range": (_mapped(
+        lambda a: lax.all_gather(a, "y", axis=3, tiled=True)), "ValueError", "SMAP-21",
+        "body[0].shard_map.body[1]"),
+    "psum_scatter-of-a-dimension-out-of-range": (_mapped(
+        lambda a: lax.psum_scatter(a, "y", scatter_dimension=3, tiled=True)), "IndexError",
+        "SMAP-21", "body[0].shard_map.body[1]"),
+    "all_to_all-concatenating-out-of-range": (_mapped(
+        lambda a: lax.all_to_all(a, "y", 0, 5, tiled=True)), "IndexError", "SMAP-21",
+        "body[0].shard_map.body[1]"),
     "all_gather-in-a-shard_map-called-in-a-scan-body": (lambda v: lax.scan(
         lambda c, r: (c + _left_automatic(lambda a: lax.all_gather(a, "y", tiled=True)[:4])(
             r), None), v[0], v[None])[0], "NameError", "SMAP-13",
@@ -85,8 +94,9 @@ COLLECTIVES = {
 def test_a_collective_refused_in_a_shard_map_body_is_described(name):
     """An all_gather, ppermute, psum_scatter, all_to_all or axis_index in a shard_map's
     body over an axis the body may not use (left automatic, or not the mesh's: JAX's
-    NameError), or a psum_scatter or all_to_all whose operand the axis's size does not
-    divide (JAX's ValueError), while JAX traces it: described as the equation JAX would
+    NameError), a psum_scatter or all_to_all whose operand the axis's size does not
+    divide (JAX's ValueError), or a dimension out of range (ValueError, IndexError) while
+    JAX traces it: described as the equation JAX would
     have staged, refused by SMAP-13 or SMAP-21 at its path, JAX's class, the trace stage;
     over manual axes, on operands they divide, both accept."""
     fun, error, rule, path = COLLECTIVES[name]
