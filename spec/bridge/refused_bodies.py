@@ -47,9 +47,8 @@ from ..program.control_flow import Cond, CustomJvp, CustomVjp, Remat, Scan, Whil
 from ..program.description import Equation, Program, ShardMap, Value
 
 __all__ = ["body_construct", "construct_locals", "body_call", "refused_carry", "unbatched",
-           "batched_sharding",
-           "refused_branches", "primal", "ended", "carry_operands", "cond_operands",
-           "refused_length"]
+           "batched_sharding", "refused_branches", "primal", "ended", "carry_operands",
+           "cond_operands", "refused_length"]
 
 # a body's next call: (its operands' value numbers, its path) -> the equations added
 Next = Callable[[tuple, str], tuple]
