@@ -367,20 +367,6 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
     return grew
 
 
-def _may_grow(f: str, split: tuple[str, ...], tensors: tuple, numbers: tuple, current: list,
-              fixed: "Limits") -> bool:
-    """Whether factor ``f``'s split would extend a tensor holding it in a dimension open
-    to growth (a factor that grows nothing leaves the partitioner no cut to make)."""
-    for dims, number, read in zip(tensors, numbers, current):
-        if number in fixed.closed or f not in read or read[f] == split:
-            continue
-        opens = fixed.open.get(number)
-        if opens is None or any(o and f in factors_of_dimension(d)
-                                for d, o in zip(dims, opens)):
-            return True
-    return False
-
-
 def _check_axes_apart(chosen: dict, current: list, path: str) -> None:
     """An axis another factor holds, or would take, in a tensor of a factor: Shardy cuts
     the split there, and what the partitioner then makes of the value is its own."""
@@ -1004,7 +990,7 @@ stop = _stop
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
     implied_out_shardings as _out_shardings, manual_boundary as _manual_boundary,
-    joined_constraint_pin as _joined_pin, move_pins as _move, pin as _pin,
+    joined_constraint_pin as _joined_pin, may_grow as _may_grow, move_pins as _move, pin as _pin,
     place_constraints as _place_constraints,
     typed_pins as _typed,
 )

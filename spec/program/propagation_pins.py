@@ -14,11 +14,12 @@ from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import AxisType, PartitionSpec
 from .description import Program
 from .primitives import Factors, entry_of
+from .sharding_factors import factors_of_dimension
 from .propagation import COPY, Flat, Split, Undetermined, placed_pin, stop
 
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
            "move_pins", "manual_boundary", "grown_split", "check_barred", "folded",
-           "place_constraints", "joined_constraint_pin"]
+           "place_constraints", "joined_constraint_pin", "may_grow"]
 
 
 def _apart(a: tuple, b: tuple) -> bool:
@@ -316,3 +317,17 @@ def joined_constraint_pin(placed: tuple | None, value: Any, mesh: Any) -> tuple 
     if any(a in explicit for e in entries for a in ((e,) if isinstance(e, str) else e or ())):
         opens = (False,) * len(opens)
     return tuple(t + d for t, d in zip(typed, split)), opens
+
+
+def may_grow(f: str, split: tuple[str, ...], tensors: tuple, numbers: tuple, current: list,
+             fixed: Any) -> bool:
+    """Whether factor ``f``'s split would extend a tensor holding it in a dimension open
+    to growth (a factor that grows nothing leaves the partitioner no cut to make)."""
+    for dims, number, read in zip(tensors, numbers, current):
+        if number in fixed.closed or f not in read or read[f] == split:
+            continue
+        opens = fixed.open.get(number)
+        if opens is None or any(o and f in factors_of_dimension(d)
+                                for d, o in zip(dims, opens)):
+            return True
+    return False
