@@ -66,13 +66,16 @@ def vmap_hit_counts() -> dict[str, tuple[int, int]]:
 @dataclasses.dataclass(frozen=True)
 class Vmap:
     """One ``jax.vmap``: ``in_axes`` (one entry per input), ``out_axes``, the batch size,
-    whether vmap is given it as ``axis_size``, and ``spmd_axis_name``."""
+    whether vmap is given it as ``axis_size``, ``spmd_axis_name``, and the Explicit mesh
+    axes each batched argument's mapped dimension is split over (``splits``: None, or one
+    spec entry or None per input: the arguments as the user places them)."""
 
     in_axes: tuple
     out_axes: Any = 0
     size: int = 2
     pass_size: bool = False
     spmd: Any = None
+    splits: Any = None
 
     @property
     def jax_options(self) -> dict:
@@ -94,7 +97,8 @@ def batched_inputs(vc: VmapCase) -> tuple:
     for v in vc.vmaps:
         ranks = [len(x.shape) for x in inputs]
         axes = [None if a is None else a % (r + 1) for a, r in zip(v.in_axes, ranks)]
-        inputs = tuple(batched_input(x, a, v.size) for x, a in zip(inputs, axes))
+        splits = v.splits or (None,) * len(inputs)
+        inputs = tuple(batched_input(x, a, v.size, e) for x, a, e in zip(inputs, axes, splits))
     return inputs
 
 
@@ -108,9 +112,10 @@ def _vmapped_by_spec(program: Program, vmaps: tuple[Vmap, ...]) -> Program:
     if len(vmaps) == 1:
         (v,) = vmaps
         return vmap_program(program, v.in_axes, v.out_axes, axis_size=v.size,
-                            spmd_axis_name=v.spmd)
+                            spmd_axis_name=v.spmd, in_splits=v.splits)
     return nested_vmap_program(program, [
-        dict(in_axes=v.in_axes, out_axes=v.out_axes, axis_size=v.size, spmd_axis_name=v.spmd)
+        dict(in_axes=v.in_axes, out_axes=v.out_axes, axis_size=v.size, spmd_axis_name=v.spmd,
+             in_splits=v.splits)
         for v in vmaps])
 
 
@@ -316,7 +321,44 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
     if draw(st.integers(0, 3)) == 0:
         ranks = [r + (a is not None) for r, a in zip(ranks, vmaps[0].in_axes)]
         vmaps.append(draw(_vmap(ranks, outputs)))
+    if explicit:
+        vmaps = draw(_split_batches(case, vmaps))
     return VmapCase(case, tuple(vmaps))
+
+
+@st.composite
+def _split_batches(draw: Any, case: Case, vmaps: list[Vmap]) -> list[Vmap]:
+    """The vmaps (innermost first), each one time in two mapping dimensions split over an
+    Explicit mesh axis (BAT-9: JAX types the batch dimension with it): one axis of a
+    mapped argument's mesh that divides the batch and its type does not use, given to
+    every mapped argument on that mesh it fits; one time in four one of them left unsplit
+    (split unlike the others, which vmap refuses)."""
+    from shardlaw.spec import AxisType, NamedSharding
+    inputs, out = case.inputs, []
+    for v in vmaps:
+        ranks = [len(x.shape) for x in inputs]
+        axes = [None if a is None else a % (r + 1) for a, r in zip(v.in_axes, ranks)]
+
+        def fits(x: Any, name: str) -> bool:
+            s = x.sharding
+            return (isinstance(s, NamedSharding) and name in s.mesh.axis_names
+                    and s.mesh.axis_type(name) is AxisType.Explicit
+                    and v.size % s.mesh.axis_size(name) == 0 and name not in s.spec.axes())
+        names = sorted({n for x, a in zip(inputs, axes) if a is not None
+                        and isinstance(x.sharding, NamedSharding)
+                        for n in x.sharding.mesh.axis_names if fits(x, n)})
+        if names and draw(st.booleans()):
+            name = draw(st.sampled_from(names))
+            splits = [name if a is not None and fits(x, name) else None
+                      for x, a in zip(inputs, axes)]
+            split_at = [k for k, e in enumerate(splits) if e is not None]
+            if len(split_at) > 1 and draw(st.integers(0, 3)) == 0:
+                splits[draw(st.sampled_from(split_at))] = None
+            v = dataclasses.replace(v, splits=tuple(splits))
+        out.append(v)
+        splits = v.splits or (None,) * len(inputs)
+        inputs = tuple(batched_input(x, a, v.size, e) for x, a, e in zip(inputs, axes, splits))
+    return out
 
 
 @st.composite

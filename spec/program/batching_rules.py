@@ -47,7 +47,7 @@ from .shardmap_batching import (
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["BatchAxis", "BatchedBody", "batch_body", "push_batched", "batch_jit_body",
+__all__ = ["BatchAxis", "BatchedBody", "split_batch", "batch_entry", "batch_body", "push_batched", "batch_jit_body",
            "batched_type", "inserted", "rearranged", "moved_axis", "transpose_equation",
            "broadcast_equation", "KEEPS_AXIS", "SHIFTS", "MOVES"]
 
@@ -83,7 +83,8 @@ def _reduced(params: dict, d: int) -> tuple[dict, int]:
 @dataclasses.dataclass(frozen=True)
 class BatchAxis:
     """What one vmap batches over: the batch size as the values inside see it, the spmd
-    axes (None: none), and the context mesh of the jit being batched."""
+    axes (None: none), the context mesh of the jit being batched, and the Explicit mesh
+    axes the mapped arguments' types split the mapped dimension over (None: none; BAT-9)."""
 
     size: int
     names: tuple[str, ...] | None
@@ -91,6 +92,22 @@ class BatchAxis:
     varying: frozenset[str] = frozenset()   # inside a shard_map: the spmd axes
     outer: frozenset[str] = frozenset()     # the spmd axes of the vmaps this one is inside
     casts: frozenset[str] = frozenset()     # inside a check_vma shard_map: all of them
+    explicit: tuple[str, ...] | None = None  # JAX's explicit_mesh_axis
+
+
+def split_batch(value: Value, d: int | None, axis: BatchAxis) -> Value:
+    """A batched value's type as JAX's vmap over Explicit axes types it: its batch dimension
+    ``d`` split over the mapped arguments' Explicit axes (JAX inserts them there wherever a
+    batch dimension is made: a mapped argument, a broadcast of an unbatched value to the
+    batch, a batched typed parameter); unchanged where vmap maps no such split, the value
+    is unbatched or its type is over no mesh."""
+    if d is None or not axis.explicit or value.mesh is None:
+        return value
+    old = value.spec if value.spec is not None else P()   # P(reduced=...) is falsy
+    parts = list(old) + [None] * (len(value.shape) - len(old))
+    parts[d] = _spec_entry(axis.explicit)
+    return dataclasses.replace(value, spec=P(*parts, unreduced=old.unreduced,
+                                             reduced=old.reduced))
 
 
 # --------------------------------------------------------------------------- values
@@ -137,8 +154,8 @@ class BatchedBody:
         count = len(program.inputs) + len(program.consts)
         self.number = list(range(count))
         self.dims: list[int | None] = list(dims) + [None] * len(program.consts)
-        self.types = [batched_type(v, d, axis.size, axis.varying) for v, d in
-                      zip(program.value_types[:count], self.dims)]
+        self.types = [split_batch(batched_type(v, d, axis.size, axis.varying), d, axis)
+                      for v, d in zip(program.value_types[:count], self.dims)]
         self.equations: list[Equation] = []
         self.batched: dict = {}
 
@@ -150,8 +167,13 @@ class BatchedBody:
         return self.batched[key]
 
     def add(self, eq: Equation, dims: tuple) -> None:
-        """Append ``eq`` (typed against the values so far) and its results' batch axes."""
+        """Append ``eq`` (typed against the values so far) and its results' batch axes (a
+        batched result's batch dimension split over the Explicit axes vmap maps over)."""
         eq = _typed(eq, self.types)
+        if self.axis.explicit and eq.results:
+            results = tuple(split_batch(r, d, self.axis) for r, d in zip(eq.results, dims))
+            if results != tuple(eq.results):
+                eq = eq.renumbered(eq.operands, results)
         self.equations.append(eq)
         self.types.extend(eq.results)
         self.dims.extend(dims)
@@ -253,8 +275,8 @@ def _batch_device_put(rw: BatchedBody, eq: DevicePut, numbers: tuple, dims: tupl
 @BATCHING.register("reshard")
 def _batch_reshard(rw: BatchedBody, eq: Reshard, numbers: tuple, dims: tuple, path: str
                    ) -> None:
-    s = eq.sharding
-    spec = P(*inserted(s.spec.partitions, min(dims[0], len(s.spec)), None),
+    s = eq.sharding   # the batch dimension split as vmap maps it (JAX's get_sharding_for_vmap)
+    spec = P(*inserted(s.spec.partitions, min(dims[0], len(s.spec)), batch_entry(rw.axis)),
              unreduced=s.spec.unreduced, reduced=s.spec.reduced)
     rw.add(dataclasses.replace(eq, operands=numbers, results=None,
                                sharding=NamedSharding(s.mesh, spec)), dims)
@@ -345,6 +367,12 @@ def _batch_constraint(eq: ShardingConstraint, numbers: tuple, dim: int, rw: Batc
 
 def _spec_entry(names: tuple[str, ...] | None) -> Any:
     return None if names is None else names[0] if len(names) == 1 else names
+
+
+def batch_entry(axis: BatchAxis) -> Any:
+    """The spec entry JAX writes for a batch dimension it makes (``get_sharding_for_vmap``):
+    the Explicit axes vmap maps over, else None (unsplit)."""
+    return _spec_entry(axis.explicit)
 
 
 def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis, path: str
@@ -546,8 +574,8 @@ def _batch_broadcast(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, p
     (result,) = eq.results
     shape = (_batch_size_held(rw, numbers, dims),) + tuple(result.shape)
     kept = tuple(int(i) + 1 for i in _param(eq, "broadcast_dimensions"))
-    typed = _param(eq, "sharding")   # JAX's batcher: the parameter, unsplit at 0
-    typed = NamedSharding(typed.mesh, _batch_spec(typed.spec, 0, None)) if isinstance(
+    typed = _param(eq, "sharding")   # JAX's batcher: the parameter, the batch entry at 0
+    typed = NamedSharding(typed.mesh, _batch_spec(typed.spec, 0, batch_entry(rw.axis))) if isinstance(
         typed, NamedSharding) else None
     rw.add(broadcast_equation(operand, rw.types[operand], shape, (0,) + kept, typed), (0,))
 
