@@ -98,6 +98,7 @@ from ..transforms.batching import (
 )
 from .batching_rules import (
     KEEPS_AXIS, MOVES, BatchAxis, BatchedBody, batch_body, batch_entry, batch_jit_body,
+    batch_typed,
     broadcast_equation, inserted, moved_axis, push_batched, rearranged, transpose_equation,
 )
 from .description import Jit, Program, ShardingConstraint, Value, check_program
@@ -245,8 +246,7 @@ def _moves(rw: BatchedBody, outputs: list[int], out_axes: tuple, views: list[Val
                 check_not_reduced_when_moved(value.spec, f"outputs[{k}]", False)
             shape = inserted(value.shape, target, rw.axis.size)
             kept = tuple(i for i in range(len(shape)) if i != target)
-            typed = None if value.mesh is None else NamedSharding(value.mesh, P(*inserted(
-                tuple(value.spec or ()), target, batch_entry(rw.axis))))
+            typed = batch_typed(value, target, batch_entry(rw.axis))
             rw.add(broadcast_equation(n, value, shape, kept, typed), (target,))
         else:
             rw.add(transpose_equation(n, value, moved_axis(len(value.shape), source, target)), (target,))
@@ -454,9 +454,10 @@ def _explicit_axes(given: tuple[Value, ...], axes: tuple, names: tuple[str, ...]
     batching goes on with, and the Explicit axes the mapped dimension is split over."""
     parts = tuple(tuple(_axes(e) for e in tuple(v.spec or ()) + (None,) * (
         len(v.shape) - len(tuple(v.spec or ())))) for v in given)
-    names = explicit_batch_axes(parts, axes, names)
     mapped = [p[a] for p, a in zip(parts, axes) if a is not None]
-    return names, (mapped[0] if mapped and mapped[0] else None)
+    if not any(mapped):   # (no mapped dimension split: BAT-9 holds, the batch unsplit)
+        return names, None
+    return explicit_batch_axes(parts, axes, names), (mapped[0] or None)
 
 
 def _axes(entry: Any) -> tuple[str, ...]:

@@ -31,7 +31,8 @@ import dataclasses
 from typing import Any
 
 from .batching_rules import (
-    BatchedBody, batched_type, broadcast_equation, moved_axis, transpose_equation,
+    BatchedBody, batch_entry, batch_typed, batched_type, broadcast_equation, moved_axis,
+    transpose_equation,
 )
 from .description import Opaque, Value, check_program
 from .primitives import BATCHING
@@ -65,7 +66,8 @@ def _front(rw: BatchedBody, number: int, d: int | None, size: int) -> int:
     value = rw.types[number]
     if d is None:
         shape = (size,) + tuple(value.shape)
-        rw.add(broadcast_equation(number, value, shape, tuple(range(1, len(shape)))), (0,))
+        rw.add(broadcast_equation(number, value, shape, tuple(range(1, len(shape))),
+                                  batch_typed(value, 0, batch_entry(rw.axis))), (0,))
     elif d != 0:
         rw.add(transpose_equation(number, value, moved_axis(len(value.shape), d, 0)), (0,))
     else:

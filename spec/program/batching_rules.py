@@ -49,7 +49,7 @@ P = PartitionSpec  # the name the examples use
 
 __all__ = ["BatchAxis", "BatchedBody", "split_batch", "batch_entry", "batch_body", "push_batched", "batch_jit_body",
            "batched_type", "inserted", "rearranged", "moved_axis", "transpose_equation",
-           "broadcast_equation", "KEEPS_AXIS", "SHIFTS", "MOVES"]
+           "broadcast_equation", "unit_typed", "batch_typed", "batched_parameter", "typed_like", "KEEPS_AXIS", "SHIFTS", "MOVES"]
 
 # The names of the primitives of each batching family as the table declares them on import
 # (the PROG-0 refusal of an equation vmap cannot batch reads the table when it refuses);
@@ -170,7 +170,10 @@ class BatchedBody:
         """Append ``eq`` (typed against the values so far) and its results' batch axes (a
         batched result's batch dimension split over the Explicit axes vmap maps over)."""
         eq = _typed(eq, self.types)
-        if self.axis.explicit and eq.results:
+        # (a broadcast_in_dim is typed by its sharding parameter, as each batching rule
+        # binds it, or from its operand: JAX's rules leave some batch dimensions unsplit)
+        if self.axis.explicit and eq.results and getattr(eq, "primitive", None) != \
+                "broadcast_in_dim":
             results = tuple(split_batch(r, d, self.axis) for r, d in zip(eq.results, dims))
             if results != tuple(eq.results):
                 eq = eq.renumbered(eq.operands, results)
@@ -460,6 +463,10 @@ def _batch_keeping_axis(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple
     results = tuple(_split_as_operands(batched_type(r, d, size, varying),
                                        [rw.types[n] for n in numbers])
                     for r in eq.results)
+    if name == "convert_element_type" and _param(eq, "sharding"):   # its typed parameter
+        params = {**dict(eq.params), "sharding": batched_parameter(_param(eq, "sharding"),
+                                                                   d, rw.axis)}
+        eq = dataclasses.replace(eq, params=tuple(sorted(params.items())))
     rw.add(eq.renumbered(numbers, results), (d,) * len(results))
 
 
@@ -475,9 +482,10 @@ def aligned_operands(rw: BatchedBody, numbers: tuple, dims: tuple) -> tuple[int,
         if value.shape == () or d == 0:
             moved.append(n)
             continue
-        if d is None:
+        if d is None:   # (over a mesh, bound with the type's sharding, unsplit at 0)
             shape = (1,) + tuple(value.shape)
-            rw.add(broadcast_equation(n, value, shape, tuple(range(1, len(shape)))), (None,))
+            rw.add(broadcast_equation(n, value, shape, tuple(range(1, len(shape))),
+                                      unit_typed(value, 0)), (None,))
         else:
             rw.add(transpose_equation(n, value, moved_axis(len(value.shape), d, 0)), (0,))
         moved.append(len(rw.types) - 1)
@@ -525,7 +533,13 @@ def _batch_reduction(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, p
                      ) -> None:
     """A reduction under vmap: its reduced axes move past the batch axis, its result split
     as its batched operand less the reduced dimensions."""
-    _shifted(rw, eq, numbers, dims, path, _reduced,
+    def shift(params: dict, d: int) -> tuple[dict, int]:
+        params, out = _reduced(params, d)
+        if params.get("out_sharding") is not None:   # its typed parameter, at the result's axis
+            params = {**params, "out_sharding": batched_parameter(params["out_sharding"], out,
+                                                                  rw.axis)}
+        return params, out
+    _shifted(rw, eq, numbers, dims, path, shift,
              lambda r, params: _reduced_split(r, rw.types[numbers[0]], params["axes"]))
 
 
@@ -649,6 +663,48 @@ def _literal_varying(rw: BatchedBody, number: int) -> int:
     rw.add(Opaque((), (dataclasses.replace(value.type, shape=(), varying=rw.axis.casts),),
                   primitive="pvary", params=(("axes", axes),)), (None,))
     return len(rw.types) - 1
+
+
+def batch_typed(value: Value, axis: int, entry: Any) -> NamedSharding | None:
+    """The sharding JAX's batching binds a broadcast of ``value`` with where it inserts a
+    dimension at ``axis`` split over ``entry`` (``batching.broadcast``: the type's spec
+    written out to its rank, ``entry`` inserted there; ``entry`` the Explicit axes vmap
+    maps over, or None for a dimension of 1); none where the type is over no mesh."""
+    if value.mesh is None:
+        return None
+    spec = value.spec if value.spec is not None else P()
+    entries = tuple(spec) + (None,) * (len(value.shape) - len(tuple(spec)))
+    return NamedSharding(value.mesh, P(*inserted(entries, axis, entry),
+                                       unreduced=spec.unreduced, reduced=spec.reduced))
+
+
+def batched_parameter(sharding: Any, axis: int, batch: BatchAxis) -> Any:
+    """A primitive's sharding parameter as its batching rule binds it (JAX's
+    ``get_sharding_for_vmap``): the batch dimension's entry (:func:`batch_entry`) inserted
+    in its spec at ``axis``; anything else (None) as it is."""
+    if not isinstance(sharding, NamedSharding):
+        return sharding
+    spec = sharding.spec
+    return NamedSharding(sharding.mesh, P(*inserted(spec.partitions, axis, batch_entry(batch)),
+                                          unreduced=spec.unreduced, reduced=spec.reduced),
+                         memory_kind=sharding.memory_kind)
+
+
+def unit_typed(value: Value, axis: int) -> NamedSharding | None:
+    """:func:`batch_typed` for a dimension of 1 (JAX's broadcasting batcher), unsplit."""
+    return batch_typed(value, axis, None)
+
+
+def typed_like(value: Value) -> NamedSharding | None:
+    """A broadcast to ``value``'s shape bound with its type's sharding (the spec written
+    out to its rank), as JAX's sort and select batching rules bind one; none where the
+    type is over no mesh."""
+    if value.mesh is None:
+        return None
+    spec = value.spec if value.spec is not None else P()
+    entries = tuple(spec) + (None,) * (len(value.shape) - len(tuple(spec)))
+    return NamedSharding(value.mesh, P(*entries, unreduced=spec.unreduced,
+                                       reduced=spec.reduced))
 
 
 def _param(eq: Opaque, name: str) -> Any:
