@@ -31,8 +31,8 @@ from typing import Any
 
 from ..core.rules import Rejection
 from .batching_rules import (
-    BatchedBody, batch_body, batch_jit_body, broadcast_equation, inserted, moved_axis,
-    transpose_equation,
+    BatchedBody, batch_body, batch_entry, batch_jit_body, batch_typed, broadcast_equation,
+    inserted, moved_axis, transpose_equation,
 )
 from .control_flow import Cond, CustomJvp, Scan, While
 from .description import Jit, Opaque, Program
@@ -51,7 +51,8 @@ def _moved_to(rw: BatchedBody, n: int, source: int | None, target: int) -> int:
     if source is None:
         shape = inserted(value.shape, target, rw.axis.size)
         kept = tuple(i for i in range(len(shape)) if i != target)
-        rw.add(broadcast_equation(n, value, shape, kept), (target,))
+        typed = batch_typed(value, target, batch_entry(rw.axis))   # JAX's batching.broadcast
+        rw.add(broadcast_equation(n, value, shape, kept, typed), (target,))
     else:
         rw.add(transpose_equation(n, value, moved_axis(len(value.shape), source, target)),
                (target,))
