@@ -241,3 +241,84 @@ def test_control_flow_vmapped_over_an_explicit_split_is_what_jax_traces(name):
     fun, shapes, axes = CONTROL_FLOW[name]
     _held(jax.vmap(jax.jit(fun), in_axes=axes), _batched(shapes, axes, "y"),
           equations=not name.startswith("cond"))
+
+
+# --------------------------------------------------------------------------- custom_vjp
+
+def _scaled(place):
+    """A custom_vjp of two inputs whose bwd places the first one's cotangent."""
+    @jax.custom_vjp
+    def scaled(w, v):
+        return w * v
+
+    def bwd(r, g):
+        w, v = r
+        return place(g * v), g * w
+    scaled.defvjp(lambda w, v: (scaled(w, v), (w, v)), bwd)
+    return scaled
+
+
+@checks("LOOP-3", "DA-1")
+@pytest.mark.parametrize("transform", ["vjp", "jvp", "linearize"])
+@pytest.mark.parametrize("devices", ["same", "other"])
+def test_a_custom_vjp_vmapped_then_differentiated_keeps_its_fwd_and_bwd(transform, devices):
+    """vmap batches a custom_vjp's fwd and bwd with its body: differentiated after vmap,
+    reverse mode runs the batched bwd (its constraint on other devices refused as JAX
+    refuses it), forward mode leaves a custom_lin JAX refuses when lowering (LOOP-3)."""
+    import test_control_flow_ad as cf
+    clip = cf._clip(cf.MESH if devices == "same" else cf.HALF)
+    verdict = cf.held(transform, jax.vmap(clip), cf.BATCH)
+    if transform != "vjp":
+        assert (verdict.rule, verdict.stage) == ("LOOP-3", "lower")
+    else:
+        assert verdict.accepted is (devices == "same")
+
+
+@checks("DA-1")
+@pytest.mark.parametrize("devices", ["same", "other"])
+def test_an_unmapped_input_s_cotangent_from_a_batched_bwd_is_summed(devices):
+    """An input vmap does not map: the batched bwd gives its cotangent per example, summed
+    over the batch (JAX's _match_axes_and_sum), the constraint on it held to JAX."""
+    import test_control_flow_ad as cf
+    mesh = cf.MESH if devices == "same" else cf.HALF
+    scaled = _scaled(lambda c: jax.lax.with_sharding_constraint(c, cf._on(mesh, None, "y")))
+    w = jax.device_put(np.ones((8, 4), np.float32), cf._on(cf.MESH))
+    fun = jax.vmap(scaled, in_axes=(None, 0))
+    verdict = cf.held("vjp", fun, w, cf.BATCH)
+    assert verdict.accepted is (devices == "same")
+    (call,) = [eq for eq in cf._walk(describe_program(fun, w, cf.BATCH))
+               if eq.kind == "custom_vjp_call"]
+    assert "reduce_sum" in [getattr(eq, "primitive", None) for eq in call.bwd.equations]
+
+
+@checks("LOOP-4")
+def test_a_custom_vjp_vmapped_over_an_explicit_split_is_differentiated_as_jax_does():
+    """The batch split over an Explicit axis: the batched bwd's cotangents typed with it,
+    the unmapped input's summed over the batch (the cotangent given is typed as the
+    result: JAX refuses a numpy one while tracing the batched bwd, which the spec does not
+    state)."""
+    import test_control_flow_ad as cf
+    from shardlaw.properties.program_ad_harness import compare_rewrite, run_function
+    from shardlaw.spec.program import vjp_program
+    scaled = _scaled(lambda c: c)
+    batch = jax.device_put(np.ones((2, 8, 4), np.float32), cf._on(cf.EXPLICIT, "x"))
+    w = jax.device_put(np.ones((8, 4), np.float32), cf._on(cf.EXPLICIT))
+    for fun, args in ((jax.vmap(scaled), (batch, batch)),
+                      (jax.vmap(scaled, in_axes=(None, 0)), (w, batch))):
+        program = describe_program(fun, *args)
+        jitted = jax.jit(fun)
+        vjp = jax.jit(lambda *pc: jax.vjp(jitted, *pc[:2])[1](pc[2]))
+        outcome = run_function(vjp, args + (batch,))
+        assert outcome.error is None, outcome.error
+        assert not compare_rewrite(lambda: vjp_program(program).applied, outcome,
+                                   equations=False)
+
+
+@checks("DA-1")
+@pytest.mark.parametrize("devices", ["same", "other"])
+def test_a_custom_vjp_differentiated_then_vmapped_is_what_jax_traces(devices):
+    """grad then vmap: the example's gradient (its bwd inline) batched as JAX batches it."""
+    import test_control_flow_ad as cf
+    clip = cf._clip(cf.MESH if devices == "same" else cf.HALF)
+    _, verdict = cf._vmap_held(jax.vmap(jax.grad(cf._loss(clip))), cf.BATCH)
+    assert verdict.accepted is (devices == "same")
