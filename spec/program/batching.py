@@ -78,7 +78,16 @@ each result when it is lowered (FIT-3), as JAX does with the call its batching r
 A refusal is the rule's :class:`~shardlaw.spec.core.rules.Rejection` at stage ``trace``,
 located at the equation (``body[3]``, ``body[0].jit.body[1]``,
 ``body[0].jit.in_shardings[0]``; the top-level jit's own shardings at ``in_shardings[0]``,
-``out_shardings[0]``). Arguments split over Explicit mesh axes (BAT-9) are not described.
+``out_shardings[0]``).
+
+A mapped dimension split over Explicit mesh axes is given by ``in_splits`` (one spec entry
+or None per argument: how the user's batched argument is typed there). JAX reads those
+splits from the arguments' types: they must agree and no unmapped argument may use those
+axes (BAT-9, each vmap's checked the outermost first); batching then goes on without
+spmd_axis_name (which may only name those axes), and every batched value's type splits
+its batch dimension over them, as JAX's ``explicit_mesh_axis`` types it: the arguments, a
+broadcast of an unbatched value to the batch where JAX's rule passes the axes, a batched
+typed parameter (a reshard's, a reshape's, a reduction's ``out_sharding``).
 """
 
 from __future__ import annotations
