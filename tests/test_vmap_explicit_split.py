@@ -322,3 +322,46 @@ def test_a_custom_vjp_differentiated_then_vmapped_is_what_jax_traces(devices):
     clip = cf._clip(cf.MESH if devices == "same" else cf.HALF)
     _, verdict = cf._vmap_held(jax.vmap(jax.grad(cf._loss(clip))), cf.BATCH)
     assert verdict.accepted is (devices == "same")
+
+
+# --------------------------------------------------------------------------- drawn cases
+
+@checks("BAT-9")
+@pytest.mark.parametrize("mixed", [False, True], ids=["explicit", "mixed"])
+def test_a_device_put_leaves_the_batch_dimension_as_its_target_types_it(mixed):
+    """A device_put in the body keeps its target under vmap (JAX's batching binds it as
+    it is), so its result's batch dimension is typed by that target, unsplit, and what
+    follows from it too (the vmap property drew both: the spec had typed them with the
+    mapped axes)."""
+    from shardlaw.properties.program_harness import Case, Recipe, Step
+    from shardlaw.properties.program_vmap_harness import Vmap, VmapCase, compare_vmapped
+    from shardlaw.spec import AxisType, Mesh, NamedSharding, P, Value
+    if mixed:
+        mesh = Mesh.iota((2, 2, 2), ("x", "y", "z"), (AxisType.Auto, AxisType.Auto,
+                                                      AxisType.Explicit))
+        x = Value.placed((6, 8), NamedSharding(mesh, P(None, None)))
+        case = Case((x, Value.numpy((6, 8))), Recipe((Step(
+            kind="device_put", operand=0, sharding=NamedSharding(mesh, P(None, None))),),
+            (2, 1)))
+        vmap = Vmap(in_axes=(0, None), size=2, spmd="z", splits=("z", None))
+    else:
+        mesh = Mesh.iota((2, 2), ("x", "y"), (AxisType.Explicit,) * 2)
+        x = Value.placed((4, 8), NamedSharding(mesh, P(None, None)))
+        case = Case((x, x), Recipe((Step(kind="device_put", operand=1, sharding=NamedSharding(
+            mesh, P(None, None))), Step(kind="neg", operand=2)), (3, 3)))
+        vmap = Vmap(in_axes=(0, 0), size=8, splits=("x", "x"))
+    assert not compare_vmapped(VmapCase(case, (vmap,)))
+
+
+@checks("PROG-0")
+@pytest.mark.parametrize("ops", [("argmax_onehot", "custom_vjp_clip", "broadcast", "sort"),
+                                 ("broadcast", "broadcast", "broadcast", "sort")])
+def test_a_sorted_operand_over_no_mesh_is_broadcast_onto_the_batched_one_s_mesh(ops):
+    """The steps fuzz layer under vmap of grad over Explicit axes: sort's batching binds the
+    broadcast of an operand typed over no mesh (an iota) with the batched operand's type,
+    so the result is over that mesh (the spec had typed it split over no mesh, PROG-0)."""
+    from shardlaw.properties import steps_harness
+    from shardlaw.properties.steps_strategies import FuzzCase
+    case = FuzzCase(ops=ops, transform="vmap_grad", grid=(8, 1), spec=("y", None),
+                    explicit=True, committed=True)
+    assert not steps_harness.compare_fuzz(case)

@@ -31,7 +31,8 @@ from typing import Any
 
 from .batching_rules import (
     BatchedBody, batch_entry, batch_typed, batched_parameter, batched_type,
-    broadcast_equation, moved_axis, transpose_equation, typed_like,
+    broadcast_equation, moved_axis, operands_batch_split, split_at, transpose_equation,
+    typed_like,
 )
 from .description import Opaque, Value, check_program
 from .primitives import BATCHING
@@ -74,7 +75,9 @@ def _spread(rw: BatchedBody, number: int, shape: tuple, kept: tuple, d: int | No
 def _bind(rw: BatchedBody, eq: Opaque, numbers: tuple, params: dict, d: int, size: int
           ) -> None:
     """``eq`` over ``numbers`` with ``params``, each result batched at ``d``."""
-    results = tuple(batched_type(r, d, size, rw.axis.varying) for r in eq.results)
+    entry = operands_batch_split(rw, tuple(numbers))   # the batch split as the operands'
+    results = tuple(split_at(batched_type(r, d, size, rw.axis.varying), d, entry)
+                    for r in eq.results)
     rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=results,
                                params=tuple(sorted(params.items()))), (d,) * len(results))
 
@@ -201,7 +204,10 @@ def _batch_reshape(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
     params["new_sizes"] = (size,) + tuple(params["new_sizes"])
     params["sharding"] = batched_parameter(params.get("sharding"), 0, rw.axis)
     (result,) = eq.results
-    typed = dataclasses.replace(batched_type(result, 0, size, rw.axis.varying))
+    # typed by its sharding parameter where bound with one, else from its operand
+    entry = batch_entry(rw.axis) if params.get("sharding") is not None else \
+        operands_batch_split(rw, (operand,))
+    typed = split_at(batched_type(result, 0, size, rw.axis.varying), 0, entry)
     rw.add(dataclasses.replace(eq, operands=(operand,), results=(typed,),
                                params=tuple(sorted(params.items()))), (0,))
 

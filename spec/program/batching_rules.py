@@ -47,7 +47,7 @@ from .shardmap_batching import (
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["BatchAxis", "BatchedBody", "split_batch", "batch_entry", "batch_body", "push_batched", "batch_jit_body",
+__all__ = ["BatchAxis", "BatchedBody", "split_batch", "split_at", "operands_batch_split", "batch_entry", "batch_body", "push_batched", "batch_jit_body",
            "batched_type", "inserted", "rearranged", "moved_axis", "transpose_equation",
            "broadcast_equation", "unit_typed", "batch_typed", "batched_parameter", "typed_like", "KEEPS_AXIS", "SHIFTS", "MOVES"]
 
@@ -96,18 +96,35 @@ class BatchAxis:
 
 
 def split_batch(value: Value, d: int | None, axis: BatchAxis) -> Value:
-    """A batched value's type as JAX's vmap over Explicit axes types it: its batch dimension
-    ``d`` split over the mapped arguments' Explicit axes (JAX inserts them there wherever a
-    batch dimension is made: a mapped argument, a broadcast of an unbatched value to the
-    batch, a batched typed parameter); unchanged where vmap maps no such split, the value
-    is unbatched or its type is over no mesh."""
-    if d is None or not axis.explicit or value.mesh is None:
+    """A batched body's input as JAX's vmap over Explicit axes types it (``unmapped_aval``
+    with the ``explicit_mesh_axis``): its batch dimension ``d`` split over the mapped
+    arguments' Explicit axes; unchanged where vmap maps no such split, the value is
+    unbatched or its type is over no mesh."""
+    return split_at(value, d, batch_entry(axis))
+
+
+def split_at(value: Value, d: int | None, entry: Any) -> Value:
+    """``value``'s type with dimension ``d`` split over ``entry`` (unchanged where ``d`` or
+    ``entry`` is None, or the type is over no mesh)."""
+    if d is None or entry is None or value.mesh is None:
         return value
     old = value.spec if value.spec is not None else P()   # P(reduced=...) is falsy
     parts = list(old) + [None] * (len(value.shape) - len(old))
-    parts[d] = _spec_entry(axis.explicit)
+    parts[d] = entry
     return dataclasses.replace(value, spec=P(*parts, unreduced=old.unreduced,
                                              reduced=old.reduced))
+
+
+def operands_batch_split(rw: "BatchedBody", numbers: tuple) -> Any:
+    """The split of the first batched operand's batch dimension (JAX types a result's batch
+    dimension from its operands': the mapped axes, or unsplit after a device_put to a
+    target that leaves it so); None where none is split."""
+    for n in numbers:
+        d, value = rw.dims[n], rw.types[n]
+        if d is not None:
+            entries = tuple(value.spec or ()) if value.mesh is not None else ()
+            return entries[d] if d < len(entries) else None
+    return None
 
 
 # --------------------------------------------------------------------------- values
@@ -167,16 +184,8 @@ class BatchedBody:
         return self.batched[key]
 
     def add(self, eq: Equation, dims: tuple) -> None:
-        """Append ``eq`` (typed against the values so far) and its results' batch axes (a
-        batched result's batch dimension split over the Explicit axes vmap maps over)."""
+        """Append ``eq`` (typed against the values so far) and its results' batch axes."""
         eq = _typed(eq, self.types)
-        # (a broadcast_in_dim is typed by its sharding parameter, as each batching rule
-        # binds it, or from its operand: JAX's rules leave some batch dimensions unsplit)
-        if self.axis.explicit and eq.results and getattr(eq, "primitive", None) != \
-                "broadcast_in_dim":
-            results = tuple(split_batch(r, d, self.axis) for r, d in zip(eq.results, dims))
-            if results != tuple(eq.results):
-                eq = eq.renumbered(eq.operands, results)
         self.equations.append(eq)
         self.types.extend(eq.results)
         self.dims.extend(dims)
@@ -552,8 +561,9 @@ def _shifted(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
         _not_batched(eq, dims, path)
     params, d = shift(dict(eq.params), dims[0])
     varying = rw.axis.varying | _carried(rw, eq, numbers)
-    results = tuple(batched_type(r, d, _batch_size_held(rw, numbers, dims), varying)
-                    for r in eq.results)
+    entry = operands_batch_split(rw, numbers)
+    results = tuple(split_at(batched_type(r, d, _batch_size_held(rw, numbers, dims), varying),
+                             d, entry) for r in eq.results)
     if resplit is not None:
         results = tuple(resplit(r, params) for r in results)
     rw.add(dataclasses.replace(eq, operands=numbers, results=results,
@@ -733,7 +743,10 @@ def broadcast_equation(operand: int, value: Value, shape: tuple, kept: tuple,
     dimensions unsplit and the kept ones split as the operand's."""
     sources = tuple(kept.index(i) if i in kept else None for i in range(len(shape)))
     spec = rearranged(value.spec, sources) if typed is None else type_spec(typed)
-    result = dataclasses.replace(value.type, shape=tuple(shape), spec=spec)
+    mesh = value.mesh
+    if typed is not None and spec is not None and mesh is None:   # (typed over its mesh)
+        mesh = typed.mesh.abstract if isinstance(typed.mesh, Mesh) else typed.mesh
+    result = dataclasses.replace(value.type, shape=tuple(shape), spec=spec, mesh=mesh)
     return Opaque((operand,), (result,),
                   primitive="broadcast_in_dim",
                   params=(("broadcast_dimensions", kept), ("sharding", typed),
