@@ -84,10 +84,12 @@ A mapped dimension split over Explicit mesh axes is given by ``in_splits`` (one 
 or None per argument: how the user's batched argument is typed there). JAX reads those
 splits from the arguments' types: they must agree and no unmapped argument may use those
 axes (BAT-9, each vmap's checked the outermost first); batching then goes on without
-spmd_axis_name (which may only name those axes), and every batched value's type splits
-its batch dimension over them, as JAX's ``explicit_mesh_axis`` types it: the arguments, a
-broadcast of an unbatched value to the batch where JAX's rule passes the axes, a batched
-typed parameter (a reshard's, a reshape's, a reduction's ``out_sharding``).
+spmd_axis_name (which may only name those axes). The batched arguments' types, and each
+batched body's inputs, split the batch dimension over them (JAX's ``explicit_mesh_axis``),
+as do a broadcast of an unbatched value to the batch where JAX's rule passes the axes and
+a batched typed parameter (a reshard's, a reshape's, a reduction's ``out_sharding``);
+other results are typed from their operands (a device_put keeps its target, which may
+leave the batch dimension unsplit, and so what follows from it).
 """
 
 from __future__ import annotations
