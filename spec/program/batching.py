@@ -288,6 +288,17 @@ def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
     Traceback (most recent call last):
     ...
     shardlaw.spec.core.rules.RejectionValueError: [WSC-7] at body[0]: vmap's spmd_axis_name ('x',) also appears in the with_sharding_constraint spec P('x', None) of body[0]; a mesh axis cannot split both the batch and another dimension
+
+    ``in_splits`` (None, or one spec entry or None per input) gives the Explicit axes each
+    mapped argument's mapped dimension is split over (module docstring, BAT-9):
+
+    >>> from shardlaw.spec import AxisType
+    >>> from shardlaw.spec.program.description import Opaque
+    >>> explicit = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> w = Value.placed((8,), NamedSharding(explicit, P()))
+    >>> sin = Program((w,), (Opaque((0,), primitive="sin", results=(w.type,)),), (1,))
+    >>> vmap_program(sin, axis_size=4, in_splits=("y",)).value_types[1].spec
+    P('y')
     """
     check_program(isinstance(program, Program), "the program vmapped", "a Program", program)
     options = {"in_axes": in_axes, "out_axes": out_axes, "axis_size": axis_size,
