@@ -101,12 +101,13 @@ def _stop(rule_id: str, why: str, path: str = "") -> None:
 # --------------------------------------------------------------------------- the mesh
 
 @rule("PROP-1", mirrors="jax._src.interpreters.pxla.lower_sharding_computation (Shardy)")
-def propagation_mesh(program: Program) -> Mesh | AbstractMesh | Undetermined:
+def propagation_mesh(program: Program, open_inputs: frozenset = frozenset()
+                     ) -> Mesh | AbstractMesh | Undetermined:
     """Propagation is predicted over one mesh, concrete or abstract, of Auto and Explicit axes that every input is placed on and every out sharding is over; closed-over constants are scalars.
 
     An input is placed by an in sharding, a committed NamedSharding or a ShapeDtypeStruct's
-    one, without unreduced axes. Nothing reads the mesh's devices: an abstract mesh of any
-    size is propagated as a concrete one of its shape.
+    one, without unreduced axes (but ``open_inputs``, placed as any value: EXE-5). Nothing
+    reads the mesh's devices: an abstract mesh of any size is propagated as a concrete one.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Value
@@ -126,6 +127,8 @@ def propagation_mesh(program: Program) -> Mesh | AbstractMesh | Undetermined:
                             "propagated yet")
     meshes = []
     for k, value in enumerate(program.inputs):
+        if k in open_inputs:
+            continue
         given = program.in_shardings[k] if program.in_shardings else UNSPECIFIED
         sharding = given if given is not UNSPECIFIED else (
             value.sharding if (value.committed or value.abstract) else None)
@@ -414,7 +417,8 @@ def _directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> di
 # --------------------------------------------------------------------------- the program
 
 @rule("PROP-4", mirrors="shardy: the propagation pass over a module (forward and backward)")
-def propagate(program: Program) -> dict[int, Split] | Undetermined:
+def propagate(program: Program, open_inputs: frozenset = frozenset()
+              ) -> dict[int, Split] | Undetermined:
     """Each value's split is what the placements the user wrote leave after moving through
     every live equation's sharding rule, forward then backward, pass by pass of the
     partitioner's schedule, until nothing grows.
@@ -432,24 +436,24 @@ def propagate(program: Program) -> dict[int, Split] | Undetermined:
     >>> propagate(Program((a, b), (add,), outputs=(2,)))[2]
     (('x',), ('y',))
     """
-    found = _propagated(program)
+    found = _propagated(program, open_inputs)
     if isinstance(found, Undetermined):
         return found
     flat, splits = found
     return {n: splits[i] for n, i in enumerate(flat.ids)}
 
 
-def _propagated(program: Program):
+def _propagated(program: Program, open_inputs: frozenset = frozenset()):
     """(the flat program, each value's split by its id), or why not."""
     def make() -> Any:
-        mesh = propagation_mesh(program)
+        mesh = propagation_mesh(program, open_inputs)
         if isinstance(mesh, Undetermined):
             return mesh
         live = program.derived_once("live parts", lambda: live_parts(program)).equations
         if program.keep_unused and not all(live):
             return Undetermined("PROP-4", "a jit that keeps unused inputs lowers its dead "
                                 "equations too; whether they propagate is not written")
-        flat = flatten(program, mesh)
+        flat = flatten(program, mesh, open_inputs)
         if isinstance(flat, Undetermined):
             return flat
         try:
@@ -468,7 +472,8 @@ def _propagated(program: Program):
         except _Stop as stopped:
             return stopped.undetermined
         return flat, splits
-    return program.derived_once("propagation", make)
+    return program.derived_once(f"propagation {sorted(open_inputs)}" if open_inputs
+                                else "propagation", make)
 
 
 def _check_unsplit(steps: list, splits: dict) -> None:
@@ -528,7 +533,8 @@ class Flat:
 
 
 @rule("PROP-6", mirrors="shardy's import of sharding constraints and result shardings")
-def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
+def flatten(program: Program, mesh: Mesh, open_inputs: frozenset = frozenset()
+            ) -> Flat | Undetermined:
     """The placements the user wrote are fixed splits: the inputs', a sharding constraint's
     result, and the value a constraint or an out sharding holds where that is its only use;
     a value with other uses is not constrained backward.
@@ -555,7 +561,9 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
     flat = Flat()
     try:
         for k, value in enumerate(program.inputs):
-            flat.fixed[flat.new(value)] = _input_split(program, k)
+            if k not in open_inputs:   # (one left to the compiler grows as any value)
+                flat.fixed[len(flat.types)] = _input_split(program, k)
+            flat.new(value)
         ids = list(range(len(program.inputs)))
         for c in program.consts:
             ids.append(flat.new(c.value))

@@ -157,6 +157,8 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     "AD-9": "lower",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
     "REF-3": "compile",
+    # Compiling: XLA refuses a donated input aliased before the compiler split it.
+    "EXE-5": "compile",
     # Refs under vmap and AD (the rewrites' rules), and in shard_map bodies (as the SMAP
     # rules): raised in the stage running, trace or lower.
     "REF-4": None, "REF-5": None, "REF-6": None, "REF-7": None, "REF-8": None,
@@ -251,6 +253,10 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
     "PROG-1": _left_to_jax(
         "JAX's abstract evaluation types each equation of the body while jit traces it; the "
         "engine reads the types JAX gives"),
+    "EXE-5": _left_to_jax(
+        "JAX's lowering aliases a donated input whose sharding it leaves to the compiler at "
+        "its whole shape, and XLA refuses compiling where the compiler splits it (jax#25346); "
+        "the engine compiles through JAX's jit, and XLA's refusal stands"),
     "PROG-7": _left_to_jax(
         "JAX's dot_general sharding rule types each matmul of the body (and of its "
         "gradient) while jit traces it; the engine traces through JAX's jit"),
