@@ -67,7 +67,9 @@ from .lowering import (
 from .primitives import TRACING, Kind, entry_of
 from .collectives import predicted_collectives
 from .propagation import predicted_choices, undetermined_results
-from .placement_checks import check_aliased_donations, crossmesh_choices, open_donations
+from .placement_checks import (
+    check_aliased_donations, crossmesh_choices, left_to_compiler, open_donations,
+)
 from .refs import check_no_closed_over_refs, check_shard_map_ref_writes
 from .shardmap import (
     check_listed_in_specs, lower_shard_maps, shardings_decision, trace_shard_map,
@@ -572,10 +574,11 @@ def _donated_results(program: Program, traced: Any) -> tuple:
 
 
 def _check_donations(program: Program, held: "_Held", traced: Any, lowered: Any) -> None:
-    """REF-3 for donated refs, then EXE-5 for donated inputs left to the compiler."""
+    """REF-3 for donated refs, then PROG-9 for donated inputs left to the compiler."""
     results = _donated_results(program, traced)
     held.check_donation(results, lowered.count)
-    check_aliased_donations(program, results, lowered.count, _kept(program))
+    if any(program.donated[i] for i in left_to_compiler(program)):
+        check_aliased_donations(program, results, lowered.count, _kept(program))
 
 
 def _kept(program: Program) -> tuple[int, ...]:

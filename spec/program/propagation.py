@@ -106,7 +106,7 @@ def propagation_mesh(program: Program, open_inputs: frozenset = frozenset()
     """Propagation is predicted over one mesh, concrete or abstract, of Auto and Explicit axes that every input is placed on and every out sharding is over; closed-over constants are scalars.
 
     An input is placed by an in sharding, a committed NamedSharding or a ShapeDtypeStruct's
-    one, without unreduced axes (but ``open_inputs``, placed as any value: EXE-5). Nothing
+    one, without unreduced axes (but ``open_inputs``, placed as any value: PROG-9). Nothing
     reads the mesh's devices: an abstract mesh of any size is propagated as a concrete one.
 
     >>> from shardlaw.spec import NamedSharding, P

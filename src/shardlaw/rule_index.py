@@ -36,8 +36,8 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
-['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-6', 'REF-2',
- 'WSC-10', 'WSC-11', 'WSC-12']
+['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-6', 'PROG-7',
+ 'PROG-8', 'PROG-9', 'REF-2', 'WSC-10', 'WSC-11', 'WSC-12']
 """
 
 from __future__ import annotations
@@ -153,12 +153,12 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     # results as compiled.
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
     "PROG-6": "compile", "PROG-7": "trace", "PROG-8": "trace",
+    # Compiling: XLA refuses a donated input aliased before the compiler split it.
+    "PROG-9": "compile",
     # A result typed over an Explicit mesh of another size than the device assignment.
     "AD-9": "lower",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
     "REF-3": "compile",
-    # Compiling: XLA refuses a donated input aliased before the compiler split it.
-    "EXE-5": "compile",
     # Refs under vmap and AD (the rewrites' rules), and in shard_map bodies (as the SMAP
     # rules): raised in the stage running, trace or lower.
     "REF-4": None, "REF-5": None, "REF-6": None, "REF-7": None, "REF-8": None,
@@ -253,7 +253,7 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
     "PROG-1": _left_to_jax(
         "JAX's abstract evaluation types each equation of the body while jit traces it; the "
         "engine reads the types JAX gives"),
-    "EXE-5": _left_to_jax(
+    "PROG-9": _left_to_jax(
         "JAX's lowering aliases a donated input whose sharding it leaves to the compiler at "
         "its whole shape, and XLA refuses compiling where the compiler splits it (jax#25346); "
         "the engine compiles through JAX's jit, and XLA's refusal stands"),
