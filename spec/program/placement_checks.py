@@ -26,7 +26,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ..core.rules import Failure, Rejection, reject, rule, tracing
+from ..core.rules import Failure, Rejection, reject, remembering, rule, tracing
 from ..core.shardings import UNCONSTRAINED, UNSPECIFIED, NamedSharding
 from ..core.values import AxisType, Mesh, PartitionSpec
 from ..placement.blocks import shard_shape, to_hlo
@@ -119,7 +119,14 @@ def crossmesh_choices(program: Program, shardings: Any) -> tuple:
     """Per output, the HLO sharding PROP-8 predicts the compiler gives a result a
     constraint or an inner jit's out sharding places, in a program over several meshes of
     one device list (None: not such a result, or not such a program); ``shardings``: the
-    device assignment's, in the module's order (kept inputs, out shardings, the body's)."""
+    device assignment's, in the module's order (kept inputs, out shardings, the body's).
+    The rules it applies are the spec's reading of the partitioner: a jit's trace does not
+    list them, and their answers are not remembered for the jit's own rules."""
+    with tracing(), remembering():
+        return _crossmesh_choices(program, shardings)
+
+
+def _crossmesh_choices(program: Program, shardings: Any) -> tuple:
     main = main_mesh(shardings)
     outputs = len(program.outputs)
     if main is None:
@@ -134,8 +141,7 @@ def crossmesh_choices(program: Program, shardings: Any) -> tuple:
                 and placer.mesh.devices == main.devices and _even(placer, shape)):
             out.append(None)
             continue
-        with tracing():
-            split = crossmesh_split(placer, main, len(shape))
+        split = crossmesh_split(placer, main, len(shape))
         out.append(to_hlo(NamedSharding(main, PartitionSpec(*(
             None if not a else a[0] if len(a) == 1 else a for a in split))), len(shape)))
     return tuple(out)
@@ -246,7 +252,7 @@ def compiler_placed_inputs(program: Program) -> dict:
     opened = left_to_compiler(program)
     if not opened:
         return {}
-    with tracing():   # (the spec's prediction: no step of JAX's jit)
+    with tracing(), remembering():   # (the spec's prediction: no step of JAX's jit)
         found = propagate(program, opened)
     return {i: found if isinstance(found, Undetermined) else found[i] for i in sorted(opened)}
 
@@ -261,7 +267,7 @@ def _placements(program: Program, results: tuple, devices: int, kept: tuple):
     if not pairs:
         return []
     placed = compiler_placed_inputs(program)
-    with tracing():
+    with tracing(), remembering():
         mesh = propagation_mesh(program, opened)
     sizes = {} if isinstance(mesh, Undetermined) else dict(zip(mesh.axis_names,
                                                                mesh.axis_sizes))
