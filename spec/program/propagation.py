@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -101,13 +102,12 @@ def _stop(rule_id: str, why: str, path: str = "") -> None:
 # --------------------------------------------------------------------------- the mesh
 
 @rule("PROP-1", mirrors="jax._src.interpreters.pxla.lower_sharding_computation (Shardy)")
-def propagation_mesh(program: Program, open_inputs: frozenset = frozenset()
-                     ) -> Mesh | AbstractMesh | Undetermined:
+def propagation_mesh(program: Program, opened=frozenset()) -> Mesh | AbstractMesh | Undetermined:
     """Propagation is predicted over one mesh, concrete or abstract, of Auto and Explicit axes that every input is placed on and every out sharding is over; closed-over constants are scalars.
 
     An input is placed by an in sharding, a committed NamedSharding or a ShapeDtypeStruct's
-    one, without unreduced axes (but ``open_inputs``, placed as any value: PROG-9). Nothing
-    reads the mesh's devices: an abstract mesh of any size is propagated as a concrete one.
+    one, without unreduced axes or UNCONSTRAINED dimensions (``opened`` ones grow as any
+    value: PROG-9). Nothing reads devices: an abstract mesh is propagated as a concrete one.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Value
@@ -122,13 +122,16 @@ def propagation_mesh(program: Program, open_inputs: frozenset = frozenset()
     >>> print(propagation_mesh(Program((Value.numpy((8,)),), outputs=(0,))))
     [PROP-1]: input 0 is not placed on a NamedSharding it is committed to (the compiler may choose its placement)
     """
+    return program.derived_once(f"mesh {sorted(opened)}", lambda: _mesh_of(program, opened))
+
+
+def _mesh_of(program: Program, opened: frozenset) -> Mesh | AbstractMesh | Undetermined:
+    """PROP-1's answer, worked out once per program (explain asks it many times)."""
     if any(c.ref or c.value.shape for c in program.consts):
         return Undetermined("PROP-1", "closed-over constants other than scalars are not "
                             "propagated yet")
     meshes = []
-    for k, value in enumerate(program.inputs):
-        if k in open_inputs:
-            continue
+    for k, value in ((k, v) for k, v in enumerate(program.inputs) if k not in opened):
         given = program.in_shardings[k] if program.in_shardings else UNSPECIFIED
         sharding = given if given is not UNSPECIFIED else (
             value.sharding if (value.committed or value.abstract) else None)
@@ -137,6 +140,8 @@ def propagation_mesh(program: Program, open_inputs: frozenset = frozenset()
                                 f"committed to (the compiler may choose its placement)")
         if sharding.spec.unreduced or sharding.spec.reduced:
             return Undetermined("PROP-1", f"input {k} has unreduced or reduced axes")
+        if _placed_split(sharding, sharding.mesh, len(value.shape)) is None:
+            return Undetermined("PROP-1", f"input {k}'s sharding leaves dimensions open")
         meshes.append(sharding.mesh)
     if not meshes or any(m != meshes[0] for m in meshes):
         return Undetermined("PROP-1", "the inputs are not all placed over one mesh")
@@ -150,6 +155,7 @@ def propagation_mesh(program: Program, open_inputs: frozenset = frozenset()
     return mesh
 
 
+@functools.lru_cache(maxsize=1024)   # (a step's inputs share a few shardings)
 def _placed_split(sharding: Any, mesh: Any, rank: int) -> Split | None:
     """The split a placement the user wrote gives a value of ``rank`` dimensions (None: not
     a NamedSharding over ``mesh``, or with dimensions left to the compiler)."""
@@ -417,8 +423,7 @@ def _directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> di
 # --------------------------------------------------------------------------- the program
 
 @rule("PROP-4", mirrors="shardy: the propagation pass over a module (forward and backward)")
-def propagate(program: Program, open_inputs: frozenset = frozenset()
-              ) -> dict[int, Split] | Undetermined:
+def propagate(program: Program, opened=frozenset()) -> dict[int, Split] | Undetermined:
     """Each value's split is what the placements the user wrote leave after moving through
     every live equation's sharding rule, forward then backward, pass by pass of the
     partitioner's schedule, until nothing grows.
@@ -436,24 +441,24 @@ def propagate(program: Program, open_inputs: frozenset = frozenset()
     >>> propagate(Program((a, b), (add,), outputs=(2,)))[2]
     (('x',), ('y',))
     """
-    found = _propagated(program, open_inputs)
+    found = _propagated(program, opened)
     if isinstance(found, Undetermined):
         return found
     flat, splits = found
     return {n: splits[i] for n, i in enumerate(flat.ids)}
 
 
-def _propagated(program: Program, open_inputs: frozenset = frozenset()):
+def _propagated(program: Program, opened: frozenset = frozenset()):
     """(the flat program, each value's split by its id), or why not."""
     def make() -> Any:
-        mesh = propagation_mesh(program, open_inputs)
+        mesh = propagation_mesh(program, opened)
         if isinstance(mesh, Undetermined):
             return mesh
         live = program.derived_once("live parts", lambda: live_parts(program)).equations
         if program.keep_unused and not all(live):
             return Undetermined("PROP-4", "a jit that keeps unused inputs lowers its dead "
                                 "equations too; whether they propagate is not written")
-        flat = flatten(program, mesh, open_inputs)
+        flat = flatten(program, mesh, opened)
         if isinstance(flat, Undetermined):
             return flat
         try:
@@ -472,8 +477,7 @@ def _propagated(program: Program, open_inputs: frozenset = frozenset()):
         except _Stop as stopped:
             return stopped.undetermined
         return flat, splits
-    return program.derived_once(f"propagation {sorted(open_inputs)}" if open_inputs
-                                else "propagation", make)
+    return program.derived_once(f"propagation {sorted(opened)}" if opened else "propagation", make)
 
 
 def _check_unsplit(steps: list, splits: dict) -> None:
@@ -533,8 +537,7 @@ class Flat:
 
 
 @rule("PROP-6", mirrors="shardy's import of sharding constraints and result shardings")
-def flatten(program: Program, mesh: Mesh, open_inputs: frozenset = frozenset()
-            ) -> Flat | Undetermined:
+def flatten(program: Program, mesh: Mesh, opened=frozenset()) -> Flat | Undetermined:
     """The placements the user wrote are fixed splits: the inputs', a sharding constraint's
     result, and the value a constraint or an out sharding holds where that is its only use;
     a value with other uses is not constrained backward.
@@ -560,11 +563,9 @@ def flatten(program: Program, mesh: Mesh, open_inputs: frozenset = frozenset()
     """
     flat = Flat()
     try:
-        for k, value in enumerate(program.inputs):
-            if k not in open_inputs:   # (one left to the compiler grows as any value)
-                flat.fixed[len(flat.types)] = _input_split(program, k)
-            flat.new(value)
-        ids = list(range(len(program.inputs)))
+        flat.types.extend(program.inputs)
+        ids = list(range(len(program.inputs)))   # (an input ``opened`` grows as any value)
+        flat.fixed.update({k: _input_split(program, k) for k in ids if k not in opened})
         for c in program.consts:
             ids.append(flat.new(c.value))
             flat.fixed[ids[-1]] = ()
@@ -635,7 +636,7 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
     """The ids of ``program``'s values, its equations added to ``flat`` (PROP-6)."""
     types = program.value_types
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
-        path = f"{prefix}body[{k}]"
+        path, name = f"{prefix}body[{k}]", _name(eq)
         operands = [ids[n] for n in eq.operands]
         if eq.kind == "jit":
             ids += _inline_jit(eq.body, operands, path, flat, mesh, constraints)
@@ -651,7 +652,7 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             continue
         results = [flat.new(types[n]) for n in numbers]
         ids += results
-        flat.equations.append((path, _name(eq), tuple(operands), tuple(results)))
+        flat.equations.append((path, name, tuple(operands), tuple(results)))
         if eq.kind == "shard_map":
             _manual_boundary(flat, eq, operands, results, mesh, path)
             continue
@@ -674,20 +675,20 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             rule_ = Undetermined("PROP-6", why, path)
         else:
             rule_ = entry.sharding
-            if _name(eq) == "dynamic_slice" and all(
+            if name == "dynamic_slice" and all(
                     i in flat.constants for i in operands[1:]):
                 # constant starts: lowered to a dynamic_slice StableHLO folds into a slice
                 rule_ = same_dimensions_factors
             if callable(rule_):
-                rule_ = flat.rule_of(rule_, eq, tuple(types[n] for n in eq.operands))
+                rule_ = flat.rule_of(rule_, eq, tuple([types[n] for n in eq.operands]))
             if entry.effect is not None:   # a ref's write lives whatever reads it
                 _stop("PROP-4", f"{_name(eq)}: it reads or writes a mutable ref", path)
             if isinstance(rule_, NotPropagated):
                 rule_ = Undetermined("PROP-4", f"{_name(eq)}: {rule_.why}", path)
-        if _name(eq) == "reshape":
+        if name == "reshape":
             flat.reshaped[results[0]] = operands[0]
-        every = tuple(operands) + tuple(results)
-        flat.steps.append((entry, rule_, every, tuple(flat.types[i] for i in every), path,
+        every = tuple(operands + results)
+        flat.steps.append((entry, rule_, every, tuple([flat.types[i] for i in every]), path,
                            len(operands)))
     return ids
 
@@ -802,8 +803,9 @@ def _applied(at: tuple, step: "_StepMemo", splits: dict, fixed: "Limits", mesh: 
     """:func:`_apply` of one step, or what it did before where its form met the same
     splits, the same placed values and the same values grown in this pass."""
     _, rule_, every, _, path, _ = at
-    key = (id(directions), tuple([splits[n] for n in every]),
-           tuple([fixed.state(n) for n in every]),
+    if step.states is None:   # (the limits hold through one propagation)
+        step.states = tuple([fixed.state(n) for n in every])
+    key = (id(directions), tuple([splits[n] for n in every]), step.states,
            tuple([grown.get(n) == priority for n in every]))
     outcomes = step.form.outcomes
     found = outcomes.get(key)
@@ -838,9 +840,9 @@ class _Memo:
 
     def step(self, k: int) -> "_StepMemo":
         found = self.memos[k]
-        if found is None:   # equations of one form over one shape read alike (a layer's)
-            entry, rule_, _, typed, _, _ = self.steps[k]
-            key = (entry.name, entry.kind, rule_, tuple(tuple(t.shape) for t in typed))
+        if found is None:   # equations of one form over one shape (a layer's; one rule
+            entry, rule_, _, typed, _, _ = self.steps[k]   # object per form: Flat.rule_of)
+            key = (entry.name, entry.kind, id(rule_), tuple([t.shape for t in typed]))
             form = self.forms.get(key)
             if form is None:
                 form = self.forms[key] = _StepForm(entry, rule_, key[3])
@@ -902,6 +904,7 @@ class _StepMemo:
         self.read = form.read
         self.idle: dict | None = None
         self.dirty = False
+        self.states: tuple | None = None   # its values' limits (_applied)
 
 
 def _name(eq: Any) -> str:
