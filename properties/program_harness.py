@@ -424,9 +424,22 @@ def compare_program(case: Case) -> list[str]:
         problems.append(f"describe_program gives {outcome.described!r}, the recipe "
                         f"{recipe!r}")
     problems += outcome_problems(verdict, outcome)
+    problems += predicted_problems(explain_program(recipe), outcome)
     if not problems:
         record_hits(program, verdict)
     return problems
+
+
+def predicted_problems(bare: Any, outcome: JaxOutcome) -> list[str]:
+    """Where the spec's own verdict, without the compiler's choices (its predicted placements:
+    PROP-5, PROP-8, PROG-9), parts from JAX: a refusal must be JAX's, and a verdict placing
+    every result must be JAX's (one with a result open may spell the others over that
+    result's mesh: OUT-1 reads the first placed value's, unknown to it)."""
+    if not bare.accepted:
+        return [f"without the compiler's choices: {p}" for p in outcome_problems(bare, outcome)]
+    if any(s is UNSPECIFIED for s in bare.out_shardings) or bare.undetermined:
+        return []
+    return [f"without the compiler's choices: {p}" for p in outcome_problems(bare, outcome)]
 
 
 def compare_traced(case: Case) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from shardlaw.properties import hits
+from shardlaw.properties.registry import checks
 from shardlaw.properties import steps_harness as harness
 from shardlaw.properties.steps_strategies import StepCase
 
@@ -45,9 +46,10 @@ DECIDED = {
 # the batching work's fix of it (issue 32, item 5) is merged: pinned here as JAX decides it
 # a step the spec is known to decide otherwise, and why
 KNOWN: dict[str, str] = {
-    "donated-state-left-to-the-compiler": "jax#25346, not modeled yet: JAX aliases a donated "
-    "input whose sharding it leaves to the compiler by its whole shape; XLA refuses it where "
-    "the compiler splits it (notes/jax-facts.md 21)",
+    "donated-state-left-to-the-compiler": "jax#25346: PROG-9 pairs the donated state with "
+    "the result JAX aliases it to (input 6, result 1), but the compiler's placement of the "
+    "state passes a reshard propagation does not read yet (PROP-4), so the spec leaves it "
+    "open (verdict.undetermined names args[6]) where XLA refuses it (notes/jax-facts.md 21)",
 }
 
 
@@ -161,12 +163,28 @@ def test_jax_aliases_a_donated_input_left_to_the_compiler_by_its_whole_shape():
         assert explain_program(describe_program(fn, *args)).accepted
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN["donated-state-left-to-the-compiler"])
+@checks("PROG-9")
 def test_the_spec_refuses_a_donated_input_aliased_before_the_compiler_splits_it():
-    """The reduced program of jax#25346: the spec should refuse it at compile as JAX does."""
+    """The reduced program of jax#25346: the spec refuses it at compile as JAX does (PROG-9,
+    from the placement propagation predicts for the donated input), in JAX's class."""
     from shardlaw.spec import explain_program
     from shardlaw.spec.bridge.program import describe_program
 
     fn, args = _donating(committed=False, out_given=True)
     verdict = explain_program(describe_program(fn, *args))
-    assert (verdict.accepted, verdict.stage) == (False, "compile")
+    assert (verdict.accepted, verdict.stage, verdict.rule, verdict.path) == (
+        False, "compile", "PROG-9", "args[0]")
+    assert (verdict.error_type, verdict.jax_error) == ("RuntimeError", "JaxRuntimeError")
+
+
+def test_the_donated_state_of_the_step_is_left_open_with_its_reason():
+    """The step's donated AdamW state (args[6], aliased to result 1 as JAX aliases it): its
+    placement passes a reshard propagation does not read, so the verdict names it open."""
+    from shardlaw.spec import explain_program
+    from shardlaw.spec.bridge.program import describe_program
+
+    built = harness.build(DECIDED["donated-state-left-to-the-compiler"])
+    verdict = explain_program(describe_program(built.jitted, *built.arguments()))
+    reasons = dict(verdict.undetermined)
+    assert verdict.accepted and reasons["args[6]"].startswith("[PROG-9] args[6] is donated")
+    assert "aliased to result[1]" in reasons["args[6]"]

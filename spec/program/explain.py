@@ -67,6 +67,9 @@ from .lowering import (
 from .primitives import TRACING, Kind, entry_of
 from .collectives import predicted_collectives
 from .propagation import predicted_choices, undetermined_results
+from .placement_checks import (
+    check_aliased_donations, crossmesh_choices, left_to_compiler, open_donations,
+)
 from .propagation_spelling import traced_placements
 from .refs import check_no_closed_over_refs, check_shard_map_ref_writes
 from .shardmap import (
@@ -533,12 +536,11 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
             if not program.checked:
                 _check_written_out(n, called, traced, lowered)
             _lower_body(program, lowered.assignment, live)
-            held.check_donation(tuple(zip((program.value_types[o] for o in program.outputs),
-                                          traced.out_shardings)), lowered.count)
-            placed = placed_results(program, [
-                *(lowered.resolved[i] for i in lowered.kept), *traced.out_shardings,
-                *(s.sharding for s in inside)])
-            n = dataclasses.replace(n.call, compiler=_choices(program, placed)).normal
+            _check_donations(program, held, traced, lowered)
+            shardings = [*(lowered.resolved[i] for i in lowered.kept), *traced.out_shardings,
+                         *(s.sharding for s in inside)]   # the module's, in its order
+            placed = placed_results(program, shardings)
+            n = dataclasses.replace(n.call, compiler=_choices(program, placed, shardings)).normal
             compiled = stage_compile(n, called, traced, lowered)
             dispatched = stage_dispatch(n, called, lowered, compiled)
         except Rejection as error:
@@ -563,8 +565,29 @@ def _accepted(program: Program, trace: list[str], n: Any, stages: tuple, inside:
         inside=tuple((s.path, s.sharding) for s in inside),
         placed_by=tuple(by for _, by in placed), constants=held.hoisted,
         ref_updates=held.updates, decided=tuple(decided), opaque=opaque_equations(program),
-        undetermined=undetermined_results(program, n.out_paths, compiled.out_shardings),
+        undetermined=undetermined_results(program, n.out_paths, compiled.out_shardings)
+        + open_donations(program, _donated_results(program, traced), lowered.count,
+                         _kept(program)),
         collectives=_communication(program))
+
+
+def _donated_results(program: Program, traced: Any) -> tuple:
+    """Each result's (type, sharding as lowering takes it), as the donation rules read them."""
+    return tuple(zip((program.value_types[o] for o in program.outputs), traced.out_shardings))
+
+
+def _check_donations(program: Program, held: "_Held", traced: Any, lowered: Any) -> None:
+    """REF-3 for donated refs, then PROG-9 for donated inputs left to the compiler."""
+    results = _donated_results(program, traced)
+    held.check_donation(results, lowered.count)
+    if any(program.donated[i] for i in left_to_compiler(program)):
+        check_aliased_donations(program, results, lowered.count, _kept(program))
+
+
+def _kept(program: Program) -> tuple[int, ...]:
+    """The inputs the executable keeps (all of them under keep_unused)."""
+    used = live_parts(program, everything=program.keep_unused).inputs
+    return tuple(i for i, u in enumerate(used) if u or program.keep_unused)
 
 
 def _communication(program: Program) -> Any:
@@ -612,13 +635,17 @@ def opaque_equations(program: Program, prefix: str = "", seen: dict | None = Non
     return tuple((prefix + path, name) for path, name in out)
 
 
-def _choices(program: Program, placed: tuple) -> tuple | None:
+def _choices(program: Program, placed: tuple, shardings: list) -> tuple | None:
     """Per output: the placement PROG-4 decides, else the compiler's choice the description
-    gives (None: not known)."""
+    gives, else the one propagation predicts (PROP-5; over several meshes PROP-8; None: not
+    known); ``shardings``: the device assignment's, in the module's order."""
     given = program.compiler or (None,) * len(program.outputs)
     predicted = predicted_choices(program)   # PROP-5, where propagation determines it
-    choices = tuple(hlo if hlo is not None else choice if choice is not None else guessed
-                    for (hlo, _), choice, guessed in zip(placed, given, predicted))
+    crossed = crossmesh_choices(program, shardings)
+    choices = tuple(hlo if hlo is not None else choice if choice is not None else
+                    guessed if guessed is not None else across
+                    for (hlo, _), choice, guessed, across in zip(placed, given, predicted,
+                                                                 crossed))
     return None if all(c is None for c in choices) else choices
 
 

@@ -27,7 +27,7 @@ from .primitives import ASSIGNMENT, entry_of, names_where
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["Live", "live_parts", "lowered_live", "inside_shardings", "placed_results",
-           "equation_path"]
+           "equation_path", "result_placer"]
 
 SHARDINGS = (NamedSharding, SingleDeviceSharding, GSPMDSharding)
 
@@ -253,6 +253,9 @@ def _placer(program: Program, output: int, prefix: str
         number = program.outputs[result]
         found = program.producer(number)
     return None
+
+
+result_placer = _placer   # (PROP-8 reads it over several meshes)
 
 
 def _divides(sharding: Any, shape: tuple[int, ...]) -> bool:

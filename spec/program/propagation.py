@@ -102,12 +102,12 @@ def _stop(rule_id: str, why: str, path: str = "") -> None:
 # --------------------------------------------------------------------------- the mesh
 
 @rule("PROP-1", mirrors="jax._src.interpreters.pxla.lower_sharding_computation (Shardy)")
-def propagation_mesh(program: Program) -> Mesh | AbstractMesh | Undetermined:
+def propagation_mesh(program: Program, opened=frozenset()) -> Mesh | AbstractMesh | Undetermined:
     """Propagation is predicted over one mesh, concrete or abstract, of Auto and Explicit axes that every input is placed on and every out sharding is over; closed-over constants are scalars.
 
     An input is placed by an in sharding, a committed NamedSharding or a ShapeDtypeStruct's
-    one, without unreduced axes or UNCONSTRAINED dimensions. Nothing reads the mesh's
-    devices: an abstract mesh of any size is propagated as a concrete one of its shape.
+    one, without unreduced axes or UNCONSTRAINED dimensions (``opened`` ones grow as any
+    value: PROG-9). Nothing reads devices: an abstract mesh is propagated as a concrete one.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Value
@@ -122,16 +122,16 @@ def propagation_mesh(program: Program) -> Mesh | AbstractMesh | Undetermined:
     >>> print(propagation_mesh(Program((Value.numpy((8,)),), outputs=(0,))))
     [PROP-1]: input 0 is not placed on a NamedSharding it is committed to (the compiler may choose its placement)
     """
-    return program.derived_once("propagation mesh", lambda: _mesh_of(program))
+    return program.derived_once(f"mesh {sorted(opened)}", lambda: _mesh_of(program, opened))
 
 
-def _mesh_of(program: Program) -> Mesh | AbstractMesh | Undetermined:
+def _mesh_of(program: Program, opened: frozenset) -> Mesh | AbstractMesh | Undetermined:
     """PROP-1's answer, worked out once per program (explain asks it many times)."""
     if any(c.ref or c.value.shape for c in program.consts):
         return Undetermined("PROP-1", "closed-over constants other than scalars are not "
                             "propagated yet")
     meshes = []
-    for k, value in enumerate(program.inputs):
+    for k, value in ((k, v) for k, v in enumerate(program.inputs) if k not in opened):
         given = program.in_shardings[k] if program.in_shardings else UNSPECIFIED
         sharding = given if given is not UNSPECIFIED else (
             value.sharding if (value.committed or value.abstract) else None)
@@ -424,7 +424,7 @@ def _directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> di
 # --------------------------------------------------------------------------- the program
 
 @rule("PROP-4", mirrors="shardy: the propagation pass over a module (forward and backward)")
-def propagate(program: Program) -> dict[int, Split] | Undetermined:
+def propagate(program: Program, opened=frozenset()) -> dict[int, Split] | Undetermined:
     """Each value's split is what the placements the user wrote leave after moving through
     every live equation's sharding rule, forward then backward, pass by pass of the
     partitioner's schedule, until nothing grows.
@@ -442,24 +442,24 @@ def propagate(program: Program) -> dict[int, Split] | Undetermined:
     >>> propagate(Program((a, b), (add,), outputs=(2,)))[2]
     (('x',), ('y',))
     """
-    found = _propagated(program)
+    found = _propagated(program, opened)
     if isinstance(found, Undetermined):
         return found
     flat, splits = found
     return {n: splits[i] for n, i in enumerate(flat.ids)}
 
 
-def _propagated(program: Program):
+def _propagated(program: Program, opened: frozenset = frozenset()):
     """(the flat program, each value's split by its id), or why not."""
     def make() -> Any:
-        mesh = propagation_mesh(program)
+        mesh = propagation_mesh(program, opened)
         if isinstance(mesh, Undetermined):
             return mesh
         live = program.derived_once("live parts", lambda: live_parts(program)).equations
         if program.keep_unused and not all(live):
             return Undetermined("PROP-4", "a jit that keeps unused inputs lowers its dead "
                                 "equations too; whether they propagate is not written")
-        flat = flatten(program, mesh)
+        flat = flatten(program, mesh, opened)
         if isinstance(flat, Undetermined):
             return flat
         try:
@@ -478,7 +478,7 @@ def _propagated(program: Program):
         except _Stop as stopped:
             return stopped.undetermined
         return flat, splits
-    return program.derived_once("propagation", make)
+    return program.derived_once(f"propagation {sorted(opened)}" if opened else "propagation", make)
 
 
 def _check_unsplit(steps: list, splits: dict) -> None:
@@ -538,7 +538,7 @@ class Flat:
 
 
 @rule("PROP-6", mirrors="shardy's import of sharding constraints and result shardings")
-def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
+def flatten(program: Program, mesh: Mesh, opened=frozenset()) -> Flat | Undetermined:
     """The user's placements are fixed splits: the inputs', a constraint's result, the
     value a closed constraint holds unless placed or held by a constraint of another split,
     and the value an out sharding holds where that is its only use.
@@ -566,9 +566,9 @@ def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
     """
     flat = Flat()
     try:
-        for k, value in enumerate(program.inputs):
-            flat.fixed[flat.new(value)] = _input_split(program, k)
-        ids = list(range(len(program.inputs)))
+        flat.types.extend(program.inputs)
+        ids = list(range(len(program.inputs)))   # (an input ``opened`` grows as any value)
+        flat.fixed.update({k: _input_split(program, k) for k in ids if k not in opened})
         for c in program.consts:
             ids.append(flat.new(c.value))
             flat.fixed[ids[-1]] = ()
