@@ -432,7 +432,7 @@ def compare_program(case: Case) -> list[str]:
 
 def predicted_problems(bare: Any, outcome: JaxOutcome) -> list[str]:
     """Where the spec's own verdict, without the compiler's choices (its predicted placements:
-    PROP-5, PROP-8, PROG-9), parts from JAX: a refusal must be JAX's, and a verdict placing
+    PROP-5, PROP-8, PROG-11), parts from JAX: a refusal must be JAX's, and a verdict placing
     every result must be JAX's (one with a result open may spell the others over that
     result's mesh: OUT-1 reads the first placed value's, unknown to it)."""
     if not bare.accepted:

@@ -7,7 +7,7 @@ the placement the spec predicts against the one the compiled executable reports.
   another shape than the module's main one (notes/jax-facts.md 20c). Where JAX reads the
   compiler's placement back over the result's mesh and it does not divide there, JAX
   raises IndivisibleError after compiling (OUT-2).
-* PROG-9: a donated input left to the compiler, aliased by its whole shape (jax#25346).
+* PROG-11: a donated input left to the compiler, aliased by its whole shape (jax#25346).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def test_one_mesh_is_no_program_over_several():
     assert main_mesh(_module_shardings(program)) is None
 
 
-# --------------------------------------------------------------------------- PROG-9
+# --------------------------------------------------------------------------- PROG-11
 
 def _donating(out, *, fn=None, in_shardings=None, committed=False):
     """A jit donating ``m`` (uncommitted, so left to the compiler, unless ``committed`` or
@@ -209,7 +209,7 @@ DONATION_REFUSED = {"split-by-a-sum", "split-by-its-result", "aliased-to-the-sec
                     "aliased-to-a-wider-split", "other-result-left-open"}
 
 
-@checks("PROG-9")
+@checks("PROG-11")
 @pytest.mark.parametrize("name", sorted(DONATING))
 def test_a_donated_input_left_to_the_compiler_is_decided_as_jax_decides_it(name):
     """Refused when compiling (JaxRuntimeError, XLA's "Expected aliased input") exactly where
@@ -220,7 +220,7 @@ def test_a_donated_input_left_to_the_compiler_is_decided_as_jax_decides_it(name)
     outcome, program, verdict = _both_sides(jitted, args)
     if name in DONATION_REFUSED:
         assert outcome.stage == "compile" and "Expected aliased input 0" in str(outcome.error)
-        assert (verdict.rule, verdict.stage, verdict.path) == ("PROG-9", "compile", "args[0]")
+        assert (verdict.rule, verdict.stage, verdict.path) == ("PROG-11", "compile", "args[0]")
         assert not outcome_problems(verdict, outcome)
     else:   # (results left open for the uncommitted input, PROP-1: given as compiled)
         assert outcome.error is None, outcome.error
@@ -237,7 +237,7 @@ def test_a_donated_input_left_to_the_compiler_is_decided_as_jax_decides_it(name)
         compiled.input_shardings[0][0], placed[0])
 
 
-@checks("PROG-9")
+@checks("PROG-11")
 def test_a_donated_input_whose_placement_is_left_open_says_so():
     """Where propagation leaves the donated input's placement open, the program is accepted
     and the verdict names the input and why (never a guess)."""
@@ -250,7 +250,7 @@ def test_a_donated_input_whose_placement_is_left_open_says_so():
     verdict = explain_program(describe_program(jitted, m, x))
     assert verdict.accepted
     reasons = dict(verdict.undetermined)
-    assert "args[0]" in reasons and reasons["args[0]"].startswith("[PROG-9]"), reasons
+    assert "args[0]" in reasons and reasons["args[0]"].startswith("[PROG-11]"), reasons
 
 
 # --------------------------------------------------------------------------- the property

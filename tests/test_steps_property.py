@@ -46,7 +46,7 @@ DECIDED = {
 # the batching work's fix of it (issue 32, item 5) is merged: pinned here as JAX decides it
 # a step the spec is known to decide otherwise, and why
 KNOWN: dict[str, str] = {
-    "donated-state-left-to-the-compiler": "jax#25346: PROG-9 pairs the donated state with "
+    "donated-state-left-to-the-compiler": "jax#25346: PROG-11 pairs the donated state with "
     "the result JAX aliases it to (input 6, result 1), but the compiler's placement of the "
     "state passes a reshard propagation does not read yet (PROP-4), so the spec leaves it "
     "open (verdict.undetermined names args[6]) where XLA refuses it (notes/jax-facts.md 21)",
@@ -163,9 +163,9 @@ def test_jax_aliases_a_donated_input_left_to_the_compiler_by_its_whole_shape():
         assert explain_program(describe_program(fn, *args)).accepted
 
 
-@checks("PROG-9")
+@checks("PROG-11")
 def test_the_spec_refuses_a_donated_input_aliased_before_the_compiler_splits_it():
-    """The reduced program of jax#25346: the spec refuses it at compile as JAX does (PROG-9,
+    """The reduced program of jax#25346: the spec refuses it at compile as JAX does (PROG-11,
     from the placement propagation predicts for the donated input), in JAX's class."""
     from shardlaw.spec import explain_program
     from shardlaw.spec.bridge.program import describe_program
@@ -173,7 +173,7 @@ def test_the_spec_refuses_a_donated_input_aliased_before_the_compiler_splits_it(
     fn, args = _donating(committed=False, out_given=True)
     verdict = explain_program(describe_program(fn, *args))
     assert (verdict.accepted, verdict.stage, verdict.rule, verdict.path) == (
-        False, "compile", "PROG-9", "args[0]")
+        False, "compile", "PROG-11", "args[0]")
     assert (verdict.error_type, verdict.jax_error) == ("RuntimeError", "JaxRuntimeError")
 
 
@@ -186,5 +186,5 @@ def test_the_donated_state_of_the_step_is_left_open_with_its_reason():
     built = harness.build(DECIDED["donated-state-left-to-the-compiler"])
     verdict = explain_program(describe_program(built.jitted, *built.arguments()))
     reasons = dict(verdict.undetermined)
-    assert verdict.accepted and reasons["args[6]"].startswith("[PROG-9] args[6] is donated")
+    assert verdict.accepted and reasons["args[6]"].startswith("[PROG-11] args[6] is donated")
     assert "aliased to result[1]" in reasons["args[6]"]

@@ -577,7 +577,7 @@ def _donated_results(program: Program, traced: Any) -> tuple:
 
 
 def _check_donations(program: Program, held: "_Held", traced: Any, lowered: Any) -> None:
-    """REF-3 for donated refs, then PROG-9 for donated inputs left to the compiler."""
+    """REF-3 for donated refs, then PROG-11 for donated inputs left to the compiler."""
     results = _donated_results(program, traced)
     held.check_donation(results, lowered.count)
     if any(program.donated[i] for i in left_to_compiler(program)):

@@ -4,7 +4,7 @@ propagation predicts (issue 33, item 3; :mod:`~shardlaw.spec.program.propagation
 JAX makes some decisions before the compiler places the values it left open, and the
 compiler's placement can then contradict them. A donated input whose sharding jit leaves to
 the compiler (an uncommitted array given no ``in_shardings``) is aliased by JAX at its whole
-shape (jax#25346): where the compiler then splits it, XLA refuses compiling (PROG-9).
+shape (jax#25346): where the compiler then splits it, XLA refuses compiling (PROG-11).
 
 >>> from shardlaw.spec import Mesh, NamedSharding, P, explain_program
 >>> from shardlaw.spec.program.description import Opaque, Program, Value
@@ -17,7 +17,7 @@ shape (jax#25346): where the compiler then splits it, XLA refuses compiling (PRO
 ...                out_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P("x"))))
 >>> verdict = explain_program(step)
 >>> verdict.rule, verdict.stage, verdict.error_type, verdict.path
-('PROG-9', 'compile', 'RuntimeError', 'args[0]')
+('PROG-11', 'compile', 'RuntimeError', 'args[0]')
 """
 
 from __future__ import annotations
@@ -155,10 +155,10 @@ def _even(sharding: NamedSharding, shape: tuple) -> bool:
     return True
 
 
-# --------------------------------------------------------------------------- PROG-9
+# --------------------------------------------------------------------------- PROG-11
 
 @dataclasses.dataclass(frozen=True)
-class AliasedSplit(Failure, rule="PROG-9", error=RuntimeError, jax_error="JaxRuntimeError"):
+class AliasedSplit(Failure, rule="PROG-11", error=RuntimeError, jax_error="JaxRuntimeError"):
     template = ("{path} is donated and its sharding is left to the compiler, so JAX aliases "
                 "it at its whole shape {shape} to {result}, whose sharding gives each device "
                 "{shape} too; the compiler then places {path} split {split}, {piece} per "
@@ -274,7 +274,7 @@ def _placements(program: Program, results: tuple, devices: int, kept: tuple):
     return [(i, j, placed[i], sizes) for i, j in pairs]
 
 
-@rule("PROG-9", mirrors="jax._src.interpreters.mlir._set_up_aliases (jax#25346); XLA's check "
+@rule("PROG-11", mirrors="jax._src.interpreters.mlir._set_up_aliases (jax#25346); XLA's check "
                        "that an aliased input and output have the same size")
 def check_aliased_donations(program: Program, results: tuple, devices: int,
                             kept: tuple) -> None:
@@ -299,7 +299,7 @@ def check_aliased_donations(program: Program, results: tuple, devices: int,
     >>> check_aliased_donations(*step(split), 8, (0, 1))
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionRuntimeError: [PROG-9] at args[0]: args[0] is donated and its sharding is left to the compiler, so JAX aliases it at its whole shape (16, 16) to result[0], whose sharding gives each device (16, 16) too; the compiler then places args[0] split ((), ('y',)), (16, 4) per device, and XLA refuses an aliased input and output of different sizes. Give the donated input a sharding (in_shardings, or commit it with jax.device_put), or leave that result's sharding to the compiler (jax#25346).
+    shardlaw.spec.core.rules.RejectionRuntimeError: [PROG-11] at args[0]: args[0] is donated and its sharding is left to the compiler, so JAX aliases it at its whole shape (16, 16) to result[0], whose sharding gives each device (16, 16) too; the compiler then places args[0] split ((), ('y',)), (16, 4) per device, and XLA refuses an aliased input and output of different sizes. Give the donated input a sharding (in_shardings, or commit it with jax.device_put), or leave that result's sharding to the compiler (jax#25346).
     """
     for i, j, split, sizes in _placements(program, results, devices, kept):
         if isinstance(split, Undetermined):
@@ -314,9 +314,9 @@ def check_aliased_donations(program: Program, results: tuple, devices: int,
 
 
 def open_donations(program: Program, results: tuple, devices: int, kept: tuple) -> tuple:
-    """(path, reason) of each donated input PROG-9 cannot decide: propagation leaves its
+    """(path, reason) of each donated input PROG-11 cannot decide: propagation leaves its
     placement open."""
-    return tuple((f"args[{i}]", f"[PROG-9] args[{i}] is donated, left to the compiler and "
+    return tuple((f"args[{i}]", f"[PROG-11] args[{i}] is donated, left to the compiler and "
                   f"aliased to result[{j}] at its whole shape; XLA refuses compiling if the "
                   f"compiler splits it, and where it places it is left open: {split}")
                  for i, j, split, _ in _placements(program, results, devices, kept)

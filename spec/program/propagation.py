@@ -107,7 +107,7 @@ def propagation_mesh(program: Program, opened=frozenset()) -> Mesh | AbstractMes
 
     An input is placed by an in sharding, a committed NamedSharding or a ShapeDtypeStruct's
     one, without unreduced axes or UNCONSTRAINED dimensions (``opened`` ones grow as any
-    value: PROG-9). Nothing reads devices: an abstract mesh is propagated as a concrete one.
+    value: PROG-11). Nothing reads devices: an abstract mesh is propagated as a concrete one.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Value

@@ -37,7 +37,7 @@ The stages, in pipeline order:
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
 ['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-6', 'PROG-7',
- 'PROG-8', 'PROG-9', 'REF-2', 'WSC-10', 'WSC-11', 'WSC-12']
+ 'PROG-8', 'PROG-11', 'REF-2', 'WSC-10', 'WSC-11', 'WSC-12']
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
     "PROG-6": "compile", "PROG-7": "trace", "PROG-8": "trace",
     # Compiling: XLA refuses a donated input aliased before the compiler split it.
-    "PROG-9": "compile",
+    "PROG-11": "compile",
     # A result typed over an Explicit mesh of another size than the device assignment.
     "AD-9": "lower",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
@@ -253,7 +253,7 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
     "PROG-1": _left_to_jax(
         "JAX's abstract evaluation types each equation of the body while jit traces it; the "
         "engine reads the types JAX gives"),
-    "PROG-9": _left_to_jax(
+    "PROG-11": _left_to_jax(
         "JAX's lowering aliases a donated input whose sharding it leaves to the compiler at "
         "its whole shape, and XLA refuses compiling where the compiler splits it (jax#25346); "
         "the engine compiles through JAX's jit, and XLA's refusal stands"),
