@@ -92,10 +92,11 @@ class _Level:
 
     def returning(self, values: list) -> tuple[Any, list]:
         """(the body traced so far, returning ``values``; its constants)."""
-        from jax._src import source_info_util
+        from jax._src import dtypes, source_info_util
 
         info = source_info_util.current()
-        outs = [self.trace.to_jaxpr_tracer(v, info) for v in values]
+        # (a Python scalar a call was given, jnp.pad's padding value, staged as JAX stages it)
+        outs = [self.trace.to_jaxpr_tracer(dtypes.canonicalize_value(v), info) for v in values]
         names = self.debug_info._replace(result_paths=("",) * len(outs))
         return self.trace.to_jaxpr(outs, names, info)
 

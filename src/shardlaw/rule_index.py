@@ -152,7 +152,8 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     # A whole program: its description, its equations' types (while tracing), and its
     # results as compiled.
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
-    "PROG-6": "compile", "PROG-7": "trace", "PROG-8": "trace",
+    "PROG-6": "compile", "PROG-7": "trace", "PROG-8": "trace", "PROG-9": "trace",
+    "PROG-10": "trace",
     # A result typed over an Explicit mesh of another size than the device assignment.
     "AD-9": "lower",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
@@ -257,6 +258,12 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
     "PROG-8": _left_to_jax(
         "JAX's broadcasting and select sharding rules type each elementwise operation of the "
         "body while jit traces it; the engine traces through JAX's jit"),
+    "PROG-9": _left_to_jax(
+        "JAX's slice, dynamic_slice, pad and split sharding rules type each resized result of "
+        "the body while jit traces it; the engine traces through JAX's jit"),
+    "PROG-10": _left_to_jax(
+        "JAX's cumulative reductions' sharding rule types each of the body while jit traces "
+        "it; the engine traces through JAX's jit"),
     "PROG-4": _left_to_jax(
         "the compiler places a result a constraint or an inner jit returns; the engine "
         "takes the shardings JAX reports where it compiles"),
