@@ -18,7 +18,9 @@ with it, and one inside a scan's, a cond's or a remat's body inside that constru
 (:mod:`~shardlaw.spec.bridge.refused_bodies`, which also describes a scan or a cond JAX
 refuses for its carry's or its branches' types, LOOP-1), and one inside the body JAX's
 backward pass traces for a jit, a remat or a cond inside that transposed construct
-(:mod:`~shardlaw.spec.bridge.refused_transposes`). An inner jit JAX traced under
+(:mod:`~shardlaw.spec.bridge.refused_transposes`). A gradient whose backward pass JAX
+refuses for a cotangent's type is refused by the spec's own rewrite of it (AD-13,
+:mod:`~shardlaw.spec.bridge.refused_gradients`). An inner jit JAX traced under
 ``grad`` or ``jvp`` is described over the primal values of its operands. Where the refused
 jit is the function's own (its in_shardings or out_shardings do not fit the arguments or the
 results: FIT-1 at ``args[0]``, ``result[0]``), the program is that jit's body, read with the
@@ -43,6 +45,7 @@ from typing import Any, Callable
 from ..core.values import UNCONSTRAINED
 from ..program.description import DevicePut, Jit, Program, Reshard, ShardingConstraint
 from .refused_bodies import ended, primal
+from .refused_gradients import gradient_frame, refuse_gradient
 from .refused_primitives import primitive_frame, primitive_operands, refused_primitive
 from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
@@ -218,6 +221,10 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
     from ..program.explain import explain_program
 
     names = {cls.__name__ for cls in type(error).__mro__}
+    gradient = gradient_frame(error)
+    if gradient is not None:   # a cotangent's type refused: the gradient by the spec's rewrite
+        refuse_gradient(gradient, names)
+        return None
     kind = None
     try:
         located = _locate(error)
