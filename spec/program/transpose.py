@@ -10,7 +10,6 @@ every cotangent typed and checked as JAX's backward pass checks it (AD-13 to AD-
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from ..core.rules import reject, staged
 from ..core.values import PartitionSpec
@@ -207,9 +206,8 @@ def _transpose_opaque(eq: Opaque, body: BodyBuilder, incoming: list, linear_ops:
             # the incoming cotangent's agree on (seen on JAX's transposes).
             swapped = "broadcast_in_dim" if name == "reduce_sum" else "reduce_sum"
             typed = body.joined(cotangent_type(types[n]), (types[n], body.types[ct]))
-            if name == "broadcast_in_dim":
-                typed = dataclasses.replace(typed, shape=summed_shape(
-                    types[n], body.types[ct], dict(eq.params).get("broadcast_dimensions")))
+            typed = dataclasses.replace(typed, shape=summed_shape(
+                eq, types[n], body.types[ct]))
             out.append((n, body.opaque(swapped, (ct,), (typed,))[0]))
         else:
             out.append((n, body.opaque(f"transposed_{name}", present + others, result,
@@ -217,11 +215,14 @@ def _transpose_opaque(eq: Opaque, body: BodyBuilder, incoming: list, linear_ops:
     return out
 
 
-def summed_shape(operand: Value, ct: Value, dimensions: Any) -> tuple[int, ...]:
+def summed_shape(eq: Opaque, operand: Value, ct: Value) -> tuple[int, ...]:
     """The shape of a broadcast's cotangent summed back as JAX's transpose sums it: the
     cotangent summed over every dimension the operand's dimensions do not land on, a
     size-1 operand dimension counting as broadcast only where it is unsplit (one split over
-    an axis of size 1 keeps the cotangent's size there, and AD-13 then refuses it)."""
+    an axis of size 1 keeps the cotangent's size there, and AD-13 then refuses it); the
+    operand's shape for any other equation (a reduction's transpose broadcasts to it)."""
+    dimensions = dict(eq.params).get("broadcast_dimensions") \
+        if eq.primitive == "broadcast_in_dim" else None
     if dimensions is None or len(dimensions) != len(operand.shape):
         return operand.shape
     spec = tuple(operand.spec or ()) if operand.mesh is not None else ()
