@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from shardlaw.properties.registry import checks
-from shardlaw.spec import explain_program, from_jax, grad_program
+from shardlaw.spec import Rejection, explain_program, from_jax, grad_program
 from shardlaw.spec.bridge.program import describe_program
 from shardlaw.spec.program.contraction import transposed_dimensions
 from shardlaw.spec.program.description import Opaque, Program, Value
@@ -111,3 +111,76 @@ def test_a_transposed_product_contracts_the_kept_dimensions():
     batched = (((2,), (1,)), ((0,), (0,)))   # b i j, b j k
     assert transposed_dimensions(batched, (3, 3), 0) == (((2,), (2,)), ((0,), (0,)))
     assert transposed_dimensions(batched, (3, 3), 1) == (((1,), (1,)), ((0,), (0,)))
+
+
+def _grad_types(loss, args, argnums):
+    """(JAX's outcome of ``jax.grad(jax.jit(loss))``, the spec's for grad_program of the
+    description), no mesh set: the results' types where it lowers, else the stage and the
+    class of the error."""
+    from shardlaw.properties.program_harness import type_of_aval
+
+    stage = "trace"
+    try:
+        traced = jax.jit(jax.grad(jax.jit(loss), argnums)).trace(*args)
+        stage = "lower"
+        traced.lower()
+    except Exception as error:  # noqa: BLE001 - compared
+        theirs = (stage, type(error).__name__)
+    else:
+        theirs = tuple(type_of_aval(a) for a in traced.jaxpr.out_avals)
+    try:
+        verdict = explain_program(grad_program(describe_program(jax.jit(loss), *args),
+                                               argnums))
+    except Rejection as error:   # refused while grad traces the function
+        return theirs, (error.stage, error.jax_error)
+    ours = tuple(verdict.out_types) if verdict.accepted else (verdict.stage, verdict.jax_error)
+    return theirs, ours
+
+
+W = np.ones((16, 32), np.float32)   # a weight JAX types over no mesh: a numpy array
+H = np.ones((8, 6, 16), np.float32)
+
+
+@checks("PROG-7")
+@pytest.mark.parametrize("split,einsum", [
+    (P(None, None, "y"), "bsd,dh->bsh"),   # the weight's gradient split as x's features
+    (P("x", None, "y"), "bsd,dh->bsh"),    # the batch contracted, split on one side
+    (P(None, "x", "y"), "bsd,dh->bsh"),
+    (P(None, None, None), "bsd,dh->bsh"),  # nothing split: over the mesh, unsplit
+    (P("x", None, "y"), "bsd,bdh->bsh"),   # a batch dimension kept
+    (P(None, "y", None), "bsd,hd->bsh"),   # the weight contracted on its last dimension
+])
+def test_the_gradient_of_an_unplaced_weight_is_typed_by_the_product(split, einsum):
+    """A weight typed over no mesh (a numpy array, no mesh set): JAX's transpose asks for
+    no out_sharding, so the weight's gradient is split as the cotangent and the split
+    activations' product is, transposed back to the weight's dimensions (not the
+    weight's own type). Its gradient then typed over the mesh, with no input placing the
+    program, JAX refuses it when lowering (AD-9): the activations are given placed where
+    the case is not that one."""
+    sharding = NamedSharding(MESH, split)
+    w = W if einsum == "bsd,dh->bsh" else (
+        np.ones((8, 16, 32), np.float32) if einsum.startswith("bsd,bdh") else W.T.copy())
+
+    def loss(w, x):
+        h = jax.sharding.reshard(x, sharding)
+        return jnp.sum(jnp.sin(jnp.einsum(einsum, h, w)))
+    x = H if split == P(None, None, None) else jax.device_put(H, NamedSharding(MESH, P()))
+    theirs, ours = _grad_types(loss, (w, x), (0,))
+    assert ours == theirs
+    theirs, ours = _grad_types(loss, (w, H), (0,))   # no input placed
+    assert ours == theirs
+
+
+@checks("PROG-7")
+def test_the_gradient_of_unplaced_activations_is_typed_by_the_product():
+    """The other side: activations typed over no mesh, a weight split over 'y' on the
+    dimension they contract (their gradient split as the weight is there); split on its
+    free dimension, the cotangent and the weight both split what the gradient contracts
+    (ShardingTypeError while tracing, both sides)."""
+    w = jax.device_put(W, NamedSharding(MESH, P(None, "y")))
+    theirs, ours = _grad_types(lambda x, w: jnp.sum(jnp.sin(x @ w)), (H, w), (0,))
+    assert ours == theirs == ("trace", "ShardingTypeError")
+    w = jax.device_put(W, NamedSharding(MESH, P("y", None)))
+    theirs, ours = _grad_types(lambda x, w: jnp.sum(jnp.sin(x @ w)), (H, w), (0,))
+    assert ours == theirs
+    assert "split" in repr(theirs[0])   # (JAX splits it: not the activations' type)

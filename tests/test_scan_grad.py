@@ -265,3 +265,40 @@ def test_over_no_mesh_the_literal_one_stays_a_literal_in_the_loop_as_jax_writes_
     w = np.full((3, 4, 4), 0.1, np.float32)
     ours, theirs = _held(loss, 0, w, np.ones((8, 4), np.float32))
     assert _scans(ours) == _scans(theirs) == [(False, 0, 1, 2, 4), (True, 0, 1, 5, 2)]
+
+
+def _remat_of_scan(sharding):
+    """A loss checkpointing a whole scan over layers whose body constrains its carry:
+    JAX's gradient leaves the remat's known half as a ``closed_call`` holding the scan."""
+    def body(h, w):
+        return jax.lax.with_sharding_constraint(jnp.tanh(h @ w), sharding), None
+
+    def loss(ws, x):
+        scanned = jax.checkpoint(lambda ws, x: lax.scan(body, x, ws)[0])
+        return jnp.sum(scanned(ws, x))
+    return loss
+
+
+def test_a_checkpointed_scan_under_grad_is_described_through_its_closed_call():
+    mesh = _mesh()
+    ws = jax.device_put(np.ones((3, 16, 16), np.float32),
+                        jax.sharding.NamedSharding(mesh, P(None, None, "y")))
+    x = jax.device_put(np.ones((8, 16), np.float32), jax.sharding.NamedSharding(mesh, P("x")))
+    ours, described = _held(_remat_of_scan(jax.sharding.NamedSharding(mesh, P("x"))), 0, ws, x)
+    assert "closed_call" in repr(described)   # (read as a call, its scan's constraint kept)
+
+
+def test_a_closed_calls_body_is_checked_as_a_jits():
+    """The constraint inside on the same devices in another order: refused when lowering
+    (the devices of the call's body part from the arguments'), as JAX refuses it."""
+    mesh = _mesh()
+    other = jax.sharding.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"),
+                              axis_types=(KINDS.Auto,) * 2)
+    ws = jax.device_put(np.ones((3, 16, 16), np.float32), jax.sharding.NamedSharding(mesh, P()))
+    x = jax.device_put(np.ones((8, 16), np.float32), jax.sharding.NamedSharding(mesh, P("x")))
+    theirs = jax.jit(jax.grad(jax.jit(_remat_of_scan(jax.sharding.NamedSharding(other, P("x"))))))
+    outcome = JaxOutcome()
+    stage_in_jax(theirs, (ws, x), outcome)
+    assert outcome.error is not None
+    verdict = explain_program(describe_program(theirs, ws, x))
+    assert not outcome_problems(verdict, outcome), outcome_problems(verdict, outcome)

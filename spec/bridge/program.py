@@ -310,6 +310,12 @@ def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
         return control_flow_equation(eqn, numbers.operands(eqn, False), results, where,
                                      _read_body)
     bodies = list(core.jaxprs_in_params(params))
+    if name == "closed_call" and any(_places(body) for body in bodies):
+        # A plain call (what JAX's partial evaluation leaves of a remat's known part under
+        # grad): a body inlined when lowering, checked as the jit it stands for without
+        # options of its own.
+        return Jit(numbers.operands(eqn, False), results, name=name, checked=False,
+                   body=_read_body(params["call_jaxpr"], f"{where}.closed_call."))
     if any(_places(body) for body in bodies):
         raise _Unreadable(f"describe_program does not describe {name} equations whose bodies "
                           f"place values (a constraint, a device_put, a jit, a shard_map, a "

@@ -726,9 +726,11 @@ def _check_inputs(program: Program, numbers: tuple[int, ...]) -> None:
 
 
 def _check_scalar(program: Program) -> None:
-    """grad's function returns a real scalar first (JAX's TypeError while it traces)."""
+    """grad's function returns a real scalar first (JAX's TypeError once it has traced it:
+    what tracing refuses is refused first, as a program described from a refusal is)."""
     value = program.value_types[program.outputs[0]] if program.outputs else None
     if value is None or value.shape != () or value.dtype not in FLOATS[:4]:
+        _called(program)
         with staged("trace"):
             raise reject(NotScalar(0, value))
 

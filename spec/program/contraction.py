@@ -15,7 +15,9 @@ how it should be split). The check applies
   asks for the transposed operand's type as ``out_sharding`` — none where that type is
   over no mesh (an unplaced argument outside ``jax.set_mesh``), and then the cotangent and
   the other operand split alike over a contracted dimension (the batch of ``x`` in
-  ``x.T @ dy``) are refused.
+  ``x.T @ dy``) are refused, and an accepted product is typed by the ordinary rule
+  (:func:`transposed_type`: the gradient of an unplaced weight split as the activations
+  it multiplies are).
 
 Standard library only.
 """
@@ -26,9 +28,11 @@ import dataclasses
 from typing import Any
 
 from ..core.rules import Failure, reject, rule
+from ..core.values import PartitionSpec
 from .primitives import TRACING, TRANSPOSES
 
-__all__ = ["check_dot_general_type", "AmbiguousContraction", "transposed_dimensions"]
+__all__ = ["check_dot_general_type", "AmbiguousContraction", "transposed_dimensions",
+           "transposed_type"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +124,46 @@ def transposed_dimensions(numbers: Any, ranks: tuple[int, int], k: int) -> tuple
     return ((at, tuple(other)), (tuple(range(len(lb))), tuple(rb)))
 
 
+def _product_split(lhs: Any, rhs: Any, numbers: Any) -> tuple:
+    """The split a dot_general given no out_sharding types its result with (JAX's rule):
+    the batch dimensions as the lhs splits them, then the lhs's free dimensions, then the
+    rhs's, each as its operand splits it."""
+    (lc, rc), (lb, rb) = numbers
+    free_l = [d for d in range(len(lhs.shape)) if d not in lc and d not in lb]
+    free_r = [d for d in range(len(rhs.shape)) if d not in rc and d not in rb]
+    return _entries(lhs, lb) + _entries(lhs, free_l) + _entries(rhs, free_r)
+
+
+def transposed_type(operand: Any, cotangent: Any, other: Any, numbers: Any, k: int) -> Any:
+    """The type of the cotangent JAX's transpose gives operand ``k`` of a dot_general whose
+    type is over no mesh (an unplaced argument outside ``jax.set_mesh``): dot_general then
+    drops the out_sharding it is asked for, so the product of ``cotangent`` and ``other`` is
+    split by the ordinary rule and transposed back to the operand's dimensions; ``operand``
+    itself where neither factor is over a mesh.
+
+    >>> from shardlaw.spec.program.description import Value
+    >>> from shardlaw.spec.core.values import AbstractMesh, AxisType, PartitionSpec as P
+    >>> mesh = AbstractMesh((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> h = dataclasses.replace(Value.typed((8, 16), mesh=mesh), spec=P(None, "y"))
+    >>> dy = Value.typed((8, 32), mesh=mesh)
+    >>> transposed_type(Value.typed((16, 32)), dy, h, (((1,), (0,)), ((), ())), 1)
+    <float32[16x32] over AbstractMesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')) split P('y')>
+    """
+    mesh = cotangent.mesh if cotangent.mesh is not None else other.mesh
+    if operand.mesh is not None or mesh is None:
+        return operand
+    rank = len(operand.shape)
+    ranks = (rank, len(other.shape)) if k == 0 else (len(other.shape), rank)
+    split = _product_split(cotangent, other, transposed_dimensions(numbers, ranks, k))
+    (lc, rc), (lb, rb) = numbers
+    own, theirs, batch = (lc, rc, lb) if k == 0 else (rc, lc, rb)
+    free = [d for d in range(rank) if d not in own and d not in batch]
+    by_other = [own[i] for i in sorted(range(len(own)), key=lambda i: theirs[i])]
+    order = list(batch) + free + by_other   # the product's dimensions, as the operand's
+    entries = [split[order.index(d)] for d in range(rank)]
+    return dataclasses.replace(operand, mesh=mesh, spec=PartitionSpec(*entries))
+
+
 @TRANSPOSES.register("dot_general")
 def _transpose_dot_general(eq: Any, body: Any, incoming: list, flags: list, number: dict,
                            path: str, types: tuple) -> list:
@@ -128,16 +172,25 @@ def _transpose_dot_general(eq: Any, body: Any, incoming: list, flags: list, numb
     type is over a mesh (then JAX asks for it as out_sharding): PROG-7 where traced."""
     first = len(body.equations)
     out = TRANSPOSES.rules["opaque"](eq, body, incoming, flags, number, path, types)
-    linear = iter(n for n in eq.operands if flags[n])
+    linear = iter(out)
+    numbers = dict(eq.params).get("dimension_numbers")
     for i in range(first, len(body.equations)):
         made = body.equations[i]
         if getattr(made, "primitive", "") == "transposed_dot_general":
-            n = next(linear, None)
+            n, at = next(linear, (None, None))
             if n is None:
                 break
-            body.equations[i] = dataclasses.replace(made, params=tuple(made.params) + (
-                ("transposed_operand", eq.operands.index(n)),
-                ("operand_typed", types[n].mesh is not None)))
+            k = eq.operands.index(n)
+            result = made.results[0]
+            if numbers is not None and len(made.operands) == 2 and types[n].mesh is None:
+                derived = transposed_type(types[n], *(body.types[m] for m in made.operands),
+                                          numbers, k)
+                if derived is not types[n]:
+                    result = body.types[at] = dataclasses.replace(
+                        derived, weak_type=result.weak_type, varying=result.varying)
+            body.equations[i] = dataclasses.replace(made, results=(result,), params=tuple(
+                made.params) + (("transposed_operand", k),
+                                ("operand_typed", types[n].mesh is not None)))
     return out
 
 

@@ -150,7 +150,10 @@ def _as_select(rw: BatchedBody, eq: Cond, index: int, dim: int, moved: list, ins
         outs.append(list(range(len(rw.types) - results, len(rw.types))))
     for j in range(results):
         cases = [o[j] for o in outs]
-        value, which = rw.types[cases[0]], index
+        # (typed as select_n's rule types it: as the first case typed over a mesh)
+        value = next((rw.types[c] for c in cases if rw.types[c].mesh is not None),
+                     rw.types[cases[0]])
+        which = index
         if len(rw.types[index].shape) != len(value.shape):   # the index broadcast to it
             rw.add(broadcast_equation(index, rw.types[index], value.shape, (0,)), (0,))
             which = len(rw.types) - 1
