@@ -1,38 +1,42 @@
 """How long the spec takes to say where the compiler places a step's values and what the
 step communicates, against JAX compiling the same step (issue 33).
 
-Two steps, built by hand as :class:`~shardlaw.spec.Program` values of propagated primitives
-only (no JAX), each over a mesh of 2^16 devices (256 x 256, ``"data"`` x ``"model"``; a
-concrete mesh of symbolic ids 0 .. 2^16 - 1: propagation is asked of a concrete mesh, and
-nothing enumerates its devices):
+Three steps, over meshes of 8 devices (2 x 4) and of 2^16 (256 x 256, ``"data"`` x
+``"model"``): concrete (symbolic ids 0 .. 2^16 - 1, asked through the run) and abstract
+(``AbstractMesh``, asked until trace: PROP-7's placements and the collectives), nothing
+enumerating devices:
 
-- ``mlp``: 200 equations, 40 blocks of ``tanh(x @ w1) @ w2 + x`` and a scale, activations
-  rows over ``"data"``, ``w1`` columns and ``w2`` rows over ``"model"`` (Megatron's MLP):
-  ``explain_program`` with propagation and collectives, goal 10 ms;
-- ``transformer``: 32 unrolled layers of attention (q, k, v projections, scores, a softmax
-  of exp, max, sum and divide, the weighted values, an output projection) and an MLP, with
-  residual adds: the communication report alone (:func:`predicted_collectives`), goal
-  100 ms.
+- ``mlp``: 200 equations built by hand (:class:`~shardlaw.spec.Program` values of
+  propagated primitives, no JAX), 40 blocks of ``tanh(x @ w1) @ w2 + x`` and a scale,
+  activations rows over ``"data"``, ``w1`` columns and ``w2`` rows over ``"model"``
+  (Megatron's MLP): ``explain_program`` with propagation and collectives, goal 10 ms;
+- ``transformer``: 32 unrolled layers of attention and an MLP built by hand the same way:
+  the communication report alone (:func:`predicted_collectives`), goal 100 ms;
+- ``scanned``: the 32-layer scanned transformer of ``bench_steps.py`` (``lax.scan`` over
+  stacked parameters, described from JAX by ``describe_program``), tensor-parallel over
+  ``"model"`` and batch over ``"data"`` (and, one row, FSDP beside it: propagation leaves
+  it open, the reason printed): the communication report, goal 100 ms.
 
 The anchor is JAX 0.10.2 lowering and compiling the same step, as a function, on 8 CPU
-devices (2 x 4): ``jax.jit(f).lower(*args).compile()``, timed once after a warm-up of a
-different shape. The spec's figures are CPU milliseconds of a question asked of a program
-built afresh each time (what a program keeps once worked out, its propagation, is not
-reused), the 65,536-device ones with the listing of device ids refused (nothing
-enumerates devices). Run: ``python benchmarks/bench_collectives.py`` (``--quick``: fewer
-repeats; ``--no-jax``: no anchor).
+devices (2 x 4): ``jax.jit(f).lower(*args).compile()``, timed once after a warm-up; ``x
+JAX`` is the spec's median over it. The spec's figures are CPU milliseconds of a question
+asked of a program built afresh each time (what a program keeps once worked out, its
+propagation, is not reused), the 65,536-device ones with the listing of device ids refused.
+Run: ``python benchmarks/bench_collectives.py`` (``--quick``: fewer repeats; ``--no-jax``:
+no anchor).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import statistics
 import time
 from typing import Any, Callable, Iterator
 
-from shardlaw.spec import Mesh, NamedSharding, P, explain_program
+from shardlaw.spec import AbstractMesh, Mesh, NamedSharding, P, explain_program
 from shardlaw.spec.core.iota import Iota
 from shardlaw.spec.core.values import DeviceList
 from shardlaw.spec.program.collectives import predicted_collectives
@@ -53,7 +57,9 @@ class Body:
 
     def input(self, shape: tuple[int, ...], sharding: NamedSharding) -> int:
         assert not self.equations, "inputs come first"
-        self.inputs.append(Value.placed(shape, sharding))
+        abstract = isinstance(sharding.mesh, AbstractMesh)   # (a ShapeDtypeStruct's)
+        self.inputs.append(Value.shape_dtype(shape, sharding=sharding) if abstract
+                           else Value.placed(shape, sharding))
         self.types.append(shape)
         return len(self.types) - 1
 
@@ -82,7 +88,7 @@ def mlp_step(mesh: Mesh, blocks: int = 40, rows: int = 64, width: int = 64) -> P
         h = body.op("tanh", (body.op("dot_general", (x, w1), (n, f), MATMUL),), (n, f))
         y = body.op("add", (body.op("dot_general", (h, w2), (n, d), MATMUL), x), (n, d))
         x = body.op("mul", (y, x), (n, d))
-    return body.program((x,), len(mesh.devices))
+    return body.program((x,), math.prod(mesh.axis_sizes))
 
 
 def _layer(body: Body, x: int, w: dict, shape: tuple[int, int, int, int]) -> int:
@@ -132,7 +138,7 @@ def transformer_step(mesh: Mesh, layers: int = 32, batch: int = 2, seq: int = 64
     x = body.input((b, s, d), NamedSharding(mesh, P("data", None, None)))
     for w in weights:
         x = _layer(body, x, w, (b, s, d, f))
-    return body.program((x,), len(mesh.devices))
+    return body.program((x,), math.prod(mesh.axis_sizes))
 
 
 # --------------------------------------------------------------------------- JAX's anchor
@@ -213,45 +219,111 @@ def nothing_enumerated() -> Iterator[None]:
         Iota.__iter__, DeviceList.__iter__, DeviceList.ids = saved   # type: ignore[method-assign]
 
 
+def scanned_step(mesh: Any, plan: str = "TP") -> Program:
+    """The 32-layer scanned step of ``bench_steps.py`` described from JAX over ``mesh`` (a
+    JAX mesh; None: the abstract 256 x 256 one), its parameters split by ``plan``."""
+    import jax
+    import bench_steps
+    from shardlaw.spec.bridge.program import describe_program
+    loss, args, _ = bench_steps.step(32, True, mesh, getattr(bench_steps, plan))
+    return describe_program(jax.jit(loss), *args)
+
+
+def scanned_anchor() -> tuple[float, tuple]:
+    """Seconds JAX takes to lower and compile the scanned step on 8 CPU devices (2 x 4),
+    and the collectives of the module it compiled."""
+    import jax
+    import bench_steps
+    from shardlaw.compiled_hlo import collectives_in_hlo as collectives_of
+    loss, args, _ = bench_steps.step(32, True, _eight(), bench_steps.TP)
+    jax.jit(loss).lower(*args).compile()   # warm JAX up (a step of its own: not cached)
+    loss, args, _ = bench_steps.step(32, True, _eight(), bench_steps.TP)
+    start = time.perf_counter()
+    compiled = jax.jit(loss).lower(*args).compile()
+    return time.perf_counter() - start, collectives_of(compiled.as_text())
+
+
+def _eight() -> Any:
+    import jax
+    return jax.make_mesh((2, 4), ("data", "model"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def _count(program: Program) -> int:
+    """The program's equations, its bodies' included (a scan's body once)."""
+    return sum(1 + (_count(eq.body) if eq.body is not None else 0)
+               for eq in program.equations)
+
+
+def _summary(step: Any) -> str:
+    if not step.complete:
+        return f"open: {step.undetermined}"
+    return (f"{len(step)} ({', '.join(sorted({c.kind for c in step}))}), "
+            f"{step.bytes_per_device:,}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-jax", action="store_true")
     options = parser.parse_args()
+    import jax
+    jax.config.update("jax_num_cpu_devices", 8)   # (before any other use: the anchors)
     repeats = 5 if options.quick else 21
-    big = Mesh.iota((256, 256), ("data", "model"))
-    small = Mesh.iota((2, 4), ("data", "model"))
-    rows = [("mlp", "explain_program (propagation + collectives)", mlp_step, 10.0,
-             lambda p: explain_program(p)),
-            ("transformer", "communication report", transformer_step, 100.0,
-             lambda p: predicted_collectives(p))]
+    names = ("data", "model")
+    meshes = [("8", Mesh.iota((2, 4), names), "run"),
+              ("2^16", Mesh.iota((256, 256), names), "run"),
+              ("2^16 abstract", AbstractMesh((256, 256), names), "trace")]
+    explain = ("explain_program (propagation + collectives)", 10.0)
+    report = ("communication report", 100.0)
     print(f"CPU milliseconds, each question asked of a program built afresh ({repeats} "
-          f"repeats); load: {os.getloadavg()[0]:.2f}")
-    print(f"{'step':12} {'question':45} {'devices':>8} {'eqns':>5} {'median ms':>10} "
-          f"{'best':>7} {'goal':>6}  collectives, bytes/device")
-    for kind, question, build, goal, ask in rows:
-        for mesh in (small, big):
-            program = build(mesh)
-            with nothing_enumerated() if mesh is big else contextlib.nullcontext():
-                step = predicted_collectives(program)
-                assert step.complete, step.undetermined
-                median, best = median_ms(lambda: build(mesh), ask, repeats)
-            print(f"{kind:12} {question:45} {len(mesh.devices):8d} "
-                  f"{len(program.equations):5d} {median:10.2f} {best:7.2f} {goal:6.0f}  "
-                  f"{len(step)} ({', '.join(sorted({c.kind for c in step}))}), "
-                  f"{step.bytes_per_device:,}")
-            if mesh is small:
-                on_eight = sorted((c.kind, c.bytes_per_device) for c in step)
-        if not options.no_jax:
-            import jax
-            jax.config.update("jax_num_cpu_devices", 8)
-            seconds, real = jax_anchor(kind, build(small))
-            compiled = sorted((c.kind, c.bytes_per_device) for c in real)
-            print(f"{kind:12} {'JAX 0.10.2 lower + compile (anchor)':45} {8:8d} "
-                  f"{len(build(small).equations):5d} {seconds * 1000:10.2f} {'':7} {'':6}  "
-                  f"{len(real)} ({', '.join(sorted({c.kind for c in real}))}), "
-                  f"{sum(c.bytes_per_device for c in real):,} (the compiled module's: "
-                  f"{'the spec agrees' if on_eight == compiled else 'THE SPEC DIFFERS'})")
+          f"repeats); load: {os.getloadavg()[0]:.2f}; x JAX: the spec's median over JAX's "
+          f"lower + compile on 8 devices")
+    print(f"{'step':12} {'question':45} {'mesh':>13} {'eqns':>5} {'median ms':>10} "
+          f"{'best':>7} {'goal':>5} {'x JAX':>7}  collectives, bytes/device")
+
+    def row(kind: str, question: tuple, name: str, build: Callable[[], Program],
+            ask: Callable[[Program], Any], anchor: float | None) -> Any:
+        program = build()
+        with nothing_enumerated() if name != "8" else contextlib.nullcontext():
+            step = predicted_collectives(program)
+            median, best = median_ms(build, ask, repeats)
+        ratio = f"{median / (anchor * 1000):.3f}" if anchor else "-"
+        print(f"{kind:12} {question[0]:45} {name:>13} {_count(program):5d} "
+              f"{median:10.2f} {best:7.2f} {question[1]:5.0f} {ratio:>7}  {_summary(step)}")
+        return step
+
+    def anchor_row(kind: str, eqns: int, seconds: float, real: tuple, spec: Any) -> None:
+        compiled = sorted((c.kind, c.bytes_per_device) for c in real)
+        mine = sorted((c.kind, c.bytes_per_device) for c in spec)
+        agree = ("the spec's list is open" if not spec.complete else
+                 "the spec agrees" if mine == compiled else "THE SPEC DIFFERS")
+        print(f"{kind:12} {'JAX 0.10.2 lower + compile (anchor)':45} {'8':>13} {eqns:5d} "
+              f"{seconds * 1000:10.2f} {'':7} {'':5} {'':>7}  "
+              f"{len(real)} ({', '.join(sorted({c.kind for c in real}))}), "
+              f"{sum(c.bytes_per_device for c in real):,} (the compiled module's: {agree})")
+
+    for kind, question, builder, ask in (
+            ("mlp", explain, mlp_step, None),
+            ("transformer", report, transformer_step, predicted_collectives)):
+        anchor = None if options.no_jax else jax_anchor(kind, builder(meshes[0][1]))
+        on_eight = None
+        for name, mesh, until in meshes:
+            asked = ask or (lambda p, until=until: explain_program(p, until=until))
+            step = row(kind, question, name, lambda m=mesh: builder(m), asked,
+                       anchor and anchor[0])
+            on_eight = on_eight or step
+        if anchor:
+            anchor_row(kind, _count(builder(meshes[0][1])), *anchor, on_eight)
+    anchor = None if options.no_jax else scanned_anchor()
+    eight = row("scanned", report, "8", lambda: scanned_step(_eight()), predicted_collectives,
+                anchor and anchor[0])
+    row("scanned", report, "2^16 abstract", lambda: scanned_step(None), predicted_collectives,
+        anchor and anchor[0])
+    row("scanned FSDP", report, "2^16 abstract", lambda: scanned_step(None, "FSDP_TP"),
+        predicted_collectives, anchor and anchor[0])
+    if anchor:
+        anchor_row("scanned", _count(scanned_step(_eight())), *anchor, eight)
 
 
 if __name__ == "__main__":

@@ -29,28 +29,37 @@ GRID = (256, 256)          # 65,536 devices
 D, H, S, B = 1024, 4096, 128, 512
 
 
-def step(layers: int, constrained: bool = True) -> tuple[Callable, tuple, int]:
+# Per parameter, its spec after the stacked layers' dimension: FSDP over ``data`` and
+# tensor-parallel over ``model`` (the default), or tensor-parallel alone (Megatron's).
+FSDP_TP = {"q": ("data", "model"), "k": ("data", "model"), "v": ("data", "model"),
+           "o": ("model", "data"), "g": (None,), "w1": ("data", "model"),
+           "w3": ("data", "model"), "w2": ("model", "data")}
+TP = {"q": (None, "model"), "k": (None, "model"), "v": (None, "model"),
+      "o": ("model", None), "g": (None,), "w1": (None, "model"), "w3": (None, "model"),
+      "w2": ("model", None)}
+
+
+def step(layers: int, constrained: bool = True, mesh: Any = None, plan: dict = FSDP_TP,
+         sizes: tuple = (D, H, S, B)) -> tuple[Callable, tuple, int]:
     """The loss of the scanned transformer, its abstract arguments and the number of
-    parameter leaves (the gradient is taken with respect to each)."""
+    parameter leaves (the gradient is taken with respect to each); ``mesh``: a JAX mesh of
+    axes ``data`` and ``model`` (default: the abstract 256 x 256 one), ``plan``: each
+    parameter's spec, ``sizes``: (features, hidden features, sequence, batch)."""
     import jax
     import jax.numpy as jnp
 
-    mesh = jax.sharding.AbstractMesh(GRID, ("data", "model"),
-                                     axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    mesh = mesh if mesh is not None else jax.sharding.AbstractMesh(
+        GRID, ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     NS, P = jax.sharding.NamedSharding, jax.sharding.PartitionSpec
+    d, h, s, b = sizes
 
     def sds(shape: tuple, *spec: Any) -> Any:
         return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NS(mesh, P(*spec)))
 
-    params = {"q": sds((layers, D, D), None, "data", "model"),
-              "k": sds((layers, D, D), None, "data", "model"),
-              "v": sds((layers, D, D), None, "data", "model"),
-              "o": sds((layers, D, D), None, "model", "data"),
-              "g": sds((layers, D), None, None),
-              "w1": sds((layers, D, H), None, "data", "model"),
-              "w3": sds((layers, D, H), None, "data", "model"),
-              "w2": sds((layers, H, D), None, "model", "data")}
-    x = sds((B, S, D), "data")
+    shapes = {"q": (d, d), "k": (d, d), "v": (d, d), "o": (d, d), "g": (d,),
+              "w1": (d, h), "w3": (d, h), "w2": (h, d)}
+    params = {name: sds((layers, *shape), None, *plan[name]) for name, shape in shapes.items()}
+    x = sds((b, s, d), "data")
     activations = NS(mesh, P("data", None, None))
 
     def layer(h: Any, p: dict) -> tuple[Any, None]:

@@ -64,6 +64,7 @@ from shardlaw.spec.program.description import (
 )
 
 __all__ = ["compare_ad_outcome", "AdCase", "ad_cases", "compare_ad", "rewrite", "run_transformed", "signature",
+           "placing",
            "TRANSFORMS", "SOURCE", "ad_hit_counts", "run_function", "compare_rewrite",
            "MapAdCase", "map_ad_cases", "compare_map_ad", "map_rewrite", "map_transformed",
            "MAP_SOURCE", "MAP_TRANSFORMS", "map_ad_hit_counts", "StepGradCase",
@@ -298,6 +299,18 @@ def _described(describe_program: Any, fn: Any, args: tuple) -> Any:
 
 # --------------------------------------------------------------------------- signatures
 
+def placing(eq: Any) -> tuple | None:
+    """A constraint's, a device_put's or a reshard's entry in :func:`signature`: its kind,
+    its sharding (a device_put's targets) and the types it gives (None: another kind)."""
+    if isinstance(eq, ShardingConstraint):
+        return ("sharding_constraint", eq.sharding, typed(eq.results))
+    if isinstance(eq, DevicePut):
+        return ("device_put", eq.targets, typed(eq.results))
+    if isinstance(eq, Reshard):
+        return ("reshard", eq.sharding, typed(eq.results))
+    return None
+
+
 def signature(program: Program) -> tuple:
     """The placing equations of a program in order, bodies included: each jit's in and
     out shardings and donation, each constraint's sharding, each device_put's targets,
@@ -306,17 +319,14 @@ def signature(program: Program) -> tuple:
     others' results."""
     out: list = []
     for eq in program.equations:
-        if isinstance(eq, Jit):
+        placed = placing(eq)
+        if placed is not None:
+            out.append(placed)
+        elif isinstance(eq, Jit):
             body = eq.body
             out.append(("jit", body.in_shardings, body.out_shardings, body.donated,
                         signature(body), typed(body.inputs + tuple(
                             body.value_types[n] for n in body.outputs))))
-        elif isinstance(eq, ShardingConstraint):
-            out.append(("sharding_constraint", eq.sharding, typed(eq.results)))
-        elif isinstance(eq, DevicePut):
-            out.append(("device_put", eq.targets, typed(eq.results)))
-        elif isinstance(eq, Reshard):
-            out.append(("reshard", eq.sharding, typed(eq.results)))
         elif isinstance(eq, ShardMap):
             out.append(("shard_map", eq.in_specs, eq.out_specs, signature(eq.body),
                         typed(eq.results)))

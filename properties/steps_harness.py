@@ -625,8 +625,31 @@ def _fuzz_op(name: str, mesh: Any) -> Callable[[Any], Any]:
         "inner_jit": jax.jit(lambda v: v * 2.0 + 1.0),
         "stop_gradient": lax.stop_gradient, "custom_vjp_clip": _clip_gradient(),
         "rng_bits": lambda h: h + jax.random.uniform(jax.random.key(0), h.shape, h.dtype),
+        **_refusable_bodies(mesh),
     }
     return ops[name]
+
+
+def _refusable_bodies(mesh: Any) -> dict[str, Callable[[Any], Any]]:
+    """The fuzz operations whose bodies JAX refuses on some draws while tracing them."""
+    import jax
+
+    lax, P = jax.lax, jax.sharding.PartitionSpec
+
+    def rows(h: Any) -> Any:   # a constraint of rank 2: the rows split over x
+        return lax.with_sharding_constraint(h, jax.sharding.NamedSharding(mesh, P(None, "x")))
+
+    @jax.custom_jvp
+    def constrained(h: Any) -> Any:
+        return rows(jax.numpy.sin(h))
+
+    constrained.defjvp(lambda p, t: (constrained(p[0]), jax.numpy.cos(p[0]) * t[0]))
+    scattered = jax.shard_map(
+        lambda a: lax.all_gather(lax.psum_scatter(a, "x", tiled=True), "x", tiled=True),
+        mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"})
+    return {"while_constraint": lambda h: lax.while_loop(
+                lambda c: c[0] < 2, lambda c: (c[0] + 1, rows(c[1] * 1.5)), (0, h))[1],
+            "custom_jvp_constraint": constrained, "smap_scatter_gather": scattered}
 
 
 def _clip_gradient() -> Callable[[Any], Any]:

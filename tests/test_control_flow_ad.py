@@ -21,15 +21,16 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from jax import lax
 
-from shardlaw.properties.program_ad_harness import compare_rewrite, run_function, typed
+from jaxpr_walk import jax_kinds, jax_placing, spec_bodies, spec_placing
+from shardlaw.properties.program_ad_harness import compare_rewrite, run_function
 from shardlaw.properties.registry import checks
-from shardlaw.spec import Rejection, explain_program, from_jax
+from shardlaw.spec import Rejection, explain_program
 from shardlaw.spec.bridge.program import describe_program, value_type_of
 from shardlaw.spec.program import (
     grad_program, jvp_program, linearize_program, vjp_program,
 )
 from shardlaw.spec.program.control_flow import Cond, CustomLin, Scan, While
-from shardlaw.spec.program.description import DevicePut, Program, Reshard, ShardingConstraint
+from shardlaw.spec.program.description import Program
 
 AUTO = (jax.sharding.AxisType.Auto,) * 2
 EXPLICIT_AXES = (jax.sharding.AxisType.Explicit,) * 2
@@ -46,51 +47,6 @@ def _on(mesh, *spec):
 
 X = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4) / 7, _on(MESH, "x"))
 XE = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4) / 7, _on(EXPLICIT, "x"))
-
-
-# --------------------------------------------------------------------------- placing equations
-
-def _spec_bodies(eq):
-    if isinstance(eq, Cond):
-        return eq.branches
-    if isinstance(eq, While):
-        return (eq.cond, eq.body_fun)
-    return () if eq.body is None else (eq.body,)
-
-
-def spec_placing(program) -> list:
-    """The placing equations of a spec Program in order, every body flattened in."""
-    out = []
-    for eq in program.equations:
-        if isinstance(eq, ShardingConstraint):
-            out.append(("sharding_constraint", eq.sharding, typed(eq.results)))
-        elif isinstance(eq, DevicePut):
-            out.append(("device_put", eq.targets, typed(eq.results)))
-        elif isinstance(eq, Reshard):
-            out.append(("reshard", eq.sharding, typed(eq.results)))
-        for body in _spec_bodies(eq):
-            out += spec_placing(body)
-    return out
-
-
-def jax_placing(jaxpr) -> list:
-    """:func:`spec_placing` read from a jaxpr (every jaxpr in an equation's parameters)."""
-    from jax._src import core
-
-    out = []
-    for eqn in jaxpr.eqns:
-        name, params = eqn.primitive.name, eqn.params
-        types = typed(value_type_of(v.aval, "a result") for v in eqn.outvars)
-        if name == "sharding_constraint":
-            out.append((name, from_jax(params["sharding"]), types))
-        elif name == "device_put":
-            out.append((name, tuple(None if d is None else d.id if isinstance(d, jax.Device)
-                                    else from_jax(d) for d in params["devices"]), types))
-        elif name == "reshard":
-            out.append((name, from_jax(params["dst_sharding"]), types))
-        for inner in core.jaxprs_in_params(params):
-            out += jax_placing(inner)
-    return out
 
 
 # --------------------------------------------------------------------------- holding to JAX
@@ -178,7 +134,7 @@ def _kinds(program, out=None):
     out = [] if out is None else out
     for eq in program.equations:
         out.append(getattr(eq, "primitive", eq.kind))
-        for body in _spec_bodies(eq):
+        for body in spec_bodies(eq):
             _kinds(body, out)
     return out
 
@@ -298,7 +254,7 @@ def test_vmap_of_a_while_whose_body_batches_an_unbatched_carry():
 def _walk(program):
     for eq in program.equations:
         yield eq
-        for body in _spec_bodies(eq):
+        for body in spec_bodies(eq):
             yield from _walk(body)
 
 
@@ -338,17 +294,6 @@ def test_a_while_under_reverse_mode_is_refused_as_jax_refuses_it(transform):
 
 # --------------------------------------------------------------------------- custom rules
 
-def _jax_kinds(jaxpr, out=None):
-    from jax._src import core
-
-    out = [] if out is None else out
-    for eqn in jaxpr.eqns:
-        out.append(eqn.primitive.name)
-        for inner in core.jaxprs_in_params(eqn.params):
-            _jax_kinds(inner, out)
-    return out
-
-
 def _relu_layer(x):
     return jax.nn.relu(lax.with_sharding_constraint(x * 2, _on(MESH, "y")))
 
@@ -369,7 +314,7 @@ def test_the_jvp_of_relu_holds_its_rule_s_equations_as_jax_s_does():
     assert call.rule is not None and call.rule_zeros == (False,)
     ours = [k for k in _kinds(jvp_program(program)) if k != "jit"]
     fn = _jax_function("jvp", _relu_layer, 1)
-    theirs = [k for k in _jax_kinds(jax.make_jaxpr(fn)(X, np.ones((8, 4), np.float32)).jaxpr)
+    theirs = [k for k in jax_kinds(jax.make_jaxpr(fn)(X, np.ones((8, 4), np.float32)).jaxpr)
               if k not in ("jit", "pjit")]
     assert ours == theirs, (ours, theirs)
     assert "select_n" in ours and ours.count("custom_jvp_call") == 1
@@ -390,7 +335,7 @@ def test_relu_under_vmap_keeps_its_rule_batched_as_jax_batches_it():
     theirs = jax.make_jaxpr(fn)(BATCH, ones).jaxpr
     assert spec_placing(jvp_program(program)) == jax_placing(theirs)
     assert [k for k in _kinds(jvp_program(program)) if k != "jit"] == [
-        k for k in _jax_kinds(theirs) if k not in ("jit", "pjit")]
+        k for k in jax_kinds(theirs) if k not in ("jit", "pjit")]
 
 
 def _clip(mesh):
@@ -481,7 +426,7 @@ def _custom_lins(program) -> list:
     for eq in program.equations:
         if isinstance(eq, CustomLin):
             out.append(eq)
-        out += [lin for body in _spec_bodies(eq) if isinstance(body, Program)
+        out += [lin for body in spec_bodies(eq) if isinstance(body, Program)
                 for lin in _custom_lins(body)]
     return out
 

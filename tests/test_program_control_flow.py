@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from jax import lax
 
+from jaxpr_walk import jax_kinds
 from shardlaw.properties.program_ad_harness import ad_cases, compare_ad_outcome
 from shardlaw.properties.registry import checks
 
@@ -271,17 +272,6 @@ def _kinds(program, out=None):
     return out
 
 
-def _jax_kinds(jaxpr, out=None):
-    from jax._src import core
-
-    out = [] if out is None else out
-    for eqn in jaxpr.eqns:
-        out.append(eqn.primitive.name)
-        for inner in core.jaxprs_in_params(eqn.params):
-            _jax_kinds(inner, out)
-    return out
-
-
 BATCH = jax.device_put(np.ones((2, 8, 4), np.float32), _on(MESH, None, "x"))
 
 
@@ -314,7 +304,7 @@ def test_vmap_of_a_cond_with_a_batched_predicate_is_a_select_as_in_jax():
     flags = np.array([True, False])
     program = describe_program(vmapped, BATCH, flags)
     assert "select_n" in _kinds(program) and "cond" not in _kinds(program)
-    assert "select_n" in _jax_kinds(jax.make_jaxpr(vmapped)(BATCH, flags).jaxpr)
+    assert "select_n" in jax_kinds(jax.make_jaxpr(vmapped)(BATCH, flags).jaxpr)
     assert _held(vmapped, BATCH, flags).accepted
 
 

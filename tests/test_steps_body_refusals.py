@@ -176,19 +176,6 @@ def test_a_carry_or_branches_of_another_explicit_split_are_loop_1(make, path):
     assert not problems and verdict.accepted, problems
 
 
-def test_a_refusal_inside_a_while_body_is_still_jaxs_own_error():
-    """Not described yet: a constraint refused inside a while_loop's body (a while loop's
-    body returns its carry, so the spec's loop cannot hold the refused body): JAX's
-    ValueError reaches the user unchanged, no rule."""
-    fun = lambda x: jax.lax.while_loop(   # noqa: E731
-        lambda c: c[0] < 2, lambda c: (c[0] + 1, constrained(P(None, None, None))(c[1])),
-        (0, x))[1]
-    x = np.ones((8, 4), np.float32)
-    with pytest.raises(ValueError) as raised:
-        describe_program(fun, x)
-    assert not hasattr(raised.value, "rule")
-
-
 @checks("LOOP-1")
 @pytest.mark.parametrize("spec,refused", [(P(None, "y"), True), (P("x"), False)],
                          ids=["other-split", "same-split"])

@@ -108,13 +108,13 @@ def test_the_program_holds_what_was_traced_before_the_refused_call():
 
 
 def test_a_refusal_the_spec_does_not_describe_is_jaxs_own_error():
-    """A constraint of the wrong rank inside a shard_map's body: JAX's ValueError,
-    unchanged (the spec does not locate a refusal inside a shard_map's body yet; the
-    shard_map's own refusals are described: tests/test_steps_shard_map_refusals.py)."""
-    def body(a):
-        return jax.lax.with_sharding_constraint(a, P(None, None, None))
+    """An inner jit whose in_shardings are of the wrong rank, under a vmap called in the
+    function's body: JAX's ValueError, unchanged (the spec describes only a constraint
+    under such a vmap yet: tests/test_steps_body_refusals_calls.py)."""
+    def fun(v):
+        return jnp.cos(jax.vmap(jax.jit(jnp.sin, in_shardings=NS(mesh(), P(None, None, None))))(
+            v))
 
-    fun = jax.shard_map(body, mesh=mesh(), in_specs=P("x"), out_specs=P("x"))
     x = np.ones((6, 4), np.float32)
     with pytest.raises(Exception) as jax_refusal:
         jax.jit(fun).trace(x)

@@ -5,16 +5,18 @@ whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` or a
 ``jax.sharding.reshard`` whose sharding does not place its operand (ARG-4), an inner jit
 whose shardings do not fit its operands or its results (FIT-1), a ``jax.shard_map`` whose
 specs do not fit its mesh, its arguments or its body's results (SMAP-3, SMAP-7, SMAP-8,
-SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`), a ``psum``,
-``pmean``, ``pmax`` or ``pmin`` in a shard_map's body over an axis the body may not use
-(SMAP-13), a primitive JAX cannot type over Explicit axes (a ``dot_general``, PROG-7; an
+SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`), a
+collective in a shard_map's body over an axis the body may not use or that does not divide
+its operand (SMAP-13, SMAP-21; described by
+:mod:`~shardlaw.spec.bridge.refused_collectives`), a primitive JAX cannot type over Explicit axes (a ``dot_general``, PROG-7; an
 elementwise operation or a ``select_n``, PROG-8; described by
 :mod:`~shardlaw.spec.bridge.refused_primitives`) —
 :func:`describe_refused` still describes the program: the equations JAX traced before the
 call, read from JAX's own trace as it stood when it refused, then the refused call described
 from the user's values (its operands and the shardings it was given), its results the
 program's. A call inside an inner jit's body is described inside that jit, whose body ends
-with it, and one inside a scan's, a cond's or a remat's body inside that construct
+with it, and one inside a scan's, a while loop's, a cond's, a remat's, a custom
+function's or a shard_map's body inside that construct
 (:mod:`~shardlaw.spec.bridge.refused_bodies`, which also describes a scan or a cond JAX
 refuses for its carry's or its branches' types, LOOP-1), and one inside the body JAX's
 backward pass traces for a jit, a remat or a cond inside that transposed construct
@@ -29,9 +31,11 @@ trace stage, at the equation's path (``body[2]``, ``body[1].jit.body[0]``,
 ``body[0].jit.in_shardings[0]``).
 
 The call is located from the frames JAX's error passed through (its traceback unfiltered):
-the jit, scan, cond, switch and remat bodies JAX was tracing, outermost first, and the call
-in the innermost. Where it cannot be located (a call inside a ``shard_map``'s body, a
-``while_loop``'s or a custom derivative's, under a ``vmap``; a refusal of another kind), or
+the jit, scan, while, cond, switch, remat, custom-function and shard_map bodies JAX was
+tracing, outermost first, and the call in the innermost; a constraint under a ``vmap``
+called in a body is described as vmap's batching would stage it (its spec unconstrained
+along the batch dimension). Where it cannot be located (another call under such a
+``vmap``, a call in a custom derivative's rule; a refusal of another kind), or
 the spec does not refuse the described program at the trace stage with JAX's class, there is
 no description and JAX's error stands.
 """
@@ -45,6 +49,7 @@ from typing import Any, Callable
 from ..core.values import UNCONSTRAINED
 from ..program.description import DevicePut, Jit, Program, Reshard, ShardingConstraint
 from .refused_bodies import ended, primal
+from .refused_collectives import COLLECTIVE_CALLS, collective_operands, refused_collective
 from .refused_gradients import gradient_frame, refuse_gradient
 from .refused_primitives import primitive_frame, primitive_operands, refused_primitive
 from .refused_transposes import (
@@ -55,10 +60,9 @@ __all__ = ["describe_refused"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
-          ("pjit", "reshard"): "reshard", ("parallel", "psum"): "collective",
-          ("parallel", "pmax"): "collective", ("parallel", "pmin"): "collective",
-          ("pjit", "_process_in_axis_resources"): "jit_in",
-          ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out"}
+          ("pjit", "reshard"): "reshard", ("pjit", "_process_in_axis_resources"): "jit_in",
+          ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out",
+          **{("parallel", name): "collective" for name in COLLECTIVE_CALLS}}
 
 
 def _files() -> dict[str, str]:
@@ -95,11 +99,13 @@ class _Level:
 
     def returning(self, values: list) -> tuple[Any, list]:
         """(the body traced so far, returning ``values``; its constants)."""
-        from jax._src import dtypes, source_info_util
+        from jax._src import source_info_util
+        from jax._src.lax.lax import asarray
 
         info = source_info_util.current()
-        # (a Python scalar a call was given, jnp.pad's padding value, staged as JAX stages it)
-        outs = [self.trace.to_jaxpr_tracer(dtypes.canonicalize_value(v), info) for v in values]
+        # (a Python scalar, a loop's initial carry, as the array JAX makes of it)
+        outs = [self.trace.to_jaxpr_tracer(v if hasattr(v, "aval") else asarray(v), info)
+                for v in values]
         names = self.debug_info._replace(result_paths=("",) * len(outs))
         return self.trace.to_jaxpr(outs, names, info)
 
@@ -126,7 +132,7 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
     """The jit bodies JAX was tracing when it raised ``error`` (outermost first) and the
     call it refused; None where the call is not of a kind described or sits in a body of
     another kind (a shard_map's, a transformation's inside the body)."""
-    from .refused_bodies import body_construct
+    from .refused_bodies import body_construct, construct_locals
 
     files = _files()
     roles = {path: role for role, path in files.items() if role != "jax"}
@@ -148,10 +154,15 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             local = frame.f_locals
             levels.append(_Level(local["trace"], local["debug_info"], pending, construct))
             pending = construct = None
+        elif where == ("pe", "trace_to_jaxpr_dynamic") and construct is not None and \
+                construct[0] in ("custom_jvp", "custom_vjp"):   # a custom function's body
+            local = frame.f_locals
+            levels.append(_Level(local["trace"], local["fun"].debug_info, None, construct))
+            construct = None
         elif where == ("pjit", "_trace_for_jit"):
             pending = frame.f_locals
         elif kind is not None:
-            construct = (kind, frame.f_locals)
+            construct = (kind, construct_locals(kind, frame))
         elif where == ("loops", "_check_carry_type") and construct is not None:
             return (levels, _Refused("scan_carry", construct[1], None)) if levels else None
         elif where == ("loops", "_infer_scan_length") and construct is not None:
@@ -329,7 +340,11 @@ def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., P
     from .refused_bodies import body_call
 
     if not rest:
-        return _flat_operands(refused.jit or refused.call, refused.kind), \
+        values = _flat_operands(refused.jit or refused.call, refused.kind)
+        if refused.kind == "constraint":
+            from .refused_bodies import unbatched
+            values, refused.call["batch_dims"] = unbatched(values)
+        return values, \
             lambda numbers, path: _placed(refused, path, _refused_equations(
                 refused, numbers, path, read_body))
     if rest[0].jit is None:
@@ -370,8 +385,7 @@ def _flat_operands(frame: dict, kind: str) -> list:
     if kind == "primitive":
         return primitive_operands(frame)
     if kind == "collective":
-        import jax
-        return jax.tree_util.tree_leaves(frame["x"])
+        return collective_operands(frame)
     return list(frame["args_ft"].vals)
 
 
@@ -419,7 +433,11 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     call = refused.call
     if refused.kind == "constraint":
         out = []
-        for number, s in zip(operands, call["shardings_flat"]):
+        dims = call.get("batch_dims") or [None] * len(operands)
+        for number, s, dim in zip(operands, call["shardings_flat"], dims):
+            if dim is not None:   # under a vmap inside the body: as its batching makes it
+                from .refused_bodies import batched_sharding
+                s = batched_sharding(s, dim)
             sharding = _sharding(s, path)
             spec = getattr(sharding, "spec", None)
             loose = frozenset() if spec is None else frozenset(
@@ -443,7 +461,6 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
         from .refused_bodies import refused_branches
         return refused_branches(call, operands, path, read_body)
     if refused.kind == "collective":
-        from .refused_bodies import refused_collective
         return refused_collective(call, operands)
     if refused.kind == "primitive":
         return refused_primitive(call, operands, path)

@@ -1,5 +1,5 @@
-"""A call JAX refuses inside a loop's, a cond's, a remat's or a shard_map's body, or a loop
-JAX refuses for its carry.
+"""A call JAX refuses inside a loop's, a cond's, a remat's, a custom function's or a
+shard_map's body, or a loop JAX refuses for its carry.
 
 JAX traces the body of a ``jax.lax.scan`` and of a ``jax.checkpoint`` function as it
 traces a jit's, and refuses a call inside it (a constraint that does not fit its operand,
@@ -16,13 +16,22 @@ into it as it walks into any body and refuses at the equation's path
   body's stacked: the refusal inside it is checked, and no carry type is compared;
 * a remat's body is a :class:`~shardlaw.spec.program.control_flow.Remat` over the
   function's arguments, its results the refused body's;
+* a while loop's body is the body of a
+  :class:`~shardlaw.spec.program.control_flow.While` returning the carry it was given (its
+  predicate as JAX traced it), a refused predicate that of a While whose predicate returns
+  a bool of the description's after the refused call (its body, not traced yet, returns
+  the carry); the refused one is walked first or alone, at ``while.body[1]`` or
+  ``while.body[0]``;
+* a ``custom_jvp`` or ``custom_vjp`` function's body is a
+  :class:`~shardlaw.spec.program.control_flow.CustomJvp` or ``CustomVjp`` call of it
+  (without its rules), walked as a jit;
 * a cond's or a switch's branch is the only branch of a
   :class:`~shardlaw.spec.program.control_flow.Cond` over its index and operands;
 * a shard_map's body is a :class:`~shardlaw.spec.program.description.ShardMap` with the
   user's mesh, manual axes and in specs, its results put out replicated (the body is
   checked before its out specs, and a description is kept only where the spec refuses at
-  the refused call); a ``psum``, ``pmax`` or ``pmin`` refused in it is described as JAX
-  stages it (:func:`refused_collective`), refused by SMAP-13.
+  the refused call); a collective refused in it is described as JAX stages it
+  (:mod:`~shardlaw.spec.bridge.refused_collectives`), refused by SMAP-13 or SMAP-21.
 
 Values the body closes over (the enclosing body's values, constants) are the equation's
 first operands, as JAX makes them. :func:`refused_carry` describes a whole scan JAX traced
@@ -31,13 +40,15 @@ and then refused because its body returns its carry of another type (LOOP-1).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
-from ..program.control_flow import Cond, Remat, Scan, stacked
-from ..program.description import Equation, Opaque, Program, ShardMap, Value
+from ..program.control_flow import Cond, CustomJvp, CustomVjp, Remat, Scan, While, stacked
+from ..program.description import Equation, Program, ShardMap, Value
 
-__all__ = ["body_construct", "body_call", "refused_carry", "refused_branches", "primal",
-           "ended", "carry_operands", "cond_operands", "refused_length"]
+__all__ = ["body_construct", "construct_locals", "body_call", "refused_carry", "unbatched",
+           "batched_sharding", "refused_branches", "primal", "ended", "carry_operands",
+           "cond_operands", "refused_length"]
 
 # a body's next call: (its operands' value numbers, its path) -> the equations added
 Next = Callable[[tuple, str], tuple]
@@ -51,6 +62,7 @@ def body_construct(frame: Any) -> str | None:
     """The kind of body whose tracing the JAX frame ``frame`` starts ("scan", "remat"),
     or None."""
     from jax._src import ad_checkpoint, shard_map
+    from jax._src.interpreters import partial_eval
     from jax._src.lax.control_flow import conditionals, loops
 
     name, local = frame.f_code.co_name, frame.f_locals
@@ -65,7 +77,23 @@ def body_construct(frame: Any) -> str | None:
         return "scan"
     if frame.f_code.co_filename == ad_checkpoint.__file__ and name == "fun_remat":
         return "remat"
+    if frame.f_code.co_filename == partial_eval.__file__ and name in (
+            "process_custom_jvp_call", "process_custom_vjp_call"):
+        return name[len("process_"):-len("_call")]
+    if frame.f_code.co_filename == loops.__file__ and name == "_create_jaxpr" and \
+            frame.f_back is not None and frame.f_back.f_code.co_name == "while_loop":
+        return "while"
     return None
+
+
+def construct_locals(kind: str, frame: Any) -> dict:
+    """What the frame of a construct's body (:func:`body_construct`) holds that its
+    description reads: its locals, and for a while loop its initial carry, from the
+    ``while_loop`` call above it."""
+    local = dict(frame.f_locals)
+    if kind == "while":
+        local["init_val_flat"] = frame.f_back.f_locals["init_val_flat"]
+    return local
 
 
 def _opened(level: Any, values: list) -> tuple[Any, list]:
@@ -87,6 +115,40 @@ def primal(value: Any) -> Any:
     return value
 
 
+def unbatched(values: list) -> tuple[list, list]:
+    """(the values a vmap called inside the body batches, as the enclosing body holds them,
+    and the dimension each is batched along, None where it is not): a refused call's
+    operands under one ``vmap`` without ``spmd_axis_name`` (TypeError for others)."""
+    from jax._src.interpreters import batching
+
+    out, dims = [], []
+    for value in values:
+        if not isinstance(value, batching.BatchTracer):
+            out.append(value)
+            dims.append(None)
+            continue
+        if value._trace.axis_data.spmd_name is not None or \
+                isinstance(value.val, batching.BatchTracer):
+            raise TypeError("a call under a vmap with spmd_axis_name, or under two vmaps")
+        dim = value.batch_dim
+        out.append(value.val)
+        dims.append(dim if isinstance(dim, int) else None)
+    return out, dims
+
+
+def batched_sharding(sharding: Any, dim: int) -> Any:
+    """A constraint's NamedSharding as vmap's batching rule makes it for a value batched
+    along ``dim``: that dimension left unconstrained in its spec."""
+    import jax
+
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        raise TypeError("a constraint under vmap by other than a NamedSharding")
+    entries = list(sharding.spec)
+    entries += [None] * (dim - len(entries))
+    entries.insert(dim, jax.sharding.PartitionSpec.UNCONSTRAINED)
+    return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*entries))
+
+
 def _own_operands(kind: str, local: dict) -> list:
     """The operands the construct's call gives its body (after the closed-over ones)."""
     if kind == "scan":
@@ -95,6 +157,10 @@ def _own_operands(kind: str, local: dict) -> list:
         return list(local["args"].vals)
     if kind == "shard_map":
         return list(local["args"])
+    if kind == "while":
+        return list(local["init_val_flat"].vals)
+    if kind in ("custom_jvp", "custom_vjp"):
+        return list(local["tracers"])
     return list(local["args_flat"])
 
 
@@ -120,9 +186,16 @@ def body_call(level: Any, values: list, next_call: Next, read_body: Callable[...
     from .program import read_type
 
     kind, local = level.construct
+    predicate = kind == "while" and level.debug_info.traced_for == "while_cond"
+    if predicate:   # (it must give a bool: the description's own, after the refused call)
+        import numpy as np
+        values = [*values, np.bool_(False)]
     jaxpr, consts = _opened(level, values)
 
     def make(operands: tuple, path: str) -> tuple[Equation, ...]:
+        if kind == "while":
+            return (_while(local, predicate, len(consts), operands, path, jaxpr, next_call,
+                           read_body),)
         where = f"{path}.{_WHERE.get(kind, 'jit')}."
         inputs = tuple(read_type(v.aval, f"input {i} of {where[:-1]}")
                        for i, v in enumerate(jaxpr.invars))
@@ -139,12 +212,47 @@ def body_call(level: Any, values: list, next_call: Next, read_body: Callable[...
             return (Cond(operands, made, branches=(body,)),)
         if kind == "shard_map":
             return (_shard_map(local, len(consts), operands, body, made),)
+        if kind in ("custom_jvp", "custom_vjp"):
+            custom = CustomJvp if kind == "custom_jvp" else CustomVjp
+            return (custom(operands, made, body=body, num_consts=len(consts),
+                           name=str(level.debug_info.func_name)),)
         cse = local.get("prevent_cse", True)
         return (Remat(operands, made, body=body, name="checkpoint",
                       prevent_cse=cse if isinstance(cse, bool) else True),)
     index = [_index(local["pred"])] if kind == "cond" else [local["index"]] \
         if kind == "switch" else []
     return index + consts + _own_operands(kind, local), make
+
+
+def _while(local: dict, predicate: bool, consts: int, operands: tuple, path: str,
+           jaxpr: Any, next_call: Next, read_body: Callable[..., Program]) -> While:
+    """The while loop whose predicate (``predicate``) or body JAX refused while tracing it,
+    ``jaxpr`` that one as traced so far, its ``consts`` constants its first inputs: the
+    refused one ends with the call into the next level, and returns what a while's must
+    (its body the carry it was given, its predicate a bool of the description's); the
+    other one as JAX traced it (the predicate) or not yet (the body: its carry as given)."""
+    from .program import read_type
+
+    where = f"{path}.while.body[{0 if predicate else 1}].jit."
+    inputs = tuple(read_type(v.aval, f"input {i} of {where[:-1]}")
+                   for i, v in enumerate(jaxpr.invars))
+    body = read_body(jaxpr, [], inputs, where)
+    refused = ended(body, next_call(body.outputs[:-1] if predicate else body.outputs,
+                                    f"{where}body[{len(body.equations)}]"))
+    carry = inputs[consts:]
+    if predicate:   # (its last result the bool it was given to return)
+        refused = dataclasses.replace(refused, outputs=body.outputs[-1:], out_shardings=())
+        other = Program(carry, (), tuple(range(len(carry))))
+        return While(operands, carry, cond=refused, body_fun=other, cond_consts=consts,
+                     body_consts=0)
+    refused = dataclasses.replace(refused, outputs=tuple(range(consts, len(inputs))),
+                                  out_shardings=())
+    closed = local["cond_jaxpr"]
+    cond = read_body(closed.jaxpr, list(closed.consts), tuple(
+        read_type(v.aval, f"input {i} of {path}.while.body[0].jit")
+        for i, v in enumerate(closed.jaxpr.invars)), f"{path}.while.body[0].jit.")
+    return While(operands, carry, cond=cond, body_fun=refused, cond_consts=0,
+                 body_consts=consts)
 
 
 def ended(body: Program, added: tuple) -> Program:
@@ -243,30 +351,3 @@ def _shard_map(local: dict, consts: int, operands: tuple, body: Program, made: t
                     out_specs=(PartitionSpec(),) * len(made),
                     manual_axes=frozenset(local["newly_manual_axes"]),
                     check_vma=bool(local["check_vma"]))
-
-
-# a refused collective's function -> (its primitive in the jaxpr, its parameters past axes)
-_COLLECTIVES = {"psum": ("psum_invariant", ()), "pmax": ("pmax", (("axis_index_groups", None),)),
-                "pmin": ("pmin", (("axis_index_groups", None),))}
-
-
-def refused_collective(local: dict, operands: tuple) -> tuple[Equation, ...]:
-    """The collective JAX refused inside a shard_map's body (an axis it may not reduce
-    over), one equation per value, over the values numbered ``operands``: as JAX stages
-    it, its result the operand's type invariant along the axes (SMAP-13 refuses it)."""
-    import dataclasses
-
-    import jax
-
-    from .program import read_type
-
-    axes = local["axis_name"]
-    axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
-    primitive, extra = _COLLECTIVES[local["called"]]
-    out = []
-    for number, leaf in zip(operands, jax.tree_util.tree_leaves(local["x"])):
-        given = read_type(jax.typeof(leaf), "a collective's operand")
-        result = dataclasses.replace(given, varying=frozenset(given.varying) - set(axes))
-        out.append(Opaque((number,), (result,), primitive=primitive,
-                          params=(("axes", axes),) + extra))
-    return tuple(out)

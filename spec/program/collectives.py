@@ -394,8 +394,8 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
     """The collectives of one equation (COLL-1 to COLL-3); ``plans``: the plans of the
     equations met so far (:func:`_plan`), by form, types and splits (a model's layers
     repeat one plan)."""
-    typed = tuple(types[n] for n in every)
-    held = tuple(splits[n] for n in every)
+    typed = tuple([types[n] for n in every])
+    held = tuple([splits[n] for n in every])
     try:
         key = (eq.form, typed, held)
         plan = plans.get(key) if plans is not None else None
@@ -415,10 +415,18 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
         done.add((every[i], need))
         if isinstance(made, Undetermined):
             return dataclasses.replace(made, path=path)
-        out += [dataclasses.replace(c, path=path) for c in made]
+        out += [_at(c, path) for c in made]
     if isinstance(summed, Undetermined):
         return dataclasses.replace(summed, path=path)
-    return out + [dataclasses.replace(c, path=path) for c in summed]
+    return out + [_at(c, path) for c in summed]
+
+
+def _at(c: Collective, path: str) -> Collective:
+    """``c`` at ``path`` (``dataclasses.replace`` without its checks: a plan's collectives
+    are placed once per equation)."""
+    placed = object.__new__(Collective)
+    placed.__dict__.update(c.__dict__, path=path)
+    return placed
 
 
 def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermined:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from typing import Any, ClassVar
 
 from ..core.hlo import HloSharding
@@ -102,7 +103,7 @@ class Equation:
         over operands of the same types are checked, and rewritten, alike."""
         form = self.__dict__.get("_form")
         if form is None:   # worked out once (a rewrite asks it of an equation many times)
-            form = (type(self), *(getattr(self, name) for name in _form_fields(type(self))))
+            form = _form_reader(type(self))(self)
             object.__setattr__(self, "_form", form)
         return form
 
@@ -160,6 +161,30 @@ class Equation:
 @functools.cache
 def _form_fields(kind: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(kind) if f.name != "operands")
+
+
+class Form(tuple):
+    """An equation's form (:attr:`Equation.form`): a tuple whose hash is worked out once
+    (many caches are keyed by it), and worked out again where unpickled."""
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("hash")
+        if cached is None:
+            cached = self.__dict__["hash"] = tuple.__hash__(self)
+        return cached
+
+    def __reduce__(self) -> tuple:
+        return Form, (tuple(self),)
+
+
+@functools.cache
+def _form_reader(kind: type) -> Any:
+    """What reads an equation's form: its kind, then its fields but the operands."""
+    names = _form_fields(kind)
+    if len(names) == 1:
+        return lambda eq: Form((kind, getattr(eq, names[0])))
+    read = operator.attrgetter(*names)
+    return lambda eq: Form((kind, *read(eq)))
 
 
 def _one_operand(eq: Equation) -> None:
@@ -713,7 +738,14 @@ def _typed_body(equations: tuple, over: tuple[Value, ...]) -> _Typing:
     types = list(over)
     typed: dict = {}   # the checks and results of each form over operands of these types
     equations = tuple([_type_equation(eq, k, types, typed) for k, eq in enumerate(equations)])
-    return _Typing(equations, over, tuple(types), depth)
+    return _Typing(equations, over, _one_of_each(types), depth)
+
+
+def _one_of_each(types: list[Value]) -> tuple[Value, ...]:
+    """``types``, each traced type (one without a sharding) equal to one before it taken as
+    that one: equal types are then one object (a dict keyed by them compares them at once)."""
+    first: dict = {}
+    return tuple([t if t.sharding is not None else first.setdefault(t, t) for t in types])
 
 
 _UNTYPED = object()   # a form not yet typed over the operands asked about

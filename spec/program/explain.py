@@ -67,6 +67,7 @@ from .lowering import (
 from .primitives import TRACING, Kind, entry_of
 from .collectives import predicted_collectives
 from .propagation import predicted_choices, undetermined_results
+from .propagation_spelling import traced_placements
 from .refs import check_no_closed_over_refs, check_shard_map_ref_writes
 from .shardmap import (
     check_listed_in_specs, lower_shard_maps, shardings_decision, trace_shard_map,
@@ -96,7 +97,9 @@ class ProgramVerdict:
     manual axes and per-shard types, a collective's result type and replica groups, a
     constraint's or a jit's shardings (:mod:`shardlaw.spec.program.shardmap`); ``until``, the last
     stage asked about (``"trace"``: what ``jax.jit(f).trace(*args)`` decides — no device
-    assignment, and ``out_shardings`` as the jit's options give them). Refused: ``rule``,
+    assignment, and ``out_shardings`` as the jit's options give them; over an abstract
+    mesh, where no later stage can be asked, a result they leave open as PROP-7 predicts
+    it, with ``undetermined`` and ``collectives``). Refused: ``rule``,
     ``error_type``, ``jax_error``, ``message``, ``path`` (an argument's, a result's, or an
     equation's: ``body[0].jit.body[1]``), ``stage`` and ``facts``. Both: ``trace``.
     Accepted, ``opaque`` lists the (path, primitive) of each equation whose primitive the
@@ -576,12 +579,16 @@ def _traced(program: Program, n: Any, traced: Any, inside: tuple,
     """The answer of ``jax.jit(f).trace(*args)``: the results' types and the shardings the
     jit's options give them; no device assignment yet."""
     types = program.value_types
+    with tracing():   # over an abstract mesh, what the compiler would place (PROP-7)
+        predicted = traced_placements(program, traced.out_shardings, n.out_paths)
+    out, open_ = predicted or (traced.out_shardings, ())
     return ProgramVerdict(
         True, tuple(dict.fromkeys(trace)), in_paths=n.in_paths,
         in_shardings=tuple(v.sharding for v in program.inputs), out_paths=n.out_paths,
-        out_shardings=traced.out_shardings, out_types=tuple(types[k] for k in program.outputs),
+        out_shardings=out, out_types=tuple(types[k] for k in program.outputs),
         inside=tuple((s.path, s.sharding) for s in inside), until="trace",
-        decided=tuple(decided), opaque=opaque_equations(program))
+        decided=tuple(decided), opaque=opaque_equations(program), undetermined=open_,
+        collectives=None if predicted is None else _communication(program))
 
 
 def opaque_equations(program: Program, prefix: str = "", seen: dict | None = None

@@ -325,7 +325,7 @@ declare(Entry(
 declare(Entry(
     "sharding_constraint", equation="ShardingConstraint", kind=Kind.PLACEMENT, typing="sharding_constraint", batching="sharding_constraint",
     jvp="sharding_constraint", transpose="sharding_constraint", tracing="sharding_constraint",
-    assignment="sharding_constraint", record="placement",
+    assignment="sharding_constraint", record="placement", in_shard_map="sharding_constraint",
     checks=("PROG-1", "WSC-4", "WSC-5", "WSC-6", "WSC-7", "WSC-8", "WSC-10", "WSC-11",
             "WSC-12")))
 declare(Entry(

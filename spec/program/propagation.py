@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -105,8 +106,8 @@ def propagation_mesh(program: Program) -> Mesh | AbstractMesh | Undetermined:
     """Propagation is predicted over one mesh, concrete or abstract, of Auto and Explicit axes that every input is placed on and every out sharding is over; closed-over constants are scalars.
 
     An input is placed by an in sharding, a committed NamedSharding or a ShapeDtypeStruct's
-    one, without unreduced axes. Nothing reads the mesh's devices: an abstract mesh of any
-    size is propagated as a concrete one of its shape.
+    one, without unreduced axes or UNCONSTRAINED dimensions. Nothing reads the mesh's
+    devices: an abstract mesh of any size is propagated as a concrete one of its shape.
 
     >>> from shardlaw.spec import NamedSharding, P
     >>> from shardlaw.spec.program.description import Value
@@ -121,6 +122,11 @@ def propagation_mesh(program: Program) -> Mesh | AbstractMesh | Undetermined:
     >>> print(propagation_mesh(Program((Value.numpy((8,)),), outputs=(0,))))
     [PROP-1]: input 0 is not placed on a NamedSharding it is committed to (the compiler may choose its placement)
     """
+    return program.derived_once("propagation mesh", lambda: _mesh_of(program))
+
+
+def _mesh_of(program: Program) -> Mesh | AbstractMesh | Undetermined:
+    """PROP-1's answer, worked out once per program (explain asks it many times)."""
     if any(c.ref or c.value.shape for c in program.consts):
         return Undetermined("PROP-1", "closed-over constants other than scalars are not "
                             "propagated yet")
@@ -134,6 +140,8 @@ def propagation_mesh(program: Program) -> Mesh | AbstractMesh | Undetermined:
                                 f"committed to (the compiler may choose its placement)")
         if sharding.spec.unreduced or sharding.spec.reduced:
             return Undetermined("PROP-1", f"input {k} has unreduced or reduced axes")
+        if _placed_split(sharding, sharding.mesh, len(value.shape)) is None:
+            return Undetermined("PROP-1", f"input {k}'s sharding leaves dimensions open")
         meshes.append(sharding.mesh)
     if not meshes or any(m != meshes[0] for m in meshes):
         return Undetermined("PROP-1", "the inputs are not all placed over one mesh")
@@ -147,6 +155,7 @@ def propagation_mesh(program: Program) -> Mesh | AbstractMesh | Undetermined:
     return mesh
 
 
+@functools.lru_cache(maxsize=1024)   # (a step's inputs share a few shardings)
 def _placed_split(sharding: Any, mesh: Any, rank: int) -> Split | None:
     """The split a placement the user wrote gives a value of ``rank`` dimensions (None: not
     a NamedSharding over ``mesh``, or with dimensions left to the compiler)."""
@@ -627,7 +636,7 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
     """The ids of ``program``'s values, its equations added to ``flat`` (PROP-6)."""
     types = program.value_types
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
-        path = f"{prefix}body[{k}]"
+        path, name = f"{prefix}body[{k}]", _name(eq)
         operands = [ids[n] for n in eq.operands]
         if eq.kind == "jit":
             ids += _inline_jit(eq.body, operands, path, flat, mesh, constraints)
@@ -643,7 +652,7 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             continue
         results = [flat.new(types[n]) for n in numbers]
         ids += results
-        flat.equations.append((path, _name(eq), tuple(operands), tuple(results)))
+        flat.equations.append((path, name, tuple(operands), tuple(results)))
         if eq.kind == "shard_map":
             _manual_boundary(flat, eq, operands, results, mesh, path)
             continue
@@ -666,20 +675,20 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             rule_ = Undetermined("PROP-6", why, path)
         else:
             rule_ = entry.sharding
-            if _name(eq) == "dynamic_slice" and all(
+            if name == "dynamic_slice" and all(
                     i in flat.constants for i in operands[1:]):
                 # constant starts: lowered to a dynamic_slice StableHLO folds into a slice
                 rule_ = same_dimensions_factors
             if callable(rule_):
-                rule_ = flat.rule_of(rule_, eq, tuple(types[n] for n in eq.operands))
+                rule_ = flat.rule_of(rule_, eq, tuple([types[n] for n in eq.operands]))
             if entry.effect is not None:   # a ref's write lives whatever reads it
                 _stop("PROP-4", f"{_name(eq)}: it reads or writes a mutable ref", path)
             if isinstance(rule_, NotPropagated):
                 rule_ = Undetermined("PROP-4", f"{_name(eq)}: {rule_.why}", path)
-        if _name(eq) == "reshape":
+        if name == "reshape":
             flat.reshaped[results[0]] = operands[0]
-        every = tuple(operands) + tuple(results)
-        flat.steps.append((entry, rule_, every, tuple(flat.types[i] for i in every), path,
+        every = tuple(operands + results)
+        flat.steps.append((entry, rule_, every, tuple([flat.types[i] for i in every]), path,
                            len(operands)))
     return ids
 
@@ -794,8 +803,9 @@ def _applied(at: tuple, step: "_StepMemo", splits: dict, fixed: "Limits", mesh: 
     """:func:`_apply` of one step, or what it did before where its form met the same
     splits, the same placed values and the same values grown in this pass."""
     _, rule_, every, _, path, _ = at
-    key = (id(directions), tuple([splits[n] for n in every]),
-           tuple([fixed.state(n) for n in every]),
+    if step.states is None:   # (the limits hold through one propagation)
+        step.states = tuple([fixed.state(n) for n in every])
+    key = (id(directions), tuple([splits[n] for n in every]), step.states,
            tuple([grown.get(n) == priority for n in every]))
     outcomes = step.form.outcomes
     found = outcomes.get(key)
@@ -830,9 +840,9 @@ class _Memo:
 
     def step(self, k: int) -> "_StepMemo":
         found = self.memos[k]
-        if found is None:   # equations of one form over one shape read alike (a layer's)
-            entry, rule_, _, typed, _, _ = self.steps[k]
-            key = (entry.name, entry.kind, rule_, tuple(tuple(t.shape) for t in typed))
+        if found is None:   # equations of one form over one shape (a layer's; one rule
+            entry, rule_, _, typed, _, _ = self.steps[k]   # object per form: Flat.rule_of)
+            key = (entry.name, entry.kind, id(rule_), tuple([t.shape for t in typed]))
             form = self.forms.get(key)
             if form is None:
                 form = self.forms[key] = _StepForm(entry, rule_, key[3])
@@ -894,6 +904,7 @@ class _StepMemo:
         self.read = form.read
         self.idle: dict | None = None
         self.dirty = False
+        self.states: tuple | None = None   # its values' limits (_applied)
 
 
 def _name(eq: Any) -> str:

@@ -31,7 +31,7 @@ from .description import Program
 from .lowering import live_parts
 from .propagation import Undetermined, placed_pin, predicted_results, propagation_mesh
 
-__all__ = ["predicted_out_shardings", "spelled", "open_reasons"]
+__all__ = ["predicted_out_shardings", "spelled", "open_reasons", "traced_placements"]
 
 
 @rule("PROP-7", mirrors="jax._src.interpreters.pxla.maybe_recover_user_shardings; "
@@ -78,6 +78,21 @@ def open_reasons(program: Program) -> tuple:
     found = mesh if isinstance(mesh, Undetermined) else predicted_results(program)
     return tuple((k, str(found)) for k, s in enumerate(predicted_out_shardings(program))
                  if s is UNSPECIFIED)
+
+
+def traced_placements(program: Program, traced: tuple, paths: tuple
+                      ) -> tuple[tuple, tuple] | None:
+    """Over an abstract mesh (no later stage to ask): the results' shardings ``traced``
+    (as jit's options give them), each one they leave open as PROP-7 predicts it, and the
+    (path, reason) of each still open; None over a concrete mesh (lowering places them)."""
+    mesh = propagation_mesh(program)
+    if not isinstance(mesh, AbstractMesh) or UNSPECIFIED not in traced:
+        return None
+    predicted = predicted_out_shardings(program)
+    out = tuple(p if s is UNSPECIFIED else s for s, p in zip(traced, predicted))
+    why = dict(open_reasons(program)) if UNSPECIFIED in out else {}
+    return out, tuple((path, why.get(k, "propagation left it open"))
+                      for k, (path, s) in enumerate(zip(paths, out)) if s is UNSPECIFIED)
 
 
 def spelled(split: tuple, value: Any, given: Any, origin: Any, mesh: Any) -> Any:
@@ -142,7 +157,7 @@ def _read_back(split: tuple, mesh: Any) -> NamedSharding:
 def _first_kept_input(program: Program) -> tuple | None:
     """(sharding, type) of the first input the executable keeps (OUT-1's first
     NamedSharding among the inputs as recovered), or None."""
-    used = live_parts(program).inputs
+    used = program.derived_once("live parts", lambda: live_parts(program)).inputs
     for k, value in enumerate(program.inputs):
         if used[k] or program.keep_unused:
             given = program.in_shardings[k] if program.in_shardings else UNSPECIFIED

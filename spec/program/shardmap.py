@@ -386,8 +386,34 @@ def _walk_shard_map(eq: ShardMap, operands: tuple[Value, ...], context: Manual, 
 @IN_SHARD_MAP.register("jit")
 def _walk_jit(eq: Jit, operands: tuple[Value, ...], context: Manual, path: str,
               decided: list) -> None:
+    from ..jit.matching import check_fits
+
     decided.append((path, shardings_decision(eq)))
-    walk_body(eq.body, context, f"{path}.jit.", decided)
+    body = eq.body
+    for i, (s, value) in enumerate(zip(body.in_shardings, operands)):
+        if eq.checked:   # (FIT-1 of the per-shard operands, as JAX checks them)
+            check_fits(s, value.shape, f"{path}.jit.in_shardings[{i}]")
+    walk_body(body, context, f"{path}.jit.", decided)
+    for i, (s, value) in enumerate(zip(body.out_shardings, eq.results or ())):
+        if eq.checked:
+            check_fits(s, value.shape, f"{path}.jit.out_shardings[{i}]")
+
+
+@IN_SHARD_MAP.register("sharding_constraint")
+def _walk_constraint(eq: ShardingConstraint, operands: tuple[Value, ...], context: Manual,
+                     path: str, decided: list) -> None:
+    """A constraint inside a body, as with_sharding_constraint checks it while JAX traces
+    the body: its sharding of a rank the per-shard value has (WSC-4), naming no manual
+    axis (WSC-5: a bare spec is read over the body's mesh, its manual axes Manual)."""
+    from ..jit.call import Arg
+    from ..transforms.constraint import check_constraint_axes, check_constraint_fits
+
+    decided.append((path, shardings_decision(eq)))
+    if eq.checked:
+        value = Arg.numpy(operands[0].shape)
+        with located(path):
+            check_constraint_fits(eq.sharding, value, path)
+            check_constraint_axes(eq.sharding, value, None, path)
 
 
 @IN_SHARD_MAP.register("elementwise")

@@ -11,6 +11,7 @@ for :mod:`~shardlaw.spec.program.description`'s equations and programs too.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any
 
 from ..core.rules import Failure, reject, rule
@@ -179,7 +180,7 @@ class Value:
         # per form and operand types): hashed once, by its compared fields.
         cached = self.__dict__.get("_hash")
         if cached is None:
-            cached = hash(tuple(getattr(self, name) for name in compared_fields(Value)))
+            cached = hash(_compared(self))
             object.__setattr__(self, "_hash", cached)
         return cached
 
@@ -243,6 +244,13 @@ class Value:
 
     def as_arg(self) -> Arg:
         """The jit argument this value is (:class:`~shardlaw.spec.jit.call.Arg`)."""
+        found = self.__dict__.get("_arg")   # (built, and so checked, once: as it is made)
+        if found is None:
+            found = self._new_arg()
+            object.__setattr__(self, "_arg", found)
+        return found
+
+    def _new_arg(self) -> Arg:
         if self.abstract:
             return Arg.abstract(self.shape, self.dtype, self.sharding)
         if self.sharding is not None:
@@ -270,6 +278,10 @@ class Value:
             text += (" committed" if self.committed else " uncommitted") + \
                 f" on {self.sharding!r}"
         return f"<{text}>"
+
+
+# A value's compared fields, read at once (its hash is of them).
+_compared = operator.attrgetter(*compared_fields(Value))
 
 
 def _plain_type(value: Value) -> bool:
