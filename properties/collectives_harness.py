@@ -55,9 +55,10 @@ class CollectivesOutcome:
                 f"predicted, not in the HLO: {sorted(extra)}"]
 
 
-def _one_axis(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
-    """A split of ``shape`` over one mesh axis (or two, on one dimension) dividing it."""
-    sizes = dict(zip(NAMES, mesh))
+def _one_axis(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...], only: str = "") -> tuple:
+    """A split of ``shape`` over one mesh axis (or two, on one dimension) dividing it
+    (``only``: per mesh axis whether it may be drawn, "A" or "E"; "": every axis)."""
+    sizes = {a: n for a, n, t in zip(NAMES, mesh, only or "A" * len(mesh)) if t == "A"}
     d = draw(st.integers(0, len(shape) - 1))
     fit = [a for a in sizes if shape[d] % sizes[a] == 0]
     if not fit:
@@ -70,10 +71,13 @@ def _one_axis(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple
 
 
 def _moved(draw: Any, v: int, shape: tuple[int, ...], mesh: tuple[int, ...], inputs: list,
-           steps: list) -> tuple:
+           steps: list, types: str = "") -> tuple:
     """A split to constrain value ``v`` to that moves its axes: an input's split with its
     dimensions' axes reversed or rotated where they divide (an all-to-all, a
-    collective-permute), else one over one or two axes."""
+    collective-permute), else one over one or two axes; over a mesh with Explicit axes
+    (``types``), Auto axes only (JAX refuses a constraint naming an Explicit one)."""
+    if "E" in types:
+        return _one_axis(draw, shape, mesh, types)
     split = inputs[steps[v][2]][1] if steps[v][0] == "input" else None
     sizes = dict(zip(NAMES, mesh))
     if split is not None and len(split) > 1 and draw(st.booleans()):
@@ -86,13 +90,14 @@ def _moved(draw: Any, v: int, shape: tuple[int, ...], mesh: tuple[int, ...], inp
 
 
 @st.composite
-def communicating_recipes(draw: Any, max_steps: int = 5) -> Recipe:
+def communicating_recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
     """A drawn recipe (:func:`~shardlaw.properties.propagation_harness.recipes`) with one
     to three steps appended that make the step communicate: a reduction over an input's
     split dimension, an elementwise operation or a matmul with a fresh input split over
     another axis or the same one (conflicts, moved axes, contracted splits), a constraint
-    that moves a value's axes between its dimensions or onto others."""
-    base = draw(recipes(max_steps=max_steps))
+    that moves a value's axes between its dimensions or onto others; ``explicit``: some
+    over meshes with Explicit axes (all of them, or beside Auto ones)."""
+    base = draw(recipes(max_steps=max_steps, explicit=explicit))
     inputs, steps = list(base.inputs), list(base.steps)
     shapes = {k: base.inputs[p][0] for k, (kind, _, p) in enumerate(steps) if kind == "input"}
 
@@ -107,8 +112,11 @@ def communicating_recipes(draw: Any, max_steps: int = 5) -> Recipe:
         v = draw(st.sampled_from(sorted(shapes)))
         shape = shapes[v]
         kind = draw(st.sampled_from(("reduce", "binary", "dot", "move")))
+        if kind == "move" and base.axis_types and "A" not in base.axis_types:
+            kind = "reduce"   # (no Auto axis to constrain over: a reduction communicates)
         if kind == "move":
-            steps.append(("constrain", (v,), _moved(draw, v, shape, base.mesh, inputs, steps)))
+            steps.append(("constrain", (v,), _moved(draw, v, shape, base.mesh, inputs, steps,
+                                                    base.axis_types)))
         elif kind == "reduce" and len(shape) >= 2:
             axis = draw(st.integers(0, len(shape) - 1))
             steps.append(("reduce", (v,), (draw(st.sampled_from(("sum", "max"))), axis)))
@@ -131,7 +139,8 @@ def communicating_recipes(draw: Any, max_steps: int = 5) -> Recipe:
         shapes[len(steps) - 1] = shape
     outputs = tuple(dict.fromkeys(made + list(draw(st.lists(
         st.sampled_from(base.outputs), max_size=1)))))
-    return Recipe(base.mesh, base.reversed_devices, tuple(inputs), tuple(steps), outputs)
+    return Recipe(base.mesh, base.reversed_devices, tuple(inputs), tuple(steps), outputs,
+                  axis_types=base.axis_types)
 
 
 def _key(kind: str, groups: Any, size: int) -> tuple:
@@ -166,7 +175,13 @@ def compare_collectives(recipe: Recipe) -> CollectivesOutcome:
     from shardlaw.spec.bridge.program import describe_program
     f = function_of(recipe)
     args = arguments_of(recipe)
-    real = compiled_collectives(recipe)
+    try:
+        real = compiled_collectives(recipe)
+    except Exception as error:   # (over Explicit axes: a type rule of JAX refuses it)
+        if "E" not in recipe.axis_types:
+            raise
+        TALLY["refused by JAX"] += 1
+        return CollectivesOutcome((), (), f"refused by JAX: {type(error).__name__}")
     verdict = explain_program(describe_program(f, *args))
     assert verdict.accepted, verdict.message
     step = verdict.collectives
@@ -178,6 +193,7 @@ def compare_collectives(recipe: Recipe) -> CollectivesOutcome:
     TALLY["disagree" if outcome.disagreements else
           "abstain" if why is not None else "agree"] += 1
     if why is None and not outcome.disagreements:
+        TALLY[f"agree over {_mesh_kind(recipe)} axes"] += 1
         for kind, _, _ in real:
             TALLY[f"kind: {kind}"] += 1
         _record_held(real)
@@ -187,13 +203,22 @@ def compare_collectives(recipe: Recipe) -> CollectivesOutcome:
     return outcome
 
 
-def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -> dict:
-    """A deep run of the property: ``examples`` drawn programs from ``seed``; the tally
-    (outcomes, the kinds of the collectives matched, the reasons a list was left open) and
-    the recipes that disagreed, written to the file ``report`` (if given) after every 50
-    programs as well."""
-    return counted_run(communicating_recipes(max_steps=max_steps), compare_collectives,
-                       TALLY, ("agree", "abstain", "disagree"), examples, seed, report)
+def _mesh_kind(recipe: Recipe) -> str:
+    """"Auto", "Explicit" or "mixed": the recipe's mesh axes' types."""
+    types = set(recipe.axis_types or "A")
+    return "mixed" if len(types) > 1 else "Explicit" if types == {"E"} else "Auto"
+
+
+def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None,
+             explicit: bool = True) -> dict:
+    """A deep run of the property: ``examples`` drawn programs from ``seed`` (``explicit``:
+    some over meshes with Explicit axes); the tally (outcomes, the kinds of the collectives
+    matched, the reasons a list was left open) and the recipes that disagreed, written to
+    the file ``report`` (if given) after every 50 programs as well."""
+    return counted_run(communicating_recipes(max_steps=max_steps, explicit=explicit),
+                       compare_collectives, TALLY,
+                       ("agree", "abstain", "disagree", "refused by JAX"), examples, seed,
+                       report)
 
 
 if __name__ == "__main__":   # python -m shardlaw.properties.collectives_harness N SEED [REPORT]

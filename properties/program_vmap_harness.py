@@ -66,13 +66,16 @@ def vmap_hit_counts() -> dict[str, tuple[int, int]]:
 @dataclasses.dataclass(frozen=True)
 class Vmap:
     """One ``jax.vmap``: ``in_axes`` (one entry per input), ``out_axes``, the batch size,
-    whether vmap is given it as ``axis_size``, and ``spmd_axis_name``."""
+    whether vmap is given it as ``axis_size``, ``spmd_axis_name``, and the Explicit mesh
+    axes each batched argument's mapped dimension is split over (``splits``: None, or one
+    spec entry or None per input: the arguments as the user places them)."""
 
     in_axes: tuple
     out_axes: Any = 0
     size: int = 2
     pass_size: bool = False
     spmd: Any = None
+    splits: Any = None
 
     @property
     def jax_options(self) -> dict:
@@ -94,7 +97,8 @@ def batched_inputs(vc: VmapCase) -> tuple:
     for v in vc.vmaps:
         ranks = [len(x.shape) for x in inputs]
         axes = [None if a is None else a % (r + 1) for a, r in zip(v.in_axes, ranks)]
-        inputs = tuple(batched_input(x, a, v.size) for x, a in zip(inputs, axes))
+        splits = v.splits or (None,) * len(inputs)
+        inputs = tuple(batched_input(x, a, v.size, e) for x, a, e in zip(inputs, axes, splits))
     return inputs
 
 
@@ -108,9 +112,10 @@ def _vmapped_by_spec(program: Program, vmaps: tuple[Vmap, ...]) -> Program:
     if len(vmaps) == 1:
         (v,) = vmaps
         return vmap_program(program, v.in_axes, v.out_axes, axis_size=v.size,
-                            spmd_axis_name=v.spmd)
+                            spmd_axis_name=v.spmd, in_splits=v.splits)
     return nested_vmap_program(program, [
-        dict(in_axes=v.in_axes, out_axes=v.out_axes, axis_size=v.size, spmd_axis_name=v.spmd)
+        dict(in_axes=v.in_axes, out_axes=v.out_axes, axis_size=v.size, spmd_axis_name=v.spmd,
+             in_splits=v.splits)
         for v in vmaps])
 
 
@@ -316,7 +321,64 @@ def vmap_cases(draw: Any, explicit: bool = False) -> VmapCase:
     if draw(st.integers(0, 3)) == 0:
         ranks = [r + (a is not None) for r, a in zip(ranks, vmaps[0].in_axes)]
         vmaps.append(draw(_vmap(ranks, outputs)))
+    if explicit:
+        vmaps = draw(_split_batches(case, vmaps))
     return VmapCase(case, tuple(vmaps))
+
+
+@st.composite
+def _split_batches(draw: Any, case: Case, vmaps: list[Vmap]) -> list[Vmap]:
+    """The vmaps (innermost first), each three times in four mapping dimensions split over an
+    Explicit mesh axis (BAT-9: JAX types the batch dimension with it): one axis of a
+    mapped argument's mesh its type does not use (mostly one every mapped argument can
+    take; the batch size then a multiple of it), given to every mapped argument it fits
+    (the outermost vmap mostly leaves the others unmapped, and mostly names no other spmd
+    axis); one time in six one of them left unsplit (split unlike the others, which vmap
+    refuses)."""
+    inputs, out = case.inputs, []
+    for k, v in enumerate(vmaps):
+        ranks = [len(x.shape) for x in inputs]
+        axes = [None if a is None else a % (r + 1) for a, r in zip(v.in_axes, ranks)]
+        mapped = [x for x, a in zip(inputs, axes) if a is not None]
+        names = sorted({n for x in mapped for n in _free_explicit(x)})
+        if names and draw(st.integers(0, 3)):
+            alike = [n for n in names if all(n in _free_explicit(x) for x in mapped)]
+            name = draw(st.sampled_from(alike if alike and draw(st.integers(0, 3)) else names))
+            ways = next(x.sharding.mesh.axis_size(name) for x in mapped
+                        if name in _free_explicit(x))
+            if v.size % ways:
+                v = dataclasses.replace(v, size=ways * draw(st.sampled_from([1, 2])))
+            fits = [a is not None and name in _free_explicit(x, v.size)
+                    for x, a in zip(inputs, axes)]
+            if k == len(vmaps) - 1 and draw(st.integers(0, 5)):   # (the outermost: its in_axes
+                # read by no vmap after it) mostly those it does not fit left unmapped
+                v = dataclasses.replace(v, in_axes=tuple(
+                    a if f else None for a, f in zip(v.in_axes, fits)))
+                axes = [None if a is None else a % (r + 1) for a, r in zip(v.in_axes, ranks)]
+            if v.spmd is not None and draw(st.integers(0, 2)):   # mostly none, or the axis
+                v = dataclasses.replace(v, spmd=draw(st.sampled_from([None, name])))
+            splits = [name if f and a is not None else None for f, a in zip(fits, axes)]
+            split_at = [k for k, e in enumerate(splits) if e is not None]
+            if len(split_at) > 1 and draw(st.integers(0, 5)) == 0:
+                splits[draw(st.sampled_from(split_at))] = None
+            v = dataclasses.replace(v, splits=tuple(splits),
+                                    pass_size=v.pass_size or not split_at)
+        out.append(v)
+        splits = v.splits or (None,) * len(inputs)
+        inputs = tuple(batched_input(x, a, v.size, e) for x, a, e in zip(inputs, axes, splits))
+    return out
+
+
+def _free_explicit(x: Any, size: int | None = None) -> list[str]:
+    """The Explicit axes of the mesh of ``x``'s NamedSharding its spec does not use (none
+    for another sharding), those that divide ``size`` where given."""
+    from shardlaw.spec import AxisType, NamedSharding
+    s = x.sharding
+    if not isinstance(s, NamedSharding):
+        return []
+    used = set(s.spec.axes()) | s.spec.reduced | s.spec.unreduced
+    return [n for n in s.mesh.axis_names if s.mesh.axis_type(n) is AxisType.Explicit
+            and n not in used and (size is None or size % s.mesh.axis_size(n) == 0)]
 
 
 @st.composite

@@ -277,3 +277,57 @@ def test_a_reshape_round_trip_between_layers_communicates_nothing():
     assert step.complete and [c.kind for c in step] == ["all-reduce", "all-reduce"]
     real_keys, predicted_keys = _keys(real, step)
     assert real_keys == predicted_keys
+
+
+def test_an_unconstrained_dimension_takes_a_later_constraint_s_axis_through_an_all_to_all():
+    """The last deep run's one disagreement (notes/jax-facts.md section 20d): a constraint's
+    UNCONSTRAINED dimension is open to propagation from a later constraint on its result,
+    whatever the result's other uses (here a dead ``max`` and, in the second program, a
+    returned ``sin``): the value moves 'x' from its minor dimension to its major one in one
+    all-to-all, and the later constraint communicates nothing."""
+    recipe = Recipe(mesh=(8,), reversed_devices=True, inputs=(((8, 8), (None, "x")),),
+                    steps=(("input", (), 0), ("constrain", (0,), ("?", None)),
+                           ("constrain", (0,), ("?", "x")), ("binary", (1, 1), "max"),
+                           ("constrain", (1,), ("x", None)), ("reduce", (0,), ("sum", 0))),
+                    outputs=(5, 4))
+    outcome = compare_collectives(recipe)
+    assert outcome.why is None and not outcome.disagreements
+    assert [kind for kind, _, _ in outcome.real] == ["all-to-all"]
+
+    def f(a):
+        b = jax.lax.with_sharding_constraint(a, jax.sharding.NamedSharding(mesh, P(U, None)))
+        return jax.lax.with_sharding_constraint(
+            b, jax.sharding.NamedSharding(mesh, P("x", None))), jnp.sin(b)
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(Auto, Auto))
+    real, verdict = _both(f, ((8, 8), P(None, "x")))
+    assert [c.kind for c in real] == ["all-to-all"]
+    assert verdict.collectives.complete
+    expected, said = _keys(real, verdict.collectives)
+    assert said == expected
+    assert [(c.kind, c.path) for c in verdict.collectives] == [("all-to-all", "body[0]")]
+
+
+U = P.UNCONSTRAINED
+
+
+@pytest.mark.parametrize("how", ["out_shardings", "constraint"])
+def test_a_reduction_split_beyond_its_result_gathers_the_result(how):
+    """XLA reduces the operand where it stands and gathers the smaller result: the f32[1]
+    sums, 16 bytes per device, not the f32[1, 8] operand (128); an elementwise operation so
+    placed gathers its operand instead."""
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(Auto, Auto))
+    to_x = jax.sharding.NamedSharding(mesh, P("x"))
+    if how == "out_shardings":
+        f = jax.jit(lambda a: (jnp.sin(a).sum(1),), out_shardings=(to_x,))
+    else:
+        def f(a):
+            return (jax.lax.with_sharding_constraint(jnp.sin(a).sum(1), to_x),)
+    real, verdict = _both(f, ((8, 8), P(("x", "y"), None)))
+    expected, said = _keys(real, verdict.collectives)
+    assert verdict.collectives.complete and said == expected
+    assert [(c.kind, c.bytes_per_device, c.operand) for c in verdict.collectives] == [
+        ("all-gather", 16, None)]
+    real, verdict = _both(lambda a: (jax.lax.with_sharding_constraint(-jnp.sin(a), to_x),),
+                          ((8, 8), P(("x", "y"), None)))
+    assert [(c.kind, c.bytes_per_device) for c in verdict.collectives] == [
+        ("all-gather", 128)] == [(c.kind, c.bytes_per_device) for c in real]

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax import lax
 
@@ -575,10 +575,6 @@ def test_control_flow_under_ad_and_vmap_agrees_with_jax(drawn):
             refused.value, verdict)
         return
     if transform == "vmap":
-        # (a cond whose predicate is batched over Explicit axes: JAX refuses the select_n
-        # it becomes, its predicate unsplit and its cases split; the spec's select_n does
-        # not check that yet: docs/programs.rst, what is not done yet)
-        assume(not (explicit and construct == "cond"))
         batch = jax.device_put(np.ones((2, 8, 4), np.float32),
                                _on(EXPLICIT if explicit else MESH, None, "x"))
         _vmap_held(jax.vmap(f), batch)

@@ -4,6 +4,7 @@ and the cases of notes/jax-facts.md section 19."""
 
 from __future__ import annotations
 
+import numpy as np
 import jax
 import jax.numpy as jnp
 import pytest
@@ -144,13 +145,47 @@ def test_an_out_sharding_of_a_value_of_one_use_propagates_backward():
     assert verdict.undetermined == ()
 
 
-def test_a_constraint_on_a_value_with_other_uses_is_left_open_with_its_reason():
+def test_a_constraint_on_a_value_with_other_uses_is_moved_onto_it():
+    # Shardy's import moves a closed constraint onto its operand whatever the operand's other
+    # uses (only another constraint of another split keeps it off): ``g * 3`` is on 'x'
     def f(a):
         g = jnp.sin(a)
         return g * 3, _wsc(g, _MESH[0], "x") * 2
     real, verdict, _ = _explained(f, [((8,), P("y"))])
-    assert verdict.out_shardings[0] is UNSPECIFIED
-    assert "PROP-6" in verdict.undetermined[0][1] and "other uses" in verdict.undetermined[0][1]
+    assert [r.spec for r in real] == [P("x"), P("x")]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+
+
+U = P.UNCONSTRAINED
+
+
+@pytest.mark.parametrize("name, f, spec, expected", [
+    # a constraint's open dimension grows from a later constraint through it, whatever the
+    # value's other uses; its closed ones stay as written
+    ("open dimension, later constraint", lambda a: (
+        (lambda b: (_wsc(b, _MESH[0], "x", None), jnp.sin(b)))(_wsc(a, _MESH[0], U, None))),
+     P(None, "x"), [P("x"), P("x")]),
+    ("closed dimension, later constraint", lambda a: (
+        (lambda b: (jnp.sin(b), _wsc(b, _MESH[0], "x", None)))(_wsc(a, _MESH[0], None, U))),
+     P(), [P(), P("x")]),
+    # a value under two constraints of different splits takes each through propagation
+    ("two constraints", lambda a: (lambda g: (_wsc(g, _MESH[0], "x", None),
+                                             _wsc(g, _MESH[0], None, "y"), g * 2))(jnp.sin(a)),
+     P(), [P("x"), P(None, "y"), P("x", "y")]),
+    # a chain of constraints: the uses after its last read its last (the return does not)
+    ("a chain's later use", lambda a: (lambda g: (lambda z: (z, jnp.cos(g)))(
+        _wsc(_wsc(g, _MESH[0], "x", None), _MESH[0], None, "y")))(jnp.sin(a)),
+     P(), [P(None, "y"), P(None, "y")]),
+    ("a chain's operand returned", lambda a: (lambda g: (lambda z: (z, g))(
+        _wsc(_wsc(g, _MESH[0], "x", None), _MESH[0], None, "y")))(jnp.sin(a)),
+     P(), [P(None, "y"), P("x")]),
+])
+def test_constraints_are_imported_and_propagated_as_the_partitioner_does(name, f, spec,
+                                                                         expected):
+    real, verdict, _ = _explained(f, [((8, 8), spec)])
+    assert [r.spec for r in real] == expected
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    assert verdict.undetermined == ()
 
 
 @pytest.mark.parametrize("name, f, shapes", [
@@ -371,3 +406,130 @@ def test_a_whole_slice_is_folded_away_before_an_in_spec_is_moved():
     real, verdict, _ = _explained(f, [((8, 8), P(None, "y"))])
     assert [r.spec for r in real] == [P(None, "y"), P()]
     assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+
+
+def _mixed(types, placed, f):
+    """The executable's result shardings, its collectives, and the spec's verdict of ``f``
+    over a 2 x 4 mesh of axis types ``types`` ('x', 'y')."""
+    from shardlaw.compiled_hlo import collectives_in_hlo
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("x", "y"),
+                             axis_types=types)
+    args = [jax.device_put(jnp.ones(shape), jax.sharding.NamedSharding(mesh, spec))
+            for shape, spec in placed]
+    compiled = jax.jit(f(mesh)).lower(*args).compile()
+    real = tuple(r.sharding for r in jax.jit(f(mesh))(*args))
+    made = sorted((c.kind, c.replica_groups, c.bytes_per_device)
+                  for c in collectives_in_hlo(compiled.as_text()))
+    return real, made, explain_program(describe_program(f(mesh), *args))
+
+
+def _said(verdict):
+    return sorted((c.kind, c.replica_groups.groups(), c.bytes_per_device)
+                  for c in verdict.collectives)
+
+
+@pytest.mark.parametrize("types, spec, constraint, expected", [
+    # the constraint joined with the type: its Explicit axes, then the constraint's
+    ("AE", P(None, "y"), P(None, "x"), P(None, ("y", "x"))),
+    ("AE", P("y", None), P("x", None), P(("y", "x"),)),
+    # where the type holds an Explicit axis, an UNCONSTRAINED dimension is closed
+    ("AE", P(None, "y"), P(P.UNCONSTRAINED, "x"), P(None, ("y", "x"))),
+    ("AE", P(None, "y"), P(P.UNCONSTRAINED, P.UNCONSTRAINED), P(None, "y")),
+    # a type without Explicit axes leaves it open: the value keeps its Auto 'x'
+    ("AE", P("x", None), P("x", P.UNCONSTRAINED), P("x",)),
+    ("EA", P("x", None), P(None, "y"), P("x", "y")),
+])
+def test_a_constraint_over_explicit_axes_is_joined_with_the_type(types, spec, constraint,
+                                                                  expected):
+    kinds = {"A": Auto, "E": jax.sharding.AxisType.Explicit}
+
+    def f(mesh):
+        return lambda a: (jnp.cos(jax.lax.with_sharding_constraint(
+            jnp.sin(a), jax.sharding.NamedSharding(mesh, constraint))),)
+    real, made, verdict = _mixed(tuple(kinds[t] for t in types), [((8, 8), spec)], f)
+    assert [r.spec for r in real] == [expected]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    assert verdict.collectives.complete and _said(verdict) == made
+
+
+@pytest.mark.parametrize("ins, outs, expected", [
+    (P("x", None), None, P("x", "y")),             # in the callee as written, not joined
+    (None, P(None, ("y", "x")), P(None, ("y", "x"))),
+    (P("x", "y"), None, P("x", "y")),
+])
+def test_an_inner_jit_s_shardings_over_explicit_axes_stay_as_written(ins, outs, expected):
+    """Over a mesh with Explicit axes an inner jit's shardings are constraints in its callee
+    as written (``[{"x"}, {}]`` on a value typed ``P(None, 'y')``), its operand constrained
+    to its type before: propagated through, not moved onto the operand."""
+    def f(mesh):
+        inner = jax.jit(lambda t: jnp.sin(t) * 2.0,
+                        in_shardings=None if ins is None else jax.sharding.NamedSharding(
+                            mesh, ins),
+                        out_shardings=None if outs is None else jax.sharding.NamedSharding(
+                            mesh, outs))
+        return lambda a: (jnp.cos(inner(jnp.cos(a))),)
+    real, made, verdict = _mixed((Auto, jax.sharding.AxisType.Explicit),
+                                 [((8, 8), P(None, "y"))], f)
+    assert [r.spec for r in real] == [expected]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    # (an inner jit's collectives are not planned: COLL-4 names it)
+    assert verdict.collectives.undetermined.rule == "COLL-4"
+
+
+@pytest.mark.parametrize("spec", [P("x", None), P(None, "y"), P("x", "y")])
+def test_a_shard_map_s_specs_over_explicit_axes_place_its_results(spec):
+    def f(mesh):
+        body = jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=spec,
+                             out_specs=spec)
+        return lambda a: (jnp.sin(body(jnp.cos(a))),)
+    real, made, verdict = _mixed((Auto, jax.sharding.AxisType.Explicit),
+                                 [((8, 8), P(None, "y"))], f)
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    # (a shard_map's collectives are not planned: COLL-4 names it)
+    assert verdict.collectives.undetermined.rule == "COLL-4"
+
+
+def _inner(mesh, spec):
+    return jax.jit(lambda t: jnp.cos(t) * 2.0,
+                   in_shardings=jax.sharding.NamedSharding(mesh, spec))
+
+
+def _manual(mesh, spec):
+    return jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=spec, out_specs=spec)
+
+
+@pytest.mark.parametrize("name, f, expected", [
+    # two placements apart: neither is moved onto the value, propagation brings it both
+    ("two inner jits", lambda m: lambda g: (g * 2, _inner(m, P("x", None))(g),
+                                            _inner(m, P(None, "y"))(g)),
+     [P("x", "y"), P("x"), P(None, "y")]),
+    ("two shard_maps", lambda m: lambda g: (g * 2, _manual(m, P("x", None))(g),
+                                            _manual(m, P(None, "y"))(g)),
+     [P("x", "y"), P("x"), P(None, "y")]),
+    ("an inner jit and a constraint", lambda m: lambda g: (
+        g * 2, _inner(m, P("x", None))(g),
+        jax.lax.with_sharding_constraint(g, jax.sharding.NamedSharding(m, P(None, "y")))),
+     [P("x", "y"), P("x"), P(None, "y")]),
+    # two placements alike: moved onto the value
+    ("two inner jits alike", lambda m: lambda g: (g * 2, _inner(m, P("x", None))(g),
+                                                  _inner(m, P("x", None))(g)),
+     [P("x"), P("x"), P("x")]),
+])
+def test_a_value_passed_to_two_placements_is_placed_as_the_partitioner_does(name, f,
+                                                                           expected):
+    def g(mesh):
+        return lambda a: f(mesh)(jnp.sin(a))
+    real, _, verdict = _mixed((Auto, Auto), [((8, 8), P())], g)
+    assert [r.spec for r in real] == expected
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+
+
+def test_a_value_passed_to_two_placements_of_one_dimension_apart_is_left_open():
+    # 'x' and 'y' both want the rows: the one propagation meets first wins (here 'x')
+    def g(mesh):
+        return lambda a: (lambda v: (v * 2, _inner(mesh, P("x", None))(v),
+                                     _inner(mesh, P("y", None))(v)))(jnp.sin(a))
+    real, _, verdict = _mixed((Auto, Auto), [((8, 8), P())], g)
+    assert [r.spec for r in real] == [P("x"), P("x"), P("y")]
+    assert verdict.out_shardings[0] is UNSPECIFIED
+    assert verdict.undetermined[0][1].startswith("[PROP-4]")

@@ -3,7 +3,7 @@ a cumulative reduction along one (PROG-10), against JAX 0.10.2 on 8 CPU devices.
 
 JAX types each by its operand's split and refuses while tracing (ShardingTypeError) a
 result whose resized dimension the split does not divide, or a scan along a split
-dimension (notes/jax-facts.md section 23, "Resized and scanned dimensions over Explicit axes").
+dimension (notes/jax-facts.md section 24, "Resized and scanned dimensions over Explicit axes").
 describe_program describes the refused primitive (spec/bridge/refused_primitives.py) and
 the spec refuses it by its rule, at the trace stage, with JAX's class, at the primitive's
 path; the accepting side is traced, compiled and run by JAX and accepted by the spec with

@@ -199,18 +199,20 @@ def test_a_sharded_ensemble_under_vmap_is_jaxs(spec):
     assert verdict.accepted and program.inputs[0].sharding.spec == from_jax(spec)
 
 
-@checks("PROG-0")
-def test_an_ensemble_split_over_explicit_axes_is_not_read_yet():
-    """Over Explicit axes the batch dimension's split is in the batched types, which the
-    spec's vmap does not write yet: describe_program says so rather than answer."""
+@checks("BAT-9")
+def test_an_ensemble_split_over_explicit_axes_is_held_to_jax():
+    """Over Explicit axes the batch dimension's split is in the batched types (JAX's
+    explicit_mesh_axis): the spec's vmap writes it there, the results typed and placed as
+    JAX's, the verdict JAX's."""
+    from test_steps_arguments import held_to_jax
     where = jax.make_mesh((2, 4), ("x", "y"),
                           axis_types=(jax.sharding.AxisType.Explicit,) * 2)
     members = jax.device_put(_example((8, 16, 4)), jax.sharding.NamedSharding(
         where, jax.P("x")))
     step = jax.jit(jax.vmap(lambda w: jnp.tanh(w)))
-    step(members)   # JAX runs it
-    with pytest.raises(TypeError, match="split over Auto axes"):
-        describe_program(step, members)
+    program, verdict, problems = held_to_jax(step, members)
+    assert not problems, problems
+    assert verdict.accepted and program.inputs[0].spec == from_jax(jax.P("x"))
 
 
 @checks("PROG-0")

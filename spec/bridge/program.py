@@ -636,7 +636,8 @@ def _flat_axes(axes: Any, tree: Any, what: str, per_item: bool) -> Any:
 
 def _example_leaf(leaf: Any, axis: int | None) -> Any:
     """What vmap's function is given for one argument leaf: ``leaf`` less its mapped
-    dimension (a numpy view, or a ShapeDtypeStruct typed as one example is)."""
+    dimension (a numpy view, or a ShapeDtypeStruct typed as one example is: a mapped
+    dimension split over Explicit axes leaves the example's type, as JAX's vmap types it)."""
     import numpy as np
 
     jax = _jax()
@@ -650,10 +651,6 @@ def _example_leaf(leaf: Any, axis: int | None) -> Any:
     if isinstance(sharding, jax.sharding.NamedSharding):
         spec = sharding.spec
         parts = list(spec.partitions) + [None] * (len(shape) - len(spec.partitions))
-        if parts[axis] is not None and _explicit_in(sharding.mesh, parts[axis]):
-            raise _Unreadable(f"describe_program reads vmap of arguments whose mapped "
-                              f"dimension is unsplit or split over Auto axes (a sharded "
-                              f"ensemble); one is on {spec}")
         sharding = jax.sharding.NamedSharding(
             sharding.mesh, jax.sharding.PartitionSpec(
                 *(parts[:axis] + parts[axis + 1:]), unreduced=spec.unreduced,
@@ -664,11 +661,22 @@ def _example_leaf(leaf: Any, axis: int | None) -> Any:
     return jax.ShapeDtypeStruct(shape[:axis] + shape[axis + 1:], leaf.dtype, sharding=sharding)
 
 
-def _explicit_in(mesh: Any, entry: Any) -> bool:
-    """Whether a spec entry names an Explicit axis of ``mesh``."""
-    names = entry if isinstance(entry, tuple) else (entry,)
-    types = dict(zip(mesh.axis_names, (t.name for t in mesh.axis_types)))
-    return any(types.get(n) == "Explicit" for n in names)
+def _mapped_split(leaf: Any, axis: int | None) -> Any:
+    """The spec entry of ``leaf``'s type at its mapped dimension (the Explicit axes JAX's
+    vmap reads there, ``_mapped_axis_spec``), None where unsplit or unmapped."""
+    import numpy as np
+
+    jax = _jax()
+    shape = tuple(np.shape(leaf))
+    if axis is None or not -len(shape) <= axis < len(shape) or isinstance(
+            leaf, (np.ndarray, np.generic)) or not isinstance(
+            getattr(leaf, "sharding", None), jax.sharding.NamedSharding):
+        return None
+    parts = list(jax.typeof(leaf).sharding.spec.partitions) + [None] * len(shape)
+    entry = parts[axis % len(shape)]
+    if isinstance(entry, tuple):
+        entry = entry if len(entry) != 1 else entry[0]
+    return entry or None
 
 
 def _example_value(value: Value, axis: int | None) -> Value:
@@ -733,10 +741,12 @@ def _levels(vmaps: list[dict], args: tuple) -> tuple[list[dict], list]:
         # the spec's BAT-0 on the arguments this vmap is given (JAX's _mapped_axis_size)
         _, _, size = check_vmap_parameters([np.shape(leaf) for leaf in given], axes,
                                            options["axis_size"])
+        splits = tuple(_mapped_split(leaf, a) for leaf, a in zip(given, axes))
         given = [_example_leaf(leaf, a) for leaf, a in zip(given, axes)]
         args = jax.tree_util.tree_unflatten(treedef, given)
         levels.append(dict(in_axes=tuple(axes), out_axes=options["out_axes"],
-                           axis_size=size, spmd_axis_name=options["spmd_axis_name"]))
+                           axis_size=size, spmd_axis_name=options["spmd_axis_name"],
+                           in_splits=splits))
     return levels, given
 
 

@@ -78,7 +78,18 @@ each result when it is lowered (FIT-3), as JAX does with the call its batching r
 A refusal is the rule's :class:`~shardlaw.spec.core.rules.Rejection` at stage ``trace``,
 located at the equation (``body[3]``, ``body[0].jit.body[1]``,
 ``body[0].jit.in_shardings[0]``; the top-level jit's own shardings at ``in_shardings[0]``,
-``out_shardings[0]``). Arguments split over Explicit mesh axes (BAT-9) are not described.
+``out_shardings[0]``).
+
+A mapped dimension split over Explicit mesh axes is given by ``in_splits`` (one spec entry
+or None per argument: how the user's batched argument is typed there). JAX reads those
+splits from the arguments' types: they must agree and no unmapped argument may use those
+axes (BAT-9, each vmap's checked the outermost first); batching then goes on without
+spmd_axis_name (which may only name those axes). The batched arguments' types, and each
+batched body's inputs, split the batch dimension over them (JAX's ``explicit_mesh_axis``),
+as do a broadcast of an unbatched value to the batch where JAX's rule passes the axes and
+a batched typed parameter (a reshard's, a reshape's, a reduction's ``out_sharding``);
+other results are typed from their operands (a device_put keeps its target, which may
+leave the batch dimension unsplit, and so what follows from it).
 """
 
 from __future__ import annotations
@@ -94,10 +105,11 @@ from ..core.values import Mesh, PartitionSpec
 from ..jit.matching import check_fits
 from ..transforms.batching import (
     BadVmapParameter, BadVmapParameterType, check_not_reduced_when_moved,
-    check_vmap_parameters,
+    check_vmap_parameters, explicit_batch_axes,
 )
 from .batching_rules import (
-    KEEPS_AXIS, MOVES, BatchAxis, BatchedBody, batch_body, batch_jit_body,
+    KEEPS_AXIS, MOVES, BatchAxis, BatchedBody, batch_body, batch_entry, batch_jit_body,
+    batch_typed,
     broadcast_equation, inserted, moved_axis, push_batched, rearranged, transpose_equation,
 )
 from .description import Jit, Program, ShardingConstraint, Value, check_program
@@ -110,10 +122,11 @@ P = PartitionSpec  # the name the examples use
 
 __all__ = ["vmap_program", "nested_vmap_program", "batched_input", "KEEPS_AXIS", "MOVES"]
 
-def batched_input(value: Value, axis: int | None, size: int) -> Value:
+def batched_input(value: Value, axis: int | None, size: int, split: Any = None) -> Value:
     """The batched argument a user passes for one example's argument ``value``: ``size``
     inserted in its shape at ``axis``, placed as the example is with that dimension
-    unsplit (committedness kept).
+    unsplit, or split over ``split`` (a NamedSharding's spec entry: the Explicit axes the
+    user's batched argument is typed with there; committedness kept).
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"))
     >>> batched_input(Value.placed((8,), NamedSharding(mesh, P("x"))), 1, 3).sharding
@@ -132,7 +145,7 @@ def batched_input(value: Value, axis: int | None, size: int) -> Value:
             Value.numpy(shape, value.dtype)
     if isinstance(s, NamedSharding):
         spec = s.spec
-        s = NamedSharding(s.mesh, P(*inserted(spec.partitions, axis, None),
+        s = NamedSharding(s.mesh, P(*inserted(spec.partitions, axis, split),
                                     unreduced=spec.unreduced, reduced=spec.reduced),
                           memory_kind=s.memory_kind)
     elif isinstance(s, GSPMDSharding):
@@ -244,8 +257,7 @@ def _moves(rw: BatchedBody, outputs: list[int], out_axes: tuple, views: list[Val
                 check_not_reduced_when_moved(value.spec, f"outputs[{k}]", False)
             shape = inserted(value.shape, target, rw.axis.size)
             kept = tuple(i for i in range(len(shape)) if i != target)
-            typed = None if value.mesh is None else NamedSharding(value.mesh, P(*inserted(
-                tuple(value.spec or ()), target, None)))
+            typed = batch_typed(value, target, batch_entry(rw.axis))
             rw.add(broadcast_equation(n, value, shape, kept, typed), (target,))
         else:
             rw.add(transpose_equation(n, value, moved_axis(len(value.shape), source, target)), (target,))
@@ -255,7 +267,7 @@ def _moves(rw: BatchedBody, outputs: list[int], out_axes: tuple, views: list[Val
 
 def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
                  axis_size: Any = None, spmd_axis_name: Any = None,
-                 outer_spmd_axis_names: Any = ()) -> Program:
+                 outer_spmd_axis_names: Any = (), in_splits: Any = None) -> Program:
     """The Program that ``jax.vmap(jax.jit(f, ...), in_axes, out_axes,
     axis_size=axis_size, spmd_axis_name=spmd_axis_name)`` amounts to on batched arguments,
     ``program`` describing the jit call on one example (module docstring).
@@ -276,16 +288,27 @@ def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
     Traceback (most recent call last):
     ...
     shardlaw.spec.core.rules.RejectionValueError: [WSC-7] at body[0]: vmap's spmd_axis_name ('x',) also appears in the with_sharding_constraint spec P('x', None) of body[0]; a mesh axis cannot split both the batch and another dimension
+
+    ``in_splits`` (None, or one spec entry or None per input) gives the Explicit axes each
+    mapped argument's mapped dimension is split over (module docstring, BAT-9):
+
+    >>> from shardlaw.spec import AxisType
+    >>> from shardlaw.spec.program.description import Opaque
+    >>> explicit = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
+    >>> w = Value.placed((8,), NamedSharding(explicit, P()))
+    >>> sin = Program((w,), (Opaque((0,), primitive="sin", results=(w.type,)),), (1,))
+    >>> vmap_program(sin, axis_size=4, in_splits=("y",)).value_types[1].spec
+    P('y')
     """
     check_program(isinstance(program, Program), "the program vmapped", "a Program", program)
     options = {"in_axes": in_axes, "out_axes": out_axes, "axis_size": axis_size,
-               "spmd_axis_name": spmd_axis_name}
+               "spmd_axis_name": spmd_axis_name, "in_splits": in_splits}
     with staged("trace"), deep_enough(program):
         outer = _names(outer_spmd_axis_names) if outer_spmd_axis_names != () else ()
         return _vmapped(program, (options,), outer or ())
 
 
-_OPTIONS = frozenset({"in_axes", "out_axes", "axis_size", "spmd_axis_name"})
+_OPTIONS = frozenset({"in_axes", "out_axes", "axis_size", "spmd_axis_name", "in_splits"})
 
 
 def nested_vmap_program(program: Program, vmaps: Any) -> Program:
@@ -389,7 +412,9 @@ class _Level:
 def _levels(program: Program, vmaps: tuple[dict, ...], outer: tuple[str, ...]
             ) -> list[_Level]:
     """Each vmap's parameters checked (BAT-0), the outermost first, on the shapes of the
-    arguments it is given (those the vmaps inside it batch); then each one read."""
+    arguments it is given (those the vmaps inside it batch); then each one read, its
+    arguments' mapped dimensions split as ``in_splits`` says (BAT-9, the outermost first:
+    the spmd axes batching goes on with, and the Explicit axes the batch is split over)."""
     shapes = [[v.shape for v in program.inputs]]
     for options in vmaps[:-1]:   # were the vmaps inside well-formed
         size = options.get("axis_size")
@@ -400,14 +425,66 @@ def _levels(program: Program, vmaps: tuple[dict, ...], outer: tuple[str, ...]
         size, in_axes = _batch_size(options.get("axis_size")), options.get("in_axes", 0)
         _, axes, _ = check_vmap_parameters(_in_shapes(given, in_axes, size), in_axes, size)
         _check_mapped_types(program.inputs, axes)
-        read.insert(0, (axes, size, _names(options.get("spmd_axis_name"))))
-    levels, inputs = [], program.inputs
-    for k, ((axes, size, names), options) in enumerate(zip(read, vmaps)):
-        inputs = tuple(batched_input(v, a, size) for v, a in zip(inputs, axes))
-        around = frozenset(outer).union(*(n for _, _, n in read[k + 1:] if n))
-        levels.append(_Level(axes, inputs, BatchAxis(size, names, program.context_mesh,
-                                                  outer=around), options.get("out_axes", 0)))
+        splits = _in_splits(options.get("in_splits"), axes, program.inputs)
+        read.insert(0, (axes, size, _names(options.get("spmd_axis_name")), splits))
+    given, inputs = [], program.inputs
+    for axes, size, _, splits in read:
+        inputs = tuple(batched_input(v, a, size, e) for v, a, e in zip(inputs, axes, splits))
+        given.append(inputs)
+    batching = [None] * len(read)
+    for k in reversed(range(len(read))):   # JAX's checks, the outermost vmap's first
+        axes, _, names, _ = read[k]
+        batching[k] = _explicit_axes(given[k], axes, names)
+    levels = []
+    for k, ((axes, size, _, _), options) in enumerate(zip(read, vmaps)):
+        names, explicit = batching[k]
+        around = frozenset(outer).union(*(n for n, _ in batching[k + 1:] if n))
+        levels.append(_Level(axes, given[k], BatchAxis(size, names, program.context_mesh,
+                                                       outer=around, explicit=explicit),
+                             options.get("out_axes", 0)))
     return levels
+
+
+def _in_splits(in_splits: Any, axes: tuple, inputs: tuple[Value, ...]) -> tuple:
+    """BAT-0 for in_splits: None, or one entry per argument: None, or for a mapped argument
+    on a NamedSharding the Explicit mesh axes (a name or a tuple of names) its batched type
+    splits the mapped dimension over."""
+    if in_splits is None:
+        return (None,) * len(axes)
+    require(isinstance(in_splits, tuple) and len(in_splits) == len(axes), lambda:
+            BadVmapParameterType("in_splits", f"must be None or one entry per argument "
+                                              f"({len(axes)})", in_splits))
+    for i, (entry, axis, value) in enumerate(zip(in_splits, axes, inputs)):
+        if entry is None:
+            continue
+        names = entry if isinstance(entry, tuple) else (entry,)
+        mesh = value.sharding.mesh if isinstance(value.sharding, NamedSharding) else None
+        explicit = () if mesh is None else tuple(
+            n for n, t in zip(mesh.axis_names, mesh.axis_types) if t.value == "Explicit")
+        with located(f"args[{i}]"):
+            require(axis is not None and len(names) > 0 and all(
+                isinstance(n, str) and n in explicit for n in names), lambda entry=entry:
+                BadVmapParameter("in_splits", "must name, for a mapped argument on a "
+                                              "NamedSharding, Explicit axes of its mesh",
+                                 entry))
+    return tuple(in_splits)
+
+
+def _explicit_axes(given: tuple[Value, ...], axes: tuple, names: tuple[str, ...] | None
+                   ) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """BAT-9 on the arguments one vmap is given (their types' splits): the spmd axes
+    batching goes on with, and the Explicit axes the mapped dimension is split over."""
+    parts = tuple(tuple(_axes(e) for e in tuple(v.spec or ()) + (None,) * (
+        len(v.shape) - len(tuple(v.spec or ())))) for v in given)
+    mapped = [p[a] for p, a in zip(parts, axes) if a is not None]
+    if not any(mapped):   # (no mapped dimension split: BAT-9 holds, the batch unsplit)
+        return names, None
+    return explicit_batch_axes(parts, axes, names), (mapped[0] or None)
+
+
+def _axes(entry: Any) -> tuple[str, ...]:
+    """A spec entry as the mesh axes it names."""
+    return () if entry is None else entry if isinstance(entry, tuple) else (entry,)
 
 
 def _carry(chain: list[BatchedBody], k: int, start: int, one_jit: bool) -> None:

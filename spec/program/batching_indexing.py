@@ -31,7 +31,8 @@ import dataclasses
 from typing import Any
 
 from .batching_rules import (
-    BatchedBody, batched_type, broadcast_equation, moved_axis, transpose_equation,
+    BatchedBody, batch_entry, batch_typed, batched_type, broadcast_equation, moved_axis,
+    operands_batch_split, split_at, transpose_equation,
 )
 from .description import Opaque, Value, check_program
 from .primitives import BATCHING
@@ -65,7 +66,8 @@ def _front(rw: BatchedBody, number: int, d: int | None, size: int) -> int:
     value = rw.types[number]
     if d is None:
         shape = (size,) + tuple(value.shape)
-        rw.add(broadcast_equation(number, value, shape, tuple(range(1, len(shape)))), (0,))
+        rw.add(broadcast_equation(number, value, shape, tuple(range(1, len(shape))),
+                                  batch_typed(value, 0, batch_entry(rw.axis))), (0,))
     elif d != 0:
         rw.add(transpose_equation(number, value, moved_axis(len(value.shape), d, 0)), (0,))
     else:
@@ -139,7 +141,9 @@ def _bind_gather(rw: BatchedBody, eq: Opaque, g: _Gather, numbers: tuple, dims: 
         indices = _front(rw, indices, dims[1], size)
     new = _batched_gather(g, dims, size)
     (result,) = eq.results
-    rw.add(Opaque((operand, indices), (batched_type(result, 0, size, rw.axis.varying),),
+    typed = split_at(batched_type(result, 0, size, rw.axis.varying), 0,
+                     operands_batch_split(rw, (operand, indices)))
+    rw.add(Opaque((operand, indices), (typed,),
                   primitive="gather", params=new.params()), (0,))
 
 
@@ -243,7 +247,9 @@ def _bind_scatter(rw: BatchedBody, eq: Opaque, primitive: str, numbers: tuple, d
         indices = _front(rw, indices, dims[1], size)
     (result,) = eq.results
     rw.add(Opaque((operand, indices, updates),
-                  (batched_type(result, 0, size, rw.axis.varying),), primitive=primitive,
+                  (split_at(batched_type(result, 0, size, rw.axis.varying), 0,
+                            operands_batch_split(rw, (operand, updates))),),
+                  primitive=primitive,
                   params=_scatter_params(eq, _batched_scatter(n, dims[1] is not None),
                                          **given)), (0,))
 

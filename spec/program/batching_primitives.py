@@ -30,7 +30,9 @@ import dataclasses
 from typing import Any
 
 from .batching_rules import (
-    BatchedBody, batched_type, broadcast_equation, moved_axis, transpose_equation,
+    BatchedBody, batch_entry, batch_typed, batched_parameter, batched_type,
+    broadcast_equation, moved_axis, operands_batch_split, split_at, transpose_equation,
+    typed_like,
 )
 from .description import Opaque, Value, check_program
 from .primitives import BATCHING
@@ -61,16 +63,21 @@ def _front(rw: BatchedBody, number: int, d: int) -> int:
     return len(rw.types) - 1
 
 
-def _spread(rw: BatchedBody, number: int, shape: tuple, kept: tuple, d: int | None) -> int:
-    """A broadcast_in_dim of ``number`` to ``shape``, its dimensions at ``kept``."""
-    rw.add(broadcast_equation(number, rw.types[number], tuple(shape), tuple(kept)), (d,))
+def _spread(rw: BatchedBody, number: int, shape: tuple, kept: tuple, d: int | None,
+            typed: Any = None) -> int:
+    """A broadcast_in_dim of ``number`` to ``shape``, its dimensions at ``kept``, bound
+    with the sharding ``typed`` (None: typed from its operand, new dimensions unsplit)."""
+    rw.add(broadcast_equation(number, rw.types[number], tuple(shape), tuple(kept), typed),
+           (d,))
     return len(rw.types) - 1
 
 
 def _bind(rw: BatchedBody, eq: Opaque, numbers: tuple, params: dict, d: int, size: int
           ) -> None:
     """``eq`` over ``numbers`` with ``params``, each result batched at ``d``."""
-    results = tuple(batched_type(r, d, size, rw.axis.varying) for r in eq.results)
+    entry = operands_batch_split(rw, tuple(numbers))   # the batch split as the operands'
+    results = tuple(split_at(batched_type(r, d, size, rw.axis.varying), d, entry)
+                    for r in eq.results)
     rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=results,
                                params=tuple(sorted(params.items()))), (d,) * len(results))
 
@@ -107,6 +114,8 @@ def _batch_dot_general(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple,
     ranks = (ranks[0] - (dims[0] is not None), ranks[1] - (dims[1] is not None))
     params["dimension_numbers"], d = dot_general_dims(ranks, dims,
                                                       params["dimension_numbers"])
+    if params.get("out_sharding") is not None:   # its typed parameter, at the result's axis
+        params["out_sharding"] = batched_parameter(params["out_sharding"], d, rw.axis)
     _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
 
 
@@ -172,7 +181,8 @@ def _batch_add_any(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
         d, n = (dy, x) if dx is None else (dx, y)
         value = rw.types[n]
         shape = tuple(value.shape)[:d] + (size,) + tuple(value.shape)[d:]
-        spread = _spread(rw, n, shape, tuple(i for i in range(len(shape)) if i != d), d)
+        spread = _spread(rw, n, shape, tuple(i for i in range(len(shape)) if i != d), d,
+                         batch_typed(value, d, batch_entry(rw.axis)))
         pair = (spread, y) if dx is None else (x, spread)
         return _bind(rw, eq, pair, _params(eq), d, size)
     _bind(rw, eq, (_moved(rw, x, dx, dy), y), _params(eq), dy, size)
@@ -192,8 +202,12 @@ def _batch_reshape(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
     size = _size(rw, numbers, dims)
     operand = _front(rw, numbers[0], dims[0])
     params["new_sizes"] = (size,) + tuple(params["new_sizes"])
+    params["sharding"] = batched_parameter(params.get("sharding"), 0, rw.axis)
     (result,) = eq.results
-    typed = dataclasses.replace(batched_type(result, 0, size, rw.axis.varying))
+    # typed by its sharding parameter where bound with one, else from its operand
+    entry = batch_entry(rw.axis) if params.get("sharding") is not None else \
+        operands_batch_split(rw, (operand,))
+    typed = split_at(batched_type(result, 0, size, rw.axis.varying), 0, entry)
     rw.add(dataclasses.replace(eq, operands=(operand,), results=(typed,),
                                params=tuple(sorted(params.items()))), (0,))
 
@@ -226,8 +240,9 @@ def _batch_concatenate(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple,
     operands = []
     for n, d in zip(numbers, dims):
         if d is None:
-            shape = (size,) + tuple(rw.types[n].shape)
-            operands.append(_spread(rw, n, shape, tuple(range(1, len(shape))), 0))
+            shape = (size,) + tuple(rw.types[n].shape)   # split as the batched operands
+            operands.append(_spread(rw, n, shape, tuple(range(1, len(shape))), 0,
+                                    batch_typed(rw.types[n], 0, batch_entry(rw.axis))))
         else:
             operands.append(_front(rw, n, d))
     params["dimension"] = int(params["dimension"]) + 1
@@ -248,7 +263,7 @@ def _batch_sort(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: 
     for n, dim in zip(numbers, dims):
         if dim is None:
             kept = tuple(i for i in range(len(shape)) if i != d)
-            operands.append(_spread(rw, n, shape, kept, d))
+            operands.append(_spread(rw, n, shape, kept, d, typed_like(rw.types[first])))
         elif dim != d:
             value = rw.types[n]
             rw.add(transpose_equation(n, value, moved_axis(len(value.shape), dim, d)), (d,))
@@ -276,22 +291,24 @@ def _batch_select_n(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pa
     shape = lambda n: tuple(rw.types[n].shape)   # noqa: E731
     if all(c == wd for c in case_dims):
         if shape(which) != shape(cases[0]):   # a batched scalar predicate
-            which = _spread(rw, which, shape(cases[0]), (wd,), wd)
+            which = _spread(rw, which, shape(cases[0]), (wd,), wd, typed_like(rw.types[cases[0]]))
         return _bind(rw, eq, (which,) + tuple(cases), _params(eq), wd, size)
     if shape(which) == () and all(c is not None for c in case_dims):
         d = case_dims[0]
         if all(c == d for c in case_dims) or len({shape(c) for c in cases}) == 1:
             cases = [n if c == d else _moved(rw, n, c, d) for n, c in zip(cases, case_dims)]
             return _bind(rw, eq, (which,) + tuple(cases), _params(eq), d, size)
+    entry = batch_entry(rw.axis)
     if shape(which) != ():
-        which = _at_front(rw, which, wd, size)
+        which = _at_front(rw, which, wd, size, entry)
     if not all(shape(c) == () for c in cases):
-        cases = [_at_front(rw, n, c, size) for n, c in zip(cases, case_dims)]
+        cases = [_at_front(rw, n, c, size, entry) for n, c in zip(cases, case_dims)]
     if 0 < len(shape(which)) < len(shape(cases[0])):
-        which = _spread(rw, which, shape(cases[0]), (0,), 0)
-    if len(shape(which)) > len(shape(cases[0])):
+        which = _spread(rw, which, shape(cases[0]), (0,), 0, typed_like(rw.types[cases[0]]))
+    if len(shape(which)) > len(shape(cases[0])):   # (broadcast_like: the predicate's type)
         target = shape(which)
-        cases = [_spread(rw, n, target, tuple(range(len(shape(n)))), 0) for n in cases]
+        cases = [_spread(rw, n, target, tuple(range(len(shape(n)))), 0,
+                         typed_like(rw.types[which])) for n in cases]
     _bind(rw, eq, (which,) + tuple(cases), _params(eq), 0, size)
 
 
@@ -310,8 +327,9 @@ def _select_literal_cases(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tup
     dtype = eq.results[0].dtype
 
     def spread(n: int | None, shape: tuple) -> int:
-        if n is not None:
-            return _spread(rw, n, shape, (), 0)
+        if n is not None:   # (JAX's bdim_at_front, over the axes vmap maps over)
+            return _spread(rw, n, shape, (), 0,
+                           batch_typed(rw.types[n], 0, batch_entry(rw.axis)))
         literal = broadcast_equation(0, Value.typed((), dtype), shape, ())
         rw.add(dataclasses.replace(literal, operands=()), (0,))
         return len(rw.types) - 1
@@ -329,14 +347,17 @@ def _moved(rw: BatchedBody, number: int, source: int, target: int) -> int:
     return len(rw.types) - 1
 
 
-def _at_front(rw: BatchedBody, number: int, d: int | None, size: int) -> int:
+def _at_front(rw: BatchedBody, number: int, d: int | None, size: int, entry: Any = None
+              ) -> int:
     """JAX's ``bdim_at_front``: a batched value's batch axis moved first, an unbatched one
-    broadcast to the batch."""
+    broadcast to the batch (split over ``entry``: the axes vmap maps over where the rule
+    passes them, else unsplit)."""
     if d is not None:
         return _front(rw, number, d)
     value: Value = rw.types[number]
     shape = (size,) + tuple(value.shape)
-    return _spread(rw, number, shape, tuple(range(1, len(shape))), 0)
+    return _spread(rw, number, shape, tuple(range(1, len(shape))), 0,
+                   batch_typed(value, 0, entry))
 
 
 # --------------------------------------------------------------------------- clamp

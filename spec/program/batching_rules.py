@@ -47,9 +47,9 @@ from .shardmap_batching import (
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["BatchAxis", "BatchedBody", "batch_body", "push_batched", "batch_jit_body",
+__all__ = ["BatchAxis", "BatchedBody", "split_batch", "split_at", "operands_batch_split", "batch_entry", "batch_body", "push_batched", "batch_jit_body",
            "batched_type", "inserted", "rearranged", "moved_axis", "transpose_equation",
-           "broadcast_equation", "KEEPS_AXIS", "SHIFTS", "MOVES"]
+           "broadcast_equation", "unit_typed", "batch_typed", "batched_parameter", "typed_like", "KEEPS_AXIS", "SHIFTS", "MOVES"]
 
 # The names of the primitives of each batching family as the table declares them on import
 # (the PROG-0 refusal of an equation vmap cannot batch reads the table when it refuses);
@@ -83,7 +83,8 @@ def _reduced(params: dict, d: int) -> tuple[dict, int]:
 @dataclasses.dataclass(frozen=True)
 class BatchAxis:
     """What one vmap batches over: the batch size as the values inside see it, the spmd
-    axes (None: none), and the context mesh of the jit being batched."""
+    axes (None: none), the context mesh of the jit being batched, and the Explicit mesh
+    axes the mapped arguments' types split the mapped dimension over (None: none; BAT-9)."""
 
     size: int
     names: tuple[str, ...] | None
@@ -91,6 +92,39 @@ class BatchAxis:
     varying: frozenset[str] = frozenset()   # inside a shard_map: the spmd axes
     outer: frozenset[str] = frozenset()     # the spmd axes of the vmaps this one is inside
     casts: frozenset[str] = frozenset()     # inside a check_vma shard_map: all of them
+    explicit: tuple[str, ...] | None = None  # JAX's explicit_mesh_axis
+
+
+def split_batch(value: Value, d: int | None, axis: BatchAxis) -> Value:
+    """A batched body's input as JAX's vmap over Explicit axes types it (``unmapped_aval``
+    with the ``explicit_mesh_axis``): its batch dimension ``d`` split over the mapped
+    arguments' Explicit axes; unchanged where vmap maps no such split, the value is
+    unbatched or its type is over no mesh."""
+    return split_at(value, d, batch_entry(axis))
+
+
+def split_at(value: Value, d: int | None, entry: Any) -> Value:
+    """``value``'s type with dimension ``d`` split over ``entry`` (unchanged where ``d`` or
+    ``entry`` is None, or the type is over no mesh)."""
+    if d is None or entry is None or value.mesh is None:
+        return value
+    old = value.spec if value.spec is not None else P()   # P(reduced=...) is falsy
+    parts = list(old) + [None] * (len(value.shape) - len(old))
+    parts[d] = entry
+    return dataclasses.replace(value, spec=P(*parts, unreduced=old.unreduced,
+                                             reduced=old.reduced))
+
+
+def operands_batch_split(rw: "BatchedBody", numbers: tuple) -> Any:
+    """The split of the first batched operand's batch dimension (JAX types a result's batch
+    dimension from its operands': the mapped axes, or unsplit after a device_put to a
+    target that leaves it so); None where none is split."""
+    for n in numbers:
+        d, value = rw.dims[n], rw.types[n]
+        if d is not None:
+            entries = tuple(value.spec or ()) if value.mesh is not None else ()
+            return entries[d] if d < len(entries) else None
+    return None
 
 
 # --------------------------------------------------------------------------- values
@@ -137,8 +171,8 @@ class BatchedBody:
         count = len(program.inputs) + len(program.consts)
         self.number = list(range(count))
         self.dims: list[int | None] = list(dims) + [None] * len(program.consts)
-        self.types = [batched_type(v, d, axis.size, axis.varying) for v, d in
-                      zip(program.value_types[:count], self.dims)]
+        self.types = [split_batch(batched_type(v, d, axis.size, axis.varying), d, axis)
+                      for v, d in zip(program.value_types[:count], self.dims)]
         self.equations: list[Equation] = []
         self.batched: dict = {}
 
@@ -253,8 +287,8 @@ def _batch_device_put(rw: BatchedBody, eq: DevicePut, numbers: tuple, dims: tupl
 @BATCHING.register("reshard")
 def _batch_reshard(rw: BatchedBody, eq: Reshard, numbers: tuple, dims: tuple, path: str
                    ) -> None:
-    s = eq.sharding
-    spec = P(*inserted(s.spec.partitions, min(dims[0], len(s.spec)), None),
+    s = eq.sharding   # the batch dimension split as vmap maps it (JAX's get_sharding_for_vmap)
+    spec = P(*inserted(s.spec.partitions, min(dims[0], len(s.spec)), batch_entry(rw.axis)),
              unreduced=s.spec.unreduced, reduced=s.spec.reduced)
     rw.add(dataclasses.replace(eq, operands=numbers, results=None,
                                sharding=NamedSharding(s.mesh, spec)), dims)
@@ -347,6 +381,12 @@ def _spec_entry(names: tuple[str, ...] | None) -> Any:
     return None if names is None else names[0] if len(names) == 1 else names
 
 
+def batch_entry(axis: BatchAxis) -> Any:
+    """The spec entry JAX writes for a batch dimension it makes (``get_sharding_for_vmap``):
+    the Explicit axes vmap maps over, else None (unsplit)."""
+    return _spec_entry(axis.explicit)
+
+
 def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis, path: str
                      ) -> tuple[ShardMap, tuple]:
     """shard_map under vmap (JAX's ``_shard_map_batch``): the batched operands' specs gain
@@ -432,6 +472,10 @@ def _batch_keeping_axis(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple
     results = tuple(_split_as_operands(batched_type(r, d, size, varying),
                                        [rw.types[n] for n in numbers])
                     for r in eq.results)
+    if name == "convert_element_type" and _param(eq, "sharding"):   # its typed parameter
+        params = {**dict(eq.params), "sharding": batched_parameter(_param(eq, "sharding"),
+                                                                   d, rw.axis)}
+        eq = dataclasses.replace(eq, params=tuple(sorted(params.items())))
     rw.add(eq.renumbered(numbers, results), (d,) * len(results))
 
 
@@ -447,9 +491,10 @@ def aligned_operands(rw: BatchedBody, numbers: tuple, dims: tuple) -> tuple[int,
         if value.shape == () or d == 0:
             moved.append(n)
             continue
-        if d is None:
+        if d is None:   # (over a mesh, bound with the type's sharding, unsplit at 0)
             shape = (1,) + tuple(value.shape)
-            rw.add(broadcast_equation(n, value, shape, tuple(range(1, len(shape)))), (None,))
+            rw.add(broadcast_equation(n, value, shape, tuple(range(1, len(shape))),
+                                      unit_typed(value, 0)), (None,))
         else:
             rw.add(transpose_equation(n, value, moved_axis(len(value.shape), d, 0)), (0,))
         moved.append(len(rw.types) - 1)
@@ -497,7 +542,13 @@ def _batch_reduction(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, p
                      ) -> None:
     """A reduction under vmap: its reduced axes move past the batch axis, its result split
     as its batched operand less the reduced dimensions."""
-    _shifted(rw, eq, numbers, dims, path, _reduced,
+    def shift(params: dict, d: int) -> tuple[dict, int]:
+        params, out = _reduced(params, d)
+        if params.get("out_sharding") is not None:   # its typed parameter, at the result's axis
+            params = {**params, "out_sharding": batched_parameter(params["out_sharding"], out,
+                                                                  rw.axis)}
+        return params, out
+    _shifted(rw, eq, numbers, dims, path, shift,
              lambda r, params: _reduced_split(r, rw.types[numbers[0]], params["axes"]))
 
 
@@ -510,8 +561,9 @@ def _shifted(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
         _not_batched(eq, dims, path)
     params, d = shift(dict(eq.params), dims[0])
     varying = rw.axis.varying | _carried(rw, eq, numbers)
-    results = tuple(batched_type(r, d, _batch_size_held(rw, numbers, dims), varying)
-                    for r in eq.results)
+    entry = operands_batch_split(rw, numbers)
+    results = tuple(split_at(batched_type(r, d, _batch_size_held(rw, numbers, dims), varying),
+                             d, entry) for r in eq.results)
     if resplit is not None:
         results = tuple(resplit(r, params) for r in results)
     rw.add(dataclasses.replace(eq, operands=numbers, results=results,
@@ -546,8 +598,8 @@ def _batch_broadcast(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, p
     (result,) = eq.results
     shape = (_batch_size_held(rw, numbers, dims),) + tuple(result.shape)
     kept = tuple(int(i) + 1 for i in _param(eq, "broadcast_dimensions"))
-    typed = _param(eq, "sharding")   # JAX's batcher: the parameter, unsplit at 0
-    typed = NamedSharding(typed.mesh, _batch_spec(typed.spec, 0, None)) if isinstance(
+    typed = _param(eq, "sharding")   # JAX's batcher: the parameter, the batch entry at 0
+    typed = NamedSharding(typed.mesh, _batch_spec(typed.spec, 0, batch_entry(rw.axis))) if isinstance(
         typed, NamedSharding) else None
     rw.add(broadcast_equation(operand, rw.types[operand], shape, (0,) + kept, typed), (0,))
 
@@ -623,6 +675,48 @@ def _literal_varying(rw: BatchedBody, number: int) -> int:
     return len(rw.types) - 1
 
 
+def batch_typed(value: Value, axis: int, entry: Any) -> NamedSharding | None:
+    """The sharding JAX's batching binds a broadcast of ``value`` with where it inserts a
+    dimension at ``axis`` split over ``entry`` (``batching.broadcast``: the type's spec
+    written out to its rank, ``entry`` inserted there; ``entry`` the Explicit axes vmap
+    maps over, or None for a dimension of 1); none where the type is over no mesh."""
+    if value.mesh is None:
+        return None
+    spec = value.spec if value.spec is not None else P()
+    entries = tuple(spec) + (None,) * (len(value.shape) - len(tuple(spec)))
+    return NamedSharding(value.mesh, P(*inserted(entries, axis, entry),
+                                       unreduced=spec.unreduced, reduced=spec.reduced))
+
+
+def batched_parameter(sharding: Any, axis: int, batch: BatchAxis) -> Any:
+    """A primitive's sharding parameter as its batching rule binds it (JAX's
+    ``get_sharding_for_vmap``): the batch dimension's entry (:func:`batch_entry`) inserted
+    in its spec at ``axis``; anything else (None) as it is."""
+    if not isinstance(sharding, NamedSharding):
+        return sharding
+    spec = sharding.spec
+    return NamedSharding(sharding.mesh, P(*inserted(spec.partitions, axis, batch_entry(batch)),
+                                          unreduced=spec.unreduced, reduced=spec.reduced),
+                         memory_kind=sharding.memory_kind)
+
+
+def unit_typed(value: Value, axis: int) -> NamedSharding | None:
+    """:func:`batch_typed` for a dimension of 1 (JAX's broadcasting batcher), unsplit."""
+    return batch_typed(value, axis, None)
+
+
+def typed_like(value: Value) -> NamedSharding | None:
+    """A broadcast to ``value``'s shape bound with its type's sharding (the spec written
+    out to its rank), as JAX's sort and select batching rules bind one; none where the
+    type is over no mesh."""
+    if value.mesh is None:
+        return None
+    spec = value.spec if value.spec is not None else P()
+    entries = tuple(spec) + (None,) * (len(value.shape) - len(tuple(spec)))
+    return NamedSharding(value.mesh, P(*entries, unreduced=spec.unreduced,
+                                       reduced=spec.reduced))
+
+
 def _param(eq: Opaque, name: str) -> Any:
     return dict(eq.params).get(name, ())
 
@@ -649,7 +743,10 @@ def broadcast_equation(operand: int, value: Value, shape: tuple, kept: tuple,
     dimensions unsplit and the kept ones split as the operand's."""
     sources = tuple(kept.index(i) if i in kept else None for i in range(len(shape)))
     spec = rearranged(value.spec, sources) if typed is None else type_spec(typed)
-    result = dataclasses.replace(value.type, shape=tuple(shape), spec=spec)
+    mesh = value.mesh
+    if typed is not None and spec is not None and mesh is None:   # (typed over its mesh)
+        mesh = typed.mesh.abstract if isinstance(typed.mesh, Mesh) else typed.mesh
+    result = dataclasses.replace(value.type, shape=tuple(shape), spec=spec, mesh=mesh)
     return Opaque((operand,), (result,),
                   primitive="broadcast_in_dim",
                   params=(("broadcast_dimensions", kept), ("sharding", typed),

@@ -44,8 +44,8 @@ from .description import Program
 from .lowering import equation_path, live_parts
 from .primitives import NotPropagated, entry_of
 from .propagation import (
-    Split, Undetermined, dimension_splits, factor_sizes, folded_equations, propagate,
-    propagation_mesh, tensor_factor_splits,
+    Split, Undetermined, dimension_splits, factor_sizes, folded_equations,
+    predicted_results, propagate, propagation_mesh, tensor_factor_splits,
 )
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
@@ -296,11 +296,11 @@ def _bytes(shape: tuple[int, ...], dtype: str) -> int:
 def predicted_collectives(program: Program) -> Communication:
     """A step communicates, equation by equation of its live body, the reshards that bring
     each operand to its operation's splits (COLL-1, COLL-2) and the all-reduce of each split
-    reduction (COLL-3).
+    reduction (COLL-3), then each result's to the placement it is returned on.
 
     One value is brought to one split once; an iota is computed in the split it is needed
-    in. The list is complete where propagation
-    determines every value's split and every reshard is made one way.
+    in. The list is complete where propagation determines every value's split and every
+    reshard is made one way.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P
     >>> from shardlaw.spec.program.description import Opaque, Value
@@ -314,14 +314,12 @@ def predicted_collectives(program: Program) -> Communication:
       all-gather over ('y',) at body[0] (operand 1): float32[8, 8], 256 bytes per device
     """
     splits = propagate(program)
-    if isinstance(splits, Undetermined):
-        return Communication(undetermined=splits)
-    mesh = propagation_mesh(program)
-    if AxisType.Explicit in mesh.axis_types:   # (propagation answers these; collectives not)
-        return Communication(undetermined=Undetermined(
-            "COLL-4", "the collectives of a mesh with Explicit axes are not held to XLA yet"))
-    types = program.value_types
     live = program.derived_once("live parts", lambda: live_parts(program)).equations
+    stopped = splits if isinstance(splits, Undetermined) else read_after_a_chain(program, live)
+    if stopped is not None:
+        return Communication(undetermined=stopped)
+    mesh = propagation_mesh(program)
+    types = program.value_types
     folded = folded_equations(program)   # (propagate answered: so does this)
     found: list[Collective] = []
     done: set = set()   # (value, split) of each reshard made: XLA's CSE keeps one
@@ -351,7 +349,53 @@ def predicted_collectives(program: Program) -> Communication:
             found.append(c)
         for n in numbers:
             upstream[n] = before | own
-    return Communication(combined(found, after))
+    returned = _returns(program, splits, mesh, done)
+    if isinstance(returned, Undetermined):
+        return Communication(tuple(found), undetermined=returned)
+    return Communication(combined(found + returned, after))
+
+
+def _returns(program: Program, splits: dict, mesh: Mesh, done: set
+             ) -> list[Collective] | Undetermined:
+    """The reshards that bring each result to the placement it is returned on, where that
+    is not its value's split (an out sharding on an input, a type's over Explicit axes:
+    seen, an input on ``P(('x', 'y'), 'z')``, 'x' Auto, returned on its type's
+    ``P('y', 'z')`` after an all-gather and a collective-permute)."""
+    results = predicted_results(program)   # (propagate answered: so does this)
+    types = program.value_types
+    out: list[Collective] = []
+    for k, (n, need) in enumerate(zip(program.outputs, results)):
+        if splits[n] == need or (n, need) in done:
+            continue
+        done.add((n, need))
+        ((_, _, made),), _ = _constraint_plan((types[n],), (splits[n], need), mesh)
+        if isinstance(made, Undetermined):
+            return dataclasses.replace(made, path=f"result[{k}]")
+        out += [dataclasses.replace(c, path=f"result[{k}]") for c in made]
+    return out
+
+
+def read_after_a_chain(program: Program, live: tuple) -> Undetermined | None:
+    """A value constrained by a chain of two or more constraints and read elsewhere too:
+    Shardy's import has its uses after the chain read the chain's last value, where the
+    equations here read the value itself — their reshards are not planned yet."""
+    made: dict[int, int] = {}   # a live constraint's result -> its operand
+    uses: dict[int, int] = {n: 1 for n in program.outputs}
+    for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
+        if not live[k]:
+            continue
+        for n in eq.operands:
+            uses[n] = uses.get(n, 0) + 1
+        if eq.kind == "sharding_constraint":
+            made[numbers[0]] = eq.operands[0]
+    placed = len(program.inputs) + len(program.consts)   # (an input's is placed: no chain)
+    for result, operand in made.items():
+        head = made.get(operand)
+        if head is not None and head not in made and head >= placed and uses[head] > 1:
+            return Undetermined("COLL-4", "a value under a chain of constraints and read "
+                                "elsewhere: the uses after the chain read its last value, "
+                                "whose reshards are not planned yet")
+    return None
 
 
 @rule("COLL-7", mirrors="xla: AllReduceCombiner")
@@ -457,6 +501,9 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
         return Undetermined("COLL-1", f"factor {uneven} is split along dimensions of "
                             f"different sizes (a concatenate's, a pad's, a slice's): the "
                             f"partitioner moves the pieces by its own plan", "")
+    beyond = _operand_beyond(factors, read, chosen, count) if factors.reduced else {}
+    if beyond:   # (an elementwise operand is brought to its result's split: seen)
+        return _reduced_then_moved(eq, factors, read, {**chosen, **beyond}, typed, held, mesh)
     op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, "")
     operands = []
     for i, dims in enumerate(factors.operands):
@@ -472,6 +519,46 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
                               "the partitioner orders the gather and the all-reduce by its "
                               "own plan", "")
     return tuple(operands), summed
+
+
+def _operand_beyond(factors: Any, read: list, chosen: dict, count: int) -> dict:
+    """The factors a result holds (not reduced) that an operand splits beyond the result's
+    split, to that operand's longest split (empty: none)."""
+    out = {}
+    for f, split in chosen.items():
+        if f in factors.reduced:
+            continue
+        for r in read[:count]:
+            longer = r.get(f, ())
+            if len(longer) > len(split) and longer[:len(split)] == split:
+                out[f] = max(out.get(f, ()), longer, key=len)
+    return out
+
+
+def _reduced_then_moved(eq: Any, factors: Any, read: list, computed: dict, typed: tuple,
+                        held: tuple, mesh: Mesh) -> tuple | Undetermined:
+    """A reduction of one operand split beyond its result on a factor they share: XLA's
+    partitioner reduces the operand where it stands and gathers the smaller result (seen:
+    ``sin(a).sum(1)`` of ``P(('x', 'y'), None)`` under the out sharding ``P('x')``
+    all-gathers the f32[1] sums, 16 bytes, not the f32[1, 8] operand); any other operation
+    so split is the partitioner's plan (COLL-1)."""
+    count = len(eq.operands)
+    if count != 1 or entry_of(eq).name in UNSUMMED:
+        return Undetermined("COLL-1", "an operand split beyond its operation's result on a "
+                            "factor they share: the partitioner chooses by cost which it "
+                            "moves", "")
+    op = _Operation(factors, read, computed, factor_sizes(factors, typed), mesh, typed, "")
+    if reduction(computed, factors.reduced):
+        return Undetermined("COLL-3", "a split reduction whose operand is split beyond its "
+                            "result: the partitioner orders the all-reduce and the result's "
+                            "gather by its own plan", "")
+    made = dimension_splits(factors.results[0], computed, op.sizes, mesh)
+    moved = _reshards(dataclasses.replace(op, chosen={}), count, made, held[count])
+    if isinstance(moved, Undetermined):
+        return moved
+    operand = dimension_splits(factors.operands[0], computed, op.sizes, mesh)
+    return ((0, operand, _reshards(op, 0, held[0], operand)),), [
+        dataclasses.replace(c, operand=None) for c in moved]
 
 
 def _uneven_split(factors: Any, typed: tuple, chosen: dict, read: list) -> str:

@@ -31,15 +31,15 @@ from typing import Any
 
 from ..core.rules import Rejection
 from .batching_rules import (
-    BatchedBody, batch_body, batch_jit_body, broadcast_equation, inserted, moved_axis,
-    transpose_equation,
+    BatchedBody, batch_body, batch_entry, batch_jit_body, batch_typed, broadcast_equation,
+    inserted, moved_axis, rearranged, transpose_equation,
 )
-from .control_flow import Cond, CustomJvp, Scan, While
+from .control_flow import Cond, CustomJvp, CustomVjp, Scan, While
 from .description import Jit, Opaque, Program
 from .primitives import BATCHING
 
 __all__ = ["batch_scan", "batch_cond", "batch_call_at_front", "batch_while",
-           "batch_custom_call"]
+           "batch_custom_call", "batched_vjp_rules"]
 
 
 def _moved_to(rw: BatchedBody, n: int, source: int | None, target: int) -> int:
@@ -51,7 +51,8 @@ def _moved_to(rw: BatchedBody, n: int, source: int | None, target: int) -> int:
     if source is None:
         shape = inserted(value.shape, target, rw.axis.size)
         kept = tuple(i for i in range(len(shape)) if i != target)
-        rw.add(broadcast_equation(n, value, shape, kept), (target,))
+        typed = batch_typed(value, target, batch_entry(rw.axis))   # JAX's batching.broadcast
+        rw.add(broadcast_equation(n, value, shape, kept, typed), (target,))
     else:
         rw.add(transpose_equation(n, value, moved_axis(len(value.shape), source, target)),
                (target,))
@@ -210,16 +211,17 @@ def batch_custom_call(rw: BatchedBody, eq: Jit, numbers: tuple, dims: tuple, pat
                       ) -> None:
     """A custom-derivative call under vmap: its body batched as a jit's is; a custom_jvp's
     rule batched with each tangent where its primal is, its results moved where the
-    body's are (JAX's ``batch_custom_jvp_subtrace``); a custom_vjp's ``fwd`` and ``bwd``
-    left out (batching them is not written: differentiated after vmap, it is by its
-    primal body)."""
+    body's are (JAX's ``batch_custom_jvp_subtrace``); a custom_vjp's ``fwd`` batched
+    with its body, its ``bwd`` with the residuals where ``fwd`` batched them and each
+    cotangent where its result is, each input's cotangent moved where the input is
+    (summed over the batch for an unbatched input: JAX's ``process_custom_vjp_call``)."""
     prefix = f"{path}.{eq.kind}."
     body, out_dims = batch_jit_body(eq.body, dims, rw.axis, prefix, prefix)
     checked = eq.checked and all(d is None for d in dims)
     if isinstance(eq, CustomJvp):
         rules = {"rule": _batched_rule(rw, eq, dims, out_dims, f"{prefix}rule.")}
     else:
-        rules = {"fwd": None, "bwd": None}
+        rules = batched_vjp_rules(rw, eq, dims, out_dims, prefix)
     rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=None, body=body,
                                checked=checked, **rules), tuple(out_dims))
 
@@ -237,3 +239,56 @@ def _batched_rule(rw: BatchedBody, eq: CustomJvp, dims: tuple, out_dims: tuple,
     except Rejection:   # (a primitive of the rule the spec does not batch)
         return None
     return rule if list(made) == targets else None
+
+
+def batched_vjp_rules(rw: BatchedBody, eq: CustomVjp, dims: tuple, out_dims: tuple,
+                      prefix: str) -> dict:
+    """A custom_vjp's ``fwd`` and ``bwd`` batched (None, None where they are not read, or
+    where the spec cannot batch them as JAX does: differentiated, the call is then by its
+    primal body). ``fwd``'s primal results must come out where the body's do."""
+    none = {"fwd": None, "bwd": None}
+    if eq.fwd is None or eq.bwd is None:
+        return none
+    own = list(dims[eq.num_consts:])
+    made = len(eq.fwd.outputs) - len(eq.body.outputs)
+    try:
+        fwd, fwd_dims = _inner_body(eq, eq.fwd, own, rw, f"{prefix}fwd.",
+                                    [None] * made + list(out_dims))
+        if list(fwd_dims[made:]) != list(out_dims):
+            return none
+        fresh = iter(fwd_dims[:made])
+        residuals = [own[f] if f is not None else next(fresh) for f in eq.forwarded]
+        targets = [d for d, zero in zip(own, eq.bwd_zeros) if not zero]
+        bwd = _matched_body(eq.bwd, residuals + list(out_dims), targets, rw, f"{prefix}bwd.")
+    except Rejection:   # (a primitive of a rule the spec does not batch)
+        return none
+    return {"fwd": fwd, "bwd": bwd}
+
+
+def _matched_body(body: Program, dims: list, targets: list, rw: BatchedBody, prefix: str
+                  ) -> Program:
+    """``body`` batched with its inputs at ``dims``, each output moved to its target, or
+    summed over the batch where its target is None (JAX's ``_match_axes_and_sum``)."""
+    inner = batch_body(body, tuple(dims), rw.axis, prefix)
+    outputs = []
+    for n, target in zip(body.outputs, targets):
+        new = inner.number[n]
+        source = inner.dims[new]
+        if source is not None and target is None:
+            new = _summed(inner, new, source)
+        elif target is not None:
+            new = _moved_to(inner, new, source, target)
+        outputs.append(new)
+    return Program(tuple(inner.types[:len(body.inputs)]), tuple(inner.equations),
+                   tuple(outputs), body.consts)
+
+
+def _summed(rw: BatchedBody, n: int, d: int) -> int:
+    """A reduce_sum of value ``n`` over its batch axis ``d``: its new number."""
+    value = rw.types[n]
+    kept = tuple(i for i in range(len(value.shape)) if i != d)
+    result = dataclasses.replace(value.type, shape=tuple(value.shape[i] for i in kept),
+                                 spec=rearranged(value.spec, kept))
+    rw.add(Opaque((n,), (result,), primitive="reduce_sum",
+                  params=(("axes", (d,)), ("out_sharding", None))), (None,))
+    return len(rw.types) - 1

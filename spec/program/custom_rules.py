@@ -14,9 +14,10 @@
   inline on the residuals and the cotangents (zeros where none is given). Left in a
   program it does not lower, and vmap does not batch it (LOOP-3).
 
-A call whose rules were not read (a rule JAX failed to trace; a custom_vjp call vmap
-batched: its ``fwd`` and ``bwd`` are not batched yet) is differentiated as a jit without
-options is: its primal body.
+A call whose rules were not read (a rule JAX failed to trace; a custom_vjp call whose
+``fwd`` or ``bwd`` vmap could not batch as JAX does) is differentiated as a jit without
+options is: its primal body. vmap batches a custom_vjp's ``fwd`` and ``bwd`` with its body
+(:func:`~shardlaw.spec.program.control_flow_batching.batched_vjp_rules`).
 """
 
 from __future__ import annotations

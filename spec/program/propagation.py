@@ -347,7 +347,8 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
                                   if grown.get(n) == priority for h, _ in given):
             _stop("PROP-4", "two splits of one factor conflict while one of them is still "
                   "growing: the partitioner's order of visiting operations decides", path)
-    _check_axes_apart(chosen, current, path)
+    _check_axes_apart({f: split for f, split in chosen.items()
+                       if _may_grow(f, split, tensors, numbers, current, fixed)}, current, path)
     grew = []
     for k, (dims, number) in enumerate(zip(tensors, numbers)):
         if number in fixed.closed:
@@ -538,12 +539,14 @@ class Flat:
 
 @rule("PROP-6", mirrors="shardy's import of sharding constraints and result shardings")
 def flatten(program: Program, mesh: Mesh) -> Flat | Undetermined:
-    """The placements the user wrote are fixed splits: the inputs', a sharding constraint's
-    result, and the value a constraint or an out sharding holds where that is its only use;
-    a value with other uses is not constrained backward.
+    """The user's placements are fixed splits: the inputs', a constraint's result, the
+    value a closed constraint holds unless placed or held by a constraint of another split,
+    and the value an out sharding holds where that is its only use.
 
-    Shardy moves such a sharding onto the value it holds. Inner jits without shardings of
-    their own are inlined.
+    Shardy's import moves such a sharding onto the value it holds; a constraint is also a
+    step its operand's and result's splits propagate through (a later constraint reaches
+    an earlier one's UNCONSTRAINED dimensions so), and the uses after a chain of
+    constraints read its last value. Inner jits without shardings of their own are inlined.
 
     Gives the reason instead where a live equation is not read: a constraint or an inner
     jit's shardings it does not propagate, an equation without a sharding rule.
@@ -596,17 +599,9 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
     for step in flat.steps:
         uses.update(step[2][:step[5]])
     uses.update(c[0] for c in constraints)
-    for operand, result, (split, opens), path in constraints:
-        _pin(flat, result, split, opens)
-        if any(opens):   # its open dimensions propagate through it
-            _link(flat, operand, result, path)
-        if operand in flat.fixed:
-            continue
-        if uses[operand] != 1:
-            return Undetermined("PROP-6", "a sharding constraint on a value with other uses: "
-                                "whether the partitioner moves it onto the value is not "
-                                "determined by the spec yet", path)
-        _pin(flat, operand, split, opens)
+    constrained = _place_constraints(flat, constraints, outputs)
+    if constrained is not None:
+        return constrained
     placed = {n: given for n, given in zip(outputs, out_shardings)
               if given is not UNSPECIFIED}
     if any(n in placed for n, given in zip(outputs, out_shardings or
@@ -661,11 +656,11 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             pin = placed_pin(eq.sharding, mesh, len(types[numbers[0]].shape),
                              eq.unconstrained_dims)
             if AxisType.Explicit in mesh.axis_types:
-                # seen: P(None, 'x') over Auto 'x' on a value typed P(None, 'y') comes
-                # back P(None, ('y', 'x')): JAX joins the constraint with the type
-                pin = None
-                why = ("a sharding constraint on a mesh with Explicit axes: how JAX joins "
-                       "it with the value's type is not written")
+                # JAX joins the constraint with the operand's type (seen: P(None, 'x') over
+                # Auto 'x' on a value typed P(None, 'y') comes back P(None, ('y', 'x')))
+                pin = _joined_pin(pin, types[eq.operands[0]], mesh)
+                why = ("a sharding constraint over another mesh, or on a value typed over "
+                       "another mesh or with unreduced axes, is not propagated")
             else:
                 why = ("a sharding constraint over another mesh, or with unreduced axes, is "
                        "not propagated")
@@ -930,8 +925,7 @@ def predicted_results(program: Program) -> tuple[Split, ...] | Undetermined:
     return tuple(splits[n] if given is UNSPECIFIED or any(placed_pin(
                      given, mesh, len(program.value_types[n].shape))[1]) else
                  _placed_split(given, mesh, len(program.value_types[n].shape))
-                 for n, given in zip(program.outputs, program.out_shardings
-                                     or (UNSPECIFIED,) * len(program.outputs)))
+                 for n, given in zip(program.outputs, _out_shardings(program, mesh)))
 
 
 def predicted_sharding(program: Program, split: Split) -> NamedSharding:
@@ -995,6 +989,8 @@ stop = _stop
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
-    implied_out_shardings as _out_shardings, link as _link, manual_boundary as _manual_boundary,
-    move_pins as _move, pin as _pin, typed_pins as _typed,
+    implied_out_shardings as _out_shardings, manual_boundary as _manual_boundary,
+    joined_constraint_pin as _joined_pin, may_grow as _may_grow, move_pins as _move, pin as _pin,
+    place_constraints as _place_constraints,
+    typed_pins as _typed,
 )

@@ -14,10 +14,12 @@ from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import AxisType, PartitionSpec
 from .description import Program
 from .primitives import Factors, entry_of
+from .sharding_factors import factors_of_dimension
 from .propagation import COPY, Flat, Split, Undetermined, placed_pin, stop
 
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
-           "move_pins", "manual_boundary", "grown_split", "check_barred", "folded"]
+           "move_pins", "manual_boundary", "grown_split", "check_barred", "folded",
+           "place_constraints", "joined_constraint_pin", "may_grow"]
 
 
 def _apart(a: tuple, b: tuple) -> bool:
@@ -109,11 +111,6 @@ def boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path
     written)."""
     if sharding is UNSPECIFIED:
         return number
-    if AxisType.Explicit in mesh.axis_types:
-        # seen: an inner jit's out sharding P(None, ('x', 'z')) ('x' Auto) on a value typed
-        # P('y', 'z') came back P('y', 'z'): not kept as written
-        stop("PROP-6", "an inner jit's shardings or a shard_map's specs on a mesh with "
-              "Explicit axes are not propagated yet", path)
     placed = placed_pin(sharding, mesh, len(value.shape))
     if placed is None or any(placed[1]):
         stop("PROP-6", "an inner jit's in or out sharding is not a NamedSharding over the "
@@ -121,23 +118,27 @@ def boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path
     inner = flat.new(value)
     pin(flat, inner, *placed)
     link(flat, number, inner, path)
-    if into and not any(placed[1]):   # moved onto ``number`` once the dead code is gone
+    if into and not any(placed[1]) and AxisType.Explicit not in mesh.axis_types:
+        # moved onto ``number`` once the dead code is gone; over Explicit axes lowering
+        # constrains ``number`` to its type first, and the sharding stays a constraint in
+        # the callee as written (seen: P('x', None) on a value typed P(None, 'y') is
+        # ``[{"x"}, {}]``), propagated through
         flat.moves.append((number, inner, placed[0], path))
     return inner
 
 
 def move_pins(flat: Flat, mesh: Any) -> Undetermined | None:
-    """Each live in sharding or in spec placed on the operand it is moved onto (an operand
-    placed otherwise keeps its placement), or why not."""
-    for number, inner, split, path in flat.moves:
-        if inner not in flat.live:
-            continue
-        if number in flat.bounded and flat.fixed[number] != split:
-            return Undetermined("PROP-6", "a value passed to two inner jits or shard_maps "
-                                "that place it differently: which the partitioner keeps is "
-                                "not written", path)
-        if number not in flat.fixed:
-            pin(flat, number, split, ())
+    """Each live in sharding or in spec placed on the operand it is moved onto where every
+    one on that operand agrees (an operand placed otherwise keeps its placement; seen: two
+    inner jits placing ``g`` on ``P('x', None)`` and ``P(None, 'y')`` leave it to
+    propagation, which brings it ``P('x', 'y')``), or why not."""
+    wanted: dict[int, set] = {}
+    for number, inner, split, _ in flat.moves:
+        if inner in flat.live:
+            wanted.setdefault(number, set()).add(split)
+    for number, splits in wanted.items():
+        if number not in flat.fixed and len(splits) == 1:
+            pin(flat, number, next(iter(splits)), ())
             flat.bounded.add(number)
     return None
 
@@ -203,3 +204,130 @@ def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int |
     if name in ("slice", "dynamic_slice") and result.shape == flat.types[operands[0]].shape:
         return operands[0]
     return None
+
+
+def place_constraints(flat: Flat, constraints: list, outputs: list) -> Undetermined | None:
+    """The live sharding constraints as the partitioner imports them (PROP-6), in program
+    order, or why not: each is a step passing its operand to its result dimension for
+    dimension, its result placed as written (its UNCONSTRAINED dimensions open), and its
+    split moved onto its operand where the constraint has no open dimension, the operand
+    no placement yet (on a mesh with Explicit axes lowering constrains every value to its
+    type first) and no other constraint of another split — whatever its other uses (seen:
+    ``sin(a)`` returned beside ``wsc(sin(a), P(None, 'y'))`` comes back on ``P(None, 'y')``)."""
+    uses = _live_uses(flat, constraints, outputs)
+    on: dict[int, list] = {}
+    for c in constraints:
+        on.setdefault(c[0], []).append(c)
+    made = {c[1] for c in constraints}
+    edges = {result for _, result, _ in flat.joins}
+    moved = {m[0] for m in flat.moves if m[1] in flat.live}
+    for operand, _, (split, opens), _ in constraints:   # (a move and a constraint apart)
+        if operand in flat.bounded and (flat.fixed[operand] != split or any(opens)):
+            del flat.fixed[operand]
+            flat.bounded.discard(operand)
+    for operand, result, (split, opens), path in constraints:
+        pin(flat, result, split, opens)
+        link(flat, operand, result, path)
+    for operand, result, (split, opens), path in constraints:
+        if operand in made or operand in flat.fixed or _type_constrained(flat.types[operand]):
+            continue
+        tail = _chain_tail(result, uses, on)
+        if tail is not None and len(on[operand]) == 1 and operand not in moved:
+            _read_after(flat, operand, tail)
+        if any(opens) or operand in moved or any(other[2] != (split, opens)
+                                                 for other in on[operand]):
+            continue
+        if operand in edges:
+            if operand in outputs:
+                return Undetermined("PROP-6", "a constraint on a loop's or cond's result that "
+                                    "is also returned: where the return reads it is not "
+                                    "written", path)
+            _read_after(flat, operand, result, every=True)
+            continue
+        pin(flat, operand, split, tuple(opens))
+    return None
+
+
+def _type_constrained(value: Any) -> bool:
+    """Whether JAX's lowering constrains the value to its type (a value typed over a mesh
+    with Explicit axes: ``sdy.sharding_constraint %v <@mesh, [{"y", ?}, {?}]>``), which
+    places it before any constraint of the user's is imported."""
+    mesh = value.mesh
+    return bool(value.shape) and mesh is not None and AxisType.Explicit in mesh.axis_types
+
+
+def _live_uses(flat: Flat, constraints: list, outputs: list) -> dict:
+    """How many live uses each value has: the steps' operands, the constraints' and the
+    program's results."""
+    uses: dict[int, int] = {}
+    for every, count in ((s[2], s[5]) for s in flat.steps):
+        for n in every[:count]:
+            uses[n] = uses.get(n, 0) + 1
+    for n in [c[0] for c in constraints] + list(outputs):
+        uses[n] = uses.get(n, 0) + 1
+    return uses
+
+
+def _chain_tail(result: int, uses: dict, on: dict) -> int | None:
+    """The last value of a chain of constraints from ``result`` each of whose values but
+    the last has the next constraint as its only use (None: a chain of one, or its last
+    value read by another constraint too)."""
+    tail = result
+    while uses.get(tail, 0) == 1 and len(on.get(tail, ())) == 1:
+        tail = on[tail][0][1]
+    if tail == result or on.get(tail):
+        return None
+    return tail
+
+
+def _read_after(flat: Flat, operand: int, value: int, every: bool = False) -> None:
+    """The steps after ``value`` (all of them: ``every``) that read ``operand`` read
+    ``value`` instead (Shardy's import: the uses after a chain of constraints read its
+    last; a loop's or cond's result's uses read its constraint's), but the constraints'
+    own steps."""
+    for k, (entry, rule_, nums, types, path, count) in enumerate(flat.steps):
+        if entry is COPY and nums == (operand, value):
+            continue
+        after = every or min(nums[count:], default=-1) > value
+        if operand in nums[:count] and after and value not in nums[count:]:
+            nums = tuple(value if (i < count and n == operand) else n
+                         for i, n in enumerate(nums))
+            flat.steps[k] = (entry, rule_, nums, types, path, count)
+
+
+def joined_constraint_pin(placed: tuple | None, value: Any, mesh: Any) -> tuple | None:
+    """A constraint's pin on a mesh with Explicit axes as JAX lowers it (None: not
+    propagated): per dimension the operand type's Explicit axes, then the constraint's
+    (it may name Auto axes only); where the type holds an Explicit axis every dimension is
+    closed, an UNCONSTRAINED one keeping the type's axes alone (seen: ``P(UNCONSTRAINED,
+    'x')`` on a value typed ``P(None, 'y')``, 'y' Explicit, is ``[{}, {"y", "x"}]``)."""
+    if placed is None or value.mesh is None or value.mesh != mesh.abstract:
+        return None
+    spec = value.spec or PartitionSpec()
+    if spec.unreduced or spec.reduced:
+        return None
+    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t is AxisType.Explicit}
+    entries = tuple(spec) + (None,) * len(value.shape)
+    typed = tuple(tuple(a for a in ((e,) if isinstance(e, str) else e or ())
+                        if a in explicit and mesh.axis_size(a) != 1)
+                  for e in entries[:len(value.shape)])
+    split, opens = placed
+    if any(a in explicit for d in split for a in d):
+        return None   # (JAX refuses it while tracing)
+    if any(a in explicit for e in entries for a in ((e,) if isinstance(e, str) else e or ())):
+        opens = (False,) * len(opens)
+    return tuple(t + d for t, d in zip(typed, split)), opens
+
+
+def may_grow(f: str, split: tuple[str, ...], tensors: tuple, numbers: tuple, current: list,
+             fixed: Any) -> bool:
+    """Whether factor ``f``'s split would extend a tensor holding it in a dimension open
+    to growth (a factor that grows nothing leaves the partitioner no cut to make)."""
+    for dims, number, read in zip(tensors, numbers, current):
+        if number in fixed.closed or f not in read or read[f] == split:
+            continue
+        opens = fixed.open.get(number)
+        if opens is None or any(o and f in factors_of_dimension(d)
+                                for d, o in zip(dims, opens)):
+            return True
+    return False
