@@ -539,8 +539,8 @@ def _rewritten(built: Built, outcome: JaxOutcome) -> list[str]:
     outcome.described = None   # compared below, less what depends on the residuals
     try:
         problems = compare_rewrite(lambda: grad_program(loss, params), outcome, SOURCE)
-        if theirs is None or problems:
-            return problems
+        if theirs is None or problems or outcome.error is not None:
+            return problems   # (a program JAX refused is described up to the refusal)
         ours = placing(signature(grad_program(loss, params)))
     except TypeError as error:
         if _spec_unread(error):

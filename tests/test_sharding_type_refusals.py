@@ -132,3 +132,64 @@ def test_a_gradients_product_jax_cannot_type_is_described_and_refused_by_prog_7(
         "PROG-7", "trace", "body[10]", "ShardingTypeError"), verdict.message
     _, verdict, problems = held_to_jax(weight_gradient, x, _put((16, 4), P()))
     assert not problems and verdict.accepted, problems
+
+
+# --------------------------------------------------------------------------- transposed bodies
+
+def _loss(w, x):
+    return jnp.tanh(x @ w).sum()
+
+
+def _other_loss(w, x):
+    return (x @ w).sum()
+
+
+def grad_through_jit(w, x):
+    return jax.grad(jax.jit(_loss))(w, x)
+
+
+def grad_through_remat(w, x):
+    return jax.grad(jax.checkpoint(_loss))(w, x)
+
+
+def grad_through_cond(w, x):
+    return jax.grad(lambda w, x: jax.lax.cond(x.sum() > 0, _loss, _other_loss, w, x))(w, x)
+
+
+# name: (the function, the path of the product JAX's transpose cannot type)
+TRANSPOSED = {
+    "jit": (grad_through_jit, "body[2].jit.body[4]"),
+    "remat": (grad_through_remat, "body[4].jit.body[8]"),
+    "cond": (grad_through_cond, "body[5].cond.body[0].jit.body[1]"),
+}
+
+
+@checks("PROG-7")
+@pytest.mark.parametrize("name", sorted(TRANSPOSED))
+def test_a_product_jax_cannot_type_in_a_transposed_body_is_refused_by_prog_7(name):
+    """The weight's product a gradient makes (``x.T @ dy``, contracting ``x``'s batch split
+    over 'x' on both sides) inside the body JAX's backward pass traces for an inner jit, a
+    remat or a cond's branch, where the weight's type is over no mesh (JAX asks for no
+    out_sharding): JAX's ShardingTypeError while tracing that body; described up to it (the
+    transposed jit, remat or cond over the residuals and cotangents), refused by PROG-7 at
+    the trace stage at the product's path inside the transposed body."""
+    fun, path = TRANSPOSED[name]
+    x, w = _put((8, 16), P("x")), np.ones((16, 4), np.float32)
+    with pytest.raises(Exception) as raised:
+        jax.jit(fun).trace(w, x)
+    assert type(raised.value).__name__ == "ShardingTypeError"
+    _, verdict, problems = held_to_jax(fun, w, x)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        "PROG-7", "trace", path, "ShardingTypeError"), verdict.message
+
+
+@checks("PROG-7")
+@pytest.mark.parametrize("name", sorted(TRANSPOSED))
+def test_the_weight_placed_over_the_mesh_makes_the_transposed_product_typed(name):
+    """The weight placed over the mesh: JAX's transpose asks for its type as out_sharding,
+    and both accept (traced, compiled and run; the gradient's sharding as JAX's)."""
+    fun = TRANSPOSED[name][0]
+    x, w = _put((8, 16), P("x")), _put((16, 4), P())
+    _, verdict, problems = held_to_jax(fun, w, x)
+    assert not problems and verdict.accepted, problems

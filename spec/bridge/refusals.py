@@ -18,7 +18,11 @@ program's. A call inside an inner jit's body is described inside that jit, whose
 with it, and one inside a scan's, a while loop's, a cond's, a remat's, a custom
 function's or a shard_map's body inside that construct
 (:mod:`~shardlaw.spec.bridge.refused_bodies`, which also describes a scan or a cond JAX
-refuses for its carry's or its branches' types, LOOP-1). An inner jit JAX traced under
+refuses for its carry's or its branches' types, LOOP-1), and one inside the body JAX's
+backward pass traces for a jit, a remat or a cond inside that transposed construct
+(:mod:`~shardlaw.spec.bridge.refused_transposes`). A gradient whose backward pass JAX
+refuses for a cotangent's type is refused by the spec's own rewrite of it (AD-13,
+:mod:`~shardlaw.spec.bridge.refused_gradients`). An inner jit JAX traced under
 ``grad`` or ``jvp`` is described over the primal values of its operands. Where the refused
 jit is the function's own (its in_shardings or out_shardings do not fit the arguments or the
 results: FIT-1 at ``args[0]``, ``result[0]``), the program is that jit's body, read with the
@@ -46,7 +50,11 @@ from ..core.values import UNCONSTRAINED
 from ..program.description import DevicePut, Jit, Program, Reshard, ShardingConstraint
 from .refused_bodies import ended, primal
 from .refused_collectives import COLLECTIVE_CALLS, collective_operands, refused_collective
+from .refused_gradients import gradient_frame, refuse_gradient
 from .refused_primitives import primitive_frame, primitive_operands, refused_primitive
+from .refused_transposes import (
+    TRANSPOSED, transposed_call, transposed_construct, transposed_level,
+)
 
 __all__ = ["describe_refused"]
 
@@ -133,8 +141,14 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
     construct: tuple[str, dict] | None = None   # a scan's or remat's, likewise
     for frame, _ in traceback.walk_tb(error.__traceback__):
         where = (roles.get(frame.f_code.co_filename), frame.f_code.co_name)
-        kind = body_construct(frame) if pending is None else None
-        if where == ("pe", "trace_to_jaxpr"):
+        kind = (body_construct(frame) or transposed_construct(frame)) \
+            if pending is None else None
+        dynamic = transposed_level(frame) if where == ("pe", "trace_to_jaxpr_dynamic") and \
+            construct is not None and construct[0] == "transposed_jit" else None
+        if dynamic is not None:   # a transposed jit's body
+            levels.append(_Level(dynamic[0], dynamic[1], None, construct))
+            construct = None
+        elif where == ("pe", "trace_to_jaxpr"):
             if pending is None and construct is None:
                 return None   # a body traced by something else than jit, scan or remat
             local = frame.f_locals
@@ -218,6 +232,10 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
     from ..program.explain import explain_program
 
     names = {cls.__name__ for cls in type(error).__mro__}
+    gradient = gradient_frame(error)
+    if gradient is not None:   # a cotangent's type refused: the gradient by the spec's rewrite
+        refuse_gradient(gradient, names)
+        return None
     kind = None
     try:
         located = _locate(error)
@@ -331,7 +349,8 @@ def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., P
                 refused, numbers, path, read_body))
     if rest[0].jit is None:
         inner, make = _next_call(rest[1:], refused, read_body)
-        return body_call(rest[0], inner, make, read_body)
+        called = transposed_call if rest[0].construct[0] in TRANSPOSED else body_call
+        return called(rest[0], inner, make, read_body)
     return _flat_operands(rest[0].jit, "jit"), \
         lambda numbers, path: (_inner_jit(rest, refused, numbers, path, read_body),)
 

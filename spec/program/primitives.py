@@ -510,14 +510,20 @@ declare(Entry("transposed_dot_general", Kind.OPAQUE, batching=Absent(
                            "written")))
 
 # The primitives of a real step (issue 32), batched by batching_primitives.py's rules.
-for _name in ("slice", "rev"):
-    declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="linear", transpose="opaque"))
-declare(Entry("pad", Kind.STRUCTURAL, batching="pad", jvp="add_any", transpose="opaque"))
+# (a result resized over a split dimension, PROG-9, and a cumulative reduction along one,
+# PROG-10, are typed where traced: structural_types.py)
+_RESIZED = dict(tracing="resized", checks=("PROG-9",))
+declare(Entry("slice", Kind.STRUCTURAL, batching="slice", jvp="linear", transpose="opaque",
+              **_RESIZED))
+declare(Entry("rev", Kind.STRUCTURAL, batching="rev", jvp="linear", transpose="opaque"))
+declare(Entry("pad", Kind.STRUCTURAL, batching="pad", jvp="add_any", transpose="opaque",
+              **_RESIZED))
 declare(Entry("concatenate", Kind.STRUCTURAL, batching="concatenate", jvp="add_any",
               transpose="opaque"))
 for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
     declare(Entry(_name, Kind.REDUCTION, batching="axis_param",
-                  jvp="linear" if _name == "cumsum" else "opaque", transpose="opaque"))
+                  jvp="linear" if _name == "cumsum" else "opaque", transpose="opaque",
+                  tracing="scanned", checks=("PROG-10",)))
 for _name in ("argmax", "argmin", "reduce_and", "reduce_or", "reduce_xor"):
     declare(Entry(_name, Kind.REDUCTION, batching="reduction", jvp="zero",
                   transpose="opaque"))
@@ -552,14 +558,15 @@ for _name in ("atan2", "rem", "nextafter", "shift_left", "shift_right_logical",
 # Indexing (batching_indexing.py): a dynamic slice or update batched is the gather or the
 # scatter JAX makes of it; top_k's axis moves past the batch axis; clamp as JAX's rule.
 for _name in ("gather", "dynamic_slice", "dynamic_update_slice"):
-    declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="opaque", transpose="opaque"))
+    declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="opaque", transpose="opaque",
+                  **(_RESIZED if _name == "dynamic_slice" else {})))
 for _name in ("scatter", "scatter-add", "scatter-sub", "scatter-mul", "scatter-min",
               "scatter-max"):
     declare(Entry(_name, Kind.STRUCTURAL, batching="scatter", jvp="opaque",
                   transpose="opaque"))
 for _name in ("top_k", "split"):
     declare(Entry(_name, Kind.STRUCTURAL, batching="axis_param", jvp="opaque",
-                  transpose="opaque"))
+                  transpose="opaque", **(_RESIZED if _name == "split" else {})))
 declare(Entry("clamp", Kind.ELEMENTWISE, batching="clamp", jvp="opaque", transpose="opaque"))
 _elementwise("erf", split_checked=False)
 

@@ -206,11 +206,29 @@ def _transpose_opaque(eq: Opaque, body: BodyBuilder, incoming: list, linear_ops:
             # the incoming cotangent's agree on (seen on JAX's transposes).
             swapped = "broadcast_in_dim" if name == "reduce_sum" else "reduce_sum"
             typed = body.joined(cotangent_type(types[n]), (types[n], body.types[ct]))
+            typed = dataclasses.replace(typed, shape=summed_shape(
+                eq, types[n], body.types[ct]))
             out.append((n, body.opaque(swapped, (ct,), (typed,))[0]))
         else:
             out.append((n, body.opaque(f"transposed_{name}", present + others, result,
                                        eq.params)[0]))
     return out
+
+
+def summed_shape(eq: Opaque, operand: Value, ct: Value) -> tuple[int, ...]:
+    """The shape of a broadcast's cotangent summed back as JAX's transpose sums it: the
+    cotangent summed over every dimension the operand's dimensions do not land on, a
+    size-1 operand dimension counting as broadcast only where it is unsplit (one split over
+    an axis of size 1 keeps the cotangent's size there, and AD-13 then refuses it); the
+    operand's shape for any other equation (a reduction's transpose broadcasts to it)."""
+    dimensions = dict(eq.params).get("broadcast_dimensions") \
+        if eq.primitive == "broadcast_in_dim" else None
+    if dimensions is None or len(dimensions) != len(operand.shape):
+        return operand.shape
+    spec = tuple(operand.spec or ()) if operand.mesh is not None else ()
+    entries = spec + (None,) * (len(operand.shape) - len(spec))
+    return tuple(1 if size == 1 and entry is None else ct.shape[d]
+                 for size, entry, d in zip(operand.shape, entries, dimensions))
 
 
 def unbroadcast(body: BodyBuilder, ct: int, operand: Value, retyped: bool = False) -> int:

@@ -36,8 +36,8 @@ The stages, in pipeline order:
 >>> family_of("SMAP-12").title
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
-['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-4', 'PROG-6', 'PROG-7',
- 'PROG-8', 'PROG-11', 'REF-2', 'WSC-10', 'WSC-11', 'WSC-12']
+['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-10', 'PROG-11', 'PROG-4',
+ 'PROG-6', 'PROG-7', 'PROG-8', 'PROG-9', 'REF-2', 'WSC-10', 'WSC-11', 'WSC-12']
 """
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     # A whole program: its description, its equations' types (while tracing), and its
     # results as compiled.
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
-    "PROG-6": "compile", "PROG-7": "trace", "PROG-8": "trace",
+    "PROG-6": "compile", "PROG-7": "trace", "PROG-8": "trace", "PROG-9": "trace",
+    "PROG-10": "trace",
     # Compiling: XLA refuses a donated input aliased before the compiler split it.
     "PROG-11": "compile",
     # A result typed over an Explicit mesh of another size than the device assignment.
@@ -263,6 +264,12 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
     "PROG-8": _left_to_jax(
         "JAX's broadcasting and select sharding rules type each elementwise operation of the "
         "body while jit traces it; the engine traces through JAX's jit"),
+    "PROG-9": _left_to_jax(
+        "JAX's slice, dynamic_slice, pad and split sharding rules type each resized result of "
+        "the body while jit traces it; the engine traces through JAX's jit"),
+    "PROG-10": _left_to_jax(
+        "JAX's cumulative reductions' sharding rule types each of the body while jit traces "
+        "it; the engine traces through JAX's jit"),
     "PROG-4": _left_to_jax(
         "the compiler places a result a constraint or an inner jit returns; the engine "
         "takes the shardings JAX reports where it compiles"),

@@ -1,0 +1,89 @@
+"""A gradient JAX refuses in its backward pass: a cotangent of another type than its value.
+
+JAX's backward pass checks each cotangent it hands to a value against the value's
+cotangent type (``ad.ct_check``) and raises a ValueError ("Expected cotangent type
+float32[1@y] but got float32[8@y]") while tracing — there is no equation JAX refuses, so
+:mod:`~shardlaw.spec.bridge.refusals` cannot describe the program up to one. The refused
+call is then the ``jax.grad`` (or ``jax.value_and_grad``) whose backward pass refused:
+:func:`refuse_gradient` describes the function it differentiates over the types of its
+arguments (per example under ``vmap``) and differentiates it by the spec's own rewrite
+(:func:`~shardlaw.spec.program.autodiff.grad_program`), whose transpose checks every
+cotangent by AD-13, and raises the spec's refusal where it refuses at the trace stage with
+JAX's class; elsewhere JAX's error stands.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+__all__ = ["gradient_frame", "refuse_gradient"]
+
+
+def gradient_frame(error: BaseException) -> dict | None:
+    """The locals of the innermost ``jax.value_and_grad`` call (``jax.grad`` calls one)
+    JAX's ``error`` passed through, where JAX raised it checking a cotangent's type in
+    that gradient's backward pass; else None."""
+    from jax._src import api
+    from jax._src.interpreters import ad
+
+    frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+    if not frames or (frames[-1].f_code.co_filename, frames[-1].f_code.co_name) != (
+            ad.__file__, "ct_check"):
+        return None
+    calls = [f.f_locals for f in frames
+             if (f.f_code.co_filename, f.f_code.co_name) == (api.__file__, "value_and_grad_f")]
+    return calls[-1] if calls else None
+
+
+def _example(value: Any) -> Any:
+    """An argument as a ShapeDtypeStruct of its type (a traced one's, per example under
+    vmap), its sharding where its type is over a mesh."""
+    import jax
+
+    aval = jax.typeof(value)
+    sharding = None if aval.sharding.mesh.empty else aval.sharding
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding,
+                                weak_type=aval.weak_type)
+
+
+def refuse_gradient(local: dict, names: set[str]) -> None:
+    """Raise the spec's refusal of the gradient whose call's locals are ``local`` (its
+    function described over its arguments' types, differentiated by ``grad_program``),
+    where it refuses at the trace stage with one of JAX's classes ``names``; return
+    otherwise (JAX's error stands)."""
+    import jax
+
+    from ..core.rules import Rejection
+    from ..program.autodiff import grad_program
+    from .program import describe_program
+
+    fun, args, argnums = local["fun"], local["args"], local["argnums"]
+    if local.get("kwargs") or local.get("holomorphic") or local.get("allow_int"):
+        return
+    try:
+        program = describe_program(fun, *jax.tree_util.tree_map(_example, args))
+        flat = _flat_argnums(args, argnums)
+        grad_program(program, flat, has_aux=bool(local.get("has_aux")))
+    except Rejection as refusal:
+        failure = refusal.failure
+        if refusal.stage == "trace" and (
+                {failure.jax_error, failure.error_type.__name__} & names):
+            raise refusal from None
+    except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
+        return
+
+
+def _flat_argnums(args: tuple, argnums: Any) -> tuple[int, ...]:
+    """The flat inputs of the described function that the gradient's ``argnums`` name
+    (every leaf of each differentiated argument)."""
+    import jax
+
+    wanted = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    flat, at = [], 0
+    for k, arg in enumerate(args):
+        count = len(jax.tree_util.tree_leaves(arg))
+        if k in wanted:
+            flat.extend(range(at, at + count))
+        at += count
+    return tuple(flat)
