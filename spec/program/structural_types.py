@@ -242,7 +242,8 @@ def _gather_refusal(split: tuple, index: list, n: dict, sizes: tuple, shape: tup
     """Why JAX cannot type a gather's result from its operand's and indices' splits."""
     for d in n["start_index_map"]:
         if split[d] is not None and sizes[d] != shape[d]:
-            return f"indexes into dimension {d}, split over {split[d]!r}, taking {sizes[d]} of {shape[d]}"
+            return (f"indexes into dimension {d}, split over {split[d]!r}, taking {sizes[d]} "
+                    f"of {shape[d]}")
     for d, i in zip(n["operand_batching_dims"], n["start_indices_batching_dims"]):
         if None not in (split[d], index[i]) and split[d] != index[i]:
             return f"batches dimension {d} over {split[d]!r} and its indices over {index[i]!r}"
