@@ -348,3 +348,20 @@ def test_operands_split_alike_beyond_their_result_are_left_open():
     outcome = compare_collectives(recipe)
     assert [kind for kind, _, _ in outcome.real] == ["all-gather"]
     assert not outcome.disagreements and "split alike beyond" in outcome.why
+
+
+def test_a_value_regathered_for_elementwise_results_over_explicit_axes_is_left_open():
+    """``b`` typed ``P('y')`` over Explicit 'y' and placed ``P(('y', 'x'))``, read by
+    ``max(a, b)`` and ``mul(b, c)`` whose results are typed ``P('y')``: XLA computes each
+    where ``b`` stands and gathers each result (two all-gathers), where over Auto axes it
+    gathers ``b`` once; the list is left open (COLL-1) rather than one gather predicted
+    (seen in the deep run of 5,040 programs on the merged main)."""
+    recipe = Recipe(mesh=(4, 2), reversed_devices=True, inputs=(
+        ((16,), (None,)), ((16,), (("y", "x"),)), ((16,), ("y",))),
+        steps=(("input", (), 0), ("iota", (0,), 0), ("convert", (1,), None),
+               ("input", (), 1), ("binary", (0, 3), "max"), ("input", (), 2),
+               ("binary", (3, 5), "mul")), outputs=(4, 6, 2), devices=(),
+        out_shardings=(), axis_types="AE")
+    outcome = compare_collectives(recipe)
+    assert [kind for kind, _, _ in outcome.real] == ["all-gather", "all-gather"]
+    assert not outcome.disagreements and "read so again" in outcome.why

@@ -42,7 +42,7 @@ from ..core.rules import rule
 from ..core.values import AxisType, Mesh
 from .description import Program
 from .lowering import equation_path, live_parts
-from .primitives import NotPropagated, entry_of
+from .primitives import Kind, NotPropagated, entry_of
 from .propagation import (
     Split, Undetermined, dimension_splits, factor_sizes, folded_equations,
     predicted_results, propagate, propagation_mesh, tensor_factor_splits,
@@ -455,7 +455,12 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
     out: list[Collective] = []
     for i, need, made in operands:
         if (every[i], need) in done or every[i] in done:   # one reshard of a value is made
-            continue                                       # once; an iota's is computed so
+            if _regathered(eq, made, mesh):                # once; an iota's is computed so
+                return Undetermined("COLL-1", "a value gathered to an elementwise "
+                                    "operation's result split over a mesh with Explicit axes "
+                                    "is read so again: XLA gathers it once or each "
+                                    "operation's result, by its own plan", path)
+            continue
         done.add((every[i], need))
         if isinstance(made, Undetermined):
             return dataclasses.replace(made, path=path)
@@ -463,6 +468,16 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
     if isinstance(summed, Undetermined):
         return dataclasses.replace(summed, path=path)
     return out + [_at(c, path) for c in summed]
+
+
+def _regathered(eq: Any, made: Any, mesh: Mesh) -> bool:
+    """Whether an elementwise operation over a mesh with Explicit axes reads again a value
+    another gathered to the split of its result (XLA then computed each where the value
+    stands and gathered each result: seen on ``max(a, b)`` and ``mul(b, c)`` of ``b`` typed
+    ``P('y')`` over Explicit 'y', placed ``P(('y', 'x'))``; over Auto axes it gathers the
+    value once, as the spec does)."""
+    return AxisType.Explicit in mesh.axis_types and entry_of(eq).kind is Kind.ELEMENTWISE \
+        and not isinstance(made, Undetermined) and any(c.kind == "all-gather" for c in made)
 
 
 def _at(c: Collective, path: str) -> Collective:
