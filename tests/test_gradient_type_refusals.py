@@ -88,3 +88,29 @@ def test_the_same_gradient_over_an_unsplit_size_1_dimension_is_accepted_by_both(
     and both accept (traced, compiled and run; result types and shardings compared)."""
     _, verdict, problems = held_to_jax(GRADIENTS[name], _put(P()))
     assert not problems and verdict.accepted, (problems, verdict.message)
+
+
+def _while_loss(h, n):
+    """A fori_loop of dynamic bounds is a while loop, which JAX cannot transpose."""
+    return jax.lax.fori_loop(0, n, lambda i, v: v * 1.5, h).sum()
+
+
+@checks("LOOP-2")
+@pytest.mark.parametrize("transform", ["grad", "vmap-grad"])
+def test_a_while_loop_jax_cannot_transpose_is_refused_by_loop_2(transform):
+    """JAX's backward pass refuses a while loop while tracing (ValueError) with no equation
+    to point at; describe_program refuses the gradient by the spec's rewrite: LOOP-2 at the
+    trace stage, a ValueError with JAX's words. With static bounds (a scan) both accept."""
+    grad = jax.grad(_while_loss)
+    fun = jax.vmap(grad, in_axes=(0, None)) if transform == "vmap-grad" else grad
+    with pytest.raises(ValueError) as raised:
+        jax.jit(fun).trace(_put(P("x")), 3)
+    assert "Reverse-mode differentiation does not work" in str(raised.value)
+    with pytest.raises(Rejection) as refused:
+        describe_program(fun, _put(P("x")), 3)
+    error = refused.value
+    assert (error.failure.rule, error.stage) == ("LOOP-2", "trace"), str(error)
+    assert isinstance(error, ValueError) and "Reverse-mode" in str(error)
+    static = jax.grad(lambda h: jax.lax.fori_loop(0, 3, lambda i, v: jnp.sin(v), h).sum())
+    _, verdict, problems = held_to_jax(static, _put(P("x")))
+    assert not problems and verdict.accepted, (problems, verdict.message)

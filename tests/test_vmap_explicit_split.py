@@ -103,23 +103,42 @@ def _held(fun, args, equations=True):
 
 
 # JAX refuses the batched reshape while tracing (its reshape typing over Explicit axes:
-# "This reshape is not supported", ShardingTypeError), which the spec does not check yet
-# (docs/programs.rst, what is not done yet)
-_REFUSED_BY_JAX = {"reshape"}
+# "This reshape is not supported", ShardingTypeError): (4, 8) to (2, 16), the batch
+# dimension split and first, neither splits one dimension nor merges several; the spec
+# refuses it by PROG-12 at the reshape
+_REFUSED_BY_JAX = {"reshape": ("PROG-12", "reshape")}
 
 
-@checks("BAT-9", "PROG-7", "PROG-8")
+def _refused(fun, args, rule, primitive):
+    """JAX refuses tracing ``fun`` (ShardingTypeError); the spec refuses the program
+    describe_program gives by ``rule`` at the trace stage, with JAX's class, at an
+    equation of ``primitive``."""
+    with jax.set_mesh(_mesh()):
+        with pytest.raises(Exception) as raised:
+            jax.jit(fun).trace(*args)
+        program = describe_program(fun, *args)
+    assert type(raised.value).__name__ == "ShardingTypeError"
+    verdict = explain_program(program)
+    assert (verdict.rule, verdict.stage, verdict.jax_error) == (
+        rule, "trace", "ShardingTypeError"), verdict.message
+    at = int(verdict.path.removeprefix("body[").removesuffix("]"))
+    assert program.equations[at].primitive == primitive, verdict.path
+
+
+@checks("BAT-9", "PROG-7", "PROG-8", "PROG-12")
 @pytest.mark.parametrize("split", ["x", "y"])
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="reshape typing over "
-                                            "Explicit axes not checked"))
-    if n in _REFUSED_BY_JAX else n for n in sorted(STEPS) + sorted(MORE)])
+@pytest.mark.parametrize("name", sorted(STEPS) + sorted(MORE))
 def test_a_step_vmapped_over_an_explicit_split_is_what_jax_traces(name, split):
     """Every step of the vmap steps' vocabulary (matmuls, broadcasting arithmetic,
     reductions, sorts, selects, slices, gradients ...), its mapped arguments' batch
-    dimension split over an Explicit axis: each equation typed as JAX types it."""
+    dimension split over an Explicit axis: each equation typed as JAX types it, or refused
+    as JAX refuses it (a reshape JAX cannot type, PROG-12)."""
     step, shapes, axes = {**STEPS, **MORE}[name]
-    _held(jax.vmap(jax.jit(step), in_axes=axes), _batched(shapes, axes, split))
+    fun, args = jax.vmap(jax.jit(step), in_axes=axes), _batched(shapes, axes, split)
+    if name in _REFUSED_BY_JAX:
+        _refused(fun, args, *_REFUSED_BY_JAX[name])
+    else:
+        _held(fun, args)
 
 
 @checks("BAT-9")

@@ -9,7 +9,8 @@ SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`), 
 collective in a shard_map's body over an axis the body may not use or that does not divide
 its operand (SMAP-13, SMAP-21; described by
 :mod:`~shardlaw.spec.bridge.refused_collectives`), a primitive JAX cannot type over Explicit axes (a ``dot_general``, PROG-7; an
-elementwise operation or a ``select_n``, PROG-8; described by
+elementwise operation or a ``select_n``, PROG-8; a resized or scanned split dimension,
+PROG-9, PROG-10; a reshape or a gather, PROG-12, PROG-13; described by
 :mod:`~shardlaw.spec.bridge.refused_primitives`) —
 :func:`describe_refused` still describes the program: the equations JAX traced before the
 call, read from JAX's own trace as it stood when it refused, then the refused call described

@@ -1,14 +1,17 @@
-"""A gradient JAX refuses in its backward pass: a cotangent of another type than its value.
+"""A gradient JAX refuses in its backward pass: a cotangent of another type than its value,
+or a while loop it cannot transpose.
 
 JAX's backward pass checks each cotangent it hands to a value against the value's
 cotangent type (``ad.ct_check``) and raises a ValueError ("Expected cotangent type
-float32[1@y] but got float32[8@y]") while tracing — there is no equation JAX refuses, so
+float32[1@y] but got float32[8@y]") while tracing, as it does transposing a while loop
+("Reverse-mode differentiation does not work for lax.while_loop") — there is no equation
+JAX refuses, so
 :mod:`~shardlaw.spec.bridge.refusals` cannot describe the program up to one. The refused
 call is then the ``jax.grad`` (or ``jax.value_and_grad``) whose backward pass refused:
 :func:`refuse_gradient` describes the function it differentiates over the types of its
 arguments (per example under ``vmap``) and differentiates it by the spec's own rewrite
 (:func:`~shardlaw.spec.program.autodiff.grad_program`), whose transpose checks every
-cotangent by AD-13, and raises the spec's refusal where it refuses at the trace stage with
+cotangent by AD-13 and refuses a while loop by LOOP-2, and raises the spec's refusal where it refuses at the trace stage with
 JAX's class; elsewhere JAX's error stands.
 """
 
@@ -26,10 +29,13 @@ def gradient_frame(error: BaseException) -> dict | None:
     that gradient's backward pass; else None."""
     from jax._src import api
     from jax._src.interpreters import ad
+    from jax._src.lax.control_flow import loops
 
     frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
-    if not frames or (frames[-1].f_code.co_filename, frames[-1].f_code.co_name) != (
-            ad.__file__, "ct_check"):
+    refusing = {(ad.__file__, "ct_check"),   # (and a while loop's transpose: LOOP-2)
+                (loops.__file__, "_while_transpose_error")}
+    if not frames or (frames[-1].f_code.co_filename, frames[-1].f_code.co_name) \
+            not in refusing:
         return None
     calls = [f.f_locals for f in frames
              if (f.f_code.co_filename, f.f_code.co_name) == (api.__file__, "value_and_grad_f")]

@@ -4,7 +4,9 @@ JAX types each primitive it binds (its abstract evaluation) and refuses, while t
 whose operands' types it cannot type a result from over Explicit axes: a ``dot_general``
 whose contracted or batch dimensions are split differently or on both operands (PROG-7), an
 elementwise operation whose operands split one dimension over different axes (PROG-8), a
-``select_n`` whose cases are split differently (PROG-8). :func:`refused_primitive` describes
+``select_n`` whose cases are split differently (PROG-8), a slice, pad or split resizing a
+split dimension (PROG-9), a cumulative reduction along one (PROG-10), a reshape or a
+gather it cannot type the result of (PROG-12, PROG-13). :func:`refused_primitive` describes
 such a call as the :class:`~shardlaw.spec.program.description.Opaque` equation JAX would have
 made of it, over the user's values, with its parameters, so that ``explain_program`` refuses
 it by the spec's rule at its path. Its results are typed as JAX types them over operands

@@ -502,6 +502,10 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
                             f"different sizes (a concatenate's, a pad's, a slice's): the "
                             f"partitioner moves the pieces by its own plan", "")
     beyond = _operand_beyond(factors, read, chosen, count) if factors.reduced else {}
+    if not factors.reduced and _beyond_twice(factors, read, chosen, count):
+        return Undetermined("COLL-1", "two operands split alike beyond their operation's "
+                            "result on a factor they share: the partitioner chooses by cost "
+                            "whether to gather each or compute there and gather the result", "")
     if beyond:   # (an elementwise operand is brought to its result's split: seen)
         return _reduced_then_moved(eq, factors, read, {**chosen, **beyond}, typed, held, mesh)
     op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, "")
@@ -533,6 +537,18 @@ def _operand_beyond(factors: Any, read: list, chosen: dict, count: int) -> dict:
             if len(longer) > len(split) and longer[:len(split)] == split:
                 out[f] = max(out.get(f, ()), longer, key=len)
     return out
+
+
+def _beyond_twice(factors: Any, read: list, chosen: dict, count: int) -> bool:
+    """Whether two operands split one factor of the result alike beyond the result's split
+    (XLA then multiplies ``P(('y', 'x'))`` operands where they stand and gathers the product
+    once, where it brings operands split otherwise to the result's split each)."""
+    for f, split in chosen.items():
+        longer = [r.get(f, ()) for r in read[:count] if len(r.get(f, ())) > len(split)
+                  and r.get(f, ())[:len(split)] == split]
+        if len(longer) > len(set(longer)):
+            return True
+    return False
 
 
 def _reduced_then_moved(eq: Any, factors: Any, read: list, computed: dict, typed: tuple,

@@ -493,8 +493,11 @@ declare(Entry("transpose", Kind.STRUCTURAL, batching="transpose", jvp="linear",
               transpose="opaque"))
 declare(Entry("broadcast_in_dim", Kind.STRUCTURAL, batching="broadcast_in_dim", jvp="linear",
               transpose="swap"))
+# (a reshape's result type over Explicit axes, PROG-12, where traced: structural_types.py)
 for _name in ("reshape", "squeeze"):
-    declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="linear", transpose="opaque"))
+    declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="linear", transpose="opaque",
+                  **(dict(tracing="reshaped", checks=("PROG-12",)) if _name == "reshape"
+                     else {})))
 declare(Entry("expand_dims", Kind.STRUCTURAL, batching=Absent(
     "jax 0.10.2 binds no expand_dims (jnp.expand_dims is a broadcast_in_dim): no batching "
     "of it to hold to JAX"), jvp="linear", transpose="opaque"))
@@ -557,9 +560,11 @@ for _name in ("atan2", "rem", "nextafter", "shift_left", "shift_right_logical",
 
 # Indexing (batching_indexing.py): a dynamic slice or update batched is the gather or the
 # scatter JAX makes of it; top_k's axis moves past the batch axis; clamp as JAX's rule.
+# (a gather's result type over Explicit axes, PROG-13, where traced: structural_types.py)
+_INDEXING = {"dynamic_slice": _RESIZED, "gather": dict(tracing="gathered", checks=("PROG-13",))}
 for _name in ("gather", "dynamic_slice", "dynamic_update_slice"):
     declare(Entry(_name, Kind.STRUCTURAL, batching=_name, jvp="opaque", transpose="opaque",
-                  **(_RESIZED if _name == "dynamic_slice" else {})))
+                  **_INDEXING.get(_name, {})))
 for _name in ("scatter", "scatter-add", "scatter-sub", "scatter-mul", "scatter-min",
               "scatter-max"):
     declare(Entry(_name, Kind.STRUCTURAL, batching="scatter", jvp="opaque",
