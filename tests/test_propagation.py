@@ -533,3 +533,44 @@ def test_a_value_passed_to_two_placements_of_one_dimension_apart_is_left_open():
     assert [r.spec for r in real] == [P("x"), P("x"), P("y")]
     assert verdict.out_shardings[0] is UNSPECIFIED
     assert verdict.undetermined[0][1].startswith("[PROP-4]")
+
+
+@pytest.mark.parametrize("types, spec, target, expected", [
+    # over Explicit axes alone a reshard lowers as a closed constraint to its type
+    ("EE", P("x", None), P("y", None), P("y", None)),
+    ("EE", P("x", None), P(None, "x"), P(None, "x")),
+    ("EE", P("x", "y"), P(), P(None, None)),
+    # over Auto axes alone it lowers to nothing: the value keeps its operand's split
+    ("AA", P(None, "y"), P(), P(None, "y")),
+    # the same Explicit axes beside an Auto one: the type's 'x', and 'y' grown beside it
+    ("EA", P("x", "y"), P("x", None), P("x", "y")),
+])
+def test_a_reshard_propagates_as_jax_lowers_it(types, spec, target, expected):
+    kinds = {"A": Auto, "E": jax.sharding.AxisType.Explicit}
+
+    def f(mesh):
+        return lambda a: (jnp.cos(jax.sharding.reshard(
+            jnp.sin(a), jax.sharding.NamedSharding(mesh, target))) * 2.0,)
+    real, made, verdict = _mixed(tuple(kinds[t] for t in types), [((8, 8), spec)], f)
+    assert [r.spec for r in real] == [expected]
+    assert not verdict.undetermined
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    # (what a reshard of arrays communicates is COLL-4's to read: named, never guessed)
+    assert not verdict.collectives.collectives or _said(verdict) == made
+
+
+def test_a_reshard_moving_explicit_axes_beside_auto_ones_is_left_open():
+    # seen: 'x' Explicit, 'y' Auto; sin(a) typed P(None, None) reshards to P('x'): JAX
+    # returns P('x', 'y') ('y' from the input), but the constraint's 'x' reaching back to
+    # the operand meets its type's replicated 'x', which propagation does not resolve
+    E = jax.sharding.AxisType.Explicit
+
+    def f(mesh):
+        return lambda a: (jnp.cos(jax.sharding.reshard(
+            jnp.sin(a), jax.sharding.NamedSharding(mesh, P("x")))) * 2.0,)
+    real, _, verdict = _mixed((E, Auto), [((8, 8), P(None, "y"))], f)
+    assert [r.spec for r in real] == [P("x", "y")]
+    assert verdict.accepted and verdict.out_shardings == (UNSPECIFIED,)
+    assert dict(verdict.undetermined)["result[0]"].startswith("[PROP-4] at body[1]")
+    assert "Explicit mesh axes ['x'] its type does not hold" in \
+        dict(verdict.undetermined)["result[0]"]

@@ -45,12 +45,7 @@ DECIDED = {
 # the transpose of an implicit broadcast (tanh(x @ w + b)) is falsely refused by AD-13 until
 # the batching work's fix of it (issue 32, item 5) is merged: pinned here as JAX decides it
 # a step the spec is known to decide otherwise, and why
-KNOWN: dict[str, str] = {
-    "donated-state-left-to-the-compiler": "jax#25346: PROG-11 pairs the donated state with "
-    "the result JAX aliases it to (input 6, result 1), but the compiler's placement of the "
-    "state passes a reshard propagation does not read yet (PROP-4), so the spec leaves it "
-    "open (verdict.undetermined names args[6]) where XLA refuses it (notes/jax-facts.md 21)",
-}
+KNOWN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
@@ -177,14 +172,32 @@ def test_the_spec_refuses_a_donated_input_aliased_before_the_compiler_splits_it(
     assert (verdict.error_type, verdict.jax_error) == ("RuntimeError", "JaxRuntimeError")
 
 
-def test_the_donated_state_of_the_step_is_left_open_with_its_reason():
+@checks("PROG-11")
+def test_the_donated_state_of_the_step_is_refused_where_xla_refuses_it():
     """The step's donated AdamW state (args[6], aliased to result 1 as JAX aliases it): its
-    placement passes a reshard propagation does not read, so the verdict names it open."""
+    placement passes a reshard (read as JAX lowers it, a constraint to its type) and the
+    compiler splits it over 'y', so the spec refuses at compile, in JAX's class, where a
+    conflict the partitioner's order decides leaves only values out of its reach open."""
+    import dataclasses
+    import jax
     from shardlaw.spec import explain_program
     from shardlaw.spec.bridge.program import describe_program
+    from shardlaw.spec.program.placement_checks import compiler_placed_inputs
 
-    built = harness.build(DECIDED["donated-state-left-to-the-compiler"])
-    verdict = explain_program(describe_program(built.jitted, *built.arguments()))
-    reasons = dict(verdict.undetermined)
-    assert verdict.accepted and reasons["args[6]"].startswith("[PROG-11] args[6] is donated")
-    assert "aliased to result[1]" in reasons["args[6]"]
+    case = DECIDED["donated-state-left-to-the-compiler"]
+    built = harness.build(case)
+    program = describe_program(built.jitted, *built.arguments())
+    verdict = explain_program(program)
+    assert (verdict.accepted, verdict.stage, verdict.rule, verdict.path) == (
+        False, "compile", "PROG-11", "args[1][0].mu[0]['attention_k']")
+    assert (verdict.error_type, verdict.jax_error) == ("RuntimeError", "JaxRuntimeError")
+    # the compiler's placement of every input left to it, as the same step compiles
+    # without donating (donated, XLA refuses compiling)
+    kept = harness.build(dataclasses.replace(case, donate=False))
+    compiled = kept.jitted.trace(*kept.arguments()).lower().compile()
+    leaves = jax.tree_util.tree_leaves(compiled.input_shardings[0])
+    predicted = compiler_placed_inputs(program)
+    assert predicted[6] == (("y",), ())
+    assert {i: tuple(tuple((e,) if isinstance(e, str) else e or ())
+                     for e in (tuple(leaves[i].spec) + (None,) * 2)[:len(split)])
+            for i, split in predicted.items()} == predicted

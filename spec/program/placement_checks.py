@@ -253,7 +253,7 @@ def compiler_placed_inputs(program: Program) -> dict:
     if not opened:
         return {}
     with tracing(), remembering():   # (the spec's prediction: no step of JAX's jit)
-        found = propagate(program, opened)
+        found = propagate(program, opened, contested=True)   # (an input out of reach kept)
     return {i: found if isinstance(found, Undetermined) else found[i] for i in sorted(opened)}
 
 

@@ -70,7 +70,7 @@ ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
 __all__ = ["Undetermined", "Split", "propagation_mesh", "factor_split", "dimension_splits",
            "propagate", "predicted_results", "predicted_sharding", "predicted_choices",
            "undetermined_results", "equation_splits", "flatten", "Flat", "placed_pin",
-           "inline_body", "stop", "FLOW_KINDS", "COPY"]
+           "inline_body", "stop", "FLOW_KINDS", "COPY", "ORDER_DECIDES"]
 
 Split = tuple[tuple[str, ...], ...]
 
@@ -310,13 +310,12 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
            priority: int) -> list[tuple[int, Split]]:
     """One equation's propagation step (PROP-2, PROP-3) along the factors ``directions``
     names (``both``, ``backward``): returns the (tensor, split) of each value that grew, in
-    the order they grew (empty: none). ``grown``: the pass in
-    which each value last grew; ``step``: what the equation's types fix (its factors'
+    the order they grew (empty: none). ``grown``: the pass in which each value last grew;
+    ``step``: what the equation's types fix (its factors'
     sizes) and the tensors' reads met so far; ``fixed``: the values placed whole, each
-    partly placed one's open dimensions and the axes each value may not take."""
+    partly placed one's open dimensions, the axes each value may not take."""
     form = step.form
-    tensors, sizes, holders = form.tensors, form.sizes, form.holders
-    read = form.read
+    tensors, sizes, holders, read = form.tensors, form.sizes, form.holders, form.read
     current = [read(i, dims, splits[number], mesh, path)
                for i, (dims, number) in enumerate(zip(tensors, numbers))]
     chosen: dict[str, tuple[str, ...]] = {}
@@ -336,18 +335,19 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
             continue
         chosen[f] = factor_split(operands + results) if direction == "both" else \
             _one_way(results, operands)
-        # Two splits of one factor in conflict, one of them grown in this very pass: which
-        # the partitioner met first decides, and the order it visits operations in is its
-        # own (a chain of converts reaching a multiply after, or before, an input's split).
+        # Two splits of a factor in conflict, one grown in this pass: the partitioner's order
+        # decides (converts before or after an input's split); ``fixed.contested``: go on.
         if len(given) > 1 and AxisType.Explicit in mesh.axis_types and any(
-                _conflict(g, h) for g, _ in given for h, _ in given):
+                _conflict(g, h) for g, _ in given for h, _ in given) and _may_grow(
+                f, chosen[f], tensors, numbers, current, fixed, extend=True):
             _stop("PROP-4", "two splits of one factor conflict on a mesh with Explicit axes: "
                   "how the partitioner resolves it beside a type is not written", path)
         if len(given) > 1 and any(_conflict(g, h) for g, n in given
                                   if grown.get(n) == priority for h, _ in given):
-            _stop("PROP-4", "two splits of one factor conflict while one of them is still "
-                  "growing: the partitioner's order of visiting operations decides", path)
-    _check_axes_apart({f: split for f, split in chosen.items()
+            if fixed.contested is None:
+                _stop("PROP-4", ORDER_DECIDES, path)
+            fixed.contested.append(numbers)
+    _check_apart({f: split for f, split in chosen.items()
                        if _may_grow(f, split, tensors, numbers, current, fixed)}, current, path)
     grew = []
     for k, (dims, number) in enumerate(zip(tensors, numbers)):
@@ -367,22 +367,6 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
     return grew
 
 
-def _check_axes_apart(chosen: dict, current: list, path: str) -> None:
-    """An axis another factor holds, or would take, in a tensor of a factor: Shardy cuts
-    the split there, and what the partitioner then makes of the value is its own."""
-    for f, split in chosen.items():
-        if not split:
-            continue
-        for t in current:
-            if f not in t:
-                continue
-            for g, axes in t.items():
-                if g != f and set(split) & (set(axes) | set(chosen.get(g, ()))):
-                    _stop("PROP-4", f"a mesh axis of {sorted(set(split) & (set(axes) | set(chosen.get(g, ()))))} "
-                          f"would split two factors of one equation; Shardy cuts the split "
-                          f"and the partitioner places the rest by its own order", path)
-
-
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What propagation may not change: the values placed whole (``closed``), the open
@@ -393,10 +377,15 @@ class Limits:
     closed: frozenset
     open: dict
     barred: dict
+    contested: list | None = None   # the steps of such conflicts met (None: stop at one)
 
     def state(self, number: int) -> tuple:
         """What of value ``number`` the limits fix (a step's outcome depends on it)."""
         return (number in self.closed, self.open.get(number), self.barred.get(number))
+
+
+ORDER_DECIDES = ("two splits of one factor conflict while one of them is still growing: the "
+                 "partitioner's order of visiting operations decides")
 
 
 # The partitioner's schedule (Shardy's op-priority propagation): each pass runs to a fixed
@@ -424,7 +413,8 @@ def _directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> di
 # --------------------------------------------------------------------------- the program
 
 @rule("PROP-4", mirrors="shardy: the propagation pass over a module (forward and backward)")
-def propagate(program: Program, opened=frozenset()) -> dict[int, Split] | Undetermined:
+def propagate(program: Program, opened=frozenset(), contested: bool = False
+              ) -> dict[int, Split] | Undetermined:
     """Each value's split is what the placements the user wrote leave after moving through
     every live equation's sharding rule, forward then backward, pass by pass of the
     partitioner's schedule, until nothing grows.
@@ -441,15 +431,18 @@ def propagate(program: Program, opened=frozenset()) -> dict[int, Split] | Undete
     >>> add = Opaque((0, 1), primitive="add", results=(Value.typed((8, 8)),))
     >>> propagate(Program((a, b), (add,), outputs=(2,)))[2]
     (('x',), ('y',))
+
+    ``contested``: a conflict the partitioner's order of visiting decides leaves the values
+    it may reach (their Undetermined) rather than the whole program undetermined.
     """
-    found = _propagated(program, opened)
+    found = _propagated(program, opened, contested)
     if isinstance(found, Undetermined):
         return found
     flat, splits = found
-    return {n: splits[i] for n, i in enumerate(flat.ids)}
+    return {n: flat.contested.get(i, splits[i]) for n, i in enumerate(flat.ids)}
 
 
-def _propagated(program: Program, opened: frozenset = frozenset()):
+def _propagated(program: Program, opened: frozenset = frozenset(), contested: bool = False):
     """(the flat program, each value's split by its id), or why not."""
     def make() -> Any:
         mesh = propagation_mesh(program, opened)
@@ -468,7 +461,7 @@ def _propagated(program: Program, opened: frozenset = frozenset()):
             grown: dict[int, int] = {}
             memo = _Memo(flat.steps)   # per step, across the passes (_settle)
             limits = Limits(frozenset(set(flat.fixed) - set(flat.open)), flat.open,
-                            flat.barred)
+                            flat.barred, [] if contested else None)
             for priority in range(len(PASSES)):
                 if not _settle(flat.steps, splits, limits, mesh, priority, grown, memo):
                     return Undetermined("PROP-4", f"propagation did not settle "
@@ -477,8 +470,10 @@ def _propagated(program: Program, opened: frozenset = frozenset()):
             _check_joins(flat, splits)
         except _Stop as stopped:
             return stopped.undetermined
+        flat.contested.update(_contested(flat, limits))
         return flat, splits
-    return program.derived_once(f"propagation {sorted(opened)}" if opened else "propagation", make)
+    key = f"propagation {sorted(opened)}" if opened else "propagation"
+    return program.derived_once(key + " contested" * contested, make)
 
 
 def _check_unsplit(steps: list, splits: dict) -> None:
@@ -519,6 +514,7 @@ class Flat:
     joins: list = dataclasses.field(default_factory=list)
     rules: dict = dataclasses.field(default_factory=dict, repr=False)
     reshaped: dict = dataclasses.field(default_factory=dict)
+    contested: dict = dataclasses.field(default_factory=dict)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -652,18 +648,9 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             _manual_boundary(flat, eq, operands, results, mesh, path)
             continue
         entry = entry_of(eq)
-        if eq.kind == "sharding_constraint":
-            pin = placed_pin(eq.sharding, mesh, len(types[numbers[0]].shape),
-                             eq.unconstrained_dims)
-            if AxisType.Explicit in mesh.axis_types:
-                # JAX joins the constraint with the operand's type (seen: P(None, 'x') over
-                # Auto 'x' on a value typed P(None, 'y') comes back P(None, ('y', 'x')))
-                pin = _joined_pin(pin, types[eq.operands[0]], mesh)
-                why = ("a sharding constraint over another mesh, or on a value typed over "
-                       "another mesh or with unreduced axes, is not propagated")
-            else:
-                why = ("a sharding constraint over another mesh, or with unreduced axes, is "
-                       "not propagated")
+        if eq.kind == "sharding_constraint" or (eq.kind == "reshard" and types[
+                numbers[0]].shape):   # (a reshard lowers as a constraint to its type)
+            pin, why = _constraint_pin(eq, types[eq.operands[0]], types[numbers[0]], mesh)
             if pin is not None:
                 constraints.append((operands[0], results[0], pin, path))
                 continue
@@ -805,15 +792,20 @@ def _applied(at: tuple, step: "_StepMemo", splits: dict, fixed: "Limits", mesh: 
     outcomes = step.form.outcomes
     found = outcomes.get(key)
     if found is None:
+        met = len(fixed.contested or ())
         try:
-            found = outcomes[key] = _apply(rule_, every, splits, fixed, mesh, step, path,
-                                           directions, grown, priority)
+            found = _apply(rule_, every, splits, fixed, mesh, step, path, directions, grown,
+                           priority)
         except _Stop as stopped:
             outcomes[key] = stopped.undetermined
             raise
+        outcomes[key] = (found,) if len(fixed.contested or ()) > met else found
         return found
     if isinstance(found, Undetermined):
         raise _Stop(dataclasses.replace(found, path=path))
+    if isinstance(found, tuple):   # (a conflict the visiting order decides, met again)
+        fixed.contested.append(every)
+        found = found[0]
     for k, new in found:
         splits[every[k]] = new
         grown[every[k]] = priority
@@ -990,7 +982,8 @@ stop = _stop
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
     implied_out_shardings as _out_shardings, manual_boundary as _manual_boundary,
-    joined_constraint_pin as _joined_pin, may_grow as _may_grow, move_pins as _move, pin as _pin,
+    check_axes_apart as _check_apart, constraint_pin as _constraint_pin,
+    contested_values as _contested, may_grow as _may_grow, move_pins as _move, pin as _pin,
     place_constraints as _place_constraints,
     typed_pins as _typed,
 )

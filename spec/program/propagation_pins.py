@@ -2,8 +2,10 @@
 :mod:`~shardlaw.spec.program.propagation` fixes before it propagates — a placed value's
 split and its open dimensions, an inner jit's shardings and a full-manual shard_map's
 specs (moved onto their operands where live), the types' Explicit axes beside Auto ones,
-the out shardings JAX's lowering makes of a type, and the joins of control flow checked
-after. Its own module for size; the rules are PROP-6's and PROP-4's.
+the out shardings JAX's lowering makes of a type, a reshard as JAX lowers it (a
+constraint to its type), the joins of control flow checked after, and the values a
+conflict the partitioner's order decides may reach. Its own module for size; the rules
+are PROP-6's and PROP-4's.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from ..core.values import AxisType, PartitionSpec
 from .description import Program
 from .primitives import Factors, entry_of
 from .sharding_factors import factors_of_dimension
-from .propagation import COPY, Flat, Split, Undetermined, placed_pin, stop
+from .propagation import COPY, ORDER_DECIDES, Flat, Split, Undetermined, placed_pin, stop
 
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
            "move_pins", "manual_boundary", "grown_split", "check_barred", "folded",
-           "place_constraints", "joined_constraint_pin", "may_grow"]
+           "place_constraints", "constraint_pin", "joined_constraint_pin", "reshard_pin",
+           "may_grow", "check_axes_apart", "contested_values"]
 
 
 def _apart(a: tuple, b: tuple) -> bool:
@@ -60,13 +63,15 @@ def implied_out_shardings(program: Program, mesh: Any) -> tuple:
 
 def typed_pins(flat: Flat, mesh: Any) -> Undetermined | None:
     """On a mesh with Explicit axes every value's type holds its split over them (JAX's
-    lowering constrains each result to its type, the Auto axes left open: ``{"x", ?}``):
+    lowering constrains each result to its type, the Auto axes left open: ``{"x", ?}``;
+    over Explicit axes alone every dimension closed: ``{"x"}``):
     a value not placed otherwise starts on its type's split, grows over Auto axes only,
     and never takes an Explicit axis its type does not hold."""
     explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types)
                 if t is AxisType.Explicit}
     if not explicit:
         return None
+    auto = AxisType.Auto in mesh.axis_types
     for number, value in enumerate(flat.types):
         if not value.shape or number not in flat.live:
             continue
@@ -80,9 +85,9 @@ def typed_pins(flat: Flat, mesh: Any) -> Undetermined | None:
         typed = tuple(tuple(a for a in ((e,) if isinstance(e, str) else e or ())
                             if a in explicit) for e in entries[:len(value.shape)])
         flat.barred[number] = frozenset(explicit - {a for d in typed for a in d})
-        if number not in flat.fixed:
+        if number not in flat.fixed:   # (closed where the mesh has no Auto axis)
             pin(flat, number, tuple(tuple(a for a in d if mesh.axis_size(a) != 1)
-                                     for d in typed), (True,) * len(value.shape))
+                                     for d in typed), (auto,) * len(value.shape))
     return None
 
 
@@ -203,6 +208,9 @@ def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int |
         return first
     if name in ("slice", "dynamic_slice") and result.shape == flat.types[operands[0]].shape:
         return operands[0]
+    if eq.kind == "reshard" and (result.mesh is None or AxisType.Explicit not in
+                                 result.mesh.axis_types):
+        return operands[0]   # (typed over no Explicit axis: lowering emits nothing)
     return None
 
 
@@ -295,6 +303,38 @@ def _read_after(flat: Flat, operand: int, value: int, every: bool = False) -> No
             flat.steps[k] = (entry, rule_, nums, types, path, count)
 
 
+def constraint_pin(eq: Any, operand: Any, result: Any, mesh: Any) -> tuple:
+    """A sharding constraint's or a reshard's pin as JAX lowers it, and why it is not
+    propagated where the pin is None."""
+    if eq.kind == "reshard":
+        return reshard_pin(result, mesh), (
+            "a reshard to another mesh, or with unreduced or reduced axes, is not propagated")
+    pin = placed_pin(eq.sharding, mesh, len(result.shape), eq.unconstrained_dims)
+    if AxisType.Explicit not in mesh.axis_types:
+        return pin, ("a sharding constraint over another mesh, or with unreduced axes, is "
+                     "not propagated")
+    # JAX joins the constraint with the operand's type (seen: P(None, 'x') over Auto 'x' on
+    # a value typed P(None, 'y') comes back P(None, ('y', 'x')))
+    return joined_constraint_pin(pin, operand, mesh), (
+        "a sharding constraint over another mesh, or on a value typed over another mesh or "
+        "with unreduced axes, is not propagated")
+
+
+def reshard_pin(result: Any, mesh: Any) -> tuple | None:
+    """A reshard's pin over Explicit axes (None: not propagated): JAX lowers it as a
+    sharding constraint of its operand to the result's type, each dimension closed on the
+    type's axes, open over Auto axes where the mesh has any (seen: ``P('y', None)`` over
+    Explicit ('x', 'y') is ``[{"y"}, {}]``, ``P('x')`` with 'y' Auto ``[{"x", ?}, {?}]``)."""
+    spec = result.spec or PartitionSpec()
+    if result.mesh != mesh.abstract or spec.unreduced or spec.reduced:
+        return None
+    entries = tuple(spec) + (None,) * len(result.shape)
+    split = tuple(tuple(a for a in ((e,) if isinstance(e, str) else e or ())
+                        if mesh.axis_size(a) != 1) for e in entries[:len(result.shape)])
+    auto = AxisType.Auto in mesh.axis_types
+    return split, (auto,) * len(result.shape)
+
+
 def joined_constraint_pin(placed: tuple | None, value: Any, mesh: Any) -> tuple | None:
     """A constraint's pin on a mesh with Explicit axes as JAX lowers it (None: not
     propagated): per dimension the operand type's Explicit axes, then the constraint's
@@ -320,14 +360,51 @@ def joined_constraint_pin(placed: tuple | None, value: Any, mesh: Any) -> tuple 
 
 
 def may_grow(f: str, split: tuple[str, ...], tensors: tuple, numbers: tuple, current: list,
-             fixed: Any) -> bool:
+             fixed: Any, extend: bool = False) -> bool:
     """Whether factor ``f``'s split would extend a tensor holding it in a dimension open
-    to growth (a factor that grows nothing leaves the partitioner no cut to make)."""
+    to growth (a factor that grows nothing leaves the partitioner no cut to make);
+    ``extend``: only a tensor whose split is a prefix of it (a conflict between tensors
+    that cannot grow is the types' to resolve, by a collective)."""
     for dims, number, read in zip(tensors, numbers, current):
         if number in fixed.closed or f not in read or read[f] == split:
+            continue
+        if extend and split[:len(read[f])] != read[f]:
             continue
         opens = fixed.open.get(number)
         if opens is None or any(o and f in factors_of_dimension(d)
                                 for d, o in zip(dims, opens)):
             return True
     return False
+
+
+def check_axes_apart(chosen: dict, current: list, path: str) -> None:
+    """An axis another factor holds, or would take, in a tensor of a factor: Shardy cuts
+    the split there, and what the partitioner then makes of the value is its own."""
+    for f, split in chosen.items():
+        if not split:
+            continue
+        for t in current:
+            if f not in t:
+                continue
+            for g, axes in t.items():
+                if g != f and set(split) & (set(axes) | set(chosen.get(g, ()))):
+                    stop("PROP-4", f"a mesh axis of {sorted(set(split) & (set(axes) | set(chosen.get(g, ()))))} "
+                          f"would split two factors of one equation; Shardy cuts the split "
+                          f"and the partitioner places the rest by its own order", path)
+
+
+def contested_values(flat: Flat, limits: Any) -> dict:
+    """Each value a conflict the partitioner's visiting order decides may reach (a value
+    open to growth linked to one of the conflict's by steps through open values: a placed
+    value never changes, so it bounds the reach), with why it is left open."""
+    reach = {n for numbers in limits.contested or () for n in numbers
+             if n not in limits.closed}
+    grew = True
+    while grew:
+        grew = False
+        for step in flat.steps:
+            every = set(step[2]) - limits.closed
+            if every & reach and not every <= reach:
+                reach |= every
+                grew = True
+    return dict.fromkeys(reach, Undetermined("PROP-4", ORDER_DECIDES))
