@@ -574,3 +574,18 @@ def test_a_reshard_moving_explicit_axes_beside_auto_ones_is_left_open():
     assert dict(verdict.undetermined)["result[0]"].startswith("[PROP-4] at body[1]")
     assert "Explicit mesh axes ['x'] its type does not hold" in \
         dict(verdict.undetermined)["result[0]"]
+
+
+def test_a_squeeze_of_a_unit_broadcast_folds_back_to_its_operand():
+    """``squeeze(broadcast_in_dim(a))`` to a's shape: StableHLO reads both as reshapes and
+    folds them back to ``a``, so the result is returned on a's placement (``P(None)``),
+    not on the split an ``add`` with a split value brings to it (seen in the deep run of
+    5,040 programs on the merged main, and on main at the session's start)."""
+    recipe = Recipe(mesh=(2, 2, 2), reversed_devices=True, inputs=(
+        ((2,), (None,)), ((2,), ("x",))), steps=(
+        ("input", (), 0), ("squeeze", (0,), 0), ("input", (), 1), ("binary", (1, 2), "add"),
+        ("unary", (0,), "neg"), ("scalar", (2,), None), ("unary", (3,), "exp"),
+        ("squeeze", (3,), 0)), outputs=(1, 6), devices=(), out_shardings=(), axis_types="")
+    outcome = compare_recipe(recipe)
+    assert not outcome.disagreements, outcome.disagreements
+    assert outcome.spec == tuple(from_jax(r) for r in outcome.jax)

@@ -667,7 +667,8 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
                 _stop("PROP-4", f"{_name(eq)}: it reads or writes a mutable ref", path)
             if isinstance(rule_, NotPropagated):
                 rule_ = Undetermined("PROP-4", f"{_name(eq)}: {rule_.why}", path)
-        if name == "reshape":
+        if is_reshape(name, flat.types[operands[0]] if operands else None,
+                      flat.types[results[0]] if results else None):
             flat.reshaped[results[0]] = operands[0]
         every = tuple(operands + results)
         flat.steps.append((entry, rule_, every, tuple([flat.types[i] for i in every]), path,
@@ -981,6 +982,7 @@ stop = _stop
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
+    is_reshape,
     implied_out_shardings as _out_shardings, manual_boundary as _manual_boundary,
     check_axes_apart as _check_apart, constraint_pin as _constraint_pin,
     contested_values as _contested, may_grow as _may_grow, move_pins as _move, pin as _pin,

@@ -10,6 +10,7 @@ are PROP-6's and PROP-4's.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..core.shardings import UNSPECIFIED, NamedSharding
@@ -195,12 +196,23 @@ def check_barred(new: Split, old: Split, barred: Any, path: str) -> None:
               f"type does not hold: the partitioner's resolution is not written", path)
 
 
+def is_reshape(name: str, operand: Any, result: Any) -> bool:
+    """Whether an equation is a reshape as StableHLO reads it: a reshape, a squeeze, or a
+    broadcast_in_dim that only adds dimensions of size 1 (seen: ``squeeze`` of
+    ``broadcast_in_dim`` of an input folded back to the input, returned on its placement)."""
+    if name in ("reshape", "squeeze"):
+        return True
+    return name == "broadcast_in_dim" and operand is not None and result is not None and \
+        math.prod(operand.shape) == math.prod(result.shape)
+
+
 def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int | None:
     """The value an equation StableHLO folds away is (None: not folded): a slice of every
     element is its operand (seen: an in spec not moved onto it), a reshape back to the
     shape before a reshape that reshape's operand ((4, 16) -> (64,) -> (4, 16))."""
     name = getattr(eq, "primitive", "") or eq.kind
-    if name == "reshape" and operands[0] in flat.reshaped:
+    if operands and operands[0] in flat.reshaped and is_reshape(
+            name, flat.types[operands[0]], result):
         first = flat.reshaped[operands[0]]
         if flat.types[first].shape != result.shape:
             stop("PROP-4", "a reshape of a reshape's result: StableHLO folds the two into "
