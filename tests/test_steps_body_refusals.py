@@ -25,6 +25,22 @@ from shardlaw.spec.bridge.program import describe_program
 
 from test_steps_arguments import NS, P, held_to_jax, mesh
 
+
+def held_or_refused_alike(fun, x, error, rule, path):
+    """``fun`` on ``x`` held to JAX (``held_to_jax``): accepted by both where ``error`` is
+    None, else refused by JAX while tracing with the class ``error`` and by the spec by
+    ``rule`` at ``path``, the trace stage, with JAX's class."""
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    if error is None:
+        assert verdict.accepted
+        return
+    with pytest.raises(Exception) as refused:
+        jax.jit(fun).trace(x)
+    assert type(refused.value).__name__ == error
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        rule, "trace", path, error)
+
 EXPLICIT = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"),
                              axis_types=(jax.sharding.AxisType.Explicit,) * 2)
 
@@ -349,16 +365,7 @@ def test_a_collective_refused_in_a_shard_map_body_is_smap_13(name):
     stage; over manual axes both accept."""
     fun, error, path = COLLECTIVES[name]
     x = np.ones((8, 4), np.float32)
-    _, verdict, problems = held_to_jax(fun, x)
-    assert not problems, problems
-    if error is None:
-        assert verdict.accepted
-        return
-    with pytest.raises(Exception) as refused:
-        jax.jit(fun).trace(x)
-    assert type(refused.value).__name__ == error
-    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
-        "SMAP-13", "trace", path, error)
+    held_or_refused_alike(fun, x, error, "SMAP-13", path)
 
 
 @checks("FIT-1")

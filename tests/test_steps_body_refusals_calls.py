@@ -19,6 +19,7 @@ import pytest
 from shardlaw.properties.registry import checks
 
 from test_steps_arguments import NS, P, held_to_jax, mesh
+from test_steps_body_refusals import held_or_refused_alike
 
 lax = jax.lax
 
@@ -101,16 +102,7 @@ def test_a_collective_refused_in_a_shard_map_body_is_described(name):
     over manual axes, on operands they divide, both accept."""
     fun, error, rule, path = COLLECTIVES[name]
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
-    _, verdict, problems = held_to_jax(fun, x)
-    assert not problems, problems
-    if error is None:
-        assert verdict.accepted
-        return
-    with pytest.raises(Exception) as refused:
-        jax.jit(fun).trace(x)
-    assert type(refused.value).__name__ == error
-    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
-        rule, "trace", path, error)
+    held_or_refused_alike(fun, x, error, rule, path)
 
 
 def constrained(spec):
@@ -297,16 +289,7 @@ def test_a_constraint_or_an_inner_jit_refused_in_a_shard_map_body_is_described(n
     body, manual, error, rule, path = IN_SHARD_MAP[name]
     fun = _mapped(body, manual, P(*manual) if manual == ("x",) else P("x"))
     x = np.ones((8, 4), np.float32)
-    _, verdict, problems = held_to_jax(fun, x)
-    assert not problems, problems
-    if error is None:
-        assert verdict.accepted
-        return
-    with pytest.raises(Exception) as refused:
-        jax.jit(fun).trace(x)
-    assert type(refused.value).__name__ == error
-    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
-        rule, "trace", path, error)
+    held_or_refused_alike(fun, x, error, rule, path)
 
 
 # name: (the function of a constraint, the refused equation's rule and path)
