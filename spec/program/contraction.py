@@ -31,8 +31,8 @@ from ..core.rules import Failure, reject, rule
 from ..core.values import PartitionSpec
 from .primitives import TRACING, TRANSPOSES
 
-__all__ = ["check_dot_general_type", "AmbiguousContraction", "transposed_dimensions",
-           "transposed_type"]
+__all__ = ["check_dot_general_type", "AmbiguousContraction", "explicit_split",
+           "transposed_dimensions", "transposed_type"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,9 +48,11 @@ class AmbiguousContraction(Failure, rule="PROG-7", error=Exception,
     path: str
 
 
-def _entries(value: Any, dims: tuple) -> tuple:
-    """The split over Explicit axes of ``value``'s dimensions ``dims`` (None: unsplit)."""
+def explicit_split(value: Any, dims: Any = None) -> tuple:
+    """The split over Explicit axes of ``value``'s dimensions ``dims`` (every dimension when
+    None), one entry each (None: unsplit)."""
     spec = tuple(value.spec or ()) if value.mesh is not None else ()
+    dims = range(len(value.shape)) if dims is None else dims
     return tuple(spec[d] if d < len(spec) else None for d in dims)
 
 
@@ -82,11 +84,11 @@ def check_dot_general_type(lhs: Any, rhs: Any, numbers: Any, out_sharding: Any =
     if out_sharding is not None:
         return
     (lc, rc), (lb, rb) = numbers
-    for what, left, right in (("batch", _entries(lhs, lb), _entries(rhs, rb)),
-                              ("contracted", _entries(lhs, lc), _entries(rhs, rc))):
+    for what, left, right in (("batch", explicit_split(lhs, lb), explicit_split(rhs, rb)),
+                              ("contracted", explicit_split(lhs, lc), explicit_split(rhs, rc))):
         if any(a is not None and b is not None and a != b for a, b in zip(left, right)):
             refuse(f"splits its {what} dimensions differently", left, right)
-    left, right = _entries(lhs, lc), _entries(rhs, rc)
+    left, right = explicit_split(lhs, lc), explicit_split(rhs, rc)
     if any(a is not None and b is not None for a, b in zip(left, right)):
         refuse("contracts dimensions split on both operands, so how its result is split "
                "is ambiguous", left, right)
@@ -131,7 +133,7 @@ def _product_split(lhs: Any, rhs: Any, numbers: Any) -> tuple:
     (lc, rc), (lb, rb) = numbers
     free_l = [d for d in range(len(lhs.shape)) if d not in lc and d not in lb]
     free_r = [d for d in range(len(rhs.shape)) if d not in rc and d not in rb]
-    return _entries(lhs, lb) + _entries(lhs, free_l) + _entries(rhs, free_r)
+    return explicit_split(lhs, lb) + explicit_split(lhs, free_l) + explicit_split(rhs, free_r)
 
 
 def transposed_type(operand: Any, cotangent: Any, other: Any, numbers: Any, k: int) -> Any:

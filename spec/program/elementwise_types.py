@@ -19,6 +19,7 @@ import dataclasses
 from typing import Any
 
 from ..core.rules import Failure, reject, rule
+from .contraction import explicit_split
 from .primitives import TRACING
 
 __all__ = ["check_elementwise_type", "MismatchedSplits"]
@@ -35,15 +36,9 @@ class MismatchedSplits(Failure, rule="PROG-8", error=Exception,
     types: str
 
 
-def _split(value: Any) -> tuple:
-    """``value``'s split over Explicit axes, one entry per dimension (None: unsplit)."""
-    spec = tuple(value.spec or ()) if value.mesh is not None else ()
-    return tuple(spec[d] if d < len(spec) else None for d in range(len(value.shape)))
-
-
 def _typed(value: Any) -> tuple:
     """What select_n compares of a case's type: its split."""
-    return _split(value)
+    return explicit_split(value)
 
 
 @rule("PROG-8", mirrors="jax._src.lax.lax.broadcasting_sharding_rule")
@@ -64,7 +59,7 @@ def check_elementwise_type(primitive: str, operands: tuple, path: str = "") -> N
     shardlaw.spec.core.rules.RejectionException: [PROG-8] at body[1]: the add splits dimension 0 over different axes ('x' and 'y'): its operands are typed (('x', 'y'), ('y', 'x')). Reshard an operand (jax.sharding.reshard) so that the operands' types are split alike, or pass out_sharding= where the operation that made one takes it.
     """
     def refuse(why: str) -> None:
-        types = tuple(_split(v) for v in operands)
+        types = tuple(explicit_split(v) for v in operands)
         raise reject(MismatchedSplits(primitive, why, repr(types)), path or None)
     if primitive == "select_n":
         _check_select(operands, refuse)
@@ -73,7 +68,7 @@ def check_elementwise_type(primitive: str, operands: tuple, path: str = "") -> N
     if not shaped or len({len(v.shape) for v in shaped}) != 1:
         return   # scalars only, or ranks that differ (JAX's TypeError, not a type's split)
     for d in range(len(shaped[0].shape)):
-        split = [_split(v)[d] for v in shaped]
+        split = [explicit_split(v)[d] for v in shaped]
         named = [e for e in split if e is not None]
         if any(e != named[0] for e in named[1:]):
             refuse(f"splits dimension {d} over different axes "

@@ -29,6 +29,7 @@ import math
 from typing import Any
 
 from ..core.rules import Failure, reject, rule
+from .contraction import explicit_split
 from .primitives import TRACING
 from .sharding_factors import dimension_numbers
 
@@ -88,12 +89,6 @@ class AmbiguousGather(Failure, rule="PROG-13", error=Exception,
     why: str
 
 
-def _split(value: Any) -> tuple:
-    """``value``'s split over Explicit axes, one entry per dimension (None: unsplit)."""
-    spec = tuple(value.spec or ()) if value.mesh is not None else ()
-    return tuple(spec[d] if d < len(spec) else None for d in range(len(value.shape)))
-
-
 def _ways(value: Any, entry: Any) -> int:
     """The number of devices a split ``entry`` of ``value``'s type spreads a dimension over."""
     names = entry if isinstance(entry, tuple) else (entry,)
@@ -116,7 +111,7 @@ def check_resized_split(primitive: str, operand: Any, shapes: tuple, path: str =
     ...
     shardlaw.spec.core.rules.RejectionException: [PROG-9] at body[1]: the slice makes dimension 0 of size 3, which its split 'x' over 2 devices does not divide (its operand is typed ('x', None)). Reshard the operand (jax.sharding.reshard) so that the dimension is unsplit, or make the result's size a multiple of the devices it is split over.
     """
-    split = _split(operand)
+    split = explicit_split(operand)
     for shape in shapes:
         if len(shape) != len(operand.shape):
             continue   # (a rank JAX's shape rule refuses first: not a type's split)
@@ -142,7 +137,7 @@ def check_scanned_split(primitive: str, operand: Any, axis: int, path: str = "")
     ...
     shardlaw.spec.core.rules.RejectionException: [PROG-10] at body[0]: the cumsum scans along dimension 0, which its operand splits over 'x' (its operand is typed ('x', None)). Reshard the operand (jax.sharding.reshard) so that the scanned dimension is unsplit.
     """
-    split = _split(operand)
+    split = explicit_split(operand)
     # The scanned dimension is unsplit
     if 0 <= axis < len(split) and split[axis] is not None:
         raise reject(ScannedSplit(primitive, axis, split[axis], repr(split)), path or None)
@@ -219,7 +214,7 @@ def reshaped_split(operand: Any, new_sizes: tuple, dimensions: Any = None,
     ...
     shardlaw.spec.core.rules.RejectionException: [PROG-12] at body[1]: the reshape of (8, 16) (typed ('x', None)) to (4, 32) neither only adds or drops size-1 dimensions, nor splits one dimension whose split its leading factors divide, nor merges dimensions only the leading of which are split. Reshard the operand (jax.sharding.reshard) so that the reshaped dimensions are unsplit, or give the result's sharding (jax.lax.reshape's out_sharding).
     """
-    split, new = _split(operand), tuple(int(s) for s in new_sizes)
+    split, new = explicit_split(operand), tuple(int(s) for s in new_sizes)
     if all(e is None for e in split):
         return (None,) * len(new)
     # Only size-1 dimensions added or dropped: the others keep their splits, in order
@@ -277,7 +272,7 @@ def gathered_split(operand: Any, indices: Any, numbers: Any, slice_sizes: tuple,
     shardlaw.spec.core.rules.RejectionException: [PROG-13] at body[2]: the gather from an operand typed ('x', None) with indices typed (None, None) indexes into dimension 0, split over 'x', taking 1 of 8. Reshard the operand or the indices (jax.sharding.reshard) so that they are unsplit there, or give the result's sharding (.at[...].get(out_sharding=)).
     """
     n = numbers if isinstance(numbers, dict) else dimension_numbers(numbers, _GATHER_FIELDS)
-    split, index = _split(operand), list(_split(indices))
+    split, index = explicit_split(operand), list(explicit_split(indices))
     sizes, shape = tuple(int(s) for s in slice_sizes), tuple(operand.shape)
     why = _gather_refusal(split, index, n, sizes, shape)
     if why is not None:
