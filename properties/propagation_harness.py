@@ -346,6 +346,8 @@ def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
     if kind == "constrain":
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(
             mesh, spec_of(param)))
+    if kind == "reshard":   # to a split over Explicit axes only (JAX refuses Auto ones)
+        return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, spec_of(param)))
     if kind == "shard_map":   # every axis manual; the body elementwise
         return jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=spec_of(param),
                              out_specs=spec_of(param))(x)

@@ -82,3 +82,80 @@ def test_the_deep_run_s_combiner_disagreement_agrees():
     outcome = compare_collectives(recipe)
     assert outcome.why is None and not outcome.disagreements
     assert sorted(size for kind, _, size in outcome.real if kind == "all-reduce") == [8, 16]
+
+
+def _mesh(types):
+    return jax.make_mesh((2, 4), ("x", "y"), axis_types=tuple(TYPES[t] for t in types))
+
+
+@pytest.mark.parametrize("types", ["AA", "EA"])
+def test_an_inner_jit_s_shardings_are_boundaries_its_value_is_brought_to(types):
+    """An inner jit's in sharding ``P('x', 'y')`` and out sharding ``P(None, 'y')``: its
+    body computes on ``P('x', 'y')`` and its result is gathered over 'x', 64 bytes, over
+    Auto axes and beside an Explicit 'x' alike (COLL-11)."""
+    mesh = _mesh(types)
+
+    def f(a):
+        return (jax.jit(lambda t: jnp.sin(t) * 2.0,
+                        in_shardings=jax.sharding.NamedSharding(mesh, P("x", "y")),
+                        out_shardings=jax.sharding.NamedSharding(mesh, P(None, "y")))(-a),)
+    real, said, verdict = _both(f, mesh, ((8, 8), P("x", None)))
+    assert verdict.collectives.complete and said == real
+    assert [(k, size) for k, _, size in real] == [("all-gather", 64)]
+
+
+def test_an_inner_jit_s_in_sharding_gathers_an_input_placed_otherwise():
+    """The module's example: an input on ``P('x', None)`` read by an inner jit of in
+    sharding ``P()``: one all-gather of the whole value, 256 bytes."""
+    mesh = _mesh("AA")
+
+    def f(a):
+        return (jax.jit(jnp.negative, in_shardings=jax.sharding.NamedSharding(mesh, P()))(a),
+                a * 2.0)
+    real, said, verdict = _both(f, mesh, ((8, 8), P("x", None)))
+    assert verdict.collectives.complete and said == real == [
+        ("all-gather", ((0, 4), (1, 5), (2, 6), (3, 7)), 256)]
+
+
+@pytest.mark.parametrize("types", ["AA", "EA"])
+def test_a_shard_map_s_specs_are_boundaries_and_its_body_communicates_nothing(types):
+    """A shard_map over every axis, of in and out spec ``P(None, 'y')``, reading ``-a``
+    of ``a`` on ``P('x', None)``: over Explicit 'x' the negation keeps 'x' (its type), so
+    its value is gathered over 'x' to the in spec (64 bytes); the body of elementwise
+    operations communicates nothing (COLL-11, COLL-12). Over Auto axes alone the in spec
+    moves onto the negation, whose operand then loses 'x' and gains 'y': left open."""
+    mesh = _mesh(types)
+
+    def f(a):
+        return (jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=P(None, "y"),
+                              out_specs=P(None, "y"))(-a),)
+    real, said, verdict = _both(f, mesh, ((8, 8), P("x", None)))
+    if types == "AA":
+        assert not verdict.collectives.complete
+        assert verdict.collectives.undetermined.rule == "COLL-2"
+    else:
+        assert verdict.collectives.complete and said == real
+        assert [(k, size) for k, _, size in real] == [("all-gather", 64)]
+
+
+def test_a_shard_map_whose_body_communicates_is_left_open():
+    """A psum in a shard_map's body is the body's own collective: not read yet (COLL-12)."""
+    mesh = _mesh("AA")
+
+    def f(a):
+        return (jax.shard_map(lambda t: jax.lax.psum(t, "x"), mesh=mesh, in_specs=P("x"),
+                              out_specs=P())(a),)
+    _, _, verdict = _both(f, mesh, ((8, 8), P("x", None)))
+    assert verdict.collectives.undetermined.rule == "COLL-12"
+
+
+def test_a_reshard_over_explicit_axes_is_a_boundary():
+    """``reshard`` of a value typed ``P('x', None)`` to ``P()`` over Explicit axes: one
+    all-gather of the value, as a constraint to its type (COLL-11)."""
+    mesh = _mesh("EE")
+
+    def f(a):
+        return (jax.sharding.reshard(jnp.sin(a), jax.sharding.NamedSharding(mesh, P())),)
+    real, said, verdict = _both(f, mesh, ((8, 8), P("x", None)))
+    assert verdict.collectives.complete and said == real
+    assert [(k, size) for k, _, size in real] == [("all-gather", 256)]

@@ -978,6 +978,7 @@ def factor_sizes(rule_: Factors, types: tuple) -> dict[str, int]:
 # The names propagation_flow.py builds on.
 inline_body = _inline_jit
 stop = _stop
+propagated = _propagated   # (the inlined program and its splits: collectives_explicit.py)
 
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
