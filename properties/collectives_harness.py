@@ -227,22 +227,26 @@ def _mesh_kind(recipe: Recipe) -> str:
 
 
 def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None,
-             explicit: bool = True) -> dict:
+             explicit: bool = True, only_explicit: bool = False) -> dict:
     """A deep run of the property: ``examples`` drawn programs from ``seed`` (``explicit``:
-    some over meshes with Explicit axes); the tally (outcomes, the kinds of the collectives
-    matched, the reasons a list was left open) and the recipes that disagreed, written to
-    the file ``report`` (if given) after every 50 programs as well."""
-    return counted_run(communicating_recipes(max_steps=max_steps, explicit=explicit),
-                       compare_collectives, TALLY,
+    some over meshes with Explicit axes; ``only_explicit``: all of them); the tally
+    (outcomes, the kinds of the collectives matched, the reasons a list was left open) and
+    the recipes that disagreed, written to the file ``report`` (if given) after every 50
+    programs as well."""
+    drawn = communicating_recipes(max_steps=max_steps, explicit=explicit)
+    if only_explicit:
+        drawn = drawn.filter(lambda r: "E" in r.axis_types)
+    return counted_run(drawn, compare_collectives, TALLY,
                        ("agree", "abstain", "disagree", "refused by JAX"), examples, seed,
                        report)
 
 
-if __name__ == "__main__":   # python -m shardlaw.properties.collectives_harness N SEED [REPORT]
+if __name__ == "__main__":   # ... collectives_harness N SEED [REPORT [explicit]]
     import json
     import sys
 
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
     print(json.dumps(deep_run(int(sys.argv[1]), int(sys.argv[2]),
-                              report=sys.argv[3] if len(sys.argv) > 3 else None)))
+                              report=sys.argv[3] if len(sys.argv) > 3 else None,
+                              only_explicit=sys.argv[4:5] == ["explicit"])))

@@ -10,7 +10,8 @@ import pytest
 
 from shardlaw.compiled_hlo import collectives_in_hlo as collectives_of
 from shardlaw.properties.collectives_harness import compare_collectives
-from shardlaw.properties.propagation_harness import Recipe
+from shardlaw.properties.propagation_harness import Recipe, compare_recipe
+from shardlaw.properties.registry import checks
 from shardlaw.spec import explain_program
 from shardlaw.spec.bridge.program import describe_program
 
@@ -88,6 +89,7 @@ def _mesh(types):
     return jax.make_mesh((2, 4), ("x", "y"), axis_types=tuple(TYPES[t] for t in types))
 
 
+@checks("COLL-11")
 @pytest.mark.parametrize("types", ["AA", "EA"])
 def test_an_inner_jit_s_shardings_are_boundaries_its_value_is_brought_to(types):
     """An inner jit's in sharding ``P('x', 'y')`` and out sharding ``P(None, 'y')``: its
@@ -117,6 +119,7 @@ def test_an_inner_jit_s_in_sharding_gathers_an_input_placed_otherwise():
         ("all-gather", ((0, 4), (1, 5), (2, 6), (3, 7)), 256)]
 
 
+@checks("COLL-11", "COLL-12")
 @pytest.mark.parametrize("types", ["AA", "EA"])
 def test_a_shard_map_s_specs_are_boundaries_and_its_body_communicates_nothing(types):
     """A shard_map over every axis, of in and out spec ``P(None, 'y')``, reading ``-a``
@@ -159,3 +162,54 @@ def test_a_reshard_over_explicit_axes_is_a_boundary():
     real, said, verdict = _both(f, mesh, ((8, 8), P("x", None)))
     assert verdict.collectives.complete and said == real
     assert [(k, size) for k, _, size in real] == [("all-gather", 256)]
+
+
+def _resharded(types, placed, to, then=()):
+    """``reshard(sin(a), to)`` (then ``then``'s unary steps) of ``a`` (8, 8) on ``placed``
+    over a 2 x 4 mesh of axis types ``types``."""
+    steps = [("input", (), 0), ("unary", (0,), "sin"), ("reshard", (1,), to)]
+    steps += [("unary", (len(steps) - 1 + k,), op) for k, op in enumerate(then)]
+    return Recipe(mesh=(2, 4), reversed_devices=False, inputs=(((8, 8), placed),),
+                  steps=tuple(steps), outputs=(len(steps) - 1,), axis_types=types)
+
+
+@checks("PROP-9")
+@pytest.mark.parametrize("types, placed, to, back", [
+    ("AE", ("x", None), (None, "y"), ("x", "y")),
+    ("AE", (None, "x"), ("y", None), ("y", "x")),
+    ("EA", (None, "y"), ("x", None), ("x", "y")),
+    ("EA", ("y", None), (None, "x"), ("y", "x")),
+])
+@pytest.mark.parametrize("then", [(), ("cos",)])
+def test_a_reshard_beside_auto_axes_does_not_carry_its_axis_back(types, placed, to, back,
+                                                                  then):
+    """A reshard onto an Explicit axis beside an Auto one: its operand, typed without that
+    axis, is marked replicated over it and keeps its split; the reshard's result joins the
+    operand's Auto axes with its own (PROP-9), with no collective. Was left open (PROP-4)."""
+    recipe = _resharded(types, placed, to, then)
+    outcome = compare_recipe(recipe)
+    assert not outcome.disagreements and not outcome.abstained
+    assert tuple(outcome.jax[0].spec) == back
+    said = compare_collectives(recipe)
+    assert said.why is None and said.real == said.predicted == ()
+
+
+@checks("PROP-10")
+@pytest.mark.parametrize("types, placed, to", [
+    ("AE", ("x", None), ("y", None)),
+    ("EA", ("y", None), ("x", None)),
+])
+def test_a_reshard_in_conflict_with_an_auto_split_it_cannot_take_is_decided(types, placed,
+                                                                            to):
+    """A reshard onto an Explicit axis of a dimension its operand splits over an Auto one:
+    the operand may not take the Explicit axis and the reshard holds it, so in either order
+    of the partitioner's visits the result is the reshard's (PROP-10); the move between
+    the two is the partitioner's own (a collective-permute, after a gather or not: COLL-2
+    leaves it open). Was left open (PROP-4, the order)."""
+    recipe = _resharded(types, placed, to)
+    outcome = compare_recipe(recipe)
+    assert not outcome.disagreements and not outcome.abstained
+    assert tuple(outcome.jax[0].spec) == to
+    said = compare_collectives(recipe)
+    assert said.why is not None and "COLL-2" in said.why
+    assert "collective-permute" in [kind for kind, _, _ in said.real]

@@ -342,7 +342,7 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
                 f, chosen[f], tensors, numbers, current, fixed, extend=True):
             _stop("PROP-4", "two splits of one factor conflict on a mesh with Explicit axes: "
                   "how the partitioner resolves it beside a type is not written", path)
-        if len(given) > 1 and any(_conflict(g, h) for g, n in given
+        if len(given) > 1 and any(_conflict(g, _takes(h, fixed, n)) for g, n in given
                                   if grown.get(n) == priority for h, _ in given):
             if fixed.contested is None:
                 _stop("PROP-4", ORDER_DECIDES, path)
@@ -983,7 +983,7 @@ propagated = _propagated   # (the inlined program and its splits: collectives_ex
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
-    is_reshape,
+    is_reshape, takes_of as _takes,
     implied_out_shardings as _out_shardings, manual_boundary as _manual_boundary,
     check_axes_apart as _check_apart, constraint_pin as _constraint_pin,
     contested_values as _contested, may_grow as _may_grow, move_pins as _move, pin as _pin,
