@@ -33,19 +33,13 @@ from typing import Any
 
 from ..core.rules import rule
 from .collectives import (
-    Communication, combined, constraint_plan, plan_equation, read_after_a_chain,
-    returned_reshards,
+    Communication, combined, constraint_plan, live_equations, plan_equation,
+    read_after_a_chain, returned_reshards,
 )
 from .description import Program
-from .lowering import live_parts
-from .primitives import entry_of
 from .propagation import COPY, FLOW_KINDS, Undetermined, propagated, propagation_mesh
 
-__all__ = ["inlined_collectives", "manual_body_communicates", "INLINED_KINDS",
-           "has_inlined"]
-
-# The equations whose collectives are read off the inlined program.
-INLINED_KINDS = frozenset(("jit", "shard_map", "reshard"))
+__all__ = ["inlined_collectives", "manual_body_communicates", "has_inlined"]
 
 # The primitives of a shard_map's body that communicate over its manual axes.
 _MANUAL_COLLECTIVES = frozenset(("psum", "psum_invariant", "pmax", "pmin", "all_gather",
@@ -120,8 +114,7 @@ def inlined_collectives(program: Program) -> Communication:
     found = propagated(program)
     if isinstance(found, Undetermined):
         return Communication(undetermined=found)
-    live = program.derived_once("live parts", lambda: live_parts(program)).equations
-    stopped = read_after_a_chain(program, live)
+    stopped = read_after_a_chain(program, live_equations(program))
     if stopped is not None:
         return Communication(undetermined=stopped)
     flat, splits = found
@@ -130,7 +123,7 @@ def inlined_collectives(program: Program) -> Communication:
     for (entry, _, every, typed, path, count) in _in_program_order(flat):
         results = every[count:]
         if entry is COPY or entry.name == "shard_map":
-            made = _boundary(program, entry, every, typed, path, count, splits, mesh, done)
+            made = _boundary(program, entry, every, typed, path, splits, mesh, done)
         else:
             eq = _equation_at(program, path)
             if entry.name == "iota":
@@ -164,13 +157,15 @@ def _pairs(done: set) -> list:
 
 def _in_program_order(flat: Any) -> list:
     """The live steps of the inlined program in program order: by the first value each
-    makes (values are numbered as they are made)."""
+    makes (values are numbered as they are made), a shard_map after its in specs' links
+    (made after its results)."""
     steps = [s for s in flat.steps if flat.live & set(s[2][s[5]:])]
-    return sorted(steps, key=lambda s: min(s[2][s[5]:]))
+    return sorted(steps, key=lambda s: max(s[2]) if s[0].name == "shard_map" else
+                  min(s[2][s[5]:]))
 
 
 def _boundary(program: Program, entry: Any, every: tuple, typed: tuple, path: str,
-              count: int, splits: dict, mesh: Any, done: set) -> list | Undetermined:
+              splits: dict, mesh: Any, done: set) -> list | Undetermined:
     """The reshard a boundary makes of its value (a link of propagation: an inner jit's
     sharding, a constraint, a reshard), or a shard_map's body's (COLL-12)."""
     if entry is not COPY:
