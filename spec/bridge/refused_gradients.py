@@ -1,5 +1,5 @@
 """A gradient JAX refuses in its backward pass: a cotangent of another type than its value,
-or a while loop it cannot transpose.
+or a while loop it cannot transpose; or in a custom_jvp's rule it traces for it.
 
 JAX's backward pass checks each cotangent it hands to a value against the value's
 cotangent type (``ad.ct_check``) and raises a ValueError ("Expected cotangent type
@@ -11,7 +11,9 @@ call is then the ``jax.grad`` (or ``jax.value_and_grad``) whose backward pass re
 :func:`refuse_gradient` describes the function it differentiates over the types of its
 arguments (per example under ``vmap``) and differentiates it by the spec's own rewrite
 (:func:`~shardlaw.spec.program.autodiff.grad_program`), whose transpose checks every
-cotangent by AD-13 and refuses a while loop by LOOP-2, and raises the spec's refusal where it refuses at the trace stage with
+cotangent by AD-13 and refuses a while loop by LOOP-2, whose linearization refuses a
+custom_jvp's rule JAX refused tracing it (the rule's checks, as
+:func:`~shardlaw.spec.program.custom_rules.refuse_traced_rule` makes them), and raises the spec's refusal where it refuses at the trace stage with
 JAX's class; elsewhere JAX's error stands.
 """
 
@@ -23,23 +25,27 @@ from typing import Any
 __all__ = ["gradient_frame", "refuse_gradient"]
 
 
-def gradient_frame(error: BaseException) -> dict | None:
+def gradient_frame(error: BaseException, rule: bool = False) -> dict | None:
     """The locals of the innermost ``jax.value_and_grad`` call (``jax.grad`` calls one)
     JAX's ``error`` passed through, where JAX raised it checking a cotangent's type in
-    that gradient's backward pass; else None."""
+    that gradient's backward pass (``rule``: tracing a custom_jvp's rule for it); else
+    None."""
     from jax._src import api
     from jax._src.interpreters import ad
     from jax._src.lax.control_flow import loops
 
     frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+    places = [(f.f_code.co_filename, f.f_code.co_name) for f in frames]
+    calls = [k for k, place in enumerate(places) if place == (api.__file__, "value_and_grad_f")]
     refusing = {(ad.__file__, "ct_check"),   # (and a while loop's transpose: LOOP-2)
                 (loops.__file__, "_while_transpose_error")}
-    if not frames or (frames[-1].f_code.co_filename, frames[-1].f_code.co_name) \
-            not in refusing:
+    if not calls:
         return None
-    calls = [f.f_locals for f in frames
-             if (f.f_code.co_filename, f.f_code.co_name) == (api.__file__, "value_and_grad_f")]
-    return calls[-1] if calls else None
+    if rule:
+        found = (ad.__file__, "process_custom_jvp_call") in places[calls[-1]:]
+    else:
+        found = places[-1] in refusing
+    return frames[calls[-1]].f_locals if found else None
 
 
 def _example(value: Any) -> Any:

@@ -1,0 +1,242 @@
+"""A call JAX refuses inside a ``custom_jvp``'s rule, which it traces only under AD (issue
+32), against JAX 0.10.2 on 8 CPU devices.
+
+JAX traces a custom_jvp's rule where ``jax.grad`` (or ``jvp``) reaches the call, over the
+primals and AD's tangents, and refuses a call in it there: a constraint on a tangent that
+does not fit it (WSC-4), an inner jit whose in_shardings do not fit a tangent (FIT-1), an
+elementwise operation on tangents split apart or a matmul contracting dimensions split
+differently over Explicit axes (PROG-8, PROG-7). ``describe_program`` re-raised JAX's own
+error, and ``grad_program`` of the function's description differentiated the call by its
+primal body (the rule, which JAX failed to trace, unread) and accepted. The bridge now
+reads such a rule up to the refused call (``rule_refused``,
+spec/bridge/refusals.py's ``describe_refused_rule``), and the spec's AD refuses it where
+it calls the rule (spec/program/custom_rules.py's ``refuse_traced_rule``), at
+``<the call's path>.custom_jvp.rule.body[k]``; ``describe_program`` of ``jax.grad`` refuses
+by that rewrite, as it refuses a cotangent's type (AD-13). Each is held to JAX on both
+sides: the same rule over a split JAX accepts is accepted alike.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from shardlaw.properties.registry import checks
+from shardlaw.spec import Rejection, explain_program
+from shardlaw.spec.bridge.program import describe_program
+from shardlaw.spec.program.autodiff import grad_program, jvp_program
+
+from test_steps_arguments import NS, P, held_to_jax, mesh
+
+EXPLICIT = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"),
+                             axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+
+
+def custom(tangent):
+    """``sin`` as a custom_jvp function whose rule's tangent is ``tangent(x, t)``."""
+    @jax.custom_jvp
+    def f(x):
+        return jnp.sin(x)
+
+    @f.defjvp
+    def rule(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return f(x), tangent(x, t)
+    return f
+
+
+def loss(tangent):
+    return lambda x: custom(tangent)(x).sum()
+
+
+def _constrained(spec):
+    return lambda x, t: jax.lax.with_sharding_constraint(jnp.cos(x) * t, NS(mesh(), spec))
+
+
+def _inner_jit(spec):
+    return lambda x, t: jnp.cos(x) * jax.jit(lambda v: v * 2.0,
+                                             in_shardings=NS(mesh(), spec))(t)
+
+
+def _auto(spec):
+    del spec
+    return np.ones((8, 8), np.float32)
+
+
+def _explicit(spec):
+    return jax.device_put(np.ones((8, 8), np.float32), NS(EXPLICIT, spec))
+
+
+# name: (the rule's tangent of a split, the input of a split, the split refused, the split
+# accepted, JAX's class, the rule, the refused equation's path in grad_program's program)
+CASES = {
+    "constraint-on-a-tangent": (
+        _constrained, _auto, P(None, None, None), P("x", "y"), "ValueError", "WSC-4",
+        "body[0].jit.body[0].custom_jvp.rule.body[3]"),
+    "inner-jit-in_shardings-on-a-tangent": (
+        _inner_jit, _auto, P(None, None, None), P("x"), "ValueError", "FIT-1",
+        "body[0].jit.body[0].custom_jvp.rule.body[2].jit.in_shardings[0]"),
+    "tangents-added-split-apart": (
+        lambda spec: lambda x, t: jnp.cos(x) * t + t.T, _explicit, P("x", "y"),
+        P(None, None), "ShardingTypeError", "PROG-8",
+        "body[0].jit.body[0].custom_jvp.rule.body[4].jit.body[0]"),
+    "tangent-matmul-contracting-splits-that-differ": (
+        lambda spec: lambda x, t: jnp.cos(x) * (t @ x), _explicit, P("x", "y"),
+        P(None, None), "ShardingTypeError", "PROG-7",
+        "body[0].jit.body[0].custom_jvp.rule.body[2].jit.body[0]"),
+}
+
+
+def _case(name, refused):
+    tangent, put, bad, good, *_ = CASES[name]
+    spec = bad if refused else good
+    return loss(tangent(spec)), put(spec)
+
+
+@checks("WSC-4", "FIT-1", "PROG-7", "PROG-8")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_call_jax_refuses_in_a_custom_jvp_rule_under_grad_is_refused_by_its_rule(name):
+    """JAX refuses while tracing the rule under grad; describe_program of the gradient and
+    grad_program of the loss's description refuse by the rule JAX's check is, at the trace
+    stage, with JAX's class, at the refused equation inside the custom call's rule."""
+    fun, x = _case(name, refused=True)
+    error, rule, path = CASES[name][4:]
+    with pytest.raises(Exception) as raised:
+        jax.jit(jax.grad(fun)).trace(x)
+    assert type(raised.value).__name__ == error
+    with pytest.raises(Rejection) as refused:
+        describe_program(jax.grad(fun), x)
+    got = refused.value
+    assert (got.failure.rule, got.stage, got.failure.jax_error) == (rule, "trace", error)
+    with pytest.raises(Rejection) as refused:
+        grad_program(describe_program(fun, x))
+    got = refused.value
+    assert (got.failure.rule, got.stage, got.path) == (rule, "trace", path), str(got)
+
+
+@checks("WSC-4", "FIT-1", "PROG-7", "PROG-8")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_same_rule_over_a_split_jax_accepts_is_accepted_alike(name):
+    """The same rule over a split JAX accepts: the gradient traced, compiled and run by JAX
+    and accepted alike; grad_program of the loss's description accepted too."""
+    fun, x = _case(name, refused=False)
+    _, verdict, problems = held_to_jax(jax.grad(fun), x)
+    assert not problems, problems
+    assert verdict.accepted
+    assert explain_program(grad_program(describe_program(fun, x))).accepted
+
+
+@checks("WSC-4")
+def test_the_rule_is_read_up_to_the_refused_call_and_not_called_without_ad():
+    """Called without AD, JAX never traces the rule: the function is accepted by both; its
+    description holds the rule read up to the refused constraint, marked refused."""
+    fun, x = _case("constraint-on-a-tangent", refused=True)
+    program, verdict, problems = held_to_jax(fun, x)
+    assert not problems and verdict.accepted, problems
+    (call,) = [eq for eq in program.equations if eq.kind == "custom_jvp_call"]
+    assert call.rule_refused
+    assert call.rule.equations[-1].kind == "sharding_constraint"
+
+
+@checks("WSC-4")
+def test_jvp_program_refuses_the_rule_as_jax_jvp_does():
+    """jax.jvp traces the rule as grad does: JAX's ValueError; jvp_program of the
+    description refuses by WSC-4 at the rule's constraint."""
+    fun, x = _case("constraint-on-a-tangent", refused=True)
+    with pytest.raises(ValueError):
+        jax.jit(lambda p: jax.jvp(fun, (p,), (p,))).trace(x)
+    with pytest.raises(Rejection) as refused:
+        jvp_program(describe_program(fun, x))
+    got = refused.value
+    assert (got.failure.rule, got.stage) == ("WSC-4", "trace")
+    assert ".custom_jvp.rule.body[" in got.path
+
+
+# --------------------------------------------------------------------------- a jit in a rule
+
+def _split_rule(x):
+    """A custom_jvp whose rule calls a jit over a primal and a tangent: the jit constrains
+    what it computes from the primal alone, then multiplies the tangent by it."""
+    @jax.custom_jvp
+    def f(v):
+        return jnp.sin(v)
+
+    @f.defjvp
+    def rule(primals, tangents):
+        (v,), (t,) = primals, tangents
+        scale = jax.jit(lambda a, b: jax.lax.with_sharding_constraint(
+            jnp.cos(a), NS(mesh(), P("x", "y"))) * b)
+        return f(v), scale(v, t)
+    return f(x * 2.0)
+
+
+@checks("AD-6", "AD-7")
+@pytest.mark.parametrize("transform", ["grad", "linearize", "vjp", "jvp"])
+def test_a_jit_in_a_rule_reading_a_tangent_is_split_as_jax_splits_it(transform):
+    """JAX's linearization of the rule splits the jit in a known jit (the constrained
+    cosine, run with the primal) and a tangent jit (the product): the spec's rewrite holds
+    the constraint where JAX's does (its placing equations in JAX's order), and is accepted
+    alike."""
+    from test_control_flow_ad import held
+
+    x = jax.device_put(np.ones((8, 4), np.float32), NS(mesh(), P("x")))
+    fun = (lambda v: _split_rule(v).sum()) if transform == "grad" else _split_rule
+    verdict = held(transform, fun, x)
+    assert verdict.accepted
+
+
+# --------------------------------------------------------------------------- closed-over arrays
+
+WEIGHTS = np.arange(32, dtype=np.float32).reshape(8, 4) / 7
+
+
+def _jvp_closing_over_an_array(x):
+    """A custom_jvp whose rule closes over a numpy array and constrains its tangent."""
+    @jax.custom_jvp
+    def f(v):
+        return jnp.sin(v)
+
+    @f.defjvp
+    def rule(primals, tangents):
+        (v,), (t,) = primals, tangents
+        return f(v), jax.lax.with_sharding_constraint(t * jnp.asarray(WEIGHTS),
+                                                      NS(mesh(), P("x", "y")))
+    return f(x * 2.0)
+
+
+def _vjp_closing_over_an_array(x):
+    """A custom_vjp whose fwd and bwd close over a numpy array; bwd constrains the
+    cotangent."""
+    @jax.custom_vjp
+    def f(v):
+        return jnp.sin(v) * jnp.asarray(WEIGHTS)
+
+    f.defvjp(lambda v: (f(v), jnp.cos(v) * jnp.asarray(WEIGHTS)),
+             lambda r, g: (jax.lax.with_sharding_constraint(
+                 r * g * jnp.asarray(WEIGHTS), NS(mesh(), P("x", "y"))),))
+    return f(x * 2.0)
+
+
+CLOSING = {"custom_jvp": (_jvp_closing_over_an_array, ("grad", "jvp", "linearize", "vjp")),
+           "custom_vjp": (_vjp_closing_over_an_array, ("grad", "vjp"))}
+
+
+@checks("AD-2", "AD-3", "AD-5")
+@pytest.mark.parametrize("name,transform", [(n, t) for n in sorted(CLOSING)
+                                            for t in CLOSING[n][1]])
+def test_a_rule_closing_over_an_array_is_inlined_with_its_constant(name, transform):
+    """A rule (or fwd and bwd) closing over an array was differentiated by the call's
+    primal body; its constant is now the enclosing body's, as JAX traces the rule inline:
+    the rule's constraint is where JAX's is, and the rewrite is accepted alike."""
+    from test_control_flow_ad import held
+
+    x = jax.device_put(np.ones((8, 4), np.float32), NS(mesh(), P("x")))
+    body = CLOSING[name][0]
+    program = describe_program(body, x)
+    (call,) = [eq for eq in program.equations if eq.kind.startswith("custom_")]
+    rules = (call.rule,) if name == "custom_jvp" else (call.fwd, call.bwd)
+    assert all(rule.consts for rule in rules)
+    fun = (lambda v: body(v).sum()) if transform == "grad" else body
+    assert held(transform, fun, x).accepted
