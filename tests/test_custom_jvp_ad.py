@@ -240,3 +240,67 @@ def test_a_rule_closing_over_an_array_is_inlined_with_its_constant(name, transfo
     assert all(rule.consts for rule in rules)
     fun = (lambda v: body(v).sum()) if transform == "grad" else body
     assert held(transform, fun, x).accepted
+
+
+# --------------------------------------------------------------------------- symbolic zeros
+
+def _symbolic(x, y):
+    """A custom_jvp of two inputs whose rule takes symbolic zeros: the tangent of each
+    input given, the first's constrained."""
+    from jax.custom_derivatives import SymbolicZero
+
+    @jax.custom_jvp
+    def f(a, b):
+        return jnp.sin(a) * b
+
+    def rule(primals, tangents):
+        (a, b), (ta, tb) = primals, tangents
+        parts = []
+        if type(ta) is not SymbolicZero:
+            parts.append(jax.lax.with_sharding_constraint(jnp.cos(a) * b * ta,
+                                                          NS(mesh(), P("x", "y"))))
+        if type(tb) is not SymbolicZero:
+            parts.append(jnp.sin(a) * tb)
+        return f(a, b), sum(parts[1:], parts[0])
+
+    f.defjvp(rule, symbolic_zeros=True)
+    return f(x * 2.0, y)
+
+
+def _equinox(x, y):
+    """equinox's filter_custom_jvp (a rule taking symbolic zeros: None for no tangent)."""
+    import equinox as eqx
+
+    @eqx.filter_custom_jvp
+    def f(a, b):
+        return jnp.sin(a) * b
+
+    @f.def_jvp
+    def rule(primals, tangents):
+        (a, b), (ta, tb) = primals, tangents
+        parts = [] if ta is None else [jax.lax.with_sharding_constraint(
+            jnp.cos(a) * b * ta, NS(mesh(), P("x", "y")))]
+        parts += [] if tb is None else [jnp.sin(a) * tb]
+        return f(a, b), sum(parts[1:], parts[0])
+    return f(x * 2.0, y)
+
+
+@checks("AD-3", "AD-5")
+@pytest.mark.parametrize("make", [_symbolic, _equinox], ids=["jax", "equinox"])
+@pytest.mark.parametrize("argnums", [0, 1])
+def test_a_rule_taking_symbolic_zeros_is_the_one_traced_for_the_inputs_differentiated(
+        make, argnums):
+    """grad with respect to one of two inputs: JAX calls the rule with a symbolic zero for
+    the other; the spec reads the rule traced for each set of inputs without a tangent
+    (it was refused, AD-0) and differentiates by the one for those: accepted alike, the
+    constraint of the first input's tangent where JAX's is (or absent, as in JAX's)."""
+    from test_control_flow_ad import held
+
+    x = jax.device_put(np.ones((8, 4), np.float32), NS(mesh(), P("x")))
+    y = np.full((8, 4), 2.0, np.float32)
+    program = describe_program(make, x, y)
+    (call,) = [eq for eq in program.equations if eq.kind == "custom_jvp_call"]
+    assert call.symbolic_zeros and {z[0] for z in call.zero_rules} == {
+        (False, True), (True, False)}
+    verdict = held("grad", lambda a, b: make(a, b).sum(), x, y, argnums=argnums)
+    assert verdict.accepted

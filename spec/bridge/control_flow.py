@@ -100,7 +100,39 @@ def _jvp_rule(eqn: Any, where: str, read_body: Reader) -> dict:
             raise
         return {"rule": refused, "rule_refused": True}
     rule = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}rule.")
-    return {"rule": rule, "rule_zeros": tuple(bool(z) for z in out_zeros)}
+    fields = {"rule": rule, "rule_zeros": tuple(bool(z) for z in out_zeros)}
+    if params.get("symbolic_zeros") and 1 < count <= ZERO_RULES_UP_TO:
+        fields["zero_rules"] = tuple(_zero_rules(params["jvp_jaxpr_fun"], count, where,
+                                                 read_body))
+    return fields
+
+
+# How many inputs a custom_jvp's rule taking symbolic zeros may have for it to be read for
+# each set of inputs without a tangent (2 ** count - 2 traces), not only for none.
+ZERO_RULES_UP_TO = 4
+
+
+def _zero_rules(fun: Any, count: int, where: str, read_body: Reader) -> list:
+    """A rule taking symbolic zeros (JAX's ``jvp_jaxpr_fun`` of ``count`` inputs) traced
+    for every set of inputs without a tangent but none and all, as
+    :class:`~shardlaw.spec.program.control_flow.CustomJvp`'s ``zero_rules`` holds them;
+    a set JAX fails to trace it for is left out."""
+    import itertools
+
+    from jax._src import core
+
+    out = []
+    for zeros in itertools.product((False, True), repeat=count):
+        if all(zeros) or not any(zeros):
+            continue
+        try:
+            jaxpr, consts, out_zeros = fun.call_wrapped(*zeros)
+        except Exception:   # noqa: BLE001 - (JAX fails to trace it: left out)
+            continue
+        out.append((tuple(zeros), read_body(core.ClosedJaxpr(jaxpr, consts),
+                                            f"{where}rule{list(zeros)}."),
+                    tuple(bool(z) for z in out_zeros)))
+    return out
 
 
 def _refused_rule(rule: Any, count: int) -> Any:

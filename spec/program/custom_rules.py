@@ -50,14 +50,44 @@ def usable_rule(eq: CustomJvp) -> Program | None:
     tangents; outputs: the primal results, then the tangents ``rule_zeros`` leaves) and
     JAX traced it; else None. A rule closing over constants is inlined only into a body
     built holding them (:func:`rule_consts`)."""
-    rule, body = eq.rule, eq.body
-    if rule is None or eq.rule_refused:
+    if eq.rule is None or eq.rule_refused:
         return None
-    ins = tuple(v.type for v in body.inputs[eq.num_consts:])
-    outs = len(body.outputs)
-    fits = (len(eq.rule_zeros) == outs and tuple(v.type for v in rule.inputs) == ins + ins
-            and len(rule.outputs) == outs + eq.rule_zeros.count(False))
-    return rule if fits else None
+    count = len(eq.body.inputs) - eq.num_consts
+    return eq.rule if _fits(eq, eq.rule, eq.rule_zeros, (False,) * count) else None
+
+
+def _fits(eq: CustomJvp, rule: Program, rule_zeros: tuple, zeros: tuple) -> bool:
+    """Whether ``rule`` fits ``eq``'s body given the inputs without a tangent (``zeros``):
+    the primals, then the other tangents in; the primal results, then the tangents
+    ``rule_zeros`` leaves out."""
+    ins = tuple(v.type for v in eq.body.inputs[eq.num_consts:])
+    outs = len(eq.body.outputs)
+    tangents = tuple(t for t, zero in zip(ins, zeros) if not zero)
+    return (len(rule_zeros) == outs and tuple(v.type for v in rule.inputs) == ins + tangents
+            and len(rule.outputs) == outs + rule_zeros.count(False))
+
+
+def _chosen_rule(eq: CustomJvp, moving: list, into: Any, path: str, transform: str
+                 ) -> tuple | None:
+    """(the rule AD calls for ``eq`` given the tangents ``moving``, its ``rule_zeros``,
+    which inputs it takes no tangent of, its constants' numbers in the body ``into``), or
+    None where the call is differentiated by its primal body. A rule taking symbolic
+    zeros is the one traced for the inputs without a tangent (``zero_rules``)."""
+    if all(t is None for t in moving):
+        return None
+    zeros = tuple(t is None for t in moving[eq.num_consts:])
+    rule, rule_zeros, taken = usable_rule(eq), eq.rule_zeros, (False,) * len(zeros)
+    if eq.symbolic_zeros and any(zeros):
+        picked = [z for z in eq.zero_rules
+                  if z[0] == zeros and not eq.rule_refused and _fits(eq, z[1], z[2], zeros)]
+        if not picked and rule is not None:
+            _refuse(eq, path, transform, "a rule taking symbolic zeros is read for some "
+                    "inputs without a tangent only where it has at most four inputs and "
+                    "JAX traces it for them")
+        rule, rule_zeros, taken = (picked[0][1], picked[0][2], zeros) if picked else \
+            (None, (), ())
+    consts = None if rule is None else _const_numbers(into, rule)
+    return None if consts is None else (rule, rule_zeros, taken, consts)
 
 
 def rule_consts(program: Program) -> tuple:
@@ -105,15 +135,15 @@ def _refuse(eq: Any, path: str, transform: str, why: str) -> None:
 
 def _check_zeros(eq: Any, moving: list, path: str, transform: str) -> None:
     if eq.symbolic_zeros and any(t is None for t in moving[eq.num_consts:]):
-        _refuse(eq, path, transform, "a rule taking symbolic zeros is read for every input "
-                "differentiated only")
+        _refuse(eq, path, transform, "a custom_vjp taking symbolic zeros is read for every "
+                "input differentiated only")
 
 
-def _tangents_of(rule_outputs: list, eq: Any, results: tuple) -> list:
+def _tangents_of(rule_outputs: list, rule_zeros: tuple, results: tuple) -> list:
     """The tangent of each result: the rule's next one unless ``rule_zeros`` marks it a
     zero (None where the result has no tangent, an integer's)."""
     given = iter(rule_outputs)
-    out = [None if zero else next(given) for zero in eq.rule_zeros]
+    out = [None if zero else next(given) for zero in rule_zeros]
     return [t if differentiable(r) else None for t, r in zip(out, results)]
 
 
@@ -124,18 +154,17 @@ def jvp_custom_jvp(eq: CustomJvp, body: Any, operands: tuple[int, ...], moving: 
                    path: str) -> tuple[tuple[int, ...], list]:
     """A custom_jvp call's JVP: its rule inline (module docstring)."""
     refuse_traced_rule(eq, moving, path)
-    rule = usable_rule(eq)
-    consts = None if rule is None else _const_numbers(body, rule)
-    if consts is None or all(t is None for t in moving):
+    chosen = _chosen_rule(eq, moving, body, path, "jvp")
+    if chosen is None:
         return JVP_BODIES.rules["jit"](eq, body, operands, moving, path)
-    _check_zeros(eq, moving, path, "jvp")
+    rule, rule_zeros, taken, consts = chosen
     nc, inputs = eq.num_consts, eq.body.inputs
-    tangents = tuple(t if t is not None else emit_zeros(body, inputs[i].type)
-                     for i, t in enumerate(moving) if i >= nc)
+    tangents = tuple(t if t is not None else emit_zeros(body, inputs[nc + j].type)
+                     for j, (t, zero) in enumerate(zip(moving[nc:], taken)) if not zero)
     outs = inline_body(body, rule, tuple(operands[nc:]) + tangents + consts)
     count = len(eq.body.outputs)
     results = [eq.body.value_types[n] for n in eq.body.outputs]
-    return outs[:count], _tangents_of(list(outs[count:]), eq, results)
+    return outs[:count], _tangents_of(list(outs[count:]), rule_zeros, results)
 
 
 @LINEARIZE_BODIES.register("custom_jvp")
@@ -145,16 +174,15 @@ def linearize_custom_jvp(eq: CustomJvp, tape: Any, operands: tuple[int, ...], mo
     docstring), as :func:`~shardlaw.spec.program.partial_eval.split_known` splits a body
     (an inner jit of the rule that reads a tangent split in a known and a tangent jit)."""
     refuse_traced_rule(eq, moving, path)
-    rule = usable_rule(eq)
-    consts = None if rule is None else _const_numbers(tape.primal, rule)
-    if consts is None or all(t is None for t in moving):
+    chosen = _chosen_rule(eq, moving, tape.primal, path, transform)
+    if chosen is None:
         return LINEARIZE_BODIES.rules["jit"](eq, tape, operands, moving, path, transform)
-    _check_zeros(eq, moving, path, transform)
+    rule, rule_zeros, taken, consts = chosen
     nc, inputs = eq.num_consts, eq.body.inputs
     # the rule's known inputs: the primals, and the zero tangents JAX instantiates
     given: list = list(operands[nc:]) + [
         emit_zeros(tape.primal, inputs[nc + j].type) if t is None else t
-        for j, t in enumerate(moving[nc:])]
+        for j, (t, zero) in enumerate(zip(moving[nc:], taken)) if not zero]
     split = split_known(rule, tuple(not isinstance(g, tuple) for g in given))
     known_in = [g for g in given if not isinstance(g, tuple)]
     made: tuple = ()
@@ -176,7 +204,7 @@ def linearize_custom_jvp(eq: CustomJvp, tape: Any, operands: tuple[int, ...], mo
     tangents = [outs[j] if where == "unknown" else None   # (a known one: a zero)
                 for where, j in split.outputs[results:]]
     types = [eq.body.value_types[n] for n in eq.body.outputs]
-    return primal, _tangents_of(tangents, eq, types)
+    return primal, _tangents_of(tangents, rule_zeros, types)
 
 
 def _tangent_part(tape: Any, unknown: Program, refs: list) -> list:
