@@ -11,9 +11,15 @@ primal body (the rule, which JAX failed to trace, unread) and accepted. The brid
 reads such a rule up to the refused call (``rule_refused``,
 spec/bridge/refusals.py's ``describe_refused_rule``), and the spec's AD refuses it where
 it calls the rule (spec/program/custom_rules.py's ``refuse_traced_rule``), at
-``<the call's path>.custom_jvp.rule.body[k]``; ``describe_program`` of ``jax.grad`` refuses
-by that rewrite, as it refuses a cotangent's type (AD-13). Each is held to JAX on both
-sides: the same rule over a split JAX accepts is accepted alike.
+``<the call's path>.custom_jvp.rule.body[k]``; ``describe_program`` of ``jax.grad`` (or of
+``jax.jvp`` of a jit) refuses by that rewrite, as it refuses a cotangent's type (AD-13).
+Each is held to JAX on both sides: the same rule over a split JAX accepts is accepted
+alike.
+
+And the rules AD calls as JAX calls them: a jit inside a rule, reading a primal and a
+tangent, split in a known and a tangent jit; a rule, a ``fwd`` and a ``bwd`` closing over
+an array inlined with its constant; a rule taking symbolic zeros read for the inputs
+without a tangent (each was the primal body, or AD-0).
 """
 
 from __future__ import annotations
@@ -140,18 +146,62 @@ def test_the_rule_is_read_up_to_the_refused_call_and_not_called_without_ad():
     assert call.rule.equations[-1].kind == "sharding_constraint"
 
 
-@checks("WSC-4")
-def test_jvp_program_refuses_the_rule_as_jax_jvp_does():
-    """jax.jvp traces the rule as grad does: JAX's ValueError; jvp_program of the
-    description refuses by WSC-4 at the rule's constraint."""
-    fun, x = _case("constraint-on-a-tangent", refused=True)
-    with pytest.raises(ValueError):
-        jax.jit(lambda p: jax.jvp(fun, (p,), (p,))).trace(x)
+# name: the refused equation's path in describe_program of jax.jvp (JAX runs the rule in
+# the function's own trace, over its tangents: the program as JAX traced it)
+JVP_PATHS = {"constraint-on-a-tangent": "body[3]",
+             "tangents-added-split-apart": "body[4].jit.body[0]"}
+
+
+@checks("WSC-4", "PROG-8")
+@pytest.mark.parametrize("name", sorted(JVP_PATHS))
+def test_jax_jvp_refuses_the_rule_as_grad_does(name):
+    """jax.jvp traces the rule as grad does (JAX's class). Of the function, JAX runs the
+    rule in the function's own trace: describe_program describes it as traced up to the
+    refused equation, explain_program refuses there. Of a jit, JAX traces the rule in the
+    jit's JVP: describe_program refuses by the spec's jvp_program of the jit's function,
+    as jvp_program of the description does, at the rule's refused equation. The split JAX
+    accepts is accepted alike."""
+    fun, x = _case(name, refused=True)
+    error, rule = CASES[name][4:6]
+    for jvp in (lambda p: jax.jvp(fun, (p,), (p,))[1],
+                lambda p: jax.jvp(jax.jit(fun), (p,), (p,))[1]):
+        with pytest.raises(Exception) as raised:
+            jax.jit(jvp).trace(x)
+        assert type(raised.value).__name__ == error
+    _, verdict, problems = held_to_jax(lambda p: jax.jvp(fun, (p,), (p,))[1], x)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        rule, "trace", JVP_PATHS[name], error)
+    with pytest.raises(Rejection) as refused:
+        describe_program(lambda p: jax.jvp(jax.jit(fun), (p,), (p,))[1], x)
+    got = refused.value
+    assert (got.failure.rule, got.stage, got.failure.jax_error) == (rule, "trace", error)
+    assert ".custom_jvp.rule.body[" in got.path
     with pytest.raises(Rejection) as refused:
         jvp_program(describe_program(fun, x))
-    got = refused.value
-    assert (got.failure.rule, got.stage) == ("WSC-4", "trace")
-    assert ".custom_jvp.rule.body[" in got.path
+    assert (refused.value.failure.rule, refused.value.stage) == (rule, "trace")
+    fun, x = _case(name, refused=False)
+    _, verdict, problems = held_to_jax(lambda p: jax.jvp(fun, (p,), (p,))[1], x)
+    assert not problems and verdict.accepted, problems
+
+
+@checks("WSC-4", "PROG-8")
+@pytest.mark.parametrize("name", sorted(JVP_PATHS))
+def test_grad_of_a_jit_and_grad_inside_a_function_refuse_the_rule_alike(name):
+    """jax.grad of a jit, and jax.grad called inside the function: JAX refuses tracing the
+    rule; describe_program refuses by grad_program of the differentiated function, at the
+    rule's refused equation."""
+    fun, x = _case(name, refused=True)
+    error, rule = CASES[name][4:6]
+    for outer in (jax.grad(jax.jit(fun)), lambda p: jax.grad(fun)(p) * 2.0):
+        with pytest.raises(Exception) as raised:
+            jax.jit(outer).trace(x)
+        assert type(raised.value).__name__ == error
+        with pytest.raises(Rejection) as refused:
+            describe_program(outer, x)
+        got = refused.value
+        assert (got.failure.rule, got.stage, got.failure.jax_error) == (rule, "trace", error)
+        assert ".custom_jvp.rule.body[" in got.path
 
 
 # --------------------------------------------------------------------------- a jit in a rule

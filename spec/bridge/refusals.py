@@ -51,7 +51,7 @@ from ..core.values import UNCONSTRAINED
 from ..program.description import DevicePut, Jit, Program, Reshard, ShardingConstraint
 from .refused_bodies import ended, primal
 from .refused_collectives import COLLECTIVE_CALLS, collective_operands, refused_collective
-from .refused_gradients import gradient_frame, refuse_gradient
+from .refused_gradients import gradient_frame, refuse_gradient, refuse_in_rule
 from .refused_primitives import primitive_frame, primitive_operands, refused_primitive
 from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
@@ -236,18 +236,16 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
     refs, hoisting, input paths); ``jitted``: whether the function is a jit, whose body is
     then the second JAX traced (the first, the call of it, holding nothing else);
     ``read_body(jaxpr, consts, inputs, where, **options)``: the bridge's reader of a body.
-    A refusal in a custom_jvp's rule a gradient traced is that gradient's, refused by the
-    spec's rewrite of it where it is not described otherwise."""
+    A refusal in a custom_jvp's rule a gradient or a ``jax.jvp`` traced is theirs, refused
+    by the spec's rewrite of it where it is not described otherwise."""
     names = {cls.__name__ for cls in type(error).__mro__}
     gradient = gradient_frame(error)
     if gradient is not None:   # a cotangent's type refused: the gradient by the spec's rewrite
         refuse_gradient(gradient, names)
         return None
     program = _described_refusal(error, inputs, options, jitted, read_body, names)
-    if program is None:
-        gradient = gradient_frame(error, rule=True)
-        if gradient is not None:   # refused in a custom_jvp's rule: by the spec's rewrite
-            refuse_gradient(gradient, names)
+    if program is None:   # refused in a custom_jvp's rule: by the spec's rewrite of its AD
+        refuse_in_rule(error, names)
     return program
 
 

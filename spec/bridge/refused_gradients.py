@@ -1,5 +1,6 @@
 """A gradient JAX refuses in its backward pass: a cotangent of another type than its value,
-or a while loop it cannot transpose; or in a custom_jvp's rule it traces for it.
+or a while loop it cannot transpose; or a gradient or a ``jax.jvp`` refused in a
+custom_jvp's rule it traces (:func:`refuse_in_rule`).
 
 JAX's backward pass checks each cotangent it hands to a value against the value's
 cotangent type (``ad.ct_check``) and raises a ValueError ("Expected cotangent type
@@ -22,30 +23,49 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-__all__ = ["gradient_frame", "refuse_gradient"]
+__all__ = ["gradient_frame", "refuse_gradient", "refuse_in_rule", "refuse_jvp"]
 
 
-def gradient_frame(error: BaseException, rule: bool = False) -> dict | None:
+def gradient_frame(error: BaseException) -> dict | None:
     """The locals of the innermost ``jax.value_and_grad`` call (``jax.grad`` calls one)
     JAX's ``error`` passed through, where JAX raised it checking a cotangent's type in
-    that gradient's backward pass (``rule``: tracing a custom_jvp's rule for it); else
-    None."""
+    that gradient's backward pass; else None."""
     from jax._src import api
     from jax._src.interpreters import ad
     from jax._src.lax.control_flow import loops
 
     frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
-    places = [(f.f_code.co_filename, f.f_code.co_name) for f in frames]
-    calls = [k for k, place in enumerate(places) if place == (api.__file__, "value_and_grad_f")]
     refusing = {(ad.__file__, "ct_check"),   # (and a while loop's transpose: LOOP-2)
                 (loops.__file__, "_while_transpose_error")}
-    if not calls:
+    if not frames or (frames[-1].f_code.co_filename, frames[-1].f_code.co_name) \
+            not in refusing:
         return None
-    if rule:
-        found = (ad.__file__, "process_custom_jvp_call") in places[calls[-1]:]
+    calls = [f.f_locals for f in frames
+             if (f.f_code.co_filename, f.f_code.co_name) == (api.__file__, "value_and_grad_f")]
+    return calls[-1] if calls else None
+
+
+def refuse_in_rule(error: BaseException, names: set[str]) -> None:
+    """Raise the spec's refusal of the ``jax.grad`` or ``jax.jvp`` (the innermost) whose
+    tracing of a custom_jvp's rule JAX refused with ``error``, by the spec's rewrite of
+    it (:func:`refuse_gradient`, :func:`refuse_jvp`); return where there is none, or the
+    spec does not refuse it so (JAX's error stands)."""
+    from jax._src import api
+    from jax._src.interpreters import ad
+
+    frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+    places = [(f.f_code.co_filename, f.f_code.co_name) for f in frames]
+    rules = [k for k, place in enumerate(places)
+             if place == (ad.__file__, "process_custom_jvp_call")]
+    callers = [k for k, place in enumerate(places[:rules[-1]] if rules else [])
+               if place in ((api.__file__, "value_and_grad_f"), (api.__file__, "_jvp"))]
+    if not callers:
+        return
+    local = frames[callers[-1]].f_locals
+    if places[callers[-1]][1] == "_jvp":
+        refuse_jvp(local, names)
     else:
-        found = places[-1] in refusing
-    return frames[calls[-1]].f_locals if found else None
+        refuse_gradient(local, names)
 
 
 def _example(value: Any) -> Any:
@@ -77,6 +97,33 @@ def refuse_gradient(local: dict, names: set[str]) -> None:
         program = describe_program(fun, *jax.tree_util.tree_map(_example, args))
         flat = _flat_argnums(args, argnums)
         grad_program(program, flat, has_aux=bool(local.get("has_aux")))
+    except Rejection as refusal:
+        failure = refusal.failure
+        if refusal.stage == "trace" and (
+                {failure.jax_error, failure.error_type.__name__} & names):
+            raise refusal from None
+    except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
+        return
+
+
+def refuse_jvp(local: dict, names: set[str]) -> None:
+    """Raise the spec's refusal of the ``jax.jvp`` whose call's locals are ``local`` (its
+    function described over its primals' types, differentiated by ``jvp_program`` with
+    tangents of its tangents' types), where it refuses at the trace stage with one of
+    JAX's classes ``names``; return otherwise (JAX's error stands)."""
+    import jax
+
+    from ..core.rules import Rejection
+    from ..program.autodiff import jvp_program
+    from .program import describe_program, value_type_of
+
+    if local.get("has_aux"):
+        return
+    try:
+        program = describe_program(local["fun"], *jax.tree_util.tree_map(
+            _example, tuple(local["primals"])))
+        jvp_program(program, tuple(value_type_of(jax.typeof(t), "a tangent of jax.jvp")
+                                   for t in jax.tree_util.tree_leaves(local["tangents"])))
     except Rejection as refusal:
         failure = refusal.failure
         if refusal.stage == "trace" and (
