@@ -354,3 +354,26 @@ def test_a_rule_taking_symbolic_zeros_is_the_one_traced_for_the_inputs_different
         (False, True), (True, False)}
     verdict = held("grad", lambda a, b: make(a, b).sum(), x, y, argnums=argnums)
     assert verdict.accepted
+
+
+WRAPS = {
+    "scan": lambda body: lambda v: jax.lax.scan(lambda c, _: (body(c), None), v, None,
+                                                length=2)[0],
+    "cond": lambda body: lambda v: jax.lax.cond(v.sum() > 0, body, lambda c: c, v),
+    "remat": jax.checkpoint,
+}
+
+
+@checks("AD-3", "AD-5")
+@pytest.mark.parametrize("name", sorted(CLOSING))
+@pytest.mark.parametrize("wrap", sorted(WRAPS))
+def test_a_rule_closing_over_an_array_in_a_loop_cond_or_remat_body(name, wrap):
+    """The same calls in a scan's, a cond's branch's or a remat's body, under grad: their
+    constants are the body's as it is differentiated (a remat's recomputing body holds
+    them, and its transpose reads them), accepted alike, the constraints where JAX's
+    are."""
+    from test_control_flow_ad import held
+
+    x = jax.device_put(np.ones((8, 4), np.float32), NS(mesh(), P("x")))
+    fun = WRAPS[wrap](CLOSING[name][0])
+    assert held("grad", lambda v: fun(v).sum(), x).accepted

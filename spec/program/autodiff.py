@@ -359,9 +359,9 @@ def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], mo
         return primal, [None] * len(inner.outputs)
     given = [t for t in moving if t is not None]
     staged = BodyBuilder(tuple(v.type for v in inner.inputs) + tuple(
-        tape.type_of(t) for t in given))
+        tape.type_of(t) for t in given), lin.primal.consts)
     count = len(inner.inputs)
-    ran = inline_body(staged, lin.primal, tuple(range(count)))
+    ran = inline_consts(staged, lin.primal, tuple(range(count)))
     touts = inline_body(staged, lin.tangent, ran[len(inner.outputs):] + tuple(
         range(count, count + len(given))))
     body = staged.program(touts)

@@ -55,6 +55,8 @@ def transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
     body = BodyBuilder(tuple(program.inputs[i].type for i in nonlinear) + cotangent_types,
                        program.consts + rule_consts(program))
     number: dict[int, int] = {i: k for k, i in enumerate(nonlinear)}
+    number.update((len(program.inputs) + c, len(body.inputs) + c)   # its constants
+                  for c in range(len(program.consts)))
     cts: dict[int, int] = {}   # per value, the sum of the cotangents that reached it so far
 
     def accumulate(value: int, ct: int, path: str) -> None:
