@@ -35,8 +35,11 @@ The call is located from the frames JAX's error passed through (its traceback un
 the jit, scan, while, cond, switch, remat, custom-function and shard_map bodies JAX was
 tracing, outermost first, and the call in the innermost; a constraint under a ``vmap``
 called in a body is described as vmap's batching would stage it (its spec unconstrained
-along the batch dimension). Where it cannot be located (another call under such a
-``vmap``, a call in a custom derivative's rule; a refusal of another kind), or
+along the batch dimension). A call in a ``custom_jvp``'s rule, which JAX traces only under
+AD, is described inside the rule when the bridge reads it (:func:`describe_refused_rule`),
+and the ``jax.grad`` or ``jax.jvp`` that traced it refused by the spec's rewrite
+(:func:`~shardlaw.spec.bridge.refused_gradients.refuse_in_rule`). Where it cannot be
+located (another call under such a ``vmap``; a refusal of another kind), or
 the spec does not refuse the described program at the trace stage with JAX's class, there is
 no description and JAX's error stands.
 """
