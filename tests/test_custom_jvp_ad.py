@@ -377,3 +377,31 @@ def test_a_rule_closing_over_an_array_in_a_loop_cond_or_remat_body(name, wrap):
     x = jax.device_put(np.ones((8, 4), np.float32), NS(mesh(), P("x")))
     fun = WRAPS[wrap](CLOSING[name][0])
     assert held("grad", lambda v: fun(v).sum(), x).accepted
+
+
+@checks("AD-0")
+def test_a_rule_jax_refuses_in_a_way_not_described_is_not_differentiated_by_the_primal_body():
+    """A rule branching in Python on a traced value: JAX refuses tracing it under grad
+    (ConcretizationTypeError), in a way the spec does not describe. The spec no longer
+    differentiates the call by its primal body (an acceptance JAX does not make): its
+    rewrite says it does not rewrite it (AD-0); without AD both accept."""
+    @jax.custom_jvp
+    def f(v):
+        return jnp.sin(v)
+
+    @f.defjvp
+    def rule(primals, tangents):
+        (v,), (t,) = primals, tangents
+        return f(v), (t if v.sum() > 0 else -t)
+
+    x = np.ones((8, 4), np.float32)
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        jax.jit(jax.grad(lambda v: f(v).sum())).trace(x)
+    program, verdict, problems = held_to_jax(f, x)
+    assert not problems and verdict.accepted, problems
+    (call,) = [eq for eq in program.equations if eq.kind == "custom_jvp_call"]
+    assert call.rule_refused and call.rule is None
+    with pytest.raises(Rejection) as refused:
+        grad_program(describe_program(lambda v: f(v).sum(), x))
+    assert refused.value.failure.rule == "AD-0"
+    assert "JAX refuses tracing its rule" in str(refused.value)

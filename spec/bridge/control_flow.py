@@ -11,7 +11,8 @@ calls its own function again (``jax.nn.relu``'s calls ``relu``) is read to a dep
 :data:`RULE_DEPTH`, deeper calls without their rule; a rule JAX fails to trace is left
 unread (None), except a custom_jvp's rule JAX refuses while tracing it (a call in it JAX
 refuses over the primals and tangents, :func:`~shardlaw.spec.bridge.refusals.
-describe_refused_rule`): that rule is read up to the refused call (``rule_refused``).
+describe_refused_rule`): that rule is read up to the refused call (``rule_refused``;
+None where the spec does not describe the refusal, unless the rule takes symbolic zeros).
 """
 
 from __future__ import annotations
@@ -96,9 +97,9 @@ def _jvp_rule(eqn: Any, where: str, read_body: Reader) -> dict:
         jaxpr, consts, out_zeros = params["jvp_jaxpr_fun"].call_wrapped(*([False] * count))
     except Exception:   # JAX refuses while tracing the rule: read up to the refused call
         refused = _refused_rule(params["jvp_jaxpr_fun"], count)
-        if refused is None:
-            raise
-        return {"rule": refused, "rule_refused": True}
+        if refused is None and params.get("symbolic_zeros"):
+            raise   # (JAX may trace it for the inputs without a tangent AD leaves)
+        return {"rule": refused, "rule_refused": True}   # (None: not described)
     rule = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}rule.")
     fields = {"rule": rule, "rule_zeros": tuple(bool(z) for z in out_zeros)}
     if params.get("symbolic_zeros") and 1 < count <= ZERO_RULES_UP_TO:

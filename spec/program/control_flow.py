@@ -329,7 +329,8 @@ class CustomJvp(_Called):
     under AD: ``rule`` over the primals and a tangent of each (its first ``num_consts``
     inputs, closed over, take none) returns the primal results, then the tangent of each
     result ``rule_zeros`` does not mark a symbolic zero (None: not read). ``rule_refused``:
-    ``rule`` is the rule JAX refused while tracing it, described up to the refused call.
+    ``rule`` is the rule JAX refused while tracing it, described up to the refused call
+    (None: JAX refused it in a way not described).
     ``zero_rules``: a rule taking symbolic zeros as traced for other inputs without a
     tangent, ``(in_zeros, rule, rule_zeros)`` each, ``rule`` over the primals and the
     tangents ``in_zeros`` does not mark a zero."""

@@ -118,12 +118,16 @@ def _const_numbers(into: Any, rule: Program) -> tuple[int, ...] | None:
     return None if None in numbers else numbers
 
 
-def refuse_traced_rule(eq: CustomJvp, moving: list, path: str) -> None:
+def refuse_traced_rule(eq: CustomJvp, moving: list, path: str, transform: str) -> None:
     """Refuse, as JAX refuses tracing it, the rule of ``eq`` that JAX refused (its
     ``rule_refused``) where AD calls it (a tangent given); its own checks at the trace
-    stage, at ``<path>.custom_jvp.rule.body[k]``."""
-    if not eq.rule_refused or eq.rule is None or all(t is None for t in moving):
+    stage, at ``<path>.custom_jvp.rule.body[k]`` (AD-0 where the refusal is not
+    described: the call is not differentiated by its primal body, which JAX does not do)."""
+    if not eq.rule_refused or all(t is None for t in moving):
         return
+    if eq.rule is None:
+        _refuse(eq, path, transform, "JAX refuses tracing its rule in a way the spec does "
+                "not describe")
     from .explain import trace_body
 
     trace_body(eq.rule, eq.rule.context_mesh, f"{path}.custom_jvp.rule.")
@@ -153,7 +157,7 @@ def _tangents_of(rule_outputs: list, rule_zeros: tuple, results: tuple) -> list:
 def jvp_custom_jvp(eq: CustomJvp, body: Any, operands: tuple[int, ...], moving: list,
                    path: str) -> tuple[tuple[int, ...], list]:
     """A custom_jvp call's JVP: its rule inline (module docstring)."""
-    refuse_traced_rule(eq, moving, path)
+    refuse_traced_rule(eq, moving, path, "jvp")
     chosen = _chosen_rule(eq, moving, body, path, "jvp")
     if chosen is None:
         return JVP_BODIES.rules["jit"](eq, body, operands, moving, path)
@@ -173,7 +177,7 @@ def linearize_custom_jvp(eq: CustomJvp, tape: Any, operands: tuple[int, ...], mo
     """A custom_jvp call linearized: its rule split by partial evaluation (module
     docstring), as :func:`~shardlaw.spec.program.partial_eval.split_known` splits a body
     (an inner jit of the rule that reads a tangent split in a known and a tangent jit)."""
-    refuse_traced_rule(eq, moving, path)
+    refuse_traced_rule(eq, moving, path, transform)
     chosen = _chosen_rule(eq, moving, tape.primal, path, transform)
     if chosen is None:
         return LINEARIZE_BODIES.rules["jit"](eq, tape, operands, moving, path, transform)
