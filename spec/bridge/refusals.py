@@ -57,7 +57,7 @@ from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
 )
 
-__all__ = ["describe_refused"]
+__all__ = ["describe_refused", "calls_one_jit"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
@@ -269,6 +269,16 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
     if refused.placed and not refused.refuses_at(verdict.path):
         return None   # refused elsewhere than at the call JAX refused: not its description
     return program
+
+
+def calls_one_jit(error: BaseException) -> bool:
+    """Whether the function JAX refused with ``error`` while tracing it (its frames kept)
+    had called nothing but one jit over its arguments, inside which JAX refused."""
+    try:
+        located = _locate(error)
+    except Exception:  # noqa: BLE001 - a refusal not located: read as a Python function's
+        return False
+    return located is not None and _only_calls_a_jit(located[0])
 
 
 def _refused_top(refused: _Refused, inputs: tuple, options: dict,

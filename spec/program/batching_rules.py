@@ -26,7 +26,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ..core.rules import located
+from ..core.rules import Rejection, located
 from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import AbstractMesh, Mesh, PartitionSpec
 from ..transforms.arguments import place_on_devices
@@ -47,7 +47,7 @@ from .shardmap_batching import (
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["BatchAxis", "BatchedBody", "split_batch", "split_at", "operands_batch_split", "batch_entry", "batch_body", "push_batched", "batch_jit_body",
+__all__ = ["BatchAxis", "BatchedBody", "split_batch", "split_at", "operands_batch_split", "batch_entry", "batch_body", "check_staged", "push_batched", "batch_jit_body",
            "batched_type", "inserted", "rearranged", "moved_axis", "transpose_equation",
            "broadcast_equation", "unit_typed", "batch_typed", "batched_parameter", "typed_like", "KEEPS_AXIS", "SHIFTS", "MOVES"]
 
@@ -212,11 +212,31 @@ def _typed(eq: Equation, types: list[Value]) -> Equation:
 
 
 def batch_body(program: Program, dims: tuple, axis: BatchAxis, prefix: str) -> BatchedBody:
-    """Every equation of ``program``'s body batched, in order."""
+    """Every equation of ``program``'s body batched, in order; a refusal while batching one
+    comes after what tracing refuses of those batched before it (:func:`check_staged`)."""
     rw = BatchedBody(program, dims, axis, prefix)
-    for k, eq in enumerate(program.equations):
-        push_batched(rw, eq, equation_path(prefix, k))
+    try:
+        for k, eq in enumerate(program.equations):
+            push_batched(rw, eq, equation_path(prefix, k))
+    except Rejection:
+        check_staged(rw)
+        raise
     return rw
+
+
+def check_staged(rw: BatchedBody) -> None:
+    """Tracing's checks of the equations ``rw`` holds so far, at their batched types: JAX
+    types each equation its batching rule binds as it binds it, so a refusal of one comes
+    before any refusal met batching a later one (the equations' paths are their places in
+    the batched body)."""
+    from .explain import trace_body
+
+    body = rw.program
+    count = len(body.inputs)
+    so_far = dataclasses.replace(body, inputs=tuple(rw.types[:count]),
+                                 equations=tuple(rw.equations), outputs=(), out_shardings=(),
+                                 compiler=None, compiler_in=None)
+    trace_body(so_far, rw.axis.context, rw.prefix)
 
 
 def push_batched(rw: BatchedBody, eq: Equation, path: str) -> None:
