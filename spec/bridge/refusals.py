@@ -337,29 +337,35 @@ def _described(levels: list[_Level], refused: _Refused, inputs: tuple, options: 
     """The outermost body of ``levels`` as traced so far, then the call into the next one
     (an inner jit, a scan's or a remat's body, each so described) or, in the innermost,
     the refused call; the program returns what that last equation returns."""
-    values, make = _next_call(levels[1:], refused, read_body)
+    values, make = _next_call(levels[1:], refused, read_body, levels[0].trace)
     jaxpr, consts = levels[0].returning([primal(v) for v in values])
     body = read_body(jaxpr, list(consts), inputs, where, **options)
     return ended(body, make(body.outputs, f"{where}body[{len(body.equations)}]"))
 
 
-def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program]
-               ) -> tuple[list, Callable[[tuple, str], tuple]]:
+def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program],
+               enclosing: Any) -> tuple[list, Callable[[tuple, str], tuple]]:
     """(the values a body passes to its next call, a function making that call's
     equations from their numbers and its path): the call into the first of ``rest``, or
     the refused call where none is left."""
+    from .refused_under_vmap import under_vmap
+
+    values, make = _call_into(rest, refused, read_body)
+    own = refused.kind in ("constraint", "device_put", "jit_in")
+    return under_vmap(values, make, refused.placed, enclosing, own)   # (a vmap in the body)
+
+
+def _call_into(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program]
+               ) -> tuple[list, Callable[[tuple, str], tuple]]:
+    """:func:`_next_call`, its values as the call was given them."""
     from .refused_bodies import body_call
 
     if not rest:
-        values = _flat_operands(refused.jit or refused.call, refused.kind)
-        if refused.kind == "constraint":
-            from .refused_bodies import unbatched
-            values, refused.call["batch_dims"] = unbatched(values)
-        return values, \
+        return _flat_operands(refused.jit or refused.call, refused.kind), \
             lambda numbers, path: _placed(refused, path, _refused_equations(
                 refused, numbers, path, read_body))
     if rest[0].jit is None:
-        inner, make = _next_call(rest[1:], refused, read_body)
+        inner, make = _next_call(rest[1:], refused, read_body, rest[0].trace)
         called = transposed_call if rest[0].construct[0] in TRANSPOSED else body_call
         return called(rest[0], inner, make, read_body)
     return _flat_operands(rest[0].jit, "jit"), \
@@ -444,11 +450,7 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     call = refused.call
     if refused.kind == "constraint":
         out = []
-        dims = call.get("batch_dims") or [None] * len(operands)
-        for number, s, dim in zip(operands, call["shardings_flat"], dims):
-            if dim is not None:   # under a vmap inside the body: as its batching makes it
-                from .refused_bodies import batched_sharding
-                s = batched_sharding(s, dim)
+        for number, s in zip(operands, call["shardings_flat"]):
             sharding = _sharding(s, path)
             spec = getattr(sharding, "spec", None)
             loose = frozenset() if spec is None else frozenset(
