@@ -2,8 +2,8 @@
 the function (issue 32), against JAX 0.10.2 on 8 CPU devices.
 
 vmap traces the function it is given on one example's types, each call as it is made: a
-jit's body (``jnp.matmul``, ``jnp.add`` and ``jnp.cumsum`` are jits), a scan's body, a
-constraint's, a device_put's and an inner jit's shardings are checked against the
+jit's body (``jnp.matmul``, ``jnp.add`` and ``jnp.cumsum`` are jits), a scan's, a while
+loop's or a remat's body, a cond's branch, a constraint's, a device_put's and an inner jit's shardings are checked against the
 example. Each such refusal was JAX's own error from describe_program (only a constraint
 under one vmap without ``spmd_axis_name`` was described). Each is now described as vmap's
 batching stages the call (spec/bridge/refused_under_vmap.py) and held to JAX on both sides:
@@ -47,6 +47,17 @@ def _in_scan(step):
     return lambda r, s: lax.scan(lambda c, _: (step(c, s), None), r, None, length=2)[0]
 
 
+def _in_while(step):
+    """``step`` of the carry and a closed-over value, in a while loop's body."""
+    return lambda r, s: lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, step(
+        c[1], s)), (0, r))[1]
+
+
+def _in_cond(step):
+    """``step`` in a cond's branch, its predicate not batched (a Python bool)."""
+    return lambda r, s: lax.cond(True, lambda u: step(u, s), lambda u: u, r)
+
+
 def _jit_in(spec):
     return jax.jit(lambda r: r * 2.0, in_shardings=NS(mesh(), spec))
 
@@ -76,6 +87,26 @@ CASES = {
                               "ShardingTypeError", "PROG-7", "body[0].scan.body[0].jit.body[0]"),
     "matmul-of-rows-split-in-a-scan-body": (
         lambda a, b: jax.vmap(_in_scan(jnp.matmul))(a, b),
+        lambda: (_on(P(None, "x")), _on(P())), None, None, None),
+    "matmul-in-a-while-body": (lambda a, b: jax.vmap(_in_while(jnp.matmul))(a, b),
+                               lambda: (_on(P(None, None, "x")), _on(P(None, "y"))),
+                               "ShardingTypeError", "PROG-7",
+                               "body[0].while.body[1].jit.body[1].jit.body[0]"),
+    "matmul-of-rows-split-in-a-while-body": (
+        lambda a, b: jax.vmap(_in_while(jnp.matmul))(a, b),
+        lambda: (_on(P(None, "x")), _on(P())), None, None, None),
+    "matmul-in-a-remat": (lambda a, b: jax.vmap(jax.checkpoint(jnp.matmul))(a, b),
+                          lambda: (_on(P(None, None, "x")), _on(P(None, "y"))),
+                          "ShardingTypeError", "PROG-7", "body[0].jit.body[0].jit.body[0]"),
+    "matmul-of-rows-split-in-a-remat": (
+        lambda a, b: jax.vmap(jax.checkpoint(jnp.matmul))(a, b),
+        lambda: (_on(P(None, "x")), _on(P())), None, None, None),
+    "matmul-in-a-cond-branch": (lambda a, b: jax.vmap(_in_cond(jnp.matmul))(a, b),
+                                lambda: (_on(P(None, None, "x")), _on(P(None, "y"))),
+                                "ShardingTypeError", "PROG-7",
+                                "body[0].cond.body[0].jit.body[0].jit.body[0]"),
+    "matmul-of-rows-split-in-a-cond-branch": (
+        lambda a, b: jax.vmap(_in_cond(jnp.matmul))(a, b),
         lambda: (_on(P(None, "x")), _on(P())), None, None, None),
     # PROG-8: jnp.add (a jit) of operands splitting one dimension over different axes
     "add": (lambda a, b: jax.vmap(jnp.add)(a, b),

@@ -37,6 +37,7 @@ __all__ = ["under_vmap"]
 Next = Callable[[tuple, str], tuple]
 _INDEX = re.compile(r"body\[(\d+)\]")
 _WALKED = re.compile(r"\.(remat2|custom_jvp_call|custom_vjp_call)\.")
+_BRANCH = re.compile(r"\.cond\.branches\[(\d+)\]\.")
 
 
 def under_vmap(values: list, make: Next, placed: list[str], enclosing: Any,
@@ -155,9 +156,10 @@ def _moved(path: str, places: dict[str, int], prefix: str) -> str:
     path it did not batch: one no refusal meets)."""
     if not path.startswith(prefix):
         return path
-    # (the batching names a remat's or a custom function's body by its kind, explain_program
-    # by the jit it is walked as)
-    places = {_WALKED.sub(".jit.", key): index for key, index in places.items()}
+    # (the batching names a remat's or a custom function's body by its kind and a cond's
+    # branch by its number, explain_program each by the jit it is walked as)
+    places = {_BRANCH.sub(r".cond.body[\1].jit.", _WALKED.sub(".jit.", key)): index
+              for key, index in places.items()}
     out, last = [prefix], len(prefix)
     for match in _INDEX.finditer(path, len(prefix)):
         index = places.get(path[:match.end()])
