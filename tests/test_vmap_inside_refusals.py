@@ -3,8 +3,8 @@ the function (issue 32), against JAX 0.10.2 on 8 CPU devices.
 
 vmap traces the function it is given on one example's types, each call as it is made: a
 jit's body (``jnp.matmul``, ``jnp.add`` and ``jnp.cumsum`` are jits), a scan's, a while
-loop's or a remat's body, a cond's branch, a constraint's, a device_put's and an inner jit's shardings are checked against the
-example. Each such refusal was JAX's own error from describe_program (only a constraint
+loop's or a remat's body and a cond's branch are traced on the example, and a
+constraint's, a device_put's and an inner jit's shardings are checked against it. Each such refusal was JAX's own error from describe_program (only a constraint
 under one vmap without ``spmd_axis_name`` was described). Each is now described as vmap's
 batching stages the call (spec/bridge/refused_under_vmap.py) and held to JAX on both sides:
 the neighbour JAX accepts is accepted alike (traced, compiled and run), the refused one is
@@ -84,7 +84,8 @@ CASES = {
                              lambda: (_on(P(None, "x")), _on(P())), None, None, None),
     "matmul-in-a-scan-body": (lambda a, b: jax.vmap(_in_scan(jnp.matmul))(a, b),
                               lambda: (_on(P(None, None, "x")), _on(P(None, "y"))),
-                              "ShardingTypeError", "PROG-7", "body[0].scan.body[0].jit.body[0]"),
+                              "ShardingTypeError", "PROG-7",
+                              "body[0].scan.body[0].jit.body[0]"),
     "matmul-of-rows-split-in-a-scan-body": (
         lambda a, b: jax.vmap(_in_scan(jnp.matmul))(a, b),
         lambda: (_on(P(None, "x")), _on(P())), None, None, None),

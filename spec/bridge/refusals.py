@@ -33,10 +33,10 @@ trace stage, at the equation's path (``body[2]``, ``body[1].jit.body[0]``,
 
 The call is located from the frames JAX's error passed through (its traceback unfiltered):
 the jit, scan, while, cond, switch, remat, custom-function and shard_map bodies JAX was
-tracing, outermost first, and the call in the innermost; a constraint under a ``vmap``
-called in a body is described as vmap's batching would stage it (its spec unconstrained
-along the batch dimension). Where it cannot be located (another call under such a
-``vmap``, a call in a custom derivative's rule; a refusal of another kind), or
+tracing, outermost first, and the call in the innermost; a call under a ``vmap`` called
+in a body (one, two, or one with ``spmd_axis_name``) is described as vmap's batching
+would stage it (:mod:`~shardlaw.spec.bridge.refused_under_vmap`). Where it cannot be
+located (a call in a custom derivative's rule; a refusal of another kind), or
 the spec does not refuse the described program at the trace stage with JAX's class, there is
 no description and JAX's error stands.
 """

@@ -45,8 +45,9 @@ def under_vmap(values: list, make: Next, placed: list[str], enclosing: Any,
     """(``values`` as the enclosing body holds them, a ``make`` staging the call as vmap's
     batching would) where some of ``values`` are batched by a vmap called inside the body;
     else ``values`` and ``make`` as they are (a vmap around the whole body leaves the call
-    a value it closes over). ``enclosing``: the body's trace. ``placed``: the refused call's paths, which
-    the batching moves to where it stages the refused equation. ``own``: the refused call
+    a value it closes over). ``enclosing``: the body's trace. ``placed``: the refused
+    call's paths, which the batching moves to where it stages the refused equation.
+    ``own``: the refused call
     is one whose checks JAX made on the example when it was called (a constraint, a
     device_put, an inner jit's in_shardings), batched with them kept
     (:data:`~shardlaw.spec.program.batching_rules.KEPT`)."""
@@ -97,6 +98,7 @@ def _vmaps(values: list, enclosing: Any) -> list[Any]:
 
 
 def _dim(batch_dim: Any) -> int | None:
+    """The dimension vmap batches a value along (None: not batched)."""
     if batch_dim is None or isinstance(batch_dim, int):
         return batch_dim
     raise TypeError(f"a value vmap batches along {batch_dim!r} (not a dimension)")
