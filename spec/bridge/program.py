@@ -785,7 +785,8 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
     results = _example_results(inner, examples, levels)
     for level in levels:
         level["out_axes"] = _flat_axes(level["out_axes"], results, "out_axes", False)
-    program = nested_vmap_program(example, levels[::-1])
+    program = nested_vmap_program(example, levels[::-1],
+                                  jitted=_one_jit_call(inner, examples))
     # (a mapped dimension split over Auto axes, a sharded ensemble, is the user's to place:
     # the batched types do not hold that split, and the batched call takes it as given)
     if tuple(map(_trimmed, _unmapped(program.inputs, levels))) != tuple(
@@ -797,6 +798,23 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
                                   hoist_constants=_hoisting())
     return program if jitted is None else _under_jit(jitted, program, args,
                                                      getattr(inner, "__name__", "vmapped"))
+
+
+def _one_jit_call(inner: Any, examples: Any) -> bool:
+    """Whether JAX traces the function vmapped as one jit call (a jit, or a function whose
+    body is that call alone): vmap then traces the jit's body whole on the example before
+    batching it, and a Python function's equations one at a time."""
+    from jax._src import config
+
+    if hasattr(inner, "trace") or _is_library_jit(inner):
+        return True
+    try:
+        with config.traceback_filtering("off"):
+            closed = _jax().make_jaxpr(inner)(*examples)
+    except Exception as error:  # noqa: BLE001 - the example refused: where, read from it
+        from .refusals import calls_one_jit
+        return calls_one_jit(error)
+    return is_one_jit(closed)
 
 
 def _example_results(inner: Any, examples: Any, levels: list[dict]) -> Any:

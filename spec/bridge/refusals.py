@@ -33,13 +33,14 @@ trace stage, at the equation's path (``body[2]``, ``body[1].jit.body[0]``,
 
 The call is located from the frames JAX's error passed through (its traceback unfiltered):
 the jit, scan, while, cond, switch, remat, custom-function and shard_map bodies JAX was
-tracing, outermost first, and the call in the innermost; a constraint under a ``vmap``
-called in a body is described as vmap's batching would stage it (its spec unconstrained
-along the batch dimension). A call in a ``custom_jvp``'s rule, which JAX traces only under
-AD, is described inside the rule when the bridge reads it (:func:`describe_refused_rule`),
-and the ``jax.grad`` or ``jax.jvp`` that traced it refused by the spec's rewrite
+tracing, outermost first, and the call in the innermost; a call under a ``vmap`` called
+in a body (one, two, or one with ``spmd_axis_name``) is described as vmap's batching
+would stage it (:mod:`~shardlaw.spec.bridge.refused_under_vmap`). A call in a
+``custom_jvp``'s rule, which JAX traces only under AD, is described inside the rule when
+the bridge reads it (:func:`describe_refused_rule`), and the ``jax.grad`` or ``jax.jvp``
+that traced it refused by the spec's rewrite
 (:func:`~shardlaw.spec.bridge.refused_gradients.refuse_in_rule`). Where it cannot be
-located (another call under such a ``vmap``; a refusal of another kind), or
+located (a refusal of another kind), or
 the spec does not refuse the described program at the trace stage with JAX's class, there is
 no description and JAX's error stands.
 """
@@ -60,7 +61,7 @@ from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
 )
 
-__all__ = ["describe_refused", "describe_refused_rule"]
+__all__ = ["describe_refused", "describe_refused_rule", "calls_one_jit"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
@@ -324,6 +325,16 @@ def describe_refused_rule(error: BaseException, read_body: Callable[..., Program
     return program if _refuses_as_jax(verdict, refused, names) else None
 
 
+def calls_one_jit(error: BaseException) -> bool:
+    """Whether the function JAX refused with ``error`` while tracing it (its frames kept)
+    had called nothing but one jit over its arguments, inside which JAX refused."""
+    try:
+        located = _locate(error)
+    except Exception:  # noqa: BLE001 - a refusal not located: read as a Python function's
+        return False
+    return located is not None and _only_calls_a_jit(located[0])
+
+
 def _refused_top(refused: _Refused, inputs: tuple, options: dict,
                  read_body: Callable[..., Program]) -> Program:
     """The function's own jit refused for its in_shardings or out_shardings: its body (as
@@ -380,29 +391,35 @@ def _described(levels: list[_Level], refused: _Refused, inputs: tuple, options: 
     """The outermost body of ``levels`` as traced so far, then the call into the next one
     (an inner jit, a scan's or a remat's body, each so described) or, in the innermost,
     the refused call; the program returns what that last equation returns."""
-    values, make = _next_call(levels[1:], refused, read_body)
+    values, make = _next_call(levels[1:], refused, read_body, levels[0].trace)
     jaxpr, consts = levels[0].returning([primal(v) for v in values])
     body = read_body(jaxpr, list(consts), inputs, where, **options)
     return ended(body, make(body.outputs, f"{where}body[{len(body.equations)}]"))
 
 
-def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program]
-               ) -> tuple[list, Callable[[tuple, str], tuple]]:
+def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program],
+               enclosing: Any) -> tuple[list, Callable[[tuple, str], tuple]]:
     """(the values a body passes to its next call, a function making that call's
     equations from their numbers and its path): the call into the first of ``rest``, or
     the refused call where none is left."""
+    from .refused_under_vmap import under_vmap
+
+    values, make = _call_into(rest, refused, read_body)
+    own = refused.kind in ("constraint", "device_put", "jit_in")
+    return under_vmap(values, make, refused.placed, enclosing, own)   # (a vmap in the body)
+
+
+def _call_into(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program]
+               ) -> tuple[list, Callable[[tuple, str], tuple]]:
+    """:func:`_next_call`, its values as the call was given them."""
     from .refused_bodies import body_call
 
     if not rest:
-        values = _flat_operands(refused.jit or refused.call, refused.kind)
-        if refused.kind == "constraint":
-            from .refused_bodies import unbatched
-            values, refused.call["batch_dims"] = unbatched(values)
-        return values, \
+        return _flat_operands(refused.jit or refused.call, refused.kind), \
             lambda numbers, path: _placed(refused, path, _refused_equations(
                 refused, numbers, path, read_body))
     if rest[0].jit is None:
-        inner, make = _next_call(rest[1:], refused, read_body)
+        inner, make = _next_call(rest[1:], refused, read_body, rest[0].trace)
         called = transposed_call if rest[0].construct[0] in TRANSPOSED else body_call
         return called(rest[0], inner, make, read_body)
     return _flat_operands(rest[0].jit, "jit"), \
@@ -487,11 +504,7 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     call = refused.call
     if refused.kind == "constraint":
         out = []
-        dims = call.get("batch_dims") or [None] * len(operands)
-        for number, s, dim in zip(operands, call["shardings_flat"], dims):
-            if dim is not None:   # under a vmap inside the body: as its batching makes it
-                from .refused_bodies import batched_sharding
-                s = batched_sharding(s, dim)
+        for number, s in zip(operands, call["shardings_flat"]):
             sharding = _sharding(s, path)
             spec = getattr(sharding, "spec", None)
             loose = frozenset() if spec is None else frozenset(
