@@ -4,7 +4,12 @@ JAX 0.10.2 types an n-ary elementwise primitive (``add``, ``mul``, a comparison 
 broadcasting sharding rule: where two operands split one dimension over different
 Explicit axes the result's split is not defined, so it refuses the call while tracing (a ShardingTypeError: ``x + y`` with ``x``
 split ``P('x', 'y')`` and ``y`` split ``P('y', 'x')``). A dimension one operand splits and
-another leaves unsplit is split in the result (no refusal). A ``select_n`` (``jnp.where``)
+another leaves unsplit is split in the result (no refusal), so the result may name one axis
+on two dimensions, which no type may: JAX refuses that too (``f32[8@x,8] + f32[8,8@x]``;
+"produces an illegally sharded result"), a lower-rank operand ``jnp`` broadcasts included
+(its dimensions are the trailing ones, the leading ones unsplit); splits over different axes on
+different dimensions (``P('x', None) + P(None, 'y')``) are typed ``P('x', 'y')``. A
+``select_n`` (``jnp.where``)
 is refused likewise where its cases are split differently or its predicate, not a scalar,
 is split otherwise than they are. (JAX also refuses operands typed over two meshes; that
 check is not stated here yet.) Reshard an operand to make
@@ -43,7 +48,7 @@ def _typed(value: Any) -> tuple:
 
 @rule("PROG-8", mirrors="jax._src.lax.lax.broadcasting_sharding_rule")
 def check_elementwise_type(primitive: str, operands: tuple, path: str = "") -> None:
-    """An elementwise operation whose operands split one dimension over different Explicit axes is refused while tracing (ShardingTypeError), as is a select_n whose cases are split differently.
+    """An elementwise operation whose operands split one dimension over different Explicit axes, or whose result would split two dimensions over one axis, is refused while tracing (ShardingTypeError), as is a select_n whose cases are split differently.
 
     ``operands`` are the operands' types (for ``select_n``: the predicate, then the cases).
 
@@ -53,6 +58,11 @@ def check_elementwise_type(primitive: str, operands: tuple, path: str = "") -> N
     >>> x = dataclasses.replace(Value.typed((8, 16), mesh=mesh), spec=P("x", "y"))
     >>> y = dataclasses.replace(x, spec=P("y", "x"))
     >>> check_elementwise_type("add", (x, dataclasses.replace(x, spec=P("x"))))
+    >>> rows, columns = (dataclasses.replace(x, spec=P(*s)) for s in (("x",), (None, "x")))
+    >>> check_elementwise_type("mul", (rows, columns))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionException: [PROG-8]: the mul would split two dimensions of its result over 'x' (typed ('x', 'x')): its operands are typed (('x', None), (None, 'x')). Reshard an operand (jax.sharding.reshard) so that the operands' types are split alike, or pass out_sharding= where the operation that made one takes it.
     >>> check_elementwise_type("add", (x, y), path="body[1]")
     Traceback (most recent call last):
     ...
@@ -67,12 +77,30 @@ def check_elementwise_type(primitive: str, operands: tuple, path: str = "") -> N
     shaped = [v for v in operands if v.shape]
     if not shaped or len({len(v.shape) for v in shaped}) != 1:
         return   # scalars only, or ranks that differ (JAX's TypeError, not a type's split)
+    result = []
     for d in range(len(shaped[0].shape)):
         split = [explicit_split(v)[d] for v in shaped]
         named = [e for e in split if e is not None]
         if any(e != named[0] for e in named[1:]):
             refuse(f"splits dimension {d} over different axes "
                    f"({' and '.join(repr(e) for e in dict.fromkeys(named))})")
+        result.append(named[0] if named else None)
+    twice = _axis_named_twice(result)
+    if twice is not None:
+        refuse(f"would split two dimensions of its result over {twice!r} "
+               f"(typed {tuple(result)!r})")
+
+
+def _axis_named_twice(split: list) -> str | None:
+    """The first axis ``split`` (a result's split, one entry a dimension) names on two
+    dimensions, or None."""
+    seen: set[str] = set()
+    for entry in split:
+        for axis in (entry,) if isinstance(entry, str) else entry or ():
+            if axis in seen:
+                return axis
+            seen.add(axis)
+    return None
 
 
 def _check_select(operands: tuple, refuse: Any) -> None:
