@@ -81,7 +81,7 @@ REFUSED = {
     "mixed-mesh": (lambda a, b: a + b, lambda: _rows_and_columns(MIXED), "body[0]"),
     "in-a-scan": (_in_scan, _rows_and_columns, "body[0].scan.body[0].jit.body[0]"),
     "in-a-fori_loop": (_in_fori, _rows_and_columns, "body[0].scan.body[1].jit.body[0]"),
-    "in-a-cond-branch": (_in_cond, _rows_and_columns, 
+    "in-a-cond-branch": (_in_cond, _rows_and_columns,
                          "body[3].cond.body[0].jit.body[0].jit.body[0]"),
     "under-grad": (_under_grad, _rows_and_columns, "body[2].jit.body[0]"),
     "under-a-vmap-in-the-function": (
