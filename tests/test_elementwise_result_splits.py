@@ -1,5 +1,5 @@
-"""PROG-8's second clause held to JAX 0.10.2 on 8 CPU devices: an elementwise operation whose
-result would split two dimensions over one mesh axis.
+"""PROG-8's (and PROG-7's) result check held to JAX 0.10.2 on 8 CPU devices: an elementwise
+operation (or a product) whose result would split two dimensions over one mesh axis.
 
 JAX types an n-ary elementwise primitive's result dimension by dimension from its operands'
 (``broadcasting_sharding_rule``): a dimension one operand splits and another leaves unsplit
@@ -11,6 +11,10 @@ error. Each case below is held to JAX on both sides (traced, compiled and run wh
 accepts): refused by PROG-8 at the trace stage, with JAX's class, at the operation's path;
 splits over different axes on different dimensions, a ``clamp`` (typed as its operand
 whatever its bounds) and a ``select_n`` (typed as its cases) accepted alike.
+
+A ``dot_general`` given no ``out_sharding`` is refused by the same check of JAX's (its result
+the batch dimensions, then each operand's free ones, as the operands split them:
+``f32[8@y,8] @ f32[8,8@y]``); PROG-7 states it too, held to JAX at the end of the file.
 """
 
 from __future__ import annotations
@@ -144,3 +148,54 @@ def test_the_result_of_splits_over_different_axes_is_typed_as_jax_types_it():
     assert tuple(traced.sharding.spec) == ("x", "y")
     program = describe_program(lambda a, b: a + b, a, b)
     assert tuple(program.equations[0].results[0].spec) == ("x", "y")
+
+
+# --------------------------------------------------------------------------- PROG-7's twin
+
+def _scanned_matmul(a, b):
+    return lax.scan(lambda c, _: (c @ b, None), a, None, length=2)[0]
+
+
+# name: (the function, its arguments, the path of the refused product); a dot_general's
+# result is typed as its batch dimensions, then the lhs's free ones, then the rhs's
+PRODUCTS = {
+    "matmul": (jnp.matmul, lambda: (_put(P("y", None)), _put(P(None, "y"))), "body[0]"),
+    "lax.dot_general": (lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ()))),
+                        lambda: (_put(P("y", None)), _put(P(None, "y"))), "body[0]"),
+    "einsum-over-a-tuple": (lambda a, b: jnp.einsum("ij,jk->ik", a, b),
+                            lambda: (_put(P(("x", "y"), None)), _put(P(None, "x"))),
+                            "body[0]"),
+    "in-a-scan": (_scanned_matmul, lambda: (_put(P("y", None)), _put(P(None, "y"))),
+                  "body[0].scan.body[0].jit.body[0]"),
+}
+PRODUCTS_ACCEPTED = {
+    "other-axes": (jnp.matmul, lambda: (_put(P("x", None)), _put(P(None, "y")))),
+    "given-out_sharding": (
+        lambda a, b: jnp.matmul(a, b, out_sharding=NS(EXPLICIT, P("y", None))),
+        lambda: (_put(P("y", None)), _put(P(None, "y")))),
+}
+
+
+@checks("PROG-7")
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_a_product_splitting_two_dimensions_over_one_axis_is_refused_as_jax_refuses_it(name):
+    fun, arguments, path = PRODUCTS[name]
+    args = arguments()
+    with pytest.raises(Exception) as refused:
+        jax.jit(fun).trace(*args)
+    assert type(refused.value).__name__ == "ShardingTypeError"
+    assert "illegally sharded result" in str(refused.value)
+    _, verdict, problems = held_to_jax(fun, *args)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        "PROG-7", "trace", path, "ShardingTypeError"), verdict.message
+    assert "would split two dimensions of its result over" in verdict.message
+
+
+@checks("PROG-7")
+@pytest.mark.parametrize("name", sorted(PRODUCTS_ACCEPTED))
+def test_a_product_jax_types_is_accepted_by_both(name):
+    fun, arguments = PRODUCTS_ACCEPTED[name]
+    _, verdict, problems = held_to_jax(fun, *arguments())
+    assert not problems, problems
+    assert verdict.accepted, verdict.message

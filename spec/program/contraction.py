@@ -5,7 +5,9 @@ JAX 0.10.2 types a ``dot_general`` by its sharding rule: given ``out_sharding``,
 is typed by it; otherwise its operands' splits over Explicit axes must agree on the batch
 dimensions and on the contracted ones, and a contracted dimension split on both operands
 is refused (a ShardingTypeError: the result would be a partial sum, and JAX does not guess
-how it should be split). The check applies
+how it should be split), as is one whose result — its batch dimensions, then the lhs's free
+ones, then the rhs's, each split as its operand splits it — would name one axis on two
+dimensions (``f32[8@y,8] @ f32[8,8@y]``; JAX's "illegally sharded result"). The check applies
 
 * to every ``dot_general`` of a program explained (the ``dot_general`` entry's ``tracing``
   rule), its ``out_sharding`` parameter as given;
@@ -32,7 +34,7 @@ from ..core.values import PartitionSpec
 from .primitives import TRACING, TRANSPOSES
 
 __all__ = ["check_dot_general_type", "AmbiguousContraction", "explicit_split",
-           "transposed_dimensions", "transposed_type"]
+           "axis_named_twice", "transposed_dimensions", "transposed_type"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +58,23 @@ def explicit_split(value: Any, dims: Any = None) -> tuple:
     return tuple(spec[d] if d < len(spec) else None for d in dims)
 
 
+def axis_named_twice(split: Any) -> str | None:
+    """The first axis ``split`` (a result's split, one entry a dimension) names on two
+    dimensions, or None: no type may (JAX's DuplicateSpecError, a ShardingTypeError while
+    tracing the primitive)."""
+    seen: set[str] = set()
+    for entry in split:
+        for axis in (entry,) if isinstance(entry, str) else entry or ():
+            if axis in seen:
+                return axis
+            seen.add(axis)
+    return None
+
+
 @rule("PROG-7", mirrors="jax._src.lax.lax._dot_general_sharding_rule")
 def check_dot_general_type(lhs: Any, rhs: Any, numbers: Any, out_sharding: Any = None,
                            path: str = "") -> None:
-    """A dot_general given no out_sharding is refused where its operands' meshes differ, their batch or contracted dimensions are split differently, or a contracted dimension is split on both (ShardingTypeError).
+    """A dot_general given no out_sharding is refused where its operands' meshes differ, their batch or contracted dimensions are split differently, a contracted dimension is split on both, or its result would split two dimensions over one axis (ShardingTypeError).
 
     ``lhs`` and ``rhs`` are the operands' types; ``numbers`` the dimension numbers
     ``((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))``. Operands over two
@@ -92,6 +107,11 @@ def check_dot_general_type(lhs: Any, rhs: Any, numbers: Any, out_sharding: Any =
     if any(a is not None and b is not None for a, b in zip(left, right)):
         refuse("contracts dimensions split on both operands, so how its result is split "
                "is ambiguous", left, right)
+    result = _product_split(lhs, rhs, numbers)
+    twice = axis_named_twice(result)
+    if twice is not None:
+        refuse(f"would split two dimensions of its result over {twice!r} (typed "
+               f"{result!r})", explicit_split(lhs), explicit_split(rhs))
 
 
 @TRACING.register("dot_general")

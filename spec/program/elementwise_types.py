@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any
 
 from ..core.rules import Failure, reject, rule
-from .contraction import explicit_split
+from .contraction import axis_named_twice, explicit_split
 from .primitives import TRACING
 
 __all__ = ["check_elementwise_type", "MismatchedSplits"]
@@ -85,22 +85,10 @@ def check_elementwise_type(primitive: str, operands: tuple, path: str = "") -> N
             refuse(f"splits dimension {d} over different axes "
                    f"({' and '.join(repr(e) for e in dict.fromkeys(named))})")
         result.append(named[0] if named else None)
-    twice = _axis_named_twice(result)
+    twice = axis_named_twice(result)
     if twice is not None:
         refuse(f"would split two dimensions of its result over {twice!r} "
                f"(typed {tuple(result)!r})")
-
-
-def _axis_named_twice(split: list) -> str | None:
-    """The first axis ``split`` (a result's split, one entry a dimension) names on two
-    dimensions, or None."""
-    seen: set[str] = set()
-    for entry in split:
-        for axis in (entry,) if isinstance(entry, str) else entry or ():
-            if axis in seen:
-                return axis
-            seen.add(axis)
-    return None
 
 
 def _check_select(operands: tuple, refuse: Any) -> None:
