@@ -44,13 +44,13 @@ from .description import Program
 from .lowering import equation_path, live_parts
 from .primitives import Kind, NotPropagated, entry_of
 from .propagation import (
-    Split, Undetermined, dimension_splits, factor_sizes, folded_equations,
+    FLOW_KINDS, Split, Undetermined, dimension_splits, factor_sizes, folded_equations,
     predicted_results, propagate, propagation_mesh, tensor_factor_splits,
 )
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
-           "combined", "REDUCTIONS", "UNSUMMED",
+           "combined", "REDUCTIONS", "UNSUMMED", "equation_collectives", "moved",
            "DTYPE_BYTES"]
 
 BACKEND = "cpu"
@@ -104,11 +104,17 @@ class Collective:
     bytes_per_device: int
     replica_groups: ReplicaGroups | None = None
     reduction: str = ""   # an all-reduce's: add, max, min, mul
+    # how often one step runs it (a scan body's length; None: the data decide, a while
+    # loop's or a cond branch's) and the body it runs in ("": the step's own), COLL-8
+    trips: int | None = 1
+    computation: str = ""
 
     def __str__(self) -> str:
         of = "" if self.operand is None else f" (operand {self.operand})"
+        runs = "" if self.trips == 1 else ", as often as the data decide" \
+            if self.trips is None else f", {self.trips} times"
         return (f"{self.kind} over {self.axes} at {self.path}{of}: {self.dtype}"
-                f"{list(self.shape)}, {self.bytes_per_device} bytes per device")
+                f"{list(self.shape)}, {self.bytes_per_device} bytes per device{runs}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +128,17 @@ class Communication:
     undetermined: Undetermined | None = None
 
     @property
-    def bytes_per_device(self) -> int:
+    def bytes_per_device(self) -> int | None:
+        """The step's bytes per device, each collective times its runs (COLL-8); None
+        where the data decide how often one runs (a while loop's, a cond branch's)."""
+        if any(c.trips is None for c in self.collectives):
+            return None
+        return sum(c.bytes_per_device * c.trips for c in self.collectives)
+
+    @property
+    def bytes_per_run(self) -> int:
+        """The bytes per device of every collective run once (as the compiled module
+        lists them)."""
         return sum(c.bytes_per_device for c in self.collectives)
 
     @property
@@ -139,8 +155,10 @@ class Communication:
         return self.collectives[k]
 
     def __str__(self) -> str:
-        lines = [f"{len(self)} collective(s) on {self.backend}, "
-                 f"{self.bytes_per_device} bytes per device"]
+        total = self.bytes_per_device
+        lines = [f"{len(self)} collective(s) on {self.backend}, " + (
+            f"{total} bytes per device" if total is not None else
+            f"{self.bytes_per_run} bytes per device each run once (the data decide how often)")]
         lines += [f"  {c}" for c in self.collectives]
         if self.undetermined is not None:
             lines.append(f"  incomplete: {self.undetermined}")
@@ -336,8 +354,12 @@ def predicted_collectives(program: Program) -> Communication:
             carried = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
             upstream.update((n, carried) for n in numbers)
             continue
-        made = _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
-                         equation_path("", k), done, plans)
+        if eq.kind in FLOW_KINDS or eq.kind == "jit":   # (their bodies: collectives_loops.py)
+            from .collectives_loops import flow_collectives
+            made = flow_collectives(program, k, done, plans)
+        else:
+            made = _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
+                             equation_path("", k), done, plans)
         if isinstance(made, Undetermined):
             return Communication(tuple(found), undetermined=made)
         before = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
@@ -418,7 +440,8 @@ def combined(found: list[Collective], after: dict[int, frozenset]) -> tuple[Coll
         for group in groups:
             first = found[group[0]]
             if c.kind == "all-reduce" and (first.kind, first.axes, first.reduction,
-                                           first.dtype) == key and not after[i] & set(group):
+                                           first.dtype) == key and not after[i] & set(group) \
+                    and not c.computation and not first.computation:   # (COLL-8's own)
                 group.append(i)
                 break
         else:
@@ -468,6 +491,25 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
     if isinstance(summed, Undetermined):
         return dataclasses.replace(summed, path=path)
     return out + [_at(c, path) for c in summed]
+
+
+def equation_collectives(eq: Any, every: tuple, types: Any, splits: Any, mesh: Mesh,
+                         path: str, done: set, plans: dict | None = None
+                         ) -> list[Collective] | Undetermined:
+    """The collectives of one equation over values numbered ``every`` (its operands', then
+    its results'), their types and splits looked up in ``types`` and ``splits`` (COLL-1 to
+    COLL-3); ``done``: the (value, split) reshards made already in its computation."""
+    return _equation(eq, every, types, splits, mesh, path, done, plans)
+
+
+def moved(value: Any, have: Split, need: Split, mesh: Mesh, path: str,
+          operand: int | None = None) -> list[Collective] | Undetermined:
+    """The collectives that bring a value of type ``value`` from split ``have`` to ``need``
+    at ``path``, as a constraint brings its operand (COLL-2)."""
+    ((_, _, made),), _ = _constraint_plan((value,), (have, need), mesh)
+    if isinstance(made, Undetermined):
+        return dataclasses.replace(made, path=path)
+    return [dataclasses.replace(c, path=path, operand=operand) for c in made]
 
 
 def _regathered(eq: Any, made: Any, mesh: Mesh) -> bool:

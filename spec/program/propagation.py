@@ -70,7 +70,7 @@ ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
 __all__ = ["Undetermined", "Split", "propagation_mesh", "factor_split", "dimension_splits",
            "propagate", "predicted_results", "predicted_sharding", "predicted_choices",
            "undetermined_results", "equation_splits", "flatten", "Flat", "placed_pin",
-           "inline_body", "stop", "FLOW_KINDS", "COPY", "ORDER_DECIDES"]
+           "inline_body", "stop", "FLOW_KINDS", "COPY", "ORDER_DECIDES", "flat_splits"]
 
 Split = tuple[tuple[str, ...], ...]
 
@@ -474,6 +474,12 @@ def _propagated(program: Program, opened: frozenset = frozenset(), contested: bo
         return flat, splits
     key = f"propagation {sorted(opened)}" if opened else "propagation"
     return program.derived_once(key + " contested" * contested, make)
+
+
+def flat_splits(program: Program) -> tuple | Undetermined:
+    """(the flat program, each of its values' split by id) as propagation decided them,
+    bodies included (the collectives inside them read it), or why not."""
+    return _propagated(program)
 
 
 def _check_unsplit(steps: list, splits: dict) -> None:
