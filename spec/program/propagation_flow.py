@@ -31,7 +31,9 @@ def inline_flow(eq: Any, operands: list, results: list, path: str, flat: Flat, m
         outs = [inline_body(branch, list(operands[1:]), path, flat, mesh, constraints,
                             f"{path}.cond.branches[{b}].")
                 for b, branch in enumerate(eq.branches)]
-        return [_joined(flat, [o[i] for o in outs], path) for i in range(len(outs[0]))]
+        # (the branch index is live where a result is: its computation runs, and communicates)
+        return [_joined(flat, [o[i] for o in outs], path, operands[0])
+                for i in range(len(outs[0]))]
     return inline_body(eq.body, operands, path, flat, mesh, constraints,
                        f"{path}.{eq.kind}.")
 
@@ -85,12 +87,14 @@ def _while(eq: Any, operands: list, path: str, flat: Flat, mesh: Any, constraint
     return [_joined(flat, [v], path) for v in carry]
 
 
-def _joined(flat: Flat, sources: list, path: str) -> int:
+def _joined(flat: Flat, sources: list, path: str, index: int | None = None) -> int:
     """A new value joining ``sources`` dimension for dimension (a cond's result, a loop's
-    final carry): one factor per dimension shared by all."""
+    final carry): one factor per dimension shared by all; a cond's ``index`` read too."""
     made = flat.new(flat.types[sources[0]])
     dims = tuple(f"f{d}" for d in range(len(flat.types[made].shape)))
-    _step(flat, "copy", Factors(tuple(dims for _ in sources), (dims,)), sources, made, path)
+    read = [] if index is None else [index]
+    _step(flat, "copy", Factors(tuple(dims for _ in sources) + ((),) * len(read), (dims,)),
+          sources + read, made, path)
     flat.joins.append((sources, made, path))
     return made
 
