@@ -188,9 +188,14 @@ def _loop_step(draw: Any, v: int, shape: tuple[int, ...], mesh: tuple[int, ...],
                   else (None,) * len(stacked))
         return ("loop", (v, w), (which, length, None)), shape
     if which in ("scan reduce", "scan nested", "cond reduce"):
-        axis = draw(st.integers(0, len(shape) - 1))
-        stacked = ((length,) if which != "cond reduce" else ()) + shape
-        w = fresh(stacked, _one_axis(draw, stacked, mesh))
+        lead = 1 if which != "cond reduce" else 0
+        stacked = ((length,) if lead else ()) + shape
+        split = _one_axis(draw, stacked, mesh)
+        at = [d - lead for d, e in enumerate(split) if e is not None and d >= lead]
+        # (mostly over the dimension the slice splits: the body all-reduces it)
+        axis = at[0] if at and draw(st.integers(0, 3)) else draw(
+            st.integers(0, len(shape) - 1))
+        w = fresh(stacked, split)
         return ("loop", (v, w), (which, length, axis)), shape
     w = fresh(shape, _one_axis(draw, shape, mesh))
     split = _one_axis(draw, shape, mesh) if which == "fori constrain" else None

@@ -43,6 +43,9 @@ from .collectives import Collective, combined, equation_collectives, moved
 from .primitives import entry_of
 from .propagation import FLOW_KINDS, Undetermined, flat_splits, propagation_mesh
 
+# (propagation passes their own dimension through; the partitioner gathers it)
+CUMULATIVE = ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
+
 __all__ = ["flow_collectives", "body_collectives", "hoisted", "boundary_moves"]
 
 
@@ -190,6 +193,10 @@ def _read(walk: _Walk, body: Any, inputs: list, prefix: str, comp: _Computation
         if entry_of(eq).name == "iota":   # computed in whatever split it is needed in
             comp.done.update(results)
             continue
+        if entry_of(eq).name in CUMULATIVE and any(walk.splits[ops[0]]):
+            return Undetermined("COLL-8", f"{entry_of(eq).name} of a split operand: XLA "
+                                "gathers along its own dimension (seen) by a plan of its "
+                                "own, not read yet", path)
         home = hoisted(comp, ops)
         if home is not comp:   # every operand unchanged by the loop: computed before it
             _mark_invariant(comp, home, results)
@@ -288,14 +295,21 @@ def _scan(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
     sliced = {}
     for xs, piece in _steps(walk, path, "dynamic_slice"):
         have = walk.splits[xs]
-        if have[0]:   # split along the loop's dimension: gathered whole before the loop
-            stopped = _move(walk, comp, xs, ((),) + tuple(have[1:]), "before", path,
+        if have[0]:   # split along the loop's dimension: gathered whole before the loop,
+            # sliced first to the piece's split (seen: f32[2,4,8] of P('x') where the
+            # body splits its piece's last dimension over 'z')
+            need = walk.splits[piece]
+            if any(tuple(n[:len(h)]) != tuple(h) for h, n in zip(have[1:], need)):
+                return Undetermined("COLL-10", "xs split along the loop's dimension and its "
+                                    "slice split otherwise too: where the partitioner "
+                                    "gathers each is not seen yet", path)
+            stopped = _move(walk, comp, xs, ((),) + tuple(need), "before", path,
                             c + k + operands[c + k:].index(xs))
             if stopped:
                 return stopped
+            have = ((),) + tuple(need)
         sliced[piece] = tuple(have[1:])
-    pieces = list(sliced)
-    for m, piece in enumerate(pieces):
+    for piece in sliced:
         stopped = _move(walk, inner, piece, walk.splits[piece], "body", path,
                         have=sliced[piece])
         if stopped:
