@@ -354,12 +354,7 @@ def predicted_collectives(program: Program) -> Communication:
             carried = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
             upstream.update((n, carried) for n in numbers)
             continue
-        if eq.kind in FLOW_KINDS or eq.kind == "jit":   # (their bodies: collectives_loops.py)
-            from .collectives_loops import flow_collectives
-            made = flow_collectives(program, k, done, plans)
-        else:
-            made = _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
-                             equation_path("", k), done, plans)
+        made = _made(program, k, numbers, types, splits, mesh, done, plans)
         if isinstance(made, Undetermined):
             return Communication(tuple(found), undetermined=made)
         before = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
@@ -375,6 +370,17 @@ def predicted_collectives(program: Program) -> Communication:
     if isinstance(returned, Undetermined):
         return Communication(tuple(found), undetermined=returned)
     return Communication(combined(found + returned, after))
+
+
+def _made(program: Program, k: int, numbers: tuple, types: tuple, splits: dict, mesh: Mesh,
+          done: set, plans: dict) -> list[Collective] | Undetermined:
+    """Equation ``k``'s collectives; a control-flow equation's or an inner jit's read
+    through its bodies (collectives_loops.py)."""
+    eq = program.equations[k]
+    if eq.kind in FLOW_KINDS or eq.kind == "jit":
+        return _loops.flow_collectives(program, k, done, plans)
+    return _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
+                     equation_path("", k), done, plans)
 
 
 def _returns(program: Program, splits: dict, mesh: Mesh, done: set
@@ -572,7 +578,8 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
             continue
         need = dimension_splits(dims, chosen, op.sizes, mesh)
         operands.append((i, need, _reshards(op, i, held[i], need)))
-    summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"))
+    summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"),
+                         entry_of(eq).name.startswith("reduce_"))
     if summed and not isinstance(summed, Undetermined) and any(
             not isinstance(made, Undetermined) and any(c.kind == "all-gather" for c in made)
             for _, _, made in operands):
@@ -706,8 +713,12 @@ def _reshards(op: _Operation, i: int, have: Split, need: Split
     return out
 
 
-def _all_reduce(op: _Operation, count: int, how: str) -> list[Collective] | Undetermined:
-    """The all-reduce of a split reduction, if any (COLL-3)."""
+def _all_reduce(op: _Operation, count: int, how: str, by_dimension: bool = False
+                ) -> list[Collective] | Undetermined:
+    """The all-reduce of a split reduction, if any (COLL-3); ``by_dimension``: a reduce_*
+    primitive's, one per reduced dimension, the minor first (seen: ``a.sum()`` of
+    ``P('x', 'y')`` all-reduces over 'y', then over 'x'; of ``P(('x', 'z'), 'y')`` over
+    'y', then over ('x', 'z'))."""
     factors, chosen = op.factors, op.chosen
     summed = reduction(chosen, factors.reduced)
     if not summed:
@@ -731,8 +742,11 @@ def _all_reduce(op: _Operation, count: int, how: str) -> list[Collective] | Unde
     shape = _shard(tuple(result.shape),
                    dimension_splits(factors.results[0], held, op.sizes, op.mesh), op.mesh)
     dtype = wire_dtype(str(result.dtype))
-    return [Collective("all-reduce", summed, op.path, None, shape, dtype, _bytes(shape, dtype),
-                       op.groups(summed), how)]
+    each = [chosen[f] for f in reversed(factors.operands[0]) if f in factors.reduced
+            and chosen.get(f)] if by_dimension else []
+    return [Collective("all-reduce", axes, op.path, None, shape, dtype, _bytes(shape, dtype),
+                       op.groups(axes), how)
+            for axes in (each if sum(len(a) for a in each) == len(summed) else [summed])]
 
 
 def _kept(have: tuple, need: tuple) -> int:
@@ -744,3 +758,8 @@ def _kept(have: tuple, need: tuple) -> int:
 
 def _losing(have: tuple, need: tuple) -> bool:
     return len(have) > _kept(have, need)
+
+
+# The collectives inside a loop's and a cond's body (its own module for size; it builds on
+# this one): imported here so its rules are registered with this module's.
+from . import collectives_loops as _loops  # noqa: E402,F401

@@ -129,9 +129,9 @@ def flow_collectives(program: Any, k: int, done: set, plans: dict
 @rule("COLL-8", mirrors="xla: the while loop's and the conditional's computations "
       "(SpmdPartitioner)")
 def body_collectives(kind: str, length: int | None, trips: int | None) -> int | None:
-    """A loop's or a cond's body communicates what its equations and its carries need, in
-    a computation of its own: a scan's body runs its length times per run of the
-    computation around it, a while loop's or a cond branch's as the data decide.
+    """A loop's or a cond's body communicates what its equations need in a computation of
+    its own, run a scan's length times per run of the one around it, or as the data
+    decide.
 
     The compiled module lists each collective once; the step's bytes count it per run.
 
@@ -229,6 +229,28 @@ def hoisted(comp: Any, operands: tuple) -> Any:
     Seen: a constant of ``P('x', 'y')`` constrained to ``P(None, 'y')`` in a scan's body is
     all-gathered before the while loop; a slice of ``xs`` gathered the same way stays in
     the body (the loop's counter picks it).
+
+    >>> from shardlaw.spec import Mesh, NamedSharding, P
+    >>> from shardlaw.spec.program.control_flow import Scan
+    >>> from shardlaw.spec.program.description import (
+    ...     Opaque, Program, ShardingConstraint, Value)
+    >>> from shardlaw.spec.program.collectives import predicted_collectives
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> rows = NamedSharding(mesh, P(None, "y"))
+    >>> body = Program((Value.typed((8, 8)), Value.typed((8, 8))), (
+    ...     ShardingConstraint((0,), sharding=rows),
+    ...     Opaque((1, 2), (Value.typed((8, 8)),), primitive="mul"),
+    ...     ShardingConstraint((3,), sharding=rows)), outputs=(4,))
+    >>> w = Value.placed((8, 8), NamedSharding(mesh, P("x", "y")))
+    >>> scan = Scan((0, 1), (Value.typed((8, 8)),), body=body, length=3, num_consts=1,
+    ...             num_carry=1)
+    >>> step = predicted_collectives(Program((w, Value.placed((8, 8), rows)), (scan,),
+    ...                                      outputs=(2,)))
+    >>> print(step)
+    1 collective(s) on cpu, 64 bytes per device
+      all-gather over ('x',) at body[0].scan.body[0] (operand 0): float32[8, 2], 64 bytes per device
+    >>> step[0].trips, step[0].computation
+    (1, '')
     """
     while comp.invariant is not None and comp.outer is not None and \
             all(n in comp.invariant for n in operands):
@@ -239,9 +261,12 @@ def hoisted(comp: Any, operands: tuple) -> Any:
 @rule("COLL-10", mirrors="xla: SpmdPartitioner's while loop and conditional (operand and "
       "result shardings)")
 def boundary_moves(have: tuple, need: tuple, where: str) -> str:
-    """A loop's initial carry is brought to its carry's split before the loop, the body's
-    next carry to it at the body's end, a branch's result to the cond's at the branch's
-    end, and ``xs`` split along the loop's dimension is gathered whole before it.
+    """A loop's carries are brought to their split before the loop and at the body's end, a
+    branch's results at its end, and ``xs`` split along the loop's dimension is gathered
+    before it.
+
+    The initial carry moves before the loop, the body's next one at its end; a slice of
+    ``xs`` the body splits otherwise moves in the body.
 
     Gives where the reshard runs: "before", "body" or "after" (the final carry), "" where
     nothing moves.
@@ -292,28 +317,9 @@ def _scan(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
                         path, c + i)
         if stopped:
             return stopped
-    sliced = {}
-    for xs, piece in _steps(walk, path, "dynamic_slice"):
-        have = walk.splits[xs]
-        if have[0]:   # split along the loop's dimension: gathered whole before the loop,
-            # sliced first to the piece's split (seen: f32[2,4,8] of P('x') where the
-            # body splits its piece's last dimension over 'z')
-            need = walk.splits[piece]
-            if any(tuple(n[:len(h)]) != tuple(h) for h, n in zip(have[1:], need)):
-                return Undetermined("COLL-10", "xs split along the loop's dimension and its "
-                                    "slice split otherwise too: where the partitioner "
-                                    "gathers each is not seen yet", path)
-            stopped = _move(walk, comp, xs, ((),) + tuple(need), "before", path,
-                            c + k + operands[c + k:].index(xs))
-            if stopped:
-                return stopped
-            have = ((),) + tuple(need)
-        sliced[piece] = tuple(have[1:])
-    for piece in sliced:
-        stopped = _move(walk, inner, piece, walk.splits[piece], "body", path,
-                        have=sliced[piece])
-        if stopped:
-            return stopped
+    stopped = _slices(walk, comp, inner, path, operands, c + k)
+    if stopped:
+        return stopped
     ids = _read(walk, body, list(operands[:c]) + carries + _pieces(
         walk, operands[c + k:], path, len(body.inputs) - c - k), f"{path}.scan.", inner)
     if isinstance(ids, Undetermined):
@@ -341,6 +347,36 @@ def _scan(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
         if stopped:
             return stopped
     return finals + stacked
+
+
+def _slices(walk: _Walk, comp: _Computation, inner: _Computation, path: str,
+            operands: list, first: int) -> Undetermined | None:
+    """Each live slice of a scan's ``xs`` (operands from ``first``) brought to its piece's
+    split: gathered whole before the loop where ``xs`` splits the loop's dimension, in the
+    body otherwise (COLL-10)."""
+    sliced = {}
+    for xs, piece in _steps(walk, path, "dynamic_slice"):
+        have = walk.splits[xs]
+        if have[0]:   # split along the loop's dimension: gathered whole before the loop,
+            # sliced first to the piece's split (seen: f32[2,4,8] of P('x') where the
+            # body splits its piece's last dimension over 'z')
+            need = walk.splits[piece]
+            if any(tuple(n[:len(h)]) != tuple(h) for h, n in zip(have[1:], need)):
+                return Undetermined("COLL-10", "xs split along the loop's dimension and its "
+                                    "slice split otherwise too: where the partitioner "
+                                    "gathers each is not seen yet", path)
+            stopped = _move(walk, comp, xs, ((),) + tuple(need), "before", path,
+                            first + operands[first:].index(xs))
+            if stopped:
+                return stopped
+            have = ((),) + tuple(need)
+        sliced[piece] = tuple(have[1:])
+    for piece in sliced:
+        stopped = _move(walk, inner, piece, walk.splits[piece], "body", path,
+                        have=sliced[piece])
+        if stopped:
+            return stopped
+    return None
 
 
 def _pieces(walk: _Walk, xs: list, path: str, count: int) -> list:
