@@ -27,7 +27,8 @@ from .propagation_harness import (
     MESHES, NAMES, Recipe, arguments_of, counted_run, function_of, recipes,
 )
 
-__all__ = ["CollectivesOutcome", "compare_collectives", "communicating_recipes", "TALLY"]
+__all__ = ["CollectivesOutcome", "compare_collectives", "communicating_recipes", "TALLY",
+           "loop_recipes", "hlo_runs", "loop_function_of", "compiled_runs"]
 
 # Over the run: outcomes ("agree", "abstain", "disagree"), per kind of the collectives
 # compared on complete programs ("kind: all-gather") and the abstentions' reasons.
@@ -393,23 +394,38 @@ def _mesh_kind(recipe: Recipe) -> str:
     return "mixed" if len(types) > 1 else "Explicit" if types == {"E"} else "Auto"
 
 
+@st.composite
+def loop_recipes(draw: Any, max_steps: int = 4, explicit: bool = False) -> Recipe:
+    """:func:`communicating_recipes` with at least one loop or cond whose body
+    communicates (the others rejected)."""
+    from hypothesis import reject
+    recipe = draw(communicating_recipes(max_steps=max_steps, explicit=explicit))
+    if not any(kind == "loop" for kind, _, _ in recipe.steps):
+        reject()
+    return recipe
+
+
 def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None,
-             explicit: bool = True) -> dict:
+             explicit: bool = True, loops: bool = False) -> dict:
     """A deep run of the property: ``examples`` drawn programs from ``seed`` (``explicit``:
     some over meshes with Explicit axes); the tally (outcomes, the kinds of the collectives
     matched, the reasons a list was left open) and the recipes that disagreed, written to
     the file ``report`` (if given) after every 50 programs as well."""
-    return counted_run(communicating_recipes(max_steps=max_steps, explicit=explicit),
-                       compare_collectives, TALLY,
+    drawn = loop_recipes(max_steps=4) if loops else communicating_recipes(
+        max_steps=max_steps, explicit=explicit)
+    return counted_run(drawn, compare_collectives, TALLY,
                        ("agree", "abstain", "disagree", "refused by JAX"), examples, seed,
                        report)
 
 
-if __name__ == "__main__":   # python -m shardlaw.properties.collectives_harness N SEED [REPORT]
+if __name__ == "__main__":
+    # python -m shardlaw.properties.collectives_harness N SEED [REPORT] [--loops]
     import json
     import sys
 
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
-    print(json.dumps(deep_run(int(sys.argv[1]), int(sys.argv[2]),
-                              report=sys.argv[3] if len(sys.argv) > 3 else None)))
+    given = [a for a in sys.argv[1:] if a != "--loops"]
+    print(json.dumps(deep_run(int(given[0]), int(given[1]),
+                              report=given[2] if len(given) > 2 else None,
+                              loops="--loops" in sys.argv)))

@@ -10,11 +10,10 @@ import pathlib
 import jax
 import jax.numpy as jnp
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from shardlaw.compiled_hlo import collectives_in_hlo as collectives_of
 from shardlaw.properties.collectives_harness import (
-    communicating_recipes, compare_collectives, hlo_runs,
+    compare_collectives, hlo_runs, loop_recipes,
 )
 from shardlaw.properties.registry import checks
 from shardlaw.spec import explain_program
@@ -158,18 +157,9 @@ def test_the_scanned_step_at_65536_devices_is_reported_whole_without_devices():
     assert step.bytes_per_device == 32 * sum(c.bytes_per_device for c in step[:3]) + 4
 
 
-@st.composite
-def _loop_recipes(draw):
-    recipe = draw(communicating_recipes(max_steps=3))
-    if not any(kind == "loop" for kind, _, _ in recipe.steps):
-        from hypothesis import reject
-        reject()
-    return recipe
-
-
 @checks("COLL-8", "COLL-9", "COLL-10")
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
-@given(_loop_recipes())
+@given(loop_recipes(max_steps=3))
 def test_drawn_loops_communicate_as_compiled(recipe):
     outcome = compare_collectives(recipe)
     assert not outcome.disagreements, (recipe, outcome.disagreements)
