@@ -163,3 +163,17 @@ def test_the_scanned_step_at_65536_devices_is_reported_whole_without_devices():
 def test_drawn_loops_communicate_as_compiled(recipe):
     outcome = compare_collectives(recipe)
     assert not outcome.disagreements, (recipe, outcome.disagreements)
+
+
+@checks("COLL-3")
+def test_a_reduction_over_several_split_dimensions_all_reduces_once_per_dimension():
+    """Surfaced by a cond's predicate (``a.sum() > 0``, computed before the cond): XLA sums
+    the dimensions one by one, the minor first, where the spec had made one all-reduce
+    over every axis; a dimension split over two axes is summed over both at once."""
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(Auto,) * 3)
+    for spec, axes in (((("x", "z"), "y"), [("y",), ("x", "z")]),
+                       (("y", None, "x"), [("x",), ("y",)])):
+        a = _put(mesh, (8, 8, 8)[:len(spec)], *spec)
+        real, step = _both(lambda a: a.sum(), a)
+        assert step.complete and _keys(step) == real
+        assert [c.axes for c in step] == axes
