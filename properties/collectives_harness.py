@@ -170,15 +170,15 @@ def communicating_recipes(draw: Any, max_steps: int = 5, explicit: bool = False)
 
 
 LOOPS = ("scan dot", "scan reduce", "fori const", "fori constrain", "cond dot",
-         "cond reduce", "while const", "scan nested")
+         "cond reduce", "while const", "scan nested", "fori reduced const")
 
 
 def _loop_step(draw: Any, v: int, shape: tuple[int, ...], mesh: tuple[int, ...],
                fresh: Any) -> tuple:
     """A control-flow step over ``v`` whose body communicates (and the shape of its
     result): a scan over stacked weights (``c @ w``, its ``ys`` a reduction), a scan
-    reducing each slice of ``xs``, a fori_loop over a constant split otherwise or
-    constraining its carry, a cond whose branch multiplies or reduces, a while loop, a
+    reducing each slice of ``xs``, a fori_loop over a constant split otherwise, summing a
+    constant (moved out of the loop) or constraining its carry, a cond whose branch multiplies or reduces, a while loop, a
     scan inside a scan; ``xs`` and the constants fresh inputs on drawn splits."""
     which = draw(st.sampled_from(LOOPS))
     length = draw(st.sampled_from((2, 3)))
@@ -198,6 +198,12 @@ def _loop_step(draw: Any, v: int, shape: tuple[int, ...], mesh: tuple[int, ...],
             st.integers(0, len(shape) - 1))
         w = fresh(stacked, split)
         return ("loop", (v, w), (which, length, axis)), shape
+    if which == "fori reduced const":   # (summed where it stands: moved out of the loop)
+        split = _one_axis(draw, shape, mesh)
+        at = [d for d, e in enumerate(split) if e is not None]
+        axis = at[0] if at and draw(st.integers(0, 3)) else draw(
+            st.integers(0, len(shape) - 1))
+        return ("loop", (v, fresh(shape, split)), (which, length, axis)), shape
     w = fresh(shape, _one_axis(draw, shape, mesh))
     split = _one_axis(draw, shape, mesh) if which == "fori constrain" else None
     return ("loop", (v, w), (which if which != "scan dot" and which != "cond dot"
@@ -224,6 +230,9 @@ def loop_body(param: tuple, args: list, mesh: Any) -> Any:
         return lax.scan(outer, x, w)[0]
     if which == "fori const":
         return lax.fori_loop(0, length, lambda i, c: jnp.sin(c) * w, x)
+    if which == "fori reduced const":
+        return lax.fori_loop(0, length, lambda i, c: jnp.sin(c) * w.sum(extra, keepdims=True),
+                             x)
     if which == "fori constrain":
         from .propagation_harness import spec_of
         put = jax.sharding.NamedSharding(mesh, spec_of(extra))

@@ -177,3 +177,27 @@ def test_a_reduction_over_several_split_dimensions_all_reduces_once_per_dimensio
         real, step = _both(lambda a: a.sum(), a)
         assert step.complete and _keys(step) == real
         assert [c.axes for c in step] == axes
+
+
+@checks("COLL-9", "COLL-7")
+def test_an_all_reduce_of_a_constant_moves_out_of_the_loop_and_is_combined_there():
+    """``w.sum(0)`` of a loop's constant split over 'y' is summed once before the loop, and
+    XLA's combiner joins it with the step's own all-reduce over 'y' (64 bytes, one
+    collective); the body's all-reduce of its carry stays in the body."""
+    mesh = _mesh()
+    w, u = _put(mesh, (8, 8), "y"), _put(mesh, (8, 8), "y")
+
+    def f(c, w, u):
+        return jax.lax.scan(lambda c, _: (c * w.sum(0), None), c, None, length=3)[0], \
+            u.sum(0)
+    real, step = _both(f, _put(mesh, (8,)), w, u)
+    assert step.complete and _keys(step) == real == [
+        ("all-reduce", ((0, 1, 2, 3), (4, 5, 6, 7)), 64, 1)]
+
+    def g(c, w):
+        return jax.lax.scan(lambda c, _: (c.sum(0) * w.sum(0) + c, None), c, None,
+                            length=3)[0]
+    real, step = _both(g, _put(mesh, (8, 8), "y"), w)
+    assert step.complete and _keys(step) == real == [
+        ("all-reduce", ((0, 1, 2, 3), (4, 5, 6, 7)), 32, 1),
+        ("all-reduce", ((0, 1, 2, 3), (4, 5, 6, 7)), 32, 3)]
