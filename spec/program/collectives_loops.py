@@ -280,10 +280,13 @@ def boundary_moves(have: tuple, need: tuple, where: str) -> str:
 
 
 def _move(walk: _Walk, comp: _Computation, value: int, need: tuple, where: str, path: str,
-          operand: int | None = None, have: tuple | None = None) -> Undetermined | None:
-    """Reshard ``value`` to ``need`` in ``comp`` (COLL-10), once per (value, split)."""
+          operand: int | None = None, have: tuple | None = None, to: int | None = None
+          ) -> Undetermined | None:
+    """Reshard ``value`` to ``need`` in ``comp`` (COLL-10), once per (value, split); not
+    where the value it becomes (``to``) is dead (jit's dead-code elimination removes it)."""
     have = walk.splits[value] if have is None else have
-    if not boundary_moves(have, need, where) or (value, need) in comp.done:
+    if (to is not None and to not in walk.flat.live) or \
+            not boundary_moves(have, need, where) or (value, need) in comp.done:
         return None
     comp.done.add((value, need))
     made = moved(walk.flat.types[value], have, need, walk.mesh, path, operand)
@@ -314,7 +317,7 @@ def _scan(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
     inner = _body_of(comp, f"{path}.scan", eq.length, "scan", set(operands[:c]))
     for i in range(k):
         stopped = _move(walk, comp, operands[c + i], walk.splits[carries[i]], "before",
-                        path, c + i)
+                        path, c + i, to=carries[i])
         if stopped:
             return stopped
     stopped = _slices(walk, comp, inner, path, operands, c + k)
@@ -343,7 +346,7 @@ def _scan(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
         return stopped
     comp.add(inner.close(), ())
     for carry, final in zip(carries, finals):
-        stopped = _move(walk, comp, carry, walk.splits[final], "after", path)
+        stopped = _move(walk, comp, carry, walk.splits[final], "after", path, to=final)
         if stopped:
             return stopped
     return finals + stacked
@@ -400,7 +403,7 @@ def _ends(walk: _Walk, inner: _Computation, outs: list, targets: list, path: str
             return Undetermined("COLL-8", "a body's result comes from an equation lowering "
                                 "folds away: not followed yet", path)
         need = tuple(walk.splits[target][1:]) if stacked else walk.splits[target]
-        stopped = _move(walk, inner, out, need, "body", path)
+        stopped = _move(walk, inner, out, need, "body", path, to=target)
         if stopped:
             return stopped
     return None
@@ -416,7 +419,7 @@ def _while(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
     carries, finals = [r for _, r in joins[:k]], [r for _, r in joins[k:2 * k]]
     for i in range(k):
         stopped = _move(walk, comp, operands[cc + bc + i], walk.splits[carries[i]], "before",
-                        path, cc + bc + i)
+                        path, cc + bc + i, to=carries[i])
         if stopped:
             return stopped
     types = eq.cond.value_types
@@ -434,7 +437,7 @@ def _while(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
         return stopped
     comp.add(inner.close(), ())
     for carry, final in zip(carries, finals):
-        stopped = _move(walk, comp, carry, walk.splits[final], "after", path)
+        stopped = _move(walk, comp, carry, walk.splits[final], "after", path, to=final)
         if stopped:
             return stopped
     return finals
