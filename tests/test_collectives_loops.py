@@ -201,3 +201,15 @@ def test_an_all_reduce_of_a_constant_moves_out_of_the_loop_and_is_combined_there
     assert step.complete and _keys(step) == real == [
         ("all-reduce", ((0, 1, 2, 3), (4, 5, 6, 7)), 32, 1),
         ("all-reduce", ((0, 1, 2, 3), (4, 5, 6, 7)), 32, 3)]
+
+
+@checks("COLL-10")
+def test_a_dead_final_carry_is_moved_nowhere():
+    """A scan whose ``ys`` alone is returned: its final carry is dead code, so nothing
+    reshards it (it keeps the unsplit split of a value propagation never reaches)."""
+    mesh = _mesh()
+
+    def f(c, xs):
+        return jax.lax.scan(lambda c, t: (jnp.sin(c) + t, c * 2.0), c, xs)[1]
+    real, step = _both(f, _put(mesh, (2, 4, 16), "x"), _put(mesh, (4, 2, 4, 16), None, "x"))
+    assert step.complete and _keys(step) == real == []
