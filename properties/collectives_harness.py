@@ -118,8 +118,9 @@ def communicating_recipes(draw: Any, max_steps: int = 5, explicit: bool = False)
     to three steps appended that make the step communicate: a reduction over an input's
     split dimension, an elementwise operation or a matmul with a fresh input split over
     another axis or the same one (conflicts, moved axes, contracted splits), a constraint
-    that moves a value's axes between its dimensions or onto others; ``explicit``: some
-    over meshes with Explicit axes (all of them, or beside Auto ones)."""
+    that moves a value's axes between its dimensions or onto others, and over a mesh with
+    Explicit axes a reshard onto them; ``explicit``: some over meshes with Explicit axes
+    (all of them, or beside Auto ones)."""
     base = draw(recipes(max_steps=max_steps, explicit=explicit))
     inputs, steps = list(base.inputs), list(base.steps)
     shapes = {k: base.inputs[p][0] for k, (kind, _, p) in enumerate(steps) if kind == "input"}
@@ -134,10 +135,15 @@ def communicating_recipes(draw: Any, max_steps: int = 5, explicit: bool = False)
     for _ in range(draw(st.integers(1, 3))):
         v = draw(st.sampled_from(sorted(shapes)))
         shape = shapes[v]
-        kind = draw(st.sampled_from(("reduce", "binary", "dot", "move", "loop", "loop")))
+        kind = draw(st.sampled_from(STEPS))
         if kind == "move" and base.axis_types and "A" not in base.axis_types:
             kind = "reduce"   # (no Auto axis to constrain over: a reduction communicates)
-        if kind == "loop":
+        if kind == "reshard" and "E" not in base.axis_types:
+            kind = "move"     # (a reshard names Explicit axes only)
+        if kind == "reshard":
+            steps.append(("reshard", (v,), _one_axis(draw, shape, base.mesh, "".join(
+                "A" if t == "E" else "B" for t in base.axis_types))))
+        elif kind == "loop":
             step, shape = _loop_step(draw, v, shape, base.mesh, fresh)
             steps.append(step)
         elif kind == "move":
@@ -169,6 +175,8 @@ def communicating_recipes(draw: Any, max_steps: int = 5, explicit: bool = False)
                   axis_types=base.axis_types)
 
 
+# The steps appended (a loop twice as often: most of its draws communicate nothing).
+STEPS = ("reduce", "binary", "dot", "move", "reshard", "loop", "loop")
 LOOPS = ("scan dot", "scan reduce", "fori const", "fori constrain", "cond dot",
          "cond reduce", "while const", "scan nested", "fori reduced const")
 
@@ -338,7 +346,8 @@ def compiled_runs(recipe: Recipe) -> tuple:
                                runs.get(c.name, 1)) for c in collectives_of(text)), key=repr))
 
 
-def _record_held(real: tuple, step: Any = (), loops: frozenset = frozenset()) -> None:
+def _record_held(real: tuple, inlined: set = frozenset(), step: Any = (),
+                 loops: frozenset = frozenset()) -> None:
     """The rules a complete, agreeing prediction held to the compiled module (hits)."""
     from shardlaw.properties import hits
     kinds = {kind for kind, _, _ in real}
@@ -348,6 +357,8 @@ def _record_held(real: tuple, step: Any = (), loops: frozenset = frozenset()) ->
     held += ["COLL-10"] if any(c.path in loops for c in step) else []   # (at a loop's edge)
     held += ["COLL-2"] if kinds & {"all-gather", "all-to-all"} else []
     held += ["COLL-3", "COLL-7"] if "all-reduce" in kinds else []
+    held += ["COLL-11"] if inlined else []
+    held += ["COLL-12"] if "with a shard_map" in inlined else []
     for rule_id in held:
         hits.record(SOURCE, rule_id, refused=False)
     hits.record_jax_calls(1)
@@ -377,24 +388,32 @@ def compare_collectives(recipe: Recipe) -> CollectivesOutcome:
     real = tuple(sorted(key[:3] for key in real_runs))
     outcome = CollectivesOutcome(real, tuple(sorted(key[:3] for key in predicted_runs)), why,
                                  real_runs, predicted_runs)
-    TALLY["disagree" if outcome.disagreements else
-          "abstain" if why is not None else "agree"] += 1
+    said = "disagree" if outcome.disagreements else "abstain" if why is not None else "agree"
+    TALLY[said] += 1
+    for feature in _inlined(recipe):
+        TALLY[f"{feature} over {_mesh_kind(recipe)} axes: {said}"] += 1
     if any(kind == "loop" for kind, _, _ in recipe.steps):
-        TALLY["loop programs: " + ("disagree" if outcome.disagreements else
-                                   "abstain" if why is not None else "agree")] += 1
+        TALLY["loop programs: " + said] += 1
     if why is None and not outcome.disagreements:
         TALLY[f"agree over {_mesh_kind(recipe)} axes"] += 1
         for kind, _, _ in real:
             TALLY[f"kind: {kind}"] += 1
         if any(r != 1 for *_, r in real_runs):
             TALLY["loop programs agreeing, communicating in a body"] += 1
-        _record_held(real, step, frozenset(
+        _record_held(real, _inlined(recipe), step, frozenset(
             f"body[{k}]" for k, eq in enumerate(program.equations)
             if eq.kind in ("scan", "while", "cond")))
         TALLY["programs without collectives" if not real else "programs with collectives"] += 1
     elif why is not None:
         TALLY[f"why: {why.split(': ', 1)[-1][:70]}"] += 1
     return outcome
+
+
+def _inlined(recipe: Recipe) -> set:
+    """The steps of the recipe whose collectives COLL-11 reads off the inlined program."""
+    names = {"inner": "with an inner jit", "shard_map": "with a shard_map",
+             "reshard": "with a reshard"}
+    return {names[kind] for kind, _, _ in recipe.steps if kind in names}
 
 
 def _mesh_kind(recipe: Recipe) -> str:
@@ -415,20 +434,24 @@ def loop_recipes(draw: Any, max_steps: int = 4, explicit: bool = False) -> Recip
 
 
 def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None,
-             explicit: bool = True, loops: bool = False) -> dict:
+             explicit: bool = True, only_explicit: bool = False, loops: bool = False
+             ) -> dict:
     """A deep run of the property: ``examples`` drawn programs from ``seed`` (``explicit``:
-    some over meshes with Explicit axes); the tally (outcomes, the kinds of the collectives
-    matched, the reasons a list was left open) and the recipes that disagreed, written to
-    the file ``report`` (if given) after every 50 programs as well."""
+    some over meshes with Explicit axes; ``only_explicit``: all of them; ``loops``: each
+    with a loop or cond whose body communicates); the tally (outcomes, the kinds of the
+    collectives matched, the reasons a list was left open) and the recipes that disagreed,
+    written to the file ``report`` (if given) after every 50 programs as well."""
     drawn = loop_recipes(max_steps=4) if loops else communicating_recipes(
         max_steps=max_steps, explicit=explicit)
+    if only_explicit:
+        drawn = drawn.filter(lambda r: "E" in r.axis_types)
     return counted_run(drawn, compare_collectives, TALLY,
                        ("agree", "abstain", "disagree", "refused by JAX"), examples, seed,
                        report)
 
 
 if __name__ == "__main__":
-    # python -m shardlaw.properties.collectives_harness N SEED [REPORT] [--loops]
+    # python -m shardlaw.properties.collectives_harness N SEED [REPORT [explicit]] [--loops]
     import json
     import sys
 
@@ -437,4 +460,5 @@ if __name__ == "__main__":
     given = [a for a in sys.argv[1:] if a != "--loops"]
     print(json.dumps(deep_run(int(given[0]), int(given[1]),
                               report=given[2] if len(given) > 2 else None,
+                              only_explicit=given[3:4] == ["explicit"],
                               loops="--loops" in sys.argv)))

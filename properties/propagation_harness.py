@@ -100,7 +100,8 @@ def _split(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
 @st.composite
 def recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
     """Recipes from small to large: one input and one step first; ``explicit``: some over
-    meshes with Explicit axes (all of them, or beside Auto ones)."""
+    meshes with Explicit axes (all of them, or beside Auto ones), some with a reshard onto
+    them."""
     mesh = draw(st.sampled_from(MESHES))
     reversed_devices = draw(st.booleans())
     inputs: list = []
@@ -148,8 +149,31 @@ def recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
         types = "".join(draw(st.permutations("E" + "A" * (len(mesh) - 1)))) \
             if draw(st.booleans()) else "".join(draw(st.permutations(
                 "A" + "E" * (len(mesh) - 1))))
+    if "E" in types and draw(st.booleans()):   # a reshard onto Explicit axes, read on
+        v = draw(st.sampled_from(made))
+        steps.append(("reshard", (v,), _explicit_split(draw, shapes[v], mesh, types)))
+        if draw(st.booleans()):
+            steps.append(("unary", (len(steps) - 1,), draw(st.sampled_from(UNARY))))
+        outputs += (len(steps) - 1,)
+        given += (None,) if given else ()
     return Recipe(mesh, reversed_devices, tuple(inputs), tuple(steps), outputs, devices,
                   given, types)
+
+
+def _explicit_split(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...], types: str
+                    ) -> tuple:
+    """A split of ``shape`` over the mesh's Explicit axes only (a reshard's): per
+    dimension None or one Explicit axis dividing it, each axis once."""
+    free = [a for a, t in zip(NAMES, types) if t == "E"]
+    sizes = dict(zip(NAMES, mesh))
+    out = []
+    for dim in shape:
+        fit = [a for a in free if dim % sizes[a] == 0]
+        axis = draw(st.sampled_from([None] + fit))
+        if axis is not None:
+            free.remove(axis)
+        out.append(axis)
+    return tuple(out)
 
 
 def _given(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
@@ -346,6 +370,8 @@ def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
     if kind == "constrain":
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(
             mesh, spec_of(param)))
+    if kind == "reshard":   # to a split over Explicit axes only (JAX refuses Auto ones)
+        return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, spec_of(param)))
     if kind == "shard_map":   # every axis manual; the body elementwise
         return jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=spec_of(param),
                              out_specs=spec_of(param))(x)
@@ -537,6 +563,8 @@ def _features(recipe: Recipe) -> set:
             found.add("with an inner jit's shardings")
         elif kind == "shard_map":
             found.add("with a shard_map")
+        elif kind == "reshard":
+            found.add("with a reshard")
         elif kind == "flow":
             found.add("with control flow")
     return found
@@ -559,11 +587,16 @@ def _tally(outcome: Outcome, recipe: Recipe) -> None:
         TALLY[f"why: {why.split(': ', 1)[-1][:70]}"] += 1
 
 
-def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -> dict:
+def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None,
+             only_explicit: bool = False) -> dict:
     """A deep run of the property: ``examples`` drawn programs from ``seed``; the tally
     (outcomes, reasons, programs held per primitive) and the recipes that disagreed,
-    written to the file ``report`` (if given) after every 50 programs as well."""
-    return counted_run(recipes(max_steps=max_steps, explicit=True), compare_recipe, TALLY,
+    written to the file ``report`` (if given) after every 50 programs as well;
+    ``only_explicit``: meshes with Explicit axes only."""
+    drawn = recipes(max_steps=max_steps, explicit=True)
+    if only_explicit:
+        drawn = drawn.filter(lambda r: "E" in r.axis_types)
+    return counted_run(drawn, compare_recipe, TALLY,
                        ("agree", "abstain", "disagree", "refused by JAX"), examples, seed,
                        report)
 
@@ -602,11 +635,12 @@ def counted_run(strategy: Any, compare: Any, tally: Any, outcomes: tuple[str, ..
     return {"tally": dict(tally), "disagreements": found}
 
 
-if __name__ == "__main__":   # python -m shardlaw.properties.propagation_harness N SEED
+if __name__ == "__main__":   # ... propagation_harness N SEED [REPORT [explicit]]
     import json
     import sys
 
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
     print(json.dumps(deep_run(int(sys.argv[1]), int(sys.argv[2]),
-                              report=sys.argv[3] if len(sys.argv) > 3 else None)))
+                              report=sys.argv[3] if len(sys.argv) > 3 else None,
+                              only_explicit=sys.argv[4:5] == ["explicit"])))

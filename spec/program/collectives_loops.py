@@ -41,7 +41,7 @@ from ..core.rules import rule
 from ..core.shardings import UNSPECIFIED
 from .collectives import Collective, combined, equation_collectives, moved
 from .primitives import entry_of
-from .propagation import FLOW_KINDS, Undetermined, flat_splits, propagation_mesh
+from .propagation import FLOW_KINDS, Undetermined, propagated, propagation_mesh
 
 # (propagation passes their own dimension through; the partitioner gathers it)
 CUMULATIVE = ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
@@ -101,7 +101,7 @@ class _Walk:
 
     @classmethod
     def of(cls, program: Any, plans: dict) -> "_Walk":
-        flat, splits = flat_splits(program)   # (propagate answered: so does this)
+        flat, splits = propagated(program)   # (propagate answered: so does this)
         joins: dict = {}
         for sources, result, path in flat.joins:
             joins.setdefault(path, []).append((tuple(sources), result))

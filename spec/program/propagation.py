@@ -70,7 +70,7 @@ ELEMENTWISE_FIRST = frozenset(("reshape", "transpose", *ELEMENTWISE_NAMES,
 __all__ = ["Undetermined", "Split", "propagation_mesh", "factor_split", "dimension_splits",
            "propagate", "predicted_results", "predicted_sharding", "predicted_choices",
            "undetermined_results", "equation_splits", "flatten", "Flat", "placed_pin",
-           "inline_body", "stop", "FLOW_KINDS", "COPY", "ORDER_DECIDES", "flat_splits"]
+           "inline_body", "stop", "FLOW_KINDS", "COPY", "ORDER_DECIDES"]
 
 Split = tuple[tuple[str, ...], ...]
 
@@ -342,7 +342,7 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
                 f, chosen[f], tensors, numbers, current, fixed, extend=True):
             _stop("PROP-4", "two splits of one factor conflict on a mesh with Explicit axes: "
                   "how the partitioner resolves it beside a type is not written", path)
-        if len(given) > 1 and any(_conflict(g, h) for g, n in given
+        if len(given) > 1 and any(_conflict(g, _takes(h, fixed, n)) for g, n in given
                                   if grown.get(n) == priority for h, _ in given):
             if fixed.contested is None:
                 _stop("PROP-4", ORDER_DECIDES, path)
@@ -474,12 +474,6 @@ def _propagated(program: Program, opened: frozenset = frozenset(), contested: bo
         return flat, splits
     key = f"propagation {sorted(opened)}" if opened else "propagation"
     return program.derived_once(key + " contested" * contested, make)
-
-
-def flat_splits(program: Program) -> tuple | Undetermined:
-    """(the flat program, each of its values' split by id) as propagation decided them,
-    bodies included (the collectives inside them read it), or why not."""
-    return _propagated(program)
 
 
 def _check_unsplit(steps: list, splits: dict) -> None:
@@ -984,11 +978,12 @@ def factor_sizes(rule_: Factors, types: tuple) -> dict[str, int]:
 # The names propagation_flow.py builds on.
 inline_body = _inline_jit
 stop = _stop
+propagated = _propagated   # (the inlined program and its splits: collectives_explicit.py)
 
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
-    is_reshape,
+    is_reshape, takes_of as _takes,
     implied_out_shardings as _out_shardings, manual_boundary as _manual_boundary,
     check_axes_apart as _check_apart, constraint_pin as _constraint_pin,
     contested_values as _contested, may_grow as _may_grow, move_pins as _move, pin as _pin,
