@@ -8,6 +8,7 @@ import importlib.util
 import pathlib
 
 import jax
+import pytest
 import jax.numpy as jnp
 from hypothesis import HealthCheck, given, settings
 
@@ -213,3 +214,23 @@ def test_a_dead_final_carry_is_moved_nowhere():
         return jax.lax.scan(lambda c, t: (jnp.sin(c) + t, c * 2.0), c, xs)[1]
     real, step = _both(f, _put(mesh, (2, 4, 16), "x"), _put(mesh, (4, 2, 4, 16), None, "x"))
     assert step.complete and _keys(step) == real == []
+
+
+@checks("COLL-4")
+@pytest.mark.parametrize("spec, axis, along", [
+    (("x", None), 0, True), (("x", None), 1, False), ((None, "y"), 1, True),
+    (("x", "y"), 0, True), ((("x", "y"),), 0, True), ((None, "y"), 0, False)])
+def test_a_cumulative_sum_along_a_split_dimension_is_left_open_where_xla_gathers(
+        spec, axis, along):
+    """XLA gathers a cumsum's operand along its own dimension where that dimension is split
+    (its plan not read yet: left open); split elsewhere, nothing is communicated."""
+    mesh = _mesh()
+
+    def f(a):
+        return jax.lax.cumsum(a, axis=axis)
+    real, step = _both(f, _put(mesh, (16, 32), *spec))
+    if along:
+        assert [kind for kind, *_ in real] == ["all-gather"]
+        assert not step.complete and step.undetermined.rule == "COLL-4"
+    else:
+        assert real == [] and step.complete and _keys(step) == []

@@ -577,6 +577,10 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
     if chosen is None:
         return Undetermined("COLL-1", "the operands split a reduced factor differently: the "
                             "partitioner chooses by cost whether to gather or slice", "")
+    if along_a_split(eq, held):
+        return Undetermined("COLL-4", f"{entry_of(eq).name} along a split dimension: XLA "
+                            "gathers the operand along it (seen) by a plan of its own, not "
+                            "read yet", "")
     if entry_of(eq).name in UNSUMMED and any(any(r.values()) for r in read):
         return Undetermined("COLL-3", f"{entry_of(eq).name} of a split value: XLA's variadic "
                             f"reduce moves its operand by its own plan", "")
@@ -608,6 +612,19 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
                               "the partitioner orders the gather and the all-reduce by its "
                               "own plan", "")
     return tuple(operands), summed
+
+
+# (propagation passes their own dimension through; the partitioner gathers it)
+CUMULATIVE = ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
+
+
+def along_a_split(eq: Any, held: tuple) -> bool:
+    """Whether ``eq`` is a cumulative operation along a dimension its operand's split
+    ``held[0]`` splits (seen on 8 CPU devices: split elsewhere, no collective)."""
+    if entry_of(eq).name not in CUMULATIVE or not held or not held[0]:
+        return False
+    axis = dict(getattr(eq, "params", ())).get("axis", 0) % len(held[0])
+    return bool(held[0][axis])
 
 
 def _operand_beyond(factors: Any, read: list, chosen: dict, count: int) -> dict:

@@ -39,12 +39,9 @@ from typing import Any
 
 from ..core.rules import rule
 from ..core.shardings import UNSPECIFIED
-from .collectives import Collective, combined, equation_collectives, moved
+from .collectives import Collective, along_a_split, combined, equation_collectives, moved
 from .primitives import entry_of
 from .propagation import FLOW_KINDS, Undetermined, propagated, propagation_mesh
-
-# (propagation passes their own dimension through; the partitioner gathers it)
-CUMULATIVE = ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
 
 __all__ = ["flow_collectives", "body_collectives", "hoisted", "boundary_moves"]
 
@@ -193,7 +190,7 @@ def _read(walk: _Walk, body: Any, inputs: list, prefix: str, comp: _Computation
         if entry_of(eq).name == "iota":   # computed in whatever split it is needed in
             comp.done.update(results)
             continue
-        if entry_of(eq).name in CUMULATIVE and any(walk.splits[ops[0]]):
+        if along_a_split(eq, (walk.splits[ops[0]],)):
             return Undetermined("COLL-8", f"{entry_of(eq).name} of a split operand: XLA "
                                 "gathers along its own dimension (seen) by a plan of its "
                                 "own, not read yet", path)
