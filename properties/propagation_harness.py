@@ -131,6 +131,8 @@ def recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
             step = ("constrain", step[1], _loose(draw, split) if draw(st.booleans()) else split)
         elif step[0] == "shard_map":
             step = ("shard_map", step[1], _split(draw, shape, mesh))
+        elif step[0] == "shard_map_auto":
+            step, out = _auto_map(draw, step[1][0], shape, mesh)
         elif step[0] == "inner":
             ins = _split(draw, shape, mesh) if draw(st.booleans()) else None
             outs = _split(draw, shape, mesh) if draw(st.booleans()) else None
@@ -152,6 +154,42 @@ def recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
                   given, types)
 
 
+def _auto_map(draw: Any, v: int, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
+    """A shard_map over ``v`` leaving some mesh axes automatic (``axis_names`` a drawn
+    proper subset), its specs over its manual axes only, and its body: elementwise, a
+    transpose of every dimension (its out spec the in spec reversed), or a psum over the
+    axes its spec names (its out spec ``P()``, its result of the local shape); with the
+    shape of its result."""
+    names = NAMES[:len(mesh)]
+    wide = [a for a, n in zip(names, mesh) if n > 1]   # (XLA fails a psum over a manual axis
+    if len(names) < 2 or not wide:                     # of size 1 beside free ones: seen)
+        return ("shard_map", (v,), _split(draw, shape, mesh)), shape
+    manual = tuple(sorted(draw(st.sets(st.sampled_from(wide), min_size=1,
+                                       max_size=len(names) - 1))))
+    split = tuple(_only(entry, manual) for entry in _split(draw, shape, mesh))
+    body = draw(st.sampled_from(("cos", "transpose", "psum") if len(shape) >= 2 else
+                                ("cos", "psum")))
+    size = dict(zip(names, mesh))
+    local = tuple(n // _ways(entry, size) for n, entry in zip(shape, split))
+    out = shape[::-1] if body == "transpose" else local if body == "psum" else shape
+    return ("shard_map_auto", (v,), (split, manual, body)), out
+
+
+def _ways(entry: Any, size: dict) -> int:
+    """How many pieces a spec entry splits its dimension into."""
+    ways = 1
+    for a in ((entry,) if isinstance(entry, str) else entry or ()):
+        ways *= size[a]
+    return ways
+
+
+def _only(entry: Any, manual: tuple) -> Any:
+    """A drawn spec entry with its axes outside ``manual`` left out."""
+    kept = tuple(a for a in ((entry,) if isinstance(entry, str) else entry or ())
+                 if a in manual)
+    return None if not kept else kept[0] if len(kept) == 1 else kept
+
+
 def _given(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
     return _split(draw, shape, mesh)   # (jit refuses UNCONSTRAINED in out_shardings)
 
@@ -161,7 +199,7 @@ def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
     kind = draw(st.sampled_from(("unary", "binary", "broadcast_add", "scalar", "dot",
                                  "reduce", "transpose", "reshape", "broadcast",
                                  "convert", "more", "more", "constrain", "block", "inner",
-                                 "shard_map", "flow")))
+                                 "shard_map", "shard_map_auto", "shard_map_auto", "flow")))
     if not shape:   # a scalar (an argmax's of a vector): elementwise steps only
         return ("unary", (v,), draw(st.sampled_from(UNARY))), shape
     if kind == "flow":   # control flow: a scan's carry or ys, a cond, a remat
@@ -170,7 +208,7 @@ def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
             xs = same_shape((4,) + shape)
             return ("flow", (v, xs), which), shape if which == "scan carry" else (4,) + shape
         return ("flow", (v, same_shape(shape)), which), shape
-    if kind in ("more", "constrain", "block", "inner", "shard_map"):
+    if kind in ("more", "constrain", "block", "inner", "shard_map", "shard_map_auto"):
         return _more_step(draw, kind, v, shape, same_shape)
     if kind == "unary":
         step, out = ("unary", (v,), draw(st.sampled_from(UNARY))), shape
@@ -216,7 +254,7 @@ def _more_step(draw: Any, kind: str, v: int, shape: tuple[int, ...], same_shape:
                ) -> tuple:
     """A constraint in the middle, a step of the table's further primitives, or a
     realistic block (an MLP, layernorm, attention, a loss's gradient) over ``v``."""
-    if kind in ("constrain", "inner", "shard_map"):
+    if kind in ("constrain", "inner", "shard_map", "shard_map_auto"):
         return (kind, (v,), None), shape
     if kind == "block" and len(shape) == 2:
         block = draw(st.sampled_from(BLOCKS))
@@ -349,6 +387,8 @@ def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
     if kind == "shard_map":   # every axis manual; the body elementwise
         return jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=spec_of(param),
                              out_specs=spec_of(param))(x)
+    if kind == "shard_map_auto":
+        return _auto_map_of(param, x, mesh)
     if kind == "inner":
         ins, outs = (None if s is None else jax.sharding.NamedSharding(mesh, spec_of(s))
                      for s in param)
@@ -379,6 +419,24 @@ def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
     if kind == "take":
         return jnp.take(x, jnp.arange(n) % x.shape[axis], axis=axis)
     return lax.dynamic_slice_in_dim(x, 1 % (x.shape[axis] - n + 1), n, axis=axis)
+
+
+def _auto_map_of(param: tuple, x: Any, mesh: Any) -> Any:
+    """The real shard_map of :func:`_auto_map` over ``x``."""
+    import jax
+    import jax.numpy as jnp
+    split, manual, body = param
+    spec = spec_of(split)
+    if body == "transpose":
+        fn, out = (lambda t: jnp.transpose(t) * 2.0), spec_of(split[::-1])
+    elif body == "psum":   # (over the axes the spec names: the ones its operand varies over)
+        named = tuple(a for e in split for a in ((e,) if isinstance(e, str) else e or ()))
+        fn, out = (lambda t: jax.lax.psum(jnp.cos(t), named) if named else jnp.cos(t)), \
+            spec_of(())
+    else:
+        fn, out = (lambda t: jnp.cos(t) * 2.0), spec
+    return jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=out,
+                         axis_names=set(manual))(x)
 
 
 def _flow(name: str, args: list) -> Any:
@@ -537,6 +595,8 @@ def _features(recipe: Recipe) -> set:
             found.add("with an inner jit's shardings")
         elif kind == "shard_map":
             found.add("with a shard_map")
+        elif kind == "shard_map_auto":
+            found.add("with a shard_map leaving axes automatic")
         elif kind == "flow":
             found.add("with control flow")
     return found
