@@ -195,3 +195,47 @@ def _auto_map_recipes(draw):
 def test_drawn_programs_with_such_shard_maps_agree_with_the_executable(recipe):
     outcome = compare_recipe(recipe)
     assert not outcome.disagreements, (recipe, outcome.disagreements)
+
+
+def _other(mesh, shape, names):
+    import numpy as np
+    return jax.sharding.Mesh(np.array(list(mesh.devices.flat)).reshape(shape), names,
+                             axis_types=(Auto,) * len(shape))
+
+
+# (name, function of (the inputs' mesh, another of its devices), the specs jax.jit returns)
+ACROSS = [
+    ("a value computed from a constraint over a mesh of one axis", lambda m, o: lambda a:
+     jnp.sin(_wsc(o, a, "k", None)), (8,), ("k",), [P("k")]),
+    ("beside a value of the inputs' mesh", lambda m, o: lambda a:
+     jnp.sin(_wsc(o, a, "k", None)) + jnp.sin(a), (8,), ("k",), [P(("x", "y"))]),
+    ("over a mesh of as many axes, made of whole axes", lambda m, o: lambda a:
+     jnp.sin(_wsc(o, a, ("a", "b"), None)), (4, 2), ("a", "b"), [P(("a", "b"))]),
+    ("an inner jit's in sharding over another mesh", lambda m, o: lambda a: jax.jit(
+        lambda t: t * 2, in_shardings=NS(o, P(("a", "b"))))(jnp.sin(a)), (4, 2), ("a", "b"),
+     [P(("x", "y"))]),
+]
+
+
+@checks("PROP-12")
+@pytest.mark.parametrize("name, make, shape, names, expected", ACROSS,
+                         ids=[c[0] for c in ACROSS])
+def test_a_placement_over_another_mesh_of_whole_axes_propagates(name, make, shape, names,
+                                                                 expected):
+    mesh = _mesh()
+    real, verdict = _compare(make(mesh, _other(mesh, shape, names)), mesh, ((8, 8), P()))
+    assert [r.spec for r in real] == expected
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real), name
+
+
+@checks("PROP-12")
+def test_a_mesh_of_more_axes_or_parts_of_axes_stays_open():
+    mesh = _mesh()
+    cube = _other(mesh, (2, 2, 2), ("p", "q", "r"))   # the mesh Shardy places the module over
+    real, verdict = _compare(lambda a: jnp.sin(_wsc(cube, a, "p", None)), mesh, ((8, 8), P()))
+    assert real[0].spec == P("p")
+    assert verdict.out_shardings == (UNSPECIFIED,)
+    tall = _other(mesh, (4, 2), ("a", "b"))   # 'b' is half of 'y': a sub-axis
+    real, verdict = _compare(lambda a: jnp.sin(_wsc(tall, a, None, "b")), mesh, ((8, 8), P()))
+    assert real[0].spec == P()
+    assert verdict.out_shardings == (UNSPECIFIED,)

@@ -175,6 +175,8 @@ def placed_pin(sharding: Any, mesh: Any, rank: int, loose: frozenset = frozenset
     >>> placed_pin(NamedSharding(mesh.abstract, P("x", UNCONSTRAINED)), mesh, 3)
     ((('x',), (), ()), (False, True, False))
     """
+    if isinstance(sharding, NamedSharding) and sharding.mesh.abstract != mesh.abstract:
+        sharding = _over_the_inputs_mesh(sharding, mesh, rank)   # (PROP-12)
     if not (isinstance(sharding, NamedSharding) and sharding.mesh.abstract == mesh.abstract):
         return None
     spec = sharding.spec
@@ -471,6 +473,7 @@ class Flat:
     rules: dict = dataclasses.field(default_factory=dict, repr=False)
     reshaped: dict = dataclasses.field(default_factory=dict)
     contested: dict = dataclasses.field(default_factory=dict)
+    led: list = dataclasses.field(default_factory=list)   # (joins a constraint leads: PROP-13)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -932,7 +935,7 @@ inline_body, stop = _inline_jit, _stop   # (the names propagation_flow.py builds
 
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
-    boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
+    boundary as _boundary, folded as _folded, grown_split as _grown,
     is_reshape,
     implied_out_shardings as _out_shardings,
     check_axes_apart as _check_apart, constraint_pin as _constraint_pin,
@@ -944,3 +947,5 @@ from .propagation_shardmap import shard_map_boundary as _shard_map  # noqa: E402
 from .propagation_schedule import (  # noqa: E402
     PASSES, chosen as _chosen, conflict as _conflict, directions as _directions,
 )
+from .propagation_meshes import over_the_inputs_mesh as _over_the_inputs_mesh  # noqa: E402
+from .propagation_flow import check_joins as _check_joins  # noqa: E402

@@ -16,9 +16,11 @@ from typing import Any
 from ..core.rules import rule
 from ..core.values import AxisType
 from .primitives import Factors, entry_of_name
-from .propagation import COPY, Flat, inline_body
+from .propagation import COPY, Flat, inline_body, stop
+from .propagation_pins import check_joins as pins_check_joins
+from .propagation_schedule import chosen
 
-__all__ = ["inline_flow", "constraint_led"]
+__all__ = ["inline_flow", "constraint_led", "check_joins"]
 
 
 def inline_flow(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: Any,
@@ -90,6 +92,7 @@ def _edge(flat: Flat, name: str, initial: int, out: int, carry: int, path: str,
     if constraint_led([out], constraints, mesh) == 0:
         _step(flat, "sharding_constraint", Factors((dims, dims), (dims,)), [out, initial],
               carry, path)
+        flat.led.append(([out, initial], carry, path))
         return
     _step(flat, name, Factors((dims, dims), (dims,)), [initial, out], carry, path)
     flat.joins.append(([initial, out], carry, path))
@@ -138,9 +141,28 @@ def _joined(flat: Flat, sources: list, path: str, constraints: list = (), mesh: 
     others = [n for k, n in enumerate(sources) if k != led]
     _step(flat, "sharding_constraint", Factors(tuple(dims for _ in sources), (dims,)),
           [sources[led]] + others, made, path)
+    flat.led.append(([sources[led]] + others, made, path))
     if len(others) > 1:   # (the other branches apart from each other: PROP-4)
         flat.joins.append((others, made, path))
     return made
+
+
+def check_joins(flat: Flat, splits: dict) -> None:
+    """After propagation: a loop's carry or a cond's result whose sources end apart
+    (:func:`~shardlaw.spec.program.propagation_pins.check_joins`), or whose join a
+    constraint leads but which ends split otherwise than its sources give it (seen: a carry
+    the body's uses would split beside a replicated constraint the body returns stays
+    replicated): which the partitioner keeps is not written (PROP-4)."""
+    pins_check_joins(flat, splits)
+    for sources, result, path in flat.led:
+        if result not in flat.live:
+            continue
+        given = tuple(chosen("prefer", [splits[s][d] for s in sources], [])
+                      for d in range(len(splits[result])))
+        if given != splits[result]:
+            stop("PROP-4", "a loop's carry or a cond's result a constraint leads is split "
+                 "beyond what its sources give it (by its own uses): which the partitioner "
+                 "keeps is not written", path)
 
 
 def _step(flat: Flat, name: str, rule: Factors, operands: list, result: int, path: str
