@@ -13,8 +13,11 @@ the primitive JAX binds (``reduce_scatter`` for ``psum_scatter``, ``psum_invaria
 spec's collective rules refuse it, SMAP-13 for its axes, SMAP-21 for its shape; its
 result is the operand's type (the rules refuse before they read it).
 
-A call the description leaves out (an ``all_gather`` to other than varying values, index
-groups) raises TypeError, so that JAX's error stands.
+A collective over axis index groups is described with its groups, and the spec refuses it
+by SMAP-26 (groups that do not cover their indices, ValueError; a psum over groups under
+``check_vma``, or an all_gather to other than varying values over groups,
+NotImplementedError); an ``all_gather`` to reduced values of an operand not varying along
+its axes (``all_gather_reduced``, ValueError) by SMAP-27.
 """
 
 from __future__ import annotations
@@ -38,28 +41,30 @@ def _axes(named: Any) -> tuple:
 def _params(call: str, local: dict, rank: int) -> tuple[str, tuple]:
     """(the primitive JAX binds for the call ``call`` whose frame's locals are ``local``,
     its parameters past its operand, an array of ``rank``)."""
-    if local.get("axis_index_groups") is not None:
-        raise TypeError("a collective over axis index groups")
+    groups = local.get("axis_index_groups")
+    groups = None if groups is None else tuple(tuple(int(i) for i in g) for g in groups)
     axes = _axes(local["axis_name"])
-    if call == "psum":
-        return "psum_invariant", (("axes", axes),)
+    if call == "psum":   # (psum_invariant takes no groups: JAX refuses them first, SMAP-26)
+        return "psum_invariant", (("axes", axes),) + (
+            () if groups is None else (("axis_index_groups", groups),))
     if call in ("pmax", "pmin"):
-        return call, (("axes", axes), ("axis_index_groups", None))
+        return call, (("axes", axes), ("axis_index_groups", groups))
     if call == "all_gather":
-        if local.get("to", "varying") != "varying":
-            raise TypeError("an all_gather to other than varying values")
         tiled = bool(local["tiled"])
         axis = int(local["axis"])
         dimension = axis + (rank if tiled else rank + 1) if axis < 0 else axis
-        return "all_gather", (("all_gather_dimension", dimension),
-                              ("axis_index_groups", None), ("axis_name", axes),
-                              ("tiled", tiled))
+        to = local.get("to", "varying")
+        primitive = {"varying": "all_gather", "invarying": "all_gather_invariant",
+                     "reduced": "all_gather_reduced"}[to]
+        return primitive, (("all_gather_dimension", dimension),
+                           ("axis_index_groups", groups), ("axis_name", axes),
+                           ("tiled", tiled))
     if call == "psum_scatter":
-        return "reduce_scatter", (("axis_index_groups", None), ("axis_name", axes),
+        return "reduce_scatter", (("axis_index_groups", groups), ("axis_name", axes),
                                   ("scatter_dimension", int(local["scatter_dimension"])),
                                   ("tiled", bool(local["tiled"])))
     if call == "all_to_all":
-        return "all_to_all", (("axis_index_groups", None), ("axis_name", local["axis_name"]),
+        return "all_to_all", (("axis_index_groups", groups), ("axis_name", local["axis_name"]),
                               ("concat_axis", int(local["concat_axis"])),
                               ("split_axis", int(local["split_axis"])),
                               ("tiled", bool(local["tiled"])))

@@ -327,7 +327,7 @@ declare(Entry(
     jvp="sharding_constraint", transpose="sharding_constraint", tracing="sharding_constraint",
     assignment="sharding_constraint", record="placement", in_shard_map="sharding_constraint",
     checks=("PROG-1", "WSC-4", "WSC-5", "WSC-6", "WSC-7", "WSC-8", "WSC-10", "WSC-11",
-            "WSC-12")))
+            "WSC-12", "SMAP-28")))
 declare(Entry(
     "device_put", equation="DevicePut", kind=Kind.PLACEMENT, typing="device_put", batching="device_put", jvp="device_put",
     transpose="device_put", tracing="device_put", assignment="device_put", record="device_put",
@@ -340,8 +340,8 @@ declare(Entry(
     bodies=Bodies(("body",), per_shard=True)))
 declare(Entry(
     "reshard", equation="Reshard", kind=Kind.PLACEMENT, typing="reshard", batching="reshard", jvp="reshard",
-    transpose="reshard", tracing="reshard", record="placement",
-    checks=("PROG-1", "ARG-4", "EXE-3")))
+    transpose="reshard", tracing="reshard", record="placement", in_shard_map="reshard",
+    checks=("PROG-1", "ARG-4", "EXE-3", "SMAP-28")))
 
 # Control flow, remat and custom derivatives (issue 32): their bodies are Programs.
 # A loop and a branching equation have rules of their own (control_flow_rules.py);
@@ -455,7 +455,7 @@ def _collective(name: str, params: tuple[str, ...], *, batching: str = "keeps_ax
                          transpose=transpose, in_shard_map="collective", params=params,
                          drops_varying=drops_varying,
                          checks=("SMAP-13", "SMAP-20", "SMAP-21", "SMAP-22", "SMAP-23",
-                                 "SMAP-24", "SMAP-25", "AD-12")))
+                                 "SMAP-24", "SMAP-25", "SMAP-26", "AD-12")))
 
 
 _collective("psum", ("axes",), drops_varying=True)
@@ -474,7 +474,13 @@ _collective("ppermute", ("axis_name", "perm"))
 declare(Entry("pcast", Kind.COLLECTIVE, batching="keeps_axis", jvp="opaque",
               transpose="opaque"))
 declare(Entry("all_gather_invariant", Kind.COLLECTIVE, batching="gathered", jvp="opaque",
-              transpose="opaque", drops_varying=True))
+              transpose="opaque", drops_varying=True, in_shard_map="gathered_to",
+              checks=("SMAP-13", "SMAP-26")))
+# all_gather to reduced values: its axes and operand checked (SMAP-13, SMAP-27), its
+# result (typed reduced, which a described value does not hold) not.
+declare(Entry("all_gather_reduced", Kind.COLLECTIVE, batching=Absent(
+    "a value typed reduced is not described"), jvp="opaque", transpose="opaque",
+    drops_varying=True, in_shard_map="gathered_to", checks=("SMAP-13", "SMAP-26", "SMAP-27")))
 # jax's psum_scatter by its own name (its equation is ``reduce_scatter``): linear.
 declare(Entry("psum_scatter", Kind.COLLECTIVE, batching=Absent(
     "jax.make_jaxpr names it reduce_scatter: described by that name"), jvp="linear",

@@ -397,7 +397,8 @@ SHARDING_RULES: dict[str, Any] = {
     "device_put": scalar_placement_factors, "reshard": scalar_placement_factors,
     **{name: _MANUAL for name in ("psum", "psum_invariant", "pmax", "pmin", "pvary",
                                   "axis_index", "all_gather", "reduce_scatter", "all_to_all",
-                                  "ppermute", "pcast", "all_gather_invariant", "psum_scatter")},
+                                  "ppermute", "pcast", "all_gather_invariant", "psum_scatter",
+                                  "all_gather_reduced")},
     **{name: _described(elementwise_factors, (), None) for name in ELEMENTWISE_NAMES},
     "dot_general": _described(dot_general_factors, ("dimension_numbers",), 2),
     **{name: _described(reduction_factors, ("axes",), 1)

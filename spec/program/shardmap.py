@@ -44,6 +44,10 @@ from ..transforms.shardmap_collectives import (
     check_collective_axes, collective_groups, manual_sharding,
 )
 from ..transforms.shardmap_parameters import Shaped, entry_ways, spec_axes
+from ..transforms.shardmap_refusals import (
+    check_gather_to_reduced, check_index_groups, check_lowered_index_groups,
+    check_placement_mesh, group_size, grouped_replica_groups,
+)
 from ..transforms.shardmap_specs import (
     check_divisible, check_no_repeated_axes, check_replication, check_spec_axes,
     check_spec_rank, check_spec_reductions, manual_axes_of,
@@ -414,6 +418,36 @@ def _walk_constraint(eq: ShardingConstraint, operands: tuple[Value, ...], contex
         with located(path):
             check_constraint_fits(eq.sharding, value, path)
             check_constraint_axes(eq.sharding, value, None, path)
+            check_placement_mesh(eq.kind, eq.sharding, operands[0].varying, path)
+
+
+@IN_SHARD_MAP.register("reshard")
+def _walk_reshard(eq: Reshard, operands: tuple[Value, ...], context: Manual, path: str,
+                  decided: list) -> None:
+    """A reshard inside a body: its result is typed over its sharding's mesh, which must
+    type the manual axes its operand varies along Manual (SMAP-28)."""
+    decided.append((path, shardings_decision(eq)))
+    with located(path):
+        check_placement_mesh(eq.kind, eq.sharding, operands[0].varying, path)
+
+
+@IN_SHARD_MAP.register("gathered_to")
+def _walk_gathered_to(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: str,
+                      decided: list) -> None:
+    """An all_gather to invariant or reduced values (``all_gather_invariant``,
+    ``all_gather_reduced``): over no index groups (SMAP-26), over manual axes (SMAP-13)
+    and, to reduced values, of an operand varying along one of them (SMAP-27); its result
+    is left as described."""
+    params = dict(eq.params)
+    axes = collective_axes(eq.primitive, params)
+    to = "reduced" if eq.primitive == "all_gather_reduced" else "invarying"
+    with located(path):
+        if params.get("axis_index_groups") is not None:
+            check_index_groups("all_gather", axes, params["axis_index_groups"],
+                               context.check_vma, gathers_to=to)
+        check_collective_axes(context.mesh, axes, context.manual, None, lowering=False)
+        if to == "reduced":
+            check_gather_to_reduced(axes, operands[0].varying if operands else frozenset())
 
 
 @IN_SHARD_MAP.register("elementwise")
@@ -491,7 +525,10 @@ def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: 
         operand = Value.typed(given.shape, given.dtype, context.inner_mesh,
                               weak_type=given.weak_type)
     along = [a in operand.varying for a in axes]
+    index_groups = params.get("axis_index_groups")
     with located(path):
+        if index_groups is not None:   # read before the axes, as JAX validates them first
+            check_index_groups(prim, axes, index_groups, vma)
         if prim in ("pvary", "psum_invariant") or (
                 vma and prim == "reduce_scatter" and any(along) and not all(along)):
             # as the casts, psum and psum_scatter read their operand first (mixed axes:
@@ -502,6 +539,8 @@ def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: 
         else:
             check_collective_axes(mesh, axes, context.manual, None, lowering=False)
         size = context.size(axes)   # an axis named twice counts twice, as in JAX
+        if index_groups is not None:   # moved within each group (SMAP-26)
+            size = group_size(index_groups)
         shape = collective_shape(prim, operand.shape, size, {**params, "axes": axes})
         varying = collective_varying(prim, axes, operand.varying, vma)
         split = collective_split(mesh, prim, axes, _split_of(operand), shape)
@@ -513,6 +552,10 @@ def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: 
                   f"the results of the {prim} at {path}", "one result", eq.results)
     _same_type(eq.results[0], result, f"the result of the {prim} at {path}")
     groups = _groups(mesh, axes, context.manual) if prim != "pvary" else None
+    if index_groups is not None and groups is not None:
+        # (groups naming a position past the axes are refused when lowered, SMAP-26)
+        fits = all(i < context.size(axes) for g in index_groups for i in g)
+        groups = grouped_replica_groups(groups, index_groups) if fits else None
     pairs = None
     if prim == "ppermute" and groups is not None and len(set(axes)) == len(axes):
         moves = _moves(axes, size, params.get("perm", ()))
@@ -731,6 +774,9 @@ def _lower_collective(eq: Opaque, program: Program, splits: list | None, context
                                        program.value_types[eq.operands[0]].shape,
                                        params["all_gather_dimension"])
     check_collective_axes(context.mesh, axes, context.manual)
+    if params.get("axis_index_groups") is not None:
+        check_lowered_index_groups(eq.primitive, axes, params["axis_index_groups"],
+                                   context.size(axes))
     if eq.primitive == "ppermute":
         check_permutation(axes, context.size(axes), params.get("perm", ()))
 
