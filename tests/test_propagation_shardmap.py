@@ -190,7 +190,7 @@ def _auto_map_recipes(draw):
 
 
 @checks("PROP-11")
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(_auto_map_recipes())
 def test_drawn_programs_with_such_shard_maps_agree_with_the_executable(recipe):
     outcome = compare_recipe(recipe)
