@@ -192,9 +192,9 @@ def check_barred(new: Split, old: Split, barred: Any, path: str) -> None:
     partitioner does instead is not written."""
     extra = sorted({a for n, o in zip(new, old) for a in n[len(o):]} & set(barred))
     if extra:
-        stop("PROP-4", f"propagation would split a value over mesh axes {extra} it may not "
-              f"take (Explicit ones its type does not hold, or a shard_map's manual ones): "
-              f"the partitioner's resolution is not written", path)
+        stop("PROP-4", f"propagation would split a value over Explicit mesh axes {extra} its "
+              f"type does not hold (or a shard_map's manual axes it may not take): the "
+              f"partitioner's resolution is not written", path)
 
 
 def is_reshape(name: str, operand: Any, result: Any) -> bool:
