@@ -95,8 +95,9 @@ def communicating_recipes(draw: Any, max_steps: int = 5, explicit: bool = False)
     to three steps appended that make the step communicate: a reduction over an input's
     split dimension, an elementwise operation or a matmul with a fresh input split over
     another axis or the same one (conflicts, moved axes, contracted splits), a constraint
-    that moves a value's axes between its dimensions or onto others; ``explicit``: some
-    over meshes with Explicit axes (all of them, or beside Auto ones)."""
+    that moves a value's axes between its dimensions or onto others, and over a mesh with
+    Explicit axes a reshard onto them; ``explicit``: some over meshes with Explicit axes
+    (all of them, or beside Auto ones)."""
     base = draw(recipes(max_steps=max_steps, explicit=explicit))
     inputs, steps = list(base.inputs), list(base.steps)
     shapes = {k: base.inputs[p][0] for k, (kind, _, p) in enumerate(steps) if kind == "input"}
@@ -111,10 +112,15 @@ def communicating_recipes(draw: Any, max_steps: int = 5, explicit: bool = False)
     for _ in range(draw(st.integers(1, 3))):
         v = draw(st.sampled_from(sorted(shapes)))
         shape = shapes[v]
-        kind = draw(st.sampled_from(("reduce", "binary", "dot", "move")))
+        kind = draw(st.sampled_from(("reduce", "binary", "dot", "move", "reshard")))
         if kind == "move" and base.axis_types and "A" not in base.axis_types:
             kind = "reduce"   # (no Auto axis to constrain over: a reduction communicates)
-        if kind == "move":
+        if kind == "reshard" and "E" not in base.axis_types:
+            kind = "move"     # (a reshard names Explicit axes only)
+        if kind == "reshard":
+            steps.append(("reshard", (v,), _one_axis(draw, shape, base.mesh, "".join(
+                "A" if t == "E" else "B" for t in base.axis_types))))
+        elif kind == "move":
             steps.append(("constrain", (v,), _moved(draw, v, shape, base.mesh, inputs, steps,
                                                     base.axis_types)))
         elif kind == "reduce" and len(shape) >= 2:
@@ -157,13 +163,15 @@ def compiled_collectives(recipe: Recipe) -> tuple:
                         for c in collectives_of(text)))
 
 
-def _record_held(real: tuple) -> None:
+def _record_held(real: tuple, inlined: set = frozenset()) -> None:
     """The rules a complete, agreeing prediction held to the compiled module (hits)."""
     from shardlaw.properties import hits
     kinds = {kind for kind, _, _ in real}
     held = ["COLL-1", "COLL-4", "COLL-5", "COLL-6"]
     held += ["COLL-2"] if kinds & {"all-gather", "all-to-all"} else []
     held += ["COLL-3", "COLL-7"] if "all-reduce" in kinds else []
+    held += ["COLL-11"] if inlined else []
+    held += ["COLL-12"] if "with a shard_map" in inlined else []
     for rule_id in held:
         hits.record(SOURCE, rule_id, refused=False)
     hits.record_jax_calls(1)
@@ -190,17 +198,26 @@ def compare_collectives(recipe: Recipe) -> CollectivesOutcome:
                                   c.replica_groups.groups(), c.bytes_per_device)
                              for c in step))
     outcome = CollectivesOutcome(real, predicted, why)
-    TALLY["disagree" if outcome.disagreements else
-          "abstain" if why is not None else "agree"] += 1
+    said = "disagree" if outcome.disagreements else "abstain" if why is not None else "agree"
+    TALLY[said] += 1
+    for feature in _inlined(recipe):
+        TALLY[f"{feature} over {_mesh_kind(recipe)} axes: {said}"] += 1
     if why is None and not outcome.disagreements:
         TALLY[f"agree over {_mesh_kind(recipe)} axes"] += 1
         for kind, _, _ in real:
             TALLY[f"kind: {kind}"] += 1
-        _record_held(real)
+        _record_held(real, _inlined(recipe))
         TALLY["programs without collectives" if not real else "programs with collectives"] += 1
     elif why is not None:
         TALLY[f"why: {why.split(': ', 1)[-1][:70]}"] += 1
     return outcome
+
+
+def _inlined(recipe: Recipe) -> set:
+    """The steps of the recipe whose collectives COLL-11 reads off the inlined program."""
+    names = {"inner": "with an inner jit", "shard_map": "with a shard_map",
+             "reshard": "with a reshard"}
+    return {names[kind] for kind, _, _ in recipe.steps if kind in names}
 
 
 def _mesh_kind(recipe: Recipe) -> str:
@@ -210,22 +227,26 @@ def _mesh_kind(recipe: Recipe) -> str:
 
 
 def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None,
-             explicit: bool = True) -> dict:
+             explicit: bool = True, only_explicit: bool = False) -> dict:
     """A deep run of the property: ``examples`` drawn programs from ``seed`` (``explicit``:
-    some over meshes with Explicit axes); the tally (outcomes, the kinds of the collectives
-    matched, the reasons a list was left open) and the recipes that disagreed, written to
-    the file ``report`` (if given) after every 50 programs as well."""
-    return counted_run(communicating_recipes(max_steps=max_steps, explicit=explicit),
-                       compare_collectives, TALLY,
+    some over meshes with Explicit axes; ``only_explicit``: all of them); the tally
+    (outcomes, the kinds of the collectives matched, the reasons a list was left open) and
+    the recipes that disagreed, written to the file ``report`` (if given) after every 50
+    programs as well."""
+    drawn = communicating_recipes(max_steps=max_steps, explicit=explicit)
+    if only_explicit:
+        drawn = drawn.filter(lambda r: "E" in r.axis_types)
+    return counted_run(drawn, compare_collectives, TALLY,
                        ("agree", "abstain", "disagree", "refused by JAX"), examples, seed,
                        report)
 
 
-if __name__ == "__main__":   # python -m shardlaw.properties.collectives_harness N SEED [REPORT]
+if __name__ == "__main__":   # ... collectives_harness N SEED [REPORT [explicit]]
     import json
     import sys
 
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
     print(json.dumps(deep_run(int(sys.argv[1]), int(sys.argv[2]),
-                              report=sys.argv[3] if len(sys.argv) > 3 else None)))
+                              report=sys.argv[3] if len(sys.argv) > 3 else None,
+                              only_explicit=sys.argv[4:5] == ["explicit"])))

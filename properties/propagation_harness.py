@@ -100,7 +100,8 @@ def _split(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
 @st.composite
 def recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
     """Recipes from small to large: one input and one step first; ``explicit``: some over
-    meshes with Explicit axes (all of them, or beside Auto ones)."""
+    meshes with Explicit axes (all of them, or beside Auto ones), some with a reshard onto
+    them."""
     mesh = draw(st.sampled_from(MESHES))
     reversed_devices = draw(st.booleans())
     inputs: list = []
@@ -125,21 +126,7 @@ def recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
     for _ in range(draw(st.integers(1, max_steps))):
         v = draw(st.integers(0, len(shapes) - 1))
         shape = shapes[v]
-        step, out = _step(draw, v, shape, same_shape)
-        if step[0] == "constrain":
-            split = _split(draw, shape, mesh)
-            step = ("constrain", step[1], _loose(draw, split) if draw(st.booleans()) else split)
-            step = _other_mesh(draw, step, shape, mesh)
-        elif step[0] == "shard_map":
-            step = ("shard_map", step[1], _split(draw, shape, mesh))
-        elif step[0] == "shard_map_auto":
-            step, out = _auto_map(draw, step[1][0], shape, mesh)
-        elif step[0] == "inner":
-            ins = _split(draw, shape, mesh) if draw(st.booleans()) else None
-            outs = _split(draw, shape, mesh) if draw(st.booleans()) else None
-            step = _other_mesh(draw, ("inner", step[1], (ins, outs)), shape, mesh)
-        elif step[0] == "flow_led":
-            step = ("flow_led", step[1], (step[2][0], _split(draw, shape, mesh)))
+        step, out = _placed_step(draw, *_step(draw, v, shape, same_shape), shape, mesh)
         steps.append(step)
         shapes.append(out)
     made = [k for k, (kind, _, _) in enumerate(steps) if kind != "input"]
@@ -153,8 +140,36 @@ def recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
         types = "".join(draw(st.permutations("E" + "A" * (len(mesh) - 1)))) \
             if draw(st.booleans()) else "".join(draw(st.permutations(
                 "A" + "E" * (len(mesh) - 1))))
+    if "E" in types and draw(st.booleans()):   # a reshard onto Explicit axes, read on
+        v = draw(st.sampled_from(made))
+        steps.append(("reshard", (v,), _explicit_split(draw, shapes[v], mesh, types)))
+        if draw(st.booleans()):
+            steps.append(("unary", (len(steps) - 1,), draw(st.sampled_from(UNARY))))
+        outputs += (len(steps) - 1,)
+        given += (None,) if given else ()
     return Recipe(mesh, reversed_devices, tuple(inputs), tuple(steps), outputs, devices,
                   given, types)
+
+
+def _placed_step(draw: Any, step: tuple, out: tuple, shape: tuple[int, ...],
+                 mesh: tuple[int, ...]) -> tuple:
+    """A drawn step over a value of ``shape`` given the placements it writes over ``mesh``
+    (a constraint's, an inner jit's, a shard_map's specs), with its result's shape."""
+    if step[0] == "constrain":
+        split = _split(draw, shape, mesh)
+        step = ("constrain", step[1], _loose(draw, split) if draw(st.booleans()) else split)
+        step = _other_mesh(draw, step, shape, mesh)
+    elif step[0] == "shard_map":
+        step = ("shard_map", step[1], _split(draw, shape, mesh))
+    elif step[0] == "shard_map_auto":
+        step, out = _auto_map(draw, step[1][0], shape, mesh)
+    elif step[0] == "inner":
+        ins = _split(draw, shape, mesh) if draw(st.booleans()) else None
+        outs = _split(draw, shape, mesh) if draw(st.booleans()) else None
+        step = _other_mesh(draw, ("inner", step[1], (ins, outs)), shape, mesh)
+    elif step[0] == "flow_led":
+        step = ("flow_led", step[1], (step[2][0], _split(draw, shape, mesh)))
+    return step, out
 
 
 OTHER = ("a", "b", "c")   # the axes of another mesh of the recipe's devices
@@ -233,6 +248,22 @@ def _only(entry: Any, manual: tuple) -> Any:
     kept = tuple(a for a in ((entry,) if isinstance(entry, str) else entry or ())
                  if a in manual)
     return None if not kept else kept[0] if len(kept) == 1 else kept
+
+
+def _explicit_split(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...], types: str
+                    ) -> tuple:
+    """A split of ``shape`` over the mesh's Explicit axes only (a reshard's): per
+    dimension None or one Explicit axis dividing it, each axis once."""
+    free = [a for a, t in zip(NAMES, types) if t == "E"]
+    sizes = dict(zip(NAMES, mesh))
+    out = []
+    for dim in shape:
+        fit = [a for a in free if dim % sizes[a] == 0]
+        axis = draw(st.sampled_from([None] + fit))
+        if axis is not None:
+            free.remove(axis)
+        out.append(axis)
+    return tuple(out)
 
 
 def _given(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
@@ -433,6 +464,8 @@ def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
     if kind == "constrain":
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(
             mesh, spec_of(param)))
+    if kind == "reshard":   # to a split over Explicit axes only (JAX refuses Auto ones)
+        return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, spec_of(param)))
     if kind == "shard_map":   # every axis manual; the body elementwise
         return jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=spec_of(param),
                              out_specs=spec_of(param))(x)
@@ -694,6 +727,8 @@ def _features(recipe: Recipe) -> set:
             found.add("with a shard_map leaving axes automatic")
         elif kind in ("constrain_other", "inner_other"):
             found.add("over two meshes")
+        elif kind == "reshard":
+            found.add("with a reshard")
         elif kind == "flow":
             found.add("with control flow")
         elif kind == "flow_led":
@@ -718,11 +753,16 @@ def _tally(outcome: Outcome, recipe: Recipe) -> None:
         TALLY[f"why: {why.split(': ', 1)[-1][:70]}"] += 1
 
 
-def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None) -> dict:
+def deep_run(examples: int, seed: int, max_steps: int = 7, report: Any = None,
+             only_explicit: bool = False) -> dict:
     """A deep run of the property: ``examples`` drawn programs from ``seed``; the tally
     (outcomes, reasons, programs held per primitive) and the recipes that disagreed,
-    written to the file ``report`` (if given) after every 50 programs as well."""
-    return counted_run(recipes(max_steps=max_steps, explicit=True), compare_recipe, TALLY,
+    written to the file ``report`` (if given) after every 50 programs as well;
+    ``only_explicit``: meshes with Explicit axes only."""
+    drawn = recipes(max_steps=max_steps, explicit=True)
+    if only_explicit:
+        drawn = drawn.filter(lambda r: "E" in r.axis_types)
+    return counted_run(drawn, compare_recipe, TALLY,
                        ("agree", "abstain", "disagree", "refused by JAX"), examples, seed,
                        report)
 
@@ -761,11 +801,12 @@ def counted_run(strategy: Any, compare: Any, tally: Any, outcomes: tuple[str, ..
     return {"tally": dict(tally), "disagreements": found}
 
 
-if __name__ == "__main__":   # python -m shardlaw.properties.propagation_harness N SEED
+if __name__ == "__main__":   # ... propagation_harness N SEED [REPORT [explicit]]
     import json
     import sys
 
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
     print(json.dumps(deep_run(int(sys.argv[1]), int(sys.argv[2]),
-                              report=sys.argv[3] if len(sys.argv) > 3 else None)))
+                              report=sys.argv[3] if len(sys.argv) > 3 else None,
+                              only_explicit=sys.argv[4:5] == ["explicit"])))

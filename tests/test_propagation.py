@@ -472,8 +472,8 @@ def test_an_inner_jit_s_shardings_over_explicit_axes_stay_as_written(ins, outs, 
                                  [((8, 8), P(None, "y"))], f)
     assert [r.spec for r in real] == [expected]
     assert verdict.out_shardings == tuple(from_jax(r) for r in real)
-    # (an inner jit's collectives are not planned: COLL-4 names it)
-    assert verdict.collectives.undetermined.rule == "COLL-4"
+    # (an inner jit's collectives, read off the inlined program: COLL-11)
+    assert verdict.collectives.complete and _said(verdict) == made
 
 
 @pytest.mark.parametrize("spec", [P("x", None), P(None, "y"), P("x", "y")])
@@ -485,8 +485,8 @@ def test_a_shard_map_s_specs_over_explicit_axes_place_its_results(spec):
     real, made, verdict = _mixed((Auto, jax.sharding.AxisType.Explicit),
                                  [((8, 8), P(None, "y"))], f)
     assert verdict.out_shardings == tuple(from_jax(r) for r in real)
-    # (a shard_map's collectives are not planned: COLL-4 names it)
-    assert verdict.collectives.undetermined.rule == "COLL-4"
+    # (a shard_map's collectives, its specs boundaries: COLL-11, COLL-12)
+    assert verdict.collectives.complete and _said(verdict) == made
 
 
 def _inner(mesh, spec):
@@ -559,21 +559,20 @@ def test_a_reshard_propagates_as_jax_lowers_it(types, spec, target, expected):
     assert not verdict.collectives.collectives or _said(verdict) == made
 
 
-def test_a_reshard_moving_explicit_axes_beside_auto_ones_is_left_open():
+def test_a_reshard_moving_explicit_axes_beside_auto_ones_keeps_its_operand_s_split():
     # seen: 'x' Explicit, 'y' Auto; sin(a) typed P(None, None) reshards to P('x'): JAX
-    # returns P('x', 'y') ('y' from the input), but the constraint's 'x' reaching back to
-    # the operand meets its type's replicated 'x', which propagation does not resolve
+    # returns P('x', 'y') ('y' from the input); the constraint's 'x' does not reach back to
+    # the operand, whose type holds it replicated over 'x' (PROP-9; was left open)
     E = jax.sharding.AxisType.Explicit
 
     def f(mesh):
         return lambda a: (jnp.cos(jax.sharding.reshard(
             jnp.sin(a), jax.sharding.NamedSharding(mesh, P("x")))) * 2.0,)
-    real, _, verdict = _mixed((E, Auto), [((8, 8), P(None, "y"))], f)
+    real, made, verdict = _mixed((E, Auto), [((8, 8), P(None, "y"))], f)
     assert [r.spec for r in real] == [P("x", "y")]
-    assert verdict.accepted and verdict.out_shardings == (UNSPECIFIED,)
-    assert dict(verdict.undetermined)["result[0]"].startswith("[PROP-4] at body[1]")
-    assert "Explicit mesh axes ['x'] its type does not hold" in \
-        dict(verdict.undetermined)["result[0]"]
+    assert not verdict.undetermined
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    assert verdict.collectives.complete and _said(verdict) == made == []
 
 
 def test_a_squeeze_of_a_unit_broadcast_folds_back_to_its_operand():

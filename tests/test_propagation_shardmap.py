@@ -1,6 +1,6 @@
 """Where the compiler decides through a shard_map leaving mesh axes automatic (PROP-11)
 and through a loop's or a cond's join a constraint leads (PROP-13), held to the compiled
-executable on 8 CPU devices: the cases of notes/jax-facts.md section 20g, each compared
+executable on 8 CPU devices: the cases of notes/jax-facts.md section 20h, each compared
 result for result with what jax.jit returns."""
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from .control_flow import CONTROL_FLOW_PRIMITIVES, control_flow_equation
 from .convert import layout_from_jax, from_jax
 
 __all__ = ["describe_program", "describe_trace", "input_paths", "read_type", "read_sharding",
-           "read_target", "read_param"]
+           "read_target", "read_param", "read_jaxpr"]
 
 
 def _jax() -> Any:
@@ -323,6 +323,13 @@ def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
     return Opaque(numbers.operands(eqn, True), results, primitive=name,
                   params=tuple((k, _param(params[k]) if not bodies else _body_param(params[k]))
                                for k in sorted(params)))
+
+
+def read_jaxpr(jaxpr: Any, consts: list, inputs: tuple[Value, ...], where: str,
+               **options: Any) -> Program:
+    """The Program for a jaxpr with its constants, these input values and jit options, as
+    the description of a refusal reads each body."""
+    return _body(jaxpr, consts, inputs, where, **options)
 
 
 def _read_body(jaxpr: Any, where: str) -> Program:
@@ -778,7 +785,8 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
     results = _example_results(inner, examples, levels)
     for level in levels:
         level["out_axes"] = _flat_axes(level["out_axes"], results, "out_axes", False)
-    program = nested_vmap_program(example, levels[::-1])
+    program = nested_vmap_program(example, levels[::-1],
+                                  jitted=_one_jit_call(inner, examples))
     # (a mapped dimension split over Auto axes, a sharded ensemble, is the user's to place:
     # the batched types do not hold that split, and the batched call takes it as given)
     if tuple(map(_trimmed, _unmapped(program.inputs, levels))) != tuple(
@@ -790,6 +798,23 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
                                   hoist_constants=_hoisting())
     return program if jitted is None else _under_jit(jitted, program, args,
                                                      getattr(inner, "__name__", "vmapped"))
+
+
+def _one_jit_call(inner: Any, examples: Any) -> bool:
+    """Whether JAX traces the function vmapped as one jit call (a jit, or a function whose
+    body is that call alone): vmap then traces the jit's body whole on the example before
+    batching it, and a Python function's equations one at a time."""
+    from jax._src import config
+
+    if hasattr(inner, "trace") or _is_library_jit(inner):
+        return True
+    try:
+        with config.traceback_filtering("off"):
+            closed = _jax().make_jaxpr(inner)(*examples)
+    except Exception as error:  # noqa: BLE001 - the example refused: where, read from it
+        from .refusals import calls_one_jit
+        return calls_one_jit(error)
+    return is_one_jit(closed)
 
 
 def _example_results(inner: Any, examples: Any, levels: list[dict]) -> Any:

@@ -33,10 +33,14 @@ trace stage, at the equation's path (``body[2]``, ``body[1].jit.body[0]``,
 
 The call is located from the frames JAX's error passed through (its traceback unfiltered):
 the jit, scan, while, cond, switch, remat, custom-function and shard_map bodies JAX was
-tracing, outermost first, and the call in the innermost; a constraint under a ``vmap``
-called in a body is described as vmap's batching would stage it (its spec unconstrained
-along the batch dimension). Where it cannot be located (another call under such a
-``vmap``, a call in a custom derivative's rule; a refusal of another kind), or
+tracing, outermost first, and the call in the innermost; a call under a ``vmap`` called
+in a body (one, two, or one with ``spmd_axis_name``) is described as vmap's batching
+would stage it (:mod:`~shardlaw.spec.bridge.refused_under_vmap`). A call in a
+``custom_jvp``'s rule, which JAX traces only under AD, is described inside the rule when
+the bridge reads it (:func:`describe_refused_rule`), and the ``jax.grad`` or ``jax.jvp``
+that traced it refused by the spec's rewrite
+(:func:`~shardlaw.spec.bridge.refused_gradients.refuse_in_rule`). Where it cannot be
+located (a refusal of another kind), or
 the spec does not refuse the described program at the trace stage with JAX's class, there is
 no description and JAX's error stands.
 """
@@ -51,19 +55,26 @@ from ..core.values import UNCONSTRAINED
 from ..program.description import DevicePut, Jit, Program, Reshard, ShardingConstraint
 from .refused_bodies import ended, primal
 from .refused_collectives import COLLECTIVE_CALLS, collective_operands, refused_collective
-from .refused_gradients import gradient_frame, refuse_gradient
+from .refused_gradients import gradient_frame, refuse_gradient, refuse_in_rule
 from .refused_primitives import primitive_frame, primitive_operands, refused_primitive
 from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
 )
 
-__all__ = ["describe_refused"]
+__all__ = ["describe_refused", "describe_refused_rule", "calls_one_jit"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
           ("pjit", "reshard"): "reshard", ("pjit", "_process_in_axis_resources"): "jit_in",
           ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out",
           **{("parallel", name): "collective" for name in COLLECTIVE_CALLS}}
+
+
+# The checks JAX makes of a construct it traced (its carry, its length, its branches), by the
+# JAX function that makes them: the kind of refused call each is described as.
+_CONSTRUCT_CHECKS = {("loops", "_check_carry_type"): "scan_carry",
+                     ("loops", "_infer_scan_length"): "scan_length",
+                     ("conds", "_check_branch_outputs"): "cond_branches"}
 
 
 def _files() -> dict[str, str]:
@@ -129,10 +140,12 @@ class _Refused:
                                         for p in self.placed)
 
 
-def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
+def _locate(error: BaseException, rule: bool = False
+            ) -> tuple[list[_Level], _Refused] | None:
     """The jit bodies JAX was tracing when it raised ``error`` (outermost first) and the
     call it refused; None where the call is not of a kind described or sits in a body of
-    another kind (a shard_map's, a transformation's inside the body)."""
+    another kind (a shard_map's, a transformation's inside the body); ``rule``: raised
+    tracing a custom_jvp's rule (its ``jvp_jaxpr_fun``), the outermost body."""
     from .refused_bodies import body_construct, construct_locals
 
     files = _files()
@@ -142,7 +155,8 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
     construct: tuple[str, dict] | None = None   # a scan's or remat's, likewise
     for frame, _ in traceback.walk_tb(error.__traceback__):
         where = (roles.get(frame.f_code.co_filename), frame.f_code.co_name)
-        kind = (body_construct(frame) or transposed_construct(frame)) \
+        kind = (body_construct(frame) or transposed_construct(frame) or (  # a rule's trace
+            "custom_rule" if rule and where == ("pe", "jvp_jaxpr_thunk") else None)) \
             if pending is None else None
         dynamic = transposed_level(frame) if where == ("pe", "trace_to_jaxpr_dynamic") and \
             construct is not None and construct[0] == "transposed_jit" else None
@@ -156,7 +170,7 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             levels.append(_Level(local["trace"], local["debug_info"], pending, construct))
             pending = construct = None
         elif where == ("pe", "trace_to_jaxpr_dynamic") and construct is not None and \
-                construct[0] in ("custom_jvp", "custom_vjp"):   # a custom function's body
+                construct[0] in ("custom_jvp", "custom_vjp", "custom_rule"):   # its body
             local = frame.f_locals
             levels.append(_Level(local["trace"], local["fun"].debug_info, None, construct))
             construct = None
@@ -164,12 +178,9 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             pending = frame.f_locals
         elif kind is not None:
             construct = (kind, construct_locals(kind, frame))
-        elif where == ("loops", "_check_carry_type") and construct is not None:
-            return (levels, _Refused("scan_carry", construct[1], None)) if levels else None
-        elif where == ("loops", "_infer_scan_length") and construct is not None:
-            return (levels, _Refused("scan_length", construct[1], None)) if levels else None
-        elif where == ("conds", "_check_branch_outputs") and construct is not None:
-            return (levels, _Refused("cond_branches", construct[1], None)) if levels else None
+        elif where in _CONSTRUCT_CHECKS and construct is not None:   # a loop's, a cond's
+            return (levels, _Refused(_CONSTRUCT_CHECKS[where], construct[1], None)) \
+                if levels else None
         elif where == ("pe", "default_process_primitive"):
             if not levels or pending is not None or construct is not None or \
                     not primitive_frame(frame, levels[-1].trace):
@@ -228,15 +239,28 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
     program's inputs and the options the bridge gives every program it reads (devices,
     refs, hoisting, input paths); ``jitted``: whether the function is a jit, whose body is
     then the second JAX traced (the first, the call of it, holding nothing else);
-    ``read_body(jaxpr, consts, inputs, where, **options)``: the bridge's reader of a body."""
-    from ..core.rules import Rejection
-    from ..program.explain import explain_program
-
+    ``read_body(jaxpr, consts, inputs, where, **options)``: the bridge's reader of a body.
+    A refusal in a custom_jvp's rule a gradient or a ``jax.jvp`` traced is theirs, refused
+    by the spec's rewrite of it where it is not described otherwise."""
     names = {cls.__name__ for cls in type(error).__mro__}
     gradient = gradient_frame(error)
     if gradient is not None:   # a cotangent's type refused: the gradient by the spec's rewrite
         refuse_gradient(gradient, names)
         return None
+    program = _described_refusal(error, inputs, options, jitted, read_body, names)
+    if program is None:   # refused in a custom_jvp's rule: by the spec's rewrite of its AD
+        refuse_in_rule(error, names)
+    return program
+
+
+def _described_refusal(error: BaseException, inputs: tuple, options: dict, jitted: bool,
+                       read_body: Callable[..., Program], names: set[str]
+                       ) -> Program | None:
+    """:func:`describe_refused` of a refused call it locates in ``error``'s frames (JAX's
+    classes ``names``), or None."""
+    from ..core.rules import Rejection
+    from ..program.explain import explain_program
+
     kind = None
     try:
         located = _locate(error)
@@ -263,12 +287,52 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
         raise refusal from None
     except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
         return None
+    return program if _refuses_as_jax(verdict, refused, names) else None
+
+
+def _refuses_as_jax(verdict: Any, refused: _Refused, names: set[str]) -> bool:
+    """Whether ``verdict`` refuses at the trace stage, with one of JAX's classes ``names``,
+    at the refused call where it was placed."""
     if verdict.accepted or verdict.stage != "trace" or not (
             verdict.jax_error in names or verdict.error_type in names):
+        return False
+    # (refused elsewhere than at the call JAX refused: not its description)
+    return not refused.placed or refused.refuses_at(verdict.path)
+
+
+def describe_refused_rule(error: BaseException, read_body: Callable[..., Program]
+                          ) -> Program | None:
+    """A custom_jvp's rule JAX refused with ``error`` while tracing it (over its primals
+    and a tangent of each), described up to the refused call as :func:`describe_refused`
+    describes a body, its inputs the rule's; None where the spec does not refuse it at the
+    trace stage at that call with JAX's class. ``read_body`` as for
+    :func:`describe_refused`."""
+    from ..program.explain import explain_program
+    from .program import read_type
+
+    names = {cls.__name__ for cls in type(error).__mro__}
+    try:
+        located = _locate(error, rule=True)
+        if located is None or located[0][0].construct[0] != "custom_rule":
+            return None
+        levels, refused = located
+        inputs = tuple(read_type(v.aval, f"input {i} of a custom_jvp's rule")
+                       for i, v in enumerate(levels[0].trace.frame.invars))
+        program = _described(levels, refused, inputs, {}, "", read_body)
+        verdict = explain_program(program, until="trace")
+    except Exception:  # noqa: BLE001 - where the spec cannot describe it, it stays unread
         return None
-    if refused.placed and not refused.refuses_at(verdict.path):
-        return None   # refused elsewhere than at the call JAX refused: not its description
-    return program
+    return program if _refuses_as_jax(verdict, refused, names) else None
+
+
+def calls_one_jit(error: BaseException) -> bool:
+    """Whether the function JAX refused with ``error`` while tracing it (its frames kept)
+    had called nothing but one jit over its arguments, inside which JAX refused."""
+    try:
+        located = _locate(error)
+    except Exception:  # noqa: BLE001 - a refusal not located: read as a Python function's
+        return False
+    return located is not None and _only_calls_a_jit(located[0])
 
 
 def _refused_top(refused: _Refused, inputs: tuple, options: dict,
@@ -327,29 +391,35 @@ def _described(levels: list[_Level], refused: _Refused, inputs: tuple, options: 
     """The outermost body of ``levels`` as traced so far, then the call into the next one
     (an inner jit, a scan's or a remat's body, each so described) or, in the innermost,
     the refused call; the program returns what that last equation returns."""
-    values, make = _next_call(levels[1:], refused, read_body)
+    values, make = _next_call(levels[1:], refused, read_body, levels[0].trace)
     jaxpr, consts = levels[0].returning([primal(v) for v in values])
     body = read_body(jaxpr, list(consts), inputs, where, **options)
     return ended(body, make(body.outputs, f"{where}body[{len(body.equations)}]"))
 
 
-def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program]
-               ) -> tuple[list, Callable[[tuple, str], tuple]]:
+def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program],
+               enclosing: Any) -> tuple[list, Callable[[tuple, str], tuple]]:
     """(the values a body passes to its next call, a function making that call's
     equations from their numbers and its path): the call into the first of ``rest``, or
     the refused call where none is left."""
+    from .refused_under_vmap import under_vmap
+
+    values, make = _call_into(rest, refused, read_body)
+    own = refused.kind in ("constraint", "device_put", "jit_in")
+    return under_vmap(values, make, refused.placed, enclosing, own)   # (a vmap in the body)
+
+
+def _call_into(rest: list[_Level], refused: _Refused, read_body: Callable[..., Program]
+               ) -> tuple[list, Callable[[tuple, str], tuple]]:
+    """:func:`_next_call`, its values as the call was given them."""
     from .refused_bodies import body_call
 
     if not rest:
-        values = _flat_operands(refused.jit or refused.call, refused.kind)
-        if refused.kind == "constraint":
-            from .refused_bodies import unbatched
-            values, refused.call["batch_dims"] = unbatched(values)
-        return values, \
+        return _flat_operands(refused.jit or refused.call, refused.kind), \
             lambda numbers, path: _placed(refused, path, _refused_equations(
                 refused, numbers, path, read_body))
     if rest[0].jit is None:
-        inner, make = _next_call(rest[1:], refused, read_body)
+        inner, make = _next_call(rest[1:], refused, read_body, rest[0].trace)
         called = transposed_call if rest[0].construct[0] in TRANSPOSED else body_call
         return called(rest[0], inner, make, read_body)
     return _flat_operands(rest[0].jit, "jit"), \
@@ -434,11 +504,7 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     call = refused.call
     if refused.kind == "constraint":
         out = []
-        dims = call.get("batch_dims") or [None] * len(operands)
-        for number, s, dim in zip(operands, call["shardings_flat"], dims):
-            if dim is not None:   # under a vmap inside the body: as its batching makes it
-                from .refused_bodies import batched_sharding
-                s = batched_sharding(s, dim)
+        for number, s in zip(operands, call["shardings_flat"]):
             sharding = _sharding(s, path)
             spec = getattr(sharding, "spec", None)
             loose = frozenset() if spec is None else frozenset(

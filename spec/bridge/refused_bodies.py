@@ -46,8 +46,8 @@ from typing import Any, Callable
 from ..program.control_flow import Cond, CustomJvp, CustomVjp, Remat, Scan, While, stacked
 from ..program.description import Equation, Program, ShardMap, Value
 
-__all__ = ["body_construct", "construct_locals", "body_call", "refused_carry", "unbatched",
-           "batched_sharding", "refused_branches", "primal", "ended", "carry_operands",
+__all__ = ["body_construct", "construct_locals", "body_call", "refused_carry",
+           "refused_branches", "primal", "ended", "carry_operands",
            "cond_operands", "refused_length"]
 
 # a body's next call: (its operands' value numbers, its path) -> the equations added
@@ -113,40 +113,6 @@ def primal(value: Any) -> Any:
     while isinstance(value, (ad.JVPTracer, ad.LinearizeTracer)):
         value = value.primal
     return value
-
-
-def unbatched(values: list) -> tuple[list, list]:
-    """(the values a vmap called inside the body batches, as the enclosing body holds them,
-    and the dimension each is batched along, None where it is not): a refused call's
-    operands under one ``vmap`` without ``spmd_axis_name`` (TypeError for others)."""
-    from jax._src.interpreters import batching
-
-    out, dims = [], []
-    for value in values:
-        if not isinstance(value, batching.BatchTracer):
-            out.append(value)
-            dims.append(None)
-            continue
-        if value._trace.axis_data.spmd_name is not None or \
-                isinstance(value.val, batching.BatchTracer):
-            raise TypeError("a call under a vmap with spmd_axis_name, or under two vmaps")
-        dim = value.batch_dim
-        out.append(value.val)
-        dims.append(dim if isinstance(dim, int) else None)
-    return out, dims
-
-
-def batched_sharding(sharding: Any, dim: int) -> Any:
-    """A constraint's NamedSharding as vmap's batching rule makes it for a value batched
-    along ``dim``: that dimension left unconstrained in its spec."""
-    import jax
-
-    if not isinstance(sharding, jax.sharding.NamedSharding):
-        raise TypeError("a constraint under vmap by other than a NamedSharding")
-    entries = list(sharding.spec)
-    entries += [None] * (dim - len(entries))
-    entries.insert(dim, jax.sharding.PartitionSpec.UNCONSTRAINED)
-    return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*entries))
 
 
 def _own_operands(kind: str, local: dict) -> list:

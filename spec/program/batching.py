@@ -14,7 +14,16 @@ size and must be given: the description of one example does not hold it.
 
 vmap traces the jit call on one example's types first (the rules :func:`trace_body`
 applies, and the jit's shardings against the example's shapes, FIT-1), then batches its
-body equation by equation, the way JAX 0.10.2's batching rules do:
+body equation by equation, the way JAX 0.10.2's batching rules do. A Python function
+vmapped without a jit (``jitted=False``: ``jax.vmap(f)``, ``f`` not one jit call) is not
+traced on one example first: JAX traces it under vmap, each equation in program order, so
+each top-level equation's own checks on the example's types (a body it traces, a
+constraint's or an inner jit's shardings against the example) are made just before it is
+batched, by every vmap of the nest, and the bodies of that equation (an inner jit's, a
+loop's, a cond's branches) were traced whole on the example before. JAX types each
+equation a batching rule binds as it binds it, so wherever batching meets a refusal, the
+batched equations staged before it are checked first (:func:`check_staged`): a refusal is
+the first in program order, whichever kind it is.
 
 * an equation none of whose operands is batched stays as it is (batchedness is tracked
   per value: an input mapped with ``None`` stays unbatched, and so does all that follows
@@ -99,7 +108,7 @@ import dataclasses
 import sys
 from typing import Any, Iterator
 
-from ..core.rules import located, require, staged
+from ..core.rules import Rejection, located, require, staged
 from ..core.shardings import UNSPECIFIED, GSPMDSharding, NamedSharding
 from ..core.values import Mesh, PartitionSpec
 from ..jit.matching import check_fits
@@ -109,7 +118,7 @@ from ..transforms.batching import (
 )
 from .batching_rules import (
     KEEPS_AXIS, MOVES, BatchAxis, BatchedBody, batch_body, batch_entry, batch_jit_body,
-    batch_typed,
+    batch_typed, check_staged,
     broadcast_equation, inserted, moved_axis, push_batched, rearranged, transpose_equation,
 )
 from .description import Jit, Program, ShardingConstraint, Value, check_program
@@ -267,10 +276,14 @@ def _moves(rw: BatchedBody, outputs: list[int], out_axes: tuple, views: list[Val
 
 def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
                  axis_size: Any = None, spmd_axis_name: Any = None,
-                 outer_spmd_axis_names: Any = (), in_splits: Any = None) -> Program:
+                 outer_spmd_axis_names: Any = (), in_splits: Any = None,
+                 jitted: bool = True) -> Program:
     """The Program that ``jax.vmap(jax.jit(f, ...), in_axes, out_axes,
     axis_size=axis_size, spmd_axis_name=spmd_axis_name)`` amounts to on batched arguments,
     ``program`` describing the jit call on one example (module docstring).
+
+    ``jitted`` False: ``program`` describes a Python function vmapped (not a jit call),
+    whose equations JAX checks and batches one at a time (module docstring).
 
     For a vmap inside other vmaps, ``outer_spmd_axis_names`` names their spmd axes (JAX
     batches with them in its axis environment, and inside a check_vma shard_map casts
@@ -305,20 +318,22 @@ def vmap_program(program: Program, in_axes: Any = 0, out_axes: Any = 0, *,
                "spmd_axis_name": spmd_axis_name, "in_splits": in_splits}
     with staged("trace"), deep_enough(program):
         outer = _names(outer_spmd_axis_names) if outer_spmd_axis_names != () else ()
-        return _vmapped(program, (options,), outer or ())
+        return _vmapped(program, (options,), outer or (), jitted is not False)
 
 
 _OPTIONS = frozenset({"in_axes", "out_axes", "axis_size", "spmd_axis_name", "in_splits"})
 
 
-def nested_vmap_program(program: Program, vmaps: Any) -> Program:
+def nested_vmap_program(program: Program, vmaps: Any, *, jitted: bool = True) -> Program:
     """The Program that nested vmaps of ``jax.jit(f, ...)`` amount to on batched arguments:
     ``vmaps`` holds each vmap's options as :func:`vmap_program` takes them (``in_axes``,
     ``out_axes``, ``axis_size``, ``spmd_axis_name``), innermost first.
 
     JAX traces the function once under all of them, in this order: each vmap's parameters,
     the outermost first (it is called first); the jit call on one example; the jit batched
-    by each vmap in turn, innermost first; then each vmap's out_axes, innermost first, its
+    by each vmap in turn, innermost first (``jitted`` False, a Python function: each
+    equation checked on the example and batched by each vmap in turn before the next
+    one); then each vmap's out_axes, innermost first, its
     moves batched by the vmaps outside it, and read from a result's type as that vmap
     sees it (its type once batched by all, less the batch dimensions of those outside).
 
@@ -350,7 +365,7 @@ def nested_vmap_program(program: Program, vmaps: Any) -> Program:
                                                   f"{sorted(_OPTIONS)}, innermost first",
                                          vmaps))
         with deep_enough(program):
-            return _vmapped(program, tuple(vmaps), ())
+            return _vmapped(program, tuple(vmaps), (), jitted is not False)
 
 
 # The Python frames batching one level of nested bodies takes, at most (a jit's body
@@ -372,19 +387,25 @@ def deep_enough(program: Program) -> Iterator[None]:
         sys.setrecursionlimit(before)
 
 
-def _vmapped(program: Program, vmaps: tuple[dict, ...], outer: tuple[str, ...]) -> Program:
-    """``program`` under ``vmaps`` (innermost first), in JAX's order (nested_vmap_program)."""
+def _vmapped(program: Program, vmaps: tuple[dict, ...], outer: tuple[str, ...],
+             jitted: bool = True) -> Program:
+    """``program`` under ``vmaps`` (innermost first), in JAX's order (nested_vmap_program):
+    a jit call's example checked whole before it is batched, a Python function's
+    (``jitted`` False) one equation at a time (:func:`_in_program_order`)."""
     levels = _levels(program, vmaps, outer)
     wrapper = _is_wrapper(program)
-    if not wrapper and program.checked:
-        _check_example(program)
-    first = levels[0]
-    chain = [batch_body(program, first.axes, first.axis, "") if wrapper
-             else _as_one_jit(program, first.axes, first.axis)]
-    for level in levels[1:]:
-        given = Program(tuple(chain[-1].types[:len(level.axes)]))
-        chain.append(BatchedBody(given, level.axes, level.axis, ""))
-        _carry(chain, len(chain) - 2, 0, not wrapper)
+    if not wrapper and program.checked and not jitted and _unoptioned(program):
+        chain = _as_jits(program, levels, _in_program_order(program, levels))
+    else:
+        if not wrapper and program.checked:
+            _check_example(program)
+        first = levels[0]
+        chain = [batch_body(program, first.axes, first.axis, "") if wrapper
+                 else _as_one_jit(program, first.axes, first.axis)]
+        for level in levels[1:]:
+            given = Program(tuple(chain[-1].types[:len(level.axes)]))
+            chain.append(BatchedBody(given, level.axes, level.axis, ""))
+            _carry(chain, len(chain) - 2, 0, not wrapper)
     count = len(program.inputs)
     outputs = [chain[0].number[n] for n in program.outputs] if wrapper else \
         list(range(count, count + len(program.outputs)))
@@ -539,6 +560,63 @@ def _names(spmd_axis_name: Any) -> tuple[str, ...] | None:
                                                            "or a tuple of names",
                                          spmd_axis_name))
     return names
+
+
+def _unoptioned(program: Program) -> bool:
+    """Whether ``program`` is a Python function's, read as ``jax.jit`` of it: no shardings
+    given, nothing donated."""
+    return (all(s is UNSPECIFIED for s in program.in_shardings + program.out_shardings)
+            and not any(program.donated))
+
+
+def _in_program_order(program: Program, levels: list[_Level]) -> list[tuple[Program, tuple]]:
+    """A Python function's body batched as JAX's vmap traces it (no jit around it to trace
+    it first on one example): each equation's own checks on the example's types (what
+    tracing its call checks: a body it traces, a constraint's fit), then the equation
+    batched by every vmap, the innermost first, before the next equation; a refusal on the
+    way comes after what tracing refuses of the equations staged before it. Each vmap's
+    batched body and its results' batch axes, innermost first."""
+    example = _traced(program)
+    bodies, given = [], example
+    for level in levels:
+        axis = dataclasses.replace(level.axis, context=example.context_mesh)
+        bodies.append(BatchedBody(given, level.axes, axis, ""))
+        given = Program(tuple(bodies[-1].types[:len(example.inputs)]), consts=example.consts,
+                        context_mesh=example.context_mesh)
+    seen: dict = {}
+    try:
+        for k, eq in enumerate(example.equations):
+            trace_body(example, example.context_mesh, "", None, seen, k, k + 1)
+            before = len(bodies[0].equations)
+            push_batched(bodies[0], eq, equation_path("", k))
+            _carry(bodies, 0, before, False)
+    except Rejection:
+        check_staged(bodies[-1])
+        raise
+    made, outputs = [], example.outputs
+    for rw in bodies:
+        outputs = tuple(rw.number[n] for n in outputs)
+        body = dataclasses.replace(example, inputs=tuple(rw.types[:len(example.inputs)]),
+                                   equations=tuple(rw.equations), outputs=outputs)
+        made.append((body, tuple(rw.dims[n] for n in outputs)))
+    return made
+
+
+def _as_jits(program: Program, levels: list[_Level], made: list[tuple[Program, tuple]]
+             ) -> list[BatchedBody]:
+    """Each vmap's rewrite of the function as one jit equation over its inputs, its body
+    the one :func:`_in_program_order` batched for that vmap."""
+    chain: list[BatchedBody] = []
+    count = len(program.inputs)
+    for level, (body, out_dims) in zip(levels, made):
+        given = Program(tuple(v.type for v in program.inputs) if not chain
+                        else tuple(chain[-1].types[:count]))
+        rw = BatchedBody(given, level.axes, level.axis, "")
+        rw.add(Jit(tuple(range(count)), body=body, name="vmapped", checked=False), out_dims)
+        if chain:
+            rw.define(len(out_dims))
+        chain.append(rw)
+    return chain
 
 
 def _as_one_jit(program: Program, axes: tuple, axis: BatchAxis) -> BatchedBody:

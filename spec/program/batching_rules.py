@@ -22,13 +22,14 @@ a primitive without an entry) is refused (PROG-0): the spec does not know its ba
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 from typing import Any
 
-from ..core.rules import located
+from ..core.rules import Rejection, located
 from ..core.shardings import UNSPECIFIED, NamedSharding
-from ..core.values import AbstractMesh, Mesh, PartitionSpec
+from ..core.values import UNCONSTRAINED, AbstractMesh, Mesh, PartitionSpec
 from ..transforms.arguments import place_on_devices
 from ..transforms.batching import batch_sharding
 from ..transforms.constraint import Constraint, batch_constraint
@@ -47,7 +48,7 @@ from .shardmap_batching import (
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["BatchAxis", "BatchedBody", "split_batch", "split_at", "operands_batch_split", "batch_entry", "batch_body", "push_batched", "batch_jit_body",
+__all__ = ["BatchAxis", "BatchedBody", "split_batch", "split_at", "operands_batch_split", "batch_entry", "batch_body", "check_staged", "PLACES", "KEPT", "with_batch_entry", "push_batched", "batch_jit_body",
            "batched_type", "inserted", "rearranged", "moved_axis", "transpose_equation",
            "broadcast_equation", "unit_typed", "batch_typed", "batched_parameter", "typed_like", "KEEPS_AXIS", "SHIFTS", "MOVES"]
 
@@ -162,6 +163,16 @@ def rearranged(spec: PartitionSpec | None, sources: tuple) -> PartitionSpec | No
 
 # --------------------------------------------------------------------------- the body
 
+# Where set (a dict), each equation's path in the body given, mapped by batch_body to the
+# index of the last equation its batching adds to the batched body (what a description of
+# a call under a vmap inside a function reads its refused equation's batched path from).
+PLACES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("PLACES", default=None)
+# The paths of the equations JAX refused on one example while a vmap traced them (a call
+# under a vmap inside a function, as the bridge describes it): batched with the checks JAX
+# made of them on the example kept (:func:`with_batch_entry`).
+KEPT: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("KEPT",
+                                                                      default=frozenset())
+
 class BatchedBody:
     """A body being rewritten: its equations so far, the new number and the batch axis of
     every value of the body given, and the count of values defined."""
@@ -212,11 +223,35 @@ def _typed(eq: Equation, types: list[Value]) -> Equation:
 
 
 def batch_body(program: Program, dims: tuple, axis: BatchAxis, prefix: str) -> BatchedBody:
-    """Every equation of ``program``'s body batched, in order."""
+    """Every equation of ``program``'s body batched, in order; a refusal while batching one
+    comes after what tracing refuses of those batched before it (:func:`check_staged`)."""
     rw = BatchedBody(program, dims, axis, prefix)
-    for k, eq in enumerate(program.equations):
-        push_batched(rw, eq, equation_path(prefix, k))
+    places = PLACES.get()
+    try:
+        for k, eq in enumerate(program.equations):
+            path = equation_path(prefix, k)
+            push_batched(rw, eq, path)
+            if places is not None:
+                places[path] = len(rw.equations) - 1
+    except Rejection:
+        check_staged(rw)
+        raise
     return rw
+
+
+def check_staged(rw: BatchedBody) -> None:
+    """Tracing's checks of the equations ``rw`` holds so far, at their batched types: JAX
+    types each equation its batching rule binds as it binds it, so a refusal of one comes
+    before any refusal met batching a later one (the equations' paths are their places in
+    the batched body)."""
+    from .explain import trace_body
+
+    body = rw.program
+    count = len(body.inputs)
+    so_far = dataclasses.replace(body, inputs=tuple(rw.types[:count]),
+                                 equations=tuple(rw.equations), outputs=(), out_shardings=(),
+                                 compiler=None, compiler_in=None)
+    trace_body(so_far, rw.axis.context, rw.prefix)
 
 
 def push_batched(rw: BatchedBody, eq: Equation, path: str) -> None:
@@ -269,6 +304,11 @@ def _batch_jit_equation(rw: BatchedBody, eq: Jit, numbers: tuple, dims: tuple, p
 @BATCHING.register("sharding_constraint")
 def _batch_constraint_equation(rw: BatchedBody, eq: ShardingConstraint, numbers: tuple,
                                dims: tuple, path: str) -> None:
+    if path in KEPT.get():   # its fit to the example checked as the batched value's
+        sharding, loose = with_batch_entry(eq.sharding, dims[0], rw.axis,
+                                           eq.unconstrained_dims or frozenset())
+        rw.add(ShardingConstraint(numbers, sharding=sharding, unconstrained_dims=loose), dims)
+        return
     key = (eq.form, rw.types[numbers[0]].shape, dims)
     batched = rw.once(key, lambda: _batch_constraint(eq, numbers, dims[0], rw, path))
     rw.add(batched.renumbered(numbers), dims)
@@ -280,6 +320,11 @@ def _batch_device_put(rw: BatchedBody, eq: DevicePut, numbers: tuple, dims: tupl
     mapped = {d for d in dims if d is not None}
     check_program(len(mapped) == 1, f"the operands of the device_put at {path}",
                   "batched at one axis (JAX's batching asserts it)", dims)
+    if path in KEPT.get():   # its targets' fit to the example checked as the batched value's
+        rw.add(DevicePut(numbers, targets=tuple(
+            t if d is None else with_batch_entry(t, d, rw.axis, None)[0]
+            for t, d in zip(eq.targets, dims))), dims)
+        return
     rw.add(dataclasses.replace(eq, operands=numbers, results=None, checked=False), dims)
     _check_batched_split(eq.targets, [rw.types[n].shape for n in numbers])
 
@@ -320,7 +365,7 @@ def _batch_jit(eq: Jit, numbers: tuple, dims: tuple, axis: BatchAxis, path: str
                ) -> tuple[Jit, tuple]:
     """The jit equation vmap builds: its body batched, then its shardings."""
     body = batch_jit_body(eq.body, dims, axis, f"{path}.jit.", f"{path}.jit.")
-    checked = eq.checked and all(d is None for d in dims)
+    checked = eq.checked and (all(d is None for d in dims) or path in KEPT.get())
     return Jit(numbers, body=body[0], name=eq.name, checked=checked), body[1]
 
 
@@ -375,6 +420,24 @@ def _batch_constraint(eq: ShardingConstraint, numbers: tuple, dim: int, rw: Batc
     # bound by the batching rule: with_sharding_constraint's own checks are not made again
     return ShardingConstraint(numbers, sharding=s,
                               unconstrained_dims=batched.unconstrained_dims, checked=False)
+
+
+def with_batch_entry(sharding: Any, d: int, axis: BatchAxis, loose: frozenset[int] | None
+                     ) -> tuple[Any, frozenset[int]]:
+    """A NamedSharding given the batch dimension at ``d``, every entry of its spec kept (a
+    call JAX checked on one example, :data:`KEPT`): split over the spmd axes, else left to
+    the compiler (``loose`` not None: a constraint's, as vmap batches one) or unsplit; the
+    dimensions left to the compiler moved past it. Other shardings as they are."""
+    if not isinstance(sharding, NamedSharding):
+        return sharding, frozenset() if loose is None else loose
+    names = axis.names
+    entry = _spec_entry(names) if names else None if loose is None else UNCONSTRAINED
+    spec = sharding.spec
+    moved = frozenset() if loose is None else frozenset(u + (d <= u) for u in loose) | (
+        frozenset() if names else frozenset({d}))
+    return NamedSharding(sharding.mesh, P(*inserted(spec.partitions, d, entry),
+                                          unreduced=spec.unreduced, reduced=spec.reduced),
+                         memory_kind=sharding.memory_kind), moved
 
 
 def _spec_entry(names: tuple[str, ...] | None) -> Any:

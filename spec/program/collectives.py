@@ -50,7 +50,8 @@ from .propagation import (
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
-           "combined", "REDUCTIONS", "UNSUMMED",
+           "combined", "group_order", "plan_equation", "constraint_plan", "live_equations", "returned_reshards",
+           "REDUCTIONS", "UNSUMMED",
            "DTYPE_BYTES"]
 
 BACKEND = "cpu"
@@ -104,6 +105,9 @@ class Collective:
     bytes_per_device: int
     replica_groups: ReplicaGroups | None = None
     reduction: str = ""   # an all-reduce's: add, max, min, mul
+    # an all-reduce's groups in XLA's order: the other mesh axes of size above 1, major
+    # first (the summed value's split axes by dimension, then the rest in mesh order)
+    group_order: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         of = "" if self.operand is None else f" (operand {self.operand})"
@@ -298,9 +302,9 @@ def predicted_collectives(program: Program) -> Communication:
     each operand to its operation's splits (COLL-1, COLL-2) and the all-reduce of each split
     reduction (COLL-3), then each result's to the placement it is returned on.
 
-    One value is brought to one split once; an iota is computed in the split it is needed
-    in. The list is complete where propagation determines every value's split and every
-    reshard is made one way.
+    One value is brought to one split once; an iota is computed in the split it is needed in.
+    The list is complete where propagation determines every split and every reshard is made
+    one way.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P
     >>> from shardlaw.spec.program.description import Opaque, Value
@@ -313,13 +317,13 @@ def predicted_collectives(program: Program) -> Communication:
       all-gather over ('x',) at body[0] (operand 0): float32[8, 8], 256 bytes per device
       all-gather over ('y',) at body[0] (operand 1): float32[8, 8], 256 bytes per device
     """
-    splits = propagate(program)
-    live = program.derived_once("live parts", lambda: live_parts(program)).equations
+    splits, live = propagate(program), live_equations(program)
     stopped = splits if isinstance(splits, Undetermined) else read_after_a_chain(program, live)
     if stopped is not None:
         return Communication(undetermined=stopped)
-    mesh = propagation_mesh(program)
-    types = program.value_types
+    if (inlined := _read_inlined(program, live)) is not None:
+        return inlined   # (inner jits, shard_maps, reshards: COLL-11)
+    mesh, types = propagation_mesh(program), program.value_types
     folded = folded_equations(program)   # (propagate answered: so does this)
     found: list[Collective] = []
     done: set = set()   # (value, split) of each reshard made: XLA's CSE keeps one
@@ -353,6 +357,18 @@ def predicted_collectives(program: Program) -> Communication:
     if isinstance(returned, Undetermined):
         return Communication(tuple(found), undetermined=returned)
     return Communication(combined(found + returned, after))
+
+
+def live_equations(program: Program) -> tuple:
+    """Which of ``program``'s equations live (kept with the program once found)."""
+    return program.derived_once("live parts", lambda: live_parts(program)).equations
+
+
+def _read_inlined(program: Program, live: tuple) -> Communication | None:
+    """What a step with inner jits, shard_maps or reshards communicates (COLL-11; None:
+    it has none)."""
+    from .collectives_explicit import has_inlined, inlined_collectives   # (builds on this)
+    return inlined_collectives(program) if has_inlined(program, live) else None
 
 
 def _returns(program: Program, splits: dict, mesh: Mesh, done: set
@@ -400,9 +416,13 @@ def read_after_a_chain(program: Program, live: tuple) -> Undetermined | None:
 
 @rule("COLL-7", mirrors="xla: AllReduceCombiner")
 def combined(found: list[Collective], after: dict[int, frozenset]) -> tuple[Collective, ...]:
-    """All-reduces over the same axes with the same reduction and dtype, none computed from
-    another, are combined into one (in program order, each joining the first it may), its
+    """All-reduces over the same axes with the same reduction, dtype and order of groups,
+    none computed from another, are combined into one (each joining the first it may), its
     bytes the sum of theirs; other collectives stay apart.
+
+    XLA's combiner keys on the replica groups as it lists them, in order: two sums over
+    ``'y'`` of ``P('y', 'z')`` and of ``P('y', None)`` name the same groups in two orders
+    (:func:`group_order`) and stay two all-reduces.
 
     >>> one = Collective("all-reduce", ("x",), "body[0]", None, (4,), "float32", 16,
     ...                  reduction="add")
@@ -414,11 +434,12 @@ def combined(found: list[Collective], after: dict[int, frozenset]) -> tuple[Coll
     """
     groups: list[list[int]] = []
     for i, c in enumerate(found):
-        key = (c.kind, c.axes, c.reduction, c.dtype)
+        key = (c.kind, c.axes, c.reduction, c.dtype, c.group_order)
         for group in groups:
             first = found[group[0]]
-            if c.kind == "all-reduce" and (first.kind, first.axes, first.reduction,
-                                           first.dtype) == key and not after[i] & set(group):
+            if c.kind == "all-reduce" and (first.kind, first.axes, first.reduction, first.dtype,
+                                           first.group_order) == key and \
+                    not after[i] & set(group):
                 group.append(i)
                 break
         else:
@@ -689,8 +710,20 @@ def _all_reduce(op: _Operation, count: int, how: str) -> list[Collective] | Unde
     shape = _shard(tuple(result.shape),
                    dimension_splits(factors.results[0], held, op.sizes, op.mesh), op.mesh)
     dtype = wire_dtype(str(result.dtype))
+    order = group_order(op.mesh, dimension_splits(factors.results[0], held, op.sizes,
+                                                  op.mesh), summed)
     return [Collective("all-reduce", summed, op.path, None, shape, dtype, _bytes(shape, dtype),
-                       op.groups(summed), how)]
+                       op.groups(summed), how, order)]
+
+
+def group_order(mesh: Any, split: Split, summed: tuple[str, ...]) -> tuple[str, ...]:
+    """The order XLA lists an all-reduce's groups in (COLL-7): the summed value's split
+    axes dimension by dimension, then the other axes in mesh order, axes of size 1 left
+    out (seen: a sum of ``P('y', 'z')`` lists them ``(z, x)``, one of ``P('y', None)``
+    ``(x, z)``)."""
+    held = [a for axes in split for a in axes if a not in summed]
+    rest = [a for a in mesh.axis_names if a not in summed and a not in held]
+    return tuple(a for a in held + rest if mesh.axis_size(a) > 1)
 
 
 def _kept(have: tuple, need: tuple) -> int:
@@ -702,3 +735,9 @@ def _kept(have: tuple, need: tuple) -> int:
 
 def _losing(have: tuple, need: tuple) -> bool:
     return len(have) > _kept(have, need)
+
+
+# The names collectives_explicit.py builds on (an inlined program's steps and boundaries).
+plan_equation = _equation
+constraint_plan = _constraint_plan
+returned_reshards = _returns

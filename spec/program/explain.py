@@ -275,7 +275,8 @@ def _check_written_out(n: Any, called: Any, traced: Any, lowered: Any) -> None:
 # --------------------------------------------------------------------------- tracing
 
 def trace_body(program: Program, context: Any = None, prefix: str = "",
-               decided: list | None = None, seen: dict | None = None) -> list:
+               decided: list | None = None, seen: dict | None = None, start: int = 0,
+               stop: int | None = None) -> list:
     """Each equation's own checks, in the order JAX traces them (stage ``trace``): an inner
     jit's in_shardings fit its operands (FIT-1) before its body is traced and its
     out_shardings fit its results after; a constraint's dimensions left to the compiler,
@@ -287,12 +288,13 @@ def trace_body(program: Program, context: Any = None, prefix: str = "",
     An equation's checks depend on its form (:attr:`Equation.form`: all but its operands'
     numbers), its operands' types and the context mesh alone: one like an equation already
     traced in this walk (``seen``; a layer repeated) passed them already, and its records
-    are those of the first, at its path."""
+    are those of the first, at its path. ``start`` and ``stop`` bound the equations walked
+    (vmap checks a function's equations one at a time, each before it batches it)."""
     context = context if isinstance(context, Mesh) else None
     decided = [] if decided is None else decided
     seen = {} if seen is None else seen
     with staged("trace"):
-        for k, eq in enumerate(program.equations):
+        for k, eq in enumerate(program.equations[start:stop], start):
             if entry_of(eq).tracing is None:   # a primitive outside a shard_map's body:
                 continue                         # no checks of its own
             path = equation_path(prefix, k)

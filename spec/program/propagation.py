@@ -322,7 +322,7 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
                 f, chosen[f], tensors, numbers, current, fixed, extend=True):
             _stop("PROP-4", "two splits of one factor conflict on a mesh with Explicit axes: "
                   "how the partitioner resolves it beside a type is not written", path)
-        if len(given) > 1 and any(_conflict(g, h) for g, n in given
+        if len(given) > 1 and any(_conflict(g, _takes(h, fixed, n)) for g, n in given
                                   if grown.get(n) == priority for h, _ in given):
             if fixed.contested is None:
                 _stop("PROP-4", ORDER_DECIDES, path)
@@ -932,11 +932,12 @@ def factor_sizes(rule_: Factors, types: tuple) -> dict[str, int]:
 
 
 inline_body, stop = _inline_jit, _stop   # (the names propagation_flow.py builds on)
+propagated = _propagated   # (the inlined program and its splits: collectives_explicit.py)
 
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, folded as _folded, grown_split as _grown,
-    is_reshape,
+    is_reshape, takes_of as _takes,
     implied_out_shardings as _out_shardings,
     check_axes_apart as _check_apart, constraint_pin as _constraint_pin,
     contested_values as _contested, may_grow as _may_grow, move_pins as _move, pin as _pin,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..core.rules import rule
 from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import AxisType, PartitionSpec
 from .description import Program
@@ -21,7 +22,7 @@ from .sharding_factors import factors_of_dimension
 from .propagation import COPY, ORDER_DECIDES, Flat, Split, Undetermined, placed_pin, stop
 
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
-           "move_pins", "manual_boundary", "grown_split", "check_barred", "folded",
+           "move_pins", "manual_boundary", "grown_split", "barred_cut", "takes_of", "folded",
            "place_constraints", "constraint_pin", "joined_constraint_pin", "reshard_pin",
            "may_grow", "check_axes_apart", "contested_values"]
 
@@ -182,19 +183,52 @@ def grown_split(number: int, new: Split, splits: dict, fixed: Any, path: str) ->
         new = tuple(n if o else d for n, o, d in zip(new, opens, old))
     if new == old or not all(n[:len(o)] == o for n, o in zip(new, old)):
         return None
-    check_barred(new, old, fixed.barred.get(number, ()), path)
-    return new
+    new = barred_cut(new, old, fixed.barred.get(number, ()))
+    return None if new == old else new
 
 
-def check_barred(new: Split, old: Split, barred: Any, path: str) -> None:
-    """A value may not grow onto an Explicit axis its type does not hold (JAX's lowering
-    marks it replicated there); where propagation would put one there, what the
-    partitioner does instead is not written."""
-    extra = sorted({a for n, o in zip(new, old) for a in n[len(o):]} & set(barred))
-    if extra:
-        stop("PROP-4", f"propagation would split a value over Explicit mesh axes {extra} its "
-              f"type does not hold (or a shard_map's manual axes it may not take): the "
-              f"partitioner's resolution is not written", path)
+@rule("PROP-9", mirrors="shardy: a tensor's replicated axes (JAX lowers a type so)")
+def barred_cut(new: Split, old: Split, barred: Any) -> Split:
+    """A value grows onto no Explicit axis its type does not hold: each dimension's growth
+    stops before the first such axis, the value keeping what it held.
+
+    JAX's lowering marks the value replicated over those axes, and Shardy propagates no
+    axis a tensor holds replicated (seen: ``reshard(sin(a), P(None, 'y'))``, 'y' Explicit
+    and 'x' Auto, of ``a`` on ``P('x', None)``: ``sin(a)``, typed without 'y', stays on
+    ``P('x', None)``, and the reshard comes back ``P('x', 'y')`` with no collective).
+
+    >>> barred_cut(((), ("x", "y")), ((), ("x",)), {"y"})
+    ((), ('x',))
+    >>> barred_cut((("x",), ("z", "y")), ((), ()), {"y"})
+    (('x',), ('z',))
+    """
+    out = []
+    for n, o in zip(new, old):
+        kept = len(o)
+        while kept < len(n) and n[kept] not in barred:
+            kept += 1
+        out.append(n[:kept])
+    return tuple(out)
+
+
+@rule("PROP-10", mirrors="shardy: compatible major axes (a tensor's replicated axes cut them)")
+def takes_of(split: tuple[str, ...], fixed: Any, number: int) -> tuple[str, ...]:
+    """Of a factor's split another tensor holds, value ``number`` could take only the axes
+    before the first Explicit axis its type bars: a conflict with nothing it could take is
+    decided whatever the partitioner's order.
+
+    (Seen: ``reshard(sin(a), P('y', None))``, 'y' Explicit, of ``a`` on ``P('x', None)``:
+    ``sin(a)`` keeps ``'x'`` and the reshard ``'y'`` in either order: ``P('y', None)``.)
+
+    >>> from shardlaw.spec.program.propagation import Limits
+    >>> takes_of(("y", "x"), Limits(frozenset(), {}, {3: frozenset("y")}), 3)
+    ()
+    """
+    barred = fixed.barred.get(number, ())
+    kept = 0
+    while kept < len(split) and split[kept] not in barred:
+        kept += 1
+    return split[:kept]
 
 
 def is_reshape(name: str, operand: Any, result: Any) -> bool:

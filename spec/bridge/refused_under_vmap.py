@@ -1,0 +1,186 @@
+"""A call JAX refuses while tracing it under a ``vmap`` called inside the function.
+
+vmap traces the function it is given on one example's types, each call as it is made: a
+jit's body (a ``jnp`` function is one), a loop's body or a cond's branches are traced whole
+on the example, a constraint's, a ``device_put``'s or an inner jit's shardings checked
+against the example; then the call's batching rule stages the batched equation in the
+enclosing body. :func:`under_vmap` describes a call JAX refused there as vmap's batching
+would have staged it: the call's equations described on the example's types (as
+:mod:`~shardlaw.spec.bridge.refusals` describes any refused call), then batched by the
+spec's own rules (:func:`~shardlaw.spec.program.batching_rules.push_batched`), one vmap at
+a time, the innermost first, each with its batch size, its ``spmd_axis_name`` and the
+Explicit axes its batch is split over, over the values vmap batched as the enclosing body
+holds them. ``explain_program`` then refuses the batched equation by the rule JAX's refusal
+of the example is (the batch dimension, which the call does not split, leaves the
+example's conflict as it was), at the path the batching puts it: ``body[2]`` for a
+constraint, ``body[1].jit.body[0]`` for the ``add`` of a ``jnp.add`` (a jit) under vmap.
+
+Where batching gives one equation it is staged in the body as it is; several (an operand
+moved to the batch axis first) are staged as one jit of them, ``body[2].jit.body[1]``.
+Where the spec's batching refuses the call while describing it, or does not place the
+refused equation where a path can name it (a cond's branch, which batching turns into a
+``select_n``), there is no description and JAX's error stands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Callable
+
+from ..program.batching_rules import KEPT, PLACES, BatchAxis, BatchedBody, push_batched
+from ..program.description import Jit, Program
+
+__all__ = ["under_vmap"]
+
+# a body's next call: (its operands' value numbers, its path) -> the equations added
+Next = Callable[[tuple, str], tuple]
+_INDEX = re.compile(r"body\[(\d+)\]")
+_WALKED = re.compile(r"\.(remat2|custom_jvp_call|custom_vjp_call)\.")
+_BRANCH = re.compile(r"\.cond\.branches\[(\d+)\]\.")
+
+
+def under_vmap(values: list, make: Next, placed: list[str], enclosing: Any,
+               own: bool = False) -> tuple[list, Next]:
+    """(``values`` as the enclosing body holds them, a ``make`` staging the call as vmap's
+    batching would) where some of ``values`` are batched by a vmap called inside the body;
+    else ``values`` and ``make`` as they are (a vmap around the whole body leaves the call
+    a value it closes over). ``enclosing``: the body's trace. ``placed``: the refused
+    call's paths, which the batching moves to where it stages the refused equation.
+    ``own``: the refused call
+    is one whose checks JAX made on the example when it was called (a constraint, a
+    device_put, an inner jit's in_shardings), batched with them kept
+    (:data:`~shardlaw.spec.program.batching_rules.KEPT`)."""
+    from jax._src.interpreters import batching
+
+    traces = _vmaps(values, enclosing)
+    if not traces:
+        return values, make
+    held, levels = list(values), []
+    types = [_type(v, i) for i, v in enumerate(held)]
+    for k, trace in enumerate(traces):   # the innermost first
+        dims = []
+        for i, v in enumerate(held):
+            mapped = isinstance(v, batching.BatchTracer) and v._trace is trace
+            dims.append(_dim(v.batch_dim) if mapped else None)
+            held[i] = v.val if mapped else v
+        around = frozenset(n for t in traces[k + 1:] for n in (t.axis_data.spmd_name or ()))
+        levels.append((tuple(dims), _axis(trace.axis_data, around)))
+
+    def staged(numbers: tuple, path: str) -> tuple:
+        return _batched(make, numbers, path, types, levels, placed, own)
+    return held, staged
+
+
+def _vmaps(values: list, enclosing: Any) -> list[Any]:
+    """The traces of the vmaps called inside the body traced by ``enclosing`` that batch
+    ``values``, the innermost first."""
+    from jax._src.interpreters import batching
+
+    def inside(trace: Any) -> bool:
+        while isinstance(trace, batching.BatchTrace):
+            trace = trace.parent_trace
+        return trace is enclosing
+
+    found: list[Any] = []
+    for v in values:
+        while isinstance(v, batching.BatchTracer) and inside(v._trace):
+            if all(t is not v._trace for t in found):
+                found.append(v._trace)
+            v = v.val
+
+    def depth(trace: Any) -> int:
+        count, parent = 0, trace.parent_trace
+        while isinstance(parent, batching.BatchTrace):
+            count, parent = count + 1, parent.parent_trace
+        return count
+    return sorted(found, key=depth, reverse=True)
+
+
+def _dim(batch_dim: Any) -> int | None:
+    """The dimension vmap batches a value along (None: not batched)."""
+    if batch_dim is None or isinstance(batch_dim, int):
+        return batch_dim
+    raise TypeError(f"a value vmap batches along {batch_dim!r} (not a dimension)")
+
+
+def _type(value: Any, i: int) -> Any:
+    """A value's type as the vmapped function sees it (a batched value's, its example's)."""
+    import jax
+
+    from .program import read_type
+
+    return read_type(jax.typeof(value), f"operand {i} of a call under vmap")
+
+
+def _axis(data: Any, around: frozenset[str]) -> BatchAxis:
+    """What JAX's vmap batches over, read from its axis data."""
+    names = data.spmd_name
+    return BatchAxis(int(data.size), None if names is None else tuple(names), None,
+                     outer=around, explicit=data.explicit_mesh_axis)
+
+
+def _batched(make: Next, numbers: tuple, path: str, types: list, levels: list,
+             placed: list[str], own: bool) -> tuple:
+    """The call ``make`` describes, over the example's ``types``, batched by each vmap of
+    ``levels`` in turn, as equations over the enclosing body's values ``numbers``."""
+    prefix, first = path.rsplit("body[", 1)
+    start, count = int(first.rstrip("]")), len(numbers)
+    before = len(placed)
+    body = Program(tuple(types), tuple(make(tuple(range(count)), path)))
+    body = dataclasses.replace(body, outputs=tuple(range(count, len(body.value_types))))
+    for dims, axis in levels:
+        rw = BatchedBody(body, dims, axis, prefix)
+        places: dict[str, int] = {}
+        tokens = PLACES.set(places), KEPT.set(frozenset(placed[before:] if own else ()))
+        try:
+            for j, eq in enumerate(body.equations):
+                where = f"{prefix}body[{start + j}]"
+                push_batched(rw, eq, where)
+                places[where] = start + len(rw.equations) - 1
+        finally:
+            PLACES.reset(tokens[0])
+            KEPT.reset(tokens[1])
+        placed[before:] = [_moved(p, places, prefix) for p in placed[before:]]
+        body = dataclasses.replace(body, inputs=tuple(rw.types[:count]),
+                                   equations=tuple(rw.equations),
+                                   outputs=tuple(rw.number[n] for n in body.outputs))
+    only = body.equations[0] if len(body.equations) == 1 else None
+    if only is not None and all(n < count for n in only.operands):
+        return (only.renumbered(tuple(numbers[n] for n in only.operands)),)
+    placed[before:] = [_nested(p, prefix, start) for p in placed[before:]]
+    return (Jit(tuple(numbers), body=body, name="vmap", checked=False),)
+
+
+def _moved(path: str, places: dict[str, int], prefix: str) -> str:
+    """An equation's path in the body batched (the body at ``prefix``), from its path in
+    the body described: each ``body[i]`` after the prefix where the batching put it (a
+    path it did not batch: one no refusal meets)."""
+    if not path.startswith(prefix):
+        return path
+    # (the batching names a remat's or a custom function's body by its kind and a cond's
+    # branch by its number, explain_program each by the jit it is walked as)
+    places = {_BRANCH.sub(r".cond.body[\1].jit.", _WALKED.sub(".jit.", key)): index
+              for key, index in places.items()}
+    out, last = [prefix], len(prefix)
+    for match in _INDEX.finditer(path, len(prefix)):
+        index = places.get(path[:match.end()])
+        if index is None and path[:match.start()].endswith(("while.", "cond.")):
+            index = int(match.group(1))   # a while's predicate or body, a cond's branch
+        if index is None:
+            return "(not placed by the batching)"
+        out.append(f"{path[last:match.start()]}body[{index}]")
+        last = match.end()
+    return "".join(out) + path[last:]
+
+
+def _nested(path: str, prefix: str, start: int) -> str:
+    """A path among the batched equations staged as one jit at ``body[start]``."""
+    head = f"{prefix}body["
+    if not path.startswith(head):
+        return path
+    index, _, rest = path[len(head):].partition("]")
+    if not index.isdigit():
+        return path
+    return f"{prefix}body[{start}].jit.body[{int(index) - start}]{rest}"
+

@@ -1,0 +1,190 @@
+"""What a step with inner jits, shard_maps or reshards communicates (issue 33), over any
+mesh — Auto axes, Explicit ones, or both.
+
+:func:`~shardlaw.spec.program.collectives.predicted_collectives` reads a body equation by
+equation; an inner jit, a full-manual shard_map and a reshard of arrays are not equations
+with a sharding rule of their own: propagation inlines the jit's body between its in and
+out shardings, meets the shard_map at its specs and reads a reshard as a constraint to its
+type (PROP-6). This module reads the collectives off that inlined program, step by step in
+program order (:rule:`COLL-11`): each equation of the jit's body as at top level (COLL-1
+to COLL-3), each boundary — an in or out sharding, an in or out spec, a reshard or a
+constraint — bringing its value from the split propagation gives it to the one the
+boundary fixes (COLL-2), and a shard_map's body, over manual axes, communicating nothing
+where it holds no collective (:rule:`COLL-12`).
+
+>>> from shardlaw.spec import Mesh, NamedSharding, P
+>>> from shardlaw.spec.program.description import Jit, Opaque, Program, Value
+>>> mesh = Mesh.iota((2, 4), ("x", "y"))
+>>> a = Value.placed((8, 8), NamedSharding(mesh, P("x", None)))
+>>> inner = Program((Value.typed((8, 8)),), (Opaque((0,), primitive="sin",
+...                 results=(Value.typed((8, 8)),)),), outputs=(1,),
+...                 out_shardings=(NamedSharding(mesh, P(None, "y")),))
+>>> step = Program((a,), (Jit((0,), results=(Value.typed((8, 8)),), body=inner),),
+...                outputs=(1,))
+>>> print(inlined_collectives(step))
+1 collective(s) on cpu, 64 bytes per device
+  all-gather over ('x',) at body[0] (operand 0): float32[8, 2], 64 bytes per device
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..core.rules import rule
+from .collectives import (
+    Communication, combined, constraint_plan, live_equations, plan_equation,
+    read_after_a_chain, returned_reshards,
+)
+from .description import Program
+from .propagation import COPY, FLOW_KINDS, Undetermined, propagated, propagation_mesh
+from .propagation_shardmap import automatic_collectives
+
+__all__ = ["inlined_collectives", "manual_body_communicates", "has_inlined"]
+
+# The primitives of a shard_map's body that communicate over its manual axes.
+_MANUAL_COLLECTIVES = frozenset(("psum", "psum_invariant", "pmax", "pmin", "all_gather",
+                                 "reduce_scatter", "all_to_all", "ppermute",
+                                 "all_gather_invariant", "psum_scatter"))
+
+
+def has_inlined(program: Program, live: tuple) -> bool:
+    """Whether a live equation of ``program`` is an inner jit, a shard_map or a reshard of
+    arrays (and none is control flow: its bodies are read elsewhere)."""
+    kinds = {eq.kind for eq, alive in zip(program.equations, live) if alive}
+    arrays = any(eq.kind == "reshard" and any(program.value_types[n].shape
+                                              for n in eq.operands)
+                 for eq, alive in zip(program.equations, live) if alive)
+    return not kinds & FLOW_KINDS and bool(kinds & {"jit", "shard_map"} or arrays)
+
+
+@rule("COLL-12", mirrors="xla: SpmdPartitioner (a manual computation's body is not partitioned)")
+def manual_body_communicates(body: Program) -> bool:
+    """A shard_map's body over manual axes communicates only through its own collectives
+    (psum, all_gather, ppermute ...): the partitioner inserts none inside it.
+
+    >>> from shardlaw.spec.program.description import Opaque, Program, Value
+    >>> cos = Opaque((0,), primitive="cos", results=(Value.typed((4,)),))
+    >>> manual_body_communicates(Program((Value.typed((4,)),), (cos,), outputs=(1,)))
+    False
+    """
+    for eq in body.equations:
+        name = getattr(eq, "primitive", "") or eq.kind
+        if name in _MANUAL_COLLECTIVES:
+            return True
+        inner = getattr(eq, "body", None)
+        if isinstance(inner, Program) and manual_body_communicates(inner):
+            return True
+    return False
+
+
+def _equation_at(program: Program, path: str) -> Any:
+    """The equation at ``path`` (``body[1].jit.body[0]``) of ``program``."""
+    eq = None
+    for part in path.split("."):
+        if part.startswith("body["):
+            eq = program.equations[int(part[5:-1])]
+        else:   # (the nested body's kind: ``jit``, ``shard_map``)
+            program = eq.body
+    return eq
+
+
+@rule("COLL-11", mirrors="shardy + xla: the collectives of a module with inlined calls")
+def inlined_collectives(program: Program) -> Communication:
+    """A step with inner jits, shard_maps or reshards communicates, in program order, its
+    inlined equations' collectives and each boundary's reshard of its value to the split
+    the boundary fixes.
+
+    The boundaries are an inner jit's in and out shardings, a shard_map's in and out specs,
+    a reshard (a constraint to its type) and a constraint; each is planned as COLL-2 plans
+    a constraint, from the split propagation gives the value it holds.
+
+    >>> from shardlaw.spec import Mesh, NamedSharding, P
+    >>> from shardlaw.spec.program.description import Jit, Opaque, Value
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> rows = Value.placed((8, 8), NamedSharding(mesh, P("x", None)))
+    >>> body = Program((Value.typed((8, 8)),), (Opaque((0,), primitive="neg",
+    ...                results=(Value.typed((8, 8)),)),), outputs=(1,),
+    ...                in_shardings=(NamedSharding(mesh, P()),))
+    >>> step = Program((rows,), (Jit((0,), results=(Value.typed((8, 8)),), body=body),),
+    ...                outputs=(1,))
+    >>> print(inlined_collectives(step))
+    1 collective(s) on cpu, 256 bytes per device
+      all-gather over ('x',) at body[0] (operand 0): float32[8, 8], 256 bytes per device
+    """
+    found = automatic_collectives(program) or propagated(program)   # (PROP-11's: open)
+    if isinstance(found, Undetermined):
+        return Communication(undetermined=found)
+    stopped = read_after_a_chain(program, live_equations(program))
+    if stopped is not None:
+        return Communication(undetermined=stopped)
+    flat, splits = found
+    mesh = propagation_mesh(program)
+    out, done, upstream, after, plans = [], set(), {}, {}, {}
+    for (entry, _, every, typed, path, count) in _in_program_order(flat):
+        results = every[count:]
+        if entry is COPY or entry.name == "shard_map":
+            made = _boundary(program, entry, every, typed, path, splits, mesh, done)
+        else:
+            eq = _equation_at(program, path)
+            if entry.name == "iota":
+                done.update(results)
+            made = plan_equation(eq, every, flat.types, splits, mesh, path, done, plans)
+        if isinstance(made, Undetermined):
+            return Communication(tuple(out), undetermined=made)
+        before = frozenset().union(*(upstream.get(n, frozenset()) for n in every[:count]))
+        own = set()
+        for c in made:
+            if c.kind == "all-reduce":
+                after[len(out)] = before
+                own.add(len(out))
+            out.append(c)
+        for n in results:
+            upstream[n] = before | own
+    # the results, numbered as the program numbers them: a reshard made inside is reused
+    number = {i: n for n, i in enumerate(flat.ids)}
+    returned = returned_reshards(program, {n: splits[i] for n, i in enumerate(flat.ids)},
+                                 mesh, {(number[i], s) for i, s in _pairs(done)
+                                        if i in number})
+    if isinstance(returned, Undetermined):
+        return Communication(tuple(out), undetermined=returned)
+    return Communication(combined(out + returned, after))
+
+
+def _pairs(done: set) -> list:
+    """The (value, split) reshards of ``done`` (its bare values are iotas')."""
+    return [d for d in done if isinstance(d, tuple)]
+
+
+def _in_program_order(flat: Any) -> list:
+    """The live steps of the inlined program in program order: by the first value each
+    makes (values are numbered as they are made), a shard_map after its in specs' links
+    (made after its results)."""
+    steps = [s for s in flat.steps if flat.live & set(s[2][s[5]:])]
+    return sorted(steps, key=lambda s: max(s[2]) if s[0].name == "shard_map" else
+                  min(s[2][s[5]:]))
+
+
+def _boundary(program: Program, entry: Any, every: tuple, typed: tuple, path: str,
+              splits: dict, mesh: Any, done: set) -> list | Undetermined:
+    """The reshard a boundary makes of its value (a link of propagation: an inner jit's
+    sharding, a constraint, a reshard), or a shard_map's body's (COLL-12)."""
+    if entry is not COPY:
+        eq = _equation_at(program, path)
+        if manual_body_communicates(eq.body):
+            return Undetermined("COLL-12", "a shard_map's body communicates over its manual "
+                                "axes: its collectives are not read yet", path)
+        return []
+    operand, result = every
+    need = splits[result]
+    if splits[operand] == need or (operand, need) in done:
+        return []
+    done.add((operand, need))
+    ((_, _, made),), _ = constraint_plan(typed, (splits[operand], need), mesh)
+    if isinstance(made, Undetermined):
+        return Undetermined(made.rule, made.why, path)
+    return [_placed(c, path) for c in made]
+
+
+def _placed(c: Any, path: str) -> Any:
+    return dataclasses.replace(c, path=path)
