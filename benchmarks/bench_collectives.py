@@ -14,8 +14,11 @@ enumerating devices:
   the communication report alone (:func:`predicted_collectives`), goal 100 ms;
 - ``scanned``: the 32-layer scanned transformer of ``bench_steps.py`` (``lax.scan`` over
   stacked parameters, described from JAX by ``describe_program``), tensor-parallel over
-  ``"model"`` and batch over ``"data"`` (and, one row, FSDP beside it: propagation leaves
-  it open, the reason printed): the communication report, goal 100 ms.
+  ``"model"`` and batch over ``"data"``: the communication report, goal 100 ms, complete —
+  the loop body's collectives each run 32 times (COLL-8), the step's bytes counted so —
+  and printed whole at 2^16 devices beside the compiled module's on 8, each collective
+  with how often one step runs it (and, one row, FSDP beside it: propagation leaves it
+  open, the reason printed).
 
 The anchor is JAX 0.10.2 lowering and compiling the same step, as a function, on 8 CPU
 devices (2 x 4): ``jax.jit(f).lower(*args).compile()``, timed once after a warm-up; ``x
@@ -229,9 +232,9 @@ def scanned_step(mesh: Any, plan: str = "TP") -> Program:
     return describe_program(jax.jit(loss), *args)
 
 
-def scanned_anchor() -> tuple[float, tuple]:
+def scanned_anchor() -> tuple[float, tuple, str]:
     """Seconds JAX takes to lower and compile the scanned step on 8 CPU devices (2 x 4),
-    and the collectives of the module it compiled."""
+    the collectives of the module it compiled and its text."""
     import jax
     import bench_steps
     from shardlaw.compiled_hlo import collectives_in_hlo as collectives_of
@@ -240,7 +243,9 @@ def scanned_anchor() -> tuple[float, tuple]:
     loss, args, _ = bench_steps.step(32, True, _eight(), bench_steps.TP)
     start = time.perf_counter()
     compiled = jax.jit(loss).lower(*args).compile()
-    return time.perf_counter() - start, collectives_of(compiled.as_text())
+    seconds = time.perf_counter() - start
+    text = compiled.as_text()
+    return seconds, collectives_of(text), text
 
 
 def _eight() -> Any:
@@ -258,8 +263,18 @@ def _count(program: Program) -> int:
 def _summary(step: Any) -> str:
     if not step.complete:
         return f"open: {step.undetermined}"
+    total = step.bytes_per_device
     return (f"{len(step)} ({', '.join(sorted({c.kind for c in step}))}), "
-            f"{step.bytes_per_device:,}")
+            f"{total:,}" + (" per step" if any(c.trips != 1 for c in step) else "")
+            if total is not None else f"{step.bytes_per_run:,} each run once")
+
+
+def _runs(real: tuple, text: str | None) -> list:
+    """The compiled module's collectives as (kind, bytes, runs per step)."""
+    from shardlaw.properties.collectives_harness import hlo_runs
+    runs = hlo_runs(text) if text else {}
+    return sorted(((c.kind, c.bytes_per_device, runs.get(c.name, 1)) for c in real),
+                  key=repr)
 
 
 def main() -> None:
@@ -293,15 +308,18 @@ def main() -> None:
               f"{median:10.2f} {best:7.2f} {question[1]:5.0f} {ratio:>7}  {_summary(step)}")
         return step
 
-    def anchor_row(kind: str, eqns: int, seconds: float, real: tuple, spec: Any) -> None:
-        compiled = sorted((c.kind, c.bytes_per_device) for c in real)
-        mine = sorted((c.kind, c.bytes_per_device) for c in spec)
+    def anchor_row(kind: str, eqns: int, seconds: float, real: tuple, spec: Any,
+                   text: str | None = None) -> None:
+        compiled = _runs(real, text)
+        mine = sorted(((c.kind, c.bytes_per_device, c.trips) for c in spec), key=repr)
         agree = ("the spec's list is open" if not spec.complete else
                  "the spec agrees" if mine == compiled else "THE SPEC DIFFERS")
         print(f"{kind:12} {'JAX 0.10.2 lower + compile (anchor)':45} {'8':>13} {eqns:5d} "
               f"{seconds * 1000:10.2f} {'':7} {'':5} {'':>7}  "
               f"{len(real)} ({', '.join(sorted({c.kind for c in real}))}), "
-              f"{sum(c.bytes_per_device for c in real):,} (the compiled module's: {agree})")
+              f"{sum(size * (runs or 1) for _, size, runs in compiled):,}"
+              f"{' per step' if any(r != 1 for *_, r in compiled) else ''} "
+              f"(the compiled module's: {agree})")
 
     for kind, question, builder, ask in (
             ("mlp", explain, mlp_step, None),
@@ -318,12 +336,20 @@ def main() -> None:
     anchor = None if options.no_jax else scanned_anchor()
     eight = row("scanned", report, "8", lambda: scanned_step(_eight()), predicted_collectives,
                 anchor and anchor[0])
-    row("scanned", report, "2^16 abstract", lambda: scanned_step(None), predicted_collectives,
-        anchor and anchor[0])
+    pod = row("scanned", report, "2^16 abstract", lambda: scanned_step(None),
+              predicted_collectives, anchor and anchor[0])
     row("scanned FSDP", report, "2^16 abstract", lambda: scanned_step(None, "FSDP_TP"),
         predicted_collectives, anchor and anchor[0])
     if anchor:
-        anchor_row("scanned", _count(scanned_step(_eight())), *anchor, eight)
+        anchor_row("scanned", _count(scanned_step(_eight())), anchor[0], anchor[1], eight,
+                   anchor[2])
+    print("\nThe scanned step's communication report at 2^16 devices (abstract mesh):")
+    print("  " + str(pod).replace("\n", "\n  "))
+    if anchor:
+        print("The compiled module's on 8 devices (2 x 4), as (kind, bytes per device, runs "
+              "per step):")
+        for kind, size, runs in _runs(anchor[1], anchor[2]):
+            print(f"  {kind}: {size:,} bytes, {runs} time(s)")
 
 
 if __name__ == "__main__":

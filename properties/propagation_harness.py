@@ -126,16 +126,7 @@ def recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
     for _ in range(draw(st.integers(1, max_steps))):
         v = draw(st.integers(0, len(shapes) - 1))
         shape = shapes[v]
-        step, out = _step(draw, v, shape, same_shape)
-        if step[0] == "constrain":
-            split = _split(draw, shape, mesh)
-            step = ("constrain", step[1], _loose(draw, split) if draw(st.booleans()) else split)
-        elif step[0] == "shard_map":
-            step = ("shard_map", step[1], _split(draw, shape, mesh))
-        elif step[0] == "inner":
-            ins = _split(draw, shape, mesh) if draw(st.booleans()) else None
-            outs = _split(draw, shape, mesh) if draw(st.booleans()) else None
-            step = ("inner", step[1], (ins, outs))
+        step, out = _placed_step(draw, *_step(draw, v, shape, same_shape), shape, mesh)
         steps.append(step)
         shapes.append(out)
     made = [k for k, (kind, _, _) in enumerate(steps) if kind != "input"]
@@ -158,6 +149,105 @@ def recipes(draw: Any, max_steps: int = 5, explicit: bool = False) -> Recipe:
         given += (None,) if given else ()
     return Recipe(mesh, reversed_devices, tuple(inputs), tuple(steps), outputs, devices,
                   given, types)
+
+
+def _placed_step(draw: Any, step: tuple, out: tuple, shape: tuple[int, ...],
+                 mesh: tuple[int, ...]) -> tuple:
+    """A drawn step over a value of ``shape`` given the placements it writes over ``mesh``
+    (a constraint's, an inner jit's, a shard_map's specs), with its result's shape."""
+    if step[0] == "constrain":
+        split = _split(draw, shape, mesh)
+        step = ("constrain", step[1], _loose(draw, split) if draw(st.booleans()) else split)
+        step = _other_mesh(draw, step, shape, mesh)
+    elif step[0] == "shard_map":
+        step = ("shard_map", step[1], _split(draw, shape, mesh))
+    elif step[0] == "shard_map_auto":
+        step, out = _auto_map(draw, step[1][0], shape, mesh)
+    elif step[0] == "inner":
+        ins = _split(draw, shape, mesh) if draw(st.booleans()) else None
+        outs = _split(draw, shape, mesh) if draw(st.booleans()) else None
+        step = _other_mesh(draw, ("inner", step[1], (ins, outs)), shape, mesh)
+    elif step[0] == "flow_led":
+        step = ("flow_led", step[1], (step[2][0], _split(draw, shape, mesh)))
+    return step, out
+
+
+OTHER = ("a", "b", "c")   # the axes of another mesh of the recipe's devices
+
+
+def _other_mesh(draw: Any, step: tuple, shape: tuple[int, ...], mesh: tuple[int, ...]
+                ) -> tuple:
+    """Maybe ``step`` (a constraint, an inner jit) over another mesh of the recipe's devices
+    (``constrain_other``: a constraint; ``inner_other``: an inner jit's in sharding), its
+    split drawn over that mesh's axes and made of whole axes of the recipe's mesh (a split
+    over parts of them is PROP-8's, and JAX refuses a value computed from it: not drawn)."""
+    if draw(st.integers(0, 2)) != 0:
+        return step
+    other = draw(st.sampled_from([m for m in MESHES if m != mesh]))
+    split = _split(draw, shape, other)
+    if not _whole(split, other, mesh, len(shape)):
+        return step
+    kind = "constrain_other" if step[0] == "constrain" else "inner_other"
+    return (kind, step[1], (other, split))
+
+
+def _whole(split: tuple, other: tuple, mesh: tuple, rank: int) -> bool:
+    """Whether each dimension of ``split`` (over a mesh of shape ``other``) is made of whole
+    axes of the recipe's mesh (shape ``mesh``; both over the devices in one order)."""
+    import math
+
+    from shardlaw.spec import Mesh, NamedSharding
+    from shardlaw.spec.program.placement_checks import crossmesh_split
+    theirs = Mesh.iota(other, NAMES[:len(other)])
+    ours = Mesh.iota(mesh, NAMES[:len(mesh)])
+    found = crossmesh_split(NamedSharding(theirs, _spec_of(split)), ours, rank)
+    for entry, axes in zip(split, found):
+        names = () if entry is None else (entry,) if isinstance(entry, str) else entry
+        if math.prod(theirs.axis_size(a) for a in names) != \
+                math.prod(ours.axis_size(a) for a in axes):
+            return False
+    return True
+
+
+def _spec_of(split: tuple) -> Any:
+    from shardlaw.spec import P
+    return P(*split)
+
+
+def _auto_map(draw: Any, v: int, shape: tuple[int, ...], mesh: tuple[int, ...]) -> tuple:
+    """A shard_map over ``v`` leaving some mesh axes automatic (``axis_names`` a drawn
+    proper subset), its specs over its manual axes only, and its body: elementwise, a
+    transpose of every dimension (its out spec the in spec reversed), or a psum over the
+    axes its spec names (its out spec ``P()``, its result of the local shape); with the
+    shape of its result."""
+    names = NAMES[:len(mesh)]
+    wide = [a for a, n in zip(names, mesh) if n > 1]   # (XLA fails a psum over a manual axis
+    if len(names) < 2 or not wide:                     # of size 1 beside free ones: seen)
+        return ("shard_map", (v,), _split(draw, shape, mesh)), shape
+    manual = tuple(sorted(draw(st.sets(st.sampled_from(wide), min_size=1,
+                                       max_size=len(names) - 1))))
+    split = tuple(_only(entry, manual) for entry in _split(draw, shape, mesh))
+    body = draw(st.sampled_from(("cos", "transpose", "psum") if len(shape) >= 2 else
+                                ("cos", "psum")))
+    size = dict(zip(names, mesh))
+    local = tuple(n // _ways(entry, size) for n, entry in zip(shape, split))
+    out = shape[::-1] if body == "transpose" else local if body == "psum" else shape
+    return ("shard_map_auto", (v,), (split, manual, body)), out
+
+
+def _ways(entry: Any, size: dict) -> int:
+    """How many pieces a spec entry splits its dimension into."""
+    ways = 1
+    for a in ((entry,) if isinstance(entry, str) else entry or ()):
+        ways *= size[a]
+    return ways
+
+
+def _only(entry: Any, manual: tuple) -> Any:
+    """A drawn spec entry with its axes outside ``manual`` left out."""
+    kept = tuple(a for a in ((entry,) if isinstance(entry, str) else entry or ())
+                 if a in manual)
+    return None if not kept else kept[0] if len(kept) == 1 else kept
 
 
 def _explicit_split(draw: Any, shape: tuple[int, ...], mesh: tuple[int, ...], types: str
@@ -185,16 +275,20 @@ def _step(draw: Any, v: int, shape: tuple[int, ...], same_shape: Any) -> tuple:
     kind = draw(st.sampled_from(("unary", "binary", "broadcast_add", "scalar", "dot",
                                  "reduce", "transpose", "reshape", "broadcast",
                                  "convert", "more", "more", "constrain", "block", "inner",
-                                 "shard_map", "flow")))
+                                 "shard_map", "shard_map_auto", "shard_map_auto", "flow")))
     if not shape:   # a scalar (an argmax's of a vector): elementwise steps only
         return ("unary", (v,), draw(st.sampled_from(UNARY))), shape
+    if kind == "flow" and draw(st.booleans()):   # a join a constraint leads (PROP-13)
+        which = draw(st.sampled_from(("scan", "while", "cond", "cond second")))
+        xs = same_shape((4,) + shape if which == "scan" else shape)
+        return ("flow_led", (v, xs), (which, None)), shape
     if kind == "flow":   # control flow: a scan's carry or ys, a cond, a remat
         which = draw(st.sampled_from(("scan carry", "scan ys", "cond", "remat", "while")))
         if which.startswith("scan"):
             xs = same_shape((4,) + shape)
             return ("flow", (v, xs), which), shape if which == "scan carry" else (4,) + shape
         return ("flow", (v, same_shape(shape)), which), shape
-    if kind in ("more", "constrain", "block", "inner", "shard_map"):
+    if kind in ("more", "constrain", "block", "inner", "shard_map", "shard_map_auto"):
         return _more_step(draw, kind, v, shape, same_shape)
     if kind == "unary":
         step, out = ("unary", (v,), draw(st.sampled_from(UNARY))), shape
@@ -240,7 +334,7 @@ def _more_step(draw: Any, kind: str, v: int, shape: tuple[int, ...], same_shape:
                ) -> tuple:
     """A constraint in the middle, a step of the table's further primitives, or a
     realistic block (an MLP, layernorm, attention, a loss's gradient) over ``v``."""
-    if kind in ("constrain", "inner", "shard_map"):
+    if kind in ("constrain", "inner", "shard_map", "shard_map_auto"):
         return (kind, (v,), None), shape
     if kind == "block" and len(shape) == 2:
         block = draw(st.sampled_from(BLOCKS))
@@ -375,6 +469,17 @@ def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
     if kind == "shard_map":   # every axis manual; the body elementwise
         return jax.shard_map(lambda t: jnp.cos(t) * 2.0, mesh=mesh, in_specs=spec_of(param),
                              out_specs=spec_of(param))(x)
+    if kind == "shard_map_auto":
+        return _auto_map_of(param, x, mesh)
+    if kind in ("constrain_other", "inner_other"):   # over another mesh of its devices
+        other, split = param
+        names = dict(zip(NAMES, OTHER))
+        placed = jax.sharding.NamedSharding(_other_of(mesh, other), spec_of(tuple(
+            None if e is None else names[e] if isinstance(e, str) else
+            tuple(names[a] for a in e) for e in split)))
+        if kind == "constrain_other":
+            return jax.lax.with_sharding_constraint(x, placed)
+        return jax.jit(lambda t: jnp.sin(t) * 2.0, in_shardings=placed)(x)
     if kind == "inner":
         ins, outs = (None if s is None else jax.sharding.NamedSharding(mesh, spec_of(s))
                      for s in param)
@@ -383,6 +488,8 @@ def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
         return _block(param, args)
     if kind == "flow":
         return _flow(param, args)
+    if kind == "flow_led":
+        return _flow_led(param, args, mesh)
     if kind == "concat":
         return jnp.concatenate(args, param)
     if kind == "where":
@@ -407,6 +514,36 @@ def more_step(kind: str, args: list, param: Any, mesh: Any) -> Any:
     return lax.dynamic_slice_in_dim(x, 1 % (x.shape[axis] - n + 1), n, axis=axis)
 
 
+def _other_of(mesh: Any, shape: tuple) -> Any:
+    """Another mesh of ``mesh``'s devices in their order, of ``shape`` and axes OTHER (over
+    an abstract mesh, an abstract one)."""
+    import jax
+    import numpy as np
+    kinds = tuple(mesh.axis_types)[:1] * len(shape)
+    if isinstance(mesh, jax.sharding.AbstractMesh):
+        return jax.sharding.AbstractMesh(shape, OTHER[:len(shape)], axis_types=kinds)
+    return jax.sharding.Mesh(np.array(list(mesh.devices.flat)).reshape(shape),
+                             OTHER[:len(shape)], axis_types=kinds)
+
+
+def _auto_map_of(param: tuple, x: Any, mesh: Any) -> Any:
+    """The real shard_map of :func:`_auto_map` over ``x``."""
+    import jax
+    import jax.numpy as jnp
+    split, manual, body = param
+    spec = spec_of(split)
+    if body == "transpose":
+        fn, out = (lambda t: jnp.transpose(t) * 2.0), spec_of(split[::-1])
+    elif body == "psum":   # (over the axes the spec names: the ones its operand varies over)
+        named = tuple(a for e in split for a in ((e,) if isinstance(e, str) else e or ()))
+        fn, out = (lambda t: jax.lax.psum(jnp.cos(t), named) if named else jnp.cos(t)), \
+            spec_of(())
+    else:
+        fn, out = (lambda t: jnp.cos(t) * 2.0), spec
+    return jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=out,
+                         axis_names=set(manual))(x)
+
+
 def _flow(name: str, args: list) -> Any:
     """A control-flow step over ``x`` and a second value (a scan's xs)."""
     import jax
@@ -422,6 +559,29 @@ def _flow(name: str, args: list) -> Any:
     if name == "cond":
         return lax.cond(x.sum() > 0, lambda t, u: jnp.sin(t) + u, lambda t, u: t * u, x, w)
     return jax.checkpoint(lambda t, u: jnp.sin(t) * u)(x, w)
+
+
+def _flow_led(param: tuple, args: list, mesh: Any) -> Any:
+    """A loop whose body, or a cond one branch of which, returns a constraint's result (a
+    carry or a result whose sources may end apart: PROP-13)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    which, split = param
+    x, w = args
+
+    def put(v: Any) -> Any:
+        return jax.lax.with_sharding_constraint(v, jax.sharding.NamedSharding(
+            mesh, spec_of(split)))
+    if which == "scan":
+        return lax.scan(lambda c, t: (put(jnp.sin(c) + t).astype(c.dtype), None), x, w)[0]
+    if which == "while":
+        return lax.while_loop(lambda s: s[1] < 3, lambda s: (
+            put(jnp.sin(s[0]) * w).astype(s[0].dtype), s[1] + 1), (x, 0))[0]
+    branches = [lambda t, u: put(jnp.sin(t) + u), lambda t, u: t * u]
+    if which == "cond second":
+        branches = branches[::-1]
+    return lax.cond(x.sum() > 0, *branches, x, w)
 
 
 def _block(name: str, args: list) -> Any:
@@ -563,10 +723,16 @@ def _features(recipe: Recipe) -> set:
             found.add("with an inner jit's shardings")
         elif kind == "shard_map":
             found.add("with a shard_map")
+        elif kind == "shard_map_auto":
+            found.add("with a shard_map leaving axes automatic")
+        elif kind in ("constrain_other", "inner_other"):
+            found.add("over two meshes")
         elif kind == "reshard":
             found.add("with a reshard")
         elif kind == "flow":
             found.add("with control flow")
+        elif kind == "flow_led":
+            found.add("with a join a constraint leads")
     return found
 
 

@@ -6,9 +6,10 @@ shardings (PROP-1 to PROP-7) to the compiled executable's on
 :mod:`~shardlaw.properties.propagation_harness`'s drawn programs — over Auto, Explicit and
 mixed meshes, and over the same mesh made abstract;
 ``test_collectives_are_those_of_the_compiled_module`` holds ``verdict.collectives``
-(COLL-1 to COLL-7) to the collectives of the compiled CPU HLO, kind, replica groups and
-bytes per device, on :mod:`~shardlaw.properties.collectives_harness`'s programs (the same
-draws with steps that communicate appended). A prediction the spec leaves open (a result
+(COLL-1 to COLL-10) to the collectives of the compiled CPU HLO, kind, replica groups,
+bytes per device and runs (inside loops), on
+:mod:`~shardlaw.properties.collectives_harness`'s programs (the same draws with steps that
+communicate appended, loops and conds among them). A prediction the spec leaves open (a result
 UNSPECIFIED, an incomplete list of collectives) is an abstention with its reason, never a
 guess.
 
@@ -39,7 +40,8 @@ def test_results_are_where_the_executable_returns_them(recipe):
     assert not outcome.disagreements, (recipe, outcome.disagreements)
 
 
-@checks("COLL-1", "COLL-2", "COLL-3", "COLL-4", "COLL-5", "COLL-6", "COLL-7")
+@checks("COLL-1", "COLL-2", "COLL-3", "COLL-4", "COLL-5", "COLL-6", "COLL-7", "COLL-8",
+        "COLL-9", "COLL-10")
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=_QUIET)
 @given(communicating_recipes(max_steps=5))
 def test_collectives_are_those_of_the_compiled_module(recipe):

@@ -31,6 +31,8 @@ from . import elementwise_types  # noqa: F401  (an elementwise operation's, PROG
 from . import structural_types  # noqa: F401  (a slice's, a cumsum's: PROG-9, PROG-10)
 from . import scan_length  # noqa: F401  (LOOP-5, which the bridge applies to a scan call)
 from . import propagation_spelling  # noqa: F401  (PROP-7: the results as JAX spells them)
+from . import propagation_flow  # noqa: F401  (PROP-13: a join a constraint leads)
+from . import collectives_explicit  # noqa: F401  (COLL-11, COLL-12: registered on import)
 from .partial_eval import dce_program, partial_eval_program
 
 __all__ = ["vmap_program", "nested_vmap_program", "jvp_program", "linearize_program",

@@ -44,14 +44,14 @@ from .description import Program
 from .lowering import equation_path, live_parts
 from .primitives import Kind, NotPropagated, entry_of
 from .propagation import (
-    Split, Undetermined, dimension_splits, factor_sizes, folded_equations,
+    FLOW_KINDS, Split, Undetermined, dimension_splits, factor_sizes, folded_equations,
     predicted_results, propagate, propagation_mesh, tensor_factor_splits,
 )
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
-           "combined", "group_order", "plan_equation", "constraint_plan", "live_equations", "returned_reshards",
-           "REDUCTIONS", "UNSUMMED",
+           "combined", "group_order", "plan_equation", "constraint_plan", "live_equations",
+           "returned_reshards", "REDUCTIONS", "UNSUMMED", "equation_collectives", "moved",
            "DTYPE_BYTES"]
 
 BACKEND = "cpu"
@@ -108,11 +108,17 @@ class Collective:
     # an all-reduce's groups in XLA's order: the other mesh axes of size above 1, major
     # first (the summed value's split axes by dimension, then the rest in mesh order)
     group_order: tuple[str, ...] = ()
+    # how often one step runs it (a scan body's length; None: the data decide, a while
+    # loop's or a cond branch's) and the body it runs in ("": the step's own), COLL-8
+    trips: int | None = 1
+    computation: str = ""
 
     def __str__(self) -> str:
         of = "" if self.operand is None else f" (operand {self.operand})"
+        runs = "" if self.trips == 1 else ", as often as the data decide" \
+            if self.trips is None else f", {self.trips} times"
         return (f"{self.kind} over {self.axes} at {self.path}{of}: {self.dtype}"
-                f"{list(self.shape)}, {self.bytes_per_device} bytes per device")
+                f"{list(self.shape)}, {self.bytes_per_device} bytes per device{runs}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +132,17 @@ class Communication:
     undetermined: Undetermined | None = None
 
     @property
-    def bytes_per_device(self) -> int:
+    def bytes_per_device(self) -> int | None:
+        """The step's bytes per device, each collective times its runs (COLL-8); None
+        where the data decide how often one runs (a while loop's, a cond branch's)."""
+        if any(c.trips is None for c in self.collectives):
+            return None
+        return sum(c.bytes_per_device * c.trips for c in self.collectives)
+
+    @property
+    def bytes_per_run(self) -> int:
+        """The bytes per device of every collective run once (as the compiled module
+        lists them)."""
         return sum(c.bytes_per_device for c in self.collectives)
 
     @property
@@ -143,8 +159,10 @@ class Communication:
         return self.collectives[k]
 
     def __str__(self) -> str:
-        lines = [f"{len(self)} collective(s) on {self.backend}, "
-                 f"{self.bytes_per_device} bytes per device"]
+        total = self.bytes_per_device
+        lines = [f"{len(self)} collective(s) on {self.backend}, " + (
+            f"{total} bytes per device" if total is not None else
+            f"{self.bytes_per_run} bytes per device each run once (the data decide how often)")]
         lines += [f"  {c}" for c in self.collectives]
         if self.undetermined is not None:
             lines.append(f"  incomplete: {self.undetermined}")
@@ -340,8 +358,7 @@ def predicted_collectives(program: Program) -> Communication:
             carried = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
             upstream.update((n, carried) for n in numbers)
             continue
-        made = _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
-                         equation_path("", k), done, plans)
+        made = _made(program, k, numbers, types, splits, mesh, done, plans)
         if isinstance(made, Undetermined):
             return Communication(tuple(found), undetermined=made)
         before = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
@@ -357,6 +374,17 @@ def predicted_collectives(program: Program) -> Communication:
     if isinstance(returned, Undetermined):
         return Communication(tuple(found), undetermined=returned)
     return Communication(combined(found + returned, after))
+
+
+def _made(program: Program, k: int, numbers: tuple, types: tuple, splits: dict, mesh: Mesh,
+          done: set, plans: dict) -> list[Collective] | Undetermined:
+    """Equation ``k``'s collectives; a control-flow equation's or an inner jit's read
+    through its bodies (collectives_loops.py)."""
+    eq = program.equations[k]
+    if eq.kind in FLOW_KINDS or eq.kind == "jit":
+        return _loops.flow_collectives(program, k, done, plans)
+    return _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
+                     equation_path("", k), done, plans)
 
 
 def live_equations(program: Program) -> tuple:
@@ -439,7 +467,8 @@ def combined(found: list[Collective], after: dict[int, frozenset]) -> tuple[Coll
             first = found[group[0]]
             if c.kind == "all-reduce" and (first.kind, first.axes, first.reduction, first.dtype,
                                            first.group_order) == key and \
-                    not after[i] & set(group):
+                    not after[i] & set(group) and not c.computation and \
+                    not first.computation:   # (a body's: combined in its own, COLL-8)
                 group.append(i)
                 break
         else:
@@ -491,6 +520,25 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
     return out + [_at(c, path) for c in summed]
 
 
+def equation_collectives(eq: Any, every: tuple, types: Any, splits: Any, mesh: Mesh,
+                         path: str, done: set, plans: dict | None = None
+                         ) -> list[Collective] | Undetermined:
+    """The collectives of one equation over values numbered ``every`` (its operands', then
+    its results'), their types and splits looked up in ``types`` and ``splits`` (COLL-1 to
+    COLL-3); ``done``: the (value, split) reshards made already in its computation."""
+    return _equation(eq, every, types, splits, mesh, path, done, plans)
+
+
+def moved(value: Any, have: Split, need: Split, mesh: Mesh, path: str,
+          operand: int | None = None) -> list[Collective] | Undetermined:
+    """The collectives that bring a value of type ``value`` from split ``have`` to ``need``
+    at ``path``, as a constraint brings its operand (COLL-2)."""
+    ((_, _, made),), _ = _constraint_plan((value,), (have, need), mesh)
+    if isinstance(made, Undetermined):
+        return dataclasses.replace(made, path=path)
+    return [dataclasses.replace(c, path=path, operand=operand) for c in made]
+
+
 def _regathered(eq: Any, made: Any, mesh: Mesh) -> bool:
     """Whether an elementwise operation over a mesh with Explicit axes reads again a value
     another gathered to the split of its result (XLA then computed each where the value
@@ -529,6 +577,10 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
     if chosen is None:
         return Undetermined("COLL-1", "the operands split a reduced factor differently: the "
                             "partitioner chooses by cost whether to gather or slice", "")
+    if along_a_split(eq, held):
+        return Undetermined("COLL-4", f"{entry_of(eq).name} along a split dimension: XLA "
+                            "gathers the operand along it (seen) by a plan of its own, not "
+                            "read yet", "")
     if entry_of(eq).name in UNSUMMED and any(any(r.values()) for r in read):
         return Undetermined("COLL-3", f"{entry_of(eq).name} of a split value: XLA's variadic "
                             f"reduce moves its operand by its own plan", "")
@@ -551,7 +603,8 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
             continue
         need = dimension_splits(dims, chosen, op.sizes, mesh)
         operands.append((i, need, _reshards(op, i, held[i], need)))
-    summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"))
+    summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"),
+                         entry_of(eq).name.startswith("reduce_"))
     if summed and not isinstance(summed, Undetermined) and any(
             not isinstance(made, Undetermined) and any(c.kind == "all-gather" for c in made)
             for _, _, made in operands):
@@ -559,6 +612,19 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
                               "the partitioner orders the gather and the all-reduce by its "
                               "own plan", "")
     return tuple(operands), summed
+
+
+# (propagation passes their own dimension through; the partitioner gathers it)
+CUMULATIVE = ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
+
+
+def along_a_split(eq: Any, held: tuple) -> bool:
+    """Whether ``eq`` is a cumulative operation along a dimension its operand's split
+    ``held[0]`` splits (seen on 8 CPU devices: split elsewhere, no collective)."""
+    if entry_of(eq).name not in CUMULATIVE or not held or not held[0]:
+        return False
+    axis = dict(getattr(eq, "params", ())).get("axis", 0) % len(held[0])
+    return bool(held[0][axis])
 
 
 def _operand_beyond(factors: Any, read: list, chosen: dict, count: int) -> dict:
@@ -685,8 +751,12 @@ def _reshards(op: _Operation, i: int, have: Split, need: Split
     return out
 
 
-def _all_reduce(op: _Operation, count: int, how: str) -> list[Collective] | Undetermined:
-    """The all-reduce of a split reduction, if any (COLL-3)."""
+def _all_reduce(op: _Operation, count: int, how: str, by_dimension: bool = False
+                ) -> list[Collective] | Undetermined:
+    """The all-reduce of a split reduction, if any (COLL-3); ``by_dimension``: a reduce_*
+    primitive's, one per reduced dimension, the minor first (seen: ``a.sum()`` of
+    ``P('x', 'y')`` all-reduces over 'y', then over 'x'; of ``P(('x', 'z'), 'y')`` over
+    'y', then over ('x', 'z'))."""
     factors, chosen = op.factors, op.chosen
     summed = reduction(chosen, factors.reduced)
     if not summed:
@@ -710,10 +780,12 @@ def _all_reduce(op: _Operation, count: int, how: str) -> list[Collective] | Unde
     shape = _shard(tuple(result.shape),
                    dimension_splits(factors.results[0], held, op.sizes, op.mesh), op.mesh)
     dtype = wire_dtype(str(result.dtype))
-    order = group_order(op.mesh, dimension_splits(factors.results[0], held, op.sizes,
-                                                  op.mesh), summed)
-    return [Collective("all-reduce", summed, op.path, None, shape, dtype, _bytes(shape, dtype),
-                       op.groups(summed), how, order)]
+    each = [chosen[f] for f in reversed(factors.operands[0]) if f in factors.reduced
+            and chosen.get(f)] if by_dimension else []
+    split = dimension_splits(factors.results[0], held, op.sizes, op.mesh)
+    return [Collective("all-reduce", axes, op.path, None, shape, dtype, _bytes(shape, dtype),
+                       op.groups(axes), how, group_order(op.mesh, split, axes))
+            for axes in (each if sum(len(a) for a in each) == len(summed) else [summed])]
 
 
 def group_order(mesh: Any, split: Split, summed: tuple[str, ...]) -> tuple[str, ...]:
@@ -741,3 +813,7 @@ def _losing(have: tuple, need: tuple) -> bool:
 plan_equation = _equation
 constraint_plan = _constraint_plan
 returned_reshards = _returns
+
+# The collectives inside a loop's and a cond's body (its own module for size; it builds on
+# this one): imported here so its rules are registered with this module's.
+from . import collectives_loops as _loops  # noqa: E402,F401

@@ -38,6 +38,7 @@ from .collectives import (
 )
 from .description import Program
 from .propagation import COPY, FLOW_KINDS, Undetermined, propagated, propagation_mesh
+from .propagation_shardmap import automatic_collectives
 
 __all__ = ["inlined_collectives", "manual_body_communicates", "has_inlined"]
 
@@ -111,7 +112,7 @@ def inlined_collectives(program: Program) -> Communication:
     1 collective(s) on cpu, 256 bytes per device
       all-gather over ('x',) at body[0] (operand 0): float32[8, 8], 256 bytes per device
     """
-    found = propagated(program)
+    found = automatic_collectives(program) or propagated(program)   # (PROP-11's: open)
     if isinstance(found, Undetermined):
         return Communication(undetermined=found)
     stopped = read_after_a_chain(program, live_equations(program))

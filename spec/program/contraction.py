@@ -30,7 +30,7 @@ import dataclasses
 from typing import Any
 
 from ..core.rules import Failure, reject, rule
-from ..core.values import PartitionSpec
+from ..core.values import AxisType, PartitionSpec
 from .primitives import TRACING, TRANSPOSES
 
 __all__ = ["check_dot_general_type", "AmbiguousContraction", "explicit_split",
@@ -94,7 +94,10 @@ def check_dot_general_type(lhs: Any, rhs: Any, numbers: Any, out_sharding: Any =
     def refuse(why: str, left: tuple, right: tuple) -> None:
         raise reject(AmbiguousContraction(why, repr(left), repr(right), numbers, path),
                      path or None)
-    if lhs.mesh is not None and rhs.mesh is not None and lhs.mesh != rhs.mesh:
+    if lhs.mesh is not None and rhs.mesh is not None and lhs.mesh != rhs.mesh and any(
+            t is AxisType.Explicit for m in (lhs.mesh, rhs.mesh) for t in m.axis_types):
+        # (over Auto axes alone JAX reads no sharding rule: seen, a dot of a value
+        # constrained over a 4x2 mesh and one over a 2x4 mesh of the same devices runs)
         refuse("holds operands over two meshes", (lhs.mesh,), (rhs.mesh,))
     if out_sharding is not None:
         return

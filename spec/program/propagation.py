@@ -57,8 +57,7 @@ from .sharding_factors import (
 )
 
 # The equations whose bodies propagation enters (propagation_flow.py).
-FLOW_KINDS = frozenset(("scan", "while", "cond", "remat2", "custom_jvp_call",
-                        "custom_vjp_call"))
+FLOW_KINDS = frozenset(("scan", "while", "cond", "remat2", "custom_jvp_call", "custom_vjp_call"))
 
 # A step linking two values dimension for dimension (a copy: elementwise).
 COPY = _COPY = entry_of_name("copy")
@@ -176,6 +175,8 @@ def placed_pin(sharding: Any, mesh: Any, rank: int, loose: frozenset = frozenset
     >>> placed_pin(NamedSharding(mesh.abstract, P("x", UNCONSTRAINED)), mesh, 3)
     ((('x',), (), ()), (False, True, False))
     """
+    if isinstance(sharding, NamedSharding) and sharding.mesh.abstract != mesh.abstract:
+        sharding = _over_the_inputs_mesh(sharding, mesh, rank)   # (PROP-12)
     if not (isinstance(sharding, NamedSharding) and sharding.mesh.abstract == mesh.abstract):
         return None
     spec = sharding.spec
@@ -224,8 +225,7 @@ def factor_split(proposals: list[tuple[str, ...]]) -> tuple[str, ...]:
 
 def _sizes(rule_: Factors, tensors: tuple[tuple[int, ...], ...]) -> dict[str, int]:
     """Each factor's size: a reshape's as its rule gives them; a factor alone in its
-    dimensions, the greatest size dividing them all (a slice's, a pad's or a concatenate's
-    dimensions differ: a split must divide every one)."""
+    dimensions, the greatest size dividing them all (a slice's or a pad's differ)."""
     sizes = dict(rule_.sizes)
     found: dict[str, int] = {}
     for dims, shape in zip(rule_.operands + rule_.results, tensors):
@@ -286,34 +286,13 @@ def dimension_splits(dims: tuple[str, ...], factor_splits: dict, sizes: dict, me
     return tuple(out)
 
 
-def _one_way(leading: list[tuple[str, ...]], following: list[tuple[str, ...]]
-             ) -> tuple[str, ...]:
-    """A factor's split propagated one way: the leading tensors' (PROP-2), cut where a
-    following tensor's conflicts with it; the following ones never extend it."""
-    split = factor_split(leading)
-    for other in following:
-        cut = 0
-        while cut < min(len(split), len(other)) and split[cut] == other[cut]:
-            cut += 1
-        if cut < min(len(split), len(other)):
-            split = split[:cut]
-    return split
-
-
-def _conflict(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-    """Whether neither split is a prefix of the other."""
-    return a[:len(b)] != b and b[:len(a)] != a
-
-
 def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limits",
            mesh: Mesh, step: "_StepMemo", path: str, directions: dict, grown: dict,
            priority: int) -> list[tuple[int, Split]]:
     """One equation's propagation step (PROP-2, PROP-3) along the factors ``directions``
-    names (``both``, ``backward``): returns the (tensor, split) of each value that grew, in
-    the order they grew (empty: none). ``grown``: the pass in which each value last grew;
-    ``step``: what the equation's types fix (its factors'
-    sizes) and the tensors' reads met so far; ``fixed``: the values placed whole, each
-    partly placed one's open dimensions, the axes each value may not take."""
+    names: the (tensor, split) of each value that grew, in order (empty: none). ``grown``:
+    the pass in which each value last grew; ``step``: what the equation's types fix and
+    the reads met so far; ``fixed``: the values placed whole or in part, the barred axes."""
     form = step.form
     tensors, sizes, holders, read = form.tensors, form.sizes, form.holders, form.read
     current = [read(i, dims, splits[number], mesh, path)
@@ -333,8 +312,9 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
         if len(given) == 1 and direction == "both":
             chosen[f] = given[0][0]   # (one split alone: PROP-2 keeps it)
             continue
-        chosen[f] = factor_split(operands + results) if direction == "both" else \
-            _one_way(results, operands)
+        if direction == "prefer":   # (a conflict with the leader is settled: PROP-13)
+            given = [(current[i][f], numbers[i]) for i in at_operands[1:] if current[i][f]]
+        chosen[f] = _chosen(direction, operands, results)
         # Two splits of a factor in conflict, one grown in this pass: the partitioner's order
         # decides (converts before or after an input's split); ``fixed.contested``: go on.
         if len(given) > 1 and AxisType.Explicit in mesh.axis_types and any(
@@ -386,28 +366,6 @@ class Limits:
 
 ORDER_DECIDES = ("two splits of one factor conflict while one of them is still growing: the "
                  "partitioner's order of visiting operations decides")
-
-
-# The partitioner's schedule (Shardy's op-priority propagation): each pass runs to a fixed
-# point over the operations and factors it admits, and the next admits more.
-PASSES = ("elementwise, reshape and transpose", "every factor passed through",
-          "every factor")
-
-
-def _directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> dict:
-    """Per factor of an equation, the way it propagates in pass ``priority`` (absent: not
-    in that pass)."""
-    every = {f for dims in rule_.operands + rule_.results for dim in dims
-             for f in factors_of_dimension(dim)}
-    if kind is Kind.ELEMENTWISE or entry_name in ELEMENTWISE_FIRST:
-        return {f: "both" for f in every}
-    if priority == 0:
-        return {}
-    passed = {f for f in every if f not in rule_.reduced and f not in rule_.replicated}
-    if priority == 1:
-        way = "backward" if entry_name == "broadcast_in_dim" else "both"
-        return {f: way for f in passed}
-    return {f: "both" for f in every}
 
 
 # --------------------------------------------------------------------------- the program
@@ -515,6 +473,7 @@ class Flat:
     rules: dict = dataclasses.field(default_factory=dict, repr=False)
     reshaped: dict = dataclasses.field(default_factory=dict)
     contested: dict = dataclasses.field(default_factory=dict)
+    led: list = dataclasses.field(default_factory=list)   # (joins a constraint leads: PROP-13)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -644,8 +603,8 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
         results = [flat.new(types[n]) for n in numbers]
         ids += results
         flat.equations.append((path, name, tuple(operands), tuple(results)))
-        if eq.kind == "shard_map":
-            _manual_boundary(flat, eq, operands, results, mesh, path)
+        if eq.kind == "shard_map":   # (propagation_shardmap.py: PROP-11)
+            _shard_map(flat, eq, operands, results, mesh, path, constraints)
             continue
         entry = entry_of(eq)
         if eq.kind == "sharding_constraint" or (eq.kind == "reshard" and types[
@@ -754,9 +713,8 @@ def _settle(steps: list, splits: dict, fixed: "Limits", mesh: Mesh, priority: in
     """One pass of the schedule, forward then backward until nothing grows.
 
     ``memo``: what one propagation keeps across its passes (:class:`_Memo`): an equation
-    none of whose values grew since it last left them unchanged, asked along the same
-    directions, is not applied again (it would leave them unchanged again: what it reads,
-    and which of its values grew in this pass, are as they were)."""
+    none of whose values grew since it last left them unchanged, along the same directions,
+    is not applied again (what it reads, and which of its values grew, are as they were)."""
     memo = _Memo(steps) if memo is None else memo
     order = list(range(len(steps)))
     order += order[::-1]
@@ -955,12 +913,10 @@ def undetermined_results(program: Program, paths: tuple, shardings: tuple) -> tu
 
 def tensor_factor_splits(rule_: Factors, types: tuple, index: int, split: Split,
                          mesh: Mesh) -> dict[str, tuple[str, ...]] | Undetermined:
-    """Each factor's split as tensor ``index`` of an equation's operands and results
-    (``types``, in that order) gives it when the tensor is split ``split`` (PROP-3's
-    reading, for the collectives read off a propagated program); an Undetermined where
-    the split does not read as the factors' (an equation propagation did not read so: a
-    control-flow equation's, one folded away)."""
-    sizes = _sizes(rule_, tuple(tuple(t.shape) for t in types))
+    """Each factor's split as tensor ``index`` of an equation's operands then results
+    (``types``) gives it on ``split`` (PROP-3's reading, for the collectives); an
+    Undetermined where it does not read so (a control-flow equation's, one folded away)."""
+    sizes = factor_sizes(rule_, types)
     out: dict[str, tuple[str, ...]] = {}
     try:
         for dim, axes in zip((rule_.operands + rule_.results)[index], split):
@@ -975,18 +931,22 @@ def factor_sizes(rule_: Factors, types: tuple) -> dict[str, int]:
     return _sizes(rule_, tuple(tuple(t.shape) for t in types))
 
 
-# The names propagation_flow.py builds on.
-inline_body = _inline_jit
-stop = _stop
+inline_body, stop = _inline_jit, _stop   # (the names propagation_flow.py builds on)
 propagated = _propagated   # (the inlined program and its splits: collectives_explicit.py)
 
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
-    boundary as _boundary, check_joins as _check_joins, folded as _folded, grown_split as _grown,
+    boundary as _boundary, folded as _folded, grown_split as _grown,
     is_reshape, takes_of as _takes,
-    implied_out_shardings as _out_shardings, manual_boundary as _manual_boundary,
+    implied_out_shardings as _out_shardings,
     check_axes_apart as _check_apart, constraint_pin as _constraint_pin,
     contested_values as _contested, may_grow as _may_grow, move_pins as _move, pin as _pin,
     place_constraints as _place_constraints,
     typed_pins as _typed,
 )
+from .propagation_shardmap import shard_map_boundary as _shard_map  # noqa: E402
+from .propagation_schedule import (  # noqa: E402
+    PASSES, chosen as _chosen, conflict as _conflict, directions as _directions,
+)
+from .propagation_meshes import over_the_inputs_mesh as _over_the_inputs_mesh  # noqa: E402
+from .propagation_flow import check_joins as _check_joins  # noqa: E402

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.rules import rule
+from ..core.values import AxisType
 from .primitives import Factors, entry_of_name
-from .propagation import COPY, Flat, inline_body
+from .propagation import COPY, Flat, inline_body, stop
+from .propagation_pins import check_joins as pins_check_joins
+from .propagation_schedule import chosen
 
-__all__ = ["inline_flow"]
+__all__ = ["inline_flow", "constraint_led", "check_joins"]
 
 
 def inline_flow(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: Any,
@@ -31,7 +35,9 @@ def inline_flow(eq: Any, operands: list, results: list, path: str, flat: Flat, m
         outs = [inline_body(branch, list(operands[1:]), path, flat, mesh, constraints,
                             f"{path}.cond.branches[{b}].")
                 for b, branch in enumerate(eq.branches)]
-        return [_joined(flat, [o[i] for o in outs], path) for i in range(len(outs[0]))]
+        # (the branch index is live where a result is: its computation runs, and communicates)
+        return [_joined(flat, [o[i] for o in outs], path, constraints, mesh, operands[0])
+                for i in range(len(outs[0]))]
     return inline_body(eq.body, operands, path, flat, mesh, constraints,
                        f"{path}.{eq.kind}.")
 
@@ -51,12 +57,9 @@ def _scan(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: A
     outs = inline_body(body, list(operands[:c]) + carry + slices, path, flat, mesh,
                        constraints, f"{path}.scan.")
     for i in range(k):
-        dims = tuple(f"f{d}" for d in range(len(flat.types[carry[i]].shape)))
         # (a data-flow edge: after the body's own operations, as seen — a carry takes the
         # split its body's operations give it before the initial carry's reaches it)
-        _step(flat, "scan", Factors((dims, dims), (dims,)), [operands[c + i], outs[i]],
-              carry[i], path)
-        flat.joins.append(([operands[c + i], outs[i]], carry[i], path))
+        _edge(flat, "scan", operands[c + i], outs[i], carry[i], path, constraints, mesh)
     finals = [_joined(flat, [v], path) for v in carry]
     stacked = []
     for piece, value in zip(outs[k:], results[k:]):
@@ -78,26 +81,98 @@ def _while(eq: Any, operands: list, path: str, flat: Flat, mesh: Any, constraint
     outs = inline_body(body, list(operands[cc:cc + bc]) + carry, path, flat, mesh,
                        constraints, f"{path}.while.body.")
     for i, value in enumerate(carry):
-        dims = tuple(f"f{d}" for d in range(len(flat.types[value].shape)))
-        _step(flat, "while", Factors((dims, dims), (dims,)),
-              [operands[cc + bc + i], outs[i]], value, path)
-        flat.joins.append(([operands[cc + bc + i], outs[i]], value, path))
+        _edge(flat, "while", operands[cc + bc + i], outs[i], value, path, constraints, mesh)
     return [_joined(flat, [v], path) for v in carry]
 
 
-def _joined(flat: Flat, sources: list, path: str) -> int:
+def _edge(flat: Flat, name: str, initial: int, out: int, carry: int, path: str,
+          constraints: list, mesh: Any) -> None:
+    """A loop's data-flow edge: its carry joins the initial carry and the body's next one,
+    led by the body's next one where a constraint places it (PROP-13)."""
+    dims = tuple(f"f{d}" for d in range(len(flat.types[carry].shape)))
+    if constraint_led([out], constraints, mesh) == 0:
+        _step(flat, "sharding_constraint", Factors((dims, dims), (dims,)), [out, initial],
+              carry, path)
+        flat.led.append(([out, initial], carry, path))
+        return
+    _step(flat, name, Factors((dims, dims), (dims,)), [initial, out], carry, path)
+    flat.joins.append(([initial, out], carry, path))
+
+
+@rule("PROP-13", mirrors="shardy: the data-flow edges of a while loop and a case (the "
+                         "shardings a body returns)")
+def constraint_led(sources: list, constraints: list, mesh: Any) -> int | None:
+    """A loop's carry whose body returns a sharding constraint's result, or a cond's result exactly one branch of which returns one, takes that constraint's split where the other sources' conflict with it, and joins them elsewhere.
+
+    Over Auto axes only, for a constraint without UNCONSTRAINED dimensions; ``sources``:
+    the values joined (the body's next carry; the branches' results), ``constraints`` the
+    flat program's (operand, result, (split, open dimensions), path). Gives the position
+    of the source that leads (None: none does).
+
+    >>> from shardlaw.spec import Mesh
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> constraint_led([5, 7], [(6, 7, ((("y",), ()), (False, False)), "body[0]")], mesh)
+    1
+    >>> print(constraint_led([5, 7], [(6, 7, ((("y",), ()), (True, False)), "body[0]")], mesh))
+    None
+    """
+    if AxisType.Explicit in mesh.axis_types:
+        return None
+    closed = {result for _, result, held, _ in constraints
+              if held is not None and not any(held[1])}
+    placed = {result for _, result, _, _ in constraints}
+    led = [k for k, n in enumerate(sources) if n in closed]
+    if len(led) != 1 or any(n in placed for n in sources if n != sources[led[0]]):
+        return None
+    return led[0]
+
+
+def _joined(flat: Flat, sources: list, path: str, constraints: list = (), mesh: Any = None,
+            index: int | None = None) -> int:
     """A new value joining ``sources`` dimension for dimension (a cond's result, a loop's
-    final carry): one factor per dimension shared by all."""
+    final carry): one factor per dimension shared by all, led by a branch's constraint
+    (PROP-13); a cond's ``index`` read too."""
     made = flat.new(flat.types[sources[0]])
     dims = tuple(f"f{d}" for d in range(len(flat.types[made].shape)))
-    _step(flat, "copy", Factors(tuple(dims for _ in sources), (dims,)), sources, made, path)
-    flat.joins.append((sources, made, path))
+    read = [] if index is None else [index]
+    unsplit = ((),) * len(read)
+    led = constraint_led(sources, list(constraints), mesh) if len(sources) > 1 else None
+    if led is None:
+        _step(flat, "copy", Factors(tuple(dims for _ in sources) + unsplit, (dims,)),
+              sources + read, made, path)
+        flat.joins.append((sources, made, path))
+        return made
+    others = [n for k, n in enumerate(sources) if k != led]
+    _step(flat, "sharding_constraint", Factors(tuple(dims for _ in sources) + unsplit,
+                                               (dims,)),
+          [sources[led]] + others + read, made, path)
+    flat.led.append(([sources[led]] + others, made, path))
+    if len(others) > 1:   # (the other branches apart from each other: PROP-4)
+        flat.joins.append((others, made, path))
     return made
+
+
+def check_joins(flat: Flat, splits: dict) -> None:
+    """After propagation: a loop's carry or a cond's result whose sources end apart
+    (:func:`~shardlaw.spec.program.propagation_pins.check_joins`), or whose join a
+    constraint leads but which ends split otherwise than its sources give it (seen: a carry
+    the body's uses would split beside a replicated constraint the body returns stays
+    replicated): which the partitioner keeps is not written (PROP-4)."""
+    pins_check_joins(flat, splits)
+    for sources, result, path in flat.led:
+        if result not in flat.live:
+            continue
+        given = tuple(chosen("prefer", [splits[s][d] for s in sources], [])
+                      for d in range(len(splits[result])))
+        if given != splits[result]:
+            stop("PROP-4", "a loop's carry or a cond's result a constraint leads is split "
+                 "beyond what its sources give it (by its own uses): which the partitioner "
+                 "keeps is not written", path)
 
 
 def _step(flat: Flat, name: str, rule: Factors, operands: list, result: int, path: str
           ) -> None:
     every = tuple(operands) + (result,)
-    entry = COPY if name == "copy" else entry_of_name(name)
+    entry = COPY if name == "copy" else entry_of_name(name)   # ("sharding_constraint": led)
     flat.steps.append((entry, rule, every, tuple(flat.types[i] for i in every), path,
                        len(operands)))

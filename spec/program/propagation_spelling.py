@@ -55,7 +55,7 @@ def predicted_out_shardings(program: Program) -> tuple:
     [P('data', 'model'), P('data')]
     """
     mesh = propagation_mesh(program)
-    if isinstance(mesh, Undetermined):
+    if isinstance(mesh, Undetermined) or _elsewhere(program, mesh):   # (PROP-12)
         return (UNSPECIFIED,) * len(program.outputs)
     types = program.value_types
     given = program.out_shardings or (UNSPECIFIED,) * len(program.outputs)
@@ -75,7 +75,9 @@ def predicted_out_shardings(program: Program) -> tuple:
 def open_reasons(program: Program) -> tuple:
     """(output index, reason) of each result :func:`predicted_out_shardings` leaves open."""
     mesh = propagation_mesh(program)
-    found = mesh if isinstance(mesh, Undetermined) else predicted_results(program)
+    found = mesh if isinstance(mesh, Undetermined) else Undetermined("PROP-12", (
+        "a placement over another mesh: JAX spells a result over the mesh it reached it "
+        "from")) if _elsewhere(program, mesh) else predicted_results(program)
     return tuple((k, str(found)) for k, s in enumerate(predicted_out_shardings(program))
                  if s is UNSPECIFIED)
 
@@ -164,3 +166,6 @@ def _first_kept_input(program: Program) -> tuple | None:
             sharding = given if given is not UNSPECIFIED else value.sharding
             return (sharding, value) if isinstance(sharding, NamedSharding) else None
     return None
+
+
+from .propagation_meshes import placed_elsewhere as _elsewhere  # noqa: E402

@@ -379,8 +379,9 @@ def scalar_placement_factors(eq: Any, operands: tuple) -> Factors | NotPropagate
 
 
 _NOT_YET = {
-    "shard_map": "propagated by the program's pass at its boundary (PROP-6: its in and out "
-                 "specs, every axis manual), its body not entered",
+    "shard_map": "propagated by the program's pass at its boundary (PROP-6, every axis "
+                 "manual) or through its body (PROP-11, axes left automatic); the "
+                 "collectives at and inside a shard_map are not predicted yet",
     "get": "a mutable ref's read is not propagated (refs are placed where they are made)",
     "swap": "a mutable ref's write is not propagated (refs are placed where they are made)",
     "addupdate": "a mutable ref's write is not propagated (refs are placed where they are "

@@ -60,10 +60,10 @@ def communication_json(step: Any) -> dict | None:
         return None
     return {"backend": step.backend, "complete": step.complete,
             "why": None if step.complete else str(step.undetermined),
-            "bytes_per_device": step.bytes_per_device,
+            "bytes_per_device": step.bytes_per_device, "bytes_per_run": step.bytes_per_run,
             "collectives": [{"kind": c.kind, "axes": list(c.axes), "path": c.path,
                              "operand": c.operand, "shape": list(c.shape), "dtype": c.dtype,
-                             "bytes_per_device": c.bytes_per_device,
+                             "bytes_per_device": c.bytes_per_device, "trips": c.trips,
                              "replica_groups": None if c.replica_groups is None or
                              len(c.replica_groups.mesh.devices) > 64 else
                              [list(g) for g in c.replica_groups.groups()]}
@@ -72,15 +72,18 @@ def communication_json(step: Any) -> dict | None:
 
 def communication_text(step: Any) -> str:
     """What a step communicates, for the terminal: each collective, the total per device,
-    and why the list is incomplete where it is (COLL-1 to COLL-7)."""
+    and why the list is incomplete where it is (COLL-1 to COLL-10)."""
     if step is None:
         return ""
-    lines = [f"\nThe step communicates (on the {step.backend} backend; COLL-1 to COLL-7):"]
+    lines = [f"\nThe step communicates (on the {step.backend} backend; COLL-1 to COLL-10):"]
     for c in step:
         groups = "" if c.replica_groups is None or len(c.replica_groups.mesh.devices) > 64 \
             else f", groups {[list(g) for g in c.replica_groups.groups()]}"
         lines.append(f"  {c}{groups}")
-    lines.append(f"  {step.bytes_per_device} bytes per device in all"
+    total = step.bytes_per_device
+    lines.append((f"  {total} bytes per device in all" if total is not None else
+                  f"  {step.bytes_per_run} bytes per device, each collective run once (the "
+                  f"data decide how often a loop's or a branch's runs)")
                  + ("" if step.complete else " so far"))
     if not step.complete:
         lines.append(_fill(f"incomplete: {step.undetermined}", "  ", "    "))

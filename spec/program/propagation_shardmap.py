@@ -1,0 +1,181 @@
+"""Propagation through a shard_map that leaves some mesh axes automatic (issue 33): the
+partitioner enters its body.
+
+JAX 0.10.2 lowers ``jax.shard_map(..., axis_names={'x'})`` over a mesh ``('x', 'y')`` to an
+``sdy.manual_computation`` whose in and out shardings hold the specs' manual axes as a
+closed prefix of each dimension, open after it (``[{"x", ?}, {?}]``), over a body of local
+shapes. Shardy moves the free axes an operand holds after that prefix into the body, the
+body's own operations propagate them as any program's do, and its results carry them out
+after their manual prefix, both ways (a result's uses reach back into the body); nothing
+moves from the body back onto an operand, and no free value takes a manual axis.
+:func:`shard_map_boundary` adds such a shard_map to the flat program
+:mod:`~shardlaw.spec.program.propagation` propagates; one whose every axis is manual is
+seen from outside only (:func:`~shardlaw.spec.program.propagation_pins.manual_boundary`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.rules import rule
+from ..core.shardings import NamedSharding
+from ..core.values import AxisType
+from .primitives import Factors, entry_of, entry_of_name
+from .propagation import (
+    COPY, Flat, Undetermined, inline_body, placed_pin, propagation_mesh, stop,
+)
+from .propagation_pins import manual_boundary, pin
+
+__all__ = ["shard_map_boundary", "free_axes_boundary", "leaves_axes_automatic",
+           "automatic_collectives"]
+
+# The collectives of a body over its manual axes only: elementwise over its local shapes.
+LOCAL_ELEMENTWISE = frozenset(("psum", "pmax", "pmin", "pvary", "psum_invariant", "pcast"))
+
+
+def shard_map_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: Any,
+                       path: str, constraints: list) -> None:
+    """A shard_map in the flat program: seen from outside where every axis of size above 1
+    is manual (PROP-6), else its body entered (PROP-11)."""
+    free = [a for a in mesh.axis_names if a not in eq.manual_axes and mesh.axis_size(a) != 1]
+    if not free:
+        manual_boundary(flat, eq, operands, results, mesh, path)
+        return
+    free_axes_boundary(flat, eq, operands, results, mesh, path, constraints)
+
+
+@rule("PROP-11", mirrors="shardy: sdy.manual_computation (the free axes propagated "
+                         "through its body)")
+def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: Any,
+                       path: str, constraints: list) -> None:
+    """A shard_map leaving mesh axes automatic holds each operand and result on its spec's manual axes, then the free axes its operand brings in (one way) or its body's value and its result's uses give, never a manual one.
+
+    The body is propagated over its local shapes; its collectives over manual axes pass
+    every dimension's split through. Stops (an Undetermined at ``path``) over another mesh
+    or a mesh with Explicit axes.
+
+    >>> from shardlaw.spec import Mesh, NamedSharding, P, explain_program
+    >>> from shardlaw.spec.program.description import Opaque, Program, ShardMap, Value
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> a = Value.placed((8, 8), NamedSharding(mesh, P(None, "y")))
+    >>> t = Value.typed((4, 8))
+    >>> body = Program((t,), (Opaque((0,), primitive="cos", results=(Value.typed((4, 8)),)),),
+    ...                outputs=(1,))
+    >>> smap = ShardMap((0,), results=(Value.typed((8, 8)),), body=body, mesh=mesh,
+    ...                 in_specs=(P("x", None),), out_specs=(P("x", None),),
+    ...                 manual_axes=frozenset({"x"}), check_vma=False)
+    >>> explain_program(Program((a,), (smap,), outputs=(1,))).out_shardings[0].spec
+    P('x', 'y')
+    """
+    if eq.mesh.abstract != mesh.abstract or AxisType.Explicit in mesh.axis_types:
+        stop("PROP-11", "a shard_map leaving mesh axes automatic over another mesh, or over "
+             "a mesh with Explicit axes, is not propagated yet", path)
+    manual = frozenset(a for a in eq.manual_axes if mesh.axis_size(a) != 1)
+    body = eq.body
+    inner = []
+    for n, spec, local in zip(operands, eq.in_specs, body.inputs):
+        held = _held(flat, flat.types[n], spec, mesh, manual, path)
+        _into(flat, n, held, path)
+        inner.append(flat.new(local))
+        flat.barred[inner[-1]] = manual
+        _strip(flat, held, inner[-1], _manual_dims(flat, held, mesh), path, inward=True)
+    first = len(flat.steps)
+    outs = inline_body(body, inner, path, flat, mesh, constraints, f"{path}.shard_map.")
+    _local_collectives(flat, first)
+    for n, spec, out in zip(results, eq.out_specs, outs):
+        _hold(flat, n, spec, mesh, manual, path)
+        _strip(flat, n, out, _manual_dims(flat, n, mesh), path, inward=False)
+
+
+def _held(flat: Flat, value: Any, spec: Any, mesh: Any, manual: frozenset, path: str) -> int:
+    """A new value of ``value``'s type held on ``spec``'s manual axes, open after them."""
+    number = flat.new(value)
+    _hold(flat, number, spec, mesh, manual, path)
+    return number
+
+
+def _hold(flat: Flat, number: int, spec: Any, mesh: Any, manual: frozenset, path: str
+          ) -> None:
+    """Value ``number`` placed on ``spec``'s manual axes, every dimension open after them,
+    barred from taking a manual axis anew."""
+    rank = len(flat.types[number].shape)
+    placed = placed_pin(NamedSharding(mesh, spec), mesh, rank)
+    if placed is None or any(a not in manual for d in placed[0] for a in d):
+        stop("PROP-11", "a shard_map's spec names an axis it does not make manual", path)
+    pin(flat, number, placed[0], (True,) * rank)
+    flat.barred[number] = manual
+
+
+def _manual_dims(flat: Flat, number: int, mesh: Any) -> tuple[int, ...]:
+    """Per dimension of a held value, how many ways its manual axes split it."""
+    ways = []
+    for axes in flat.fixed[number]:
+        ways.append(1)
+        for a in axes:
+            ways[-1] *= mesh.axis_size(a)
+    return tuple(ways)
+
+
+def _into(flat: Flat, operand: int, held: int, path: str) -> None:
+    """The step moving an operand's splits onto the value its shard_map holds, one way
+    (the shard_map entry's direction: PROP-11)."""
+    dims = tuple(f"f{d}" for d in range(len(flat.types[held].shape)))
+    every = (operand, held)
+    flat.steps.append((entry_of_name("shard_map"), Factors((dims,), (dims,)), every,
+                       tuple(flat.types[i] for i in every), path, 1))
+
+
+def _strip(flat: Flat, held: int, local: int, ways: tuple[int, ...], path: str,
+           inward: bool) -> None:
+    """The step between a held value and its body's local one (``inward``: the held value
+    is the operand): per dimension a factor of its manual ways major in the held value's
+    dimension, the local rest shared with the body's value."""
+    shape = flat.types[local].shape
+    whole = tuple(f"m{d}*f{d}" if w > 1 else f"f{d}" for d, w in enumerate(ways))
+    part = tuple(f"f{d}" for d in range(len(shape)))
+    sizes = tuple(item for d, w in enumerate(ways) if w > 1
+                  for item in ((f"m{d}", w), (f"f{d}", shape[d])))
+    rule_ = Factors((whole,), (part,), sizes=sizes) if inward else \
+        Factors((part,), (whole,), sizes=sizes)
+    every = (held, local) if inward else (local, held)
+    flat.steps.append((COPY, rule_, every, tuple(flat.types[i] for i in every), path, 1))
+
+
+def _local_collectives(flat: Flat, first: int) -> None:
+    """The body's collectives over its manual axes from step ``first`` on, of one result
+    and one operand of its shape (or none: a literal's ``pvary``): each dimension's split
+    passed through."""
+    for k in range(first, len(flat.steps)):
+        entry, rule_, every, types, path, count = flat.steps[k]
+        if entry.name in LOCAL_ELEMENTWISE and count <= 1 and len(every) == count + 1 and \
+                all(t.shape == types[-1].shape for t in types):
+            dims = tuple(f"f{d}" for d in range(len(types[-1].shape)))
+            flat.steps[k] = (COPY, Factors((dims,) * count, (dims,)), every, types, path,
+                             count)
+
+
+def leaves_axes_automatic(program: Any, mesh: Any) -> bool:
+    """Whether a live-or-not shard_map anywhere in ``program`` (its bodies included) leaves
+    a mesh axis of size above 1 automatic: its collectives, at its boundary and inside its
+    body, are not predicted yet (the steps PROP-11 adds are not constraints' links)."""
+    for eq in program.equations:
+        if eq.kind == "shard_map" and any(
+                a not in eq.manual_axes and mesh.axis_size(a) != 1 for a in mesh.axis_names):
+            return True
+        for name in entry_of(eq).bodies.fields:
+            bodies = getattr(eq, name)
+            for body in (bodies if isinstance(bodies, tuple) else (bodies,)):
+                if leaves_axes_automatic(body, mesh):
+                    return True
+    return False
+
+
+def automatic_collectives(program: Any) -> Undetermined | None:
+    """Why the collectives of ``program`` are not predicted where a shard_map in it leaves
+    mesh axes automatic (None: none does, or no mesh is propagated over)."""
+    mesh = propagation_mesh(program)
+    if isinstance(mesh, Undetermined) or not leaves_axes_automatic(program, mesh):
+        return None
+    return Undetermined("COLL-4", "a shard_map leaving mesh axes automatic (PROP-11): its "
+                        "collectives, at its boundary and inside its body, are not predicted "
+                        "yet")
