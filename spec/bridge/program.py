@@ -822,10 +822,14 @@ def _under_jit(jitted: Any, program: Program, args: tuple, name: str) -> Program
     jax = _jax()
     try:
         eqn = jax.make_jaxpr(jitted)(*args).jaxpr.eqns[0]
-    except Exception:   # noqa: BLE001 - JAX refuses the jit's own options while tracing
-        return describe_trace(jitted, *args)   # described as any jit it so refuses, or raised
-    _no_layouts(eqn.params, "the jit called")
-    options = _jit_options(eqn.params, "the jit called")
+    except Exception as error:   # noqa: BLE001 - JAX refuses while tracing
+        from .refused_batching import batched_as_refused
+        if not batched_as_refused(jitted, program, error):   # (the jit's own options)
+            return describe_trace(jitted, *args)   # described as any jit it so refuses
+        options = {}   # refused in vmap's batching: the jit of JAX's defaults, described
+    else:
+        _no_layouts(eqn.params, "the jit called")
+        options = _jit_options(eqn.params, "the jit called")
     if program.checked:   # jax.jit of the vmapped function already: the options are the user's
         return dataclasses.replace(program, **options)
     count = len(program.inputs)

@@ -10,8 +10,10 @@ collective in a shard_map's body over an axis the body may not use or that does 
 its operand (SMAP-13, SMAP-21; described by
 :mod:`~shardlaw.spec.bridge.refused_collectives`), a primitive JAX cannot type over Explicit axes (a ``dot_general``, PROG-7; an
 elementwise operation or a ``select_n``, PROG-8; a resized or scanned split dimension,
-PROG-9, PROG-10; a reshape or a gather, PROG-12, PROG-13; described by
-:mod:`~shardlaw.spec.bridge.refused_primitives`) —
+PROG-9, PROG-10; a reshape or a gather, PROG-12, PROG-13; a sort, PROG-14; described by
+:mod:`~shardlaw.spec.bridge.refused_primitives`), a primitive of a shard_map's body bound
+to a value typed over another mesh than the body's (SMAP-29; one refused where JAX binds
+it, before staging it, located by :mod:`~shardlaw.spec.bridge.refused_meshes`) —
 :func:`describe_refused` still describes the program: the equations JAX traced before the
 call, read from JAX's own trace as it stood when it refused, then the refused call described
 from the user's values (its operands and the shardings it was given), its results the
@@ -52,7 +54,10 @@ from ..program.description import DevicePut, Jit, Program, Reshard, ShardingCons
 from .refused_bodies import ended, primal
 from .refused_collectives import COLLECTIVE_CALLS, collective_operands, refused_collective
 from .refused_gradients import gradient_frame, refuse_gradient
-from .refused_primitives import primitive_frame, primitive_operands, refused_primitive
+from .refused_meshes import bind_frame
+from .refused_primitives import (
+    forwarded_frame, primitive_frame, primitive_operands, refused_primitive,
+)
 from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
 )
@@ -65,10 +70,15 @@ _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_pu
           ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out",
           **{("parallel", name): "collective" for name in COLLECTIVE_CALLS}}
 
+# The checks of a loop's or a cond's own that JAX refuses, by the JAX function making them.
+_CONSTRUCT_CHECKS = {("loops", "_check_carry_type"): "scan_carry",
+                     ("loops", "_infer_scan_length"): "scan_length",
+                     ("conds", "_check_branch_outputs"): "cond_branches"}
+
 
 def _files() -> dict[str, str]:
     """The JAX source files whose frames locate a refusal, by role."""
-    from jax._src import api, pjit, shard_map
+    from jax._src import api, core, pjit, shard_map
     from jax._src.interpreters import partial_eval
     from jax._src.lax import parallel
     from jax._src.lax.control_flow import conditionals, loops
@@ -78,7 +88,7 @@ def _files() -> dict[str, str]:
     import jax
 
     return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
-            "smap": shard_map.__file__,
+            "smap": shard_map.__file__, "core": core.__file__,
             "loops": loops.__file__, "conds": conditionals.__file__,
             "parallel": parallel.__file__,
             "jax": os.path.dirname(jax.__file__)}
@@ -140,7 +150,8 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
     levels: list[_Level] = []
     pending: dict | None = None   # a jit frame whose body is not traced yet
     construct: tuple[str, dict] | None = None   # a scan's or remat's, likewise
-    for frame, _ in traceback.walk_tb(error.__traceback__):
+    frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+    for frame in frames:
         where = (roles.get(frame.f_code.co_filename), frame.f_code.co_name)
         kind = (body_construct(frame) or transposed_construct(frame)) \
             if pending is None else None
@@ -164,13 +175,10 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             pending = frame.f_locals
         elif kind is not None:
             construct = (kind, construct_locals(kind, frame))
-        elif where == ("loops", "_check_carry_type") and construct is not None:
-            return (levels, _Refused("scan_carry", construct[1], None)) if levels else None
-        elif where == ("loops", "_infer_scan_length") and construct is not None:
-            return (levels, _Refused("scan_length", construct[1], None)) if levels else None
-        elif where == ("conds", "_check_branch_outputs") and construct is not None:
-            return (levels, _Refused("cond_branches", construct[1], None)) if levels else None
-        elif where == ("pe", "default_process_primitive"):
+        elif where in _CONSTRUCT_CHECKS and construct is not None:   # a loop's or cond's own
+            return (levels, _Refused(_CONSTRUCT_CHECKS[where], construct[1], None)) \
+                if levels else None
+        elif where == ("pe", "default_process_primitive") and not forwarded_frame(frame):
             if not levels or pending is not None or construct is not None or \
                     not primitive_frame(frame, levels[-1].trace):
                 return None   # bound in a trace other than the body's (a transformation's)
@@ -182,6 +190,8 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
                 return None
             call = dict(frame.f_locals, called=frame.f_code.co_name)
             return levels, _Refused(kind, call, pending if inner else None)
+        elif where == ("core", "bind") and frame is frames[-1]:   # refused before staged
+            return _bound(frame, levels) if pending is None and construct is None else None
         elif where == ("smap", "wrapped") and pending is None:
             if not _inside_body(error, frame, files["jax"]):
                 return _shard_map_call(error, frame, levels)
@@ -189,6 +199,13 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
                 not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
     return None
+
+
+def _bound(frame: Any, levels: list[_Level]) -> tuple[list[_Level], _Refused] | None:
+    """The primitive JAX refused where it binds it, in ``frame`` (SMAP-29), as the refused
+    call in the innermost of ``levels``; None where it is not described."""
+    call = bind_frame(frame, [level.trace for level in levels], True) if levels else None
+    return None if call is None else (levels, _Refused("primitive", call, None))
 
 
 def _inside_body(error: BaseException, call: Any, jax_files: str) -> bool:
@@ -305,7 +322,7 @@ def _closed_body(refused: _Refused) -> Any:
     assert jit is not None
     if refused.kind == "jit_out":
         return jit["jaxpr"]
-    return jax.make_jaxpr(jit["fun"])(*jax.tree_util.tree_map(_example, jit["args"]))
+    return _unshaped_body(jit)
 
 
 def _from_jax(value: Any) -> Any:
@@ -490,13 +507,26 @@ def _refused_jit(refused: _Refused, operands: tuple, path: str,
             raise TypeError("an inner jit with static or keyword arguments")
         options["in_shardings"] = tuple(_sharding(s, f"in_shardings of {path}")
                                         for s in refused.call["in_shardings_flat"])
-        closed = jax.make_jaxpr(jit["fun"])(*jax.tree_util.tree_map(_example, jit["args"]))
+        closed = _unshaped_body(jit)
     else:
         closed = jit["jaxpr"]
         options["out_shardings"] = tuple(_sharding(s, f"out_shardings of {path}")
                                          for s in refused.call["out_shardings_flat"])
     body = read_body(closed.jaxpr, list(closed.consts), types, f"{path}.jit.", **options)
     return Jit(tuple(operands), body=body, name=_name(jit))
+
+
+def _unshaped_body(jit: dict) -> Any:
+    """The body of a jit refused for its in_shardings, traced here over its operands' types;
+    where JAX refuses that body too (it would trace it after the shardings), a body of no
+    equation and no result: none of it is reached, the program ends at the refused jit."""
+    import jax
+
+    examples = jax.tree_util.tree_map(_example, jit["args"])
+    try:
+        return jax.make_jaxpr(jit["fun"])(*examples)
+    except Exception:  # noqa: BLE001 - JAX's refusal of the body, after the one described
+        return jax.make_jaxpr(lambda *args: ())(*examples)
 
 
 def _example(value: Any) -> Any:
