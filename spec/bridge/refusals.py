@@ -62,7 +62,7 @@ from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
 )
 
-__all__ = ["describe_refused"]
+__all__ = ["describe_refused", "frame_options"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
@@ -270,7 +270,7 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
             return None
         else:
             program = _described(levels[top:], refused, inputs,
-                                 {**options, **_options(levels[top].jit)}, "", read_body)
+                                 {**options, **frame_options(levels[top].jit)}, "", read_body)
         verdict = explain_program(program, until="trace")
     except Rejection as refusal:   # a scan's length refused while describing the call
         failure = refusal.failure
@@ -407,7 +407,7 @@ def _flat_operands(frame: dict, kind: str) -> list:
     return list(frame["args_ft"].vals)
 
 
-def _options(jit: dict) -> dict:
+def frame_options(jit: dict) -> dict:
     """A jit's options as its frame holds them while its body is traced."""
     from .convert import from_jax
     from .program import read_sharding as _sharding
@@ -433,7 +433,7 @@ def _inner_jit(levels: list[_Level], refused: _Refused, operands: tuple, path: s
     assert level.jit is not None
     types = tuple(_type(v.aval, f"input {i} of {path}")
                   for i, v in enumerate(level.trace.frame.invars))
-    options = _options(level.jit)
+    options = frame_options(level.jit)
     options.pop("context_mesh")
     body = _described(levels, refused, types, options, f"{path}.jit.", read_body)
     return Jit(tuple(operands), body=body, name=_name(level.jit))
@@ -500,7 +500,7 @@ def _refused_jit(refused: _Refused, operands: tuple, path: str,
     assert jit is not None
     values = list(jit["args_ft"].vals)
     types = tuple(_type(jax.typeof(v), f"operand {i} of {path}") for i, v in enumerate(values))
-    options = _options(jit)
+    options = frame_options(jit)
     options.pop("context_mesh")
     if refused.kind == "jit_in":
         if jit["ji"].static_argnums or jit["ji"].static_argnames or jit["kwargs"]:
