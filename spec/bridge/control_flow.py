@@ -9,7 +9,10 @@ functions JAX calls only under AD (``jvp_jaxpr_fun``; ``fwd_jaxpr_thunk`` and ``
 each traced here once for every input differentiated (:func:`custom_rules`): a rule that
 calls its own function again (``jax.nn.relu``'s calls ``relu``) is read to a depth of
 :data:`RULE_DEPTH`, deeper calls without their rule; a rule JAX fails to trace is left
-unread (None).
+unread (None), except a custom_jvp's rule JAX refuses while tracing it (a call in it JAX
+refuses over the primals and tangents, :func:`~shardlaw.spec.bridge.refusals.
+describe_refused_rule`): that rule is read up to the refused call (``rule_refused``;
+None where the spec does not describe the refusal, unless the rule takes symbolic zeros).
 """
 
 from __future__ import annotations
@@ -90,9 +93,64 @@ def _jvp_rule(eqn: Any, where: str, read_body: Reader) -> dict:
 
     params = eqn.params
     count = len(eqn.invars) - int(params.get("num_consts", 0))
-    jaxpr, consts, out_zeros = params["jvp_jaxpr_fun"].call_wrapped(*([False] * count))
+    try:
+        jaxpr, consts, out_zeros = params["jvp_jaxpr_fun"].call_wrapped(*([False] * count))
+    except Exception:   # JAX refuses while tracing the rule: read up to the refused call
+        refused = _refused_rule(params["jvp_jaxpr_fun"], count)
+        if refused is None and params.get("symbolic_zeros"):
+            raise   # (JAX may trace it for the inputs without a tangent AD leaves)
+        return {"rule": refused, "rule_refused": True}   # (None: not described)
     rule = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}rule.")
-    return {"rule": rule, "rule_zeros": tuple(bool(z) for z in out_zeros)}
+    fields = {"rule": rule, "rule_zeros": tuple(bool(z) for z in out_zeros)}
+    if params.get("symbolic_zeros") and 1 < count <= ZERO_RULES_UP_TO:
+        fields["zero_rules"] = tuple(_zero_rules(params["jvp_jaxpr_fun"], count, where,
+                                                 read_body))
+    return fields
+
+
+# How many inputs a custom_jvp's rule taking symbolic zeros may have for it to be read for
+# each set of inputs without a tangent (2 ** count - 2 traces), not only for none.
+ZERO_RULES_UP_TO = 4
+
+
+def _zero_rules(fun: Any, count: int, where: str, read_body: Reader) -> list:
+    """A rule taking symbolic zeros (JAX's ``jvp_jaxpr_fun`` of ``count`` inputs) traced
+    for every set of inputs without a tangent but none and all, as
+    :class:`~shardlaw.spec.program.control_flow.CustomJvp`'s ``zero_rules`` holds them;
+    a set JAX fails to trace it for is left out."""
+    import itertools
+
+    from jax._src import core
+
+    out = []
+    for zeros in itertools.product((False, True), repeat=count):
+        if all(zeros) or not any(zeros):
+            continue
+        try:
+            jaxpr, consts, out_zeros = fun.call_wrapped(*zeros)
+        except Exception:   # noqa: BLE001 - (JAX fails to trace it: left out)
+            continue
+        out.append((tuple(zeros), read_body(core.ClosedJaxpr(jaxpr, consts),
+                                            f"{where}rule{list(zeros)}."),
+                    tuple(bool(z) for z in out_zeros)))
+    return out
+
+
+def _refused_rule(rule: Any, count: int) -> Any:
+    """The custom_jvp rule ``rule`` (JAX's ``jvp_jaxpr_fun`` of ``count`` inputs) that JAX
+    refuses while tracing it, traced again with JAX's frames kept and described up to the
+    refused call; None where it is not described."""
+    from jax._src import config
+
+    from .program import read_jaxpr
+    from .refusals import describe_refused_rule
+
+    try:
+        with config.traceback_filtering("off"):
+            rule.call_wrapped(*([False] * count))
+    except Exception as error:  # noqa: BLE001 - the refusal, now with its frames
+        return describe_refused_rule(error, read_jaxpr)
+    return None
 
 
 def _vjp_rules(eqn: Any, where: str, read_body: Reader) -> dict:

@@ -39,7 +39,7 @@ from .control_flow import CONTROL_FLOW_PRIMITIVES, control_flow_equation
 from .convert import layout_from_jax, from_jax
 
 __all__ = ["describe_program", "describe_trace", "input_paths", "read_type", "read_sharding",
-           "read_target", "read_param"]
+           "read_target", "read_param", "read_jaxpr"]
 
 
 def _jax() -> Any:
@@ -323,6 +323,13 @@ def _equation(eqn: Any, numbers: _Numbers, where: str) -> Any:
     return Opaque(numbers.operands(eqn, True), results, primitive=name,
                   params=tuple((k, _param(params[k]) if not bodies else _body_param(params[k]))
                                for k in sorted(params)))
+
+
+def read_jaxpr(jaxpr: Any, consts: list, inputs: tuple[Value, ...], where: str,
+               **options: Any) -> Program:
+    """The Program for a jaxpr with its constants, these input values and jit options, as
+    the description of a refusal reads each body."""
+    return _body(jaxpr, consts, inputs, where, **options)
 
 
 def _read_body(jaxpr: Any, where: str) -> Program:

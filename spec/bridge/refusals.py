@@ -37,8 +37,11 @@ The call is located from the frames JAX's error passed through (its traceback un
 the jit, scan, while, cond, switch, remat, custom-function and shard_map bodies JAX was
 tracing, outermost first, and the call in the innermost; a constraint under a ``vmap``
 called in a body is described as vmap's batching would stage it (its spec unconstrained
-along the batch dimension). Where it cannot be located (another call under such a
-``vmap``, a call in a custom derivative's rule; a refusal of another kind), or
+along the batch dimension). A call in a ``custom_jvp``'s rule, which JAX traces only under
+AD, is described inside the rule when the bridge reads it (:func:`describe_refused_rule`),
+and the ``jax.grad`` or ``jax.jvp`` that traced it refused by the spec's rewrite
+(:func:`~shardlaw.spec.bridge.refused_gradients.refuse_in_rule`). Where it cannot be
+located (another call under such a ``vmap``; a refusal of another kind), or
 the spec does not refuse the described program at the trace stage with JAX's class, there is
 no description and JAX's error stands.
 """
@@ -53,7 +56,7 @@ from ..core.values import UNCONSTRAINED
 from ..program.description import DevicePut, Jit, Program, Reshard, ShardingConstraint
 from .refused_bodies import ended, primal
 from .refused_collectives import COLLECTIVE_CALLS, collective_operands, refused_collective
-from .refused_gradients import gradient_frame, refuse_gradient
+from .refused_gradients import gradient_frame, refuse_gradient, refuse_in_rule
 from .refused_meshes import bind_frame
 from .refused_primitives import (
     forwarded_frame, primitive_frame, primitive_operands, refused_primitive,
@@ -62,7 +65,7 @@ from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
 )
 
-__all__ = ["describe_refused", "frame_options"]
+__all__ = ["describe_refused", "describe_refused_rule", "frame_options"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
@@ -70,7 +73,9 @@ _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_pu
           ("pjit", "_check_and_canonicalize_out_shardings"): "jit_out",
           **{("parallel", name): "collective" for name in COLLECTIVE_CALLS}}
 
-# The checks of a loop's or a cond's own that JAX refuses, by the JAX function making them.
+
+# The checks JAX makes of a construct it traced (its carry, its length, its branches), by the
+# JAX function that makes them: the kind of refused call each is described as.
 _CONSTRUCT_CHECKS = {("loops", "_check_carry_type"): "scan_carry",
                      ("loops", "_infer_scan_length"): "scan_length",
                      ("conds", "_check_branch_outputs"): "cond_branches"}
@@ -139,10 +144,12 @@ class _Refused:
                                         for p in self.placed)
 
 
-def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
+def _locate(error: BaseException, rule: bool = False
+            ) -> tuple[list[_Level], _Refused] | None:
     """The jit bodies JAX was tracing when it raised ``error`` (outermost first) and the
     call it refused; None where the call is not of a kind described or sits in a body of
-    another kind (a shard_map's, a transformation's inside the body)."""
+    another kind (a shard_map's, a transformation's inside the body); ``rule``: raised
+    tracing a custom_jvp's rule (its ``jvp_jaxpr_fun``), the outermost body."""
     from .refused_bodies import body_construct, construct_locals
 
     files = _files()
@@ -150,10 +157,10 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
     levels: list[_Level] = []
     pending: dict | None = None   # a jit frame whose body is not traced yet
     construct: tuple[str, dict] | None = None   # a scan's or remat's, likewise
-    frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
-    for frame in frames:
+    for frame, _ in traceback.walk_tb(error.__traceback__):
         where = (roles.get(frame.f_code.co_filename), frame.f_code.co_name)
-        kind = (body_construct(frame) or transposed_construct(frame)) \
+        kind = (body_construct(frame) or transposed_construct(frame) or (  # a rule's trace
+            "custom_rule" if rule and where == ("pe", "jvp_jaxpr_thunk") else None)) \
             if pending is None else None
         dynamic = transposed_level(frame) if where == ("pe", "trace_to_jaxpr_dynamic") and \
             construct is not None and construct[0] == "transposed_jit" else None
@@ -167,7 +174,7 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             levels.append(_Level(local["trace"], local["debug_info"], pending, construct))
             pending = construct = None
         elif where == ("pe", "trace_to_jaxpr_dynamic") and construct is not None and \
-                construct[0] in ("custom_jvp", "custom_vjp"):   # a custom function's body
+                construct[0] in ("custom_jvp", "custom_vjp", "custom_rule"):   # its body
             local = frame.f_locals
             levels.append(_Level(local["trace"], local["fun"].debug_info, None, construct))
             construct = None
@@ -175,7 +182,7 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
             pending = frame.f_locals
         elif kind is not None:
             construct = (kind, construct_locals(kind, frame))
-        elif where in _CONSTRUCT_CHECKS and construct is not None:   # a loop's or cond's own
+        elif where in _CONSTRUCT_CHECKS and construct is not None:   # a loop's, a cond's
             return (levels, _Refused(_CONSTRUCT_CHECKS[where], construct[1], None)) \
                 if levels else None
         elif where == ("pe", "default_process_primitive") and not forwarded_frame(frame):
@@ -190,21 +197,23 @@ def _locate(error: BaseException) -> tuple[list[_Level], _Refused] | None:
                 return None
             call = dict(frame.f_locals, called=frame.f_code.co_name)
             return levels, _Refused(kind, call, pending if inner else None)
-        elif where == ("core", "bind") and frame is frames[-1]:   # refused before staged
-            return _bound(frame, levels) if pending is None and construct is None else None
         elif where == ("smap", "wrapped") and pending is None:
             if not _inside_body(error, frame, files["jax"]):
                 return _shard_map_call(error, frame, levels)
         elif (pending is not None or construct is not None) and \
                 not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
-    return None
+    return _bound(frame, where, levels, idle=pending is None and construct is None)
 
 
-def _bound(frame: Any, levels: list[_Level]) -> tuple[list[_Level], _Refused] | None:
-    """The primitive JAX refused where it binds it, in ``frame`` (SMAP-29), as the refused
-    call in the innermost of ``levels``; None where it is not described."""
-    call = bind_frame(frame, [level.trace for level in levels], True) if levels else None
+def _bound(frame: Any, where: tuple, levels: list[_Level], idle: bool
+           ) -> tuple[list[_Level], _Refused] | None:
+    """The primitive JAX refused where it binds it (SMAP-29), ``frame`` the last of the
+    error's (``where``: its role and name), as the refused call in the innermost of
+    ``levels`` (``idle``: no jit or construct was about to trace a body); else None."""
+    if where != ("core", "bind") or not idle or not levels:
+        return None
+    call = bind_frame(frame, [level.trace for level in levels])
     return None if call is None else (levels, _Refused("primitive", call, None))
 
 
@@ -245,15 +254,28 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
     program's inputs and the options the bridge gives every program it reads (devices,
     refs, hoisting, input paths); ``jitted``: whether the function is a jit, whose body is
     then the second JAX traced (the first, the call of it, holding nothing else);
-    ``read_body(jaxpr, consts, inputs, where, **options)``: the bridge's reader of a body."""
-    from ..core.rules import Rejection
-    from ..program.explain import explain_program
-
+    ``read_body(jaxpr, consts, inputs, where, **options)``: the bridge's reader of a body.
+    A refusal in a custom_jvp's rule a gradient or a ``jax.jvp`` traced is theirs, refused
+    by the spec's rewrite of it where it is not described otherwise."""
     names = {cls.__name__ for cls in type(error).__mro__}
     gradient = gradient_frame(error)
     if gradient is not None:   # a cotangent's type refused: the gradient by the spec's rewrite
         refuse_gradient(gradient, names)
         return None
+    program = _described_refusal(error, inputs, options, jitted, read_body, names)
+    if program is None:   # refused in a custom_jvp's rule: by the spec's rewrite of its AD
+        refuse_in_rule(error, names)
+    return program
+
+
+def _described_refusal(error: BaseException, inputs: tuple, options: dict, jitted: bool,
+                       read_body: Callable[..., Program], names: set[str]
+                       ) -> Program | None:
+    """:func:`describe_refused` of a refused call it locates in ``error``'s frames (JAX's
+    classes ``names``), or None."""
+    from ..core.rules import Rejection
+    from ..program.explain import explain_program
+
     kind = None
     try:
         located = _locate(error)
@@ -280,12 +302,42 @@ def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted:
         raise refusal from None
     except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
         return None
+    return program if _refuses_as_jax(verdict, refused, names) else None
+
+
+def _refuses_as_jax(verdict: Any, refused: _Refused, names: set[str]) -> bool:
+    """Whether ``verdict`` refuses at the trace stage, with one of JAX's classes ``names``,
+    at the refused call where it was placed."""
     if verdict.accepted or verdict.stage != "trace" or not (
             verdict.jax_error in names or verdict.error_type in names):
+        return False
+    # (refused elsewhere than at the call JAX refused: not its description)
+    return not refused.placed or refused.refuses_at(verdict.path)
+
+
+def describe_refused_rule(error: BaseException, read_body: Callable[..., Program]
+                          ) -> Program | None:
+    """A custom_jvp's rule JAX refused with ``error`` while tracing it (over its primals
+    and a tangent of each), described up to the refused call as :func:`describe_refused`
+    describes a body, its inputs the rule's; None where the spec does not refuse it at the
+    trace stage at that call with JAX's class. ``read_body`` as for
+    :func:`describe_refused`."""
+    from ..program.explain import explain_program
+    from .program import read_type
+
+    names = {cls.__name__ for cls in type(error).__mro__}
+    try:
+        located = _locate(error, rule=True)
+        if located is None or located[0][0].construct[0] != "custom_rule":
+            return None
+        levels, refused = located
+        inputs = tuple(read_type(v.aval, f"input {i} of a custom_jvp's rule")
+                       for i, v in enumerate(levels[0].trace.frame.invars))
+        program = _described(levels, refused, inputs, {}, "", read_body)
+        verdict = explain_program(program, until="trace")
+    except Exception:  # noqa: BLE001 - where the spec cannot describe it, it stays unread
         return None
-    if refused.placed and not refused.refuses_at(verdict.path):
-        return None   # refused elsewhere than at the call JAX refused: not its description
-    return program
+    return program if _refuses_as_jax(verdict, refused, names) else None
 
 
 def _refused_top(refused: _Refused, inputs: tuple, options: dict,

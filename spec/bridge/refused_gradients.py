@@ -1,5 +1,6 @@
 """A gradient JAX refuses in its backward pass: a cotangent of another type than its value,
-or a while loop it cannot transpose.
+or a while loop it cannot transpose; or a gradient or a ``jax.jvp`` refused in a
+custom_jvp's rule it traces (:func:`refuse_in_rule`).
 
 JAX's backward pass checks each cotangent it hands to a value against the value's
 cotangent type (``ad.ct_check``) and raises a ValueError ("Expected cotangent type
@@ -11,7 +12,9 @@ call is then the ``jax.grad`` (or ``jax.value_and_grad``) whose backward pass re
 :func:`refuse_gradient` describes the function it differentiates over the types of its
 arguments (per example under ``vmap``) and differentiates it by the spec's own rewrite
 (:func:`~shardlaw.spec.program.autodiff.grad_program`), whose transpose checks every
-cotangent by AD-13 and refuses a while loop by LOOP-2, and raises the spec's refusal where it refuses at the trace stage with
+cotangent by AD-13 and refuses a while loop by LOOP-2, whose linearization refuses a
+custom_jvp's rule JAX refused tracing it (the rule's checks, as
+:func:`~shardlaw.spec.program.custom_rules.refuse_traced_rule` makes them), and raises the spec's refusal where it refuses at the trace stage with
 JAX's class; elsewhere JAX's error stands.
 """
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-__all__ = ["gradient_frame", "refuse_gradient"]
+__all__ = ["gradient_frame", "refuse_gradient", "refuse_in_rule", "refuse_jvp"]
 
 
 def gradient_frame(error: BaseException) -> dict | None:
@@ -40,6 +43,29 @@ def gradient_frame(error: BaseException) -> dict | None:
     calls = [f.f_locals for f in frames
              if (f.f_code.co_filename, f.f_code.co_name) == (api.__file__, "value_and_grad_f")]
     return calls[-1] if calls else None
+
+
+def refuse_in_rule(error: BaseException, names: set[str]) -> None:
+    """Raise the spec's refusal of the ``jax.grad`` or ``jax.jvp`` (the innermost) whose
+    tracing of a custom_jvp's rule JAX refused with ``error``, by the spec's rewrite of
+    it (:func:`refuse_gradient`, :func:`refuse_jvp`); return where there is none, or the
+    spec does not refuse it so (JAX's error stands)."""
+    from jax._src import api
+    from jax._src.interpreters import ad
+
+    frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+    places = [(f.f_code.co_filename, f.f_code.co_name) for f in frames]
+    rules = [k for k, place in enumerate(places)
+             if place == (ad.__file__, "process_custom_jvp_call")]
+    callers = [k for k, place in enumerate(places[:rules[-1]] if rules else [])
+               if place in ((api.__file__, "value_and_grad_f"), (api.__file__, "_jvp"))]
+    if not callers:
+        return
+    local = frames[callers[-1]].f_locals
+    if places[callers[-1]][1] == "_jvp":
+        refuse_jvp(local, names)
+    else:
+        refuse_gradient(local, names)
 
 
 def _example(value: Any) -> Any:
@@ -71,6 +97,33 @@ def refuse_gradient(local: dict, names: set[str]) -> None:
         program = describe_program(fun, *jax.tree_util.tree_map(_example, args))
         flat = _flat_argnums(args, argnums)
         grad_program(program, flat, has_aux=bool(local.get("has_aux")))
+    except Rejection as refusal:
+        failure = refusal.failure
+        if refusal.stage == "trace" and (
+                {failure.jax_error, failure.error_type.__name__} & names):
+            raise refusal from None
+    except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
+        return
+
+
+def refuse_jvp(local: dict, names: set[str]) -> None:
+    """Raise the spec's refusal of the ``jax.jvp`` whose call's locals are ``local`` (its
+    function described over its primals' types, differentiated by ``jvp_program`` with
+    tangents of its tangents' types), where it refuses at the trace stage with one of
+    JAX's classes ``names``; return otherwise (JAX's error stands)."""
+    import jax
+
+    from ..core.rules import Rejection
+    from ..program.autodiff import jvp_program
+    from .program import describe_program, value_type_of
+
+    if local.get("has_aux"):
+        return
+    try:
+        program = describe_program(local["fun"], *jax.tree_util.tree_map(
+            _example, tuple(local["primals"])))
+        jvp_program(program, tuple(value_type_of(jax.typeof(t), "a tangent of jax.jvp")
+                                   for t in jax.tree_util.tree_leaves(local["tangents"])))
     except Rejection as refusal:
         failure = refusal.failure
         if refusal.stage == "trace" and (

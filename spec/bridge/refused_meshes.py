@@ -18,16 +18,16 @@ from typing import Any
 __all__ = ["bind_frame"]
 
 
-def bind_frame(frame: Any, traces: list, last: bool) -> dict | None:
-    """The refused call (``primitive``, ``tracers``, ``params``) where ``frame`` is JAX's
-    ``Primitive.bind`` refusing its arguments (``last``: the frame the error was raised
-    in), each traced value among them of one of the bodies being traced (``traces``):
-    the enclosing bodies' values the innermost closes over. None otherwise (a value of a
-    transformation's trace: a vmap's, a gradient's)."""
+def bind_frame(frame: Any, traces: list) -> dict | None:
+    """The refused call (``primitive``, ``tracers``, ``params``) where ``frame``, the frame
+    the error was raised in, is JAX's ``Primitive.bind`` refusing its arguments, each traced
+    value among them of one of the bodies being traced (``traces``): the enclosing bodies'
+    values the innermost closes over. None otherwise (a value of a transformation's trace:
+    a vmap's, a gradient's)."""
     from jax._src import core
 
     local = frame.f_locals
-    if not last or frame.f_code.co_filename != core.__file__ or \
+    if frame.f_code.co_filename != core.__file__ or \
             frame.f_code.co_name != "bind" or not isinstance(local.get("self"), core.Primitive):
         return None
     args = list(local.get("args", ()))

@@ -79,7 +79,11 @@ def _jvp_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
               tangent_types: tuple[Value, ...]) -> tuple[Program, tuple[bool, ...]]:
     """The JVP of a body: its inputs, then the nonzero tangents (of ``tangent_types``);
     its outputs, then their nonzero tangents. Each equation is followed by its tangent."""
-    body = BodyBuilder(tuple(v.type for v in program.inputs) + tangent_types, program.consts)
+    from .custom_rules import rule_consts   # (it builds on this module)
+
+    # (then the constants its custom_jvp rules close over, inlined here)
+    body = BodyBuilder(tuple(v.type for v in program.inputs) + tangent_types,
+                       program.consts + rule_consts(program))
     ins, moving = len(program.inputs), len(tangent_types)
     # Inputs first, then the tangents, then the constants (which have no tangent).
     number = list(range(ins)) + [ins + moving + c for c in range(len(program.consts))]
@@ -175,12 +179,16 @@ class _Linearized:
 def _linearize_body(program: Program, nonzero: tuple[bool, ...], prefix: str,
                     transform: str) -> _Linearized:
     """Each equation's primal into the primal body and its tangent onto the tape."""
-    primal = BodyBuilder(tuple(v.type for v in program.inputs), program.consts)
+    from .custom_rules import rule_consts   # (it builds on this module)
+
+    # (then the constants its custom_jvp rules close over, inlined here)
+    primal = BodyBuilder(tuple(v.type for v in program.inputs),
+                         program.consts + rule_consts(program))
     tape = TangentTape(primal)
     tangents: list = [tape.tangent_input(v.type) if nz else None
                       for v, nz in zip(program.inputs, nonzero)]
     tangents += [None] * len(program.consts)
-    number = list(range(len(primal.types)))
+    number = list(range(len(program.inputs) + len(program.consts)))
     for k, eq in enumerate(program.equations):
         path = equation_path(prefix, k)
         operands = tuple(number[n] for n in eq.operands)
@@ -351,9 +359,9 @@ def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], mo
         return primal, [None] * len(inner.outputs)
     given = [t for t in moving if t is not None]
     staged = BodyBuilder(tuple(v.type for v in inner.inputs) + tuple(
-        tape.type_of(t) for t in given))
+        tape.type_of(t) for t in given), lin.primal.consts)
     count = len(inner.inputs)
-    ran = inline_body(staged, lin.primal, tuple(range(count)))
+    ran = inline_consts(staged, lin.primal, tuple(range(count)))
     touts = inline_body(staged, lin.tangent, ran[len(inner.outputs):] + tuple(
         range(count, count + len(given))))
     body = staged.program(touts)

@@ -328,13 +328,20 @@ class CustomJvp(_Called):
     primal body, called as a jit without options, and its own rule, which JAX calls only
     under AD: ``rule`` over the primals and a tangent of each (its first ``num_consts``
     inputs, closed over, take none) returns the primal results, then the tangent of each
-    result ``rule_zeros`` does not mark a symbolic zero (None: not read)."""
+    result ``rule_zeros`` does not mark a symbolic zero (None: not read). ``rule_refused``:
+    ``rule`` is the rule JAX refused while tracing it, described up to the refused call
+    (None: JAX refused it in a way not described).
+    ``zero_rules``: a rule taking symbolic zeros as traced for other inputs without a
+    tangent, ``(in_zeros, rule, rule_zeros)`` each, ``rule`` over the primals and the
+    tangents ``in_zeros`` does not mark a zero."""
 
     kind: ClassVar[str] = "custom_jvp_call"
     rule: "Program | None" = None
     rule_zeros: tuple = ()
     num_consts: int = 0
     symbolic_zeros: bool = False
+    rule_refused: bool = False
+    zero_rules: tuple = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -342,6 +349,11 @@ class CustomJvp(_Called):
         _flags(self.rule_zeros, "a custom_jvp's rule_zeros")
         _count(self.num_consts, "a custom_jvp's num_consts")
         described_bool(self.symbolic_zeros, "a custom_jvp's symbolic_zeros")
+        described_bool(self.rule_refused, "a custom_jvp's rule_refused")
+        require_described(type(self.zero_rules) is tuple and all(
+            type(z) is tuple and len(z) == 3 and isinstance(z[1], Program)
+            for z in self.zero_rules), "a custom_jvp's zero_rules",
+            "a tuple of (in_zeros, rule, rule_zeros)", self.zero_rules)
 
 
 @dataclasses.dataclass(frozen=True)

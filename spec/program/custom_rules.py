@@ -14,6 +14,12 @@
   inline on the residuals and the cotangents (zeros where none is given). Left in a
   program it does not lower, and vmap does not batch it (LOOP-3).
 
+A custom_jvp call whose rule JAX refused while tracing it (``rule_refused``: a constraint
+on a tangent that does not fit it, a ``dot_general`` of tangents whose types clash) is
+refused where AD traces that rule (:func:`refuse_traced_rule`), as JAX refuses it: the
+rule described up to the refused call is traced over the primals' and the tangents'
+types, at ``<path>.custom_jvp.rule.body[k]``.
+
 A call whose rules were not read (a rule JAX failed to trace; a custom_vjp call whose
 ``fwd`` or ``bwd`` vmap could not batch as JAX does) is differentiated as a jit without
 options is: its primal body. vmap batches a custom_vjp's ``fwd`` and ``bwd`` with its body
@@ -31,24 +37,100 @@ from .control_flow import (
     CustomJvp, CustomLin, CustomVjp, check_bwd_cotangent, check_custom_lin_transposed,
 )
 from .description import Program
+from .partial_eval import split_known
 from .primitives import BATCHING, JVP_BODIES, LINEARIZE_BODIES, TRANSPOSES
 
 __all__ = ["jvp_custom_jvp", "linearize_custom_jvp", "jvp_custom_vjp",
-           "linearize_custom_vjp", "transpose_custom_lin", "usable_rule"]
+           "linearize_custom_vjp", "transpose_custom_lin", "usable_rule", "refuse_traced_rule",
+           "rule_consts"]
 
 
 def usable_rule(eq: CustomJvp) -> Program | None:
     """``eq``'s rule where it fits its body (inputs: the non-constant primals and their
     tangents; outputs: the primal results, then the tangents ``rule_zeros`` leaves) and
-    holds no closed-over constant; else None."""
-    rule, body = eq.rule, eq.body
-    if rule is None or rule.consts:
+    JAX traced it; else None. A rule closing over constants is inlined only into a body
+    built holding them (:func:`rule_consts`)."""
+    if eq.rule is None or eq.rule_refused:
         return None
-    ins = tuple(v.type for v in body.inputs[eq.num_consts:])
-    outs = len(body.outputs)
-    fits = (len(eq.rule_zeros) == outs and tuple(v.type for v in rule.inputs) == ins + ins
-            and len(rule.outputs) == outs + eq.rule_zeros.count(False))
-    return rule if fits else None
+    count = len(eq.body.inputs) - eq.num_consts
+    return eq.rule if _fits(eq, eq.rule, eq.rule_zeros, (False,) * count) else None
+
+
+def _fits(eq: CustomJvp, rule: Program, rule_zeros: tuple, zeros: tuple) -> bool:
+    """Whether ``rule`` fits ``eq``'s body given the inputs without a tangent (``zeros``):
+    the primals, then the other tangents in; the primal results, then the tangents
+    ``rule_zeros`` leaves out."""
+    ins = tuple(v.type for v in eq.body.inputs[eq.num_consts:])
+    outs = len(eq.body.outputs)
+    tangents = tuple(t for t, zero in zip(ins, zeros) if not zero)
+    return (len(rule_zeros) == outs and tuple(v.type for v in rule.inputs) == ins + tangents
+            and len(rule.outputs) == outs + rule_zeros.count(False))
+
+
+def _chosen_rule(eq: CustomJvp, moving: list, into: Any, path: str, transform: str
+                 ) -> tuple | None:
+    """(the rule AD calls for ``eq`` given the tangents ``moving``, its ``rule_zeros``,
+    which inputs it takes no tangent of, its constants' numbers in the body ``into``), or
+    None where the call is differentiated by its primal body. A rule taking symbolic
+    zeros is the one traced for the inputs without a tangent (``zero_rules``)."""
+    if all(t is None for t in moving):
+        return None
+    zeros = tuple(t is None for t in moving[eq.num_consts:])
+    rule, rule_zeros, taken = usable_rule(eq), eq.rule_zeros, (False,) * len(zeros)
+    if eq.symbolic_zeros and any(zeros):
+        picked = [z for z in eq.zero_rules
+                  if z[0] == zeros and not eq.rule_refused and _fits(eq, z[1], z[2], zeros)]
+        if not picked and rule is not None:
+            _refuse(eq, path, transform, "a rule taking symbolic zeros is read for some "
+                    "inputs without a tangent only where it has at most four inputs and "
+                    "JAX traces it for them")
+        rule, rule_zeros, taken = (picked[0][1], picked[0][2], zeros) if picked else \
+            (None, (), ())
+    consts = None if rule is None else _const_numbers(into, rule)
+    return None if consts is None else (rule, rule_zeros, taken, consts)
+
+
+def rule_consts(program: Program) -> tuple:
+    """The constants the rules of ``program``'s custom calls close over (a custom_jvp's
+    rule, a custom_vjp's ``fwd``, a ``custom_lin``'s ``bwd``; each once): a body
+    differentiated or transposed is built holding them after its own, so that the rules
+    are inlined into it as JAX traces them, their constants the enclosing body's."""
+    out: dict[int, Any] = {}
+    for eq in program.equations:
+        if type(eq) is CustomJvp:
+            rules = (usable_rule(eq),)
+        elif type(eq) is CustomVjp and eq.bwd is not None:
+            rules = (eq.fwd,)
+        elif type(eq) is CustomLin:
+            rules = (eq.bwd,)
+        else:
+            rules = ()
+        for rule in rules:
+            out.update((id(c), c) for c in (rule.consts if rule is not None else ()))
+    return tuple(out.values())
+
+
+def _const_numbers(into: Any, rule: Program) -> tuple[int, ...] | None:
+    """The numbers of ``rule``'s constants in the body ``into`` (built holding them), or
+    None where it does not hold them all."""
+    held = {id(c): len(into.inputs) + k for k, c in enumerate(into.consts)}
+    numbers = tuple(held.get(id(c)) for c in rule.consts)
+    return None if None in numbers else numbers
+
+
+def refuse_traced_rule(eq: CustomJvp, moving: list, path: str, transform: str) -> None:
+    """Refuse, as JAX refuses tracing it, the rule of ``eq`` that JAX refused (its
+    ``rule_refused``) where AD calls it (a tangent given); its own checks at the trace
+    stage, at ``<path>.custom_jvp.rule.body[k]`` (AD-0 where the refusal is not
+    described: the call is not differentiated by its primal body, which JAX does not do)."""
+    if not eq.rule_refused or all(t is None for t in moving):
+        return
+    if eq.rule is None:
+        _refuse(eq, path, transform, "JAX refuses tracing its rule in a way the spec does "
+                "not describe")
+    from .explain import trace_body
+
+    trace_body(eq.rule, eq.rule.context_mesh, f"{path}.custom_jvp.rule.")
 
 
 def _refuse(eq: Any, path: str, transform: str, why: str) -> None:
@@ -57,15 +139,15 @@ def _refuse(eq: Any, path: str, transform: str, why: str) -> None:
 
 def _check_zeros(eq: Any, moving: list, path: str, transform: str) -> None:
     if eq.symbolic_zeros and any(t is None for t in moving[eq.num_consts:]):
-        _refuse(eq, path, transform, "a rule taking symbolic zeros is read for every input "
-                "differentiated only")
+        _refuse(eq, path, transform, "a custom_vjp taking symbolic zeros is read for every "
+                "input differentiated only")
 
 
-def _tangents_of(rule_outputs: list, eq: Any, results: tuple) -> list:
+def _tangents_of(rule_outputs: list, rule_zeros: tuple, results: tuple) -> list:
     """The tangent of each result: the rule's next one unless ``rule_zeros`` marks it a
     zero (None where the result has no tangent, an integer's)."""
     given = iter(rule_outputs)
-    out = [None if zero else next(given) for zero in eq.rule_zeros]
+    out = [None if zero else next(given) for zero in rule_zeros]
     return [t if differentiable(r) else None for t, r in zip(out, results)]
 
 
@@ -75,52 +157,67 @@ def _tangents_of(rule_outputs: list, eq: Any, results: tuple) -> list:
 def jvp_custom_jvp(eq: CustomJvp, body: Any, operands: tuple[int, ...], moving: list,
                    path: str) -> tuple[tuple[int, ...], list]:
     """A custom_jvp call's JVP: its rule inline (module docstring)."""
-    rule = usable_rule(eq)
-    if rule is None or all(t is None for t in moving):
+    refuse_traced_rule(eq, moving, path, "jvp")
+    chosen = _chosen_rule(eq, moving, body, path, "jvp")
+    if chosen is None:
         return JVP_BODIES.rules["jit"](eq, body, operands, moving, path)
-    _check_zeros(eq, moving, path, "jvp")
+    rule, rule_zeros, taken, consts = chosen
     nc, inputs = eq.num_consts, eq.body.inputs
-    tangents = tuple(t if t is not None else emit_zeros(body, inputs[i].type)
-                     for i, t in enumerate(moving) if i >= nc)
-    outs = inline_body(body, rule, tuple(operands[nc:]) + tangents)
+    tangents = tuple(t if t is not None else emit_zeros(body, inputs[nc + j].type)
+                     for j, (t, zero) in enumerate(zip(moving[nc:], taken)) if not zero)
+    outs = inline_body(body, rule, tuple(operands[nc:]) + tangents + consts)
     count = len(eq.body.outputs)
     results = [eq.body.value_types[n] for n in eq.body.outputs]
-    return outs[:count], _tangents_of(list(outs[count:]), eq, results)
+    return outs[:count], _tangents_of(list(outs[count:]), rule_zeros, results)
 
 
 @LINEARIZE_BODIES.register("custom_jvp")
 def linearize_custom_jvp(eq: CustomJvp, tape: Any, operands: tuple[int, ...], moving: list,
                          path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A custom_jvp call linearized: its rule split by partial evaluation (module
-    docstring)."""
-    rule = usable_rule(eq)
-    if rule is None or all(t is None for t in moving):
+    docstring), as :func:`~shardlaw.spec.program.partial_eval.split_known` splits a body
+    (an inner jit of the rule that reads a tangent split in a known and a tangent jit)."""
+    refuse_traced_rule(eq, moving, path, transform)
+    chosen = _chosen_rule(eq, moving, tape.primal, path, transform)
+    if chosen is None:
         return LINEARIZE_BODIES.rules["jit"](eq, tape, operands, moving, path, transform)
-    _check_zeros(eq, moving, path, transform)
+    rule, rule_zeros, taken, consts = chosen
     nc, inputs = eq.num_consts, eq.body.inputs
-    count = len(inputs) - nc
-    known: dict[int, int] = dict(enumerate(operands[nc:]))   # rule value -> primal number
-    unknown: dict[int, Any] = {}                             # rule value -> tangent ref
-    for j, t in enumerate(moving[nc:]):
-        if t is None:
-            known[count + j] = emit_zeros(tape.primal, inputs[nc + j].type)
-        else:
-            unknown[count + j] = t
-    for eq_in, made in zip(rule.equations, rule.result_numbers()):
-        if any(n in unknown for n in eq_in.operands):
-            refs = tuple(unknown[n] if n in unknown else tape.residual(known[n])
-                         for n in eq_in.operands)
-            unknown.update(zip(made, tape.emit(eq_in, refs)))
-        else:
-            outs = tape.primal.emit(eq_in.renumbered(tuple(known[n] for n in eq_in.operands)))
-            known.update(zip(made, outs))
+    # the rule's known inputs: the primals, and the zero tangents JAX instantiates
+    given: list = list(operands[nc:]) + [
+        emit_zeros(tape.primal, inputs[nc + j].type) if t is None else t
+        for j, (t, zero) in enumerate(zip(moving[nc:], taken)) if not zero]
+    split = split_known(rule, tuple(not isinstance(g, tuple) for g in given))
+    known_in = [g for g in given if not isinstance(g, tuple)]
+    made: tuple = ()
+    if split.known is not None:
+        made = inline_body(tape.primal, split.known, tuple(
+            g for g, read in zip(known_in, split.known_reads) if read) + consts)
+    ins = [i for i, g in enumerate(given) if not isinstance(g, tuple)]
+
+    def known(where: str, j: int) -> int:
+        return made[j] if where == "known" else given[j] if j in ins else None
+
+    refs = [tape.residual(known(*r)) for r in split.residuals] + [
+        g for g in given if isinstance(g, tuple)] + [tape.residual(c) for c in consts]
+    outs = _tangent_part(tape, split.unknown, refs)
     results = len(eq.body.outputs)
-    primal = rule.outputs[:results]
-    if any(n not in known for n in primal):
+    if any(where == "unknown" for where, _ in split.outputs[:results]):
         _refuse(eq, path, transform, "its rule computes a primal result from a tangent")
-    tangents = [unknown.get(n) for n in rule.outputs[results:]]   # (a known one: a zero)
+    primal = tuple(known(*o) for o in split.outputs[:results])
+    tangents = [outs[j] if where == "unknown" else None   # (a known one: a zero)
+                for where, j in split.outputs[results:]]
     types = [eq.body.value_types[n] for n in eq.body.outputs]
-    return tuple(known[n] for n in primal), _tangents_of(tangents, eq, types)
+    return primal, _tangents_of(tangents, rule_zeros, types)
+
+
+def _tangent_part(tape: Any, unknown: Program, refs: list) -> list:
+    """``unknown``'s equations recorded onto ``tape`` with its inputs bound to ``refs``;
+    the references its outputs get."""
+    number = list(refs)
+    for eq_in in unknown.equations:
+        number.extend(tape.emit(eq_in, tuple(number[n] for n in eq_in.operands)))
+    return [number[n] for n in unknown.outputs]
 
 
 # --------------------------------------------------------------------------- custom_vjp
@@ -129,7 +226,8 @@ def _forward(eq: CustomVjp, into: Any, operands: tuple[int, ...], path: str, tra
              ) -> tuple[list[int], tuple[int, ...]]:
     """``fwd`` run inline in ``into``: (the residuals ``bwd`` takes, the primal results)."""
     nc = eq.num_consts
-    outs = inline_body(into, eq.fwd, tuple(operands[nc:]))
+    consts = _const_numbers(into, eq.fwd) or ()
+    outs = inline_body(into, eq.fwd, tuple(operands[nc:]) + consts)
     made = len(outs) - len(eq.body.outputs)
     fresh = iter(outs[:made])
     residuals = [operands[nc + f] if f is not None else next(fresh) for f in eq.forwarded]
@@ -146,8 +244,9 @@ def _custom_lin(eq: CustomVjp, residuals: int, moving: list) -> CustomLin:
                      in_types=tuple(v.type for v in eq.body.inputs[nc:]))
 
 
-def _usable(eq: CustomVjp, moving: list, path: str, transform: str) -> bool:
-    if eq.fwd is None or eq.bwd is None or eq.fwd.consts or all(t is None for t in moving):
+def _usable(eq: CustomVjp, into: Any, moving: list, path: str, transform: str) -> bool:
+    if eq.fwd is None or eq.bwd is None or _const_numbers(into, eq.fwd) is None or \
+            all(t is None for t in moving):
         return False
     if any(t is not None for t in moving[:eq.num_consts]):
         _refuse(eq, path, transform, "a closed-over value of a custom_vjp function is "
@@ -160,7 +259,7 @@ def _usable(eq: CustomVjp, moving: list, path: str, transform: str) -> bool:
 def jvp_custom_vjp(eq: CustomVjp, body: Any, operands: tuple[int, ...], moving: list,
                    path: str) -> tuple[tuple[int, ...], list]:
     """A custom_vjp call's JVP: ``fwd`` inline, then a ``custom_lin`` (module docstring)."""
-    if not _usable(eq, moving, path, "jvp"):
+    if not _usable(eq, body, moving, path, "jvp"):
         return JVP_BODIES.rules["jit"](eq, body, operands, moving, path)
     residuals, primal = _forward(eq, body, operands, path, "jvp")
     lin = _custom_lin(eq, len(residuals), moving)
@@ -174,7 +273,7 @@ def linearize_custom_vjp(eq: CustomVjp, tape: Any, operands: tuple[int, ...], mo
                          path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A custom_vjp call linearized: ``fwd`` into the primal body, a ``custom_lin`` onto
     the tape (module docstring)."""
-    if not _usable(eq, moving, path, transform):
+    if not _usable(eq, tape.primal, moving, path, transform):
         return LINEARIZE_BODIES.rules["jit"](eq, tape, operands, moving, path, transform)
     residuals, primal = _forward(eq, tape.primal, operands, path, transform)
     lin = _custom_lin(eq, len(residuals), moving)
@@ -190,12 +289,14 @@ def transpose_custom_lin(eq: CustomLin, body: Any, incoming: list, flags: list[b
                          ) -> list[tuple[int, int]]:
     """A ``custom_lin`` transposed: its ``bwd`` inline on the residuals and the cotangents
     (zeros where none is given), each nonzero input's cotangent out."""
-    if eq.bwd.consts:
-        _refuse(eq, path, "transpose", "a bwd holding closed-over constants is not inlined")
+    consts = _const_numbers(body, eq.bwd)
+    if consts is None:
+        _refuse(eq, path, "transpose", "a bwd holding closed-over constants is inlined "
+                "only into a body built holding them")
     residuals = tuple(number[n] for n in eq.operands[:eq.num_res])
     cts = tuple(ct if ct is not None else emit_zeros(body, cotangent_type(r))
                 for ct, r in zip(incoming, eq.results))
-    made = iter(inline_body(body, eq.bwd, residuals + cts))
+    made = iter(inline_body(body, eq.bwd, residuals + cts + consts))
     linear = iter(eq.operands[eq.num_res:])
     out = []
     for k, (in_zero, bwd_zero) in enumerate(zip(eq.in_zeros, eq.bwd_zeros)):

@@ -49,9 +49,14 @@ def transpose_body(program: Program, linear: tuple[bool, ...], given: tuple,
     flags = _linear_values(program, linear)
     nonlinear = [i for i, lin in enumerate(linear) if not lin]
     cotangent_types = tuple(g.type for g in given if g is not None)
+    from .custom_rules import rule_consts   # (it builds on this module)
+
+    # (then the constants the bwd of its custom_lin equations close over, inlined here)
     body = BodyBuilder(tuple(program.inputs[i].type for i in nonlinear) + cotangent_types,
-                       program.consts)
+                       program.consts + rule_consts(program))
     number: dict[int, int] = {i: k for k, i in enumerate(nonlinear)}
+    number.update((len(program.inputs) + c, len(body.inputs) + c)   # its constants
+                  for c in range(len(program.consts)))
     cts: dict[int, int] = {}   # per value, the sum of the cotangents that reached it so far
 
     def accumulate(value: int, ct: int, path: str) -> None:
