@@ -38,6 +38,7 @@ PROGRAM_ONLY = {
     "SMAP-26": "a collective over axis index groups inside a shard_map body",
     "SMAP-27": "an all_gather to reduced values inside a shard_map body",
     "SMAP-28": "a constraint or reshard inside a shard_map body over the user's mesh",
+    "SMAP-29": "a primitive inside a shard_map body taking a value typed over another mesh",
     "WSC-10": "a constraint's operand's split over Explicit axes, read from its traced type",
     "WSC-11": "a constraint on a value typed with reduced axes, lowered in a jit's body",
     "WSC-12": "a bound constraint's spec merged with its operand's split, when lowered",

@@ -842,15 +842,27 @@ def _under_jit(jitted: Any, program: Program, args: tuple, name: str) -> Program
     """``jax.jit`` of the vmapped function: its options read from its trace, its body the
     spec's batched program (the batched jit call, then vmap's moves, which ``program``
     already is as ``jax.jit`` of the function; or the batched jit call alone)."""
-    import dataclasses
-
     jax = _jax()
     try:
         eqn = jax.make_jaxpr(jitted)(*args).jaxpr.eqns[0]
-    except Exception:   # noqa: BLE001 - JAX refuses the jit's own options while tracing
-        return describe_trace(jitted, *args)   # described as any jit it so refuses, or raised
+    except Exception:   # noqa: BLE001 - JAX refuses while tracing
+        try:
+            return describe_trace(jitted, *args)   # described as any jit it so refuses
+        except Exception:   # (inside vmap's batching rules: the spec's batched program)
+            from .refused_batching import refused_in_batching
+            refused = refused_in_batching(jitted, args, lambda options: _jitted(
+                program, options, name))
+            if refused is None:
+                raise
+            return refused
     _no_layouts(eqn.params, "the jit called")
-    options = _jit_options(eqn.params, "the jit called")
+    return _jitted(program, _jit_options(eqn.params, "the jit called"), name)
+
+
+def _jitted(program: Program, options: dict, name: str) -> Program:
+    """The spec's batched ``program`` under ``jax.jit``'s ``options`` (:func:`_under_jit`)."""
+    import dataclasses
+
     if program.checked:   # jax.jit of the vmapped function already: the options are the user's
         return dataclasses.replace(program, **options)
     count = len(program.inputs)

@@ -10,8 +10,10 @@ collective in a shard_map's body over an axis the body may not use or that does 
 its operand (SMAP-13, SMAP-21; described by
 :mod:`~shardlaw.spec.bridge.refused_collectives`), a primitive JAX cannot type over Explicit axes (a ``dot_general``, PROG-7; an
 elementwise operation or a ``select_n``, PROG-8; a resized or scanned split dimension,
-PROG-9, PROG-10; a reshape or a gather, PROG-12, PROG-13; described by
-:mod:`~shardlaw.spec.bridge.refused_primitives`) —
+PROG-9, PROG-10; a reshape or a gather, PROG-12, PROG-13; a sort, PROG-14; described by
+:mod:`~shardlaw.spec.bridge.refused_primitives`), a primitive of a shard_map's body bound
+to a value typed over another mesh than the body's (SMAP-29; one refused where JAX binds
+it, before staging it, located by :mod:`~shardlaw.spec.bridge.refused_meshes`) —
 :func:`describe_refused` still describes the program: the equations JAX traced before the
 call, read from JAX's own trace as it stood when it refused, then the refused call described
 from the user's values (its operands and the shardings it was given), its results the
@@ -56,12 +58,15 @@ from ..program.description import DevicePut, Jit, Program, Reshard, ShardingCons
 from .refused_bodies import ended, primal
 from .refused_collectives import COLLECTIVE_CALLS, collective_operands, refused_collective
 from .refused_gradients import gradient_frame, refuse_gradient, refuse_in_rule
-from .refused_primitives import primitive_frame, primitive_operands, refused_primitive
+from .refused_meshes import bind_frame
+from .refused_primitives import (
+    forwarded_frame, primitive_frame, primitive_operands, refused_primitive,
+)
 from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
 )
 
-__all__ = ["describe_refused", "describe_refused_rule", "calls_one_jit"]
+__all__ = ["describe_refused", "describe_refused_rule", "calls_one_jit", "frame_options"]
 
 # The kinds of refused call described, by the JAX function (file role, name) that makes it.
 _CALLS = {("pjit", "with_sharding_constraint"): "constraint", ("api", "device_put"): "device_put",
@@ -79,7 +84,7 @@ _CONSTRUCT_CHECKS = {("loops", "_check_carry_type"): "scan_carry",
 
 def _files() -> dict[str, str]:
     """The JAX source files whose frames locate a refusal, by role."""
-    from jax._src import api, pjit, shard_map
+    from jax._src import api, core, pjit, shard_map
     from jax._src.interpreters import partial_eval
     from jax._src.lax import parallel
     from jax._src.lax.control_flow import conditionals, loops
@@ -89,7 +94,7 @@ def _files() -> dict[str, str]:
     import jax
 
     return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
-            "smap": shard_map.__file__,
+            "smap": shard_map.__file__, "core": core.__file__,
             "loops": loops.__file__, "conds": conditionals.__file__,
             "parallel": parallel.__file__,
             "jax": os.path.dirname(jax.__file__)}
@@ -181,7 +186,7 @@ def _locate(error: BaseException, rule: bool = False
         elif where in _CONSTRUCT_CHECKS and construct is not None:   # a loop's, a cond's
             return (levels, _Refused(_CONSTRUCT_CHECKS[where], construct[1], None)) \
                 if levels else None
-        elif where == ("pe", "default_process_primitive"):
+        elif where == ("pe", "default_process_primitive") and not forwarded_frame(frame):
             if not levels or pending is not None or construct is not None or \
                     not primitive_frame(frame, levels[-1].trace):
                 return None   # bound in a trace other than the body's (a transformation's)
@@ -199,7 +204,18 @@ def _locate(error: BaseException, rule: bool = False
         elif (pending is not None or construct is not None) and \
                 not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
-    return None
+    return _bound(frame, where, levels, idle=pending is None and construct is None)
+
+
+def _bound(frame: Any, where: tuple, levels: list[_Level], idle: bool
+           ) -> tuple[list[_Level], _Refused] | None:
+    """The primitive JAX refused where it binds it (SMAP-29), ``frame`` the last of the
+    error's (``where``: its role and name), as the refused call in the innermost of
+    ``levels`` (``idle``: no jit or construct was about to trace a body); else None."""
+    if where != ("core", "bind") or not idle or not levels:
+        return None
+    call = bind_frame(frame, [level.trace for level in levels])
+    return None if call is None else (levels, _Refused("primitive", call, None))
 
 
 def _inside_body(error: BaseException, call: Any, jax_files: str) -> bool:
@@ -277,7 +293,7 @@ def _described_refusal(error: BaseException, inputs: tuple, options: dict, jitte
             return None
         else:
             program = _described(levels[top:], refused, inputs,
-                                 {**options, **_options(levels[top].jit)}, "", read_body)
+                                 {**options, **frame_options(levels[top].jit)}, "", read_body)
         verdict = explain_program(program, until="trace")
     except Rejection as refusal:   # a scan's length refused while describing the call
         failure = refusal.failure
@@ -369,7 +385,7 @@ def _closed_body(refused: _Refused) -> Any:
     assert jit is not None
     if refused.kind == "jit_out":
         return jit["jaxpr"]
-    return jax.make_jaxpr(jit["fun"])(*jax.tree_util.tree_map(_example, jit["args"]))
+    return _unshaped_body(jit)
 
 
 def _from_jax(value: Any) -> Any:
@@ -460,7 +476,7 @@ def _flat_operands(frame: dict, kind: str) -> list:
     return list(frame["args_ft"].vals)
 
 
-def _options(jit: dict) -> dict:
+def frame_options(jit: dict) -> dict:
     """A jit's options as its frame holds them while its body is traced."""
     from .convert import from_jax
     from .program import read_sharding as _sharding
@@ -486,7 +502,7 @@ def _inner_jit(levels: list[_Level], refused: _Refused, operands: tuple, path: s
     assert level.jit is not None
     types = tuple(_type(v.aval, f"input {i} of {path}")
                   for i, v in enumerate(level.trace.frame.invars))
-    options = _options(level.jit)
+    options = frame_options(level.jit)
     options.pop("context_mesh")
     body = _described(levels, refused, types, options, f"{path}.jit.", read_body)
     return Jit(tuple(operands), body=body, name=_name(level.jit))
@@ -549,20 +565,33 @@ def _refused_jit(refused: _Refused, operands: tuple, path: str,
     assert jit is not None
     values = list(jit["args_ft"].vals)
     types = tuple(_type(jax.typeof(v), f"operand {i} of {path}") for i, v in enumerate(values))
-    options = _options(jit)
+    options = frame_options(jit)
     options.pop("context_mesh")
     if refused.kind == "jit_in":
         if jit["ji"].static_argnums or jit["ji"].static_argnames or jit["kwargs"]:
             raise TypeError("an inner jit with static or keyword arguments")
         options["in_shardings"] = tuple(_sharding(s, f"in_shardings of {path}")
                                         for s in refused.call["in_shardings_flat"])
-        closed = jax.make_jaxpr(jit["fun"])(*jax.tree_util.tree_map(_example, jit["args"]))
+        closed = _unshaped_body(jit)
     else:
         closed = jit["jaxpr"]
         options["out_shardings"] = tuple(_sharding(s, f"out_shardings of {path}")
                                          for s in refused.call["out_shardings_flat"])
     body = read_body(closed.jaxpr, list(closed.consts), types, f"{path}.jit.", **options)
     return Jit(tuple(operands), body=body, name=_name(jit))
+
+
+def _unshaped_body(jit: dict) -> Any:
+    """The body of a jit refused for its in_shardings, traced here over its operands' types;
+    where JAX refuses that body too (it would trace it after the shardings), a body of no
+    equation and no result: none of it is reached, the program ends at the refused jit."""
+    import jax
+
+    examples = jax.tree_util.tree_map(_example, jit["args"])
+    try:
+        return jax.make_jaxpr(jit["fun"])(*examples)
+    except Exception:  # noqa: BLE001 - JAX's refusal of the body, after the one described
+        return jax.make_jaxpr(lambda *args: ())(*examples)
 
 
 def _example(value: Any) -> Any:

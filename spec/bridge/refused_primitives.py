@@ -23,7 +23,7 @@ from typing import Any
 
 from ..program.description import Opaque
 
-__all__ = ["primitive_frame", "refused_primitive", "primitive_operands"]
+__all__ = ["primitive_frame", "refused_primitive", "primitive_operands", "forwarded_frame"]
 
 
 def primitive_frame(frame: Any, trace: Any) -> bool:
@@ -36,6 +36,15 @@ def primitive_frame(frame: Any, trace: Any) -> bool:
         return False
     params = local.get("params") or {}
     return not list(core.jaxprs_in_params(params))
+
+
+def forwarded_frame(frame: Any) -> bool:
+    """Whether ``frame`` is the partial evaluation ``jax.grad``'s linearize traces with
+    handing a primitive on (its operands all known) to the trace below it: the body's, where
+    a frame further down binds it."""
+    from jax._src.interpreters import partial_eval as pe
+
+    return isinstance(frame.f_locals.get("self"), pe.JaxprTrace)
 
 
 def primitive_operands(call: dict) -> list:
@@ -62,6 +71,8 @@ def _unsplit_results(primitive: Any, tracers: list, params: dict) -> list:
 
     avals = [core.ShapedArray(t.aval.shape, t.aval.dtype, weak_type=t.aval.weak_type)
              for t in tracers]
+    if primitive.name == "pvary":   # (typed as its operand; its typing reads the body's axes)
+        return avals
     if "out_sharding" in params:
         params = dict(params, out_sharding=None)
     out, _ = primitive.abstract_eval(*avals, **params)

@@ -29,6 +29,7 @@ from . import batching_indexing  # noqa: F401  (gathers, scatters, dynamic slice
 from . import contraction  # noqa: F401  (dot_general's result type, PROG-7)
 from . import elementwise_types  # noqa: F401  (an elementwise operation's, PROG-8)
 from . import structural_types  # noqa: F401  (a slice's, a cumsum's: PROG-9, PROG-10)
+from . import sorted_types  # noqa: F401  (a sort's operands: PROG-14)
 from . import scan_length  # noqa: F401  (LOOP-5, which the bridge applies to a scan call)
 from . import propagation_spelling  # noqa: F401  (PROP-7: the results as JAX spells them)
 from . import propagation_flow  # noqa: F401  (PROP-13: a join a constraint leads)

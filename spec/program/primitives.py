@@ -536,7 +536,9 @@ for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
 for _name in ("argmax", "argmin", "reduce_and", "reduce_or", "reduce_xor"):
     declare(Entry(_name, Kind.REDUCTION, batching="reduction", jvp="zero",
                   transpose="opaque"))
-declare(Entry("sort", Kind.STRUCTURAL, batching="sorted", jvp="opaque", transpose="opaque"))
+# (its operands' types over Explicit axes, PROG-14, where traced: sorted_types.py)
+declare(Entry("sort", Kind.STRUCTURAL, batching="sorted", jvp="opaque", transpose="opaque",
+              tracing="sorts", checks=("PROG-14",)))
 declare(Entry("select_n", Kind.ELEMENTWISE, batching="select_n", jvp="opaque",
               transpose="opaque", **_TYPED))
 declare(Entry("iota", Kind.STRUCTURAL, batching=Absent(

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..core.rules import located, staged
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
+from ..transforms.shardmap_meshes import check_operand_mesh
 from ..transforms.shardmap_bodies import (
     check_gather_broadcast_divides, check_permutation,
     check_scatter_operand_unsplit, collective_shape, collective_split, collective_varying,
@@ -249,6 +250,16 @@ def trace_shard_map(eq: ShardMap, operands: tuple[Value, ...], path: str,
                                                marks)))
 
 
+def _closed_over(given: Value, operand: Value, spec: Any, inner: AbstractMesh) -> bool:
+    """Whether a body input is a value the body closes over, as JAX lifts one: its operand
+    passed whole (an in_spec splitting nothing), typed inside as it was outside, over
+    another mesh than the body's, ``inner`` (SMAP-29 meets it where a primitive takes it)."""
+    return given.mesh is not None and given.mesh != inner and \
+        not spec_axes(spec) and not given.varying and (
+            given.shape, given.dtype, given.spec, given.mesh) == (
+            operand.shape, operand.dtype, operand.spec, operand.mesh)
+
+
 def _check_specs(eq: ShardMap, manual: frozenset[str], path: str) -> None:
     """SMAP-3 and SMAP-4 for every in spec, then every out spec."""
     for which, specs in (("in_specs", eq.in_specs), ("out_specs", eq.out_specs)):
@@ -288,14 +299,23 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
                                              if eq.checked else ()):
         with located(where):
             check_divisible(eq.mesh, spec, value.shape, f"in_specs[{i}]", f"operand {i}")
+    inner = Manual(eq.mesh, manual, eq.check_vma).inner_mesh
+    # a value the body closes over is lifted whole, typed as outside, its type unchecked
+    closed = {i for i, (given, spec, value) in enumerate(zip(eq.body.inputs, eq.in_specs,
+                                                             operands))
+              if _closed_over(given, value, spec, inner)}
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)
                                              if eq.checked else ()):
         typed = _type_spec(value)
         with located(where):
-            check_specs_match_types(eq.mesh, manual, [spec], (Shaped(value.shape, typed),))
-    inner = Manual(eq.mesh, manual, eq.check_vma).inner_mesh
+            if i not in closed:
+                check_specs_match_types(eq.mesh, manual, [spec],
+                                        (Shaped(value.shape, typed),))
     types = []
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
+        if i in closed:
+            types.append(eq.body.inputs[i])
+            continue
         with located(where):
             check_reductions_held(spec, f"in_specs[{i}]", f"operand {i}")
             shape = (per_shard_shape(eq.mesh, spec, value.shape, manual) if eq.checked
@@ -368,11 +388,20 @@ def walk_body(program: Program, context: Manual, prefix: str, decided: list) -> 
     for k, eq in enumerate(program.equations):
         path = f"{prefix}body[{k}]"
         operands = tuple(program.value_types[n] for n in eq.operands)
+        if isinstance(eq, Opaque):   # its operands typed over the body's mesh (SMAP-29)
+            for value in operands:
+                check_operand_mesh(eq.primitive, _words(value), value.mesh,
+                                   context.inner_mesh, path)
         inside = IN_SHARD_MAP.of(entry_of(eq))
         if inside is not None:
             inside(eq, operands, context, path, decided)
         elif shardings_decision(eq) is not None:
             decided.append((path, shardings_decision(eq)))
+
+
+def _words(value: Value) -> str:
+    split = "" if value.spec is None else f" split {tuple(value.spec)}"
+    return f"{value.dtype}{list(value.shape)}{split}"
 
 
 @IN_SHARD_MAP.register("collective")

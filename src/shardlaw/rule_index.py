@@ -37,8 +37,8 @@ The stages, in pipeline order:
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
 ['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-10', 'PROG-11', 'PROG-12',
- 'PROG-13', 'PROG-4', 'PROG-6', 'PROG-7', 'PROG-8', 'PROG-9', 'REF-2', 'WSC-10', 'WSC-11',
- 'WSC-12']
+ 'PROG-13', 'PROG-14', 'PROG-4', 'PROG-6', 'PROG-7', 'PROG-8', 'PROG-9', 'REF-2', 'WSC-10',
+ 'WSC-11', 'WSC-12']
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     # results as compiled.
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
     "PROG-6": "compile", "PROG-7": "trace", "PROG-8": "trace", "PROG-9": "trace",
-    "PROG-10": "trace", "PROG-12": "trace", "PROG-13": "trace",
+    "PROG-10": "trace", "PROG-12": "trace", "PROG-13": "trace", "PROG-14": "trace",
     # Compiling: XLA refuses a donated input aliased before the compiler split it.
     "PROG-11": "compile",
     # A result typed over an Explicit mesh of another size than the device assignment.
@@ -277,6 +277,9 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
     "PROG-13": _left_to_jax(
         "JAX's gather sharding rule types each gather of the body (jnp.take, indexing by an "
         "array) while jit traces it; the engine traces through JAX's jit"),
+    "PROG-14": _left_to_jax(
+        "JAX's sort abstract evaluation types each sort of the body (jnp.sort, jnp.argsort) "
+        "while jit traces it; the engine traces through JAX's jit"),
     "PROG-4": _left_to_jax(
         "the compiler places a result a constraint or an inner jit returns; the engine "
         "takes the shardings JAX reports where it compiles"),
