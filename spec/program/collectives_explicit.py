@@ -6,11 +6,11 @@ equation; an inner jit, a full-manual shard_map and a reshard of arrays are not 
 with a sharding rule of their own: propagation inlines the jit's body between its in and
 out shardings, meets the shard_map at its specs and reads a reshard as a constraint to its
 type (PROP-6). This module reads the collectives off that inlined program, step by step in
-program order (:rule:`COLL-11`): each equation of the jit's body as at top level (COLL-1
+program order (COLL-11): each equation of the jit's body as at top level (COLL-1
 to COLL-3), each boundary — an in or out sharding, an in or out spec, a reshard or a
 constraint — bringing its value from the split propagation gives it to the one the
 boundary fixes (COLL-2), and a shard_map's body, over manual axes, communicating nothing
-where it holds no collective (:rule:`COLL-12`).
+where it holds no collective (COLL-12).
 
 >>> from shardlaw.spec import Mesh, NamedSharding, P
 >>> from shardlaw.spec.program.description import Jit, Opaque, Program, Value
