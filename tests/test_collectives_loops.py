@@ -234,3 +234,16 @@ def test_a_cumulative_sum_along_a_split_dimension_is_left_open_where_xla_gathers
         assert not step.complete and step.undetermined.rule == "COLL-4"
     else:
         assert real == [] and step.complete and _keys(step) == []
+
+
+def test_a_scanned_step_whose_cond_a_constraint_leads_is_read_through():
+    """A scanned step whose cond's branch returns a constraint (PROP-13 leads that join):
+    the loop's collectives read every join, led or not (the deep run's bare IndexError),
+    and the step agrees with JAX."""
+    from shardlaw.properties import steps_harness
+    from shardlaw.properties.steps_strategies import StepCase
+    case = StepCase(layers=("bias",), depth=1, scan=True, remat=False, cond=True,
+                    transform="forward", optimizer="adamw", mesh="auto", grid=(8, 1),
+                    plan="tp", constraint="model", out=None, donate=True, given=False,
+                    refused=None)
+    assert steps_harness.compare_step(case) == []

@@ -100,7 +100,7 @@ class _Walk:
     def of(cls, program: Any, plans: dict) -> "_Walk":
         flat, splits = propagated(program)   # (propagate answered: so does this)
         joins: dict = {}
-        for sources, result, path in flat.joins:
+        for sources, result, path in flat.edges:   # (led by a constraint or not)
             joins.setdefault(path, []).append((tuple(sources), result))
         steps: dict = {}
         for entry, _, every, _, path, _ in flat.steps:

@@ -474,6 +474,7 @@ class Flat:
     reshaped: dict = dataclasses.field(default_factory=dict)
     contested: dict = dataclasses.field(default_factory=dict)
     led: list = dataclasses.field(default_factory=list)   # (joins a constraint leads: PROP-13)
+    edges: list = dataclasses.field(default_factory=list)  # (every join and led join, in order)
 
     def new(self, value: Any) -> int:
         self.types.append(value)

@@ -94,9 +94,11 @@ def _edge(flat: Flat, name: str, initial: int, out: int, carry: int, path: str,
         _step(flat, "sharding_constraint", Factors((dims, dims), (dims,)), [out, initial],
               carry, path)
         flat.led.append(([out, initial], carry, path))
+        flat.edges.append(([initial, out], carry, path))
         return
     _step(flat, name, Factors((dims, dims), (dims,)), [initial, out], carry, path)
     flat.joins.append(([initial, out], carry, path))
+    flat.edges.append(([initial, out], carry, path))
 
 
 @rule("PROP-13", mirrors="shardy: the data-flow edges of a while loop and a case (the "
@@ -141,12 +143,14 @@ def _joined(flat: Flat, sources: list, path: str, constraints: list = (), mesh: 
         _step(flat, "copy", Factors(tuple(dims for _ in sources) + unsplit, (dims,)),
               sources + read, made, path)
         flat.joins.append((sources, made, path))
+        flat.edges.append((sources, made, path))
         return made
     others = [n for k, n in enumerate(sources) if k != led]
     _step(flat, "sharding_constraint", Factors(tuple(dims for _ in sources) + unsplit,
                                                (dims,)),
           [sources[led]] + others + read, made, path)
     flat.led.append(([sources[led]] + others, made, path))
+    flat.edges.append((sources, made, path))
     if len(others) > 1:   # (the other branches apart from each other: PROP-4)
         flat.joins.append((others, made, path))
     return made
