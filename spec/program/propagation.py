@@ -472,6 +472,7 @@ class Flat:
     joins: list = dataclasses.field(default_factory=list)
     rules: dict = dataclasses.field(default_factory=dict, repr=False)
     reshaped: dict = dataclasses.field(default_factory=dict)
+    broadcasts: dict = dataclasses.field(default_factory=dict)   # (result: operand, where)
     contested: dict = dataclasses.field(default_factory=dict)
     led: list = dataclasses.field(default_factory=list)   # (joins a constraint leads: PROP-13)
     edges: list = dataclasses.field(default_factory=list)  # (every join and led join, in order)
@@ -627,6 +628,8 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
                 _stop("PROP-4", f"{_name(eq)}: it reads or writes a mutable ref", path)
             if isinstance(rule_, NotPropagated):
                 rule_ = Undetermined("PROP-4", f"{_name(eq)}: {rule_.why}", path)
+        if name == "broadcast_in_dim" and not isinstance(rule_, Undetermined):
+            operands, rule_ = _rebroadcast(flat, eq, operands, results[0], rule_)
         if is_reshape(name, flat.types[operands[0]] if operands else None,
                       flat.types[results[0]] if results else None):
             flat.reshaped[results[0]] = operands[0]
@@ -938,6 +941,7 @@ propagated = _propagated   # (the inlined program and its splits: collectives_ex
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, folded as _folded, grown_split as _grown,
+    rebroadcast as _rebroadcast,
     is_reshape, takes_of as _takes,
     implied_out_shardings as _out_shardings,
     check_axes_apart as _check_apart, constraint_pin as _constraint_pin,

@@ -18,10 +18,10 @@ from ..core.shardings import UNSPECIFIED, NamedSharding
 from ..core.values import AxisType, PartitionSpec
 from .description import Program
 from .primitives import Factors, entry_of
-from .sharding_factors import factors_of_dimension
+from .sharding_factors import broadcast_factors, factors_of_dimension
 from .propagation import COPY, ORDER_DECIDES, Flat, Split, Undetermined, placed_pin, stop
 
-__all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
+__all__ = ["rebroadcast", "check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
            "move_pins", "manual_boundary", "grown_split", "barred_cut", "takes_of", "folded",
            "place_constraints", "constraint_pin", "joined_constraint_pin", "reshard_pin",
            "may_grow", "check_axes_apart", "contested_values"]
@@ -259,6 +259,23 @@ def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int |
                                  result.mesh.axis_types):
         return operands[0]   # (typed over no Explicit axis: lowering emits nothing)
     return None
+
+
+def rebroadcast(flat: Flat, eq: Any, operands: list, result: int, rule_: Any) -> tuple:
+    """A broadcast_in_dim's operands and factors as StableHLO folds a broadcast of a
+    broadcast's result: one broadcast of the first one's operand (seen: a split a use gives
+    the second result is not moved onto the first's)."""
+    where = dict(getattr(eq, "params", ())).get("broadcast_dimensions")
+    if where is None or len(operands) != 1:
+        return operands, rule_
+    where = tuple(where)
+    if operands[0] in flat.broadcasts:
+        source, first = flat.broadcasts[operands[0]]
+        operands, where = [source], tuple(where[w] for w in first)
+        rule_ = broadcast_factors(tuple(flat.types[source].shape),
+                                  tuple(flat.types[result].shape), where)
+    flat.broadcasts[result] = (operands[0], where)
+    return operands, rule_
 
 
 def place_constraints(flat: Flat, constraints: list, outputs: list) -> Undetermined | None:

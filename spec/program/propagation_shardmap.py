@@ -6,8 +6,9 @@ JAX 0.10.2 lowers ``jax.shard_map(..., axis_names={'x'})`` over a mesh ``('x', '
 closed prefix of each dimension, open after it (``[{"x", ?}, {?}]``), over a body of local
 shapes. Shardy moves the free axes an operand holds after that prefix into the body, the
 body's own operations propagate them as any program's do, and its results carry them out
-after their manual prefix, both ways (a result's uses reach back into the body); nothing
-moves from the body back onto an operand, and no free value takes a manual axis.
+after their manual prefix, both ways (a result's uses reach back into the body); no free
+value takes a manual axis. An operand left open may take its spec's manual axes and the
+body's free axes back (seen: ``sin(a)`` read by the shard_map and returned): not written yet.
 :func:`shard_map_boundary` adds such a shard_map to the flat program
 :mod:`~shardlaw.spec.program.propagation` propagates; one whose every axis is manual is
 seen from outside only (:func:`~shardlaw.spec.program.propagation_pins.manual_boundary`).
@@ -74,6 +75,7 @@ def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     body = eq.body
     inner = []
     for n, spec, local in zip(operands, eq.in_specs, body.inputs):
+        _check_closed(flat, n, spec, manual, constraints, path)
         held = _held(flat, flat.types[n], spec, mesh, manual, path)
         _into(flat, n, held, path)
         inner.append(flat.new(local))
@@ -85,6 +87,22 @@ def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     for n, spec, out in zip(results, eq.out_specs, outs):
         _hold(flat, n, spec, mesh, manual, path)
         _strip(flat, n, out, _manual_dims(flat, n, mesh), path, inward=False)
+
+
+def _check_closed(flat: Flat, operand: int, spec: Any, manual: frozenset, constraints: list,
+                  path: str) -> None:
+    """Stops where an operand left open (not an input's or a closed constraint's value) is
+    read through a spec naming a manual axis: JAX moves the spec's manual axes, and free
+    ones of the body, back onto it (seen: ``P('x', 'y')`` onto a returned ``sin``, ``P(None,
+    'x')`` onto a dot's result), and when it does is not written yet."""
+    if not any(a in manual for e in spec for a in ((e,) if isinstance(e, str) else e or ())):
+        return
+    pins = [c[2] for c in constraints if c[1] == operand]
+    if (operand in flat.fixed and operand not in flat.open) or (pins and not any(pins[-1][1])):
+        return
+    stop("PROP-11", "a shard_map leaving mesh axes automatic reading a value left open "
+         "through a spec naming a manual axis: whether the manual axes move back onto that "
+         "value (and the body's free axes) is not written yet", path)
 
 
 def _held(flat: Flat, value: Any, spec: Any, mesh: Any, manual: frozenset, path: str) -> int:

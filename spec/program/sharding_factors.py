@@ -30,6 +30,7 @@ from .primitives import Factors, NotPropagated
 
 __all__ = ["SHARDING_RULES", "SHARDING_ONLY", "elementwise_factors", "dot_general_factors",
            "reduction_factors", "transpose_factors", "broadcast_in_dim_factors",
+           "broadcast_factors",
            "reshape_factors", "ELEMENTWISE_NAMES", "SHARDING_ONLY_ELEMENTWISE",
            "same_dimensions_factors", "squeeze_factors",
            "expand_dims_factors", "iota_factors", "dynamic_slice_factors",
@@ -103,10 +104,16 @@ def broadcast_in_dim_factors(eq: Any, operands: tuple) -> Factors:
     factor of its own that stays unsplit); every other result dimension is a factor of the
     result alone."""
     params = _params(eq)
-    shape, where = params["shape"], params["broadcast_dimensions"]
+    return broadcast_factors(tuple(operands[0].shape), tuple(params["shape"]),
+                             tuple(params["broadcast_dimensions"]))
+
+
+def broadcast_factors(before: tuple, shape: tuple, where: tuple) -> Factors:
+    """A broadcast of ``before`` to ``shape``, operand dimension ``i`` at ``where[i]``: the
+    factors :func:`broadcast_in_dim_factors` reads from its equation."""
     result = list(_dims("r", len(shape)))
     operand, replicated = [], set()
-    for i, size in enumerate(operands[0].shape):
+    for i, size in enumerate(before):
         if size == 1 and shape[where[i]] != 1:
             operand.append(f"o{i}")
             replicated.add(f"o{i}")
