@@ -21,8 +21,8 @@ from .primitives import Factors, entry_of
 from .sharding_factors import broadcast_factors, factors_of_dimension
 from .propagation import COPY, ORDER_DECIDES, Flat, Split, Undetermined, placed_pin, stop
 
-__all__ = ["rebroadcast", "check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
-           "move_pins", "manual_boundary", "grown_split", "barred_cut", "takes_of", "folded",
+__all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
+           "rebroadcast", "move_pins", "manual_boundary", "grown_split", "barred_cut", "takes_of", "folded",
            "place_constraints", "constraint_pin", "joined_constraint_pin", "reshard_pin",
            "may_grow", "check_axes_apart", "contested_values"]
 
