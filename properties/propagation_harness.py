@@ -536,8 +536,10 @@ def _auto_map_of(param: tuple, x: Any, mesh: Any) -> Any:
         fn, out = (lambda t: jnp.transpose(t) * 2.0), spec_of(split[::-1])
     elif body == "psum":   # (over the axes the spec names: the ones its operand varies over)
         named = tuple(a for e in split for a in ((e,) if isinstance(e, str) else e or ()))
-        fn, out = (lambda t: jax.lax.psum(jnp.cos(t), named) if named else jnp.cos(t)), \
-            spec_of(())
+        # (summed in float32: a bfloat16 psum in a shard_map leaving axes automatic aborts
+        # XLA's CPU compiler in jax 0.10.2, "Invalid binary instruction opcode copy")
+        fn, out = (lambda t: jax.lax.psum(jnp.cos(t).astype(jnp.float32), named) if named
+                   else jnp.cos(t)), spec_of(())
     else:
         fn, out = (lambda t: jnp.cos(t) * 2.0), spec
     return jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=out,

@@ -577,6 +577,10 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
     if chosen is None:
         return Undetermined("COLL-1", "the operands split a reduced factor differently: the "
                             "partitioner chooses by cost whether to gather or slice", "")
+    if entry_of(eq).name == "gather" and _indexed_split(factors, held):
+        return Undetermined("COLL-4", "a gather indexing a split dimension of its operand: "
+                            "XLA gathers on each shard, masks and all-reduces (seen), by a "
+                            "plan not read yet", "")
     if along_a_split(eq, held):
         return Undetermined("COLL-4", f"{entry_of(eq).name} along a split dimension: XLA "
                             "gathers the operand along it (seen) by a plan of its own, not "
@@ -612,6 +616,13 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
                               "the partitioner orders the gather and the all-reduce by its "
                               "own plan", "")
     return tuple(operands), summed
+
+
+def _indexed_split(factors: Any, held: tuple) -> bool:
+    """Whether a gather's operand is split along a dimension it indexes or slices shorter
+    (an unsplit factor ``o…`` of :func:`~shardlaw.spec.program.sharding_factors.gather_factors`)."""
+    dims = factors.operands[0] if factors.operands else ()
+    return any(axes and f.startswith("o") for f, axes in zip(dims, held[0] if held else ()))
 
 
 # (propagation passes their own dimension through; the partitioner gathers it)
