@@ -247,3 +247,26 @@ def test_a_scanned_step_whose_cond_a_constraint_leads_is_read_through():
                     plan="tp", constraint="model", out=None, donate=True, given=False,
                     refused=None)
     assert steps_harness.compare_step(case) == []
+
+
+@checks("COLL-10")
+@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("out", [(), ("x",)])
+def test_a_cond_result_an_out_sharding_gathers_is_gathered_once_after_the_conditional(
+        explicit, out):
+    """A cond of ``a`` on ``P(('x', 'y'))`` returned under ``P()`` or ``P('x')`` (or, 'x'
+    Explicit, left open: its type's ``P('x')``): the conditional's result keeps the
+    branches' split over 'y' and is all-gathered once after it, not at each branch's end
+    (the deep run's case, seed 778: two all-gathers predicted where XLA has one)."""
+    types = (jax.sharding.AxisType.Explicit if explicit else Auto, Auto)
+    mesh = jax.make_mesh((1, 8), ("x", "y"), axis_types=types)
+    put = jax.sharding.NamedSharding(mesh, P(*out))
+
+    def f(a, w):
+        return jax.lax.cond(a.sum() > 0, lambda a, u: a + u.sum(0, keepdims=True),
+                            lambda a, u: a - 1.0, a, w)
+    g = jax.jit(f) if explicit and out == ("x",) else jax.jit(f, out_shardings=put)
+    args = (_put(mesh, (16,), ("x", "y")), _put(mesh, (16,), ("x", "y")))
+    real, step = _both(g, *args)
+    assert ("all-gather", ((0, 1, 2, 3, 4, 5, 6, 7),), 64, 1) in real
+    assert step.complete and _keys(step) == real

@@ -42,6 +42,7 @@ from ..core.shardings import UNSPECIFIED
 from .collectives import Collective, along_a_split, combined, equation_collectives, moved
 from .primitives import entry_of
 from .propagation import FLOW_KINDS, Undetermined, propagated, propagation_mesh
+from .propagation_pins import implied_out_shardings
 
 __all__ = ["flow_collectives", "body_collectives", "hoisted", "boundary_moves"]
 
@@ -86,7 +87,8 @@ class _Computation:
 class _Walk:
     """The propagated program as the bodies are read: the flat program, its splits, the
     mesh, the operand and result ids of each equation by path, the joins and the steps of
-    each control-flow equation by path, and the equations' plans (shared)."""
+    each control-flow equation by path, the equations' plans (shared) and the ids of the
+    results an out sharding pins."""
 
     flat: Any
     splits: dict
@@ -95,6 +97,7 @@ class _Walk:
     joins: dict
     steps: dict
     plans: dict
+    pinned_out: frozenset = frozenset()
 
     @classmethod
     def of(cls, program: Any, plans: dict) -> "_Walk":
@@ -105,9 +108,12 @@ class _Walk:
         steps: dict = {}
         for entry, _, every, _, path, _ in flat.steps:
             steps.setdefault(path, []).append((entry.name, every))
-        return cls(flat, splits, propagation_mesh(program),
+        mesh = propagation_mesh(program)
+        pinned = frozenset(flat.ids[n] for n, given in zip(
+            program.outputs, implied_out_shardings(program, mesh)) if given is not UNSPECIFIED)
+        return cls(flat, splits, mesh,
                    {path: (ops, results) for path, _, ops, results in flat.equations},
-                   joins, steps, plans)
+                   joins, steps, plans, pinned)
 
 
 def flow_collectives(program: Any, k: int, done: set, plans: dict
@@ -263,7 +269,10 @@ def boundary_moves(have: tuple, need: tuple, where: str) -> str:
     before it.
 
     The initial carry moves before the loop, the body's next one at its end; a slice of
-    ``xs`` the body splits otherwise moves in the body.
+    ``xs`` the body splits otherwise moves in the body. A cond's result that an out
+    sharding pins keeps the split its branches' results agree on and moves after the
+    conditional, once (seen: ``a - 1`` or ``a + s`` of ``a`` on ``P('y')``, returned
+    under ``P()``, is all-gathered after the conditional, not in each branch).
 
     Gives where the reshard runs: "before", "body" or "after" (the final carry), "" where
     nothing moves.
@@ -392,14 +401,16 @@ def _pieces(walk: _Walk, xs: list, path: str, count: int) -> list:
 
 
 def _ends(walk: _Walk, inner: _Computation, outs: list, targets: list, path: str,
-          stacked: bool = False) -> Undetermined | None:
+          stacked: bool = False, needs: list | None = None) -> Undetermined | None:
     """The body's results brought to the splits of the values they become (a carry, a
-    stacked ``ys``'s slice, a cond's result) at the body's end (COLL-10)."""
-    for out, target in zip(outs, targets):
+    stacked ``ys``'s slice, a cond's result; ``needs``: a split kept instead) at the
+    body's end (COLL-10)."""
+    for out, target, kept in zip(outs, targets, needs or [None] * len(targets)):
         if out is None or target is None:
             return Undetermined("COLL-8", "a body's result comes from an equation lowering "
                                 "folds away: not followed yet", path)
         need = tuple(walk.splits[target][1:]) if stacked else walk.splits[target]
+        need = need if kept is None else kept
         stopped = _move(walk, inner, out, need, "body", path, to=target)
         if stopped:
             return stopped
@@ -446,13 +457,33 @@ def _cond(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
     cond's at its end; a branch runs as the data decide."""
     joins = walk.joins.get(path, [])
     results = [r for _, r in joins]
+    kept = [_kept_out(walk, sources, r) for sources, r in joins]
     for b, branch in enumerate(eq.branches):
         inner = _body_of(comp, f"{path}.cond.branches[{b}]", None, "cond", None)
         ids = _read(walk, branch, list(operands[1:]), f"{path}.cond.branches[{b}].", inner)
         if isinstance(ids, Undetermined):
             return ids
-        stopped = _ends(walk, inner, [ids[n] for n in branch.outputs], results, path)
+        stopped = _ends(walk, inner, [ids[n] for n in branch.outputs], results, path,
+                        needs=kept)
         if stopped:
             return stopped
         comp.add(inner.close(), ())
+    for r, have in zip(results, kept):
+        stopped = have is not None and _move(walk, comp, r, walk.splits[r], "after", path,
+                                             have=have, to=r)
+        if stopped:
+            return stopped
     return results
+
+
+def _kept_out(walk: _Walk, sources: tuple, result: int) -> tuple | None:
+    """The split a cond's result keeps where an out sharding pins it to fewer axes (COLL-10)."""
+    if result not in walk.pinned_out or result not in walk.flat.live or None in sources:
+        return None
+    splits = {tuple(walk.splits[s]) for s in sources}
+    have = splits.pop() if len(splits) == 1 else None
+    need = tuple(walk.splits[result])
+    if have is None or have == need or any(tuple(h[:len(n)]) != tuple(n)
+                                           for h, n in zip(have, need)):
+        return None   # (seen: P('x', 'y') pinned to P('y', 'x') moves in each branch)
+    return have
