@@ -113,11 +113,9 @@ ACCEPTED = {
 }
 
 
-@checks("PROG-8")
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_a_result_splitting_two_dimensions_over_one_axis_is_refused_as_jax_refuses_it(name):
-    fun, arguments, path = REFUSED[name]
-    args = arguments()
+def _refused_as_jax(fun, args, path, rule, over):
+    """JAX refuses ``fun`` while tracing (an illegally sharded result), and the spec by
+    ``rule`` at its path, stage and class, naming the axis split twice."""
     with pytest.raises(Exception) as refused:
         jax.jit(fun).trace(*args)
     assert type(refused.value).__name__ == "ShardingTypeError"
@@ -125,8 +123,15 @@ def test_a_result_splitting_two_dimensions_over_one_axis_is_refused_as_jax_refus
     _, verdict, problems = held_to_jax(fun, *args)
     assert not problems, problems
     assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
-        "PROG-8", "trace", path, "ShardingTypeError"), verdict.message
-    assert "would split two dimensions of its result over 'x'" in verdict.message
+        rule, "trace", path, "ShardingTypeError"), verdict.message
+    assert f"would split two dimensions of its result {over}" in verdict.message
+
+
+@checks("PROG-8")
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_result_splitting_two_dimensions_over_one_axis_is_refused_as_jax_refuses_it(name):
+    fun, arguments, path = REFUSED[name]
+    _refused_as_jax(fun, arguments(), path, "PROG-8", "over 'x'")
 
 
 @checks("PROG-8")
@@ -180,16 +185,7 @@ PRODUCTS_ACCEPTED = {
 @pytest.mark.parametrize("name", sorted(PRODUCTS))
 def test_a_product_splitting_two_dimensions_over_one_axis_is_refused_as_jax_refuses_it(name):
     fun, arguments, path = PRODUCTS[name]
-    args = arguments()
-    with pytest.raises(Exception) as refused:
-        jax.jit(fun).trace(*args)
-    assert type(refused.value).__name__ == "ShardingTypeError"
-    assert "illegally sharded result" in str(refused.value)
-    _, verdict, problems = held_to_jax(fun, *args)
-    assert not problems, problems
-    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
-        "PROG-7", "trace", path, "ShardingTypeError"), verdict.message
-    assert "would split two dimensions of its result over" in verdict.message
+    _refused_as_jax(fun, arguments(), path, "PROG-7", "over")
 
 
 @checks("PROG-7")
