@@ -98,12 +98,17 @@ def refuse_gradient(local: dict, names: set[str]) -> None:
         flat = _flat_argnums(args, argnums)
         grad_program(program, flat, has_aux=bool(local.get("has_aux")))
     except Rejection as refusal:
-        failure = refusal.failure
-        if refusal.stage == "trace" and (
-                {failure.jax_error, failure.error_type.__name__} & names):
-            raise refusal from None
+        _raise_as_jax(refusal, names)
     except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
         return
+
+
+def _raise_as_jax(refusal: Any, names: set[str]) -> None:
+    """Raise the spec's ``refusal`` where it refuses at the trace stage with one of JAX's
+    classes ``names`` (JAX's error stands otherwise)."""
+    failure = refusal.failure
+    if refusal.stage == "trace" and {failure.jax_error, failure.error_type.__name__} & names:
+        raise refusal from None
 
 
 def refuse_jvp(local: dict, names: set[str]) -> None:
@@ -125,10 +130,7 @@ def refuse_jvp(local: dict, names: set[str]) -> None:
         jvp_program(program, tuple(value_type_of(jax.typeof(t), "a tangent of jax.jvp")
                                    for t in jax.tree_util.tree_leaves(local["tangents"])))
     except Rejection as refusal:
-        failure = refusal.failure
-        if refusal.stage == "trace" and (
-                {failure.jax_error, failure.error_type.__name__} & names):
-            raise refusal from None
+        _raise_as_jax(refusal, names)
     except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
         return
 
