@@ -77,6 +77,20 @@ def test_one_axis_wanted_by_two_factors_goes_to_the_factor_shardy_visits_first(
 
 
 @checks("PROP-14")
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("shape", [(16, 2, 16), (16, 16, 16)])
+def test_in_an_elementwise_operation_the_split_of_more_pieces_comes_first(swap, shape):
+    # of the propagation property's seed 20261902 (two disagreements of a first version
+    # that ordered by the source tensor alone): the batch's ('x', 'y') wins over 'y'
+    left, right = ((shape, P("x", "y", None)), (shape, P(("x", "y"), None, None)))
+    args = _placed((4, 2), *((right, left) if swap else (left, right)))
+    real, verdict = _both(lambda a, b: (jnp.maximum(a, b),), args)
+    assert tuple(real[0].spec)[0] == ("x", "y") and not any(tuple(real[0].spec)[1:])
+    assert verdict.out_shardings == (from_jax(real[0]),)
+    assert _predicted(verdict.collectives) == _compiled(lambda a, b: (jnp.maximum(a, b),), args)
+
+
+@checks("PROP-14")
 def test_a_weight_split_over_the_batch_s_axis_is_gathered_where_nothing_is_left_idle():
     # the output projection of attention under FSDP: 'x' would split the batch (from the
     # larger operand, first) and the weight's output features; the weight holds every

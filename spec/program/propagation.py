@@ -332,7 +332,7 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
     if _axes_apart({f: split for f, split in chosen.items()
                     if _may_grow(f, split, tensors, numbers, current, fixed)}, current):
         targets = _resolve_apart(form, current, chosen, directions, numbers, fixed, grown,
-                                 priority, path)   # (PROP-14)
+                                 priority, path, mesh)   # (PROP-14)
     return _grow(form, numbers, current, targets, splits, fixed, mesh, path, grown, priority)
 
 

@@ -455,7 +455,7 @@ def axes_apart(chosen: dict, current: list) -> set:
 
 
 def resolve_apart(form: Any, current: list, chosen: dict, directions: dict, numbers: tuple,
-                  fixed: Any, grown: dict, priority: int, path: str) -> list[dict]:
+                  fixed: Any, grown: dict, priority: int, path: str, mesh: Any) -> list[dict]:
     """Each tensor's factor splits where one mesh axis would split two factors of an
     equation (PROP-14), or why not: a dimension of several factors (a reshape's), or a cut
     decided by a value another equation grew in this pass (which comes first is then the
@@ -474,7 +474,7 @@ def resolve_apart(form: Any, current: list, chosen: dict, directions: dict, numb
             return ()
         return takes_of(split, fixed, number)
     state, cuts = ordered_growth(form.tensors, current, chosen, directions, form.count,
-                                 form.sizes, takes, form.elementwise)
+                                 form.sizes, takes, form.elementwise, mesh)
     for axis, k in cuts:
         if grown.get(numbers[k]) == priority and fixed.by.get(numbers[k]) != numbers \
                 and numbers[k] not in fixed.chains:   # (PROP-15: a chain comes first)

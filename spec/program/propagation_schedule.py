@@ -83,10 +83,11 @@ def conflict(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return a[:len(b)] != b and b[:len(a)] != a
 
 
-def _factor_order(tensors: tuple, current: list, chosen: dict, count: int, sizes: dict
-                  ) -> list:
-    """((-source size, source, position), factor) of each factor with a split to grow: its
-    source the largest tensor holding that whole split, the earliest of equal ones."""
+def _factor_order(tensors: tuple, current: list, chosen: dict, count: int, sizes: dict,
+                  ways: Any) -> list:
+    """((-source size, -ways, source, position), factor) of each factor with a split to
+    grow: its source the largest tensor holding that whole split, the earliest of equal
+    ones; ``ways(split)``: how many pieces a split makes (0: not compared)."""
     size = [math.prod(sizes[f] for f in t) for t in current]
     order: list = []
     for position, f in enumerate(dict.fromkeys(f for dims in tensors[count:] + tensors[:count]
@@ -96,20 +97,21 @@ def _factor_order(tensors: tuple, current: list, chosen: dict, count: int, sizes
         sources = [k for k, t in enumerate(current) if f in t and t[f][:len(split)] == split]
         if split and sources:
             source = max(sources, key=lambda k: (size[k], -k))
-            order.append(((-size[source], source, position), f))
+            order.append(((-size[source], -ways(split), source, position), f))
     return order
 
 
 @rule("PROP-14", mirrors="shardy: AggressiveFactorPropagation::propagateFactorShardings")
 def ordered_growth(tensors: tuple, current: list, chosen: dict, directions: dict,
-                   count: int, sizes: dict, takes: Any, elementwise: bool
+                   count: int, sizes: dict, takes: Any, elementwise: bool, mesh: Any
                    ) -> tuple[list[dict], list]:
     """Where one mesh axis would split two factors of an equation, its factors grow in turn,
     the largest source tensor's first, and each tensor takes a factor's split cut before the
     first axis another of its factors holds.
 
     A factor's source is the largest tensor (of its operands, then results) holding its
-    whole split; ties go to the earlier tensor, then the earlier factor. Each factor grows
+    whole split; ties go, in an elementwise operation, to the split of more pieces, then to
+    the earlier tensor, then the earlier factor. Each factor grows
     the results, then the operands (a backward factor only these, a forward one only
     those); ``takes(k, f, split)`` is what tensor ``k``'s limits let it take. An
     elementwise operation's operand takes no more than its results hold. Gives each
@@ -118,21 +120,24 @@ def ordered_growth(tensors: tuple, current: list, chosen: dict, directions: dict
     source).
 
     (Seen: ``a`` on ``P('x', None)`` times ``b`` on ``P(None, 'x')``, of one size: ``a``'s
-    factor comes first and the product is ``P('x', None)``; a projection ``[b, k] @ [k, n]``
+    factor comes first and the product is ``P('x', None)``; ``max`` of ``P('x', 'y', None)``
+    and ``P(('x', 'y'), None, None)`` is ``P(('x', 'y'))``; a projection ``[b, k] @ [k, n]``
     whose result holds ``'data'`` on ``b`` keeps its weight's ``'data'`` off ``n``.)
 
+    >>> from shardlaw.spec import Mesh
     >>> splits, cut = ordered_growth(
     ...     (("f0", "f1"), ("f0", "f1"), ("f0", "f1")),
     ...     [{"f0": ("x",), "f1": ()}, {"f0": (), "f1": ("x",)}, {"f0": (), "f1": ()}],
     ...     {"f0": ("x",), "f1": ("x",)}, {"f0": "both", "f1": "both"}, 2,
-    ...     {"f0": 8, "f1": 8}, lambda k, f, split: split, True)
+    ...     {"f0": 8, "f1": 8}, lambda k, f, split: split, True, Mesh.iota((2, 4), ("x", "y")))
     >>> splits[2], cut
     ({'f0': ('x',), 'f1': ()}, [('x', 1), ('x', 0), ('x', 0)])
     """
     state = [dict(t) for t in current]
-    order = _factor_order(tensors, current, chosen, count, sizes)
+    order = _factor_order(tensors, current, chosen, count, sizes, lambda split: math.prod(
+        mesh.axis_size(a) for a in split) if elementwise else 0)
     cuts: list = []
-    source_of = {f: k for (_, k, _), f in order}
+    source_of = {f: k for (_, _, k, _), f in order}
     for _, f in sorted(order):
         way = directions.get(f, "both")
         targets = ([] if way == "backward" else list(range(count, len(state)))) + (
