@@ -739,6 +739,12 @@ class _Operation:
         return ReplicaGroups(self.mesh, axes) if isinstance(self.mesh, Mesh) else None
 
 
+def _holds_every_axis(split: Split, mesh: Any) -> bool:
+    """Whether a value split so is replicated over no mesh axis of size above 1."""
+    return {n for n in mesh.axis_names if mesh.axis_size(n) > 1} <= {
+        a for axes in split for a in axes}
+
+
 def _reshards(op: _Operation, i: int, have: Split, need: Split
               ) -> list[Collective] | Undetermined:
     """The collectives that bring operand ``i`` from ``have`` to ``need`` (COLL-2)."""
@@ -749,12 +755,12 @@ def _reshards(op: _Operation, i: int, have: Split, need: Split
         return Undetermined("COLL-2", f"operand {i} moves to other pieces of one shape: "
                             f"the partitioner chooses how (a collective-permute, or a gather "
                             f"and a slice)", op.path)
-    # (an axis only a factor outside the operand takes leaves it by a gather alone where
-    # the operand holds every axis; one it is replicated over, XLA may route it through)
-    own = None if op.factors is None or {n for n in op.mesh.axis_names if op.mesh.axis_size(
-        n) > 1} - {a for axes in have for a in axes} else set(
-        "*".join((op.factors.operands + op.factors.results)[i]).split("*"))
-    used = {a for f, split in op.chosen.items() if own is None or f in own for a in split}
+    used = {a for split in op.chosen.values() for a in split}
+    if op.factors is not None and _holds_every_axis(have, op.mesh):
+        # (an axis only a factor outside the operand takes leaves it by a gather alone where
+        # the operand holds every axis; one it is replicated over, XLA may route it through)
+        own = set("*".join((op.factors.operands + op.factors.results)[i]).split("*"))
+        used = {a for f, split in op.chosen.items() if f in own for a in split}
     for kind, _, axes in steps:
         if kind == "all-gather" and used & set(axes):
             return Undetermined("COLL-2", f"operand {i} loses mesh axes "
