@@ -199,3 +199,17 @@ def test_the_scanned_fsdp_step_communicates_as_its_compiled_module(grid):
     assert len(gathers) == 7 and all(c.axes == ("data",) and c.trips == 2 for c in gathers)
     assert sorted((c.axes, c.trips) for c in step if c.kind == "all-reduce") == [
         (("data",), 1)] + [(("model",), 2)] * 3
+
+
+# ---------------------------------------------------- a slice of one concatenated operand
+
+@checks("PROP-6")
+@pytest.mark.parametrize("start, taken", [(0, 0), (4, 1)])
+@pytest.mark.parametrize("first, second", [(P(None), P("y")), (P("y"), P(None))])
+def test_a_slice_of_one_concatenated_operand_folds_to_it(start, taken, first, second):
+    # of the propagation property's seed 20261903 (present before PROP-14): StableHLO folds
+    # the slice to the operand whose range it takes, which keeps its own placement
+    args = _placed((2, 4), ((4,), first), ((4,), second))
+    real, verdict = _both(lambda a, b: (jnp.concatenate([a, b])[start:start + 4],), args)
+    assert [p for p in real[0].spec if p] == [p for p in (first, second)[taken] if p]
+    assert verdict.out_shardings == (from_jax(real[0]),)

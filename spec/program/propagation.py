@@ -488,6 +488,7 @@ class Flat:
     rules: dict = dataclasses.field(default_factory=dict, repr=False)
     reshaped: dict = dataclasses.field(default_factory=dict)
     broadcasts: dict = dataclasses.field(default_factory=dict)   # (result: operand, where)
+    concats: dict = dataclasses.field(default_factory=dict)   # (result: operands, dimension)
     contested: dict = dataclasses.field(default_factory=dict)
     led: list = dataclasses.field(default_factory=list)   # (joins a constraint leads: PROP-13)
     edges: list = dataclasses.field(default_factory=list)  # (every join and led join, in order)
@@ -648,6 +649,8 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
         if is_reshape(name, flat.types[operands[0]] if operands else None,
                       flat.types[results[0]] if results else None):
             flat.reshaped[results[0]] = operands[0]
+        if name == "concatenate":   # (a slice of one operand's range folds to it)
+            flat.concats[results[0]] = (tuple(operands), dict(eq.params)["dimension"])
         every = tuple(operands + results)
         flat.steps.append((entry, rule_, every, tuple([flat.types[i] for i in every]), path,
                            len(operands)))

@@ -256,9 +256,28 @@ def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int |
         return first
     if name in ("slice", "dynamic_slice") and result.shape == flat.types[operands[0]].shape:
         return operands[0]
+    if name == "slice" and operands[0] in flat.concats:
+        return _sliced_part(dict(eq.params), *flat.concats[operands[0]], flat)
     if eq.kind == "reshard" and (result.mesh is None or AxisType.Explicit not in
                                  result.mesh.axis_types):
         return operands[0]   # (typed over no Explicit axis: lowering emits nothing)
+    return None
+
+
+def _sliced_part(params: dict, parts: tuple, axis: int, flat: Flat) -> int | None:
+    """The operand of a concatenate along ``axis`` whose whole range a slice takes (StableHLO
+    folds the slice to it; seen: ``concatenate([a, b])[0:4]`` of ``a`` on ``P(None)`` and
+    ``b`` on ``P('y')`` comes back ``P(None)``); None: another slice."""
+    if any(s != 1 for s in params.get("strides") or ()):
+        return None
+    offset = 0
+    for part in parts:
+        shape = flat.types[part].shape
+        if all((start, limit) == ((offset, offset + n) if d == axis else (0, n))
+               for d, (start, limit, n) in enumerate(zip(
+                   params["start_indices"], params["limit_indices"], shape))):
+            return part
+        offset += shape[axis]
     return None
 
 
