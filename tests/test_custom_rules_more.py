@@ -12,15 +12,17 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from shardlaw.properties.registry import checks
 from shardlaw.spec import Rejection
 from shardlaw.spec.bridge.program import describe_program
-from shardlaw.spec.program.autodiff import linearize_program, vjp_program
+from shardlaw.spec.program.autodiff import grad_program, linearize_program, vjp_program
 
 from test_custom_jvp_ad import CASES, _case
-from test_steps_arguments import held_to_jax
+from test_steps_arguments import NS, P, held_to_jax, mesh
 
 # how the user calls each transformation inside the function, over its argument p
 CALLS = {
@@ -67,3 +69,88 @@ def test_the_same_rule_over_a_split_jax_accepts_under_vjp_or_linearize(name, cal
     _, verdict, problems = held_to_jax(CALLS[call](fun), x)
     assert not problems, problems
     assert verdict.accepted
+
+
+# --------------------------------------------------------------------------- symbolic zeros
+
+SIX = "abcdef"
+
+
+def _six_inputs(spec, traced):
+    """A custom_jvp of six inputs whose rule takes symbolic zeros (recording in ``traced``
+    which inputs each trace of it had no tangent for), constraining the first input's
+    tangent term to ``spec`` where it has one."""
+    from jax.custom_derivatives import SymbolicZero
+
+    @jax.custom_jvp
+    def f(a, b, c, d, e, g):
+        return jnp.sin(a) * b + c * d + e * g
+
+    def rule(primals, tangents):
+        a, b, c, d, e, g = primals
+        zero = tuple(type(t) is SymbolicZero for t in tangents)
+        traced.append(zero)
+        partials = (jnp.cos(a) * b, jnp.sin(a), d, c, g, e)
+        parts = [p * t for p, t, z in zip(partials, tangents, zero) if not z]
+        if not zero[0]:
+            parts[0] = jax.lax.with_sharding_constraint(parts[0], NS(mesh(), spec))
+        return f(*primals), sum(parts[1:], parts[0])
+
+    f.defjvp(rule, symbolic_zeros=True)
+    return f
+
+
+SIX_BAD, SIX_GOOD = P(None, None, None), P("x", "y")
+
+
+@checks("AD-3", "AD-5", "WSC-4")
+@pytest.mark.parametrize("argnums", [0, 1, (1, 4), (0, 5)])
+@pytest.mark.parametrize("refused", [False, True], ids=["fits", "misfits"])
+def test_a_six_input_rule_taking_symbolic_zeros_is_read_for_the_inputs_differentiated(
+        argnums, refused):
+    """grad of a six-input custom_jvp taking symbolic zeros with respect to some inputs:
+    JAX traces the rule with a symbolic zero for each other input (it was AD-0 with more
+    than four inputs); the spec reads the rule traced for those inputs alone, when AD asks
+    (one trace with symbolic zeros: the set differentiated; not 2 ** 6 - 2), held to JAX
+    on both sides: the first input's tangent constrained where JAX's is, a constraint of
+    the wrong rank refused (WSC-4) only where the first input is differentiated, as JAX."""
+    from test_control_flow_ad import held
+
+    traced = []
+    f = _six_inputs(SIX_BAD if refused else SIX_GOOD, traced)
+    args = [jax.device_put(np.full((8, 4), 1.0 + k, np.float32), NS(mesh(), P("x")))
+            for k in range(6)]
+    verdict = held("grad", lambda *v: f(*v).sum(), *args, argnums=argnums)
+    first = 0 in ((argnums,) if isinstance(argnums, int) else argnums)
+    if refused and first:
+        assert (verdict.failure.rule, verdict.stage) == ("WSC-4", "trace"), verdict
+        assert ".custom_jvp.rule.body[" in verdict.path
+    else:
+        assert verdict.accepted, verdict
+    traced.clear()
+    program = describe_program(lambda *v: f(*v).sum(), *args)
+    try:
+        grad_program(program, argnums)
+    except Rejection:
+        pass
+    wanted = tuple(k not in ((argnums,) if isinstance(argnums, int) else argnums)
+                   for k in range(6))
+    # (that set alone; twice where JAX refuses it: traced again with its frames kept)
+    assert [z for z in traced if any(z)] == [wanted] * (1 + (refused and first)), traced
+
+
+@checks("AD-3", "AD-5")
+@pytest.mark.parametrize("transform", ["grad", "jvp", "linearize", "vjp"])
+def test_inputs_without_a_tangent_by_what_they_read_are_symbolic_zeros(transform):
+    """The six-input call given the differentiated input once and a value that reads no
+    input five times: under each transformation JAX's rule sees five symbolic zeros; the
+    spec's rewrite reads the rule for them and is held to JAX, constraint where JAX's is."""
+    from test_control_flow_ad import held
+
+    f = _six_inputs(SIX_GOOD, [])
+    x = jax.device_put(np.ones((8, 4), np.float32), NS(mesh(), P("x")))
+
+    def g(v):
+        w = jnp.full((8, 4), 3.0, np.float32)
+        return f(v * 2.0, w, w, w, w, w).sum()
+    assert held(transform, g, x).accepted

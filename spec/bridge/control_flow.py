@@ -12,7 +12,9 @@ calls its own function again (``jax.nn.relu``'s calls ``relu``) is read to a dep
 unread (None), except a custom_jvp's rule JAX refuses while tracing it (a call in it JAX
 refuses over the primals and tangents, :func:`~shardlaw.spec.bridge.refusals.
 describe_refused_rule`): that rule is read up to the refused call (``rule_refused``;
-None where the spec does not describe the refusal, unless the rule takes symbolic zeros).
+None where the spec does not describe the refusal). A custom_jvp's rule taking symbolic
+zeros is read besides for the inputs without a tangent AD leaves, when it asks for them
+(``zero_rule``, :func:`_zero_rule`: one trace per set asked, not 2 ** n up front).
 """
 
 from __future__ import annotations
@@ -96,50 +98,62 @@ def _jvp_rule(eqn: Any, where: str, read_body: Reader) -> dict:
     try:
         jaxpr, consts, out_zeros = params["jvp_jaxpr_fun"].call_wrapped(*([False] * count))
     except Exception:   # JAX refuses while tracing the rule: read up to the refused call
-        refused = _refused_rule(params["jvp_jaxpr_fun"], count)
-        if refused is None and params.get("symbolic_zeros"):
-            raise   # (JAX may trace it for the inputs without a tangent AD leaves)
-        return {"rule": refused, "rule_refused": True}   # (None: not described)
-    rule = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}rule.")
-    fields = {"rule": rule, "rule_zeros": tuple(bool(z) for z in out_zeros)}
-    if params.get("symbolic_zeros") and 1 < count <= ZERO_RULES_UP_TO:
-        fields["zero_rules"] = tuple(_zero_rules(params["jvp_jaxpr_fun"], count, where,
-                                                 read_body))
+        refused = _refused_rule(params["jvp_jaxpr_fun"], (False,) * count)
+        fields = {"rule": refused, "rule_refused": True}   # (None: not described)
+    else:
+        rule = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}rule.")
+        fields = {"rule": rule, "rule_zeros": tuple(bool(z) for z in out_zeros)}
+    if params.get("symbolic_zeros") and count > 1:   # (JAX may trace it for fewer tangents)
+        fields["zero_rule"] = _zero_rule(params["jvp_jaxpr_fun"], where, read_body)
     return fields
 
 
-# How many inputs a custom_jvp's rule taking symbolic zeros may have for it to be read for
-# each set of inputs without a tangent (2 ** count - 2 traces), not only for none.
-ZERO_RULES_UP_TO = 4
+def _zero_rule(fun: Any, where: str, read_body: Reader) -> Callable[[tuple], Any]:
+    """A rule taking symbolic zeros (JAX's ``jvp_jaxpr_fun``) as
+    :class:`~shardlaw.spec.program.control_flow.CustomJvp`'s ``zero_rule`` reads it: traced
+    for a set of inputs without a tangent when AD first asks for that set (a rule of n
+    inputs has 2 ** n sets: none is traced up front), at the depth and under the abstract
+    mesh of the call it belongs to; None for a set JAX fails to trace it for."""
+    import jax
+
+    read: dict[tuple, Any] = {}
+    depth, mesh = _reading[0], jax.sharding.get_abstract_mesh()
+
+    def zero_rule(zeros: tuple) -> Any:
+        if zeros not in read:
+            outer, _reading[0] = _reading[0], depth
+            try:
+                with jax.sharding.use_abstract_mesh(mesh):
+                    read[zeros] = _traced_for(fun, zeros, where, read_body)
+            finally:
+                _reading[0] = outer
+        return read[zeros]
+    return zero_rule
 
 
-def _zero_rules(fun: Any, count: int, where: str, read_body: Reader) -> list:
-    """A rule taking symbolic zeros (JAX's ``jvp_jaxpr_fun`` of ``count`` inputs) traced
-    for every set of inputs without a tangent but none and all, as
-    :class:`~shardlaw.spec.program.control_flow.CustomJvp`'s ``zero_rules`` holds them;
-    a set JAX fails to trace it for is left out."""
-    import itertools
-
+def _traced_for(fun: Any, zeros: tuple, where: str, read_body: Reader) -> Any:
+    """``(rule, rule_zeros, refused)``: the rule ``fun`` traced with symbolic zeros for
+    the inputs ``zeros`` marks; where JAX refuses tracing it, the rule read up to the
+    refused call, ``refused`` True (None where that refusal is not described, or the spec
+    cannot read the rule)."""
     from jax._src import core
 
-    out = []
-    for zeros in itertools.product((False, True), repeat=count):
-        if all(zeros) or not any(zeros):
-            continue
-        try:
-            jaxpr, consts, out_zeros = fun.call_wrapped(*zeros)
-        except Exception:   # noqa: BLE001 - (JAX fails to trace it: left out)
-            continue
-        out.append((tuple(zeros), read_body(core.ClosedJaxpr(jaxpr, consts),
-                                            f"{where}rule{list(zeros)}."),
-                    tuple(bool(z) for z in out_zeros)))
-    return out
+    try:
+        jaxpr, consts, out_zeros = fun.call_wrapped(*zeros)
+    except Exception:   # noqa: BLE001 - JAX refuses it: read up to the refused call
+        refused = _refused_rule(fun, zeros)
+        return None if refused is None else (refused, (), True)
+    try:
+        rule = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}rule{list(zeros)}.")
+    except Exception:   # noqa: BLE001 - (the spec cannot read it: not read)
+        return None
+    return rule, tuple(bool(z) for z in out_zeros), False
 
 
-def _refused_rule(rule: Any, count: int) -> Any:
-    """The custom_jvp rule ``rule`` (JAX's ``jvp_jaxpr_fun`` of ``count`` inputs) that JAX
-    refuses while tracing it, traced again with JAX's frames kept and described up to the
-    refused call; None where it is not described."""
+def _refused_rule(rule: Any, zeros: tuple) -> Any:
+    """The custom_jvp rule ``rule`` (JAX's ``jvp_jaxpr_fun``, given which inputs have no
+    tangent: ``zeros``) that JAX refuses while tracing it, traced again with JAX's frames
+    kept and described up to the refused call; None where it is not described."""
     from jax._src import config
 
     from .program import read_jaxpr
@@ -147,7 +161,7 @@ def _refused_rule(rule: Any, count: int) -> Any:
 
     try:
         with config.traceback_filtering("off"):
-            rule.call_wrapped(*([False] * count))
+            rule.call_wrapped(*zeros)
     except Exception as error:  # noqa: BLE001 - the refusal, now with its frames
         return describe_refused_rule(error, read_jaxpr)
     return None

@@ -331,9 +331,10 @@ class CustomJvp(_Called):
     result ``rule_zeros`` does not mark a symbolic zero (None: not read). ``rule_refused``:
     ``rule`` is the rule JAX refused while tracing it, described up to the refused call
     (None: JAX refused it in a way not described).
-    ``zero_rules``: a rule taking symbolic zeros as traced for other inputs without a
-    tangent, ``(in_zeros, rule, rule_zeros)`` each, ``rule`` over the primals and the
-    tangents ``in_zeros`` does not mark a zero."""
+    ``zero_rule``: a rule taking symbolic zeros read on demand for other inputs without a
+    tangent, ``zero_rule(in_zeros)`` giving ``(rule, rule_zeros)`` as JAX traces it for
+    them, ``rule`` over the primals and the tangents ``in_zeros`` does not mark a zero
+    (None: JAX fails to trace it for them); None: not read."""
 
     kind: ClassVar[str] = "custom_jvp_call"
     rule: "Program | None" = None
@@ -341,7 +342,7 @@ class CustomJvp(_Called):
     num_consts: int = 0
     symbolic_zeros: bool = False
     rule_refused: bool = False
-    zero_rules: tuple = ()
+    zero_rule: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -350,10 +351,8 @@ class CustomJvp(_Called):
         _count(self.num_consts, "a custom_jvp's num_consts")
         described_bool(self.symbolic_zeros, "a custom_jvp's symbolic_zeros")
         described_bool(self.rule_refused, "a custom_jvp's rule_refused")
-        require_described(type(self.zero_rules) is tuple and all(
-            type(z) is tuple and len(z) == 3 and isinstance(z[1], Program)
-            for z in self.zero_rules), "a custom_jvp's zero_rules",
-            "a tuple of (in_zeros, rule, rule_zeros)", self.zero_rules)
+        require_described(self.zero_rule is None or callable(self.zero_rule),
+                          "a custom_jvp's zero_rule", "a callable or None", self.zero_rule)
 
 
 @dataclasses.dataclass(frozen=True)

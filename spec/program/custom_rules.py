@@ -3,7 +3,9 @@
 * A ``custom_jvp`` call (``jax.nn.relu``) under ``jvp``: its rule run inline on the
   primals and a tangent of each input (zeros where none is given: JAX instantiates them
   unless the rule takes symbolic zeros); under ``linearize``/``grad``: the rule split by
-  partial evaluation, as JAX's ``linearize_from_jvp`` splits it: what reads no tangent
+  partial evaluation, as JAX's ``linearize_from_jvp`` splits it (a rule taking symbolic
+  zeros: the one JAX traces for the inputs without a tangent, read when AD asks for
+  them): what reads no tangent
   runs in the primal body (the primal results among it), what reads one goes onto the
   tangent body, the primal values it reads stored as residuals; a tangent the rule
   computes from primals alone is a zero.
@@ -72,20 +74,20 @@ def _chosen_rule(eq: CustomJvp, moving: list, into: Any, path: str, transform: s
     """(the rule AD calls for ``eq`` given the tangents ``moving``, its ``rule_zeros``,
     which inputs it takes no tangent of, its constants' numbers in the body ``into``), or
     None where the call is differentiated by its primal body. A rule taking symbolic
-    zeros is the one traced for the inputs without a tangent (``zero_rules``)."""
+    zeros is the one JAX traces for the inputs without a tangent (``zero_rule``)."""
     if all(t is None for t in moving):
         return None
     zeros = tuple(t is None for t in moving[eq.num_consts:])
     rule, rule_zeros, taken = usable_rule(eq), eq.rule_zeros, (False,) * len(zeros)
-    if eq.symbolic_zeros and any(zeros):
-        picked = [z for z in eq.zero_rules
-                  if z[0] == zeros and not eq.rule_refused and _fits(eq, z[1], z[2], zeros)]
-        if not picked and rule is not None:
-            _refuse(eq, path, transform, "a rule taking symbolic zeros is read for some "
-                    "inputs without a tangent only where it has at most four inputs and "
-                    "JAX traces it for them")
-        rule, rule_zeros, taken = (picked[0][1], picked[0][2], zeros) if picked else \
-            (None, (), ())
+    if eq.symbolic_zeros and any(zeros) and eq.zero_rule is not None:
+        read = eq.zero_rule(zeros)   # (refused ones: refuse_traced_rule)
+        if read is None or read[2] or not _fits(eq, read[0], read[1], zeros):
+            _refuse(eq, path, transform, f"its rule taking symbolic zeros is not read for "
+                    f"the inputs without a tangent {list(zeros)} (its trace for them does "
+                    f"not fit the call)")
+        rule, rule_zeros, taken = read[0], read[1], zeros
+    elif eq.symbolic_zeros and any(zeros):
+        return None   # (its rule is not read: by its primal body)
     consts = None if rule is None else _const_numbers(into, rule)
     return None if consts is None else (rule, rule_zeros, taken, consts)
 
@@ -120,17 +122,27 @@ def _const_numbers(into: Any, rule: Program) -> tuple[int, ...] | None:
 
 def refuse_traced_rule(eq: CustomJvp, moving: list, path: str, transform: str) -> None:
     """Refuse, as JAX refuses tracing it, the rule of ``eq`` that JAX refused (its
-    ``rule_refused``) where AD calls it (a tangent given); its own checks at the trace
-    stage, at ``<path>.custom_jvp.rule.body[k]`` (AD-0 where the refusal is not
-    described: the call is not differentiated by its primal body, which JAX does not do)."""
-    if not eq.rule_refused or all(t is None for t in moving):
+    ``rule_refused``; a rule taking symbolic zeros: as traced for the inputs without a
+    tangent) where AD calls it (a tangent given); its own checks at the trace stage, at
+    ``<path>.custom_jvp.rule.body[k]`` (AD-0 where the refusal is not described: the call
+    is not differentiated by its primal body, which JAX does not do)."""
+    if all(t is None for t in moving):
         return
-    if eq.rule is None:
+    rule, refused = eq.rule, eq.rule_refused
+    zeros = tuple(t is None for t in moving[eq.num_consts:])
+    if eq.symbolic_zeros and any(zeros) and eq.zero_rule is not None:
+        read = eq.zero_rule(zeros)
+        rule, refused = (None, True) if read is None else (read[0], read[2])
+    if not refused:
+        return
+    if rule is None:
         _refuse(eq, path, transform, "JAX refuses tracing its rule in a way the spec does "
                 "not describe")
     from .explain import trace_body
 
-    trace_body(eq.rule, eq.rule.context_mesh, f"{path}.custom_jvp.rule.")
+    trace_body(rule, rule.context_mesh, f"{path}.custom_jvp.rule.")
+    _refuse(eq, path, transform, "JAX refuses tracing its rule where the spec's checks "
+            "of it pass")
 
 
 def _refuse(eq: Any, path: str, transform: str, why: str) -> None:
