@@ -154,3 +154,112 @@ def test_inputs_without_a_tangent_by_what_they_read_are_symbolic_zeros(transform
         w = jnp.full((8, 4), 3.0, np.float32)
         return f(v * 2.0, w, w, w, w, w).sum()
     assert held(transform, g, x).accepted
+
+
+# --------------------------------------------------------------------------- custom_vjp
+
+def _other_devices():
+    """A mesh of the last four devices: a constraint there, on values placed on all
+    eight, is refused when lowering (DA-1)."""
+    return jax.sharding.Mesh(np.array(jax.devices()[4:]).reshape(2, 2), ("x", "y"))
+
+
+def _vjp_taking_symbolic_zeros(seen):
+    """``(sin(a) * b, a + b)`` as a custom_vjp taking symbolic zeros: ``fwd`` records which
+    inputs are perturbed; ``bwd`` (recording which cotangents are symbolic zeros) gives
+    ``b`` a zero where the first result's cotangent is one, and constrains the second
+    result's cotangent onto other devices where it is given."""
+    from jax.custom_derivatives import SymbolicZero
+
+    @jax.custom_vjp
+    def f(a, b):
+        return jnp.sin(a) * b, a + b
+
+    def fwd(a, b):
+        seen.append(("fwd", a.perturbed, b.perturbed))
+        return f(a.value, b.value), (jnp.cos(a.value), a.value, b.value)
+
+    def bwd(res, cts):
+        c, a, b = res
+        g0, g1 = cts
+        seen.append(("bwd", type(g0) is SymbolicZero, type(g1) is SymbolicZero))
+        ga = jnp.zeros_like(a) if type(g0) is SymbolicZero else c * b * g0
+        gb = None if type(g0) is SymbolicZero else jnp.sin(a) * g0
+        if type(g1) is not SymbolicZero:
+            ga = ga + jax.lax.with_sharding_constraint(g1, NS(_other_devices(), P("x")))
+            gb = g1 if gb is None else gb + g1
+        return ga, gb
+
+    f.defvjp(fwd, bwd, symbolic_zeros=True)
+    return f
+
+
+def _equinox_vjp(seen):
+    """The same through equinox's filter_custom_vjp (``perturbed`` flags in ``fwd``, None
+    for a cotangent not given in ``bwd``)."""
+    import equinox as eqx
+
+    @eqx.filter_custom_vjp
+    def f(ab):
+        a, b = ab
+        return jnp.sin(a) * b, a + b
+
+    @f.def_fwd
+    def fwd(perturbed, ab):
+        seen.append(("fwd",) + tuple(perturbed))
+        return f(ab), jnp.cos(ab[0])
+
+    @f.def_bwd
+    def bwd(c, cts, perturbed, ab):
+        (a, b), (g0, g1) = ab, cts
+        seen.append(("bwd", g0 is None, g1 is None))
+        ga = jnp.zeros_like(a) if g0 is None else c * b * g0
+        gb = None if g0 is None else jnp.sin(a) * g0
+        if g1 is not None:
+            ga = ga + jax.lax.with_sharding_constraint(g1, NS(_other_devices(), P("x")))
+            gb = g1 if gb is None else gb + g1
+        return ga, gb
+
+    return lambda a, b: f((a, b))
+
+
+# which result the loss reads: (the loss, the cotangents JAX gives bwd as symbolic zeros)
+LOSSES = {"first": (lambda out: out[0].sum(), (False, True)),
+          "second": (lambda out: out[1].sum(), (True, False)),
+          "both": (lambda out: out[0].sum() + out[1].sum(), (False, False))}
+
+
+@checks("AD-3", "AD-5", "DA-1")
+@pytest.mark.parametrize("make", [_vjp_taking_symbolic_zeros, _equinox_vjp],
+                         ids=["jax", "equinox"])
+@pytest.mark.parametrize("argnums", [0, 1, (0, 1)])
+@pytest.mark.parametrize("reads", sorted(LOSSES))
+def test_a_custom_vjp_taking_symbolic_zeros_is_read_as_jax_calls_it(make, argnums, reads):
+    """grad of a custom_vjp taking symbolic zeros (it was AD-0 unless every input was
+    differentiated, and then its bwd took every cotangent): the spec reads ``fwd`` for the
+    inputs JAX perturbs and ``bwd`` for the cotangents JAX gives (a result the loss does
+    not read gives a symbolic zero), so bwd's constraint onto other devices is there, and
+    refused when lowering (DA-1), exactly where JAX's is (where it is live and the gradient
+    reads an input); held to JAX on both sides."""
+    from test_control_flow_ad import held
+
+    seen = []
+    f = make(seen)
+    loss, ct_zeros = LOSSES[reads]
+    x = jax.device_put(np.ones((8, 4), np.float32), NS(mesh(), P("x")))
+    y = jax.device_put(np.full((8, 4), 2.0, np.float32), NS(mesh(), P("x")))
+    verdict = held("grad", lambda a, b: loss(f(a, b)), x, y, argnums=argnums)
+    wanted = tuple(k in ((argnums,) if isinstance(argnums, int) else argnums)
+                   for k in range(2))
+    # refused where the constraint is live (a's cotangent returned) and the gradient reads
+    # an input (the first result's cotangent given: else every input is pruned, as JAX's)
+    if ct_zeros != (False, False) or not wanted[0]:
+        assert verdict.accepted, verdict
+    else:
+        assert (verdict.rule, verdict.stage) == ("DA-1", "lower"), verdict
+    seen.clear()
+    try:
+        grad_program(describe_program(lambda a, b: loss(f(a, b)), x, y), argnums)
+    except Rejection:
+        pass
+    assert ("fwd",) + wanted in seen and ("bwd",) + ct_zeros in seen, seen

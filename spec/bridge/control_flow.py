@@ -14,7 +14,9 @@ refuses over the primals and tangents, :func:`~shardlaw.spec.bridge.refusals.
 describe_refused_rule`): that rule is read up to the refused call (``rule_refused``;
 None where the spec does not describe the refusal). A custom_jvp's rule taking symbolic
 zeros is read besides for the inputs without a tangent AD leaves, when it asks for them
-(``zero_rule``, :func:`_zero_rule`: one trace per set asked, not 2 ** n up front).
+(``zero_rule``, :func:`_zero_rule`: one trace per set asked, not 2 ** n up front); a
+custom_vjp's ``fwd`` and ``bwd`` taking symbolic zeros, for the inputs not perturbed and
+the cotangents that are zeros (``zero_rules``, :func:`_zero_vjp_rules`).
 """
 
 from __future__ import annotations
@@ -168,36 +170,82 @@ def _refused_rule(rule: Any, zeros: tuple) -> Any:
 
 
 def _vjp_rules(eqn: Any, where: str, read_body: Reader) -> dict:
+    count = len(eqn.invars) - int(eqn.params.get("num_consts", 0))
+    fields = _vjp_rules_for(eqn, (False,) * count, (False,) * len(eqn.outvars), where,
+                            read_body)
+    if eqn.params.get("symbolic_zeros"):
+        fields["zero_rules"] = _zero_vjp_rules(eqn, where, read_body)
+    return fields
+
+
+def _vjp_rules_for(eqn: Any, in_zeros: tuple, ct_zeros: tuple, where: str,
+                   read_body: Reader) -> dict:
+    """A custom_vjp's ``fwd`` traced for the inputs ``in_zeros`` marks not perturbed, its
+    ``bwd`` on the residuals that ``fwd`` makes and the cotangents ``ct_zeros`` does not
+    mark symbolic zeros (what a rule taking symbolic zeros is given; all, otherwise)."""
     from jax._src import core
 
     params = eqn.params
-    count = len(eqn.invars) - int(params.get("num_consts", 0))
-    jaxpr, consts = params["fwd_jaxpr_thunk"].call_wrapped(*([True] * count))
+    jaxpr, consts = params["fwd_jaxpr_thunk"].call_wrapped(*(not z for z in in_zeros))
     fwd = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}fwd.")
     _, res_tree, forwarded = params["out_trees"]()
     made = iter(jaxpr.outvars)
     ins = [v.aval for v in eqn.invars][int(params.get("num_consts", 0)):]
     res_avals = [ins[f] if f is not None else next(made).aval for f in forwarded]
     ct_avals = [v.aval.to_ct_aval() for v in eqn.outvars]
-    body, zeros = _read_bwd(params["bwd"], res_avals + ct_avals, where, read_body)
+    body, zeros = _read_bwd(params["bwd"], res_avals, ct_avals, where, read_body, ct_zeros)
     return {"fwd": fwd, "forwarded": tuple(forwarded), "bwd": body, "bwd_zeros": zeros}
 
 
-def _read_bwd(bwd_fun: Any, avals: list, where: str, read_body: Reader
-              ) -> tuple[Any, tuple[bool, ...]]:
-    """A custom_vjp's ``bwd`` traced on its residuals' and cotangents' types ``avals``: its
-    Program (the cotangents it gives) and which inputs it gives none (a zero)."""
+def _zero_vjp_rules(eqn: Any, where: str, read_body: Reader) -> Callable[..., Any]:
+    """A custom_vjp taking symbolic zeros as
+    :class:`~shardlaw.spec.program.control_flow.CustomVjp`'s ``zero_rules`` reads it:
+    ``fwd`` and ``bwd`` traced for the inputs not perturbed and the cotangents that are
+    symbolic zeros when AD first asks for them (at the depth and under the abstract mesh
+    of the call); None where JAX fails to trace them (or the spec to read them)."""
+    import jax
+
+    read: dict[tuple, Any] = {}
+    depth, mesh = _reading[0], jax.sharding.get_abstract_mesh()
+
+    def zero_rules(in_zeros: tuple, ct_zeros: tuple) -> Any:
+        key = (tuple(in_zeros), tuple(ct_zeros))
+        if key not in read:
+            outer, _reading[0] = _reading[0], depth
+            try:
+                with jax.sharding.use_abstract_mesh(mesh):
+                    read[key] = _vjp_rules_for(eqn, *key, f"{where}zeros{list(key)}.",
+                                               read_body)
+            except Exception:   # noqa: BLE001 - (JAX fails to trace them: not read)
+                read[key] = None
+            finally:
+                _reading[0] = outer
+        return read[key]
+    return zero_rules
+
+
+def _read_bwd(bwd_fun: Any, res_avals: list, ct_avals: list, where: str,
+              read_body: Reader, ct_zeros: tuple = ()) -> tuple[Any, tuple[bool, ...]]:
+    """A custom_vjp's ``bwd`` traced on its residuals' and cotangents' types (a symbolic
+    zero for each cotangent ``ct_zeros`` marks, not an input): its Program (the cotangents
+    it gives) and which inputs it gives none (a zero)."""
     from jax._src import config, core
     from jax._src import linear_util as lu
+    from jax._src.ad_util import SymbolicZero
     from jax._src.api_util import debug_info
     from jax._src.interpreters import ad
     from jax._src.interpreters import partial_eval as pe
 
     zeros: list[bool] = []
+    absent = tuple(ct_zeros) or (False,) * len(ct_avals)
+    avals = list(res_avals) + [a for a, z in zip(ct_avals, absent) if not z]
 
     def bwd(*args: Any) -> list:
-        cts = bwd_fun.call_wrapped(*args)
-        zeros[:] = [isinstance(c, ad.Zero) or c is None for c in cts]
+        given = iter(args[len(res_avals):])
+        cts = [ad.replace_internal_symbolic_zeros(ad.Zero(a)) if z else next(given)
+               for a, z in zip(ct_avals, absent)]
+        cts = bwd_fun.call_wrapped(*args[:len(res_avals)], *cts)
+        zeros[:] = [isinstance(c, (ad.Zero, SymbolicZero)) or c is None for c in cts]
         return [c for c, z in zip(cts, zeros) if not z]
     traced = lu.wrap_init(bwd, debug_info=debug_info("custom_vjp bwd", bwd, tuple(avals),
                                                      {}))
@@ -218,10 +266,10 @@ def custom_lin_equation(eqn: Any, operands: tuple[int, ...], results: tuple, whe
     params = eqn.params
     num_res = int(params["num_res"])
     in_zeros = tuple(bool(z) for z in params["in_zeros"])
-    avals = [v.aval for v in eqn.invars[:num_res]] + [
-        a.to_ct_aval() for a in params["out_avals"]]
     try:
-        bwd, bwd_zeros = _read_bwd(params["bwd"], avals, f"{where}.custom_lin.", read_body)
+        bwd, bwd_zeros = _read_bwd(params["bwd"], [v.aval for v in eqn.invars[:num_res]],
+                                   [a.to_ct_aval() for a in params["out_avals"]],
+                                   f"{where}.custom_lin.", read_body)
     except Exception as err:   # noqa: BLE001 - (JAX fails to trace it: not described)
         raise TypeError(f"describe_program does not describe a custom_lin whose bwd JAX "
                         f"fails to trace; {where} is one ({type(err).__name__})") from err

@@ -363,7 +363,10 @@ class CustomVjp(_Called):
     then the primal results; ``forwarded`` says, per residual ``bwd`` takes, which input it
     is (None: the next one ``fwd`` makes); ``bwd`` over the residuals and a cotangent per
     result returns the cotangent of each input ``bwd_zeros`` does not mark a zero (None:
-    not read)."""
+    not read). ``zero_rules``: rules taking symbolic zeros read on demand,
+    ``zero_rules(in_zeros, ct_zeros)`` giving ``(fwd, forwarded, bwd, bwd_zeros)`` as JAX
+    traces them for the inputs not perturbed and the cotangents that are zeros (``bwd``
+    takes the others alone; None: JAX fails to trace them); None: not read."""
 
     kind: ClassVar[str] = "custom_vjp_call"
     fwd: "Program | None" = None
@@ -372,9 +375,12 @@ class CustomVjp(_Called):
     bwd_zeros: tuple = ()
     num_consts: int = 0
     symbolic_zeros: bool = False
+    zero_rules: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require_described(self.zero_rules is None or callable(self.zero_rules),
+                          "a custom_vjp's zero_rules", "a callable or None", self.zero_rules)
         _rule_body(self.fwd, "a custom_vjp's fwd")
         _rule_body(self.bwd, "a custom_vjp's bwd")
         _flags(self.bwd_zeros, "a custom_vjp's bwd_zeros")
@@ -387,7 +393,10 @@ class CustomLin(Equation):
     """The tangent of a ``custom_vjp`` function's results (JAX's ``custom_lin``): over the
     residuals its ``fwd`` made (the first ``num_res`` operands) and the nonzero tangents of
     its inputs (``in_zeros`` marks those given none), its results typed as its primal
-    results. Transposed, it is its ``bwd``; left in a program, it does not lower (LOOP-3)."""
+    results. Transposed, it is its ``bwd``; left in a program, it does not lower (LOOP-3).
+    ``zero_bwd``: a ``bwd`` taking symbolic zeros read on demand, ``zero_bwd(ct_zeros)``
+    giving ``(bwd, bwd_zeros)`` over the residuals and the cotangents ``ct_zeros`` does not
+    mark zeros (None: not read)."""
 
     kind: ClassVar[str] = "custom_lin"
     bwd: "Program | None" = None
@@ -396,6 +405,7 @@ class CustomLin(Equation):
     in_zeros: tuple = ()
     name: str = ""
     in_types: tuple = ()   # the primal inputs' types (bwd's cotangents are held to them)
+    zero_bwd: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -114,9 +114,13 @@ def rule_consts(program: Program) -> tuple:
 
 def _const_numbers(into: Any, rule: Program) -> tuple[int, ...] | None:
     """The numbers of ``rule``'s constants in the body ``into`` (built holding them), or
-    None where it does not hold them all."""
+    None where it does not hold them all. A rule read on demand (symbolic zeros) holds
+    constants of its own reading: each is the one held alike (its type and placement are
+    all the spec reads of it), a ref only itself."""
     held = {id(c): len(into.inputs) + k for k, c in enumerate(into.consts)}
-    numbers = tuple(held.get(id(c)) for c in rule.consts)
+    alike = {c: len(into.inputs) + k for k, c in reversed(list(enumerate(into.consts)))
+             if not c.ref}
+    numbers = tuple(held.get(id(c), None if c.ref else alike.get(c)) for c in rule.consts)
     return None if None in numbers else numbers
 
 
@@ -147,12 +151,6 @@ def refuse_traced_rule(eq: CustomJvp, moving: list, path: str, transform: str) -
 
 def _refuse(eq: Any, path: str, transform: str, why: str) -> None:
     raise reject(NotRewritten(f"a {eq.kind} equation", path, transform, why))
-
-
-def _check_zeros(eq: Any, moving: list, path: str, transform: str) -> None:
-    if eq.symbolic_zeros and any(t is None for t in moving[eq.num_consts:]):
-        _refuse(eq, path, transform, "a custom_vjp taking symbolic zeros is read for every "
-                "input differentiated only")
 
 
 def _tangents_of(rule_outputs: list, rule_zeros: tuple, results: tuple) -> list:
@@ -234,47 +232,79 @@ def _tangent_part(tape: Any, unknown: Program, refs: list) -> list:
 
 # --------------------------------------------------------------------------- custom_vjp
 
-def _forward(eq: CustomVjp, into: Any, operands: tuple[int, ...], path: str, transform: str
+def _forward(eq: CustomVjp, rules: tuple, into: Any, operands: tuple[int, ...]
              ) -> tuple[list[int], tuple[int, ...]]:
-    """``fwd`` run inline in ``into``: (the residuals ``bwd`` takes, the primal results)."""
-    nc = eq.num_consts
-    consts = _const_numbers(into, eq.fwd) or ()
-    outs = inline_body(into, eq.fwd, tuple(operands[nc:]) + consts)
+    """``fwd`` (of the ``rules`` chosen) run inline in ``into``: (the residuals ``bwd``
+    takes, the primal results)."""
+    nc, (fwd, forwarded) = eq.num_consts, rules[:2]
+    consts = _const_numbers(into, fwd) or ()
+    outs = inline_body(into, fwd, tuple(operands[nc:]) + consts)
     made = len(outs) - len(eq.body.outputs)
     fresh = iter(outs[:made])
-    residuals = [operands[nc + f] if f is not None else next(fresh) for f in eq.forwarded]
+    residuals = [operands[nc + f] if f is not None else next(fresh) for f in forwarded]
     return residuals, outs[made:]
 
 
-def _custom_lin(eq: CustomVjp, residuals: int, moving: list) -> CustomLin:
+def _custom_lin(eq: CustomVjp, rules: tuple, residuals: int, moving: list) -> CustomLin:
     nc = eq.num_consts
     given = [t for t in moving[nc:] if t is not None]
     results = tuple(eq.body.value_types[n].type for n in eq.body.outputs)
-    return CustomLin(tuple(range(residuals + len(given))), results, bwd=eq.bwd,
-                     bwd_zeros=eq.bwd_zeros, num_res=residuals,
+    return CustomLin(tuple(range(residuals + len(given))), results, bwd=rules[2],
+                     bwd_zeros=rules[3], num_res=residuals, zero_bwd=rules[4],
                      in_zeros=tuple(t is None for t in moving[nc:]), name=eq.name,
                      in_types=tuple(v.type for v in eq.body.inputs[nc:]))
 
 
-def _usable(eq: CustomVjp, into: Any, moving: list, path: str, transform: str) -> bool:
-    if eq.fwd is None or eq.bwd is None or _const_numbers(into, eq.fwd) is None or \
-            all(t is None for t in moving):
-        return False
+def _vjp_rules(eq: CustomVjp, into: Any, moving: list, path: str, transform: str
+               ) -> tuple | None:
+    """(``fwd``, ``forwarded``, ``bwd``, ``bwd_zeros``, ``zero_bwd``) that AD runs for
+    ``eq`` given the tangents ``moving`` (rules taking symbolic zeros: as JAX traces them
+    for the inputs not perturbed), or None where the call is differentiated by its primal
+    body."""
+    if eq.fwd is None or eq.bwd is None or all(t is None for t in moving):
+        return None
     if any(t is not None for t in moving[:eq.num_consts]):
         _refuse(eq, path, transform, "a closed-over value of a custom_vjp function is "
                 "differentiated (JAX refuses it: pass it as an argument)")
-    _check_zeros(eq, moving, path, transform)
-    return True
+    in_zeros = tuple(t is None for t in moving[eq.num_consts:])
+    rules = (eq.fwd, eq.forwarded, eq.bwd, eq.bwd_zeros, None)
+    if eq.symbolic_zeros:
+        rules = _zero_vjp_rules(eq, in_zeros, path, transform)
+    if _const_numbers(into, rules[0]) is not None:
+        return rules
+    if any(in_zeros):
+        _refuse(eq, path, transform, "a fwd taking symbolic zeros and closing over arrays "
+                "is inlined only for every input perturbed")
+    return None
+
+
+def _zero_vjp_rules(eq: CustomVjp, in_zeros: tuple, path: str, transform: str) -> tuple:
+    """The rules taking symbolic zeros that JAX traces for the inputs ``in_zeros`` marks
+    not perturbed, every cotangent given (``zero_bwd`` reads ``bwd`` for fewer)."""
+    def read(ct_zeros: tuple) -> dict | None:
+        return eq.zero_rules(in_zeros, ct_zeros) if eq.zero_rules is not None else None
+
+    got = read((False,) * len(eq.body.outputs))
+    if got is None:
+        _refuse(eq, path, transform, f"its fwd and bwd taking symbolic zeros are not read "
+                f"for the inputs not perturbed {list(in_zeros)}")
+    fwd = eq.fwd if not any(in_zeros) else got["fwd"]   # (the one built bodies hold)
+
+    def zero_bwd(ct_zeros: tuple) -> tuple | None:
+        made = read(ct_zeros)
+        return None if made is None else (made["bwd"], made["bwd_zeros"])
+    return fwd, got["forwarded"], got["bwd"], got["bwd_zeros"], zero_bwd
 
 
 @JVP_BODIES.register("custom_vjp")
 def jvp_custom_vjp(eq: CustomVjp, body: Any, operands: tuple[int, ...], moving: list,
                    path: str) -> tuple[tuple[int, ...], list]:
     """A custom_vjp call's JVP: ``fwd`` inline, then a ``custom_lin`` (module docstring)."""
-    if not _usable(eq, body, moving, path, "jvp"):
+    rules = _vjp_rules(eq, body, moving, path, "jvp")
+    if rules is None:
         return JVP_BODIES.rules["jit"](eq, body, operands, moving, path)
-    residuals, primal = _forward(eq, body, operands, path, "jvp")
-    lin = _custom_lin(eq, len(residuals), moving)
+    residuals, primal = _forward(eq, rules, body, operands)
+    lin = _custom_lin(eq, rules, len(residuals), moving)
     given = tuple(t for t in moving[eq.num_consts:] if t is not None)
     touts = body.emit(lin.renumbered(tuple(residuals) + given))
     return primal, [t if differentiable(r) else None for t, r in zip(touts, lin.results)]
@@ -285,10 +315,11 @@ def linearize_custom_vjp(eq: CustomVjp, tape: Any, operands: tuple[int, ...], mo
                          path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A custom_vjp call linearized: ``fwd`` into the primal body, a ``custom_lin`` onto
     the tape (module docstring)."""
-    if not _usable(eq, tape.primal, moving, path, transform):
+    rules = _vjp_rules(eq, tape.primal, moving, path, transform)
+    if rules is None:
         return LINEARIZE_BODIES.rules["jit"](eq, tape, operands, moving, path, transform)
-    residuals, primal = _forward(eq, tape.primal, operands, path, transform)
-    lin = _custom_lin(eq, len(residuals), moving)
+    residuals, primal = _forward(eq, rules, tape.primal, operands)
+    lin = _custom_lin(eq, rules, len(residuals), moving)
     refs = tuple(tape.residual(n) for n in residuals) + tuple(
         t for t in moving[eq.num_consts:] if t is not None)
     touts = tape.emit(lin, refs)
@@ -301,17 +332,16 @@ def transpose_custom_lin(eq: CustomLin, body: Any, incoming: list, flags: list[b
                          ) -> list[tuple[int, int]]:
     """A ``custom_lin`` transposed: its ``bwd`` inline on the residuals and the cotangents
     (zeros where none is given), each nonzero input's cotangent out."""
-    consts = _const_numbers(body, eq.bwd)
+    bwd, bwd_zeros, cts = _bwd_for(eq, body, incoming, path)
+    consts = _const_numbers(body, bwd)
     if consts is None:
         _refuse(eq, path, "transpose", "a bwd holding closed-over constants is inlined "
                 "only into a body built holding them")
     residuals = tuple(number[n] for n in eq.operands[:eq.num_res])
-    cts = tuple(ct if ct is not None else emit_zeros(body, cotangent_type(r))
-                for ct, r in zip(incoming, eq.results))
-    made = iter(inline_body(body, eq.bwd, residuals + cts + consts))
+    made = iter(inline_body(body, bwd, residuals + cts + consts))
     linear = iter(eq.operands[eq.num_res:])
     out = []
-    for k, (in_zero, bwd_zero) in enumerate(zip(eq.in_zeros, eq.bwd_zeros)):
+    for k, (in_zero, bwd_zero) in enumerate(zip(eq.in_zeros, bwd_zeros)):
         ct = None if bwd_zero else next(made)
         if ct is not None and k < len(eq.in_types):   # LOOP-4, as JAX checks bwd's results
             check_bwd_cotangent(cotangent_type(eq.in_types[k]), body.types[ct], eq.name, k,
@@ -320,6 +350,22 @@ def transpose_custom_lin(eq: CustomLin, body: Any, incoming: list, flags: list[b
         if operand is not None and ct is not None:
             out.append((operand, ct))
     return out
+
+
+def _bwd_for(eq: CustomLin, body: Any, incoming: list, path: str) -> tuple:
+    """(the ``bwd`` JAX runs given the cotangents ``incoming``, its ``bwd_zeros``, the
+    cotangents it takes): one taking symbolic zeros is traced for those not given and
+    takes the others; any other takes zeros where none is given."""
+    ct_zeros = tuple(ct is None for ct in incoming)
+    if eq.zero_bwd is None or not any(ct_zeros):
+        return eq.bwd, eq.bwd_zeros, tuple(
+            ct if ct is not None else emit_zeros(body, cotangent_type(r))
+            for ct, r in zip(incoming, eq.results))
+    read = eq.zero_bwd(ct_zeros)
+    if read is None:
+        _refuse(eq, path, "transpose", f"its bwd taking symbolic zeros is not read for the "
+                f"cotangents that are zeros {list(ct_zeros)}")
+    return read[0], read[1], tuple(ct for ct in incoming if ct is not None)
 
 
 @BATCHING.register("custom_lin")
