@@ -263,3 +263,48 @@ def test_a_custom_vjp_taking_symbolic_zeros_is_read_as_jax_calls_it(make, argnum
     except Rejection:
         pass
     assert ("fwd",) + wanted in seen and ("bwd",) + ct_zeros in seen, seen
+
+
+# --------------------------------------------------------------------------- closed-over arrays
+
+WEIGHTS = np.arange(32, dtype=np.float32).reshape(8, 4) / 7
+
+
+def _zeros_rule_closing_over_an_array(a, b):
+    """A two-input custom_jvp taking symbolic zeros whose rule closes over a numpy array
+    and constrains the first input's tangent term onto other devices where it is given."""
+    from jax.custom_derivatives import SymbolicZero
+
+    @jax.custom_jvp
+    def f(u, v):
+        return jnp.sin(u) * v
+
+    def rule(primals, tangents):
+        (u, v), (tu, tv) = primals, tangents
+        parts = [] if type(tu) is SymbolicZero else [jax.lax.with_sharding_constraint(
+            jnp.cos(u) * v * tu * jnp.asarray(WEIGHTS), NS(_other_devices(), P("x")))]
+        parts += [] if type(tv) is SymbolicZero else [jnp.sin(u) * tv]
+        return f(u, v), sum(parts[1:], parts[0])
+
+    f.defjvp(rule, symbolic_zeros=True)
+    return f(a * 2.0, b)
+
+
+@checks("AD-3", "AD-5", "DA-1")
+@pytest.mark.parametrize("argnums", [0, 1, (0, 1)])
+def test_a_rule_taking_symbolic_zeros_closing_over_an_array_is_inlined(argnums):
+    """The rule JAX traces for the inputs differentiated closes over an array: it was
+    differentiated by the call's primal body (its constant not held by the body built),
+    accepting a constraint onto other devices JAX refuses when lowering; its constant is
+    now the one the body holds alike, so the constraint is where JAX's is (DA-1 where the
+    first input is differentiated), held to JAX on both sides."""
+    from test_control_flow_ad import held
+
+    x = jax.device_put(np.ones((8, 4), np.float32), NS(mesh(), P("x")))
+    y = jax.device_put(np.full((8, 4), 2.0, np.float32), NS(mesh(), P("x")))
+    verdict = held("grad", lambda a, b: _zeros_rule_closing_over_an_array(a, b).sum(), x, y,
+                   argnums=argnums)
+    if argnums == 1:
+        assert verdict.accepted, verdict
+    else:
+        assert (verdict.rule, verdict.stage) == ("DA-1", "lower"), verdict

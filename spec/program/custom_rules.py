@@ -89,6 +89,9 @@ def _chosen_rule(eq: CustomJvp, moving: list, into: Any, path: str, transform: s
     elif eq.symbolic_zeros and any(zeros):
         return None   # (its rule is not read: by its primal body)
     consts = None if rule is None else _const_numbers(into, rule)
+    if consts is None and any(taken):
+        _refuse(eq, path, transform, "its rule taking symbolic zeros closes over an array "
+                "its rule for every tangent does not")
     return None if consts is None else (rule, rule_zeros, taken, consts)
 
 
