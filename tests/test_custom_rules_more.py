@@ -308,3 +308,43 @@ def test_a_rule_taking_symbolic_zeros_closing_over_an_array_is_inlined(argnums):
         assert verdict.accepted, verdict
     else:
         assert (verdict.rule, verdict.stage) == ("DA-1", "lower"), verdict
+
+
+@checks("AD-3", "AD-5", "DA-1")
+@pytest.mark.parametrize("argnums", [0, 1, (0, 1)])
+@pytest.mark.parametrize("reads", ["first", "both"])
+def test_a_custom_vjp_taking_symbolic_zeros_under_a_vmap_called_inside(argnums, reads):
+    """The same call under a vmap called inside the function (JAX batches its fwd and bwd
+    and traces them for the inputs perturbed and the cotangents given, which the spec
+    reads from JAX's batched call): held to JAX, bwd's constraint where JAX's is."""
+    from test_control_flow_ad import held
+
+    f = _vjp_taking_symbolic_zeros([])
+    loss = LOSSES[reads][0]
+    per_row = jax.vmap(lambda a, b: loss(f(a, b)))
+    x = jax.device_put(np.ones((8, 4), np.float32), NS(mesh(), P("x")))
+    verdict = held("grad", lambda a, b: per_row(a, b).sum(), x, x, argnums=argnums)
+    first = argnums != 1
+    assert verdict.accepted == (reads == "first" or not first), verdict
+
+
+@checks("AD-0")
+def test_the_spec_s_own_vmap_of_a_custom_vjp_taking_symbolic_zeros_is_refused_not_misread():
+    """vmap_program of the call batches its fwd and bwd read for every input; the rules
+    read on demand are not batched, so vjp of it with one input given no tangent (a value
+    reading no input) is refused (AD-0), not differentiated by unbatched rules; with a
+    tangent for each input and a cotangent for each result it is differentiated by the
+    batched rules."""
+    from shardlaw.spec import explain_program
+    from shardlaw.spec.program.batching import vmap_program
+
+    f = _vjp_taking_symbolic_zeros([])
+    row = np.ones((4,), np.float32)
+    one_given = describe_program(lambda a: f(a, jnp.ones((4,), np.float32))[0], row)
+    with pytest.raises(Rejection) as refused:
+        vjp_program(vmap_program(one_given, axis_size=8))
+    assert refused.value.failure.rule == "AD-0"
+    assert "symbolic zeros" in str(refused.value)
+    both_given = describe_program(f, row, row)   # (and a cotangent for each result)
+    assert explain_program(vjp_program(vmap_program(both_given, axis_size=8)).applied
+                           ).accepted

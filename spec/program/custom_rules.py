@@ -283,20 +283,26 @@ def _vjp_rules(eq: CustomVjp, into: Any, moving: list, path: str, transform: str
 
 def _zero_vjp_rules(eq: CustomVjp, in_zeros: tuple, path: str, transform: str) -> tuple:
     """The rules taking symbolic zeros that JAX traces for the inputs ``in_zeros`` marks
-    not perturbed, every cotangent given (``zero_bwd`` reads ``bwd`` for fewer)."""
+    not perturbed, every cotangent given (``zero_bwd`` reads ``bwd`` for fewer); a rule
+    read on demand fits the call's body (one batched by vmap holds rules it batched: those
+    read on demand are not)."""
     def read(ct_zeros: tuple) -> dict | None:
-        return eq.zero_rules(in_zeros, ct_zeros) if eq.zero_rules is not None else None
-
-    got = read((False,) * len(eq.body.outputs))
-    if got is None:
-        _refuse(eq, path, transform, f"its fwd and bwd taking symbolic zeros are not read "
-                f"for the inputs not perturbed {list(in_zeros)}")
-    fwd = eq.fwd if not any(in_zeros) else got["fwd"]   # (the one built bodies hold)
+        got = None if eq.zero_rules is None else eq.zero_rules(in_zeros, ct_zeros)
+        ins = tuple(v.type for v in eq.body.inputs[eq.num_consts:])
+        return got if got is not None and tuple(
+            v.type for v in got["fwd"].inputs) == ins else None
 
     def zero_bwd(ct_zeros: tuple) -> tuple | None:
         made = read(ct_zeros)
         return None if made is None else (made["bwd"], made["bwd_zeros"])
-    return fwd, got["forwarded"], got["bwd"], got["bwd_zeros"], zero_bwd
+
+    if not any(in_zeros):   # (the rules read for every input, which built bodies hold)
+        return eq.fwd, eq.forwarded, eq.bwd, eq.bwd_zeros, zero_bwd
+    got = read((False,) * len(eq.body.outputs))
+    if got is None:
+        _refuse(eq, path, transform, f"its fwd and bwd taking symbolic zeros are not read "
+                f"for the inputs not perturbed {list(in_zeros)}")
+    return got["fwd"], got["forwarded"], got["bwd"], got["bwd_zeros"], zero_bwd
 
 
 @JVP_BODIES.register("custom_vjp")
