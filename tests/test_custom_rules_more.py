@@ -348,3 +348,48 @@ def test_the_spec_s_own_vmap_of_a_custom_vjp_taking_symbolic_zeros_is_refused_no
     both_given = describe_program(f, row, row)   # (and a cotangent for each result)
     assert explain_program(vjp_program(vmap_program(both_given, axis_size=8)).applied
                            ).accepted
+
+
+# --------------------------------------------------------------------------- deeper rules
+
+@jax.custom_jvp
+def _sin(x):
+    """``sin`` as a custom_jvp whose rule calls it again (``cos x = sin(x + pi/2)``) and
+    constrains the tangent it gives, so each order of derivative holds more constraints."""
+    return jnp.sin(x)
+
+
+@_sin.defjvp
+def _sin_rule(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _sin(x), jax.lax.with_sharding_constraint(_sin(x + np.pi / 2) * t,
+                                                     NS(mesh(), P("x", "y")))
+
+
+def _jvp_of(f):
+    return lambda *pt: jax.jvp(f, pt[:len(pt) // 2], pt[len(pt) // 2:])
+
+
+@checks("AD-2")
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+@pytest.mark.parametrize("fun", [_sin, jax.nn.relu], ids=["self-calling-sin", "relu"])
+def test_a_rule_calling_its_own_function_is_read_as_deep_as_ad_asks(fun, order):
+    """jvp_program applied ``order`` times, as jax.jvp nested: the bridge reads a rule
+    calling its own function two deep up front and deeper calls' rules when AD asks (the
+    third and fourth derivatives were by the innermost call's primal body: 8 of JAX's 12
+    constraints at the third); the spec's program places values where JAX's does, and is
+    accepted alike, compiled and run by JAX."""
+    from jaxpr_walk import jax_placing, spec_placing
+    from shardlaw.spec import explain_program
+    from shardlaw.spec.program.autodiff import jvp_program
+
+    x = jax.device_put(np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4),
+                       NS(mesh(), P("x")))
+    program, theirs = describe_program(fun, x), fun
+    for _ in range(order):
+        program, theirs = jvp_program(program), _jvp_of(theirs)
+    args = [x] * 2 ** order
+    jitted = jax.jit(theirs)
+    assert spec_placing(program) == jax_placing(jax.make_jaxpr(jitted)(*args).jaxpr)
+    jitted(*args)   # (JAX compiles and runs it)
+    assert explain_program(program).accepted

@@ -8,7 +8,7 @@ A custom-derivative call is read by its primal body (``call_jaxpr``) and by its 
 functions JAX calls only under AD (``jvp_jaxpr_fun``; ``fwd_jaxpr_thunk`` and ``bwd``),
 each traced here once for every input differentiated (:func:`custom_rules`): a rule that
 calls its own function again (``jax.nn.relu``'s calls ``relu``) is read to a depth of
-:data:`RULE_DEPTH`, deeper calls without their rule; a rule JAX fails to trace is left
+:data:`RULE_DEPTH`, deeper calls' rules when AD asks for them (``rules_later``); a rule JAX fails to trace is left
 unread (None), except a custom_jvp's rule JAX refuses while tracing it (a call in it JAX
 refuses over the primals and tangents, :func:`~shardlaw.spec.bridge.refusals.
 describe_refused_rule`): that rule is read up to the refused call (``rule_refused``;
@@ -65,31 +65,58 @@ def control_flow_equation(eqn: Any, operands: tuple[int, ...], results: tuple, w
                 name=called, **custom_rules(eqn, f"{where}.{name}.", read_body))
 
 
-# How deep a rule calling its own function again is read (first-order AD reads the rule
-# of a call; differentiating that rule again, the rule of the call inside it).
+# How deep a rule calling its own function again is read up front (first-order AD reads
+# the rule of a call; differentiating that rule again, the rule of the call inside it);
+# deeper calls' rules are read when AD asks for them (``rules_later``).
 RULE_DEPTH = 2
 _reading = [0]   # the rules being read now, nested
 
 
 def custom_rules(eqn: Any, where: str, read_body: Reader) -> dict:
     """The fields of a custom call that hold its rules (:class:`CustomJvp`'s ``rule``,
-    :class:`CustomVjp`'s ``fwd`` and ``bwd``), read from JAX's functions for them."""
+    :class:`CustomVjp`'s ``fwd`` and ``bwd``), read from JAX's functions for them (or,
+    nested deeper than :data:`RULE_DEPTH`, the reader of them, ``rules_later``)."""
     params = eqn.params
     fields = {"num_consts": int(params.get("num_consts", 0)),
               "symbolic_zeros": bool(params.get("symbolic_zeros", False))}
     if _reading[0] >= RULE_DEPTH:
-        return fields
+        return {**fields, "rules_later": _rules_later(eqn, where, read_body)}
+    return {**fields, **_read_rules(eqn, where, read_body)}
+
+
+def _read_rules(eqn: Any, where: str, read_body: Reader) -> dict:
+    """A custom call's rules read one level deeper than those being read now ({}: JAX
+    fails to trace them)."""
     _reading[0] += 1
     try:
         if eqn.primitive.name == "custom_jvp_call":
-            fields.update(_jvp_rule(eqn, where, read_body))
-        else:
-            fields.update(_vjp_rules(eqn, where, read_body))
+            return _jvp_rule(eqn, where, read_body)
+        return _vjp_rules(eqn, where, read_body)
     except Exception:   # noqa: BLE001 - (JAX fails to trace the rule: it stays unread)
-        pass
+        return {}
     finally:
         _reading[0] -= 1
-    return fields
+
+
+def _rules_later(eqn: Any, where: str, read_body: Reader) -> Callable[[], dict]:
+    """The reader of a custom call's rules nested deeper than :data:`RULE_DEPTH` (a third
+    derivative of ``relu``): read once, when AD first asks, under the abstract mesh of
+    the call, the calls inside them left for later in turn."""
+    import jax
+
+    read: list[dict] = []
+    mesh = jax.sharding.get_abstract_mesh()
+
+    def rules_later() -> dict:
+        if not read:
+            outer, _reading[0] = _reading[0], RULE_DEPTH - 1
+            try:
+                with jax.sharding.use_abstract_mesh(mesh):
+                    read.append(_read_rules(eqn, where, read_body))
+            finally:
+                _reading[0] = outer
+        return read[0]
+    return rules_later
 
 
 def _jvp_rule(eqn: Any, where: str, read_body: Reader) -> dict:

@@ -295,7 +295,9 @@ class Cond(_Bodied):
 # --------------------------------------------------------------------------- calls
 
 class _Called(Jit):
-    """A body called as a jit without options is (its options are checked none)."""
+    """A body called as a jit without options is (its options are checked none). A
+    custom call's ``rules_later``: the reader of rules not read yet (a call nested deeper
+    than the bridge reads up front), giving the fields that hold them; None: read."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -343,6 +345,7 @@ class CustomJvp(_Called):
     symbolic_zeros: bool = False
     rule_refused: bool = False
     zero_rule: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
+    rules_later: Any = dataclasses.field(default=None, compare=False)   # (see _Called)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -353,6 +356,8 @@ class CustomJvp(_Called):
         described_bool(self.rule_refused, "a custom_jvp's rule_refused")
         require_described(self.zero_rule is None or callable(self.zero_rule),
                           "a custom_jvp's zero_rule", "a callable or None", self.zero_rule)
+        require_described(self.rules_later is None or callable(self.rules_later),
+                          "a custom_jvp's rules_later", "a callable or None", self.rules_later)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,11 +381,14 @@ class CustomVjp(_Called):
     num_consts: int = 0
     symbolic_zeros: bool = False
     zero_rules: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
+    rules_later: Any = dataclasses.field(default=None, compare=False)   # (see _Called)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require_described(self.zero_rules is None or callable(self.zero_rules),
                           "a custom_vjp's zero_rules", "a callable or None", self.zero_rules)
+        require_described(self.rules_later is None or callable(self.rules_later),
+                          "a custom_vjp's rules_later", "a callable or None", self.rules_later)
         _rule_body(self.fwd, "a custom_vjp's fwd")
         _rule_body(self.bwd, "a custom_vjp's bwd")
         _flags(self.bwd_zeros, "a custom_vjp's bwd_zeros")

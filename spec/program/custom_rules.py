@@ -30,6 +30,7 @@ options is: its primal body. vmap batches a custom_vjp's ``fwd`` and ``bwd`` wit
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..core.rules import reject
@@ -44,7 +45,15 @@ from .primitives import BATCHING, JVP_BODIES, LINEARIZE_BODIES, TRANSPOSES
 
 __all__ = ["jvp_custom_jvp", "linearize_custom_jvp", "jvp_custom_vjp",
            "linearize_custom_vjp", "transpose_custom_lin", "usable_rule", "refuse_traced_rule",
-           "rule_consts"]
+           "rule_consts", "rules_read"]
+
+
+def rules_read(eq: Any) -> Any:
+    """``eq`` with its rules, where the bridge left them to be read when AD asks for them
+    (``rules_later``: a call nested deeper than it reads up front)."""
+    if eq.rules_later is None:
+        return eq
+    return dataclasses.replace(eq, rules_later=None, **eq.rules_later())
 
 
 def usable_rule(eq: CustomJvp) -> Program | None:
@@ -102,6 +111,7 @@ def rule_consts(program: Program) -> tuple:
     are inlined into it as JAX traces them, their constants the enclosing body's."""
     out: dict[int, Any] = {}
     for eq in program.equations:
+        eq = rules_read(eq) if type(eq) in (CustomJvp, CustomVjp) else eq
         if type(eq) is CustomJvp:
             rules = (usable_rule(eq),)
         elif type(eq) is CustomVjp and eq.bwd is not None:
@@ -170,6 +180,7 @@ def _tangents_of(rule_outputs: list, rule_zeros: tuple, results: tuple) -> list:
 def jvp_custom_jvp(eq: CustomJvp, body: Any, operands: tuple[int, ...], moving: list,
                    path: str) -> tuple[tuple[int, ...], list]:
     """A custom_jvp call's JVP: its rule inline (module docstring)."""
+    eq = rules_read(eq)
     refuse_traced_rule(eq, moving, path, "jvp")
     chosen = _chosen_rule(eq, moving, body, path, "jvp")
     if chosen is None:
@@ -190,6 +201,7 @@ def linearize_custom_jvp(eq: CustomJvp, tape: Any, operands: tuple[int, ...], mo
     """A custom_jvp call linearized: its rule split by partial evaluation (module
     docstring), as :func:`~shardlaw.spec.program.partial_eval.split_known` splits a body
     (an inner jit of the rule that reads a tangent split in a known and a tangent jit)."""
+    eq = rules_read(eq)
     refuse_traced_rule(eq, moving, path, transform)
     chosen = _chosen_rule(eq, moving, tape.primal, path, transform)
     if chosen is None:
@@ -273,6 +285,9 @@ def _vjp_rules(eq: CustomVjp, into: Any, moving: list, path: str, transform: str
     rules = (eq.fwd, eq.forwarded, eq.bwd, eq.bwd_zeros, None)
     if eq.symbolic_zeros:
         rules = _zero_vjp_rules(eq, in_zeros, path, transform)
+    if tuple(v.type for v in rules[0].inputs) != tuple(
+            v.type for v in eq.body.inputs[eq.num_consts:]):
+        return None   # (rules read after vmap batched the call: not batched, so not used)
     if _const_numbers(into, rules[0]) is not None:
         return rules
     if any(in_zeros):
@@ -309,6 +324,7 @@ def _zero_vjp_rules(eq: CustomVjp, in_zeros: tuple, path: str, transform: str) -
 def jvp_custom_vjp(eq: CustomVjp, body: Any, operands: tuple[int, ...], moving: list,
                    path: str) -> tuple[tuple[int, ...], list]:
     """A custom_vjp call's JVP: ``fwd`` inline, then a ``custom_lin`` (module docstring)."""
+    eq = rules_read(eq)
     rules = _vjp_rules(eq, body, moving, path, "jvp")
     if rules is None:
         return JVP_BODIES.rules["jit"](eq, body, operands, moving, path)
@@ -324,6 +340,7 @@ def linearize_custom_vjp(eq: CustomVjp, tape: Any, operands: tuple[int, ...], mo
                          path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A custom_vjp call linearized: ``fwd`` into the primal body, a ``custom_lin`` onto
     the tape (module docstring)."""
+    eq = rules_read(eq)
     rules = _vjp_rules(eq, tape.primal, moving, path, transform)
     if rules is None:
         return LINEARIZE_BODIES.rules["jit"](eq, tape, operands, moving, path, transform)
