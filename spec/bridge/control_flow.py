@@ -8,8 +8,8 @@ A custom-derivative call is read by its primal body (``call_jaxpr``) and by its 
 functions JAX calls only under AD (``jvp_jaxpr_fun``; ``fwd_jaxpr_thunk`` and ``bwd``),
 each traced here once for every input differentiated (:func:`custom_rules`): a rule that
 calls its own function again (``jax.nn.relu``'s calls ``relu``) is read to a depth of
-:data:`RULE_DEPTH`, deeper calls' rules when AD asks for them (``rules_later``); a rule JAX fails to trace is left
-unread (None), except a custom_jvp's rule JAX refuses while tracing it (a call in it JAX
+:data:`RULE_DEPTH`, deeper calls' rules when AD asks for them (``rules_later``); a rule
+JAX fails to trace is left unread (None), except a custom_jvp's rule JAX refuses while tracing it (a call in it JAX
 refuses over the primals and tangents, :func:`~shardlaw.spec.bridge.refusals.
 describe_refused_rule`): that rule is read up to the refused call (``rule_refused``;
 None where the spec does not describe the refusal). A custom_jvp's rule taking symbolic

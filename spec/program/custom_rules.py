@@ -5,16 +5,22 @@
   unless the rule takes symbolic zeros); under ``linearize``/``grad``: the rule split by
   partial evaluation, as JAX's ``linearize_from_jvp`` splits it (a rule taking symbolic
   zeros: the one JAX traces for the inputs without a tangent, read when AD asks for
-  them): what reads no tangent
-  runs in the primal body (the primal results among it), what reads one goes onto the
-  tangent body, the primal values it reads stored as residuals; a tangent the rule
-  computes from primals alone is a zero.
+  them): what reads no tangent runs in the primal body (the primal results among it),
+  what reads one goes onto the tangent body, the primal values it reads stored as
+  residuals; a tangent the rule computes from primals alone is a zero.
 * A ``custom_vjp`` call under ``jvp``/``linearize``: its ``fwd`` run inline in the primal
   body (its residuals, then the primal results), then one ``custom_lin`` equation
   (:class:`~shardlaw.spec.program.control_flow.CustomLin`) over the residuals and the
   nonzero tangents. Transposed (``grad``, ``vjp``), the ``custom_lin`` is its ``bwd`` run
   inline on the residuals and the cotangents (zeros where none is given). Left in a
-  program it does not lower, and vmap does not batch it (LOOP-3).
+  program it does not lower, and vmap does not batch it (LOOP-3). Taking symbolic zeros
+  (equinox's ``filter_custom_vjp``), its ``fwd`` is the one JAX traces for the inputs
+  perturbed and its ``bwd`` the one for the cotangents given (a result nothing reads
+  gives none: a symbolic zero, not a zero array).
+
+Rules read on demand (symbolic zeros; a call nested deeper than the bridge reads up
+front, ``rules_later``: :func:`rules_read`) are read where AD reaches the call; their
+constants are the ones the body holds alike.
 
 A custom_jvp call whose rule JAX refused while tracing it (``rule_refused``: a constraint
 on a tangent that does not fit it, a ``dot_general`` of tangents whose types clash) is
@@ -290,7 +296,7 @@ def _vjp_rules(eq: CustomVjp, into: Any, moving: list, path: str, transform: str
         return None   # (rules read after vmap batched the call: not batched, so not used)
     if _const_numbers(into, rules[0]) is not None:
         return rules
-    if any(in_zeros):
+    if eq.symbolic_zeros and any(in_zeros):
         _refuse(eq, path, transform, "a fwd taking symbolic zeros and closing over arrays "
                 "is inlined only for every input perturbed")
     return None
