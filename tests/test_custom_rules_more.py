@@ -393,3 +393,21 @@ def test_a_rule_calling_its_own_function_is_read_as_deep_as_ad_asks(fun, order):
     assert spec_placing(program) == jax_placing(jax.make_jaxpr(jitted)(*args).jaxpr)
     jitted(*args)   # (JAX compiles and runs it)
     assert explain_program(program).accepted
+
+
+def test_rules_read_on_demand_pickle_as_not_read():
+    """A program holding rules read on demand (closures over JAX's functions) pickles, as
+    programs sent to another process do: there they are not read (None); a copy keeps
+    them."""
+    import copy
+    import pickle
+
+    f = _six_inputs(SIX_GOOD, [])
+    x = np.ones((8, 4), np.float32)
+    program = describe_program(lambda v: f(v, x, x, x, x, x), x)
+    (call,) = [eq for eq in program.equations if eq.kind == "custom_jvp_call"]
+    assert call.zero_rule is not None
+    (back,) = [eq for eq in pickle.loads(pickle.dumps(program)).equations
+               if eq.kind == "custom_jvp_call"]
+    assert back.zero_rule is None and back.rule is not None
+    assert copy.deepcopy(call).zero_rule is call.zero_rule

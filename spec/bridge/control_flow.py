@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from ..program.control_flow import Cond, CustomJvp, CustomLin, CustomVjp, Remat, Scan, While
 
-__all__ = ["CONTROL_FLOW_PRIMITIVES", "control_flow_equation"]
+__all__ = ["CONTROL_FLOW_PRIMITIVES", "OnDemand", "control_flow_equation"]
 
 CONTROL_FLOW_PRIMITIVES = ("scan", "while", "cond", "remat2", "custom_jvp_call",
                            "custom_vjp_call", "custom_lin")
@@ -63,6 +63,33 @@ def control_flow_equation(eqn: Any, operands: tuple[int, ...], results: tuple, w
     called = getattr(params.get("name"), "__name__", None) or str(params.get("name", name))
     return kind(operands, results, body=read_body(params["call_jaxpr"], f"{where}.{name}."),
                 name=called, **custom_rules(eqn, f"{where}.{name}.", read_body))
+
+
+class OnDemand:
+    """A reader of rules read when AD asks for them (a closure over JAX's functions for
+    them): called as it; a copy is itself, and pickled (sent to another process, where
+    those functions are not) it is None, rules not read."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, read: Callable[..., Any]) -> None:
+        self.read = read
+
+    def __call__(self, *args: Any) -> Any:
+        return self.read(*args)
+
+    def __copy__(self) -> "OnDemand":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "OnDemand":
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (_unread, ())
+
+
+def _unread() -> None:
+    return None
 
 
 # How deep a rule calling its own function again is read up front (first-order AD reads
@@ -116,7 +143,7 @@ def _rules_later(eqn: Any, where: str, read_body: Reader) -> Callable[[], dict]:
             finally:
                 _reading[0] = outer
         return read[0]
-    return rules_later
+    return OnDemand(rules_later)
 
 
 def _jvp_rule(eqn: Any, where: str, read_body: Reader) -> dict:
@@ -157,7 +184,7 @@ def _zero_rule(fun: Any, where: str, read_body: Reader) -> Callable[[tuple], Any
             finally:
                 _reading[0] = outer
         return read[zeros]
-    return zero_rule
+    return OnDemand(zero_rule)
 
 
 def _traced_for(fun: Any, zeros: tuple, where: str, read_body: Reader) -> Any:
@@ -248,7 +275,7 @@ def _zero_vjp_rules(eqn: Any, where: str, read_body: Reader) -> Callable[..., An
             finally:
                 _reading[0] = outer
         return read[key]
-    return zero_rules
+    return OnDemand(zero_rules)
 
 
 def _read_bwd(bwd_fun: Any, res_avals: list, ct_avals: list, where: str,
