@@ -336,6 +336,9 @@ class CustomJvp(_Called):
     tangents ``in_zeros`` does not mark a zero."""
 
     kind: ClassVar[str] = "custom_jvp_call"
+    # (JAX 0.10.2's dead-code elimination keeps every operand of a custom call whose
+    # results are used, its body pruned: a dead operand still joins the device assignment)
+    keeps_operands: ClassVar[bool] = True
     rule: "Program | None" = None
     rule_zeros: tuple = ()
     num_consts: int = 0
@@ -367,6 +370,7 @@ class CustomVjp(_Called):
     not read)."""
 
     kind: ClassVar[str] = "custom_vjp_call"
+    keeps_operands: ClassVar[bool] = True   # (as a custom_jvp_call's)
     fwd: "Program | None" = None
     forwarded: tuple = ()
     bwd: "Program | None" = None
