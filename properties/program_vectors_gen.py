@@ -40,7 +40,8 @@ from shardlaw.spec.vectors.program_vectors import (
 
 __all__ = ["NotReplayable", "program_in_jax", "replay_program_in_jax",
            "generate_program_vectors", "PROGRAM_DIRECTORY", "FLOW_DIRECTORY", "FLOW_KINDS",
-           "FLOW_EQUATION", "FlowCase", "flow_cases", "equation_kinds", "flow_function", "flow_options", "compare_flow",
+           "FLOW_EQUATION", "FlowCase", "flow_cases", "equation_kinds", "flow_function",
+           "flow_options", "compare_flow",
            "generate_flow_vectors"]
 
 # Where the program vectors live under a vectors directory.
@@ -139,7 +140,7 @@ def _flow(eq: Any, operands: list) -> Any:
     primal = _function(eq.body)
     if isinstance(eq, Remat):
         return jax.checkpoint(primal, prevent_cse=eq.prevent_cse,
-                              policy=_policy(getattr(eq, "policy", None)))(*operands)
+                              policy=_policy(eq.policy))(*operands)
     if isinstance(eq, CustomJvp):
         called = jax.custom_jvp(primal)
         called.defjvp(lambda primals, tangents: jax.jvp(primal, primals, tangents))
@@ -152,9 +153,16 @@ def _flow(eq: Any, operands: list) -> Any:
 
 def _policy(policy: Any) -> Any:
     """The jax.checkpoint policy a remat's ``policy`` names (None: JAX's default)."""
+    import jax
+
     if policy is None:
         return None
-    raise NotReplayable(f"the remat policy {policy!r} is not built in JAX by the replayer")
+    if policy.startswith("save_only_these_names("):
+        names = policy[len("save_only_these_names("):-1]
+        return jax.checkpoint_policies.save_only_these_names(*names.split(", "))
+    if policy.startswith("<"):
+        raise NotReplayable(f"the remat policy {policy} is not built in JAX by the replayer")
+    return getattr(jax.checkpoint_policies, policy)
 
 
 def _device(target: Any) -> Any:

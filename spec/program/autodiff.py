@@ -131,7 +131,8 @@ def _jvp_jit(eq: Jit, body: BodyBuilder, operands: tuple[int, ...], moving: list
     given = tuple(t for t in moving if t is not None)
     # (a remat's JVP is a remat of the JVP of its body, as JAX's remat_jvp binds it)
     made = Remat(operands + given, body=jvp_body, name=eq.name, checked=False,
-                 prevent_cse=eq.prevent_cse, differentiated=eq.differentiated) \
+                 prevent_cse=eq.prevent_cse, differentiated=eq.differentiated,
+                 policy=eq.policy) \
         if type(eq) is Remat else Jit(operands + given, body=jvp_body, name=eq.name,
                                       checked=False)
     outs = body.emit(made)
@@ -372,7 +373,7 @@ def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], mo
         t for t, r in zip(given, reads[count:]) if r)
     made = iter(tape.emit(Remat(tuple(range(len(refs))), body=body, name=eq.name,
                                 checked=False, prevent_cse=eq.prevent_cse,
-                                differentiated=True), refs))
+                                differentiated=True, policy=eq.policy), refs))
     return primal, [next(made) if f else None for f in lin.flags]
 
 

@@ -305,11 +305,23 @@ class _Called(Jit):
 @dataclasses.dataclass(frozen=True)
 class Remat(_Called):
     """``jax.checkpoint`` (``remat2``): its body, called as a jit without options; under
-    grad JAX recomputes it in the backward pass rather than storing its residuals."""
+    grad JAX recomputes it in the backward pass rather than storing its residuals, but for
+    those its ``policy`` saves (None: JAX's default, which saves nothing, as
+    ``nothing_saveable``; else the policy's name, ``everything_saveable``,
+    ``dots_saveable``, ``dots_with_no_batch_dims_saveable``, ``save_only_these_names(a,
+    b)``, or another's in angle brackets). The spec's rewrites recompute everything
+    whatever the policy; what a differentiated remat with a policy communicates is left
+    undetermined (COLL-8)."""
 
     kind: ClassVar[str] = "remat2"
     prevent_cse: bool = True
     differentiated: bool = False
+    policy: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_described(self.policy is None or type(self.policy) is str,
+                          "a remat's policy", "None or a policy's name", self.policy)
 
 
 def _rule_body(value: Any, what: str) -> None:
