@@ -309,8 +309,9 @@ class Remat(_Called):
     those its ``policy`` saves (None: JAX's default, which saves nothing, as
     ``nothing_saveable``; else the policy's name, ``everything_saveable``,
     ``dots_saveable``, ``dots_with_no_batch_dims_saveable``, ``save_only_these_names(a,
-    b)``, or another's in angle brackets). The spec's rewrites recompute everything
-    whatever the policy; what a differentiated remat with a policy communicates is left
+    b)``, or another's in angle brackets). Under ``everything_saveable`` the spec's
+    linearization stores every residual, as JAX's; under any other saving policy it still
+    recomputes them all, and what such a differentiated remat communicates is left
     undetermined (COLL-8)."""
 
     kind: ClassVar[str] = "remat2"
