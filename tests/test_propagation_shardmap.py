@@ -86,10 +86,9 @@ def test_a_shard_map_leaving_axes_automatic_places_its_results_as_jax_does(
 
 
 @checks("PROP-11")
-def test_an_operand_left_open_through_a_manual_axis_is_left_open_with_its_reason():
+def test_an_operand_left_open_through_a_manual_axis_takes_the_held_split_back():
     # JAX moves the spec's 'x', and the 'y' the body takes from b, back onto sin(a), read by
-    # the shard_map and returned; the spec does not write when (the final deep run: a dot's
-    # result, P(None, 'x', ...))
+    # the shard_map and returned (more cases: tests/test_propagation_smapauto.py)
     mesh = _mesh()
 
     def f(a, b):
@@ -97,9 +96,9 @@ def test_an_operand_left_open_through_a_manual_axis_is_left_open_with_its_reason
         return s, _smap(mesh, lambda t, w: t + w, (P("x", None), P("x", None)),
                         P("x", None), "x")(s, b)
     real, verdict = _compare(f, mesh, ((8, 8), P()), ((8, 8), P(None, "y")))
-    assert real[0].spec == P("x", "y")
-    assert verdict.out_shardings == (UNSPECIFIED, UNSPECIFIED)
-    assert "PROP-11" in verdict.undetermined[0][1]
+    assert [r.spec for r in real] == [P("x", "y"), P("x", "y")]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    assert verdict.undetermined == ()
 
 
 @checks("PROP-11")
