@@ -109,3 +109,84 @@ def test_the_caveat_holds_for_the_cpu_backend_only():
     program = _program("psum", (4, 2), ("x", "y"), {"y"}, "bfloat16")
     assert compile_aborts(program).rule == "COLL-13"
     assert compile_aborts(program, backend="tpu") is None
+
+
+def _held(f, mesh, *placed):
+    """The spec's collectives of ``f`` held to the compiled module's (kind, replica groups,
+    bytes per device), and its results' shardings to jax.jit's; the verdict."""
+    from shardlaw.compiled_hlo import collectives_in_hlo
+    from shardlaw.spec import from_jax
+    args = [jax.device_put(jnp.ones(shape), NS(mesh, spec)) for shape, spec in placed]
+    out = jax.jit(f)(*args)
+    real = tuple(r.sharding for r in (out if isinstance(out, tuple) else (out,)))
+    verdict = explain_program(describe_program(f, *args))
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    text = jax.jit(f).lower(*args).compile().as_text()
+    compiled = sorted((c.kind, tuple(sorted(map(tuple, c.replica_groups))),
+                       c.bytes_per_device) for c in collectives_in_hlo(text))
+    assert verdict.collectives.complete, verdict.collectives.undetermined
+    predicted = sorted((c.kind, tuple(sorted(c.replica_groups.groups())),
+                        c.bytes_per_device) for c in verdict.collectives)
+    assert predicted == compiled
+    return compiled, verdict
+
+
+def _smap(mesh, body, ins, outs, manual="x"):
+    return jax.shard_map(body, mesh=mesh, in_specs=ins, out_specs=outs,
+                         axis_names=set(manual))
+
+
+ROWS = P("x", None)
+# (name, mesh shape and names, function of the mesh, inputs, the compiled collectives'
+# kinds)
+PARTLY_MANUAL = [
+    ("an elementwise body communicates nothing", ((2, 4), "xy"), lambda m: _smap(
+        m, jnp.cos, ROWS, ROWS), [((8, 8), P(None, "y"))], []),
+    ("an unsplit operand is sliced", ((2, 4), "xy"), lambda m: _smap(
+        m, jnp.cos, ROWS, ROWS), [((8, 8), P())], []),
+    ("a psum over the manual axis, of the free axis's shard", ((2, 4), "xy"), lambda m: _smap(
+        m, lambda t: lax.psum(t, "x"), ROWS, P()), [((8, 8), P(None, "y"))], ["all-reduce"]),
+    ("a psum of an unsplit shard", ((2, 4), "xy"), lambda m: _smap(
+        m, lambda t: lax.psum(t, "x"), ROWS, P()), [((8, 8), P())], ["all-reduce"]),
+    ("a psum of a value split on its manual and free axes", ((2, 4), "xy"), lambda m: _smap(
+        m, lambda t: lax.psum(t, "x"), ROWS, P()), [((8, 8), P(("x", "y"), None))],
+     ["all-reduce"]),
+    ("a pmax", ((2, 4), "xy"), lambda m: _smap(
+        m, lambda t: lax.pmax(t, "x"), ROWS, P()), [((8, 8), P(None, "y"))], ["all-reduce"]),
+    ("the body's sum along a free split", ((2, 4), "xy"), lambda m: _smap(
+        m, lambda t: t.sum(1), ROWS, P("x")), [((8, 8), P(None, "y"))], ["all-reduce"]),
+    ("the body's transpose carries the free axis", ((2, 4), "xy"), lambda m: _smap(
+        m, lambda t: t.T * 2, ROWS, ROWS), [((8, 8), P(None, "y"))], []),
+    ("a psum read on after the shard_map", ((2, 4), "xy"), lambda m: lambda a: jnp.sin(_smap(
+        m, lambda t: lax.psum(t, "x"), ROWS, P())(a)), [((8, 8), P(None, "y"))],
+     ["all-reduce"]),
+    ("two manual axes of three", ((2, 2, 2), "xyz"), lambda m: _smap(
+        m, lambda t: lax.psum(t, ("x", "y")), P(("x", "y"), None), P(), "xy"),
+     [((8, 8), P(None, "z"))], ["all-reduce"]),
+    ("a psum over one of two manual axes", ((2, 2, 2), "xyz"), lambda m: _smap(
+        m, lambda t: lax.psum(t, "y"), P("x", "y"), P("x"), "xy"),
+     [((8, 8), P(None, None))], ["all-reduce"]),
+]
+
+
+@checks("COLL-14", "COLL-11")
+@pytest.mark.parametrize("name, grid, make, placed, kinds", PARTLY_MANUAL,
+                         ids=[c[0] for c in PARTLY_MANUAL])
+def test_a_partly_manual_shard_maps_collectives_are_the_compiled_modules(
+        name, grid, make, placed, kinds):
+    shape, names = grid
+    mesh = jax.make_mesh(shape, tuple(names), axis_types=(Auto,) * len(shape))
+    compiled, verdict = _held(make(mesh), mesh, *placed)
+    assert sorted(kind for kind, _, _ in compiled) == kinds, name
+
+
+@checks("COLL-2")
+def test_an_operand_moving_its_free_axis_to_the_manual_ones_is_left_open():
+    # sin of P('y', None) read through P('x', None): XLA moves it by a collective-permute
+    # and an all-gather, a plan of its own (COLL-2 names it)
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(Auto, Auto))
+    f = _smap(mesh, jnp.cos, ROWS, ROWS)
+    a = jax.device_put(jnp.ones((8, 8)), NS(mesh, P("y", None)))
+    verdict = explain_program(describe_program(f, a))
+    assert not verdict.collectives.complete
+    assert verdict.collectives.undetermined.rule == "COLL-2"

@@ -47,6 +47,7 @@ from .propagation import (
     FLOW_KINDS, Split, Undetermined, dimension_splits, factor_sizes, folded_equations,
     predicted_results, propagate, propagation_mesh, tensor_factor_splits,
 )
+from .propagation_constants import copied_values
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
@@ -398,8 +399,7 @@ def predicted_collectives(program: Program) -> Communication:
       all-gather over ('x',) at body[0] (operand 0): float32[8, 8], 256 bytes per device
       all-gather over ('y',) at body[0] (operand 1): float32[8, 8], 256 bytes per device
     """
-    aborts = compile_aborts(program)
-    if aborts is not None:
+    if (aborts := compile_aborts(program)) is not None:   # (no executable on CPU: COLL-13)
         return Communication(caveat=aborts)
     splits, live = propagate(program), live_equations(program)
     stopped = splits if isinstance(splits, Undetermined) else read_after_a_chain(program, live)
@@ -414,9 +414,7 @@ def predicted_collectives(program: Program) -> Communication:
     upstream: dict[int, frozenset] = {}   # value -> the all-reduces it is computed from
     after: dict[int, frozenset] = {}      # all-reduce -> the all-reduces it is computed from
     plans: dict = {}   # (form, types, splits) -> the equation's plan (_plan)
-    # an iota holds no data: it is computed in whatever split an operation needs
-    done.update(n for eq, numbers in zip(program.equations, program.result_numbers())
-                if entry_of(eq).name == "iota" for n in numbers)
+    done.update(copied_values(program))   # (iotas, constants: computed where read, PROP-16)
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
         if not live[k]:
             continue

@@ -22,14 +22,11 @@ from typing import Any
 from ..core.rules import rule
 from ..core.shardings import NamedSharding
 from ..core.values import AxisType
-from .primitives import Factors, entry_of
-from .propagation import (
-    COPY, Flat, Undetermined, inline_body, placed_pin, propagation_mesh, stop,
-)
+from .primitives import Factors
+from .propagation import COPY, Flat, inline_body, placed_pin, stop
 from .propagation_pins import manual_boundary, pin
 
-__all__ = ["shard_map_boundary", "free_axes_boundary", "leaves_axes_automatic",
-           "automatic_collectives"]
+__all__ = ["shard_map_boundary", "free_axes_boundary", "LOCAL_ELEMENTWISE"]
 
 # The collectives of a body over its manual axes only: elementwise over its local shapes.
 LOCAL_ELEMENTWISE = frozenset(("psum", "pmax", "pmin", "pvary", "psum_invariant", "pcast"))
@@ -156,30 +153,3 @@ def _local_collectives(flat: Flat, first: int) -> None:
             dims = tuple(f"f{d}" for d in range(len(types[-1].shape)))
             flat.steps[k] = (COPY, Factors((dims,) * count, (dims,)), every, types, path,
                              count)
-
-
-def leaves_axes_automatic(program: Any, mesh: Any) -> bool:
-    """Whether a live-or-not shard_map anywhere in ``program`` (its bodies included) leaves
-    a mesh axis of size above 1 automatic: its collectives, at its boundary and inside its
-    body, are not predicted yet (the steps PROP-11 adds are not constraints' links)."""
-    for eq in program.equations:
-        if eq.kind == "shard_map" and any(
-                a not in eq.manual_axes and mesh.axis_size(a) != 1 for a in mesh.axis_names):
-            return True
-        for name in entry_of(eq).bodies.fields:
-            bodies = getattr(eq, name)
-            for body in (bodies if isinstance(bodies, tuple) else (bodies,)):
-                if leaves_axes_automatic(body, mesh):
-                    return True
-    return False
-
-
-def automatic_collectives(program: Any) -> Undetermined | None:
-    """Why the collectives of ``program`` are not predicted where a shard_map in it leaves
-    mesh axes automatic (None: none does, or no mesh is propagated over)."""
-    mesh = propagation_mesh(program)
-    if isinstance(mesh, Undetermined) or not leaves_axes_automatic(program, mesh):
-        return None
-    return Undetermined("COLL-4", "a shard_map leaving mesh axes automatic (PROP-11): its "
-                        "collectives, at its boundary and inside its body, are not predicted "
-                        "yet")
