@@ -39,6 +39,8 @@ PROGRAM_ONLY = {
     "SMAP-27": "an all_gather to reduced values inside a shard_map body",
     "SMAP-28": "a constraint or reshard inside a shard_map body over the user's mesh",
     "SMAP-29": "a primitive inside a shard_map body taking a value typed over another mesh",
+    "SMAP-30": "a shard_map nested in a body given another mesh than the body's",
+    "SMAP-31": "a collective or cast inside a shard_map body of a value typed reduced",
     "WSC-10": "a constraint's operand's split over Explicit axes, read from its traced type",
     "WSC-11": "a constraint on a value typed with reduced axes, lowered in a jit's body",
     "WSC-12": "a bound constraint's spec merged with its operand's split, when lowered",

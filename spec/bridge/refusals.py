@@ -245,7 +245,11 @@ def _shard_map_call(error: BaseException, call: Any, levels: list[_Level]
                 staged = frame.f_locals
     if not levels:
         return None
-    return levels, _Refused("shard_map", call.f_locals, staged)
+    # the staging of the shard_map whose body holds the call, if one does (its mesh the context)
+    enclosing = [level.construct[1] for level in levels
+                 if level.construct is not None and level.construct[0] == "shard_map"]
+    return levels, _Refused("shard_map", dict(call.f_locals, enclosing=(
+        enclosing[-1] if enclosing else None)), staged)
 
 
 def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted: bool,

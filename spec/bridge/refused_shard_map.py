@@ -44,6 +44,14 @@ def refused_shard_map(call: dict, staged: dict | None, operands: tuple, path: st
         raise TypeError("a shard_map whose mesh is the context's")
     manual = frozenset(call["axis_names"] or mesh.axis_names)
     flat_in = _flat_in_specs(call)
+    enclosing = call.get("enclosing")
+    if enclosing is not None and mesh.abstract_mesh != enclosing["inner_mesh"]:
+        # given another mesh than the body's it is called in (SMAP-30): the body it would
+        # have had given the body's mesh
+        traced = _in_body_mesh(call, enclosing, path, read_body)
+        return dataclasses.replace(traced, operands=tuple(operands), mesh=from_jax(mesh),
+                                   in_specs=tuple(from_jax(s) for s in flat_in),
+                                   manual_axes=manual)
     if staged is not None:
         body = _staged_body(staged, path, read_body)
         out_specs = tuple(staged["out_specs"])
@@ -148,6 +156,47 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
     if len(found) != 1:
         raise TypeError("the substitute call holds other than one shard_map")
     return found[0]
+
+
+def _in_body_mesh(call: dict, enclosing: dict, path: str,
+                  read_body: Callable[..., Program]) -> ShardMap:
+    """The shard_map of the user's function given the mesh of the body it is called in
+    (``enclosing``: the locals of that body's staging), traced by JAX in that body's
+    context (its mesh, its manual axes) and read."""
+    import jax
+    from jax._src import config
+    from jax._src import shard_map as staging
+
+    from .program import read_type
+
+    leaves, tree = jax.tree_util.tree_flatten(call["args"])
+    examples = [_typed_example(v) for v in leaves]
+    body_mesh = enclosing["inner_mesh"]
+    with staging._extend_axis_env(enclosing["mesh"], enclosing["newly_manual_axes"]), \
+            jax.sharding.use_abstract_mesh(body_mesh), \
+            config._check_vma(bool(enclosing["check_vma"])):
+        mapped = jax.shard_map(call["f"], mesh=body_mesh, in_specs=call["in_specs"],
+                               out_specs=call["out_specs"], axis_names=set(call["axis_names"]),
+                               check_vma=bool(call["check_vma"]))
+        closed = jax.make_jaxpr(mapped)(*jax.tree_util.tree_unflatten(tree, examples))
+    inputs = tuple(read_type(v.aval, f"operand {i} of {path}")
+                   for i, v in enumerate(closed.jaxpr.invars))
+    program = read_body(closed.jaxpr, list(closed.consts), inputs, f"{path}.in_body_mesh.")
+    found = [eq for eq in program.equations if isinstance(eq, ShardMap)]
+    if len(found) != 1 or len(program.equations) != 1:
+        raise TypeError("the call given the body's mesh holds other than one shard_map")
+    return found[0]
+
+
+def _typed_example(value: Any) -> Any:
+    """A value of a shard_map's body as a ShapeDtypeStruct of its whole type (its mesh and
+    its manual axes' type: varying, reduced)."""
+    import jax
+
+    aval = jax.typeof(value)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=aval.sharding,
+                                weak_type=aval.weak_type,
+                                manual_axis_type=aval.manual_axis_type)
 
 
 def _example(value: Any) -> Any:

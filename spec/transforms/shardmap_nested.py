@@ -1,0 +1,100 @@
+"""A shard_map nested in another's body, and a collective of a value typed reduced (SMAP-30, SMAP-31).
+
+* SMAP-30 — inside a ``jax.shard_map``'s body the context mesh is the body's mesh: the
+  shard_map's mesh with its manual axes typed Manual (``jax.sharding.get_abstract_mesh()``).
+  A shard_map called there must be given that mesh (or none: ``mesh=None`` reads it);
+  given the user's mesh, whose axes are not Manual, JAX 0.10.2 refuses the call before it
+  traces its body: "The context mesh ... should match the mesh passed to shard_map"
+  (ValueError). Given the body's mesh, the nested shard_map makes manual the axes its
+  ``axis_names`` add (all of them already manual: none, and its out specs are checked
+  against none, SMAP-11).
+* SMAP-31 — an ``all_gather`` to reduced values (``to='reduced'``) types its result
+  reduced along the axes it gathers over (and no longer varying along them). A collective
+  over an axis along which its operand is typed reduced is refused (ValueError): a ``psum``,
+  ``pmax``, ``pmin``, ``all_gather`` (to any values), ``psum_scatter``, ``all_to_all``,
+  ``ppermute``, and the ``pvary`` JAX inserts where an out spec or an elementwise operation
+  needs the value varying along that axis ("pvary cannot accept args which are reduced").
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..core.rules import Failure, reject, rule
+from ..core.values import AbstractMesh, Mesh
+
+__all__ = ["check_context_mesh", "check_not_reduced", "ContextMeshNotGiven",
+           "CollectiveOfReduced"]
+
+
+# --------------------------------------------------------------------------- SMAP-30
+
+@dataclasses.dataclass(frozen=True)
+class ContextMeshNotGiven(Failure, rule="SMAP-30"):
+    template = ("a shard_map inside a shard_map's body is given {given}, but the body's mesh "
+                "is {context}: The context mesh {context} should match the mesh passed to "
+                "shard_map {given}")
+    hint = ("Pass the body's mesh (mesh=jax.sharding.get_abstract_mesh()), or leave the "
+            "mesh out")
+    given: Any
+    context: Any
+
+
+@rule("SMAP-30", mirrors="jax._src.shard_map._shmap_checks (its context-mesh check)")
+def check_context_mesh(given: Mesh | AbstractMesh, context: AbstractMesh | None,
+                       path: str = "") -> None:
+    """A shard_map called inside another's body is given the body's mesh (its manual axes typed Manual); given another mesh, it is refused (ValueError).
+
+    ``context`` is the body's mesh (None: the shard_map is not inside another's body).
+
+    >>> from shardlaw.spec.core.values import AxisType
+    >>> E, M = AxisType.Explicit, AxisType.Manual
+    >>> body = AbstractMesh((2, 4), ("x", "y"), (M, E))
+    >>> check_context_mesh(body, body)
+    >>> check_context_mesh(Mesh.iota((2, 4), ("x", "y"), (E, E)), None)
+    >>> check_context_mesh(Mesh.iota((2, 4), ("x", "y"), (E, E)), body)
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [SMAP-30]: a shard_map inside a shard_map's body is given Mesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')), but the body's mesh is AbstractMesh({'x': 2, 'y': 4}, types=('Manual', 'Explicit')): The context mesh AbstractMesh({'x': 2, 'y': 4}, types=('Manual', 'Explicit')) should match the mesh passed to shard_map Mesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')). ...
+    """
+    if context is None or context.empty or given.abstract == context:
+        return
+    raise reject(ContextMeshNotGiven(given, context), path or None)
+
+
+# --------------------------------------------------------------------------- SMAP-31
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveOfReduced(Failure, rule="SMAP-31"):
+    template = ("{primitive} over {axes} takes an operand of type {value} reduced along "
+                "{reduced}: {primitive} cannot accept args which are reduced")
+    hint = ("A value an all_gather to reduced values gave is the same along those axes: "
+            "return it with an out spec naming them reduced, or gather to='varying'")
+    primitive: str
+    axes: tuple
+    value: str
+    reduced: tuple
+
+
+@rule("SMAP-31", mirrors="jax._src.core.check_unreduced_args (its reduced check), met in "
+                         "the abstract evaluation of psum, pmax, pmin, ppermute, all_gather, "
+                         "psum_scatter, all_to_all and pvary")
+def check_not_reduced(primitive: str, axes: tuple, value: str, reduced: frozenset[str],
+                      path: str = "") -> None:
+    """A collective or cast inside a shard_map's body takes no operand typed reduced along an axis it names (ValueError).
+
+    ``value`` is the operand's type as words, ``reduced`` the manual axes it is reduced
+    along (an ``all_gather`` to reduced values gives them).
+
+    >>> check_not_reduced("psum", ("x",), "f32[4, 16]", frozenset({"y"}))
+    >>> check_not_reduced("pvary", ("y",), "f32[4, 16]", frozenset({"y"}))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [SMAP-31]: pvary over ('y',) takes an operand of type f32[4, 16] reduced along ('y',): pvary cannot accept args which are reduced. ...
+    """
+    over = tuple(a for a in axes if a in reduced)
+    if over:
+        raise reject(CollectiveOfReduced(primitive, tuple(axes), value, over), path or None)

@@ -1,0 +1,215 @@
+"""A shard_map nested in a body given another mesh than the body's (SMAP-30), and a
+collective of a value an all_gather typed reduced (SMAP-31), against JAX 0.10.2 on 8 CPU
+devices (issue 32, item 4).
+
+describe_program re-raised both of JAX's ValueErrors: "The context mesh ... should match
+the mesh passed to shard_map" where a shard_map inside a body that is manual over some (or
+all) axes of the user's mesh is given that mesh; "pvary cannot accept args which are
+reduced" where JAX's auto-cast makes a value an ``all_gather(..., to='reduced')`` gave
+varying along an axis it is reduced along (the description did not hold the gathered
+value's reduced axes, so the spec could not meet it). Now each is described and refused by
+the spec at the trace stage with JAX's class at the refused equation's path, and the
+accepting neighbours (the body's mesh given; a reduced value returned reduced, or used
+where JAX casts it) are accepted alike.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from shardlaw.properties.registry import checks
+
+from test_steps_arguments import NS, P, held_to_jax
+
+KINDS = jax.sharding.AxisType
+
+
+def _mesh(kind):
+    return jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"),
+                             axis_types=(kind,) * 2)
+
+
+EXPLICIT, AUTO = _mesh(KINDS.Explicit), _mesh(KINDS.Auto)
+MESHES = {"explicit": EXPLICIT, "auto": AUTO}
+
+
+def _put(mesh, spec, shape=(8, 16)):
+    return jax.device_put(np.arange(np.prod(shape), dtype=np.float32).reshape(shape) % 5,
+                          NS(mesh, spec))
+
+
+def _body_mesh():
+    return jax.sharding.get_abstract_mesh()
+
+
+def _nested(mesh, inner_mesh, inner_in, inner_out, outer_axes, through_jit=False):
+    """``f(x)``: a shard_map over ``mesh`` manual over ``outer_axes`` (all: None) whose body
+    calls a shard_map given ``inner_mesh(mesh)`` (the user's mesh, or the body's)."""
+    def body(a):
+        inner = jax.shard_map(lambda b: b * 2, mesh=inner_mesh(mesh), in_specs=inner_in,
+                              out_specs=inner_out)
+        return jax.jit(inner)(a) if through_jit else inner(a)
+    options = {} if outer_axes is None else {"axis_names": outer_axes}
+    return lambda x: jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                                   **options)(x)
+
+
+def _users(mesh):
+    return mesh
+
+
+def _bodys(mesh):
+    return _body_mesh()
+
+
+# name: (the manual axes of the outer body, the inner specs, through an inner jit)
+NESTINGS = {
+    "partly-manual-body": ({"x"}, P("y"), False),
+    "fully-manual-body": (None, P(), False),
+    "partly-manual-body-through-a-jit": ({"x"}, P("y"), True),
+}
+
+
+@checks("SMAP-30")
+@pytest.mark.parametrize("kind", sorted(MESHES))
+@pytest.mark.parametrize("name", sorted(NESTINGS))
+def test_a_nested_shard_map_given_the_users_mesh_is_refused_as_jax_refuses_it(name, kind):
+    """JAX's ValueError while tracing; the spec refuses the nested shard_map by SMAP-30 at
+    the trace stage, with JAX's class, at its path, in JAX's words."""
+    axes, spec, through_jit = NESTINGS[name]
+    mesh = MESHES[kind]
+    fun = _nested(mesh, _users, spec, spec, axes, through_jit)
+    x = _put(mesh, P("x"))
+    with pytest.raises(ValueError) as raised:
+        jax.jit(fun).trace(x)
+    assert "should match the mesh passed to shard_map" in str(raised.value)
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    path = "body[0].shard_map.body[0].jit.body[0]" if through_jit else \
+        "body[0].shard_map.body[0]"
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        "SMAP-30", "trace", path, "ValueError"), verdict.message
+    assert "should match the mesh passed to shard_map" in verdict.message
+
+
+@checks("SMAP-30", "SMAP-11")
+@pytest.mark.parametrize("kind", sorted(MESHES))
+@pytest.mark.parametrize("name", sorted(NESTINGS))
+def test_a_nested_shard_map_given_the_bodys_mesh_is_accepted_alike(name, kind):
+    """Given the body's mesh, JAX traces, lowers, compiles and runs it; the spec accepts
+    it with the same result shardings. In a fully manual body it makes no axis manual, so
+    its out spec P() is not checked against the enclosing body's varying axes (SMAP-11:
+    the spec refused it before)."""
+    axes, spec, through_jit = NESTINGS[name]
+    mesh = MESHES[kind]
+    fun = _nested(mesh, _bodys, spec, spec, axes, through_jit)
+    _, verdict, problems = held_to_jax(fun, _put(mesh, P("x")))
+    assert not problems and verdict.accepted, (problems, verdict.message)
+
+
+# --------------------------------------------------------------------------- SMAP-31
+
+def _gathered(a):
+    """``a`` gathered along 'y' to reduced values: f32[4, 16] varying along 'x', reduced
+    along 'y'."""
+    return lax.all_gather(a, "y", axis=1, tiled=True, to="reduced")
+
+
+def _over(body, out_specs):
+    return lambda x: jax.shard_map(body, mesh=EXPLICIT, in_specs=P("x", "y"),
+                                   out_specs=out_specs)(x)
+
+
+# name: (the function of x split P('x', 'y'), JAX's class, the spec's rule, its path)
+REFUSED = {
+    # the pvary JAX puts before the result, to make it vary along the out spec's 'y'
+    "returned-varying": (_over(_gathered, P("x", "y")), "SMAP-31", "body[0].shard_map.body[1]"),
+    "psum-over-its-reduced-axis": (_over(lambda a: lax.psum(_gathered(a), "y"), P("x")),
+                                   "SMAP-31", "body[0].shard_map.body[1]"),
+    "all-gather-over-its-reduced-axis": (
+        _over(lambda a: lax.all_gather(_gathered(a), "y", axis=0, tiled=True),
+              P("x", None, reduced={"y"})), "SMAP-31", "body[0].shard_map.body[1]"),
+    # summed over 'x', it is reduced along 'y' only; the add needs it varying along 'x'
+    # and 'y': a pvary over both (inside the jit jnp.add is)
+    "added-to-a-value-varying-along-more": (
+        _over(lambda a: lax.psum(_gathered(a), "x") + jnp.tile(a, (1, 4)), P("x", "y")),
+        "SMAP-31", "body[0].shard_map.body[3].jit.body[0]"),
+    # the out spec leaves out 'y', along which the result is reduced
+    "returned-unnamed": (_over(_gathered, P("x")), "SMAP-11",
+                         "body[0].shard_map.out_specs[0]"),
+}
+
+
+@checks("SMAP-31")
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_collective_of_a_value_typed_reduced_is_refused_as_jax_refuses_it(name):
+    """JAX's ValueError while tracing; the spec, typing the gathered value reduced along
+    'y', refuses at the trace stage with JAX's class at the equation's path."""
+    fun, rule_id, path = REFUSED[name]
+    x = _put(EXPLICIT, P("x", "y"))
+    with pytest.raises(ValueError) as raised:
+        jax.jit(fun).trace(x)
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        rule_id, "trace", path, "ValueError"), verdict.message
+    if rule_id == "SMAP-31":
+        said = "cannot accept args which are reduced"
+        assert said in verdict.message and said in str(raised.value)
+
+
+ACCEPTED = {
+    "returned-reduced": _over(_gathered, P("x", None, reduced={"y"})),
+    "sin-returned-reduced": _over(lambda a: jnp.sin(_gathered(a)), P("x", None, reduced={"y"})),
+    "psum-over-another-axis": _over(lambda a: lax.psum(_gathered(a), "x"),
+                                    P(None, None, reduced={"y"})),
+    # the add needs it varying along 'y', along which it is reduced: JAX casts it
+    # (reduced_vary_cast), no pvary
+    "added-to-a-value-varying-along-its-reduced-axis": _over(
+        lambda a: _gathered(a) + jnp.tile(a, (1, 4)), P("x", "y")),
+    # pcast to varying of a value reduced along the axes: JAX's reduced_vary_cast
+    "cast-to-varying": _over(lambda a: lax.pcast(_gathered(a), "y", to="varying"),
+                             P("x", "y")),
+    "untiled": _over(lambda a: lax.all_gather(a, "y", axis=0, to="reduced"),
+                     P(None, "x", None, reduced={"y"})),
+}
+
+
+@checks("SMAP-31")
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+def test_a_value_gathered_to_reduced_values_is_typed_and_accepted_alike(name):
+    """JAX traces, lowers, compiles and runs it; the spec types the all_gather's result
+    as JAX does (varying along 'x' only, reduced along 'y': PROG-0 otherwise) and accepts
+    with the same result shardings."""
+    program, verdict, problems = held_to_jax(ACCEPTED[name], _put(EXPLICIT, P("x", "y")))
+    assert not problems and verdict.accepted, (problems, verdict.message)
+    gathered = program.equations[0].body.equations[0].results[0]
+    assert (gathered.varying, gathered.reduced) == ({"x"}, {"y"})
+
+
+def test_a_gathered_value_typed_otherwise_than_jax_types_it_is_not_a_description():
+    """The all_gather's result must be reduced along its axes: a description that drops
+    them is refused (PROG-0), not accepted."""
+    import dataclasses
+
+    from shardlaw.spec import explain_program
+    from shardlaw.spec.core.rules import Rejection
+
+    program, verdict, _ = held_to_jax(ACCEPTED["returned-reduced"], _put(EXPLICIT, P("x", "y")))
+    assert verdict.accepted
+    eq = program.equations[0]
+    gather = eq.body.equations[0]
+    wrong = dataclasses.replace(gather.results[0], reduced=frozenset())
+    body = dataclasses.replace(eq.body, equations=(dataclasses.replace(
+        gather, results=(wrong,)),))
+    bad = dataclasses.replace(program, equations=(dataclasses.replace(eq, body=body),))
+    try:
+        refused = explain_program(bad)
+    except Rejection as refusal:
+        assert refusal.failure.rule == "PROG-0", refusal
+    else:
+        assert not refused.accepted and refused.rule in ("PROG-0", "SMAP-19"), refused.message
