@@ -41,6 +41,7 @@ PROGRAM_ONLY = {
     "SMAP-29": "a primitive inside a shard_map body taking a value typed over another mesh",
     "SMAP-30": "a shard_map nested in a body given another mesh than the body's",
     "SMAP-31": "a collective or cast inside a shard_map body of a value typed reduced",
+    "SMAP-32": "an elementwise operation inside a shard_map body of values typed reduced",
     "WSC-10": "a constraint's operand's split over Explicit axes, read from its traced type",
     "WSC-11": "a constraint on a value typed with reduced axes, lowered in a jit's body",
     "WSC-12": "a bound constraint's spec merged with its operand's split, when lowered",

@@ -213,3 +213,48 @@ def test_a_gathered_value_typed_otherwise_than_jax_types_it_is_not_a_description
         assert refusal.failure.rule == "PROG-0", refusal
     else:
         assert not refused.accepted and refused.rule in ("PROG-0", "SMAP-19"), refused.message
+
+
+# --------------------------------------------------------------------------- SMAP-32
+
+# name: (the function of x split P('x', 'y'), the refused operation's path, JAX's words)
+MIXED = {
+    # 2.0 is cast varying along 'x' only: replicated along 'y'
+    "times-a-constant": (_over(lambda a: _gathered(a) * 2.0, P("x", None, reduced={"y"})),
+                         "body[0].shard_map.body[1].jit.body[2]", "cannot be replicated"),
+    "in-an-inner-jit": (_over(lambda a: jax.jit(lambda v: v * 2)(_gathered(a)),
+                              P("x", None, reduced={"y"})),
+                        "body[0].shard_map.body[1].jit.body[0].jit.body[2]",
+                        "cannot be replicated"),
+}
+
+
+@checks("SMAP-32")
+@pytest.mark.parametrize("name", sorted(MIXED))
+def test_an_elementwise_operation_mixing_reduced_and_replicated_is_refused_as_jax_does(name):
+    """JAX's ShardingTypeError while tracing; the spec refuses by SMAP-32 at the trace
+    stage with JAX's class at the operation's path, in JAX's words."""
+    fun, path, said = MIXED[name]
+    x = _put(EXPLICIT, P("x", "y"))
+    with pytest.raises(Exception) as raised:
+        jax.jit(fun).trace(x)
+    assert type(raised.value).__name__ == "ShardingTypeError"
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        "SMAP-32", "trace", path, "ShardingTypeError"), verdict.message
+    assert said in verdict.message and said in str(raised.value)
+
+
+@checks("SMAP-32")
+@pytest.mark.parametrize("name", ["times-itself", "sum"])
+def test_an_elementwise_operation_of_values_reduced_alike_is_reduced_and_accepted(name):
+    """Operands reduced along the same axes: the result is reduced along them, as JAX
+    types it; accepted alike."""
+    body = {"times-itself": lambda a: _gathered(a) * _gathered(a),
+            "sum": lambda a: _gathered(a).sum(axis=1, keepdims=True)}[name]
+    program, verdict, problems = held_to_jax(_over(body, P("x", None, reduced={"y"})),
+                                             _put(EXPLICIT, P("x", "y")))
+    assert not problems and verdict.accepted, (problems, verdict.message)
+    last = program.equations[0].body
+    assert last.value_types[last.outputs[0]].reduced == {"y"}

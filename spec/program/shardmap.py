@@ -37,7 +37,9 @@ from typing import Any
 from ..core.rules import located, staged
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..transforms.shardmap_meshes import check_operand_mesh
-from ..transforms.shardmap_nested import check_context_mesh, check_not_reduced
+from ..transforms.shardmap_nested import (
+    check_context_mesh, check_not_reduced, check_reduced_operands,
+)
 from ..transforms.shardmap_bodies import (
     check_gather_broadcast_divides, check_permutation,
     check_scatter_operand_unsplit, collective_shape, collective_split, collective_varying,
@@ -522,7 +524,17 @@ def _elementwise(eq: Opaque, operands: tuple[Value, ...], context: Manual, path:
                  decided: list) -> None:
     """An elementwise result inside a body is split over the automatic Explicit axes as
     its operands of its shape are, where they agree (PROG-0: else the description is
-    not JAX's typing)."""
+    not JAX's typing); in a body manual over every axis, reduced along its operands'
+    reduced axes (SMAP-32, which refuses operands reduced otherwise)."""
+    if any(v.reduced for v in operands) and \
+            all(t is AxisType.Manual for t in context.inner_mesh.axis_types):
+        with located(path):
+            reduced = check_reduced_operands(eq.primitive, tuple(
+                (v.varying, v.reduced) for v in operands))
+        for result in eq.results:
+            check_program(result.reduced == reduced, f"the result of the {eq.primitive} at "
+                          f"{path}", f"reduced along {sorted(reduced)} as its operands are",
+                          result)
     shape = eq.results[0].shape if len(eq.results) == 1 else None
     specs = {v.spec for v in operands if v.shape == shape}   # canonical: compared as splits
     if len(specs) != 1:

@@ -1,4 +1,4 @@
-"""A shard_map nested in another's body, and a collective of a value typed reduced (SMAP-30, SMAP-31).
+"""A shard_map nested in another's body, and a value typed reduced inside a body (SMAP-30 to SMAP-32).
 
 * SMAP-30 — inside a ``jax.shard_map``'s body the context mesh is the body's mesh: the
   shard_map's mesh with its manual axes typed Manual (``jax.sharding.get_abstract_mesh()``).
@@ -14,6 +14,12 @@
   ``pmax``, ``pmin``, ``all_gather`` (to any values), ``psum_scatter``, ``all_to_all``,
   ``ppermute``, and the ``pvary`` JAX inserts where an out spec or an elementwise operation
   needs the value varying along that axis ("pvary cannot accept args which are reduced").
+* SMAP-32 — in a body whose axes are all manual, an elementwise operation taking an
+  operand reduced along some axes is reduced along them, and its other operands must be
+  reduced along the same axes: one reduced along others, one neither varying nor reduced
+  along them (replicated there: a constant, a value summed over them), or one varying
+  along them is refused (ShardingTypeError). (JAX casts a value reduced along exactly the
+  axes the operation needs it varying along, ``reduced_vary_cast``, before the check.)
 
 Standard library only.
 """
@@ -26,8 +32,8 @@ from typing import Any
 from ..core.rules import Failure, reject, rule
 from ..core.values import AbstractMesh, Mesh
 
-__all__ = ["check_context_mesh", "check_not_reduced", "ContextMeshNotGiven",
-           "CollectiveOfReduced"]
+__all__ = ["check_context_mesh", "check_not_reduced", "check_reduced_operands",
+           "ContextMeshNotGiven", "CollectiveOfReduced", "ReducedOperandsDiffer"]
 
 
 # --------------------------------------------------------------------------- SMAP-30
@@ -98,3 +104,60 @@ def check_not_reduced(primitive: str, axes: tuple, value: str, reduced: frozense
     over = tuple(a for a in axes if a in reduced)
     if over:
         raise reject(CollectiveOfReduced(primitive, tuple(axes), value, over), path or None)
+
+
+# --------------------------------------------------------------------------- SMAP-32
+
+@dataclasses.dataclass(frozen=True)
+class ReducedOperandsDiffer(Failure, rule="SMAP-32", error=Exception,
+                            jax_error="ShardingTypeError"):
+    template = ("the {primitive} takes operand {k} {how} along {axes}, where another operand "
+                "is reduced along {reduced}: {said}")
+    hint = ("Give every operand the same reduced axes (gather them all to='reduced'), or "
+            "gather the reduced one to='varying'")
+    primitive: str
+    k: int
+    how: str
+    axes: tuple
+    reduced: tuple
+    said: str
+
+
+@rule("SMAP-32", mirrors="jax._src.lax.lax.default_nary_reduced_rule (inside a body whose "
+                         "axes are all manual: core.getr reads the manual axis type)")
+def check_reduced_operands(primitive: str, operands: tuple, path: str = "") -> frozenset:
+    """In a shard_map body manual over every axis, an elementwise operation is reduced along its operands' reduced axes, which must be the same for each operand; an operand replicated or varying along them is refused (ShardingTypeError).
+
+    ``operands`` holds each operand's (varying axes, reduced axes); returns the result's
+    reduced axes.
+
+    >>> R, V = frozenset({"y"}), frozenset({"x"})
+    >>> sorted(check_reduced_operands("mul", ((V, R), (V, R))))
+    ['y']
+    >>> check_reduced_operands("mul", ((V, R), (V, frozenset())))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionException: [SMAP-32]: the mul takes operand 1 replicated along ('y',), where another operand is reduced along ('y',): Inputs cannot be replicated on the same axes that another input is reduced on. ...
+    """
+    sets = {reduced for _, reduced in operands if reduced}
+    if not sets:
+        return frozenset()
+    first = min(sets, key=sorted)
+    for k, (varying, reduced) in enumerate(operands):
+        if len(sets) > 1 and reduced and reduced != first:
+            raise reject(ReducedOperandsDiffer(
+                primitive, k, "reduced", tuple(sorted(reduced)), tuple(sorted(first)),
+                "All inputs should be reduced across the same mesh axes"), path or None)
+    for k, (varying, reduced) in enumerate(operands):
+        replicated = first - varying - reduced
+        if replicated:
+            raise reject(ReducedOperandsDiffer(
+                primitive, k, "replicated", tuple(sorted(replicated)), tuple(sorted(first)),
+                "Inputs cannot be replicated on the same axes that another input is "
+                "reduced on"), path or None)
+        if varying & first:
+            raise reject(ReducedOperandsDiffer(
+                primitive, k, "varying", tuple(sorted(varying & first)),
+                tuple(sorted(first)), "Inputs cannot be sharded/varying on the same axes "
+                "that another input is reduced on"), path or None)
+    return first
