@@ -258,3 +258,49 @@ def test_an_elementwise_operation_of_values_reduced_alike_is_reduced_and_accepte
     assert not problems and verdict.accepted, (problems, verdict.message)
     last = program.equations[0].body
     assert last.value_types[last.outputs[0]].reduced == {"y"}
+
+
+# --------------------------------------------------------------------------- at the top
+
+OTHER = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("x", "y"),
+                          axis_types=(KINDS.Explicit,) * 2)
+
+
+def _doubled(mesh):
+    return lambda x: jax.shard_map(lambda a: a * 2, mesh=mesh, in_specs=P("x", "y"),
+                                   out_specs=P("x", "y"))(x)
+
+
+@checks("SMAP-30")
+@pytest.mark.parametrize("given", ["users-mesh", "context-mesh", "no-mesh"])
+def test_a_shard_map_under_another_set_mesh_is_refused_as_jax_refuses_it(given):
+    """Under ``jax.set_mesh`` of a mesh of another shape, a shard_map given the user's mesh
+    is refused (JAX's ValueError; the spec's SMAP-30 at its path); given the set mesh, or
+    none, it is accepted alike."""
+    fun = {"users-mesh": _doubled(EXPLICIT), "context-mesh": _doubled(OTHER),
+           "no-mesh": lambda x: jax.shard_map(lambda a: a * 2, in_specs=P("x", "y"),
+                                              out_specs=P("x", "y"))(x)}[given]
+    mesh = OTHER if given != "users-mesh" else EXPLICIT
+    x = _put(mesh, P("x", "y"))
+    with jax.set_mesh(OTHER):
+        _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    if given == "users-mesh":
+        assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+            "SMAP-30", "trace", "body[0]", "ValueError"), verdict.message
+    else:
+        assert verdict.accepted, verdict.message
+
+
+def test_an_out_spec_naming_reduced_axes_a_product_dropped_is_refused_as_jax_refuses_it():
+    """A product of a value typed reduced along 'y' is not reduced (JAX types it so): an
+    out spec naming 'y' reduced is refused after the body is traced (JAX's ValueError;
+    the spec's SMAP-19 at the out spec, the body described as JAX traced it)."""
+    fun = _over(lambda a: _gathered(a) @ jnp.ones((16, 4)), P("x", None, reduced={"y"}))
+    x = _put(EXPLICIT, P("x", "y"))
+    with pytest.raises(ValueError):
+        jax.jit(fun).trace(x)
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    assert (verdict.rule, verdict.stage, verdict.path) == (
+        "SMAP-19", "trace", "body[0].shard_map.out_specs[0]"), verdict.message

@@ -3,17 +3,21 @@
 JAX refuses a shard_map call in two places. Before it traces the body, it checks the specs
 against the mesh and the arguments: a spec naming an axis the mesh lacks or leaves
 automatic (SMAP-3), an in spec longer than its argument's rank (SMAP-7), an argument
-dimension its in spec does not divide (SMAP-8). After it has traced the body, it checks
-the body's results against the out specs: an out spec longer than its result's rank
-(SMAP-7), and with ``check_vma`` an out spec that leaves out an axis the result varies
-along, which would need a reduction (SMAP-11).
+dimension its in spec does not divide (SMAP-8), and first of all a mesh other than the
+context mesh (SMAP-30: inside another shard_map's body, the body's mesh; else the one
+``jax.set_mesh`` set). After it has traced the body, it checks the body's results against
+the out specs: an out spec longer than its result's rank (SMAP-7), with ``check_vma`` an
+out spec that leaves out an axis the result varies along, which would need a reduction
+(SMAP-11), or whose reduced axes are not the result's (SMAP-19).
 
 :func:`refused_shard_map` builds the :class:`~shardlaw.spec.program.description.ShardMap`
 equation of such a call, with the user's mesh, specs, manual axes and ``check_vma``. Its
 body is the one JAX traced where JAX got that far (read from the frame of JAX's shard_map
 staging that refused it); where JAX refused before tracing, the body is the user's
 function traced over specs with the refused entries left out (an entry naming an axis
-that is not manual, or splitting a dimension it does not divide, or past the rank), so
+that is not manual, or splitting a dimension it does not divide, or past the rank) and,
+given another mesh than the context's, traced as given the context mesh (in the
+enclosing body's context where it is a body's) or as under its own, so
 the body holds what the function does (and the ``pvary`` JAX adds where the result does not
 vary along an axis its out spec names), and the spec's rule refuses the specs first.
 :mod:`~shardlaw.spec.bridge.refusals` locates the call and places the equation in the
@@ -22,6 +26,7 @@ program; the program stands only where the spec refuses it as JAX does.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Callable
 
@@ -106,7 +111,7 @@ def _put_together(mesh: Any, spec: Any, value: Value) -> Value:
     multiplied by the sizes of the axes named for them, as far as the rank goes)."""
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
     shape = list(value.shape)
-    for i, entry in enumerate(tuple(spec)[:len(shape)]):
+    for i, entry in enumerate(tuple(spec.partitions)[:len(shape)]):
         for axis in (entry if isinstance(entry, tuple) else (entry,) if entry else ()):
             shape[i] *= sizes.get(axis, 1)
     return Value.typed(tuple(shape), value.dtype, weak_type=value.weak_type)
@@ -119,7 +124,7 @@ def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset) -> Any:
 
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
     entries = []
-    for i, entry in enumerate(tuple(spec)):
+    for i, entry in enumerate(tuple(spec.partitions)):
         if shape is not None and i >= len(shape):
             break
         axes = entry if isinstance(entry, tuple) else (entry,) if entry else ()
@@ -128,7 +133,7 @@ def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset) -> Any:
             ways *= sizes.get(axis, 1)
         fits = all(a in manual for a in axes) and (shape is None or shape[i] % ways == 0)
         entries.append(entry if fits else None)
-    return jax.sharding.PartitionSpec(*entries)
+    return jax.sharding.PartitionSpec(*entries, unreduced=spec.unreduced, reduced=spec.reduced)
 
 
 def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: str,
@@ -148,7 +153,11 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
     mapped = jax.shard_map(call["f"], mesh=mesh, in_specs=tuple(in_specs) if isinstance(
         call["args"], tuple) else in_specs, out_specs=out_specs, axis_names=set(manual),
         check_vma=bool(call["check_vma"]))
-    closed = jax.make_jaxpr(mapped)(*jax.tree_util.tree_unflatten(tree, examples))
+    context = jax.sharding.get_abstract_mesh()
+    # (under another mesh jax.set_mesh set, SMAP-30: traced as given its own)
+    with contextlib.nullcontext() if context.empty or context == mesh.abstract_mesh else \
+            jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        closed = jax.make_jaxpr(mapped)(*jax.tree_util.tree_unflatten(tree, examples))
     inputs = tuple(read_type(v.aval, f"operand {i} of {path}")
                    for i, v in enumerate(closed.jaxpr.invars))
     program = read_body(closed.jaxpr, list(closed.consts), inputs, f"{path}.substitute.")

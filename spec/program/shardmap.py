@@ -335,8 +335,10 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
                      type_inside(eq.mesh, manual, _type_spec(value), len(shape)))
         varying = spec_axes(spec) if eq.check_vma else frozenset()
         given = eq.body.inputs[i] if i < len(eq.body.inputs) else None
+        # (under check_vma, reduced inside along the in spec's reduced axes, SMAP-19's)
         types.append(_typed(given, shape, value.dtype, inner, weak_type=value.weak_type,
-                            varying=varying | value.varying, split=split))
+                            varying=varying | value.varying, split=split,
+                            reduced=frozenset(spec.reduced) if eq.check_vma else frozenset()))
     return tuple(types)
 
 

@@ -1,10 +1,11 @@
 """A shard_map nested in another's body, and a value typed reduced inside a body (SMAP-30 to SMAP-32).
 
 * SMAP-30 — inside a ``jax.shard_map``'s body the context mesh is the body's mesh: the
-  shard_map's mesh with its manual axes typed Manual (``jax.sharding.get_abstract_mesh()``).
-  A shard_map called there must be given that mesh (or none: ``mesh=None`` reads it);
-  given the user's mesh, whose axes are not Manual, JAX 0.10.2 refuses the call before it
-  traces its body: "The context mesh ... should match the mesh passed to shard_map"
+  shard_map's mesh with its manual axes typed Manual (``jax.sharding.get_abstract_mesh()``);
+  under ``jax.set_mesh`` it is that mesh. A shard_map called where a context mesh is set
+  must be given it (or none: ``mesh=None`` reads it); given another (inside a body, the
+  user's mesh, whose axes are not Manual), JAX 0.10.2 refuses the call before it traces
+  its body: "The context mesh ... should match the mesh passed to shard_map"
   (ValueError). Given the body's mesh, the nested shard_map makes manual the axes its
   ``axis_names`` add (all of them already manual: none, and its out specs are checked
   against none, SMAP-11).
@@ -40,21 +41,21 @@ __all__ = ["check_context_mesh", "check_not_reduced", "check_reduced_operands",
 
 @dataclasses.dataclass(frozen=True)
 class ContextMeshNotGiven(Failure, rule="SMAP-30"):
-    template = ("a shard_map inside a shard_map's body is given {given}, but the body's mesh "
-                "is {context}: The context mesh {context} should match the mesh passed to "
-                "shard_map {given}")
-    hint = ("Pass the body's mesh (mesh=jax.sharding.get_abstract_mesh()), or leave the "
+    template = ("a shard_map is given {given}, but the context mesh (a body's it is called in, "
+                "or the one jax.set_mesh set) is {context}: The context mesh {context} "
+                "should match the mesh passed to shard_map {given}")
+    hint = ("Pass the context mesh (mesh=jax.sharding.get_abstract_mesh()), or leave the "
             "mesh out")
     given: Any
     context: Any
 
 
 @rule("SMAP-30", mirrors="jax._src.shard_map._shmap_checks (its context-mesh check)")
-def check_context_mesh(given: Mesh | AbstractMesh, context: AbstractMesh | None,
+def check_context_mesh(given: Mesh | AbstractMesh, context: Mesh | AbstractMesh | None,
                        path: str = "") -> None:
-    """A shard_map called inside another's body is given the body's mesh (its manual axes typed Manual); given another mesh, it is refused (ValueError).
+    """A shard_map called where a context mesh is set (inside another's body, the body's mesh, its manual axes typed Manual; else the one ``jax.set_mesh`` set) is given that mesh; given another, it is refused (ValueError).
 
-    ``context`` is the body's mesh (None: the shard_map is not inside another's body).
+    ``context`` is the context mesh (None: none is set).
 
     >>> from shardlaw.spec.core.values import AxisType
     >>> E, M = AxisType.Explicit, AxisType.Manual
@@ -64,9 +65,9 @@ def check_context_mesh(given: Mesh | AbstractMesh, context: AbstractMesh | None,
     >>> check_context_mesh(Mesh.iota((2, 4), ("x", "y"), (E, E)), body)
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionValueError: [SMAP-30]: a shard_map inside a shard_map's body is given Mesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')), but the body's mesh is AbstractMesh({'x': 2, 'y': 4}, types=('Manual', 'Explicit')): The context mesh AbstractMesh({'x': 2, 'y': 4}, types=('Manual', 'Explicit')) should match the mesh passed to shard_map Mesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')). ...
+    shardlaw.spec.core.rules.RejectionValueError: [SMAP-30]: a shard_map is given Mesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')), but the context mesh (a body's it is called in, or the one jax.set_mesh set) is AbstractMesh({'x': 2, 'y': 4}, types=('Manual', 'Explicit')): The context mesh AbstractMesh({'x': 2, 'y': 4}, types=('Manual', 'Explicit')) should match the mesh passed to shard_map Mesh({'x': 2, 'y': 4}, types=('Explicit', 'Explicit')). ...
     """
-    if context is None or context.empty or given.abstract == context:
+    if context is None or context.empty or given.abstract == context.abstract:
         return
     raise reject(ContextMeshNotGiven(given, context), path or None)
 
