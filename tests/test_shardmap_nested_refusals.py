@@ -304,3 +304,31 @@ def test_an_out_spec_naming_reduced_axes_a_product_dropped_is_refused_as_jax_ref
     assert not problems, problems
     assert (verdict.rule, verdict.stage, verdict.path) == (
         "SMAP-19", "trace", "body[0].shard_map.out_specs[0]"), verdict.message
+
+
+@checks("SMAP-32")
+@pytest.mark.parametrize("name", ["sin", "times-a-constant", "returned"])
+def test_a_value_typed_reduced_in_a_partly_manual_body_is_held_to_jax(name):
+    """In a body manual over 'x' only, a value gathered along 'x' to reduced values: JAX
+    types no elementwise operation of it (its bare AssertionError, a unary one too; the
+    spec's SMAP-32 at the trace stage at its path); returned, it is refused by its out
+    spec P() as JAX refuses it (SMAP-11)."""
+    def gathered(a):
+        return lax.all_gather(a, "x", axis=0, tiled=True, to="reduced")
+    body = {"sin": lambda a: jnp.sin(gathered(a)), "times-a-constant": lambda a: gathered(a) * 2.0,
+            "returned": gathered}[name]
+    fun = lambda x: jax.shard_map(body, mesh=EXPLICIT, in_specs=P("x"), out_specs=P(),  # noqa: E731
+                                  axis_names={"x"})(x)
+    x = _put(EXPLICIT, P("x", "y"))
+    with pytest.raises(Exception) as raised:
+        jax.jit(fun).trace(x)
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    if name == "returned":
+        assert (verdict.rule, verdict.stage, verdict.jax_error) == (
+            "SMAP-11", "trace", "ValueError"), verdict.message
+        return
+    assert type(raised.value).__name__ == "AssertionError"
+    assert (verdict.rule, verdict.stage, verdict.jax_error) == (
+        "SMAP-32", "trace", "AssertionError"), verdict.message
+    assert verdict.path.startswith("body[0].shard_map.body[1].jit.body["), verdict.path

@@ -526,13 +526,13 @@ def _elementwise(eq: Opaque, operands: tuple[Value, ...], context: Manual, path:
                  decided: list) -> None:
     """An elementwise result inside a body is split over the automatic Explicit axes as
     its operands of its shape are, where they agree (PROG-0: else the description is
-    not JAX's typing); in a body manual over every axis, reduced along its operands'
-    reduced axes (SMAP-32, which refuses operands reduced otherwise)."""
-    if any(v.reduced for v in operands) and \
-            all(t is AxisType.Manual for t in context.inner_mesh.axis_types):
+    not JAX's typing); reduced along its operands' reduced axes (SMAP-32, which refuses
+    operands reduced otherwise, and any in a body leaving axes automatic)."""
+    if any(v.reduced for v in operands):
         with located(path):
             reduced = check_reduced_operands(eq.primitive, tuple(
-                (v.varying, v.reduced) for v in operands))
+                (v.varying, v.reduced) for v in operands), all_manual=all(
+                    t is AxisType.Manual for t in context.inner_mesh.axis_types))
         for result in eq.results:
             check_program(result.reduced == reduced, f"the result of the {eq.primitive} at "
                           f"{path}", f"reduced along {sorted(reduced)} as its operands are",

@@ -20,7 +20,9 @@
   reduced along the same axes: one reduced along others, one neither varying nor reduced
   along them (replicated there: a constant, a value summed over them), or one varying
   along them is refused (ShardingTypeError). (JAX casts a value reduced along exactly the
-  axes the operation needs it varying along, ``reduced_vary_cast``, before the check.)
+  axes the operation needs it varying along, ``reduced_vary_cast``, before the check.) In
+  a body that leaves some axes automatic JAX 0.10.2 implements no elementwise operation of
+  a value typed reduced along manual axes (a bare AssertionError, unary ones included).
 
 Standard library only.
 """
@@ -34,7 +36,8 @@ from ..core.rules import Failure, reject, rule
 from ..core.values import AbstractMesh, Mesh
 
 __all__ = ["check_context_mesh", "check_not_reduced", "check_reduced_operands",
-           "ContextMeshNotGiven", "CollectiveOfReduced", "ReducedOperandsDiffer"]
+           "ContextMeshNotGiven", "CollectiveOfReduced", "ReducedOperandsDiffer",
+           "ReducedInPartlyManualBody"]
 
 
 # --------------------------------------------------------------------------- SMAP-30
@@ -124,13 +127,25 @@ class ReducedOperandsDiffer(Failure, rule="SMAP-32", error=Exception,
     said: str
 
 
-@rule("SMAP-32", mirrors="jax._src.lax.lax.default_nary_reduced_rule (inside a body whose "
-                         "axes are all manual: core.getr reads the manual axis type)")
-def check_reduced_operands(primitive: str, operands: tuple, path: str = "") -> frozenset:
-    """In a shard_map body manual over every axis, an elementwise operation is reduced along its operands' reduced axes, which must be the same for each operand; an operand replicated or varying along them is refused (ShardingTypeError).
+@dataclasses.dataclass(frozen=True)
+class ReducedInPartlyManualBody(Failure, rule="SMAP-32", error=AssertionError):
+    template = ("the {primitive} takes an operand reduced along {reduced} in a shard_map body "
+                "that leaves axes automatic: JAX 0.10.2 types no elementwise operation of a "
+                "value reduced along manual axes there (it fails a bare assertion)")
+    hint = "Make every axis manual (leave axis_names out), or gather to='varying'"
+    primitive: str
+    reduced: tuple
 
-    ``operands`` holds each operand's (varying axes, reduced axes); returns the result's
-    reduced axes.
+
+@rule("SMAP-32", mirrors="jax._src.lax.lax.default_nary_reduced_rule (core.getr reads the "
+                         "manual axis type in a body whose axes are all manual, and asserts "
+                         "none is reduced in one partly manual)")
+def check_reduced_operands(primitive: str, operands: tuple, path: str = "",
+                           all_manual: bool = True) -> frozenset:
+    """An elementwise operation in a shard_map body is reduced along its operands' reduced axes, which must be the same for each operand, none replicated or varying along them (ShardingTypeError); in a body leaving axes automatic, none may be reduced (AssertionError).
+
+    ``operands`` holds each operand's (varying axes, reduced axes); ``all_manual``: the
+    body is manual over every axis. Returns the result's reduced axes.
 
     >>> R, V = frozenset({"y"}), frozenset({"x"})
     >>> sorted(check_reduced_operands("mul", ((V, R), (V, R))))
@@ -144,6 +159,8 @@ def check_reduced_operands(primitive: str, operands: tuple, path: str = "") -> f
     if not sets:
         return frozenset()
     first = min(sets, key=sorted)
+    if not all_manual:
+        raise reject(ReducedInPartlyManualBody(primitive, tuple(sorted(first))), path or None)
     for k, (varying, reduced) in enumerate(operands):
         if len(sets) > 1 and reduced and reduced != first:
             raise reject(ReducedOperandsDiffer(
