@@ -295,7 +295,9 @@ class Cond(_Bodied):
 # --------------------------------------------------------------------------- calls
 
 class _Called(Jit):
-    """A body called as a jit without options is (its options are checked none)."""
+    """A body called as a jit without options is (its options are checked none). A
+    custom call's ``rules_later``: the reader of rules not read yet (a call nested deeper
+    than the bridge reads up front), giving the fields that hold them; None: read."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -305,11 +307,24 @@ class _Called(Jit):
 @dataclasses.dataclass(frozen=True)
 class Remat(_Called):
     """``jax.checkpoint`` (``remat2``): its body, called as a jit without options; under
-    grad JAX recomputes it in the backward pass rather than storing its residuals."""
+    grad JAX recomputes it in the backward pass rather than storing its residuals, but for
+    those its ``policy`` saves (None: JAX's default, which saves nothing, as
+    ``nothing_saveable``; else the policy's name, ``everything_saveable``,
+    ``dots_saveable``, ``dots_with_no_batch_dims_saveable``, ``save_only_these_names(a,
+    b)``, or another's in angle brackets). Under ``everything_saveable`` the spec's
+    linearization stores every residual, as JAX's; under any other saving policy it still
+    recomputes them all, and what such a differentiated remat communicates is left
+    undetermined (COLL-8)."""
 
     kind: ClassVar[str] = "remat2"
     prevent_cse: bool = True
     differentiated: bool = False
+    policy: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_described(self.policy is None or type(self.policy) is str,
+                          "a remat's policy", "None or a policy's name", self.policy)
 
 
 def _rule_body(value: Any, what: str) -> None:
@@ -331,17 +346,22 @@ class CustomJvp(_Called):
     result ``rule_zeros`` does not mark a symbolic zero (None: not read). ``rule_refused``:
     ``rule`` is the rule JAX refused while tracing it, described up to the refused call
     (None: JAX refused it in a way not described).
-    ``zero_rules``: a rule taking symbolic zeros as traced for other inputs without a
-    tangent, ``(in_zeros, rule, rule_zeros)`` each, ``rule`` over the primals and the
-    tangents ``in_zeros`` does not mark a zero."""
+    ``zero_rule``: a rule taking symbolic zeros read on demand for other inputs without a
+    tangent, ``zero_rule(in_zeros)`` giving ``(rule, rule_zeros)`` as JAX traces it for
+    them, ``rule`` over the primals and the tangents ``in_zeros`` does not mark a zero
+    (None: JAX fails to trace it for them); None: not read."""
 
     kind: ClassVar[str] = "custom_jvp_call"
+    # (JAX 0.10.2's dead-code elimination keeps every operand of a custom call whose
+    # results are used, its body pruned: a dead operand still joins the device assignment)
+    keeps_operands: ClassVar[bool] = True
     rule: "Program | None" = None
     rule_zeros: tuple = ()
     num_consts: int = 0
     symbolic_zeros: bool = False
     rule_refused: bool = False
-    zero_rules: tuple = ()
+    zero_rule: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
+    rules_later: Any = dataclasses.field(default=None, compare=False)   # (see _Called)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -350,10 +370,10 @@ class CustomJvp(_Called):
         _count(self.num_consts, "a custom_jvp's num_consts")
         described_bool(self.symbolic_zeros, "a custom_jvp's symbolic_zeros")
         described_bool(self.rule_refused, "a custom_jvp's rule_refused")
-        require_described(type(self.zero_rules) is tuple and all(
-            type(z) is tuple and len(z) == 3 and isinstance(z[1], Program)
-            for z in self.zero_rules), "a custom_jvp's zero_rules",
-            "a tuple of (in_zeros, rule, rule_zeros)", self.zero_rules)
+        require_described(self.zero_rule is None or callable(self.zero_rule),
+                          "a custom_jvp's zero_rule", "a callable or None", self.zero_rule)
+        require_described(self.rules_later is None or callable(self.rules_later),
+                          "a custom_jvp's rules_later", "a callable or None", self.rules_later)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,18 +384,28 @@ class CustomVjp(_Called):
     then the primal results; ``forwarded`` says, per residual ``bwd`` takes, which input it
     is (None: the next one ``fwd`` makes); ``bwd`` over the residuals and a cotangent per
     result returns the cotangent of each input ``bwd_zeros`` does not mark a zero (None:
-    not read)."""
+    not read). ``zero_rules``: rules taking symbolic zeros read on demand,
+    ``zero_rules(in_zeros, ct_zeros)`` giving ``(fwd, forwarded, bwd, bwd_zeros)`` as JAX
+    traces them for the inputs not perturbed and the cotangents that are zeros (``bwd``
+    takes the others alone; None: JAX fails to trace them); None: not read."""
 
     kind: ClassVar[str] = "custom_vjp_call"
+    keeps_operands: ClassVar[bool] = True   # (as a custom_jvp_call's)
     fwd: "Program | None" = None
     forwarded: tuple = ()
     bwd: "Program | None" = None
     bwd_zeros: tuple = ()
     num_consts: int = 0
     symbolic_zeros: bool = False
+    zero_rules: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
+    rules_later: Any = dataclasses.field(default=None, compare=False)   # (see _Called)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require_described(self.zero_rules is None or callable(self.zero_rules),
+                          "a custom_vjp's zero_rules", "a callable or None", self.zero_rules)
+        require_described(self.rules_later is None or callable(self.rules_later),
+                          "a custom_vjp's rules_later", "a callable or None", self.rules_later)
         _rule_body(self.fwd, "a custom_vjp's fwd")
         _rule_body(self.bwd, "a custom_vjp's bwd")
         _flags(self.bwd_zeros, "a custom_vjp's bwd_zeros")
@@ -388,7 +418,10 @@ class CustomLin(Equation):
     """The tangent of a ``custom_vjp`` function's results (JAX's ``custom_lin``): over the
     residuals its ``fwd`` made (the first ``num_res`` operands) and the nonzero tangents of
     its inputs (``in_zeros`` marks those given none), its results typed as its primal
-    results. Transposed, it is its ``bwd``; left in a program, it does not lower (LOOP-3)."""
+    results. Transposed, it is its ``bwd``; left in a program, it does not lower (LOOP-3).
+    ``zero_bwd``: a ``bwd`` taking symbolic zeros read on demand, ``zero_bwd(ct_zeros)``
+    giving ``(bwd, bwd_zeros)`` over the residuals and the cotangents ``ct_zeros`` does not
+    mark zeros (None: not read)."""
 
     kind: ClassVar[str] = "custom_lin"
     bwd: "Program | None" = None
@@ -397,6 +430,7 @@ class CustomLin(Equation):
     in_zeros: tuple = ()
     name: str = ""
     in_types: tuple = ()   # the primal inputs' types (bwd's cotangents are held to them)
+    zero_bwd: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
 
     def __post_init__(self) -> None:
         super().__post_init__()
