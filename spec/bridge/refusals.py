@@ -421,7 +421,10 @@ def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., P
     from .refused_under_vmap import under_vmap
 
     values, make = _call_into(rest, refused, read_body)
-    own = refused.kind in ("constraint", "device_put", "jit_in")
+    # (checked by JAX on the example: a shard_map's specs before its body, where no
+    # staging of the body refused it)
+    own = refused.kind in ("constraint", "device_put", "jit_in") or (
+        refused.kind == "shard_map" and refused.jit is None)
     return under_vmap(values, make, refused.placed, enclosing, own)   # (a vmap in the body)
 
 

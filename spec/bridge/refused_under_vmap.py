@@ -15,6 +15,13 @@ of the example is (the batch dimension, which the call does not split, leaves th
 example's conflict as it was), at the path the batching puts it: ``body[2]`` for a
 constraint, ``body[1].jit.body[0]`` for the ``add`` of a ``jnp.add`` (a jit) under vmap.
 
+A ``jax.shard_map`` JAX refused at the call for its specs (SMAP-3, SMAP-7, SMAP-8, checked
+against the example) is batched with them kept: its batched specs, the batch entry
+inserted, checked against the batched operands, which refuse where the example's do. One
+refused after its body (SMAP-7 of an out spec, SMAP-11) was refused as vmap's batching rule
+staged it, and is described from that staging, batched already
+(:mod:`~shardlaw.spec.bridge.refused_shard_map`).
+
 Where batching gives one equation it is staged in the body as it is; several (an operand
 moved to the batch axis first) are staged as one jit of them, ``body[2].jit.body[1]``.
 Where the spec's batching refuses the call while describing it, or does not place the

@@ -454,7 +454,8 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis,
                      ) -> tuple[ShardMap, tuple]:
     """shard_map under vmap (JAX's ``_shard_map_batch``): the batched operands' specs gain
     the batch dimension, the body is batched over the per-shard batch, then the results'
-    specs gain it where the body put it."""
+    specs gain it where the body put it; unchecked against its operands, but where JAX
+    checked the call on one example (:data:`KEPT`)."""
     names, entry = axis.names, _spec_entry(axis.names)
     sizes = eq.mesh.sizes_by_name if names is not None else {}
     if names is not None:
@@ -487,7 +488,7 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis,
     ways = math.prod(sizes.get(n, 1) for n in (names or ()))
     results = tuple(batched_type(r, d, 0 if d is None else rw.types[n].shape[d] * ways)
                     for r, d, n in zip(eq.results, out_dims, outputs))
-    checked = eq.checked and all(d is None for d in dims)
+    checked = eq.checked and (all(d is None for d in dims) or path in KEPT.get())
     new = dataclasses.replace(eq, operands=numbers, results=results, body=body,
                               in_specs=in_specs, out_specs=out_specs, checked=checked)
     return new, out_dims
