@@ -35,7 +35,9 @@ import dataclasses
 import re
 from typing import Any, Callable
 
-from ..program.batching_rules import KEPT, PLACES, BatchAxis, BatchedBody, push_batched
+from ..program.batching_rules import (
+    KEPT, PLACES, BatchAxis, BatchedBody, described_path, push_batched,
+)
 from ..program.description import Jit, Program
 
 __all__ = ["under_vmap"]
@@ -43,8 +45,6 @@ __all__ = ["under_vmap"]
 # a body's next call: (its operands' value numbers, its path) -> the equations added
 Next = Callable[[tuple, str], tuple]
 _INDEX = re.compile(r"body\[(\d+)\]")
-_WALKED = re.compile(r"\.(remat2|custom_jvp_call|custom_vjp_call)\.")
-_BRANCH = re.compile(r"\.cond\.branches\[(\d+)\]\.")
 
 
 def under_vmap(values: list, make: Next, placed: list[str], enclosing: Any,
@@ -145,6 +145,10 @@ def _batched(make: Next, numbers: tuple, path: str, types: list, levels: list,
                 where = f"{prefix}body[{start + j}]"
                 push_batched(rw, eq, where)
                 places[where] = start + len(rw.equations) - 1
+                for i in range(len(getattr(eq, "branches", ()))):   # (a select's jits)
+                    branch = f"{where}.cond.branches[{i}]"
+                    if branch in places:
+                        places[branch] += start
         finally:
             PLACES.reset(tokens[0])
             KEPT.reset(tokens[1])
@@ -162,17 +166,24 @@ def _batched(make: Next, numbers: tuple, path: str, types: list, levels: list,
 def _moved(path: str, places: dict[str, int], prefix: str) -> str:
     """An equation's path in the body batched (the body at ``prefix``), from its path in
     the body described: each ``body[i]`` after the prefix where the batching put it (a
-    path it did not batch: one no refusal meets)."""
+    path it did not batch: one no refusal meets); a cond's branch that a batched index
+    turned into a jit before a ``select_n`` is that jit."""
     if not path.startswith(prefix):
         return path
     # (the batching names a remat's or a custom function's body by its kind and a cond's
     # branch by its number, explain_program each by the jit it is walked as)
-    places = {_BRANCH.sub(r".cond.body[\1].jit.", _WALKED.sub(".jit.", key)): index
-              for key, index in places.items()}
+    named = {described_path(key): index for key, index in places.items()}
     out, last = [prefix], len(prefix)
     for match in _INDEX.finditer(path, len(prefix)):
-        index = places.get(path[:match.end()])
-        if index is None and path[:match.start()].endswith(("while.", "cond.")):
+        before = path[:match.start()]
+        index = named.get(path[:match.end()])
+        selected = places.get(f"{before}branches[{match.group(1)}]") \
+            if before.endswith("cond.") else None
+        if selected is not None:   # the branch's jit, in place of the cond
+            out[-1] = f"{out[-1].rpartition('body[')[0]}body[{selected}]"
+            last = match.end()
+            continue
+        if index is None and before.endswith(("while.", "cond.")):
             index = int(match.group(1))   # a while's predicate or body, a cond's branch
         if index is None:
             return "(not placed by the batching)"
