@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import traceback
 from typing import Any, Callable
 
+from ..core.rules import staged
 from ..program.batching_rules import (
     KEPT, PLACES, BatchAxis, BatchedBody, described_path, push_batched,
 )
 from ..program.description import Jit, Program
 
-__all__ = ["under_vmap"]
+__all__ = ["under_vmap", "in_batching_rule", "batched_out_specs", "bound_jit_frame",
+           "bound_jit"]
 
 # a body's next call: (its operands' value numbers, its path) -> the equations added
 Next = Callable[[tuple, str], tuple]
@@ -140,10 +143,11 @@ def _batched(make: Next, numbers: tuple, path: str, types: list, levels: list,
         rw = BatchedBody(body, dims, axis, prefix)
         places: dict[str, int] = {}
         tokens = PLACES.set(places), KEPT.set(frozenset(placed[before:] if own else ()))
-        try:
+        try:   # (a refusal of vmap's batching rule for the call: tracing's, as JAX's is)
             for j, eq in enumerate(body.equations):
                 where = f"{prefix}body[{start + j}]"
-                push_batched(rw, eq, where)
+                with staged("trace"):
+                    push_batched(rw, eq, where)
                 places[where] = start + len(rw.equations) - 1
                 for i in range(len(getattr(eq, "branches", ()))):   # (a select's jits)
                     branch = f"{where}.cond.branches[{i}]"
@@ -202,3 +206,76 @@ def _nested(path: str, prefix: str, start: int) -> str:
         return path
     return f"{prefix}body[{start}].jit.body[{int(index) - start}]{rest}"
 
+
+
+def in_batching_rule(error: BaseException) -> bool:
+    """Whether JAX raised ``error`` in vmap's batching rule for a call, past the checks it
+    made of the call on one example: a batching rule's frame (a primitive a vmap batches,
+    a shard_map it batches) after the last of the user's frames."""
+    import os
+
+    import jax
+    from jax._src import shard_map
+    from jax._src.interpreters import batching
+
+    ours = os.path.dirname(jax.__file__)
+    rules = {(batching.__file__, "process_primitive"), (shard_map.__file__, "_shard_map_batch")}
+    inside = False
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        code = frame.f_code
+        if not code.co_filename.startswith(ours):
+            inside = False   # (the user's code: a rule before it batched something else)
+        elif (code.co_filename, code.co_name) in rules and \
+                isinstance(frame.f_locals.get("self", frame.f_locals.get("trace")),
+                           batching.BatchTrace):
+            inside = True
+    return inside
+
+
+def batched_out_specs(error: BaseException) -> bool:
+    """Whether JAX raised ``error`` batching a shard_map's out specs (vmap's rule for the
+    call, after the body: the call's own refusal, not its body's)."""
+    from jax._src import shard_map
+
+    last = None
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        last = frame.f_code
+    return last is not None and (last.co_filename, last.co_name) == (
+        shard_map.__file__, "_batch_out_specs")
+
+
+def bound_jit_frame(frame: Any) -> bool:
+    """Whether ``frame`` is vmap's batching of an inner jit (its ``pjit`` primitive), whose
+    body JAX traced on one example before."""
+    from jax._src import pjit
+    from jax._src.interpreters import batching
+
+    local = frame.f_locals
+    return isinstance(local.get("self"), batching.BatchTrace) and \
+        local.get("p") is pjit.jit_p and "tracers" in local
+
+
+def bound_jit(call: dict, path: str, read_body: Callable[..., Program]) -> Jit:
+    """The jit equation vmap was batching (``call``: the locals of its frame), as JAX
+    staged it on the example: its body and shardings read from the primitive's
+    parameters, over the example's values numbered from 0."""
+    import jax
+
+    primitive, params = call["p"], dict(call["params"])
+    examples = [_example(jax.typeof(t)) for t in call["tracers"]]
+    closed = jax.make_jaxpr(lambda *xs: primitive.bind(*xs, **params))(*examples)
+    types = tuple(_type(t, i) for i, t in enumerate(call["tracers"]))
+    program = read_body(closed.jaxpr, list(closed.consts), types, f"{path}.bound.")
+    [jit] = program.equations
+    if not isinstance(jit, Jit) or jit.operands != tuple(range(len(types))):
+        raise TypeError("a batched jit not read as one jit over its operands")
+    return jit
+
+
+def _example(aval: Any) -> Any:
+    """A value of the example as a ShapeDtypeStruct of its type."""
+    import jax
+
+    sharding = None if aval.sharding.mesh.empty else aval.sharding
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding,
+                                weak_type=aval.weak_type)
