@@ -155,7 +155,7 @@ def _locate(error: BaseException, rule: bool = False
     call it refused; None where the call is not of a kind described or sits in a body of
     another kind (a shard_map's, a transformation's inside the body); ``rule``: raised
     tracing a custom_jvp's rule (its ``jvp_jaxpr_fun``), the outermost body."""
-    from .refused_bodies import body_construct, construct_locals
+    from .refused_bodies import construct_locals
 
     files = _files()
     roles = {path: role for role, path in files.items() if role != "jax"}
@@ -164,9 +164,7 @@ def _locate(error: BaseException, rule: bool = False
     construct: tuple[str, dict] | None = None   # a scan's or remat's, likewise
     for frame, _ in traceback.walk_tb(error.__traceback__):
         where = (roles.get(frame.f_code.co_filename), frame.f_code.co_name)
-        kind = (body_construct(frame) or transposed_construct(frame) or (  # a rule's trace
-            "custom_rule" if rule and where == ("pe", "jvp_jaxpr_thunk") else None)) \
-            if pending is None else None
+        kind = _construct_kind(frame, where, rule) if pending is None else None
         dynamic = transposed_level(frame) if where == ("pe", "trace_to_jaxpr_dynamic") and \
             construct is not None and construct[0] == "transposed_jit" else None
         if dynamic is not None:   # a transposed jit's body
@@ -185,8 +183,7 @@ def _locate(error: BaseException, rule: bool = False
             construct = None
         elif where == ("pjit", "_trace_for_jit"):
             pending = frame.f_locals
-        elif where == ("batching", "process_primitive") and pending is None and \
-                construct is None and levels and bound_jit_frame(frame):
+        elif where == ("batching", "process_primitive") and levels and bound_jit_frame(frame):
             return levels, _Refused("jit_batched", dict(frame.f_locals), None, batched=True)
         elif kind is not None:
             construct = (kind, construct_locals(kind, frame))
@@ -212,6 +209,15 @@ def _locate(error: BaseException, rule: bool = False
                 not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
     return _bound(frame, where, levels, idle=pending is None and construct is None)
+
+
+def _construct_kind(frame: Any, where: tuple, rule: bool) -> str | None:
+    """The kind of body a construct's frame is about to trace (a custom_jvp's rule, where
+    ``rule``: raised tracing one), else None."""
+    from .refused_bodies import body_construct
+
+    return body_construct(frame) or transposed_construct(frame) or (
+        "custom_rule" if rule and where == ("pe", "jvp_jaxpr_thunk") else None)
 
 
 def _bound(frame: Any, where: tuple, levels: list[_Level], idle: bool
