@@ -66,7 +66,7 @@ from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
 )
 from .refused_under_vmap import (
-    batched_out_specs, bound_jit, bound_jit_frame, in_batching_rule,
+    batched_out_specs, bound_call, bound_call_frame, in_batching_rule,
 )
 
 __all__ = ["describe_refused", "describe_refused_rule", "calls_one_jit", "frame_options"]
@@ -183,8 +183,8 @@ def _locate(error: BaseException, rule: bool = False
             construct = None
         elif where == ("pjit", "_trace_for_jit"):
             pending = frame.f_locals
-        elif where == ("batching", "process_primitive") and levels and bound_jit_frame(frame):
-            return levels, _Refused("jit_batched", dict(frame.f_locals), None, batched=True)
+        elif where == ("batching", "process_primitive") and bound_call_frame(frame, levels):
+            return levels, _Refused("batched_call", dict(frame.f_locals), None, batched=True)
         elif kind is not None:
             construct = (kind, construct_locals(kind, frame))
         elif where in _CONSTRUCT_CHECKS and construct is not None:   # a loop's, a cond's
@@ -491,7 +491,7 @@ def _flat_operands(frame: dict, kind: str) -> list:
         return primitive_operands(frame)
     if kind == "collective":
         return collective_operands(frame)
-    if kind == "jit_batched":
+    if kind == "batched_call":
         return list(frame["tracers"])
     return list(frame["args_ft"].vals)
 
@@ -570,8 +570,8 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     if refused.kind == "scan_length":
         from .refused_bodies import refused_length
         return refused_length(call, path)
-    if refused.kind == "jit_batched":
-        return bound_jit(call, path, read_body).renumbered(operands),
+    if refused.kind == "batched_call":
+        return bound_call(call, path, read_body).renumbered(operands),
     return (_refused_jit(refused, operands, path, read_body),)
 
 

@@ -42,8 +42,8 @@ from ..program.batching_rules import (
 )
 from ..program.description import Jit, Program
 
-__all__ = ["under_vmap", "in_batching_rule", "batched_out_specs", "bound_jit_frame",
-           "bound_jit"]
+__all__ = ["under_vmap", "in_batching_rule", "batched_out_specs", "bound_call_frame",
+           "bound_call"]
 
 # a body's next call: (its operands' value numbers, its path) -> the equations added
 Next = Callable[[tuple, str], tuple]
@@ -244,21 +244,30 @@ def batched_out_specs(error: BaseException) -> bool:
         shard_map.__file__, "_batch_out_specs")
 
 
-def bound_jit_frame(frame: Any) -> bool:
-    """Whether ``frame`` is vmap's batching of an inner jit (its ``pjit`` primitive), whose
-    body JAX traced on one example before."""
-    from jax._src import pjit
+def bound_call_frame(frame: Any, levels: list) -> bool:
+    """Whether ``frame`` is the batching, by a vmap called inside the innermost body of
+    ``levels`` (the bodies JAX was tracing), of an inner jit, a cond, a scan, a while loop
+    or a remat (its primitive), whose body or branches JAX traced on one example before."""
+    from jax._src import ad_checkpoint, pjit
     from jax._src.interpreters import batching
+    from jax._src.lax.control_flow import conditionals, loops
 
     local = frame.f_locals
-    return isinstance(local.get("self"), batching.BatchTrace) and \
-        local.get("p") is pjit.jit_p and "tracers" in local
+    trace = local.get("self")
+    if not levels or not isinstance(trace, batching.BatchTrace) or "tracers" not in local \
+            or local.get("p") not in (pjit.jit_p, conditionals.cond_p, loops.scan_p,
+                                      loops.while_p, ad_checkpoint.remat_p):
+        return False
+    enclosing = levels[-1].trace
+    while isinstance(trace, batching.BatchTrace):
+        trace = trace.parent_trace
+    return trace is enclosing
 
 
-def bound_jit(call: dict, path: str, read_body: Callable[..., Program]) -> Jit:
-    """The jit equation vmap was batching (``call``: the locals of its frame), as JAX
-    staged it on the example: its body and shardings read from the primitive's
-    parameters, over the example's values numbered from 0."""
+def bound_call(call: dict, path: str, read_body: Callable[..., Program]) -> Any:
+    """The jit, cond, scan, while or remat equation vmap was batching (``call``: the locals of its
+    frame), as JAX staged it on the example: its bodies and options read from the
+    primitive's parameters, over the example's values numbered from 0."""
     import jax
 
     primitive, params = call["p"], dict(call["params"])
@@ -266,10 +275,10 @@ def bound_jit(call: dict, path: str, read_body: Callable[..., Program]) -> Jit:
     closed = jax.make_jaxpr(lambda *xs: primitive.bind(*xs, **params))(*examples)
     types = tuple(_type(t, i) for i, t in enumerate(call["tracers"]))
     program = read_body(closed.jaxpr, list(closed.consts), types, f"{path}.bound.")
-    [jit] = program.equations
-    if not isinstance(jit, Jit) or jit.operands != tuple(range(len(types))):
-        raise TypeError("a batched jit not read as one jit over its operands")
-    return jit
+    if len(program.equations) != 1 or \
+            program.equations[0].operands != tuple(range(len(types))):
+        raise TypeError("a batched call not read as one equation over its operands")
+    return program.equations[0]
 
 
 def _example(aval: Any) -> Any:
