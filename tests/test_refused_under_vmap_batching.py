@@ -38,6 +38,17 @@ def _constrained(spec):
     return lambda r: lax.with_sharding_constraint(r * 2.0, NS(mesh(), spec))
 
 
+EXPLICIT = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"),
+                             axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+MIXED = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"),
+                          axis_types=(jax.sharding.AxisType.Explicit,
+                                      jax.sharding.AxisType.Auto))
+
+
+def _explicit_constraint(spec, on=EXPLICIT):
+    return lambda r: lax.with_sharding_constraint(r * 2.0, NS(on, spec))
+
+
 def _jit_in(spec):
     return jax.jit(lambda r: r * 2.0, in_shardings=NS(mesh(), spec))
 
@@ -85,6 +96,9 @@ CASES = {
                             "ValueError", "WSC-7", "body[0].jit.body[2]"),
     "constraint-in-a-jit-naming-another-axis": (_spmd(_jit_around(_constrained(P("x")))),
                                                 (4, 8, 8), None, None, None),
+    # NS-3: vmap's batch dimension left to the compiler (UNCONSTRAINED) over Explicit axes
+    "constraint-over-explicit-axes": (lambda a: jax.vmap(_explicit_constraint(P()))(a),
+                                      (4, 8, 8), "ValueError", "NS-3", "body[1]"),
     # NS-1: the spmd axis is not an axis of the constraint's mesh
     "constraint-spmd-axis-not-in-the-mesh": (_spmd(_constrained(P("x")), "z"), (4, 8, 8),
                                              "ValueError", "NS-1", "body[1]"),
@@ -118,7 +132,7 @@ CASES = {
 }
 
 
-@checks("WSC-7", "NS-1", "BAT-4", "BAT-5", "PBAT-1")
+@checks("WSC-7", "NS-1", "NS-3", "BAT-4", "BAT-5", "PBAT-1")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_refusal_of_vmaps_batching_rule_in_the_function_is_held_to_jax(name):
     fun, shape, error, rule, path = CASES[name]
@@ -162,3 +176,31 @@ def test_a_pvary_along_the_spmd_axis_in_a_batched_shard_map_is_held_to_jax(name,
         return
     assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
         "SMAP-20", "trace", path, "ValueError")
+
+
+# (a constraint naming an Explicit axis is refused on the example, WSC-5: under vmap it is
+# batched with that check kept, its batch dimension unsplit where no Auto axis can leave it
+# to the compiler)
+ON_EXPLICIT_AXES = {
+    "explicit-mesh": (lambda a: jax.vmap(_explicit_constraint(P("x")))(a), "body[1]"),
+    "explicit-mesh-batched-at-axis-1": (
+        lambda a: jax.vmap(_explicit_constraint(P("x")), in_axes=1)(a), "body[1]"),
+    "mixed-mesh": (lambda a: jax.vmap(_explicit_constraint(P(None, "x"), MIXED))(a),
+                   "body[1]"),
+    "mixed-mesh-naming-its-auto-axis": (
+        lambda a: jax.vmap(_explicit_constraint(P(None, "y"), MIXED))(a), None),
+}
+
+
+@checks("WSC-5")
+@pytest.mark.parametrize("name", sorted(ON_EXPLICIT_AXES))
+def test_a_constraint_naming_an_explicit_axis_under_vmap_is_held_to_jax(name):
+    fun, path = ON_EXPLICIT_AXES[name]
+    x = _auto() if name.startswith("mixed") else jax.device_put(_auto(), NS(EXPLICIT, P()))
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    if path is None:
+        assert verdict.accepted
+        return
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        "WSC-5", "trace", path, "ValueError")

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..core.rules import Rejection, located
 from ..core.shardings import UNSPECIFIED, NamedSharding
-from ..core.values import UNCONSTRAINED, AbstractMesh, Mesh, PartitionSpec
+from ..core.values import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..transforms.arguments import place_on_devices
 from ..transforms.batching import batch_sharding
 from ..transforms.constraint import Constraint, batch_constraint
@@ -449,10 +449,14 @@ def with_batch_entry(sharding: Any, d: int, axis: BatchAxis, loose: frozenset[in
     if not isinstance(sharding, NamedSharding):
         return sharding, frozenset() if loose is None else loose
     names = axis.names
-    entry = _spec_entry(names) if names else None if loose is None else UNCONSTRAINED
+    # (left to the compiler only over a mesh with an Auto axis, which UNCONSTRAINED needs:
+    # over Explicit axes alone the example's refusal, WSC-5, is what the check meets)
+    open_batch = loose is not None and not names and \
+        AxisType.Auto in tuple(sharding.mesh.axis_types)
+    entry = _spec_entry(names) if names else UNCONSTRAINED if open_batch else None
     spec = sharding.spec
     moved = frozenset() if loose is None else frozenset(u + (d <= u) for u in loose) | (
-        frozenset() if names else frozenset({d}))
+        frozenset({d}) if open_batch else frozenset())
     return NamedSharding(sharding.mesh, P(*inserted(spec.partitions, d, entry),
                                           unreduced=spec.unreduced, reduced=spec.reduced),
                          memory_kind=sharding.memory_kind), moved
