@@ -37,7 +37,8 @@ The call is located from the frames JAX's error passed through (its traceback un
 the jit, scan, while, cond, switch, remat, custom-function and shard_map bodies JAX was
 tracing, outermost first, and the call in the innermost; a call under a ``vmap`` called
 in a body (one, two, or one with ``spmd_axis_name``) is described as vmap's batching
-would stage it (:mod:`~shardlaw.spec.bridge.refused_under_vmap`). A call in a
+would stage it (:mod:`~shardlaw.spec.bridge.refused_under_vmap`, which also locates a
+call JAX refused inside vmap's batching rule for it). A call in a
 ``custom_jvp``'s rule, which JAX traces only under AD, is described inside the rule when
 the bridge reads it (:func:`describe_refused_rule`), and the ``jax.grad`` or ``jax.jvp``
 that traced it refused by the spec's rewrite

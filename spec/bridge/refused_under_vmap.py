@@ -23,10 +23,21 @@ staged it, and is described from that staging, batched already
 (:mod:`~shardlaw.spec.bridge.refused_shard_map`).
 
 Where batching gives one equation it is staged in the body as it is; several (an operand
-moved to the batch axis first) are staged as one jit of them, ``body[2].jit.body[1]``.
-Where the spec's batching refuses the call while describing it, or does not place the
-refused equation where a path can name it (a cond's branch, which batching turns into a
-``select_n``), there is no description and JAX's error stands.
+moved to the batch axis first) are staged as one jit of them, ``body[2].jit.body[1]``. A
+call in a cond's branch whose predicate vmap batches is placed in the jit the branch
+becomes before the ``select_n``, ``body[2].jit.body[1]`` for a constraint after a ``mul``.
+
+JAX also refuses in vmap's batching rule for a call, after the call passed its checks on
+the example (:func:`in_batching_rule`): the rule's own checks (a constraint's or an inner
+jit's shardings naming the spmd axis, WSC-7, BAT-4, BAT-5; a shard_map's specs, PBAT-1),
+or the typing of what the rule stages (the ``select_n`` a cond with a batched predicate
+becomes, PROG-8). The call is then batched without its checks kept; one vmap was
+batching when JAX refused inside its rule, a jit, cond, scan, while loop or remat, is read
+from that primitive's parameters as JAX staged it on the example (:func:`bound_call`).
+Where the spec's batching refuses such a call with JAX's class, describe_program raises
+that refusal (rule, stage, path), as it does where the spec's vmap of a whole function
+refuses; where it does not refuse one JAX refused on the example, or refuses otherwise,
+there is no description and JAX's error stands.
 """
 
 from __future__ import annotations
