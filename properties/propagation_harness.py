@@ -633,11 +633,12 @@ class Outcome:
     abstract: tuple = ()
     over: Any = None
     refused: str = ""
+    mismatch: str = ""
 
     @property
     def disagreements(self) -> list[str]:
         from shardlaw.spec import UNSPECIFIED, from_jax
-        out = []
+        out = [self.mismatch] if self.mismatch else []
         for k, (real, said) in enumerate(zip(self.jax, self.spec)):
             if said is not UNSPECIFIED and from_jax(real) != said:
                 out.append(f"result {k}: JAX {real}, spec {said!r}")
@@ -697,21 +698,45 @@ def compare_recipe(recipe: Recipe) -> Outcome:
     args = arguments_of(recipe)
     try:
         jitted, program = _run(recipe, _jax_mesh(recipe), args)
-        results = jitted(*args)
     except Exception as error:   # (over Explicit axes: a type rule of JAX refuses it)
         if "E" not in recipe.axis_types:
             raise
         TALLY["refused by JAX"] += 1
         return Outcome((), (), (), (), refused=type(error).__name__)
-    real = tuple(r.sharding for r in results)
     verdict = explain_program(program)
-    assert verdict.accepted, verdict.message
+    try:
+        results = jitted(*args)
+    except Exception as error:   # (refused when compiled or run: OUT-2, say)
+        return _refused_when_run(type(error).__name__, verdict)
+    if not verdict.accepted:
+        TALLY["disagree"] += 1
+        return Outcome((), (), (), (), mismatch=f"JAX ran it, the spec refused: "
+                       f"{verdict.message}")
+    real = tuple(r.sharding for r in results)
     primitives = tuple(sorted({getattr(eq, "primitive", eq.kind) for eq in program.equations}))
     abstract, over = _abstract_run(recipe)
     outcome = Outcome(real, verdict.out_shardings, verdict.undetermined, primitives,
                       predicted_out_shardings(program), abstract, over)
     _tally(outcome, recipe)
     return outcome
+
+
+def _refused_when_run(error: str, verdict: Any) -> Outcome:
+    """A program JAX traces but refuses when it compiles or runs it (a placement the
+    compiler chose that an out sharding's mesh cannot spell: OUT-2's IndivisibleError),
+    held to the spec's verdict: refused with JAX's class, or left open by propagation."""
+    TALLY["refused by JAX"] += 1
+    if not verdict.accepted and error in (verdict.jax_error, verdict.error_type):
+        TALLY["refused when run: the spec refuses alike"] += 1
+        return Outcome((), (), (), (), refused=error)
+    if verdict.accepted and verdict.undetermined:
+        TALLY["refused when run: the spec leaves it open"] += 1
+        return Outcome((), (), (), (), refused=error)
+    said = f"refused with {verdict.error_type} ({verdict.rule})" if not verdict.accepted \
+        else "accepted"
+    TALLY["disagree"] += 1
+    return Outcome((), (), (), (), refused=error,
+                   mismatch=f"JAX refused when running with {error}, the spec {said}")
 
 
 def _features(recipe: Recipe) -> set:

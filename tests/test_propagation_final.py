@@ -4,6 +4,8 @@ each one found written small."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -63,3 +65,22 @@ def test_a_broadcast_of_a_broadcasts_result_reads_the_first_ones_operand():
     spec = [tuple(s.spec) for s in explain_program(describe_program(jax.jit(f), a, b)
                                                     ).out_shardings]
     assert real == spec == [(None, None, ("y", "x")), (None, None, "z", ("y", "x"))]
+
+
+def test_a_program_jax_refuses_when_run_is_held_to_the_spec_refusal():
+    """Session 19's deep run: a constraint over an 8-device mesh of another shape leaves
+    the compiler a placement of a result that mesh cannot spell (OUT-2, IndivisibleError
+    when run); the property holds the spec's refusal to JAX's instead of stopping there."""
+    recipe = Recipe(mesh=(2, 4), reversed_devices=False, inputs=(((4, 2, 8), ('y', None, None)),),
+                    steps=(('input', (), 0), ('constrain_other', (0,), ((8,), (None, None, None))),
+                           ('iota', (1,), 2), ('constrain', (2,), ('?', 'x', None))),
+                    outputs=(2, 3), devices=(), out_shardings=(None, (None, None, ('y', 'x'))),
+                    axis_types='')
+    outcome = compare_recipe(recipe)
+    assert outcome.refused == "IndivisibleError"
+    assert outcome.disagreements == []
+    # the same program without the other mesh's constraint runs, and agrees
+    accepted = dataclasses.replace(recipe, steps=(
+        ('input', (), 0), ('iota', (0,), 2), ('constrain', (1,), ('?', 'x', None))), outputs=(1, 2))
+    outcome = compare_recipe(accepted)
+    assert (outcome.refused, outcome.disagreements, outcome.abstained) == ("", [], False)
