@@ -330,11 +330,13 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
     _check_apart({f: split for f, split in chosen.items()
                        if _may_grow(f, split, tensors, numbers, current, fixed)}, current, path)
     grew = []
+    sideways = _sideways(chosen, holders, current, numbers, fixed.held)   # (PROP-18)
     for k, (dims, number) in enumerate(zip(tensors, numbers)):
         if number in fixed.closed:
             continue
         read = current[k]
-        longer = {f: split for f, split in chosen.items() if f in read and split != read[f]
+        offered = sideways if k < len(rule_.operands) else chosen
+        longer = {f: split for f, split in offered.items() if f in read and split != read[f]
                   and split[:len(read[f])] == read[f]}
         if not longer:   # (a read projects back onto the split it was read from)
             continue
@@ -358,10 +360,12 @@ class Limits:
     open: dict
     barred: dict
     contested: list | None = None   # the steps of such conflicts met (None: stop at one)
+    held: frozenset = frozenset()   # the closed values not placed by an out sharding (PROP-18)
 
     def state(self, number: int) -> tuple:
         """What of value ``number`` the limits fix (a step's outcome depends on it)."""
-        return (number in self.closed, self.open.get(number), self.barred.get(number))
+        return (number in self.closed, self.open.get(number), self.barred.get(number),
+                number in self.held)
 
 
 ORDER_DECIDES = ("two splits of one factor conflict while one of them is still growing: the "
@@ -418,8 +422,9 @@ def _propagated(program: Program, opened: frozenset = frozenset(), contested: bo
                       for i, t in enumerate(flat.types)}
             grown: dict[int, int] = {}
             memo = _Memo(flat.steps)   # per step, across the passes (_settle)
-            limits = Limits(frozenset(set(flat.fixed) - set(flat.open)), flat.open,
-                            flat.barred, [] if contested else None)
+            closed = frozenset(set(flat.fixed) - set(flat.open))
+            limits = Limits(closed, flat.open, flat.barred, [] if contested else None,
+                            closed - flat.returned)
             for priority in range(len(PASSES)):
                 if not _settle(flat.steps, splits, limits, mesh, priority, grown, memo):
                     return Undetermined("PROP-4", f"propagation did not settle "
@@ -476,6 +481,7 @@ class Flat:
     contested: dict = dataclasses.field(default_factory=dict)
     led: list = dataclasses.field(default_factory=list)   # (joins a constraint leads: PROP-13)
     edges: list = dataclasses.field(default_factory=list)  # (every join and led join, in order)
+    returned: set = dataclasses.field(default_factory=set)  # (placed by an out sharding)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -580,6 +586,7 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
                                 "whether the partitioner moves it onto the value is not "
                                 "determined by the spec yet")
         _pin(flat, n, *placed_pin(given, mesh, len(flat.types[n].shape)))
+        flat.returned.add(n)   # (kept on the function's result: no sideways cut, PROP-18)
     return None
 
 
@@ -955,3 +962,4 @@ from .propagation_schedule import (  # noqa: E402
 )
 from .propagation_meshes import over_the_inputs_mesh as _over_the_inputs_mesh  # noqa: E402
 from .propagation_flow import check_joins as _check_joins  # noqa: E402
+from .propagation_sideways import operand_splits as _sideways  # noqa: E402
