@@ -482,6 +482,7 @@ class Flat:
     led: list = dataclasses.field(default_factory=list)   # (joins a constraint leads: PROP-13)
     edges: list = dataclasses.field(default_factory=list)  # (every join and led join, in order)
     returned: set = dataclasses.field(default_factory=set)  # (placed by an out sharding)
+    written: set = dataclasses.field(default_factory=set)  # (a user constraint's results)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -548,6 +549,7 @@ def flatten(program: Program, mesh: Mesh, opened=frozenset()) -> Flat | Undeterm
     placed = _place(flat, constraints, outputs, _out_shardings(program, mesh), mesh)
     if placed is None:
         placed = _typed(flat, mesh)
+        _unbar(flat)
     return flat if placed is None else placed
 
 
@@ -621,6 +623,8 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             pin, why = _constraint_pin(eq, types[eq.operands[0]], types[numbers[0]], mesh)
             if pin is not None:
                 constraints.append((operands[0], results[0], pin, path))
+                if eq.kind == "sharding_constraint":
+                    flat.written.add(results[0])   # (lowered as written: PROP-19)
                 continue
             rule_ = Undetermined("PROP-6", why, path)
         else:
@@ -962,4 +966,4 @@ from .propagation_schedule import (  # noqa: E402
 )
 from .propagation_meshes import over_the_inputs_mesh as _over_the_inputs_mesh  # noqa: E402
 from .propagation_flow import check_joins as _check_joins  # noqa: E402
-from .propagation_sideways import operand_splits as _sideways  # noqa: E402
+from .propagation_sideways import operand_splits as _sideways, unbar as _unbar  # noqa: E402

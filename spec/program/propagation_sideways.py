@@ -24,9 +24,11 @@ its own).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..core.rules import rule
 
-__all__ = ["sideways_cap", "operand_splits"]
+__all__ = ["sideways_cap", "operand_splits", "unbar"]
 
 
 @rule("PROP-18", mirrors="shardy: AggressiveFactorPropagation (no sideways propagation "
@@ -67,3 +69,21 @@ def operand_splits(chosen: dict, holders: dict, current: list, numbers: tuple,
     return {f: sideways_cap(split, [current[i][f] if numbers[i] in held else None
                                     for i in holders[f][1]])
             for f, split in chosen.items()}
+
+
+@rule("PROP-19", mirrors="jax: lower_sharding_constraint (no replicated axes on its result)")
+def unbar(flat: Any) -> None:
+    """A sharding constraint's result may take an Explicit axis its type does not hold, in
+    its open dimensions: JAX lowers the constraint as written, without the replicated axes
+    it gives every other result.
+
+    (Seen, mesh ``(2, 4)``, 'x' Auto, 'y' Explicit: ``v = wsc(a, P(None, UNCONSTRAINED,
+    UNCONSTRAINED))`` of ``a`` typed ``P()``, then ``reshard(v, P(None, 'y', None))``: ``v``
+    comes back ``P(None, 'y')``, its constraint lowered ``[{}, {?}, {?}]``; the result of
+    a reshard, lowered with ``replicated={"y"}`` where its type lacks 'y', takes no 'y'.)
+
+    ``flat``: the flat program (``propagation.Flat``), whose ``written`` values are its user
+    constraints' results; each loses the axes PROP-9 barred it from.
+    """
+    for number in flat.written:
+        flat.barred.pop(number, None)
