@@ -26,9 +26,9 @@ __all__ = ["shares_reshard", "returned_split"]
 
 @rule("COLL-15", mirrors="xla: SpmdPartitioner's reshard of a while loop's operand tuple")
 def shares_reshard(where: str) -> bool:
-    """A value moved into a loop before it is brought there apart from any other reshard of
-    it to the same split: XLA reshards each element of the while loop's operand tuple on
-    its own.
+    """A loop's operand moved before the loop is resharded apart from any other reshard of
+    the same value to the same split: XLA reshards each element of the while loop's
+    operand tuple on its own.
 
     ``where``: where the move runs — "before" the loop (an initial carry, ``xs`` gathered
     whole), "body", "after" the loop, or "" for an equation's own operand.

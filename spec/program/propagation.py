@@ -329,14 +329,12 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
             fixed.contested.append(numbers)
     _check_apart({f: split for f, split in chosen.items()
                        if _may_grow(f, split, tensors, numbers, current, fixed)}, current, path)
-    grew = []
-    sideways = _sideways(chosen, holders, current, numbers, fixed.held)   # (PROP-18)
+    grew, offers = [], _sideways(chosen, rule_, holders, current, numbers, fixed.held)
     for k, (dims, number) in enumerate(zip(tensors, numbers)):
         if number in fixed.closed:
             continue
         read = current[k]
-        offered = sideways if k < len(rule_.operands) else chosen
-        longer = {f: split for f, split in offered.items() if f in read and split != read[f]
+        longer = {f: split for f, split in offers[k].items() if f in read and split != read[f]
                   and split[:len(read[f])] == read[f]}
         if not longer:   # (a read projects back onto the split it was read from)
             continue
