@@ -87,6 +87,12 @@ def unbar(flat: Any) -> None:
 
     ``flat``: the flat program (``propagation.Flat``), whose ``written`` values are its user
     constraints' results; each loses the axes PROP-9 barred it from.
+
+    >>> from shardlaw.spec.program.propagation import Flat
+    >>> flat = Flat(barred={3: frozenset("y"), 4: frozenset("y")}, written={3})
+    >>> unbar(flat)
+    >>> flat.barred   # value 3, a constraint's result; value 4, a reshard's
+    {4: frozenset({'y'})}
     """
     for number in flat.written:
         flat.barred.pop(number, None)
