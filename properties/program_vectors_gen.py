@@ -15,16 +15,21 @@ replayable in JAX (:class:`NotReplayable`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from hypothesis import strategies as st
+
 from shardlaw.properties import hits
 from shardlaw.properties.program_harness import (
-    with_choices, compare_program, program_cases, program_of, run_in_jax,
+    Case, JaxOutcome, arguments_of, compare_program, outcome_problems, predicted_problems,
+    program_cases, program_of, run_body, run_in_jax, stage_in_jax, top_options, with_choices,
 )
 from shardlaw.spec import UNSPECIFIED, explain_program, from_jax, placement_equivalent, to_jax
+from shardlaw.spec.program.control_flow import Cond, CustomJvp, CustomVjp, Remat, Scan, While
 from shardlaw.spec.program.description import (
     DevicePut, Jit, Opaque, Program, Reshard, ShardingConstraint, ShardMap,
 )
@@ -34,14 +39,24 @@ from shardlaw.spec.vectors.program_vectors import (
 )
 
 __all__ = ["NotReplayable", "program_in_jax", "replay_program_in_jax",
-           "generate_program_vectors", "PROGRAM_DIRECTORY"]
+           "generate_program_vectors", "PROGRAM_DIRECTORY", "FLOW_DIRECTORY", "FLOW_KINDS",
+           "FLOW_EQUATION", "FlowCase", "flow_cases", "equation_kinds", "flow_function",
+           "flow_options", "compare_flow",
+           "generate_flow_vectors"]
 
 # Where the program vectors live under a vectors directory.
 PROGRAM_DIRECTORY = "programs"
 
+# The equations of issue 32 the replayer builds over their bodies.
+FLOW_EQUATIONS = (Scan, While, Cond, Remat, CustomJvp, CustomVjp)
+
 # The primitives built by their jax.lax function of the same name, one operand each.
 UNARY = ("neg", "sin", "cos", "tanh", "exp", "abs", "sign", "floor", "ceil", "sqrt", "tan")
 BINARY = ("add", "sub", "mul", "max", "min", "div")
+# The primitives bound by name with their described parameters (jax.extend), with how many
+# operands each takes: one described with fewer had a literal operand, which a description
+# does not hold (not replayable).
+BOUND = {"reduce_sum": 1, "gt": 2, "lt": 2, "ge": 2, "le": 2, "convert_element_type": 1}
 
 
 class NotReplayable(Exception):
@@ -55,8 +70,14 @@ def _opaque(eq: Opaque, operands: list) -> Any:
         return getattr(jax.lax, eq.primitive)(operands[0])
     if eq.primitive in BINARY and len(operands) == 2:
         return getattr(jax.lax, eq.primitive)(*operands)
-    raise NotReplayable(f"the primitive {eq.primitive!r} is not built in JAX by the replayer "
-                        f"(it builds {', '.join(UNARY + BINARY)})")
+    if BOUND.get(eq.primitive) == len(operands):
+        import numpy as np
+        from jax.extend.core import primitives
+        params = {k: np.dtype(v) if k == "new_dtype" else v for k, v in eq.params}
+        return getattr(primitives, f"{eq.primitive}_p").bind(*operands, **params)
+    raise NotReplayable(f"the primitive {eq.primitive!r} over {len(operands)} operand(s) is "
+                        f"not built in JAX by the replayer (it builds "
+                        f"{', '.join(UNARY + BINARY + tuple(BOUND))}, with all their operands)")
 
 
 def _run_body(program: Program, values: list) -> tuple:
@@ -66,7 +87,9 @@ def _run_body(program: Program, values: list) -> tuple:
     values = list(values)
     for eq in program.equations:
         operands = [values[n] for n in eq.operands]
-        if isinstance(eq, Jit):
+        if isinstance(eq, FLOW_EQUATIONS):   # (remat and the custom calls are Jits too)
+            out = _flow(eq, operands)
+        elif isinstance(eq, Jit):
             out = jax.jit(_function(eq.body), **_options(eq.body))(*operands)
         elif isinstance(eq, ShardingConstraint):
             out = (jax.lax.with_sharding_constraint(operands[0], to_jax(eq.sharding)),)
@@ -87,6 +110,59 @@ def _run_body(program: Program, values: list) -> tuple:
                                 f"replayer")
         values += list(out) if isinstance(out, (tuple, list)) else [out]
     return tuple(values[n] for n in program.outputs)
+
+
+def _flow(eq: Any, operands: list) -> Any:
+    """A control-flow, remat or custom-derivative equation built in JAX over its bodies
+    (a custom function's rules are stand-ins: JAX calls them only under AD, and a vector is
+    replayed in JAX as written)."""
+    import jax
+
+    if isinstance(eq, Scan):
+        c, k = eq.num_consts, eq.num_consts + eq.num_carry
+        body, consts = _function(eq.body), operands[:c]
+
+        def step(carry: tuple, xs: tuple) -> tuple:
+            out = body(*consts, *carry, *xs)
+            return out[:eq.num_carry], out[eq.num_carry:]
+        carry, ys = jax.lax.scan(step, tuple(operands[c:k]), tuple(operands[k:]),
+                                 length=eq.length, reverse=eq.reverse)
+        return (*carry, *ys)
+    if isinstance(eq, While):
+        cc, bc = eq.cond_consts, eq.body_consts
+        cond, body = _function(eq.cond), _function(eq.body_fun)
+        c_consts, b_consts = operands[:cc], operands[cc:cc + bc]
+        return jax.lax.while_loop(lambda carry: cond(*c_consts, *carry)[0],
+                                  lambda carry: body(*b_consts, *carry),
+                                  tuple(operands[cc + bc:]))
+    if isinstance(eq, Cond):
+        return jax.lax.switch(operands[0], [_function(b) for b in eq.branches], *operands[1:])
+    primal = _function(eq.body)
+    if isinstance(eq, Remat):
+        return jax.checkpoint(primal, prevent_cse=eq.prevent_cse,
+                              policy=_policy(eq.policy))(*operands)
+    if isinstance(eq, CustomJvp):
+        called = jax.custom_jvp(primal)
+        called.defjvp(lambda primals, tangents: jax.jvp(primal, primals, tangents))
+        return called(*operands)
+    called = jax.custom_vjp(primal)
+    called.defvjp(lambda *primals: (primal(*primals), primals),
+                  lambda primals, cotangents: jax.vjp(primal, *primals)[1](cotangents))
+    return called(*operands)
+
+
+def _policy(policy: Any) -> Any:
+    """The jax.checkpoint policy a remat's ``policy`` names (None: JAX's default)."""
+    import jax
+
+    if policy is None:
+        return None
+    if policy.startswith("save_only_these_names("):
+        names = policy[len("save_only_these_names("):-1]
+        return jax.checkpoint_policies.save_only_these_names(*names.split(", "))
+    if policy.startswith("<"):
+        raise NotReplayable(f"the remat policy {policy} is not built in JAX by the replayer")
+    return getattr(jax.checkpoint_policies, policy)
 
 
 def _device(target: Any) -> Any:
@@ -251,3 +327,190 @@ def replay_all(directory: str | Path) -> dict[str, list[str]]:
     return {str(path): program_differences(load_program(path.read_text(encoding="utf-8")))
             for path in sorted(Path(directory).rglob("*.json"))}
 
+
+
+# --------------------------------------------------------------------------- control flow
+
+# Where the control-flow program vectors live under a vectors directory (one folder a kind).
+FLOW_DIRECTORY = "programs-flow"
+
+# The kinds a drawn body is run inside (issue 32): JAX's functions that trace to a scan, a
+# while, a cond, a remat2 and a custom_jvp_call or custom_vjp_call equation.
+FLOW_KINDS = ("scan", "fori_loop", "while_loop", "cond", "switch", "checkpoint", "custom_jvp",
+              "custom_vjp")
+
+# The equation each kind's function traces to (fori_loop's is a scan: its bounds are static).
+FLOW_EQUATION = {"scan": Scan, "fori_loop": Scan, "while_loop": While, "cond": Cond,
+                 "switch": Cond, "checkpoint": Remat, "custom_jvp": CustomJvp,
+                 "custom_vjp": CustomVjp}
+
+# The kinds whose function returns the body's results as they are (the top-level jit's
+# out_shardings drawn for them stay).
+SAME_RESULTS = ("cond", "switch", "checkpoint", "custom_jvp", "custom_vjp")
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowCase:
+    """A drawn program (:class:`~shardlaw.properties.program_harness.Case`) whose whole
+    body runs inside one of :data:`FLOW_KINDS`: constraints, device_puts, elementwise
+    operations and nested jits with their shardings inside a loop's body, a branch, a remat
+    or a custom-derivative function."""
+
+    kind: str
+    case: Case
+
+
+def _inside(kind: str, body: Callable[..., tuple], args: tuple) -> Any:
+    """``body`` over ``args`` run inside ``kind``: a loop carries the first argument (the
+    others closed over) through the body's first result, a scan stacking its last; a
+    branching kind takes the body as one branch and negations (a sine) as the others; the
+    predicates are read off the data without literals (a description holds none)."""
+    import jax
+    import jax.numpy as jnp
+
+    first, rest = args[0], args[1:]
+    if kind == "scan":
+        return jax.lax.scan(lambda c, _: ((out := body(c, *rest))[0], out[-1]), first, None,
+                            length=2)
+    if kind == "fori_loop":
+        return jax.lax.fori_loop(0, 2, lambda i, c: body(c, *rest)[0], first)
+    if kind == "while_loop":   # twice, by a counter stepping by the sum of the data
+        s = jnp.sum(first)
+        return jax.lax.while_loop(lambda c: c[1] < s + s,
+                                  lambda c: (body(c[0], *rest)[0], c[1] + s), (first, s - s))[0]
+    if kind in ("cond", "switch"):
+        count = len(body(*args))
+        others = [lambda *a: (jnp.negative(a[0]),) * count,
+                  lambda *a: (jnp.sin(a[0]),) * count][:1 if kind == "cond" else 2]
+        taken = jnp.sum(first) > jnp.sum(jnp.negative(first))
+        if kind == "cond":
+            return jax.lax.cond(taken, body, others[0], *args)
+        return jax.lax.switch(taken.astype(jnp.int32), [others[0], body, others[1]], *args)
+    if kind == "checkpoint":
+        return jax.checkpoint(body)(*args)
+    if kind == "custom_jvp":
+        called = jax.custom_jvp(body)
+        called.defjvp(lambda primals, tangents: jax.jvp(body, primals, tangents))
+        return called(*args)
+    called = jax.custom_vjp(body)
+    called.defvjp(lambda *primals: (body(*primals), primals),
+                  lambda primals, cotangents: jax.vjp(body, *primals)[1](cotangents))
+    return called(*args)
+
+
+def flow_function(flow: FlowCase) -> Callable[..., Any]:
+    """The real function a flow case describes (not yet jitted)."""
+    recipe = flow.case.body
+    return lambda *args: _inside(flow.kind, lambda *a: tuple(run_body(recipe, list(a))), args)
+
+
+def flow_options(flow: FlowCase) -> dict:
+    """The top-level jit's options (out_shardings only where the results are the body's)."""
+    case = flow.case
+    if flow.kind not in SAME_RESULTS:
+        case = dataclasses.replace(case, out_shardings=())
+    return top_options(case)
+
+
+@st.composite
+def flow_cases(draw: Any) -> FlowCase:
+    """A drawn program run inside a drawn control-flow kind."""
+    return FlowCase(draw(st.sampled_from(FLOW_KINDS)), draw(program_cases(bodies=False)))
+
+
+def compare_flow(flow: FlowCase) -> tuple[Program | None, list[str]]:
+    """The program ``describe_program`` reads off JAX's trace of the flow case (with the
+    compiler's choices JAX made) and every disagreement between the spec's verdict on it
+    and JAX's outcome (trace, lower, compile, run); None where it is not described."""
+    import jax
+    from shardlaw.spec.bridge.program import describe_program
+
+    hits.record_jax_calls(1)
+    args = arguments_of(flow.case)
+    outcome = JaxOutcome()
+    stage_in_jax(jax.jit(flow_function(flow), **flow_options(flow)), args, outcome)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            described = describe_program(jax.jit(flow_function(flow), **flow_options(flow)),
+                                         *args)
+    except Exception as error:  # noqa: BLE001 - not described: no vector
+        return None, [f"not described: {type(error).__name__}: {error}"]
+    if FLOW_EQUATION[flow.kind] not in equation_kinds(described):
+        # (a body JAX refuses while tracing it is described up to the refused call)
+        return None, [f"not described as a {flow.kind}: refused while tracing its body"]
+    program = with_choices(described, outcome)
+    problems = outcome_problems(explain_program(program), outcome)
+    problems += predicted_problems(explain_program(described), outcome)
+    return program, problems
+
+
+def equation_kinds(program: Program) -> set[type]:
+    """The classes of the equations of ``program``, its bodies' included."""
+    out: set[type] = set()
+    for eq in program.equations:
+        out.add(type(eq))
+        if eq.body is not None:
+            out |= equation_kinds(eq.body)
+    return out
+
+
+def generate_flow_vectors(directory: str | Path, per_rule: int = 1, *, seed: int = 0,
+                          budget: int = 700) -> dict[tuple[str, str, str], int]:
+    """Write control-flow program vectors under ``directory/programs-flow/KIND/``: for each
+    kind, the refusing side of each rule its drawn programs reach and the accepting side of
+    each of :data:`FLOW_ACCEPTS`, the ``per_rule`` shortest vectors of each (the first
+    drawn among equals), from ``budget`` drawn programs, those on which JAX and the spec
+    agree. Returns the count written per (kind, rule, side)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    root = Path(directory) / FLOW_DIRECTORY
+    found: dict[tuple[str, str, str], list[tuple[int, int, Program, ProgramVerdict]]] = {}
+
+    def consume(flow: FlowCase) -> None:
+        program, problems = compare_flow(flow)
+        if program is None or problems:
+            return
+        verdict = explain_program(program)
+        size = len(json.dumps(dump_program(program, verdict)))
+        for rule_id, side in _sides(verdict):
+            if side == "accept" and rule_id not in FLOW_ACCEPTS:
+                continue
+            kept = found.setdefault((flow.kind, rule_id, side), [])
+            kept.append((size, len(kept), program, verdict))
+            kept.sort(key=lambda k: k[:2])
+            del kept[per_rule:]
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=budget, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(flow_cases())
+    def draw(flow: FlowCase) -> None:
+        consume(flow)
+
+    with hits.kept():
+        draw()
+    for (kind, rule_id, side), kept in sorted(found.items()):
+        for n, (_, _, program, verdict) in enumerate(kept, 1):
+            vector = dump_program(program, verdict, name=f"{kind}-{rule_id}-{side}-{n}",
+                                  rule=rule_id, side=side,
+                                  description=f"a drawn body inside {FLOW_TEXT[kind]}")
+            target = root / kind / f"{rule_id}-{side}-{n}.json"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps(vector, indent=1) + "\n", encoding="utf-8")
+    return {key: len(kept) for key, kept in found.items()}
+
+
+# The rules whose accepting side a flow vector is written for (every refusing side is):
+# those that decide the shardings inside a body.
+FLOW_ACCEPTS = ("DA-1", "FIT-1", "WSC-4", "LOOP-1")
+
+# How a flow vector's description names its kind.
+FLOW_TEXT = {"scan": "jax.lax.scan (2 iterations, the last result stacked)",
+             "fori_loop": "jax.lax.fori_loop (2 iterations)",
+             "while_loop": "jax.lax.while_loop (2 iterations)",
+             "cond": "jax.lax.cond (the other branch a negation)",
+             "switch": "jax.lax.switch (the other branches a negation and a sine)",
+             "checkpoint": "jax.checkpoint", "custom_jvp": "a jax.custom_jvp function",
+             "custom_vjp": "a jax.custom_vjp function"}

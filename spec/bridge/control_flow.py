@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from ..program.control_flow import Cond, CustomJvp, CustomLin, CustomVjp, Remat, Scan, While
 
-__all__ = ["CONTROL_FLOW_PRIMITIVES", "control_flow_equation"]
+__all__ = ["CONTROL_FLOW_PRIMITIVES", "control_flow_equation", "policy_name"]
 
 CONTROL_FLOW_PRIMITIVES = ("scan", "while", "cond", "remat2", "custom_jvp_call",
                            "custom_vjp_call", "custom_lin")
@@ -52,13 +52,31 @@ def control_flow_equation(eqn: Any, operands: tuple[int, ...], results: tuple, w
     if name == "remat2":
         return Remat(operands, results, body=read_body(params["jaxpr"], f"{where}.remat2."),
                      name="checkpoint", prevent_cse=bool(params["prevent_cse"]),
-                     differentiated=bool(params["differentiated"]))
+                     differentiated=bool(params["differentiated"]),
+                     policy=policy_name(params.get("policy")))
     if name == "custom_lin":
         return custom_lin_equation(eqn, operands, results, where, read_body)
     kind = CustomJvp if name == "custom_jvp_call" else CustomVjp
     called = getattr(params.get("name"), "__name__", None) or str(params.get("name", name))
     return kind(operands, results, body=read_body(params["call_jaxpr"], f"{where}.{name}."),
                 name=called, **custom_rules(eqn, f"{where}.{name}.", read_body))
+
+
+def policy_name(policy: Any) -> str | None:
+    """The name a remat's ``policy`` is held by (None: JAX's default, or
+    ``nothing_saveable``, which saves nothing alike)."""
+    import jax
+
+    policies = jax.checkpoint_policies
+    if policy is None or policy is policies.nothing_saveable:
+        return None
+    for name in ("everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable"):
+        if policy is getattr(policies, name) or policy == getattr(policies, name):
+            return name
+    names = getattr(policy, "saveable_names", None)
+    if type(policy).__name__ == "SaveOnlyTheseNames" and names is not None:
+        return f"save_only_these_names({', '.join(sorted(names))})"
+    return f"<{getattr(policy, '__name__', type(policy).__name__)}>"
 
 
 # How deep a rule calling its own function again is read (first-order AD reads the rule

@@ -31,7 +31,7 @@ types follow from the operands'. A ``reshard``'s cotangent is resharded back to 
 operand's type. A ``shard_map``'s JVP is one shard_map over primals and tangents, its
 body differentiated per shard. A remat (``jax.checkpoint``) is linearized as JAX's
 ``remat_partial_eval`` leaves it: its primal in line, and a differentiated remat that
-recomputes what its tangents need. Linearized, a shard_map becomes two
+recomputes what its tangents need (under ``everything_saveable``, that stores them all). Linearized, a shard_map becomes two
 (:mod:`~shardlaw.spec.program.shardmap_autodiff`): the known one returns the residuals it
 stores (AD-10's specs) before its primal outputs, the tangent one takes them, then the
 tangents; transposed, it becomes one shard_map taking the cotangents, then the residuals
@@ -131,7 +131,8 @@ def _jvp_jit(eq: Jit, body: BodyBuilder, operands: tuple[int, ...], moving: list
     given = tuple(t for t in moving if t is not None)
     # (a remat's JVP is a remat of the JVP of its body, as JAX's remat_jvp binds it)
     made = Remat(operands + given, body=jvp_body, name=eq.name, checked=False,
-                 prevent_cse=eq.prevent_cse, differentiated=eq.differentiated) \
+                 prevent_cse=eq.prevent_cse, differentiated=eq.differentiated,
+                 policy=eq.policy) \
         if type(eq) is Remat else Jit(operands + given, body=jvp_body, name=eq.name,
                                       checked=False)
     outs = body.emit(made)
@@ -353,8 +354,10 @@ def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], mo
     what the tangents need, then the tangents."""
     inner = eq.body
     nonzero = tuple(t is not None for t in moving)
-    primal = inline_body(tape.primal, _pruned(inner), operands)
     lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
+    if eq.policy == "everything_saveable" and not lin.primal.consts:
+        return _linearize_saving_remat(eq, tape, operands, moving, lin)
+    primal = inline_body(tape.primal, _pruned(inner), operands)
     if not any(lin.flags):
         return primal, [None] * len(inner.outputs)
     given = [t for t in moving if t is not None]
@@ -372,7 +375,34 @@ def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], mo
         t for t, r in zip(given, reads[count:]) if r)
     made = iter(tape.emit(Remat(tuple(range(len(refs))), body=body, name=eq.name,
                                 checked=False, prevent_cse=eq.prevent_cse,
-                                differentiated=True), refs))
+                                differentiated=True, policy=eq.policy), refs))
+    return primal, [next(made) if f else None for f in lin.flags]
+
+
+def _linearize_saving_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...],
+                            moving: list, lin: Any) -> tuple[tuple[int, ...], list]:
+    """A remat whose policy saves everything (``everything_saveable``) linearized as JAX
+    linearizes it: its body's primal and the residuals its tangents read computed in line
+    in the primal body and stored; onto the tape a remat (``differentiated``) over those
+    it reads and the tangents, which recomputes nothing."""
+    count = len(eq.body.outputs)
+    ran = inline_body(tape.primal, lin.primal, operands)
+    primal, residuals = ran[:count], ran[count:]
+    if not any(lin.flags):
+        return primal, [None] * count
+    given = [t for t in moving if t is not None]
+    staged = BodyBuilder(tuple(tape.primal.types[n] for n in residuals) + tuple(
+        tape.type_of(t) for t in given))
+    body = staged.program(inline_body(staged, lin.tangent, tuple(range(
+        len(residuals) + len(given)))))
+    _, live = _live_equations(body)
+    reads = [i in live for i in range(len(body.inputs))]
+    body = _pruned(body, reads)
+    refs = tuple(tape.residual(n) for n, r in zip(residuals, reads) if r) + tuple(
+        t for t, r in zip(given, reads[len(residuals):]) if r)
+    made = iter(tape.emit(Remat(tuple(range(len(refs))), body=body, name=eq.name,
+                                checked=False, prevent_cse=eq.prevent_cse,
+                                differentiated=True, policy=eq.policy), refs))
     return primal, [next(made) if f else None for f in lin.flags]
 
 

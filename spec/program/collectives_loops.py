@@ -158,6 +158,11 @@ def _flow(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
     if any(o is None for o in operands):
         return Undetermined("COLL-8", "an operand of a body comes from an equation lowering "
                             "folds away: not followed yet", path)
+    if eq.kind == "remat2" and eq.differentiated and eq.policy not in (
+            None, "everything_saveable"):
+        return Undetermined("COLL-8", f"a differentiated remat whose policy "
+                            f"({eq.policy}) saves some residuals: the spec recomputes them "
+                            f"all, as nothing_saveable", path)
     if eq.kind in ("jit", "remat2", "custom_jvp_call", "custom_vjp_call"):
         if eq.kind == "jit" and any(s is not UNSPECIFIED for s in (
                 *(eq.body.in_shardings or ()), *(eq.body.out_shardings or ()))):
@@ -194,7 +199,8 @@ def _read(walk: _Walk, body: Any, inputs: list, prefix: str, comp: _Computation
         ids += list(results)
         if not walk.flat.live & set(results):
             continue
-        if entry_of(eq).name == "iota":   # computed in whatever split it is needed in
+        if entry_of(eq).name == "iota" or walk.flat.constants & set(results):
+            # computed in whatever split it is needed in (a constant's copies: PROP-16)
             comp.done.update(results)
             continue
         if along_a_split(eq, (walk.splits[ops[0]],)):

@@ -305,11 +305,24 @@ class _Called(Jit):
 @dataclasses.dataclass(frozen=True)
 class Remat(_Called):
     """``jax.checkpoint`` (``remat2``): its body, called as a jit without options; under
-    grad JAX recomputes it in the backward pass rather than storing its residuals."""
+    grad JAX recomputes it in the backward pass rather than storing its residuals, but for
+    those its ``policy`` saves (None: JAX's default, which saves nothing, as
+    ``nothing_saveable``; else the policy's name, ``everything_saveable``,
+    ``dots_saveable``, ``dots_with_no_batch_dims_saveable``, ``save_only_these_names(a,
+    b)``, or another's in angle brackets). Under ``everything_saveable`` the spec's
+    linearization stores every residual, as JAX's; under any other saving policy it still
+    recomputes them all, and what such a differentiated remat communicates is left
+    undetermined (COLL-8)."""
 
     kind: ClassVar[str] = "remat2"
     prevent_cse: bool = True
     differentiated: bool = False
+    policy: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_described(self.policy is None or type(self.policy) is str,
+                          "a remat's policy", "None or a policy's name", self.policy)
 
 
 def _rule_body(value: Any, what: str) -> None:
@@ -336,6 +349,9 @@ class CustomJvp(_Called):
     tangents ``in_zeros`` does not mark a zero."""
 
     kind: ClassVar[str] = "custom_jvp_call"
+    # (JAX 0.10.2's dead-code elimination keeps every operand of a custom call whose
+    # results are used, its body pruned: a dead operand still joins the device assignment)
+    keeps_operands: ClassVar[bool] = True
     rule: "Program | None" = None
     rule_zeros: tuple = ()
     num_consts: int = 0
@@ -367,6 +383,7 @@ class CustomVjp(_Called):
     not read)."""
 
     kind: ClassVar[str] = "custom_vjp_call"
+    keeps_operands: ClassVar[bool] = True   # (as a custom_jvp_call's)
     fwd: "Program | None" = None
     forwarded: tuple = ()
     bwd: "Program | None" = None

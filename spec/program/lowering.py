@@ -121,8 +121,9 @@ def _live(program: Program, outputs: tuple[bool, ...], everything: bool, seen: d
             continue
         inner = _live(eq.body, eq.used_in_body(wanted), False, seen)
         bodies[k] = inner
+        keeps = getattr(eq, "keeps_operands", False)   # (a custom call's: control_flow.py)
         for n, u in zip(eq.operands, inner.inputs):
-            used[n] = used[n] or u
+            used[n] = used[n] or u or keeps
     inputs = len(program.inputs)
     live = Live(tuple(equations), tuple(used[:inputs]), outputs, bodies,
                 tuple(used[inputs:inputs + len(program.consts)]))

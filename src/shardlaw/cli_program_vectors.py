@@ -162,14 +162,16 @@ def program_hits(vector: Any) -> list[tuple[str, str]]:
 
 def generate_programs(args: argparse.Namespace, out: TextIO) -> int:
     """``shardlaw vectors generate DIR --programs``: program vectors drawn and held to
-    real JAX (0 written, 2 bad input)."""
+    real JAX, under DIR/programs/RULE/ and, their bodies run inside control flow, remat or a
+    custom-derivative function, under DIR/programs-flow/KIND/ (one a side of each rule a
+    kind reaches, from 700 drawn whatever ``--budget`` says) (0 written, 2 bad input)."""
     from pathlib import Path
 
     from shardlaw.cli_errors import CommandExit
     try:
         import jax
         from shardlaw.properties.program_vectors_gen import (
-            PROGRAM_DIRECTORY, generate_program_vectors,
+            FLOW_DIRECTORY, PROGRAM_DIRECTORY, generate_flow_vectors, generate_program_vectors,
         )
     except ImportError as error:
         raise CommandExit(2, f"generating vectors needs JAX and Hypothesis ({error}); install "
@@ -177,7 +179,8 @@ def generate_programs(args: argparse.Namespace, out: TextIO) -> int:
     budget = 300 if args.budget is None else args.budget
     if budget < 1:
         raise CommandExit(2, "--budget must be at least 1")
-    old = sorted((Path(args.directory) / PROGRAM_DIRECTORY).rglob("*.json"))
+    old = [path for folder in (PROGRAM_DIRECTORY, FLOW_DIRECTORY)
+           for path in sorted((Path(args.directory) / folder).rglob("*.json"))]
     if old and not args.replace:
         raise CommandExit(2, f"{args.directory} already holds {len(old)} program vectors "
                              "(use --replace)")
@@ -190,4 +193,9 @@ def generate_programs(args: argparse.Namespace, out: TextIO) -> int:
               f"{Path(args.directory) / PROGRAM_DIRECTORY}\n")
     for (rule_id, side), n in sorted(written.items()):
         out.write(f"  {rule_id:<8} {side:<7} {n}\n")
+    flows = generate_flow_vectors(args.directory, seed=args.seed)   # (700 drawn, always)
+    out.write(f"Wrote {sum(flows.values())} control-flow program vector(s) into "
+              f"{Path(args.directory) / FLOW_DIRECTORY}\n")
+    for (kind, rule_id, side), n in sorted(flows.items()):
+        out.write(f"  {kind:<11} {rule_id:<8} {side:<7} {n}\n")
     return 0

@@ -83,7 +83,8 @@ def add_parsers(subparsers: Any) -> None:
                           help="delete the .json files already under DIR first")
     generate.add_argument("--programs", action="store_true",
                           help="write program vectors (whole programs: their bodies' "
-                               "equations) under DIR/programs/<rule>/ instead")
+                               "equations) under DIR/programs/<rule>/, and bodies inside "
+                               "control flow under DIR/programs-flow/<kind>/, instead")
     generate.set_defaults(handler=_guarded(generate_command))
 
 
