@@ -59,19 +59,19 @@ def sideways_cap(split: tuple[str, ...], results: list) -> tuple[str, ...]:
     return split[:longest]
 
 
-def operand_splits(chosen: dict, rule_: Any, holders: dict, current: list, numbers: tuple,
+def operand_splits(targets: list, rule_: Any, holders: dict, current: list, numbers: tuple,
                    held: frozenset) -> list[dict]:
     """Per tensor of an equation of sharding rule ``rule_`` (its operands, then its
-    results), the factor splits ``chosen`` as the tensor may take them: an operand's cut by
-    PROP-18, a result's whole. ``holders``: per factor, the operands' and results' indices
-    holding it; ``current``: each tensor's factor splits; ``held``: the values placed
-    whole."""
+    results), its target factor splits ``targets`` as the tensor may take them: an
+    operand's cut by PROP-18, a result's whole. ``holders``: per factor, the operands' and
+    results' indices holding it; ``current``: each tensor's factor splits; ``held``: the
+    values placed whole."""
     if not held or not any(numbers[i] in held for _, at in holders.values() for i in at):
-        return [chosen] * len(numbers)
-    cut = {f: sideways_cap(split, [current[i][f] if numbers[i] in held else None
-                                   for i in holders[f][1]])
-           for f, split in chosen.items()}
-    return [cut if i < len(rule_.operands) else chosen for i in range(len(numbers))]
+        return targets
+    return [target if k >= len(rule_.operands) else {
+        f: sideways_cap(split, [current[i][f] if numbers[i] in held else None
+                                for i in holders[f][1]]) for f, split in target.items()}
+        for k, target in enumerate(targets)]
 
 
 @rule("PROP-19", mirrors="jax: lower_sharding_constraint (no replicated axes on its result)")
