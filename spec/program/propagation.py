@@ -498,6 +498,8 @@ class Flat:
     edges: list = dataclasses.field(default_factory=list)  # (every join and led join, in order)
     returned: set = dataclasses.field(default_factory=set)  # (placed by an out sharding)
     written: set = dataclasses.field(default_factory=set)  # (a user constraint's results)
+    loops: list = dataclasses.field(default_factory=list)  # (consts, initials, carries, path)
+    outputs: list = dataclasses.field(default_factory=list)  # (the program's results' ids)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -554,7 +556,7 @@ def flatten(program: Program, mesh: Mesh, opened=frozenset()) -> Flat | Undeterm
             flat.constants.add(ids[-1])
         constraints: list = []
         flat.ids = _inline(program, ids, "", flat, mesh, constraints)
-        outputs = [flat.ids[n] for n in program.outputs]
+        outputs = flat.outputs = [flat.ids[n] for n in program.outputs]
         _prune(flat, constraints, outputs)
         _split_constants(flat, outputs, constraints)   # (propagation_constants.py: PROP-16)
         for step in flat.steps:

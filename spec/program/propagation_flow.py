@@ -60,6 +60,7 @@ def _scan(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: A
         # (a data-flow edge: after the body's own operations, as seen — a carry takes the
         # split its body's operations give it before the initial carry's reaches it)
         _edge(flat, "scan", operands[c + i], outs[i], carry[i], path, constraints, mesh)
+    flat.loops.append((list(operands[:c]), list(operands[c:c + k]), carry, path))
     finals = [_joined(flat, [v], path) for v in carry]
     stacked = []
     for piece, value in zip(outs[k:], results[k:]):
@@ -82,6 +83,7 @@ def _while(eq: Any, operands: list, path: str, flat: Flat, mesh: Any, constraint
                        constraints, f"{path}.while.body.")
     for i, value in enumerate(carry):
         _edge(flat, "while", operands[cc + bc + i], outs[i], value, path, constraints, mesh)
+    flat.loops.append((list(operands[cc:cc + bc]), list(operands[cc + bc:]), carry, path))
     return [_joined(flat, [v], path) for v in carry]
 
 
@@ -163,6 +165,7 @@ def check_joins(flat: Flat, splits: dict) -> None:
     the body's uses would split beside a replicated constraint the body returns stays
     replicated): which the partitioner keeps is not written (PROP-4)."""
     pins_check_joins(flat, splits)
+    _check_constants(flat, splits)
     for sources, result, path in flat.led:
         if result not in flat.live:
             continue
@@ -172,6 +175,37 @@ def check_joins(flat: Flat, splits: dict) -> None:
             stop("PROP-4", "a loop's carry or a cond's result a constraint leads is split "
                  "beyond what its sources give it (by its own uses): which the partitioner "
                  "keeps is not written", path)
+
+
+def _check_constants(flat: Flat, splits: dict) -> None:
+    """After propagation: a loop's initial carry that gives up a mesh axis a constant of
+    the loop holds, where that constant is read outside the loop too (a later equation's
+    operand, a result): which of the two the partitioner moves is not written (PROP-4).
+
+    (Seen, mesh ``(2, 1, 4)``: ``fori_loop(0, 2, lambda i, c: sin(c) * w, a)`` of ``a``
+    on ``P('x', None, 'z')`` and ``w`` on ``P(None, 'x', None)``: read by the loop alone,
+    ``w`` leads and ``a`` moves, 128 bytes; returned too, or read by a constraint, ``a``
+    leads, ``w`` moves before the loop, 512 bytes, and the loop's result is
+    ``P('x', None, 'z')``.)"""
+    for consts, initials, carries, path in flat.loops:
+        lost = {a for initial, carry in zip(initials, carries) if carry in flat.live
+                for have, kept in zip(splits[initial], splits[carry])
+                for a in have if a not in kept}
+        for n in consts:
+            held = lost & {a for axes in splits[n] for a in axes}
+            if held and _read_outside(flat, n, path):
+                stop("PROP-4", f"a loop's initial carry gives up mesh axes {sorted(held)} "
+                     f"that a constant of the loop, read outside it too, holds: which of "
+                     f"the two the partitioner moves is not written", path)
+
+
+def _read_outside(flat: Flat, n: int, path: str) -> bool:
+    """Whether value ``n`` is a result or an operand of a live equation outside the loop
+    at ``path`` (a step, a constraint, a join)."""
+    inside = (path, f"{path}.")
+    return n in flat.outputs or any(
+        n in every[:count] and not at.startswith(inside) and flat.live & set(every[count:])
+        for _, _, every, _, at, count in flat.steps)
 
 
 def _step(flat: Flat, name: str, rule: Factors, operands: list, result: int, path: str
