@@ -125,3 +125,38 @@ def test_the_deep_runs_draws_agree(ops, transform):
     case = FuzzCase(ops=ops, transform=transform, grid=(2, 4), spec=("y", None),
                     explicit=True, committed=True)
     assert steps_harness.compare_fuzz(case) == []
+
+
+def _all_axes(h):
+    return jax.shard_map(lambda a: a * 2.0, mesh=EXPLICIT, in_specs=P("x"),
+                         out_specs=P("x"), axis_names={"x", "y"})(h)
+
+
+def _default_axes(h):
+    return jax.shard_map(lambda a: a * 2.0, mesh=EXPLICIT, in_specs=P("x"),
+                         out_specs=P("x"))(h)
+
+
+# Not yet held: JAX also leaves the axes the batch is split over out of the mesh's when it
+# checks axis_names (SMAP-1: a subset of the others) and when it defaults them (every
+# other axis). The spec's vmap batches the example's shard_map as the example traced it:
+# manual over the axes the user named, or over all of them where the user named none (the
+# description cannot tell the two apart).
+KNOWN = {
+    "batch-split-over-the-manual-axis": (jax.vmap(SMAP), P(("x", "y"), None)),
+    "axis-names-naming-the-batch-axis": (jax.vmap(_all_axes), P("y", "x")),
+    "default-axis-names": (jax.vmap(_default_axes), P("y", "x")),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="SMAP-1 and the default axis_names under a vmap "
+                                       "split over Explicit axes: not yet held")
+@pytest.mark.parametrize("name", sorted(KNOWN))
+def test_axis_names_under_a_vmap_split_over_an_explicit_axis(name):
+    fun, spec = KNOWN[name]
+    x = _on(spec)
+    try:
+        _, _, problems = held_to_jax(fun, x)
+    except Rejection as refused:
+        problems = [f"the spec refuses while batching: {refused}"]
+    assert not problems, problems
