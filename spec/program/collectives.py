@@ -430,14 +430,15 @@ def predicted_collectives(program: Program) -> Communication:
             carried = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
             upstream.update((n, carried) for n in numbers)
             continue
-        made = _made(program, k, numbers, types, splits, mesh, done, plans)
+        made = _made(program, k, numbers, types, splits, mesh, done, plans,
+                     (upstream, after, len(found)))
         if isinstance(made, Undetermined):
             return Communication(tuple(found), undetermined=made)
         before = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
         own = set()
         for c in made:
-            if c.kind == "all-reduce":
-                after[len(found)] = before
+            if c.kind == "all-reduce":   # (a loop's hoisted ones: given by the loop's walk)
+                after.setdefault(len(found), before)
                 own.add(len(found))
             found.append(c)
         for n in numbers:
@@ -449,12 +450,14 @@ def predicted_collectives(program: Program) -> Communication:
 
 
 def _made(program: Program, k: int, numbers: tuple, types: tuple, splits: dict, mesh: Mesh,
-          done: set, plans: dict) -> list[Collective] | Undetermined:
+          done: set, plans: dict, seen: tuple = (None, None, 0)
+          ) -> list[Collective] | Undetermined:
     """Equation ``k``'s collectives; a control-flow equation's or an inner jit's read
-    through its bodies (collectives_loops.py)."""
+    through its bodies (collectives_loops.py), ``seen`` the step's (upstream, after,
+    count of collectives found) for the all-reduces its loops hoist."""
     eq = program.equations[k]
     if eq.kind in FLOW_KINDS or eq.kind == "jit":
-        return _loops.flow_collectives(program, k, done, plans)
+        return _loops.flow_collectives(program, k, done, plans, *seen)
     return _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
                      equation_path("", k), done, plans)
 
@@ -678,7 +681,13 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
         if not dims:
             continue
         need = dimension_splits(dims, chosen, op.sizes, mesh)
-        operands.append((i, need, _reshards(op, i, held[i], need)))
+        made = _reshards(op, i, held[i], need)
+        if entry_of(eq).name == "dot_general" and _swapped_beside_more(made, need, mesh):
+            made = Undetermined("COLL-2", f"operand {i} of a dot moves one axis between its "
+                                f"dimensions while replicated over at least as many devices "
+                                f"as the axis splits: XLA slices, permutes and gathers it by "
+                                f"its dot's own plan (seen), not read yet", "")
+        operands.append((i, need, made))
     summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"),
                          entry_of(eq).name.startswith("reduce_"))
     used = {a for axes in chosen.values() for a in axes}   # (a gather of those comes first)
@@ -689,6 +698,18 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
                               "the partitioner orders the gather and the all-reduce by its "
                               "own plan", "")
     return tuple(operands), summed
+
+
+def _swapped_beside_more(made: Any, need: Split, mesh: Any) -> bool:
+    """Whether reshard ``made`` is one all-to-all over axes no larger than the mesh axes its
+    value is replicated over once at ``need`` (seen in dots: ``P(None, 'x')`` to
+    ``P('x')`` over 'x' of (2, 4) is a slice, a collective-permute and an all-gather; over
+    'x' of (4, 2) or (8,) one all-to-all)."""
+    if isinstance(made, Undetermined) or len(made) != 1 or made[0].kind != "all-to-all":
+        return False
+    held = {a for axes in need for a in axes}
+    rest = math.prod(mesh.axis_size(a) for a in mesh.axis_names if a not in held)
+    return math.prod(mesh.axis_size(a) for a in made[0].axes) <= rest
 
 
 def _indexed_split(factors: Any, held: tuple) -> bool:
