@@ -676,18 +676,7 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
     if beyond:   # (an elementwise operand is brought to its result's split: seen)
         return _reduced_then_moved(eq, factors, read, {**chosen, **beyond}, typed, held, mesh)
     op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, "")
-    operands = []
-    for i, dims in enumerate(factors.operands):
-        if not dims:
-            continue
-        need = dimension_splits(dims, chosen, op.sizes, mesh)
-        made = _reshards(op, i, held[i], need)
-        if entry_of(eq).name == "dot_general" and _swapped_beside_more(made, need, mesh):
-            made = Undetermined("COLL-2", f"operand {i} of a dot moves one axis between its "
-                                f"dimensions while replicated over at least as many devices "
-                                f"as the axis splits: XLA slices, permutes and gathers it by "
-                                f"its dot's own plan (seen), not read yet", "")
-        operands.append((i, need, made))
+    operands = _operand_moves(eq, op, held)
     summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"),
                          entry_of(eq).name.startswith("reduce_"))
     used = {a for axes in chosen.values() for a in axes}   # (a gather of those comes first)
@@ -700,16 +689,33 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
     return tuple(operands), summed
 
 
-def _swapped_beside_more(made: Any, need: Split, mesh: Any) -> bool:
-    """Whether reshard ``made`` is one all-to-all over axes no larger than the mesh axes its
-    value is replicated over once at ``need`` (seen in dots: ``P(None, 'x')`` to
-    ``P('x')`` over 'x' of (2, 4) is a slice, a collective-permute and an all-gather; over
-    'x' of (4, 2) or (8,) one all-to-all)."""
-    if isinstance(made, Undetermined) or len(made) != 1 or made[0].kind != "all-to-all":
-        return False
+def _operand_moves(eq: Any, op: "_Operation", held: tuple) -> list:
+    """Per operand with dimensions, (its index, the split it is brought to, its reshards)."""
+    operands = []
+    for i, dims in enumerate(op.factors.operands):
+        if dims:
+            need = dimension_splits(dims, op.chosen, op.sizes, op.mesh)
+            made = _reshards(op, i, held[i], need)
+            operands.append((i, need, _dot_swap(eq, i, made, need, op.mesh)))
+    return operands
+
+
+def _dot_swap(eq: Any, i: int, made: Any, need: Split, mesh: Any) -> Any:
+    """Reshard ``made`` of a dot's operand ``i``, or why not: one all-to-all over axes no
+    larger than the mesh axes the operand is replicated over at ``need`` is left open
+    (seen: ``P(None, 'x')`` to ``P('x')`` over 'x' of (2, 4) is a slice, a
+    collective-permute and an all-gather; over 'x' of (4, 2) or (8,) one all-to-all)."""
+    if entry_of(eq).name != "dot_general" or isinstance(made, Undetermined) or \
+            len(made) != 1 or made[0].kind != "all-to-all":
+        return made
     held = {a for axes in need for a in axes}
     rest = math.prod(mesh.axis_size(a) for a in mesh.axis_names if a not in held)
-    return math.prod(mesh.axis_size(a) for a in made[0].axes) <= rest
+    if math.prod(mesh.axis_size(a) for a in made[0].axes) > rest:
+        return made
+    return Undetermined("COLL-2", f"operand {i} of a dot moves one axis between its "
+                        f"dimensions while replicated over at least as many devices as the "
+                        f"axis splits: XLA slices, permutes and gathers it by its dot's own "
+                        f"plan (seen), not read yet", "")
 
 
 def _indexed_split(factors: Any, held: tuple) -> bool:
