@@ -39,6 +39,7 @@ import math
 from typing import Any
 
 from ..core.rules import rule
+from ..core.shardings import UNSPECIFIED
 from ..core.values import AxisType, Mesh
 from .description import Program
 from .lowering import equation_path, live_parts
@@ -482,8 +483,11 @@ def _returns(program: Program, splits: dict, mesh: Mesh, done: set
     ``P('y', 'z')`` after an all-gather and a collective-permute)."""
     results = predicted_results(program)   # (propagate answered: so does this)
     types = program.value_types
+    given = program.out_shardings or (UNSPECIFIED,) * len(results)
     out: list[Collective] = []
     for k, (n, need) in enumerate(zip(program.outputs, results)):
+        if given[k] is UNSPECIFIED:   # (left to the compiler: COLL-16)
+            need = returned_split(need, types[n], mesh)
         if splits[n] == need or (n, need) in done:
             continue
         done.add((n, need))
@@ -942,3 +946,4 @@ returned_reshards = _returns
 # The collectives inside a loop's and a cond's body (its own module for size; it builds on
 # this one): imported here so its rules are registered with this module's.
 from . import collectives_loops as _loops  # noqa: E402,F401
+from .collectives_boundaries import returned_split  # noqa: E402

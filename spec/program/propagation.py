@@ -333,6 +333,7 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
                     if _may_grow(f, split, tensors, numbers, current, fixed)}, current):
         targets = _resolve_apart(form, current, chosen, directions, numbers, fixed, grown,
                                  priority, path, mesh)   # (PROP-14)
+    targets = _sideways(targets, rule_, holders, current, numbers, fixed.held)   # (PROP-18)
     return _grow(form, numbers, current, targets, splits, fixed, mesh, path, grown, priority)
 
 
@@ -372,10 +373,12 @@ class Limits:
     contested: list | None = None   # the steps of such conflicts met (None: stop at one)
     by: dict = dataclasses.field(default_factory=dict)   # (the step each value last grew by)
     chains: frozenset = frozenset()   # (values settled before their reader: PROP-15)
+    held: frozenset = frozenset()   # the closed values not placed by an out sharding (PROP-18)
 
     def state(self, number: int) -> tuple:
         """What of value ``number`` the limits fix (a step's outcome depends on it)."""
-        return (number in self.closed, self.open.get(number), self.barred.get(number))
+        return (number in self.closed, self.open.get(number), self.barred.get(number),
+                number in self.held)
 
 
 ORDER_DECIDES = ("two splits of one factor conflict while one of them is still growing: the "
@@ -434,7 +437,8 @@ def _propagated(program: Program, opened: frozenset = frozenset(), contested: bo
             memo = _Memo(flat.steps)   # per step, across the passes (_settle)
             closed = frozenset(set(flat.fixed) - set(flat.open))
             limits = Limits(closed, flat.open, flat.barred, [] if contested else None,
-                            chains=_chains(flat.steps, flat.equations, closed))
+                            chains=_chains(flat.steps, flat.equations, closed),
+                            held=closed - flat.returned)
             for priority in range(len(PASSES)):
                 if not _settle(flat.steps, splits, limits, mesh, priority, grown, memo):
                     return Undetermined("PROP-4", f"propagation did not settle "
@@ -492,6 +496,8 @@ class Flat:
     contested: dict = dataclasses.field(default_factory=dict)
     led: list = dataclasses.field(default_factory=list)   # (joins a constraint leads: PROP-13)
     edges: list = dataclasses.field(default_factory=list)  # (every join and led join, in order)
+    returned: set = dataclasses.field(default_factory=set)  # (placed by an out sharding)
+    written: set = dataclasses.field(default_factory=set)  # (a user constraint's results)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -559,6 +565,7 @@ def flatten(program: Program, mesh: Mesh, opened=frozenset()) -> Flat | Undeterm
     placed = _place(flat, constraints, outputs, _out_shardings(program, mesh), mesh)
     if placed is None:
         placed = _typed(flat, mesh)
+        _unbar(flat)
     return flat if placed is None else placed
 
 
@@ -597,6 +604,7 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
                                 "whether the partitioner moves it onto the value is not "
                                 "determined by the spec yet")
         _pin(flat, n, *placed_pin(given, mesh, len(flat.types[n].shape)))
+        flat.returned.add(n)   # (kept on the function's result: no sideways cut, PROP-18)
     return None
 
 
@@ -631,6 +639,8 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             pin, why = _constraint_pin(eq, types[eq.operands[0]], types[numbers[0]], mesh)
             if pin is not None:
                 constraints.append((operands[0], results[0], pin, path))
+                if eq.kind == "sharding_constraint":
+                    flat.written.add(results[0])   # (lowered as written: PROP-19)
                 continue
             rule_ = Undetermined("PROP-6", why, path)
         else:
@@ -980,3 +990,4 @@ from .propagation_schedule import (  # noqa: E402
 from .propagation_meshes import over_the_inputs_mesh as _over_the_inputs_mesh  # noqa: E402
 from .propagation_flow import check_joins as _check_joins  # noqa: E402
 from .propagation_constants import split_constants as _split_constants  # noqa: E402
+from .propagation_sideways import operand_splits as _sideways, unbar as _unbar  # noqa: E402

@@ -114,7 +114,8 @@ def boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path
     """The value an inner jit's body sees for ``number`` under its in (``into``) or out
     sharding: ``number`` itself when none is given; an operand not placed otherwise is
     placed on its in sharding, whatever its other uses (seen: ``sin(a)`` returned and
-    passed to a jit of in sharding ``P('x')`` comes back ``P('x')``); else a new value
+    passed to a jit of in sharding ``P('x')`` comes back ``P('x')``), and the value its
+    body returns on its out sharding alike; else a new value
     placed on it and linked to ``number`` (the partitioner keeps the shardings as
     written)."""
     if sharding is UNSPECIFIED:
@@ -126,8 +127,9 @@ def boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path
     inner = flat.new(value)
     pin(flat, inner, *placed)
     link(flat, number, inner, path)
-    if into and not any(placed[1]) and AxisType.Explicit not in mesh.axis_types:
-        # moved onto ``number`` once the dead code is gone; over Explicit axes lowering
+    if not any(placed[1]) and AxisType.Explicit not in mesh.axis_types:
+        # moved onto ``number`` once the dead code is gone (an out sharding too, onto the
+        # value the body returns: seen, PROP-18's cut follows it); over Explicit axes lowering
         # constrains ``number`` to its type first, and the sharding stays a constraint in
         # the callee as written (seen: P('x', None) on a value typed P(None, 'y') is
         # ``[{"x"}, {}]``), propagated through
