@@ -163,6 +163,12 @@ class Scan(_Bodied):
                 return tuple(live)
             live[:k] = grown
 
+    def kept_operands(self, used: tuple[bool, ...]) -> tuple[bool, ...]:
+        """The operands dead-code elimination keeps whether the body reads them or not:
+        the initial carry of each carry made (JAX's elimination instantiates them)."""
+        live, c, k = self.used_in_body(used), self.num_consts, self.num_carry
+        return (False,) * c + tuple(live[:k]) + (False,) * (len(self.operands) - c - k)
+
     def check(self, operands: tuple[Value, ...]) -> None:
         body = self.body
         require_described(len(operands) == len(body.inputs), "a scan's operands",
