@@ -161,3 +161,26 @@ def test_a_drawn_branch_refused_while_traced_is_described_with_its_cond(kind):
     assert (verdict.rule, verdict.stage, verdict.jax_error) == ("ARG-4", "trace",
                                                                "ValueError")
     assert ".cond.body[0].jit.body[" in verdict.path
+
+
+# --------------------------------------------------------------------------- while bodies kept
+
+def test_a_dead_constraint_in_a_while_body_joins_the_device_assignment():
+    """JAX has no dead-code elimination rule for a while loop: a constraint onto device 2
+    the body does not use stays, and with a jit onto devices 0-3 beside it JAX refuses
+    the call at lowering (found at seed 12 of the drawn programs); the spec pruned it and
+    accepted. Now DA-1 at lowering on both sides."""
+    four = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
+                         devices=jax.devices()[:4])
+
+    def step(c):
+        lax.with_sharding_constraint(c, jax.sharding.SingleDeviceSharding(jax.devices()[2]))
+        return jax.jit(jnp.negative, out_shardings=NS(four, P(None, "x")))(c)
+
+    fun = _bounded_while(step)
+    x = np.ones((6, 8), np.float32)
+    _, verdict, problems = held_to_jax(fun, x)
+    assert not problems, problems
+    with pytest.raises(ValueError, match="incompatible devices"):
+        jax.jit(fun).lower(x)
+    assert (verdict.accepted, verdict.rule, verdict.stage) == (False, "DA-1", "lower")

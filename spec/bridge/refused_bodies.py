@@ -18,7 +18,7 @@ into it as it walks into any body and refuses at the equation's path
   function's arguments, its results the refused body's;
 * a while loop's body is the body of a
   :class:`~shardlaw.spec.program.control_flow.While` returning the carry it was given (its
-  predicate as JAX traced it), a refused predicate that of a While whose predicate returns
+  predicate as JAX traced it, its constants the loop's first operands), a refused predicate that of a While whose predicate returns
   a bool of the description's after the refused call (its body, not traced yet, returns
   the carry); the refused one is walked first or alone, at ``while.body[1]`` or
   ``while.body[0]``;

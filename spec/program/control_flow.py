@@ -194,6 +194,10 @@ class While(_Bodied):
     loop's body, and returns the next carry and the predicate's value."""
 
     kind: ClassVar[str] = "while"
+    # (JAX 0.10.2 has no dead-code elimination rule for a while loop: once a result is
+    # used, every operand and its bodies' every equation stay, a dead constraint's device
+    # in the assignment too)
+    keeps_body: ClassVar[bool] = True
     cond: "Program | None" = None
     body_fun: "Program | None" = None
     cond_consts: int = 0

@@ -119,7 +119,8 @@ def _live(program: Program, outputs: tuple[bool, ...], everything: bool, seen: d
             for n in eq.operands:
                 used[n] = True
             continue
-        inner = _live(eq.body, eq.used_in_body(wanted), False, seen)
+        inner = _live(eq.body, eq.used_in_body(wanted), getattr(eq, "keeps_body", False),
+                      seen)   # (a while loop's: control_flow.py)
         bodies[k] = inner
         keeps = getattr(eq, "keeps_operands", False)   # (a custom call's: control_flow.py)
         held = getattr(eq, "kept_operands", None)      # (a scan's used carries)
