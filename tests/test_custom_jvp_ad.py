@@ -350,8 +350,8 @@ def test_a_rule_taking_symbolic_zeros_is_the_one_traced_for_the_inputs_different
     y = np.full((8, 4), 2.0, np.float32)
     program = describe_program(make, x, y)
     (call,) = [eq for eq in program.equations if eq.kind == "custom_jvp_call"]
-    assert call.symbolic_zeros and {z[0] for z in call.zero_rules} == {
-        (False, True), (True, False)}
+    assert call.symbolic_zeros and all(
+        call.zero_rule(zeros)[2] is False for zeros in ((False, True), (True, False)))
     verdict = held("grad", lambda a, b: make(a, b).sum(), x, y, argnums=argnums)
     assert verdict.accepted
 

@@ -86,10 +86,9 @@ def test_a_shard_map_leaving_axes_automatic_places_its_results_as_jax_does(
 
 
 @checks("PROP-11")
-def test_an_operand_left_open_through_a_manual_axis_is_left_open_with_its_reason():
+def test_an_operand_left_open_through_a_manual_axis_takes_the_held_split_back():
     # JAX moves the spec's 'x', and the 'y' the body takes from b, back onto sin(a), read by
-    # the shard_map and returned; the spec does not write when (the final deep run: a dot's
-    # result, P(None, 'x', ...))
+    # the shard_map and returned (more cases: tests/test_propagation_smapauto.py)
     mesh = _mesh()
 
     def f(a, b):
@@ -97,9 +96,9 @@ def test_an_operand_left_open_through_a_manual_axis_is_left_open_with_its_reason
         return s, _smap(mesh, lambda t, w: t + w, (P("x", None), P("x", None)),
                         P("x", None), "x")(s, b)
     real, verdict = _compare(f, mesh, ((8, 8), P()), ((8, 8), P(None, "y")))
-    assert real[0].spec == P("x", "y")
-    assert verdict.out_shardings == (UNSPECIFIED, UNSPECIFIED)
-    assert "PROP-11" in verdict.undetermined[0][1]
+    assert [r.spec for r in real] == [P("x", "y"), P("x", "y")]
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    assert verdict.undetermined == ()
 
 
 @checks("PROP-11")
@@ -123,14 +122,18 @@ def test_a_manual_axis_an_operand_holds_elsewhere_is_left_open_with_its_reason()
     assert "PROP-4" in verdict.undetermined[0][1]
 
 
-@checks("PROP-11")
-def test_the_collectives_of_such_a_shard_map_are_left_open_with_their_reason():
+@checks("PROP-11", "COLL-4")
+def test_the_collectives_of_such_a_shard_map_are_read_from_its_body():
+    # the body's sum over dimension 1, split over the free 'y': one all-reduce over 'y' of
+    # each device's 4 rows (more cases: tests/test_collectives_smapauto.py)
     mesh = _mesh()
     f = _smap(mesh, lambda t: t.sum(1), P("x", None), P("x"), "x")
     real, verdict = _compare(f, mesh, ((8, 8), P(None, "y")))
     assert verdict.out_shardings == (from_jax(real[0]),)
-    assert not verdict.collectives.complete
-    assert "PROP-11" in verdict.collectives.undetermined.why
+    assert verdict.collectives.complete
+    [c] = verdict.collectives
+    assert (c.kind, c.axes, c.shape, c.replica_groups.groups()) == (
+        "all-reduce", ("y",), (4,), ((0, 1, 2, 3), (4, 5, 6, 7)))
 
 
 def _wsc(mesh, value, *spec):

@@ -8,11 +8,15 @@ A custom-derivative call is read by its primal body (``call_jaxpr``) and by its 
 functions JAX calls only under AD (``jvp_jaxpr_fun``; ``fwd_jaxpr_thunk`` and ``bwd``),
 each traced here once for every input differentiated (:func:`custom_rules`): a rule that
 calls its own function again (``jax.nn.relu``'s calls ``relu``) is read to a depth of
-:data:`RULE_DEPTH`, deeper calls without their rule; a rule JAX fails to trace is left
-unread (None), except a custom_jvp's rule JAX refuses while tracing it (a call in it JAX
+:data:`RULE_DEPTH`, deeper calls' rules when AD asks for them (``rules_later``); a rule
+JAX fails to trace is left unread (None), except a custom_jvp's rule JAX refuses while tracing it (a call in it JAX
 refuses over the primals and tangents, :func:`~shardlaw.spec.bridge.refusals.
 describe_refused_rule`): that rule is read up to the refused call (``rule_refused``;
-None where the spec does not describe the refusal, unless the rule takes symbolic zeros).
+None where the spec does not describe the refusal). A custom_jvp's rule taking symbolic
+zeros is read besides for the inputs without a tangent AD leaves, when it asks for them
+(``zero_rule``, :func:`_zero_rule`: one trace per set asked, not 2 ** n up front); a
+custom_vjp's ``fwd`` and ``bwd`` taking symbolic zeros, for the inputs not perturbed and
+the cotangents that are zeros (``zero_rules``, :func:`_zero_vjp_rules`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any, Callable
 
 from ..program.control_flow import Cond, CustomJvp, CustomLin, CustomVjp, Remat, Scan, While
 
-__all__ = ["CONTROL_FLOW_PRIMITIVES", "control_flow_equation", "policy_name"]
+__all__ = ["CONTROL_FLOW_PRIMITIVES", "OnDemand", "control_flow_equation", "policy_name"]
 
 CONTROL_FLOW_PRIMITIVES = ("scan", "while", "cond", "remat2", "custom_jvp_call",
                            "custom_vjp_call", "custom_lin")
@@ -79,31 +83,85 @@ def policy_name(policy: Any) -> str | None:
     return f"<{getattr(policy, '__name__', type(policy).__name__)}>"
 
 
-# How deep a rule calling its own function again is read (first-order AD reads the rule
-# of a call; differentiating that rule again, the rule of the call inside it).
+class OnDemand:
+    """A reader of rules read when AD asks for them (a closure over JAX's functions for
+    them): called as it; a copy is itself, and pickled (sent to another process, where
+    those functions are not) it is None, rules not read."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, read: Callable[..., Any]) -> None:
+        self.read = read
+
+    def __call__(self, *args: Any) -> Any:
+        return self.read(*args)
+
+    def __copy__(self) -> "OnDemand":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "OnDemand":
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (_unread, ())
+
+
+def _unread() -> None:
+    return None
+
+
+# How deep a rule calling its own function again is read up front (first-order AD reads
+# the rule of a call; differentiating that rule again, the rule of the call inside it);
+# deeper calls' rules are read when AD asks for them (``rules_later``).
 RULE_DEPTH = 2
 _reading = [0]   # the rules being read now, nested
 
 
 def custom_rules(eqn: Any, where: str, read_body: Reader) -> dict:
     """The fields of a custom call that hold its rules (:class:`CustomJvp`'s ``rule``,
-    :class:`CustomVjp`'s ``fwd`` and ``bwd``), read from JAX's functions for them."""
+    :class:`CustomVjp`'s ``fwd`` and ``bwd``), read from JAX's functions for them (or,
+    nested deeper than :data:`RULE_DEPTH`, the reader of them, ``rules_later``)."""
     params = eqn.params
     fields = {"num_consts": int(params.get("num_consts", 0)),
               "symbolic_zeros": bool(params.get("symbolic_zeros", False))}
     if _reading[0] >= RULE_DEPTH:
-        return fields
+        return {**fields, "rules_later": _rules_later(eqn, where, read_body)}
+    return {**fields, **_read_rules(eqn, where, read_body)}
+
+
+def _read_rules(eqn: Any, where: str, read_body: Reader) -> dict:
+    """A custom call's rules read one level deeper than those being read now ({}: JAX
+    fails to trace them)."""
     _reading[0] += 1
     try:
         if eqn.primitive.name == "custom_jvp_call":
-            fields.update(_jvp_rule(eqn, where, read_body))
-        else:
-            fields.update(_vjp_rules(eqn, where, read_body))
+            return _jvp_rule(eqn, where, read_body)
+        return _vjp_rules(eqn, where, read_body)
     except Exception:   # noqa: BLE001 - (JAX fails to trace the rule: it stays unread)
-        pass
+        return {}
     finally:
         _reading[0] -= 1
-    return fields
+
+
+def _rules_later(eqn: Any, where: str, read_body: Reader) -> Callable[[], dict]:
+    """The reader of a custom call's rules nested deeper than :data:`RULE_DEPTH` (a third
+    derivative of ``relu``): read once, when AD first asks, under the abstract mesh of
+    the call, the calls inside them left for later in turn."""
+    import jax
+
+    read: list[dict] = []
+    mesh = jax.sharding.get_abstract_mesh()
+
+    def rules_later() -> dict:
+        if not read:
+            outer, _reading[0] = _reading[0], RULE_DEPTH - 1
+            try:
+                with jax.sharding.use_abstract_mesh(mesh):
+                    read.append(_read_rules(eqn, where, read_body))
+            finally:
+                _reading[0] = outer
+        return read[0]
+    return OnDemand(rules_later)
 
 
 def _jvp_rule(eqn: Any, where: str, read_body: Reader) -> dict:
@@ -114,50 +172,62 @@ def _jvp_rule(eqn: Any, where: str, read_body: Reader) -> dict:
     try:
         jaxpr, consts, out_zeros = params["jvp_jaxpr_fun"].call_wrapped(*([False] * count))
     except Exception:   # JAX refuses while tracing the rule: read up to the refused call
-        refused = _refused_rule(params["jvp_jaxpr_fun"], count)
-        if refused is None and params.get("symbolic_zeros"):
-            raise   # (JAX may trace it for the inputs without a tangent AD leaves)
-        return {"rule": refused, "rule_refused": True}   # (None: not described)
-    rule = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}rule.")
-    fields = {"rule": rule, "rule_zeros": tuple(bool(z) for z in out_zeros)}
-    if params.get("symbolic_zeros") and 1 < count <= ZERO_RULES_UP_TO:
-        fields["zero_rules"] = tuple(_zero_rules(params["jvp_jaxpr_fun"], count, where,
-                                                 read_body))
+        refused = _refused_rule(params["jvp_jaxpr_fun"], (False,) * count)
+        fields = {"rule": refused, "rule_refused": True}   # (None: not described)
+    else:
+        rule = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}rule.")
+        fields = {"rule": rule, "rule_zeros": tuple(bool(z) for z in out_zeros)}
+    if params.get("symbolic_zeros") and count > 1:   # (JAX may trace it for fewer tangents)
+        fields["zero_rule"] = _zero_rule(params["jvp_jaxpr_fun"], where, read_body)
     return fields
 
 
-# How many inputs a custom_jvp's rule taking symbolic zeros may have for it to be read for
-# each set of inputs without a tangent (2 ** count - 2 traces), not only for none.
-ZERO_RULES_UP_TO = 4
+def _zero_rule(fun: Any, where: str, read_body: Reader) -> Callable[[tuple], Any]:
+    """A rule taking symbolic zeros (JAX's ``jvp_jaxpr_fun``) as
+    :class:`~shardlaw.spec.program.control_flow.CustomJvp`'s ``zero_rule`` reads it: traced
+    for a set of inputs without a tangent when AD first asks for that set (a rule of n
+    inputs has 2 ** n sets: none is traced up front), at the depth and under the abstract
+    mesh of the call it belongs to; None for a set JAX fails to trace it for."""
+    import jax
+
+    read: dict[tuple, Any] = {}
+    depth, mesh = _reading[0], jax.sharding.get_abstract_mesh()
+
+    def zero_rule(zeros: tuple) -> Any:
+        if zeros not in read:
+            outer, _reading[0] = _reading[0], depth
+            try:
+                with jax.sharding.use_abstract_mesh(mesh):
+                    read[zeros] = _traced_for(fun, zeros, where, read_body)
+            finally:
+                _reading[0] = outer
+        return read[zeros]
+    return OnDemand(zero_rule)
 
 
-def _zero_rules(fun: Any, count: int, where: str, read_body: Reader) -> list:
-    """A rule taking symbolic zeros (JAX's ``jvp_jaxpr_fun`` of ``count`` inputs) traced
-    for every set of inputs without a tangent but none and all, as
-    :class:`~shardlaw.spec.program.control_flow.CustomJvp`'s ``zero_rules`` holds them;
-    a set JAX fails to trace it for is left out."""
-    import itertools
-
+def _traced_for(fun: Any, zeros: tuple, where: str, read_body: Reader) -> Any:
+    """``(rule, rule_zeros, refused)``: the rule ``fun`` traced with symbolic zeros for
+    the inputs ``zeros`` marks; where JAX refuses tracing it, the rule read up to the
+    refused call, ``refused`` True (None where that refusal is not described, or the spec
+    cannot read the rule)."""
     from jax._src import core
 
-    out = []
-    for zeros in itertools.product((False, True), repeat=count):
-        if all(zeros) or not any(zeros):
-            continue
-        try:
-            jaxpr, consts, out_zeros = fun.call_wrapped(*zeros)
-        except Exception:   # noqa: BLE001 - (JAX fails to trace it: left out)
-            continue
-        out.append((tuple(zeros), read_body(core.ClosedJaxpr(jaxpr, consts),
-                                            f"{where}rule{list(zeros)}."),
-                    tuple(bool(z) for z in out_zeros)))
-    return out
+    try:
+        jaxpr, consts, out_zeros = fun.call_wrapped(*zeros)
+    except Exception:   # noqa: BLE001 - JAX refuses it: read up to the refused call
+        refused = _refused_rule(fun, zeros)
+        return None if refused is None else (refused, (), True)
+    try:
+        rule = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}rule{list(zeros)}.")
+    except Exception:   # noqa: BLE001 - (the spec cannot read it: not read)
+        return None
+    return rule, tuple(bool(z) for z in out_zeros), False
 
 
-def _refused_rule(rule: Any, count: int) -> Any:
-    """The custom_jvp rule ``rule`` (JAX's ``jvp_jaxpr_fun`` of ``count`` inputs) that JAX
-    refuses while tracing it, traced again with JAX's frames kept and described up to the
-    refused call; None where it is not described."""
+def _refused_rule(rule: Any, zeros: tuple) -> Any:
+    """The custom_jvp rule ``rule`` (JAX's ``jvp_jaxpr_fun``, given which inputs have no
+    tangent: ``zeros``) that JAX refuses while tracing it, traced again with JAX's frames
+    kept and described up to the refused call; None where it is not described."""
     from jax._src import config
 
     from .program import read_jaxpr
@@ -165,43 +235,89 @@ def _refused_rule(rule: Any, count: int) -> Any:
 
     try:
         with config.traceback_filtering("off"):
-            rule.call_wrapped(*([False] * count))
+            rule.call_wrapped(*zeros)
     except Exception as error:  # noqa: BLE001 - the refusal, now with its frames
         return describe_refused_rule(error, read_jaxpr)
     return None
 
 
 def _vjp_rules(eqn: Any, where: str, read_body: Reader) -> dict:
+    count = len(eqn.invars) - int(eqn.params.get("num_consts", 0))
+    fields = _vjp_rules_for(eqn, (False,) * count, (False,) * len(eqn.outvars), where,
+                            read_body)
+    if eqn.params.get("symbolic_zeros"):
+        fields["zero_rules"] = _zero_vjp_rules(eqn, where, read_body)
+    return fields
+
+
+def _vjp_rules_for(eqn: Any, in_zeros: tuple, ct_zeros: tuple, where: str,
+                   read_body: Reader) -> dict:
+    """A custom_vjp's ``fwd`` traced for the inputs ``in_zeros`` marks not perturbed, its
+    ``bwd`` on the residuals that ``fwd`` makes and the cotangents ``ct_zeros`` does not
+    mark symbolic zeros (what a rule taking symbolic zeros is given; all, otherwise)."""
     from jax._src import core
 
     params = eqn.params
-    count = len(eqn.invars) - int(params.get("num_consts", 0))
-    jaxpr, consts = params["fwd_jaxpr_thunk"].call_wrapped(*([True] * count))
+    jaxpr, consts = params["fwd_jaxpr_thunk"].call_wrapped(*(not z for z in in_zeros))
     fwd = read_body(core.ClosedJaxpr(jaxpr, consts), f"{where}fwd.")
     _, res_tree, forwarded = params["out_trees"]()
     made = iter(jaxpr.outvars)
     ins = [v.aval for v in eqn.invars][int(params.get("num_consts", 0)):]
     res_avals = [ins[f] if f is not None else next(made).aval for f in forwarded]
     ct_avals = [v.aval.to_ct_aval() for v in eqn.outvars]
-    body, zeros = _read_bwd(params["bwd"], res_avals + ct_avals, where, read_body)
+    body, zeros = _read_bwd(params["bwd"], res_avals, ct_avals, where, read_body, ct_zeros)
     return {"fwd": fwd, "forwarded": tuple(forwarded), "bwd": body, "bwd_zeros": zeros}
 
 
-def _read_bwd(bwd_fun: Any, avals: list, where: str, read_body: Reader
-              ) -> tuple[Any, tuple[bool, ...]]:
-    """A custom_vjp's ``bwd`` traced on its residuals' and cotangents' types ``avals``: its
-    Program (the cotangents it gives) and which inputs it gives none (a zero)."""
+def _zero_vjp_rules(eqn: Any, where: str, read_body: Reader) -> Callable[..., Any]:
+    """A custom_vjp taking symbolic zeros as
+    :class:`~shardlaw.spec.program.control_flow.CustomVjp`'s ``zero_rules`` reads it:
+    ``fwd`` and ``bwd`` traced for the inputs not perturbed and the cotangents that are
+    symbolic zeros when AD first asks for them (at the depth and under the abstract mesh
+    of the call); None where JAX fails to trace them (or the spec to read them)."""
+    import jax
+
+    read: dict[tuple, Any] = {}
+    depth, mesh = _reading[0], jax.sharding.get_abstract_mesh()
+
+    def zero_rules(in_zeros: tuple, ct_zeros: tuple) -> Any:
+        key = (tuple(in_zeros), tuple(ct_zeros))
+        if key not in read:
+            outer, _reading[0] = _reading[0], depth
+            try:
+                with jax.sharding.use_abstract_mesh(mesh):
+                    read[key] = _vjp_rules_for(eqn, *key, f"{where}zeros{list(key)}.",
+                                               read_body)
+            except Exception:   # noqa: BLE001 - (JAX fails to trace them: not read)
+                read[key] = None
+            finally:
+                _reading[0] = outer
+        return read[key]
+    return OnDemand(zero_rules)
+
+
+def _read_bwd(bwd_fun: Any, res_avals: list, ct_avals: list, where: str,
+              read_body: Reader, ct_zeros: tuple = ()) -> tuple[Any, tuple[bool, ...]]:
+    """A custom_vjp's ``bwd`` traced on its residuals' and cotangents' types (a symbolic
+    zero for each cotangent ``ct_zeros`` marks, not an input): its Program (the cotangents
+    it gives) and which inputs it gives none (a zero)."""
     from jax._src import config, core
     from jax._src import linear_util as lu
+    from jax._src.ad_util import SymbolicZero
     from jax._src.api_util import debug_info
     from jax._src.interpreters import ad
     from jax._src.interpreters import partial_eval as pe
 
     zeros: list[bool] = []
+    absent = tuple(ct_zeros) or (False,) * len(ct_avals)
+    avals = list(res_avals) + [a for a, z in zip(ct_avals, absent) if not z]
 
     def bwd(*args: Any) -> list:
-        cts = bwd_fun.call_wrapped(*args)
-        zeros[:] = [isinstance(c, ad.Zero) or c is None for c in cts]
+        given = iter(args[len(res_avals):])
+        cts = [ad.replace_internal_symbolic_zeros(ad.Zero(a)) if z else next(given)
+               for a, z in zip(ct_avals, absent)]
+        cts = bwd_fun.call_wrapped(*args[:len(res_avals)], *cts)
+        zeros[:] = [isinstance(c, (ad.Zero, SymbolicZero)) or c is None for c in cts]
         return [c for c, z in zip(cts, zeros) if not z]
     traced = lu.wrap_init(bwd, debug_info=debug_info("custom_vjp bwd", bwd, tuple(avals),
                                                      {}))
@@ -222,10 +338,10 @@ def custom_lin_equation(eqn: Any, operands: tuple[int, ...], results: tuple, whe
     params = eqn.params
     num_res = int(params["num_res"])
     in_zeros = tuple(bool(z) for z in params["in_zeros"])
-    avals = [v.aval for v in eqn.invars[:num_res]] + [
-        a.to_ct_aval() for a in params["out_avals"]]
     try:
-        bwd, bwd_zeros = _read_bwd(params["bwd"], avals, f"{where}.custom_lin.", read_body)
+        bwd, bwd_zeros = _read_bwd(params["bwd"], [v.aval for v in eqn.invars[:num_res]],
+                                   [a.to_ct_aval() for a in params["out_avals"]],
+                                   f"{where}.custom_lin.", read_body)
     except Exception as err:   # noqa: BLE001 - (JAX fails to trace it: not described)
         raise TypeError(f"describe_program does not describe a custom_lin whose bwd JAX "
                         f"fails to trace; {where} is one ({type(err).__name__})") from err

@@ -107,7 +107,8 @@ def value_type_of(aval: Any, what: str) -> Value:
     # reduced axes is read entry by entry: iterating it raises)
     spec = from_jax(sharding.spec) if mesh is not None else None
     return Value(tuple(aval.shape), str(aval.dtype), bool(aval.weak_type), mesh,
-                 aval.manual_axis_type.varying, spec=spec)
+                 aval.manual_axis_type.varying, spec=spec,
+                 reduced=aval.manual_axis_type.reduced)
 
 
 def _held_by_ref(ref: Any) -> Value:

@@ -243,9 +243,16 @@ def _shard_map_call(error: BaseException, call: Any, levels: list[_Level]
         for frame, _ in traceback.walk_tb(context.__traceback__):
             if frame.f_code.co_name == "_shard_map_staging":
                 staged = frame.f_locals
+    for frame, _ in traceback.walk_tb(error.__traceback__):   # refused putting results
+        if frame.f_code.co_name == "_shard_map_staging" and "out_specs" in frame.f_locals:
+            staged = frame.f_locals   # together (SMAP-19's reduced axes): its body traced
     if not levels:
         return None
-    return levels, _Refused("shard_map", call.f_locals, staged)
+    # the staging of the shard_map whose body holds the call, if one does (its mesh the context)
+    enclosing = [level.construct[1] for level in levels
+                 if level.construct is not None and level.construct[0] == "shard_map"]
+    return levels, _Refused("shard_map", dict(call.f_locals, enclosing=(
+        enclosing[-1] if enclosing else None)), staged)
 
 
 def describe_refused(error: BaseException, inputs: tuple, options: dict, jitted: bool,

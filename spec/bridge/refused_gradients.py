@@ -1,6 +1,6 @@
 """A gradient JAX refuses in its backward pass: a cotangent of another type than its value,
-or a while loop it cannot transpose; or a gradient or a ``jax.jvp`` refused in a
-custom_jvp's rule it traces (:func:`refuse_in_rule`).
+or a while loop it cannot transpose; or a gradient, a ``jax.jvp``, a ``jax.vjp`` or a
+``jax.linearize`` refused in a custom_jvp's rule it traces (:func:`refuse_in_rule`).
 
 JAX's backward pass checks each cotangent it hands to a value against the value's
 cotangent type (``ad.ct_check``) and raises a ValueError ("Expected cotangent type
@@ -23,7 +23,8 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-__all__ = ["gradient_frame", "refuse_gradient", "refuse_in_rule", "refuse_jvp"]
+__all__ = ["gradient_frame", "refuse_gradient", "refuse_in_rule", "refuse_jvp",
+           "refuse_linearized"]
 
 
 def gradient_frame(error: BaseException) -> dict | None:
@@ -46,26 +47,27 @@ def gradient_frame(error: BaseException) -> dict | None:
 
 
 def refuse_in_rule(error: BaseException, names: set[str]) -> None:
-    """Raise the spec's refusal of the ``jax.grad`` or ``jax.jvp`` (the innermost) whose
-    tracing of a custom_jvp's rule JAX refused with ``error``, by the spec's rewrite of
-    it (:func:`refuse_gradient`, :func:`refuse_jvp`); return where there is none, or the
-    spec does not refuse it so (JAX's error stands)."""
-    from jax._src import api
+    """Raise the spec's refusal of the ``jax.grad``, ``jax.jvp``, ``jax.vjp`` or
+    ``jax.linearize`` (the innermost) whose tracing of a custom_jvp's rule JAX refused with
+    ``error``, by the spec's rewrite of it (:func:`refuse_gradient`, :func:`refuse_jvp`,
+    :func:`refuse_linearized`); return where there is none, or the spec does not refuse
+    it so (JAX's error stands)."""
+    from jax._src import api, traceback_util
     from jax._src.interpreters import ad
 
-    frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+    # (a gradient's own vjp is the gradient's: the wrappers between them are not callers)
+    frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)
+              if frame.f_code.co_filename != traceback_util.__file__]
     places = [(f.f_code.co_filename, f.f_code.co_name) for f in frames]
     rules = [k for k, place in enumerate(places)
              if place == (ad.__file__, "process_custom_jvp_call")]
     callers = [k for k, place in enumerate(places[:rules[-1]] if rules else [])
-               if place in ((api.__file__, "value_and_grad_f"), (api.__file__, "_jvp"))]
+               if place[0] == api.__file__ and place[1] in _REWRITES
+               and not (place[1] == "vjp" and places[k - 1][1] == "value_and_grad_f")]
     if not callers:
         return
-    local = frames[callers[-1]].f_locals
-    if places[callers[-1]][1] == "_jvp":
-        refuse_jvp(local, names)
-    else:
-        refuse_gradient(local, names)
+    local, name = frames[callers[-1]].f_locals, places[callers[-1]][1]
+    _REWRITES[name](local, names)
 
 
 def _example(value: Any) -> Any:
@@ -133,6 +135,41 @@ def refuse_jvp(local: dict, names: set[str]) -> None:
         _raise_as_jax(refusal, names)
     except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
         return
+
+
+def refuse_linearized(local: dict, names: set[str], transform: str = "linearize") -> None:
+    """Raise the spec's refusal of the ``jax.linearize`` or ``jax.vjp`` (``transform``)
+    whose call's locals are ``local`` (its function described over its primals' types,
+    the aux result of ``has_aux`` left out, differentiated by ``linearize_program`` or
+    ``vjp_program``), where it refuses at the trace stage with one of JAX's classes
+    ``names``; return otherwise (JAX's error stands)."""
+    import jax
+
+    from ..core.rules import Rejection
+    from ..program.autodiff import linearize_program, vjp_program
+    from .program import describe_program
+
+    fun = local["fun"]
+    if local.get("has_aux"):
+        fun = lambda *args: local["fun"](*args)[0]   # noqa: E731 - (aux: not differentiated)
+    try:
+        program = describe_program(fun, *jax.tree_util.tree_map(
+            _example, tuple(local["primals"])))
+        (vjp_program if transform == "vjp" else linearize_program)(program)
+    except Rejection as refusal:
+        _raise_as_jax(refusal, names)
+    except Exception:  # noqa: BLE001 - where the spec cannot describe it, JAX's error stands
+        return
+
+
+# JAX's functions that trace a custom_jvp's rule called by the user, and the spec's
+# rewrites that refuse it as they do
+_REWRITES = {
+    "value_and_grad_f": refuse_gradient,
+    "_jvp": refuse_jvp,
+    "linearize": refuse_linearized,
+    "vjp": lambda local, names: refuse_linearized(local, names, "vjp"),
+}
 
 
 def _flat_argnums(args: tuple, argnums: Any) -> tuple[int, ...]:

@@ -3,17 +3,21 @@
 JAX refuses a shard_map call in two places. Before it traces the body, it checks the specs
 against the mesh and the arguments: a spec naming an axis the mesh lacks or leaves
 automatic (SMAP-3), an in spec longer than its argument's rank (SMAP-7), an argument
-dimension its in spec does not divide (SMAP-8). After it has traced the body, it checks
-the body's results against the out specs: an out spec longer than its result's rank
-(SMAP-7), and with ``check_vma`` an out spec that leaves out an axis the result varies
-along, which would need a reduction (SMAP-11).
+dimension its in spec does not divide (SMAP-8), and first of all a mesh other than the
+context mesh (SMAP-30: inside another shard_map's body, the body's mesh; else the one
+``jax.set_mesh`` set). After it has traced the body, it checks the body's results against
+the out specs: an out spec longer than its result's rank (SMAP-7), with ``check_vma`` an
+out spec that leaves out an axis the result varies along, which would need a reduction
+(SMAP-11), or whose reduced axes are not the result's (SMAP-19).
 
 :func:`refused_shard_map` builds the :class:`~shardlaw.spec.program.description.ShardMap`
 equation of such a call, with the user's mesh, specs, manual axes and ``check_vma``. Its
 body is the one JAX traced where JAX got that far (read from the frame of JAX's shard_map
 staging that refused it); where JAX refused before tracing, the body is the user's
 function traced over specs with the refused entries left out (an entry naming an axis
-that is not manual, or splitting a dimension it does not divide, or past the rank), so
+that is not manual, or splitting a dimension it does not divide, or past the rank) and,
+given another mesh than the context's, traced as given the context mesh (in the
+enclosing body's context where it is a body's) or as under its own, so
 the body holds what the function does (and the ``pvary`` JAX adds where the result does not
 vary along an axis its out spec names), and the spec's rule refuses the specs first.
 :mod:`~shardlaw.spec.bridge.refusals` locates the call and places the equation in the
@@ -22,6 +26,7 @@ program; the program stands only where the spec refuses it as JAX does.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Callable
 
@@ -44,6 +49,14 @@ def refused_shard_map(call: dict, staged: dict | None, operands: tuple, path: st
         raise TypeError("a shard_map whose mesh is the context's")
     manual = frozenset(call["axis_names"] or mesh.axis_names)
     flat_in = _flat_in_specs(call)
+    enclosing = call.get("enclosing")
+    if enclosing is not None and mesh.abstract_mesh != enclosing["inner_mesh"]:
+        # given another mesh than the body's it is called in (SMAP-30): the body it would
+        # have had given the body's mesh
+        traced = _in_body_mesh(call, enclosing, path, read_body)
+        return dataclasses.replace(traced, operands=tuple(operands), mesh=from_jax(mesh),
+                                   in_specs=tuple(from_jax(s) for s in flat_in),
+                                   manual_axes=manual)
     if staged is not None:
         body = _staged_body(staged, path, read_body)
         out_specs = tuple(staged["out_specs"])
@@ -98,7 +111,7 @@ def _put_together(mesh: Any, spec: Any, value: Value) -> Value:
     multiplied by the sizes of the axes named for them, as far as the rank goes)."""
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
     shape = list(value.shape)
-    for i, entry in enumerate(tuple(spec)[:len(shape)]):
+    for i, entry in enumerate(tuple(spec.partitions)[:len(shape)]):
         for axis in (entry if isinstance(entry, tuple) else (entry,) if entry else ()):
             shape[i] *= sizes.get(axis, 1)
     return Value.typed(tuple(shape), value.dtype, weak_type=value.weak_type)
@@ -111,7 +124,7 @@ def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset) -> Any:
 
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
     entries = []
-    for i, entry in enumerate(tuple(spec)):
+    for i, entry in enumerate(tuple(spec.partitions)):
         if shape is not None and i >= len(shape):
             break
         axes = entry if isinstance(entry, tuple) else (entry,) if entry else ()
@@ -120,7 +133,7 @@ def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset) -> Any:
             ways *= sizes.get(axis, 1)
         fits = all(a in manual for a in axes) and (shape is None or shape[i] % ways == 0)
         entries.append(entry if fits else None)
-    return jax.sharding.PartitionSpec(*entries)
+    return jax.sharding.PartitionSpec(*entries, unreduced=spec.unreduced, reduced=spec.reduced)
 
 
 def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: str,
@@ -140,7 +153,11 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
     mapped = jax.shard_map(call["f"], mesh=mesh, in_specs=tuple(in_specs) if isinstance(
         call["args"], tuple) else in_specs, out_specs=out_specs, axis_names=set(manual),
         check_vma=bool(call["check_vma"]))
-    closed = jax.make_jaxpr(mapped)(*jax.tree_util.tree_unflatten(tree, examples))
+    context = jax.sharding.get_abstract_mesh()
+    # (under another mesh jax.set_mesh set, SMAP-30: traced as given its own)
+    with contextlib.nullcontext() if context.empty or context == mesh.abstract_mesh else \
+            jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        closed = jax.make_jaxpr(mapped)(*jax.tree_util.tree_unflatten(tree, examples))
     inputs = tuple(read_type(v.aval, f"operand {i} of {path}")
                    for i, v in enumerate(closed.jaxpr.invars))
     program = read_body(closed.jaxpr, list(closed.consts), inputs, f"{path}.substitute.")
@@ -148,6 +165,47 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
     if len(found) != 1:
         raise TypeError("the substitute call holds other than one shard_map")
     return found[0]
+
+
+def _in_body_mesh(call: dict, enclosing: dict, path: str,
+                  read_body: Callable[..., Program]) -> ShardMap:
+    """The shard_map of the user's function given the mesh of the body it is called in
+    (``enclosing``: the locals of that body's staging), traced by JAX in that body's
+    context (its mesh, its manual axes) and read."""
+    import jax
+    from jax._src import config
+    from jax._src import shard_map as staging
+
+    from .program import read_type
+
+    leaves, tree = jax.tree_util.tree_flatten(call["args"])
+    examples = [_typed_example(v) for v in leaves]
+    body_mesh = enclosing["inner_mesh"]
+    with staging._extend_axis_env(enclosing["mesh"], enclosing["newly_manual_axes"]), \
+            jax.sharding.use_abstract_mesh(body_mesh), \
+            config._check_vma(bool(enclosing["check_vma"])):
+        mapped = jax.shard_map(call["f"], mesh=body_mesh, in_specs=call["in_specs"],
+                               out_specs=call["out_specs"], axis_names=set(call["axis_names"]),
+                               check_vma=bool(call["check_vma"]))
+        closed = jax.make_jaxpr(mapped)(*jax.tree_util.tree_unflatten(tree, examples))
+    inputs = tuple(read_type(v.aval, f"operand {i} of {path}")
+                   for i, v in enumerate(closed.jaxpr.invars))
+    program = read_body(closed.jaxpr, list(closed.consts), inputs, f"{path}.in_body_mesh.")
+    found = [eq for eq in program.equations if isinstance(eq, ShardMap)]
+    if len(found) != 1 or len(program.equations) != 1:
+        raise TypeError("the call given the body's mesh holds other than one shard_map")
+    return found[0]
+
+
+def _typed_example(value: Any) -> Any:
+    """A value of a shard_map's body as a ShapeDtypeStruct of its whole type (its mesh and
+    its manual axes' type: varying, reduced)."""
+    import jax
+
+    aval = jax.typeof(value)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=aval.sharding,
+                                weak_type=aval.weak_type,
+                                manual_axis_type=aval.manual_axis_type)
 
 
 def _example(value: Any) -> Any:

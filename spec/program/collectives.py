@@ -47,12 +47,13 @@ from .propagation import (
     FLOW_KINDS, Split, Undetermined, dimension_splits, factor_sizes, folded_equations,
     predicted_results, propagate, propagation_mesh, tensor_factor_splits,
 )
+from .propagation_constants import copied_values
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
            "combined", "group_order", "plan_equation", "constraint_plan", "live_equations",
            "returned_reshards", "REDUCTIONS", "UNSUMMED", "equation_collectives", "moved",
-           "DTYPE_BYTES"]
+           "DTYPE_BYTES", "compile_aborts", "MANUAL_REDUCTIONS"]
 
 BACKEND = "cpu"
 
@@ -125,11 +126,13 @@ class Collective:
 class Communication:
     """What a step communicates on ``backend``: its collectives in program order and their
     bytes per device (COLL-4); ``undetermined`` says why the list is not complete (None:
-    it is)."""
+    it is); ``caveat``, where ``backend``'s compiler fails the step itself (COLL-13: no
+    executable, so no list)."""
 
     collectives: tuple[Collective, ...] = ()
     backend: str = BACKEND
     undetermined: Undetermined | None = None
+    caveat: Undetermined | None = None
 
     @property
     def bytes_per_device(self) -> int | None:
@@ -147,7 +150,7 @@ class Communication:
 
     @property
     def complete(self) -> bool:
-        return self.undetermined is None
+        return self.undetermined is None and self.caveat is None
 
     def __iter__(self):
         return iter(self.collectives)
@@ -164,6 +167,8 @@ class Communication:
             f"{total} bytes per device" if total is not None else
             f"{self.bytes_per_run} bytes per device each run once (the data decide how often)")]
         lines += [f"  {c}" for c in self.collectives]
+        if self.caveat is not None:
+            lines.append(f"  on {self.backend}: {self.caveat}")
         if self.undetermined is not None:
             lines.append(f"  incomplete: {self.undetermined}")
         return "\n".join(lines)
@@ -310,6 +315,65 @@ def wire_dtype(dtype: str, backend: str = BACKEND) -> str:
     return "float32" if backend == "cpu" and dtype == "bfloat16" else dtype
 
 
+# The body's collectives that reduce across its manual axes (psum_scatter binds reduce_scatter)
+MANUAL_REDUCTIONS = frozenset(("psum", "psum_invariant", "pmax", "pmin", "reduce_scatter"))
+
+
+@rule("COLL-13", mirrors="xla: the CPU compiler's check failure on a bfloat16 reduction "
+                         "of a partly manual computation (hlo_instruction.cc)")
+def compile_aborts(program: Program, backend: str = BACKEND) -> Undetermined | None:
+    """On the CPU backend, compiling a shard_map that leaves a mesh axis automatic (of any size) and reduces a bfloat16 value in its body (psum, pmax, pmin, psum_scatter) aborts the process.
+
+    XLA fails a check (``Invalid binary instruction opcode copy``), no Python exception: the
+    step has no executable and communicates nothing. float16 and float32 compile, and so
+    does a bfloat16 reduction where every mesh axis is manual (notes/jax-facts.md §26).
+
+    >>> from shardlaw.spec import Mesh, P
+    >>> from shardlaw.spec.program.description import Opaque, ShardMap, Value
+    >>> mesh = Mesh.iota((4, 2), ("x", "y"))
+    >>> t = Value.typed((8,), dtype="bfloat16")
+    >>> body = Program((t,), (Opaque((0,), primitive="psum_invariant", results=(t,),
+    ...                              params=(("axes", ("y",)),)),), outputs=(1,))
+    >>> smap = ShardMap((0,), results=(t,), body=body, mesh=mesh, in_specs=(P("y"),),
+    ...                 out_specs=(P(),), manual_axes=frozenset({"y"}), check_vma=True)
+    >>> a = Value.typed((16,), dtype="bfloat16")
+    >>> print(compile_aborts(Program((a,), (smap,), outputs=(1,))))
+    [COLL-13] at body[0].shard_map.body[0]: XLA's CPU compiler aborts the process (a check
+    failure, no exception) compiling a bfloat16 psum_invariant in a shard_map leaving mesh
+    axes ['x'] automatic: no executable
+    >>> print(compile_aborts(Program((a,), (smap,), outputs=(1,)), backend="tpu"))
+    None
+    """
+    return _aborting(program, "", False) if backend == "cpu" else None
+
+
+def _aborting(program: Program, prefix: str, partly: Any) -> Undetermined | None:
+    """The first bfloat16 reduction COLL-13 names in ``program`` (``partly``: the axes a
+    shard_map around it leaves automatic; False: none does), by its path."""
+    types = program.value_types
+    for k, eq in enumerate(program.equations):
+        path = equation_path(prefix, k)
+        name = entry_of(eq).name
+        if partly and name in MANUAL_REDUCTIONS and any(
+                str(types[n].dtype) == "bfloat16" for n in eq.operands):
+            return Undetermined("COLL-13", f"XLA's CPU compiler aborts the process (a check "
+                                f"failure, no exception) compiling a bfloat16 {name} in a "
+                                f"shard_map leaving mesh axes {sorted(partly)} automatic: no "
+                                f"executable", path)
+        inner = partly
+        if eq.kind == "shard_map" and not partly:
+            inner = tuple(a for a in eq.mesh.axis_names if a not in eq.manual_axes) or False
+        for field in entry_of(eq).bodies.fields:
+            bodies = getattr(eq, field)
+            for j, body in enumerate(bodies if isinstance(bodies, tuple) else (bodies,)):
+                at = f"{path}.{eq.kind}." + (f"{field}[{j}]." if isinstance(bodies, tuple)
+                                             else "")
+                found = _aborting(body, at, inner)
+                if found is not None:
+                    return found
+    return None
+
+
 def _bytes(shape: tuple[int, ...], dtype: str) -> int:
     return math.prod(shape) * DTYPE_BYTES.get(str(dtype), 4)
 
@@ -335,6 +399,8 @@ def predicted_collectives(program: Program) -> Communication:
       all-gather over ('x',) at body[0] (operand 0): float32[8, 8], 256 bytes per device
       all-gather over ('y',) at body[0] (operand 1): float32[8, 8], 256 bytes per device
     """
+    if (aborts := compile_aborts(program)) is not None:   # (no executable on CPU: COLL-13)
+        return Communication(caveat=aborts)
     splits, live = propagate(program), live_equations(program)
     stopped = splits if isinstance(splits, Undetermined) else read_after_a_chain(program, live)
     if stopped is not None:
@@ -348,9 +414,7 @@ def predicted_collectives(program: Program) -> Communication:
     upstream: dict[int, frozenset] = {}   # value -> the all-reduces it is computed from
     after: dict[int, frozenset] = {}      # all-reduce -> the all-reduces it is computed from
     plans: dict = {}   # (form, types, splits) -> the equation's plan (_plan)
-    # an iota holds no data: it is computed in whatever split an operation needs
-    done.update(n for eq, numbers in zip(program.equations, program.result_numbers())
-                if entry_of(eq).name == "iota" for n in numbers)
+    done.update(copied_values(program))   # (iotas, constants: computed where read, PROP-16)
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
         if not live[k]:
             continue

@@ -29,18 +29,23 @@ where it holds no collective (COLL-12).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from ..core.rules import rule
+from ..core.values import Mesh
 from .collectives import (
-    Communication, combined, constraint_plan, live_equations, plan_equation,
-    read_after_a_chain, returned_reshards,
+    DTYPE_BYTES, MANUAL_REDUCTIONS, Collective, Communication, ReplicaGroups, combined,
+    constraint_plan, group_order, live_equations, plan_equation, read_after_a_chain,
+    returned_reshards, wire_dtype,
 )
 from .description import Program
+from .primitives import entry_of
 from .propagation import COPY, FLOW_KINDS, Undetermined, propagated, propagation_mesh
-from .propagation_shardmap import automatic_collectives
+from .propagation_shardmap import LOCAL_ELEMENTWISE
 
-__all__ = ["inlined_collectives", "manual_body_communicates", "has_inlined"]
+__all__ = ["inlined_collectives", "manual_body_communicates", "has_inlined",
+           "manual_reduction"]
 
 # The primitives of a shard_map's body that communicate over its manual axes.
 _MANUAL_COLLECTIVES = frozenset(("psum", "psum_invariant", "pmax", "pmin", "all_gather",
@@ -89,6 +94,22 @@ def _equation_at(program: Program, path: str) -> Any:
     return eq
 
 
+def _collective_at(program: Program, path: str) -> Any:
+    """The body collective over manual axes at ``path`` (None: the equation there is none),
+    through any body: a jit's, a shard_map's, a loop's, a cond's branches."""
+    eq = None
+    for part in path.split("."):
+        if part.startswith("body["):
+            eq = program.equations[int(part[5:-1])]
+        elif part.startswith("branches["):
+            program = eq.branches[int(part[9:-1])]
+        elif eq.kind == "while" and part in ("cond", "body"):
+            program = eq.cond if part == "cond" else eq.body_fun
+        elif part == eq.kind and part not in ("cond", "while"):
+            program = eq.body
+    return eq if eq is not None and entry_of(eq).name in LOCAL_ELEMENTWISE else None
+
+
 @rule("COLL-11", mirrors="shardy + xla: the collectives of a module with inlined calls")
 def inlined_collectives(program: Program) -> Communication:
     """A step with inner jits, shard_maps or reshards communicates, in program order, its
@@ -112,7 +133,7 @@ def inlined_collectives(program: Program) -> Communication:
     1 collective(s) on cpu, 256 bytes per device
       all-gather over ('x',) at body[0] (operand 0): float32[8, 8], 256 bytes per device
     """
-    found = automatic_collectives(program) or propagated(program)   # (PROP-11's: open)
+    found = propagated(program)
     if isinstance(found, Undetermined):
         return Communication(undetermined=found)
     stopped = read_after_a_chain(program, live_equations(program))
@@ -121,14 +142,14 @@ def inlined_collectives(program: Program) -> Communication:
     flat, splits = found
     mesh = propagation_mesh(program)
     out, done, upstream, after, plans = [], set(), {}, {}, {}
-    for (entry, _, every, typed, path, count) in _in_program_order(flat):
+    for (entry, rule_, every, typed, path, count) in _in_program_order(flat):
         results = every[count:]
         if entry is COPY or entry.name == "shard_map":
-            made = _boundary(program, entry, every, typed, path, splits, mesh, done)
+            made = _boundary(program, (entry, rule_), every, typed, path, splits, mesh, done)
         else:
             eq = _equation_at(program, path)
-            if entry.name == "iota":
-                done.update(results)
+            if entry.name == "iota" or flat.constants & set(results):
+                done.update(results)   # (computed where it is read: PROP-16)
             made = plan_equation(eq, every, flat.types, splits, mesh, path, done, plans)
         if isinstance(made, Undetermined):
             return Communication(tuple(out), undetermined=made)
@@ -165,10 +186,19 @@ def _in_program_order(flat: Any) -> list:
                   min(s[2][s[5]:]))
 
 
-def _boundary(program: Program, entry: Any, every: tuple, typed: tuple, path: str,
+def _boundary(program: Program, step: tuple, every: tuple, typed: tuple, path: str,
               splits: dict, mesh: Any, done: set) -> list | Undetermined:
     """The reshard a boundary makes of its value (a link of propagation: an inner jit's
-    sharding, a constraint, a reshard), or a shard_map's body's (COLL-12)."""
+    sharding, a constraint, a reshard, a shard_map's in spec leaving axes automatic), or a
+    shard_map's body's (COLL-12), or a collective of a body leaving axes automatic
+    (COLL-14); a held value and its body's local one are one value (PROP-11)."""
+    entry, rule_ = step
+    if entry is COPY and ".shard_map." in path:
+        eq = _collective_at(program, path)
+        if eq is not None:
+            return manual_reduction(eq, every, typed, splits, mesh, path)
+    if entry is COPY and rule_.sizes:   # (a held value and its local one: PROP-11)
+        return []
     if entry is not COPY:
         eq = _equation_at(program, path)
         if manual_body_communicates(eq.body):
@@ -184,6 +214,45 @@ def _boundary(program: Program, entry: Any, every: tuple, typed: tuple, path: st
     if isinstance(made, Undetermined):
         return Undetermined(made.rule, made.why, path)
     return [_placed(c, path) for c in made]
+
+
+@rule("COLL-14", mirrors="xla: SpmdPartitioner (a manual computation's collectives over its "
+                         "manual axes, partitioned along the free ones)")
+def manual_reduction(eq: Any, every: tuple, typed: tuple, splits: dict, mesh: Any, path: str
+                     ) -> list | Undetermined:
+    """A psum, pmax or pmin in the body of a shard_map leaving mesh axes automatic is one all-reduce over its manual axes of the body's value as the free axes split it; a pvary moves nothing.
+
+    >>> from shardlaw.spec import Mesh
+    >>> from shardlaw.spec.program.description import Opaque, Value
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> t = Value.typed((4, 8))
+    >>> psum = Opaque((0,), primitive="psum_invariant", results=(t,), params=(("axes", ("x",)),))
+    >>> [c] = manual_reduction(psum, (0, 1), (t, t), {0: ((), ("y",)), 1: ((), ("y",))},
+    ...                        mesh, "body[0].shard_map.body[0]")
+    >>> print(c); c.replica_groups.groups()
+    all-reduce over ('x',) at body[0].shard_map.body[0]: float32[4, 2], 32 bytes per device
+    ((0, 4), (1, 5), (2, 6), (3, 7))
+    """
+    name = entry_of(eq).name
+    if name not in MANUAL_REDUCTIONS:
+        return []
+    if len(every) != 2:
+        return Undetermined("COLL-14", f"a {name} of several operands in a shard_map's body "
+                            "leaving mesh axes automatic: not read yet", path)
+    named = dict(getattr(eq, "params", ())).get("axes", ())
+    named = (named,) if isinstance(named, str) else tuple(named)
+    axes = tuple(a for a in mesh.axis_names if a in named and mesh.axis_size(a) > 1)
+    if not axes:
+        return []
+    split = splits[every[0]]
+    shape = tuple(n // math.prod(mesh.axis_size(a) for a in d)
+                  for n, d in zip(typed[0].shape, split))
+    dtype = wire_dtype(str(typed[0].dtype))
+    return [Collective("all-reduce", axes, path, None, shape, dtype,
+                       math.prod(shape) * DTYPE_BYTES.get(dtype, 4),
+                       ReplicaGroups(mesh, axes) if isinstance(mesh, Mesh) else None,
+                       {"pmax": "max", "pmin": "min"}.get(name, "add"),
+                       group_order(mesh, split, axes))]
 
 
 def _placed(c: Any, path: str) -> Any:

@@ -198,7 +198,8 @@ def _read(walk: _Walk, body: Any, inputs: list, prefix: str, comp: _Computation
         ids += list(results)
         if not walk.flat.live & set(results):
             continue
-        if entry_of(eq).name == "iota":   # computed in whatever split it is needed in
+        if entry_of(eq).name == "iota" or walk.flat.constants & set(results):
+            # computed in whatever split it is needed in (a constant's copies: PROP-16)
             comp.done.update(results)
             continue
         if along_a_split(eq, (walk.splits[ops[0]],)):

@@ -305,7 +305,9 @@ class Cond(_Bodied):
 # --------------------------------------------------------------------------- calls
 
 class _Called(Jit):
-    """A body called as a jit without options is (its options are checked none)."""
+    """A body called as a jit without options is (its options are checked none). A
+    custom call's ``rules_later``: the reader of rules not read yet (a call nested deeper
+    than the bridge reads up front), giving the fields that hold them; None: read."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -354,9 +356,10 @@ class CustomJvp(_Called):
     result ``rule_zeros`` does not mark a symbolic zero (None: not read). ``rule_refused``:
     ``rule`` is the rule JAX refused while tracing it, described up to the refused call
     (None: JAX refused it in a way not described).
-    ``zero_rules``: a rule taking symbolic zeros as traced for other inputs without a
-    tangent, ``(in_zeros, rule, rule_zeros)`` each, ``rule`` over the primals and the
-    tangents ``in_zeros`` does not mark a zero."""
+    ``zero_rule``: a rule taking symbolic zeros read on demand for other inputs without a
+    tangent, ``zero_rule(in_zeros)`` giving ``(rule, rule_zeros)`` as JAX traces it for
+    them, ``rule`` over the primals and the tangents ``in_zeros`` does not mark a zero
+    (None: JAX fails to trace it for them); None: not read."""
 
     kind: ClassVar[str] = "custom_jvp_call"
     # (JAX 0.10.2's dead-code elimination keeps every operand of a custom call whose
@@ -367,7 +370,8 @@ class CustomJvp(_Called):
     num_consts: int = 0
     symbolic_zeros: bool = False
     rule_refused: bool = False
-    zero_rules: tuple = ()
+    zero_rule: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
+    rules_later: Any = dataclasses.field(default=None, compare=False)   # (see _Called)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -376,10 +380,10 @@ class CustomJvp(_Called):
         _count(self.num_consts, "a custom_jvp's num_consts")
         described_bool(self.symbolic_zeros, "a custom_jvp's symbolic_zeros")
         described_bool(self.rule_refused, "a custom_jvp's rule_refused")
-        require_described(type(self.zero_rules) is tuple and all(
-            type(z) is tuple and len(z) == 3 and isinstance(z[1], Program)
-            for z in self.zero_rules), "a custom_jvp's zero_rules",
-            "a tuple of (in_zeros, rule, rule_zeros)", self.zero_rules)
+        require_described(self.zero_rule is None or callable(self.zero_rule),
+                          "a custom_jvp's zero_rule", "a callable or None", self.zero_rule)
+        require_described(self.rules_later is None or callable(self.rules_later),
+                          "a custom_jvp's rules_later", "a callable or None", self.rules_later)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,7 +394,10 @@ class CustomVjp(_Called):
     then the primal results; ``forwarded`` says, per residual ``bwd`` takes, which input it
     is (None: the next one ``fwd`` makes); ``bwd`` over the residuals and a cotangent per
     result returns the cotangent of each input ``bwd_zeros`` does not mark a zero (None:
-    not read)."""
+    not read). ``zero_rules``: rules taking symbolic zeros read on demand,
+    ``zero_rules(in_zeros, ct_zeros)`` giving ``(fwd, forwarded, bwd, bwd_zeros)`` as JAX
+    traces them for the inputs not perturbed and the cotangents that are zeros (``bwd``
+    takes the others alone; None: JAX fails to trace them); None: not read."""
 
     kind: ClassVar[str] = "custom_vjp_call"
     keeps_operands: ClassVar[bool] = True   # (as a custom_jvp_call's)
@@ -400,9 +407,15 @@ class CustomVjp(_Called):
     bwd_zeros: tuple = ()
     num_consts: int = 0
     symbolic_zeros: bool = False
+    zero_rules: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
+    rules_later: Any = dataclasses.field(default=None, compare=False)   # (see _Called)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require_described(self.zero_rules is None or callable(self.zero_rules),
+                          "a custom_vjp's zero_rules", "a callable or None", self.zero_rules)
+        require_described(self.rules_later is None or callable(self.rules_later),
+                          "a custom_vjp's rules_later", "a callable or None", self.rules_later)
         _rule_body(self.fwd, "a custom_vjp's fwd")
         _rule_body(self.bwd, "a custom_vjp's bwd")
         _flags(self.bwd_zeros, "a custom_vjp's bwd_zeros")
@@ -415,7 +428,10 @@ class CustomLin(Equation):
     """The tangent of a ``custom_vjp`` function's results (JAX's ``custom_lin``): over the
     residuals its ``fwd`` made (the first ``num_res`` operands) and the nonzero tangents of
     its inputs (``in_zeros`` marks those given none), its results typed as its primal
-    results. Transposed, it is its ``bwd``; left in a program, it does not lower (LOOP-3)."""
+    results. Transposed, it is its ``bwd``; left in a program, it does not lower (LOOP-3).
+    ``zero_bwd``: a ``bwd`` taking symbolic zeros read on demand, ``zero_bwd(ct_zeros)``
+    giving ``(bwd, bwd_zeros)`` over the residuals and the cotangents ``ct_zeros`` does not
+    mark zeros (None: not read)."""
 
     kind: ClassVar[str] = "custom_lin"
     bwd: "Program | None" = None
@@ -424,6 +440,7 @@ class CustomLin(Equation):
     in_zeros: tuple = ()
     name: str = ""
     in_types: tuple = ()   # the primal inputs' types (bwd's cotangents are held to them)
+    zero_bwd: Any = dataclasses.field(default=None, compare=False)   # (read by the bridge)
 
     def __post_init__(self) -> None:
         super().__post_init__()

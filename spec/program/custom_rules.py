@@ -3,16 +3,24 @@
 * A ``custom_jvp`` call (``jax.nn.relu``) under ``jvp``: its rule run inline on the
   primals and a tangent of each input (zeros where none is given: JAX instantiates them
   unless the rule takes symbolic zeros); under ``linearize``/``grad``: the rule split by
-  partial evaluation, as JAX's ``linearize_from_jvp`` splits it: what reads no tangent
-  runs in the primal body (the primal results among it), what reads one goes onto the
-  tangent body, the primal values it reads stored as residuals; a tangent the rule
-  computes from primals alone is a zero.
+  partial evaluation, as JAX's ``linearize_from_jvp`` splits it (a rule taking symbolic
+  zeros: the one JAX traces for the inputs without a tangent, read when AD asks for
+  them): what reads no tangent runs in the primal body (the primal results among it),
+  what reads one goes onto the tangent body, the primal values it reads stored as
+  residuals; a tangent the rule computes from primals alone is a zero.
 * A ``custom_vjp`` call under ``jvp``/``linearize``: its ``fwd`` run inline in the primal
   body (its residuals, then the primal results), then one ``custom_lin`` equation
   (:class:`~shardlaw.spec.program.control_flow.CustomLin`) over the residuals and the
   nonzero tangents. Transposed (``grad``, ``vjp``), the ``custom_lin`` is its ``bwd`` run
   inline on the residuals and the cotangents (zeros where none is given). Left in a
-  program it does not lower, and vmap does not batch it (LOOP-3).
+  program it does not lower, and vmap does not batch it (LOOP-3). Taking symbolic zeros
+  (equinox's ``filter_custom_vjp``), its ``fwd`` is the one JAX traces for the inputs
+  perturbed and its ``bwd`` the one for the cotangents given (a result nothing reads
+  gives none: a symbolic zero, not a zero array).
+
+Rules read on demand (symbolic zeros; a call nested deeper than the bridge reads up
+front, ``rules_later``: :func:`rules_read`) are read where AD reaches the call; their
+constants are the ones the body holds alike.
 
 A custom_jvp call whose rule JAX refused while tracing it (``rule_refused``: a constraint
 on a tangent that does not fit it, a ``dot_general`` of tangents whose types clash) is
@@ -28,6 +36,7 @@ options is: its primal body. vmap batches a custom_vjp's ``fwd`` and ``bwd`` wit
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..core.rules import reject
@@ -42,7 +51,15 @@ from .primitives import BATCHING, JVP_BODIES, LINEARIZE_BODIES, TRANSPOSES
 
 __all__ = ["jvp_custom_jvp", "linearize_custom_jvp", "jvp_custom_vjp",
            "linearize_custom_vjp", "transpose_custom_lin", "usable_rule", "refuse_traced_rule",
-           "rule_consts"]
+           "rule_consts", "rules_read"]
+
+
+def rules_read(eq: Any) -> Any:
+    """``eq`` with its rules, where the bridge left them to be read when AD asks for them
+    (``rules_later``: a call nested deeper than it reads up front)."""
+    if eq.rules_later is None:
+        return eq
+    return dataclasses.replace(eq, rules_later=None, **eq.rules_later())
 
 
 def usable_rule(eq: CustomJvp) -> Program | None:
@@ -72,21 +89,24 @@ def _chosen_rule(eq: CustomJvp, moving: list, into: Any, path: str, transform: s
     """(the rule AD calls for ``eq`` given the tangents ``moving``, its ``rule_zeros``,
     which inputs it takes no tangent of, its constants' numbers in the body ``into``), or
     None where the call is differentiated by its primal body. A rule taking symbolic
-    zeros is the one traced for the inputs without a tangent (``zero_rules``)."""
+    zeros is the one JAX traces for the inputs without a tangent (``zero_rule``)."""
     if all(t is None for t in moving):
         return None
     zeros = tuple(t is None for t in moving[eq.num_consts:])
     rule, rule_zeros, taken = usable_rule(eq), eq.rule_zeros, (False,) * len(zeros)
-    if eq.symbolic_zeros and any(zeros):
-        picked = [z for z in eq.zero_rules
-                  if z[0] == zeros and not eq.rule_refused and _fits(eq, z[1], z[2], zeros)]
-        if not picked and rule is not None:
-            _refuse(eq, path, transform, "a rule taking symbolic zeros is read for some "
-                    "inputs without a tangent only where it has at most four inputs and "
-                    "JAX traces it for them")
-        rule, rule_zeros, taken = (picked[0][1], picked[0][2], zeros) if picked else \
-            (None, (), ())
+    if eq.symbolic_zeros and any(zeros) and eq.zero_rule is not None:
+        read = eq.zero_rule(zeros)   # (refused ones: refuse_traced_rule)
+        if read is None or read[2] or not _fits(eq, read[0], read[1], zeros):
+            _refuse(eq, path, transform, f"its rule taking symbolic zeros is not read for "
+                    f"the inputs without a tangent {list(zeros)} (its trace for them does "
+                    f"not fit the call)")
+        rule, rule_zeros, taken = read[0], read[1], zeros
+    elif eq.symbolic_zeros and any(zeros):
+        return None   # (its rule is not read: by its primal body)
     consts = None if rule is None else _const_numbers(into, rule)
+    if consts is None and any(taken):
+        _refuse(eq, path, transform, "its rule taking symbolic zeros closes over an array "
+                "its rule for every tangent does not")
     return None if consts is None else (rule, rule_zeros, taken, consts)
 
 
@@ -97,6 +117,7 @@ def rule_consts(program: Program) -> tuple:
     are inlined into it as JAX traces them, their constants the enclosing body's."""
     out: dict[int, Any] = {}
     for eq in program.equations:
+        eq = rules_read(eq) if type(eq) in (CustomJvp, CustomVjp) else eq
         if type(eq) is CustomJvp:
             rules = (usable_rule(eq),)
         elif type(eq) is CustomVjp and eq.bwd is not None:
@@ -112,35 +133,43 @@ def rule_consts(program: Program) -> tuple:
 
 def _const_numbers(into: Any, rule: Program) -> tuple[int, ...] | None:
     """The numbers of ``rule``'s constants in the body ``into`` (built holding them), or
-    None where it does not hold them all."""
+    None where it does not hold them all. A rule read on demand (symbolic zeros) holds
+    constants of its own reading: each is the one held alike (its type and placement are
+    all the spec reads of it), a ref only itself."""
     held = {id(c): len(into.inputs) + k for k, c in enumerate(into.consts)}
-    numbers = tuple(held.get(id(c)) for c in rule.consts)
+    alike = {c: len(into.inputs) + k for k, c in reversed(list(enumerate(into.consts)))
+             if not c.ref}
+    numbers = tuple(held.get(id(c), None if c.ref else alike.get(c)) for c in rule.consts)
     return None if None in numbers else numbers
 
 
 def refuse_traced_rule(eq: CustomJvp, moving: list, path: str, transform: str) -> None:
     """Refuse, as JAX refuses tracing it, the rule of ``eq`` that JAX refused (its
-    ``rule_refused``) where AD calls it (a tangent given); its own checks at the trace
-    stage, at ``<path>.custom_jvp.rule.body[k]`` (AD-0 where the refusal is not
-    described: the call is not differentiated by its primal body, which JAX does not do)."""
-    if not eq.rule_refused or all(t is None for t in moving):
+    ``rule_refused``; a rule taking symbolic zeros: as traced for the inputs without a
+    tangent) where AD calls it (a tangent given); its own checks at the trace stage, at
+    ``<path>.custom_jvp.rule.body[k]`` (AD-0 where the refusal is not described: the call
+    is not differentiated by its primal body, which JAX does not do)."""
+    if all(t is None for t in moving):
         return
-    if eq.rule is None:
+    rule, refused = eq.rule, eq.rule_refused
+    zeros = tuple(t is None for t in moving[eq.num_consts:])
+    if eq.symbolic_zeros and any(zeros) and eq.zero_rule is not None:
+        read = eq.zero_rule(zeros)
+        rule, refused = (None, True) if read is None else (read[0], read[2])
+    if not refused:
+        return
+    if rule is None:
         _refuse(eq, path, transform, "JAX refuses tracing its rule in a way the spec does "
                 "not describe")
     from .explain import trace_body
 
-    trace_body(eq.rule, eq.rule.context_mesh, f"{path}.custom_jvp.rule.")
+    trace_body(rule, rule.context_mesh, f"{path}.custom_jvp.rule.")
+    _refuse(eq, path, transform, "JAX refuses tracing its rule where the spec's checks "
+            "of it pass")
 
 
 def _refuse(eq: Any, path: str, transform: str, why: str) -> None:
     raise reject(NotRewritten(f"a {eq.kind} equation", path, transform, why))
-
-
-def _check_zeros(eq: Any, moving: list, path: str, transform: str) -> None:
-    if eq.symbolic_zeros and any(t is None for t in moving[eq.num_consts:]):
-        _refuse(eq, path, transform, "a custom_vjp taking symbolic zeros is read for every "
-                "input differentiated only")
 
 
 def _tangents_of(rule_outputs: list, rule_zeros: tuple, results: tuple) -> list:
@@ -157,6 +186,7 @@ def _tangents_of(rule_outputs: list, rule_zeros: tuple, results: tuple) -> list:
 def jvp_custom_jvp(eq: CustomJvp, body: Any, operands: tuple[int, ...], moving: list,
                    path: str) -> tuple[tuple[int, ...], list]:
     """A custom_jvp call's JVP: its rule inline (module docstring)."""
+    eq = rules_read(eq)
     refuse_traced_rule(eq, moving, path, "jvp")
     chosen = _chosen_rule(eq, moving, body, path, "jvp")
     if chosen is None:
@@ -177,6 +207,7 @@ def linearize_custom_jvp(eq: CustomJvp, tape: Any, operands: tuple[int, ...], mo
     """A custom_jvp call linearized: its rule split by partial evaluation (module
     docstring), as :func:`~shardlaw.spec.program.partial_eval.split_known` splits a body
     (an inner jit of the rule that reads a tangent split in a known and a tangent jit)."""
+    eq = rules_read(eq)
     refuse_traced_rule(eq, moving, path, transform)
     chosen = _chosen_rule(eq, moving, tape.primal, path, transform)
     if chosen is None:
@@ -222,47 +253,89 @@ def _tangent_part(tape: Any, unknown: Program, refs: list) -> list:
 
 # --------------------------------------------------------------------------- custom_vjp
 
-def _forward(eq: CustomVjp, into: Any, operands: tuple[int, ...], path: str, transform: str
+def _forward(eq: CustomVjp, rules: tuple, into: Any, operands: tuple[int, ...]
              ) -> tuple[list[int], tuple[int, ...]]:
-    """``fwd`` run inline in ``into``: (the residuals ``bwd`` takes, the primal results)."""
-    nc = eq.num_consts
-    consts = _const_numbers(into, eq.fwd) or ()
-    outs = inline_body(into, eq.fwd, tuple(operands[nc:]) + consts)
+    """``fwd`` (of the ``rules`` chosen) run inline in ``into``: (the residuals ``bwd``
+    takes, the primal results)."""
+    nc, (fwd, forwarded) = eq.num_consts, rules[:2]
+    consts = _const_numbers(into, fwd) or ()
+    outs = inline_body(into, fwd, tuple(operands[nc:]) + consts)
     made = len(outs) - len(eq.body.outputs)
     fresh = iter(outs[:made])
-    residuals = [operands[nc + f] if f is not None else next(fresh) for f in eq.forwarded]
+    residuals = [operands[nc + f] if f is not None else next(fresh) for f in forwarded]
     return residuals, outs[made:]
 
 
-def _custom_lin(eq: CustomVjp, residuals: int, moving: list) -> CustomLin:
+def _custom_lin(eq: CustomVjp, rules: tuple, residuals: int, moving: list) -> CustomLin:
     nc = eq.num_consts
     given = [t for t in moving[nc:] if t is not None]
     results = tuple(eq.body.value_types[n].type for n in eq.body.outputs)
-    return CustomLin(tuple(range(residuals + len(given))), results, bwd=eq.bwd,
-                     bwd_zeros=eq.bwd_zeros, num_res=residuals,
+    return CustomLin(tuple(range(residuals + len(given))), results, bwd=rules[2],
+                     bwd_zeros=rules[3], num_res=residuals, zero_bwd=rules[4],
                      in_zeros=tuple(t is None for t in moving[nc:]), name=eq.name,
                      in_types=tuple(v.type for v in eq.body.inputs[nc:]))
 
 
-def _usable(eq: CustomVjp, into: Any, moving: list, path: str, transform: str) -> bool:
-    if eq.fwd is None or eq.bwd is None or _const_numbers(into, eq.fwd) is None or \
-            all(t is None for t in moving):
-        return False
+def _vjp_rules(eq: CustomVjp, into: Any, moving: list, path: str, transform: str
+               ) -> tuple | None:
+    """(``fwd``, ``forwarded``, ``bwd``, ``bwd_zeros``, ``zero_bwd``) that AD runs for
+    ``eq`` given the tangents ``moving`` (rules taking symbolic zeros: as JAX traces them
+    for the inputs not perturbed), or None where the call is differentiated by its primal
+    body."""
+    if eq.fwd is None or eq.bwd is None or all(t is None for t in moving):
+        return None
     if any(t is not None for t in moving[:eq.num_consts]):
         _refuse(eq, path, transform, "a closed-over value of a custom_vjp function is "
                 "differentiated (JAX refuses it: pass it as an argument)")
-    _check_zeros(eq, moving, path, transform)
-    return True
+    in_zeros = tuple(t is None for t in moving[eq.num_consts:])
+    rules = (eq.fwd, eq.forwarded, eq.bwd, eq.bwd_zeros, None)
+    if eq.symbolic_zeros:
+        rules = _zero_vjp_rules(eq, in_zeros, path, transform)
+    if tuple(v.type for v in rules[0].inputs) != tuple(
+            v.type for v in eq.body.inputs[eq.num_consts:]):
+        return None   # (rules read after vmap batched the call: not batched, so not used)
+    if _const_numbers(into, rules[0]) is not None:
+        return rules
+    if eq.symbolic_zeros and any(in_zeros):
+        _refuse(eq, path, transform, "a fwd taking symbolic zeros and closing over arrays "
+                "is inlined only for every input perturbed")
+    return None
+
+
+def _zero_vjp_rules(eq: CustomVjp, in_zeros: tuple, path: str, transform: str) -> tuple:
+    """The rules taking symbolic zeros that JAX traces for the inputs ``in_zeros`` marks
+    not perturbed, every cotangent given (``zero_bwd`` reads ``bwd`` for fewer); a rule
+    read on demand fits the call's body (one batched by vmap holds rules it batched: those
+    read on demand are not)."""
+    def read(ct_zeros: tuple) -> dict | None:
+        got = None if eq.zero_rules is None else eq.zero_rules(in_zeros, ct_zeros)
+        ins = tuple(v.type for v in eq.body.inputs[eq.num_consts:])
+        return got if got is not None and tuple(
+            v.type for v in got["fwd"].inputs) == ins else None
+
+    def zero_bwd(ct_zeros: tuple) -> tuple | None:
+        made = read(ct_zeros)
+        return None if made is None else (made["bwd"], made["bwd_zeros"])
+
+    if not any(in_zeros):   # (the rules read for every input, which built bodies hold)
+        return eq.fwd, eq.forwarded, eq.bwd, eq.bwd_zeros, zero_bwd
+    got = read((False,) * len(eq.body.outputs))
+    if got is None:
+        _refuse(eq, path, transform, f"its fwd and bwd taking symbolic zeros are not read "
+                f"for the inputs not perturbed {list(in_zeros)}")
+    return got["fwd"], got["forwarded"], got["bwd"], got["bwd_zeros"], zero_bwd
 
 
 @JVP_BODIES.register("custom_vjp")
 def jvp_custom_vjp(eq: CustomVjp, body: Any, operands: tuple[int, ...], moving: list,
                    path: str) -> tuple[tuple[int, ...], list]:
     """A custom_vjp call's JVP: ``fwd`` inline, then a ``custom_lin`` (module docstring)."""
-    if not _usable(eq, body, moving, path, "jvp"):
+    eq = rules_read(eq)
+    rules = _vjp_rules(eq, body, moving, path, "jvp")
+    if rules is None:
         return JVP_BODIES.rules["jit"](eq, body, operands, moving, path)
-    residuals, primal = _forward(eq, body, operands, path, "jvp")
-    lin = _custom_lin(eq, len(residuals), moving)
+    residuals, primal = _forward(eq, rules, body, operands)
+    lin = _custom_lin(eq, rules, len(residuals), moving)
     given = tuple(t for t in moving[eq.num_consts:] if t is not None)
     touts = body.emit(lin.renumbered(tuple(residuals) + given))
     return primal, [t if differentiable(r) else None for t, r in zip(touts, lin.results)]
@@ -273,10 +346,12 @@ def linearize_custom_vjp(eq: CustomVjp, tape: Any, operands: tuple[int, ...], mo
                          path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A custom_vjp call linearized: ``fwd`` into the primal body, a ``custom_lin`` onto
     the tape (module docstring)."""
-    if not _usable(eq, tape.primal, moving, path, transform):
+    eq = rules_read(eq)
+    rules = _vjp_rules(eq, tape.primal, moving, path, transform)
+    if rules is None:
         return LINEARIZE_BODIES.rules["jit"](eq, tape, operands, moving, path, transform)
-    residuals, primal = _forward(eq, tape.primal, operands, path, transform)
-    lin = _custom_lin(eq, len(residuals), moving)
+    residuals, primal = _forward(eq, rules, tape.primal, operands)
+    lin = _custom_lin(eq, rules, len(residuals), moving)
     refs = tuple(tape.residual(n) for n in residuals) + tuple(
         t for t in moving[eq.num_consts:] if t is not None)
     touts = tape.emit(lin, refs)
@@ -289,17 +364,16 @@ def transpose_custom_lin(eq: CustomLin, body: Any, incoming: list, flags: list[b
                          ) -> list[tuple[int, int]]:
     """A ``custom_lin`` transposed: its ``bwd`` inline on the residuals and the cotangents
     (zeros where none is given), each nonzero input's cotangent out."""
-    consts = _const_numbers(body, eq.bwd)
+    bwd, bwd_zeros, cts = _bwd_for(eq, body, incoming, path)
+    consts = _const_numbers(body, bwd)
     if consts is None:
         _refuse(eq, path, "transpose", "a bwd holding closed-over constants is inlined "
                 "only into a body built holding them")
     residuals = tuple(number[n] for n in eq.operands[:eq.num_res])
-    cts = tuple(ct if ct is not None else emit_zeros(body, cotangent_type(r))
-                for ct, r in zip(incoming, eq.results))
-    made = iter(inline_body(body, eq.bwd, residuals + cts + consts))
+    made = iter(inline_body(body, bwd, residuals + cts + consts))
     linear = iter(eq.operands[eq.num_res:])
     out = []
-    for k, (in_zero, bwd_zero) in enumerate(zip(eq.in_zeros, eq.bwd_zeros)):
+    for k, (in_zero, bwd_zero) in enumerate(zip(eq.in_zeros, bwd_zeros)):
         ct = None if bwd_zero else next(made)
         if ct is not None and k < len(eq.in_types):   # LOOP-4, as JAX checks bwd's results
             check_bwd_cotangent(cotangent_type(eq.in_types[k]), body.types[ct], eq.name, k,
@@ -308,6 +382,22 @@ def transpose_custom_lin(eq: CustomLin, body: Any, incoming: list, flags: list[b
         if operand is not None and ct is not None:
             out.append((operand, ct))
     return out
+
+
+def _bwd_for(eq: CustomLin, body: Any, incoming: list, path: str) -> tuple:
+    """(the ``bwd`` JAX runs given the cotangents ``incoming``, its ``bwd_zeros``, the
+    cotangents it takes): one taking symbolic zeros is traced for those not given and
+    takes the others; any other takes zeros where none is given."""
+    ct_zeros = tuple(ct is None for ct in incoming)
+    if eq.zero_bwd is None or not any(ct_zeros):
+        return eq.bwd, eq.bwd_zeros, tuple(
+            ct if ct is not None else emit_zeros(body, cotangent_type(r))
+            for ct, r in zip(incoming, eq.results))
+    read = eq.zero_bwd(ct_zeros)
+    if read is None:
+        _refuse(eq, path, "transpose", f"its bwd taking symbolic zeros is not read for the "
+                f"cotangents that are zeros {list(ct_zeros)}")
+    return read[0], read[1], tuple(ct for ct in incoming if ct is not None)
 
 
 @BATCHING.register("custom_lin")

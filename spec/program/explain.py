@@ -51,6 +51,7 @@ from ..jit.pipeline import (
 from ..jit.assignment import check_tile_count
 from ..placement.blocks import to_hlo
 from ..transforms.arguments import place_on_devices
+from ..transforms.shardmap_nested import check_context_mesh
 from ..transforms.constraint import (
     check_constraint_axes, check_constraint_fits, check_constraint_lowers,
     check_operand_not_reduced, check_split_kept, merged_constraint_spec, unconstrained_dims,
@@ -346,6 +347,9 @@ def _trace_shard_map(eq: ShardMap, operands: tuple[Value, ...], context: Mesh | 
                      path: str, decided: list, seen: dict) -> None:
     """A shard_map's SMAP rules and its body's collectives, then what its body closed over
     (REF-7)."""
+    if eq.checked and context is not None:   # the mesh it is given, first (SMAP-30)
+        with staged("trace"), located(path):
+            check_context_mesh(eq.mesh, context, path)
     trace_shard_map(eq, operands, path, decided)
     with staged("trace"):   # what the body closed over, after it is traced (REF-7)
         check_no_closed_over_refs(eq, path)

@@ -534,6 +534,7 @@ def flatten(program: Program, mesh: Mesh, opened=frozenset()) -> Flat | Undeterm
         flat.ids = _inline(program, ids, "", flat, mesh, constraints)
         outputs = [flat.ids[n] for n in program.outputs]
         _prune(flat, constraints, outputs)
+        _split_constants(flat, outputs, constraints)   # (propagation_constants.py: PROP-16)
         for step in flat.steps:
             if isinstance(step[1], Undetermined):
                 raise _Stop(step[1])
@@ -955,3 +956,4 @@ from .propagation_schedule import (  # noqa: E402
 )
 from .propagation_meshes import over_the_inputs_mesh as _over_the_inputs_mesh  # noqa: E402
 from .propagation_flow import check_joins as _check_joins  # noqa: E402
+from .propagation_constants import split_constants as _split_constants  # noqa: E402

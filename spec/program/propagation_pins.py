@@ -162,7 +162,14 @@ def manual_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: An
     inner = [boundary(flat, n, NamedSharding(mesh, spec), flat.types[n], mesh, path,
                        into=True) for n, spec in zip(operands, eq.in_specs)]
     for n, spec in zip(results, eq.out_specs):
-        pin(flat, n, *placed_pin(NamedSharding(mesh, spec), mesh, len(flat.types[n].shape)))
+        # (a result reduced over an axis is replicated along it when lowered)
+        spec = PartitionSpec(*spec.partitions, unreduced=spec.unreduced) if spec.reduced \
+            else spec
+        found = placed_pin(NamedSharding(mesh, spec), mesh, len(flat.types[n].shape))
+        if found is None:
+            stop("PROP-6", f"a shard_map result put together unreduced ({spec}) is not "
+                 f"propagated yet", path)
+        pin(flat, n, *found)
     # the body, unseen: results computed from the operands' placed values, sharing no factor
     tensors = [tuple(f"m{k}_{d}" for d in range(len(flat.types[n].shape)))
                for k, n in enumerate(inner + results)]

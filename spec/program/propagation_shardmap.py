@@ -7,8 +7,9 @@ closed prefix of each dimension, open after it (``[{"x", ?}, {?}]``), over a bod
 shapes. Shardy moves the free axes an operand holds after that prefix into the body, the
 body's own operations propagate them as any program's do, and its results carry them out
 after their manual prefix, both ways (a result's uses reach back into the body); no free
-value takes a manual axis. An operand left open may take its spec's manual axes and the
-body's free axes back (seen: ``sin(a)`` read by the shard_map and returned): not written yet.
+value takes a manual axis. The boundary is a data-flow edge both ways too: an operand left
+open takes its spec's manual axes and the body's free axes back (seen: ``sin(a)`` read by
+the shard_map and returned on ``P('x', 'y')``; a dot's result on ``P('y', 'x')``).
 :func:`shard_map_boundary` adds such a shard_map to the flat program
 :mod:`~shardlaw.spec.program.propagation` propagates; one whose every axis is manual is
 seen from outside only (:func:`~shardlaw.spec.program.propagation_pins.manual_boundary`).
@@ -21,14 +22,11 @@ from typing import Any
 from ..core.rules import rule
 from ..core.shardings import NamedSharding
 from ..core.values import AxisType
-from .primitives import Factors, entry_of, entry_of_name
-from .propagation import (
-    COPY, Flat, Undetermined, inline_body, placed_pin, propagation_mesh, stop,
-)
+from .primitives import Factors
+from .propagation import COPY, Flat, inline_body, placed_pin, stop
 from .propagation_pins import manual_boundary, pin
 
-__all__ = ["shard_map_boundary", "free_axes_boundary", "leaves_axes_automatic",
-           "automatic_collectives"]
+__all__ = ["shard_map_boundary", "free_axes_boundary", "LOCAL_ELEMENTWISE"]
 
 # The collectives of a body over its manual axes only: elementwise over its local shapes.
 LOCAL_ELEMENTWISE = frozenset(("psum", "pmax", "pmin", "pvary", "psum_invariant", "pcast"))
@@ -49,11 +47,12 @@ def shard_map_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
                          "through its body)")
 def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: Any,
                        path: str, constraints: list) -> None:
-    """A shard_map leaving mesh axes automatic holds each operand and result on its spec's manual axes, then the free axes its operand brings in (one way) or its body's value and its result's uses give, never a manual one.
+    """A shard_map leaving mesh axes automatic holds each operand and result on its spec's manual axes, then the free axes its operand, its body or its result's uses give, and an operand left open takes that back.
 
     The body is propagated over its local shapes; its collectives over manual axes pass
-    every dimension's split through. Stops (an Undetermined at ``path``) over another mesh
-    or a mesh with Explicit axes.
+    every dimension's split through; only the held values are barred from taking a manual
+    axis anew. Stops (an Undetermined at ``path``) over another mesh or a mesh with
+    Explicit axes.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P, explain_program
     >>> from shardlaw.spec.program.description import Opaque, Program, ShardMap, Value
@@ -75,7 +74,6 @@ def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     body = eq.body
     inner = []
     for n, spec, local in zip(operands, eq.in_specs, body.inputs):
-        _check_closed(flat, n, spec, manual, constraints, path)
         held = _held(flat, flat.types[n], spec, mesh, manual, path)
         _into(flat, n, held, path)
         inner.append(flat.new(local))
@@ -87,22 +85,6 @@ def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     for n, spec, out in zip(results, eq.out_specs, outs):
         _hold(flat, n, spec, mesh, manual, path)
         _strip(flat, n, out, _manual_dims(flat, n, mesh), path, inward=False)
-
-
-def _check_closed(flat: Flat, operand: int, spec: Any, manual: frozenset, constraints: list,
-                  path: str) -> None:
-    """Stops where an operand left open (not an input's or a closed constraint's value) is
-    read through a spec naming a manual axis: JAX moves the spec's manual axes, and free
-    ones of the body, back onto it (seen: ``P('x', 'y')`` onto a returned ``sin``, ``P(None,
-    'x')`` onto a dot's result), and when it does is not written yet."""
-    if not any(a in manual for e in spec for a in ((e,) if isinstance(e, str) else e or ())):
-        return
-    pins = [c[2] for c in constraints if c[1] == operand]
-    if (operand in flat.fixed and operand not in flat.open) or (pins and not any(pins[-1][1])):
-        return
-    stop("PROP-11", "a shard_map leaving mesh axes automatic reading a value left open "
-         "through a spec naming a manual axis: whether the manual axes move back onto that "
-         "value (and the body's free axes) is not written yet", path)
 
 
 def _held(flat: Flat, value: Any, spec: Any, mesh: Any, manual: frozenset, path: str) -> int:
@@ -135,11 +117,12 @@ def _manual_dims(flat: Flat, number: int, mesh: Any) -> tuple[int, ...]:
 
 
 def _into(flat: Flat, operand: int, held: int, path: str) -> None:
-    """The step moving an operand's splits onto the value its shard_map holds, one way
-    (the shard_map entry's direction: PROP-11)."""
+    """The step joining an operand's splits and the value its shard_map holds, both ways
+    (a data-flow edge: the held value's manual axes and the body's free ones move back
+    onto an operand left open, PROP-11)."""
     dims = tuple(f"f{d}" for d in range(len(flat.types[held].shape)))
     every = (operand, held)
-    flat.steps.append((entry_of_name("shard_map"), Factors((dims,), (dims,)), every,
+    flat.steps.append((COPY, Factors((dims,), (dims,)), every,
                        tuple(flat.types[i] for i in every), path, 1))
 
 
@@ -170,30 +153,3 @@ def _local_collectives(flat: Flat, first: int) -> None:
             dims = tuple(f"f{d}" for d in range(len(types[-1].shape)))
             flat.steps[k] = (COPY, Factors((dims,) * count, (dims,)), every, types, path,
                              count)
-
-
-def leaves_axes_automatic(program: Any, mesh: Any) -> bool:
-    """Whether a live-or-not shard_map anywhere in ``program`` (its bodies included) leaves
-    a mesh axis of size above 1 automatic: its collectives, at its boundary and inside its
-    body, are not predicted yet (the steps PROP-11 adds are not constraints' links)."""
-    for eq in program.equations:
-        if eq.kind == "shard_map" and any(
-                a not in eq.manual_axes and mesh.axis_size(a) != 1 for a in mesh.axis_names):
-            return True
-        for name in entry_of(eq).bodies.fields:
-            bodies = getattr(eq, name)
-            for body in (bodies if isinstance(bodies, tuple) else (bodies,)):
-                if leaves_axes_automatic(body, mesh):
-                    return True
-    return False
-
-
-def automatic_collectives(program: Any) -> Undetermined | None:
-    """Why the collectives of ``program`` are not predicted where a shard_map in it leaves
-    mesh axes automatic (None: none does, or no mesh is propagated over)."""
-    mesh = propagation_mesh(program)
-    if isinstance(mesh, Undetermined) or not leaves_axes_automatic(program, mesh):
-        return None
-    return Undetermined("COLL-4", "a shard_map leaving mesh axes automatic (PROP-11): its "
-                        "collectives, at its boundary and inside its body, are not predicted "
-                        "yet")

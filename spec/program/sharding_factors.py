@@ -368,6 +368,18 @@ def _described(rule: Any, params: tuple[str, ...], operands: int | None,
     return read
 
 
+def _or_a_literals(read: Any) -> Any:
+    """``read``, or, for an equation of no operand and one result (a literal scalar
+    broadcast, ``jnp.zeros``: the description keeps no literal), each result dimension a
+    factor of its own, as an iota's (PROP-16 copies it for each use)."""
+    def either(eq: Any, types: tuple) -> Factors | NotPropagated:
+        if not types and len(eq.results or ()) == 1:
+            return iota_factors(eq, types)
+        return read(eq, types)
+    either.__doc__, either.__name__ = read.__doc__, read.__name__
+    return either
+
+
 _BY_THE_PASS = NotPropagated("propagated by the program's pass itself, not by a rule of its "
                              "own (PROP-6: an inner jit's body is inlined, a constraint fixes "
                              "its value)")
@@ -411,8 +423,8 @@ SHARDING_RULES: dict[str, Any] = {
     **{name: _described(reduction_factors, ("axes",), 1)
        for name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")},
     "transpose": _described(transpose_factors, ("permutation",), 1),
-    "broadcast_in_dim": _described(broadcast_in_dim_factors,
-                                   ("shape", "broadcast_dimensions"), 1),
+    "broadcast_in_dim": _or_a_literals(_described(broadcast_in_dim_factors,
+                                                  ("shape", "broadcast_dimensions"), 1)),
     "reshape": _described(reshape_factors, ("new_sizes",), 1),
     **{name: _described(elementwise_factors, (), None) for name in SHARDING_ONLY_ELEMENTWISE},
     **{name: _described(same_dimensions_factors, (), None)

@@ -37,6 +37,9 @@ from typing import Any
 from ..core.rules import located, staged
 from ..core.values import AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..transforms.shardmap_meshes import check_operand_mesh
+from ..transforms.shardmap_nested import (
+    check_context_mesh, check_not_reduced, check_reduced_operands,
+)
 from ..transforms.shardmap_bodies import (
     check_gather_broadcast_divides, check_permutation,
     check_scatter_operand_unsplit, collective_shape, collective_split, collective_varying,
@@ -162,16 +165,16 @@ _INNER_MESHES: dict = {}
 
 def _typed(like: Value | None, shape: tuple, dtype: str, mesh: AbstractMesh, *,
            weak_type: bool = False, varying: frozenset[str] = frozenset(),
-           split: tuple = ()) -> Value:
+           split: tuple = (), reduced: frozenset[str] = frozenset()) -> Value:
     """A per-shard type, split over the automatic Explicit axes as ``split`` says (one entry
     per dimension, None: unsplit); ``like`` itself when it is already that type (as the
     description gives it: shape, dtype, varying axes and split), which spares building a
     Value again."""
     spec = _canonical(split)
-    if like is not None and (like.shape, like.dtype, like.varying, like.spec) == (
-            shape, dtype, varying, spec):
+    if like is not None and (like.shape, like.dtype, like.varying, like.spec, like.reduced
+                             ) == (shape, dtype, varying, spec, reduced):
         return like
-    return Value(shape, dtype, weak_type, mesh, varying, spec=spec)
+    return Value(shape, dtype, weak_type, mesh, varying, spec=spec, reduced=reduced)
 
 
 def _canonical(split: tuple) -> PartitionSpec | None:
@@ -215,12 +218,15 @@ def _same_type(given: Value, decided: Value, what: str) -> None:
     """A described type is the decided one: shape, dtype, varying axes and split over the
     automatic Explicit axes (PROG-0)."""
     # a value's spec is canonical (None where nothing is split), so specs compare as splits
-    if given is decided or (given.shape, given.dtype, given.varying, given.spec) == (
-            decided.shape, decided.dtype, decided.varying, decided.spec):
+    if given is decided or (given.shape, given.dtype, given.varying, given.spec,
+                            given.reduced) == (decided.shape, decided.dtype, decided.varying,
+                                               decided.spec, decided.reduced):
         return
     split = "" if decided.spec is None else f" split {_split_of(decided)}"
+    reduced = f" reduced along {sorted(decided.reduced)}" if decided.reduced else ""
     check_program(False, what, f"of type {decided.dtype}{list(decided.shape)} varying along "
-                  f"{sorted(decided.varying)}{split} (as the SMAP rules type it)", given)
+                  f"{sorted(decided.varying)}{reduced}{split} (as the SMAP rules type it)",
+                  given)
 
 
 # --------------------------------------------------------------------------- tracing
@@ -233,6 +239,8 @@ def trace_shard_map(eq: ShardMap, operands: tuple[Value, ...], path: str,
     decided = [] if decided is None else decided
     with staged("trace"):
         with located(path):
+            if outer is not None and eq.checked:   # JAX checks the mesh first (SMAP-30)
+                check_context_mesh(eq.mesh, outer.inner_mesh, path)
             manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
         if eq.checked:
             _check_specs(eq, manual, path)
@@ -327,8 +335,10 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
                      type_inside(eq.mesh, manual, _type_spec(value), len(shape)))
         varying = spec_axes(spec) if eq.check_vma else frozenset()
         given = eq.body.inputs[i] if i < len(eq.body.inputs) else None
+        # (under check_vma, reduced inside along the in spec's reduced axes, SMAP-19's)
         types.append(_typed(given, shape, value.dtype, inner, weak_type=value.weak_type,
-                            varying=varying | value.varying, split=split))
+                            varying=varying | value.varying, split=split,
+                            reduced=frozenset(spec.reduced) if eq.check_vma else frozenset()))
     return tuple(types)
 
 
@@ -344,15 +354,20 @@ def _map_results(eq: ShardMap, manual: frozenset[str], path: str) -> tuple[Value
             with located(where):
                 check_spec_rank(spec, value.shape, f"out_specs[{j}]", f"the body's result {j}")
     if eq.check_vma:
+        # the axes this shard_map makes manual (an enclosing one's stay varying, and so do
+        # the axes Manual in the mesh it is given: nested, all its axes manual already)
+        newly = manual - _manual_in(eq.mesh)
         for j, (where, spec, value) in enumerate(zip(at, eq.out_specs, results)):
             with located(where):
-                # the axes this shard_map makes manual (an enclosing one's stay varying)
-                check_replication(eq.mesh, spec, value.varying & manual, f"out_specs[{j}]")
+                # (reduced along an axis, a result is not the same along it either)
+                check_replication(eq.mesh, spec, (value.varying | value.reduced) & newly,
+                                  f"out_specs[{j}]")
     out = []
     for j, (where, spec, value) in enumerate(zip(at, eq.out_specs, results)):
         with located(where):
             if eq.check_vma:
-                check_reductions_held(spec, f"out_specs[{j}]", "the result")
+                check_reductions_held(spec, f"out_specs[{j}]", "the result",
+                                      reduced=value.reduced)
             check_no_repeated_axes(spec, f"out_specs[{j}]")
             shape = (unshard_shape(eq.mesh, spec, value.shape, manual) if eq.checked
                      else _divided(eq.mesh, spec, value.shape, times=True))
@@ -372,6 +387,12 @@ def _map_results(eq: ShardMap, manual: frozenset[str], path: str) -> tuple[Value
         out.append(value if varying == value.varying else
                    dataclasses.replace(value, varying=varying))
     return tuple(out)
+
+
+def _manual_in(mesh: Mesh | AbstractMesh) -> frozenset[str]:
+    """The axes typed Manual in a mesh a shard_map is given (a nested one's body mesh)."""
+    return frozenset(n for n, t in zip(mesh.axis_names, mesh.axis_types)
+                     if t is AxisType.Manual)
 
 
 def _divided(mesh: Mesh | AbstractMesh, spec: PartitionSpec, shape: tuple[int, ...],
@@ -464,19 +485,40 @@ def _walk_reshard(eq: Reshard, operands: tuple[Value, ...], context: Manual, pat
 def _walk_gathered_to(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: str,
                       decided: list) -> None:
     """An all_gather to invariant or reduced values (``all_gather_invariant``,
-    ``all_gather_reduced``): over no index groups (SMAP-26), over manual axes (SMAP-13)
-    and, to reduced values, of an operand varying along one of them (SMAP-27); its result
-    is left as described."""
+    ``all_gather_reduced``): over no index groups (SMAP-26), over manual axes (SMAP-13),
+    to reduced values of an operand varying along one of them (SMAP-27), of an operand not
+    reduced along them (SMAP-31); to reduced values, its result is typed as SMAP-21 gathers
+    it, no longer varying along its axes but reduced along them (SMAP-31; PROG-0 where the
+    description types it otherwise), to invariant values left as described."""
     params = dict(eq.params)
     axes = collective_axes(eq.primitive, params)
     to = "reduced" if eq.primitive == "all_gather_reduced" else "invarying"
+    operand = operands[0] if operands else None
     with located(path):
         if params.get("axis_index_groups") is not None:
             check_index_groups("all_gather", axes, params["axis_index_groups"],
                                context.check_vma, gathers_to=to)
         check_collective_axes(context.mesh, axes, context.manual, None, lowering=False)
         if to == "reduced":
-            check_gather_to_reduced(axes, operands[0].varying if operands else frozenset())
+            check_gather_to_reduced(axes, operand.varying if operand else frozenset())
+        if operand is not None:
+            check_not_reduced(eq.primitive, axes, _words(operand), operand.reduced)
+    if to == "reduced" and operand is not None and eq.results and len(eq.results) == 1:
+        _gathered_to_reduced(eq, operand, axes, params, context, path)
+
+
+def _gathered_to_reduced(eq: Opaque, operand: Value, axes: tuple, params: dict,
+                         context: Manual, path: str) -> None:
+    """An all_gather to reduced values types its result as an all_gather of its operand
+    (SMAP-21, SMAP-24), no longer varying along its axes but reduced along them."""
+    with located(path):
+        shape = collective_shape("all_gather", operand.shape, context.size(axes),
+                                 {**params, "axes": axes})
+        split = collective_split(context.mesh, "all_gather", axes, _split_of(operand), shape)
+    result = _typed(eq.results[0], shape, operand.dtype, context.inner_mesh,
+                    weak_type=operand.weak_type, varying=operand.varying - set(axes),
+                    split=split, reduced=operand.reduced | set(axes))
+    _same_type(eq.results[0], result, f"the result of the {eq.primitive} at {path}")
 
 
 @IN_SHARD_MAP.register("elementwise")
@@ -484,7 +526,17 @@ def _elementwise(eq: Opaque, operands: tuple[Value, ...], context: Manual, path:
                  decided: list) -> None:
     """An elementwise result inside a body is split over the automatic Explicit axes as
     its operands of its shape are, where they agree (PROG-0: else the description is
-    not JAX's typing)."""
+    not JAX's typing); reduced along its operands' reduced axes (SMAP-32, which refuses
+    operands reduced otherwise, and any in a body leaving axes automatic)."""
+    if any(v.reduced for v in operands):
+        with located(path):
+            reduced = check_reduced_operands(eq.primitive, tuple(
+                (v.varying, v.reduced) for v in operands), all_manual=all(
+                    t is AxisType.Manual for t in context.inner_mesh.axis_types))
+        for result in eq.results:
+            check_program(result.reduced == reduced, f"the result of the {eq.primitive} at "
+                          f"{path}", f"reduced along {sorted(reduced)} as its operands are",
+                          result)
     shape = eq.results[0].shape if len(eq.results) == 1 else None
     specs = {v.spec for v in operands if v.shape == shape}   # canonical: compared as splits
     if len(specs) != 1:
@@ -567,6 +619,7 @@ def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: 
                                   lowering=False)
         else:
             check_collective_axes(mesh, axes, context.manual, None, lowering=False)
+        check_not_reduced(prim, axes, _words(operand), operand.reduced)
         size = context.size(axes)   # an axis named twice counts twice, as in JAX
         if index_groups is not None:   # moved within each group (SMAP-26)
             size = group_size(index_groups)
@@ -576,7 +629,8 @@ def _collective(eq: Opaque, operands: tuple[Value, ...], context: Manual, path: 
     dtype = "int32" if prim == "axis_index" else operand.dtype
     weak = operand.weak_type and prim not in ("all_to_all", "axis_index")
     result = _typed(eq.results[0] if eq.results else None, shape, dtype,
-                    context.inner_mesh, weak_type=weak, varying=varying, split=split)
+                    context.inner_mesh, weak_type=weak, varying=varying, split=split,
+                    reduced=operand.reduced)
     check_program(eq.results is not None and len(eq.results) == 1,
                   f"the results of the {prim} at {path}", "one result", eq.results)
     _same_type(eq.results[0], result, f"the result of the {prim} at {path}")

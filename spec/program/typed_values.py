@@ -114,7 +114,7 @@ _RETYPED = frozenset(d for d in DTYPES if CANONICAL.get(d, d) != d) | {"bool"}
 class Value:
     """A typed value: shape, dtype, weak type, the abstract mesh its type carries (what
     ``jax.typeof`` shows; None: none) and, inside a ``shard_map``, the manual axes it varies
-    over; and — for a program's arguments and constants only — the sharding it lives on
+    over and those it is reduced over (an ``all_gather`` to reduced values gives them); and — for a program's arguments and constants only — the sharding it lives on
     (None: a numpy array or a Python scalar) and whether it is committed.
 
     A value on a NamedSharding over a concrete mesh has that mesh's abstract mesh in its type.
@@ -135,6 +135,7 @@ class Value:
     committed: bool = False
     abstract: bool = False
     spec: PartitionSpec | None = None
+    reduced: frozenset[str] = frozenset()   # inside a shard_map: the manual axes reduced over
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", check_dims(self.shape, what="a value's shape"))
@@ -153,6 +154,12 @@ class Value:
         require_described(self.mesh is None or type(self.mesh) is AbstractMesh,
                  "the mesh of a value's type", "None or an AbstractMesh", self.mesh)
         object.__setattr__(self, "varying", described_axis_names(self.varying, "a value's varying axes"))
+        object.__setattr__(self, "reduced", described_axis_names(
+            self.reduced, "a value's reduced manual axes"))
+        require_described(not self.reduced or (self.mesh is not None and self.reduced
+                                               <= set(self.mesh.axis_names)),
+                          "a value's reduced manual axes", "axes of the mesh of its type",
+                          self.reduced)
         if self.sharding is None:
             _set_type_spec(self, self.spec)
         require_described(not self.varying or (self.mesh is not None and self.varying
@@ -233,7 +240,8 @@ class Value:
         if self.sharding is None and not self.abstract and (dtype, weak) == (
                 self.dtype, self.weak_type):
             return self
-        return Value(self.shape, dtype, weak, self.mesh, self.varying, spec=self.spec)
+        return Value(self.shape, dtype, weak, self.mesh, self.varying, spec=self.spec,
+                     reduced=self.reduced)
 
     @property
     def _python_type(self) -> str | None:
@@ -270,6 +278,8 @@ class Value:
             text += f" over {self.mesh!r}"
         if self.varying:
             text += f" varying {sorted(self.varying)}"
+        if self.reduced:
+            text += f" reduced {sorted(self.reduced)}"
         if self.spec is not None:
             text += f" split {self.spec!r}"
         if self.abstract:
@@ -297,7 +307,8 @@ def _plain_type(value: Value) -> bool:
             and value.abstract is False and value.committed is False
             and value.weak_type is False and type(value.dtype) is str
             and value.dtype in _DTYPE_NAMES and (mesh is None or type(mesh) is AbstractMesh)
-            and type(varying) is frozenset
+            and type(varying) is frozenset and type(value.reduced) is frozenset
+            and not value.reduced
             and (not varying or (mesh is not None and all(type(v) is str for v in varying)
                                  and varying.issubset(mesh.axis_names))))
 
