@@ -17,8 +17,9 @@ enumerating devices:
   ``"model"`` and batch over ``"data"``: the communication report, goal 100 ms, complete —
   the loop body's collectives each run 32 times (COLL-8), the step's bytes counted so —
   and printed whole at 2^16 devices beside the compiled module's on 8, each collective
-  with how often one step runs it (and, one row, FSDP beside it: propagation leaves it
-  open, the reason printed).
+  with how often one step runs it; and with FSDP beside it (parameters split over
+  ``"data"`` too): the weights gathered over ``"data"`` in the loop's body (PROP-14),
+  against the compiled module's on 8.
 
 The anchor is JAX 0.10.2 lowering and compiling the same step, as a function, on 8 CPU
 devices (2 x 4): ``jax.jit(f).lower(*args).compile()``, timed once after a warm-up; ``x
@@ -232,15 +233,16 @@ def scanned_step(mesh: Any, plan: str = "TP") -> Program:
     return describe_program(jax.jit(loss), *args)
 
 
-def scanned_anchor() -> tuple[float, tuple, str]:
+def scanned_anchor(plan: str = "TP") -> tuple[float, tuple, str]:
     """Seconds JAX takes to lower and compile the scanned step on 8 CPU devices (2 x 4),
-    the collectives of the module it compiled and its text."""
+    its parameters split by ``plan``, the collectives of the module it compiled and its
+    text."""
     import jax
     import bench_steps
     from shardlaw.compiled_hlo import collectives_in_hlo as collectives_of
-    loss, args, _ = bench_steps.step(32, True, _eight(), bench_steps.TP)
+    loss, args, _ = bench_steps.step(32, True, _eight(), getattr(bench_steps, plan))
     jax.jit(loss).lower(*args).compile()   # warm JAX up (a step of its own: not cached)
-    loss, args, _ = bench_steps.step(32, True, _eight(), bench_steps.TP)
+    loss, args, _ = bench_steps.step(32, True, _eight(), getattr(bench_steps, plan))
     start = time.perf_counter()
     compiled = jax.jit(loss).lower(*args).compile()
     seconds = time.perf_counter() - start
@@ -338,17 +340,29 @@ def main() -> None:
                 anchor and anchor[0])
     pod = row("scanned", report, "2^16 abstract", lambda: scanned_step(None),
               predicted_collectives, anchor and anchor[0])
-    row("scanned FSDP", report, "2^16 abstract", lambda: scanned_step(None, "FSDP_TP"),
-        predicted_collectives, anchor and anchor[0])
+    fsdp_anchor = None if options.no_jax else scanned_anchor("FSDP_TP")
+    fsdp_eight = row("scanned FSDP", report, "8", lambda: scanned_step(_eight(), "FSDP_TP"),
+                     predicted_collectives, fsdp_anchor and fsdp_anchor[0])
+    fsdp = row("scanned FSDP", report, "2^16 abstract", lambda: scanned_step(None, "FSDP_TP"),
+               predicted_collectives, fsdp_anchor and fsdp_anchor[0])
     if anchor:
         anchor_row("scanned", _count(scanned_step(_eight())), anchor[0], anchor[1], eight,
                    anchor[2])
+    if fsdp_anchor:
+        anchor_row("scanned FSDP", _count(scanned_step(_eight(), "FSDP_TP")), fsdp_anchor[0],
+                   fsdp_anchor[1], fsdp_eight, fsdp_anchor[2])
     print("\nThe scanned step's communication report at 2^16 devices (abstract mesh):")
     print("  " + str(pod).replace("\n", "\n  "))
     if anchor:
         print("The compiled module's on 8 devices (2 x 4), as (kind, bytes per device, runs "
               "per step):")
         for kind, size, runs in _runs(anchor[1], anchor[2]):
+            print(f"  {kind}: {size:,} bytes, {runs} time(s)")
+    print("\nWith FSDP beside it (PROP-14), at 2^16 devices (abstract mesh):")
+    print("  " + str(fsdp).replace("\n", "\n  "))
+    if fsdp_anchor:
+        print("The compiled module's on 8 devices (2 x 4):")
+        for kind, size, runs in _runs(fsdp_anchor[1], fsdp_anchor[2]):
             print(f"  {kind}: {size:,} bytes, {runs} time(s)")
 
 

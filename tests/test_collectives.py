@@ -69,12 +69,14 @@ def test_conflicting_operands_are_gathered():
     assert _keys(real, verdict.collectives)[0] == _keys(real, verdict.collectives)[1]
 
 
-def test_an_axis_moved_between_dimensions_is_left_open_where_xla_makes_an_all_to_all():
-    # one axis wanted by two factors of the add: propagation leaves the result open
-    # (PROP-4), and so the list of collectives, rather than guess the partitioner's choice
+def test_an_axis_moved_between_dimensions_is_the_all_to_all_xla_makes():
+    # one axis wanted by two factors of the add: the first operand's keeps it (PROP-14),
+    # and the second operand's axis moves to the other dimension
     real, verdict = _both(lambda a, b: (a + b,), ((8, 8), P("x", None)), ((8, 8), P(None, "x")))
     assert [c.kind for c in real] == ["all-to-all"]
-    assert verdict.collectives.undetermined.rule == "PROP-4" and len(verdict.collectives) == 0
+    assert [c.kind for c in verdict.collectives] == ["all-to-all"]
+    real_keys, predicted_keys = _keys(real, verdict.collectives)
+    assert real_keys == predicted_keys
 
 
 def test_the_cpu_backend_keeps_an_all_reduce_and_a_slice_where_others_reduce_scatter():

@@ -75,11 +75,11 @@ def test_an_intermediate_takes_the_larger_operand_s_split_before_a_broadcast_s()
     assert verdict.out_shardings == (from_jax(real[0]),)
 
 
-def test_one_axis_wanted_by_two_factors_is_left_open_with_its_reason():
+def test_one_axis_wanted_by_two_factors_goes_to_the_first_operand_s_of_one_size():
+    # PROP-14 (more in tests/test_propagation_fsdp.py): the factors grow in turn
     real, verdict = _run(lambda a, b: (a @ b,), ((8, 8), P("x", None)), ((8, 8), P(None, "x")))
-    assert verdict.out_shardings == (UNSPECIFIED,)
-    (path, why), = verdict.undetermined
-    assert "PROP-4" in why and "two factors" in why
+    assert real[0].spec == P("x", None)
+    assert verdict.out_shardings == (from_jax(real[0]),) and verdict.undetermined == ()
 
 
 def test_a_reshape_needing_a_sub_axis_is_left_open():

@@ -111,15 +111,14 @@ def test_two_manual_axes_of_three_leave_the_third_to_the_body():
 
 
 @checks("PROP-11")
-def test_a_manual_axis_an_operand_holds_elsewhere_is_left_open_with_its_reason():
-    # XLA moves 'x' to dimension 0 by an all-to-all: the result is P('x'); the spec does
-    # not write how the partitioner drops a manual axis from a free dimension
+def test_a_manual_axis_an_operand_holds_elsewhere_goes_to_the_manual_dimension():
+    # XLA moves 'x' to dimension 0 by an all-to-all: the result is P('x'); the manual
+    # prefix's factor keeps 'x' and the free dimension's is cut (PROP-14)
     mesh = _mesh()
     f = _smap(mesh, _cos, P("x", None), P("x", None), "x")
     real, verdict = _compare(f, mesh, ((8, 8), P(None, "x")))
     assert real[0].spec == P("x")
-    assert verdict.out_shardings == (UNSPECIFIED,)
-    assert "PROP-4" in verdict.undetermined[0][1]
+    assert verdict.out_shardings == (from_jax(real[0]),)
 
 
 @checks("PROP-11", "COLL-4")

@@ -798,7 +798,8 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
     program = dataclasses.replace(program, inputs=inputs, devices=jax.device_count(),
                                   hoist_constants=_hoisting())
     return program if jitted is None else _under_jit(jitted, program, args,
-                                                     getattr(inner, "__name__", "vmapped"))
+                                                     getattr(inner, "__name__", "vmapped"),
+                                                     results)
 
 
 def _one_jit_call(inner: Any, examples: Any) -> bool:
@@ -839,10 +840,12 @@ def _unmapped(values: tuple, levels: list[dict]) -> list:
     return values
 
 
-def _under_jit(jitted: Any, program: Program, args: tuple, name: str) -> Program:
+def _under_jit(jitted: Any, program: Program, args: tuple, name: str, results: Any = None
+               ) -> Program:
     """``jax.jit`` of the vmapped function: its options read from its trace, its body the
     spec's batched program (the batched jit call, then vmap's moves, which ``program``
-    already is as ``jax.jit`` of the function; or the batched jit call alone)."""
+    already is as ``jax.jit`` of the function; or the batched jit call alone).
+    ``results``: the function's results on one example."""
     jax = _jax()
     try:
         eqn = jax.make_jaxpr(jitted)(*args).jaxpr.eqns[0]
@@ -852,7 +855,7 @@ def _under_jit(jitted: Any, program: Program, args: tuple, name: str) -> Program
         except Exception:   # (inside vmap's batching rules: the spec's batched program)
             from .refused_batching import refused_in_batching
             refused = refused_in_batching(jitted, args, lambda options: _jitted(
-                program, options, name))
+                program, options, name), results)
             if refused is None:
                 raise
             return refused

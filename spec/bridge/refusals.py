@@ -37,7 +37,8 @@ The call is located from the frames JAX's error passed through (its traceback un
 the jit, scan, while, cond, switch, remat, custom-function and shard_map bodies JAX was
 tracing, outermost first, and the call in the innermost; a call under a ``vmap`` called
 in a body (one, two, or one with ``spmd_axis_name``) is described as vmap's batching
-would stage it (:mod:`~shardlaw.spec.bridge.refused_under_vmap`). A call in a
+would stage it (:mod:`~shardlaw.spec.bridge.refused_under_vmap`, which also locates a
+call JAX refused inside vmap's batching rule for it). A call in a
 ``custom_jvp``'s rule, which JAX traces only under AD, is described inside the rule when
 the bridge reads it (:func:`describe_refused_rule`), and the ``jax.grad`` or ``jax.jvp``
 that traced it refused by the spec's rewrite
@@ -65,6 +66,9 @@ from .refused_primitives import (
 from .refused_transposes import (
     TRANSPOSED, transposed_call, transposed_construct, transposed_level,
 )
+from .refused_under_vmap import (
+    batched_out_specs, bound_call, bound_call_frame, in_batching_rule,
+)
 
 __all__ = ["describe_refused", "describe_refused_rule", "calls_one_jit", "frame_options"]
 
@@ -85,7 +89,7 @@ _CONSTRUCT_CHECKS = {("loops", "_check_carry_type"): "scan_carry",
 def _files() -> dict[str, str]:
     """The JAX source files whose frames locate a refusal, by role."""
     from jax._src import api, core, pjit, shard_map
-    from jax._src.interpreters import partial_eval
+    from jax._src.interpreters import batching, partial_eval
     from jax._src.lax import parallel
     from jax._src.lax.control_flow import conditionals, loops
 
@@ -96,7 +100,7 @@ def _files() -> dict[str, str]:
     return {"pe": partial_eval.__file__, "pjit": pjit.__file__, "api": api.__file__,
             "smap": shard_map.__file__, "core": core.__file__,
             "loops": loops.__file__, "conds": conditionals.__file__,
-            "parallel": parallel.__file__,
+            "parallel": parallel.__file__, "batching": batching.__file__,
             "jax": os.path.dirname(jax.__file__)}
 
 
@@ -137,6 +141,7 @@ class _Refused:
     call: dict
     jit: dict | None
     placed: list[str] = dataclasses.field(default_factory=list)   # its equations' paths
+    batched: bool = False   # refused by vmap's batching rule for it, past JAX's own checks
 
     def refuses_at(self, path: str | None) -> bool:
         """Whether a refusal at ``path`` is of the equations described for the call (or
@@ -151,7 +156,7 @@ def _locate(error: BaseException, rule: bool = False
     call it refused; None where the call is not of a kind described or sits in a body of
     another kind (a shard_map's, a transformation's inside the body); ``rule``: raised
     tracing a custom_jvp's rule (its ``jvp_jaxpr_fun``), the outermost body."""
-    from .refused_bodies import body_construct, construct_locals
+    from .refused_bodies import construct_locals
 
     files = _files()
     roles = {path: role for role, path in files.items() if role != "jax"}
@@ -160,9 +165,7 @@ def _locate(error: BaseException, rule: bool = False
     construct: tuple[str, dict] | None = None   # a scan's or remat's, likewise
     for frame, _ in traceback.walk_tb(error.__traceback__):
         where = (roles.get(frame.f_code.co_filename), frame.f_code.co_name)
-        kind = (body_construct(frame) or transposed_construct(frame) or (  # a rule's trace
-            "custom_rule" if rule and where == ("pe", "jvp_jaxpr_thunk") else None)) \
-            if pending is None else None
+        kind = _construct_kind(frame, where, rule) if pending is None else None
         dynamic = transposed_level(frame) if where == ("pe", "trace_to_jaxpr_dynamic") and \
             construct is not None and construct[0] == "transposed_jit" else None
         if dynamic is not None:   # a transposed jit's body
@@ -181,6 +184,8 @@ def _locate(error: BaseException, rule: bool = False
             construct = None
         elif where == ("pjit", "_trace_for_jit"):
             pending = frame.f_locals
+        elif where == ("batching", "process_primitive") and bound_call_frame(frame, levels):
+            return levels, _Refused("batched_call", dict(frame.f_locals), None, batched=True)
         elif kind is not None:
             construct = (kind, construct_locals(kind, frame))
         elif where in _CONSTRUCT_CHECKS and construct is not None:   # a loop's, a cond's
@@ -199,12 +204,21 @@ def _locate(error: BaseException, rule: bool = False
             call = dict(frame.f_locals, called=frame.f_code.co_name)
             return levels, _Refused(kind, call, pending if inner else None)
         elif where == ("smap", "wrapped") and pending is None:
-            if not _inside_body(error, frame, files["jax"]):
+            if not _inside_body(error, frame, files["jax"]) or batched_out_specs(error):
                 return _shard_map_call(error, frame, levels)
         elif (pending is not None or construct is not None) and \
                 not frame.f_code.co_filename.startswith(files["jax"]):
             return None   # user code between a jit and its body: not a jit's trace
     return _bound(frame, where, levels, idle=pending is None and construct is None)
+
+
+def _construct_kind(frame: Any, where: tuple, rule: bool) -> str | None:
+    """The kind of body a construct's frame is about to trace (a custom_jvp's rule, where
+    ``rule``: raised tracing one), else None."""
+    from .refused_bodies import body_construct
+
+    return body_construct(frame) or transposed_construct(frame) or (
+        "custom_rule" if rule and where == ("pe", "jvp_jaxpr_thunk") else None)
 
 
 def _bound(frame: Any, where: tuple, levels: list[_Level], idle: bool
@@ -284,13 +298,14 @@ def _described_refusal(error: BaseException, inputs: tuple, options: dict, jitte
     from ..core.rules import Rejection
     from ..program.explain import explain_program
 
-    kind = None
+    kind, refused = None, None
     try:
         located = _locate(error)
         if located is None:
             return None
         levels, refused = located
         kind = refused.kind
+        refused.batched = refused.batched or in_batching_rule(error)
         top = 1 if jitted or _only_calls_a_jit(levels) else 0
         if any(level.equations() for level in levels[:top]):
             return None
@@ -302,9 +317,10 @@ def _described_refusal(error: BaseException, inputs: tuple, options: dict, jitte
             program = _described(levels[top:], refused, inputs,
                                  {**options, **frame_options(levels[top].jit)}, "", read_body)
         verdict = explain_program(program, until="trace")
-    except Rejection as refusal:   # a scan's length refused while describing the call
-        failure = refusal.failure
-        if kind != "scan_length" or refusal.stage != "trace" or not (
+    except Rejection as refusal:   # a scan's length, or vmap's batching, refused while
+        failure = refusal.failure   # describing the call
+        batched = refused is not None and refused.batched
+        if (kind != "scan_length" and not batched) or refusal.stage != "trace" or not (
                 {failure.jax_error, failure.error_type.__name__} & names):
             return None
         raise refusal from None
@@ -428,7 +444,10 @@ def _next_call(rest: list[_Level], refused: _Refused, read_body: Callable[..., P
     from .refused_under_vmap import under_vmap
 
     values, make = _call_into(rest, refused, read_body)
-    own = refused.kind in ("constraint", "device_put", "jit_in")
+    # (checked by JAX on the example: a shard_map's specs before its body, where no
+    # staging of the body refused it)
+    own = not refused.batched and (refused.kind in ("constraint", "device_put", "jit_in") or (
+        refused.kind == "shard_map" and refused.jit is None))
     return under_vmap(values, make, refused.placed, enclosing, own)   # (a vmap in the body)
 
 
@@ -480,6 +499,8 @@ def _flat_operands(frame: dict, kind: str) -> list:
         return primitive_operands(frame)
     if kind == "collective":
         return collective_operands(frame)
+    if kind == "batched_call":
+        return list(frame["tracers"])
     return list(frame["args_ft"].vals)
 
 
@@ -557,6 +578,8 @@ def _refused_equations(refused: _Refused, operands: tuple, path: str,
     if refused.kind == "scan_length":
         from .refused_bodies import refused_length
         return refused_length(call, path)
+    if refused.kind == "batched_call":
+        return bound_call(call, path, read_body).renumbered(operands),
     return (_refused_jit(refused, operands, path, read_body),)
 
 

@@ -19,7 +19,10 @@ that is not manual, or splitting a dimension it does not divide, or past the ran
 given another mesh than the context's, traced as given the context mesh (in the
 enclosing body's context where it is a body's) or as under its own, so
 the body holds what the function does (and the ``pvary`` JAX adds where the result does not
-vary along an axis its out spec names), and the spec's rule refuses the specs first.
+vary along an axis its out spec names), and the spec's rule refuses the specs first. Under a
+``vmap`` JAX refuses the results of the call its batching rule staged: that staging's
+specs, the batch dimension in them, are the equation's (not checked against its operands,
+as a call a batching rule binds).
 :mod:`~shardlaw.spec.bridge.refusals` locates the call and places the equation in the
 program; the program stands only where the spec refuses it as JAX does.
 """
@@ -60,12 +63,16 @@ def refused_shard_map(call: dict, staged: dict | None, operands: tuple, path: st
     if staged is not None:
         body = _staged_body(staged, path, read_body)
         out_specs = tuple(staged["out_specs"])
+        # (the specs JAX staged: a vmap's batching rule binds the call with the batch
+        # dimension in them, its checks against the operands made on one example)
+        in_specs = tuple(staged["in_specs"])
         results = tuple(_put_together(mesh, s, body.value_types[n])
                         for s, n in zip(out_specs, body.outputs))
         return ShardMap(tuple(operands), results, body=body, mesh=from_jax(mesh),
-                        in_specs=tuple(from_jax(s) for s in flat_in),
+                        in_specs=tuple(from_jax(s) for s in in_specs),
                         out_specs=tuple(from_jax(s) for s in out_specs), manual_axes=manual,
-                        check_vma=bool(call["check_vma"]))
+                        check_vma=bool(call["check_vma"]),
+                        checked=in_specs == tuple(flat_in))
     traced = _substitute(call, mesh, manual, flat_in, path, read_body)
     out_flat = jax.tree_util.tree_leaves(call["out_specs"], is_leaf=_is_spec)
     if len(out_flat) != len(traced.out_specs) or not all(_is_spec(s) for s in out_flat):
@@ -117,15 +124,18 @@ def _put_together(mesh: Any, spec: Any, value: Value) -> Value:
     return Value.typed(tuple(shape), value.dtype, weak_type=value.weak_type)
 
 
-def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset) -> Any:
+def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset,
+          rank: int | None = None) -> Any:
     """``spec`` with the entries JAX refuses left out (None): an axis not manual, a split
-    that does not divide its dimension (``shape`` given), an entry past the rank."""
+    that does not divide its dimension (``shape`` given), an entry past the rank (of
+    ``shape``, or ``rank`` given)."""
     import jax
 
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
     entries = []
+    rank = len(shape) if shape is not None else rank
     for i, entry in enumerate(tuple(spec.partitions)):
-        if shape is not None and i >= len(shape):
+        if rank is not None and i >= rank:
             break
         axes = entry if isinstance(entry, tuple) else (entry,) if entry else ()
         ways = 1
@@ -148,16 +158,19 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
     examples = [_example(v) for v in leaves]
     in_specs = jax.tree_util.tree_unflatten(tree, [
         _kept(s, tuple(jax.typeof(v).shape), mesh, manual) for s, v in zip(flat_in, leaves)])
-    out_specs = jax.tree_util.tree_map(lambda s: _kept(s, None, mesh, manual),
-                                       call["out_specs"], is_leaf=_is_spec)
-    mapped = jax.shard_map(call["f"], mesh=mesh, in_specs=tuple(in_specs) if isinstance(
-        call["args"], tuple) else in_specs, out_specs=out_specs, axis_names=set(manual),
-        check_vma=bool(call["check_vma"]))
+    in_specs = tuple(in_specs) if isinstance(call["args"], tuple) else in_specs
+    given = jax.tree_util.tree_unflatten(tree, examples)
     context = jax.sharding.get_abstract_mesh()
     # (under another mesh jax.set_mesh set, SMAP-30: traced as given its own)
     with contextlib.nullcontext() if context.empty or context == mesh.abstract_mesh else \
             jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-        closed = jax.make_jaxpr(mapped)(*jax.tree_util.tree_unflatten(tree, examples))
+        ranks = iter(_result_ranks(call, mesh, manual, in_specs, given))
+        out_specs = jax.tree_util.tree_map(
+            lambda s: _kept(s, None, mesh, manual, next(ranks)), call["out_specs"],
+            is_leaf=_is_spec)
+        mapped = jax.shard_map(call["f"], mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                               axis_names=set(manual), check_vma=bool(call["check_vma"]))
+        closed = jax.make_jaxpr(mapped)(*given)
     inputs = tuple(read_type(v.aval, f"operand {i} of {path}")
                    for i, v in enumerate(closed.jaxpr.invars))
     program = read_body(closed.jaxpr, list(closed.consts), inputs, f"{path}.substitute.")
@@ -165,6 +178,24 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
     if len(found) != 1:
         raise TypeError("the substitute call holds other than one shard_map")
     return found[0]
+
+
+def _result_ranks(call: dict, mesh: Any, manual: frozenset, in_specs: Any, given: Any
+                  ) -> list:
+    """The rank of each of the body's results, one per out spec leaf (an out spec past it
+    is refused after the body, SMAP-7): the body traced with every result replicated and
+    unchecked, which only its shapes are read from."""
+    import jax
+
+    out_flat = jax.tree_util.tree_leaves(call["out_specs"], is_leaf=_is_spec)
+    replicated = jax.tree_util.tree_map(lambda _: jax.sharding.PartitionSpec(),
+                                        call["out_specs"], is_leaf=_is_spec)
+    probe = jax.shard_map(call["f"], mesh=mesh, in_specs=in_specs, out_specs=replicated,
+                          axis_names=set(manual), check_vma=False)
+    results = jax.tree_util.tree_leaves(jax.eval_shape(probe, *given))
+    if len(results) != len(out_flat):
+        raise TypeError("out_specs not one spec per result")
+    return [len(r.shape) for r in results]
 
 
 def _in_body_mesh(call: dict, enclosing: dict, path: str,

@@ -15,29 +15,50 @@ of the example is (the batch dimension, which the call does not split, leaves th
 example's conflict as it was), at the path the batching puts it: ``body[2]`` for a
 constraint, ``body[1].jit.body[0]`` for the ``add`` of a ``jnp.add`` (a jit) under vmap.
 
+A ``jax.shard_map`` JAX refused at the call for its specs (SMAP-3, SMAP-7, SMAP-8, checked
+against the example) is batched with them kept: its batched specs, the batch entry
+inserted, checked against the batched operands, which refuse where the example's do. One
+refused after its body (SMAP-7 of an out spec, SMAP-11) was refused as vmap's batching rule
+staged it, and is described from that staging, batched already
+(:mod:`~shardlaw.spec.bridge.refused_shard_map`).
+
 Where batching gives one equation it is staged in the body as it is; several (an operand
-moved to the batch axis first) are staged as one jit of them, ``body[2].jit.body[1]``.
-Where the spec's batching refuses the call while describing it, or does not place the
-refused equation where a path can name it (a cond's branch, which batching turns into a
-``select_n``), there is no description and JAX's error stands.
+moved to the batch axis first) are staged as one jit of them, ``body[2].jit.body[1]``. A
+call in a cond's branch whose predicate vmap batches is placed in the jit the branch
+becomes before the ``select_n``, ``body[2].jit.body[1]`` for a constraint after a ``mul``.
+
+JAX also refuses in vmap's batching rule for a call, after the call passed its checks on
+the example (:func:`in_batching_rule`): the rule's own checks (a constraint's or an inner
+jit's shardings naming the spmd axis, WSC-7, BAT-4, BAT-5; a shard_map's specs, PBAT-1),
+or the typing of what the rule stages (the ``select_n`` a cond with a batched predicate
+becomes, PROG-8). The call is then batched without its checks kept; one vmap was
+batching when JAX refused inside its rule, a jit, cond, scan, while loop or remat, is read
+from that primitive's parameters as JAX staged it on the example (:func:`bound_call`).
+Where the spec's batching refuses such a call with JAX's class, describe_program raises
+that refusal (rule, stage, path), as it does where the spec's vmap of a whole function
+refuses; where it does not refuse one JAX refused on the example, or refuses otherwise,
+there is no description and JAX's error stands.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import traceback
 from typing import Any, Callable
 
-from ..program.batching_rules import KEPT, PLACES, BatchAxis, BatchedBody, push_batched
+from ..core.rules import staged
+from ..program.batching_rules import (
+    KEPT, PLACES, BatchAxis, BatchedBody, described_path, push_batched,
+)
 from ..program.description import Jit, Program
 
-__all__ = ["under_vmap"]
+__all__ = ["under_vmap", "in_batching_rule", "batched_out_specs", "bound_call_frame",
+           "bound_call"]
 
 # a body's next call: (its operands' value numbers, its path) -> the equations added
 Next = Callable[[tuple, str], tuple]
 _INDEX = re.compile(r"body\[(\d+)\]")
-_WALKED = re.compile(r"\.(remat2|custom_jvp_call|custom_vjp_call)\.")
-_BRANCH = re.compile(r"\.cond\.branches\[(\d+)\]\.")
 
 
 def under_vmap(values: list, make: Next, placed: list[str], enclosing: Any,
@@ -133,11 +154,16 @@ def _batched(make: Next, numbers: tuple, path: str, types: list, levels: list,
         rw = BatchedBody(body, dims, axis, prefix)
         places: dict[str, int] = {}
         tokens = PLACES.set(places), KEPT.set(frozenset(placed[before:] if own else ()))
-        try:
+        try:   # (a refusal of vmap's batching rule for the call: tracing's, as JAX's is)
             for j, eq in enumerate(body.equations):
                 where = f"{prefix}body[{start + j}]"
-                push_batched(rw, eq, where)
+                with staged("trace"):
+                    push_batched(rw, eq, where)
                 places[where] = start + len(rw.equations) - 1
+                for i in range(len(getattr(eq, "branches", ()))):   # (a select's jits)
+                    branch = f"{where}.cond.branches[{i}]"
+                    if branch in places:
+                        places[branch] += start
         finally:
             PLACES.reset(tokens[0])
             KEPT.reset(tokens[1])
@@ -155,17 +181,24 @@ def _batched(make: Next, numbers: tuple, path: str, types: list, levels: list,
 def _moved(path: str, places: dict[str, int], prefix: str) -> str:
     """An equation's path in the body batched (the body at ``prefix``), from its path in
     the body described: each ``body[i]`` after the prefix where the batching put it (a
-    path it did not batch: one no refusal meets)."""
+    path it did not batch: one no refusal meets); a cond's branch that a batched index
+    turned into a jit before a ``select_n`` is that jit."""
     if not path.startswith(prefix):
         return path
     # (the batching names a remat's or a custom function's body by its kind and a cond's
     # branch by its number, explain_program each by the jit it is walked as)
-    places = {_BRANCH.sub(r".cond.body[\1].jit.", _WALKED.sub(".jit.", key)): index
-              for key, index in places.items()}
+    named = {described_path(key): index for key, index in places.items()}
     out, last = [prefix], len(prefix)
     for match in _INDEX.finditer(path, len(prefix)):
-        index = places.get(path[:match.end()])
-        if index is None and path[:match.start()].endswith(("while.", "cond.")):
+        before = path[:match.start()]
+        index = named.get(path[:match.end()])
+        selected = places.get(f"{before}branches[{match.group(1)}]") \
+            if before.endswith("cond.") else None
+        if selected is not None:   # the branch's jit, in place of the cond
+            out[-1] = f"{out[-1].rpartition('body[')[0]}body[{selected}]"
+            last = match.end()
+            continue
+        if index is None and before.endswith(("while.", "cond.")):
             index = int(match.group(1))   # a while's predicate or body, a cond's branch
         if index is None:
             return "(not placed by the batching)"
@@ -184,3 +217,85 @@ def _nested(path: str, prefix: str, start: int) -> str:
         return path
     return f"{prefix}body[{start}].jit.body[{int(index) - start}]{rest}"
 
+
+
+def in_batching_rule(error: BaseException) -> bool:
+    """Whether JAX raised ``error`` in vmap's batching rule for a call, past the checks it
+    made of the call on one example: a batching rule's frame (a primitive a vmap batches,
+    a shard_map it batches) after the last of the user's frames."""
+    import os
+
+    import jax
+    from jax._src import shard_map
+    from jax._src.interpreters import batching
+
+    ours = os.path.dirname(jax.__file__)
+    rules = {(batching.__file__, "process_primitive"), (shard_map.__file__, "_shard_map_batch")}
+    inside = False
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        code = frame.f_code
+        if not code.co_filename.startswith(ours):
+            inside = False   # (the user's code: a rule before it batched something else)
+        elif (code.co_filename, code.co_name) in rules and \
+                isinstance(frame.f_locals.get("self", frame.f_locals.get("trace")),
+                           batching.BatchTrace):
+            inside = True
+    return inside
+
+
+def batched_out_specs(error: BaseException) -> bool:
+    """Whether JAX raised ``error`` batching a shard_map's out specs (vmap's rule for the
+    call, after the body: the call's own refusal, not its body's)."""
+    from jax._src import shard_map
+
+    last = None
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        last = frame.f_code
+    return last is not None and (last.co_filename, last.co_name) == (
+        shard_map.__file__, "_batch_out_specs")
+
+
+def bound_call_frame(frame: Any, levels: list) -> bool:
+    """Whether ``frame`` is the batching, by a vmap called inside the innermost body of
+    ``levels`` (the bodies JAX was tracing), of an inner jit, a cond, a scan, a while loop
+    or a remat (its primitive), whose body or branches JAX traced on one example before."""
+    from jax._src import ad_checkpoint, pjit
+    from jax._src.interpreters import batching
+    from jax._src.lax.control_flow import conditionals, loops
+
+    local = frame.f_locals
+    trace = local.get("self")
+    if not levels or not isinstance(trace, batching.BatchTrace) or "tracers" not in local \
+            or local.get("p") not in (pjit.jit_p, conditionals.cond_p, loops.scan_p,
+                                      loops.while_p, ad_checkpoint.remat_p):
+        return False
+    enclosing = levels[-1].trace
+    while isinstance(trace, batching.BatchTrace):
+        trace = trace.parent_trace
+    return trace is enclosing
+
+
+def bound_call(call: dict, path: str, read_body: Callable[..., Program]) -> Any:
+    """The jit, cond, scan, while or remat equation vmap was batching (``call``: the locals of its
+    frame), as JAX staged it on the example: its bodies and options read from the
+    primitive's parameters, over the example's values numbered from 0."""
+    import jax
+
+    primitive, params = call["p"], dict(call["params"])
+    examples = [_example(jax.typeof(t)) for t in call["tracers"]]
+    closed = jax.make_jaxpr(lambda *xs: primitive.bind(*xs, **params))(*examples)
+    types = tuple(_type(t, i) for i, t in enumerate(call["tracers"]))
+    program = read_body(closed.jaxpr, list(closed.consts), types, f"{path}.bound.")
+    if len(program.equations) != 1 or \
+            program.equations[0].operands != tuple(range(len(types))):
+        raise TypeError("a batched call not read as one equation over its operands")
+    return program.equations[0]
+
+
+def _example(aval: Any) -> Any:
+    """A value of the example as a ShapeDtypeStruct of its type."""
+    import jax
+
+    sharding = None if aval.sharding.mesh.empty else aval.sharding
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding,
+                                weak_type=aval.weak_type)

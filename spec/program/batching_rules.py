@@ -25,11 +25,12 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
+import re
 from typing import Any
 
 from ..core.rules import Rejection, located
 from ..core.shardings import UNSPECIFIED, NamedSharding
-from ..core.values import UNCONSTRAINED, AbstractMesh, Mesh, PartitionSpec
+from ..core.values import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, PartitionSpec
 from ..transforms.arguments import place_on_devices
 from ..transforms.batching import batch_sharding
 from ..transforms.constraint import Constraint, batch_constraint
@@ -48,7 +49,7 @@ from .shardmap_batching import (
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["BatchAxis", "BatchedBody", "split_batch", "split_at", "operands_batch_split", "batch_entry", "batch_body", "check_staged", "PLACES", "KEPT", "with_batch_entry", "push_batched", "batch_jit_body",
+__all__ = ["BatchAxis", "BatchedBody", "split_batch", "split_at", "operands_batch_split", "batch_entry", "batch_body", "check_staged", "PLACES", "KEPT", "kept", "described_path", "with_batch_entry", "push_batched", "batch_jit_body",
            "batched_type", "inserted", "rearranged", "moved_axis", "transpose_equation",
            "broadcast_equation", "unit_typed", "batch_typed", "batched_parameter", "typed_like", "KEEPS_AXIS", "SHIFTS", "MOVES"]
 
@@ -172,6 +173,23 @@ PLACES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("PLACES", d
 # made of them on the example kept (:func:`with_batch_entry`).
 KEPT: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("KEPT",
                                                                       default=frozenset())
+
+# The kinds of body a batching path names that explain_program walks as a jit's, and a
+# cond's branch, which it walks as ``cond.body[i].jit``.
+_WALKED = re.compile(r"\.(remat2|custom_jvp_call|custom_vjp_call)\.")
+_BRANCH = re.compile(r"\.cond\.branches\[(\d+)\]\.")
+
+
+def described_path(path: str) -> str:
+    """An equation's path as batching names it, as explain_program names it."""
+    return _BRANCH.sub(r".cond.body[\1].jit.", _WALKED.sub(".jit.", path))
+
+
+def kept(path: str) -> bool:
+    """Whether the equation batching meets at ``path`` is one of :data:`KEPT`."""
+    paths = KEPT.get()
+    return bool(paths) and described_path(path) in paths
+
 
 class BatchedBody:
     """A body being rewritten: its equations so far, the new number and the batch axis of
@@ -304,7 +322,7 @@ def _batch_jit_equation(rw: BatchedBody, eq: Jit, numbers: tuple, dims: tuple, p
 @BATCHING.register("sharding_constraint")
 def _batch_constraint_equation(rw: BatchedBody, eq: ShardingConstraint, numbers: tuple,
                                dims: tuple, path: str) -> None:
-    if path in KEPT.get():   # its fit to the example checked as the batched value's
+    if kept(path):   # its fit to the example checked as the batched value's
         sharding, loose = with_batch_entry(eq.sharding, dims[0], rw.axis,
                                            eq.unconstrained_dims or frozenset())
         rw.add(ShardingConstraint(numbers, sharding=sharding, unconstrained_dims=loose), dims)
@@ -320,7 +338,7 @@ def _batch_device_put(rw: BatchedBody, eq: DevicePut, numbers: tuple, dims: tupl
     mapped = {d for d in dims if d is not None}
     check_program(len(mapped) == 1, f"the operands of the device_put at {path}",
                   "batched at one axis (JAX's batching asserts it)", dims)
-    if path in KEPT.get():   # its targets' fit to the example checked as the batched value's
+    if kept(path):   # its targets' fit to the example checked as the batched value's
         rw.add(DevicePut(numbers, targets=tuple(
             t if d is None else with_batch_entry(t, d, rw.axis, None)[0]
             for t, d in zip(eq.targets, dims))), dims)
@@ -365,7 +383,7 @@ def _batch_jit(eq: Jit, numbers: tuple, dims: tuple, axis: BatchAxis, path: str
                ) -> tuple[Jit, tuple]:
     """The jit equation vmap builds: its body batched, then its shardings."""
     body = batch_jit_body(eq.body, dims, axis, f"{path}.jit.", f"{path}.jit.")
-    checked = eq.checked and (all(d is None for d in dims) or path in KEPT.get())
+    checked = eq.checked and (all(d is None for d in dims) or kept(path))
     return Jit(numbers, body=body[0], name=eq.name, checked=checked), body[1]
 
 
@@ -431,10 +449,14 @@ def with_batch_entry(sharding: Any, d: int, axis: BatchAxis, loose: frozenset[in
     if not isinstance(sharding, NamedSharding):
         return sharding, frozenset() if loose is None else loose
     names = axis.names
-    entry = _spec_entry(names) if names else None if loose is None else UNCONSTRAINED
+    # (left to the compiler only over a mesh with an Auto axis, which UNCONSTRAINED needs:
+    # over Explicit axes alone the example's refusal, WSC-5, is what the check meets)
+    open_batch = loose is not None and not names and \
+        AxisType.Auto in tuple(sharding.mesh.axis_types)
+    entry = _spec_entry(names) if names else UNCONSTRAINED if open_batch else None
     spec = sharding.spec
     moved = frozenset() if loose is None else frozenset(u + (d <= u) for u in loose) | (
-        frozenset() if names else frozenset({d}))
+        frozenset({d}) if open_batch else frozenset())
     return NamedSharding(sharding.mesh, P(*inserted(spec.partitions, d, entry),
                                           unreduced=spec.unreduced, reduced=spec.reduced),
                          memory_kind=sharding.memory_kind), moved
@@ -454,7 +476,8 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis,
                      ) -> tuple[ShardMap, tuple]:
     """shard_map under vmap (JAX's ``_shard_map_batch``): the batched operands' specs gain
     the batch dimension, the body is batched over the per-shard batch, then the results'
-    specs gain it where the body put it."""
+    specs gain it where the body put it; unchecked against its operands, but where JAX
+    checked the call on one example (:data:`KEPT`)."""
     names, entry = axis.names, _spec_entry(axis.names)
     sizes = eq.mesh.sizes_by_name if names is not None else {}
     if names is not None:
@@ -487,7 +510,7 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis,
     ways = math.prod(sizes.get(n, 1) for n in (names or ()))
     results = tuple(batched_type(r, d, 0 if d is None else rw.types[n].shape[d] * ways)
                     for r, d, n in zip(eq.results, out_dims, outputs))
-    checked = eq.checked and all(d is None for d in dims)
+    checked = eq.checked and (all(d is None for d in dims) or kept(path))
     new = dataclasses.replace(eq, operands=numbers, results=results, body=body,
                               in_specs=in_specs, out_specs=out_specs, checked=checked)
     return new, out_dims

@@ -39,6 +39,7 @@ import math
 from typing import Any
 
 from ..core.rules import rule
+from ..core.shardings import UNSPECIFIED
 from ..core.values import AxisType, Mesh
 from .description import Program
 from .lowering import equation_path, live_parts
@@ -182,8 +183,9 @@ def operation_splits(factors: Any, splits: list[dict[str, tuple[str, ...]]], cou
     """An operation computes each factor a result holds split as the result is, a reduced
     factor split as its operands split it when they all agree, and any other factor unsplit.
 
-    None where the operands disagree on a reduced factor: the partitioner chooses by cost
-    between gathering an operand and slicing another.
+    None where the operands disagree on a reduced factor beyond the axes the result's
+    factors hold (those it is never split over): the partitioner chooses by cost between
+    gathering an operand and slicing another.
 
     >>> from shardlaw.spec.program.primitives import Factors
     >>> dot = Factors((("i", "j"), ("j", "k")), (("i", "k"),), reduced=frozenset("j"))
@@ -193,13 +195,20 @@ def operation_splits(factors: Any, splits: list[dict[str, tuple[str, ...]]], cou
     >>> print(operation_splits(dot, [{"i": (), "j": ("y",)}, {"j": (), "k": ()},
     ...                              {"i": (), "k": ()}], 2))
     None
+    >>> operation_splits(dot, [{"i": ("x",), "j": ()}, {"j": ("x",), "k": ()},
+    ...                        {"i": ("x",), "k": ()}], 2)   # ('x' is the result's)
+    {'i': ('x',), 'k': (), 'j': ()}
     """
     chosen: dict[str, tuple[str, ...]] = {}
     for read in splits[count:]:
         chosen.update(read)
+    held = {a for axes in chosen.values() for a in axes}
     for f in sorted(factors.reduced):
         given = [read.get(f, ()) for read in splits[:count]
                  if any(f in dims for dims in factors.operands[splits[:count].index(read)])]
+        if any(g != given[0] for g in given):   # (no axis a result's factor holds: PROP-14)
+            given = [g[:next((i for i, a in enumerate(g) if a in held), len(g))]
+                     for g in given]
         if any(g != given[0] for g in given):
             return None
         chosen[f] = given[0] if given else ()
@@ -471,8 +480,11 @@ def _returns(program: Program, splits: dict, mesh: Mesh, done: set
     ``P('y', 'z')`` after an all-gather and a collective-permute)."""
     results = predicted_results(program)   # (propagate answered: so does this)
     types = program.value_types
+    given = program.out_shardings or (UNSPECIFIED,) * len(results)
     out: list[Collective] = []
     for k, (n, need) in enumerate(zip(program.outputs, results)):
+        if given[k] is UNSPECIFIED:   # (left to the compiler: COLL-16)
+            need = returned_split(need, types[n], mesh)
         if splits[n] == need or (n, need) in done:
             continue
         done.add((n, need))
@@ -673,9 +685,10 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
         operands.append((i, need, _reshards(op, i, held[i], need)))
     summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"),
                          entry_of(eq).name.startswith("reduce_"))
+    used = {a for axes in chosen.values() for a in axes}   # (a gather of those comes first)
     if summed and not isinstance(summed, Undetermined) and any(
-            not isinstance(made, Undetermined) and any(c.kind == "all-gather" for c in made)
-            for _, _, made in operands):
+            not isinstance(made, Undetermined) and any(c.kind == "all-gather" and not set(
+                c.axes) <= used for c in made) for _, _, made in operands):
         summed = Undetermined("COLL-3", "a split reduction whose operand is also gathered: "
                               "the partitioner orders the gather and the all-reduce by its "
                               "own plan", "")
@@ -704,14 +717,17 @@ def along_a_split(eq: Any, held: tuple) -> bool:
 
 def _operand_beyond(factors: Any, read: list, chosen: dict, count: int) -> dict:
     """The factors a result holds (not reduced) that an operand splits beyond the result's
-    split, to that operand's longest split (empty: none)."""
+    split, to that operand's longest split (empty: none); not where the next axis is one
+    another factor computes with (the operand is then gathered: PROP-14's projection)."""
     out = {}
+    held = {a for axes in chosen.values() for a in axes}
     for f, split in chosen.items():
         if f in factors.reduced:
             continue
         for r in read[:count]:
             longer = r.get(f, ())
-            if len(longer) > len(split) and longer[:len(split)] == split:
+            if len(longer) > len(split) and longer[:len(split)] == split \
+                    and longer[len(split)] not in held:
                 out[f] = max(out.get(f, ()), longer, key=len)
     return out
 
@@ -791,6 +807,12 @@ class _Operation:
         return ReplicaGroups(self.mesh, axes) if isinstance(self.mesh, Mesh) else None
 
 
+def _holds_every_axis(split: Split, mesh: Any) -> bool:
+    """Whether a value split so is replicated over no mesh axis of size above 1."""
+    return {n for n in mesh.axis_names if mesh.axis_size(n) > 1} <= {
+        a for axes in split for a in axes}
+
+
 def _reshards(op: _Operation, i: int, have: Split, need: Split
               ) -> list[Collective] | Undetermined:
     """The collectives that bring operand ``i`` from ``have`` to ``need`` (COLL-2)."""
@@ -802,6 +824,11 @@ def _reshards(op: _Operation, i: int, have: Split, need: Split
                             f"the partitioner chooses how (a collective-permute, or a gather "
                             f"and a slice)", op.path)
     used = {a for split in op.chosen.values() for a in split}
+    if op.factors is not None and _holds_every_axis(have, op.mesh):
+        # (an axis only a factor outside the operand takes leaves it by a gather alone where
+        # the operand holds every axis; one it is replicated over, XLA may route it through)
+        own = set("*".join((op.factors.operands + op.factors.results)[i]).split("*"))
+        used = {a for f, split in op.chosen.items() if f in own for a in split}
     for kind, _, axes in steps:
         if kind == "all-gather" and used & set(axes):
             return Undetermined("COLL-2", f"operand {i} loses mesh axes "
@@ -892,3 +919,4 @@ returned_reshards = _returns
 # The collectives inside a loop's and a cond's body (its own module for size; it builds on
 # this one): imported here so its rules are registered with this module's.
 from . import collectives_loops as _loops  # noqa: E402,F401
+from .collectives_boundaries import returned_split  # noqa: E402

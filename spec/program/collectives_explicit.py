@@ -18,12 +18,12 @@ where it holds no collective (COLL-12).
 >>> a = Value.placed((8, 8), NamedSharding(mesh, P("x", None)))
 >>> inner = Program((Value.typed((8, 8)),), (Opaque((0,), primitive="sin",
 ...                 results=(Value.typed((8, 8)),)),), outputs=(1,),
-...                 out_shardings=(NamedSharding(mesh, P(None, "y")),))
+...                 out_shardings=(NamedSharding(mesh, P()),))
 >>> step = Program((a,), (Jit((0,), results=(Value.typed((8, 8)),), body=inner),),
 ...                outputs=(1,))
->>> print(inlined_collectives(step))
-1 collective(s) on cpu, 64 bytes per device
-  all-gather over ('x',) at body[0] (operand 0): float32[8, 2], 64 bytes per device
+>>> print(inlined_collectives(step))   # (the out sharding moved onto sin's value: PROP-18)
+1 collective(s) on cpu, 256 bytes per device
+  all-gather over ('x',) at body[0].jit.body[0] (operand 0): float32[8, 8], 256 bytes per device
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from typing import Any
 from ..core.rules import rule
 from ..core.shardings import UNSPECIFIED
 from .collectives import Collective, along_a_split, combined, equation_collectives, moved
+from .collectives_boundaries import shares_reshard
 from .primitives import entry_of
 from .propagation import FLOW_KINDS, Undetermined, propagated, propagation_mesh
 from .propagation_pins import implied_out_shardings
@@ -297,10 +298,12 @@ def _move(walk: _Walk, comp: _Computation, value: int, need: tuple, where: str, 
     """Reshard ``value`` to ``need`` in ``comp`` (COLL-10), once per (value, split); not
     where the value it becomes (``to``) is dead (jit's dead-code elimination removes it)."""
     have = walk.splits[value] if have is None else have
+    shared = shares_reshard(where)   # (a loop's operand is resharded on its own: COLL-15)
     if (to is not None and to not in walk.flat.live) or \
-            not boundary_moves(have, need, where) or (value, need) in comp.done:
+            not boundary_moves(have, need, where) or (shared and (value, need) in comp.done):
         return None
-    comp.done.add((value, need))
+    if shared:
+        comp.done.add((value, need))
     made = moved(walk.flat.types[value], have, need, walk.mesh, path, operand)
     if isinstance(made, Undetermined):
         return made

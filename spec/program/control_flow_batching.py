@@ -31,7 +31,7 @@ from typing import Any
 
 from ..core.rules import Rejection
 from .batching_rules import (
-    BatchedBody, batch_body, batch_entry, batch_jit_body, batch_typed, broadcast_equation,
+    PLACES, BatchedBody, batch_body, batch_entry, batch_jit_body, batch_typed, broadcast_equation,
     inserted, moved_axis, rearranged, transpose_equation,
 )
 from .control_flow import Cond, CustomJvp, CustomVjp, Scan, While
@@ -139,7 +139,8 @@ def batch_cond(rw: BatchedBody, eq: Cond, numbers: tuple, dims: tuple, path: str
 def _as_select(rw: BatchedBody, eq: Cond, index: int, dim: int, moved: list, inside: list,
                prefix: str) -> None:
     """A cond whose index is batched: every branch on the operands, then a select_n of
-    each result by the index (batched at axis 0)."""
+    each result by the index (batched at axis 0); a cond of one branch (what a description
+    of a call refused in a branch holds) its branch's results."""
     results = len(eq.results)
     index = _moved_to(rw, index, dim, 0)
     outs = []
@@ -148,7 +149,12 @@ def _as_select(rw: BatchedBody, eq: Cond, index: int, dim: int, moved: list, ins
                               [0] * results)
         rw.add(Jit(tuple(moved), body=body, name=f"branches[{i}]", checked=False),
                (0,) * results)
+        places = PLACES.get()
+        if places is not None:   # (where the branch now is: a jit of its own)
+            places[f"{prefix}branches[{i}]"] = len(rw.equations) - 1
         outs.append(list(range(len(rw.types) - results, len(rw.types))))
+    if len(outs) == 1:   # (a cond of one branch, the refused one described: its results)
+        return
     for j in range(results):
         cases = [o[j] for o in outs]
         # (typed as select_n's rule types it: as the first case typed over a mesh)

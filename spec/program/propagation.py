@@ -294,7 +294,7 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
     the pass in which each value last grew; ``step``: what the equation's types fix and
     the reads met so far; ``fixed``: the values placed whole or in part, the barred axes."""
     form = step.form
-    tensors, sizes, holders, read = form.tensors, form.sizes, form.holders, form.read
+    tensors, holders, read = form.tensors, form.holders, form.read
     current = [read(i, dims, splits[number], mesh, path)
                for i, (dims, number) in enumerate(zip(tensors, numbers))]
     chosen: dict[str, tuple[str, ...]] = {}
@@ -323,26 +323,39 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
             _stop("PROP-4", "two splits of one factor conflict on a mesh with Explicit axes: "
                   "how the partitioner resolves it beside a type is not written", path)
         if len(given) > 1 and any(_conflict(g, _takes(h, fixed, n)) for g, n in given
-                                  if grown.get(n) == priority for h, _ in given):
+                                  if grown.get(n) == priority and n not in fixed.chains
+                                  for h, _ in given):   # (PROP-15: chains come first)
             if fixed.contested is None:
                 _stop("PROP-4", ORDER_DECIDES, path)
             fixed.contested.append(numbers)
-    _check_apart({f: split for f, split in chosen.items()
-                       if _may_grow(f, split, tensors, numbers, current, fixed)}, current, path)
+    targets = [chosen] * len(tensors)
+    if _axes_apart({f: split for f, split in chosen.items()
+                    if _may_grow(f, split, tensors, numbers, current, fixed)}, current):
+        targets = _resolve_apart(form, current, chosen, directions, numbers, fixed, grown,
+                                 priority, path, mesh)   # (PROP-14)
+    targets = _sideways(targets, rule_, holders, current, numbers, fixed.held)   # (PROP-18)
+    return _grow(form, numbers, current, targets, splits, fixed, mesh, path, grown, priority)
+
+
+def _grow(form: "_StepForm", numbers: tuple, current: list, targets: list, splits: dict,
+          fixed: "Limits", mesh: Mesh, path: str, grown: dict, priority: int) -> list:
+    """Each tensor of a step grown to its target factor splits where they extend its own:
+    the (tensor, split) of each value that grew, in order."""
     grew = []
-    for k, (dims, number) in enumerate(zip(tensors, numbers)):
+    for k, (dims, number) in enumerate(zip(form.tensors, numbers)):
         if number in fixed.closed:
             continue
         read = current[k]
-        longer = {f: split for f, split in chosen.items() if f in read and split != read[f]
-                  and split[:len(read[f])] == read[f]}
+        longer = {f: split for f, split in targets[k].items() if f in read
+                  and split != read[f] and split[:len(read[f])] == read[f]}
         if not longer:   # (a read projects back onto the split it was read from)
             continue
         merged = {**read, **longer}
-        new = _grown(number, dimension_splits(dims, merged, sizes, mesh), splits, fixed, path)
+        new = _grown(number, dimension_splits(dims, merged, form.sizes, mesh), splits, fixed,
+                     path)
         if new is not None:
             splits[number] = new
-            grown[number] = priority
+            grown[number], fixed.by[number] = priority, numbers
             grew.append((k, new))
     return grew
 
@@ -358,10 +371,14 @@ class Limits:
     open: dict
     barred: dict
     contested: list | None = None   # the steps of such conflicts met (None: stop at one)
+    by: dict = dataclasses.field(default_factory=dict)   # (the step each value last grew by)
+    chains: frozenset = frozenset()   # (values settled before their reader: PROP-15)
+    held: frozenset = frozenset()   # the closed values not placed by an out sharding (PROP-18)
 
     def state(self, number: int) -> tuple:
         """What of value ``number`` the limits fix (a step's outcome depends on it)."""
-        return (number in self.closed, self.open.get(number), self.barred.get(number))
+        return (number in self.closed, self.open.get(number), self.barred.get(number),
+                number in self.held)
 
 
 ORDER_DECIDES = ("two splits of one factor conflict while one of them is still growing: the "
@@ -418,8 +435,10 @@ def _propagated(program: Program, opened: frozenset = frozenset(), contested: bo
                       for i, t in enumerate(flat.types)}
             grown: dict[int, int] = {}
             memo = _Memo(flat.steps)   # per step, across the passes (_settle)
-            limits = Limits(frozenset(set(flat.fixed) - set(flat.open)), flat.open,
-                            flat.barred, [] if contested else None)
+            closed = frozenset(set(flat.fixed) - set(flat.open))
+            limits = Limits(closed, flat.open, flat.barred, [] if contested else None,
+                            chains=_chains(flat.steps, flat.equations, closed),
+                            held=closed - flat.returned)
             for priority in range(len(PASSES)):
                 if not _settle(flat.steps, splits, limits, mesh, priority, grown, memo):
                     return Undetermined("PROP-4", f"propagation did not settle "
@@ -473,9 +492,12 @@ class Flat:
     rules: dict = dataclasses.field(default_factory=dict, repr=False)
     reshaped: dict = dataclasses.field(default_factory=dict)
     broadcasts: dict = dataclasses.field(default_factory=dict)   # (result: operand, where)
+    concats: dict = dataclasses.field(default_factory=dict)   # (result: operands, dimension)
     contested: dict = dataclasses.field(default_factory=dict)
     led: list = dataclasses.field(default_factory=list)   # (joins a constraint leads: PROP-13)
     edges: list = dataclasses.field(default_factory=list)  # (every join and led join, in order)
+    returned: set = dataclasses.field(default_factory=set)  # (placed by an out sharding)
+    written: set = dataclasses.field(default_factory=set)  # (a user constraint's results)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -543,6 +565,7 @@ def flatten(program: Program, mesh: Mesh, opened=frozenset()) -> Flat | Undeterm
     placed = _place(flat, constraints, outputs, _out_shardings(program, mesh), mesh)
     if placed is None:
         placed = _typed(flat, mesh)
+        _unbar(flat)
     return flat if placed is None else placed
 
 
@@ -581,6 +604,7 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
                                 "whether the partitioner moves it onto the value is not "
                                 "determined by the spec yet")
         _pin(flat, n, *placed_pin(given, mesh, len(flat.types[n].shape)))
+        flat.returned.add(n)   # (kept on the function's result: no sideways cut, PROP-18)
     return None
 
 
@@ -615,6 +639,8 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
             pin, why = _constraint_pin(eq, types[eq.operands[0]], types[numbers[0]], mesh)
             if pin is not None:
                 constraints.append((operands[0], results[0], pin, path))
+                if eq.kind == "sharding_constraint":
+                    flat.written.add(results[0])   # (lowered as written: PROP-19)
                 continue
             rule_ = Undetermined("PROP-6", why, path)
         else:
@@ -634,6 +660,8 @@ def _inline(program: Program, ids: list, prefix: str, flat: Flat, mesh: Mesh,
         if is_reshape(name, flat.types[operands[0]] if operands else None,
                       flat.types[results[0]] if results else None):
             flat.reshaped[results[0]] = operands[0]
+        if name == "concatenate":   # (a slice of one operand's range folds to it)
+            flat.concats[results[0]] = (tuple(operands), dict(eq.params)["dimension"])
         every = tuple(operands + results)
         flat.steps.append((entry, rule_, every, tuple([flat.types[i] for i in every]), path,
                            len(operands)))
@@ -752,7 +780,8 @@ def _applied(at: tuple, step: "_StepMemo", splits: dict, fixed: "Limits", mesh: 
     if step.states is None:   # (the limits hold through one propagation)
         step.states = tuple([fixed.state(n) for n in every])
     key = (id(directions), tuple([splits[n] for n in every]), step.states,
-           tuple([grown.get(n) == priority for n in every]))
+           tuple([grown.get(n) == priority for n in every]),
+           tuple([fixed.by.get(n) == every for n in every]))
     outcomes = step.form.outcomes
     found = outcomes.get(key)
     if found is None:
@@ -772,7 +801,7 @@ def _applied(at: tuple, step: "_StepMemo", splits: dict, fixed: "Limits", mesh: 
         found = found[0]
     for k, new in found:
         splits[every[k]] = new
-        grown[every[k]] = priority
+        grown[every[k]], fixed.by[every[k]] = priority, every
     return found
 
 
@@ -822,7 +851,9 @@ class _StepForm:
         self.reads: dict = {}
         self.outcomes: dict = {}   # what _apply did, by what it reads (_applied)
         self.tensors = rule_.operands + rule_.results
-        count = len(rule_.operands)
+        self.count = count = len(rule_.operands)
+        self.elementwise = entry.kind is Kind.ELEMENTWISE or entry.name in ELEMENTWISE_NAMES \
+            or entry.name in SHARDING_ONLY_ELEMENTWISE   # (Shardy's isElementwise: PROP-14)
         # per factor, the operands and the results whose dimensions hold it, in order
         self.holders: dict[str, tuple[list[int], list[int]]] = {}
         for i, dims in enumerate(self.tensors):
@@ -945,7 +976,8 @@ from .propagation_pins import (  # noqa: E402
     rebroadcast as _rebroadcast,
     is_reshape, takes_of as _takes,
     implied_out_shardings as _out_shardings,
-    check_axes_apart as _check_apart, constraint_pin as _constraint_pin,
+    axes_apart as _axes_apart, resolve_apart as _resolve_apart,
+    constraint_pin as _constraint_pin,
     contested_values as _contested, may_grow as _may_grow, move_pins as _move, pin as _pin,
     place_constraints as _place_constraints,
     typed_pins as _typed,
@@ -953,7 +985,9 @@ from .propagation_pins import (  # noqa: E402
 from .propagation_shardmap import shard_map_boundary as _shard_map  # noqa: E402
 from .propagation_schedule import (  # noqa: E402
     PASSES, chosen as _chosen, conflict as _conflict, directions as _directions,
+    forward_chains as _chains,
 )
 from .propagation_meshes import over_the_inputs_mesh as _over_the_inputs_mesh  # noqa: E402
 from .propagation_flow import check_joins as _check_joins  # noqa: E402
 from .propagation_constants import split_constants as _split_constants  # noqa: E402
+from .propagation_sideways import operand_splits as _sideways, unbar as _unbar  # noqa: E402

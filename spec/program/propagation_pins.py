@@ -20,11 +20,12 @@ from .description import Program
 from .primitives import Factors, entry_of
 from .sharding_factors import broadcast_factors, factors_of_dimension
 from .propagation import COPY, ORDER_DECIDES, Flat, Split, Undetermined, placed_pin, stop
+from .propagation_schedule import ordered_growth
 
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
            "rebroadcast", "move_pins", "manual_boundary", "grown_split", "barred_cut", "takes_of", "folded",
            "place_constraints", "constraint_pin", "joined_constraint_pin", "reshard_pin",
-           "may_grow", "check_axes_apart", "contested_values"]
+           "may_grow", "axes_apart", "resolve_apart", "contested_values"]
 
 
 def _apart(a: tuple, b: tuple) -> bool:
@@ -113,7 +114,8 @@ def boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path
     """The value an inner jit's body sees for ``number`` under its in (``into``) or out
     sharding: ``number`` itself when none is given; an operand not placed otherwise is
     placed on its in sharding, whatever its other uses (seen: ``sin(a)`` returned and
-    passed to a jit of in sharding ``P('x')`` comes back ``P('x')``); else a new value
+    passed to a jit of in sharding ``P('x')`` comes back ``P('x')``), and the value its
+    body returns on its out sharding alike; else a new value
     placed on it and linked to ``number`` (the partitioner keeps the shardings as
     written)."""
     if sharding is UNSPECIFIED:
@@ -125,8 +127,9 @@ def boundary(flat: Flat, number: int, sharding: Any, value: Any, mesh: Any, path
     inner = flat.new(value)
     pin(flat, inner, *placed)
     link(flat, number, inner, path)
-    if into and not any(placed[1]) and AxisType.Explicit not in mesh.axis_types:
-        # moved onto ``number`` once the dead code is gone; over Explicit axes lowering
+    if not any(placed[1]) and AxisType.Explicit not in mesh.axis_types:
+        # moved onto ``number`` once the dead code is gone (an out sharding too, onto the
+        # value the body returns: seen, PROP-18's cut follows it); over Explicit axes lowering
         # constrains ``number`` to its type first, and the sharding stays a constraint in
         # the callee as written (seen: P('x', None) on a value typed P(None, 'y') is
         # ``[{"x"}, {}]``), propagated through
@@ -262,9 +265,28 @@ def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int |
         return first
     if name in ("slice", "dynamic_slice") and result.shape == flat.types[operands[0]].shape:
         return operands[0]
+    if name == "slice" and operands[0] in flat.concats:
+        return _sliced_part(dict(eq.params), *flat.concats[operands[0]], flat)
     if eq.kind == "reshard" and (result.mesh is None or AxisType.Explicit not in
                                  result.mesh.axis_types):
         return operands[0]   # (typed over no Explicit axis: lowering emits nothing)
+    return None
+
+
+def _sliced_part(params: dict, parts: tuple, axis: int, flat: Flat) -> int | None:
+    """The operand of a concatenate along ``axis`` whose whole range a slice takes (StableHLO
+    folds the slice to it; seen: ``concatenate([a, b])[0:4]`` of ``a`` on ``P(None)`` and
+    ``b`` on ``P('y')`` comes back ``P(None)``); None: another slice."""
+    if any(s != 1 for s in params.get("strides") or ()):
+        return None
+    offset = 0
+    for part in parts:
+        shape = flat.types[part].shape
+        if all((start, limit) == ((offset, offset + n) if d == axis else (0, n))
+               for d, (start, limit, n) in enumerate(zip(
+                   params["start_indices"], params["limit_indices"], shape))):
+            return part
+        offset += shape[axis]
     return None
 
 
@@ -448,20 +470,46 @@ def may_grow(f: str, split: tuple[str, ...], tensors: tuple, numbers: tuple, cur
     return False
 
 
-def check_axes_apart(chosen: dict, current: list, path: str) -> None:
-    """An axis another factor holds, or would take, in a tensor of a factor: Shardy cuts
-    the split there, and what the partitioner then makes of the value is its own."""
+def axes_apart(chosen: dict, current: list) -> set:
+    """The mesh axes another factor holds, or would take, in a tensor of a factor that
+    would take them too (empty: none; PROP-14 then orders the factors)."""
+    found: set = set()
     for f, split in chosen.items():
-        if not split:
-            continue
-        for t in current:
-            if f not in t:
-                continue
-            for g, axes in t.items():
-                if g != f and set(split) & (set(axes) | set(chosen.get(g, ()))):
-                    stop("PROP-4", f"a mesh axis of {sorted(set(split) & (set(axes) | set(chosen.get(g, ()))))} "
-                          f"would split two factors of one equation; Shardy cuts the split "
-                          f"and the partitioner places the rest by its own order", path)
+        for t in current if split else ():
+            if f in t:
+                found.update(a for g, axes in t.items() if g != f
+                             for a in set(split) & (set(axes) | set(chosen.get(g, ()))))
+    return found
+
+
+def resolve_apart(form: Any, current: list, chosen: dict, directions: dict, numbers: tuple,
+                  fixed: Any, grown: dict, priority: int, path: str, mesh: Any) -> list[dict]:
+    """Each tensor's factor splits where one mesh axis would split two factors of an
+    equation (PROP-14), or why not: a dimension of several factors (a reshape's), or a cut
+    decided by a value another equation grew in this pass (which comes first is then the
+    partitioner's order of visiting)."""
+    apart = sorted(axes_apart(chosen, current))
+    if any("*" in dim for dims in form.tensors for dim in dims):
+        stop("PROP-4", f"a mesh axis of {apart} would split two factors of an equation "
+             f"whose dimension holds several factors: how Shardy cuts them is not written",
+             path)
+
+    def takes(k: int, f: str, split: tuple) -> tuple:
+        number = numbers[k]
+        opens = fixed.open.get(number)
+        if number in fixed.closed or (opens is not None and not any(
+                o and f in factors_of_dimension(d) for d, o in zip(form.tensors[k], opens))):
+            return ()
+        return takes_of(split, fixed, number)
+    state, cuts = ordered_growth(form.tensors, current, chosen, directions, form.count,
+                                 form.sizes, takes, form.elementwise, mesh)
+    for axis, k in cuts:
+        if grown.get(numbers[k]) == priority and fixed.by.get(numbers[k]) != numbers \
+                and numbers[k] not in fixed.chains:   # (PROP-15: a chain comes first)
+            stop("PROP-4", f"a mesh axis of {[axis]} would split two factors of one "
+                 f"equation, and a value holding it grew in this pass: which factor keeps "
+                 f"it is the partitioner's order of visiting operations", path)
+    return state
 
 
 def contested_values(flat: Flat, limits: Any) -> dict:

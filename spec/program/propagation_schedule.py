@@ -13,13 +13,16 @@ applies it equation by equation; its own module for size.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from ..core.rules import rule
 from .primitives import Factors, Kind
 from .propagation import ELEMENTWISE_FIRST, factor_split
 from .sharding_factors import factors_of_dimension
 
-__all__ = ["PASSES", "directions", "chosen", "one_way", "conflict"]
+__all__ = ["PASSES", "directions", "chosen", "one_way", "conflict", "ordered_growth",
+           "forward_chains"]
 
 # The partitioner's schedule (Shardy's op-priority propagation): each pass runs to a fixed
 # point over the operations and factors it admits, and the next admits more.
@@ -78,3 +81,123 @@ def one_way(leading: list[tuple[str, ...]], following: list[tuple[str, ...]]
 def conflict(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     """Whether neither split is a prefix of the other."""
     return a[:len(b)] != b and b[:len(a)] != a
+
+
+def _factor_order(tensors: tuple, current: list, chosen: dict, count: int, sizes: dict,
+                  ways: Any) -> list:
+    """((-source size, -ways, source, position), factor) of each factor with a split to
+    grow: its source the largest tensor holding that whole split, the earliest of equal
+    ones; ``ways(split)``: how many pieces a split makes (0: not compared)."""
+    size = [math.prod(sizes[f] for f in t) for t in current]
+    order: list = []
+    for position, f in enumerate(dict.fromkeys(f for dims in tensors[count:] + tensors[:count]
+                                               for dim in dims
+                                               for f in factors_of_dimension(dim))):
+        split = chosen.get(f, ())
+        sources = [k for k, t in enumerate(current) if f in t and t[f][:len(split)] == split]
+        if split and sources:
+            source = max(sources, key=lambda k: (size[k], -k))
+            order.append(((-size[source], -ways(split), source, position), f))
+    return order
+
+
+@rule("PROP-14", mirrors="shardy: AggressiveFactorPropagation::propagateFactorShardings")
+def ordered_growth(tensors: tuple, current: list, chosen: dict, directions: dict,
+                   count: int, sizes: dict, takes: Any, elementwise: bool, mesh: Any
+                   ) -> tuple[list[dict], list]:
+    """Where one mesh axis would split two factors of an equation, its factors grow in turn,
+    the largest source tensor's first, and each tensor takes a factor's split cut before the
+    first axis another of its factors holds.
+
+    A factor's source is the largest tensor (of its operands, then results) holding its
+    whole split; ties go, in an elementwise operation, to the split of more pieces, then to
+    the earlier tensor, then the earlier factor. Each factor grows
+    the results, then the operands (a backward factor only these, a forward one only
+    those); ``takes(k, f, split)`` is what tensor ``k``'s limits let it take. An
+    elementwise operation's operand takes no more than its results hold. Gives each
+    tensor's factor splits after, and per cut the axis and the tensor whose split decided
+    it (the cut tensor, where the other factor held the axis before; else that factor's
+    source).
+
+    (Seen: ``a`` on ``P('x', None)`` times ``b`` on ``P(None, 'x')``, of one size: ``a``'s
+    factor comes first and the product is ``P('x', None)``; ``max`` of ``P('x', 'y', None)``
+    and ``P(('x', 'y'), None, None)`` is ``P(('x', 'y'))``; a projection ``[b, k] @ [k, n]``
+    whose result holds ``'data'`` on ``b`` keeps its weight's ``'data'`` off ``n``.)
+
+    >>> from shardlaw.spec import Mesh
+    >>> splits, cut = ordered_growth(
+    ...     (("f0", "f1"), ("f0", "f1"), ("f0", "f1")),
+    ...     [{"f0": ("x",), "f1": ()}, {"f0": (), "f1": ("x",)}, {"f0": (), "f1": ()}],
+    ...     {"f0": ("x",), "f1": ("x",)}, {"f0": "both", "f1": "both"}, 2,
+    ...     {"f0": 8, "f1": 8}, lambda k, f, split: split, True, Mesh.iota((2, 4), ("x", "y")))
+    >>> splits[2], cut
+    ({'f0': ('x',), 'f1': ()}, [('x', 1), ('x', 0), ('x', 0)])
+    """
+    state = [dict(t) for t in current]
+    order = _factor_order(tensors, current, chosen, count, sizes, lambda split: math.prod(
+        mesh.axis_size(a) for a in split) if elementwise else 0)
+    cuts: list = []
+    source_of = {f: k for (_, _, k, _), f in order}
+    for _, f in sorted(order):
+        way = directions.get(f, "both")
+        targets = ([] if way == "backward" else list(range(count, len(state)))) + (
+            [] if way == "forward" else list(range(count)))
+        for k in targets:
+            if f not in state[k]:
+                continue
+            old, new = state[k][f], takes(k, f, chosen[f])
+            if not (len(old) < len(new) and new[:len(old)] == old):
+                continue
+            held = {a: g for g, axes in state[k].items() if g != f for a in axes}
+            cut = next((i for i, a in enumerate(new) if a in held), len(new))
+            if cut < len(new):   # (whose timing decides it: k's own, or the holder's source)
+                g = held[new[cut]]
+                cuts.append((new[cut], k if new[cut] in current[k][g] else source_of[g]))
+            new = new[:cut]
+            if elementwise and k < count:   # (no operand grows sideways past the results)
+                for r in state[count:]:
+                    held_r = r.get(f, new)
+                    if len(held_r) < len(new) and new[:len(held_r)] == held_r:
+                        new = held_r
+            if len(new) > len(old):
+                state[k][f] = new
+    return state, cuts
+
+
+@rule("PROP-15", mirrors="shardy: the greedy rewrite driver's worklist (top-down, program order)")
+def forward_chains(steps: list, equations: list, placed: Any) -> frozenset:
+    """A value a one-operand elementwise equation computes from a placed value, or from
+    another such value, read by one later equation alone, holds its whole split when that
+    equation is first visited.
+
+    Shardy's driver visits the operations in program order first, and a value's split
+    grows only from the equations that read or write it; so a conflict between such
+    values keeps the prefix they share (PROP-2) whatever else grows in the pass. ``steps``
+    and ``equations`` are :class:`~shardlaw.spec.program.propagation.Flat`'s, ``placed``
+    the values placed whole. (Seen: ``sin(a) + cos(b)`` of ``P('y')`` and ``P('z')``, in
+    either order, is ``P()``; of ``P(('x', 'y'))`` and ``P(('x', 'z'))``, ``P('x')``.)
+
+    >>> from shardlaw.spec.program.primitives import entry_of_name
+    >>> sin = (entry_of_name("sin"), None, (0, 2), (), "body[0]", 1)
+    >>> add = (entry_of_name("add"), None, (2, 1, 3), (), "body[1]", 2)
+    >>> sorted(forward_chains([sin, add], [], {0, 1}))
+    [2]
+    """
+    readers: dict = {}
+    for _, _, every, _, path, count in steps:
+        for n in every[:count]:
+            readers.setdefault(n, set()).add(path)
+    for path, _, operands, _ in equations:
+        for n in operands:
+            readers.setdefault(n, set()).add(path)
+    order = {step[4]: k for k, step in enumerate(steps)}
+    chains: set = set()
+    for k, (entry, _, every, _, _, count) in enumerate(steps):
+        if count != 1 or len(every) != 2 or entry.kind is not Kind.ELEMENTWISE \
+                or entry.name == "copy":
+            continue
+        read = readers.get(every[1], ())
+        if (every[0] in placed or every[0] in chains) and len(read) == 1 and all(
+                order.get(p, -1) > k and steps[order[p]][0].name != "copy" for p in read):
+            chains.add(every[1])
+    return frozenset(chains)
