@@ -360,11 +360,12 @@ class FlowCase:
     case: Case
 
 
-def _inside(kind: str, body: Callable[..., tuple], args: tuple) -> Any:
+def _inside(kind: str, body: Callable[..., tuple], args: tuple, count: int) -> Any:
     """``body`` over ``args`` run inside ``kind``: a loop carries the first argument (the
     others closed over) through the body's first result, a scan stacking its last; a
-    branching kind takes the body as one branch and negations (a sine) as the others; the
-    predicates are read off the data without literals (a description holds none)."""
+    branching kind takes the body as one branch and negations (a sine) as the others, one
+    for each of the body's ``count`` results (the body is not called outside the branch);
+    the predicates are read off the data without literals (a description holds none)."""
     import jax
     import jax.numpy as jnp
 
@@ -379,7 +380,6 @@ def _inside(kind: str, body: Callable[..., tuple], args: tuple) -> Any:
         return jax.lax.while_loop(lambda c: c[1] < s + s,
                                   lambda c: (body(c[0], *rest)[0], c[1] + s), (first, s - s))[0]
     if kind in ("cond", "switch"):
-        count = len(body(*args))
         others = [lambda *a: (jnp.negative(a[0]),) * count,
                   lambda *a: (jnp.sin(a[0]),) * count][:1 if kind == "cond" else 2]
         taken = jnp.sum(first) > jnp.sum(jnp.negative(first))
@@ -401,7 +401,8 @@ def _inside(kind: str, body: Callable[..., tuple], args: tuple) -> Any:
 def flow_function(flow: FlowCase) -> Callable[..., Any]:
     """The real function a flow case describes (not yet jitted)."""
     recipe = flow.case.body
-    return lambda *args: _inside(flow.kind, lambda *a: tuple(run_body(recipe, list(a))), args)
+    return lambda *args: _inside(flow.kind, lambda *a: tuple(run_body(recipe, list(a))), args,
+                                 len(recipe.outputs))
 
 
 def flow_options(flow: FlowCase) -> dict:

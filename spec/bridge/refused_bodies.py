@@ -18,7 +18,7 @@ into it as it walks into any body and refuses at the equation's path
   function's arguments, its results the refused body's;
 * a while loop's body is the body of a
   :class:`~shardlaw.spec.program.control_flow.While` returning the carry it was given (its
-  predicate as JAX traced it), a refused predicate that of a While whose predicate returns
+  predicate as JAX traced it, its constants the loop's first operands), a refused predicate that of a While whose predicate returns
   a bool of the description's after the refused call (its body, not traced yet, returns
   the carry); the refused one is walked first or alone, at ``while.body[1]`` or
   ``while.body[0]``;
@@ -187,7 +187,16 @@ def body_call(level: Any, values: list, next_call: Next, read_body: Callable[...
                       prevent_cse=cse if isinstance(cse, bool) else True),)
     index = [_index(local["pred"])] if kind == "cond" else [local["index"]] \
         if kind == "switch" else []
-    return index + consts + _own_operands(kind, local), make
+    return index + _predicate_consts(local, kind, predicate) + consts + \
+        _own_operands(kind, local), make
+
+
+def _predicate_consts(local: dict, kind: str, predicate: bool) -> list:
+    """The constants of a while loop's predicate, traced before JAX refused its body: the
+    loop's first operands, as JAX makes them (values of the enclosing body among them)."""
+    if kind != "while" or predicate:
+        return []
+    return list(local["cond_jaxpr"].consts)
 
 
 def _while(local: dict, predicate: bool, consts: int, operands: tuple, path: str,
@@ -197,6 +206,8 @@ def _while(local: dict, predicate: bool, consts: int, operands: tuple, path: str
     refused one ends with the call into the next level, and returns what a while's must
     (its body the carry it was given, its predicate a bool of the description's); the
     other one as JAX traced it (the predicate) or not yet (the body: its carry as given)."""
+    from jax._src.interpreters.partial_eval import convert_constvars_jaxpr
+
     from .program import read_type
 
     where = f"{path}.while.body[{0 if predicate else 1}].jit."
@@ -213,12 +224,13 @@ def _while(local: dict, predicate: bool, consts: int, operands: tuple, path: str
                      body_consts=0)
     refused = dataclasses.replace(refused, outputs=tuple(range(consts, len(inputs))),
                                   out_shardings=())
-    closed = local["cond_jaxpr"]
-    cond = read_body(closed.jaxpr, list(closed.consts), tuple(
+    closed = local["cond_jaxpr"]   # (its constants its first inputs, the loop's operands)
+    opened = convert_constvars_jaxpr(closed.jaxpr)
+    cond = read_body(opened, [], tuple(
         read_type(v.aval, f"input {i} of {path}.while.body[0].jit")
-        for i, v in enumerate(closed.jaxpr.invars)), f"{path}.while.body[0].jit.")
-    return While(operands, carry, cond=cond, body_fun=refused, cond_consts=0,
-                 body_consts=consts)
+        for i, v in enumerate(opened.invars)), f"{path}.while.body[0].jit.")
+    return While(operands, carry, cond=cond, body_fun=refused,
+                 cond_consts=len(closed.consts), body_consts=consts)
 
 
 def ended(body: Program, added: tuple) -> Program:

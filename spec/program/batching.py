@@ -126,6 +126,7 @@ from .explain import trace_body
 from .lowering import equation_path
 from .primitives import entry_of
 from .refs import with_refs
+from .shardmap import VMAPPED_EXPLICIT
 
 P = PartitionSpec  # the name the examples use
 
@@ -398,7 +399,8 @@ def _vmapped(program: Program, vmaps: tuple[dict, ...], outer: tuple[str, ...],
         chain = _as_jits(program, levels, _in_program_order(program, levels))
     else:
         if not wrapper and program.checked:
-            _check_example(program)
+            with _explicit_env(levels):
+                _check_example(program)
         first = levels[0]
         chain = [batch_body(program, first.axes, first.axis, "") if wrapper
                  else _as_one_jit(program, first.axes, first.axis)]
@@ -586,7 +588,8 @@ def _in_program_order(program: Program, levels: list[_Level]) -> list[tuple[Prog
     seen: dict = {}
     try:
         for k, eq in enumerate(example.equations):
-            trace_body(example, example.context_mesh, "", None, seen, k, k + 1)
+            with _explicit_env(levels):
+                trace_body(example, example.context_mesh, "", None, seen, k, k + 1)
             before = len(bodies[0].equations)
             push_batched(bodies[0], eq, equation_path("", k))
             _carry(bodies, 0, before, False)
@@ -600,6 +603,18 @@ def _in_program_order(program: Program, levels: list[_Level]) -> list[tuple[Prog
                                    equations=tuple(rw.equations), outputs=outputs)
         made.append((body, tuple(rw.dims[n] for n in outputs)))
     return made
+
+
+@contextlib.contextmanager
+def _explicit_env(levels: list[_Level]) -> Iterator[None]:
+    """The example traced as under the vmaps of ``levels``: SMAP-17 leaves out the
+    Explicit axes they split their batch over (JAX's ``explicit_mesh_axis_names``)."""
+    axes = frozenset(n for level in levels for n in (level.axis.explicit or ()))
+    token = VMAPPED_EXPLICIT.set(VMAPPED_EXPLICIT.get() | axes)
+    try:
+        yield
+    finally:
+        VMAPPED_EXPLICIT.reset(token)
 
 
 def _as_jits(program: Program, levels: list[_Level], made: list[tuple[Program, tuple]]

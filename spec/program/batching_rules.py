@@ -490,8 +490,12 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis,
                      for sp, d in zip(eq.in_specs, dims))
     per_shard = axis.size // math.prod(sizes.get(n, 1) for n in (names or ()))
     own = frozenset(names or ())
+    # (the Explicit axes the batch is split over stay automatic inside: the body's batched
+    # inputs keep that split, as JAX types them)
+    kept_split = axis.explicit if not set(axis.explicit or ()) & set(eq.manual_axes) else None
     inner = BatchAxis(per_shard, names, axis.context, own if eq.check_vma else frozenset(),
-                  axis.outer, own | axis.outer if eq.check_vma else frozenset())
+                      axis.outer, own | axis.outer if eq.check_vma else frozenset(),
+                      explicit=kept_split)
     rw = batch_body(eq.body, dims, inner, f"{path}.shard_map.")
     outputs = tuple(rw.number[n] for n in eq.body.outputs)
     out_dims = tuple(rw.dims[n] for n in outputs)

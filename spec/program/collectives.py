@@ -431,14 +431,15 @@ def predicted_collectives(program: Program) -> Communication:
             carried = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
             upstream.update((n, carried) for n in numbers)
             continue
-        made = _made(program, k, numbers, types, splits, mesh, done, plans)
+        made = _made(program, k, numbers, types, splits, mesh, done, plans,
+                     (upstream, after, len(found)))
         if isinstance(made, Undetermined):
             return Communication(tuple(found), undetermined=made)
         before = frozenset().union(*(upstream.get(n, frozenset()) for n in eq.operands))
         own = set()
         for c in made:
-            if c.kind == "all-reduce":
-                after[len(found)] = before
+            if c.kind == "all-reduce":   # (a loop's hoisted ones: given by the loop's walk)
+                after.setdefault(len(found), before)
                 own.add(len(found))
             found.append(c)
         for n in numbers:
@@ -450,12 +451,14 @@ def predicted_collectives(program: Program) -> Communication:
 
 
 def _made(program: Program, k: int, numbers: tuple, types: tuple, splits: dict, mesh: Mesh,
-          done: set, plans: dict) -> list[Collective] | Undetermined:
+          done: set, plans: dict, seen: tuple = (None, None, 0)
+          ) -> list[Collective] | Undetermined:
     """Equation ``k``'s collectives; a control-flow equation's or an inner jit's read
-    through its bodies (collectives_loops.py)."""
+    through its bodies (collectives_loops.py), ``seen`` the step's (upstream, after,
+    count of collectives found) for the all-reduces its loops hoist."""
     eq = program.equations[k]
     if eq.kind in FLOW_KINDS or eq.kind == "jit":
-        return _loops.flow_collectives(program, k, done, plans)
+        return _loops.flow_collectives(program, k, done, plans, *seen)
     return _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
                      equation_path("", k), done, plans)
 
@@ -677,12 +680,7 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
     if beyond:   # (an elementwise operand is brought to its result's split: seen)
         return _reduced_then_moved(eq, factors, read, {**chosen, **beyond}, typed, held, mesh)
     op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, "")
-    operands = []
-    for i, dims in enumerate(factors.operands):
-        if not dims:
-            continue
-        need = dimension_splits(dims, chosen, op.sizes, mesh)
-        operands.append((i, need, _reshards(op, i, held[i], need)))
+    operands = _operand_moves(eq, op, held)
     summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"),
                          entry_of(eq).name.startswith("reduce_"))
     used = {a for axes in chosen.values() for a in axes}   # (a gather of those comes first)
@@ -693,6 +691,35 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
                               "the partitioner orders the gather and the all-reduce by its "
                               "own plan", "")
     return tuple(operands), summed
+
+
+def _operand_moves(eq: Any, op: "_Operation", held: tuple) -> list:
+    """Per operand with dimensions, (its index, the split it is brought to, its reshards)."""
+    operands = []
+    for i, dims in enumerate(op.factors.operands):
+        if dims:
+            need = dimension_splits(dims, op.chosen, op.sizes, op.mesh)
+            made = _reshards(op, i, held[i], need)
+            operands.append((i, need, _dot_swap(eq, i, made, need, op.mesh)))
+    return operands
+
+
+def _dot_swap(eq: Any, i: int, made: Any, need: Split, mesh: Any) -> Any:
+    """Reshard ``made`` of a dot's operand ``i``, or why not: one all-to-all over axes no
+    larger than the mesh axes the operand is replicated over at ``need`` is left open
+    (seen: ``P(None, 'x')`` to ``P('x')`` over 'x' of (2, 4) is a slice, a
+    collective-permute and an all-gather; over 'x' of (4, 2) or (8,) one all-to-all)."""
+    if entry_of(eq).name != "dot_general" or isinstance(made, Undetermined) or \
+            len(made) != 1 or made[0].kind != "all-to-all":
+        return made
+    held = {a for axes in need for a in axes}
+    rest = math.prod(mesh.axis_size(a) for a in mesh.axis_names if a not in held)
+    if math.prod(mesh.axis_size(a) for a in made[0].axes) > rest:
+        return made
+    return Undetermined("COLL-2", f"operand {i} of a dot moves one axis between its "
+                        f"dimensions while replicated over at least as many devices as the "
+                        f"axis splits: XLA slices, permutes and gathers it by its dot's own "
+                        f"plan (seen), not read yet", "")
 
 
 def _indexed_split(factors: Any, held: tuple) -> bool:

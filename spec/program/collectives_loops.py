@@ -54,7 +54,9 @@ class _Computation:
     computed after (COLL-7's combiner reads them), the all-reduces each value is computed
     from, the (value, split) reshards made in it (XLA's CSE keeps one), how often one step
     runs it (None: the data decide), its name (the body's path; "": the step's own), the
-    values a loop body reads unchanged (None: no loop's body) and the computation around."""
+    values a loop body reads unchanged (None: no loop's body), the computation around and
+    the number of the step's collectives found before its first (``after``'s keys count
+    from it)."""
 
     trips: int | None
     name: str
@@ -64,6 +66,7 @@ class _Computation:
     found: list = dataclasses.field(default_factory=list)
     after: dict = dataclasses.field(default_factory=dict)
     upstream: dict = dataclasses.field(default_factory=dict)
+    base: int = 0
 
     def add(self, made: list, operands: tuple, results: tuple = ()) -> None:
         """``made``'s collectives, of an equation over ``operands`` making ``results``."""
@@ -71,8 +74,9 @@ class _Computation:
         own = set()
         for c in made:
             if c.kind == "all-reduce":
-                self.after[len(self.found)] = before if not c.computation else frozenset()
-                own.add(len(self.found))
+                at = self.base + len(self.found)
+                self.after[at] = before if not c.computation else frozenset()
+                own.add(at)
             self.found.append(c)
         for n in results:
             self.upstream[n] = before | own
@@ -117,15 +121,20 @@ class _Walk:
                    joins, steps, plans, pinned)
 
 
-def flow_collectives(program: Any, k: int, done: set, plans: dict
+def flow_collectives(program: Any, k: int, done: set, plans: dict,
+                     upstream: dict | None = None, after: dict | None = None, base: int = 0
                      ) -> list[Collective] | Undetermined:
     """The collectives of control-flow equation (or inner jit) ``k`` of ``program``: those
     its computation makes around it, then its bodies' (COLL-8); ``done``: the step's own
-    reshards made so far."""
+    reshards made so far; ``upstream``: the all-reduces (numbered from 0, ``base`` found
+    so far) each value of the step is computed from; ``after`` is given those each of its
+    all-reduces hoisted into the step is computed from (COLL-7 combines it there)."""
     walk = program.derived_once("collectives walk", lambda: _Walk.of(program, plans))
     eq = program.equations[k]
     ids = walk.flat.ids
-    top = _Computation(1, "", done)
+    top = _Computation(1, "", done, base=base, after={} if after is None else after,
+                       upstream={ids[n]: upstream[n] for n in eq.operands
+                                 if upstream and n in upstream and ids[n] is not None})
     made = _flow(walk, eq, f"body[{k}]", [ids[n] for n in eq.operands], top)
     return made if isinstance(made, Undetermined) else top.found
 

@@ -163,6 +163,12 @@ class Scan(_Bodied):
                 return tuple(live)
             live[:k] = grown
 
+    def kept_operands(self, used: tuple[bool, ...]) -> tuple[bool, ...]:
+        """The operands dead-code elimination keeps whether the body reads them or not:
+        the initial carry of each carry made (JAX's elimination instantiates them)."""
+        live, c, k = self.used_in_body(used), self.num_consts, self.num_carry
+        return (False,) * c + tuple(live[:k]) + (False,) * (len(self.operands) - c - k)
+
     def check(self, operands: tuple[Value, ...]) -> None:
         body = self.body
         require_described(len(operands) == len(body.inputs), "a scan's operands",
@@ -188,6 +194,10 @@ class While(_Bodied):
     loop's body, and returns the next carry and the predicate's value."""
 
     kind: ClassVar[str] = "while"
+    # (JAX 0.10.2 has no dead-code elimination rule for a while loop: once a result is
+    # used, every operand and its bodies' every equation stay, a dead constraint's device
+    # in the assignment too)
+    keeps_body: ClassVar[bool] = True
     cond: "Program | None" = None
     body_fun: "Program | None" = None
     cond_consts: int = 0

@@ -119,11 +119,14 @@ def _live(program: Program, outputs: tuple[bool, ...], everything: bool, seen: d
             for n in eq.operands:
                 used[n] = True
             continue
-        inner = _live(eq.body, eq.used_in_body(wanted), False, seen)
+        inner = _live(eq.body, eq.used_in_body(wanted), getattr(eq, "keeps_body", False),
+                      seen)   # (a while loop's: control_flow.py)
         bodies[k] = inner
         keeps = getattr(eq, "keeps_operands", False)   # (a custom call's: control_flow.py)
-        for n, u in zip(eq.operands, inner.inputs):
-            used[n] = used[n] or u or keeps
+        held = getattr(eq, "kept_operands", None)      # (a scan's used carries)
+        held = held(wanted) if held is not None else (False,) * len(eq.operands)
+        for n, u, h in zip(eq.operands, inner.inputs, held):
+            used[n] = used[n] or u or keeps or h
     inputs = len(program.inputs)
     live = Live(tuple(equations), tuple(used[:inputs]), outputs, bodies,
                 tuple(used[inputs:inputs + len(program.consts)]))

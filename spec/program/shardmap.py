@@ -30,6 +30,7 @@ typed them, so a difference is a disagreement with JAX.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 from typing import Any
@@ -70,7 +71,12 @@ P = PartitionSpec  # the name the examples use
 
 __all__ = ["ShardMapDecision", "CollectiveDecision", "ShardingsDecision", "Manual",
            "trace_shard_map", "lower_shard_maps", "check_listed_in_specs",
-           "GROUPS_LISTED_UP_TO"]
+           "GROUPS_LISTED_UP_TO", "VMAPPED_EXPLICIT"]
+
+# The Explicit mesh axes the vmaps an example is traced under split their batch over (JAX's
+# axis environment's explicit_mesh_axis_names), which SMAP-17 leaves out of the mesh's axes.
+VMAPPED_EXPLICIT: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "VMAPPED_EXPLICIT", default=frozenset())
 
 # Replica groups are listed for meshes of at most this many devices (None above: nothing
 # enumerates the devices of a large mesh).
@@ -318,7 +324,7 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
         with located(where):
             if i not in closed:
                 check_specs_match_types(eq.mesh, manual, [spec],
-                                        (Shaped(value.shape, typed),))
+                                        (Shaped(value.shape, typed),), VMAPPED_EXPLICIT.get())
     types = []
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
         if i in closed:

@@ -175,8 +175,13 @@ class SpecNotTheType(Failure, rule="SMAP-17"):
 @rule("SMAP-17", mirrors="jax._src.shard_map._shard_map (every axis manual and Explicit: "
                          "in_specs against the arguments' types)")
 def check_specs_match_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
-                            flat_in: list, operands: tuple) -> None:
-    """When every mesh axis is manual and Explicit, each mapped argument's in spec, padded to its rank, equals the spec its type carries.
+                            flat_in: list, operands: tuple,
+                            batched: frozenset[str] = frozenset()) -> None:
+    """When every mesh axis but those enclosing vmaps split their batch over is manual and Explicit, each mapped argument's in spec, padded to its rank, equals the spec its type carries.
+
+    ``batched``: the Explicit axes the vmaps the call is traced under split their batch
+    dimension over (JAX's axis environment's ``explicit_mesh_axis_names``). Under such a
+    vmap a shard_map manual over the other axes is checked on the example's types.
 
     >>> mesh = Mesh.iota((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
     >>> everything = frozenset({"x", "y"})
@@ -185,8 +190,15 @@ def check_specs_match_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[st
     Traceback (most recent call last):
     ...
     shardlaw.spec.core.rules.RejectionValueError: [SMAP-17]: the in spec of args[0] is P('y', None), but its type is split by P('x', None): ...
+    >>> check_specs_match_types(mesh, frozenset({"x"}), [P("x")], (Shaped((8,), P()),))
+    >>> check_specs_match_types(mesh, frozenset({"x"}), [P("x")], (Shaped((8,), P()),),
+    ...                         batched=frozenset({"y"}))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [SMAP-17]: the in spec of args[0] is P('x'), but its type is split by P(None): ...
     """
-    if manual_axes != frozenset(mesh.axis_names) or not manual_axes <= _explicit(mesh):
+    if manual_axes != frozenset(mesh.axis_names) - batched or \
+            not manual_axes <= _explicit(mesh):
         return
     for (path, leaf), spec in zip(leaves_with_paths(operands), flat_in):
         if spec is None:
