@@ -853,6 +853,7 @@ class _StepForm:
         self.reads: dict = {}
         self.outcomes: dict = {}   # what _apply did, by what it reads (_applied)
         self.tensors = rule_.operands + rule_.results
+        self.name = entry.name
         self.count = count = len(rule_.operands)
         self.elementwise = entry.kind is Kind.ELEMENTWISE or entry.name in ELEMENTWISE_NAMES \
             or entry.name in SHARDING_ONLY_ELEMENTWISE   # (Shardy's isElementwise: PROP-14)

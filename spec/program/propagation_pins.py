@@ -493,6 +493,10 @@ def resolve_apart(form: Any, current: list, chosen: dict, directions: dict, numb
         stop("PROP-4", f"a mesh axis of {apart} would split two factors of an equation "
              f"whose dimension holds several factors: how Shardy cuts them is not written",
              path)
+    if getattr(form, "name", None) == "concatenate":   # (seen otherwise: s19 final deep run)
+        stop("PROP-4", f"a mesh axis of {apart} would split two factors of a concatenate: "
+             f"which Shardy keeps is not written (its operands' order does not decide it)",
+             path)
 
     def takes(k: int, f: str, split: tuple) -> tuple:
         number = numbers[k]
