@@ -25,7 +25,7 @@ import pytest
 
 from shardlaw.properties.registry import checks
 
-from test_steps_arguments import NS, P, held_to_jax, mesh
+from test_steps_arguments import NS, P, assert_refusal_case, held_to_jax, mesh
 
 lax = jax.lax
 EXPLICIT = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"),
@@ -162,15 +162,4 @@ CASES = {
 @checks("PROG-7", "PROG-8", "WSC-4", "ARG-4", "FIT-1")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_call_in_a_branch_of_a_cond_vmap_batches_is_held_to_jax(name):
-    fun, arguments, error, rule, path = CASES[name]
-    args = arguments()
-    _, verdict, problems = held_to_jax(fun, *args)
-    assert not problems, problems
-    if error is None:
-        assert verdict.accepted
-        return
-    with pytest.raises(Exception) as refused:
-        jax.jit(fun).trace(*args)
-    assert type(refused.value).__name__ == error
-    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
-        rule, "trace", path, error)
+    assert_refusal_case(CASES[name])

@@ -22,7 +22,7 @@ import pytest
 
 from shardlaw.properties.registry import checks
 
-from test_steps_arguments import NS, P, held_to_jax, mesh
+from test_steps_arguments import NS, P, assert_refusal_case, held_to_jax, mesh
 
 EXPLICIT = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"),
                              axis_types=(jax.sharding.AxisType.Explicit,) * 2)
@@ -150,15 +150,4 @@ CASES = {
 @checks("SMAP-3", "SMAP-7", "SMAP-8", "SMAP-11")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_shard_maps_specs_under_a_vmap_in_the_function_are_held_to_jax(name):
-    fun, arguments, error, rule, path = CASES[name]
-    args = arguments()
-    _, verdict, problems = held_to_jax(fun, *args)
-    assert not problems, problems
-    if error is None:
-        assert verdict.accepted
-        return
-    with pytest.raises(Exception) as refused:
-        jax.jit(fun).trace(*args)
-    assert type(refused.value).__name__ == error
-    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
-        rule, "trace", path, error)
+    assert_refusal_case(CASES[name])

@@ -70,6 +70,24 @@ def held_to_jax(fun, *args, staged=None, **kwargs):
     return program, verdict, outcome_problems(verdict, outcome)
 
 
+def assert_refusal_case(case):
+    """A case ``(fun, arguments, error, rule, path)`` held to JAX: accepted alike where
+    ``error`` is None, else refused while tracing with JAX's class ``error``, by ``rule`` at
+    ``path``."""
+    fun, arguments, error, rule, path = case
+    args = arguments()
+    _, verdict, problems = held_to_jax(fun, *args)
+    assert not problems, problems
+    if error is None:
+        assert verdict.accepted
+        return
+    with pytest.raises(Exception) as refused:
+        jax.jit(fun).trace(*args)
+    assert type(refused.value).__name__ == error
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        rule, "trace", path, error)
+
+
 def traced_types(fun, *args, **kwargs):
     """(dtype, weak type) of each input of JAX's trace of ``fun``."""
     jitted = fun if hasattr(fun, "trace") else jax.jit(fun)
