@@ -599,7 +599,7 @@ def _place(flat: Flat, constraints: list, outputs: list, out_shardings: tuple, m
             # (vmap's batching makes them; seen: P(UNCONSTRAINED, 'x') not kept at all)
             return Undetermined("PROP-6", "an out sharding with UNCONSTRAINED dimensions is "
                                 "not propagated yet")
-        if given is UNSPECIFIED or n in flat.fixed:
+        if given is UNSPECIFIED or n in flat.fixed and not _open(flat, n, given, uses[n]):
             continue
         if uses[n] != 1:
             return Undetermined("PROP-6", "an out sharding on a value with other uses: "
@@ -985,7 +985,8 @@ from .propagation_pins import (  # noqa: E402
     place_constraints as _place_constraints,
     typed_pins as _typed,
 )
-from .propagation_shardmap import shard_map_boundary as _shard_map  # noqa: E402
+from .propagation_shardmap import (  # noqa: E402
+    held_result_open as _open, shard_map_boundary as _shard_map)
 from .propagation_schedule import (  # noqa: E402
     PASSES, chosen as _chosen, conflict as _conflict, directions as _directions,
     forward_chains as _chains,

@@ -146,8 +146,8 @@ def move_pins(flat: Flat, mesh: Any) -> Undetermined | None:
     for number, inner, split, _ in flat.moves:
         if inner in flat.live:
             wanted.setdefault(number, set()).add(split)
-    for number, splits in wanted.items():
-        if number not in flat.fixed and len(splits) == 1:
+    for number, splits in wanted.items():   # (None: a use of an open in sharding, PROP-20)
+        if number not in flat.fixed and len(splits) == 1 and None not in splits:
             pin(flat, number, next(iter(splits)), ())
             flat.bounded.add(number)
     return None

@@ -26,7 +26,8 @@ from .primitives import Factors
 from .propagation import COPY, Flat, inline_body, placed_pin, stop
 from .propagation_pins import manual_boundary, pin
 
-__all__ = ["shard_map_boundary", "free_axes_boundary", "LOCAL_ELEMENTWISE"]
+__all__ = ["shard_map_boundary", "free_axes_boundary", "open_use", "held_result_open",
+           "LOCAL_ELEMENTWISE"]
 
 # The collectives of a body over its manual axes only: elementwise over its local shapes.
 LOCAL_ELEMENTWISE = frozenset(("psum", "pmax", "pmin", "pvary", "psum_invariant", "pcast"))
@@ -34,9 +35,10 @@ LOCAL_ELEMENTWISE = frozenset(("psum", "pmax", "pmin", "pvary", "psum_invariant"
 
 def shard_map_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: Any,
                        path: str, constraints: list) -> None:
-    """A shard_map in the flat program: seen from outside where every axis of size above 1
-    is manual (PROP-6), else its body entered (PROP-11)."""
-    free = [a for a in mesh.axis_names if a not in eq.manual_axes and mesh.axis_size(a) != 1]
+    """A shard_map in the flat program: seen from outside where every axis is manual
+    (PROP-6), else its body entered (PROP-11), a free axis of size 1 too (JAX then lowers
+    its boundary open, ``[{?}]``, as for any other free axis)."""
+    free = [a for a in mesh.axis_names if a not in eq.manual_axes]
     if not free:
         manual_boundary(flat, eq, operands, results, mesh, path)
         return
@@ -76,6 +78,7 @@ def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     for n, spec, local in zip(operands, eq.in_specs, body.inputs):
         held = _held(flat, flat.types[n], spec, mesh, manual, path)
         _into(flat, n, held, path)
+        open_use(flat, n, held, path)
         inner.append(flat.new(local))
         flat.barred[inner[-1]] = manual
         _strip(flat, held, inner[-1], _manual_dims(flat, held, mesh), path, inward=True)
@@ -85,6 +88,47 @@ def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     for n, spec, out in zip(results, eq.out_specs, outs):
         _hold(flat, n, spec, mesh, manual, path)
         _strip(flat, n, out, _manual_dims(flat, n, mesh), path, inward=False)
+
+
+@rule("PROP-20", mirrors="shardy: ApplyShardingConstraintsPass (an operand's other "
+                         "constraint or manual computation of another sharding)")
+def open_use(flat: Flat, operand: int, held: int, path: str) -> None:
+    """An operand a shard_map leaving axes automatic reads takes no other use's placement: neither a constraint's split nor a full shard_map's or an inner jit's in sharding is moved onto it.
+
+    The partitioner moves a fully closed sharding onto the value it constrains only where
+    no other constraint or manual computation reads that value under another sharding,
+    and this shard_map's in sharding is open (``[{?}, {?}]``). Seen, mesh ``(2, 4)``:
+    ``b = sin(a)`` of ``a`` on ``P('y', None)``, read by a full shard_map of in spec
+    ``P(None, 'y')``, comes back ``P(None, 'y')``; read by a shard_map over ``{'x'}`` too,
+    ``P('y', None)``, as propagation from ``a`` gives it.
+
+    Recorded as a move of no split onto ``operand``, which
+    :func:`~shardlaw.spec.program.propagation_pins.move_pins` and
+    :func:`~shardlaw.spec.program.propagation_pins.place_constraints` read as a use of
+    another sharding.
+
+    >>> from shardlaw.spec.program.propagation import Flat
+    >>> flat = Flat()
+    >>> open_use(flat, 3, 7, "body[2]")
+    >>> flat.moves
+    [(3, 7, None, 'body[2]')]
+    """
+    flat.moves.append((operand, held, None, path))
+
+
+def held_result_open(flat: Flat, number: int, given: Any, uses: int) -> bool:
+    """Whether out sharding ``given`` on value ``number``, a shard_map's result held open
+    after its manual axes (PROP-11), is left to the partitioner: the value has other
+    ``uses`` and some axis of ``given`` is neither held nor barred to it, so it could move
+    on, as for any value (PROP-6). Seen: ``s = shard_map(cos, axis_names={'y'},
+    in_specs=P(None))(a)`` returned under ``P('x')`` and read by ``s * 2``: JAX returns
+    ``s * 2`` on ``P('x')``; over ``{'x'}`` nothing moves (``P(None)``)."""
+    if uses == 1 or not flat.open.get(number):
+        return False
+    barred = flat.barred.get(number, frozenset())
+    held = {a for axes in flat.fixed[number] for a in axes}
+    return any(a not in barred and a not in held for e in given.spec.partitions
+               for a in ((e,) if isinstance(e, str) else e or ()))
 
 
 def _held(flat: Flat, value: Any, spec: Any, mesh: Any, manual: frozenset, path: str) -> int:
