@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from shardlaw.properties.registry import checks
-from shardlaw.spec import UNSPECIFIED, explain_program, from_jax
+from shardlaw.spec import explain_program, from_jax
 from shardlaw.spec.bridge.program import describe_program
 
 Auto = jax.sharding.AxisType.Auto
@@ -86,14 +86,14 @@ def test_an_operand_left_open_takes_the_held_split_back(name, make, placed, expe
     assert verdict.undetermined == ()
 
 
-@checks("PROP-11")
-def test_an_operand_growing_apart_from_the_manual_axis_is_left_to_the_order():
+@checks("PROP-11", "PROP-20")
+def test_an_operand_growing_apart_from_the_manual_axis_keeps_its_producer_s_split():
     # sin(a) takes 'y' from a on dimension 0 as the held value takes 'x' there: XLA keeps
-    # 'y' on sin(a) (a collective-permute and an all-gather bring it to 'x'); which split
-    # a value still growing keeps is the partitioner's order of visiting (PROP-4)
+    # 'y' on sin(a) (a collective-permute and an all-gather bring it to 'x'): Shardy visits
+    # sin before the shard_map, whose link its operand leads (PROP-20)
     mesh = _mesh()
     real, verdict = _compare(lambda a: (lambda s: (s, _rows(mesh, s)))(jnp.sin(a)), mesh,
                              ((8, 8), P("y", None)))
     assert [r.spec for r in real] == [P("y", None), P("x")]
-    assert verdict.out_shardings == (UNSPECIFIED, UNSPECIFIED)
-    assert all("PROP-4" in why for _, why in verdict.undetermined)
+    assert verdict.out_shardings == tuple(from_jax(r) for r in real)
+    assert verdict.undetermined == ()

@@ -507,9 +507,10 @@ def resolve_apart(form: Any, current: list, chosen: dict, directions: dict, numb
         return takes_of(split, fixed, number)
     state, cuts = ordered_growth(form.tensors, current, chosen, directions, form.count,
                                  form.sizes, takes, form.elementwise, mesh)
+    led = set(directions.values()) == {"prefer"}   # (its leader, operand 0, came first)
     for axis, k in cuts:
         if grown.get(numbers[k]) == priority and fixed.by.get(numbers[k]) != numbers \
-                and numbers[k] not in fixed.chains:   # (PROP-15: a chain comes first)
+                and numbers[k] not in fixed.chains and not (led and k == 0):   # (PROP-15)
             stop("PROP-4", f"a mesh axis of {[axis]} would split two factors of one "
                  f"equation, and a value holding it grew in this pass: which factor keeps "
                  f"it is the partitioner's order of visiting operations", path)

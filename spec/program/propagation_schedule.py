@@ -38,8 +38,8 @@ def directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> dic
              for f in factors_of_dimension(dim)}
     if entry_name == "shard_map":
         return {f: "forward" for f in every}
-    if entry_name == "sharding_constraint":
-        return {f: "prefer" for f in every}
+    if entry_name == "sharding_constraint" or getattr(rule_, "led", False):
+        return {f: "prefer" for f in every}   # (a shard_map's operand leads its link: PROP-20)
     if kind is Kind.ELEMENTWISE or entry_name in ELEMENTWISE_FIRST:
         return {f: "both" for f in every}
     if priority == 0:

@@ -17,6 +17,7 @@ seen from outside only (:func:`~shardlaw.spec.program.propagation_pins.manual_bo
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..core.rules import rule
@@ -27,7 +28,16 @@ from .propagation import COPY, Flat, inline_body, placed_pin, stop
 from .propagation_pins import manual_boundary, pin
 
 __all__ = ["shard_map_boundary", "free_axes_boundary", "open_use", "held_result_open",
+           "loop_result_read",
            "LOCAL_ELEMENTWISE"]
+
+@dataclasses.dataclass(frozen=True)
+class LedLink(Factors):
+    """The rule of a link between a shard_map's operand and the value it holds: one factor
+    per dimension, led by the operand (PROP-20); the schedule reads ``led``."""
+
+    led = True   # (a class attribute: not a field)
+
 
 # The collectives of a body over its manual axes only: elementwise over its local shapes.
 LOCAL_ELEMENTWISE = frozenset(("psum", "pmax", "pmin", "pvary", "psum_invariant", "pcast"))
@@ -40,7 +50,13 @@ def shard_map_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     its boundary open, ``[{?}]``, as for any other free axis)."""
     free = [a for a in mesh.axis_names if a not in eq.manual_axes]
     if not free:
+        first = len(flat.steps)
         manual_boundary(flat, eq, operands, results, mesh, path)
+        for k in range(first, len(flat.steps)):   # (its operands lead their links: PROP-20)
+            entry, rule_, every, types, at, count = flat.steps[k]
+            if entry is COPY and count == 1 and every[0] in operands:
+                flat.steps[k] = (entry, LedLink(rule_.operands, rule_.results), every, types,
+                                 at, count)
         return
     free_axes_boundary(flat, eq, operands, results, mesh, path, constraints)
 
@@ -77,6 +93,7 @@ def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     inner = []
     for n, spec, local in zip(operands, eq.in_specs, body.inputs):
         held = _held(flat, flat.types[n], spec, mesh, manual, path)
+        loop_result_read(flat, n, held, path)
         _into(flat, n, held, path)
         open_use(flat, n, held, path)
         inner.append(flat.new(local))
@@ -114,6 +131,34 @@ def open_use(flat: Flat, operand: int, held: int, path: str) -> None:
     [(3, 7, None, 'body[2]')]
     """
     flat.moves.append((operand, held, None, path))
+
+
+@rule("PROP-21", mirrors="shardy: op-priority propagation's first pass (a while's "
+                         "data-flow edges, a dynamic slice forward) before a manual "
+                         "computation")
+def loop_result_read(flat: Flat, operand: int, held: int, path: str) -> None:
+    """A loop's or cond's result that a shard_map leaving axes automatic reads over a spec naming a manual axis, in a program placing other splits, is left open: whether its body's split or the manual axes reach it first is the partitioner's order.
+
+    Shardy visits a loop's data-flow edges and its dynamic slices (a scan's ``xs``) in the
+    first pass of its schedule, before the shard_map that reads the loop's result, where
+    the spec's loop joins come in a later pass; what the loop's body brings may win. Seen,
+    mesh ``(2, 4)``: a scan's carry, initial ``P()``, ``xs`` on ``P(None, 'x')``, read by
+    ``shard_map(..., in_specs=P('y'), axis_names={'y'})``, comes back ``P('x')``; with
+    ``xs`` on ``P()`` it takes the manual ``'y'``.
+    """
+    if not any(flat.fixed[held]):
+        return
+    joined = {result for _, result, _ in flat.edges}
+    copied = {every[1] for entry, _, every, _, _, _ in flat.steps
+              if entry is COPY and len(every) == 2 and every[0] in joined}
+    if operand not in joined | copied:
+        return
+    split = any(axes for number, fixed in flat.fixed.items() if number not in flat.barred
+                for axes in fixed)
+    if split:
+        stop("PROP-21", "a loop's or cond's result read by a shard_map leaving axes "
+             "automatic over a spec naming a manual axis: whether the loop's body or the "
+             "manual axes split it first is the partitioner's order of visiting", path)
 
 
 def held_result_open(flat: Flat, number: int, given: Any, uses: int) -> bool:
@@ -166,7 +211,7 @@ def _into(flat: Flat, operand: int, held: int, path: str) -> None:
     onto an operand left open, PROP-11)."""
     dims = tuple(f"f{d}" for d in range(len(flat.types[held].shape)))
     every = (operand, held)
-    flat.steps.append((COPY, Factors((dims,), (dims,)), every,
+    flat.steps.append((COPY, LedLink((dims,), (dims,)), every,
                        tuple(flat.types[i] for i in every), path, 1))
 
 
