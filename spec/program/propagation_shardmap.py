@@ -27,9 +27,9 @@ from .primitives import Factors
 from .propagation import COPY, Flat, inline_body, placed_pin, stop
 from .propagation_pins import manual_boundary, pin
 
-__all__ = ["shard_map_boundary", "free_axes_boundary", "open_use", "held_result_open",
-           "loop_result_read",
-           "LOCAL_ELEMENTWISE"]
+__all__ = ["shard_map_boundary", "free_axes_boundary", "operand_link", "held_result_open",
+           "loop_result_read", "LedLink", "LOCAL_ELEMENTWISE"]
+
 
 @dataclasses.dataclass(frozen=True)
 class LedLink(Factors):
@@ -50,13 +50,9 @@ def shard_map_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     its boundary open, ``[{?}]``, as for any other free axis)."""
     free = [a for a in mesh.axis_names if a not in eq.manual_axes]
     if not free:
-        first = len(flat.steps)
         manual_boundary(flat, eq, operands, results, mesh, path)
-        for k in range(first, len(flat.steps)):   # (its operands lead their links: PROP-20)
-            entry, rule_, every, types, at, count = flat.steps[k]
-            if entry is COPY and count == 1 and every[0] in operands:
-                flat.steps[k] = (entry, LedLink(rule_.operands, rule_.results), every, types,
-                                 at, count)
+        for n in operands:
+            operand_link(flat, n, -1, path, full=True)
         return
     free_axes_boundary(flat, eq, operands, results, mesh, path, constraints)
 
@@ -94,8 +90,7 @@ def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     for n, spec, local in zip(operands, eq.in_specs, body.inputs):
         held = _held(flat, flat.types[n], spec, mesh, manual, path)
         loop_result_read(flat, n, held, path)
-        _into(flat, n, held, path)
-        open_use(flat, n, held, path)
+        operand_link(flat, n, held, path)
         inner.append(flat.new(local))
         flat.barred[inner[-1]] = manual
         _strip(flat, held, inner[-1], _manual_dims(flat, held, mesh), path, inward=True)
@@ -107,29 +102,48 @@ def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
         _strip(flat, n, out, _manual_dims(flat, n, mesh), path, inward=False)
 
 
-@rule("PROP-20", mirrors="shardy: ApplyShardingConstraintsPass (an operand's other "
-                         "constraint or manual computation of another sharding)")
-def open_use(flat: Flat, operand: int, held: int, path: str) -> None:
-    """An operand a shard_map leaving axes automatic reads takes no other use's placement: neither a constraint's split nor a full shard_map's or an inner jit's in sharding is moved onto it.
+@rule("PROP-20", mirrors="shardy: PropagateManualComputationOp (operand and in sharding, "
+                         "visited in program order) and ApplyShardingConstraintsPass")
+def operand_link(flat: Flat, operand: int, held: int, path: str, full: bool = False) -> None:
+    """A shard_map's operand leads its link to the value the shard_map holds, its own split winning a conflict, and beside a shard_map leaving axes automatic takes no other use's closed placement.
 
-    The partitioner moves a fully closed sharding onto the value it constrains only where
-    no other constraint or manual computation reads that value under another sharding,
-    and this shard_map's in sharding is open (``[{?}, {?}]``). Seen, mesh ``(2, 4)``:
-    ``b = sin(a)`` of ``a`` on ``P('y', None)``, read by a full shard_map of in spec
-    ``P(None, 'y')``, comes back ``P(None, 'y')``; read by a shard_map over ``{'x'}`` too,
-    ``P('y', None)``, as propagation from ``a`` gives it.
+    Shardy propagates between a manual computation's operand and its in sharding in every
+    pass of its schedule, visiting operations in program order: an operand whose producer
+    propagates in the same pass (sin, convert, a transpose) keeps the split that producer
+    gives; one made by a later pass's operation (a dot, a reduction) takes the held value's
+    split first. Seen, mesh ``(2, 4)``: ``s = sin(a)`` of ``a`` on ``P('y', None)`` read
+    through ``P('x', None)`` over ``{'x'}`` comes back ``P('y', None)``; ``s = a @ w`` of
+    ``a`` on ``P('x', None)`` read through ``P(None, 'x')``, ``P(None, 'x')``.
 
-    Recorded as a move of no split onto ``operand``, which
+    A closed sharding (a constraint's, an inner jit's, a full shard_map's in spec) is
+    moved onto the value it reads only where no other constraint or manual computation
+    reads that value under another sharding; a shard_map leaving axes automatic has an
+    open one (``[{?}, {?}]``): ``b = sin(a)`` read by a full shard_map of in spec
+    ``P(None, 'y')`` comes back ``P(None, 'y')``, read by one over ``{'x'}`` too,
+    ``P('y', None)``. Recorded as a move of no split onto ``operand``, which
     :func:`~shardlaw.spec.program.propagation_pins.move_pins` and
-    :func:`~shardlaw.spec.program.propagation_pins.place_constraints` read as a use of
-    another sharding.
+    :func:`~shardlaw.spec.program.propagation_pins.place_constraints` read so. ``full``:
+    the shard_map makes every axis manual (its link made by
+    :func:`~shardlaw.spec.program.propagation_pins.manual_boundary`, ``held`` ignored).
 
     >>> from shardlaw.spec.program.propagation import Flat
+    >>> from shardlaw.spec.program.description import Value
     >>> flat = Flat()
-    >>> open_use(flat, 3, 7, "body[2]")
-    >>> flat.moves
-    [(3, 7, None, 'body[2]')]
+    >>> a, held = flat.new(Value.typed((8,))), flat.new(Value.typed((8,)))
+    >>> operand_link(flat, a, held, "body[2]")
+    >>> flat.steps[0][1].led, flat.steps[0][2], flat.moves
+    (True, (0, 1), [(0, 1, None, 'body[2]')])
     """
+    if full:
+        for k, (entry, rule_, every, types, at, count) in enumerate(flat.steps):
+            if entry is COPY and count == 1 and every[0] == operand and at == path:
+                flat.steps[k] = (entry, LedLink(rule_.operands, rule_.results), every,
+                                 types, at, count)
+        return
+    dims = tuple(f"f{d}" for d in range(len(flat.types[held].shape)))
+    every = (operand, held)
+    flat.steps.append((COPY, LedLink((dims,), (dims,)), every,
+                       tuple(flat.types[i] for i in every), path, 1))
     flat.moves.append((operand, held, None, path))
 
 
@@ -137,7 +151,7 @@ def open_use(flat: Flat, operand: int, held: int, path: str) -> None:
                          "data-flow edges, a dynamic slice forward) before a manual "
                          "computation")
 def loop_result_read(flat: Flat, operand: int, held: int, path: str) -> None:
-    """A loop's or cond's result that a shard_map leaving axes automatic reads over a spec naming a manual axis, in a program placing other splits, is left open: whether its body's split or the manual axes reach it first is the partitioner's order.
+    """A loop's or cond's result read by a shard_map leaving axes automatic through a spec naming a manual axis, in a program placing other splits, is left open: which reaches it first is the partitioner's order.
 
     Shardy visits a loop's data-flow edges and its dynamic slices (a scan's ``xs``) in the
     first pass of its schedule, before the shard_map that reads the loop's result, where
@@ -203,16 +217,6 @@ def _manual_dims(flat: Flat, number: int, mesh: Any) -> tuple[int, ...]:
         for a in axes:
             ways[-1] *= mesh.axis_size(a)
     return tuple(ways)
-
-
-def _into(flat: Flat, operand: int, held: int, path: str) -> None:
-    """The step joining an operand's splits and the value its shard_map holds, both ways
-    (a data-flow edge: the held value's manual axes and the body's free ones move back
-    onto an operand left open, PROP-11)."""
-    dims = tuple(f"f{d}" for d in range(len(flat.types[held].shape)))
-    every = (operand, held)
-    flat.steps.append((COPY, LedLink((dims,), (dims,)), every,
-                       tuple(flat.types[i] for i in every), path, 1))
 
 
 def _strip(flat: Flat, held: int, local: int, ways: tuple[int, ...], path: str,
