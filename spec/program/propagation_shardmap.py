@@ -46,9 +46,12 @@ LOCAL_ELEMENTWISE = frozenset(("psum", "pmax", "pmin", "pvary", "psum_invariant"
 def shard_map_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: Any,
                        path: str, constraints: list) -> None:
     """A shard_map in the flat program: seen from outside where every axis is manual
-    (PROP-6), else its body entered (PROP-11), a free axis of size 1 too (JAX then lowers
-    its boundary open, ``[{?}]``, as for any other free axis)."""
-    free = [a for a in mesh.axis_names if a not in eq.manual_axes]
+    (PROP-6), else its body entered (PROP-11); over Auto axes a free axis of size 1 too
+    (JAX then lowers its boundary open, ``[{?}]``, as for any other free axis), over a mesh
+    with Explicit axes not (its lowering types every value first: seen from outside)."""
+    explicit = AxisType.Explicit in mesh.axis_types
+    free = [a for a in mesh.axis_names
+            if a not in eq.manual_axes and not (explicit and mesh.axis_size(a) == 1)]
     if not free:
         manual_boundary(flat, eq, operands, results, mesh, path)
         for n in operands:
