@@ -121,6 +121,17 @@ def test_a_free_axis_of_size_one_leaves_the_boundary_open():
     _agrees(real, verdict)
 
 
+@checks("PROP-6", "PROP-11")
+def test_over_explicit_axes_a_free_axis_of_size_one_is_seen_from_outside():
+    # 'y' (size 1) Explicit: lowered [{?}], replicated={"y"}; every value typed first
+    mesh = jax.make_mesh((2, 1, 4), ("x", "y", "z"), axis_types=(
+        Auto, jax.sharding.AxisType.Explicit, Auto))
+    real, verdict = _compare(lambda a: (lambda s: (_auto(mesh, s, P(None), "xz"), s))(
+        jnp.sin(a)), mesh, ((8,), P("x")))
+    assert [r.spec for r in real] == [P(None), P("x")]
+    _agrees(real, verdict)
+
+
 @checks("PROP-6")
 def test_every_axis_manual_places_the_operand():
     # manual {'x', 'y', 'z'}: lowered closed [{}], moved onto sin(a)
