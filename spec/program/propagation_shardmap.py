@@ -162,6 +162,20 @@ def loop_result_read(flat: Flat, operand: int, held: int, path: str) -> None:
     mesh ``(2, 4)``: a scan's carry, initial ``P()``, ``xs`` on ``P(None, 'x')``, read by
     ``shard_map(..., in_specs=P('y'), axis_names={'y'})``, comes back ``P('x')``; with
     ``xs`` on ``P()`` it takes the manual ``'y'``.
+
+    >>> from shardlaw.spec.program.propagation import Flat
+    >>> from shardlaw.spec.program.description import Value
+    >>> flat = Flat()
+    >>> carry, held = flat.new(Value.typed((8,))), flat.new(Value.typed((8,)))
+    >>> flat.edges.append(([], carry, "body[0]"))   # (a loop's carry)
+    >>> flat.fixed[held], flat.barred[held] = (("y",),), frozenset("y")
+    >>> loop_result_read(flat, carry, held, "body[1]")   # nothing else placed: linked
+    >>> flat.fixed[7] = (("x",),)   # an input placed on P('x')
+    >>> try:
+    ...     loop_result_read(flat, carry, held, "body[1]")
+    ... except Exception as stopped:
+    ...     print(stopped.undetermined.rule)
+    PROP-21
     """
     if not any(flat.fixed[held]):
         return
