@@ -766,6 +766,7 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
     import dataclasses
 
     from ..program.batching import nested_vmap_program
+    from .refused_shard_map import in_vmaps
 
     jax = _jax()
     jitted, vmaps, inner = nest
@@ -778,16 +779,17 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
     inputs = tuple(_argument(leaf) for leaf in leaves)
     levels, given = _levels(vmaps, args)
     examples = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(args), given)
-    example = describe_program(inner, *examples)
+    with in_vmaps(levels):   # (JAX traces the example in the vmaps' axis environment)
+        example = describe_program(inner, *examples)
+        results = _example_results(inner, examples, levels)
+        one_jit = _one_jit_call(inner, examples)
     values = list(inputs)
     for level in levels:   # the example's values: the user's, less each mapped dimension
         values = [_example_value(v, a) for v, a in zip(values, level["in_axes"])]
     example = dataclasses.replace(example, inputs=tuple(values))
-    results = _example_results(inner, examples, levels)
     for level in levels:
         level["out_axes"] = _flat_axes(level["out_axes"], results, "out_axes", False)
-    program = nested_vmap_program(example, levels[::-1],
-                                  jitted=_one_jit_call(inner, examples))
+    program = nested_vmap_program(example, levels[::-1], jitted=one_jit)
     # (a mapped dimension split over Auto axes, a sharded ensemble, is the user's to place:
     # the batched types do not hold that split, and the batched call takes it as given)
     if tuple(map(_trimmed, _unmapped(program.inputs, levels))) != tuple(
