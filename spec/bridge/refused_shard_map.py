@@ -158,10 +158,11 @@ def _put_together(mesh: Any, spec: Any, value: Value) -> Value:
 
 
 def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset,
-          rank: int | None = None) -> Any:
+          rank: int | None = None, full: bool = True) -> Any:
     """``spec`` with the entries JAX refuses left out (None): an axis not manual, a split
     that does not divide its dimension (``shape`` given), an entry past the rank (of
-    ``shape``, or ``rank`` given)."""
+    ``shape``, or ``rank`` given); and its unreduced and reduced axes short of ``full``
+    manual (SMAP-4)."""
     import jax
 
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
@@ -176,6 +177,8 @@ def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset,
             ways *= sizes.get(axis, 1)
         fits = all(a in manual for a in axes) and (shape is None or shape[i] % ways == 0)
         entries.append(entry if fits else None)
+    if not full:
+        return jax.sharding.PartitionSpec(*entries)
     return jax.sharding.PartitionSpec(*entries, unreduced=spec.unreduced, reduced=spec.reduced)
 
 
@@ -189,7 +192,11 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
 
     leaves, tree = jax.tree_util.tree_flatten(call["args"])
     examples = [_example(v) for v in leaves]
-    kept = [_kept(s, tuple(jax.typeof(v).shape), mesh, manual) for s, v in zip(flat_in, leaves)]
+    full = manual == frozenset(mesh.axis_names)
+    kept = [_kept(s, tuple(jax.typeof(v).shape), mesh, manual, None, full)
+            for s, v in zip(flat_in, leaves)]
+    # (an argument's reductions taken as its in spec's, which the spec's SMAP-19 compares)
+    examples = [_reductions_as(e, s) for e, s in zip(examples, kept)]
     in_specs = jax.tree_util.tree_unflatten(tree, kept)
     in_specs = tuple(in_specs) if isinstance(call["args"], tuple) else in_specs
     if manual == frozenset(mesh.axis_names) and all(
@@ -206,7 +213,7 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
             jax.sharding.use_abstract_mesh(mesh.abstract_mesh), _outside_vmaps():
         ranks = iter(_result_ranks(call, mesh, manual, in_specs, given))
         out_specs = jax.tree_util.tree_map(
-            lambda s: _kept(s, None, mesh, manual, next(ranks)), call["out_specs"],
+            lambda s: _kept(s, None, mesh, manual, next(ranks), full), call["out_specs"],
             is_leaf=_is_spec)
         mapped = jax.shard_map(call["f"], mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                axis_names=set(manual), check_vma=bool(call["check_vma"]))
@@ -237,6 +244,20 @@ def _outside_vmaps() -> Any:
     from jax._src import core
 
     return core.remove_explicit_mesh_axis_names(core.get_axis_env().explicit_mesh_axis_names)
+
+
+def _reductions_as(example: Any, spec: Any) -> Any:
+    """``example`` typed with the unreduced and reduced axes of ``spec``."""
+    import jax
+
+    s = example.sharding
+    if not isinstance(s, jax.sharding.NamedSharding) or (
+            s.spec.unreduced, s.spec.reduced) == (spec.unreduced, spec.reduced):
+        return example
+    typed = jax.sharding.PartitionSpec(*s.spec.partitions, unreduced=spec.unreduced,
+                                       reduced=spec.reduced)
+    return jax.ShapeDtypeStruct(example.shape, example.dtype, weak_type=example.weak_type,
+                                sharding=jax.sharding.NamedSharding(s.mesh, typed))
 
 
 def _result_ranks(call: dict, mesh: Any, manual: frozenset, in_specs: Any, given: Any

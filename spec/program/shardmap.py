@@ -332,7 +332,10 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
             types.append(eq.body.inputs[i])
             continue
         with located(where):
-            check_reductions_held(spec, f"in_specs[{i}]", f"operand {i}")
+            typed = _type_spec(value)   # (reduced where a reshard made it so)
+            typed = _UNSPLIT if typed is None else typed
+            check_reductions_held(spec, f"in_specs[{i}]", f"operand {i}",
+                                  frozenset(typed.unreduced), frozenset(typed.reduced))
             shape = (per_shard_shape(eq.mesh, spec, value.shape, manual) if eq.checked
                      else _divided(eq.mesh, spec, value.shape))
             # the shard's type keeps the Explicit axes left automatic (SMAP-18), which

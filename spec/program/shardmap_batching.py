@@ -202,4 +202,7 @@ def batched_result(eq: ShardMap, result: Value, out_spec: PartitionSpec, inside:
     _, outside = explicit_types(eq.mesh, manual_inside(eq), inside.spec, out_spec,
                                 inside.shape)
     split = canonical_split(outside)
+    if out_spec.unreduced or out_spec.reduced:   # (the out spec's, as JAX's unshard_aval)
+        split = PartitionSpec(*(split or ()), unreduced=out_spec.unreduced,
+                              reduced=out_spec.reduced)
     return result if split == result.spec else dataclasses.replace(result, spec=split)
