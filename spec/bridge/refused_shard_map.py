@@ -4,13 +4,14 @@ JAX refuses a shard_map call in two places. Before it traces the body, it checks
 against the mesh and the arguments: manual axes that are not the mesh's, or name an
 Explicit axis an enclosing vmap splits its batch over (SMAP-1), in specs that are not the
 arguments' types where every other axis is manual and Explicit (SMAP-17), a spec naming an
-axis the mesh lacks or leaves automatic (SMAP-3), an in spec longer than its argument's rank (SMAP-7), an argument
-dimension its in spec does not divide (SMAP-8), and first of all a mesh other than the
-context mesh (SMAP-30: inside another shard_map's body, the body's mesh; else the one
-``jax.set_mesh`` set). After it has traced the body, it checks the body's results against
-the out specs: an out spec longer than its result's rank (SMAP-7), with ``check_vma`` an
-out spec that leaves out an axis the result varies along, which would need a reduction
-(SMAP-11), or whose reduced axes are not the result's (SMAP-19).
+axis the mesh lacks or leaves automatic (SMAP-3), an in spec longer than its argument's
+rank (SMAP-7), an argument dimension its in spec does not divide (SMAP-8), and first of
+all a mesh other than the context mesh (SMAP-30: inside another shard_map's body, the
+body's mesh; else the one ``jax.set_mesh`` set). After it has traced the body, it checks
+the body's results against the out specs: an out spec longer than its result's rank
+(SMAP-7), with ``check_vma`` an out spec that leaves out an axis the result varies along,
+which would need a reduction (SMAP-11), or whose reduced axes are not the result's
+(SMAP-19).
 
 :func:`refused_shard_map` builds the :class:`~shardlaw.spec.program.description.ShardMap`
 equation of such a call, with the user's mesh, specs, manual axes and ``check_vma``. Its
@@ -199,8 +200,7 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
     examples = [_reductions_as(e, s) for e, s in zip(examples, kept)]
     in_specs = jax.tree_util.tree_unflatten(tree, kept)
     in_specs = tuple(in_specs) if isinstance(call["args"], tuple) else in_specs
-    if manual == frozenset(mesh.axis_names) and all(
-            t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+    if full and all(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
         # (manual over a whole Explicit mesh JAX checks the in specs against the types,
         # SMAP-17: the examples typed as their specs, which the spec's rule checks first)
         examples = [jax.ShapeDtypeStruct(e.shape, e.dtype, weak_type=e.weak_type,
