@@ -95,6 +95,12 @@ CASES = {
     "default-axis-names": (jax.vmap(_default_axes), P("y", "x"), None, None, None),
     "default-axis-names-under-grad": (_grad_each(_default_axes), P("y", "x"), None, None,
                                       None),
+    # in_specs left out too (read off the types, SMAP-16), axis_names left out or naming y
+    "inferred-default-axis-names": (jax.vmap(jax.shard_map(
+        lambda a: a * 2.0, mesh=EXPLICIT, out_specs=P("x"))), P("y", "x"), None, None, None),
+    "inferred-axis-names-naming-the-batch-axis": (jax.vmap(jax.shard_map(
+        lambda a: a * 2.0, mesh=EXPLICIT, out_specs=P("x"), axis_names={"x", "y"})),
+        P("y", "x"), "ValueError", "SMAP-1", "body[0]"),
     # the batch unsplit: every axis manual, the in spec checked against the type (SMAP-17)
     "default-axis-names-unsplit-batch": (jax.vmap(_default_axes), P(None, "x"), None, None,
                                          None),
