@@ -8,6 +8,15 @@
   AD-0, unless every input had a tangent and every result a cotangent). Held to
   ``jax.vjp``/``jax.jvp`` of ``jax.vmap`` on both sides: a constraint onto other devices
   in the rule is met (DA-1 when lowering) exactly where JAX's rule calls it.
+* A refusal JAX makes inside vmap's batching rule for a ``pure_callback`` whose
+  ``vmap_method`` is none of the four it batches (NotImplementedError, BAT-11), under a
+  vmap called inside the function (alone, after a ``sin``, in an inner jit, under two
+  vmaps, with ``spmd_axis_name``) or around it: JAX's own error from describe_program
+  before; now the callback is described on the example and batched by the spec's rule for
+  it, which refuses it with the rule, at the trace stage, at the callback's path. The
+  neighbours JAX accepts (``expand_dims``, ``broadcast_all``, ``sequential``) are
+  described and accepted alike (traced, compiled and run); ``expand_dims`` and
+  ``broadcast_all`` batched by the spec too where a refusal after them needs it.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from shardlaw.spec.bridge.program import describe_program
 from shardlaw.spec.program.autodiff import jvp_program, vjp_program
 from shardlaw.spec.program.batching import vmap_program
 
-from test_steps_arguments import NS, P, mesh
+from test_steps_arguments import NS, P, assert_refusal_case, held_to_jax, mesh
 
 lax = jax.lax
 
@@ -149,3 +158,178 @@ def test_vmap_program_batches_rules_taking_symbolic_zeros_read_on_demand(name):
         assert (verdict.rule, verdict.stage) == ("DA-1", "lower"), verdict
     else:
         assert verdict.accepted, verdict
+
+
+# --------------------------------------------------------------------------- BAT-11
+
+def _callback(method="unset"):
+    """A row function calling back into Python (``method``: its vmap_method; "unset": none
+    given)."""
+    def f(r):
+        kwargs = {} if method == "unset" else {"vmap_method": method}
+        return jax.pure_callback(lambda z: np.asarray(z) * 2.0,
+                                 jax.ShapeDtypeStruct(r.shape, r.dtype), r, **kwargs)
+    return f
+
+
+def _batch(shape=(4, 8)):
+    return lambda: (np.arange(np.prod(shape), dtype=np.float32).reshape(shape) % 5,)
+
+
+CALLBACKS = {
+    # name: (the function, its arguments, JAX's class, the rule, the path; None: accepted)
+    "vmap-inside": (lambda a: jax.vmap(_callback())(a), _batch(), "NotImplementedError",
+                    "BAT-11", "body[0]"),
+    "vmap-inside-after-a-sin": (lambda a: jax.vmap(lambda r: _callback()(jnp.sin(r)))(a),
+                                _batch(), "NotImplementedError", "BAT-11", "body[1]"),
+    "vmap-inside-in-an-inner-jit": (
+        lambda a: jax.vmap(jax.jit(lambda r: _callback()(jnp.cos(r))))(a), _batch(),
+        "NotImplementedError", "BAT-11", "body[0].jit.body[1]"),
+    "two-vmaps-inside": (lambda a: jax.vmap(jax.vmap(_callback()))(a), _batch((2, 4, 8)),
+                         "NotImplementedError", "BAT-11", "body[0]"),
+    "vmap-inside-with-spmd_axis_name": (
+        lambda a: jax.vmap(_callback(), spmd_axis_name="x")(a),
+        lambda: (jax.device_put(_batch()()[0], NS(mesh(), P("x"))),),
+        "NotImplementedError", "BAT-11", "body[0]"),
+    "vmap-inside-vmap_method-None": (lambda a: jax.vmap(_callback(None))(a), _batch(),
+                                     "NotImplementedError", "BAT-11", "body[0]"),
+    "vmap-inside-expand_dims": (lambda a: jax.vmap(_callback("expand_dims"))(a), _batch(),
+                                None, None, None),
+    "vmap-inside-broadcast_all": (lambda a: jax.vmap(_callback("broadcast_all"))(a),
+                                  _batch(), None, None, None),
+    "vmap-inside-sequential": (lambda a: jax.vmap(_callback("sequential"))(a), _batch(),
+                               None, None, None),
+    "vmap-of-the-function": (jax.vmap(_callback()), _batch(), "NotImplementedError",
+                             "BAT-11", "body[0]"),
+    "vmap-of-the-function-expand_dims": (jax.vmap(_callback("expand_dims")), _batch(),
+                                         None, None, None),
+}
+
+
+@checks("BAT-11")
+@pytest.mark.parametrize("name", sorted(CALLBACKS))
+def test_a_callback_vmap_does_not_batch_is_refused_as_jax_refuses_it(name):
+    """JAX refuses in vmap's batching rule for the callback (NotImplementedError); the
+    spec's batching of it refuses by BAT-11, at the trace stage, at the callback's path,
+    an instance of JAX's class; the neighbours JAX accepts are accepted alike."""
+    _raised_as_jax(CALLBACKS[name])
+
+
+def _raised_as_jax(case):
+    """``case`` as :func:`assert_refusal_case` takes it, where describe_program raises the
+    spec's refusal of vmap's batching (as it does where JAX refuses inside a batching
+    rule): JAX refuses with ``error``; describe_program raises an instance of it, by
+    ``rule`` at the trace stage at ``path``."""
+    fun, arguments, error, rule, path = case
+    if error is None:
+        assert_refusal_case(case)
+        return
+    args = arguments()
+    with pytest.raises(Exception) as refused:
+        jax.jit(fun).trace(*args)
+    assert type(refused.value).__name__ == error
+    with pytest.raises(Rejection) as raised:
+        describe_program(fun, *args)
+    got = raised.value
+    assert isinstance(got, type(refused.value))
+    assert (got.failure.rule, got.stage, got.path, got.failure.jax_error) == (
+        rule, "trace", path, error)
+
+
+# a refusal after a callback the spec batches, in a jit under a vmap called inside the
+# function (the jit's body described on the example, then batched by the spec's rules)
+AFTER = {method: (lambda a, m=method: jax.vmap(jax.jit(lambda r: lax.with_sharding_constraint(
+    _callback(m)(r), NS(mesh(), P(None, None, "x")))))(a), _batch(), "ValueError", "WSC-4",
+    "body[0].jit.body[1]") for method in ("expand_dims", "broadcast_all")}
+
+
+@checks("BAT-11", "WSC-4")
+@pytest.mark.parametrize("method", sorted(AFTER))
+def test_a_refusal_after_a_batched_callback_is_described(method):
+    """A constraint of the wrong rank after the callback, in an inner jit under vmap: JAX
+    refuses it on the example (ValueError); describe_program batches the jit's body,
+    callback and all, and refuses by WSC-4 at the constraint (it was PROG-0 at the
+    callback, so JAX's own error)."""
+    assert_refusal_case(AFTER[method])
+
+
+def _io_callback(ordered):
+    from jax.experimental import io_callback
+
+    return lambda r: io_callback(lambda z: np.asarray(z) * 2.0,
+                                 jax.ShapeDtypeStruct(r.shape, r.dtype), r, ordered=ordered)
+
+
+IO_CALLBACKS = {
+    "vmap-inside-ordered": (lambda a: jax.vmap(_io_callback(True))(a), _batch(),
+                            "ValueError", "BAT-12", "body[0]"),
+    "vmap-inside-ordered-after-a-sin": (
+        lambda a: jax.vmap(lambda r: _io_callback(True)(jnp.sin(r)))(a), _batch(),
+        "ValueError", "BAT-12", "body[1]"),
+    "vmap-of-the-function-ordered": (jax.vmap(_io_callback(True)), _batch(), "ValueError",
+                                     "BAT-12", "body[0]"),
+    # (JAX maps an unordered one over the batch by a scan: described as JAX staged it)
+    "vmap-inside-unordered": (lambda a: jax.vmap(_io_callback(False))(a), _batch(),
+                              None, None, None),
+}
+
+
+@checks("BAT-12")
+@pytest.mark.parametrize("name", sorted(IO_CALLBACKS))
+def test_an_ordered_io_callback_under_vmap_is_refused_as_jax_refuses_it(name):
+    """JAX's batching rule for an ordered io_callback refuses it (ValueError); the spec's
+    refuses it by BAT-12 at the callback's path, at the trace stage; an unordered one is
+    accepted alike."""
+    _raised_as_jax(IO_CALLBACKS[name])
+
+
+
+# --------------------------------------------------------------------------- batched by the spec
+
+# primitives whose batching the spec did not know (PROG-0 at them, so JAX's own error for a
+# refusal after them in a body the spec batches): a special function, fft,
+# optimization_barrier, a pure_callback batched by expand_dims or broadcast_all
+SPECIAL = jax.scipy.special
+ROW_FUNCTIONS = {
+    "lgamma": lambda r: SPECIAL.gammaln(r + 1.0),
+    "digamma": lambda r: SPECIAL.digamma(r + 1.0),
+    "polygamma": lambda r: SPECIAL.polygamma(1, r + 1.0),
+    "igamma": lambda r: SPECIAL.gammainc(r + 1.0, r + 2.0),
+    "igammac": lambda r: SPECIAL.gammaincc(r + 1.0, r + 2.0),
+    "zeta": lambda r: SPECIAL.zeta(r + 2.0, 1.5),
+    "bessel_i0e": SPECIAL.i0e,
+    "bessel_i1e": SPECIAL.i1e,
+    "fft": lambda r: jnp.fft.fft(r).real,
+    "optimization_barrier": lambda r: lax.optimization_barrier((r, r * 2.0))[1],
+    "pure_callback-expand_dims": _callback("expand_dims"),
+    "pure_callback-broadcast_all": _callback("broadcast_all"),
+}
+
+
+def _split_batch():
+    return (jax.device_put(np.arange(32, dtype=np.float32).reshape(4, 8) % 5 / 5,
+                           NS(mesh(), P("y"))),)
+
+
+@checks("PROG-0", "WSC-4")
+@pytest.mark.parametrize("refused", [False, True], ids=["accepted", "refused-after-it"])
+@pytest.mark.parametrize("name", sorted(ROW_FUNCTIONS))
+def test_a_primitive_batched_by_the_spec_is_held_to_jax(name, refused):
+    """vmap of the row function around it (the spec's vmap of the function, its batch
+    split over 'y'): accepted alike, the results placed and typed as JAX's; a constraint
+    of the wrong rank after it in an inner jit under a vmap called inside the function:
+    refused by WSC-4 at the constraint (its body batched by the spec's rules), as JAX."""
+    g = ROW_FUNCTIONS[name]
+    if not refused:
+        assert_refusal_case((jax.vmap(g), _split_batch, None, None, None))
+        return
+    after = jax.jit(lambda r: lax.with_sharding_constraint(g(r), NS(mesh(), P(None, "x"))))
+    fun = lambda a: jax.vmap(after)(a)   # noqa: E731
+    with pytest.raises(ValueError):
+        jax.jit(fun).trace(*_split_batch())
+    program, verdict, problems = held_to_jax(fun, *_split_batch())
+    assert not problems, problems
+    # (the constraint, last in the batched jit's body, after the primitive batched)
+    last = len(program.equations[0].body.equations) - 1
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        "WSC-4", "trace", f"body[0].jit.body[{last}]", "ValueError")
