@@ -160,6 +160,32 @@ def test_vmap_program_batches_rules_taking_symbolic_zeros_read_on_demand(name):
         assert verdict.accepted, verdict
 
 
+@checks("AD-2")
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+def test_rules_read_deeper_are_batched_when_read(order):
+    """A custom_jvp whose rule calls its own function (read two deep up front, deeper when
+    AD asks), batched by vmap_program, then jvp_program ``order`` times, as jax.jvp of
+    jax.vmap nested: the rules read deeper are batched when read (they were not: from the
+    third derivative on, the innermost call was differentiated by its primal body), so the
+    spec's program places values where JAX's does, and is accepted alike, compiled and run
+    by JAX."""
+    from jaxpr_walk import jax_placing, spec_placing
+    from test_custom_rules_more import _jvp_of, _sin
+
+    row = jax.device_put(np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4),
+                         NS(mesh(), P("x")))
+    batch = jax.device_put(np.stack([np.asarray(row)] * 2), NS(mesh(), P(None, "x")))
+    program = vmap_program(describe_program(_sin, row), axis_size=2)
+    theirs = jax.vmap(jax.jit(_sin))
+    for _ in range(order):
+        program, theirs = jvp_program(program), _jvp_of(theirs)
+    args = [batch] * 2 ** order
+    jitted = jax.jit(theirs)
+    assert spec_placing(program) == jax_placing(jax.make_jaxpr(jitted)(*args).jaxpr)
+    jitted(*args)   # (JAX compiles and runs it)
+    assert explain_program(program).accepted
+
+
 # --------------------------------------------------------------------------- BAT-11
 
 def _callback(method="unset"):

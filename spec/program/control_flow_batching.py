@@ -1,4 +1,4 @@
-"""A scan and a cond under vmap (issue 32), as JAX's batching rules for them rewrite them.
+"""A scan, a cond, a while loop, a remat and a custom call under vmap (issue 32), as JAX's batching rules for them rewrite them.
 
 * A scan: its batched constants moved to axis 0, its carry batched at axis 0 wherever the
   body makes it batched (an unbatched initial carry broadcast to the batch; found to a
@@ -14,6 +14,10 @@
 * A remat: its body batched where its operands are, each batched result moved to axis 0
   in it (JAX's ``remat_vmap``; a jit's, and a custom-derivative call's, results stay
   where the body leaves them).
+
+* A custom_jvp's or custom_vjp's call: its body batched as a jit's, its rules with it;
+  rules read on demand (taking symbolic zeros, or nested deeper than the bridge reads up
+  front) batched as the call was when AD reads them (:class:`ReadBatched`).
 
 * A while loop (JAX's ``_while_loop_batching_rule``): its carry batched wherever the
   body makes it batched (an unbatched initial carry broadcast; a fixed point); then the
