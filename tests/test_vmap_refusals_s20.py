@@ -314,7 +314,8 @@ def test_an_ordered_io_callback_under_vmap_is_refused_as_jax_refuses_it(name):
 
 # primitives whose batching the spec did not know (PROG-0 at them, so JAX's own error for a
 # refusal after them in a body the spec batches): a special function, fft,
-# optimization_barrier, a pure_callback batched by expand_dims or broadcast_all
+# optimization_barrier, linear algebra, a pure_callback batched by expand_dims or
+# broadcast_all
 SPECIAL = jax.scipy.special
 ROW_FUNCTIONS = {
     "lgamma": lambda r: SPECIAL.gammaln(r + 1.0),
@@ -327,14 +328,28 @@ ROW_FUNCTIONS = {
     "bessel_i1e": SPECIAL.i1e,
     "fft": lambda r: jnp.fft.fft(r).real,
     "optimization_barrier": lambda r: lax.optimization_barrier((r, r * 2.0))[1],
+    "cholesky": lambda r: jnp.linalg.cholesky(r @ r.T + 8.0 * jnp.eye(8)),
+    "eigh": lambda r: jnp.linalg.eigh(r @ r.T)[0][None, :] + r,
+    "qr": lambda r: jnp.linalg.qr(r)[1],
+    "svd": lambda r: jnp.linalg.svd(r)[1][None, :] + r,
+    "lu": lambda r: jax.scipy.linalg.lu(r + 8.0 * jnp.eye(8))[2],
     "pure_callback-expand_dims": _callback("expand_dims"),
     "pure_callback-broadcast_all": _callback("broadcast_all"),
 }
 
 
 def _split_batch():
+    """A batch of 4 rows (of 8, or 8x8 for the linear algebra), split over 'y'."""
     return (jax.device_put(np.arange(32, dtype=np.float32).reshape(4, 8) % 5 / 5,
                            NS(mesh(), P("y"))),)
+
+
+def _split_matrices():
+    return (jax.device_put(np.arange(256, dtype=np.float32).reshape(4, 8, 8) % 7 / 7,
+                           NS(mesh(), P("y"))),)
+
+
+LINEAR_ALGEBRA = ("cholesky", "eigh", "qr", "svd", "lu")
 
 
 @checks("PROG-0", "WSC-4")
@@ -346,14 +361,16 @@ def test_a_primitive_batched_by_the_spec_is_held_to_jax(name, refused):
     of the wrong rank after it in an inner jit under a vmap called inside the function:
     refused by WSC-4 at the constraint (its body batched by the spec's rules), as JAX."""
     g = ROW_FUNCTIONS[name]
+    batch = _split_matrices if name in LINEAR_ALGEBRA else _split_batch
     if not refused:
-        assert_refusal_case((jax.vmap(g), _split_batch, None, None, None))
+        assert_refusal_case((jax.vmap(g), batch, None, None, None))
         return
-    after = jax.jit(lambda r: lax.with_sharding_constraint(g(r), NS(mesh(), P(None, "x"))))
+    wrong = P(None, None, "x") if name in LINEAR_ALGEBRA else P(None, "x")
+    after = jax.jit(lambda r: lax.with_sharding_constraint(g(r), NS(mesh(), wrong)))
     fun = lambda a: jax.vmap(after)(a)   # noqa: E731
     with pytest.raises(ValueError):
-        jax.jit(fun).trace(*_split_batch())
-    program, verdict, problems = held_to_jax(fun, *_split_batch())
+        jax.jit(fun).trace(*batch())
+    program, verdict, problems = held_to_jax(fun, *batch())
     assert not problems, problems
     # (the constraint, last in the batched jit's body, after the primitive batched)
     last = len(program.equations[0].body.equations) - 1

@@ -18,6 +18,8 @@ batching rule of that primitive binds it:
   and ``pad``: the batch axis kept, their parameters given an entry for it;
 * ``moved_first`` (``random_wrap``, ``fft``): the operand's batch axis moved first;
 * ``per_operand`` (``optimization_barrier``): each operand and result keep their axis;
+* ``leading_batch`` (linear algebra: ``cholesky``, ``eigh``, ``qr``, ``svd`` ...): every
+  operand batched first, an unbatched one broadcast to the batch;
 * ``add_any`` (the sum of cotangents, in a gradient vmapped): an unbatched operand
   broadcast to the batch at the other's axis, or the first moved to the second's;
 * ``callback`` (``pure_callback``): refused without a vmap_method JAX batches (BAT-11),
@@ -530,3 +532,18 @@ def _batch_per_operand(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple,
         batched_type(r, d, size, rw.axis.varying), d, operands_batch_split(rw, (n,)))
         for r, n, d in zip(eq.results, numbers, dims))
     rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=results), tuple(dims))
+
+
+@BATCHING.register("leading_batch")
+def _batch_leading(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                   ) -> None:
+    """A linear-algebra primitive under vmap (``cholesky``, ``eigh``, ``qr``, ``svd`` ...;
+    JAX's ``expand_dims_batcher``): every batched operand's batch axis moved first, an
+    unbatched one broadcast to the batch there (unsplit), every result batched first."""
+    size = _size(rw, numbers, dims)
+    moved = []
+    for n, d in zip(numbers, dims):
+        shape = tuple(rw.types[n].shape)
+        moved.append(_front(rw, n, d) if d is not None else _spread(
+            rw, n, (size,) + shape, tuple(range(1, len(shape) + 1)), 0))
+    _bind(rw, eq, tuple(moved), _params(eq), 0, size)

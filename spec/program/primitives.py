@@ -598,6 +598,15 @@ declare(Entry("fft", Kind.OPAQUE, batching="moved_first", jvp="opaque", transpos
 declare(Entry("optimization_barrier", Kind.OPAQUE, batching="per_operand", jvp="opaque",
               transpose="opaque"))
 
+# Linear algebra (jax.lax.linalg) batched as JAX's expand_dims_batcher: every operand's
+# batch first; their sharding rules are not held to the compiler yet.
+_LINALG = ("cholesky", "eig", "eigh", "hessenberg", "householder_product", "ormqr", "lu",
+          "lu_pivots_to_permutation", "geqrf", "geqp3", "qr", "schur", "svd",
+          "symmetric_product", "tridiagonal")
+for _name in _LINALG:
+    declare(Entry(_name, Kind.OPAQUE, batching="leading_batch", jvp="opaque",
+                  transpose="opaque"))
+
 # A call back into Python: batched by its vmap_method (BAT-11, batching_primitives.py);
 # no derivative (AD-20, read from the name); its sharding rule as for no entry.
 declare(Entry("pure_callback", Kind.OPAQUE, batching="callback", jvp="opaque",
@@ -642,7 +651,7 @@ _UNPROPAGATED = {
          "bitcast_convert_type", "shift_left", "shift_right_logical",
          "shift_right_arithmetic", "scatter-sub", "top_k", "split", "erf", "lgamma",
          "digamma", "bessel_i0e", "bessel_i1e", "igamma", "igammac", "igamma_grad_a",
-         "random_gamma_grad", "polygamma", "zeta", "fft", "optimization_barrier"),
+         "random_gamma_grad", "polygamma", "zeta", "fft", "optimization_barrier", *_LINALG),
 }
 for _why, _names in _UNPROPAGATED.items():
     for _name in _names:
