@@ -333,6 +333,11 @@ ROW_FUNCTIONS = {
     "qr": lambda r: jnp.linalg.qr(r)[1],
     "svd": lambda r: jnp.linalg.svd(r)[1][None, :] + r,
     "lu": lambda r: jax.scipy.linalg.lu(r + 8.0 * jnp.eye(8))[2],
+    "reduce_window_sum": lambda r: lax.reduce_window(r, 0.0, lax.add, (3,), (1,), "SAME"),
+    "reduce_window_max": lambda r: lax.reduce_window(r, -jnp.inf, lax.max, (2,), (2,),
+                                                     "VALID").repeat(2),
+    "reduce_window_min-2d": lambda r: lax.reduce_window(r, jnp.inf, lax.min, (2, 2),
+                                                        (1, 1), "SAME"),
     "pure_callback-expand_dims": _callback("expand_dims"),
     "pure_callback-broadcast_all": _callback("broadcast_all"),
 }
@@ -349,7 +354,8 @@ def _split_matrices():
                            NS(mesh(), P("y"))),)
 
 
-LINEAR_ALGEBRA = ("cholesky", "eigh", "qr", "svd", "lu")
+# the row functions taking an 8x8 matrix
+MATRIX_ROWS = ("cholesky", "eigh", "qr", "svd", "lu", "reduce_window_min-2d")
 
 
 @checks("PROG-0", "WSC-4")
@@ -361,11 +367,11 @@ def test_a_primitive_batched_by_the_spec_is_held_to_jax(name, refused):
     of the wrong rank after it in an inner jit under a vmap called inside the function:
     refused by WSC-4 at the constraint (its body batched by the spec's rules), as JAX."""
     g = ROW_FUNCTIONS[name]
-    batch = _split_matrices if name in LINEAR_ALGEBRA else _split_batch
+    batch = _split_matrices if name in MATRIX_ROWS else _split_batch
     if not refused:
         assert_refusal_case((jax.vmap(g), batch, None, None, None))
         return
-    wrong = P(None, None, "x") if name in LINEAR_ALGEBRA else P(None, "x")
+    wrong = P(None, None, "x") if name in MATRIX_ROWS else P(None, "x")
     after = jax.jit(lambda r: lax.with_sharding_constraint(g(r), NS(mesh(), wrong)))
     fun = lambda a: jax.vmap(after)(a)   # noqa: E731
     with pytest.raises(ValueError):

@@ -20,6 +20,7 @@ batching rule of that primitive binds it:
 * ``per_operand`` (``optimization_barrier``): each operand and result keep their axis;
 * ``leading_batch`` (linear algebra: ``cholesky``, ``eigh``, ``qr``, ``svd`` ...): every
   operand batched first, an unbatched one broadcast to the batch;
+* ``windowed`` (``reduce_window_sum``, ``_max``, ``_min``): a window of 1 over the batch;
 * ``add_any`` (the sum of cotangents, in a gradient vmapped): an unbatched operand
   broadcast to the batch at the other's axis, or the first moved to the second's;
 * ``callback`` (``pure_callback``): refused without a vmap_method JAX batches (BAT-11),
@@ -547,3 +548,17 @@ def _batch_leading(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
         moved.append(_front(rw, n, d) if d is not None else _spread(
             rw, n, (size,) + shape, tuple(range(1, len(shape) + 1)), 0))
     _bind(rw, eq, tuple(moved), _params(eq), 0, size)
+
+
+@BATCHING.register("windowed")
+def _batch_windowed(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                    ) -> None:
+    """A windowed reduction under vmap (``reduce_window_sum``, ``_max``, ``_min``): a
+    window of 1 over the batch axis, which stays where it is (JAX's rule)."""
+    params, d = _params(eq), dims[0]
+    ones = {"window_dimensions": 1, "window_strides": 1, "base_dilation": 1,
+            "window_dilation": 1, "padding": (0, 0)}
+    for key, unit in ones.items():
+        given = tuple(params[key])
+        params[key] = given[:d] + (unit,) + given[d:]
+    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))

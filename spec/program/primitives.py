@@ -607,6 +607,12 @@ for _name in _LINALG:
     declare(Entry(_name, Kind.OPAQUE, batching="leading_batch", jvp="opaque",
                   transpose="opaque"))
 
+# Windowed reductions (avg_pool, max_pool, lax.reduce_window with add, max or min): a
+# window of 1 over the batch axis; their sharding rules are not held to the compiler yet.
+for _name in ("reduce_window_sum", "reduce_window_max", "reduce_window_min"):
+    declare(Entry(_name, Kind.REDUCTION, batching="windowed", jvp="opaque",
+                  transpose="opaque"))
+
 # A call back into Python: batched by its vmap_method (BAT-11, batching_primitives.py);
 # no derivative (AD-20, read from the name); its sharding rule as for no entry.
 declare(Entry("pure_callback", Kind.OPAQUE, batching="callback", jvp="opaque",
@@ -651,7 +657,8 @@ _UNPROPAGATED = {
          "bitcast_convert_type", "shift_left", "shift_right_logical",
          "shift_right_arithmetic", "scatter-sub", "top_k", "split", "erf", "lgamma",
          "digamma", "bessel_i0e", "bessel_i1e", "igamma", "igammac", "igamma_grad_a",
-         "random_gamma_grad", "polygamma", "zeta", "fft", "optimization_barrier", *_LINALG),
+         "random_gamma_grad", "polygamma", "zeta", "fft", "optimization_barrier", *_LINALG,
+         "reduce_window_sum", "reduce_window_max", "reduce_window_min"),
 }
 for _why, _names in _UNPROPAGATED.items():
     for _name in _names:
