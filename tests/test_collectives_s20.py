@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jax import lax
 
 from shardlaw.compiled_hlo import collectives_in_hlo
 from shardlaw.properties.collectives_harness import compare_collectives
 from shardlaw.properties.propagation_harness import Recipe
+from shardlaw.properties.registry import checks
 from shardlaw.spec import explain_program
 from shardlaw.spec.bridge.program import describe_program
 
@@ -195,3 +198,25 @@ def test_a_batched_dot_grouped_through_an_idle_axis_is_left_open():
             a, b = _placed(mesh, (4, 2, 4), left), _placed(mesh, (4, 4, 4), right)
             real = _real(dot, a, b)
             assert _kinds(real) == ["all-reduce"] and _spec(dot, a, b) == real
+
+
+@checks("COLL-17", "COLL-18")
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(shape=st.sampled_from(((2, 4), (4, 2))), axis=st.sampled_from(("x", "y")),
+       reduce=st.sampled_from(("sum", "max")), last=st.sampled_from((4, 8)),
+       start=st.integers(0, 7), size=st.sampled_from((8, 16, 64)))
+def test_drawn_reductions_and_literal_slices_communicate_as_compiled(shape, axis, reduce, last,
+                                                                    start, size):
+    """COLL-18 on drawn meshes, axes, reductions and sizes: the sums move, as compiled;
+    COLL-17: a literal-start slice of a split f32[128] is collective-permutes only, open."""
+    mesh = jax.make_mesh(shape, ("x", "y"), axis_types=(T.Auto,) * 2)
+    a = _placed(mesh, (8, 4, last), P(axis, None, None))
+
+    def f(a):
+        r = a.sum(1) if reduce == "sum" else a.max(1)
+        return lax.with_sharding_constraint(r, NS(mesh, P(None, axis)))
+    assert _real(f, a) == _spec(f, a)
+    x = _placed(mesh, (128,), P(("x", "y")))
+    real = _real(lambda v: lax.dynamic_slice_in_dim(v, start, size), x)
+    assert real and set(_kinds(real)) == {"collective-permute"}
+    assert _spec(lambda v: lax.dynamic_slice_in_dim(v, start, size), x).rule == "COLL-17"
