@@ -176,10 +176,10 @@ def test_a_loops_initial_carry_shares_the_values_other_reshards():
 
 def test_a_batched_dot_grouped_through_an_idle_axis_is_left_open():
     """A dot whose left operand alone splits its batch (both split the contracted
-    dimension), with a mesh axis neither splits ahead of the batch's: XLA permutes the
-    left operand and the result (left open, COLL-2), in either device order; with the
-    batch on the leading axis, the idle axis after it, or the right operand splitting
-    the batch too, the all-reduce alone (predicted)."""
+    dimension), with a mesh axis neither splits ahead of the batch's and the contracted
+    axes: XLA permutes the left operand and the result (left open, COLL-2), in either
+    device order; with the batch or the contracted dimension on the leading axis, or the
+    right operand splitting the batch too, the all-reduce alone (predicted)."""
     def dot(a, b):
         return jnp.matmul(a, b)
     for reverse in (False, True):
@@ -193,6 +193,8 @@ def test_a_batched_dot_grouped_through_an_idle_axis_is_left_open():
             assert _spec(dot, a, b).rule == "COLL-2"
         for left, right in ((P("x", None, "z"), P(None, "z", None)),
                             (P("y", None, "x"), P(None, "x", None)),
+                            (P("z", None, "x"), P(None, "x", None)),
+                            (P("x", None, "y"), P(None, "y", None)),
                             (P("y", None, "z"), P("y", "z", None)),
                             (P(None, None, "z"), P("y", "z", None))):
             a, b = _placed(mesh, (4, 2, 4), left), _placed(mesh, (4, 4, 4), right)

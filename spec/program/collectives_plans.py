@@ -11,8 +11,9 @@ each at every equation; its own module for size.
   computed where the operand stands, and the smaller result moves (COLL-18).
 - A dot whose left operand alone splits a batch dimension while both split a contracted
   one is grouped by the batch dimension's devices: with a mesh axis neither operand
-  splits ahead of the batch's axes, XLA sends the left operand and the result through
-  collective-permutes to its own grouping (seen), a plan not read yet (left open, COLL-2).
+  splits ahead of the batch's and the contracted dimension's axes, XLA sends the left
+  operand and the result through collective-permutes to its own grouping (seen), a plan
+  not read yet (left open, COLL-2).
 
 >>> from shardlaw.spec import Mesh, NamedSharding, P
 >>> from shardlaw.spec.program.description import Opaque, Program, ShardingConstraint, Value
@@ -118,15 +119,16 @@ def _loses(have: tuple, need: tuple) -> bool:
 
 def batch_grouped(eq: Any, factors: Any, read: list, mesh: Any) -> Undetermined | None:
     """A dot whose left operand alone splits a batch dimension, both splitting a contracted
-    one, over a mesh with an axis neither operand splits ahead of the batch's axes: left
-    open (COLL-2).
+    one, over a mesh with an axis neither operand splits ahead of the batch's and the
+    contracted dimension's axes: left open (COLL-2).
 
     Seen (mesh ``(2, 2, 2)``, either device order): the batched product of f32[4, 2, 4] on
     ``P('y', None, 'z')`` and f32[4, 4, 4] on ``P(None, 'z', None)`` is a
     collective-permute of the left operand (32 bytes), the all-reduce over 'z', and one of
-    the result (64 bytes), its batch moved through 'x' and back; on ``P('x', None, 'z')``,
-    ``P('y', None, 'x')`` or with the right operand splitting the batch too, the
-    all-reduce alone. How XLA groups the devices is not read yet.
+    the result (64 bytes), its batch moved through 'x' and back (``P('z', None, 'y')``
+    alike); on ``P('x', None, 'z')``, ``P('z', None, 'x')``, ``P('y', None, 'x')`` or with
+    the right operand splitting the batch too, the all-reduce alone. How XLA groups the
+    devices is not read yet.
     """
     if entry_of(eq).name != "dot_general" or len(read) < 2:
         return None
@@ -137,12 +139,13 @@ def batch_grouped(eq: Any, factors: Any, read: list, mesh: Any) -> Undetermined 
     if not split or not summed:
         return None
     used = {a for r in read[:2] for axes in r.values() for a in axes}
-    first = min(mesh.axis_names.index(a) for f in split for a in read[0][f])
+    first = min(mesh.axis_names.index(a) for f in split + sorted(factors.reduced)
+                for a in read[0].get(f, ()))
     idle = [a for a in mesh.axis_names[:first] if a not in used and mesh.axis_size(a) > 1]
     if not idle:
         return None
     return Undetermined("COLL-2", f"a dot whose left operand alone splits its batch "
                         f"dimension, a mesh axis {idle} neither operand splits ahead of "
-                        f"the batch's: XLA groups the devices by the batch and moves the "
+                        f"the batch's and the contracted axes: XLA groups the devices by the batch and moves the "
                         f"left operand and the result by collective-permutes of its own "
                         f"grouping (seen), not read yet", "")
