@@ -167,11 +167,10 @@ def _flow(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
     if any(o is None for o in operands):
         return Undetermined("COLL-8", "an operand of a body comes from an equation lowering "
                             "folds away: not followed yet", path)
-    if eq.kind == "remat2" and eq.differentiated and eq.policy not in (
-            None, "everything_saveable"):
+    if eq.kind == "remat2" and eq.policy_unread:
         return Undetermined("COLL-8", f"a differentiated remat whose policy "
-                            f"({eq.policy}) saves some residuals: the spec recomputes them "
-                            f"all, as nothing_saveable", path)
+                            f"({eq.policy}) the spec does not read: it recomputes "
+                            f"everything, as nothing_saveable", path)
     if eq.kind in ("jit", "remat2", "custom_jvp_call", "custom_vjp_call"):
         if eq.kind == "jit" and any(s is not UNSPECIFIED for s in (
                 *(eq.body.in_shardings or ()), *(eq.body.out_shardings or ()))):
