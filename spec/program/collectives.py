@@ -414,6 +414,8 @@ def predicted_collectives(program: Program) -> Communication:
     stopped = splits if isinstance(splits, Undetermined) else read_after_a_chain(program, live)
     if stopped is not None:
         return Communication(undetermined=stopped)
+    if (unread := _loops.unread_remat(program)) is not None:   # (COLL-8)
+        return Communication(undetermined=unread)
     if (inlined := _read_inlined(program, live)) is not None:
         return inlined   # (inner jits, shard_maps, reshards: COLL-11)
     mesh, types = propagation_mesh(program), program.value_types
