@@ -30,8 +30,8 @@ transpose are opaque equations too (``linearized_<name>``, ``transposed_<name>``
 types follow from the operands'. A ``reshard``'s cotangent is resharded back to its
 operand's type. A ``shard_map``'s JVP is one shard_map over primals and tangents, its
 body differentiated per shard. A remat (``jax.checkpoint``) is linearized as JAX's
-``remat_partial_eval`` leaves it: its primal in line, and a differentiated remat that
-recomputes what its tangents need (under ``everything_saveable``, that stores them all). Linearized, a shard_map becomes two
+``remat_partial_eval`` leaves it: its primal in line with what its policy saves (AD-21,
+AD-22), and a differentiated remat that recomputes the rest of what its tangents need. Linearized, a shard_map becomes two
 (:mod:`~shardlaw.spec.program.shardmap_autodiff`): the known one returns the residuals it
 stores (AD-10's specs) before its primal outputs, the tangent one takes them, then the
 tangents; transposed, it becomes one shard_map taking the cotangents, then the residuals
