@@ -28,6 +28,8 @@ PROGRAM_ONLY = {
     "AD-18": "a product with a literal that a transpose applies to an unreduced cotangent",
     "AD-19": "grad's inputs among argnums, typed as jit traces the program's arguments",
     "AD-20": "a callback in a differentiated program's body that takes a tangent",
+    "AD-21": "the equations of a remat's body its policy saves",
+    "AD-22": "what a differentiated remat stores and recomputes under its policy",
     "BAT-10": "a program's value typed with reduced axes that vmap maps or broadcasts",
     "BAT-11": "a pure_callback vmap batches whose vmap_method JAX does not batch",
     "BAT-12": "an ordered io_callback vmap batches",

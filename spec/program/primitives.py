@@ -433,6 +433,9 @@ _elementwise("integer_pow", jvp="nonlinear", residuals=("power_slope",))
 _elementwise("square")
 _elementwise("convert_element_type", jvp="linear")
 _elementwise("reduce_precision", split_checked=False)
+# jax.ad_checkpoint.checkpoint_name: the identity, its operand named for a remat's policy
+# (AD-21); its tangent is its operand's, unnamed (JAX's name_jvp).
+_elementwise("name", jvp="forwarded")
 # Binary elementwise primitives, batched as broadcasting n-ary operations.
 _elementwise("add", jvp="sum", transpose="sum", broadcasting=True)
 _elementwise("sub", jvp="sum", transpose="sub", broadcasting=True)

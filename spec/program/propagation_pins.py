@@ -267,6 +267,8 @@ def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int |
         return operands[0]
     if name == "slice" and operands[0] in flat.concats:
         return _sliced_part(dict(eq.params), *flat.concats[operands[0]], flat)
+    if name == "name":
+        return operands[0]   # (checkpoint_name: lowering emits nothing, AD-21)
     if eq.kind == "reshard" and (result.mesh is None or AxisType.Explicit not in
                                  result.mesh.axis_types):
         return operands[0]   # (typed over no Explicit axis: lowering emits nothing)

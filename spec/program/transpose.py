@@ -309,7 +309,8 @@ def _transpose_jit(eq: Jit, body: BodyBuilder, incoming: list, flags: list[bool]
         tuple(ct for ct in incoming if ct is not None)
     # (a remat's transpose is a remat again: JAX's recomputes its nonlinear part)
     made = Remat(operands, body=transposed, name=eq.name, checked=False, prevent_cse=(
-        eq.prevent_cse), differentiated=True, policy=eq.policy) if type(eq) is Remat else \
+        eq.prevent_cse), differentiated=True, policy=eq.policy,
+        policy_unread=eq.policy_unread) if type(eq) is Remat else \
         Jit(operands, body=transposed, name=eq.name, checked=False)
     outs = iter(body.emit(made))
     return [(eq.operands[i], next(outs)) for i, r in zip(lin_in, reached) if r]
