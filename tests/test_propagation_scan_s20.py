@@ -22,6 +22,7 @@ import pytest
 from jax import lax
 
 from shardlaw.properties.propagation_harness import Recipe, compare_recipe
+from shardlaw.properties.registry import checks
 from shardlaw.spec import UNSPECIFIED, explain_program
 from shardlaw.spec.bridge.program import describe_program
 
@@ -183,6 +184,7 @@ CARRIES = [
 ]
 
 
+@checks("PROP-22")
 @pytest.mark.parametrize("initial,spec,kept", CARRIES)
 def test_a_carry_its_body_constrains_keeps_the_initial_carrys_longer_split(initial, spec,
                                                                            kept):
@@ -195,6 +197,7 @@ def test_a_carry_its_body_constrains_keeps_the_initial_carrys_longer_split(initi
     assert verdict.accepted and _same(_specs(verdict)[0], P(*kept))
 
 
+@checks("PROP-22")
 def test_a_constraint_on_the_next_carry_is_unchanged():
     """The neighbour (PROP-13): the body returns its constraint's result, and the carry
     joins it with the initial carry's split as before."""
@@ -205,6 +208,7 @@ def test_a_constraint_on_the_next_carry_is_unchanged():
     assert verdict.accepted and _same(_specs(verdict)[0], P("y", "z"))
 
 
+@checks("PROP-22")
 def test_a_constraint_holding_an_axis_the_initial_carry_holds_elsewhere_is_left_open():
     """The edge: the constraint P('z', None) on a carry P('y', 'z') takes 'z' off the
     second dimension (JAX: P('z')); which factor keeps it is left open (PROP-4)."""
