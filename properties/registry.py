@@ -29,6 +29,8 @@ PROGRAM_ONLY = {
     "AD-19": "grad's inputs among argnums, typed as jit traces the program's arguments",
     "AD-20": "a callback in a differentiated program's body that takes a tangent",
     "BAT-10": "a program's value typed with reduced axes that vmap maps or broadcasts",
+    "BAT-11": "a pure_callback vmap batches whose vmap_method JAX does not batch",
+    "BAT-12": "an ordered io_callback vmap batches",
     "SMAP-20": "the varying axes of a collective inside a shard_map body",
     "SMAP-21": "the shape of a collective's result inside a shard_map body",
     "SMAP-22": "ppermute's pairs, checked when a shard_map body is lowered",
