@@ -49,6 +49,7 @@ from .propagation import (
     predicted_results, propagate, propagation_mesh, tensor_factor_splits,
 )
 from .propagation_constants import copied_values
+from .collectives_plans import batch_grouped, reduced_where_it_stands, sliced_as_a_slice
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
@@ -501,7 +502,8 @@ def _returns(program: Program, splits: dict, mesh: Mesh, done: set
 def read_after_a_chain(program: Program, live: tuple) -> Undetermined | None:
     """A value constrained by a chain of two or more constraints and read elsewhere too:
     Shardy's import has its uses after the chain read the chain's last value, where the
-    equations here read the value itself — their reshards are not planned yet."""
+    equations here read the value itself — their reshards are not planned yet; or a
+    differentiated remat recomputing what JAX stores (COLL-8, ``policy_unread``)."""
     made: dict[int, int] = {}   # a live constraint's result -> its operand
     uses: dict[int, int] = {n: 1 for n in program.outputs}
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
@@ -518,7 +520,7 @@ def read_after_a_chain(program: Program, live: tuple) -> Undetermined | None:
             return Undetermined("COLL-4", "a value under a chain of constraints and read "
                                 "elsewhere: the uses after the chain read its last value, "
                                 "whose reshards are not planned yet")
-    return None
+    return _loops.unread_remat(program)
 
 
 @rule("COLL-7", mirrors="xla: AllReduceCombiner")
@@ -660,6 +662,8 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
         return Undetermined("COLL-4", "a gather indexing a split dimension of its operand: "
                             "XLA gathers on each shard, masks and all-reduces (seen), by a "
                             "plan not read yet", "")
+    if opened := sliced_as_a_slice(eq, typed, held) or batch_grouped(eq, factors, read, mesh):
+        return opened   # (COLL-17; a batched dot XLA groups through an idle axis: COLL-2)
     if along_a_split(eq, held):
         return Undetermined("COLL-4", f"{entry_of(eq).name} along a split dimension: XLA "
                             "gathers the operand along it (seen) by a plan of its own, not "
@@ -679,6 +683,8 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
                             "whether to gather each or compute there and gather the result", "")
     if beyond:   # (an elementwise operand is brought to its result's split: seen)
         return _reduced_then_moved(eq, factors, read, {**chosen, **beyond}, typed, held, mesh)
+    if (first := reduced_where_it_stands(eq, factors, read, chosen)) is not None:
+        return _reduced_then_moved(eq, factors, read, first, typed, held, mesh)   # (COLL-18)
     op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, "")
     operands = _operand_moves(eq, op, held)
     summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"),

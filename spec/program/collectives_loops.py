@@ -45,7 +45,7 @@ from .primitives import entry_of
 from .propagation import FLOW_KINDS, Undetermined, propagated, propagation_mesh
 from .propagation_pins import implied_out_shardings
 
-__all__ = ["flow_collectives", "body_collectives", "hoisted", "boundary_moves"]
+__all__ = ["flow_collectives", "body_collectives", "hoisted", "boundary_moves", "unread_remat"]
 
 
 @dataclasses.dataclass
@@ -160,6 +160,23 @@ def body_collectives(kind: str, length: int | None, trips: int | None) -> int | 
     return trips
 
 
+def unread_remat(program: Any, prefix: str = "") -> Undetermined | None:
+    """A differentiated remat the spec made recomputing everything under a policy it does
+    not read (``policy_unread``) leaves what the step communicates open (COLL-8); None:
+    the step holds none."""
+    for k, eq in enumerate(program.equations):
+        path = f"{prefix}body[{k}]"
+        if eq.kind == "remat2" and eq.policy_unread:
+            return Undetermined("COLL-8", f"a differentiated remat whose policy "
+                                f"({eq.policy}) the spec does not read: it recomputes "
+                                f"everything, as nothing_saveable", path)
+        inner = getattr(eq, "body", None)
+        found = None if inner is None else unread_remat(inner, f"{path}.{eq.kind}.")
+        if found is not None:
+            return found
+    return None
+
+
 def _flow(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
           ) -> list | Undetermined:
     """The ids of a control-flow equation's results, its collectives added to ``comp``
@@ -167,11 +184,6 @@ def _flow(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
     if any(o is None for o in operands):
         return Undetermined("COLL-8", "an operand of a body comes from an equation lowering "
                             "folds away: not followed yet", path)
-    if eq.kind == "remat2" and eq.differentiated and eq.policy not in (
-            None, "everything_saveable"):
-        return Undetermined("COLL-8", f"a differentiated remat whose policy "
-                            f"({eq.policy}) saves some residuals: the spec recomputes them "
-                            f"all, as nothing_saveable", path)
     if eq.kind in ("jit", "remat2", "custom_jvp_call", "custom_vjp_call"):
         if eq.kind == "jit" and any(s is not UNSPECIFIED for s in (
                 *(eq.body.in_shardings or ()), *(eq.body.out_shardings or ()))):
@@ -290,8 +302,8 @@ def boundary_moves(have: tuple, need: tuple, where: str) -> str:
     conditional, once (seen: ``a - 1`` or ``a + s`` of ``a`` on ``P('y')``, returned
     under ``P()``, is all-gathered after the conditional, not in each branch).
 
-    Gives where the reshard runs: "before", "body" or "after" (the final carry), "" where
-    nothing moves.
+    Gives where the reshard runs: "before" (an initial carry), "xs" (``xs`` gathered
+    whole before the loop), "body" or "after" (the final carry), "" where nothing moves.
 
     >>> boundary_moves((("x",), ()), (("x",), ("y",)), "body")
     'body'
@@ -307,7 +319,7 @@ def _move(walk: _Walk, comp: _Computation, value: int, need: tuple, where: str, 
     """Reshard ``value`` to ``need`` in ``comp`` (COLL-10), once per (value, split); not
     where the value it becomes (``to``) is dead (jit's dead-code elimination removes it)."""
     have = walk.splits[value] if have is None else have
-    shared = shares_reshard(where)   # (a loop's operand is resharded on its own: COLL-15)
+    shared = shares_reshard(where)   # (a scan's xs is resharded on its own: COLL-15)
     if (to is not None and to not in walk.flat.live) or \
             not boundary_moves(have, need, where) or (shared and (value, need) in comp.done):
         return None
@@ -392,7 +404,7 @@ def _slices(walk: _Walk, comp: _Computation, inner: _Computation, path: str,
                 return Undetermined("COLL-10", "xs split along the loop's dimension and its "
                                     "slice split otherwise too: where the partitioner "
                                     "gathers each is not seen yet", path)
-            stopped = _move(walk, comp, xs, ((),) + tuple(need), "before", path,
+            stopped = _move(walk, comp, xs, ((),) + tuple(need), "xs", path,
                             first + operands[first:].index(xs))
             if stopped:
                 return stopped
