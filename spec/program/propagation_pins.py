@@ -263,16 +263,23 @@ def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int |
             stop("PROP-4", "a reshape of a reshape's result: StableHLO folds the two into "
                   "one, which is not written", path)
         return first
-    if name in ("slice", "dynamic_slice") and result.shape == flat.types[operands[0]].shape:
-        return operands[0]
+    if name in ("slice", "dynamic_slice") and result.shape == flat.types[operands[0]].shape \
+            and not _typed_explicit(result):
+        return operands[0]   # (over Explicit axes the lowered type's constraint stays)
     if name == "slice" and operands[0] in flat.concats:
         return _sliced_part(dict(eq.params), *flat.concats[operands[0]], flat)
     if name == "name":
         return operands[0]   # (checkpoint_name: lowering emits nothing, AD-21)
-    if eq.kind == "reshard" and (result.mesh is None or AxisType.Explicit not in
-                                 result.mesh.axis_types):
+    if eq.kind == "reshard" and not _typed_explicit(result):
         return operands[0]   # (typed over no Explicit axis: lowering emits nothing)
     return None
+
+
+def _typed_explicit(value: Any) -> bool:
+    """Whether a value is typed over a mesh with Explicit axes (JAX lowers its result with
+    its type's constraint, which stays when StableHLO folds the equation away; seen: a
+    whole slice of ``P(('z', 'y'), 'x')``, 'z' Auto, comes back ``P('y', 'x')``)."""
+    return value.mesh is not None and AxisType.Explicit in value.mesh.axis_types
 
 
 def _sliced_part(params: dict, parts: tuple, axis: int, flat: Flat) -> int | None:
