@@ -130,3 +130,10 @@ def test_prop_24_leaves_open_a_branch_whose_written_sharding_is_not_read():
     assert verdict.accepted
     assert [why for _, why in verdict.undetermined if why.startswith("[PROP-24]")]
     assert real == "JaxRuntimeError"
+
+
+def test_prop_24_a_dead_cond_is_never_compiled():
+    """The refused cond's result unused: dead-code elimination drops it and JAX runs."""
+    f, x, w = _cond(_mesh((A, E)), _constrained(P("x")), _product)
+    real, verdict = _held(lambda x, w: (f(x, w), x * 2)[1], x, w)
+    assert real.spec == P(None) and verdict.out_shardings[0] == from_jax(real)

@@ -28,6 +28,7 @@ from typing import Any
 from ..core.rules import Failure, reject, rule
 from ..core.values import UNCONSTRAINED, AxisType
 from .description import Program
+from .lowering import lowered_live
 from .primitives import Kind, entry_of_name
 
 __all__ = ["BranchShardingsApart", "check_branch_shardings", "open_branch_shardings",
@@ -63,7 +64,7 @@ class BranchShardingsApart(Failure, rule="PROP-24", error=RuntimeError,
 
 @rule("PROP-24", mirrors="xla: HloVerifier's check of a conditional's branch shardings; "
                          "jax._src.interpreters.mlir.lower_with_sharding_in_types")
-def check_branch_shardings(program: Program, prefix: str = "") -> None:
+def check_branch_shardings(program: Program) -> None:
     """Compiling refuses a cond two of whose branches return one of its results on different shardings written before propagation (a constraint's, or an Explicit mesh's type).
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P
@@ -84,7 +85,7 @@ def check_branch_shardings(program: Program, prefix: str = "") -> None:
     ...
     shardlaw.spec.core.rules.RejectionRuntimeError: [PROP-24] at body[0]: result 0 of the cond at body[0] is returned by its branches on shardings written before the partitioner runs (a constraint's, or the type's over a mesh with Explicit axes) that differ, ((('x',),), ()) per branch (None: none written), and XLA's verifier refuses a conditional whose branches' results carry different shardings (INTERNAL: Inconsistent conditional sharding among instructions). Constrain that result alike in every branch (with_sharding_constraint on one sharding), or constrain the cond's result after it instead.
     """
-    for path, eq in _conds(program, prefix):
+    for path, eq in _conds(program, lowered_live(program), ""):
         for index, written in enumerate(_written(eq)):
             known = [w for w in written if w is not None and w is not _OPEN]
             if len(set(known)) > 1:
@@ -97,7 +98,7 @@ def open_branch_shardings(program: Program) -> tuple:
     operand's Explicit type, an operation whose lowering is not known to write its type):
     whether XLA's verifier refuses it is not decided (PROP-24)."""
     out = []
-    for path, eq in _conds(program, ""):
+    for path, eq in _conds(program, lowered_live(program), ""):
         for index, written in enumerate(_written(eq)):
             if _OPEN in written and sum(w is not None for w in written) > 1:
                 out.append((path, f"[PROP-24] result {index} of the cond at {path}: a branch "
@@ -107,22 +108,27 @@ def open_branch_shardings(program: Program) -> tuple:
     return tuple(out)
 
 
-def _conds(program: Program, prefix: str) -> list:
-    """(path, equation) of each cond in ``program`` and the bodies nested in it."""
+def _conds(program: Program, live: Any, prefix: str) -> list:
+    """(path, equation) of each cond lowering keeps in ``program`` and the bodies nested
+    in it (``live``: what dead-code elimination leaves of ``program``, None: all of it)."""
     out = []
     for k, eq in enumerate(program.equations):
+        if live is not None and not live.equations[k]:
+            continue     # (dropped before lowering: never compiled)
         path = f"{prefix}body[{k}]"
+        inner = None if live is None else live.bodies.get(k)
         if eq.kind == "cond":
             out.append((path, eq))
-            bodies = [(f"{path}.cond.branches[{b}].", branch)
+            bodies = [(f"{path}.cond.branches[{b}].", branch, None)
                       for b, branch in enumerate(eq.branches)]
         elif eq.kind == "while":
-            bodies = [(f"{path}.while.cond.", eq.cond), (f"{path}.while.", eq.body_fun)]
+            bodies = [(f"{path}.while.cond.", eq.cond, None),
+                      (f"{path}.while.", eq.body_fun, None)]
         else:
             body = getattr(eq, "body", None)
-            bodies = [(f"{path}.{eq.kind}.", body)] if isinstance(body, Program) else []
-        for inner_prefix, body in bodies:
-            out.extend(_conds(body, inner_prefix))
+            bodies = [(f"{path}.{eq.kind}.", body, inner)] if isinstance(body, Program) else []
+        for inner_prefix, body, body_live in bodies:
+            out.extend(_conds(body, body_live, inner_prefix))
     return out
 
 
