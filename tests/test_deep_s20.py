@@ -137,3 +137,41 @@ def test_prop_24_a_dead_cond_is_never_compiled():
     f, x, w = _cond(_mesh((A, E)), _constrained(P("x")), _product)
     real, verdict = _held(lambda x, w: (f(x, w), x * 2)[1], x, w)
     assert real.spec == P(None) and verdict.out_shardings[0] == from_jax(real)
+
+
+# --------------------------------------------------------------------------- COLL-16
+
+def _coll_recipe(outputs: tuple):
+    """Mesh (2, 1, 4), all Explicit: an inner jit over P('x') to P(('y', 'x')) whose
+    result is typed whole (``f32[2]``), then tanh of it, a max and a reshard."""
+    from shardlaw.properties.collectives_harness import Recipe
+    return Recipe(mesh=(2, 1, 4), reversed_devices=False,
+                  inputs=(((2,), (None,)), ((2,), ("x",))),
+                  steps=(("input", (), 0), ("inner", (0,), (("x",), (("y", "x"),))),
+                         ("unary", (1,), "tanh"), ("input", (), 1), ("binary", (0, 3), "max"),
+                         ("reshard", (3,), (("y", "x"),))),
+                  outputs=outputs, devices=(), out_shardings=(), axis_types="EEE")
+
+
+@pytest.mark.parametrize("outputs, gathers", [((4, 5, 1), 2), ((4, 5, 2), 2), ((4, 5), 0)])
+def test_coll_16_a_result_typed_whole_is_gathered_after_the_inner_jit_that_split_it(
+        outputs, gathers):
+    """Returned, the inner jit's result (split over 'x' by its out sharding, typed whole)
+    is all-gathered over 'x' (8 bytes) after the inner jit's own all-gather of sin's
+    operand; read by tanh instead, the gather is tanh's operand's; unused, the inner jit
+    is dead and nothing moves."""
+    from shardlaw.properties.collectives_harness import compare_collectives
+    outcome = compare_collectives(_coll_recipe(outputs))
+    assert outcome.disagreements == []
+    assert [c[0] for c in outcome.real] == ["all-gather"] * gathers
+    assert outcome.predicted == outcome.real
+
+
+def test_coll_16_a_type_split_by_no_axis_is_returned_whole():
+    from shardlaw.spec import AxisType as T
+    from shardlaw.spec import Mesh
+    from shardlaw.spec.program.collectives_boundaries import returned_split
+    from shardlaw.spec.program.description import Value
+    mesh = Mesh.iota((2, 4), ("x", "y"), (T.Explicit,) * 2)
+    assert returned_split((("x",), ()), Value.typed((4, 16), mesh=mesh.abstract), mesh) == (
+        (), ())
