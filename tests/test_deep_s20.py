@@ -175,3 +175,46 @@ def test_coll_16_a_type_split_by_no_axis_is_returned_whole():
     mesh = Mesh.iota((2, 4), ("x", "y"), (T.Explicit,) * 2)
     assert returned_split((("x",), ()), Value.typed((4, 16), mesh=mesh.abstract), mesh) == (
         (), ())
+
+
+# --------------------------------------------------------------------------- PROP-25
+
+def _squeezed(a):
+    return jnp.squeeze(a[:, None, :], 1)   # (broadcast_in_dim, then squeeze: two reshapes)
+
+
+@pytest.mark.parametrize("types, split, returned", [
+    # 'x' Explicit, 'y' Auto: the type's constraint [{"x", ?}, ...] between the two
+    # reshapes keeps them apart, and the Auto axis before 'x' is given up, as sin(a) does
+    ((E, A), P(("y", "x"), None), P("x", None)),
+    # the Auto axis after the Explicit one is kept
+    ((E, A), P(("x", "y"), None), P(("x", "y"),)),
+    # all Auto: the pair folds back to ``a``, returned on its placement
+    ((A, A), P(("y", "x"), None), P(("y", "x"), None)),
+    # 'y' Explicit, 'x' Auto: ('y', 'x') is the type's 'y' grown by 'x'
+    ((A, E), P(("y", "x"), None), P(("y", "x"),)),
+    # all Explicit: the type is the placement
+    ((E, E), P(("y", "x"), None), P(("y", "x"), None)),
+])
+def test_prop_25_a_reshape_of_a_reshape_is_not_folded_where_types_are_written(
+        types, split, returned):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8][::-1]).reshape(4, 2), ("x", "y"),
+                             axis_types=types)
+    a = jax.device_put(jnp.ones((16, 2)), NamedSharding(mesh, split))
+    real, verdict = _held(_squeezed, a)
+    assert real.spec == returned
+    assert verdict.out_shardings[0] == from_jax(real)
+
+
+def test_prop_25_the_deep_run_recipe_agrees():
+    """The recipe of the deep run: the squeezed value returned beside an argmax."""
+    from shardlaw.properties.propagation_harness import Recipe, compare_recipe
+    recipe = Recipe(mesh=(4, 2), reversed_devices=True,
+                    inputs=(((16, 2), (("y", "x"), None)), ((2,), (None,))),
+                    steps=(("input", (), 0), ("squeeze", (0,), 1), ("transpose", (0,), (1, 0)),
+                           ("input", (), 1), ("broadcast_add", (1, 3), None),
+                           ("argmax", (1,), 0), ("reduce", (0,), ("max", 1))),
+                    outputs=(5, 1), devices=(), out_shardings=((None,), None),
+                    axis_types="EA")
+    outcome = compare_recipe(recipe)
+    assert outcome.disagreements == [] and not outcome.abstained

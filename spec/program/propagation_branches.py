@@ -32,7 +32,7 @@ from .lowering import lowered_live
 from .primitives import Kind, entry_of_name
 
 __all__ = ["BranchShardingsApart", "check_branch_shardings", "open_branch_shardings",
-           "WRITES_ITS_TYPE"]
+           "WRITES_ITS_TYPE", "types_written"]
 
 # The primitives besides the elementwise ones whose lowering writes the result's type
 # (read from jax 0.10.2's lowering rules).
@@ -155,14 +155,33 @@ def _written_for(body: Program, number: int) -> Any:
                        for d, e in enumerate(_padded(eq.sharding.spec, len(value.shape)))],
                       eq.sharding.mesh)
     mesh = value.mesh
-    if mesh is None or not mesh.axis_names:
+    if not types_written(mesh):
         return None
-    types = set(mesh.axis_types)
-    if types <= {AxisType.Auto} or types == {AxisType.Manual}:
-        return None
-    if AxisType.Manual in types or not _writes_type(eq):
+    if AxisType.Manual in mesh.axis_types or not _writes_type(eq):
         return _OPEN
     return _split(_padded(value.spec, len(value.shape)), mesh)
+
+
+@rule("PROP-25", mirrors="jax._src.interpreters.mlir.lower_with_sharding_in_types")
+def types_written(mesh: Any) -> bool:
+    """Over a mesh neither all Auto nor all Manual, lowering writes each result's type as a constraint after its operation, so StableHLO folds no reshape of a reshape's result.
+
+    ``mesh``: the abstract mesh of the value's type (None: typed over no mesh). Seen,
+    mesh ``(4, 2)`` ``'x'`` Explicit, ``'y'`` Auto: ``squeeze(a[:, None, :], 1)`` of ``a``
+    on ``P(('y', 'x'), None)`` typed ``P('x', None)`` is returned on ``P('x', None)``, as
+    ``sin(a)`` is (the two reshapes kept apart by the constraint ``[{"x", ?}, {?}, {?}]``
+    between them); over an all-Auto mesh the pair folds back to ``a`` and it is returned
+    on ``a``'s placement.
+
+    >>> from shardlaw.spec import AbstractMesh, AxisType
+    >>> mixed = AbstractMesh((4, 2), ("x", "y"), (AxisType.Explicit, AxisType.Auto))
+    >>> types_written(mixed), types_written(AbstractMesh((4, 2), ("x", "y"))), types_written(None)
+    (True, False, False)
+    """
+    if mesh is None or not mesh.axis_names:
+        return False
+    kinds = set(mesh.axis_types)
+    return not (kinds <= {AxisType.Auto} or kinds == {AxisType.Manual})
 
 
 def _writes_type(eq: Any) -> bool:
