@@ -85,7 +85,7 @@ def check_branch_shardings(program: Program) -> None:
     ...
     shardlaw.spec.core.rules.RejectionRuntimeError: [PROP-24] at body[0]: result 0 of the cond at body[0] is returned by its branches on shardings written before the partitioner runs (a constraint's, or the type's over a mesh with Explicit axes) that differ, ((('x',),), ()) per branch (None: none written), and XLA's verifier refuses a conditional whose branches' results carry different shardings (INTERNAL: Inconsistent conditional sharding among instructions). Constrain that result alike in every branch (with_sharding_constraint on one sharding), or constrain the cond's result after it instead.
     """
-    for path, eq in _conds(program, lowered_live(program), ""):
+    for path, eq in _live_conds(program):
         for index, written in enumerate(_written(eq)):
             known = [w for w in written if w is not None and w is not _OPEN]
             if len(set(known)) > 1:
@@ -98,7 +98,7 @@ def open_branch_shardings(program: Program) -> tuple:
     operand's Explicit type, an operation whose lowering is not known to write its type):
     whether XLA's verifier refuses it is not decided (PROP-24)."""
     out = []
-    for path, eq in _conds(program, lowered_live(program), ""):
+    for path, eq in _live_conds(program):
         for index, written in enumerate(_written(eq)):
             if _OPEN in written and sum(w is not None for w in written) > 1:
                 out.append((path, f"[PROP-24] result {index} of the cond at {path}: a branch "
@@ -106,6 +106,16 @@ def open_branch_shardings(program: Program) -> tuple:
                            "read here, so whether XLA's verifier refuses the cond is not "
                            "decided"))
     return tuple(out)
+
+
+def _live_conds(program: Program) -> tuple:
+    """The conds lowering keeps, found once per program (dead-code elimination asked only
+    of a program holding one)."""
+    def find() -> tuple:
+        if not _conds(program, None, ""):
+            return ()
+        return tuple(_conds(program, lowered_live(program), ""))
+    return program.derived_once("conds lowering keeps", find)
 
 
 def _conds(program: Program, live: Any, prefix: str) -> list:
