@@ -49,6 +49,7 @@ from .propagation import (
     predicted_results, propagate, propagation_mesh, tensor_factor_splits,
 )
 from .propagation_constants import copied_values
+from .collectives_plans import batch_grouped, reduced_where_it_stands, sliced_as_a_slice
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
@@ -660,6 +661,8 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
         return Undetermined("COLL-4", "a gather indexing a split dimension of its operand: "
                             "XLA gathers on each shard, masks and all-reduces (seen), by a "
                             "plan not read yet", "")
+    if opened := sliced_as_a_slice(eq, typed, held) or batch_grouped(eq, factors, read, mesh):
+        return opened   # (COLL-17; a batched dot XLA groups through an idle axis: COLL-2)
     if along_a_split(eq, held):
         return Undetermined("COLL-4", f"{entry_of(eq).name} along a split dimension: XLA "
                             "gathers the operand along it (seen) by a plan of its own, not "
@@ -679,6 +682,8 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
                             "whether to gather each or compute there and gather the result", "")
     if beyond:   # (an elementwise operand is brought to its result's split: seen)
         return _reduced_then_moved(eq, factors, read, {**chosen, **beyond}, typed, held, mesh)
+    if (first := reduced_where_it_stands(eq, factors, read, chosen)) is not None:
+        return _reduced_then_moved(eq, factors, read, first, typed, held, mesh)   # (COLL-18)
     op = _Operation(factors, read, chosen, factor_sizes(factors, typed), mesh, typed, "")
     operands = _operand_moves(eq, op, held)
     summed = _all_reduce(op, count, REDUCTIONS.get(entry_of(eq).name, "add"),

@@ -1,16 +1,19 @@
 """Which reshards XLA shares between the uses of one value (issue 33): the partitioner
-reshards a value once per split it is needed in (COLL-4), but a loop's operand is an
-element of the while loop's tuple and is resharded there on its own.
-:mod:`~shardlaw.spec.program.collectives_loops` asks it at each move; its own module for
-size.
+reshards a value once per split it is needed in (COLL-4), but a scan's ``xs`` gathered
+whole for its body is resharded in the body and hoisted out after XLA's CSE has run, so it
+stays a reshard of its own. :mod:`~shardlaw.spec.program.collectives_loops` asks it at
+each move; its own module for size.
 
 Seen (JAX 0.10.2, 8 CPU devices, mesh ``(4, 2)``): ``xs`` on ``P('y', None, None)`` read
 by a scan whose body needs each slice whole along the loop's dimension and split over 'y'
 on its last (one all-to-all before the loop), beside ``wsc(xs, P(None, None, 'y'))``: two
 all-to-alls of the same 64 bytes, not one; two scans over the same ``xs``: two; the
-constraint alone, or the scan alone: one.
+constraint alone, or the scan alone: one. A fori loop's initial carry on
+``P('y', None, None)`` that the loop needs on ``P(None, 'y', None)`` (mesh ``(2, 4)``),
+beside ``max(a, carry)`` of ``a`` on that split, or a constraint of it to that split: one
+all-to-all of 32 bytes, made at the while loop's operand, which both read.
 
->>> shares_reshard("before"), shares_reshard("body"), shares_reshard("")
+>>> shares_reshard("xs"), shares_reshard("before"), shares_reshard("body")
 (False, True, True)
 """
 
@@ -24,19 +27,24 @@ from ..core.values import AxisType
 __all__ = ["shares_reshard", "returned_split"]
 
 
-@rule("COLL-15", mirrors="xla: SpmdPartitioner's reshard of a while loop's operand tuple")
+@rule("COLL-15", mirrors="xla: SpmdPartitioner's reshard in a while loop's body, hoisted by "
+      "WhileLoopInvariantCodeMotion after CSE")
 def shares_reshard(where: str) -> bool:
-    """A loop's operand moved before the loop is resharded apart from any other reshard of
-    the same value to the same split: XLA reshards each element of the while loop's
-    operand tuple on its own.
+    """A scan's ``xs`` gathered whole before the loop is resharded apart from any other
+    reshard of the same value to the same split, where every other move shares it.
 
-    ``where``: where the move runs — "before" the loop (an initial carry, ``xs`` gathered
-    whole), "body", "after" the loop, or "" for an equation's own operand.
+    XLA reshards ``xs`` in the body, where the slice is read, and hoists the loop-invariant
+    reshard out after its CSE has run; an initial carry is moved at the while loop's
+    operand, before the loop, where CSE joins it with the value's other reshards.
+
+    ``where``: where the move runs — "xs" (``xs`` gathered whole before the loop),
+    "before" the loop (an initial carry), "body", "after" the loop, or "" for an
+    equation's own operand.
 
     >>> shares_reshard("after")
     True
     """
-    return where != "before"
+    return where != "xs"
 
 
 @rule("COLL-16", mirrors="jax: the lowered function's result shardings over Explicit axes")

@@ -290,8 +290,8 @@ def boundary_moves(have: tuple, need: tuple, where: str) -> str:
     conditional, once (seen: ``a - 1`` or ``a + s`` of ``a`` on ``P('y')``, returned
     under ``P()``, is all-gathered after the conditional, not in each branch).
 
-    Gives where the reshard runs: "before", "body" or "after" (the final carry), "" where
-    nothing moves.
+    Gives where the reshard runs: "before" (an initial carry), "xs" (``xs`` gathered
+    whole before the loop), "body" or "after" (the final carry), "" where nothing moves.
 
     >>> boundary_moves((("x",), ()), (("x",), ("y",)), "body")
     'body'
@@ -307,7 +307,7 @@ def _move(walk: _Walk, comp: _Computation, value: int, need: tuple, where: str, 
     """Reshard ``value`` to ``need`` in ``comp`` (COLL-10), once per (value, split); not
     where the value it becomes (``to``) is dead (jit's dead-code elimination removes it)."""
     have = walk.splits[value] if have is None else have
-    shared = shares_reshard(where)   # (a loop's operand is resharded on its own: COLL-15)
+    shared = shares_reshard(where)   # (a scan's xs is resharded on its own: COLL-15)
     if (to is not None and to not in walk.flat.live) or \
             not boundary_moves(have, need, where) or (shared and (value, need) in comp.done):
         return None
@@ -392,7 +392,7 @@ def _slices(walk: _Walk, comp: _Computation, inner: _Computation, path: str,
                 return Undetermined("COLL-10", "xs split along the loop's dimension and its "
                                     "slice split otherwise too: where the partitioner "
                                     "gathers each is not seen yet", path)
-            stopped = _move(walk, comp, xs, ((),) + tuple(need), "before", path,
+            stopped = _move(walk, comp, xs, ((),) + tuple(need), "xs", path,
                             first + operands[first:].index(xs))
             if stopped:
                 return stopped
