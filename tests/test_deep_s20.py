@@ -12,6 +12,7 @@ from jax import lax
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shardlaw.properties.registry import checks
 from shardlaw.spec import UNSPECIFIED, explain_program, from_jax
 from shardlaw.spec.bridge.program import describe_program
 
@@ -83,6 +84,7 @@ ACCEPTED = {
 }
 
 
+@checks("PROP-24")
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_prop_24_a_cond_whose_branches_write_different_shardings_is_refused(case):
     types, first, second = REFUSED[case]
@@ -93,6 +95,7 @@ def test_prop_24_a_cond_whose_branches_write_different_shardings_is_refused(case
     assert "Inconsistent conditional sharding" in verdict.message
 
 
+@checks("PROP-24")
 @pytest.mark.parametrize("case", sorted(ACCEPTED))
 def test_prop_24_a_cond_whose_branches_write_one_sharding_or_none_compiles(case):
     types, first, second, spec = ACCEPTED[case]
@@ -153,6 +156,7 @@ def _coll_recipe(outputs: tuple):
                   outputs=outputs, devices=(), out_shardings=(), axis_types="EEE")
 
 
+@checks("COLL-16")
 @pytest.mark.parametrize("outputs, gathers", [((4, 5, 1), 2), ((4, 5, 2), 2), ((4, 5), 0)])
 def test_coll_16_a_result_typed_whole_is_gathered_after_the_inner_jit_that_split_it(
         outputs, gathers):
@@ -183,6 +187,7 @@ def _squeezed(a):
     return jnp.squeeze(a[:, None, :], 1)   # (broadcast_in_dim, then squeeze: two reshapes)
 
 
+@checks("PROP-25")
 @pytest.mark.parametrize("types, split, returned", [
     # 'x' Explicit, 'y' Auto: the type's constraint [{"x", ?}, ...] between the two
     # reshapes keeps them apart, and the Auto axis before 'x' is given up, as sin(a) does
