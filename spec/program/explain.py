@@ -548,7 +548,8 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
                          *(s.sharding for s in inside)]   # the module's, in its order
             placed = placed_results(program, shardings)
             n = dataclasses.replace(n.call, compiler=_choices(program, placed, shardings)).normal
-            check_branch_shardings(program)   # (XLA's verifier, as compiling starts: PROP-24)
+            with tracing():   # (XLA's verifier as compiling starts, outside jit's trace)
+                check_branch_shardings(program)   # (PROP-24, of the conds lowering keeps)
             compiled = stage_compile(n, called, traced, lowered)
             dispatched = stage_dispatch(n, called, lowered, compiled)
         except Rejection as error:

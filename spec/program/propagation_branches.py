@@ -32,7 +32,7 @@ from .lowering import lowered_live
 from .primitives import Kind, entry_of_name
 
 __all__ = ["BranchShardingsApart", "check_branch_shardings", "open_branch_shardings",
-           "WRITES_ITS_TYPE", "types_written"]
+           "holds_kept_cond", "WRITES_ITS_TYPE", "types_written"]
 
 # The primitives besides the elementwise ones whose lowering writes the result's type
 # (read from jax 0.10.2's lowering rules).
@@ -106,6 +106,11 @@ def open_branch_shardings(program: Program) -> tuple:
                            "read here, so whether XLA's verifier refuses the cond is not "
                            "decided"))
     return tuple(out)
+
+
+def holds_kept_cond(program: Program) -> bool:
+    """Whether lowering keeps a cond of ``program`` (PROP-24 is asked of those only)."""
+    return bool(_live_conds(program))
 
 
 def _live_conds(program: Program) -> tuple:
