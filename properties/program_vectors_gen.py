@@ -160,6 +160,9 @@ def _policy(policy: Any) -> Any:
     if policy.startswith("save_only_these_names("):
         names = policy[len("save_only_these_names("):-1]
         return jax.checkpoint_policies.save_only_these_names(*names.split(", "))
+    if policy.startswith("save_any_names_but_these("):
+        names = policy[len("save_any_names_but_these("):-1]
+        return jax.checkpoint_policies.save_any_names_but_these(*names.split(", "))
     if policy.startswith("<"):
         raise NotReplayable(f"the remat policy {policy} is not built in JAX by the replayer")
     return getattr(jax.checkpoint_policies, policy)

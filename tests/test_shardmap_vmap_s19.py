@@ -53,6 +53,16 @@ def _grad_each(fun):
     return jax.vmap(jax.grad(lambda h: fun(h).sum()))
 
 
+def _all_axes(h):
+    return jax.shard_map(lambda a: a * 2.0, mesh=EXPLICIT, in_specs=P("x"),
+                         out_specs=P("x"), axis_names={"x", "y"})(h)
+
+
+def _default_axes(h):
+    return jax.shard_map(lambda a: a * 2.0, mesh=EXPLICIT, in_specs=P("x"),
+                         out_specs=P("x"))(h)
+
+
 # name: (the function, the arguments' spec, JAX's class, the rule, the path; None: both
 # accept). Each refusal is at the trace stage but the one at lower (SMAP-23).
 CASES = {
@@ -72,10 +82,35 @@ CASES = {
     "matching-example-under-grad": (_grad_each(SMAP), P("y", "x"), None, None, None),
     # the batch unsplit: the shard_map leaves y automatic, nothing checked against types
     "unsplit-batch": (jax.vmap(SMAP), P(None, None), None, None, None),
+    # axis_names is a subset of the mesh's axes less those the batch is split over (SMAP-1)
+    "axis-names-naming-the-batch-axis": (jax.vmap(_all_axes), P("y", "x"), "ValueError",
+                                         "SMAP-1", "body[0]"),
+    "axis-names-naming-the-batch-axis-under-grad": (_grad_each(_all_axes), P("y", "x"),
+                                                    "ValueError", "SMAP-1", "body[0]"),
+    "batch-split-over-the-manual-axis": (jax.vmap(SMAP), P(("x", "y"), None), "ValueError",
+                                         "SMAP-1", "body[0]"),
+    "batch-split-over-the-manual-axis-alone": (jax.vmap(SMAP), P("x", None), "ValueError",
+                                               "SMAP-1", "body[0]"),
+    # left out, axis_names are those other axes: manual over x, the batch kept split over y
+    "default-axis-names": (jax.vmap(_default_axes), P("y", "x"), None, None, None),
+    "default-axis-names-under-grad": (_grad_each(_default_axes), P("y", "x"), None, None,
+                                      None),
+    # in_specs left out too (read off the types, SMAP-16), axis_names left out or naming y
+    "inferred-default-axis-names": (jax.vmap(jax.shard_map(
+        lambda a: a * 2.0, mesh=EXPLICIT, out_specs=P("x"))), P("y", "x"), None, None, None),
+    "inferred-axis-names-naming-the-batch-axis": (jax.vmap(jax.shard_map(
+        lambda a: a * 2.0, mesh=EXPLICIT, out_specs=P("x"), axis_names={"x", "y"})),
+        P("y", "x"), "ValueError", "SMAP-1", "body[0]"),
+    # the batch unsplit: every axis manual, the in spec checked against the type (SMAP-17)
+    "default-axis-names-unsplit-batch": (jax.vmap(_default_axes), P(None, "x"), None, None,
+                                         None),
+    "default-axis-names-unsplit-batch-mismatch": (jax.vmap(_default_axes), P(None, None),
+                                                  "ValueError", "SMAP-17",
+                                                  "body[0].shard_map.in_specs[0]"),
 }
 
 
-@checks("SMAP-17", "SMAP-23", "PROG-14")
+@checks("SMAP-1", "SMAP-17", "SMAP-18", "SMAP-23", "PROG-14")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_shard_map_under_a_vmap_split_over_an_explicit_axis_is_held_to_jax(name):
     fun, spec, error, rule, path = CASES[name]
@@ -127,36 +162,21 @@ def test_the_deep_runs_draws_agree(ops, transform):
     assert steps_harness.compare_fuzz(case) == []
 
 
-def _all_axes(h):
-    return jax.shard_map(lambda a: a * 2.0, mesh=EXPLICIT, in_specs=P("x"),
-                         out_specs=P("x"), axis_names={"x", "y"})(h)
-
-
-def _default_axes(h):
-    return jax.shard_map(lambda a: a * 2.0, mesh=EXPLICIT, in_specs=P("x"),
-                         out_specs=P("x"))(h)
-
-
-# Not yet held: JAX also leaves the axes the batch is split over out of the mesh's when it
-# checks axis_names (SMAP-1: a subset of the others) and when it defaults them (every
-# other axis). The spec's vmap batches the example's shard_map as the example traced it:
-# manual over the axes the user named, or over all of them where the user named none (the
-# description cannot tell the two apart).
-KNOWN = {
-    "batch-split-over-the-manual-axis": (jax.vmap(SMAP), P(("x", "y"), None)),
-    "axis-names-naming-the-batch-axis": (jax.vmap(_all_axes), P("y", "x")),
-    "default-axis-names": (jax.vmap(_default_axes), P("y", "x")),
-}
-
-
-@pytest.mark.xfail(strict=True, reason="SMAP-1 and the default axis_names under a vmap "
-                                       "split over Explicit axes: not yet held")
-@pytest.mark.parametrize("name", sorted(KNOWN))
-def test_axis_names_under_a_vmap_split_over_an_explicit_axis(name):
-    fun, spec = KNOWN[name]
-    x = _on(spec)
-    try:
-        _, _, problems = held_to_jax(fun, x)
-    except Rejection as refused:
-        problems = [f"the spec refuses while batching: {refused}"]
-    assert not problems, problems
+def test_the_default_axis_names_are_fixed_at_the_first_call():
+    """JAX's shard_map keeps the axis_names it defaulted at its first call: called first
+    under a vmap split over y it stays manual over x alone when called plainly after, and
+    the spec, which reads JAX's trace of the call, types it so too."""
+    mapped = jax.shard_map(lambda a: a * 2.0, mesh=EXPLICIT, in_specs=P("x"),
+                           out_specs=P("x"))
+    _, verdict, problems = held_to_jax(jax.vmap(mapped), _on(P("y", "x")))
+    assert not problems and verdict.accepted
+    x = jax.device_put(np.ones((8, 4), np.float32), NS(EXPLICIT, P("x", "y")))
+    program, verdict, problems = held_to_jax(mapped, x)
+    assert not problems and verdict.accepted
+    (shard_map,) = [eq for eq in program.equations if hasattr(eq, "manual_axes")]
+    assert shard_map.manual_axes == frozenset({"x"})
+    # a fresh one, called plainly, is manual over both and checks its in spec (SMAP-17)
+    fresh = jax.shard_map(lambda a: a * 2.0, mesh=EXPLICIT, in_specs=P("x"),
+                          out_specs=P("x"))
+    with pytest.raises(ValueError):
+        jax.jit(fresh).trace(x)

@@ -80,6 +80,9 @@ def policy_name(policy: Any) -> str | None:
     names = getattr(policy, "saveable_names", None)
     if type(policy).__name__ == "SaveOnlyTheseNames" and names is not None:
         return f"save_only_these_names({', '.join(sorted(names))})"
+    names = getattr(policy, "names", None)
+    if type(policy).__name__ == "SaveAnyNamesButThese" and names is not None:
+        return f"save_any_names_but_these({', '.join(sorted(names))})"
     return f"<{getattr(policy, '__name__', type(policy).__name__)}>"
 
 

@@ -101,6 +101,9 @@ def value_type_of(aval: Any, what: str) -> Value:
     if aval.memory_space != core.MemorySpace.Device:
         raise _Unreadable(f"describe_program reads values in device memory; {what} is in "
                           f"{aval.memory_space}")
+    if aval.manual_axis_type.unreduced:   # (SMAP-19's unreduced manual axes: not typed yet)
+        raise _Unreadable(f"describe_program does not describe values unreduced along a "
+                          f"shard_map's manual axes yet; {what} is {aval.str_short(True)}")
     sharding = aval.sharding
     mesh = None if sharding.mesh.empty else from_jax(sharding.mesh)
     # the split over Explicit axes, reduced and unreduced axes included (a spec with
@@ -766,6 +769,7 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
     import dataclasses
 
     from ..program.batching import nested_vmap_program
+    from .refused_shard_map import in_vmaps
 
     jax = _jax()
     jitted, vmaps, inner = nest
@@ -778,16 +782,17 @@ def describe_vmapped(nest: tuple[Any, list[dict], Any], args: tuple, kwargs: dic
     inputs = tuple(_argument(leaf) for leaf in leaves)
     levels, given = _levels(vmaps, args)
     examples = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(args), given)
-    example = describe_program(inner, *examples)
+    with in_vmaps(levels):   # (JAX traces the example in the vmaps' axis environment)
+        example = describe_program(inner, *examples)
+        results = _example_results(inner, examples, levels)
+        one_jit = _one_jit_call(inner, examples)
     values = list(inputs)
     for level in levels:   # the example's values: the user's, less each mapped dimension
         values = [_example_value(v, a) for v, a in zip(values, level["in_axes"])]
     example = dataclasses.replace(example, inputs=tuple(values))
-    results = _example_results(inner, examples, levels)
     for level in levels:
         level["out_axes"] = _flat_axes(level["out_axes"], results, "out_axes", False)
-    program = nested_vmap_program(example, levels[::-1],
-                                  jitted=_one_jit_call(inner, examples))
+    program = nested_vmap_program(example, levels[::-1], jitted=one_jit)
     # (a mapped dimension split over Auto axes, a sharded ensemble, is the user's to place:
     # the batched types do not hold that split, and the batched call takes it as given)
     if tuple(map(_trimmed, _unmapped(program.inputs, levels))) != tuple(

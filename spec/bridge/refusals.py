@@ -4,10 +4,11 @@ Where ``jax.jit`` refuses a call inside the body while it traces the function â€
 whose sharding does not fit its operand (WSC-4, WSC-5), a ``device_put`` or a
 ``jax.sharding.reshard`` whose sharding does not place its operand (ARG-4), an inner jit
 whose shardings do not fit its operands or its results (FIT-1), a ``jax.shard_map`` whose
-specs do not fit its mesh, its arguments or its body's results (SMAP-3, SMAP-7, SMAP-8,
-SMAP-11; the call described by :mod:`~shardlaw.spec.bridge.refused_shard_map`), a
-collective in a shard_map's body over an axis the body may not use or that does not divide
-its operand (SMAP-13, SMAP-21; described by
+specs do not fit its mesh, its arguments or its body's results (SMAP-1, SMAP-3, SMAP-7,
+SMAP-8, SMAP-11, SMAP-17; the call described by
+:mod:`~shardlaw.spec.bridge.refused_shard_map`), a collective in a shard_map's body over
+an axis the body may not use or that does not divide its operand (SMAP-13, SMAP-21;
+described by
 :mod:`~shardlaw.spec.bridge.refused_collectives`), a primitive JAX cannot type over Explicit axes (a ``dot_general``, PROG-7; an
 elementwise operation or a ``select_n``, PROG-8; a resized or scanned split dimension,
 PROG-9, PROG-10; a reshape or a gather, PROG-12, PROG-13; a sort, PROG-14; described by

@@ -1,14 +1,17 @@
 """A ``jax.shard_map`` call JAX refuses while tracing, described from the user's values.
 
 JAX refuses a shard_map call in two places. Before it traces the body, it checks the specs
-against the mesh and the arguments: a spec naming an axis the mesh lacks or leaves
-automatic (SMAP-3), an in spec longer than its argument's rank (SMAP-7), an argument
-dimension its in spec does not divide (SMAP-8), and first of all a mesh other than the
-context mesh (SMAP-30: inside another shard_map's body, the body's mesh; else the one
-``jax.set_mesh`` set). After it has traced the body, it checks the body's results against
-the out specs: an out spec longer than its result's rank (SMAP-7), with ``check_vma`` an
-out spec that leaves out an axis the result varies along, which would need a reduction
-(SMAP-11), or whose reduced axes are not the result's (SMAP-19).
+against the mesh and the arguments: manual axes that are not the mesh's, or name an
+Explicit axis an enclosing vmap splits its batch over (SMAP-1), in specs that are not the
+arguments' types where every other axis is manual and Explicit (SMAP-17), a spec naming an
+axis the mesh lacks or leaves automatic (SMAP-3), an in spec longer than its argument's
+rank (SMAP-7), an argument dimension its in spec does not divide (SMAP-8), and first of
+all a mesh other than the context mesh (SMAP-30: inside another shard_map's body, the
+body's mesh; else the one ``jax.set_mesh`` set). After it has traced the body, it checks
+the body's results against the out specs: an out spec longer than its result's rank
+(SMAP-7), with ``check_vma`` an out spec that leaves out an axis the result varies along,
+which would need a reduction (SMAP-11), or whose reduced axes are not the result's
+(SMAP-19).
 
 :func:`refused_shard_map` builds the :class:`~shardlaw.spec.program.description.ShardMap`
 equation of such a call, with the user's mesh, specs, manual axes and ``check_vma``. Its
@@ -19,7 +22,9 @@ that is not manual, or splitting a dimension it does not divide, or past the ran
 given another mesh than the context's, traced as given the context mesh (in the
 enclosing body's context where it is a body's) or as under its own, so
 the body holds what the function does (and the ``pvary`` JAX adds where the result does not
-vary along an axis its out spec names), and the spec's rule refuses the specs first. Under a
+vary along an axis its out spec names), and the spec's rule refuses the specs first (traced
+without the vmaps' axes in JAX's axis environment, its arguments typed as their in specs
+where it is manual over its whole Explicit mesh). Under a
 ``vmap`` JAX refuses the results of the call its batching rule staged: that staging's
 specs, the batch dimension in them, are the equation's (not checked against its operands,
 as a call a batching rule binds).
@@ -31,11 +36,40 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..program.description import Program, ShardMap, Value
 
-__all__ = ["refused_shard_map"]
+__all__ = ["refused_shard_map", "in_vmaps"]
+
+
+@contextlib.contextmanager
+def in_vmaps(levels: list[dict]) -> Iterator[None]:
+    """A vmapped function's example traced in the axis environment its vmaps trace it in
+    (``levels``: each vmap's options, ``in_axes`` and ``in_splits`` one per argument leaf):
+    the Explicit axes each splits its batch over, where its mapped arguments agree on them
+    (JAX's ``explicit_mesh_axis_names``; where they do not, JAX refuses before tracing, BAT-9).
+    A shard_map leaves them out of its mesh's axes where it defaults and checks
+    ``axis_names`` (SMAP-1) and where it checks its in specs against the arguments' types
+    (SMAP-17); the spec's rules read them too where they check the call JAX refused
+    (:data:`~shardlaw.spec.program.shardmap.VMAPPED_EXPLICIT`)."""
+    from jax._src import core
+
+    from ..program.shardmap import VMAPPED_EXPLICIT
+
+    axes: frozenset[str] = frozenset()
+    for level in levels:
+        entries = {entry for entry, axis in zip(level["in_splits"], level["in_axes"])
+                   if axis is not None}
+        if len(entries) == 1 and None not in entries:
+            (entry,) = entries
+            axes |= frozenset(entry if isinstance(entry, tuple) else (entry,))
+    token = VMAPPED_EXPLICIT.set(VMAPPED_EXPLICIT.get() | axes)
+    try:
+        with core.add_explicit_mesh_axis_names(axes):
+            yield
+    finally:
+        VMAPPED_EXPLICIT.reset(token)
 
 
 def refused_shard_map(call: dict, staged: dict | None, operands: tuple, path: str,
@@ -50,7 +84,7 @@ def refused_shard_map(call: dict, staged: dict | None, operands: tuple, path: st
     mesh = call["mesh"]
     if mesh is None or not hasattr(mesh, "axis_names"):
         raise TypeError("a shard_map whose mesh is the context's")
-    manual = frozenset(call["axis_names"] or mesh.axis_names)
+    manual = frozenset(call["axis_names"] or _unbatched(mesh.axis_names))
     flat_in = _flat_in_specs(call)
     enclosing = call.get("enclosing")
     if enclosing is not None and mesh.abstract_mesh != enclosing["inner_mesh"]:
@@ -125,10 +159,11 @@ def _put_together(mesh: Any, spec: Any, value: Value) -> Value:
 
 
 def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset,
-          rank: int | None = None) -> Any:
+          rank: int | None = None, full: bool = True) -> Any:
     """``spec`` with the entries JAX refuses left out (None): an axis not manual, a split
     that does not divide its dimension (``shape`` given), an entry past the rank (of
-    ``shape``, or ``rank`` given)."""
+    ``shape``, or ``rank`` given); and its unreduced and reduced axes short of ``full``
+    manual (SMAP-4)."""
     import jax
 
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
@@ -143,6 +178,8 @@ def _kept(spec: Any, shape: tuple | None, mesh: Any, manual: frozenset,
             ways *= sizes.get(axis, 1)
         fits = all(a in manual for a in axes) and (shape is None or shape[i] % ways == 0)
         entries.append(entry if fits else None)
+    if not full:
+        return jax.sharding.PartitionSpec(*entries)
     return jax.sharding.PartitionSpec(*entries, unreduced=spec.unreduced, reduced=spec.reduced)
 
 
@@ -156,17 +193,27 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
 
     leaves, tree = jax.tree_util.tree_flatten(call["args"])
     examples = [_example(v) for v in leaves]
-    in_specs = jax.tree_util.tree_unflatten(tree, [
-        _kept(s, tuple(jax.typeof(v).shape), mesh, manual) for s, v in zip(flat_in, leaves)])
+    full = manual == frozenset(mesh.axis_names)
+    kept = [_kept(s, tuple(jax.typeof(v).shape), mesh, manual, None, full)
+            for s, v in zip(flat_in, leaves)]
+    # (an argument's reductions taken as its in spec's, which the spec's SMAP-19 compares)
+    examples = [_reductions_as(e, s) for e, s in zip(examples, kept)]
+    in_specs = jax.tree_util.tree_unflatten(tree, kept)
     in_specs = tuple(in_specs) if isinstance(call["args"], tuple) else in_specs
+    if full and all(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        # (manual over a whole Explicit mesh JAX checks the in specs against the types,
+        # SMAP-17: the examples typed as their specs, which the spec's rule checks first)
+        examples = [jax.ShapeDtypeStruct(e.shape, e.dtype, weak_type=e.weak_type,
+                                         sharding=jax.sharding.NamedSharding(mesh, s))
+                    for e, s in zip(examples, kept)]
     given = jax.tree_util.tree_unflatten(tree, examples)
     context = jax.sharding.get_abstract_mesh()
     # (under another mesh jax.set_mesh set, SMAP-30: traced as given its own)
     with contextlib.nullcontext() if context.empty or context == mesh.abstract_mesh else \
-            jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            jax.sharding.use_abstract_mesh(mesh.abstract_mesh), _outside_vmaps():
         ranks = iter(_result_ranks(call, mesh, manual, in_specs, given))
         out_specs = jax.tree_util.tree_map(
-            lambda s: _kept(s, None, mesh, manual, next(ranks)), call["out_specs"],
+            lambda s: _kept(s, None, mesh, manual, next(ranks), full), call["out_specs"],
             is_leaf=_is_spec)
         mapped = jax.shard_map(call["f"], mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                axis_names=set(manual), check_vma=bool(call["check_vma"]))
@@ -178,6 +225,39 @@ def _substitute(call: dict, mesh: Any, manual: frozenset, flat_in: list, path: s
     if len(found) != 1:
         raise TypeError("the substitute call holds other than one shard_map")
     return found[0]
+
+
+def _unbatched(names: tuple) -> tuple:
+    """The mesh axes ``names`` less those the vmaps the call is traced under split their
+    batch over (JAX's axis environment's ``explicit_mesh_axis_names``): a shard_map's
+    default manual axes."""
+    from jax._src import core
+
+    batched = core.get_axis_env().explicit_mesh_axis_names
+    return tuple(n for n in names if n not in batched)
+
+
+def _outside_vmaps() -> Any:
+    """The substitute traced without the vmaps' Explicit axes in the axis environment: its
+    manual axes are given, and its in specs checked against its examples' types only where
+    it is manual over the whole mesh (SMAP-17), as the refused call was not."""
+    from jax._src import core
+
+    return core.remove_explicit_mesh_axis_names(core.get_axis_env().explicit_mesh_axis_names)
+
+
+def _reductions_as(example: Any, spec: Any) -> Any:
+    """``example`` typed with the unreduced and reduced axes of ``spec``."""
+    import jax
+
+    s = example.sharding
+    if not isinstance(s, jax.sharding.NamedSharding) or (
+            s.spec.unreduced, s.spec.reduced) == (spec.unreduced, spec.reduced):
+        return example
+    typed = jax.sharding.PartitionSpec(*s.spec.partitions, unreduced=spec.unreduced,
+                                       reduced=spec.reduced)
+    return jax.ShapeDtypeStruct(example.shape, example.dtype, weak_type=example.weak_type,
+                                sharding=jax.sharding.NamedSharding(s.mesh, typed))
 
 
 def _result_ranks(call: dict, mesh: Any, manual: frozenset, in_specs: Any, given: Any

@@ -258,8 +258,9 @@ def batched_out_specs(error: BaseException) -> bool:
 def bound_call_frame(frame: Any, levels: list) -> bool:
     """Whether ``frame`` is the batching, by a vmap called inside the innermost body of
     ``levels`` (the bodies JAX was tracing), of an inner jit, a cond, a scan, a while loop
-    or a remat (its primitive), whose body or branches JAX traced on one example before."""
-    from jax._src import ad_checkpoint, pjit
+    or a remat (its primitive), whose body or branches JAX traced on one example before,
+    or of a pure_callback or an io_callback (BAT-11, BAT-12)."""
+    from jax._src import ad_checkpoint, callback, pjit
     from jax._src.interpreters import batching
     from jax._src.lax.control_flow import conditionals, loops
 
@@ -267,7 +268,9 @@ def bound_call_frame(frame: Any, levels: list) -> bool:
     trace = local.get("self")
     if not levels or not isinstance(trace, batching.BatchTrace) or "tracers" not in local \
             or local.get("p") not in (pjit.jit_p, conditionals.cond_p, loops.scan_p,
-                                      loops.while_p, ad_checkpoint.remat_p):
+                                      loops.while_p, ad_checkpoint.remat_p,
+                                      callback.pure_callback_p,
+                                      callback.io_callback_p):
         return False
     enclosing = levels[-1].trace
     while isinstance(trace, batching.BatchTrace):

@@ -538,6 +538,11 @@ TANGENTS.register("opaque")(lambda eq, tape, operands, moving, path, results:
 TANGENTS.register("zero")(lambda eq, tape, operands, moving, path, results:
                           [None] * len(eq.results))
 
+# A primitive whose tangent is its operand's tangent unchanged (checkpoint_name's ``name``:
+# JAX names the primal only).
+TANGENTS.register("forwarded")(lambda eq, tape, operands, moving, path, results:
+                               list(moving))
+
 
 @TANGENTS.register("linear")
 def _linear_tangent(eq: Opaque, tape: Any, operands: tuple[int, ...], moving: list,

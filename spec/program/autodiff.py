@@ -30,8 +30,8 @@ transpose are opaque equations too (``linearized_<name>``, ``transposed_<name>``
 types follow from the operands'. A ``reshard``'s cotangent is resharded back to its
 operand's type. A ``shard_map``'s JVP is one shard_map over primals and tangents, its
 body differentiated per shard. A remat (``jax.checkpoint``) is linearized as JAX's
-``remat_partial_eval`` leaves it: its primal in line, and a differentiated remat that
-recomputes what its tangents need (under ``everything_saveable``, that stores them all). Linearized, a shard_map becomes two
+``remat_partial_eval`` leaves it: its primal in line with what its policy saves (AD-21,
+AD-22), and a differentiated remat that recomputes the rest of what its tangents need. Linearized, a shard_map becomes two
 (:mod:`~shardlaw.spec.program.shardmap_autodiff`): the known one returns the residuals it
 stores (AD-10's specs) before its primal outputs, the tangent one takes them, then the
 tangents; transposed, it becomes one shard_map taking the cotangents, then the residuals
@@ -63,7 +63,7 @@ from .ad_bodies import (
 )
 from .explain import trace_body
 from .lowering import equation_path
-from .partial_eval import dce_program
+from .partial_eval import dce_program, policy_read, split_by_policy, with_reduced_precision
 from .primitives import JVP_BODIES, LINEARIZE_BODIES, entry_of
 from .refs import check_tangent_not_written, tangent_inputs, with_refs, writes_ref
 from .shardmap_autodiff import residual_spec
@@ -132,7 +132,7 @@ def _jvp_jit(eq: Jit, body: BodyBuilder, operands: tuple[int, ...], moving: list
     # (a remat's JVP is a remat of the JVP of its body, as JAX's remat_jvp binds it)
     made = Remat(operands + given, body=jvp_body, name=eq.name, checked=False,
                  prevent_cse=eq.prevent_cse, differentiated=eq.differentiated,
-                 policy=eq.policy) \
+                 policy=eq.policy, policy_unread=eq.policy_unread) \
         if type(eq) is Remat else Jit(operands + given, body=jvp_body, name=eq.name,
                                       checked=False)
     outs = body.emit(made)
@@ -347,16 +347,19 @@ def _linearize_jit(eq: Jit, tape: TangentTape, operands: tuple[int, ...], moving
 
 def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], moving: list,
                      path: str, transform: str) -> tuple[tuple[int, ...], list]:
-    """A remat linearized as JAX linearizes it (its JVP partially evaluated by
-    ``remat_partial_eval``, nothing saveable): its body's primal computed in line in the
-    primal body, nothing of it stored but the remat's operands; onto the tape a remat
-    (``differentiated``) taking the operands and tangents it reads, which recomputes
-    what the tangents need, then the tangents."""
+    """A remat linearized as JAX's ``remat_partial_eval`` leaves its JVP: under a policy
+    the spec reads, as its policy splits it (AD-21, AD-22); under JAX's default (nothing
+    saved), and recomputing everything (``policy_unread``) under any other policy or a
+    body holding bodies or constants, its primal in line, nothing stored but its operands,
+    onto the tape a remat (``differentiated``) over the operands and tangents it reads,
+    which recomputes what the tangents need, then the tangents."""
     inner = eq.body
     nonzero = tuple(t is not None for t in moving)
     lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
-    if eq.policy == "everything_saveable" and not lin.primal.consts:
-        return _linearize_saving_remat(eq, tape, operands, moving, lin)
+    flat = not lin.primal.consts and not any(entry_of(e).bodies for e in lin.primal.equations)
+    if eq.policy is not None and policy_read(eq.policy) and (
+            flat or eq.policy == "everything_saveable" and not lin.primal.consts):
+        return _linearize_by_policy(eq, tape, operands, moving, lin)
     primal = inline_body(tape.primal, _pruned(inner), operands)
     if not any(lin.flags):
         return primal, [None] * len(inner.outputs)
@@ -375,31 +378,47 @@ def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], mo
         t for t, r in zip(given, reads[count:]) if r)
     made = iter(tape.emit(Remat(tuple(range(len(refs))), body=body, name=eq.name,
                                 checked=False, prevent_cse=eq.prevent_cse,
-                                differentiated=True, policy=eq.policy), refs))
+                                differentiated=True, policy=eq.policy,
+                                policy_unread=eq.policy is not None), refs))
     return primal, [next(made) if f else None for f in lin.flags]
 
 
-def _linearize_saving_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...],
-                            moving: list, lin: Any) -> tuple[tuple[int, ...], list]:
-    """A remat whose policy saves everything (``everything_saveable``) linearized as JAX
-    linearizes it: its body's primal and the residuals its tangents read computed in line
-    in the primal body and stored; onto the tape a remat (``differentiated``) over those
-    it reads and the tangents, which recomputes nothing."""
-    count = len(eq.body.outputs)
-    ran = inline_body(tape.primal, lin.primal, operands)
-    primal, residuals = ran[:count], ran[count:]
+def _linearize_by_policy(eq: Remat, tape: TangentTape, operands: tuple[int, ...],
+                         moving: list, lin: Any) -> tuple[tuple[int, ...], list]:
+    """A remat linearized as its policy splits it (AD-22): the primal and the values it
+    stores computed in line in the primal body (each stored value another equation reads
+    pinned by ``reduce_precision``, as JAX's); onto the tape a remat (``differentiated``)
+    over the stored values, then the operands and the tangents it reads, which
+    recomputes the rest of what its tangents need."""
+    count, inputs = len(eq.body.outputs), len(eq.body.inputs)
+    residuals = lin.primal.outputs[count:]
+    split = split_by_policy(lin.primal, residuals, eq.policy)
+    outputs = lin.primal.outputs[:count] + split.stored
+    known = _pruned(dataclasses.replace(lin.primal, outputs=outputs,
+                                        out_shardings=(UNSPECIFIED,) * len(outputs)))
+    ran = inline_body(tape.primal, with_reduced_precision(known, len(split.stored)), operands)
+    primal, stored = ran[:count], ran[count:]
     if not any(lin.flags):
         return primal, [None] * count
     given = [t for t in moving if t is not None]
-    staged = BodyBuilder(tuple(tape.primal.types[n] for n in residuals) + tuple(
-        tape.type_of(t) for t in given))
-    body = staged.program(inline_body(staged, lin.tangent, tuple(range(
-        len(residuals) + len(given)))))
+    types, numbers = lin.primal.value_types, lin.primal.result_numbers()
+    staged = BodyBuilder(tuple(types[n] for n in split.stored) + tuple(
+        v.type for v in eq.body.inputs) + tuple(tape.type_of(t) for t in given))
+    number = {n: j for j, n in enumerate(split.stored)}
+    number.update((i, len(split.stored) + i) for i in range(inputs))
+    for k in split.recomputed:   # (what the policy does not save, recomputed)
+        again = lin.primal.equations[k]
+        number.update(zip(numbers[k], staged.emit(again.renumbered(tuple(
+            number[n] for n in again.operands)))))
+    first = len(split.stored) + inputs
+    touts = inline_body(staged, lin.tangent, tuple(number[n] for n in residuals) + tuple(
+        range(first, first + len(given))))
+    body = staged.program(touts)
     _, live = _live_equations(body)
     reads = [i in live for i in range(len(body.inputs))]
     body = _pruned(body, reads)
-    refs = tuple(tape.residual(n) for n, r in zip(residuals, reads) if r) + tuple(
-        t for t, r in zip(given, reads[len(residuals):]) if r)
+    refs = tuple(tape.residual(n) for n, r in zip(stored + operands, reads) if r) + tuple(
+        t for t, r in zip(given, reads[first:]) if r)
     made = iter(tape.emit(Remat(tuple(range(len(refs))), body=body, name=eq.name,
                                 checked=False, prevent_cse=eq.prevent_cse,
                                 differentiated=True, policy=eq.policy), refs))

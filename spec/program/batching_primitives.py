@@ -16,9 +16,16 @@ batching rule of that primitive binds it:
 * ``select_n``: the predicate and the cases batched alike, else moved first;
 * ``reshape``, ``squeeze``, ``concatenate``: the batch axis moved first; ``slice``, ``rev``
   and ``pad``: the batch axis kept, their parameters given an entry for it;
-* ``moved_first`` (``random_wrap``): the key data's batch axis moved first;
+* ``moved_first`` (``random_wrap``, ``fft``): the operand's batch axis moved first;
+* ``per_operand`` (``optimization_barrier``): each operand and result keep their axis;
+* ``leading_batch`` (linear algebra: ``cholesky``, ``eigh``, ``qr``, ``svd`` ...): every
+  operand batched first, an unbatched one broadcast to the batch;
+* ``windowed`` (``reduce_window_sum``, ``_max``, ``_min``): a window of 1 over the batch;
 * ``add_any`` (the sum of cotangents, in a gradient vmapped): an unbatched operand
-  broadcast to the batch at the other's axis, or the first moved to the second's.
+  broadcast to the batch at the other's axis, or the first moved to the second's;
+* ``callback`` (``pure_callback``): refused without a vmap_method JAX batches (BAT-11),
+  its operands moved first for ``expand_dims`` and ``broadcast_all``; ``io_callback``:
+  refused where ordered (BAT-12).
 
 An equation these rules cannot batch as JAX does (a reshape with ``dimensions``) is
 refused (PROG-0), as any primitive whose batching the spec does not know.
@@ -34,10 +41,12 @@ from .batching_rules import (
     broadcast_equation, moved_axis, operands_batch_split, split_at, transpose_equation,
     typed_like,
 )
+from ..core.rules import Failure, reject, rule
 from .description import Opaque, Value, check_program
 from .primitives import BATCHING
 
-__all__ = ["dot_general_dims"]
+__all__ = ["dot_general_dims", "CALLBACK_METHODS", "CallbackNotBatched",
+           "check_callback_batched", "OrderedCallbackBatched", "check_io_callback_batched"]
 
 
 def _params(eq: Opaque) -> dict:
@@ -406,3 +415,150 @@ def _batch_clamp(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path:
     if len(shape(low)) > len(shape(x)):
         x = _spread(rw, x, shape(low), (), 0)
     _bind(rw, eq, (low, x, high), _params(eq), 0, size)
+
+
+# --------------------------------------------------------------------------- callbacks
+
+# The ways JAX's batching rule for a callback batches it, by the vmap_method it was given.
+CALLBACK_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
+
+
+@dataclasses.dataclass(frozen=True)
+class CallbackNotBatched(Failure, rule="BAT-11", error=NotImplementedError):
+    template = ("vmap batches the {primitive} at {path}, whose vmap_method is {method!r}: "
+                "vmap is only supported for the {primitive} primitive when vmap_method is "
+                "one of 'sequential', 'sequential_unrolled', 'expand_dims', 'broadcast_all'")
+    hint = ("Give the callback a vmap_method saying how it takes a batch (jax.pure_callback("
+            "..., vmap_method='sequential') calls it once per example).")
+    primitive: str
+    path: str
+    method: Any
+
+
+@rule("BAT-11", mirrors="jax._src.ffi.ffi_batching_rule (pure_callback's, ffi_call's)")
+def check_callback_batched(primitive: str, method: Any, path: str) -> None:
+    """vmap batches a pure_callback only where its vmap_method is one of sequential, sequential_unrolled, expand_dims or broadcast_all: JAX's batching rule refuses any other (NotImplementedError), while tracing.
+
+    >>> check_callback_batched("pure_callback", "expand_dims", "body[0]")
+    >>> check_callback_batched("pure_callback", None, "body[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionNotImplementedError: [BAT-11] at body[0]: vmap batches the pure_callback at body[0], whose vmap_method is None: vmap is only supported for the pure_callback primitive when vmap_method is one of 'sequential', 'sequential_unrolled', 'expand_dims', 'broadcast_all'. Give the callback a vmap_method saying how it takes a batch (jax.pure_callback(..., vmap_method='sequential') calls it once per example).
+    """
+    if method not in CALLBACK_METHODS:
+        raise reject(CallbackNotBatched(primitive, path, method), path)
+
+
+@BATCHING.register("callback")
+def _batch_callback(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                    ) -> None:
+    """A pure_callback under vmap (BAT-11), as JAX's rule binds it for ``expand_dims`` and
+    ``broadcast_all``: every batched operand's batch axis moved first, an unbatched one
+    given a leading dimension of 1 (``broadcast_all``: of the batch), the callback's
+    results batched first. ``sequential`` (a scan of the callback JAX stages) is not
+    described (PROG-0)."""
+    params = _params(eq)
+    method = params.get("vmap_method")
+    check_callback_batched(eq.primitive, method, path)
+    check_program(method in ("expand_dims", "broadcast_all"),
+                  f"the {eq.primitive} at {path} under vmap",
+                  "a vmap_method the spec batches ('expand_dims', 'broadcast_all'; JAX "
+                  "stages a scan of the callback for the others)", method)
+    size = _size(rw, numbers, dims)
+    lead = size if method == "broadcast_all" else 1
+    moved = []
+    for n, d in zip(numbers, dims):
+        shape = rw.types[n].shape
+        moved.append(_front(rw, n, d) if d is not None else _spread(
+            rw, n, (lead,) + tuple(shape), tuple(range(1, len(shape) + 1)), None))
+    params["result_avals"] = tuple(_batched_aval(a, size)
+                                   for a in params.get("result_avals", ()))
+    _bind(rw, eq, tuple(moved), params, 0, size)
+
+
+def _batched_aval(aval: Any, size: int) -> Any:
+    """A callback's result type as its parameter spells it (``float32[8]``), batched first."""
+    text = str(aval)
+    head, bracket, rest = text.partition("[")
+    if not bracket:
+        return aval
+    return f"{head}[{size}{',' if not rest.startswith(']') else ''}{rest}"
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderedCallbackBatched(Failure, rule="BAT-12"):
+    template = ("vmap batches the ordered io_callback at {path}: Cannot `vmap` ordered IO "
+                "callback (its calls would run in an order the batch does not give)")
+    hint = "Give the io_callback ordered=False, or call it outside the vmap."
+    path: str
+
+
+@rule("BAT-12", mirrors="jax._src.callback.io_callback_batching_rule")
+def check_io_callback_batched(ordered: Any, path: str) -> None:
+    """vmap batches no ordered io_callback: JAX's batching rule refuses one (ValueError), while tracing.
+
+    >>> check_io_callback_batched(False, "body[0]")
+    >>> check_io_callback_batched(True, "body[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [BAT-12] at body[0]: vmap batches the ordered io_callback at body[0]: Cannot `vmap` ordered IO callback (its calls would run in an order the batch does not give). Give the io_callback ordered=False, or call it outside the vmap.
+    """
+    if ordered is True:
+        raise reject(OrderedCallbackBatched(path), path)
+
+
+@BATCHING.register("io_callback")
+def _batch_io_callback(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                       ) -> None:
+    """An io_callback under vmap: an ordered one refused (BAT-12); an unordered one JAX
+    maps over the batch (a scan of the callback), which the spec does not describe
+    (PROG-0)."""
+    ordered = _params(eq).get("ordered")
+    check_io_callback_batched(ordered, path)
+    check_program(False, f"the io_callback at {path} under vmap", "a callback the spec "
+                  "batches (JAX maps an unordered io_callback over the batch by a scan)",
+                  ordered)
+
+
+@BATCHING.register("per_operand")
+def _batch_per_operand(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                       ) -> None:
+    """An optimization_barrier under vmap: bound over the batched operands as they are,
+    each result batched where its operand is (JAX's rule returns the operands' batch
+    axes)."""
+    check_program(len(numbers) == len(eq.results), f"the {eq.primitive} at {path} under vmap",
+                  "one result per operand", (len(numbers), len(eq.results)))
+    size = _size(rw, numbers, dims)
+    results = tuple(r if d is None else split_at(
+        batched_type(r, d, size, rw.axis.varying), d, operands_batch_split(rw, (n,)))
+        for r, n, d in zip(eq.results, numbers, dims))
+    rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=results), tuple(dims))
+
+
+@BATCHING.register("leading_batch")
+def _batch_leading(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                   ) -> None:
+    """A linear-algebra primitive under vmap (``cholesky``, ``eigh``, ``qr``, ``svd`` ...;
+    JAX's ``expand_dims_batcher``): every batched operand's batch axis moved first, an
+    unbatched one broadcast to the batch there (unsplit), every result batched first."""
+    size = _size(rw, numbers, dims)
+    moved = []
+    for n, d in zip(numbers, dims):
+        shape = tuple(rw.types[n].shape)
+        moved.append(_front(rw, n, d) if d is not None else _spread(
+            rw, n, (size,) + shape, tuple(range(1, len(shape) + 1)), 0))
+    _bind(rw, eq, tuple(moved), _params(eq), 0, size)
+
+
+@BATCHING.register("windowed")
+def _batch_windowed(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                    ) -> None:
+    """A windowed reduction under vmap (``reduce_window_sum``, ``_max``, ``_min``): a
+    window of 1 over the batch axis, which stays where it is (JAX's rule)."""
+    params, d = _params(eq), dims[0]
+    ones = {"window_dimensions": 1, "window_strides": 1, "base_dilation": 1,
+            "window_dilation": 1, "padding": (0, 0)}
+    for key, unit in ones.items():
+        given = tuple(params[key])
+        params[key] = given[:d] + (unit,) + given[d:]
+    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))

@@ -44,6 +44,7 @@ from .primitives import BATCHING, entry_of, names_where
 from .refs import writes_ref
 from .shardmap import collective_axes
 from .shardmap_batching import (
+    batched_result,
     manual_inside, check_shard_map_spmd_axes, check_spmd_axes_manual, check_spmd_casts,
 )
 
@@ -512,8 +513,9 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis,
     # JAX puts a result together from the body's: a batch the spmd axes split unevenly
     # comes back rounded down to a multiple of their sizes
     ways = math.prod(sizes.get(n, 1) for n in (names or ()))
-    results = tuple(batched_type(r, d, 0 if d is None else rw.types[n].shape[d] * ways)
-                    for r, d, n in zip(eq.results, out_dims, outputs))
+    results = tuple(batched_type(r, d, 0) if d is None else batched_result(eq, batched_type(
+        r, d, rw.types[n].shape[d] * ways), s, rw.types[n])
+                    for r, d, n, s in zip(eq.results, out_dims, outputs, out_specs))
     checked = eq.checked and (all(d is None for d in dims) or kept(path))
     new = dataclasses.replace(eq, operands=numbers, results=results, body=body,
                               in_specs=in_specs, out_specs=out_specs, checked=checked)

@@ -502,7 +502,8 @@ def _returns(program: Program, splits: dict, mesh: Mesh, done: set
 def read_after_a_chain(program: Program, live: tuple) -> Undetermined | None:
     """A value constrained by a chain of two or more constraints and read elsewhere too:
     Shardy's import has its uses after the chain read the chain's last value, where the
-    equations here read the value itself — their reshards are not planned yet."""
+    equations here read the value itself — their reshards are not planned yet; or a
+    differentiated remat recomputing what JAX stores (COLL-8, ``policy_unread``)."""
     made: dict[int, int] = {}   # a live constraint's result -> its operand
     uses: dict[int, int] = {n: 1 for n in program.outputs}
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
@@ -519,7 +520,7 @@ def read_after_a_chain(program: Program, live: tuple) -> Undetermined | None:
             return Undetermined("COLL-4", "a value under a chain of constraints and read "
                                 "elsewhere: the uses after the chain read its last value, "
                                 "whose reshards are not planned yet")
-    return None
+    return _loops.unread_remat(program)
 
 
 @rule("COLL-7", mirrors="xla: AllReduceCombiner")

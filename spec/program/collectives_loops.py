@@ -45,7 +45,7 @@ from .primitives import entry_of
 from .propagation import FLOW_KINDS, Undetermined, propagated, propagation_mesh
 from .propagation_pins import implied_out_shardings
 
-__all__ = ["flow_collectives", "body_collectives", "hoisted", "boundary_moves"]
+__all__ = ["flow_collectives", "body_collectives", "hoisted", "boundary_moves", "unread_remat"]
 
 
 @dataclasses.dataclass
@@ -160,6 +160,23 @@ def body_collectives(kind: str, length: int | None, trips: int | None) -> int | 
     return trips
 
 
+def unread_remat(program: Any, prefix: str = "") -> Undetermined | None:
+    """A differentiated remat the spec made recomputing everything under a policy it does
+    not read (``policy_unread``) leaves what the step communicates open (COLL-8); None:
+    the step holds none."""
+    for k, eq in enumerate(program.equations):
+        path = f"{prefix}body[{k}]"
+        if eq.kind == "remat2" and eq.policy_unread:
+            return Undetermined("COLL-8", f"a differentiated remat whose policy "
+                                f"({eq.policy}) the spec does not read: it recomputes "
+                                f"everything, as nothing_saveable", path)
+        inner = getattr(eq, "body", None)
+        found = None if inner is None else unread_remat(inner, f"{path}.{eq.kind}.")
+        if found is not None:
+            return found
+    return None
+
+
 def _flow(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
           ) -> list | Undetermined:
     """The ids of a control-flow equation's results, its collectives added to ``comp``
@@ -167,11 +184,6 @@ def _flow(walk: _Walk, eq: Any, path: str, operands: list, comp: _Computation
     if any(o is None for o in operands):
         return Undetermined("COLL-8", "an operand of a body comes from an equation lowering "
                             "folds away: not followed yet", path)
-    if eq.kind == "remat2" and eq.differentiated and eq.policy not in (
-            None, "everything_saveable"):
-        return Undetermined("COLL-8", f"a differentiated remat whose policy "
-                            f"({eq.policy}) saves some residuals: the spec recomputes them "
-                            f"all, as nothing_saveable", path)
     if eq.kind in ("jit", "remat2", "custom_jvp_call", "custom_vjp_call"):
         if eq.kind == "jit" and any(s is not UNSPECIFIED for s in (
                 *(eq.body.in_shardings or ()), *(eq.body.out_shardings or ()))):

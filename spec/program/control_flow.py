@@ -321,20 +321,24 @@ class Remat(_Called):
     those its ``policy`` saves (None: JAX's default, which saves nothing, as
     ``nothing_saveable``; else the policy's name, ``everything_saveable``,
     ``dots_saveable``, ``dots_with_no_batch_dims_saveable``, ``save_only_these_names(a,
-    b)``, or another's in angle brackets). Under ``everything_saveable`` the spec's
-    linearization stores every residual, as JAX's; under any other saving policy it still
-    recomputes them all, and what such a differentiated remat communicates is left
-    undetermined (COLL-8)."""
+    b)``, ``save_any_names_but_these(a)``, or another's in angle brackets). The spec's
+    linearization stores what the policy saves and recomputes the rest, as JAX's (AD-21,
+    AD-22); ``policy_unread``: a differentiated remat the spec made recomputing everything
+    where it could not read the policy (an offloading or a user's own policy, a body
+    holding bodies or constants), whose communication is left undetermined (COLL-8)."""
 
     kind: ClassVar[str] = "remat2"
     prevent_cse: bool = True
     differentiated: bool = False
     policy: str | None = None
+    policy_unread: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require_described(self.policy is None or type(self.policy) is str,
                           "a remat's policy", "None or a policy's name", self.policy)
+        require_described(type(self.policy_unread) is bool, "a remat's policy_unread",
+                          "a bool", self.policy_unread)
 
 
 def _rule_body(value: Any, what: str) -> None:

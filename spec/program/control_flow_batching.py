@@ -1,4 +1,4 @@
-"""A scan and a cond under vmap (issue 32), as JAX's batching rules for them rewrite them.
+"""A scan, a cond, a while loop, a remat and a custom call under vmap (issue 32), as JAX's batching rules for them rewrite them.
 
 * A scan: its batched constants moved to axis 0, its carry batched at axis 0 wherever the
   body makes it batched (an unbatched initial carry broadcast to the batch; found to a
@@ -14,6 +14,10 @@
 * A remat: its body batched where its operands are, each batched result moved to axis 0
   in it (JAX's ``remat_vmap``; a jit's, and a custom-derivative call's, results stay
   where the body leaves them).
+
+* A custom_jvp's or custom_vjp's call: its body batched as a jit's, its rules with it;
+  rules read on demand (taking symbolic zeros, or nested deeper than the bridge reads up
+  front) batched as the call was when AD reads them (:class:`ReadBatched`).
 
 * A while loop (JAX's ``_while_loop_batching_rule``): its carry batched wherever the
   body makes it batched (an unbatched initial carry broadcast; a fixed point); then the
@@ -39,7 +43,7 @@ from .description import Jit, Opaque, Program
 from .primitives import BATCHING
 
 __all__ = ["batch_scan", "batch_cond", "batch_call_at_front", "batch_while",
-           "batch_custom_call", "batched_vjp_rules"]
+           "batch_custom_call", "batched_vjp_rules", "ReadBatched"]
 
 
 def _moved_to(rw: BatchedBody, n: int, source: int | None, target: int) -> int:
@@ -220,31 +224,97 @@ def batch_custom_call(rw: BatchedBody, eq: Jit, numbers: tuple, dims: tuple, pat
     body's are (JAX's ``batch_custom_jvp_subtrace``); a custom_vjp's ``fwd`` batched
     with its body, its ``bwd`` with the residuals where ``fwd`` batched them and each
     cotangent where its result is, each input's cotangent moved where the input is
-    (summed over the batch for an unbatched input: JAX's ``process_custom_vjp_call``)."""
+    (summed over the batch for an unbatched input: JAX's ``process_custom_vjp_call``).
+    Rules read on demand (symbolic zeros, deeper calls) are batched alike when read."""
     prefix = f"{path}.{eq.kind}."
     body, out_dims = batch_jit_body(eq.body, dims, rw.axis, prefix, prefix)
     checked = eq.checked and all(d is None for d in dims)
-    if isinstance(eq, CustomJvp):
-        rules = {"rule": _batched_rule(rw, eq, dims, out_dims, f"{prefix}rule.")}
-    else:
-        rules = batched_vjp_rules(rw, eq, dims, out_dims, prefix)
+    rules = _batched_rules(rw, eq, dims, out_dims, prefix)
+    if eq.rules_later is not None:
+        rules["rules_later"] = ReadBatched(lambda: _later(rw, eq, dims, out_dims, prefix))
     rw.add(dataclasses.replace(eq, operands=tuple(numbers), results=None, body=body,
                                checked=checked, **rules), tuple(out_dims))
 
 
-def _batched_rule(rw: BatchedBody, eq: CustomJvp, dims: tuple, out_dims: tuple,
-                  prefix: str) -> Program | None:
-    """A custom_jvp's rule batched (None where it is not read, or batches otherwise than
-    its body)."""
-    if eq.rule is None or len(eq.rule_zeros) != len(out_dims):
-        return None
+class ReadBatched:
+    """Rules read on demand (a reader the bridge made), batched as the call holding them
+    was when they are read: called as the reader; a copy is itself, and pickled it is None
+    (rules not read), as the reader it wraps is."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, read: Any) -> None:
+        self.read = read
+
+    def __call__(self, *args: Any) -> Any:
+        return self.read(*args)
+
+    def __copy__(self) -> "ReadBatched":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "ReadBatched":
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (_unread, ())
+
+
+def _unread() -> None:
+    return None
+
+
+def _later(rw: BatchedBody, eq: Any, dims: tuple, out_dims: tuple, prefix: str) -> dict:
+    """The rule fields of custom call ``eq`` read on demand (``rules_later``), batched."""
+    fields = eq.rules_later()
+    read = dataclasses.replace(eq, rules_later=None, **fields)
+    return {**fields, **_batched_rules(rw, read, dims, out_dims, prefix)}
+
+
+def _batched_rules(rw: BatchedBody, eq: Any, dims: tuple, out_dims: tuple, prefix: str
+                   ) -> dict:
+    """The rule fields of custom call ``eq`` batched (its body's results at ``out_dims``),
+    a reader of rules taking symbolic zeros batching what it reads."""
     own = list(dims[eq.num_consts:])
-    targets = list(out_dims) + [d for d, zero in zip(out_dims, eq.rule_zeros) if not zero]
+    if isinstance(eq, CustomJvp):
+        rules = {"rule": _batched_rule(rw, eq.rule, eq.rule_zeros, own + own, out_dims,
+                                       f"{prefix}rule.")}
+        if eq.zero_rule is not None:
+            rules["zero_rule"] = ReadBatched(lambda zeros: _batched_zero_rule(
+                rw, eq.zero_rule(zeros), own, zeros, out_dims, prefix))
+        return rules
+    rules = batched_vjp_rules(rw, eq, dims, out_dims, prefix)
+    if eq.zero_rules is not None:
+        rules["zero_rules"] = ReadBatched(lambda in_zeros, ct_zeros: _batched_vjp(
+            rw, eq.zero_rules(in_zeros, ct_zeros), own, out_dims, ct_zeros, prefix))
+    return rules
+
+
+def _batched_zero_rule(rw: BatchedBody, read: Any, own: list, zeros: tuple,
+                       out_dims: tuple, prefix: str) -> Any:
+    """A custom_jvp's rule taking symbolic zeros, as read for the inputs ``zeros`` marks
+    without a tangent (``(rule, rule_zeros, refused)``), batched: each tangent given where
+    its primal is; None where it is not read or not batched as JAX batches it."""
+    if read is None or read[2]:
+        return read   # (not read, or refused while traced: refused as read)
+    tangents = [d for d, zero in zip(own, zeros) if not zero]
+    rule = _batched_rule(rw, read[0], read[1], own + tangents, out_dims,
+                         f"{prefix}rule{list(zeros)}.")
+    return None if rule is None else (rule, read[1], False)
+
+
+def _batched_rule(rw: BatchedBody, rule: Program | None, rule_zeros: tuple, in_dims: list,
+                  out_dims: tuple, prefix: str) -> Program | None:
+    """A custom_jvp's rule batched, its inputs at ``in_dims``, each primal result and
+    tangent moved where the body's result is (None where it is not read, or the spec does
+    not batch a primitive of it)."""
+    if rule is None or len(rule_zeros) != len(out_dims):
+        return None
+    targets = list(out_dims) + [d for d, zero in zip(out_dims, rule_zeros) if not zero]
     try:
-        rule, made = _inner_body(eq, eq.rule, own + own, rw, prefix, targets)
+        batched, made = _inner_body(None, rule, in_dims, rw, prefix, targets)
     except Rejection:   # (a primitive of the rule the spec does not batch)
         return None
-    return rule if list(made) == targets else None
+    return batched if list(made) == targets else None
 
 
 def batched_vjp_rules(rw: BatchedBody, eq: CustomVjp, dims: tuple, out_dims: tuple,
@@ -255,20 +325,35 @@ def batched_vjp_rules(rw: BatchedBody, eq: CustomVjp, dims: tuple, out_dims: tup
     none = {"fwd": None, "bwd": None}
     if eq.fwd is None or eq.bwd is None:
         return none
-    own = list(dims[eq.num_consts:])
-    made = len(eq.fwd.outputs) - len(eq.body.outputs)
+    read = {"fwd": eq.fwd, "forwarded": eq.forwarded, "bwd": eq.bwd,
+            "bwd_zeros": eq.bwd_zeros}
+    made = _batched_vjp(rw, read, list(dims[eq.num_consts:]), out_dims,
+                        (False,) * len(out_dims), prefix)
+    return none if made is None else {"fwd": made["fwd"], "bwd": made["bwd"]}
+
+
+def _batched_vjp(rw: BatchedBody, read: dict | None, own: list, out_dims: tuple,
+                 ct_zeros: tuple, prefix: str) -> dict | None:
+    """A custom_vjp's rules as read (``fwd``, ``forwarded``, ``bwd`` over the residuals
+    and the cotangents ``ct_zeros`` does not mark symbolic zeros, ``bwd_zeros``) batched:
+    ``fwd`` with the inputs at ``own``, ``bwd`` as JAX's ``batch_custom_vjp_bwd``; None
+    where they are not read or not batched as JAX batches them."""
+    if read is None:
+        return None
+    made = len(read["fwd"].outputs) - len(out_dims)
     try:
-        fwd, fwd_dims = _inner_body(eq, eq.fwd, own, rw, f"{prefix}fwd.",
+        fwd, fwd_dims = _inner_body(None, read["fwd"], own, rw, f"{prefix}fwd.",
                                     [None] * made + list(out_dims))
         if list(fwd_dims[made:]) != list(out_dims):
-            return none
+            return None
         fresh = iter(fwd_dims[:made])
-        residuals = [own[f] if f is not None else next(fresh) for f in eq.forwarded]
-        targets = [d for d, zero in zip(own, eq.bwd_zeros) if not zero]
-        bwd = _matched_body(eq.bwd, residuals + list(out_dims), targets, rw, f"{prefix}bwd.")
+        residuals = [own[f] if f is not None else next(fresh) for f in read["forwarded"]]
+        given = [d for d, zero in zip(out_dims, ct_zeros) if not zero]
+        targets = [d for d, zero in zip(own, read["bwd_zeros"]) if not zero]
+        bwd = _matched_body(read["bwd"], residuals + given, targets, rw, f"{prefix}bwd.")
     except Rejection:   # (a primitive of a rule the spec does not batch)
-        return none
-    return {"fwd": fwd, "bwd": bwd}
+        return None
+    return {**read, "fwd": fwd, "bwd": bwd}
 
 
 def _matched_body(body: Program, dims: list, targets: list, rw: BatchedBody, prefix: str

@@ -31,7 +31,8 @@ types, at ``<path>.custom_jvp.rule.body[k]``.
 A call whose rules were not read (a rule JAX failed to trace; a custom_vjp call whose
 ``fwd`` or ``bwd`` vmap could not batch as JAX does) is differentiated as a jit without
 options is: its primal body. vmap batches a custom_vjp's ``fwd`` and ``bwd`` with its body
-(:func:`~shardlaw.spec.program.control_flow_batching.batched_vjp_rules`).
+(:func:`~shardlaw.spec.program.control_flow_batching.batched_vjp_rules`), and the rules
+read on demand when they are read (:class:`~shardlaw.spec.program.control_flow_batching.ReadBatched`).
 """
 
 from __future__ import annotations

@@ -39,6 +39,8 @@ from .primitives import PRUNING, entry_of
 from .refs import writes_ref
 
 __all__ = ["dce_program", "partial_eval_program", "known_program", "unknown_program",
+           "policy_read", "saved_by_policy", "split_by_policy", "PolicySplit",
+           "with_reduced_precision",
            "split_known", "KnownSplit",
            "PartiallyEvaluatedProgram"]
 
@@ -532,3 +534,155 @@ def _emit_unknown_jit(eq: Jit, split: KnownSplit, ub: Any, umap: dict, numbers: 
     made = ub.emit(Jit(tuple(umap[eq.operands[i]] for i in uin) + tuple(
         umap[key] for key in res), body=body, name=eq.name, checked=False))
     umap.update(zip([numbers[m] for m in outs], made))
+
+
+# --------------------------------------------------------------------------- remat policies
+
+# The policies the linearization of a remat reads (None: JAX's default, nothing saved); the
+# offloading ones and a user's own (named in angle brackets) are named, not read.
+_PLAIN_POLICIES = ("everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable")
+_NAME_POLICIES = ("save_only_these_names", "save_any_names_but_these")
+_DOTS = ("dot_general", "conv_general_dilated", "scaled_matmul_wrapper")
+
+
+def policy_read(policy: str | None) -> bool:
+    """Whether the spec reads a remat's ``policy`` (:func:`saved_by_policy`): JAX's
+    default, the three plain policies and the two that save named values."""
+    return policy is None or policy in _PLAIN_POLICIES or _named_policy(policy) is not None
+
+
+def _named_policy(policy: str) -> tuple[str, frozenset[str]] | None:
+    """``("save_only_these_names", {"a", "h"})`` for ``"save_only_these_names(a, h)"``."""
+    for kind in _NAME_POLICIES:
+        if policy.startswith(kind + "(") and policy.endswith(")"):
+            inner = policy[len(kind) + 1:-1]
+            return kind, frozenset(n for n in inner.split(", ") if n)
+    return None
+
+
+def _batch_dims(eq: Any) -> tuple:
+    """A dot_general's batch dimensions (both operands'), from its parameters."""
+    numbers = dict(getattr(eq, "params", ())).get("dimension_numbers")
+    check_program(numbers is not None and len(numbers) == 2, "a dot_general's parameters",
+                  "ones holding its dimension_numbers", getattr(eq, "params", None))
+    return tuple(numbers[1][0]) + tuple(numbers[1][1])
+
+
+@rule("AD-21", mirrors="jax._src.ad_checkpoint: everything_saveable, DotsSaveable, "
+      "SaveOnlyTheseNames, SaveAnyNamesButThese")
+def saved_by_policy(policy: str | None, eq: Any, operands: tuple[Value, ...] = ()) -> bool:
+    """A remat's policy saves an equation's results: all under everything_saveable, a dot's under dots_saveable, a dot_general's without batch dimensions under dots_with_no_batch_dims_saveable, and a checkpoint_name's whose name the policy lets through.
+
+    Anything else is recomputed in the backward pass, every equation under JAX's default
+    (None, as ``nothing_saveable``). A dot is ``dot_general``, ``conv_general_dilated``
+    or ``scaled_matmul_wrapper`` (saved without batch dimensions when its first
+    operand's leading dimension is 1). ``save_only_these_names`` lets its names through,
+    ``save_any_names_but_these`` every other name; an unread policy saves nothing here.
+
+    >>> from shardlaw.spec.program.description import Opaque
+    >>> dot = Opaque((0, 1), (Value.typed((8, 8)),), primitive="dot_general",
+    ...              params=(("dimension_numbers", (((1,), (0,)), ((), ()))),))
+    >>> batched = Opaque((0, 1), (Value.typed((2, 8, 8)),), primitive="dot_general",
+    ...                  params=(("dimension_numbers", (((2,), (1,)), ((0,), (0,)))),))
+    >>> named = Opaque((0,), (Value.typed((8,)),), primitive="name", params=(("name", "h"),))
+    >>> [saved_by_policy("dots_saveable", e) for e in (dot, batched, named)]
+    [True, True, False]
+    >>> [saved_by_policy("dots_with_no_batch_dims_saveable", e) for e in (dot, batched)]
+    [True, False]
+    >>> [saved_by_policy(p, named) for p in ("save_only_these_names(h)",
+    ...  "save_any_names_but_these(h)", "save_any_names_but_these(a)", None)]
+    [True, False, True, False]
+    """
+    if policy == "everything_saveable":
+        return True
+    primitive = entry_of(eq).name
+    if policy == "dots_saveable":
+        return primitive in _DOTS
+    if policy == "dots_with_no_batch_dims_saveable":
+        if primitive == "scaled_matmul_wrapper":
+            return bool(operands) and operands[0].shape[:1] == (1,)
+        return primitive == "dot_general" and not _batch_dims(eq)
+    named = None if policy is None else _named_policy(policy)
+    if named is None or primitive != "name":
+        return False
+    kind, names = named
+    return (dict(eq.params).get("name") in names) == (kind == "save_only_these_names")
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySplit:
+    """A linearized remat body's primal split by its policy (AD-22): the values it
+    ``stored`` (numbers in that primal, in the order they are made) and the equations
+    the backward pass ``recomputed`` (their indices, in order)."""
+
+    stored: tuple[int, ...]
+    recomputed: tuple[int, ...]
+
+
+@rule("AD-22", mirrors="jax._src.ad_checkpoint.remat_partial_eval; "
+      "jax._src.interpreters.partial_eval.partial_eval_jaxpr_custom")
+def split_by_policy(primal: Program, residuals: tuple[int, ...], policy: str | None
+                    ) -> PolicySplit:
+    """A differentiated remat stores each value its policy saves that its tangents or its recomputation read, and recomputes from its inputs and those every other equation they need.
+
+    ``primal`` is the remat's body linearized (its primal, then what its tangents read,
+    ``residuals``); an equation with an effect (a ref's write) is never recomputed. The
+    values stored are residuals of the differentiated remat, typed as made.
+
+    >>> from shardlaw.spec.program.description import Opaque
+    >>> dot = (("dimension_numbers", (((1,), (0,)), ((), ()))),)
+    >>> body = Program((Value.numpy((8, 8)), Value.numpy((8, 8))),
+    ...     (Opaque((0, 1), (Value.typed((8, 8)),), primitive="dot_general", params=dot),
+    ...      Opaque((2,), (Value.typed((8, 8)),), primitive="sin"),
+    ...      Opaque((2,), (Value.typed((8, 8)),), primitive="cos")), outputs=(3, 4, 1))
+    >>> split_by_policy(body, (4, 1), "dots_saveable")   # the product stored, the cosine not
+    PolicySplit(stored=(2,), recomputed=(2,))
+    >>> split_by_policy(body, (4, 1), None)
+    PolicySplit(stored=(), recomputed=(0, 2))
+    """
+    types, numbers = primal.value_types, primal.result_numbers()
+    need, stored, recomputed = set(residuals), set(), []
+    for k in reversed(range(len(primal.equations))):
+        eq, made = primal.equations[k], numbers[k]
+        if need.isdisjoint(made):
+            continue
+        if writes_ref(eq) or saved_by_policy(policy, eq, tuple(types[n] for n in eq.operands)):
+            stored.update(n for n in made if n in need)
+        else:
+            recomputed.append(k)
+            need.update(eq.operands)
+    return PolicySplit(tuple(sorted(stored)), tuple(reversed(recomputed)))
+
+
+# (jax.numpy.finfo's exponent and mantissa bits, per inexact dtype)
+_PRECISION = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23),
+              "float64": (11, 52), "complex64": (8, 23), "complex128": (11, 52)}
+
+
+def with_reduced_precision(known: Program, stored: int) -> Program:
+    """The known part of a remat split by its policy (its primal outputs, then the
+    ``stored`` values) as JAX evaluates it: a ``reduce_precision`` to its own dtype's
+    precision after each stored inexact value another equation there reads (JAX pins the
+    stored value against excess precision), read in its place from then on."""
+    from .ad_bodies import BodyBuilder
+
+    first = len(known.inputs) + len(known.consts)
+    used = {n for eq in known.equations for n in eq.operands}
+    numbers, types = known.result_numbers(), known.value_types
+    pinned = {n for n in known.outputs[len(known.outputs) - stored:]
+              if n >= first and n in used and types[n].dtype in _PRECISION}
+    if not pinned:
+        return known
+    body = BodyBuilder(tuple(known.inputs), known.consts)
+    number = list(range(first))
+    for eq, made in zip(known.equations, numbers):
+        outs = body.emit(eq.renumbered(tuple(number[n] for n in eq.operands)))
+        for n, out in zip(made, outs):
+            bits = _PRECISION.get(types[n].dtype)
+            again = getattr(eq, "primitive", None) == "reduce_precision" and \
+                dict(eq.params) == dict(zip(("exponent_bits", "mantissa_bits"), bits or ()))
+            if n in pinned and not again:
+                (out,) = body.opaque("reduce_precision", (out,), (types[n],), params=(
+                    ("exponent_bits", bits[0]), ("mantissa_bits", bits[1])))
+            number.append(out)
+    return body.program(tuple(number[n] for n in known.outputs))

@@ -433,6 +433,9 @@ _elementwise("integer_pow", jvp="nonlinear", residuals=("power_slope",))
 _elementwise("square")
 _elementwise("convert_element_type", jvp="linear")
 _elementwise("reduce_precision", split_checked=False)
+# jax.ad_checkpoint.checkpoint_name: the identity, its operand named for a remat's policy
+# (AD-21); its tangent is its operand's, unnamed (JAX's name_jvp).
+_elementwise("name", jvp="forwarded")
 # Binary elementwise primitives, batched as broadcasting n-ary operations.
 _elementwise("add", jvp="sum", transpose="sum", broadcasting=True)
 _elementwise("sub", jvp="sum", transpose="sub", broadcasting=True)
@@ -583,6 +586,47 @@ for _name in ("top_k", "split"):
 declare(Entry("clamp", Kind.ELEMENTWISE, batching="clamp", jvp="opaque", transpose="opaque"))
 _elementwise("erf", split_checked=False)
 
+# Special functions (jax.scipy.special): elementwise, batched keeping the operands' batch
+# axis as JAX's standard unary and binary batching rules do; their sharding rules are not
+# held to the compiler yet (below).
+for _name in ("lgamma", "digamma", "bessel_i0e", "bessel_i1e"):
+    _elementwise(_name, split_checked=False)
+for _name in ("igamma", "igammac", "igamma_grad_a", "random_gamma_grad", "polygamma",
+              "zeta"):
+    _elementwise(_name, broadcasting=True, split_checked=False)
+
+# fft batched with its operand's batch axis moved first, optimization_barrier with each
+# operand's kept (JAX's rules); their sharding rules are not held to the compiler yet.
+declare(Entry("fft", Kind.OPAQUE, batching="moved_first", jvp="opaque", transpose="opaque"))
+declare(Entry("optimization_barrier", Kind.OPAQUE, batching="per_operand", jvp="opaque",
+              transpose="opaque"))
+
+# Linear algebra (jax.lax.linalg) batched as JAX's expand_dims_batcher: every operand's
+# batch first; their sharding rules are not held to the compiler yet.
+_LINALG = ("cholesky", "eig", "eigh", "hessenberg", "householder_product", "ormqr", "lu",
+          "lu_pivots_to_permutation", "geqrf", "geqp3", "qr", "schur", "svd",
+          "symmetric_product", "tridiagonal")
+for _name in _LINALG:
+    declare(Entry(_name, Kind.OPAQUE, batching="leading_batch", jvp="opaque",
+                  transpose="opaque"))
+
+# Windowed reductions (avg_pool, max_pool, lax.reduce_window with add, max or min): a
+# window of 1 over the batch axis; their sharding rules are not held to the compiler yet.
+for _name in ("reduce_window_sum", "reduce_window_max", "reduce_window_min"):
+    declare(Entry(_name, Kind.REDUCTION, batching="windowed", jvp="opaque",
+                  transpose="opaque"))
+
+# A call back into Python: batched by its vmap_method (BAT-11, batching_primitives.py);
+# no derivative (AD-20, read from the name); its sharding rule as for no entry.
+declare(Entry("pure_callback", Kind.OPAQUE, batching="callback", jvp="opaque",
+              transpose="opaque", sharding=NotPropagated(
+                  "a callback's result is replicated by its lowering: its sharding rule is "
+                  "not held to the compiler yet"), checks=("BAT-11",)))
+declare(Entry("io_callback", Kind.OPAQUE, batching="io_callback", jvp="opaque",
+              transpose="opaque", sharding=NotPropagated(
+                  "a callback's result is replicated by its lowering: its sharding rule is "
+                  "not held to the compiler yet"), checks=("BAT-12",)))
+
 # Mutable refs (jax.Ref): the first operand is the ref, read or written whole.
 declare(Entry("get", Kind.EFFECT, batching="ref_access", jvp="opaque", transpose="opaque",
               effect="reads ref", checks=("REF-4",)))
@@ -614,7 +658,10 @@ _UNPROPAGATED = {
         ("rev", "reduce_and", "reduce_or", "reduce_xor", "erfc", "erf_inv", "cbrt", "asinh",
          "acosh", "atanh", "imag", "real", "conj", "population_count", "clz",
          "bitcast_convert_type", "shift_left", "shift_right_logical",
-         "shift_right_arithmetic", "scatter-sub", "top_k", "split", "erf"),
+         "shift_right_arithmetic", "scatter-sub", "top_k", "split", "erf", "lgamma",
+         "digamma", "bessel_i0e", "bessel_i1e", "igamma", "igammac", "igamma_grad_a",
+         "random_gamma_grad", "polygamma", "zeta", "fft", "optimization_barrier", *_LINALG,
+         "reduce_window_sum", "reduce_window_max", "reduce_window_min"),
 }
 for _why, _names in _UNPROPAGATED.items():
     for _name in _names:

@@ -312,8 +312,9 @@ def _apply(rule_: Factors, numbers: tuple[int, ...], splits: dict, fixed: "Limit
         if len(given) == 1 and direction == "both":
             chosen[f] = given[0][0]   # (one split alone: PROP-2 keeps it)
             continue
-        if direction == "prefer":   # (a conflict with the leader is settled: PROP-13)
-            given = [(current[i][f], numbers[i]) for i in at_operands[1:] if current[i][f]]
+        if direction == "prefer":   # (a conflict with the leader is settled: PROP-13, 22)
+            given = [(current[i][f], numbers[i]) for i in at_operands[1:] if current[i][f]
+                     and not _conflict(current[i][f], current[at_operands[0]][f])]
         chosen[f] = _chosen(direction, operands, results)
         # Two splits of a factor in conflict, one grown in this pass: the partitioner's order
         # decides (converts before or after an input's split); ``fixed.contested``: go on.
@@ -437,7 +438,7 @@ def _propagated(program: Program, opened: frozenset = frozenset(), contested: bo
             memo = _Memo(flat.steps)   # per step, across the passes (_settle)
             closed = frozenset(set(flat.fixed) - set(flat.open))
             limits = Limits(closed, flat.open, flat.barred, [] if contested else None,
-                            chains=_chains(flat.steps, flat.equations, closed),
+                            chains=_chains(flat.steps, flat.equations, closed, flat.outputs),
                             held=closed - flat.returned)
             for priority in range(len(PASSES)):
                 if not _settle(flat.steps, splits, limits, mesh, priority, grown, memo):

@@ -20,7 +20,7 @@ from .propagation import COPY, Flat, inline_body, stop
 from .propagation_pins import check_joins as pins_check_joins
 from .propagation_schedule import chosen
 
-__all__ = ["inline_flow", "constraint_led", "check_joins"]
+__all__ = ["inline_flow", "constraint_led", "carry_constraint", "check_joins"]
 
 
 def inline_flow(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: Any,
@@ -90,12 +90,16 @@ def _while(eq: Any, operands: list, path: str, flat: Flat, mesh: Any, constraint
 def _edge(flat: Flat, name: str, initial: int, out: int, carry: int, path: str,
           constraints: list, mesh: Any) -> None:
     """A loop's data-flow edge: its carry joins the initial carry and the body's next one,
-    led by the body's next one where a constraint places it (PROP-13)."""
+    led by the body's next one where a constraint places it (PROP-13), else by a
+    constraint the body puts on the carry itself (PROP-22)."""
     dims = tuple(f"f{d}" for d in range(len(flat.types[carry].shape)))
-    if constraint_led([out], constraints, mesh) == 0:
-        _step(flat, "sharding_constraint", Factors((dims, dims), (dims,)), [out, initial],
-              carry, path)
-        flat.led.append(([out, initial], carry, path))
+    leader = out if constraint_led([out], constraints, mesh) == 0 else carry_constraint(
+        carry, constraints, mesh)
+    if leader is not None:
+        sources = [leader] + [n for n in (out, initial) if n != leader]
+        _step(flat, "sharding_constraint", Factors(tuple(dims for _ in sources), (dims,)),
+              sources, carry, path)
+        flat.led.append((sources, carry, path))
         flat.edges.append(([initial, out], carry, path))
         return
     _step(flat, name, Factors((dims, dims), (dims,)), [initial, out], carry, path)
@@ -129,6 +133,32 @@ def constraint_led(sources: list, constraints: list, mesh: Any) -> int | None:
     if len(led) != 1 or any(n in placed for n in sources if n != sources[led[0]]):
         return None
     return led[0]
+
+
+@rule("PROP-22", mirrors="shardy: a constraint on a while body's block argument (the "
+                         "data-flow edge's owner keeps it open)")
+def carry_constraint(carry: int, constraints: list, mesh: Any) -> int | None:
+    """A loop's carry its body constrains, without UNCONSTRAINED dimensions, takes that constraint's split where the initial carry's or the body's next one conflicts with it, and their longer split elsewhere.
+
+    Over Auto axes only; ``constraints`` as :func:`constraint_led`'s. Gives the
+    constraint's result, which leads the carry's join (None: no such constraint, or two of
+    different splits); the carry itself is not placed. (Seen, mesh ``(2, 2, 2)``: a carry
+    on ``P('y', 'z')`` constrained to ``P('y', None)`` before a ``sin`` stays
+    ``P('y', 'z')``; to ``P('x', None)``, ``P('x', 'z')``; on ``P(('y', 'z'), None)``
+    constrained to ``P(None, 'z')``, ``P('y', 'z')``.)
+
+    >>> from shardlaw.spec import Mesh
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> carry_constraint(5, [(5, 7, ((("y",), ()), (False, False)), "body[0]")], mesh)
+    7
+    >>> print(carry_constraint(5, [(5, 7, ((("y",), ()), (False, True)), "body[0]")], mesh))
+    None
+    """
+    on = [c for c in constraints if c[0] == carry]
+    if AxisType.Explicit in mesh.axis_types or not on or any(
+            c[2] is None or any(c[2][1]) or c[2] != on[0][2] for c in on):
+        return None
+    return on[0][1]
 
 
 def _joined(flat: Flat, sources: list, path: str, constraints: list = (), mesh: Any = None,

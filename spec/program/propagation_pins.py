@@ -269,6 +269,8 @@ def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int |
         return operands[0]
     if name == "slice" and operands[0] in flat.concats:
         return _sliced_part(dict(eq.params), *flat.concats[operands[0]], flat)
+    if name == "name":
+        return operands[0]   # (checkpoint_name: lowering emits nothing, AD-21)
     if eq.kind == "reshard" and (result.mesh is None or AxisType.Explicit not in
                                  result.mesh.axis_types):
         return operands[0]   # (typed over no Explicit axis: lowering emits nothing)
@@ -324,6 +326,7 @@ def place_constraints(flat: Flat, constraints: list, outputs: list) -> Undetermi
     made = {c[1] for c in constraints}
     edges = {result for _, result, _ in flat.joins}
     moved = {m[0] for m in flat.moves if m[1] in flat.live}
+    led = {result for _, result, _ in flat.led} & {c for loop in flat.loops for c in loop[2]}
     for operand, _, (split, opens), _ in constraints:   # (a move and a constraint apart)
         if operand in flat.bounded and (flat.fixed[operand] != split or any(opens)):
             del flat.fixed[operand]
@@ -337,9 +340,9 @@ def place_constraints(flat: Flat, constraints: list, outputs: list) -> Undetermi
         tail = _chain_tail(result, uses, on)
         if tail is not None and len(on[operand]) == 1 and operand not in moved:
             _read_after(flat, operand, tail)
-        if any(opens) or operand in moved or any(other[2] != (split, opens)
-                                                 for other in on[operand]):
-            continue
+        if any(opens) or operand in moved or operand in led or any(
+                other[2] != (split, opens) for other in on[operand]):
+            continue   # (a loop's carry its constraint leads stays open: PROP-22)
         if operand in edges:
             if operand in outputs:
                 return Undetermined("PROP-6", "a constraint on a loop's or cond's result that "

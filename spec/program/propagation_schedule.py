@@ -33,7 +33,9 @@ PASSES = ("elementwise, reshape and transpose", "every factor passed through",
 def directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> dict:
     """Per factor of an equation, the way it propagates in pass ``priority`` (absent: not
     in that pass): into a shard_map leaving axes automatic one way (PROP-11), a loop's or
-    cond's join led by a constraint's result (PROP-13), in every pass."""
+    cond's join led by a constraint's result (PROP-13), in every pass; a dynamic slice or
+    dynamic update slice forward from the first pass (Shardy's pass-through operations:
+    seen, a scan's carry meets its ``xs``' split there)."""
     every = {f for dims in rule_.operands + rule_.results for dim in dims
              for f in factors_of_dimension(dim)}
     if entry_name == "shard_map":
@@ -43,7 +45,8 @@ def directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> dic
     if kind is Kind.ELEMENTWISE or entry_name in ELEMENTWISE_FIRST:
         return {f: "both" for f in every}
     if priority == 0:
-        return {}
+        return {f: "forward" for f in every} if entry_name in (
+            "dynamic_slice", "dynamic_update_slice") else {}
     passed = {f for f in every if f not in rule_.reduced and f not in rule_.replicated}
     if priority == 1:
         way = "backward" if entry_name == "broadcast_in_dim" else "both"
@@ -165,17 +168,22 @@ def ordered_growth(tensors: tuple, current: list, chosen: dict, directions: dict
 
 
 @rule("PROP-15", mirrors="shardy: the greedy rewrite driver's worklist (top-down, program order)")
-def forward_chains(steps: list, equations: list, placed: Any) -> frozenset:
-    """A value a one-operand elementwise equation computes from a placed value, or from
-    another such value, read by one later equation alone, holds its whole split when that
-    equation is first visited.
+def forward_chains(steps: list, equations: list, placed: Any, outputs: Any = ()
+                   ) -> frozenset:
+    """A value a one-operand elementwise equation computes from a placed value read by it
+    alone, or from another such value, read by one later equation alone, holds its whole
+    split when that equation is first visited.
 
     Shardy's driver visits the operations in program order first, and a value's split
     grows only from the equations that read or write it; so a conflict between such
     values keeps the prefix they share (PROP-2) whatever else grows in the pass. ``steps``
     and ``equations`` are :class:`~shardlaw.spec.program.propagation.Flat`'s, ``placed``
-    the values placed whole. (Seen: ``sin(a) + cos(b)`` of ``P('y')`` and ``P('z')``, in
-    either order, is ``P()``; of ``P(('x', 'y'))`` and ``P(('x', 'z'))``, ``P('x')``.)
+    the values placed whole, ``outputs`` the program's results. (Seen: ``sin(a) + cos(b)``
+    of ``P('y')`` and ``P('z')``, in either order, is ``P()``; of ``P(('x', 'y'))`` and
+    ``P(('x', 'z'))``, ``P('x')``. Not a chain where the placed value is read elsewhere too,
+    even returned: ``sin(b) * d`` of ``b`` on ``P(None, ('y', 'z'))`` and ``d`` on
+    ``P(('y', 'z'), None)`` is ``b``'s split, beside ``cos(b)`` (before or after it), a
+    scan over ``b`` or ``b`` itself returned, ``d``'s.)
 
     >>> from shardlaw.spec.program.primitives import entry_of_name
     >>> sin = (entry_of_name("sin"), None, (0, 2), (), "body[0]", 1)
@@ -197,7 +205,9 @@ def forward_chains(steps: list, equations: list, placed: Any) -> frozenset:
                 or entry.name == "copy":
             continue
         read = readers.get(every[1], ())
-        if (every[0] in placed or every[0] in chains) and len(read) == 1 and all(
+        alone = every[0] in chains or (every[0] in placed and every[0] not in outputs
+                                       and len(readers.get(every[0], ())) == 1)
+        if alone and len(read) == 1 and all(
                 order.get(p, -1) > k and steps[order[p]][0].name != "copy" for p in read):
             chains.add(every[1])
     return frozenset(chains)

@@ -419,6 +419,8 @@ SHARDING_RULES: dict[str, Any] = {
                                   "ppermute", "pcast", "all_gather_invariant", "psum_scatter",
                                   "all_gather_reduced")},
     **{name: _described(elementwise_factors, (), None) for name in ELEMENTWISE_NAMES},
+    # (checkpoint_name: lowering emits nothing, so propagation folds it to its operand)
+    "name": _described(elementwise_factors, (), None),
     "dot_general": _described(dot_general_factors, ("dimension_numbers",), 2),
     **{name: _described(reduction_factors, ("axes",), 1)
        for name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")},

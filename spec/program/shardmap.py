@@ -71,7 +71,7 @@ P = PartitionSpec  # the name the examples use
 
 __all__ = ["ShardMapDecision", "CollectiveDecision", "ShardingsDecision", "Manual",
            "trace_shard_map", "lower_shard_maps", "check_listed_in_specs",
-           "GROUPS_LISTED_UP_TO", "VMAPPED_EXPLICIT"]
+           "GROUPS_LISTED_UP_TO", "VMAPPED_EXPLICIT", "canonical_split"]
 
 # The Explicit mesh axes the vmaps an example is traced under split their batch over (JAX's
 # axis environment's explicit_mesh_axis_names), which SMAP-17 leaves out of the mesh's axes.
@@ -176,14 +176,14 @@ def _typed(like: Value | None, shape: tuple, dtype: str, mesh: AbstractMesh, *,
     per dimension, None: unsplit); ``like`` itself when it is already that type (as the
     description gives it: shape, dtype, varying axes and split), which spares building a
     Value again."""
-    spec = _canonical(split)
+    spec = canonical_split(split)
     if like is not None and (like.shape, like.dtype, like.varying, like.spec, like.reduced
                              ) == (shape, dtype, varying, spec, reduced):
         return like
     return Value(shape, dtype, weak_type, mesh, varying, spec=spec, reduced=reduced)
 
 
-def _canonical(split: tuple) -> PartitionSpec | None:
+def canonical_split(split: tuple) -> PartitionSpec | None:
     """A split as a value's type holds it: without its trailing unsplit entries, None when
     nothing is split (so two types compare by their ``spec``)."""
     entries = list(split)
@@ -247,7 +247,8 @@ def trace_shard_map(eq: ShardMap, operands: tuple[Value, ...], path: str,
         with located(path):
             if outer is not None and eq.checked:   # JAX checks the mesh first (SMAP-30)
                 check_context_mesh(eq.mesh, outer.inner_mesh, path)
-            manual = manual_axes_of(eq.mesh, set(eq.manual_axes))
+            manual = manual_axes_of(eq.mesh, set(eq.manual_axes),
+                                    VMAPPED_EXPLICIT.get() if eq.checked else frozenset())
         if eq.checked:
             _check_specs(eq, manual, path)
         in_types = _map_operands(eq, operands, manual, path)
@@ -331,7 +332,10 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
             types.append(eq.body.inputs[i])
             continue
         with located(where):
-            check_reductions_held(spec, f"in_specs[{i}]", f"operand {i}")
+            typed = _type_spec(value)   # (reduced where a reshard made it so)
+            typed = _UNSPLIT if typed is None else typed
+            check_reductions_held(spec, f"in_specs[{i}]", f"operand {i}",
+                                  frozenset(typed.unreduced), frozenset(typed.reduced))
             shape = (per_shard_shape(eq.mesh, spec, value.shape, manual) if eq.checked
                      else _divided(eq.mesh, spec, value.shape))
             # the shard's type keeps the Explicit axes left automatic (SMAP-18), which

@@ -16,11 +16,14 @@ from ..core.values import AxisType, PartitionSpec
 from ..transforms.batching import BadVmapParameterType
 from ..transforms.shardmap_parameters import spec_axes
 from ..transforms.shardmap_specs import manual_axes_of
-from .description import ShardMap
+from ..transforms.shardmap_types import explicit_types
+from .description import ShardMap, Value
+from .shardmap import canonical_split
 
 P = PartitionSpec  # the name the examples use
 
-__all__ = ["check_shard_map_spmd_axes", "check_spmd_axes_manual", "check_spmd_casts"]
+__all__ = ["check_shard_map_spmd_axes", "check_spmd_axes_manual", "check_spmd_casts",
+           "batched_result"]
 
 
 # --------------------------------------------------------------------------- PBAT-1
@@ -183,3 +186,23 @@ def check_spmd_casts(axes: tuple[str, ...], mesh: Any, results: tuple = (),
         left = value.varying - spec_axes(spec) - manual
         require(not left, lambda j=j, spec=spec, left=left: SpmdVaryingResult(
             j, tuple(a for a in names if a in left), spec))
+
+
+# --------------------------------------------------------------------------- results
+
+def batched_result(eq: ShardMap, result: Value, out_spec: PartitionSpec, inside: Value
+                   ) -> Value:
+    """A batched shard_map's result (``result``: typed with the batch dimension unsplit)
+    split as SMAP-18 puts it together from its batched body's result ``inside`` and its
+    batched ``out_spec``: under a vmap whose batch is split over Explicit axes the shard_map
+    leaves automatic, the body's batched result keeps that split, and so does the result
+    (JAX's ``f32[8@y,8@x]`` from a body's ``f32[8@y,4]`` and ``P(None, 'x')``)."""
+    if result.mesh is None or AxisType.Explicit not in tuple(eq.mesh.axis_types):
+        return result
+    _, outside = explicit_types(eq.mesh, manual_inside(eq), inside.spec, out_spec,
+                                inside.shape)
+    split = canonical_split(outside)
+    if out_spec.unreduced or out_spec.reduced:   # (the out spec's, as JAX's unshard_aval)
+        split = PartitionSpec(*(split or ()), unreduced=out_spec.unreduced,
+                              reduced=out_spec.reduced)
+    return result if split == result.spec else dataclasses.replace(result, spec=split)

@@ -309,7 +309,8 @@ def _transpose_jit(eq: Jit, body: BodyBuilder, incoming: list, flags: list[bool]
         tuple(ct for ct in incoming if ct is not None)
     # (a remat's transpose is a remat again: JAX's recomputes its nonlinear part)
     made = Remat(operands, body=transposed, name=eq.name, checked=False, prevent_cse=(
-        eq.prevent_cse), differentiated=True, policy=eq.policy) if type(eq) is Remat else \
+        eq.prevent_cse), differentiated=True, policy=eq.policy,
+        policy_unread=eq.policy_unread) if type(eq) is Remat else \
         Jit(operands, body=transposed, name=eq.name, checked=False)
     outs = iter(body.emit(made))
     return [(eq.operands[i], next(outs)) for i, r in zip(lin_in, reached) if r]
@@ -363,6 +364,10 @@ def _transpose_shard_map(eq: ShardMap, body: BodyBuilder, incoming: list, flags:
     and each input's cotangent summed (psum) over those its in spec leaves out after. A
     repeated shard_map (one form, operands of the same types) is transposed once per body."""
     sizes, manual = axis_sizes_of(eq), map_manual_axes(eq)
+    if eq.check_vma and any(s.unreduced or s.reduced for s in eq.in_specs + eq.out_specs):
+        raise reject(NotRewritten(f"a {eq.kind} equation", path, "transpose", (
+            "its specs name unreduced or reduced axes, so its cotangents are typed unreduced "
+            "along its manual axes inside, which the spec does not type yet")))
     linear = tuple(flags[n] for n in eq.operands)
     cts = []
     for j, ct in enumerate(incoming):

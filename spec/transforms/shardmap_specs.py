@@ -41,9 +41,24 @@ class ManualAxesNotInMesh(Failure, rule="SMAP-1"):
     names: tuple
 
 
+@dataclasses.dataclass(frozen=True)
+class ManualAxesBatched(Failure, rule="SMAP-1"):
+    template = ("jax.shard_map requires axis_names to be a subset of mesh.axis_names less "
+                "the Explicit axes {batched} that the enclosing vmaps split their batch "
+                "over: {extra} not among {names}")
+    hint = "Leave the vmapped Explicit axes out of axis_names (they stay automatic inside)"
+    extra: tuple
+    batched: tuple
+    names: tuple
+
+
 @rule("SMAP-1", mirrors="jax._src.shard_map._shmap_checks")
-def manual_axes_of(mesh: Mesh | AbstractMesh, manual_axes: Any) -> frozenset[str]:
-    """The manual axes (``axis_names``) are a set of the mesh's axis names; the empty set means every mesh axis.
+def manual_axes_of(mesh: Mesh | AbstractMesh, manual_axes: Any,
+                   batched: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The manual axes (``axis_names``) are a set of the mesh's axis names but those enclosing vmaps split their batch over; the empty set means every one of those.
+
+    ``batched``: the Explicit axes the vmaps the call is traced under split their batch
+    dimension over (JAX's axis environment's ``explicit_mesh_axis_names``).
 
     >>> sorted(manual_axes_of(Mesh.iota((2, 4), ("x", "y")), set()))
     ['x', 'y']
@@ -51,16 +66,26 @@ def manual_axes_of(mesh: Mesh | AbstractMesh, manual_axes: Any) -> frozenset[str
     Traceback (most recent call last):
     ...
     shardlaw.spec.core.rules.RejectionValueError: [SMAP-1]: axis_names (the manual axes) must be axes of the mesh: ('q',) not among the mesh's axes ('x', 'y')
+    >>> sorted(manual_axes_of(Mesh.iota((2, 4), ("x", "y")), set(), frozenset({"y"})))
+    ['x']
+    >>> manual_axes_of(Mesh.iota((2, 4), ("x", "y")), {"x", "y"}, frozenset({"y"}))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [SMAP-1]: jax.shard_map requires axis_names to be a subset of mesh.axis_names less the Explicit axes ('y',) that the enclosing vmaps split their batch over: ('y',) not among ('x',). Leave the vmapped Explicit axes out of axis_names (they stay automatic inside).
     """
     require(isinstance(mesh, (Mesh, AbstractMesh)), lambda: BadParameter(
         "mesh", "a Mesh or an AbstractMesh", mesh))
     require(isinstance(manual_axes, (set, frozenset)),
             lambda: ManualAxesNotASet(manual_axes, type(manual_axes).__name__))
+    names = tuple(n for n in mesh.axis_names if n not in batched)
     if not manual_axes:
-        return frozenset(mesh.axis_names)
+        return frozenset(names)
     extra = [a for a in bounded_items(manual_axes, "axis_names") if a not in mesh.axis_names]
     require(not extra, lambda: ManualAxesNotInMesh(tuple(sorted(extra, key=repr)),
                                                    mesh.axis_names))
+    extra = sorted(a for a in manual_axes if a not in names)
+    require(not extra, lambda: ManualAxesBatched(tuple(extra), tuple(sorted(
+        a for a in mesh.axis_names if a in batched)), names))
     return frozenset(manual_axes)
 
 

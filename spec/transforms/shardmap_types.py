@@ -177,7 +177,7 @@ class SpecNotTheType(Failure, rule="SMAP-17"):
 def check_specs_match_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str],
                             flat_in: list, operands: tuple,
                             batched: frozenset[str] = frozenset()) -> None:
-    """When every mesh axis but those enclosing vmaps split their batch over is manual and Explicit, each mapped argument's in spec, padded to its rank, equals the spec its type carries.
+    """When every mesh axis but those enclosing vmaps split their batch over is manual and Explicit, each mapped argument's in spec, padded to its rank, equals the spec its type carries, its unreduced and reduced axes too.
 
     ``batched``: the Explicit axes the vmaps the call is traced under split their batch
     dimension over (JAX's axis environment's ``explicit_mesh_axis_names``). Under such a
@@ -190,6 +190,12 @@ def check_specs_match_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[st
     Traceback (most recent call last):
     ...
     shardlaw.spec.core.rules.RejectionValueError: [SMAP-17]: the in spec of args[0] is P('y', None), but its type is split by P('x', None): ...
+    >>> reduced = Shaped((8, 8), P("x", reduced={"y"}))   # jax.reshard to reduced axes
+    >>> check_specs_match_types(mesh, everything, [P("x", reduced={"y"})], (reduced,))
+    >>> check_specs_match_types(mesh, everything, [P("x")], (reduced,))
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionValueError: [SMAP-17]: the in spec of args[0] is P('x', None), but its type is split by P('x', None, reduced={'y'}): ...
     >>> check_specs_match_types(mesh, frozenset({"x"}), [P("x")], (Shaped((8,), P()),))
     >>> check_specs_match_types(mesh, frozenset({"x"}), [P("x")], (Shaped((8,), P()),),
     ...                         batched=frozenset({"y"}))
@@ -204,10 +210,13 @@ def check_specs_match_types(mesh: Mesh | AbstractMesh, manual_axes: frozenset[st
         if spec is None:
             continue
         given, typed = _padded(spec, len(leaf.shape)), _padded(leaf.spec, len(leaf.shape))
-        require(given == typed and not spec.unreduced and not spec.reduced,
+        # (the reductions compared too: a value resharded to reduced axes is typed so)
+        held = leaf.spec if leaf.spec is not None else PartitionSpec()
+        require(given == typed and frozenset(spec.unreduced) == frozenset(held.unreduced)
+                and frozenset(spec.reduced) == frozenset(held.reduced),
                 lambda: SpecNotTheType(show_path(("args", *path)), PartitionSpec(
                     *given, unreduced=spec.unreduced, reduced=spec.reduced),
-                    PartitionSpec(*typed)))
+                    PartitionSpec(*typed, unreduced=held.unreduced, reduced=held.reduced)))
 
 
 # --------------------------------------------------------------------------- SMAP-18
@@ -288,8 +297,7 @@ def check_reductions_held(spec: PartitionSpec, where: str, value: str,
                           reduced: frozenset[str] = frozenset()) -> None:
     """An in spec's unreduced and reduced axes are those its argument's type holds, and an out spec's are those its result holds inside (checked when traced with check_vma, else when lowered).
 
-    The values described here hold none: an argument's type has no unreduced or reduced
-    axes (SMAP-0), and the body makes none.
+    An argument's type holds them where ``jax.reshard`` made them (``P('x', reduced={'y'})``).
 
     >>> check_reductions_held(P("x"), "in_specs[0]", "args[0]")
     >>> check_reductions_held(P(unreduced={"x"}), "in_specs[0]", "args[0]")
