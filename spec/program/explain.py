@@ -548,14 +548,20 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
                          *(s.sharding for s in inside)]   # the module's, in its order
             placed = placed_results(program, shardings)
             n = dataclasses.replace(n.call, compiler=_choices(program, placed, shardings)).normal
-            with tracing():   # (XLA's verifier as compiling starts, outside jit's trace)
-                check_branch_shardings(program)   # (PROP-24, of the conds lowering keeps)
+            _verify_branches(program)
             compiled = stage_compile(n, called, traced, lowered)
             dispatched = stage_dispatch(n, called, lowered, compiled)
         except Rejection as error:
             return _refused(error, trace, held.labels)
     return _accepted(program, trace, n, (traced, lowered, compiled, dispatched), inside, placed,
                      held, decided)
+
+
+def _verify_branches(program: Program) -> None:
+    """XLA's verifier as compiling starts: a cond's branches on one written sharding
+    (PROP-24), asked outside jit's trace as propagation's rules are."""
+    with tracing():
+        check_branch_shardings(program)
 
 
 def _accepted(program: Program, trace: list[str], n: Any, stages: tuple, inside: tuple,
