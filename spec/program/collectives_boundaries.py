@@ -71,7 +71,9 @@ def returned_split(split: tuple, value: Any, mesh: Any) -> tuple:
     if AxisType.Auto in mesh.axis_types or value.mesh != mesh.abstract:
         return split
     spec = value.spec
-    if spec is None or spec.unreduced or spec.reduced:
+    if spec is None:   # (typed over the mesh and split by no axis: returned whole)
+        return ((),) * len(value.shape)
+    if spec.unreduced or spec.reduced:
         return split
     entries = tuple(spec) + (None,) * len(value.shape)
     return tuple(tuple(a for a in ((e,) if isinstance(e, str) else e or ())

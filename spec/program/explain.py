@@ -71,6 +71,7 @@ from .propagation import predicted_choices, undetermined_results
 from .placement_checks import (
     check_aliased_donations, crossmesh_choices, left_to_compiler, open_donations,
 )
+from .propagation_branches import check_branch_shardings, open_branch_shardings
 from .propagation_spelling import traced_placements
 from .refs import check_no_closed_over_refs, check_shard_map_ref_writes
 from .shardmap import (
@@ -547,12 +548,20 @@ def explain_program(program: Program, *, until: str = "run") -> ProgramVerdict:
                          *(s.sharding for s in inside)]   # the module's, in its order
             placed = placed_results(program, shardings)
             n = dataclasses.replace(n.call, compiler=_choices(program, placed, shardings)).normal
+            _verify_branches(program)
             compiled = stage_compile(n, called, traced, lowered)
             dispatched = stage_dispatch(n, called, lowered, compiled)
         except Rejection as error:
             return _refused(error, trace, held.labels)
     return _accepted(program, trace, n, (traced, lowered, compiled, dispatched), inside, placed,
                      held, decided)
+
+
+def _verify_branches(program: Program) -> None:
+    """XLA's verifier as compiling starts: a cond's branches on one written sharding
+    (PROP-24), asked outside jit's trace as propagation's rules are."""
+    with tracing():
+        check_branch_shardings(program)
 
 
 def _accepted(program: Program, trace: list[str], n: Any, stages: tuple, inside: tuple,
@@ -573,7 +582,7 @@ def _accepted(program: Program, trace: list[str], n: Any, stages: tuple, inside:
         ref_updates=held.updates, decided=tuple(decided), opaque=opaque_equations(program),
         undetermined=undetermined_results(program, n.out_paths, compiled.out_shardings)
         + open_donations(program, _donated_results(program, traced), lowered.count,
-                         _kept(program)),
+                         _kept(program)) + open_branch_shardings(program),
         collectives=_communication(program))
 
 

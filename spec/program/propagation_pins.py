@@ -20,6 +20,7 @@ from .description import Program
 from .primitives import Factors, entry_of
 from .sharding_factors import broadcast_factors, factors_of_dimension
 from .propagation import COPY, ORDER_DECIDES, Flat, Split, Undetermined, placed_pin, stop
+from .propagation_branches import types_written
 from .propagation_schedule import ordered_growth
 
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
@@ -257,7 +258,8 @@ def folded(eq: Any, operands: list, result: Any, flat: Flat, path: str) -> int |
     shape before a reshape that reshape's operand ((4, 16) -> (64,) -> (4, 16))."""
     name = getattr(eq, "primitive", "") or eq.kind
     if operands and operands[0] in flat.reshaped and is_reshape(
-            name, flat.types[operands[0]], result):
+            name, flat.types[operands[0]], result) and not types_written(
+                flat.types[operands[0]].mesh):   # (a type's constraint between: PROP-25)
         first = flat.reshaped[operands[0]]
         if flat.types[first].shape != result.shape:
             stop("PROP-4", "a reshape of a reshape's result: StableHLO folds the two into "

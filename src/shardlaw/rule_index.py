@@ -37,8 +37,8 @@ The stages, in pipeline order:
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
 ['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-10', 'PROG-11', 'PROG-12',
- 'PROG-13', 'PROG-14', 'PROG-4', 'PROG-6', 'PROG-7', 'PROG-8', 'PROG-9', 'REF-2', 'WSC-10',
- 'WSC-11', 'WSC-12']
+ 'PROG-13', 'PROG-14', 'PROG-4', 'PROG-6', 'PROG-7', 'PROG-8', 'PROG-9', 'PROP-24', 'REF-2',
+ 'WSC-10', 'WSC-11', 'WSC-12']
 """
 
 from __future__ import annotations
@@ -157,6 +157,9 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     "PROG-10": "trace", "PROG-12": "trace", "PROG-13": "trace", "PROG-14": "trace",
     # Compiling: XLA refuses a donated input aliased before the compiler split it.
     "PROG-11": "compile",
+    # Compiling: XLA's verifier refuses a cond whose branches' results carry different
+    # shardings written before propagation.
+    "PROP-24": "compile",
     # A result typed over an Explicit mesh of another size than the device assignment.
     "AD-9": "lower",
     # Compiling: XLA refuses a donated ref (its buffer is aliased already).
@@ -259,6 +262,10 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "JAX's lowering aliases a donated input whose sharding it leaves to the compiler at "
         "its whole shape, and XLA refuses compiling where the compiler splits it (jax#25346); "
         "the engine compiles through JAX's jit, and XLA's refusal stands"),
+    "PROP-24": _left_to_jax(
+        "XLA's verifier refuses a conditional whose branches return a result on different "
+        "shardings as compiling starts; the engine compiles through JAX's jit, and XLA's "
+        "refusal stands"),
     "PROG-7": _left_to_jax(
         "JAX's dot_general sharding rule types each matmul of the body (and of its "
         "gradient) while jit traces it; the engine traces through JAX's jit"),
