@@ -256,7 +256,9 @@ def test_the_prover_keeps_to_its_time_limit_while_building_tables():
     """An explicit reversed list of 2**20 devices with timeout_s=5 took 56 s (the tables
     were built outside the limit); now the whole call answers within timeout_s + 1 s. The
     solver's tables do not fit in the limit; the direct pass (the default for an explicit
-    order, issue 25) answers within it."""
+    order, issue 25) answers within it. The slack is 5 s: on the shared 2-core machine at
+    load 12 to 19 a call at limit 0.5 took 1.7 to 2.4 s (session 20), far from the 56 s
+    this pins."""
     pytest.importorskip("z3")
     import time
     from shardlaw.spec.prove.smt import prove_equivalent
@@ -267,11 +269,11 @@ def test_the_prover_keeps_to_its_time_limit_while_building_tables():
     for limit in (0.5, 3.0):
         started = time.perf_counter()
         answer = prove_equivalent(a, b, (n,), timeout_s=limit, method="solver")
-        assert time.perf_counter() - started < limit + 1.0
+        assert time.perf_counter() - started < limit + 5.0
         assert answer.equivalent is None and "time limit" in answer.reason
         started = time.perf_counter()
         answer = prove_equivalent(a, b, (n,), timeout_s=limit)
-        assert time.perf_counter() - started < limit + 1.0
+        assert time.perf_counter() - started < limit + 5.0
         assert answer.equivalent is False or "time limit" in answer.reason
 
 
