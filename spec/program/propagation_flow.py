@@ -60,9 +60,10 @@ def _scan(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: A
         # (a data-flow edge: after the body's own operations, as seen — a carry takes the
         # split its body's operations give it before the initial carry's reaches it)
         _edge(flat, "scan", operands[c + i], outs[i], carry[i], path, constraints, mesh)
-    flat.loops.append((list(operands[:c]), list(operands[c:c + k]), carry, path))
+    stacked: list = []   # (filled below; a loop's record keeps its ys: _check_stacked)
+    flat.loops.append((list(operands[:c]), list(operands[c:c + k]), carry, path,
+                       (list(outs[:k]), stacked)))
     finals = [_joined(flat, [v], path) for v in carry]
-    stacked = []
     for piece, value in zip(outs[k:], results[k:]):
         stacked.append(flat.new(value))
         dims = tuple(f"f{d}" for d in range(len(flat.types[piece].shape)))
@@ -83,7 +84,8 @@ def _while(eq: Any, operands: list, path: str, flat: Flat, mesh: Any, constraint
                        constraints, f"{path}.while.body.")
     for i, value in enumerate(carry):
         _edge(flat, "while", operands[cc + bc + i], outs[i], value, path, constraints, mesh)
-    flat.loops.append((list(operands[cc:cc + bc]), list(operands[cc + bc:]), carry, path))
+    flat.loops.append((list(operands[cc:cc + bc]), list(operands[cc + bc:]), carry, path,
+                       None))
     return [_joined(flat, [v], path) for v in carry]
 
 
@@ -196,6 +198,7 @@ def check_joins(flat: Flat, splits: dict) -> None:
     replicated): which the partitioner keeps is not written (PROP-4)."""
     pins_check_joins(flat, splits)
     _check_constants(flat, splits)
+    _check_stacked(flat, splits)
     for sources, result, path in flat.led:
         if result not in flat.live:
             continue
@@ -217,7 +220,7 @@ def _check_constants(flat: Flat, splits: dict) -> None:
     ``w`` leads and ``a`` moves, 128 bytes; returned too, or read by a constraint, ``a``
     leads, ``w`` moves before the loop, 512 bytes, and the loop's result is
     ``P('x', None, 'z')``.)"""
-    for consts, initials, carries, path in flat.loops:
+    for consts, initials, carries, path, _ in flat.loops:
         lost = {a for initial, carry in zip(initials, carries) if carry in flat.live
                 for have, kept in zip(splits[initial], splits[carry])
                 for a in have if a not in kept}
@@ -227,6 +230,29 @@ def _check_constants(flat: Flat, splits: dict) -> None:
                 stop("PROP-4", f"a loop's initial carry gives up mesh axes {sorted(held)} "
                      f"that a constant of the loop, read outside it too, holds: which of "
                      f"the two the partitioner moves is not written", path)
+
+
+def _check_stacked(flat: Flat, splits: dict) -> None:
+    """After propagation: a scan whose stacked ``ys`` are live and one of whose carries has
+    an initial split and a next one (the body's) holding one mesh axis on different
+    dimensions: which of the two the carry keeps is not written (PROP-4).
+
+    (Seen, mesh ``(2, 4)``: a carry ``(4, 16, 4)`` on ``P(None, None, 'x')``, its ``xs``
+    on ``P(None, 'y', 'x', None)``, body ``(sin(c) + t, c * 2)``: the final carry alone
+    returned is ``P('y', 'x')``, the body's; the ``ys`` returned, the carry is
+    ``P('y', None, 'x')`` and the ``ys`` ``P(None, 'y', None, 'x')``, the initial one's
+    'x'.)"""
+    for _, initials, _, path, scan in flat.loops:
+        if scan is None or not flat.live & set(scan[1]):
+            continue
+        for initial, out in zip(initials, scan[0]):
+            held = [set(axes) for axes in splits[initial]]
+            moved = sorted({a for d, axes in enumerate(splits[out]) for a in axes
+                            for e, there in enumerate(held) if e != d and a in there})
+            if moved:
+                stop("PROP-4", f"a scan whose stacked ys are live has a carry whose initial "
+                     f"split and next one hold mesh axes {moved} on different dimensions: "
+                     f"which the carry keeps is not written", path)
 
 
 def _read_outside(flat: Flat, n: int, path: str) -> bool:
