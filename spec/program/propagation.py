@@ -499,7 +499,7 @@ class Flat:
     edges: list = dataclasses.field(default_factory=list)  # (every join and led join, in order)
     returned: set = dataclasses.field(default_factory=set)  # (placed by an out sharding)
     written: set = dataclasses.field(default_factory=set)  # (a user constraint's results)
-    loops: list = dataclasses.field(default_factory=list)  # (consts, initials, carries, path, scan's)
+    loops: list = dataclasses.field(default_factory=list)  # (consts, initials, carries, path, ys)
     outputs: list = dataclasses.field(default_factory=list)  # (the program's results' ids)
 
     def new(self, value: Any) -> int:

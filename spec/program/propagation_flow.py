@@ -60,7 +60,7 @@ def _scan(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: A
         # (a data-flow edge: after the body's own operations, as seen — a carry takes the
         # split its body's operations give it before the initial carry's reaches it)
         _edge(flat, "scan", operands[c + i], outs[i], carry[i], path, constraints, mesh)
-    stacked: list = []   # (filled below; a loop's record keeps its ys: _check_stacked)
+    stacked: list = []   # (filled below; the loop's record keeps them: _check_carry_axes)
     flat.loops.append((list(operands[:c]), list(operands[c:c + k]), carry, path,
                        (list(outs[:k]), stacked)))
     finals = [_joined(flat, [v], path) for v in carry]
@@ -198,7 +198,7 @@ def check_joins(flat: Flat, splits: dict) -> None:
     replicated): which the partitioner keeps is not written (PROP-4)."""
     pins_check_joins(flat, splits)
     _check_constants(flat, splits)
-    _check_stacked(flat, splits)
+    _check_carry_axes(flat, splits)
     for sources, result, path in flat.led:
         if result not in flat.live:
             continue
@@ -232,27 +232,38 @@ def _check_constants(flat: Flat, splits: dict) -> None:
                      f"the two the partitioner moves is not written", path)
 
 
-def _check_stacked(flat: Flat, splits: dict) -> None:
-    """After propagation: a scan whose stacked ``ys`` are live and one of whose carries has
-    an initial split and a next one (the body's) holding one mesh axis on different
-    dimensions: which of the two the carry keeps is not written (PROP-4).
+def _check_carry_axes(flat: Flat, splits: dict) -> None:
+    """After propagation: a scan's carry whose initial split and next one (the body's) hold
+    one mesh axis on different dimensions, where the loop's stacked ``ys`` are live or the
+    body reads the carry more than once: which of the two it keeps is Shardy's worklist
+    order's, not written (PROP-4).
 
     (Seen, mesh ``(2, 4)``: a carry ``(4, 16, 4)`` on ``P(None, None, 'x')``, its ``xs``
-    on ``P(None, 'y', 'x', None)``, body ``(sin(c) + t, c * 2)``: the final carry alone
-    returned is ``P('y', 'x')``, the body's; the ``ys`` returned, the carry is
-    ``P('y', None, 'x')`` and the ``ys`` ``P(None, 'y', None, 'x')``, the initial one's
-    'x'.)"""
-    for _, initials, _, path, scan in flat.loops:
-        if scan is None or not flat.live & set(scan[1]):
+    on ``P(None, 'y', 'x', None)``, body ``(sin(c) + t, None)`` and the final carry
+    returned: ``P('y', 'x')``, the body's; with ``ys`` ``c * 2`` or ``c`` returned, or the
+    body's next carry ``sin(c) + t + 0 * cos(c)``: ``P('y', None, 'x')``, the initial
+    one's 'x'; with ``ys`` the next carry, the body's again. Not caught: the ``xs``
+    returned beside the carry gives the initial one's too, answered the body's.)"""
+    for _, initials, carries, path, scan in flat.loops:
+        if scan is None:
             continue
-        for initial, out in zip(initials, scan[0]):
+        for initial, carry, out in zip(initials, carries, scan[0]):
+            if not (flat.live & set(scan[1]) or _readers(flat, carry, path) > 1):
+                continue
             held = [set(axes) for axes in splits[initial]]
             moved = sorted({a for d, axes in enumerate(splits[out]) for a in axes
                             for e, there in enumerate(held) if e != d and a in there})
             if moved:
-                stop("PROP-4", f"a scan whose stacked ys are live has a carry whose initial "
-                     f"split and next one hold mesh axes {moved} on different dimensions: "
-                     f"which the carry keeps is not written", path)
+                stop("PROP-4", f"a scan's carry whose initial split and next one hold mesh "
+                     f"axes {moved} on different dimensions, its ys live or the body "
+                     f"reading it more than once: which it keeps is not written", path)
+
+
+def _readers(flat: Flat, n: int, path: str) -> int:
+    """How many live equations inside the loop at ``path`` read value ``n``."""
+    return sum(1 for _, _, every, _, at, count in flat.steps
+               if at.startswith(f"{path}.") and n in every[:count]
+               and flat.live & set(every[count:]))
 
 
 def _read_outside(flat: Flat, n: int, path: str) -> bool:
