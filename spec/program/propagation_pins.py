@@ -26,7 +26,7 @@ from .propagation_schedule import ordered_growth
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
            "rebroadcast", "move_pins", "manual_boundary", "grown_split", "barred_cut", "takes_of", "folded",
            "place_constraints", "constraint_pin", "joined_constraint_pin", "reshard_pin",
-           "may_grow", "axes_apart", "resolve_apart", "contested_values"]
+           "may_grow", "axes_apart", "resolve_apart", "contested_values", "shared_chain_link"]
 
 
 def _apart(a: tuple, b: tuple) -> bool:
@@ -43,6 +43,77 @@ def check_joins(flat: Flat, splits: dict) -> None:
                                        for a, b in zip(splits[s], splits[t])):
             stop("PROP-4", "a loop's carry or a cond's results are split apart by their "
                   "sources: which the partitioner keeps is its own order's", path)
+    shared_chain_link(flat, splits)
+
+
+def shared_chain_link(flat: Flat, splits: dict) -> None:
+    """A shard_map leaving axes automatic whose operand ends without its spec's manual axes
+    where the spec puts them, made from a value of more than one use, is left open (PROP-4).
+
+    Its operand's own producer then won the conflict (PROP-20); JAX gives the spec's
+    split instead where a value the operand is made from has another use (an operation,
+    or a result of the program). Seen, mesh ``(4, 2)``: ``t = a.T`` of ``a`` on
+    ``P('y', None)``, read by ``shard_map(..., in_specs=P('y', None),
+    axis_names={'y'})``, comes back ``P(None, 'y')``, and ``P('y', None)`` where the
+    program also reads ``a + b``, ``a * 2`` or ``sin(a)``, or returns ``a``; where the
+    spec agrees with the producer (``P('x', None)`` over ``{'x'}``), ``P('x', 'y')``
+    either way. Which order the partitioner visits such a chain in is not written.
+
+    >>> from shardlaw.spec.program.description import Value
+    >>> from shardlaw.spec.program.propagation_shardmap import operand_link
+    >>> flat = Flat()
+    >>> a, t, held = (flat.new(Value.typed((8, 8))) for _ in range(3))
+    >>> flat.equations, flat.live = [("body[0]", "transpose", (a,), (t,))], {a, t, held}
+    >>> flat.fixed[held] = (("y",), ())
+    >>> operand_link(flat, t, held, "body[1]")
+    >>> splits = {a: (("y",), ()), t: ((), ("y",)), held: (("y",), ())}
+    >>> shared_chain_link(flat, splits)   # a has one use: the transpose's split stands
+    >>> flat.outputs = [a]
+    >>> try:
+    ...     shared_chain_link(flat, splits)
+    ... except Exception as stopped:
+    ...     print(stopped.undetermined.rule)
+    PROP-4
+    """
+    for _, rule_, every, _, path, _ in flat.steps:
+        if not getattr(rule_, "automatic", False):
+            continue
+        operand, held = every
+        if all(splits[operand][d][:len(axes)] == axes
+               for d, axes in enumerate(flat.fixed.get(held, ())) if axes):
+            continue
+        if _shared_source(flat, operand):
+            stop("PROP-4", "a shard_map leaving axes automatic reads a value made from one "
+                 "of more uses, which keeps its producer's split over the spec's manual "
+                 "axes: which the partitioner keeps is its order of visiting that chain",
+                 path)
+
+
+def _shared_source(flat: Flat, number: int) -> bool:
+    """Whether a value ``number`` is made from (not itself) has more than one use: a live
+    equation reading it (jit drops dead ones), or the program returning it."""
+    uses: dict = {}
+    made: dict = {}
+    for _, _, operands, results in flat.equations:
+        if not flat.live & set(results):
+            continue
+        for n in set(operands):
+            uses[n] = uses.get(n, 0) + 1
+        for n in results:
+            made[n] = operands
+    for n in flat.outputs:
+        uses[n] = uses.get(n, 0) + 1
+    seen: set = set()
+    todo = list(made.get(number, ()))
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if uses.get(n, 0) > 1:
+            return True
+        todo += made.get(n, ())
+    return False
 
 
 def implied_out_shardings(program: Program, mesh: Any) -> tuple:

@@ -28,7 +28,7 @@ from .propagation import COPY, Flat, inline_body, placed_pin, stop
 from .propagation_pins import manual_boundary, pin
 
 __all__ = ["shard_map_boundary", "free_axes_boundary", "operand_link", "held_result_open",
-           "loop_result_read", "LedLink", "LOCAL_ELEMENTWISE"]
+           "loop_result_read", "LedLink", "AutoLink", "LOCAL_ELEMENTWISE"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +37,14 @@ class LedLink(Factors):
     per dimension, led by the operand (PROP-20); the schedule reads ``led``."""
 
     led = True   # (a class attribute: not a field)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoLink(LedLink):
+    """A :class:`LedLink` into a shard_map leaving axes automatic; PROP-23 reads
+    ``automatic``."""
+
+    automatic = True   # (a class attribute: not a field)
 
 
 # The collectives of a body over its manual axes only: elementwise over its local shapes.
@@ -145,7 +153,7 @@ def operand_link(flat: Flat, operand: int, held: int, path: str, full: bool = Fa
         return
     dims = tuple(f"f{d}" for d in range(len(flat.types[held].shape)))
     every = (operand, held)
-    flat.steps.append((COPY, LedLink((dims,), (dims,)), every,
+    flat.steps.append((COPY, AutoLink((dims,), (dims,)), every,
                        tuple(flat.types[i] for i in every), path, 1))
     flat.moves.append((operand, held, None, path))
 
