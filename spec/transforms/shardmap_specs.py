@@ -77,6 +77,8 @@ def manual_axes_of(mesh: Mesh | AbstractMesh, manual_axes: Any,
         "mesh", "a Mesh or an AbstractMesh", mesh))
     require(isinstance(manual_axes, (set, frozenset)),
             lambda: ManualAxesNotASet(manual_axes, type(manual_axes).__name__))
+    require(isinstance(batched, (set, frozenset)), lambda: BadParameter(
+        "batched", "a set of the vmapped Explicit axes' names", batched))
     names = tuple(n for n in mesh.axis_names if n not in batched)
     if not manual_axes:
         return frozenset(names)
