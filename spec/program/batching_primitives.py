@@ -45,7 +45,7 @@ from ..core.rules import Failure, reject, rule
 from .description import Opaque, Value, check_program
 from .primitives import BATCHING
 
-__all__ = ["batch_size", "moved_first", "moved_to", "spread", "bind_batched", "at_front",
+__all__ = ["batch_size", "moved_first", "moved_to", "broadcast_into", "bind_batched", "at_front",
            "dot_general_dims", "CALLBACK_METHODS", "CallbackNotBatched",
            "check_callback_batched", "OrderedCallbackBatched", "check_io_callback_batched",
            "scanned_over_batch", "InitialValueBatched", "check_initial_values_unbatched"]
@@ -74,7 +74,7 @@ def moved_first(rw: BatchedBody, number: int, d: int) -> int:
     return len(rw.types) - 1
 
 
-def spread(rw: BatchedBody, number: int, shape: tuple, kept: tuple, d: int | None,
+def broadcast_into(rw: BatchedBody, number: int, shape: tuple, kept: tuple, d: int | None,
             typed: Any = None) -> int:
     """A broadcast_in_dim of ``number`` to ``shape``, its dimensions at ``kept``, bound
     with the sharding ``typed`` (None: typed from its operand, new dimensions unsplit)."""
@@ -192,7 +192,7 @@ def _batch_add_any(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
         d, n = (dy, x) if dx is None else (dx, y)
         value = rw.types[n]
         shape = tuple(value.shape)[:d] + (size,) + tuple(value.shape)[d:]
-        spread = spread(rw, n, shape, tuple(i for i in range(len(shape)) if i != d), d,
+        spread = broadcast_into(rw, n, shape, tuple(i for i in range(len(shape)) if i != d), d,
                          batch_typed(value, d, batch_entry(rw.axis)))
         pair = (spread, y) if dx is None else (x, spread)
         return bind_batched(rw, eq, pair, _params(eq), d, size)
@@ -252,7 +252,7 @@ def _batch_concatenate(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple,
     for n, d in zip(numbers, dims):
         if d is None:
             shape = (size,) + tuple(rw.types[n].shape)   # split as the batched operands
-            operands.append(spread(rw, n, shape, tuple(range(1, len(shape))), 0,
+            operands.append(broadcast_into(rw, n, shape, tuple(range(1, len(shape))), 0,
                                     batch_typed(rw.types[n], 0, batch_entry(rw.axis))))
         else:
             operands.append(moved_first(rw, n, d))
@@ -274,7 +274,7 @@ def _batch_sort(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: 
     for n, dim in zip(numbers, dims):
         if dim is None:
             kept = tuple(i for i in range(len(shape)) if i != d)
-            operands.append(spread(rw, n, shape, kept, d, typed_like(rw.types[first])))
+            operands.append(broadcast_into(rw, n, shape, kept, d, typed_like(rw.types[first])))
         elif dim != d:
             value = rw.types[n]
             rw.add(transpose_equation(n, value, moved_axis(len(value.shape), dim, d)), (d,))
@@ -302,7 +302,8 @@ def _batch_select_n(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pa
     shape = lambda n: tuple(rw.types[n].shape)   # noqa: E731
     if all(c == wd for c in case_dims):
         if shape(which) != shape(cases[0]):   # a batched scalar predicate
-            which = spread(rw, which, shape(cases[0]), (wd,), wd, typed_like(rw.types[cases[0]]))
+            which = broadcast_into(rw, which, shape(cases[0]), (wd,), wd,
+                                   typed_like(rw.types[cases[0]]))
         return bind_batched(rw, eq, (which,) + tuple(cases), _params(eq), wd, size)
     if shape(which) == () and all(c is not None for c in case_dims):
         d = case_dims[0]
@@ -315,10 +316,10 @@ def _batch_select_n(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pa
     if not all(shape(c) == () for c in cases):
         cases = [at_front(rw, n, c, size, entry) for n, c in zip(cases, case_dims)]
     if 0 < len(shape(which)) < len(shape(cases[0])):
-        which = spread(rw, which, shape(cases[0]), (0,), 0, typed_like(rw.types[cases[0]]))
+        which = broadcast_into(rw, which, shape(cases[0]), (0,), 0, typed_like(rw.types[cases[0]]))
     if len(shape(which)) > len(shape(cases[0])):   # (broadcast_like: the predicate's type)
         target = shape(which)
-        cases = [spread(rw, n, target, tuple(range(len(shape(n)))), 0,
+        cases = [broadcast_into(rw, n, target, tuple(range(len(shape(n)))), 0,
                          typed_like(rw.types[which])) for n in cases]
     bind_batched(rw, eq, (which,) + tuple(cases), _params(eq), 0, size)
 
@@ -339,7 +340,7 @@ def _select_literal_cases(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tup
 
     def spread(n: int | None, shape: tuple) -> int:
         if n is not None:   # (JAX's bdim_at_front, over the axes vmap maps over)
-            return spread(rw, n, shape, (), 0,
+            return broadcast_into(rw, n, shape, (), 0,
                            batch_typed(rw.types[n], 0, batch_entry(rw.axis)))
         literal = broadcast_equation(0, Value.typed((), dtype), shape, ())
         rw.add(dataclasses.replace(literal, operands=()), (0,))
@@ -368,7 +369,7 @@ def at_front(rw: BatchedBody, number: int, d: int | None, size: int, entry: Any 
         return moved_first(rw, number, d)
     value: Value = rw.types[number]
     shape = (size,) + tuple(value.shape)
-    return spread(rw, number, shape, tuple(range(1, len(shape))), 0,
+    return broadcast_into(rw, number, shape, tuple(range(1, len(shape))), 0,
                    batch_typed(value, 0, entry))
 
 
@@ -399,8 +400,8 @@ def _batch_clamp(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path:
     if dl == dx == dh and (shape(low) == shape(x) == shape(high)):
         return bind_batched(rw, eq, numbers, _params(eq), dx, size)
     if dl == dx == dh and len(shape(low)) == len(shape(high)) == 1:
-        low = spread(rw, low, shape(x), (dl,), dx)
-        high = spread(rw, high, shape(x), (dh,), dx)
+        low = broadcast_into(rw, low, shape(x), (dl,), dx)
+        high = broadcast_into(rw, high, shape(x), (dh,), dx)
         return bind_batched(rw, eq, (low, x, high), _params(eq), dx, size)
     if shape(low) == () and shape(high) == () and dx is not None:
         return bind_batched(rw, eq, numbers, _params(eq), dx, size)
@@ -410,13 +411,13 @@ def _batch_clamp(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path:
     bounds = [low, high]   # scalar bounds broadcast first, then vector ones
     for k, bound in enumerate(bounds):
         if shape(bound) == () and shape(x) != ():
-            bounds[k] = spread(rw, bound, shape(x), (), 0)
+            bounds[k] = broadcast_into(rw, bound, shape(x), (), 0)
     for k, bound in enumerate(bounds):
         if 0 < len(shape(bound)) < len(shape(x)):
-            bounds[k] = spread(rw, bound, shape(x), (0,), 0)
+            bounds[k] = broadcast_into(rw, bound, shape(x), (0,), 0)
     low, high = bounds
     if len(shape(low)) > len(shape(x)):
-        x = spread(rw, x, shape(low), (), 0)
+        x = broadcast_into(rw, x, shape(low), (), 0)
     bind_batched(rw, eq, (low, x, high), _params(eq), 0, size)
 
 
@@ -470,7 +471,7 @@ def _batch_callback(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pa
     moved = []
     for n, d in zip(numbers, dims):
         shape = rw.types[n].shape
-        moved.append(moved_first(rw, n, d) if d is not None else spread(
+        moved.append(moved_first(rw, n, d) if d is not None else broadcast_into(
             rw, n, (lead,) + tuple(shape), tuple(range(1, len(shape) + 1)), None))
     params["result_avals"] = tuple(_batched_aval(a, size)
                                    for a in params.get("result_avals", ()))
@@ -565,7 +566,7 @@ def _batch_leading(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
     moved = []
     for n, d in zip(numbers, dims):
         shape = tuple(rw.types[n].shape)
-        moved.append(moved_first(rw, n, d) if d is not None else spread(
+        moved.append(moved_first(rw, n, d) if d is not None else broadcast_into(
             rw, n, (size,) + shape, tuple(range(1, len(shape) + 1)), 0))
     bind_batched(rw, eq, tuple(moved), _params(eq), 0, size)
 
