@@ -117,19 +117,6 @@ def test_a_primitive_whose_batching_is_not_known_is_refused_by_name():
     assert "'regularized_incomplete_beta'" in str(refused.value)
 
 
-@checks("PROG-0")
-def test_a_reshape_given_dimensions_is_refused_under_vmap():
-    """JAX's reshape batching takes no ``dimensions``; the spec refuses it by PROG-0."""
-    from shardlaw.spec import Value
-    from shardlaw.spec.program.description import Program
-    reshape = Opaque((0,), (Value.typed((8,)),), primitive="reshape", params=(
-        ("dimensions", (1, 0)), ("new_sizes", (8,)), ("sharding", None)))
-    program = Program((Value.numpy((2, 4)),), (reshape,), (1,))
-    with pytest.raises(Rejection) as refused:
-        vmap_program(program, axis_size=3)
-    assert refused.value.rule == "PROG-0" and "dimensions" in str(refused.value)
-
-
 MORE = {
     "pad": (lambda x: jnp.pad(x, ((1, 2),)), ((4,),), (0,)),
     "pad-at-axis-1": (lambda x: jnp.pad(x, ((1, 0), (0, 2))), ((4, 8),), (1,)),

@@ -134,6 +134,11 @@ STEPS = {   # name: (step, examples, in_axes)
     "callback-sequential": (_callback("sequential"), [V8, V8], (0, None)),
     "callback-sequential-unrolled": (_callback("sequential_unrolled"), [V8, V8], (1, 0)),
     "io-callback-unordered": (_unordered, [V8, V8], (None, 0)),
+    # a reshape given dimensions (a transposing reshape: JAX 0.10.2's rule prefixes the
+    # batch; the spec refused it, PROG-0), alone and as a convolution's fold leaves it
+    "reshape-dimensions": (lambda x: lax.reshape(x, (32,), (1, 0)), [_rows((8, 4))], (1,)),
+    "reshape-dimensions-unsplit-batch": (lambda x: lax.reshape(x * 2.0, (4, 8), (1, 0)),
+                                         [_rows((8, 4))], (0,)),
 }
 
 
@@ -401,3 +406,41 @@ def test_a_refusal_after_the_primitive_under_a_vmap_inside_is_described(name):
     last = len(program.equations[0].body.equations) - 1
     assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
         "WSC-4", "trace", f"body[0].jit.body[{last}]", "ValueError")
+
+
+# --------------------------------------------------------------------------- two vmaps
+
+# name: (the row function, the rows' shape, the mesh's kind, the rule both refuse by or
+# None); vmapped twice over a (2, 4, ...) batch whose inner dimension is split over 'y'
+NESTED = {
+    # both batched: the inner fold's reshape is given dimensions (the lhs's batch moved
+    # into its feature dimension), which the outer vmap batches (PROG-0 before)
+    "conv-both": (lambda r: _conv_both(r, r[:6].reshape(2, 3)), (8,), "A", None),
+    "conv-lhs": (_conv_lhs, (8,), "A", None),
+    # over Explicit axes the outer fold merges the split inner batch as its minor part
+    "conv-lhs-explicit": (_conv_lhs, (8,), "E", "PROG-12"),
+    "triangular-solve-b": (lambda b: _tri(M8, b, left_side=True), (8, 3), "A", None),
+    "triangular-solve-b-explicit": (lambda b: _tri(M8, b, left_side=True), (8, 3), "E",
+                                    "PROG-12"),
+    "tridiagonal-solve-all-explicit": (ROWS["tridiagonal-solve-all"][0], (4, 8), "E", None),
+    "approx-max-k-explicit": (ROWS["approx-max-k"][0], (8,), "E", None),
+    "callback-sequential": (lambda r: _callback("sequential")(r, r), (8,), "A", None),
+    "io-callback-unordered-explicit": (lambda r: _unordered(r, r), (8,), "E", "LOOP-5"),
+}
+
+
+@checks("PROG-0", "PROG-12", "LOOP-5")
+@pytest.mark.parametrize("name", sorted(NESTED))
+def test_two_vmaps_of_the_step_are_held_to_jax(name):
+    """vmap of vmap of the row function (the spec applies both): accepted alike with JAX's
+    result shardings and types, or refused alike while tracing."""
+    g, shape, kind, rule = NESTED[name]
+    args = _split((2, 4) + shape, kind, P(None, "y"))()
+    fun = jax.vmap(jax.vmap(g))
+    if rule is None:
+        _, verdict, problems = held_to_jax(fun, *args)
+        assert not problems, problems
+        assert verdict.accepted, verdict.message
+        return
+    error = {"PROG-12": "ShardingTypeError", "LOOP-5": "ValueError"}[rule]
+    _refused_alike(fun, args, rule, error)

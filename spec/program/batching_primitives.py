@@ -14,8 +14,9 @@ batching rule of that primitive binds it:
 * ``sorted`` (``sort``): every operand moved to the first batched operand's batch axis (an
   unbatched one broadcast to its shape), the sorted dimension past it;
 * ``select_n``: the predicate and the cases batched alike, else moved first;
-* ``reshape``, ``squeeze``, ``concatenate``: the batch axis moved first; ``slice``, ``rev``
-  and ``pad``: the batch axis kept, their parameters given an entry for it;
+* ``reshape`` (its ``dimensions`` too), ``squeeze``, ``concatenate``: the batch axis
+  moved first; ``slice``, ``rev`` and ``pad``: the batch axis kept, their parameters
+  given an entry for it;
 * ``moved_first`` (``random_wrap``, ``fft``): the operand's batch axis moved first;
 * ``per_operand`` (``optimization_barrier``): each operand and result keep their axis;
 * ``leading_batch`` (linear algebra: ``cholesky``, ``eigh``, ``qr``, ``svd`` ...): every
@@ -27,8 +28,11 @@ batching rule of that primitive binds it:
   its operands moved first for ``expand_dims`` and ``broadcast_all``; ``io_callback``:
   refused where ordered (BAT-12).
 
-An equation these rules cannot batch as JAX does (a reshape with ``dimensions``) is
-refused (PROG-0), as any primitive whose batching the spec does not know.
+A generic ``reduce_window`` (``lax.reduce_window`` with a function of its own) has its
+initial values unbatched (BAT-13), its operands batched first under a window of 1;
+``approx_top_k`` its reduction dimension moved past the batch axis; a ``sequential``
+pure_callback and an unordered io_callback are mapped over the batch by a scan of them
+(:func:`scanned_over_batch`), as JAX maps them.
 """
 
 from __future__ import annotations
@@ -205,14 +209,14 @@ def _batch_add_any(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
 def _batch_reshape(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
                    ) -> None:
     """A reshape under vmap: its operand's batch axis moved first, the batch prefixed to
-    its new sizes (a reshape given ``dimensions`` is refused, as JAX's rule refuses it)."""
+    its new sizes, and to its ``dimensions`` where given (the batch first, the others
+    past it: JAX 0.10.2's rule)."""
     params = _params(eq)
-    check_program(params.get("dimensions") is None, f"the reshape at {path} under vmap",
-                  "one without dimensions (JAX's batching rule takes none)",
-                  params.get("dimensions"))
     size = batch_size(rw, numbers, dims)
     operand = moved_first(rw, numbers[0], dims[0])
     params["new_sizes"] = (size,) + tuple(params["new_sizes"])
+    if params.get("dimensions") is not None:
+        params["dimensions"] = (0,) + tuple(int(a) + 1 for a in params["dimensions"])
     params["sharding"] = batched_parameter(params.get("sharding"), 0, rw.axis)
     (result,) = eq.results
     # typed by its sharding parameter where bound with one, else from its operand
