@@ -626,9 +626,14 @@ declare(Entry("approx_top_k", Kind.OPAQUE, batching="approx_top_k", jvp="opaque"
               transpose="opaque", sharding=_NOT_HELD))
 declare(Entry("reduce_window", Kind.OPAQUE, batching="reduce_window", jvp="opaque",
               transpose="opaque", sharding=_NOT_HELD, checks=("BAT-13",)))
+# (their operands' types over Explicit axes, PROG-15 and PROG-16, where traced:
+# conv_solve_types.py)
+_TYPED_BY = {"conv_general_dilated": dict(tracing="conv_types", checks=("PROG-15", "PROG-9")),
+             "triangular_solve": dict(tracing="solve_types", checks=("PROG-16",)),
+             "tridiagonal_solve": dict(tracing="solve_types", checks=("PROG-16",))}
 for _name in ("conv_general_dilated", "triangular_solve", "tridiagonal_solve"):
     declare(Entry(_name, Kind.OPAQUE, batching=_name, jvp="opaque", transpose="opaque",
-                  sharding=_NOT_HELD))
+                  sharding=_NOT_HELD, **_TYPED_BY[_name]))
 
 # A call back into Python: batched by its vmap_method (BAT-11, batching_primitives.py);
 # no derivative (AD-20, read from the name); its sharding rule as for no entry.
