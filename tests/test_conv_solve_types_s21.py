@@ -203,6 +203,64 @@ def test_a_convolution_given_out_sharding_is_not_read_by_the_rule():
     assert tuple(jax.jit(fun).trace(*args).jaxpr.out_avals[0].sharding.spec)[0] == "x"
 
 
+# --------------------------------------------------------------------------- factorizations
+
+L = lax.linalg
+# name: the factorization of a square matrix (its first result)
+FACTORIZATIONS = {
+    "cholesky": lambda a: L.cholesky(a, symmetrize_input=False),
+    "qr": lambda a: L.qr(a)[1],
+    "eigh": lambda a: L.eigh(a, symmetrize_input=False)[1],
+    "svd": lambda a: L.svd(a, full_matrices=False)[1],
+    "lu": lambda a: L.lu(a)[0],
+    "schur": lambda a: L.schur(a)[0],
+    "hessenberg": lambda a: L.hessenberg(a)[0],
+    "tridiagonal": lambda a: L.tridiagonal(a)[0],
+    "eig": lambda a: L.eig(a, compute_left_eigenvectors=False,
+                           compute_right_eigenvectors=False)[0],
+}
+
+
+def _matrices(shape, spec, kind):
+    values = np.broadcast_to(np.eye(8, dtype=np.float32) * 8 + 1, shape).copy()
+    return jax.device_put(values, NS(_mesh(kind), spec))
+
+
+@checks("PROG-16")
+@pytest.mark.parametrize("kind", sorted(MESHES))
+@pytest.mark.parametrize("name", sorted(FACTORIZATIONS))
+def test_a_factorization_of_a_split_matrix_is_refused_as_jax_refuses_it(name, kind):
+    """The matrix's rows split over 'x' (an f32[8, 8], or an f32[2, 8, 8] split on its
+    batch and rows): JAX's linear-algebra rule refuses, the spec by PROG-16 at the trace
+    stage with JAX's class, at the factorization's path."""
+    fun = FACTORIZATIONS[name]
+    for shape, spec in (((8, 8), P("x")), ((2, 8, 8), P(None, "x"))):
+        args = (_matrices(shape, spec, kind),)
+        with pytest.raises(Exception) as refused:
+            jax.jit(fun).trace(*args)
+        assert type(refused.value).__name__ == "ShardingTypeError"
+        _, verdict, problems = held_to_jax(fun, *args)
+        assert not problems, problems
+        assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+            "PROG-16", "trace", "body[0]", "ShardingTypeError"), verdict.message
+
+
+@checks("PROG-16")
+@pytest.mark.parametrize("kind", sorted(MESHES))
+@pytest.mark.parametrize("name", sorted(FACTORIZATIONS))
+def test_a_factorization_of_matrices_split_on_their_batch_is_accepted_alike(name, kind):
+    """The neighbour: an f32[2, 8, 8] split over 'x' on its batch alone (over the mixed
+    mesh, its rows split over the Auto axis 'y' too, not in its type): accepted alike, the
+    result's batch split as JAX types it."""
+    fun = FACTORIZATIONS[name]
+    spec = P("x") if kind == "E" else P("x", "y")
+    args = (_matrices((2, 8, 8), spec, kind),)
+    _, verdict, problems = held_to_jax(fun, *args)
+    assert not problems, problems
+    assert verdict.accepted, verdict.message
+    assert tuple(jax.jit(fun).trace(*args).jaxpr.out_avals[0].sharding.spec)[0] == "x"
+
+
 # --------------------------------------------------------------------------- under vmap
 
 W = np.ones((2, 1, 3), np.float32)
@@ -237,6 +295,9 @@ UNDER_VMAP = {
     "conv-lhs-split": (_conv_lhs, (4, 8), None),
     "triangular-a-split": (_tri_a, (4, 8, 8), "PROG-16"),
     "triangular-both-split": (_tri_both, (4, 8, 8), None),
+    # (the batch split over 'y' is the factorization's batch: JAX's rule allows it)
+    "qr-batch-split": (FACTORIZATIONS["qr"], (4, 8, 8), None),
+    "svd-batch-split": (FACTORIZATIONS["svd"], (4, 8, 8), None),
 }
 
 
@@ -247,7 +308,9 @@ def test_under_vmap_the_batching_refuses_by_the_rule_or_accepts_alike(name):
     rule, the spec's batching refuses by the rule at the trace stage with JAX's class; the
     neighbours are accepted alike."""
     g, shape, rule = UNDER_VMAP[name]
-    fun, args = jax.vmap(g), (_put(shape, P("y")),)
+    fun = jax.vmap(g)
+    args = (_matrices(shape, P("y"), "E") if g in FACTORIZATIONS.values() else
+            _put(shape, P("y")),)
     if rule is None:
         _, verdict, problems = held_to_jax(fun, *args)
         assert not problems and verdict.accepted, (problems, verdict.message)

@@ -40,7 +40,7 @@ from ..core.values import PartitionSpec
 from .batching_primitives import at_front, batch_size, moved_to
 from .batching_rules import BatchedBody, batch_entry
 from .contraction import explicit_split
-from .conv_solve_types import check_conv_type, check_solve_type, solve_contracted
+from .conv_solve_types import check_conv_type, check_linalg_type, linalg_contracted
 from .description import Opaque, Value, check_program
 from .primitives import BATCHING
 from .structural_types import check_resized_split, reshaped_split
@@ -215,7 +215,7 @@ def _solve_split(eq: Opaque, operands: tuple, ranks: tuple, path: str) -> tuple:
     """The split JAX's linear-algebra sharding rule gives the result: the operands' batch
     dimensions' (the leading ones past each operand's ``ranks``), which they share, their
     other dimensions unsplit (PROG-16 where they do not)."""
-    check_solve_type(eq.primitive, operands, tuple((r, tuple(range(r))) for r in ranks),
+    check_linalg_type(eq.primitive, operands, tuple((r, tuple(range(r))) for r in ranks),
                      path)
     split = explicit_split(operands[0])
     return split[:len(split) - ranks[0]]
@@ -253,7 +253,7 @@ def _solved(rw: BatchedBody, eq: Opaque, operands: tuple, params: dict, path: st
     left, transposed = bool(params.get("left_side")), bool(params.get("transpose_a"))
     sa, sb = explicit_split(a), explicit_split(b)
     batch = sa[:-2]
-    check_solve_type(eq.primitive, (a, b), solve_contracted(eq.primitive, params), path)
+    check_linalg_type(eq.primitive, (a, b), linalg_contracted(eq.primitive, params), path)
     kept = (sa[-2:][transposed], sb[-2:][1]) if left else (sb[-2:][0], sa[-2:][not transposed])
     result = _typed_result(eq, b.shape, a, batch + kept, rw.axis.varying)
     return _bound(rw, eq, operands, params, result)

@@ -6,12 +6,14 @@ kernel (the rhs) must be unsplit over Explicit axes and its lhs's input-feature 
 too, or JAX refuses the call while tracing (a ShardingTypeError asking for
 ``out_sharding``); the result then takes the lhs's split, dimension by dimension, so a
 dimension the convolution resizes stays divisible by the devices its split spreads it
-over (PROG-9, the check JAX shares with a slice). A ``triangular_solve`` and a
-``tridiagonal_solve`` are typed by linear-algebra rules: their operands' batch dimensions
-(those before each operand's matrix or vector dimensions) split alike, and the dimensions
-the solve contracts unsplit (for ``tridiagonal_solve`` every non-batch dimension);
-``triangular_solve``'s result keeps ``a``'s kept dimension's split and ``b``'s,
-``tridiagonal_solve``'s the batch's alone.
+over (PROG-9, the check JAX shares with a slice). A ``triangular_solve`` (by a rule of
+its own), a ``tridiagonal_solve`` and the one-operand factorizations (``cholesky``,
+``qr``, ``eigh``, ``svd``, ``lu``, ``eig``, ``schur``, ``hessenberg``, ``tridiagonal``:
+JAX's ``linalg_sharding_rule``) are typed alike: their operands' batch dimensions (those
+before each operand's matrix or vector dimensions) split alike, and the dimensions the
+primitive contracts or factors unsplit (every non-batch one but for
+``triangular_solve``'s kept ones); ``triangular_solve``'s result keeps ``a``'s kept
+dimension's split and ``b``'s, the others' results the batch's alone.
 
 Standard library only.
 """
@@ -23,11 +25,11 @@ from typing import Any
 
 from ..core.rules import Failure, reject, rule
 from .contraction import explicit_split
-from .primitives import TRACING
+from .primitives import FACTORIZATIONS, TRACING
 from .structural_types import check_resized_split
 
-__all__ = ["check_conv_type", "check_solve_type", "solve_contracted", "SplitConvolution",
-           "SplitSolve", "conv_lhs_feature"]
+__all__ = ["check_conv_type", "check_linalg_type", "linalg_contracted", "SplitConvolution",
+           "SplitLinalg", "conv_lhs_feature"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,10 +45,10 @@ class SplitConvolution(Failure, rule="PROG-15", error=Exception,
 
 
 @dataclasses.dataclass(frozen=True)
-class SplitSolve(Failure, rule="PROG-16", error=Exception, jax_error="ShardingTypeError"):
+class SplitLinalg(Failure, rule="PROG-16", error=Exception, jax_error="ShardingTypeError"):
     template = "the {primitive} {why}: its operands are typed {types}"
     hint = ("Reshard the operands (jax.sharding.reshard) so that their batch dimensions are "
-            "split alike and the dimensions the solve contracts are unsplit.")
+            "split alike and the dimensions the primitive reads whole are unsplit.")
     primitive: str
     why: str
     types: str
@@ -79,9 +81,11 @@ def check_conv_type(lhs: Any, rhs: Any, feature: int, path: str = "") -> None:
         raise reject(SplitConvolution(why, repr(left), repr(right)), path or None)
 
 
-def solve_contracted(primitive: str, params: dict) -> tuple | None:
+def linalg_contracted(primitive: str, params: dict) -> tuple | None:
     """Per operand, (its rank past the batch, the dimensions of those it must leave
-    unsplit), for a solve JAX types by a linear-algebra rule; None for another primitive."""
+    unsplit), for a primitive JAX types by a linear-algebra rule; None for another."""
+    if primitive in FACTORIZATIONS:
+        return ((2, (0, 1)),)
     if primitive == "tridiagonal_solve":
         return ((1, (0,)),) * 3 + ((2, (0, 1)),)
     if primitive == "triangular_solve":
@@ -90,39 +94,39 @@ def solve_contracted(primitive: str, params: dict) -> tuple | None:
     return None
 
 
-@rule("PROG-16", mirrors="jax._src.lax.linalg._tri_solve_sharding")
-def check_solve_type(primitive: str, operands: tuple, contracted: tuple, path: str = ""
+@rule("PROG-16", mirrors="jax._src.lax.linalg.linalg_sharding_rule")
+def check_linalg_type(primitive: str, operands: tuple, contracted: tuple, path: str = ""
                      ) -> None:
-    """A triangular_solve or tridiagonal_solve whose operands split their batch dimensions differently over Explicit axes, or split a dimension it contracts, is refused while tracing (ShardingTypeError).
+    """A solve or factorization (triangular_solve, tridiagonal_solve, cholesky, qr, eigh, svd, lu and kin) whose operands split their batch dimensions differently over Explicit axes, or split a matrix dimension it reads whole, is refused while tracing (ShardingTypeError).
 
     ``contracted`` holds, per operand, its rank past the batch and which of those
-    dimensions must be unsplit (:func:`solve_contracted`).
+    dimensions must be unsplit (:func:`linalg_contracted`).
 
     >>> from shardlaw.spec.program.description import Value
     >>> from shardlaw.spec.core.values import AbstractMesh, AxisType, PartitionSpec as P
     >>> mesh = AbstractMesh((2, 4), ("x", "y"), (AxisType.Explicit,) * 2)
     >>> a = dataclasses.replace(Value.typed((8, 8), mesh=mesh), spec=P("y"))
     >>> b = dataclasses.replace(Value.typed((8, 3), mesh=mesh), spec=P())
-    >>> numbers = solve_contracted("triangular_solve", {"left_side": True})
-    >>> check_solve_type("triangular_solve", (a, b), numbers)
-    >>> check_solve_type("triangular_solve", (b, a), numbers, path="body[0]")
+    >>> numbers = linalg_contracted("triangular_solve", {"left_side": True})
+    >>> check_linalg_type("triangular_solve", (a, b), numbers)
+    >>> check_linalg_type("triangular_solve", (b, a), numbers, path="body[0]")
     Traceback (most recent call last):
     ...
-    shardlaw.spec.core.rules.RejectionException: [PROG-16] at body[0]: the triangular_solve splits operand 1's dimension 0, which it contracts, over 'y': its operands are typed ((None, None), ('y', None)). Reshard the operands (jax.sharding.reshard) so that their batch dimensions are split alike and the dimensions the solve contracts are unsplit.
+    shardlaw.spec.core.rules.RejectionException: [PROG-16] at body[0]: the triangular_solve splits operand 1's dimension 0, which it reads whole, over 'y': its operands are typed ((None, None), ('y', None)). Reshard the operands (jax.sharding.reshard) so that their batch dimensions are split alike and the dimensions the primitive reads whole are unsplit.
     """
     splits = [explicit_split(v) for v in operands]
     types = repr(tuple(splits))
     batches = [s[:len(s) - rank] for s, (rank, _) in zip(splits, contracted)]
     if any(b != batches[0] for b in batches):
-        raise reject(SplitSolve(primitive, "has operands whose batch dimensions are split "
+        raise reject(SplitLinalg(primitive, "has operands whose batch dimensions are split "
                                 "differently", types), path or None)
     for i, (split, (rank, dims)) in enumerate(zip(splits, contracted)):
         own = split[len(split) - rank:]
         for d in dims:
             if d < len(own) and own[d] is not None:
                 where = len(split) - rank + d
-                raise reject(SplitSolve(primitive, f"splits operand {i}'s dimension {where}, "
-                                        f"which it contracts, over {own[d]!r}", types),
+                raise reject(SplitLinalg(primitive, f"splits operand {i}'s dimension {where}, "
+                                        f"which it reads whole, over {own[d]!r}", types),
                              path or None)
 
 
@@ -151,7 +155,7 @@ def _trace_conv(eq: Any, operands: tuple, context: Any, path: str, decided: list
 @TRACING.register("solve_types")
 def _trace_solve(eq: Any, operands: tuple, context: Any, path: str, decided: list,
                  seen: dict) -> None:
-    """A solve's operands' types where JAX traces it (PROG-16)."""
-    contracted = solve_contracted(eq.primitive, dict(eq.params))
+    """A solve's or a factorization's operands' types where JAX traces it (PROG-16)."""
+    contracted = linalg_contracted(eq.primitive, dict(eq.params))
     if contracted is not None and len(operands) == len(contracted):
-        check_solve_type(eq.primitive, operands, contracted, path)
+        check_linalg_type(eq.primitive, operands, contracted, path)
