@@ -77,6 +77,9 @@ def policy_name(policy: Any) -> str | None:
     for name in ("everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable"):
         if policy is getattr(policies, name) or policy == getattr(policies, name):
             return name
+    either = _both_policies(policy)
+    if either is not None:
+        return either
     names = getattr(policy, "saveable_names", None)
     if type(policy).__name__ == "SaveOnlyTheseNames" and names is not None:
         return f"save_only_these_names({', '.join(sorted(names))})"
@@ -84,6 +87,19 @@ def policy_name(policy: Any) -> str | None:
     if type(policy).__name__ == "SaveAnyNamesButThese" and names is not None:
         return f"save_any_names_but_these({', '.join(sorted(names))})"
     return f"<{getattr(policy, '__name__', type(policy).__name__)}>"
+
+
+def _both_policies(policy: Any) -> str | None:
+    """``save_from_both_policies(a, b)`` for JAX's policy of that name over two policies
+    named (``nothing_saveable`` for JAX's default), else None (a function of the user's
+    own)."""
+    code = getattr(policy, "__code__", None)
+    if getattr(policy, "__qualname__", None) != "save_from_both_policies.<locals>.policy" \
+            or code is None or code.co_freevars != ("policy_1", "policy_2"):
+        return None
+    names = [policy_name(cell.cell_contents) or "nothing_saveable"
+             for cell in policy.__closure__]
+    return f"save_from_both_policies({names[0]}, {names[1]})"
 
 
 class OnDemand:
