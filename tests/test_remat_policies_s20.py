@@ -265,19 +265,25 @@ def test_what_the_differentiated_remat_communicates_is_the_compiled_program_s(po
 
 @checks("COLL-8")
 def test_a_policy_the_spec_does_not_read_leaves_the_communication_open():
-    """A policy of the user's own (session 20 took ``save_from_both_policies`` here, read
-    since session 21): the spec recomputes everything, as ``nothing_saveable``, where JAX
-    stores what the function saves."""
+    """A policy the spec does not read (session 20 took ``save_from_both_policies`` here,
+    read since session 21, then a function of the user's own, read into a table since
+    then; an offloading one still is not): the spec recomputes everything, as
+    ``nothing_saveable``, where JAX offloads what the function saves."""
+    from jax._src.interpreters.partial_eval import Offloadable
 
     def mine(prim, *_, **__):
-        return prim.name == "cos"
+        return Offloadable("device", "pinned_host") if prim.name == "cos" else False
     f, args, cotangent = _elementwise_step(mine)
     (remat,) = _spec_remats(vjp_program(describe_program(f, *args)).applied)
     assert (remat.policy, remat.policy_unread) == ("<mine>", True)
     step = _spec_collectives(f, args, cotangent)
     assert step.undetermined is not None and step.undetermined.rule == "COLL-8"
     assert "(<mine>) the spec does not read" in str(step.undetermined)
+
     # (JAX's own gradient read back holds JAX's body: planned, whatever the policy)
+    def cosines(prim, *_, **__):
+        return prim.name == "cos"
+    f, args, cotangent = _elementwise_step(cosines)
     jax_remats = _spec_remats(describe_program(
         lambda x, w, ct: jax.vjp(f, x, w)[1](ct), *args, cotangent))
     assert jax_remats and not any(r.policy_unread for r in jax_remats)

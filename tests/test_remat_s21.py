@@ -41,6 +41,18 @@ from jax.ad_checkpoint import checkpoint_name  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 POLICIES = jax.checkpoint_policies
+
+
+def cos_and_dots(prim, *_, **__):
+    """a user's own policy: by the primitive alone"""
+    return prim.name in ("cos", "dot_general")
+
+
+def wide_sines(prim, *avals, **__):
+    """a user's own policy: by the primitive and its operand's shape"""
+    return prim.name in ("sin", "exp") and avals[0].shape == (16, 8)
+
+
 POLICY_CASES = {
     "default": None,
     "everything_saveable": POLICIES.everything_saveable,
@@ -54,6 +66,8 @@ POLICY_CASES = {
     "save_from_both_policies(nothing_saveable, save_any_names_but_these(h))":
         POLICIES.save_from_both_policies(POLICIES.nothing_saveable,
                                          POLICIES.save_any_names_but_these("h")),
+    "<cos_and_dots>": cos_and_dots,
+    "<wide_sines>": wide_sines,
 }
 RECOMPUTED = ("sin", "cos", "tanh", "exp", "name", "reduce_precision", "reshard",
               "dot_general")
@@ -295,6 +309,38 @@ def test_a_scan_in_the_body_under_everything_saveable_is_left_open():
     assert jax_stored != default_stored
     *_, remat = spec_side(f, (x, xs))
     assert remat.policy == "everything_saveable" and remat.policy_unread
+
+
+def offloads_dots(prim, *_, **__):
+    from jax._src.interpreters.partial_eval import Offloadable
+    return Offloadable("device", "pinned_host") if prim.name == "dot_general" else False
+
+
+@checks("AD-21", "COLL-8")
+@pytest.mark.parametrize("policy", [offloads_dots], ids=["offloads"])
+def test_a_user_policy_the_bridge_cannot_tabulate_is_left_open(policy):
+    """The other side of a user's policy read into a table: one that offloads (memory
+    kinds the spec does not read) is named only, so the spec recomputes everything, marks
+    the remat ``policy_unread`` and COLL-8 leaves its communication open."""
+    mesh = _mesh()
+    x, w = _arrays(mesh)
+    f = jax.checkpoint(_flat(mesh), policy=policy)
+    (remat,) = describe_program(f, x, w).equations
+    assert remat.policy == f"<{policy.__name__}>"
+    applied = vjp_program(describe_program(f, x, w)).applied
+    assert _spec_remats(applied)[0].policy_unread
+    left = unread_remat(applied)
+    assert left is not None and left.rule == "COLL-8"
+
+
+def test_a_user_policy_s_table_names_what_it_saves():
+    mesh = _mesh()
+    x, w = _arrays(mesh)
+    (remat,) = describe_program(jax.checkpoint(_flat(mesh), policy=cos_and_dots),
+                                x, w).equations
+    assert remat.policy.startswith("<cos_and_dots> saves dot_general(float32[16x8] "
+                                   "float32[8x8]) cos(float32[16x8]) and recomputes ")
+    assert "name[h](float32[16x8])" in remat.policy
 
 
 def _communicating_step(policy):

@@ -64,7 +64,8 @@ from .ad_bodies import (
 from .explain import trace_body
 from .lowering import equation_path
 from .partial_eval import (
-    dce_program, known_by_policy, policy_read, recompute_by_policy, split_by_policy, stored_type,
+    dce_program, known_by_policy, policy_decides, policy_read, recompute_by_policy,
+    split_by_policy, stored_type,
     with_reduced_precision,
 )
 from .primitives import JVP_BODIES, LINEARIZE_BODIES, entry_of
@@ -360,7 +361,7 @@ def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], mo
     nonzero = tuple(t is not None for t in moving)
     lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
     if eq.policy is not None and policy_read(eq.policy) and literal_consts(lin.primal) \
-            and _jits_only(lin.primal):
+            and _jits_only(lin.primal) and policy_decides(eq.policy, lin.primal):
         return _linearize_by_policy(eq, tape, operands, moving, lin)
     primal = inline_literals(tape.primal, _pruned(inner), operands)
     if not any(lin.flags):

@@ -30,6 +30,8 @@ of the same functions), on both sides of each rule.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from typing import Any
 
 from ..core.rules import rule
@@ -40,7 +42,8 @@ from .refs import writes_ref
 
 __all__ = ["dce_program", "partial_eval_program", "known_program", "unknown_program",
            "policy_read", "saved_by_policy", "split_by_policy", "PolicySplit",
-           "known_by_policy", "recompute_by_policy", "stored_type",
+           "known_by_policy", "recompute_by_policy", "stored_type", "policy_decides",
+           "table_key",
            "with_reduced_precision",
            "split_known", "KnownSplit",
            "PartiallyEvaluatedProgram"]
@@ -552,10 +555,50 @@ def policy_read(policy: str | None) -> bool:
     """Whether the spec reads a remat's ``policy`` (:func:`saved_by_policy`): JAX's
     default, the plain policies, the two that save named values and
     ``save_from_both_policies`` of two it reads."""
-    if policy is None or policy in _PLAIN_POLICIES or _named_policy(policy) is not None:
+    if policy is None or policy in _PLAIN_POLICIES or _named_policy(policy) is not None \
+            or _policy_table(policy) is not None:
         return True
     both = _both_policies(policy)
     return both is not None and all(policy_read(p) for p in both)
+
+
+_TABLE_KEY = re.compile(r"[^\s(]+\([^)]*\)")
+
+
+@functools.lru_cache(maxsize=64)
+def _policy_table(policy: str) -> dict[str, bool] | None:
+    """A user's policy read into a table by the bridge (``<mine> saves cos(float32[8])
+    and recomputes sin(float32[8])``): per equation's key, whether it saves it."""
+    head, sep, rest = policy.partition(" saves ")
+    saves, sep2, recomputes = rest.partition(" and recomputes ")
+    if not (head.startswith("<") and head.endswith(">") and sep and sep2):
+        return None
+    table = {key: True for key in _TABLE_KEY.findall(saves)}
+    table.update((key, False) for key in _TABLE_KEY.findall(recomputes))
+    return table
+
+
+def table_key(eq: Any, operands: tuple[Value, ...]) -> str:
+    """An equation's key in a policy's table: its primitive (a ``name``'s with its name),
+    then its operands' dtypes and shapes, ``dot_general(float32[16x8] float32[8x8])``."""
+    primitive = entry_of(eq).name
+    name = dict(getattr(eq, "params", ())).get("name") if primitive == "name" else None
+    typed = " ".join(f"{v.dtype}[{'x'.join(str(d) for d in v.shape)}]" for v in operands)
+    return f"{primitive}{'' if name is None else f'[{name}]'}({typed})"
+
+
+def policy_decides(policy: str | None, program: Program) -> bool:
+    """Whether a read ``policy`` answers for every equation of ``program`` (and of its inner
+    jits): a table of the user's policy holds each one's key (a literal's aside); any
+    other read policy does."""
+    table = None if policy is None else _policy_table(policy)
+    if table is None:
+        return True
+    types = program.value_types
+    # (a literal is no equation JAX asks about: written where it is read, recomputed)
+    return all(policy_decides(policy, eq.body) if type(eq) is Jit else _literal(eq) or
+               table_key(eq, tuple(types[n] for n in eq.operands)) in table
+               for eq in program.equations)
 
 
 def _both_policies(policy: str) -> tuple[str, str] | None:
@@ -598,7 +641,8 @@ def saved_by_policy(policy: str | None, eq: Any, operands: tuple[Value, ...] = (
     or ``scaled_matmul_wrapper`` (saved without batch dimensions when its first
     operand's leading dimension is 1). ``save_only_these_names`` lets its names through,
     ``save_any_names_but_these`` every other name; ``save_from_both_policies`` what
-    either of its two saves; an unread policy saves nothing here.
+    either of its two saves; a user's own, read by the bridge into a table, what the
+    table says it saves; an unread policy saves nothing here.
 
     >>> from shardlaw.spec.program.description import Opaque
     >>> dot = Opaque((0, 1), (Value.typed((8, 8)),), primitive="dot_general",
@@ -622,6 +666,9 @@ def saved_by_policy(policy: str | None, eq: Any, operands: tuple[Value, ...] = (
     both = None if policy is None else _both_policies(policy)
     if both is not None:
         return any(saved_by_policy(p, eq, operands) for p in both)
+    table = None if policy is None else _policy_table(policy)
+    if table is not None:
+        return table.get(table_key(eq, operands), False)
     primitive = entry_of(eq).name
     if policy == "dots_saveable":
         return primitive in _DOTS
