@@ -352,9 +352,11 @@ def _linearize_jit(eq: Jit, tape: TangentTape, operands: tuple[int, ...], moving
 def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], moving: list,
                      path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A remat linearized as JAX's ``remat_partial_eval`` leaves its JVP: under a policy
-    the spec reads, as its policy splits it (AD-21, AD-22); under JAX's default (nothing
-    saved), and recomputing everything (``policy_unread``) under any other policy or a
-    body holding bodies or constants, its primal in line, nothing stored but its operands,
+    the spec reads over a body holding no bodies but inner jits and no constants but
+    scalar literals, as its policy splits it (AD-21, AD-22); under JAX's default (nothing
+    saved), and recomputing everything (``policy_unread``) under any other policy or body
+    (an offloading policy, a user's whose table misses an equation, a loop, a cond, a
+    shard_map inside), its primal in line, nothing stored but its operands,
     onto the tape a remat (``differentiated``) over the operands and tangents it reads,
     which recomputes what the tangents need, then the tangents."""
     inner = eq.body
