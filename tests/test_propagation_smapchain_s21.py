@@ -165,7 +165,7 @@ def test_a_pcast_to_varying_is_no_all_reduce():
 
 
 @checks("PROP-11")
-def test_a_psum_s_result_read_by_a_shard_map_alone_takes_its_manual_axis():
+def test_a_psum_s_result_read_by_a_shard_map_alone_brings_no_free_axis_into_it():
     def f(a):
         s = _smap(_psum("y"), P(None, "y", None), P(), "y")(a)
         return (_smap(_cos, P("x", None, None), P("x", None, None), "x")(s),)
