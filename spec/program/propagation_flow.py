@@ -236,7 +236,10 @@ def _check_carry_axes(flat: Flat, splits: dict) -> None:
     """After propagation: a scan's carry whose initial split and next one (the body's) hold
     one mesh axis on different dimensions, where the loop's stacked ``ys`` are live, the
     body reads the carry more than once or an ``xs`` is read outside the loop too: which
-    of the two it keeps is Shardy's worklist order's, not written (PROP-4).
+    of the two it keeps is Shardy's order, not written (PROP-4). (The root, seen in
+    Shardy's passes run from jaxlib: its first pass holds back a pass-through operation
+    reading a value of several uses, so the carry's edge brings the initial split first;
+    the spec's schedule does not count uses.)
 
     (Seen, mesh ``(2, 4)``: a carry ``(4, 16, 4)`` on ``P(None, None, 'x')``, its ``xs``
     on ``P(None, 'y', 'x', None)``, body ``(sin(c) + t, None)`` and the final carry
