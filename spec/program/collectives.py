@@ -417,6 +417,9 @@ def predicted_collectives(program: Program) -> Communication:
         return Communication(undetermined=stopped)
     if (inlined := _read_inlined(program, live)) is not None:
         return inlined   # (inner jits, shard_maps, reshards: COLL-11)
+    splits = with_grown_returns(program, splits, by_id=False)   # (COLL-19)
+    if isinstance(splits, Undetermined):
+        return Communication(undetermined=splits)
     mesh, types = propagation_mesh(program), program.value_types
     folded = folded_equations(program)   # (propagate answered: so does this)
     found: list[Collective] = []
@@ -952,4 +955,4 @@ returned_reshards = _returns
 # The collectives inside a loop's and a cond's body (its own module for size; it builds on
 # this one): imported here so its rules are registered with this module's.
 from . import collectives_loops as _loops  # noqa: E402,F401
-from .collectives_boundaries import returned_split  # noqa: E402
+from .collectives_boundaries import returned_split, with_grown_returns  # noqa: E402
