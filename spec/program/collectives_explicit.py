@@ -138,10 +138,8 @@ def inlined_collectives(program: Program) -> Communication:
     if isinstance(found, Undetermined):
         return Communication(undetermined=found)
     stopped = read_after_a_chain(program, live_equations(program))
-    if stopped is not None:
-        return Communication(undetermined=stopped)
     flat, splits = found
-    splits = with_grown_returns(program, splits, by_id=True)   # (COLL-19)
+    splits = stopped or with_grown_returns(program, splits, by_id=True)   # (COLL-19)
     if isinstance(splits, Undetermined):
         return Communication(undetermined=splits)
     mesh = propagation_mesh(program)
