@@ -922,16 +922,21 @@ def _all_reduce(op: _Operation, count: int, how: str, by_dimension: bool = False
     each = [chosen[f] for f in reversed(factors.operands[0]) if f in factors.reduced
             and chosen.get(f)] if by_dimension else []
     split = dimension_splits(factors.results[0], held, op.sizes, op.mesh)
+    steps = each if sum(len(a) for a in each) == len(summed) else [summed]
+    if len(steps) > 1:   # (each step's groups listed by the operand's whole split)
+        split = dimension_splits(factors.operands[0], chosen, op.sizes, op.mesh)
     return [Collective("all-reduce", axes, op.path, None, shape, dtype, _bytes(shape, dtype),
                        op.groups(axes), how, group_order(op.mesh, split, axes))
-            for axes in (each if sum(len(a) for a in each) == len(summed) else [summed])]
+            for axes in steps]
 
 
 def group_order(mesh: Any, split: Split, summed: tuple[str, ...]) -> tuple[str, ...]:
     """The order XLA lists an all-reduce's groups in (COLL-7): the summed value's split
     axes dimension by dimension, then the other axes in mesh order, axes of size 1 left
     out (seen: a sum of ``P('y', 'z')`` lists them ``(z, x)``, one of ``P('y', None)``
-    ``(x, z)``)."""
+    ``(x, z)``); a reduction over several split dimensions, one all-reduce each, lists
+    each by its operand's split (``a.sum()`` of ``P('z', 'x')`` sums over 'x' listed
+    ``(z, y)``, then over 'z' listed ``(x, y)``)."""
     held = [a for axes in split for a in axes if a not in summed]
     rest = [a for a in mesh.axis_names if a not in summed and a not in held]
     return tuple(a for a in held + rest if mesh.axis_size(a) > 1)
