@@ -153,10 +153,11 @@ def test_a_value_unreduced_along_manual_axes_is_left_open():
         describe_program(step, x)
 
 
-# Not yet held: under a vmap called inside the function (JAX traces it; the refused call is
-# described afterwards, batched by the spec), JAX's SMAP-1 and SMAP-17 refusals of a
-# shard_map that leave out the batch's Explicit axes are not described with them: JAX's
-# error stands, or the batched call is refused by SMAP-17 where JAX's refusal is SMAP-1.
+# Under a vmap called inside the function (JAX traces it; the refused call is described
+# afterwards, batched by the spec), JAX's SMAP-1 and SMAP-17 refusals of a shard_map leave
+# out the batch's Explicit axes: the batched call holds them and its batch dimensions, and
+# is checked on the example as JAX checked it (smapvmap3; neighbours in
+# tests/test_shardmap_vmap_s21.py).
 EXPLICIT_SPLIT = {
     "axis-names-naming-the-batch-axis": (lambda a: jax.vmap(_all_axes)(a) * 1.0,
                                          P("y", "x"), "SMAP-1"),
@@ -177,8 +178,7 @@ def _x_manual(a):
                          axis_names={"x"})(a)
 
 
-@pytest.mark.xfail(strict=True, reason="SMAP-1 and SMAP-17 under a vmap called inside "
-                                       "the function: not yet described")
+@checks("SMAP-1", "SMAP-17")
 @pytest.mark.parametrize("name", sorted(EXPLICIT_SPLIT))
 def test_under_a_vmap_inside_the_function(name):
     fun, spec, rule = EXPLICIT_SPLIT[name]

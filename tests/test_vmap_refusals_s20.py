@@ -113,12 +113,6 @@ ZEROS = {
 }
 
 
-# the result spellings vmap_program gives otherwise than JAX in each case (none: "")
-SPELLED = {name: "" for name in ZEROS} | {
-    "jvp-v-alone": "result shardings:", "vjp-a-alone-first-result": "result shardings:",
-    "vjp-b-alone-first-result": "result types:"}
-
-
 def _jax_of(transform, g, n):
     """JAX's transformation of ``jax.vmap(jax.jit(g))``, jitted: over the batched inputs,
     then the tangents (jvp) or the cotangent (vjp)."""
@@ -139,19 +133,19 @@ def test_vmap_program_batches_rules_taking_symbolic_zeros_read_on_demand(name):
     g, n, transform, refused = ZEROS[name]
     # (every input on all eight devices, replicated: a constraint onto four is refused)
     program = describe_program(g, *([jax.device_put(ROW, NS(mesh(), P()))] * n))
-    args = (jax.device_put(ROWS, NS(mesh(), P())),) * n
+    # (the batch placed as vmap_program places it, the example's P() with the batch
+    # dimension unsplit: P(None); JAX spells a replicated result after its argument)
+    args = (jax.device_put(ROWS, NS(mesh(), P(None))),) * n
     extra = (np.ones((8, 4), np.float32),) * (n if transform == "jvp" else 1)
     outcome = run_function(_jax_of(transform, g, n), args + extra)
     rewrite = jvp_program if transform == "jvp" else (lambda p: vjp_program(p).applied)
 
     def rewritten():
         return rewrite(vmap_program(program, axis_size=8))
+    # (bwd typed over the cotangent given, a numpy one over no mesh, as JAX traces it:
+    # tests/test_custom_vjp_cotangents_s21.py)
     problems = compare_rewrite(rewritten, outcome, equations=False)
-    # (the batched results' spelling where a closed-over row is broadcast to the batch,
-    # P(None) for JAX's P() and a type over the mesh for one over none, differs alike for
-    # rules not taking symbolic zeros: vmap_program's, not these rules')
-    assert all(p.startswith(SPELLED[name]) for p in problems) and (
-        bool(problems) == bool(SPELLED[name])), problems
+    assert not problems, problems
     verdict = explain_program(rewritten())
     assert outcome.stage == ("lower" if refused else None), outcome
     if refused:

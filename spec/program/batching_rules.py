@@ -44,7 +44,7 @@ from .primitives import BATCHING, entry_of, names_where
 from .refs import writes_ref
 from .shardmap import collective_axes
 from .shardmap_batching import (
-    batched_result,
+    batch_split_inside, batched_result, example_checked,
     manual_inside, check_shard_map_spmd_axes, check_spmd_axes_manual, check_spmd_casts,
 )
 
@@ -493,7 +493,7 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis,
     own = frozenset(names or ())
     # (the Explicit axes the batch is split over stay automatic inside: the body's batched
     # inputs keep that split, as JAX types them)
-    kept_split = axis.explicit if not set(axis.explicit or ()) & set(eq.manual_axes) else None
+    kept_split = batch_split_inside(axis.explicit, eq.manual_axes)
     inner = BatchAxis(per_shard, names, axis.context, own if eq.check_vma else frozenset(),
                       axis.outer, own | axis.outer if eq.check_vma else frozenset(),
                       explicit=kept_split)
@@ -516,9 +516,13 @@ def _batch_shard_map(eq: ShardMap, numbers: tuple, dims: tuple, axis: BatchAxis,
     results = tuple(batched_type(r, d, 0) if d is None else batched_result(eq, batched_type(
         r, d, rw.types[n].shape[d] * ways), s, rw.types[n])
                     for r, d, n, s in zip(eq.results, out_dims, outputs, out_specs))
-    checked = eq.checked and (all(d is None for d in dims) or kept(path))
+    kept_here = kept(path)
+    checked = eq.checked and (all(d is None for d in dims) or kept_here)
+    # (JAX checked the call on one example, under this vmap's Explicit axes: so are they)
+    example = example_checked(eq, dims, axis.explicit, kept_here) if checked else {}
     new = dataclasses.replace(eq, operands=numbers, results=results, body=body,
-                              in_specs=in_specs, out_specs=out_specs, checked=checked)
+                              in_specs=in_specs, out_specs=out_specs, checked=checked,
+                              **example)
     return new, out_dims
 
 

@@ -49,7 +49,9 @@ from .propagation import (
     predicted_results, propagate, propagation_mesh, tensor_factor_splits,
 )
 from .propagation_constants import copied_values
-from .collectives_plans import batch_grouped, reduced_where_it_stands, sliced_as_a_slice
+from .collectives_plans import (
+    batch_grouped, reduced_where_it_stands, regathered_by_a_dot, sliced_as_a_slice,
+)
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
@@ -591,6 +593,8 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
                                     "operation's result split over a mesh with Explicit axes "
                                     "is read so again: XLA gathers it once or each "
                                     "operation's result, by its own plan", path)
+            if (again := regathered_by_a_dot(eq, made)) and every[i] not in done:
+                return dataclasses.replace(again, path=path)   # (COLL-20)
             continue
         done.add((every[i], need))
         if isinstance(made, Undetermined):

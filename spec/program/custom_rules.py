@@ -46,7 +46,7 @@ from .cond_ad import emit_zeros
 from .control_flow import (
     CustomJvp, CustomLin, CustomVjp, check_bwd_cotangent, check_custom_lin_transposed,
 )
-from .description import Program
+from .description import Opaque, Program
 from .partial_eval import split_known
 from .primitives import BATCHING, JVP_BODIES, LINEARIZE_BODIES, TRANSPOSES
 
@@ -371,7 +371,7 @@ def transpose_custom_lin(eq: CustomLin, body: Any, incoming: list, flags: list[b
         _refuse(eq, path, "transpose", "a bwd holding closed-over constants is inlined "
                 "only into a body built holding them")
     residuals = tuple(number[n] for n in eq.operands[:eq.num_res])
-    made = iter(inline_body(body, bwd, residuals + cts + consts))
+    made = iter(_inline_over(body, bwd, residuals + cts + consts))
     linear = iter(eq.operands[eq.num_res:])
     out = []
     for k, (in_zero, bwd_zero) in enumerate(zip(eq.in_zeros, bwd_zeros)):
@@ -383,6 +383,28 @@ def transpose_custom_lin(eq: CustomLin, body: Any, incoming: list, flags: list[b
         if operand is not None and ct is not None:
             out.append((operand, ct))
     return out
+
+
+def _inline_over(body: Any, bwd: Program, operands: tuple[int, ...]) -> tuple[int, ...]:
+    """``bwd`` inlined over ``operands``, as JAX traces it over the cotangents given: read
+    over cotangents typed as the call's results, where one given is typed otherwise (a
+    numpy cotangent, over no mesh) each primitive reading a value so changed has its
+    results typed over its operands (:meth:`~shardlaw.spec.program.ad_bodies.BodyBuilder.joined`,
+    the transposes' rule); as :func:`inline_body` where none is."""
+    given = [body.types[n] for n in operands]
+    if all(v == w.type for v, w in zip(given, bwd.inputs)) or bwd.consts:
+        return inline_body(body, bwd, operands)
+    number, changed = list(operands), {k for k, (v, w) in enumerate(
+        zip(given, bwd.inputs)) if v != w.type}
+    for eq in bwd.equations:
+        moved = eq.renumbered(tuple(number[n] for n in eq.operands))
+        if isinstance(eq, Opaque) and changed & set(eq.operands):
+            types = tuple(body.types[n] for n in moved.operands)
+            moved = moved.renumbered(moved.operands, tuple(body.joined(r, types)
+                                                           for r in eq.results))
+            changed.update(range(len(number), len(number) + len(eq.results)))
+        number.extend(body.emit(moved))
+    return tuple(number[n] for n in bwd.outputs)
 
 
 def _bwd_for(eq: CustomLin, body: Any, incoming: list, path: str) -> tuple:

@@ -351,7 +351,11 @@ class ShardMap(Equation):
     manual, ``check_vma``, and its body (per-shard types; no jit options of its own). Its
     results' types are given. ``checked`` is False for one that a batching rule bound
     (vmap's): JAX checks a shard_map's specs against its mesh and operands (SMAP-3, SMAP-7,
-    SMAP-8) when the user calls it, not when vmap binds the batched equation."""
+    SMAP-8) when the user calls it, not when vmap binds the batched equation. A call JAX
+    checked on one example under vmaps called inside the function, batched with those
+    checks kept, holds the Explicit axes the vmaps split their batch over (``vmapped``)
+    and, per operand, the dimensions their batches take (``batch_dims``): SMAP-1 and
+    SMAP-17 read the example as JAX did."""
 
     kind: ClassVar[str] = "shard_map"
     body: "Program | None" = None   # type: ignore[assignment]
@@ -361,6 +365,8 @@ class ShardMap(Equation):
     manual_axes: frozenset[str] = frozenset()
     check_vma: bool = True
     checked: bool = True
+    vmapped: frozenset[str] = frozenset()
+    batch_dims: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -381,6 +387,14 @@ class ShardMap(Equation):
         object.__setattr__(self, "manual_axes", manual)
         described_bool(self.check_vma, "a shard_map's check_vma")
         described_bool(self.checked, "a shard_map's checked flag")
+        object.__setattr__(self, "vmapped", described_axis_names(
+            self.vmapped, "a shard_map's vmapped Explicit axes"))
+        require_described(type(self.batch_dims) is tuple and len(self.batch_dims) in (
+            0, len(self.operands)) and all(type(d) is tuple and all(type(k) is int and k >= 0
+                                                                  for k in d)
+                                           for d in self.batch_dims),
+            "a shard_map's batch_dims", "a tuple of dimensions per operand, or none",
+            self.batch_dims)
         body = self.body
         require_described(len(self.in_specs) == len(self.operands) == len(body.inputs),
                  "a shard_map's in_specs", "one per operand and per body input",

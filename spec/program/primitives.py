@@ -517,9 +517,7 @@ declare(Entry("dot_general", Kind.CONTRACTION, batching="dot_general", jvp="bili
               transpose="dot_general", tracing="dot_general", checks=("PROG-7",)))
 declare(Entry("transposed_dot_general", Kind.OPAQUE, batching=Absent(
     "a gradient's transposed product: vmap of a gradient batches the primal's"),
-    jvp="opaque", transpose="opaque", tracing="transposed_dot_general", checks=("PROG-7",),
-    sharding=NotPropagated("a gradient's transposed product: its sharding rule is not "
-                           "written")))
+    jvp="opaque", transpose="opaque", tracing="transposed_dot_general", checks=("PROG-7",)))
 
 # The primitives of a real step (issue 32), batched by batching_primitives.py's rules.
 # (a result resized over a split dimension, PROG-9, and a cumulative reduction along one,
@@ -615,6 +613,20 @@ for _name in _LINALG:
 for _name in ("reduce_window_sum", "reduce_window_max", "reduce_window_min"):
     declare(Entry(_name, Kind.REDUCTION, batching="windowed", jvp="opaque",
                   transpose="opaque"))
+
+# Batched as JAX's rules batch them (issue 32): approx_top_k's reduction dimension and a
+# generic reduce_window's window past the batch axis (BAT-13: its initial values
+# unbatched), in batching_primitives.py; a convolution and the two solves with the batch
+# folded into one of their dimensions, in batching_folded.py. Opaque otherwise (their
+# types where traced are the description's, unchecked; a verdict lists them as opaque).
+_NOT_HELD = NotPropagated("its sharding rule is not held to the compiler yet")
+declare(Entry("approx_top_k", Kind.OPAQUE, batching="approx_top_k", jvp="opaque",
+              transpose="opaque", sharding=_NOT_HELD))
+declare(Entry("reduce_window", Kind.OPAQUE, batching="reduce_window", jvp="opaque",
+              transpose="opaque", sharding=_NOT_HELD, checks=("BAT-13",)))
+for _name in ("conv_general_dilated", "triangular_solve", "tridiagonal_solve"):
+    declare(Entry(_name, Kind.OPAQUE, batching=_name, jvp="opaque", transpose="opaque",
+                  sharding=_NOT_HELD))
 
 # A call back into Python: batched by its vmap_method (BAT-11, batching_primitives.py);
 # no derivative (AD-20, read from the name); its sharding rule as for no entry.

@@ -446,6 +446,7 @@ def _propagated(program: Program, opened: frozenset = frozenset(), contested: bo
                                         f"({PASSES[priority]})")
             _check_unsplit(flat.steps, splits)
             _check_joins(flat, splits)
+            _check_folded(flat, splits)   # (a literal's identity folded first: PROP-27)
         except _Stop as stopped:
             return stopped.undetermined
         flat.contested.update(_contested(flat, limits))
@@ -501,6 +502,7 @@ class Flat:
     written: set = dataclasses.field(default_factory=set)  # (a user constraint's results)
     loops: list = dataclasses.field(default_factory=list)  # (consts, initials, carries, path, ys)
     outputs: list = dataclasses.field(default_factory=list)  # (the program's results' ids)
+    held_outs: list = dataclasses.field(default_factory=list)  # (left to PROP-26: an out sharding)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -977,8 +979,7 @@ propagated = _propagated   # (the inlined program and its splits: collectives_ex
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, folded as _folded, grown_split as _grown,
-    rebroadcast as _rebroadcast,
-    is_reshape, takes_of as _takes,
+    rebroadcast as _rebroadcast, is_reshape, takes_of as _takes,
     implied_out_shardings as _out_shardings,
     axes_apart as _axes_apart, resolve_apart as _resolve_apart,
     constraint_pin as _constraint_pin,
@@ -995,4 +996,5 @@ from .propagation_schedule import (  # noqa: E402
 from .propagation_meshes import over_the_inputs_mesh as _over_the_inputs_mesh  # noqa: E402
 from .propagation_flow import check_joins as _check_joins  # noqa: E402
 from .propagation_constants import split_constants as _split_constants  # noqa: E402
+from .propagation_constants import check_folded_constants as _check_folded  # noqa: E402
 from .propagation_sideways import operand_splits as _sideways, unbar as _unbar  # noqa: E402

@@ -247,8 +247,8 @@ def trace_shard_map(eq: ShardMap, operands: tuple[Value, ...], path: str,
         with located(path):
             if outer is not None and eq.checked:   # JAX checks the mesh first (SMAP-30)
                 check_context_mesh(eq.mesh, outer.inner_mesh, path)
-            manual = manual_axes_of(eq.mesh, set(eq.manual_axes),
-                                    VMAPPED_EXPLICIT.get() if eq.checked else frozenset())
+            manual = manual_axes_of(eq.mesh, set(eq.manual_axes), VMAPPED_EXPLICIT.get()
+                                    | eq.vmapped if eq.checked else frozenset())
         if eq.checked:
             _check_specs(eq, manual, path)
         in_types = _map_operands(eq, operands, manual, path)
@@ -296,6 +296,27 @@ def _type_spec(value: Value) -> Any:
 _UNSPLIT = PartitionSpec()   # built once: a spec is immutable, and building one checks it
 
 
+def _example(spec: PartitionSpec, value: Value, dims: tuple[int, ...]
+             ) -> tuple[PartitionSpec, Shaped]:
+    """An operand's in spec and type as JAX checked them on one example (SMAP-17): without
+    the dimensions ``dims`` that the batches of the vmaps called inside the function take
+    (the batched spec's and type's entries there dropped); as given where none."""
+    typed = _type_spec(value)
+    if not dims:
+        return spec, Shaped(value.shape, typed)
+    rank = len(value.shape)
+
+    def dropped(entries: tuple) -> tuple:
+        padded = tuple(entries)[:rank] + (None,) * (rank - len(entries))
+        return tuple(e for k, e in enumerate(padded) if k not in dims)
+    example = PartitionSpec(*dropped(tuple(spec)), unreduced=spec.unreduced,
+                            reduced=spec.reduced)
+    if typed is not None:
+        typed = PartitionSpec(*dropped(tuple(typed)), unreduced=typed.unreduced,
+                              reduced=typed.reduced)
+    return example, Shaped(tuple(n for k, n in enumerate(value.shape) if k not in dims), typed)
+
+
 def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[str],
                   path: str) -> tuple[Value, ...]:
     """SMAP-7 for every operand, SMAP-8 for every operand, SMAP-17 against the operand's type
@@ -321,11 +342,11 @@ def _map_operands(eq: ShardMap, operands: tuple[Value, ...], manual: frozenset[s
               if _closed_over(given, value, spec, inner)}
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)
                                              if eq.checked else ()):
-        typed = _type_spec(value)
+        example = _example(spec, value, eq.batch_dims[i] if eq.batch_dims else ())
         with located(where):
             if i not in closed:
-                check_specs_match_types(eq.mesh, manual, [spec],
-                                        (Shaped(value.shape, typed),), VMAPPED_EXPLICIT.get())
+                check_specs_match_types(eq.mesh, manual, [example[0]], (example[1],),
+                                        VMAPPED_EXPLICIT.get() | eq.vmapped)
     types = []
     for i, (where, spec, value) in enumerate(zip(at, eq.in_specs, operands)):
         if i in closed:

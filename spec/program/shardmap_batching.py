@@ -23,7 +23,7 @@ from .shardmap import canonical_split
 P = PartitionSpec  # the name the examples use
 
 __all__ = ["check_shard_map_spmd_axes", "check_spmd_axes_manual", "check_spmd_casts",
-           "batched_result"]
+           "batched_result", "example_checked", "batch_split_inside"]
 
 
 # --------------------------------------------------------------------------- PBAT-1
@@ -206,3 +206,41 @@ def batched_result(eq: ShardMap, result: Value, out_spec: PartitionSpec, inside:
         split = PartitionSpec(*(split or ()), unreduced=out_spec.unreduced,
                               reduced=out_spec.reduced)
     return result if split == result.spec else dataclasses.replace(result, spec=split)
+
+
+# --------------------------------------------------------------------------- the example
+
+def example_checked(eq: ShardMap, dims: tuple, explicit: tuple[str, ...] | None,
+                    kept: bool) -> dict[str, Any]:
+    """The fields of a batched shard_map that JAX checked on one example (``kept``: under
+    a vmap called inside the function, its checks kept; else one whose operands this vmap
+    does not batch, checked as it was called): the vmap's Explicit axes added to those its
+    call was checked under (SMAP-1, SMAP-17) and, where kept, each batched operand's batch
+    dimension ``dims`` added to those its example leaves out (SMAP-17). Nothing for a
+    call neither checked nor kept, nor where nothing changes.
+
+    >>> eq = ShardMap((0,), (Value.typed((8,)),), body=Program((Value.typed((4,)),),
+    ...               outputs=(0,)), mesh=Mesh.iota((2, 4), ("x", "y")), in_specs=(P("x"),),
+    ...               out_specs=(P("x"),), manual_axes=frozenset({"x"}))
+    >>> example_checked(eq, (0,), ("y",), True)
+    {'vmapped': frozenset({'y'}), 'batch_dims': ((0,),)}
+    """
+    axes = frozenset(explicit or ())
+    if not kept and not axes - eq.vmapped:
+        return {}
+    fields: dict[str, Any] = {"vmapped": eq.vmapped | axes}
+    if kept:
+        before = eq.batch_dims or ((),) * len(dims)
+        fields["batch_dims"] = tuple(
+            was if d is None else tuple(sorted({k + (d <= k) for k in was} | {d}))
+            for was, d in zip(before, dims))
+    return fields
+
+
+def batch_split_inside(explicit: tuple[str, ...] | None, manual: frozenset[str]
+                       ) -> tuple[str, ...] | None:
+    """The split a batched shard_map's body keeps on its inputs' batch dimension: the
+    Explicit axes vmap splits the batch over that the shard_map leaves automatic (SMAP-18's
+    type inside keeps those), None where it makes every one manual."""
+    kept = tuple(a for a in explicit or () if a not in manual)
+    return kept or None
