@@ -15,9 +15,9 @@ a ``pure_callback`` batched ``sequential`` and an unordered ``io_callback``.
   same stage with JAX's class where JAX refuses (a reshape of the split batch folded into
   a solve's columns, PROG-12; a callback scanned over a split batch, LOOP-5; a
   reduce_window given a batched initial value, BAT-13).
-* Where JAX's refusal is its primitive's sharding rule, which the spec does not state (a
-  convolution whose rhs is split over an Explicit axis), the case is left open: the
-  batching refuses as not described (PROG-0), never accepts.
+* Where JAX's refusal is its primitive's sharding rule (a convolution whose rhs is split
+  over an Explicit axis), the spec's batching refuses by that rule (PROG-15, PROG-16:
+  tests/test_conv_solve_types_s21.py).
 """
 
 from __future__ import annotations
@@ -295,35 +295,8 @@ def test_the_refusals_near_neighbours_are_accepted_alike(name):
 
 # --------------------------------------------------------------------------- left open
 
-OPEN = {   # JAX refuses by the primitive's sharding rule (ShardingTypeError)
-    # an rhs batched alone, its batch split over an Explicit axis, folded into its output
-    # features: the rhs is split, so JAX's rule asks for out_sharding
-    "conv-rhs-split": (jax.vmap(_conv_rhs), _split((4, 2, 3), "E")),
-    # both batched: the lhs's feature dimension takes the split batch
-    "conv-both-split": (jax.vmap(lambda r: _conv_both(r, r[:6].reshape(2, 3))),
-                        _split((4, 8), "E")),
-    # (the linear-algebra sharding rule alike) a solve's a batched, split over 'y', its b
-    # unbatched and over no mesh, broadcast unsplit: the batch splits differ
-    "triangular-solve-a-split": (
-        jax.vmap(lambda m: _tri(m, jnp.ones((8, 3)), left_side=True)), _split((4, 8, 8), "E")),
-}
-
-
-@checks("PROG-0")
-@pytest.mark.parametrize("name", sorted(OPEN))
-def test_a_refusal_of_a_primitives_sharding_rule_is_left_open(name):
-    """JAX refuses (ShardingTypeError, the convolution's or the solve's sharding rule, which
-    the spec does not state); the spec's batching abstains (PROG-0, named), never
-    accepts."""
-    fun, arguments = OPEN[name]
-    args = arguments()
-    with pytest.raises(Exception) as refused:
-        jax.jit(fun).trace(*args)
-    assert type(refused.value).__name__ == "ShardingTypeError"
-    with pytest.raises(Rejection) as raised:
-        describe_program(fun, *args)
-    assert raised.value.failure.rule == "PROG-0"
-    assert "sharding rule" in str(raised.value)
+# (the cases JAX's sharding rule refuses, PROG-0 here before, are refused by PROG-15 and
+# PROG-16 now: tests/test_conv_solve_types_s21.py)
 
 
 @checks("PROG-0")

@@ -22,9 +22,10 @@ tracing's checks of them (PROG-12 for a reshape of a split dimension) apply wher
 A result's type follows the primitive's sharding rule in JAX: a convolution's is its
 lhs's (over Explicit axes only where its rhs is unsplit and its lhs's feature dimension
 too); a solve's operands share their batch dimensions' split, their other dimensions
-unsplit. Where JAX's sharding rule would refuse (ShardingTypeError) the spec does not
-state it yet: the batching is refused as not described (PROG-0, an abstention), as is a
-convolution given ``out_sharding``.
+unsplit. Where JAX's sharding rule refuses (ShardingTypeError) the spec refuses by the
+same rule (PROG-15 and PROG-9 for a convolution, PROG-16 for a solve:
+:mod:`~shardlaw.spec.program.conv_solve_types`); a convolution given ``out_sharding`` is
+refused as not described (PROG-0, an abstention).
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ from ..core.values import PartitionSpec
 from .batching_primitives import at_front, batch_size, moved_to
 from .batching_rules import BatchedBody, batch_entry
 from .contraction import explicit_split
+from .conv_solve_types import check_conv_type, check_linalg_type, linalg_contracted
 from .description import Opaque, Value, check_program
 from .primitives import BATCHING
-from .structural_types import reshaped_split
+from .structural_types import check_resized_split, reshaped_split
 
 __all__ = ["reshape_into", "reshape_out_of", "conv_dimension_numbers"]
 
@@ -141,22 +143,15 @@ def conv_dimension_numbers(given: Any) -> tuple[tuple, tuple, tuple] | None:
 def _conv(rw: BatchedBody, eq: Opaque, lhs: int, rhs: int, params: dict, axis: int,
           size: int, path: str) -> int:
     """The convolution over the folded operands, its result's dimension ``axis`` the
-    batch times the example's, typed by JAX's sharding rule: its lhs's split (PROG-0
-    where that rule would refuse)."""
+    batch times the example's, typed by JAX's sharding rule: its lhs's split (PROG-15,
+    then PROG-9, where that rule refuses)."""
     left, right = rw.types[lhs], rw.types[rhs]
     lhs_spec = conv_dimension_numbers(params["dimension_numbers"])[0]
-    _undescribed(all(e is None for e in explicit_split(right)) and
-                 explicit_split(left)[lhs_spec[1]] is None, eq, path,
-                 "an rhs unsplit over Explicit axes and an lhs whose feature dimension is "
-                 "(JAX's sharding rule refuses others, ShardingTypeError, not stated yet)",
-                 (explicit_split(left), explicit_split(right)))
+    check_conv_type(left, right, lhs_spec[1], path)
     shape = list(eq.results[0].shape)
     shape[axis] *= size
     split = explicit_split(left)
-    _undescribed(all(e is None or old == new for e, old, new in
-                     zip(split, left.shape, shape)), eq, path, "a result whose resized "
-                 "dimensions are unsplit (JAX's sharding rule checks their divisibility, "
-                 "not stated yet)", split)
+    check_resized_split("conv_general_dilated", left, (tuple(shape),), path)
     result = _typed_result(eq, shape, left, split, rw.axis.varying)
     return _bound(rw, eq, (lhs, rhs), params, result)
 
@@ -219,15 +214,11 @@ def _batched_last(rw: BatchedBody, d: int) -> None:
 def _solve_split(eq: Opaque, operands: tuple, ranks: tuple, path: str) -> tuple:
     """The split JAX's linear-algebra sharding rule gives the result: the operands' batch
     dimensions' (the leading ones past each operand's ``ranks``), which they share, their
-    other dimensions unsplit (PROG-0 where they do not: JAX refuses, not stated yet)."""
-    splits = [explicit_split(v) for v in operands]
-    batches = [s[:len(s) - r] for s, r in zip(splits, ranks)]
-    _undescribed(all(b == batches[0] for b in batches) and all(
-        e is None for s, r in zip(splits, ranks) for e in s[len(s) - r:]), eq, path,
-        "operands sharing their batch dimensions' split over Explicit axes, their "
-        "others unsplit (JAX's sharding rule refuses others, ShardingTypeError, not "
-        "stated yet)", splits)
-    return batches[0]
+    other dimensions unsplit (PROG-16 where they do not)."""
+    check_linalg_type(eq.primitive, operands, tuple((r, tuple(range(r))) for r in ranks),
+                     path)
+    split = explicit_split(operands[0])
+    return split[:len(split) - ranks[0]]
 
 
 @BATCHING.register("triangular_solve")
@@ -262,10 +253,7 @@ def _solved(rw: BatchedBody, eq: Opaque, operands: tuple, params: dict, path: st
     left, transposed = bool(params.get("left_side")), bool(params.get("transpose_a"))
     sa, sb = explicit_split(a), explicit_split(b)
     batch = sa[:-2]
-    _undescribed(batch == sb[:-2] and sa[-2:][left ^ transposed] is None and
-                 sb[-2:][not left] is None, eq, path, "operands sharing their batch "
-                 "split, their contracted dimensions unsplit (JAX's sharding rule refuses "
-                 "others, ShardingTypeError, not stated yet)", (sa, sb))
+    check_linalg_type(eq.primitive, (a, b), linalg_contracted(eq.primitive, params), path)
     kept = (sa[-2:][transposed], sb[-2:][1]) if left else (sb[-2:][0], sa[-2:][not transposed])
     result = _typed_result(eq, b.shape, a, batch + kept, rw.axis.varying)
     return _bound(rw, eq, operands, params, result)

@@ -40,7 +40,7 @@ __all__ = ["Kind", "Absent", "Factors", "NotPropagated", "NOT_PROPAGATED_YET", "
            "NO_BODIES", "Entry", "TABLE", "Rules", "REWRITES", "entry_of", "entry_of_name",
            "unknown_entry", "declare", "names_where", "described_names", "ALIASES", "TYPING", "BATCHING", "TANGENTS",
            "JVP_BODIES", "LINEARIZE_BODIES", "TRANSPOSES", "TRACING", "IN_SHARD_MAP",
-           "PRUNING", "ASSIGNMENT", "RECORDS"]
+           "PRUNING", "ASSIGNMENT", "RECORDS", "FACTORIZATIONS"]
 
 
 class Kind(enum.Enum):
@@ -604,9 +604,14 @@ declare(Entry("optimization_barrier", Kind.OPAQUE, batching="per_operand", jvp="
 _LINALG = ("cholesky", "eig", "eigh", "hessenberg", "householder_product", "ormqr", "lu",
           "lu_pivots_to_permutation", "geqrf", "geqp3", "qr", "schur", "svd",
           "symmetric_product", "tridiagonal")
+# The one-operand factorizations among them are typed where traced (PROG-16: a matrix
+# past the batch, unsplit; conv_solve_types.py).
+FACTORIZATIONS = ("cholesky", "eig", "eigh", "hessenberg", "lu", "qr", "schur", "svd",
+                  "tridiagonal")
 for _name in _LINALG:
     declare(Entry(_name, Kind.OPAQUE, batching="leading_batch", jvp="opaque",
-                  transpose="opaque"))
+                  transpose="opaque", **(dict(tracing="solve_types", checks=("PROG-16",))
+                                         if _name in FACTORIZATIONS else {})))
 
 # Windowed reductions (avg_pool, max_pool, lax.reduce_window with add, max or min): a
 # window of 1 over the batch axis; their sharding rules are not held to the compiler yet.
@@ -624,9 +629,14 @@ declare(Entry("approx_top_k", Kind.OPAQUE, batching="approx_top_k", jvp="opaque"
               transpose="opaque", sharding=_NOT_HELD))
 declare(Entry("reduce_window", Kind.OPAQUE, batching="reduce_window", jvp="opaque",
               transpose="opaque", sharding=_NOT_HELD, checks=("BAT-13",)))
+# (their operands' types over Explicit axes, PROG-15 and PROG-16, where traced:
+# conv_solve_types.py)
+_TYPED_BY = {"conv_general_dilated": dict(tracing="conv_types", checks=("PROG-15", "PROG-9")),
+             "triangular_solve": dict(tracing="solve_types", checks=("PROG-16",)),
+             "tridiagonal_solve": dict(tracing="solve_types", checks=("PROG-16",))}
 for _name in ("conv_general_dilated", "triangular_solve", "tridiagonal_solve"):
     declare(Entry(_name, Kind.OPAQUE, batching=_name, jvp="opaque", transpose="opaque",
-                  sharding=_NOT_HELD))
+                  sharding=_NOT_HELD, **_TYPED_BY[_name]))
 
 # A call back into Python: batched by its vmap_method (BAT-11, batching_primitives.py);
 # no derivative (AD-20, read from the name); its sharding rule as for no entry.

@@ -37,8 +37,8 @@ The stages, in pipeline order:
 'shard_map'
 >>> sorted(LEFT_TO_JAX)  # doctest: +NORMALIZE_WHITESPACE
 ['CONST-1', 'LAY-2', 'LAY-3', 'NS-3', 'PROG-1', 'PROG-10', 'PROG-11', 'PROG-12',
- 'PROG-13', 'PROG-14', 'PROG-4', 'PROG-6', 'PROG-7', 'PROG-8', 'PROG-9', 'PROP-24', 'REF-2',
- 'WSC-10', 'WSC-11', 'WSC-12']
+ 'PROG-13', 'PROG-14', 'PROG-15', 'PROG-16', 'PROG-4', 'PROG-6', 'PROG-7', 'PROG-8',
+ 'PROG-9', 'PROP-24', 'REF-2', 'WSC-10', 'WSC-11', 'WSC-12']
 """
 
 from __future__ import annotations
@@ -155,6 +155,7 @@ STAGE_EXCEPTIONS: dict[str, str | None] = {
     "PROG-0": "description", "PROG-1": "trace", "PROG-3": "compile", "PROG-4": "compile",
     "PROG-6": "compile", "PROG-7": "trace", "PROG-8": "trace", "PROG-9": "trace",
     "PROG-10": "trace", "PROG-12": "trace", "PROG-13": "trace", "PROG-14": "trace",
+    "PROG-15": "trace", "PROG-16": "trace",
     # Compiling: XLA refuses a donated input aliased before the compiler split it.
     "PROG-11": "compile",
     # Compiling: XLA's verifier refuses a cond whose branches' results carry different
@@ -286,6 +287,12 @@ ENGINE_EXCEPTIONS: dict[str, Counterpart] = {
         "array) while jit traces it; the engine traces through JAX's jit"),
     "PROG-14": _left_to_jax(
         "JAX's sort abstract evaluation types each sort of the body (jnp.sort, jnp.argsort) "
+        "while jit traces it; the engine traces through JAX's jit"),
+    "PROG-15": _left_to_jax(
+        "JAX's convolution sharding rule types each conv_general_dilated of the body while "
+        "jit traces it; the engine traces through JAX's jit"),
+    "PROG-16": _left_to_jax(
+        "JAX's triangular_solve and linear-algebra sharding rules type each solve of the body "
         "while jit traces it; the engine traces through JAX's jit"),
     "PROG-4": _left_to_jax(
         "the compiler places a result a constraint or an inner jit returns; the engine "
