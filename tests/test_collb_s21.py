@@ -1,8 +1,9 @@
 """COLL-9 over a value a loop's body reads unchanged (session 21's second device deep run,
-issue 33): the body's reshard of it is hoisted out of the loop and made once with the other
-reshards of that value to that split in the computation around it (another such loop's, a
-constraint's, a loop's initial carry). The spec counted the body's apart: two all-to-alls
-of 2,048 bytes where XLA makes one. Held to the compiled module on 8 CPU devices."""
+issue 33): the body's reshard of it that only moves its axes between dimensions (an
+all-to-all) is hoisted out of the loop and made once with the other reshards of that value
+to that split in the computation around it (another such loop's, a constraint's, a loop's
+initial carry); a gather stays apart. The spec counted the body's all-to-all apart: two of
+2,048 bytes where XLA makes one. Held to the compiled module on 8 CPU devices."""
 
 from __future__ import annotations
 
@@ -82,3 +83,18 @@ def test_a_loop_beside_a_move_of_another_value_keeps_both():
     found = compare_collectives(_recipe(NEIGHBOURS["minimised"], inputs))
     assert found.why is None and found.disagreements == []
     assert len(found.real) == 2
+
+
+def test_a_hoisted_gather_stays_apart_from_the_values_other_gather():
+    """``b`` on ``P(('x', 'y'))`` (mesh ``(2, 4)``) read by a loop constrained to ``P()``,
+    beside ``wsc(b, P())``: XLA makes two all-gathers of 4,096 bytes (the body's gather is
+    hoisted apart), and so does the spec."""
+    gather = ("all-gather", ((0, 1, 2, 3, 4, 5, 6, 7),), 4096)
+    inputs = (((16, 16, 4), (None, None, None)), ((16, 16, 4), (("x", "y"), None, None)))
+    steps = (("input", (), 0), ("input", (), 1), ("loop", (0, 1), (
+        "fori constrain", 2, (None, None, None))), ("constrain", (1,), (None, None, None)))
+    recipe = Recipe(mesh=(2, 4), reversed_devices=False, inputs=inputs, steps=steps,
+                    outputs=(2, 3), devices=(), out_shardings=(), axis_types="")
+    found = compare_collectives(recipe)
+    assert found.why is None
+    assert found.real == found.predicted == (gather, gather)
