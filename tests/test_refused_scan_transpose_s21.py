@@ -115,34 +115,45 @@ def test_the_weights_placed_over_the_mesh_make_the_transposed_scan_typed(name):
 # the steps deep run's examples (session 21) JAX refuses in a transposed scan's body
 _STEP = dict(depth=1, scan=True, remat=False, cond=False, optimizer="sgd", mesh="explicit",
              grid=(2, 4), constraint="batch", out=None, given=True, refused=None)
+_TRAIN = StepCase(layers=("relu", "softmax", "swiglu"), transform="train",
+                  plan="replicated", donate=False, **_STEP)
+_GRAD = StepCase(layers=("softmax", "relu"), transform="grad", plan="dp", donate=True,
+                 **_STEP)
+# name: (the case, the refused product's path: in the transposed scan's body, or in the
+# transposed remat or cond JAX's transpose of that body traces in turn)
 STEPS = {
-    "train-replicated": StepCase(layers=("relu", "softmax", "swiglu"), transform="train",
-                                 plan="replicated", donate=False, **_STEP),
-    "grad-dp": StepCase(layers=("softmax", "relu"), transform="grad", plan="dp",
-                        donate=True, **_STEP),
+    "train-replicated": (_TRAIN, "body[13].scan.body[1]"),
+    "grad-dp": (_GRAD, "body[2].jit.body[4].scan.body[1]"),
+    "train-replicated-remat": (dataclasses.replace(_TRAIN, remat=True),
+                               "body[12].scan.body[0].jit.body[25]"),
+    "grad-dp-cond": (dataclasses.replace(_GRAD, cond=True),
+                     "body[1].jit.body[4].scan.body[0].cond.body[0].jit.body[1]"),
 }
 
 
 @checks("PROG-7")
 @pytest.mark.parametrize("name", sorted(STEPS))
 def test_the_steps_runs_refused_transposed_scans_are_described_and_agree(name):
-    """The steps run's examples JAX refuses in a transposed scan's body: described (not
-    counted "not described") and agreeing with JAX; the description refuses by PROG-7 at
-    a path inside a scan."""
+    """The steps run's examples JAX refuses in a transposed scan's body (and the same with
+    a remat or a cond in the scanned layer, whose transposes JAX traces inside it):
+    described (not counted "not described") and agreeing with JAX; the description
+    refuses by PROG-7 at the trace stage at the product's path inside the scan."""
     from shardlaw.spec.program.explain import explain_program
 
-    case = STEPS[name]
+    case, path = STEPS[name]
     before = steps_harness.TALLY.copy(), steps_harness.NOT_DESCRIBED.copy()
     assert steps_harness.compare_step(case) == []
     counted = steps_harness.TALLY - before[0]
     assert counted["agree"] >= 1 and not counted["not described"], counted
     assert steps_harness.NOT_DESCRIBED == before[1]
     built = steps_harness.build(case)
+    with pytest.raises(Exception) as raised:
+        jax.jit(built.jitted).trace(*built.arguments())
+    assert type(raised.value).__name__ == "ShardingTypeError"
     verdict = explain_program(describe_program(built.jitted, *built.arguments()),
                               until="trace")
-    assert (verdict.rule, verdict.stage, verdict.jax_error) == (
-        "PROG-7", "trace", "ShardingTypeError")
-    assert ".scan.body[" in verdict.path, verdict.path
+    assert (verdict.rule, verdict.stage, verdict.path, verdict.jax_error) == (
+        "PROG-7", "trace", path, "ShardingTypeError"), verdict.message
 
 
 @checks("PROG-7")
@@ -153,7 +164,7 @@ def test_the_steps_runs_neighbours_without_the_batch_constraint_agree(name):
     accepts them, agreeing."""
     from shardlaw.spec.program.explain import explain_program
 
-    neighbour = dataclasses.replace(STEPS[name], constraint=None)
+    neighbour = dataclasses.replace(STEPS[name][0], constraint=None)
     built = steps_harness.build(neighbour)
     jax.jit(built.jitted).trace(*built.arguments())
     assert explain_program(describe_program(built.jitted, *built.arguments()),
