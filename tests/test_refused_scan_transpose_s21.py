@@ -59,10 +59,24 @@ def grad_through_reversed_scan(ws, x):
     return jax.grad(_reversed_loss)(ws, x)
 
 
+def _closing_loss(ws, x):
+    def layer(h, w):
+        return jnp.tanh(h @ w) * x, None
+    h, _ = jax.lax.scan(layer, x, ws)
+    return h.sum()
+
+
+def grad_of_a_scan_constant(ws, x):
+    """Also differentiated by ``x``, which the body closes over: the transposed scan
+    carries the constant's cotangent (from zeros) beside the carry's."""
+    return jax.grad(_closing_loss, argnums=(0, 1))(ws, x)
+
+
 # name: (the function, the number of stacked weights, the refused product's path)
 SCANS = {
     "scan": (grad_through_scan, 3, "body[3].scan.body[4]"),
     "reversed-carrying-scan": (grad_through_reversed_scan, 2, "body[9].scan.body[1]"),
+    "constant-cotangent": (grad_of_a_scan_constant, 3, "body[6].scan.body[6]"),
 }
 
 
