@@ -157,6 +157,13 @@ def _policy(policy: Any) -> Any:
 
     if policy is None:
         return None
+    if policy.startswith("save_from_both_policies(") and policy.endswith(")"):
+        inner, depth = policy[len("save_from_both_policies("):-1], 0
+        for k, c in enumerate(inner):
+            depth += (c == "(") - (c == ")")
+            if inner[k:k + 2] == ", " and depth == 0:
+                return jax.checkpoint_policies.save_from_both_policies(
+                    _policy(inner[:k]), _policy(inner[k + 2:]))
     if policy.startswith("save_only_these_names("):
         names = policy[len("save_only_these_names("):-1]
         return jax.checkpoint_policies.save_only_these_names(*names.split(", "))

@@ -33,6 +33,7 @@ PROGRAM_ONLY = {
     "BAT-10": "a program's value typed with reduced axes that vmap maps or broadcasts",
     "BAT-11": "a pure_callback vmap batches whose vmap_method JAX does not batch",
     "BAT-12": "an ordered io_callback vmap batches",
+    "BAT-13": "a generic reduce_window vmap batches with a batched initial value",
     "SMAP-20": "the varying axes of a collective inside a shard_map body",
     "SMAP-21": "the shape of a collective's result inside a shard_map body",
     "SMAP-22": "ppermute's pairs, checked when a shard_map body is lowered",

@@ -105,29 +105,16 @@ def test_a_vmapped_step_is_what_jax_traces(name):
 
 @checks("PROG-0")
 def test_a_primitive_whose_batching_is_not_known_is_refused_by_name():
-    """triangular_solve is not batched by the spec: PROG-0 names it where JAX batches it
-    (lgamma, the example before, is batched since session 20)."""
-    step = lambda x, i: jax.lax.linalg.triangular_solve(   # noqa: E731
-        x[i] + 4.0 * jnp.eye(4), x[i], left_side=True)
-    jax.jit(jax.vmap(step, in_axes=(0, None))).trace(np.ones((3, 2, 4, 4), np.float32), 1)
+    """regularized_incomplete_beta (``jax.scipy.special.betainc``) is not batched by the
+    spec: PROG-0 names it where JAX batches it (triangular_solve, the example before, is
+    batched since session 21)."""
+    step = lambda x, i: jax.scipy.special.betainc(2.0, 3.0, x[i])   # noqa: E731
+    jax.jit(jax.vmap(step, in_axes=(0, None))).trace(np.ones((3, 2, 4), np.float32) / 2, 1)
     with pytest.raises(Rejection) as refused:
-        vmap_program(describe_program(jax.jit(step), np.ones((2, 4, 4), np.float32), 1),
+        vmap_program(describe_program(jax.jit(step), np.ones((2, 4), np.float32) / 2, 1),
                      (0, None), axis_size=3)
     assert refused.value.rule == "PROG-0"
-    assert "'triangular_solve'" in str(refused.value)
-
-
-@checks("PROG-0")
-def test_a_reshape_given_dimensions_is_refused_under_vmap():
-    """JAX's reshape batching takes no ``dimensions``; the spec refuses it by PROG-0."""
-    from shardlaw.spec import Value
-    from shardlaw.spec.program.description import Program
-    reshape = Opaque((0,), (Value.typed((8,)),), primitive="reshape", params=(
-        ("dimensions", (1, 0)), ("new_sizes", (8,)), ("sharding", None)))
-    program = Program((Value.numpy((2, 4)),), (reshape,), (1,))
-    with pytest.raises(Rejection) as refused:
-        vmap_program(program, axis_size=3)
-    assert refused.value.rule == "PROG-0" and "dimensions" in str(refused.value)
+    assert "'regularized_incomplete_beta'" in str(refused.value)
 
 
 MORE = {

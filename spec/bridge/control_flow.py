@@ -57,7 +57,8 @@ def control_flow_equation(eqn: Any, operands: tuple[int, ...], results: tuple, w
         return Remat(operands, results, body=read_body(params["jaxpr"], f"{where}.remat2."),
                      name="checkpoint", prevent_cse=bool(params["prevent_cse"]),
                      differentiated=bool(params["differentiated"]),
-                     policy=policy_name(params.get("policy")))
+                     policy=policy_name(params.get("policy"), None if params[
+                         "differentiated"] else params["jaxpr"]))
     if name == "custom_lin":
         return custom_lin_equation(eqn, operands, results, where, read_body)
     kind = CustomJvp if name == "custom_jvp_call" else CustomVjp
@@ -66,9 +67,11 @@ def control_flow_equation(eqn: Any, operands: tuple[int, ...], results: tuple, w
                 name=called, **custom_rules(eqn, f"{where}.{name}.", read_body))
 
 
-def policy_name(policy: Any) -> str | None:
+def policy_name(policy: Any, jaxpr: Any = None) -> str | None:
     """The name a remat's ``policy`` is held by (None: JAX's default, or
-    ``nothing_saveable``, which saves nothing alike)."""
+    ``nothing_saveable``, which saves nothing alike); a function of the user's own, given
+    the remat's body ``jaxpr``, with the table of what it answers there
+    (:func:`~shardlaw.spec.bridge.remat_policies.policy_table`)."""
     import jax
 
     policies = jax.checkpoint_policies
@@ -77,13 +80,34 @@ def policy_name(policy: Any) -> str | None:
     for name in ("everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable"):
         if policy is getattr(policies, name) or policy == getattr(policies, name):
             return name
+    either = _both_policies(policy)
+    if either is not None:
+        return either
     names = getattr(policy, "saveable_names", None)
     if type(policy).__name__ == "SaveOnlyTheseNames" and names is not None:
         return f"save_only_these_names({', '.join(sorted(names))})"
     names = getattr(policy, "names", None)
     if type(policy).__name__ == "SaveAnyNamesButThese" and names is not None:
         return f"save_any_names_but_these({', '.join(sorted(names))})"
-    return f"<{getattr(policy, '__name__', type(policy).__name__)}>"
+    named = f"<{getattr(policy, '__name__', type(policy).__name__)}>"
+    if jaxpr is None or not callable(policy) or type(policy).__module__.startswith("jax"):
+        return named
+    from .remat_policies import policy_table
+
+    return policy_table(policy, jaxpr, named)
+
+
+def _both_policies(policy: Any) -> str | None:
+    """``save_from_both_policies(a, b)`` for JAX's policy of that name over two policies
+    named (``nothing_saveable`` for JAX's default), else None (a function of the user's
+    own)."""
+    code = getattr(policy, "__code__", None)
+    if getattr(policy, "__qualname__", None) != "save_from_both_policies.<locals>.policy" \
+            or code is None or code.co_freevars != ("policy_1", "policy_2"):
+        return None
+    names = [policy_name(cell.cell_contents) or "nothing_saveable"
+             for cell in policy.__closure__]
+    return f"save_from_both_policies({names[0]}, {names[1]})"
 
 
 class OnDemand:

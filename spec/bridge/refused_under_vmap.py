@@ -259,8 +259,10 @@ def bound_call_frame(frame: Any, levels: list) -> bool:
     """Whether ``frame`` is the batching, by a vmap called inside the innermost body of
     ``levels`` (the bodies JAX was tracing), of an inner jit, a cond, a scan, a while loop
     or a remat (its primitive), whose body or branches JAX traced on one example before,
-    or of a pure_callback or an io_callback (BAT-11, BAT-12)."""
+    or of a pure_callback or an io_callback (BAT-11, BAT-12) or a generic reduce_window
+    (BAT-13)."""
     from jax._src import ad_checkpoint, callback, pjit
+    from jax._src.lax import windowed_reductions
     from jax._src.interpreters import batching
     from jax._src.lax.control_flow import conditionals, loops
 
@@ -270,7 +272,8 @@ def bound_call_frame(frame: Any, levels: list) -> bool:
             or local.get("p") not in (pjit.jit_p, conditionals.cond_p, loops.scan_p,
                                       loops.while_p, ad_checkpoint.remat_p,
                                       callback.pure_callback_p,
-                                      callback.io_callback_p):
+                                      callback.io_callback_p,
+                                      windowed_reductions.reduce_window_p):
         return False
     enclosing = levels[-1].trace
     while isinstance(trace, batching.BatchTrace):

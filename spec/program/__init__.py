@@ -26,6 +26,7 @@ from . import cond_ad, custom_rules, while_ad  # noqa: F401
 # (the control-flow kinds' rules, registered in every rewrite)
 from . import batching_primitives  # noqa: F401  (registers the rules of a step's primitives)
 from . import batching_indexing  # noqa: F401  (gathers, scatters, dynamic slices)
+from . import batching_folded  # noqa: F401  (convolutions and solves: the batch folded in)
 from . import contraction  # noqa: F401  (dot_general's result type, PROG-7)
 from . import elementwise_types  # noqa: F401  (an elementwise operation's, PROG-8)
 from . import structural_types  # noqa: F401  (a slice's, a cumsum's: PROG-9, PROG-10)

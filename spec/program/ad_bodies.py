@@ -254,6 +254,25 @@ def inline_body(into: BodyBuilder, program: Program, operands: tuple[int, ...]) 
     return tuple(number[n] for n in program.outputs)
 
 
+def literal_consts(program: Program) -> bool:
+    """Whether every constant ``program`` closes over is a scalar literal (a numpy scalar:
+    not a ref, typed over no mesh, uncommitted), as the description reads a literal
+    operand of a loop, a jit or a reshard."""
+    return all(not c.ref and c.value.shape == () and c.value.mesh is None
+               and not c.value.committed for c in program.consts)
+
+
+def inline_literals(into: BodyBuilder, program: Program, operands: tuple[int, ...]
+                    ) -> tuple[int, ...]:
+    """:func:`inline_body` of ``program`` whose constants are scalar literals, each written
+    as a literal where it is inlined (a ``broadcast_in_dim`` of nothing), as JAX writes a
+    literal where it is read: a remat's body inlined into the primal of its gradient."""
+    check_program(literal_consts(program), "a remat's body inlined by a transformation",
+                  "a body whose closed-over constants are scalar literals", program.consts)
+    return inline_body(into, program, tuple(operands) + tuple(
+        into.opaque("broadcast_in_dim", (), (c.value.type,))[0] for c in program.consts))
+
+
 def inline_consts(into: BodyBuilder, program: Program, operands: tuple[int, ...]
                   ) -> tuple[int, ...]:
     """:func:`inline_body` of ``program`` into a body built with its constants (``into``'s

@@ -59,11 +59,15 @@ from .control_flow import Remat  # noqa: I001  (after description, which it buil
 from .ad_bodies import (
     FLOATS, LINEAR, NONLINEAR, NotScalar, BodyBuilder, DirectTangents, TangentTape, inline_body, jit_facts,
     map_manual_axes, jit_options_of, put_together_spec, axis_sizes_of, record_tangent, traced_body, check_passed_type,
-    cotangent_type, dependencies, differentiable, inline_consts,
+    cotangent_type, dependencies, differentiable, inline_consts, inline_literals, literal_consts,
 )
 from .explain import trace_body
 from .lowering import equation_path
-from .partial_eval import dce_program, policy_read, split_by_policy, with_reduced_precision
+from .partial_eval import (
+    dce_program, known_by_policy, policy_decides, policy_read, recompute_by_policy,
+    split_by_policy, stored_type,
+    with_reduced_precision,
+)
 from .primitives import JVP_BODIES, LINEARIZE_BODIES, entry_of
 from .refs import check_tangent_not_written, tangent_inputs, with_refs, writes_ref
 from .shardmap_autodiff import residual_spec
@@ -348,19 +352,20 @@ def _linearize_jit(eq: Jit, tape: TangentTape, operands: tuple[int, ...], moving
 def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], moving: list,
                      path: str, transform: str) -> tuple[tuple[int, ...], list]:
     """A remat linearized as JAX's ``remat_partial_eval`` leaves its JVP: under a policy
-    the spec reads, as its policy splits it (AD-21, AD-22); under JAX's default (nothing
-    saved), and recomputing everything (``policy_unread``) under any other policy or a
-    body holding bodies or constants, its primal in line, nothing stored but its operands,
+    the spec reads over a body holding no bodies but inner jits and no constants but
+    scalar literals, as its policy splits it (AD-21, AD-22); under JAX's default (nothing
+    saved), and recomputing everything (``policy_unread``) under any other policy or body
+    (an offloading policy, a user's whose table misses an equation, a loop, a cond, a
+    shard_map inside), its primal in line, nothing stored but its operands,
     onto the tape a remat (``differentiated``) over the operands and tangents it reads,
     which recomputes what the tangents need, then the tangents."""
     inner = eq.body
     nonzero = tuple(t is not None for t in moving)
     lin = _linearize_body(inner, nonzero, f"{path}.jit.", transform)
-    flat = not lin.primal.consts and not any(entry_of(e).bodies for e in lin.primal.equations)
-    if eq.policy is not None and policy_read(eq.policy) and (
-            flat or eq.policy == "everything_saveable" and not lin.primal.consts):
+    if eq.policy is not None and policy_read(eq.policy) and literal_consts(lin.primal) \
+            and _jits_only(lin.primal) and policy_decides(eq.policy, lin.primal):
         return _linearize_by_policy(eq, tape, operands, moving, lin)
-    primal = inline_body(tape.primal, _pruned(inner), operands)
+    primal = inline_literals(tape.primal, _pruned(inner), operands)
     if not any(lin.flags):
         return primal, [None] * len(inner.outputs)
     given = [t for t in moving if t is not None]
@@ -383,6 +388,13 @@ def _linearize_remat(eq: Remat, tape: TangentTape, operands: tuple[int, ...], mo
     return primal, [next(made) if f else None for f in lin.flags]
 
 
+def _jits_only(program: Program) -> bool:
+    """Whether every body ``program`` holds is an inner jit's, and theirs likewise (the
+    bodies the spec splits by a remat's policy as JAX does)."""
+    return all(type(e) is Jit and _jits_only(e.body) if e.body is not None
+               else not entry_of(e).bodies for e in program.equations)
+
+
 def _linearize_by_policy(eq: Remat, tape: TangentTape, operands: tuple[int, ...],
                          moving: list, lin: Any) -> tuple[tuple[int, ...], list]:
     """A remat linearized as its policy splits it (AD-22): the primal and the values it
@@ -393,23 +405,24 @@ def _linearize_by_policy(eq: Remat, tape: TangentTape, operands: tuple[int, ...]
     count, inputs = len(eq.body.outputs), len(eq.body.inputs)
     residuals = lin.primal.outputs[count:]
     split = split_by_policy(lin.primal, residuals, eq.policy)
-    outputs = lin.primal.outputs[:count] + split.stored
-    known = _pruned(dataclasses.replace(lin.primal, outputs=outputs,
-                                        out_shardings=(UNSPECIFIED,) * len(outputs)))
-    ran = inline_body(tape.primal, with_reduced_precision(known, len(split.stored)), operands)
+    known, _ = known_by_policy(dataclasses.replace(
+        lin.primal, outputs=lin.primal.outputs[:count], out_shardings=()), split)
+    known = _pruned(dataclasses.replace(known, out_shardings=(UNSPECIFIED,) * len(
+        known.outputs)))
+    ran = inline_literals(tape.primal, with_reduced_precision(known, len(split.stored)),
+                          operands)
     primal, stored = ran[:count], ran[count:]
     if not any(lin.flags):
         return primal, [None] * count
     given = [t for t in moving if t is not None]
-    types, numbers = lin.primal.value_types, lin.primal.result_numbers()
-    staged = BodyBuilder(tuple(types[n] for n in split.stored) + tuple(
-        v.type for v in eq.body.inputs) + tuple(tape.type_of(t) for t in given))
-    number = {n: j for j, n in enumerate(split.stored)}
+    staged = BodyBuilder(tuple(stored_type(lin.primal, key) for key in split.stored) + tuple(
+        v.type for v in eq.body.inputs) + tuple(tape.type_of(t) for t in given),
+        lin.primal.consts)
+    number: dict = {key: j for j, key in enumerate(split.stored)}
     number.update((i, len(split.stored) + i) for i in range(inputs))
-    for k in split.recomputed:   # (what the policy does not save, recomputed)
-        again = lin.primal.equations[k]
-        number.update(zip(numbers[k], staged.emit(again.renumbered(tuple(
-            number[n] for n in again.operands)))))
+    number.update((inputs + c, len(staged.inputs) + c) for c in range(len(lin.primal.consts)))
+    # (what the policy does not save recomputed, an inner jit split as JAX splits it)
+    recompute_by_policy(lin.primal, split, staged, number)
     first = len(split.stored) + inputs
     touts = inline_body(staged, lin.tangent, tuple(number[n] for n in residuals) + tuple(
         range(first, first + len(given))))

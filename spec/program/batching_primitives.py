@@ -14,8 +14,9 @@ batching rule of that primitive binds it:
 * ``sorted`` (``sort``): every operand moved to the first batched operand's batch axis (an
   unbatched one broadcast to its shape), the sorted dimension past it;
 * ``select_n``: the predicate and the cases batched alike, else moved first;
-* ``reshape``, ``squeeze``, ``concatenate``: the batch axis moved first; ``slice``, ``rev``
-  and ``pad``: the batch axis kept, their parameters given an entry for it;
+* ``reshape`` (its ``dimensions`` too), ``squeeze``, ``concatenate``: the batch axis
+  moved first; ``slice``, ``rev`` and ``pad``: the batch axis kept, their parameters
+  given an entry for it;
 * ``moved_first`` (``random_wrap``, ``fft``): the operand's batch axis moved first;
 * ``per_operand`` (``optimization_barrier``): each operand and result keep their axis;
 * ``leading_batch`` (linear algebra: ``cholesky``, ``eigh``, ``qr``, ``svd`` ...): every
@@ -27,8 +28,11 @@ batching rule of that primitive binds it:
   its operands moved first for ``expand_dims`` and ``broadcast_all``; ``io_callback``:
   refused where ordered (BAT-12).
 
-An equation these rules cannot batch as JAX does (a reshape with ``dimensions``) is
-refused (PROG-0), as any primitive whose batching the spec does not know.
+A generic ``reduce_window`` (``lax.reduce_window`` with a function of its own) has its
+initial values unbatched (BAT-13), its operands batched first under a window of 1;
+``approx_top_k`` its reduction dimension moved past the batch axis; a ``sequential``
+pure_callback and an unordered io_callback are mapped over the batch by a scan of them
+(:func:`scanned_over_batch`), as JAX maps them.
 """
 
 from __future__ import annotations
@@ -45,15 +49,17 @@ from ..core.rules import Failure, reject, rule
 from .description import Opaque, Value, check_program
 from .primitives import BATCHING
 
-__all__ = ["dot_general_dims", "CALLBACK_METHODS", "CallbackNotBatched",
-           "check_callback_batched", "OrderedCallbackBatched", "check_io_callback_batched"]
+__all__ = ["batch_size", "moved_first", "moved_to", "broadcast_into", "bind_batched", "at_front",
+           "dot_general_dims", "CALLBACK_METHODS", "CallbackNotBatched",
+           "check_callback_batched", "OrderedCallbackBatched", "check_io_callback_batched",
+           "scanned_over_batch", "InitialValueBatched", "check_initial_values_unbatched"]
 
 
 def _params(eq: Opaque) -> dict:
     return dict(eq.params)
 
 
-def _size(rw: BatchedBody, numbers: tuple, dims: tuple) -> int:
+def batch_size(rw: BatchedBody, numbers: tuple, dims: tuple) -> int:
     """The batch as the operands hold it."""
     return next(rw.types[n].shape[d] for n, d in zip(numbers, dims) if d is not None)
 
@@ -63,7 +69,7 @@ def _bumped(axes: tuple, d: int) -> tuple[int, ...]:
     return tuple(int(a) + (int(a) >= d) for a in axes)
 
 
-def _front(rw: BatchedBody, number: int, d: int) -> int:
+def moved_first(rw: BatchedBody, number: int, d: int) -> int:
     """The value ``number`` with its batch axis ``d`` moved first (itself where it is)."""
     if d == 0:
         return number
@@ -72,7 +78,7 @@ def _front(rw: BatchedBody, number: int, d: int) -> int:
     return len(rw.types) - 1
 
 
-def _spread(rw: BatchedBody, number: int, shape: tuple, kept: tuple, d: int | None,
+def broadcast_into(rw: BatchedBody, number: int, shape: tuple, kept: tuple, d: int | None,
             typed: Any = None) -> int:
     """A broadcast_in_dim of ``number`` to ``shape``, its dimensions at ``kept``, bound
     with the sharding ``typed`` (None: typed from its operand, new dimensions unsplit)."""
@@ -81,7 +87,7 @@ def _spread(rw: BatchedBody, number: int, shape: tuple, kept: tuple, d: int | No
     return len(rw.types) - 1
 
 
-def _bind(rw: BatchedBody, eq: Opaque, numbers: tuple, params: dict, d: int, size: int
+def bind_batched(rw: BatchedBody, eq: Opaque, numbers: tuple, params: dict, d: int, size: int
           ) -> None:
     """``eq`` over ``numbers`` with ``params``, each result batched at ``d``."""
     entry = operands_batch_split(rw, tuple(numbers))   # the batch split as the operands'
@@ -125,7 +131,7 @@ def _batch_dot_general(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple,
                                                       params["dimension_numbers"])
     if params.get("out_sharding") is not None:   # its typed parameter, at the result's axis
         params["out_sharding"] = batched_parameter(params["out_sharding"], d, rw.axis)
-    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
+    bind_batched(rw, eq, numbers, params, d, batch_size(rw, numbers, dims))
 
 
 # --------------------------------------------------------------------------- axis parameters
@@ -136,7 +142,7 @@ def _batch_axis_param(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, 
     """A cumulative primitive under vmap: its ``axis`` moves past the batch axis."""
     params, d = _params(eq), dims[0]
     params["axis"] = int(params["axis"]) + (d <= int(params["axis"]))
-    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
+    bind_batched(rw, eq, numbers, params, d, batch_size(rw, numbers, dims))
 
 
 @BATCHING.register("rev")
@@ -144,7 +150,7 @@ def _batch_rev(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: s
     """A rev under vmap: its reversed dimensions move past the batch axis."""
     params, d = _params(eq), dims[0]
     params["dimensions"] = _bumped(tuple(params["dimensions"]), d)
-    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
+    bind_batched(rw, eq, numbers, params, d, batch_size(rw, numbers, dims))
 
 
 @BATCHING.register("slice")
@@ -153,14 +159,14 @@ def _batch_slice(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path:
     """A slice under vmap: the whole batch axis taken (start 0, limit the batch, stride
     1 where strides are given)."""
     params, d = _params(eq), dims[0]
-    size = _size(rw, numbers, dims)
+    size = batch_size(rw, numbers, dims)
 
     def with_entry(items: Any, entry: int) -> Any:
         return None if items is None else tuple(items)[:d] + (entry,) + tuple(items)[d:]
     params["start_indices"] = with_entry(params["start_indices"], 0)
     params["limit_indices"] = with_entry(params["limit_indices"], size)
     params["strides"] = with_entry(params.get("strides"), 1)
-    _bind(rw, eq, numbers, params, d, size)
+    bind_batched(rw, eq, numbers, params, d, size)
 
 
 @BATCHING.register("pad")
@@ -173,7 +179,7 @@ def _batch_pad(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: s
     params, d = _params(eq), dims[0]
     config = tuple(params["padding_config"])
     params["padding_config"] = config[:d] + ((0, 0, 0),) + config[d:]
-    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
+    bind_batched(rw, eq, numbers, params, d, batch_size(rw, numbers, dims))
 
 
 @BATCHING.register("add_any")
@@ -183,18 +189,18 @@ def _batch_add_any(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
     one broadcast to the batch at the other's axis; else the first moved to the second's
     axis."""
     (x, y), (dx, dy) = numbers, dims
-    size = _size(rw, numbers, dims)
+    size = batch_size(rw, numbers, dims)
     if dx == dy:
-        return _bind(rw, eq, numbers, _params(eq), dx, size)
+        return bind_batched(rw, eq, numbers, _params(eq), dx, size)
     if dx is None or dy is None:
         d, n = (dy, x) if dx is None else (dx, y)
         value = rw.types[n]
         shape = tuple(value.shape)[:d] + (size,) + tuple(value.shape)[d:]
-        spread = _spread(rw, n, shape, tuple(i for i in range(len(shape)) if i != d), d,
+        spread = broadcast_into(rw, n, shape, tuple(i for i in range(len(shape)) if i != d), d,
                          batch_typed(value, d, batch_entry(rw.axis)))
         pair = (spread, y) if dx is None else (x, spread)
-        return _bind(rw, eq, pair, _params(eq), d, size)
-    _bind(rw, eq, (_moved(rw, x, dx, dy), y), _params(eq), dy, size)
+        return bind_batched(rw, eq, pair, _params(eq), d, size)
+    bind_batched(rw, eq, (moved_to(rw, x, dx, dy), y), _params(eq), dy, size)
 
 
 # --------------------------------------------------------------------------- moved first
@@ -203,14 +209,14 @@ def _batch_add_any(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
 def _batch_reshape(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
                    ) -> None:
     """A reshape under vmap: its operand's batch axis moved first, the batch prefixed to
-    its new sizes (a reshape given ``dimensions`` is refused, as JAX's rule refuses it)."""
+    its new sizes, and to its ``dimensions`` where given (the batch first, the others
+    past it: JAX 0.10.2's rule)."""
     params = _params(eq)
-    check_program(params.get("dimensions") is None, f"the reshape at {path} under vmap",
-                  "one without dimensions (JAX's batching rule takes none)",
-                  params.get("dimensions"))
-    size = _size(rw, numbers, dims)
-    operand = _front(rw, numbers[0], dims[0])
+    size = batch_size(rw, numbers, dims)
+    operand = moved_first(rw, numbers[0], dims[0])
     params["new_sizes"] = (size,) + tuple(params["new_sizes"])
+    if params.get("dimensions") is not None:
+        params["dimensions"] = (0,) + tuple(int(a) + 1 for a in params["dimensions"])
     params["sharding"] = batched_parameter(params.get("sharding"), 0, rw.axis)
     (result,) = eq.results
     # typed by its sharding parameter where bound with one, else from its operand
@@ -226,8 +232,8 @@ def _batch_moved_first(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple,
                        ) -> None:
     """random_wrap under vmap: its key data's batch axis moved first, the keys batched
     there (the trailing key-data dimension stays last)."""
-    operand = _front(rw, numbers[0], dims[0])
-    _bind(rw, eq, (operand,), _params(eq), 0, _size(rw, numbers, dims))
+    operand = moved_first(rw, numbers[0], dims[0])
+    bind_batched(rw, eq, (operand,), _params(eq), 0, batch_size(rw, numbers, dims))
 
 
 @BATCHING.register("squeeze")
@@ -235,9 +241,9 @@ def _batch_squeeze(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
                    ) -> None:
     """A squeeze under vmap: its operand's batch axis moved first, its dimensions past it."""
     params = _params(eq)
-    operand = _front(rw, numbers[0], dims[0])
+    operand = moved_first(rw, numbers[0], dims[0])
     params["dimensions"] = tuple(int(a) + 1 for a in params["dimensions"])
-    _bind(rw, eq, (operand,), params, 0, _size(rw, numbers, dims))
+    bind_batched(rw, eq, (operand,), params, 0, batch_size(rw, numbers, dims))
 
 
 @BATCHING.register("concatenate")
@@ -245,17 +251,17 @@ def _batch_concatenate(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple,
                        ) -> None:
     """A concatenate under vmap: every operand batched first (an unbatched one broadcast
     to the batch), joined along its dimension past the batch."""
-    params, size = _params(eq), _size(rw, numbers, dims)
+    params, size = _params(eq), batch_size(rw, numbers, dims)
     operands = []
     for n, d in zip(numbers, dims):
         if d is None:
             shape = (size,) + tuple(rw.types[n].shape)   # split as the batched operands
-            operands.append(_spread(rw, n, shape, tuple(range(1, len(shape))), 0,
+            operands.append(broadcast_into(rw, n, shape, tuple(range(1, len(shape))), 0,
                                     batch_typed(rw.types[n], 0, batch_entry(rw.axis))))
         else:
-            operands.append(_front(rw, n, d))
+            operands.append(moved_first(rw, n, d))
     params["dimension"] = int(params["dimension"]) + 1
-    _bind(rw, eq, tuple(operands), params, 0, size)
+    bind_batched(rw, eq, tuple(operands), params, 0, size)
 
 
 # --------------------------------------------------------------------------- sort, select
@@ -272,7 +278,7 @@ def _batch_sort(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: 
     for n, dim in zip(numbers, dims):
         if dim is None:
             kept = tuple(i for i in range(len(shape)) if i != d)
-            operands.append(_spread(rw, n, shape, kept, d, typed_like(rw.types[first])))
+            operands.append(broadcast_into(rw, n, shape, kept, d, typed_like(rw.types[first])))
         elif dim != d:
             value = rw.types[n]
             rw.add(transpose_equation(n, value, moved_axis(len(value.shape), dim, d)), (d,))
@@ -280,7 +286,7 @@ def _batch_sort(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: 
         else:
             operands.append(n)
     params["dimension"] = int(params["dimension"]) + (d <= int(params["dimension"]))
-    _bind(rw, eq, tuple(operands), params, d, shape[d])
+    bind_batched(rw, eq, tuple(operands), params, d, shape[d])
 
 
 @BATCHING.register("select_n")
@@ -292,7 +298,7 @@ def _batch_select_n(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pa
     to the batch)."""
     check_program(len(numbers) >= 1, f"the select_n at {path} under vmap",
                   "a predicate the description holds", numbers)
-    size = _size(rw, numbers, dims)
+    size = batch_size(rw, numbers, dims)
     if len(numbers) < 3:
         return _select_literal_cases(rw, eq, numbers, dims, size, path)
     which, cases = numbers[0], list(numbers[1:])
@@ -300,25 +306,26 @@ def _batch_select_n(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pa
     shape = lambda n: tuple(rw.types[n].shape)   # noqa: E731
     if all(c == wd for c in case_dims):
         if shape(which) != shape(cases[0]):   # a batched scalar predicate
-            which = _spread(rw, which, shape(cases[0]), (wd,), wd, typed_like(rw.types[cases[0]]))
-        return _bind(rw, eq, (which,) + tuple(cases), _params(eq), wd, size)
+            which = broadcast_into(rw, which, shape(cases[0]), (wd,), wd,
+                                   typed_like(rw.types[cases[0]]))
+        return bind_batched(rw, eq, (which,) + tuple(cases), _params(eq), wd, size)
     if shape(which) == () and all(c is not None for c in case_dims):
         d = case_dims[0]
         if all(c == d for c in case_dims) or len({shape(c) for c in cases}) == 1:
-            cases = [n if c == d else _moved(rw, n, c, d) for n, c in zip(cases, case_dims)]
-            return _bind(rw, eq, (which,) + tuple(cases), _params(eq), d, size)
+            cases = [n if c == d else moved_to(rw, n, c, d) for n, c in zip(cases, case_dims)]
+            return bind_batched(rw, eq, (which,) + tuple(cases), _params(eq), d, size)
     entry = batch_entry(rw.axis)
     if shape(which) != ():
-        which = _at_front(rw, which, wd, size, entry)
+        which = at_front(rw, which, wd, size, entry)
     if not all(shape(c) == () for c in cases):
-        cases = [_at_front(rw, n, c, size, entry) for n, c in zip(cases, case_dims)]
+        cases = [at_front(rw, n, c, size, entry) for n, c in zip(cases, case_dims)]
     if 0 < len(shape(which)) < len(shape(cases[0])):
-        which = _spread(rw, which, shape(cases[0]), (0,), 0, typed_like(rw.types[cases[0]]))
+        which = broadcast_into(rw, which, shape(cases[0]), (0,), 0, typed_like(rw.types[cases[0]]))
     if len(shape(which)) > len(shape(cases[0])):   # (broadcast_like: the predicate's type)
         target = shape(which)
-        cases = [_spread(rw, n, target, tuple(range(len(shape(n)))), 0,
+        cases = [broadcast_into(rw, n, target, tuple(range(len(shape(n)))), 0,
                          typed_like(rw.types[which])) for n in cases]
-    _bind(rw, eq, (which,) + tuple(cases), _params(eq), 0, size)
+    bind_batched(rw, eq, (which,) + tuple(cases), _params(eq), 0, size)
 
 
 def _select_literal_cases(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple,
@@ -337,7 +344,7 @@ def _select_literal_cases(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tup
 
     def spread(n: int | None, shape: tuple) -> int:
         if n is not None:   # (JAX's bdim_at_front, over the axes vmap maps over)
-            return _spread(rw, n, shape, (), 0,
+            return broadcast_into(rw, n, shape, (), 0,
                            batch_typed(rw.types[n], 0, batch_entry(rw.axis)))
         literal = broadcast_equation(0, Value.typed((), dtype), shape, ())
         rw.add(dataclasses.replace(literal, operands=()), (0,))
@@ -346,26 +353,27 @@ def _select_literal_cases(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tup
         cases = [(n, 0) if d is not None else (spread(n, (size,)), 0) for n, d in cases]
     elif wd is not None:
         cases = [(spread(n, (size,)), 0) for n, _ in cases]
-    _bind(rw, eq, (which,) + tuple(n for n, _ in cases), _params(eq), 0, size)
+    bind_batched(rw, eq, (which,) + tuple(n for n, _ in cases), _params(eq), 0, size)
 
 
-def _moved(rw: BatchedBody, number: int, source: int, target: int) -> int:
+def moved_to(rw: BatchedBody, number: int, source: int, target: int) -> int:
+    """The value ``number`` with its axis ``source`` moved to ``target`` (a transpose)."""
     value = rw.types[number]
     rw.add(transpose_equation(number, value, moved_axis(len(value.shape), source, target)),
            (target,))
     return len(rw.types) - 1
 
 
-def _at_front(rw: BatchedBody, number: int, d: int | None, size: int, entry: Any = None
+def at_front(rw: BatchedBody, number: int, d: int | None, size: int, entry: Any = None
               ) -> int:
     """JAX's ``bdim_at_front``: a batched value's batch axis moved first, an unbatched one
     broadcast to the batch (split over ``entry``: the axes vmap maps over where the rule
     passes them, else unsplit)."""
     if d is not None:
-        return _front(rw, number, d)
+        return moved_first(rw, number, d)
     value: Value = rw.types[number]
     shape = (size,) + tuple(value.shape)
-    return _spread(rw, number, shape, tuple(range(1, len(shape))), 0,
+    return broadcast_into(rw, number, shape, tuple(range(1, len(shape))), 0,
                    batch_typed(value, 0, entry))
 
 
@@ -378,7 +386,7 @@ def _batch_clamp(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path:
     and its operand batched, or all three batched alike; else each moved first (an
     unbatched one broadcast to the batch), a scalar or vector bound broadcast to the
     operand's shape. A bound the description does not hold (a literal) is a scalar."""
-    size = _size(rw, numbers, dims)
+    size = batch_size(rw, numbers, dims)
     shape = lambda n: tuple(rw.types[n].shape)   # noqa: E731
     if len(numbers) < 3:   # a literal bound: the operand is the one of the result's rank
         rank = len(eq.results[0].shape)
@@ -391,30 +399,30 @@ def _batch_clamp(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path:
             f"the clamp at {path} under vmap", "a batched operand between scalar bounds "
             "(a literal bound's place is not described)", dims)
         d = next(d for d in dims if d is not None)
-        return _bind(rw, eq, numbers, _params(eq), d, size)
+        return bind_batched(rw, eq, numbers, _params(eq), d, size)
     (low, x, high), (dl, dx, dh) = numbers, dims
     if dl == dx == dh and (shape(low) == shape(x) == shape(high)):
-        return _bind(rw, eq, numbers, _params(eq), dx, size)
+        return bind_batched(rw, eq, numbers, _params(eq), dx, size)
     if dl == dx == dh and len(shape(low)) == len(shape(high)) == 1:
-        low = _spread(rw, low, shape(x), (dl,), dx)
-        high = _spread(rw, high, shape(x), (dh,), dx)
-        return _bind(rw, eq, (low, x, high), _params(eq), dx, size)
+        low = broadcast_into(rw, low, shape(x), (dl,), dx)
+        high = broadcast_into(rw, high, shape(x), (dh,), dx)
+        return bind_batched(rw, eq, (low, x, high), _params(eq), dx, size)
     if shape(low) == () and shape(high) == () and dx is not None:
-        return _bind(rw, eq, numbers, _params(eq), dx, size)
-    low = _at_front(rw, low, dl, size) if shape(low) else low
-    high = _at_front(rw, high, dh, size) if shape(high) else high
-    x = _at_front(rw, x, dx, size) if shape(x) else x
+        return bind_batched(rw, eq, numbers, _params(eq), dx, size)
+    low = at_front(rw, low, dl, size) if shape(low) else low
+    high = at_front(rw, high, dh, size) if shape(high) else high
+    x = at_front(rw, x, dx, size) if shape(x) else x
     bounds = [low, high]   # scalar bounds broadcast first, then vector ones
     for k, bound in enumerate(bounds):
         if shape(bound) == () and shape(x) != ():
-            bounds[k] = _spread(rw, bound, shape(x), (), 0)
+            bounds[k] = broadcast_into(rw, bound, shape(x), (), 0)
     for k, bound in enumerate(bounds):
         if 0 < len(shape(bound)) < len(shape(x)):
-            bounds[k] = _spread(rw, bound, shape(x), (0,), 0)
+            bounds[k] = broadcast_into(rw, bound, shape(x), (0,), 0)
     low, high = bounds
     if len(shape(low)) > len(shape(x)):
-        x = _spread(rw, x, shape(low), (), 0)
-    _bind(rw, eq, (low, x, high), _params(eq), 0, size)
+        x = broadcast_into(rw, x, shape(low), (), 0)
+    bind_batched(rw, eq, (low, x, high), _params(eq), 0, size)
 
 
 # --------------------------------------------------------------------------- callbacks
@@ -452,28 +460,49 @@ def check_callback_batched(primitive: str, method: Any, path: str) -> None:
 @BATCHING.register("callback")
 def _batch_callback(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
                     ) -> None:
-    """A pure_callback under vmap (BAT-11), as JAX's rule binds it for ``expand_dims`` and
-    ``broadcast_all``: every batched operand's batch axis moved first, an unbatched one
+    """A pure_callback under vmap (BAT-11), as JAX's rule binds it: for ``expand_dims``
+    and ``broadcast_all`` every batched operand's batch axis moved first, an unbatched one
     given a leading dimension of 1 (``broadcast_all``: of the batch), the callback's
-    results batched first. ``sequential`` (a scan of the callback JAX stages) is not
-    described (PROG-0)."""
+    results batched first; for ``sequential`` and ``sequential_unrolled`` a scan of the
+    callback over the batch (:func:`scanned_over_batch`)."""
     params = _params(eq)
     method = params.get("vmap_method")
     check_callback_batched(eq.primitive, method, path)
-    check_program(method in ("expand_dims", "broadcast_all"),
-                  f"the {eq.primitive} at {path} under vmap",
-                  "a vmap_method the spec batches ('expand_dims', 'broadcast_all'; JAX "
-                  "stages a scan of the callback for the others)", method)
-    size = _size(rw, numbers, dims)
+    if method in ("sequential", "sequential_unrolled"):
+        return scanned_over_batch(rw, eq, numbers, dims)
+    size = batch_size(rw, numbers, dims)
     lead = size if method == "broadcast_all" else 1
     moved = []
     for n, d in zip(numbers, dims):
         shape = rw.types[n].shape
-        moved.append(_front(rw, n, d) if d is not None else _spread(
+        moved.append(moved_first(rw, n, d) if d is not None else broadcast_into(
             rw, n, (lead,) + tuple(shape), tuple(range(1, len(shape) + 1)), None))
     params["result_avals"] = tuple(_batched_aval(a, size)
                                    for a in params.get("result_avals", ()))
-    _bind(rw, eq, tuple(moved), params, 0, size)
+    bind_batched(rw, eq, tuple(moved), params, 0, size)
+
+
+def scanned_over_batch(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple) -> None:
+    """A callback JAX maps over the batch (a ``sequential`` pure_callback, an unordered
+    io_callback: ``lax.scan``/``lax.map`` of it): its batched operands moved first are
+    the scan's ``xs`` (their leading dimension unsplit, LOOP-5), its unbatched ones the
+    scan's constants, its body the callback over one slice; its results stacked first."""
+    from .control_flow import Scan, unstacked
+    from .description import Program
+    from .scan_length import scan_length
+
+    consts = tuple(n for n, d in zip(numbers, dims) if d is None)
+    xs = tuple(moved_first(rw, n, d) for n, d in zip(numbers, dims) if d is not None)
+    length = scan_length(tuple(rw.types[n] for n in xs), None)
+    inputs = tuple(rw.types[n].type for n in consts) + tuple(
+        unstacked(rw.types[n].type) for n in xs)
+    at = iter(range(len(consts), len(inputs)))
+    unbatched = iter(range(len(consts)))
+    operands = tuple(next(unbatched) if d is None else next(at) for d in dims)
+    call = dataclasses.replace(eq, operands=operands)
+    body = Program(inputs, (call,), tuple(range(len(inputs), len(inputs) + len(eq.results))))
+    rw.add(Scan(consts + xs, body=body, length=length, num_consts=len(consts)),
+           (0,) * len(eq.results))
 
 
 def _batched_aval(aval: Any, size: int) -> Any:
@@ -510,14 +539,10 @@ def check_io_callback_batched(ordered: Any, path: str) -> None:
 @BATCHING.register("io_callback")
 def _batch_io_callback(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
                        ) -> None:
-    """An io_callback under vmap: an ordered one refused (BAT-12); an unordered one JAX
-    maps over the batch (a scan of the callback), which the spec does not describe
-    (PROG-0)."""
-    ordered = _params(eq).get("ordered")
-    check_io_callback_batched(ordered, path)
-    check_program(False, f"the io_callback at {path} under vmap", "a callback the spec "
-                  "batches (JAX maps an unordered io_callback over the batch by a scan)",
-                  ordered)
+    """An io_callback under vmap: an ordered one refused (BAT-12); an unordered one mapped
+    over the batch by a scan of it (:func:`scanned_over_batch`), as JAX's rule maps it."""
+    check_io_callback_batched(_params(eq).get("ordered"), path)
+    scanned_over_batch(rw, eq, numbers, dims)
 
 
 @BATCHING.register("per_operand")
@@ -528,7 +553,7 @@ def _batch_per_operand(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple,
     axes)."""
     check_program(len(numbers) == len(eq.results), f"the {eq.primitive} at {path} under vmap",
                   "one result per operand", (len(numbers), len(eq.results)))
-    size = _size(rw, numbers, dims)
+    size = batch_size(rw, numbers, dims)
     results = tuple(r if d is None else split_at(
         batched_type(r, d, size, rw.axis.varying), d, operands_batch_split(rw, (n,)))
         for r, n, d in zip(eq.results, numbers, dims))
@@ -541,13 +566,13 @@ def _batch_leading(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pat
     """A linear-algebra primitive under vmap (``cholesky``, ``eigh``, ``qr``, ``svd`` ...;
     JAX's ``expand_dims_batcher``): every batched operand's batch axis moved first, an
     unbatched one broadcast to the batch there (unsplit), every result batched first."""
-    size = _size(rw, numbers, dims)
+    size = batch_size(rw, numbers, dims)
     moved = []
     for n, d in zip(numbers, dims):
         shape = tuple(rw.types[n].shape)
-        moved.append(_front(rw, n, d) if d is not None else _spread(
+        moved.append(moved_first(rw, n, d) if d is not None else broadcast_into(
             rw, n, (size,) + shape, tuple(range(1, len(shape) + 1)), 0))
-    _bind(rw, eq, tuple(moved), _params(eq), 0, size)
+    bind_batched(rw, eq, tuple(moved), _params(eq), 0, size)
 
 
 @BATCHING.register("windowed")
@@ -561,4 +586,68 @@ def _batch_windowed(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, pa
     for key, unit in ones.items():
         given = tuple(params[key])
         params[key] = given[:d] + (unit,) + given[d:]
-    _bind(rw, eq, numbers, params, d, _size(rw, numbers, dims))
+    bind_batched(rw, eq, numbers, params, d, batch_size(rw, numbers, dims))
+
+
+# --------------------------------------------------------------------------- approx_top_k
+
+@BATCHING.register("approx_top_k")
+def _batch_approx_top_k(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                        ) -> None:
+    """An approx_top_k under vmap: its ``reduction_dimension`` moves past the batch axis,
+    both results batched where its operand is (JAX's rule)."""
+    params, d = _params(eq), dims[0]
+    rank = len(rw.types[numbers[0]].shape) - 1
+    reduced = int(params["reduction_dimension"]) % max(rank, 1)
+    params["reduction_dimension"] = reduced + (reduced >= d)
+    bind_batched(rw, eq, numbers, params, d, batch_size(rw, numbers, dims))
+
+
+# --------------------------------------------------------------------------- reduce_window
+
+@dataclasses.dataclass(frozen=True)
+class InitialValueBatched(Failure, rule="BAT-13", error=NotImplementedError):
+    template = ("vmap batches the initial value {index} of the reduce_window at {path}: "
+                "reduce_window batching is not implemented for initial values")
+    hint = ("Give the reduction an initial value that does not depend on the mapped "
+            "arguments (a constant), or reduce outside the vmap.")
+    index: int
+    path: str
+
+
+@rule("BAT-13", mirrors="jax._src.lax.windowed_reductions._generic_reduce_window_batch_rule")
+def check_initial_values_unbatched(dims: tuple, path: str) -> None:
+    """vmap batches a generic reduce_window only where none of its initial values is batched: JAX's batching rule refuses one that is (NotImplementedError), while tracing.
+
+    ``dims`` are the initial values' batch axes (None: unbatched).
+
+    >>> check_initial_values_unbatched((None,), "body[0]")
+    >>> check_initial_values_unbatched((0,), "body[0]")
+    Traceback (most recent call last):
+    ...
+    shardlaw.spec.core.rules.RejectionNotImplementedError: [BAT-13] at body[0]: vmap batches the initial value 0 of the reduce_window at body[0]: reduce_window batching is not implemented for initial values. Give the reduction an initial value that does not depend on the mapped arguments (a constant), or reduce outside the vmap.
+    """
+    for k, d in enumerate(dims):
+        if d is not None:
+            raise reject(InitialValueBatched(k, path), path)
+
+
+@BATCHING.register("reduce_window")
+def _batch_reduce_window(rw: BatchedBody, eq: Opaque, numbers: tuple, dims: tuple, path: str
+                         ) -> None:
+    """A generic reduce_window (its reduction a jaxpr: ``lax.reduce_window`` with a
+    function of its own) under vmap: its initial values unbatched (BAT-13), every operand
+    batched first (an unbatched one broadcast to the batch, unsplit), a window of 1 over
+    the batch, every result batched first (JAX's rule). An initial value the description
+    does not hold is a literal, unbatched."""
+    count = len(eq.results)   # one operand and one initial value per result
+    check_program(len(numbers) >= count, f"the reduce_window at {path} under vmap",
+                  f"its {count} operands held by the description", numbers)
+    check_initial_values_unbatched(tuple(dims[count:]), path)
+    size = batch_size(rw, numbers, dims)
+    operands = tuple(at_front(rw, n, d, size) for n, d in zip(numbers[:count], dims))
+    params = _params(eq)
+    for key, unit in (("window_dimensions", 1), ("window_strides", 1),
+                      ("padding", (0, 0)), ("base_dilation", 1), ("window_dilation", 1)):
+        params[key] = (unit,) + tuple(params[key])
+    bind_batched(rw, eq, operands + tuple(numbers[count:]), params, 0, size)

@@ -167,9 +167,13 @@ def unread_remat(program: Any, prefix: str = "") -> Undetermined | None:
     for k, eq in enumerate(program.equations):
         path = f"{prefix}body[{k}]"
         if eq.kind == "remat2" and eq.policy_unread:
+            # (a user's policy read into a table is named by its name alone here)
+            named = (eq.policy or "").split(" saves ")[0]
             return Undetermined("COLL-8", f"a differentiated remat whose policy "
-                                f"({eq.policy}) the spec does not read: it recomputes "
-                                f"everything, as nothing_saveable", path)
+                                f"({named}) the spec does not read over its body (an "
+                                f"offloading policy, an equation a user's policy was not "
+                                f"asked about, a loop, cond or shard_map inside): it "
+                                f"recomputes everything, as nothing_saveable", path)
         inner = getattr(eq, "body", None)
         found = None if inner is None else unread_remat(inner, f"{path}.{eq.kind}.")
         if found is not None:

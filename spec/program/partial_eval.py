@@ -30,6 +30,8 @@ of the same functions), on both sides of each rule.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from typing import Any
 
 from ..core.rules import rule
@@ -40,6 +42,8 @@ from .refs import writes_ref
 
 __all__ = ["dce_program", "partial_eval_program", "known_program", "unknown_program",
            "policy_read", "saved_by_policy", "split_by_policy", "PolicySplit",
+           "known_by_policy", "recompute_by_policy", "stored_type", "policy_decides",
+           "table_key",
            "with_reduced_precision",
            "split_known", "KnownSplit",
            "PartiallyEvaluatedProgram"]
@@ -540,15 +544,74 @@ def _emit_unknown_jit(eq: Jit, split: KnownSplit, ub: Any, umap: dict, numbers: 
 
 # The policies the linearization of a remat reads (None: JAX's default, nothing saved); the
 # offloading ones and a user's own (named in angle brackets) are named, not read.
-_PLAIN_POLICIES = ("everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable")
+_PLAIN_POLICIES = ("everything_saveable", "nothing_saveable", "dots_saveable",
+                   "dots_with_no_batch_dims_saveable")
+_EITHER = "save_from_both_policies("
 _NAME_POLICIES = ("save_only_these_names", "save_any_names_but_these")
 _DOTS = ("dot_general", "conv_general_dilated", "scaled_matmul_wrapper")
 
 
 def policy_read(policy: str | None) -> bool:
     """Whether the spec reads a remat's ``policy`` (:func:`saved_by_policy`): JAX's
-    default, the three plain policies and the two that save named values."""
-    return policy is None or policy in _PLAIN_POLICIES or _named_policy(policy) is not None
+    default, the plain policies, the two that save named values and
+    ``save_from_both_policies`` of two it reads."""
+    if policy is None or policy in _PLAIN_POLICIES or _named_policy(policy) is not None \
+            or _policy_table(policy) is not None:
+        return True
+    both = _both_policies(policy)
+    return both is not None and all(policy_read(p) for p in both)
+
+
+_TABLE_KEY = re.compile(r"[^\s(]+\([^)]*\)")
+
+
+@functools.lru_cache(maxsize=64)
+def _policy_table(policy: str) -> dict[str, bool] | None:
+    """A user's policy read into a table by the bridge (``<mine> saves cos(float32[8])
+    and recomputes sin(float32[8])``): per equation's key, whether it saves it."""
+    head, sep, rest = policy.partition(" saves ")
+    saves, sep2, recomputes = rest.partition(" and recomputes ")
+    if not (head.startswith("<") and head.endswith(">") and sep and sep2):
+        return None
+    table = {key: True for key in _TABLE_KEY.findall(saves)}
+    table.update((key, False) for key in _TABLE_KEY.findall(recomputes))
+    return table
+
+
+def table_key(eq: Any, operands: tuple[Value, ...]) -> str:
+    """An equation's key in a policy's table: its primitive (a ``name``'s with its name),
+    then its operands' dtypes and shapes, ``dot_general(float32[16x8] float32[8x8])``."""
+    primitive = entry_of(eq).name
+    name = dict(getattr(eq, "params", ())).get("name") if primitive == "name" else None
+    typed = " ".join(f"{v.dtype}[{'x'.join(str(d) for d in v.shape)}]" for v in operands)
+    return f"{primitive}{'' if name is None else f'[{name}]'}({typed})"
+
+
+def policy_decides(policy: str | None, program: Program) -> bool:
+    """Whether a read ``policy`` answers for every equation of ``program`` (and of its inner
+    jits): a table of the user's policy holds each one's key (a literal's aside); any
+    other read policy does."""
+    table = None if policy is None else _policy_table(policy)
+    if table is None:
+        return True
+    types = program.value_types
+    # (a literal is no equation JAX asks about: written where it is read, recomputed)
+    return all(policy_decides(policy, eq.body) if type(eq) is Jit else _literal(eq) or
+               table_key(eq, tuple(types[n] for n in eq.operands)) in table
+               for eq in program.equations)
+
+
+def _both_policies(policy: str) -> tuple[str, str] | None:
+    """``("dots_saveable", "save_only_these_names(h)")`` for
+    ``"save_from_both_policies(dots_saveable, save_only_these_names(h))"``."""
+    if not (policy.startswith(_EITHER) and policy.endswith(")")):
+        return None
+    inner, depth = policy[len(_EITHER):-1], 0
+    for k, c in enumerate(inner):
+        depth += (c == "(") - (c == ")")
+        if c == "," and depth == 0 and inner[k + 1:k + 2] == " ":
+            return inner[:k], inner[k + 2:]
+    return None
 
 
 def _named_policy(policy: str) -> tuple[str, frozenset[str]] | None:
@@ -577,7 +640,9 @@ def saved_by_policy(policy: str | None, eq: Any, operands: tuple[Value, ...] = (
     (None, as ``nothing_saveable``). A dot is ``dot_general``, ``conv_general_dilated``
     or ``scaled_matmul_wrapper`` (saved without batch dimensions when its first
     operand's leading dimension is 1). ``save_only_these_names`` lets its names through,
-    ``save_any_names_but_these`` every other name; an unread policy saves nothing here.
+    ``save_any_names_but_these`` every other name; ``save_from_both_policies`` what
+    either of its two saves; a user's own, read by the bridge into a table, what the
+    table says it saves; an unread policy saves nothing here.
 
     >>> from shardlaw.spec.program.description import Opaque
     >>> dot = Opaque((0, 1), (Value.typed((8, 8)),), primitive="dot_general",
@@ -592,9 +657,18 @@ def saved_by_policy(policy: str | None, eq: Any, operands: tuple[Value, ...] = (
     >>> [saved_by_policy(p, named) for p in ("save_only_these_names(h)",
     ...  "save_any_names_but_these(h)", "save_any_names_but_these(a)", None)]
     [True, False, True, False]
+    >>> either = "save_from_both_policies(dots_saveable, save_only_these_names(h))"
+    >>> [saved_by_policy(either, e) for e in (dot, batched, named)]
+    [True, True, True]
     """
     if policy == "everything_saveable":
         return True
+    both = None if policy is None else _both_policies(policy)
+    if both is not None:
+        return any(saved_by_policy(p, eq, operands) for p in both)
+    table = None if policy is None else _policy_table(policy)
+    if table is not None:
+        return table.get(table_key(eq, operands), False)
     primitive = entry_of(eq).name
     if policy == "dots_saveable":
         return primitive in _DOTS
@@ -612,18 +686,30 @@ def saved_by_policy(policy: str | None, eq: Any, operands: tuple[Value, ...] = (
 @dataclasses.dataclass(frozen=True)
 class PolicySplit:
     """A linearized remat body's primal split by its policy (AD-22): the values it
-    ``stored`` (numbers in that primal, in the order they are made) and the equations
-    the backward pass ``recomputed`` (their indices, in order)."""
+    ``stored`` (in the order they are made: a value's number in that primal, or ``(k,
+    key)``, value ``key`` of the inner jit at ``k``'s own split), the equations the
+    backward pass ``recomputed`` (their indices, in order), the inner jits split so
+    (``inner``: per jit, its index, the positions of its results needed and its split)
+    and the inputs and constants it ``reads`` (their numbers)."""
 
-    stored: tuple[int, ...]
+    stored: tuple
     recomputed: tuple[int, ...]
+    inner: tuple = ()
+    reads: tuple[int, ...] = ()
+
+
+def _jit_reads(eq: Any, made: range, need: set, policy: Any) -> tuple[tuple, PolicySplit]:
+    """The positions of an inner jit's results ``need`` holds and its body split by the
+    policy for them."""
+    wanted = tuple(m for m, n in enumerate(made) if n in need)
+    return wanted, split_by_policy(eq.body, tuple(eq.body.outputs[m] for m in wanted), policy)
 
 
 @rule("AD-22", mirrors="jax._src.ad_checkpoint.remat_partial_eval; "
       "jax._src.interpreters.partial_eval.partial_eval_jaxpr_custom")
 def split_by_policy(primal: Program, residuals: tuple[int, ...], policy: str | None
                     ) -> PolicySplit:
-    """A differentiated remat stores each value its policy saves that its tangents or its recomputation read, and recomputes from its inputs and those every other equation they need.
+    """A differentiated remat stores each value its policy saves that its tangents or its recomputation read, and recomputes from its inputs and those every other equation they need, an inner jit's body split alike.
 
     ``primal`` is the remat's body linearized (its primal, then what its tangents read,
     ``residuals``); an equation with an effect (a ref's write) is never recomputed. The
@@ -635,23 +721,130 @@ def split_by_policy(primal: Program, residuals: tuple[int, ...], policy: str | N
     ...     (Opaque((0, 1), (Value.typed((8, 8)),), primitive="dot_general", params=dot),
     ...      Opaque((2,), (Value.typed((8, 8)),), primitive="sin"),
     ...      Opaque((2,), (Value.typed((8, 8)),), primitive="cos")), outputs=(3, 4, 1))
-    >>> split_by_policy(body, (4, 1), "dots_saveable")   # the product stored, the cosine not
-    PolicySplit(stored=(2,), recomputed=(2,))
-    >>> split_by_policy(body, (4, 1), None)
-    PolicySplit(stored=(), recomputed=(0, 2))
+    >>> split = split_by_policy(body, (4, 1), "dots_saveable")   # the product stored
+    >>> split.stored, split.recomputed, split.reads
+    ((2,), (2,), (1,))
+    >>> split_by_policy(body, (4, 1), None).recomputed
+    (0, 2)
     """
     types, numbers = primal.value_types, primal.result_numbers()
-    need, stored, recomputed = set(residuals), set(), []
+    need, stored, inner, recomputed = set(residuals), set(), {}, []
     for k in reversed(range(len(primal.equations))):
         eq, made = primal.equations[k], numbers[k]
         if need.isdisjoint(made):
             continue
-        if writes_ref(eq) or saved_by_policy(policy, eq, tuple(types[n] for n in eq.operands)):
+        if type(eq) is Jit and not writes_ref(eq):   # (JAX splits it by the policy too)
+            wanted, sub = _jit_reads(eq, made, need, policy)
+            inner[k] = (k, wanted, sub)
+            recomputed.append(k)
+            need.update(eq.operands[i] for i in sub.reads if i < len(eq.operands))
+        elif writes_ref(eq) or saved_by_policy(policy, eq,
+                                                tuple(types[n] for n in eq.operands)):
             stored.update(n for n in made if n in need)
         else:
             recomputed.append(k)
             need.update(eq.operands)
-    return PolicySplit(tuple(sorted(stored)), tuple(reversed(recomputed)))
+    order: list = []
+    for k, made in enumerate(numbers):
+        order += [(k, key) for key in inner[k][2].stored] if k in inner else \
+            [n for n in made if n in stored]
+    first = len(primal.inputs) + len(primal.consts)
+    return PolicySplit(tuple(order), tuple(reversed(recomputed)),
+                       tuple(inner[k] for k in sorted(inner)),
+                       tuple(sorted(n for n in need if n < first)))
+
+
+def stored_type(program: Program, key: Any) -> Value:
+    """The type of a value a split by the policy stores (:class:`PolicySplit`'s key)."""
+    if type(key) is int:
+        return program.value_types[key]
+    return stored_type(program.equations[key[0]].body, key[1])
+
+
+def known_by_policy(program: Program, split: PolicySplit, forwarded: bool = False
+                    ) -> tuple[Program, tuple[int, ...]]:
+    """``program`` returning its outputs, then the values ``split`` stores (an inner jit
+    split returning its own, after its outputs, UNSPECIFIED), as JAX's partial evaluation
+    of a remat leaves its known part; per stored value, its output's position.
+    ``forwarded``: a stored value the program returns already is not returned again (an
+    inner jit's known part, as JAX's forwards it)."""
+    from .ad_bodies import BodyBuilder
+
+    body = BodyBuilder(tuple(program.inputs), program.consts)
+    number = list(range(len(program.inputs) + len(program.consts)))
+    subs = {k: sub for k, _, sub in split.inner}
+    where: dict = {}
+    for k, eq in enumerate(program.equations):
+        operands = tuple(number[n] for n in eq.operands)
+        sub = subs.get(k)
+        if sub is None or not sub.stored:
+            number.extend(body.emit(eq.renumbered(operands)))
+            continue
+        known, places = known_by_policy(eq.body, sub, forwarded=True)
+        count = len(eq.body.outputs)
+        shardings = eq.body.out_shardings or (UNSPECIFIED,) * count
+        known = dataclasses.replace(known, in_shardings=eq.body.in_shardings,
+                                    out_shardings=tuple(shardings) + (UNSPECIFIED,) * (
+                                        len(known.outputs) - count),
+                                    donated=eq.body.donated, keep_unused=eq.body.keep_unused,
+                                    context_mesh=eq.body.context_mesh)
+        outs = body.emit(Jit(operands, body=known, name=eq.name, checked=False))
+        number.extend(outs[:count])
+        where.update(((k, key), outs[p]) for key, p in zip(sub.stored, places))
+    where.update((key, number[key]) for key in split.stored if type(key) is int)
+    outputs = [number[n] for n in program.outputs]
+    places = []
+    for key in split.stored:
+        if not (forwarded and where[key] in outputs):
+            outputs.append(where[key])
+        places.append(outputs.index(where[key]) if forwarded else len(outputs) - 1)
+    return body.program(tuple(outputs)), tuple(places)
+
+
+def recompute_by_policy(program: Program, split: PolicySplit, into: Any, number: dict
+                        ) -> None:
+    """The equations ``split`` recomputes emitted into ``into`` (``number``: the numbers
+    there of the values they read, the stored ones by key; each value made added), an
+    inner jit split as a jit taking the values its split stores (UNSPECIFIED), then the
+    inputs it reads, and returning the results needed, as JAX's transposition of the
+    differentiated remat stages the known part of that jit."""
+    from .ad_bodies import BodyBuilder
+
+    subs = {k: (wanted, sub) for k, wanted, sub in split.inner}
+    numbers = program.result_numbers()
+    for k in split.recomputed:
+        eq = program.equations[k]
+        if k not in subs:
+            number.update(zip(numbers[k], into.emit(eq.renumbered(tuple(
+                number[n] for n in eq.operands)))))
+            continue
+        wanted, sub = subs[k]
+        inner, count = eq.body, len(eq.body.inputs)
+        read = [i for i in sub.reads if i < count]
+        if not sub.recomputed:   # (nothing to recompute: its stored values and inputs)
+            given = {key: number[(k, key)] for key in sub.stored}
+            given.update((i, number[eq.operands[i]]) for i in read)
+            number.update((numbers[k][m], given[inner.outputs[m]]) for m in wanted)
+            continue
+        again = BodyBuilder(tuple(stored_type(inner, key) for key in sub.stored) + tuple(
+            inner.inputs[i] for i in read), inner.consts)
+        local: dict = {key: j for j, key in enumerate(sub.stored)}
+        local.update((i, len(sub.stored) + j) for j, i in enumerate(read))
+        local.update((count + c, len(again.inputs) + c) for c in range(len(inner.consts)))
+        recompute_by_policy(inner, sub, again, local)
+        shardings = inner.out_shardings or (UNSPECIFIED,) * len(inner.outputs)
+        ins = inner.in_shardings or (UNSPECIFIED,) * count
+        donated = inner.donated or (False,) * count
+        staged = again.program(tuple(local[inner.outputs[m]] for m in wanted),
+                               in_shardings=(UNSPECIFIED,) * len(sub.stored) + tuple(
+                                   ins[i] for i in read),
+                               out_shardings=tuple(shardings[m] for m in wanted),
+                               donated=(False,) * len(sub.stored) + tuple(
+                                   donated[i] for i in read),
+                               keep_unused=inner.keep_unused, context_mesh=inner.context_mesh)
+        outs = into.emit(Jit(tuple(number[(k, key)] for key in sub.stored) + tuple(
+            number[eq.operands[i]] for i in read), body=staged, name=eq.name, checked=False))
+        number.update((numbers[k][m], o) for m, o in zip(wanted, outs))
 
 
 # (jax.numpy.finfo's exponent and mantissa bits, per inexact dtype)

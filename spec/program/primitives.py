@@ -616,6 +616,20 @@ for _name in ("reduce_window_sum", "reduce_window_max", "reduce_window_min"):
     declare(Entry(_name, Kind.REDUCTION, batching="windowed", jvp="opaque",
                   transpose="opaque"))
 
+# Batched as JAX's rules batch them (issue 32): approx_top_k's reduction dimension and a
+# generic reduce_window's window past the batch axis (BAT-13: its initial values
+# unbatched), in batching_primitives.py; a convolution and the two solves with the batch
+# folded into one of their dimensions, in batching_folded.py. Opaque otherwise (their
+# types where traced are the description's, unchecked; a verdict lists them as opaque).
+_NOT_HELD = NotPropagated("its sharding rule is not held to the compiler yet")
+declare(Entry("approx_top_k", Kind.OPAQUE, batching="approx_top_k", jvp="opaque",
+              transpose="opaque", sharding=_NOT_HELD))
+declare(Entry("reduce_window", Kind.OPAQUE, batching="reduce_window", jvp="opaque",
+              transpose="opaque", sharding=_NOT_HELD, checks=("BAT-13",)))
+for _name in ("conv_general_dilated", "triangular_solve", "tridiagonal_solve"):
+    declare(Entry(_name, Kind.OPAQUE, batching=_name, jvp="opaque", transpose="opaque",
+                  sharding=_NOT_HELD))
+
 # A call back into Python: batched by its vmap_method (BAT-11, batching_primitives.py);
 # no derivative (AD-20, read from the name); its sharding rule as for no entry.
 declare(Entry("pure_callback", Kind.OPAQUE, batching="callback", jvp="opaque",

@@ -501,6 +501,7 @@ class Flat:
     written: set = dataclasses.field(default_factory=set)  # (a user constraint's results)
     loops: list = dataclasses.field(default_factory=list)  # (consts, initials, carries, path, ys)
     outputs: list = dataclasses.field(default_factory=list)  # (the program's results' ids)
+    held_outs: list = dataclasses.field(default_factory=list)  # (left to PROP-26: an out sharding)
 
     def new(self, value: Any) -> int:
         self.types.append(value)
@@ -977,8 +978,7 @@ propagated = _propagated   # (the inlined program and its splits: collectives_ex
 # What the user placed, at the boundaries (its own module for size; it builds on this one).
 from .propagation_pins import (  # noqa: E402
     boundary as _boundary, folded as _folded, grown_split as _grown,
-    rebroadcast as _rebroadcast,
-    is_reshape, takes_of as _takes,
+    rebroadcast as _rebroadcast, is_reshape, takes_of as _takes,
     implied_out_shardings as _out_shardings,
     axes_apart as _axes_apart, resolve_apart as _resolve_apart,
     constraint_pin as _constraint_pin,

@@ -18,6 +18,7 @@ from ..core.values import AxisType
 from .primitives import Factors, entry_of_name
 from .propagation import COPY, Flat, inline_body, stop
 from .propagation_pins import check_joins as pins_check_joins
+from .propagation_heldout import out_sharding_reach
 from .propagation_schedule import chosen
 
 __all__ = ["inline_flow", "constraint_led", "carry_constraint", "check_joins"]
@@ -197,6 +198,7 @@ def check_joins(flat: Flat, splits: dict) -> None:
     the body's uses would split beside a replicated constraint the body returns stays
     replicated): which the partitioner keeps is not written (PROP-4)."""
     pins_check_joins(flat, splits)
+    out_sharding_reach(flat, splits)   # (PROP-26: its own module)
     _check_constants(flat, splits)
     _check_carry_axes(flat, splits)
     for sources, result, path in flat.led:

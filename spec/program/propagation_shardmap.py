@@ -208,6 +208,8 @@ def held_result_open(flat: Flat, number: int, given: Any, uses: int) -> bool:
     in_specs=P(None))(a)`` returned under ``P('x')`` and read by ``s * 2``: JAX returns
     ``s * 2`` on ``P('x')``; over ``{'x'}`` nothing moves (``P(None)``)."""
     if uses == 1 or not flat.open.get(number):
+        if uses == 1 and flat.open.get(number):   # (read after propagation: PROP-26)
+            flat.held_outs.append((number, given))
         return False
     barred = flat.barred.get(number, frozenset())
     held = {a for axes in flat.fixed[number] for a in axes}
