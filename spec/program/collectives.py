@@ -49,7 +49,9 @@ from .propagation import (
     predicted_results, propagate, propagation_mesh, tensor_factor_splits,
 )
 from .propagation_constants import copied_values
-from .collectives_plans import batch_grouped, reduced_where_it_stands, sliced_as_a_slice
+from .collectives_plans import (
+    batch_grouped, reduced_where_it_stands, regathered_by_a_dot, sliced_as_a_slice,
+)
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
            "operation_splits", "reshard", "reduction", "predicted_collectives", "wire_dtype",
@@ -413,18 +415,18 @@ def predicted_collectives(program: Program) -> Communication:
         return Communication(caveat=aborts)
     splits, live = propagate(program), live_equations(program)
     stopped = splits if isinstance(splits, Undetermined) else read_after_a_chain(program, live)
-    if stopped is not None:
-        return Communication(undetermined=stopped)
-    if (inlined := _read_inlined(program, live)) is not None:
+    if stopped is None and (inlined := _read_inlined(program, live)) is not None:
         return inlined   # (inner jits, shard_maps, reshards: COLL-11)
+    splits = stopped or with_grown_returns(program, splits, by_id=False)   # (COLL-19)
+    if isinstance(splits, Undetermined):
+        return Communication(undetermined=splits)
     mesh, types = propagation_mesh(program), program.value_types
     folded = folded_equations(program)   # (propagate answered: so does this)
     found: list[Collective] = []
-    done: set = set()   # (value, split) of each reshard made: XLA's CSE keeps one
+    done: set = set(copied_values(program))   # (value, split) reshards made; PROP-16's copies
     upstream: dict[int, frozenset] = {}   # value -> the all-reduces it is computed from
     after: dict[int, frozenset] = {}      # all-reduce -> the all-reduces it is computed from
     plans: dict = {}   # (form, types, splits) -> the equation's plan (_plan)
-    done.update(copied_values(program))   # (iotas, constants: computed where read, PROP-16)
     for k, (eq, numbers) in enumerate(zip(program.equations, program.result_numbers())):
         if not live[k]:
             continue
@@ -591,6 +593,8 @@ def _equation(eq: Any, every: tuple[int, ...], types: tuple, splits: dict, mesh:
                                     "operation's result split over a mesh with Explicit axes "
                                     "is read so again: XLA gathers it once or each "
                                     "operation's result, by its own plan", path)
+            if (again := regathered_by_a_dot(eq, made)) and every[i] not in done:
+                return dataclasses.replace(again, path=path)   # (COLL-20)
             continue
         done.add((every[i], need))
         if isinstance(made, Undetermined):
@@ -957,4 +961,4 @@ returned_reshards = _returns
 # The collectives inside a loop's and a cond's body (its own module for size; it builds on
 # this one): imported here so its rules are registered with this module's.
 from . import collectives_loops as _loops  # noqa: E402,F401
-from .collectives_boundaries import returned_split  # noqa: E402
+from .collectives_boundaries import returned_split, with_grown_returns  # noqa: E402

@@ -15,6 +15,10 @@ all-to-all of 32 bytes, made at the while loop's operand, which both read.
 
 >>> shares_reshard("xs"), shares_reshard("before"), shares_reshard("body")
 (False, True, True)
+
+A value the function returns under an out sharding is not the function's result: Shardy
+keeps the result's sharding on the return and lets the value grow as an open one
+(COLL-19), where an inner jit's out sharding or a constraint holds its value.
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ from typing import Any
 
 from ..core.rules import rule
 from ..core.values import AxisType
+from .primitives import Kind
+from .propagation import (
+    COPY, Undetermined, propagated, propagation_mesh, tensor_factor_splits,
+)
 
-__all__ = ["shares_reshard", "returned_split"]
+__all__ = ["shares_reshard", "returned_split", "grown_returns", "with_grown_returns"]
 
 
 @rule("COLL-15", mirrors="xla: SpmdPartitioner's reshard in a while loop's body, hoisted by "
@@ -78,3 +86,122 @@ def returned_split(split: tuple, value: Any, mesh: Any) -> tuple:
     entries = tuple(spec) + (None,) * len(value.shape)
     return tuple(tuple(a for a in ((e,) if isinstance(e, str) else e or ())
                        if mesh.axis_size(a) != 1) for e in entries[:len(value.shape)])
+
+
+@rule("COLL-19", mirrors="shardy: a function's result shardings, kept apart from the values "
+      "it returns (the return reshards)")
+def grown_returns(program: Any) -> dict | Undetermined:
+    """A value the function returns under an out sharding (the jit's, or its type's over Explicit axes) starts on that split and takes the further Auto axes its elementwise operation's operands split it by; the return reshards it.
+
+    Shardy keeps a function's result sharding on the return, not on the value: the value
+    is open, grows from its operands, and the partitioner gathers it at the return. Seen
+    (mesh ``(2, 1, 4)``, Auto axes or 'z' Explicit): ``(a, jnp.maximum(a, b))`` of ``a``
+    on ``P(('z', 'x'))`` returned under ``P('z')`` twice computes the maximum on the
+    f32[1] pieces and gathers each result over 'x' (two all-gathers of 8 bytes), not
+    ``a`` once for both; under ``with_sharding_constraint(..., P('z'))`` or an inner jit's
+    out sharding the value is held and ``a`` gathered once. Over Explicit axes only the
+    type's constraint closes the value: nothing grows.
+
+    Gives the grown splits by the value's id in the inlined program (propagation's), only
+    those that differ from the out sharding's; an Undetermined where the value grows through
+    an operation other than an elementwise one, or where an operand would grow with it; a
+    reduction's result moves as COLL-18 says, a loop's or a cond's as COLL-10 says.
+
+    >>> from shardlaw.spec import Mesh, NamedSharding, P
+    >>> from shardlaw.spec.program.description import Opaque, Program, Value
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> a = Value.placed((8,), NamedSharding(mesh, P(("y", "x"))))
+    >>> sin = Opaque((0,), primitive="sin", results=(Value.typed((8,)),))
+    >>> put = NamedSharding(mesh, P("y"))
+    >>> grown_returns(Program((a,), (sin,), outputs=(1,), out_shardings=(put,)))
+    {1: (('y', 'x'),)}
+    """
+    found = propagated(program)
+    if isinstance(found, Undetermined):
+        return found
+    flat, splits = found
+    mesh = propagation_mesh(program)
+    if AxisType.Auto not in mesh.axis_types:   # (the type's constraint closes every value)
+        return {}
+    out = {}
+    for number in sorted(flat.returned):
+        made = [s for s in flat.steps if number in s[2][s[5]:]]
+        if not made:
+            continue
+        grown = _grown(flat, splits, made, number, mesh)
+        if isinstance(grown, Undetermined):
+            return grown
+        if grown != splits[number]:
+            out[number] = grown
+    return out
+
+
+def with_grown_returns(program: Any, splits: dict, by_id: bool) -> dict | Undetermined:
+    """``splits`` (by value id in the inlined program, or by the program's numbers) with
+    each returned value's grown split (COLL-19), or why not."""
+    grown = grown_returns(program)
+    if isinstance(grown, Undetermined) or not grown:
+        return grown or splits
+    if not by_id:
+        ids = propagated(program)[0].ids
+        grown = {n: grown[i] for n, i in enumerate(ids) if i in grown}
+    return {**splits, **{n: g for n, g in grown.items()
+                         if not isinstance(splits.get(n), Undetermined)}}
+
+
+def _grown(flat: Any, splits: dict, made: list, number: int, mesh: Any
+           ) -> tuple | Undetermined:
+    """The split returned value ``number`` grows to from the operands of the steps that
+    make it (``made``), or why it is not read."""
+    entry, rule_, every, typed, path, count = made[0]
+    pinned = splits[number]
+    if entry.kind is Kind.REDUCTION or any(step[0] is COPY for step in made):
+        return pinned   # (COLL-18 moves a reduction's result; COLL-10 a loop's or a cond's)
+    read = [tensor_factor_splits(rule_, typed, i, splits[n], mesh) for i, n in enumerate(every)]
+    if any(isinstance(r, Undetermined) for r in read):
+        return pinned   # (the equation's own plan says why it is not read)
+    held = read[every.index(number)]
+    grows = {f: _longest(read[:count], f, axes) for f, axes in held.items()}
+    if any(isinstance(g, Undetermined) for g in grows.values()):
+        return _open_return(path, "its operands split it further in orders that differ")
+    if grows == held:
+        return pinned
+    if len(made) > 1 or entry.kind is not Kind.ELEMENTWISE:
+        return _open_return(path, f"it grows through {entry.name}, not an elementwise "
+                            "operation")
+    barred = flat.barred.get(number, frozenset())
+    auto = {a for a, t in zip(mesh.axis_names, mesh.axis_types) if t is AxisType.Auto}
+    extra = [a for f, g in grows.items() for a in g[len(held[f]):]]
+    if len(set(extra)) < len(extra) or any(
+            a in barred or a not in auto or any(a in axes for axes in pinned) for a in extra):
+        return _open_return(path, "it would take an axis it holds or may not take")
+    for r, operand in zip(read[:count], every[:count]):
+        for f, g in grows.items():
+            have = r.get(f, g)
+            if have != g and g[:len(have)] != have:
+                return _open_return(path, "an operand splits it otherwise")
+            if have != g and (operand not in flat.fixed or operand in flat.open):
+                return _open_return(path, "an operand open to the partitioner would grow "
+                                    "with it")
+    return tuple(grows[f] for f in rule_.results[every[count:].index(number)])
+
+
+def _longest(read: list, factor: str, pinned: tuple) -> tuple | Undetermined:
+    """The longest split of ``factor`` among the operands' (``read``) extending ``pinned``
+    (``pinned`` where none does); an Undetermined where two extend it differently."""
+    longest = pinned
+    for r in read:
+        have = r.get(factor, ())
+        if have[:len(pinned)] != pinned:
+            continue   # (not an extension: brought to the value's split, COLL-2)
+        if have[:len(longest)] == longest:
+            longest = have
+        elif longest[:len(have)] != have:
+            return Undetermined("COLL-19", "", "")
+    return longest
+
+
+def _open_return(path: str, why: str) -> Undetermined:
+    return Undetermined("COLL-19", "a value returned under an out sharding grows beyond it "
+                        f"from its operands (Shardy keeps the sharding on the return), but "
+                        f"{why}: where it is computed is not read yet", path)

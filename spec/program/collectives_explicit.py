@@ -39,6 +39,7 @@ from .collectives import (
     constraint_plan, group_order, live_equations, plan_equation, read_after_a_chain,
     returned_reshards, wire_dtype,
 )
+from .collectives_boundaries import with_grown_returns
 from .description import Program
 from .primitives import entry_of
 from .propagation import COPY, FLOW_KINDS, Undetermined, propagated, propagation_mesh
@@ -137,9 +138,10 @@ def inlined_collectives(program: Program) -> Communication:
     if isinstance(found, Undetermined):
         return Communication(undetermined=found)
     stopped = read_after_a_chain(program, live_equations(program))
-    if stopped is not None:
-        return Communication(undetermined=stopped)
     flat, splits = found
+    splits = stopped or with_grown_returns(program, splits, by_id=True)   # (COLL-19)
+    if isinstance(splits, Undetermined):
+        return Communication(undetermined=splits)
     mesh = propagation_mesh(program)
     out, done, upstream, after, plans = [], set(), {}, {}, {}
     for (entry, rule_, every, typed, path, count) in _in_program_order(flat):

@@ -9,6 +9,9 @@ each at every equation; its own module for size.
   window each device needs (COLL-17), not by an all-gather of the operand.
 - A reduction whose operand holds a kept dimension split otherwise than its result is
   computed where the operand stands, and the smaller result moves (COLL-18).
+- A dot that gathers an operand another operation gathered already to the same split may
+  gather it again (seen, a product and a gradient's transposed product of one weight):
+  left open (COLL-20).
 - A dot whose left operand alone splits a batch dimension while both split a contracted
   one is grouped by the batch dimension's devices: with a mesh axis neither operand
   splits ahead of the batch's and the contracted dimension's axes, XLA sends the left
@@ -35,7 +38,7 @@ from ..core.rules import rule
 from .primitives import entry_of
 from .propagation import Undetermined
 
-__all__ = ["sliced_as_a_slice", "reduced_where_it_stands", "batch_grouped"]
+__all__ = ["sliced_as_a_slice", "reduced_where_it_stands", "batch_grouped", "regathered_by_a_dot"]
 
 
 def _params(eq: Any) -> dict:
@@ -149,3 +152,37 @@ def batch_grouped(eq: Any, factors: Any, read: list, mesh: Any) -> Undetermined 
                         f"the batch's and the contracted axes: XLA groups the devices by the batch and moves the "
                         f"left operand and the result by collective-permutes of its own "
                         f"grouping (seen), not read yet", "")
+
+
+_DOTS = ("dot_general", "transposed_dot_general")
+
+
+@rule("COLL-20", mirrors="xla: SpmdPartitioner's dot handler (its operands' all-gathers, "
+      "not always shared through the reshard cache)")
+def regathered_by_a_dot(eq: Any, made: Any) -> Undetermined | None:
+    """A dot that would gather an operand another operation already gathered to the same split is left open: XLA's dot partitioning may gather it again.
+
+    ``made``: the collectives that bring the operand to the split the dot computes with
+    (the step makes them once: one value brought to one split once).
+
+    Seen (mesh ``(2, 4)``): ``w2`` f32[32, 16] on ``P('y', 'x')`` read by
+    ``dot_general(x, w2, (((1,), (1,)), ((), ())))`` (``x`` on ``P('x', 'y')``) and by
+    ``dot_general(w1 * 2, w2, (((1,), (0,)), ((), ())))``, or by that product's gradient's
+    transposed product: two all-gathers over 'x' of 512 bytes each where the spec's one
+    reshard of a value would make one. When XLA shares the gather is not read yet.
+
+    >>> from types import SimpleNamespace
+    >>> from shardlaw.spec.program.description import Opaque, Value
+    >>> dot = Opaque((0, 1), primitive="dot_general", results=(Value.typed((16, 8)),),
+    ...              params=(("dimension_numbers", (((1,), (1,)), ((), ()))),))
+    >>> regathered_by_a_dot(dot, [SimpleNamespace(kind="all-gather")]).rule
+    'COLL-20'
+    >>> print(regathered_by_a_dot(dot, []))
+    None
+    """
+    if entry_of(eq).name not in _DOTS or isinstance(made, Undetermined) or not any(
+            c.kind == "all-gather" for c in made):
+        return None
+    return Undetermined("COLL-20", "a dot's operand gathered already to the split it "
+                        "computes with (for another operation): XLA's dot partitioning may "
+                        "gather it again (seen), by a plan not read yet", "")

@@ -517,9 +517,7 @@ declare(Entry("dot_general", Kind.CONTRACTION, batching="dot_general", jvp="bili
               transpose="dot_general", tracing="dot_general", checks=("PROG-7",)))
 declare(Entry("transposed_dot_general", Kind.OPAQUE, batching=Absent(
     "a gradient's transposed product: vmap of a gradient batches the primal's"),
-    jvp="opaque", transpose="opaque", tracing="transposed_dot_general", checks=("PROG-7",),
-    sharding=NotPropagated("a gradient's transposed product: its sharding rule is not "
-                           "written")))
+    jvp="opaque", transpose="opaque", tracing="transposed_dot_general", checks=("PROG-7",)))
 
 # The primitives of a real step (issue 32), batched by batching_primitives.py's rules.
 # (a result resized over a split dimension, PROG-9, and a cumulative reduction along one,

@@ -446,6 +446,7 @@ def _propagated(program: Program, opened: frozenset = frozenset(), contested: bo
                                         f"({PASSES[priority]})")
             _check_unsplit(flat.steps, splits)
             _check_joins(flat, splits)
+            _check_folded(flat, splits)   # (a literal's identity folded first: PROP-27)
         except _Stop as stopped:
             return stopped.undetermined
         flat.contested.update(_contested(flat, limits))
@@ -995,4 +996,5 @@ from .propagation_schedule import (  # noqa: E402
 from .propagation_meshes import over_the_inputs_mesh as _over_the_inputs_mesh  # noqa: E402
 from .propagation_flow import check_joins as _check_joins  # noqa: E402
 from .propagation_constants import split_constants as _split_constants  # noqa: E402
+from .propagation_constants import check_folded_constants as _check_folded  # noqa: E402
 from .propagation_sideways import operand_splits as _sideways, unbar as _unbar  # noqa: E402

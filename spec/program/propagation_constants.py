@@ -8,6 +8,12 @@ split to the other (seen: ``jnp.zeros((8, 8))`` added to a value on ``P('x')`` a
 multiplied by one on ``P(None, 'y')``: the results stay on ``P('x')`` and ``P(None, 'y')``;
 returned as well, it is returned on ``P()``). :func:`split_constants` makes those copies in
 the flat program :mod:`~shardlaw.spec.program.propagation` propagates.
+
+Before propagating, too, a product by a constant one and a sum with a constant zero are
+folded to their other operand, which then stands for the result where it is placed (seen:
+AD's seed of a gradient, ``mul(broadcast 1.0, w)``, and ``a * jnp.ones_like(a)``); the
+description keeps no literal's value, so :func:`check_folded_constants` leaves open a
+program where the fold would change a split (PROP-27).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from ..core.rules import rule
 from .primitives import Kind
 from .propagation import COPY, Flat, stop
 
-__all__ = ["split_constants", "PRESERVING", "copied_values"]
+__all__ = ["split_constants", "PRESERVING", "copied_values", "check_folded_constants"]
 
 # The operations whose result is a constant expression where every operand is one
 # (besides elementwise ones): squeeze and expand_dims lower to a reshape.
@@ -149,3 +155,74 @@ def copied_values(program: Any) -> frozenset:
             continue
         copied.add(numbers[0])
     return frozenset(copied)
+
+
+# Where a constant operand of an elementwise operation may be its identity (a product by
+# one, a sum with zero, a difference with zero, a quotient by one).
+_IDENTITIES = {"mul": (0, 1), "add": (0, 1), "add_any": (0, 1), "sub": (1,), "div": (1,)}
+
+
+@rule("PROP-27", mirrors="stablehlo: the multiply and add folders (x * 1, x + 0) the "
+      "partitioner's import pipeline applies before Shardy propagates")
+def check_folded_constants(flat: Flat, splits: dict) -> None:
+    """A product, sum, difference or quotient with a constant expression whose other operand ends split otherwise than its result is left open: StableHLO folds one by its identity before propagation, and the description keeps no literal's value.
+
+    Seen (mesh ``(2, 4)``): the gradient of ``sum(dot_general(x, w2, (((1,), (1,)), ((),
+    ()))) * w1)`` with ``w1`` and ``w2`` on ``P()``, ``x`` on ``P(('x', 'y'))``: the
+    cotangent ``mul(broadcast 1.0, w1)`` is ``w1`` itself, so the gradient of ``x`` (its
+    product with ``w2``) comes back on ``P()``, where the product as written would carry
+    the split ``x``'s gradient of ``w2`` gives the cotangent, ``P(('x', 'y'))``. Over a
+    mesh ``(4, 2)`` with ``w1`` on ``P(None, 'y')`` and ``x`` on ``P('x')`` the results
+    agree but XLA gathers ``x`` where the product as written all-reduces; ``a *
+    jnp.ones_like(a)`` alike, ``a * jnp.full_like(a, 3.0)`` all-reduces.
+
+    >>> from shardlaw.spec import Mesh, NamedSharding, P
+    >>> from shardlaw.spec.program.description import (
+    ...     Opaque, Program, ShardingConstraint, Value)
+    >>> from shardlaw.spec.program.propagation import propagate
+    >>> mesh = Mesh.iota((2, 4), ("x", "y"))
+    >>> a = Value.placed((8, 8), NamedSharding(mesh, P("x", None)))
+    >>> ones = Opaque((), primitive="broadcast_in_dim", results=(Value.typed((8, 8)),),
+    ...               params=(("shape", (8, 8)), ("broadcast_dimensions", ())))
+    >>> mul = Opaque((0, 1), primitive="mul", results=(Value.typed((8, 8)),))
+    >>> def held(spec):
+    ...     put = ShardingConstraint((2,), sharding=NamedSharding(mesh, spec))
+    ...     return propagate(Program((a,), (ones, mul, put), outputs=(3,)))
+    >>> held(P(None, "y")).rule, held(P("x", None))[2]
+    ('PROP-27', (('x',), ()))
+    """
+    literal = _literals(flat)
+    for entry, _, every, _, path, count in flat.steps:
+        where = _IDENTITIES.get(getattr(entry, "name", ""), ()) if entry is not COPY else ()
+        if len(every) != count + 1 or not any(
+                i < count and every[i] in literal for i in where):
+            continue
+        result = splits.get(every[count])
+        moved = [i for i in range(count) if every[i] not in literal
+                 and splits.get(every[i]) != result]
+        if moved:
+            stop("PROP-27", f"{entry.name} of a constant expression (its value not kept: a "
+                 f"literal one or zero is folded before propagation) and operand "
+                 f"{moved} split otherwise than its result ({splits.get(every[moved[0]])} "
+                 f"against {result}): whether the operand stands for the result is open",
+                 path)
+
+
+def _literals(flat: Flat) -> set:
+    """The values made of literals alone: a literal's broadcast (an equation of no
+    operand: the seed of a gradient, ``jnp.ones``), and a broadcast, reshape, slice or
+    elementwise operation of such values, a scalar's included."""
+    found: set = set()
+    grew = True
+    while grew:
+        grew = False
+        for entry, _, every, _, _, count in flat.steps:
+            if entry is COPY or len(every) != count + 1 or every[count] in found:
+                continue
+            name = getattr(entry, "name", "")
+            if (name == "broadcast_in_dim" and not count) or count and (
+                    name in PRESERVING or entry.kind is Kind.ELEMENTWISE) and all(
+                    o in found for o in every[:count]):
+                found.add(every[count])
+                grew = True
+    return found

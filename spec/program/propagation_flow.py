@@ -63,7 +63,7 @@ def _scan(eq: Any, operands: list, results: list, path: str, flat: Flat, mesh: A
         _edge(flat, "scan", operands[c + i], outs[i], carry[i], path, constraints, mesh)
     stacked: list = []   # (filled below; the loop's record keeps them: _check_carry_axes)
     flat.loops.append((list(operands[:c]), list(operands[c:c + k]), carry, path,
-                       (list(outs[:k]), stacked)))
+                       (list(outs[:k]), stacked, list(operands[c + k:]))))
     finals = [_joined(flat, [v], path) for v in carry]
     for piece, value in zip(outs[k:], results[k:]):
         stacked.append(flat.new(value))
@@ -236,29 +236,36 @@ def _check_constants(flat: Flat, splits: dict) -> None:
 
 def _check_carry_axes(flat: Flat, splits: dict) -> None:
     """After propagation: a scan's carry whose initial split and next one (the body's) hold
-    one mesh axis on different dimensions, where the loop's stacked ``ys`` are live or the
-    body reads the carry more than once: which of the two it keeps is Shardy's worklist
-    order's, not written (PROP-4).
+    one mesh axis on different dimensions, where the loop's stacked ``ys`` are live, the
+    body reads the carry more than once or an ``xs`` is read outside the loop too: which
+    of the two it keeps is Shardy's order, not written (PROP-4). (The root, seen in
+    Shardy's passes run from jaxlib: its first pass holds back a pass-through operation
+    reading a value of several uses, so the carry's edge brings the initial split first;
+    the spec's schedule does not count uses.)
 
     (Seen, mesh ``(2, 4)``: a carry ``(4, 16, 4)`` on ``P(None, None, 'x')``, its ``xs``
     on ``P(None, 'y', 'x', None)``, body ``(sin(c) + t, None)`` and the final carry
     returned: ``P('y', 'x')``, the body's; with ``ys`` ``c * 2`` or ``c`` returned, or the
     body's next carry ``sin(c) + t + 0 * cos(c)``: ``P('y', None, 'x')``, the initial
-    one's 'x'; with ``ys`` the next carry, the body's again. Not caught: the ``xs``
-    returned beside the carry gives the initial one's too, answered the body's.)"""
+    one's 'x'; with ``ys`` the next carry, the body's again. Mesh ``(2, 2, 2)``: a carry
+    ``(4, 4)`` on ``P(None, ('y', 'z'))``, ``xs`` on ``P('z', ('x', 'y'), None)``: the
+    body's ``P(('x', 'y'))``; with the ``xs`` read outside the loop too (returned, a
+    squeeze or ``sin`` of it returned): ``P('x', ('y', 'z'))``, the initial one's.)"""
     for _, initials, carries, path, scan in flat.loops:
         if scan is None:
             continue
         for initial, carry, out in zip(initials, carries, scan[0]):
-            if not (flat.live & set(scan[1]) or _readers(flat, carry, path) > 1):
+            xs_read = any(_read_outside(flat, xs, path) for xs in scan[2])
+            if not (flat.live & set(scan[1]) or _readers(flat, carry, path) > 1 or xs_read):
                 continue
             held = [set(axes) for axes in splits[initial]]
             moved = sorted({a for d, axes in enumerate(splits[out]) for a in axes
                             for e, there in enumerate(held) if e != d and a in there})
             if moved:
                 stop("PROP-4", f"a scan's carry whose initial split and next one hold mesh "
-                     f"axes {moved} on different dimensions, its ys live or the body "
-                     f"reading it more than once: which it keeps is not written", path)
+                     f"axes {moved} on different dimensions, its ys live, the body "
+                     f"reading it more than once or its xs read outside the loop too: "
+                     f"which it keeps is not written", path)
 
 
 def _readers(flat: Flat, n: int, path: str) -> int:

@@ -24,7 +24,8 @@ from .propagation_branches import types_written
 from .propagation_schedule import ordered_growth
 
 __all__ = ["check_joins", "implied_out_shardings", "typed_pins", "pin", "link", "boundary",
-           "rebroadcast", "move_pins", "manual_boundary", "grown_split", "barred_cut", "takes_of", "folded",
+           "rebroadcast", "move_pins", "manual_boundary", "grown_split", "barred_cut", "takes_of",
+           "held_takes", "folded",
            "place_constraints", "constraint_pin", "joined_constraint_pin", "reshard_pin",
            "may_grow", "axes_apart", "resolve_apart", "contested_values", "shared_chain_link"]
 
@@ -313,6 +314,30 @@ def takes_of(split: tuple[str, ...], fixed: Any, number: int) -> tuple[str, ...]
     return split[:kept]
 
 
+@rule("PROP-23", mirrors="shardy: sdy.manual_computation's in and out shardings (the "
+                         "manual axes a closed prefix of each dimension, open after it)")
+def held_takes(split: tuple[str, ...], held: tuple[str, ...], fixed: Any, number: int
+               ) -> tuple[str, ...]:
+    """A value a shard_map leaving axes automatic holds on its manual axes takes a factor's split that extends them past them, up to the first axis it is barred from after them.
+
+    The manual axes it holds are the closed prefix of its in or out sharding; only a
+    manual axis taken anew is barred (PROP-11). Where one mesh axis would split two
+    factors of its link (PROP-14) they grow it as anywhere else. Seen, mesh ``(2, 2, 2)``:
+    ``a`` on ``P(('y', 'x'), 'z', None)`` read by ``shard_map(cos, in_specs=P('y', None,
+    'z'), axis_names={'y', 'z'})`` comes back ``P(('y', 'x'), None, 'z')``: ``'x'``
+    enters the body although ``'z'`` splits another dimension of ``a``.
+
+    >>> from shardlaw.spec.program.propagation import Limits
+    >>> held_takes(("y", "x"), ("y",), Limits(frozenset(), {}, {3: frozenset("yz")}), 3)
+    ('y', 'x')
+    >>> held_takes(("y", "z", "x"), ("y",), Limits(frozenset(), {}, {3: frozenset("yz")}), 3)
+    ('y',)
+    """
+    if split[:len(held)] != held:
+        return takes_of(split, fixed, number)
+    return held + takes_of(split[len(held):], fixed, number)
+
+
 def is_reshape(name: str, operand: Any, result: Any) -> bool:
     """Whether an equation is a reshape as StableHLO reads it: a reshape, a squeeze, or a
     broadcast_in_dim that only adds dimensions of size 1 (seen: ``squeeze`` of
@@ -587,7 +612,7 @@ def resolve_apart(form: Any, current: list, chosen: dict, directions: dict, numb
         if number in fixed.closed or (opens is not None and not any(
                 o and f in factors_of_dimension(d) for d, o in zip(form.tensors[k], opens))):
             return ()
-        return takes_of(split, fixed, number)
+        return held_takes(split, current[k].get(f, ()), fixed, number)   # (PROP-23)
     state, cuts = ordered_growth(form.tensors, current, chosen, directions, form.count,
                                  form.sizes, takes, form.elementwise, mesh)
     led = set(directions.values()) == {"prefer"}   # (its leader, operand 0, came first)

@@ -38,6 +38,8 @@ def directions(entry_name: str, kind: Any, rule_: Factors, priority: int) -> dic
     seen, a scan's carry meets its ``xs``' split there)."""
     every = {f for dims in rule_.operands + rule_.results for dim in dims
              for f in factors_of_dimension(dim)}
+    if priority == 0 and not getattr(rule_, "first_pass", True):
+        return {}   # (an all-reduce of a shard_map's body: PROP-11)
     if entry_name == "shard_map":
         return {f: "forward" for f in every}
     if entry_name == "sharding_constraint" or getattr(rule_, "led", False):

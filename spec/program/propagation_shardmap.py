@@ -28,7 +28,8 @@ from .propagation import COPY, Flat, inline_body, placed_pin, stop
 from .propagation_pins import manual_boundary, pin
 
 __all__ = ["shard_map_boundary", "free_axes_boundary", "operand_link", "held_result_open",
-           "loop_result_read", "LedLink", "AutoLink", "LOCAL_ELEMENTWISE"]
+           "loop_result_read", "LedLink", "AutoLink", "AllReduceLink", "LOCAL_ELEMENTWISE",
+           "ALL_REDUCE"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,14 +42,27 @@ class LedLink(Factors):
 
 @dataclasses.dataclass(frozen=True)
 class AutoLink(LedLink):
-    """A :class:`LedLink` into a shard_map leaving axes automatic; PROP-23 reads
+    """A :class:`LedLink` into a shard_map leaving axes automatic;
+    :func:`~shardlaw.spec.program.propagation_pins.shared_chain_link` (PROP-4) reads
     ``automatic``."""
 
     automatic = True   # (a class attribute: not a field)
 
 
+@dataclasses.dataclass(frozen=True)
+class AllReduceLink(Factors):
+    """The rule of a body's psum, pmax or pmin over its manual axes (PROP-11): every
+    dimension passed through, from the schedule's second pass on (lowered to an
+    all-reduce, which Shardy does not count elementwise); the schedule reads
+    ``first_pass``."""
+
+    first_pass = False   # (a class attribute: not a field)
+
+
 # The collectives of a body over its manual axes only: elementwise over its local shapes.
 LOCAL_ELEMENTWISE = frozenset(("psum", "pmax", "pmin", "pvary", "psum_invariant", "pcast"))
+# Those of them lowered to an all-reduce: not elementwise to the partitioner's schedule.
+ALL_REDUCE = frozenset(("psum", "pmax", "pmin", "psum_invariant"))
 
 
 def shard_map_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh: Any,
@@ -75,8 +89,11 @@ def free_axes_boundary(flat: Flat, eq: Any, operands: list, results: list, mesh:
     """A shard_map leaving mesh axes automatic holds each operand and result on its spec's manual axes, then the free axes its operand, its body or its result's uses give, and an operand left open takes that back.
 
     The body is propagated over its local shapes; its collectives over manual axes pass
-    every dimension's split through; only the held values are barred from taking a manual
-    axis anew. Stops (an Undetermined at ``path``) over another mesh or a mesh with
+    every dimension's split through, a psum, pmax or pmin (an all-reduce, not elementwise
+    to Shardy's schedule) from its second pass on, after the data-flow edges of the
+    shard_maps around it (seen: its result read by a next shard_map through a manual
+    axis takes that axis, not the free ones of its body); only the held values are
+    barred from taking a manual axis anew, and those they hold bar nothing (PROP-23). Stops (an Undetermined at ``path``) over another mesh or a mesh with
     Explicit axes.
 
     >>> from shardlaw.spec import Mesh, NamedSharding, P, explain_program
@@ -271,5 +288,6 @@ def _local_collectives(flat: Flat, first: int) -> None:
         if entry.name in LOCAL_ELEMENTWISE and count <= 1 and len(every) == count + 1 and \
                 all(t.shape == types[-1].shape for t in types):
             dims = tuple(f"f{d}" for d in range(len(types[-1].shape)))
-            flat.steps[k] = (COPY, Factors((dims,) * count, (dims,)), every, types, path,
+            kind = AllReduceLink if entry.name in ALL_REDUCE else Factors
+            flat.steps[k] = (COPY, kind((dims,) * count, (dims,)), every, types, path,
                              count)

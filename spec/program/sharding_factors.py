@@ -29,6 +29,7 @@ from typing import Any
 from .primitives import Factors, NotPropagated
 
 __all__ = ["SHARDING_RULES", "SHARDING_ONLY", "elementwise_factors", "dot_general_factors",
+           "transposed_dot_general_factors",
            "reduction_factors", "transpose_factors", "broadcast_in_dim_factors",
            "broadcast_factors",
            "reshape_factors", "ELEMENTWISE_NAMES", "SHARDING_ONLY_ELEMENTWISE",
@@ -81,6 +82,19 @@ def dot_general_factors(eq: Any, operands: tuple) -> Factors:
     result = tuple(f"b{k}" for k in range(len(lb))) + tuple(free_left + free_right)
     return Factors((tuple(left), tuple(right)), (result,),
                    reduced=frozenset(f"c{k}" for k in range(len(lc))))
+
+
+def transposed_dot_general_factors(eq: Any, operands: tuple) -> Factors:
+    """A gradient's product of the cotangent and the other operand, giving the operand it
+    transposes (JAX's transpose: a dot_general then a transpose): the cotangent has the
+    primal's result factors, the other operand its own, the result the transposed
+    operand's; the other operand's free factors are reduced, the rest pass through."""
+    k = _params(eq)["transposed_operand"]
+    primal = (eq.results[0], operands[1])[::1 if k == 0 else -1]
+    rule = dot_general_factors(eq, primal)
+    kept, other = rule.operands[k], rule.operands[1 - k]
+    return Factors((rule.results[0], other), (kept,),
+                   reduced=frozenset(f for f in other if f not in kept))
 
 
 def reduction_factors(eq: Any, operands: tuple) -> Factors:
@@ -371,10 +385,13 @@ def _described(rule: Any, params: tuple[str, ...], operands: int | None,
 def _or_a_literals(read: Any) -> Any:
     """``read``, or, for an equation of no operand and one result (a literal scalar
     broadcast, ``jnp.zeros``: the description keeps no literal), each result dimension a
-    factor of its own, as an iota's (PROP-16 copies it for each use)."""
+    factor of its own, as an iota's (PROP-16 copies it for each use); alike for one of a
+    scalar operand AD's transpose of a full sum makes without its parameters."""
     def either(eq: Any, types: tuple) -> Factors | NotPropagated:
         if not types and len(eq.results or ()) == 1:
             return iota_factors(eq, types)
+        if len(types) == 1 and not types[0].shape and len(eq.results or ()) == 1:
+            return Factors(((),), (_dims("r", len(eq.results[0].shape)),))
         return read(eq, types)
     either.__doc__, either.__name__ = read.__doc__, read.__name__
     return either
@@ -422,6 +439,8 @@ SHARDING_RULES: dict[str, Any] = {
     # (checkpoint_name: lowering emits nothing, so propagation folds it to its operand)
     "name": _described(elementwise_factors, (), None),
     "dot_general": _described(dot_general_factors, ("dimension_numbers",), 2),
+    "transposed_dot_general": _described(transposed_dot_general_factors,
+                                         ("dimension_numbers", "transposed_operand"), 2),
     **{name: _described(reduction_factors, ("axes",), 1)
        for name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")},
     "transpose": _described(transpose_factors, ("permutation",), 1),
