@@ -50,7 +50,8 @@ from .propagation import (
 )
 from .propagation_constants import copied_values
 from .collectives_plans import (
-    batch_grouped, reduced_where_it_stands, regathered_by_a_dot, sliced_as_a_slice,
+    batch_grouped, concatenated_apart, reduced_where_it_stands, regathered_by_a_dot,
+    sliced_as_a_slice,
 )
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
@@ -675,6 +676,8 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
     if entry_of(eq).name in UNSUMMED and any(any(r.values()) for r in read):
         return Undetermined("COLL-3", f"{entry_of(eq).name} of a split value: XLA's variadic "
                             f"reduce moves its operand by its own plan", "")
+    if (apart := concatenated_apart(eq, held)) is not None:
+        return apart   # (which operand's split it takes: COLL-1)
     uneven = _uneven_split(factors, typed, chosen, read)
     if uneven:
         return Undetermined("COLL-1", f"factor {uneven} is split along dimensions of "
