@@ -667,8 +667,9 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
         return Undetermined("COLL-4", "a gather indexing a split dimension of its operand: "
                             "XLA gathers on each shard, masks and all-reduces (seen), by a "
                             "plan not read yet", "")
-    if opened := sliced_as_a_slice(eq, typed, held) or batch_grouped(eq, factors, read, mesh):
-        return opened   # (COLL-17; a batched dot XLA groups through an idle axis: COLL-2)
+    if opened := (sliced_as_a_slice(eq, typed, held) or batch_grouped(eq, factors, read, mesh)
+                  or concatenated_apart(eq, held)):   # (COLL-17; COLL-2; COLL-1: whose split)
+        return opened   # (a batched dot XLA groups through an idle axis: COLL-2)
     if along_a_split(eq, held):
         return Undetermined("COLL-4", f"{entry_of(eq).name} along a split dimension: XLA "
                             "gathers the operand along it (seen) by a plan of its own, not "
@@ -676,8 +677,6 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
     if entry_of(eq).name in UNSUMMED and any(any(r.values()) for r in read):
         return Undetermined("COLL-3", f"{entry_of(eq).name} of a split value: XLA's variadic "
                             f"reduce moves its operand by its own plan", "")
-    if (apart := concatenated_apart(eq, held)) is not None:
-        return apart   # (which operand's split it takes: COLL-1)
     uneven = _uneven_split(factors, typed, chosen, read)
     if uneven:
         return Undetermined("COLL-1", f"factor {uneven} is split along dimensions of "
