@@ -51,7 +51,7 @@ from .propagation import (
 from .propagation_constants import copied_values
 from .collectives_plans import (
     batch_grouped, concatenated_apart, reduced_where_it_stands, regathered_by_a_dot,
-    sliced_as_a_slice,
+    sliced_as_a_slice, through_folded_broadcasts,
 )
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
@@ -463,8 +463,8 @@ def _made(program: Program, k: int, numbers: tuple, types: tuple, splits: dict, 
     eq = program.equations[k]
     if eq.kind in FLOW_KINDS or eq.kind == "jit":
         return _loops.flow_collectives(program, k, done, plans, *seen)
-    return _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
-                     equation_path("", k), done, plans)
+    eq, every = through_folded_broadcasts(program, k, tuple(eq.operands) + tuple(numbers))
+    return _equation(eq, every, types, splits, mesh, equation_path("", k), done, plans)
 
 
 def live_equations(program: Program) -> tuple:
