@@ -23,7 +23,7 @@ with it, and one inside a scan's, a while loop's, a cond's, a remat's, a custom
 function's or a shard_map's body inside that construct
 (:mod:`~shardlaw.spec.bridge.refused_bodies`, which also describes a scan or a cond JAX
 refuses for its carry's or its branches' types, LOOP-1), and one inside the body JAX's
-backward pass traces for a jit, a remat or a cond inside that transposed construct
+backward pass traces for a jit, a remat, a cond or a scan inside that transposed construct
 (:mod:`~shardlaw.spec.bridge.refused_transposes`). A gradient whose backward pass JAX
 refuses for a cotangent's type is refused by the spec's own rewrite of it (AD-13,
 :mod:`~shardlaw.spec.bridge.refused_gradients`). An inner jit JAX traced under

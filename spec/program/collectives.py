@@ -50,7 +50,8 @@ from .propagation import (
 )
 from .propagation_constants import copied_values
 from .collectives_plans import (
-    batch_grouped, reduced_where_it_stands, regathered_by_a_dot, sliced_as_a_slice,
+    batch_grouped, concatenated_apart, reduced_where_it_stands, regathered_by_a_dot,
+    sliced_as_a_slice, through_folded_broadcasts,
 )
 
 __all__ = ["BACKEND", "ReplicaGroups", "Collective", "Communication", "replica_groups",
@@ -462,8 +463,8 @@ def _made(program: Program, k: int, numbers: tuple, types: tuple, splits: dict, 
     eq = program.equations[k]
     if eq.kind in FLOW_KINDS or eq.kind == "jit":
         return _loops.flow_collectives(program, k, done, plans, *seen)
-    return _equation(eq, tuple(eq.operands) + tuple(numbers), types, splits, mesh,
-                     equation_path("", k), done, plans)
+    eq, every = through_folded_broadcasts(program, k, tuple(eq.operands) + tuple(numbers))
+    return _equation(eq, every, types, splits, mesh, equation_path("", k), done, plans)
 
 
 def live_equations(program: Program) -> tuple:
@@ -666,8 +667,9 @@ def _plan(eq: Any, typed: tuple, held: tuple, mesh: Mesh) -> tuple | Undetermine
         return Undetermined("COLL-4", "a gather indexing a split dimension of its operand: "
                             "XLA gathers on each shard, masks and all-reduces (seen), by a "
                             "plan not read yet", "")
-    if opened := sliced_as_a_slice(eq, typed, held) or batch_grouped(eq, factors, read, mesh):
-        return opened   # (COLL-17; a batched dot XLA groups through an idle axis: COLL-2)
+    if opened := (sliced_as_a_slice(eq, typed, held) or batch_grouped(eq, factors, read, mesh)
+                  or concatenated_apart(eq, held)):   # (COLL-17; COLL-2; COLL-1: whose split)
+        return opened   # (a batched dot XLA groups through an idle axis: COLL-2)
     if along_a_split(eq, held):
         return Undetermined("COLL-4", f"{entry_of(eq).name} along a split dimension: XLA "
                             "gathers the operand along it (seen) by a plan of its own, not "

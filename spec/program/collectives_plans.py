@@ -17,6 +17,13 @@ each at every equation; its own module for size.
   splits ahead of the batch's and the contracted dimension's axes, XLA sends the left
   operand and the result through collective-permutes to its own grouping (seen), a plan
   not read yet (left open, COLL-2).
+- A concatenate whose operands split one dimension over different mesh axes is computed
+  where one operand stands, the other moved to it by all-to-alls and collective-permutes
+  (seen); which operand Shardy picks is not read yet (left open, COLL-1).
+- A broadcast of a broadcast's result is folded by StableHLO into one broadcast of the
+  first one's operand (as propagation reads it, PROP-4's ``rebroadcast``): its operand is
+  brought from where that operand stands, not from the first result's split, which no
+  operation computes (:func:`through_folded_broadcasts`).
 
 >>> from shardlaw.spec import Mesh, NamedSharding, P
 >>> from shardlaw.spec.program.description import Opaque, Program, ShardingConstraint, Value
@@ -32,17 +39,45 @@ all-to-all over ('x',) at body[0]: float32[4, 2], 32 bytes per device
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..core.rules import rule
 from .primitives import entry_of
-from .propagation import Undetermined
+from .propagation import Undetermined, folded_equations
 
-__all__ = ["sliced_as_a_slice", "reduced_where_it_stands", "batch_grouped", "regathered_by_a_dot"]
+__all__ = ["through_folded_broadcasts", "sliced_as_a_slice", "reduced_where_it_stands",
+           "batch_grouped", "regathered_by_a_dot", "concatenated_apart"]
 
 
 def _params(eq: Any) -> dict:
     return dict(getattr(eq, "params", ()) or ())
+
+
+def through_folded_broadcasts(program: Any, k: int, every: tuple) -> tuple:
+    """Equation ``k`` and its values' numbers ``every`` as partitioned: a broadcast_in_dim
+    of a folded broadcast_in_dim's result reads that broadcast's operand, its dimensions
+    composed (seen: ``x`` on ``P('x')`` broadcast twice and constrained to
+    ``P(None, ('y', 'x'), None)`` slices ``x`` and permutes it, the first result unsplit)."""
+    eq = program.equations[k]
+    if not _one_broadcast(eq) or isinstance(folded := folded_equations(program), Undetermined):
+        return eq, every
+    made = {n: j for j, numbers in enumerate(program.result_numbers()) for n in numbers}
+    source, where = eq.operands[0], tuple(_params(eq)["broadcast_dimensions"])
+    while (j := made.get(source)) is not None and j in folded and \
+            _one_broadcast(program.equations[j]):
+        first = program.equations[j]
+        inner = tuple(_params(first)["broadcast_dimensions"])
+        source, where = first.operands[0], tuple(where[w] for w in inner)
+    if source == eq.operands[0]:
+        return eq, every
+    params = tuple((n, where if n == "broadcast_dimensions" else v) for n, v in eq.params)
+    return dataclasses.replace(eq, operands=(source,), params=params), (source,) + every[1:]
+
+
+def _one_broadcast(eq: Any) -> bool:
+    return eq.kind == "opaque" and eq.primitive == "broadcast_in_dim" and \
+        len(eq.operands) == 1 and _params(eq).get("broadcast_dimensions") is not None
 
 
 @rule("COLL-17", mirrors="xla: AlgebraicSimplifier (a dynamic-slice of constant starts is a "
@@ -186,3 +221,38 @@ def regathered_by_a_dot(eq: Any, made: Any) -> Undetermined | None:
     return Undetermined("COLL-20", "a dot's operand gathered already to the split it "
                         "computes with (for another operation): XLA's dot partitioning may "
                         "gather it again (seen), by a plan not read yet", "")
+
+
+def concatenated_apart(eq: Any, held: tuple) -> Undetermined | None:
+    """A concatenate whose operands split one dimension over different mesh axes (neither
+    split a start of the other) is left open (COLL-1): Shardy computes it where one
+    operand stands, not unsplit, and which one it picks is not read yet.
+
+    Seen (mesh ``(2, 4)``, Auto): ``concatenate([a, b], 2)`` of f32[4, 4, 4] ``a`` on
+    ``P('y', 'x', None)`` and ``b`` on ``P('x', 'y', None)``, in either order, is computed
+    on ``P('x', 'y', None)``: ``a`` moves by an all-to-all (32 bytes) and a
+    collective-permute (32 bytes), where the spec gathered both. With ``a`` on
+    ``P('y', None, None)`` and ``b`` on ``P('x', None, None)`` it is computed on ``a``'s
+    split, ``b`` moved by a collective-permute (64 bytes). None: not such a concatenate.
+
+    >>> from shardlaw.spec.program.description import Opaque, Value
+    >>> eq = Opaque((0, 1), primitive="concatenate", results=(Value.typed((4, 4, 8)),),
+    ...             params=(("dimension", 2),))
+    >>> concatenated_apart(eq, ((("y",), ("x",), ()), (("x",), ("y",), ()))).rule
+    'COLL-1'
+    >>> print(concatenated_apart(eq, ((("x",), (), ()), (("x", "y"), (), ()))))
+    None
+    """
+    if entry_of(eq).name != "concatenate":
+        return None
+    splits = held[:len(eq.operands)]
+    for d in range(min((len(s) for s in splits), default=0)):
+        given = [s[d] for s in splits if s[d]]
+        for first in given:
+            for other in given:
+                if first[:len(other)] != other and other[:len(first)] != first:
+                    return Undetermined("COLL-1", f"a concatenate whose operands split "
+                                        f"dimension {d} over {first} and {other}: Shardy "
+                                        f"computes it where one operand stands and moves "
+                                        f"the other (seen), its choice not read yet", "")
+    return None
